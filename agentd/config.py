@@ -1,0 +1,208 @@
+"""Configuration: one TOML file, `AGENTD_<SECTION>__<KEY>` environment overrides, secrets from env."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+
+Risk = Literal["low", "medium", "high"]
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the key and the problem."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AgentConfig(_Section):
+    name: str = "agentd"
+    persona: str = (
+        "You are a helpful, concise personal assistant. Answer in the language the user writes in."
+    )
+    timezone: str = "UTC"
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"unknown IANA time zone {value!r} (try 'Europe/Berlin')") from exc
+        return value
+
+
+class TelegramConfig(_Section):
+    api_base: str = "https://api.telegram.org"
+    allowed_user_ids: list[int] = Field(default_factory=list)
+    poll_timeout: int = Field(default=30, ge=0, le=50)
+    allow_groups: bool = False
+    max_message_chars: int = Field(default=4096, ge=64, le=4096)
+    send_retries: int = Field(default=5, ge=0, le=20)
+    max_retry_after: float = Field(default=60.0, gt=0)
+
+
+class LLMConfig(_Section):
+    model: str = "claude-haiku-4-5"
+    base_url: str = ""
+    max_steps: int = Field(default=5, ge=1, le=50)
+    max_tokens: int = Field(default=2048, ge=1, le=64000)
+    timeout: float = Field(default=300.0, gt=0)
+    retries: int = Field(default=4, ge=0, le=20)
+    retry_max_wait: float = Field(default=30.0, gt=0)
+
+
+class StorageConfig(_Section):
+    path: str = "agentd.db"
+
+
+class EngineConfig(_Section):
+    concurrency: int = Field(default=8, ge=1, le=256)
+    max_step_result_bytes: int = Field(default=1024 * 1024, ge=1024)
+    max_steps_per_instance: int = Field(default=1024, ge=8)
+    event_poll_interval: float = Field(default=0.5, gt=0, le=10)
+    shutdown_grace: float = Field(default=10.0, ge=0)
+
+
+class MemoryConfig(_Section):
+    history_limit: int = Field(default=20, ge=0, le=500)
+
+
+class ToolsConfig(_Section):
+    risk: dict[str, Risk] = Field(default_factory=dict)
+    disabled: list[str] = Field(default_factory=list)
+    plugins: list[str] = Field(default_factory=list)
+    approval_timeout: float = Field(default=3600.0, gt=0)
+
+
+class LogConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["json", "text"] = "json"
+
+
+class Secrets(BaseModel):
+    """Secrets never come from the config file, only the environment or systemd credentials."""
+
+    telegram_bot_token: SecretStr | None = None
+    anthropic_api_key: SecretStr | None = None
+
+
+class Config(_Section):
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    storage: StorageConfig = Field(default_factory=StorageConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+    secrets: Secrets = Field(default_factory=Secrets, exclude=True)
+    source: str | None = Field(default=None, exclude=True)
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.storage.path).expanduser()
+
+
+ENV_PREFIX = "AGENTD_"
+_SECRET_ENV = {
+    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
+    "anthropic_api_key": "ANTHROPIC_API_KEY",
+}
+
+
+def find_config_file(explicit: str | Path | None, env: dict[str, str]) -> Path | None:
+    """The config path by precedence: --config, $AGENTD_CONFIG, ./agentd.toml, XDG, /etc."""
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist; pass an existing --config PATH")
+        return path
+    if env.get("AGENTD_CONFIG"):
+        path = Path(env["AGENTD_CONFIG"]).expanduser()
+        if not path.is_file():
+            raise ConfigError(f"AGENTD_CONFIG points to {path}, which does not exist")
+        return path
+    xdg = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    for candidate in (Path("agentd.toml"), xdg / "agentd" / "config.toml"):
+        if candidate.is_file():
+            return candidate
+    etc = Path("/etc/agentd/config.toml")
+    return etc if etc.is_file() else None
+
+
+def _parse_env_value(raw: str) -> Any:
+    # JSON first so lists and numbers work ('[42]', '5'); anything else is a plain string.
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> None:
+    for name, raw in env.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
+            continue
+        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
+        node = data
+        for part in path[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"{name}: {'.'.join(path[:-1])} is not a section")
+            node = child
+        node[path[-1]] = _parse_env_value(raw)
+
+
+def _read_secret(name: str, env: dict[str, str]) -> SecretStr | None:
+    value = env.get(_SECRET_ENV[name])
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+    if not value and cred_dir:
+        cred = Path(cred_dir) / name
+        if cred.is_file():
+            value = cred.read_text().strip()
+    return SecretStr(value) if value else None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    if err["type"] == "extra_forbidden":
+        hint = "unknown key; see config.example.toml for the keys that exist"
+        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key"}:
+            hint = "secrets are not read from the config file; set them in the environment"
+        return f"{key}: {hint}"
+    return f"{key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
+    """Load, override from the environment and validate; raise ConfigError naming the key."""
+    env = dict(os.environ) if env is None else env
+    source = find_config_file(path, env)
+    data: dict[str, Any] = {}
+    if source is not None:
+        try:
+            data = tomllib.loads(source.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
+    _apply_env_overrides(data, env)
+    llm = data.setdefault("llm", {})
+    if isinstance(llm, dict):
+        if env.get("ANTHROPIC_MODEL"):
+            llm["model"] = env["ANTHROPIC_MODEL"]
+        if env.get("ANTHROPIC_BASE_URL") and not llm.get("base_url"):
+            llm["base_url"] = env["ANTHROPIC_BASE_URL"]
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as exc:
+        where = f"{source}: " if source else ""
+        raise ConfigError(f"{where}{_first_error(exc)}") from None
+    config.secrets = Secrets(**{name: _read_secret(name, env) for name in _SECRET_ENV})
+    config.source = str(source) if source else None
+    return config

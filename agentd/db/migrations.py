@@ -1,0 +1,179 @@
+"""Numbered schema migrations, each applied once at start and recorded in `schema_migrations`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+M001_CORE = """
+CREATE TABLE kv (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+
+-- R-DUR-11: one runner per database.
+CREATE TABLE runner_lease (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    pid INTEGER NOT NULL,
+    hostname TEXT NOT NULL,
+    started_at REAL NOT NULL,
+    heartbeat_at REAL NOT NULL
+);
+
+-- Every Telegram update seen, by update_id (R-IN-2). Content only for accepted updates.
+CREATE TABLE updates (
+    update_id INTEGER PRIMARY KEY,
+    received_at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    chat_id INTEGER,
+    user_id INTEGER,
+    outcome TEXT NOT NULL,
+    instance_id TEXT
+);
+
+CREATE TABLE workflow_instances (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    workflow TEXT NOT NULL,
+    key TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN
+        ('queued', 'running', 'waiting', 'sleeping', 'complete', 'errored', 'cancelled')),
+    input TEXT NOT NULL,
+    output TEXT,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    finished_at REAL,
+    wake_at REAL,
+    waiting_for TEXT,
+    runs INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX workflow_instances_open ON workflow_instances (key, seq)
+    WHERE status NOT IN ('complete', 'errored', 'cancelled');
+
+CREATE TABLE workflow_steps (
+    instance_id TEXT NOT NULL REFERENCES workflow_instances (id) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('running', 'complete', 'failed', 'unknown')),
+    delivery TEXT NOT NULL DEFAULT 'at_least_once',
+    result TEXT,
+    error TEXT,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    wake_at REAL,
+    PRIMARY KEY (instance_id, ordinal)
+);
+
+CREATE TABLE workflow_attempts (
+    instance_id TEXT NOT NULL,
+    ordinal INTEGER NOT NULL,
+    attempt INTEGER NOT NULL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    outcome TEXT NOT NULL DEFAULT 'running',
+    error TEXT,
+    PRIMARY KEY (instance_id, ordinal, attempt),
+    FOREIGN KEY (instance_id, ordinal) REFERENCES workflow_steps (instance_id, ordinal)
+        ON DELETE CASCADE
+);
+
+-- The durable mailbox (R-DUR-3): an event sent before the wait starts is kept here.
+CREATE TABLE workflow_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    instance_id TEXT NOT NULL,
+    type TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    event_id TEXT UNIQUE,
+    created_at REAL NOT NULL,
+    consumed_at REAL,
+    consumed_by INTEGER
+);
+CREATE INDEX workflow_events_pending ON workflow_events (instance_id, type)
+    WHERE consumed_at IS NULL;
+
+CREATE TABLE messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    chat_id INTEGER NOT NULL,
+    user_id INTEGER,
+    role TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+    content TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    instance_id TEXT,
+    telegram_message_ids TEXT NOT NULL DEFAULT '[]',
+    source_key TEXT UNIQUE,
+    summarised INTEGER NOT NULL DEFAULT 0,
+    meta TEXT NOT NULL DEFAULT '{}'
+);
+CREATE INDEX messages_chat ON messages (chat_id, id);
+
+CREATE TABLE audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    chat_id INTEGER,
+    user_id INTEGER,
+    instance_id TEXT,
+    detail TEXT NOT NULL DEFAULT '{}',
+    source_key TEXT UNIQUE
+);
+CREATE INDEX audit_at ON audit (at);
+
+-- R-LLM-4: every LLM call attempt's tokens, so every token is accounted for.
+CREATE TABLE llm_usage (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    instance_id TEXT,
+    step TEXT,
+    attempt INTEGER,
+    chat_id INTEGER,
+    purpose TEXT NOT NULL,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL DEFAULT 0,
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (instance_id, step, attempt)
+);
+"""
+
+MIGRATIONS: list[tuple[str, str]] = [
+    ("m001_core", M001_CORE),
+]
+
+
+def apply_migrations(conn: Any, migrations: list[tuple[str, str]] | None = None) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction; return their names."""
+    migrations = MIGRATIONS if migrations is None else migrations
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+    applied = []
+    for name, sql in migrations:
+        if name in done:
+            continue
+        # executescript commits first, so the BEGIN/COMMIT is written into the script itself.
+        try:
+            conn.executescript(
+                f"BEGIN IMMEDIATE;\n{sql}\n"
+                f"INSERT INTO schema_migrations (name, applied_at) VALUES ('{name}', {time.time()});"
+                "\nCOMMIT;"
+            )
+        except Exception:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        applied.append(name)
+    return applied
+
+
+def pending(conn: Any) -> list[str]:
+    """Names of migrations a database still needs (for read-only CLI checks)."""
+    try:
+        done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
+    except Exception:
+        done = set()
+    return [name for name, _ in MIGRATIONS if name not in done]
