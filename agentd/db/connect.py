@@ -1,4 +1,4 @@
-"""Open SQLite with sqlite-vec loaded, on Pythons that can load extensions and on those that cannot."""
+"""Open SQLite with sqlite-vec loaded, whether or not this Python can load extensions."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -17,7 +18,7 @@ Params = Sequence[Any] | dict[str, Any]
 Conn = Any  # a sqlite3.Connection or sqlean's equivalent; both have the same API
 
 
-def _in_transaction(fn: Callable[..., T], conn: Conn, *args: Any) -> T:
+def _in_transaction(conn: Conn, fn: Callable[..., T], *args: Any) -> T:
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(conn, *args)
@@ -54,19 +55,19 @@ class Database:
         async with self._lock:
             await self._conn.close()
 
-    async def _call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         # aiosqlite's worker queue is FIFO, so even a cancelled caller's queued work keeps order.
         async with self._lock:
             raw = self._conn._conn
-            return await self._conn._execute(fn, raw, *args)
+            return await self._conn._execute(fn, raw, *args, **kwargs)
 
-    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises)."""
-        return await self._call(_in_transaction, fn, *args)
+        return await self._call(_in_transaction, partial(fn, **kwargs) if kwargs else fn, *args)
 
-    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) outside a write transaction."""
-        return await self._call(fn, *args)
+        return await self._call(fn, *args, **kwargs)
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """One statement in its own transaction; returns the number of rows changed."""

@@ -159,8 +159,8 @@ def apply_migrations(conn: Any, migrations: list[tuple[str, str]] | None = None)
         try:
             conn.executescript(
                 f"BEGIN IMMEDIATE;\n{sql}\n"
-                f"INSERT INTO schema_migrations (name, applied_at) VALUES ('{name}', {time.time()});"
-                "\nCOMMIT;"
+                "INSERT INTO schema_migrations (name, applied_at) "
+                f"VALUES ('{name}', {time.time()});\nCOMMIT;"
             )
         except Exception:
             if conn.in_transaction:

@@ -1,0 +1,424 @@
+"""The durable engine: starts, schedules, resumes and finishes workflow instances.
+
+Instances with the same key (a chat) run one at a time in creation order; different keys run
+concurrently up to `concurrency`. A waiting or sleeping instance gives its concurrency slot
+back but keeps its key, so a chat's turns never overtake each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from agentd.db import Database
+from agentd.durable import store
+from agentd.durable.clock import Clock, SystemClock
+from agentd.durable.errors import (
+    DivergenceError,
+    InvalidInput,
+    LimitExceeded,
+    Suspended,
+    WorkflowNotFound,
+)
+from agentd.durable.step import Step
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741
+O = TypeVar("O", bound=BaseModel)  # noqa: E741
+T = TypeVar("T")
+log = logging.getLogger("agentd.durable")
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_step_result_bytes: int = 1024 * 1024
+    max_steps_per_instance: int = 1024
+    max_input_bytes: int = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Workflow(Generic[I, O]):
+    """A named async function `fn(step, input) -> output` with pydantic input and output."""
+
+    name: str
+    fn: Callable[[Step, I], Awaitable[O]]
+    input_model: type[I]
+    output_model: type[O]
+
+
+def workflow(name: str) -> Callable[[Callable[[Step, Any], Awaitable[Any]]], Workflow[Any, Any]]:
+    """Declare a workflow; its input and output models come from the annotations."""
+
+    def wrap(fn: Callable[[Step, Any], Awaitable[Any]]) -> Workflow[Any, Any]:
+        hints = typing.get_type_hints(fn)
+        params = [p for p in hints if p != "return"]
+        if len(params) != 2:
+            raise TypeError(f"workflow {name}: expected `async def f(step, inp: Model) -> Model`")
+        inp, out = hints[params[1]], hints.get("return")
+        for model in (inp, out):
+            if not (isinstance(model, type) and issubclass(model, BaseModel)):
+                raise TypeError(f"workflow {name}: input and output must be pydantic models")
+        return Workflow(name=name, fn=fn, input_model=inp, output_model=out)
+
+    return wrap
+
+
+class StartResult(BaseModel):
+    instance_id: str
+    created: bool
+
+
+class Engine:
+    def __init__(
+        self,
+        db: Database,
+        *,
+        clock: Clock | None = None,
+        concurrency: int = 8,
+        limits: Limits | None = None,
+        poll_interval: float = 0.5,
+    ) -> None:
+        self.db = db
+        self.clock: Clock = clock or SystemClock()
+        self.limits = limits or Limits()
+        self.stopping = False
+        self._poll_interval = poll_interval
+        self._slots = asyncio.Semaphore(concurrency)
+        self._holding: set[str] = set()
+        self._workflows: dict[str, Workflow[Any, Any]] = {}
+        self._runners: dict[str, asyncio.Task[None]] = {}
+        self._dirty: set[str] = set()
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._keys: dict[str, str] = {}
+        self._cancelling: set[str] = set()
+        self._waiters: dict[str, asyncio.Event] = {}
+        self._poller: asyncio.Task[None] | None = None
+
+    # -- registration and starting -------------------------------------------------------
+
+    def register(self, wf: Workflow[Any, Any]) -> None:
+        self._workflows[wf.name] = wf
+
+    def _validated_input(self, workflow_name: str, inp: BaseModel | dict[str, Any]) -> str:
+        wf = self._workflows.get(workflow_name)
+        if wf is None:
+            raise WorkflowNotFound(f"no workflow named {workflow_name!r} is registered")
+        try:
+            model = wf.input_model.model_validate(
+                inp.model_dump() if isinstance(inp, BaseModel) else inp
+            )
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid input for workflow {workflow_name}: {exc}") from None
+        raw = model.model_dump_json()
+        if len(raw) > self.limits.max_input_bytes:
+            raise LimitExceeded(
+                f"input of {workflow_name} is {len(raw)} bytes, over {self.limits.max_input_bytes}"
+            )
+        return raw
+
+    def prepare_start(
+        self,
+        conn: Any,
+        workflow_name: str,
+        inp: BaseModel | dict[str, Any],
+        *,
+        instance_id: str,
+        key: str,
+    ) -> bool:
+        """Create an instance inside the caller's transaction; call `kick(key)` after commit."""
+        raw = self._validated_input(workflow_name, inp)
+        return store.insert_instance(
+            conn,
+            instance_id=instance_id,
+            workflow=workflow_name,
+            key=key,
+            input_json=raw,
+            now=self.clock.now(),
+        )
+
+    async def start(
+        self,
+        workflow_name: str,
+        inp: BaseModel | dict[str, Any],
+        *,
+        instance_id: str,
+        key: str | None = None,
+    ) -> StartResult:
+        """Start an instance; starting the same instance id again starts nothing (R-DUR-6)."""
+        key = key or instance_id
+        created = await self.db.write(
+            lambda conn: self.prepare_start(
+                conn, workflow_name, inp, instance_id=instance_id, key=key
+            )
+        )
+        self.kick(key)
+        return StartResult(instance_id=instance_id, created=created)
+
+    # -- events, cancel, retry ------------------------------------------------------------
+
+    async def send_event(
+        self,
+        instance_id: str,
+        event_type: str,
+        payload: dict[str, Any] | None = None,
+        *,
+        event_id: str | None = None,
+    ) -> bool:
+        """Put an event in the instance's durable mailbox; False if event_id was seen before."""
+        stored = await self.db.write(
+            store.insert_event, instance_id, event_type, payload or {}, self.clock.now(), event_id
+        )
+        if instance_id in self._waiters:
+            self._waiters[instance_id].set()
+        return stored
+
+    async def cancel(self, instance_id: str) -> str:
+        status = await self.db.write(store.request_cancel, instance_id, self.clock.now())
+        if status == "cancel_requested" and instance_id in self._tasks:
+            self._cancel_task(instance_id)
+        return status
+
+    async def retry(self, instance_id: str) -> None:
+        await self.db.write(store.reset_for_retry, instance_id, self.clock.now())
+        inst = await self.db.read(store.get_instance, instance_id)
+        self.kick(inst.key)
+
+    def _cancel_task(self, instance_id: str) -> None:
+        self._cancelling.add(instance_id)
+        self._tasks[instance_id].cancel()
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Resume every unfinished instance and watch for work from other processes."""
+        keys = await self.db.read(store.open_keys)
+        for key in keys:
+            self.kick(key)
+        log.info("engine started", extra={"resumed_keys": len(keys)})
+        self._poller = asyncio.create_task(self._poll())
+
+    def kick(self, key: str) -> None:
+        """Make sure a runner works through the key's open instances."""
+        if self.stopping:
+            return
+        self._dirty.add(key)
+        if key not in self._runners:
+            self._runners[key] = asyncio.create_task(self._run_key(key), name=f"key:{key}")
+
+    def key_of(self, instance_id: str) -> str | None:
+        return self._keys.get(instance_id)
+
+    async def _run_key(self, key: str) -> None:
+        try:
+            while not self.stopping:
+                self._dirty.discard(key)
+                inst = await self.db.read(store.next_open_for_key, key)
+                if inst is None:
+                    if key in self._dirty:
+                        continue
+                    return
+                try:
+                    await self._execute(inst)
+                except Exception as exc:  # an engine bug must not wedge the chat forever
+                    log.exception("engine failed running %s", inst.id)
+                    await self._finish(inst.id, "errored", error=f"engine error: {exc}"[:4000])
+        finally:
+            self._runners.pop(key, None)
+
+    async def _finish(self, instance_id: str, status: str, **fields: Any) -> None:
+        if self.stopping and status != "complete" and status != "errored":
+            return
+        await self.db.write(store.set_status, instance_id, status, self.clock.now(), **fields)
+
+    async def _execute(self, inst: store.InstanceRecord) -> None:
+        if inst.cancel_requested:
+            await self._finish(inst.id, "cancelled", error="cancelled")
+            return
+        wf = self._workflows.get(inst.workflow)
+        if wf is None:
+            await self._finish(inst.id, "errored", error=f"no workflow named {inst.workflow!r}")
+            return
+        try:
+            inp = wf.input_model.model_validate_json(inst.input)
+        except ValidationError as exc:
+            await self._finish(inst.id, "errored", error=f"stored input is invalid: {exc}")
+            return
+        await self._acquire(inst.id)
+        started = time.perf_counter()
+        self._keys[inst.id] = inst.key
+        try:
+            await self.db.write(store.mark_running, inst.id, self.clock.now())
+            journal, attempts = await self.db.read(
+                lambda c: (store.load_steps(c, inst.id), store.load_attempts(c, inst.id))
+            )
+            step = Step(self, inst.id, journal, attempts)
+            log.info(
+                "workflow start",
+                extra={"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow,
+                       "resumed": bool(journal)},
+            )  # fmt: skip
+            task = asyncio.create_task(wf.fn(step, inp), name=f"wf:{inst.id}")
+            self._tasks[inst.id] = task
+            await self._await_instance(inst, wf, task, started)
+        finally:
+            self._release(inst.id)
+            self._tasks.pop(inst.id, None)
+            self._keys.pop(inst.id, None)
+            self._waiters.pop(inst.id, None)
+            self._cancelling.discard(inst.id)
+
+    async def _await_instance(
+        self, inst: store.InstanceRecord, wf: Workflow[Any, Any], task: asyncio.Task[Any],
+        started: float,
+    ) -> None:  # fmt: skip
+        extra = {"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow}
+        try:
+            result = await task
+            output = wf.output_model.model_validate(
+                result.model_dump() if isinstance(result, BaseModel) else result
+            )
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            if inst.id in self._cancelling:
+                await self._finish(inst.id, "cancelled", error="cancelled by request")
+                log.info("workflow cancelled", extra=extra)
+            return  # shutdown: the instance stays open and resumes at the next start
+        except Suspended:
+            log.info("workflow suspended for shutdown", extra=extra)
+            return
+        except (DivergenceError, LimitExceeded, Exception) as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            await self._finish(inst.id, "errored", error=error[:4000])
+            log.warning("workflow errored", extra={**extra, "error": error[:500]})
+            if not isinstance(exc, DivergenceError | LimitExceeded):
+                log.debug("workflow traceback", exc_info=exc, extra=extra)
+            return
+        await self._finish(inst.id, "complete", output=output.model_dump_json())
+        log.info(
+            "workflow complete",
+            extra={**extra, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},
+        )
+
+    # -- concurrency slots and suspension -------------------------------------------------
+
+    async def _acquire(self, instance_id: str) -> None:
+        if instance_id not in self._holding:
+            await self._slots.acquire()
+            self._holding.add(instance_id)
+
+    def _release(self, instance_id: str) -> None:
+        if instance_id in self._holding:
+            self._holding.discard(instance_id)
+            self._slots.release()
+
+    def waiter(self, instance_id: str) -> asyncio.Event:
+        return self._waiters.setdefault(instance_id, asyncio.Event())
+
+    @asynccontextmanager
+    async def suspended(
+        self,
+        instance_id: str,
+        status: str,
+        *,
+        wake_at: float | None = None,
+        waiting_for: str | None = None,
+    ) -> AsyncIterator[None]:
+        """Mark the instance sleeping/waiting and free its slot while the body awaits."""
+        await self.db.write(
+            store.set_status, instance_id, status, self.clock.now(),
+            wake_at=wake_at, waiting_for=waiting_for,
+        )  # fmt: skip
+        self._release(instance_id)
+        yield
+        await self._acquire(instance_id)
+        await self.db.write(store.set_status, instance_id, "running", self.clock.now())
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self.db.write(fn, *args, **kwargs)
+
+    # -- cross-process work and shutdown --------------------------------------------------
+
+    async def _poll(self) -> None:
+        # The CLI writes events, cancels and retries through its own connection; data_version
+        # changes only when another connection commits, so an idle poll costs one pragma.
+        last_version = None
+        while not self.stopping:
+            await asyncio.sleep(self._poll_interval)
+            try:
+                version = await self.db.read(
+                    lambda c: c.execute("PRAGMA data_version").fetchone()[0]
+                )
+                if version == last_version:
+                    continue
+                last_version = version
+                await self.poll_once()
+            except Exception:
+                log.exception("engine poll failed; will try again")
+
+    async def poll_once(self) -> None:
+        pending, cancels, keys = await self.db.read(
+            lambda c: (
+                store.instances_with_pending_events(c),
+                store.cancel_requested_ids(c),
+                store.open_keys(c),
+            )
+        )
+        for instance_id in pending & self._waiters.keys():
+            self._waiters[instance_id].set()
+        for instance_id in cancels & self._tasks.keys():
+            if instance_id not in self._cancelling:
+                self._cancel_task(instance_id)
+        for key in keys:
+            if key not in self._runners:
+                self.kick(key)
+
+    async def wait_idle(self, timeout: float = 10.0) -> None:
+        """Return once no instance is running in this process (for tests and benchmarks)."""
+        deadline = time.monotonic() + timeout
+        while self._runners:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"engine still busy with {sorted(self._runners)}")
+            await asyncio.sleep(0.005)
+
+    async def wait_for(self, instance_id: str, timeout: float = 10.0) -> store.InstanceRecord:
+        """Wait until the instance reaches a final status, and return it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            inst = await self.db.read(store.get_instance, instance_id)
+            if inst.status in store.FINAL_STATUSES:
+                return inst
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{instance_id} is still {inst.status}")
+            await asyncio.sleep(0.01)
+
+    async def shutdown(self, grace: float = 10.0) -> None:
+        """Stop taking work; let running steps finish for `grace` seconds, then cancel.
+
+        Instances left unfinished keep their journal and status, and resume at the next start.
+        """
+        self.stopping = True
+        if self._poller:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        # Waiting and sleeping instances have nothing in flight: stop them at once.
+        for instance_id, task in list(self._tasks.items()):
+            if instance_id not in self._holding:
+                task.cancel()
+        runners = list(self._runners.values())
+        if runners:
+            _, still = await asyncio.wait(runners, timeout=grace)
+            for task in still:
+                task.cancel()
+            await asyncio.gather(*still, return_exceptions=True)
+        log.info("engine stopped")

@@ -1,0 +1,362 @@
+"""The API a workflow sees: `step.do`, `step.sleep`, `step.sleep_until`, `step.wait_for_event`."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import typing
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import to_jsonable_python
+from tenacity import (
+    AsyncRetrying,
+    RetryError,
+    retry_if_not_exception_type,
+    stop_after_attempt,
+    wait_exponential,
+    wait_fixed,
+    wait_incrementing,
+    wait_random,
+)
+
+from agentd.durable import store
+from agentd.durable.errors import (
+    DivergenceError,
+    LimitExceeded,
+    NonRetryable,
+    OutcomeUnknown,
+    StepFailed,
+    Suspended,
+)
+
+if TYPE_CHECKING:
+    from agentd.durable.engine import Engine
+
+T = TypeVar("T")
+Delivery = Literal["at_least_once", "at_most_once"]
+log = logging.getLogger("agentd.durable")
+
+
+class Retry(BaseModel):
+    """How often a step is tried and how long to wait between attempts."""
+
+    limit: int = 3
+    delay: float = 1.0
+    backoff: Literal["constant", "linear", "exponential"] = "exponential"
+    max_delay: float = 60.0
+    jitter: float = 0.0
+
+    def wait(self) -> Any:
+        if self.backoff == "constant":
+            strategy = wait_fixed(self.delay)
+        elif self.backoff == "linear":
+            strategy = wait_incrementing(self.delay, self.delay, self.max_delay)
+        else:
+            strategy = wait_exponential(multiplier=self.delay, max=self.max_delay)
+        return strategy + wait_random(0, self.jitter) if self.jitter else strategy
+
+
+NO_RETRY = Retry(limit=1)
+
+
+class Event(BaseModel):
+    type: str
+    payload: dict[str, Any]
+    event_id: str | None = None
+    created_at: float
+
+
+_adapters: dict[Any, TypeAdapter[Any]] = {}
+
+
+def _result_adapter(fn: Callable[..., Any], result_type: Any) -> TypeAdapter[Any] | None:
+    if result_type is None:
+        try:
+            result_type = typing.get_type_hints(fn).get("return")
+        except Exception:
+            return None
+        # An async def's hint is its awaited type; Awaitable[X] hints come from partials & co.
+        if typing.get_origin(result_type) in (Awaitable, typing.Coroutine):
+            result_type = typing.get_args(result_type)[-1]
+    if result_type is None or result_type is Any:
+        return None
+    if result_type not in _adapters:
+        _adapters[result_type] = TypeAdapter(result_type)
+    return _adapters[result_type]
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:2000]
+
+
+class Step:
+    """Journaled steps of one workflow instance run; created by the engine for every (re)run."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        instance_id: str,
+        journal: dict[int, store.StepRecord],
+        attempts: list[store.AttemptRecord],
+    ) -> None:
+        self.engine = engine
+        self.instance_id = instance_id
+        self._journal = journal
+        self._open_attempts = {a.ordinal for a in attempts if a.outcome == "running"}
+        self._attempt_counts: dict[int, int] = {}
+        for a in attempts:
+            self._attempt_counts[a.ordinal] = max(self._attempt_counts.get(a.ordinal, 0), a.attempt)
+        self._ordinal = 0
+        self._names: set[str] = set()
+
+    @property
+    def clock(self) -> Any:
+        return self.engine.clock
+
+    def _next(self, name: str, kind: str) -> tuple[int, store.StepRecord | None]:
+        if name in self._names:
+            raise DivergenceError(
+                f"step name {name!r} used twice in one run of {self.instance_id}; "
+                "step names must be unique (use counters in loops: llm#1, llm#2)"
+            )
+        self._names.add(name)
+        self._ordinal += 1
+        if self._ordinal > self.engine.limits.max_steps_per_instance:
+            raise LimitExceeded(
+                f"instance {self.instance_id} exceeded {self.engine.limits.max_steps_per_instance}"
+                " steps (engine.max_steps_per_instance)"
+            )
+        record = self._journal.get(self._ordinal)
+        if record is not None and (record.name != name or record.kind != kind):
+            raise DivergenceError(
+                f"replay of {self.instance_id} diverged at step {self._ordinal}: the journal has "
+                f"{record.kind} {record.name!r}, the code asked for {kind} {name!r}"
+            )
+        return self._ordinal, record
+
+    def _check_running(self) -> None:
+        if self.engine.stopping:
+            raise Suspended()
+
+    async def do(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        delivery: Delivery = "at_least_once",
+        result_type: Any = None,
+    ) -> T:
+        """Run fn(*args) once for this instance and journal its JSON result; replays return it."""
+        ordinal, record = self._next(name, "do")
+        adapter = _result_adapter(fn, result_type)
+        if record is not None:
+            if record.status == "complete":
+                return self._decode(record.result, adapter)
+            if record.status == "failed":
+                error_type, _, message = (record.error or "Error: ").partition(": ")
+                raise StepFailed(name, error_type, message)
+            if record.status == "unknown":
+                raise OutcomeUnknown(name)
+            if record.delivery == "at_most_once" and ordinal in self._open_attempts:
+                await self.engine.write(self._mark_unknown, ordinal)
+                raise OutcomeUnknown(name)
+        self._check_running()
+        policy = retry or NO_RETRY
+        first_attempt = self._attempt_counts.get(ordinal, 0) + 1
+        counter = {"attempt": first_attempt - 1}
+        db_started = record is not None
+
+        async def attempt_once() -> Any:
+            counter["attempt"] += 1
+            attempt = counter["attempt"]
+            now = self.clock.now()
+            nonlocal db_started
+            if not db_started:
+                await self.engine.write(
+                    store.begin_step, self.instance_id, ordinal, name, "do", now,
+                    delivery=delivery, attempt=attempt,
+                )  # fmt: skip
+                db_started = True
+            else:
+                await self.engine.write(
+                    store.begin_attempt, self.instance_id, ordinal, attempt, now
+                )
+            started = time.perf_counter()
+            try:
+                if timeout is not None:
+                    async with asyncio.timeout(timeout):
+                        value = await fn(*args)
+                else:
+                    value = await fn(*args)
+                if adapter is None and isinstance(value, BaseModel):
+                    # A replay could only return a dict: refuse instead of changing type later.
+                    raise NonRetryable(
+                        f"step {name!r} returned a {type(value).__name__} but its function has no "
+                        "resolvable return annotation; pass result_type= to step.do"
+                    )
+                encoded = self._encode(name, value)
+            except BaseException as exc:
+                if isinstance(exc, asyncio.CancelledError | Suspended):
+                    raise
+                if isinstance(exc, TimeoutError):
+                    exc = TimeoutError(f"attempt timed out after {timeout}s")
+                await self.engine.write(
+                    store.end_attempt, self.instance_id, ordinal, attempt, self.clock.now(),
+                    "failed", _error_text(exc),
+                )  # fmt: skip
+                self._log(name, attempt, started, "failed", error=_error_text(exc))
+                raise exc from None
+            await self.engine.write(self._complete, ordinal, attempt, encoded)
+            self._log(name, attempt, started, "complete")
+            return encoded
+
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.limit),
+            wait=policy.wait(),
+            retry=retry_if_not_exception_type((NonRetryable, LimitExceeded)),
+            sleep=self.clock.sleep,
+            reraise=True,
+        )
+        try:
+            encoded = await retrying(attempt_once)
+        except (asyncio.CancelledError, Suspended):
+            raise
+        except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
+            raise StepFailed(name, "RetryError", str(exc)) from exc
+        except Exception as exc:
+            await self.engine.write(
+                store.finish_step, self.instance_id, ordinal, self.clock.now(),
+                status="failed", error=_error_text(exc),
+            )  # fmt: skip
+            raise StepFailed(name, type(exc).__name__, str(exc)) from exc
+        # Return what a replay would return, so the first run and every resume see the same.
+        return self._decode(encoded, adapter)
+
+    def _encode(self, name: str, value: Any) -> str:
+        encoded = json.dumps(to_jsonable_python(value), ensure_ascii=False)
+        limit = self.engine.limits.max_step_result_bytes
+        if len(encoded.encode()) > limit:
+            raise LimitExceeded(
+                f"result of step {name!r} is {len(encoded.encode())} bytes, over the "
+                f"{limit}-byte limit (engine.max_step_result_bytes)"
+            )
+        return encoded
+
+    @staticmethod
+    def _decode(raw: str | None, adapter: TypeAdapter[Any] | None) -> Any:
+        value = json.loads(raw) if raw is not None else None
+        return adapter.validate_python(value) if adapter is not None else value
+
+    def _complete(self, conn: Any, ordinal: int, attempt: int, encoded: str) -> None:
+        now = self.clock.now()
+        store.end_attempt(conn, self.instance_id, ordinal, attempt, now, "complete")
+        store.finish_step(conn, self.instance_id, ordinal, now, status="complete", result=encoded)
+
+    def _mark_unknown(self, conn: Any, ordinal: int) -> None:
+        now = self.clock.now()
+        conn.execute(
+            "UPDATE workflow_attempts SET outcome = 'unknown', finished_at = ? "
+            "WHERE instance_id = ? AND ordinal = ? AND outcome = 'running'",
+            (now, self.instance_id, ordinal),
+        )
+        store.finish_step(
+            conn, self.instance_id, ordinal, now, status="unknown", error="outcome unknown"
+        )
+
+    def _log(self, name: str, attempt: int, started: float, outcome: str, **extra: Any) -> None:
+        log.info(
+            "step",
+            extra={
+                "instance_id": self.instance_id,
+                "key": self.engine.key_of(self.instance_id),
+                "step": name,
+                "attempt": attempt,
+                "outcome": outcome,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 2),
+                **extra,
+            },
+        )
+
+    async def sleep(self, name: str, duration: float | timedelta) -> None:
+        """Sleep durably: after a restart the instance still wakes at the original time."""
+        seconds = duration.total_seconds() if isinstance(duration, timedelta) else duration
+        await self._sleep(name, lambda: self.clock.now() + seconds)
+
+    async def sleep_until(self, name: str, when: float | datetime) -> None:
+        wake = when.timestamp() if isinstance(when, datetime) else float(when)
+        await self._sleep(name, lambda: wake)
+
+    async def _sleep(self, name: str, wake_at: Callable[[], float]) -> None:
+        ordinal, record = self._next(name, "sleep")
+        if record is not None and record.status == "complete":
+            return
+        self._check_running()
+        if record is None:
+            wake = wake_at()
+            await self.engine.write(
+                store.begin_step, self.instance_id, ordinal, name, "sleep", self.clock.now(),
+                wake_at=wake,
+            )  # fmt: skip
+        else:
+            wake = record.wake_at or self.clock.now()
+        async with self.engine.suspended(self.instance_id, "sleeping", wake_at=wake):
+            await self.clock.sleep(wake - self.clock.now())
+        await self.engine.write(
+            store.finish_step, self.instance_id, ordinal, self.clock.now(), status="complete",
+            result="null",
+        )  # fmt: skip
+
+    async def wait_for_event(
+        self, event_type: str, timeout: float | timedelta, *, name: str | None = None
+    ) -> Event | None:
+        """Wait durably for an event of this type; None when the timeout passes first."""
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        name = name or f"wait:{event_type}"
+        ordinal, record = self._next(name, "wait")
+        if record is not None and record.status == "complete":
+            data = json.loads(record.result or "{}")
+            return Event.model_validate(data["event"]) if data.get("event") else None
+        self._check_running()
+        if record is None:
+            deadline = self.clock.now() + seconds
+            await self.engine.write(
+                store.begin_step, self.instance_id, ordinal, name, "wait", self.clock.now(),
+                wake_at=deadline,
+            )  # fmt: skip
+        else:
+            deadline = record.wake_at or self.clock.now()
+        wakeup = self.engine.waiter(self.instance_id)
+        async with self.engine.suspended(
+            self.instance_id, "waiting", wake_at=deadline, waiting_for=event_type
+        ):
+            while True:
+                wakeup.clear()
+                event = await self.engine.write(
+                    store.consume_event, self.instance_id, event_type, ordinal, self.clock.now()
+                )
+                if event is not None:
+                    return Event.model_validate(event)
+                remaining = deadline - self.clock.now()
+                if remaining <= 0:
+                    await self.engine.write(
+                        store.finish_step, self.instance_id, ordinal, self.clock.now(),
+                        status="complete", result=json.dumps({"event": None, "timed_out": True}),
+                    )  # fmt: skip
+                    return None
+                sleeper = asyncio.ensure_future(self.clock.sleep(remaining))
+                woken = asyncio.ensure_future(wakeup.wait())
+                try:
+                    await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (sleeper, woken):
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await task

@@ -1,0 +1,346 @@
+"""The step journal's SQL as plain functions of a connection (daemon and CLI share them)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentd.durable.errors import InstanceNotFound
+
+OPEN_STATUSES = ("queued", "running", "waiting", "sleeping")
+FINAL_STATUSES = ("complete", "errored", "cancelled")
+_OPEN_SQL = "('queued', 'running', 'waiting', 'sleeping')"
+
+
+class StepRecord(BaseModel):
+    ordinal: int
+    name: str
+    kind: str
+    status: str
+    delivery: str
+    result: str | None
+    error: str | None
+    started_at: float
+    finished_at: float | None
+    wake_at: float | None
+
+
+class AttemptRecord(BaseModel):
+    ordinal: int
+    attempt: int
+    started_at: float
+    finished_at: float | None
+    outcome: str
+    error: str | None
+
+
+class InstanceRecord(BaseModel):
+    seq: int
+    id: str
+    workflow: str
+    key: str
+    status: str
+    input: str
+    output: str | None
+    error: str | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    wake_at: float | None
+    waiting_for: str | None
+    runs: int
+    cancel_requested: bool
+
+
+def _row(model: type[BaseModel], row: Any) -> Any:
+    return model.model_validate(dict(zip(row.keys(), row, strict=True)))
+
+
+def insert_instance(
+    conn: Any, *, instance_id: str, workflow: str, key: str, input_json: str, now: float
+) -> bool:
+    """Create a queued instance; False if one with this id exists already (idempotent start)."""
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO workflow_instances "
+        "(id, workflow, key, status, input, created_at, updated_at) "
+        "VALUES (?, ?, ?, 'queued', ?, ?, ?)",
+        (instance_id, workflow, key, input_json, now, now),
+    )
+    return cursor.rowcount == 1
+
+
+def get_instance(conn: Any, instance_id: str) -> InstanceRecord:
+    row = conn.execute("SELECT * FROM workflow_instances WHERE id = ?", (instance_id,)).fetchone()
+    if row is None:
+        raise InstanceNotFound(f"no workflow instance {instance_id!r}; see `agentd workflows ls`")
+    return _row(InstanceRecord, row)
+
+
+def find_instance(conn: Any, instance_id: str) -> InstanceRecord | None:
+    try:
+        return get_instance(conn, instance_id)
+    except InstanceNotFound:
+        return None
+
+
+def next_open_for_key(conn: Any, key: str) -> InstanceRecord | None:
+    row = conn.execute(
+        f"SELECT * FROM workflow_instances WHERE key = ? AND status IN {_OPEN_SQL} "
+        "ORDER BY seq LIMIT 1",
+        (key,),
+    ).fetchone()
+    return _row(InstanceRecord, row) if row else None
+
+
+def open_keys(conn: Any) -> list[str]:
+    rows = conn.execute(
+        f"SELECT DISTINCT key FROM workflow_instances WHERE status IN {_OPEN_SQL}"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def list_instances(
+    conn: Any, *, status: str | None = None, workflow: str | None = None, limit: int = 50
+) -> list[InstanceRecord]:
+    where, params = [], []
+    if status:
+        where.append("status = ?")
+        params.append(status)
+    if workflow:
+        where.append("workflow = ?")
+        params.append(workflow)
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    rows = conn.execute(
+        f"SELECT * FROM workflow_instances {clause} ORDER BY seq DESC LIMIT ?", (*params, limit)
+    ).fetchall()
+    return [_row(InstanceRecord, r) for r in rows]
+
+
+def set_status(
+    conn: Any,
+    instance_id: str,
+    status: str,
+    now: float,
+    *,
+    output: str | None = None,
+    error: str | None = None,
+    wake_at: float | None = None,
+    waiting_for: str | None = None,
+) -> None:
+    finished = now if status in FINAL_STATUSES else None
+    conn.execute(
+        "UPDATE workflow_instances SET status = ?, output = COALESCE(?, output), error = ?, "
+        "wake_at = ?, waiting_for = ?, updated_at = ?, finished_at = ? WHERE id = ?",
+        (status, output, error, wake_at, waiting_for, now, finished, instance_id),
+    )
+
+
+def mark_running(conn: Any, instance_id: str, now: float) -> None:
+    conn.execute(
+        "UPDATE workflow_instances SET status = 'running', runs = runs + 1, wake_at = NULL, "
+        "waiting_for = NULL, updated_at = ? WHERE id = ?",
+        (now, instance_id),
+    )
+
+
+def load_steps(conn: Any, instance_id: str) -> dict[int, StepRecord]:
+    rows = conn.execute(
+        "SELECT ordinal, name, kind, status, delivery, result, error, started_at, finished_at, "
+        "wake_at FROM workflow_steps WHERE instance_id = ? ORDER BY ordinal",
+        (instance_id,),
+    ).fetchall()
+    return {r[0]: _row(StepRecord, r) for r in rows}
+
+
+def load_attempts(conn: Any, instance_id: str) -> list[AttemptRecord]:
+    rows = conn.execute(
+        "SELECT ordinal, attempt, started_at, finished_at, outcome, error FROM workflow_attempts "
+        "WHERE instance_id = ? ORDER BY ordinal, attempt",
+        (instance_id,),
+    ).fetchall()
+    return [_row(AttemptRecord, r) for r in rows]
+
+
+def begin_step(
+    conn: Any,
+    instance_id: str,
+    ordinal: int,
+    name: str,
+    kind: str,
+    now: float,
+    *,
+    delivery: str = "at_least_once",
+    wake_at: float | None = None,
+    attempt: int | None = None,
+) -> None:
+    """Record a step as started (and its first attempt), before any effect happens."""
+    conn.execute(
+        "INSERT INTO workflow_steps (instance_id, ordinal, name, kind, status, delivery, "
+        "started_at, wake_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?) "
+        "ON CONFLICT (instance_id, ordinal) DO NOTHING",
+        (instance_id, ordinal, name, kind, delivery, now, wake_at),
+    )
+    if attempt is not None:
+        begin_attempt(conn, instance_id, ordinal, attempt, now)
+
+
+def begin_attempt(conn: Any, instance_id: str, ordinal: int, attempt: int, now: float) -> None:
+    conn.execute(
+        "INSERT INTO workflow_attempts (instance_id, ordinal, attempt, started_at) "
+        "VALUES (?, ?, ?, ?)",
+        (instance_id, ordinal, attempt, now),
+    )
+
+
+def max_attempt(conn: Any, instance_id: str, ordinal: int) -> int:
+    row = conn.execute(
+        "SELECT COALESCE(MAX(attempt), 0) FROM workflow_attempts "
+        "WHERE instance_id = ? AND ordinal = ?",
+        (instance_id, ordinal),
+    ).fetchone()
+    return int(row[0])
+
+
+def end_attempt(
+    conn: Any,
+    instance_id: str,
+    ordinal: int,
+    attempt: int,
+    now: float,
+    outcome: str,
+    error: str | None = None,
+) -> None:
+    conn.execute(
+        "UPDATE workflow_attempts SET finished_at = ?, outcome = ?, error = ? "
+        "WHERE instance_id = ? AND ordinal = ? AND attempt = ?",
+        (now, outcome, error, instance_id, ordinal, attempt),
+    )
+
+
+def finish_step(
+    conn: Any,
+    instance_id: str,
+    ordinal: int,
+    now: float,
+    *,
+    status: str,
+    result: str | None = None,
+    error: str | None = None,
+) -> None:
+    conn.execute(
+        "UPDATE workflow_steps SET status = ?, result = ?, error = ?, finished_at = ? "
+        "WHERE instance_id = ? AND ordinal = ?",
+        (status, result, error, now, instance_id, ordinal),
+    )
+
+
+def insert_event(
+    conn: Any,
+    instance_id: str,
+    event_type: str,
+    payload: dict[str, Any],
+    now: float,
+    event_id: str | None = None,
+) -> bool:
+    """Put an event in the instance's mailbox; False if event_id was delivered before."""
+    cursor = conn.execute(
+        "INSERT OR IGNORE INTO workflow_events (instance_id, type, payload, event_id, created_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (instance_id, event_type, json.dumps(payload), event_id, now),
+    )
+    return cursor.rowcount == 1
+
+
+def consume_event(
+    conn: Any, instance_id: str, event_type: str, ordinal: int, now: float
+) -> dict[str, Any] | None:
+    """Take the oldest unconsumed event of this type and complete the waiting step with it."""
+    row = conn.execute(
+        "SELECT id, payload, event_id, created_at FROM workflow_events "
+        "WHERE instance_id = ? AND type = ? AND consumed_at IS NULL ORDER BY id LIMIT 1",
+        (instance_id, event_type),
+    ).fetchone()
+    if row is None:
+        return None
+    conn.execute(
+        "UPDATE workflow_events SET consumed_at = ?, consumed_by = ? WHERE id = ?",
+        (now, ordinal, row[0]),
+    )
+    event = {
+        "type": event_type,
+        "payload": json.loads(row[1]),
+        "event_id": row[2],
+        "created_at": row[3],
+    }
+    finish_step(
+        conn, instance_id, ordinal, now, status="complete", result=json.dumps({"event": event})
+    )
+    return event
+
+
+def instances_with_pending_events(conn: Any) -> set[str]:
+    rows = conn.execute(
+        "SELECT DISTINCT instance_id FROM workflow_events WHERE consumed_at IS NULL"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def cancel_requested_ids(conn: Any) -> set[str]:
+    rows = conn.execute(
+        f"SELECT id FROM workflow_instances WHERE cancel_requested = 1 AND status IN {_OPEN_SQL}"
+    ).fetchall()
+    return {r[0] for r in rows}
+
+
+def request_cancel(conn: Any, instance_id: str, now: float) -> str:
+    """Cancel a queued instance at once, or flag a started one for its runner; return the status."""
+    inst = get_instance(conn, instance_id)
+    if inst.status in FINAL_STATUSES:
+        return inst.status
+    if inst.status == "queued" and inst.runs == 0:
+        set_status(conn, instance_id, "cancelled", now, error="cancelled before it started")
+        return "cancelled"
+    conn.execute(
+        "UPDATE workflow_instances SET cancel_requested = 1, updated_at = ? WHERE id = ?",
+        (now, instance_id),
+    )
+    return "cancel_requested"
+
+
+def reset_for_retry(conn: Any, instance_id: str, now: float) -> None:
+    """Requeue an errored or cancelled instance: completed steps stay memoized, the failed
+    step runs again, and whatever the workflow did after that failure is forgotten."""
+    inst = get_instance(conn, instance_id)
+    if inst.status not in ("errored", "cancelled"):
+        raise ValueError(
+            f"instance {instance_id} is {inst.status}; only errored or cancelled can be retried"
+        )
+    failed = conn.execute(
+        "SELECT MIN(ordinal) FROM workflow_steps WHERE instance_id = ? "
+        "AND status IN ('failed', 'unknown', 'running')",
+        (instance_id,),
+    ).fetchone()[0]
+    if failed is not None:
+        conn.execute(
+            "DELETE FROM workflow_steps WHERE instance_id = ? AND ordinal > ?",
+            (instance_id, failed),
+        )
+        # An interrupted at-most-once attempt was marked 'unknown', so the owner's retry runs
+        # the step afresh rather than reporting the unknown outcome again.
+        conn.execute(
+            "UPDATE workflow_attempts SET outcome = 'unknown' "
+            "WHERE instance_id = ? AND ordinal = ? AND outcome = 'running'",
+            (instance_id, failed),
+        )
+        conn.execute(
+            "UPDATE workflow_steps SET status = 'running', error = NULL, result = NULL, "
+            "finished_at = NULL WHERE instance_id = ? AND ordinal = ?",
+            (instance_id, failed),
+        )
+    conn.execute(
+        "UPDATE workflow_instances SET status = 'queued', error = NULL, output = NULL, "
+        "cancel_requested = 0, finished_at = NULL, updated_at = ? WHERE id = ?",
+        (now, instance_id),
+    )

@@ -1,0 +1,511 @@
+"""Units for the durable engine: memoization, retries, timeouts, sleeps, events, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from agentd.db import Database
+from agentd.durable import (
+    Engine,
+    FakeClock,
+    InvalidInput,
+    Limits,
+    NonRetryable,
+    OutcomeUnknown,
+    Retry,
+    Step,
+    StepFailed,
+    workflow,
+)
+from agentd.durable import store
+
+
+class In(BaseModel):
+    n: int = 0
+    label: str = ""
+
+
+class Out(BaseModel):
+    value: object = None
+
+
+class Calls:
+    """Counts executions of named effects, the DBOS way (STYLE.md 4)."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.gates: dict[str, asyncio.Event] = {}
+
+    def gate(self, name: str) -> asyncio.Event:
+        return self.gates.setdefault(name, asyncio.Event())
+
+
+async def make_engine(db: Database, *workflows, clock=None, **kw) -> Engine:
+    engine = Engine(db, clock=clock or FakeClock(auto_advance=True), poll_interval=0.02, **kw)
+    for wf in workflows:
+        engine.register(wf)
+    await engine.run()
+    return engine
+
+
+async def test_steps_are_memoized_across_a_restart(db: Database) -> None:
+    calls = Calls()
+
+    async def effect(name: str) -> int:
+        calls.counts[name] += 1
+        if name == "second":
+            await calls.gate("second").wait()
+        return len(name)
+
+    @workflow("two_steps")
+    async def two_steps(step: Step, inp: In) -> Out:
+        a = await step.do("first", effect, "first")
+        b = await step.do("second", effect, "second")
+        return Out(value=a + b)
+
+    engine = await make_engine(db, two_steps)
+    await engine.start("two_steps", In(), instance_id="i1")
+    while calls.counts["second"] == 0:
+        await asyncio.sleep(0.005)
+    await engine.shutdown(grace=0)  # like a crash in the middle of "second"
+    assert (await db.read(store.get_instance, "i1")).status == "running"
+
+    calls.gate("second").set()
+    engine2 = await make_engine(db, two_steps)
+    inst = await engine2.wait_for("i1")
+    assert inst.status == "complete"
+    assert Out.model_validate_json(inst.output).value == 11
+    assert calls.counts == {"first": 1, "second": 2}  # first replayed, second re-run
+    attempts = await db.read(store.load_attempts, "i1")
+    assert [(a.ordinal, a.attempt, a.outcome) for a in attempts] == [
+        (1, 1, "complete"),
+        (2, 1, "running"),
+        (2, 2, "complete"),
+    ]
+    await engine2.shutdown()
+
+
+async def test_retries_with_backoff_then_success(db: Database) -> None:
+    clock = FakeClock(auto_advance=True)
+    calls = Calls()
+
+    async def flaky() -> str:
+        calls.counts["flaky"] += 1
+        if calls.counts["flaky"] < 3:
+            raise ConnectionError("boom")
+        return "ok"
+
+    @workflow("flaky")
+    async def wf(step: Step, inp: In) -> Out:
+        t0 = step.clock.now()
+        value = await step.do("flaky", flaky, retry=Retry(limit=5, delay=2, backoff="exponential"))
+        return Out(value=[value, step.clock.now() - t0])
+
+    engine = await make_engine(db, wf, clock=clock)
+    await engine.start("flaky", In(), instance_id="f")
+    inst = await engine.wait_for("f")
+    value, waited = Out.model_validate_json(inst.output).value
+    assert value == "ok" and calls.counts["flaky"] == 3
+    assert waited == pytest.approx(2 + 4)  # exponential: 2 s, then 4 s
+    attempts = await db.read(store.load_attempts, "f")
+    assert [a.outcome for a in attempts] == ["failed", "failed", "complete"]
+    assert "ConnectionError: boom" in attempts[0].error
+    await engine.shutdown()
+
+
+@pytest.mark.parametrize(("backoff", "expected"), [("constant", [3, 3, 3]), ("linear", [3, 6, 9])])
+async def test_backoff_shapes(db: Database, backoff: str, expected: list[float]) -> None:
+    clock = FakeClock(auto_advance=True)
+    times: list[float] = []
+
+    async def always_fails() -> None:
+        times.append(clock.now())
+        raise RuntimeError("no")
+
+    @workflow("shape")
+    async def wf(step: Step, inp: In) -> Out:
+        try:
+            await step.do("x", always_fails, retry=Retry(limit=4, delay=3, backoff=backoff))
+        except StepFailed as exc:
+            return Out(value=exc.error_type)
+        return Out()
+
+    engine = await make_engine(db, wf, clock=clock)
+    await engine.start("shape", In(), instance_id="s")
+    inst = await engine.wait_for("s")
+    assert Out.model_validate_json(inst.output).value == "RuntimeError"
+    assert [b - a for a, b in zip(times, times[1:], strict=False)] == expected
+    await engine.shutdown()
+
+
+async def test_non_retryable_stops_at_once_and_failure_replays(db: Database) -> None:
+    calls = Calls()
+
+    async def bad() -> None:
+        calls.counts["bad"] += 1
+        raise NonRetryable("400 from upstream")
+
+    @workflow("nr")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("bad", bad, retry=Retry(limit=5, delay=1))
+        return Out()
+
+    engine = await make_engine(db, wf)
+    await engine.start("nr", In(), instance_id="nr1")
+    inst = await engine.wait_for("nr1")
+    assert inst.status == "errored"
+    assert "400 from upstream" in inst.error
+    assert calls.counts["bad"] == 1
+    await engine.shutdown()
+
+
+async def test_attempt_timeout(db: Database) -> None:
+    async def hangs() -> None:
+        await asyncio.sleep(30)
+
+    @workflow("hang")
+    async def wf(step: Step, inp: In) -> Out:
+        try:
+            await step.do("hang", hangs, timeout=0.05, retry=Retry(limit=2, delay=0))
+        except StepFailed as exc:
+            return Out(value=exc.message)
+        return Out()
+
+    engine = await make_engine(db, wf)
+    await engine.start("hang", In(), instance_id="h")
+    inst = await engine.wait_for("h")
+    assert "timed out after 0.05s" in Out.model_validate_json(inst.output).value
+    attempts = await db.read(store.load_attempts, "h")
+    assert [a.outcome for a in attempts] == ["failed", "failed"]
+    await engine.shutdown()
+
+
+async def test_sleep_survives_restart_and_wakes_at_original_time(db: Database) -> None:
+    clock = FakeClock()
+
+    @workflow("sleeper")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.sleep("nap", 3600)
+        return Out(value=step.clock.now())
+
+    engine = await make_engine(db, wf, clock=clock)
+    start = clock.now()
+    await engine.start("sleeper", In(), instance_id="z")
+    while (await db.read(store.get_instance, "z")).status != "sleeping":
+        await asyncio.sleep(0.005)
+    inst = await db.read(store.get_instance, "z")
+    assert inst.wake_at == start + 3600
+    await engine.shutdown()
+
+    clock.advance(1800)
+    engine2 = await make_engine(db, wf, clock=clock)
+    while clock.sleepers == 0:
+        await asyncio.sleep(0.005)
+    clock.advance(1799)
+    await asyncio.sleep(0.05)
+    assert (await db.read(store.get_instance, "z")).status == "sleeping"
+    clock.advance(1)
+    inst = await engine2.wait_for("z")
+    assert Out.model_validate_json(inst.output).value == start + 3600
+    await engine2.shutdown()
+
+
+async def test_sleep_until_past_time_wakes_at_once(db: Database) -> None:
+    clock = FakeClock()
+
+    @workflow("late")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.sleep_until("when", step.clock.now() - 10)
+        return Out(value="woke")
+
+    engine = await make_engine(db, wf, clock=clock)
+    await engine.start("late", In(), instance_id="l")
+    assert (await engine.wait_for("l")).status == "complete"
+    await engine.shutdown()
+
+
+def _waiting_workflow(timeout: float = 60):
+    @workflow("waiter")
+    async def wf(step: Step, inp: In) -> Out:
+        event = await step.wait_for_event("approval", timeout=timeout)
+        return Out(value=None if event is None else event.payload)
+
+    return wf
+
+
+async def test_event_sent_before_the_wait_is_kept(db: Database) -> None:
+    engine = Engine(db, clock=FakeClock(), poll_interval=0.02)
+    engine.register(_waiting_workflow())
+    # The event arrives before the instance even exists or runs.
+    await db.write(store.insert_event, "w1", "approval", {"ok": True}, 0.0, "evt-1")
+    await engine.start("waiter", In(), instance_id="w1")
+    await engine.run()
+    inst = await engine.wait_for("w1")
+    assert Out.model_validate_json(inst.output).value == {"ok": True}
+    await engine.shutdown()
+
+
+async def test_event_after_the_wait_from_another_connection(db: Database, tmp_path: Path) -> None:
+    engine = await make_engine(db, _waiting_workflow(), clock=FakeClock())
+    await engine.start("waiter", In(), instance_id="w2")
+    while (await db.read(store.get_instance, "w2")).status != "waiting":
+        await asyncio.sleep(0.005)
+    # The CLI writes through its own connection; the engine's poller must notice.
+    other = await Database.open(tmp_path / "test.db")
+    assert await other.write(store.insert_event, "w2", "approval", {"by": "cli"}, 0.0, "e2")
+    assert not await other.write(store.insert_event, "w2", "approval", {"by": "cli"}, 0.0, "e2")
+    await other.close()
+    inst = await engine.wait_for("w2", timeout=5)
+    assert Out.model_validate_json(inst.output).value == {"by": "cli"}
+    await engine.shutdown()
+
+
+async def test_wait_times_out_and_the_workflow_handles_it(db: Database) -> None:
+    clock = FakeClock()
+    engine = await make_engine(db, _waiting_workflow(timeout=100), clock=clock)
+    await engine.start("waiter", In(), instance_id="w3")
+    while clock.sleepers == 0:
+        await asyncio.sleep(0.005)
+    clock.advance(100)
+    inst = await engine.wait_for("w3")
+    assert inst.status == "complete"
+    assert Out.model_validate_json(inst.output).value is None
+    await engine.shutdown()
+
+
+async def test_wait_survives_restart(db: Database) -> None:
+    clock = FakeClock()
+    engine = await make_engine(db, _waiting_workflow(timeout=100), clock=clock)
+    await engine.start("waiter", In(), instance_id="w4")
+    while clock.sleepers == 0:
+        await asyncio.sleep(0.005)
+    await engine.shutdown()
+    clock.advance(60)
+    engine2 = await make_engine(db, _waiting_workflow(timeout=100), clock=clock)
+    while clock.sleepers == 0:
+        await asyncio.sleep(0.005)
+    clock.advance(39)
+    await engine2.send_event("w4", "approval", {"late": True})
+    inst = await engine2.wait_for("w4")
+    assert Out.model_validate_json(inst.output).value == {"late": True}
+    await engine2.shutdown()
+
+
+async def test_cancel_a_waiting_instance_and_a_queued_one(db: Database) -> None:
+    engine = await make_engine(db, _waiting_workflow(), clock=FakeClock())
+    await engine.start("waiter", In(), instance_id="c1", key="chat")
+    await engine.start("waiter", In(), instance_id="c2", key="chat")
+    while (await db.read(store.get_instance, "c1")).status != "waiting":
+        await asyncio.sleep(0.005)
+    assert await engine.cancel("c2") == "cancelled"  # queued behind c1: cancelled at once
+    assert await engine.cancel("c1") == "cancel_requested"
+    assert (await engine.wait_for("c1")).status == "cancelled"
+    assert (await engine.wait_for("c2")).status == "cancelled"
+    await engine.shutdown()
+
+
+async def test_divergent_replay_is_detected(db: Database) -> None:
+    gate = asyncio.Event()
+
+    async def blocked() -> None:
+        await gate.wait()
+
+    async def nothing() -> int:
+        return 1
+
+    @workflow("div")
+    async def v1(step: Step, inp: In) -> Out:
+        await step.do("alpha", nothing)
+        await step.do("beta", blocked)
+        return Out()
+
+    @workflow("div")
+    async def v2(step: Step, inp: In) -> Out:
+        await step.do("renamed", nothing)
+        return Out()
+
+    engine = await make_engine(db, v1)
+    await engine.start("div", In(), instance_id="d")
+    while len(await db.read(store.load_steps, "d")) < 2:
+        await asyncio.sleep(0.005)
+    await engine.shutdown(grace=0)
+    engine2 = await make_engine(db, v2)
+    inst = await engine2.wait_for("d")
+    assert inst.status == "errored"
+    assert "diverged at step 1" in inst.error and "'alpha'" in inst.error
+    await engine2.shutdown()
+
+
+async def test_limits_result_size_and_steps(db: Database) -> None:
+    async def big() -> str:
+        return "x" * 5000
+
+    async def small() -> int:
+        return 1
+
+    @workflow("big")
+    async def wf_big(step: Step, inp: In) -> Out:
+        await step.do("big", big, retry=Retry(limit=3, delay=0))
+        return Out()
+
+    @workflow("many")
+    async def wf_many(step: Step, inp: In) -> Out:
+        for i in range(20):
+            await step.do(f"s#{i}", small)
+        return Out()
+
+    engine = await make_engine(
+        db, wf_big, wf_many, limits=Limits(max_step_result_bytes=1024, max_steps_per_instance=10)
+    )
+    await engine.start("big", In(), instance_id="b")
+    await engine.start("many", In(), instance_id="m")
+    inst = await engine.wait_for("b")
+    assert inst.status == "errored" and "1024-byte limit" in inst.error
+    assert len(await db.read(store.load_attempts, "b")) == 1  # not retried
+    inst = await engine.wait_for("m")
+    assert inst.status == "errored" and "exceeded 10 steps" in inst.error
+    with pytest.raises(InvalidInput):
+        await engine.start("big", {"n": "not a number"}, instance_id="bad")
+    assert await db.read(store.find_instance, "bad") is None
+    await engine.shutdown()
+
+
+async def test_same_key_runs_in_order_and_keys_run_concurrently(db: Database) -> None:
+    log: list[tuple[str, str]] = []
+    running = Counter[str]()
+    peak = {"n": 0}
+
+    async def work(label: str) -> None:
+        running["all"] += 1
+        peak["n"] = max(peak["n"], running["all"])
+        log.append(("start", label))
+        await asyncio.sleep(0.01)
+        log.append(("end", label))
+        running["all"] -= 1
+
+    @workflow("ordered")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("work", work, inp.label)
+        return Out()
+
+    engine = await make_engine(db, wf, concurrency=3)
+    for i in range(6):
+        for chat in ("a", "b", "c", "d"):
+            await engine.start("ordered", In(label=f"{chat}{i}"), instance_id=f"{chat}{i}",
+                               key=chat)  # fmt: skip
+    for chat in "abcd":
+        await engine.wait_for(f"{chat}5")
+    for chat in "abcd":
+        starts = [label for kind, label in log if kind == "start" and label[0] == chat]
+        assert starts == [f"{chat}{i}" for i in range(6)]
+        # one at a time per chat: every start of a chat follows the end of its previous turn
+        events = [(kind, label) for kind, label in log if label[0] == chat]
+        assert all(events[i][0] != events[i + 1][0] for i in range(len(events) - 1))
+    assert peak["n"] == 3  # concurrent across chats, capped by the limit
+    await engine.shutdown()
+
+
+async def test_idempotent_start(db: Database) -> None:
+    calls = Calls()
+
+    async def once() -> None:
+        calls.counts["once"] += 1
+
+    @workflow("once")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("once", once)
+        return Out()
+
+    engine = await make_engine(db, wf)
+    first = await engine.start("once", In(), instance_id="tg-update-7")
+    second = await engine.start("once", In(), instance_id="tg-update-7")
+    assert first.created and not second.created
+    await engine.wait_for("tg-update-7")
+    await engine.wait_idle()
+    assert calls.counts["once"] == 1
+    await engine.shutdown()
+
+
+async def test_at_most_once_step_reports_unknown_after_a_crash(db: Database) -> None:
+    calls = Calls()
+
+    async def dangerous() -> str:
+        calls.counts["dangerous"] += 1
+        await calls.gate("dangerous").wait()
+        return "done"
+
+    @workflow("amo")
+    async def wf(step: Step, inp: In) -> Out:
+        try:
+            return Out(value=await step.do("rm", dangerous, delivery="at_most_once"))
+        except OutcomeUnknown:
+            return Out(value="unknown")
+
+    engine = await make_engine(db, wf)
+    await engine.start("amo", In(), instance_id="a")
+    while calls.counts["dangerous"] == 0:
+        await asyncio.sleep(0.005)
+    await engine.shutdown(grace=0)
+    engine2 = await make_engine(db, wf)
+    inst = await engine2.wait_for("a")
+    assert Out.model_validate_json(inst.output).value == "unknown"
+    assert calls.counts["dangerous"] == 1
+    await engine2.shutdown()
+
+
+async def test_retry_an_errored_instance_reuses_completed_steps(db: Database) -> None:
+    calls = Calls()
+    broken = {"on": True}
+
+    async def fine() -> int:
+        calls.counts["fine"] += 1
+        return 1
+
+    async def fragile() -> int:
+        calls.counts["fragile"] += 1
+        if broken["on"]:
+            raise RuntimeError("upstream down")
+        return 2
+
+    @workflow("retryable")
+    async def wf(step: Step, inp: In) -> Out:
+        a = await step.do("fine", fine)
+        b = await step.do("fragile", fragile)
+        return Out(value=a + b)
+
+    engine = await make_engine(db, wf)
+    await engine.start("retryable", In(), instance_id="r")
+    assert (await engine.wait_for("r")).status == "errored"
+    broken["on"] = False
+    await engine.retry("r")
+    inst = await engine.wait_for("r")
+    assert inst.status == "complete" and Out.model_validate_json(inst.output).value == 3
+    assert calls.counts == {"fine": 1, "fragile": 2}
+    await engine.shutdown()
+
+
+async def test_typed_step_results_round_trip(db: Database) -> None:
+    class Reply(BaseModel):
+        text: str
+        ids: list[int]
+
+    async def make() -> Reply:
+        return Reply(text="hi", ids=[1, 2])
+
+    @workflow("typed")
+    async def wf(step: Step, inp: In) -> Out:
+        reply = await step.do("make", make, result_type=Reply)
+        assert isinstance(reply, Reply)
+        with pytest.raises(StepFailed, match="pass result_type"):
+            await step.do("untyped", make)  # a local class cannot be resolved from annotations
+        return Out(value=reply.ids)
+
+    engine = await make_engine(db, wf)
+    await engine.start("typed", In(), instance_id="t")
+    assert Out.model_validate_json((await engine.wait_for("t")).output).value == [1, 2]
+    await engine.shutdown()
