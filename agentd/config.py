@@ -1,4 +1,4 @@
-"""Configuration: one TOML file, `AGENTD_<SECTION>__<KEY>` environment overrides, secrets from env."""
+"""Configuration: a TOML file, `AGENTD_<SECTION>__<KEY>` env overrides, secrets from env."""
 
 from __future__ import annotations
 
@@ -9,7 +9,15 @@ from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Risk = Literal["low", "medium", "high"]
 
@@ -56,6 +64,7 @@ class LLMConfig(_Section):
     max_tokens: int = Field(default=2048, ge=1, le=64000)
     timeout: float = Field(default=300.0, gt=0)
     retries: int = Field(default=4, ge=0, le=20)
+    retry_base_delay: float = Field(default=1.0, gt=0)
     retry_max_wait: float = Field(default=30.0, gt=0)
 
 
@@ -72,7 +81,86 @@ class EngineConfig(_Section):
 
 
 class MemoryConfig(_Section):
+    """`[memory]`: history window, long-term memory, embedder and hybrid recall."""
+
     history_limit: int = Field(default=20, ge=0, le=500)
+    # Embedder (R-LTM-4). "hashing" is built in, offline and deterministic; "http" speaks the
+    # OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from local_model_dir.
+    embedder: Literal["hashing", "http", "local"] = "hashing"
+    embedding_model: str = ""
+    embedding_dim: int = Field(default=384, ge=8, le=4096)
+    http_url: str = ""
+    # The NAME of the environment variable holding the API key, never the key itself.
+    http_api_key_env: str = "AGENTD_EMBEDDING_API_KEY"
+    http_batch_size: int = Field(default=64, ge=1, le=2048)
+    http_timeout: float = Field(default=30.0, gt=0)
+    http_retries: int = Field(default=4, ge=0, le=20)
+    local_model_dir: str = ""
+    # Some models want "query: " / "passage: " style prefixes (e5, nomic); empty for most.
+    query_prefix: str = ""
+    document_prefix: str = ""
+    # Summaries (R-LTM-1): summarise when a chat has more unsummarised messages than this,
+    # leaving the most recent summary_keep_recent messages as raw history.
+    summary_threshold: int = Field(default=60, ge=2, le=10_000)
+    summary_keep_recent: int = Field(default=20, ge=0, le=10_000)
+    # Prompt budgets (characters): facts section and recalled memories section.
+    facts_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
+    recall_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
+    recall_top_k: int = Field(default=5, ge=0, le=50)
+    # Hybrid fusion (weighted reciprocal rank fusion); see agentd/memory/search.py for why.
+    keyword_weight: float = Field(default=1.0, ge=0)
+    vector_weight: float = Field(default=0.5, ge=0)
+    rrf_k: int = Field(default=60, ge=1, le=1000)
+
+
+class FetchConfig(_Section):
+    """`[tools.fetch]`: limits and the SSRF allowlist of the fetch_url tool."""
+
+    # Loopback, private, link-local and CGNAT addresses become reachable; cloud metadata
+    # addresses stay refused unless listed in allowed_hosts.
+    allow_private: bool = False
+    # Host names (exact) or IP addresses / CIDR networks that may be private.
+    allowed_hosts: list[str] = Field(default_factory=list)
+    max_bytes: int = Field(default=2_000_000, ge=1024, le=100_000_000)
+    max_chars: int = Field(default=40_000, ge=1000, le=1_000_000)
+    timeout: float = Field(default=20.0, gt=0, le=600)
+    max_redirects: int = Field(default=5, ge=0, le=20)
+
+
+class McpServerConfig(_Section):
+    """One `[[tools.mcp]]` entry: a stdio server (command) or a streamable HTTP one (url)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,32}$")
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    # Names of agentd's own environment variables handed to the server (how secrets get there).
+    pass_env: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    # Environment variable holding a bearer token for the HTTP server (never the token itself).
+    bearer_token_env: str | None = None
+    risk: Risk = "high"
+    timeout: float = Field(default=60.0, gt=0)
+    connect_timeout: float = Field(default=30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_transport(self) -> McpServerConfig:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name!r} needs exactly one of command or url")
+        if self.url is not None:
+            if not self.url.startswith(("http://", "https://")):
+                raise ValueError(f"MCP server {self.name!r}: url must start with http(s)://")
+            if self.args or self.env or self.pass_env or self.cwd:
+                raise ValueError(
+                    f"MCP server {self.name!r}: args, env, pass_env and cwd are for command servers"
+                )
+        elif self.headers or self.bearer_token_env:
+            raise ValueError(
+                f"MCP server {self.name!r}: headers and bearer_token_env are for url servers"
+            )
+        return self
 
 
 class ToolsConfig(_Section):
@@ -80,6 +168,17 @@ class ToolsConfig(_Section):
     disabled: list[str] = Field(default_factory=list)
     plugins: list[str] = Field(default_factory=list)
     approval_timeout: float = Field(default=3600.0, gt=0)
+    fetch: FetchConfig = Field(default_factory=FetchConfig)
+    mcp: list[McpServerConfig] = Field(default_factory=list)
+
+    @field_validator("mcp")
+    @classmethod
+    def _unique_mcp_names(cls, servers: list[McpServerConfig]) -> list[McpServerConfig]:
+        names = [server.name for server in servers]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"MCP server names must be unique; repeated: {', '.join(duplicates)}")
+        return servers
 
 
 class LogConfig(_Section):

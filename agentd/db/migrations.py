@@ -121,7 +121,8 @@ CREATE TABLE audit (
 );
 CREATE INDEX audit_at ON audit (at);
 
--- R-LLM-4: every LLM call attempt's tokens, so every token is accounted for.
+-- R-LLM-4: one row per answered model call (a call repeated after a crash is billed twice,
+-- so it is recorded twice).
 CREATE TABLE llm_usage (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     at REAL NOT NULL,
@@ -134,13 +135,68 @@ CREATE TABLE llm_usage (
     input_tokens INTEGER NOT NULL,
     output_tokens INTEGER NOT NULL,
     cache_read_tokens INTEGER NOT NULL DEFAULT 0,
-    cache_write_tokens INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (instance_id, step, attempt)
+    cache_write_tokens INTEGER NOT NULL DEFAULT 0
 );
+CREATE INDEX llm_usage_at ON llm_usage (at);
+"""
+
+M002_MEMORY = """
+-- Long-term memory (SPEC 8): summaries, facts and notes per user. Deleting a row removes its
+-- FTS entry (triggers below) and its vector (FK cascade, then a per-space trigger on the vec0 table).
+CREATE TABLE memories (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a stale vector can't alias a new row
+    user_id INTEGER NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('summary', 'fact', 'preference', 'task', 'note', 'turn')),
+    content TEXT NOT NULL,
+    slot TEXT,  -- facts: normalised key; a new fact with the same key replaces the old one
+    source TEXT NOT NULL DEFAULT '',
+    source_key TEXT UNIQUE,  -- idempotency key (a resumed summariser never stores twice)
+    chat_id INTEGER,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    meta TEXT NOT NULL DEFAULT '{}',
+    fts_cjk TEXT  -- character n-grams of CJK runs (unicode61 does not segment them)
+);
+CREATE INDEX memories_user ON memories (user_id, kind, id);
+CREATE UNIQUE INDEX memories_slot ON memories (user_id, slot) WHERE slot IS NOT NULL;
+
+CREATE VIRTUAL TABLE memory_fts USING fts5(
+    content, fts_cjk, content='memories', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memory_fts (rowid, content, fts_cjk) VALUES (new.id, new.content, new.fts_cjk);
+END;
+CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk)
+        VALUES ('delete', old.id, old.content, old.fts_cjk);
+END;
+CREATE TRIGGER memories_fts_au AFTER UPDATE OF content, fts_cjk ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk)
+        VALUES ('delete', old.id, old.content, old.fts_cjk);
+    INSERT INTO memory_fts (rowid, content, fts_cjk) VALUES (new.id, new.content, new.fts_cjk);
+END;
+
+-- One row per embedding model and dimension. Its vec0 table memory_bq_<id> (sign bits, user as
+-- partition key) is created at run time, since the dimension depends on the configured embedder.
+CREATE TABLE memory_spaces (
+    id INTEGER PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (model_id, dim)
+);
+-- The exact float32 vector of each memory, in the space (model, dim) it was embedded in.
+CREATE TABLE memory_vectors (
+    memory_id INTEGER PRIMARY KEY REFERENCES memories (id) ON DELETE CASCADE,
+    space_id INTEGER NOT NULL REFERENCES memory_spaces (id),
+    embedding BLOB NOT NULL
+);
+CREATE INDEX memory_vectors_space ON memory_vectors (space_id);
 """
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
+    ("m002_memory", M002_MEMORY),
 ]
 
 

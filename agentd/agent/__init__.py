@@ -1,0 +1,1 @@
+"""The agent: the turn workflow, its system prompt and the tool loop."""

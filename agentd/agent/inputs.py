@@ -1,0 +1,49 @@
+"""What a turn starts from: a normalised incoming message (no aiogram types)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+MAX_TEXT_CHARS = 100_000
+
+
+class ReplyContext(BaseModel):
+    """The earlier message a user replied to (R-VIS-3)."""
+
+    message_id: int
+    text: str = ""
+    from_bot: bool = False
+    photo_file_id: str | None = None
+
+
+class TurnInput(BaseModel):
+    update_id: int
+    chat_id: int
+    user_id: int
+    message_id: int
+    date: float
+    kind: Literal["text", "photo", "unsupported"]
+    text: str = Field(default="", max_length=MAX_TEXT_CHARS)
+    edited: bool = False
+    unsupported_kind: str | None = None
+    photo_file_id: str | None = None
+    reply_to: ReplyContext | None = None
+
+
+class TurnOutput(BaseModel):
+    reply_message_ids: list[int] = Field(default_factory=list)
+    llm_calls: int = 0
+    outcome: Literal["answered", "unsupported", "error", "step_limit"] = "answered"
+
+
+class CallbackPress(BaseModel):
+    """A press on an inline button."""
+
+    update_id: int
+    callback_id: str
+    user_id: int
+    chat_id: int | None = None
+    message_id: int | None = None
+    data: str = ""

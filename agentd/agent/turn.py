@@ -1,0 +1,283 @@
+"""The turn workflow (SPEC §2): one durable instance per accepted message.
+
+save-user → load-history → llm#1… → send#1… → save-reply → audit. Every effect outside the
+process is a journaled step, so a restart replays finished steps and re-runs only the one that
+was interrupted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from zoneinfo import ZoneInfo
+
+from agentd import audit, usage
+from agentd.agent.inputs import TurnInput, TurnOutput
+from agentd.agent.prompt import ToolInfo, build_system
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, workflow
+from agentd.llm import LLM, LLMError
+from agentd.llm.types import LLMRequest, LLMResponse, Message
+from agentd.memory import history
+from agentd.memory.history import StoredMessage
+from agentd.outbox import Outbox
+from agentd.telegram.format import split_markdown
+
+LLM_ERROR_REPLY = (
+    "Sorry — I couldn't get an answer from the language model just now. Your message is saved; "
+    "please try again in a minute."
+)
+SEND_ERROR_REPLY = "Sorry — something went wrong while answering. Your message is saved."
+EMPTY_ANSWER = "(The model returned an empty answer.)"
+
+
+def unsupported_reply(kind: str) -> str:
+    return f"Sorry, I can't handle {kind.replace('_', ' ')} messages yet. Please send text."
+
+
+class TurnFailed(Exception):
+    """The turn could not be completed; the user was told and the error is in the audit log."""
+
+
+@dataclass(frozen=True)
+class TurnDeps:
+    config: Config
+    db: Database
+    llm: LLM
+    outbox: Outbox
+    clock: Clock
+    tools: list[ToolInfo] = field(default_factory=list)
+
+
+def _user_content(inp: TurnInput) -> str:
+    text = inp.text
+    if inp.kind == "unsupported":
+        text = f"[{inp.unsupported_kind or 'message'}] {text}".strip()
+    elif inp.kind == "photo":
+        text = f"[photo] {text}".strip()
+    if inp.edited:
+        text = f"(edited message) {text}"
+    return text
+
+
+def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
+    """History plus the new message, starting with the user and alternating roles."""
+    merged: list[Message] = []
+    for role, content in [(m.role, m.content) for m in past] + [("user", current)]:
+        if not content.strip() or (not merged and role != "user"):
+            continue
+        if merged and merged[-1].role == role:
+            merged[-1] = Message(role=role, content=f"{merged[-1].content}\n\n{content}")
+        else:
+            merged.append(Message(role=role, content=content))
+    return merged
+
+
+# -- step functions: each does one external thing and returns JSON-able data ---------------
+
+
+async def save_user_message(deps: TurnDeps, inp: TurnInput, instance_id: str) -> int:
+    meta = {"telegram_message_id": inp.message_id, "kind": inp.kind}
+    if inp.reply_to:
+        meta["reply_to"] = inp.reply_to.message_id
+    return await deps.db.write(
+        lambda conn: history.save_message(
+            conn,
+            chat_id=inp.chat_id,
+            user_id=inp.user_id,
+            role="user",
+            content=_user_content(inp),
+            source_key=f"{instance_id}:user",
+            instance_id=instance_id,
+            telegram_message_ids=[inp.message_id],
+            meta=meta,
+            created_at=inp.date or None,
+        )
+    )
+
+
+async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
+    limit = deps.config.memory.history_limit
+    return await deps.db.read(history.recent, chat_id, limit, before_id=before_id)
+
+
+def _current_message(inp: TurnInput) -> str:
+    text = _user_content(inp)
+    if inp.reply_to and (inp.reply_to.text or inp.reply_to.photo_file_id):
+        who = "your" if inp.reply_to.from_bot else "their own"
+        quoted = inp.reply_to.text[:2000] or "[photo]"
+        text = f"(The user is replying to {who} earlier message: «{quoted}»)\n\n{text}"
+    return text
+
+
+async def call_llm(
+    deps: TurnDeps, inp: TurnInput, messages: list[Message], instance_id: str, step_name: str
+) -> LLMResponse:
+    zone = ZoneInfo(deps.config.agent.timezone)
+    req = LLMRequest(
+        purpose="turn",
+        system=build_system(
+            persona=deps.config.agent.persona,
+            name=deps.config.agent.name,
+            now=datetime.fromtimestamp(deps.clock.now(), zone),
+            tools=deps.tools,
+        ),
+        messages=messages,
+    )
+    try:
+        response = await deps.llm.complete(req)
+    except LLMError as exc:
+        if not exc.retryable:
+            raise NonRetryable(str(exc)) from None
+        raise
+    await deps.db.write(
+        usage.record,
+        response.usage,
+        model=response.model,
+        purpose="turn",
+        chat_id=inp.chat_id,
+        instance_id=instance_id,
+        step=step_name,
+    )
+    return response
+
+
+async def send_chunk(deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None) -> int:
+    from agentd.telegram.output import SendFailed  # the outbox is Telegram's; keep import local
+
+    try:
+        return await deps.outbox.send_text(chat_id, chunk, reply_to=reply_to)
+    except SendFailed as exc:
+        raise NonRetryable(str(exc)) from None
+
+
+async def save_reply(
+    deps: TurnDeps, inp: TurnInput, instance_id: str, text: str, ids: list[int], outcome: str
+) -> int:
+    return await deps.db.write(
+        lambda conn: history.save_message(
+            conn,
+            chat_id=inp.chat_id,
+            user_id=None,
+            role="assistant",
+            content=text,
+            source_key=f"{instance_id}:assistant",
+            instance_id=instance_id,
+            telegram_message_ids=ids,
+            meta={"outcome": outcome},
+        )
+    )
+
+
+async def write_audit(
+    deps: TurnDeps, inp: TurnInput, instance_id: str, kind: str, detail: dict[str, object]
+) -> None:
+    await deps.db.write(
+        lambda conn: audit.record(
+            conn,
+            kind,
+            chat_id=inp.chat_id,
+            user_id=inp.user_id,
+            instance_id=instance_id,
+            detail=detail,
+            source_key=f"{instance_id}:{kind}",
+        )
+    )
+
+
+# -- the workflow ----------------------------------------------------------------------
+
+
+async def send_reply(
+    step: Step, deps: TurnDeps, inp: TurnInput, text: str, prefix: str
+) -> list[int]:
+    """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones."""
+    limit = deps.config.telegram.max_message_chars
+    ids = []
+    for n, chunk in enumerate(split_markdown(text, limit) or [EMPTY_ANSWER], start=1):
+        reply_to = inp.message_id if n == 1 else None
+        ids.append(await step.do(f"{prefix}#{n}", send_chunk, deps, inp.chat_id, chunk, reply_to))
+    return ids
+
+
+async def agent_answer(
+    step: Step, deps: TurnDeps, inp: TurnInput, messages: list[Message]
+) -> tuple[str, int]:
+    """Ask the model; returns the answer text and the number of model calls made."""
+    name = "llm#1"
+    response = await step.do(name, call_llm, deps, inp, messages, step.instance_id, name)
+    return response.text or EMPTY_ANSWER, 1
+
+
+def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
+    @workflow("turn")
+    async def turn(step: Step, inp: TurnInput) -> TurnOutput:
+        started = time.perf_counter()
+        iid = step.instance_id
+        user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid)
+        if inp.kind != "text":
+            text = unsupported_reply(inp.unsupported_kind or inp.kind)
+            ids = await send_reply(step, deps, inp, text, "send")
+            await step.do("save-reply", save_reply, deps, inp, iid, text, ids, "unsupported")
+            await step.do(
+                "audit",
+                write_audit,
+                deps,
+                inp,
+                iid,
+                "turn",
+                {"outcome": "unsupported", "kind": inp.unsupported_kind or inp.kind},
+            )
+            return TurnOutput(reply_message_ids=ids, outcome="unsupported")
+        past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
+        messages = to_llm_messages(past, _current_message(inp))
+        try:
+            async with deps.outbox.typing(inp.chat_id):
+                answer, calls = await agent_answer(step, deps, inp, messages)
+        except StepFailed as exc:
+            ids = await send_reply(step, deps, inp, LLM_ERROR_REPLY, "send-error")
+            await step.do("save-reply", save_reply, deps, inp, iid, LLM_ERROR_REPLY, ids, "error")
+            await step.do(
+                "audit",
+                write_audit,
+                deps,
+                inp,
+                iid,
+                "turn_error",
+                {"outcome": "error", "step": exc.step, "error": exc.error_type},
+            )
+            raise TurnFailed(f"the model call failed: {exc.error_type}: {exc.message}") from None
+        try:
+            ids = await send_reply(step, deps, inp, answer, "send")
+        except StepFailed as exc:
+            await step.do("save-reply", save_reply, deps, inp, iid, answer, [], "undelivered")
+            await step.do(
+                "audit",
+                write_audit,
+                deps,
+                inp,
+                iid,
+                "turn_error",
+                {"outcome": "undelivered", "step": exc.step, "error": exc.message},
+            )
+            raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
+        await step.do("save-reply", save_reply, deps, inp, iid, answer, ids, "answered")
+        await step.do(
+            "audit",
+            write_audit,
+            deps,
+            inp,
+            iid,
+            "turn",
+            {
+                "outcome": "answered",
+                "llm_calls": calls,
+                "chunks": len(ids),
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+            },
+        )
+        return TurnOutput(reply_message_ids=ids, llm_calls=calls)
+
+    return turn

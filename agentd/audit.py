@@ -1,0 +1,85 @@
+"""The audit log (R-AUD-1): who did what, when, with what outcome. Never message content."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class AuditEntry(BaseModel):
+    id: int
+    at: float
+    kind: str
+    chat_id: int | None
+    user_id: int | None
+    instance_id: str | None
+    detail: dict[str, Any]
+
+
+def record(
+    conn: Any,
+    kind: str,
+    *,
+    chat_id: int | None = None,
+    user_id: int | None = None,
+    instance_id: str | None = None,
+    detail: dict[str, Any] | None = None,
+    source_key: str | None = None,
+    at: float | None = None,
+) -> None:
+    """Append an entry; with source_key, recording the same event twice keeps one row."""
+    conn.execute(
+        "INSERT OR IGNORE INTO audit (at, kind, chat_id, user_id, instance_id, detail, source_key) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            at if at is not None else time.time(),
+            kind,
+            chat_id,
+            user_id,
+            instance_id,
+            json.dumps(detail or {}, ensure_ascii=False, default=str),
+            source_key,
+        ),
+    )
+
+
+def entries(
+    conn: Any,
+    *,
+    since: float | None = None,
+    kind: str | None = None,
+    chat_id: int | None = None,
+    limit: int = 100,
+) -> list[AuditEntry]:
+    """Newest last, like a log."""
+    where, params = [], []
+    if since is not None:
+        where.append("at >= ?")
+        params.append(since)
+    if kind:
+        where.append("kind = ?")
+        params.append(kind)
+    if chat_id is not None:
+        where.append("chat_id = ?")
+        params.append(chat_id)
+    clause = f"WHERE {' AND '.join(where)}" if where else ""
+    rows = conn.execute(
+        f"SELECT id, at, kind, chat_id, user_id, instance_id, detail FROM audit {clause} "
+        "ORDER BY id DESC LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+    return [
+        AuditEntry(
+            id=r[0],
+            at=r[1],
+            kind=r[2],
+            chat_id=r[3],
+            user_id=r[4],
+            instance_id=r[5],
+            detail=json.loads(r[6]),
+        )
+        for r in reversed(rows)
+    ]

@@ -1,0 +1,34 @@
+"""The LLM boundary. Only `anthropic_adapter` imports the provider SDK (R-LLM-2)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+from agentd.llm.types import LLMError, LLMRequest, LLMResponse
+
+if TYPE_CHECKING:
+    from agentd.config import Config
+
+
+class LLM(Protocol):
+    model: str
+
+    async def complete(self, req: LLMRequest) -> LLMResponse: ...
+
+    async def close(self) -> None: ...
+
+
+def create_llm(config: Config) -> LLM:
+    """Build the configured model adapter (imports the SDK only now, off the CLI path)."""
+    from agentd.llm.anthropic_adapter import AnthropicLLM
+
+    key = config.secrets.anthropic_api_key
+    if key is None:
+        raise LLMError(
+            "ANTHROPIC_API_KEY is not set; export it or use a systemd credential",
+            retryable=False,
+        )
+    return AnthropicLLM(config.llm, key.get_secret_value())
+
+
+__all__ = ["LLM", "LLMError", "LLMRequest", "LLMResponse", "create_llm"]

@@ -1,0 +1,228 @@
+"""The one module that imports the Anthropic SDK (R-LLM-2): requests out, neutral types back."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anthropic
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from agentd.config import LLMConfig
+from agentd.llm.types import (
+    ContentBlock,
+    ImageBlock,
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    TextBlock,
+    ToolUseBlock,
+    Usage,
+)
+
+log = logging.getLogger("agentd.llm")
+Sleep = Callable[[float], Awaitable[None]]
+_SPEND_LIMIT_ERRORS = tuple(
+    getattr(anthropic, name)
+    for name in (
+        "EnforcedSpendLimitReachedError",
+        "ContractSpendLimitReachedError",
+        "LinkedOrganizationSpendLimitReachedError",
+    )
+    if hasattr(anthropic, name)
+)
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    try:
+        if headers.get("retry-after-ms"):
+            return float(headers["retry-after-ms"]) / 1000
+        if headers.get("retry-after"):
+            return float(headers["retry-after"])
+    except ValueError:
+        return None
+    return None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """429 (except spend limits), 408, 409, 5xx and 529, timeouts and dropped connections."""
+    if isinstance(exc, _SPEND_LIMIT_ERRORS):
+        return False
+    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
+        return True
+    if isinstance(exc, anthropic.APIStatusError):
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return False
+
+
+class _Wait:
+    """Exponential backoff with jitter, or the server's retry-after capped at a ceiling."""
+
+    def __init__(self, base: float, ceiling: float) -> None:
+        self._backoff = wait_exponential_jitter(initial=base, max=ceiling, jitter=base)
+        self._ceiling = ceiling
+
+    def __call__(self, state: Any) -> float:
+        exc = state.outcome.exception() if state.outcome else None
+        hinted = _retry_after(exc) if exc else None
+        if hinted is not None:
+            return min(max(hinted, 0.0), self._ceiling)
+        return self._backoff(state)
+
+
+def _block_to_api(block: ContentBlock) -> dict[str, Any]:
+    if isinstance(block, ImageBlock):
+        return {
+            "type": "image",
+            "source": {"type": "base64", "media_type": block.media_type, "data": block.data},
+        }
+    return block.model_dump()
+
+
+def _message_to_api(message: Message, cache: bool) -> dict[str, Any]:
+    blocks = (
+        [{"type": "text", "text": message.content}]
+        if isinstance(message.content, str)
+        else [_block_to_api(b) for b in message.content]
+    )
+    if cache and blocks:
+        blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    return {"role": message.role, "content": blocks}
+
+
+def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]:
+    """The Messages API body, with cache breakpoints on tools, stable system text and history."""
+    params: dict[str, Any] = {
+        "model": model,
+        "max_tokens": req.max_tokens or max_tokens,
+        "messages": [
+            _message_to_api(m, cache=req.cache_history and i == len(req.messages) - 2)
+            for i, m in enumerate(req.messages)
+        ],
+    }
+    if req.system:
+        params["system"] = [
+            {"type": "text", "text": b.text}
+            | ({"cache_control": {"type": "ephemeral"}} if b.cache else {})
+            for b in req.system
+        ]
+    if req.tools:
+        tools = [t.model_dump() for t in req.tools]
+        tools[-1]["cache_control"] = {"type": "ephemeral"}
+        params["tools"] = tools
+    return params
+
+
+def _parse_block(block: Any) -> ContentBlock | None:
+    if block.type == "text":
+        return TextBlock(text=block.text)
+    if block.type == "tool_use":
+        return ToolUseBlock(id=block.id, name=block.name, input=dict(block.input or {}))
+    return None  # thinking, server tool blocks…: not used by agentd yet
+
+
+def _parse_response(msg: Any) -> LLMResponse:
+    usage = msg.usage
+    return LLMResponse(
+        model=msg.model,
+        content=[b for b in (_parse_block(x) for x in msg.content) if b is not None],
+        stop_reason=msg.stop_reason,
+        usage=Usage(
+            input_tokens=usage.input_tokens or 0,
+            output_tokens=usage.output_tokens or 0,
+            cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
+            cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+        ),
+    )
+
+
+def _describe(exc: BaseException) -> str:
+    # Never echo request bodies or headers: the message and status are enough for the owner.
+    status = getattr(exc, "status_code", None)
+    kind = type(exc).__name__
+    return f"{kind} (HTTP {status})" if status else kind
+
+
+class AnthropicLLM:
+    """Claude through AsyncAnthropic, with SDK retries off and our own capped tenacity policy."""
+
+    def __init__(
+        self,
+        config: LLMConfig,
+        api_key: str,
+        *,
+        sleep: Sleep | None = None,
+    ) -> None:
+        self.model = config.model
+        self._config = config
+        self._sleep = sleep
+        self._base = config.retry_base_delay
+        self._client = anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=config.base_url or None,
+            max_retries=0,
+            timeout=config.timeout,
+        )
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def complete(self, req: LLMRequest) -> LLMResponse:
+        """One model answer, retried on transient errors; LLMError when it cannot be had."""
+        params = build_params(req, self.model, self._config.max_tokens)
+        kwargs: dict[str, Any] = {
+            "stop": stop_after_attempt(self._config.retries + 1),
+            "wait": _Wait(self._base, self._config.retry_max_wait),
+            "retry": retry_if_exception(is_retryable),
+            "reraise": True,
+            "before_sleep": self._log_retry,
+        }
+        if self._sleep is not None:
+            kwargs["sleep"] = self._sleep
+        started = time.perf_counter()
+        try:
+            async for attempt in AsyncRetrying(**kwargs):
+                with attempt:
+                    message = await self._client.messages.create(**params)
+        except anthropic.AnthropicError as exc:
+            raise LLMError(
+                f"the model call failed: {_describe(exc)}",
+                retryable=is_retryable(exc),
+                status=getattr(exc, "status_code", None),
+            ) from None
+        response = _parse_response(message)
+        log.info(
+            "llm call",
+            extra={
+                "purpose": req.purpose,
+                "model": response.model,
+                "stop_reason": response.stop_reason,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                **response.usage.model_dump(),
+            },
+        )
+        return response
+
+    @staticmethod
+    def _log_retry(state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "llm call failed, retrying",
+            extra={
+                "attempt": state.attempt_number,
+                "error": _describe(exc) if exc else None,
+                "wait_s": round(state.next_action.sleep, 2) if state.next_action else None,
+            },
+        )

@@ -1,0 +1,93 @@
+"""Provider-neutral LLM messages, requests and responses (what the rest of agentd sees)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class TextBlock(BaseModel):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ImageBlock(BaseModel):
+    type: Literal["image"] = "image"
+    media_type: str
+    data: str  # base64
+
+
+class ToolUseBlock(BaseModel):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class ToolResultBlock(BaseModel):
+    type: Literal["tool_result"] = "tool_result"
+    tool_use_id: str
+    content: str
+    is_error: bool = False
+
+
+ContentBlock = Annotated[
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+]
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class SystemBlock(BaseModel):
+    text: str
+    cache: bool = False  # a cache breakpoint after this block (R-LLM-4)
+
+
+class ToolSpec(BaseModel):
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+class LLMRequest(BaseModel):
+    purpose: str = "turn"  # turn | summary | vision | extract: for usage accounting
+    system: list[SystemBlock] = Field(default_factory=list)
+    messages: list[Message]
+    tools: list[ToolSpec] = Field(default_factory=list)
+    max_tokens: int | None = None
+    cache_history: bool = True  # breakpoint on the last message before the newest one
+
+
+class Usage(BaseModel):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class LLMResponse(BaseModel):
+    model: str
+    content: list[ContentBlock]
+    stop_reason: str | None = None
+    usage: Usage = Field(default_factory=Usage)
+
+    @property
+    def text(self) -> str:
+        return "".join(b.text for b in self.content if isinstance(b, TextBlock)).strip()
+
+    @property
+    def tool_uses(self) -> list[ToolUseBlock]:
+        return [b for b in self.content if isinstance(b, ToolUseBlock)]
+
+
+class LLMError(Exception):
+    """The model call failed for good; `retryable` says whether trying later could help."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status

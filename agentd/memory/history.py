@@ -1,0 +1,101 @@
+"""Short-term memory (R-MEM-1): every user message and answer, and the last N for the prompt."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class StoredMessage(BaseModel):
+    id: int
+    chat_id: int
+    user_id: int | None
+    role: Literal["user", "assistant"]
+    content: str
+    created_at: float
+    instance_id: str | None = None
+    telegram_message_ids: list[int] = Field(default_factory=list)
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+_COLUMNS = (
+    "id, chat_id, user_id, role, content, created_at, instance_id, telegram_message_ids, meta"
+)
+
+
+def _message(row: Any) -> StoredMessage:
+    return StoredMessage(
+        id=row[0],
+        chat_id=row[1],
+        user_id=row[2],
+        role=row[3],
+        content=row[4],
+        created_at=row[5],
+        instance_id=row[6],
+        telegram_message_ids=json.loads(row[7]),
+        meta=json.loads(row[8]),
+    )
+
+
+def save_message(
+    conn: Any,
+    *,
+    chat_id: int,
+    user_id: int | None,
+    role: Literal["user", "assistant"],
+    content: str,
+    source_key: str,
+    instance_id: str | None = None,
+    telegram_message_ids: list[int] | None = None,
+    meta: dict[str, Any] | None = None,
+    created_at: float | None = None,
+) -> int:
+    """Store a message once per source_key (a re-run step stores nothing new); return its id."""
+    conn.execute(
+        "INSERT OR IGNORE INTO messages (chat_id, user_id, role, content, created_at, "
+        "instance_id, telegram_message_ids, source_key, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            chat_id,
+            user_id,
+            role,
+            content,
+            created_at or time.time(),
+            instance_id,
+            json.dumps(telegram_message_ids or []),
+            source_key,
+            json.dumps(meta or {}, ensure_ascii=False),
+        ),
+    )
+    return int(
+        conn.execute("SELECT id FROM messages WHERE source_key = ?", (source_key,)).fetchone()[0]
+    )
+
+
+def recent(
+    conn: Any, chat_id: int, limit: int, *, before_id: int | None = None
+) -> list[StoredMessage]:
+    """The chat's last `limit` messages before `before_id`, oldest first."""
+    if limit <= 0:
+        return []
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
+        (chat_id, before_id if before_id is not None else 2**62, limit),
+    ).fetchall()
+    return [_message(r) for r in reversed(rows)]
+
+
+def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[StoredMessage]:
+    """For `agentd history`: the last `limit` messages (of one chat, or all), oldest first."""
+    if chat_id is None:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM messages ORDER BY id DESC LIMIT ?", (limit,)
+        ).fetchall()
+    else:
+        rows = conn.execute(
+            f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? ORDER BY id DESC LIMIT ?",
+            (chat_id, limit),
+        ).fetchall()
+    return [_message(r) for r in reversed(rows)]

@@ -1,0 +1,41 @@
+"""What a workflow may say to the user, independent of the chat platform (no aiogram here)."""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from pydantic import BaseModel, Field
+
+
+class Button(BaseModel):
+    text: str
+    data: str = Field(max_length=64)  # Telegram's callback_data limit, in bytes for ASCII
+
+
+class Outbox(Protocol):
+    async def send_text(
+        self,
+        chat_id: int,
+        markdown: str,
+        *,
+        reply_to: int | None = None,
+        buttons: list[list[Button]] | None = None,
+    ) -> int: ...
+
+    async def edit_text(
+        self,
+        chat_id: int,
+        message_id: int,
+        markdown: str,
+        *,
+        buttons: list[list[Button]] | None = None,
+    ) -> None: ...
+
+    async def answer_callback(
+        self, callback_id: str, text: str, *, alert: bool = False
+    ) -> None: ...
+
+    async def chat_action(self, chat_id: int) -> None: ...
+
+    def typing(self, chat_id: int) -> AbstractAsyncContextManager[None]: ...

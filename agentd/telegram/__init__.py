@@ -1,0 +1,1 @@
+"""Telegram: update intake, classification and output. Only this package imports aiogram."""

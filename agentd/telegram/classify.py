@@ -1,0 +1,174 @@
+"""Decide what an incoming update is and whether it is served (R-IN-3…5). Works on plain dicts."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agentd.agent.inputs import MAX_TEXT_CHARS, CallbackPress, ReplyContext, TurnInput
+
+UNSUPPORTED_KINDS = (
+    "sticker",
+    "voice",
+    "video_note",
+    "video",
+    "audio",
+    "document",
+    "animation",
+    "location",
+    "venue",
+    "contact",
+    "poll",
+    "dice",
+    "game",
+    "story",
+    "paid_media",
+    "invoice",
+)
+
+
+class Decision(BaseModel):
+    action: Literal["turn", "callback", "reject", "ignore"]
+    update_kind: str
+    chat_id: int | None = None
+    user_id: int | None = None
+    reason: str = ""
+    turn: TurnInput | None = None
+    callback: CallbackPress | None = None
+
+
+class Identity(BaseModel):
+    """Who the bot is, from getMe, and who it serves."""
+
+    bot_id: int = 0
+    bot_username: str = ""
+    allowed_user_ids: frozenset[int] = frozenset()
+    allow_groups: bool = False
+
+
+def _message_kind(message: dict[str, Any]) -> tuple[str, str | None]:
+    if message.get("text") is not None:
+        return "text", None
+    if message.get("photo"):
+        return "photo", None
+    for kind in UNSUPPORTED_KINDS:
+        if message.get(kind) is not None:
+            return "unsupported", kind
+    return "unsupported", "message"
+
+
+def _largest_photo(message: dict[str, Any]) -> str | None:
+    photos = message.get("photo") or []
+    if not photos:
+        return None
+    return max(photos, key=lambda p: p.get("width", 0) * p.get("height", 0))["file_id"]
+
+
+def _addressed_in_group(message: dict[str, Any], me: Identity) -> tuple[bool, str]:
+    text = message.get("text") or message.get("caption") or ""
+    mention = f"@{me.bot_username}".lower() if me.bot_username else None
+    replied = (message.get("reply_to_message") or {}).get("from", {}).get("id") == me.bot_id
+    if mention and mention in text.lower():
+        start = text.lower().index(mention)
+        return True, (text[:start] + text[start + len(mention) :]).strip()
+    return replied, text
+
+
+def _reply_context(message: dict[str, Any], me: Identity) -> ReplyContext | None:
+    replied = message.get("reply_to_message")
+    if not replied:
+        return None
+    return ReplyContext(
+        message_id=replied.get("message_id", 0),
+        text=(replied.get("text") or replied.get("caption") or "")[:MAX_TEXT_CHARS],
+        from_bot=replied.get("from", {}).get("id") == me.bot_id,
+        photo_file_id=_largest_photo(replied),
+    )
+
+
+def classify(update: dict[str, Any], me: Identity) -> Decision:
+    """Map a raw Bot API update to what agentd does with it."""
+    update_id = int(update.get("update_id", 0))
+    if "callback_query" in update:
+        query = update["callback_query"]
+        user_id = (query.get("from") or {}).get("id")
+        message = query.get("message") or {}
+        chat_id = (message.get("chat") or {}).get("id")
+        if user_id not in me.allowed_user_ids:
+            return Decision(
+                action="reject",
+                update_kind="callback_query",
+                user_id=user_id,
+                chat_id=chat_id,
+                reason="user not in allowlist",
+            )
+        return Decision(
+            action="callback",
+            update_kind="callback_query",
+            user_id=user_id,
+            chat_id=chat_id,
+            callback=CallbackPress(
+                update_id=update_id,
+                callback_id=str(query.get("id", "")),
+                user_id=user_id,
+                chat_id=chat_id,
+                message_id=message.get("message_id"),
+                data=str(query.get("data") or "")[:256],
+            ),
+        )
+    edited = "edited_message" in update
+    message = update.get("message") or update.get("edited_message")
+    if not isinstance(message, dict):
+        kind = next((k for k in update if k != "update_id"), "unknown")
+        return Decision(action="ignore", update_kind=kind, reason="update kind not served")
+    update_kind = "edited_message" if edited else "message"
+    user_id = (message.get("from") or {}).get("id")
+    chat = message.get("chat") or {}
+    chat_id = chat.get("id")
+    if user_id is None or chat_id is None:
+        return Decision(action="ignore", update_kind=update_kind, reason="no sender")
+    if user_id not in me.allowed_user_ids:
+        return Decision(
+            action="reject",
+            update_kind=update_kind,
+            user_id=user_id,
+            chat_id=chat_id,
+            reason="user not in allowlist",
+        )
+    text = message.get("text") or message.get("caption") or ""
+    if chat.get("type", "private") != "private":
+        if not me.allow_groups:
+            return Decision(
+                action="ignore",
+                update_kind=update_kind,
+                user_id=user_id,
+                chat_id=chat_id,
+                reason="group chats are disabled",
+            )
+        addressed, text = _addressed_in_group(message, me)
+        if not addressed:
+            return Decision(
+                action="ignore",
+                update_kind=update_kind,
+                user_id=user_id,
+                chat_id=chat_id,
+                reason="not addressed to the bot",
+            )
+    kind, unsupported = _message_kind(message)
+    turn = TurnInput(
+        update_id=update_id,
+        chat_id=chat_id,
+        user_id=user_id,
+        message_id=int(message.get("message_id", 0)),
+        date=float(message.get("edit_date") or message.get("date") or 0),
+        kind=kind,  # type: ignore[arg-type]
+        text=text[:MAX_TEXT_CHARS],
+        edited=edited,
+        unsupported_kind=unsupported,
+        photo_file_id=_largest_photo(message),
+        reply_to=_reply_context(message, me),
+    )
+    return Decision(
+        action="turn", update_kind=update_kind, user_id=user_id, chat_id=chat_id, turn=turn
+    )

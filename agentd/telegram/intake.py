@@ -1,0 +1,117 @@
+"""Persist-then-acknowledge (R-IN-2): each update is committed with the work it starts."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentd import audit
+from agentd.agent.inputs import CallbackPress
+from agentd.durable import Engine
+from agentd.telegram.classify import Decision, Identity, classify
+
+OFFSET_KEY = "telegram_offset"
+TURN_WORKFLOW = "turn"
+
+# Runs inside the intake transaction; returns the text for answerCallbackQuery.
+CallbackHandler = Callable[[Any, CallbackPress], str]
+
+
+def no_callbacks(conn: Any, press: CallbackPress) -> str:
+    return "Nothing is waiting for this button any more."
+
+
+class IntakeResult(BaseModel):
+    keys: set[str] = Field(default_factory=set)
+    callback_answers: list[tuple[str, str]] = Field(default_factory=list)
+    accepted: int = 0
+    duplicates: int = 0
+
+
+def turn_instance_id(update_id: int) -> str:
+    return f"tg-update-{update_id}"
+
+
+def chat_key(chat_id: int) -> str:
+    return f"chat-{chat_id}"
+
+
+def load_offset(conn: Any) -> int | None:
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (OFFSET_KEY,)).fetchone()
+    return int(row[0]) if row else None
+
+
+def _apply(
+    conn: Any,
+    decision: Decision,
+    update_id: int,
+    engine: Engine,
+    on_callback: CallbackHandler,
+    result: IntakeResult,
+) -> tuple[str, str | None]:
+    if decision.action == "turn" and decision.turn is not None:
+        instance_id = turn_instance_id(update_id)
+        key = chat_key(decision.turn.chat_id)
+        engine.prepare_start(conn, TURN_WORKFLOW, decision.turn, instance_id=instance_id, key=key)
+        result.keys.add(key)
+        result.accepted += 1
+        return "turn", instance_id
+    if decision.action == "callback" and decision.callback is not None:
+        answer = on_callback(conn, decision.callback)
+        result.callback_answers.append((decision.callback.callback_id, answer))
+        return "callback", None
+    if decision.action == "reject":
+        # R-IN-3: counted without content: who, when, what kind.
+        audit.record(
+            conn,
+            "access_denied",
+            chat_id=decision.chat_id,
+            user_id=decision.user_id,
+            detail={"update_kind": decision.update_kind, "update_id": update_id},
+        )
+    return decision.action, None
+
+
+def persist_updates(
+    conn: Any,
+    updates: list[dict[str, Any]],
+    me: Identity,
+    engine: Engine,
+    on_callback: CallbackHandler = no_callbacks,
+) -> IntakeResult:
+    """Record each new update and start what it asks for, then move the stored offset on."""
+    result = IntakeResult()
+    now = time.time()
+    highest = None
+    for update in updates:
+        update_id = int(update["update_id"])
+        highest = update_id if highest is None else max(highest, update_id)
+        seen = conn.execute("SELECT 1 FROM updates WHERE update_id = ?", (update_id,)).fetchone()
+        if seen:
+            result.duplicates += 1
+            continue
+        decision = classify(update, me)
+        outcome, instance_id = _apply(conn, decision, update_id, engine, on_callback, result)
+        conn.execute(
+            "INSERT INTO updates (update_id, received_at, kind, chat_id, user_id, outcome, "
+            "instance_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (
+                update_id,
+                now,
+                decision.update_kind,
+                decision.chat_id,
+                decision.user_id,
+                outcome,
+                instance_id,
+            ),
+        )
+    if highest is not None:
+        conn.execute(
+            "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET "
+            "value = MAX(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER))",
+            (OFFSET_KEY, str(highest + 1)),
+        )
+    return result
