@@ -1,0 +1,39 @@
+"""Tools the model can call: typed async functions under a risk policy (SPEC §5).
+
+Declare one with `@tool`, build the registry with `ToolRegistry.build(config.tools, ...)`,
+run a call with `execute(tool, ctx, raw_args)`.
+"""
+
+from agentd.tools.base import (
+    InvalidArguments,
+    Tool,
+    ToolContext,
+    ToolDeclarationError,
+    ToolError,
+    ToolProblem,
+    ToolResult,
+    mark_untrusted,
+    tool,
+)
+from agentd.tools.execute import ToolOutcome, args_digest, execute, render_args
+from agentd.tools.mcp import McpServers
+from agentd.tools.registry import DuplicateToolError, ToolRegistry
+
+__all__ = [
+    "DuplicateToolError",
+    "InvalidArguments",
+    "McpServers",
+    "Tool",
+    "ToolContext",
+    "ToolDeclarationError",
+    "ToolError",
+    "ToolOutcome",
+    "ToolProblem",
+    "ToolRegistry",
+    "ToolResult",
+    "args_digest",
+    "execute",
+    "mark_untrusted",
+    "render_args",
+    "tool",
+]

@@ -1,0 +1,40 @@
+"""Built-in tools that need nothing but the call context (and the fetch policy)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pydantic import Field
+
+from agentd.config import ToolsConfig
+from agentd.tools.base import Tool, ToolContext, ToolError, tool
+from agentd.tools.fetch import fetch_policy, fetch_url_tool
+
+
+@tool(risk="low", timeout=5)
+async def current_time(
+    ctx: ToolContext,
+    timezone: Annotated[
+        str | None,
+        Field(description="IANA time zone, e.g. 'Asia/Tokyo'; defaults to the owner's"),
+    ] = None,
+) -> str:
+    """Current date and time in ISO 8601, in the owner's time zone unless another is asked."""
+    name = timezone or ctx.timezone
+    try:
+        zone = ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        message = f"Unknown time zone {name!r}; use an IANA name like 'Europe/Berlin'."
+        raise ToolError(message) from None
+    now = datetime.fromtimestamp(ctx.now(), tz=zone)
+    return f"{now.isoformat(timespec='seconds')} ({name}, {now:%A})"
+
+
+def builtin_tools(config: ToolsConfig) -> list[Tool]:
+    """The built-in tools of this module, configured from `[tools]`."""
+    return [
+        current_time,
+        fetch_url_tool(fetch_policy(config.fetch), max_chars=config.fetch.max_chars),
+    ]

@@ -1,0 +1,64 @@
+"""The fetch_url tool: a web page as readable text, marked as untrusted data (R-SP-2)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from agentd.config import FetchConfig
+from agentd.net.safe_fetch import FetchedPage, FetchError, FetchPolicy, fetch
+from agentd.tools.base import Tool, ToolContext, ToolError, mark_untrusted, tool
+
+
+def fetch_policy(config: FetchConfig) -> FetchPolicy:
+    """The SSRF policy and limits from `[tools.fetch]`."""
+    return FetchPolicy(
+        allow_private=config.allow_private,
+        allowed_hosts=tuple(config.allowed_hosts),
+        max_bytes=config.max_bytes,
+        timeout=config.timeout,
+        max_redirects=config.max_redirects,
+    )
+
+
+def _render(page: FetchedPage, max_chars: int, max_bytes: int) -> str:
+    lines = [f"URL: {page.url}", f"Status: {page.status} {page.reason}".rstrip()]
+    if page.redirects:
+        lines.append(f"Redirected {len(page.redirects)} time(s)")
+    lines.append(f"Content-Type: {page.content_type}")
+    if page.title:
+        lines.append(f"Title: {page.title}")
+    text = page.text
+    notes = []
+    if page.truncated:
+        notes.append(f"the page is larger than {max_bytes} bytes; only the start was read")
+    if len(text) > max_chars:
+        text = text[:max_chars]
+        notes.append(f"the text was cut at {max_chars} characters")
+    body = "\n".join(lines) + "\n\n" + (text or "(no text)")
+    if notes:
+        body += "\n\n[Truncated: " + "; ".join(notes) + ".]"
+    return body
+
+
+def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
+    """The fetch_url tool bound to an SSRF policy (config in production, fakes in tests)."""
+
+    @tool(name="fetch_url", risk="low", timeout=policy.timeout + 5)
+    async def fetch_url(
+        ctx: ToolContext,
+        url: Annotated[str, Field(description="The http or https URL to read", max_length=4096)],
+    ) -> str:
+        """Fetch a web page or text/JSON document by URL and return its readable text.
+
+        HTML is converted to plain text; binary files are not read. Private and local
+        network addresses are refused.
+        """
+        try:
+            page = await fetch(url, policy)
+        except FetchError as exc:
+            raise ToolError(f"Could not fetch {url}: {exc}") from None
+        return mark_untrusted(_render(page, max_chars, policy.max_bytes), page.url)
+
+    return fetch_url

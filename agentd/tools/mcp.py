@@ -1,0 +1,311 @@
+"""Tools from MCP servers named in `[[tools.mcp]]`, through the official `mcp` SDK.
+
+`async with McpServers(config.tools.mcp) as mcp:` connects every server (stdio or streamable
+HTTP) at once; `mcp.tools` are ready to register and `mcp.problems` names the servers that
+could not be reached. Each server lives in its own task, so one that crashes later cannot
+take the daemon's task down with it: its tools then answer with an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from agentd.config import McpServerConfig
+from agentd.tools.base import (
+    ArgsParser,
+    InvalidArguments,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolProblem,
+    ToolResult,
+    mark_untrusted,
+)
+
+if TYPE_CHECKING:
+    from mcp import Client
+    from mcp.types import CallToolResult
+    from mcp.types import Tool as McpTool
+
+log = logging.getLogger(__name__)
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_-]")
+_MAX_PAGES = 100
+_MAX_DESCRIPTION = 2000
+# Time a server gets to shut down cleanly before its task is cancelled.
+_STOP_GRACE = 10.0
+
+
+def tool_name(server: str, name: str) -> str:
+    """`server__tool`, cut to Anthropic's 64-character rule with unusable characters replaced."""
+    return _UNSAFE.sub("_", f"{server}__{name}")[:64]
+
+
+def _leaf(exc: BaseException) -> BaseException:
+    # anyio wraps transport failures in (nested) exception groups; the first leaf says why.
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _describe(exc: BaseException) -> str:
+    leaf = _leaf(exc)
+    if isinstance(leaf, OSError) and leaf.strerror:
+        return f"{leaf.strerror}" + (f": {leaf.filename}" if leaf.filename else "")
+    text = (str(leaf).strip().splitlines() or [""])[0][:300]
+    message = getattr(leaf, "message", None)
+    if isinstance(message, str) and message:
+        text = message[:300]
+    return f"{type(leaf).__name__}: {text}" if text else type(leaf).__name__
+
+
+def _schema_parser(schema: Mapping[str, Any]) -> ArgsParser:
+    """Check arguments against the server's JSON schema before the call, when it is usable."""
+    try:
+        import jsonschema
+
+        validator_cls = jsonschema.validators.validator_for(schema)
+        validator_cls.check_schema(schema)
+        validator = validator_cls(schema)
+    except Exception:
+        validator = None  # a schema we cannot read: the server still validates
+
+    def parse(raw: dict[str, Any]) -> dict[str, Any]:
+        if validator is not None:
+            errors = sorted(validator.iter_errors(raw), key=lambda e: list(e.absolute_path))
+            if errors:
+                lines = [
+                    f"- {'.'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}"
+                    for e in errors[:10]
+                ]
+                raise InvalidArguments("\n".join(lines))
+        return raw
+
+    return parse
+
+
+def _result_text(result: CallToolResult) -> str:
+    parts: list[str] = []
+    for block in result.content:
+        if block.type == "text":
+            parts.append(block.text)
+        elif block.type in ("image", "audio"):
+            parts.append(f"[{block.type} ({block.mime_type}) not shown]")
+        elif block.type == "resource":
+            text = getattr(block.resource, "text", None)
+            parts.append(text if text is not None else f"[binary resource {block.resource.uri}]")
+        elif block.type == "resource_link":
+            parts.append(f"[resource {block.uri}]")
+    if not parts and result.structured_content is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
+    return "\n".join(parts) or "(no content)"
+
+
+class _Server:
+    """One connected server, owned by its own task from connect to close."""
+
+    def __init__(self, config: McpServerConfig, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self._environ = environ
+        self._client: Client | None = None
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.warnings: list[str] = []
+
+    async def _enter_client(self, stack: AsyncExitStack) -> Client:
+        from mcp import Client, StdioServerParameters
+        from mcp.types import Implementation
+
+        cfg = self.config
+        info = Implementation(name="agentd", version="0.1")
+        if cfg.command is not None:
+            env = dict(cfg.env)
+            for name in cfg.pass_env:
+                if name in self._environ:
+                    env[name] = self._environ[name]
+                else:
+                    self.warnings.append(f"pass_env names {name}, which is not set")
+            params = StdioServerParameters(
+                command=cfg.command, args=cfg.args, env=env or None, cwd=cfg.cwd
+            )
+            return await stack.enter_async_context(Client(params, client_info=info))
+
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        assert cfg.url is not None
+        headers = dict(cfg.headers)
+        if cfg.bearer_token_env:
+            token = self._environ.get(cfg.bearer_token_env)
+            if not token:
+                raise RuntimeError(f"bearer_token_env names {cfg.bearer_token_env}, which is unset")
+            headers["Authorization"] = f"Bearer {token}"
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0))
+        )
+        transport = streamable_http_client(cfg.url, http_client=http)
+        return await stack.enter_async_context(Client(transport, client_info=info))
+
+    async def _serve(self, ready: asyncio.Future[list[McpTool]]) -> None:
+        try:
+            async with AsyncExitStack() as stack:
+                client = await self._enter_client(stack)
+                listed: list[McpTool] = []
+                cursor: str | None = None
+                for _ in range(_MAX_PAGES):
+                    page = await client.list_tools(cursor=cursor)
+                    listed.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+                self._client = client
+                ready.set_result(listed)
+                await self._stop.wait()
+        except Exception as exc:
+            if not ready.done():
+                ready.set_exception(exc)
+            else:
+                log.warning(
+                    "MCP server disconnected: %s",
+                    _describe(exc),
+                    extra={"mcp_server": self.config.name},
+                )
+        finally:
+            self._client = None
+            if not ready.done():
+                ready.set_exception(RuntimeError("stopped before it connected"))
+
+    async def start(self) -> list[McpTool]:
+        """Connect and list the server's tools; raises with the reason when it cannot."""
+        ready: asyncio.Future[list[McpTool]] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._serve(ready), name=f"mcp:{self.config.name}")
+        try:
+            return await asyncio.wait_for(asyncio.shield(ready), self.config.connect_timeout)
+        except BaseException:
+            await self.stop(graceful=False)
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the caller reports it, asyncio need not
+            raise
+
+    async def stop(self, *, graceful: bool = True) -> None:
+        """Close the session and the server; a server that never connected is cancelled."""
+        self._stop.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        done, _ = await asyncio.wait({task}, timeout=_STOP_GRACE if graceful else 0)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=_STOP_GRACE)
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> ToolResult:
+        client = self._client
+        if client is None:
+            raise ToolError(f"MCP server {self.config.name!r} is not connected.")
+        from mcp import MCPError
+
+        try:
+            result = await client.call_tool(name, arguments)
+        except MCPError as exc:
+            raise ToolError(f"MCP server {self.config.name!r}: {exc.message}") from None
+        source = f"mcp:{self.config.name}/{name}"
+        return ToolResult(
+            content=mark_untrusted(_result_text(result), source), is_error=result.is_error
+        )
+
+    def as_tool(self, listed: McpTool) -> Tool:
+        """A registry tool whose implementation is `call_tool` on this server."""
+        cfg = self.config
+        mcp_name = listed.name
+        description = (listed.description or listed.title or f"The {mcp_name} tool").strip()
+
+        async def call(ctx: ToolContext, args: dict[str, Any]) -> ToolResult:
+            return await self.call(mcp_name, args)
+
+        schema = dict(listed.input_schema)
+        return Tool(
+            name=tool_name(cfg.name, mcp_name),
+            # The description is the server's words: say whose, so the model can weigh them.
+            description=f"[from MCP server {cfg.name}] {description}"[:_MAX_DESCRIPTION],
+            input_schema=schema,
+            fn=call,
+            parse_args=_schema_parser(schema),
+            risk=cfg.risk,
+            timeout=cfg.timeout,
+            source=f"mcp:{cfg.name}",
+        )
+
+
+class McpServers:
+    """Connects the configured MCP servers on entry and closes them on exit.
+
+    Unreachable or broken servers become `problems` (and log lines); entering never raises.
+    """
+
+    def __init__(
+        self, servers: Sequence[McpServerConfig], *, environ: Mapping[str, str] | None = None
+    ) -> None:
+        self._configs = list(servers)
+        self._environ = dict(os.environ) if environ is None else dict(environ)
+        self._servers: list[_Server] = []
+        self.tools: list[Tool] = []
+        self.problems: list[ToolProblem] = []
+
+    async def __aenter__(self) -> McpServers:
+        if not self._configs:
+            return self
+        try:
+            import mcp  # noqa: F401
+        except ImportError:
+            for cfg in self._configs:
+                self._problem(cfg, "the mcp package is not installed: pip install 'agentd[mcp]'")
+            return self
+        servers = [_Server(cfg, self._environ) for cfg in self._configs]
+        results = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
+        for server, result in zip(servers, results, strict=True):
+            for warning in server.warnings:
+                self._problem(server.config, warning)
+            if isinstance(result, BaseException):
+                if isinstance(result, TimeoutError):
+                    reason = f"no answer within {server.config.connect_timeout:g} s"
+                else:
+                    reason = _describe(result)
+                self._problem(server.config, f"could not connect: {reason}")
+                continue
+            self._servers.append(server)
+            self._add_tools(server, result)
+        return self
+
+    def _add_tools(self, server: _Server, listed: list[McpTool]) -> None:
+        seen: set[str] = set()
+        for item in listed:
+            try:
+                tool = server.as_tool(item)
+            except ValueError as exc:
+                self._problem(server.config, f"tool {item.name!r} skipped: {exc}")
+                continue
+            if tool.name in seen:
+                self._problem(server.config, f"tool {item.name!r} skipped: {tool.name} is taken")
+                continue
+            seen.add(tool.name)
+            self.tools.append(tool)
+        log.info(
+            "MCP server connected",
+            extra={"mcp_server": server.config.name, "tools": len(seen)},
+        )
+
+    def _problem(self, cfg: McpServerConfig, message: str) -> None:
+        problem = ToolProblem(f"mcp:{cfg.name}", message)
+        log.warning("MCP problem: %s", problem)
+        self.problems.append(problem)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await asyncio.gather(*(s.stop() for s in self._servers), return_exceptions=True)
+        self._servers.clear()

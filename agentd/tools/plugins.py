@@ -1,0 +1,60 @@
+"""Plugins: Python modules named in `[tools] plugins`, whose top-level `@tool`s are registered.
+
+A plugin is an importable module (on PYTHONPATH or installed)::
+
+    from typing import Annotated
+    from pydantic import Field
+    from agentd.tools import ToolContext, tool
+
+    @tool(risk="medium")
+    async def add_note(ctx: ToolContext, text: Annotated[str, Field(description="Note")]) -> str:
+        \"\"\"Append a note to the owner's notes file.\"\"\"
+        ...
+
+Every `Tool` object at the module's top level is registered. A module that cannot be imported
+or declares a bad tool is reported as a problem; the others load as usual.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from types import ModuleType
+
+from agentd.tools.base import Tool, ToolDeclarationError, ToolProblem
+
+log = logging.getLogger(__name__)
+
+
+def _import_error(name: str, exc: BaseException) -> str:
+    if isinstance(exc, ModuleNotFoundError) and exc.name and name.startswith(exc.name):
+        return f"module {name!r} not found (is it installed or on PYTHONPATH?)"
+    if isinstance(exc, ToolDeclarationError):
+        return f"bad tool declaration: {exc}"
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return f"import failed: {type(exc).__name__}: {first}"
+
+
+def load_plugins(
+    modules: Iterable[str],
+    *,
+    import_module: Callable[[str], ModuleType] = importlib.import_module,
+) -> tuple[list[Tool], list[ToolProblem]]:
+    """Import each plugin module and collect its tools; failures become problems, never raise."""
+    tools: list[Tool] = []
+    problems: list[ToolProblem] = []
+    for name in modules:
+        source = f"plugin:{name}"
+        try:
+            module = import_module(name)
+        except (Exception, SystemExit) as exc:
+            log.warning("plugin failed to load", exc_info=True, extra={"plugin": name})
+            problems.append(ToolProblem(source, _import_error(name, exc)))
+            continue
+        found = [obj for obj in vars(module).values() if isinstance(obj, Tool)]
+        if not found:
+            problems.append(ToolProblem(source, "the module defines no tools"))
+        tools.extend(replace(obj, source=source) for obj in found)
+    return tools, problems

@@ -1,0 +1,1 @@
+"""Tiny MCP servers the tests start as subprocesses."""

@@ -1,0 +1,43 @@
+"""A tiny MCP server for the tests: `python echo_server.py` (stdio) or `… http PORT`."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+server = MCPServer("echo", log_level="WARNING")
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def echo(text: str) -> str:
+    """Return the text unchanged."""
+    return text
+
+
+@server.tool()
+def fail(message: str) -> str:
+    """Always fail with the given message."""
+    raise ToolError(message)
+
+
+@server.tool()
+async def sleep(seconds: float) -> str:
+    """Sleep, then say so."""
+    await asyncio.sleep(seconds)
+    return f"slept {seconds}"
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["http"]:
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+    else:
+        server.run("stdio")

@@ -1,0 +1,1 @@
+"""Plugin modules loaded by the tool tests through `[tools] plugins`."""
