@@ -30,7 +30,7 @@ async def test_stdio_tools_are_listed_and_called() -> None:
     async with McpServers([stdio(timeout=1.0)]) as mcp:
         assert mcp.problems == []
         tools = {t.name: t for t in mcp.tools}
-        assert set(tools) == {"echo__add", "echo__echo", "echo__fail", "echo__sleep"}
+        assert set(tools) == {"echo__add", "echo__echo", "echo__fail", "echo__sleep", "echo__crash"}
         add = tools["echo__add"]
         assert add.risk == "high" and add.source == "mcp:echo" and add.timeout == 1.0
         assert add.description == "[from MCP server echo] Add two integers."
@@ -72,6 +72,15 @@ async def test_stdio_tools_are_listed_and_called() -> None:
     assert closed.error_kind == "tool_error" and "not connected" in closed.content
 
 
+async def test_a_server_that_crashes_mid_session_gives_error_outcomes() -> None:
+    async with McpServers([stdio(timeout=5.0)]) as mcp:
+        tools = {t.name: t for t in mcp.tools}
+        crashed = await execute(tools["echo__crash"], CTX, {})
+        assert crashed.error_kind == "tool_error"
+        after = await execute(tools["echo__add"], CTX, {"a": 1, "b": 2})
+        assert after.error_kind == "tool_error" and "echo" in after.content
+
+
 async def test_broken_servers_are_reported_and_the_others_still_connect() -> None:
     servers = [
         McpServerConfig(name="missing", command="/nonexistent/mcp-server"),
@@ -92,7 +101,7 @@ async def test_broken_servers_are_reported_and_the_others_still_connect() -> Non
         assert "No such file or directory" in problems["mcp:missing"]
         assert problems["mcp:quits"].startswith("could not connect")
         assert "no answer within 0.5 s" in problems["mcp:silent"]
-        assert {t.risk for t in mcp.tools} == {"medium"} and len(mcp.tools) == 4
+        assert {t.risk for t in mcp.tools} == {"medium"} and len(mcp.tools) == 5
 
 
 async def test_pass_env_and_missing_mcp_package(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -101,7 +110,7 @@ async def test_pass_env_and_missing_mcp_package(monkeypatch: pytest.MonkeyPatch)
         assert [p.message for p in mcp.problems] == [
             "pass_env names NOT_SET_ANYWHERE, which is not set"
         ]
-        assert len(mcp.tools) == 4
+        assert len(mcp.tools) == 5
 
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if the extra were not installed
     async with McpServers([config]) as mcp:

@@ -68,6 +68,17 @@ def test_schema_from_plain_typed_parameters_and_docstring() -> None:
     assert schema["additionalProperties"] is False
 
 
+async def test_bare_decorator_and_no_arguments() -> None:
+    @tool
+    async def ping() -> str:
+        """Answer pong."""
+        return "pong"
+
+    assert ping.name == "ping" and ping.risk == "low" and ping.timeout == 30.0
+    assert ping.llm_spec()["input_schema"]["properties"] == {}
+    assert (await execute(ping, CTX, {})).content == "pong"
+
+
 def test_llm_spec_is_a_copy() -> None:
     spec = search.llm_spec()
     spec["input_schema"]["properties"].clear()

@@ -97,7 +97,7 @@ async def execute(
     def outcome(ok: bool, content: str, kind: ErrorKind | None = None) -> ToolOutcome:
         return ToolOutcome(
             ok=ok,
-            content=ctx.redact(_clip(content, max_chars)),
+            content=_clip(ctx.redact(content), max_chars),
             error_kind=kind,
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
@@ -112,6 +112,10 @@ async def execute(
             f"Invalid arguments for {tool.name}:\n{exc}\nFix them and try again.",
             "invalid_arguments",
         )
+    except Exception as exc:
+        # A validator that breaks (an odd MCP schema) must not take the turn down.
+        log.warning("argument validation failed", exc_info=True, extra={"tool": tool.name})
+        return outcome(False, f"Arguments could not be checked: {_short(exc)}", "exception")
     try:
         result, finished = await _run(tool, ctx, args)
     except ToolError as exc:
