@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from types import ModuleType
@@ -76,7 +77,7 @@ class ToolRegistry:
         *,
         builtins: Iterable[Tool] | None = None,
         extra: Iterable[Tool] = (),
-        import_module: Callable[[str], ModuleType] | None = None,
+        import_module: Callable[[str], ModuleType] = importlib.import_module,
     ) -> tuple[ToolRegistry, list[ToolProblem]]:
         """Built-ins, `extra` (e.g. MCP tools) and plugins, with config's risks and disabled list.
 
@@ -84,11 +85,7 @@ class ToolRegistry:
         """
         tools = list(builtin_tools(config) if builtins is None else builtins)
         tools.extend(extra)
-        plugin_tools, problems = (
-            load_plugins(config.plugins)
-            if import_module is None
-            else load_plugins(config.plugins, import_module=import_module)
-        )
+        plugin_tools, problems = load_plugins(config.plugins, import_module=import_module)
         tools.extend(plugin_tools)
 
         registry = cls()
