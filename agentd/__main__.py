@@ -1,0 +1,5 @@
+"""`python -m agentd`."""
+
+from agentd.cli.app import main
+
+main()

@@ -1,0 +1,29 @@
+"""The `agentd` command (R-CLI-1). Subcommands import heavy stacks only when they run."""
+
+from __future__ import annotations
+
+import typer
+
+from agentd import __version__
+from agentd.cli import history, run, workflows
+
+app = typer.Typer(
+    name="agentd",
+    help="A personal AI agent on your own server, talked to over Telegram.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("run")(run.run)
+app.command("history")(history.history)
+app.add_typer(workflows.app, name="workflows")
+
+
+@app.command("version")
+def version() -> None:
+    """Print the agentd version."""
+    typer.echo(f"agentd {__version__}")
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,85 @@
+"""Helpers every command shares: config loading, database access, output. Nothing heavy."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+from agentd.config import Config, ConfigError, load_config
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c", help="Config file (default: $AGENTD_CONFIG, ./agentd.toml, XDG, /etc)."
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+EXIT_ALREADY_RUNNING = 3
+
+err = Console(stderr=True)
+out = Console()
+
+
+def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def config_or_exit(path: Path | None) -> Config:
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        fail(f"invalid configuration: {exc}", EXIT_CONFIG)
+
+
+@contextmanager
+def database(config: Config, *, write: bool = False) -> Iterator[Any]:
+    """A short-lived connection for one command; the daemon may be running meanwhile (WAL)."""
+    from agentd.db import DatabaseError, open_sync
+    from agentd.db.migrations import apply_migrations
+
+    path = config.db_path
+    if not path.exists():
+        fail(f"database {path} does not exist yet; start the daemon with `agentd run` first")
+    try:
+        conn = open_sync(path)
+        if write:
+            apply_migrations(conn)
+    except DatabaseError as exc:
+        fail(str(exc))
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+@contextmanager
+def transaction(conn: Any) -> Iterator[Any]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")

@@ -1,0 +1,154 @@
+"""`agentd run`: build everything from config, run until SIGTERM, stop without losing work."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from dataclasses import dataclass
+
+from agentd import lease, sdnotify
+from agentd.agent.turn import TurnDeps, make_turn_workflow
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Engine, Limits, SystemClock
+from agentd.llm import create_llm
+from agentd.logs import setup_logging
+from agentd.telegram.bot import make_bot
+from agentd.telegram.classify import Identity
+from agentd.telegram.output import TelegramOutbox
+from agentd.telegram.poller import Poller
+
+log = logging.getLogger("agentd")
+HEARTBEAT_SECONDS = 15.0
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says why and what to do."""
+
+
+@dataclass
+class _Running:
+    tasks: list[asyncio.Task[None]]
+    stop: asyncio.Event
+
+
+async def _get_me(bot, stop: asyncio.Event) -> Identity:  # type: ignore[no-untyped-def]
+    """Ask Telegram who we are, retrying while the network is down (not on a bad token)."""
+    from aiogram.exceptions import TelegramNetworkError, TelegramServerError
+
+    delay = 1.0
+    while True:
+        try:
+            return await bot.get_me()
+        except (TelegramNetworkError, TelegramServerError) as exc:
+            log.warning("Telegram not reachable yet", extra={"error": type(exc).__name__})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=delay)
+            if stop.is_set():
+                raise StartupError("stopped before Telegram answered getMe") from None
+            delay = min(delay * 2, 30.0)
+
+
+async def _every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        if not stop.is_set():
+            try:
+                await fn()
+            except Exception:
+                log.exception("periodic task failed")
+
+
+async def run(config: Config) -> int:
+    """Run the daemon; return the process exit code."""
+    secrets = [
+        v.get_secret_value()
+        for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
+        if v is not None
+    ]
+    setup_logging(config.log.level, config.log.format, secrets)
+    bot = make_bot(config)
+    llm = create_llm(config)
+    db = await Database.open(config.db_path)
+    pid = os.getpid()
+    try:
+        await db.write(lease.acquire, pid)
+    except lease.LeaseHeld:
+        await db.close()
+        raise
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    clock = SystemClock()
+    engine = Engine(
+        db,
+        clock=clock,
+        concurrency=config.engine.concurrency,
+        limits=Limits(
+            max_step_result_bytes=config.engine.max_step_result_bytes,
+            max_steps_per_instance=config.engine.max_steps_per_instance,
+        ),
+        poll_interval=config.engine.event_poll_interval,
+    )
+    outbox = TelegramOutbox(
+        bot, retries=config.telegram.send_retries, max_retry_after=config.telegram.max_retry_after
+    )
+    poller: Poller | None = None
+    tasks: list[asyncio.Task[None]] = []
+    exit_code = 0
+    try:
+        me_user = await _get_me(bot, stop)
+        me = Identity(
+            bot_id=me_user.id,
+            bot_username=me_user.username or "",
+            allowed_user_ids=frozenset(config.telegram.allowed_user_ids),
+            allow_groups=config.telegram.allow_groups,
+        )
+        if not config.telegram.allowed_user_ids:
+            log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+        deps = TurnDeps(config=config, db=db, llm=llm, outbox=outbox, clock=clock)
+        engine.register(make_turn_workflow(deps))
+        await engine.run()
+        poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout)
+        tasks.append(asyncio.create_task(poller.run(), name="poller"))
+        tasks.append(
+            asyncio.create_task(
+                _every(HEARTBEAT_SECONDS, lambda: db.write(lease.heartbeat, pid), stop)
+            )
+        )
+        interval = sdnotify.watchdog_interval()
+        if interval:
+            tasks.append(asyncio.create_task(_every(interval, _watchdog, stop)))
+        sdnotify.notify("READY=1")
+        log.info("agentd running", extra={"bot": me.bot_username, "db": str(config.db_path)})
+        stop_wait = asyncio.create_task(stop.wait())
+        done, _ = await asyncio.wait({stop_wait, tasks[0]}, return_when=asyncio.FIRST_COMPLETED)
+        if tasks[0] in done and tasks[0].exception() is not None:
+            log.error("polling stopped", extra={"error": repr(tasks[0].exception())})
+            exit_code = 1
+        stop_wait.cancel()
+    finally:
+        sdnotify.notify("STOPPING=1")
+        stop.set()
+        if poller:
+            poller.stop()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await engine.shutdown(config.engine.shutdown_grace)
+        with contextlib.suppress(Exception):
+            await db.write(lease.release, pid)
+        await db.close()
+        await bot.session.close()
+        await llm.close()
+        log.info("agentd stopped")
+    return exit_code
+
+
+async def _watchdog() -> None:
+    sdnotify.notify("WATCHDOG=1")

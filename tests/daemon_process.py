@@ -1,0 +1,143 @@
+"""Start `agentd run` as a real subprocess against the fakes; kill it, restart it, read its DB."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentd.db import open_sync
+
+AGENTD = [sys.executable, "-m", "agentd"]
+TOKEN = "123456:TEST-token-abcdef"
+API_KEY = "sk-ant-test-key-0123456789"
+OWNER = 42
+
+
+def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[str, str]:
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))
+    }
+    env.update(
+        TELEGRAM_BOT_TOKEN=TOKEN,
+        ANTHROPIC_API_KEY=API_KEY,
+        AGENTD_TELEGRAM__API_BASE=tg_url,
+        AGENTD_TELEGRAM__ALLOWED_USER_IDS=f"[{OWNER}, 43]",
+        AGENTD_TELEGRAM__POLL_TIMEOUT="1",
+        AGENTD_LLM__BASE_URL=llm_url,
+        AGENTD_LLM__RETRIES="3",
+        AGENTD_LLM__RETRY_BASE_DELAY="0.05",
+        AGENTD_LLM__RETRY_MAX_WAIT="0.5",
+        AGENTD_LLM__TIMEOUT="20",
+        AGENTD_STORAGE__PATH=str(tmp / "agentd.db"),
+        AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.1",
+        AGENTD_ENGINE__SHUTDOWN_GRACE="2",
+        AGENTD_LOG__LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(overrides)
+    return env
+
+
+class Daemon:
+    """One `agentd run` process; its stderr goes to a log file the test can read."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        self.tmp = tmp
+        self.env = env
+        self.db_path = Path(env["AGENTD_STORAGE__PATH"])
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.tmp / f"agentd-{self.starts}.log"
+
+    def start(self, wait_ready: bool = True, timeout: float = 30.0) -> Daemon:
+        self.starts += 1
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [*AGENTD, "run"], env=self.env, cwd=self.tmp, stderr=log, stdout=log
+        )
+        if wait_ready:
+            self.wait_for_log("agentd running", timeout)
+        return self
+
+    def log(self) -> str:
+        return "\n".join(
+            (self.tmp / f"agentd-{n}.log").read_text(errors="replace")
+            for n in range(1, self.starts + 1)
+            if (self.tmp / f"agentd-{n}.log").exists()
+        )
+
+    def wait_for_log(self, needle: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while needle not in self.log_path.read_text(errors="replace"):
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"agentd exited ({self.proc.returncode}):\n{self.log()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {needle!r} in the log after {timeout}s:\n{self.log()}")
+            time.sleep(0.05)
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*AGENTD, *args], env=self.env, cwd=self.tmp, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+
+    def cli_json(self, *args: str) -> Any:
+        result = self.cli(*args, "--json")
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        conn = open_sync(self.db_path)
+        try:
+            return conn.execute(sql, params).fetchall()
+        finally:
+            conn.close()
+
+    def wait_for_instances(self, n: int, timeout: float = 30.0, status: str = "complete") -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            done = self.query(
+                "SELECT COUNT(*) FROM workflow_instances WHERE status = ?", (status,)
+            )[0][0]
+            if done >= n:
+                return
+            if time.monotonic() > deadline:
+                rows = self.query("SELECT id, status, error FROM workflow_instances")
+                raise AssertionError(f"{done}/{n} {status}: {[tuple(r) for r in rows]}")
+            time.sleep(0.05)
+
+
+@contextmanager
+def running_daemon(tmp: Path, env: dict[str, str]) -> Iterator[Daemon]:
+    daemon = Daemon(tmp, env).start()
+    try:
+        yield daemon
+    finally:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(10)

@@ -1,0 +1,321 @@
+"""End to end: `agentd run` as a subprocess against the Telegram and Anthropic fakes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agentd.agent.turn import LLM_ERROR_REPLY
+from tests.daemon_process import API_KEY, OWNER, TOKEN, Daemon, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+
+
+@pytest.fixture
+def tg() -> Iterator[FakeTelegram]:
+    with FakeTelegram.running() as server:
+        yield server
+
+
+@pytest.fixture
+def llm() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic.running() as server:
+        yield server
+
+
+@pytest.fixture
+def env(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]:
+    return daemon_env(tmp_path, tg.base_url, llm.base_url)
+
+
+def texts(tg: FakeTelegram, chat_id: int) -> list[str]:
+    return [m["plain_text"] for m in tg.sent if m["chat_id"] == chat_id]
+
+
+def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict) -> None:
+    llm.enqueue_text("Hello **owner**! Nice to meet you.")
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "hi there")
+        sent = tg.wait_for_sent(1, timeout=20)
+        assert sent[0]["text"] == "Hello <b>owner</b>! Nice to meet you."
+        assert sent[0]["parse_mode"] == "HTML"
+        assert sent[0]["reply_to_message_id"] is not None
+        daemon.wait_for_instances(1)
+        history = daemon.cli_json("history", "--chat", str(OWNER))
+        assert [(m["role"], m["content"]) for m in history] == [
+            ("user", "hi there"),
+            ("assistant", "Hello **owner**! Nice to meet you."),
+        ]
+        assert history[1]["telegram_message_ids"] == [sent[0]["message_id"]]
+        assert history[0]["created_at"].endswith("Z")
+        # The model saw the system prompt with the time and the no-tools line, and our message.
+        body = llm.requests[0]["body"]
+        system = "\n".join(b["text"] for b in body["system"])
+        assert "No tools are currently available." in system
+        assert "Current date and time: 20" in system
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        assert body["messages"][-1]["content"][0]["text"] == "hi there"
+        assert daemon.query("SELECT COUNT(*) FROM llm_usage")[0][0] == 1
+        audit = daemon.query("SELECT kind, detail FROM audit")
+        assert [r[0] for r in audit] == ["turn"]
+        assert "hi there" not in audit[0][1]
+        # A typing indicator was shown while the model thought.
+        assert any(a["chat_id"] == OWNER for a in tg.actions)
+        assert daemon.stop() == 0
+    log = daemon.log()
+    assert TOKEN not in log and API_KEY not in log
+    assert '"event": "step"' in log and '"instance_id": "tg-update-' in log
+
+
+def test_stranger_gets_nothing_and_costs_nothing(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    with running_daemon(tmp_path, env) as daemon:
+        stranger = tg.add_message(999, 999, "let me in")
+        tg.add_message(OWNER, OWNER, "hello")
+        tg.wait_for_sent(1, timeout=20)
+        tg.wait_for_confirmed(stranger, timeout=10)
+        time.sleep(0.3)
+        assert texts(tg, 999) == []
+        assert len(llm.requests) == 1
+        rows = daemon.query("SELECT kind, user_id, detail FROM audit WHERE kind='access_denied'")
+        assert [(r[0], r[1]) for r in rows] == [("access_denied", 999)]
+        assert "let me in" not in rows[0][2]
+        assert daemon.query("SELECT COUNT(*) FROM messages WHERE chat_id = 999")[0][0] == 0
+        assert daemon.query("SELECT COUNT(*) FROM workflow_instances")[0][0] == 1
+
+
+def test_llm_overloaded_twice_then_answers(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    llm.enqueue_error(529)
+    llm.enqueue_error(429, retry_after=0.2)
+    llm.enqueue_text("finally")
+    with running_daemon(tmp_path, env):
+        tg.add_message(OWNER, OWNER, "are you there?")
+        tg.wait_for_sent(1, timeout=20)
+        assert texts(tg, OWNER) == ["finally"]
+        assert len(llm.requests) == 3
+
+
+def test_llm_down_gives_an_error_reply_and_keeps_the_message(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    for _ in range(4):  # retries=3 → four attempts
+        llm.enqueue_error(500)
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "hello?")
+        tg.wait_for_sent(1, timeout=20)
+        assert texts(tg, OWNER) == [LLM_ERROR_REPLY]
+        daemon.wait_for_instances(1, status="errored")
+        history = daemon.cli_json("history")
+        assert [(m["role"], m["content"]) for m in history] == [
+            ("user", "hello?"),
+            ("assistant", LLM_ERROR_REPLY),
+        ]
+        errored = daemon.cli_json("workflows", "ls", "--status", "errored")
+        assert len(errored) == 1 and "InternalServerError" in errored[0]["error"]
+        assert daemon.query("SELECT kind FROM audit")[0][0] == "turn_error"
+        shown = daemon.cli_json("workflows", "show", errored[0]["id"])
+        llm_step = next(s for s in shown["steps"] if s["name"] == "llm#1")
+        assert llm_step["status"] == "failed"
+
+
+def test_llm_bad_request_is_not_retried(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    llm.enqueue_error(400, "invalid_request_error", "messages: bad")
+    with running_daemon(tmp_path, env):
+        tg.add_message(OWNER, OWNER, "hello?")
+        tg.wait_for_sent(1, timeout=20)
+        assert texts(tg, OWNER) == [LLM_ERROR_REPLY]
+        assert len(llm.requests) == 1
+
+
+def test_kill_9_while_the_llm_thinks_then_restart(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        llm.hold()
+        tg.add_message(OWNER, OWNER, "what is 6 x 7?")
+        llm.wait_for_requests(1, timeout=20)
+        daemon.kill9()
+        llm.release()
+        llm.reset()
+        llm.enqueue_text("42")
+        daemon.start()
+        tg.wait_for_sent(1, timeout=20)
+        daemon.wait_for_instances(1)
+        time.sleep(0.3)
+        assert texts(tg, OWNER) == ["42"]
+        rows = daemon.query("SELECT role, content FROM messages ORDER BY id")
+        assert [tuple(r) for r in rows] == [("user", "what is 6 x 7?"), ("assistant", "42")]
+        attempts = daemon.query(
+            "SELECT s.name, a.attempt, a.outcome FROM workflow_attempts a JOIN workflow_steps s "
+            "USING (instance_id, ordinal) ORDER BY a.ordinal, a.attempt"
+        )
+        assert [tuple(r) for r in attempts] == [
+            ("save-user", 1, "complete"),
+            ("load-history", 1, "complete"),
+            ("llm#1", 1, "running"),  # interrupted by kill -9
+            ("llm#1", 2, "complete"),
+            ("send#1", 1, "complete"),
+            ("save-reply", 1, "complete"),
+            ("audit", 1, "complete"),
+        ]
+        assert daemon.query("SELECT COUNT(*) FROM updates")[0][0] == 1
+    finally:
+        daemon.stop()
+
+
+def test_redelivered_update_starts_one_turn(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    update_id = tg.add_message(OWNER, OWNER, "only once please")
+    tg.add_update(tg.pending_updates[0])  # Telegram delivers the same update_id again
+    with running_daemon(tmp_path, env) as daemon:
+        tg.wait_for_sent(1, timeout=20)
+        daemon.wait_for_instances(1)
+        time.sleep(0.5)
+        assert len(texts(tg, OWNER)) == 1
+        assert len(llm.requests) == 1
+        assert daemon.query("SELECT update_id FROM updates")[0][0] == update_id
+        assert daemon.query("SELECT COUNT(*) FROM messages WHERE role='user'")[0][0] == 1
+
+
+def test_interleaved_chats_keep_their_order(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    with running_daemon(tmp_path, env) as daemon:
+        for i in range(10):
+            tg.add_message(OWNER, OWNER, f"a{i}")
+            tg.add_message(43, 43, f"b{i}")
+        tg.wait_for_sent(20, timeout=60)
+        daemon.wait_for_instances(20)
+        assert texts(tg, OWNER) == [f"echo: a{i}" for i in range(10)]
+        assert texts(tg, 43) == [f"echo: b{i}" for i in range(10)]
+        for chat, prefix in ((OWNER, "a"), (43, "b")):
+            stored = daemon.cli_json("history", "--chat", str(chat), "--limit", "100")
+            users = [m["content"] for m in stored if m["role"] == "user"]
+            assert users == [f"{prefix}{i}" for i in range(10)]
+
+
+def test_telegram_trouble_does_not_break_a_turn(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    tg.disable_method("sendChatAction")  # an old or partial Bot API server
+    tg.fail_next("sendMessage", 429, "Too Many Requests: retry after 1", retry_after=1)
+    llm.enqueue_text("fine anyway")
+    with running_daemon(tmp_path, env):
+        tg.add_message(OWNER, OWNER, "hi")
+        tg.wait_for_sent(1, timeout=20)
+        assert texts(tg, OWNER) == ["fine anyway"]
+        calls = tg.calls("sendMessage")
+        assert len(calls) == 2  # the 429, then the retry after retry_after
+        assert calls[1]["time"] - calls[0]["time"] >= 0.9
+
+
+def test_rejected_formatting_falls_back_to_plain_text(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    tg.fail_next("sendMessage", 400, "Bad Request: can't parse entities: unsupported start tag")
+    llm.enqueue_text("**bold** answer")
+    with running_daemon(tmp_path, env):
+        tg.add_message(OWNER, OWNER, "hi")
+        sent = tg.wait_for_sent(1, timeout=20)
+        assert sent[0]["parse_mode"] is None
+        assert sent[0]["text"] == "**bold** answer"
+
+
+def test_long_answers_are_split_in_order(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    paragraphs = [f"Paragraph {i}: " + "word " * 300 for i in range(6)]
+    llm.enqueue_text("\n\n".join(paragraphs))
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "tell me a long story")
+        daemon.wait_for_instances(1)
+        parts = texts(tg, OWNER)
+        assert len(parts) >= 2 and all(len(p) <= 4096 for p in parts)
+        joined = "\n\n".join(parts)
+        assert [p.split(":")[0] for p in joined.split("\n\n")] == [
+            f"Paragraph {i}" for i in range(6)
+        ]
+        stored = daemon.cli_json("history")
+        assert len(stored[-1]["telegram_message_ids"]) == len(parts)
+
+
+def test_unsupported_kinds_get_a_polite_reply(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_sticker(OWNER, OWNER)
+        tg.add_voice(OWNER, OWNER)
+        tg.wait_for_sent(2, timeout=20)
+        assert texts(tg, OWNER) == [
+            "Sorry, I can't handle sticker messages yet. Please send text.",
+            "Sorry, I can't handle voice messages yet. Please send text.",
+        ]
+        assert llm.requests == []
+        assert daemon.query("SELECT COUNT(*) FROM messages WHERE role='user'")[0][0] == 2
+
+
+def test_second_runner_is_refused(tmp_path: Path, env: dict) -> None:
+    with running_daemon(tmp_path, env) as first:
+        second = first.cli("run")
+        assert second.returncode == 3
+        assert "already running" in second.stderr and str(first.proc.pid) in second.stderr
+
+
+@pytest.mark.parametrize(
+    ("toml", "key"),
+    [
+        ('[llm]\nmax_steps = "many"\n', "llm.max_steps"),
+        ('[telegram]\nallow_groups = "maybe"\n', "telegram.allow_groups"),
+        ("[llm]\nmodle = 'x'\n", "llm.modle"),
+        ('[telegram]\ntoken = "123:abc"\n', "telegram.token"),
+        ("[agent]\ntimezone = 'Mars/Olympus'\n", "agent.timezone"),
+        ("this is not toml", "not valid TOML"),
+    ],
+)
+def test_invalid_config_exits_2_naming_the_key(tmp_path: Path, toml: str, key: str) -> None:
+    config = tmp_path / "agentd.toml"
+    config.write_text(toml)
+    daemon = Daemon(tmp_path, daemon_env(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9"))
+    result = daemon.cli("run", "--config", str(config))
+    assert result.returncode == 2
+    assert key in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_invalid_env_override_exits_2(tmp_path: Path) -> None:
+    env = daemon_env(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9",
+                     AGENTD_ENGINE__CONCURRENCY="0")  # fmt: skip
+    result = Daemon(tmp_path, env).cli("history")
+    assert result.returncode == 2 and "engine.concurrency" in result.stderr
+
+
+def test_sigterm_leaves_a_waiting_turn_resumable(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        llm.hold()
+        tg.add_message(OWNER, OWNER, "slow question")
+        llm.wait_for_requests(1, timeout=20)
+        assert daemon.stop() == 0  # grace 2 s, the model still holds: the step is abandoned
+        status = daemon.query("SELECT status FROM workflow_instances")[0][0]
+        assert status == "running"
+        llm.release()
+        llm.reset()
+        llm.enqueue_text("slow answer")
+        daemon.start()
+        tg.wait_for_sent(1, timeout=20)
+        assert texts(tg, OWNER) == ["slow answer"]
+        assert json.loads(daemon.cli("history", "--json").stdout)[-1]["content"] == "slow answer"
+    finally:
+        daemon.stop()
