@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 from pathlib import Path
 
@@ -20,9 +21,9 @@ from agentd.durable import (
     Retry,
     Step,
     StepFailed,
+    store,
     workflow,
 )
-from agentd.durable import store
 
 
 class In(BaseModel):
@@ -139,7 +140,7 @@ async def test_backoff_shapes(db: Database, backoff: str, expected: list[float])
     await engine.start("shape", In(), instance_id="s")
     inst = await engine.wait_for("s")
     assert Out.model_validate_json(inst.output).value == "RuntimeError"
-    assert [b - a for a, b in zip(times, times[1:], strict=False)] == expected
+    assert [b - a for a, b in itertools.pairwise(times)] == expected
     await engine.shutdown()
 
 
