@@ -1,0 +1,242 @@
+"""Facts, preferences and tasks about a user (R-LTM-2): one row per slot, newest wins.
+
+A fact has a `key` (slot) such as `home_city` or `diet`; storing a fact whose normalised key a
+user already has replaces the old text in place (same memory id, new vector) instead of piling
+up contradictions. Facts without a key are deduplicated by their normalised text.
+
+`ExtractedFacts` is the structured output the summariser asks the LLM for and the argument
+shape of a `remember` tool; `apply_extracted_facts` stores it given the vectors, and
+`remember_facts` embeds then stores in one write.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import unicodedata
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agentd.memory.embedders import Embedder
+from agentd.memory.store import (
+    FACT_KINDS,
+    Memory,
+    NewMemory,
+    Runner,
+    add_memory,
+    list_memories,
+    update_content,
+)
+
+Conn = Any
+FactKind = Literal["fact", "preference", "task"]
+MAX_SLOT_CHARS = 64
+
+
+class ExtractedFact(BaseModel):
+    """One durable fact about the user, as the LLM states it."""
+
+    kind: FactKind = Field(
+        default="fact",
+        description="fact (about the user's life), preference (likes, dislikes, how to answer), "
+        "or task (something the user wants to do or be reminded of)",
+    )
+    key: str | None = Field(
+        default=None,
+        max_length=200,
+        description="A short stable slot name such as home_city, employer, diet, reply_language."
+        " Reuse the same key when a fact changes so the new one replaces the old one.",
+    )
+    content: str = Field(
+        min_length=1,
+        max_length=500,
+        description="One self-contained sentence in the third person, e.g. 'Lives in Lyon'.",
+    )
+
+
+class ExtractedFacts(BaseModel):
+    """What the LLM extracts from a conversation block; retract_keys are facts now untrue."""
+
+    facts: list[ExtractedFact] = Field(default_factory=list, max_length=50)
+    retract_keys: list[str] = Field(default_factory=list, max_length=50)
+
+
+class FactChange(BaseModel):
+    """What storing one extracted fact did."""
+
+    action: Literal["added", "replaced", "unchanged", "retracted"]
+    memory_id: int | None
+    slot: str | None
+    content: str
+    previous: str | None = None
+
+
+def normalise_slot(key: str | None) -> str | None:
+    """`"Home City "` and `"home-city"` → `home_city`; None for empty keys."""
+    if not key:
+        return None
+    text = unicodedata.normalize("NFKC", key).casefold()
+    text = re.sub(r"[^\w]+", "_", text).strip("_")
+    text = re.sub(r"_+", "_", text)[:MAX_SLOT_CHARS].strip("_")
+    return text or None
+
+
+def _norm_text(text: str) -> str:
+    return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".!")
+
+
+def _find_by_slot(conn: Conn, user_id: int, slot: str) -> tuple[int, str] | None:
+    row = conn.execute(
+        "SELECT id, content FROM memories WHERE user_id = ? AND slot = ?", (user_id, slot)
+    ).fetchone()
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+def _find_same_text(conn: Conn, user_id: int, kind: str, content: str) -> int | None:
+    target = _norm_text(content)
+    rows = conn.execute(
+        "SELECT id, content FROM memories WHERE user_id = ? AND kind = ? AND slot IS NULL",
+        (user_id, kind),
+    ).fetchall()
+    return next((int(r[0]) for r in rows if _norm_text(r[1]) == target), None)
+
+
+def upsert_fact(
+    conn: Conn,
+    user_id: int,
+    fact: ExtractedFact,
+    vector: Sequence[float] | None = None,
+    model_id: str | None = None,
+    *,
+    source: str = "",
+    chat_id: int | None = None,
+    now: float | None = None,
+) -> FactChange:
+    """Store one fact: replace the user's fact with the same slot, skip an identical one."""
+    now = time.time() if now is None else now
+    content = " ".join(fact.content.split())
+    slot = normalise_slot(fact.key)
+    if slot is not None:
+        existing = _find_by_slot(conn, user_id, slot)
+        if existing is not None:
+            memory_id, old = existing
+            if _norm_text(old) == _norm_text(content):
+                return FactChange(action="unchanged", memory_id=memory_id, slot=slot, content=old)
+            update_content(
+                conn, memory_id, content, vector, model_id, kind=fact.kind, source=source, now=now
+            )
+            return FactChange(
+                action="replaced", memory_id=memory_id, slot=slot, content=content, previous=old
+            )
+    else:
+        same = _find_same_text(conn, user_id, fact.kind, content)
+        if same is not None:
+            return FactChange(action="unchanged", memory_id=same, slot=None, content=content)
+    memory = NewMemory(
+        user_id=user_id, kind=fact.kind, content=content, slot=slot, source=source, chat_id=chat_id
+    )
+    memory_id = add_memory(conn, memory, vector, model_id, now=now)
+    return FactChange(action="added", memory_id=memory_id, slot=slot, content=content)
+
+
+def retract_fact(conn: Conn, user_id: int, key: str) -> FactChange | None:
+    """Forget the user's fact in slot `key` (row, FTS entry and vector)."""
+    slot = normalise_slot(key)
+    if slot is None:
+        return None
+    existing = _find_by_slot(conn, user_id, slot)
+    if existing is None:
+        return None
+    conn.execute("DELETE FROM memories WHERE id = ?", (existing[0],))
+    return FactChange(action="retracted", memory_id=existing[0], slot=slot, content=existing[1])
+
+
+def apply_extracted_facts(
+    conn: Conn,
+    user_id: int,
+    extracted: ExtractedFacts,
+    vectors: Sequence[Sequence[float] | None] | None = None,
+    model_id: str | None = None,
+    *,
+    source: str = "",
+    chat_id: int | None = None,
+    now: float | None = None,
+) -> list[FactChange]:
+    """Store extracted facts (vectors[i] belongs to facts[i]) and apply retractions.
+
+    Run inside one write transaction. Later facts win over earlier ones with the same key.
+    """
+    if vectors is not None and len(vectors) != len(extracted.facts):
+        raise ValueError(f"{len(vectors)} vectors for {len(extracted.facts)} facts")
+    changes = [
+        c for key in extracted.retract_keys if (c := retract_fact(conn, user_id, key)) is not None
+    ]
+    for i, fact in enumerate(extracted.facts):
+        vector = vectors[i] if vectors is not None else None
+        changes.append(
+            upsert_fact(
+                conn, user_id, fact, vector, model_id, source=source, chat_id=chat_id, now=now
+            )
+        )
+    return changes
+
+
+async def remember_facts(
+    db: Runner,
+    embedder: Embedder,
+    user_id: int,
+    extracted: ExtractedFacts,
+    *,
+    source: str = "",
+    chat_id: int | None = None,
+    now: float | None = None,
+) -> list[FactChange]:
+    """Embed the facts (outside any transaction), then store them in one write."""
+    contents = [" ".join(f.content.split()) for f in extracted.facts]
+    vectors = await embedder.embed_documents(contents) if contents else []
+    return await db.write(
+        lambda c: apply_extracted_facts(
+            c,
+            user_id,
+            extracted,
+            vectors,
+            embedder.model_id,
+            source=source,
+            chat_id=chat_id,
+            now=now,
+        )
+    )
+
+
+def list_facts(conn: Conn, user_id: int, *, limit: int = 500) -> list[Memory]:
+    """The user's facts, preferences and tasks, most recently updated first."""
+    facts = list_memories(conn, user_id, kinds=FACT_KINDS, limit=limit)
+    return sorted(facts, key=lambda m: (-m.updated_at, -m.id))
+
+
+_KIND_ORDER = {"preference": 0, "fact": 1, "task": 2}
+
+
+def facts_for_prompt(conn: Conn, user_id: int, budget_chars: int) -> str:
+    """The facts section of the system prompt, at most `budget_chars` characters.
+
+    Preferences first (they change how to answer), then facts, then tasks; within each, the most
+    recently updated first, so what is dropped at the budget is the oldest and least useful.
+    """
+    if budget_chars <= 0:
+        return ""
+    facts = sorted(
+        list_facts(conn, user_id), key=lambda m: (_KIND_ORDER[m.kind], -m.updated_at, -m.id)
+    )
+    lines: list[str] = []
+    used = 0
+    for fact in facts:
+        key = f" (key: {fact.slot})" if fact.slot else ""
+        line = f"- [{fact.kind}] {' '.join(fact.content.split())}{key}"
+        if used + len(line) + 1 > budget_chars:
+            continue  # a shorter later fact may still fit
+        lines.append(line)
+        used += len(line) + 1
+    return "\n".join(lines)

@@ -1,0 +1,496 @@
+"""Memory storage: rows, FTS entries and vectors kept in step, strictly per user.
+
+Layout (migration m002_memory):
+- `memories` is the source of truth; `memory_fts` (external-content FTS5) follows it by triggers.
+- `memory_vectors` holds the exact float32 vector of each memory and the space (model, dim) it
+  belongs to; a memory has at most one vector, so re-embedding replaces it.
+- Per space, a vec0 table `memory_bq_<space>` holds the sign bits of each vector
+  (`bit[dim]`, hamming distance), partitioned by user (and a shard, see VEC_SHARDS): KNN only
+  ever reads the asking user's chunks, and 1-bit vectors make a 100k scan cost milliseconds.
+  Search rescores the prefilter's candidates exactly (search.py). Triggers on `memory_vectors`
+  keep it in step, so deleting a `memories` row removes its FTS entry, its vector and its bit
+  vector, whoever deletes.
+
+The vec0 table is created at run time (`ensure_space`), not in the migration, because its
+dimension is whatever the configured embedder produces, and a model change adds a new space
+instead of altering one. Vectors of other spaces are never searched; `reindex` re-embeds.
+
+Everything here is a plain function of a connection, so the daemon runs it through
+`Database.write/read` and the CLI and benchmarks through `open_sync` (or `ConnRunner`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, Protocol, TypeVar
+
+from pydantic import BaseModel, Field
+
+from agentd.memory.embedders import Embedder
+from agentd.memory.fts import cjk_index_text
+
+T = TypeVar("T")
+Conn = Any  # sqlite3.Connection or sqlean's equivalent
+
+MemoryKind = Literal["summary", "fact", "preference", "task", "note", "turn"]
+FACT_KINDS: tuple[str, ...] = ("fact", "preference", "task")
+
+# vec0 allocates storage per partition in chunks of this many vectors. The default (1024) wastes
+# space when a store has a few users with few memories; bit vectors are small (dim/8 bytes), so
+# 256 costs little scan speed (measured in benchmarks/memory_scale.py).
+VEC_CHUNK_SIZE = 256
+# Each user's bit vectors are spread over this many vec0 partitions (partition key
+# user_id * VEC_SHARDS + memory_id % VEC_SHARDS). Why: a vec0 KNN costs O(n · k) (its top-k
+# selection is linear in k), so one query for 128 candidates over 100k vectors takes ~25 ms,
+# while 8 queries for 16 each over 12.5k take ~5 ms and return nearly the same candidates
+# (recall of the exact top-10 0.996 vs 1.0, benchmarks/memory_scale.py).
+VEC_SHARDS = 8
+
+
+class MemoryStoreError(Exception):
+    """A memory operation cannot be done; the message says why."""
+
+
+class NewMemory(BaseModel):
+    """A memory to store."""
+
+    user_id: int
+    kind: MemoryKind
+    content: str = Field(min_length=1)
+    source: str = ""
+    source_key: str | None = None
+    chat_id: int | None = None
+    slot: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+
+class Memory(BaseModel):
+    """A stored memory, as listed and searched."""
+
+    id: int
+    user_id: int
+    kind: MemoryKind
+    content: str
+    source: str
+    source_key: str | None
+    chat_id: int | None
+    slot: str | None
+    created_at: float
+    updated_at: float
+    meta: dict[str, Any]
+    model_id: str | None = None  # the space its vector is in; None when it has no vector
+    dim: int | None = None
+
+
+class VectorStatus(BaseModel):
+    """How many memories have a vector of the current model, of another one, or none."""
+
+    total: int
+    current: int
+    other_model: int
+    missing: int
+
+
+class ReindexReport(BaseModel):
+    model_id: str
+    dim: int
+    embedded: int
+    dropped_spaces: list[str]
+
+
+# --------------------------------------------------------------------------------------------
+# Vector spaces
+
+
+def pack_vector(vector: Sequence[float]) -> bytes:
+    """float32 little-endian, the layout sqlite-vec reads."""
+    return array("f", vector).tobytes()
+
+
+def find_space(conn: Conn, model_id: str, dim: int) -> int | None:
+    row = conn.execute(
+        "SELECT id FROM memory_spaces WHERE model_id = ? AND dim = ?", (model_id, dim)
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def bq_table(space_id: int) -> str:
+    return f"memory_bq_{int(space_id)}"
+
+
+def ensure_space(conn: Conn, model_id: str, dim: int, *, now: float | None = None) -> int:
+    """The id of the space (model, dim), creating it and its vec0 table and triggers if needed."""
+    space = find_space(conn, model_id, dim)
+    if space is not None:
+        return space
+    if dim % 8:
+        raise MemoryStoreError(f"embedding dimension {dim} is not a multiple of 8 (bit[] needs it)")
+    cur = conn.execute(
+        "INSERT INTO memory_spaces (model_id, dim, created_at) VALUES (?, ?, ?)",
+        (model_id, dim, time.time() if now is None else now),
+    )
+    space = int(cur.lastrowid)
+    table = bq_table(space)
+    conn.execute(
+        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0("
+        f"part integer partition key, embedding bit[{dim}], chunk_size={VEC_CHUNK_SIZE})"
+    )
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON memory_vectors "
+        f"WHEN new.space_id = {space} BEGIN "
+        f"INSERT INTO {table} (rowid, part, embedding) VALUES (new.memory_id, "
+        f"(SELECT user_id FROM memories WHERE id = new.memory_id) * {VEC_SHARDS}"
+        f" + new.memory_id % {VEC_SHARDS}, vec_quantize_binary(new.embedding)); END"
+    )
+    conn.execute(
+        f"CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON memory_vectors "
+        f"WHEN old.space_id = {space} BEGIN DELETE FROM {table} WHERE rowid = old.memory_id; END"
+    )
+    return space
+
+
+def _drop_space(conn: Conn, space_id: int) -> None:
+    table = bq_table(space_id)
+    conn.execute("DELETE FROM memory_vectors WHERE space_id = ?", (space_id,))
+    conn.execute(f"DROP TRIGGER IF EXISTS {table}_ai")
+    conn.execute(f"DROP TRIGGER IF EXISTS {table}_ad")
+    conn.execute(f"DROP TABLE IF EXISTS {table}")
+    conn.execute("DELETE FROM memory_spaces WHERE id = ?", (space_id,))
+
+
+def drop_other_spaces(conn: Conn, model_id: str, dim: int) -> list[str]:
+    """Delete every vector not of (model_id, dim) and its vec0 table; return the spaces dropped."""
+    rows = conn.execute(
+        "SELECT id, model_id, dim FROM memory_spaces WHERE NOT (model_id = ? AND dim = ?)",
+        (model_id, dim),
+    ).fetchall()
+    for row in rows:
+        _drop_space(conn, int(row[0]))
+    return [f"{row[1]}/{row[2]}" for row in rows]
+
+
+def set_vectors(conn: Conn, model_id: str, items: Sequence[tuple[int, Sequence[float]]]) -> int:
+    """Store (memory_id, vector) pairs in the space of model_id, replacing any older vector."""
+    if not items:
+        return 0
+    dim = len(items[0][1])
+    space = ensure_space(conn, model_id, dim)
+    rows = []
+    for memory_id, vector in items:
+        if len(vector) != dim:
+            raise MemoryStoreError(f"memory {memory_id}: vector has {len(vector)} dims, not {dim}")
+        rows.append((memory_id, space, pack_vector(vector)))
+    # Delete then insert (never INSERT OR REPLACE: REPLACE skips delete triggers, and vec0
+    # rejects it), so the old space's bit vector goes too.
+    conn.executemany("DELETE FROM memory_vectors WHERE memory_id = ?", [(r[0],) for r in rows])
+    conn.executemany(
+        "INSERT INTO memory_vectors (memory_id, space_id, embedding) VALUES (?, ?, ?)", rows
+    )
+    return len(rows)
+
+
+# --------------------------------------------------------------------------------------------
+# Rows
+
+
+def add_memory(
+    conn: Conn,
+    memory: NewMemory,
+    vector: Sequence[float] | None = None,
+    model_id: str | None = None,
+    *,
+    now: float | None = None,
+) -> int:
+    """Insert one memory (and its vector); with a known source_key, return the existing id."""
+    return add_memories(conn, [(memory, vector)], model_id, now=now)[0]
+
+
+def add_memories(
+    conn: Conn,
+    items: Sequence[tuple[NewMemory, Sequence[float] | None]],
+    model_id: str | None = None,
+    *,
+    now: float | None = None,
+) -> list[int]:
+    """Insert memories with optional vectors (run inside one write transaction for speed).
+
+    Idempotent on `source_key`: a resumed workflow that stores the same summary again gets the
+    first row's id back and nothing is duplicated.
+    """
+    now = time.time() if now is None else now
+    ids: list[int] = []
+    vectors: list[tuple[int, Sequence[float]]] = []
+    for memory, vector in items:
+        if memory.source_key is not None:
+            row = conn.execute(
+                "SELECT id FROM memories WHERE source_key = ?", (memory.source_key,)
+            ).fetchone()
+            if row is not None:
+                ids.append(int(row[0]))
+                continue
+        cur = conn.execute(
+            "INSERT INTO memories (user_id, kind, content, slot, source, source_key, chat_id,"
+            " created_at, updated_at, meta, fts_cjk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                memory.user_id,
+                memory.kind,
+                memory.content,
+                memory.slot,
+                memory.source,
+                memory.source_key,
+                memory.chat_id,
+                now,
+                now,
+                json.dumps(memory.meta, ensure_ascii=False),
+                cjk_index_text(memory.content),
+            ),
+        )
+        memory_id = int(cur.lastrowid)
+        ids.append(memory_id)
+        if vector is not None:
+            vectors.append((memory_id, vector))
+    if vectors:
+        if model_id is None:
+            raise MemoryStoreError("vectors given without the model_id of their embedder")
+        set_vectors(conn, model_id, vectors)
+    return ids
+
+
+def update_content(
+    conn: Conn,
+    memory_id: int,
+    content: str,
+    vector: Sequence[float] | None,
+    model_id: str | None,
+    *,
+    kind: str | None = None,
+    source: str | None = None,
+    now: float | None = None,
+) -> None:
+    """Rewrite a memory's text (FTS follows by trigger) and replace its vector."""
+    conn.execute(
+        "UPDATE memories SET content = ?, fts_cjk = ?, kind = coalesce(?, kind),"
+        " source = coalesce(?, source), updated_at = ? WHERE id = ?",
+        (
+            content,
+            cjk_index_text(content),
+            kind,
+            source,
+            time.time() if now is None else now,
+            memory_id,
+        ),
+    )
+    conn.execute("DELETE FROM memory_vectors WHERE memory_id = ?", (memory_id,))
+    if vector is not None:
+        if model_id is None:
+            raise MemoryStoreError("a vector given without the model_id of its embedder")
+        set_vectors(conn, model_id, [(memory_id, vector)])
+
+
+_SELECT = (
+    "SELECT m.id, m.user_id, m.kind, m.content, m.source, m.source_key, m.chat_id, m.slot,"
+    " m.created_at, m.updated_at, m.meta, s.model_id, s.dim FROM memories m"
+    " LEFT JOIN memory_vectors v ON v.memory_id = m.id"
+    " LEFT JOIN memory_spaces s ON s.id = v.space_id"
+)
+
+
+def _row_to_memory(row: Any) -> Memory:
+    return Memory(
+        id=row[0],
+        user_id=row[1],
+        kind=row[2],
+        content=row[3],
+        source=row[4],
+        source_key=row[5],
+        chat_id=row[6],
+        slot=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        meta=json.loads(row[10] or "{}"),
+        model_id=row[11],
+        dim=row[12],
+    )
+
+
+def get_memories(conn: Conn, ids: Sequence[int]) -> dict[int, Memory]:
+    """Memories by id (missing ids are simply absent)."""
+    if not ids:
+        return {}
+    rows = conn.execute(
+        f"{_SELECT} WHERE m.id IN (SELECT value FROM json_each(?))", (json.dumps(list(ids)),)
+    ).fetchall()
+    return {int(r[0]): _row_to_memory(r) for r in rows}
+
+
+def get_memory(conn: Conn, memory_id: int) -> Memory | None:
+    return get_memories(conn, [memory_id]).get(memory_id)
+
+
+def list_memories(
+    conn: Conn,
+    user_id: int | None = None,
+    *,
+    kinds: Sequence[str] | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> list[Memory]:
+    """Newest first; one user's or (user_id None, for the owner's CLI) everyone's."""
+    where, params = [], []
+    if user_id is not None:
+        where.append("m.user_id = ?")
+        params.append(user_id)
+    if kinds:
+        where.append("m.kind IN (SELECT value FROM json_each(?))")
+        params.append(json.dumps(list(kinds)))
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    rows = conn.execute(
+        f"{_SELECT}{clause} ORDER BY m.id DESC LIMIT ? OFFSET ?", (*params, limit, offset)
+    ).fetchall()
+    return [_row_to_memory(r) for r in rows]
+
+
+def count_memories(conn: Conn, user_id: int | None = None) -> int:
+    if user_id is None:
+        return int(conn.execute("SELECT count(*) FROM memories").fetchone()[0])
+    return int(
+        conn.execute("SELECT count(*) FROM memories WHERE user_id = ?", (user_id,)).fetchone()[0]
+    )
+
+
+def forget(conn: Conn, memory_id: int, *, user_id: int | None = None) -> bool:
+    """Delete one memory: row, FTS entry, vector and bit vector. With user_id, only if theirs."""
+    if user_id is None:
+        cur = conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
+    else:
+        cur = conn.execute(
+            "DELETE FROM memories WHERE id = ? AND user_id = ?", (memory_id, user_id)
+        )
+    return cur.rowcount > 0
+
+
+def forget_user(conn: Conn, user_id: int) -> int:
+    """Delete every memory of a user; return how many."""
+    return conn.execute("DELETE FROM memories WHERE user_id = ?", (user_id,)).rowcount
+
+
+def vector_status(conn: Conn, model_id: str, dim: int) -> VectorStatus:
+    """For warnings like "312 memories are embedded with another model; run memory reindex"."""
+    space = find_space(conn, model_id, dim)
+    row = conn.execute(
+        "SELECT count(*), sum(v.space_id = ?), sum(v.space_id IS NOT NULL AND v.space_id != ?)"
+        " FROM memories m LEFT JOIN memory_vectors v ON v.memory_id = m.id",
+        (space or -1, space or -1),
+    ).fetchone()
+    total, current, other = int(row[0]), int(row[1] or 0), int(row[2] or 0)
+    return VectorStatus(
+        total=total, current=current, other_model=other, missing=total - current - other
+    )
+
+
+def memories_to_embed(
+    conn: Conn, model_id: str, dim: int, *, after_id: int = 0, limit: int = 64, force: bool = False
+) -> list[tuple[int, str]]:
+    """(id, content) of memories past after_id without a (model_id, dim) vector (all if force)."""
+    space = find_space(conn, model_id, dim) or -1
+    extra = (
+        ""
+        if force
+        else " AND NOT EXISTS (SELECT 1 FROM memory_vectors v"
+        " WHERE v.memory_id = m.id AND v.space_id = ?)"
+    )
+    params: tuple[Any, ...] = (after_id, limit) if force else (after_id, space, limit)
+    rows = conn.execute(
+        f"SELECT m.id, m.content FROM memories m WHERE m.id > ?{extra} ORDER BY m.id LIMIT ?",
+        params,
+    ).fetchall()
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+# --------------------------------------------------------------------------------------------
+# Async helpers: embed outside any transaction, then write in one
+
+
+class Runner(Protocol):
+    """What `agentd.db.Database` offers; `ConnRunner` gives a plain connection the same face."""
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+
+class ConnRunner:
+    """Run store functions on a synchronous connection (CLI, benchmarks, tests)."""
+
+    def __init__(self, conn: Conn) -> None:
+        self.conn = conn
+
+    async def read(self, fn: Callable[..., T], *args: Any) -> T:
+        return fn(self.conn, *args)
+
+    async def write(self, fn: Callable[..., T], *args: Any) -> T:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(self.conn, *args)
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        return result
+
+
+async def remember(db: Runner, embedder: Embedder, memory: NewMemory) -> int:
+    """Embed and store one memory; returns its id (the existing one for a known source_key)."""
+    vector = (await embedder.embed_documents([memory.content]))[0]
+    return await db.write(lambda c: add_memory(c, memory, vector, embedder.model_id))
+
+
+async def reindex(
+    db: Runner,
+    embedder: Embedder,
+    *,
+    batch_size: int = 64,
+    force: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> ReindexReport:
+    """Give every memory a vector of `embedder`, then drop the vectors of other models.
+
+    Safe to interrupt and re-run: each batch is its own transaction and only memories still
+    lacking a current vector are picked up (`force` re-embeds all, walking ids in order).
+    Searches during a reindex see the re-embedded part through the vector arm and everything
+    through the keyword arm; other models' vectors are never mixed in.
+    """
+    model_id, dim = embedder.model_id, embedder.dim
+    done, after = 0, 0
+    while True:
+        batch = await db.read(
+            lambda c, a=after: memories_to_embed(
+                c, model_id, dim, after_id=a, limit=batch_size, force=force
+            )
+        )
+        if not batch:
+            break
+        vectors = await embedder.embed_documents([content for _, content in batch])
+        pairs = [(mid, vec) for (mid, _), vec in zip(batch, vectors, strict=True)]
+        # A memory forgotten meanwhile must not come back as an orphan vector.
+        await db.write(lambda c, p=pairs: set_vectors(c, model_id, _existing(c, p)))
+        done += len(batch)
+        after = batch[-1][0]
+        if progress is not None:
+            progress(done)
+    dropped = await db.write(lambda c: drop_other_spaces(c, model_id, dim))
+    return ReindexReport(model_id=model_id, dim=dim, embedded=done, dropped_spaces=dropped)
+
+
+def _existing(
+    conn: Conn, pairs: list[tuple[int, Sequence[float]]]
+) -> list[tuple[int, Sequence[float]]]:
+    rows = conn.execute(
+        "SELECT id FROM memories WHERE id IN (SELECT value FROM json_each(?))",
+        (json.dumps([mid for mid, _ in pairs]),),
+    ).fetchall()
+    alive = {int(r[0]) for r in rows}
+    return [(mid, vec) for mid, vec in pairs if mid in alive]

@@ -1,0 +1,172 @@
+"""Embedders: the hashing one is deterministic; the HTTP one batches and retries (local fake)."""
+
+from __future__ import annotations
+
+import math
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from agentd.config import MemoryConfig
+from agentd.memory import (
+    Embedder,
+    EmbedderError,
+    HashingEmbedder,
+    HttpEmbedder,
+    LocalEmbedder,
+    build_embedder,
+)
+
+TEXT = "Maria adopted a beagle puppy named Biscuit"
+
+
+def _cos(a: list[float], b: list[float]) -> float:
+    return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+def test_hashing_is_deterministic_across_instances_and_processes() -> None:
+    a, b = HashingEmbedder(), HashingEmbedder()
+    va = a.embed_sync(TEXT)
+    assert va == b.embed_sync(TEXT)
+    # Fixed values: blake2b, not Python's salted hash(), so these hold in every process.
+    assert [round(x, 5) for x in va[:4]] == [0.00854, -0.00854, -0.05085, 0.00854]
+    assert math.isclose(math.sqrt(sum(x * x for x in va)), 1.0, rel_tol=1e-9)
+    assert isinstance(a, Embedder) and a.model_id == "hashing-v1" and len(va) == a.dim == 384
+
+
+def test_hashing_similarity_is_lexical_and_robust_to_inflection() -> None:
+    e = HashingEmbedder()
+    q = e.embed_sync("puppies adopted")
+    assert _cos(q, e.embed_sync(TEXT)) > _cos(q, e.embed_sync("Tom works night shifts")) + 0.1
+    assert e.embed_sync("") == [0.0] * 384
+    assert any(e.embed_sync("東京で寿司を食べた"))
+    assert len(HashingEmbedder(dim=64).embed_sync(TEXT)) == 64
+
+
+def test_hashing_dim_is_validated() -> None:
+    with pytest.raises(EmbedderError):
+        HashingEmbedder(dim=4)
+
+
+class FakeEmbeddings:
+    """A local OpenAI-compatible /v1/embeddings server with scripted failures."""
+
+    def __init__(self, dim: int = 8) -> None:
+        self.dim = dim
+        self.fail: list[int] = []  # statuses to answer before succeeding
+        self.requests: list[dict[str, Any]] = []
+        self.auth: list[str | None] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        self.auth.append(request.headers.get("Authorization"))
+        if self.fail:
+            status = self.fail.pop(0)
+            return web.json_response({"error": "busy"}, status=status, headers={"Retry-After": "0"})
+        data = [
+            {"index": i, "embedding": [float(len(text))] + [float(i)] * (self.dim - 1)}
+            for i, text in enumerate(body["input"])
+        ]
+        return web.json_response({"data": list(reversed(data)), "model": body["model"]})
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[tuple[FakeEmbeddings, str]]:
+    server = FakeEmbeddings()
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", server.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield server, f"http://127.0.0.1:{port}/v1"
+    await runner.cleanup()
+
+
+def _http(url: str, **kw: Any) -> HttpEmbedder:
+    kw.setdefault("retries", 3)
+    return HttpEmbedder(url, "nomic-embed-text", 8, max_retry_wait=0.01, **kw)
+
+
+async def test_http_batches_and_keeps_order(fake: tuple[FakeEmbeddings, str]) -> None:
+    server, url = fake
+    emb = _http(url, batch_size=2, api_key="sekret")
+    try:
+        vectors = await emb.embed_documents(["a", "bb", "ccc", "dddd", "eeeee"])
+    finally:
+        await emb.aclose()
+    assert [v[0] for v in vectors] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert [len(r["input"]) for r in server.requests] == [2, 2, 1]
+    assert server.auth == ["Bearer sekret"] * 3
+    assert emb.model_id == "http:nomic-embed-text"
+
+
+async def test_http_retries_429_then_succeeds(fake: tuple[FakeEmbeddings, str]) -> None:
+    server, url = fake
+    server.fail = [429, 503]
+    emb = _http(url)
+    try:
+        vector = await emb.embed_query("hello")
+    finally:
+        await emb.aclose()
+    assert vector[0] == 5.0 and len(server.requests) == 3
+
+
+async def test_http_gives_up_with_a_clear_error(fake: tuple[FakeEmbeddings, str]) -> None:
+    server, url = fake
+    server.fail = [500] * 10
+    emb = _http(url, retries=2)
+    with pytest.raises(EmbedderError, match="HTTP 500"):
+        await emb.embed_query("x")
+    assert len(server.requests) == 3
+    server.fail = [400]
+    with pytest.raises(EmbedderError, match="400"):
+        await emb.embed_query("x")  # a client error is not retried
+    assert len(server.requests) == 4
+    await emb.aclose()
+
+
+async def test_http_dimension_mismatch_says_what_to_set(fake: tuple[FakeEmbeddings, str]) -> None:
+    _, url = fake
+    emb = HttpEmbedder(url, "m", 16, max_retry_wait=0.01)
+    with pytest.raises(EmbedderError, match="embedding_dim = 8"):
+        await emb.embed_query("x")
+    await emb.aclose()
+
+
+async def test_http_unreachable_is_an_embedder_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens
+    emb = _http(f"http://127.0.0.1:{port}/v1", retries=1)
+    with pytest.raises(EmbedderError, match="unreachable"):
+        await emb.embed_query("x")
+    await emb.aclose()
+
+
+def test_local_embedder_fails_clearly_without_files(tmp_path: Path) -> None:
+    with pytest.raises(EmbedderError, match="not a directory"):
+        LocalEmbedder(tmp_path / "nope")
+    with pytest.raises(EmbedderError, match=r"missing tokenizer\.json, model\.onnx"):
+        LocalEmbedder(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("{}")
+    (tmp_path / "model.onnx").write_bytes(b"")
+    with pytest.raises(EmbedderError):  # either "install agentd[local]" or a load failure
+        LocalEmbedder(tmp_path)
+
+
+def test_build_embedder_from_config_reads_key_from_env_only() -> None:
+    assert isinstance(build_embedder(MemoryConfig(), {}), HashingEmbedder)
+    config = MemoryConfig(
+        embedder="http", http_url="http://127.0.0.1:1/v1", embedding_model="m", embedding_dim=8
+    )
+    emb = build_embedder(config, {"AGENTD_EMBEDDING_API_KEY": "k"})
+    assert isinstance(emb, HttpEmbedder) and emb._api_key == "k"
+    with pytest.raises(EmbedderError, match="http_url"):
+        build_embedder(MemoryConfig(embedder="http", embedding_model="m"), {})
