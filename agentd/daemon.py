@@ -9,17 +9,18 @@ import os
 import signal
 from dataclasses import dataclass
 
-from agentd import lease, sdnotify
+from agentd import approvals, lease, sdnotify
 from agentd.agent.turn import TurnDeps, make_turn_workflow
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock
 from agentd.llm import create_llm
-from agentd.logs import setup_logging
+from agentd.logs import Redactor, setup_logging
 from agentd.telegram.bot import make_bot
 from agentd.telegram.classify import Identity
 from agentd.telegram.output import TelegramOutbox
 from agentd.telegram.poller import Poller
+from agentd.tools import McpServers, ToolRegistry
 
 log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
@@ -71,6 +72,8 @@ async def run(config: Config) -> int:
         if v is not None
     ]
     setup_logging(config.log.level, config.log.format, secrets)
+    redactor = Redactor(secrets)
+    stack = contextlib.AsyncExitStack()
     bot = make_bot(config)
     llm = create_llm(config)
     db = await Database.open(config.db_path)
@@ -111,10 +114,19 @@ async def run(config: Config) -> int:
         )
         if not config.telegram.allowed_user_ids:
             log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
-        deps = TurnDeps(config=config, db=db, llm=llm, outbox=outbox, clock=clock)
+        mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
+        registry, problems = ToolRegistry.build(config.tools, extra=mcp.tools)
+        for problem in [*problems, *mcp.problems]:
+            log.warning(
+                "tool problem", extra={"source": problem.source, "problem": problem.message}
+            )
+        log.info("tools registered", extra={"tools": {t.name: t.risk for t in registry.tools()}})
+        deps = TurnDeps(config=config, db=db, llm=llm, outbox=outbox, clock=clock,
+                        registry=registry, redact=redactor)  # fmt: skip
         engine.register(make_turn_workflow(deps))
         await engine.run()
-        poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout)
+        poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
+                        on_callback=approvals.handle_callback)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
         tasks.append(
             asyncio.create_task(
@@ -141,6 +153,7 @@ async def run(config: Config) -> int:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await engine.shutdown(config.engine.shutdown_grace)
+        await stack.aclose()
         with contextlib.suppress(Exception):
             await db.write(lease.release, pid)
         await db.close()

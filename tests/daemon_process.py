@@ -17,6 +17,7 @@ from typing import Any
 from agentd.db import open_sync
 
 AGENTD = [sys.executable, "-m", "agentd"]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "123456:TEST-token-abcdef"
 API_KEY = "sk-ant-test-key-0123456789"
 OWNER = 42
@@ -44,6 +45,9 @@ def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[s
         AGENTD_ENGINE__SHUTDOWN_GRACE="2",
         AGENTD_LOG__LEVEL="INFO",
         PYTHONUNBUFFERED="1",
+        # The e2e plugin tools live in tests/plugins and record their runs here.
+        PYTHONPATH=str(REPO_ROOT),
+        AGENTD_TEST_EFFECTS=str(tmp / "effects.log"),
     )
     env.update(overrides)
     return env
@@ -110,6 +114,10 @@ class Daemon:
         result = self.cli(*args, "--json")
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout)
+
+    def effects(self) -> list[str]:
+        path = Path(self.env["AGENTD_TEST_EFFECTS"])
+        return path.read_text().splitlines() if path.exists() else []
 
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         conn = open_sync(self.db_path)

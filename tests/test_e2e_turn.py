@@ -36,6 +36,7 @@ def texts(tg: FakeTelegram, chat_id: int) -> list[str]:
 
 
 def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict) -> None:
+    env["AGENTD_TOOLS__DISABLED"] = '["current_time", "fetch_url"]'  # no tools at all
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:
         tg.add_message(OWNER, OWNER, "hi there")
@@ -57,6 +58,7 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         assert "No tools are currently available." in system
         assert "Current date and time: 20" in system
         assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        assert "tools" not in body
         assert body["messages"][-1]["content"][0]["text"] == "hi there"
         assert daemon.query("SELECT COUNT(*) FROM llm_usage")[0][0] == 1
         audit = daemon.query("SELECT kind, detail FROM audit")

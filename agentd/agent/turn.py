@@ -8,29 +8,27 @@ was interrupted.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
-from zoneinfo import ZoneInfo
 
-from agentd import audit, usage
+from agentd import audit
 from agentd.agent.inputs import TurnInput, TurnOutput
-from agentd.agent.prompt import ToolInfo, build_system
+from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, workflow
-from agentd.llm import LLM, LLMError
-from agentd.llm.types import LLMRequest, LLMResponse, Message
+from agentd.llm import LLM
+from agentd.llm.types import Message
 from agentd.memory import history
 from agentd.memory.history import StoredMessage
 from agentd.outbox import Outbox
 from agentd.telegram.format import split_markdown
+from agentd.tools import ToolRegistry
 
 LLM_ERROR_REPLY = (
     "Sorry — I couldn't get an answer from the language model just now. Your message is saved; "
     "please try again in a minute."
 )
-SEND_ERROR_REPLY = "Sorry — something went wrong while answering. Your message is saved."
-EMPTY_ANSWER = "(The model returned an empty answer.)"
 
 
 def unsupported_reply(kind: str) -> str:
@@ -41,6 +39,10 @@ class TurnFailed(Exception):
     """The turn could not be completed; the user was told and the error is in the audit log."""
 
 
+def _identity(text: str) -> str:
+    return text
+
+
 @dataclass(frozen=True)
 class TurnDeps:
     config: Config
@@ -48,7 +50,8 @@ class TurnDeps:
     llm: LLM
     outbox: Outbox
     clock: Clock
-    tools: list[ToolInfo] = field(default_factory=list)
+    registry: ToolRegistry = field(default_factory=ToolRegistry)
+    redact: Callable[[str], str] = _identity  # secrets out of tool results and approvals
 
 
 def _user_content(inp: TurnInput) -> str:
@@ -112,38 +115,6 @@ def _current_message(inp: TurnInput) -> str:
     return text
 
 
-async def call_llm(
-    deps: TurnDeps, inp: TurnInput, messages: list[Message], instance_id: str, step_name: str
-) -> LLMResponse:
-    zone = ZoneInfo(deps.config.agent.timezone)
-    req = LLMRequest(
-        purpose="turn",
-        system=build_system(
-            persona=deps.config.agent.persona,
-            name=deps.config.agent.name,
-            now=datetime.fromtimestamp(deps.clock.now(), zone),
-            tools=deps.tools,
-        ),
-        messages=messages,
-    )
-    try:
-        response = await deps.llm.complete(req)
-    except LLMError as exc:
-        if not exc.retryable:
-            raise NonRetryable(str(exc)) from None
-        raise
-    await deps.db.write(
-        usage.record,
-        response.usage,
-        model=response.model,
-        purpose="turn",
-        chat_id=inp.chat_id,
-        instance_id=instance_id,
-        step=step_name,
-    )
-    return response
-
-
 async def send_chunk(deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None) -> int:
     from agentd.telegram.output import SendFailed  # the outbox is Telegram's; keep import local
 
@@ -202,13 +173,11 @@ async def send_reply(
     return ids
 
 
-async def agent_answer(
-    step: Step, deps: TurnDeps, inp: TurnInput, messages: list[Message]
-) -> tuple[str, int]:
-    """Ask the model; returns the answer text and the number of model calls made."""
-    name = "llm#1"
-    response = await step.do(name, call_llm, deps, inp, messages, step.instance_id, name)
-    return response.text or EMPTY_ANSWER, 1
+def with_reported_actions(text: str, actions: list[str]) -> str:
+    """Medium-risk actions are always reported (R-TOOL-2), whatever the model wrote."""
+    if not actions:
+        return text
+    return f"{text}\n\n_Done on your behalf: {'; '.join(actions)}._"
 
 
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
@@ -235,7 +204,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
         messages = to_llm_messages(past, _current_message(inp))
         try:
             async with deps.outbox.typing(inp.chat_id):
-                answer, calls = await agent_answer(step, deps, inp, messages)
+                result = await agent_loop(step, deps, inp, messages)
         except StepFailed as exc:
             ids = await send_reply(step, deps, inp, LLM_ERROR_REPLY, "send-error")
             await step.do("save-reply", save_reply, deps, inp, iid, LLM_ERROR_REPLY, ids, "error")
@@ -249,6 +218,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                 {"outcome": "error", "step": exc.step, "error": exc.error_type},
             )
             raise TurnFailed(f"the model call failed: {exc.error_type}: {exc.message}") from None
+        answer = with_reported_actions(result.text, result.reported_actions)
         try:
             ids = await send_reply(step, deps, inp, answer, "send")
         except StepFailed as exc:
@@ -263,7 +233,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                 {"outcome": "undelivered", "step": exc.step, "error": exc.message},
             )
             raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
-        await step.do("save-reply", save_reply, deps, inp, iid, answer, ids, "answered")
+        await step.do("save-reply", save_reply, deps, inp, iid, answer, ids, result.outcome)
         await step.do(
             "audit",
             write_audit,
@@ -272,12 +242,12 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             iid,
             "turn",
             {
-                "outcome": "answered",
-                "llm_calls": calls,
+                "outcome": result.outcome,
+                "llm_calls": result.calls,
                 "chunks": len(ids),
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )
-        return TurnOutput(reply_message_ids=ids, llm_calls=calls)
+        return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 
     return turn

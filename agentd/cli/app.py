@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentd import __version__
-from agentd.cli import history, run, workflows
+from agentd.cli import approvals, audit, history, run, workflows
 
 app = typer.Typer(
     name="agentd",
@@ -16,6 +16,10 @@ app = typer.Typer(
 )
 app.command("run")(run.run)
 app.command("history")(history.history)
+app.command("pending")(approvals.pending)
+app.command("approve")(approvals.approve)
+app.command("deny")(approvals.deny)
+app.command("audit")(audit.audit)
 app.add_typer(workflows.app, name="workflows")
 
 

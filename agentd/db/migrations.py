@@ -142,7 +142,7 @@ CREATE INDEX llm_usage_at ON llm_usage (at);
 
 M002_MEMORY = """
 -- Long-term memory (SPEC 8): summaries, facts and notes per user. Deleting a row removes its
--- FTS entry (triggers below) and its vector (FK cascade, then a per-space trigger on the vec0 table).
+-- FTS entry (triggers below) and its vector (FK cascade, then a per-space trigger on vec0).
 CREATE TABLE memories (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a stale vector can't alias a new row
     user_id INTEGER NOT NULL,
@@ -194,9 +194,36 @@ CREATE TABLE memory_vectors (
 CREATE INDEX memory_vectors_space ON memory_vectors (space_id);
 """
 
+M003_APPROVALS = """
+-- High-risk tool calls waiting for the owner (R-TOOL-2, R-TOOL-3). Decided exactly once: the
+-- decision and the event that wakes the waiting turn are written in one transaction.
+CREATE TABLE approvals (
+    id TEXT PRIMARY KEY,
+    instance_id TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    user_id INTEGER,
+    tool TEXT NOT NULL,
+    risk TEXT NOT NULL,
+    args_digest TEXT NOT NULL,
+    args_preview TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('pending', 'approved', 'denied', 'timed_out')),
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    decided_at REAL,
+    decided_by TEXT,
+    reason TEXT,
+    message_id INTEGER,
+    UNIQUE (instance_id, tool_use_id)
+);
+CREATE INDEX approvals_pending ON approvals (status, created_at);
+CREATE INDEX audit_kind ON audit (kind, at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
+    ("m003_approvals", M003_APPROVALS),
 ]
 
 

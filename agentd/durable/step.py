@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import json
 import logging
 import time
@@ -75,12 +76,21 @@ class Event(BaseModel):
 _adapters: dict[Any, TypeAdapter[Any]] = {}
 
 
-def _result_adapter(fn: Callable[..., Any], result_type: Any) -> TypeAdapter[Any] | None:
-    if result_type is None:
+def _return_hint(fn: Callable[..., Any]) -> Any:
+    """The return annotation alone: parameters may name types only imported for type checking."""
+    target = inspect.unwrap(fn)
+    hint = getattr(target, "__annotations__", {}).get("return")
+    if isinstance(hint, str):
         try:
-            result_type = typing.get_type_hints(fn).get("return")
+            hint = eval(hint, getattr(target, "__globals__", {}), {})  # our own annotation text
         except Exception:
             return None
+    return hint
+
+
+def _result_adapter(fn: Callable[..., Any], result_type: Any) -> TypeAdapter[Any] | None:
+    if result_type is None:
+        result_type = _return_hint(fn)
         # An async def's hint is its awaited type; Awaitable[X] hints come from partials & co.
         if typing.get_origin(result_type) in (Awaitable, typing.Coroutine):
             result_type = typing.get_args(result_type)[-1]

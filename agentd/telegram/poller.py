@@ -86,6 +86,8 @@ class Poller:
             offset = max(u.update_id for u in updates) + 1
             for key in result.keys:
                 self._engine.kick(key)
+            if result.callback_answers:
+                await self._engine.poll_once()  # wake turns waiting for these decisions now
             for callback_id, text in result.callback_answers:
                 await self._outbox.answer_callback(callback_id, text)
             log.info(

@@ -15,7 +15,7 @@ from agentd.tools.base import (
     mark_untrusted,
     tool,
 )
-from agentd.tools.execute import ToolOutcome, args_digest, execute, render_args
+from agentd.tools.execute import ToolOutcome, args_digest, check_args, execute, render_args
 from agentd.tools.mcp import McpServers
 from agentd.tools.registry import DuplicateToolError, ToolRegistry
 
@@ -32,6 +32,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "args_digest",
+    "check_args",
     "execute",
     "mark_untrusted",
     "render_args",

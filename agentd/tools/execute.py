@@ -88,6 +88,30 @@ async def _run(tool: Tool, ctx: ToolContext, args: Any) -> tuple[Any, bool]:
     return None, False
 
 
+def check_args(tool: Tool, raw_args: Any) -> Any:
+    """The parsed arguments, or an error outcome saying what to fix (used before approvals too)."""
+    if not isinstance(raw_args, dict):
+        return ToolOutcome(
+            ok=False, content="Arguments must be a JSON object.", error_kind="invalid_arguments"
+        )
+    try:
+        return tool.parse_args(raw_args)
+    except InvalidArguments as exc:
+        return ToolOutcome(
+            ok=False,
+            content=f"Invalid arguments for {tool.name}:\n{exc}\nFix them and try again.",
+            error_kind="invalid_arguments",
+        )
+    except Exception as exc:
+        # A validator that breaks (an odd MCP schema) must not take the turn down.
+        log.warning("argument validation failed", exc_info=True, extra={"tool": tool.name})
+        return ToolOutcome(
+            ok=False,
+            content=f"Arguments could not be checked: {_short(exc)}",
+            error_kind="exception",
+        )
+
+
 async def execute(
     tool: Tool, ctx: ToolContext, raw_args: Any, *, max_chars: int = 100_000
 ) -> ToolOutcome:
@@ -102,20 +126,10 @@ async def execute(
             duration_ms=round((time.perf_counter() - started) * 1000, 3),
         )
 
-    if not isinstance(raw_args, dict):
-        return outcome(False, "Arguments must be a JSON object.", "invalid_arguments")
-    try:
-        args = tool.parse_args(raw_args)
-    except InvalidArguments as exc:
-        return outcome(
-            False,
-            f"Invalid arguments for {tool.name}:\n{exc}\nFix them and try again.",
-            "invalid_arguments",
-        )
-    except Exception as exc:
-        # A validator that breaks (an odd MCP schema) must not take the turn down.
-        log.warning("argument validation failed", exc_info=True, extra={"tool": tool.name})
-        return outcome(False, f"Arguments could not be checked: {_short(exc)}", "exception")
+    checked = check_args(tool, raw_args)
+    if isinstance(checked, ToolOutcome):
+        return outcome(False, checked.content, checked.error_kind)
+    args = checked
     try:
         result, finished = await _run(tool, ctx, args)
     except ToolError as exc:

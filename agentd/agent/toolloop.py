@@ -1,0 +1,328 @@
+"""The agent loop (R-TOOL-2…5): model → tools under the risk policy → model, at most max_steps.
+
+Every model call is step `llm#n` and every tool run step `tool:<tool_use_id>`, so a crash never
+repeats a finished call or tool. A high-risk call first stores an approval, asks the owner with
+Approve / Deny buttons and waits durably; a timeout is recorded as timed out, never as denied.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel, Field
+
+from agentd import approvals, audit, usage
+from agentd.agent.prompt import ToolInfo, build_system
+from agentd.approvals import Approval
+from agentd.durable import NonRetryable, OutcomeUnknown, Step
+from agentd.llm import LLMError
+from agentd.llm.types import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    ToolResultBlock,
+    ToolSpec,
+    ToolUseBlock,
+)
+from agentd.outbox import Button
+from agentd.tools import (
+    Tool,
+    ToolContext,
+    ToolOutcome,
+    args_digest,
+    check_args,
+    execute,
+    render_args,
+)
+
+if TYPE_CHECKING:
+    from agentd.agent.inputs import TurnInput
+    from agentd.agent.turn import TurnDeps
+
+EMPTY_ANSWER = "(The model returned an empty answer.)"
+UNKNOWN_OUTCOME = (
+    "This action was interrupted by a restart after it had started. It may or may not have "
+    "happened, and it was not repeated. Tell the user so they can check."
+)
+
+
+def step_limit_note(max_steps: int) -> str:
+    return f"(I stopped after {max_steps} model calls — my step limit — before finishing.)"
+
+
+class AgentResult(BaseModel):
+    text: str
+    calls: int
+    outcome: Literal["answered", "step_limit"] = "answered"
+    reported_actions: list[str] = Field(default_factory=list)
+
+
+class Decision(BaseModel):
+    status: Literal["approved", "denied", "timed_out"]
+    by: str | None = None
+    reason: str | None = None
+
+
+def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock) -> ToolContext:
+    return ToolContext(
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
+        timezone=deps.config.agent.timezone,
+        tool_use_id=use.id,
+        now=deps.clock.now,
+        redact=deps.redact,
+    )
+
+
+# -- step functions ------------------------------------------------------------------------
+
+
+async def run_tool(
+    deps: TurnDeps, tool: Tool, inp: TurnInput, instance_id: str, use: ToolUseBlock
+) -> ToolOutcome:
+    return await execute(tool, _context(deps, inp, instance_id, use), use.input)
+
+
+async def create_approval(
+    deps: TurnDeps, tool: Tool, inp: TurnInput, instance_id: str, use: ToolUseBlock
+) -> Approval:
+    now = deps.clock.now()
+    approval = Approval(
+        id=approvals.new_id(),
+        instance_id=instance_id,
+        tool_use_id=use.id,
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        tool=tool.name,
+        risk=tool.risk,
+        args_digest=args_digest(use.input),
+        args_preview=deps.redact(render_args(use.input)),
+        status="pending",
+        created_at=now,
+        expires_at=now + deps.config.tools.approval_timeout,
+    )
+
+    def write(conn: object) -> Approval:
+        stored = approvals.create(conn, approval)
+        audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
+                     instance_id=instance_id, at=now,
+                     detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
+                             "args_digest": stored.args_digest})  # fmt: skip
+        return stored
+
+    return await deps.db.write(write)
+
+
+def _approval_text(approval: Approval, timeout: float) -> str:
+    preview = approval.args_preview.replace("```", "'''")
+    minutes = max(1, round(timeout / 60))
+    return (
+        f"🔐 **Approval needed** — `{approval.tool}` ({approval.risk} risk)\n\n"
+        f"```\n{preview}\n```\n\n"
+        f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}`"
+    )
+
+
+def outcome_text(approval: Approval, status: str, by: str | None) -> str:
+    label = {
+        "approved": f"✅ Approved{f' by {by}' if by else ''} — running.",
+        "denied": f"❌ Denied{f' by {by}' if by else ''} — not run.",
+        "timed_out": "⌛ No answer in time — not run.",
+    }[status]
+    preview = approval.args_preview.replace("```", chr(39) * 3)
+    return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
+
+
+async def ask_owner(deps: TurnDeps, approval: Approval) -> int:
+    buttons = [
+        [
+            Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
+            Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
+        ]
+    ]
+    text = _approval_text(approval, approval.expires_at - approval.created_at)
+    message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
+    await deps.db.write(approvals.set_message_id, approval.id, message_id)
+    return message_id
+
+
+async def settle_timeout(deps: TurnDeps, approval_id: str) -> Decision:
+    """A decision that landed just before the deadline still counts; else record timed_out."""
+    stored = await deps.db.write(approvals.expire, approval_id, deps.clock.now())
+    if stored.status == "timed_out":
+        await deps.db.write(
+            lambda conn: audit.record(
+                conn, "approval_timed_out", chat_id=stored.chat_id, instance_id=stored.instance_id,
+                detail={"approval": stored.id, "tool": stored.tool},
+                source_key=f"approval-timeout:{stored.id}",
+            )
+        )  # fmt: skip
+    return Decision(status=stored.status, by=stored.decided_by)  # type: ignore[arg-type]
+
+
+async def show_outcome(deps: TurnDeps, approval: Approval, message_id: int, d: Decision) -> None:
+    """Edit the approval message to show what happened, removing the buttons."""
+    from agentd.telegram.output import SendFailed
+
+    try:
+        await deps.outbox.edit_text(
+            approval.chat_id, message_id, outcome_text(approval, d.status, d.by)
+        )
+    except SendFailed:
+        pass  # the message was deleted by the user: the decision stands anyway
+
+
+async def write_tool_audit(
+    deps: TurnDeps, inp: TurnInput, instance_id: str, tool: Tool, use: ToolUseBlock,
+    outcome: ToolOutcome, decision: str, decided_by: str | None,
+) -> None:  # fmt: skip
+    await deps.db.write(
+        lambda conn: audit.record(
+            conn, "tool_call", chat_id=inp.chat_id, user_id=inp.user_id, instance_id=instance_id,
+            source_key=f"{instance_id}:tool:{use.id}",
+            detail={"tool": tool.name, "risk": tool.risk, "source": tool.source,
+                    "args_digest": args_digest(use.input), "decision": decision,
+                    "decided_by": decided_by, "ok": outcome.ok, "error_kind": outcome.error_kind,
+                    "duration_ms": outcome.duration_ms},
+        )
+    )  # fmt: skip
+
+
+# -- the loop --------------------------------------------------------------------------------
+
+
+async def _approval(step: Step, deps: TurnDeps, tool: Tool, inp: TurnInput,
+                    use: ToolUseBlock) -> Decision:  # fmt: skip
+    iid = step.instance_id
+    approval = await step.do(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
+    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval)
+    event = await step.wait_for_event(
+        approvals.event_type(approval.id),
+        timeout=max(0.0, approval.expires_at - approval.created_at),
+        name=f"wait:{use.id}",
+    )
+    if event is None:
+        decision = await step.do(f"expire:{use.id}", settle_timeout, deps, approval.id)
+    else:
+        decision = Decision(
+            status=event.payload.get("decision", "denied"),
+            by=event.payload.get("by"),
+            reason=event.payload.get("reason"),
+        )
+    await step.do(f"show:{use.id}", show_outcome, deps, approval, message_id, decision)
+    return decision
+
+
+def _refusal(tool: Tool, decision: Decision, timeout: float) -> ToolOutcome:
+    if decision.status == "timed_out":
+        text = (
+            f"The owner did not approve {tool.name} within {timeout:g} seconds, so it was NOT "
+            "run (timed out, not denied). Tell the user it was not done."
+        )
+        return ToolOutcome(ok=False, content=text, error_kind="tool_error")
+    reason = f" Reason: {decision.reason}" if decision.reason else ""
+    text = f"The owner denied running {tool.name}; it was NOT run.{reason} Tell the user."
+    return ToolOutcome(ok=False, content=text, error_kind="tool_error")
+
+
+async def handle_tool_use(
+    step: Step, deps: TurnDeps, inp: TurnInput, use: ToolUseBlock
+) -> ToolOutcome:
+    """One tool_use block → its outcome, through validation, the risk policy and the journal."""
+    tool = deps.registry.get(use.name)
+    if tool is None:
+        return deps.registry.unknown(use.name)
+    checked = check_args(tool, use.input)
+    if isinstance(checked, ToolOutcome):
+        return checked  # invalid arguments go back to the model; no approval is asked for
+    iid = step.instance_id
+    decision, by = "auto", None
+    if tool.risk == "high":
+        verdict = await _approval(step, deps, tool, inp, use)
+        decision, by = verdict.status, verdict.by
+        if verdict.status != "approved":
+            outcome = _refusal(tool, verdict, deps.config.tools.approval_timeout)
+            await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, tool, use,
+                          outcome, decision, by)  # fmt: skip
+            return outcome
+        try:
+            outcome = await step.do(f"tool:{use.id}", run_tool, deps, tool, inp, iid, use,
+                                    delivery="at_most_once")  # fmt: skip
+        except OutcomeUnknown:
+            outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+    else:
+        outcome = await step.do(f"tool:{use.id}", run_tool, deps, tool, inp, iid, use)
+    await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, tool, use, outcome,
+                  decision, by)  # fmt: skip
+    return outcome
+
+
+async def call_llm(
+    deps: TurnDeps, inp: TurnInput, messages: list[Message], instance_id: str, step_name: str
+) -> LLMResponse:
+    """One model call with a fresh system prompt; its tokens are recorded (R-LLM-4)."""
+    zone = ZoneInfo(deps.config.agent.timezone)
+    tools = deps.registry.tools()
+    req = LLMRequest(
+        purpose="turn",
+        system=build_system(
+            persona=deps.config.agent.persona,
+            name=deps.config.agent.name,
+            now=datetime.fromtimestamp(deps.clock.now(), zone),
+            tools=[ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools],
+        ),
+        messages=messages,
+        tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
+    )
+    try:
+        response = await deps.llm.complete(req)
+    except LLMError as exc:
+        if not exc.retryable:
+            raise NonRetryable(str(exc)) from None
+        raise
+    await deps.db.write(
+        usage.record, response.usage, model=response.model, purpose="turn",
+        chat_id=inp.chat_id, instance_id=instance_id, step=step_name,
+    )  # fmt: skip
+    return response
+
+
+async def agent_loop(
+    step: Step, deps: TurnDeps, inp: TurnInput, messages: list[Message]
+) -> AgentResult:
+    """Ask the model, run the tools it asks for, and repeat until it answers in text."""
+    max_steps = deps.config.llm.max_steps
+    conversation = list(messages)
+    reported: list[str] = []
+    last_text = ""
+    response: LLMResponse | None = None
+    for n in range(1, max_steps + 1):
+        name = f"llm#{n}"
+        response = await step.do(name, call_llm, deps, inp, conversation, step.instance_id, name)
+        last_text = response.text or last_text
+        if not response.tool_uses:
+            return AgentResult(text=response.text or last_text or EMPTY_ANSWER, calls=n,
+                               reported_actions=reported)  # fmt: skip
+        if n == max_steps:
+            break  # no model call is left to read tool results: don't run them
+        conversation.append(Message(role="assistant", content=response.content))
+        results = []
+        for use in response.tool_uses:
+            outcome = await handle_tool_use(step, deps, inp, use)
+            tool = deps.registry.get(use.name)
+            if tool is not None and tool.risk == "medium" and outcome.ok:
+                reported.append(f"{tool.name} ({_brief(use)})")
+            results.append(ToolResultBlock(tool_use_id=use.id, content=outcome.content or "(empty)",
+                                           is_error=not outcome.ok))  # fmt: skip
+        conversation.append(Message(role="user", content=results))
+    note = step_limit_note(max_steps)
+    text = f"{last_text}\n\n{note}" if last_text else note
+    return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported)
+
+
+def _brief(use: ToolUseBlock) -> str:
+    rendered = render_args(use.input, limit=80, value_limit=40).replace("\n", ", ")
+    return rendered if len(rendered) <= 80 else rendered[:79] + "…"

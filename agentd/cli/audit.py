@@ -1,0 +1,63 @@
+"""`agentd audit` (R-AUD-1): turns, tool calls, approvals, rejected access, errors."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agentd import audit as audit_log
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    database,
+    fail,
+    iso,
+    out,
+    print_json,
+)
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(value: str, now: float) -> float:
+    """'90m', '24h', '7d' ago, or an ISO date/time."""
+    match = re.fullmatch(r"(\d+)([smhdw])", value.strip())
+    if match:
+        return now - int(match[1]) * _UNITS[match[2]]
+    try:
+        return datetime.fromisoformat(value).timestamp()
+    except ValueError:
+        raise ValueError(f"--since {value!r}: use 90m, 24h, 7d or an ISO date") from None
+
+
+def audit(
+    since: Annotated[str | None, typer.Option(help="e.g. 24h, 7d, 2026-11-01")] = None,
+    kind: Annotated[str | None, typer.Option(help="e.g. turn, tool_call, access_denied")] = None,
+    chat: Annotated[int | None, typer.Option("--chat", help="Only this chat id.")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 100,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Show the audit log, oldest first."""
+    cfg = config_or_exit(config)
+    try:
+        start = parse_since(since, time.time()) if since else None
+    except ValueError as exc:
+        fail(str(exc), 2)
+    with database(cfg) as conn:
+        entries = audit_log.entries(conn, since=start, kind=kind, chat_id=chat, limit=limit)
+    if json:
+        print_json([{**e.model_dump(), "at": iso(e.at)} for e in entries])
+        return
+    table = Table("time (UTC)", "kind", "chat", "user", "instance", "detail")
+    for e in entries:
+        detail = ", ".join(f"{k}={v}" for k, v in e.detail.items())
+        table.add_row(iso(e.at), e.kind, str(e.chat_id or ""), str(e.user_id or ""),
+                      e.instance_id or "", detail[:100])  # fmt: skip
+    out.print(table)
