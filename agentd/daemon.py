@@ -16,6 +16,9 @@ from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock
 from agentd.llm import create_llm
 from agentd.logs import Redactor, setup_logging
+from agentd.memory.embedders import build_embedder
+from agentd.memory.summarise import SummaryDeps, make_summary_workflow
+from agentd.memory.tools import memory_tools
 from agentd.telegram.bot import make_bot
 from agentd.telegram.classify import Identity
 from agentd.telegram.output import TelegramOutbox
@@ -114,16 +117,24 @@ async def run(config: Config) -> int:
         )
         if not config.telegram.allowed_user_ids:
             log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+        embedder = build_embedder(config.memory, os.environ)
+        stack.push_async_callback(embedder.aclose)
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
-        registry, problems = ToolRegistry.build(config.tools, extra=mcp.tools)
+        registry, problems = ToolRegistry.build(
+            config.tools, extra=[*memory_tools(db, embedder, config.memory), *mcp.tools]
+        )
         for problem in [*problems, *mcp.problems]:
             log.warning(
                 "tool problem", extra={"source": problem.source, "problem": problem.message}
             )
         log.info("tools registered", extra={"tools": {t.name: t.risk for t in registry.tools()}})
-        deps = TurnDeps(config=config, db=db, llm=llm, outbox=outbox, clock=clock,
-                        registry=registry, redact=redactor)  # fmt: skip
+        deps = TurnDeps(
+            config=config, db=db, llm=llm, outbox=outbox, clock=clock, registry=registry,
+            redact=redactor, embedder=embedder, start_workflow=engine.start,
+        )  # fmt: skip
         engine.register(make_turn_workflow(deps))
+        summary_deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=clock)
+        engine.register(make_summary_workflow(summary_deps))
         await engine.run()
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
                         on_callback=approvals.handle_callback)  # fmt: skip

@@ -36,7 +36,9 @@ def texts(tg: FakeTelegram, chat_id: int) -> list[str]:
 
 
 def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict) -> None:
-    env["AGENTD_TOOLS__DISABLED"] = '["current_time", "fetch_url"]'  # no tools at all
+    env["AGENTD_TOOLS__DISABLED"] = (
+        '["current_time", "fetch_url", "remember", "search_memory"]'  # no tools at all
+    )
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:
         tg.add_message(OWNER, OWNER, "hi there")
@@ -163,11 +165,13 @@ def test_kill_9_while_the_llm_thinks_then_restart(
         assert [tuple(r) for r in attempts] == [
             ("save-user", 1, "complete"),
             ("load-history", 1, "complete"),
+            ("recall", 1, "complete"),
             ("llm#1", 1, "running"),  # interrupted by kill -9
             ("llm#1", 2, "complete"),
             ("send#1", 1, "complete"),
             ("save-reply", 1, "complete"),
             ("audit", 1, "complete"),
+            ("schedule-summary", 1, "complete"),
         ]
         assert daemon.query("SELECT COUNT(*) FROM updates")[0][0] == 1
     finally:

@@ -42,8 +42,8 @@ def build_system(
     name: str,
     now: datetime,
     tools: Sequence[ToolInfo] = (),
-    facts: Sequence[str] = (),
-    memories: Sequence[str] = (),
+    facts: str = "",
+    memories: str = "",
 ) -> list[SystemBlock]:
     """A stable, cacheable block (persona, rules, tools), then a per-call one (time, memory)."""
     stable = "\n\n".join(
@@ -56,16 +56,11 @@ def build_system(
         ]
     )
     dynamic = [f"Current date and time: {now.isoformat(timespec='minutes')} ({now.tzinfo})."]
-    if facts:
+    if facts.strip():
+        dynamic.append(f"Known facts about the user:\n<data>\n{facts.strip()}\n</data>")
+    if memories.strip():
         dynamic.append(
-            "Known facts about the user:\n<data>\n"
-            + "\n".join(f"- {f}" for f in facts)
-            + "\n</data>"
-        )
-    if memories:
-        dynamic.append(
-            "Possibly relevant memories from earlier conversations:\n<data>\n"
-            + "\n".join(f"- {m}" for m in memories)
-            + "\n</data>"
+            "Possibly relevant memories from earlier conversations:\n"
+            f"<data>\n{memories.strip()}\n</data>"
         )
     return [SystemBlock(text=stable, cache=True), SystemBlock(text="\n\n".join(dynamic))]

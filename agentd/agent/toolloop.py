@@ -260,8 +260,20 @@ async def handle_tool_use(
     return outcome
 
 
+class Recall(BaseModel):
+    """What long-term memory contributes to this turn's system prompt (R-LTM-2, R-LTM-3)."""
+
+    facts: str = ""
+    memories: str = ""
+
+
 async def call_llm(
-    deps: TurnDeps, inp: TurnInput, messages: list[Message], instance_id: str, step_name: str
+    deps: TurnDeps,
+    inp: TurnInput,
+    messages: list[Message],
+    instance_id: str,
+    step_name: str,
+    recall: Recall,
 ) -> LLMResponse:
     """One model call with a fresh system prompt; its tokens are recorded (R-LLM-4)."""
     zone = ZoneInfo(deps.config.agent.timezone)
@@ -273,6 +285,8 @@ async def call_llm(
             name=deps.config.agent.name,
             now=datetime.fromtimestamp(deps.clock.now(), zone),
             tools=[ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools],
+            facts=recall.facts,
+            memories=recall.memories,
         ),
         messages=messages,
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
@@ -291,7 +305,7 @@ async def call_llm(
 
 
 async def agent_loop(
-    step: Step, deps: TurnDeps, inp: TurnInput, messages: list[Message]
+    step: Step, deps: TurnDeps, inp: TurnInput, messages: list[Message], recall: Recall
 ) -> AgentResult:
     """Ask the model, run the tools it asks for, and repeat until it answers in text."""
     max_steps = deps.config.llm.max_steps
@@ -301,7 +315,9 @@ async def agent_loop(
     response: LLMResponse | None = None
     for n in range(1, max_steps + 1):
         name = f"llm#{n}"
-        response = await step.do(name, call_llm, deps, inp, conversation, step.instance_id, name)
+        response = await step.do(
+            name, call_llm, deps, inp, conversation, step.instance_id, name, recall
+        )
         last_text = response.text or last_text
         if not response.tool_uses:
             return AgentResult(text=response.text or last_text or EMPTY_ANSWER, calls=n,

@@ -8,23 +8,34 @@ was interrupted.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from agentd import audit
 from agentd.agent.inputs import TurnInput, TurnOutput
-from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop
+from agentd.agent.toolloop import EMPTY_ANSWER, Recall, agent_loop
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, workflow
 from agentd.llm import LLM
 from agentd.llm.types import Message
 from agentd.memory import history
+from agentd.memory.embedders import Embedder
+from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
+from agentd.memory.search import format_recall, fusion_from_config, search_memories
+from agentd.memory.summarise import (
+    SUMMARY_WORKFLOW,
+    SummaryInput,
+    summary_due,
+    summary_instance_id,
+)
 from agentd.outbox import Outbox
 from agentd.telegram.format import split_markdown
 from agentd.tools import ToolRegistry
 
+RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
 LLM_ERROR_REPLY = (
     "Sorry — I couldn't get an answer from the language model just now. Your message is saved; "
     "please try again in a minute."
@@ -52,6 +63,9 @@ class TurnDeps:
     clock: Clock
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     redact: Callable[[str], str] = _identity  # secrets out of tool results and approvals
+    embedder: Embedder | None = None  # None: long-term memory is off
+    # Starts a workflow idempotently: (name, input, instance_id=, key=) — for summaries.
+    start_workflow: Callable[..., Awaitable[Any]] | None = None
 
 
 def _user_content(inp: TurnInput) -> str:
@@ -173,6 +187,39 @@ async def send_reply(
     return ids
 
 
+async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
+    """The user's facts and the memories closest to this message: only this user's (R-LTM-3)."""
+    if deps.embedder is None:
+        return Recall()
+    cfg = deps.config.memory
+    hits = await search_memories(
+        deps.db, deps.embedder, inp.user_id, inp.text, k=cfg.recall_top_k,
+        kinds=RECALL_KINDS, fusion=fusion_from_config(cfg),
+    )  # fmt: skip
+    facts = await deps.db.read(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
+    return Recall(facts=facts, memories=format_recall(hits, cfg.recall_prompt_chars))
+
+
+async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
+    """Start the background summary once the chat passes its threshold (R-LTM-1)."""
+    if deps.embedder is None or deps.start_workflow is None:
+        return None
+    cfg = deps.config.memory
+    up_to = await deps.db.read(
+        summary_due, inp.chat_id, cfg.summary_threshold, cfg.summary_keep_recent
+    )
+    if up_to is None:
+        return None
+    instance_id = summary_instance_id(inp.chat_id, up_to)
+    await deps.start_workflow(
+        SUMMARY_WORKFLOW,
+        SummaryInput(chat_id=inp.chat_id, user_id=inp.user_id, up_to_id=up_to),
+        instance_id=instance_id,
+        key=f"memory-{inp.chat_id}",
+    )
+    return instance_id
+
+
 def with_reported_actions(text: str, actions: list[str]) -> str:
     """Medium-risk actions are always reported (R-TOOL-2), whatever the model wrote."""
     if not actions:
@@ -202,9 +249,10 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             return TurnOutput(reply_message_ids=ids, outcome="unsupported")
         past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp))
+        recall = await step.do("recall", recall_memories, deps, inp)
         try:
             async with deps.outbox.typing(inp.chat_id):
-                result = await agent_loop(step, deps, inp, messages)
+                result = await agent_loop(step, deps, inp, messages, recall)
         except StepFailed as exc:
             ids = await send_reply(step, deps, inp, LLM_ERROR_REPLY, "send-error")
             await step.do("save-reply", save_reply, deps, inp, iid, LLM_ERROR_REPLY, ids, "error")
@@ -248,6 +296,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             },
         )
+        await step.do("schedule-summary", schedule_summary, deps, inp)
         return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 
     return turn

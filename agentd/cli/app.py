@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentd import __version__
-from agentd.cli import approvals, audit, history, run, workflows
+from agentd.cli import approvals, audit, history, memory, run, workflows
 
 app = typer.Typer(
     name="agentd",
@@ -21,6 +21,7 @@ app.command("approve")(approvals.approve)
 app.command("deny")(approvals.deny)
 app.command("audit")(audit.audit)
 app.add_typer(workflows.app, name="workflows")
+app.add_typer(memory.app, name="memory")
 
 
 @app.command("version")

@@ -122,6 +122,8 @@ def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]
         tools = [t.model_dump() for t in req.tools]
         tools[-1]["cache_control"] = {"type": "ephemeral"}
         params["tools"] = tools
+    if req.tool_choice:
+        params["tool_choice"] = {"type": "tool", "name": req.tool_choice}
     return params
 
 

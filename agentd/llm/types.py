@@ -58,6 +58,7 @@ class LLMRequest(BaseModel):
     system: list[SystemBlock] = Field(default_factory=list)
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
+    tool_choice: str | None = None  # force this tool (structured output, R-LLM-5)
     max_tokens: int | None = None
     cache_history: bool = True  # breakpoint on the last message before the newest one
 

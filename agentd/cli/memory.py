@@ -1,0 +1,158 @@
+"""`agentd memory`: see, search and forget what agentd remembers (R-LTM-2, R-LTM-4)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    database,
+    fail,
+    iso,
+    out,
+    print_json,
+    transaction,
+)
+
+app = typer.Typer(help="Long-term memory: list, search, forget, reindex.", no_args_is_help=True)
+UserOption = Annotated[int | None, typer.Option("--user", help="Only this Telegram user id.")]
+
+
+def _memory_json(m) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    return {**m.model_dump(), "created_at": iso(m.created_at), "updated_at": iso(m.updated_at)}
+
+
+@app.command("ls")
+def ls(
+    user: UserOption = None,
+    kind: Annotated[str | None, typer.Option(help="summary, fact, preference, task, note")] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """List memories, newest first."""
+    from agentd.memory.store import list_memories
+
+    cfg = config_or_exit(config)
+    with database(cfg) as conn:
+        rows = list_memories(conn, user, kinds=[kind] if kind else None, limit=limit)
+    if json:
+        print_json([_memory_json(m) for m in rows])
+        return
+    table = Table("id", "user", "kind", "key", "memory", "updated (UTC)")
+    for m in rows:
+        table.add_row(str(m.id), str(m.user_id), m.kind, m.slot or "", m.content[:80],
+                      iso(m.updated_at))  # fmt: skip
+    out.print(table)
+
+
+@app.command("search")
+def search(
+    query: str,
+    user: Annotated[int, typer.Option("--user", help="Whose memories (Telegram user id).")],
+    k: Annotated[int, typer.Option("-k", min=1, max=50)] = 5,
+    mode: Annotated[str, typer.Option(help="hybrid, keyword or vector")] = "hybrid",
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Search one user's memories the way a turn does."""
+    from agentd.memory.embedders import EmbedderError, build_embedder
+    from agentd.memory.search import fusion_from_config, search_memories
+    from agentd.memory.store import ConnRunner
+
+    if mode not in ("hybrid", "keyword", "vector"):
+        fail("--mode must be hybrid, keyword or vector", 2)
+    cfg = config_or_exit(config)
+
+    async def run(conn):  # type: ignore[no-untyped-def]
+        embedder = build_embedder(cfg.memory, os.environ)
+        try:
+            return await search_memories(
+                ConnRunner(conn), embedder, user, query, k=k, mode=mode,  # type: ignore[arg-type]
+                fusion=fusion_from_config(cfg.memory),
+            )  # fmt: skip
+        finally:
+            await embedder.aclose()
+
+    with database(cfg) as conn:
+        try:
+            hits = asyncio.run(run(conn))
+        except EmbedderError as exc:
+            fail(str(exc))
+    if json:
+        print_json([{**_memory_json(h.memory), "score": h.score} for h in hits])
+        return
+    table = Table("id", "kind", "score", "memory")
+    for h in hits:
+        table.add_row(str(h.memory.id), h.memory.kind, f"{h.score:.4f}", h.memory.content[:100])
+    out.print(table)
+
+
+@app.command("forget")
+def forget(
+    memory_id: Annotated[int | None, typer.Argument(help="The memory to forget.")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Forget everything of --user.")] = False,
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Forget one memory, or all of a user's: the row, its vector and its keyword index."""
+    from agentd.memory.store import forget as forget_one
+    from agentd.memory.store import forget_user
+
+    if all_ == (memory_id is not None):
+        fail("give a memory ID, or --all --user ID", 2)
+    if all_ and user is None:
+        fail("--all needs --user ID (whose memories to forget)", 2)
+    cfg = config_or_exit(config)
+    with database(cfg, write=True) as conn, transaction(conn):
+        if all_:
+            count = forget_user(conn, user)  # type: ignore[arg-type]
+        else:
+            count = int(forget_one(conn, memory_id, user_id=user))  # type: ignore[arg-type]
+    if json:
+        print_json({"forgotten": count})
+    elif count == 0:
+        fail(f"no memory {memory_id}" + (f" of user {user}" if user else ""))
+    else:
+        out.print(f"Forgot {count} memor{'y' if count == 1 else 'ies'}.")
+
+
+@app.command("reindex")
+def reindex(
+    force: Annotated[
+        bool, typer.Option(help="Re-embed everything, not only stale vectors.")
+    ] = False,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Re-embed memories with the configured embedder (after changing the model)."""
+    from agentd.memory.embedders import EmbedderError, build_embedder
+    from agentd.memory.store import ConnRunner
+    from agentd.memory.store import reindex as run_reindex
+
+    cfg = config_or_exit(config)
+
+    async def run(conn):  # type: ignore[no-untyped-def]
+        embedder = build_embedder(cfg.memory, os.environ)
+        try:
+            return await run_reindex(ConnRunner(conn), embedder, force=force)
+        finally:
+            await embedder.aclose()
+
+    with database(cfg, write=True) as conn:
+        try:
+            report = asyncio.run(run(conn))
+        except EmbedderError as exc:
+            fail(str(exc))
+    if json:
+        print_json(report.model_dump())
+    else:
+        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))

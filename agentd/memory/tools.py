@@ -1,0 +1,53 @@
+"""The memory tools the model can call: `remember` and `search_memory` (R-LTM-2, R-LTM-3).
+
+Both are bound to the calling user through ToolContext: a user's tools see only their memories.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from agentd.config import MemoryConfig
+from agentd.memory.embedders import Embedder
+from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
+from agentd.memory.search import format_recall, fusion_from_config, search_memories
+from agentd.memory.store import Runner
+from agentd.tools import Tool, ToolContext, mark_untrusted
+
+
+class SearchArgs(BaseModel):
+    query: str = Field(min_length=1, max_length=500, description="What to look for.")
+    k: int = Field(default=5, ge=1, le=20, description="How many memories to return.")
+
+
+def memory_tools(db: Runner, embedder: Embedder, config: MemoryConfig) -> list[Tool]:
+    fusion = fusion_from_config(config)
+
+    async def remember(ctx: ToolContext, args: ExtractedFact) -> str:
+        changes = await remember_facts(
+            db, embedder, ctx.user_id, ExtractedFacts(facts=[args]),
+            source=f"tool:{ctx.instance_id}", chat_id=ctx.chat_id, now=ctx.now(),
+        )  # fmt: skip
+        return f"Remembered ({changes[0].action}): {args.content}"
+
+    async def search_memory(ctx: ToolContext, args: SearchArgs) -> str:
+        hits = await search_memories(db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion)
+        found = format_recall(hits, budget_chars=4000)
+        return mark_untrusted(found or "No matching memories.", "memory")
+
+    return [
+        Tool.from_model(
+            name="remember",
+            description="Store a durable fact, preference or task about the user for later "
+            "conversations. Reuse the same key when a fact changes, so it replaces the old one.",
+            args_model=ExtractedFact,
+            fn=remember,
+        ),
+        Tool.from_model(
+            name="search_memory",
+            description="Search the user's long-term memory (summaries of earlier "
+            "conversations, facts, notes) for something specific.",
+            args_model=SearchArgs,
+            fn=search_memory,
+        ),
+    ]
