@@ -55,6 +55,18 @@ class TelegramConfig(_Section):
     max_message_chars: int = Field(default=4096, ge=64, le=4096)
     send_retries: int = Field(default=5, ge=0, le=20)
     max_retry_after: float = Field(default=60.0, gt=0)
+    streaming: bool = True  # show the answer while it is written (sendMessageDraft)
+    stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
+
+
+class VisionConfig(_Section):
+    """`[vision]`: photos are summarised once per content hash (R-VIS-1, R-VIS-2)."""
+
+    enabled: bool = True
+    max_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)  # bots can download up to 20 MB
+    max_edge: int = Field(default=1568, ge=64, le=8000)
+    max_pixels: int = Field(default=1_150_000, ge=4096)
+    keep_images: bool = False  # keep raw image bytes in the database after the turn
 
 
 class LLMConfig(_Section):
@@ -182,6 +194,30 @@ class ToolsConfig(_Section):
         return servers
 
 
+class WebConfig(_Section):
+    """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
+
+    # "tavily": Tavily's HTTP API, a local tool. "anthropic": the model's server-side web
+    # search, handled inside the LLM adapter. Empty: no web search at all.
+    provider: Literal["", "tavily", "anthropic"] = ""
+    # The NAME of the environment variable holding the API key, never the key itself.
+    api_key_env: str = "TAVILY_API_KEY"
+    base_url: str = "https://api.tavily.com"
+    search_depth: Literal["basic", "advanced"] = "basic"
+    # Results are reused for the same query for this long; 0 turns the cache off.
+    cache_ttl: float = Field(default=3600.0, ge=0)
+    max_results: int = Field(default=5, ge=1, le=20)
+    timeout: float = Field(default=20.0, gt=0, le=300)
+    retries: int = Field(default=2, ge=0, le=10)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return value.rstrip("/")
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["json", "text"] = "json"
@@ -198,10 +234,12 @@ class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    vision: VisionConfig = Field(default_factory=VisionConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)

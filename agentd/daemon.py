@@ -21,9 +21,11 @@ from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
 from agentd.telegram.bot import make_bot
 from agentd.telegram.classify import Identity
+from agentd.telegram.files import TelegramFiles
 from agentd.telegram.output import TelegramOutbox
 from agentd.telegram.poller import Poller
 from agentd.tools import McpServers, ToolRegistry
+from agentd.vision import VisionDeps
 
 log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
@@ -131,6 +133,8 @@ async def run(config: Config) -> int:
         deps = TurnDeps(
             config=config, db=db, llm=llm, outbox=outbox, clock=clock, registry=registry,
             redact=redactor, embedder=embedder, start_workflow=engine.start,
+            vision=VisionDeps(config=config.vision, db=db, llm=llm, files=TelegramFiles(bot))
+            if config.vision.enabled else None,
         )  # fmt: skip
         engine.register(make_turn_workflow(deps))
         summary_deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=clock)

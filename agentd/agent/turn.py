@@ -34,6 +34,8 @@ from agentd.memory.summarise import (
 from agentd.outbox import Outbox
 from agentd.telegram.format import split_markdown
 from agentd.tools import ToolRegistry
+from agentd.vision import SeenImage, VisionDeps, describe, see_image
+from agentd.vision import meta as vision_meta
 
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
 LLM_ERROR_REPLY = (
@@ -66,6 +68,7 @@ class TurnDeps:
     embedder: Embedder | None = None  # None: long-term memory is off
     # Starts a workflow idempotently: (name, input, instance_id=, key=) — for summaries.
     start_workflow: Callable[..., Awaitable[Any]] | None = None
+    vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply
 
 
 def _user_content(inp: TurnInput) -> str:
@@ -95,24 +98,52 @@ def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
 # -- step functions: each does one external thing and returns JSON-able data ---------------
 
 
-async def save_user_message(deps: TurnDeps, inp: TurnInput, instance_id: str) -> int:
-    meta = {"telegram_message_id": inp.message_id, "kind": inp.kind}
+async def save_user_message(
+    deps: TurnDeps, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str]
+) -> int:
+    meta: dict[str, Any] = {"telegram_message_id": inp.message_id, "kind": inp.kind}
     if inp.reply_to:
         meta["reply_to"] = inp.reply_to.message_id
+    if images:
+        meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
+    content = "\n".join([_user_content(inp), *notes]).strip()
     return await deps.db.write(
         lambda conn: history.save_message(
-            conn,
-            chat_id=inp.chat_id,
-            user_id=inp.user_id,
-            role="user",
-            content=_user_content(inp),
-            source_key=f"{instance_id}:user",
-            instance_id=instance_id,
-            telegram_message_ids=[inp.message_id],
-            meta=meta,
-            created_at=inp.date or None,
+            conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
+            source_key=f"{instance_id}:user", instance_id=instance_id,
+            telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
         )
-    )
+    )  # fmt: skip
+
+
+def _images_to_see(inp: TurnInput) -> list[tuple[str, str]]:
+    """(label, file_id) of every image in this turn: the message's own and the replied-to one."""
+    images = []
+    if inp.kind == "photo" and inp.photo_file_id:
+        images.append(("Image sent with this message", inp.photo_file_id))
+    if inp.reply_to and inp.reply_to.photo_file_id:
+        images.append(("Image in the message being replied to", inp.reply_to.photo_file_id))
+    return images
+
+
+async def look_at_images(
+    step: Step, deps: TurnDeps, inp: TurnInput
+) -> tuple[list[SeenImage], list[str]]:
+    """Each image is its own step; one that cannot be seen is noted, not fatal."""
+    seen: list[SeenImage] = []
+    notes: list[str] = []
+    if deps.vision is None:
+        return seen, notes
+    for n, (label, file_id) in enumerate(_images_to_see(inp), start=1):
+        try:
+            image = await step.do(f"vision#{n}", see_image, deps.vision, file_id, inp.chat_id,
+                                  step.instance_id)  # fmt: skip
+        except StepFailed as exc:
+            notes.append(f"[{label}: could not be analysed ({exc.message[:200]})]")
+            continue
+        seen.append(image)
+        notes.append(f"[{describe(image, label)}]")
+    return seen, notes
 
 
 async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
@@ -120,8 +151,10 @@ async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[Sto
     return await deps.db.read(history.recent, chat_id, limit, before_id=before_id)
 
 
-def _current_message(inp: TurnInput) -> str:
+def _current_message(inp: TurnInput, notes: list[str]) -> str:
     text = _user_content(inp)
+    if notes:
+        text = f"{text}\n\n<data>\n" + "\n".join(notes) + "\n</data>"
     if inp.reply_to and (inp.reply_to.text or inp.reply_to.photo_file_id):
         who = "your" if inp.reply_to.from_bot else "their own"
         quoted = inp.reply_to.text[:2000] or "[photo]"
@@ -232,8 +265,9 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
     async def turn(step: Step, inp: TurnInput) -> TurnOutput:
         started = time.perf_counter()
         iid = step.instance_id
-        user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid)
-        if inp.kind != "text":
+        images, notes = await look_at_images(step, deps, inp)
+        user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid, images, notes)
+        if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
             text = unsupported_reply(inp.unsupported_kind or inp.kind)
             ids = await send_reply(step, deps, inp, text, "send")
             await step.do("save-reply", save_reply, deps, inp, iid, text, ids, "unsupported")
@@ -248,7 +282,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             )
             return TurnOutput(reply_message_ids=ids, outcome="unsupported")
         past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
-        messages = to_llm_messages(past, _current_message(inp))
+        messages = to_llm_messages(past, _current_message(inp, notes))
         recall = await step.do("recall", recall_memories, deps, inp)
         try:
             async with deps.outbox.typing(inp.chat_id):

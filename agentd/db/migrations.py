@@ -220,10 +220,104 @@ CREATE INDEX approvals_pending ON approvals (status, created_at);
 CREATE INDEX audit_kind ON audit (kind, at);
 """
 
+M004_DOCS = """
+-- Documents for search_docs (SPEC 9). A document is one file (absolute path) or one URL; its
+-- chunks follow its structure. Hashes make re-ingesting incremental: an unchanged document is
+-- skipped, and a changed one keeps (and does not re-embed) the chunks whose hash it still has.
+CREATE TABLE doc_documents (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    source TEXT NOT NULL UNIQUE,  -- absolute file path or URL
+    kind TEXT NOT NULL CHECK (kind IN ('file', 'url')),
+    -- the folder, URL list or sitemap it came through: what disappears from it is removed
+    root TEXT NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    format TEXT NOT NULL,  -- text, markdown, html, pdf
+    content_hash TEXT NOT NULL,  -- sha256 of the bytes and of how they were chunked
+    size INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX doc_documents_root ON doc_documents (root);
+
+CREATE TABLE doc_chunks (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a stale vector can't alias a new row
+    doc_id INTEGER NOT NULL REFERENCES doc_documents (id) ON DELETE CASCADE,
+    ordinal INTEGER NOT NULL,
+    section TEXT NOT NULL DEFAULT '',  -- heading path, "Install > Linux"
+    text TEXT NOT NULL,
+    hash TEXT NOT NULL,  -- sha256 of what is embedded (section and text)
+    fts_cjk TEXT  -- character n-grams of CJK runs (unicode61 does not segment them)
+);
+CREATE INDEX doc_chunks_doc ON doc_chunks (doc_id, ordinal);
+
+CREATE VIRTUAL TABLE doc_chunks_fts USING fts5(
+    section, text, fts_cjk, content='doc_chunks', content_rowid='id', tokenize='porter unicode61'
+);
+CREATE TRIGGER doc_chunks_fts_ai AFTER INSERT ON doc_chunks BEGIN
+    INSERT INTO doc_chunks_fts (rowid, section, text, fts_cjk)
+        VALUES (new.id, new.section, new.text, new.fts_cjk);
+END;
+CREATE TRIGGER doc_chunks_fts_ad AFTER DELETE ON doc_chunks BEGIN
+    INSERT INTO doc_chunks_fts (doc_chunks_fts, rowid, section, text, fts_cjk)
+        VALUES ('delete', old.id, old.section, old.text, old.fts_cjk);
+END;
+CREATE TRIGGER doc_chunks_fts_au AFTER UPDATE OF section, text, fts_cjk ON doc_chunks BEGIN
+    INSERT INTO doc_chunks_fts (doc_chunks_fts, rowid, section, text, fts_cjk)
+        VALUES ('delete', old.id, old.section, old.text, old.fts_cjk);
+    INSERT INTO doc_chunks_fts (rowid, section, text, fts_cjk)
+        VALUES (new.id, new.section, new.text, new.fts_cjk);
+END;
+
+-- Vector spaces as for memories (agentd/memory/vectors.py); doc_bq_<id> is made at run time.
+CREATE TABLE doc_spaces (
+    id INTEGER PRIMARY KEY,
+    model_id TEXT NOT NULL,
+    dim INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    UNIQUE (model_id, dim)
+);
+CREATE TABLE doc_vectors (
+    chunk_id INTEGER PRIMARY KEY REFERENCES doc_chunks (id) ON DELETE CASCADE,
+    space_id INTEGER NOT NULL REFERENCES doc_spaces (id),
+    embedding BLOB NOT NULL
+);
+CREATE INDEX doc_vectors_space ON doc_vectors (space_id);
+"""
+
+M006_VISION = """
+-- Image summaries by content hash (R-VIS-1): the same image is never summarised twice.
+CREATE TABLE vision_cache (
+    sha256 TEXT PRIMARY KEY,
+    summary TEXT NOT NULL,
+    model TEXT NOT NULL,
+    width INTEGER,
+    height INTEGER,
+    created_at REAL NOT NULL,
+    image BLOB  -- only with vision.keep_images
+);
+"""
+
+M005_WEB_CACHE = """
+-- web_search results by query (R-WEB-1). key: digest of provider, max_results and the
+-- normalised query; a row older than web.cache_ttl is stale and refreshed on the next search.
+CREATE TABLE web_cache (
+    key TEXT PRIMARY KEY,
+    provider TEXT NOT NULL,
+    query TEXT NOT NULL,
+    max_results INTEGER NOT NULL,
+    results TEXT NOT NULL,
+    fetched_at REAL NOT NULL
+);
+CREATE INDEX web_cache_fetched ON web_cache (fetched_at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
     ("m003_approvals", M003_APPROVALS),
+    ("m004_docs", M004_DOCS),
+    ("m005_web_cache", M005_WEB_CACHE),
+    ("m006_vision", M006_VISION),
 ]
 
 

@@ -1,0 +1,31 @@
+"""Downloading what users send (photos) through the Bot API: getFile, then the file URL."""
+
+from __future__ import annotations
+
+import io
+
+from aiogram import Bot
+from aiogram.exceptions import TelegramAPIError
+
+from agentd.durable import NonRetryable
+
+
+class TelegramFiles:
+    def __init__(self, bot: Bot) -> None:
+        self._bot = bot
+
+    async def download(self, file_id: str, max_bytes: int) -> bytes:
+        try:
+            file = await self._bot.get_file(file_id)
+        except TelegramAPIError as exc:
+            raise NonRetryable(f"Telegram would not give the file: {exc.message}") from None
+        if file.file_size and file.file_size > max_bytes:
+            raise NonRetryable(f"the file is {file.file_size} bytes, over {max_bytes}")
+        if not file.file_path:
+            raise NonRetryable("Telegram returned no path for the file")
+        buffer = io.BytesIO()
+        await self._bot.download_file(file.file_path, destination=buffer)
+        data = buffer.getvalue()
+        if len(data) > max_bytes:
+            raise NonRetryable(f"the file is {len(data)} bytes, over {max_bytes}")
+        return data
