@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from agentd import approvals, audit, usage
 from agentd.agent.prompt import ToolInfo, build_system
+from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.approvals import Approval
 from agentd.durable import NonRetryable, OutcomeUnknown, Step
 from agentd.llm import LLMError
@@ -291,8 +292,12 @@ async def call_llm(
         messages=messages,
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
     )
+    on_text = None
+    if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
+        on_text = DraftStreamer(deps.outbox, inp.chat_id, draft_id(instance_id, step_name),
+                                deps.config.telegram.stream_interval)  # fmt: skip
     try:
-        response = await deps.llm.complete(req)
+        response = await deps.llm.complete(req, on_text=on_text)
     except LLMError as exc:
         if not exc.retryable:
             raise NonRetryable(str(exc)) from None

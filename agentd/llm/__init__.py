@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from agentd.llm.types import LLMError, LLMRequest, LLMResponse
@@ -13,7 +14,9 @@ if TYPE_CHECKING:
 class LLM(Protocol):
     model: str
 
-    async def complete(self, req: LLMRequest) -> LLMResponse: ...
+    async def complete(
+        self, req: LLMRequest, on_text: Callable[[str], Awaitable[None]] | None = None
+    ) -> LLMResponse: ...
 
     async def close(self) -> None: ...
 

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anthropic
+import httpx2
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -30,6 +31,7 @@ from agentd.llm.types import (
 
 log = logging.getLogger("agentd.llm")
 Sleep = Callable[[float], Awaitable[None]]
+OnText = Callable[[str], Awaitable[None]]
 _SPEND_LIMIT_ERRORS = tuple(
     getattr(anthropic, name)
     for name in (
@@ -60,9 +62,13 @@ def is_retryable(exc: BaseException) -> bool:
     """429 (except spend limits), 408, 409, 5xx and 529, timeouts and dropped connections."""
     if isinstance(exc, _SPEND_LIMIT_ERRORS):
         return False
+    if isinstance(exc, httpx2.TransportError | ValueError):
+        return True  # a dropped stream or a malformed body: transient
     if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
         return True
     if isinstance(exc, anthropic.APIStatusError):
+        if exc.status_code == 200:  # an `event: error` in the middle of a stream
+            return True
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     return False
 
@@ -181,8 +187,19 @@ class AnthropicLLM:
     async def close(self) -> None:
         await self._client.close()
 
-    async def complete(self, req: LLMRequest) -> LLMResponse:
-        """One model answer, retried on transient errors; LLMError when it cannot be had."""
+    async def _stream(self, params: dict[str, Any], on_text: OnText) -> Any:
+        """Stream the answer, reporting the text so far; return the final message."""
+        async with self._client.messages.stream(**params) as stream:
+            async for event in stream:
+                if event.type == "text":
+                    await on_text(event.snapshot)
+            return await stream.get_final_message()
+
+    async def complete(self, req: LLMRequest, on_text: OnText | None = None) -> LLMResponse:
+        """One model answer, retried on transient errors; LLMError when it cannot be had.
+
+        With on_text, the answer is streamed and on_text gets the text written so far.
+        """
         params = build_params(req, self.model, self._config.max_tokens)
         kwargs: dict[str, Any] = {
             "stop": stop_after_attempt(self._config.retries + 1),
@@ -197,7 +214,13 @@ class AnthropicLLM:
         try:
             async for attempt in AsyncRetrying(**kwargs):
                 with attempt:
-                    message = await self._client.messages.create(**params)
+                    if on_text is None:
+                        message = await self._client.messages.create(**params)
+                    else:
+                        message = await self._stream(params, on_text)
+        except (httpx2.TransportError, ValueError) as exc:
+            # A stream cut mid-way surfaces as a raw transport error, broken JSON as ValueError.
+            raise LLMError(f"the model call failed: {type(exc).__name__}", retryable=True) from None
         except anthropic.AnthropicError as exc:
             raise LLMError(
                 f"the model call failed: {_describe(exc)}",

@@ -155,6 +155,16 @@ class TelegramOutbox:
         except TelegramAPIError as exc:
             log.info("answerCallbackQuery failed", extra={"error": type(exc).__name__})
 
+    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
+        """Show a partial answer (R-TG-3); False when this server or chat cannot show drafts."""
+        try:
+            await self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text)
+        except TelegramAPIError as exc:
+            log.info("sendMessageDraft failed; no more drafts this answer",
+                     extra={"error": type(exc).__name__})  # fmt: skip
+            return False
+        return True
+
     async def chat_action(self, chat_id: int) -> None:
         """Best effort: a server that does not know sendChatAction must not break a turn."""
         try:

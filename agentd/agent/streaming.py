@@ -1,0 +1,55 @@
+"""Streaming answers as Telegram drafts (R-TG-3): throttled, best effort, never journaled.
+
+Drafts are ephemeral previews; the final answer is still sent once by the turn's send steps,
+so a crash mid-stream only means the next attempt streams again — never a duplicate message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+
+from agentd.outbox import Outbox
+
+DRAFT_LIMIT = 4096
+
+
+def draft_id(instance_id: str, step: str) -> int:
+    """A stable, non-zero id per model call, so a resumed call updates the same draft."""
+    digest = hashlib.sha256(f"{instance_id}/{step}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2**31 - 1) + 1
+
+
+class DraftStreamer:
+    """Called with the text written so far; sends it as a draft at most every `interval`."""
+
+    def __init__(
+        self,
+        outbox: Outbox,
+        chat_id: int,
+        draft: int,
+        interval: float,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._outbox = outbox
+        self._chat_id = chat_id
+        self._draft = draft
+        self._interval = interval
+        self._monotonic = monotonic
+        self._last = float("-inf")
+        self._shown = ""
+        self.enabled = True
+        self.sent = 0
+
+    async def __call__(self, text: str) -> None:
+        if not self.enabled or not text.strip() or text == self._shown:
+            return
+        now = self._monotonic()
+        if now - self._last < self._interval:
+            return
+        self._last = now
+        self._shown = text
+        preview = text if len(text) <= DRAFT_LIMIT else text[: DRAFT_LIMIT - 1] + "…"
+        self.enabled = await self._outbox.send_draft(self._chat_id, self._draft, preview)
+        self.sent += self.enabled
