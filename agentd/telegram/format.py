@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Callable
 
 TELEGRAM_LIMIT = 4096
 
@@ -100,26 +101,39 @@ def _fits(markdown: str, limit: int) -> bool:
     return utf16_len(to_html(markdown)) <= limit and utf16_len(markdown) <= limit
 
 
+def _hard_cut(text: str, fits: Callable[[str], bool]) -> list[str]:
+    """Cut text with no usable separator into the longest pieces that fit (binary search)."""
+    parts = []
+    while text:
+        low, high = 1, len(text)
+        while low < high:
+            mid = (low + high + 1) // 2
+            if fits(text[:mid]):
+                low = mid
+            else:
+                high = mid - 1
+        parts.append(text[:low])
+        text = text[low:]
+    return parts
+
+
 def _split_oversized(piece: str, limit: int) -> list[str]:
     """Split one paragraph or code block that is too long on its own: lines, words, characters."""
     code = re.match(r"```([\w+-]*)\n(.*)\n```$", piece, re.DOTALL)
     if code:
-        inner = _split_units(code[2].split("\n"), "\n", limit - 16 - len(code[1]), code=True)
-        return [f"```{code[1]}\n{part}\n```" for part in inner]
+        lang = code[1]
+        inner = _split_units(
+            code[2].split("\n"), "\n", lambda t: _fits(f"```{lang}\n{t}\n```", limit)
+        )
+        return [f"```{lang}\n{part}\n```" for part in inner]
     for separator in ("\n", " "):
         units = piece.split(separator)
         if len(units) > 1:
-            return _split_units(units, separator, limit)
-    step = max(1, limit // 2)
-    return [piece[i : i + step] for i in range(0, len(piece), step)]
+            return _split_units(units, separator, lambda t: _fits(t, limit))
+    return _hard_cut(piece, lambda t: _fits(t, limit))
 
 
-def _split_units(units: list[str], sep: str, limit: int, *, code: bool = False) -> list[str]:
-    def fits(text: str) -> bool:
-        if code:
-            return utf16_len(html.escape(text)) <= limit
-        return _fits(text, limit)
-
+def _split_units(units: list[str], sep: str, fits: Callable[[str], bool]) -> list[str]:
     parts: list[str] = []
     current = ""
     for unit in units:
@@ -132,10 +146,8 @@ def _split_units(units: list[str], sep: str, limit: int, *, code: bool = False) 
         if fits(unit):
             current = unit
         else:
-            step = max(1, limit // 4)
-            chunks = [unit[i : i + step] for i in range(0, len(unit), step)]
-            parts.extend(chunks[:-1])
-            current = chunks[-1]
+            *whole, current = _hard_cut(unit, fits)
+            parts.extend(whole)
     if current:
         parts.append(current)
     return parts

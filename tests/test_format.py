@@ -1,0 +1,64 @@
+"""Units: Markdown → Telegram HTML, and splitting long answers (R-TG-1, R-TG-2)."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from agentd.telegram.format import split_markdown, to_html, utf16_len
+
+
+def test_inline_markdown_becomes_html_and_everything_else_is_escaped() -> None:
+    out = to_html("**bold** _it_ `a<b` [x](https://e.com/?a=1&b=2) 1 < 2 & <script>")
+    assert out == (
+        '<b>bold</b> <i>it</i> <code>a&lt;b</code> <a href="https://e.com/?a=1&amp;b=2">x</a> '
+        "1 &lt; 2 &amp; &lt;script&gt;"
+    )
+
+
+def test_code_blocks_keep_their_content_literal() -> None:
+    out = to_html("```python\nif a < b and **c**:\n    pass\n```")
+    assert out == (
+        '<pre><code class="language-python">if a &lt; b and **c**:\n    pass</code></pre>'
+    )
+
+
+def test_snake_case_and_lone_stars_are_not_italics() -> None:
+    assert to_html("call my_func_name with 2 * 3 * 4") == "call my_func_name with 2 * 3 * 4"
+
+
+def test_javascript_links_are_not_made_clickable() -> None:
+    assert "<a" not in to_html("[x](javascript:alert(1))")
+
+
+@pytest.mark.parametrize("n", [1, 3, 10])
+def test_split_keeps_order_and_fits_the_limit(n: int) -> None:
+    paragraphs = [f"P{i} " + "word " * 400 for i in range(n)]
+    chunks = split_markdown("\n\n".join(paragraphs))
+    assert all(utf16_len(to_html(c)) <= 4096 and utf16_len(c) <= 4096 for c in chunks)
+    assert re.findall(r"P\d+", " ".join(chunks)) == [f"P{i}" for i in range(n)]
+
+
+def test_split_handles_giant_unbroken_text_escapes_and_emoji() -> None:
+    text = ("<&>" * 5000) + ("😀" * 3000)
+    chunks = split_markdown(text)
+    assert "".join(chunks) == text
+    assert all(utf16_len(to_html(c)) <= 4096 for c in chunks)
+
+
+def test_split_code_blocks_are_closed_in_every_chunk() -> None:
+    code = "```\n" + "\n".join(f"line {i} <tag>" for i in range(2000)) + "\n```"
+    chunks = split_markdown(code)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        assert chunk.startswith("```") and chunk.endswith("```")
+        assert utf16_len(to_html(chunk)) <= 4096
+    lines = [ln for c in chunks for ln in c.splitlines() if ln.startswith("line")]
+    assert lines == [f"line {i} <tag>" for i in range(2000)]
+
+
+def test_empty_answer_has_no_chunks() -> None:
+    assert split_markdown("  \n ") == []
+    assert html.unescape(to_html("a & b")) == "a & b"
