@@ -26,6 +26,7 @@ from agentd.telegram.output import TelegramOutbox
 from agentd.telegram.poller import Poller
 from agentd.tools import McpServers, ToolRegistry
 from agentd.vision import VisionDeps
+from agentd.web import build_web_tools
 
 log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
@@ -122,9 +123,12 @@ async def run(config: Config) -> int:
         embedder = build_embedder(config.memory, os.environ)
         stack.push_async_callback(embedder.aclose)
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
+        web, web_problems = build_web_tools(config, os.environ, db, clock)
         registry, problems = ToolRegistry.build(
-            config.tools, extra=[*memory_tools(db, embedder, config.memory), *mcp.tools]
+            config.tools, extra=[*memory_tools(db, embedder, config.memory), *web, *mcp.tools]
         )
+        for problem in web_problems:
+            log.warning("tool problem", extra={"source": "web", "problem": problem})
         for problem in [*problems, *mcp.problems]:
             log.warning(
                 "tool problem", extra={"source": problem.source, "problem": problem.message}

@@ -49,6 +49,17 @@ UNKNOWN_OUTCOME = (
 )
 
 
+SERVER_WEB_SEARCH = {"type": "web_search_20250305", "name": "web_search"}
+
+
+def with_sources(text: str, sources: list[tuple[str, str]]) -> str:
+    """Web pages the answer cites, as links (R-WEB-1)."""
+    if not sources:
+        return text
+    links = "\n".join(f"- [{title.replace(']', ')')}]({url})" for title, url in sources)
+    return f"{text}\n\nSources:\n{links}"
+
+
 def step_limit_note(max_steps: int) -> str:
     return f"(I stopped after {max_steps} model calls — my step limit — before finishing.)"
 
@@ -279,18 +290,25 @@ async def call_llm(
     """One model call with a fresh system prompt; its tokens are recorded (R-LLM-4)."""
     zone = ZoneInfo(deps.config.agent.timezone)
     tools = deps.registry.tools()
+    infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
+    server_tools = []
+    if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
+        server_tools = [SERVER_WEB_SEARCH | {"max_uses": deps.config.web.max_results}]
+        infos.append(ToolInfo(name="web_search", risk="low",
+                              description="Search the web; cite the pages you use."))  # fmt: skip
     req = LLMRequest(
         purpose="turn",
         system=build_system(
             persona=deps.config.agent.persona,
             name=deps.config.agent.name,
             now=datetime.fromtimestamp(deps.clock.now(), zone),
-            tools=[ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools],
+            tools=infos,
             facts=recall.facts,
             memories=recall.memories,
         ),
         messages=messages,
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
+        server_tools=server_tools,
     )
     on_text = None
     if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
@@ -325,8 +343,12 @@ async def agent_loop(
         )
         last_text = response.text or last_text
         if not response.tool_uses:
-            return AgentResult(text=response.text or last_text or EMPTY_ANSWER, calls=n,
-                               reported_actions=reported)  # fmt: skip
+            if response.stop_reason == "pause_turn" and n < max_steps:
+                # A long server-side tool run paused: send the turn back so the model goes on.
+                conversation.append(Message(role="assistant", content=response.content))
+                continue
+            text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
+            return AgentResult(text=text, calls=n, reported_actions=reported)
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))

@@ -24,6 +24,7 @@ from agentd.llm.types import (
     LLMRequest,
     LLMResponse,
     Message,
+    OpaqueBlock,
     TextBlock,
     ToolUseBlock,
     Usage,
@@ -89,6 +90,10 @@ class _Wait:
 
 
 def _block_to_api(block: ContentBlock) -> dict[str, Any]:
+    if isinstance(block, OpaqueBlock):
+        return block.raw
+    if isinstance(block, TextBlock):
+        return block.model_dump(exclude_none=True)
     if isinstance(block, ImageBlock):
         return {
             "type": "image",
@@ -124,8 +129,8 @@ def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]
             | ({"cache_control": {"type": "ephemeral"}} if b.cache else {})
             for b in req.system
         ]
-    if req.tools:
-        tools = [t.model_dump() for t in req.tools]
+    if req.tools or req.server_tools:
+        tools = [t.model_dump() for t in req.tools] + [dict(t) for t in req.server_tools]
         tools[-1]["cache_control"] = {"type": "ephemeral"}
         params["tools"] = tools
     if req.tool_choice:
@@ -135,10 +140,16 @@ def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]
 
 def _parse_block(block: Any) -> ContentBlock | None:
     if block.type == "text":
-        return TextBlock(text=block.text)
+        citations = getattr(block, "citations", None)
+        return TextBlock(
+            text=block.text,
+            citations=[c.model_dump(exclude_none=True) for c in citations] if citations else None,
+        )
     if block.type == "tool_use":
         return ToolUseBlock(id=block.id, name=block.name, input=dict(block.input or {}))
-    return None  # thinking, server tool blocks…: not used by agentd yet
+    if block.type in ("server_tool_use", "web_search_tool_result"):
+        return OpaqueBlock(raw=block.model_dump(exclude_none=True))
+    return None  # thinking and other blocks are not used by agentd
 
 
 def _parse_response(msg: Any) -> LLMResponse:

@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 class TextBlock(BaseModel):
     type: Literal["text"] = "text"
     text: str
+    # Web sources the model cited for this text (server-side web search), as the API sent them.
+    citations: list[dict[str, Any]] | None = None
 
 
 class ImageBlock(BaseModel):
@@ -32,8 +34,17 @@ class ToolResultBlock(BaseModel):
     is_error: bool = False
 
 
+class OpaqueBlock(BaseModel):
+    """A provider block agentd does not interpret (server tool calls and results), kept verbatim
+    so the conversation can be sent back exactly as the model produced it."""
+
+    type: Literal["opaque"] = "opaque"
+    raw: dict[str, Any]
+
+
 ContentBlock = Annotated[
-    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")
+    TextBlock | ImageBlock | ToolUseBlock | ToolResultBlock | OpaqueBlock,
+    Field(discriminator="type"),
 ]
 
 
@@ -59,6 +70,7 @@ class LLMRequest(BaseModel):
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
     tool_choice: str | None = None  # force this tool (structured output, R-LLM-5)
+    server_tools: list[dict[str, Any]] = Field(default_factory=list)  # e.g. provider web search
     max_tokens: int | None = None
     cache_history: bool = True  # breakpoint on the last message before the newest one
 
@@ -79,6 +91,17 @@ class LLMResponse(BaseModel):
     @property
     def text(self) -> str:
         return "".join(b.text for b in self.content if isinstance(b, TextBlock)).strip()
+
+    @property
+    def sources(self) -> list[tuple[str, str]]:
+        """(title, url) of every web source cited in the answer, first citation first."""
+        seen: dict[str, str] = {}
+        for block in self.content:
+            if isinstance(block, TextBlock):
+                for cite in block.citations or []:
+                    if cite.get("url") and cite["url"] not in seen:
+                        seen[cite["url"]] = cite.get("title") or cite["url"]
+        return [(title, url) for url, title in seen.items()]
 
     @property
     def tool_uses(self) -> list[ToolUseBlock]:
