@@ -193,6 +193,19 @@ def test_redelivered_update_starts_one_turn(
         assert daemon.query("SELECT COUNT(*) FROM messages WHERE role='user'")[0][0] == 1
 
 
+def test_a_malformed_update_does_not_block_the_others(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    bad = tg.add_update({"message": {"message_id": "x", "chat": "garbage", "from": 5}})
+    tg.add_message(OWNER, OWNER, "still there?")
+    with running_daemon(tmp_path, env) as daemon:
+        tg.wait_for_sent(1, timeout=20)
+        assert texts(tg, OWNER) == ["echo: still there?"]
+        rows = daemon.query("SELECT update_id, outcome FROM updates ORDER BY update_id")
+        assert [tuple(r) for r in rows][0] == (bad, "ignore")
+        assert "malformed update in batch" in daemon.log()
+
+
 def test_interleaved_chats_keep_their_order(
     tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
 ) -> None:

@@ -93,7 +93,10 @@ def persist_updates(
         if seen:
             result.duplicates += 1
             continue
-        decision = classify(update, me)
+        try:
+            decision = classify(update, me)
+        except Exception:  # a malformed update is recorded and skipped, never fatal
+            decision = Decision(action="ignore", update_kind="malformed", reason="malformed")
         outcome, instance_id = _apply(conn, decision, update_id, engine, on_callback, result)
         conn.execute(
             "INSERT INTO updates (update_id, received_at, kind, chat_id, user_id, outcome, "

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from typing import Any
 
 from aiogram import Bot
 from aiogram.exceptions import (
+    ClientDecodeError,
     TelegramNetworkError,
     TelegramRetryAfter,
     TelegramServerError,
@@ -22,6 +24,15 @@ from agentd.telegram.intake import CallbackHandler, load_offset, no_callbacks, p
 
 log = logging.getLogger("agentd.telegram")
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+
+
+def _raw_updates(data: Any) -> list[dict[str, Any]] | None:
+    """The update dicts of a getUpdates answer, keeping only those with an integer update_id."""
+    if not isinstance(data, dict) or not isinstance(data.get("result"), list):
+        return None
+    return [
+        u for u in data["result"] if isinstance(u, dict) and isinstance(u.get("update_id"), int)
+    ]
 
 
 class Poller:
@@ -46,59 +57,79 @@ class Poller:
         self._timeout = poll_timeout
         self._on_callback = on_callback
         self._stopping = asyncio.Event()
+        self._failures = 0
 
     def stop(self) -> None:
         self._stopping.set()
 
     async def run(self) -> None:
+        """Poll until stopped; only a rejected token ends it (nothing else may stop intake)."""
         offset = await self._db.read(load_offset)
-        failures = 0
+        self._failures = 0
         while not self._stopping.is_set():
             try:
-                updates = await self._bot.get_updates(
-                    offset=offset,
-                    timeout=self._timeout,
-                    allowed_updates=ALLOWED_UPDATES,
-                    request_timeout=self._timeout + 10,
-                )
-                failures = 0
-            except TelegramRetryAfter as exc:
-                await self._pause(float(exc.retry_after))
-                continue
+                raw = await self._fetch(offset)
+                if raw:
+                    offset = await self._store(raw)
             except TelegramUnauthorizedError:
                 log.error("Telegram rejected the bot token (401); check TELEGRAM_BOT_TOKEN")
                 raise
-            except (TelegramNetworkError, TelegramServerError, TimeoutError) as exc:
-                failures += 1
-                wait = min(2.0 ** min(failures, 5), 30.0) * (0.5 + random.random() / 2)
-                log.warning(
-                    "getUpdates failed, retrying",
-                    extra={"error": type(exc).__name__, "wait_s": round(wait, 2)},
-                )
-                await self._pause(wait)
-                continue
-            if not updates:
-                continue
-            raw = [u.model_dump(mode="json", exclude_none=True, by_alias=True) for u in updates]
-            result = await self._db.write(
-                persist_updates, raw, self._me, self._engine, self._on_callback
+            except Exception:
+                log.exception("intake failed; retrying")
+                await self._backoff()
+
+    async def _fetch(self, offset: int | None) -> list[dict[str, Any]] | None:
+        """One long poll → raw update dicts (None after a transient failure, already waited)."""
+        try:
+            updates = await self._bot.get_updates(
+                offset=offset,
+                timeout=self._timeout,
+                allowed_updates=ALLOWED_UPDATES,
+                request_timeout=self._timeout + 10,
             )
-            offset = max(u.update_id for u in updates) + 1
-            for key in result.keys:
-                self._engine.kick(key)
-            if result.callback_answers:
-                await self._engine.poll_once()  # wake turns waiting for these decisions now
-            for callback_id, text in result.callback_answers:
-                await self._outbox.answer_callback(callback_id, text)
-            log.info(
-                "updates stored",
-                extra={
-                    "count": len(updates),
-                    "turns": result.accepted,
-                    "duplicates": result.duplicates,
-                    "offset": offset,
-                },
-            )
+        except ClientDecodeError as exc:
+            # One update aiogram cannot parse fails the whole batch; the raw JSON is still
+            # there, and classification copes with anything, so nothing is lost or stuck.
+            raw = _raw_updates(exc.data)
+            if raw is None:
+                log.warning("getUpdates answer was not JSON; retrying")
+                await self._backoff()
+                return None
+            log.warning("malformed update in batch; stored from raw JSON",
+                        extra={"count": len(raw)})  # fmt: skip
+            return raw
+        except TelegramRetryAfter as exc:
+            await self._pause(float(exc.retry_after))
+            return None
+        except (TelegramNetworkError, TelegramServerError, TimeoutError) as exc:
+            log.warning("getUpdates failed, retrying", extra={"error": type(exc).__name__})
+            await self._backoff()
+            return None
+        self._failures = 0
+        return [u.model_dump(mode="json", exclude_none=True, by_alias=True) for u in updates]
+
+    async def _store(self, raw: list[dict[str, Any]]) -> int:
+        """Commit the batch with the work it starts; return the offset that acknowledges it."""
+        result = await self._db.write(
+            persist_updates, raw, self._me, self._engine, self._on_callback
+        )
+        offset = max(int(u["update_id"]) for u in raw) + 1
+        for key in result.keys:
+            self._engine.kick(key)
+        if result.callback_answers:
+            await self._engine.poll_once()  # wake turns waiting for these decisions now
+        for callback_id, text in result.callback_answers:
+            await self._outbox.answer_callback(callback_id, text)
+        log.info(
+            "updates stored",
+            extra={"count": len(raw), "turns": result.accepted,
+                   "duplicates": result.duplicates, "offset": offset},
+        )  # fmt: skip
+        return offset
+
+    async def _backoff(self) -> None:
+        self._failures += 1
+        await self._pause(min(2.0 ** min(self._failures, 5), 30.0) * (0.5 + random.random() / 2))
 
     async def _pause(self, seconds: float) -> None:
         try:
