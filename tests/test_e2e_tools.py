@@ -20,7 +20,7 @@ APPROVAL_TIMEOUT = 4.0
 USERS = list(range(100, 130))
 CONFIG = f"""
 [tools]
-plugins = ["tests.plugins.e2e_tools"]
+plugins = ["tests.plugins.e2e_tools", "tests.plugins.broken_plugin", "no.such.module"]
 approval_timeout = {APPROVAL_TIMEOUT}
 
 [[tools.mcp]]
@@ -28,6 +28,10 @@ name = "echo"
 command = "{sys.executable}"
 args = ["{REPO_ROOT / "tests" / "mcp_servers" / "echo_server.py"}"]
 risk = "low"
+
+[[tools.mcp]]
+name = "gone"
+command = "/nonexistent/mcp-server"
 """
 
 
@@ -103,6 +107,15 @@ def script(stack: Stack, user: int, *replies: Any) -> None:
 
 def tool_use(name: str, args: dict[str, Any], use_id: str) -> list[dict[str, Any]]:
     return [{"type": "tool_use", "id": use_id, "name": name, "input": args}]
+
+
+def test_broken_plugins_and_mcp_servers_are_reported_not_fatal(stack: Stack) -> None:
+    log = stack.daemon.log()
+    problems = [line for line in log.splitlines() if '"tool problem"' in line]
+    assert any("no.such.module" in p for p in problems)
+    assert any("broken_plugin" in p for p in problems)
+    assert any("gone" in p for p in problems)
+    assert stack.daemon.proc is not None and stack.daemon.proc.poll() is None
 
 
 def test_low_risk_tool_runs_and_its_result_reaches_the_model(stack: Stack) -> None:
