@@ -1,0 +1,309 @@
+"""Turns per second and latency through the whole daemon path.
+
+`agentd run` runs as a subprocess (tests/daemon_process.py) against the local fakes of the
+Telegram Bot API and the Anthropic Messages API (tests/fakes/), which run in this process and
+answer at once (the LLM fake says "echo: <text>"). A turn is: getUpdates → commit update + turn
+→ workflow (save user message, load history, LLM call, sendMessage, save reply, audit) → the
+fake records the sendMessage. Latency = time the reply reached the fake − time the message was
+added to the fake (same clock: both are time.time() in this process).
+
+Phases, all after the daemon logged "agentd running" and one warm-up turn per chat:
+
+  sequential  one message at a time: the next is added only after the previous turn's
+              workflow is complete in the database (its reply comes before save-reply and
+              audit, so waiting for the reply alone would overlap turns): unloaded latency
+  burst       --messages added at once, round-robin across --chats private chats: turns/s
+              (messages / time from the first add to the last reply) and latency under load
+
+The fake long poll returns as soon as an update is added, and the daemon's poll timeout is 1 s
+(AGENTD_TELEGRAM__POLL_TIMEOUT from tests.daemon_process.daemon_env), so no phase waits out a
+poll.
+
+Usage: .venv/bin/python benchmarks/daemon_throughput.py [--messages 200] [--chats 4]
+       [--sequential 30] [--gap 0] [--concurrency 8] [--log-level INFO] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import json
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agentd.db.connect import open_sync
+from tests.daemon_process import Daemon, daemon_env
+from tests.fakes import FakeAnthropic, FakeTelegram, tool_use_reply
+
+TOKEN_RE = re.compile(r"\bm-(\d+)-(\d+)\b")
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (/proc/<pid>/stat)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def log_time(ts: str) -> float:
+    """'2026-01-01T12:00:00.123Z' (the daemon's JSON log) → epoch seconds."""
+    whole, _, ms = ts.rstrip("Z").partition(".")
+    return calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) + int(ms or 0) / 1000
+
+
+def breakdown(log: str, added: dict[str, float]) -> list[str]:
+    """Medians from the daemon's structured log for the given instances (id → add time)."""
+    starts: dict[str, float] = {}
+    done: dict[str, float] = {}
+    steps: dict[str, list[float]] = {}
+    for raw in log.splitlines():
+        try:
+            entry = json.loads(raw)
+        except ValueError:
+            continue
+        iid = entry.get("instance_id")
+        if iid not in added:
+            continue
+        if entry.get("event") == "workflow start":
+            starts[iid] = log_time(entry["ts"])
+        elif entry.get("event") == "workflow complete":
+            done[iid] = entry["duration_ms"]
+        elif entry.get("event") == "step":
+            name = re.sub(r"#\d+$", "", entry["step"])
+            steps.setdefault(name, []).append(entry["duration_ms"])
+    if not done:
+        return ["  (no structured log lines: run the daemon with --log-level INFO)"]
+    intake = [(starts[i] - added[i]) * 1000 for i in starts]
+    lines = [
+        f"  message added → workflow start   p50 {pct(intake, 0.5):6.1f} ms "
+        "(log timestamps have 1 ms resolution)",
+        f"  workflow start → complete        p50 {pct(list(done.values()), 0.5):6.1f} ms",
+    ]
+    for name, values in steps.items():
+        lines.append(f"    step {name:<26}  p50 {pct(values, 0.5):6.1f} ms  (n={len(values)})")
+    return lines
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Tracker:
+    """Messages added to the fake, and the replies matched to them by their unique token."""
+
+    def __init__(self, tg: FakeTelegram) -> None:
+        self.tg = tg
+        self.added: dict[str, float] = {}
+        self.instance: dict[str, str] = {}
+        self.seen: dict[str, float] = {}
+        self.scanned = 0
+        self.seq = 0
+
+    def send(self, chat: int) -> str:
+        self.seq += 1
+        token = f"m-{chat}-{self.seq}"
+        self.added[token] = time.time()
+        update_id = self.tg.add_message(chat, chat, f"benchmark message {token}")
+        self.instance[token] = f"tg-update-{update_id}"
+        return token
+
+    def by_instance(self, tokens: list[str]) -> dict[str, float]:
+        return {self.instance[t]: self.added[t] for t in tokens}
+
+    def _scan(self) -> None:
+        # Reads the fake's record list under its lock, only the entries not seen yet: the public
+        # `tg.sent` deep-copies everything on every call, which under the fake's lock would slow
+        # the fake itself (O(n²) over a burst) and skew the figures.
+        for sent in self.tg._sent[self.scanned :]:
+            found = TOKEN_RE.search(sent.get("plain_text") or sent.get("text") or "")
+            if found:
+                self.seen.setdefault(found.group(0), sent["time"])
+        self.scanned = len(self.tg._sent)
+
+    def wait(self, tokens: list[str], timeout: float) -> dict[str, float]:
+        deadline = time.monotonic() + timeout
+        with self.tg._cond:
+            while True:
+                self._scan()
+                missing = [t for t in tokens if t not in self.seen]
+                if not missing:
+                    return dict(self.seen)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SystemExit(
+                        f"only {len(tokens) - len(missing)}/{len(tokens)} replies after "
+                        f"{timeout}s; missing e.g. {missing[:5]}"
+                    )
+                self.tg._cond.wait(min(remaining, 0.5))
+
+
+def responder(body: dict[str, Any]) -> Any:
+    """Echo (the fake's default), but answer a forced tool call the way the tool asks, so the
+    background summaries a long chat starts (`record_summary`) succeed as they would live."""
+    choice = body.get("tool_choice") or {}
+    if choice.get("type") == "tool" and choice.get("name") == "record_summary":
+        return tool_use_reply(
+            "record_summary", {"summary": "A benchmark chat.", "facts": [], "retract_keys": []}
+        )
+    return None
+
+
+def wait_complete(reader: Any, instance_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    sql = "SELECT status FROM workflow_instances WHERE id = ?"
+    while (row := reader.execute(sql, (instance_id,)).fetchone()) is None or row[0] != "complete":
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{instance_id} not complete after {timeout}s: {row and row[0]}")
+        time.sleep(0.002)
+
+
+def latency_line(name: str, lat_ms: list[float]) -> str:
+    return (
+        f"  {name:<10} n={len(lat_ms):<4} p50 {pct(lat_ms, 0.5):7.1f} ms   "
+        f"p95 {pct(lat_ms, 0.95):7.1f} ms   max {max(lat_ms):7.1f} ms   "
+        f"mean {statistics.fmean(lat_ms):7.1f} ms"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--messages", type=int, default=200, help="messages in the burst")
+    ap.add_argument("--chats", type=int, default=4, help="private chats (distinct users)")
+    ap.add_argument("--sequential", type=int, default=30, help="messages sent one at a time")
+    ap.add_argument("--gap", type=float, default=0.0, help="pause between sequential turns (s)")
+    ap.add_argument("--concurrency", type=int, default=8, help="engine.concurrency")
+    ap.add_argument("--log-level", default="INFO", help="the daemon's log level (default INFO)")
+    ap.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
+    ap.add_argument("--keep", action="store_true", help="keep the temp dir (DB and logs)")
+    args = ap.parse_args()
+
+    chats = [1000 + i for i in range(args.chats)]
+    tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-daemon-"))
+    print(
+        f"agentd daemon throughput — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
+        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}"
+    )
+    try:
+        with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            llm.set_responder(responder)
+            env = daemon_env(
+                tmp,
+                tg.base_url,
+                llm.base_url,
+                AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(chats),
+                AGENTD_ENGINE__CONCURRENCY=str(args.concurrency),
+                AGENTD_LOG__LEVEL=args.log_level,
+            )
+            daemon = Daemon(tmp, env)
+            t = time.perf_counter()
+            daemon.start(timeout=60)
+            print(f"daemon ready in {time.perf_counter() - t:.2f} s (pid {daemon.proc.pid})")
+            try:
+                track = Tracker(tg)
+                # Warm-up: one turn per chat (HTTP connections, lazy imports, caches).
+                track.wait([track.send(c) for c in chats], args.timeout)
+
+                seq_lat, seq_tokens = [], []
+                reader = open_sync(daemon.db_path, readonly=True)
+                for i in range(args.sequential):
+                    token = track.send(chats[i % len(chats)])
+                    got = track.wait([token], args.timeout)
+                    seq_lat.append((got[token] - track.added[token]) * 1000)
+                    seq_tokens.append(token)
+                    wait_complete(reader, track.instance[token], args.timeout)
+                    time.sleep(args.gap)
+                reader.close()
+
+                cpu_before = cpu_seconds(daemon.proc.pid)
+                first = time.time()
+                tokens = [track.send(chats[i % len(chats)]) for i in range(args.messages)]
+                added_in = time.time() - first
+                got = track.wait(tokens, args.timeout)
+                last = max(got[t] for t in tokens)
+                burst_lat = [(got[t] - track.added[t]) * 1000 for t in tokens]
+                elapsed = last - first
+                burst_cpu = cpu_seconds(daemon.proc.pid) - cpu_before
+                # Replies go out before save-reply and audit: let the last turns finish too.
+                reader = open_sync(daemon.db_path, readonly=True)
+                for token in tokens:
+                    wait_complete(reader, track.instance[token], args.timeout)
+                reader.close()
+                all_done = time.time() - first
+
+                llm_calls = len(llm.requests)
+                sends = len(tg.sent)
+                rc = daemon.stop()
+            finally:
+                if daemon.proc is not None and daemon.proc.poll() is None:
+                    daemon.proc.kill()
+                    daemon.proc.wait(10)
+            turns = daemon.query(
+                "SELECT COUNT(*) FROM workflow_instances WHERE status = 'complete' "
+                "AND workflow = 'turn'"
+            )[0][0]
+            steps = daemon.query(
+                "SELECT COUNT(*) FROM workflow_steps s JOIN workflow_instances i "
+                "ON i.id = s.instance_id WHERE i.workflow = 'turn'"
+            )[0][0]
+            others = daemon.query(
+                "SELECT workflow || ' ' || status, COUNT(*) FROM workflow_instances "
+                "WHERE workflow != 'turn' GROUP BY 1"
+            )
+            sent = tg.sent
+            dup = len(sent) - len({(s["chat_id"], s["message_id"]) for s in sent})
+            echoes = sum(1 for s in sent if (s.get("plain_text") or "").startswith("echo: "))
+            log = daemon.log()
+
+        total = len(chats) + args.sequential + args.messages
+        if seq_lat:
+            print(
+                f"\nsequential ({args.sequential} turns, one at a time, round-robin over "
+                f"{len(chats)} chats):"
+            )
+            print(latency_line("latency", seq_lat))
+            print(f"  → {1000 / statistics.fmean(seq_lat):.1f} turns/s when turns do not overlap")
+            print("  where the time goes (daemon log, sequential turns):")
+            print("\n".join(breakdown(log, track.by_instance(seq_tokens))))
+        print(
+            f"\nburst ({args.messages} messages over {len(chats)} chats, added in "
+            f"{added_in * 1000:.0f} ms; engine.concurrency {args.concurrency}):"
+        )
+        print(
+            f"  throughput {args.messages / elapsed:.1f} turns/s ({elapsed:.2f} s to the last "
+            f"reply, {all_done:.2f} s until every turn's workflow was complete)"
+        )
+        print(latency_line("latency", burst_lat))
+        print(
+            f"  daemon CPU during the burst: {burst_cpu:.2f} s = "
+            f"{burst_cpu / args.messages * 1000:.1f} ms per turn, "
+            f"{burst_cpu / elapsed * 100:.0f}% of one core"
+        )
+        print(
+            f"\nchecks: {turns}/{total} turns complete, {sends} replies sent ({echoes} are the "
+            f"fake's echo), {llm_calls} LLM calls, {steps / max(turns, 1):.1f} journaled steps "
+            f"per turn, exit code {rc} on SIGTERM, {dup} duplicate (chat, message id)"
+        )
+        if others:
+            print(
+                "  other workflows the turns started: "
+                + ", ".join(f"{n} {name}" for name, n in others)
+            )
+    finally:
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
