@@ -126,6 +126,28 @@ class MemoryConfig(_Section):
     rrf_k: int = Field(default=10, ge=1, le=1000)
 
 
+class DocsConfig(_Section):
+    """`[docs]`: document ingestion (`agentd ingest`) and the search_docs tool (SPEC 9).
+
+    Documents use `[memory]`'s embedder and fusion settings; URLs are fetched under
+    `[tools.fetch]`'s SSRF policy and limits.
+    """
+
+    chunk_chars: int = Field(default=1000, ge=200, le=20_000)
+    overlap_chars: int = Field(default=150, ge=0, le=10_000)
+    max_file_bytes: int = Field(default=20_000_000, ge=1024)
+    max_urls: int = Field(default=1000, ge=1, le=100_000)  # per sitemap
+    fetch_concurrency: int = Field(default=4, ge=1, le=32)
+    top_k: int = Field(default=5, ge=1, le=20)
+    max_result_chars: int = Field(default=8000, ge=500, le=100_000)
+
+    @model_validator(mode="after")
+    def _overlap_below_half(self) -> DocsConfig:
+        if self.overlap_chars > self.chunk_chars // 2:
+            raise ValueError("overlap_chars must be at most half of chunk_chars")
+        return self
+
+
 class FetchConfig(_Section):
     """`[tools.fetch]`: limits and the SSRF allowlist of the fetch_url tool."""
 
@@ -238,6 +260,7 @@ class Config(_Section):
     storage: StorageConfig = Field(default_factory=StorageConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
+    docs: DocsConfig = Field(default_factory=DocsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     log: LogConfig = Field(default_factory=LogConfig)

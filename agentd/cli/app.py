@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentd import __version__
-from agentd.cli import approvals, audit, history, memory, run, workflows
+from agentd.cli import approvals, audit, docs, history, memory, run, workflows
 
 app = typer.Typer(
     name="agentd",
@@ -22,6 +22,8 @@ app.command("deny")(approvals.deny)
 app.command("audit")(audit.audit)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(memory.app, name="memory")
+app.command("ingest")(docs.ingest)
+app.add_typer(docs.app, name="docs")
 
 
 @app.command("version")

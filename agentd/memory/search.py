@@ -8,7 +8,8 @@ returns `candidates` ids, which are rescored by exact cosine distance on the flo
 When a user has fewer vectors than `candidates`, this is exact.
 
 Vector arm candidates: the bit prefilter is split over VEC_SHARDS partitions per user
-(store.py says why); at 100k clustered vectors, 128 candidates keep ~0.99 of the exact top-10.
+(vectors.py says why); at 100k clustered vectors, 128 candidates keep ~0.99 of the exact
+top-10.
 
 Fusion, measured with benchmarks/memory_retrieval.py --sweep on tests/data, whose conversations
 carry small-talk distractors as real ones do: keyword search (BM25, porter) is the strong arm
@@ -27,32 +28,20 @@ embedder, run the sweep on your data and raise `memory.vector_weight`, or try
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agentd.memory.embedders import Embedder
 from agentd.memory.fts import build_fts_query
-from agentd.memory.store import (
-    VEC_SHARDS,
-    Memory,
-    Runner,
-    bq_table,
-    find_space,
-    get_memories,
-    pack_vector,
-)
+from agentd.memory.store import MEMORY_VECTORS, Memory, Runner, get_memories
 
 Conn = Any
 SearchMode = Literal["hybrid", "keyword", "vector"]
 FusionMethod = Literal["convex", "rrf"]
-
-# Candidates the bit-vector prefilter hands to exact rescoring, split evenly over the user's
-# VEC_SHARDS partitions. 128 keeps 0.996 of the exact top-10 at 100k clustered vectors.
-MIN_CANDIDATES = 128
-CANDIDATES_PER_RESULT = 4
 
 
 class Fusion(BaseModel):
@@ -114,39 +103,30 @@ def vector_search(
     candidates: int | None = None,
 ) -> list[tuple[int, float]]:
     """(memory_id, cosine distance) of the user's nearest memories in the space of model_id."""
-    if limit <= 0 or not any(vector) or not all(math.isfinite(x) for x in vector):
-        return []  # an empty text embeds to zeros: no direction, nothing to rank
-    space = find_space(conn, model_id, len(vector))
-    if space is None:
-        return []
-    n = candidates or max(MIN_CANDIDATES, limit * CANDIDATES_PER_RESULT)
-    per_shard = min(4096, max(1, -(-max(n, limit) // VEC_SHARDS)))
-    table = bq_table(space)
-    shards = " UNION ALL ".join(
-        f"SELECT rowid AS id FROM (SELECT rowid FROM {table} WHERE embedding MATCH"
-        f" vec_quantize_binary(:q) AND k = :k AND part = :p{s})"
-        for s in range(VEC_SHARDS)
+    # Only the user's partition is read, and the rescoring join re-checks the owner.
+    return MEMORY_VECTORS.search(
+        conn,
+        vector,
+        model_id,
+        limit,
+        partition=user_id,
+        candidates=candidates,
+        join=" JOIN memories m ON m.id = v.memory_id",
+        where="m.user_id = :user"
+        " AND (:kinds IS NULL OR m.kind IN (SELECT value FROM json_each(:kinds)))",
+        params={"user": user_id, "kinds": json.dumps(list(kinds)) if kinds else None},
     )
-    params: dict[str, Any] = {
-        "q": pack_vector(vector),
-        "k": per_shard,
-        "space": space,
-        "user": user_id,
-        "limit": limit,
-        **{f"p{s}": user_id * VEC_SHARDS + s for s in range(VEC_SHARDS)},
-        "kinds": json.dumps(list(kinds)) if kinds else None,
-    }
-    rows = conn.execute(
-        f"WITH cand AS ({shards})"
-        " SELECT v.memory_id, vec_distance_cosine(v.embedding, :q) AS d"
-        " FROM cand JOIN memory_vectors v ON v.memory_id = cand.id"
-        " JOIN memories m ON m.id = v.memory_id"
-        " WHERE v.space_id = :space AND m.user_id = :user"
-        " AND (:kinds IS NULL OR m.kind IN (SELECT value FROM json_each(:kinds)))"
-        " ORDER BY d, v.memory_id LIMIT :limit",
-        params,
-    ).fetchall()
-    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+def _vector_arm(
+    conn: Conn,
+    user_id: int,
+    vector: Sequence[float],
+    model_id: str,
+    kinds: Sequence[str] | None,
+    limit: int,
+) -> list[tuple[int, float]]:
+    return vector_search(conn, user_id, vector, model_id, limit, kinds=kinds)
 
 
 def _kind_clause(kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
@@ -186,6 +166,42 @@ def fuse(
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
+@dataclass(frozen=True)
+class Ranking:
+    """Fused ids, best first, with where each came from (for hits that explain themselves)."""
+
+    ranked: list[tuple[int, float]]
+    keyword_rank: dict[int, int]
+    vector_rank: dict[int, int]
+    distance: dict[int, float]
+
+
+Arm = Callable[[int], list[tuple[int, float]]]
+
+
+def hybrid_rank(
+    keyword: Arm, vector: Arm | None, *, k: int, mode: SearchMode, fusion: Fusion
+) -> Ranking:
+    """Run the keyword arm (id, bm25) and vector arm (id, cosine distance) and rank: the one
+    ranking used by every hybrid search (memories, documents). Each arm gets a limit; in
+    hybrid mode both go `fusion.depth` deep so fusion has something to re-order."""
+    depth = max(k, fusion.depth) if mode == "hybrid" else k
+    kw = keyword(depth) if mode in ("hybrid", "keyword") else []
+    vec = vector(depth) if mode in ("hybrid", "vector") and vector is not None else []
+    if mode == "keyword":
+        ranked = [(rid, -score) for rid, score in kw]  # bm25: lower is better
+    elif mode == "vector":
+        ranked = [(rid, 1.0 - d) for rid, d in vec]
+    else:
+        ranked = fuse(kw, vec, fusion)
+    return Ranking(
+        ranked=ranked[:k],
+        keyword_rank={rid: i for i, (rid, _) in enumerate(kw, start=1)},
+        vector_rank={rid: i for i, (rid, _) in enumerate(vec, start=1)},
+        distance=dict(vec),
+    )
+
+
 def search(
     conn: Conn,
     user_id: int,
@@ -204,29 +220,19 @@ def search(
     journaled step and then run this cheap, deterministic read. Without a vector (or model_id)
     the vector arm is empty and hybrid degrades to keyword search.
     """
-    fusion = fusion or Fusion()
-    depth = max(k, fusion.depth)
-    kw: list[tuple[int, float]] = []
-    vec: list[tuple[int, float]] = []
-    if mode in ("hybrid", "keyword"):
-        kw = keyword_search(conn, user_id, text, depth if mode == "hybrid" else k, kinds=kinds)
-    if mode in ("hybrid", "vector") and vector is not None and model_id is not None:
-        vec = vector_search(
-            conn, user_id, vector, model_id, depth if mode == "hybrid" else k, kinds=kinds
-        )
-    kw_rank = {mid: i for i, (mid, _) in enumerate(kw, start=1)}
-    vec_rank = {mid: i for i, (mid, _) in enumerate(vec, start=1)}
-    distance = dict(vec)
-    if mode == "keyword":
-        ranked = [(mid, -score) for mid, score in kw]  # bm25: lower is better
-    elif mode == "vector":
-        ranked = [(mid, 1.0 - d) for mid, d in vec]
-    else:
-        ranked = fuse(kw, vec, fusion)
-    ranked = ranked[:k]
-    memories = get_memories(conn, [mid for mid, _ in ranked])
+    vector_arm: Arm | None = None
+    if vector is not None and model_id is not None:
+        vector_arm = partial(_vector_arm, conn, user_id, vector, model_id, kinds)
+    ranking = hybrid_rank(
+        lambda n: keyword_search(conn, user_id, text, n, kinds=kinds),
+        vector_arm,
+        k=k,
+        mode=mode,
+        fusion=fusion or Fusion(),
+    )
+    memories = get_memories(conn, [mid for mid, _ in ranking.ranked])
     hits = []
-    for mid, score in ranked:
+    for mid, score in ranking.ranked:
         memory = memories.get(mid)
         if memory is None or memory.user_id != user_id:
             continue  # deleted meanwhile; and never another user's, whatever an index says
@@ -234,9 +240,9 @@ def search(
             MemoryHit(
                 memory=memory,
                 score=score,
-                keyword_rank=kw_rank.get(mid),
-                vector_rank=vec_rank.get(mid),
-                vector_distance=distance.get(mid),
+                keyword_rank=ranking.keyword_rank.get(mid),
+                vector_rank=ranking.vector_rank.get(mid),
+                vector_distance=ranking.distance.get(mid),
             )
         )
     return hits

@@ -11,9 +11,11 @@ Layout (migration m002_memory):
   keep it in step, so deleting a `memories` row removes its FTS entry, its vector and its bit
   vector, whoever deletes.
 
-The vec0 table is created at run time (`ensure_space`), not in the migration, because its
-dimension is whatever the configured embedder produces, and a model change adds a new space
-instead of altering one. Vectors of other spaces are never searched; `reindex` re-embeds.
+The vector tables are the generic ones of `agentd.memory.vectors` (shared with documents), bound
+here as MEMORY_VECTORS. The vec0 table is created at run time (`ensure_space`), not in the
+migration, because its dimension is whatever the configured embedder produces, and a model
+change adds a new space instead of altering one. Vectors of other spaces are never searched;
+`reindex` re-embeds.
 
 Everything here is a plain function of a connection, so the daemon runs it through
 `Database.write/read` and the CLI and benchmarks through `open_sync` (or `ConnRunner`).
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import json
 import time
-from array import array
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -31,6 +32,7 @@ from pydantic import BaseModel, Field
 
 from agentd.memory.embedders import Embedder
 from agentd.memory.fts import cjk_index_text
+from agentd.memory.vectors import VectorIndex, VectorStoreError
 
 T = TypeVar("T")
 Conn = Any  # sqlite3.Connection or sqlean's equivalent
@@ -38,19 +40,16 @@ Conn = Any  # sqlite3.Connection or sqlean's equivalent
 MemoryKind = Literal["summary", "fact", "preference", "task", "note", "turn"]
 FACT_KINDS: tuple[str, ...] = ("fact", "preference", "task")
 
-# vec0 allocates storage per partition in chunks of this many vectors. The default (1024) wastes
-# space when a store has a few users with few memories; bit vectors are small (dim/8 bytes), so
-# 256 costs little scan speed (measured in benchmarks/memory_scale.py).
-VEC_CHUNK_SIZE = 256
-# Each user's bit vectors are spread over this many vec0 partitions (partition key
-# user_id * VEC_SHARDS + memory_id % VEC_SHARDS). Why: a vec0 KNN costs O(n · k) (its top-k
-# selection is linear in k), so one query for 128 candidates over 100k vectors takes ~25 ms,
-# while 8 queries for 16 each over 12.5k take ~5 ms and return nearly the same candidates
-# (recall of the exact top-10 0.996 vs 1.0, benchmarks/memory_scale.py).
-VEC_SHARDS = 8
+# The vector tables of memories: memory_spaces, memory_vectors and memory_bq_<space>, whose
+# partition is the memory's user, so a KNN only ever reads the asking user's bit vectors.
+MEMORY_VECTORS = VectorIndex(
+    prefix="memory",
+    key="memory_id",
+    partition="SELECT user_id FROM memories WHERE id = new.memory_id",
+)
 
 
-class MemoryStoreError(Exception):
+class MemoryStoreError(VectorStoreError):
     """A memory operation cannot be done; the message says why."""
 
 
@@ -105,91 +104,27 @@ class ReindexReport(BaseModel):
 # Vector spaces
 
 
-def pack_vector(vector: Sequence[float]) -> bytes:
-    """float32 little-endian, the layout sqlite-vec reads."""
-    return array("f", vector).tobytes()
-
-
 def find_space(conn: Conn, model_id: str, dim: int) -> int | None:
-    row = conn.execute(
-        "SELECT id FROM memory_spaces WHERE model_id = ? AND dim = ?", (model_id, dim)
-    ).fetchone()
-    return None if row is None else int(row[0])
+    return MEMORY_VECTORS.find_space(conn, model_id, dim)
 
 
 def bq_table(space_id: int) -> str:
-    return f"memory_bq_{int(space_id)}"
+    return MEMORY_VECTORS.bq_table(space_id)
 
 
 def ensure_space(conn: Conn, model_id: str, dim: int, *, now: float | None = None) -> int:
     """The id of the space (model, dim), creating it and its vec0 table and triggers if needed."""
-    space = find_space(conn, model_id, dim)
-    if space is not None:
-        return space
-    if dim % 8:
-        raise MemoryStoreError(f"embedding dimension {dim} is not a multiple of 8 (bit[] needs it)")
-    cur = conn.execute(
-        "INSERT INTO memory_spaces (model_id, dim, created_at) VALUES (?, ?, ?)",
-        (model_id, dim, time.time() if now is None else now),
-    )
-    space = int(cur.lastrowid)
-    table = bq_table(space)
-    conn.execute(
-        f"CREATE VIRTUAL TABLE IF NOT EXISTS {table} USING vec0("
-        f"part integer partition key, embedding bit[{dim}], chunk_size={VEC_CHUNK_SIZE})"
-    )
-    conn.execute(
-        f"CREATE TRIGGER IF NOT EXISTS {table}_ai AFTER INSERT ON memory_vectors "
-        f"WHEN new.space_id = {space} BEGIN "
-        f"INSERT INTO {table} (rowid, part, embedding) VALUES (new.memory_id, "
-        f"(SELECT user_id FROM memories WHERE id = new.memory_id) * {VEC_SHARDS}"
-        f" + new.memory_id % {VEC_SHARDS}, vec_quantize_binary(new.embedding)); END"
-    )
-    conn.execute(
-        f"CREATE TRIGGER IF NOT EXISTS {table}_ad AFTER DELETE ON memory_vectors "
-        f"WHEN old.space_id = {space} BEGIN DELETE FROM {table} WHERE rowid = old.memory_id; END"
-    )
-    return space
-
-
-def _drop_space(conn: Conn, space_id: int) -> None:
-    table = bq_table(space_id)
-    conn.execute("DELETE FROM memory_vectors WHERE space_id = ?", (space_id,))
-    conn.execute(f"DROP TRIGGER IF EXISTS {table}_ai")
-    conn.execute(f"DROP TRIGGER IF EXISTS {table}_ad")
-    conn.execute(f"DROP TABLE IF EXISTS {table}")
-    conn.execute("DELETE FROM memory_spaces WHERE id = ?", (space_id,))
+    return MEMORY_VECTORS.ensure_space(conn, model_id, dim, now=now)
 
 
 def drop_other_spaces(conn: Conn, model_id: str, dim: int) -> list[str]:
     """Delete every vector not of (model_id, dim) and its vec0 table; return the spaces dropped."""
-    rows = conn.execute(
-        "SELECT id, model_id, dim FROM memory_spaces WHERE NOT (model_id = ? AND dim = ?)",
-        (model_id, dim),
-    ).fetchall()
-    for row in rows:
-        _drop_space(conn, int(row[0]))
-    return [f"{row[1]}/{row[2]}" for row in rows]
+    return MEMORY_VECTORS.drop_other_spaces(conn, model_id, dim)
 
 
 def set_vectors(conn: Conn, model_id: str, items: Sequence[tuple[int, Sequence[float]]]) -> int:
     """Store (memory_id, vector) pairs in the space of model_id, replacing any older vector."""
-    if not items:
-        return 0
-    dim = len(items[0][1])
-    space = ensure_space(conn, model_id, dim)
-    rows = []
-    for memory_id, vector in items:
-        if len(vector) != dim:
-            raise MemoryStoreError(f"memory {memory_id}: vector has {len(vector)} dims, not {dim}")
-        rows.append((memory_id, space, pack_vector(vector)))
-    # Delete then insert (never INSERT OR REPLACE: REPLACE skips delete triggers, and vec0
-    # rejects it), so the old space's bit vector goes too.
-    conn.executemany("DELETE FROM memory_vectors WHERE memory_id = ?", [(r[0],) for r in rows])
-    conn.executemany(
-        "INSERT INTO memory_vectors (memory_id, space_id, embedding) VALUES (?, ?, ?)", rows
-    )
-    return len(rows)
+    return MEMORY_VECTORS.set_vectors(conn, model_id, items)
 
 
 # --------------------------------------------------------------------------------------------

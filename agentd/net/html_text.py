@@ -87,8 +87,9 @@ class HtmlText:
 
 
 class _Extractor(HTMLParser):
-    def __init__(self) -> None:
+    def __init__(self, *, fence_code: bool = False) -> None:
         super().__init__(convert_charrefs=True)
+        self._fence_code = fence_code
         self.title_parts: list[str] = []
         self._lines: list[str] = []
         self._line: list[str] = []
@@ -131,6 +132,8 @@ class _Extractor(HTMLParser):
             self._list_depth += 1
         elif tag == "pre":
             self._break(blank=True)
+            if self._fence_code and not self._pre_depth:
+                self._lines.append("```")
             self._pre_depth += 1
         elif tag == "br":
             self._break()
@@ -160,6 +163,9 @@ class _Extractor(HTMLParser):
             self._list_depth = max(0, self._list_depth - 1)
             self._break()
         elif tag == "pre":
+            if self._fence_code and self._pre_depth == 1:
+                self._break(collapse=False)
+                self._lines.append("```")
             self._break(blank=True, collapse=False)
             self._pre_depth = max(0, self._pre_depth - 1)
         elif tag == "tr":
@@ -201,9 +207,14 @@ class _Extractor(HTMLParser):
         return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def html_to_text(html: str) -> HtmlText:
-    """Readable text of an HTML page plus its title; scripts, styles, nav and hidden parts go."""
-    parser = _Extractor()
+def html_to_text(html: str, *, fence_code: bool = False) -> HtmlText:
+    """Readable text of an HTML page plus its title; scripts, styles, nav and hidden parts go.
+
+    Headings come out as Markdown `#` lines. With `fence_code`, `<pre>` blocks are fenced with
+    ``` as well, so the text reads as Markdown whose code lines are never taken for headings
+    (document ingestion chunks it by its headings).
+    """
+    parser = _Extractor(fence_code=fence_code)
     parser.feed(html)
     parser.close()
     title = _SPACES.sub(" ", "".join(parser.title_parts)).strip()

@@ -274,7 +274,8 @@ def is_textual(content_type: str) -> bool:
     )
 
 
-def _decode(raw: RawResponse, html: bool) -> str:
+def decode_text(raw: RawResponse, html: bool) -> str:
+    """The body as text: the declared charset, an HTML meta charset, else UTF-8 (lenient)."""
     charset = raw.charset
     if charset is None and html:
         found = _META_CHARSET.search(raw.body[:4096])
@@ -298,7 +299,7 @@ async def fetch(url: str, policy: FetchPolicy) -> FetchedPage:
             raise UnsupportedContent(f"{raw.url} looks like binary content", "")
         content_type = "text/html" if b"<html" in head.lower() else "text/plain"
     is_html = content_type in _HTML_TYPES
-    text = _decode(raw, is_html)
+    text = decode_text(raw, is_html)
     title = ""
     if is_html:
         page = html_to_text(text)

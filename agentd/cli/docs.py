@@ -1,0 +1,243 @@
+"""`agentd ingest` and `agentd docs`: documents for the search_docs tool (SPEC §9).
+
+Thin over `agentd.knowledge`; heavy imports (aiohttp, pypdf) happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Column, Table
+
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    database,
+    err,
+    fail,
+    iso,
+    out,
+    print_json,
+    transaction,
+)
+from agentd.config import Config
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from agentd.knowledge.ingest import IngestReport
+
+app = typer.Typer(help="Ingested documents: list, remove, search.", no_args_is_help=True)
+
+
+def _source_column() -> Column:
+    # Paths and URLs are what a user copies into `docs rm`: wrap them, never cut them short.
+    return Column("source", overflow="fold")
+
+
+class _Bar:
+    """IngestProgress drawn as a rich progress bar on stderr."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._task: TaskID = progress.add_task("ingesting", total=0)
+        self._total = 0
+
+    def add_total(self, count: int) -> None:
+        self._total += count
+        self._progress.update(self._task, total=self._total)
+
+    def advance(self, source: str) -> None:
+        name = source if len(source) <= 40 else "…" + source[-39:]
+        self._progress.update(self._task, advance=1, description=name)
+
+
+def _ensure_database(cfg: Config) -> None:
+    """Ingesting may come before the first `agentd run`: create the database then."""
+    if cfg.db_path.exists():
+        return
+    from agentd.db import DatabaseError, open_sync
+    from agentd.db.migrations import apply_migrations
+
+    try:
+        conn = open_sync(cfg.db_path)
+        try:
+            apply_migrations(conn)
+        finally:
+            conn.close()
+    except DatabaseError as exc:
+        fail(str(exc))
+
+
+def _print_report(report: IngestReport) -> None:
+    counts = report.counts()
+    table = Table("added", "changed", "unchanged", "removed", "failed", "chunks embedded",
+                  "seconds", title="Ingested")  # fmt: skip
+    table.add_row(*(str(counts[k]) for k in counts), str(report.chunks_embedded),
+                  f"{report.seconds:.1f}")  # fmt: skip
+    out.print(table)
+    if report.failed:
+        failures = Table(_source_column(), "reason", title="Not ingested")
+        for failure in report.failed:
+            failures.add_row(failure.source, failure.reason)
+        out.print(failures)
+    if report.ignored:
+        out.print(f"{report.ignored} file(s) of other types were ignored.")
+    if report.aborted:
+        err.print(f"[bold red]stopped:[/] {report.aborted}", highlight=False)
+
+
+def ingest(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Files and folders (.txt, .md, .html, .pdf).")
+    ] = None,
+    urls: Annotated[
+        Path | None, typer.Option("--urls", help="A file with one URL per line.")
+    ] = None,
+    sitemap: Annotated[
+        str | None, typer.Option("--sitemap", help="The URL of a sitemap.xml.")
+    ] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Add or update documents for search_docs; only what changed is re-embedded."""
+    if not paths and urls is None and sitemap is None:
+        fail("give files or folders, --urls FILE or --sitemap URL", 2)
+    cfg = config_or_exit(config)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from agentd.knowledge.ingest import ingest as run_ingest
+    from agentd.memory.embedders import EmbedderError, build_embedder
+    from agentd.memory.store import ConnRunner
+    from agentd.tools.fetch import fetch_policy
+
+    _ensure_database(cfg)
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+        console=err, transient=True, disable=json or not err.is_terminal,
+    )  # fmt: skip
+
+    async def run(conn: Any) -> IngestReport:
+        embedder = build_embedder(cfg.memory, os.environ)
+        try:
+            with progress:
+                return await run_ingest(
+                    ConnRunner(conn), embedder, cfg.docs, paths=paths or (), url_file=urls,
+                    sitemap=sitemap, policy=fetch_policy(cfg.tools.fetch),
+                    progress=_Bar(progress),
+                )  # fmt: skip
+        finally:
+            await embedder.aclose()
+
+    with database(cfg, write=True) as conn:
+        try:
+            report = asyncio.run(run(conn))
+        except EmbedderError as exc:
+            fail(str(exc))
+    if json:
+        print_json(report.model_dump())
+    else:
+        _print_report(report)
+    if report.aborted:
+        raise typer.Exit(1)
+
+
+@app.command("ls")
+def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
+    """List ingested documents."""
+    from agentd.knowledge.store import list_documents
+
+    cfg = config_or_exit(config)
+    with database(cfg) as conn:
+        docs = list_documents(conn, limit=1_000_000)
+    if json:
+        print_json(
+            [{**d.model_dump(), "created_at": iso(d.created_at),
+              "updated_at": iso(d.updated_at)} for d in docs]
+        )  # fmt: skip
+        return
+    table = Table("id", "title", "chunks", "format", "updated (UTC)", _source_column())
+    for d in docs:
+        table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at),
+                      d.source)  # fmt: skip
+    out.print(table)
+    if not docs:
+        out.print("No documents yet: agentd ingest PATH… adds some.")
+
+
+@app.command("rm")
+def rm(
+    target: Annotated[str, typer.Argument(help="A document id, a source, or a folder.")],
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Remove a document (by id or source), or every document ingested from a folder."""
+    from agentd.knowledge.store import (
+        get_document,
+        get_document_by_id,
+        remove_sources,
+        sources_under,
+    )
+
+    cfg = config_or_exit(config)
+    with database(cfg, write=True) as conn, transaction(conn):
+        doc = get_document_by_id(conn, int(target)) if target.isdigit() else None
+        doc = doc or get_document(conn, target)
+        absolute = os.path.abspath(os.path.expanduser(target))
+        doc = doc or get_document(conn, absolute)
+        sources = [doc.source] if doc is not None else sources_under(conn, absolute)
+        remove_sources(conn, sources)
+    if json:
+        print_json({"removed": sources})
+    elif not sources:
+        fail(f"no document {target!r} (see agentd docs ls)")
+    else:
+        out.print(f"Removed {len(sources)} document(s).")
+
+
+@app.command("search")
+def search(
+    query: str,
+    k: Annotated[int, typer.Option("-k", min=1, max=50)] = 5,
+    mode: Annotated[str, typer.Option(help="hybrid, keyword or vector")] = "hybrid",
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Search the documents the way the search_docs tool does."""
+    from agentd.knowledge.search import search_documents
+    from agentd.memory.embedders import EmbedderError, build_embedder
+    from agentd.memory.search import fusion_from_config
+    from agentd.memory.store import ConnRunner
+
+    if mode not in ("hybrid", "keyword", "vector"):
+        fail("--mode must be hybrid, keyword or vector", 2)
+    cfg = config_or_exit(config)
+
+    async def run(conn: Any) -> list[Any]:
+        embedder = build_embedder(cfg.memory, os.environ)
+        try:
+            return await search_documents(
+                ConnRunner(conn), embedder, query, k=k, mode=mode,  # type: ignore[arg-type]
+                fusion=fusion_from_config(cfg.memory),
+            )  # fmt: skip
+        finally:
+            await embedder.aclose()
+
+    with database(cfg) as conn:
+        try:
+            hits = asyncio.run(run(conn))
+        except EmbedderError as exc:
+            fail(str(exc))
+    if json:
+        print_json([h.model_dump() for h in hits])
+        return
+    table = Table("#", "score", "title", "section", "text", _source_column(), show_lines=True)
+    for number, h in enumerate(hits, start=1):
+        text = " ".join(h.text.split())
+        table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)
+    out.print(table)

@@ -1,0 +1,160 @@
+"""Document formats: bytes (from a file or a URL) to a title and structured blocks.
+
+Text must be valid UTF-8 (a byte-order mark is fine; HTML may declare another charset): a
+file in another encoding is reported, not indexed as mojibake. PDFs need the optional `pypdf`
+(`pip install 'agentd[pdf]'`); without it each PDF fails with that hint and the run goes on.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import PurePath
+from typing import Literal
+
+from agentd.knowledge.chunking import (
+    Block,
+    drop_title,
+    heading_text,
+    markdown_blocks,
+    plain_blocks,
+)
+from agentd.net.html_text import html_to_text
+
+DocFormat = Literal["text", "markdown", "html", "pdf"]
+
+EXTENSIONS: dict[str, DocFormat] = {
+    ".txt": "text",
+    ".text": "text",
+    ".md": "markdown",
+    ".markdown": "markdown",
+    ".html": "html",
+    ".htm": "html",
+    ".pdf": "pdf",
+}
+
+_FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)---[ \t]*\n", re.DOTALL)
+_FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
+_FIRST_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.IGNORECASE)
+
+
+class LoadError(Exception):
+    """A document cannot be read; the message is the reason shown in the ingest report."""
+
+
+@dataclass(frozen=True)
+class LoadedDocument:
+    title: str
+    format: DocFormat
+    blocks: list[Block]
+
+
+def format_for_path(path: str | PurePath) -> DocFormat | None:
+    """The format a file name implies, or None for files ingestion does not read."""
+    return EXTENSIONS.get(PurePath(path).suffix.lower())
+
+
+def decode_utf8(data: bytes) -> str:
+    """Strict UTF-8 (BOM allowed), with the offending byte named when it is not."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise LoadError(
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "convert the file to UTF-8"
+        ) from None
+
+
+def _decode_html(data: bytes) -> str:
+    found = _META_CHARSET.search(data[:4096])
+    if found:
+        charset = found.group(1).decode("ascii").lower()
+        if charset not in ("utf-8", "utf8"):
+            try:
+                return data.decode(charset)
+            except (LookupError, UnicodeDecodeError) as exc:
+                raise LoadError(f"cannot decode as declared charset {charset!r} ({exc})") from None
+    return decode_utf8(data)
+
+
+def _markdown(text: str, fallback_title: str) -> LoadedDocument:
+    title = ""
+    front = _FRONT_MATTER.match(text)
+    if front:
+        text = text[front.end() :]
+        found = _FRONT_TITLE.search(front.group(1))
+        title = found.group(1).strip("\"'") if found else ""
+    blocks = markdown_blocks(text)
+    first = _first_heading(text)
+    if not title and first is not None and first[0] == 1:
+        title = first[1]
+    title = title or fallback_title
+    return LoadedDocument(title, "markdown", drop_title(blocks, title))
+
+
+def _first_heading(text: str) -> tuple[int, str] | None:
+    # The first ATX heading outside code fences; a fenced "# comment" is not a title.
+    in_fence = False
+    for line in text.split("\n"):
+        if line.lstrip().startswith(("```", "~~~")):
+            in_fence = not in_fence
+            continue
+        match = None if in_fence else _FIRST_HEADING.match(line)
+        if match:
+            return len(match.group(1)), heading_text(match.group(2))
+    return None
+
+
+def _html(text: str, fallback_title: str) -> LoadedDocument:
+    page = html_to_text(text, fence_code=True)
+    doc = _markdown(page.text, fallback_title)
+    # <title> names the page best ("Install - MySite"); a leading H1 was dropped from the
+    # section paths either way, as the title covers it.
+    return LoadedDocument(page.title or doc.title, "html", doc.blocks)
+
+
+def _pdf(data: bytes, fallback_title: str) -> LoadedDocument:
+    try:
+        import pypdf
+    except ImportError:
+        raise LoadError("PDF support is not installed; run: pip install 'agentd[pdf]'") from None
+    # pypdf parses untrusted bytes and raises many kinds of errors on broken files; any of them
+    # means "this PDF cannot be read", never a reason to stop the whole run.
+    try:
+        reader = pypdf.PdfReader(io.BytesIO(data))
+        if reader.is_encrypted and not reader.decrypt(""):
+            raise LoadError("the PDF is encrypted with a password")
+        meta_title = str((reader.metadata or {}).get("/Title") or "").strip()
+        blocks: list[Block] = []
+        for number, page in enumerate(reader.pages, start=1):
+            blocks.extend(plain_blocks(page.extract_text() or "", (f"Page {number}",)))
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(f"not a readable PDF ({type(exc).__name__}: {exc})") from None
+    return LoadedDocument(meta_title or fallback_title, "pdf", blocks)
+
+
+_TEXT_PARSERS: dict[str, Callable[[str, str], LoadedDocument]] = {
+    "markdown": _markdown,
+    "html": _html,
+    "text": lambda text, title: LoadedDocument(title, "text", plain_blocks(text)),
+}
+
+
+def parse_text(text: str, fmt: DocFormat, *, fallback_title: str) -> LoadedDocument:
+    """A decoded text document (fetched pages are decoded by the fetcher)."""
+    if fmt == "pdf":
+        raise ValueError("PDFs are parsed from bytes")
+    return _TEXT_PARSERS[fmt](text, fallback_title)
+
+
+def parse_bytes(data: bytes, fmt: DocFormat, *, fallback_title: str) -> LoadedDocument:
+    """A document from its raw bytes; raises LoadError with a reason fit for the report."""
+    if fmt == "pdf":
+        return _pdf(data, fallback_title)
+    text = _decode_html(data) if fmt == "html" else decode_utf8(data)
+    return parse_text(text, fmt, fallback_title=fallback_title)

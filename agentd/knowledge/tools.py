@@ -1,0 +1,87 @@
+"""The search_docs tool (R-DOC-3): top-k passages of the owner's documents, with citations.
+
+The passages are untrusted data (anyone can write a web page the owner ingests), so they are
+wrapped by `mark_untrusted`; the citation instruction stands outside the wrapper, where the
+model may follow it. Each search is audited (`kind="retrieval"`): the query, k and the ids of
+the chunks returned, never their text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, Field
+
+from agentd import audit
+from agentd.config import Config
+from agentd.knowledge.search import DocHit, search_documents
+from agentd.memory.embedders import Embedder
+from agentd.memory.search import fusion_from_config
+from agentd.memory.store import Runner
+from agentd.tools import Tool, ToolContext, mark_untrusted
+
+CITE_INSTRUCTION = (
+    "Answer from these passages and cite each source you use: a web page as a Markdown link "
+    "[title](url), a file as title (path). Use the 'Cite as' line of each passage."
+)
+
+
+class SearchDocsArgs(BaseModel):
+    query: str = Field(
+        min_length=1, max_length=500, description="What to look for, in the user's words."
+    )
+    k: int | None = Field(
+        default=None, ge=1, le=20, description="How many passages to return (default 5)."
+    )
+
+
+def format_hits(hits: Sequence[DocHit], budget_chars: int) -> str:
+    """Numbered passages within a character budget (each gets a fair share of it)."""
+    share = max(200, budget_chars // max(1, len(hits)))
+    parts = []
+    for number, hit in enumerate(hits, start=1):
+        heading = f"[{number}] {hit.title or hit.source}"
+        if hit.section:
+            heading += f" — {hit.section}"
+        text = hit.text if len(hit.text) <= share else hit.text[: share - 1].rstrip() + "…"
+        parts.append(f"{heading}\nSource: {hit.source}\nCite as: {hit.citation}\n\n{text}")
+    return "\n\n".join(parts)
+
+
+def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
+    """search_docs, bound to the database, the memory embedder and `[docs]`/`[memory]`."""
+    fusion = fusion_from_config(config.memory)
+    docs = config.docs
+
+    async def search_docs(ctx: ToolContext, args: SearchDocsArgs) -> str:
+        k = args.k or docs.top_k
+        hits = await search_documents(db, embedder, args.query, k=k, fusion=fusion)
+        detail = {
+            "tool": "search_docs",
+            "query": ctx.redact(args.query),
+            "k": k,
+            "hits": [h.chunk_id for h in hits],
+            "documents": sorted({h.doc_id for h in hits}),
+        }
+        key = f"retrieval:{ctx.instance_id}:{ctx.tool_use_id}" if ctx.tool_use_id else None
+        await db.write(
+            lambda c: audit.record(
+                c, "retrieval", chat_id=ctx.chat_id, user_id=ctx.user_id,
+                instance_id=ctx.instance_id, detail=detail, source_key=key, at=ctx.now(),
+            )
+        )  # fmt: skip
+        if not hits:
+            return "No passage of the ingested documents matches this query."
+        body = format_hits(hits, docs.max_result_chars)
+        return f"{CITE_INSTRUCTION}\n\n{mark_untrusted(body, 'documents')}"
+
+    return [
+        Tool.from_model(
+            name="search_docs",
+            description="Search the owner's ingested documents (files, web pages) for passages "
+            "about something; returns the best passages with their title, source and section.",
+            args_model=SearchDocsArgs,
+            fn=search_docs,
+            risk="low",
+        )
+    ]
