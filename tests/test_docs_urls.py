@@ -89,31 +89,40 @@ async def test_a_sitemap_index_with_a_broken_child_removes_nothing(
     assert len(list_documents(conn)) == 2
 
 
-async def test_url_list_with_unreachable_refused_and_pdf(
+async def test_url_list_with_unreachable_refused_and_binary(
     conn: Any, site: FakeSite, tmp_path: Path
 ) -> None:
-    pytest.importorskip("pypdf")
-    pdf = site.raw("/manual.pdf", make_pdf(["Router manual page one."]), "application/pdf")
     site.raw("/logo.png", b"\x89PNG\r\n\x1a\n", "image/png")
+    site.raw("/notes.md", b"# Notes\n\n## Todo\n\nWater the plants.", "text/plain")
     gone = _closed_port_url()
     urls = tmp_path / "urls.txt"
     urls.write_text(
-        f"# my reading list\n{site.url('/guide')}\n\n{gone}\n{pdf}\n"
+        f"# my reading list\n{site.url('/guide')}\n\n{gone}\n{site.url('/notes.md')}\n"
         f"{site.url('/logo.png')}\nfile:///etc/passwd\n{site.url('/guide')}\n"
     )
     report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(fetch_concurrency=2),
                           url_file=urls, policy=site.policy())  # fmt: skip
-    assert report.added == [site.url("/guide"), pdf]
+    assert report.added == [site.url("/guide"), site.url("/notes.md")]
     reasons = {f.source: f.reason for f in report.failed}
     assert "could not connect" in reasons[gone]
     assert "image/png" in reasons[site.url("/logo.png")]
     assert "only http and https" in reasons["file:///etc/passwd"]
-    assert search(conn, "router manual", mode="keyword")[0].section == "Page 1"
+    hit = search(conn, "water plants", mode="keyword")[0]
+    assert (hit.title, hit.section) == ("Notes", "Todo")  # .md served as text/plain
 
     urls.write_text(site.url("/guide") + "\n")  # dropped from the list: removed
     report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
                           url_file=urls, policy=site.policy())  # fmt: skip
-    assert report.removed == [pdf] and report.unchanged == [site.url("/guide")]
+    assert report.removed == [site.url("/notes.md")] and report.unchanged == [site.url("/guide")]
+
+
+async def test_a_pdf_url(conn: Any, site: FakeSite) -> None:
+    pytest.importorskip("pypdf")
+    pdf = site.raw("/manual.pdf", make_pdf(["Router manual page one."]), "application/pdf")
+    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
+                          sitemap=site.url("/sitemap.xml"), policy=site.policy())  # fmt: skip
+    assert pdf in report.added and report.failed == []
+    assert search(conn, "router manual", mode="keyword")[0].section == "Page 1"
 
 
 async def test_the_default_policy_refuses_private_addresses(conn: Any, site: FakeSite) -> None:
