@@ -14,6 +14,7 @@ from agentd.agent.turn import TurnDeps, make_turn_workflow
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock
+from agentd.knowledge.tools import docs_tools
 from agentd.llm import create_llm
 from agentd.logs import Redactor, setup_logging
 from agentd.memory.embedders import build_embedder
@@ -125,7 +126,13 @@ async def run(config: Config) -> int:
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
         web, web_problems = build_web_tools(config, os.environ, db, clock)
         registry, problems = ToolRegistry.build(
-            config.tools, extra=[*memory_tools(db, embedder, config.memory), *web, *mcp.tools]
+            config.tools,
+            extra=[
+                *memory_tools(db, embedder, config.memory),
+                *docs_tools(db, embedder, config),
+                *web,
+                *mcp.tools,
+            ],
         )
         for problem in web_problems:
             log.warning("tool problem", extra={"source": "web", "problem": problem})

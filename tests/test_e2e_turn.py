@@ -37,7 +37,7 @@ def texts(tg: FakeTelegram, chat_id: int) -> list[str]:
 
 def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict) -> None:
     env["AGENTD_TOOLS__DISABLED"] = (
-        '["current_time", "fetch_url", "remember", "search_memory"]'  # no tools at all
+        '["current_time", "fetch_url", "remember", "search_memory", "search_docs"]'
     )
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:
@@ -202,7 +202,7 @@ def test_a_malformed_update_does_not_block_the_others(
         tg.wait_for_sent(1, timeout=20)
         assert texts(tg, OWNER) == ["echo: still there?"]
         rows = daemon.query("SELECT update_id, outcome FROM updates ORDER BY update_id")
-        assert [tuple(r) for r in rows][0] == (bad, "ignore")
+        assert tuple(rows[0]) == (bad, "ignore")
         assert "malformed update in batch" in daemon.log()
 
 

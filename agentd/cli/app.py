@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentd import __version__
-from agentd.cli import approvals, audit, docs, history, memory, run, workflows
+from agentd.cli import approvals, audit, docs, history, memory, ops, run, workflows
 
 app = typer.Typer(
     name="agentd",
@@ -20,6 +20,9 @@ app.command("pending")(approvals.pending)
 app.command("approve")(approvals.approve)
 app.command("deny")(approvals.deny)
 app.command("audit")(audit.audit)
+app.command("usage")(ops.usage)
+app.command("backup")(ops.backup)
+app.command("doctor")(ops.doctor)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(memory.app, name="memory")
 app.command("ingest")(docs.ingest)

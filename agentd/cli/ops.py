@@ -1,0 +1,182 @@
+"""Operations: `agentd usage` (R-AUD-2), `agentd backup` and `agentd doctor` (R-OPS-2, R-OPS-3)."""
+
+from __future__ import annotations
+
+import json as jsonlib
+import os
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    database,
+    fail,
+    out,
+    print_json,
+)
+from agentd.config import Config, ConfigError, load_config
+
+# Per million tokens (USD): input, output, cache read, cache write. An estimate, not a bill.
+PRICES = {
+    "claude-haiku-4-5": (1.0, 5.0, 0.10, 1.25),
+    "claude-sonnet-4-5": (3.0, 15.0, 0.30, 3.75),
+}
+
+
+def usage(
+    days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Tokens and estimated cost per day and chat."""
+    from agentd.usage import totals
+
+    cfg = config_or_exit(config)
+    with database(cfg) as conn:
+        rows = totals(conn, since=time.time() - days * 86400)
+    prices = PRICES.get(cfg.llm.model, PRICES["claude-haiku-4-5"])
+    data = []
+    for r in rows:
+        tokens = (r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens)
+        cost = sum(n * price for n, price in zip(tokens, prices, strict=True)) / 1e6
+        data.append({**r.model_dump(), "estimated_cost_usd": round(cost, 4)})
+    if json:
+        print_json(data)
+        return
+    table = Table("day", "chat", "calls", "input", "output", "cache read", "cache write", "≈ USD")
+    for d in data:
+        table.add_row(str(d["day"]), str(d["chat_id"] or "-"), str(d["calls"]),
+                      str(d["input_tokens"]), str(d["output_tokens"]),
+                      str(d["cache_read_tokens"]), str(d["cache_write_tokens"]),
+                      f"{d['estimated_cost_usd']:.4f}")  # fmt: skip
+    out.print(table)
+
+
+def backup(
+    destination: Annotated[Path, typer.Argument(help="Where to write the copy.")],
+    config: ConfigOption = None,
+) -> None:
+    """Make a consistent copy of the database while the daemon runs (SQLite online backup)."""
+    from agentd.db import open_sync
+
+    cfg = config_or_exit(config)
+    if destination.exists():
+        fail(f"{destination} exists; choose a new file name")
+    with database(cfg) as conn:
+        old = os.umask(0o077)
+        try:
+            target = open_sync(destination)
+        finally:
+            os.umask(old)
+        try:
+            conn.backup(target)
+        finally:
+            target.close()
+    out.print(f"Backed up {cfg.db_path} to {destination}.")
+
+
+def _check(name: str, ok: bool, detail: str, results: list[dict[str, object]]) -> None:
+    results.append({"check": name, "ok": ok, "detail": detail})
+
+
+def _http_json(url: str, headers: dict[str, str]) -> tuple[int, object]:
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, jsonlib.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, None
+
+
+def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Check config, database, sqlite-vec, Telegram and Anthropic; say what to fix."""
+    results: list[dict[str, object]] = []
+    try:
+        cfg: Config | None = load_config(config)
+        _check("config", True, cfg.source or "no file: defaults and environment", results)
+    except ConfigError as exc:
+        cfg = None
+        _check("config", False, f"{exc} — fix the key named", results)
+    if cfg is not None:
+        _doctor_database(cfg, results)
+        _doctor_telegram(cfg, results)
+        _doctor_anthropic(cfg, results)
+    if json:
+        print_json(results)
+    else:
+        for r in results:
+            mark = "[green]ok[/]" if r["ok"] else "[red]FAIL[/]"
+            out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(1)
+
+
+def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
+    from agentd.db import DatabaseError, open_sync
+    from agentd.db.migrations import pending
+
+    path = cfg.db_path
+    if not path.exists():
+        _check("database", True, f"{path} will be created by `agentd run`", results)
+        return
+    try:
+        conn = open_sync(path)
+        try:
+            version = conn.execute("SELECT vec_version()").fetchone()[0]
+            todo = pending(conn)
+        finally:
+            conn.close()
+    except DatabaseError as exc:
+        _check("database", False, str(exc), results)
+        return
+    mode = oct(path.stat().st_mode & 0o777)
+    _check("database", path.stat().st_mode & 0o077 == 0,
+           f"{path} ({mode}; want owner-only: chmod 600 {path})", results)  # fmt: skip
+    _check("sqlite-vec", True, f"loaded, {version}", results)
+    _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
+
+
+def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
+    token = cfg.secrets.telegram_bot_token
+    if token is None:
+        _check("telegram", False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)",
+               results)  # fmt: skip
+        return
+    base = cfg.telegram.api_base.rstrip("/")
+    try:
+        status, body = _http_json(f"{base}/bot{token.get_secret_value()}/getMe", {})
+    except (OSError, ValueError) as exc:
+        _check("telegram", False, f"{base} unreachable: {type(exc).__name__}", results)
+        return
+    if status == 200 and isinstance(body, dict) and body.get("ok"):
+        _check("telegram", True, f"bot @{body['result'].get('username')} answers", results)
+    else:
+        _check("telegram", False, f"getMe answered HTTP {status}: check the token", results)
+    if not cfg.telegram.allowed_user_ids:
+        _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served",
+               results)  # fmt: skip
+
+
+def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
+    key = cfg.secrets.anthropic_api_key
+    if key is None:
+        _check("anthropic", False, "ANTHROPIC_API_KEY is not set", results)
+        return
+    base = (cfg.llm.base_url or "https://api.anthropic.com").rstrip("/")
+    headers = {"x-api-key": key.get_secret_value(), "anthropic-version": "2023-06-01"}
+    try:
+        status, _ = _http_json(f"{base}/v1/models", headers)
+    except (OSError, ValueError) as exc:
+        _check("anthropic", False, f"{base} unreachable: {type(exc).__name__}", results)
+        return
+    ok = status == 200
+    detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
+    _check("anthropic", ok, detail, results)

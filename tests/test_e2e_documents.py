@@ -1,0 +1,58 @@
+"""End to end: ingest a folder with the CLI, then ask on Telegram; the answer cites its source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.daemon_process import OWNER, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+
+GUIDE = """# Home server guide
+
+## Backups
+
+The NAS runs a nightly backup at 02:30 to the external disk named VAULT.
+
+## Printers
+
+The office printer is called Heron and lives on the second floor.
+"""
+
+
+def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "guide.md").write_text(GUIDE)
+    (notes / "broken.txt").write_bytes(b"\xff\xfe\x00 not utf-8 \xc3\x28")
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        with running_daemon(tmp_path, env) as daemon:
+            report = daemon.cli_json("ingest", str(notes))
+            assert report["added"] == [str(notes / "guide.md")]
+            assert [f["source"] for f in report["failed"]] == [str(notes / "broken.txt")]
+
+            llm.enqueue_tool_use("search_docs", {"query": "when does the NAS backup run"}, "tu_d")
+
+            def cite(body: dict[str, Any]) -> Any:
+                result = body["messages"][-1]["content"][0]["content"]
+                assert "02:30" in result and "Backups" in result
+                return "At 02:30 every night (Home server guide, guide.md › Backups)."
+
+            llm.set_responder(cite)
+            tg.add_message(OWNER, OWNER, "when does the NAS back up?")
+            reply = tg.wait_for_sent(1, timeout=20)[0]["plain_text"]
+            assert reply.startswith("At 02:30")
+            tool_result = llm.requests[-1]["body"]["messages"][-1]["content"][0]
+            assert str(notes / "guide.md") in tool_result["content"]
+            assert "<untrusted_content" in tool_result["content"]
+            audit = daemon.query("SELECT detail FROM audit WHERE kind = 'retrieval'")
+            assert len(audit) == 1 and "NAS backup" in audit[0][0]
+
+            # Re-ingesting after an edit re-embeds only what changed.
+            (notes / "guide.md").write_text(GUIDE.replace("Heron", "Kingfisher"))
+            again = daemon.cli_json("ingest", str(notes))
+            assert again["changed"] == [str(notes / "guide.md")]
+            assert again["chunks_embedded"] < 3
+            listed = daemon.cli_json("docs", "ls")
+            assert [d["title"] for d in listed] == ["Home server guide"]
