@@ -9,11 +9,11 @@ import os
 import signal
 from dataclasses import dataclass
 
-from agentd import approvals, lease, sdnotify
+from agentd import approvals, audit, lease, sdnotify
 from agentd.agent.turn import TurnDeps, make_turn_workflow
 from agentd.config import Config
 from agentd.db import Database
-from agentd.durable import Engine, Limits, SystemClock
+from agentd.durable import Engine, Limits, SystemClock, store
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import create_llm
 from agentd.logs import Redactor, setup_logging
@@ -37,6 +37,10 @@ class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
 
 
+class TokenRejected(StartupError):
+    """Telegram does not accept the token: a configuration problem (exit code 2)."""
+
+
 @dataclass
 class _Running:
     tasks: list[asyncio.Task[None]]
@@ -45,12 +49,22 @@ class _Running:
 
 async def _get_me(bot, stop: asyncio.Event) -> Identity:  # type: ignore[no-untyped-def]
     """Ask Telegram who we are, retrying while the network is down (not on a bad token)."""
-    from aiogram.exceptions import TelegramNetworkError, TelegramServerError
+    from aiogram.exceptions import (
+        TelegramNetworkError,
+        TelegramNotFound,
+        TelegramServerError,
+        TelegramUnauthorizedError,
+    )
 
     delay = 1.0
     while True:
         try:
             return await bot.get_me()
+        except (TelegramUnauthorizedError, TelegramNotFound):
+            raise TokenRejected(
+                "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from @BotFather) "
+                "and telegram.api_base"
+            ) from None
         except (TelegramNetworkError, TelegramServerError) as exc:
             log.warning("Telegram not reachable yet", extra={"error": type(exc).__name__})
             with contextlib.suppress(TimeoutError):
@@ -85,9 +99,13 @@ async def run(config: Config) -> int:
     llm = create_llm(config)
     db = await Database.open(config.db_path)
     pid = os.getpid()
+    runner_lock = lease.RunnerLock(config.db_path)
     try:
+        holder = await db.read(lease.current)
+        runner_lock.acquire(lambda: lease.describe_holder(holder))
         await db.write(lease.acquire, pid)
     except lease.LeaseHeld:
+        runner_lock.release()
         await db.close()
         raise
     stop = asyncio.Event()
@@ -104,6 +122,8 @@ async def run(config: Config) -> int:
             max_steps_per_instance=config.engine.max_steps_per_instance,
         ),
         poll_interval=config.engine.event_poll_interval,
+        redact=redactor,
+        on_finish=lambda inst: db.write(_audit_unfinished, inst),
     )
     outbox = TelegramOutbox(
         bot, retries=config.telegram.send_retries, max_retry_after=config.telegram.max_retry_after
@@ -183,10 +203,20 @@ async def run(config: Config) -> int:
         with contextlib.suppress(Exception):
             await db.write(lease.release, pid)
         await db.close()
+        runner_lock.release()
         await bot.session.close()
         await llm.close()
         log.info("agentd stopped")
     return exit_code
+
+
+def _audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
+    """R-TURN-3: every instance that ends in error (or is cancelled) is in the audit log."""
+    audit.record(
+        conn, f"workflow_{inst.status}", instance_id=inst.id,
+        detail={"workflow": inst.workflow, "key": inst.key, "error": (inst.error or "")[:500]},
+        source_key=f"{inst.id}:finished:{inst.runs}",
+    )  # fmt: skip
 
 
 async def _watchdog() -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,16 +26,6 @@ class Lease(BaseModel):
     heartbeat_at: float
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def current(conn: Any) -> Lease | None:
     row = conn.execute(
         "SELECT pid, hostname, started_at, heartbeat_at FROM runner_lease WHERE id = 1"
@@ -42,22 +35,52 @@ def current(conn: Any) -> Lease | None:
     )
 
 
+class RunnerLock:
+    """An exclusive flock on `<database>.lock`: the kernel drops it when its process dies, so a
+    kill -9 or a power cut can never leave the database locked (a pid could be reused)."""
+
+    def __init__(self, db_path: Path) -> None:
+        self.path = Path(f"{db_path}.lock")
+        self._fd: int | None = None
+
+    def acquire(self, describe: Callable[[], str]) -> None:
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise LeaseHeld(describe()) from None
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = None
+
+
+def describe_holder(lease: Lease | None) -> str:
+    if lease is None:
+        return "another agentd is already running on this database; stop it first"
+    started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lease.started_at))
+    return (
+        f"another agentd is already running on this database (pid {lease.pid} on "
+        f"{lease.hostname}, started {started}); stop it first (systemctl stop agentd)"
+    )
+
+
 def holder_alive(lease: Lease, now: float) -> bool:
+    """Only for a holder on another host (the flock decides on this one): a fresh heartbeat."""
     if lease.hostname == socket.gethostname():
-        return lease.pid != os.getpid() and _alive(lease.pid)
+        return False
     return now - lease.heartbeat_at < STALE_AFTER
 
 
 def acquire(conn: Any, pid: int | None = None) -> Lease:
-    """Take the lease, or raise LeaseHeld naming the live holder."""
+    """Record this runner (call while holding the RunnerLock); refuse a live remote holder."""
     now = time.time()
     held = current(conn)
     if held is not None and holder_alive(held, now):
-        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(held.started_at))
-        raise LeaseHeld(
-            f"another agentd is already running on this database (pid {held.pid} on "
-            f"{held.hostname}, started {started}); stop it first (systemctl stop agentd)"
-        )
+        raise LeaseHeld(describe_holder(held))
     lease = Lease(pid=pid or os.getpid(), hostname=socket.gethostname(), started_at=now,
                   heartbeat_at=now)  # fmt: skip
     conn.execute(

@@ -510,3 +510,98 @@ async def test_typed_step_results_round_trip(db: Database) -> None:
     await engine.start("typed", In(), instance_id="t")
     assert Out.model_validate_json((await engine.wait_for("t")).output).value == [1, 2]
     await engine.shutdown()
+
+
+async def test_cancel_during_a_retrying_step_is_not_swallowed(db: Database) -> None:
+    calls = Calls()
+
+    async def slow() -> None:
+        calls.counts["slow"] += 1
+        await asyncio.sleep(30)
+
+    @workflow("slow")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("slow", slow, retry=Retry(limit=3, delay=0))
+        return Out()
+
+    engine = await make_engine(db, wf)
+    await engine.start("slow", In(), instance_id="s1")
+    while calls.counts["slow"] == 0:
+        await asyncio.sleep(0.005)
+    await engine.cancel("s1")
+    assert (await engine.wait_for("s1")).status == "cancelled"
+    assert calls.counts["slow"] == 1  # not retried after the cancel
+    await engine.shutdown(grace=0)
+
+
+async def test_a_step_cancelled_from_inside_fails_instead_of_looping(db: Database) -> None:
+    calls = Calls()
+
+    async def cancels_itself() -> None:
+        calls.counts["inner"] += 1
+        raise asyncio.CancelledError()
+
+    @workflow("inner")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("inner", cancels_itself, retry=Retry(limit=2, delay=0))
+        return Out()
+
+    engine = await make_engine(db, wf)
+    await engine.start("inner", In(), instance_id="x")
+    inst = await engine.wait_for("x")
+    assert inst.status == "errored" and "cancelled from inside" in inst.error
+    assert calls.counts["inner"] == 2
+    await engine.shutdown()
+
+
+async def test_cancel_while_waiting_for_a_slot_sticks(db: Database) -> None:
+    gate = asyncio.Event()
+    calls = Calls()
+
+    async def hold(label: str) -> None:
+        calls.counts[label] += 1
+        await gate.wait()
+
+    @workflow("slot")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("hold", hold, inp.label)
+        return Out()
+
+    engine = await make_engine(db, wf, concurrency=1)
+    await engine.start("slot", In(label="a"), instance_id="a", key="ka")
+    while calls.counts["a"] == 0:
+        await asyncio.sleep(0.005)
+    await engine.start("slot", In(label="b"), instance_id="b", key="kb")
+    await asyncio.sleep(0.05)  # b's runner now waits for the only slot
+    await db.write(store.request_cancel, "b", 0.0)  # as the CLI would, via the database
+    gate.set()
+    await engine.wait_for("a")
+    assert (await engine.wait_for("b")).status == "cancelled"
+    assert calls.counts["b"] == 0
+    await engine.shutdown()
+
+
+async def test_errors_are_redacted_before_they_are_journaled(db: Database) -> None:
+    secret = "123456:SECRET-token"
+
+    async def leaky() -> None:
+        raise RuntimeError(f"GET https://api.telegram.org/file/bot{secret}/x failed")
+
+    @workflow("leaky")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("leaky", leaky)
+        return Out()
+
+    engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02,
+                    redact=lambda text: text.replace(secret, "[REDACTED]"))  # fmt: skip
+    engine.register(wf)
+    await engine.run()
+    await engine.start("leaky", In(), instance_id="l")
+    inst = await engine.wait_for("l")
+    rows = await db.fetchall("SELECT error FROM workflow_steps")
+    rows += await db.fetchall("SELECT error FROM workflow_attempts")
+    dump = " ".join(str(r[0]) for r in rows)
+    assert "failed" in dump
+    assert secret not in (inst.error or "") and secret not in dump
+    assert "[REDACTED]" in inst.error
+    await engine.shutdown()

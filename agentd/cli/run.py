@@ -20,7 +20,7 @@ def run(config: ConfigOption = None) -> None:
 
     try:
         code = asyncio.run(daemon.run(cfg))
-    except (TokenMissing, LLMError) as exc:
+    except (TokenMissing, LLMError, daemon.TokenRejected) as exc:
         fail(str(exc), EXIT_CONFIG)
     except LeaseHeld as exc:
         fail(str(exc), EXIT_ALREADY_RUNNING)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sqlite3
 from pathlib import Path
@@ -37,10 +38,17 @@ def _touch_private(path: Path) -> None:
     os.close(fd)
 
 
+def _vec0_path() -> str:
+    """The sqlite-vec library, found without importing the package (which imports numpy when
+    it is installed: ~80 ms on every CLI command)."""
+    spec = importlib.util.find_spec("sqlite_vec")
+    if spec is None or not spec.submodule_search_locations:
+        raise DatabaseError("sqlite-vec is not installed; run: pip install sqlite-vec")
+    return str(Path(next(iter(spec.submodule_search_locations))) / "vec0")
+
+
 def open_sync(path: str | Path, *, readonly: bool = False) -> Any:
     """A configured sqlite3-compatible connection with sqlite-vec loaded (autocommit mode)."""
-    import sqlite_vec
-
     module = _sqlite_module()
     path = Path(path)
     if readonly:
@@ -58,7 +66,7 @@ def open_sync(path: str | Path, *, readonly: bool = False) -> Any:
             os.umask(old_umask)
     try:
         conn.enable_load_extension(True)
-        sqlite_vec.load(conn)
+        conn.load_extension(_vec0_path())
         conn.enable_load_extension(False)
     except Exception as exc:
         conn.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from agentd.db.connect import open_sync
+from agentd.db.connect import DatabaseError, open_sync
 from agentd.db.migrations import apply_migrations
 
 T = TypeVar("T")
@@ -22,10 +23,13 @@ def _in_transaction(conn: Conn, fn: Callable[..., T], *args: Any) -> T:
     conn.execute("BEGIN IMMEDIATE")
     try:
         result = fn(conn, *args)
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # A failed COMMIT (disk full, I/O error) must not leave the transaction open, or every
+        # later BEGIN on this one connection would fail too.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
     return result
 
 
@@ -45,6 +49,15 @@ class Database:
     async def open(cls, path: str | Path) -> Database:
         """Open (creating it 0600 if needed), load sqlite-vec and apply pending migrations."""
         path = Path(path)
+        try:
+            # Open once in a plain thread first: a failure inside aiosqlite's own worker thread
+            # would outlive the event loop and print a traceback on the way out.
+            await asyncio.to_thread(lambda: open_sync(path).close())
+        except (OSError, sqlite3.Error) as exc:
+            raise DatabaseError(
+                f"cannot open the database {path}: {exc}; check storage.path and that this "
+                "user may write to its folder"
+            ) from None
         conn = aiosqlite.Connection(lambda: open_sync(path), 64)
         await conn
         db = cls(conn, path)

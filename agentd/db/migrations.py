@@ -342,6 +342,10 @@ def apply_migrations(conn: Any, migrations: list[tuple[str, str]] | None = None)
         except Exception:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            # Another process (the daemon starting while a CLI command writes) may have applied
+            # it between our read and our write: that is success, not an error.
+            if conn.execute("SELECT 1 FROM schema_migrations WHERE name = ?", (name,)).fetchone():
+                continue
             raise
         applied.append(name)
     return applied

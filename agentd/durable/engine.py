@@ -35,6 +35,7 @@ I = TypeVar("I", bound=BaseModel)  # noqa: E741
 O = TypeVar("O", bound=BaseModel)  # noqa: E741
 T = TypeVar("T")
 log = logging.getLogger("agentd.durable")
+RECONCILE_EVERY = 10
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,12 @@ class Engine:
         concurrency: int = 8,
         limits: Limits | None = None,
         poll_interval: float = 0.5,
+        redact: Callable[[str], str] = lambda text: text,
+        on_finish: Callable[[store.InstanceRecord], Awaitable[None]] | None = None,
     ) -> None:
         self.db = db
+        self.redact = redact  # errors are journaled: no secret may ride along
+        self._on_finish = on_finish
         self.clock: Clock = clock or SystemClock()
         self.limits = limits or Limits()
         self.stopping = False
@@ -229,14 +234,24 @@ class Engine:
                     await self._execute(inst)
                 except Exception as exc:  # an engine bug must not wedge the chat forever
                     log.exception("engine failed running %s", inst.id)
-                    await self._finish(inst.id, "errored", error=f"engine error: {exc}"[:4000])
+                    with contextlib.suppress(Exception):  # the reconcile poll retries the key
+                        await self._finish(inst.id, "errored", error=f"engine error: {exc}"[:4000])
+                        continue
+                    return
         finally:
             self._runners.pop(key, None)
 
     async def _finish(self, instance_id: str, status: str, **fields: Any) -> None:
         if self.stopping and status != "complete" and status != "errored":
             return
+        if fields.get("error"):
+            fields["error"] = self.redact(fields["error"])
         await self.db.write(store.set_status, instance_id, status, self.clock.now(), **fields)
+        if self._on_finish is not None and status != "complete":
+            try:
+                await self._on_finish(await self.db.read(store.get_instance, instance_id))
+            except Exception:
+                log.exception("on_finish hook failed", extra={"instance_id": instance_id})
 
     async def _execute(self, inst: store.InstanceRecord) -> None:
         if inst.cancel_requested:
@@ -255,7 +270,11 @@ class Engine:
         started = time.perf_counter()
         self._keys[inst.id] = inst.key
         try:
-            await self.db.write(store.mark_running, inst.id, self.clock.now())
+            if not await self.db.write(store.mark_running, inst.id, self.clock.now()):
+                current = await self.db.read(store.get_instance, inst.id)
+                if current.status not in store.FINAL_STATUSES:
+                    await self._finish(inst.id, "cancelled", error="cancelled by request")
+                return
             journal, attempts = await self.db.read(
                 lambda c: (store.load_steps(c, inst.id), store.load_attempts(c, inst.id))
             )
@@ -292,6 +311,13 @@ class Engine:
             if inst.id in self._cancelling:
                 await self._finish(inst.id, "cancelled", error="cancelled by request")
                 log.info("workflow cancelled", extra=extra)
+            elif not self.stopping:
+                # Nobody cancelled it: its own code raised CancelledError. Running it again
+                # would loop forever, so it ends here, visibly.
+                await self._finish(
+                    inst.id, "errored", error="the workflow was cancelled from inside"
+                )
+                log.warning("workflow errored", extra={**extra, "error": "CancelledError"})
             return  # shutdown: the instance stays open and resumes at the next start
         except Suspended:
             log.info("workflow suspended for shutdown", extra=extra)
@@ -352,16 +378,20 @@ class Engine:
         # The CLI writes events, cancels and retries through its own connection; data_version
         # changes only when another connection commits, so an idle poll costs one pragma.
         last_version = None
+        polls = 0
         while not self.stopping:
             await asyncio.sleep(self._poll_interval)
+            polls += 1
             try:
                 version = await self.db.read(
                     lambda c: c.execute("PRAGMA data_version").fetchone()[0]
                 )
-                if version == last_version:
+                # Every RECONCILE_EVERY polls look anyway: a cancel seen before its task
+                # existed, or a key whose runner died, is picked up again.
+                if version == last_version and polls % RECONCILE_EVERY:
                     continue
-                last_version = version
                 await self.poll_once()
+                last_version = version
             except Exception:
                 log.exception("engine poll failed; will try again")
 

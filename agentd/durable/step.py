@@ -9,6 +9,7 @@ import json
 import logging
 import time
 import typing
+import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -18,7 +19,7 @@ from pydantic_core import to_jsonable_python
 from tenacity import (
     AsyncRetrying,
     RetryError,
-    retry_if_not_exception_type,
+    retry_if_exception,
     stop_after_attempt,
     wait_exponential,
     wait_fixed,
@@ -88,7 +89,28 @@ def _return_hint(fn: Callable[..., Any]) -> Any:
     return hint
 
 
+def _retryable(exc: BaseException) -> bool:
+    return isinstance(exc, Exception) and not isinstance(exc, NonRetryable | LimitExceeded)
+
+
+# Weak keys: a step function made on the fly (a closure) must not be kept alive by the cache.
+_hints: weakref.WeakKeyDictionary[Any, TypeAdapter[Any] | None] = weakref.WeakKeyDictionary()
+
+
 def _result_adapter(fn: Callable[..., Any], result_type: Any) -> TypeAdapter[Any] | None:
+    if result_type is None:
+        try:
+            return _hints[fn]
+        except (KeyError, TypeError):
+            pass
+        adapter = _build_adapter(fn, None)
+        with contextlib.suppress(TypeError):  # unhashable callables are just not cached
+            _hints[fn] = adapter
+        return adapter
+    return _build_adapter(fn, result_type)
+
+
+def _build_adapter(fn: Callable[..., Any], result_type: Any) -> TypeAdapter[Any] | None:
     if result_type is None:
         result_type = _return_hint(fn)
         # An async def's hint is its awaited type; Awaitable[X] hints come from partials & co.
@@ -214,39 +236,52 @@ class Step:
                     )
                 encoded = self._encode(name, value)
             except BaseException as exc:
-                if isinstance(exc, asyncio.CancelledError | Suspended):
+                if isinstance(exc, Suspended):
                     raise
+                if isinstance(exc, asyncio.CancelledError):
+                    task = asyncio.current_task()
+                    if task is None or task.cancelling():
+                        raise  # we are being cancelled: cancel or shutdown, not a step failure
+                    # The step's own code ended in CancelledError (a tool's cancel scope…):
+                    # a failure of this attempt, or the engine would re-run it forever.
+                    exc = RuntimeError("the step's code was cancelled from inside")
                 if isinstance(exc, TimeoutError):
                     exc = TimeoutError(f"attempt timed out after {timeout}s")
+                error = self.engine.redact(_error_text(exc))
                 await self.engine.write(
                     store.end_attempt, self.instance_id, ordinal, attempt, self.clock.now(),
-                    "failed", _error_text(exc),
+                    "failed", error,
                 )  # fmt: skip
-                self._log(name, attempt, started, "failed", error=_error_text(exc))
+                self._log(name, attempt, started, "failed", error=error)
                 raise exc from None
             await self.engine.write(self._complete, ordinal, attempt, encoded)
             self._log(name, attempt, started, "complete")
             return encoded
 
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.limit),
-            wait=policy.wait(),
-            retry=retry_if_not_exception_type((NonRetryable, LimitExceeded)),
-            sleep=self.clock.sleep,
-            reraise=True,
-        )
         try:
-            encoded = await retrying(attempt_once)
+            if policy.limit <= 1:
+                encoded = await attempt_once()  # the common case: no retry machinery
+            else:
+                retrying = AsyncRetrying(
+                    stop=stop_after_attempt(policy.limit),
+                    wait=policy.wait(),
+                    # Exceptions only: CancelledError and Suspended end the step, never retry it.
+                    retry=retry_if_exception(_retryable),
+                    sleep=self.clock.sleep,
+                    reraise=True,
+                )
+                encoded = await retrying(attempt_once)
         except (asyncio.CancelledError, Suspended):
             raise
         except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
             raise StepFailed(name, "RetryError", str(exc)) from exc
         except Exception as exc:
+            error = self.engine.redact(_error_text(exc))
             await self.engine.write(
                 store.finish_step, self.instance_id, ordinal, self.clock.now(),
-                status="failed", error=_error_text(exc),
+                status="failed", error=error,
             )  # fmt: skip
-            raise StepFailed(name, type(exc).__name__, str(exc)) from exc
+            raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
         # Return what a replay would return, so the first run and every resume see the same.
         return self._decode(encoded, adapter)
 
@@ -318,7 +353,9 @@ class Step:
         else:
             wake = record.wake_at or self.clock.now()
         async with self.engine.suspended(self.instance_id, "sleeping", wake_at=wake):
-            await self.clock.sleep(wake - self.clock.now())
+            # Loop: a wall-clock jump (NTP, suspend) must not end the sleep early.
+            while (remaining := wake - self.clock.now()) > 0:
+                await self.clock.sleep(remaining)
         await self.engine.write(
             store.finish_step, self.instance_id, ordinal, self.clock.now(), status="complete",
             result="null",

@@ -137,12 +137,16 @@ def set_status(
     )
 
 
-def mark_running(conn: Any, instance_id: str, now: float) -> None:
-    conn.execute(
+def mark_running(conn: Any, instance_id: str, now: float) -> bool:
+    """Take an open, uncancelled instance into running; False if it was cancelled or finished
+    meanwhile (a cancel may land while the instance waits for a concurrency slot)."""
+    cursor = conn.execute(
         "UPDATE workflow_instances SET status = 'running', runs = runs + 1, wake_at = NULL, "
-        "waiting_for = NULL, updated_at = ? WHERE id = ?",
+        f"waiting_for = NULL, updated_at = ? WHERE id = ? AND status IN {_OPEN_SQL} "
+        "AND cancel_requested = 0",
         (now, instance_id),
     )
+    return cursor.rowcount == 1
 
 
 def load_steps(conn: Any, instance_id: str) -> dict[int, StepRecord]:
