@@ -89,9 +89,14 @@ def get(conn: Any, approval_id: str) -> Approval | None:
     return _row(row) if row else None
 
 
-def pending(conn: Any) -> list[Approval]:
+def pending(conn: Any, now: float | None = None) -> list[Approval]:
+    """Approvals a live turn is still waiting for (not expired, instance still open)."""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM approvals WHERE status = 'pending' ORDER BY created_at"
+        f"SELECT {', '.join('a.' + c for c in _COLUMNS.split(', '))} FROM approvals a "
+        "JOIN workflow_instances i ON i.id = a.instance_id "
+        "WHERE a.status = 'pending' AND a.expires_at > ? "
+        f"AND i.status IN {store.OPEN_STATUSES!r} ORDER BY a.created_at",
+        (time.time() if now is None else now,),
     ).fetchall()
     return [_row(r) for r in rows]
 
@@ -121,6 +126,13 @@ def decide(
         return DecisionResult(
             ok=False,
             message="This approval has expired; the action was not run.",
+            approval=approval,
+        )
+    turn = store.find_instance(conn, approval.instance_id)
+    if turn is None or turn.status in store.FINAL_STATUSES:
+        return DecisionResult(
+            ok=False,
+            message="The conversation turn that asked for this is over; nothing was run.",
             approval=approval,
         )
     status: Status = "approved" if approve else "denied"

@@ -54,7 +54,7 @@ class TelegramConfig(_Section):
     allow_groups: bool = False
     max_message_chars: int = Field(default=4096, ge=64, le=4096)
     send_retries: int = Field(default=5, ge=0, le=20)
-    max_retry_after: float = Field(default=60.0, gt=0)
+    max_retry_after: float = Field(default=300.0, gt=0)
     streaming: bool = True  # show the answer while it is written (sendMessageDraft)
     stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
 

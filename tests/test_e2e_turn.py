@@ -338,3 +338,19 @@ def test_sigterm_leaves_a_waiting_turn_resumable(
         assert json.loads(daemon.cli("history", "--json").stdout)[-1]["content"] == "slow answer"
     finally:
         daemon.stop()
+
+
+def test_a_rejected_token_exits_2_with_a_clear_message(tmp_path: Path, llm: FakeAnthropic) -> None:
+    with FakeTelegram.running(token="999:the-real-token") as strict:
+        env = daemon_env(tmp_path, strict.base_url, llm.base_url)
+        result = Daemon(tmp_path, env).cli("run")
+    assert result.returncode == 2
+    assert "rejected the bot token" in result.stderr and "Traceback" not in result.stderr
+    assert TOKEN not in result.stderr
+
+
+def test_an_unwritable_database_path_is_a_clear_error(tmp_path: Path, env: dict) -> None:
+    env["AGENTD_STORAGE__PATH"] = "/proc/agentd/agentd.db"
+    result = Daemon(tmp_path, env).cli("run")
+    assert result.returncode == 1
+    assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr

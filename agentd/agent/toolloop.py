@@ -7,6 +7,7 @@ Approve / Deny buttons and waits durably; a timeout is recorded as timed out, ne
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 from zoneinfo import ZoneInfo
@@ -29,7 +30,6 @@ from agentd.llm.types import (
 )
 from agentd.outbox import Button
 from agentd.tools import (
-    Tool,
     ToolContext,
     ToolOutcome,
     args_digest,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from agentd.agent.inputs import TurnInput
     from agentd.agent.turn import TurnDeps
 
+log = logging.getLogger("agentd.agent")
 EMPTY_ANSWER = "(The model returned an empty answer.)"
 UNKNOWN_OUTCOME = (
     "This action was interrupted by a restart after it had started. It may or may not have "
@@ -71,6 +72,16 @@ class AgentResult(BaseModel):
     reported_actions: list[str] = Field(default_factory=list)
 
 
+class Route(BaseModel):
+    """How a tool call is handled, journaled so a replay takes the same path even if the
+    registry changed meanwhile (an MCP server not yet back, a new risk override)."""
+
+    name: str
+    risk: Literal["low", "medium", "high"] | None = None  # None: no such tool
+    source: str = ""
+    problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
+
+
 class Decision(BaseModel):
     status: Literal["approved", "denied", "timed_out"]
     by: str | None = None
@@ -92,14 +103,27 @@ def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock
 # -- step functions ------------------------------------------------------------------------
 
 
+async def route_tool(deps: TurnDeps, use: ToolUseBlock) -> Route:
+    tool = deps.registry.get(use.name)
+    if tool is None:
+        return Route(name=use.name, problem=deps.registry.unknown(use.name))
+    checked = check_args(tool, use.input)
+    problem = checked if isinstance(checked, ToolOutcome) else None
+    return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=problem)
+
+
 async def run_tool(
-    deps: TurnDeps, tool: Tool, inp: TurnInput, instance_id: str, use: ToolUseBlock
+    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> ToolOutcome:
-    return await execute(tool, _context(deps, inp, instance_id, use), use.input)
+    tool = deps.registry.get(name)
+    if tool is None:  # gone since it was routed (e.g. its MCP server did not come back)
+        return deps.registry.unknown(name)
+    async with deps.outbox.typing(inp.chat_id):
+        return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
 
 async def create_approval(
-    deps: TurnDeps, tool: Tool, inp: TurnInput, instance_id: str, use: ToolUseBlock
+    deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
     approval = Approval(
@@ -109,7 +133,7 @@ async def create_approval(
         chat_id=inp.chat_id,
         user_id=inp.user_id,
         tool=tool.name,
-        risk=tool.risk,
+        risk=tool.risk or "high",
         args_digest=args_digest(use.input),
         args_preview=deps.redact(render_args(use.input)),
         status="pending",
@@ -120,7 +144,7 @@ async def create_approval(
     def write(conn: object) -> Approval:
         stored = approvals.create(conn, approval)
         audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
-                     instance_id=instance_id, at=now,
+                     instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                      detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
                              "args_digest": stored.args_digest})  # fmt: skip
         return stored
@@ -148,7 +172,8 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
     return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
 
 
-async def ask_owner(deps: TurnDeps, approval: Approval) -> int:
+async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
+    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
@@ -156,7 +181,12 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int:
         ]
     ]
     text = _approval_text(approval, approval.expires_at - approval.created_at)
-    message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
+    try:
+        message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
+    except Exception as exc:
+        log.warning("could not send the approval request; `agentd approve` still works",
+                    extra={"approval": approval.id, "error": type(exc).__name__})  # fmt: skip
+        return None
     await deps.db.write(approvals.set_message_id, approval.id, message_id)
     return message_id
 
@@ -175,20 +205,23 @@ async def settle_timeout(deps: TurnDeps, approval_id: str) -> Decision:
     return Decision(status=stored.status, by=stored.decided_by)  # type: ignore[arg-type]
 
 
-async def show_outcome(deps: TurnDeps, approval: Approval, message_id: int, d: Decision) -> None:
-    """Edit the approval message to show what happened, removing the buttons."""
-    from agentd.telegram.output import SendFailed
-
+async def show_outcome(
+    deps: TurnDeps, approval: Approval, message_id: int | None, d: Decision
+) -> None:
+    """Edit the approval message to show what happened, removing the buttons (best effort:
+    the decision stands whatever Telegram says)."""
+    if message_id is None:
+        return
     try:
         await deps.outbox.edit_text(
             approval.chat_id, message_id, outcome_text(approval, d.status, d.by)
         )
-    except SendFailed:
-        pass  # the message was deleted by the user: the decision stands anyway
+    except Exception as exc:
+        log.info("could not edit the approval message", extra={"error": type(exc).__name__})
 
 
 async def write_tool_audit(
-    deps: TurnDeps, inp: TurnInput, instance_id: str, tool: Tool, use: ToolUseBlock,
+    deps: TurnDeps, inp: TurnInput, instance_id: str, tool: Route, use: ToolUseBlock,
     outcome: ToolOutcome, decision: str, decided_by: str | None,
 ) -> None:  # fmt: skip
     await deps.db.write(
@@ -206,7 +239,7 @@ async def write_tool_audit(
 # -- the loop --------------------------------------------------------------------------------
 
 
-async def _approval(step: Step, deps: TurnDeps, tool: Tool, inp: TurnInput,
+async def _approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
     approval = await step.do(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
@@ -228,7 +261,7 @@ async def _approval(step: Step, deps: TurnDeps, tool: Tool, inp: TurnInput,
     return decision
 
 
-def _refusal(tool: Tool, decision: Decision, timeout: float) -> ToolOutcome:
+def _refusal(tool: Route, decision: Decision, timeout: float) -> ToolOutcome:
     if decision.status == "timed_out":
         text = (
             f"The owner did not approve {tool.name} within {timeout:g} seconds, so it was NOT "
@@ -242,34 +275,31 @@ def _refusal(tool: Tool, decision: Decision, timeout: float) -> ToolOutcome:
 
 async def handle_tool_use(
     step: Step, deps: TurnDeps, inp: TurnInput, use: ToolUseBlock
-) -> ToolOutcome:
+) -> tuple[ToolOutcome, Route]:
     """One tool_use block → its outcome, through validation, the risk policy and the journal."""
-    tool = deps.registry.get(use.name)
-    if tool is None:
-        return deps.registry.unknown(use.name)
-    checked = check_args(tool, use.input)
-    if isinstance(checked, ToolOutcome):
-        return checked  # invalid arguments go back to the model; no approval is asked for
     iid = step.instance_id
+    route = await step.do(f"route:{use.id}", route_tool, deps, use)
+    if route.problem is not None:
+        return route.problem, route  # unknown tool or invalid arguments: no approval asked
     decision, by = "auto", None
-    if tool.risk == "high":
-        verdict = await _approval(step, deps, tool, inp, use)
+    if route.risk == "high":
+        verdict = await _approval(step, deps, route, inp, use)
         decision, by = verdict.status, verdict.by
         if verdict.status != "approved":
-            outcome = _refusal(tool, verdict, deps.config.tools.approval_timeout)
-            await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, tool, use,
+            outcome = _refusal(route, verdict, deps.config.tools.approval_timeout)
+            await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, route, use,
                           outcome, decision, by)  # fmt: skip
-            return outcome
+            return outcome, route
         try:
-            outcome = await step.do(f"tool:{use.id}", run_tool, deps, tool, inp, iid, use,
+            outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                     delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
             outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
     else:
-        outcome = await step.do(f"tool:{use.id}", run_tool, deps, tool, inp, iid, use)
-    await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, tool, use, outcome,
+        outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
+    await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, route, use, outcome,
                   decision, by)  # fmt: skip
-    return outcome
+    return outcome, route
 
 
 class Recall(BaseModel):
@@ -315,7 +345,8 @@ async def call_llm(
         on_text = DraftStreamer(deps.outbox, inp.chat_id, draft_id(instance_id, step_name),
                                 deps.config.telegram.stream_interval)  # fmt: skip
     try:
-        response = await deps.llm.complete(req, on_text=on_text)
+        async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
+            response = await deps.llm.complete(req, on_text=on_text)
     except LLMError as exc:
         if not exc.retryable:
             raise NonRetryable(str(exc)) from None
@@ -354,10 +385,9 @@ async def agent_loop(
         conversation.append(Message(role="assistant", content=response.content))
         results = []
         for use in response.tool_uses:
-            outcome = await handle_tool_use(step, deps, inp, use)
-            tool = deps.registry.get(use.name)
-            if tool is not None and tool.risk == "medium" and outcome.ok:
-                reported.append(f"{tool.name} ({_brief(use)})")
+            outcome, route = await handle_tool_use(step, deps, inp, use)
+            if route.risk == "medium" and outcome.ok:
+                reported.append(f"{route.name} ({_brief(use)})")
             results.append(ToolResultBlock(tool_use_id=use.id, content=outcome.content or "(empty)",
                                            is_error=not outcome.ok))  # fmt: skip
         conversation.append(Message(role="user", content=results))

@@ -14,6 +14,7 @@ from typing import Any
 
 from agentd import audit
 from agentd.agent.inputs import TurnInput, TurnOutput
+from agentd.agent.prompt import as_data
 from agentd.agent.toolloop import EMPTY_ANSWER, Recall, agent_loop
 from agentd.config import Config
 from agentd.db import Database
@@ -30,6 +31,8 @@ from agentd.memory.summarise import (
     SummaryInput,
     summary_due,
     summary_instance_id,
+    summary_key,
+    summary_running,
 )
 from agentd.outbox import Outbox
 from agentd.telegram.format import split_markdown
@@ -41,6 +44,10 @@ RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not reca
 LLM_ERROR_REPLY = (
     "Sorry — I couldn't get an answer from the language model just now. Your message is saved; "
     "please try again in a minute."
+)
+STEP_ERROR_REPLY = (
+    "Sorry — something went wrong while working on that. Your message is saved; the owner can "
+    "see what failed with `agentd workflows ls --status errored`."
 )
 
 
@@ -154,11 +161,13 @@ async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[Sto
 def _current_message(inp: TurnInput, notes: list[str]) -> str:
     text = _user_content(inp)
     if notes:
-        text = f"{text}\n\n<data>\n" + "\n".join(notes) + "\n</data>"
+        text = f"{text}\n\n<data>\n" + as_data("\n".join(notes)) + "\n</data>"
     if inp.reply_to and (inp.reply_to.text or inp.reply_to.photo_file_id):
-        who = "your" if inp.reply_to.from_bot else "their own"
-        quoted = inp.reply_to.text[:2000] or "[photo]"
-        text = f"(The user is replying to {who} earlier message: «{quoted}»)\n\n{text}"
+        who = "your" if inp.reply_to.from_bot else "an"
+        quoted = as_data(inp.reply_to.text[:2000]) or "[photo]"
+        text = (
+            f"(The user is replying to {who} earlier message:\n<data>\n{quoted}\n</data>)\n\n{text}"
+        )
     return text
 
 
@@ -181,7 +190,8 @@ async def save_reply(
             user_id=None,
             role="assistant",
             content=text,
-            source_key=f"{instance_id}:assistant",
+            # Per outcome: after `workflows retry`, the real answer is stored beside the apology.
+            source_key=f"{instance_id}:assistant:{outcome}",
             instance_id=instance_id,
             telegram_message_ids=ids,
             meta={"outcome": outcome},
@@ -239,7 +249,11 @@ async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
         return None
     cfg = deps.config.memory
     up_to = await deps.db.read(
-        summary_due, inp.chat_id, cfg.summary_threshold, cfg.summary_keep_recent
+        lambda c: (
+            None
+            if summary_running(c, inp.chat_id)
+            else summary_due(c, inp.chat_id, cfg.summary_threshold, cfg.summary_keep_recent)
+        )
     )
     if up_to is None:
         return None
@@ -248,7 +262,7 @@ async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
         SUMMARY_WORKFLOW,
         SummaryInput(chat_id=inp.chat_id, user_id=inp.user_id, up_to_id=up_to),
         instance_id=instance_id,
-        key=f"memory-{inp.chat_id}",
+        key=summary_key(inp.chat_id),
     )
     return instance_id
 
@@ -281,15 +295,18 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                 {"outcome": "unsupported", "kind": inp.unsupported_kind or inp.kind},
             )
             return TurnOutput(reply_message_ids=ids, outcome="unsupported")
-        past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
-        messages = to_llm_messages(past, _current_message(inp, notes))
-        recall = await step.do("recall", recall_memories, deps, inp)
         try:
-            async with deps.outbox.typing(inp.chat_id):
-                result = await agent_loop(step, deps, inp, messages, recall)
+            past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
+            messages = to_llm_messages(past, _current_message(inp, notes))
+            try:
+                recall = await step.do("recall", recall_memories, deps, inp)
+            except StepFailed:
+                recall = Recall()  # an embedder outage must not cost the user their answer
+            result = await agent_loop(step, deps, inp, messages, recall)
         except StepFailed as exc:
-            ids = await send_reply(step, deps, inp, LLM_ERROR_REPLY, "send-error")
-            await step.do("save-reply", save_reply, deps, inp, iid, LLM_ERROR_REPLY, ids, "error")
+            reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
+            ids = await send_reply(step, deps, inp, reply, "send-error")
+            await step.do("save-reply", save_reply, deps, inp, iid, reply, ids, "error")
             await step.do(
                 "audit",
                 write_audit,
@@ -299,7 +316,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                 "turn_error",
                 {"outcome": "error", "step": exc.step, "error": exc.error_type},
             )
-            raise TurnFailed(f"the model call failed: {exc.error_type}: {exc.message}") from None
+            raise TurnFailed(f"step {exc.step} failed: {exc.error_type}: {exc.message}") from None
         answer = with_reported_actions(result.text, result.reported_actions)
         try:
             ids = await send_reply(step, deps, inp, answer, "send")

@@ -87,6 +87,22 @@ def summary_due(conn: Any, chat_id: int, threshold: int, keep_recent: int) -> in
     return int(row[0]) if row else None
 
 
+def summary_running(conn: Any, chat_id: int) -> bool:
+    """One summary per chat at a time: while one is open, later turns start none."""
+    return (
+        conn.execute(
+            "SELECT 1 FROM workflow_instances WHERE key = ? AND status IN "
+            "('queued', 'running', 'waiting', 'sleeping') LIMIT 1",
+            (summary_key(chat_id),),
+        ).fetchone()
+        is not None
+    )
+
+
+def summary_key(chat_id: int) -> str:
+    return f"memory-{chat_id}"
+
+
 def summary_instance_id(chat_id: int, up_to_id: int) -> str:
     return f"summary-{chat_id}-{up_to_id}"
 

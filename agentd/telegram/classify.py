@@ -28,6 +28,9 @@ UNSUPPORTED_KINDS = (
 )
 
 
+MAX_REPLY_CHARS = 4000  # the quoted message is context only; it need not be whole
+
+
 class Decision(BaseModel):
     action: Literal["turn", "callback", "reject", "ignore"]
     update_kind: str
@@ -81,7 +84,7 @@ def _reply_context(message: dict[str, Any], me: Identity) -> ReplyContext | None
         return None
     return ReplyContext(
         message_id=replied.get("message_id", 0),
-        text=(replied.get("text") or replied.get("caption") or "")[:MAX_TEXT_CHARS],
+        text=(replied.get("text") or replied.get("caption") or "")[:MAX_REPLY_CHARS],
         from_bot=replied.get("from", {}).get("id") == me.bot_id,
         photo_file_id=_largest_photo(replied),
     )

@@ -24,7 +24,15 @@ class TelegramFiles:
         if not file.file_path:
             raise NonRetryable("Telegram returned no path for the file")
         buffer = io.BytesIO()
-        await self._bot.download_file(file.file_path, destination=buffer)
+        try:
+            await self._bot.download_file(file.file_path, destination=buffer)
+        except Exception as exc:
+            # aiohttp's error text holds the file URL, and the URL holds the bot token.
+            status = getattr(exc, "status", None)
+            raise RuntimeError(
+                f"downloading the file failed ({type(exc).__name__}"
+                + (f", HTTP {status})" if status else ")")
+            ) from None
         data = buffer.getvalue()
         if len(data) > max_bytes:
             raise NonRetryable(f"the file is {len(data)} bytes, over {max_bytes}")

@@ -30,6 +30,7 @@ def utf16_len(text: str) -> int:
 
 def _inline(text: str) -> str:
     """Escape, then apply inline Markdown; code spans are protected from further rules."""
+    text = text.replace("\x00", "\ufffd")  # NUL marks the stash below; it never shows anyway
     stash: list[str] = []
 
     def keep(fragment: str) -> str:

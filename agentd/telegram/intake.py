@@ -97,7 +97,17 @@ def persist_updates(
             decision = classify(update, me)
         except Exception:  # a malformed update is recorded and skipped, never fatal
             decision = Decision(action="ignore", update_kind="malformed", reason="malformed")
-        outcome, instance_id = _apply(conn, decision, update_id, engine, on_callback, result)
+        # A savepoint per update: one that cannot be started (over a limit, say) is recorded
+        # as failed without rolling back the rest of the batch, so intake never stalls on it.
+        conn.execute("SAVEPOINT one_update")
+        try:
+            outcome, instance_id = _apply(conn, decision, update_id, engine, on_callback, result)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO one_update")
+            outcome, instance_id = "failed", None
+            audit.record(conn, "intake_error", chat_id=decision.chat_id, user_id=decision.user_id,
+                         detail={"update_id": update_id, "error": type(exc).__name__})  # fmt: skip
+        conn.execute("RELEASE one_update")
         conn.execute(
             "INSERT INTO updates (update_id, received_at, kind, chat_id, user_id, outcome, "
             "instance_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
