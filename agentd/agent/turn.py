@@ -274,6 +274,16 @@ def with_reported_actions(text: str, actions: list[str]) -> str:
     return f"{text}\n\n_Done on your behalf: {'; '.join(actions)}._"
 
 
+async def record_reply(
+    step: Step, deps: TurnDeps, inp: TurnInput, text: str, ids: list[int], outcome: str,
+    kind: str, detail: dict[str, object],
+) -> None:  # fmt: skip
+    """The last two steps of every turn: the answer into history, the turn into the audit."""
+    iid = step.instance_id
+    await step.do("save-reply", save_reply, deps, inp, iid, text, ids, outcome)
+    await step.do("audit", write_audit, deps, inp, iid, kind, {"outcome": outcome, **detail})
+
+
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
     @workflow("turn")
     async def turn(step: Step, inp: TurnInput) -> TurnOutput:
@@ -282,18 +292,10 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
         images, notes = await look_at_images(step, deps, inp)
         user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid, images, notes)
         if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
-            text = unsupported_reply(inp.unsupported_kind or inp.kind)
+            kind = inp.unsupported_kind or inp.kind
+            text = unsupported_reply(kind)
             ids = await send_reply(step, deps, inp, text, "send")
-            await step.do("save-reply", save_reply, deps, inp, iid, text, ids, "unsupported")
-            await step.do(
-                "audit",
-                write_audit,
-                deps,
-                inp,
-                iid,
-                "turn",
-                {"outcome": "unsupported", "kind": inp.unsupported_kind or inp.kind},
-            )
+            await record_reply(step, deps, inp, text, ids, "unsupported", "turn", {"kind": kind})
             return TurnOutput(reply_message_ids=ids, outcome="unsupported")
         try:
             past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
@@ -306,47 +308,20 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
         except StepFailed as exc:
             reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
             ids = await send_reply(step, deps, inp, reply, "send-error")
-            await step.do("save-reply", save_reply, deps, inp, iid, reply, ids, "error")
-            await step.do(
-                "audit",
-                write_audit,
-                deps,
-                inp,
-                iid,
-                "turn_error",
-                {"outcome": "error", "step": exc.step, "error": exc.error_type},
-            )
+            await record_reply(step, deps, inp, reply, ids, "error", "turn_error",
+                               {"step": exc.step, "error": exc.error_type})  # fmt: skip
             raise TurnFailed(f"step {exc.step} failed: {exc.error_type}: {exc.message}") from None
         answer = with_reported_actions(result.text, result.reported_actions)
         try:
             ids = await send_reply(step, deps, inp, answer, "send")
         except StepFailed as exc:
-            await step.do("save-reply", save_reply, deps, inp, iid, answer, [], "undelivered")
-            await step.do(
-                "audit",
-                write_audit,
-                deps,
-                inp,
-                iid,
-                "turn_error",
-                {"outcome": "undelivered", "step": exc.step, "error": exc.message},
-            )
+            await record_reply(step, deps, inp, answer, [], "undelivered", "turn_error",
+                               {"step": exc.step, "error": exc.message})  # fmt: skip
             raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
-        await step.do("save-reply", save_reply, deps, inp, iid, answer, ids, result.outcome)
-        await step.do(
-            "audit",
-            write_audit,
-            deps,
-            inp,
-            iid,
-            "turn",
-            {
-                "outcome": result.outcome,
-                "llm_calls": result.calls,
-                "chunks": len(ids),
-                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-            },
-        )
+        duration = round((time.perf_counter() - started) * 1000, 1)
+        await record_reply(step, deps, inp, answer, ids, result.outcome, "turn",
+                           {"llm_calls": result.calls, "chunks": len(ids),
+                            "duration_ms": duration})  # fmt: skip
         await step.do("schedule-summary", schedule_summary, deps, inp)
         return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 

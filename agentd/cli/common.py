@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
 
 from agentd.config import Config, ConfigError, load_config
 
+T = TypeVar("T")
 ConfigOption = Annotated[
     Path | None,
     typer.Option(
@@ -73,6 +77,32 @@ def transaction(conn: Any) -> Iterator[Any]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+class SearchMode(StrEnum):
+    hybrid = "hybrid"
+    keyword = "keyword"
+    vector = "vector"
+
+
+ModeOption = Annotated[SearchMode, typer.Option(help="How to search.")]
+
+
+def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `work(embedder)` with the configured embedder, closed after; its errors exit 1."""
+    from agentd.memory.embedders import EmbedderError, build_embedder
+
+    async def run() -> T:
+        embedder = build_embedder(config.memory, os.environ)
+        try:
+            return await work(embedder)
+        finally:
+            await embedder.aclose()
+
+    try:
+        return asyncio.run(run())
+    except EmbedderError as exc:
+        fail(str(exc))
 
 
 def iso(ts: float | None) -> str | None:

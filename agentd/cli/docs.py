@@ -5,7 +5,6 @@ Thin over `agentd.knowledge`; heavy imports (aiohttp, pypdf) happen inside the c
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -16,6 +15,8 @@ from rich.table import Column, Table
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
+    ModeOption,
+    SearchMode,
     config_or_exit,
     database,
     err,
@@ -24,6 +25,7 @@ from agentd.cli.common import (
     out,
     print_json,
     transaction,
+    with_embedder,
 )
 from agentd.config import Config
 
@@ -112,7 +114,6 @@ def ingest(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from agentd.knowledge.ingest import ingest as run_ingest
-    from agentd.memory.embedders import EmbedderError, build_embedder
     from agentd.memory.store import ConnRunner
     from agentd.tools.fetch import fetch_policy
 
@@ -122,23 +123,15 @@ def ingest(
         console=err, transient=True, disable=json or not err.is_terminal,
     )  # fmt: skip
 
-    async def run(conn: Any) -> IngestReport:
-        embedder = build_embedder(cfg.memory, os.environ)
-        try:
-            with progress:
-                return await run_ingest(
-                    ConnRunner(conn), embedder, cfg.docs, paths=paths or (), url_file=urls,
-                    sitemap=sitemap, policy=fetch_policy(cfg.tools.fetch),
-                    progress=_Bar(progress),
-                )  # fmt: skip
-        finally:
-            await embedder.aclose()
+    async def run(conn: Any, embedder: Any) -> IngestReport:
+        with progress:
+            return await run_ingest(
+                ConnRunner(conn), embedder, cfg.docs, paths=paths or (), url_file=urls,
+                sitemap=sitemap, policy=fetch_policy(cfg.tools.fetch), progress=_Bar(progress),
+            )  # fmt: skip
 
     with database(cfg, write=True) as conn:
-        try:
-            report = asyncio.run(run(conn))
-        except EmbedderError as exc:
-            fail(str(exc))
+        report = with_embedder(cfg, lambda embedder: run(conn, embedder))
     if json:
         print_json(report.model_dump())
     else:
@@ -204,35 +197,21 @@ def rm(
 def search(
     query: str,
     k: Annotated[int, typer.Option("-k", min=1, max=50)] = 5,
-    mode: Annotated[str, typer.Option(help="hybrid, keyword or vector")] = "hybrid",
+    mode: ModeOption = SearchMode.hybrid,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Search the documents the way the search_docs tool does."""
     from agentd.knowledge.search import search_documents
-    from agentd.memory.embedders import EmbedderError, build_embedder
     from agentd.memory.search import fusion_from_config
     from agentd.memory.store import ConnRunner
 
-    if mode not in ("hybrid", "keyword", "vector"):
-        fail("--mode must be hybrid, keyword or vector", 2)
     cfg = config_or_exit(config)
-
-    async def run(conn: Any) -> list[Any]:
-        embedder = build_embedder(cfg.memory, os.environ)
-        try:
-            return await search_documents(
-                ConnRunner(conn), embedder, query, k=k, mode=mode,  # type: ignore[arg-type]
-                fusion=fusion_from_config(cfg.memory),
-            )  # fmt: skip
-        finally:
-            await embedder.aclose()
-
     with database(cfg) as conn:
-        try:
-            hits = asyncio.run(run(conn))
-        except EmbedderError as exc:
-            fail(str(exc))
+        hits = with_embedder(cfg, lambda embedder: search_documents(
+            ConnRunner(conn), embedder, query, k=k, mode=mode.value,
+            fusion=fusion_from_config(cfg.memory),
+        ))  # fmt: skip
     if json:
         print_json([h.model_dump() for h in hits])
         return

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import os
 from typing import Annotated
 
 import typer
@@ -12,6 +10,8 @@ from rich.table import Table
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
+    ModeOption,
+    SearchMode,
     config_or_exit,
     database,
     fail,
@@ -19,6 +19,7 @@ from agentd.cli.common import (
     out,
     print_json,
     transaction,
+    with_embedder,
 )
 
 app = typer.Typer(help="Long-term memory: list, search, forget, reindex.", no_args_is_help=True)
@@ -58,34 +59,20 @@ def search(
     query: str,
     user: Annotated[int, typer.Option("--user", help="Whose memories (Telegram user id).")],
     k: Annotated[int, typer.Option("-k", min=1, max=50)] = 5,
-    mode: Annotated[str, typer.Option(help="hybrid, keyword or vector")] = "hybrid",
+    mode: ModeOption = SearchMode.hybrid,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Search one user's memories the way a turn does."""
-    from agentd.memory.embedders import EmbedderError, build_embedder
     from agentd.memory.search import fusion_from_config, search_memories
     from agentd.memory.store import ConnRunner
 
-    if mode not in ("hybrid", "keyword", "vector"):
-        fail("--mode must be hybrid, keyword or vector", 2)
     cfg = config_or_exit(config)
-
-    async def run(conn):  # type: ignore[no-untyped-def]
-        embedder = build_embedder(cfg.memory, os.environ)
-        try:
-            return await search_memories(
-                ConnRunner(conn), embedder, user, query, k=k, mode=mode,  # type: ignore[arg-type]
-                fusion=fusion_from_config(cfg.memory),
-            )  # fmt: skip
-        finally:
-            await embedder.aclose()
-
     with database(cfg) as conn:
-        try:
-            hits = asyncio.run(run(conn))
-        except EmbedderError as exc:
-            fail(str(exc))
+        hits = with_embedder(cfg, lambda embedder: search_memories(
+            ConnRunner(conn), embedder, user, query, k=k, mode=mode.value,
+            fusion=fusion_from_config(cfg.memory),
+        ))  # fmt: skip
     if json:
         print_json([{**_memory_json(h.memory), "score": h.score} for h in hits])
         return
@@ -134,24 +121,14 @@ def reindex(
     config: ConfigOption = None,
 ) -> None:
     """Re-embed memories with the configured embedder (after changing the model)."""
-    from agentd.memory.embedders import EmbedderError, build_embedder
     from agentd.memory.store import ConnRunner
     from agentd.memory.store import reindex as run_reindex
 
     cfg = config_or_exit(config)
-
-    async def run(conn):  # type: ignore[no-untyped-def]
-        embedder = build_embedder(cfg.memory, os.environ)
-        try:
-            return await run_reindex(ConnRunner(conn), embedder, force=force)
-        finally:
-            await embedder.aclose()
-
     with database(cfg, write=True) as conn:
-        try:
-            report = asyncio.run(run(conn))
-        except EmbedderError as exc:
-            fail(str(exc))
+        report = with_embedder(
+            cfg, lambda embedder: run_reindex(ConnRunner(conn), embedder, force=force)
+        )
     if json:
         print_json(report.model_dump())
     else:
