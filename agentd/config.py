@@ -80,6 +80,13 @@ class LLMConfig(_Section):
     retry_max_wait: float = Field(default=30.0, gt=0)
 
 
+class LimitsConfig(_Section):
+    """`[limits]` (R-RATE-1): 0 turns a limit off."""
+
+    messages_per_minute: int = Field(default=20, ge=0)  # per user
+    daily_tokens: int = Field(default=0, ge=0)  # input + output tokens per chat per UTC day
+
+
 class StorageConfig(_Section):
     path: str = "agentd.db"
 
@@ -257,6 +264,7 @@ class Config(_Section):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     vision: VisionConfig = Field(default_factory=VisionConfig)
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

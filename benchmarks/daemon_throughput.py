@@ -203,6 +203,7 @@ def main() -> None:
                 AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(chats),
                 AGENTD_ENGINE__CONCURRENCY=str(args.concurrency),
                 AGENTD_LOG__LEVEL=args.log_level,
+                AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # measuring throughput, not the limiter
             )
             daemon = Daemon(tmp, env)
             t = time.perf_counter()

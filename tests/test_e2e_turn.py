@@ -164,6 +164,7 @@ def test_kill_9_while_the_llm_thinks_then_restart(
         )
         assert [tuple(r) for r in attempts] == [
             ("save-user", 1, "complete"),
+            ("rate-check", 1, "complete"),
             ("load-history", 1, "complete"),
             ("recall", 1, "complete"),
             ("llm#1", 1, "running"),  # interrupted by kill -9

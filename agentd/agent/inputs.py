@@ -35,7 +35,7 @@ class TurnInput(BaseModel):
 class TurnOutput(BaseModel):
     reply_message_ids: list[int] = Field(default_factory=list)
     llm_calls: int = 0
-    outcome: Literal["answered", "unsupported", "error", "step_limit"] = "answered"
+    outcome: Literal["answered", "unsupported", "error", "step_limit", "rate_limited"] = "answered"
 
 
 class CallbackPress(BaseModel):

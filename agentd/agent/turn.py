@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd import audit
+from agentd import audit, ratelimit
 from agentd.agent.inputs import TurnInput, TurnOutput
 from agentd.agent.prompt import as_data
 from agentd.agent.toolloop import EMPTY_ANSWER, Recall, agent_loop
@@ -151,6 +151,13 @@ async def look_at_images(
         seen.append(image)
         notes.append(f"[{describe(image, label)}]")
     return seen, notes
+
+
+async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
+    return await deps.db.read(
+        ratelimit.check, deps.config.limits, user_id=inp.user_id, chat_id=inp.chat_id,
+        now=deps.clock.now(),
+    )  # fmt: skip
 
 
 async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
@@ -297,6 +304,17 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             ids = await send_reply(step, deps, inp, text, "send")
             await record_reply(step, deps, inp, text, ids, "unsupported", "turn", {"kind": kind})
             return TurnOutput(reply_message_ids=ids, outcome="unsupported")
+        verdict = await step.do("rate-check", rate_check, deps, inp)
+        if not verdict.allowed:
+            if not verdict.notify:  # told once already in this window: stay quiet
+                await step.do("audit", write_audit, deps, inp, iid, "rate_limited",
+                              {"limit": verdict.limit, "notified": False})  # fmt: skip
+                return TurnOutput(outcome="rate_limited")
+            text = ratelimit.notice(verdict.limit)
+            ids = await send_reply(step, deps, inp, text, "send")
+            await record_reply(step, deps, inp, text, ids, "rate_limited", "rate_limited",
+                               {"limit": verdict.limit, "notified": True})  # fmt: skip
+            return TurnOutput(reply_message_ids=ids, outcome="rate_limited")
         try:
             past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
             messages = to_llm_messages(past, _current_message(inp, notes))
