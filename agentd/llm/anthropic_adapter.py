@@ -13,7 +13,6 @@ from tenacity import (
     AsyncRetrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
 )
 
 from agentd.config import LLMConfig
@@ -29,6 +28,7 @@ from agentd.llm.types import (
     ToolUseBlock,
     Usage,
 )
+from agentd.net.retry import honour_retry_after
 
 log = logging.getLogger("agentd.llm")
 Sleep = Callable[[float], Awaitable[None]]
@@ -72,21 +72,6 @@ def is_retryable(exc: BaseException) -> bool:
             return True
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
     return False
-
-
-class _Wait:
-    """Exponential backoff with jitter, or the server's retry-after capped at a ceiling."""
-
-    def __init__(self, base: float, ceiling: float) -> None:
-        self._backoff = wait_exponential_jitter(initial=base, max=ceiling, jitter=base)
-        self._ceiling = ceiling
-
-    def __call__(self, state: Any) -> float:
-        exc = state.outcome.exception() if state.outcome else None
-        hinted = _retry_after(exc) if exc else None
-        if hinted is not None:
-            return min(max(hinted, 0.0), self._ceiling)
-        return self._backoff(state)
 
 
 def _block_to_api(block: ContentBlock) -> dict[str, Any]:
@@ -214,7 +199,7 @@ class AnthropicLLM:
         params = build_params(req, self.model, self._config.max_tokens)
         kwargs: dict[str, Any] = {
             "stop": stop_after_attempt(self._config.retries + 1),
-            "wait": _Wait(self._base, self._config.retry_max_wait),
+            "wait": honour_retry_after(self._base, self._config.retry_max_wait, _retry_after),
             "retry": retry_if_exception(is_retryable),
             "reraise": True,
             "before_sleep": self._log_retry,

@@ -144,13 +144,6 @@ class HashingEmbedder:
 # HTTP embedder
 
 
-class _RetryableHttpError(Exception):
-    def __init__(self, status: int, retry_after: float | None) -> None:
-        super().__init__(f"embedding endpoint answered HTTP {status}")
-        self.status = status
-        self.retry_after = retry_after
-
-
 def _embeddings_url(url: str) -> str:
     url = url.rstrip("/")
     return url if url.endswith("/embeddings") else url + "/embeddings"
@@ -204,7 +197,7 @@ class HttpEmbedder:
         return self._session
 
     async def _post_once(self, batch: list[str]) -> list[Vector]:
-        import aiohttp
+        from agentd.net.retry import RetryableHttpError, retry_after
 
         headers = {"Content-Type": "application/json"}
         if self._api_key:
@@ -213,7 +206,11 @@ class HttpEmbedder:
         session = self._get_session()
         async with session.post(self.url, json=payload, headers=headers) as resp:
             if resp.status == 429 or resp.status >= 500:
-                raise _RetryableHttpError(resp.status, _retry_after(resp.headers))
+                raise RetryableHttpError(
+                    f"embedding endpoint answered HTTP {resp.status}",
+                    resp.status,
+                    retry_after(resp.headers),
+                )
             if resp.status >= 400:
                 body = (await resp.text())[:300]
                 raise EmbedderError(f"embedding endpoint {self.url} answered {resp.status}: {body}")
@@ -243,27 +240,15 @@ class HttpEmbedder:
 
     async def _post(self, batch: list[str]) -> list[Vector]:
         import aiohttp
-        from tenacity import (
-            AsyncRetrying,
-            retry_if_exception_type,
-            stop_after_attempt,
-            wait_exponential_jitter,
-        )
+        from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-        base_wait = wait_exponential_jitter(multiplier=0.5, max=self._max_retry_wait, jitter=0.5)
-
-        def wait(state: Any) -> float:
-            # Honour Retry-After, but never beyond our own ceiling.
-            exc = state.outcome.exception() if state.outcome else None
-            if isinstance(exc, _RetryableHttpError) and exc.retry_after is not None:
-                return min(exc.retry_after, self._max_retry_wait)
-            return base_wait(state)
+        from agentd.net.retry import RetryableHttpError, honour_retry_after
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self._retries + 1),
-            wait=wait,
+            wait=honour_retry_after(0.5, self._max_retry_wait),
             retry=retry_if_exception_type(
-                (_RetryableHttpError, aiohttp.ClientConnectionError, TimeoutError)
+                (RetryableHttpError, aiohttp.ClientConnectionError, TimeoutError)
             ),
             reraise=True,
         )
@@ -271,7 +256,7 @@ class HttpEmbedder:
             async for attempt in retrying:
                 with attempt:
                     return await self._post_once(batch)
-        except _RetryableHttpError as exc:
+        except RetryableHttpError as exc:
             raise EmbedderError(f"embedding endpoint {self.url}: {exc} after retries") from exc
         except (TimeoutError, aiohttp.ClientConnectionError) as exc:
             raise EmbedderError(f"embedding endpoint {self.url} unreachable: {exc!r}") from exc
@@ -290,16 +275,6 @@ class HttpEmbedder:
     async def aclose(self) -> None:
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    raw = headers.get("Retry-After")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        return None  # an HTTP date; the exponential back-off is good enough
 
 
 # --------------------------------------------------------------------------------------------

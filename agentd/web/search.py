@@ -10,12 +10,9 @@ from typing import Any, Protocol
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from agentd.net.retry import RetryableHttpError, honour_retry_after, retry_after
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +48,7 @@ class SearchProvider(Protocol):
     async def search(self, query: str, max_results: int) -> list[SearchResult]: ...
 
 
-class _Retryable(Exception):
-    def __init__(self, status: int, retry_after: float | None) -> None:
-        super().__init__(f"HTTP {status}")
-        self.status = status
-        self.retry_after = retry_after
-
-
-_RETRYABLE = (_Retryable, aiohttp.ClientConnectionError, TimeoutError)
+_RETRYABLE = (RetryableHttpError, aiohttp.ClientConnectionError, TimeoutError)
 
 
 class _TavilyHit(BaseModel):
@@ -134,15 +124,6 @@ class TavilyProvider:
             "include_raw_content": False,
             "include_images": False,
         }
-        base_wait = wait_exponential_jitter(
-            initial=self._base_delay, max=self.max_retry_wait, jitter=self._base_delay / 2
-        )
-
-        def wait(state: Any) -> float:
-            exc = state.outcome.exception() if state.outcome else None
-            if isinstance(exc, _Retryable) and exc.retry_after is not None:
-                return min(exc.retry_after, self.max_retry_wait)
-            return float(base_wait(state))
 
         def before_sleep(state: Any) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -152,7 +133,7 @@ class TavilyProvider:
 
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.retries + 1),
-            wait=wait,
+            wait=honour_retry_after(self._base_delay, self.max_retry_wait),
             sleep=self._sleep,
             retry=retry_if_exception_type(_RETRYABLE),
             before_sleep=before_sleep,
@@ -162,7 +143,7 @@ class TavilyProvider:
             async for attempt in retrying:
                 with attempt:
                     return await self._post(payload)
-        except _Retryable as exc:
+        except RetryableHttpError as exc:
             what = "rate-limited" if exc.status == 429 else "unavailable"
             raise SearchError(
                 f"Tavily is {what} (HTTP {exc.status}) after {self.retries + 1} attempts; "
@@ -206,7 +187,9 @@ class TavilyProvider:
     ) -> list[SearchResult]:
         async with session.post(self.url, json=payload, headers=headers, timeout=timeout) as resp:
             if resp.status == 429 or resp.status >= 500:
-                raise _Retryable(resp.status, _retry_after(resp.headers))
+                raise RetryableHttpError(
+                    f"HTTP {resp.status}", resp.status, retry_after(resp.headers)
+                )
             if resp.status != 200:
                 raise self._client_error(resp.status, await resp.text())
             try:
@@ -245,13 +228,3 @@ def _error_detail(body: str) -> str:
     if isinstance(detail, dict):
         detail = detail.get("error")
     return " ".join(str(detail).split())[:300] if detail else ""
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    raw = headers.get("Retry-After")
-    if raw is None:
-        return None
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        return None  # an HTTP date; the exponential back-off is good enough
