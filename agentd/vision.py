@@ -20,7 +20,7 @@ from agentd import usage
 from agentd.config import VisionConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
-from agentd.llm import LLM, LLMError
+from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
 
@@ -129,15 +129,10 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
         ])],
         cache_history=False,
     )  # fmt: skip
-    try:
-        summary, response = await complete_structured(
-            deps.llm, req, VisionSummary, name="record_image_summary",
-            description="Record what the image shows.",
-        )  # fmt: skip
-    except LLMError as exc:
-        if not exc.retryable:
-            raise NonRetryable(str(exc)) from None
-        raise
+    summary, response = await complete_structured(
+        deps.llm, req, VisionSummary, name="record_image_summary",
+        description="Record what the image shows.",
+    )  # fmt: skip
     raw = data if deps.config.keep_images else None
 
     def write(conn: Any) -> None:

@@ -605,3 +605,25 @@ async def test_errors_are_redacted_before_they_are_journaled(db: Database) -> No
     assert secret not in (inst.error or "") and secret not in dump
     assert "[REDACTED]" in inst.error
     await engine.shutdown()
+
+
+async def test_an_error_that_says_it_is_not_retryable_is_not_retried(db: Database) -> None:
+    calls = Calls()
+
+    class Rejected(Exception):
+        retryable = False
+
+    async def rejected() -> None:
+        calls.counts["rejected"] += 1
+        raise Rejected("400 bad request")
+
+    @workflow("rejected")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("call", rejected, retry=Retry(limit=3, delay=0))
+        return Out()
+
+    engine = await make_engine(db, wf)
+    await engine.start("rejected", In(), instance_id="r")
+    assert (await engine.wait_for("r")).status == "errored"
+    assert calls.counts["rejected"] == 1
+    await engine.shutdown()

@@ -18,8 +18,7 @@ from agentd import approvals, audit, usage
 from agentd.agent.prompt import ToolInfo, build_system
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.approvals import Approval
-from agentd.durable import NonRetryable, OutcomeUnknown, Step
-from agentd.llm import LLMError
+from agentd.durable import OutcomeUnknown, Step
 from agentd.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -344,13 +343,8 @@ async def call_llm(
     if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
         on_text = DraftStreamer(deps.outbox, inp.chat_id, draft_id(instance_id, step_name),
                                 deps.config.telegram.stream_interval)  # fmt: skip
-    try:
-        async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
-            response = await deps.llm.complete(req, on_text=on_text)
-    except LLMError as exc:
-        if not exc.retryable:
-            raise NonRetryable(str(exc)) from None
-        raise
+    async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
+        response = await deps.llm.complete(req, on_text=on_text)
     await deps.db.write(
         usage.record, response.usage, model=response.model, purpose="turn",
         chat_id=inp.chat_id, instance_id=instance_id, step=step_name,

@@ -90,7 +90,11 @@ def _return_hint(fn: Callable[..., Any]) -> Any:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, Exception) and not isinstance(exc, NonRetryable | LimitExceeded)
+    """Exceptions only, and not those that say retrying cannot help: NonRetryable, a limit, or
+    any error carrying `retryable = False` (an LLMError for a 400, say)."""
+    if not isinstance(exc, Exception) or isinstance(exc, NonRetryable | LimitExceeded):
+        return False
+    return getattr(exc, "retryable", True) is not False
 
 
 # Weak keys: a step function made on the fly (a closure) must not be kept alive by the cache.

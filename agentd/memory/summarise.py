@@ -17,9 +17,9 @@ from pydantic import BaseModel, Field
 from agentd import audit, usage
 from agentd.config import Config
 from agentd.db import Database
-from agentd.durable import Clock, NonRetryable, Retry, Step, StepFailed, Workflow, workflow
-from agentd.llm import LLM, LLMError
-from agentd.llm.structured import StructuredOutputError, complete_structured
+from agentd.durable import Clock, Retry, Step, StepFailed, Workflow, workflow
+from agentd.llm import LLM
+from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.embedders import Embedder
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
@@ -142,17 +142,11 @@ async def summarise_block(
         messages=[Message(role="user", content=_render(block))],
         cache_history=False,
     )
-    try:
-        result, response = await complete_structured(
-            deps.llm, req, SummaryResult, name="record_summary",
-            description="Record the summary and the durable facts about the user.",
-        )  # fmt: skip
-    except LLMError as exc:
-        if not exc.retryable:
-            raise NonRetryable(str(exc)) from None
-        raise
-    except StructuredOutputError:
-        raise  # retried by the step's policy, then handled by the workflow
+    # A 400 (retryable=False) fails the step at once; a bad structured answer is retried.
+    result, response = await complete_structured(
+        deps.llm, req, SummaryResult, name="record_summary",
+        description="Record the summary and the durable facts about the user.",
+    )  # fmt: skip
     await deps.db.write(
         usage.record, response.usage, model=response.model, purpose="summary",
         chat_id=inp.chat_id, instance_id=instance_id, step="llm",
