@@ -55,6 +55,9 @@ class TelegramConfig(_Section):
     max_message_chars: int = Field(default=4096, ge=64, le=4096)
     send_retries: int = Field(default=5, ge=0, le=20)
     max_retry_after: float = Field(default=300.0, gt=0)
+    retry_base_delay: float = Field(default=0.5, gt=0)  # first backoff of any Bot API call
+    max_backoff: float = Field(default=5.0, gt=0)  # ceiling of backoffs (not of retry_after)
+    request_timeout: float = Field(default=60.0, gt=0)  # seconds per Bot API call (not polls)
     streaming: bool = True  # show the answer while it is written (sendMessageDraft)
     stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
 

@@ -20,11 +20,12 @@ from agentd.logs import Redactor, setup_logging
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
-from agentd.telegram.bot import make_bot
+from agentd.telegram.bot import make_bot, retry_policy
 from agentd.telegram.classify import Identity
 from agentd.telegram.files import TelegramFiles
 from agentd.telegram.output import TelegramOutbox
 from agentd.telegram.poller import Poller
+from agentd.telegram.session import RetryPolicy
 from agentd.tools import McpServers, ToolRegistry
 from agentd.vision import VisionDeps
 from agentd.web import build_web_tools
@@ -47,31 +48,39 @@ class _Running:
     stop: asyncio.Event
 
 
-async def _get_me(bot, stop: asyncio.Event) -> Identity:  # type: ignore[no-untyped-def]
-    """Ask Telegram who we are, retrying while the network is down (not on a bad token)."""
-    from aiogram.exceptions import (
-        TelegramNetworkError,
-        TelegramNotFound,
-        TelegramServerError,
-        TelegramUnauthorizedError,
-    )
+async def _get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # type: ignore[no-untyped-def]
+    """Ask Telegram who we are, waiting for the network (systemd may start us before it).
 
-    delay = 1.0
+    Only a rejected token ends the wait: Telegram answers 401 for a wrong token and 404 (as
+    Bot API JSON) for one that is not a token at all. Anything else is retried, capped.
+    """
+    from aiogram.exceptions import TelegramNotFound
+
+    from agentd.telegram.session import classify
+
+    failures = 0
     while True:
         try:
-            return await bot.get_me()
-        except (TelegramUnauthorizedError, TelegramNotFound):
-            raise TokenRejected(
-                "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from @BotFather) "
-                "and telegram.api_base"
-            ) from None
-        except (TelegramNetworkError, TelegramServerError) as exc:
-            log.warning("Telegram not reachable yet", extra={"error": type(exc).__name__})
+            me = await bot.get_me()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault.kind == "unauthorized" or isinstance(exc, TelegramNotFound):
+                raise TokenRejected(
+                    "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from @BotFather) "
+                    "and telegram.api_base"
+                ) from None
+            failures += 1
+            wait = policy.wait(failures, fault.retry_after)
+            sdnotify.notify(f"STATUS=waiting for Telegram: {fault.reason}")
+            log.warning("waiting for Telegram", extra={"reason": fault.reason,
+                        "attempt": failures, "wait_s": round(wait, 2)})  # fmt: skip
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=delay)
+                await asyncio.wait_for(stop.wait(), timeout=wait)
             if stop.is_set():
                 raise StartupError("stopped before Telegram answered getMe") from None
-            delay = min(delay * 2, 30.0)
+            continue
+        sdnotify.notify("STATUS=running")
+        return me
 
 
 async def _every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
@@ -95,7 +104,12 @@ async def run(config: Config) -> int:
     setup_logging(config.log.level, config.log.format, secrets)
     redactor = Redactor(secrets)
     stack = contextlib.AsyncExitStack()
-    bot = make_bot(config)
+
+    async def send_uncertain(method: str, chat_id: int | str | None, reason: str) -> None:
+        # Bound late: the bot is built before the database, but sends start after it opens.
+        await db.write(_audit_send_uncertain, method, chat_id, reason)
+
+    bot = make_bot(config, on_uncertain=send_uncertain)
     llm = create_llm(config)
     db = await Database.open(config.db_path)
     pid = os.getpid()
@@ -125,14 +139,12 @@ async def run(config: Config) -> int:
         redact=redactor,
         on_finish=lambda inst: db.write(_audit_unfinished, inst),
     )
-    outbox = TelegramOutbox(
-        bot, retries=config.telegram.send_retries, max_retry_after=config.telegram.max_retry_after
-    )
+    outbox = TelegramOutbox(bot, max_message_chars=config.telegram.max_message_chars)
     poller: Poller | None = None
     tasks: list[asyncio.Task[None]] = []
     exit_code = 0
     try:
-        me_user = await _get_me(bot, stop)
+        me_user = await _get_me(bot, stop, retry_policy(config))
         me = Identity(
             bot_id=me_user.id,
             bot_username=me_user.username or "",
@@ -172,7 +184,8 @@ async def run(config: Config) -> int:
         engine.register(make_summary_workflow(summary_deps))
         await engine.run()
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
-                        on_callback=approvals.handle_callback)  # fmt: skip
+                        on_callback=approvals.handle_callback,
+                        policy=retry_policy(config))  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
         tasks.append(
             asyncio.create_task(
@@ -217,6 +230,14 @@ def _audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
         detail={"workflow": inst.workflow, "key": inst.key, "error": (inst.error or "")[:500]},
         source_key=f"{inst.id}:finished:{inst.runs}",
     )  # fmt: skip
+
+
+def _audit_send_uncertain(
+    conn: object, method: str, chat_id: int | str | None, reason: str
+) -> None:
+    """A send whose answer was lost may have reached the user: a possible duplicate (README)."""
+    chat = chat_id if isinstance(chat_id, int) else None
+    audit.record(conn, "send_uncertain", chat_id=chat, detail={"method": method, "reason": reason})
 
 
 async def _watchdog() -> None:

@@ -13,7 +13,15 @@ class Button(BaseModel):
     data: str = Field(max_length=64)  # Telegram's callback_data limit, in bytes for ASCII
 
 
+class SendFailed(Exception):
+    """The platform refused the message for good (blocked bot, bad chat): retrying won't help."""
+
+
 class Outbox(Protocol):
+    def split(self, markdown: str) -> list[str]:
+        """The answer in chunks that each fit one message on this platform (deterministic)."""
+        ...
+
     async def send_text(
         self,
         chat_id: int,
@@ -21,7 +29,9 @@ class Outbox(Protocol):
         *,
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
-    ) -> int: ...
+    ) -> int:
+        """Send one chunk; return its message id. SendFailed: refused for good."""
+        ...
 
     async def edit_text(
         self,
@@ -32,6 +42,7 @@ class Outbox(Protocol):
         buttons: list[list[Button]] | None = None,
     ) -> None: ...
 
+    # Best effort by nature: these never raise (cancellation aside).
     async def answer_callback(
         self, callback_id: str, text: str, *, alert: bool = False
     ) -> None: ...

@@ -34,8 +34,7 @@ from agentd.memory.summarise import (
     summary_key,
     summary_running,
 )
-from agentd.outbox import Outbox
-from agentd.telegram.format import split_markdown
+from agentd.outbox import Outbox, SendFailed
 from agentd.tools import ToolRegistry
 from agentd.vision import SeenImage, VisionDeps, describe, see_image
 from agentd.vision import meta as vision_meta
@@ -179,8 +178,6 @@ def _current_message(inp: TurnInput, notes: list[str]) -> str:
 
 
 async def send_chunk(deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None) -> int:
-    from agentd.telegram.output import SendFailed  # the outbox is Telegram's; keep import local
-
     try:
         return await deps.outbox.send_text(chat_id, chunk, reply_to=reply_to)
     except SendFailed as exc:
@@ -229,9 +226,8 @@ async def send_reply(
     step: Step, deps: TurnDeps, inp: TurnInput, text: str, prefix: str
 ) -> list[int]:
     """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones."""
-    limit = deps.config.telegram.max_message_chars
     ids = []
-    for n, chunk in enumerate(split_markdown(text, limit) or [EMPTY_ANSWER], start=1):
+    for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
         reply_to = inp.message_id if n == 1 else None
         ids.append(await step.do(f"{prefix}#{n}", send_chunk, deps, inp.chat_id, chunk, reply_to))
     return ids

@@ -1,27 +1,49 @@
-"""Build the aiogram Bot for the configured Bot API server."""
+"""Build the aiogram Bot for the configured Bot API server, with agentd's retry policy."""
 
 from __future__ import annotations
 
 from aiogram import Bot
-from aiogram.client.session.aiohttp import AiohttpSession
 from aiogram.client.telegram import TelegramAPIServer
 from aiogram.utils.token import TokenValidationError
 
 from agentd.config import Config
+from agentd.telegram.session import (
+    BotSession,
+    OnUncertain,
+    RetryMiddleware,
+    RetryPolicy,
+    lenient_json_loads,
+)
 
 
 class TokenMissing(Exception):
     pass
 
 
-def make_bot(config: Config) -> Bot:
+def retry_policy(config: Config) -> RetryPolicy:
+    tg = config.telegram
+    return RetryPolicy(
+        retries=tg.send_retries,
+        base_delay=tg.retry_base_delay,
+        max_backoff=tg.max_backoff,
+        max_retry_after=tg.max_retry_after,
+    )
+
+
+def make_bot(config: Config, on_uncertain: OnUncertain | None = None) -> Bot:
+    """The Bot; every call it makes goes through one RetryMiddleware (see session.py)."""
     token = config.secrets.telegram_bot_token
     if token is None:
         raise TokenMissing(
             "TELEGRAM_BOT_TOKEN is not set; export it (or use a systemd credential named "
             "telegram_bot_token) — get a token from @BotFather"
         )
-    session = AiohttpSession(api=TelegramAPIServer.from_base(config.telegram.api_base))
+    session = BotSession(
+        api=TelegramAPIServer.from_base(config.telegram.api_base),
+        json_loads=lenient_json_loads,
+        timeout=config.telegram.request_timeout,
+    )
+    session.middleware(RetryMiddleware(retry_policy(config), on_uncertain=on_uncertain))
     try:
         return Bot(token.get_secret_value(), session=session)
     except TokenValidationError:

@@ -1,36 +1,29 @@
-"""Sending to Telegram: HTML with plain-text fallback, flood control, retries, typing (R-TG-*)."""
+"""Sending to Telegram: HTML with plain-text fallback, best-effort extras, typing (R-TG-*).
+
+Retries are not done here: every call goes through the session's one retry policy
+(agentd/telegram/session.py). This module decides what a final failure means.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiogram import Bot
 from aiogram.enums import ChatAction, ParseMode
-from aiogram.exceptions import (
-    TelegramAPIError,
-    TelegramBadRequest,
-    TelegramNetworkError,
-    TelegramRetryAfter,
-    TelegramServerError,
-)
+from aiogram.exceptions import TelegramBadRequest
 from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
 
-from agentd.outbox import Button
-from agentd.telegram.format import to_html
+from agentd.outbox import Button, SendFailed
+from agentd.telegram.format import TELEGRAM_LIMIT, split_markdown, to_html
+from agentd.telegram.session import classify
 
 T = TypeVar("T")
 log = logging.getLogger("agentd.telegram")
-Sleep = Callable[[float], Awaitable[None]]
 TYPING_RENEW_SECONDS = 4.5  # Telegram shows "typing…" for about 5 s per chat action
-
-
-class SendFailed(Exception):
-    """Telegram refused the message for good (blocked bot, bad chat): retrying will not help."""
 
 
 def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None:
@@ -44,43 +37,34 @@ def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None
     )
 
 
+def _refused(what: str, exc: Exception) -> Exception:
+    """A permanent failure becomes SendFailed; a transient one (retries spent) propagates."""
+    fault = classify(exc)
+    if fault.kind == "transient":
+        return exc
+    return SendFailed(f"Telegram refused the {what}: {fault.reason}")
+
+
+async def _best_effort(what: str, call: Callable[[], Awaitable[Any]]) -> bool:
+    """Run a call whose failure must never fail a turn; log it once, at info."""
+    try:
+        await call()
+    except Exception as exc:  # cancellation is BaseException and still propagates
+        log.info("telegram call skipped (best effort)",
+                 extra={"method": what, "reason": classify(exc).reason})  # fmt: skip
+        return False
+    return True
+
+
 class TelegramOutbox:
     """Everything agentd says to Telegram goes through here."""
 
-    def __init__(
-        self,
-        bot: Bot,
-        *,
-        retries: int = 5,
-        max_retry_after: float = 60.0,
-        sleep: Sleep = asyncio.sleep,
-    ) -> None:
+    def __init__(self, bot: Bot, *, max_message_chars: int = TELEGRAM_LIMIT) -> None:
         self._bot = bot
-        self._retries = retries
-        self._max_retry_after = max_retry_after
-        self._sleep = sleep
+        self._limit = max_message_chars
 
-    async def _call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Retry flood control (honouring retry_after) and transient network/server errors."""
-        for attempt in range(self._retries + 1):
-            try:
-                return await fn()
-            except TelegramRetryAfter as exc:
-                if attempt == self._retries:
-                    raise
-                wait = min(float(exc.retry_after), self._max_retry_after)
-                log.warning("telegram flood control", extra={"method": what, "wait_s": wait})
-                await self._sleep(wait)
-            except (TelegramNetworkError, TelegramServerError) as exc:
-                if attempt == self._retries:
-                    raise
-                wait = min(2.0**attempt, 30.0) * (0.5 + random.random() / 2)
-                log.warning(
-                    "telegram call failed, retrying",
-                    extra={"method": what, "error": type(exc).__name__, "wait_s": round(wait, 2)},
-                )
-                await self._sleep(wait)
-        raise AssertionError("unreachable")
+    def split(self, markdown: str) -> list[str]:
+        return split_markdown(markdown, self._limit)
 
     async def send_text(
         self,
@@ -109,18 +93,17 @@ class TelegramOutbox:
             )
 
         try:
-            message = await self._call(
-                "sendMessage", lambda: send(to_html(markdown), ParseMode.HTML)
-            )
+            message = await send(to_html(markdown), ParseMode.HTML)
         except TelegramBadRequest as exc:
             if "parse" not in exc.message.lower() and "entit" not in exc.message.lower():
-                raise SendFailed(f"Telegram refused the message: {exc.message}") from None
+                raise _refused("message", exc) from None
             log.info("telegram rejected the formatting; sending plain text")
-            message = await self._call("sendMessage", lambda: send(markdown, None))
-        except TelegramAPIError as exc:
-            if isinstance(exc, TelegramNetworkError | TelegramServerError | TelegramRetryAfter):
-                raise
-            raise SendFailed(f"Telegram refused the message: {exc.message}") from None
+            try:
+                message = await send(markdown, None)
+            except Exception as plain_exc:
+                raise _refused("message", plain_exc) from None
+        except Exception as exc:
+            raise _refused("message", exc) from None
         return message.message_id
 
     async def edit_text(
@@ -133,44 +116,39 @@ class TelegramOutbox:
     ) -> None:
         """Edit a message; 'not modified' counts as success so the edit is idempotent."""
         try:
-            await self._call(
-                "editMessageText",
-                lambda: self._bot.edit_message_text(
-                    text=to_html(markdown),
-                    chat_id=chat_id,
-                    message_id=message_id,
-                    parse_mode=ParseMode.HTML,
-                    reply_markup=_keyboard(buttons),
-                ),
+            await self._bot.edit_message_text(
+                text=to_html(markdown),
+                chat_id=chat_id,
+                message_id=message_id,
+                parse_mode=ParseMode.HTML,
+                reply_markup=_keyboard(buttons),
             )
         except TelegramBadRequest as exc:
             if "not modified" in exc.message:
                 return
-            raise SendFailed(f"Telegram refused the edit: {exc.message}") from None
+            raise _refused("edit", exc) from None
+        except Exception as exc:
+            raise _refused("edit", exc) from None
 
     async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
         """Best effort: a stale callback id must not fail anything."""
-        try:
-            await self._bot.answer_callback_query(callback_id, text=text[:200], show_alert=alert)
-        except TelegramAPIError as exc:
-            log.info("answerCallbackQuery failed", extra={"error": type(exc).__name__})
+        await _best_effort(
+            "answerCallbackQuery",
+            lambda: self._bot.answer_callback_query(callback_id, text=text[:200], show_alert=alert),
+        )
 
     async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
-        """Show a partial answer (R-TG-3); False when this server or chat cannot show drafts."""
-        try:
-            await self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text)
-        except TelegramAPIError as exc:
-            log.info("sendMessageDraft failed; no more drafts this answer",
-                     extra={"error": type(exc).__name__})  # fmt: skip
-            return False
-        return True
+        """Show a partial answer (R-TG-3); False when it failed (no more drafts this answer)."""
+        return await _best_effort(
+            "sendMessageDraft",
+            lambda: self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text),
+        )
 
     async def chat_action(self, chat_id: int) -> None:
         """Best effort: a server that does not know sendChatAction must not break a turn."""
-        try:
-            await self._bot.send_chat_action(chat_id, ChatAction.TYPING)
-        except Exception as exc:
-            log.debug("sendChatAction failed", extra={"error": type(exc).__name__})
+        await _best_effort(
+            "sendChatAction", lambda: self._bot.send_chat_action(chat_id, ChatAction.TYPING)
+        )
 
     @contextlib.asynccontextmanager
     async def typing(self, chat_id: int) -> AsyncIterator[None]:

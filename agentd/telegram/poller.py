@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from typing import Any
 
 from aiogram import Bot
-from aiogram.exceptions import (
-    ClientDecodeError,
-    TelegramNetworkError,
-    TelegramRetryAfter,
-    TelegramServerError,
-    TelegramUnauthorizedError,
-)
+from aiogram.exceptions import ClientDecodeError, TelegramUnauthorizedError
 
 from agentd.db import Database
 from agentd.durable import Engine
 from agentd.outbox import Outbox
 from agentd.telegram.classify import Identity
 from agentd.telegram.intake import CallbackHandler, load_offset, no_callbacks, persist_updates
+from agentd.telegram.session import RetryPolicy, classify
 
 log = logging.getLogger("agentd.telegram")
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
@@ -48,6 +42,7 @@ class Poller:
         *,
         poll_timeout: int = 30,
         on_callback: CallbackHandler = no_callbacks,
+        policy: RetryPolicy | None = None,
     ) -> None:
         self._bot = bot
         self._db = db
@@ -58,6 +53,7 @@ class Poller:
         self._on_callback = on_callback
         self._stopping = asyncio.Event()
         self._failures = 0
+        self._policy = policy or RetryPolicy()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -75,8 +71,8 @@ class Poller:
                 log.error("Telegram rejected the bot token (401); check TELEGRAM_BOT_TOKEN")
                 raise
             except Exception:
-                log.exception("intake failed; retrying")
-                await self._backoff()
+                log.exception("storing updates failed; retrying")
+                await self._backoff("storing updates failed")
 
     async def _fetch(self, offset: int | None) -> list[dict[str, Any]] | None:
         """One long poll → raw update dicts (None after a transient failure, already waited)."""
@@ -92,18 +88,17 @@ class Poller:
             # there, and classification copes with anything, so nothing is lost or stuck.
             raw = _raw_updates(exc.data)
             if raw is None:
-                log.warning("getUpdates answer was not JSON; retrying")
-                await self._backoff()
+                await self._backoff(classify(exc).reason)
                 return None
             log.warning("malformed update in batch; stored from raw JSON",
                         extra={"count": len(raw)})  # fmt: skip
+            self._failures = 0
             return raw
-        except TelegramRetryAfter as exc:
-            await self._pause(float(exc.retry_after))
-            return None
-        except (TelegramNetworkError, TelegramServerError, TimeoutError) as exc:
-            log.warning("getUpdates failed, retrying", extra={"error": type(exc).__name__})
-            await self._backoff()
+        except TelegramUnauthorizedError:
+            raise
+        except Exception as exc:
+            fault = classify(exc)
+            await self._backoff(fault.reason, fault.retry_after)
             return None
         self._failures = 0
         return [u.model_dump(mode="json", exclude_none=True, by_alias=True) for u in updates]
@@ -127,9 +122,15 @@ class Poller:
         )  # fmt: skip
         return offset
 
-    async def _backoff(self) -> None:
+    async def _backoff(self, reason: str, retry_after: float | None = None) -> None:
+        """Wait after a failed poll: capped (policy.max_backoff), so recovery is quick."""
         self._failures += 1
-        await self._pause(min(2.0 ** min(self._failures, 5), 30.0) * (0.5 + random.random() / 2))
+        wait = self._policy.wait(self._failures, retry_after)
+        log.warning(
+            "getUpdates failed, retrying",
+            extra={"reason": reason, "attempt": self._failures, "wait_s": round(wait, 2)},
+        )
+        await self._pause(wait)
 
     async def _pause(self, seconds: float) -> None:
         try:

@@ -1,0 +1,201 @@
+"""Every Bot API call goes through here: one error classification, one retry policy.
+
+The policy is an aiogram request middleware on the bot's session, so no call site can bypass
+it or grow its own retry loop. The session itself decodes leniently (invalid UTF-8 and lone
+surrogates become U+FFFD) and keeps the HTTP status of an answer that is not Bot API JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal, cast
+
+from aiogram import Bot
+from aiogram.client.session.aiohttp import AiohttpSession
+from aiogram.client.session.middlewares.base import (
+    BaseRequestMiddleware,
+    NextRequestMiddlewareType,
+)
+from aiogram.exceptions import (
+    ClientDecodeError,
+    RestartingTelegram,
+    TelegramAPIError,
+    TelegramConflictError,
+    TelegramNetworkError,
+    TelegramRetryAfter,
+    TelegramServerError,
+    TelegramUnauthorizedError,
+)
+from aiogram.methods import Response, TelegramMethod
+from aiogram.methods.base import TelegramType
+from aiohttp import ClientConnectorError, ClientError
+
+log = logging.getLogger("agentd.telegram")
+Sleep = Callable[[float], Awaitable[None]]
+# Called when a message-creating call may have reached the user although we saw it fail.
+OnUncertain = Callable[[str, int | str | None, str], Awaitable[None]]
+
+# Best effort by nature: retrying them only delays the turn (a draft or "typing…" is stale by
+# the time a retry lands), and their failure never fails a turn (see TelegramOutbox).
+BEST_EFFORT_METHODS = frozenset({"sendChatAction", "sendMessageDraft", "answerCallbackQuery"})
+# Their callers loop until they succeed (the poller; start-up's wait for the network), and the
+# poller must see a malformed batch at once.
+SELF_RETRYING_METHODS = frozenset({"getUpdates", "getMe"})
+# Methods that create something the user sees: repeating one after a lost answer duplicates.
+CREATING_METHODS = frozenset({"sendMessage", "sendPhoto", "sendDocument", "sendMediaGroup"})
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class UndecodableAnswer(ClientDecodeError):
+    """The server answered with something that is not Bot API JSON (a proxy page, a cut body)."""
+
+    def __init__(self, original: ClientDecodeError, status: int) -> None:
+        super().__init__(original.message, original.original, original.data)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Fault:
+    """What a failed call means: retry it (maybe after `wait`), or give up."""
+
+    kind: Literal["transient", "permanent", "unauthorized"]
+    reason: str
+    retry_after: float | None = None
+    # The request may have been carried out although no good answer came back.
+    maybe_done: bool = False
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    if isinstance(value, dict):
+        return {_clean(k): _clean(v) for k, v in value.items()}
+    return value
+
+
+def lenient_json_loads(text: str) -> Any:
+    """JSON with lone surrogates (Telegram cuts texts inside emoji) replaced by U+FFFD."""
+    return _clean(json.loads(text))
+
+
+def classify(exc: BaseException) -> Fault:
+    """The one classification of a Bot API failure (issue #9): transient or permanent."""
+    if isinstance(exc, TelegramRetryAfter):
+        return Fault("transient", "429 flood control", retry_after=float(exc.retry_after))
+    if isinstance(exc, TelegramUnauthorizedError):
+        return Fault("unauthorized", "401 the bot token was rejected")
+    if isinstance(exc, RestartingTelegram | TelegramServerError):
+        return Fault("transient", f"server error: {exc.message[:100]}")
+    if isinstance(exc, TelegramConflictError):  # another poller or a webhook: may clear up
+        return Fault("transient", "409 conflict: another getUpdates or a webhook is active")
+    if isinstance(exc, UndecodableAnswer):
+        # A cut 200 answer means Telegram did the work; a proxy's error page means it did not.
+        return Fault("transient", f"HTTP {exc.status} answer is not Bot API JSON",
+                     maybe_done=200 <= exc.status < 300)  # fmt: skip
+    if isinstance(exc, ClientDecodeError):
+        return Fault("transient", "answer is not Bot API JSON", maybe_done=True)
+    if isinstance(exc, TelegramNetworkError):
+        refused = isinstance(exc.__cause__, ClientConnectorError)
+        return Fault("transient", f"network: {exc.message[:100]}", maybe_done=not refused)
+    if isinstance(exc, TelegramAPIError):
+        return Fault("permanent", f"{type(exc).__name__}: {exc.message[:200]}")
+    if isinstance(exc, ClientError | TimeoutError | OSError):
+        return Fault("transient", f"network: {type(exc).__name__}", maybe_done=True)
+    return Fault("permanent", type(exc).__name__)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How often and how long: `retries` more attempts, jittered backoff, capped waits."""
+
+    retries: int = 5
+    base_delay: float = 0.5
+    max_backoff: float = 5.0
+    max_retry_after: float = 300.0
+
+    def wait(self, failures: int, retry_after: float | None = None) -> float:
+        """Seconds before the next attempt after `failures` consecutive failures (≥ 1)."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after)
+        backoff = min(self.base_delay * 2 ** (failures - 1), self.max_backoff)
+        return min(backoff + random.uniform(0, self.base_delay), self.max_backoff)
+
+
+class RetryMiddleware(BaseRequestMiddleware):
+    """Applies the policy to every call except getUpdates (whose loop is its retry)."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        *,
+        sleep: Sleep = asyncio.sleep,
+        on_uncertain: OnUncertain | None = None,
+    ) -> None:
+        self.policy = policy
+        self._sleep = sleep
+        self.on_uncertain = on_uncertain
+
+    async def __call__(
+        self,
+        make_request: NextRequestMiddlewareType[TelegramType],
+        bot: Bot,
+        method: TelegramMethod[TelegramType],
+    ) -> Response[TelegramType]:
+        name = method.__api_method__
+        if name in SELF_RETRYING_METHODS:
+            return await make_request(bot, method)
+        retries = 0 if name in BEST_EFFORT_METHODS else self.policy.retries
+        failures = 0
+        while True:
+            try:
+                return await make_request(bot, method)
+            except Exception as exc:
+                fault = classify(exc)
+                if fault.maybe_done and name in CREATING_METHODS and self.on_uncertain:
+                    await self.on_uncertain(name, getattr(method, "chat_id", None), fault.reason)
+                failures += 1
+                if fault.kind != "transient" or failures > retries:
+                    raise
+                wait = self.policy.wait(failures, fault.retry_after)
+                log.warning(
+                    "telegram call failed, retrying",
+                    extra={"method": name, "reason": fault.reason, "attempt": failures,
+                           "wait_s": round(wait, 2)},
+                )  # fmt: skip
+                await self._sleep(wait)
+
+
+class BotSession(AiohttpSession):
+    """aiohttp session that decodes leniently and keeps the status of undecodable answers."""
+
+    async def make_request(
+        self, bot: Bot, method: TelegramMethod[TelegramType], timeout: int | None = None
+    ) -> TelegramType:
+        session = await self.create_session()
+        url = self.api.api_url(token=bot.token, method=method.__api_method__)
+        form = self.build_form_data(bot=bot, method=method)
+        try:
+            async with session.post(
+                url, data=form, timeout=self.timeout if timeout is None else timeout
+            ) as resp:
+                # Invalid UTF-8 must not make a whole getUpdates batch unreadable forever.
+                raw = (await resp.read()).decode("utf-8", errors="replace")
+        except TimeoutError as e:
+            raise TelegramNetworkError(method=method, message="Request timeout error") from e
+        except ClientError as e:
+            raise TelegramNetworkError(method=method, message=f"{type(e).__name__}: {e}") from e
+        try:
+            response = self.check_response(
+                bot=bot, method=method, status_code=resp.status, content=raw
+            )
+        except ClientDecodeError as e:
+            raise UndecodableAnswer(e, resp.status) from e.original
+        return cast(TelegramType, response.result)
