@@ -29,14 +29,17 @@ def record(
     chat_id: int | None = None,
     instance_id: str | None = None,
     step: str | None = None,
+    attempt: int | None = None,
 ) -> None:
     conn.execute(
-        "INSERT INTO llm_usage (at, instance_id, step, chat_id, purpose, model, input_tokens, "
-        "output_tokens, cache_read_tokens, cache_write_tokens) VALUES (?,?,?,?,?,?,?,?,?,?)",
+        "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
+        "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
         (
             time.time(),
             instance_id,
             step,
+            attempt,
             chat_id,
             purpose,
             model,

@@ -140,6 +140,7 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
         usage.record(
             conn, response.usage, model=response.model, purpose="vision",
             chat_id=chat_id, instance_id=instance_id, step=f"vision:{digest[:12]}",
+            attempt=response.attempt,
         )  # fmt: skip
 
     await deps.db.write(write)

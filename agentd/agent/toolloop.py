@@ -347,7 +347,7 @@ async def call_llm(
         response = await deps.llm.complete(req, on_text=on_text)
     await deps.db.write(
         usage.record, response.usage, model=response.model, purpose="turn",
-        chat_id=inp.chat_id, instance_id=instance_id, step=step_name,
+        chat_id=inp.chat_id, instance_id=instance_id, step=step_name, attempt=response.attempt,
     )  # fmt: skip
     return response
 

@@ -50,7 +50,12 @@ STEP_ERROR_REPLY = (
 )
 
 
+EMPTY_MESSAGE = "(The user sent a message with no text.)"
+
+
 def unsupported_reply(kind: str) -> str:
+    if kind == "unreadable":
+        return "Sorry, I couldn't read that message. Could you send it again?"
     return f"Sorry, I can't handle {kind.replace('_', ' ')} messages yet. Please send text."
 
 
@@ -89,7 +94,12 @@ def _user_content(inp: TurnInput) -> str:
 
 
 def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
-    """History plus the new message, starting with the user and alternating roles."""
+    """History plus the new message, starting with the user, alternating, ending with the user.
+
+    The last message must be the user's: the API takes a trailing assistant message as a
+    prefill and would continue the old answer.
+    """
+    current = current if current.strip() else EMPTY_MESSAGE
     merged: list[Message] = []
     for role, content in [(m.role, m.content) for m in past] + [("user", current)]:
         if not content.strip() or (not merged and role != "user"):

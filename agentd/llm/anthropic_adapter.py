@@ -59,11 +59,15 @@ def _retry_after(exc: BaseException) -> float | None:
     return None
 
 
+class StreamIncomplete(Exception):
+    """The stream ended cleanly but early: no message_stop, or inside a content block."""
+
+
 def is_retryable(exc: BaseException) -> bool:
     """429 (except spend limits), 408, 409, 5xx and 529, timeouts and dropped connections."""
     if isinstance(exc, _SPEND_LIMIT_ERRORS):
         return False
-    if isinstance(exc, httpx2.TransportError | ValueError):
+    if isinstance(exc, httpx2.TransportError | ValueError | StreamIncomplete):
         return True  # a dropped stream or a malformed body: transient
     if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
         return True
@@ -185,10 +189,22 @@ class AnthropicLLM:
 
     async def _stream(self, params: dict[str, Any], on_text: OnText) -> Any:
         """Stream the answer, reporting the text so far; return the final message."""
+        stopped, open_blocks = False, 0
         async with self._client.messages.stream(**params) as stream:
             async for event in stream:
                 if event.type == "text":
                     await on_text(event.snapshot)
+                elif event.type == "content_block_start":
+                    open_blocks += 1
+                elif event.type == "content_block_stop":
+                    open_blocks -= 1
+                elif event.type == "message_stop":
+                    stopped = True
+            if not stopped or open_blocks:
+                # A proxy or a cut connection can end the body cleanly: the SDK would hand
+                # back a partial (even empty) answer as if it were whole.
+                where = "inside a content block" if open_blocks else "without message_stop"
+                raise StreamIncomplete(f"the answer stream ended {where}")
             return await stream.get_final_message()
 
     async def complete(self, req: LLMRequest, on_text: OnText | None = None) -> LLMResponse:
@@ -207,14 +223,16 @@ class AnthropicLLM:
         if self._sleep is not None:
             kwargs["sleep"] = self._sleep
         started = time.perf_counter()
+        tries = 0
         try:
             async for attempt in AsyncRetrying(**kwargs):
+                tries = attempt.retry_state.attempt_number
                 with attempt:
                     if on_text is None:
                         message = await self._client.messages.create(**params)
                     else:
                         message = await self._stream(params, on_text)
-        except (httpx2.TransportError, ValueError) as exc:
+        except (httpx2.TransportError, ValueError, StreamIncomplete) as exc:
             # A stream cut mid-way surfaces as a raw transport error, broken JSON as ValueError.
             raise LLMError(f"the model call failed: {type(exc).__name__}", retryable=True) from None
         except anthropic.AnthropicError as exc:
@@ -223,7 +241,7 @@ class AnthropicLLM:
                 retryable=is_retryable(exc),
                 status=getattr(exc, "status_code", None),
             ) from None
-        response = _parse_response(message)
+        response = _parse_response(message).model_copy(update={"attempt": tries})
         log.info(
             "llm call",
             extra={

@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from agentd.llm import LLM
-from agentd.llm.types import LLMRequest, LLMResponse, ToolSpec
+from agentd.llm.types import LLMRequest, LLMResponse, ToolSpec, Usage
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger("agentd.llm")
 
 
 class StructuredOutputError(Exception):
     """The model's answer did not fit the schema (retry the call, then handle it)."""
 
 
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(**{k: getattr(a, k) + getattr(b, k) for k in Usage.model_fields})
+
+
 async def complete_structured(
-    llm: LLM, req: LLMRequest, model: type[M], *, name: str, description: str
+    llm: LLM,
+    req: LLMRequest,
+    model: type[M],
+    *,
+    name: str,
+    description: str,
+    attempts: int = 2,
 ) -> tuple[M, LLMResponse]:
-    """Ask for `model` through a forced tool call and validate what comes back."""
+    """Ask for `model` through a forced tool call, validate it, and ask again if it is invalid.
+
+    The response returned carries the tokens of every attempt, so none goes unaccounted.
+    """
     spec = ToolSpec(name=name, description=description, input_schema=model.model_json_schema())
-    response = await llm.complete(req.model_copy(update={"tools": [spec], "tool_choice": name}))
-    use = next((u for u in response.tool_uses if u.name == name), None)
-    if use is None:
-        raise StructuredOutputError(f"the model did not call {name} (stop: {response.stop_reason})")
-    try:
-        return model.model_validate(use.input), response
-    except ValidationError as exc:
-        raise StructuredOutputError(f"{name} input is invalid: {exc.error_count()} errors") from exc
+    forced = req.model_copy(update={"tools": [spec], "tool_choice": name})
+    spent = Usage()
+    for attempt in range(1, attempts + 1):
+        response = await llm.complete(forced)
+        spent = _add(spent, response.usage)
+        use = next((u for u in response.tool_uses if u.name == name), None)
+        if use is None:
+            error = f"the model did not call {name} (stop: {response.stop_reason})"
+        else:
+            try:
+                result = model.model_validate(use.input)
+            except ValidationError as exc:
+                error = f"{name} input is invalid: {exc.error_count()} errors"
+            else:
+                return result, response.model_copy(update={"usage": spent})
+        log.info("structured answer rejected", extra={"tool": name, "attempt": attempt,
+                                                      "error": error})  # fmt: skip
+    raise StructuredOutputError(error)

@@ -87,6 +87,7 @@ class LLMResponse(BaseModel):
     content: list[ContentBlock]
     stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
+    attempt: int = 1  # which HTTP attempt gave this answer (1: the first; more after retries)
 
     @property
     def text(self) -> str:

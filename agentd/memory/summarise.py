@@ -149,7 +149,7 @@ async def summarise_block(
     )  # fmt: skip
     await deps.db.write(
         usage.record, response.usage, model=response.model, purpose="summary",
-        chat_id=inp.chat_id, instance_id=instance_id, step="llm",
+        chat_id=inp.chat_id, instance_id=instance_id, step="llm", attempt=response.attempt,
     )  # fmt: skip
     return result
 

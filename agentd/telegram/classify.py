@@ -28,6 +28,7 @@ UNSUPPORTED_KINDS = (
 )
 
 
+UNREADABLE = "unreadable"  # an update whose fields make no sense (wrong types, missing parts)
 MAX_REPLY_CHARS = 4000  # the quoted message is context only; it need not be whole
 
 
@@ -175,3 +176,25 @@ def classify(update: dict[str, Any], me: Identity) -> Decision:
     return Decision(
         action="turn", update_kind=update_kind, user_id=user_id, chat_id=chat_id, turn=turn
     )
+
+
+def _int_at(value: Any, *path: str) -> int | None:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def unreadable(update: dict[str, Any], me: Identity, reason: str) -> Decision:
+    """An update classify() could not read: an allowlisted user in a private chat is told so."""
+    message = update.get("message") or update.get("edited_message")
+    chat_id, user_id = _int_at(message, "chat", "id"), _int_at(message, "from", "id")
+    if chat_id is None or user_id is None or user_id not in me.allowed_user_ids or chat_id < 0:
+        return Decision(action="ignore", update_kind="malformed", chat_id=chat_id,
+                        user_id=user_id, reason=reason)  # fmt: skip
+    turn = TurnInput(
+        update_id=int(update["update_id"]), chat_id=chat_id, user_id=user_id,
+        message_id=_int_at(message, "message_id") or 0, date=0.0, kind="unsupported",
+        unsupported_kind=UNREADABLE,
+    )  # fmt: skip
+    return Decision(action="turn", update_kind="malformed", chat_id=chat_id, user_id=user_id,
+                    reason=reason, turn=turn)  # fmt: skip

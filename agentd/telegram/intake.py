@@ -6,12 +6,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from agentd import audit
 from agentd.agent.inputs import CallbackPress
 from agentd.durable import Engine
-from agentd.telegram.classify import Decision, Identity, classify
+from agentd.telegram.classify import Decision, Identity, classify, unreadable
 
 OFFSET_KEY = "telegram_offset"
 TURN_WORKFLOW = "turn"
@@ -75,6 +75,14 @@ def _apply(
     return decision.action, None
 
 
+def _reason(exc: Exception) -> str:
+    """Why an update could not be read, without its content (pydantic echoes input values)."""
+    if isinstance(exc, ValidationError):
+        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['type']}" for e in exc.errors())
+        return f"invalid fields: {where}"[:300]
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
+
+
 def persist_updates(
     conn: Any,
     updates: list[dict[str, Any]],
@@ -95,8 +103,13 @@ def persist_updates(
             continue
         try:
             decision = classify(update, me)
-        except Exception:  # a malformed update is recorded and skipped, never fatal
-            decision = Decision(action="ignore", update_kind="malformed", reason="malformed")
+        except Exception as exc:  # never fatal: recorded, and its sender told where possible
+            reason = _reason(exc)
+            decision = unreadable(update, me, reason)
+            audit.record(conn, "update_unreadable", chat_id=decision.chat_id,
+                         user_id=decision.user_id,
+                         detail={"update_id": update_id, "reason": reason,
+                                 "replied": decision.action == "turn"})  # fmt: skip
         # A savepoint per update: one that cannot be started (over a limit, say) is recorded
         # as failed without rolling back the rest of the batch, so intake never stalls on it.
         conn.execute("SAVEPOINT one_update")
