@@ -101,6 +101,16 @@ def pending(conn: Any, now: float | None = None) -> list[Approval]:
     return [_row(r) for r in rows]
 
 
+def undecided_of(conn: Any, instance_id: str) -> list[Approval]:
+    """The instance's approvals nobody decided (its turn may have ended without them)."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND status = 'pending' "
+        "ORDER BY created_at",
+        (instance_id,),
+    ).fetchall()
+    return [_row(r) for r in rows]
+
+
 def set_message_id(conn: Any, approval_id: str, message_id: int) -> None:
     conn.execute("UPDATE approvals SET message_id = ? WHERE id = ?", (message_id, approval_id))
 

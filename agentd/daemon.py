@@ -10,6 +10,7 @@ import signal
 from dataclasses import dataclass
 
 from agentd import approvals, audit, lease, sdnotify
+from agentd.agent.toolloop import withdraw_approvals
 from agentd.agent.turn import TurnDeps, make_turn_workflow
 from agentd.config import Config
 from agentd.db import Database
@@ -127,6 +128,13 @@ async def run(config: Config) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     clock = SystemClock()
+    outbox = TelegramOutbox(bot, max_message_chars=config.telegram.max_message_chars)
+
+    async def on_unfinished(inst: store.InstanceRecord) -> None:
+        await db.write(_audit_unfinished, inst)
+        if inst.status == "cancelled":
+            await withdraw_approvals(db, outbox, inst.id)
+
     engine = Engine(
         db,
         clock=clock,
@@ -137,9 +145,8 @@ async def run(config: Config) -> int:
         ),
         poll_interval=config.engine.event_poll_interval,
         redact=redactor,
-        on_finish=lambda inst: db.write(_audit_unfinished, inst),
+        on_finish=on_unfinished,
     )
-    outbox = TelegramOutbox(bot, max_message_chars=config.telegram.max_message_chars)
     poller: Poller | None = None
     tasks: list[asyncio.Task[None]] = []
     exit_code = 0

@@ -18,6 +18,7 @@ from agentd import approvals, audit, usage
 from agentd.agent.prompt import ToolInfo, build_system
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.approvals import Approval
+from agentd.db import Database
 from agentd.durable import OutcomeUnknown, Step
 from agentd.llm.types import (
     LLMRequest,
@@ -27,7 +28,7 @@ from agentd.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
-from agentd.outbox import Button
+from agentd.outbox import Button, Outbox
 from agentd.tools import (
     ToolContext,
     ToolOutcome,
@@ -166,6 +167,7 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
         "approved": f"✅ Approved{f' by {by}' if by else ''} — running.",
         "denied": f"❌ Denied{f' by {by}' if by else ''} — not run.",
         "timed_out": "⌛ No answer in time — not run.",
+        "cancelled": "🚫 The request was cancelled — not run.",
     }[status]
     preview = approval.args_preview.replace("```", chr(39) * 3)
     return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
@@ -217,6 +219,18 @@ async def show_outcome(
         )
     except Exception as exc:
         log.info("could not edit the approval message", extra={"error": type(exc).__name__})
+
+
+async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> None:
+    """A turn that ended while it waited (cancelled): take its buttons down and say so."""
+    for approval in await db.read(approvals.undecided_of, instance_id):
+        if approval.message_id is None:
+            continue
+        text = outcome_text(approval, "cancelled", None)
+        try:
+            await outbox.edit_text(approval.chat_id, approval.message_id, text)
+        except Exception as exc:
+            log.info("could not withdraw the approval request", extra={"error": type(exc).__name__})
 
 
 async def write_tool_audit(
