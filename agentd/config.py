@@ -57,7 +57,7 @@ class TelegramConfig(_Section):
     max_retry_after: float = Field(default=300.0, gt=0)
     retry_base_delay: float = Field(default=0.5, gt=0)  # first backoff of any Bot API call
     max_backoff: float = Field(default=5.0, gt=0)  # ceiling of backoffs (not of retry_after)
-    request_timeout: float = Field(default=60.0, gt=0)  # seconds per Bot API call (not polls)
+    request_timeout: float = Field(default=20.0, gt=0)  # seconds per call; polls add poll_timeout
     streaming: bool = True  # show the answer while it is written (sendMessageDraft)
     stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
 

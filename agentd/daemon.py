@@ -192,7 +192,8 @@ async def run(config: Config) -> int:
         await engine.run()
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
                         on_callback=approvals.handle_callback,
-                        policy=retry_policy(config))  # fmt: skip
+                        policy=retry_policy(config),
+                        request_timeout=config.telegram.request_timeout)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
         tasks.append(
             asyncio.create_task(

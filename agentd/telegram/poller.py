@@ -43,6 +43,7 @@ class Poller:
         poll_timeout: int = 30,
         on_callback: CallbackHandler = no_callbacks,
         policy: RetryPolicy | None = None,
+        request_timeout: float = 10.0,
     ) -> None:
         self._bot = bot
         self._db = db
@@ -54,6 +55,7 @@ class Poller:
         self._stopping = asyncio.Event()
         self._failures = 0
         self._policy = policy or RetryPolicy()
+        self._request_timeout = request_timeout
 
     def stop(self) -> None:
         self._stopping.set()
@@ -81,7 +83,7 @@ class Poller:
                 offset=offset,
                 timeout=self._timeout,
                 allowed_updates=ALLOWED_UPDATES,
-                request_timeout=self._timeout + 10,
+                request_timeout=int(self._timeout + self._request_timeout),
             )
         except ClientDecodeError as exc:
             # One update aiogram cannot parse fails the whole batch; the raw JSON is still
