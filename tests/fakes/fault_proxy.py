@@ -118,10 +118,11 @@ class FaultProxy(FakeServer):
     def _on_loop_started(self) -> None:
         self._client = aiohttp.ClientSession(auto_decompress=False)
 
-    def _on_closing(self) -> None:
+    async def stop(self) -> None:
+        await super().stop()
         if self._client is not None:
-            client, self._client = self._client, None
-            self._call_in_loop(lambda: asyncio.ensure_future(client.close()))
+            await self._client.close()
+            self._client = None
 
     async def _refuse(self, seconds: float) -> None:
         """Stop listening, so new connections are refused, then listen again on the same port."""

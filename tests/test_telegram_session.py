@@ -1,0 +1,115 @@
+"""The one retry policy, driven through the real aiogram client, FaultProxy and FakeTelegram."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from aiogram import Bot
+from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramServerError
+
+from agentd.config import Config
+from agentd.telegram.bot import make_bot
+from agentd.telegram.session import RetryPolicy, classify, lenient_json_loads
+from tests.daemon_process import TOKEN
+from tests.fakes import FakeTelegram
+from tests.fakes.fault_proxy import FaultProxy
+
+CHAT = 7
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[tuple[FakeTelegram, FaultProxy]]:
+    with FakeTelegram.running() as tg, FaultProxy.running(tg.base_url, "telegram") as proxy:
+        tg.add_chat(CHAT)
+        yield tg, proxy
+
+
+@pytest.fixture
+async def bot(
+    servers: tuple[FakeTelegram, FaultProxy],
+) -> AsyncIterator[tuple[Bot, list[tuple[str, Any, str]]]]:
+    _, proxy = servers
+    proxy.clear()
+    config = Config.model_validate(
+        {"telegram": {"api_base": proxy.base_url, "send_retries": 2, "retry_base_delay": 0.001,
+                      "max_backoff": 0.01, "max_retry_after": 0.01, "request_timeout": 0.5},
+         "secrets": {"telegram_bot_token": TOKEN}}
+    )  # fmt: skip
+    uncertain: list[tuple[str, Any, str]] = []
+
+    async def on_uncertain(method: str, chat_id: Any, reason: str) -> None:
+        uncertain.append((method, chat_id, reason))
+
+    instance = make_bot(config, on_uncertain=on_uncertain)
+    yield instance, uncertain
+    await instance.session.close()
+
+
+def tries(proxy: FaultProxy, method: str) -> int:
+    return len(proxy.seen(method))
+
+
+async def test_an_nginx_page_is_retried_and_not_counted_as_delivered(
+    servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
+) -> None:
+    _, proxy = servers
+    client, uncertain = bot
+    before = tries(proxy, "sendMessage")
+    proxy.fail("sendMessage", "status", status=502, body="html", times=2)
+    message = await client.send_message(CHAT, "hello")
+    assert message.text == "hello" and tries(proxy, "sendMessage") - before == 3
+    assert uncertain == []
+
+
+async def test_a_cut_answer_is_counted_as_a_possible_duplicate(
+    servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
+) -> None:
+    tg, proxy = servers
+    client, uncertain = bot
+    proxy.fail("sendMessage", "cut")
+    await client.send_message(CHAT, "twice?")
+    assert [m["text"] for m in tg.sent].count("twice?") == 2
+    assert [(u[0], u[1]) for u in uncertain] == [("sendMessage", CHAT)]
+
+
+async def test_retries_run_out_and_the_transient_error_surfaces(
+    servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
+) -> None:
+    _, proxy = servers
+    client, _ = bot
+    before = tries(proxy, "sendMessage")
+    proxy.fail("sendMessage", "status", status=503, times=5)
+    with pytest.raises(TelegramServerError):
+        await client.send_message(CHAT, "never")
+    assert tries(proxy, "sendMessage") - before == 3  # send_retries=2: three attempts
+
+
+async def test_best_effort_methods_and_permanent_answers_are_tried_once(
+    servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
+) -> None:
+    _, proxy = servers
+    client, _ = bot
+    before = tries(proxy, "sendChatAction")
+    proxy.fail("sendChatAction", "hang", seconds=1.0)
+    with pytest.raises(TelegramNetworkError):
+        await client.send_chat_action(CHAT, "typing")
+    assert tries(proxy, "sendChatAction") - before == 1
+    before = tries(proxy, "sendMessage")
+    with pytest.raises(TelegramBadRequest):
+        await client.send_message(999_999, "unknown chat")  # 400 chat not found: final
+    assert tries(proxy, "sendMessage") - before == 1
+
+
+def test_classification_and_backoff() -> None:
+    assert classify(ConnectionResetError()).kind == "transient"
+    assert classify(ValueError("bug")).kind == "permanent"
+    policy = RetryPolicy(base_delay=0.5, max_backoff=5.0, max_retry_after=30.0)
+    assert all(policy.wait(n) <= 5.0 for n in range(1, 30))
+    assert policy.wait(1, retry_after=120) == 30.0
+
+
+def test_lone_surrogates_become_replacement_characters() -> None:
+    decoded = lenient_json_loads('{"text": "a\\ud83d b \\ud83d\\ude00"}')
+    assert decoded == {"text": "a\ufffd b \U0001f600"}
