@@ -336,6 +336,26 @@ def test_approval_card_edits_and_button_answers_survive_faults(stack: Stack, fau
     assert f"delete_file /tmp/{fault}" in stack.daemon.effects()
 
 
+def test_a_send_cut_short_by_a_crash_is_counted_when_repeated(stack: Stack) -> None:
+    """R-DUR-7's window: killed while sendMessage is in flight; the restart sends it again."""
+    stack.tg_proxy.fail("sendMessage", "hang", seconds=3, times=20)
+    text = f"crash during send {next(_texts)}"
+    update_id = stack.tg.add_message(OWNER, OWNER, text)
+    stack.tg_proxy.wait_until(
+        lambda: any(s.fault for s in stack.tg_proxy.seen("sendMessage")), 20, "the send"
+    )
+    stack.daemon.kill9()
+    stack.tg_proxy.clear()
+    stack.daemon.start(timeout=90)
+    assert wait_done(stack, update_id) == "complete"
+    assert sent_texts(stack, f"echo: {text}") == [f"echo: {text}"]
+    rows = stack.daemon.query(
+        "SELECT detail FROM audit WHERE kind = 'send_uncertain' AND instance_id = ?",
+        (_instance(update_id),),
+    )
+    assert [json.loads(r[0])["step"] for r in rows] == ["send#1"]
+
+
 def test_no_traceback_in_any_fault_case(stack: Stack) -> None:
     assert stack.daemon.proc is not None and stack.daemon.proc.poll() is None
     log = stack.daemon.log()

@@ -18,7 +18,7 @@ from agentd.agent.prompt import as_data
 from agentd.agent.toolloop import EMPTY_ANSWER, Recall, agent_loop
 from agentd.config import Config
 from agentd.db import Database
-from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, workflow
+from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.llm import LLM
 from agentd.llm.types import Message
 from agentd.memory import history
@@ -187,7 +187,21 @@ def _current_message(inp: TurnInput, notes: list[str]) -> str:
     return text
 
 
-async def send_chunk(deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None) -> int:
+async def send_chunk(
+    deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None, instance_id: str, name: str
+) -> int:
+    interrupted = await deps.db.read(store.interrupted_attempts, instance_id, name)
+    if interrupted:
+        # The R-DUR-7 window: the process died during an earlier attempt of this send, which
+        # may have reached the user. Counted, as a lost answer is (README).
+        await deps.db.write(
+            lambda conn: audit.record(
+                conn, "send_uncertain", chat_id=chat_id, instance_id=instance_id,
+                detail={"method": "sendMessage", "step": name,
+                        "reason": "re-sent after the process stopped during the send"},
+                source_key=f"{instance_id}:{name}:resent:{interrupted}",
+            )
+        )  # fmt: skip
     try:
         return await deps.outbox.send_text(chat_id, chunk, reply_to=reply_to)
     except SendFailed as exc:
@@ -239,7 +253,9 @@ async def send_reply(
     ids = []
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
         reply_to = inp.message_id if n == 1 else None
-        ids.append(await step.do(f"{prefix}#{n}", send_chunk, deps, inp.chat_id, chunk, reply_to))
+        name = f"{prefix}#{n}"
+        ids.append(await step.do(name, send_chunk, deps, inp.chat_id, chunk, reply_to,
+                                 step.instance_id, name))  # fmt: skip
     return ids
 
 

@@ -198,6 +198,17 @@ def begin_attempt(conn: Any, instance_id: str, ordinal: int, attempt: int, now: 
     )
 
 
+def interrupted_attempts(conn: Any, instance_id: str, step: str) -> int:
+    """Earlier attempts of a step that started and never ended: the process died in them."""
+    row = conn.execute(
+        "SELECT COUNT(*) FROM workflow_attempts a JOIN workflow_steps s "
+        "ON s.instance_id = a.instance_id AND s.ordinal = a.ordinal "
+        "WHERE a.instance_id = ? AND s.name = ? AND a.outcome = 'running'",
+        (instance_id, step),
+    ).fetchone()
+    return max(0, int(row[0]) - 1)  # the attempt running now is open too
+
+
 def max_attempt(conn: Any, instance_id: str, ordinal: int) -> int:
     row = conn.execute(
         "SELECT COALESCE(MAX(attempt), 0) FROM workflow_attempts "
