@@ -146,6 +146,14 @@ def run_turn(
     return Turn(update_id, text, status, tries, uncertain_rows(stack) - uncertain_before)
 
 
+def assert_answered(stack: Stack, turn: Turn, copies: int = 1) -> None:
+    """The turn completed, the user saw its answer `copies` times, history holds both once."""
+    answer = f"echo: {turn.text}"
+    assert turn.status == "complete"
+    assert len(sent_texts(stack, answer)) == copies
+    assert history_of(stack, turn.update_id) == [("user", turn.text), ("assistant", answer)]
+
+
 TELEGRAM_FAULTS: dict[str, tuple[str, dict[str, Any]]] = {
     "dropped": ("drop", {}),
     "timeout": ("hang", {"seconds": 1.5}),
@@ -174,13 +182,9 @@ def test_start_up_waits_for_telegram(stack: Stack) -> None:
 def test_send_message_faults(stack: Stack, fault: str) -> None:
     mode, options = TELEGRAM_FAULTS[fault]
     turn = run_turn(stack, stack.tg_proxy, "sendMessage", mode, **options)
-    answer = f"echo: {turn.text}"
-    assert turn.status == "complete"
+    assert_answered(stack, turn, copies=2 if fault in DELIVERED_THEN_LOST else 1)
     assert turn.tries == 2  # the faulty attempt and one retry
-    copies = 2 if fault in DELIVERED_THEN_LOST else 1
-    assert len(sent_texts(stack, answer)) == copies
     assert (turn.uncertain >= 1) == (fault in DELIVERED_THEN_LOST | {"timeout"})
-    assert history_of(stack, turn.update_id) == [("user", turn.text), ("assistant", answer)]
 
 
 @pytest.mark.parametrize("method", ["sendChatAction", "sendMessageDraft"])
@@ -188,31 +192,23 @@ def test_send_message_faults(stack: Stack, fault: str) -> None:
 def test_best_effort_faults_never_fail_a_turn(stack: Stack, method: str, fault: str) -> None:
     mode, options = TELEGRAM_FAULTS[fault]
     turn = run_turn(stack, stack.tg_proxy, method, mode, **options)
-    answer = f"echo: {turn.text}"
-    assert turn.status == "complete"
+    assert_answered(stack, turn)
     assert turn.tries == 1  # best effort: never retried (a late draft is worse than none)
-    assert sent_texts(stack, answer) == [answer]
     assert turn.uncertain == 0
-    assert history_of(stack, turn.update_id) == [("user", turn.text), ("assistant", answer)]
 
 
 @pytest.mark.parametrize("fault", list(TELEGRAM_FAULTS))
 def test_get_updates_faults(stack: Stack, fault: str) -> None:
     mode, options = TELEGRAM_FAULTS[fault]
     turn = run_turn(stack, stack.tg_proxy, "getUpdates", mode, armed=True, **options)
-    answer = f"echo: {turn.text}"
-    assert turn.status == "complete"
-    assert turn.tries >= 2
     # A batch whose answer was lost is fetched again; its update starts one turn only.
-    assert sent_texts(stack, answer) == [answer]
-    assert history_of(stack, turn.update_id) == [("user", turn.text), ("assistant", answer)]
+    assert_answered(stack, turn)
+    assert turn.tries >= 2
 
 
 def test_connection_refused(stack: Stack) -> None:
     turn = run_turn(stack, stack.tg_proxy, "*", "refuse", seconds=0.4)
-    answer = f"echo: {turn.text}"
-    assert turn.status == "complete"
-    assert sent_texts(stack, answer) == [answer]
+    assert_answered(stack, turn)
     assert turn.uncertain == 0  # a refused connection never delivered anything
 
 
@@ -234,11 +230,8 @@ MODEL_FAULTS: dict[str, tuple[str, dict[str, Any]]] = {
 def test_model_faults_are_retried(stack: Stack, fault: str) -> None:
     mode, options = MODEL_FAULTS[fault]
     turn = run_turn(stack, stack.llm_proxy, "messages", mode, **options)
-    answer = f"echo: {turn.text}"
-    assert turn.status == "complete"
+    assert_answered(stack, turn)
     assert turn.tries == 2
-    assert sent_texts(stack, answer) == [answer]
-    assert history_of(stack, turn.update_id) == [("user", turn.text), ("assistant", answer)]
     attempts = stack.daemon.query(
         "SELECT attempt FROM llm_usage WHERE instance_id = ?", (_instance(turn.update_id),)
     )
