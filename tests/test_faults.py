@@ -8,6 +8,7 @@ and that the process lives. The last test greps the whole run's output for trace
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from itertools import count
 from typing import Any
 
 import pytest
+from PIL import Image
 
 from agentd.agent.turn import EMPTY_MESSAGE, LLM_ERROR_REPLY
 from tests.daemon_process import OWNER, Daemon, daemon_env
@@ -67,7 +69,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         tg_proxy.fail("getMe", "status", status=502, body="html")
         tg_proxy.fail("getMe", "status", status=404, body="foreign")
         tg_proxy.fail("getMe", "cut")
-        daemon = Daemon(tmp, env).start(timeout=60)
+        daemon = Daemon(tmp, env).start(timeout=120)
         try:
             yield Stack(tg, llm, tg_proxy, llm_proxy, daemon)
         finally:
@@ -289,6 +291,20 @@ def test_medium_risk_note_renders_as_italics(stack: Stack) -> None:
     assert wait_done(stack, update_id) == "complete"
     sent = stack.tg.sent[-1]
     assert "<i>Done on your behalf: add_note (text: milk).</i>" in sent["text"]
+
+
+def test_an_invalid_structured_answer_is_asked_for_again(stack: Stack) -> None:
+    """R-LLM-5: the vision summary fails validation once, then comes right."""
+    image = io.BytesIO()
+    Image.new("RGB", (64, 48), (10, 120, 200)).save(image, format="PNG")
+    stack.llm.enqueue_tool_use("record_image_summary", {"entities": "not a list"})
+    stack.llm.enqueue_tool_use("record_image_summary", {"summary": "A blue square."})
+    before = len(stack.llm.requests)
+    update_id = stack.tg.add_photo(OWNER, OWNER, image.getvalue(), caption="what is it?")
+    assert wait_done(stack, update_id) == "complete"
+    forced = [r for r in stack.llm.requests[before:] if r["body"].get("tool_choice")]
+    assert len(forced) == 2
+    assert "A blue square." in history_of(stack, update_id)[0][1]
 
 
 def test_a_cancelled_approval_takes_its_buttons_down(stack: Stack) -> None:
