@@ -67,7 +67,7 @@ class Daemon:
     def log_path(self) -> Path:
         return self.tmp / f"agentd-{self.starts}.log"
 
-    def start(self, wait_ready: bool = True, timeout: float = 30.0) -> Daemon:
+    def start(self, wait_ready: bool = True, timeout: float = 90.0) -> Daemon:
         self.starts += 1
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
