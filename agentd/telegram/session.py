@@ -125,12 +125,13 @@ class RetryPolicy:
         """Seconds before the next attempt after `failures` consecutive failures (≥ 1)."""
         if retry_after is not None:
             return min(max(retry_after, 0.0), self.max_retry_after)
-        backoff = min(self.base_delay * 2 ** (failures - 1), self.max_backoff)
+        # The exponent is capped: an outage of hours must not overflow a float.
+        backoff = min(self.base_delay * 2 ** min(failures - 1, 30), self.max_backoff)
         return min(backoff + random.uniform(0, self.base_delay), self.max_backoff)
 
 
 class RetryMiddleware(BaseRequestMiddleware):
-    """Applies the policy to every call except getUpdates (whose loop is its retry)."""
+    """Applies the policy to every call but getUpdates and getMe (their callers loop)."""
 
     def __init__(
         self,
