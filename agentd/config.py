@@ -103,9 +103,13 @@ class MemoryConfig(_Section):
     """`[memory]`: history window, long-term memory, embedder and hybrid recall."""
 
     history_limit: int = Field(default=20, ge=0, le=500)
-    # Embedder (R-LTM-4). "hashing" is built in, offline and deterministic; "http" speaks the
-    # OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from local_model_dir.
-    embedder: Literal["hashing", "http", "local"] = "hashing"
+    # Embedder (R-LTM-4). "e5-small" is a bundled multilingual-e5-small (CPU, offline, loaded on
+    # first use); "hashing" is built in and deterministic but carries no meaning (tests);
+    # "http" speaks the OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from
+    # local_model_dir.
+    embedder: Literal["e5-small", "hashing", "http", "local"] = "e5-small"
+    # CPU threads the e5-small engine may use for one embedding call.
+    embedder_threads: int = Field(default=2, ge=1, le=64)
     embedding_model: str = ""
     embedding_dim: int = Field(default=384, ge=8, le=4096)
     http_url: str = ""

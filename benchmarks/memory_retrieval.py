@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.memory.embedders import Embedder, HashingEmbedder
+from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.memory.search import (
     Fusion,
     fuse,
@@ -442,9 +442,17 @@ def format_report(report: Report) -> str:
     return "\n".join(lines)
 
 
+def _embedder(args: argparse.Namespace) -> Embedder:
+    if args.embedder == "hashing":
+        return HashingEmbedder(args.dim)
+    return E5SmallEmbedder(threads=args.threads)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", required=True, help="LoCoMo-layout JSON file")
+    parser.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
+    parser.add_argument("--threads", type=int, default=2, help="e5-small engine threads")
     parser.add_argument("--dim", type=int, default=384, help="hashing embedder dimension")
     parser.add_argument("--keyword-weight", type=float, default=Fusion().keyword_weight)
     parser.add_argument("--vector-weight", type=float, default=Fusion().vector_weight)
@@ -464,7 +472,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rrf_k=args.rrf_k,
     )
     report = asyncio.run(
-        run_benchmark(conversations, load, HashingEmbedder(args.dim), fusion, sweep=args.sweep)
+        run_benchmark(conversations, load, _embedder(args), fusion, sweep=args.sweep)
     )
     print(report.model_dump_json(indent=1) if args.json else format_report(report))
     return 0

@@ -113,3 +113,38 @@ def iso(ts: float | None) -> str | None:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def reindex_with_bar(
+    config: Config,
+    label: str,
+    pending: Callable[[Any], int],
+    work: Callable[[Any, Callable[[int], None]], Awaitable[T]],
+    *,
+    quiet: bool,
+) -> T:
+    """Run a re-embedding `work(embedder, advance)` with a progress bar on stderr of the
+    `pending(embedder)` rows (hidden for --json or when stderr is not a terminal)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=err, transient=True, disable=quiet or not err.is_terminal,
+    )  # fmt: skip
+    task = progress.add_task(label, total=None)
+
+    def advance(count: int) -> None:
+        progress.update(task, advance=count)
+
+    async def run(embedder: Any) -> T:
+        progress.update(task, total=pending(embedder))
+        return await work(embedder, advance)
+
+    with progress:
+        return with_embedder(config, run)
