@@ -131,7 +131,7 @@ class MemoryConfig(_Section):
     recall_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
     recall_top_k: int = Field(default=5, ge=0, le=50)
     # Hybrid fusion, keyword-first by default; agentd/memory/search.py says why and how chosen.
-    fusion: Literal["rrf", "convex"] = "rrf"
+    fusion: Literal["rrf", "convex", "minmax"] = "rrf"
     keyword_weight: float = Field(default=1.0, ge=0)
     vector_weight: float = Field(default=0.15, ge=0)
     rrf_k: int = Field(default=10, ge=1, le=1000)

@@ -48,6 +48,7 @@ from agentd.memory.search import (
 from agentd.memory.store import ConnRunner, NewMemory, add_memories
 
 ARMS = ("keyword", "vector", "hybrid")
+SWEEP_DEPTH = 50  # how deep the arms' lists are kept for the sweep's re-fusion
 KS = (5, 10)
 CATEGORY_NAMES = {
     "1": "multi-hop",
@@ -286,7 +287,7 @@ async def _query_all(
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
     embed_ms: list[float] = []
     arm_lists: list[tuple[Question, list[tuple[int, float]], list[tuple[int, float]]]] = []
-    depth = max(max(KS), fusion.depth)
+    depth = max(max(KS), fusion.depth, SWEEP_DEPTH)
 
     def found(ids: Sequence[int]) -> list[set[str]]:
         return [{owner[i]} if i in owner else set() for i in ids]
@@ -361,13 +362,16 @@ def _summarise(rows: list[tuple[str, dict[int, float]]], latency: list[float]) -
 
 def _sweep_grid() -> list[Fusion]:
     grid = [
-        Fusion(method="convex", keyword_weight=round(a, 2), vector_weight=round(1 - a, 2))
-        for a in (0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)
+        Fusion(method=m, keyword_weight=round(a, 2), vector_weight=round(1 - a, 2), depth=d)
+        for m in ("convex", "minmax")
+        for a in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+        for d in (20, 50)
     ]
     grid += [
-        Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k)
-        for w in (0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
-        for k in (5, 10, 20, 60)
+        Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k, depth=d)
+        for w in (0.15, 0.3, 0.5, 0.7, 1.0)
+        for k in (5, 10, 60)
+        for d in (20, 50)
     ]
     return grid
 
@@ -391,6 +395,7 @@ def _sweep(
                 "keyword_weight": fusion.keyword_weight,
                 "vector_weight": fusion.vector_weight,
                 "rrf_k": fusion.rrf_k,
+                "depth": fusion.depth,
                 **{f"R@{k}": round(statistics.fmean(v), 4) if v else 0.0 for k, v in recs.items()},
             }
         )
@@ -432,11 +437,11 @@ def format_report(report: Report) -> str:
         )
         lines.append(f"  {cat} {name:<12} n={n:<4} {cells}")
     if report.sweep:
-        lines += ["", "sweep:", "  method  kw_w  vec_w rrf_k   R@5  R@10"]
+        lines += ["", "sweep:", "  method  kw_w  vec_w rrf_k depth   R@5  R@10"]
         for row in report.sweep:
             lines.append(
                 f"  {row['method']:<6} {row['keyword_weight']:>5} {row['vector_weight']:>6} "
-                f"{row['rrf_k'] if row['method'] == 'rrf' else '-':>5} "
+                f"{row['rrf_k'] if row['method'] == 'rrf' else '-':>5} {row['depth']:>5} "
                 f"{row['R@5']:.3f} {row['R@10']:.3f}"
             )
     return "\n".join(lines)
@@ -457,7 +462,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--keyword-weight", type=float, default=Fusion().keyword_weight)
     parser.add_argument("--vector-weight", type=float, default=Fusion().vector_weight)
     parser.add_argument("--rrf-k", type=int, default=Fusion().rrf_k)
-    parser.add_argument("--fusion", choices=["convex", "rrf"], default=Fusion().method)
+    parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"], default=Fusion().method)
+    parser.add_argument("--depth", type=int, default=Fusion().depth, help="fused list depth")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
@@ -470,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         keyword_weight=args.keyword_weight,
         vector_weight=args.vector_weight,
         rrf_k=args.rrf_k,
+        depth=args.depth,
     )
     report = asyncio.run(
         run_benchmark(conversations, load, _embedder(args), fusion, sweep=args.sweep)

@@ -41,7 +41,7 @@ from agentd.memory.store import MEMORY_VECTORS, Memory, Runner, get_memories
 
 Conn = Any
 SearchMode = Literal["hybrid", "keyword", "vector"]
-FusionMethod = Literal["convex", "rrf"]
+FusionMethod = Literal["convex", "minmax", "rrf"]
 
 
 class Fusion(BaseModel):
@@ -146,11 +146,21 @@ def fuse(
     ("theoretical min-max" normalisation: both scores have a floor of 0, so dividing by the
     list's best puts the arms on one scale while keeping how far ahead each top hit is, which
     rank fusion throws away).
+    minmax: w_kw · (bm25 - min)/(max - min) + w_vec · (sim - min)/(max - min) over each arm's
+    list: a dense model's similarities bunch (e5: 0.75-0.9), so dividing by the best alone
+    leaves the vector arm almost flat; stretching each list to [0, 1] gives both arms a say.
     rrf: Σ w / (rrf_k + rank).
     """
     keyword, vector = keyword[: fusion.depth], vector[: fusion.depth]
     scores: dict[int, float] = {}
-    if fusion.method == "rrf":
+    if fusion.method == "minmax":
+        for weight, arm in (
+            (fusion.keyword_weight, [(mid, -bm25) for mid, bm25 in keyword]),
+            (fusion.vector_weight, [(mid, 1.0 - distance) for mid, distance in vector]),
+        ):
+            for memory_id, norm in _stretch(arm):
+                scores[memory_id] = scores.get(memory_id, 0.0) + weight * norm
+    elif fusion.method == "rrf":
         for weight, ranked in ((fusion.keyword_weight, keyword), (fusion.vector_weight, vector)):
             for rank, (memory_id, _) in enumerate(ranked, start=1):
                 scores[memory_id] = scores.get(memory_id, 0.0) + weight / (fusion.rrf_k + rank)
@@ -164,6 +174,15 @@ def fuse(
             norm = max(0.0, 1.0 - distance) / top if top > 0 else 0.0
             scores[memory_id] = scores.get(memory_id, 0.0) + fusion.vector_weight * norm
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _stretch(scored: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Scores mapped onto [0, 1] by the list's min and max (all 1.0 when they are equal)."""
+    if not scored:
+        return []
+    low, high = min(v for _, v in scored), max(v for _, v in scored)
+    span = high - low
+    return [(mid, (v - low) / span if span > 0 else 1.0) for mid, v in scored]
 
 
 @dataclass(frozen=True)
