@@ -173,9 +173,10 @@ def test_reindex_after_the_default_embedder_changed(
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
         assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4/384")
         assert not checks["embedder"]["warn"]
-        assert checks["memory vectors"]["warn"] and "memory reindex" in checks["memory vectors"][
-            "detail"
-        ]
+        assert (
+            checks["memory vectors"]["warn"]
+            and "memory reindex" in checks["memory vectors"]["detail"]
+        )
         assert checks["document vectors"]["warn"]
         report = daemon.cli_json("memory", "reindex")
         assert report["embedded"] >= 1 and report["dropped_spaces"] == ["hashing-v1/384"]
