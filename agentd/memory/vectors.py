@@ -203,7 +203,9 @@ class VectorIndex:
             f" SELECT v.{self.key}, vec_distance_cosine(v.embedding, :q) AS d"
             f" FROM cand JOIN {self.vectors_table} v ON v.{self.key} = cand.id{join}"
             f" WHERE v.space_id = :space{extra}"
-            f" ORDER BY d, v.{self.key} LIMIT :limit",
+            f" ORDER BY d IS NULL, d, v.{self.key} LIMIT :limit",
             values,
         ).fetchall()
-        return [(int(r[0]), float(r[1])) for r in rows]
+        # A stored zero vector (a text of stopwords only, under hashing) has no cosine distance:
+        # sqlite-vec gives NULL. It has no direction either, so it is no one's neighbour.
+        return [(int(r[0]), float(r[1])) for r in rows if r[1] is not None]
