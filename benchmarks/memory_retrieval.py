@@ -364,12 +364,12 @@ def _sweep_grid() -> list[Fusion]:
     grid = [
         Fusion(method=m, keyword_weight=round(a, 2), vector_weight=round(1 - a, 2), depth=d)
         for m in ("convex", "minmax")
-        for a in (0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
-        for d in (20, 50)
+        for a in (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
+        for d in (10, 15, 20, 30, 50)
     ]
     grid += [
         Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k, depth=d)
-        for w in (0.15, 0.3, 0.5, 0.7, 1.0)
+        for w in (0.15, 0.3, 0.5, 1.0)
         for k in (5, 10, 60)
         for d in (20, 50)
     ]

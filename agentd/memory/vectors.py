@@ -198,8 +198,10 @@ class VectorIndex:
             **{f"p{s}": partition * VEC_SHARDS + s for s in range(VEC_SHARDS)},
         }
         extra = f" AND ({where})" if where else ""
+        # MATERIALIZED: otherwise SQLite may inline the CTE and re-run the eight KNN queries for
+        # every row of the vectors table (seen: 141 memories, 90 ms per search instead of 1.5).
         rows = conn.execute(
-            f"WITH cand AS ({shards})"
+            f"WITH cand AS MATERIALIZED ({shards})"
             f" SELECT v.{self.key}, vec_distance_cosine(v.embedding, :q) AS d"
             f" FROM cand JOIN {self.vectors_table} v ON v.{self.key} = cand.id{join}"
             f" WHERE v.space_id = :space{extra}"
