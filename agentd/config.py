@@ -130,11 +130,13 @@ class MemoryConfig(_Section):
     facts_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
     recall_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
     recall_top_k: int = Field(default=5, ge=0, le=50)
-    # Hybrid fusion, keyword-first by default; agentd/memory/search.py says why and how chosen.
-    fusion: Literal["rrf", "convex", "minmax"] = "rrf"
-    keyword_weight: float = Field(default=1.0, ge=0)
-    vector_weight: float = Field(default=0.15, ge=0)
-    rrf_k: int = Field(default=10, ge=1, le=1000)
+    # Hybrid fusion. Unset keys take the values tuned for the embedder (agentd/memory/search.py
+    # says how they were measured); set one to override it.
+    fusion: Literal["rrf", "convex", "minmax"] | None = None
+    keyword_weight: float | None = Field(default=None, ge=0)
+    vector_weight: float | None = Field(default=None, ge=0)
+    rrf_k: int | None = Field(default=None, ge=1, le=1000)
+    fusion_depth: int | None = Field(default=None, ge=1, le=1000)
 
 
 class DocsConfig(_Section):

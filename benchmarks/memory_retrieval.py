@@ -39,6 +39,7 @@ from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.memory.search import (
+    TUNED_FUSION,
     Fusion,
     fuse,
     keyword_search,
@@ -459,11 +460,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
     parser.add_argument("--threads", type=int, default=2, help="e5-small engine threads")
     parser.add_argument("--dim", type=int, default=384, help="hashing embedder dimension")
-    parser.add_argument("--keyword-weight", type=float, default=Fusion().keyword_weight)
-    parser.add_argument("--vector-weight", type=float, default=Fusion().vector_weight)
-    parser.add_argument("--rrf-k", type=int, default=Fusion().rrf_k)
-    parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"], default=Fusion().method)
-    parser.add_argument("--depth", type=int, default=Fusion().depth, help="fused list depth")
+    parser.add_argument("--keyword-weight", type=float, help="default: tuned for the embedder")
+    parser.add_argument("--vector-weight", type=float)
+    parser.add_argument("--rrf-k", type=int)
+    parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"])
+    parser.add_argument("--depth", type=int, help="fused list depth")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
@@ -471,12 +472,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not conversations:
         print(f"no usable conversations in {args.dataset}", file=sys.stderr)
         return 1
-    fusion = Fusion(
-        method=args.fusion,
-        keyword_weight=args.keyword_weight,
-        vector_weight=args.vector_weight,
-        rrf_k=args.rrf_k,
-        depth=args.depth,
+    fusion = TUNED_FUSION.get(args.embedder, Fusion()).model_copy(
+        update={
+            key: value
+            for key, value in (
+                ("method", args.fusion),
+                ("keyword_weight", args.keyword_weight),
+                ("vector_weight", args.vector_weight),
+                ("rrf_k", args.rrf_k),
+                ("depth", args.depth),
+            )
+            if value is not None
+        }
     )
     report = asyncio.run(
         run_benchmark(conversations, load, _embedder(args), fusion, sweep=args.sweep)

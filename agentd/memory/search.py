@@ -64,14 +64,24 @@ class MemoryHit(BaseModel):
     vector_distance: float | None = None  # cosine distance, 0 = same direction
 
 
+# Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
+TUNED_FUSION: dict[str, Fusion] = {
+    "e5-small": Fusion(method="minmax", keyword_weight=0.65, vector_weight=0.35, depth=20),
+    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.15, rrf_k=10, depth=20),
+}
+
+
 def fusion_from_config(config: Any) -> Fusion:
-    """The Fusion a `MemoryConfig` asks for."""
-    return Fusion(
-        method=config.fusion,
-        keyword_weight=config.keyword_weight,
-        vector_weight=config.vector_weight,
-        rrf_k=config.rrf_k,
-    )
+    """The Fusion a `MemoryConfig` asks for: the embedder's tuned one, with set keys overriding."""
+    tuned = TUNED_FUSION.get(config.embedder, Fusion())
+    keys = {
+        "method": config.fusion,
+        "keyword_weight": config.keyword_weight,
+        "vector_weight": config.vector_weight,
+        "rrf_k": config.rrf_k,
+        "depth": config.fusion_depth,
+    }
+    return tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
 
 
 def keyword_search(
