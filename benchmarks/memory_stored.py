@@ -133,11 +133,13 @@ async def build(db: Database, deps: SummaryDeps, tail: SummaryDeps, convs: list[
         for i, turn in enumerate(conv.turns):
             role = "user" if turn.text.split(":", 1)[0] == first else "assistant"
             mid = await db.write(
-                lambda c, t=turn.text, r=role, i=i, chat=chat: c.execute(
-                    "INSERT INTO messages (chat_id, user_id, role, content, created_at)"
-                    " VALUES (?, ?, ?, ?, ?)",
-                    (chat, chat, r, t, i * MINUTE),
-                ).lastrowid
+                lambda c, t=turn.text, r=role, i=i, chat=chat: (
+                    c.execute(
+                        "INSERT INTO messages (chat_id, user_id, role, content, created_at)"
+                        " VALUES (?, ?, ?, ?, ?)",
+                        (chat, chat, r, t, i * MINUTE),
+                    ).lastrowid
+                )
             )
             dia[int(mid)] = turn.dia_id
             up_to = await db.read(
@@ -213,9 +215,7 @@ async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp
                     )  # fmt: skip
                     latency[arm].append((time.perf_counter() - t0) * 1000)
                     found = [units.get(h.memory.id, set()) for h in hits]
-                    rows[arm].append(
-                        (q.category, {k: _recall(found, q.evidence, k) for k in KS})
-                    )
+                    rows[arm].append((q.category, {k: _recall(found, q.evidence, k) for k in KS}))
     finally:
         await db.close()
     sizes = [len(v) for mid, v in units.items()]
