@@ -118,13 +118,14 @@ def print_json(data: Any) -> None:
 def reindex_with_bar(
     config: Config,
     label: str,
-    pending: Callable[[Any], int],
-    work: Callable[[Any, Callable[[int], None]], Awaitable[T]],
+    pending: Callable[[Any, Any], int],
+    work: Callable[[Any, Any, Callable[[int], None]], Awaitable[Any]],
     *,
-    quiet: bool,
-) -> T:
-    """Run a re-embedding `work(embedder, advance)` with a progress bar on stderr of the
-    `pending(embedder)` rows (hidden for --json or when stderr is not a terminal)."""
+    json: bool,
+) -> None:
+    """A reindex command: open the database, run `work(runner, embedder, advance)` with a
+    progress bar of the `pending(conn, embedder)` rows on stderr (hidden for --json or when
+    stderr is not a terminal), then print its report."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -133,18 +134,26 @@ def reindex_with_bar(
         TimeRemainingColumn,
     )
 
+    from agentd.memory.store import ConnRunner
+
     progress = Progress(
         TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=err, transient=True, disable=quiet or not err.is_terminal,
+        console=err, transient=True, disable=json or not err.is_terminal,
     )  # fmt: skip
     task = progress.add_task(label, total=None)
 
     def advance(count: int) -> None:
         progress.update(task, advance=count)
 
-    async def run(embedder: Any) -> T:
-        progress.update(task, total=pending(embedder))
-        return await work(embedder, advance)
+    with database(config, write=True) as conn:
 
-    with progress:
-        return with_embedder(config, run)
+        async def run(embedder: Any) -> Any:
+            progress.update(task, total=pending(conn, embedder))
+            return await work(ConnRunner(conn), embedder, advance)
+
+        with progress:
+            report = with_embedder(config, run)
+    if json:
+        print_json(report.model_dump())
+    else:
+        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))

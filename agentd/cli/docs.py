@@ -234,25 +234,17 @@ def reindex(
     """Re-embed document chunks with the configured embedder (after changing the model)."""
     from agentd.knowledge.reindex import reindex_documents
     from agentd.knowledge.store import chunk_vector_counts
-    from agentd.memory.store import ConnRunner
 
-    def pending(embedder: Any) -> int:
+    def pending(conn: Any, embedder: Any) -> int:
         total, current = chunk_vector_counts(conn, embedder.model_id, embedder.dim)
         return total if force else total - current
 
     cfg = config_or_exit(config)
     _ensure_database(cfg)
-    with database(cfg, write=True) as conn:
-        report = reindex_with_bar(
-            cfg,
-            "re-embedding document chunks",
-            pending,
-            lambda embedder, advance: reindex_documents(
-                ConnRunner(conn), embedder, force=force, progress=advance
-            ),
-            quiet=json,
-        )
-    if json:
-        print_json(report.model_dump())
-    else:
-        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))
+    reindex_with_bar(
+        cfg, "re-embedding document chunks", pending,
+        lambda db, embedder, advance: reindex_documents(
+            db, embedder, force=force, progress=advance
+        ),
+        json=json,
+    )  # fmt: skip

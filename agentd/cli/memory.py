@@ -122,25 +122,15 @@ def reindex(
     config: ConfigOption = None,
 ) -> None:
     """Re-embed memories with the configured embedder (after changing the model)."""
-    from agentd.memory.store import ConnRunner, vector_status
     from agentd.memory.store import reindex as run_reindex
+    from agentd.memory.store import vector_status
 
-    def pending(embedder: Any) -> int:
+    def pending(conn: Any, embedder: Any) -> int:
         status = vector_status(conn, embedder.model_id, embedder.dim)
         return status.total if force else status.total - status.current
 
-    cfg = config_or_exit(config)
-    with database(cfg, write=True) as conn:
-        report = reindex_with_bar(
-            cfg,
-            "re-embedding memories",
-            pending,
-            lambda embedder, advance: run_reindex(
-                ConnRunner(conn), embedder, force=force, progress=advance
-            ),
-            quiet=json,
-        )
-    if json:
-        print_json(report.model_dump())
-    else:
-        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))
+    reindex_with_bar(
+        config_or_exit(config), "re-embedding memories", pending,
+        lambda db, embedder, advance: run_reindex(db, embedder, force=force, progress=advance),
+        json=json,
+    )  # fmt: skip
