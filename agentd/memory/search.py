@@ -1,4 +1,4 @@
-"""Hybrid memory search: FTS5 BM25 and vector KNN fused by weighted rank (or score) fusion.
+"""Hybrid memory search: FTS5 BM25 and vector KNN fused by weighted score (or rank) fusion.
 
 Every query path filters by user: the keyword arm joins `memories` on `user_id`, the vector arm
 reads only the user's vec0 partition and re-checks `user_id` when rescoring.
@@ -11,18 +11,20 @@ Vector arm candidates: the bit prefilter is split over VEC_SHARDS partitions per
 (vectors.py says why); at 100k clustered vectors, 128 candidates keep ~0.99 of the exact
 top-10.
 
-Fusion, measured with benchmarks/memory_retrieval.py --sweep on tests/data, whose conversations
-carry small-talk distractors as real ones do: keyword search (BM25, porter) is the strong arm
-(R@5 0.66); the built-in hashing embedder has no IDF and loses to it (0.47), as MiniLM and a
-hashed embedder did on a public benchmark (API-NOTES). Equal-weight RRF and every convex (score)
-fusion tried fell below keyword alone at k ≤ 10 (RRF 1:1 0.58, convex 0.5:0.5 0.60). So the
-default is keyword-first RRF: weights 1.0 / 0.15, rrf_k 10. A vector rank-1 bonus (0.15/11) is
-worth two or three keyword places mid-list, so the vector arm re-orders near-ties, and
-vector-only hits rank below every keyword hit, so they fill the list when keyword search finds
-little (typos, paraphrase, another script). That ties keyword at R@5 and R@10 there, never
-below either arm; the plateau spans vector weights 0.1-0.2 at rrf_k 5-10. With a stronger
-embedder, run the sweep on your data and raise `memory.vector_weight`, or try
-`memory.fusion = "convex"` (max-normalised scores), which the sweep also reports.
+Fusion is tuned per embedder (TUNED_FUSION; config keys override), with
+benchmarks/memory_retrieval.py --sweep on real LoCoMo conversations (locomo-dev.json: 3
+conversations, 1451 turns, 495 questions; development figures, benchmarks/README.md):
+
+- e5-small (the default): keyword R@5 0.556, vector 0.392. Keyword-first RRF (1.0/0.15) ties
+  keyword (0.553-0.557); equal RRF and max-normalised convex fusion lose to it (≤ 0.56), because
+  e5's similarities bunch (0.75-0.9) and dividing by the best leaves the vector arm flat.
+  Min-max stretching each arm's top-20 to [0, 1], weights 0.65/0.35, gives 0.588 (R@10 0.681
+  vs 0.644); the plateau spans weights 0.6-0.7 at depth 15-30, and deeper lists (50) only add
+  noise at the tail.
+- hashing: its vectors carry no meaning (vector R@5 0.17), so any real say for them loses to
+  keyword search (minmax 0.65/0.35: 0.531); keyword-first RRF 1.0/0.15, rrf_k 10 stays, where
+  a vector rank-1 bonus only re-orders near-ties and vector-only hits fill a list keyword search
+  leaves short (typos, another script).
 """
 
 from __future__ import annotations
