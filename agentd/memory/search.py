@@ -123,7 +123,7 @@ def vector_search(
         limit,
         partition=user_id,
         candidates=candidates,
-        join=" JOIN memories m ON m.id = v.memory_id",
+        join=" CROSS JOIN memories m ON m.id = v.memory_id",
         where="m.user_id = :user"
         " AND (:kinds IS NULL OR m.kind IN (SELECT value FROM json_each(:kinds)))",
         params={"user": user_id, "kinds": json.dumps(list(kinds)) if kinds else None},
