@@ -106,9 +106,13 @@ class MemoryConfig(_Section):
     """`[memory]`: history window, long-term memory, embedder and hybrid recall."""
 
     history_limit: int = Field(default=20, ge=0, le=500)
-    # Embedder (R-LTM-4). "hashing" is built in, offline and deterministic; "http" speaks the
-    # OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from local_model_dir.
-    embedder: Literal["hashing", "http", "local"] = "hashing"
+    # Embedder (R-LTM-4). "e5-small" is a bundled multilingual-e5-small (CPU, offline, loaded on
+    # first use); "hashing" is built in and deterministic but carries no meaning (tests);
+    # "http" speaks the OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from
+    # local_model_dir.
+    embedder: Literal["e5-small", "hashing", "http", "local"] = "e5-small"
+    # CPU threads the e5-small engine may use for one embedding call.
+    embedder_threads: int = Field(default=2, ge=1, le=64)
     embedding_model: str = ""
     embedding_dim: int = Field(default=384, ge=8, le=4096)
     http_url: str = ""
@@ -129,11 +133,13 @@ class MemoryConfig(_Section):
     facts_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
     recall_prompt_chars: int = Field(default=2000, ge=0, le=100_000)
     recall_top_k: int = Field(default=5, ge=0, le=50)
-    # Hybrid fusion, keyword-first by default; agentd/memory/search.py says why and how chosen.
-    fusion: Literal["rrf", "convex"] = "rrf"
-    keyword_weight: float = Field(default=1.0, ge=0)
-    vector_weight: float = Field(default=0.15, ge=0)
-    rrf_k: int = Field(default=10, ge=1, le=1000)
+    # Hybrid fusion. Unset keys take the values tuned for the embedder (agentd/memory/search.py
+    # says how they were measured); set one to override it.
+    fusion: Literal["rrf", "convex", "minmax"] | None = None
+    keyword_weight: float | None = Field(default=None, ge=0)
+    vector_weight: float | None = Field(default=None, ge=0)
+    rrf_k: int | None = Field(default=None, ge=1, le=1000)
+    fusion_depth: int | None = Field(default=None, ge=1, le=1000)
 
 
 class DocsConfig(_Section):

@@ -37,8 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.memory.embedders import Embedder, HashingEmbedder
+from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.memory.search import (
+    TUNED_FUSION,
     Fusion,
     fuse,
     keyword_search,
@@ -48,6 +49,7 @@ from agentd.memory.search import (
 from agentd.memory.store import ConnRunner, NewMemory, add_memories
 
 ARMS = ("keyword", "vector", "hybrid")
+SWEEP_DEPTH = 50  # how deep the arms' lists are kept for the sweep's re-fusion
 KS = (5, 10)
 CATEGORY_NAMES = {
     "1": "multi-hop",
@@ -286,7 +288,7 @@ async def _query_all(
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
     embed_ms: list[float] = []
     arm_lists: list[tuple[Question, list[tuple[int, float]], list[tuple[int, float]]]] = []
-    depth = max(max(KS), fusion.depth)
+    depth = max(max(KS), fusion.depth, SWEEP_DEPTH)
 
     def found(ids: Sequence[int]) -> list[set[str]]:
         return [{owner[i]} if i in owner else set() for i in ids]
@@ -361,13 +363,16 @@ def _summarise(rows: list[tuple[str, dict[int, float]]], latency: list[float]) -
 
 def _sweep_grid() -> list[Fusion]:
     grid = [
-        Fusion(method="convex", keyword_weight=round(a, 2), vector_weight=round(1 - a, 2))
-        for a in (0.1, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.8)
+        Fusion(method=m, keyword_weight=round(a, 2), vector_weight=round(1 - a, 2), depth=d)
+        for m in ("convex", "minmax")
+        for a in (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8)
+        for d in (10, 15, 20, 30, 50)
     ]
     grid += [
-        Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k)
-        for w in (0.1, 0.15, 0.2, 0.3, 0.5, 1.0)
-        for k in (5, 10, 20, 60)
+        Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k, depth=d)
+        for w in (0.15, 0.3, 0.5, 1.0)
+        for k in (5, 10, 60)
+        for d in (20, 50)
     ]
     return grid
 
@@ -391,6 +396,7 @@ def _sweep(
                 "keyword_weight": fusion.keyword_weight,
                 "vector_weight": fusion.vector_weight,
                 "rrf_k": fusion.rrf_k,
+                "depth": fusion.depth,
                 **{f"R@{k}": round(statistics.fmean(v), 4) if v else 0.0 for k, v in recs.items()},
             }
         )
@@ -432,24 +438,33 @@ def format_report(report: Report) -> str:
         )
         lines.append(f"  {cat} {name:<12} n={n:<4} {cells}")
     if report.sweep:
-        lines += ["", "sweep:", "  method  kw_w  vec_w rrf_k   R@5  R@10"]
+        lines += ["", "sweep:", "  method  kw_w  vec_w rrf_k depth   R@5  R@10"]
         for row in report.sweep:
             lines.append(
                 f"  {row['method']:<6} {row['keyword_weight']:>5} {row['vector_weight']:>6} "
-                f"{row['rrf_k'] if row['method'] == 'rrf' else '-':>5} "
+                f"{row['rrf_k'] if row['method'] == 'rrf' else '-':>5} {row['depth']:>5} "
                 f"{row['R@5']:.3f} {row['R@10']:.3f}"
             )
     return "\n".join(lines)
 
 
+def _embedder(args: argparse.Namespace) -> Embedder:
+    if args.embedder == "hashing":
+        return HashingEmbedder(args.dim)
+    return E5SmallEmbedder(threads=args.threads)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dataset", required=True, help="LoCoMo-layout JSON file")
+    parser.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
+    parser.add_argument("--threads", type=int, default=2, help="e5-small engine threads")
     parser.add_argument("--dim", type=int, default=384, help="hashing embedder dimension")
-    parser.add_argument("--keyword-weight", type=float, default=Fusion().keyword_weight)
-    parser.add_argument("--vector-weight", type=float, default=Fusion().vector_weight)
-    parser.add_argument("--rrf-k", type=int, default=Fusion().rrf_k)
-    parser.add_argument("--fusion", choices=["convex", "rrf"], default=Fusion().method)
+    parser.add_argument("--keyword-weight", type=float, help="default: tuned for the embedder")
+    parser.add_argument("--vector-weight", type=float)
+    parser.add_argument("--rrf-k", type=int)
+    parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"])
+    parser.add_argument("--depth", type=int, help="fused list depth")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
@@ -457,14 +472,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not conversations:
         print(f"no usable conversations in {args.dataset}", file=sys.stderr)
         return 1
-    fusion = Fusion(
-        method=args.fusion,
-        keyword_weight=args.keyword_weight,
-        vector_weight=args.vector_weight,
-        rrf_k=args.rrf_k,
+    fusion = TUNED_FUSION.get(args.embedder, Fusion()).model_copy(
+        update={
+            key: value
+            for key, value in (
+                ("method", args.fusion),
+                ("keyword_weight", args.keyword_weight),
+                ("vector_weight", args.vector_weight),
+                ("rrf_k", args.rrf_k),
+                ("depth", args.depth),
+            )
+            if value is not None
+        }
     )
     report = asyncio.run(
-        run_benchmark(conversations, load, HashingEmbedder(args.dim), fusion, sweep=args.sweep)
+        run_benchmark(conversations, load, _embedder(args), fusion, sweep=args.sweep)
     )
     print(report.model_dump_json(indent=1) if args.json else format_report(report))
     return 0

@@ -44,6 +44,9 @@ def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[s
         AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.1",
         AGENTD_ENGINE__SHUTDOWN_GRACE="2",
         AGENTD_LOG__LEVEL="INFO",
+        # e2e tests check delivery, not recall quality: the instant built-in embedder will do
+        # (the default e5-small is exercised in tests/test_memory_embedders.py).
+        AGENTD_MEMORY__EMBEDDER="hashing",
         PYTHONUNBUFFERED="1",
         # The e2e plugin tools live in tests/plugins and record their runs here.
         PYTHONPATH=str(REPO_ROOT),

@@ -152,23 +152,44 @@ def test_memories_never_cross_users(
         }
 
 
-def test_reindex_after_a_model_change(
+def test_reindex_after_the_default_embedder_changed(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
 ) -> None:
+    """A database written with `hashing` (the old default) meets the new default, e5-small:
+    doctor names the stale vectors, both reindex commands re-embed, search finds by meaning."""
     tg, llm = fakes
     llm.enqueue_tool_use("remember", {"kind": "fact", "key": "pet",
                                       "content": "Has a cat called Miso"}, "toolu_r")  # fmt: skip
     llm.enqueue_text("Noted.")
     env = memory_env(tmp_path, tg, llm)
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Garden\n\nThe tomatoes need watering every second evening.\n")
     with running_daemon(tmp_path, env) as daemon:
         chat(tg, ALICE, ["my cat is Miso"])
+        assert daemon.cli("ingest", str(notes)).returncode == 0
         daemon.stop()
-        env["AGENTD_MEMORY__EMBEDDING_DIM"] = "256"  # a different vector space
+        del env["AGENTD_MEMORY__EMBEDDER"]  # back to the default
         before = daemon.query("SELECT model_id, dim FROM memory_spaces")
+        checks = {c["check"]: c for c in daemon.cli_json("doctor")}
+        assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4/384")
+        assert not checks["embedder"]["warn"]
+        assert (
+            checks["memory vectors"]["warn"]
+            and "memory reindex" in checks["memory vectors"]["detail"]
+        )
+        assert checks["document vectors"]["warn"]
         report = daemon.cli_json("memory", "reindex")
-        assert report["embedded"] >= 1
+        assert report["embedded"] >= 1 and report["dropped_spaces"] == ["hashing-v1/384"]
+        docs = daemon.cli_json("docs", "reindex")
+        assert docs["embedded"] == 1 and docs["dropped_spaces"] == ["hashing-v1/384"]
         after = daemon.query("SELECT model_id, dim FROM memory_spaces")
-        assert [r[1] for r in before] == [384] and [r[1] for r in after] == [256]
-        found = daemon.cli_json("memory", "search", "Miso", "--user", str(ALICE),
-                                "--mode", "vector")  # fmt: skip
+        assert [tuple(r) for r in before] == [("hashing-v1", 384)]
+        assert [tuple(r) for r in after] == [("e5-small-q4", 384)]
+        checks = {c["check"]: c for c in daemon.cli_json("doctor")}
+        assert not checks["memory vectors"]["warn"] and not checks["document vectors"]["warn"]
+        found = daemon.cli_json("memory", "search", "which animal lives with me",
+                                "--user", str(ALICE), "--mode", "vector")  # fmt: skip
         assert found and found[0]["content"] == "Has a cat called Miso"
+        hits = daemon.cli_json("docs", "search", "plants in the vegetable patch",
+                               "--mode", "vector")  # fmt: skip
+        assert hits and "tomatoes" in hits[0]["text"]

@@ -1,4 +1,5 @@
-"""Embedders: the hashing one is deterministic; the HTTP one batches and retries (local fake)."""
+"""Embedders: the default e5-small (the real bundled model) puts meaning in its vectors; the
+hashing one is deterministic; the HTTP one batches and retries (local fake)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from aiohttp import web
 
 from agentd.config import MemoryConfig
 from agentd.memory import (
+    E5SmallEmbedder,
     Embedder,
     EmbedderError,
     HashingEmbedder,
@@ -26,6 +28,33 @@ TEXT = "Maria adopted a beagle puppy named Biscuit"
 
 def _cos(a: list[float], b: list[float]) -> float:
     return sum(x * y for x, y in zip(a, b, strict=True))
+
+
+async def test_default_e5_small_is_lazy_deterministic_and_means_something() -> None:
+    embedder = E5SmallEmbedder(threads=1)
+    assert embedder._model is None  # nothing loaded until the first embed
+    assert isinstance(embedder, Embedder) and (embedder.model_id, embedder.dim) == (
+        "e5-small-q4",
+        384,
+    )
+    pet, dog, market = await embedder.embed_documents(
+        [
+            "Maria adopted a beagle puppy named Biscuit.",
+            "Maria got a young dog from the animal shelter.",
+            "Quarterly bond yields fell after the central bank meeting.",
+        ]
+    )
+    assert embedder._model is not None and len(pet) == 384
+    assert math.isclose(math.sqrt(sum(x * x for x in pet)), 1.0, rel_tol=1e-4)
+    # No word in common, yet the paraphrase is nearer than the unrelated sentence.
+    assert _cos(pet, dog) > _cos(pet, market) + 0.05
+    query = await embedder.embed_query("What is the name of Maria's pet?")
+    assert _cos(query, pet) > _cos(query, market)
+    again = await E5SmallEmbedder(threads=2).embed_documents([TEXT])
+    assert again[0] == (await embedder.embed_documents([TEXT]))[0]  # same output, any threads
+    # Empty and NUL-bearing text embed without crashing the C engine.
+    blank, nul = await embedder.embed_documents(["", "a\x00b"])
+    assert len(blank) == len(nul) == 384
 
 
 def test_hashing_is_deterministic_across_instances_and_processes() -> None:
@@ -162,7 +191,8 @@ def test_local_embedder_fails_clearly_without_files(tmp_path: Path) -> None:
 
 
 def test_build_embedder_from_config_reads_key_from_env_only() -> None:
-    assert isinstance(build_embedder(MemoryConfig(), {}), HashingEmbedder)
+    assert isinstance(build_embedder(MemoryConfig(), {}), E5SmallEmbedder)
+    assert isinstance(build_embedder(MemoryConfig(embedder="hashing"), {}), HashingEmbedder)
     config = MemoryConfig(
         embedder="http", http_url="http://127.0.0.1:1/v1", embedding_model="m", embedding_dim=8
     )

@@ -151,3 +151,13 @@ async def test_list_memories_per_user_and_all(conn: Any) -> None:
     assert len(list_memories(conn)) == 3
     assert [m.kind for m in list_memories(conn, kinds=["fact"])] == ["fact"]
     assert list_memories(conn, 1)[0].model_id is None  # stored without a vector
+
+
+async def test_a_memory_with_a_zero_vector_is_skipped_not_fatal(conn: Any) -> None:
+    # "I am" is all stopwords: the hashing embedder gives it no direction at all.
+    emb = HashingEmbedder()
+    db = ConnRunner(conn)
+    await remember(db, emb, NewMemory(user_id=1, kind="fact", content="I am"))
+    kept = await remember(db, emb, NewMemory(user_id=1, kind="note", content="Tea with oat milk"))
+    hits = await search_memories(db, emb, 1, "oat milk tea", k=5, mode="vector")
+    assert [h.memory.id for h in hits] == [kept]

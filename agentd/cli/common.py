@@ -113,3 +113,47 @@ def iso(ts: float | None) -> str | None:
 
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, ensure_ascii=False, indent=2, default=str) + "\n")
+
+
+def reindex_with_bar(
+    config: Config,
+    label: str,
+    pending: Callable[[Any, Any], int],
+    work: Callable[[Any, Any, Callable[[int], None]], Awaitable[Any]],
+    *,
+    json: bool,
+) -> None:
+    """A reindex command: open the database, run `work(runner, embedder, advance)` with a
+    progress bar of the `pending(conn, embedder)` rows on stderr (hidden for --json or when
+    stderr is not a terminal), then print its report."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    from agentd.memory.store import ConnRunner
+
+    progress = Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+        console=err, transient=True, disable=json or not err.is_terminal,
+    )  # fmt: skip
+    task = progress.add_task(label, total=None)
+
+    def advance(count: int) -> None:
+        progress.update(task, advance=count)
+
+    with database(config, write=True) as conn:
+
+        async def run(embedder: Any) -> Any:
+            progress.update(task, total=pending(conn, embedder))
+            return await work(ConnRunner(conn), embedder, advance)
+
+        with progress:
+            report = with_embedder(config, run)
+    if json:
+        print_json(report.model_dump())
+    else:
+        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))

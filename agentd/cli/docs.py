@@ -24,6 +24,7 @@ from agentd.cli.common import (
     iso,
     out,
     print_json,
+    reindex_with_bar,
     transaction,
     with_embedder,
 )
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 
     from agentd.knowledge.ingest import IngestReport
 
-app = typer.Typer(help="Ingested documents: list, remove, search.", no_args_is_help=True)
+app = typer.Typer(help="Ingested documents: list, remove, search, reindex.", no_args_is_help=True)
 
 
 def _source_column() -> Column:
@@ -220,3 +221,30 @@ def search(
         text = " ".join(h.text.split())
         table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)
     out.print(table)
+
+
+@app.command("reindex")
+def reindex(
+    force: Annotated[
+        bool, typer.Option(help="Re-embed every chunk, not only those without a current vector.")
+    ] = False,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Re-embed document chunks with the configured embedder (after changing the model)."""
+    from agentd.knowledge.reindex import reindex_documents
+    from agentd.knowledge.store import chunk_vector_counts
+
+    def pending(conn: Any, embedder: Any) -> int:
+        total, current = chunk_vector_counts(conn, embedder.model_id, embedder.dim)
+        return total if force else total - current
+
+    cfg = config_or_exit(config)
+    _ensure_database(cfg)
+    reindex_with_bar(
+        cfg, "re-embedding document chunks", pending,
+        lambda db, embedder, advance: reindex_documents(
+            db, embedder, force=force, progress=advance
+        ),
+        json=json,
+    )  # fmt: skip

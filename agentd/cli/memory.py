@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -18,6 +18,7 @@ from agentd.cli.common import (
     iso,
     out,
     print_json,
+    reindex_with_bar,
     transaction,
     with_embedder,
 )
@@ -121,15 +122,15 @@ def reindex(
     config: ConfigOption = None,
 ) -> None:
     """Re-embed memories with the configured embedder (after changing the model)."""
-    from agentd.memory.store import ConnRunner
     from agentd.memory.store import reindex as run_reindex
+    from agentd.memory.store import vector_status
 
-    cfg = config_or_exit(config)
-    with database(cfg, write=True) as conn:
-        report = with_embedder(
-            cfg, lambda embedder: run_reindex(ConnRunner(conn), embedder, force=force)
-        )
-    if json:
-        print_json(report.model_dump())
-    else:
-        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))
+    def pending(conn: Any, embedder: Any) -> int:
+        status = vector_status(conn, embedder.model_id, embedder.dim)
+        return status.total if force else status.total - status.current
+
+    reindex_with_bar(
+        config_or_exit(config), "re-embedding memories", pending,
+        lambda db, embedder, advance: run_reindex(db, embedder, force=force, progress=advance),
+        json=json,
+    )  # fmt: skip

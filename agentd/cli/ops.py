@@ -83,8 +83,10 @@ def backup(
     out.print(f"Backed up {cfg.db_path} to {destination}.")
 
 
-def _check(name: str, ok: bool, detail: str, results: list[dict[str, object]]) -> None:
-    results.append({"check": name, "ok": ok, "detail": detail})
+def _check(
+    name: str, ok: bool, detail: str, results: list[dict[str, object]], *, warn: bool = False
+) -> None:
+    results.append({"check": name, "ok": ok, "detail": detail, "warn": warn and ok})
 
 
 def _http_json(url: str, headers: dict[str, str]) -> tuple[int, object]:
@@ -107,13 +109,20 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _check("config", False, f"{exc} — fix the key named", results)
     if cfg is not None:
         _doctor_database(cfg, results)
+        _doctor_embedder(cfg, results)
         _doctor_telegram(cfg, results)
         _doctor_anthropic(cfg, results)
     if json:
         print_json(results)
     else:
         for r in results:
-            mark = "[green]ok[/]" if r["ok"] else "[red]FAIL[/]"
+            mark = (
+                "[red]FAIL[/]"
+                if not r["ok"]
+                else "[yellow]warn[/]"
+                if r["warn"]
+                else "[green]ok[/]"
+            )
             out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
@@ -142,6 +151,55 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
            f"{path} ({mode}; want owner-only: chmod 600 {path})", results)  # fmt: skip
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
+
+
+def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Which embedder is active, whether it loads, and whether stored vectors are of it."""
+    from agentd.memory.embedders import E5SmallEmbedder, EmbedderError, build_embedder
+
+    try:
+        embedder = build_embedder(cfg.memory, os.environ)
+        if isinstance(embedder, E5SmallEmbedder):
+            embedder.load_sync()
+    except EmbedderError as exc:
+        _check("embedder", False, str(exc), results)
+        return
+    name = f"{cfg.memory.embedder}: {embedder.model_id}/{embedder.dim}"
+    if cfg.memory.embedder == "hashing":
+        _check("embedder", True, f"{name} — its vectors carry no meaning, so recall is keyword "
+               "search only; set memory.embedder = 'e5-small' (the default)", results,
+               warn=True)  # fmt: skip
+    else:
+        _check("embedder", True, name, results)
+    if cfg.db_path.exists():
+        _doctor_spaces(cfg, embedder.model_id, embedder.dim, results)
+
+
+def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str, object]]) -> None:
+    """Warn when memories or document chunks lack a vector of the active embedder."""
+    from agentd.db import DatabaseError, open_sync
+    from agentd.knowledge.store import chunk_vector_counts
+    from agentd.memory.store import vector_status
+
+    try:
+        conn = open_sync(cfg.db_path)
+        try:
+            memories = vector_status(conn, model_id, dim)
+            chunks, chunks_current = chunk_vector_counts(conn, model_id, dim)
+        finally:
+            conn.close()
+    except DatabaseError:
+        return  # the database check already says what is wrong
+    stale = memories.total - memories.current
+    _check("memory vectors", True,
+           f"{stale} of {memories.total} memories lack a {model_id} vector: run "
+           "`agentd memory reindex`" if stale else f"{memories.total} memories, all current",
+           results, warn=bool(stale))  # fmt: skip
+    stale = chunks - chunks_current
+    _check("document vectors", True,
+           f"{stale} of {chunks} document chunks lack a {model_id} vector: run "
+           "`agentd docs reindex`" if stale else f"{chunks} chunks, all current",
+           results, warn=bool(stale))  # fmt: skip
 
 
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:

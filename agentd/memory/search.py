@@ -1,4 +1,4 @@
-"""Hybrid memory search: FTS5 BM25 and vector KNN fused by weighted rank (or score) fusion.
+"""Hybrid memory search: FTS5 BM25 and vector KNN fused by weighted score (or rank) fusion.
 
 Every query path filters by user: the keyword arm joins `memories` on `user_id`, the vector arm
 reads only the user's vec0 partition and re-checks `user_id` when rescoring.
@@ -11,18 +11,20 @@ Vector arm candidates: the bit prefilter is split over VEC_SHARDS partitions per
 (vectors.py says why); at 100k clustered vectors, 128 candidates keep ~0.99 of the exact
 top-10.
 
-Fusion, measured with benchmarks/memory_retrieval.py --sweep on tests/data, whose conversations
-carry small-talk distractors as real ones do: keyword search (BM25, porter) is the strong arm
-(R@5 0.66); the built-in hashing embedder has no IDF and loses to it (0.47), as MiniLM and a
-hashed embedder did on a public benchmark (API-NOTES). Equal-weight RRF and every convex (score)
-fusion tried fell below keyword alone at k ≤ 10 (RRF 1:1 0.58, convex 0.5:0.5 0.60). So the
-default is keyword-first RRF: weights 1.0 / 0.15, rrf_k 10. A vector rank-1 bonus (0.15/11) is
-worth two or three keyword places mid-list, so the vector arm re-orders near-ties, and
-vector-only hits rank below every keyword hit, so they fill the list when keyword search finds
-little (typos, paraphrase, another script). That ties keyword at R@5 and R@10 there, never
-below either arm; the plateau spans vector weights 0.1-0.2 at rrf_k 5-10. With a stronger
-embedder, run the sweep on your data and raise `memory.vector_weight`, or try
-`memory.fusion = "convex"` (max-normalised scores), which the sweep also reports.
+Fusion is tuned per embedder (TUNED_FUSION; config keys override), with
+benchmarks/memory_retrieval.py --sweep on real LoCoMo conversations (locomo-dev.json: 3
+conversations, 1451 turns, 495 questions; development figures, benchmarks/README.md):
+
+- e5-small (the default): keyword R@5 0.556, vector 0.392. Keyword-first RRF (1.0/0.15) ties
+  keyword (0.553-0.557); equal RRF and max-normalised convex fusion lose to it (≤ 0.56), because
+  e5's similarities bunch (0.75-0.9) and dividing by the best leaves the vector arm flat.
+  Min-max stretching each arm's top-20 to [0, 1], weights 0.65/0.35, gives 0.588 (R@10 0.681
+  vs 0.644); the plateau spans weights 0.6-0.7 at depth 15-30, and deeper lists (50) only add
+  noise at the tail.
+- hashing: its vectors carry no meaning (vector R@5 0.17), so any real say for them loses to
+  keyword search (minmax 0.65/0.35: 0.531); keyword-first RRF 1.0/0.15, rrf_k 10 stays, where
+  a vector rank-1 bonus only re-orders near-ties and vector-only hits fill a list keyword search
+  leaves short (typos, another script).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from agentd.memory.store import MEMORY_VECTORS, Memory, Runner, get_memories
 
 Conn = Any
 SearchMode = Literal["hybrid", "keyword", "vector"]
-FusionMethod = Literal["convex", "rrf"]
+FusionMethod = Literal["convex", "minmax", "rrf"]
 
 
 class Fusion(BaseModel):
@@ -64,14 +66,24 @@ class MemoryHit(BaseModel):
     vector_distance: float | None = None  # cosine distance, 0 = same direction
 
 
+# Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
+TUNED_FUSION: dict[str, Fusion] = {
+    "e5-small": Fusion(method="minmax", keyword_weight=0.65, vector_weight=0.35, depth=20),
+    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.15, rrf_k=10, depth=20),
+}
+
+
 def fusion_from_config(config: Any) -> Fusion:
-    """The Fusion a `MemoryConfig` asks for."""
-    return Fusion(
-        method=config.fusion,
-        keyword_weight=config.keyword_weight,
-        vector_weight=config.vector_weight,
-        rrf_k=config.rrf_k,
-    )
+    """The Fusion a `MemoryConfig` asks for: the embedder's tuned one, with set keys overriding."""
+    tuned = TUNED_FUSION.get(config.embedder, Fusion())
+    keys = {
+        "method": config.fusion,
+        "keyword_weight": config.keyword_weight,
+        "vector_weight": config.vector_weight,
+        "rrf_k": config.rrf_k,
+        "depth": config.fusion_depth,
+    }
+    return tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
 
 
 def keyword_search(
@@ -111,7 +123,7 @@ def vector_search(
         limit,
         partition=user_id,
         candidates=candidates,
-        join=" JOIN memories m ON m.id = v.memory_id",
+        join=" CROSS JOIN memories m ON m.id = v.memory_id",
         where="m.user_id = :user"
         " AND (:kinds IS NULL OR m.kind IN (SELECT value FROM json_each(:kinds)))",
         params={"user": user_id, "kinds": json.dumps(list(kinds)) if kinds else None},
@@ -146,11 +158,21 @@ def fuse(
     ("theoretical min-max" normalisation: both scores have a floor of 0, so dividing by the
     list's best puts the arms on one scale while keeping how far ahead each top hit is, which
     rank fusion throws away).
+    minmax: w_kw · (bm25 - min)/(max - min) + w_vec · (sim - min)/(max - min) over each arm's
+    list: a dense model's similarities bunch (e5: 0.75-0.9), so dividing by the best alone
+    leaves the vector arm almost flat; stretching each list to [0, 1] gives both arms a say.
     rrf: Σ w / (rrf_k + rank).
     """
     keyword, vector = keyword[: fusion.depth], vector[: fusion.depth]
     scores: dict[int, float] = {}
-    if fusion.method == "rrf":
+    if fusion.method == "minmax":
+        for weight, arm in (
+            (fusion.keyword_weight, [(mid, -bm25) for mid, bm25 in keyword]),
+            (fusion.vector_weight, [(mid, 1.0 - distance) for mid, distance in vector]),
+        ):
+            for memory_id, norm in _stretch(arm):
+                scores[memory_id] = scores.get(memory_id, 0.0) + weight * norm
+    elif fusion.method == "rrf":
         for weight, ranked in ((fusion.keyword_weight, keyword), (fusion.vector_weight, vector)):
             for rank, (memory_id, _) in enumerate(ranked, start=1):
                 scores[memory_id] = scores.get(memory_id, 0.0) + weight / (fusion.rrf_k + rank)
@@ -164,6 +186,15 @@ def fuse(
             norm = max(0.0, 1.0 - distance) / top if top > 0 else 0.0
             scores[memory_id] = scores.get(memory_id, 0.0) + fusion.vector_weight * norm
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
+
+
+def _stretch(scored: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+    """Scores mapped onto [0, 1] by the list's min and max (all 1.0 when they are equal)."""
+    if not scored:
+        return []
+    low, high = min(v for _, v in scored), max(v for _, v in scored)
+    span = high - low
+    return [(mid, (v - low) / span if span > 0 else 1.0) for mid, v in scored]
 
 
 @dataclass(frozen=True)

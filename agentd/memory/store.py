@@ -26,13 +26,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
 from agentd.memory.embedders import Embedder
 from agentd.memory.fts import cjk_index_text
 from agentd.memory.vectors import VectorIndex, VectorStoreError
+
+if TYPE_CHECKING:
+    from agentd.memory.reembed import ReindexReport
 
 T = TypeVar("T")
 Conn = Any  # sqlite3.Connection or sqlean's equivalent
@@ -91,13 +94,6 @@ class VectorStatus(BaseModel):
     current: int
     other_model: int
     missing: int
-
-
-class ReindexReport(BaseModel):
-    model_id: str
-    dim: int
-    embedded: int
-    dropped_spaces: list[str]
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,31 +389,24 @@ async def reindex(
 ) -> ReindexReport:
     """Give every memory a vector of `embedder`, then drop the vectors of other models.
 
-    Safe to interrupt and re-run: each batch is its own transaction and only memories still
-    lacking a current vector are picked up (`force` re-embeds all, walking ids in order).
+    Safe to interrupt and re-run (see reembed.py); `force` re-embeds all, walking ids in order.
     Searches during a reindex see the re-embedded part through the vector arm and everything
-    through the keyword arm; other models' vectors are never mixed in.
+    through the keyword arm. `progress` gets the size of each batch done.
     """
+    from agentd.memory.reembed import reembed
+
     model_id, dim = embedder.model_id, embedder.dim
-    done, after = 0, 0
-    while True:
-        batch = await db.read(
-            lambda c, a=after: memories_to_embed(
-                c, model_id, dim, after_id=a, limit=batch_size, force=force
-            )
-        )
-        if not batch:
-            break
-        vectors = await embedder.embed_documents([content for _, content in batch])
-        pairs = [(mid, vec) for (mid, _), vec in zip(batch, vectors, strict=True)]
-        # A memory forgotten meanwhile must not come back as an orphan vector.
-        await db.write(lambda c, p=pairs: set_vectors(c, model_id, _existing(c, p)))
-        done += len(batch)
-        after = batch[-1][0]
-        if progress is not None:
-            progress(done)
-    dropped = await db.write(lambda c: drop_other_spaces(c, model_id, dim))
-    return ReindexReport(model_id=model_id, dim=dim, embedded=done, dropped_spaces=dropped)
+    return await reembed(
+        db,
+        embedder,
+        fetch=lambda c, after, limit: memories_to_embed(
+            c, model_id, dim, after_id=after, limit=limit, force=force
+        ),
+        save=lambda c, pairs: set_vectors(c, model_id, _existing(c, pairs)),
+        drop_other_spaces=drop_other_spaces,
+        batch_size=batch_size,
+        progress=progress,
+    )
 
 
 def _existing(
