@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -15,13 +14,14 @@ class Pending:
     they need no commit of their own and ride along with whatever this instance writes next."""
 
     def __init__(self) -> None:
-        self._rows: list[Callable[[Any], Any]] = []
+        self._rows: list[Callable[[Any], Any]] = []  # each takes the connection
 
     def __len__(self) -> int:
         return len(self._rows)
 
     def add(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        self._rows.append(partial(fn, *args, **kwargs))
+        """Hold fn(conn, *args, **kwargs) for the next transaction."""
+        self._rows.append(lambda conn: fn(conn, *args, **kwargs))
 
     async def write(self, write: Write[T], fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) through `write`, in one transaction with every held row."""
