@@ -76,15 +76,26 @@ class TracedDaemon(Daemon):
             self.wait_for_log("agentd running", timeout)
         return self
 
+    def _signal_daemon(self, sig: int) -> None:
+        # strace, signalled itself, would detach and leave the daemon running: signal the child.
+        assert self.proc is not None
+        pid = self.proc.pid
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            os.kill(int(child), sig)
+
     def stop(self, timeout: float = 30.0) -> int:
-        """SIGTERM the daemon itself (strace would detach and leave it running), then wait."""
+        """SIGTERM the daemon, then wait for it (and strace)."""
         if self.prefix and self.proc is not None and self.proc.poll() is None:
-            pid = self.proc.pid
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            for child in children:
-                os.kill(int(child), signal.SIGTERM)
+            self._signal_daemon(signal.SIGTERM)
             return self.proc.wait(timeout)
         return super().stop(timeout)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            if self.prefix:
+                self._signal_daemon(signal.SIGKILL)
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def responder(body: dict[str, Any]) -> Any:
@@ -172,8 +183,9 @@ def run_pass(
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
             PYTHONPATH=f"{source}{os.pathsep}{REPO_ROOT}",
         )  # fmt: skip
-        daemon = TracedDaemon(tmp, env, prefix).start()
+        daemon = TracedDaemon(tmp, env, prefix)
         try:
+            daemon.start()
             reader = open_sync(daemon.db_path, readonly=True)
             for kind, chat in zip(KINDS, chats, strict=True):
                 run_turn(tg, reader, kind, chat, 0)  # warm-up, not counted
@@ -183,9 +195,7 @@ def run_pass(
             reader.close()
             daemon.stop()
         finally:
-            if daemon.proc is not None and daemon.proc.poll() is None:
-                daemon.proc.kill()
-                daemon.proc.wait(10)
+            daemon.kill()
     return windows
 
 
