@@ -143,6 +143,7 @@ class Step:
     - idempotent: no commit of its own; its row rides along with the instance's next commit.
       A crash before that runs it again, which such a step allows (reads, lookups).
     - `local(...)`: a database-only step; its effect and its row are one unsynced commit.
+    - sleep / wait_for_event: the deadline is a synced commit; waking and events are unsynced.
     """
 
     def __init__(
@@ -454,9 +455,10 @@ class Step:
         self._check_running()
         if record is None:
             wake = wake_at()
+            # Synced: the wake-up time is a promise (R-DUR-4) that must outlive a power loss.
             await self._write(
                 store.begin_step, self.instance_id, ordinal, name, "sleep", self.clock.now(),
-                wake_at=wake,
+                wake_at=wake, synced=True,
             )  # fmt: skip
         else:
             wake = record.wake_at or self.clock.now()
@@ -484,7 +486,7 @@ class Step:
             deadline = self.clock.now() + seconds
             await self._write(
                 store.begin_step, self.instance_id, ordinal, name, "wait", self.clock.now(),
-                wake_at=deadline,
+                wake_at=deadline, synced=True,
             )  # fmt: skip
         else:
             deadline = record.wake_at or self.clock.now()
