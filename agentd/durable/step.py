@@ -283,10 +283,10 @@ class Step:
                 if isinstance(exc, TimeoutError):
                     exc = TimeoutError(f"attempt timed out after {timeout}s")
                 error = self.engine.redact(_error_text(exc))
-                await self._record_failed_attempt(name, ordinal, attempt, delivery, now, error)
+                await self._record_attempt(name, ordinal, attempt, delivery, now, error=error)
                 self._log(name, attempt, started, "failed", error=error)
                 raise exc from None
-            await self._record_result(name, ordinal, attempt, delivery, now, encoded)
+            await self._record_attempt(name, ordinal, attempt, delivery, now, result=encoded)
             self._log(name, attempt, started, "complete")
             return encoded
 
@@ -361,38 +361,31 @@ class Step:
         self._log(name, attempt, started, "complete")
         return self._decode(encoded, adapter)
 
-    async def _record_result(
+    async def _record_attempt(
         self, name: str, ordinal: int, attempt: int, delivery: Delivery, started_at: float,
-        encoded: str,
+        *, result: str | None = None, error: str | None = None,
     ) -> None:  # fmt: skip
+        """Journal a finished attempt: a result (synced, as it follows an external effect; held
+        back if idempotent), or a failure (unsynced: losing it only hides a failed try)."""
         now = self.clock.now()
+        failed = error is not None
         if delivery == "at_most_once":
-            await self._write(self._complete, ordinal, attempt, encoded, synced=True)
+            if failed:
+                await self._write(
+                    store.end_attempt, self.instance_id, ordinal, attempt, now, "failed", error
+                )
+            else:
+                await self._write(self._complete, ordinal, attempt, result, synced=True)
             return
         row = partial(
             store.record_step, delivery=delivery, attempt=attempt, started_at=started_at,
-            now=now, result=encoded,
+            now=now, status="running" if failed else "complete",
+            outcome="failed" if failed else "complete", result=result, error=error,
         )  # fmt: skip
-        if delivery == "idempotent":
+        if delivery == "idempotent" and not failed:
             self.pending.add(row, self.instance_id, ordinal, name)
-        else:  # the effect happened outside: its result is on disk before we go on
-            await self._write(row, self.instance_id, ordinal, name, synced=True)
-
-    async def _record_failed_attempt(
-        self, name: str, ordinal: int, attempt: int, delivery: Delivery, started_at: float,
-        error: str,
-    ) -> None:  # fmt: skip
-        now = self.clock.now()
-        if delivery == "at_most_once":
-            await self._write(
-                store.end_attempt, self.instance_id, ordinal, attempt, now, "failed", error
-            )
-            return
-        await self._write(
-            partial(store.record_step, delivery=delivery, attempt=attempt, started_at=started_at,
-                    now=now, status="running", outcome="failed", error=error),
-            self.instance_id, ordinal, name,
-        )  # fmt: skip
+        else:
+            await self._write(row, self.instance_id, ordinal, name, synced=not failed)
 
     def _encode(self, name: str, value: Any) -> str:
         encoded = json.dumps(to_jsonable_python(value), ensure_ascii=False)
