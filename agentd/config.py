@@ -92,6 +92,9 @@ class LimitsConfig(_Section):
 
 class StorageConfig(_Section):
     path: str = "agentd.db"
+    # FULL: every acknowledged update is on disk. NORMAL trades that for fewer fsyncs: a power
+    # loss may undo the last commits, which Telegram was already told about.
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
 
 class EngineConfig(_Section):

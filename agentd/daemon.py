@@ -112,7 +112,7 @@ async def run(config: Config) -> int:
 
     bot = make_bot(config, on_uncertain=send_uncertain)
     llm = create_llm(config)
-    db = await Database.open(config.db_path)
+    db = await Database.open(config.db_path, synchronous=config.storage.synchronous)
     pid = os.getpid()
     runner_lock = lease.RunnerLock(config.db_path)
     try:

@@ -16,6 +16,10 @@ Rows (per synchronous mode):
   engine, M steps, N keys   the same with N distinct keys (chats), concurrency 8
   engine, M steps, log      the same as "M steps" with the daemon's INFO JSON logging to
                             /dev/null (the daemon logs one line per step)
+  engine, M idempotent      N × M `step.do(..., delivery="idempotent")`: rows held back and
+                            carried by the workflow's final commit
+  engine, M local           N × M `step.local(...)` inserting one row each: effect and
+                            journal row in one unsynced commit
 
 Usage: .venv/bin/python benchmarks/engine_overhead.py [-n 200] [-m 10] [--repeat 3]
        [--sync FULL,NORMAL] [--dir DIR] [--profile]
@@ -59,6 +63,7 @@ LOOP_CPU: list[float] = []
 
 class BenchIn(BaseModel):
     steps: int
+    mode: str = "do"  # do | idempotent | local
 
 
 class BenchOut(BaseModel):
@@ -73,8 +78,18 @@ async def trivial(i: int) -> int:
 async def bench_wf(step: Step, inp: BenchIn) -> BenchOut:
     total = 0
     for i in range(inp.steps):
-        total += await step.do(f"s#{i}", trivial, i)
+        if inp.mode == "local":
+            total += await step.local(f"s#{i}", local_insert, step.instance_id, i)
+        elif inp.mode == "idempotent":
+            total += await step.do(f"s#{i}", trivial, i, delivery="idempotent")
+        else:
+            total += await step.do(f"s#{i}", trivial, i)
     return BenchOut(total=total)
+
+
+def local_insert(conn: object, instance: str, i: int) -> int:
+    conn.execute(RAW_INSERT, (instance, i, f"s#{i}", str(i), time.time()))  # type: ignore[attr-defined]
+    return i
 
 
 class Run:
@@ -147,10 +162,11 @@ async def database_write(path: Path, sync: str, steps: int) -> float:
 
 
 async def engine_run(
-    path: Path, sync: str, n: int, m: int, *, distinct_keys: bool, concurrency: int = 8
-) -> float:
-    db = await Database.open(path)
-    await db.read(_set_sync, sync)
+    path: Path, sync: str, n: int, m: int, *, distinct_keys: bool, concurrency: int = 8,
+    mode: str = "do",
+) -> float:  # fmt: skip
+    db = await Database.open(path, synchronous=sync)
+    await db.write(lambda c: c.execute(RAW_TABLE))
     engine = Engine(db, clock=SystemClock(), concurrency=concurrency, poll_interval=3600)
     engine.register(bench_wf)
     await engine.run()
@@ -161,7 +177,7 @@ async def engine_run(
     started, cpu = time.perf_counter(), time.thread_time()
     for i in range(n):
         key = f"chat-{i}" if distinct_keys else "chat"
-        await engine.start("bench", BenchIn(steps=m), instance_id=f"wf-{i}", key=key)
+        await engine.start("bench", BenchIn(steps=m, mode=mode), instance_id=f"wf-{i}", key=key)
     await engine.wait_idle(600)
     elapsed = time.perf_counter() - started
     LOOP_CPU.append(time.thread_time() - cpu)
@@ -209,7 +225,20 @@ async def measure(root: Path, sync: str, n: int, m: int, repeat: int) -> dict[st
     run = Run(root, sync)
     steps = n * m
     times: dict[str, list[float]] = {
-        k: [] for k in ("raw_sync", "raw_aio", "db_write", "t0", "tm", "tk", "tl", "cpu0", "cpum")
+        k: []
+        for k in (
+            "raw_sync",
+            "raw_aio",
+            "db_write",
+            "t0",
+            "tm",
+            "tk",
+            "tl",
+            "ti",
+            "tc",
+            "cpu0",
+            "cpum",
+        )
     }
     for _ in range(repeat):
         times["raw_sync"].append(raw_sync(run.path(), sync, steps))
@@ -222,6 +251,10 @@ async def measure(root: Path, sync: str, n: int, m: int, repeat: int) -> dict[st
         times["tk"].append(await engine_run(run.path(), sync, n, m, distinct_keys=True))
         with daemon_logging():
             times["tl"].append(await engine_run(run.path(), sync, n, m, distinct_keys=False))
+        for key, mode in (("ti", "idempotent"), ("tc", "local")):
+            times[key].append(
+                await engine_run(run.path(), sync, n, m, distinct_keys=False, mode=mode)
+            )
     med = {k: statistics.median(v) for k, v in times.items()}
     t0 = med["t0"]
     return {
@@ -237,6 +270,8 @@ async def measure(root: Path, sync: str, n: int, m: int, repeat: int) -> dict[st
         "step_all_in": med["tm"] / steps,
         "step_keys": (med["tk"] - t0) / steps,
         "step_log": (med["tl"] - t0) / steps,
+        "step_idem": (med["ti"] - t0) / steps,
+        "step_local": (med["tc"] - t0) / steps,
         "wf_total": med["tm"] / n,
         "cpu_wf": med["cpu0"] / n,
         "cpu_step": (med["cpum"] - med["cpu0"]) / steps,
@@ -258,9 +293,7 @@ def report(sync: str, n: int, m: int, r: dict[str, float]) -> None:
         f"   ratio vs raw aiosqlite {r['step'] / raw:5.2f}×"
         f"   (runs {r['step_min'] * 1e6:.0f}–{r['step_max'] * 1e6:.0f} µs)"
     )
-    print(
-        f"    beyond its 2 commits (− 2 × Database.write) {us(r['step'] - 2 * r['db_write'])}/step"
-    )
+    print(f"    beyond its 1 commit (− 1 × Database.write)  {us(r['step'] - r['db_write'])}/step")
     print(
         f"    of which event-loop thread CPU          {us(r['cpu_step'])}/step"
         f"   ({us(r['cpu_wf']).strip()}/workflow)"
@@ -276,6 +309,14 @@ def report(sync: str, n: int, m: int, r: dict[str, float]) -> None:
     print(
         f"  engine: per step.do, INFO JSON logging    {us(r['step_log'])}/step"
         f"   ratio {r['step_log'] / raw:5.2f}×"
+    )
+    print(
+        f"  engine: per idempotent step.do            {us(r['step_idem'])}/step"
+        f"   ratio {r['step_idem'] / raw:5.2f}×"
+    )
+    print(
+        f"  engine: per step.local (1 INSERT)         {us(r['step_local'])}/step"
+        f"   ratio {r['step_local'] / raw:5.2f}×"
     )
 
 
@@ -317,8 +358,10 @@ async def main() -> None:
             r = await measure(root, sync, args.workflows, args.steps, args.repeat)
             report(sync, args.workflows, args.steps, r)
         print(
-            "\nEngine per step.do = 2 commits (begin step + attempt; finish attempt + step);"
-            "\nper workflow = 3 commits (start, mark running, finish) + 2 reads."
+            "\nEngine per step.do (at least once) = 1 synced commit (result + step + attempt);"
+            "\nper idempotent step.do = no commit of its own (carried by the next one);"
+            "\nper step.local = 1 unsynced commit (effect + step + attempt);"
+            "\nper workflow = 1 synced commit (start), 2 unsynced (running, finish), 2 reads."
             "\nBar (DESIGN.md): DBOS / LangGraph spend 3–5 ms per step on SQLite."
         )
         if args.profile:

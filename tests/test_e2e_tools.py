@@ -310,17 +310,25 @@ def test_step_limit_still_answers(tmp_path: Path) -> None:
             assert daemon.effects() == ["count_words a"]  # the last requested tool never ran
 
 
-def test_restart_while_waiting_then_approve(tmp_path: Path) -> None:
+@pytest.mark.parametrize("crash", [False, True], ids=["sigterm", "kill-9"])
+def test_restart_while_waiting_then_approve(tmp_path: Path, crash: bool) -> None:
+    """The approval row and the wait step survive a stop, and a kill -9 (they are unsynced
+    commits: in the OS page cache once COMMIT returns)."""
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         env = tool_env(tmp_path, tg, llm, AGENTD_TOOLS__APPROVAL_TIMEOUT="300")
         llm.enqueue_tool_use("delete_file", {"path": "/r"}, "toolu_r1")
         llm.enqueue_text("Deleted after the restart.")
-        daemon = Daemon(tmp_path, env).start()
+        daemon = Daemon(tmp_path, env)
         try:
+            daemon.start()
             tg.add_message(100, 100, "delete /r")
             request = tg.wait_until(lambda: next((m for m in tg.sent if m["reply_markup"]), None),
                                     20, "approval")  # fmt: skip
-            assert daemon.stop() == 0
+            daemon.wait_for_instances(1, status="waiting")
+            if crash:
+                daemon.kill9()
+            else:
+                assert daemon.stop() == 0
             daemon.start()
             buttons = request["reply_markup"]["inline_keyboard"][0]
             tg.add_callback_query(100, 100, request["message_id"], buttons[0]["callback_data"])
@@ -329,6 +337,7 @@ def test_restart_while_waiting_then_approve(tmp_path: Path) -> None:
             assert daemon.effects() == ["delete_file /r"]
             assert len(daemon.query("SELECT * FROM approvals")) == 1
             assert len([m for m in tg.sent if m["reply_markup"]]) == 1  # asked once, not twice
+            assert len(daemon.query("SELECT * FROM messages WHERE role = 'user'")) == 1
         finally:
             daemon.stop()
 
@@ -350,5 +359,16 @@ def test_kill_9_after_a_tool_ran_does_not_run_it_again(tmp_path: Path) -> None:
             tg.wait_for_sent(1, timeout=20)
             assert tg.sent[-1]["plain_text"] == "Two words."
             assert daemon.effects() == ["count_words x y"]
+            daemon.wait_for_instances(1)
+            # The kill fell after the folded writes (route's held row went with the tool's
+            # result, the audit row with its own step): none of them was written twice.
+            audits = daemon.query("SELECT kind FROM audit WHERE kind = 'tool_call'")
+            assert len(audits) == 1
+            steps = daemon.query("SELECT name FROM workflow_steps ORDER BY ordinal")
+            names = [r[0] for r in steps]
+            assert names[names.index("llm#1") :] == [
+                "llm#1", "route:toolu_k1", "tool:toolu_k1", "audit:toolu_k1", "llm#2", "send#1",
+                "save-reply", "audit", "schedule-summary",
+            ]  # fmt: skip
         finally:
             daemon.stop()

@@ -167,8 +167,9 @@ def test_kill_9_while_the_llm_thinks_then_restart(
             ("rate-check", 1, "complete"),
             ("load-history", 1, "complete"),
             ("recall", 1, "complete"),
-            ("llm#1", 1, "running"),  # interrupted by kill -9
-            ("llm#1", 2, "complete"),
+            # The kill -9 interrupted attempt 1: an at-least-once step journals nothing before
+            # its call (R-DUR-7 asks that only of at-most-once), so the re-run is attempt 1.
+            ("llm#1", 1, "complete"),
             ("send#1", 1, "complete"),
             ("save-reply", 1, "complete"),
             ("audit", 1, "complete"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
@@ -122,8 +122,8 @@ async def run_tool(
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
 
-async def create_approval(
-    deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
+def create_approval(
+    conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
     approval = Approval(
@@ -141,15 +141,12 @@ async def create_approval(
         expires_at=now + deps.config.tools.approval_timeout,
     )
 
-    def write(conn: object) -> Approval:
-        stored = approvals.create(conn, approval)
-        audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
-                     instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
-                     detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
-                             "args_digest": stored.args_digest})  # fmt: skip
-        return stored
-
-    return await deps.db.write(write)
+    stored = approvals.create(conn, approval)
+    audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
+                 instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
+                 detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
+                         "args_digest": stored.args_digest})  # fmt: skip
+    return stored
 
 
 def _approval_text(approval: Approval, timeout: float) -> str:
@@ -233,19 +230,17 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
             log.info("could not withdraw the approval request", extra={"error": type(exc).__name__})
 
 
-async def write_tool_audit(
-    deps: TurnDeps, inp: TurnInput, instance_id: str, tool: Route, use: ToolUseBlock,
+def write_tool_audit(
+    conn: Any, inp: TurnInput, instance_id: str, tool: Route, use: ToolUseBlock,
     outcome: ToolOutcome, decision: str, decided_by: str | None,
 ) -> None:  # fmt: skip
-    await deps.db.write(
-        lambda conn: audit.record(
-            conn, "tool_call", chat_id=inp.chat_id, user_id=inp.user_id, instance_id=instance_id,
-            source_key=f"{instance_id}:tool:{use.id}",
-            detail={"tool": tool.name, "risk": tool.risk, "source": tool.source,
-                    "args_digest": args_digest(use.input), "decision": decision,
-                    "decided_by": decided_by, "ok": outcome.ok, "error_kind": outcome.error_kind,
-                    "duration_ms": outcome.duration_ms},
-        )
+    audit.record(
+        conn, "tool_call", chat_id=inp.chat_id, user_id=inp.user_id, instance_id=instance_id,
+        source_key=f"{instance_id}:tool:{use.id}",
+        detail={"tool": tool.name, "risk": tool.risk, "source": tool.source,
+                "args_digest": args_digest(use.input), "decision": decision,
+                "decided_by": decided_by, "ok": outcome.ok, "error_kind": outcome.error_kind,
+                "duration_ms": outcome.duration_ms},
     )  # fmt: skip
 
 
@@ -255,7 +250,7 @@ async def write_tool_audit(
 async def _approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
-    approval = await step.do(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
+    approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
     message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval)
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
@@ -291,7 +286,7 @@ async def handle_tool_use(
 ) -> tuple[ToolOutcome, Route]:
     """One tool_use block → its outcome, through validation, the risk policy and the journal."""
     iid = step.instance_id
-    route = await step.do(f"route:{use.id}", route_tool, deps, use)
+    route = await step.do(f"route:{use.id}", route_tool, deps, use, delivery="idempotent")
     if route.problem is not None:
         return route.problem, route  # unknown tool or invalid arguments: no approval asked
     decision, by = "auto", None
@@ -300,8 +295,8 @@ async def handle_tool_use(
         decision, by = verdict.status, verdict.by
         if verdict.status != "approved":
             outcome = _refusal(route, verdict, deps.config.tools.approval_timeout)
-            await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, route, use,
-                          outcome, decision, by)  # fmt: skip
+            await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use,
+                             outcome, decision, by)  # fmt: skip
             return outcome, route
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
@@ -310,8 +305,8 @@ async def handle_tool_use(
             outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
     else:
         outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
-    await step.do(f"audit:{use.id}", write_tool_audit, deps, inp, iid, route, use, outcome,
-                  decision, by)  # fmt: skip
+    await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,
+                     decision, by)  # fmt: skip
     return outcome, route
 
 
@@ -359,7 +354,8 @@ async def call_llm(
                                 deps.config.telegram.stream_interval)  # fmt: skip
     async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
         response = await deps.llm.complete(req, on_text=on_text)
-    await deps.db.write(
+    # Unsynced: the step's synced result commit, just after, carries it to disk.
+    await deps.db.write_unsynced(
         usage.record, response.usage, model=response.model, purpose="turn",
         chat_id=inp.chat_id, instance_id=instance_id, step=step_name, attempt=response.attempt,
     )  # fmt: skip

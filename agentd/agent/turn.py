@@ -114,8 +114,8 @@ def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
 # -- step functions: each does one external thing and returns JSON-able data ---------------
 
 
-async def save_user_message(
-    deps: TurnDeps, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str]
+def save_user_message(
+    conn: Any, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str]
 ) -> int:
     meta: dict[str, Any] = {"telegram_message_id": inp.message_id, "kind": inp.kind}
     if inp.reply_to:
@@ -123,12 +123,10 @@ async def save_user_message(
     if images:
         meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
     content = "\n".join([_user_content(inp), *notes]).strip()
-    return await deps.db.write(
-        lambda conn: history.save_message(
-            conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
-            source_key=f"{instance_id}:user", instance_id=instance_id,
-            telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
-        )
+    return history.save_message(
+        conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
+        source_key=f"{instance_id}:user", instance_id=instance_id,
+        telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
     )  # fmt: skip
 
 
@@ -208,38 +206,34 @@ async def send_chunk(
         raise NonRetryable(str(exc)) from None
 
 
-async def save_reply(
-    deps: TurnDeps, inp: TurnInput, instance_id: str, text: str, ids: list[int], outcome: str
+def save_reply(
+    conn: Any, inp: TurnInput, instance_id: str, text: str, ids: list[int], outcome: str
 ) -> int:
-    return await deps.db.write(
-        lambda conn: history.save_message(
-            conn,
-            chat_id=inp.chat_id,
-            user_id=None,
-            role="assistant",
-            content=text,
-            # Per outcome: after `workflows retry`, the real answer is stored beside the apology.
-            source_key=f"{instance_id}:assistant:{outcome}",
-            instance_id=instance_id,
-            telegram_message_ids=ids,
-            meta={"outcome": outcome},
-        )
+    return history.save_message(
+        conn,
+        chat_id=inp.chat_id,
+        user_id=None,
+        role="assistant",
+        content=text,
+        # Per outcome: after `workflows retry`, the real answer is stored beside the apology.
+        source_key=f"{instance_id}:assistant:{outcome}",
+        instance_id=instance_id,
+        telegram_message_ids=ids,
+        meta={"outcome": outcome},
     )
 
 
-async def write_audit(
-    deps: TurnDeps, inp: TurnInput, instance_id: str, kind: str, detail: dict[str, object]
+def write_audit(
+    conn: Any, inp: TurnInput, instance_id: str, kind: str, detail: dict[str, object]
 ) -> None:
-    await deps.db.write(
-        lambda conn: audit.record(
-            conn,
-            kind,
-            chat_id=inp.chat_id,
-            user_id=inp.user_id,
-            instance_id=instance_id,
-            detail=detail,
-            source_key=f"{instance_id}:{kind}",
-        )
+    audit.record(
+        conn,
+        kind,
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
+        detail=detail,
+        source_key=f"{instance_id}:{kind}",
     )
 
 
@@ -309,8 +303,8 @@ async def record_reply(
 ) -> None:  # fmt: skip
     """The last two steps of every turn: the answer into history, the turn into the audit."""
     iid = step.instance_id
-    await step.do("save-reply", save_reply, deps, inp, iid, text, ids, outcome)
-    await step.do("audit", write_audit, deps, inp, iid, kind, {"outcome": outcome, **detail})
+    await step.local("save-reply", save_reply, inp, iid, text, ids, outcome)
+    await step.local("audit", write_audit, inp, iid, kind, {"outcome": outcome, **detail})
 
 
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
@@ -319,18 +313,18 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
         started = time.perf_counter()
         iid = step.instance_id
         images, notes = await look_at_images(step, deps, inp)
-        user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid, images, notes)
+        user_msg_id = await step.local("save-user", save_user_message, inp, iid, images, notes)
         if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
             kind = inp.unsupported_kind or inp.kind
             text = unsupported_reply(kind)
             ids = await send_reply(step, deps, inp, text, "send")
             await record_reply(step, deps, inp, text, ids, "unsupported", "turn", {"kind": kind})
             return TurnOutput(reply_message_ids=ids, outcome="unsupported")
-        verdict = await step.do("rate-check", rate_check, deps, inp)
+        verdict = await step.do("rate-check", rate_check, deps, inp, delivery="idempotent")
         if not verdict.allowed:
             if not verdict.notify:  # told once already in this window: stay quiet
-                await step.do("audit", write_audit, deps, inp, iid, "rate_limited",
-                              {"limit": verdict.limit, "notified": False})  # fmt: skip
+                await step.local("audit", write_audit, inp, iid, "rate_limited",
+                                 {"limit": verdict.limit, "notified": False})  # fmt: skip
                 return TurnOutput(outcome="rate_limited")
             text = ratelimit.notice(verdict.limit)
             ids = await send_reply(step, deps, inp, text, "send")
@@ -338,10 +332,11 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                                {"limit": verdict.limit, "notified": True})  # fmt: skip
             return TurnOutput(reply_message_ids=ids, outcome="rate_limited")
         try:
-            past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id)
+            past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id,
+                                 delivery="idempotent")  # fmt: skip
             messages = to_llm_messages(past, _current_message(inp, notes))
             try:
-                recall = await step.do("recall", recall_memories, deps, inp)
+                recall = await step.do("recall", recall_memories, deps, inp, delivery="idempotent")
             except StepFailed:
                 recall = Recall()  # an embedder outage must not cost the user their answer
             result = await agent_loop(step, deps, inp, messages, recall)
@@ -362,7 +357,8 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
         await record_reply(step, deps, inp, answer, ids, result.outcome, "turn",
                            {"llm_calls": result.calls, "chunks": len(ids),
                             "duration_ms": duration})  # fmt: skip
-        await step.do("schedule-summary", schedule_summary, deps, inp)
+        # Idempotent: the summary's instance id is derived from the history it covers.
+        await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")
         return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 
     return turn

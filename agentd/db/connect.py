@@ -47,7 +47,7 @@ def _vec0_path() -> str:
     return str(Path(next(iter(spec.submodule_search_locations))) / "vec0")
 
 
-def open_sync(path: str | Path, *, readonly: bool = False) -> Any:
+def open_sync(path: str | Path, *, readonly: bool = False, synchronous: str = "FULL") -> Any:
     """A configured sqlite3-compatible connection with sqlite-vec loaded (autocommit mode)."""
     module = _sqlite_module()
     path = Path(path)
@@ -76,6 +76,7 @@ def open_sync(path: str | Path, *, readonly: bool = False) -> Any:
     conn.execute("PRAGMA foreign_keys = ON")
     if not readonly:
         conn.execute("PRAGMA journal_mode = WAL")
-        # FULL: a commit survives power loss too, since Telegram is acknowledged right after it.
-        conn.execute("PRAGMA synchronous = FULL")
+        # FULL by default: a commit survives power loss too, since Telegram is acknowledged
+        # right after it. The caller validated the level (Database.open, StorageConfig).
+        conn.execute(f"PRAGMA synchronous = {synchronous}")
     return conn

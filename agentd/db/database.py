@@ -19,6 +19,9 @@ Params = Sequence[Any] | dict[str, Any]
 Conn = Any  # a sqlite3.Connection or sqlean's equivalent; both have the same API
 
 
+SYNCHRONOUS_LEVELS = ("FULL", "NORMAL")
+
+
 def _in_transaction(conn: Conn, fn: Callable[..., T], *args: Any) -> T:
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -33,6 +36,15 @@ def _in_transaction(conn: Conn, fn: Callable[..., T], *args: Any) -> T:
     return result
 
 
+def _unsynced(conn: Conn, restore: str, fn: Callable[..., T], *args: Any) -> T:
+    # synchronous can only change outside a transaction; it applies to the next COMMIT.
+    conn.execute("PRAGMA synchronous = NORMAL")
+    try:
+        return _in_transaction(conn, fn, *args)
+    finally:
+        conn.execute(f"PRAGMA synchronous = {restore}")
+
+
 class Database:
     """One aiosqlite connection; each read or write is one function run on its thread.
 
@@ -40,14 +52,23 @@ class Database:
     thread hop and can never interleave with another coroutine's statements.
     """
 
-    def __init__(self, conn: aiosqlite.Connection, path: Path) -> None:
+    def __init__(self, conn: aiosqlite.Connection, path: Path, synchronous: str = "FULL") -> None:
         self._conn = conn
         self._lock = asyncio.Lock()
         self.path = path
+        self.synchronous = synchronous
 
     @classmethod
-    async def open(cls, path: str | Path) -> Database:
-        """Open (creating it 0600 if needed), load sqlite-vec and apply pending migrations."""
+    async def open(cls, path: str | Path, *, synchronous: str = "FULL") -> Database:
+        """Open (creating it 0600 if needed), load sqlite-vec and apply pending migrations.
+
+        `synchronous` is the level of every `write` (FULL: each commit is on disk before it
+        returns); `write_unsynced` commits at NORMAL whatever it is.
+        """
+        if synchronous not in SYNCHRONOUS_LEVELS:
+            raise DatabaseError(
+                f"synchronous must be one of {SYNCHRONOUS_LEVELS}, not {synchronous!r}"
+            )
         path = Path(path)
         try:
             # Open once in a plain thread first: a failure inside aiosqlite's own worker thread
@@ -58,9 +79,9 @@ class Database:
                 f"cannot open the database {path}: {exc}; check storage.path and that this "
                 "user may write to its folder"
             ) from None
-        conn = aiosqlite.Connection(lambda: open_sync(path), 64)
+        conn = aiosqlite.Connection(lambda: open_sync(path, synchronous=synchronous), 64)
         await conn
-        db = cls(conn, path)
+        db = cls(conn, path, synchronous)
         await db._call(apply_migrations)
         return db
 
@@ -77,6 +98,20 @@ class Database:
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises)."""
         return await self._call(_in_transaction, partial(fn, **kwargs) if kwargs else fn, *args)
+
+    async def write_unsynced(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Like `write`, but COMMIT does not wait for fsync (synchronous=NORMAL for this one).
+
+        In WAL mode such a commit survives a crash of this process at once (it is in the OS
+        page cache); only a power loss or kernel crash before the next synced commit of this
+        database can undo it, and then it is undone together with every commit after it (the
+        WAL is replayed up to its first torn frame). So it suits writes that are safe to redo:
+        journal rows whose loss makes the engine run the step again.
+        """
+        target = partial(fn, **kwargs) if kwargs else fn
+        if self.synchronous == "NORMAL":
+            return await self._call(_in_transaction, target, *args)
+        return await self._call(_unsynced, self.synchronous, target, *args)
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) outside a write transaction."""

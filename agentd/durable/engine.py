@@ -29,6 +29,7 @@ from agentd.durable.errors import (
     Suspended,
     WorkflowNotFound,
 )
+from agentd.durable.host import Limits
 from agentd.durable.step import Step
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741
@@ -36,13 +37,6 @@ O = TypeVar("O", bound=BaseModel)  # noqa: E741
 T = TypeVar("T")
 log = logging.getLogger("agentd.durable")
 RECONCILE_EVERY = 10
-
-
-@dataclass(frozen=True)
-class Limits:
-    max_step_result_bytes: int = 1024 * 1024
-    max_steps_per_instance: int = 1024
-    max_input_bytes: int = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -241,12 +235,22 @@ class Engine:
         finally:
             self._runners.pop(key, None)
 
-    async def _finish(self, instance_id: str, status: str, **fields: Any) -> None:
+    async def _finish(
+        self, instance_id: str, status: str, step: Step | None = None, **fields: Any
+    ) -> None:
+        """Record the final status, with the rows the instance's steps still hold back.
+
+        Unsynced: losing it to a power loss only makes the instance replay its journal.
+        """
         if self.stopping and status != "complete" and status != "errored":
             return
         if fields.get("error"):
             fields["error"] = self.redact(fields["error"])
-        await self.db.write(store.set_status, instance_id, status, self.clock.now(), **fields)
+        args = (store.set_status, instance_id, status, self.clock.now())
+        if step is None:
+            await self.db.write_unsynced(*args, **fields)
+        else:
+            await step.pending.write(self.db.write_unsynced, *args, **fields)
         if self._on_finish is not None and status != "complete":
             try:
                 await self._on_finish(await self.db.read(store.get_instance, instance_id))
@@ -270,7 +274,7 @@ class Engine:
         started = time.perf_counter()
         self._keys[inst.id] = inst.key
         try:
-            if not await self.db.write(store.mark_running, inst.id, self.clock.now()):
+            if not await self.db.write_unsynced(store.mark_running, inst.id, self.clock.now()):
                 current = await self.db.read(store.get_instance, inst.id)
                 if current.status not in store.FINAL_STATUSES:
                     await self._finish(inst.id, "cancelled", error="cancelled by request")
@@ -286,7 +290,7 @@ class Engine:
             )  # fmt: skip
             task = asyncio.create_task(wf.fn(step, inp), name=f"wf:{inst.id}")
             self._tasks[inst.id] = task
-            await self._await_instance(inst, wf, task, started)
+            await self._await_instance(inst, wf, task, step, started)
         finally:
             self._release(inst.id)
             self._tasks.pop(inst.id, None)
@@ -296,7 +300,7 @@ class Engine:
 
     async def _await_instance(
         self, inst: store.InstanceRecord, wf: Workflow[Any, Any], task: asyncio.Task[Any],
-        started: float,
+        step: Step, started: float,
     ) -> None:  # fmt: skip
         extra = {"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow}
         try:
@@ -309,13 +313,15 @@ class Engine:
             if current is not None and current.cancelling():
                 raise
             if inst.id in self._cancelling:
-                await self._finish(inst.id, "cancelled", error="cancelled by request")
+                await self._finish(
+                    inst.id, step=step, status="cancelled", error="cancelled by request"
+                )
                 log.info("workflow cancelled", extra=extra)
             elif not self.stopping:
                 # Nobody cancelled it: its own code raised CancelledError. Running it again
                 # would loop forever, so it ends here, visibly.
                 await self._finish(
-                    inst.id, "errored", error="the workflow was cancelled from inside"
+                    inst.id, "errored", step, error="the workflow was cancelled from inside"
                 )
                 log.warning("workflow errored", extra={**extra, "error": "CancelledError"})
             return  # shutdown: the instance stays open and resumes at the next start
@@ -324,12 +330,12 @@ class Engine:
             return
         except (DivergenceError, LimitExceeded, Exception) as exc:
             error = f"{type(exc).__name__}: {exc}"
-            await self._finish(inst.id, "errored", error=error[:4000])
+            await self._finish(inst.id, step=step, status="errored", error=error[:4000])
             log.warning("workflow errored", extra={**extra, "error": error[:500]})
             if not isinstance(exc, DivergenceError | LimitExceeded):
                 log.debug("workflow traceback", exc_info=exc, extra=extra)
             return
-        await self._finish(inst.id, "complete", output=output.model_dump_json())
+        await self._finish(inst.id, step=step, status="complete", output=output.model_dump_json())
         log.info(
             "workflow complete",
             extra={**extra, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},
@@ -360,17 +366,20 @@ class Engine:
         waiting_for: str | None = None,
     ) -> AsyncIterator[None]:
         """Mark the instance sleeping/waiting and free its slot while the body awaits."""
-        await self.db.write(
+        await self.db.write_unsynced(
             store.set_status, instance_id, status, self.clock.now(),
             wake_at=wake_at, waiting_for=waiting_for,
         )  # fmt: skip
         self._release(instance_id)
         yield
         await self._acquire(instance_id)
-        await self.db.write(store.set_status, instance_id, "running", self.clock.now())
+        await self.db.write_unsynced(store.set_status, instance_id, "running", self.clock.now())
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self.db.write(fn, *args, **kwargs)
+
+    async def write_unsynced(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self.db.write_unsynced(fn, *args, **kwargs)
 
     # -- cross-process work and shutdown --------------------------------------------------
 

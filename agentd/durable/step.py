@@ -12,7 +12,8 @@ import typing
 import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from functools import partial
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_jsonable_python
@@ -36,12 +37,11 @@ from agentd.durable.errors import (
     StepFailed,
     Suspended,
 )
-
-if TYPE_CHECKING:
-    from agentd.durable.engine import Engine
+from agentd.durable.host import StepHost
+from agentd.durable.pending import Pending
 
 T = TypeVar("T")
-Delivery = Literal["at_least_once", "at_most_once"]
+Delivery = Literal["at_least_once", "at_most_once", "idempotent"]
 log = logging.getLogger("agentd.durable")
 
 
@@ -132,17 +132,30 @@ def _error_text(exc: BaseException) -> str:
 
 
 class Step:
-    """Journaled steps of one workflow instance run; created by the engine for every (re)run."""
+    """Journaled steps of one workflow instance run; created by the engine for every (re)run.
+
+    What each kind of step commits (R-DUR-7; "unsynced" = survives kill -9 at once, and a power
+    loss from the next synced commit on):
+
+    - at_least_once (default): one synced commit after the call, with its result. A crash
+      during the call leaves no row; the step runs again.
+    - at_most_once: a synced commit of the attempt before the call, another after it.
+    - idempotent: no commit of its own; its row rides along with the instance's next commit.
+      A crash before that runs it again, which such a step allows (reads, lookups).
+    - `local(...)`: a database-only step; its effect and its row are one unsynced commit.
+    - sleep / wait_for_event: the deadline is a synced commit; waking and events are unsynced.
+    """
 
     def __init__(
         self,
-        engine: Engine,
+        engine: StepHost,
         instance_id: str,
         journal: dict[int, store.StepRecord],
         attempts: list[store.AttemptRecord],
     ) -> None:
         self.engine = engine
         self.instance_id = instance_id
+        self.pending = Pending()
         self._journal = journal
         self._open_attempts = {a.ordinal for a in attempts if a.outcome == "running"}
         self._attempt_counts: dict[int, int] = {}
@@ -180,6 +193,33 @@ class Step:
         if self.engine.stopping:
             raise Suspended()
 
+    async def _write(
+        self, fn: Callable[..., T], *args: Any, synced: bool = False, **kwargs: Any
+    ) -> T:
+        """One transaction of this instance, carrying the rows held back until now."""
+        write = self.engine.write if synced else self.engine.write_unsynced
+        return await self.pending.write(write, fn, *args, **kwargs)
+
+    def _replayed(self, name: str, ordinal: int, record: store.StepRecord | None) -> bool:
+        """Whether the journal already settles this step (then `_replay` gives its outcome)."""
+        if record is None:
+            return False
+        if record.status in ("complete", "failed", "unknown"):
+            return True
+        return record.delivery == "at_most_once" and ordinal in self._open_attempts
+
+    async def _replay(
+        self, name: str, ordinal: int, record: store.StepRecord, adapter: TypeAdapter[Any] | None
+    ) -> Any:
+        if record.status == "complete":
+            return self._decode(record.result, adapter)
+        if record.status == "failed":
+            error_type, _, message = (record.error or "Error: ").partition(": ")
+            raise StepFailed(name, error_type, message)
+        if record.status == "running":  # an at-most-once attempt the crash interrupted
+            await self._write(self._mark_unknown, ordinal, synced=True)
+        raise OutcomeUnknown(name)
+
     async def do(
         self,
         name: str,
@@ -193,38 +233,29 @@ class Step:
         """Run fn(*args) once for this instance and journal its JSON result; replays return it."""
         ordinal, record = self._next(name, "do")
         adapter = _result_adapter(fn, result_type)
-        if record is not None:
-            if record.status == "complete":
-                return self._decode(record.result, adapter)
-            if record.status == "failed":
-                error_type, _, message = (record.error or "Error: ").partition(": ")
-                raise StepFailed(name, error_type, message)
-            if record.status == "unknown":
-                raise OutcomeUnknown(name)
-            if record.delivery == "at_most_once" and ordinal in self._open_attempts:
-                await self.engine.write(self._mark_unknown, ordinal)
-                raise OutcomeUnknown(name)
+        if self._replayed(name, ordinal, record):
+            return await self._replay(name, ordinal, record, adapter)  # type: ignore[arg-type]
         self._check_running()
         policy = retry or NO_RETRY
-        first_attempt = self._attempt_counts.get(ordinal, 0) + 1
-        counter = {"attempt": first_attempt - 1}
-        db_started = record is not None
+        counter = {"attempt": self._attempt_counts.get(ordinal, 0)}
+        # Only an at-most-once step has a row before its effect (R-DUR-7).
+        begun = {"row": record is not None and delivery == "at_most_once"}
 
         async def attempt_once() -> Any:
             counter["attempt"] += 1
             attempt = counter["attempt"]
             now = self.clock.now()
-            nonlocal db_started
-            if not db_started:
-                await self.engine.write(
-                    store.begin_step, self.instance_id, ordinal, name, "do", now,
-                    delivery=delivery, attempt=attempt,
-                )  # fmt: skip
-                db_started = True
-            else:
-                await self.engine.write(
-                    store.begin_attempt, self.instance_id, ordinal, attempt, now
-                )
+            if delivery == "at_most_once":
+                if begun["row"]:
+                    await self._write(
+                        store.begin_attempt, self.instance_id, ordinal, attempt, now, synced=True
+                    )
+                else:
+                    await self._write(
+                        partial(store.begin_step, delivery=delivery, attempt=attempt),
+                        self.instance_id, ordinal, name, "do", now, synced=True,
+                    )  # fmt: skip
+                    begun["row"] = True
             started = time.perf_counter()
             try:
                 if timeout is not None:
@@ -252,13 +283,10 @@ class Step:
                 if isinstance(exc, TimeoutError):
                     exc = TimeoutError(f"attempt timed out after {timeout}s")
                 error = self.engine.redact(_error_text(exc))
-                await self.engine.write(
-                    store.end_attempt, self.instance_id, ordinal, attempt, self.clock.now(),
-                    "failed", error,
-                )  # fmt: skip
+                await self._record_attempt(name, ordinal, attempt, delivery, now, error=error)
                 self._log(name, attempt, started, "failed", error=error)
                 raise exc from None
-            await self.engine.write(self._complete, ordinal, attempt, encoded)
+            await self._record_attempt(name, ordinal, attempt, delivery, now, result=encoded)
             self._log(name, attempt, started, "complete")
             return encoded
 
@@ -280,14 +308,84 @@ class Step:
         except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
             raise StepFailed(name, "RetryError", str(exc)) from exc
         except Exception as exc:
-            error = self.engine.redact(_error_text(exc))
-            await self.engine.write(
+            await self._write(
                 store.finish_step, self.instance_id, ordinal, self.clock.now(),
-                status="failed", error=error,
+                status="failed", error=self.engine.redact(_error_text(exc)),
             )  # fmt: skip
             raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
         # Return what a replay would return, so the first run and every resume see the same.
         return self._decode(encoded, adapter)
+
+    async def local(
+        self, name: str, fn: Callable[..., T], *args: Any, result_type: Any = None
+    ) -> T:
+        """Run the database-only fn(conn, *args) in the transaction that journals it.
+
+        Effect and record commit together (unsynced, with any held rows), so a crash leaves
+        both or neither, and the step never runs twice. An exception rolls the effect back and
+        fails the step.
+        """
+        ordinal, record = self._next(name, "do")
+        adapter = _result_adapter(fn, result_type)
+        if self._replayed(name, ordinal, record):
+            return await self._replay(name, ordinal, record, adapter)  # type: ignore[arg-type]
+        self._check_running()
+        attempt = self._attempt_counts.get(ordinal, 0) + 1
+        now, started = self.clock.now(), time.perf_counter()
+
+        def transaction(conn: Any) -> str:
+            value = fn(conn, *args)
+            if adapter is None and isinstance(value, BaseModel):
+                raise NonRetryable(
+                    f"step {name!r} returned a {type(value).__name__} but its function has no "
+                    "resolvable return annotation; pass result_type= to step.local"
+                )
+            encoded = self._encode(name, value)
+            store.record_step(
+                conn, self.instance_id, ordinal, name, delivery="local", attempt=attempt,
+                started_at=now, now=self.clock.now(), result=encoded,
+            )  # fmt: skip
+            return encoded
+
+        try:
+            encoded = await self._write(transaction)
+        except Exception as exc:
+            error = self.engine.redact(_error_text(exc))
+            await self._write(
+                partial(store.record_step, delivery="local", attempt=attempt, started_at=now,
+                        status="failed", outcome="failed", error=error),
+                self.instance_id, ordinal, name, now=self.clock.now(),
+            )  # fmt: skip
+            self._log(name, attempt, started, "failed", error=error)
+            raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
+        self._log(name, attempt, started, "complete")
+        return self._decode(encoded, adapter)
+
+    async def _record_attempt(
+        self, name: str, ordinal: int, attempt: int, delivery: Delivery, started_at: float,
+        *, result: str | None = None, error: str | None = None,
+    ) -> None:  # fmt: skip
+        """Journal a finished attempt: a result (synced, as it follows an external effect; held
+        back if idempotent), or a failure (unsynced: losing it only hides a failed try)."""
+        now = self.clock.now()
+        failed = error is not None
+        if delivery == "at_most_once":
+            if failed:
+                await self._write(
+                    store.end_attempt, self.instance_id, ordinal, attempt, now, "failed", error
+                )
+            else:
+                await self._write(self._complete, ordinal, attempt, result, synced=True)
+            return
+        row = partial(
+            store.record_step, delivery=delivery, attempt=attempt, started_at=started_at,
+            now=now, status="running" if failed else "complete",
+            outcome="failed" if failed else "complete", result=result, error=error,
+        )  # fmt: skip
+        if delivery == "idempotent" and not failed:
+            self.pending.add(row, self.instance_id, ordinal, name)
+        else:
+            await self._write(row, self.instance_id, ordinal, name, synced=not failed)
 
     def _encode(self, name: str, value: Any) -> str:
         encoded = json.dumps(to_jsonable_python(value), ensure_ascii=False)
@@ -350,9 +448,10 @@ class Step:
         self._check_running()
         if record is None:
             wake = wake_at()
-            await self.engine.write(
+            # Synced: the wake-up time is a promise (R-DUR-4) that must outlive a power loss.
+            await self._write(
                 store.begin_step, self.instance_id, ordinal, name, "sleep", self.clock.now(),
-                wake_at=wake,
+                wake_at=wake, synced=True,
             )  # fmt: skip
         else:
             wake = record.wake_at or self.clock.now()
@@ -360,7 +459,7 @@ class Step:
             # Loop: a wall-clock jump (NTP, suspend) must not end the sleep early.
             while (remaining := wake - self.clock.now()) > 0:
                 await self.clock.sleep(remaining)
-        await self.engine.write(
+        await self._write(
             store.finish_step, self.instance_id, ordinal, self.clock.now(), status="complete",
             result="null",
         )  # fmt: skip
@@ -378,9 +477,9 @@ class Step:
         self._check_running()
         if record is None:
             deadline = self.clock.now() + seconds
-            await self.engine.write(
+            await self._write(
                 store.begin_step, self.instance_id, ordinal, name, "wait", self.clock.now(),
-                wake_at=deadline,
+                wake_at=deadline, synced=True,
             )  # fmt: skip
         else:
             deadline = record.wake_at or self.clock.now()
@@ -390,14 +489,14 @@ class Step:
         ):
             while True:
                 wakeup.clear()
-                event = await self.engine.write(
+                event = await self._write(
                     store.consume_event, self.instance_id, event_type, ordinal, self.clock.now()
                 )
                 if event is not None:
                     return Event.model_validate(event)
                 remaining = deadline - self.clock.now()
                 if remaining <= 0:
-                    await self.engine.write(
+                    await self._write(
                         store.finish_step, self.instance_id, ordinal, self.clock.now(),
                         status="complete", result=json.dumps({"event": None, "timed_out": True}),
                     )  # fmt: skip

@@ -190,6 +190,41 @@ def begin_step(
         begin_attempt(conn, instance_id, ordinal, attempt, now)
 
 
+def record_step(
+    conn: Any,
+    instance_id: str,
+    ordinal: int,
+    name: str,
+    *,
+    delivery: str,
+    attempt: int,
+    started_at: float,
+    now: float,
+    status: str = "complete",
+    outcome: str = "complete",
+    result: str | None = None,
+    error: str | None = None,
+) -> None:
+    """Record a `do` step and one attempt whole, after the fact (no row was written before its
+    effect). Upserts: a row left 'running' by an older journal, or written twice, is fine."""
+    conn.execute(
+        "INSERT INTO workflow_steps (instance_id, ordinal, name, kind, status, delivery, result, "
+        "error, started_at, finished_at) VALUES (?, ?, ?, 'do', ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (instance_id, ordinal) DO UPDATE SET status = excluded.status, "
+        "delivery = excluded.delivery, result = excluded.result, error = excluded.error, "
+        "finished_at = excluded.finished_at",
+        (instance_id, ordinal, name, status, delivery, result, error, started_at,
+         None if status == "running" else now),
+    )  # fmt: skip
+    conn.execute(
+        "INSERT INTO workflow_attempts (instance_id, ordinal, attempt, started_at, finished_at, "
+        "outcome, error) VALUES (?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT (instance_id, ordinal, attempt) DO UPDATE SET "
+        "finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error",
+        (instance_id, ordinal, attempt, started_at, now, outcome, error),
+    )
+
+
 def begin_attempt(conn: Any, instance_id: str, ordinal: int, attempt: int, now: float) -> None:
     conn.execute(
         "INSERT INTO workflow_attempts (instance_id, ordinal, attempt, started_at) "

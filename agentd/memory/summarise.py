@@ -201,7 +201,7 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
     @workflow(SUMMARY_WORKFLOW)
     async def summarise(step: Step, inp: SummaryInput) -> SummaryOutput:
         iid = step.instance_id
-        block = await step.do("select", select_block, deps, inp)
+        block = await step.do("select", select_block, deps, inp, delivery="idempotent")
         if not block:
             return SummaryOutput(skipped=True)
         try:
