@@ -71,6 +71,9 @@ class VisionConfig(_Section):
 
 class LLMConfig(_Section):
     model: str = "claude-haiku-4-5"
+    background_model: str = ""  # summaries and vision; "" means `model`
+    # Prompt-cache lifetime: "5m" (writes at 1.25× input) or "1h" (2×, survives longer pauses).
+    cache_ttl: Literal["5m", "1h"] = "5m"
     base_url: str = ""
     max_steps: int = Field(default=5, ge=1, le=50)
     max_tokens: int = Field(default=2048, ge=1, le=64000)
@@ -103,6 +106,9 @@ class MemoryConfig(_Section):
     """`[memory]`: history window, long-term memory, embedder and hybrid recall."""
 
     history_limit: int = Field(default=20, ge=0, le=500)
+    # The window keeps history_limit to history_limit + history_step - 1 messages and drops
+    # history_step at a time, so the cached history prefix changes only when it jumps.
+    history_step: int = Field(default=20, ge=1, le=500)
     # Embedder (R-LTM-4). "hashing" is built in, offline and deterministic; "http" speaks the
     # OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from local_model_dir.
     embedder: Literal["hashing", "http", "local"] = "hashing"
