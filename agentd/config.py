@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from agentd.pricing import ModelPrice
+
 Risk = Literal["low", "medium", "high"]
 
 
@@ -74,6 +76,8 @@ class LLMConfig(_Section):
     background_model: str = ""  # summaries and vision; "" means `model`
     # Prompt-cache lifetime: "5m" (writes at 1.25× input) or "1h" (2×, survives longer pauses).
     cache_ttl: Literal["5m", "1h"] = "5m"
+    # USD per million tokens by model, over the built-in table (agentd/pricing.py).
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
     base_url: str = ""
     max_steps: int = Field(default=5, ge=1, le=50)
     max_tokens: int = Field(default=2048, ge=1, le=64000)
