@@ -109,6 +109,22 @@ def prompt_pieces(body: dict[str, Any]) -> list[Piece]:
     return pieces
 
 
+def prefixes(
+    body: dict[str, Any], pieces: list[Piece] | None = None
+) -> tuple[list[str], list[int]]:
+    """For each block: the hash of the prompt up to it (per model) and its running token count."""
+    hashes, totals = [], []
+    digest = str(body.get("model", "")).encode()  # each model has its own cache
+    running = TOOL_USE_SYSTEM_TOKENS if body.get("tools") else 0
+    for piece in prompt_pieces(body) if pieces is None else pieces:
+        encoded = json.dumps(piece.block, sort_keys=True).encode()
+        digest = hashlib.sha256(digest + encoded).digest()
+        running += block_tokens(piece.block)
+        hashes.append(digest.hex())
+        totals.append(running)
+    return hashes, totals
+
+
 class PromptCache:
     """The server's cache of prefix hashes, with expiry on a clock tests can move forward."""
 
@@ -137,16 +153,8 @@ class PromptCache:
     def usage(self, body: dict[str, Any]) -> dict[str, Any]:
         """The usage fields for one answered request; updates the cache like the API does."""
         pieces = prompt_pieces(body)
-        hashes, totals = [], []
-        digest = str(body.get("model", "")).encode()  # each model has its own cache
-        running = TOOL_USE_SYSTEM_TOKENS if body.get("tools") else 0
-        for piece in pieces:
-            encoded = json.dumps(piece.block, sort_keys=True).encode()
-            digest = hashlib.sha256(digest + encoded).digest()
-            running += block_tokens(piece.block)
-            hashes.append(digest.hex())
-            totals.append(running)
-        total = max(1, running)
+        hashes, totals = prefixes(body, pieces)
+        total = max(1, totals[-1] if totals else 0)
         minimum = (
             self.min_tokens
             if self.min_tokens is not None
