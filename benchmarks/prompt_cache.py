@@ -127,7 +127,9 @@ def run_chat(agentd_path: Path | None, turns: list[str], pauses: list[float], tm
         outputs: list[int] = []
         llm.set_responder(make_responder(chat_lines(LOCOMO), outputs))
         pythonpath = f"{agentd_path}:{ROOT}" if agentd_path else str(ROOT)
-        env = daemon_env(tmp, tg.base_url, llm.base_url, PYTHONPATH=pythonpath)
+        # The chat's pauses are simulated, so the per-minute rate limit would see a burst.
+        env = daemon_env(tmp, tg.base_url, llm.base_url, PYTHONPATH=pythonpath,
+                         AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")  # fmt: skip
         daemon = Daemon(tmp, env).start(timeout=120)
         offsets: list[tuple[int, float]] = []  # (first request index of the turn, clock offset)
         offset = 0.0
@@ -144,6 +146,9 @@ def run_chat(agentd_path: Path | None, turns: list[str], pauses: list[float], tm
                     time.sleep(0.02)
                 llm.cache.advance(pause)
                 offset += pause
+        except TimeoutError:
+            print(daemon.log()[-4000:], file=sys.stderr)
+            raise
         finally:
             daemon.stop()
         requests = llm.requests
