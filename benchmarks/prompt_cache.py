@@ -121,7 +121,9 @@ def _answer(body: dict[str, Any], lines: list[str]) -> Any:
     return " ".join(lines[start : start + 4 + seed % 6])
 
 
-def run_chat(agentd_path: Path | None, turns: list[str], pauses: list[float], tmp: Path) -> Any:
+def run_chat(
+    agentd_path: Path | None, turns: list[str], pauses: list[float], tmp: Path, **env_extra: str
+) -> Any:
     """Drive one chat through `agentd run`; return [(request body, cache time)] of turn calls."""
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         outputs: list[int] = []
@@ -129,7 +131,7 @@ def run_chat(agentd_path: Path | None, turns: list[str], pauses: list[float], tm
         pythonpath = f"{agentd_path}:{ROOT}" if agentd_path else str(ROOT)
         # The chat's pauses are simulated, so the per-minute rate limit would see a burst.
         env = daemon_env(tmp, tg.base_url, llm.base_url, PYTHONPATH=pythonpath,
-                         AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")  # fmt: skip
+                         AGENTD_LIMITS__MESSAGES_PER_MINUTE="0", **env_extra)  # fmt: skip
         daemon = Daemon(tmp, env).start(timeout=120)
         offsets: list[tuple[int, float]] = []  # (first request index of the turn, clock offset)
         offset = 0.0
@@ -163,19 +165,19 @@ def run_chat(agentd_path: Path | None, turns: list[str], pauses: list[float], tm
 
 
 def with_ttl(body: dict[str, Any], ttl: str) -> dict[str, Any]:
+    """The body with every breakpoint at this TTL ("mix": 1 h on tools and system, 5 min on
+    the history)."""
     body = copy.deepcopy(body)
 
-    def mark(block: Any) -> None:
+    def mark(block: Any, chosen: str) -> None:
         if isinstance(block, dict) and "cache_control" in block:
-            block["cache_control"] = {"type": "ephemeral", "ttl": ttl}
+            block["cache_control"] = {"type": "ephemeral", "ttl": chosen}
 
-    for tool in body.get("tools") or []:
-        mark(tool)
-    for block in body.get("system") or []:
-        mark(block)
+    for block in [*(body.get("tools") or []), *(body.get("system") or [])]:
+        mark(block, "1h" if ttl == "mix" else ttl)
     for message in body["messages"]:
         for block in message["content"] if isinstance(message["content"], list) else []:
-            mark(block)
+            mark(block, "5m" if ttl == "mix" else ttl)
     return body
 
 
@@ -224,6 +226,12 @@ def main() -> None:
     parser.add_argument("--baseline-ref", default="8b82d9d")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument(
+        "--history-step",
+        type=int,
+        default=None,
+        help="memory.history_step for this tree (default: the config default)",
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     lines = [line for line in chat_lines(LOCOMO) if len(line.split()) >= 4]
@@ -238,7 +246,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="agentd-cache-bench-") as tmp:
         started = time.time()
         (Path(tmp) / "new").mkdir()
-        runs["new"] = run_chat(None, turns, pauses, Path(tmp) / "new")
+        step = {"AGENTD_MEMORY__HISTORY_STEP": str(args.history_step)} if args.history_step else {}
+        runs["new"] = run_chat(None, turns, pauses, Path(tmp) / "new", **step)
         print(f"# this tree: {len(runs['new'])} turn calls in {time.time() - started:.0f} s")
         if not args.skip_baseline:
             started = time.time()
@@ -251,12 +260,13 @@ def main() -> None:
           f"{sum(p > 300 for p in pauses)} of {len(pauses)} over 5 min, "
           f"{sum(p > 3600 for p in pauses)} over 1 h")  # fmt: skip
     header = ("chat", "min", "layout", "ttl", "read share", "ceiling", "$/turn", "vs before",
-              "vs no cache")  # fmt: skip
+              "vs no cache", "tokens/turn: plain / read / write / out")  # fmt: skip
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for length in sorted({20, args.turns}):
         for minimum in MINIMUMS:
-            variants = [("new", "5m"), ("new", "1h")] + ([("old", "5m")] if "old" in runs else [])
+            variants = [("new", "5m"), ("new", "1h"), ("new", "mix")]
+            variants += [("old", "5m")] if "old" in runs else []
             results = {}
             for layout, ttl in variants:
                 calls = [c for c in runs[layout] if c[0] < length]
@@ -268,7 +278,10 @@ def main() -> None:
                 vs_before = f"{per_turn / before[2]:.2f}×" if before else "-"
                 cells = [length, minimum, layout, ttl, f"{share(t):.1%}", f"{ceil:.1%}",
                          f"{per_turn * 100:.3f}¢", vs_before,
-                         f"{per_turn / plain:.2f}×"]  # fmt: skip
+                         f"{per_turn / plain:.2f}×",
+                         " / ".join(str(round(n / length)) for n in (t.input_tokens,
+                                    t.cache_read_tokens, t.cache_write_tokens,
+                                    t.output_tokens))]  # fmt: skip
                 print("| " + " | ".join(str(c) for c in cells) + " |")
 
 
