@@ -58,7 +58,7 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         body = llm.requests[0]["body"]
         system = "\n".join(b["text"] for b in body["system"])
         assert "No tools are currently available." in system
-        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
         assert "tools" not in body
         newest = body["messages"][-1]["content"]
         assert newest[0]["text"] == "hi there"
