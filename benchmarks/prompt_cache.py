@@ -187,7 +187,7 @@ def replay(calls: list[Any], minimum: int, ttl: str = "5m") -> Tokens:
     total = Tokens()
     for _, body, at, output in calls:
         now[0] = at
-        u = cache.usage(with_ttl(body, ttl) if ttl != "5m" else body)
+        u = cache.usage(with_ttl(body, ttl))
         total.input_tokens += u["input_tokens"]
         total.cache_read_tokens += u["cache_read_input_tokens"]
         total.cache_write_tokens += u["cache_creation_input_tokens"]
