@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from agentd.pricing import ModelPrice
+
 Risk = Literal["low", "medium", "high"]
 
 
@@ -74,6 +76,12 @@ class VisionConfig(_Section):
 
 class LLMConfig(_Section):
     model: str = "claude-haiku-4-5"
+    background_model: str = ""  # summaries and vision; "" means `model`
+    # Prompt-cache lifetime: "5m" (writes at 1.25× input) or "1h" (2×, but survives the pauses
+    # of a personal chat: cheaper overall in benchmarks/prompt_cache.py).
+    cache_ttl: Literal["5m", "1h"] = "1h"
+    # USD per million tokens by model, over the built-in table (agentd/pricing.py).
+    prices: dict[str, ModelPrice] = Field(default_factory=dict)
     base_url: str = ""
     max_steps: int = Field(default=5, ge=1, le=50)
     max_tokens: int = Field(default=2048, ge=1, le=64000)
@@ -109,6 +117,9 @@ class MemoryConfig(_Section):
     """`[memory]`: history window, long-term memory, embedder and hybrid recall."""
 
     history_limit: int = Field(default=20, ge=0, le=500)
+    # The window keeps history_limit to history_limit + history_step - 1 messages and drops
+    # history_step at a time, so the cached history prefix changes only when it jumps.
+    history_step: int = Field(default=40, ge=1, le=500)
     # Embedder (R-LTM-4). "e5-small" is a bundled multilingual-e5-small (CPU, offline, loaded on
     # first use); "hashing" is built in and deterministic but carries no meaning (tests);
     # "http" speaks the OpenAI-compatible /v1/embeddings API; "local" runs an ONNX model from

@@ -10,8 +10,9 @@ import signal
 from dataclasses import dataclass
 
 from agentd import approvals, audit, lease, sdnotify
+from agentd.agent.deps import TurnDeps
 from agentd.agent.toolloop import withdraw_approvals
-from agentd.agent.turn import TurnDeps, make_turn_workflow
+from agentd.agent.turn import make_turn_workflow
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store

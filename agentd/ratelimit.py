@@ -34,7 +34,9 @@ def check(conn: Any, limits: LimitsConfig, *, user_id: int, chat_id: int, now: f
             return _refuse(conn, "messages_per_minute", user_id, since=now - 60)
     if limits.daily_tokens:
         used = conn.execute(
-            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM llm_usage "
+            # Every input token counts, cached or not: the API reports the three kinds apart.
+            "SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens "
+            "+ output_tokens), 0) FROM llm_usage "
             "WHERE chat_id = ? AND at >= ?",
             (chat_id, _day_start(now)),
         ).fetchone()[0]

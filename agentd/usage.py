@@ -1,23 +1,39 @@
-"""Token accounting (R-LLM-4, R-AUD-2): one row per answered model call."""
+"""Token accounting (R-LLM-4, R-AUD-2): one row per answered model call, and what it cost."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
 from agentd.llm.types import Usage
+from agentd.pricing import ModelPrice, Tokens, cost, price_for, uncached_cost
 
 
-class UsageTotals(BaseModel):
+class UsageTotals(Tokens):
     day: str
     chat_id: int | None
+    model: str
+    calls: int
+
+
+class UsageReport(BaseModel):
+    """One day and chat, all models together, priced per model."""
+
+    day: str
+    chat_id: int | None
+    models: list[str]
     calls: int
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    cache_write_1h_tokens: int
+    cache_hit_ratio: float  # share of all input tokens read from the cache
+    estimated_cost_usd: float
+    estimated_saving_usd: float  # against the same calls with no prompt caching
 
 
 def record(
@@ -33,8 +49,9 @@ def record(
 ) -> None:
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
-        "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+        "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
+        "cache_write_1h_tokens) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             time.time(),
             instance_id,
@@ -47,27 +64,54 @@ def record(
             tokens.output_tokens,
             tokens.cache_read_tokens,
             tokens.cache_write_tokens,
+            tokens.cache_write_1h_tokens,
         ),
     )
 
 
 def totals(conn: Any, *, since: float | None = None) -> list[UsageTotals]:
-    """Per day (UTC) and chat."""
+    """Per day (UTC), chat and model."""
     rows = conn.execute(
-        "SELECT date(at, 'unixepoch') AS day, chat_id, COUNT(*), SUM(input_tokens), "
-        "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens) FROM llm_usage "
-        "WHERE at >= ? GROUP BY day, chat_id ORDER BY day, chat_id",
+        "SELECT date(at, 'unixepoch') AS day, chat_id, model, COUNT(*), SUM(input_tokens), "
+        "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
+        "SUM(cache_write_1h_tokens) FROM llm_usage WHERE at >= ? "
+        "GROUP BY day, chat_id, model ORDER BY day, chat_id, model",
         (since or 0,),
     ).fetchall()
     return [
         UsageTotals(
-            day=r[0],
-            chat_id=r[1],
-            calls=r[2],
-            input_tokens=r[3],
-            output_tokens=r[4],
-            cache_read_tokens=r[5],
-            cache_write_tokens=r[6],
+            day=r[0], chat_id=r[1], model=r[2], calls=r[3], input_tokens=r[4],
+            output_tokens=r[5], cache_read_tokens=r[6], cache_write_tokens=r[7],
+            cache_write_1h_tokens=r[8],
         )
         for r in rows
-    ]
+    ]  # fmt: skip
+
+
+def hit_ratio(t: Tokens) -> float:
+    total = t.input_tokens + t.cache_read_tokens + t.cache_write_tokens
+    return t.cache_read_tokens / total if total else 0.0
+
+
+def report(
+    rows: list[UsageTotals], prices: Mapping[str, ModelPrice] | None = None
+) -> list[UsageReport]:
+    """Rows per day and chat with cost, cache hit ratio and saving, each model at its price."""
+    groups: dict[tuple[str, int | None], list[UsageTotals]] = {}
+    for r in rows:
+        groups.setdefault((r.day, r.chat_id), []).append(r)
+    out = []
+    for (day, chat_id), items in groups.items():
+        fields = Tokens.model_fields
+        summed = Tokens(**{f: sum(getattr(r, f) for r in items) for f in fields})
+        spent = sum(cost(r, price_for(r.model, prices)) for r in items)
+        plain = sum(uncached_cost(r, price_for(r.model, prices)) for r in items)
+        out.append(
+            UsageReport(
+                day=day, chat_id=chat_id, models=sorted({r.model for r in items}),
+                calls=sum(r.calls for r in items), **summed.model_dump(),
+                cache_hit_ratio=round(hit_ratio(summed), 4),
+                estimated_cost_usd=round(spent, 6), estimated_saving_usd=round(plain - spent, 6),
+            )
+        )  # fmt: skip
+    return out

@@ -127,7 +127,6 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
             ImageBlock(media_type=media_type, data=base64.b64encode(small).decode()),
             TextBlock(text="Describe this image."),
         ])],
-        cache_history=False,
     )  # fmt: skip
     summary, response = await complete_structured(
         deps.llm, req, VisionSummary, name="record_image_summary",

@@ -77,7 +77,12 @@ class Daemon:
             [*AGENTD, "run"], env=self.env, cwd=self.tmp, stderr=log, stdout=log
         )
         if wait_ready:
-            self.wait_for_log("agentd running", timeout)
+            try:
+                self.wait_for_log("agentd running", timeout)
+            except AssertionError:
+                self.proc.kill()  # a daemon that never got ready must not outlive the test
+                self.proc.wait()
+                raise
         return self
 
     def log(self) -> str:

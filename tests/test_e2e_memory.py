@@ -48,7 +48,10 @@ def chat(tg: FakeTelegram, user: int, texts: list[str]) -> None:
 
 
 def system_text(request: dict[str, Any]) -> str:
-    return "\n".join(block["text"] for block in request["body"]["system"])
+    """The system prompt and the per-call context block (the newest message's last block)."""
+    body = request["body"]
+    context = body["messages"][-1]["content"][-1].get("text", "")
+    return "\n".join([*(block["text"] for block in body["system"]), context])
 
 
 def test_threshold_triggers_a_summary_after_the_reply(

@@ -58,10 +58,13 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         body = llm.requests[0]["body"]
         system = "\n".join(b["text"] for b in body["system"])
         assert "No tools are currently available." in system
-        assert "Current date and time: 20" in system
-        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
         assert "tools" not in body
-        assert body["messages"][-1]["content"][0]["text"] == "hi there"
+        newest = body["messages"][-1]["content"]
+        assert newest[0]["text"] == "hi there"
+        # The time changes per call, so it comes last, after every cache breakpoint.
+        assert "Current date and time: 20" in newest[-1]["text"]
+        assert "Current date and time" not in system
         assert daemon.query("SELECT COUNT(*) FROM llm_usage")[0][0] == 1
         audit = daemon.query("SELECT kind, detail FROM audit")
         assert [r[0] for r in audit] == ["turn"]

@@ -490,7 +490,8 @@ async def test_hold_and_release(llm: FakeAnthropic, client: anthropic.AsyncAnthr
 
 async def test_prompt_cache_usage(llm: FakeAnthropic, client: anthropic.AsyncAnthropic) -> None:
     system = [
-        {"type": "text", "text": "You are agentd. " * 50, "cache_control": {"type": "ephemeral"}}
+        # Over Haiku 4.5's 4,096-token minimum: a shorter prefix is not cached at all.
+        {"type": "text", "text": "You are agentd. " * 1100, "cache_control": {"type": "ephemeral"}}
     ]
     first = await client.messages.create(
         model=MODEL, max_tokens=10, system=system, messages=user("a")

@@ -15,7 +15,8 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, Field
 
 from agentd import approvals, audit, usage
-from agentd.agent.prompt import ToolInfo, build_system
+from agentd.agent.deps import Recall, TurnDeps
+from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.approvals import Approval
 from agentd.db import Database
@@ -40,7 +41,6 @@ from agentd.tools import (
 
 if TYPE_CHECKING:
     from agentd.agent.inputs import TurnInput
-    from agentd.agent.turn import TurnDeps
 
 log = logging.getLogger("agentd.agent")
 EMPTY_ANSWER = "(The model returned an empty answer.)"
@@ -310,13 +310,6 @@ async def handle_tool_use(
     return outcome, route
 
 
-class Recall(BaseModel):
-    """What long-term memory contributes to this turn's system prompt (R-LTM-2, R-LTM-3)."""
-
-    facts: str = ""
-    memories: str = ""
-
-
 async def call_llm(
     deps: TurnDeps,
     inp: TurnInput,
@@ -324,8 +317,12 @@ async def call_llm(
     instance_id: str,
     step_name: str,
     recall: Recall,
+    turn_start: int,
 ) -> LLMResponse:
-    """One model call with a fresh system prompt; its tokens are recorded (R-LLM-4)."""
+    """One model call with a fresh prompt; its tokens are recorded (R-LLM-4).
+
+    messages[turn_start] is this turn's user message: what comes before it is stored history.
+    """
     zone = ZoneInfo(deps.config.agent.timezone)
     tools = deps.registry.tools()
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
@@ -337,14 +334,14 @@ async def call_llm(
     req = LLMRequest(
         purpose="turn",
         system=build_system(
-            persona=deps.config.agent.persona,
-            name=deps.config.agent.name,
+            persona=deps.config.agent.persona, name=deps.config.agent.name, tools=infos
+        ),
+        messages=with_breakpoints(messages, turn_start),
+        context=build_context(
             now=datetime.fromtimestamp(deps.clock.now(), zone),
-            tools=infos,
             facts=recall.facts,
             memories=recall.memories,
         ),
-        messages=messages,
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
         server_tools=server_tools,
     )
@@ -368,13 +365,14 @@ async def agent_loop(
     """Ask the model, run the tools it asks for, and repeat until it answers in text."""
     max_steps = deps.config.llm.max_steps
     conversation = list(messages)
+    turn_start = len(messages) - 1
     reported: list[str] = []
     last_text = ""
     response: LLMResponse | None = None
     for n in range(1, max_steps + 1):
         name = f"llm#{n}"
         response = await step.do(
-            name, call_llm, deps, inp, conversation, step.instance_id, name, recall
+            name, call_llm, deps, inp, conversation, step.instance_id, name, recall, turn_start
         )
         last_text = response.text or last_text
         if not response.tool_uses:

@@ -8,21 +8,16 @@ was interrupted.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentd import audit, ratelimit
+from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.inputs import TurnInput, TurnOutput
-from agentd.agent.prompt import as_data
-from agentd.agent.toolloop import EMPTY_ANSWER, Recall, agent_loop
-from agentd.config import Config
-from agentd.db import Database
-from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, store, workflow
-from agentd.llm import LLM
+from agentd.agent.prompt import as_data, window_size
+from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop
+from agentd.durable import NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.llm.types import Message
 from agentd.memory import history
-from agentd.memory.embedders import Embedder
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
 from agentd.memory.search import format_recall, fusion_from_config, search_memories
@@ -34,9 +29,8 @@ from agentd.memory.summarise import (
     summary_key,
     summary_running,
 )
-from agentd.outbox import Outbox, SendFailed
-from agentd.tools import ToolRegistry
-from agentd.vision import SeenImage, VisionDeps, describe, see_image
+from agentd.outbox import SendFailed
+from agentd.vision import SeenImage, describe, see_image
 from agentd.vision import meta as vision_meta
 
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
@@ -61,25 +55,6 @@ def unsupported_reply(kind: str) -> str:
 
 class TurnFailed(Exception):
     """The turn could not be completed; the user was told and the error is in the audit log."""
-
-
-def _identity(text: str) -> str:
-    return text
-
-
-@dataclass(frozen=True)
-class TurnDeps:
-    config: Config
-    db: Database
-    llm: LLM
-    outbox: Outbox
-    clock: Clock
-    registry: ToolRegistry = field(default_factory=ToolRegistry)
-    redact: Callable[[str], str] = _identity  # secrets out of tool results and approvals
-    embedder: Embedder | None = None  # None: long-term memory is off
-    # Starts a workflow idempotently: (name, input, instance_id=, key=) — for summaries.
-    start_workflow: Callable[..., Awaitable[Any]] | None = None
-    vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply
 
 
 def _user_content(inp: TurnInput) -> str:
@@ -168,8 +143,14 @@ async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
 
 
 async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
-    limit = deps.config.memory.history_limit
-    return await deps.db.read(history.recent, chat_id, limit, before_id=before_id)
+    cfg = deps.config.memory
+
+    def read(conn: Any) -> list[StoredMessage]:
+        size = window_size(history.count_before(conn, chat_id, before_id),
+                           cfg.history_limit, cfg.history_step)  # fmt: skip
+        return history.recent(conn, chat_id, size, before_id=before_id)
+
+    return await deps.db.read(read)
 
 
 def _current_message(inp: TurnInput, notes: list[str]) -> str:

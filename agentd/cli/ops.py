@@ -18,17 +18,12 @@ from agentd.cli.common import (
     JsonOption,
     config_or_exit,
     database,
+    err,
     fail,
     out,
     print_json,
 )
 from agentd.config import Config, ConfigError, load_config
-
-# Per million tokens (USD): input, output, cache read, cache write. An estimate, not a bill.
-PRICES = {
-    "claude-haiku-4-5": (1.0, 5.0, 0.10, 1.25),
-    "claude-sonnet-4-5": (3.0, 15.0, 0.30, 3.75),
-}
 
 
 def usage(
@@ -36,28 +31,26 @@ def usage(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Tokens and estimated cost per day and chat."""
-    from agentd.usage import totals
+    """Tokens, prompt-cache hits and estimated cost and saving per day and chat."""
+    from agentd.pricing import PRICES_AS_OF
+    from agentd.usage import report, totals
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:
-        rows = totals(conn, since=time.time() - days * 86400)
-    prices = PRICES.get(cfg.llm.model, PRICES["claude-haiku-4-5"])
-    data = []
-    for r in rows:
-        tokens = (r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens)
-        cost = sum(n * price for n, price in zip(tokens, prices, strict=True)) / 1e6
-        data.append({**r.model_dump(), "estimated_cost_usd": round(cost, 4)})
+        rows = report(totals(conn, since=time.time() - days * 86400), cfg.llm.prices)
     if json:
-        print_json(data)
+        print_json([r.model_dump() for r in rows])
         return
-    table = Table("day", "chat", "calls", "input", "output", "cache read", "cache write", "≈ USD")
-    for d in data:
-        table.add_row(str(d["day"]), str(d["chat_id"] or "-"), str(d["calls"]),
-                      str(d["input_tokens"]), str(d["output_tokens"]),
-                      str(d["cache_read_tokens"]), str(d["cache_write_tokens"]),
-                      f"{d['estimated_cost_usd']:.4f}")  # fmt: skip
+    table = Table("day", "chat", "calls", "input", "output", "cache read", "cache write",
+                  "hit ratio", "≈ USD", "≈ saved USD")  # fmt: skip
+    for r in rows:
+        table.add_row(r.day, str(r.chat_id or "-"), str(r.calls), str(r.input_tokens),
+                      str(r.output_tokens), str(r.cache_read_tokens), str(r.cache_write_tokens),
+                      f"{r.cache_hit_ratio:.0%}", f"{r.estimated_cost_usd:.4f}",
+                      f"{r.estimated_saving_usd:.4f}")  # fmt: skip
     out.print(table)
+    err.print(f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
+              "saving = the same calls without prompt caching.")  # fmt: skip
 
 
 def backup(

@@ -311,6 +311,13 @@ CREATE TABLE web_cache (
 CREATE INDEX web_cache_fetched ON web_cache (fetched_at);
 """
 
+M008_USAGE_CACHE = """
+-- Cache writes with the 1-hour TTL are billed at 2x input, 5-minute ones at 1.25x: keep them
+-- apart (R-LLM-4). cache_write_tokens stays the total of both.
+ALTER TABLE llm_usage ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX llm_usage_chat_at ON llm_usage (chat_id, at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -318,6 +325,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m004_docs", M004_DOCS),
     ("m005_web_cache", M005_WEB_CACHE),
     ("m006_vision", M006_VISION),
+    ("m008_usage_cache", M008_USAGE_CACHE),
 ]
 
 

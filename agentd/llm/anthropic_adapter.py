@@ -91,37 +91,44 @@ def _block_to_api(block: ContentBlock) -> dict[str, Any]:
     return block.model_dump()
 
 
-def _message_to_api(message: Message, cache: bool) -> dict[str, Any]:
+def _message_to_api(message: Message, marker: dict[str, Any], context: str) -> dict[str, Any]:
     blocks = (
         [{"type": "text", "text": message.content}]
         if isinstance(message.content, str)
         else [_block_to_api(b) for b in message.content]
     )
-    if cache and blocks:
-        blocks[-1] = {**blocks[-1], "cache_control": {"type": "ephemeral"}}
+    if message.cache and blocks:
+        blocks[-1] = {**blocks[-1], "cache_control": marker}
+    if context:  # after the breakpoint: per-call text never enters a cached prefix
+        blocks.append({"type": "text", "text": context})
     return {"role": message.role, "content": blocks}
 
 
-def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]:
-    """The Messages API body, with cache breakpoints on tools, stable system text and history."""
+def build_params(
+    req: LLMRequest, model: str, max_tokens: int, cache_ttl: str = "5m"
+) -> dict[str, Any]:
+    """The Messages API body, with cache breakpoints where the request marks them.
+
+    Tools come first in the cached prefix, so the stable system block's breakpoint covers them
+    too: no breakpoint of their own (at most 4 per request; R-LLM-4).
+    """
+    marker: dict[str, Any] = {"type": "ephemeral"} | ({"ttl": "1h"} if cache_ttl == "1h" else {})
+    last = len(req.messages) - 1
     params: dict[str, Any] = {
         "model": model,
         "max_tokens": req.max_tokens or max_tokens,
         "messages": [
-            _message_to_api(m, cache=req.cache_history and i == len(req.messages) - 2)
+            _message_to_api(m, marker, req.context if i == last else "")
             for i, m in enumerate(req.messages)
         ],
     }
     if req.system:
         params["system"] = [
-            {"type": "text", "text": b.text}
-            | ({"cache_control": {"type": "ephemeral"}} if b.cache else {})
+            {"type": "text", "text": b.text} | ({"cache_control": marker} if b.cache else {})
             for b in req.system
         ]
     if req.tools or req.server_tools:
-        tools = [t.model_dump() for t in req.tools] + [dict(t) for t in req.server_tools]
-        tools[-1]["cache_control"] = {"type": "ephemeral"}
-        params["tools"] = tools
+        params["tools"] = [t.model_dump() for t in req.tools] + [dict(t) for t in req.server_tools]
     if req.tool_choice:
         params["tool_choice"] = {"type": "tool", "name": req.tool_choice}
     return params
@@ -141,6 +148,11 @@ def _parse_block(block: Any) -> ContentBlock | None:
     return None  # thinking and other blocks are not used by agentd
 
 
+def _written_for_1h(usage: Any) -> int:
+    split = getattr(usage, "cache_creation", None)  # absent from older API versions and proxies
+    return (getattr(split, "ephemeral_1h_input_tokens", 0) or 0) if split is not None else 0
+
+
 def _parse_response(msg: Any) -> LLMResponse:
     usage = msg.usage
     return LLMResponse(
@@ -152,6 +164,7 @@ def _parse_response(msg: Any) -> LLMResponse:
             output_tokens=usage.output_tokens or 0,
             cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
             cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
+            cache_write_1h_tokens=_written_for_1h(usage),
         ),
     )
 
@@ -174,6 +187,7 @@ class AnthropicLLM:
         sleep: Sleep | None = None,
     ) -> None:
         self.model = config.model
+        self.background_model = config.background_model or config.model
         self._config = config
         self._sleep = sleep
         self._base = config.retry_base_delay
@@ -212,7 +226,8 @@ class AnthropicLLM:
 
         With on_text, the answer is streamed and on_text gets the text written so far.
         """
-        params = build_params(req, self.model, self._config.max_tokens)
+        model = self.model if req.purpose == "turn" else self.background_model
+        params = build_params(req, model, self._config.max_tokens, self._config.cache_ttl)
         kwargs: dict[str, Any] = {
             "stop": stop_after_attempt(self._config.retries + 1),
             "wait": honour_retry_after(self._base, self._config.retry_max_wait, _retry_after),

@@ -51,6 +51,7 @@ ContentBlock = Annotated[
 class Message(BaseModel):
     role: Literal["user", "assistant"]
     content: str | list[ContentBlock]
+    cache: bool = False  # a cache breakpoint after this message's last block (R-LLM-4)
 
 
 class SystemBlock(BaseModel):
@@ -65,21 +66,26 @@ class ToolSpec(BaseModel):
 
 
 class LLMRequest(BaseModel):
-    purpose: str = "turn"  # turn | summary | vision | extract: for usage accounting
+    # turn | summary | vision | extract: for usage accounting; all but turns are background
+    # work, sent to llm.background_model.
+    purpose: str = "turn"
     system: list[SystemBlock] = Field(default_factory=list)
     messages: list[Message]
     tools: list[ToolSpec] = Field(default_factory=list)
     tool_choice: str | None = None  # force this tool (structured output, R-LLM-5)
     server_tools: list[dict[str, Any]] = Field(default_factory=list)  # e.g. provider web search
     max_tokens: int | None = None
-    cache_history: bool = True  # breakpoint on the last message before the newest one
+    # Per-call text (time, recalled memories) sent as the newest message's last block: after
+    # every cache breakpoint, so it never breaks the cached prefix (R-LLM-4).
+    context: str = ""
 
 
 class Usage(BaseModel):
-    input_tokens: int = 0
+    input_tokens: int = 0  # uncached input only: the API bills the three input kinds apart
     output_tokens: int = 0
     cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
+    cache_write_tokens: int = 0  # all cache writes, whatever their TTL
+    cache_write_1h_tokens: int = 0  # the part written with the 1-hour TTL (billed at 2×)
 
 
 class LLMResponse(BaseModel):

@@ -87,6 +87,14 @@ def recent(
     return [_message(r) for r in reversed(rows)]
 
 
+def count_before(conn: Any, chat_id: int, before_id: int) -> int:
+    """How many messages the chat has before `before_id`."""
+    row = conn.execute(
+        "SELECT COUNT(*) FROM messages WHERE chat_id = ? AND id < ?", (chat_id, before_id)
+    ).fetchone()
+    return int(row[0])
+
+
 def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[StoredMessage]:
     """For `agentd history`: the last `limit` messages (of one chat, or all), oldest first."""
     if chat_id is None:

@@ -140,7 +140,6 @@ async def summarise_block(
         purpose="summary",
         system=[SystemBlock(text=SUMMARY_PROMPT, cache=True)],
         messages=[Message(role="user", content=_render(block))],
-        cache_history=False,
     )
     # A 400 (retryable=False) fails the step at once; a bad structured answer is retried.
     result, response = await complete_structured(

@@ -11,7 +11,6 @@ import asyncio
 import base64
 import binascii
 import copy
-import hashlib
 import json
 import secrets
 import string
@@ -25,6 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes._server import FakeServer, sleep_or_closing
+from tests.fakes.anthropic_cache import PromptCache, breakpoint_problem
 
 _ALNUM = string.ascii_letters + string.digits
 IMAGE_TYPES = ("image/jpeg", "image/png", "image/gif", "image/webp")
@@ -150,7 +150,10 @@ def to_spec(value: Any) -> Spec | None:
 
 
 def last_user_text(body: dict[str, Any]) -> str:
-    """Text of the last user message; tool results are rendered as 'tool_result: ...'."""
+    """Text of the last user message; tool results are rendered as 'tool_result: ...'.
+
+    A trailing `<context>` block (agentd's per-call time and memories) is not the user's text.
+    """
     for message in reversed(body.get("messages") or []):
         if message.get("role") != "user":
             continue
@@ -159,7 +162,7 @@ def last_user_text(body: dict[str, Any]) -> str:
             return content
         parts = []
         for block in content or []:
-            if block.get("type") == "text":
+            if block.get("type") == "text" and not block.get("text", "").startswith("<context>"):
                 parts.append(block.get("text", ""))
             elif block.get("type") == "tool_result":
                 inner = block.get("content")
@@ -190,18 +193,19 @@ class FakeAnthropic(FakeServer):
         *,
         api_key: str | None = None,
         strict: bool = True,
-        cache_min_tokens: int = 0,
+        cache_min_tokens: int | None = None,
         stream_chunk_chars: int = 8,
         stream_delay: float = 0.0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         """api_key: only this key is accepted; strict: validate requests like the real API;
-        cache_min_tokens: shortest cacheable prefix (the real Haiku 4.5 needs 4096)."""
+        cache_min_tokens: shortest cacheable prefix for every model (None: each model's own,
+        e.g. 4096 for Haiku 4.5)."""
         super().__init__(host=host, port=port)
         self.api_key = api_key
         self.strict = strict
-        self.cache_min_tokens = cache_min_tokens
+        self.cache = PromptCache(cache_min_tokens)
         self.stream_chunk_chars = max(1, stream_chunk_chars)
         self.stream_delay = stream_delay
         self._gate_waiters: set[asyncio.Event] = set()
@@ -214,7 +218,7 @@ class FakeAnthropic(FakeServer):
             self._responder: Responder | None = None
             self._requests: list[dict[str, Any]] = []
             self._responses: list[dict[str, Any]] = []
-            self._cache: set[str] = set()
+            self.cache.clear()
             self._holding = False
             self._held = 0
             self._changed()
@@ -592,58 +596,9 @@ class FakeAnthropic(FakeServer):
             "usage": usage,
         }
 
-    def _usage(self, body: dict[str, Any]) -> dict[str, int]:
-        """Input tokens from the request size; prompt caching by prefix hash at breakpoints."""
-        pieces: list[tuple[Any, bool]] = []  # (block without cache_control, is a breakpoint)
-
-        def add(block: Any) -> None:
-            if isinstance(block, dict):
-                marked = "cache_control" in block
-                block = {k: v for k, v in block.items() if k != "cache_control"}
-                pieces.append((block, marked))
-            else:
-                pieces.append((block, False))
-
-        for tool in body.get("tools") or []:
-            add(tool)
-        system = body.get("system")
-        for block in [system] if isinstance(system, str) else system or []:
-            add(block)
-        for message in body.get("messages") or []:
-            content = message.get("content")
-            for block in [content] if isinstance(content, str) else content or []:
-                add(
-                    {"role": message.get("role"), "block": block}
-                    if isinstance(block, str)
-                    else block
-                )
-
-        hashes, totals = [], []
-        digest, running = b"", 0
-        for block, _ in pieces:
-            digest = hashlib.sha256(digest + json.dumps(block, sort_keys=True).encode()).digest()
-            running += estimate_tokens(block)
-            hashes.append(digest.hex())
-            totals.append(running)
-        total = running or 1
-        breakpoints = [i for i, (_, marked) in enumerate(pieces) if marked]
-        read = created = 0
-        with self._lock:
-            if breakpoints and totals[breakpoints[-1]] >= self.cache_min_tokens:
-                # Like the API: a hit is a cached prefix ending at, or up to 20 blocks before,
-                # a breakpoint; everything after the hit up to the last breakpoint is written.
-                for bp in breakpoints:
-                    for j in range(bp, max(-1, bp - 21), -1):
-                        if hashes[j] in self._cache:
-                            read = max(read, totals[j])
-                            break
-                created = totals[breakpoints[-1]] - read
-                self._cache.update(hashes[bp] for bp in breakpoints)
-        return {
-            "input_tokens": max(0, total - read - created),
-            "cache_creation_input_tokens": created,
-            "cache_read_input_tokens": read,
-        }
+    def _usage(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Input tokens and prompt caching by the documented rules (tests/fakes/anthropic_cache)."""
+        return self.cache.usage(body)
 
     async def _stream(
         self, request: web.Request, message: dict[str, Any], spec: Reply
@@ -794,6 +749,8 @@ class FakeAnthropic(FakeServer):
                 self.release()
             elif name == "reset":
                 self.reset()
+            elif name == "advance":  # let cache entries age: {"seconds": 600}
+                self.cache.advance(float(body["seconds"]))
             elif name == "enqueue":
                 result = self._control_enqueue(body)
                 return web.json_response({"ok": True, "result": result})
@@ -831,7 +788,7 @@ class FakeAnthropic(FakeServer):
     @classmethod
     def add_cli_arguments(cls, parser: Any) -> None:
         parser.add_argument("--api-key", default=None, help="accept only this API key")
-        parser.add_argument("--cache-min-tokens", type=int, default=0)
+        parser.add_argument("--cache-min-tokens", type=int, default=None)
         parser.add_argument("--stream-delay", type=float, default=0.0)
 
     @classmethod
@@ -924,6 +881,8 @@ def validate_request(body: dict[str, Any]) -> None:
                         "block must have a corresponding `tool_use` block in the previous message."
                     )
 
+    if (problem := breakpoint_problem(body)) is not None:
+        raise InvalidRequest(problem)
     if marks > 4:
         raise InvalidRequest(
             f"A maximum of 4 blocks with cache_control may be provided. Found {marks}."

@@ -1,0 +1,65 @@
+"""Model prices, for estimates in `agentd usage` (R-AUD-2): an estimate, never a bill."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, Field
+
+# USD per million tokens, from the Claude API pricing table (platform.claude.com, "prompt
+# caching" pricing), as of this date. Override or add models in config: [llm.prices.<model>].
+PRICES_AS_OF = "2026-11-23"
+
+
+class ModelPrice(BaseModel):
+    input: float = Field(ge=0)
+    output: float = Field(ge=0)
+    cache_read: float = Field(ge=0)  # cache hits and refreshes: 0.1× input
+    cache_write_5m: float = Field(ge=0)  # 1.25× input
+    cache_write_1h: float = Field(ge=0)  # 2× input
+
+
+PRICES: dict[str, ModelPrice] = {
+    "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.10, cache_write_5m=1.25,
+                                   cache_write_1h=2.0),
+    "claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0, cache_read=0.30, cache_write_5m=3.75,
+                                    cache_write_1h=6.0),
+    "claude-3-5-haiku": ModelPrice(input=0.80, output=4.0, cache_read=0.08, cache_write_5m=1.0,
+                                   cache_write_1h=1.6),
+}  # fmt: skip
+FALLBACK = "claude-haiku-4-5"
+
+
+class Tokens(BaseModel):
+    """Token counts of one or many calls, by how the API bills them."""
+
+    input_tokens: int = 0  # uncached
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0  # all TTLs
+    cache_write_1h_tokens: int = 0  # the 1-hour part of cache_write_tokens
+
+
+def price_for(model: str, overrides: Mapping[str, ModelPrice] | None = None) -> ModelPrice:
+    """The price of a model id (dated ids match their alias by prefix); Haiku 4.5 if unknown."""
+    table = {**PRICES, **(overrides or {})}
+    matches = [name for name in table if model.startswith(name)]
+    return table[max(matches, key=len)] if matches else table.get(FALLBACK, PRICES[FALLBACK])
+
+
+def cost(t: Tokens, p: ModelPrice) -> float:
+    """USD as billed: uncached input, cache reads and writes (by TTL) and output apart."""
+    write_5m = t.cache_write_tokens - t.cache_write_1h_tokens
+    return (
+        t.input_tokens * p.input
+        + t.output_tokens * p.output
+        + t.cache_read_tokens * p.cache_read
+        + write_5m * p.cache_write_5m
+        + t.cache_write_1h_tokens * p.cache_write_1h
+    ) / 1e6
+
+
+def uncached_cost(t: Tokens, p: ModelPrice) -> float:
+    """What the same calls would cost with no prompt caching: every input token at full price."""
+    total_input = t.input_tokens + t.cache_read_tokens + t.cache_write_tokens
+    return (total_input * p.input + t.output_tokens * p.output) / 1e6

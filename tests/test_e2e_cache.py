@@ -1,0 +1,85 @@
+"""End to end: a conversation through `agentd run` reads its prompt from the cache (R-LLM-4)."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic]]:
+    # A 1,024-token minimum (Sonnet 4.5's): agentd's stable prefix alone is cacheable.
+    with FakeTelegram.running() as tg, FakeAnthropic.running(cache_min_tokens=1024) as llm:
+        yield tg, llm
+
+
+def answers(daemon: Daemon) -> int:
+    return daemon.query("SELECT COUNT(*) FROM messages WHERE role = 'assistant'")[0][0]
+
+
+def say(tg: FakeTelegram, daemon: Daemon, text: str) -> None:
+    """One turn, until its answer is stored (its model calls' usage is recorded before)."""
+    before = answers(daemon)
+    tg.add_message(OWNER, OWNER, text)
+    deadline = time.monotonic() + 30
+    while answers(daemon) == before:
+        assert time.monotonic() < deadline, f"no answer to {text!r}"
+        time.sleep(0.05)
+
+
+def turn_usage(daemon: Daemon) -> list[tuple[str, int, int]]:
+    """(step, cache read, cache write) of every turn call, oldest first."""
+    rows = daemon.query("SELECT step, cache_read_tokens, cache_write_tokens FROM llm_usage "
+                        "WHERE purpose = 'turn' ORDER BY id")  # fmt: skip
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def test_a_conversation_reads_its_prefix_from_the_cache(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
+) -> None:
+    tg, llm = fakes
+    env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+    llm.enqueue_tool_use("remember", {"kind": "preference", "key": "drink",
+                                      "content": "Likes oolong tea"}, "toolu_rem")  # fmt: skip
+    llm.enqueue_text("Noted: oolong tea.")
+    with running_daemon(tmp_path, env) as daemon:
+        say(tg, daemon, "I like oolong tea, remember that")
+        say(tg, daemon, "what should I drink this afternoon?")
+        say(tg, daemon, "and tomorrow morning?")
+        (_, r1, w1), (step2, r2, w2), (_, r3, _), (_, r4, _) = turn_usage(daemon)
+        assert r1 == 0 and w1 > 1024  # the first call writes tools + system
+        assert step2 == "llm#2" and r2 == w1 and w2 > 0  # the tool loop reads it, writes more
+        assert r3 == w1  # the second turn reads the stable prefix…
+        assert r4 > r3  # …and the third the history too
+        first, third = llm.requests[2]["body"], llm.requests[3]["body"]
+        assert first["system"] == third["system"] and first["tools"] == third["tools"]
+        # What changes per call is still right, at the end of the newest message.
+        context = third["messages"][-1]["content"][-1]["text"]
+        sent_at = datetime.fromtimestamp(llm.requests[3]["time"], UTC)
+        minutes = {sent_at.strftime("%Y-%m-%dT%H:%M"),
+                   datetime.fromtimestamp(llm.requests[3]["time"] - 60, UTC)
+                   .strftime("%Y-%m-%dT%H:%M")}  # fmt: skip
+        assert any(f"Current date and time: {m}+00:00" in context for m in minutes)
+        assert re.search(r"<data>\n[^<]*Likes oolong tea[^<]*\n</data>", context)  # R-SP-2
+        assert third["messages"][-1]["content"][0]["text"] == "and tomorrow morning?"
+
+    # A different persona changes the system prompt: nothing before it is reusable.
+    env["AGENTD_AGENT__PERSONA"] = "You are terse and formal."
+    with running_daemon(tmp_path, env) as daemon:
+        say(tg, daemon, "hello again")
+        assert turn_usage(daemon)[-1][1] == 0
+        say(tg, daemon, "still there?")
+        assert turn_usage(daemon)[-1][1] > 1024
+    # So does a different tool set (tools come first in the prefix).
+    env["AGENTD_TOOLS__DISABLED"] = '["fetch_url"]'
+    with running_daemon(tmp_path, env) as daemon:
+        say(tg, daemon, "one more")
+        assert turn_usage(daemon)[-1][1] == 0
