@@ -98,3 +98,23 @@ def test_tested_range_matches_the_pin_in_pyproject() -> None:
     assert not aiogram_loader.tested("3.30.9")
     assert not aiogram_loader.tested("4.0")
     assert not aiogram_loader.tested("garbage")
+
+
+def test_other_models_rebuild_as_usual_while_aiogram_imports() -> None:
+    """The import-time patch passes other models through, resolving names from their caller."""
+    from pydantic import BaseModel
+
+    original = BaseModel.__dict__["model_rebuild"]
+
+    class Later(BaseModel):
+        inner: Inner
+
+    class Inner(BaseModel):
+        x: int
+
+    recorded: dict[str, Any] = {}
+    with aiogram_loader._rebuild_loop_skipped(recorded):
+        assert Later.model_rebuild() is True
+    assert Later.model_validate({"inner": {"x": 1}}).inner.x == 1
+    assert recorded == {}
+    assert BaseModel.__dict__["model_rebuild"] is original

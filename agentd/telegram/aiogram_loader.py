@@ -81,7 +81,9 @@ def _rebuild_loop_skipped(namespace: dict[str, Any]) -> Iterator[None]:
         if types_namespace is not None and cls.__module__.startswith("aiogram.types."):
             namespace.update(types_namespace)
             return None
-        return original.__func__(cls, **kwargs)  # any other model rebuilds as usual
+        # Any other model rebuilds as usual; one frame deeper, as this wrapper is a frame too.
+        kwargs["_parent_namespace_depth"] = kwargs.get("_parent_namespace_depth", 2) + 1
+        return original.__func__(cls, **kwargs)
 
     BaseModel.model_rebuild = classmethod(skip)  # type: ignore[method-assign,assignment]
     try:
