@@ -275,6 +275,14 @@ class LogConfig(_Section):
     format: Literal["json", "text"] = "json"
 
 
+class StartupConfig(_Section):
+    """`[startup]`: how `agentd run` loads its libraries."""
+
+    # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
+    # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
+    lazy_aiogram: bool = True
+
+
 class Secrets(BaseModel):
     """Secrets never come from the config file, only the environment or systemd credentials."""
 
@@ -295,6 +303,7 @@ class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    startup: StartupConfig = Field(default_factory=StartupConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
 

@@ -7,7 +7,9 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from agentd import approvals, audit, lease, sdnotify
 from agentd.agent.deps import TurnDeps
@@ -17,20 +19,20 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
 from agentd.knowledge.tools import docs_tools
-from agentd.llm import create_llm
+from agentd.llm import api_key, create_llm
+from agentd.llm.deferred import DeferredLLM
 from agentd.logs import Redactor, setup_logging
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
-from agentd.telegram.bot import make_bot, retry_policy
+from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
-from agentd.telegram.files import TelegramFiles
-from agentd.telegram.output import TelegramOutbox
-from agentd.telegram.poller import Poller
-from agentd.telegram.session import RetryPolicy
 from agentd.tools import McpServers, ToolRegistry
 from agentd.vision import VisionDeps
 from agentd.web import build_web_tools
+
+if TYPE_CHECKING:
+    from agentd.telegram.session import RetryPolicy
 
 log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
@@ -40,8 +42,12 @@ class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
 
 
-class TokenRejected(StartupError):
-    """Telegram does not accept the token: a configuration problem (exit code 2)."""
+class ConfigProblem(StartupError):
+    """A configuration problem (exit code 2): a missing or malformed secret, a bad token."""
+
+
+class TokenRejected(ConfigProblem):
+    """Telegram does not accept the token."""
 
 
 @dataclass
@@ -96,8 +102,30 @@ async def _every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: igno
                 log.exception("periodic task failed")
 
 
-async def run(config: Config) -> int:
-    """Run the daemon; return the process exit code."""
+async def _open_database_and_bot(
+    config: Config, on_uncertain: Callable[..., Any]
+) -> tuple[Database, Any]:
+    """The database opens (and migrates) while aiogram imports in a thread."""
+    db_open = asyncio.create_task(
+        Database.open(config.db_path, synchronous=config.storage.synchronous)
+    )
+    try:
+        await asyncio.to_thread(aiogram_loader.load, lazy=config.startup.lazy_aiogram)
+        from agentd.telegram.bot import TokenMissing, make_bot
+
+        try:
+            bot = make_bot(config, on_uncertain=on_uncertain)
+        except TokenMissing as exc:
+            raise ConfigProblem(str(exc)) from None
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await (await db_open).close()
+        raise
+    return await db_open, bot
+
+
+async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> int:
+    """Run the daemon; return the process exit code. `on_ready(bot_username)` once it answers."""
     secrets = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
@@ -105,15 +133,17 @@ async def run(config: Config) -> int:
     ]
     setup_logging(config.log.level, config.log.format, secrets)
     redactor = Redactor(secrets)
+    api_key(config)  # a missing key is a config error now, not after the SDK import
+    # Start-up overlaps instead of queueing: the model SDK imports in a thread while getMe,
+    # the first getUpdates and the turn it starts go ahead; only the model call waits for it.
     stack = contextlib.AsyncExitStack()
 
     async def send_uncertain(method: str, chat_id: int | str | None, reason: str) -> None:
         # Bound late: the bot is built before the database, but sends start after it opens.
         await db.write(_audit_send_uncertain, method, chat_id, reason)
 
-    bot = make_bot(config, on_uncertain=send_uncertain)
-    llm = create_llm(config)
-    db = await Database.open(config.db_path, synchronous=config.storage.synchronous)
+    db, bot = await _open_database_and_bot(config, send_uncertain)
+    llm = DeferredLLM(config.llm.model, lambda: create_llm(config))
     pid = os.getpid()
     runner_lock = lease.RunnerLock(config.db_path)
     try:
@@ -123,7 +153,14 @@ async def run(config: Config) -> int:
     except lease.LeaseHeld:
         runner_lock.release()
         await db.close()
+        await bot.session.close()
+        await llm.close()
         raise
+    from agentd.telegram.bot import retry_policy
+    from agentd.telegram.files import TelegramFiles
+    from agentd.telegram.output import TelegramOutbox
+    from agentd.telegram.poller import Poller
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -196,6 +233,7 @@ async def run(config: Config) -> int:
                         policy=retry_policy(config),
                         request_timeout=config.telegram.request_timeout)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
+        await llm.ready()  # the poller persists and starts turns meanwhile
         tasks.append(
             asyncio.create_task(
                 _every(HEARTBEAT_SECONDS, lambda: db.write(lease.heartbeat, pid), stop)
@@ -206,6 +244,8 @@ async def run(config: Config) -> int:
             tasks.append(asyncio.create_task(_every(interval, _watchdog, stop)))
         sdnotify.notify("READY=1")
         log.info("agentd running", extra={"bot": me.bot_username, "db": str(config.db_path)})
+        if on_ready is not None:
+            on_ready(me.bot_username)
         stop_wait = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait({stop_wait, tasks[0]}, return_when=asyncio.FIRST_COMPLETED)
         if tasks[0] in done and tasks[0].exception() is not None:

@@ -23,15 +23,21 @@ class LLM(Protocol):
 
 def create_llm(config: Config) -> LLM:
     """Build the configured model adapter (imports the SDK only now, off the CLI path)."""
+    key = api_key(config)
     from agentd.llm.anthropic_adapter import AnthropicLLM
 
+    return AnthropicLLM(config.llm, key)
+
+
+def api_key(config: Config) -> str:
+    """The model API key, checked before seconds go into importing the SDK."""
     key = config.secrets.anthropic_api_key
     if key is None:
         raise LLMError(
             "ANTHROPIC_API_KEY is not set; export it or use a systemd credential",
             retryable=False,
         )
-    return AnthropicLLM(config.llm, key.get_secret_value())
+    return key.get_secret_value()
 
 
-__all__ = ["LLM", "LLMError", "LLMRequest", "LLMResponse", "create_llm"]
+__all__ = ["LLM", "LLMError", "LLMRequest", "LLMResponse", "api_key", "create_llm"]

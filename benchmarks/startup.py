@@ -1,0 +1,145 @@
+"""Cold start and footprint of `agentd run`, lazy aiogram beside eager aiogram, in one run.
+
+Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` true and
+false) so machine load hits both alike:
+- first answer: a message is already waiting in the fake Telegram when `agentd run` starts;
+  the time from spawning the process to the fake receiving the reply (sendMessage), and to
+  the "agentd running" log line; median of --runs starts per path.
+- idle RSS: after --turns text turns and --idle seconds of idling, VmRSS summed over the
+  daemon's process tree (/proc), per path; with --embedder the memory embedder is set too.
+
+Usage: .venv/bin/python benchmarks/startup.py [--runs 5] [--turns 20] [--idle 5] [--embedder X]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.idle_rss import status
+from tests.daemon_process import OWNER, Daemon, daemon_env
+from tests.fakes import FakeAnthropic, FakeTelegram
+
+PATHS = {"lazy": "true", "eager": "false"}
+
+
+def tree_rss_kb(pid: int) -> int:
+    """VmRSS of pid and all its descendants, in kB."""
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += status(current).get("VmRSS", 0)
+        for task in Path(f"/proc/{current}/task").iterdir():
+            children = (task / "children").read_text().split()
+            stack.extend(int(c) for c in children)
+    return total
+
+
+def _env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, path: str, embedder: str) -> dict:
+    overrides = {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
+                 "AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}  # fmt: skip
+    if embedder:
+        overrides["AGENTD_MEMORY__EMBEDDER"] = embedder
+    return daemon_env(tmp, tg.base_url, llm.base_url, **overrides)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU the process has used so far (load-independent, unlike wall time)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def first_answer(path: str, embedder: str) -> tuple[float, float, float]:
+    """Seconds to the first reply, daemon CPU seconds by then, seconds to "agentd running"."""
+    tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-start-"))
+    try:
+        with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            tg.add_message(OWNER, OWNER, "hello, are you there?")
+            daemon = Daemon(tmp, _env(tmp, tg, llm, path, embedder))
+            t0 = time.monotonic()
+            daemon.start(wait_ready=False)
+            try:
+                tg.wait_for_sent(1, timeout=120)
+                answered = time.monotonic() - t0
+                assert daemon.proc is not None
+                cpu = cpu_seconds(daemon.proc.pid)
+                daemon.wait_for_log("agentd running", timeout=120)
+                ready = time.monotonic() - t0
+                daemon.stop()
+            finally:
+                if daemon.proc is not None and daemon.proc.poll() is None:
+                    daemon.proc.kill()
+                    daemon.proc.wait(10)
+        return answered, cpu, ready
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def idle_rss(path: str, turns: int, idle: float, embedder: str) -> int:
+    """kB of the process tree after `turns` turns and `idle` seconds."""
+    tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-rss-"))
+    try:
+        with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            daemon = Daemon(tmp, _env(tmp, tg, llm, path, embedder))
+            try:
+                daemon.start(timeout=120)
+                for i in range(turns):
+                    tg.add_message(OWNER + i % 2, OWNER + i % 2, f"message {i}")
+                tg.wait_for_sent(turns, timeout=300)
+                time.sleep(idle)
+                assert daemon.proc is not None
+                return tree_rss_kb(daemon.proc.pid)
+            finally:
+                daemon.stop()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5, help="starts per path for first answer")
+    ap.add_argument("--turns", type=int, default=20, help="turns before the RSS reading")
+    ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before the reading")
+    ap.add_argument("--embedder", default="", help="memory.embedder for the daemon (default: "
+                    "the daemon's test default, hashing)")  # fmt: skip
+    args = ap.parse_args()
+    print(
+        f"agentd start-up — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
+        f"load average {os.getloadavg()[0]:.2f} at start, embedder {args.embedder or 'default'}"
+    )
+    answers: dict[str, list[float]] = {p: [] for p in PATHS}
+    readies: dict[str, list[float]] = {p: [] for p in PATHS}
+    cpus: dict[str, list[float]] = {p: [] for p in PATHS}
+    for _ in range(args.runs):
+        for path in PATHS:
+            answered, cpu, ready = first_answer(path, args.embedder)
+            answers[path].append(answered)
+            cpus[path].append(cpu)
+            readies[path].append(ready)
+    rss = {path: idle_rss(path, args.turns, args.idle, args.embedder) for path in PATHS}
+    for path in PATHS:
+        print(
+            f"  {path:<5} first answer median {statistics.median(answers[path]):5.2f} s "
+            f"(min {min(answers[path]):.2f}, max {max(answers[path]):.2f}), "
+            f"CPU by then {statistics.median(cpus[path]):5.2f} s; "
+            f"ready median {statistics.median(readies[path]):5.2f} s; "
+            f"idle RSS after {args.turns} turns {rss[path] / 1024:6.1f} MB"
+        )
+    lazy, eager = (statistics.median(answers[p]) for p in PATHS)
+    cpu_lazy, cpu_eager = (statistics.median(cpus[p]) for p in PATHS)
+    print(
+        f"lazy / eager: first answer {lazy / eager:.2f}×, CPU to it {cpu_lazy / cpu_eager:.2f}×, "
+        f"idle RSS {rss['lazy'] / rss['eager']:.2f}×; load average {os.getloadavg()[0]:.2f} at end"
+    )
+
+
+if __name__ == "__main__":
+    main()
