@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd import audit, ratelimit
-from agentd.agent.inputs import TurnInput, TurnOutput
+from agentd.agent.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
 from agentd.agent.prompt import as_data
 from agentd.agent.toolloop import EMPTY_ANSWER, Recall, agent_loop
 from agentd.config import Config
@@ -21,6 +21,10 @@ from agentd.db import Database
 from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, workflow
 from agentd.llm import LLM
 from agentd.llm.types import Message
+from agentd.media import turnsteps
+from agentd.media.chatdocs import DocDeps
+from agentd.media.turnsteps import MediaIn
+from agentd.media.voice import VoiceDeps
 from agentd.memory import history
 from agentd.memory.embedders import Embedder
 from agentd.memory.facts import facts_for_prompt
@@ -76,6 +80,8 @@ class TurnDeps:
     # Starts a workflow idempotently: (name, input, instance_id=, key=) — for summaries.
     start_workflow: Callable[..., Awaitable[Any]] | None = None
     vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply
+    voice: VoiceDeps | None = None  # None: voice notes get a reply saying how to enable them
+    docs: DocDeps | None = None  # None: documents get a polite "can't read documents" reply
 
 
 def _user_content(inp: TurnInput) -> str:
@@ -106,21 +112,27 @@ def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
 
 
 async def save_user_message(
-    deps: TurnDeps, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str]
-) -> int:
+    deps: TurnDeps, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str],
+    media_meta: dict[str, Any] | None = None,
+) -> int:  # fmt: skip
     meta: dict[str, Any] = {"telegram_message_id": inp.message_id, "kind": inp.kind}
+    meta.update(media_meta or {})
     if inp.reply_to:
         meta["reply_to"] = inp.reply_to.message_id
     if images:
         meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
     content = "\n".join([_user_content(inp), *notes]).strip()
-    return await deps.db.write(
-        lambda conn: history.save_message(
+
+    def write(conn: Any) -> int:
+        message_id = history.save_message(
             conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
             source_key=f"{instance_id}:user", instance_id=instance_id,
             telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
-        )
-    )  # fmt: skip
+        )  # fmt: skip
+        turnsteps.replace_user_content(conn, message_id, content)
+        return message_id
+
+    return await deps.db.write(write)
 
 
 def _images_to_see(inp: TurnInput) -> list[tuple[str, str]]:
@@ -291,13 +303,39 @@ async def record_reply(
     await step.do("audit", write_audit, deps, inp, iid, kind, {"outcome": outcome, **detail})
 
 
+async def answer_media_at_once(
+    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn
+) -> TurnOutput:
+    """No backend, nothing heard, an unreadable file or a failed transcription: say so."""
+    assert media.reply is not None
+    ids = await send_reply(step, deps, inp, media.reply, "send")
+    kind = "turn_error" if media.failed else "turn"
+    await record_reply(step, deps, inp, media.reply, ids, media.outcome, kind,
+                       {"media": inp.media.kind if inp.media else None,
+                        **({"step": media.failed} if media.failed else {})})  # fmt: skip
+    if media.failed:  # errored, so `agentd workflows retry` transcribes it again
+        raise TurnFailed(f"step {media.failed} failed: {media.meta.get('transcription_error')}")
+    outcome = "not_heard" if media.outcome == "not_heard" else "unsupported"
+    return TurnOutput(reply_message_ids=ids, outcome=outcome)
+
+
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
     @workflow("turn")
     async def turn(step: Step, inp: TurnInput) -> TurnOutput:
         started = time.perf_counter()
         iid = step.instance_id
         images, notes = await look_at_images(step, deps, inp)
-        user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid, images, notes)
+        media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
+        if media.user_text is not None:  # a transcript is the user's text from here on
+            inp = inp.model_copy(update={"text": media.user_text[:MAX_TEXT_CHARS]})
+        notes = [*notes, *media.notes]
+        user_msg_id = await step.do("save-user", save_user_message, deps, inp, iid, images, notes,
+                                    media.meta)  # fmt: skip
+        if media.reply is not None:
+            return await answer_media_at_once(step, deps, inp, media)
+        if media.echo:
+            await step.do("echo-transcript", send_chunk, deps, inp.chat_id, media.echo,
+                          inp.message_id)  # fmt: skip
         if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
             kind = inp.unsupported_kind or inp.kind
             text = unsupported_reply(kind)
@@ -336,6 +374,10 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             await record_reply(step, deps, inp, answer, [], "undelivered", "turn_error",
                                {"step": exc.step, "error": exc.message})  # fmt: skip
             raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
+        ids += await turnsteps.send_files(step, deps.outbox, inp, result.files)
+        if media.offer is not None:
+            await step.do("offer-document", turnsteps.offer_document, deps.outbox, deps.db,
+                          inp.chat_id, media.offer)  # fmt: skip
         duration = round((time.perf_counter() - started) * 1000, 1)
         await record_reply(step, deps, inp, answer, ids, result.outcome, "turn",
                            {"llm_calls": result.calls, "chunks": len(ids),

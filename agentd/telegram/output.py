@@ -18,7 +18,12 @@ from aiogram.exceptions import (
     TelegramRetryAfter,
     TelegramServerError,
 )
-from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
+from aiogram.types import (
+    FSInputFile,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    ReplyParameters,
+)
 
 from agentd.outbox import Button
 from agentd.telegram.format import to_html
@@ -121,6 +126,32 @@ class TelegramOutbox:
             if isinstance(exc, TelegramNetworkError | TelegramServerError | TelegramRetryAfter):
                 raise
             raise SendFailed(f"Telegram refused the message: {exc.message}") from None
+        return message.message_id
+
+    async def send_document(
+        self,
+        chat_id: int,
+        path: str,
+        filename: str,
+        *,
+        caption: str = "",
+        reply_to: int | None = None,
+    ) -> int:
+        """Upload a file (multipart sendDocument); return Telegram's message id."""
+        reply = (ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+                 if reply_to else None)  # fmt: skip
+        try:
+            message = await self._call(
+                "sendDocument",
+                lambda: self._bot.send_document(
+                    chat_id, FSInputFile(path, filename=filename), caption=caption or None,
+                    reply_parameters=reply,
+                ),
+            )  # fmt: skip
+        except TelegramAPIError as exc:
+            if isinstance(exc, TelegramNetworkError | TelegramServerError | TelegramRetryAfter):
+                raise
+            raise SendFailed(f"Telegram refused the file: {exc.message}") from None
         return message.message_id
 
     async def edit_text(
