@@ -948,6 +948,10 @@ class FakeTelegram(FakeServer):
         """An upload (multipart), or an existing file_id; Telegram's limits for bots apply."""
         chat = self._chat_for(p)
         doc = p.get("document")
+        if isinstance(doc, str) and doc.startswith("attach://"):  # aiogram names the part
+            doc = p.get(doc[len("attach://") :])
+            if not isinstance(doc, dict):
+                raise TelegramError(400, "Bad Request: can't find the attached file")
         if isinstance(doc, dict):  # uploaded as a multipart file
             data = doc["data"]
             if not data:
