@@ -158,6 +158,8 @@ async def run(config: Config) -> int:
         transcriber, media_problem = build_transcriber(config.media, os.environ)
         if media_problem:
             log.warning("media problem", extra={"problem": media_problem})
+        if transcriber is not None:
+            stack.push_async_callback(transcriber.aclose)
         registry, problems = ToolRegistry.build(
             config.tools,
             extra=[

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,24 @@ class Sleeps(list[float]):
         self.append(seconds)
 
 
+OPEN: list[OpenAITranscriber] = []
+
+
+@pytest.fixture(autouse=True)
+async def _close_clients() -> AsyncIterator[None]:
+    yield
+    while OPEN:
+        await OPEN.pop().aclose()
+
+
 def client(stt: FakeTranscription, key: str = KEY, retries: int = 2) -> tuple[
     OpenAITranscriber, Sleeps
 ]:  # fmt: skip
     sleeps = Sleeps()
-    return OpenAITranscriber(stt.base_url + "/v1", "whisper-1", key, retries=retries,
-                             retry_base_delay=0.01, sleep=sleeps, timeout=5), sleeps  # fmt: skip
+    made = OpenAITranscriber(stt.base_url + "/v1", "whisper-1", key, retries=retries,
+                             retry_base_delay=0.01, sleep=sleeps, timeout=5)  # fmt: skip
+    OPEN.append(made)
+    return made, sleeps
 
 
 async def test_a_real_ogg_voice_note_is_sent_as_multipart_and_transcribed() -> None:
