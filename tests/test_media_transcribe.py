@@ -158,3 +158,27 @@ def test_build_transcriber_names_the_missing_key_and_reads_credentials(tmp_path:
                         transcription_url="http://127.0.0.1:8080/v1")  # fmt: skip
     assert build_transcriber(local, {})[0] is not None
     assert build_transcriber(MediaConfig(), {"OPENAI_API_KEY": "x"}) == (None, None)
+
+
+async def test_the_local_engine_transcribes_the_real_note_offline() -> None:
+    pytest.importorskip("faster_whisper", reason="the optional local-stt extra is not installed")
+    from agentd.media import local_whisper
+
+    if local_whisper.model_problem("") is not None:
+        pytest.skip("the local-stt extra's bundled model is not installed")
+    built, problem = build_transcriber(MediaConfig(transcription="local", local_threads=1), {})
+    assert problem is None and built is not None
+    heard = await built.transcribe(VOICE, "voice", "audio/ogg")
+    assert "oat milk" in heard.text and "plumber" in heard.text  # tiny.en on espeak-ng speech
+    silence = await built.transcribe((DATA / "silence.ogg").read_bytes(), "voice", "audio/ogg")
+    assert is_hallucination(silence.text, 1.5)
+    with pytest.raises(TranscriptionError):
+        await built.transcribe(b"OggS but not really audio", "voice", "audio/ogg")
+    await built.aclose()
+
+
+def test_a_local_engine_without_its_model_is_a_clear_problem(tmp_path: Path) -> None:
+    config = MediaConfig(transcription="local", local_model_dir=str(tmp_path))
+    built, problem = build_transcriber(config, {})
+    assert built is None and problem is not None
+    assert "faster-whisper is missing" in problem or "no model.bin" in problem

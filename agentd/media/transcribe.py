@@ -226,6 +226,16 @@ def build_transcriber(
     config: MediaConfig, env: Mapping[str, str]
 ) -> tuple[Transcriber | None, str | None]:
     """The configured backend, or None and a problem to log (a missing key names its variable)."""
+    if config.transcription == "local":
+        from agentd.media import local_whisper  # the optional extra; imported only when asked
+
+        problem = local_whisper.model_problem(config.local_model_dir)
+        if problem:
+            return None, problem
+        return local_whisper.LocalWhisperTranscriber(
+            config.local_model_dir, language=config.transcription_language,
+            threads=config.local_threads,
+        ), None  # fmt: skip
     if config.transcription != "openai":
         return None, None
     key = read_key(config.transcription_key_env, env)
