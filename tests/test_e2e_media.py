@@ -66,6 +66,12 @@ def respond(body: dict[str, Any]) -> Any:
                  "input": {"week": 3}}]  # fmt: skip
     if "report-week-3.csv" in last:
         return "Here is your report."
+    if "keep this one" in last:
+        doc_id = last.split('document_id "')[1].split('"')[0]
+        return [{"type": "tool_use", "id": "tu_keep", "name": "save_chat_document",
+                 "input": {"document_id": doc_id}}]  # fmt: skip
+    if "to your documents" in last:
+        return "Kept."
     return None  # echo
 
 
@@ -174,6 +180,20 @@ def test_a_pdf_is_read_for_the_turn_and_added_only_when_the_button_is_pressed(
     assert len(stack.daemon.query("SELECT source FROM doc_documents")) == 1
 
 
+def test_asking_to_keep_a_document_saves_it_without_offering_a_button(stack: Stack) -> None:
+    user = 207
+    update_id = stack.tg.add_document(
+        user, user, b"# Wifi\n\nThe guest password is plum-42.\n", "wifi.md", "text/markdown",
+        caption="keep this one",
+    )  # fmt: skip
+    [answer] = stack.wait_sent(user, 1)
+    assert answer["plain_text"] == "Kept."
+    sources = [r[0] for r in stack.daemon.query("SELECT source FROM doc_documents")]
+    assert f"telegram:{user}/wifi.md" in sources
+    _wait_complete(stack.daemon, f"tg-update-{update_id}")
+    assert len(stack.sent(user)) == 1  # the "Add to my documents" offer was not sent
+
+
 def test_an_unsupported_document_gets_a_reply_naming_what_is_read(stack: Stack) -> None:
     user = 205
     stack.tg.add_document(user, user, b"\x00\x01binary", "holiday.heic", "image/heic")
@@ -208,6 +228,14 @@ def test_without_a_backend_a_voice_note_gets_told_how_to_enable_it(tmp_path: Pat
             [reply] = tg.wait_for_sent(1, timeout=20)
     assert "[media]" in reply["plain_text"] and "transcription" in reply["plain_text"]
     assert llm.requests == []
+
+
+def _wait_complete(daemon: Daemon, instance_id: str) -> None:
+    deadline = time.monotonic() + 20
+    query = "SELECT status FROM workflow_instances WHERE id = ?"
+    while daemon.query(query, (instance_id,))[0][0] != "complete":
+        assert time.monotonic() < deadline, f"{instance_id} did not complete"
+        time.sleep(0.05)
 
 
 def _sha(data: bytes) -> str:
