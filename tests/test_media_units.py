@@ -10,16 +10,9 @@ from pydantic import ValidationError
 from agentd.agent.inputs import MediaRef
 from agentd.media.chatdocs import format_of, refusal
 from agentd.media.outfiles import OutgoingFile, spool
-from agentd.telegram.classify import Identity, classify
+from agentd.telegram.classify import classify
 from agentd.tools import ToolContext, execute, tool
-
-ME = Identity(bot_id=999, bot_username="agentd_bot", allowed_user_ids=frozenset({42}))
-
-
-def message(**extra: object) -> dict[str, object]:
-    base = {"message_id": 5, "date": 1, "chat": {"id": 42, "type": "private"},
-            "from": {"id": 42, "is_bot": False, "first_name": "O"}}  # fmt: skip
-    return {"update_id": 1, "message": {**base, **extra}}
+from tests.test_classify import ME, message
 
 
 def test_voice_audio_and_round_videos_are_voice_turns_with_their_file() -> None:

@@ -13,14 +13,13 @@ import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 from pydantic import BaseModel
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
 from agentd.config import MediaConfig
-from agentd.net.retry import RetryableHttpError, honour_retry_after, retry_after
+from agentd.net.retry import RetryableHttpError, http_retrying, retry_after
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
@@ -128,20 +127,11 @@ class OpenAITranscriber:
     async def transcribe(self, audio: bytes, file_name: str, mime_type: str) -> Transcript:
         """The words in `audio`; TranscriptionError with a clear message otherwise."""
 
-        def before_sleep(state: Any) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            log.warning("transcription attempt failed; retrying",
-                        extra={"attempt": state.attempt_number,
-                               "error": self._redact(repr(exc))})  # fmt: skip
-
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=honour_retry_after(self._base_delay, MAX_RETRY_WAIT),
-            sleep=self._sleep,
-            retry=retry_if_exception_type(_RETRYABLE),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+        retrying = http_retrying(
+            attempts=self.retries + 1, initial=self._base_delay, ceiling=MAX_RETRY_WAIT,
+            sleep=self._sleep, retry_on=_RETRYABLE, log=log, redact=self._redact,
+            message="transcription attempt failed; retrying",
+        )  # fmt: skip
         name = upload_name(file_name, mime_type)
         attempts = self.retries + 1
         try:

@@ -38,6 +38,13 @@ class SendFailed(Exception):
     """Telegram refused the message for good (blocked bot, bad chat): retrying will not help."""
 
 
+def _reply(reply_to: int | None) -> ReplyParameters | None:
+    # A reply to a message deleted meanwhile is still delivered, just without the quote.
+    if not reply_to:
+        return None
+    return ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
+
+
 def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None:
     if not buttons:
         return None
@@ -97,11 +104,7 @@ class TelegramOutbox:
     ) -> int:
         """Send one chunk (already split to fit); return Telegram's message id."""
         markup = _keyboard(buttons)
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to
-            else None
-        )
+        reply = _reply(reply_to)
 
         async def send(text: str, parse_mode: str | None) -> Any:
             return await self._bot.send_message(
@@ -138,14 +141,12 @@ class TelegramOutbox:
         reply_to: int | None = None,
     ) -> int:
         """Upload a file (multipart sendDocument); return Telegram's message id."""
-        reply = (ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-                 if reply_to else None)  # fmt: skip
         try:
             message = await self._call(
                 "sendDocument",
                 lambda: self._bot.send_document(
                     chat_id, FSInputFile(path, filename=filename), caption=caption or None,
-                    reply_parameters=reply,
+                    reply_parameters=_reply(reply_to),
                 ),
             )  # fmt: skip
         except TelegramAPIError as exc:

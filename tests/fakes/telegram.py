@@ -902,9 +902,10 @@ class FakeTelegram(FakeServer):
         markup = p.get("reply_markup")
         return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
 
-    def _send_message(self, p: dict[str, Any], token: str) -> dict[str, Any]:
-        chat = self._chat_for(p)
-        text, entities = self._format(p)
+    def _new_message(
+        self, p: dict[str, Any], chat: dict[str, Any], token: str, content: dict[str, Any]
+    ) -> tuple[dict[str, Any], int | None]:
+        """A message from the bot with `content`, replying where reply_parameters ask."""
         reply_to = _int(p, "reply_to_message_id")
         if isinstance(p.get("reply_parameters"), dict):
             reply_to = p["reply_parameters"].get("message_id")
@@ -913,12 +914,8 @@ class FakeTelegram(FakeServer):
             "from": self._bot_user(token),
             "chat": chat,
             "date": _now(),
-            "text": text,
+            **content,
         }
-        if entities:
-            msg["entities"] = entities
-        if (markup := self._inline_markup(p)) is not None:
-            msg["reply_markup"] = markup
         if reply_to is not None:
             reply = self._reply_copy(chat["id"], reply_to)
             allow = isinstance(p.get("reply_parameters"), dict) and p["reply_parameters"].get(
@@ -929,6 +926,17 @@ class FakeTelegram(FakeServer):
             if reply is not None:
                 msg["reply_to_message"] = reply
         self._messages[(chat["id"], msg["message_id"])] = msg
+        return msg, reply_to
+
+    def _send_message(self, p: dict[str, Any], token: str) -> dict[str, Any]:
+        chat = self._chat_for(p)
+        text, entities = self._format(p)
+        content: dict[str, Any] = {"text": text}
+        if entities:
+            content["entities"] = entities
+        if (markup := self._inline_markup(p)) is not None:
+            content["reply_markup"] = markup
+        msg, reply_to = self._new_message(p, chat, token, content)
         self._sent.append(
             {
                 "chat_id": chat["id"],
@@ -970,19 +978,12 @@ class FakeTelegram(FakeServer):
         caption = str(p.get("caption") or "")
         if len(caption) > 1024:
             raise TelegramError(400, "Bad Request: message caption is too long")
-        reply_to = _int(p, "reply_to_message_id")
-        if isinstance(p.get("reply_parameters"), dict):
-            reply_to = p["reply_parameters"].get("message_id")
-        msg: dict[str, Any] = {
-            "message_id": self._new_message_id(chat["id"]),
-            "from": self._bot_user(token),
-            "chat": chat,
-            "date": _now(),
-            "document": {**_photo_size(file), "file_name": name, "mime_type": mime},
+        content: dict[str, Any] = {
+            "document": {**_photo_size(file), "file_name": name, "mime_type": mime}
         }
         if caption:
-            msg["caption"] = caption
-        self._messages[(chat["id"], msg["message_id"])] = msg
+            content["caption"] = caption
+        msg, reply_to = self._new_message(p, chat, token, content)
         self._documents.append({
             "chat_id": chat["id"], "file_name": name, "size": len(data),
             "sha256": hashlib.sha256(data).hexdigest(), "data": data, "caption": caption,
