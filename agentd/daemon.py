@@ -23,7 +23,7 @@ from agentd.media.chatdocs import (
     document_callbacks,
     make_ingest_workflow,
 )
-from agentd.media.transcribe import build_transcriber
+from agentd.media.transcribe import build_transcriber, read_key
 from agentd.media.voice import VoiceDeps
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
@@ -100,6 +100,9 @@ async def run(config: Config) -> int:
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
         if v is not None
     ]
+    stt_key = read_key(config.media.transcription_key_env, os.environ)
+    if config.media.transcription == "openai" and stt_key:
+        secrets.append(stt_key)  # kept out of logs and errors like the other keys
     setup_logging(config.log.level, config.log.format, secrets)
     redactor = Redactor(secrets)
     stack = contextlib.AsyncExitStack()
