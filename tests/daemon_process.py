@@ -74,7 +74,14 @@ class Daemon:
             [*AGENTD, "run"], env=self.env, cwd=self.tmp, stderr=log, stdout=log
         )
         if wait_ready:
-            self.wait_for_log("agentd running", timeout)
+            try:
+                self.wait_for_log("agentd running", timeout)
+            except BaseException:
+                # A daemon that missed its start-up deadline (a loaded machine) would otherwise
+                # outlive the test and slow every later one: the leak cascades.
+                self.proc.kill()
+                self.proc.wait(10)
+                raise
         return self
 
     def log(self) -> str:
