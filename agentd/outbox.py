@@ -42,6 +42,16 @@ class Outbox(Protocol):
         buttons: list[list[Button]] | None = None,
     ) -> None: ...
 
+    async def send_document(
+        self,
+        chat_id: int,
+        path: str,
+        filename: str,
+        *,
+        caption: str = "",
+        reply_to: int | None = None,
+    ) -> int: ...
+
     # Best effort by nature: these never raise (cancellation aside).
     async def answer_callback(
         self, callback_id: str, text: str, *, alert: bool = False

@@ -79,9 +79,11 @@ class Daemon:
         if wait_ready:
             try:
                 self.wait_for_log("agentd running", timeout)
-            except AssertionError:
-                self.proc.kill()  # a daemon that never got ready must not outlive the test
-                self.proc.wait()
+            except BaseException:
+                # A daemon that missed its start-up deadline (a loaded machine) would otherwise
+                # outlive the test and slow every later one: the leak cascades.
+                self.proc.kill()
+                self.proc.wait(10)
                 raise
         return self
 

@@ -12,6 +12,8 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock
 from agentd.llm import LLM
+from agentd.media.chatdocs import DocDeps
+from agentd.media.voice import VoiceDeps
 from agentd.memory.embedders import Embedder
 from agentd.outbox import Outbox
 from agentd.tools import ToolRegistry
@@ -35,6 +37,8 @@ class TurnDeps:
     # Starts a workflow idempotently: (name, input, instance_id=, key=) — for summaries.
     start_workflow: Callable[..., Awaitable[Any]] | None = None
     vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply
+    voice: VoiceDeps | None = None  # None: voice notes get a reply saying how to enable them
+    docs: DocDeps | None = None  # None: documents get a polite "can't read documents" reply
 
 
 class Recall(BaseModel):

@@ -18,24 +18,39 @@ class ReplyContext(BaseModel):
     photo_file_id: str | None = None
 
 
+class MediaRef(BaseModel):
+    """A voice note, audio file, round video or document the message carries (file id only)."""
+
+    kind: Literal["voice", "audio", "video_note", "document"]
+    file_id: str
+    file_name: str = ""
+    mime_type: str = ""
+    file_size: int = 0
+    duration: float = 0.0  # seconds, for voice, audio and video notes
+    forwarded: bool = False  # someone else's words: its transcript is data, not the user's
+
+
 class TurnInput(BaseModel):
     update_id: int
     chat_id: int
     user_id: int
     message_id: int
     date: float
-    kind: Literal["text", "photo", "unsupported"]
+    kind: Literal["text", "photo", "voice", "document", "unsupported"]
     text: str = Field(default="", max_length=MAX_TEXT_CHARS)
     edited: bool = False
     unsupported_kind: str | None = None
     photo_file_id: str | None = None
     reply_to: ReplyContext | None = None
+    media: MediaRef | None = None
 
 
 class TurnOutput(BaseModel):
     reply_message_ids: list[int] = Field(default_factory=list)
     llm_calls: int = 0
-    outcome: Literal["answered", "unsupported", "error", "step_limit", "rate_limited"] = "answered"
+    outcome: Literal[
+        "answered", "unsupported", "error", "step_limit", "rate_limited", "not_heard"
+    ] = "answered"
 
 
 class CallbackPress(BaseModel):

@@ -29,6 +29,7 @@ from agentd.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
+from agentd.media.outfiles import SpooledFile
 from agentd.outbox import Button, Outbox
 from agentd.tools import (
     ToolContext,
@@ -70,6 +71,7 @@ class AgentResult(BaseModel):
     calls: int
     outcome: Literal["answered", "step_limit"] = "answered"
     reported_actions: list[str] = Field(default_factory=list)
+    files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
 
 
 class Route(BaseModel):
@@ -97,6 +99,7 @@ def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock
         tool_use_id=use.id,
         now=deps.clock.now,
         redact=deps.redact,
+        outgoing_dir=str(deps.config.outgoing_dir),
     )
 
 
@@ -367,6 +370,7 @@ async def agent_loop(
     conversation = list(messages)
     turn_start = len(messages) - 1
     reported: list[str] = []
+    files: list[SpooledFile] = []
     last_text = ""
     response: LLMResponse | None = None
     for n in range(1, max_steps + 1):
@@ -381,7 +385,7 @@ async def agent_loop(
                 conversation.append(Message(role="assistant", content=response.content))
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
-            return AgentResult(text=text, calls=n, reported_actions=reported)
+            return AgentResult(text=text, calls=n, reported_actions=reported, files=files)
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
@@ -390,12 +394,14 @@ async def agent_loop(
             outcome, route = await handle_tool_use(step, deps, inp, use)
             if route.risk == "medium" and outcome.ok:
                 reported.append(f"{route.name} ({_brief(use)})")
+            files.extend(outcome.files)
             results.append(ToolResultBlock(tool_use_id=use.id, content=outcome.content or "(empty)",
                                            is_error=not outcome.ok))  # fmt: skip
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
-    return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported)
+    return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported,
+                       files=files)  # fmt: skip
 
 
 def _brief(use: ToolUseBlock) -> str:

@@ -12,11 +12,13 @@ from typing import Any
 
 from agentd import audit, ratelimit
 from agentd.agent.deps import Recall, TurnDeps
-from agentd.agent.inputs import TurnInput, TurnOutput
+from agentd.agent.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
 from agentd.agent.prompt import as_data, window_size
 from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop
 from agentd.durable import NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.llm.types import Message
+from agentd.media import turnsteps
+from agentd.media.turnsteps import MediaIn
 from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
@@ -90,19 +92,24 @@ def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
 
 
 def save_user_message(
-    conn: Any, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str]
-) -> int:
+    conn: Any, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str],
+    media_meta: dict[str, Any] | None = None,
+) -> int:  # fmt: skip
     meta: dict[str, Any] = {"telegram_message_id": inp.message_id, "kind": inp.kind}
+    meta.update(media_meta or {})
     if inp.reply_to:
         meta["reply_to"] = inp.reply_to.message_id
     if images:
         meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
     content = "\n".join([_user_content(inp), *notes]).strip()
-    return history.save_message(
+    message_id = history.save_message(
         conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
         source_key=f"{instance_id}:user", instance_id=instance_id,
         telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
     )  # fmt: skip
+    # A retried turn (a transcript that failed before) updates the row saved the first time.
+    turnsteps.replace_user_content(conn, message_id, content)
+    return message_id
 
 
 def _images_to_see(inp: TurnInput) -> list[tuple[str, str]]:
@@ -288,13 +295,39 @@ async def record_reply(
     await step.local("audit", write_audit, inp, iid, kind, {"outcome": outcome, **detail})
 
 
+async def answer_media_at_once(
+    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn
+) -> TurnOutput:
+    """No backend, nothing heard, an unreadable file or a failed transcription: say so."""
+    assert media.reply is not None
+    ids = await send_reply(step, deps, inp, media.reply, "send")
+    kind = "turn_error" if media.failed else "turn"
+    await record_reply(step, deps, inp, media.reply, ids, media.outcome, kind,
+                       {"media": inp.media.kind if inp.media else None,
+                        **({"step": media.failed} if media.failed else {})})  # fmt: skip
+    if media.failed:  # errored, so `agentd workflows retry` transcribes it again
+        raise TurnFailed(f"step {media.failed} failed: {media.meta.get('transcription_error')}")
+    outcome = "not_heard" if media.outcome == "not_heard" else "unsupported"
+    return TurnOutput(reply_message_ids=ids, outcome=outcome)
+
+
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
     @workflow("turn")
     async def turn(step: Step, inp: TurnInput) -> TurnOutput:
         started = time.perf_counter()
         iid = step.instance_id
         images, notes = await look_at_images(step, deps, inp)
-        user_msg_id = await step.local("save-user", save_user_message, inp, iid, images, notes)
+        media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
+        if media.user_text is not None:  # a transcript is the user's text from here on
+            inp = inp.model_copy(update={"text": media.user_text[:MAX_TEXT_CHARS]})
+        notes = [*notes, *media.notes]
+        user_msg_id = await step.local("save-user", save_user_message, inp, iid, images, notes,
+                                       media.meta)  # fmt: skip
+        if media.reply is not None:
+            return await answer_media_at_once(step, deps, inp, media)
+        if media.echo:
+            await step.do("echo-transcript", send_chunk, deps, inp.chat_id, media.echo,
+                          inp.message_id, iid, "echo-transcript")  # fmt: skip
         if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
             kind = inp.unsupported_kind or inp.kind
             text = unsupported_reply(kind)
@@ -334,6 +367,10 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             await record_reply(step, deps, inp, answer, [], "undelivered", "turn_error",
                                {"step": exc.step, "error": exc.message})  # fmt: skip
             raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
+        ids += await turnsteps.send_files(step, deps.outbox, inp, result.files)
+        if media.offer is not None:
+            await step.do("offer-document", turnsteps.offer_document, deps.outbox, deps.db,
+                          inp.chat_id, media.offer)  # fmt: skip
         duration = round((time.perf_counter() - started) * 1000, 1)
         await record_reply(step, deps, inp, answer, ids, result.outcome, "turn",
                            {"llm_calls": result.calls, "chunks": len(ids),

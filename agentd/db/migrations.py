@@ -318,6 +318,33 @@ ALTER TABLE llm_usage ADD COLUMN cache_write_1h_tokens INTEGER NOT NULL DEFAULT 
 CREATE INDEX llm_usage_chat_at ON llm_usage (chat_id, at);
 """
 
+M013_MEDIA = """
+-- Voice and audio transcripts by content hash (#14): the same note is never transcribed twice.
+-- dropped = 1: the backend heard only a stock phrase Whisper invents on silence.
+CREATE TABLE transcript_cache (
+    sha256 TEXT PRIMARY KEY,
+    text TEXT NOT NULL,
+    model TEXT NOT NULL,
+    dropped INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL
+);
+-- Documents sent in chat: read for the turn, ingested only when the user asks or confirms.
+CREATE TABLE chat_documents (
+    id TEXT PRIMARY KEY,
+    chat_id INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    file_id TEXT NOT NULL,
+    file_name TEXT NOT NULL,
+    format TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    size INTEGER NOT NULL,
+    title TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    ingested_at REAL
+);
+CREATE INDEX chat_documents_chat ON chat_documents (chat_id, created_at);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -326,6 +353,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m005_web_cache", M005_WEB_CACHE),
     ("m006_vision", M006_VISION),
     ("m008_usage_cache", M008_USAGE_CACHE),
+    ("m013_media", M013_MEDIA),
 ]
 
 

@@ -19,6 +19,7 @@ every hop), a few at a time, and written in order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -343,6 +344,19 @@ class Ingestor:
         await self._ingest_document(
             source=str(path), kind="file", root=root, fmt=fmt, data=data, parse=parse
         )
+
+    async def ingest_bytes(self, *, source: str, data: bytes, fmt: DocFormat, title: str) -> None:
+        """One document already in memory (a file sent in chat); failures go to the report."""
+
+        async def parse() -> LoadedDocument:
+            return await asyncio.to_thread(parse_bytes, data, fmt, fallback_title=title)
+
+        self.progress.add_total(1)
+        work = self._ingest_document(
+            source=source, kind="file", root=source, fmt=fmt, data=data, parse=parse
+        )
+        with contextlib.suppress(_Aborted):
+            await self._guarded(source, lambda: work)
 
     async def ingest_paths(self, paths: Sequence[str | Path]) -> None:
         """Files and folders (recursively). A folder's files that disappeared are removed."""

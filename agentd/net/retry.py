@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import logging
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from tenacity import wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
 
 class RetryableHttpError(Exception):
@@ -48,3 +54,33 @@ def honour_retry_after(
         return float(backoff(state))
 
     return wait
+
+
+def http_retrying(
+    *,
+    attempts: int,
+    initial: float,
+    ceiling: float,
+    sleep: Callable[[float], Awaitable[None]],
+    retry_on: tuple[type[BaseException], ...],
+    log: logging.Logger,
+    message: str,
+    redact: Callable[[str], str],
+    **log_extra: Any,
+) -> AsyncRetrying:
+    """Retry `retry_on` errors up to `attempts` times, honouring Retry-After, logging each
+    failed attempt (redacted: an error text may quote a key) before the wait."""
+
+    def before_sleep(state: Any) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        extra = {**log_extra, "attempt": state.attempt_number, "error": redact(repr(exc))}
+        log.warning(message, extra=extra)
+
+    return AsyncRetrying(
+        stop=stop_after_attempt(attempts),
+        wait=honour_retry_after(initial, ceiling),
+        sleep=sleep,
+        retry=retry_if_exception_type(retry_on),
+        before_sleep=before_sleep,
+        reraise=True,
+    )

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd.agent.inputs import MAX_TEXT_CHARS, CallbackPress, ReplyContext, TurnInput
+from agentd.agent.inputs import MAX_TEXT_CHARS, CallbackPress, MediaRef, ReplyContext, TurnInput
 
 UNSUPPORTED_KINDS = (
     "sticker",
@@ -51,15 +51,37 @@ class Identity(BaseModel):
     allow_groups: bool = False
 
 
+AUDIO_KINDS = ("voice", "audio", "video_note")  # transcribed: the words become the message
+
+
 def _message_kind(message: dict[str, Any]) -> tuple[str, str | None]:
     if message.get("text") is not None:
         return "text", None
     if message.get("photo"):
         return "photo", None
+    if _media(message) is not None:
+        return ("document" if message.get("document") else "voice"), None
     for kind in UNSUPPORTED_KINDS:
         if message.get(kind) is not None:
             return "unsupported", kind
     return "unsupported", "message"
+
+
+def _media(message: dict[str, Any]) -> MediaRef | None:
+    """The voice note, audio, round video or document in the message, if it is well formed."""
+    for kind in (*AUDIO_KINDS, "document"):
+        item = message.get(kind)
+        if isinstance(item, dict) and isinstance(item.get("file_id"), str):
+            return MediaRef(
+                kind=kind,  # type: ignore[arg-type]
+                file_id=item["file_id"],
+                file_name=str(item.get("file_name") or "")[:200],
+                mime_type=str(item.get("mime_type") or "")[:100],
+                file_size=int(item.get("file_size") or 0),
+                duration=float(item.get("duration") or 0),
+                forwarded=bool(message.get("forward_origin") or message.get("forward_date")),
+            )
+    return None
 
 
 def _largest_photo(message: dict[str, Any]) -> str | None:
@@ -172,6 +194,7 @@ def classify(update: dict[str, Any], me: Identity) -> Decision:
         unsupported_kind=unsupported,
         photo_file_id=_largest_photo(message),
         reply_to=_reply_context(message, me),
+        media=_media(message),
     )
     return Decision(
         action="turn", update_kind=update_kind, user_id=user_id, chat_id=chat_id, turn=turn

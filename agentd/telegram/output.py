@@ -15,7 +15,12 @@ from typing import Any, TypeVar
 from aiogram import Bot
 from aiogram.enums import ChatAction, ParseMode
 from aiogram.exceptions import TelegramBadRequest
-from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup, ReplyParameters
+from aiogram.types import (
+    FSInputFile,
+    InlineKeyboardButton,
+    InlineKeyboardMarkup,
+    ReplyParameters,
+)
 
 from agentd.outbox import Button, SendFailed
 from agentd.telegram.format import TELEGRAM_LIMIT, split_markdown, to_html
@@ -24,6 +29,13 @@ from agentd.telegram.session import classify
 T = TypeVar("T")
 log = logging.getLogger("agentd.telegram")
 TYPING_RENEW_SECONDS = 4.5  # Telegram shows "typing…" for about 5 s per chat action
+
+
+def _reply(reply_to: int | None) -> ReplyParameters | None:
+    # A reply to a message deleted meanwhile is still delivered, just without the quote.
+    if not reply_to:
+        return None
+    return ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
 
 
 def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None:
@@ -76,11 +88,7 @@ class TelegramOutbox:
     ) -> int:
         """Send one chunk (already split to fit); return Telegram's message id."""
         markup = _keyboard(buttons)
-        reply = (
-            ReplyParameters(message_id=reply_to, allow_sending_without_reply=True)
-            if reply_to
-            else None
-        )
+        reply = _reply(reply_to)
 
         async def send(text: str, parse_mode: str | None) -> Any:
             return await self._bot.send_message(
@@ -104,6 +112,27 @@ class TelegramOutbox:
                 raise _refused("message", plain_exc) from None
         except Exception as exc:
             raise _refused("message", exc) from None
+        return message.message_id
+
+    async def send_document(
+        self,
+        chat_id: int,
+        path: str,
+        filename: str,
+        *,
+        caption: str = "",
+        reply_to: int | None = None,
+    ) -> int:
+        """Upload a file (multipart sendDocument); return Telegram's message id."""
+        try:
+            message = await self._bot.send_document(
+                chat_id,
+                FSInputFile(path, filename=filename),
+                caption=caption or None,
+                reply_parameters=_reply(reply_to),
+            )
+        except Exception as exc:
+            raise _refused("file", exc) from None
         return message.message_id
 
     async def edit_text(

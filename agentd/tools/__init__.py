@@ -1,9 +1,11 @@
 """Tools the model can call: typed async functions under a risk policy (SPEC §5).
 
 Declare one with `@tool`, build the registry with `ToolRegistry.build(config.tools, ...)`,
-run a call with `execute(tool, ctx, raw_args)`.
+run a call with `execute(tool, ctx, raw_args)`. A tool that returns an `OutgoingFile` has the
+file sent to the user as a Telegram document with the reply.
 """
 
+from agentd.media.outfiles import OutgoingFile
 from agentd.tools.base import (
     InvalidArguments,
     Tool,
@@ -23,6 +25,7 @@ __all__ = [
     "DuplicateToolError",
     "InvalidArguments",
     "McpServers",
+    "OutgoingFile",
     "Tool",
     "ToolContext",
     "ToolDeclarationError",

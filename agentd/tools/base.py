@@ -38,6 +38,8 @@ class ToolContext:
     now: Callable[[], float] = time.time
     # Removes known secrets from anything headed for the model or the audit log.
     redact: Callable[[str], str] = _no_redaction
+    # Where files a tool returns (OutgoingFile) wait to be sent; empty: tools cannot send files.
+    outgoing_dir: str = ""
 
 
 class ToolResult(BaseModel):

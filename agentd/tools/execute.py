@@ -8,10 +8,12 @@ import json
 import logging
 import time
 import unicodedata
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from agentd.media.outfiles import OutgoingFile, SpooledFile, describe_for_model, spool
 from agentd.tools.base import InvalidArguments, Tool, ToolContext, ToolError, ToolResult
 
 log = logging.getLogger(__name__)
@@ -29,6 +31,7 @@ class ToolOutcome(BaseModel):
     content: str
     error_kind: ErrorKind | None = None
     duration_ms: float = 0.0
+    files: list[SpooledFile] = Field(default_factory=list)  # to send with the reply
 
     @property
     def is_error(self) -> bool:
@@ -143,6 +146,13 @@ async def execute(
             f"{tool.name} did not finish within {tool.timeout:g} s and was stopped.",
             "timeout",
         )
+    if isinstance(result, OutgoingFile):
+        if not ctx.outgoing_dir:
+            return outcome(False, f"{tool.name} produced a file, but files cannot be sent here.",
+                           "tool_error")  # fmt: skip
+        spooled = await asyncio.to_thread(spool, result, Path(ctx.outgoing_dir))
+        done = outcome(True, describe_for_model(spooled))
+        return done.model_copy(update={"files": [spooled]})
     if isinstance(result, ToolResult):
         if result.is_error:
             return outcome(False, result.content, "tool_error")

@@ -10,9 +10,8 @@ from typing import Any, Protocol
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
 
-from agentd.net.retry import RetryableHttpError, honour_retry_after, retry_after
+from agentd.net.retry import RetryableHttpError, http_retrying, retry_after
 
 log = logging.getLogger(__name__)
 
@@ -124,21 +123,11 @@ class TavilyProvider:
             "include_raw_content": False,
             "include_images": False,
         }
-
-        def before_sleep(state: Any) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            error = self._redact(repr(exc))
-            extra = {"provider": self.name, "attempt": state.attempt_number, "error": error}
-            log.warning("web search attempt failed; retrying", extra=extra)
-
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.retries + 1),
-            wait=honour_retry_after(self._base_delay, self.max_retry_wait),
-            sleep=self._sleep,
-            retry=retry_if_exception_type(_RETRYABLE),
-            before_sleep=before_sleep,
-            reraise=True,
-        )
+        retrying = http_retrying(
+            attempts=self.retries + 1, initial=self._base_delay, ceiling=self.max_retry_wait,
+            sleep=self._sleep, retry_on=_RETRYABLE, log=log, redact=self._redact,
+            message="web search attempt failed; retrying", provider=self.name,
+        )  # fmt: skip
         try:
             async for attempt in retrying:
                 with attempt:

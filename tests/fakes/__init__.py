@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     )
     from tests.fakes.process import FakeControl, FakeProcess
     from tests.fakes.telegram import FakeTelegram, TelegramError
+    from tests.fakes.transcription import FakeTranscription
 
 _EXPORTS = {
     "FakeTelegram": "tests.fakes.telegram",
@@ -35,6 +36,7 @@ _EXPORTS = {
     "text_reply": "tests.fakes.anthropic",
     "tool_use_reply": "tests.fakes.anthropic",
     "tool_use_block": "tests.fakes.anthropic",
+    "FakeTranscription": "tests.fakes.transcription",
     "FakeProcess": "tests.fakes.process",
     "FakeControl": "tests.fakes.process",
 }
@@ -46,6 +48,7 @@ __all__ = [
     "FakeControl",
     "FakeProcess",
     "FakeTelegram",
+    "FakeTranscription",
     "Malformed",
     "Reply",
     "TelegramError",

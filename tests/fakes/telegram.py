@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import hashlib
 import json
 import re
 import secrets
@@ -26,6 +27,7 @@ from tests.fakes._tg_html import HtmlError, parse_html
 TOKEN_RE = re.compile(r"[0-9]+:[A-Za-z0-9_-]+")
 MAX_TEXT = 4096
 MAX_DOWNLOAD = 20 * 1024 * 1024
+MAX_UPLOAD = 50 * 1024 * 1024  # what a bot may upload with sendDocument
 # Form fields aiogram sends as JSON strings (nested objects and lists).
 JSON_FIELDS = {
     "reply_markup", "allowed_updates", "entities", "caption_entities", "reply_parameters",
@@ -78,6 +80,14 @@ class Fault:
 
 def _now() -> int:
     return int(time.time())
+
+
+def _without_bytes(params: dict[str, Any]) -> dict[str, Any]:
+    """Request params as recorded: an upload keeps its name, size and type, not its bytes."""
+    return {
+        k: {kk: vv for kk, vv in v.items() if kk != "data"} if isinstance(v, dict) else v
+        for k, v in params.items()
+    }
 
 
 def _jsonable(value: Any) -> Any:
@@ -140,6 +150,7 @@ class FakeTelegram(FakeServer):
             "getme": self._get_me,
             "sendmessage": self._send_message,
             "sendchataction": self._send_chat_action,
+            "senddocument": self._send_document,
             "editmessagetext": self._edit_message_text,
             "editmessagereplymarkup": self._edit_message_reply_markup,
             "answercallbackquery": self._answer_callback_query,
@@ -176,6 +187,7 @@ class FakeTelegram(FakeServer):
             self._faults: list[Fault] = []
             self._disabled: set[str] = set()
             self._sent: list[dict[str, Any]] = []
+            self._documents: list[dict[str, Any]] = []
             self._actions: list[dict[str, Any]] = []
             self._edits: list[dict[str, Any]] = []
             self._drafts: list[dict[str, Any]] = []
@@ -450,6 +462,12 @@ class FakeTelegram(FakeServer):
         return self._copy(self._sent)
 
     @property
+    def documents(self) -> list[dict[str, Any]]:
+        """sendDocument calls that succeeded: chat_id, file_name, size, sha256, data (bytes of
+        an upload), caption, reply_to_message_id, message_id, time."""
+        return self._copy(self._documents)
+
+    @property
     def actions(self) -> list[dict[str, Any]]:
         """sendChatAction calls: chat_id, action, time."""
         return self._copy(self._actions)
@@ -687,7 +705,12 @@ class FakeTelegram(FakeServer):
                 for key, value in (await request.post()).items():
                     if isinstance(value, web.FileField):
                         data = value.file.read()
-                        params[key] = {"filename": value.filename, "size": len(data)}
+                        params[key] = {
+                            "filename": value.filename,
+                            "size": len(data),
+                            "content_type": value.content_type,
+                            "data": data,
+                        }
                     else:
                         params[key] = value
         for key in JSON_FIELDS & params.keys():
@@ -724,7 +747,8 @@ class FakeTelegram(FakeServer):
         with self._lock:
             self._requests.append(record)
         try:
-            record["params"] = params = await self._read_params(request)
+            params = await self._read_params(request)
+            record["params"] = _without_bytes(params)
         except TelegramError as e:
             record["status"] = e.status
             return self._error(e.status, e.description)
@@ -878,9 +902,10 @@ class FakeTelegram(FakeServer):
         markup = p.get("reply_markup")
         return markup if isinstance(markup, dict) and "inline_keyboard" in markup else None
 
-    def _send_message(self, p: dict[str, Any], token: str) -> dict[str, Any]:
-        chat = self._chat_for(p)
-        text, entities = self._format(p)
+    def _new_message(
+        self, p: dict[str, Any], chat: dict[str, Any], token: str, content: dict[str, Any]
+    ) -> tuple[dict[str, Any], int | None]:
+        """A message from the bot with `content`, replying where reply_parameters ask."""
         reply_to = _int(p, "reply_to_message_id")
         if isinstance(p.get("reply_parameters"), dict):
             reply_to = p["reply_parameters"].get("message_id")
@@ -889,12 +914,8 @@ class FakeTelegram(FakeServer):
             "from": self._bot_user(token),
             "chat": chat,
             "date": _now(),
-            "text": text,
+            **content,
         }
-        if entities:
-            msg["entities"] = entities
-        if (markup := self._inline_markup(p)) is not None:
-            msg["reply_markup"] = markup
         if reply_to is not None:
             reply = self._reply_copy(chat["id"], reply_to)
             allow = isinstance(p.get("reply_parameters"), dict) and p["reply_parameters"].get(
@@ -905,6 +926,17 @@ class FakeTelegram(FakeServer):
             if reply is not None:
                 msg["reply_to_message"] = reply
         self._messages[(chat["id"], msg["message_id"])] = msg
+        return msg, reply_to
+
+    def _send_message(self, p: dict[str, Any], token: str) -> dict[str, Any]:
+        chat = self._chat_for(p)
+        text, entities = self._format(p)
+        content: dict[str, Any] = {"text": text}
+        if entities:
+            content["entities"] = entities
+        if (markup := self._inline_markup(p)) is not None:
+            content["reply_markup"] = markup
+        msg, reply_to = self._new_message(p, chat, token, content)
         self._sent.append(
             {
                 "chat_id": chat["id"],
@@ -918,6 +950,46 @@ class FakeTelegram(FakeServer):
                 "time": time.time(),
             }
         )
+        return copy.deepcopy(msg)
+
+    def _send_document(self, p: dict[str, Any], token: str) -> dict[str, Any]:
+        """An upload (multipart), or an existing file_id; Telegram's limits for bots apply."""
+        chat = self._chat_for(p)
+        doc = p.get("document")
+        if isinstance(doc, str) and doc.startswith("attach://"):  # aiogram names the part
+            doc = p.get(doc[len("attach://") :])
+            if not isinstance(doc, dict):
+                raise TelegramError(400, "Bad Request: can't find the attached file")
+        if isinstance(doc, dict):  # uploaded as a multipart file
+            data = doc["data"]
+            if not data:
+                raise TelegramError(400, "Bad Request: file must be non-empty")
+            if len(data) > MAX_UPLOAD:
+                raise TelegramError(413, "Request Entity Too Large")
+            ext = doc["filename"].rsplit(".", 1)[-1] if "." in doc["filename"] else "bin"
+            file = self.add_file(data, "documents", ext)  # the lock is re-entrant
+            name, mime = doc["filename"], doc.get("content_type") or "application/octet-stream"
+        elif isinstance(doc, str) and doc in self._files:
+            file = self._files[doc]
+            data = self._file_paths[file["file_path"]]
+            name, mime = file["file_path"].rsplit("/", 1)[-1], "application/octet-stream"
+        else:
+            raise TelegramError(400, "Bad Request: there is no document in the request")
+        caption = str(p.get("caption") or "")
+        if len(caption) > 1024:
+            raise TelegramError(400, "Bad Request: message caption is too long")
+        content: dict[str, Any] = {
+            "document": {**_photo_size(file), "file_name": name, "mime_type": mime}
+        }
+        if caption:
+            content["caption"] = caption
+        msg, reply_to = self._new_message(p, chat, token, content)
+        self._documents.append({
+            "chat_id": chat["id"], "file_name": name, "size": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(), "data": data, "caption": caption,
+            "reply_to_message_id": reply_to, "message_id": msg["message_id"],
+            "time": time.time(),
+        })  # fmt: skip
         return copy.deepcopy(msg)
 
     def _send_chat_action(self, p: dict[str, Any], token: str) -> bool:
@@ -1080,6 +1152,7 @@ class FakeTelegram(FakeServer):
         query = dict(request.query)
         lists = {
             "sent": lambda: self.sent,
+            "documents": lambda: [_without_bytes(d) for d in self.documents],
             "actions": lambda: self.actions,
             "edits": lambda: self.edits,
             "drafts": lambda: self.drafts,
