@@ -71,15 +71,24 @@ def test_a_conversation_reads_its_prefix_from_the_cache(
         assert re.search(r"<data>\n[^<]*Likes oolong tea[^<]*\n</data>", context)  # R-SP-2
         assert third["messages"][-1]["content"][0]["text"] == "and tomorrow morning?"
 
-    # A different persona changes the system prompt: nothing before it is reusable.
-    env["AGENTD_AGENT__PERSONA"] = "You are terse and formal."
+
+@pytest.mark.parametrize(
+    "change",
+    [{"AGENTD_AGENT__PERSONA": "You are terse and formal."},  # the system prompt
+     {"AGENTD_TOOLS__DISABLED": '["fetch_url"]'}],  # the tools, first in the prefix
+    ids=["persona", "tools"],
+)  # fmt: skip
+def test_a_changed_persona_or_tool_set_is_not_read_from_the_cache(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic], change: dict[str, str]
+) -> None:
+    tg, llm = fakes
+    env = daemon_env(tmp_path, tg.base_url, llm.base_url)
     with running_daemon(tmp_path, env) as daemon:
+        say(tg, daemon, "hello")
+        say(tg, daemon, "still there?")
+        assert turn_usage(daemon)[-1][1] > 1024  # cached as long as nothing changes
+    with running_daemon(tmp_path, env | change) as daemon:
         say(tg, daemon, "hello again")
         assert turn_usage(daemon)[-1][1] == 0
-        say(tg, daemon, "still there?")
-        assert turn_usage(daemon)[-1][1] > 1024
-    # So does a different tool set (tools come first in the prefix).
-    env["AGENTD_TOOLS__DISABLED"] = '["fetch_url"]'
-    with running_daemon(tmp_path, env) as daemon:
-        say(tg, daemon, "one more")
-        assert turn_usage(daemon)[-1][1] == 0
+        say(tg, daemon, "and now?")
+        assert turn_usage(daemon)[-1][1] > 1024  # the new prefix is cached in turn
