@@ -20,8 +20,10 @@ from agentd.logs import Redactor, setup_logging
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
+from agentd.schedule import setup as scheduling
 from agentd.telegram.bot import make_bot
 from agentd.telegram.classify import Identity
+from agentd.telegram.commands import CommandRouter
 from agentd.telegram.files import TelegramFiles
 from agentd.telegram.output import TelegramOutbox
 from agentd.telegram.poller import Poller
@@ -145,12 +147,17 @@ async def run(config: Config) -> int:
         stack.push_async_callback(embedder.aclose)
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
         web, web_problems = build_web_tools(config, os.environ, db, clock)
+        router = CommandRouter(bot_username=me.bot_username)
+        router.callback("ap", approvals.handle_callback)
+        engine.register(router.workflow(outbox))
+        schedule_tools = scheduling.install(engine, config, db, outbox, clock, router)
         registry, problems = ToolRegistry.build(
             config.tools,
             extra=[
                 *memory_tools(db, embedder, config.memory),
                 *docs_tools(db, embedder, config),
                 *web,
+                *schedule_tools,
                 *mcp.tools,
             ],
         )
@@ -172,7 +179,7 @@ async def run(config: Config) -> int:
         engine.register(make_summary_workflow(summary_deps))
         await engine.run()
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
-                        on_callback=approvals.handle_callback)  # fmt: skip
+                        on_callback=router.on_callback, on_command=router.route)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
         tasks.append(
             asyncio.create_task(

@@ -86,6 +86,9 @@ def _user_content(inp: TurnInput) -> str:
         text = f"[photo] {text}".strip()
     if inp.edited:
         text = f"(edited message) {text}"
+    if inp.schedule_id:
+        text = (f"[Scheduled task {inp.schedule_id}, set up earlier by the owner and run now "
+                f"on their behalf; carry it out and report the result] {text}")  # fmt: skip
     return text
 
 
@@ -118,7 +121,8 @@ async def save_user_message(
         lambda conn: history.save_message(
             conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
             source_key=f"{instance_id}:user", instance_id=instance_id,
-            telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
+            telegram_message_ids=[inp.message_id] if inp.message_id else [], meta=meta,
+            created_at=inp.date or None,
         )
     )  # fmt: skip
 
@@ -232,7 +236,7 @@ async def send_reply(
     limit = deps.config.telegram.max_message_chars
     ids = []
     for n, chunk in enumerate(split_markdown(text, limit) or [EMPTY_ANSWER], start=1):
-        reply_to = inp.message_id if n == 1 else None
+        reply_to = inp.message_id if n == 1 and inp.message_id else None
         ids.append(await step.do(f"{prefix}#{n}", send_chunk, deps, inp.chat_id, chunk, reply_to))
     return ids
 
