@@ -16,8 +16,8 @@ from pydantic import BaseModel, Field
 from agentd.agent.inputs import TurnInput
 from agentd.config import Config
 from agentd.db import Database
-from agentd.durable import Clock, NonRetryable, Step, StepFailed, Workflow, workflow
-from agentd.outbox import Outbox
+from agentd.durable import Clock, Step, StepFailed, Workflow, workflow
+from agentd.outbox import Outbox, raise_if_refused
 from agentd.schedule import store
 from agentd.schedule.store import OCCURRENCE_WORKFLOW, OccurrenceInput, Schedule
 
@@ -91,13 +91,12 @@ async def plan_occurrence(deps: ScheduleDeps, inp: OccurrenceInput) -> Plan:
 
 
 async def send_message(deps: ScheduleDeps, inp: OccurrenceInput) -> int:
-    from agentd.telegram.output import SendFailed  # the outbox is Telegram's; keep import local
-
     sched = await deps.db.read(store.get, inp.schedule_id)
     try:
         return await deps.outbox.send_text(sched.chat_id, sched.text)
-    except SendFailed as exc:
-        raise NonRetryable(str(exc)) from None
+    except Exception as exc:
+        raise_if_refused(exc)
+        raise
 
 
 async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:

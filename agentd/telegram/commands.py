@@ -18,8 +18,8 @@ from pydantic import BaseModel, Field
 
 from agentd import audit
 from agentd.agent.inputs import CallbackPress, TurnInput
-from agentd.durable import NonRetryable, Step, Workflow, workflow
-from agentd.outbox import Button, Outbox
+from agentd.durable import Step, Workflow, workflow
+from agentd.outbox import Button, Outbox, raise_if_refused
 
 COMMAND_WORKFLOW = "command"
 _COMMAND = re.compile(r"^/([a-z][a-z0-9_]{0,31})(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
@@ -93,13 +93,12 @@ class CommandRouter:
             return await self.commands[inp.name](inp)
 
         async def send(inp: CommandInput, reply: CommandReply) -> int:
-            from agentd.telegram.output import SendFailed
-
             try:
                 return await outbox.send_text(inp.chat_id, reply.text, reply_to=inp.message_id,
                                               buttons=reply.buttons or None)  # fmt: skip
-            except SendFailed as exc:
-                raise NonRetryable(str(exc)) from None
+            except Exception as exc:
+                raise_if_refused(exc)
+                raise
 
         @workflow(COMMAND_WORKFLOW)
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
