@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
+from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -237,6 +239,35 @@ async def test_pause_and_resume_restart_from_the_next_occurrence(db: Database) -
         await r.engine.poll_once()
         await r.advance(HOUR, step=HOUR / 2)
         assert len(r.outbox.sent) == 1 and await r.runs("p1") == ["sent"]
+
+
+async def test_pause_and_resume_before_the_due_time_still_runs_it(db: Database) -> None:
+    async with rig(db) as r:
+        await r.add("p2", message="ping", every="1h")
+        assert r.engine is not None
+        for state in ("paused", "active"):  # both before the first run is due
+            await db.write(lambda c, s=state: sched_store.set_state(
+                c, sched_store.get(c, "p2"), s, r.clock.now(), by="cli"))  # fmt: skip
+            await r.engine.poll_once()
+            await settle()
+        await r.advance(HOUR + 60, step=HOUR / 4)
+        assert len(r.outbox.sent) == 1 and await r.runs("p2") == ["sent"]
+
+
+async def test_daily_at_0800_berlin_fires_at_0800_local_across_dst(db: Database) -> None:
+    berlin = ZoneInfo("Europe/Berlin")
+    start = datetime(2026, 3, 27, 12, 0, tzinfo=berlin).timestamp()
+    config = Config.model_validate({"schedule": {"min_interval": 1}})
+    r = Rig(db, FakeClock(start), config)
+    await r.start()
+    try:
+        await r.add("dst", message="coffee", rrule="FREQ=DAILY;BYHOUR=8;BYMINUTE=0",
+                    timezone="Europe/Berlin")  # fmt: skip
+        await r.advance(4 * 86400, step=HOUR)
+    finally:
+        await r.stop()
+    fired = [datetime.fromtimestamp(t, berlin).strftime("%d %H:%M %Z") for _, _, t in r.outbox.sent]
+    assert fired == ["28 08:00 CET", "29 08:00 CEST", "30 08:00 CEST", "31 08:00 CEST"]
 
 
 async def test_prompt_schedule_starts_a_turn_for_the_owner(db: Database) -> None:

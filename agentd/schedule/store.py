@@ -120,9 +120,16 @@ def runs(conn: Any, schedule_id: str, limit: int = 20) -> list[Run]:
     return [Run.model_validate(dict(zip(Run.model_fields, r, strict=True))) for r in rows]
 
 
-def start_occurrence(conn: Any, sched: Schedule, due: int, now: float) -> str:
-    """Create the (sleeping-to-be) instance for one occurrence and note it as the next run."""
+def start_occurrence(
+    conn: Any, sched: Schedule, due: int, now: float, *, resumed: bool = False
+) -> str:
+    """Create the (sleeping-to-be) instance for one occurrence and note it as the next run.
+
+    On resume, the occurrence's instance may exist already, cancelled by the pause: a new one
+    gets a suffix (the run itself is still recorded once, by schedule and due time)."""
     instance_id = occurrence_id(sched.id, due)
+    if resumed and store.find_instance(conn, instance_id) is not None:
+        instance_id = f"{instance_id}-r{int(now * 1000)}"
     inp = OccurrenceInput(schedule_id=sched.id, due=due)
     store.insert_instance(
         conn, instance_id=instance_id, workflow=OCCURRENCE_WORKFLOW, key=schedule_key(sched.id),
@@ -162,7 +169,7 @@ def set_state(conn: Any, sched: Schedule, state: State, now: float, *, by: str) 
             conn.execute("UPDATE schedules SET state = 'done' WHERE id = ?", (sched.id,))
             updated = updated.model_copy(update={"state": "done"})
         else:
-            start_occurrence(conn, updated, due, now)
+            start_occurrence(conn, updated, due, now, resumed=True)
             updated = updated.model_copy(update={"next_run": float(due)})
     audit.record(
         conn, f"schedule_{'resumed' if state == 'active' else state}", chat_id=sched.chat_id,
