@@ -141,8 +141,8 @@ class Daemon:
 
 
 @contextmanager
-def running_daemon(tmp: Path, env: dict[str, str]) -> Iterator[Daemon]:
-    daemon = Daemon(tmp, env).start()
+def running_daemon(tmp: Path, env: dict[str, str], timeout: float = 30.0) -> Iterator[Daemon]:
+    daemon = Daemon(tmp, env).start(timeout=timeout)
     try:
         yield daemon
     finally:

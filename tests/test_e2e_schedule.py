@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import Daemon, daemon_env
+from tests.daemon_process import Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 USERS = list(range(300, 330))
@@ -87,22 +87,16 @@ def script(llm: FakeAnthropic, marker: str, *replies: Any) -> None:
 
 
 @contextmanager
-def own_daemon(tmp: Path, env: dict[str, str]) -> Iterator[Daemon]:
-    daemon = Daemon(tmp, env).start(timeout=START_TIMEOUT)
-    try:
-        yield daemon
-    finally:
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.proc.kill()
-            daemon.proc.wait(10)
+def stack_of(tmp: Path) -> Iterator[Stack]:
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        with running_daemon(tmp, sched_env(tmp, tg, llm), timeout=START_TIMEOUT) as daemon:
+            yield Stack(tg, llm, daemon)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("sched")
-    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        with own_daemon(tmp, sched_env(tmp, tg, llm)) as daemon:
-            yield Stack(tg, llm, daemon)
+    with stack_of(tmp_path_factory.mktemp("sched")) as s:
+        yield s
 
 
 def test_the_model_schedules_a_reminder_from_chat_and_it_fires_once(stack: Stack) -> None:
@@ -221,10 +215,8 @@ def test_a_second_runner_cannot_fire_occurrences(stack: Stack) -> None:
 
 @pytest.fixture(scope="module")
 def lonely(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("sched-kill")
-    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        with own_daemon(tmp, sched_env(tmp, tg, llm)) as daemon:
-            yield Stack(tg, llm, daemon)
+    with stack_of(tmp_path_factory.mktemp("sched-kill")) as s:
+        yield s
 
 
 def test_kill9_before_during_and_after_an_occurrence_delivers_once(lonely: Stack) -> None:
