@@ -194,6 +194,14 @@ def test_prompt_schedule_runs_a_turn_and_a_high_risk_tool_waits_for_approval(
     assert stack.wait_sent(user, 2)[1]["plain_text"] == "Deleted the old file."
     assert stack.daemon.effects().count("delete_file /tmp/sched-old") == 1
     assert stack.runs(sched["id"]) == ["started"]
+    stack.daemon.wait_for_instances(1, status="complete")  # the turn finishes after its reply
+    deadline = time.monotonic() + 10
+    while (run := stack.daemon.cli_json("schedule", "show", sched["id"])["runs"][0])[
+        "turn_status"
+    ] != "complete":
+        assert time.monotonic() < deadline, run
+        time.sleep(0.2)
+    assert run["instance_id"].endswith("-turn")
     used = stack.daemon.query("SELECT COUNT(*) FROM llm_usage WHERE chat_id = ?", (user,))[0][0]
     assert used == 2  # the run's model calls count against this chat's budget
     first = next(r for r in stack.llm.requests if f"u{user}:" in str(r["body"]["messages"][0]))

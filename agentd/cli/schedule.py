@@ -135,9 +135,10 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
     out.print(summary(sched), highlight=False)
     for t in upcoming:
         out.print(f"  next: {local_iso(t, sched.timezone)}")
-    table = Table("due", "outcome", "at (UTC)", "instance", "detail")
+    table = Table("due", "outcome", "at (UTC)", "turn", "detail")
     for r in past:
-        table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), r.instance_id or "",
+        turn = f"{r.instance_id} ({r.turn_status})" if r.instance_id else ""
+        table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn,
                       r.detail[:50])  # fmt: skip
     out.print(table)
 

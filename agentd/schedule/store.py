@@ -44,6 +44,7 @@ class Run(BaseModel):
     at: float
     instance_id: str | None
     detail: str
+    turn_status: str | None = None  # a prompt run's turn: running, waiting, complete, errored…
 
 
 class OccurrenceInput(BaseModel):
@@ -113,8 +114,9 @@ def count_active(conn: Any, user_id: int) -> int:
 
 def runs(conn: Any, schedule_id: str, limit: int = 20) -> list[Run]:
     rows = conn.execute(
-        "SELECT schedule_id, due, outcome, at, instance_id, detail FROM schedule_runs "
-        "WHERE schedule_id = ? ORDER BY due DESC LIMIT ?",
+        "SELECT r.schedule_id, r.due, r.outcome, r.at, r.instance_id, r.detail, i.status "
+        "FROM schedule_runs r LEFT JOIN workflow_instances i ON i.id = r.instance_id "
+        "WHERE r.schedule_id = ? ORDER BY r.due DESC LIMIT ?",
         (schedule_id, limit),
     ).fetchall()
     return [Run.model_validate(dict(zip(Run.model_fields, r, strict=True))) for r in rows]
