@@ -19,7 +19,6 @@ from tests.daemon_process import Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 USERS = list(range(300, 330))
-START_TIMEOUT = 120.0  # importing aiogram takes seconds, more on a busy shared box
 CONFIG = """
 [tools]
 plugins = ["tests.plugins.e2e_tools"]
@@ -89,7 +88,7 @@ def script(llm: FakeAnthropic, marker: str, *replies: Any) -> None:
 @contextmanager
 def stack_of(tmp: Path) -> Iterator[Stack]:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        with running_daemon(tmp, sched_env(tmp, tg, llm), timeout=START_TIMEOUT) as daemon:
+        with running_daemon(tmp, sched_env(tmp, tg, llm)) as daemon:
             yield Stack(tg, llm, daemon)
 
 
@@ -238,7 +237,7 @@ def test_kill9_before_during_and_after_an_occurrence_delivers_once(lonely: Stack
     s.llm.wait_for_held(1, timeout=20)
     s.daemon.kill9()
     s.llm.release()
-    s.daemon.start(timeout=START_TIMEOUT)
+    s.daemon.start()
     s.wait_sent(during, 1)
     s.wait_sent(before, 1, timeout=30)
     time.sleep(1.0)
@@ -258,7 +257,7 @@ def test_downtime_over_several_occurrences_follows_each_policy(lonely: Stack) ->
     now = time.time()
     ids = {policy: add_direct(s.daemon, user, policy, RULE, now) for policy, user in users.items()}
     time.sleep(max(0.0, now + 2 + 4 + 1.5 - time.time()))  # every run fell due while down
-    s.daemon.start(timeout=START_TIMEOUT)
+    s.daemon.start()
     assert s.wait_runs(ids["skip"], 3) == ["missed"] * 3
     assert s.wait_runs(ids["once"], 3) == ["missed", "missed", "sent"]
     assert s.wait_runs(ids["all"], 3) == ["sent"] * 3
