@@ -132,6 +132,20 @@ class LimitsConfig(_Section):
     daily_tokens: int = Field(default=0, ge=0)  # input + output tokens per chat per UTC day
 
 
+class ScheduleConfig(_Section):
+    """Reminders and recurring tasks (R-SCHED-1)."""
+
+    max_active_per_user: int = Field(default=50, ge=1, le=100_000)
+    min_interval: float = Field(default=60.0, gt=0)  # seconds between two runs of one schedule
+    # Late by at most this much (a restart, a busy box): runs normally whatever the policy.
+    on_time_window: float = Field(default=60.0, ge=0)
+    # catch_up = "once": the latest missed run still fires if it is at most this fraction of
+    # its period late, capped at max_grace (one-offs use max_grace).
+    grace_fraction: float = Field(default=0.5, gt=0, le=1)
+    max_grace: float = Field(default=6 * 3600.0, ge=0)
+    default_catch_up: Literal["skip", "once", "all"] = "once"
+
+
 class StorageConfig(_Section):
     path: str = "agentd.db"
     # FULL: every acknowledged update is on disk. NORMAL trades that for fewer fsyncs: a power
@@ -331,6 +345,7 @@ class Config(_Section):
     vision: VisionConfig = Field(default_factory=VisionConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)

@@ -33,8 +33,10 @@ from agentd.media.voice import VoiceDeps
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
+from agentd.schedule import setup as scheduling
 from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
+from agentd.telegram.commands import CommandRouter
 from agentd.tools import McpServers, ToolRegistry
 from agentd.vision import VisionDeps
 from agentd.web import build_web_tools
@@ -213,6 +215,10 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         stack.push_async_callback(embedder.aclose)
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
         web, web_problems = build_web_tools(config, os.environ, db, clock)
+        router = CommandRouter(bot_username=me.bot_username)
+        router.callback("ap", approvals.handle_callback)
+        engine.register(router.workflow(outbox))
+        schedule_tools = scheduling.install(engine, config, db, outbox, clock, router)
         files = TelegramFiles(bot)
         doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
         transcriber, media_problem = build_transcriber(config.media, os.environ)
@@ -227,6 +233,7 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
                 *docs_tools(db, embedder, config),
                 *web,
                 *chat_document_tools(doc_deps),
+                *schedule_tools,
                 *mcp.tools,
             ],
         )
@@ -251,10 +258,10 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         engine.register(make_summary_workflow(summary_deps))
         engine.register(make_ingest_workflow(doc_deps, outbox))
         await engine.run()
-        # "doc:" buttons (add a document sent in chat) first; every other press is an approval.
-        on_callback = document_callbacks(engine, approvals.handle_callback)
+        # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
+        on_callback = document_callbacks(engine, router.on_callback)
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
-                        on_callback=on_callback,
+                        on_callback=on_callback, on_command=router.route,
                         policy=retry_policy(config),
                         request_timeout=config.telegram.request_timeout)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))

@@ -62,3 +62,11 @@ class Outbox(Protocol):
     async def chat_action(self, chat_id: int) -> None: ...
 
     def typing(self, chat_id: int) -> AbstractAsyncContextManager[None]: ...
+
+
+def raise_if_refused(exc: Exception) -> None:
+    """A send the platform refused for good (blocked, bad chat): retrying the step cannot help."""
+    from agentd.durable import NonRetryable
+
+    if isinstance(exc, SendFailed):
+        raise NonRetryable(str(exc)) from None

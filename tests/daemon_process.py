@@ -21,6 +21,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 TOKEN = "123456:TEST-token-abcdef"
 API_KEY = "sk-ant-test-key-0123456789"
 OWNER = 42
+# Start-up imports aiogram and anthropic: ~3 s alone, 35-45 s measured on the shared 2-core box
+# at load 11-15 (benchmarks/schedule_scale.py), so a 30 s wait failed healthy daemons.
+START_TIMEOUT = 120.0
 
 
 def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[str, str]:
@@ -70,7 +73,7 @@ class Daemon:
     def log_path(self) -> Path:
         return self.tmp / f"agentd-{self.starts}.log"
 
-    def start(self, wait_ready: bool = True, timeout: float = 90.0) -> Daemon:
+    def start(self, wait_ready: bool = True, timeout: float = START_TIMEOUT) -> Daemon:
         self.starts += 1
         log = self.log_path.open("wb")
         self.proc = subprocess.Popen(
@@ -151,8 +154,10 @@ class Daemon:
 
 
 @contextmanager
-def running_daemon(tmp: Path, env: dict[str, str]) -> Iterator[Daemon]:
-    daemon = Daemon(tmp, env).start()
+def running_daemon(
+    tmp: Path, env: dict[str, str], timeout: float = START_TIMEOUT
+) -> Iterator[Daemon]:
+    daemon = Daemon(tmp, env).start(timeout=timeout)
     try:
         yield daemon
     finally:

@@ -43,6 +43,8 @@ class TurnInput(BaseModel):
     photo_file_id: str | None = None
     reply_to: ReplyContext | None = None
     media: MediaRef | None = None
+    # Set when a prompt schedule runs this turn on the owner's behalf (no Telegram message).
+    schedule_id: str | None = None
 
 
 class TurnOutput(BaseModel):

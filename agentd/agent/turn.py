@@ -67,6 +67,9 @@ def _user_content(inp: TurnInput) -> str:
         text = f"[photo] {text}".strip()
     if inp.edited:
         text = f"(edited message) {text}"
+    if inp.schedule_id:
+        text = (f"[Scheduled task {inp.schedule_id}, set up earlier by the owner and run now "
+                f"on their behalf; carry it out and report the result] {text}")  # fmt: skip
     return text
 
 
@@ -105,7 +108,8 @@ def save_user_message(
     message_id = history.save_message(
         conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
         source_key=f"{instance_id}:user", instance_id=instance_id,
-        telegram_message_ids=[inp.message_id], meta=meta, created_at=inp.date or None,
+        telegram_message_ids=[inp.message_id] if inp.message_id else [], meta=meta,
+        created_at=inp.date or None,
     )  # fmt: skip
     # A retried turn (a transcript that failed before) updates the row saved the first time.
     turnsteps.replace_user_content(conn, message_id, content)
@@ -234,7 +238,7 @@ async def send_reply(
     """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones."""
     ids = []
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
-        reply_to = inp.message_id if n == 1 else None
+        reply_to = inp.message_id if n == 1 and inp.message_id else None
         name = f"{prefix}#{n}"
         ids.append(await step.do(name, send_chunk, deps, inp.chat_id, chunk, reply_to,
                                  step.instance_id, name))  # fmt: skip

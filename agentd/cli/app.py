@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from agentd import __version__
-from agentd.cli import approvals, audit, docs, history, memory, ops, run, workflows
+from agentd.cli import approvals, audit, docs, history, memory, ops, run, schedule, workflows
 
 app = typer.Typer(
     name="agentd",
@@ -25,6 +25,7 @@ app.command("backup")(ops.backup)
 app.command("doctor")(ops.doctor)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(memory.app, name="memory")
+app.add_typer(schedule.app, name="schedule")
 app.command("ingest")(docs.ingest)
 app.add_typer(docs.app, name="docs")
 

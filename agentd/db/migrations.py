@@ -311,6 +311,38 @@ CREATE TABLE web_cache (
 CREATE INDEX web_cache_fetched ON web_cache (fetched_at);
 """
 
+M007_SCHEDULES = """
+-- R-SCHED-1: reminders and recurring tasks. `recurrence` is the resolved rule (JSON); each
+-- occurrence is its own workflow instance `sched-<id>-<due>`, so it runs at most once.
+CREATE TABLE schedules (
+    id TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL,
+    chat_id INTEGER NOT NULL,
+    action TEXT NOT NULL CHECK (action IN ('message', 'prompt')),
+    text TEXT NOT NULL,
+    recurrence TEXT NOT NULL,
+    timezone TEXT NOT NULL,
+    catch_up TEXT NOT NULL CHECK (catch_up IN ('skip', 'once', 'all')),
+    state TEXT NOT NULL CHECK (state IN ('active', 'paused', 'done', 'cancelled')),
+    next_run REAL,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    created_by TEXT NOT NULL
+);
+CREATE INDEX schedules_user_state ON schedules (user_id, state);
+
+-- One row per occurrence that came due: sent, started (a prompt turn), missed or failed.
+CREATE TABLE schedule_runs (
+    schedule_id TEXT NOT NULL REFERENCES schedules (id),
+    due REAL NOT NULL,
+    outcome TEXT NOT NULL,
+    at REAL NOT NULL,
+    instance_id TEXT,
+    detail TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (schedule_id, due)
+);
+"""
+
 M008_USAGE_CACHE = """
 -- Cache writes with the 1-hour TTL are billed at 2x input, 5-minute ones at 1.25x: keep them
 -- apart (R-LLM-4). cache_write_tokens stays the total of both.
@@ -352,6 +384,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m004_docs", M004_DOCS),
     ("m005_web_cache", M005_WEB_CACHE),
     ("m006_vision", M006_VISION),
+    ("m007_schedules", M007_SCHEDULES),
     ("m008_usage_cache", M008_USAGE_CACHE),
     ("m013_media", M013_MEDIA),
 ]

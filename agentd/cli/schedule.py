@@ -1,0 +1,181 @@
+"""`agentd schedule`: list, add, show, pause, resume and cancel reminders (R-SCHED-1)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    database,
+    fail,
+    iso,
+    out,
+    print_json,
+    transaction,
+)
+
+app = typer.Typer(
+    help="Reminders and recurring tasks: ls, add, show, pause, resume, cancel.",
+    no_args_is_help=True,
+)
+Opt = typer.Option
+
+
+def _json(sched: Any) -> dict[str, Any]:
+    data = sched.model_dump()
+    data.update(
+        next_run=iso(sched.next_run), created_at=iso(sched.created_at),
+        updated_at=iso(sched.updated_at), recurrence=sched.recurrence.model_dump(),
+    )  # fmt: skip
+    return data
+
+
+@app.command("ls")
+def ls(
+    all_: Annotated[bool, Opt("--all", help="Include done and cancelled schedules.")] = False,
+    user: Annotated[int | None, Opt(help="Only this Telegram user's.")] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """List schedules (active and paused unless --all), soonest first."""
+    from agentd.schedule import store
+    from agentd.schedule.create import local_iso
+
+    cfg = config_or_exit(config)
+    states = ("active", "paused", "done", "cancelled") if all_ else ("active", "paused")
+    with database(cfg) as conn:
+        found = store.list_schedules(conn, user_id=user, states=states)
+    if json:
+        print_json([_json(s) for s in found])
+        return
+    table = Table("id", "user", "state", "kind", "text", "when", "next run")
+    for s in found:
+        table.add_row(s.id, str(s.user_id), s.state, s.action, s.text[:40],
+                      s.recurrence.describe(), local_iso(s.next_run, s.timezone))  # fmt: skip
+    out.print(table)
+
+
+@app.command("add")
+def add(
+    message: Annotated[str | None, Opt(help="Text sent as is at each run.")] = None,
+    prompt: Annotated[str | None, Opt(help="A request the agent carries out at each run.")] = None,
+    at: Annotated[str | None, Opt(help="One-off at this local ISO date-time.")] = None,
+    after: Annotated[str | None, Opt(help="One-off after a delay: 20m, 2h, 1h30m.")] = None,
+    every: Annotated[str | None, Opt(help="Repeat at this interval: 90m, 1d.")] = None,
+    rrule: Annotated[str | None, Opt(help="RFC 5545 rule: 'FREQ=DAILY;BYHOUR=8'.")] = None,
+    start: Annotated[str | None, Opt(help="First run of every/rrule (local ISO).")] = None,
+    tz: Annotated[str | None, Opt("--tz", help="IANA zone; default agent.timezone.")] = None,
+    catch_up: Annotated[str | None, Opt(help="skip | once | all (default from config).")] = None,
+    user: Annotated[int | None, Opt(help="Owner (default: first allowed user).")] = None,
+    chat: Annotated[int | None, Opt(help="Chat to run in (default: the user's).")] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Add a schedule; the running daemon picks it up within a second."""
+    from pydantic import ValidationError
+
+    from agentd.schedule import store
+    from agentd.schedule.create import ScheduleRequest, create, local_iso, summary
+    from agentd.schedule.recurrence import ScheduleError
+
+    cfg = config_or_exit(config)
+    owner = user if user is not None else next(iter(cfg.telegram.allowed_user_ids), None)
+    if owner is None:
+        fail("no --user given and telegram.allowed_user_ids is empty")
+    try:
+        req = ScheduleRequest(message=message, prompt=prompt, at=at, after=after, every=every,
+                              rrule=rrule, start=start, timezone=tz, catch_up=catch_up)  # type: ignore[arg-type]  # fmt: skip
+    except ValidationError as exc:
+        fail(f"invalid schedule: {exc.errors(include_url=False)[0]['msg']}")
+    with database(cfg, write=True) as conn:
+        try:
+            with transaction(conn):
+                sched, _ = create(
+                    conn, req, schedule_id=secrets.token_hex(5), user_id=owner,
+                    chat_id=chat if chat is not None else owner, now=time.time(),
+                    config=cfg.schedule, default_timezone=cfg.agent.timezone, by="cli",
+                )  # fmt: skip
+        except ScheduleError as exc:
+            fail(f"not scheduled: {exc}")
+        sched = store.get(conn, sched.id)
+    if json:
+        print_json(_json(sched))
+        return
+    out.print(f"scheduled {summary(sched)}", highlight=False)
+    upcoming = sched.recurrence.upcoming(time.time(), 3)
+    out.print("next runs: " + ", ".join(local_iso(t, sched.timezone) for t in upcoming))
+
+
+@app.command("show")
+def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Show one schedule: its next runs and its past runs with their outcomes."""
+    from agentd.schedule import store
+    from agentd.schedule.create import local_iso, summary
+
+    cfg = config_or_exit(config)
+    with database(cfg) as conn:
+        try:
+            sched = store.get(conn, schedule_id)
+        except store.NotFound as exc:
+            fail(str(exc))
+        past = store.runs(conn, schedule_id, limit=50)
+    upcoming = sched.recurrence.upcoming(time.time(), 5) if sched.state == "active" else []
+    if json:
+        print_json({**_json(sched), "upcoming": [iso(t) for t in upcoming],
+                    "runs": [{**r.model_dump(), "due": iso(r.due), "at": iso(r.at)}
+                             for r in past]})  # fmt: skip
+        return
+    out.print(summary(sched), highlight=False)
+    for t in upcoming:
+        out.print(f"  next: {local_iso(t, sched.timezone)}")
+    table = Table("due", "outcome", "at (UTC)", "turn", "detail")
+    for r in past:
+        turn = f"{r.instance_id} ({r.turn_status})" if r.instance_id else ""
+        table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn,
+                      r.detail[:50])  # fmt: skip
+    out.print(table)
+
+
+def _set_state(schedule_id: str, state: str, json: bool, config: Any) -> None:
+    from agentd.schedule import store
+    from agentd.schedule.create import summary
+
+    cfg = config_or_exit(config)
+    with database(cfg, write=True) as conn:
+        try:
+            with transaction(conn):
+                sched = store.get(conn, schedule_id)
+                if state == "active" and sched.state == "active":
+                    fail(f"{schedule_id} is not paused")
+                sched = store.set_state(conn, sched, state, time.time(), by="cli")  # type: ignore[arg-type]
+        except (store.NotFound, ValueError) as exc:
+            fail(str(exc))
+    if json:
+        print_json(_json(sched))
+    else:
+        out.print(summary(sched), highlight=False)
+
+
+@app.command("pause")
+def pause(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Pause a schedule: no runs until resumed (paused runs are not caught up)."""
+    _set_state(schedule_id, "paused", json, config)
+
+
+@app.command("resume")
+def resume(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Resume a paused schedule from its next occurrence after now."""
+    _set_state(schedule_id, "active", json, config)
+
+
+@app.command("cancel")
+def cancel(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Cancel a schedule; a sleeping occurrence is stopped by the daemon within a second."""
+    _set_state(schedule_id, "cancelled", json, config)

@@ -1,0 +1,206 @@
+"""When a schedule fires: one-off, fixed interval, or an RFC 5545 RRULE in an IANA zone.
+
+Calendar rules are wall-clock rules: "every day at 08:00 Europe/Berlin" stays at 08:00 local
+across DST changes. Intervals are elapsed time ("every 90 minutes" is 5400 s, whatever the
+clock on the wall says). On a DST day (the rule zoneinfo gives with fold=0):
+- a local time that does not exist (spring forward, 02:30 in Berlin) fires after the gap, at
+  the same distance past the transition it would have had before it (02:30 → 03:30 CEST);
+- a local time that exists twice (fall back) fires once, at its first (summer time) instance.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from dateutil.rrule import rrule, rrulestr
+from pydantic import BaseModel, Field
+
+# Searching from a little before `t` in local time covers the largest UTC offset change.
+_DST_SLACK = timedelta(hours=3)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot be created as asked; the message says what to change."""
+
+
+class When(BaseModel):
+    """When to run, as the model or the CLI gives it: exactly one of at / after / every / rrule."""
+
+    at: str | None = Field(
+        default=None,
+        description="One-off at this local date-time, ISO 8601 ('2026-11-24T09:00'); "
+        "a time without offset is in `timezone`.",
+    )
+    after: str | None = Field(
+        default=None, description="One-off after this delay from now: '20m', '2h', '1h30m', '3d'."
+    )
+    every: str | None = Field(
+        default=None, description="Repeat at this fixed interval ('90m', '2h', '1d')."
+    )
+    rrule: str | None = Field(
+        default=None,
+        description="Calendar recurrence as an RFC 5545 RRULE, e.g. "
+        "'FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;BYMINUTE=0'. Use this for "
+        "'every weekday at 8:00', 'the 1st of each month'…",
+    )
+    start: str | None = Field(
+        default=None,
+        description="For every/rrule: the first run (local ISO 8601); defaults to now "
+        "(every) or now with the rule's hours and minutes (rrule).",
+    )
+
+
+class Recurrence(BaseModel):
+    """A resolved When: absolute instants and rules, ready to compute occurrences."""
+
+    kind: Literal["once", "interval", "rrule"]
+    timezone: str
+    at: int | None = None  # once: epoch seconds
+    anchor: int | None = None  # interval: the first occurrence
+    every: int | None = None  # interval: seconds
+    rule: str | None = None  # rrule: the RRULE body
+    dtstart: str | None = None  # rrule: local naive ISO date-time the rule counts from
+
+    def next_after(self, t: float) -> int | None:
+        """The first occurrence strictly after `t` (epoch seconds), or None when there is none."""
+        if self.kind == "once":
+            return self.at if self.at is not None and self.at > t else None
+        if self.kind == "interval":
+            assert self.anchor is not None and self.every
+            if t < self.anchor:
+                return self.anchor
+            return self.anchor + (int((t - self.anchor) // self.every) + 1) * self.every
+        zone = _zone(self.timezone)
+        assert self.rule is not None and self.dtstart is not None
+        local = datetime.fromtimestamp(t, zone).replace(tzinfo=None) - _DST_SLACK
+        for naive in _rule(self.rule, self.dtstart).xafter(local, inc=True):
+            ts = naive.replace(tzinfo=zone).timestamp()  # fold=0: the DST rule above
+            if ts > t:
+                return int(ts)
+        return None
+
+    def upcoming(self, t: float, n: int) -> list[int]:
+        """The next `n` occurrences after `t`."""
+        found: list[int] = []
+        while len(found) < n and (nxt := self.next_after(found[-1] if found else t)) is not None:
+            found.append(nxt)
+        return found
+
+    def period(self, due: float) -> float | None:
+        """The gap from `due` to the next occurrence (None for a one-off): scales catch-up."""
+        nxt = self.next_after(due)
+        return None if nxt is None else nxt - due
+
+    def describe(self) -> str:
+        if self.kind == "once":
+            return "once"
+        if self.kind == "interval":
+            return f"every {format_duration(self.every or 0)}"
+        return f"RRULE {self.rule} ({self.timezone})"
+
+
+@lru_cache(maxsize=64)
+def _zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+@lru_cache(maxsize=1024)
+def _rule(body: str, dtstart: str) -> rrule:
+    return rrulestr(body, dtstart=datetime.fromisoformat(dtstart))  # type: ignore[return-value]
+
+
+def zone_or_error(name: str) -> ZoneInfo:
+    try:
+        return _zone(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ScheduleError(
+            f"unknown time zone {name!r}; use an IANA name like 'Europe/Berlin'"
+        ) from None
+
+
+def parse_duration(text: str) -> int:
+    """'1h30m' → 5400 seconds; a bare number is seconds."""
+    raw = text.strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+", raw):
+        return int(raw)
+    parts = _DURATION.findall(raw)
+    if not parts or "".join(f"{n}{u}" for n, u in parts) != raw:
+        raise ScheduleError(f"cannot read the duration {text!r}; write it like '20m' or '1h30m'")
+    return round(sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in parts))
+
+
+def format_duration(seconds: float) -> str:
+    left, out = int(seconds), []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if left >= size:
+            out.append(f"{left // size}{unit}")
+            left %= size
+    return "".join(out) or "0s"
+
+
+def local_time(text: str, zone: ZoneInfo) -> datetime:
+    """An ISO 8601 date-time; one without an offset is wall-clock time in `zone`."""
+    try:
+        value = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ScheduleError(
+            f"cannot read the time {text!r}; use ISO 8601 like '2026-11-24T09:00'"
+        ) from None
+    return value.replace(tzinfo=zone) if value.tzinfo is None else value.astimezone(zone)
+
+
+def resolve(when: When, timezone: str, now: float) -> Recurrence:
+    """Turn the request into a Recurrence, or raise ScheduleError saying what to fix."""
+    zone = zone_or_error(timezone)
+    given = [k for k in ("at", "after", "every", "rrule") if getattr(when, k)]
+    if len(given) != 1:
+        raise ScheduleError("give exactly one of: at (a date-time), after (a delay), "
+                            "every (an interval) or rrule (a calendar rule)")  # fmt: skip
+    if when.start and given[0] in ("at", "after"):
+        raise ScheduleError("start applies only to every/rrule; for a one-off use at")
+    if when.at:
+        at = local_time(when.at, zone).timestamp()
+        if at <= now:
+            raise ScheduleError(f"{when.at} ({timezone}) is in the past; give a future time")
+        return Recurrence(kind="once", timezone=timezone, at=int(at))
+    if when.after:
+        delay = parse_duration(when.after)
+        if delay <= 0:
+            raise ScheduleError("after must be a positive delay like '20m'")
+        return Recurrence(kind="once", timezone=timezone, at=int(now) + delay)
+    if when.every:
+        every = parse_duration(when.every)
+        if every <= 0:
+            raise ScheduleError("every must be a positive interval like '1h'")
+        anchor = int(local_time(when.start, zone).timestamp()) if when.start else int(now) + every
+        return Recurrence(kind="interval", timezone=timezone, anchor=anchor, every=every)
+    return _resolve_rrule(when.rrule or "", when.start, zone, timezone, now)
+
+
+def _resolve_rrule(
+    text: str, start: str | None, zone: ZoneInfo, timezone: str, now: float
+) -> Recurrence:
+    body = text.strip()
+    if body.upper().startswith("RRULE:"):
+        body = body[6:]
+    if "DTSTART" in body.upper() or "\n" in body:
+        raise ScheduleError("give only the RRULE part (FREQ=…); put the first run in start")
+    if start:
+        first = local_time(start, zone)
+    else:  # the rule's BYHOUR/BYMINUTE decide the time; seconds are zero unless given
+        first = datetime.fromtimestamp(now, zone).replace(second=0, microsecond=0)
+    dtstart = first.replace(tzinfo=None).isoformat()
+    rec = Recurrence(kind="rrule", timezone=timezone, rule=body, dtstart=dtstart)
+    try:
+        nxt = rec.next_after(now)
+    except (ValueError, TypeError) as exc:
+        raise ScheduleError(f"invalid RRULE {text!r}: {exc}") from None
+    if nxt is None:
+        raise ScheduleError(f"the rule {text!r} has no occurrence after now")
+    return rec

@@ -1,0 +1,25 @@
+"""Wire scheduling into a running daemon: its workflow, /reminders, and the model's tools."""
+
+from __future__ import annotations
+
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Clock, Engine
+from agentd.outbox import Outbox
+from agentd.schedule import reminders
+from agentd.schedule.tools import schedule_tools
+from agentd.schedule.workflow import ScheduleDeps, make_schedule_workflow
+from agentd.telegram.commands import CommandRouter
+from agentd.tools import Tool
+
+
+def install(
+    engine: Engine, config: Config, db: Database, outbox: Outbox, clock: Clock,
+    router: CommandRouter,
+) -> list[Tool]:  # fmt: skip
+    """Register the occurrence workflow and /reminders; return the tools for the registry."""
+    deps = ScheduleDeps(config=config, db=db, outbox=outbox, clock=clock,
+                        start_workflow=engine.start, kick=engine.kick)  # fmt: skip
+    engine.register(make_schedule_workflow(deps))
+    reminders.register(router, db)
+    return schedule_tools(db, config, engine.kick)

@@ -1,0 +1,90 @@
+"""The model's schedule tools: `schedule` (medium risk), `list_schedules`, `cancel_schedule`.
+
+Every tool is bound to the calling user: nobody sees or cancels another user's schedules.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+
+from pydantic import BaseModel, Field
+
+from agentd.config import Config
+from agentd.db import Database
+from agentd.schedule import store
+from agentd.schedule.create import ScheduleRequest, create, local_iso, summary
+from agentd.schedule.recurrence import ScheduleError
+from agentd.tools import Tool, ToolContext, ToolError
+
+
+class NoArgs(BaseModel):
+    """list_schedules takes nothing: it lists the caller's own schedules."""
+
+
+class CancelArgs(BaseModel):
+    schedule_id: str = Field(min_length=1, max_length=40, description="An id from list_schedules.")
+
+
+def tool_schedule_id(instance_id: str, tool_use_id: str) -> str:
+    """Derived from the tool call, so running the call again creates nothing new."""
+    return hashlib.sha256(f"{instance_id}:{tool_use_id}".encode()).hexdigest()[:10]
+
+
+def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) -> list[Tool]:
+    async def schedule(ctx: ToolContext, args: ScheduleRequest) -> str:
+        sid = tool_schedule_id(ctx.instance_id, ctx.tool_use_id)
+        try:
+            sched, _ = await db.write(
+                lambda conn: create(
+                    conn, args, schedule_id=sid, user_id=ctx.user_id, chat_id=ctx.chat_id,
+                    now=ctx.now(), config=config.schedule, default_timezone=ctx.timezone,
+                    by=f"tool:{ctx.instance_id}",
+                )
+            )  # fmt: skip
+        except ScheduleError as exc:
+            raise ToolError(f"Not scheduled: {exc}.") from None
+        kick(store.schedule_key(sid))
+        upcoming = sched.recurrence.upcoming(ctx.now(), 3)
+        runs = ", ".join(local_iso(t, sched.timezone) for t in upcoming)
+        return f"Scheduled {summary(sched)}. Next runs: {runs}."
+
+    async def list_schedules(ctx: ToolContext, args: NoArgs) -> str:
+        found = await db.read(store.list_schedules, user_id=ctx.user_id)
+        if not found:
+            return "No active schedules."
+        return "\n".join(summary(s) for s in found)
+
+    async def cancel_schedule(ctx: ToolContext, args: CancelArgs) -> str:
+        def cancel(conn: object) -> store.Schedule:
+            sched = store.get(conn, args.schedule_id, user_id=ctx.user_id)
+            if sched.state == "cancelled":
+                return sched
+            return store.set_state(conn, sched, "cancelled", ctx.now(), by=f"tool:{ctx.user_id}")
+
+        try:
+            sched = await db.write(cancel)
+        except (store.NotFound, ValueError) as exc:
+            raise ToolError(f"{exc}. Call list_schedules for the ids.") from None
+        return f"Cancelled {sched.id} (“{sched.text[:60]}”)."
+
+    return [
+        Tool.from_model(
+            name="schedule",
+            description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
+            "you with your tools) once, at an interval, or on a calendar rule. Times are in "
+            "the owner's time zone unless timezone is given. The result confirms the next runs.",
+            args_model=ScheduleRequest, fn=schedule, risk="medium", timeout=10,
+        ),
+        Tool.from_model(
+            name="list_schedules",
+            description="List the user's active and paused reminders and recurring tasks with "
+            "their ids and next run times.",
+            args_model=NoArgs, fn=list_schedules, timeout=10,
+        ),
+        Tool.from_model(
+            name="cancel_schedule",
+            description="Cancel one of the user's reminders or recurring tasks by id.",
+            args_model=CancelArgs, fn=cancel_schedule, risk="medium", timeout=10,
+        ),
+    ]  # fmt: skip

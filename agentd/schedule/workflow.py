@@ -1,0 +1,171 @@
+"""The occurrence workflow: sleep until due, decide (run / missed), deliver, chain the next one.
+
+Each occurrence is its own instance `sched-<id>-<due>`, created in the same transaction that
+records the previous one, so a crash at any moment neither skips an occurrence nor runs one
+twice: a finished step is never repeated, and the next instance exists exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agentd.agent.inputs import TurnInput
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Clock, Step, StepFailed, Workflow, workflow
+from agentd.outbox import Outbox, raise_if_refused
+from agentd.schedule import store
+from agentd.schedule.store import OCCURRENCE_WORKFLOW, OccurrenceInput, Schedule
+
+TURN_WORKFLOW = "turn"
+MAX_MISSED_AT_ONCE = 1000  # a longer backlog is recorded over several instances
+
+
+class Plan(BaseModel):
+    """What this occurrence does, decided once (journaled) from the clock and the schedule."""
+
+    action: Literal["run", "missed", "stopped"]
+    kind: store.Action = "message"
+    lateness: float = 0.0
+    missed: list[int] = Field(default_factory=list)  # later occurrences also missed
+    chain: int | None = None  # the next occurrence to start
+
+
+class OccurrenceOutput(BaseModel):
+    outcome: str
+    next_due: int | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleDeps:
+    config: Config
+    db: Database
+    outbox: Outbox
+    clock: Clock
+    # Starts a workflow idempotently: (name, input, instance_id=, key=) — a prompt's turn.
+    start_workflow: Callable[..., Awaitable[Any]]
+    kick: Callable[[str], None]  # wake the engine for a key created inside a transaction
+
+
+def _grace(deps: ScheduleDeps, sched: Schedule, due: int) -> float:
+    cfg = deps.config.schedule
+    period = sched.recurrence.period(due)
+    return cfg.max_grace if period is None else min(cfg.max_grace, period * cfg.grace_fraction)
+
+
+def decide(sched: Schedule, due: int, now: float, *, on_time: float, grace: float) -> Plan:
+    """The catch-up rule (the README's "Missed runs"), as a pure function of time."""
+    if sched.state != "active":
+        return Plan(action="stopped")
+    rec = sched.recurrence
+    lateness = max(0.0, now - due)
+    nxt = rec.next_after(due)
+    if lateness <= on_time or sched.catch_up == "all":
+        return Plan(action="run", lateness=lateness, chain=nxt)
+    # Late past the on-time window: the agent was down. Collect the backlog up to now.
+    backlog: list[int] = []
+    while nxt is not None and nxt <= now and len(backlog) < MAX_MISSED_AT_ONCE:
+        backlog.append(nxt)
+        nxt = rec.next_after(nxt)
+    if sched.catch_up == "skip":
+        missed = [t for t in backlog if now - t > on_time]
+        rest = backlog[len(missed) :]
+        return Plan(action="missed", lateness=lateness, missed=missed,
+                    chain=rest[0] if rest else nxt)  # fmt: skip
+    if backlog:  # "once": only the latest missed occurrence may still run
+        return Plan(action="missed", lateness=lateness, missed=backlog[:-1], chain=backlog[-1])
+    action: Literal["run", "missed"] = "run" if lateness <= grace else "missed"
+    return Plan(action=action, lateness=lateness, chain=nxt)
+
+
+async def plan_occurrence(deps: ScheduleDeps, inp: OccurrenceInput) -> Plan:
+    sched = await deps.db.read(store.get, inp.schedule_id)
+    grace = _grace(deps, sched, inp.due)
+    on_time = deps.config.schedule.on_time_window
+    plan = decide(sched, inp.due, deps.clock.now(), on_time=on_time, grace=grace)
+    return plan.model_copy(update={"kind": sched.action})
+
+
+async def send_message(deps: ScheduleDeps, inp: OccurrenceInput) -> int:
+    sched = await deps.db.read(store.get, inp.schedule_id)
+    try:
+        return await deps.outbox.send_text(sched.chat_id, sched.text)
+    except Exception as exc:
+        raise_if_refused(exc)
+        raise
+
+
+async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:
+    """A prompt runs as an ordinary turn in the owner's chat: same tools, risk policy, budget."""
+    from agentd.telegram.intake import chat_key
+
+    sched = await deps.db.read(store.get, inp.schedule_id)
+    turn = TurnInput(
+        update_id=0, chat_id=sched.chat_id, user_id=sched.user_id, message_id=0,
+        date=deps.clock.now(), kind="text", text=sched.text, schedule_id=sched.id,
+    )  # fmt: skip
+    turn_id = f"{instance_id}-turn"
+    await deps.start_workflow(TURN_WORKFLOW, turn, instance_id=turn_id, key=chat_key(turn.chat_id))
+    return turn_id
+
+
+async def record(
+    deps: ScheduleDeps, inp: OccurrenceInput, plan: Plan, outcome: str, instance_id: str | None,
+    detail: str,
+) -> int | None:  # fmt: skip
+    """This occurrence's outcome, the backlog it skipped, and the next instance: one commit."""
+    now = deps.clock.now()
+
+    def write(conn: Any) -> int | None:
+        sched = store.get(conn, inp.schedule_id)
+        store.record_run(conn, sched, inp.due, outcome, now, instance_id=instance_id,
+                         detail=detail)  # fmt: skip
+        for due in plan.missed:
+            store.record_run(conn, sched, due, "missed", now, detail="the agent was not running")
+        if sched.state != "active":
+            return None
+        if plan.chain is None:
+            conn.execute(
+                "UPDATE schedules SET state = 'done', next_run = NULL, updated_at = ? WHERE id = ?",
+                (now, sched.id),
+            )
+            return None
+        store.start_occurrence(conn, sched, plan.chain, now)
+        return plan.chain
+
+    chained = await deps.db.write(write)
+    if chained is not None:
+        deps.kick(store.schedule_key(inp.schedule_id))
+    return chained
+
+
+def make_schedule_workflow(deps: ScheduleDeps) -> Workflow[OccurrenceInput, OccurrenceOutput]:
+    @workflow(OCCURRENCE_WORKFLOW)
+    async def occurrence(step: Step, inp: OccurrenceInput) -> OccurrenceOutput:
+        await step.sleep_until("due", float(inp.due))
+        plan = await step.do("plan", plan_occurrence, deps, inp)
+        if plan.action == "stopped":
+            return OccurrenceOutput(outcome="stopped")
+        outcome, ref, detail = plan.action, None, ""
+        if plan.action == "missed":
+            detail = f"{plan.lateness:.0f}s late; catch-up policy"
+        else:
+            try:
+                if plan.kind == "message":
+                    msg_id = await step.do("send", send_message, deps, inp)
+                    outcome, detail = "sent", f"telegram message {msg_id}"
+                else:
+                    ref = await step.do("start-turn", start_turn, deps, inp, step.instance_id)
+                    outcome = "started"
+            except StepFailed as exc:
+                outcome, detail = "failed", f"{exc.step}: {exc.message}"
+            if plan.lateness > deps.config.schedule.on_time_window:
+                detail = f"{detail}; caught up {plan.lateness:.0f}s late".lstrip("; ")
+        nxt = await step.do("record", record, deps, inp, plan, outcome, ref, detail)
+        return OccurrenceOutput(outcome=outcome, next_due=nxt)
+
+    return occurrence

@@ -1,0 +1,114 @@
+"""Recurrence in IANA zones: wall-clock rules across DST, the gap/overlap rule, bad input."""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from agentd.schedule.recurrence import ScheduleError, When, parse_duration, resolve
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def ts(text: str, zone: ZoneInfo = BERLIN) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=zone).timestamp()
+
+
+def utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def local(t: float) -> str:
+    return datetime.fromtimestamp(t, BERLIN).strftime("%Y-%m-%d %H:%M %Z")
+
+
+def test_daily_0800_stays_at_0800_local_across_spring_forward() -> None:
+    now = ts("2026-03-27T12:00")
+    rec = resolve(When(rrule="FREQ=DAILY;BYHOUR=8;BYMINUTE=0"), "Europe/Berlin", now)
+    runs = rec.upcoming(now, 4)
+    assert [local(t) for t in runs] == [
+        "2026-03-28 08:00 CET", "2026-03-29 08:00 CEST",
+        "2026-03-30 08:00 CEST", "2026-03-31 08:00 CEST",
+    ]  # fmt: skip
+    assert [utc(t) for t in runs[:2]] == ["2026-03-28 07:00", "2026-03-29 06:00"]
+
+
+def test_daily_0800_across_fall_back() -> None:
+    now = ts("2026-10-24T12:00")
+    rec = resolve(When(rrule="FREQ=DAILY;BYHOUR=8;BYMINUTE=0"), "Europe/Berlin", now)
+    assert [utc(t) for t in rec.upcoming(now, 2)] == ["2026-10-25 07:00", "2026-10-26 07:00"]
+
+
+def test_a_time_that_does_not_exist_runs_after_the_gap() -> None:
+    # 2026-03-29 02:30 does not exist in Berlin (02:00 → 03:00): it runs at 03:30 CEST.
+    now = ts("2026-03-28T12:00")
+    rec = resolve(When(rrule="FREQ=DAILY;BYHOUR=2;BYMINUTE=30"), "Europe/Berlin", now)
+    assert [local(t) for t in rec.upcoming(now, 3)] == [
+        "2026-03-29 03:30 CEST", "2026-03-30 02:30 CEST", "2026-03-31 02:30 CEST",
+    ]  # fmt: skip
+
+
+def test_a_time_that_exists_twice_runs_once_at_the_first() -> None:
+    # 2026-10-25 02:30 happens twice in Berlin (CEST, then CET): one run, the first.
+    now = ts("2026-10-24T12:00")
+    rec = resolve(When(rrule="FREQ=DAILY;BYHOUR=2;BYMINUTE=30"), "Europe/Berlin", now)
+    runs = rec.upcoming(now, 2)
+    assert [utc(t) for t in runs] == ["2026-10-25 00:30", "2026-10-26 01:30"]
+    # Asked from between the two 02:30s, the repeated one is not run again.
+    assert utc(rec.next_after(runs[0] + 1800) or 0) == "2026-10-26 01:30"
+
+
+def test_one_off_at_a_nonexistent_local_time_follows_the_same_rule() -> None:
+    rec = resolve(When(at="2026-03-29T02:30"), "Europe/Berlin", ts("2026-03-01T00:00"))
+    assert local(rec.at or 0) == "2026-03-29 03:30 CEST"
+
+
+def test_weekdays_rule_skips_the_weekend() -> None:
+    now = ts("2026-11-20T09:00")  # a Friday, after 08:00
+    rule = "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;BYMINUTE=0"
+    rec = resolve(When(rrule=rule), "Europe/Berlin", now)
+    days = [datetime.fromtimestamp(t, BERLIN).strftime("%a %H:%M") for t in rec.upcoming(now, 3)]
+    assert days == ["Mon 08:00", "Tue 08:00", "Wed 08:00"]
+
+
+def test_interval_is_elapsed_time_not_wall_clock() -> None:
+    now = ts("2026-03-29T00:30")
+    rec = resolve(When(every="1h"), "Europe/Berlin", now)
+    runs = rec.upcoming(now, 3)
+    assert [b - a for a, b in itertools.pairwise(runs)] == [3600, 3600]
+    assert [local(t)[11:] for t in runs] == ["01:30 CET", "03:30 CEST", "04:30 CEST"]
+
+
+def test_relative_one_off_and_start_anchor() -> None:
+    now = 1_800_000_000.0
+    assert resolve(When(after="20m"), "UTC", now).at == int(now) + 1200
+    rec = resolve(When(every="1d", start="2030-01-01T09:00"), "Asia/Tokyo", now)
+    assert datetime.fromtimestamp(rec.next_after(now) or 0, ZoneInfo("Asia/Tokyo")).hour == 9
+
+
+@pytest.mark.parametrize(
+    ("when", "zone", "fragment"),
+    [
+        (When(at="2020-01-01T09:00"), "UTC", "in the past"),
+        (When(at="tomorrow at 9"), "UTC", "ISO 8601"),
+        (When(after="soon"), "UTC", "duration"),
+        (When(after="20m", every="1h"), "UTC", "exactly one"),
+        (When(), "UTC", "exactly one"),
+        (When(rrule="FREQ=SOMETIMES"), "UTC", "invalid RRULE"),
+        (When(rrule="FREQ=DAILY;COUNT=1", start="2020-01-01T00:00"), "UTC", "no occurrence"),
+        (When(after="1h"), "Mars/Olympus", "unknown time zone"),
+        (When(after="1h", start="2030-01-01T00:00"), "UTC", "start applies only"),
+    ],
+)
+def test_bad_requests_say_what_to_fix(when: When, zone: str, fragment: str) -> None:
+    with pytest.raises(ScheduleError, match=fragment):
+        resolve(when, zone, 1_800_000_000.0)
+
+
+def test_durations() -> None:
+    assert parse_duration("1h30m") == 5400
+    assert parse_duration("90") == 90
+    assert parse_duration("1.5d") == 129600
