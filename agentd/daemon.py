@@ -7,10 +7,13 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from dataclasses import dataclass
 
 from agentd import approvals, audit, lease, sdnotify
 from agentd.agent.turn import TurnDeps, make_turn_workflow
+from agentd.commands import chat as chat_commands
+from agentd.commands.deps import CommandDeps
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
@@ -22,7 +25,9 @@ from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
 from agentd.telegram.bot import make_bot
 from agentd.telegram.classify import Identity
+from agentd.telegram.commands import CommandRouter
 from agentd.telegram.files import TelegramFiles
+from agentd.telegram.menu import publish_menu
 from agentd.telegram.output import TelegramOutbox
 from agentd.telegram.poller import Poller
 from agentd.tools import McpServers, ToolRegistry
@@ -87,6 +92,7 @@ async def _every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: igno
 
 async def run(config: Config) -> int:
     """Run the daemon; return the process exit code."""
+    started_at = time.time()
     secrets = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
@@ -170,9 +176,17 @@ async def run(config: Config) -> int:
         engine.register(make_turn_workflow(deps))
         summary_deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=clock)
         engine.register(make_summary_workflow(summary_deps))
+        router = CommandRouter(bot_username=me.bot_username)
+        router.callback("ap", approvals.handle_callback)
+        chat_commands.install(router, CommandDeps(
+            config=config, db=db, outbox=outbox, clock=clock, cancel=engine.cancel,
+            started_at=started_at,
+        ))  # fmt: skip
+        engine.register(router.workflow(outbox, db))
         await engine.run()
+        await publish_menu(bot, router.menu())
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
-                        on_callback=approvals.handle_callback)  # fmt: skip
+                        on_callback=router.on_callback, on_command=router.route)  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
         tasks.append(
             asyncio.create_task(

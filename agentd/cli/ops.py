@@ -24,12 +24,6 @@ from agentd.cli.common import (
 )
 from agentd.config import Config, ConfigError, load_config
 
-# Per million tokens (USD): input, output, cache read, cache write. An estimate, not a bill.
-PRICES = {
-    "claude-haiku-4-5": (1.0, 5.0, 0.10, 1.25),
-    "claude-sonnet-4-5": (3.0, 15.0, 0.30, 3.75),
-}
-
 
 def usage(
     days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
@@ -37,16 +31,16 @@ def usage(
     config: ConfigOption = None,
 ) -> None:
     """Tokens and estimated cost per day and chat."""
+    from agentd.pricing import estimated_cost
     from agentd.usage import totals
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:
         rows = totals(conn, since=time.time() - days * 86400)
-    prices = PRICES.get(cfg.llm.model, PRICES["claude-haiku-4-5"])
     data = []
     for r in rows:
-        tokens = (r.input_tokens, r.output_tokens, r.cache_read_tokens, r.cache_write_tokens)
-        cost = sum(n * price for n, price in zip(tokens, prices, strict=True)) / 1e6
+        cost = estimated_cost(cfg.llm.model, r.input_tokens, r.output_tokens,
+                              r.cache_read_tokens, r.cache_write_tokens)  # fmt: skip
         data.append({**r.model_dump(), "estimated_cost_usd": round(cost, 4)})
     if json:
         print_json(data)

@@ -311,6 +311,16 @@ CREATE TABLE web_cache (
 CREATE INDEX web_cache_fetched ON web_cache (fetched_at);
 """
 
+M014_ONBOARD = """
+-- /new (issue 13): the prompt's history of a chat starts after its latest fresh start; the
+-- messages before it stay in the database and in `agentd history`.
+CREATE TABLE chat_context (
+    chat_id INTEGER PRIMARY KEY,
+    since_message_id INTEGER NOT NULL,  -- messages with id <= this are no longer sent
+    reset_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -318,6 +328,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m004_docs", M004_DOCS),
     ("m005_web_cache", M005_WEB_CACHE),
     ("m006_vision", M006_VISION),
+    ("m014_onboard", M014_ONBOARD),
 ]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentd import audit
-from agentd.agent.inputs import CallbackPress
+from agentd.agent.inputs import CallbackPress, TurnInput
 from agentd.durable import Engine
 from agentd.telegram.classify import Decision, Identity, classify
 
@@ -22,6 +22,14 @@ CallbackHandler = Callable[[Any, CallbackPress], str]
 
 def no_callbacks(conn: Any, press: CallbackPress) -> str:
     return "Nothing is waiting for this button any more."
+
+
+# A message that is a command goes to another workflow: (workflow, its input, key) or None.
+CommandHook = Callable[[TurnInput], tuple[str, BaseModel, str] | None]
+
+
+def no_commands(turn: TurnInput) -> tuple[str, BaseModel, str] | None:
+    return None
 
 
 class IntakeResult(BaseModel):
@@ -51,7 +59,15 @@ def _apply(
     engine: Engine,
     on_callback: CallbackHandler,
     result: IntakeResult,
+    on_command: CommandHook,
 ) -> tuple[str, str | None]:
+    command = on_command(decision.turn) if decision.action == "turn" and decision.turn else None
+    if command is not None:
+        name, inp, key = command
+        instance_id = turn_instance_id(update_id)
+        engine.prepare_start(conn, name, inp, instance_id=instance_id, key=key)
+        result.keys.add(key)
+        return "command", instance_id
     if decision.action == "turn" and decision.turn is not None:
         instance_id = turn_instance_id(update_id)
         key = chat_key(decision.turn.chat_id)
@@ -81,6 +97,7 @@ def persist_updates(
     me: Identity,
     engine: Engine,
     on_callback: CallbackHandler = no_callbacks,
+    on_command: CommandHook = no_commands,
 ) -> IntakeResult:
     """Record each new update and start what it asks for, then move the stored offset on."""
     result = IntakeResult()
@@ -101,7 +118,9 @@ def persist_updates(
         # as failed without rolling back the rest of the batch, so intake never stalls on it.
         conn.execute("SAVEPOINT one_update")
         try:
-            outcome, instance_id = _apply(conn, decision, update_id, engine, on_callback, result)
+            outcome, instance_id = _apply(
+                conn, decision, update_id, engine, on_callback, result, on_command
+            )
         except Exception as exc:
             conn.execute("ROLLBACK TO one_update")
             outcome, instance_id = "failed", None

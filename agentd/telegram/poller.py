@@ -20,7 +20,14 @@ from agentd.db import Database
 from agentd.durable import Engine
 from agentd.outbox import Outbox
 from agentd.telegram.classify import Identity
-from agentd.telegram.intake import CallbackHandler, load_offset, no_callbacks, persist_updates
+from agentd.telegram.intake import (
+    CallbackHandler,
+    CommandHook,
+    load_offset,
+    no_callbacks,
+    no_commands,
+    persist_updates,
+)
 
 log = logging.getLogger("agentd.telegram")
 ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
@@ -48,6 +55,7 @@ class Poller:
         *,
         poll_timeout: int = 30,
         on_callback: CallbackHandler = no_callbacks,
+        on_command: CommandHook = no_commands,
     ) -> None:
         self._bot = bot
         self._db = db
@@ -56,6 +64,7 @@ class Poller:
         self._me = me
         self._timeout = poll_timeout
         self._on_callback = on_callback
+        self._on_command = on_command
         self._stopping = asyncio.Event()
         self._failures = 0
 
@@ -111,7 +120,7 @@ class Poller:
     async def _store(self, raw: list[dict[str, Any]]) -> int:
         """Commit the batch with the work it starts; return the offset that acknowledges it."""
         result = await self._db.write(
-            persist_updates, raw, self._me, self._engine, self._on_callback
+            persist_updates, raw, self._me, self._engine, self._on_callback, self._on_command
         )
         offset = max(int(u["update_id"]) for u in raw) + 1
         for key in result.keys:

@@ -1,0 +1,114 @@
+"""The command router (issue 13): what is a command, the menu, callbacks; /new's history cut."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentd.agent.inputs import CallbackPress, TurnInput
+from agentd.db import Database
+from agentd.memory import history
+from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter, command_key
+
+
+def turn(text: str, **kw: Any) -> TurnInput:
+    fields: dict[str, Any] = {"update_id": 1, "chat_id": 7, "user_id": 7, "message_id": 3,
+                              "date": 0.0, "kind": "text", "text": text, **kw}  # fmt: skip
+    return TurnInput(**fields)
+
+
+async def hello(inp: CommandInput) -> CommandReply:
+    """Say hello."""
+    return CommandReply(text=f"hello {inp.args}")
+
+
+@pytest.fixture
+def router() -> CommandRouter:
+    r = CommandRouter(bot_username="agentd_bot")
+    r.command("hello", hello)
+    return r
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "args"),
+    [
+        ("/hello", "hello", ""),
+        ("/Hello  world  ", "hello", "world"),
+        ("/hello@agentd_bot there", "hello", "there"),
+        ("/nosuch x", "nosuch", "x"),  # unknown commands still route: they get a hint
+        ("/start\nline two", "start", "line two"),
+    ],
+)
+def test_commands_are_recognised(router: CommandRouter, text: str, name: str, args: str) -> None:
+    parsed = router.parse(turn(text))
+    assert parsed is not None and (parsed.name, parsed.args) == (name, args)
+    workflow, inp, key = router.route(turn(text)) or ("", None, "")
+    assert (workflow, key) == ("command", command_key(7)) and inp == parsed
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        turn("/etc/hosts is a file"),
+        turn("hello /hello"),
+        turn("/hello@other_bot"),
+        turn("/hello", edited=True),  # an edit is not a new command
+        turn("/hello", kind="photo"),  # a caption is not a command
+    ],
+)
+def test_other_messages_go_to_the_model(router: CommandRouter, message: TurnInput) -> None:
+    assert router.route(message) is None
+
+
+async def test_unknown_command_gets_a_hint(router: CommandRouter) -> None:
+    reply = await router.reply_to(CommandInput(name="nosuch", chat_id=1, user_id=1, message_id=1))
+    assert "/help" in reply.text
+    known = await router.reply_to(
+        CommandInput(name="hello", args="you", chat_id=1, user_id=1, message_id=1)
+    )
+    assert known.text == "hello you"
+
+
+def test_menu_uses_the_description_or_the_docstring(router: CommandRouter) -> None:
+    router.command("bye", hello, "Leave")
+    assert router.menu() == [("hello", "Say hello."), ("bye", "Leave")]
+    with pytest.raises(ValueError, match="twice"):
+        router.command("bye", hello)
+    with pytest.raises(ValueError, match="a-z"):
+        router.command("Bad-Name", hello)
+
+
+def test_callbacks_route_by_prefix_and_unknown_ones_are_audited(router: CommandRouter) -> None:
+    router.callback("xx", lambda conn, press: f"got {press.data}")
+    press = CallbackPress(update_id=1, callback_id="c", user_id=7, chat_id=7, data="xx:1")
+    assert router.on_callback(None, press) == "got xx:1"
+
+    class Conn:
+        def __init__(self) -> None:
+            self.rows: list[tuple[Any, ...]] = []
+
+        def execute(self, sql: str, params: tuple[Any, ...]) -> None:
+            self.rows.append(params)
+
+    conn = Conn()
+    forged = press.model_copy(update={"data": "zz:forged"})
+    assert "not recognised" in router.on_callback(conn, forged)
+    assert conn.rows and conn.rows[0][1] == "callback_unknown"
+
+
+async def test_new_cuts_the_prompt_history_and_keeps_the_rows(db: Database) -> None:
+    def save(conn: Any, n: int, text: str, chat: int = 5) -> int:
+        return history.save_message(conn, chat_id=chat, user_id=chat, role="user", content=text,
+                                    source_key=f"k{n}")  # fmt: skip
+
+    for n in range(3):
+        await db.write(save, n, f"old {n}")
+    await db.write(save, 8, "other chat", 6)
+    await db.write(history.start_fresh, 5, 100.0)
+    new_id = await db.write(save, 9, "new")
+    assert await db.read(history.recent, 5, 20, before_id=new_id) == []
+    after = await db.read(history.recent, 5, 20)
+    assert [m.content for m in after] == ["new"]
+    assert [m.content for m in await db.read(history.recent, 6, 20)] == ["other chat"]
+    assert len(await db.read(lambda c: history.history(c, chat_id=5))) == 4
