@@ -249,7 +249,8 @@ class WebConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    format: Literal["json", "text"] = "json"
+    # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
+    format: Literal["auto", "json", "text"] = "auto"
 
 
 class Secrets(BaseModel):
@@ -315,7 +316,15 @@ def _parse_env_value(raw: str) -> Any:
         return raw
 
 
-def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> None:
+ENV_SYNTAX = (
+    'values are JSON (5, true, "text", [42, 43]) or plain text, e.g. '
+    "AGENTD_TELEGRAM__ALLOWED_USER_IDS='[42]'"
+)
+
+
+def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
+    applied: dict[str, str] = {}
     for name, raw in env.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
@@ -324,9 +333,14 @@ def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> None:
         for part in path[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"{name}: {'.'.join(path[:-1])} is not a section")
+                raise ConfigError(
+                    f"environment variable {name}: {'.'.join(path[:-1])} is not a section; "
+                    f"use AGENTD_<SECTION>__<KEY>, {ENV_SYNTAX}"
+                )
             node = child
         node[path[-1]] = _parse_env_value(raw)
+        applied[".".join(path)] = name
+    return applied
 
 
 def _read_secret(name: str, env: dict[str, str]) -> SecretStr | None:
@@ -339,15 +353,30 @@ def _read_secret(name: str, env: dict[str, str]) -> SecretStr | None:
     return SecretStr(value) if value else None
 
 
-def _first_error(exc: ValidationError) -> str:
+def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
     err = exc.errors()[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    variable = next(
+        (var for dotted, var in from_env.items() if key == dotted or key.startswith(dotted + ".")),
+        None,
+    )
+    if variable is not None:
+        if err["type"] == "extra_forbidden":
+            return (
+                f"environment variable {variable}: {key} is not a config key; see "
+                "config.example.toml for the keys that exist"
+            )
+        return (
+            f"environment variable {variable}: {key}: {err['msg']} (got {err.get('input')!r}); "
+            f"{ENV_SYNTAX}"
+        )
+    where = f"{source}: " if source else ""
     if err["type"] == "extra_forbidden":
         hint = "unknown key; see config.example.toml for the keys that exist"
         if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key"}:
             hint = "secrets are not read from the config file; set them in the environment"
-        return f"{key}: {hint}"
-    return f"{key}: {err['msg']} (got {err.get('input')!r})"
+        return f"{where}{key}: {hint}"
+    return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
@@ -360,7 +389,7 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             data = tomllib.loads(source.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    _apply_env_overrides(data, env)
+    from_env = _apply_env_overrides(data, env)
     llm = data.setdefault("llm", {})
     if isinstance(llm, dict):
         if env.get("ANTHROPIC_MODEL"):
@@ -370,8 +399,7 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        where = f"{source}: " if source else ""
-        raise ConfigError(f"{where}{_first_error(exc)}") from None
+        raise ConfigError(_first_error(exc, source, from_env)) from None
     config.secrets = Secrets(**{name: _read_secret(name, env) for name in _SECRET_ENV})
     config.source = str(source) if source else None
     return config

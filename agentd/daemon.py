@@ -43,7 +43,7 @@ class StartupError(Exception):
 
 
 class TokenRejected(StartupError):
-    """Telegram does not accept the token: a configuration problem (exit code 2)."""
+    """Telegram does not accept the token: a configuration problem (exit code 78)."""
 
 
 @dataclass
@@ -185,17 +185,17 @@ async def run(config: Config) -> int:
         engine.register(router.workflow(outbox, db))
         await engine.run()
         await publish_menu(bot, router.menu())
+        # The watchdog is fed by the poll loop itself, so a hung poller trips it.
+        watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
-                        on_callback=router.on_callback, on_command=router.route)  # fmt: skip
+                        on_callback=router.on_callback, on_command=router.route,
+                        on_progress=watchdog or (lambda: None))  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
         tasks.append(
             asyncio.create_task(
                 _every(HEARTBEAT_SECONDS, lambda: db.write(lease.heartbeat, pid), stop)
             )
         )
-        interval = sdnotify.watchdog_interval()
-        if interval:
-            tasks.append(asyncio.create_task(_every(interval, _watchdog, stop)))
         sdnotify.notify("READY=1")
         log.info("agentd running", extra={"bot": me.bot_username, "db": str(config.db_path)})
         stop_wait = asyncio.create_task(stop.wait())
@@ -231,7 +231,3 @@ def _audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
         detail={"workflow": inst.workflow, "key": inst.key, "error": (inst.error or "")[:500]},
         source_key=f"{inst.id}:finished:{inst.runs}",
     )  # fmt: skip
-
-
-async def _watchdog() -> None:
-    sdnotify.notify("WATCHDOG=1")

@@ -5,6 +5,8 @@ Commands never reach the model: every test checks the model saw nothing from the
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -23,8 +25,10 @@ approval_timeout = 60
 
 
 class Stack:
-    def __init__(self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon) -> None:
-        self.tg, self.llm, self.daemon = tg, llm, daemon
+    def __init__(
+        self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon, notify: socket.socket
+    ) -> None:
+        self.tg, self.llm, self.daemon, self.notify = tg, llm, daemon, notify
         self._users = iter(USERS)
 
     def user(self) -> int:
@@ -55,12 +59,17 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("commands")
     (tmp / "agentd.toml").write_text(CONFIG)
-    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # what systemd listens on
+    notify.bind(str(tmp / "notify.sock"))
+    notify.settimeout(10)
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, notify:
         env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS))  # fmt: skip
+                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+                         NOTIFY_SOCKET=str(tmp / "notify.sock"),
+                         WATCHDOG_USEC=str(120_000_000))  # fmt: skip
         daemon = Daemon(tmp, env).start(timeout=120)  # a slow start is contention, not a bug
         try:
-            yield Stack(tg, llm, daemon)
+            yield Stack(tg, llm, daemon, notify)
         finally:
             daemon.stop()
 
@@ -82,6 +91,16 @@ def test_the_menu_is_registered_at_start(stack: Stack) -> None:
     names = [c["command"] for c in stack.tg.commands]
     assert names[:6] == ["help", "new", "stop", "status", "usage", "memory"]
     assert all(c["description"] for c in stack.tg.commands)
+
+
+def test_start_is_announced_and_the_watchdog_follows_the_poll_loop(stack: Stack) -> None:
+    assert "agentd: starting" in stack.daemon.log().splitlines()[0]
+    # WatchdogSec=120 s: a timer would ping every 60 s; the poll loop (1 s polls) pings now.
+    received = []
+    deadline = time.monotonic() + 10
+    while "WATCHDOG=1" not in received and time.monotonic() < deadline:
+        received.append(stack.notify.recv(64).decode())
+    assert "READY=1" in received and "WATCHDOG=1" in received
 
 
 def test_help_lists_the_commands_and_costs_nothing(stack: Stack) -> None:

@@ -6,19 +6,21 @@ import json as jsonlib
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from agentd.cli.common import (
+    EXIT_CONFIG,
     ConfigOption,
     JsonOption,
     config_or_exit,
     database,
     fail,
+    new_table,
     out,
     print_json,
 )
@@ -45,7 +47,9 @@ def usage(
     if json:
         print_json(data)
         return
-    table = Table("day", "chat", "calls", "input", "output", "cache read", "cache write", "≈ USD")
+    table = new_table(
+        "day", "chat", "calls", "input", "output", "cache read", "cache write", "≈ USD"
+    )
     for d in data:
         table.add_row(str(d["day"]), str(d["chat_id"] or "-"), str(d["calls"]),
                       str(d["input_tokens"]), str(d["output_tokens"]),
@@ -98,10 +102,11 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _check("config", True, cfg.source or "no file: defaults and environment", results)
     except ConfigError as exc:
         cfg = None
-        _check("config", False, f"{exc} — fix the key named", results)
+        _check("config", False, f"invalid configuration: {exc}", results)
     if cfg is not None:
         _doctor_database(cfg, results)
         _doctor_telegram(cfg, results)
+        _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
     if json:
         print_json(results)
@@ -109,6 +114,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         for r in results:
             mark = "[green]ok[/]" if r["ok"] else "[red]FAIL[/]"
             out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
+    if cfg is None:
+        raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
 
@@ -131,9 +138,12 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     except DatabaseError as exc:
         _check("database", False, str(exc), results)
         return
-    mode = oct(path.stat().st_mode & 0o777)
-    _check("database", path.stat().st_mode & 0o077 == 0,
-           f"{path} ({mode}; want owner-only: chmod 600 {path})", results)  # fmt: skip
+    mode = path.stat().st_mode & 0o777
+    private = mode & 0o077 == 0
+    detail = f"{path} ({oct(mode)}, owner-only)" if private else (
+        f"{path} ({oct(mode)}) is readable by others: chmod 600 {path}"
+    )  # fmt: skip
+    _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
 
@@ -154,9 +164,15 @@ def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
         _check("telegram", True, f"bot @{body['result'].get('username')} answers", results)
     else:
         _check("telegram", False, f"getMe answered HTTP {status}: check the token", results)
-    if not cfg.telegram.allowed_user_ids:
-        _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served",
-               results)  # fmt: skip
+
+
+def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
+    users = cfg.telegram.allowed_user_ids
+    if users:
+        _check("allowlist", True, f"{len(users)} user(s) served", results)
+    else:
+        _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served; "
+               "add your Telegram user id to it", results)  # fmt: skip
 
 
 def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -174,3 +190,21 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
     ok = status == 200
     detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
     _check("anthropic", ok, detail, results)
+    if ok:
+        _doctor_model(cfg, base, headers, results)
+
+
+def _doctor_model(
+    cfg: Config, base: str, headers: dict[str, str], results: list[dict[str, object]]
+) -> None:
+    model = cfg.llm.model
+    try:
+        status, _ = _http_json(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
+    except (OSError, ValueError) as exc:
+        _check("model", False, f"could not look up {model}: {type(exc).__name__}", results)
+        return
+    if status == 200:
+        _check("model", True, f"{model} is available", results)
+    else:
+        _check("model", False, f"{model}: HTTP {status} from the models API; set llm.model "
+               "to a model id your key can use (e.g. claude-haiku-4-5)", results)  # fmt: skip

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
-from agentd.cli.common import EXIT_ALREADY_RUNNING, EXIT_CONFIG, ConfigOption, config_or_exit, fail
+from agentd.cli.common import (
+    EXIT_ALREADY_RUNNING,
+    EXIT_CONFIG,
+    ConfigOption,
+    config_or_exit,
+    err,
+    fail,
+)
 
 
 def run(config: ConfigOption = None) -> None:
@@ -12,6 +19,16 @@ def run(config: ConfigOption = None) -> None:
     import typer
 
     cfg = config_or_exit(config)  # before the heavy imports: a bad config fails in a blink
+    if not cfg.telegram.allowed_user_ids:
+        fail(
+            "telegram.allowed_user_ids is empty, so nobody would be answered; add your numeric "
+            f"Telegram user id to it in {cfg.source or './agentd.toml'} (or set "
+            "AGENTD_TELEGRAM__ALLOWED_USER_IDS='[id]')",
+            EXIT_CONFIG,
+        )
+    # Importing the Telegram and model stacks takes seconds on a small box: say so first.
+    err.print(f"agentd: starting (config: {cfg.source or 'defaults'}, database: "
+              f"{cfg.db_path.resolve()})…", highlight=False)  # fmt: skip
     from agentd import daemon
     from agentd.db import DatabaseError
     from agentd.lease import LeaseHeld

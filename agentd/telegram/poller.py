@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections.abc import Callable
 from typing import Any
 
 from aiogram import Bot
@@ -56,6 +57,7 @@ class Poller:
         poll_timeout: int = 30,
         on_callback: CallbackHandler = no_callbacks,
         on_command: CommandHook = no_commands,
+        on_progress: Callable[[], None] = lambda: None,
     ) -> None:
         self._bot = bot
         self._db = db
@@ -65,6 +67,7 @@ class Poller:
         self._timeout = poll_timeout
         self._on_callback = on_callback
         self._on_command = on_command
+        self._on_progress = on_progress  # the systemd watchdog: pinged only by a live loop
         self._stopping = asyncio.Event()
         self._failures = 0
 
@@ -86,6 +89,7 @@ class Poller:
             except Exception:
                 log.exception("intake failed; retrying")
                 await self._backoff()
+            self._on_progress()
 
     async def _fetch(self, offset: int | None) -> list[dict[str, Any]] | None:
         """One long poll → raw update dicts (None after a transient failure, already waited)."""
