@@ -91,6 +91,19 @@ class StorageConfig(_Section):
     path: str = "agentd.db"
 
 
+class RetentionConfig(_Section):
+    """What the daily prune removes (0 days: keep for ever). History and memories are kept."""
+
+    enabled: bool = True  # the daemon prunes once a day (UTC) as a durable workflow
+    workflow_days: float = Field(default=30, ge=0)  # finished journals with their steps
+    update_days: float = Field(default=7, ge=0)  # `updates` rows (Telegram redelivers < 24 h)
+    audit_days: float = Field(default=365, ge=0)
+    usage_detail_days: float = Field(default=90, ge=0)  # then one row per day, chat and model
+    message_days: float = Field(default=0, ge=0)  # conversation history (0: kept)
+    batch_size: int = Field(default=500, ge=10, le=100_000)  # rows per short write
+    vacuum_free_ratio: float = Field(default=0.3, gt=0, le=1)  # VACUUM past this free share
+
+
 class EngineConfig(_Section):
     concurrency: int = Field(default=8, ge=1, le=256)
     max_step_result_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -267,6 +280,7 @@ class Config(_Section):
     vision: VisionConfig = Field(default_factory=VisionConfig)
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)

@@ -23,6 +23,7 @@ from agentd.logs import Redactor, setup_logging
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
+from agentd.retention_workflow import make_retention_workflow, run_daily
 from agentd.telegram.bot import make_bot
 from agentd.telegram.classify import Identity
 from agentd.telegram.commands import CommandRouter
@@ -183,6 +184,7 @@ async def run(config: Config) -> int:
             started_at=started_at,
         ))  # fmt: skip
         engine.register(router.workflow(outbox, db))
+        engine.register(make_retention_workflow(db, config.retention, clock))
         await engine.run()
         await publish_menu(bot, router.menu())
         # The watchdog is fed by the poll loop itself, so a hung poller trips it.
@@ -191,6 +193,8 @@ async def run(config: Config) -> int:
                         on_callback=router.on_callback, on_command=router.route,
                         on_progress=watchdog or (lambda: None))  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
+        if config.retention.enabled:
+            tasks.append(asyncio.create_task(run_daily(engine.start, clock, stop)))
         tasks.append(
             asyncio.create_task(
                 _every(HEARTBEAT_SECONDS, lambda: db.write(lease.heartbeat, pid), stop)

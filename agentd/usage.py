@@ -51,7 +51,7 @@ def record(
 def totals(conn: Any, *, since: float | None = None) -> list[UsageTotals]:
     """Per day (UTC) and chat."""
     rows = conn.execute(
-        "SELECT date(at, 'unixepoch') AS day, chat_id, COUNT(*), SUM(input_tokens), "
+        "SELECT date(at, 'unixepoch') AS day, chat_id, SUM(calls), SUM(input_tokens), "
         "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens) FROM llm_usage "
         "WHERE at >= ? GROUP BY day, chat_id ORDER BY day, chat_id",
         (since or 0,),

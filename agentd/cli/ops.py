@@ -23,6 +23,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    transaction,
 )
 from agentd.config import Config, ConfigError, load_config
 
@@ -68,16 +69,23 @@ def backup(
     cfg = config_or_exit(config)
     if destination.exists():
         fail(f"{destination} exists; choose a new file name")
+    from agentd.retention import mark_backup
+
     with database(cfg) as conn:
         old = os.umask(0o077)
         try:
             target = open_sync(destination)
         finally:
             os.umask(old)
+        with transaction(conn):  # the daily prune does not VACUUM while this copy runs
+            mark_backup(conn, True)
         try:
             conn.backup(target)
+            mark_backup(target, False)  # the copy must not inherit the "backup running" marker
         finally:
             target.close()
+            with transaction(conn):
+                mark_backup(conn, False)
     out.print(f"Backed up {cfg.db_path} to {destination}.")
 
 

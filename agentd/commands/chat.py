@@ -105,8 +105,9 @@ def _usage_since(conn: Any, since: float, chat_id: int | None) -> tuple[int, int
     where = "at >= ?" + (" AND chat_id = ?" if chat_id is not None else "")
     params = (since,) if chat_id is None else (since, chat_id)
     row = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0), "
-        "COALESCE(SUM(cache_read_tokens), 0), COALESCE(SUM(cache_write_tokens), 0) "
+        "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(input_tokens), 0), "
+        "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+        "COALESCE(SUM(cache_write_tokens), 0) "
         f"FROM llm_usage WHERE {where}",
         params,
     ).fetchone()

@@ -319,6 +319,15 @@ CREATE TABLE chat_context (
     since_message_id INTEGER NOT NULL,  -- messages with id <= this are no longer sent
     reset_at REAL NOT NULL
 );
+
+-- Retention (issue 13): the daily prune finds old rows by time without scanning tables.
+CREATE INDEX workflow_instances_finished ON workflow_instances (finished_at)
+    WHERE finished_at IS NOT NULL;
+CREATE INDEX workflow_events_instance ON workflow_events (instance_id);
+CREATE INDEX updates_received ON updates (received_at);
+-- Usage older than retention.usage_detail_days is kept as one row per day, chat, model and
+-- purpose; `calls` says how many model calls such a row stands for (1 for a detailed row).
+ALTER TABLE llm_usage ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;
 """
 
 MIGRATIONS: list[tuple[str, str]] = [
