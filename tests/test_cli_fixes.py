@@ -118,8 +118,12 @@ def test_run_with_an_empty_allowlist_refuses_at_once(tmp_path: Path) -> None:
     empty = tmp_path / "empty.toml"
     empty.write_text(f'[storage]\npath = "{tmp_path / "x.db"}"\n')
     code, output = invoke("run", "--config", str(empty))
-    assert code == 78 and "allowed_user_ids is empty" in output
+    assert code == 78 and "allowed_user_ids is empty" in output and "agentd pair" in output
     assert not (tmp_path / "x.db").exists()
+    # A pairing code waiting to be used is reason enough to start (here: to need a token).
+    assert invoke("pair", "--no-wait", "--config", str(empty))[0] == 0
+    code, output = invoke("run", "--config", str(empty))
+    assert code == 78 and "TELEGRAM_BOT_TOKEN" in output
 
 
 def test_doctor_says_ok_plainly_and_checks_allowlist_and_model(

@@ -229,3 +229,50 @@ def test_memory_lists_facts_with_forget_buttons(stack: Stack) -> None:
     assert "don't remember anything" in stack.command(user, "/memory", 3)
     rows = stack.daemon.query("SELECT COUNT(*) FROM memories WHERE user_id = ?", (user,))
     assert rows[0][0] == 0
+
+
+def pair_code(stack: Stack) -> str:
+    return stack.daemon.cli_json("pair", "--no-wait")["code"]
+
+
+def wait_audit(stack: Stack, kind: str, user: int) -> list[Any]:
+    return stack.tg.wait_until(
+        lambda: stack.daemon.query("SELECT detail FROM audit WHERE kind = ? AND user_id = ?",
+                                   (kind, user)), 20, f"{kind} audited")  # fmt: skip
+
+
+def test_pairing_right_wrong_expired_and_used_codes(stack: Stack) -> None:
+    from agentd import pairing
+    from agentd.db import open_sync
+
+    newcomer, guesser, late, thief = 300, 301, 302, 303
+    stack.tg.add_message(guesser, guesser, "/start WRNG-CODE")
+    assert '"wrong"' in wait_audit(stack, "pairing_failed", guesser)[0][0]
+
+    conn = open_sync(stack.daemon.db_path)
+    try:  # a code made an hour ago with a ten-minute life: the clock is injected
+        expired = pairing.new_code(conn, ttl=600, created_by="test", now=time.time() - 3600)
+    finally:
+        conn.close()
+    stack.tg.add_message(late, late, f"/start {expired}")
+    assert '"expired"' in wait_audit(stack, "pairing_failed", late)[0][0]
+
+    code = pair_code(stack)
+    stack.tg.add_message(newcomer, newcomer, f"/start {code.lower()}")
+    assert "You're paired" in stack.wait_sent(newcomer, 1)[0]["plain_text"]
+    stack.tg.add_message(thief, thief, f"/start {code}")  # single use
+    assert '"used"' in wait_audit(stack, "pairing_failed", thief)[0][0]
+    stack.tg.add_message(newcomer, newcomer, f"u{newcomer}: hello, am I served?")
+    assert stack.wait_sent(newcomer, 2)[1]["plain_text"].startswith("echo:")
+    assert stack.sent(guesser) == stack.sent(late) == stack.sent(thief) == []
+
+    listed = stack.daemon.cli_json("users", "ls")
+    assert {"user_id": newcomer, "source": "paired"}.items() <= next(
+        u for u in listed if u["user_id"] == newcomer
+    ).items()
+    assert stack.daemon.cli("users", "rm", str(newcomer)).returncode == 0
+    assert stack.daemon.cli("users", "rm", str(newcomer)).returncode == 1
+    update = stack.tg.add_message(newcomer, newcomer, f"u{newcomer}: still there?")
+    stack.tg.wait_until(lambda: stack.tg.confirmed_offset > update, 20, "acknowledged")
+    rows = stack.daemon.query("SELECT outcome FROM updates WHERE update_id = ?", (update,))
+    assert rows[0][0] == "reject" and len(stack.sent(newcomer)) == 2

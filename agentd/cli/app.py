@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 
 from agentd import __version__
-from agentd.cli import approvals, audit, docs, history, memory, ops, prune, run, workflows
+from agentd.cli import (
+    approvals,
+    audit,
+    docs,
+    history,
+    memory,
+    ops,
+    prune,
+    run,
+    users,
+    workflows,
+)
 from agentd.cli.common import EXIT_CONFIG, fail
 
 app = typer.Typer(
@@ -56,6 +67,8 @@ app.command("audit")(audit.audit)
 app.command("usage")(ops.usage)
 app.command("backup")(ops.backup)
 app.command("prune")(prune.prune)
+app.command("pair")(users.pair)
+app.add_typer(users.app, name="users")
 app.command("doctor")(ops.doctor)
 app.add_typer(workflows.app, name="workflows")
 app.add_typer(memory.app, name="memory")

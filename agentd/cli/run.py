@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import time
+from pathlib import Path
 
 from agentd.cli.common import (
     EXIT_ALREADY_RUNNING,
@@ -14,16 +16,35 @@ from agentd.cli.common import (
 )
 
 
+def _pairing_possible(db_path: Path) -> bool:
+    """Someone has paired, or a pairing code is waiting to be used."""
+    if not db_path.exists():
+        return False
+    from agentd.db import open_sync
+
+    conn = open_sync(db_path, readonly=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        if "paired_users" not in tables:
+            return False
+        return bool(conn.execute(
+            "SELECT EXISTS (SELECT 1 FROM paired_users) OR EXISTS (SELECT 1 FROM pairing_codes "
+            "WHERE used_by IS NULL AND expires_at > ?)", (time.time(),),
+        ).fetchone()[0])  # fmt: skip
+    finally:
+        conn.close()
+
+
 def run(config: ConfigOption = None) -> None:
     """Run the agent: long-poll Telegram and answer, until SIGTERM."""
     import typer
 
     cfg = config_or_exit(config)  # before the heavy imports: a bad config fails in a blink
-    if not cfg.telegram.allowed_user_ids:
+    if not cfg.telegram.allowed_user_ids and not _pairing_possible(cfg.db_path):
         fail(
-            "telegram.allowed_user_ids is empty, so nobody would be answered; add your numeric "
-            f"Telegram user id to it in {cfg.source or './agentd.toml'} (or set "
-            "AGENTD_TELEGRAM__ALLOWED_USER_IDS='[id]')",
+            "nobody would be answered: telegram.allowed_user_ids is empty and nobody has paired; "
+            "run `agentd pair` (then send the code to your bot), or add your numeric Telegram "
+            f"user id to telegram.allowed_user_ids in {cfg.source or './agentd.toml'}",
             EXIT_CONFIG,
         )
     # Importing the Telegram and model stacks takes seconds on a small box: say so first.

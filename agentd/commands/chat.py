@@ -216,10 +216,15 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     async def help_command(inp: CommandInput) -> CommandReply:
         return help_text(router)
 
+    async def start_command(inp: CommandInput) -> CommandReply:
+        greeting = "You're paired: I'll answer you here. " if inp.args else "Hello! "
+        return CommandReply(text=greeting + help_text(router).text)
+
     router.command("help", help_command, "What I can do and the commands")
     router.command("new", bind(new_command), "Start a fresh conversation (nothing is deleted)")
     router.command("stop", bind(stop_command), "Stop the answer I'm working on")
     router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
     router.command("memory", bind(memory_command), "What I remember about you, to forget")
+    router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
     router.callback(FORGET_PREFIX.rstrip(":"), forget_by_button)

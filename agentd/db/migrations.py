@@ -328,6 +328,23 @@ CREATE INDEX updates_received ON updates (received_at);
 -- Usage older than retention.usage_detail_days is kept as one row per day, chat, model and
 -- purpose; `calls` says how many model calls such a row stands for (1 for a detailed row).
 ALTER TABLE llm_usage ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;
+
+-- Pairing (`agentd pair`, `/start <code>`): one-time codes, stored only as their sha256.
+CREATE TABLE pairing_codes (
+    code_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    used_by INTEGER,
+    used_at REAL
+);
+-- Users served besides telegram.allowed_user_ids: the ones who paired.
+CREATE TABLE paired_users (
+    user_id INTEGER PRIMARY KEY,
+    chat_id INTEGER,
+    username TEXT NOT NULL DEFAULT '',
+    paired_at REAL NOT NULL
+);
 """
 
 MIGRATIONS: list[tuple[str, str]] = [

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentd import audit
+from agentd import audit, pairing
 from agentd.agent.inputs import CallbackPress, TurnInput
 from agentd.durable import Engine
 from agentd.telegram.classify import Decision, Identity, classify
@@ -91,6 +91,26 @@ def _apply(
     return decision.action, None
 
 
+def _pair_if_asked(conn: Any, update: dict[str, Any], me: Identity, now: float) -> Identity:
+    """A stranger's `/start <code>` in a private chat: pair them if the code is good."""
+    message = update.get("message")
+    if not isinstance(message, dict) or not isinstance(message.get("text"), str):
+        return me
+    sender = message.get("from") or {}
+    chat = message.get("chat") or {}
+    code = pairing.code_in(message["text"])
+    user_id = sender.get("id")
+    if code is None or not isinstance(user_id, int) or chat.get("type") != "private":
+        return me
+    if user_id in me.allowed_user_ids:
+        return me
+    result = pairing.redeem(conn, code, user_id=user_id, chat_id=chat.get("id"),
+                            username=str(sender.get("username") or ""), now=now)  # fmt: skip
+    if not result.ok:
+        return me  # a wrong, used or expired code: the stranger still gets nothing
+    return me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | {user_id}})
+
+
 def persist_updates(
     conn: Any,
     updates: list[dict[str, Any]],
@@ -103,6 +123,7 @@ def persist_updates(
     result = IntakeResult()
     now = time.time()
     highest = None
+    me = me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | pairing.paired_ids(conn)})
     for update in updates:
         update_id = int(update["update_id"])
         highest = update_id if highest is None else max(highest, update_id)
@@ -111,6 +132,7 @@ def persist_updates(
             result.duplicates += 1
             continue
         try:
+            me = _pair_if_asked(conn, update, me, now)
             decision = classify(update, me)
         except Exception:  # a malformed update is recorded and skipped, never fatal
             decision = Decision(action="ignore", update_kind="malformed", reason="malformed")
