@@ -357,13 +357,36 @@ def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str,
     return applied
 
 
-def _read_secret(name: str, env: dict[str, str]) -> SecretStr | None:
+SECRETS_FILE = "agentd.env"  # written by `agentd init` beside the config; EnvironmentFile format
+
+
+def read_secrets_file(path: Path) -> dict[str, str]:
+    """KEY=value lines of the secrets file (absent: empty); it must be owner-only."""
+    if not path.is_file():
+        return {}
+    if path.stat().st_mode & 0o077:
+        raise ConfigError(f"{path} holds secrets but others may read it; run: chmod 600 {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except PermissionError:  # root's file, read by systemd; the CLI as another user needs none
+        return {}
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def _read_secret(name: str, env: dict[str, str], stored: dict[str, str]) -> SecretStr | None:
+    """The environment first, then a systemd credential, then the secrets file."""
     value = env.get(_SECRET_ENV[name])
     cred_dir = env.get("CREDENTIALS_DIRECTORY")
     if not value and cred_dir:
         cred = Path(cred_dir) / name
         if cred.is_file():
             value = cred.read_text().strip()
+    value = value or stored.get(_SECRET_ENV[name])
     return SecretStr(value) if value else None
 
 
@@ -414,6 +437,7 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, source, from_env)) from None
-    config.secrets = Secrets(**{name: _read_secret(name, env) for name in _SECRET_ENV})
+    stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
+    config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
     config.source = str(source) if source else None
     return config

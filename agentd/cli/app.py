@@ -14,6 +14,7 @@ from agentd.cli import (
     audit,
     docs,
     history,
+    init,
     memory,
     ops,
     prune,
@@ -58,6 +59,7 @@ def main_options(
         os.environ["AGENTD_CONFIG"] = str(config)
 
 
+app.command("init")(init.init)
 app.command("run")(run.run)
 app.command("history")(history.history)
 app.command("pending")(approvals.pending)
