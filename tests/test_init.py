@@ -90,9 +90,15 @@ def test_init_non_interactive_then_doctor_is_green(
     tg, llm = fakes
     args = [*AGENTD, "init", "--non-interactive", "--dir", str(tmp_path), "--api-base",
             tg.base_url, "--llm-base-url", llm.base_url, "--owner-id", str(OWNER)]  # fmt: skip
-    env = clean_env(TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY=API_KEY)
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=90)
+    env = clean_env(TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY=API_KEY,
+                    XDG_CONFIG_HOME=str(tmp_path / "xdg"))  # fmt: skip
+    done = subprocess.run([*args, "--systemd"], env=env, capture_output=True, text=True,
+                          timeout=90)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    assert "systemctl --user enable --now agentd" in done.stdout
+    unit = (tmp_path / "xdg" / "systemd" / "user" / "agentd.service").read_text()
+    assert f"EnvironmentFile={tmp_path / 'agentd.env'}" in unit
+    assert f"agentd run --config {tmp_path / 'agentd.toml'}" in unit and "Type=notify" in unit
     again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=90)
     assert again.returncode == 1 and "nothing changed" in again.stderr
 

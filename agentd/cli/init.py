@@ -12,6 +12,7 @@ from __future__ import annotations
 import json as jsonlib
 import os
 import secrets
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -128,6 +129,39 @@ def write_private(path: Path, text: str) -> None:
     os.chmod(path, 0o600)
 
 
+def user_unit(config_path: Path, secrets_path: Path) -> str:
+    """A systemd user unit running this install's `agentd run` with the files just written."""
+    return f"""# Written by `agentd init --systemd` (system-wide: systemd/agentd.service).
+[Unit]
+Description=agentd personal AI agent (Telegram)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart={sys.executable} -m agentd run --config {config_path.resolve()}
+WorkingDirectory={config_path.resolve().parent}
+EnvironmentFile={secrets_path.resolve()}
+Restart=on-failure
+RestartSec=5
+RestartPreventExitStatus=78
+WatchdogSec=60
+UMask=0077
+
+[Install]
+WantedBy=default.target
+"""
+
+
+def install_user_unit(config_path: Path, secrets_path: Path, env: dict[str, str]) -> Path:
+    home = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    unit = home / "systemd" / "user" / "agentd.service"
+    unit.parent.mkdir(parents=True, exist_ok=True)
+    unit.write_text(user_unit(config_path, secrets_path))
+    return unit
+
+
 def _ask(label: str, given: str | None, interactive: bool, *, secret: bool = False) -> str:
     if given:
         return given
@@ -155,6 +189,9 @@ def init(
     pair_timeout: Annotated[float, typer.Option(help="Seconds to wait for the code.")] = 600,
     non_interactive: Annotated[bool, typer.Option(help="Never prompt (for scripts).")] = False,
     force: Annotated[bool, typer.Option(help="Replace existing files without asking.")] = False,
+    systemd: Annotated[
+        bool, typer.Option("--systemd", help="Also install a systemd user unit.")
+    ] = False,
 ) -> None:
     """Set up agentd: check the token and key, pair your account, write the config."""
     interactive = not non_interactive
@@ -201,5 +238,14 @@ def init(
     directory.mkdir(parents=True, exist_ok=True)
     config_path.write_text(render_config(owner_id, timezone, api_base, llm_base_url, model))
     write_private(secrets_path, f"TELEGRAM_BOT_TOKEN={token}\nANTHROPIC_API_KEY={anthropic_key}\n")
-    out.print(f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).\n"
-              "Start the agent with:  agentd run", highlight=False)  # fmt: skip
+    out.print(f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).",
+              highlight=False)  # fmt: skip
+    if systemd:
+        unit = install_user_unit(config_path, secrets_path, dict(os.environ))
+        out.print(f"Installed {unit}. Start it (and at every boot) with:\n\n"
+                  "    systemctl --user daemon-reload\n"
+                  "    systemctl --user enable --now agentd\n\n"
+                  "(`loginctl enable-linger` keeps it running when you are logged out.)",
+                  highlight=False)  # fmt: skip
+    else:
+        out.print(f"Start the agent with:  agentd run --config {config_path}", highlight=False)
