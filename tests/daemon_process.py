@@ -74,7 +74,15 @@ class Daemon:
             [*AGENTD, "run"], env=self.env, cwd=self.tmp, stderr=log, stdout=log
         )
         if wait_ready:
-            self.wait_for_log("agentd running", timeout)
+            try:
+                self.wait_for_log("agentd running", timeout)
+            except BaseException:
+                # A daemon that never got ready is not left behind retrying a fake that is gone
+                # (under load such leftovers pile up and slow every later test).
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait(10)
+                raise
         return self
 
     def log(self) -> str:
