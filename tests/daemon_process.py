@@ -43,6 +43,9 @@ def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[s
         AGENTD_STORAGE__PATH=str(tmp / "agentd.db"),
         AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.1",
         AGENTD_ENGINE__SHUTDOWN_GRACE="2",
+        # The daily prune starts a `retention` instance at every start; the e2e tests count
+        # and read turn instances. It is tested on its own (tests/test_retention.py).
+        AGENTD_RETENTION__ENABLED="false",
         AGENTD_LOG__LEVEL="INFO",
         PYTHONUNBUFFERED="1",
         # The e2e plugin tools live in tests/plugins and record their runs here.
