@@ -8,6 +8,19 @@ from typing import Any
 
 from pydantic import BaseModel
 
+# The kinds agentd writes (`agentd audit --kind`); plugins and newer code may add their own.
+KINDS = (
+    "turn", "turn_error", "tool_call", "approval_requested", "approval_decided",
+    "approval_timed_out", "access_denied", "rate_limited", "command", "callback_unknown",
+    "intake_error", "memory_forgotten", "memory_summary", "memory_summary_error", "retrieval",
+    "workflow_errored", "workflow_cancelled",
+)  # fmt: skip
+
+
+def known_kinds(conn: Any) -> set[str]:
+    """KINDS plus every kind the log already holds."""
+    return set(KINDS) | {r[0] for r in conn.execute("SELECT DISTINCT kind FROM audit")}
+
 
 class AuditEntry(BaseModel):
     id: int

@@ -153,6 +153,19 @@ class StorageConfig(_Section):
     synchronous: Literal["FULL", "NORMAL"] = "FULL"
 
 
+class RetentionConfig(_Section):
+    """What the daily prune removes (0 days: keep for ever). History and memories are kept."""
+
+    enabled: bool = True  # the daemon prunes once a day (UTC) as a durable workflow
+    workflow_days: float = Field(default=30, ge=0)  # finished journals with their steps
+    update_days: float = Field(default=7, ge=0)  # `updates` rows (Telegram redelivers < 24 h)
+    audit_days: float = Field(default=365, ge=0)
+    usage_detail_days: float = Field(default=90, ge=0)  # then one row per day, chat and model
+    message_days: float = Field(default=0, ge=0)  # conversation history (0: kept)
+    batch_size: int = Field(default=500, ge=10, le=100_000)  # rows per short write
+    vacuum_free_ratio: float = Field(default=0.3, gt=0, le=1)  # VACUUM past this free share
+
+
 class EngineConfig(_Section):
     concurrency: int = Field(default=8, ge=1, le=256)
     max_step_result_bytes: int = Field(default=1024 * 1024, ge=1024)
@@ -320,7 +333,8 @@ class WebConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    format: Literal["json", "text"] = "json"
+    # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
+    format: Literal["auto", "json", "text"] = "auto"
 
 
 class StartupConfig(_Section):
@@ -347,6 +361,7 @@ class Config(_Section):
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     schedule: ScheduleConfig = Field(default_factory=ScheduleConfig)
     storage: StorageConfig = Field(default_factory=StorageConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
@@ -404,7 +419,15 @@ def _parse_env_value(raw: str) -> Any:
         return raw
 
 
-def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> None:
+ENV_SYNTAX = (
+    'values are JSON (5, true, "text", [42, 43]) or plain text, e.g. '
+    "AGENTD_TELEGRAM__ALLOWED_USER_IDS='[42]'"
+)
+
+
+def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
+    applied: dict[str, str] = {}
     for name, raw in env.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
@@ -413,30 +436,73 @@ def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> None:
         for part in path[:-1]:
             child = node.setdefault(part, {})
             if not isinstance(child, dict):
-                raise ConfigError(f"{name}: {'.'.join(path[:-1])} is not a section")
+                raise ConfigError(
+                    f"environment variable {name}: {'.'.join(path[:-1])} is not a section; "
+                    f"use AGENTD_<SECTION>__<KEY>, {ENV_SYNTAX}"
+                )
             node = child
         node[path[-1]] = _parse_env_value(raw)
+        applied[".".join(path)] = name
+    return applied
 
 
-def _read_secret(name: str, env: dict[str, str]) -> SecretStr | None:
+SECRETS_FILE = "agentd.env"  # written by `agentd init` beside the config; EnvironmentFile format
+
+
+def read_secrets_file(path: Path) -> dict[str, str]:
+    """KEY=value lines of the secrets file (absent: empty); it must be owner-only."""
+    if not path.is_file():
+        return {}
+    if path.stat().st_mode & 0o077:
+        raise ConfigError(f"{path} holds secrets but others may read it; run: chmod 600 {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except PermissionError:  # root's file, read by systemd; the CLI as another user needs none
+        return {}
+    values = {}
+    for line in text.splitlines():
+        key, sep, value = line.strip().partition("=")
+        if sep and not key.startswith("#"):
+            values[key.strip()] = value.strip().strip("'\"")
+    return values
+
+
+def _read_secret(name: str, env: dict[str, str], stored: dict[str, str]) -> SecretStr | None:
+    """The environment first, then a systemd credential, then the secrets file."""
     value = env.get(_SECRET_ENV[name])
     cred_dir = env.get("CREDENTIALS_DIRECTORY")
     if not value and cred_dir:
         cred = Path(cred_dir) / name
         if cred.is_file():
             value = cred.read_text().strip()
+    value = value or stored.get(_SECRET_ENV[name])
     return SecretStr(value) if value else None
 
 
-def _first_error(exc: ValidationError) -> str:
+def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
     err = exc.errors()[0]
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    variable = next(
+        (var for dotted, var in from_env.items() if key == dotted or key.startswith(dotted + ".")),
+        None,
+    )
+    if variable is not None:
+        if err["type"] == "extra_forbidden":
+            return (
+                f"environment variable {variable}: {key} is not a config key; see "
+                "config.example.toml for the keys that exist"
+            )
+        return (
+            f"environment variable {variable}: {key}: {err['msg']} (got {err.get('input')!r}); "
+            f"{ENV_SYNTAX}"
+        )
+    where = f"{source}: " if source else ""
     if err["type"] == "extra_forbidden":
         hint = "unknown key; see config.example.toml for the keys that exist"
         if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key"}:
             hint = "secrets are not read from the config file; set them in the environment"
-        return f"{key}: {hint}"
-    return f"{key}: {err['msg']} (got {err.get('input')!r})"
+        return f"{where}{key}: {hint}"
+    return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
@@ -449,7 +515,7 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             data = tomllib.loads(source.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    _apply_env_overrides(data, env)
+    from_env = _apply_env_overrides(data, env)
     llm = data.setdefault("llm", {})
     if isinstance(llm, dict):
         if env.get("ANTHROPIC_MODEL"):
@@ -459,8 +525,8 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        where = f"{source}: " if source else ""
-        raise ConfigError(f"{where}{_first_error(exc)}") from None
-    config.secrets = Secrets(**{name: _read_secret(name, env) for name in _SECRET_ENV})
+        raise ConfigError(_first_error(exc, source, from_env)) from None
+    stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
+    config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
     config.source = str(source) if source else None
     return config

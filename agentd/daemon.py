@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -15,6 +16,8 @@ from agentd import approvals, audit, lease, sdnotify
 from agentd.agent.deps import TurnDeps
 from agentd.agent.toolloop import withdraw_approvals
 from agentd.agent.turn import make_turn_workflow
+from agentd.commands import chat as chat_commands
+from agentd.commands.deps import CommandDeps
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
@@ -33,6 +36,7 @@ from agentd.media.voice import VoiceDeps
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
+from agentd.retention_workflow import make_retention_workflow, run_daily
 from agentd.schedule import setup as scheduling
 from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
@@ -53,7 +57,7 @@ class StartupError(Exception):
 
 
 class ConfigProblem(StartupError):
-    """A configuration problem (exit code 2): a missing or malformed secret, a bad token."""
+    """A configuration problem (exit code 78): a missing or malformed secret, a bad token."""
 
 
 class TokenRejected(ConfigProblem):
@@ -136,6 +140,7 @@ async def _open_database_and_bot(
 
 async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> int:
     """Run the daemon; return the process exit code. `on_ready(bot_username)` once it answers."""
+    started_at = time.time()
     secrets = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
@@ -171,6 +176,7 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         raise
     from agentd.telegram.bot import retry_policy
     from agentd.telegram.files import TelegramFiles
+    from agentd.telegram.menu import publish_menu
     from agentd.telegram.output import TelegramOutbox
     from agentd.telegram.poller import Poller
 
@@ -217,7 +223,11 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         web, web_problems = build_web_tools(config, os.environ, db, clock)
         router = CommandRouter(bot_username=me.bot_username)
         router.callback("ap", approvals.handle_callback)
-        engine.register(router.workflow(outbox))
+        chat_commands.install(router, CommandDeps(
+            config=config, db=db, outbox=outbox, clock=clock, cancel=engine.cancel,
+            started_at=started_at,
+        ))  # fmt: skip
+        engine.register(router.workflow(outbox, db))
         schedule_tools = scheduling.install(engine, config, db, outbox, clock, router)
         files = TelegramFiles(bot)
         doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
@@ -257,23 +267,27 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         summary_deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=clock)
         engine.register(make_summary_workflow(summary_deps))
         engine.register(make_ingest_workflow(doc_deps, outbox))
+        engine.register(make_retention_workflow(db, config.retention, clock))
         await engine.run()
+        await publish_menu(bot, router.menu())
         # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
         on_callback = document_callbacks(engine, router.on_callback)
+        # The watchdog is fed by the poll loop itself, so a hung poller trips it.
+        watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
         poller = Poller(bot, db, engine, outbox, me, poll_timeout=config.telegram.poll_timeout,
                         on_callback=on_callback, on_command=router.route,
                         policy=retry_policy(config),
-                        request_timeout=config.telegram.request_timeout)  # fmt: skip
+                        request_timeout=config.telegram.request_timeout,
+                        on_progress=watchdog or (lambda: None))  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
+        if config.retention.enabled:
+            tasks.append(asyncio.create_task(run_daily(engine.start, clock, stop)))
         await llm.ready()  # the poller persists and starts turns meanwhile
         tasks.append(
             asyncio.create_task(
                 _every(HEARTBEAT_SECONDS, lambda: db.write(lease.heartbeat, pid), stop)
             )
         )
-        interval = sdnotify.watchdog_interval()
-        if interval:
-            tasks.append(asyncio.create_task(_every(interval, _watchdog, stop)))
         sdnotify.notify("READY=1")
         log.info("agentd running", extra={"bot": me.bot_username, "db": str(config.db_path)})
         if on_ready is not None:
@@ -319,7 +333,3 @@ def _audit_send_uncertain(
     """A send whose answer was lost may have reached the user: a possible duplicate (README)."""
     chat = chat_id if isinstance(chat_id, int) else None
     audit.record(conn, "send_uncertain", chat_id=chat, detail={"method": method, "reason": reason})
-
-
-async def _watchdog() -> None:
-    sdnotify.notify("WATCHDOG=1")

@@ -64,6 +64,8 @@ def setup_logging(level: str, fmt: str, secrets: Iterable[str] = ()) -> None:
     """Configure the root logger for the daemon (stderr, so journald collects it)."""
     handler = logging.StreamHandler(sys.stderr)
     redact = Redactor(secrets)
+    if fmt == "auto":
+        fmt = "text" if sys.stderr.isatty() else "json"
     handler.setFormatter(JsonFormatter(redact) if fmt == "json" else TextFormatter(redact))
     root = logging.getLogger()
     root.handlers[:] = [handler]

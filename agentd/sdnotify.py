@@ -15,6 +15,8 @@ def notify(state: str) -> bool:
         address = "\0" + address[1:]  # abstract socket namespace
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            # Never block the event loop: a listener that stopped reading costs a ping, not intake.
+            sock.setblocking(False)
             sock.connect(address)
             sock.sendall(state.encode())
     except OSError:

@@ -72,7 +72,7 @@ def record(
 def totals(conn: Any, *, since: float | None = None) -> list[UsageTotals]:
     """Per day (UTC), chat and model."""
     rows = conn.execute(
-        "SELECT date(at, 'unixepoch') AS day, chat_id, model, COUNT(*), SUM(input_tokens), "
+        "SELECT date(at, 'unixepoch') AS day, chat_id, model, SUM(calls), SUM(input_tokens), "
         "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
         "SUM(cache_write_1h_tokens) FROM llm_usage WHERE at >= ? "
         "GROUP BY day, chat_id, model ORDER BY day, chat_id, model",

@@ -46,6 +46,9 @@ def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[s
         AGENTD_STORAGE__PATH=str(tmp / "agentd.db"),
         AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.1",
         AGENTD_ENGINE__SHUTDOWN_GRACE="2",
+        # The daily prune starts a `retention` instance at every start; the e2e tests count
+        # and read turn instances. It is tested on its own (tests/test_retention.py).
+        AGENTD_RETENTION__ENABLED="false",
         AGENTD_LOG__LEVEL="INFO",
         # e2e tests check delivery, not recall quality: the instant built-in embedder will do
         # (the default e5-small is exercised in tests/test_memory_embedders.py).
@@ -83,10 +86,11 @@ class Daemon:
             try:
                 self.wait_for_log("agentd running", timeout)
             except BaseException:
-                # A daemon that missed its start-up deadline (a loaded machine) would otherwise
-                # outlive the test and slow every later one: the leak cascades.
-                self.proc.kill()
-                self.proc.wait(10)
+                # A daemon that never got ready is not left behind retrying a fake that is gone
+                # (under load such leftovers pile up and slow every later test).
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.wait(10)
                 raise
         return self
 

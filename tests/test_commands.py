@@ -1,73 +1,114 @@
-"""The command router: which messages are commands, callback dispatch by prefix, intake routing."""
+"""The command router (issue 13): what is a command, the menu, callbacks; /new's history cut."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
+import pytest
+
 from agentd.agent.inputs import CallbackPress, TurnInput
-from agentd.db import Database, open_sync
-from agentd.db.migrations import MIGRATIONS, apply_migrations
-from agentd.durable import Engine
-from agentd.telegram.classify import Identity
-from agentd.telegram.commands import COMMAND_WORKFLOW, CommandInput, CommandReply, CommandRouter
-from agentd.telegram.intake import persist_updates
-
-
-async def _reply(inp: CommandInput) -> CommandReply:
-    return CommandReply(text=f"{inp.name}:{inp.args}")
-
-
-def router() -> CommandRouter:
-    r = CommandRouter(bot_username="agentd_bot")
-    r.command("reminders", _reply)
-    r.callback("ap", lambda conn, press: "approval")
-    r.callback("sc", lambda conn, press: "schedule")
-    return r
+from agentd.db import Database
+from agentd.memory import history
+from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter, command_key
 
 
 def turn(text: str, **kw: Any) -> TurnInput:
-    return TurnInput(update_id=1, chat_id=5, user_id=5, message_id=9, date=0.0, kind="text",
-                     text=text, **kw)  # fmt: skip
+    fields: dict[str, Any] = {"update_id": 1, "chat_id": 7, "user_id": 7, "message_id": 3,
+                              "date": 0.0, "kind": "text", "text": text, **kw}  # fmt: skip
+    return TurnInput(**fields)
 
 
-def test_only_registered_commands_addressed_to_us_are_commands() -> None:
-    r = router()
-    assert r.parse(turn("/reminders")) == CommandInput(
-        name="reminders", chat_id=5, user_id=5, message_id=9)  # fmt: skip
-    assert r.parse(turn("/reminders@AgentD_bot all")).args == "all"  # type: ignore[union-attr]
-    assert r.parse(turn("/reminders@other_bot")) is None
-    assert r.parse(turn("/help")) is None  # not registered: the model answers it
-    assert r.parse(turn("please /reminders")) is None
-    assert r.parse(turn("/reminders", edited=True)) is None
+async def hello(inp: CommandInput) -> CommandReply:
+    """Say hello."""
+    return CommandReply(text=f"hello {inp.args}")
 
 
-def test_callbacks_dispatch_by_prefix() -> None:
-    r = router()
-    press = CallbackPress(update_id=1, callback_id="c", user_id=5, chat_id=5, data="sc:abc:x")
-    assert r.on_callback(None, press) == "schedule"
-    assert r.on_callback(None, press.model_copy(update={"data": "ap:xyz:y"})) == "approval"
+@pytest.fixture
+def router() -> CommandRouter:
+    r = CommandRouter(bot_username="agentd_bot")
+    r.command("hello", hello)
+    return r
 
 
-async def test_intake_starts_the_command_workflow_not_a_turn(db: Database) -> None:
-    r = router()
-    engine = Engine(db)
-    engine.register(r.workflow(outbox=None))  # type: ignore[arg-type]
-    update = {"update_id": 7, "message": {"message_id": 3, "date": 0, "text": "/reminders",
-              "chat": {"id": 5, "type": "private"}, "from": {"id": 5, "is_bot": False,
-                                                              "first_name": "A"}}}  # fmt: skip
-    me = Identity(bot_id=1, bot_username="agentd_bot", allowed_user_ids=frozenset({5}))
-    await db.write(persist_updates, [update], me, engine, r.on_callback, r.route)
-    rows = await db.read(lambda c: c.execute("SELECT id, workflow FROM workflow_instances")
-                         .fetchall())  # fmt: skip
-    assert [tuple(x) for x in rows] == [("tg-update-7", COMMAND_WORKFLOW)]
+@pytest.mark.parametrize(
+    ("text", "name", "args"),
+    [
+        ("/hello", "hello", ""),
+        ("/Hello  world  ", "hello", "world"),
+        ("/hello@agentd_bot there", "hello", "there"),
+        ("/nosuch x", "nosuch", "x"),  # unknown commands still route: they get a hint
+        ("/start\nline two", "start", "line two"),
+    ],
+)
+def test_commands_are_recognised(router: CommandRouter, text: str, name: str, args: str) -> None:
+    parsed = router.parse(turn(text))
+    assert parsed is not None and (parsed.name, parsed.args) == (name, args)
+    workflow, inp, key = router.route(turn(text)) or ("", None, "")
+    assert (workflow, key) == ("command", command_key(7)) and inp == parsed
 
 
-def test_schedules_migration_upgrades_an_older_database(tmp_path: Path) -> None:
-    conn = open_sync(tmp_path / "old.db")
-    names = [name for name, _ in MIGRATIONS]
-    apply_migrations(conn, MIGRATIONS[: names.index("m007_schedules")])
-    assert "m007_schedules" in apply_migrations(conn)
-    conn.execute("SELECT id, state, next_run FROM schedules").fetchall()
-    conn.execute("SELECT schedule_id, due, outcome FROM schedule_runs").fetchall()
-    assert apply_migrations(conn) == []
+@pytest.mark.parametrize(
+    "message",
+    [
+        turn("/etc/hosts is a file"),
+        turn("hello /hello"),
+        turn("/hello@other_bot"),
+        turn("/hello", edited=True),  # an edit is not a new command
+        turn("/hello", kind="photo"),  # a caption is not a command
+    ],
+)
+def test_other_messages_go_to_the_model(router: CommandRouter, message: TurnInput) -> None:
+    assert router.route(message) is None
+
+
+async def test_unknown_command_gets_a_hint(router: CommandRouter) -> None:
+    reply = await router.reply_to(CommandInput(name="nosuch", chat_id=1, user_id=1, message_id=1))
+    assert "/help" in reply.text
+    known = await router.reply_to(
+        CommandInput(name="hello", args="you", chat_id=1, user_id=1, message_id=1)
+    )
+    assert known.text == "hello you"
+
+
+def test_menu_uses_the_description_or_the_docstring(router: CommandRouter) -> None:
+    router.command("bye", hello, "Leave")
+    assert router.menu() == [("hello", "Say hello."), ("bye", "Leave")]
+    with pytest.raises(ValueError, match="twice"):
+        router.command("bye", hello)
+    with pytest.raises(ValueError, match="a-z"):
+        router.command("Bad-Name", hello)
+
+
+def test_callbacks_route_by_prefix_and_unknown_ones_are_audited(router: CommandRouter) -> None:
+    router.callback("xx", lambda conn, press: f"got {press.data}")
+    press = CallbackPress(update_id=1, callback_id="c", user_id=7, chat_id=7, data="xx:1")
+    assert router.on_callback(None, press) == "got xx:1"
+
+    class Conn:
+        def __init__(self) -> None:
+            self.rows: list[tuple[Any, ...]] = []
+
+        def execute(self, sql: str, params: tuple[Any, ...]) -> None:
+            self.rows.append(params)
+
+    conn = Conn()
+    forged = press.model_copy(update={"data": "zz:forged"})
+    assert "not recognised" in router.on_callback(conn, forged)
+    assert conn.rows and conn.rows[0][1] == "callback_unknown"
+
+
+async def test_new_cuts_the_prompt_history_and_keeps_the_rows(db: Database) -> None:
+    def save(conn: Any, n: int, text: str, chat: int = 5) -> int:
+        return history.save_message(conn, chat_id=chat, user_id=chat, role="user", content=text,
+                                    source_key=f"k{n}")  # fmt: skip
+
+    for n in range(3):
+        await db.write(save, n, f"old {n}")
+    await db.write(save, 8, "other chat", 6)
+    await db.write(history.start_fresh, 5, 100.0)
+    new_id = await db.write(save, 9, "new")
+    assert await db.read(history.recent, 5, 20, before_id=new_id) == []
+    after = await db.read(history.recent, 5, 20)
+    assert [m.content for m in after] == ["new"]
+    assert [m.content for m in await db.read(history.recent, 6, 20)] == ["other chat"]
+    assert len(await db.read(lambda c: history.history(c, chat_id=5))) == 4

@@ -308,21 +308,22 @@ def test_second_runner_is_refused(tmp_path: Path, env: dict) -> None:
         ("this is not toml", "not valid TOML"),
     ],
 )
-def test_invalid_config_exits_2_naming_the_key(tmp_path: Path, toml: str, key: str) -> None:
+def test_invalid_config_exits_78_naming_the_key(tmp_path: Path, toml: str, key: str) -> None:
     config = tmp_path / "agentd.toml"
     config.write_text(toml)
     daemon = Daemon(tmp_path, daemon_env(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9"))
     result = daemon.cli("run", "--config", str(config))
-    assert result.returncode == 2
+    assert result.returncode == 78
     assert key in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_invalid_env_override_exits_2(tmp_path: Path) -> None:
+def test_invalid_env_override_exits_78_naming_the_variable(tmp_path: Path) -> None:
     env = daemon_env(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9",
                      AGENTD_ENGINE__CONCURRENCY="0")  # fmt: skip
     result = Daemon(tmp_path, env).cli("history")
-    assert result.returncode == 2 and "engine.concurrency" in result.stderr
+    assert result.returncode == 78 and "engine.concurrency" in result.stderr
+    assert "AGENTD_ENGINE__CONCURRENCY" in result.stderr
 
 
 def test_sigterm_leaves_a_waiting_turn_resumable(
@@ -347,11 +348,11 @@ def test_sigterm_leaves_a_waiting_turn_resumable(
         daemon.stop()
 
 
-def test_a_rejected_token_exits_2_with_a_clear_message(tmp_path: Path, llm: FakeAnthropic) -> None:
+def test_a_rejected_token_exits_78_with_a_clear_message(tmp_path: Path, llm: FakeAnthropic) -> None:
     with FakeTelegram.running(token="999:the-real-token") as strict:
         env = daemon_env(tmp_path, strict.base_url, llm.base_url)
         result = Daemon(tmp_path, env).cli("run")
-    assert result.returncode == 2
+    assert result.returncode == 78
     assert "rejected the bot token" in result.stderr and "Traceback" not in result.stderr
     assert TOKEN not in result.stderr
 

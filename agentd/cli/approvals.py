@@ -6,7 +6,6 @@ import getpass
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from agentd import approvals
 from agentd.cli.common import (
@@ -16,6 +15,7 @@ from agentd.cli.common import (
     database,
     fail,
     iso,
+    new_table,
     out,
     print_json,
     transaction,
@@ -34,7 +34,7 @@ def pending(json: JsonOption = False, config: ConfigOption = None) -> None:
     if not waiting:
         out.print("Nothing is waiting for approval.")
         return
-    table = Table("id", "tool", "risk", "chat", "arguments", "expires (UTC)")
+    table = new_table("id", "tool", "risk", "chat", "arguments", "expires (UTC)")
     for a in waiting:
         table.add_row(a.id, a.tool, a.risk, str(a.chat_id), a.args_preview[:80], iso(a.expires_at))
     out.print(table)

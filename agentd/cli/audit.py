@@ -8,16 +8,17 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from agentd import audit as audit_log
 from agentd.cli.common import (
+    EXIT_USAGE,
     ConfigOption,
     JsonOption,
     config_or_exit,
     database,
     fail,
     iso,
+    new_table,
     out,
     print_json,
 )
@@ -38,7 +39,9 @@ def parse_since(value: str, now: float) -> float:
 
 def audit(
     since: Annotated[str | None, typer.Option(help="e.g. 24h, 7d, 2026-11-01")] = None,
-    kind: Annotated[str | None, typer.Option(help="e.g. turn, tool_call, access_denied")] = None,
+    kind: Annotated[
+        str | None, typer.Option(help=f"Only this kind: {', '.join(audit_log.KINDS)}.")
+    ] = None,
     chat: Annotated[int | None, typer.Option("--chat", help="Only this chat id.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 100,
     json: JsonOption = False,
@@ -49,13 +52,16 @@ def audit(
     try:
         start = parse_since(since, time.time()) if since else None
     except ValueError as exc:
-        fail(str(exc), 2)
+        fail(str(exc), EXIT_USAGE)
     with database(cfg) as conn:
+        if kind is not None and kind not in audit_log.known_kinds(conn):
+            fail(f"--kind {kind!r} is not an audit kind; use one of: "
+                 f"{', '.join(sorted(audit_log.known_kinds(conn)))}", EXIT_USAGE)  # fmt: skip
         entries = audit_log.entries(conn, since=start, kind=kind, chat_id=chat, limit=limit)
     if json:
         print_json([{**e.model_dump(), "at": iso(e.at)} for e in entries])
         return
-    table = Table("time (UTC)", "kind", "chat", "user", "instance", "detail")
+    table = new_table("time (UTC)", "kind", "chat", "user", "instance", "detail")
     for e in entries:
         detail = ", ".join(f"{k}={v}" for k, v in e.detail.items())
         table.add_row(iso(e.at), e.kind, str(e.chat_id or ""), str(e.user_id or ""),

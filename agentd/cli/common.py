@@ -15,6 +15,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.table import Column, Table
 
 from agentd.config import Config, ConfigError, load_config
 
@@ -28,8 +29,9 @@ ConfigOption = Annotated[
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 EXIT_ERROR = 1
-EXIT_CONFIG = 2
+EXIT_USAGE = 2  # what click/typer use for a wrong command line
 EXIT_ALREADY_RUNNING = 3
+EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): not a usage error, so scripts can tell them apart
 
 err = Console(stderr=True)
 out = Console()
@@ -55,7 +57,13 @@ def database(config: Config, *, write: bool = False) -> Iterator[Any]:
 
     path = config.db_path
     if not path.exists():
-        fail(f"database {path} does not exist yet; start the daemon with `agentd run` first")
+        where = "" if Path(config.storage.path).expanduser().is_absolute() else (
+            f" (storage.path {config.storage.path!r} is relative to the working directory)"
+        )  # fmt: skip
+        fail(
+            f"database {path.resolve()} does not exist yet{where}; start the daemon with "
+            "`agentd run` first, or set storage.path in the config file to the daemon's database"
+        )
     try:
         conn = open_sync(path)
         if write:
@@ -103,6 +111,22 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
         return asyncio.run(run())
     except EmbedderError as exc:
         fail(str(exc))
+
+
+# Free text wraps; everything else (times, ids, keys, numbers) is kept whole, so at 80 columns
+# a timestamp never becomes "2026-11-23T0…".
+_WRAPPING = {"message", "error", "last error", "detail", "arguments", "memory", "text", "title",
+             "section", "reason"}  # fmt: skip
+
+
+def new_table(*columns: str | Column, **options: Any) -> Table:
+    """A rich table whose identifier columns are never cut short."""
+    made = [
+        c if isinstance(c, Column)
+        else Column(c, overflow="fold") if c in _WRAPPING else Column(c, no_wrap=True)
+        for c in columns
+    ]  # fmt: skip
+    return Table(*made, **options)
 
 
 def iso(ts: float | None) -> str | None:

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Column, Table
+from rich.table import Column
 
 from agentd.cli.common import (
+    EXIT_USAGE,
     ConfigOption,
     JsonOption,
     ModeOption,
@@ -22,6 +23,7 @@ from agentd.cli.common import (
     err,
     fail,
     iso,
+    new_table,
     out,
     print_json,
     reindex_with_bar,
@@ -79,13 +81,13 @@ def _ensure_database(cfg: Config) -> None:
 
 def _print_report(report: IngestReport) -> None:
     counts = report.counts()
-    table = Table("added", "changed", "unchanged", "removed", "failed", "chunks embedded",
+    table = new_table("added", "changed", "unchanged", "removed", "failed", "chunks embedded",
                   "seconds", title="Ingested")  # fmt: skip
     table.add_row(*(str(counts[k]) for k in counts), str(report.chunks_embedded),
                   f"{report.seconds:.1f}")  # fmt: skip
     out.print(table)
     if report.failed:
-        failures = Table(_source_column(), "reason", title="Not ingested")
+        failures = new_table(_source_column(), "reason", title="Not ingested")
         for failure in report.failed:
             failures.add_row(failure.source, failure.reason)
         out.print(failures)
@@ -110,7 +112,10 @@ def ingest(
 ) -> None:
     """Add or update documents for search_docs; only what changed is re-embedded."""
     if not paths and urls is None and sitemap is None:
-        fail("give files or folders, --urls FILE or --sitemap URL", 2)
+        fail("give files or folders, --urls FILE or --sitemap URL", EXIT_USAGE)
+    missing = [str(p) for p in [*(paths or []), *([urls] if urls else [])] if not p.exists()]
+    if missing:
+        fail(f"not found: {', '.join(missing)}; give existing files or folders")
     cfg = config_or_exit(config)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -155,7 +160,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
               "updated_at": iso(d.updated_at)} for d in docs]
         )  # fmt: skip
         return
-    table = Table("id", "title", "chunks", "format", "updated (UTC)", _source_column())
+    table = new_table("id", "title", "chunks", "format", "updated (UTC)", _source_column())
     for d in docs:
         table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at),
                       d.source)  # fmt: skip
@@ -216,7 +221,7 @@ def search(
     if json:
         print_json([h.model_dump() for h in hits])
         return
-    table = Table("#", "score", "title", "section", "text", _source_column(), show_lines=True)
+    table = new_table("#", "score", "title", "section", "text", _source_column(), show_lines=True)
     for number, h in enumerate(hits, start=1):
         text = " ".join(h.text.split())
         table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from agentd.cli.common import (
     ConfigOption,
@@ -13,6 +12,7 @@ from agentd.cli.common import (
     config_or_exit,
     database,
     iso,
+    new_table,
     out,
     print_json,
 )
@@ -37,7 +37,7 @@ def history(
             ]
         )
         return
-    table = Table("time (UTC)", "chat", "role", "message", show_lines=False)
+    table = new_table("time (UTC)", "chat", "role", "message", show_lines=False)
     for m in messages:
         table.add_row(iso(m.created_at), str(m.chat_id), m.role, m.content)
     out.print(table)

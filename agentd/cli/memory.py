@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from agentd.cli.common import (
+    EXIT_USAGE,
     ConfigOption,
     JsonOption,
     ModeOption,
@@ -16,6 +16,7 @@ from agentd.cli.common import (
     database,
     fail,
     iso,
+    new_table,
     out,
     print_json,
     reindex_with_bar,
@@ -48,7 +49,7 @@ def ls(
     if json:
         print_json([_memory_json(m) for m in rows])
         return
-    table = Table("id", "user", "kind", "key", "memory", "updated (UTC)")
+    table = new_table("id", "user", "kind", "key", "memory", "updated (UTC)")
     for m in rows:
         table.add_row(str(m.id), str(m.user_id), m.kind, m.slot or "", m.content[:80],
                       iso(m.updated_at))  # fmt: skip
@@ -77,7 +78,7 @@ def search(
     if json:
         print_json([{**_memory_json(h.memory), "score": h.score} for h in hits])
         return
-    table = Table("id", "kind", "score", "memory")
+    table = new_table("id", "kind", "score", "memory")
     for h in hits:
         table.add_row(str(h.memory.id), h.memory.kind, f"{h.score:.4f}", h.memory.content[:100])
     out.print(table)
@@ -96,9 +97,9 @@ def forget(
     from agentd.memory.store import forget_user
 
     if all_ == (memory_id is not None):
-        fail("give a memory ID, or --all --user ID", 2)
+        fail("give a memory ID, or --all --user ID", EXIT_USAGE)
     if all_ and user is None:
-        fail("--all needs --user ID (whose memories to forget)", 2)
+        fail("--all needs --user ID (whose memories to forget)", EXIT_USAGE)
     cfg = config_or_exit(config)
     with database(cfg, write=True) as conn, transaction(conn):
         if all_:

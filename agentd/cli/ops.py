@@ -6,22 +6,25 @@ import json as jsonlib
 import os
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from agentd.cli.common import (
+    EXIT_CONFIG,
     ConfigOption,
     JsonOption,
     config_or_exit,
     database,
     err,
     fail,
+    new_table,
     out,
     print_json,
+    transaction,
 )
 from agentd.config import Config, ConfigError, load_config
 
@@ -41,7 +44,7 @@ def usage(
     if json:
         print_json([r.model_dump() for r in rows])
         return
-    table = Table("day", "chat", "calls", "input", "output", "cache read", "cache write",
+    table = new_table("day", "chat", "calls", "input", "output", "cache read", "cache write",
                   "hit ratio", "≈ USD", "≈ saved USD")  # fmt: skip
     for r in rows:
         table.add_row(r.day, str(r.chat_id or "-"), str(r.calls), str(r.input_tokens),
@@ -63,16 +66,23 @@ def backup(
     cfg = config_or_exit(config)
     if destination.exists():
         fail(f"{destination} exists; choose a new file name")
+    from agentd.retention import mark_backup
+
     with database(cfg) as conn:
         old = os.umask(0o077)
         try:
             target = open_sync(destination)
         finally:
             os.umask(old)
+        with transaction(conn):  # the daily prune does not VACUUM while this copy runs
+            mark_backup(conn, True)
         try:
             conn.backup(target)
+            mark_backup(target, False)  # the copy must not inherit the "backup running" marker
         finally:
             target.close()
+            with transaction(conn):
+                mark_backup(conn, False)
     out.print(f"Backed up {cfg.db_path} to {destination}.")
 
 
@@ -99,11 +109,12 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _check("config", True, cfg.source or "no file: defaults and environment", results)
     except ConfigError as exc:
         cfg = None
-        _check("config", False, f"{exc} — fix the key named", results)
+        _check("config", False, f"invalid configuration: {exc}", results)
     if cfg is not None:
         _doctor_database(cfg, results)
         _doctor_embedder(cfg, results)
         _doctor_telegram(cfg, results)
+        _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
     if json:
         print_json(results)
@@ -117,6 +128,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
                 else "[green]ok[/]"
             )
             out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
+    if cfg is None:
+        raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
 
@@ -139,9 +152,12 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     except DatabaseError as exc:
         _check("database", False, str(exc), results)
         return
-    mode = oct(path.stat().st_mode & 0o777)
-    _check("database", path.stat().st_mode & 0o077 == 0,
-           f"{path} ({mode}; want owner-only: chmod 600 {path})", results)  # fmt: skip
+    mode = path.stat().st_mode & 0o777
+    private = mode & 0o077 == 0
+    detail = f"{path} ({oct(mode)}, owner-only)" if private else (
+        f"{path} ({oct(mode)}) is readable by others: chmod 600 {path}"
+    )  # fmt: skip
+    _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
 
@@ -211,9 +227,15 @@ def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
         _check("telegram", True, f"bot @{body['result'].get('username')} answers", results)
     else:
         _check("telegram", False, f"getMe answered HTTP {status}: check the token", results)
-    if not cfg.telegram.allowed_user_ids:
-        _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served",
-               results)  # fmt: skip
+
+
+def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
+    users = cfg.telegram.allowed_user_ids
+    if users:
+        _check("allowlist", True, f"{len(users)} user(s) served", results)
+    else:
+        _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served; "
+               "add your Telegram user id to it", results)  # fmt: skip
 
 
 def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -231,3 +253,21 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
     ok = status == 200
     detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
     _check("anthropic", ok, detail, results)
+    if ok:
+        _doctor_model(cfg, base, headers, results)
+
+
+def _doctor_model(
+    cfg: Config, base: str, headers: dict[str, str], results: list[dict[str, object]]
+) -> None:
+    model = cfg.llm.model
+    try:
+        status, _ = _http_json(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
+    except (OSError, ValueError) as exc:
+        _check("model", False, f"could not look up {model}: {type(exc).__name__}", results)
+        return
+    if status == 200:
+        _check("model", True, f"{model} is available", results)
+    else:
+        _check("model", False, f"{model}: HTTP {status} from the models API; set llm.model "
+               "to a model id your key can use (e.g. claude-haiku-4-5)", results)  # fmt: skip

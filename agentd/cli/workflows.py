@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json as jsonlib
+from enum import StrEnum
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from agentd.cli.common import (
     ConfigOption,
@@ -15,6 +15,7 @@ from agentd.cli.common import (
     database,
     fail,
     iso,
+    new_table,
     out,
     print_json,
     transaction,
@@ -39,9 +40,12 @@ def _instance_json(inst: store.InstanceRecord) -> dict[str, object]:
     return data
 
 
+Status = StrEnum("Status", {s: s for s in (*store.OPEN_STATUSES, *store.FINAL_STATUSES)})
+
+
 @app.command("ls")
 def ls(
-    status: Annotated[str | None, typer.Option(help="Only this status.")] = None,
+    status: Annotated[Status | None, typer.Option(help="Only this status.")] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
     json: JsonOption = False,
@@ -50,11 +54,13 @@ def ls(
     """List instances, newest first."""
     cfg = config_or_exit(config)
     with database(cfg) as conn:
-        rows = store.list_instances(conn, status=status, workflow=workflow, limit=limit)
+        rows = store.list_instances(
+            conn, status=status.value if status else None, workflow=workflow, limit=limit
+        )
     if json:
         print_json([_instance_json(r) for r in rows])
         return
-    table = Table("id", "workflow", "key", "status", "created (UTC)", "error")
+    table = new_table("id", "workflow", "key", "status", "created (UTC)", "error")
     for r in rows:
         table.add_row(r.id, r.workflow, r.key, r.status, iso(r.created_at), (r.error or "")[:60])
     out.print(table)
@@ -89,7 +95,7 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
     out.print(f"[bold]{inst.id}[/]  {inst.workflow}  key={inst.key}  status={inst.status}")
     if inst.error:
         out.print(f"[red]error:[/] {inst.error}", highlight=False)
-    table = Table("#", "step", "kind", "status", "attempts", "last error")
+    table = new_table("#", "step", "kind", "status", "attempts", "last error")
     for s in step_list:
         tries = s["attempts"]
         last_error = next((a["error"] for a in reversed(tries) if a["error"]), "")  # type: ignore[index]
@@ -113,9 +119,12 @@ def cancel(instance_id: str, json: JsonOption = False, config: ConfigOption = No
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
+                before = store.get_instance(conn, instance_id).status
                 status = store.request_cancel(conn, instance_id, time.time())
         except InstanceNotFound as exc:
             fail(str(exc))
+    if before in store.FINAL_STATUSES:
+        fail(f"{instance_id} already finished ({before}); there is nothing to cancel")
     if json:
         print_json({"id": instance_id, "result": status})
     else:

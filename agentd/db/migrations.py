@@ -377,6 +377,42 @@ CREATE TABLE chat_documents (
 CREATE INDEX chat_documents_chat ON chat_documents (chat_id, created_at);
 """
 
+M014_ONBOARD = """
+-- /new (issue 13): the prompt's history of a chat starts after its latest fresh start; the
+-- messages before it stay in the database and in `agentd history`.
+CREATE TABLE chat_context (
+    chat_id INTEGER PRIMARY KEY,
+    since_message_id INTEGER NOT NULL,  -- messages with id <= this are no longer sent
+    reset_at REAL NOT NULL
+);
+
+-- Retention (issue 13): the daily prune finds old rows by time without scanning tables.
+CREATE INDEX workflow_instances_finished ON workflow_instances (finished_at)
+    WHERE finished_at IS NOT NULL;
+CREATE INDEX workflow_events_instance ON workflow_events (instance_id);
+CREATE INDEX updates_received ON updates (received_at);
+-- Usage older than retention.usage_detail_days is kept as one row per day, chat, model and
+-- purpose; `calls` says how many model calls such a row stands for (1 for a detailed row).
+ALTER TABLE llm_usage ADD COLUMN calls INTEGER NOT NULL DEFAULT 1;
+
+-- Pairing (`agentd pair`, `/start <code>`): one-time codes, stored only as their sha256.
+CREATE TABLE pairing_codes (
+    code_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    used_by INTEGER,
+    used_at REAL
+);
+-- Users served besides telegram.allowed_user_ids: the ones who paired.
+CREATE TABLE paired_users (
+    user_id INTEGER PRIMARY KEY,
+    chat_id INTEGER,
+    username TEXT NOT NULL DEFAULT '',
+    paired_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -387,6 +423,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m007_schedules", M007_SCHEDULES),
     ("m008_usage_cache", M008_USAGE_CACHE),
     ("m013_media", M013_MEDIA),
+    ("m014_onboard", M014_ONBOARD),
 ]
 
 

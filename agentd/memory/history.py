@@ -74,16 +74,39 @@ def save_message(
     )
 
 
+def start_fresh(conn: Any, chat_id: int, now: float) -> int:
+    """/new: later prompts leave out every message stored so far (nothing is deleted)."""
+    row = conn.execute("SELECT MAX(id) FROM messages WHERE chat_id = ?", (chat_id,)).fetchone()
+    since = int(row[0] or 0)
+    conn.execute(
+        "INSERT INTO chat_context (chat_id, since_message_id, reset_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (chat_id) DO UPDATE SET since_message_id = excluded.since_message_id, "
+        "reset_at = excluded.reset_at",
+        (chat_id, since, now),
+    )
+    return since
+
+
+def context_floor(conn: Any, chat_id: int) -> int:
+    """The id after which the chat's messages belong to its current context (0: all do)."""
+    row = conn.execute(
+        "SELECT since_message_id FROM chat_context WHERE chat_id = ?", (chat_id,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
 def recent(
     conn: Any, chat_id: int, limit: int, *, before_id: int | None = None
 ) -> list[StoredMessage]:
-    """The chat's last `limit` messages before `before_id`, oldest first."""
+    """The chat's last `limit` messages before `before_id` since its last /new, oldest first."""
     if limit <= 0:
         return []
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? AND id < ? ORDER BY id DESC LIMIT ?",
-        (chat_id, before_id if before_id is not None else 2**62, limit),
-    ).fetchall()
+        f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? AND id > ? AND id < ? "
+        "ORDER BY id DESC LIMIT ?",
+        (chat_id, context_floor(conn, chat_id), before_id if before_id is not None else 2**62,
+         limit),
+    ).fetchall()  # fmt: skip
     return [_message(r) for r in reversed(rows)]
 
 

@@ -53,5 +53,7 @@ def register(router: CommandRouter, db: Database) -> None:
     async def reminders(inp: CommandInput) -> CommandReply:
         return await list_reminders(db, inp)
 
-    router.command("reminders", reminders)
+    router.command(
+        "reminders", reminders, "your reminders and recurring tasks, with Cancel buttons"
+    )
     router.callback(CALLBACK_PREFIX, press_cancel)

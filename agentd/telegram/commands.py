@@ -1,10 +1,10 @@
-"""Slash commands (/reminders, …) and inline-button callbacks, routed without the model.
+"""Slash commands (/help, /stop, …) and inline-button callbacks, routed without the model.
 
-A command is recognised at intake and runs as a small durable workflow in the chat's key (so it
-keeps its place among the chat's turns and its reply is sent exactly once); it never reaches the
-model and costs no tokens. Callback data is routed by its prefix (`ap:` approvals, `sc:`
-schedules, …); each handler runs inside the intake transaction and returns the presser's answer.
-No aiogram here: intake and workflows stay platform-neutral.
+A command is recognised at intake and runs as a small durable workflow (its reply is sent exactly
+once); it never reaches the model and costs no tokens. Commands of a chat run in their own key,
+not the chat's turn key, so /stop is answered while a turn is still running. Callback data is
+routed by its prefix (`ap:` approvals, `mf:` memory, …); each handler runs inside the intake
+transaction and returns the presser's answer. No aiogram here: intake stays platform-neutral.
 """
 
 from __future__ import annotations
@@ -18,16 +18,18 @@ from pydantic import BaseModel, Field
 
 from agentd import audit
 from agentd.agent.inputs import CallbackPress, TurnInput
-from agentd.durable import Step, Workflow, workflow
-from agentd.outbox import Button, Outbox, raise_if_refused
+from agentd.db import Database
+from agentd.durable import NonRetryable, Step, Workflow, workflow
+from agentd.outbox import Button, Outbox, SendFailed
 
 COMMAND_WORKFLOW = "command"
-_COMMAND = re.compile(r"^/([a-z][a-z0-9_]{0,31})(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
+# Telegram's rule for command names: 1–32 of a–z, 0–9 and _. "/etc/hosts" stays ordinary text.
+_COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
 
 
 class CommandInput(BaseModel):
     name: str
-    args: str = ""
+    args: str = Field(default="", max_length=4000)
     chat_id: int
     user_id: int
     message_id: int
@@ -40,10 +42,21 @@ class CommandReply(BaseModel):
 
 class CommandOutput(BaseModel):
     message_id: int
+    known: bool = True
 
 
 CommandFn = Callable[[CommandInput], Awaitable[CommandReply]]
 CallbackFn = Callable[[Any, CallbackPress], str]
+
+
+@dataclass(frozen=True)
+class Command:
+    fn: CommandFn
+    description: str  # Telegram's menu and /help
+
+
+def command_key(chat_id: int) -> str:
+    return f"cmd-{chat_id}"
 
 
 def _unknown_button(conn: Any, press: CallbackPress) -> str:
@@ -57,52 +70,78 @@ class CommandRouter:
     """Commands by name and callback handlers by data prefix; add more with `command`/`callback`."""
 
     bot_username: str = ""
-    commands: dict[str, CommandFn] = field(default_factory=dict)
+    commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
 
-    def command(self, name: str, fn: CommandFn) -> None:
-        self.commands[name] = fn
+    def command(self, name: str, fn: CommandFn, description: str = "") -> None:
+        if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
+            raise ValueError(f"command name {name!r}: use 1–32 of a-z, 0-9 and _")
+        if name in self.commands:
+            raise ValueError(f"command /{name} is registered twice")
+        text = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
+        if not 1 <= len(text) <= 256:
+            raise ValueError(f"command /{name}: give a description of 1–256 characters")
+        self.commands[name] = Command(fn=fn, description=text)
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
 
+    def menu(self) -> list[tuple[str, str]]:
+        """(command, description) pairs for setMyCommands, in registration order."""
+        return [(name, c.description) for name, c in self.commands.items()]
+
     def parse(self, turn: TurnInput) -> CommandInput | None:
-        """The command this message is, if it is one we handle (others go to the model)."""
+        """The command this message is (known or not); None for text meant for the model."""
         if turn.kind != "text" or turn.edited:
             return None
         match = _COMMAND.match(turn.text.strip())
-        if match is None or match[1] not in self.commands:
+        if match is None:
             return None
-        if match[2] and match[2].lower() != self.bot_username.lower():
-            return None  # "/reminders@other_bot" in a group is not for us
-        return CommandInput(name=match[1], args=(match[3] or "").strip(), chat_id=turn.chat_id,
-                            user_id=turn.user_id, message_id=turn.message_id)  # fmt: skip
+        if match[2] and self.bot_username and match[2].lower() != self.bot_username.lower():
+            return None  # "/help@other_bot" in a group is not for us
+        return CommandInput(name=match[1].lower(), args=(match[3] or "").strip()[:4000],
+                            chat_id=turn.chat_id, user_id=turn.user_id,
+                            message_id=turn.message_id)  # fmt: skip
 
-    def route(self, turn: TurnInput) -> tuple[str, BaseModel] | None:
-        """For intake: (workflow, input) when the message is a command."""
+    def route(self, turn: TurnInput) -> tuple[str, BaseModel, str] | None:
+        """For intake: (workflow, input, key) when the message is a command."""
         parsed = self.parse(turn)
-        return (COMMAND_WORKFLOW, parsed) if parsed else None
+        return (COMMAND_WORKFLOW, parsed, command_key(turn.chat_id)) if parsed else None
 
     def on_callback(self, conn: Any, press: CallbackPress) -> str:
         """Dispatch a button press by the prefix of its data."""
         prefix = press.data.split(":", 1)[0]
         return self.callbacks.get(prefix, _unknown_button)(conn, press)
 
-    def workflow(self, outbox: Outbox) -> Workflow[CommandInput, CommandOutput]:
-        async def render(inp: CommandInput) -> CommandReply:
-            return await self.commands[inp.name](inp)
+    async def reply_to(self, inp: CommandInput) -> CommandReply:
+        command = self.commands.get(inp.name)
+        if command is None:
+            return CommandReply(
+                text=f"I don't know /{inp.name}. Send /help for the commands I understand."
+            )
+        return await command.fn(inp)
 
+    def workflow(self, outbox: Outbox, db: Database) -> Workflow[CommandInput, CommandOutput]:
         async def send(inp: CommandInput, reply: CommandReply) -> int:
             try:
                 return await outbox.send_text(inp.chat_id, reply.text, reply_to=inp.message_id,
                                               buttons=reply.buttons or None)  # fmt: skip
-            except Exception as exc:
-                raise_if_refused(exc)
-                raise
+            except SendFailed as exc:
+                raise NonRetryable(str(exc)) from None
+
+        async def record(inp: CommandInput, instance_id: str, known: bool) -> None:
+            await db.write(lambda conn: audit.record(
+                conn, "command", chat_id=inp.chat_id, user_id=inp.user_id,
+                instance_id=instance_id, detail={"command": inp.name if known else "unknown"},
+                source_key=f"{instance_id}:command",
+            ))  # fmt: skip
 
         @workflow(COMMAND_WORKFLOW)
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
-            reply = await step.do("render", render, inp)
-            return CommandOutput(message_id=await step.do("send", send, inp, reply))
+            known = inp.name in self.commands
+            reply = await step.do("render", self.reply_to, inp)
+            message_id = await step.do("send", send, inp, reply)
+            await step.do("audit", record, inp, step.instance_id, known)
+            return CommandOutput(message_id=message_id, known=known)
 
         return command

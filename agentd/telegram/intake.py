@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agentd import audit
+from agentd import audit, pairing
 from agentd.agent.inputs import CallbackPress, TurnInput
 from agentd.durable import Engine
 from agentd.telegram.classify import Decision, Identity, classify, unreadable
@@ -24,11 +24,11 @@ def no_callbacks(conn: Any, press: CallbackPress) -> str:
     return "Nothing is waiting for this button any more."
 
 
-# A message that is a command goes to another workflow: (workflow name, its input) or None.
-CommandHook = Callable[[TurnInput], tuple[str, BaseModel] | None]
+# A message that is a command goes to another workflow: (workflow, its input, key) or None.
+CommandHook = Callable[[TurnInput], tuple[str, BaseModel, str] | None]
 
 
-def no_commands(turn: TurnInput) -> tuple[str, BaseModel] | None:
+def no_commands(turn: TurnInput) -> tuple[str, BaseModel, str] | None:
     return None
 
 
@@ -61,11 +61,17 @@ def _apply(
     result: IntakeResult,
     on_command: CommandHook = no_commands,
 ) -> tuple[str, str | None]:
+    command = on_command(decision.turn) if decision.action == "turn" and decision.turn else None
+    if command is not None:
+        name, inp, key = command
+        instance_id = turn_instance_id(update_id)
+        engine.prepare_start(conn, name, inp, instance_id=instance_id, key=key)
+        result.keys.add(key)
+        return "command", instance_id
     if decision.action == "turn" and decision.turn is not None:
         instance_id = turn_instance_id(update_id)
         key = chat_key(decision.turn.chat_id)
-        name, inp = on_command(decision.turn) or (TURN_WORKFLOW, decision.turn)
-        engine.prepare_start(conn, name, inp, instance_id=instance_id, key=key)
+        engine.prepare_start(conn, TURN_WORKFLOW, decision.turn, instance_id=instance_id, key=key)
         result.keys.add(key)
         result.accepted += 1
         return "turn", instance_id
@@ -93,6 +99,26 @@ def _reason(exc: Exception) -> str:
     return f"{type(exc).__name__}: {str(exc)[:200]}"
 
 
+def _pair_if_asked(conn: Any, update: dict[str, Any], me: Identity, now: float) -> Identity:
+    """A stranger's `/start <code>` in a private chat: pair them if the code is good."""
+    message = update.get("message")
+    if not isinstance(message, dict) or not isinstance(message.get("text"), str):
+        return me
+    sender = message.get("from") or {}
+    chat = message.get("chat") or {}
+    code = pairing.code_in(message["text"])
+    user_id = sender.get("id")
+    if code is None or not isinstance(user_id, int) or chat.get("type") != "private":
+        return me
+    if user_id in me.allowed_user_ids:
+        return me
+    result = pairing.redeem(conn, code, user_id=user_id, chat_id=chat.get("id"),
+                            username=str(sender.get("username") or ""), now=now)  # fmt: skip
+    if not result.ok:
+        return me  # a wrong, used or expired code: the stranger still gets nothing
+    return me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | {user_id}})
+
+
 def persist_updates(
     conn: Any,
     updates: list[dict[str, Any]],
@@ -105,6 +131,7 @@ def persist_updates(
     result = IntakeResult()
     now = time.time()
     highest = None
+    me = me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | pairing.paired_ids(conn)})
     for update in updates:
         update_id = int(update["update_id"])
         highest = update_id if highest is None else max(highest, update_id)
@@ -113,6 +140,7 @@ def persist_updates(
             result.duplicates += 1
             continue
         try:
+            me = _pair_if_asked(conn, update, me, now)
             decision = classify(update, me)
         except Exception as exc:  # never fatal: recorded, and its sender told where possible
             reason = _reason(exc)

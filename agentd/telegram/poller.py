@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from aiogram import Bot
@@ -52,6 +53,7 @@ class Poller:
         policy: RetryPolicy | None = None,
         request_timeout: float = 10.0,
         on_command: CommandHook = no_commands,
+        on_progress: Callable[[], None] = lambda: None,
     ) -> None:
         self._bot = bot
         self._db = db
@@ -61,6 +63,7 @@ class Poller:
         self._timeout = poll_timeout
         self._on_callback = on_callback
         self._on_command = on_command
+        self._on_progress = on_progress  # the systemd watchdog: pinged only by a live loop
         self._stopping = asyncio.Event()
         self._failures = 0
         self._policy = policy or RetryPolicy()
@@ -84,6 +87,7 @@ class Poller:
             except Exception:
                 log.exception("storing updates failed; retrying")
                 await self._backoff("storing updates failed")
+            self._on_progress()
 
     async def _fetch(self, offset: int | None) -> list[dict[str, Any]] | None:
         """One long poll → raw update dicts (None after a transient failure, already waited)."""

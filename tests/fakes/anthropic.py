@@ -58,6 +58,14 @@ def estimate_tokens(value: Any) -> int:
 # ============================================================================ response specs
 
 
+# Model ids (and aliases) GET /v1/models/{id} knows; any other id gets the API's 404.
+KNOWN_MODELS = {
+    "claude-haiku-4-5": "Claude Haiku 4.5",
+    "claude-sonnet-4-5": "Claude Sonnet 4.5",
+    "claude-opus-4-1": "Claude Opus 4.1",
+}
+
+
 @dataclass
 class Reply:
     """A successful model answer; streamed or not depending on the request."""
@@ -713,17 +721,21 @@ class FakeAnthropic(FakeServer):
     async def _handle_models(self, request: web.Request) -> web.StreamResponse:
         if (denied := self._check_headers(request)) is not None:
             return denied
-        model = {
-            "type": "model",
-            "id": "claude-haiku-4-5",
-            "display_name": "Claude Haiku 4.5",
-            "created_at": "2025-10-01T00:00:00Z",
-        }
+        models = [
+            {"type": "model", "id": model_id, "display_name": name,
+             "created_at": "2025-10-01T00:00:00Z"}
+            for model_id, name in KNOWN_MODELS.items()
+        ]  # fmt: skip
         if "model_id" in request.match_info:
-            return web.json_response({**model, "id": request.match_info["model_id"]})
+            wanted = request.match_info["model_id"]
+            found = next((m for m in models if m["id"] == wanted), None)
+            if found is None:  # what the real API answers for an unknown model id
+                return self.error_response(404, "not_found_error", f"model: {wanted}")
+            return web.json_response(found)
         return web.json_response(
-            {"data": [model], "has_more": False, "first_id": model["id"], "last_id": model["id"]}
-        )
+            {"data": models, "has_more": False, "first_id": models[0]["id"],
+             "last_id": models[-1]["id"]}
+        )  # fmt: skip
 
     # ================================================================== /_fake control
 

@@ -1,0 +1,70 @@
+"""`agentd prune [--dry-run]`: apply retention now, in the same short batches as the daemon."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    database,
+    new_table,
+    out,
+    print_json,
+    transaction,
+)
+
+DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Only show what would go.")]
+VacuumOption = Annotated[
+    bool, typer.Option("--vacuum/--no-vacuum", help="VACUUM after, if enough of the file is free.")
+]
+
+
+def prune(
+    dry_run: DryRunOption = False,
+    vacuum: VacuumOption = True,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Delete what [retention] says is old: journals, update records, audit, usage detail."""
+    from agentd import retention
+
+    cfg = config_or_exit(config)
+    now = time.time()
+    with database(cfg, write=not dry_run) as conn:
+        planned = retention.plan(conn, cfg.retention, now)
+        removed = dict.fromkeys(retention.PARTS, 0)
+        vacuum_note: str | None = "dry run" if dry_run else None
+        if not dry_run:
+            for part in retention.PARTS:
+                while True:
+                    with transaction(conn):  # one short batch at a time: the daemon keeps going
+                        count = retention.prune_batch(conn, cfg.retention, part, now)
+                    removed[part] += count
+                    if count == 0:
+                        break
+            vacuum_note = retention.vacuum_due(conn, cfg.retention, now) if vacuum else "off"
+            if vacuum_note is None:
+                conn.execute("VACUUM")
+    data = {
+        "dry_run": dry_run, "would_remove" if dry_run else "removed":
+        planned.counts if dry_run else removed,
+        "vacuumed": vacuum_note is None, "vacuum_skipped": vacuum_note,
+    }  # fmt: skip
+    if json:
+        print_json(data)
+        return
+    table = new_table("part", "keep (days)", "would go" if dry_run else "removed")
+    days = {"workflows": cfg.retention.workflow_days, "updates": cfg.retention.update_days,
+            "audit": cfg.retention.audit_days, "usage": cfg.retention.usage_detail_days,
+            "messages": cfg.retention.message_days}  # fmt: skip
+    for part in retention.PARTS:
+        kept = f"{days[part]:g}" if days[part] else "for ever"
+        table.add_row(part, kept, str(planned.counts[part] if dry_run else removed[part]))
+    out.print(table)
+    if not dry_run:
+        out.print("VACUUM: done" if vacuum_note is None else f"VACUUM skipped: {vacuum_note}")

@@ -1,0 +1,1 @@
+"""Telegram chat commands (/help, /new, /stop, …): one router, run as durable workflows."""

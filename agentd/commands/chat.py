@@ -1,0 +1,232 @@
+"""The built-in chat commands. None of them reaches the model or costs a token."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agentd import approvals, audit
+from agentd.agent.inputs import CallbackPress
+from agentd.commands.deps import CommandDeps
+from agentd.durable import store
+from agentd.memory import history
+from agentd.memory.facts import list_facts
+from agentd.outbox import Button
+from agentd.pricing import Tokens, cost, price_for
+from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter
+
+TURN_WORKFLOW = "turn"
+FORGET_PREFIX = "mf:"
+MEMORY_LIST_LIMIT = 10
+STOPPED_CARD = "⏹ **Stopped with /stop** — `{tool}` was not run."
+
+
+def _turn_key(chat_id: int) -> str:
+    return f"chat-{chat_id}"
+
+
+def _preview(text: str, limit: int = 60) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def help_text(router: CommandRouter) -> CommandReply:
+    lines = [f"/{name} — {description}" for name, description in router.menu()]
+    return CommandReply(text="Send me a message and I'll answer. Commands:\n\n" + "\n".join(lines))
+
+
+async def new_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    await deps.db.write(history.start_fresh, inp.chat_id, deps.clock.now())
+    return CommandReply(
+        text="Fresh start: I won't bring up our earlier messages in this chat. Nothing was "
+        "deleted; what I remember about you stays (see /memory)."
+    )
+
+
+def _open_turns(conn: Any, chat_id: int) -> list[store.InstanceRecord]:
+    rows = conn.execute(
+        f"SELECT * FROM workflow_instances WHERE key = ? AND workflow = ? "
+        f"AND status IN {store.OPEN_STATUSES!r} ORDER BY seq",
+        (_turn_key(chat_id), TURN_WORKFLOW),
+    ).fetchall()
+    return [store.InstanceRecord.model_validate(dict(r)) for r in rows]
+
+
+def _withdraw_approvals(conn: Any, instance_ids: list[str], now: float) -> list[approvals.Approval]:
+    """Pending approvals of stopped turns are settled as denied by /stop, so no press runs them."""
+    stopped = []
+    for iid in instance_ids:
+        rows = conn.execute(
+            "SELECT id FROM approvals WHERE instance_id = ? AND status = 'pending'", (iid,)
+        ).fetchall()
+        for (approval_id,) in rows:
+            conn.execute(
+                "UPDATE approvals SET status = 'denied', decided_at = ?, decided_by = 'stop', "
+                "reason = 'stopped with /stop' WHERE id = ? AND status = 'pending'",
+                (now, approval_id),
+            )
+            approval = approvals.get(conn, approval_id)
+            if approval is not None:
+                stopped.append(approval)
+    return stopped
+
+
+async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    turns = await deps.db.read(_open_turns, inp.chat_id)
+    if not turns:
+        return CommandReply(text="Nothing is running in this chat.")
+    withdrawn = await deps.db.write(_withdraw_approvals, [t.id for t in turns], deps.clock.now())
+    for turn in turns:
+        await deps.cancel(turn.id)
+    for approval in withdrawn:
+        if approval.message_id is not None:
+            try:
+                await deps.outbox.edit_text(
+                    approval.chat_id, approval.message_id, STOPPED_CARD.format(tool=approval.tool)
+                )
+            except Exception:  # the card is cosmetic: the approval is already settled
+                pass
+    first = json.loads(turns[0].input).get("text", "")
+    text = f"Stopped working on “{_preview(first)}”." if first else "Stopped the running answer."
+    if withdrawn:
+        text += f" The approval request for `{withdrawn[0].tool}` is withdrawn; it was not run."
+    if len(turns) > 1:
+        text += f" Also dropped {len(turns) - 1} queued message(s)."
+    return CommandReply(text=text)
+
+
+def _today_start(now: float) -> float:
+    return now - now % 86400  # UTC midnight, as `agentd usage` counts days
+
+
+def _usage_since(conn: Any, since: float, chat_id: int | None) -> tuple[int, int, int, int, int]:
+    where = "at >= ?" + (" AND chat_id = ?" if chat_id is not None else "")
+    params = (since,) if chat_id is None else (since, chat_id)
+    row = conn.execute(
+        "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(input_tokens), 0), "
+        "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
+        "COALESCE(SUM(cache_write_tokens), 0) "
+        f"FROM llm_usage WHERE {where}",
+        params,
+    ).fetchone()
+    return tuple(int(v) for v in row)  # type: ignore[return-value]
+
+
+def _uptime(seconds: float) -> str:
+    minutes, _ = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"
+
+
+def _status_counts(conn: Any, chat_id: int, now: float) -> dict[str, Any]:
+    open_turns = conn.execute(
+        f"SELECT COUNT(*) FROM workflow_instances WHERE workflow = ? "
+        f"AND status IN {store.OPEN_STATUSES!r}",
+        (TURN_WORKFLOW,),
+    ).fetchone()[0]
+    return {
+        "open_turns": open_turns,
+        "chat_turns": len(_open_turns(conn, chat_id)),
+        "approvals": len(approvals.pending(conn, now)),
+        "usage": _usage_since(conn, _today_start(now), None),
+    }
+
+
+def _tokens_line(model: str, usage: tuple[int, int, int, int, int]) -> str:
+    calls, inp, out, read, write = usage
+    tokens = Tokens(input_tokens=inp, output_tokens=out, cache_read_tokens=read,
+                    cache_write_tokens=write)  # fmt: skip
+    usd = cost(tokens, price_for(model))
+    return (
+        f"{calls} model calls, {inp + read + write:,} input tokens ({read:,} from cache), "
+        f"{out:,} output tokens, ≈ ${usd:.4f}"
+    )
+
+
+async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    now = deps.clock.now()
+    counts = await deps.db.read(_status_counts, inp.chat_id, now)
+    model = deps.config.llm.model
+    lines = [
+        f"**Model:** `{model}`",
+        f"**Up:** {_uptime(time.time() - deps.started_at)}",
+        f"**Queue:** {counts['open_turns']} message(s) being answered "
+        f"({counts['chat_turns']} in this chat)",
+        f"**Waiting for approval:** {counts['approvals']}",
+        f"**Today (UTC):** {_tokens_line(model, counts['usage'])}",
+    ]
+    return CommandReply(text="\n".join(lines))
+
+
+async def usage_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    now = deps.clock.now()
+    model = deps.config.llm.model
+    today, week, month = await deps.db.read(
+        lambda c: [
+            _usage_since(c, since, inp.chat_id)
+            for since in (_today_start(now), now - 7 * 86400, now - 30 * 86400)
+        ]
+    )
+    return CommandReply(
+        text="Model use in this chat:\n\n"
+        f"**Today (UTC):** {_tokens_line(model, today)}\n"
+        f"**Last 7 days:** {_tokens_line(model, week)}\n"
+        f"**Last 30 days:** {_tokens_line(model, month)}\n\n"
+        "Per day and chat: `agentd usage` on the server."
+    )
+
+
+async def memory_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    facts = await deps.db.read(lambda c: list_facts(c, inp.user_id, limit=MEMORY_LIST_LIMIT))
+    if not facts:
+        return CommandReply(text="I don't remember anything particular about you yet.")
+    lines = [f"{n}. [{f.kind}] {_preview(f.content, 200)}" for n, f in enumerate(facts, 1)]
+    buttons = [
+        Button(text=f"Forget {n}", data=f"{FORGET_PREFIX}{f.id}") for n, f in enumerate(facts, 1)
+    ]
+    rows = [buttons[i : i + 5] for i in range(0, len(buttons), 5)]
+    return CommandReply(text="What I remember about you:\n\n" + "\n".join(lines), buttons=rows)
+
+
+def forget_by_button(conn: Any, press: CallbackPress) -> str:
+    """A Forget button from /memory, inside the intake transaction: only the user's own."""
+    from agentd.memory.store import forget
+
+    user_id, chat_id = press.user_id, press.chat_id
+    raw = press.data.removeprefix(FORGET_PREFIX)
+    if not raw.isdigit():
+        return "This button is not recognised."
+    if not forget(conn, int(raw), user_id=user_id):
+        return "Already forgotten."
+    audit.record(conn, "memory_forgotten", chat_id=chat_id, user_id=user_id,
+                 detail={"memory": int(raw), "by": "button"})  # fmt: skip
+    return "Forgotten."
+
+
+def install(router: CommandRouter, deps: CommandDeps) -> None:
+    """Register the built-in commands, in the order Telegram's menu shows them."""
+
+    def bind(fn: Callable[[CommandDeps, CommandInput], Awaitable[CommandReply]]) -> Any:
+        async def run(inp: CommandInput) -> CommandReply:
+            return await fn(deps, inp)
+
+        return run
+
+    async def help_command(inp: CommandInput) -> CommandReply:
+        return help_text(router)
+
+    async def start_command(inp: CommandInput) -> CommandReply:
+        greeting = "You're paired: I'll answer you here. " if inp.args else "Hello! "
+        return CommandReply(text=greeting + help_text(router).text)
+
+    router.command("help", help_command, "What I can do and the commands")
+    router.command("new", bind(new_command), "Start a fresh conversation (nothing is deleted)")
+    router.command("stop", bind(stop_command), "Stop the answer I'm working on")
+    router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
+    router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
+    router.command("memory", bind(memory_command), "What I remember about you, to forget")
+    router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
+    router.callback(FORGET_PREFIX.rstrip(":"), forget_by_button)

@@ -1,0 +1,21 @@
+"""What chat commands work with, passed in explicitly by the daemon."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Clock
+from agentd.outbox import Outbox
+
+
+@dataclass(frozen=True)
+class CommandDeps:
+    config: Config
+    db: Database
+    outbox: Outbox
+    clock: Clock
+    cancel: Callable[[str], Awaitable[str]]  # the engine's cancel: stops a running instance now
+    started_at: float  # when the daemon started, for /status

@@ -1,0 +1,106 @@
+"""Pairing (issue 13): a one-time code sent as `/start <code>` makes its sender a served user.
+
+Codes are short-lived and single-use, stored only as their sha256, and every redemption,
+good or bad, is audited without the code itself. The database is the source of truth for
+paired users; intake adds them to the configured allowlist for each batch it handles.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agentd import audit
+
+ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a screen, typed on a phone
+CODE_LENGTH = 8  # 31^8 ≈ 8.5e11 codes, valid for minutes: guessing is hopeless
+_START = re.compile(r"^/start(?:@\w+)?\s+([A-Za-z0-9-]{4,32})\s*$")
+
+
+class PairResult(BaseModel):
+    ok: bool
+    reason: Literal["paired", "wrong", "expired", "used", "already"]
+
+
+class PairedUser(BaseModel):
+    user_id: int
+    chat_id: int | None
+    username: str
+    paired_at: float
+
+
+def _hash(code: str) -> str:
+    return hashlib.sha256(code.strip().upper().replace("-", "").encode()).hexdigest()
+
+
+def new_code(conn: Any, *, ttl: float, created_by: str, now: float | None = None) -> str:
+    """Store and return a fresh one-time code, shown as ABCD-EFGH."""
+    now = time.time() if now is None else now
+    code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
+    conn.execute(
+        "INSERT INTO pairing_codes (code_hash, created_at, expires_at, created_by) "
+        "VALUES (?, ?, ?, ?)",
+        (_hash(code), now, now + ttl, created_by),
+    )
+    audit.record(conn, "pairing_code_created", detail={"by": created_by, "ttl_s": ttl}, at=now)
+    return f"{code[:4]}-{code[4:]}"
+
+
+def code_in(text: str) -> str | None:
+    """The code of a `/start <code>` message, if it is one."""
+    match = _START.match(text.strip())
+    return match[1] if match else None
+
+
+def redeem(
+    conn: Any, code: str, *, user_id: int, chat_id: int | None, username: str, now: float
+) -> PairResult:
+    """Pair the sender if the code is right, unused and unexpired; audit the outcome."""
+    row = conn.execute(
+        "SELECT expires_at, used_by FROM pairing_codes WHERE code_hash = ?", (_hash(code),)
+    ).fetchone()
+    if row is None:
+        result = PairResult(ok=False, reason="wrong")
+    elif row[1] is not None:
+        result = PairResult(ok=False, reason="already" if row[1] == user_id else "used")
+    elif now >= row[0]:
+        result = PairResult(ok=False, reason="expired")
+    else:
+        conn.execute(
+            "UPDATE pairing_codes SET used_by = ?, used_at = ? WHERE code_hash = ?",
+            (user_id, now, _hash(code)),
+        )
+        conn.execute(
+            "INSERT INTO paired_users (user_id, chat_id, username, paired_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT (user_id) DO UPDATE SET chat_id = excluded.chat_id, "
+            "username = excluded.username, paired_at = excluded.paired_at",
+            (user_id, chat_id, username, now),
+        )
+        result = PairResult(ok=True, reason="paired")
+    kind = "user_paired" if result.ok else "pairing_failed"
+    audit.record(conn, kind, chat_id=chat_id, user_id=user_id, detail={"reason": result.reason},
+                 at=now)  # fmt: skip
+    return result
+
+
+def paired_ids(conn: Any) -> frozenset[int]:
+    return frozenset(r[0] for r in conn.execute("SELECT user_id FROM paired_users"))
+
+
+def list_paired(conn: Any) -> list[PairedUser]:
+    rows = conn.execute(
+        "SELECT user_id, chat_id, username, paired_at FROM paired_users ORDER BY paired_at"
+    ).fetchall()
+    return [PairedUser(user_id=r[0], chat_id=r[1], username=r[2], paired_at=r[3]) for r in rows]
+
+
+def remove(conn: Any, user_id: int) -> bool:
+    removed = conn.execute("DELETE FROM paired_users WHERE user_id = ?", (user_id,)).rowcount > 0
+    if removed:
+        audit.record(conn, "user_removed", user_id=user_id, detail={"by": "cli"})
+    return removed

@@ -1,0 +1,174 @@
+"""Retention (issue 13): old journals, update records, audit and usage detail go; history stays.
+
+Every prune is a short batch (one transaction of at most `batch_size` rows), so the daemon's
+single writer is never held long enough to delay a turn. Only *finished* workflow instances
+are removed, and an update record is kept while the instance it started is open: nothing a
+running, waiting or sleeping workflow needs is ever deleted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agentd.config import RetentionConfig
+from agentd.durable import store
+
+DAY = 86400.0
+BACKUP_KEY = "backup_running"  # kv row the CLI holds while `agentd backup` copies the file
+BACKUP_STALE_SECONDS = 6 * 3600  # a backup marker this old belongs to a process that died
+DAILY_STEP = "(daily total)"
+Part = Literal["workflows", "updates", "audit", "usage", "messages"]
+PARTS: tuple[Part, ...] = ("workflows", "updates", "audit", "usage", "messages")
+_FINAL = repr(store.FINAL_STATUSES)
+_OPEN = repr(store.OPEN_STATUSES)
+
+
+class PrunePlan(BaseModel):
+    """How many rows each part would lose now (usage: detailed rows folded into daily ones)."""
+
+    counts: dict[str, int]
+    cutoffs: dict[str, float | None]
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def cutoffs(cfg: RetentionConfig, now: float) -> dict[str, float | None]:
+    days = {
+        "workflows": cfg.workflow_days, "updates": cfg.update_days, "audit": cfg.audit_days,
+        "usage": cfg.usage_detail_days, "messages": cfg.message_days,
+    }  # fmt: skip
+    return {part: (now - d * DAY if d > 0 else None) for part, d in days.items()}
+
+
+_COUNT = {
+    "workflows": f"SELECT COUNT(*) FROM workflow_instances WHERE status IN {_FINAL} "
+    "AND finished_at IS NOT NULL AND finished_at < ?",
+    "updates": "SELECT COUNT(*) FROM updates WHERE received_at < ? AND (instance_id IS NULL OR "
+    f"instance_id NOT IN (SELECT id FROM workflow_instances WHERE status IN {_OPEN}))",
+    "audit": "SELECT COUNT(*) FROM audit WHERE at < ?",
+    "usage": "SELECT COUNT(*) FROM llm_usage WHERE at < ? AND step IS NOT '(daily total)'",
+    "messages": "SELECT COUNT(*) FROM messages WHERE created_at < ?",
+}
+
+
+def plan(conn: Any, cfg: RetentionConfig, now: float) -> PrunePlan:
+    """What a prune at `now` would remove (for `agentd prune --dry-run`)."""
+    limits = cutoffs(cfg, now)
+    counts = {
+        part: (conn.execute(_COUNT[part], (cut,)).fetchone()[0] if cut is not None else 0)
+        for part, cut in limits.items()
+    }
+    return PrunePlan(counts=counts, cutoffs=limits)
+
+
+def _prune_workflows(conn: Any, cut: float, batch: int) -> int:
+    ids = [r[0] for r in conn.execute(
+        f"SELECT id FROM workflow_instances WHERE status IN {_FINAL} AND finished_at IS NOT NULL "
+        "AND finished_at < ? ORDER BY finished_at LIMIT ?", (cut, batch),
+    ).fetchall()]  # fmt: skip
+    for iid in ids:
+        # Steps and their attempts go with the instance (ON DELETE CASCADE); events by hand.
+        conn.execute("DELETE FROM workflow_events WHERE instance_id = ?", (iid,))
+        conn.execute(f"DELETE FROM workflow_instances WHERE id = ? AND status IN {_FINAL}", (iid,))
+    return len(ids)
+
+
+def _prune_updates(conn: Any, cut: float, batch: int) -> int:
+    return conn.execute(
+        "DELETE FROM updates WHERE rowid IN (SELECT rowid FROM updates WHERE received_at < ? "
+        "AND (instance_id IS NULL OR instance_id NOT IN "
+        f"(SELECT id FROM workflow_instances WHERE status IN {_OPEN})) LIMIT ?)",
+        (cut, batch),
+    ).rowcount
+
+
+def _prune_audit(conn: Any, cut: float, batch: int) -> int:
+    return conn.execute(
+        "DELETE FROM audit WHERE id IN (SELECT id FROM audit WHERE at < ? ORDER BY at LIMIT ?)",
+        (cut, batch),
+    ).rowcount
+
+
+def _prune_messages(conn: Any, cut: float, batch: int) -> int:
+    return conn.execute(
+        "DELETE FROM messages WHERE id IN "
+        "(SELECT id FROM messages WHERE created_at < ? ORDER BY id LIMIT ?)",
+        (cut, batch),
+    ).rowcount
+
+
+def _fold_usage(conn: Any, cut: float, batch: int) -> int:
+    """Fold the oldest day that still has detailed rows into one row per chat, model, purpose."""
+    row = conn.execute(
+        "SELECT MIN(at) FROM llm_usage WHERE at < ? AND step IS NOT ?", (cut, DAILY_STEP)
+    ).fetchone()
+    if row[0] is None:
+        return 0
+    day = row[0] - row[0] % DAY
+    end = min(day + DAY, cut)  # a day the cutoff splits keeps its recent rows in detail
+    # The day's earlier daily totals are folded in again, so each day keeps one row per group.
+    folded = conn.execute(
+        "SELECT COUNT(*) FROM llm_usage WHERE at >= ? AND at < ? AND step IS NOT ?",
+        (day, end, DAILY_STEP),
+    ).fetchone()[0]
+    top = conn.execute("SELECT MAX(id) FROM llm_usage").fetchone()[0]
+    conn.execute(
+        "INSERT INTO llm_usage (at, step, chat_id, purpose, model, calls, input_tokens, "
+        "output_tokens, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens) "
+        "SELECT ?, ?, chat_id, purpose, model, SUM(calls), SUM(input_tokens), "
+        "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
+        "SUM(cache_write_1h_tokens) FROM llm_usage "
+        "WHERE at >= ? AND at < ? AND id <= ? GROUP BY chat_id, purpose, model",
+        (day, DAILY_STEP, day, end, top),
+    )
+    conn.execute("DELETE FROM llm_usage WHERE at >= ? AND at < ? AND id <= ?", (day, end, top))
+    return folded
+
+
+_PRUNE = {
+    "workflows": _prune_workflows, "updates": _prune_updates, "audit": _prune_audit,
+    "usage": _fold_usage, "messages": _prune_messages,
+}  # fmt: skip
+
+
+def prune_batch(conn: Any, cfg: RetentionConfig, part: Part, now: float) -> int:
+    """One short batch of one part (call inside a write transaction); 0 when nothing is left."""
+    cut = cutoffs(cfg, now)[part]
+    return 0 if cut is None else _PRUNE[part](conn, cut, cfg.batch_size)
+
+
+def free_ratio(conn: Any) -> float:
+    pages = conn.execute("PRAGMA page_count").fetchone()[0]
+    free = conn.execute("PRAGMA freelist_count").fetchone()[0]
+    return free / pages if pages else 0.0
+
+
+def backup_running(conn: Any, now: float) -> bool:
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (BACKUP_KEY,)).fetchone()
+    return row is not None and now - float(row[0]) < BACKUP_STALE_SECONDS
+
+
+def mark_backup(conn: Any, running: bool) -> None:
+    if running:
+        conn.execute(
+            "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+            "SET value = excluded.value",
+            (BACKUP_KEY, str(time.time())),
+        )
+    else:
+        conn.execute("DELETE FROM kv WHERE key = ?", (BACKUP_KEY,))
+
+
+def vacuum_due(conn: Any, cfg: RetentionConfig, now: float) -> str | None:
+    """Why not to VACUUM now (None: go ahead)."""
+    ratio = free_ratio(conn)
+    if ratio < cfg.vacuum_free_ratio:
+        return f"only {ratio:.0%} of the file is free (threshold {cfg.vacuum_free_ratio:.0%})"
+    if backup_running(conn, now):
+        return "a backup is running"
+    return None

@@ -1,0 +1,90 @@
+"""The daily prune as a durable workflow: one instance per day, each batch a journaled step."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentd import retention
+from agentd.config import RetentionConfig
+from agentd.db import Database
+from agentd.durable import Clock, Step, Workflow, workflow
+
+log = logging.getLogger("agentd.retention")
+RETENTION_WORKFLOW = "retention"
+MAX_BATCHES_PER_PART = 200  # a big backlog is worked off over several runs, not one huge journal
+
+
+class PruneInput(BaseModel):
+    day: str  # UTC date the run belongs to; also its instance id
+
+
+class PruneOutput(BaseModel):
+    removed: dict[str, int] = Field(default_factory=dict)
+    vacuumed: bool = False
+    vacuum_skipped: str | None = None
+
+
+def instance_id(now: float) -> str:
+    return f"retention-{datetime.fromtimestamp(now, UTC).date().isoformat()}"
+
+
+async def read_clock(clock: Clock) -> float:
+    return clock.now()
+
+
+async def prune_one_batch(db: Database, cfg: RetentionConfig, part: str, now: float) -> int:
+    return await db.write(retention.prune_batch, cfg, part, now)
+
+
+async def vacuum_if_due(db: Database, cfg: RetentionConfig, now: float) -> str | None:
+    """VACUUM when much of the file is free and no backup is copying it; else say why not."""
+    reason = await db.read(retention.vacuum_due, cfg, now)
+    if reason is None:
+        started = time.perf_counter()
+        await db.read(lambda c: c.execute("VACUUM"))
+        log.info("database vacuumed", extra={"ms": round((time.perf_counter() - started) * 1e3)})
+    return reason
+
+
+def make_retention_workflow(
+    db: Database, cfg: RetentionConfig, clock: Clock
+) -> Workflow[PruneInput, PruneOutput]:
+    @workflow(RETENTION_WORKFLOW)
+    async def prune(step: Step, inp: PruneInput) -> PruneOutput:
+        now = await step.do("now", read_clock, clock)  # one cutoff per run, even on resume
+        removed: dict[str, int] = {}
+        for part in retention.PARTS:
+            removed[part] = 0
+            for n in range(1, MAX_BATCHES_PER_PART + 1):
+                count = await step.do(f"prune:{part}#{n}", prune_one_batch, db, cfg, part, now)
+                removed[part] += count
+                if count == 0:
+                    break
+        skipped = await step.do("vacuum", vacuum_if_due, db, cfg, now)
+        log.info("retention done", extra={"removed": removed, "vacuum_skipped": skipped})
+        return PruneOutput(removed=removed, vacuumed=skipped is None, vacuum_skipped=skipped)
+
+    return prune
+
+
+async def run_daily(
+    start: Callable[..., Awaitable[Any]], clock: Clock, stop: asyncio.Event
+) -> None:
+    """Start the day's prune (idempotent: one instance per UTC day); look again every hour."""
+    while not stop.is_set():
+        now = clock.now()
+        try:
+            await start(RETENTION_WORKFLOW, PruneInput(day=instance_id(now)[10:]),
+                        instance_id=instance_id(now), key=RETENTION_WORKFLOW)  # fmt: skip
+        except Exception:
+            log.exception("could not start the daily prune; trying again later")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=3600)

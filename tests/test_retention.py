@@ -1,0 +1,233 @@
+"""Retention (issue 13) with an injected clock: what goes, what stays, and that nothing an open
+workflow needs is ever deleted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd import audit, retention, usage
+from agentd.config import RetentionConfig
+from agentd.db import Database
+from agentd.durable import Engine, FakeClock, Step, store, workflow
+from agentd.llm.types import Usage
+from agentd.memory import history
+from agentd.retention_workflow import (
+    RETENTION_WORKFLOW,
+    PruneInput,
+    PruneOutput,
+    instance_id,
+    make_retention_workflow,
+)
+
+DAY = 86400.0
+T0 = 1_780_000_000.0  # the simulated "now"
+CFG = RetentionConfig(batch_size=10)
+
+
+def journal(conn: Any, iid: str, at: float, status: str, update_id: int) -> None:
+    """An instance as a turn leaves it: steps, attempts, an event and its update row."""
+    store.insert_instance(conn, instance_id=iid, workflow="turn", key=f"chat-{update_id}",
+                          input_json="{}", now=at)  # fmt: skip
+    for ordinal in range(3):
+        store.begin_step(conn, iid, ordinal, f"s{ordinal}", "do", at, attempt=1)
+    store.insert_event(conn, iid, "approval:x", {"decision": "approved"}, at)
+    store.set_status(conn, iid, status, at)
+    conn.execute(
+        "INSERT INTO updates (update_id, received_at, kind, outcome, instance_id) "
+        "VALUES (?, ?, 'message', 'turn', ?)",
+        (update_id, at, iid),
+    )
+
+
+def rows(conn: Any, sql: str, *params: Any) -> int:
+    return int(conn.execute(sql, params).fetchone()[0])
+
+
+def count(conn: Any, table: str, iid: str) -> int:
+    return rows(conn, f"SELECT COUNT(*) FROM {table} WHERE instance_id = ?", iid)
+
+
+def seed(conn: Any) -> None:
+    journal(conn, "old-done", T0 - 40 * DAY, "complete", 1)
+    journal(conn, "old-errored", T0 - 31 * DAY, "errored", 2)
+    journal(conn, "recent-done", T0 - 20 * DAY, "complete", 3)
+    journal(conn, "old-waiting", T0 - 90 * DAY, "waiting", 4)  # an approval wait from long ago
+    journal(conn, "old-sleeping", T0 - 200 * DAY, "sleeping", 5)  # a far-off reminder
+    conn.execute("INSERT INTO updates (update_id, received_at, kind, outcome) "
+                 "VALUES (6, ?, 'message', 'reject')", (T0 - 8 * DAY,))  # fmt: skip
+    for n in range(25):
+        audit.record(conn, "turn", chat_id=1, at=T0 - 400 * DAY + n)
+    audit.record(conn, "turn", chat_id=1, at=T0 - 300 * DAY)
+    history.save_message(conn, chat_id=1, user_id=1, role="user", content="years ago",
+                         source_key="m1", created_at=T0 - 1000 * DAY)  # fmt: skip
+
+
+def add_usage(conn: Any, at: float, chat: int, tokens: int) -> None:
+    usage.record(conn, Usage(input_tokens=tokens, output_tokens=tokens // 2), model="m",
+                 purpose="turn", chat_id=chat)  # fmt: skip
+    conn.execute("UPDATE llm_usage SET at = ? WHERE id = (SELECT MAX(id) FROM llm_usage)", (at,))
+
+
+@pytest.fixture
+async def seeded(db: Database) -> Database:
+    await db.write(seed)
+    return db
+
+
+async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
+    planned = await seeded.read(retention.plan, CFG, T0)
+    # Updates 1, 2, 3 and 6 are over 7 days old; 4 and 5 started workflows that are still open.
+    assert planned.counts == {"workflows": 2, "updates": 4, "audit": 25, "usage": 0,
+                              "messages": 0}  # fmt: skip
+
+
+async def test_prune_keeps_open_workflows_and_what_they_need(seeded: Database) -> None:
+    for part in retention.PARTS:
+        while await seeded.write(retention.prune_batch, CFG, part, T0):
+            pass
+
+    def check(conn: Any) -> None:
+        left = {r[0] for r in conn.execute("SELECT id FROM workflow_instances")}
+        assert left == {"recent-done", "old-waiting", "old-sleeping"}
+        for iid in ("old-waiting", "old-sleeping"):  # steps, attempts, events, update row
+            assert count(conn, "workflow_steps", iid) == 3
+            assert count(conn, "workflow_attempts", iid) == 3
+            assert (
+                rows(conn, "SELECT COUNT(*) FROM workflow_events WHERE instance_id = ?", iid) == 1
+            )
+            assert count(conn, "updates", iid) == 1
+        for gone in ("old-done", "old-errored"):
+            assert (
+                rows(conn, "SELECT COUNT(*) FROM workflow_steps WHERE instance_id = ?", gone) == 0
+            )
+            assert count(conn, "workflow_attempts", gone) == 0
+            assert (
+                rows(conn, "SELECT COUNT(*) FROM workflow_events WHERE instance_id = ?", gone) == 0
+            )
+        assert {r[0] for r in conn.execute("SELECT update_id FROM updates")} == {4, 5}
+        assert rows(conn, "SELECT COUNT(*) FROM audit") == 1
+        assert rows(conn, "SELECT COUNT(*) FROM messages") == 1  # history is kept by default
+
+    await seeded.read(check)
+    assert (await seeded.read(retention.plan, CFG, T0)).total == 0
+
+
+async def test_usage_detail_is_folded_per_day_and_totals_stay_exact(db: Database) -> None:
+    def fill(conn: Any) -> None:
+        for n in range(30):  # 30 calls on one old day, two chats
+            add_usage(conn, T0 - 100 * DAY + n * 60, chat=1 + n % 2, tokens=100 + n)
+        add_usage(conn, T0 - 10 * DAY, chat=1, tokens=7)  # recent: kept in detail
+
+    await db.write(fill)
+    before = await db.read(usage.totals)
+    assert await db.write(retention.prune_batch, CFG, "usage", T0) == 30
+    assert await db.write(retention.prune_batch, CFG, "usage", T0) == 0
+    assert await db.read(usage.totals) == before  # same calls and tokens per day and chat
+    assert await db.read(lambda c: rows(c, "SELECT COUNT(*) FROM llm_usage")) == 3
+
+
+async def test_messages_go_only_when_the_owner_says_so(seeded: Database) -> None:
+    cfg = RetentionConfig(message_days=365)
+    assert await seeded.write(retention.prune_batch, cfg, "messages", T0) == 1
+
+
+async def test_vacuum_waits_for_free_space_and_for_a_backup(tmp_path: Path) -> None:
+    db = await Database.open(tmp_path / "v.db")
+    try:
+        await db.write(lambda c: c.executemany(
+            "INSERT INTO audit (at, kind, detail) VALUES (?, 'turn', ?)",
+            [(T0 - 400 * DAY, "x" * 2000) for _ in range(500)],
+        ))  # fmt: skip
+        cfg = RetentionConfig(vacuum_free_ratio=0.3)
+        assert "free" in (await db.read(retention.vacuum_due, cfg, T0) or "")
+        while await db.write(retention.prune_batch, RetentionConfig(batch_size=1000), "audit", T0):
+            pass
+        assert await db.read(retention.vacuum_due, cfg, T0) is None
+        await db.write(retention.mark_backup, True)
+        now = __import__("time").time()
+        assert await db.read(retention.vacuum_due, cfg, now) == "a backup is running"
+        later = now + retention.BACKUP_STALE_SECONDS + 1  # a backup that died long ago
+        assert await db.read(retention.vacuum_due, cfg, later) is None
+    finally:
+        await db.close()
+
+
+async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
+    """Through the engine with a fake clock; a far-off reminder sleeping since long ago stays."""
+
+    @workflow("sleeper")
+    async def sleeper(step: Step, inp: PruneInput) -> PruneInput:
+        await step.sleep_until("far-off", T0 + 1000 * DAY)
+        return inp
+
+    def fill(conn: Any) -> None:
+        journal(conn, "old-done", T0 - 40 * DAY, "complete", 1)
+        store.insert_instance(conn, instance_id="reminder", workflow="sleeper", key="sleeper",
+                              input_json='{"day": "x"}', now=T0 - 90 * DAY)  # fmt: skip
+        conn.execute("INSERT INTO updates (update_id, received_at, kind, outcome, instance_id) "
+                     "VALUES (9, ?, 'message', 'turn', 'reminder')", (T0 - 90 * DAY,))  # fmt: skip
+        for n in range(25):
+            audit.record(conn, "turn", chat_id=1, at=T0 - 400 * DAY + n)
+
+    await db.write(fill)
+    clock = FakeClock(start=T0)
+    engine = Engine(db, clock=clock, poll_interval=0.02)
+    engine.register(make_retention_workflow(db, CFG, clock))
+    engine.register(sleeper)
+    await engine.run()
+    try:
+        iid = instance_id(T0)
+        first = await engine.start(RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid,
+                                   key=RETENTION_WORKFLOW)  # fmt: skip
+        again = await engine.start(RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid,
+                                   key=RETENTION_WORKFLOW)  # fmt: skip
+        assert first.created and not again.created
+        done = await engine.wait_for(iid, timeout=30)
+        assert done.status == "complete", done.error
+        out = PruneOutput.model_validate_json(done.output or "{}")
+        assert out.removed == {"workflows": 1, "updates": 1, "audit": 25, "usage": 0,
+                               "messages": 0}  # fmt: skip
+        # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
+        steps = await db.read(store.load_steps, iid)
+        assert [s.name for s in steps.values() if s.name.startswith("prune:audit")] == [
+            "prune:audit#1", "prune:audit#2", "prune:audit#3", "prune:audit#4"]  # fmt: skip
+        reminder = await db.read(store.get_instance, "reminder")
+        assert reminder.status == "sleeping"
+        assert await db.read(lambda c: rows(c, "SELECT COUNT(*) FROM updates")) == 1
+        assert instance_id(T0 + DAY) != iid
+    finally:
+        await engine.shutdown(1)
+
+
+def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import time
+
+    from typer.testing import CliRunner
+
+    from agentd.cli.app import app
+    from agentd.db import open_sync
+    from agentd.db.migrations import apply_migrations
+
+    conn = open_sync(tmp_path / "agentd.db")
+    apply_migrations(conn)
+    now = time.time()
+    journal(conn, "old-done", now - 40 * DAY, "complete", 1)
+    journal(conn, "old-waiting", now - 40 * DAY, "waiting", 2)
+    conn.close()
+    config = tmp_path / "agentd.toml"
+    config.write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')
+    monkeypatch.setenv("AGENTD_CONFIG", str(config))
+    runner = CliRunner()
+
+    dry = runner.invoke(app, ["prune", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    assert json.loads(dry.output)["would_remove"]["workflows"] == 1
+    real = runner.invoke(app, ["prune", "--json"])
+    assert json.loads(real.output)["removed"] == {"workflows": 1, "updates": 1, "audit": 0,
+                                                  "usage": 0, "messages": 0}  # fmt: skip
+    table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})
+    assert "workflows" in table.output and "for ever" in table.output  # messages are kept
