@@ -98,7 +98,8 @@ def test_the_watchdog_follows_the_poll_loop(stack: Stack) -> None:
     # WatchdogSec=120 s: a timer would ping every 60 s; the poll loop (1 s polls) pings now.
     received = []
     deadline = time.monotonic() + 10
-    while "WATCHDOG=1" not in received and time.monotonic() < deadline:
+    # The poller starts (and pings) before READY=1, which waits for the model library.
+    while not {"READY=1", "WATCHDOG=1"} <= set(received) and time.monotonic() < deadline:
         received.append(stack.notify.recv(64).decode())
     assert "READY=1" in received and "WATCHDOG=1" in received
 
@@ -156,11 +157,15 @@ def test_stop_during_a_model_call(stack: Stack) -> None:
     finally:
         stack.llm.release()
     assert "Stopped working on" in reply and "very long essay" in reply
-    rows = stack.daemon.query(
-        "SELECT status FROM workflow_instances WHERE key = ? AND workflow = 'turn'",
-        (f"chat-{user}",),
-    )
-    assert [r[0] for r in rows] == ["cancelled"]
+    # The cancel reaches the running task just after the reply is sent.
+    rows = stack.tg.wait_until(
+        lambda: [r[0] for r in stack.daemon.query(
+            "SELECT status FROM workflow_instances WHERE key = ? AND workflow = 'turn'",
+            (f"chat-{user}",),
+        )] == ["cancelled"] or None,
+        timeout=10,
+    )  # fmt: skip
+    assert rows
     # The user's message is kept; the cancelled turn never answers.
     history = stack.daemon.cli_json("history", "--chat", str(user))
     assert [m["role"] for m in history] == ["user"]

@@ -39,7 +39,7 @@ def texts(tg: FakeTelegram, chat_id: int) -> list[str]:
 def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict) -> None:
     env["AGENTD_TOOLS__DISABLED"] = (
         '["current_time", "fetch_url", "remember", "search_memory", "search_docs", '
-        '"schedule", "list_schedules", "cancel_schedule"]'
+        '"schedule", "list_schedules", "cancel_schedule", "save_chat_document"]'
     )
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:

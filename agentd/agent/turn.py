@@ -240,8 +240,9 @@ async def send_reply(
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
         reply_to = inp.message_id if n == 1 and inp.message_id else None
         name = f"{prefix}#{n}"
+        # Marked: an attempt the process died in is counted as a possible duplicate (README).
         ids.append(await step.do(name, send_chunk, deps, inp.chat_id, chunk, reply_to,
-                                 step.instance_id, name))  # fmt: skip
+                                 step.instance_id, name, mark=True))  # fmt: skip
     return ids
 
 

@@ -229,8 +229,12 @@ class Step:
         timeout: float | None = None,
         delivery: Delivery = "at_least_once",
         result_type: Any = None,
+        mark: bool = False,
     ) -> T:
-        """Run fn(*args) once for this instance and journal its JSON result; replays return it."""
+        """Run fn(*args) once for this instance and journal its JSON result; replays return it.
+
+        `mark=True` journals each attempt (unsynced) before the call, so an attempt the process
+        died in stays visible (`store.interrupted_attempts`): for sends that may have landed."""
         ordinal, record = self._next(name, "do")
         adapter = _result_adapter(fn, result_type)
         if self._replayed(name, ordinal, record):
@@ -238,22 +242,25 @@ class Step:
         self._check_running()
         policy = retry or NO_RETRY
         counter = {"attempt": self._attempt_counts.get(ordinal, 0)}
-        # Only an at-most-once step has a row before its effect (R-DUR-7).
-        begun = {"row": record is not None and delivery == "at_most_once"}
+        # Only an at-most-once step has a synced row before its effect (R-DUR-7); a marked one
+        # has an unsynced row, which survives the process dying (not the machine).
+        before = delivery == "at_most_once" or mark
+        synced = delivery == "at_most_once"
+        begun = {"row": record is not None and before}
 
         async def attempt_once() -> Any:
             counter["attempt"] += 1
             attempt = counter["attempt"]
             now = self.clock.now()
-            if delivery == "at_most_once":
+            if before:
                 if begun["row"]:
                     await self._write(
-                        store.begin_attempt, self.instance_id, ordinal, attempt, now, synced=True
+                        store.begin_attempt, self.instance_id, ordinal, attempt, now, synced=synced
                     )
                 else:
                     await self._write(
                         partial(store.begin_step, delivery=delivery, attempt=attempt),
-                        self.instance_id, ordinal, name, "do", now, synced=True,
+                        self.instance_id, ordinal, name, "do", now, synced=synced,
                     )  # fmt: skip
                     begun["row"] = True
             started = time.perf_counter()
