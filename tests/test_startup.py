@@ -72,7 +72,7 @@ def test_missing_secrets_exit_2_before_contacting_telegram(tmp_path: Path) -> No
         for missing in ("ANTHROPIC_API_KEY", "TELEGRAM_BOT_TOKEN"):
             env = {**daemon_env(tmp_path, tg.base_url, "http://127.0.0.1:9"), missing: ""}
             result = Daemon(tmp_path, env).cli("run")
-            assert result.returncode == 2, result.stderr
+            assert result.returncode == 78, result.stderr  # EX_CONFIG: systemd does not restart
             assert f"{missing} is not set" in result.stderr and "Traceback" not in result.stderr
             assert TOKEN not in result.stderr
         assert tg.calls("getMe") == []
