@@ -55,7 +55,11 @@ def event_type(approval_id: str) -> str:
 
 
 def new_id() -> str:
-    return secrets.token_urlsafe(9)  # 12 characters, unguessable: callback data can be forged
+    """12 unguessable characters (callback data can be forged), never starting with "-":
+    `agentd approve -Tx…` would read the id as an option."""
+    while (approval_id := secrets.token_urlsafe(9)).startswith("-"):
+        pass
+    return approval_id
 
 
 def callback_data(approval_id: str, approve: bool) -> str:
