@@ -29,6 +29,21 @@ PRICES: dict[str, ModelPrice] = {
 }  # fmt: skip
 FALLBACK = "claude-haiku-4-5"
 
+# The shortest prefix each model caches, in tokens (Claude API docs, "prompt caching", same
+# date): a shorter prefix is neither written nor read. Matched by prefix like the prices.
+CACHE_MINIMUMS: dict[str, int] = {
+    "claude-haiku-4-5": 4096, "claude-opus-4-5": 4096, "claude-opus-4-6": 4096,
+    "claude-sonnet-4-6": 2048, "claude-3-5-haiku": 2048, "claude-3-haiku": 2048,
+    "claude-sonnet-4-5": 1024, "claude-sonnet-4": 1024, "claude-opus-4-1": 1024,
+    "claude-opus-4": 1024, "claude-3-7-sonnet": 1024,
+}  # fmt: skip
+
+
+def cache_minimum(model: str) -> int:
+    """The model's minimum cacheable prefix; unknown models get the largest, which is safe."""
+    matches = [name for name in CACHE_MINIMUMS if model.startswith(name)]
+    return CACHE_MINIMUMS[max(matches, key=len)] if matches else max(CACHE_MINIMUMS.values())
+
 
 class Tokens(BaseModel):
     """Token counts of one or many calls, by how the API bills them."""

@@ -69,14 +69,19 @@ def record(
     )
 
 
-def totals(conn: Any, *, since: float | None = None) -> list[UsageTotals]:
-    """Per day (UTC), chat and model."""
+def totals(
+    conn: Any, *, since: float | None = None, chat_id: int | None = None
+) -> list[UsageTotals]:
+    """Per day (UTC), chat and model; of one chat if `chat_id` is given."""
+    where, params = "at >= ?", [since or 0]
+    if chat_id is not None:
+        where, params = where + " AND chat_id = ?", [*params, chat_id]
     rows = conn.execute(
         "SELECT date(at, 'unixepoch') AS day, chat_id, model, SUM(calls), SUM(input_tokens), "
         "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
-        "SUM(cache_write_1h_tokens) FROM llm_usage WHERE at >= ? "
+        f"SUM(cache_write_1h_tokens) FROM llm_usage WHERE {where} "
         "GROUP BY day, chat_id, model ORDER BY day, chat_id, model",
-        (since or 0,),
+        params,
     ).fetchall()
     return [
         UsageTotals(

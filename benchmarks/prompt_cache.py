@@ -12,7 +12,8 @@ speaker); each answer is the next 4-9 lines of the same conversation joined (rea
 assistant length: 60-250 words). Every fifth turn the model first calls `current_time` (a
 tool loop: two model calls). Gaps between turns are drawn (seeded) from a personal-chat mix:
 60 % 0.5-4 min, 25 % 5-40 min, 15 % 1-8 h; the fake's cache clock is moved on by the gap
-instead of waiting (tests/fakes/anthropic_cache.py, `advance`).
+instead of waiting (tests/fakes/anthropic_cache.py, `advance`), and the stored messages' times
+are moved back by it, so the daemon sees the pause as it would have happened.
 
 The fake records each request body. The cache accounting is deterministic given the bodies
 and their times, so the bodies are replayed through the fake's PromptCache for each minimum
@@ -147,6 +148,7 @@ def run_chat(
                 ):
                     time.sleep(0.02)
                 llm.cache.advance(pause)
+                daemon.age_messages(pause)  # the daemon sees the pause in the chat's timestamps
                 offset += pause
         except TimeoutError:
             print(daemon.log()[-4000:], file=sys.stderr)

@@ -136,6 +136,15 @@ class Daemon:
         path = Path(self.env["AGENTD_TEST_EFFECTS"])
         return path.read_text().splitlines() if path.exists() else []
 
+    def age_messages(self, seconds: float) -> None:
+        """Let `seconds` pass for the stored conversation (its timestamps move back)."""
+        conn = open_sync(self.db_path)
+        try:
+            with conn:
+                conn.execute("UPDATE messages SET created_at = created_at - ?", (seconds,))
+        finally:
+            conn.close()
+
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
         conn = open_sync(self.db_path)
         try:

@@ -7,9 +7,12 @@ from typing import Any
 import pytest
 
 from agentd.agent.inputs import CallbackPress, TurnInput
+from agentd.agent.window import WindowRule, load_window
+from agentd.commands.chat import _tokens_line
 from agentd.db import Database
 from agentd.memory import history
 from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter, command_key
+from agentd.usage import UsageTotals
 
 
 def turn(text: str, **kw: Any) -> TurnInput:
@@ -112,3 +115,31 @@ async def test_new_cuts_the_prompt_history_and_keeps_the_rows(db: Database) -> N
     assert [m.content for m in after] == ["new"]
     assert [m.content for m in await db.read(history.recent, 6, 20)] == ["other chat"]
     assert len(await db.read(lambda c: history.history(c, chat_id=5))) == 4
+
+
+async def test_the_history_window_restarts_after_new(db: Database) -> None:
+    rule = WindowRule(limit=2, step=10, cold_after=3660, min_tokens=0)
+
+    def save(conn: Any, n: int) -> int:
+        return history.save_message(conn, chat_id=5, user_id=5, role="user", content=f"m{n}",
+                                    source_key=f"w{n}", created_at=1000.0 + n)  # fmt: skip
+
+    ids = [await db.write(save, n) for n in range(4)]
+    start = await db.write(load_window, 5, ids[3], 0, rule, 1010.0)
+    assert start == ids[0]  # the window grows while it is under limit + step
+    await db.write(history.start_fresh, 5, 1010.0)
+    new_id = await db.write(save, 9)
+    floor = await db.read(history.context_floor, 5)
+    assert await db.write(load_window, 5, new_id, floor, rule, 1011.0) == new_id  # empty
+
+
+def test_status_prices_each_model_and_one_hour_writes_apart() -> None:
+    rows = [
+        UsageTotals(day="2026-11-23", chat_id=5, model="claude-haiku-4-5", calls=2,
+                    cache_write_tokens=1_000_000, cache_write_1h_tokens=1_000_000),
+        UsageTotals(day="2026-11-23", chat_id=5, model="claude-sonnet-4-5", calls=1,
+                    output_tokens=100_000),
+    ]  # fmt: skip
+    line = _tokens_line(rows, {})
+    assert line.startswith("3 model calls, 1,000,000 input tokens (0 from cache), 100,000 output")
+    assert line.endswith("≈ $3.5000")  # 1M 1-hour writes at $2 + 0.1M Sonnet output at $15

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,3 +93,39 @@ def test_a_changed_persona_or_tool_set_is_not_read_from_the_cache(
         assert turn_usage(daemon)[-1][1] == 0
         say(tg, daemon, "and now?")
         assert turn_usage(daemon)[-1][1] > 1024  # the new prefix is cached in turn
+
+
+def turn_bodies(llm: FakeAnthropic) -> list[dict[str, Any]]:
+    return [r["body"] for r in llm.requests if not r["body"].get("tool_choice")]
+
+
+def history_sent(body: dict[str, Any]) -> list[str]:
+    """The texts of the history a turn's first call sent (everything before the newest message)."""
+    return [m["content"][0]["text"] for m in body["messages"][:-1]]
+
+
+def test_the_window_holds_still_while_warm_and_is_cut_after_a_long_pause(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
+) -> None:
+    tg, llm = fakes
+    # Sonnet 4.5: agentd's rule then knows the same 1,024-token minimum the fake applies.
+    env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_MEMORY__HISTORY_LIMIT="4",
+                     AGENTD_MEMORY__HISTORY_STEP="6",
+                     AGENTD_LLM__MODEL="claude-sonnet-4-5")  # fmt: skip
+    with running_daemon(tmp_path, env) as daemon:
+        for n in range(1, 5):
+            say(tg, daemon, f"message {n}")
+        bodies = turn_bodies(llm)
+        assert [len(history_sent(b)) for b in bodies] == [0, 2, 4, 6]  # it grows, never slides
+        assert all(history_sent(b)[0] == "message 1" for b in bodies[1:])
+        read_warm = turn_usage(daemon)[-1][1]
+        daemon.age_messages(7200)  # two hours pass: the 1-hour cache entries have expired
+        llm.cache.advance(7200)
+        say(tg, daemon, "message 5")
+        cold = turn_bodies(llm)[-1]
+        assert history_sent(cold)[0] == "message 3"  # cut to the newest 4, for free
+        _, read, write = turn_usage(daemon)[-1]
+        assert read == 0 and write > 1024 and read_warm > 1024  # all of it is written again
+        say(tg, daemon, "message 6")
+        assert history_sent(turn_bodies(llm)[-1])[0] == "message 3"
+        assert turn_usage(daemon)[-1][1] >= write  # the cut prefix is read back

@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 
-from agentd.agent.prompt import build_context, build_system, window_size, with_breakpoints
+from agentd.agent.prompt import build_context, build_system, with_breakpoints
+from agentd.agent.window import Past, WindowRule, window_start
 from agentd.config import LLMConfig
 from agentd.llm.anthropic_adapter import AnthropicLLM, build_params
 from agentd.llm.types import LLMRequest, Message
-from agentd.pricing import ModelPrice, Tokens, cost, price_for, uncached_cost
+from agentd.pricing import ModelPrice, Tokens, cache_minimum, cost, price_for, uncached_cost
 from agentd.usage import UsageTotals, report
 from tests.fakes import FakeAnthropic
 from tests.fakes.anthropic_cache import PromptCache, breakpoint_problem
@@ -175,13 +176,56 @@ def test_the_request_keeps_per_call_text_after_every_breakpoint() -> None:
     assert hour["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
 
 
+RULE = WindowRule(limit=20, step=10, cold_after=3660, min_tokens=1024)
+
+
+def chat(n: int, *, chars: int = 400, last_at: float = 0.0) -> list[Past]:
+    """n stored messages a minute apart, the newest at `last_at`."""
+    return [Past(id=i + 1, created_at=last_at - 60 * (n - 1 - i), chars=chars) for i in range(n)]
+
+
+def run(turns: int, rule: WindowRule = RULE, pauses: dict[int, float] | None = None) -> list[int]:
+    """The window's first message id at each turn of a chat of 2 messages per turn."""
+    kept: int | None = None
+    now, starts, past = 0.0, [], []
+    for turn in range(turns):
+        now += (pauses or {}).get(turn, 60)
+        index = window_start(past, kept, now, rule)
+        kept = past[index].id if index < len(past) else len(past) + 1
+        starts.append(kept)
+        past += [Past(id=len(past) + i + 1, created_at=now + i, chars=400) for i in range(2)]
+    return starts
+
+
 def test_the_history_window_moves_in_steps() -> None:
-    sizes = [window_size(count, 20, 10) for count in range(0, 60)]
-    assert sizes[:30] == list(range(30))
-    assert sizes[30:40] == list(range(20, 30)) and sizes[40:50] == list(range(20, 30))
-    starts = {count - window_size(count, 20, 10) for count in range(30, 40)}
-    assert starts == {10}  # the window's first message stays put for 10 messages
-    assert window_size(50, 0, 10) == 0
+    starts = run(40)
+    assert starts[:15] == [1] * 15  # grows to limit + step - 1 = 29 messages
+    assert starts[15] == 11 and starts[15:20] == [11] * 5  # a jump keeps the newest 20
+    assert len(set(starts)) == 1 + (40 - 15 + 4) // 5  # one jump per step of 10 messages
+    assert window_start(chat(50), None, 0.0, RULE.model_copy(update={"limit": 0})) == 50
+
+
+def test_after_a_pause_longer_than_the_cache_ttl_the_window_is_cut_back() -> None:
+    warm = run(20)
+    cold = run(20, pauses={12: 7200})  # two hours before turn 12: the cached prefix is gone
+    assert warm[12] == 1 and cold[12] == 5  # cut to the newest 20 of 24 messages, for free
+    assert cold[13:17] == [5] * 4  # and the next forced jump comes later than it would have
+    assert warm[15] == 11 and cold[15] == 5
+    short = run(20, pauses={12: 3000})  # inside the TTL: the cache is still warm, no cut
+    assert short == warm
+
+
+def test_a_cut_keeps_enough_history_to_reach_the_model_minimum() -> None:
+    past = chat(60, chars=100, last_at=0.0)  # 25 tokens a message
+    rule = RULE.model_copy(update={"min_tokens": 1024, "step": 50})
+    start = window_start(past, 1, 7200.0, rule)
+    assert len(past) - start == 48  # 48 × 25 = 1,200 ≥ 1,024 × 1.15; 20 would not cache
+    fixed = rule.model_copy(update={"fixed_tokens": 1000})  # the system prompt counts too
+    assert len(past) - window_start(past, 1, 7200.0, fixed) == 20
+    small = chat(25, chars=100)
+    assert window_start(small, 1, 7200.0, rule) == 0  # a cut never grows the window
+    assert cache_minimum("claude-haiku-4-5-20251001") == 4096
+    assert cache_minimum("claude-sonnet-4-5") == 1024 and cache_minimum("other") == 4096
 
 
 @pytest.fixture

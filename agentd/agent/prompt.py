@@ -100,16 +100,3 @@ def with_breakpoints(conversation: Sequence[Message], turn_start: int) -> list[M
     if len(marked) - 1 > turn_start:
         marked[-1] = marked[-1].model_copy(update={"cache": True})
     return marked
-
-
-def window_size(count: int, limit: int, step: int) -> int:
-    """How many of `count` past messages to send: between limit and limit + step - 1.
-
-    The window's start moves `step` messages at a time, so the history prefix stays the same
-    (and cached) between jumps instead of changing on every turn.
-    """
-    if limit <= 0:
-        return 0
-    if count < limit + step:
-        return count
-    return limit + (count - limit) % step

@@ -313,6 +313,26 @@ async def handle_tool_use(
     return outcome, route
 
 
+def stable_request(deps: TurnDeps) -> LLMRequest:
+    """A turn's request without messages: the system prompt and tools, the cached prefix."""
+    tools = deps.registry.tools()
+    infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
+    server_tools = []
+    if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
+        server_tools = [SERVER_WEB_SEARCH | {"max_uses": deps.config.web.max_results}]
+        infos.append(ToolInfo(name="web_search", risk="low",
+                              description="Search the web; cite the pages you use."))  # fmt: skip
+    return LLMRequest(
+        purpose="turn",
+        system=build_system(
+            persona=deps.config.agent.persona, name=deps.config.agent.name, tools=infos
+        ),
+        messages=[],
+        tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
+        server_tools=server_tools,
+    )
+
+
 async def call_llm(
     deps: TurnDeps,
     inp: TurnInput,
@@ -327,27 +347,11 @@ async def call_llm(
     messages[turn_start] is this turn's user message: what comes before it is stored history.
     """
     zone = ZoneInfo(deps.config.agent.timezone)
-    tools = deps.registry.tools()
-    infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
-    server_tools = []
-    if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
-        server_tools = [SERVER_WEB_SEARCH | {"max_uses": deps.config.web.max_results}]
-        infos.append(ToolInfo(name="web_search", risk="low",
-                              description="Search the web; cite the pages you use."))  # fmt: skip
-    req = LLMRequest(
-        purpose="turn",
-        system=build_system(
-            persona=deps.config.agent.persona, name=deps.config.agent.name, tools=infos
-        ),
-        messages=with_breakpoints(messages, turn_start),
-        context=build_context(
-            now=datetime.fromtimestamp(deps.clock.now(), zone),
-            facts=recall.facts,
-            memories=recall.memories,
-        ),
-        tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
-        server_tools=server_tools,
-    )
+    req = stable_request(deps).model_copy(update={
+        "messages": with_breakpoints(messages, turn_start),
+        "context": build_context(now=datetime.fromtimestamp(deps.clock.now(), zone),
+                                 facts=recall.facts, memories=recall.memories),
+    })  # fmt: skip
     on_text = None
     if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
         on_text = DraftStreamer(deps.outbox, inp.chat_id, draft_id(instance_id, step_name),

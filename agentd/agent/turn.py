@@ -7,14 +7,22 @@ was interrupted.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from agentd import audit, ratelimit
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
-from agentd.agent.prompt import as_data, window_size
-from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop
+from agentd.agent.prompt import as_data
+from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, stable_request
+from agentd.agent.window import (
+    CACHE_TTL_SECONDS,
+    CHARS_PER_TOKEN,
+    COLD_MARGIN,
+    WindowRule,
+    load_window,
+)
 from agentd.durable import NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.llm.types import Message
 from agentd.media import turnsteps
@@ -32,6 +40,7 @@ from agentd.memory.summarise import (
     summary_running,
 )
 from agentd.outbox import SendFailed
+from agentd.pricing import cache_minimum
 from agentd.vision import SeenImage, describe, see_image
 from agentd.vision import meta as vision_meta
 
@@ -154,14 +163,27 @@ async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
 
 
 async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
+    """The chat's history window (agent/window.py); its start is kept when it moves."""
     cfg = deps.config.memory
+    stable = stable_request(deps)
+    fixed = sum(len(b.text) for b in stable.system) + len(
+        json.dumps([t.model_dump() for t in stable.tools] + stable.server_tools)
+    )
+    rule = WindowRule(
+        limit=cfg.history_limit, step=cfg.history_step,
+        cold_after=CACHE_TTL_SECONDS[deps.config.llm.cache_ttl] + COLD_MARGIN,
+        min_tokens=cache_minimum(deps.config.llm.model), fixed_tokens=int(fixed / CHARS_PER_TOKEN),
+    )  # fmt: skip
+    now = deps.clock.now()
 
     def read(conn: Any) -> list[StoredMessage]:
-        size = window_size(history.count_before(conn, chat_id, before_id),
-                           cfg.history_limit, cfg.history_step)  # fmt: skip
-        return history.recent(conn, chat_id, size, before_id=before_id)
+        floor = history.context_floor(conn, chat_id)
+        start_id = load_window(conn, chat_id, before_id, floor, rule, now)
+        return history.between(conn, chat_id, start_id, before_id)
 
-    return await deps.db.read(read)
+    # Unsynced: the window start is an optimisation a crash may lose; the turn's next synced
+    # commit carries it to disk.
+    return await deps.db.write_unsynced(read)
 
 
 def _current_message(inp: TurnInput, notes: list[str]) -> str:

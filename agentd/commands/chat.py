@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agentd import approvals, audit
+from agentd import approvals, audit, usage
 from agentd.agent.inputs import CallbackPress
 from agentd.commands.deps import CommandDeps
 from agentd.durable import store
 from agentd.memory import history
 from agentd.memory.facts import list_facts
 from agentd.outbox import Button
-from agentd.pricing import Tokens, cost, price_for
+from agentd.pricing import ModelPrice, Tokens, cost, price_for
 from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter
 
 TURN_WORKFLOW = "turn"
@@ -101,19 +101,6 @@ def _today_start(now: float) -> float:
     return now - now % 86400  # UTC midnight, as `agentd usage` counts days
 
 
-def _usage_since(conn: Any, since: float, chat_id: int | None) -> tuple[int, int, int, int, int]:
-    where = "at >= ?" + (" AND chat_id = ?" if chat_id is not None else "")
-    params = (since,) if chat_id is None else (since, chat_id)
-    row = conn.execute(
-        "SELECT COALESCE(SUM(calls), 0), COALESCE(SUM(input_tokens), 0), "
-        "COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cache_read_tokens), 0), "
-        "COALESCE(SUM(cache_write_tokens), 0) "
-        f"FROM llm_usage WHERE {where}",
-        params,
-    ).fetchone()
-    return tuple(int(v) for v in row)  # type: ignore[return-value]
-
-
 def _uptime(seconds: float) -> str:
     minutes, _ = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
@@ -131,18 +118,19 @@ def _status_counts(conn: Any, chat_id: int, now: float) -> dict[str, Any]:
         "open_turns": open_turns,
         "chat_turns": len(_open_turns(conn, chat_id)),
         "approvals": len(approvals.pending(conn, now)),
-        "usage": _usage_since(conn, _today_start(now), None),
+        "usage": usage.totals(conn, since=_today_start(now)),
     }
 
 
-def _tokens_line(model: str, usage: tuple[int, int, int, int, int]) -> str:
-    calls, inp, out, read, write = usage
-    tokens = Tokens(input_tokens=inp, output_tokens=out, cache_read_tokens=read,
-                    cache_write_tokens=write)  # fmt: skip
-    usd = cost(tokens, price_for(model))
+def _tokens_line(rows: list[usage.UsageTotals], prices: Mapping[str, ModelPrice]) -> str:
+    """Calls, tokens and cost of usage rows; each model at its own price, 1-hour writes at 2×."""
+    summed = Tokens(**{f: sum(getattr(r, f) for r in rows) for f in Tokens.model_fields})
+    usd = sum(cost(r, price_for(r.model, prices)) for r in rows)
+    read, written = summed.cache_read_tokens, summed.cache_write_tokens
     return (
-        f"{calls} model calls, {inp + read + write:,} input tokens ({read:,} from cache), "
-        f"{out:,} output tokens, ≈ ${usd:.4f}"
+        f"{sum(r.calls for r in rows)} model calls, "
+        f"{summed.input_tokens + read + written:,} input tokens ({read:,} from cache), "
+        f"{summed.output_tokens:,} output tokens, ≈ ${usd:.4f}"
     )
 
 
@@ -156,25 +144,25 @@ async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
         f"**Queue:** {counts['open_turns']} message(s) being answered "
         f"({counts['chat_turns']} in this chat)",
         f"**Waiting for approval:** {counts['approvals']}",
-        f"**Today (UTC):** {_tokens_line(model, counts['usage'])}",
+        f"**Today (UTC):** {_tokens_line(counts['usage'], deps.config.llm.prices)}",
     ]
     return CommandReply(text="\n".join(lines))
 
 
 async def usage_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     now = deps.clock.now()
-    model = deps.config.llm.model
+    prices = deps.config.llm.prices
     today, week, month = await deps.db.read(
         lambda c: [
-            _usage_since(c, since, inp.chat_id)
+            usage.totals(c, since=since, chat_id=inp.chat_id)
             for since in (_today_start(now), now - 7 * 86400, now - 30 * 86400)
         ]
     )
     return CommandReply(
         text="Model use in this chat:\n\n"
-        f"**Today (UTC):** {_tokens_line(model, today)}\n"
-        f"**Last 7 days:** {_tokens_line(model, week)}\n"
-        f"**Last 30 days:** {_tokens_line(model, month)}\n\n"
+        f"**Today (UTC):** {_tokens_line(today, prices)}\n"
+        f"**Last 7 days:** {_tokens_line(week, prices)}\n"
+        f"**Last 30 days:** {_tokens_line(month, prices)}\n\n"
         "Per day and chat: `agentd usage` on the server."
     )
 

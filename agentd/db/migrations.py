@@ -413,6 +413,16 @@ CREATE TABLE paired_users (
 );
 """
 
+M018_HISTORY_WINDOW = """
+-- Prompt caching (issue 12): where each chat's history window starts, so the cached history
+-- prefix moves only when it must, or when the cache has expired anyway (agent/window.py).
+CREATE TABLE history_windows (
+    chat_id INTEGER PRIMARY KEY,
+    start_id INTEGER NOT NULL,  -- the oldest message the window sends
+    updated_at REAL NOT NULL
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -424,6 +434,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m008_usage_cache", M008_USAGE_CACHE),
     ("m013_media", M013_MEDIA),
     ("m014_onboard", M014_ONBOARD),
+    ("m018_history_window", M018_HISTORY_WINDOW),
 ]
 
 

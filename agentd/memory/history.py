@@ -110,12 +110,13 @@ def recent(
     return [_message(r) for r in reversed(rows)]
 
 
-def count_before(conn: Any, chat_id: int, before_id: int) -> int:
-    """How many messages the chat has before `before_id`."""
-    row = conn.execute(
-        "SELECT COUNT(*) FROM messages WHERE chat_id = ? AND id < ?", (chat_id, before_id)
-    ).fetchone()
-    return int(row[0])
+def between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[StoredMessage]:
+    """The chat's messages from `start_id` up to (not including) `before_id`, oldest first."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? AND id >= ? AND id < ? ORDER BY id",
+        (chat_id, start_id, before_id),
+    ).fetchall()
+    return [_message(r) for r in rows]
 
 
 def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[StoredMessage]:
