@@ -116,7 +116,7 @@ class Poller:
             await self._backoff(fault.reason, fault.retry_after)
             return None
         self._failures = 0
-        return [u.model_dump(mode="json", exclude_none=True, by_alias=True) for u in updates]
+        return [_as_json(u) for u in updates]
 
     async def _store(self, raw: list[dict[str, Any]]) -> int:
         """Commit the batch with the work it starts; return the offset that acknowledges it."""
@@ -152,3 +152,24 @@ class Poller:
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
         except TimeoutError:
             pass
+
+
+def _placeholder(value: Any) -> Any:
+    # aiogram fills fields an incoming object omits with Default("…") placeholders (e.g. a
+    # message's link_preview_options.is_disabled); they stand for "not set".
+    return None
+
+
+def _as_json(update: Any) -> dict[str, Any]:
+    """An update as JSON to store; one that cannot be written out is kept as its bare id.
+
+    Raising here would fail the whole batch before its offset is acknowledged, so the same
+    update would come back on every poll and block every message after it.
+    """
+    try:
+        return update.model_dump(mode="json", exclude_none=True, by_alias=True,
+                                 fallback=_placeholder)  # fmt: skip
+    except Exception as exc:
+        log.warning("an update could not be written out; kept as its id only",
+                    extra={"update_id": update.update_id, "error": type(exc).__name__})  # fmt: skip
+        return {"update_id": update.update_id}
