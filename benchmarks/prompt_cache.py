@@ -19,8 +19,9 @@ The fake records each request body. The cache accounting is deterministic given 
 and their times, so the bodies are replayed through the fake's PromptCache for each minimum
 cacheable length (1,024 / 2,048 / 4,096 tokens) and TTL (5 min, and 1 h by rewriting the
 markers), instead of running the daemon once per combination. Only the turn's own model calls
-count (summaries are background work with their own prompt). Costs use Haiku 4.5's list
-prices for every minimum, so the columns compare layouts, not models.
+count (summaries are background work with their own prompt). This tree runs once per minimum,
+configured with a model that has it (its history window keeps enough to reach the minimum);
+costs use Haiku 4.5's list prices for every minimum, so the columns compare layouts, not models.
 
 "ceiling" is the share of input tokens that any cache could have served: per call, the
 longest block-aligned prefix that an earlier call of the chat also sent, if it reaches the
@@ -54,7 +55,10 @@ from tests.fakes.anthropic_cache import PromptCache, prefixes
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = Path("/work/shared/data/locomo-dev.json")
-MINIMUMS = (1024, 2048, 4096)
+# A model per minimum cacheable length (agentd/pricing.py), so this tree's history window is
+# shaped as it would be for such a model; every row is priced at Haiku 4.5's rates.
+MODELS = {1024: "claude-sonnet-4-5", 2048: "claude-sonnet-4-6", 4096: "claude-haiku-4-5"}
+MINIMUMS = tuple(MODELS)
 SUMMARY = {"summary": "The user talked about their week.", "facts": [], "retract_keys": []}
 
 
@@ -133,6 +137,8 @@ def run_chat(
         # The chat's pauses are simulated, so the per-minute rate limit would see a burst.
         env = daemon_env(tmp, tg.base_url, llm.base_url, PYTHONPATH=pythonpath,
                          AGENTD_LIMITS__MESSAGES_PER_MINUTE="0", **env_extra)  # fmt: skip
+        if agentd_path:  # the old tree has no [retention] and rejects unknown keys
+            env.pop("AGENTD_RETENTION__ENABLED", None)
         daemon = Daemon(tmp, env).start(timeout=120)
         offsets: list[tuple[int, float]] = []  # (first request index of the turn, clock offset)
         offset = 0.0
@@ -247,10 +253,13 @@ def main() -> None:
     runs = {}
     with tempfile.TemporaryDirectory(prefix="agentd-cache-bench-") as tmp:
         started = time.time()
-        (Path(tmp) / "new").mkdir()
         step = {"AGENTD_MEMORY__HISTORY_STEP": str(args.history_step)} if args.history_step else {}
-        runs["new"] = run_chat(None, turns, pauses, Path(tmp) / "new", **step)
-        print(f"# this tree: {len(runs['new'])} turn calls in {time.time() - started:.0f} s")
+        for minimum, model in MODELS.items():  # this tree shapes its window for the model
+            (Path(tmp) / f"new-{minimum}").mkdir()
+            runs[("new", minimum)] = run_chat(None, turns, pauses, Path(tmp) / f"new-{minimum}",
+                                              AGENTD_LLM__MODEL=model, **step)  # fmt: skip
+        print(f"# this tree: {len(runs[('new', 4096)])} turn calls per model, "
+              f"{time.time() - started:.0f} s for {len(MODELS)} runs")  # fmt: skip
         if not args.skip_baseline:
             started = time.time()
             (Path(tmp) / "old").mkdir()
@@ -268,10 +277,12 @@ def main() -> None:
     for length in sorted({20, args.turns}):
         for minimum in MINIMUMS:
             variants = [("new", "5m"), ("new", "1h"), ("new", "mix")]
-            variants += [("old", "5m")] if "old" in runs else []
+            # The old tree at 5 min (8b82d9d's default) is the "before"; at 1 h for a newer ref.
+            variants += [("old", "5m"), ("old", "1h")] if "old" in runs else []
             results = {}
             for layout, ttl in variants:
-                calls = [c for c in runs[layout] if c[0] < length]
+                run = runs[(layout, minimum)] if layout == "new" else runs[layout]
+                calls = [c for c in run if c[0] < length]
                 t = replay(calls, minimum, ttl)
                 results[(layout, ttl)] = (t, ceiling(calls, minimum), cost(t, price) / length,
                                           uncached_cost(t, price) / length)  # fmt: skip
