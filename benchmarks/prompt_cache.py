@@ -174,11 +174,14 @@ def run_chat(
 
 def with_ttl(body: dict[str, Any], ttl: str) -> dict[str, Any]:
     """The body with every breakpoint at this TTL ("mix": 1 h on tools and system, 5 min on
-    the history)."""
+    the history). For 1 h, a breakpoint the tree sent with an explicit 5 min TTL (the tool
+    loop's) keeps it."""
     body = copy.deepcopy(body)
 
     def mark(block: Any, chosen: str) -> None:
         if isinstance(block, dict) and "cache_control" in block:
+            if chosen == "1h" and block["cache_control"].get("ttl") == "5m":
+                return
             block["cache_control"] = {"type": "ephemeral", "ttl": chosen}
 
     for block in [*(body.get("tools") or []), *(body.get("system") or [])]:

@@ -154,6 +154,17 @@ def test_breakpoints_go_on_the_history_end_and_the_newest_tool_results() -> None
     looped = with_breakpoints(conversation(7), turn_start=4)
     assert [m.cache for m in looped] == [False, False, False, True, False, False, True]
     assert [m.cache for m in with_breakpoints(conversation(1), turn_start=0)] == [False]
+    assert [m.cache_brief for m in looped] == [False] * 6 + [True]
+
+
+def test_tool_loop_breakpoints_take_the_cheaper_ttl_after_the_hour_long_ones() -> None:
+    req = LLMRequest(system=build_system(persona="Kind.", name="agentd"),
+                     messages=with_breakpoints(conversation(7), turn_start=4))  # fmt: skip
+    params = build_params(req, "claude-haiku-4-5", 100, cache_ttl="1h")
+    marks = [b["cache_control"] for m in params["messages"] for b in m["content"]
+             if "cache_control" in b]  # fmt: skip
+    assert marks == [{"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral", "ttl": "5m"}]
+    assert breakpoint_problem(params) is None  # 1-hour entries first, as the API requires
 
 
 def test_the_request_keeps_per_call_text_after_every_breakpoint() -> None:

@@ -91,12 +91,13 @@ def with_breakpoints(conversation: Sequence[Message], turn_start: int) -> list[M
     """Cache breakpoints where a later call reads them back (R-LLM-4).
 
     The end of the history is read by the next turn; inside a tool loop, the newest tool
-    results are read by the next call. The turn's own message is left unmarked: the next turn
-    sees it from the stored history, not as sent now (reply quote, image notes).
+    results are read by the next call only, seconds later or not at all, so they take the
+    cheaper 5-minute write. The turn's own message is left unmarked: the next turn sees it from
+    the stored history, not as sent now (reply quote, image notes).
     """
-    marked = [m.model_copy(update={"cache": False}) for m in conversation]
+    marked = [m.model_copy(update={"cache": False, "cache_brief": False}) for m in conversation]
     if 0 < turn_start <= len(marked):
         marked[turn_start - 1] = marked[turn_start - 1].model_copy(update={"cache": True})
     if len(marked) - 1 > turn_start:
-        marked[-1] = marked[-1].model_copy(update={"cache": True})
+        marked[-1] = marked[-1].model_copy(update={"cache": True, "cache_brief": True})
     return marked

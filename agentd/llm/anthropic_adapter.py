@@ -98,7 +98,8 @@ def _message_to_api(message: Message, marker: dict[str, Any], context: str) -> d
         else [_block_to_api(b) for b in message.content]
     )
     if message.cache and blocks:
-        blocks[-1] = {**blocks[-1], "cache_control": marker}
+        brief = {"type": "ephemeral", "ttl": "5m"}  # after every 1-hour one, as the API requires
+        blocks[-1] = {**blocks[-1], "cache_control": brief if message.cache_brief else marker}
     if context:  # after the breakpoint: per-call text never enters a cached prefix
         blocks.append({"type": "text", "text": context})
     return {"role": message.role, "content": blocks}

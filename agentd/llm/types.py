@@ -52,6 +52,9 @@ class Message(BaseModel):
     role: Literal["user", "assistant"]
     content: str | list[ContentBlock]
     cache: bool = False  # a cache breakpoint after this message's last block (R-LLM-4)
+    # Read back within seconds (the next call of a tool loop) or never: the 5-minute TTL,
+    # whose write costs 1.25× the input price instead of the 1-hour TTL's 2×.
+    cache_brief: bool = False
 
 
 class SystemBlock(BaseModel):
