@@ -206,9 +206,9 @@ def test_invalid_utf8_is_a_clear_load_error() -> None:
         parse_bytes(b"caf\xe9", "text", fallback_title="x.txt")
 
 
-def test_pdf_without_pypdf_says_which_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "pypdf", None)  # as if the extra were not installed
-    with pytest.raises(LoadError, match=r"pip install 'agentd\[pdf\]'"):
+def test_pdf_without_pypdf_says_how_to_get_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pypdf", None)  # as if a trimmed install lacked it
+    with pytest.raises(LoadError, match=r"PDF support \(pypdf\) is missing; reinstall"):
         parse_bytes(b"%PDF-1.4", "pdf", fallback_title="x.pdf")
 
 

@@ -1,8 +1,9 @@
 """Document formats: bytes (from a file or a URL) to a title and structured blocks.
 
 Text must be valid UTF-8 (a byte-order mark is fine; HTML may declare another charset): a
-file in another encoding is reported, not indexed as mojibake. PDFs need the optional `pypdf`
-(`pip install 'agentd[pdf]'`); without it each PDF fails with that hint and the run goes on.
+file in another encoding is reported, not indexed as mojibake. PDFs are read with `pypdf`, a
+default dependency imported on first use; if it is missing (a trimmed install) each PDF fails
+with a hint and the run goes on.
 """
 
 from __future__ import annotations
@@ -120,7 +121,9 @@ def _pdf(data: bytes, fallback_title: str) -> LoadedDocument:
     try:
         import pypdf
     except ImportError:
-        raise LoadError("PDF support is not installed; run: pip install 'agentd[pdf]'") from None
+        raise LoadError(
+            "PDF support (pypdf) is missing; reinstall agentd: pip install -e ."
+        ) from None
     # pypdf parses untrusted bytes and raises many kinds of errors on broken files; any of them
     # means "this PDF cannot be read", never a reason to stop the whole run.
     try:
