@@ -9,6 +9,8 @@ from typing import Any
 
 import anthropic
 import httpx2
+from anthropic.lib._parse._response import ResponseFormatT
+from anthropic.types.parsed_message import ParsedMessage
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -42,6 +44,9 @@ _SPEND_LIMIT_ERRORS = tuple(
     )
     if hasattr(anthropic, name)
 )
+# The SDK's stream accumulator evaluates `ParsedMessage[ResponseFormatT]` for every answer, and
+# pydantic caches generic models only weakly: holding one reference keeps it from being rebuilt.
+_STREAM_SNAPSHOT_TYPE = ParsedMessage[ResponseFormatT]
 
 
 def _retry_after(exc: BaseException) -> float | None:
