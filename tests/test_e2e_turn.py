@@ -41,6 +41,7 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         '["current_time", "fetch_url", "remember", "search_memory", "search_docs", '
         '"schedule", "list_schedules", "cancel_schedule", "save_chat_document"]'
     )
+    llm.enqueue_delay(1.0)  # the model thinks for longer than telegram.progress_delay
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:
         tg.add_message(OWNER, OWNER, "hi there")
