@@ -202,6 +202,10 @@ class AnthropicLLM:
             base_url=config.base_url or None,
             max_retries=0,
             timeout=config.timeout,
+            # The SDK's own aiohttp transport (its `aiohttp` extra; aiogram needs aiohttp anyway):
+            # ~15 % less daemon CPU per turn than httpx's pure-Python HTTP/1.1 stack, measured
+            # in benchmarks/daemon_throughput.py. Errors still arrive as httpx2 exceptions.
+            http_client=anthropic.DefaultAioHttpClient(timeout=config.timeout),
         )
 
     async def close(self) -> None:
