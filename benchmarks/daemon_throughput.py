@@ -19,8 +19,13 @@ The fake long poll returns as soon as an update is added, and the daemon's poll 
 (AGENTD_TELEGRAM__POLL_TIMEOUT from tests.daemon_process.daemon_env), so no phase waits out a
 poll.
 
+--fsync-delay-ms N runs the daemon under strace, which delays every fsync/fdatasync by N ms
+(an SD card; as in turn_fsyncs.py); --source DIR runs another checkout's agentd (e.g. an export
+of main) with this script and these fakes, so two versions can be compared in one session.
+
 Usage: .venv/bin/python benchmarks/daemon_throughput.py [--messages 200] [--chats 4]
        [--sequential 30] [--gap 0] [--concurrency 8] [--log-level INFO] [--keep]
+       [--fsync-delay-ms 0] [--source DIR]
 """
 
 from __future__ import annotations
@@ -40,12 +45,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from turn_fsyncs import TracedDaemon, slow_disk
+
 from agentd.db.connect import open_sync
-from tests.daemon_process import Daemon, daemon_env
+from tests.daemon_process import REPO_ROOT, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram, tool_use_reply
 
 TOKEN_RE = re.compile(r"\bm-(\d+)-(\d+)\b")
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def daemon_pid(daemon: TracedDaemon) -> int:
+    """The agentd process (under strace, the tracer's child)."""
+    assert daemon.proc is not None
+    pid = daemon.proc.pid
+    if not daemon.prefix:
+        return pid
+    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
 
 
 def cpu_seconds(pid: int) -> float:
@@ -185,13 +201,16 @@ def main() -> None:
     ap.add_argument("--log-level", default="INFO", help="the daemon's log level (default INFO)")
     ap.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (DB and logs)")
+    ap.add_argument("--fsync-delay-ms", type=int, default=0, help="strace delay per fsync")
+    ap.add_argument("--source", type=Path, default=REPO_ROOT, help="the agentd checkout to run")
     args = ap.parse_args()
 
     chats = [1000 + i for i in range(args.chats)]
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-daemon-"))
     print(
         f"agentd daemon throughput — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
-        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}"
+        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}, agentd from {args.source}"
+        + (f", +{args.fsync_delay_ms} ms per fsync" if args.fsync_delay_ms else "")
     )
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
@@ -204,11 +223,14 @@ def main() -> None:
                 AGENTD_ENGINE__CONCURRENCY=str(args.concurrency),
                 AGENTD_LOG__LEVEL=args.log_level,
                 AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # measuring throughput, not the limiter
+                PYTHONPATH=f"{args.source}{os.pathsep}{REPO_ROOT}",
             )
-            daemon = Daemon(tmp, env)
+            prefix = slow_disk(args.fsync_delay_ms) if args.fsync_delay_ms else []
+            daemon = TracedDaemon(tmp, env, prefix)
             t = time.perf_counter()
             daemon.start(timeout=60)
-            print(f"daemon ready in {time.perf_counter() - t:.2f} s (pid {daemon.proc.pid})")
+            pid = daemon_pid(daemon)
+            print(f"daemon ready in {time.perf_counter() - t:.2f} s (pid {pid})")
             try:
                 track = Tracker(tg)
                 # Warm-up: one turn per chat (HTTP connections, lazy imports, caches).
@@ -225,7 +247,7 @@ def main() -> None:
                     time.sleep(args.gap)
                 reader.close()
 
-                cpu_before = cpu_seconds(daemon.proc.pid)
+                cpu_before = cpu_seconds(pid)
                 first = time.time()
                 tokens = [track.send(chats[i % len(chats)]) for i in range(args.messages)]
                 added_in = time.time() - first
@@ -233,7 +255,7 @@ def main() -> None:
                 last = max(got[t] for t in tokens)
                 burst_lat = [(got[t] - track.added[t]) * 1000 for t in tokens]
                 elapsed = last - first
-                burst_cpu = cpu_seconds(daemon.proc.pid) - cpu_before
+                burst_cpu = cpu_seconds(pid) - cpu_before
                 # Replies go out before save-reply and audit: let the last turns finish too.
                 reader = open_sync(daemon.db_path, readonly=True)
                 for token in tokens:
@@ -245,9 +267,7 @@ def main() -> None:
                 sends = len(tg.sent)
                 rc = daemon.stop()
             finally:
-                if daemon.proc is not None and daemon.proc.poll() is None:
-                    daemon.proc.kill()
-                    daemon.proc.wait(10)
+                daemon.kill()
             turns = daemon.query(
                 "SELECT COUNT(*) FROM workflow_instances WHERE status = 'complete' "
                 "AND workflow = 'turn'"

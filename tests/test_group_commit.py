@@ -91,3 +91,16 @@ async def test_queued_writes_commit_before_close(tmp_path: Path) -> None:
     reopened = await Database.open(tmp_path / "close.db")
     assert await reopened.read(rows) == list(range(5))
     await reopened.close()
+
+
+async def test_a_group_sqlite_rolled_back_fails_every_write_in_it(db: Any) -> None:
+    def lose_the_transaction(conn: Any) -> None:
+        conn.execute("ROLLBACK")  # what SQLite itself does on a full disk or an I/O error
+        raise OSError("disk full")
+
+    results = await asyncio.gather(
+        db.write(insert, 1), db.write(lose_the_transaction), return_exceptions=True
+    )
+    assert [type(r) for r in results] == [OSError, OSError]
+    assert await db.read(rows) == []
+    assert await db.write(insert, 2) == 2  # the connection is usable again

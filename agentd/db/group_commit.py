@@ -52,8 +52,10 @@ def _one(conn: Conn, fn: Callable[..., Any], args: tuple[Any, ...]) -> Outcome:
     try:
         value = fn(conn, *args)
     except Exception as exc:
-        # If SQLite already rolled the whole transaction back (some errors do), this raises
-        # and fails the group: nothing of it was committed, and every caller is told so.
+        if not conn.in_transaction:
+            # SQLite rolled the whole transaction back (disk full, I/O error): nothing of the
+            # group will be committed, so every caller gets this error.
+            raise
         conn.execute("ROLLBACK TO agentd_write")
         conn.execute("RELEASE agentd_write")
         return Outcome(error=exc)
