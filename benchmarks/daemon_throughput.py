@@ -20,12 +20,13 @@ The fake long poll returns as soon as an update is added, and the daemon's poll 
 poll.
 
 --fsync-delay-ms N runs the daemon under strace, which delays every fsync/fdatasync by N ms
-(an SD card; as in turn_fsyncs.py); --source DIR runs another checkout's agentd (e.g. an export
-of main) with this script and these fakes, so two versions can be compared in one session.
+(an SD card; as in turn_fsyncs.py); --count-fsyncs counts them (strace -c); --source DIR runs
+another checkout's agentd (e.g. an export of main) with this script and these fakes, so two
+versions can be compared in one session.
 
 Usage: .venv/bin/python benchmarks/daemon_throughput.py [--messages 200] [--chats 4]
        [--sequential 30] [--gap 0] [--concurrency 8] [--log-level INFO] [--keep]
-       [--fsync-delay-ms 0] [--source DIR]
+       [--fsync-delay-ms 0] [--count-fsyncs] [--source DIR]
 """
 
 from __future__ import annotations
@@ -62,6 +63,14 @@ def daemon_pid(daemon: TracedDaemon) -> int:
     if not daemon.prefix:
         return pid
     return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+
+
+def fsync_calls(summary: Path) -> int:
+    """The calls counted in an `strace -c` summary (its "total" line)."""
+    for line in summary.read_text().splitlines():
+        if line.rstrip().endswith("total"):
+            return int(line.split()[-2])
+    return 0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -202,6 +211,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (DB and logs)")
     ap.add_argument("--fsync-delay-ms", type=int, default=0, help="strace delay per fsync")
+    ap.add_argument("--count-fsyncs", action="store_true", help="count fsyncs (strace -c)")
     ap.add_argument("--source", type=Path, default=REPO_ROOT, help="the agentd checkout to run")
     args = ap.parse_args()
 
@@ -225,7 +235,9 @@ def main() -> None:
                 AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # measuring throughput, not the limiter
                 PYTHONPATH=f"{args.source}{os.pathsep}{REPO_ROOT}",
             )
-            prefix = slow_disk(args.fsync_delay_ms) if args.fsync_delay_ms else []
+            summary = tmp / "fsyncs.txt" if args.count_fsyncs else None
+            traced = args.fsync_delay_ms or args.count_fsyncs
+            prefix = slow_disk(args.fsync_delay_ms, summary) if traced else []
             daemon = TracedDaemon(tmp, env, prefix)
             t = time.perf_counter()
             daemon.start(timeout=60)
@@ -284,6 +296,7 @@ def main() -> None:
             dup = len(sent) - len({(s["chat_id"], s["message_id"]) for s in sent})
             echoes = sum(1 for s in sent if (s.get("plain_text") or "").startswith("echo: "))
             log = daemon.log()
+            fsyncs = fsync_calls(summary) if summary else None
 
         total = len(chats) + args.sequential + args.messages
         if seq_lat:
@@ -314,6 +327,9 @@ def main() -> None:
             f"fake's echo), {llm_calls} LLM calls, {steps / max(turns, 1):.1f} journaled steps "
             f"per turn, exit code {rc} on SIGTERM, {dup} duplicate (chat, message id)"
         )
+        if fsyncs is not None:
+            print(f"  fsync + fdatasync calls over the whole run: {fsyncs} = "
+                  f"{fsyncs / total:.2f} per turn (start-up included)")  # fmt: skip
         if others:
             print(
                 "  other workflows the turns started: "

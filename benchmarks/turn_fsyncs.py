@@ -59,11 +59,12 @@ CONFIG = '[tools]\nplugins = ["tests.plugins.e2e_tools"]\napproval_timeout = 120
 SEEN = {"summary": "A red square.", "entities": [], "tables": [], "warnings": []}
 
 
-def slow_disk(delay_ms: int) -> list[str]:
-    """An strace prefix that delays every fsync/fdatasync by `delay_ms` (an SD card)."""
-    return [STRACE, "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null",
-            "-e", "trace=fsync,fdatasync",
-            "-e", f"inject=fsync,fdatasync:delay_exit={delay_ms * 1000}"]  # fmt: skip
+def slow_disk(delay_ms: int, summary: Path | None = None) -> list[str]:
+    """An strace prefix that delays every fsync/fdatasync by `delay_ms` (an SD card; 0: none),
+    writing a call count summary (`strace -c`) to `summary` if given."""
+    inject = ["-e", f"inject=fsync,fdatasync:delay_exit={delay_ms * 1000}"] if delay_ms else []
+    out = ["-c", "-o", str(summary)] if summary else ["-o", "/dev/null"]
+    return [STRACE, "-f", "--seccomp-bpf", "-qq", *out, "-e", "trace=fsync,fdatasync", *inject]
 
 
 class TracedDaemon(Daemon):
