@@ -62,6 +62,9 @@ class TelegramConfig(_Section):
     request_timeout: float = Field(default=20.0, gt=0)  # seconds per call; polls add poll_timeout
     streaming: bool = True  # show the answer while it is written (sendMessageDraft)
     stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
+    # "typing…" and the first draft wait this long: an answer that is there sooner needs neither,
+    # and skipping them saves two Bot API calls per quick turn.
+    progress_delay: float = Field(default=0.3, ge=0, le=5)
 
 
 class VisionConfig(_Section):

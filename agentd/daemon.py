@@ -185,7 +185,8 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     clock = SystemClock()
-    outbox = TelegramOutbox(bot, max_message_chars=config.telegram.max_message_chars)
+    outbox = TelegramOutbox(bot, max_message_chars=config.telegram.max_message_chars,
+                            progress_delay=config.telegram.progress_delay)  # fmt: skip
 
     async def on_unfinished(inst: store.InstanceRecord) -> None:
         await db.write(_audit_unfinished, inst)

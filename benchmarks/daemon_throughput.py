@@ -19,8 +19,14 @@ The fake long poll returns as soon as an update is added, and the daemon's poll 
 (AGENTD_TELEGRAM__POLL_TIMEOUT from tests.daemon_process.daemon_env), so no phase waits out a
 poll.
 
+--fsync-delay-ms N runs the daemon under strace, which delays every fsync/fdatasync by N ms
+(an SD card; as in turn_fsyncs.py); --count-fsyncs counts them (strace -c); --source DIR runs
+another checkout's agentd (e.g. an export of main) with this script and these fakes, so two
+versions can be compared in one session.
+
 Usage: .venv/bin/python benchmarks/daemon_throughput.py [--messages 200] [--chats 4]
        [--sequential 30] [--gap 0] [--concurrency 8] [--log-level INFO] [--keep]
+       [--fsync-delay-ms 0] [--count-fsyncs] [--source DIR]
 """
 
 from __future__ import annotations
@@ -40,12 +46,31 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from turn_fsyncs import TracedDaemon, slow_disk
+
 from agentd.db.connect import open_sync
-from tests.daemon_process import Daemon, daemon_env
+from tests.daemon_process import REPO_ROOT, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram, tool_use_reply
 
 TOKEN_RE = re.compile(r"\bm-(\d+)-(\d+)\b")
 TICK = os.sysconf("SC_CLK_TCK")
+
+
+def daemon_pid(daemon: TracedDaemon) -> int:
+    """The agentd process (under strace, the tracer's child)."""
+    assert daemon.proc is not None
+    pid = daemon.proc.pid
+    if not daemon.prefix:
+        return pid
+    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+
+
+def fsync_calls(summary: Path) -> int:
+    """The calls counted in an `strace -c` summary (its "total" line)."""
+    for line in summary.read_text().splitlines():
+        if line.rstrip().endswith("total"):
+            return int(line.split()[-2])
+    return 0
 
 
 def cpu_seconds(pid: int) -> float:
@@ -185,13 +210,17 @@ def main() -> None:
     ap.add_argument("--log-level", default="INFO", help="the daemon's log level (default INFO)")
     ap.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
     ap.add_argument("--keep", action="store_true", help="keep the temp dir (DB and logs)")
+    ap.add_argument("--fsync-delay-ms", type=int, default=0, help="strace delay per fsync")
+    ap.add_argument("--count-fsyncs", action="store_true", help="count fsyncs (strace -c)")
+    ap.add_argument("--source", type=Path, default=REPO_ROOT, help="the agentd checkout to run")
     args = ap.parse_args()
 
     chats = [1000 + i for i in range(args.chats)]
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-daemon-"))
     print(
         f"agentd daemon throughput — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
-        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}"
+        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}, agentd from {args.source}"
+        + (f", +{args.fsync_delay_ms} ms per fsync" if args.fsync_delay_ms else "")
     )
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
@@ -204,11 +233,16 @@ def main() -> None:
                 AGENTD_ENGINE__CONCURRENCY=str(args.concurrency),
                 AGENTD_LOG__LEVEL=args.log_level,
                 AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # measuring throughput, not the limiter
+                PYTHONPATH=f"{args.source}{os.pathsep}{REPO_ROOT}",
             )
-            daemon = Daemon(tmp, env)
+            summary = tmp / "fsyncs.txt" if args.count_fsyncs else None
+            traced = args.fsync_delay_ms or args.count_fsyncs
+            prefix = slow_disk(args.fsync_delay_ms, summary) if traced else []
+            daemon = TracedDaemon(tmp, env, prefix)
             t = time.perf_counter()
             daemon.start(timeout=60)
-            print(f"daemon ready in {time.perf_counter() - t:.2f} s (pid {daemon.proc.pid})")
+            pid = daemon_pid(daemon)
+            print(f"daemon ready in {time.perf_counter() - t:.2f} s (pid {pid})")
             try:
                 track = Tracker(tg)
                 # Warm-up: one turn per chat (HTTP connections, lazy imports, caches).
@@ -225,7 +259,7 @@ def main() -> None:
                     time.sleep(args.gap)
                 reader.close()
 
-                cpu_before = cpu_seconds(daemon.proc.pid)
+                cpu_before = cpu_seconds(pid)
                 first = time.time()
                 tokens = [track.send(chats[i % len(chats)]) for i in range(args.messages)]
                 added_in = time.time() - first
@@ -233,7 +267,7 @@ def main() -> None:
                 last = max(got[t] for t in tokens)
                 burst_lat = [(got[t] - track.added[t]) * 1000 for t in tokens]
                 elapsed = last - first
-                burst_cpu = cpu_seconds(daemon.proc.pid) - cpu_before
+                burst_cpu = cpu_seconds(pid) - cpu_before
                 # Replies go out before save-reply and audit: let the last turns finish too.
                 reader = open_sync(daemon.db_path, readonly=True)
                 for token in tokens:
@@ -245,9 +279,7 @@ def main() -> None:
                 sends = len(tg.sent)
                 rc = daemon.stop()
             finally:
-                if daemon.proc is not None and daemon.proc.poll() is None:
-                    daemon.proc.kill()
-                    daemon.proc.wait(10)
+                daemon.kill()
             turns = daemon.query(
                 "SELECT COUNT(*) FROM workflow_instances WHERE status = 'complete' "
                 "AND workflow = 'turn'"
@@ -264,6 +296,7 @@ def main() -> None:
             dup = len(sent) - len({(s["chat_id"], s["message_id"]) for s in sent})
             echoes = sum(1 for s in sent if (s.get("plain_text") or "").startswith("echo: "))
             log = daemon.log()
+            fsyncs = fsync_calls(summary) if summary else None
 
         total = len(chats) + args.sequential + args.messages
         if seq_lat:
@@ -294,6 +327,9 @@ def main() -> None:
             f"fake's echo), {llm_calls} LLM calls, {steps / max(turns, 1):.1f} journaled steps "
             f"per turn, exit code {rc} on SIGTERM, {dup} duplicate (chat, message id)"
         )
+        if fsyncs is not None:
+            print(f"  fsync + fdatasync calls over the whole run: {fsyncs} = "
+                  f"{fsyncs / total:.2f} per turn (start-up included)")  # fmt: skip
         if others:
             print(
                 "  other workflows the turns started: "

@@ -59,6 +59,14 @@ CONFIG = '[tools]\nplugins = ["tests.plugins.e2e_tools"]\napproval_timeout = 120
 SEEN = {"summary": "A red square.", "entities": [], "tables": [], "warnings": []}
 
 
+def slow_disk(delay_ms: int, summary: Path | None = None) -> list[str]:
+    """An strace prefix that delays every fsync/fdatasync by `delay_ms` (an SD card; 0: none),
+    writing a call count summary (`strace -c`) to `summary` if given."""
+    inject = ["-e", f"inject=fsync,fdatasync:delay_exit={delay_ms * 1000}"] if delay_ms else []
+    out = ["-c", "-o", str(summary)] if summary else ["-o", "/dev/null"]
+    return [STRACE, "-f", "--seccomp-bpf", "-qq", *out, "-e", "trace=fsync,fdatasync", *inject]
+
+
 class TracedDaemon(Daemon):
     """`agentd run` with an optional strace prefix."""
 
@@ -168,9 +176,7 @@ def run_pass(
         prefix = [STRACE, "-f", "--seccomp-bpf", "-qq", "-ttt", "-y", "-xx", "-s", "8",
                   "-e", "trace=fsync,fdatasync,pwrite64", "-o", str(trace)]  # fmt: skip
     elif name == "slow":
-        prefix = [STRACE, "-f", "--seccomp-bpf", "-qq", "-o", "/dev/null",
-                  "-e", "trace=fsync,fdatasync",
-                  "-e", f"inject=fsync,fdatasync:delay_exit={delay_ms * 1000}"]  # fmt: skip
+        prefix = slow_disk(delay_ms)
     windows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in KINDS}
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         llm.set_responder(responder)

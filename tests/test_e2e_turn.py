@@ -41,6 +41,7 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         '["current_time", "fetch_url", "remember", "search_memory", "search_docs", '
         '"schedule", "list_schedules", "cancel_schedule", "save_chat_document"]'
     )
+    llm.enqueue_delay(1.0)  # the model thinks for longer than telegram.progress_delay
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:
         tg.add_message(OWNER, OWNER, "hi there")
@@ -362,3 +363,42 @@ def test_an_unwritable_database_path_is_a_clear_error(tmp_path: Path, env: dict)
     result = Daemon(tmp_path, env).cli("run")
     assert result.returncode == 1
     assert "cannot open the database" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_kill_9_in_a_burst_over_three_chats_loses_and_repeats_nothing(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    """Concurrent chats' journal writes share commits (group commit): a kill -9 between them
+    loses no message and answers none twice, beyond the counted send window."""
+    chats = [OWNER, 43, 44]
+    env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"] = str(chats)
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        for i in range(6):
+            for chat in chats:
+                tg.add_message(chat, chat, f"m{chat}-{i}")
+        tg.wait_until(lambda: len(tg.sent) >= 5, 30, "the burst under way")
+        daemon.kill9()
+        daemon.start()
+        deadline = time.monotonic() + 60
+        sql = "SELECT COUNT(*) FROM workflow_instances WHERE workflow = 'turn' AND status = ?"
+        while daemon.query(sql, ("complete",))[0][0] < 18:
+            assert time.monotonic() < deadline, daemon.query(
+                "SELECT id, status FROM workflow_instances"
+            )
+            time.sleep(0.05)
+        for chat in chats:
+            asked = [f"m{chat}-{i}" for i in range(6)]
+            stored = daemon.query(
+                "SELECT role, content FROM messages WHERE chat_id = ? ORDER BY id", (chat,)
+            )
+            assert [r[1] for r in stored if r[0] == "user"] == asked
+            assert sorted(r[1] for r in stored if r[0] == "assistant") == [
+                f"echo: {a}" for a in asked
+            ]
+            assert sorted(set(texts(tg, chat))) == [f"echo: {a}" for a in asked]
+        repeated = len(tg.sent) - len({m["plain_text"] for m in tg.sent})
+        counted = daemon.query("SELECT COUNT(*) FROM audit WHERE kind = 'send_uncertain'")[0][0]
+        assert repeated <= counted  # a re-sent answer is always a counted one
+    finally:
+        daemon.stop()

@@ -64,6 +64,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             AGENTD_LLM__TIMEOUT="1.5",
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # every case is a message from the owner
             AGENTD_MEMORY__SUMMARY_THRESHOLD="10000",  # no background model calls to count
+            # The fake answers at once: typing and drafts only go out when they show at once.
+            AGENTD_TELEGRAM__PROGRESS_DELAY="0",
         )  # fmt: skip
         # Start-up while Telegram is unreachable or answers garbage: the daemon waits.
         tg_proxy.fail("getMe", "status", status=502, body="html")

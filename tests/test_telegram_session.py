@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import weakref
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramServerError
+from aiogram.methods import Response
+from aiogram.types import Message
 
 from agentd.config import Config
 from agentd.telegram.bot import make_bot
@@ -113,3 +117,14 @@ def test_classification_and_backoff() -> None:
 def test_lone_surrogates_become_replacement_characters() -> None:
     decoded = lenient_json_loads('{"text": "a\\ud83d b \\ud83d\\ude00"}')
     assert decoded == {"text": "a\ufffd b \U0001f600"}
+
+
+async def test_answer_models_outlive_a_garbage_collection(
+    servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
+) -> None:
+    # pydantic caches Response[T] only weakly: rebuilt per call, it was a third of a turn's CPU.
+    client, _ = bot
+    await client.send_message(CHAT, "once")
+    built = weakref.ref(Response[Message])
+    gc.collect()
+    assert built() is not None

@@ -22,7 +22,9 @@ def draft_id(instance_id: str, step: str) -> int:
 
 
 class DraftStreamer:
-    """Called with the text written so far; sends it as a draft at most every `interval`."""
+    """Called with the text written so far; sends it as a draft at most every `interval`.
+
+    No draft goes out before `delay` has passed since it was made: a quick answer needs none."""
 
     def __init__(
         self,
@@ -31,12 +33,14 @@ class DraftStreamer:
         draft: int,
         interval: float,
         monotonic: Callable[[], float] = time.monotonic,
+        delay: float = 0.0,
     ) -> None:
         self._outbox = outbox
         self._chat_id = chat_id
         self._draft = draft
         self._interval = interval
         self._monotonic = monotonic
+        self._not_before = monotonic() + delay
         self._last = float("-inf")
         self._shown = ""
         self.enabled = True
@@ -46,7 +50,7 @@ class DraftStreamer:
         if not self.enabled or not text.strip() or text == self._shown:
             return
         now = self._monotonic()
-        if now - self._last < self._interval:
+        if now < self._not_before or now - self._last < self._interval:
             return
         self._last = now
         self._shown = text

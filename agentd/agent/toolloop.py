@@ -355,7 +355,8 @@ async def call_llm(
     on_text = None
     if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
         on_text = DraftStreamer(deps.outbox, inp.chat_id, draft_id(instance_id, step_name),
-                                deps.config.telegram.stream_interval)  # fmt: skip
+                                deps.config.telegram.stream_interval,
+                                delay=deps.config.telegram.progress_delay)  # fmt: skip
     async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
         response = await deps.llm.complete(req, on_text=on_text)
     # Unsynced: the step's synced result commit, just after, carries it to disk.

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
 import aiosqlite
 
+from agentd.db import group_commit
 from agentd.db.connect import DatabaseError, open_sync
 from agentd.db.migrations import apply_migrations
 
@@ -22,34 +24,29 @@ Conn = Any  # a sqlite3.Connection or sqlean's equivalent; both have the same AP
 SYNCHRONOUS_LEVELS = ("FULL", "NORMAL")
 
 
-def _in_transaction(conn: Conn, fn: Callable[..., T], *args: Any) -> T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn(conn, *args)
-        conn.execute("COMMIT")
-    except BaseException:
-        # A failed COMMIT (disk full, I/O error) must not leave the transaction open, or every
-        # later BEGIN on this one connection would fail too.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return result
+@dataclass(frozen=True)
+class _Queued:
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    synced: bool
+    future: asyncio.Future[Any]
 
 
-def _unsynced(conn: Conn, restore: str, fn: Callable[..., T], *args: Any) -> T:
-    # synchronous can only change outside a transaction; it applies to the next COMMIT.
-    conn.execute("PRAGMA synchronous = NORMAL")
-    try:
-        return _in_transaction(conn, fn, *args)
-    finally:
-        conn.execute(f"PRAGMA synchronous = {restore}")
+def _settle(future: asyncio.Future[Any], outcome: group_commit.Outcome) -> None:
+    if future.done():  # its caller was cancelled while the group ran
+        return
+    if outcome.error is not None:
+        future.set_exception(outcome.error)
+    else:
+        future.set_result(outcome.value)
 
 
 class Database:
     """One aiosqlite connection; each read or write is one function run on its thread.
 
     Like datasette's execute_write_fn: a whole transaction is a plain function, so it costs one
-    thread hop and can never interleave with another coroutine's statements.
+    thread hop and can never interleave with another coroutine's statements. Writes queued while
+    a commit runs go together in the next one (agentd/db/group_commit.py): one fsync for all.
     """
 
     def __init__(self, conn: aiosqlite.Connection, path: Path, synchronous: str = "FULL") -> None:
@@ -57,6 +54,8 @@ class Database:
         self._lock = asyncio.Lock()
         self.path = path
         self.synchronous = synchronous
+        self._queue: list[_Queued] = []
+        self._drainer: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(cls, path: str | Path, *, synchronous: str = "FULL") -> Database:
@@ -86,6 +85,8 @@ class Database:
         return db
 
     async def close(self) -> None:
+        if self._drainer is not None:
+            await self._drainer  # queued writes still commit
         async with self._lock:
             await self._conn.close()
 
@@ -96,8 +97,12 @@ class Database:
             return await self._conn._execute(fn, raw, *args, **kwargs)
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run fn(conn, *args) inside BEGIN IMMEDIATE … COMMIT (ROLLBACK if it raises)."""
-        return await self._call(_in_transaction, partial(fn, **kwargs) if kwargs else fn, *args)
+        """Run fn(conn, *args) inside BEGIN IMMEDIATE … COMMIT (its effects undone if it raises).
+
+        It returns once the COMMIT is done, at the database's `synchronous` level; writes queued
+        meanwhile may share that transaction, each in its own savepoint.
+        """
+        return await self._enqueue(partial(fn, **kwargs) if kwargs else fn, args, synced=True)
 
     async def write_unsynced(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Like `write`, but COMMIT does not wait for fsync (synchronous=NORMAL for this one).
@@ -109,9 +114,45 @@ class Database:
         journal rows whose loss makes the engine run the step again.
         """
         target = partial(fn, **kwargs) if kwargs else fn
-        if self.synchronous == "NORMAL":
-            return await self._call(_in_transaction, target, *args)
-        return await self._call(_unsynced, self.synchronous, target, *args)
+        return await self._enqueue(target, args, synced=False)
+
+    async def _enqueue(self, fn: Callable[..., T], args: tuple[Any, ...], synced: bool) -> T:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Queued(fn, args, synced, future))
+        if self._drainer is None:
+            self._drainer = asyncio.create_task(self._drain(), name="db-writes")
+        return await future
+
+    async def _drain(self) -> None:
+        """Commit the queue group by group until it is empty."""
+        group: list[_Queued] = []
+        try:
+            while self._queue:
+                # A caller cancelled before its group starts does not write (as before, when it
+                # was cancelled waiting for the lock).
+                group = [q for q in self._queue if not q.future.done()]
+                self._queue.clear()
+                if not group:
+                    continue
+                # One synced write makes the whole group's COMMIT synced.
+                synced = any(q.synced for q in group) or self.synchronous == "NORMAL"
+                writes = [(q.fn, q.args) for q in group]
+                try:
+                    outcomes = await self._call(
+                        group_commit.run_group, writes, None if synced else self.synchronous
+                    )
+                except Exception as exc:
+                    outcomes = [group_commit.Outcome(error=exc)] * len(group)
+                for queued, outcome in zip(group, outcomes, strict=True):
+                    _settle(queued.future, outcome)
+                group = []
+        except asyncio.CancelledError:
+            for queued in [*group, *self._queue]:
+                queued.future.cancel()
+            self._queue.clear()
+            raise
+        finally:
+            self._drainer = None
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) outside a write transaction."""

@@ -274,14 +274,14 @@ class Engine:
         started = time.perf_counter()
         self._keys[inst.id] = inst.key
         try:
-            if not await self.db.write_unsynced(store.mark_running, inst.id, self.clock.now()):
+            # One hop: the journal is read in the transaction that marks the instance running.
+            taken = await self.db.write_unsynced(_take, inst.id, self.clock.now())
+            if taken is None:
                 current = await self.db.read(store.get_instance, inst.id)
                 if current.status not in store.FINAL_STATUSES:
                     await self._finish(inst.id, "cancelled", error="cancelled by request")
                 return
-            journal, attempts = await self.db.read(
-                lambda c: (store.load_steps(c, inst.id), store.load_attempts(c, inst.id))
-            )
+            journal, attempts = taken
             step = Step(self, inst.id, journal, attempts)
             log.info(
                 "workflow start",
@@ -461,3 +461,12 @@ class Engine:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
         log.info("engine stopped")
+
+
+def _take(
+    conn: Any, instance_id: str, now: float
+) -> tuple[dict[int, store.StepRecord], list[store.AttemptRecord]] | None:
+    """Mark an open instance running and return its journal; None if it was not open."""
+    if not store.mark_running(conn, instance_id, now):
+        return None
+    return store.load_steps(conn, instance_id), store.load_attempts(conn, instance_id)

@@ -9,6 +9,8 @@ from typing import Any
 
 import anthropic
 import httpx2
+from anthropic.lib._parse._response import ResponseFormatT
+from anthropic.types.parsed_message import ParsedMessage
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -42,6 +44,9 @@ _SPEND_LIMIT_ERRORS = tuple(
     )
     if hasattr(anthropic, name)
 )
+# The SDK's stream accumulator evaluates `ParsedMessage[ResponseFormatT]` for every answer, and
+# pydantic caches generic models only weakly: holding one reference keeps it from being rebuilt.
+_STREAM_SNAPSHOT_TYPE = ParsedMessage[ResponseFormatT]
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -197,6 +202,10 @@ class AnthropicLLM:
             base_url=config.base_url or None,
             max_retries=0,
             timeout=config.timeout,
+            # The SDK's own aiohttp transport (its `aiohttp` extra; aiogram needs aiohttp anyway):
+            # ~15 % less daemon CPU per turn than httpx's pure-Python HTTP/1.1 stack, measured
+            # in benchmarks/daemon_throughput.py. Errors still arrive as httpx2 exceptions.
+            http_client=anthropic.DefaultAioHttpClient(timeout=config.timeout),
         )
 
     async def close(self) -> None:

@@ -71,9 +71,12 @@ async def _best_effort(what: str, call: Callable[[], Awaitable[Any]]) -> bool:
 class TelegramOutbox:
     """Everything agentd says to Telegram goes through here."""
 
-    def __init__(self, bot: Bot, *, max_message_chars: int = TELEGRAM_LIMIT) -> None:
+    def __init__(
+        self, bot: Bot, *, max_message_chars: int = TELEGRAM_LIMIT, progress_delay: float = 0.0
+    ) -> None:
         self._bot = bot
         self._limit = max_message_chars
+        self._progress_delay = progress_delay
 
     def split(self, markdown: str) -> list[str]:
         return split_markdown(markdown, self._limit)
@@ -181,9 +184,11 @@ class TelegramOutbox:
 
     @contextlib.asynccontextmanager
     async def typing(self, chat_id: int) -> AsyncIterator[None]:
-        """Show "typing…" until the body finishes (R-TURN-1)."""
+        """Show "typing…" until the body finishes (R-TURN-1), once it has run progress_delay."""
 
         async def renew() -> None:
+            if self._progress_delay:  # an answer that is there by then needs no indicator
+                await asyncio.sleep(self._progress_delay)
             while True:
                 await self.chat_action(chat_id)
                 await asyncio.sleep(TYPING_RENEW_SECONDS)

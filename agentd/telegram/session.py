@@ -177,6 +177,23 @@ class RetryMiddleware(BaseRequestMiddleware):
 class BotSession(AiohttpSession):
     """aiohttp session that decodes leniently and keeps the status of undecodable answers."""
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # aiogram builds `Response[<result type>]` for every answer, and pydantic caches generic
+        # models only weakly: without a strong reference the class is collected and rebuilt
+        # (schema and validator) on each call, which was a third of the daemon's CPU per turn.
+        self._response_types: dict[Any, type[Response[Any]]] = {}
+
+    def check_response(
+        self, bot: Bot, method: TelegramMethod[TelegramType], status_code: int, content: str
+    ) -> Response[TelegramType]:
+        returning = method.__returning__
+        if returning not in self._response_types:
+            self._response_types[returning] = Response[returning]  # type: ignore[valid-type]
+        return super().check_response(
+            bot=bot, method=method, status_code=status_code, content=content
+        )
+
     async def make_request(
         self, bot: Bot, method: TelegramMethod[TelegramType], timeout: int | None = None
     ) -> TelegramType:

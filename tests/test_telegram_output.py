@@ -1,0 +1,82 @@
+"""Progress feedback only for slow answers: the real aiogram client against FakeTelegram.
+
+"typing…" (R-TURN-1) and the first draft (R-TG-3) wait `telegram.progress_delay`, so a turn
+whose answer is there sooner makes no extra Bot API calls (issue #15).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from agentd.agent.streaming import DraftStreamer
+from agentd.config import Config
+from agentd.telegram.bot import make_bot
+from agentd.telegram.output import TelegramOutbox
+from tests.daemon_process import TOKEN
+from tests.fakes import FakeTelegram
+
+CHAT = 11
+DELAY = 0.2
+
+
+@pytest.fixture(scope="module")
+def tg() -> Iterator[FakeTelegram]:
+    with FakeTelegram.running() as server:
+        server.add_chat(CHAT)
+        yield server
+
+
+@pytest.fixture
+async def outbox(tg: FakeTelegram) -> AsyncIterator[TelegramOutbox]:
+    config = Config.model_validate(
+        {"telegram": {"api_base": tg.base_url}, "secrets": {"telegram_bot_token": TOKEN}}
+    )
+    bot = make_bot(config)
+    yield TelegramOutbox(bot, progress_delay=DELAY)
+    await bot.session.close()
+
+
+async def test_a_quick_answer_shows_no_typing(tg: FakeTelegram, outbox: TelegramOutbox) -> None:
+    before = len(tg.actions)
+    async with outbox.typing(CHAT):
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(DELAY + 0.1)  # a timer left running would fire by now
+    assert len(tg.actions) == before
+
+
+async def test_a_slow_answer_shows_typing_after_the_delay(
+    tg: FakeTelegram, outbox: TelegramOutbox
+) -> None:
+    before = len(tg.actions)
+    started = time.time()
+    async with outbox.typing(CHAT):
+        await asyncio.sleep(DELAY + 0.3)
+    actions = tg.actions[before:]
+    assert [(a["chat_id"], a["action"]) for a in actions] == [(CHAT, "typing")]
+    assert actions[0]["time"] - started >= DELAY
+
+
+async def test_no_delay_shows_typing_at_once(tg: FakeTelegram, outbox: TelegramOutbox) -> None:
+    at_once = TelegramOutbox(outbox._bot, progress_delay=0)
+    before = len(tg.actions)
+    async with at_once.typing(CHAT):
+        await asyncio.sleep(0.1)
+    assert len(tg.actions) == before + 1
+
+
+async def test_drafts_start_after_the_delay_then_follow_the_interval(
+    tg: FakeTelegram, outbox: TelegramOutbox
+) -> None:
+    now = [100.0]
+    streamer = DraftStreamer(outbox, CHAT, 7, interval=0.5, monotonic=lambda: now[0], delay=0.3)
+    before = len(tg.drafts)
+    for at, text in [(100.0, "Hel"), (100.2, "Hello"), (100.3, "Hello wor"),
+                     (100.5, "Hello world"), (100.8, "Hello world!")]:  # fmt: skip
+        now[0] = at
+        await streamer(text)
+    assert [d["text"] for d in tg.drafts[before:]] == ["Hello wor", "Hello world!"]
+    assert streamer.sent == 2
