@@ -4,7 +4,8 @@
     python benchmarks/memory_retrieval.py --dataset locomo10.json --sweep --json
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
-appended) of one user per conversation, stored with `add_memories` in a temporary database; each
+appended; its context the turn before it in the session, the message it answers) of one user
+per conversation, stored with `add_memories` in a temporary database; each
 question is searched with `search()` in keyword, vector and hybrid mode. Reported: recall@5 and
 @10 of the evidence turns (the share of a question's evidence ids found in the top k, averaged)
 overall and per category, index time, and p50/p95 query latency (search alone, and query
@@ -46,7 +47,7 @@ from agentd.memory.search import (
     search,
     vector_search,
 )
-from agentd.memory.store import ConnRunner, NewMemory, add_memories
+from agentd.memory.store import ConnRunner, NewMemory, add_memories, embedding_text
 
 ARMS = ("keyword", "vector", "hybrid")
 SWEEP_DEPTH = 50  # how deep the arms' lists are kept for the sweep's re-fusion
@@ -65,6 +66,7 @@ _SESSION = re.compile(r"session_(\d+)$")
 class Turn(BaseModel):
     dia_id: str
     text: str
+    context: str | None = None  # the turn before it in the session: what it answers
 
 
 class Question(BaseModel):
@@ -159,6 +161,7 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
         for _, session in sessions:
             if not isinstance(session, list):
                 continue
+            previous: str | None = None
             for turn in session:
                 dia_id = turn.get("dia_id") if isinstance(turn, dict) else None
                 text = _turn_text(turn) if isinstance(turn, dict) else None
@@ -168,7 +171,8 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
                 if dia_id in known:
                     stats.duplicate_turn_ids += 1  # indexed too; either copy counts as found
                 known.add(dia_id)
-                turns.append(Turn(dia_id=dia_id, text=text))
+                turns.append(Turn(dia_id=dia_id, text=text, context=previous))
+                previous = text
         questions: list[Question] = []
         qa = entry.get("qa")
         for item in qa if isinstance(qa, list) else []:
@@ -230,13 +234,16 @@ async def _index(conn: Any, embedder: Embedder, conversations: list[Conversation
     for user_id, conv in enumerate(conversations, start=1):
         for start in range(0, len(conv.turns), 256):
             batch = conv.turns[start : start + 256]
-            vectors = await embedder.embed_documents([t.text for t in batch])
+            vectors = await embedder.embed_documents(
+                [embedding_text(t.text, t.context) for t in batch]
+            )
             items = [
                 (
                     NewMemory(
                         user_id=user_id,
                         kind="turn",
                         content=turn.text,
+                        context=turn.context,
                         source=f"locomo:{conv.sample_id}:{turn.dia_id}",
                         meta={"dia_id": turn.dia_id},
                     ),
@@ -370,7 +377,7 @@ def _sweep_grid() -> list[Fusion]:
     ]
     grid += [
         Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k, depth=d)
-        for w in (0.15, 0.3, 0.5, 1.0)
+        for w in (0.05, 0.1, 0.15, 0.3, 0.5, 1.0)
         for k in (5, 10, 60)
         for d in (20, 50)
     ]

@@ -51,7 +51,12 @@ async def test_benchmark_figures_are_sane_and_hybrid_beats_each_arm(tmp_path: Pa
     bench = _bench()
     conversations, load = bench.load_dataset(DATASET)
     report = await bench.run_benchmark(
-        conversations, load, HashingEmbedder(), db_path=tmp_path / "bench.db", sweep=True
+        conversations,
+        load,
+        HashingEmbedder(),
+        TUNED_FUSION["hashing"],
+        db_path=tmp_path / "bench.db",
+        sweep=True,
     )
     arms = report.arms
     for arm in ("keyword", "vector", "hybrid"):

@@ -68,8 +68,8 @@ class MemoryHit(BaseModel):
 
 # Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
 TUNED_FUSION: dict[str, Fusion] = {
-    "e5-small": Fusion(method="minmax", keyword_weight=0.65, vector_weight=0.35, depth=20),
-    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.15, rrf_k=10, depth=20),
+    "e5-small": Fusion(method="minmax", keyword_weight=0.6, vector_weight=0.4, depth=30),
+    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.05, rrf_k=10, depth=20),
 }
 
 
@@ -86,6 +86,13 @@ def fusion_from_config(config: Any) -> Fusion:
     return tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
 
 
+# bm25() weights of memory_fts's columns (content, fts_cjk, context). A memory's context (the
+# message a turn answered, a date) says what it is about but is not what it says: at half the
+# content's weight a turn whose own words match ranks above one whose neighbour's do
+# (benchmarks/README.md: 0.5 beat 1.0 and 0.3 on every dev conversation).
+FTS_WEIGHTS = (1.0, 1.0, 0.5)
+
+
 def keyword_search(
     conn: Conn, user_id: int, text: str, limit: int, *, kinds: Sequence[str] | None = None
 ) -> list[tuple[int, float]]:
@@ -95,7 +102,8 @@ def keyword_search(
         return []
     kind_clause, params = _kind_clause(kinds)
     rows = conn.execute(
-        "SELECT m.id, bm25(memory_fts) AS score FROM memory_fts"
+        f"SELECT m.id, bm25(memory_fts, {', '.join(map(str, FTS_WEIGHTS))}) AS score"
+        " FROM memory_fts"
         " JOIN memories m ON m.id = memory_fts.rowid"
         f" WHERE memory_fts MATCH ? AND m.user_id = ?{kind_clause}"
         " ORDER BY score, m.id LIMIT ?",
