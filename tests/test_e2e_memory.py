@@ -175,7 +175,7 @@ def test_reindex_after_the_default_embedder_changed(
         del env["AGENTD_MEMORY__EMBEDDER"]  # back to the default
         before = daemon.query("SELECT model_id, dim FROM memory_spaces")
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
-        assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4/384")
+        assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4-c1/384")
         assert not checks["embedder"]["warn"]
         assert (
             checks["memory vectors"]["warn"]
@@ -188,7 +188,7 @@ def test_reindex_after_the_default_embedder_changed(
         assert docs["embedded"] == 1 and docs["dropped_spaces"] == ["hashing-v1/384"]
         after = daemon.query("SELECT model_id, dim FROM memory_spaces")
         assert [tuple(r) for r in before] == [("hashing-v1", 384)]
-        assert [tuple(r) for r in after] == [("e5-small-q4", 384)]
+        assert [tuple(r) for r in after] == [("e5-small-q4-c1", 384)]
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
         assert not checks["memory vectors"]["warn"] and not checks["document vectors"]["warn"]
         found = daemon.cli_json("memory", "search", "which animal lives with me",

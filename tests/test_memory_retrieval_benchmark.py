@@ -106,4 +106,4 @@ async def test_default_embedder_recall_on_a_fixed_set_does_not_regress(tmp_path:
     assert recall["vector"]["R@5"] >= 0.72 and recall["vector"]["R@10"] >= 0.835, recall
     assert recall["hybrid"]["R@5"] >= 0.70 and recall["hybrid"]["R@10"] >= 0.87, recall
     assert recall["hybrid"]["R@10"] > recall["keyword"]["R@10"], recall
-    assert report.embedder == "e5-small-q4/384"
+    assert report.embedder == "e5-small-q4-c1/384"
