@@ -50,6 +50,8 @@ from agentd.memory.search import (
 from agentd.memory.store import ConnRunner, NewMemory, add_memories, embedding_text
 
 ARMS = ("keyword", "vector", "hybrid")
+# A question, its conversation, and the keyword (id, bm25) and vector (id, distance) lists.
+ArmLists = tuple["Question", str, list[tuple[int, float]], list[tuple[int, float]]]
 SWEEP_DEPTH = 50  # how deep the arms' lists are kept for the sweep's re-fusion
 KS = (5, 10)
 CATEGORY_NAMES = {
@@ -95,6 +97,7 @@ class LoadStats(BaseModel):
 class ArmResult(BaseModel):
     recall: dict[str, float]  # "R@5" → value
     by_category: dict[str, dict[str, float]]
+    by_conversation: dict[str, dict[str, float]] = Field(default_factory=dict)
     search_ms_p50: float
     search_ms_p95: float
 
@@ -291,10 +294,10 @@ async def _query_all(
     fusion: Fusion,
     sweep: bool,
 ) -> Report:
-    per_arm: dict[str, list[tuple[str, dict[int, float]]]] = {arm: [] for arm in ARMS}
+    per_arm: dict[str, list[tuple[str, str, dict[int, float]]]] = {arm: [] for arm in ARMS}
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
     embed_ms: list[float] = []
-    arm_lists: list[tuple[Question, list[tuple[int, float]], list[tuple[int, float]]]] = []
+    arm_lists: list[ArmLists] = []
     depth = max(max(KS), fusion.depth, SWEEP_DEPTH)
 
     def found(ids: Sequence[int]) -> list[set[str]]:
@@ -322,12 +325,16 @@ async def _query_all(
                     raise AssertionError("a search returned another user's memory")
                 ids = [h.memory.id for h in hits]
                 per_arm[arm].append(
-                    (q.category, {k: _recall(found(ids), q.evidence, k) for k in KS})
+                    (
+                        q.category,
+                        conv.sample_id,
+                        {k: _recall(found(ids), q.evidence, k) for k in KS},
+                    )
                 )
             if sweep:
                 kw = keyword_search(conn, user_id, q.question, depth)
                 vec = vector_search(conn, user_id, qvec, embedder.model_id, depth)
-                arm_lists.append((q, kw, vec))
+                arm_lists.append((q, conv.sample_id, kw, vec))
 
     arms = {arm: _summarise(per_arm[arm], latency[arm]) for arm in ARMS}
     counts: dict[str, int] = defaultdict(int)
@@ -350,10 +357,12 @@ async def _query_all(
     return report
 
 
-def _summarise(rows: list[tuple[str, dict[int, float]]], latency: list[float]) -> ArmResult:
+def _summarise(rows: list[tuple[str, str, dict[int, float]]], latency: list[float]) -> ArmResult:
     by_cat: dict[str, list[dict[int, float]]] = defaultdict(list)
-    for category, rec in rows:
+    by_conv: dict[str, list[dict[int, float]]] = defaultdict(list)
+    for category, conversation, rec in rows:
         by_cat[category].append(rec)
+        by_conv[conversation].append(rec)
 
     def mean(recs: list[dict[int, float]]) -> dict[str, float]:
         return {
@@ -361,8 +370,9 @@ def _summarise(rows: list[tuple[str, dict[int, float]]], latency: list[float]) -
         }
 
     return ArmResult(
-        recall=mean([r for _, r in rows]),
+        recall=mean([r for _, _, r in rows]),
         by_category={c: mean(v) for c, v in sorted(by_cat.items())},
+        by_conversation={c: mean(v) for c, v in by_conv.items()},
         search_ms_p50=round(_pct(latency, 0.5), 3),
         search_ms_p95=round(_pct(latency, 0.95), 3),
     )
@@ -384,19 +394,19 @@ def _sweep_grid() -> list[Fusion]:
     return grid
 
 
-def _sweep(
-    arm_lists: list[tuple[Question, list[tuple[int, float]], list[tuple[int, float]]]],
-    owner: dict[int, str],
-) -> list[dict[str, Any]]:
-    """Recall of the production fuse() over a grid of weights, from the arms' stored lists."""
+def _sweep(arm_lists: list[ArmLists], owner: dict[int, str]) -> list[dict[str, Any]]:
+    """Recall of the production fuse() over a grid of weights, from the arms' stored lists;
+    R@5 per conversation too, to see whether a choice holds on each or only on the total."""
     results = []
     for fusion in _sweep_grid():
         recs: dict[int, list[float]] = {k: [] for k in KS}
-        for q, kw, vec in arm_lists:
+        per_conv: dict[str, list[float]] = defaultdict(list)
+        for q, conversation, kw, vec in arm_lists:
             ids = [mid for mid, _ in fuse(kw, vec, fusion)]
             found = [{owner[i]} if i in owner else set() for i in ids]
             for k in KS:
                 recs[k].append(_recall(found, q.evidence, k))
+            per_conv[conversation].append(recs[5][-1])
         results.append(
             {
                 "method": fusion.method,
@@ -405,6 +415,9 @@ def _sweep(
                 "rrf_k": fusion.rrf_k,
                 "depth": fusion.depth,
                 **{f"R@{k}": round(statistics.fmean(v), 4) if v else 0.0 for k, v in recs.items()},
+                "R@5 by conversation": {
+                    c: round(statistics.fmean(v), 4) for c, v in per_conv.items()
+                },
             }
         )
     return results
@@ -444,13 +457,24 @@ def format_report(report: Report) -> str:
             for arm in ARMS
         )
         lines.append(f"  {cat} {name:<12} n={n:<4} {cells}")
+    convs = list(next(iter(report.arms.values())).by_conversation)
+    lines += ["", "by conversation (R@5 / R@10):"]
+    for conv in convs:
+        cells = "  ".join(
+            f"{arm} {report.arms[arm].by_conversation[conv]['R@5']:.3f}/"
+            f"{report.arms[arm].by_conversation[conv]['R@10']:.3f}"
+            for arm in ARMS
+        )
+        lines.append(f"  {conv:<12} {cells}")
     if report.sweep:
-        lines += ["", "sweep:", "  method  kw_w  vec_w rrf_k depth   R@5  R@10"]
+        head = "  method  kw_w  vec_w rrf_k depth   R@5  R@10  R@5 per conversation"
+        lines += ["", "sweep:", head]
         for row in report.sweep:
             lines.append(
                 f"  {row['method']:<6} {row['keyword_weight']:>5} {row['vector_weight']:>6} "
                 f"{row['rrf_k'] if row['method'] == 'rrf' else '-':>5} {row['depth']:>5} "
-                f"{row['R@5']:.3f} {row['R@10']:.3f}"
+                f"{row['R@5']:.3f} {row['R@10']:.3f}  "
+                + " ".join(f"{v:.3f}" for v in row["R@5 by conversation"].values())
             )
     return "\n".join(lines)
 
