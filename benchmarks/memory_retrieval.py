@@ -29,6 +29,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,7 @@ class Turn(BaseModel):
     dia_id: str
     text: str
     context: str | None = None  # the turn before it in the session: what it answers
+    session_start: float | None = None  # the session's date_time (UTC seconds), if it parses
 
 
 class Question(BaseModel):
@@ -143,6 +145,17 @@ def _turn_text(turn: dict[str, Any]) -> str | None:
     return line
 
 
+def _session_start(raw: Any) -> float | None:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as UTC seconds; None when absent or another shape."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        when = datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC).timestamp()
+
+
 def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
     """Parse a LoCoMo-layout JSON file, skipping and counting what cannot be used."""
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -161,9 +174,10 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
             for key, value in conv.items()
             if (m := _SESSION.match(key)) is not None
         )
-        for _, session in sessions:
+        for number, session in sessions:
             if not isinstance(session, list):
                 continue
+            start = _session_start(conv.get(f"session_{number}_date_time"))
             previous: str | None = None
             for turn in session:
                 dia_id = turn.get("dia_id") if isinstance(turn, dict) else None
@@ -174,7 +188,7 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
                 if dia_id in known:
                     stats.duplicate_turn_ids += 1  # indexed too; either copy counts as found
                 known.add(dia_id)
-                turns.append(Turn(dia_id=dia_id, text=text, context=previous))
+                turns.append(Turn(dia_id=dia_id, text=text, context=previous, session_start=start))
                 previous = text
         questions: list[Question] = []
         qa = entry.get("qa")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ def test_threshold_triggers_a_summary_after_the_reply(
         rows = daemon.query("SELECT kind, content, slot, user_id FROM memories ORDER BY id")
         assert [(r[0], r[2], r[3]) for r in rows] == [("summary", None, ALICE),
                                                       ("fact", "home_city", ALICE)]  # fmt: skip
+        context = daemon.query("SELECT context FROM memories WHERE kind = 'summary'")[0][0]
+        assert re.fullmatch(r"Conversation of \d{1,2} [A-Z][a-z]+ 20\d\d( to .+)?", context)
         summarised = daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0]
         assert summarised == 4  # all but the two most recent; the raw messages stay
         assert daemon.query("SELECT COUNT(*) FROM messages")[0][0] == 6
@@ -80,6 +83,7 @@ def test_threshold_triggers_a_summary_after_the_reply(
         prompt = system_text(llm.requests[-1])
         assert "Lives in Lyon" in prompt  # the fact, as data
         assert "moving to Lyon and her cat Miso" in prompt  # the recalled summary
+        assert "Conversation of" not in prompt  # its context is indexed, not recalled
 
         listed = daemon.cli_json("memory", "ls", "--user", str(ALICE))
         assert {m["kind"] for m in listed} == {"summary", "fact"}

@@ -169,6 +169,12 @@ def block_context(block: list[BlockMessage], zone: str) -> str:
     return f"Conversation of {days[0]}" + (f" to {days[1]}" if days[1] != days[0] else "")
 
 
+def texts_to_embed(block: list[BlockMessage], result: SummaryResult, zone: str) -> list[str]:
+    """The summary as stored (with its context), then each fact: what the embed step embeds."""
+    summary = embedding_text(result.summary, block_context(block, zone))
+    return [summary, *(" ".join(f.content.split()) for f in result.facts)]
+
+
 async def embed(deps: SummaryDeps, texts: list[str]) -> list[list[float]]:
     return await deps.embedder.embed_documents(texts) if texts else []
 
@@ -226,11 +232,7 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
         except StepFailed as exc:
             await step.do("audit-error", _audit_error, deps, inp, iid, exc.message)
             raise
-        context = block_context(block, deps.config.agent.timezone)
-        texts = [
-            embedding_text(result.summary, context),
-            *(" ".join(f.content.split()) for f in result.facts),
-        ]
+        texts = texts_to_embed(block, result, deps.config.agent.timezone)
         vectors = await step.do("embed", embed, deps, texts, retry=Retry(limit=3, delay=2.0))
         return await step.do("store", store, deps, inp, iid, block, result, vectors)
 
