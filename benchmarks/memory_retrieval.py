@@ -4,7 +4,8 @@
     python benchmarks/memory_retrieval.py --dataset locomo10.json --sweep --json
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
-appended) of one user per conversation, stored with `add_memories` in a temporary database; each
+appended; its context the turn before it in the session, the message it answers) of one user
+per conversation, stored with `add_memories` in a temporary database; each
 question is searched with `search()` in keyword, vector and hybrid mode. Reported: recall@5 and
 @10 of the evidence turns (the share of a question's evidence ids found in the top k, averaged)
 overall and per category, index time, and p50/p95 query latency (search alone, and query
@@ -28,6 +29,7 @@ import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,9 +48,11 @@ from agentd.memory.search import (
     search,
     vector_search,
 )
-from agentd.memory.store import ConnRunner, NewMemory, add_memories
+from agentd.memory.store import ConnRunner, NewMemory, add_memories, embedding_text
 
 ARMS = ("keyword", "vector", "hybrid")
+# A question, its conversation, and the keyword (id, bm25) and vector (id, distance) lists.
+ArmLists = tuple["Question", str, list[tuple[int, float]], list[tuple[int, float]]]
 SWEEP_DEPTH = 50  # how deep the arms' lists are kept for the sweep's re-fusion
 KS = (5, 10)
 CATEGORY_NAMES = {
@@ -65,6 +69,8 @@ _SESSION = re.compile(r"session_(\d+)$")
 class Turn(BaseModel):
     dia_id: str
     text: str
+    context: str | None = None  # the turn before it in the session: what it answers
+    session_start: float | None = None  # the session's date_time (UTC seconds), if it parses
 
 
 class Question(BaseModel):
@@ -93,6 +99,7 @@ class LoadStats(BaseModel):
 class ArmResult(BaseModel):
     recall: dict[str, float]  # "R@5" → value
     by_category: dict[str, dict[str, float]]
+    by_conversation: dict[str, dict[str, float]] = Field(default_factory=dict)
     search_ms_p50: float
     search_ms_p95: float
 
@@ -138,6 +145,17 @@ def _turn_text(turn: dict[str, Any]) -> str | None:
     return line
 
 
+def _session_start(raw: Any) -> float | None:
+    """LoCoMo's "1:56 pm on 8 May, 2023" as UTC seconds; None when absent or another shape."""
+    if not isinstance(raw, str):
+        return None
+    try:
+        when = datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y")
+    except ValueError:
+        return None
+    return when.replace(tzinfo=UTC).timestamp()
+
+
 def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
     """Parse a LoCoMo-layout JSON file, skipping and counting what cannot be used."""
     raw = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -156,9 +174,11 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
             for key, value in conv.items()
             if (m := _SESSION.match(key)) is not None
         )
-        for _, session in sessions:
+        for number, session in sessions:
             if not isinstance(session, list):
                 continue
+            start = _session_start(conv.get(f"session_{number}_date_time"))
+            previous: str | None = None
             for turn in session:
                 dia_id = turn.get("dia_id") if isinstance(turn, dict) else None
                 text = _turn_text(turn) if isinstance(turn, dict) else None
@@ -168,7 +188,8 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
                 if dia_id in known:
                     stats.duplicate_turn_ids += 1  # indexed too; either copy counts as found
                 known.add(dia_id)
-                turns.append(Turn(dia_id=dia_id, text=text))
+                turns.append(Turn(dia_id=dia_id, text=text, context=previous, session_start=start))
+                previous = text
         questions: list[Question] = []
         qa = entry.get("qa")
         for item in qa if isinstance(qa, list) else []:
@@ -230,13 +251,16 @@ async def _index(conn: Any, embedder: Embedder, conversations: list[Conversation
     for user_id, conv in enumerate(conversations, start=1):
         for start in range(0, len(conv.turns), 256):
             batch = conv.turns[start : start + 256]
-            vectors = await embedder.embed_documents([t.text for t in batch])
+            vectors = await embedder.embed_documents(
+                [embedding_text(t.text, t.context) for t in batch]
+            )
             items = [
                 (
                     NewMemory(
                         user_id=user_id,
                         kind="turn",
                         content=turn.text,
+                        context=turn.context,
                         source=f"locomo:{conv.sample_id}:{turn.dia_id}",
                         meta={"dia_id": turn.dia_id},
                     ),
@@ -284,10 +308,10 @@ async def _query_all(
     fusion: Fusion,
     sweep: bool,
 ) -> Report:
-    per_arm: dict[str, list[tuple[str, dict[int, float]]]] = {arm: [] for arm in ARMS}
+    per_arm: dict[str, list[tuple[str, str, dict[int, float]]]] = {arm: [] for arm in ARMS}
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
     embed_ms: list[float] = []
-    arm_lists: list[tuple[Question, list[tuple[int, float]], list[tuple[int, float]]]] = []
+    arm_lists: list[ArmLists] = []
     depth = max(max(KS), fusion.depth, SWEEP_DEPTH)
 
     def found(ids: Sequence[int]) -> list[set[str]]:
@@ -315,12 +339,16 @@ async def _query_all(
                     raise AssertionError("a search returned another user's memory")
                 ids = [h.memory.id for h in hits]
                 per_arm[arm].append(
-                    (q.category, {k: _recall(found(ids), q.evidence, k) for k in KS})
+                    (
+                        q.category,
+                        conv.sample_id,
+                        {k: _recall(found(ids), q.evidence, k) for k in KS},
+                    )
                 )
             if sweep:
                 kw = keyword_search(conn, user_id, q.question, depth)
                 vec = vector_search(conn, user_id, qvec, embedder.model_id, depth)
-                arm_lists.append((q, kw, vec))
+                arm_lists.append((q, conv.sample_id, kw, vec))
 
     arms = {arm: _summarise(per_arm[arm], latency[arm]) for arm in ARMS}
     counts: dict[str, int] = defaultdict(int)
@@ -343,10 +371,12 @@ async def _query_all(
     return report
 
 
-def _summarise(rows: list[tuple[str, dict[int, float]]], latency: list[float]) -> ArmResult:
+def _summarise(rows: list[tuple[str, str, dict[int, float]]], latency: list[float]) -> ArmResult:
     by_cat: dict[str, list[dict[int, float]]] = defaultdict(list)
-    for category, rec in rows:
+    by_conv: dict[str, list[dict[int, float]]] = defaultdict(list)
+    for category, conversation, rec in rows:
         by_cat[category].append(rec)
+        by_conv[conversation].append(rec)
 
     def mean(recs: list[dict[int, float]]) -> dict[str, float]:
         return {
@@ -354,8 +384,9 @@ def _summarise(rows: list[tuple[str, dict[int, float]]], latency: list[float]) -
         }
 
     return ArmResult(
-        recall=mean([r for _, r in rows]),
+        recall=mean([r for _, _, r in rows]),
         by_category={c: mean(v) for c, v in sorted(by_cat.items())},
+        by_conversation={c: mean(v) for c, v in by_conv.items()},
         search_ms_p50=round(_pct(latency, 0.5), 3),
         search_ms_p95=round(_pct(latency, 0.95), 3),
     )
@@ -370,26 +401,26 @@ def _sweep_grid() -> list[Fusion]:
     ]
     grid += [
         Fusion(method="rrf", keyword_weight=1.0, vector_weight=w, rrf_k=k, depth=d)
-        for w in (0.15, 0.3, 0.5, 1.0)
+        for w in (0.05, 0.1, 0.15, 0.3, 0.5, 1.0)
         for k in (5, 10, 60)
         for d in (20, 50)
     ]
     return grid
 
 
-def _sweep(
-    arm_lists: list[tuple[Question, list[tuple[int, float]], list[tuple[int, float]]]],
-    owner: dict[int, str],
-) -> list[dict[str, Any]]:
-    """Recall of the production fuse() over a grid of weights, from the arms' stored lists."""
+def _sweep(arm_lists: list[ArmLists], owner: dict[int, str]) -> list[dict[str, Any]]:
+    """Recall of the production fuse() over a grid of weights, from the arms' stored lists;
+    R@5 per conversation too, to see whether a choice holds on each or only on the total."""
     results = []
     for fusion in _sweep_grid():
         recs: dict[int, list[float]] = {k: [] for k in KS}
-        for q, kw, vec in arm_lists:
+        per_conv: dict[str, list[float]] = defaultdict(list)
+        for q, conversation, kw, vec in arm_lists:
             ids = [mid for mid, _ in fuse(kw, vec, fusion)]
             found = [{owner[i]} if i in owner else set() for i in ids]
             for k in KS:
                 recs[k].append(_recall(found, q.evidence, k))
+            per_conv[conversation].append(recs[5][-1])
         results.append(
             {
                 "method": fusion.method,
@@ -398,6 +429,9 @@ def _sweep(
                 "rrf_k": fusion.rrf_k,
                 "depth": fusion.depth,
                 **{f"R@{k}": round(statistics.fmean(v), 4) if v else 0.0 for k, v in recs.items()},
+                "R@5 by conversation": {
+                    c: round(statistics.fmean(v), 4) for c, v in per_conv.items()
+                },
             }
         )
     return results
@@ -437,13 +471,24 @@ def format_report(report: Report) -> str:
             for arm in ARMS
         )
         lines.append(f"  {cat} {name:<12} n={n:<4} {cells}")
+    convs = list(next(iter(report.arms.values())).by_conversation)
+    lines += ["", "by conversation (R@5 / R@10):"]
+    for conv in convs:
+        cells = "  ".join(
+            f"{arm} {report.arms[arm].by_conversation[conv]['R@5']:.3f}/"
+            f"{report.arms[arm].by_conversation[conv]['R@10']:.3f}"
+            for arm in ARMS
+        )
+        lines.append(f"  {conv:<12} {cells}")
     if report.sweep:
-        lines += ["", "sweep:", "  method  kw_w  vec_w rrf_k depth   R@5  R@10"]
+        head = "  method  kw_w  vec_w rrf_k depth   R@5  R@10  R@5 per conversation"
+        lines += ["", "sweep:", head]
         for row in report.sweep:
             lines.append(
                 f"  {row['method']:<6} {row['keyword_weight']:>5} {row['vector_weight']:>6} "
                 f"{row['rrf_k'] if row['method'] == 'rrf' else '-':>5} {row['depth']:>5} "
-                f"{row['R@5']:.3f} {row['R@10']:.3f}"
+                f"{row['R@5']:.3f} {row['R@10']:.3f}  "
+                + " ".join(f"{v:.3f}" for v in row["R@5 by conversation"].values())
             )
     return "\n".join(lines)
 

@@ -51,12 +51,14 @@ from agentd.memory.summarise import (
     store,
     summarise_block,
     summary_due,
+    texts_to_embed,
 )
 from benchmarks.memory_retrieval import (
     ARMS,
     CATEGORY_NAMES,
     KS,
     Conversation,
+    Turn,
     _pct,
     _recall,
     load_dataset,
@@ -118,9 +120,14 @@ async def _summarise(deps: SummaryDeps, chat: int, up_to: int, n: int) -> None:
     if not block:
         return
     result = await summarise_block(deps, inp, block, iid)
-    texts = [result.summary, *(" ".join(f.content.split()) for f in result.facts)]
+    texts = texts_to_embed(block, result, deps.config.agent.timezone)
     vectors = await embed(deps, texts)
     await store(deps, inp, iid, block, result, vectors)
+
+
+def _when(turn: Turn, i: int) -> float:
+    """A turn's time: its session's start (LoCoMo dates them) plus a minute per turn so far."""
+    return (turn.session_start or 0.0) + i * MINUTE
 
 
 async def build(db: Database, deps: SummaryDeps, tail: SummaryDeps, convs: list[Conversation]):
@@ -132,12 +139,13 @@ async def build(db: Database, deps: SummaryDeps, tail: SummaryDeps, convs: list[
         summaries = 0
         for i, turn in enumerate(conv.turns):
             role = "user" if turn.text.split(":", 1)[0] == first else "assistant"
+            at = _when(turn, i)
             mid = await db.write(
-                lambda c, t=turn.text, r=role, i=i, chat=chat: (
+                lambda c, t=turn.text, r=role, at=at, chat=chat: (
                     c.execute(
                         "INSERT INTO messages (chat_id, user_id, role, content, created_at)"
                         " VALUES (?, ?, ?, ?, ?)",
-                        (chat, chat, r, t, i * MINUTE),
+                        (chat, chat, r, t, at),
                     ).lastrowid
                 )
             )
@@ -167,7 +175,7 @@ def covered(conn: Any, dia: dict[int, str]) -> dict[int, set[str]]:
         elif slot and slot.startswith("turn_"):
             minute = int(slot.removeprefix("turn_"))
             out[mid] = set()
-            # The fact's turn: messages are a minute apart, from 0, per chat.
+            # The fact's turn: messages are a minute apart (from their session's start).
             for (msg_id,) in conn.execute(
                 "SELECT id FROM messages WHERE chat_id = ? AND created_at = ?",
                 (chat, minute * MINUTE),

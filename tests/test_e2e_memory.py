@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,8 @@ def test_threshold_triggers_a_summary_after_the_reply(
         rows = daemon.query("SELECT kind, content, slot, user_id FROM memories ORDER BY id")
         assert [(r[0], r[2], r[3]) for r in rows] == [("summary", None, ALICE),
                                                       ("fact", "home_city", ALICE)]  # fmt: skip
+        context = daemon.query("SELECT context FROM memories WHERE kind = 'summary'")[0][0]
+        assert re.fullmatch(r"Conversation of \d{1,2} [A-Z][a-z]+ 20\d\d( to .+)?", context)
         summarised = daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0]
         assert summarised == 4  # all but the two most recent; the raw messages stay
         assert daemon.query("SELECT COUNT(*) FROM messages")[0][0] == 6
@@ -80,6 +83,7 @@ def test_threshold_triggers_a_summary_after_the_reply(
         prompt = system_text(llm.requests[-1])
         assert "Lives in Lyon" in prompt  # the fact, as data
         assert "moving to Lyon and her cat Miso" in prompt  # the recalled summary
+        assert "Conversation of" not in prompt  # its context is indexed, not recalled
 
         listed = daemon.cli_json("memory", "ls", "--user", str(ALICE))
         assert {m["kind"] for m in listed} == {"summary", "fact"}
@@ -175,7 +179,7 @@ def test_reindex_after_the_default_embedder_changed(
         del env["AGENTD_MEMORY__EMBEDDER"]  # back to the default
         before = daemon.query("SELECT model_id, dim FROM memory_spaces")
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
-        assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4/384")
+        assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4-c1/384")
         assert not checks["embedder"]["warn"]
         assert (
             checks["memory vectors"]["warn"]
@@ -188,7 +192,7 @@ def test_reindex_after_the_default_embedder_changed(
         assert docs["embedded"] == 1 and docs["dropped_spaces"] == ["hashing-v1/384"]
         after = daemon.query("SELECT model_id, dim FROM memory_spaces")
         assert [tuple(r) for r in before] == [("hashing-v1", 384)]
-        assert [tuple(r) for r in after] == [("e5-small-q4", 384)]
+        assert [tuple(r) for r in after] == [("e5-small-q4-c1", 384)]
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
         assert not checks["memory vectors"]["warn"] and not checks["document vectors"]["warn"]
         found = daemon.cli_json("memory", "search", "which animal lives with me",

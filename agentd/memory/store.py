@@ -67,6 +67,9 @@ class NewMemory(BaseModel):
     chat_id: int | None = None
     slot: str | None = None
     meta: dict[str, Any] = Field(default_factory=dict)
+    # What the memory answers or where it sits (the message a turn replied to, a date): indexed
+    # and embedded with the content, weighted below it, never shown as the memory.
+    context: str | None = None
 
 
 class Memory(BaseModel):
@@ -83,6 +86,7 @@ class Memory(BaseModel):
     created_at: float
     updated_at: float
     meta: dict[str, Any]
+    context: str | None = None
     model_id: str | None = None  # the space its vector is in; None when it has no vector
     dim: int | None = None
 
@@ -127,6 +131,11 @@ def set_vectors(conn: Conn, model_id: str, items: Sequence[tuple[int, Sequence[f
 # Rows
 
 
+def embedding_text(content: str, context: str | None) -> str:
+    """What a memory is embedded as: its context, then the memory (as the FTS row holds both)."""
+    return f"{context}\n{content}" if context else content
+
+
 def add_memory(
     conn: Conn,
     memory: NewMemory,
@@ -164,7 +173,8 @@ def add_memories(
                 continue
         cur = conn.execute(
             "INSERT INTO memories (user_id, kind, content, slot, source, source_key, chat_id,"
-            " created_at, updated_at, meta, fts_cjk) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, updated_at, meta, fts_cjk, context)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 memory.user_id,
                 memory.kind,
@@ -177,6 +187,7 @@ def add_memories(
                 now,
                 json.dumps(memory.meta, ensure_ascii=False),
                 cjk_index_text(memory.content),
+                memory.context or None,
             ),
         )
         memory_id = int(cur.lastrowid)
@@ -199,15 +210,17 @@ def update_content(
     *,
     kind: str | None = None,
     source: str | None = None,
+    context: str | None = None,
     now: float | None = None,
 ) -> None:
-    """Rewrite a memory's text (FTS follows by trigger) and replace its vector."""
+    """Rewrite a memory's text and context (FTS follows by trigger) and replace its vector."""
     conn.execute(
-        "UPDATE memories SET content = ?, fts_cjk = ?, kind = coalesce(?, kind),"
+        "UPDATE memories SET content = ?, fts_cjk = ?, context = ?, kind = coalesce(?, kind),"
         " source = coalesce(?, source), updated_at = ? WHERE id = ?",
         (
             content,
             cjk_index_text(content),
+            context or None,
             kind,
             source,
             time.time() if now is None else now,
@@ -223,7 +236,7 @@ def update_content(
 
 _SELECT = (
     "SELECT m.id, m.user_id, m.kind, m.content, m.source, m.source_key, m.chat_id, m.slot,"
-    " m.created_at, m.updated_at, m.meta, s.model_id, s.dim FROM memories m"
+    " m.created_at, m.updated_at, m.meta, m.context, s.model_id, s.dim FROM memories m"
     " LEFT JOIN memory_vectors v ON v.memory_id = m.id"
     " LEFT JOIN memory_spaces s ON s.id = v.space_id"
 )
@@ -242,8 +255,9 @@ def _row_to_memory(row: Any) -> Memory:
         created_at=row[8],
         updated_at=row[9],
         meta=json.loads(row[10] or "{}"),
-        model_id=row[11],
-        dim=row[12],
+        context=row[11],
+        model_id=row[12],
+        dim=row[13],
     )
 
 
@@ -325,7 +339,8 @@ def vector_status(conn: Conn, model_id: str, dim: int) -> VectorStatus:
 def memories_to_embed(
     conn: Conn, model_id: str, dim: int, *, after_id: int = 0, limit: int = 64, force: bool = False
 ) -> list[tuple[int, str]]:
-    """(id, content) of memories past after_id without a (model_id, dim) vector (all if force)."""
+    """(id, text to embed) of memories past after_id without a (model_id, dim) vector (all if
+    force); the text is `embedding_text` of the row."""
     space = find_space(conn, model_id, dim) or -1
     extra = (
         ""
@@ -335,10 +350,11 @@ def memories_to_embed(
     )
     params: tuple[Any, ...] = (after_id, limit) if force else (after_id, space, limit)
     rows = conn.execute(
-        f"SELECT m.id, m.content FROM memories m WHERE m.id > ?{extra} ORDER BY m.id LIMIT ?",
+        f"SELECT m.id, m.content, m.context FROM memories m WHERE m.id > ?{extra}"
+        " ORDER BY m.id LIMIT ?",
         params,
     ).fetchall()
-    return [(int(r[0]), str(r[1])) for r in rows]
+    return [(int(r[0]), embedding_text(str(r[1]), r[2])) for r in rows]
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,7 +391,7 @@ class ConnRunner:
 
 async def remember(db: Runner, embedder: Embedder, memory: NewMemory) -> int:
     """Embed and store one memory; returns its id (the existing one for a known source_key)."""
-    vector = (await embedder.embed_documents([memory.content]))[0]
+    vector = (await embedder.embed_documents([embedding_text(memory.content, memory.context)]))[0]
     return await db.write(lambda c: add_memory(c, memory, vector, embedder.model_id))
 
 

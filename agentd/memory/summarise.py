@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
@@ -23,7 +24,7 @@ from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.embedders import Embedder
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
-from agentd.memory.store import NewMemory, add_memory
+from agentd.memory.store import NewMemory, add_memory, embedding_text
 
 SUMMARY_WORKFLOW = "summarise"
 SUMMARY_PROMPT = (
@@ -153,6 +154,27 @@ async def summarise_block(
     return result
 
 
+# English month names whatever the process locale (strftime's %B follows LC_TIME).
+_MONTHS = (
+    "January February March April May June July August September October November December"
+).split()
+
+
+def block_context(block: list[BlockMessage], zone: str) -> str:
+    """A summary's context: when its conversation took place ("Conversation of 8 May 2023"),
+    in the owner's zone, so "what did we discuss in May?" finds it by keyword too."""
+    tz = ZoneInfo(zone)
+    first, last = (datetime.fromtimestamp(m.created_at, tz) for m in (block[0], block[-1]))
+    days = [f"{d.day} {_MONTHS[d.month - 1]} {d.year}" for d in (first, last)]
+    return f"Conversation of {days[0]}" + (f" to {days[1]}" if days[1] != days[0] else "")
+
+
+def texts_to_embed(block: list[BlockMessage], result: SummaryResult, zone: str) -> list[str]:
+    """The summary as stored (with its context), then each fact: what the embed step embeds."""
+    summary = embedding_text(result.summary, block_context(block, zone))
+    return [summary, *(" ".join(f.content.split()) for f in result.facts)]
+
+
 async def embed(deps: SummaryDeps, texts: list[str]) -> list[list[float]]:
     return await deps.embedder.embed_documents(texts) if texts else []
 
@@ -174,6 +196,7 @@ async def store(
         memory_id = add_memory(
             conn,
             NewMemory(user_id=inp.user_id, kind="summary", content=result.summary,
+                      context=block_context(block, deps.config.agent.timezone),
                       source=f"chat:{inp.chat_id}", source_key=f"{instance_id}:summary",
                       chat_id=inp.chat_id,
                       meta={"first_message": block[0].id, "last_message": block[-1].id}),
@@ -209,7 +232,7 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
         except StepFailed as exc:
             await step.do("audit-error", _audit_error, deps, inp, iid, exc.message)
             raise
-        texts = [result.summary, *(" ".join(f.content.split()) for f in result.facts)]
+        texts = texts_to_embed(block, result, deps.config.agent.timezone)
         vectors = await step.do("embed", embed, deps, texts, retry=Retry(limit=3, delay=2.0))
         return await step.do("store", store, deps, inp, iid, block, result, vectors)
 
