@@ -465,8 +465,8 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m008_usage_cache", M008_USAGE_CACHE),
     ("m013_media", M013_MEDIA),
     ("m014_onboard", M014_ONBOARD),
-    ("m018_history_window", M018_HISTORY_WINDOW),
     ("m017_recall", M017_RECALL),
+    ("m018_history_window", M018_HISTORY_WINDOW),
 ]
 
 
