@@ -108,7 +108,10 @@ def _build_on_demand(namespace: Mapping[str, Any]) -> None:
     rebuild = _rebuild_with(dict(namespace))
     for base in (TelegramObject, TelegramMethod):
         base.model_rebuild = rebuild  # type: ignore[method-assign]
-    # Prove the mechanism on the type every poll needs before the daemon relies on it.
+    # Prove the mechanism on the type every poll needs before the daemon relies on it. Message
+    # first: Update then reuses its finished schema, and so does the first reply (SendMessage
+    # returns a Message), instead of each building all of Message's types again (~0.14 s CPU).
+    namespace["Message"].model_rebuild()
     namespace["Update"].model_validate({"update_id": 0})
 
 

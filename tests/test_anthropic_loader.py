@@ -1,0 +1,94 @@
+"""The lazy Anthropic SDK import answers every kind of request exactly as the eager one does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.llm import anthropic_loader
+
+ROOT = Path(__file__).resolve().parents[1]
+MODES = ("lazy", "eager", "broken", "old")
+
+
+@pytest.fixture(scope="module")
+def runs() -> dict[str, tuple[dict[str, Any], list[str]]]:
+    """Each mode in its own interpreter (the SDK imports once per process), all at once."""
+    procs = {
+        mode: subprocess.Popen(
+            [sys.executable, "-m", "tests.anthropic_corpus", mode],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for mode in MODES
+    }  # fmt: skip
+    out: dict[str, tuple[dict[str, Any], list[str]]] = {}
+    for mode, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, f"{mode}:\n{stderr}"
+        result = next(
+            json.loads(x[len("RESULT ") :]) for x in stdout.splitlines() if x.startswith("RESULT ")
+        )
+        logs = [x for x in stderr.splitlines() if x.startswith("LOG agentd.llm WARNING")
+                or "tested range" in x]  # fmt: skip
+        out[mode] = (result, logs)
+    return out
+
+
+def test_lazy_import_answers_exactly_as_the_eager_import(runs) -> None:  # type: ignore[no-untyped-def]
+    lazy, lazy_logs = runs["lazy"]
+    eager, _ = runs["eager"]
+    assert (lazy["mode"], lazy["again"], eager["mode"]) == ("lazy", "lazy", "eager")
+    assert lazy_logs == []
+    assert lazy["answers"].keys() == eager["answers"].keys()
+    for case, answer in eager["answers"].items():
+        assert lazy["answers"][case] == answer, case
+    # The cases are not vacuous: answers, errors and streamed text all came through.
+    assert eager["answers"]["tool_use streamed"]["result"]["stop_reason"] == "tool_use"
+    assert eager["answers"]["text streamed"]["text"][-1] == "Sunny."
+    assert eager["answers"]["overloaded"]["result"]["status"] == 529
+    assert eager["answers"]["stream_error streamed"]["result"]["retryable"] is True
+
+
+def test_lazy_import_exports_the_same_names_from_the_same_places(runs) -> None:  # type: ignore[no-untyped-def]
+    lazy, eager = runs["lazy"][0]["namespace"], runs["eager"][0]["namespace"]
+    assert len(eager["anthropic"]) > 100 and len(eager["anthropic.types"]) > 500
+    assert lazy == eager
+
+
+def test_lazy_import_loads_a_fraction_of_the_sdk(runs) -> None:  # type: ignore[no-untyped-def]
+    lazy_at_load, lazy_after = runs["lazy"][0]["modules"]
+    assert lazy_at_load <= lazy_after
+    eager_at_load, eager_after = runs["eager"][0]["modules"]
+    assert eager_at_load == eager_after > 2000
+    assert lazy_after < eager_at_load / 2  # after a request of every kind, not just the import
+
+
+def test_a_failed_lazy_set_up_falls_back_to_the_whole_sdk(runs) -> None:  # type: ignore[no-untyped-def]
+    broken, logs = runs["broken"]
+    eager = runs["eager"][0]
+    assert broken["mode"] == "eager"
+    assert any("lazy anthropic import failed" in line for line in logs)
+    assert broken["answers"] == eager["answers"]
+    assert broken["modules"][0] == eager["modules"][0]
+
+
+def test_an_untested_sdk_version_is_imported_whole(runs) -> None:  # type: ignore[no-untyped-def]
+    old, logs = runs["old"]
+    assert old["mode"] == "eager"
+    assert any("outside the tested range" in line for line in logs)
+    assert old["answers"] == runs["eager"][0]["answers"]
+
+
+def test_the_tested_range_covers_the_installed_sdk() -> None:
+    from importlib import metadata
+
+    assert anthropic_loader.tested(metadata.version("anthropic"))
+    assert not anthropic_loader.tested("3.0.0") and not anthropic_loader.tested("2.x")
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert any(p.startswith("anthropic>=") for p in pins)
