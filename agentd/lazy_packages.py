@@ -29,6 +29,10 @@ from typing import Any
 LAZY_MARK = "__agentd_lazy__"
 
 
+class _NotLazy(Exception):
+    """The package's `__init__.py` does something a lazy package cannot reproduce."""
+
+
 @dataclass(frozen=True)
 class _FromImport:
     module: str  # absolute
@@ -52,6 +56,8 @@ class _Plan:
     retags_module: bool = False  # sets `__module__` = package on every name in `__all__`
 
     def bind(self, name: str, binding: _FromImport | _Expression) -> None:
+        if name in self.bindings:  # which one a name means would depend on where it is read
+            raise _NotLazy(name)
         self.bindings[name] = binding
         self.order[name] = len(self.order) + len(self.stars)
 
@@ -59,7 +65,10 @@ class _Plan:
 def plan_package(source: str, package: str) -> _Plan | None:
     """The plan for a package's `__init__.py`, or None if it does anything else."""
     plan = _Plan()
-    if not _add_statements(ast.parse(source).body, package, plan):
+    try:
+        if not _add_statements(ast.parse(source).body, package, plan):
+            return None
+    except _NotLazy:
         return None
     return plan
 
@@ -135,15 +144,13 @@ _RETAG_LOOP = ast.unparse(
 
 
 class _Names(Mapping[str, Any]):
-    """The package's names for evaluating one of its assignments, bound on demand."""
+    """The package's names as they stood just before statement `before`, bound on demand."""
 
-    def __init__(self, package: _LazyPackage) -> None:
-        self._package = package
+    def __init__(self, package: _LazyPackage, before: int) -> None:
+        self._package, self._before = package, before
 
     def __getitem__(self, key: str) -> Any:
-        if key in self._package.module.__dict__ or key in self._package.plan.bindings:
-            return self._package.resolve(key)
-        raise KeyError(key)
+        return self._package.value_before(key, self._before)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._package.plan.bindings)
@@ -157,6 +164,7 @@ class _LazyPackage:
 
     def __init__(self, module: types.ModuleType, plan: _Plan, real: importlib.abc.Loader) -> None:
         self.module, self.plan, self._real = module, plan, real
+        self._values: dict[str, Any] = {}  # each statement's own value, made once
         self._lock = threading.RLock()
         self._whole = False
 
@@ -173,12 +181,14 @@ class _LazyPackage:
         return sorted({*self.module.__dict__, *self.plan.bindings, *(n for s in stars for n in s)})
 
     def getattr(self, name: str) -> Any:
-        if name in self.plan.bindings or self._star_source(name, -1) is not None:
+        if name in self.plan.bindings:
             return self.resolve(name)
         if name == "__all__":
             return self._public_names()
         if name.startswith("__"):
             raise AttributeError(f"module {self.module.__name__!r} has no attribute {name!r}")
+        if self._star_source(name, -1) is not None:
+            return self.resolve(name)
         submodule = f"{self.module.__name__}.{name}"
         if importlib.machinery.PathFinder.find_spec(submodule, self.module.__path__):
             # `from . import sub` asks hasattr(package, "sub") first: import just that one.
@@ -192,27 +202,48 @@ class _LazyPackage:
             ) from None
 
     def resolve(self, name: str) -> Any:
+        """`name` as the finished `__init__.py` leaves it (a later star import wins)."""
         if name in self.module.__dict__:
             return self.module.__dict__[name]
         star = self._star_source(name, self.plan.order.get(name, -1))
-        binding = self.plan.bindings.get(name)
-        if star is not None:
-            value = getattr(star, name)
-        elif isinstance(binding, _Expression):
-            value = eval(binding.code, self.module.__dict__, _Names(self))
-        else:
-            value = self._import(binding)
+        value = getattr(star, name) if star is not None else self._value(name)
         if self.plan.retags_module and not name.startswith("__") and name in self._exported():
             with contextlib.suppress(TypeError, AttributeError):
                 value.__module__ = self.module.__name__
-        self.module.__dict__.setdefault(name, value)
-        return self.module.__dict__[name]
+        return self.module.__dict__.setdefault(name, value)
 
-    def _star_source(self, name: str, after: int) -> types.ModuleType | None:
-        """The module of the last `import *` after statement `after` that exports `name`."""
+    def value_before(self, name: str, before: int) -> Any:
+        """`name` as it stood just before statement `before` (for evaluating that statement)."""
+        bound = self.plan.order.get(name, -1)
+        bound = bound if bound < before else -1
+        star = self._star_source(name, bound, before)
+        if star is not None:
+            return getattr(star, name)
+        if bound < 0:
+            raise KeyError(name)  # eval then looks in the globals and builtins
+        return self._value(name)
+
+    def _value(self, name: str) -> Any:
+        """What the statement binding `name` binds."""
+        if name not in self._values:
+            binding = self.plan.bindings[name]
+            if isinstance(binding, _Expression):
+                names = _Names(self, self.plan.order[name])
+                value = eval(binding.code, self.module.__dict__, names)
+            else:
+                value = self._import(binding)
+            self._values.setdefault(name, value)
+        return self._values[name]
+
+    def _star_source(
+        self, name: str, after: int, before: float = float("inf")
+    ) -> types.ModuleType | None:
+        """The module of the last `import *` between two statements that exports `name`."""
         for index, module_name in reversed(self.plan.stars):
             if index < after:
                 break
+            if index > before:
+                continue
             module = importlib.import_module(module_name)
             if name in _exports(module):
                 return module
@@ -247,7 +278,13 @@ class _LazyPackage:
             self._whole = True
             for name in ("__getattr__", "__dir__"):
                 self.module.__dict__.pop(name, None)
-            self._real.exec_module(self.module)
+            source = self._real.get_source(self.module.__name__)  # type: ignore[attr-defined]
+            tree = ast.parse(source)
+            tree.body = [n for n in tree.body if not _is_bare_call(n)]  # made at import already
+            exec(
+                compile(tree, self.module.__file__ or self.module.__name__, "exec"),
+                self.module.__dict__,
+            )
 
 
 def _exports(module: types.ModuleType) -> list[str]:
