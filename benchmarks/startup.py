@@ -1,7 +1,7 @@
 """Cold start and footprint of `agentd run`, lazy aiogram beside eager aiogram, in one run.
 
-Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` true and
-false) so machine load hits both alike:
+Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` and
+`startup.lazy_anthropic` both true, the default, or both false) so machine load hits both alike:
 - first answer: a message is already waiting in the fake Telegram when `agentd run` starts;
   the time from spawning the process to the fake receiving the reply (sendMessage), and to
   the "agentd running" log line; median of --runs starts per path.
@@ -45,6 +45,7 @@ def tree_rss_kb(pid: int) -> int:
 
 def _env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, path: str, embedder: str) -> dict:
     overrides = {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
+                 "AGENTD_STARTUP__LAZY_ANTHROPIC": PATHS[path],
                  "AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}  # fmt: skip
     if embedder:
         overrides["AGENTD_MEMORY__EMBEDDER"] = embedder
