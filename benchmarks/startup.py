@@ -7,6 +7,8 @@ Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogr
   the "agentd running" log line; median of --runs starts per path.
 - idle RSS: after --turns text turns and --idle seconds of idling, VmRSS summed over the
   daemon's process tree (/proc), per path; with --embedder the memory embedder is set too.
+- where the CPU goes: each import `agentd run` makes before it can answer, done one after the
+  other in a fresh interpreter per path, with the CPU time (user + system) each took.
 
 Usage: .venv/bin/python benchmarks/startup.py [--runs 5] [--turns 20] [--idle 5] [--embedder X]
 """
@@ -17,6 +19,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,6 +107,38 @@ def idle_rss(path: str, turns: int, idle: float, embedder: str) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# The imports `agentd run` makes before its first answer, in order; argv[1] is "true" (lazy).
+BREAKDOWN = """
+import resource, sys
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+lazy = sys.argv[1] == "true"
+steps = [("interpreter start", lambda: None),
+         ("agentd.cli.app (typer)", lambda: __import__("agentd.cli.app")),
+         ("agentd.cli.run (config)", lambda: __import__("agentd.cli.run")),
+         ("agentd.daemon (aiohttp, agentd)", lambda: __import__("agentd.daemon")),
+         ("aiogram", lambda: __import__("agentd.telegram.aiogram_loader").telegram
+                                .aiogram_loader.load(lazy=lazy)),
+         ("anthropic SDK", lambda: __import__("agentd.llm.anthropic_loader").llm
+                                   .anthropic_loader.load(lazy=lazy))]
+last = 0.0
+for name, step in steps:
+    step()
+    now = cpu()
+    print(f"{name}\t{now - last:.3f}")
+    last = now
+"""
+
+
+def breakdown(path: str) -> list[tuple[str, float]]:
+    """CPU seconds of each start-up import, in a fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", BREAKDOWN, PATHS[path]], capture_output=True, text=True, check=True
+    ).stdout
+    return [(name, float(cpu)) for name, cpu in (line.split("\t") for line in out.splitlines())]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="starts per path for first answer")
@@ -134,6 +169,12 @@ def main() -> None:
             f"ready median {statistics.median(readies[path]):5.2f} s; "
             f"idle RSS after {args.turns} turns {rss[path] / 1024:6.1f} MB"
         )
+    parts = {path: breakdown(path) for path in PATHS}
+    print("CPU of the start-up imports, one after the other (s): step, lazy, eager")
+    for (name, lazy_cpu), (_, eager_cpu) in zip(parts["lazy"], parts["eager"], strict=True):
+        print(f"  {name:<34} {lazy_cpu:6.3f} {eager_cpu:6.3f}")
+    print(f"  {'total':<34} {sum(c for _, c in parts['lazy']):6.3f} "
+          f"{sum(c for _, c in parts['eager']):6.3f}")  # fmt: skip
     lazy, eager = (statistics.median(answers[p]) for p in PATHS)
     cpu_lazy, cpu_eager = (statistics.median(cpus[p]) for p in PATHS)
     print(
