@@ -91,7 +91,9 @@ def _namespace() -> dict[str, list[str]]:
 
 def main(argv: list[str]) -> None:
     mode = argv[0]
-    logging.basicConfig(level=logging.INFO, format="LOG %(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stdout, level=logging.WARNING, format="LOG %(name)s %(levelname)s %(message)s"
+    )
     if mode == "broken":  # a package fails mid-way: the fallback must import the whole SDK
         from agentd import lazy_packages
 

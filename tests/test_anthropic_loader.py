@@ -2,42 +2,21 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentd.llm import anthropic_loader
+from tests.corpus_runs import Runs, run_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("lazy", "eager", "broken", "old")
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, tuple[dict[str, Any], list[str]]]:
-    """Each mode in its own interpreter (the SDK imports once per process), all at once."""
-    procs = {
-        mode: subprocess.Popen(
-            [sys.executable, "-m", "tests.anthropic_corpus", mode],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for mode in MODES
-    }  # fmt: skip
-    out: dict[str, tuple[dict[str, Any], list[str]]] = {}
-    for mode, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=120)
-        assert proc.returncode == 0, f"{mode}:\n{stderr}"
-        result = next(
-            json.loads(x[len("RESULT ") :]) for x in stdout.splitlines() if x.startswith("RESULT ")
-        )
-        logs = [x for x in stderr.splitlines() if x.startswith("LOG agentd.llm WARNING")
-                or "tested range" in x]  # fmt: skip
-        out[mode] = (result, logs)
-    return out
+def runs() -> Runs:
+    return run_modes("tests.anthropic_corpus", MODES)
 
 
 def test_lazy_import_answers_exactly_as_the_eager_import(runs) -> None:  # type: ignore[no-untyped-def]

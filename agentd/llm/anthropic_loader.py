@@ -17,10 +17,11 @@ from importlib import metadata
 from typing import Literal
 
 from agentd import lazy_packages
+from agentd.version_range import VersionRange, in_range
 
 log = logging.getLogger("agentd.llm")
 # [lowest, first untested)
-TESTED_VERSIONS = ((2, 12), (2, 13))
+TESTED_VERSIONS: VersionRange = ((2, 12), (2, 13))
 Mode = Literal["lazy", "eager"]
 
 
@@ -33,7 +34,7 @@ def load(*, lazy: bool = True) -> Mode:
         return "eager"
     version = metadata.version("anthropic")
     if not tested(version):
-        log.info("anthropic %s is outside the tested range: importing all of it", version)
+        log.warning("anthropic %s is outside the tested range: importing all of it", version)
         importlib.import_module("anthropic")
         return "eager"
     try:
@@ -51,12 +52,7 @@ def load(*, lazy: bool = True) -> Mode:
 
 def tested(version: str) -> bool:
     """Whether this SDK version lies in the range the lazy import was tested with."""
-    try:
-        parts = tuple(int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    low, high = TESTED_VERSIONS
-    return low <= parts < high
+    return in_range(version, TESTED_VERSIONS)
 
 
 def _eager_after_failure() -> None:
