@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from agentd.commands.deps import CommandDeps
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
+from agentd.gc_pause import pausing
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import api_key, create_llm
 from agentd.llm.deferred import DeferredLLM
@@ -133,7 +135,7 @@ async def _open_database_and_bot(
         Database.open(config.db_path, synchronous=config.storage.synchronous)
     )
     try:
-        await asyncio.to_thread(aiogram_loader.load, lazy=config.startup.lazy_aiogram)
+        await asyncio.to_thread(pausing(aiogram_loader.load), lazy=config.startup.lazy_aiogram)
         from agentd.telegram.bot import TokenMissing, make_bot
 
         try:
@@ -170,7 +172,7 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         await db.write(_audit_send_uncertain, method, chat_id, reason)
 
     # First, so the SDK import also overlaps the database, aiogram's import and getMe.
-    llm = DeferredLLM(config.llm.model, lambda: create_llm(config))
+    llm = DeferredLLM(config.llm.model, pausing(functools.partial(create_llm, config)))
     try:
         db, bot = await _open_database_and_bot(config, send_uncertain)
     except BaseException:
