@@ -10,7 +10,10 @@ Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogr
 - where the CPU goes: each import `agentd run` makes before it can answer, done one after the
   other in a fresh interpreter per path, with the CPU time (user + system) each took.
 
+`--compare DIR` times another checkout's first answer too (e.g. /work/main: before a change).
+
 Usage: .venv/bin/python benchmarks/startup.py [--runs 5] [--turns 20] [--idle 5] [--embedder X]
+       [--compare DIR]
 """
 
 from __future__ import annotations
@@ -47,9 +50,12 @@ def tree_rss_kb(pid: int) -> int:
 
 
 def _env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, path: str, embedder: str) -> dict:
-    overrides = {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
-                 "AGENTD_STARTUP__LAZY_ANTHROPIC": PATHS[path],
-                 "AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}  # fmt: skip
+    overrides = {"AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}
+    if path in PATHS:
+        overrides |= {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
+                      "AGENTD_STARTUP__LAZY_ANTHROPIC": PATHS[path]}  # fmt: skip
+    else:  # another checkout, with its own defaults
+        overrides["PYTHONPATH"] = path
     if embedder:
         overrides["AGENTD_MEMORY__EMBEDDER"] = embedder
     return daemon_env(tmp, tg.base_url, llm.base_url, **overrides)
@@ -146,16 +152,19 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before the reading")
     ap.add_argument("--embedder", default="", help="memory.embedder for the daemon (default: "
                     "the daemon's test default, hashing)")  # fmt: skip
+    ap.add_argument("--compare", default="", metavar="DIR", help="also time the first answer "
+                    "of another checkout (its defaults), alternating with these")  # fmt: skip
     args = ap.parse_args()
     print(
         f"agentd start-up — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
         f"load average {os.getloadavg()[0]:.2f} at start, embedder {args.embedder or 'default'}"
     )
-    answers: dict[str, list[float]] = {p: [] for p in PATHS}
-    readies: dict[str, list[float]] = {p: [] for p in PATHS}
-    cpus: dict[str, list[float]] = {p: [] for p in PATHS}
+    paths = [*PATHS, *([args.compare] if args.compare else [])]
+    answers: dict[str, list[float]] = {p: [] for p in paths}
+    readies: dict[str, list[float]] = {p: [] for p in paths}
+    cpus: dict[str, list[float]] = {p: [] for p in paths}
     for _ in range(args.runs):
-        for path in PATHS:
+        for path in paths:
             answered, cpu, ready = first_answer(path, args.embedder)
             answers[path].append(answered)
             cpus[path].append(cpu)
@@ -168,6 +177,13 @@ def main() -> None:
             f"CPU by then {statistics.median(cpus[path]):5.2f} s; "
             f"ready median {statistics.median(readies[path]):5.2f} s; "
             f"idle RSS after {args.turns} turns {rss[path] / 1024:6.1f} MB"
+        )
+    if args.compare:
+        base, ours = statistics.median(answers[args.compare]), statistics.median(answers["lazy"])
+        print(
+            f"  {args.compare}: first answer median {base:5.2f} s "
+            f"(min {min(answers[args.compare]):.2f}), CPU by then "
+            f"{statistics.median(cpus[args.compare]):5.2f} s; this tree / it: {ours / base:.2f}×"
         )
     parts = {path: breakdown(path) for path in PATHS}
     print("CPU of the start-up imports, one after the other (s): step, lazy, eager")
