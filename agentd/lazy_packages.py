@@ -70,6 +70,8 @@ def plan_package(source: str, package: str) -> _Plan | None:
             return None
     except _NotLazy:
         return None
+    if any(callee not in plan.bindings for callee in plan.calls):
+        return None  # only calls of what the package itself imports are reproduced
     return plan
 
 
@@ -108,9 +110,8 @@ def _add_statement(node: ast.stmt, package: str, plan: _Plan) -> bool:
         code = compile(ast.Expression(node.value), f"<{package}.__init__>", "eval")
         plan.bind(targets[0].id, _Expression(code))
         return True
-    if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-        negated = isinstance(node.test, ast.UnaryOp) and isinstance(node.test.op, ast.Not)
-        return _add_statements(node.body if negated else node.orelse, package, plan)
+    if isinstance(node, ast.If) and (checking := _type_checking(node.test)) is not None:
+        return _add_statements(node.orelse if checking else node.body, package, plan)
     if _is_bare_call(node):
         plan.calls.append(node.value.func.id)  # type: ignore[attr-defined]
         return True
@@ -118,6 +119,17 @@ def _add_statement(node: ast.stmt, package: str, plan: _Plan) -> bool:
         plan.retags_module = True
         return True
     return False
+
+
+def _type_checking(test: ast.expr) -> bool | None:
+    """True for `TYPE_CHECKING` (or `typing.TYPE_CHECKING`), False for its `not`, else None."""
+    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+        inner = _type_checking(test.operand)
+        return None if inner is None else not inner
+    if isinstance(test, ast.Name | ast.Attribute):
+        name = test.id if isinstance(test, ast.Name) else test.attr
+        return True if name == "TYPE_CHECKING" else None
+    return None
 
 
 def _is_bare_call(node: ast.stmt) -> bool:

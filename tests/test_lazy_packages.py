@@ -170,5 +170,8 @@ def test_plans_refuse_what_they_cannot_reproduce() -> None:
     assert lazy_packages.plan_package("from .a import A\nA = 1\n", "p") is None  # bound twice
     assert lazy_packages.plan_package("from .a import A\nprint(A)\n", "p") is None
     assert lazy_packages.plan_package("x, y = 1, 2\n", "p") is None
+    assert lazy_packages.plan_package("print()\n", "p") is None  # a call of nothing it imports
+    guarded = "if TYPE_CHECKING and X:\n    from .a import A\n"
+    assert lazy_packages.plan_package(guarded, "p") is None
     plan = lazy_packages.plan_package("'''doc'''\nfrom ..up import U as V\n", "p.q")
     assert plan is not None and list(plan.bindings) == ["V"]
