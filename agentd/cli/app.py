@@ -17,6 +17,7 @@ from typer.main import get_command_from_info, get_group
 from typer.models import CommandInfo
 
 from agentd import __version__
+from agentd.gc_pause import paused
 
 # Name -> "module:attribute", in the order help lists them. The attribute is a command
 # function, or a Typer app for a command group.
@@ -64,7 +65,8 @@ class LazyGroup(TyperGroup):
 def load_command(name: str) -> typer.core.click.Command:
     """Import the module behind `name` and build its click command."""
     module, attribute = COMMANDS[name].split(":")
-    target = getattr(importlib.import_module(module), attribute)
+    with paused():
+        target = getattr(importlib.import_module(module), attribute)
     if isinstance(target, typer.Typer):
         command: typer.core.click.Command = get_group(target)
     else:
