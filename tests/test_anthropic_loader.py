@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -70,4 +71,6 @@ def test_the_tested_range_covers_the_installed_sdk() -> None:
     assert anthropic_loader.tested(metadata.version("anthropic"))
     assert not anthropic_loader.tested("3.0.0") and not anthropic_loader.tested("2.x")
     pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    assert any(p.startswith("anthropic>=") for p in pins)
+    pin = next(p for p in pins if re.match(r"anthropic(\[[^\]]*\])?>=", p))
+    low = tuple(int(x) for x in re.findall(r">=(\d+)\.(\d+)", pin)[0])
+    assert low <= anthropic_loader.TESTED_VERSIONS[0]  # the tested versions are installable
