@@ -346,6 +346,9 @@ class StartupConfig(_Section):
     # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
     # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
     lazy_aiogram: bool = True
+    # Import only the parts of the Anthropic SDK a request uses (agentd.llm.anthropic_loader);
+    # false imports all of it, as `import anthropic` does (~1.5 s more CPU at start-up).
+    lazy_anthropic: bool = True
 
 
 class Secrets(BaseModel):

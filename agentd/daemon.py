@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -21,6 +22,7 @@ from agentd.commands.deps import CommandDeps
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
+from agentd.gc_pause import pausing
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import api_key, create_llm
 from agentd.llm.deferred import DeferredLLM
@@ -116,6 +118,15 @@ async def _every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: igno
                 log.exception("periodic task failed")
 
 
+async def _publish_menu(bot, menu: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    from agentd.telegram.menu import publish_menu
+
+    try:
+        await publish_menu(bot, menu)
+    except Exception:  # it already logs what Telegram refused; this is anything else
+        log.exception("publishing the command menu failed")
+
+
 async def _open_database_and_bot(
     config: Config, on_uncertain: Callable[..., Any]
 ) -> tuple[Database, Any]:
@@ -124,7 +135,7 @@ async def _open_database_and_bot(
         Database.open(config.db_path, synchronous=config.storage.synchronous)
     )
     try:
-        await asyncio.to_thread(aiogram_loader.load, lazy=config.startup.lazy_aiogram)
+        await asyncio.to_thread(pausing(aiogram_loader.load), lazy=config.startup.lazy_aiogram)
         from agentd.telegram.bot import TokenMissing, make_bot
 
         try:
@@ -160,8 +171,13 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         # Bound late: the bot is built before the database, but sends start after it opens.
         await db.write(_audit_send_uncertain, method, chat_id, reason)
 
-    db, bot = await _open_database_and_bot(config, send_uncertain)
-    llm = DeferredLLM(config.llm.model, lambda: create_llm(config))
+    # First, so the SDK import also overlaps the database, aiogram's import and getMe.
+    llm = DeferredLLM(config.llm.model, pausing(functools.partial(create_llm, config)))
+    try:
+        db, bot = await _open_database_and_bot(config, send_uncertain)
+    except BaseException:
+        await llm.close()
+        raise
     pid = os.getpid()
     runner_lock = lease.RunnerLock(config.db_path)
     try:
@@ -176,7 +192,6 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         raise
     from agentd.telegram.bot import retry_policy
     from agentd.telegram.files import TelegramFiles
-    from agentd.telegram.menu import publish_menu
     from agentd.telegram.output import TelegramOutbox
     from agentd.telegram.poller import Poller
 
@@ -270,7 +285,6 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         engine.register(make_ingest_workflow(doc_deps, outbox))
         engine.register(make_retention_workflow(db, config.retention, clock))
         await engine.run()
-        await publish_menu(bot, router.menu())
         # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
         on_callback = document_callbacks(engine, router.on_callback)
         # The watchdog is fed by the poll loop itself, so a hung poller trips it.
@@ -281,6 +295,8 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
                         request_timeout=config.telegram.request_timeout,
                         on_progress=watchdog or (lambda: None))  # fmt: skip
         tasks.append(asyncio.create_task(poller.run(), name="poller"))
+        # Best effort, so its round trip need not delay the first getUpdates.
+        tasks.append(asyncio.create_task(_publish_menu(bot, router.menu()), name="menu"))
         if config.retention.enabled:
             tasks.append(asyncio.create_task(run_daily(engine.start, clock, stop)))
         await llm.ready()  # the poller persists and starts turns meanwhile

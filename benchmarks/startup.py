@@ -1,14 +1,19 @@
 """Cold start and footprint of `agentd run`, lazy aiogram beside eager aiogram, in one run.
 
-Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` true and
-false) so machine load hits both alike:
+Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` and
+`startup.lazy_anthropic` both true, the default, or both false) so machine load hits both alike:
 - first answer: a message is already waiting in the fake Telegram when `agentd run` starts;
   the time from spawning the process to the fake receiving the reply (sendMessage), and to
   the "agentd running" log line; median of --runs starts per path.
 - idle RSS: after --turns text turns and --idle seconds of idling, VmRSS summed over the
   daemon's process tree (/proc), per path; with --embedder the memory embedder is set too.
+- where the CPU goes: each import `agentd run` makes before it can answer, done one after the
+  other in a fresh interpreter per path, with the CPU time (user + system) each took.
+
+`--compare DIR` times another checkout's first answer too (e.g. /work/main: before a change).
 
 Usage: .venv/bin/python benchmarks/startup.py [--runs 5] [--turns 20] [--idle 5] [--embedder X]
+       [--compare DIR]
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,8 +50,12 @@ def tree_rss_kb(pid: int) -> int:
 
 
 def _env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, path: str, embedder: str) -> dict:
-    overrides = {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
-                 "AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}  # fmt: skip
+    overrides = {"AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}
+    if path in PATHS:
+        overrides |= {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
+                      "AGENTD_STARTUP__LAZY_ANTHROPIC": PATHS[path]}  # fmt: skip
+    else:  # another checkout, with its own defaults
+        overrides["PYTHONPATH"] = path
     if embedder:
         overrides["AGENTD_MEMORY__EMBEDDER"] = embedder
     return daemon_env(tmp, tg.base_url, llm.base_url, **overrides)
@@ -103,6 +113,38 @@ def idle_rss(path: str, turns: int, idle: float, embedder: str) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+# The imports `agentd run` makes before its first answer, in order; argv[1] is "true" (lazy).
+BREAKDOWN = """
+import resource, sys
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+lazy = sys.argv[1] == "true"
+steps = [("interpreter start", lambda: None),
+         ("agentd.cli.app (typer)", lambda: __import__("agentd.cli.app")),
+         ("agentd.cli.run (config)", lambda: __import__("agentd.cli.run")),
+         ("agentd.daemon (aiohttp, agentd)", lambda: __import__("agentd.daemon")),
+         ("aiogram", lambda: __import__("agentd.telegram.aiogram_loader").telegram
+                                .aiogram_loader.load(lazy=lazy)),
+         ("anthropic SDK", lambda: __import__("agentd.llm.anthropic_loader").llm
+                                   .anthropic_loader.load(lazy=lazy))]
+last = 0.0
+for name, step in steps:
+    step()
+    now = cpu()
+    print(f"{name}\t{now - last:.3f}")
+    last = now
+"""
+
+
+def breakdown(path: str) -> list[tuple[str, float]]:
+    """CPU seconds of each start-up import, in a fresh interpreter."""
+    out = subprocess.run(
+        [sys.executable, "-c", BREAKDOWN, PATHS[path]], capture_output=True, text=True, check=True
+    ).stdout
+    return [(name, float(cpu)) for name, cpu in (line.split("\t") for line in out.splitlines())]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="starts per path for first answer")
@@ -110,16 +152,19 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before the reading")
     ap.add_argument("--embedder", default="", help="memory.embedder for the daemon (default: "
                     "the daemon's test default, hashing)")  # fmt: skip
+    ap.add_argument("--compare", default="", metavar="DIR", help="also time the first answer "
+                    "of another checkout (its defaults), alternating with these")  # fmt: skip
     args = ap.parse_args()
     print(
         f"agentd start-up — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
         f"load average {os.getloadavg()[0]:.2f} at start, embedder {args.embedder or 'default'}"
     )
-    answers: dict[str, list[float]] = {p: [] for p in PATHS}
-    readies: dict[str, list[float]] = {p: [] for p in PATHS}
-    cpus: dict[str, list[float]] = {p: [] for p in PATHS}
+    paths = [*PATHS, *([args.compare] if args.compare else [])]
+    answers: dict[str, list[float]] = {p: [] for p in paths}
+    readies: dict[str, list[float]] = {p: [] for p in paths}
+    cpus: dict[str, list[float]] = {p: [] for p in paths}
     for _ in range(args.runs):
-        for path in PATHS:
+        for path in paths:
             answered, cpu, ready = first_answer(path, args.embedder)
             answers[path].append(answered)
             cpus[path].append(cpu)
@@ -133,6 +178,19 @@ def main() -> None:
             f"ready median {statistics.median(readies[path]):5.2f} s; "
             f"idle RSS after {args.turns} turns {rss[path] / 1024:6.1f} MB"
         )
+    if args.compare:
+        base, ours = statistics.median(answers[args.compare]), statistics.median(answers["lazy"])
+        print(
+            f"  {args.compare}: first answer median {base:5.2f} s "
+            f"(min {min(answers[args.compare]):.2f}), CPU by then "
+            f"{statistics.median(cpus[args.compare]):5.2f} s; this tree / it: {ours / base:.2f}×"
+        )
+    parts = {path: breakdown(path) for path in PATHS}
+    print("CPU of the start-up imports, one after the other (s): step, lazy, eager")
+    for (name, lazy_cpu), (_, eager_cpu) in zip(parts["lazy"], parts["eager"], strict=True):
+        print(f"  {name:<34} {lazy_cpu:6.3f} {eager_cpu:6.3f}")
+    print(f"  {'total':<34} {sum(c for _, c in parts['lazy']):6.3f} "
+          f"{sum(c for _, c in parts['eager']):6.3f}")  # fmt: skip
     lazy, eager = (statistics.median(answers[p]) for p in PATHS)
     cpu_lazy, cpu_eager = (statistics.median(cpus[p]) for p in PATHS)
     print(

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -12,29 +9,15 @@ from typing import Any
 import pytest
 
 from agentd.telegram import aiogram_loader
+from tests.corpus_runs import Runs, run_modes
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("lazy", "eager", "broken", "old")
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict[str, tuple[dict[str, Any], list[str]]]:
-    """Each mode in its own interpreter (aiogram imports once per process), all at once."""
-    procs = {
-        mode: subprocess.Popen(
-            [sys.executable, "-m", "tests.aiogram_corpus", mode],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for mode in MODES
-    }  # fmt: skip
-    out: dict[str, tuple[dict[str, Any], list[str]]] = {}
-    for mode, proc in procs.items():
-        stdout, stderr = proc.communicate(timeout=100)
-        assert proc.returncode == 0, f"{mode}:\n{stderr}"
-        lines = stdout.splitlines()
-        result = next(json.loads(x[len("RESULT ") :]) for x in lines if x.startswith("RESULT "))
-        out[mode] = (result, [x for x in lines if x.startswith("LOG ")])
-    return out
+def runs() -> Runs:
+    return run_modes("tests.aiogram_corpus", MODES, timeout=100)
 
 
 def test_lazy_path_parses_the_corpus_exactly_as_the_eager_path(runs) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agentd.cli.app import app
+from agentd.cli.app import command_names
 from agentd.config import Config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,8 +50,7 @@ def test_every_config_key_is_documented() -> None:
 
 def test_every_cli_command_is_in_the_readme() -> None:
     readme = README.read_text()
-    names = [c.name for c in app.registered_commands] + [g.name for g in app.registered_groups]
-    assert [n for n in names if f"agentd {n}" not in readme] == []
+    assert [n for n in command_names() if f"agentd {n}" not in readme] == []
 
 
 def test_readme_first_screen_has_install_run_and_test() -> None:

@@ -1,32 +1,87 @@
-"""The `agentd` command (R-CLI-1). Subcommands import heavy stacks only when they run."""
+"""The `agentd` command (R-CLI-1). A subcommand's module is imported only when it runs.
+
+`agentd history` must start in a fraction of the daemon's import time, so the group knows its
+subcommands by name and import path and loads the one invoked; help loads them all.
+"""
 
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
+from typer.main import get_command_from_info, get_group
+from typer.models import CommandInfo
 
 from agentd import __version__
-from agentd.cli import (
-    approvals,
-    audit,
-    docs,
-    history,
-    init,
-    memory,
-    ops,
-    prune,
-    run,
-    schedule,
-    users,
-    workflows,
-)
-from agentd.cli.common import EXIT_CONFIG, fail
+from agentd.gc_pause import paused
+
+# Name -> "module:attribute", in the order help lists them. The attribute is a command
+# function, or a Typer app for a command group.
+COMMANDS: dict[str, str] = {
+    "init": "agentd.cli.init:init",
+    "run": "agentd.cli.run:run",
+    "history": "agentd.cli.history:history",
+    "pending": "agentd.cli.approvals:pending",
+    "approve": "agentd.cli.approvals:approve",
+    "deny": "agentd.cli.approvals:deny",
+    "audit": "agentd.cli.audit:audit",
+    "usage": "agentd.cli.ops:usage",
+    "backup": "agentd.cli.ops:backup",
+    "prune": "agentd.cli.prune:prune",
+    "pair": "agentd.cli.users:pair",
+    "users": "agentd.cli.users:app",
+    "doctor": "agentd.cli.ops:doctor",
+    "workflows": "agentd.cli.workflows:app",
+    "memory": "agentd.cli.memory:app",
+    "schedule": "agentd.cli.schedule:app",
+    "ingest": "agentd.cli.docs:ingest",
+    "docs": "agentd.cli.docs:app",
+}
+
+
+class LazyGroup(TyperGroup):
+    """A Typer group that builds a subcommand from `COMMANDS` the first time it is asked for."""
+
+    def list_commands(self, ctx: typer.Context) -> list[str]:
+        return [*COMMANDS, *(n for n in super().list_commands(ctx) if n not in COMMANDS)]
+
+    def get_command(self, ctx: typer.Context, cmd_name: str) -> typer.core.click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            self.commands[cmd_name] = load_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(self, ctx, args):  # type: ignore[no-untyped-def]
+        if args and args[0] not in COMMANDS:
+            # A typo: load every command so the "did you mean" suggestions know them all.
+            for name in self.list_commands(ctx):
+                self.get_command(ctx, name)
+        return super().resolve_command(ctx, args)
+
+
+def load_command(name: str) -> typer.core.click.Command:
+    """Import the module behind `name` and build its click command."""
+    module, attribute = COMMANDS[name].split(":")
+    with paused():
+        target = getattr(importlib.import_module(module), attribute)
+    if isinstance(target, typer.Typer):
+        command: typer.core.click.Command = get_group(target)
+    else:
+        command = get_command_from_info(
+            CommandInfo(name=name, callback=target),
+            pretty_exceptions_short=app.pretty_exceptions_short,
+            rich_markup_mode=app.rich_markup_mode,
+        )
+    command.name = name
+    return command
+
 
 app = typer.Typer(
     name="agentd",
+    cls=LazyGroup,
     help="A personal AI agent on your own server, talked to over Telegram.",
     no_args_is_help=True,
     add_completion=False,
@@ -53,6 +108,8 @@ def main_options(
     """A personal AI agent on your own server, talked to over Telegram."""
     if config is not None:
         if not config.expanduser().is_file():
+            from agentd.cli.common import EXIT_CONFIG, fail
+
             fail(
                 f"config file {config} does not exist; pass an existing --config PATH", EXIT_CONFIG
             )
@@ -60,30 +117,15 @@ def main_options(
         os.environ["AGENTD_CONFIG"] = str(config)
 
 
-app.command("init")(init.init)
-app.command("run")(run.run)
-app.command("history")(history.history)
-app.command("pending")(approvals.pending)
-app.command("approve")(approvals.approve)
-app.command("deny")(approvals.deny)
-app.command("audit")(audit.audit)
-app.command("usage")(ops.usage)
-app.command("backup")(ops.backup)
-app.command("prune")(prune.prune)
-app.command("pair")(users.pair)
-app.add_typer(users.app, name="users")
-app.command("doctor")(ops.doctor)
-app.add_typer(workflows.app, name="workflows")
-app.add_typer(memory.app, name="memory")
-app.add_typer(schedule.app, name="schedule")
-app.command("ingest")(docs.ingest)
-app.add_typer(docs.app, name="docs")
-
-
 @app.command("version")
 def version() -> None:
     """Print the agentd version."""
     typer.echo(f"agentd {__version__}")
+
+
+def command_names() -> list[str]:
+    """Every top-level command, as `agentd --help` lists them."""
+    return [*COMMANDS, *(c.name for c in app.registered_commands if c.name not in COMMANDS)]
 
 
 def main() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -11,13 +10,15 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
-from rich.console import Console
-from rich.table import Column, Table
 
 from agentd.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Column, Table
 
 T = TypeVar("T")
 ConfigOption = Annotated[
@@ -33,8 +34,29 @@ EXIT_USAGE = 2  # what click/typer use for a wrong command line
 EXIT_ALREADY_RUNNING = 3
 EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): not a usage error, so scripts can tell them apart
 
-err = Console(stderr=True)
-out = Console()
+
+class LazyConsole:
+    """A rich Console made on first use, so commands that print JSON never import rich."""
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        """The real Console (for rich APIs that take one, such as Progress)."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=self._stderr)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.console, name)
+
+
+err = LazyConsole(stderr=True)
+out = LazyConsole()
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
@@ -107,6 +129,8 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
         finally:
             await embedder.aclose()
 
+    import asyncio
+
     try:
         return asyncio.run(run())
     except EmbedderError as exc:
@@ -121,6 +145,8 @@ _WRAPPING = {"message", "error", "last error", "detail", "arguments", "memory", 
 
 def new_table(*columns: str | Column, **options: Any) -> Table:
     """A rich table whose identifier columns are never cut short."""
+    from rich.table import Column, Table
+
     made = [
         c if isinstance(c, Column)
         else Column(c, overflow="fold") if c in _WRAPPING else Column(c, no_wrap=True)
@@ -162,7 +188,7 @@ def reindex_with_bar(
 
     progress = Progress(
         TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=err, transient=True, disable=json or not err.is_terminal,
+        console=err.console, transient=True, disable=json or not err.is_terminal,
     )  # fmt: skip
     task = progress.add_task(label, total=None)
 

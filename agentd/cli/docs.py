@@ -126,7 +126,7 @@ def ingest(
     _ensure_database(cfg)
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        console=err, transient=True, disable=json or not err.is_terminal,
+        console=err.console, transient=True, disable=json or not err.is_terminal,
     )  # fmt: skip
 
     async def run(conn: Any, embedder: Any) -> IngestReport:

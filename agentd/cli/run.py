@@ -56,7 +56,10 @@ def run(config: ConfigOption = None) -> None:
         f"agentd: starting (pid {os.getpid()}; config: {cfg.source or 'defaults'}; "
         f"database: {cfg.db_path.resolve()})…"
     )
-    from agentd import daemon
+    from agentd.gc_pause import paused
+
+    with paused():
+        from agentd import daemon
     from agentd.db import DatabaseError
     from agentd.lease import LeaseHeld
     from agentd.llm import LLMError

@@ -24,6 +24,9 @@ class LLM(Protocol):
 def create_llm(config: Config) -> LLM:
     """Build the configured model adapter (imports the SDK only now, off the CLI path)."""
     key = api_key(config)
+    from agentd.llm import anthropic_loader
+
+    anthropic_loader.load(lazy=config.startup.lazy_anthropic)
     from agentd.llm.anthropic_adapter import AnthropicLLM
 
     return AnthropicLLM(config.llm, key)

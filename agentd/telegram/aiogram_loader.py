@@ -22,9 +22,11 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel
 
+from agentd.version_range import VersionRange, in_range
+
 log = logging.getLogger("agentd.telegram")
 # [lowest, first untested): keep in step with the aiogram pin in pyproject.toml.
-TESTED_VERSIONS = ((3, 31), (3, 32))
+TESTED_VERSIONS: VersionRange = ((3, 31), (3, 32))
 Mode = Literal["lazy", "eager"]
 
 
@@ -56,12 +58,7 @@ def load(*, lazy: bool = True) -> Mode:
 
 def tested(version: str) -> bool:
     """Whether this aiogram version lies in the range the lazy set-up was tested with."""
-    try:
-        parts = tuple(int(p) for p in version.split(".")[:2])
-    except ValueError:
-        return False
-    low, high = TESTED_VERSIONS
-    return low <= parts < high
+    return in_range(version, TESTED_VERSIONS)
 
 
 def _current_mode() -> Mode:
@@ -108,7 +105,10 @@ def _build_on_demand(namespace: Mapping[str, Any]) -> None:
     rebuild = _rebuild_with(dict(namespace))
     for base in (TelegramObject, TelegramMethod):
         base.model_rebuild = rebuild  # type: ignore[method-assign]
-    # Prove the mechanism on the type every poll needs before the daemon relies on it.
+    # Prove the mechanism on the type every poll needs before the daemon relies on it. Message
+    # first: Update then reuses its finished schema, and so does the first reply (SendMessage
+    # returns a Message), instead of each building all of Message's types again (~0.14 s CPU).
+    namespace["Message"].model_rebuild()
     namespace["Update"].model_validate({"update_id": 0})
 
 

@@ -1,0 +1,53 @@
+"""Garbage collection stays off while any start-up import runs, and only then."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+from agentd.gc_pause import paused, pausing
+
+
+@pytest.fixture(autouse=True)
+def collector_on() -> None:
+    gc.enable()
+
+
+def test_nested_pauses_from_two_threads_resume_after_the_last() -> None:
+    inside, release = threading.Event(), threading.Event()
+
+    @pausing
+    def slow_import() -> str:
+        inside.set()
+        release.wait(5)
+        return "imported"
+
+    results: list[str] = []
+    worker = threading.Thread(target=lambda: results.append(slow_import()))
+    worker.start()
+    assert inside.wait(5)
+    assert not gc.isenabled()
+    with paused():  # the main thread's own import, overlapping the worker's
+        assert not gc.isenabled()
+    assert not gc.isenabled()  # the worker's pause is still on
+    release.set()
+    worker.join(5)
+    assert results == ["imported"] and gc.isenabled()
+
+
+def test_a_failing_import_still_resumes_collection() -> None:
+    with pytest.raises(ImportError), paused():
+        raise ImportError("broken install")
+    assert gc.isenabled()
+
+
+def test_collection_switched_off_before_stays_off() -> None:
+    gc.disable()
+    try:
+        with paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
