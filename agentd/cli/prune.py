@@ -30,7 +30,7 @@ def prune(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Delete what [retention] says is old: journals, update records, audit, usage detail."""
+    """Delete what the retention settings call old: journals, updates, audit, usage detail."""
     from agentd import retention
 
     cfg = config_or_exit(config)
