@@ -5,10 +5,13 @@ from __future__ import annotations
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentd.db import Database
+from agentd.db.connect import open_sync
+from agentd.db.migrations import apply_migrations
 
 
 @pytest.fixture(autouse=True)
@@ -31,3 +34,12 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
     database = await Database.open(tmp_path / "test.db")
     yield database
     await database.close()
+
+
+@pytest.fixture
+def conn(tmp_path: Path) -> Iterator[Any]:
+    """A migrated database on a plain (synchronous) connection."""
+    c = open_sync(tmp_path / "mem.db")
+    apply_migrations(c)
+    yield c
+    c.close()

@@ -7,8 +7,6 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
-import pytest
-
 from agentd.db.connect import open_sync
 from agentd.db.migrations import MIGRATIONS, apply_migrations
 from agentd.memory import ConnRunner, HashingEmbedder, NewMemory, add_memory, forget, remember
@@ -20,14 +18,6 @@ from agentd.memory.store import (
     update_content,
 )
 from agentd.memory.summarise import BlockMessage, block_context
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Any:
-    c = open_sync(tmp_path / "mem.db")
-    apply_migrations(c)
-    yield c
-    c.close()
 
 
 def _fts_hits(conn: Any, term: str) -> list[int]:

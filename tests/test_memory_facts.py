@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentd.db.connect import open_sync
-from agentd.db.migrations import apply_migrations
 from agentd.memory import (
     ConnRunner,
     ExtractedFact,
@@ -22,14 +19,6 @@ from agentd.memory import (
     remember_facts,
     search_memories,
 )
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Any:
-    c = open_sync(tmp_path / "facts.db")
-    apply_migrations(c)
-    yield c
-    c.close()
 
 
 def test_normalise_slot() -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from agentd.db import Database
 from agentd.db.connect import open_sync
 from agentd.db.migrations import MIGRATIONS, apply_migrations
@@ -34,14 +32,6 @@ class OtherModel(HashingEmbedder):
     def __init__(self) -> None:
         super().__init__(dim=128)
         self.model_id = "other-model"
-
-
-@pytest.fixture
-def conn(tmp_path: Path) -> Any:
-    c = open_sync(tmp_path / "mem.db")
-    apply_migrations(c)
-    yield c
-    c.close()
 
 
 def _counts(conn: Any, memory_id: int) -> tuple[int, int, int, int]:
