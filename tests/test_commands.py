@@ -110,10 +110,19 @@ async def test_new_cuts_the_prompt_history_and_keeps_the_rows(db: Database) -> N
     await db.write(save, 8, "other chat", 6)
     await db.write(history.start_fresh, 5, 100.0)
     new_id = await db.write(save, 9, "new")
-    assert await db.read(history.recent, 5, 20, before_id=new_id) == []
-    after = await db.read(history.recent, 5, 20)
-    assert [m.content for m in after] == ["new"]
-    assert [m.content for m in await db.read(history.recent, 6, 20)] == ["other chat"]
+    rule = WindowRule(limit=20, step=10, cold_after=3660, min_tokens=0)
+
+    async def prompt_history(chat: int, before: int) -> list[str]:
+        def read(conn: Any) -> list[str]:
+            floor = history.context_floor(conn, chat)
+            start = load_window(conn, chat, before, floor, rule, 200.0)
+            return [m.content for m in history.between(conn, chat, start, before)]
+
+        return await db.write(read)
+
+    assert await prompt_history(5, new_id) == []
+    assert await prompt_history(5, new_id + 1) == ["new"]
+    assert await prompt_history(6, new_id) == ["other chat"]
     assert len(await db.read(lambda c: history.history(c, chat_id=5))) == 4
 
 

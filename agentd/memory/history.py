@@ -95,21 +95,6 @@ def context_floor(conn: Any, chat_id: int) -> int:
     return int(row[0]) if row else 0
 
 
-def recent(
-    conn: Any, chat_id: int, limit: int, *, before_id: int | None = None
-) -> list[StoredMessage]:
-    """The chat's last `limit` messages before `before_id` since its last /new, oldest first."""
-    if limit <= 0:
-        return []
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? AND id > ? AND id < ? "
-        "ORDER BY id DESC LIMIT ?",
-        (chat_id, context_floor(conn, chat_id), before_id if before_id is not None else 2**62,
-         limit),
-    ).fetchall()  # fmt: skip
-    return [_message(r) for r in reversed(rows)]
-
-
 def between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[StoredMessage]:
     """The chat's messages from `start_id` up to (not including) `before_id`, oldest first."""
     rows = conn.execute(
