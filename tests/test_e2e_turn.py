@@ -77,7 +77,9 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         assert daemon.stop() == 0
     log = daemon.log()
     assert TOKEN not in log and API_KEY not in log
-    assert '"event": "step"' in log and '"instance_id": "tg-update-' in log
+    # One line per turn at INFO (steps are DEBUG; the journal has their times).
+    assert '"event": "workflow complete"' in log and '"instance_id": "tg-update-' in log
+    assert '"event": "step"' not in log
 
 
 def test_stranger_gets_nothing_and_costs_nothing(

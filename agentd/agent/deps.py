@@ -24,6 +24,25 @@ def _identity(text: str) -> str:
     return text
 
 
+class StableMemo:
+    """The turn's system prompt and tools as last built, with the tools they were built from.
+
+    They change only when a tool comes or goes (an MCP server connects later), so rebuilding
+    them, with a deep copy of every tool's schema, on each call was waste.
+    """
+
+    def __init__(self) -> None:
+        self.tools: tuple[Any, ...] | None = None
+        self.value: Any = None
+
+    def get(self, tools: list[Any], build: Callable[[], Any]) -> Any:
+        """`build()`'s value, reused while `tools` are the very same objects."""
+        fresh = self.tools is None or len(self.tools) != len(tools)
+        if fresh or not all(a is b for a, b in zip(self.tools or (), tools, strict=True)):
+            self.value, self.tools = build(), tuple(tools)
+        return self.value
+
+
 @dataclass(frozen=True)
 class TurnDeps:
     config: Config
@@ -39,6 +58,7 @@ class TurnDeps:
     vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply
     voice: VoiceDeps | None = None  # None: voice notes get a reply saying how to enable them
     docs: DocDeps | None = None  # None: documents get a polite "can't read documents" reply
+    stable: StableMemo = field(default_factory=StableMemo, compare=False)
 
 
 class Recall(BaseModel):

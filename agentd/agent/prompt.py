@@ -95,7 +95,11 @@ def with_breakpoints(conversation: Sequence[Message], turn_start: int) -> list[M
     cheaper 5-minute write. The turn's own message is left unmarked: the next turn sees it from
     the stored history, not as sent now (reply quote, image notes).
     """
-    marked = [m.model_copy(update={"cache": False, "cache_brief": False}) for m in conversation]
+    # Messages are values nobody changes in place: only a marked one needs a copy.
+    unmarked = {"cache": False, "cache_brief": False}
+    marked = [
+        m.model_copy(update=unmarked) if m.cache or m.cache_brief else m for m in conversation
+    ]
     if 0 < turn_start <= len(marked):
         marked[turn_start - 1] = marked[turn_start - 1].model_copy(update={"cache": True})
     if len(marked) - 1 > turn_start:

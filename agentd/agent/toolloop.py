@@ -7,6 +7,7 @@ Approve / Deny buttons and waits durably; a timeout is recorded as timed out, ne
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -313,16 +314,31 @@ async def handle_tool_use(
     return outcome, route
 
 
-def stable_request(deps: TurnDeps) -> LLMRequest:
-    """A turn's request without messages: the system prompt and tools, the cached prefix."""
+class StablePrefix(BaseModel):
+    """A turn's request without messages (the system prompt and tools: the cached prefix), and
+    its length in characters, which the history window's token estimate needs."""
+
+    request: LLMRequest
+    chars: int
+
+
+def stable_prefix(deps: TurnDeps) -> StablePrefix:
     tools = deps.registry.tools()
+    return deps.stable.get(tools, lambda: _build_stable(deps, tools))  # type: ignore[no-any-return]
+
+
+def stable_request(deps: TurnDeps) -> LLMRequest:
+    return stable_prefix(deps).request
+
+
+def _build_stable(deps: TurnDeps, tools: list[Any]) -> StablePrefix:
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
     server_tools = []
     if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
         server_tools = [SERVER_WEB_SEARCH | {"max_uses": deps.config.web.max_results}]
         infos.append(ToolInfo(name="web_search", risk="low",
                               description="Search the web; cite the pages you use."))  # fmt: skip
-    return LLMRequest(
+    request = LLMRequest(
         purpose="turn",
         system=build_system(
             persona=deps.config.agent.persona, name=deps.config.agent.name, tools=infos
@@ -330,6 +346,10 @@ def stable_request(deps: TurnDeps) -> LLMRequest:
         messages=[],
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
         server_tools=server_tools,
+    )
+    tools_json = json.dumps([t.model_dump() for t in request.tools] + server_tools)
+    return StablePrefix(
+        request=request, chars=sum(len(b.text) for b in request.system) + len(tools_json)
     )
 
 

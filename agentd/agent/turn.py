@@ -7,7 +7,6 @@ was interrupted.
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
@@ -15,7 +14,7 @@ from agentd import audit, ratelimit
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
 from agentd.agent.prompt import as_data
-from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, stable_request
+from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, stable_prefix
 from agentd.agent.window import (
     CACHE_TTL_SECONDS,
     CHARS_PER_TOKEN,
@@ -93,10 +92,14 @@ def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
     for role, content in [(m.role, m.content) for m in past] + [("user", current)]:
         if not content.strip() or (not merged and role != "user"):
             continue
+        # Built without validation: role and content are typed already, and a turn with a long
+        # history builds dozens of these.
         if merged and merged[-1].role == role:
-            merged[-1] = Message(role=role, content=f"{merged[-1].content}\n\n{content}")
+            merged[-1] = Message.model_construct(
+                role=role, content=f"{merged[-1].content}\n\n{content}"
+            )
         else:
-            merged.append(Message(role=role, content=content))
+            merged.append(Message.model_construct(role=role, content=content))
     return merged
 
 
@@ -165,10 +168,7 @@ async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
 async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
     """The chat's history window (agent/window.py); its start is kept when it moves."""
     cfg = deps.config.memory
-    stable = stable_request(deps)
-    fixed = sum(len(b.text) for b in stable.system) + len(
-        json.dumps([t.model_dump() for t in stable.tools] + stable.server_tools)
-    )
+    fixed = stable_prefix(deps).chars
     rule = WindowRule(
         limit=cfg.history_limit, step=cfg.history_step,
         cold_after=CACHE_TTL_SECONDS[deps.config.llm.cache_ttl] + COLD_MARGIN,
@@ -200,9 +200,11 @@ def _current_message(inp: TurnInput, notes: list[str]) -> str:
 
 
 async def send_chunk(
-    deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None, instance_id: str, name: str
-) -> int:
-    interrupted = await deps.db.read(store.interrupted_attempts, instance_id, name)
+    deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None, instance_id: str, name: str,
+    resumed: bool = True,
+) -> int:  # fmt: skip
+    # Only a run after a restart can find an attempt that an earlier process died in.
+    interrupted = resumed and await deps.db.read(store.interrupted_attempts, instance_id, name)
     if interrupted:
         # The R-DUR-7 window: the process died during an earlier attempt of this send, which
         # may have reached the user. Counted, as a lost answer is (README).
@@ -264,7 +266,7 @@ async def send_reply(
         name = f"{prefix}#{n}"
         # Marked: an attempt the process died in is counted as a possible duplicate (README).
         ids.append(await step.do(name, send_chunk, deps, inp.chat_id, chunk, reply_to,
-                                 step.instance_id, name, mark=True))  # fmt: skip
+                                 step.instance_id, name, step.resumed, mark=True))  # fmt: skip
     return ids
 
 
@@ -354,7 +356,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             return await answer_media_at_once(step, deps, inp, media)
         if media.echo:
             await step.do("echo-transcript", send_chunk, deps, inp.chat_id, media.echo,
-                          inp.message_id, iid, "echo-transcript")  # fmt: skip
+                          inp.message_id, iid, "echo-transcript", step.resumed)  # fmt: skip
         if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
             kind = inp.unsupported_kind or inp.kind
             text = unsupported_reply(kind)

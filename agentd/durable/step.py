@@ -165,6 +165,11 @@ class Step:
         self._names: set[str] = set()
 
     @property
+    def resumed(self) -> bool:
+        """Whether an earlier run of this instance journaled anything (this run replays it)."""
+        return bool(self._journal) or bool(self._attempt_counts)
+
+    @property
     def clock(self) -> Any:
         return self.engine.clock
 
@@ -430,7 +435,11 @@ class Step:
         )
 
     def _log(self, name: str, attempt: int, started: float, outcome: str, **extra: Any) -> None:
-        log.info(
+        level = logging.DEBUG if outcome == "complete" else logging.WARNING
+        if not log.isEnabledFor(level):
+            return
+        log.log(
+            level,
             "step",
             extra={
                 "instance_id": self.instance_id,

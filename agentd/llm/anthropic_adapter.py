@@ -9,8 +9,7 @@ from typing import Any
 
 import anthropic
 import httpx2
-from anthropic.lib._parse._response import ResponseFormatT
-from anthropic.types.parsed_message import ParsedMessage
+from pydantic_core import to_json
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -18,6 +17,7 @@ from tenacity import (
 )
 
 from agentd.config import LLMConfig
+from agentd.llm.anthropic_stream import MessageFold, StreamIncomplete
 from agentd.llm.types import (
     ContentBlock,
     ImageBlock,
@@ -44,9 +44,6 @@ _SPEND_LIMIT_ERRORS = tuple(
     )
     if hasattr(anthropic, name)
 )
-# The SDK's stream accumulator evaluates `ParsedMessage[ResponseFormatT]` for every answer, and
-# pydantic caches generic models only weakly: holding one reference keeps it from being rebuilt.
-_STREAM_SNAPSHOT_TYPE = ParsedMessage[ResponseFormatT]
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -62,10 +59,6 @@ def _retry_after(exc: BaseException) -> float | None:
     except ValueError:
         return None
     return None
-
-
-class StreamIncomplete(Exception):
-    """The stream ended cleanly but early: no message_stop, or inside a content block."""
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -134,43 +127,51 @@ def build_params(
             for b in req.system
         ]
     if req.tools or req.server_tools:
-        params["tools"] = [t.model_dump() for t in req.tools] + [dict(t) for t in req.server_tools]
+        # The ToolSpec models go in as they are: the body is written by pydantic-core, which
+        # serialises them without a dict per tool per call.
+        params["tools"] = [*req.tools, *req.server_tools]
     if req.tool_choice:
         params["tool_choice"] = {"type": "tool", "name": req.tool_choice}
     return params
 
 
-def _parse_block(block: Any) -> ContentBlock | None:
-    if block.type == "text":
-        citations = getattr(block, "citations", None)
+def _without_nulls(value: Any) -> Any:
+    """What the SDK's `model_dump(exclude_none=True)` gave: the API's nulls left out."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
+def _parse_block(block: dict[str, Any]) -> ContentBlock | None:
+    kind = block.get("type")
+    if kind == "text":
+        citations = block.get("citations")
         return TextBlock(
-            text=block.text,
-            citations=[c.model_dump(exclude_none=True) for c in citations] if citations else None,
+            text=block.get("text", ""),
+            citations=[_without_nulls(c) for c in citations] if citations else None,
         )
-    if block.type == "tool_use":
-        return ToolUseBlock(id=block.id, name=block.name, input=dict(block.input or {}))
-    if block.type in ("server_tool_use", "web_search_tool_result"):
-        return OpaqueBlock(raw=block.model_dump(exclude_none=True))
+    if kind == "tool_use":
+        return ToolUseBlock(id=block["id"], name=block["name"], input=block.get("input") or {})
+    if kind in ("server_tool_use", "web_search_tool_result"):
+        return OpaqueBlock(raw=_without_nulls(block))
     return None  # thinking and other blocks are not used by agentd
 
 
-def _written_for_1h(usage: Any) -> int:
-    split = getattr(usage, "cache_creation", None)  # absent from older API versions and proxies
-    return (getattr(split, "ephemeral_1h_input_tokens", 0) or 0) if split is not None else 0
-
-
-def _parse_response(msg: Any) -> LLMResponse:
-    usage = msg.usage
+def _parse_response(msg: dict[str, Any]) -> LLMResponse:
+    usage = msg.get("usage") or {}
+    split = usage.get("cache_creation") or {}  # absent from older API versions and proxies
     return LLMResponse(
-        model=msg.model,
-        content=[b for b in (_parse_block(x) for x in msg.content) if b is not None],
-        stop_reason=msg.stop_reason,
+        model=msg["model"],
+        content=[b for b in map(_parse_block, msg.get("content") or []) if b is not None],
+        stop_reason=msg.get("stop_reason"),
         usage=Usage(
-            input_tokens=usage.input_tokens or 0,
-            output_tokens=usage.output_tokens or 0,
-            cache_read_tokens=getattr(usage, "cache_read_input_tokens", 0) or 0,
-            cache_write_tokens=getattr(usage, "cache_creation_input_tokens", 0) or 0,
-            cache_write_1h_tokens=_written_for_1h(usage),
+            input_tokens=usage.get("input_tokens") or 0,
+            output_tokens=usage.get("output_tokens") or 0,
+            cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
+            cache_write_tokens=usage.get("cache_creation_input_tokens") or 0,
+            cache_write_1h_tokens=split.get("ephemeral_1h_input_tokens") or 0,
         ),
     )
 
@@ -211,25 +212,26 @@ class AnthropicLLM:
     async def close(self) -> None:
         await self._client.close()
 
-    async def _stream(self, params: dict[str, Any], on_text: OnText) -> Any:
+    async def _post(self, params: dict[str, Any], stream: bool) -> Any:
+        # The body is serialised here (pydantic-core, one pass) and handed to the SDK as bytes:
+        # `messages.create` deep-copies and re-encodes it in Python on every call.
+        body = to_json({**params, "stream": True} if stream else params)
+        if stream:
+            return await self._client.post(
+                "/v1/messages", content=body, cast_to=object, stream=True,
+                stream_cls=anthropic.AsyncStream[object],
+            )  # fmt: skip
+        return await self._client.post("/v1/messages", content=body, cast_to=object)
+
+    async def _stream(self, params: dict[str, Any], on_text: OnText) -> dict[str, Any]:
         """Stream the answer, reporting the text so far; return the final message."""
-        stopped, open_blocks = False, 0
-        async with self._client.messages.stream(**params) as stream:
+        fold = MessageFold()
+        async with await self._post(params, stream=True) as stream:  # closed however it ends
             async for event in stream:
-                if event.type == "text":
-                    await on_text(event.snapshot)
-                elif event.type == "content_block_start":
-                    open_blocks += 1
-                elif event.type == "content_block_stop":
-                    open_blocks -= 1
-                elif event.type == "message_stop":
-                    stopped = True
-            if not stopped or open_blocks:
-                # A proxy or a cut connection can end the body cleanly: the SDK would hand
-                # back a partial (even empty) answer as if it were whole.
-                where = "inside a content block" if open_blocks else "without message_stop"
-                raise StreamIncomplete(f"the answer stream ended {where}")
-            return await stream.get_final_message()
+                text = fold.add(event)
+                if text is not None:
+                    await on_text(text)
+        return fold.result()
 
     async def complete(self, req: LLMRequest, on_text: OnText | None = None) -> LLMResponse:
         """One model answer, retried on transient errors; LLMError when it cannot be had.
@@ -254,7 +256,9 @@ class AnthropicLLM:
                 tries = attempt.retry_state.attempt_number
                 with attempt:
                     if on_text is None:
-                        message = await self._client.messages.create(**params)
+                        message = await self._post(params, stream=False)
+                        if not isinstance(message, dict):  # a proxy's page parsed as JSON
+                            raise ValueError("the answer was not a JSON object")
                     else:
                         message = await self._stream(params, on_text)
         except (httpx2.TransportError, ValueError, StreamIncomplete) as exc:
