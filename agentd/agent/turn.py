@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentd import audit, ratelimit
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
@@ -81,7 +83,7 @@ def _user_content(inp: TurnInput) -> str:
     return text
 
 
-def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
+def to_llm_messages(past: list[tuple[str, str]], current: str) -> list[Message]:
     """History plus the new message, starting with the user, alternating, ending with the user.
 
     The last message must be the user's: the API takes a trailing assistant message as a
@@ -89,7 +91,7 @@ def to_llm_messages(past: list[StoredMessage], current: str) -> list[Message]:
     """
     current = current if current.strip() else EMPTY_MESSAGE
     merged: list[Message] = []
-    for role, content in [(m.role, m.content) for m in past] + [("user", current)]:
+    for role, content in [*past, ("user", current)]:
         if not content.strip() or (not merged and role != "user"):
             continue
         # Built without validation: role and content are typed already, and a turn with a long
@@ -165,8 +167,23 @@ async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
     )  # fmt: skip
 
 
-async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[StoredMessage]:
-    """The chat's history window (agent/window.py); its start is kept when it moves."""
+class HistoryWindow(BaseModel):
+    """What the load-history step journals: the window's bounds, not its messages (a turn's
+    whole history in every turn's journal cost a JSON round trip and a large row per turn)."""
+
+    start_id: int
+    before_id: int
+
+
+# Older versions journaled the messages themselves; a turn they left unfinished still replays.
+JOURNALED_HISTORY = HistoryWindow | list[StoredMessage]
+
+
+async def load_history(
+    deps: TurnDeps, chat_id: int, before_id: int, read_now: list[list[tuple[str, str]]]
+) -> HistoryWindow:
+    """The chat's history window (agent/window.py); its start is kept when it moves. The
+    messages read go into `read_now`, so a first run needs no second read."""
     cfg = deps.config.memory
     fixed = stable_prefix(deps).chars
     rule = WindowRule(
@@ -176,14 +193,29 @@ async def load_history(deps: TurnDeps, chat_id: int, before_id: int) -> list[Sto
     )  # fmt: skip
     now = deps.clock.now()
 
-    def read(conn: Any) -> list[StoredMessage]:
+    def read(conn: Any) -> HistoryWindow:
         floor = history.context_floor(conn, chat_id)
         start_id = load_window(conn, chat_id, before_id, floor, rule, now)
-        return history.between(conn, chat_id, start_id, before_id)
+        read_now.append(history.turns_between(conn, chat_id, start_id, before_id))
+        return HistoryWindow(start_id=start_id, before_id=before_id)
 
     # Unsynced: the window start is an optimisation a crash may lose; the turn's next synced
     # commit carries it to disk.
     return await deps.db.write_unsynced(read)
+
+
+async def history_for_prompt(step: Step, deps: TurnDeps, chat_id: int, before_id: int
+                             ) -> list[tuple[str, str]]:  # fmt: skip
+    """The history this turn's prompt starts with: as read by the step, or, when the step is
+    replayed, read again within the bounds it journaled."""
+    read_now: list[list[tuple[str, str]]] = []
+    window = await step.do("load-history", load_history, deps, chat_id, before_id, read_now,
+                           delivery="idempotent", result_type=JOURNALED_HISTORY)  # fmt: skip
+    if read_now:
+        return read_now[0]
+    if isinstance(window, list):  # journaled by an older agentd: the messages themselves
+        return [(m.role, m.content) for m in window]
+    return await deps.db.read(history.turns_between, chat_id, window.start_id, window.before_id)
 
 
 def _current_message(inp: TurnInput, notes: list[str]) -> str:
@@ -375,8 +407,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                                {"limit": verdict.limit, "notified": True})  # fmt: skip
             return TurnOutput(reply_message_ids=ids, outcome="rate_limited")
         try:
-            past = await step.do("load-history", load_history, deps, inp.chat_id, user_msg_id,
-                                 delivery="idempotent")  # fmt: skip
+            past = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
             messages = to_llm_messages(past, _current_message(inp, notes))
             try:
                 recall = await step.do("recall", recall_memories, deps, inp, delivery="idempotent")

@@ -104,6 +104,15 @@ def between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[Stor
     return [_message(r) for r in rows]
 
 
+def turns_between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[tuple[str, str]]:
+    """(role, content) of what `between` returns: all a prompt needs, without the JSON columns."""
+    rows = conn.execute(
+        "SELECT role, content FROM messages WHERE chat_id = ? AND id >= ? AND id < ? ORDER BY id",
+        (chat_id, start_id, before_id),
+    )
+    return [(r[0], r[1]) for r in rows]
+
+
 def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[StoredMessage]:
     """For `agentd history`: the last `limit` messages (of one chat, or all), oldest first."""
     if chat_id is None:
