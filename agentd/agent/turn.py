@@ -94,14 +94,10 @@ def to_llm_messages(past: list[tuple[str, str]], current: str) -> list[Message]:
     for role, content in [*past, ("user", current)]:
         if not content.strip() or (not merged and role != "user"):
             continue
-        # Built without validation: role and content are typed already, and a turn with a long
-        # history builds dozens of these.
         if merged and merged[-1].role == role:
-            merged[-1] = Message.model_construct(
-                role=role, content=f"{merged[-1].content}\n\n{content}"
-            )
+            merged[-1] = Message(role=role, content=f"{merged[-1].content}\n\n{content}")
         else:
-            merged.append(Message.model_construct(role=role, content=content))
+            merged.append(Message(role=role, content=content))
     return merged
 
 

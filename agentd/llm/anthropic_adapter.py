@@ -271,7 +271,8 @@ class AnthropicLLM:
                 status=getattr(exc, "status_code", None),
             ) from None
         response = _parse_response(message).model_copy(update={"attempt": tries})
-        log.info(
+        # DEBUG: every call's tokens are in llm_usage already (`agentd usage`).
+        log.debug(
             "llm call",
             extra={
                 "purpose": req.purpose,

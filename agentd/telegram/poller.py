@@ -9,6 +9,7 @@ from typing import Any
 
 from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramUnauthorizedError
+from aiogram.methods import GetUpdates
 
 from agentd.db import Database
 from agentd.durable import Engine
@@ -35,6 +36,16 @@ def _raw_updates(data: Any) -> list[dict[str, Any]] | None:
     return [
         u for u in data["result"] if isinstance(u, dict) and isinstance(u.get("update_id"), int)
     ]
+
+
+class GetRawUpdates(GetUpdates):
+    """getUpdates with each update left as the JSON Telegram sent.
+
+    Every update is stored as JSON and classified from it; parsing it into aiogram's models
+    first (and dumping it back) cost CPU per update, and one update aiogram could not parse
+    failed its whole batch. The session's retries and error handling still apply."""
+
+    __returning__ = list[dict[str, Any]]
 
 
 class Poller:
@@ -91,16 +102,14 @@ class Poller:
 
     async def _fetch(self, offset: int | None) -> list[dict[str, Any]] | None:
         """One long poll → raw update dicts (None after a transient failure, already waited)."""
+        poll = GetRawUpdates(offset=offset, timeout=self._timeout, allowed_updates=ALLOWED_UPDATES)
         try:
-            updates = await self._bot.get_updates(
-                offset=offset,
-                timeout=self._timeout,
-                allowed_updates=ALLOWED_UPDATES,
-                request_timeout=int(self._timeout + self._request_timeout),
+            updates = await self._bot(
+                poll, request_timeout=int(self._timeout + self._request_timeout)
             )
         except ClientDecodeError as exc:
-            # One update aiogram cannot parse fails the whole batch; the raw JSON is still
-            # there, and classification copes with anything, so nothing is lost or stuck.
+            # A batch with an element that is not an object fails as a whole; the raw JSON is
+            # still there, and classification copes with anything, so nothing is lost or stuck.
             raw = _raw_updates(exc.data)
             if raw is None:
                 await self._backoff(classify(exc).reason)
@@ -116,7 +125,7 @@ class Poller:
             await self._backoff(fault.reason, fault.retry_after)
             return None
         self._failures = 0
-        return [_as_json(u) for u in updates]
+        return _raw_updates({"result": updates}) or []
 
     async def _store(self, raw: list[dict[str, Any]]) -> int:
         """Commit the batch with the work it starts; return the offset that acknowledges it."""
@@ -152,24 +161,3 @@ class Poller:
             await asyncio.wait_for(self._stopping.wait(), timeout=seconds)
         except TimeoutError:
             pass
-
-
-def _placeholder(value: Any) -> Any:
-    # aiogram fills fields an incoming object omits with Default("…") placeholders (e.g. a
-    # message's link_preview_options.is_disabled); they stand for "not set".
-    return None
-
-
-def _as_json(update: Any) -> dict[str, Any]:
-    """An update as JSON to store; one that cannot be written out is kept as its bare id.
-
-    Raising here would fail the whole batch before its offset is acknowledged, so the same
-    update would come back on every poll and block every message after it.
-    """
-    try:
-        return update.model_dump(mode="json", exclude_none=True, by_alias=True,
-                                 fallback=_placeholder)  # fmt: skip
-    except Exception as exc:
-        log.warning("an update could not be written out; kept as its id only",
-                    extra={"update_id": update.update_id, "error": type(exc).__name__})  # fmt: skip
-        return {"update_id": update.update_id}
