@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from zoneinfo import ZoneInfo
 
@@ -22,6 +23,7 @@ from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.approvals import Approval
 from agentd.db import Database
 from agentd.durable import OutcomeUnknown, Step
+from agentd.durable.pending import Pending
 from agentd.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -361,6 +363,7 @@ async def call_llm(
     step_name: str,
     recall: Recall,
     turn_start: int,
+    held: Pending | None = None,
 ) -> LLMResponse:
     """One model call with a fresh prompt; its tokens are recorded (R-LLM-4).
 
@@ -379,11 +382,16 @@ async def call_llm(
                                 delay=deps.config.telegram.progress_delay)  # fmt: skip
     async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
         response = await deps.llm.complete(req, on_text=on_text)
-    # Unsynced: the step's synced result commit, just after, carries it to disk.
-    await deps.db.write_unsynced(
-        usage.record, response.usage, model=response.model, purpose="turn",
+    record = partial(
+        usage.record, tokens=response.usage, model=response.model, purpose="turn",
         chat_id=inp.chat_id, instance_id=instance_id, step=step_name, attempt=response.attempt,
     )  # fmt: skip
+    if held is not None:
+        # In the transaction that journals the step's result, next: the tokens are on disk
+        # exactly when the answer is, with no commit of their own.
+        held.add(record)
+    else:
+        await deps.db.write_unsynced(record)
     return response
 
 
@@ -401,7 +409,16 @@ async def agent_loop(
     for n in range(1, max_steps + 1):
         name = f"llm#{n}"
         response = await step.do(
-            name, call_llm, deps, inp, conversation, step.instance_id, name, recall, turn_start
+            name,
+            call_llm,
+            deps,
+            inp,
+            conversation,
+            step.instance_id,
+            name,
+            recall,
+            turn_start,
+            step.pending,
         )
         last_text = response.text or last_text
         if not response.tool_uses:

@@ -135,6 +135,10 @@ class Poller:
         offset = max(int(u["update_id"]) for u in raw) + 1
         for key in result.keys:
             self._engine.kick(key)
+        if result.keys:
+            # Let the turns take their first step (a database read) before this task logs and
+            # sends the next long poll: the turn is what the user is waiting for.
+            await asyncio.sleep(0)
         if result.callback_answers:
             await self._engine.poll_once()  # wake turns waiting for these decisions now
         for callback_id, text in result.callback_answers:
