@@ -88,7 +88,9 @@ def script(stack: Stack, user: int, *replies: Any) -> None:
 
 
 def test_the_menu_is_registered_at_start(stack: Stack) -> None:
-    names = [c["command"] for c in stack.tg.commands]
+    # Published by a background task at start (best effort): it may land just after "ready".
+    commands = stack.tg.wait_until(lambda: stack.tg.commands, timeout=10, what="setMyCommands")
+    names = [c["command"] for c in commands]
     assert names[:6] == ["help", "new", "stop", "status", "usage", "memory"]
     assert all(c["description"] for c in stack.tg.commands)
 
