@@ -15,10 +15,12 @@ from typing import Any, TypeVar
 from aiogram import Bot
 from aiogram.enums import ChatAction, ParseMode
 from aiogram.exceptions import TelegramBadRequest
+from aiogram.methods import SendMessage
 from aiogram.types import (
     FSInputFile,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    MessageId,
     ReplyParameters,
 )
 
@@ -29,6 +31,13 @@ from agentd.telegram.session import classify
 T = TypeVar("T")
 log = logging.getLogger("agentd.telegram")
 TYPING_RENEW_SECONDS = 4.5  # Telegram shows "typing…" for about 5 s per chat action
+
+
+class SendMessageForId(SendMessage):
+    """sendMessage whose answer is read for its message id only: building the whole Message
+    (sender, chat, entities…) for each reply was a fifth of a send's CPU, for one integer."""
+
+    __returning__ = MessageId
 
 
 def _reply(reply_to: int | None) -> ReplyParameters | None:
@@ -94,13 +103,15 @@ class TelegramOutbox:
         reply = _reply(reply_to)
 
         async def send(text: str, parse_mode: str | None) -> Any:
-            return await self._bot.send_message(
-                chat_id,
-                text,
-                parse_mode=parse_mode,
-                reply_parameters=reply,
-                reply_markup=markup,
-                link_preview_options=None,
+            return await self._bot(
+                SendMessageForId(
+                    chat_id=chat_id,
+                    text=text,
+                    parse_mode=parse_mode,
+                    reply_parameters=reply,
+                    reply_markup=markup,
+                    link_preview_options=None,
+                )
             )
 
         try:
