@@ -15,6 +15,11 @@ Phases, all after the daemon logged "agentd running" and one warm-up turn per ch
   burst       --messages added at once, round-robin across --chats private chats: turns/s
               (messages / time from the first add to the last reply) and latency under load
 
+The sequential phase's breakdown comes from the journal (each step's start and end as the
+engine recorded them, whatever the log level). The daemon uses the hashing embedder here
+(tests.daemon_process.daemon_env), so recall costs a keyword and a vector lookup but no model:
+the e5-small query embedding is measured by benchmarks/memory_embedder.py and memory_scale.py.
+
 The fake long poll returns as soon as an update is added, and the daemon's poll timeout is 1 s
 (AGENTD_TELEGRAM__POLL_TIMEOUT from tests.daemon_process.daemon_env), so no phase waits out a
 poll.

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -16,6 +17,12 @@ log = logging.getLogger("agentd.llm")
 
 class StructuredOutputError(Exception):
     """The model's answer did not fit the schema (retry the call, then handle it)."""
+
+
+@functools.cache
+def _schema(model: type[BaseModel]) -> dict[str, Any]:
+    # A model class's schema never changes; generating it was most of a summary's request CPU.
+    return model.model_json_schema()
 
 
 def _add(a: Usage, b: Usage) -> Usage:
@@ -35,7 +42,7 @@ async def complete_structured(
 
     The response returned carries the tokens of every attempt, so none goes unaccounted.
     """
-    spec = ToolSpec(name=name, description=description, input_schema=model.model_json_schema())
+    spec = ToolSpec(name=name, description=description, input_schema=_schema(model))
     forced = req.model_copy(update={"tools": [spec], "tool_choice": name})
     spent = Usage()
     for attempt in range(1, attempts + 1):
