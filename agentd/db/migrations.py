@@ -423,6 +423,16 @@ CREATE TABLE history_windows (
 );
 """
 
+M020_HOT_INDEXES = """
+-- Per-turn lookups that walked a chat's whole past (issue 15): the engine's next open
+-- instance of a key scanned every finished one before it, and the summary check counted every
+-- message of the chat. Partial indexes hold only the rows those queries look for; the queries
+-- must keep these exact conditions for SQLite to use them.
+CREATE INDEX workflow_instances_open_key ON workflow_instances (key, seq)
+    WHERE status IN ('queued', 'running', 'waiting', 'sleeping');
+CREATE INDEX messages_unsummarised ON messages (chat_id, id) WHERE summarised = 0;
+"""
+
 # Memory context (issue #11): what a memory answers or where it sits (the message a turn replied
 # to, the date of a conversation), kept apart from the memory itself. It is indexed as its own
 # FTS column, weighted below the content (agentd/memory/search.py), and embedded with the
@@ -467,6 +477,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m014_onboard", M014_ONBOARD),
     ("m017_recall", M017_RECALL),
     ("m018_history_window", M018_HISTORY_WINDOW),
+    ("m020_hot_indexes", M020_HOT_INDEXES),
 ]
 
 

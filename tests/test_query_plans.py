@@ -1,0 +1,43 @@
+"""Per-turn lookups use the partial indexes made for them (m020), not a walk of the chat's past.
+
+SQLite uses a partial index only when the query repeats its condition, so a reworded query
+would silently scan again; these pin the plans of the statements the functions really run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentd.durable import store
+from agentd.memory.summarise import summary_due, summary_running
+
+
+def plans(conn: Any, call: Callable[[Any], object]) -> list[str]:
+    """The query plan of every statement `call(conn)` runs."""
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    try:
+        call(conn)
+    finally:
+        conn.set_trace_callback(None)
+    return [
+        " / ".join(row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+        for sql in statements
+    ]
+
+
+@pytest.mark.parametrize(
+    "call, index",
+    [
+        (lambda c: store.next_open_for_key(c, "chat-1"), "workflow_instances_open_key"),
+        (lambda c: store.open_keys(c), "workflow_instances_open_key"),
+        (lambda c: summary_running(c, 1), "workflow_instances_open_key"),
+        (lambda c: summary_due(c, 1, 0, 0), "messages_unsummarised"),
+    ],
+)
+def test_the_lookup_uses_its_partial_index(conn: Any, call: Any, index: str) -> None:
+    found = plans(conn, call)
+    assert found and all(index in plan for plan in found), found
