@@ -227,7 +227,8 @@ def main() -> None:
                 AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(chats),
                 AGENTD_ENGINE__CONCURRENCY=str(args.concurrency),
                 AGENTD_LOG__LEVEL=args.log_level,
-                AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # measuring throughput, not the limiter
+                # On, as by default (its check is part of every turn), but too high to refuse.
+                AGENTD_LIMITS__MESSAGES_PER_MINUTE="1000000",
                 PYTHONPATH=f"{args.source}{os.pathsep}{REPO_ROOT}",
             )
             summary = tmp / "fsyncs.txt" if args.count_fsyncs else None

@@ -104,3 +104,13 @@ async def test_a_group_sqlite_rolled_back_fails_every_write_in_it(db: Any) -> No
     assert [type(r) for r in results] == [OSError, OSError]
     assert await db.read(rows) == []
     assert await db.write(insert, 2) == 2  # the connection is usable again
+
+
+async def test_an_inline_read_sees_every_committed_write_and_cannot_write(db: Any) -> None:
+    count = "SELECT COUNT(*) FROM t"
+    assert await db.read_inline(lambda c: c.execute(count).fetchone()[0]) == 0
+    await asyncio.gather(db.write(insert, 1), db.write_unsynced(insert, 2))
+    assert await db.read_inline(lambda c: c.execute(count).fetchone()[0]) == 2
+    with pytest.raises(Exception, match="readonly"):
+        await db.read_inline(lambda c: c.execute("INSERT INTO t VALUES (3)"))
+    assert await db.read(lambda c: c.execute(count).fetchone()[0]) == 2

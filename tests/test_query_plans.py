@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from agentd import ratelimit
+from agentd.config import LimitsConfig
 from agentd.durable import store
 from agentd.memory.summarise import summary_due, summary_running
 
@@ -36,6 +38,10 @@ def plans(conn: Any, call: Callable[[Any], object]) -> list[str]:
         (lambda c: store.open_keys(c), "workflow_instances_open_key"),
         (lambda c: summary_running(c, 1), "workflow_instances_open_key"),
         (lambda c: summary_due(c, 1, 0, 0), "messages_unsummarised"),
+        (
+            lambda c: ratelimit.check(c, LimitsConfig(), user_id=1, chat_id=1, now=1e9),
+            "messages_user_recent",
+        ),
     ],
 )
 def test_the_lookup_uses_its_partial_index(conn: Any, call: Any, index: str) -> None:

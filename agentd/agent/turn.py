@@ -157,7 +157,7 @@ async def look_at_images(
 
 
 async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
-    return await deps.db.read(
+    return await deps.db.read_inline(
         ratelimit.check, deps.config.limits, user_id=inp.user_id, chat_id=inp.chat_id,
         now=deps.clock.now(),
     )  # fmt: skip
@@ -307,7 +307,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
         deps.db, deps.embedder, inp.user_id, inp.text, k=cfg.recall_top_k,
         kinds=RECALL_KINDS, fusion=fusion_from_config(cfg),
     )  # fmt: skip
-    facts = await deps.db.read(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
+    facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
     return Recall(facts=facts, memories=format_recall(hits, cfg.recall_prompt_chars))
 
 
@@ -316,7 +316,7 @@ async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
     if deps.embedder is None or deps.start_workflow is None:
         return None
     cfg = deps.config.memory
-    up_to = await deps.db.read(
+    up_to = await deps.db.read_inline(
         lambda c: (
             None
             if summary_running(c, inp.chat_id)

@@ -56,6 +56,7 @@ class Database:
         self.synchronous = synchronous
         self._queue: list[_Queued] = []
         self._drainer: asyncio.Task[None] | None = None
+        self._reader: Conn | None = None  # the event loop's own, for read_inline
 
     @classmethod
     async def open(cls, path: str | Path, *, synchronous: str = "FULL") -> Database:
@@ -87,6 +88,9 @@ class Database:
     async def close(self) -> None:
         if self._drainer is not None:
             await self._drainer  # queued writes still commit
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         async with self._lock:
             await self._conn.close()
 
@@ -157,6 +161,25 @@ class Database:
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """Run fn(conn, *args) outside a write transaction."""
         return await self._call(fn, *args, **kwargs)
+
+    async def read_inline(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run fn(conn, *args) right here, on the event loop's own read-only connection.
+
+        For a few rows found through an index, nothing more: a hop to the writer's thread and
+        back costs more than such a read, and with the loop busy it waits for the GIL on each
+        side. It sees every committed write (WAL), as `read` does. Anything that may scan,
+        search or take long must use `read`, or it stalls every chat meanwhile.
+        """
+        if self._reader is None:
+            self._reader = open_sync(self.path, readonly=True)
+            # Never wait on the loop: a reader is only kept out during WAL recovery.
+            self._reader.execute("PRAGMA busy_timeout = 0")
+        try:
+            return fn(self._reader, *args, **kwargs)
+        except Exception as exc:  # the stdlib's or sqlean's OperationalError: same API
+            if "database is locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            return await self.read(fn, *args, **kwargs)
 
     async def execute(self, sql: str, params: Params = ()) -> int:
         """One statement in its own transaction; returns the number of rows changed."""

@@ -431,6 +431,8 @@ M020_HOT_INDEXES = """
 CREATE INDEX workflow_instances_open_key ON workflow_instances (key, seq)
     WHERE status IN ('queued', 'running', 'waiting', 'sleeping');
 CREATE INDEX messages_unsummarised ON messages (chat_id, id) WHERE summarised = 0;
+-- The per-minute rate check counts a user's recent messages: it scanned the whole table.
+CREATE INDEX messages_user_recent ON messages (user_id, created_at) WHERE role = 'user';
 """
 
 # Memory context (issue #11): what a memory answers or where it sits (the message a turn replied

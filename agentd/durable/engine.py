@@ -219,7 +219,7 @@ class Engine:
         try:
             while not self.stopping:
                 self._dirty.discard(key)
-                inst = await self.db.read(store.next_open_for_key, key)
+                inst = await self.db.read_inline(store.next_open_for_key, key)
                 if inst is None:
                     if key in self._dirty:
                         continue
