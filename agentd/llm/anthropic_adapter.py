@@ -159,10 +159,11 @@ def _parse_block(block: dict[str, Any]) -> ContentBlock | None:
     return None  # thinking and other blocks are not used by agentd
 
 
-def _parse_response(msg: dict[str, Any]) -> LLMResponse:
+def _parse_response(msg: dict[str, Any], attempt: int = 1) -> LLMResponse:
     usage = msg.get("usage") or {}
     split = usage.get("cache_creation") or {}  # absent from older API versions and proxies
     return LLMResponse(
+        attempt=attempt,
         model=msg["model"],
         content=[b for b in map(_parse_block, msg.get("content") or []) if b is not None],
         stop_reason=msg.get("stop_reason"),
@@ -270,18 +271,18 @@ class AnthropicLLM:
                 retryable=is_retryable(exc),
                 status=getattr(exc, "status_code", None),
             ) from None
-        response = _parse_response(message).model_copy(update={"attempt": tries})
-        # DEBUG: every call's tokens are in llm_usage already (`agentd usage`).
-        log.debug(
-            "llm call",
-            extra={
-                "purpose": req.purpose,
-                "model": response.model,
-                "stop_reason": response.stop_reason,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
-                **response.usage.model_dump(),
-            },
-        )
+        response = _parse_response(message, attempt=tries)
+        if log.isEnabledFor(logging.DEBUG):  # every call's tokens are in llm_usage already
+            log.debug(
+                "llm call",
+                extra={
+                    "purpose": req.purpose,
+                    "model": response.model,
+                    "stop_reason": response.stop_reason,
+                    "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+                    **response.usage.model_dump(),
+                },
+            )
         return response
 
     @staticmethod
