@@ -298,15 +298,25 @@ async def send_reply(
     return ids
 
 
+def _has_memories(conn: Any, user_id: int) -> bool:
+    marks = ", ".join("?" * len(RECALL_KINDS))
+    sql = f"SELECT 1 FROM memories WHERE user_id = ? AND kind IN ({marks}) LIMIT 1"
+    return conn.execute(sql, (user_id, *RECALL_KINDS)).fetchone() is not None
+
+
 async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
     """The user's facts and the memories closest to this message: only this user's (R-LTM-3)."""
     if deps.embedder is None:
         return Recall()
     cfg = deps.config.memory
-    hits = await search_memories(
-        deps.db, deps.embedder, inp.user_id, inp.text, k=cfg.recall_top_k,
-        kinds=RECALL_KINDS, fusion=fusion_from_config(cfg),
-    )  # fmt: skip
+    hits = []
+    # A user with nothing to recall yet (every chat's first turns, before a summary) costs no
+    # query embedding: with the default model that is most of a turn's own time.
+    if await deps.db.read_inline(_has_memories, inp.user_id):
+        hits = await search_memories(
+            deps.db, deps.embedder, inp.user_id, inp.text, k=cfg.recall_top_k,
+            kinds=RECALL_KINDS, fusion=fusion_from_config(cfg),
+        )  # fmt: skip
     facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
     return Recall(facts=facts, memories=format_recall(hits, cfg.recall_prompt_chars))
 
