@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentd.db import Database, open_sync
-from agentd.durable import Engine, FakeClock, Step, StepFailed, store, workflow
+from agentd.durable import Engine, FakeClock, LocalStep, Step, StepFailed, store, workflow
 
 
 class In(BaseModel):
@@ -259,3 +259,79 @@ def test_an_unsynced_commit_survives_kill_9(tmp_path: Path) -> None:
         assert tuple(conn.execute("SELECT COUNT(*), SUM(x) FROM t").fetchone()) == (50, 1225)
     finally:
         conn.close()
+
+
+async def test_local_steps_together_take_one_commit_and_replay_one_by_one(
+    cdb: CountingDatabase,
+) -> None:
+    await make_notes_table(cdb)
+    runs: Counter[str] = Counter()
+
+    def save(conn: Any, text: str) -> int:
+        runs[text] += 1
+        return insert_note(conn, text)
+
+    @workflow("pair")
+    async def pair(step: Step, inp: In) -> Out:
+        if inp.n:  # an older run journaled the first one alone
+            first = await step.local("save-reply", save, "answer")
+            (second,) = [await step.local("audit", save, "audit")]
+        else:
+            first, second = await step.locals(
+                LocalStep("save-reply", save, ("answer",)), LocalStep("audit", save, ("audit",))
+            )
+        return Out(value=[first, second])
+
+    engine = await make_engine(cdb, pair)
+    before = cdb.unsynced
+    await engine.start("pair", In(), instance_id="p")
+    inst = await engine.wait_for("p")
+    # mark running, one commit for both steps, finish.
+    assert cdb.unsynced - before == 3
+    steps = await cdb.read(store.load_steps, "p")
+    assert [(s.name, s.status, s.delivery) for s in steps.values()] == [
+        ("save-reply", "complete", "local"),
+        ("audit", "complete", "local"),
+    ]
+    # The same journal replays through separate `local` calls, and the reverse: nothing reruns.
+    await cdb.write(
+        lambda c: c.execute(
+            "UPDATE workflow_instances SET status = 'queued', output = NULL, finished_at = NULL, "
+            "input = '{\"n\": 1}' WHERE id = 'p'"
+        )
+    )
+    engine.kick("p")
+    replayed = await engine.wait_for("p")
+    assert (
+        Out.model_validate_json(replayed.output).value == Out.model_validate_json(inst.output).value
+    )
+    assert runs == {"answer": 1, "audit": 1}
+    await engine.shutdown()
+
+
+async def test_local_steps_together_fail_as_one_and_name_the_step_that_raised(
+    cdb: CountingDatabase,
+) -> None:
+    await make_notes_table(cdb)
+
+    def boom(conn: Any) -> None:
+        raise ValueError("audit table is gone")
+
+    @workflow("pairfail")
+    async def pairfail(step: Step, inp: In) -> Out:
+        try:
+            await step.locals(
+                LocalStep("save-reply", insert_note, ("answer",)), LocalStep("audit", boom)
+            )
+        except StepFailed as exc:
+            return Out(value=[exc.step, exc.error_type])
+        return Out()
+
+    engine = await make_engine(cdb, pairfail)
+    await engine.start("pairfail", In(), instance_id="pf")
+    inst = await engine.wait_for("pf")
+    assert Out.model_validate_json(inst.output).value == ["audit", "ValueError"]
+    assert await cdb.fetchall("SELECT text FROM notes") == []  # the first one rolled back too
+    steps = await cdb.read(store.load_steps, "pf")
+    assert [(s.name, s.status) for s in steps.values()] == [("audit", "failed")]
+    await engine.shutdown()

@@ -24,7 +24,7 @@ from agentd.agent.window import (
     WindowRule,
     load_window,
 )
-from agentd.durable import NonRetryable, Step, StepFailed, Workflow, store, workflow
+from agentd.durable import LocalStep, NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.llm.types import Message
 from agentd.media import turnsteps
 from agentd.media.turnsteps import MediaIn
@@ -358,8 +358,10 @@ async def record_reply(
 ) -> None:  # fmt: skip
     """The last two steps of every turn: the answer into history, the turn into the audit."""
     iid = step.instance_id
-    await step.local("save-reply", save_reply, inp, iid, text, ids, outcome)
-    await step.local("audit", write_audit, inp, iid, kind, {"outcome": outcome, **detail})
+    await step.locals(  # one commit for both
+        LocalStep("save-reply", save_reply, (inp, iid, text, ids, outcome)),
+        LocalStep("audit", write_audit, (inp, iid, kind, {"outcome": outcome, **detail})),
+    )
 
 
 async def answer_media_at_once(

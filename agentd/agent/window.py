@@ -12,7 +12,7 @@ estimated prefix reaches the model's minimum cacheable length.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -34,8 +34,8 @@ class WindowRule(BaseModel):
     fixed_tokens: int = 0  # system prompt and tools: the prefix before the history
 
 
-class Past(BaseModel):
-    """The little the rule needs of each stored message."""
+class Past(NamedTuple):
+    """The little the rule needs of each stored message (a tuple: up to 120 are read a turn)."""
 
     id: int
     created_at: float

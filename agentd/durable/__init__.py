@@ -21,7 +21,7 @@ from agentd.durable.errors import (
     WorkflowNotFound,
 )
 from agentd.durable.host import Limits
-from agentd.durable.step import Event, Retry, Step
+from agentd.durable.step import Event, LocalStep, Retry, Step
 
 __all__ = [
     "Clock",
@@ -33,6 +33,7 @@ __all__ = [
     "InvalidInput",
     "LimitExceeded",
     "Limits",
+    "LocalStep",
     "NonRetryable",
     "OutcomeUnknown",
     "Retry",

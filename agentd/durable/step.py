@@ -13,7 +13,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
@@ -65,6 +65,15 @@ class Retry(BaseModel):
 
 
 NO_RETRY = Retry(limit=1)
+
+
+class LocalStep(NamedTuple):
+    """A database-only step for `Step.locals`: fn(conn, *args), journaled under `name`."""
+
+    name: str
+    fn: Callable[..., Any]
+    args: tuple[Any, ...] = ()
+    result_type: Any = None
 
 
 class Event(BaseModel):
@@ -337,41 +346,65 @@ class Step:
         both or neither, and the step never runs twice. An exception rolls the effect back and
         fails the step.
         """
-        ordinal, record = self._next(name, "do")
-        adapter = _result_adapter(fn, result_type)
-        if self._replayed(name, ordinal, record):
-            return await self._replay(name, ordinal, record, adapter)  # type: ignore[arg-type]
-        self._check_running()
-        attempt = self._attempt_counts.get(ordinal, 0) + 1
-        now, started = self.clock.now(), time.perf_counter()
+        (value,) = await self._locals([LocalStep(name, fn, args, result_type)])
+        return value  # type: ignore[no-any-return]
 
-        def transaction(conn: Any) -> str:
-            value = fn(conn, *args)
-            if adapter is None and isinstance(value, BaseModel):
-                raise NonRetryable(
-                    f"step {name!r} returned a {type(value).__name__} but its function has no "
-                    "resolvable return annotation; pass result_type= to step.local"
-                )
-            encoded = self._encode(name, value)
-            store.record_step(
-                conn, self.instance_id, ordinal, name, delivery="local", attempt=attempt,
-                started_at=now, now=self.clock.now(), result=encoded,
-            )  # fmt: skip
+    async def locals(self, *steps: LocalStep) -> list[Any]:
+        """Several `local` steps in one transaction, so one commit: each is journaled as its own
+        step, in order, exactly as if run one by one (a replay matches either way). An
+        exception rolls them all back and fails the step that raised."""
+        return await self._locals(list(steps))
+
+    async def _locals(self, steps: list[LocalStep]) -> list[Any]:
+        results: list[Any] = [None] * len(steps)
+        todo: list[tuple[int, LocalStep, int, int, TypeAdapter[Any] | None]] = []
+        for i, item in enumerate(steps):
+            ordinal, record = self._next(item.name, "do")
+            adapter = _result_adapter(item.fn, item.result_type)
+            if self._replayed(item.name, ordinal, record):
+                results[i] = await self._replay(item.name, ordinal, record, adapter)  # type: ignore[arg-type]
+            else:
+                todo.append((i, item, ordinal, self._attempt_counts.get(ordinal, 0) + 1, adapter))
+        if not todo:
+            return results
+        self._check_running()
+        now, started = self.clock.now(), time.perf_counter()
+        current = [todo[0]]  # the step running when an exception comes
+
+        def transaction(conn: Any) -> list[str]:
+            encoded = []
+            for entry in todo:
+                current[0] = entry
+                _, item, ordinal, attempt, adapter = entry
+                value = item.fn(conn, *item.args)
+                if adapter is None and isinstance(value, BaseModel):
+                    raise NonRetryable(
+                        f"step {item.name!r} returned a {type(value).__name__} but its function "
+                        "has no resolvable return annotation; pass result_type= to step.local"
+                    )
+                encoded.append(self._encode(item.name, value))
+                store.record_step(
+                    conn, self.instance_id, ordinal, item.name, delivery="local",
+                    attempt=attempt, started_at=now, now=self.clock.now(), result=encoded[-1],
+                )  # fmt: skip
             return encoded
 
         try:
             encoded = await self._write(transaction)
         except Exception as exc:
+            _, item, ordinal, attempt, _ = current[0]
             error = self.engine.redact(_error_text(exc))
             await self._write(
                 partial(store.record_step, delivery="local", attempt=attempt, started_at=now,
                         status="failed", outcome="failed", error=error),
-                self.instance_id, ordinal, name, now=self.clock.now(),
+                self.instance_id, ordinal, item.name, now=self.clock.now(),
             )  # fmt: skip
-            self._log(name, attempt, started, "failed", error=error)
-            raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
-        self._log(name, attempt, started, "complete")
-        return self._decode(encoded, adapter)
+            self._log(item.name, attempt, started, "failed", error=error)
+            raise StepFailed(item.name, type(exc).__name__, self.engine.redact(str(exc))) from exc
+        for (i, item, _, attempt, adapter), raw in zip(todo, encoded, strict=True):
+            self._log(item.name, attempt, started, "complete")
+            results[i] = self._decode(raw, adapter)
+        return results
 
     async def _record_attempt(
         self, name: str, ordinal: int, attempt: int, delivery: Delivery, started_at: float,
