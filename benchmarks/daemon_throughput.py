@@ -16,9 +16,10 @@ Phases, all after the daemon logged "agentd running" and one warm-up turn per ch
               (messages / time from the first add to the last reply) and latency under load
 
 The sequential phase's breakdown comes from the journal (each step's start and end as the
-engine recorded them, whatever the log level). The daemon uses the hashing embedder here
-(tests.daemon_process.daemon_env), so recall costs a keyword and a vector lookup but no model:
-the e5-small query embedding is measured by benchmarks/memory_embedder.py and memory_scale.py.
+engine recorded them, whatever the log level). By default the daemon uses the hashing embedder
+here (as the tests do), so recall costs a keyword and a vector lookup but no model; --embedder
+e5-small runs the product's default (the query embedding is measured on its own by
+benchmarks/memory_embedder.py and memory_scale.py).
 
 The fake long poll returns as soon as an update is added, and the daemon's poll timeout is 1 s
 (AGENTD_TELEGRAM__POLL_TIMEOUT from tests.daemon_process.daemon_env), so no phase waits out a
@@ -31,7 +32,7 @@ versions can be compared in one session.
 
 Usage: .venv/bin/python benchmarks/daemon_throughput.py [--messages 200] [--chats 4]
        [--sequential 30] [--gap 0] [--concurrency 8] [--log-level INFO] [--keep]
-       [--fsync-delay-ms 0] [--count-fsyncs] [--source DIR]
+       [--fsync-delay-ms 0] [--count-fsyncs] [--source DIR] [--embedder hashing]
 """
 
 from __future__ import annotations
@@ -208,13 +209,15 @@ def main() -> None:
     ap.add_argument("--fsync-delay-ms", type=int, default=0, help="strace delay per fsync")
     ap.add_argument("--count-fsyncs", action="store_true", help="count fsyncs (strace -c)")
     ap.add_argument("--source", type=Path, default=REPO_ROOT, help="the agentd checkout to run")
+    ap.add_argument("--embedder", default="hashing", help="memory.embedder (e5-small: default)")
     args = ap.parse_args()
 
     chats = [1000 + i for i in range(args.chats)]
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-daemon-"))
     print(
         f"agentd daemon throughput — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
-        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}, agentd from {args.source}"
+        f"load average {os.getloadavg()[0]:.2f} at start, dir {tmp}, agentd from {args.source}, "
+        f"embedder {args.embedder}"
         + (f", +{args.fsync_delay_ms} ms per fsync" if args.fsync_delay_ms else "")
     )
     try:
@@ -230,6 +233,7 @@ def main() -> None:
                 # On, as by default (its check is part of every turn), but too high to refuse.
                 AGENTD_LIMITS__MESSAGES_PER_MINUTE="1000000",
                 PYTHONPATH=f"{args.source}{os.pathsep}{REPO_ROOT}",
+                AGENTD_MEMORY__EMBEDDER=args.embedder,
             )
             summary = tmp / "fsyncs.txt" if args.count_fsyncs else None
             traced = args.fsync_delay_ms or args.count_fsyncs
