@@ -159,3 +159,18 @@ async def test_copies_are_bounded_least_recently_used_first(conn: Any) -> None:
     for user in (1, 2, 1, 3, 1, 2):  # 3 evicts 2, then 2 evicts 3
         assert vector_search(conn, user, query, EMB.model_id, 5, bits=bits)
     assert bits.loads == 4
+
+
+async def test_kinds_narrow_the_vector_arm_with_either_prefilter(conn: Any) -> None:
+    db = ConnRunner(conn)
+    for i, kind in enumerate(["note", "summary", "fact"] * 50):
+        content = f"{TOPICS[i % 5]} {kind} {i}"
+        await remember(db, EMB, NewMemory(user_id=1, kind=kind, content=content))
+    query = EMB.embed_sync("train to Lisbon")
+    for bits in (None, BitCache()):
+        for kinds in (["summary"], ["fact", "note"]):
+            hits = search(conn, 1, "", query, EMB.model_id, k=20, mode="vector", kinds=kinds,
+                          bits=bits)  # fmt: skip
+            assert len(hits) == 20 and {h.memory.kind for h in hits} == set(kinds)
+        everything = search(conn, 1, "", query, EMB.model_id, k=30, mode="vector", bits=bits)
+        assert {h.memory.kind for h in everything} == {"note", "summary", "fact"}
