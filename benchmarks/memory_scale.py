@@ -94,6 +94,7 @@ def embedded_search(
     by query in one run (sqlite-vec KNN, then the in-process bit copy), so load hits both."""
     import asyncio
 
+    from agentd.agent.turn import RECALL_KINDS
     from agentd.db import Database
     from agentd.memory.bits import BitCache
     from agentd.memory.search import TUNED_FUSION, search_memories
@@ -124,7 +125,8 @@ def embedded_search(
                     for name, cache in (("sqlite-vec KNN", None), ("in-process bits", bits)):
                         t = time.perf_counter()
                         await search_memories(
-                            db, embedder, u, text, k=5, fusion=fusion, bits=cache
+                            db, embedder, u, text, k=5, fusion=fusion, bits=cache,
+                            kinds=RECALL_KINDS,
                         )  # fmt: skip
                         lat[name].append((time.perf_counter() - t) * 1000)
         finally:
@@ -133,8 +135,8 @@ def embedded_search(
     asyncio.run(run())
     print(
         f"\nquery text → fused results (search_memories on a Database: e5-small query embedding "
-        f"+ hybrid search, {fusion.method} fusion, k=5), {len(lat['in-process bits'])} queries "
-        "each, alternating:"
+        f"+ hybrid search, {fusion.method} fusion, k=5, the recall kinds), "
+        f"{len(lat['in-process bits'])} queries each, alternating:"
     )
     for name, values in lat.items():
         print(f"  {name:<16} p50 {_pct(values, 0.5):.2f} ms  p95 {_pct(values, 0.95):.2f} ms")
