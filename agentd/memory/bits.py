@@ -47,7 +47,8 @@ class BitCache:
     def __init__(self, max_partitions: int = 8) -> None:
         self._copies: OrderedDict[tuple[int, int], _Copy] = OrderedDict()
         self._max = max_partitions
-        self.loads = 0  # whole reloads and appends, for tests and benchmarks
+        # How often a copy was read whole, and brought up to date by appending (tests read it).
+        self.loads = 0
         self.appends = 0
 
     def candidates(
@@ -61,8 +62,9 @@ class BitCache:
         count = len(copy.ids)
         if count <= n:
             return copy.ids.tolist()
-        query = _words(np, [conn.execute("SELECT vec_quantize_binary(?)", (pack_vector(vector),))
-                            .fetchone()[0]])[:, 0]  # fmt: skip
+        # sqlite-vec quantises the query, so its bits are laid out as the stored ones.
+        bits = conn.execute("SELECT vec_quantize_binary(?)", (pack_vector(vector),)).fetchone()[0]
+        query = _words(np, [bits])[:, 0]
         dist = np.zeros(count, dtype=np.uint16)
         scratch = np.empty(count, dtype=np.uint64)
         ones = np.empty(count, dtype=np.uint8)
