@@ -35,6 +35,7 @@ from agentd.media.chatdocs import (
 )
 from agentd.media.transcribe import build_transcriber, read_key
 from agentd.media.voice import VoiceDeps
+from agentd.memory.bits import BitCache
 from agentd.memory.embedders import build_embedder
 from agentd.memory.summarise import SummaryDeps, make_summary_workflow
 from agentd.memory.tools import memory_tools
@@ -234,6 +235,8 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         if not config.telegram.allowed_user_ids:
             log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
         embedder = build_embedder(config.memory, os.environ)
+        # The daemon's copy of its users' sign bits: recall and search_memory share it.
+        memory_bits = BitCache()
         stack.push_async_callback(embedder.aclose)
         mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
         web, web_problems = build_web_tools(config, os.environ, db, clock)
@@ -255,7 +258,7 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         registry, problems = ToolRegistry.build(
             config.tools,
             extra=[
-                *memory_tools(db, embedder, config.memory),
+                *memory_tools(db, embedder, config.memory, memory_bits),
                 *docs_tools(db, embedder, config),
                 *web,
                 *chat_document_tools(doc_deps),
@@ -272,7 +275,8 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         log.info("tools registered", extra={"tools": {t.name: t.risk for t in registry.tools()}})
         deps = TurnDeps(
             config=config, db=db, llm=llm, outbox=outbox, clock=clock, registry=registry,
-            redact=redactor, embedder=embedder, start_workflow=engine.start,
+            redact=redactor, embedder=embedder, memory_bits=memory_bits,
+            start_workflow=engine.start,
             vision=VisionDeps(config=config.vision, db=db, llm=llm, files=files)
             if config.vision.enabled else None,
             voice=VoiceDeps(config=config.media, db=db, files=files, transcriber=transcriber)

@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
+from agentd.memory.bits import BitCache
 from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.memory.search import (
     TUNED_FUSION,
@@ -281,8 +282,11 @@ async def run_benchmark(
     *,
     db_path: str | Path | None = None,
     sweep: bool = False,
+    prefilter: str = "bits",
 ) -> Report:
-    """Index, query every question in the three modes and score them."""
+    """Index, query every question in the three modes and score them. `prefilter`: the vector
+    arm's candidates from the in-process bit copy, as the daemon searches ("bits"), or from
+    sqlite-vec's sharded KNN, as the CLI does ("knn")."""
     fusion = fusion or Fusion()
     with tempfile.TemporaryDirectory() as tmp:
         conn = open_sync(db_path or Path(tmp) / "bench.db")
@@ -291,7 +295,8 @@ async def run_benchmark(
             started = time.perf_counter()
             owner = await _index(conn, embedder, conversations)
             index_seconds = time.perf_counter() - started
-            report = await _query_all(conn, embedder, conversations, owner, fusion, sweep)
+            bits = BitCache() if prefilter == "bits" else None
+            report = await _query_all(conn, embedder, conversations, owner, fusion, sweep, bits)
         finally:
             conn.close()
     report.load = load
@@ -307,6 +312,7 @@ async def _query_all(
     owner: dict[int, str],
     fusion: Fusion,
     sweep: bool,
+    bits: BitCache | None,
 ) -> Report:
     per_arm: dict[str, list[tuple[str, str, dict[int, float]]]] = {arm: [] for arm in ARMS}
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
@@ -333,6 +339,7 @@ async def _query_all(
                     k=max(KS),
                     mode=arm,
                     fusion=fusion,
+                    bits=bits,
                 )
                 latency[arm].append((time.perf_counter() - t0) * 1000)
                 if any(h.memory.user_id != user_id for h in hits):
@@ -347,7 +354,7 @@ async def _query_all(
                 )
             if sweep:
                 kw = keyword_search(conn, user_id, q.question, depth)
-                vec = vector_search(conn, user_id, qvec, embedder.model_id, depth)
+                vec = vector_search(conn, user_id, qvec, embedder.model_id, depth, bits=bits)
                 arm_lists.append((q, conv.sample_id, kw, vec))
 
     arms = {arm: _summarise(per_arm[arm], latency[arm]) for arm in ARMS}
@@ -511,6 +518,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"])
     parser.add_argument("--depth", type=int, help="fused list depth")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
+    parser.add_argument(
+        "--prefilter",
+        choices=["bits", "knn"],
+        default="bits",
+        help="vector candidates: in-process bit copy (the daemon) or sqlite-vec KNN (the CLI)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     conversations, load = load_dataset(args.dataset)
@@ -531,7 +544,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     report = asyncio.run(
-        run_benchmark(conversations, load, _embedder(args), fusion, sweep=args.sweep)
+        run_benchmark(
+            conversations, load, _embedder(args), fusion, sweep=args.sweep, prefilter=args.prefilter
+        )
     )
     print(report.model_dump_json(indent=1) if args.json else format_report(report))
     return 0

@@ -12,6 +12,7 @@ from agentd.agent.inputs import TurnInput
 from agentd.agent.turn import recall_memories
 from agentd.config import Config
 from agentd.db import Database
+from agentd.memory.bits import BitCache
 from agentd.memory.embedders import HashingEmbedder
 from agentd.memory.store import NewMemory, remember
 
@@ -29,6 +30,7 @@ class CountingEmbedder(HashingEmbedder):
 class Deps:
     def __init__(self, db: Database, embedder: CountingEmbedder) -> None:
         self.db, self.embedder, self.config = db, embedder, Config()
+        self.memory_bits = BitCache()  # as the daemon's TurnDeps has
 
 
 def message(user: int, text: str) -> TurnInput:

@@ -14,6 +14,7 @@ from agentd.durable import Clock
 from agentd.llm import LLM
 from agentd.media.chatdocs import DocDeps
 from agentd.media.voice import VoiceDeps
+from agentd.memory.bits import BitCache
 from agentd.memory.embedders import Embedder
 from agentd.outbox import Outbox
 from agentd.tools import ToolRegistry
@@ -53,6 +54,7 @@ class TurnDeps:
     registry: ToolRegistry = field(default_factory=ToolRegistry)
     redact: Callable[[str], str] = _identity  # secrets out of tool results and approvals
     embedder: Embedder | None = None  # None: long-term memory is off
+    memory_bits: BitCache | None = None  # the database's in-process sign bits, for recall
     # Starts a workflow idempotently: (name, input, instance_id=, key=) — for summaries.
     start_workflow: Callable[..., Awaitable[Any]] | None = None
     vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply

@@ -315,7 +315,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
     if await deps.db.read_inline(_has_memories, inp.user_id):
         hits = await search_memories(
             deps.db, deps.embedder, inp.user_id, inp.text, k=cfg.recall_top_k,
-            kinds=RECALL_KINDS, fusion=fusion_from_config(cfg),
+            kinds=RECALL_KINDS, fusion=fusion_from_config(cfg), bits=deps.memory_bits,
         )  # fmt: skip
     facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
     return Recall(facts=facts, memories=format_recall(hits, cfg.recall_prompt_chars))

@@ -466,6 +466,35 @@ END;
 INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 """
 
+# In-process bit-vector copies (issue #11, agentd/memory/bits.py): how many vectors of each
+# memory space were ever inserted and deleted, whoever wrote them (the daemon, a CLI command),
+# so a process holding a copy of a user's sign bits sees in one small read that it is stale,
+# and whether only new rows were added since. Rows are never deleted: a space id reused after
+# a drop still counts on from the old one's deletes, so no stale copy can look current.
+M019_RECALL = """
+CREATE TABLE memory_vector_counts (
+    space_id INTEGER PRIMARY KEY,
+    inserts INTEGER NOT NULL DEFAULT 0,
+    deletes INTEGER NOT NULL DEFAULT 0
+);
+CREATE TRIGGER memory_vectors_count_ai AFTER INSERT ON memory_vectors BEGIN
+    INSERT INTO memory_vector_counts (space_id, inserts) VALUES (new.space_id, 1)
+        ON CONFLICT (space_id) DO UPDATE SET inserts = inserts + 1;
+END;
+CREATE TRIGGER memory_vectors_count_ad AFTER DELETE ON memory_vectors BEGIN
+    INSERT INTO memory_vector_counts (space_id, deletes) VALUES (old.space_id, 1)
+        ON CONFLICT (space_id) DO UPDATE SET deletes = deletes + 1;
+END;
+-- Nothing updates a vector in place (set_vectors deletes, then inserts); if anything did, it
+-- counts as a delete, which makes every copy reload.
+CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
+    INSERT INTO memory_vector_counts (space_id, deletes) VALUES (old.space_id, 1)
+        ON CONFLICT (space_id) DO UPDATE SET deletes = deletes + 1;
+    INSERT INTO memory_vector_counts (space_id, deletes) VALUES (new.space_id, 1)
+        ON CONFLICT (space_id) DO UPDATE SET deletes = deletes + 1;
+END;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -479,6 +508,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m014_onboard", M014_ONBOARD),
     ("m017_recall", M017_RECALL),
     ("m018_history_window", M018_HISTORY_WINDOW),
+    ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
 ]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from agentd.config import MemoryConfig
+from agentd.memory.bits import BitCache
 from agentd.memory.embedders import Embedder
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
 from agentd.memory.search import format_recall, fusion_from_config, search_memories
@@ -20,7 +21,9 @@ class SearchArgs(BaseModel):
     k: int = Field(default=5, ge=1, le=20, description="How many memories to return.")
 
 
-def memory_tools(db: Runner, embedder: Embedder, config: MemoryConfig) -> list[Tool]:
+def memory_tools(
+    db: Runner, embedder: Embedder, config: MemoryConfig, bits: BitCache | None = None
+) -> list[Tool]:
     fusion = fusion_from_config(config)
 
     async def remember(ctx: ToolContext, args: ExtractedFact) -> str:
@@ -31,7 +34,9 @@ def memory_tools(db: Runner, embedder: Embedder, config: MemoryConfig) -> list[T
         return f"Remembered ({changes[0].action}): {args.content}"
 
     async def search_memory(ctx: ToolContext, args: SearchArgs) -> str:
-        hits = await search_memories(db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion)
+        hits = await search_memories(
+            db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits
+        )
         found = format_recall(hits, budget_chars=4000)
         return mark_untrusted(found or "No matching memories.", "memory")
 

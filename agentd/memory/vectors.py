@@ -19,10 +19,11 @@ is exact. Everything is a plain function of a connection, run through `Database.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -169,13 +170,15 @@ class VectorIndex:
         join: str = "",
         where: str = "",
         params: Mapping[str, Any] | None = None,
+        prefilter: Callable[[int, int], list[int]] | None = None,
     ) -> list[tuple[int, float]]:
         """(row id, cosine distance) of the nearest rows of one partition, nearest first.
 
         `join` (a CROSS JOIN, to keep the order) and `where` (code constants, over alias `v` of
         the vectors table) narrow the
         rescored candidates, e.g. to a user's rows of some kinds; `params` fills their
-        named placeholders. Zero or non-finite query vectors find nothing.
+        named placeholders. `prefilter(space, n)`, when given, names the candidates instead of
+        the vec0 KNN (memory/bits.py). Zero or non-finite query vectors find nothing.
         """
         if limit <= 0 or not any(vector) or not all(math.isfinite(x) for x in vector):
             return []  # an empty text embeds to zeros: no direction, nothing to rank
@@ -184,20 +187,24 @@ class VectorIndex:
             return []
         n = candidates or max(MIN_CANDIDATES, limit * CANDIDATES_PER_RESULT)
         per_shard = min(4096, max(1, -(-max(n, limit) // VEC_SHARDS)))
-        table = self.bq_table(space)
-        shards = " UNION ALL ".join(
-            f"SELECT rowid AS id FROM (SELECT rowid FROM {table} WHERE embedding MATCH"
-            f" vec_quantize_binary(:q) AND k = :k AND part = :p{s})"
-            for s in range(VEC_SHARDS)
-        )
         values: dict[str, Any] = {
             **(params or {}),
             "q": pack_vector(vector),
-            "k": per_shard,
             "space": space,
             "limit": limit,
-            **{f"p{s}": partition * VEC_SHARDS + s for s in range(VEC_SHARDS)},
         }
+        if prefilter is not None:
+            shards = "SELECT value AS id FROM json_each(:ids)"
+            values["ids"] = json.dumps(prefilter(space, max(n, limit)))
+        else:
+            table = self.bq_table(space)
+            shards = " UNION ALL ".join(
+                f"SELECT rowid AS id FROM (SELECT rowid FROM {table} WHERE embedding MATCH"
+                f" vec_quantize_binary(:q) AND k = :k AND part = :p{s})"
+                for s in range(VEC_SHARDS)
+            )
+            values["k"] = per_shard
+            values.update({f"p{s}": partition * VEC_SHARDS + s for s in range(VEC_SHARDS)})
         extra = f" AND ({where})" if where else ""
         # CROSS JOIN fixes the join order (SQLite never reorders it): the candidates first, then
         # each one's row by primary key. Left to the planner, a small table got scanned with the
