@@ -116,7 +116,7 @@ async def test_new_cuts_the_prompt_history_and_keeps_the_rows(db: Database) -> N
         def read(conn: Any) -> list[str]:
             floor = history.context_floor(conn, chat)
             start = load_window(conn, chat, before, floor, rule, 200.0)
-            return [m.content for m in history.between(conn, chat, start, before)]
+            return [content for _, content in history.turns_between(conn, chat, start, before)]
 
         return await db.write(read)
 

@@ -32,6 +32,7 @@ from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
 from agentd.memory.search import format_recall, fusion_from_config, search_memories
+from agentd.memory.store import list_memories
 from agentd.memory.summarise import (
     SUMMARY_WORKFLOW,
     SummaryInput,
@@ -298,12 +299,6 @@ async def send_reply(
     return ids
 
 
-def _has_memories(conn: Any, user_id: int) -> bool:
-    marks = ", ".join("?" * len(RECALL_KINDS))
-    sql = f"SELECT 1 FROM memories WHERE user_id = ? AND kind IN ({marks}) LIMIT 1"
-    return conn.execute(sql, (user_id, *RECALL_KINDS)).fetchone() is not None
-
-
 async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
     """The user's facts and the memories closest to this message: only this user's (R-LTM-3)."""
     if deps.embedder is None:
@@ -312,7 +307,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
     hits = []
     # A user with nothing to recall yet (every chat's first turns, before a summary) costs no
     # query embedding: with the default model that is most of a turn's own time.
-    if await deps.db.read_inline(_has_memories, inp.user_id):
+    if await deps.db.read_inline(list_memories, inp.user_id, kinds=RECALL_KINDS, limit=1):
         hits = await search_memories(
             deps.db, deps.embedder, inp.user_id, inp.text, k=cfg.recall_top_k,
             kinds=RECALL_KINDS, fusion=fusion_from_config(cfg), bits=deps.memory_bits,

@@ -95,17 +95,9 @@ def context_floor(conn: Any, chat_id: int) -> int:
     return int(row[0]) if row else 0
 
 
-def between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[StoredMessage]:
-    """The chat's messages from `start_id` up to (not including) `before_id`, oldest first."""
-    rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM messages WHERE chat_id = ? AND id >= ? AND id < ? ORDER BY id",
-        (chat_id, start_id, before_id),
-    ).fetchall()
-    return [_message(r) for r in rows]
-
-
 def turns_between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[tuple[str, str]]:
-    """(role, content) of what `between` returns: all a prompt needs, without the JSON columns."""
+    """(role, content) of the chat's messages from `start_id` up to (not including) `before_id`,
+    oldest first: all a prompt needs."""
     rows = conn.execute(
         "SELECT role, content FROM messages WHERE chat_id = ? AND id >= ? AND id < ? ORDER BY id",
         (chat_id, start_id, before_id),
