@@ -22,7 +22,7 @@ from agentd.commands.deps import CommandDeps
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
-from agentd.gc_pause import pausing
+from agentd.gc_pause import freeze_startup, pausing
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import api_key, create_llm
 from agentd.llm.deferred import DeferredLLM
@@ -309,6 +309,7 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
                 _every(HEARTBEAT_SECONDS, lambda: db.write(lease.heartbeat, pid), stop)
             )
         )
+        freeze_startup()
         sdnotify.notify("READY=1")
         log.info("agentd running", extra={"bot": me.bot_username, "db": str(config.db_path)})
         if on_ready is not None:

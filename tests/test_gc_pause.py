@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from agentd.gc_pause import paused, pausing
+from agentd.gc_pause import freeze_startup, paused, pausing
 
 
 @pytest.fixture(autouse=True)
@@ -51,3 +51,14 @@ def test_collection_switched_off_before_stays_off() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_freeze_startup_leaves_what_lives_now_out_of_collections() -> None:
+    gc.unfreeze()
+    survivor = [object()]
+    try:
+        freeze_startup()
+        assert gc.get_freeze_count() > 0
+        assert not any(o is survivor for o in gc.get_objects())  # no generation holds it
+    finally:
+        gc.unfreeze()  # the rest of the test process collects as usual

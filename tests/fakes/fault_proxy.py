@@ -186,7 +186,10 @@ class FaultProxy(FakeServer):
         self, request: web.Request, body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
         assert self._client is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host",)}
+        # The body was read whole (de-chunked, as nginx buffers it): its length is set anew.
+        headers = {
+            k: v for k, v in request.headers.items() if k.lower() not in {"host", *HOP_HEADERS}
+        }
         async with self._client.request(
             request.method, self.upstream + request.path_qs, data=body, headers=headers
         ) as resp:

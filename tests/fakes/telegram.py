@@ -740,6 +740,7 @@ class FakeTelegram(FakeServer):
             return denied
         record: dict[str, Any] = {
             "method": method,
+            "content_type": request.content_type,
             "params": {},
             "status": None,
             "time": time.time(),
