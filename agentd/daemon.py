@@ -311,11 +311,7 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
         )
         freeze_startup()
         sdnotify.notify("READY=1")
-        loop = type(asyncio.get_running_loop()).__module__.split(".")[0]  # uvloop or asyncio
-        log.info(
-            "agentd running",
-            extra={"bot": me.bot_username, "db": str(config.db_path), "event_loop": loop},
-        )
+        log.info("agentd running", extra={"bot": me.bot_username, "db": str(config.db_path)})
         if on_ready is not None:
             on_ready(me.bot_username)
         stop_wait = asyncio.create_task(stop.wait())

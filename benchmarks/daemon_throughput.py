@@ -260,6 +260,7 @@ def main() -> None:
                 reader.close()
 
                 cpu_before = cpu_seconds(pid)
+                fakes_before = time.process_time()
                 first = time.time()
                 tokens = [track.send(chats[i % len(chats)]) for i in range(args.messages)]
                 added_in = time.time() - first
@@ -268,6 +269,7 @@ def main() -> None:
                 burst_lat = [(got[t] - track.added[t]) * 1000 for t in tokens]
                 elapsed = last - first
                 burst_cpu = cpu_seconds(pid) - cpu_before
+                fakes_cpu = time.process_time() - fakes_before
                 # Replies go out before save-reply and audit: let the last turns finish too.
                 reader = open_sync(daemon.db_path, readonly=True)
                 for token in tokens:
@@ -320,6 +322,11 @@ def main() -> None:
             f"  daemon CPU during the burst: {burst_cpu:.2f} s = "
             f"{burst_cpu / args.messages * 1000:.1f} ms per turn, "
             f"{burst_cpu / elapsed * 100:.0f}% of one core"
+        )
+        print(
+            f"  the fakes and this harness (one process) meanwhile: {fakes_cpu:.2f} s = "
+            f"{fakes_cpu / args.messages * 1000:.1f} ms per turn, "
+            f"{fakes_cpu / elapsed * 100:.0f}% of one core"
         )
         print(
             f"\nchecks: {turns}/{total} turns complete, {sends} replies sent ({echoes} are the "

@@ -68,8 +68,7 @@ def run(config: ConfigOption = None) -> None:
         say(f"agentd: ready in {time.monotonic() - started:.1f} s as @{bot_username}")
 
     try:
-        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
-            code = runner.run(daemon.run(cfg, on_ready=ready))
+        code = asyncio.run(daemon.run(cfg, on_ready=ready))
     except (LLMError, daemon.ConfigProblem) as exc:
         fail(str(exc), EXIT_CONFIG)
     except LeaseHeld as exc:
@@ -79,20 +78,6 @@ def run(config: ConfigOption = None) -> None:
     except KeyboardInterrupt:
         code = 0
     raise typer.Exit(code)
-
-
-def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop]:
-    """uvloop's loop where it is installed (a dependency on Linux and macOS), else asyncio's.
-
-    Why: the daemon is one event loop bound by its CPU in a burst; uvloop (aiogram's own `fast`
-    extra) runs the loop, its sockets and its thread wake-ups in C: ~10 % less CPU per turn in
-    benchmarks/daemon_throughput.py. Nothing else changes: the same coroutines, the same order.
-    """
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop
-    return uvloop.new_event_loop
 
 
 def _terminal_line() -> Callable[[str], None]:

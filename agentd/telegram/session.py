@@ -50,7 +50,6 @@ SELF_RETRYING_METHODS = frozenset({"getUpdates", "getMe"})
 # Methods that create something the user sees: repeating one after a lost answer duplicates.
 CREATING_METHODS = frozenset({"sendMessage", "sendPhoto", "sendDocument", "sendMediaGroup"})
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-_JSON_HEADERS = {"Content-Type": "application/json"}
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
@@ -199,35 +198,15 @@ class BotSession(AiohttpSession):
             bot=bot, method=method, status_code=status_code, content=content
         )
 
-    def build_json_body(self, bot: Bot, method: TelegramMethod[TelegramType]) -> bytes | None:
-        """The call as a JSON body (the Bot API takes one for any call without a file upload),
-        or None when it uploads a file. The same values aiogram's form would carry: defaults
-        resolved, None and "" left out; a JSON body costs a fraction of building the form."""
-        files: dict[str, Any] = {}
-        payload = {}
-        for key, value in method.model_dump(warnings=False).items():
-            prepared = self.prepare_value(value, bot=bot, files=files, _dumps_json=False)
-            if prepared is not None and prepared != "":  # as the form: False and 0 are sent
-                payload[key] = prepared
-        if files:
-            return None
-        return self.json_dumps(payload).encode()
-
     async def make_request(
         self, bot: Bot, method: TelegramMethod[TelegramType], timeout: int | None = None
     ) -> TelegramType:
         session = await self.create_session()
         url = self.api.api_url(token=bot.token, method=method.__api_method__)
-        body = self.build_json_body(bot, method)
-        headers = _JSON_HEADERS if body is not None else None
-        if body is None:  # files to upload: multipart, as aiogram sends them
-            body = self.build_form_data(bot=bot, method=method)
+        form = self.build_form_data(bot=bot, method=method)
         try:
             async with session.post(
-                url,
-                data=body,
-                headers=headers,
-                timeout=self.timeout if timeout is None else timeout,
+                url, data=form, timeout=self.timeout if timeout is None else timeout
             ) as resp:
                 # Invalid UTF-8 must not make a whole getUpdates batch unreadable forever.
                 raw = (await resp.read()).decode("utf-8", errors="replace")
