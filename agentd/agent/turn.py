@@ -91,17 +91,15 @@ def to_llm_messages(past: list[tuple[str, str]], current: str) -> list[Message]:
     prefill and would continue the old answer.
     """
     current = current if current.strip() else EMPTY_MESSAGE
-    merged: list[tuple[str, str]] = []
+    merged: list[Message] = []
     for role, content in [*past, ("user", current)]:
         if not content.strip() or (not merged and role != "user"):
             continue
-        if merged and merged[-1][0] == role:
-            merged[-1] = (role, f"{merged[-1][1]}\n\n{content}")
+        if merged and merged[-1].role == role:
+            merged[-1] = Message(role=role, content=f"{merged[-1].content}\n\n{content}")
         else:
-            merged.append((role, content))
-    # Roles come from `messages` (a CHECK keeps them to these two) and contents are strings: up
-    # to 120 messages a turn need no validation pass each.
-    return [Message.model_construct(role=role, content=content) for role, content in merged]
+            merged.append(Message(role=role, content=content))
+    return merged
 
 
 # -- step functions: each does one external thing and returns JSON-able data ---------------
