@@ -38,6 +38,7 @@ Usage: .venv/bin/python benchmarks/daemon_throughput.py [--messages 200] [--chat
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -188,6 +189,26 @@ def wait_complete(reader: Any, instance_id: str, timeout: float) -> None:
         time.sleep(0.002)
 
 
+def host_speed_ms() -> float:
+    """How long a fixed pure-Python workload takes now, median of 5 (lower is a faster host).
+
+    The box's speed wanders (a VM's host), by a third within minutes: a figure is read beside
+    this probe, taken just before and after the burst while the fakes are idle."""
+    messages = [{"role": "user", "content": "benchmark " * 8, "n": i} for i in range(200)]
+    payload = {"messages": messages}
+    times = []
+    for _ in range(5):
+        started = time.perf_counter()
+        counts: dict[str, int] = {}
+        for i in range(20_000):
+            key = f"k{i % 500}"
+            counts[key] = counts.get(key, 0) + i
+        for _ in range(10):
+            json.loads(json.dumps(payload))
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 def latency_line(name: str, lat_ms: list[float]) -> str:
     return (
         f"  {name:<10} n={len(lat_ms):<4} p50 {pct(lat_ms, 0.5):7.1f} ms   "
@@ -259,6 +280,7 @@ def main() -> None:
                     time.sleep(args.gap)
                 reader.close()
 
+                probe_before = host_speed_ms()
                 cpu_before = cpu_seconds(pid)
                 fakes_before = time.process_time()
                 first = time.time()
@@ -270,6 +292,7 @@ def main() -> None:
                 elapsed = last - first
                 burst_cpu = cpu_seconds(pid) - cpu_before
                 fakes_cpu = time.process_time() - fakes_before
+                probe_after = host_speed_ms()
                 # Replies go out before save-reply and audit: let the last turns finish too.
                 reader = open_sync(daemon.db_path, readonly=True)
                 for token in tokens:
@@ -322,6 +345,10 @@ def main() -> None:
             f"  daemon CPU during the burst: {burst_cpu:.2f} s = "
             f"{burst_cpu / args.messages * 1000:.1f} ms per turn, "
             f"{burst_cpu / elapsed * 100:.0f}% of one core"
+        )
+        print(
+            f"  host speed probe (a fixed Python workload, lower is faster): "
+            f"{probe_before:.1f} ms before the burst, {probe_after:.1f} ms after"
         )
         print(
             f"  the fakes and this harness (one process) meanwhile: {fakes_cpu:.2f} s = "

@@ -25,6 +25,7 @@ FIGURES = {
     "cpu_ms": r"= ([\d.]+) ms per turn, \d+% of one core",
     "seq_p50_ms": r"latency\s+n=\d+\s+p50\s+([\d.]+) ms",
     "load": r"load average ([\d.]+) at start",
+    "probe_ms": r"host speed probe .*?: ([\d.]+) ms before",
 }
 
 
@@ -34,6 +35,7 @@ class Run:
     cpu_ms: float
     seq_p50_ms: float
     load: float
+    probe_ms: float  # the host's speed just before the burst (daemon_throughput.host_speed_ms)
 
 
 def run_once(source: Path, messages: int, sequential: int, extra: list[str]) -> Run:
@@ -73,7 +75,8 @@ def main() -> None:
             runs[source].append(got)
             print(
                 f"  round {r}  {source}: {got.turns_s:6.1f} turns/s  {got.cpu_ms:5.1f} ms CPU/turn"
-                f"  sequential p50 {got.seq_p50_ms:5.1f} ms  (load {got.load:.2f})",
+                f"  sequential p50 {got.seq_p50_ms:5.1f} ms  (probe {got.probe_ms:.1f} ms,"
+                f" load {got.load:.2f})",
                 flush=True,
             )
     a, b = (runs[s] for s in sources)
