@@ -192,8 +192,8 @@ def wait_complete(reader: Any, instance_id: str, timeout: float) -> None:
 def host_speed_ms() -> float:
     """How long a fixed pure-Python workload takes now, median of 5 (lower is a faster host).
 
-    The box's speed wanders (a VM's host), by a third within minutes: a figure is read beside
-    this probe, taken just before and after the burst while the fakes are idle."""
+    Taken before the burst and after every turn is complete, it says how steady the host was
+    (a VM's speed here wandered 2x within a series); too coarse to normalise a run by."""
     messages = [{"role": "user", "content": "benchmark " * 8, "n": i} for i in range(200)]
     payload = {"messages": messages}
     times = []
@@ -292,13 +292,13 @@ def main() -> None:
                 elapsed = last - first
                 burst_cpu = cpu_seconds(pid) - cpu_before
                 fakes_cpu = time.process_time() - fakes_before
-                probe_after = host_speed_ms()
                 # Replies go out before save-reply and audit: let the last turns finish too.
                 reader = open_sync(daemon.db_path, readonly=True)
                 for token in tokens:
                     wait_complete(reader, track.instance[token], args.timeout)
                 reader.close()
                 all_done = time.time() - first
+                probe_after = host_speed_ms()
 
                 llm_calls = len(llm.requests)
                 sends = len(tg.sent)
