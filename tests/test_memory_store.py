@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentd.db import Database
 from agentd.db.connect import open_sync
@@ -151,3 +154,40 @@ async def test_a_memory_with_a_zero_vector_is_skipped_not_fatal(conn: Any) -> No
     kept = await remember(db, emb, NewMemory(user_id=1, kind="note", content="Tea with oat milk"))
     hits = await search_memories(db, emb, 1, "oat milk tea", k=5, mode="vector")
     assert [h.memory.id for h in hits] == [kept]
+
+
+class GatedEmbedder(HashingEmbedder):
+    """Embeds a query only once the database has been read: a serial search would hang."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read_started = asyncio.Event()
+
+    async def embed_query(self, text: str) -> list[float]:
+        await asyncio.wait_for(self.read_started.wait(), timeout=5)
+        return await super().embed_query(text)
+
+
+class RecordingRunner(ConnRunner):
+    def __init__(self, conn: Any, embedder: GatedEmbedder, fail: bool = False) -> None:
+        super().__init__(conn)
+        self.embedder, self.fail = embedder, fail
+
+    async def read(self, fn: Any, *args: Any) -> Any:
+        self.embedder.read_started.set()
+        if self.fail:
+            raise RuntimeError("disk I/O error")
+        return await super().read(fn, *args)
+
+
+async def test_keyword_arm_runs_while_the_query_is_embedded(conn: Any) -> None:
+    plain = HashingEmbedder()
+    await remember(ConnRunner(conn), plain, NewMemory(user_id=1, kind="note", content="zanzibar"))
+    gated = GatedEmbedder()
+    hits = await search_memories(RecordingRunner(conn, gated), gated, 1, "zanzibar")
+    serial = await search_memories(ConnRunner(conn), plain, 1, "zanzibar")
+    assert [h.model_dump() for h in hits] == [h.model_dump() for h in serial]
+    assert hits and hits[0].keyword_rank == 1 and hits[0].vector_rank == 1
+    failing = RecordingRunner(conn, GatedEmbedder(), fail=True)
+    with pytest.raises(RuntimeError, match="disk I/O"):  # the read's error, the embed cancelled
+        await search_memories(failing, failing.embedder, 1, "zanzibar")

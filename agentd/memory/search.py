@@ -30,6 +30,7 @@ stored with the turn they answer as context:
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -237,13 +238,18 @@ class Ranking:
 Arm = Callable[[int], list[tuple[int, float]]]
 
 
+def arm_depth(k: int, mode: SearchMode, fusion: Fusion) -> int:
+    """How many hits each arm returns: in hybrid mode `fusion.depth`, so fusion can re-order."""
+    return max(k, fusion.depth) if mode == "hybrid" else k
+
+
 def hybrid_rank(
     keyword: Arm, vector: Arm | None, *, k: int, mode: SearchMode, fusion: Fusion
 ) -> Ranking:
     """Run the keyword arm (id, bm25) and vector arm (id, cosine distance) and rank: the one
     ranking used by every hybrid search (memories, documents). Each arm gets a limit; in
     hybrid mode both go `fusion.depth` deep so fusion has something to re-order."""
-    depth = max(k, fusion.depth) if mode == "hybrid" else k
+    depth = arm_depth(k, mode, fusion)
     kw = keyword(depth) if mode in ("hybrid", "keyword") else []
     vec = vector(depth) if mode in ("hybrid", "vector") and vector is not None else []
     if mode == "keyword":
@@ -272,18 +278,22 @@ def search(
     kinds: Sequence[str] | None = None,
     fusion: Fusion | None = None,
     bits: BitCache | None = None,
+    keyword_hits: Sequence[tuple[int, float]] | None = None,
 ) -> list[MemoryHit]:
     """The user's top-k memories for a text (and its query vector, for vector/hybrid modes).
 
     The query vector is an argument, not computed here, so the daemon can embed inside a
     journaled step and then run this cheap, deterministic read. Without a vector (or model_id)
     the vector arm is empty and hybrid degrades to keyword search. `bits`: see vector_search.
+    `keyword_hits`: the keyword arm already run (`arm_depth` deep), e.g. while embedding.
     """
     vector_arm: Arm | None = None
     if vector is not None and model_id is not None:
         vector_arm = partial(_vector_arm, conn, user_id, vector, model_id, kinds, bits)
     ranking = hybrid_rank(
-        lambda n: keyword_search(conn, user_id, text, n, kinds=kinds),
+        (lambda n: list(keyword_hits[:n]))
+        if keyword_hits is not None
+        else (lambda n: keyword_search(conn, user_id, text, n, kinds=kinds)),
         vector_arm,
         k=k,
         mode=mode,
@@ -320,11 +330,27 @@ async def search_memories(
     bits: BitCache | None = None,
 ) -> list[MemoryHit]:
     """Embed the query (unless keyword mode or no embedder) and search; for the CLI, tools and
-    the daemon's recall (which pass the `bits` cache they keep for their database)."""
-    vector = None
-    if embedder is not None and mode != "keyword" and text.strip():
-        vector = await embedder.embed_query(text)
+    the daemon's recall (which pass the `bits` cache they keep for their database).
+
+    In hybrid mode the keyword arm runs on the database thread while the query is embedded
+    (the embedding engine releases the GIL), so at 100k memories its ~1 ms hides behind it."""
+    fusion = fusion or Fusion()
     model_id = embedder.model_id if embedder is not None else None
+    vector = None
+    keyword_hits = None
+    if embedder is not None and mode != "keyword" and text.strip():
+        embedding = asyncio.ensure_future(embedder.embed_query(text))
+        if mode == "hybrid":
+            depth = arm_depth(k, mode, fusion)
+            try:
+                keyword_hits = await db.read(
+                    lambda c: keyword_search(c, user_id, text, depth, kinds=kinds)
+                )
+            except BaseException:
+                embedding.cancel()  # and its outcome, if it had one, is nobody's to log
+                embedding.add_done_callback(lambda f: f.cancelled() or f.exception())
+                raise
+        vector = await embedding
     return await db.read(
         lambda c: search(
             c,
@@ -337,6 +363,7 @@ async def search_memories(
             kinds=kinds,
             fusion=fusion,
             bits=bits,
+            keyword_hits=keyword_hits,
         )
     )
 
