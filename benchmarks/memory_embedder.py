@@ -95,6 +95,23 @@ async def in_process(embedder: Embedder, questions: list[str], turns: list[str])
     }
 
 
+def seed_memories(db_path: Path, users: tuple[int, ...]) -> None:
+    """One memory per user: recall embeds the message only for a user who has something to
+    recall (a first conversation costs no embedding), and loading the model is the point."""
+    from agentd.db.connect import open_sync
+    from agentd.db.migrations import apply_migrations
+    from agentd.memory import NewMemory, add_memory
+
+    conn = open_sync(db_path)
+    try:
+        apply_migrations(conn)
+        for user in users:
+            add_memory(conn, NewMemory(user_id=user, kind="note", content="likes green tea"))
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def daemon_rss(
     embedder: str, turns: int, idle: float, engine: str = "onnxruntime"
 ) -> tuple[dict[str, int], dict[str, int]]:
@@ -106,6 +123,7 @@ def daemon_rss(
                              AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
                              AGENTD_MEMORY__EMBEDDER=embedder,
                              AGENTD_MEMORY__EMBEDDER_ENGINE=engine)  # fmt: skip
+            seed_memories(tmp / "agentd.db", (42, 43))
             daemon = Daemon(tmp, env)
             try:
                 daemon.start(timeout=60)
