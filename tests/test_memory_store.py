@@ -159,6 +159,8 @@ async def test_a_memory_with_a_zero_vector_is_skipped_not_fatal(conn: Any) -> No
 class GatedEmbedder(HashingEmbedder):
     """Embeds a query only once the database has been read: a serial search would hang."""
 
+    embeds_off_loop = True
+
     def __init__(self) -> None:
         super().__init__()
         self.read_started = asyncio.Event()

@@ -44,7 +44,11 @@ class EmbedderError(Exception):
 
 @runtime_checkable
 class Embedder(Protocol):
-    """What the memory store needs from an embedding model."""
+    """What the memory store needs from an embedding model.
+
+    An embedder whose `embed_query` waits on a thread or the network may say so with a class
+    attribute `embeds_off_loop = True`: search then runs its keyword arm meanwhile.
+    """
 
     model_id: str
     dim: int
@@ -160,6 +164,8 @@ def _embeddings_url(url: str) -> str:
 class HttpEmbedder:
     """OpenAI-compatible `/v1/embeddings`: `{"model", "input": [...]}` → `{"data": [{"embedding",
     "index"}]}`. `url` is the API base (`http://localhost:11434/v1`) or the full endpoint."""
+
+    embeds_off_loop = True  # see search_memories
 
     def __init__(
         self,
@@ -297,6 +303,8 @@ class LocalEmbedder:
     Needs `pip install 'agentd[local]'` (onnxruntime, tokenizers, numpy).
     """
 
+    embeds_off_loop = True  # see search_memories
+
     def __init__(
         self,
         model_dir: str | Path,
@@ -406,6 +414,7 @@ class E5SmallEmbedder:
 
     model_id = "e5-small-q4-c1"
     dim = 384
+    embeds_off_loop = True  # see search_memories
 
     def __init__(self, *, threads: int = 2, engine: str = "onnxruntime") -> None:
         self.threads = threads

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
@@ -332,25 +332,23 @@ async def search_memories(
     """Embed the query (unless keyword mode or no embedder) and search; for the CLI, tools and
     the daemon's recall (which pass the `bits` cache they keep for their database).
 
-    In hybrid mode the keyword arm runs on the database thread while the query is embedded
-    (the embedding engine releases the GIL), so at 100k memories its ~1 ms hides behind it."""
+    In hybrid mode, with an embedder that `embeds_off_loop` (a model in a worker thread that
+    releases the GIL, or a server), the keyword arm runs on the database thread meanwhile, so at
+    100k memories its ~1 ms hides behind the embedding. With one that embeds on the loop
+    (hashing) that would only add a database round trip, so it runs with the vector arm."""
     fusion = fusion or Fusion()
     model_id = embedder.model_id if embedder is not None else None
     vector = None
     keyword_hits = None
     if embedder is not None and mode != "keyword" and text.strip():
-        embedding = asyncio.ensure_future(embedder.embed_query(text))
-        if mode == "hybrid":
+        if mode == "hybrid" and getattr(embedder, "embeds_off_loop", False):
             depth = arm_depth(k, mode, fusion)
-            try:
-                keyword_hits = await db.read(
-                    lambda c: keyword_search(c, user_id, text, depth, kinds=kinds)
-                )
-            except BaseException:
-                embedding.cancel()  # and its outcome, if it had one, is nobody's to log
-                embedding.add_done_callback(lambda f: f.cancelled() or f.exception())
-                raise
-        vector = await embedding
+            vector, keyword_hits = await _embed_beside_keyword(
+                embedder.embed_query(text),
+                db.read(lambda c: keyword_search(c, user_id, text, depth, kinds=kinds)),
+            )
+        else:
+            vector = await embedder.embed_query(text)
     return await db.read(
         lambda c: search(
             c,
@@ -366,6 +364,20 @@ async def search_memories(
             keyword_hits=keyword_hits,
         )
     )
+
+
+async def _embed_beside_keyword(
+    embed: Awaitable[list[float]], keyword: Awaitable[list[tuple[int, float]]]
+) -> tuple[list[float], list[tuple[int, float]]]:
+    """The query vector and the keyword arm's hits, the two awaited at once."""
+    embedding = asyncio.ensure_future(embed)
+    try:
+        hits = await keyword
+    except BaseException:
+        embedding.cancel()  # and its outcome, if it had one, is nobody's to log
+        embedding.add_done_callback(lambda f: f.cancelled() or f.exception())
+        raise
+    return await embedding, hits
 
 
 def format_recall(hits: Sequence[MemoryHit], budget_chars: int) -> str:
