@@ -1,6 +1,6 @@
 """Drive agentd's Anthropic adapter against the fake API and print what came out, as JSON.
 
-Run as `python -m tests.anthropic_corpus lazy|eager|broken|old`: one SDK import per process, so
+Run as `python -m tests.anthropic_corpus lazy|eager|broken`: one SDK import per process, so
 the lazy and the eager import are each seen in a fresh interpreter and compared by
 tests/test_anthropic_loader.py. Every kind of answer the adapter handles goes through the real
 SDK and the local fake (tests/fakes/anthropic.py): plain and streamed text, tool use, each
@@ -105,8 +105,6 @@ def main(argv: list[str]) -> None:
             original(self)
 
         lazy_packages._LazyPackage.install = fail_on_types  # type: ignore[method-assign]
-    if mode == "old":
-        anthropic_loader.TESTED_VERSIONS = ((1, 0), (1, 1))
     loaded = anthropic_loader.load(lazy=mode != "eager")
     modules_at_load = sum(1 for m in sys.modules if m.startswith("anthropic"))
     with FakeAnthropic.running() as fake:

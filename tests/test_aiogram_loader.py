@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ from agentd.telegram import aiogram_loader
 from tests.corpus_runs import Runs, run_modes
 
 ROOT = Path(__file__).resolve().parents[1]
-MODES = ("lazy", "eager", "broken", "old")
+MODES = ("lazy", "eager", "broken", "changed")
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +59,7 @@ def test_corpus_covers_every_kind_the_daemon_handles(runs) -> None:  # type: ign
 
 @pytest.mark.parametrize(
     ("mode", "needle"),
-    [("broken", "lazy aiogram set-up failed"), ("old", "outside the tested range")],
+    [("broken", "lazy aiogram set-up failed"), ("changed", "did not hand its namespace")],
 )
 def test_fallback_is_the_eager_import_with_one_log_line(runs, mode: str, needle: str) -> None:  # type: ignore[no-untyped-def]
     result, logs = runs[mode]
@@ -69,18 +68,6 @@ def test_fallback_is_the_eager_import_with_one_log_line(runs, mode: str, needle:
     assert len(logs) == 1 and needle in logs[0], logs
     assert result["updates"] == eager["updates"]
     assert result["methods"] == eager["methods"]
-
-
-def test_tested_range_matches_the_pin_in_pyproject() -> None:
-    low, high = aiogram_loader.TESTED_VERSIONS
-    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    pin = next(d for d in deps if d.startswith("aiogram"))
-    assert pin == f"aiogram>={low[0]}.{low[1]},<{high[0]}.{high[1]}"
-    assert aiogram_loader.tested("3.31.0")
-    assert not aiogram_loader.tested("3.32.0")
-    assert not aiogram_loader.tested("3.30.9")
-    assert not aiogram_loader.tested("4.0")
-    assert not aiogram_loader.tested("garbage")
 
 
 def test_other_models_rebuild_as_usual_while_aiogram_imports() -> None:
