@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentd.pricing import ModelPrice
+from agentd.ledger.pricing import ModelPrice
 
 Risk = Literal["low", "medium", "high"]
 
@@ -117,7 +117,7 @@ class LLMConfig(_Section):
     # Prompt-cache lifetime: "5m" (writes at 1.25× input) or "1h" (2×, but survives the pauses
     # of a personal chat: cheaper overall in benchmarks/prompt_cache.py).
     cache_ttl: Literal["5m", "1h"] = "1h"
-    # USD per million tokens by model, over the built-in table (agentd/pricing.py).
+    # USD per million tokens by model, over the built-in table (agentd/ledger/pricing.py).
     prices: dict[str, ModelPrice] = Field(default_factory=dict)
     base_url: str = ""
     max_steps: int = Field(default=5, ge=1, le=50)

@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentd.config import DocsConfig
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
+from agentd.db.runner import ConnRunner
 from agentd.knowledge.ingest import ingest
-from agentd.memory.embedders import HashingEmbedder
-from agentd.memory.store import ConnRunner
+from agentd.retrieval.embedders import HashingEmbedder
 
 
 class TimedEmbedder(HashingEmbedder):

@@ -1,7 +1,7 @@
 """Compute e5-small's centre: the mean of its raw passage vectors over a shipped conversation set.
 
     .venv/bin/python benchmarks/e5_centre.py [--dataset tests/data/locomo_synthetic.json]
-        [--out agentd/memory/e5_small_centre.json]
+        [--out agentd/retrieval/e5_small_centre.json]
 
 The centre is a property of the model (every e5 vector leans the same way: the mean of unit
 vectors has norm ~0.92), not of the text: centres from different conversation sets point the
@@ -21,8 +21,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.memory.embedders import E5_CENTRE
 from agentd.memory.store import embedding_text
+from agentd.retrieval.embedders import E5_CENTRE
 from benchmarks.memory_retrieval import load_dataset
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -195,7 +195,7 @@ async def engine_run(
 @contextlib.contextmanager
 def daemon_logging() -> object:
     """The daemon's logging (INFO, JSON formatter) with stderr pointed at /dev/null."""
-    from agentd.logs import setup_logging
+    from agentd.runtime.logs import setup_logging
 
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)

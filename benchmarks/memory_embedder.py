@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
+from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from benchmarks.idle_rss import mb, status
 from tests.daemon_process import Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram

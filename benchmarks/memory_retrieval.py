@@ -39,17 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.memory.bits import BitCache
-from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
-from agentd.memory.search import (
-    TUNED_FUSION,
-    Fusion,
-    fuse,
-    keyword_search,
-    search,
-    vector_search,
-)
-from agentd.memory.store import ConnRunner, NewMemory, add_memories, embedding_text
+from agentd.db.runner import ConnRunner
+from agentd.memory.search import keyword_search, search, vector_search
+from agentd.memory.store import NewMemory, add_memories, embedding_text
+from agentd.retrieval.bits import BitCache
+from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
+from agentd.retrieval.fusion import TUNED_FUSION, Fusion, fuse
 
 ARMS = ("keyword", "vector", "hybrid")
 # A question, its conversation, and the keyword (id, bm25) and vector (id, distance) lists.

@@ -34,9 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.memory.bits import BitCache
 from agentd.memory.search import search, vector_search
 from agentd.memory.store import NewMemory, add_memories
+from agentd.retrieval.bits import BitCache
 
 MODEL = "bench-random"
 
@@ -72,7 +72,7 @@ class TimedE5:
     model_id = MODEL
 
     def __init__(self, dim: int, engine: str) -> None:
-        from agentd.memory.embedders import E5SmallEmbedder
+        from agentd.retrieval.embedders import E5SmallEmbedder
 
         self.e5 = E5SmallEmbedder(engine=engine)
         self.dim = dim
@@ -104,8 +104,9 @@ def embedded_search(
 
     from agentd.agent.turn import RECALL_KINDS
     from agentd.db import Database
-    from agentd.memory.bits import BitCache
-    from agentd.memory.search import TUNED_FUSION, search_memories
+    from agentd.memory.search import search_memories
+    from agentd.retrieval.bits import BitCache
+    from agentd.retrieval.fusion import TUNED_FUSION
     from benchmarks.memory_embedder import texts
 
     questions = texts()[0]

@@ -41,8 +41,7 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import SystemClock
 from agentd.llm.types import LLMRequest, LLMResponse, ToolUseBlock, Usage
-from agentd.memory.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
-from agentd.memory.search import TUNED_FUSION, Fusion, search
+from agentd.memory.search import search
 from agentd.memory.summarise import (
     SummaryDeps,
     SummaryInput,
@@ -53,6 +52,8 @@ from agentd.memory.summarise import (
     summary_due,
     texts_to_embed,
 )
+from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
+from agentd.retrieval.fusion import TUNED_FUSION, Fusion
 from benchmarks.memory_retrieval import (
     ARMS,
     CATEGORY_NAMES,

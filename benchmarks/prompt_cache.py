@@ -47,7 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.pricing import Tokens, cost, price_for, uncached_cost
+from agentd.ledger.pricing import Tokens, cost, price_for, uncached_cost
 from tests.daemon_process import OWNER, Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.anthropic import estimate_tokens
@@ -55,7 +55,7 @@ from tests.fakes.anthropic_cache import PromptCache, prefixes
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCOMO = Path("/work/shared/data/locomo-dev.json")
-# A model per minimum cacheable length (agentd/pricing.py), so this tree's history window is
+# A model per minimum cacheable length (agentd/ledger/pricing.py), so this tree's history window is
 # shaped as it would be for such a model; every row is priced at Haiku 4.5's rates.
 MODELS = {1024: "claude-sonnet-4-5", 2048: "claude-sonnet-4-6", 4096: "claude-haiku-4-5"}
 MINIMUMS = tuple(MODELS)

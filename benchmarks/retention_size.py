@@ -5,7 +5,7 @@ The rows of one turn are not made up: `agentd run` (subprocess, tests/daemon_pro
 (journal instance, steps, attempts, update record, audit entries, usage rows, messages) are the
 templates. The year replays those templates (round-robin) --per-day times a day for --days days,
 with fresh ids and timestamps spread over each day; then a copy is pruned as the daily
-`retention` workflow would leave it on the last day (agentd.retention, default [retention]),
+`retention` workflow would leave it on the last day (agentd.retention.prune, default [retention]),
 and VACUUMed.
 
 Prints: file size without retention, after pruning (freed pages still in the file), after
@@ -26,9 +26,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd import retention
 from agentd.config import RetentionConfig
 from agentd.db import open_sync
+from agentd.retention import prune as retention
 from tests.daemon_process import OWNER, Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram
 

@@ -27,7 +27,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.agent.inputs import MediaRef
+from agentd.chat.inputs import MediaRef
 from agentd.config import MediaConfig
 from agentd.db import Database
 from agentd.media.transcribe import OpenAITranscriber

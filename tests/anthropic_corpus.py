@@ -95,7 +95,7 @@ def main(argv: list[str]) -> None:
         stream=sys.stdout, level=logging.WARNING, format="LOG %(name)s %(levelname)s %(message)s"
     )
     if mode == "broken":  # a package fails mid-way: the fallback must import the whole SDK
-        from agentd import lazy_packages
+        from agentd.runtime import lazy_packages
 
         original = lazy_packages._LazyPackage.install
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.memory.embedders import EmbedderError, HashingEmbedder, Vector
+from agentd.retrieval.embedders import EmbedderError, HashingEmbedder, Vector
 
 
 class CountingEmbedder(HashingEmbedder):

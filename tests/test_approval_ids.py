@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd import approvals
+from agentd.access import approvals
 
 
 def test_approval_ids_never_look_like_cli_options() -> None:

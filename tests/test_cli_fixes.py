@@ -104,7 +104,7 @@ def test_a_missing_database_names_its_path_and_why(tmp_path: Path) -> None:
 
 
 def test_tables_keep_timestamps_whole_at_80_columns(config: Path, database: object) -> None:
-    from agentd import audit
+    from agentd.ledger import audit
 
     audit.record(database, "access_denied", chat_id=-1001234567890, user_id=987654321,
                  detail={"update_kind": "message", "update_id": 123456789})  # fmt: skip

@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from agentd.agent.inputs import CallbackPress, TurnInput
 from agentd.agent.window import WindowRule, load_window
+from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.commands.chat import _tokens_line
+from agentd.commands.router import CommandInput, CommandReply, CommandRouter, command_key
 from agentd.db import Database
+from agentd.ledger.usage import UsageTotals
 from agentd.memory import history
-from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter, command_key
-from agentd.usage import UsageTotals
 
 
 def turn(text: str, **kw: Any) -> TurnInput:

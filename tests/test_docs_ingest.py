@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from agentd.config import DocsConfig
+from agentd.db.runner import ConnRunner
 from agentd.knowledge.ingest import IngestReport, ingest
 from agentd.knowledge.search import search, search_documents
 from agentd.knowledge.store import DOC_VECTORS, list_documents
-from agentd.memory.store import ConnRunner
 from tests.docs_support import BrokenEmbedder, CountingEmbedder, OtherModel, make_pdf, open_store
 
 INSTALL = """\

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from agentd.audit import entries
 from agentd.config import Config, DocsConfig
 from agentd.db import Database
 from agentd.knowledge.ingest import ingest
 from agentd.knowledge.search import DocHit
 from agentd.knowledge.tools import CITE_INSTRUCTION, docs_tools, format_hits
+from agentd.ledger.audit import entries
 from agentd.tools import ToolContext, execute
 from tests.docs_support import CountingEmbedder
 

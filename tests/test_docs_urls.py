@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from agentd.config import DocsConfig
+from agentd.db.runner import ConnRunner
 from agentd.knowledge.ingest import ingest
 from agentd.knowledge.search import search
 from agentd.knowledge.sitemap import SitemapError, parse_sitemap
 from agentd.knowledge.store import list_documents
-from agentd.memory.store import ConnRunner
 from agentd.net.safe_fetch import FetchPolicy
 from tests.docs_support import CountingEmbedder, make_pdf, open_store
 from tests.fakes.site import FakeSite

@@ -249,7 +249,7 @@ def wait_audit(stack: Stack, kind: str, user: int) -> list[Any]:
 
 
 def test_pairing_right_wrong_expired_and_used_codes(stack: Stack) -> None:
-    from agentd import pairing
+    from agentd.access import pairing
     from agentd.db import open_sync
 
     newcomer, guesser, late, thief = 300, 301, 302, 303

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from agentd.gc_pause import freeze_startup, paused, pausing
+from agentd.runtime.gc_pause import freeze_startup, paused, pausing
 
 
 @pytest.fixture(autouse=True)

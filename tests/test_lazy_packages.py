@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from agentd import lazy_packages
+from agentd.runtime import lazy_packages
 
 INIT = '''
 """A package like an SDK's: re-exports, an alias, a star import that shadows, set-up."""

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd import lease
 from agentd.db import open_sync
 from agentd.db.migrations import apply_migrations
+from agentd.runtime import lease
 
 
 def test_the_lock_is_exclusive_and_released_on_close(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.agent.inputs import MediaRef
+from agentd.chat.inputs import MediaRef
 from agentd.config import MediaConfig
 from agentd.media.transcribe import (
     OpenAITranscriber,

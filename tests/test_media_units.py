@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentd.agent.inputs import MediaRef
+from agentd.chat.inputs import MediaRef
+from agentd.chat.outfiles import OutgoingFile, spool
 from agentd.media.chatdocs import format_of, refusal
-from agentd.media.outfiles import OutgoingFile, spool
 from agentd.telegram.classify import classify
 from agentd.tools import ToolContext, execute, tool
 from tests.test_classify import ME, message

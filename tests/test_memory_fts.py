@@ -9,9 +9,9 @@ import pytest
 
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.memory.fts import build_fts_query, cjk_index_text, query_terms
 from agentd.memory.search import keyword_search, search
 from agentd.memory.store import NewMemory, add_memory
+from agentd.retrieval.fts import build_fts_query, cjk_index_text, query_terms
 
 HOSTILE = [
     '"',

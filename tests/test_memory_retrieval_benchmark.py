@@ -11,7 +11,7 @@ from types import ModuleType
 import pytest
 
 from agentd.memory import E5SmallEmbedder, HashingEmbedder
-from agentd.memory.search import TUNED_FUSION
+from agentd.retrieval.fusion import TUNED_FUSION
 
 ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "tests" / "data" / "locomo_synthetic.json"

@@ -11,8 +11,8 @@ import pytest
 from agentd.db import Database
 from agentd.db.connect import open_sync
 from agentd.db.migrations import MIGRATIONS, apply_migrations
+from agentd.db.runner import ConnRunner
 from agentd.memory import (
-    ConnRunner,
     HashingEmbedder,
     NewMemory,
     add_memory,

@@ -11,10 +11,10 @@ import pytest
 from agentd.agent.prompt import build_context, build_system, with_breakpoints
 from agentd.agent.window import Past, WindowRule, window_start
 from agentd.config import LLMConfig
+from agentd.ledger.pricing import ModelPrice, Tokens, cache_minimum, cost, price_for, uncached_cost
+from agentd.ledger.usage import UsageTotals, report
 from agentd.llm.anthropic_adapter import AnthropicLLM, build_params
 from agentd.llm.types import LLMRequest, Message
-from agentd.pricing import ModelPrice, Tokens, cache_minimum, cost, price_for, uncached_cost
-from agentd.usage import UsageTotals, report
 from tests.fakes import FakeAnthropic
 from tests.fakes.anthropic_cache import PromptCache, breakpoint_problem
 

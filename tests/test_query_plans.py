@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentd import ratelimit
+from agentd.access import ratelimit
 from agentd.config import LimitsConfig
 from agentd.durable import store
 from agentd.memory.summarise import summary_due, summary_running

@@ -8,13 +8,14 @@ from typing import Any
 
 import pytest
 
-from agentd import audit, retention, usage
 from agentd.config import RetentionConfig
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, Step, store, workflow
+from agentd.ledger import audit, usage
 from agentd.llm.types import Usage
 from agentd.memory import history
-from agentd.retention_workflow import (
+from agentd.retention import prune as retention
+from agentd.retention.workflow import (
     RETENTION_WORKFLOW,
     PruneInput,
     PruneOutput,

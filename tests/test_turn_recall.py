@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentd.agent.inputs import TurnInput
 from agentd.agent.turn import recall_memories
+from agentd.chat.inputs import TurnInput
 from agentd.config import Config
 from agentd.db import Database
-from agentd.memory.bits import BitCache
-from agentd.memory.embedders import HashingEmbedder
 from agentd.memory.store import NewMemory, remember
+from agentd.retrieval.bits import BitCache
+from agentd.retrieval.embedders import HashingEmbedder
 
 
 class CountingEmbedder(HashingEmbedder):

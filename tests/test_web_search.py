@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from agentd import audit
 from agentd.config import ConfigError, WebConfig, load_config
 from agentd.db import Database
 from agentd.durable import FakeClock
+from agentd.ledger import audit
 from agentd.tools import Tool, ToolContext, execute
 from agentd.web import (
     SearchError,

@@ -8,17 +8,17 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock
 from agentd.llm import LLM
 from agentd.media.chatdocs import DocDeps
+from agentd.media.vision import VisionDeps
 from agentd.media.voice import VoiceDeps
-from agentd.memory.bits import BitCache
-from agentd.memory.embedders import Embedder
-from agentd.outbox import Outbox
+from agentd.retrieval.bits import BitCache
+from agentd.retrieval.embedders import Embedder
 from agentd.tools import ToolRegistry
-from agentd.vision import VisionDeps
 
 
 def _identity(text: str) -> str:

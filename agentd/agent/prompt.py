@@ -7,13 +7,13 @@ tools, the system prompt and the history stay a byte-identical prefix from turn 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel
 
+from agentd.chat.data import as_data
 from agentd.llm.types import Message, SystemBlock
 
 NO_TOOLS = "No tools are currently available."
@@ -32,14 +32,6 @@ CONTEXT_RULE = (
     "The last block of the newest user message, inside <context>…</context>, is added by "
     "agentd, not written by the user: the current time and what you remember about the user."
 )
-
-
-_DATA_CLOSE = re.compile(r"</\s*data", re.IGNORECASE)
-
-
-def as_data(text: str) -> str:
-    """Text for inside <data>…</data>: it must not be able to close the block and speak."""
-    return _DATA_CLOSE.sub("&lt;/data", text)
 
 
 class ToolInfo(BaseModel):

@@ -10,7 +10,7 @@ import hashlib
 import time
 from collections.abc import Callable
 
-from agentd.outbox import Outbox
+from agentd.chat.outbox import Outbox
 
 DRAFT_LIMIT = 4096
 

@@ -1,8 +1,8 @@
 """The agent loop (R-TOOL-2…5): model → tools under the risk policy → model, at most max_steps.
 
 Every model call is step `llm#n` and every tool run step `tool:<tool_use_id>`, so a crash never
-repeats a finished call or tool. A high-risk call first stores an approval, asks the owner with
-Approve / Deny buttons and waits durably; a timeout is recorded as timed out, never as denied.
+repeats a finished call or tool. A high-risk call first waits for the owner's approval
+(approval_flow.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,14 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
-from agentd import approvals, audit, usage
+from agentd.agent.approval_flow import Route, refusal, seek_approval
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
 from agentd.agent.streaming import DraftStreamer, draft_id
-from agentd.approvals import Approval
-from agentd.db import Database
+from agentd.chat.outfiles import SpooledFile
 from agentd.durable import OutcomeUnknown, Step
 from agentd.durable.pending import Pending
+from agentd.ledger import audit, usage
 from agentd.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -32,8 +32,6 @@ from agentd.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
-from agentd.media.outfiles import SpooledFile
-from agentd.outbox import Button, Outbox
 from agentd.tools import (
     ToolContext,
     ToolOutcome,
@@ -44,7 +42,7 @@ from agentd.tools import (
 )
 
 if TYPE_CHECKING:
-    from agentd.agent.inputs import TurnInput
+    from agentd.chat.inputs import TurnInput
 
 log = logging.getLogger("agentd.agent")
 EMPTY_ANSWER = "(The model returned an empty answer.)"
@@ -75,22 +73,6 @@ class AgentResult(BaseModel):
     outcome: Literal["answered", "step_limit"] = "answered"
     reported_actions: list[str] = Field(default_factory=list)
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
-
-
-class Route(BaseModel):
-    """How a tool call is handled, journaled so a replay takes the same path even if the
-    registry changed meanwhile (an MCP server not yet back, a new risk override)."""
-
-    name: str
-    risk: Literal["low", "medium", "high"] | None = None  # None: no such tool
-    source: str = ""
-    problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
-
-
-class Decision(BaseModel):
-    status: Literal["approved", "denied", "timed_out"]
-    by: str | None = None
-    reason: str | None = None
 
 
 def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock) -> ToolContext:
@@ -128,114 +110,6 @@ async def run_tool(
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
 
-def create_approval(
-    conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
-) -> Approval:
-    now = deps.clock.now()
-    approval = Approval(
-        id=approvals.new_id(),
-        instance_id=instance_id,
-        tool_use_id=use.id,
-        chat_id=inp.chat_id,
-        user_id=inp.user_id,
-        tool=tool.name,
-        risk=tool.risk or "high",
-        args_digest=args_digest(use.input),
-        args_preview=deps.redact(render_args(use.input)),
-        status="pending",
-        created_at=now,
-        expires_at=now + deps.config.tools.approval_timeout,
-    )
-
-    stored = approvals.create(conn, approval)
-    audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
-                 instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
-                 detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
-                         "args_digest": stored.args_digest})  # fmt: skip
-    return stored
-
-
-def _approval_text(approval: Approval, timeout: float) -> str:
-    preview = approval.args_preview.replace("```", "'''")
-    minutes = max(1, round(timeout / 60))
-    return (
-        f"🔐 **Approval needed** — `{approval.tool}` ({approval.risk} risk)\n\n"
-        f"```\n{preview}\n```\n\n"
-        f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}`"
-    )
-
-
-def outcome_text(approval: Approval, status: str, by: str | None) -> str:
-    label = {
-        "approved": f"✅ Approved{f' by {by}' if by else ''} — running.",
-        "denied": f"❌ Denied{f' by {by}' if by else ''} — not run.",
-        "timed_out": "⌛ No answer in time — not run.",
-        "cancelled": "🚫 The request was cancelled — not run.",
-    }[status]
-    preview = approval.args_preview.replace("```", chr(39) * 3)
-    return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
-
-
-async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
-    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
-    buttons = [
-        [
-            Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
-            Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
-        ]
-    ]
-    text = _approval_text(approval, approval.expires_at - approval.created_at)
-    try:
-        message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
-    except Exception as exc:
-        log.warning("could not send the approval request; `agentd approve` still works",
-                    extra={"approval": approval.id, "error": type(exc).__name__})  # fmt: skip
-        return None
-    await deps.db.write(approvals.set_message_id, approval.id, message_id)
-    return message_id
-
-
-async def settle_timeout(deps: TurnDeps, approval_id: str) -> Decision:
-    """A decision that landed just before the deadline still counts; else record timed_out."""
-    stored = await deps.db.write(approvals.expire, approval_id, deps.clock.now())
-    if stored.status == "timed_out":
-        await deps.db.write(
-            lambda conn: audit.record(
-                conn, "approval_timed_out", chat_id=stored.chat_id, instance_id=stored.instance_id,
-                detail={"approval": stored.id, "tool": stored.tool},
-                source_key=f"approval-timeout:{stored.id}",
-            )
-        )  # fmt: skip
-    return Decision(status=stored.status, by=stored.decided_by)  # type: ignore[arg-type]
-
-
-async def show_outcome(
-    deps: TurnDeps, approval: Approval, message_id: int | None, d: Decision
-) -> None:
-    """Edit the approval message to show what happened, removing the buttons (best effort:
-    the decision stands whatever Telegram says)."""
-    if message_id is None:
-        return
-    try:
-        await deps.outbox.edit_text(
-            approval.chat_id, message_id, outcome_text(approval, d.status, d.by)
-        )
-    except Exception as exc:
-        log.info("could not edit the approval message", extra={"error": type(exc).__name__})
-
-
-async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> None:
-    """A turn that ended while it waited (cancelled): take its buttons down and say so."""
-    for approval in await db.read(approvals.undecided_of, instance_id):
-        if approval.message_id is None:
-            continue
-        text = outcome_text(approval, "cancelled", None)
-        try:
-            await outbox.edit_text(approval.chat_id, approval.message_id, text)
-        except Exception as exc:
-            log.info("could not withdraw the approval request", extra={"error": type(exc).__name__})
-
-
 def write_tool_audit(
     conn: Any, inp: TurnInput, instance_id: str, tool: Route, use: ToolUseBlock,
     outcome: ToolOutcome, decision: str, decided_by: str | None,
@@ -253,40 +127,6 @@ def write_tool_audit(
 # -- the loop --------------------------------------------------------------------------------
 
 
-async def _approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
-                    use: ToolUseBlock) -> Decision:  # fmt: skip
-    iid = step.instance_id
-    approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval)
-    event = await step.wait_for_event(
-        approvals.event_type(approval.id),
-        timeout=max(0.0, approval.expires_at - approval.created_at),
-        name=f"wait:{use.id}",
-    )
-    if event is None:
-        decision = await step.do(f"expire:{use.id}", settle_timeout, deps, approval.id)
-    else:
-        decision = Decision(
-            status=event.payload.get("decision", "denied"),
-            by=event.payload.get("by"),
-            reason=event.payload.get("reason"),
-        )
-    await step.do(f"show:{use.id}", show_outcome, deps, approval, message_id, decision)
-    return decision
-
-
-def _refusal(tool: Route, decision: Decision, timeout: float) -> ToolOutcome:
-    if decision.status == "timed_out":
-        text = (
-            f"The owner did not approve {tool.name} within {timeout:g} seconds, so it was NOT "
-            "run (timed out, not denied). Tell the user it was not done."
-        )
-        return ToolOutcome(ok=False, content=text, error_kind="tool_error")
-    reason = f" Reason: {decision.reason}" if decision.reason else ""
-    text = f"The owner denied running {tool.name}; it was NOT run.{reason} Tell the user."
-    return ToolOutcome(ok=False, content=text, error_kind="tool_error")
-
-
 async def handle_tool_use(
     step: Step, deps: TurnDeps, inp: TurnInput, use: ToolUseBlock
 ) -> tuple[ToolOutcome, Route]:
@@ -297,10 +137,10 @@ async def handle_tool_use(
         return route.problem, route  # unknown tool or invalid arguments: no approval asked
     decision, by = "auto", None
     if route.risk == "high":
-        verdict = await _approval(step, deps, route, inp, use)
+        verdict = await seek_approval(step, deps, route, inp, use)
         decision, by = verdict.status, verdict.by
         if verdict.status != "approved":
-            outcome = _refusal(route, verdict, deps.config.tools.approval_timeout)
+            outcome = refusal(route, verdict, deps.config.tools.approval_timeout)
             await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use,
                              outcome, decision, by)  # fmt: skip
             return outcome, route

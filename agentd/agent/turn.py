@@ -12,10 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd import audit, ratelimit
+from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
-from agentd.agent.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
-from agentd.agent.prompt import as_data
 from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, stable_prefix
 from agentd.agent.window import (
     CACHE_TTL_SECONDS,
@@ -24,14 +22,22 @@ from agentd.agent.window import (
     WindowRule,
     load_window,
 )
+from agentd.chat.data import as_data
+from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
+from agentd.chat.names import TURN_WORKFLOW
+from agentd.chat.outbox import SendFailed
 from agentd.durable import LocalStep, NonRetryable, Step, StepFailed, Workflow, store, workflow
+from agentd.ledger import audit
+from agentd.ledger.pricing import cache_minimum
 from agentd.llm.types import Message
 from agentd.media import turnsteps
 from agentd.media.turnsteps import MediaIn
+from agentd.media.vision import SeenImage, describe, see_image
+from agentd.media.vision import meta as vision_meta
 from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
-from agentd.memory.search import format_recall, fusion_from_config, search_memories
+from agentd.memory.search import format_recall, search_memories
 from agentd.memory.store import list_memories
 from agentd.memory.summarise import (
     SUMMARY_WORKFLOW,
@@ -41,10 +47,7 @@ from agentd.memory.summarise import (
     summary_key,
     summary_running,
 )
-from agentd.outbox import SendFailed
-from agentd.pricing import cache_minimum
-from agentd.vision import SeenImage, describe, see_image
-from agentd.vision import meta as vision_meta
+from agentd.retrieval.fusion import fusion_from_config
 
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
 LLM_ERROR_REPLY = (
@@ -376,7 +379,7 @@ async def answer_media_at_once(
 
 
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
-    @workflow("turn")
+    @workflow(TURN_WORKFLOW)
     async def turn(step: Step, inp: TurnInput) -> TurnOutput:
         started = time.perf_counter()
         iid = step.instance_id

@@ -17,7 +17,7 @@ from typer.main import get_command_from_info, get_group
 from typer.models import CommandInfo
 
 from agentd import __version__
-from agentd.gc_pause import paused
+from agentd.runtime.gc_pause import paused
 
 # Name -> "module:attribute", in the order help lists them. The attribute is a command
 # function, or a Typer app for a command group.

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from agentd import approvals
+from agentd.access import approvals
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,

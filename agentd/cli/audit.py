@@ -9,7 +9,6 @@ from typing import Annotated
 
 import typer
 
-from agentd import audit as audit_log
 from agentd.cli.common import (
     EXIT_USAGE,
     ConfigOption,
@@ -22,6 +21,7 @@ from agentd.cli.common import (
     out,
     print_json,
 )
+from agentd.ledger import audit as audit_log
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 

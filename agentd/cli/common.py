@@ -120,7 +120,7 @@ ModeOption = Annotated[SearchMode, typer.Option(help="How to search.")]
 
 def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
     """Run `work(embedder)` with the configured embedder, closed after; its errors exit 1."""
-    from agentd.memory.embedders import EmbedderError, build_embedder
+    from agentd.retrieval.embedders import EmbedderError, build_embedder
 
     async def run() -> T:
         embedder = build_embedder(config.memory, os.environ)
@@ -184,7 +184,7 @@ def reindex_with_bar(
         TimeRemainingColumn,
     )
 
-    from agentd.memory.store import ConnRunner
+    from agentd.db.runner import ConnRunner
 
     progress = Progress(
         TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),

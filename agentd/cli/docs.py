@@ -119,8 +119,8 @@ def ingest(
     cfg = config_or_exit(config)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+    from agentd.db.runner import ConnRunner
     from agentd.knowledge.ingest import ingest as run_ingest
-    from agentd.memory.store import ConnRunner
     from agentd.tools.fetch import fetch_policy
 
     _ensure_database(cfg)
@@ -208,9 +208,9 @@ def search(
     config: ConfigOption = None,
 ) -> None:
     """Search the documents the way the search_docs tool does."""
+    from agentd.db.runner import ConnRunner
     from agentd.knowledge.search import search_documents
-    from agentd.memory.search import fusion_from_config
-    from agentd.memory.store import ConnRunner
+    from agentd.retrieval.fusion import fusion_from_config
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:

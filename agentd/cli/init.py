@@ -22,9 +22,9 @@ from typing import Annotated, Any
 
 import typer
 
+from agentd.access.pairing import ALPHABET
 from agentd.cli.common import EXIT_CONFIG, err, fail, out
 from agentd.config import AgentConfig, LLMConfig, TelegramConfig
-from agentd.pairing import ALPHABET
 
 SECRETS_FILE = "agentd.env"
 

@@ -66,8 +66,9 @@ def search(
     config: ConfigOption = None,
 ) -> None:
     """Search one user's memories the way a turn does."""
-    from agentd.memory.search import fusion_from_config, search_memories
-    from agentd.memory.store import ConnRunner
+    from agentd.db.runner import ConnRunner
+    from agentd.memory.search import search_memories
+    from agentd.retrieval.fusion import fusion_from_config
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:

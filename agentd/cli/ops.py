@@ -35,8 +35,8 @@ def usage(
     config: ConfigOption = None,
 ) -> None:
     """Tokens, prompt-cache hits and estimated cost and saving per day and chat."""
-    from agentd.pricing import PRICES_AS_OF
-    from agentd.usage import report, totals
+    from agentd.ledger.pricing import PRICES_AS_OF
+    from agentd.ledger.usage import report, totals
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:
@@ -66,7 +66,7 @@ def backup(
     cfg = config_or_exit(config)
     if destination.exists():
         fail(f"{destination} exists; choose a new file name")
-    from agentd.retention import mark_backup
+    from agentd.retention.prune import mark_backup
 
     with database(cfg) as conn:
         old = os.umask(0o077)
@@ -164,7 +164,7 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
 
 def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
     """Which embedder is active, whether it loads, and whether stored vectors are of it."""
-    from agentd.memory.embedders import E5SmallEmbedder, EmbedderError, build_embedder
+    from agentd.retrieval.embedders import E5SmallEmbedder, EmbedderError, build_embedder
 
     try:
         embedder = build_embedder(cfg.memory, os.environ)

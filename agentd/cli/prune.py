@@ -31,7 +31,7 @@ def prune(
     config: ConfigOption = None,
 ) -> None:
     """Delete what the retention settings call old: journals, updates, audit, usage detail."""
-    from agentd import retention
+    from agentd.retention import prune as retention
 
     cfg = config_or_exit(config)
     now = time.time()

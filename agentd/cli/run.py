@@ -56,13 +56,13 @@ def run(config: ConfigOption = None) -> None:
         f"agentd: starting (pid {os.getpid()}; config: {cfg.source or 'defaults'}; "
         f"database: {cfg.db_path.resolve()})…"
     )
-    from agentd.gc_pause import paused
+    from agentd.runtime.gc_pause import paused
 
     with paused():
         from agentd import daemon
     from agentd.db import DatabaseError
-    from agentd.lease import LeaseHeld
     from agentd.llm import LLMError
+    from agentd.runtime.lease import LeaseHeld
 
     def ready(bot_username: str) -> None:
         say(f"agentd: ready in {time.monotonic() - started:.1f} s as @{bot_username}")

@@ -43,7 +43,7 @@ def pair(
     config: ConfigOption = None,
 ) -> None:
     """Print a one-time code; whoever sends `/start CODE` to the bot is served from then on."""
-    from agentd import pairing
+    from agentd.access import pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
@@ -78,7 +78,7 @@ def pair(
 @app.command("ls")
 def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     """Everyone served: from telegram.allowed_user_ids and from pairing."""
-    from agentd import pairing
+    from agentd.access import pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
@@ -107,7 +107,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
 @app.command("rm")
 def rm(user_id: int, json: JsonOption = False, config: ConfigOption = None) -> None:
     """Stop serving a paired user (the daemon notices with its next batch of updates)."""
-    from agentd import pairing
+    from agentd.access import pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)

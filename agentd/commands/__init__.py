@@ -1,1 +1,2 @@
-"""Telegram chat commands (/help, /new, /stop, …): one router, run as durable workflows."""
+"""Chat commands (/help, /new, /stop, …) and buttons: one platform-neutral router whose commands
+run as durable workflows; `telegram/` only feeds it updates."""

@@ -7,24 +7,21 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agentd import approvals, audit, usage
-from agentd.agent.inputs import CallbackPress
+from agentd.access import approvals
+from agentd.chat.inputs import CallbackPress
+from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.chat.outbox import Button
 from agentd.commands.deps import CommandDeps
+from agentd.commands.router import CommandInput, CommandReply, CommandRouter
 from agentd.durable import store
+from agentd.ledger import audit, usage
+from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
 from agentd.memory import history
 from agentd.memory.facts import list_facts
-from agentd.outbox import Button
-from agentd.pricing import ModelPrice, Tokens, cost, price_for
-from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter
 
-TURN_WORKFLOW = "turn"
 FORGET_PREFIX = "mf:"
 MEMORY_LIST_LIMIT = 10
 STOPPED_CARD = "⏹ **Stopped with /stop** — `{tool}` was not run."
-
-
-def _turn_key(chat_id: int) -> str:
-    return f"chat-{chat_id}"
 
 
 def _preview(text: str, limit: int = 60) -> str:
@@ -49,7 +46,7 @@ def _open_turns(conn: Any, chat_id: int) -> list[store.InstanceRecord]:
     rows = conn.execute(
         f"SELECT * FROM workflow_instances WHERE key = ? AND workflow = ? "
         f"AND status IN {store.OPEN_STATUSES!r} ORDER BY seq",
-        (_turn_key(chat_id), TURN_WORKFLOW),
+        (chat_key(chat_id), TURN_WORKFLOW),
     ).fetchall()
     return [store.InstanceRecord.model_validate(dict(r)) for r in rows]
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock
-from agentd.outbox import Outbox
 
 
 @dataclass(frozen=True)

@@ -268,7 +268,7 @@ CREATE TRIGGER doc_chunks_fts_au AFTER UPDATE OF section, text, fts_cjk ON doc_c
         VALUES (new.id, new.section, new.text, new.fts_cjk);
 END;
 
--- Vector spaces as for memories (agentd/memory/vectors.py); doc_bq_<id> is made at run time.
+-- Vector spaces as for memories (agentd/retrieval/vectors.py); doc_bq_<id> is made at run time.
 CREATE TABLE doc_spaces (
     id INTEGER PRIMARY KEY,
     model_id TEXT NOT NULL,
@@ -466,7 +466,7 @@ END;
 INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 """
 
-# In-process bit-vector copies (issue #11, agentd/memory/bits.py): how many vectors of each
+# In-process bit-vector copies (issue #11, agentd/retrieval/bits.py): how many vectors of each
 # memory space were ever inserted and deleted, whoever wrote them (the daemon, a CLI command),
 # so a process holding a copy of a user's sign bits sees in one small read that it is stale,
 # and whether only new rows were added since. Rows are never deleted: a space id reused after

@@ -11,6 +11,7 @@ import time
 import typing
 import weakref
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -140,6 +141,22 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
 
+@dataclass
+class _Call:
+    """One `Step.do` call as its attempts see it."""
+
+    name: str
+    ordinal: int
+    fn: Callable[..., Awaitable[Any]]
+    args: tuple[Any, ...]
+    timeout: float | None
+    delivery: Delivery
+    mark: bool
+    adapter: Any
+    attempt: int = 0  # attempts made so far, this run and journaled earlier
+    begun: bool = False  # the step's row exists, so an attempt adds to it
+
+
 class Step:
     """Journaled steps of one workflow instance run; created by the engine for every (re)run.
 
@@ -255,62 +272,11 @@ class Step:
             return await self._replay(name, ordinal, record, adapter)  # type: ignore[arg-type]
         self._check_running()
         policy = retry or NO_RETRY
-        counter = {"attempt": self._attempt_counts.get(ordinal, 0)}
-        # Only an at-most-once step has a synced row before its effect (R-DUR-7); a marked one
-        # has an unsynced row, which survives the process dying (not the machine).
-        before = delivery == "at_most_once" or mark
-        synced = delivery == "at_most_once"
-        begun = {"row": record is not None and before}
-
-        async def attempt_once() -> Any:
-            counter["attempt"] += 1
-            attempt = counter["attempt"]
-            now = self.clock.now()
-            if before:
-                if begun["row"]:
-                    await self._write(
-                        store.begin_attempt, self.instance_id, ordinal, attempt, now, synced=synced
-                    )
-                else:
-                    await self._write(
-                        partial(store.begin_step, delivery=delivery, attempt=attempt),
-                        self.instance_id, ordinal, name, "do", now, synced=synced,
-                    )  # fmt: skip
-                    begun["row"] = True
-            started = time.perf_counter()
-            try:
-                if timeout is not None:
-                    async with asyncio.timeout(timeout):
-                        value = await fn(*args)
-                else:
-                    value = await fn(*args)
-                if adapter is None and isinstance(value, BaseModel):
-                    # A replay could only return a dict: refuse instead of changing type later.
-                    raise NonRetryable(
-                        f"step {name!r} returned a {type(value).__name__} but its function has no "
-                        "resolvable return annotation; pass result_type= to step.do"
-                    )
-                encoded = self._encode(name, value)
-            except BaseException as exc:
-                if isinstance(exc, Suspended):
-                    raise
-                if isinstance(exc, asyncio.CancelledError):
-                    task = asyncio.current_task()
-                    if task is None or task.cancelling():
-                        raise  # we are being cancelled: cancel or shutdown, not a step failure
-                    # The step's own code ended in CancelledError (a tool's cancel scope…):
-                    # a failure of this attempt, or the engine would re-run it forever.
-                    exc = RuntimeError("the step's code was cancelled from inside")
-                if isinstance(exc, TimeoutError):
-                    exc = TimeoutError(f"attempt timed out after {timeout}s")
-                error = self.engine.redact(_error_text(exc))
-                await self._record_attempt(name, ordinal, attempt, delivery, now, error=error)
-                self._log(name, attempt, started, "failed", error=error)
-                raise exc from None
-            await self._record_attempt(name, ordinal, attempt, delivery, now, result=encoded)
-            self._log(name, attempt, started, "complete")
-            return encoded
-
+        attempt_once = partial(
+            self._attempt, _Call(name, ordinal, fn, args, timeout, delivery, mark, adapter,
+                                 attempt=self._attempt_counts.get(ordinal, 0),
+                                 begun=record is not None and (delivery == "at_most_once" or mark)),
+        )  # fmt: skip
         try:
             if policy.limit <= 1:
                 encoded = await attempt_once()  # the common case: no retry machinery
@@ -336,6 +302,56 @@ class Step:
             raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
         # Return what a replay would return, so the first run and every resume see the same.
         return self._decode(encoded, adapter)
+
+    async def _attempt(self, call: _Call) -> Any:
+        """One attempt of a `do` step: journal it, run it within its timeout, record the result."""
+        call.attempt += 1
+        attempt, name, ordinal, delivery = call.attempt, call.name, call.ordinal, call.delivery
+        now = self.clock.now()
+        # Only an at-most-once step has a synced row before its effect (R-DUR-7); a marked one
+        # has an unsynced row, which survives the process dying (not the machine).
+        synced = delivery == "at_most_once"
+        if synced or call.mark:
+            if call.begun:
+                await self._write(
+                    store.begin_attempt, self.instance_id, ordinal, attempt, now, synced=synced
+                )
+            else:
+                await self._write(
+                    partial(store.begin_step, delivery=delivery, attempt=attempt),
+                    self.instance_id, ordinal, name, "do", now, synced=synced,
+                )  # fmt: skip
+                call.begun = True
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(call.timeout):
+                value = await call.fn(*call.args)
+            if call.adapter is None and isinstance(value, BaseModel):
+                # A replay could only return a dict: refuse instead of changing type later.
+                raise NonRetryable(
+                    f"step {name!r} returned a {type(value).__name__} but its function has no "
+                    "resolvable return annotation; pass result_type= to step.do"
+                )
+            encoded = self._encode(name, value)
+        except BaseException as exc:
+            if isinstance(exc, Suspended):
+                raise
+            if isinstance(exc, asyncio.CancelledError):
+                task = asyncio.current_task()
+                if task is None or task.cancelling():
+                    raise  # we are being cancelled: cancel or shutdown, not a step failure
+                # The step's own code ended in CancelledError (a tool's cancel scope…):
+                # a failure of this attempt, or the engine would re-run it forever.
+                exc = RuntimeError("the step's code was cancelled from inside")
+            if isinstance(exc, TimeoutError):
+                exc = TimeoutError(f"attempt timed out after {call.timeout}s")
+            error = self.engine.redact(_error_text(exc))
+            await self._record_attempt(name, ordinal, attempt, delivery, now, error=error)
+            self._log(name, attempt, started, "failed", error=error)
+            raise exc from None
+        await self._record_attempt(name, ordinal, attempt, delivery, now, result=encoded)
+        self._log(name, attempt, started, "complete")
+        return encoded
 
     async def local(
         self, name: str, fn: Callable[..., T], *args: Any, result_type: Any = None

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field
 from yarl import URL
 
 from agentd.config import DocsConfig
+from agentd.db.runner import Runner
 from agentd.knowledge.chunking import CHUNKER_VERSION, Chunk, chunk_blocks
 from agentd.knowledge.loaders import (
     EXTENSIONS,
@@ -59,8 +60,6 @@ from agentd.knowledge.store import (
     sources_under,
     touch_document,
 )
-from agentd.memory.embedders import Embedder, EmbedderError
-from agentd.memory.store import Runner
 from agentd.net.safe_fetch import (
     FetchError,
     FetchPolicy,
@@ -69,6 +68,7 @@ from agentd.net.safe_fetch import (
     fetch_raw,
     is_textual,
 )
+from agentd.retrieval.embedders import Embedder, EmbedderError
 
 log = logging.getLogger(__name__)
 

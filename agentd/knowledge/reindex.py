@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from agentd.db.runner import Runner
 from agentd.knowledge.store import DOC_VECTORS, chunks_to_embed, set_chunk_vectors
-from agentd.memory.embedders import Embedder
-from agentd.memory.reembed import ReindexReport, reembed
-from agentd.memory.store import Runner
+from agentd.retrieval.embedders import Embedder
+from agentd.retrieval.reembed import ReindexReport, reembed
 
 
 async def reindex_documents(

@@ -1,5 +1,5 @@
 """Hybrid search over document chunks: the same FTS5 query building, vector spaces and fusion
-as memory search (agentd.memory.fts / vectors / search), over the `doc_*` tables.
+as memory search (agentd.retrieval.fts / vectors / search), over the `doc_*` tables.
 
 Keyword arm: BM25 over section and text (a match in a heading counts double: a chunk under
 "Install > Linux" is about installing on Linux even when its text never says so). Fusion is
@@ -15,11 +15,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentd.db.runner import Runner
 from agentd.knowledge.store import DOC_VECTORS
-from agentd.memory.embedders import Embedder
-from agentd.memory.fts import build_fts_query
-from agentd.memory.search import Arm, Fusion, SearchMode, hybrid_rank
-from agentd.memory.store import Runner
+from agentd.retrieval.embedders import Embedder
+from agentd.retrieval.fts import build_fts_query
+from agentd.retrieval.fusion import Arm, Fusion, SearchMode, hybrid_rank
 
 Conn = Any
 

@@ -2,7 +2,7 @@
 
 Layout (migration m004_docs): `doc_documents` (one file or URL each), `doc_chunks` (its pieces,
 in order, with section and hash), `doc_chunks_fts` (external-content FTS5 over section and
-text, kept by triggers) and the shared vector tables (`agentd.memory.vectors`) bound here as
+text, kept by triggers) and the shared vector tables (`agentd.retrieval.vectors`) bound here as
 DOC_VECTORS: `doc_spaces`, `doc_vectors` and `doc_bq_<space>`, one partition for everything.
 Deleting a document cascades to its chunks, their FTS entries, vectors and bit vectors.
 
@@ -19,8 +19,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentd.knowledge.chunking import Chunk
-from agentd.memory.fts import cjk_index_text
-from agentd.memory.vectors import VectorIndex
+from agentd.retrieval.fts import cjk_index_text
+from agentd.retrieval.vectors import VectorIndex
 
 Conn = Any
 DocKind = Literal["file", "url"]

@@ -12,12 +12,12 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from agentd import audit
 from agentd.config import Config
+from agentd.db.runner import Runner
 from agentd.knowledge.search import DocHit, search_documents
-from agentd.memory.embedders import Embedder
-from agentd.memory.search import fusion_from_config
-from agentd.memory.store import Runner
+from agentd.ledger import audit
+from agentd.retrieval.embedders import Embedder
+from agentd.retrieval.fusion import fusion_from_config
 from agentd.tools import Tool, ToolContext, mark_untrusted
 
 CITE_INSTRUCTION = (

@@ -3,7 +3,7 @@
 Why: `import anthropic` runs ~100 package `__init__.py` files that import every type and
 resource of the whole API (~2,900 modules, ~1.9 s of CPU on a 2-core box: the largest single
 cost between `agentd run` and the first answer). Those files only re-export names, so
-`agentd.lazy_packages` makes each bind a name when it is first read; a request then imports
+`agentd.runtime.lazy_packages` makes each bind a name when it is first read; a request then imports
 about a third of the SDK.
 
 Why it holds on the next release: nothing here names an SDK version or a private module. Each
@@ -20,7 +20,7 @@ import logging
 import sys
 from typing import Literal
 
-from agentd import lazy_packages
+from agentd.runtime import lazy_packages
 
 log = logging.getLogger("agentd.llm")
 Mode = Literal["lazy", "eager"]

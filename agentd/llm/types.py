@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.ledger.pricing import Tokens
+
 
 class TextBlock(BaseModel):
     type: Literal["text"] = "text"
@@ -83,12 +85,9 @@ class LLMRequest(BaseModel):
     context: str = ""
 
 
-class Usage(BaseModel):
-    input_tokens: int = 0  # uncached input only: the API bills the three input kinds apart
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0  # all cache writes, whatever their TTL
-    cache_write_1h_tokens: int = 0  # the part written with the 1-hour TTL (billed at 2×)
+class Usage(Tokens):
+    """Token counts the API reported for one call (input_tokens: uncached input only, as the
+    API bills the three input kinds apart)."""
 
 
 class LLMResponse(BaseModel):

@@ -1,1 +1,2 @@
-"""Media in and out of chat: voice transcription, documents read in chat, files sent back."""
+"""Media in chat: photos seen by the vision model, voice transcribed, documents read and added
+to the library."""

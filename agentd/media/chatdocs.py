@@ -16,16 +16,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentd.agent.inputs import CallbackPress, MediaRef
+from agentd.chat.inputs import CallbackPress, MediaRef
+from agentd.chat.names import chat_key
+from agentd.chat.outbox import Button, Outbox
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, Workflow, workflow
 from agentd.knowledge.ingest import Ingestor
 from agentd.knowledge.loaders import EXTENSIONS, DocFormat, LoadError, parse_bytes
-from agentd.memory.embedders import Embedder
-from agentd.outbox import Button, Outbox
+from agentd.media.vision import Files
+from agentd.retrieval.embedders import Embedder
 from agentd.tools.base import Tool, ToolContext, ToolError
-from agentd.vision import Files
 
 CALLBACK_PREFIX = "doc:"
 INGEST_WORKFLOW = "doc_ingest"
@@ -224,7 +225,7 @@ def document_callbacks(engine: Any, fallback: Any) -> Any:
         inp = IngestInput(doc_id=doc_id, chat_id=press.chat_id, user_id=press.user_id,
                           reply_to=press.message_id)  # fmt: skip
         engine.prepare_start(conn, INGEST_WORKFLOW, inp, instance_id=f"doc-ingest-{doc_id}",
-                             key=f"chat-{press.chat_id}")  # fmt: skip
+                             key=chat_key(press.chat_id))  # fmt: skip
         return f"Adding {row[2]} to your documents…"
 
     return handle

@@ -10,15 +10,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentd.agent.inputs import TurnInput
+from agentd.chat.inputs import TurnInput
+from agentd.chat.outbox import Outbox, SendFailed
+from agentd.chat.outfiles import SpooledFile
 from agentd.config import MediaConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, StepFailed
 from agentd.media import chatdocs, voice
 from agentd.media.chatdocs import DocDeps, ReadDocument
-from agentd.media.outfiles import SpooledFile
 from agentd.media.voice import VoiceDeps
-from agentd.outbox import Outbox, SendFailed
 
 log = logging.getLogger(__name__)
 

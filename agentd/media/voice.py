@@ -14,13 +14,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.agent.inputs import MediaRef
-from agentd.agent.prompt import as_data
+from agentd.chat.data import as_data
+from agentd.chat.inputs import MediaRef
 from agentd.config import MediaConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
 from agentd.media.transcribe import Transcriber, TranscriptionError
-from agentd.vision import Files
+from agentd.media.vision import Files
 
 # What Whisper-family models say when they hear silence or noise (their training data was
 # full of subtitles). On a short note, a transcript that is only one of these is dropped.

@@ -1,19 +1,11 @@
-"""Long-term memory (SPEC §8): embedders, the per-user store, hybrid search and facts.
+"""Long-term memory (SPEC §8): the per-user store, its hybrid search, facts and summaries.
 
 Storage and search are plain functions of a SQLite connection (run them through
 `Database.write/read` in the daemon, or directly on `open_sync` in the CLI); embedding is async
-and happens outside any transaction. See store.py for the layout and search.py for the fusion.
+and happens outside any transaction. See store.py for the layout; embedding and fusion live in `retrieval/`.
 """
 
-from agentd.memory.embedders import (
-    E5SmallEmbedder,
-    Embedder,
-    EmbedderError,
-    HashingEmbedder,
-    HttpEmbedder,
-    LocalEmbedder,
-    build_embedder,
-)
+from agentd.db.runner import ConnRunner, Runner
 from agentd.memory.facts import (
     ExtractedFact,
     ExtractedFacts,
@@ -26,14 +18,9 @@ from agentd.memory.facts import (
     retract_fact,
     upsert_fact,
 )
-from agentd.memory.fts import build_fts_query
-from agentd.memory.reembed import ReindexReport
 from agentd.memory.search import (
-    Fusion,
     MemoryHit,
-    SearchMode,
     format_recall,
-    fusion_from_config,
     keyword_search,
     search,
     search_memories,
@@ -41,12 +28,10 @@ from agentd.memory.search import (
 )
 from agentd.memory.store import (
     FACT_KINDS,
-    ConnRunner,
     Memory,
     MemoryKind,
     MemoryStoreError,
     NewMemory,
-    Runner,
     VectorStatus,
     add_memories,
     add_memory,
@@ -59,6 +44,18 @@ from agentd.memory.store import (
     remember,
     vector_status,
 )
+from agentd.retrieval.embedders import (
+    E5SmallEmbedder,
+    Embedder,
+    EmbedderError,
+    HashingEmbedder,
+    HttpEmbedder,
+    LocalEmbedder,
+    build_embedder,
+)
+from agentd.retrieval.fts import build_fts_query
+from agentd.retrieval.fusion import Fusion, SearchMode, fusion_from_config
+from agentd.retrieval.reembed import ReindexReport
 
 __all__ = [
     "FACT_KINDS",

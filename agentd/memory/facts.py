@@ -19,16 +19,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentd.memory.embedders import Embedder
+from agentd.db.runner import Runner
 from agentd.memory.store import (
     FACT_KINDS,
     Memory,
     NewMemory,
-    Runner,
     add_memory,
     list_memories,
     update_content,
 )
+from agentd.retrieval.embedders import Embedder
 
 Conn = Any
 FactKind = Literal["fact", "preference", "task"]

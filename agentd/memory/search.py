@@ -32,31 +32,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Sequence
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
-from agentd.memory.bits import BitCache
-from agentd.memory.embedders import Embedder
-from agentd.memory.fts import build_fts_query
-from agentd.memory.store import MEMORY_VECTORS, Memory, Runner, get_memories
+from agentd.db.runner import Runner
+from agentd.memory.store import MEMORY_VECTORS, Memory, get_memories
+from agentd.retrieval.bits import BitCache
+from agentd.retrieval.embedders import Embedder
+from agentd.retrieval.fts import build_fts_query
+from agentd.retrieval.fusion import Arm, Fusion, SearchMode, arm_depth, hybrid_rank
 
 Conn = Any
-SearchMode = Literal["hybrid", "keyword", "vector"]
-FusionMethod = Literal["convex", "minmax", "rrf"]
-
-
-class Fusion(BaseModel):
-    """How the keyword and vector lists are combined (see the module docstring)."""
-
-    method: FusionMethod = "rrf"
-    keyword_weight: float = Field(default=1.0, ge=0)
-    vector_weight: float = Field(default=0.15, ge=0)
-    rrf_k: int = Field(default=10, ge=1)  # only for method "rrf"
-    depth: int = Field(default=20, ge=1, le=1000)  # how deep each arm's list is fused
 
 
 class MemoryHit(BaseModel):
@@ -67,26 +56,6 @@ class MemoryHit(BaseModel):
     keyword_rank: int | None = None
     vector_rank: int | None = None
     vector_distance: float | None = None  # cosine distance, 0 = same direction
-
-
-# Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
-TUNED_FUSION: dict[str, Fusion] = {
-    "e5-small": Fusion(method="minmax", keyword_weight=0.6, vector_weight=0.4, depth=30),
-    "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.05, rrf_k=10, depth=20),
-}
-
-
-def fusion_from_config(config: Any) -> Fusion:
-    """The Fusion a `MemoryConfig` asks for: the embedder's tuned one, with set keys overriding."""
-    tuned = TUNED_FUSION.get(config.embedder, Fusion())
-    keys = {
-        "method": config.fusion,
-        "keyword_weight": config.keyword_weight,
-        "vector_weight": config.vector_weight,
-        "rrf_k": config.rrf_k,
-        "depth": config.fusion_depth,
-    }
-    return tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
 
 
 # bm25() weights of memory_fts's columns (content, fts_cjk, context). A memory's context (the
@@ -173,97 +142,6 @@ def _kind_clause(kinds: Sequence[str] | None) -> tuple[str, list[Any]]:
     if not kinds:
         return "", []
     return " AND m.kind IN (SELECT value FROM json_each(?))", [json.dumps(list(kinds))]
-
-
-def fuse(
-    keyword: Sequence[tuple[int, float]],
-    vector: Sequence[tuple[int, float]],
-    fusion: Fusion,
-) -> list[tuple[int, float]]:
-    """Fuse (id, bm25) and (id, cosine distance) lists, best first; ties broken by id.
-
-    convex: w_kw · bm25/max(bm25) + w_vec · sim/max(sim), sim = cosine similarity clamped at 0
-    ("theoretical min-max" normalisation: both scores have a floor of 0, so dividing by the
-    list's best puts the arms on one scale while keeping how far ahead each top hit is, which
-    rank fusion throws away).
-    minmax: w_kw · (bm25 - min)/(max - min) + w_vec · (sim - min)/(max - min) over each arm's
-    list: a dense model's similarities bunch (e5: 0.75-0.9), so dividing by the best alone
-    leaves the vector arm almost flat; stretching each list to [0, 1] gives both arms a say.
-    rrf: Σ w / (rrf_k + rank).
-    """
-    keyword, vector = keyword[: fusion.depth], vector[: fusion.depth]
-    scores: dict[int, float] = {}
-    if fusion.method == "minmax":
-        for weight, arm in (
-            (fusion.keyword_weight, [(mid, -bm25) for mid, bm25 in keyword]),
-            (fusion.vector_weight, [(mid, 1.0 - distance) for mid, distance in vector]),
-        ):
-            for memory_id, norm in _stretch(arm):
-                scores[memory_id] = scores.get(memory_id, 0.0) + weight * norm
-    elif fusion.method == "rrf":
-        for weight, ranked in ((fusion.keyword_weight, keyword), (fusion.vector_weight, vector)):
-            for rank, (memory_id, _) in enumerate(ranked, start=1):
-                scores[memory_id] = scores.get(memory_id, 0.0) + weight / (fusion.rrf_k + rank)
-    else:
-        best = max((-bm25 for _, bm25 in keyword), default=0.0)
-        for memory_id, bm25 in keyword:
-            norm = -bm25 / best if best > 0 else 1.0
-            scores[memory_id] = scores.get(memory_id, 0.0) + fusion.keyword_weight * norm
-        top = max((1.0 - distance for _, distance in vector), default=0.0)
-        for memory_id, distance in vector:
-            norm = max(0.0, 1.0 - distance) / top if top > 0 else 0.0
-            scores[memory_id] = scores.get(memory_id, 0.0) + fusion.vector_weight * norm
-    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
-
-
-def _stretch(scored: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
-    """Scores mapped onto [0, 1] by the list's min and max (all 1.0 when they are equal)."""
-    if not scored:
-        return []
-    low, high = min(v for _, v in scored), max(v for _, v in scored)
-    span = high - low
-    return [(mid, (v - low) / span if span > 0 else 1.0) for mid, v in scored]
-
-
-@dataclass(frozen=True)
-class Ranking:
-    """Fused ids, best first, with where each came from (for hits that explain themselves)."""
-
-    ranked: list[tuple[int, float]]
-    keyword_rank: dict[int, int]
-    vector_rank: dict[int, int]
-    distance: dict[int, float]
-
-
-Arm = Callable[[int], list[tuple[int, float]]]
-
-
-def arm_depth(k: int, mode: SearchMode, fusion: Fusion) -> int:
-    """How many hits each arm returns: in hybrid mode `fusion.depth`, so fusion can re-order."""
-    return max(k, fusion.depth) if mode == "hybrid" else k
-
-
-def hybrid_rank(
-    keyword: Arm, vector: Arm | None, *, k: int, mode: SearchMode, fusion: Fusion
-) -> Ranking:
-    """Run the keyword arm (id, bm25) and vector arm (id, cosine distance) and rank: the one
-    ranking used by every hybrid search (memories, documents). Each arm gets a limit; in
-    hybrid mode both go `fusion.depth` deep so fusion has something to re-order."""
-    depth = arm_depth(k, mode, fusion)
-    kw = keyword(depth) if mode in ("hybrid", "keyword") else []
-    vec = vector(depth) if mode in ("hybrid", "vector") and vector is not None else []
-    if mode == "keyword":
-        ranked = [(rid, -score) for rid, score in kw]  # bm25: lower is better
-    elif mode == "vector":
-        ranked = [(rid, 1.0 - d) for rid, d in vec]
-    else:
-        ranked = fuse(kw, vec, fusion)
-    return Ranking(
-        ranked=ranked[:k],
-        keyword_rank={rid: i for i, (rid, _) in enumerate(kw, start=1)},
-        vector_rank={rid: i for i, (rid, _) in enumerate(vec, start=1)},
-        distance=dict(vec),
-    )
 
 
 def search(

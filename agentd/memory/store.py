@@ -11,7 +11,7 @@ Layout (migration m002_memory):
   keep it in step, so deleting a `memories` row removes its FTS entry, its vector and its bit
   vector, whoever deletes.
 
-The vector tables are the generic ones of `agentd.memory.vectors` (shared with documents), bound
+The vector tables are the generic ones of `agentd.retrieval.vectors` (shared with documents), bound
 here as MEMORY_VECTORS. The vec0 table is created at run time (`ensure_space`), not in the
 migration, because its dimension is whatever the configured embedder produces, and a model
 change adds a new space instead of altering one. Vectors of other spaces are never searched;
@@ -26,18 +26,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentd.memory.embedders import Embedder
-from agentd.memory.fts import cjk_index_text
-from agentd.memory.vectors import VectorIndex, VectorStoreError
+from agentd.db.runner import Runner
+from agentd.retrieval.embedders import Embedder
+from agentd.retrieval.fts import cjk_index_text
+from agentd.retrieval.vectors import VectorIndex, VectorStoreError
 
 if TYPE_CHECKING:
-    from agentd.memory.reembed import ReindexReport
+    from agentd.retrieval.reembed import ReindexReport
 
-T = TypeVar("T")
 Conn = Any  # sqlite3.Connection or sqlean's equivalent
 
 MemoryKind = Literal["summary", "fact", "preference", "task", "note", "turn"]
@@ -361,34 +361,6 @@ def memories_to_embed(
 # Async helpers: embed outside any transaction, then write in one
 
 
-class Runner(Protocol):
-    """What `agentd.db.Database` offers; `ConnRunner` gives a plain connection the same face."""
-
-    async def read(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-    async def write(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-
-class ConnRunner:
-    """Run store functions on a synchronous connection (CLI, benchmarks, tests)."""
-
-    def __init__(self, conn: Conn) -> None:
-        self.conn = conn
-
-    async def read(self, fn: Callable[..., T], *args: Any) -> T:
-        return fn(self.conn, *args)
-
-    async def write(self, fn: Callable[..., T], *args: Any) -> T:
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(self.conn, *args)
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
-        return result
-
-
 async def remember(db: Runner, embedder: Embedder, memory: NewMemory) -> int:
     """Embed and store one memory; returns its id (the existing one for a known source_key)."""
     vector = (await embedder.embed_documents([embedding_text(memory.content, memory.context)]))[0]
@@ -409,7 +381,7 @@ async def reindex(
     Searches during a reindex see the re-embedded part through the vector arm and everything
     through the keyword arm. `progress` gets the size of each batch done.
     """
-    from agentd.memory.reembed import reembed
+    from agentd.retrieval.reembed import reembed
 
     model_id, dim = embedder.model_id, embedder.dim
     return await reembed(

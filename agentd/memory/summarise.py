@@ -15,16 +15,16 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
-from agentd import audit, usage
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Retry, Step, StepFailed, Workflow, workflow
+from agentd.ledger import audit, usage
 from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
-from agentd.memory.embedders import Embedder
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
 from agentd.memory.store import NewMemory, add_memory, embedding_text
+from agentd.retrieval.embedders import Embedder
 
 SUMMARY_WORKFLOW = "summarise"
 SUMMARY_PROMPT = (

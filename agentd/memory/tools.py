@@ -8,11 +8,12 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from agentd.config import MemoryConfig
-from agentd.memory.bits import BitCache
-from agentd.memory.embedders import Embedder
+from agentd.db.runner import Runner
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
-from agentd.memory.search import format_recall, fusion_from_config, search_memories
-from agentd.memory.store import Runner
+from agentd.memory.search import format_recall, search_memories
+from agentd.retrieval.bits import BitCache
+from agentd.retrieval.embedders import Embedder
+from agentd.retrieval.fusion import fusion_from_config
 from agentd.tools import Tool, ToolContext, mark_untrusted
 
 

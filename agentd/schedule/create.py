@@ -8,8 +8,8 @@ from typing import Any
 
 from pydantic import Field
 
-from agentd import audit
 from agentd.config import ScheduleConfig
+from agentd.ledger import audit
 from agentd.schedule import store
 from agentd.schedule.recurrence import (
     Recurrence,

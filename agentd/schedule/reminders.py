@@ -6,12 +6,12 @@ import re
 import time
 from typing import Any
 
-from agentd.agent.inputs import CallbackPress
+from agentd.chat.inputs import CallbackPress
+from agentd.chat.outbox import Button
+from agentd.commands.router import CommandInput, CommandReply, CommandRouter
 from agentd.db import Database
-from agentd.outbox import Button
 from agentd.schedule import store
 from agentd.schedule.create import summary
-from agentd.telegram.commands import CommandInput, CommandReply, CommandRouter
 
 CALLBACK_PREFIX = "sc"
 MAX_BUTTONS = 20

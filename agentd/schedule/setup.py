@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from agentd.chat.outbox import Outbox
+from agentd.commands.router import CommandRouter
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine
-from agentd.outbox import Outbox
 from agentd.schedule import reminders
 from agentd.schedule.tools import schedule_tools
 from agentd.schedule.workflow import ScheduleDeps, make_schedule_workflow
-from agentd.telegram.commands import CommandRouter
 from agentd.tools import Tool
 
 

@@ -7,8 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd import audit
 from agentd.durable import store
+from agentd.ledger import audit
 from agentd.schedule.recurrence import Recurrence
 
 OCCURRENCE_WORKFLOW = "schedule"

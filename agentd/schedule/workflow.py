@@ -13,15 +13,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentd.agent.inputs import TurnInput
+from agentd.chat.inputs import TurnInput
+from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.chat.outbox import Outbox, raise_if_refused
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Step, StepFailed, Workflow, workflow
-from agentd.outbox import Outbox, raise_if_refused
 from agentd.schedule import store
 from agentd.schedule.store import OCCURRENCE_WORKFLOW, OccurrenceInput, Schedule
 
-TURN_WORKFLOW = "turn"
 MAX_MISSED_AT_ONCE = 1000  # a longer backlog is recorded over several instances
 
 
@@ -101,8 +101,6 @@ async def send_message(deps: ScheduleDeps, inp: OccurrenceInput) -> int:
 
 async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:
     """A prompt runs as an ordinary turn in the owner's chat: same tools, risk policy, budget."""
-    from agentd.telegram.intake import chat_key
-
     sched = await deps.db.read(store.get, inp.schedule_id)
     turn = TurnInput(
         update_id=0, chat_id=sched.chat_id, user_id=sched.user_id, message_id=0,

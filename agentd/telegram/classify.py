@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd.agent.inputs import MAX_TEXT_CHARS, CallbackPress, MediaRef, ReplyContext, TurnInput
+from agentd.chat.inputs import MAX_TEXT_CHARS, CallbackPress, MediaRef, ReplyContext, TurnInput
 
 UNSUPPORTED_KINDS = (
     "sticker",
@@ -117,37 +117,46 @@ def classify(update: dict[str, Any], me: Identity) -> Decision:
     """Map a raw Bot API update to what agentd does with it."""
     update_id = int(update.get("update_id", 0))
     if "callback_query" in update:
-        query = update["callback_query"]
-        user_id = (query.get("from") or {}).get("id")
-        message = query.get("message") or {}
-        chat_id = (message.get("chat") or {}).get("id")
-        if user_id not in me.allowed_user_ids:
-            return Decision(
-                action="reject",
-                update_kind="callback_query",
-                user_id=user_id,
-                chat_id=chat_id,
-                reason="user not in allowlist",
-            )
-        return Decision(
-            action="callback",
-            update_kind="callback_query",
-            user_id=user_id,
-            chat_id=chat_id,
-            callback=CallbackPress(
-                update_id=update_id,
-                callback_id=str(query.get("id", "")),
-                user_id=user_id,
-                chat_id=chat_id,
-                message_id=message.get("message_id"),
-                data=str(query.get("data") or "")[:256],
-            ),
-        )
+        return _classify_press(update_id, update["callback_query"], me)
     edited = "edited_message" in update
     message = update.get("message") or update.get("edited_message")
     if not isinstance(message, dict):
         kind = next((k for k in update if k != "update_id"), "unknown")
         return Decision(action="ignore", update_kind=kind, reason="update kind not served")
+    return _classify_message(update_id, message, edited, me)
+
+
+def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> Decision:
+    user_id = (query.get("from") or {}).get("id")
+    message = query.get("message") or {}
+    chat_id = (message.get("chat") or {}).get("id")
+    if user_id not in me.allowed_user_ids:
+        return Decision(
+            action="reject",
+            update_kind="callback_query",
+            user_id=user_id,
+            chat_id=chat_id,
+            reason="user not in allowlist",
+        )
+    return Decision(
+        action="callback",
+        update_kind="callback_query",
+        user_id=user_id,
+        chat_id=chat_id,
+        callback=CallbackPress(
+            update_id=update_id,
+            callback_id=str(query.get("id", "")),
+            user_id=user_id,
+            chat_id=chat_id,
+            message_id=message.get("message_id"),
+            data=str(query.get("data") or "")[:256],
+        ),
+    )
+
+
+def _classify_message(
+    update_id: int, message: dict[str, Any], edited: bool, me: Identity
+) -> Decision:
     update_kind = "edited_message" if edited else "message"
     user_id = (message.get("from") or {}).get("id")
     chat = message.get("chat") or {}

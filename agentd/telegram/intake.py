@@ -8,13 +8,14 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agentd import audit, pairing
-from agentd.agent.inputs import CallbackPress, TurnInput
+from agentd.access import pairing
+from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
+from agentd.ledger import audit
 from agentd.telegram.classify import Decision, Identity, classify, unreadable
 
 OFFSET_KEY = "telegram_offset"
-TURN_WORKFLOW = "turn"
 
 # Runs inside the intake transaction; returns the text for answerCallbackQuery.
 CallbackHandler = Callable[[Any, CallbackPress], str]
@@ -41,10 +42,6 @@ class IntakeResult(BaseModel):
 
 def turn_instance_id(update_id: int) -> str:
     return f"tg-update-{update_id}"
-
-
-def chat_key(chat_id: int) -> str:
-    return f"chat-{chat_id}"
 
 
 def load_offset(conn: Any) -> int | None:

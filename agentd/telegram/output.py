@@ -24,7 +24,7 @@ from aiogram.types import (
     ReplyParameters,
 )
 
-from agentd.outbox import Button, SendFailed
+from agentd.chat.outbox import Button, SendFailed
 from agentd.telegram.format import TELEGRAM_LIMIT, split_markdown, to_html
 from agentd.telegram.session import classify
 

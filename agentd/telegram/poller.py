@@ -11,9 +11,9 @@ from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramUnauthorizedError
 from aiogram.methods import GetUpdates
 
+from agentd.chat.outbox import Outbox
 from agentd.db import Database
 from agentd.durable import Engine
-from agentd.outbox import Outbox
 from agentd.telegram.classify import Identity
 from agentd.telegram.intake import (
     CallbackHandler,

@@ -5,7 +5,7 @@ run a call with `execute(tool, ctx, raw_args)`. A tool that returns an `Outgoing
 file sent to the user as a Telegram document with the reply.
 """
 
-from agentd.media.outfiles import OutgoingFile
+from agentd.chat.outfiles import OutgoingFile
 from agentd.tools.base import (
     InvalidArguments,
     Tool,

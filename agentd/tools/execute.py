@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from agentd.media.outfiles import OutgoingFile, SpooledFile, describe_for_model, spool
+from agentd.chat.outfiles import OutgoingFile, SpooledFile, describe_for_model, spool
 from agentd.tools.base import InvalidArguments, Tool, ToolContext, ToolError, ToolResult
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from agentd.memory.store import Runner
+from agentd.db.runner import Runner
 from agentd.web.search import SearchResult
 
 _RESULTS = TypeAdapter(list[SearchResult])

@@ -8,10 +8,10 @@ from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentd import audit
 from agentd.config import Config, WebConfig
+from agentd.db.runner import Runner
 from agentd.durable.clock import Clock, SystemClock
-from agentd.memory.store import Runner
+from agentd.ledger import audit
 from agentd.tools import Tool, ToolContext, ToolError, mark_untrusted
 from agentd.web.cache import SearchCache, query_digest
 from agentd.web.search import (

@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd import audit
 from agentd.durable import store
+from agentd.ledger import audit
 
 Status = Literal["pending", "approved", "denied", "timed_out"]
 _CALLBACK = re.compile(r"^ap:([A-Za-z0-9_-]{8,40}):([yn])$")

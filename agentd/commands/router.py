@@ -16,11 +16,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentd import audit
-from agentd.agent.inputs import CallbackPress, TurnInput
+from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.outbox import Button, Outbox, SendFailed
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, Workflow, workflow
-from agentd.outbox import Button, Outbox, SendFailed
+from agentd.ledger import audit
 
 COMMAND_WORKFLOW = "command"
 # Telegram's rule for command names: 1–32 of a–z, 0–9 and _. "/etc/hosts" stays ordinary text.

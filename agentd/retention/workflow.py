@@ -12,10 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from agentd import retention
 from agentd.config import RetentionConfig
 from agentd.db import Database
 from agentd.durable import Clock, Step, Workflow, workflow
+from agentd.retention import prune as retention
 
 log = logging.getLogger("agentd.retention")
 RETENTION_WORKFLOW = "retention"

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.memory.vectors import pack_vector
+from agentd.retrieval.vectors import pack_vector
 
 Conn = Any
 

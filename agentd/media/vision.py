@@ -16,10 +16,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from agentd import usage
 from agentd.config import VisionConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
+from agentd.ledger import usage
 from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.memory.embedders import Embedder
-from agentd.memory.store import Runner
+from agentd.db.runner import Runner
+from agentd.retrieval.embedders import Embedder
 
 Conn = Any
 # (conn, after_id, limit) → [(row id, text to embed)], ids ascending.

@@ -8,8 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.llm.types import Usage
-from agentd.pricing import ModelPrice, Tokens, cost, price_for, uncached_cost
+from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for, uncached_cost
 
 
 class UsageTotals(Tokens):
@@ -38,7 +37,7 @@ class UsageReport(BaseModel):
 
 def record(
     conn: Any,
-    tokens: Usage,
+    tokens: Tokens,
     *,
     model: str,
     purpose: str,

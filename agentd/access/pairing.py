@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd import audit
+from agentd.ledger import audit
 
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a screen, typed on a phone
 CODE_LENGTH = 8  # 31^8 ≈ 8.5e11 codes, valid for minutes: guessing is hopeless

@@ -1,0 +1,15 @@
+"""`agentd run`: the composition root. It builds every service from the configuration, serves
+until SIGTERM, and stops without losing work.
+
+- `startup`: what must be open before anything runs (logging, the database, the bot, getMe,
+  the single-runner lease), and the errors that stop a start.
+- `services`: the wiring: tools, workflows, commands and the poller, built from the config.
+- `process`: `run()`, which opens, builds, serves and shuts down in that order.
+
+The only package that knows every other; nothing imports it but the CLI.
+"""
+
+from agentd.daemon.process import run
+from agentd.daemon.startup import ConfigProblem, StartupError, TokenRejected
+
+__all__ = ["ConfigProblem", "StartupError", "TokenRejected", "run"]

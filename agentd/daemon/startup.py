@@ -1,0 +1,156 @@
+"""What must be open before anything runs, and the errors that stop a start."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import store
+from agentd.ledger import audit
+from agentd.media.transcribe import read_key
+from agentd.runtime import sdnotify
+from agentd.runtime.gc_pause import pausing
+from agentd.runtime.logs import Redactor, setup_logging
+from agentd.telegram import aiogram_loader
+from agentd.telegram.classify import Identity
+
+if TYPE_CHECKING:
+    from agentd.telegram.session import RetryPolicy
+
+log = logging.getLogger("agentd")
+
+
+def set_up_logging(config: Config) -> Redactor:
+    """Logging with every configured secret redacted; the same redactor guards the journal."""
+    secrets = [
+        v.get_secret_value()
+        for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
+        if v is not None
+    ]
+    stt_key = read_key(config.media.transcription_key_env, os.environ)
+    if config.media.transcription == "openai" and stt_key:
+        secrets.append(stt_key)  # kept out of logs and errors like the other keys
+    setup_logging(config.log.level, config.log.format, secrets)
+    return Redactor(secrets)
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says why and what to do."""
+
+
+class ConfigProblem(StartupError):
+    """A configuration problem (exit code 78): a missing or malformed secret, a bad token."""
+
+
+class TokenRejected(ConfigProblem):
+    """Telegram does not accept the token."""
+
+
+async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # type: ignore[no-untyped-def]
+    """Ask Telegram who we are, waiting for the network (systemd may start us before it).
+
+    Only a rejected token ends the wait: Telegram answers 401 for a wrong token and 404 (as
+    Bot API JSON) for one that is not a token at all. Anything else is retried, capped.
+    """
+    from aiogram.exceptions import TelegramNotFound
+
+    from agentd.telegram.session import classify
+
+    failures = 0
+    while True:
+        try:
+            me = await bot.get_me()
+        except Exception as exc:
+            fault = classify(exc)
+            if fault.kind == "unauthorized" or isinstance(exc, TelegramNotFound):
+                raise TokenRejected(
+                    "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from @BotFather) "
+                    "and telegram.api_base"
+                ) from None
+            failures += 1
+            wait = policy.wait(failures, fault.retry_after)
+            sdnotify.notify(f"STATUS=waiting for Telegram: {fault.reason}")
+            log.warning("waiting for Telegram", extra={"reason": fault.reason,
+                        "attempt": failures, "wait_s": round(wait, 2)})  # fmt: skip
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=wait)
+            if stop.is_set():
+                raise StartupError("stopped before Telegram answered getMe") from None
+            continue
+        sdnotify.notify("STATUS=running")
+        return me
+
+
+async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=seconds)
+        if not stop.is_set():
+            try:
+                await fn()
+            except Exception:
+                log.exception("periodic task failed")
+
+
+async def publish_menu_best_effort(bot, menu: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+    from agentd.telegram.menu import publish_menu
+
+    try:
+        await publish_menu(bot, menu)
+    except Exception:  # it already logs what Telegram refused; this is anything else
+        log.exception("publishing the command menu failed")
+
+
+async def open_database_and_bot(
+    config: Config, on_uncertain: Callable[..., Any]
+) -> tuple[Database, Any]:
+    """The database opens (and migrates) while aiogram imports in a thread."""
+    db_open = asyncio.create_task(
+        Database.open(config.db_path, synchronous=config.storage.synchronous)
+    )
+    try:
+        await asyncio.to_thread(pausing(aiogram_loader.load), lazy=config.startup.lazy_aiogram)
+        from agentd.telegram.bot import TokenMissing, make_bot
+
+        try:
+            bot = make_bot(config, on_uncertain=on_uncertain)
+        except TokenMissing as exc:
+            raise ConfigProblem(str(exc)) from None
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await (await db_open).close()
+        raise
+    return await db_open, bot
+
+
+def identity(config: Config, me_user: Any) -> Identity:
+    """Who the bot is and whom it serves, from getMe and the configuration."""
+    if not config.telegram.allowed_user_ids:
+        log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+    return Identity(
+        bot_id=me_user.id,
+        bot_username=me_user.username or "",
+        allowed_user_ids=frozenset(config.telegram.allowed_user_ids),
+        allow_groups=config.telegram.allow_groups,
+    )
+
+
+def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
+    """R-TURN-3: every instance that ends in error (or is cancelled) is in the audit log."""
+    audit.record(
+        conn, f"workflow_{inst.status}", instance_id=inst.id,
+        detail={"workflow": inst.workflow, "key": inst.key, "error": (inst.error or "")[:500]},
+        source_key=f"{inst.id}:finished:{inst.runs}",
+    )  # fmt: skip
+
+
+def audit_send_uncertain(conn: object, method: str, chat_id: int | str | None, reason: str) -> None:
+    """A send whose answer was lost may have reached the user: a possible duplicate (README)."""
+    chat = chat_id if isinstance(chat_id, int) else None
+    audit.record(conn, "send_uncertain", chat_id=chat, detail={"method": method, "reason": reason})

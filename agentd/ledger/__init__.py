@@ -1,0 +1,1 @@
+"""What happened and what it cost: the audit log, token usage and its pricing."""
