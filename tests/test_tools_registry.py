@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated
 
 import pytest
@@ -284,3 +285,27 @@ async def test_current_time_uses_the_owner_time_zone_and_clock() -> None:
     assert other.content.startswith("1970-01-01T00:00:00+00:00")
     bad = await execute(current_time, ctx, {"timezone": "Mars/Olympus"})
     assert not bad.ok and bad.error_kind == "tool_error" and "Mars/Olympus" in bad.content
+
+
+def test_call_risk_follows_the_tool_its_assessment_and_the_turns_taint() -> None:
+    from agentd.tools import Assessment, CallState, call_risk
+
+    async def noop(ctx: ToolContext, text: str) -> str:
+        """Does nothing."""
+        return text
+
+    plain = tool(risk="low")(noop)
+    assert call_risk(plain, None, CallState()) == Assessment(risk="low")
+    egress = dataclasses.replace(plain, egress=True)
+    assert call_risk(egress, None, CallState()).risk == "low"
+    tainted = call_risk(egress, None, CallState(tainted_by=("https://example.org/page",)))
+    assert tainted.risk == "high" and "https://example.org/page" in tainted.reason
+    assert call_risk(plain, None, CallState(tainted_by=("x",))).risk == "low"  # no egress
+
+    def allowlist(args: object, state: CallState) -> Assessment | None:
+        return Assessment(risk="low", reason="read-only") if args == "df" else None
+
+    judged = dataclasses.replace(plain, risk="high", assess=allowlist, egress=True)
+    assert call_risk(judged, "df", CallState()) == Assessment(risk="low", reason="read-only")
+    assert call_risk(judged, "rm", CallState()).risk == "high"
+    assert call_risk(judged, "df", CallState(tainted_by=("mail",))).risk == "high"

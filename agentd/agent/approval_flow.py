@@ -40,6 +40,7 @@ class Route(BaseModel):
     risk: Literal["low", "medium", "high"] | None = None  # None: no such tool
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
+    reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
 
 
 class Decision(BaseModel):

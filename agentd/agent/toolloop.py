@@ -33,9 +33,11 @@ from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tools import (
+    CallState,
     ToolContext,
     ToolOutcome,
     args_digest,
+    call_risk,
     check_args,
     execute,
     render_args,
@@ -91,13 +93,15 @@ def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock
 # -- step functions ------------------------------------------------------------------------
 
 
-async def route_tool(deps: TurnDeps, use: ToolUseBlock) -> Route:
+async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None = None) -> Route:
     tool = deps.registry.get(use.name)
     if tool is None:
         return Route(name=use.name, problem=deps.registry.unknown(use.name))
     checked = check_args(tool, use.input)
-    problem = checked if isinstance(checked, ToolOutcome) else None
-    return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=problem)
+    if isinstance(checked, ToolOutcome):
+        return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
+    verdict = call_risk(tool, checked, state or CallState())
+    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason)
 
 
 async def run_tool(

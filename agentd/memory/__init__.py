@@ -2,7 +2,8 @@
 
 Storage and search are plain functions of a SQLite connection (run them through
 `Database.write/read` in the daemon, or directly on `open_sync` in the CLI); embedding is async
-and happens outside any transaction. See store.py for the layout; embedding and fusion live in `retrieval/`.
+and happens outside any transaction. See store.py for the layout; embedding and fusion live in
+`retrieval/`.
 """
 
 from agentd.db.runner import ConnRunner, Runner

@@ -7,6 +7,8 @@ file sent to the user as a Telegram document with the reply.
 
 from agentd.chat.outfiles import OutgoingFile
 from agentd.tools.base import (
+    Assessment,
+    CallState,
     InvalidArguments,
     Tool,
     ToolContext,
@@ -19,9 +21,12 @@ from agentd.tools.base import (
 )
 from agentd.tools.execute import ToolOutcome, args_digest, check_args, execute, render_args
 from agentd.tools.mcp import McpServers
+from agentd.tools.policy import call_risk
 from agentd.tools.registry import DuplicateToolError, ToolRegistry
 
 __all__ = [
+    "Assessment",
+    "CallState",
     "DuplicateToolError",
     "InvalidArguments",
     "McpServers",
@@ -35,6 +40,7 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "args_digest",
+    "call_risk",
     "check_args",
     "execute",
     "mark_untrusted",

@@ -40,6 +40,24 @@ class ToolContext:
     redact: Callable[[str], str] = _no_redaction
     # Where files a tool returns (OutgoingFile) wait to be sent; empty: tools cannot send files.
     outgoing_dir: str = ""
+    # Sources of outside content read earlier in this turn; empty: the turn is untainted.
+    tainted_by: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CallState:
+    """What the risk policy knows of the turn a call is made in (tools/policy.py)."""
+
+    # Sources of outside content read earlier in the turn (a URL, "mail:INBOX/42"); empty:
+    # nothing from outside has been read, so the model acts on its users' words alone.
+    tainted_by: tuple[str, ...] = ()
+
+
+class Assessment(BaseModel):
+    """One call's risk and why (an empty reason: the tool's own level)."""
+
+    risk: Risk
+    reason: str = ""
 
 
 class ToolResult(BaseModel):
@@ -124,6 +142,15 @@ class Tool:
     # Where the tool came from, for problems and the audit log: builtin, plugin:<mod>, mcp:<srv>.
     source: str = "builtin"
     args_model: type[BaseModel] | None = field(default=None, repr=False)
+    # Its results are outside content (a web page, a mail, a document): a turn that ran it is
+    # tainted from then on, and the model reads them wrapped as untrusted data.
+    taints: bool = False
+    # It can send data out of the machine or leave instructions behind (fetch a URL, send a
+    # mail, schedule a prompt, remember): in a tainted turn it asks the owner (tools/policy.py).
+    egress: bool = False
+    # This call's risk, where it depends on the arguments (a shell command on the read-only
+    # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
+    assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):

@@ -1,0 +1,30 @@
+"""The risk of one call: the tool's own level, its per-call assessment, and the turn's taint.
+
+A tool has a fixed risk (config may override it). Two things can change a single call's:
+- the tool's `assess(args, state)`: a shell command on the read-only allowlist is low, a
+  command that chains or redirects is high; whatever it says comes with the reason;
+- the turn: once it has read outside content (a web page, a mail, a document: any tool with
+  `taints`), a tool with `egress` (it can send data out or leave instructions behind) asks the
+  owner, whatever its level, with the reason on the card.
+Nothing here can make a call less guarded than the owner's configured level, except `assess`
+of the tool itself (its own allowlist), and never in a tainted turn for an egress tool.
+"""
+
+from __future__ import annotations
+
+from agentd.tools.base import Assessment, CallState, Tool
+
+
+def call_risk(tool: Tool, args: object, state: CallState) -> Assessment:
+    """This call's risk and why (an empty reason: the tool's own level)."""
+    verdict = Assessment(risk=tool.risk)
+    if tool.assess is not None:
+        verdict = tool.assess(args, state) or verdict
+    if state.tainted_by and tool.egress and verdict.risk != "high":
+        sources = ", ".join(state.tainted_by[:3])
+        verdict = Assessment(
+            risk="high",
+            reason=f"this turn read outside content ({sources}) and {tool.name} can send "
+            "data out or leave instructions behind",
+        )
+    return verdict
