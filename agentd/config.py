@@ -338,6 +338,85 @@ class WebConfig(_Section):
         return value.rstrip("/")
 
 
+MAIL_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+class MailRule(_Section):
+    """A `[[mail.rules]]` entry: which new mail earns a notice (no model call) or a summary.
+
+    Every given field must match (case-insensitive substring; folder exact); the first rule
+    that matches decides. No rule matches: nothing is sent.
+    """
+
+    sender: str = ""
+    subject: str = ""
+    folder: str = ""
+    action: Literal["notify", "summary", "ignore"] = "notify"
+
+
+class MailAccountConfig(_Section):
+    """`[[mail]]`: one mailbox over IMAP (reading) and SMTP (sending)."""
+
+    name: str = Field(default="mail", pattern=MAIL_NAME)
+    address: str = Field(min_length=3)  # the From address
+    display_name: str = ""
+    username: str = ""  # empty: the address
+    # The NAME of the environment variable (or systemd credential) holding the app password.
+    password_env: str = Field(min_length=1)
+    imap_host: str = Field(min_length=1)
+    imap_port: int = Field(default=993, ge=1, le=65535)
+    # tls: TLS from the first byte (993/465); starttls: upgrade a plain connection (143/587);
+    # plain: no encryption, only for a server on this machine.
+    imap_security: Literal["tls", "starttls", "plain"] = "tls"
+    smtp_host: str = ""  # empty: the IMAP host
+    smtp_port: int = Field(default=465, ge=1, le=65535)
+    smtp_security: Literal["tls", "starttls", "plain"] = "tls"
+    sent_folder: str = "Sent"
+    drafts_folder: str = "Drafts"
+    # Append each sent mail to sent_folder; false where the server files it itself (Gmail).
+    save_sent: bool = True
+    timeout: float = Field(default=30.0, gt=0, le=300)
+    # Watch these folders with IMAP IDLE (polling where IDLE is missing); empty: no watching.
+    watch: list[str] = Field(default_factory=list)
+    poll_interval: float = Field(default=300.0, ge=5)  # without IDLE; and IDLE is renewed as often
+    rules: list[MailRule] = Field(default_factory=list)
+    # Attachments saved on request go here (empty: `attachments` beside the database).
+    attachments_dir: str = ""
+
+    @property
+    def login(self) -> str:
+        return self.username or self.address
+
+    @property
+    def smtp_server(self) -> str:
+        return self.smtp_host or self.imap_host
+
+
+class CalendarConfig(_Section):
+    """`[[calendar]]`: a CalDAV calendar (read and write) or an iCalendar feed (read only)."""
+
+    name: str = Field(default="calendar", pattern=MAIL_NAME)
+    # A CalDAV calendar or principal URL, or an https URL of a .ics feed (read only).
+    url: str = Field(min_length=8)
+    username: str = ""
+    password_env: str = ""  # empty: no authentication (a public feed)
+    # Which calendar of the account, by display name; empty: the first one.
+    calendar: str = ""
+    timezone: str = ""  # empty: agent.timezone
+    timeout: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return value
+
+    @property
+    def is_feed(self) -> bool:
+        return self.url.split("?")[0].lower().endswith(".ics")
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -379,8 +458,19 @@ class Config(_Section):
     web: WebConfig = Field(default_factory=WebConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
+    mail: list[MailAccountConfig] = Field(default_factory=list)
+    calendar: list[CalendarConfig] = Field(default_factory=list)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
+
+    @field_validator("mail", "calendar")
+    @classmethod
+    def _unique_names(cls, items: list[Any]) -> list[Any]:
+        names = [item.name for item in items]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"account names must be unique; repeated: {', '.join(duplicates)}")
+        return items
 
     @property
     def db_path(self) -> Path:
@@ -477,6 +567,20 @@ def read_secrets_file(path: Path) -> dict[str, str]:
     return values
 
 
+def read_named_secret(name: str, env: dict[str, str] | Any) -> str:
+    """A secret by its variable NAME: the environment, else a systemd credential of that name."""
+    if not name:
+        return ""
+    value = str(env.get(name, "")).strip()
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+    if not value and cred_dir:
+        for candidate in (name, name.lower()):
+            path = Path(cred_dir) / candidate
+            if path.is_file():
+                return path.read_text().strip()
+    return value
+
+
 def _read_secret(name: str, env: dict[str, str], stored: dict[str, str]) -> SecretStr | None:
     """The environment first, then a systemd credential, then the secrets file."""
     value = env.get(_SECRET_ENV[name])
@@ -509,7 +613,7 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
     where = f"{source}: " if source else ""
     if err["type"] == "extra_forbidden":
         hint = "unknown key; see config.example.toml for the keys that exist"
-        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key"}:
+        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
             hint = "secrets are not read from the config file; set them in the environment"
         return f"{where}{key}: {hint}"
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"

@@ -23,6 +23,7 @@ from agentd.llm.types import (
 from agentd.tools import (
     ToolOutcome,
     args_digest,
+    check_args,
     render_args,
 )
 
@@ -62,7 +63,7 @@ def create_approval(
         tool=tool.name,
         risk=tool.risk or "high",
         args_digest=args_digest(use.input),
-        args_preview=deps.redact(render_args(use.input)),
+        args_preview=deps.redact(call_preview(deps, tool.name, use)),
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
@@ -74,6 +75,16 @@ def create_approval(
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
                          "args_digest": stored.args_digest})  # fmt: skip
     return stored
+
+
+def call_preview(deps: TurnDeps, name: str, use: ToolUseBlock) -> str:
+    """The tool's own rendering of the call (a mail as it will be sent), else its arguments."""
+    tool = deps.registry.get(name)
+    if tool is not None and tool.preview is not None:
+        checked = check_args(tool, use.input)
+        if not isinstance(checked, ToolOutcome):
+            return tool.preview(checked)
+    return render_args(use.input)
 
 
 def _approval_text(approval: Approval, timeout: float) -> str:

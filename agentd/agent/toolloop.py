@@ -114,6 +114,24 @@ async def run_tool(
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
 
+async def settle_tool(
+    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
+) -> ToolOutcome:
+    """A call cut short by a crash: let the tool find out what happened, never run it again."""
+    tool = deps.registry.get(name)
+    checked = check_args(tool, use.input) if tool is not None else None
+    if tool is None or tool.settle is None or isinstance(checked, ToolOutcome):
+        return ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+    try:
+        found = await tool.settle(_context(deps, inp, instance_id, use), checked)
+    except Exception as exc:
+        log.warning("could not settle an interrupted call", extra={"tool": name,
+                    "error": type(exc).__name__})  # fmt: skip
+        return ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+    kind = "tool_error" if found.is_error else None
+    return ToolOutcome(ok=not found.is_error, content=deps.redact(found.content), error_kind=kind)
+
+
 def write_tool_audit(
     conn: Any, inp: TurnInput, instance_id: str, tool: Route, use: ToolUseBlock,
     outcome: ToolOutcome, decision: str, decided_by: str | None,
@@ -152,7 +170,8 @@ async def handle_tool_use(
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                     delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
-            outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+            outcome = await step.do(f"settle:{use.id}", settle_tool, deps, route.name, inp, iid,
+                                    use)  # fmt: skip
     else:
         outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
     await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,

@@ -20,6 +20,7 @@ from agentd.db import Database
 from agentd.durable import Clock, Engine
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
+from agentd.mail.tools import build_mail_tools
 from agentd.media.chatdocs import (
     DocDeps,
     chat_document_tools,
@@ -86,6 +87,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
+        *build_mail_tools(config, db, os.environ),
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)

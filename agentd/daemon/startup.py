@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agentd.config import Config
+from agentd.config import Config, read_named_secret
 from agentd.db import Database
 from agentd.durable import store
 from agentd.ledger import audit
@@ -36,6 +36,9 @@ def set_up_logging(config: Config) -> Redactor:
     stt_key = read_key(config.media.transcription_key_env, os.environ)
     if config.media.transcription == "openai" and stt_key:
         secrets.append(stt_key)  # kept out of logs and errors like the other keys
+    # Mail and calendar app passwords, by the variable or credential each account names.
+    accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
+    secrets += [s for s in (read_named_secret(n, os.environ) for n in accounts if n) if s]
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 

@@ -495,6 +495,33 @@ CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
 END;
 """
 
+# Mail (agentd/mail): each send journaled under its Message-ID before SMTP starts, so a crash
+# mid-send is answered from this row and the Sent folder, never by sending again; and where
+# the watcher got to in each folder, so a restart does not announce old mail twice.
+M025_MAIL = """
+CREATE TABLE mail_sends (
+    message_id  TEXT PRIMARY KEY,
+    account     TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    recipients  TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('sending', 'sent', 'failed')),
+    detail      TEXT NOT NULL DEFAULT '',
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE TABLE mail_watch (
+    account     TEXT NOT NULL,
+    folder      TEXT NOT NULL,
+    uidvalidity INTEGER NOT NULL,
+    last_uid    INTEGER NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (account, folder)
+);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -510,6 +537,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m018_history_window", M018_HISTORY_WINDOW),
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
+    ("m025_mail", M025_MAIL),
 ]
 
 

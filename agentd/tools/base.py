@@ -151,6 +151,15 @@ class Tool:
     # This call's risk, where it depends on the arguments (a shell command on the read-only
     # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
+    # What the owner's approval card shows for this call, from the validated arguments (a mail:
+    # From, To, Cc, Subject and the exact body); None: the arguments as `key: value` lines.
+    preview: Callable[[Any], str] | None = field(default=None, repr=False)
+    # After a crash while an approved (at-most-once) call ran, find out whether its effect
+    # happened instead of guessing or repeating it (a mail: look for its Message-ID in Sent);
+    # returns what to tell the model. None: the generic "may or may not have happened".
+    settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
