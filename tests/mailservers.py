@@ -227,9 +227,15 @@ class LmtpRelay:
         if self.save_sent and sender in self.dovecot.users:
             await asyncio.to_thread(self._save_sent, sender, raw)
         if self.hold is not None:
+            self._loop = asyncio.get_running_loop()
             self.holding = True
             await self.hold.wait()  # the client is killed meanwhile: no "250" reaches it
         return "250 OK"
+
+    def release(self) -> None:
+        """End a hold from the test's thread (the server runs its own event loop)."""
+        if self.hold is not None and self.holding:
+            self._loop.call_soon_threadsafe(self.hold.set)
 
     def _save_sent(self, user: str, raw: bytes) -> None:
         with self.dovecot.client(user) as imap:
