@@ -45,8 +45,9 @@ def servers() -> Iterator[tuple[Dovecot, int, LmtpRelay]]:
                 yield dovecot, port, relay
 
 
-def mail_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, dovecot: Dovecot, port: int,
-             user: str) -> dict[str, str]:  # fmt: skip
+def mail_env(
+    tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, dovecot: Dovecot, port: int, user: str
+) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(f"""
 [tools]
 approval_timeout = 60
@@ -66,15 +67,21 @@ smtp_security = "plain"
 save_sent = false
 timeout = 10
 """)
-    return daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                      HOME_MAIL_PASSWORD=USERS[user])  # fmt: skip
+    return daemon_env(
+        tmp,
+        tg.base_url,
+        llm.base_url,
+        AGENTD_CONFIG=str(tmp / "agentd.toml"),
+        HOME_MAIL_PASSWORD=USERS[user],
+    )
 
 
 def approval(tg: FakeTelegram, chat: int) -> dict[str, Any]:
     return tg.wait_until(  # type: ignore[no-any-return]
         lambda: next((m for m in tg.sent if m["chat_id"] == chat and m["reply_markup"]), None),
-        30, "an approval request",
-    )  # fmt: skip
+        30,
+        "an approval request",
+    )
 
 
 def press(tg: FakeTelegram, chat: int, message: dict[str, Any], approve: bool) -> None:
@@ -93,8 +100,12 @@ def tool_results(llm: FakeAnthropic) -> list[dict[str, Any]]:
     return out
 
 
-SEND = {"to": ["ana@example.org"], "cc": ["bob@example.org"], "subject": "Lunch Thursday",
-        "body": "Hi Ana,\n\nThursday 12:30 at Luigi's?\n\n— Owner"}  # fmt: skip
+SEND = {
+    "to": ["ana@example.org"],
+    "cc": ["bob@example.org"],
+    "subject": "Lunch Thursday",
+    "body": "Hi Ana,\n\nThursday 12:30 at Luigi's?\n\n— Owner",
+}
 
 
 def test_send_approved_then_denied(servers: tuple[Dovecot, int, LmtpRelay], tmp_path: Path) -> None:
@@ -107,9 +118,13 @@ def test_send_approved_then_denied(servers: tuple[Dovecot, int, LmtpRelay], tmp_
             card = approval(tg, 42)
             text = card["plain_text"]
             assert "mail_send" in text and "high risk" in text
-            for line in ("From: The Owner <owner@example.org>", "To: ana@example.org",
-                         "Cc: bob@example.org", "Subject: Lunch Thursday",
-                         "Hi Ana,\n\nThursday 12:30 at Luigi's?\n\n— Owner"):  # fmt: skip
+            for line in (
+                "From: The Owner <owner@example.org>",
+                "To: ana@example.org",
+                "Cc: bob@example.org",
+                "Subject: Lunch Thursday",
+                "Hi Ana,\n\nThursday 12:30 at Luigi's?\n\n— Owner",
+            ):
                 assert line in text, text
             assert dovecot.message_ids("ana", "INBOX") == []  # nothing before consent
             press(tg, 42, card, approve=True)
@@ -123,8 +138,9 @@ def test_send_approved_then_denied(servers: tuple[Dovecot, int, LmtpRelay], tmp_
             assert USERS["owner"] not in d.log()
 
             llm.reset()
-            llm.enqueue_tool_use("mail_send", SEND | {"to": ["eve@example.org"], "cc": []},
-                                 "toolu_send2")  # fmt: skip
+            llm.enqueue_tool_use(
+                "mail_send", SEND | {"to": ["eve@example.org"], "cc": []}, "toolu_send2"
+            )
             llm.enqueue_text("Not sent.")
             tg.add_message(42, 42, "mail eve")
             cards = lambda: [m for m in tg.sent if m["reply_markup"]]  # noqa: E731
@@ -161,8 +177,11 @@ def test_crash_during_send_is_settled_from_sent_and_never_repeated(
             llm.reset()
             llm.enqueue_text("It went, once.")
             daemon.start()
-            tg.wait_until(lambda: any(m["plain_text"] == "It went, once." for m in tg.sent),
-                          60, "the answer after the restart")  # fmt: skip
+            tg.wait_until(
+                lambda: any(m["plain_text"] == "It went, once." for m in tg.sent),
+                60,
+                "the answer after the restart",
+            )
             result = tool_results(llm)[-1]
             assert not result["is_error"]
             assert "interrupted" in result["content"] and "it went" in result["content"]

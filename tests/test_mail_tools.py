@@ -55,11 +55,18 @@ def smtp(dovecot: Dovecot) -> Iterator[tuple[int, LmtpRelay]]:
 
 def account(dovecot: Dovecot, user: str, smtp_port: int = 0, **over: Any) -> MailAccountConfig:
     fields: dict[str, Any] = dict(
-        name="home", address=f"{user}@example.org", username=user,
-        password_env=f"PW_{user.upper()}", imap_host="127.0.0.1", imap_port=dovecot.port,
-        imap_security="plain", smtp_host="127.0.0.1", smtp_port=smtp_port or free_port(),
-        smtp_security="plain", timeout=10,
-    )  # fmt: skip
+        name="home",
+        address=f"{user}@example.org",
+        username=user,
+        password_env=f"PW_{user.upper()}",
+        imap_host="127.0.0.1",
+        imap_port=dovecot.port,
+        imap_security="plain",
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_port or free_port(),
+        smtp_security="plain",
+        timeout=10,
+    )
     fields.update(over)
     return MailAccountConfig(**fields)
 
@@ -87,8 +94,9 @@ def multipart(subject: str, sender: str = "Jürgen Groß <jurgen@example.de>") -
     msg["Date"] = "Tue, 24 Nov 2026 09:00:00 +0100"
     msg.set_content("Hallo,\nanbei die Rechnung für November.\nGrüße, Jürgen")
     msg.add_alternative("<html><body><p>Hallo, <b>HTML</b> version</p></body></html>", "html")
-    msg.add_attachment(b"%PDF-1.4 fake invoice", maintype="application", subtype="pdf",
-                       filename="Rechnung-Nov.pdf")  # fmt: skip
+    msg.add_attachment(
+        b"%PDF-1.4 fake invoice", maintype="application", subtype="pdf", filename="Rechnung-Nov.pdf"
+    )
     return bytes(msg)
 
 
@@ -124,10 +132,12 @@ async def test_search_and_read_a_multipart_mail_with_non_ascii_headers(
 async def test_html_only_mail_is_read_as_text(
     dovecot: Dovecot, db: Database, tmp_path: Path
 ) -> None:
-    raw = (b"From: shop@example.com\r\nSubject: Your order\r\nMIME-Version: 1.0\r\n"
-           b"Content-Type: text/html; charset=utf-8\r\n\r\n"
-           b"<html><head><style>p{color:red}</style></head><body><h1>Order 77</h1>"
-           b"<p>Shipped <b>today</b>.</p><script>evil()</script></body></html>\r\n")  # fmt: skip
+    raw = (
+        b"From: shop@example.com\r\nSubject: Your order\r\nMIME-Version: 1.0\r\n"
+        b"Content-Type: text/html; charset=utf-8\r\n\r\n"
+        b"<html><head><style>p{color:red}</style></head><body><h1>Order 77</h1>"
+        b"<p>Shipped <b>today</b>.</p><script>evil()</script></body></html>\r\n"
+    )
     dovecot.deliver("user2", raw)
     tools = tools_for(account(dovecot, "user2"), db, tmp_path, USERS["user2"])
     read = await call(tools, "mail_read", uid=1)
@@ -174,8 +184,14 @@ async def test_reply_threads_and_is_sent_once(
     assert len(dovecot.message_ids("user4", "Drafts")) == 1  # the draft is kept on the server
 
     body = draft.content.split("\n\n", 2)[2]
-    sent = await call(tools, "mail_send", to=["ana@example.org"], subject="Re: Lunch on Thursday?",
-                      body=body, reply_to_uid=1)  # fmt: skip
+    sent = await call(
+        tools,
+        "mail_send",
+        to=["ana@example.org"],
+        subject="Re: Lunch on Thursday?",
+        body=body,
+        reply_to_uid=1,
+    )
     assert sent.ok, sent.content
     mid = message_id_for("turn-1", "tu-1", "user4@example.org")
     assert mid in sent.content
@@ -202,8 +218,14 @@ async def test_send_tool_is_high_risk_egress_and_its_card_shows_the_mail(
     send = tools["mail_send"]
     assert send.risk == "high" and send.egress and not send.taints
     assert tools["mail_read"].taints and tools["mail_search"].taints
-    args = send.parse_args({"to": ["a@b.c"], "cc": ["c@d.e"], "subject": "Hi",
-                            "body": "line one\nline two " + "x" * 1500})  # fmt: skip
+    args = send.parse_args(
+        {
+            "to": ["a@b.c"],
+            "cc": ["c@d.e"],
+            "subject": "Hi",
+            "body": "line one\nline two " + "x" * 1500,
+        }
+    )
     assert send.preview is not None
     card = send.preview(args)
     assert card.startswith("From: Owner <user5@example.org>\nTo: a@b.c\nCc: c@d.e\nSubject: Hi\n")

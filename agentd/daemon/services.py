@@ -12,6 +12,7 @@ from typing import Any
 from agentd.access import approvals
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
+from agentd.calendar.tools import build_calendar_tools
 from agentd.commands import chat as chat_commands
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandRouter
@@ -88,6 +89,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *chat_document_tools(doc_deps),
         *schedule_tools,
         *build_mail_tools(config, db, os.environ),
+        *build_calendar_tools(config, os.environ),
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)
