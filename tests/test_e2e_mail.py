@@ -30,7 +30,14 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_DOVECOT, reason=SKIP_NO_DOVECOT),
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
 ]
-USERS = {"owner": "owner-app-pw-1", "crash": "crash-app-pw-2", "ana": "a", "bob": "b", "eve": "e"}
+USERS = {
+    "owner": "owner-app-pw-1",
+    "crash": "crash-app-pw-2",
+    "watch": "watch-pw-3",
+    "ana": "a",
+    "bob": "b",
+    "eve": "e",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +53,13 @@ def servers() -> Iterator[tuple[Dovecot, int, LmtpRelay]]:
 
 
 def mail_env(
-    tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, dovecot: Dovecot, port: int, user: str
+    tmp: Path,
+    tg: FakeTelegram,
+    llm: FakeAnthropic,
+    dovecot: Dovecot,
+    port: int,
+    user: str,
+    extra: str = "",
 ) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(f"""
 [tools]
@@ -66,6 +79,7 @@ smtp_port = {port}
 smtp_security = "plain"
 save_sent = false
 timeout = 10
+{extra}
 """)
     return daemon_env(
         tmp,
@@ -195,3 +209,82 @@ def test_crash_during_send_is_settled_from_sent_and_never_repeated(
         finally:
             relay.hold = None
             daemon.stop()
+
+
+WATCH = """watch = ["INBOX"]
+
+[[mail.rules]]
+subject = "newsletter"
+action = "ignore"
+
+[[mail.rules]]
+sender = "boss@"
+action = "notify"
+
+[[mail.rules]]
+subject = "please summarise"
+action = "summary"
+"""
+
+
+def test_new_mail_notice_by_idle_without_a_model_call(
+    servers: tuple[Dovecot, int, LmtpRelay], tmp_path: Path
+) -> None:
+    dovecot, port, _ = servers
+    old = b"From: boss@example.org\r\nSubject: old news\r\n\r\nx\r\n"
+    dovecot.deliver("watch", old)  # there before the watch began: not news
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = mail_env(tmp_path, tg, llm, dovecot, port, "watch", WATCH)
+        with running_daemon(tmp_path, env) as d:
+            d.wait_for_log("watching mail")
+            tg.add_message(42, 42, "/status")  # the owner has talked to the bot: it may write
+            tg.wait_until(lambda: tg.sent, 30, "the /status answer")
+            assert '"mode": "idle"' in d.log() or "mode=idle" in d.log()
+            dovecot.deliver(
+                "watch",
+                b"From: Boss <boss@example.org>\r\n"
+                b"Subject: =?utf-8?q?Budget_f=C3=BCr_2027?=\r\n\r\nsee attached\r\n",
+            )
+            try:
+                notice = tg.wait_until(
+                    lambda: [m for m in tg.sent if "📬" in m["plain_text"]], 30, "a notice"
+                )[0]
+            except TimeoutError:
+                raise AssertionError(d.log()[-3000:]) from None
+            assert notice["chat_id"] == 42
+            assert (
+                "home: new mail from Boss boss@example.org — Budget für 2027"
+                in notice["plain_text"]
+            )
+            # Ignored, then unmatched, then a later match: its notice is the marker that the
+            # two before it were seen and passed over.
+            dovecot.deliver(
+                "watch", b"From: boss@example.org\r\nSubject: weekly newsletter\r\n\r\nx\r\n"
+            )
+            dovecot.deliver("watch", b"From: shop@example.com\r\nSubject: sale\r\n\r\nx\r\n")
+            dovecot.deliver("watch", b"From: boss@example.org\r\nSubject: marker\r\n\r\nx\r\n")
+            tg.wait_until(lambda: any("marker" in m["plain_text"] for m in tg.sent), 30, "marker")
+            texts = [m["plain_text"] for m in tg.sent]
+            assert len(texts) == 3 and not any(
+                "newsletter" in t or "sale" in t or "old news" in t for t in texts
+            )
+            assert llm.requests == []  # no model call for any of it
+            deadline = time.monotonic() + 10  # the position is written just after the notice
+            while d.query("SELECT last_uid FROM mail_watch WHERE account = 'home'")[0][0] != 5:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+
+            llm.enqueue_text("Ana asks to move the review to Friday.")
+            dovecot.deliver(
+                "watch",
+                b"From: ana@example.org\r\nSubject: please summarise\r\n\r\n"
+                b"Can we move the review to Friday?\r\n",
+            )
+            tg.wait_until(
+                lambda: any("review to Friday" in m["plain_text"] for m in tg.sent),
+                60,
+                "the summary",
+            )
+            assert len(llm.requests) == 1  # only the summary rule cost a model call
+            first = str(llm.requests[0]["body"]["messages"])
+            assert "uid 6" in first and "summarise" in first
