@@ -31,6 +31,9 @@ from agentd.config import Config, ConfigError, load_config
 
 def usage(
     days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
+    schedule: Annotated[
+        str | None, typer.Option(help="Only the runs of this schedule (e.g. the briefing's id).")
+    ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -39,8 +42,11 @@ def usage(
     from agentd.ledger.usage import report, totals
 
     cfg = config_or_exit(config)
+    # A schedule's runs are instances sched-<id>-<due> and their turns (…-turn).
+    prefix = f"sched-{schedule}-" if schedule else None
     with database(cfg) as conn:
-        rows = report(totals(conn, since=time.time() - days * 86400), cfg.llm.prices)
+        found = totals(conn, since=time.time() - days * 86400, instance_prefix=prefix)
+        rows = report(found, cfg.llm.prices)
     if json:
         print_json([r.model_dump() for r in rows])
         return
