@@ -108,7 +108,7 @@ def _http_json(url: str, headers: dict[str, str]) -> tuple[int, object]:
 
 
 def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Check config, database, sqlite-vec, Telegram and Anthropic; say what to fix."""
+    """Check config, database, sqlite-vec, Telegram, Anthropic, mail and calendar accounts."""
     results: list[dict[str, object]] = []
     try:
         cfg: Config | None = load_config(config)
@@ -122,6 +122,7 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
+        _doctor_accounts(cfg, results)
     if json:
         print_json(results)
     else:
@@ -138,6 +139,22 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
+
+
+def _doctor_accounts(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Log in to each mail account (IMAP, SMTP) and calendar; name the step that failed."""
+    if cfg.mail:
+        from agentd.mail.check import check_account
+
+        for account in cfg.mail:
+            for name, ok, detail in check_account(account, os.environ):
+                _check(name, ok, detail, results)
+    if cfg.calendar:
+        from agentd.calendar.check import check_calendar
+
+        for calendar in cfg.calendar:
+            name, ok, detail = check_calendar(calendar, os.environ, cfg.agent.timezone)
+            _check(name, ok, detail, results)
 
 
 def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
