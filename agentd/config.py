@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -462,6 +463,14 @@ class Config(_Section):
     calendar: list[CalendarConfig] = Field(default_factory=list)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
+    # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets
+    # named by other keys (mail and calendar passwords); never serialised.
+    stored_secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    def secret_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Where a secret named by a `*_env` key is looked up: the environment first, then
+        the secrets file (then, in read_named_secret, a systemd credential)."""
+        return {**self.stored_secrets, **env}
 
     @field_validator("mail", "calendar")
     @classmethod
@@ -642,5 +651,6 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         raise ConfigError(_first_error(exc, source, from_env)) from None
     stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
     config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
+    config.stored_secrets = stored
     config.source = str(source) if source else None
     return config

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -111,3 +112,56 @@ def test_doctor_names_what_failed(
     assert checks["calendar cal"]["ok"] and "CalDAV" in checks["calendar cal"]["detail"]
     assert checks["calendar calbad"]["detail"].startswith("calbad: login failed")
     assert "wrong-password-9" not in result.stdout and USERS["me"] not in result.stdout
+
+
+def test_init_add_mail_and_calendar_log_in_then_save(
+    servers: tuple[Dovecot, int, Radicale], tmp_path: Path
+) -> None:
+    import pexpect
+
+    from agentd.config import load_config
+
+    dovecot, smtp, radicale = servers
+    (tmp_path / "agentd.toml").write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "TELEGRAM_"))}
+    env |= {"NO_COLOR": "1", "COLUMNS": "120"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "agentd", "init", "--dir", str(tmp_path), "--add-mail", "--add-calendar"],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+    )
+    answers = [
+        ("Account name", "work"),
+        ("E-mail address", "me@example.org"),
+        ("IMAP server", "127.0.0.1"),
+        ("IMAP security", "plain"),
+        ("IMAP port", str(dovecot.port)),
+        ("SMTP server", "127.0.0.1"),
+        ("SMTP security", "plain"),
+        ("SMTP port", str(smtp)),
+        ("User name", "me"),
+        ("App password", USERS["me"]),
+    ]
+    for prompt, answer in answers:
+        child.expect(prompt)
+        child.sendline(answer)
+    child.expect("Added mail account 'work'")
+    for prompt, answer in [
+        ("Calendar name", "cal"),
+        ("CalDAV URL", radicale.url),
+        ("User name", "me"),
+        ("Password", USERS["me"]),
+    ]:
+        child.expect(prompt)
+        child.sendline(answer)
+    child.expect("Added calendar 'cal'")
+    child.expect(pexpect.EOF)
+    toml = (tmp_path / "agentd.toml").read_text()
+    assert USERS["me"] not in toml and 'password_env = "AGENTD_MAIL_WORK_PASSWORD"' in toml
+    assert (tmp_path / "agentd.env").stat().st_mode & 0o077 == 0
+    config = load_config(tmp_path / "agentd.toml", env={})
+    assert config.mail[0].imap_port == dovecot.port and config.calendar[0].username == "me"
+    # The password is found through the secrets file, as the daemon and doctor look for it.
+    assert config.secret_env({})["AGENTD_MAIL_WORK_PASSWORD"] == USERS["me"]

@@ -192,9 +192,28 @@ def init(
     systemd: Annotated[
         bool, typer.Option("--systemd", help="Also install a systemd user unit.")
     ] = False,
+    add_mail: Annotated[
+        bool, typer.Option("--add-mail", help="Only add a mail account to the files in --dir.")
+    ] = False,
+    add_calendar: Annotated[
+        bool, typer.Option("--add-calendar", help="Only add a calendar to the files in --dir.")
+    ] = False,
 ) -> None:
     """Set up agentd: check the token and key, pair your account, write the config."""
     interactive = not non_interactive
+    if add_mail or add_calendar:
+        from agentd.cli import init_accounts
+
+        if not interactive:
+            fail(
+                "--add-mail and --add-calendar ask questions; add [[mail]] / [[calendar]] to "
+                "the config by hand instead (config.example.toml)"
+            )
+        if add_mail:
+            init_accounts.add_mail(directory)
+        if add_calendar:
+            init_accounts.add_calendar(directory, system_timezone(dict(os.environ)))
+        return
     config_path, secrets_path = directory / "agentd.toml", directory / SECRETS_FILE
     existing = [p for p in (config_path, secrets_path) if p.exists()]
     if existing and not force:
@@ -249,3 +268,6 @@ def init(
                   highlight=False)  # fmt: skip
     else:
         out.print(f"Start the agent with:  agentd run --config {config_path}", highlight=False)
+    out.print(
+        "Mail and calendar (optional): agentd init --add-mail / --add-calendar", highlight=False
+    )

@@ -147,13 +147,15 @@ def _doctor_accounts(cfg: Config, results: list[dict[str, object]]) -> None:
         from agentd.mail.check import check_account
 
         for account in cfg.mail:
-            for name, ok, detail in check_account(account, os.environ):
+            for name, ok, detail in check_account(account, cfg.secret_env(os.environ)):
                 _check(name, ok, detail, results)
     if cfg.calendar:
         from agentd.calendar.check import check_calendar
 
         for calendar in cfg.calendar:
-            name, ok, detail = check_calendar(calendar, os.environ, cfg.agent.timezone)
+            name, ok, detail = check_calendar(
+                calendar, cfg.secret_env(os.environ), cfg.agent.timezone
+            )
             _check(name, ok, detail, results)
 
 

@@ -89,8 +89,8 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
-        *build_mail_tools(config, db, os.environ),
-        *build_calendar_tools(config, os.environ),
+        *build_mail_tools(config, db, config.secret_env(os.environ)),
+        *build_calendar_tools(config, config.secret_env(os.environ)),
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)
@@ -150,7 +150,7 @@ async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
         await core.engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(owner))
 
     watches = [
-        FolderWatch(Mailbox(a, os.environ), folder, core.db, on_mail)
+        FolderWatch(Mailbox(a, config.secret_env(os.environ)), folder, core.db, on_mail)
         for a in watched
         for folder in a.watch
     ]

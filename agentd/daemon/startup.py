@@ -38,7 +38,8 @@ def set_up_logging(config: Config) -> Redactor:
         secrets.append(stt_key)  # kept out of logs and errors like the other keys
     # Mail and calendar app passwords, by the variable or credential each account names.
     accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
-    secrets += [s for s in (read_named_secret(n, os.environ) for n in accounts if n) if s]
+    env = config.secret_env(os.environ)
+    secrets += [s for s in (read_named_secret(n, env) for n in accounts if n) if s]
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 
