@@ -257,3 +257,16 @@ async def test_unreachable_and_unknown_host(dovecot: Dovecot, db: Database, tmp_
     nowhere = tools_for(account(dovecot, "user6", imap_host="mail.invalid"), db, tmp_path, "x")
     out = await call(nowhere, "mail_search")
     assert "home: DNS failed: cannot resolve 'mail.invalid'" in out.content
+
+
+async def test_header_smuggling_is_refused_before_anything_runs(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tools = tools_for(account(dovecot, "user7"), db, tmp_path, USERS["user7"])
+    bad = await call(
+        tools, "mail_send", to=["ana@example.org\r\nBcc: eve@example.org"], subject="x", body="y"
+    )
+    assert not bad.ok and "is not an e-mail address" in bad.content
+    two = await call(tools, "mail_draft", to=["ana@example.org"], subject="a\nBcc: e@x.y", body="y")
+    assert not two.ok and "one line" in two.content
+    assert dovecot.message_ids("user7", "Drafts") == []

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentd.config import Config
 from agentd.db import Database
@@ -28,6 +28,29 @@ MAX_SEND_BODY = 3000  # the approval card shows the whole body; Telegram caps a 
 class _Args(BaseModel):
     model_config = ConfigDict(extra="forbid")
     account: str = Field(default="", description="Mail account name; empty: the first one.")
+
+
+def _address(value: str) -> str:
+    """One address as a person writes it ('Ana <ana@example.org>'); no header smuggling."""
+    from email.utils import parseaddr
+
+    if "\r" in value or "\n" in value or "@" not in parseaddr(value)[1]:
+        raise ValueError(f"{value!r} is not an e-mail address")
+    return value.strip()
+
+
+class _Recipients(BaseModel):
+    @field_validator("to", "cc", check_fields=False)
+    @classmethod
+    def _addresses(cls, values: list[str]) -> list[str]:
+        return [_address(v) for v in values]
+
+    @field_validator("subject", check_fields=False)
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\r" in value or "\n" in value:
+            raise ValueError("the subject must be one line")
+        return value
 
 
 class SearchArgs(_Args):
@@ -54,7 +77,7 @@ class SaveArgs(_Args):
     attachment: int = Field(ge=1, description="The attachment's number from mail_read.")
 
 
-class DraftArgs(_Args):
+class DraftArgs(_Recipients, _Args):
     to: list[str] = Field(
         default_factory=list,
         description="Recipients; for a reply, empty means the original sender.",
@@ -67,7 +90,7 @@ class DraftArgs(_Args):
     reply_all: bool = False
 
 
-class SendArgs(_Args):
+class SendArgs(_Recipients, _Args):
     to: list[str] = Field(min_length=1, max_length=20)
     cc: list[str] = Field(default_factory=list, max_length=20)
     subject: str = Field(max_length=300)
