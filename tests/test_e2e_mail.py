@@ -22,6 +22,7 @@ from tests.mailservers import (
     SKIP_NO_DOVECOT,
     Dovecot,
     LmtpRelay,
+    Radicale,
     dovecot_server,
     smtp_server,
 )
@@ -288,3 +289,68 @@ def test_new_mail_notice_by_idle_without_a_model_call(
             assert len(llm.requests) == 1  # only the summary rule cost a model call
             first = str(llm.requests[0]["body"]["messages"])
             assert "uid 6" in first and "summarise" in first
+
+
+def test_calendar_create_runs_but_an_invitation_waits_for_approval(
+    servers: tuple[Dovecot, int, LmtpRelay], tmp_path: Path
+) -> None:
+    import caldav
+
+    dovecot, port, _ = servers
+    radicale = Radicale(root=tmp_path / "radicale", users={"owner": "cal-pw"}).start()
+    try:
+        dav = caldav.DAVClient(radicale.url, username="owner", password="cal-pw", require_tls=False)
+        cal = dav.principal().make_calendar(name="Home")
+        extra = (
+            f'[[calendar]]\nname = "home"\nurl = "{radicale.url}"\nusername = "owner"\n'
+            'password_env = "CAL_PW"\ntimezone = "Europe/Berlin"\n'
+        )
+        with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            env = mail_env(tmp_path, tg, llm, dovecot, port, "owner") | {"CAL_PW": "cal-pw"}
+            (tmp_path / "agentd.toml").write_text((tmp_path / "agentd.toml").read_text() + extra)
+            with running_daemon(tmp_path, env) as d:
+                llm.enqueue_tool_use(
+                    "calendar_create",
+                    {"summary": "Focus time", "start": "2026-12-01T09:00"},
+                    "toolu_cal1",
+                )
+                llm.enqueue_text("Blocked.")
+                tg.add_message(42, 42, "block Tuesday 9-10")
+                tg.wait_until(
+                    lambda: any(m["plain_text"].startswith("Blocked.") for m in tg.sent),
+                    30,
+                    "the answer",
+                )
+                assert not any(m["reply_markup"] for m in tg.sent)  # medium: no card
+                assert [e.icalendar_component["SUMMARY"] for e in cal.events()] == ["Focus time"]
+
+                llm.enqueue_tool_use(
+                    "calendar_create",
+                    {
+                        "summary": "Review",
+                        "start": "2026-12-02T11:00",
+                        "attendees": ["ana@example.org"],
+                    },
+                    "toolu_cal2",
+                )
+                llm.enqueue_text("Invited.")
+                tg.add_message(42, 42, "invite Ana to a review Wednesday 11")
+                card = approval(tg, 42)
+                assert (
+                    "calendar_create" in card["plain_text"]
+                    and "ana@example.org" in card["plain_text"]
+                )
+                assert len(cal.events()) == 1  # nothing before consent
+                press(tg, 42, card, approve=True)
+                tg.wait_until(
+                    lambda: any(m["plain_text"] == "Invited." for m in tg.sent), 30, "reply"
+                )
+                review = next(
+                    e.icalendar_component
+                    for e in cal.events()
+                    if e.icalendar_component["SUMMARY"] == "Review"
+                )
+                assert "ana@example.org" in str(review["ATTENDEE"])
+                assert "cal-pw" not in d.log()
+    finally:
+        radicale.stop()
