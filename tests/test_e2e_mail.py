@@ -289,6 +289,7 @@ def test_new_mail_notice_by_idle_without_a_model_call(
             assert len(llm.requests) == 1  # only the summary rule cost a model call
             first = str(llm.requests[0]["body"]["messages"])
             assert "uid 6" in first and "summarise" in first
+            assert d.stop() == 0  # the IDLE thread notices the stop: a clean shutdown
 
 
 def test_calendar_create_runs_but_an_invitation_waits_for_approval(
