@@ -270,3 +270,45 @@ async def test_header_smuggling_is_refused_before_anything_runs(
     two = await call(tools, "mail_draft", to=["ana@example.org"], subject="a\nBcc: e@x.y", body="y")
     assert not two.ok and "one line" in two.content
     assert dovecot.message_ids("user7", "Drafts") == []
+
+
+async def test_settle_after_a_crash_says_what_happened_and_never_sends(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    from agentd.mail.mailbox import Mailbox
+    from agentd.mail.message import Outgoing
+    from agentd.mail.send import _journal, settle
+
+    box = Mailbox(account(dovecot, "user8"), {"PW_USER8": USERS["user8"]})
+    never = message_id_for("turn-x", "tu-never", "user8@example.org")
+    went, text = await settle(box, db, never)  # the crash came before the journal row
+    assert not went and "NOT sent" in text
+
+    def journal(mid: str) -> Any:
+        out = Outgoing(
+            from_addr="user8@example.org",
+            to=["ana@example.org"],
+            subject="s",
+            body="b",
+            message_id=mid,
+        )
+        return db.write(_journal, out, "home", "turn-x", mid, 0.0)
+
+    lost = message_id_for("turn-x", "tu-lost", "user8@example.org")
+    await journal(lost)  # 'sending', and no copy in Sent (a server that does not file it)
+    went, text = await settle(box, db, lost)
+    assert not went and "not in Sent: it may not have gone. It was NOT sent again" in text
+
+    filed = message_id_for("turn-x", "tu-filed", "user8@example.org")
+    await journal(filed)
+    with dovecot.client("user8") as imap:
+        imap.append("Sent", f"Message-ID: {filed}\r\nSubject: s\r\n\r\nb\r\n".encode())
+    went, text = await settle(box, db, filed)
+    assert went and "is in Sent: it went" in text
+    status = await db.read(
+        lambda c: c.execute(
+            "SELECT status FROM mail_sends WHERE message_id = ?", (filed,)
+        ).fetchone()[0]
+    )
+    assert status == "sent"
+    assert dovecot.message_ids("ana", "INBOX").count(lost) == 0  # settling sent nothing
