@@ -7,6 +7,7 @@ goes; a crash during the send is answered from the Sent folder, and nothing is s
 from __future__ import annotations
 
 import asyncio
+import json
 import tempfile
 import time
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ USERS = {
     "owner": "owner-app-pw-1",
     "crash": "crash-app-pw-2",
     "watch": "watch-pw-3",
+    "brief": "brief-pw-4",
     "ana": "a",
     "bob": "b",
     "eve": "e",
@@ -353,5 +355,68 @@ def test_calendar_create_runs_but_an_invitation_waits_for_approval(
                 )
                 assert "ana@example.org" in str(review["ATTENDEE"])
                 assert "cal-pw" not in d.log()
+    finally:
+        radicale.stop()
+
+
+def test_briefing_gathers_todays_events_and_unread_mail_in_one_turn(
+    servers: tuple[Dovecot, int, LmtpRelay], tmp_path: Path
+) -> None:
+    import caldav
+
+    from agentd.schedule.briefing import PROMPT
+
+    dovecot, port, _ = servers
+    dovecot.deliver(
+        "brief",
+        "From: Jürgen <j@example.de>\r\nSubject: Invoice due Friday\r\n"
+        "Content-Type: text/plain; charset=utf-8\r\n\r\nPlease pay.\r\n".encode(),
+    )
+    dovecot.deliver("brief", b"From: old@example.org\r\nSubject: already read\r\n\r\nx\r\n")
+    with dovecot.client("brief") as imap:
+        imap.select_folder("INBOX")
+        imap.add_flags([2], [b"\\Seen"])
+    radicale = Radicale(root=tmp_path / "radicale", users={"brief": "cal-pw"}).start()
+    try:
+        dav = caldav.DAVClient(radicale.url, username="brief", password="cal-pw", require_tls=False)
+        today = time.strftime("%Y%m%d", time.gmtime())
+        dav.principal().make_calendar(name="Home").save_event(
+            "BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//t//EN\nBEGIN:VEVENT\nUID:dentist@t\n"
+            f"DTSTAMP:20260101T000000Z\nDTSTART:{today}T160000Z\nDTEND:{today}T170000Z\n"
+            "SUMMARY:Dentist\nEND:VEVENT\nEND:VCALENDAR\n"
+        )
+        extra = (
+            f'[[calendar]]\nname = "home"\nurl = "{radicale.url}"\nusername = "brief"\n'
+            'password_env = "CAL_PW"\n'
+        )
+        with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            env = mail_env(tmp_path, tg, llm, dovecot, port, "brief") | {"CAL_PW": "cal-pw"}
+            (tmp_path / "agentd.toml").write_text((tmp_path / "agentd.toml").read_text() + extra)
+            with running_daemon(tmp_path, env) as d:
+                tg.add_chat(42)
+                llm.enqueue_tool_uses(
+                    [
+                        ("calendar_list", {}),
+                        ("mail_search", {"unread": True}),
+                        ("list_schedules", {}),
+                    ]
+                )
+                llm.enqueue_text("Good morning! 16:00 Dentist. Jürgen: invoice due Friday.")
+                ran = d.cli("briefing", "run", "--after", "1s", "--json")
+                assert ran.returncode == 0, ran.stderr
+                sched = json.loads(ran.stdout)["id"]
+                tg.wait_until(
+                    lambda: any("Good morning" in m["plain_text"] for m in tg.sent),
+                    60,
+                    "the briefing",
+                )
+                asked = str(llm.requests[0]["body"]["messages"])
+                assert PROMPT[:40] in asked
+                results = {r["tool_use_id"]: str(r["content"]) for r in tool_results(llm)}
+                text = "\n".join(results.values())
+                assert "16:00–17:00 UTC: Dentist" in text
+                assert "Invoice due Friday" in text and "already read" not in text
+                usage = json.loads(d.cli("usage", "--schedule", sched, "--json").stdout)
+                assert sum(r["calls"] for r in usage) == 2  # one turn: two model calls
     finally:
         radicale.stop()

@@ -18,7 +18,7 @@ from agentd.cli.common import (
     transaction,
 )
 
-app = typer.Typer(help="The morning briefing: enable, disable, status.", no_args_is_help=True)
+app = typer.Typer(help="The morning briefing: enable, run, disable, status.", no_args_is_help=True)
 
 
 def _owner(cfg, user: int | None) -> int:  # type: ignore[no-untyped-def]
@@ -56,6 +56,35 @@ def enable(
     out.print(f"briefing on: {summary(sched)}", highlight=False)
     out.print(f"next: {local_iso(sched.next_run, sched.timezone)}; its cost per run: "
               f"agentd usage --schedule {sched.id}", highlight=False)  # fmt: skip
+
+
+@app.command("run")
+def run(
+    after: Annotated[str, typer.Option(help="Delay before it runs: 10s, 5m.")] = "5s",
+    user: Annotated[int | None, typer.Option(help="Owner (default: first allowed user).")] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Run the briefing once, now (the running daemon picks it up): see what mornings bring."""
+    from agentd.schedule import briefing
+    from agentd.schedule.recurrence import ScheduleError
+
+    cfg = config_or_exit(config)
+    with database(cfg, write=True) as conn:
+        try:
+            with transaction(conn):
+                sched = briefing.run_once(
+                    conn, cfg, owner=_owner(cfg, user), after=after, now=time.time()
+                )
+        except ScheduleError as exc:
+            fail(f"not scheduled: {exc}")
+    if json:
+        print_json(sched.model_dump())
+        return
+    out.print(
+        f"briefing {sched.id} runs in {after}; its cost: agentd usage --schedule {sched.id}",
+        highlight=False,
+    )
 
 
 @app.command("disable")

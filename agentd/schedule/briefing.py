@@ -14,6 +14,7 @@ from agentd.schedule.recurrence import ScheduleError
 from agentd.schedule.store import Schedule
 
 PREFIX = "briefing-"
+ONCE_PREFIX = "briefnow-"  # `agentd briefing run`: once, soon; not the daily schedule
 PROMPT = (
     "Morning briefing. In one short message: (1) today's calendar events in order (use "
     "calendar_list for today, if you have it); (2) unread mail that matters — from people, "
@@ -55,3 +56,14 @@ def enable(
 
 def disable(conn: Any, owner: int | None, now: float) -> list[Schedule]:
     return [store.set_state(conn, s, "cancelled", now, by="briefing") for s in active(conn, owner)]
+
+
+def run_once(conn: Any, config: Config, *, owner: int, after: str, now: float) -> Schedule:
+    """The briefing once, `after` from now (to see what the mornings will bring)."""
+    req = ScheduleRequest(prompt=PROMPT, after=after)
+    sched, _ = create(
+        conn, req, schedule_id=f"{ONCE_PREFIX}{secrets.token_hex(4)}", user_id=owner,
+        chat_id=owner, now=now, config=config.schedule, default_timezone=config.agent.timezone,
+        by="briefing",
+    )  # fmt: skip
+    return sched
