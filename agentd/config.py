@@ -372,6 +372,9 @@ class MailAccountConfig(_Section):
     smtp_host: str = ""  # empty: the IMAP host
     smtp_port: int = Field(default=465, ge=1, le=65535)
     smtp_security: Literal["tls", "starttls", "plain"] = "tls"
+    # A CA certificate (PEM) to trust besides the system's: a self-hosted server whose
+    # certificate no public CA signed. Empty: the system's trust store only.
+    ca_file: str = ""
     sent_folder: str = "Sent"
     drafts_folder: str = "Drafts"
     # Append each sent mail to sent_folder; false where the server files it itself (Gmail).

@@ -50,7 +50,7 @@ log_path = {root}/dovecot.log
 info_log_path = {root}/dovecot.log
 protocols = imap lmtp
 listen = 127.0.0.1
-ssl = no
+{ssl}
 disable_plaintext_auth = no
 auth_mechanisms = plain login
 default_login_user = dovenull
@@ -75,7 +75,8 @@ service imap-login {{
     port = {port}
   }}
   inet_listener imaps {{
-    port = 0
+    address = 127.0.0.1
+    port = {tls_port}
   }}
 }}
 service anvil {{
@@ -122,7 +123,43 @@ class Dovecot:
     root: Path
     users: dict[str, str]
     port: int = 0
+    # With tls: IMAP over TLS (993-style) on tls_port too, with a self-signed certificate for
+    # 127.0.0.1 in `cert` (what a client must be told to trust).
+    tls: bool = False
+    tls_port: int = 0
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def cert(self) -> Path:
+        return self.root / "cert.pem"
+
+    def _ssl(self) -> str:
+        if not self.tls:
+            return "ssl = no"
+        key = self.root / "key.pem"
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-keyout",
+                str(key),
+                "-out",
+                str(self.cert),
+                "-days",
+                "2",
+                "-subj",
+                "/CN=127.0.0.1",
+                "-addext",
+                "subjectAltName=IP:127.0.0.1",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        return f"ssl = yes\nssl_cert = <{self.cert}\nssl_key = <{key}"
 
     @property
     def lmtp_socket(self) -> str:
@@ -137,7 +174,10 @@ class Dovecot:
         (self.root / "users").write_text(
             "".join(f"{user}:{{PLAIN}}{pw}::::::\n" for user, pw in self.users.items())
         )
-        self.conf.write_text(_CONF.format(root=self.root, port=self.port))
+        self.tls_port = free_port() if self.tls else 0
+        self.conf.write_text(
+            _CONF.format(root=self.root, port=self.port, tls_port=self.tls_port, ssl=self._ssl())
+        )
         # -F: stay in the foreground, so the test owns the process and can end it.
         self.proc = subprocess.Popen(
             [DOVECOT, "-F", "-c", str(self.conf)],
@@ -197,8 +237,8 @@ class Dovecot:
 
 
 @contextlib.contextmanager
-def dovecot_server(root: Path, users: dict[str, str]) -> Iterator[Dovecot]:
-    server = Dovecot(root=root, users=users).start()
+def dovecot_server(root: Path, users: dict[str, str], tls: bool = False) -> Iterator[Dovecot]:
+    server = Dovecot(root=root, users=users, tls=tls).start()
     try:
         yield server
     finally:

@@ -42,7 +42,7 @@ def dovecot() -> Iterator[Dovecot]:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         root.chmod(0o755)  # the dovecot user walks into its mail folder
-        with dovecot_server(root, USERS) as server:
+        with dovecot_server(root, USERS, tls=True) as server:
             yield server
 
 
@@ -248,6 +248,31 @@ async def test_tls_to_a_plain_port_says_tls_failed(
     tools = tools_for(account(dovecot, "user6", imap_security="tls"), db, tmp_path, "x")
     out = await call(tools, "mail_search")
     assert not out.ok and "home: TLS failed: no TLS handshake with 127.0.0.1:" in out.content
+
+
+async def test_a_self_signed_certificate_is_refused_unless_its_ca_is_given(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tls = dict(imap_security="tls", imap_port=dovecot.tls_port)
+    untrusted = tools_for(account(dovecot, "user6", **tls), db, tmp_path, USERS["user6"])
+    out = await call(untrusted, "mail_search")
+    assert not out.ok
+    assert f"home: TLS failed: the certificate of 127.0.0.1:{dovecot.tls_port} is not trusted" in (
+        out.content
+    )
+    trusted = tools_for(
+        account(dovecot, "user6", ca_file=str(dovecot.cert), **tls), db, tmp_path, USERS["user6"]
+    )
+    ok = await call(trusted, "mail_search")  # over TLS, certificate and host name checked
+    assert ok.ok, ok.content
+    bad_ca = tools_for(
+        account(dovecot, "user6", ca_file=str(tmp_path / "none.pem"), **tls),
+        db,
+        tmp_path,
+        USERS["user6"],
+    )
+    out = await call(bad_ca, "mail_search")
+    assert "home: TLS failed: cannot load ca_file" in out.content
 
 
 async def test_unreachable_and_unknown_host(dovecot: Dovecot, db: Database, tmp_path: Path) -> None:

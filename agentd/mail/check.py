@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from agentd.config import MailAccountConfig
 from agentd.mail import imap
 from agentd.mail.errors import MailError, classify
+from agentd.mail.imap import tls_context
 from agentd.mail.mailbox import Mailbox
 
 Check = tuple[str, bool, str]
@@ -17,7 +18,7 @@ def check_imap(box: Mailbox) -> Check:
     acc = box.account
     name = f"mail {acc.name} (IMAP)"
     try:
-        box._check()
+        box.require_password()
         with imap.session(acc, box.password) as client:
             folders = {f[2] for f in client.list_folders()}
             idle = client.has_capability("IDLE")
@@ -54,6 +55,7 @@ async def _smtp_login(box: Mailbox) -> None:
         port=acc.smtp_port,
         use_tls=acc.smtp_security == "tls",
         start_tls=acc.smtp_security == "starttls",
+        tls_context=tls_context(acc),
         timeout=acc.timeout,
     )
     try:
@@ -82,7 +84,7 @@ def check_smtp(box: Mailbox) -> Check:
     acc = box.account
     name = f"mail {acc.name} (SMTP)"
     try:
-        box._check()
+        box.require_password()
         asyncio.run(_smtp_login(box))
     except MailError as exc:
         return name, False, str(exc)

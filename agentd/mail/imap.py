@@ -39,8 +39,17 @@ class Summary(BaseModel):
     size: int
 
 
-def tls_context() -> ssl.SSLContext:
-    return ssl.create_default_context()
+def tls_context(account: MailAccountConfig) -> ssl.SSLContext:
+    """Certificate and host name checked, always; `ca_file` adds one CA to trust."""
+    context = ssl.create_default_context()
+    if account.ca_file:
+        try:
+            context.load_verify_locations(cafile=account.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise MailError(
+                account.name, "TLS", f"cannot load ca_file {account.ca_file!r} ({exc})"
+            ) from None
+    return context
 
 
 @contextlib.contextmanager
@@ -55,11 +64,11 @@ def session(account: MailAccountConfig, password: str) -> Iterator[Any]:
             host,
             port=port,
             ssl=account.imap_security == "tls",
-            ssl_context=tls_context(),
+            ssl_context=tls_context(account),
             timeout=account.timeout,
         )
         if account.imap_security == "starttls":
-            client.starttls(tls_context())
+            client.starttls(tls_context(account))
     except Exception as exc:
         raise classify(account.name, host, port, exc) from None
     try:

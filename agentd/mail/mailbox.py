@@ -26,7 +26,7 @@ class Mailbox:
         self.account = account
         self.password = read_named_secret(account.password_env, env)
 
-    def _check(self) -> None:
+    def require_password(self) -> None:
         if not self.password:
             raise MailError(
                 self.account.name,
@@ -37,7 +37,7 @@ class Mailbox:
 
     async def run(self, fn: Callable[[Any], T]) -> T:
         """fn(client) in a thread inside one logged-in session."""
-        self._check()
+        self.require_password()
 
         def work() -> T:
             with imap.session(self.account, self.password) as client:

@@ -11,10 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from typing import Any
 
 from agentd.db import Database
 from agentd.mail.errors import MailError, classify
+from agentd.mail.imap import tls_context
 from agentd.mail.mailbox import Mailbox
 from agentd.mail.message import Outgoing, compose
 
@@ -72,6 +74,7 @@ async def _smtp(mailbox: Mailbox, raw: Any, recipients: list[str]) -> None:
             password=mailbox.password,
             use_tls=acc.smtp_security == "tls",
             start_tls=acc.smtp_security == "starttls",
+            tls_context=tls_context(acc),
             timeout=acc.timeout,
         )
     except aiosmtplib.SMTPAuthenticationError:
@@ -142,7 +145,9 @@ async def settle(mailbox: Mailbox, db: Database, message_id: str) -> tuple[bool,
             "to check before sending it again."
         )
     if found:
-        await db.write(_mark, message_id, "sent", "found in the Sent folder after a crash", 0.0)
+        await db.write(
+            _mark, message_id, "sent", "found in the Sent folder after a crash", time.time()
+        )
         return True, (
             f"The send was interrupted, but the mail {message_id} is in "
             f"{acc.sent_folder}: it went. It was not sent again."

@@ -101,7 +101,7 @@ class FolderWatch:
         """One logged-in session: catch up, then wait for news until stopped or broken."""
         loop = asyncio.get_running_loop()
         box = self.box
-        box._check()
+        box.require_password()
 
         def work() -> None:
             with imap.session(self.account, box.password) as client:
