@@ -171,3 +171,28 @@ async def test_wrong_password_says_login_failed(radicale: Radicale) -> None:
     out = await call(tools, "calendar_list")
     assert not out.ok and "home: login failed" in out.content and "CAL_PW" in out.content
     assert "wrong-cal-password" not in out.content
+
+
+async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "feed.ics").write_text(WEEKLY)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/feed.ics"
+        feed = CalendarConfig(name="holidays", url=url)
+        config = Config(calendar=[feed], agent={"timezone": "Europe/Berlin"})  # type: ignore[arg-type]
+        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        assert set(tools) == {"calendar_list", "calendar_free"}  # nothing that writes
+        out = await call(tools, "calendar_list", start="2026-10-30")
+        assert "Fri 2026-10-30 09:00–09:30 CET: Standup (repeats)" in out.content, out.content
+        gone = CalendarConfig(name="gone", url=url.replace("feed.ics", "missing.ics"))
+        config = Config(calendar=[gone])
+        missing = await call({t.name: t for t in build_calendar_tools(config, {})}, "calendar_list")
+        assert not missing.ok and "gone: " in missing.content and "404" in missing.content
+    finally:
+        server.shutdown()
