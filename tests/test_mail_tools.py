@@ -337,3 +337,26 @@ async def test_settle_after_a_crash_says_what_happened_and_never_sends(
     )
     assert status == "sent"
     assert dovecot.message_ids("ana", "INBOX").count(lost) == 0  # settling sent nothing
+
+
+async def test_a_rerun_of_an_unfinished_send_settles_instead_of_sending(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    """mail_send overridden to medium risk runs as an ordinary step, which a crash re-runs:
+    the journal row left 'sending' makes the re-run look, not send."""
+    from agentd.mail.message import Outgoing
+    from agentd.mail.send import _journal
+
+    port, relay = smtp
+    tools = tools_for(account(dovecot, "user8", port), db, tmp_path, USERS["user8"])
+    mid = message_id_for("turn-1", "tu-rerun", "user8@example.org")
+    out = Outgoing(
+        from_addr="user8@example.org", to=["ana@example.org"], subject="s", body="b", message_id=mid
+    )
+    await db.write(_journal, out, "home", "turn-1", "tu-rerun", 0.0)  # the first attempt began
+    before = len(relay.received)
+    rerun = await call(
+        tools, "mail_send", tu="tu-rerun", to=["ana@example.org"], subject="s", body="b"
+    )
+    assert not rerun.ok and "may not have gone. It was NOT sent again" in rerun.content
+    assert len(relay.received) == before

@@ -108,6 +108,13 @@ async def send(
     state = await db.write(_journal, out, acc.name, instance_id, tool_use_id, now)
     if state == "sent":
         return f"This mail ({out.message_id}) was already sent; it was not sent again."
+    if state != "new":
+        # An earlier attempt of this very call began and never finished (the step was run
+        # again: a risk override made it an ordinary step): never a second SMTP session.
+        went, text = await settle(mailbox, db, out.message_id)
+        if not went:
+            raise MailError(acc.name, "send", text)
+        return text
     msg = compose(out, now)
     try:
         await _smtp(mailbox, msg, out.to + out.cc)
