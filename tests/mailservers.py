@@ -256,6 +256,7 @@ class LmtpRelay:
         self.received: list[bytes] = []
         self.hold: asyncio.Event | None = None
         self.holding = False
+        self.drop = False  # hang up after taking the mail, before the "250": the client can't know
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
         raw = envelope.original_content or envelope.content
@@ -266,6 +267,8 @@ class LmtpRelay:
         sender = envelope.mail_from.split("@")[0]
         if self.save_sent and sender in self.dovecot.users:
             await asyncio.to_thread(self._save_sent, sender, raw)
+        if self.drop:
+            server.transport.close()
         if self.hold is not None:
             self._loop = asyncio.get_running_loop()
             self.holding = True

@@ -34,7 +34,7 @@ pytestmark = [
     # The test SMTP server speaks plain text on loopback; agentd's own default is TLS.
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
 ]
-USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 9)} | {"ana": "ana-pw"}
+USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 9)} | {"ana": "ana-pw", "bob": "bob-pw"}
 
 
 @pytest.fixture(scope="module")
@@ -360,3 +360,27 @@ async def test_a_rerun_of_an_unfinished_send_settles_instead_of_sending(
     )
     assert not rerun.ok and "may not have gone. It was NOT sent again" in rerun.content
     assert len(relay.received) == before
+
+
+async def test_a_connection_lost_mid_send_is_not_retried_and_is_reported_as_unknown(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    port, relay = smtp
+    tools = tools_for(account(dovecot, "user8", port), db, tmp_path, USERS["user8"])
+    before = len(relay.received)
+    relay.drop = True
+    try:
+        out = await call(
+            tools, "mail_send", tu="tu-drop", to=["bob@example.org"], subject="dropped", body="b"
+        )
+    finally:
+        relay.drop = False
+    assert not out.ok and "may not have gone. It was NOT sent again" in out.content
+    mid = message_id_for("turn-1", "tu-drop", "user8@example.org")
+    assert len(relay.received) == before + 1  # one SMTP transaction, no retry
+    status = await db.read(
+        lambda c: c.execute(
+            "SELECT status FROM mail_sends WHERE message_id = ?", (mid,)
+        ).fetchone()[0]
+    )
+    assert status == "sending"  # unknown stays unknown, never 'failed'

@@ -23,6 +23,10 @@ from agentd.mail.message import Outgoing, compose
 log = logging.getLogger("agentd.mail")
 
 
+class SendUnknown(MailError):
+    """The connection broke or timed out once the server was talking: it may have the mail."""
+
+
 def message_id_for(instance_id: str, tool_use_id: str, from_addr: str) -> str:
     """Stable for one tool call: a re-run of the same call finds the same Message-ID."""
     digest = hashlib.sha256(f"{instance_id}/{tool_use_id}".encode()).hexdigest()[:32]
@@ -88,8 +92,12 @@ async def _smtp(mailbox: Mailbox, raw: Any, recipients: list[str]) -> None:
         raise MailError(acc.name, "SMTP", f"{host} refused the recipients {refused}") from None
     except aiosmtplib.SMTPResponseException as exc:
         raise MailError(acc.name, "SMTP", f"{host} answered {exc.code} {exc.message}") from None
-    except aiosmtplib.SMTPConnectError as exc:
+    except aiosmtplib.SMTPConnectError as exc:  # nothing was sent yet
         raise classify(acc.name, host, port, exc.__cause__ or exc) from None
+    except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError) as exc:
+        raise SendUnknown(
+            acc.name, "SMTP", f"{host} went away mid-send ({type(exc).__name__})"
+        ) from None
     except OSError as exc:
         raise classify(acc.name, host, port, exc) from None
 
@@ -118,6 +126,13 @@ async def send(
     msg = compose(out, now)
     try:
         await _smtp(mailbox, msg, out.to + out.cc)
+    except SendUnknown as exc:
+        # Whether the server kept it is unknown: never send again; say what Sent shows.
+        log.warning("mail send interrupted", extra={"account": acc.name, "error": str(exc)})
+        went, text = await settle(mailbox, db, out.message_id)
+        if not went:
+            raise MailError(acc.name, "send", text) from None
+        return text
     except MailError as exc:
         # The server said no (or never answered before DATA): nothing went out.
         await db.write(_mark, out.message_id, "failed", str(exc), now)
