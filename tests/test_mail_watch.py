@@ -81,3 +81,41 @@ def test_rules_first_match_decides() -> None:
              MailRule(sender="BOSS@corp", action="summary"), MailRule(action="notify")]  # fmt: skip
     assert matching_rule(rules, s) == rules[1]
     assert matching_rule([MailRule(folder="Work")], s) is None
+
+
+async def test_mail_that_came_while_down_is_announced_once_after_a_restart(
+    dovecot: Dovecot, db: Database
+) -> None:
+    seen: list[str] = []
+
+    async def on_mail(acc: MailAccountConfig, s: Summary, rule: MailRule) -> None:
+        seen.append(s.subject)
+
+    async def positioned() -> bool:
+        sql = "SELECT last_uid FROM mail_watch WHERE account = 'idle'"
+        return bool(await db.read(lambda c: c.execute(sql).fetchall()))
+
+    async def run_until(done) -> None:  # type: ignore[no-untyped-def]
+        """One watcher's life: start, wait until `done()`, stop (a daemon run)."""
+        watch = FolderWatch(
+            Mailbox(account(dovecot, "idle"), {"PW": USERS["idle"]}), "INBOX", db, on_mail
+        )
+        task = asyncio.create_task(watch.run())
+        deadline = asyncio.get_running_loop().time() + 30
+        try:
+            while not await done():
+                assert asyncio.get_running_loop().time() < deadline, seen
+                await asyncio.sleep(0.05)
+        finally:
+            watch.stop()
+            await asyncio.wait_for(task, 15)
+
+    async def saw(*subjects: str) -> bool:
+        return seen == list(subjects)
+
+    await run_until(positioned)  # the first run takes the folder as it is
+    dovecot.deliver("idle", b"From: a@b.c\r\nSubject: while down\r\n\r\nx\r\n")
+    dovecot.deliver("idle", b"From: a@b.c\r\nSubject: skip this\r\n\r\nx\r\n")
+    await run_until(lambda: saw("while down"))  # caught up at start, the ignored one skipped
+    dovecot.deliver("idle", b"From: a@b.c\r\nSubject: after\r\n\r\nx\r\n")
+    await run_until(lambda: saw("while down", "after"))  # nothing announced twice
