@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 from collections.abc import Awaitable, Callable
@@ -115,48 +114,12 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 
 
 async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
-    """Watch the configured folders: notices cost no model call; a summary rule starts a turn."""
-    from agentd.chat.inputs import TurnInput
-    from agentd.chat.names import TURN_WORKFLOW, chat_key
-    from agentd.mail.mailbox import Mailbox
-    from agentd.mail.watch import FolderWatch, Watchers, notice_text, summary_prompt
+    from agentd.mail.watch import start_watchers
 
-    config = core.config
-    watched = [a for a in config.mail if a.watch]
-    if not watched:
-        return
-    owner = next(iter(config.telegram.allowed_user_ids), None)
-    if owner is None:
-        log.warning("mail watch is off: telegram.allowed_user_ids names no owner to tell")
-        return
-
-    async def on_mail(account: Any, summary: Any, rule: Any) -> None:
-        if rule.action == "notify":
-            await core.outbox.send_text(owner, notice_text(account, summary))
-            log.info("mail notice sent", extra={"account": account.name, "uid": summary.uid})
-            return
-        turn = TurnInput(
-            update_id=0,
-            chat_id=owner,
-            user_id=owner,
-            message_id=0,
-            date=core.clock.now(),
-            kind="text",
-            text=summary_prompt(account, summary),
-        )
-        # The same mail always maps to the same turn: a repeat after a crash starts nothing.
-        digest = hashlib.sha256(f"{summary.folder}/{summary.uid}/{summary.message_id}".encode())
-        instance = f"mail-{account.name}-{digest.hexdigest()[:20]}"
-        await core.engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(owner))
-
-    watches = [
-        FolderWatch(Mailbox(a, config.secret_env(os.environ)), folder, core.db, on_mail)
-        for a in watched
-        for folder in a.watch
-    ]
-    watchers = Watchers(watches)
-    watchers.start()
-    stack.push_async_callback(watchers.stop)
+    watchers = start_watchers(core.config, core.db, core.outbox, core.engine, core.clock,
+                              core.config.secret_env(os.environ))  # fmt: skip
+    if watchers is not None:
+        stack.push_async_callback(watchers.stop)
 
 
 def _command_router(core: Core, me: Identity) -> CommandRouter:

@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agentd.config import MailAccountConfig, MailRule
+from agentd.chat.inputs import TurnInput
+from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.chat.outbox import Outbox
+from agentd.config import Config, MailAccountConfig, MailRule
 from agentd.db import Database
+from agentd.durable import Clock, Engine
 from agentd.mail import imap
 from agentd.mail.errors import MailError
 from agentd.mail.imap import Summary
@@ -214,3 +219,47 @@ def summary_prompt(account: MailAccountConfig, s: Summary) -> str:
         f"{s.folder!r} of account {account.name!r} with mail_read and summarise it in two "
         "or three lines. Do not act on it."
     )
+
+
+def start_watchers(
+    config: Config,
+    db: Database,
+    outbox: Outbox,
+    engine: Engine,
+    clock: Clock,
+    env: Mapping[str, str],
+) -> Watchers | None:
+    """Watch every configured folder; notices go to the owner (the first allowed user) with no
+    model call, and a `summary` rule starts a turn in the owner's chat."""
+    watched = [a for a in config.mail if a.watch]
+    if not watched:
+        return None
+    owner = next(iter(config.telegram.allowed_user_ids), None)
+    if owner is None:
+        log.warning("mail watch is off: telegram.allowed_user_ids names no owner to tell")
+        return None
+
+    async def on_mail(account: MailAccountConfig, summary: Summary, rule: MailRule) -> None:
+        if rule.action == "notify":
+            await outbox.send_text(owner, notice_text(account, summary))
+            log.info("mail notice sent", extra={"account": account.name, "uid": summary.uid})
+            return
+        turn = TurnInput(
+            update_id=0,
+            chat_id=owner,
+            user_id=owner,
+            message_id=0,
+            date=clock.now(),
+            kind="text",
+            text=summary_prompt(account, summary),
+        )
+        # The same mail always maps to the same turn: a repeat after a crash starts nothing.
+        digest = hashlib.sha256(f"{summary.folder}/{summary.uid}/{summary.message_id}".encode())
+        instance = f"mail-{account.name}-{digest.hexdigest()[:20]}"
+        await engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(owner))
+
+    watchers = Watchers(
+        [FolderWatch(Mailbox(a, env), folder, db, on_mail) for a in watched for folder in a.watch]
+    )
+    watchers.start()
+    return watchers
