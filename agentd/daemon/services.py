@@ -12,7 +12,6 @@ from typing import Any
 from agentd.access import approvals
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
-from agentd.calendar.tools import build_calendar_tools
 from agentd.commands import chat as chat_commands
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandRouter
@@ -21,7 +20,6 @@ from agentd.db import Database
 from agentd.durable import Clock, Engine
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
-from agentd.mail.tools import build_mail_tools
 from agentd.media.chatdocs import (
     DocDeps,
     chat_document_tools,
@@ -88,8 +86,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
-        *build_mail_tools(config, db, config.secret_env(os.environ)),
-        *build_calendar_tools(config, config.secret_env(os.environ)),
+        *_mail_and_calendar_tools(config, db),
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)
@@ -113,7 +110,23 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     return Services(router=router, on_callback=document_callbacks(engine, router.on_callback))
 
 
+def _mail_and_calendar_tools(config: Config, db: Database) -> list[Tool]:
+    """Imported only when configured: icalendar and caldav cost start-up time for nobody else."""
+    tools: list[Tool] = []
+    if config.mail:
+        from agentd.mail.tools import build_mail_tools
+
+        tools += build_mail_tools(config, db, config.secret_env(os.environ))
+    if config.calendar:
+        from agentd.calendar.tools import build_calendar_tools
+
+        tools += build_calendar_tools(config, config.secret_env(os.environ))
+    return tools
+
+
 async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
+    if not any(account.watch for account in core.config.mail):
+        return
     from agentd.mail.watch import start_watchers
 
     watchers = start_watchers(core.config, core.db, core.outbox, core.engine, core.clock,
