@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 DOVECOT = shutil.which("dovecot") or "/usr/sbin/dovecot"
-HAVE_DOVECOT = Path(DOVECOT).exists()
+HAVE_DOVECOT = Path(DOVECOT).exists() and Path("/usr/lib/dovecot/lmtp").exists()
 SKIP_NO_DOVECOT = "Dovecot is not installed (apt-get install dovecot-imapd dovecot-lmtpd; .ci/run)"
 
 
