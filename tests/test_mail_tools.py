@@ -384,3 +384,20 @@ async def test_a_connection_lost_mid_send_is_not_retried_and_is_reported_as_unkn
         ).fetchone()[0]
     )
     assert status == "sending"  # unknown stays unknown, never 'failed'
+
+
+async def test_a_mail_with_an_unknown_charset_is_still_read(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    raw = (
+        b"From: odd@example.org\r\nSubject: =?x-no-such-charset?q?odd?=\r\n"
+        b"MIME-Version: 1.0\r\nContent-Type: text/plain; charset=x-no-such-charset\r\n"
+        b"Content-Transfer-Encoding: 8bit\r\n\r\nCaf\xc3\xa9 at \xff noon\r\n"
+    )
+    dovecot.deliver("user2", raw)
+    tools = tools_for(account(dovecot, "user2"), db, tmp_path, USERS["user2"])
+    found = await call(tools, "mail_search", sender="odd@")
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+    read = await call(tools, "mail_read", uid=uid)
+    assert read.ok, read.content
+    assert "Café at \ufffd noon" in read.content

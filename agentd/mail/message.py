@@ -50,7 +50,11 @@ def readable(msg: EmailMessage) -> Readable:
     part = msg.get_body(preferencelist=("plain", "html"))
     body, body_from = "", "none"
     if part is not None:
-        content = part.get_content()
+        try:
+            content = part.get_content()
+        except (LookupError, UnicodeError, ValueError):
+            # An unknown or lying charset: the bytes as UTF-8, damaged ones replaced.
+            content = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
         if part.get_content_subtype() == "html":
             body, body_from = html_to_text(content).text, "text/html"
         else:
