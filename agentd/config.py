@@ -350,8 +350,8 @@ class StartupConfig(_Section):
     # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
     # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
     lazy_aiogram: bool = True
-    # Import only the parts of the Anthropic SDK a request uses (agentd.llm.anthropic_loader);
-    # false imports all of it, as `import anthropic` does (~1.5 s more CPU at start-up).
+    # No effect since the model is reached over HTTP without the SDK; kept so configurations
+    # that set it still load.
     lazy_anthropic: bool = True
 
 

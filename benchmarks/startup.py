@@ -1,7 +1,7 @@
 """Cold start and footprint of `agentd run`, lazy aiogram beside eager aiogram, in one run.
 
-Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` and
-`startup.lazy_anthropic` both true, the default, or both false) so machine load hits both alike:
+Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` true, the
+default, or false) so machine load hits both alike:
 - first answer: a message is already waiting in the fake Telegram when `agentd run` starts;
   the time from spawning the process to the fake receiving the reply (sendMessage), and to
   the "agentd running" log line; median of --runs starts per path.
@@ -52,8 +52,7 @@ def tree_rss_kb(pid: int) -> int:
 def _env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, path: str, embedder: str) -> dict:
     overrides = {"AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}
     if path in PATHS:
-        overrides |= {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
-                      "AGENTD_STARTUP__LAZY_ANTHROPIC": PATHS[path]}  # fmt: skip
+        overrides |= {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path]}
     else:  # another checkout, with its own defaults
         overrides["PYTHONPATH"] = path
     if embedder:
@@ -126,8 +125,7 @@ steps = [("interpreter start", lambda: None),
          ("agentd.daemon (aiohttp, agentd)", lambda: __import__("agentd.daemon")),
          ("aiogram", lambda: __import__("agentd.telegram.aiogram_loader").telegram
                                 .aiogram_loader.load(lazy=lazy)),
-         ("anthropic SDK", lambda: __import__("agentd.llm.anthropic_loader").llm
-                                   .anthropic_loader.load(lazy=lazy))]
+         ("model client (HTTP)", lambda: __import__("agentd.llm.anthropic_adapter"))]
 last = 0.0
 for name, step in steps:
     step()

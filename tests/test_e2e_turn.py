@@ -129,7 +129,7 @@ def test_llm_down_gives_an_error_reply_and_keeps_the_message(
             ("assistant", LLM_ERROR_REPLY),
         ]
         errored = daemon.cli_json("workflows", "ls", "--status", "errored")
-        assert len(errored) == 1 and "InternalServerError" in errored[0]["error"]
+        assert len(errored) == 1 and "api_error (HTTP 500)" in errored[0]["error"]
         assert daemon.query("SELECT kind FROM audit")[0][0] == "turn_error"
         shown = daemon.cli_json("workflows", "show", errored[0]["id"])
         llm_step = next(s for s in shown["steps"] if s["name"] == "llm#1")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -28,11 +27,10 @@ from agentd.daemon.startup import (
 )
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
-from agentd.llm import api_key, create_llm
-from agentd.llm.deferred import DeferredLLM
+from agentd.llm import LLM, api_key, create_llm
 from agentd.retention.workflow import run_daily
 from agentd.runtime import lease, sdnotify
-from agentd.runtime.gc_pause import freeze_startup, pausing
+from agentd.runtime.gc_pause import freeze_startup
 from agentd.runtime.logs import Redactor
 
 log = logging.getLogger("agentd")
@@ -45,7 +43,7 @@ class _Process:
 
     config: Config
     redactor: Redactor
-    llm: DeferredLLM
+    llm: LLM
     db: Database
     bot: Any
     runner_lock: lease.RunnerLock
@@ -72,19 +70,14 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
 
 
 async def _open(config: Config, redactor: Redactor) -> _Process:
-    """The model SDK, the database, the bot and the single-runner lease.
-
-    Start-up overlaps instead of queueing: the model SDK imports in a thread while getMe,
-    the first getUpdates and the turn it starts go ahead; only the model call waits for it.
-    """
+    """The model client, the database, the bot and the single-runner lease."""
     db_holder: list[Database] = []
 
     async def send_uncertain(method: str, chat_id: int | str | None, reason: str) -> None:
         # Bound late: the bot is built before the database, but sends start after it opens.
         await db_holder[0].write(audit_send_uncertain, method, chat_id, reason)
 
-    # First, so the SDK import also overlaps the database, aiogram's import and getMe.
-    llm = DeferredLLM(config.llm.model, pausing(functools.partial(create_llm, config)))
+    llm = create_llm(config)
     try:
         db, bot = await open_database_and_bot(config, send_uncertain)
     except BaseException:
@@ -154,8 +147,7 @@ async def _build(proc: _Process, started_at: float) -> None:
 
 
 async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
-    """Ready once the model is; then wait for SIGTERM or the poller's end."""
-    await proc.llm.ready()  # the poller persists and starts turns meanwhile
+    """Ready; then wait for SIGTERM or the poller's end."""
     heartbeat = every(HEARTBEAT_SECONDS, lambda: proc.db.write(lease.heartbeat, proc.pid),
                       proc.stop)  # fmt: skip
     proc.tasks.append(asyncio.create_task(heartbeat))
