@@ -66,14 +66,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def first_answer(path: str, embedder: str) -> tuple[float, float, float]:
-    """Seconds to the first reply, daemon CPU seconds by then, seconds to "agentd running"."""
+STAGES = ("getMe", "first getUpdates", "first model request", "first sendMessage")
+
+
+def first_answer(path: str, embedder: str) -> tuple[float, float, float, dict[str, float]]:
+    """Seconds to the first reply, daemon CPU seconds by then, seconds to "agentd running",
+    and when each start-up stage reached the emulators (seconds since spawn)."""
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-start-"))
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
             tg.add_message(OWNER, OWNER, "hello, are you there?")
             daemon = Daemon(tmp, _env(tmp, tg, llm, path, embedder))
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             daemon.start(wait_ready=False)
             try:
                 tg.wait_for_sent(1, timeout=120)
@@ -82,12 +86,16 @@ def first_answer(path: str, embedder: str) -> tuple[float, float, float]:
                 cpu = cpu_seconds(daemon.proc.pid)
                 daemon.wait_for_log("agentd running", timeout=120)
                 ready = time.monotonic() - t0
+                stages = dict(zip(STAGES, (
+                    tg.calls("getMe")[0]["time"], tg.calls("getUpdates")[0]["time"],
+                    llm.requests[0]["time"], tg.sent[0]["time"],
+                ), strict=True))  # fmt: skip
                 daemon.stop()
             finally:
                 if daemon.proc is not None and daemon.proc.poll() is None:
                     daemon.proc.kill()
                     daemon.proc.wait(10)
-        return answered, cpu, ready
+        return answered, cpu, ready, {k: v - wall0 for k, v in stages.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -161,9 +169,13 @@ def main() -> None:
     answers: dict[str, list[float]] = {p: [] for p in paths}
     readies: dict[str, list[float]] = {p: [] for p in paths}
     cpus: dict[str, list[float]] = {p: [] for p in paths}
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for _ in range(args.runs):
         for path in paths:
-            answered, cpu, ready = first_answer(path, args.embedder)
+            answered, cpu, ready, reached = first_answer(path, args.embedder)
+            if path == "lazy":
+                for stage, at in reached.items():
+                    stages[stage].append(at)
             answers[path].append(answered)
             cpus[path].append(cpu)
             readies[path].append(ready)
@@ -183,6 +195,15 @@ def main() -> None:
             f"(min {min(answers[args.compare]):.2f}), CPU by then "
             f"{statistics.median(cpus[args.compare]):5.2f} s; this tree / it: {ours / base:.2f}×"
         )
+    print("Start-up budget (default path): when each stage reached the emulators, median (s)")
+    print(f"  {'stage':<22} {'since spawn':>11} {'step':>6}")
+    last = 0.0
+    for stage, ats in stages.items():
+        at = statistics.median(ats)
+        print(f"  {stage:<22} {at:11.3f} {at - last:6.3f}")
+        last = at
+    print("  (before getMe: interpreter, imports and opening the database, overlapped; the CPU")
+    print("  of each import is below. getUpdates → model request: the turn's steps and recall.)")
     parts = {path: breakdown(path) for path in PATHS}
     print("CPU of the start-up imports, one after the other (s): step, lazy, eager")
     for (name, lazy_cpu), (_, eager_cpu) in zip(parts["lazy"], parts["eager"], strict=True):
