@@ -6,7 +6,6 @@ Most tests share one daemon (each in its own chat); the ones that restart it hav
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,11 +225,9 @@ def test_approve_from_the_cli_reaches_the_turn_quickly(stack: Stack) -> None:
     assert len(waiting) == 1 and waiting[0]["tool"] == "delete_file"
     before = len(stack.requests_for(user))
     result = stack.daemon.cli("approve", waiting[0]["id"])
-    approved_at = time.monotonic()
     assert result.returncode == 0, result.stderr
+    # How fast the daemon notices is benchmarks/approval_latency.py's figure, not a test's.
     stack.llm.wait_until(lambda: len(stack.requests_for(user)) > before, 10, "the next call")
-    latency = time.monotonic() - approved_at
-    assert latency < 2.0, latency
     assert stack.wait_sent(user, 2)[1]["plain_text"] == "Done via CLI."
     assert stack.daemon.effects().count("delete_file /cli") == 1
     again = stack.daemon.cli("approve", waiting[0]["id"])
