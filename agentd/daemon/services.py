@@ -18,7 +18,9 @@ from agentd.commands.router import CommandRouter
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine
+from agentd.hands import rules as shell_rules
 from agentd.hands.files import workspace_tools
+from agentd.hands.shell import chat_progress, shell_tools
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
 from agentd.media.chatdocs import (
@@ -81,6 +83,9 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     files = TelegramFiles(core.bot)
     doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
     transcriber = _transcriber(config, stack)
+    shell, shell_problem = await shell_tools(config, db, chat_progress(core.outbox))
+    if shell_problem:
+        log.warning("tool problem", extra={"source": "shell", "problem": shell_problem})
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -88,6 +93,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *chat_document_tools(doc_deps),
         *schedule_tools,
         *workspace_tools(config, db, files.download),
+        *shell,
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)
@@ -113,6 +119,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 def _command_router(core: Core, me: Identity) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
     router.callback("ap", approvals.handle_callback)
+    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.handle_callback)
     chat_commands.install(router, CommandDeps(
         config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
         cancel=core.engine.cancel, started_at=core.started_at,

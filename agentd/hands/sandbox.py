@@ -130,6 +130,8 @@ def bwrap_argv(
         if any(path == p or path.startswith(p.rstrip("/") + "/") for p in sandbox.system_ro):
             argv += _mask(path)
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # bwrap resolves these as the sandbox user (bind-fd does not help: /proc/self/fd is not
+    # followable once setpriv dropped root), so their parent folders must let it pass (o+x).
     argv += ["--bind", str(workspace), INSIDE_WORKSPACE]
     for source, target in binds_ro:
         argv += ["--ro-bind", source, target]
@@ -180,7 +182,7 @@ def command_argv(
         prefix = [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups",
                   "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
     argv = bwrap_argv(sandbox, workspace, cwd, binds_ro=binds_ro, network=network)
-    return [*prefix, *argv, "--", *_prlimit(limits), *shell], str(workspace)
+    return [*prefix, *argv, "--", *_prlimit(limits), *shell], "/"
 
 
 class _Capture:
@@ -306,6 +308,7 @@ def probe(sandbox: Sandbox, scratch: Path) -> str | None:
             'set [tools.shell] sandbox = "none" to run commands unsandboxed (not advised)'
         )
     try:
+        # Bind the real folder, so a workspace the sandbox user cannot reach fails here.
         argv, host_cwd = command_argv(sandbox, "exit 0", scratch, INSIDE_WORKSPACE, Limits())
         done = subprocess.run(argv, cwd=host_cwd, env={"PATH": _PATH}, capture_output=True,
                               timeout=20, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -313,12 +316,20 @@ def probe(sandbox: Sandbox, scratch: Path) -> str | None:
         return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start: {exc}"
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip()[:300] or f"exit {done.returncode}"
+    if done.returncode == 0:
+        return None
+    why = done.stderr.decode("utf-8", "replace").strip()[:300] or f"exit {done.returncode}"
+    if "namespace" in why or "not permitted" in why or "uid map" in why:
         return (
             f"bubblewrap cannot create its namespaces here ({why}). Allow unprivileged user "
             "namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
             "kernel.apparmor_restrict_unprivileged_userns=0), or run in a VM or container that "
             "permits them"
         )
-    return None
+    if "Permission denied" in why and sandbox.run_as and os.geteuid() == 0:
+        return (
+            f"the sandbox user {sandbox.run_as!r} cannot reach {scratch} ({why}): let it pass "
+            "through the folders above it (chmod o+x), or set [tools.workspace] path to a "
+            "folder it can reach"
+        )
+    return f"bubblewrap fails here: {why}"
