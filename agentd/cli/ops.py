@@ -183,12 +183,13 @@ def _doctor_shell(cfg: Config, results: list[dict[str, object]]) -> None:
     try:
         workspace.ensure()  # created at the daemon's start anyway; the probe binds it
     except (OSError, WorkspaceError) as exc:
-        _check("shell", False, f"not offered: the workspace {workspace.root} cannot be "
-               f"created ({exc}); set [tools.workspace] path", results)  # fmt: skip
+        _check("shell", True, f"not offered: the workspace {workspace.root} cannot be "
+               f"created ({exc}); set [tools.workspace] path", results, warn=True)  # fmt: skip
         return
     problem = probe(sandbox_of(cfg), workspace.root)
     if problem:
-        _check("shell", False, f"not offered: {problem}", results)
+        # A warning: agentd runs without the shell; the owner decides whether to fix it.
+        _check("shell", True, f"not offered: {problem}", results, warn=True)
     else:
         _check("shell", True, "bubblewrap sandbox works (namespaces, read-only system, no "
                "network)", results)  # fmt: skip

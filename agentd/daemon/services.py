@@ -40,7 +40,7 @@ from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
 from agentd.schedule import setup as scheduling
 from agentd.telegram.classify import Identity
-from agentd.tools import McpServers, Tool, ToolRegistry
+from agentd.tools import DuplicateToolError, McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
 
 log = logging.getLogger("agentd")
@@ -92,11 +92,10 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
-        *workspace_tools(config, db, files.download),
-        *shell,
         *mcp.tools,
     ]
-    registry = _registry(config, extra, [*web_problems], mcp)
+    hands = [*workspace_tools(config, db, files.download), *shell]
+    registry = _registry(config, extra, [*web_problems], mcp, hands)
     deps = TurnDeps(
         config=config, db=db, llm=core.llm, outbox=core.outbox, clock=core.clock,
         registry=registry, redact=core.redactor, embedder=embedder, memory_bits=memory_bits,
@@ -128,6 +127,21 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
     return router
 
 
+def _add_hands(registry: ToolRegistry, config: Config, tools: list[Tool]) -> None:
+    """The workspace and shell tools, after the owner's own: a plugin or MCP tool already
+    named `delete_file` (say) keeps working as before, and the built-in one steps aside."""
+    for item in tools:
+        if item.name in config.tools.disabled:
+            continue
+        override = config.tools.risk.get(item.name)
+        try:
+            registry.register(item.with_risk(override) if override else item)
+        except DuplicateToolError:
+            log.warning("tool problem", extra={"source": "hands", "problem": f"{item.name} "
+                        "is already provided by a plugin or MCP server; the built-in one is "
+                        "not offered"})  # fmt: skip
+
+
 def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcriber | None:
     transcriber, problem = build_transcriber(config.media, os.environ)
     if problem:
@@ -138,9 +152,10 @@ def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcribe
 
 
 def _registry(
-    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers
+    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers, hands: list[Tool]
 ) -> ToolRegistry:
     registry, problems = ToolRegistry.build(config.tools, extra=extra)
+    _add_hands(registry, config, hands)
     for problem in web_problems:
         log.warning("tool problem", extra={"source": "web", "problem": problem})
     for item in [*problems, *mcp.problems]:
