@@ -7,7 +7,6 @@ import asyncio
 import os
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -23,19 +22,9 @@ from agentd.hands.sandbox import Limits, Sandbox, probe, run_sandboxed
 from agentd.hands.shell import ShellArgs, ShellPolicy, card_text, offer
 from agentd.tools.base import CallState, Tool
 from agentd.tools.policy import call_risk
+from tests.hands_support import alive, reachable_dir
 
 SANDBOX = Sandbox()
-
-
-def reachable_dir() -> Path:
-    """A folder the sandbox user (nobody, when tests run as root) can reach and write."""
-    base = Path(tempfile.mkdtemp(prefix="hands-", dir="/tmp"))
-    base.chmod(0o711)
-    ws = base / "ws"
-    ws.mkdir()
-    if os.geteuid() == 0:
-        os.chown(ws, 65534, 65534)
-    return ws
 
 
 def _sandbox_problem() -> str | None:
@@ -204,17 +193,6 @@ def test_limits_fork_bomb_memory_output_and_wall_time(ws: Path) -> None:
     assert sleeper.stopped == "wall_time" and time.monotonic() - started < 5  # type: ignore[attr-defined]
 
 
-def _alive(marker: str) -> bool:
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                if marker in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-                    return True
-            except OSError:
-                continue
-    return False
-
-
 @needs_bwrap
 def test_cancelling_kills_the_whole_tree_within_a_second(ws: Path) -> None:
     marker = f"{int(time.time() * 1000) % 100000}.5"
@@ -224,16 +202,16 @@ def test_cancelling_kills_the_whole_tree_within_a_second(ws: Path) -> None:
             f"sleep {marker} & sleep {marker} & setsid sleep {marker}; wait", ws,
             sandbox=SANDBOX, limits=Limits(wall_seconds=60)))  # fmt: skip
         deadline = time.monotonic() + 10
-        while not _alive(f"sleep\x00{marker}") and time.monotonic() < deadline:
+        while not alive(f"sleep\x00{marker}") and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert _alive(f"sleep\x00{marker}")
+        assert alive(f"sleep\x00{marker}")
         task.cancel()
         started = time.monotonic()
         with pytest.raises(asyncio.CancelledError):
             await task
-        while _alive(f"sleep\x00{marker}") and time.monotonic() - started < 5:
+        while alive(f"sleep\x00{marker}") and time.monotonic() - started < 5:
             await asyncio.sleep(0.02)
         return time.monotonic() - started
 
     assert asyncio.run(scenario()) < 1.0
-    assert not _alive(f"sleep\x00{marker}")
+    assert not alive(f"sleep\x00{marker}")
