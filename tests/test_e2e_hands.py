@@ -234,3 +234,24 @@ def test_kill_9_during_a_command_reports_outcome_unknown_and_never_reruns(
                 daemon.stop()
     finally:
         shutil.rmtree(ws.parent, ignore_errors=True)
+
+
+def test_a_background_job_answers_at_once_and_notifies_when_it_ends(stack: Stack) -> None:
+    before = len(stack.cards())
+    stack.turn(shell("sleep 1.5; echo finished > bg.txt; echo bg-finished", "t_bg",
+                     background=True), "Started it.")  # fmt: skip
+    card = stack.wait_card(before + 1)
+    assert "background job" in card["plain_text"] and "3600 s wall" in card["plain_text"]
+    stack.press(card, 0, 0)
+    started = stack.tool_result("t_bg")["content"]
+    assert started.startswith("Started in the background as job job-")
+    reply = stack.wait_text("Started it.")
+    notice = stack.wait_text("Background job", timeout=60)
+    assert "bg-finished" in notice["plain_text"] and "Exit code 0" in notice["plain_text"]
+    sent = stack.tg.sent
+    assert sent.index(reply) < sent.index(notice)  # the turn did not wait for the job
+    assert (stack.ws / "bg.txt").read_text() == "finished\n"
+    sql = "SELECT status FROM workflow_instances WHERE workflow = 'shell-background'"
+    stack.tg.wait_until(lambda: [r[0] for r in stack.daemon.query(sql)] == ["complete"], 20,
+                        "the job complete")  # fmt: skip
+    assert any('"approval": "asked"' in a and "bg-finished" in a for a in stack.shell_audit())

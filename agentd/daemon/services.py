@@ -19,8 +19,9 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine
 from agentd.hands import rules as shell_rules
+from agentd.hands.background import job_starter, make_job_workflow
 from agentd.hands.files import workspace_tools
-from agentd.hands.shell import chat_progress, shell_tools
+from agentd.hands.shell import chat_progress, shell_deps, shell_tool
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
 from agentd.media.chatdocs import (
@@ -83,9 +84,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     files = TelegramFiles(core.bot)
     doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
     transcriber = _transcriber(config, stack)
-    shell, shell_problem = await shell_tools(config, db, chat_progress(core.outbox))
-    if shell_problem:
-        log.warning("tool problem", extra={"source": "shell", "problem": shell_problem})
+    shell = await _shell(core)
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -125,6 +124,19 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
     ))  # fmt: skip
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
+
+
+async def _shell(core: Core) -> list[Tool]:
+    """The shell tool and its background jobs' workflow, or nothing and a logged reason."""
+    sdeps, problem = await shell_deps(core.config, core.db, chat_progress(core.outbox))
+    if problem:
+        log.warning("tool problem", extra={"source": "shell", "problem": problem})
+    if sdeps is None:
+        return []
+    sdeps.redact = core.redactor
+    sdeps.start_background = job_starter(core.engine.start)
+    core.engine.register(make_job_workflow(sdeps, core.outbox))
+    return [shell_tool(sdeps)]
 
 
 def _add_hands(registry: ToolRegistry, config: Config, tools: list[Tool]) -> None:

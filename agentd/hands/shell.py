@@ -57,6 +57,8 @@ class ShellArgs(BaseModel):
     )
     network: bool = Field(default=False, description="Needs the network (only for programs "
                           "the owner allows; always asks).")  # fmt: skip
+    background: bool = Field(default=False, description="For long jobs: run it as a "
+                             "background job; the user gets a notice when it ends.")  # fmt: skip
 
 
 def limits_of(shell: ShellConfig) -> Limits:
@@ -115,14 +117,16 @@ def card_text(shell: ShellConfig, args: ShellArgs) -> str:
     lim = limits_of(shell)
     sandbox = ("bubblewrap (read-only system, only the workspace writable)"
                if shell.sandbox == "bwrap" else "NONE — runs directly on the server")  # fmt: skip
+    wall = shell.background_wall_seconds if args.background else lim.wall_seconds
     return "\n".join([
         f"$ {args.command}",
         "",
         f"folder:  {inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd}",
         f"network: {'ON' if args.network else 'off'}",
         f"sandbox: {sandbox}",
-        f"limits:  {lim.wall_seconds:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
+        f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
         f"memory, {lim.max_processes} processes",
+        *(["mode:    background job (a notice when it ends)"] if args.background else []),
     ])  # fmt: skip
 
 
@@ -156,6 +160,9 @@ class ShellDeps:
     sandbox: Sandbox
     policy: ShellPolicy
     progress: Progress | None = None
+    # Starts the background job's workflow (hands/background.py); None: no background jobs.
+    start_background: Callable[[ToolContext, ShellArgs, str], Awaitable[str]] | None = None
+    redact: Callable[[str], str] = str
 
 
 async def _audit(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, approval: str,
@@ -175,8 +182,7 @@ async def _audit(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, approval: s
         source_key=f"{ctx.instance_id}:shell:{ctx.tool_use_id}", detail=detail))  # fmt: skip
 
 
-async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs) -> str:
-    shell = deps.config.tools.shell
+def check_network(shell: ShellConfig, args: ShellArgs) -> None:
     if args.network:
         plain = rules.parse(args.command)
         if not plain.ok:
@@ -186,14 +192,24 @@ async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs) -> str
             raise ToolError(f"the owner's policy gives no network to {plain.argv[0]!r}; run it "
                             "with network off, or ask the owner to add it to [tools.shell] "
                             "network_programs")  # fmt: skip
+
+
+async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, *,
+                      approval: str | None = None, wall: float | None = None) -> str:  # fmt: skip
+    """Run one command in the sandbox, audited; the text the model (or the notice) gets."""
+    shell = deps.config.tools.shell
+    check_network(shell, args)
     try:
         cwd = inside_cwd(args.cwd)
         spaces = Workspaces.from_config(deps.config)
         workspace = await asyncio.to_thread(spaces.ensure, ctx.user_id)
     except WorkspaceError as exc:
         raise ToolError(str(exc)) from None
-    approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+    if approval is None:
+        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
     limits = limits_of(shell)
+    if wall is not None:
+        limits = replace(limits, wall_seconds=wall)
     task = asyncio.ensure_future(run_sandboxed(
         args.command, workspace.root, sandbox=deps.sandbox, limits=limits, cwd=cwd,
         network=args.network))  # fmt: skip
@@ -237,7 +253,13 @@ async def _safe_progress(progress: Progress, ctx: ToolContext, elapsed: float, e
 
 def shell_tool(deps: ShellDeps) -> Tool:
     async def shell(ctx: ToolContext, args: ShellArgs) -> str:
-        return await run_command(deps, ctx, args)
+        if not args.background:
+            return await run_command(deps, ctx, args)
+        if deps.start_background is None:
+            raise ToolError("background jobs are not available here; run it without background")
+        check_network(deps.config.tools.shell, args)
+        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        return await deps.start_background(ctx, args, approval)
 
     about = ("Run one command line on the server in a sandbox: the system is read-only, only "
              "your workspace (/workspace, the current folder) is writable, /tmp is private, "
@@ -265,24 +287,23 @@ def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
     return plain.argv
 
 
-async def shell_tools(config: Config, db: Database, progress: Progress | None = None
-                      ) -> tuple[list[Tool], str | None]:  # fmt: skip
-    """The shell tool, or none and why (disabled, or the sandbox does not work here)."""
+async def shell_deps(config: Config, db: Database, progress: Progress | None = None
+                     ) -> tuple[ShellDeps | None, str | None]:  # fmt: skip
+    """What the shell tool needs, or None and why (disabled, or no working sandbox here)."""
     shell = config.tools.shell
     if not shell.enabled:
-        return [], None
+        return None, None
     sandbox = sandbox_of(config)
     spaces = Workspaces.from_config(config)
     try:
         await asyncio.to_thread(spaces.base().ensure)
     except (OSError, WorkspaceError) as exc:
-        return [], f"the workspace {spaces.root} cannot be created: {exc}"
+        return None, f"the workspace {spaces.root} cannot be created: {exc}"
     problem = await asyncio.to_thread(probe, sandbox, spaces.root)
     if problem:
-        return [], f"the shell tool is not offered: {problem}"
+        return None, f"the shell tool is not offered: {problem}"
     policy = ShellPolicy(shell=shell, book=rules.RuleBook(config.db_path))
-    deps = ShellDeps(config=config, db=db, sandbox=sandbox, policy=policy, progress=progress)
-    return [shell_tool(deps)], None
+    return ShellDeps(config=config, db=db, sandbox=sandbox, policy=policy, progress=progress), None
 
 
 def chat_progress(outbox: Any) -> Progress:
