@@ -215,3 +215,21 @@ def test_cancelling_kills_the_whole_tree_within_a_second(ws: Path) -> None:
 
     assert asyncio.run(scenario()) < 1.0
     assert not alive(f"sleep\x00{marker}")
+
+
+@needs_bwrap
+def test_sandbox_none_runs_directly_with_an_empty_environment(ws: Path) -> None:
+    os.environ["HANDS_TEST_SECRET"] = "sk-env-secret"
+    try:
+        result = asyncio.run(run_sandboxed("env; pwd", ws, sandbox=Sandbox(mode="none"),
+                                           limits=TEN_SECONDS))  # fmt: skip
+    finally:
+        del os.environ["HANDS_TEST_SECRET"]
+    assert result.sandbox == "none" and result.exit_code == 0
+    assert "sk-env-secret" not in result.output and str(ws) in result.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root must name a user to run commands as")
+def test_as_root_an_empty_run_as_is_refused(ws: Path) -> None:
+    problem = probe(Sandbox(run_as=""), ws)
+    assert problem is not None and "run_as must name an unprivileged user" in problem

@@ -83,8 +83,14 @@ class SandboxUnavailable(RuntimeError):
 
 
 def _run_as_ids(name: str) -> tuple[int, int] | None:
-    if os.geteuid() != 0 or not name:
+    if os.geteuid() != 0:
         return None
+    if not name:
+        # uid 0 without capabilities still owns every root file: /etc/ssh's host keys, say.
+        raise SandboxUnavailable(
+            "agentd runs as root, so [tools.shell] run_as must name an unprivileged user "
+            "(default: nobody) for commands to run as"
+        )
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
