@@ -11,7 +11,7 @@ from agentd.chat.outfiles import OutgoingFile
 from agentd.config import Config
 from agentd.db import Database
 from agentd.hands.files import Workspaces, workspace_tools
-from agentd.tools.base import CallState, ToolContext
+from agentd.tools.base import CallState, ToolContext, ToolError
 from agentd.tools.policy import call_risk
 
 
@@ -67,3 +67,39 @@ def test_write_then_send_file_through_the_tools(tmp_path: Path) -> None:
 
     asyncio.run(scenario())
     assert os.path.isfile(tmp_path / "ws" / "out" / "report.txt")
+
+
+def test_save_sent_file_copies_a_document_of_this_chat_only(tmp_path: Path) -> None:
+    downloads: list[str] = []
+
+    async def download(file_id: str, limit: int) -> bytes:
+        downloads.append(file_id)
+        return b"%PDF-1.4 sent by the user"
+
+    async def scenario() -> None:
+        db = await Database.open(tmp_path / "agentd.db")
+        try:
+            await db.execute(
+                "INSERT INTO chat_documents (id, chat_id, user_id, file_id, file_name, format, "
+                "sha256, size, title, created_at) VALUES ('u5', 7, 7, 'FILE5', 'a.pdf', 'pdf', "
+                "'x', 25, 'A', 0)"
+            )
+            tools = {t.name: t for t in workspace_tools(_config(tmp_path), db, download)}
+            save = tools["save_sent_file"]
+            assert save.risk == "medium" and save.at_most_once
+            ctx = ToolContext(chat_id=7, user_id=7, instance_id="i1", tool_use_id="u1")
+            said = await save.fn(ctx, save.parse_args({"document_id": "u5", "path": "in/a.pdf"}))
+            assert "in/a.pdf" in said and downloads == ["FILE5"]
+            other = ToolContext(chat_id=8, user_id=8, instance_id="i2", tool_use_id="u2")
+            try:
+                await save.fn(other, save.parse_args({"document_id": "u5", "path": "b.pdf"}))
+            except ToolError as exc:
+                assert "no file" in str(exc)
+            else:
+                raise AssertionError("another chat's document was saved")
+        finally:
+            await db.close()
+
+    asyncio.run(scenario())
+    assert (tmp_path / "ws" / "in" / "a.pdf").read_bytes().startswith(b"%PDF")
+    assert not (tmp_path / "ws" / "users" / "8" / "b.pdf").exists()

@@ -3,8 +3,9 @@ no network unless asked, an empty environment, rlimits, a wall clock, capped out
 
 `run_sandboxed` is the one entry point (the shell tool uses it; skills will run their scripts
 through it with their folder mounted read-only). Why each choice:
-- only /usr, /etc and the library links are mounted, never `/`: the daemon's database, its
-  config folder and `agentd.env` are not in the sandbox at all (and are masked if under /etc);
+- only /usr, /etc, /sys and the library links are mounted (read-only), never `/`: the
+  daemon's database, its config folder and `agentd.env` are not in the sandbox at all (and
+  are masked if under /etc);
 - `--unshare-all` (user, pid, ipc, uts, cgroup, net namespaces), `--cap-drop ALL`,
   `--new-session` (no TIOCSTI into the daemon's terminal) and `--die-with-parent` (a daemon
   killed with -9 takes its commands with it);
@@ -61,7 +62,9 @@ class Sandbox:
     run_as: str = "nobody"  # only when the daemon runs as root
     # Host paths that must not be visible even if they sit under a mounted folder.
     hide: tuple[str, ...] = ()
-    system_ro: tuple[str, ...] = ("/usr", "/etc")
+    # /sys read-only: lsblk, sensors and friends need it; the sandbox user reads only what
+    # any local user may.
+    system_ro: tuple[str, ...] = ("/usr", "/etc", "/sys")
     extra_env: tuple[tuple[str, str], ...] = field(default=())
 
 
