@@ -233,3 +233,42 @@ def test_sandbox_none_runs_directly_with_an_empty_environment(ws: Path) -> None:
 def test_as_root_an_empty_run_as_is_refused(ws: Path) -> None:
     problem = probe(Sandbox(run_as=""), ws)
     assert problem is not None and "run_as must name an unprivileged user" in problem
+
+
+def _pending_shell_approval(conn: object, approval_id: str) -> None:
+    from agentd.access import approvals
+
+    now = time.time()
+    conn.execute(  # type: ignore[attr-defined]
+        "INSERT INTO workflow_instances (id, workflow, key, status, input, created_at, "
+        "updated_at) VALUES (?, 'turn', 'chat-1', 'waiting', '{}', ?, ?)",
+        (f"turn-{approval_id}", now, now),
+    )
+    approvals.create(conn, approvals.Approval(
+        id=approval_id, instance_id=f"turn-{approval_id}", tool_use_id="t1", chat_id=1,
+        user_id=1, tool="shell", risk="high", args_digest="d", args_preview="$ touch x",
+        status="pending", created_at=now, expires_at=now + 600))  # fmt: skip
+    rules.offer(conn, approval_id, ["touch", "x*"])
+
+
+def test_always_allow_adds_a_rule_only_for_an_owner(tmp_path: Path) -> None:
+    conn = open_sync(tmp_path / "db.sqlite")
+    apply_migrations(conn)
+    press = rules.callback_handler(frozenset({1}))
+    with conn:
+        _pending_shell_approval(conn, "apOwner00001")
+        _pending_shell_approval(conn, "apPaired0001")
+    with conn:
+        said = press(conn, type("P", (), {"data": "ar:apPaired0001", "user_id": 99})())
+    assert "only an owner" in said and rules.list_rules(conn) == []
+    with conn:
+        said = press(conn, type("P", (), {"data": "ar:apOwner00001", "user_id": 1})())
+    assert [(r.program, r.args_pattern) for r in rules.list_rules(conn)] == [("touch", "'x[*]'")]
+    assert rules.matching_rule(conn, ["touch", "x*"]) is not None
+    assert rules.matching_rule(conn, ["touch", "xyz"]) is None  # the glob stays literal
+    with conn:
+        again = press(conn, type("P", (), {"data": "ar:apOwner00001", "user_id": 1})())
+    assert again.startswith("Already decided") and len(rules.list_rules(conn)) == 1
+    statuses = conn.execute("SELECT status FROM approvals ORDER BY id").fetchall()
+    conn.close()
+    assert [s[0] for s in statuses] == ["approved", "approved"]

@@ -117,7 +117,8 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 def _command_router(core: Core, me: Identity) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
     router.callback("ap", approvals.handle_callback)
-    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.handle_callback)
+    owners = frozenset(core.config.telegram.allowed_user_ids)
+    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(owners))
     chat_commands.install(router, CommandDeps(
         config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
         cancel=core.engine.cancel, started_at=core.started_at,

@@ -15,6 +15,7 @@ import shlex
 import sqlite3
 import time
 import unicodedata
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +171,7 @@ def always_callback_data(approval_id: str) -> str:
     return f"{CALLBACK_PREFIX}:{approval_id}"
 
 
-def approve_always(conn: Any, approval_id: str, by: str) -> str:
+def approve_always(conn: Any, approval_id: str, by: str, *, may_add_rules: bool = True) -> str:
     """Approve the pending call and store its rule, in one transaction; the answer to show."""
     rule = offered(conn, approval_id)
     if rule is None:
@@ -178,11 +179,22 @@ def approve_always(conn: Any, approval_id: str, by: str) -> str:
     decided = approvals.decide(conn, approval_id, approve=True, by=by)
     if not decided.ok:
         return decided.message
+    if not may_add_rules:
+        # A rule holds for every chat: only an owner may widen what runs unasked.
+        return "Approved this once; only an owner can make it always allowed."
     stored = add_rule(conn, rule[0], rule[1], by, approval_id)
     return f"Approved, and from now on allowed: {stored.program} {stored.args_pattern}".strip()
 
 
-def handle_callback(conn: Any, press: Any) -> str:
-    """The "Always allow this" button, inside the intake transaction (like approvals')."""
-    approval_id = press.data.split(":", 1)[1] if ":" in press.data else ""
-    return approve_always(conn, approval_id, f"telegram:{press.user_id}")
+def callback_handler(owners: frozenset[int]) -> Callable[[Any, Any], str]:
+    """The "Always allow this" button, inside the intake transaction (like approvals').
+
+    Whoever may press Approve may press this (the same check as the approval buttons; keep
+    them together when that check changes); only owners' presses add the rule."""
+
+    def handle(conn: Any, press: Any) -> str:
+        approval_id = press.data.split(":", 1)[1] if ":" in press.data else ""
+        return approve_always(conn, approval_id, f"telegram:{press.user_id}",
+                              may_add_rules=press.user_id in owners)  # fmt: skip
+
+    return handle
