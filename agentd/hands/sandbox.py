@@ -256,7 +256,10 @@ async def run_sandboxed(
 ) -> RunResult:
     """Run `command` with `sh -c` in the sandbox, `workspace` writable at /workspace.
 
-    Cancelling the awaiting task kills the whole process tree before CancelledError goes on.
+    `binds_ro` adds (host path, path inside) read-only mounts (a skill's folder); like the
+    workspace, bwrap resolves them as the sandbox user, who must be able to reach them.
+    `cwd` is a path inside the sandbox. Cancelling the awaiting task kills the whole process
+    tree before CancelledError goes on.
     """
     argv, host_cwd = command_argv(sandbox, command, workspace, cwd, limits,
                                   binds_ro=binds_ro, network=network)  # fmt: skip
