@@ -183,7 +183,10 @@ def command_argv(
     shell = ["/bin/sh", "-c", command]
     if sandbox.mode == "none":
         host_cwd = str(workspace / cwd.removeprefix(INSIDE_WORKSPACE).lstrip("/"))
-        return [*_prlimit(limits), *shell], host_cwd
+        # No pid namespace here: at least the shell dies with a daemon killed by -9 (its
+        # children may outlive it; that is part of what "none" gives up).
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        return [setpriv, "--pdeathsig", "KILL", "--", *_prlimit(limits), *shell], host_cwd
     ids = _run_as_ids(sandbox.run_as)
     prefix: list[str] = []
     if ids is not None:
