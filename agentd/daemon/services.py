@@ -18,6 +18,10 @@ from agentd.commands.router import CommandRouter
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine
+from agentd.hands import rules as shell_rules
+from agentd.hands.background import job_starter, make_job_workflow
+from agentd.hands.files import workspace_tools
+from agentd.hands.shell import chat_progress, shell_deps, shell_tool
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
 from agentd.media.chatdocs import (
@@ -80,6 +84,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     files = TelegramFiles(core.bot)
     doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
     transcriber = _transcriber(config, stack)
+    shell = await _shell(core)
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -88,7 +93,8 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *schedule_tools,
         *mcp.tools,
     ]
-    registry = _registry(config, extra, [*web_problems], mcp)
+    hands = [*workspace_tools(config, db, files.download), *shell]
+    registry = _registry(config, extra, [*web_problems], mcp, hands)
     deps = TurnDeps(
         config=config, db=db, llm=core.llm, outbox=core.outbox, clock=core.clock,
         registry=registry, redact=core.redactor, embedder=embedder, memory_bits=memory_bits,
@@ -111,12 +117,27 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 def _command_router(core: Core, me: Identity) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
     router.callback("ap", approvals.handle_callback)
+    owners = frozenset(core.config.telegram.allowed_user_ids)
+    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(owners))
     chat_commands.install(router, CommandDeps(
         config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
         cancel=core.engine.cancel, started_at=core.started_at,
     ))  # fmt: skip
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
+
+
+async def _shell(core: Core) -> list[Tool]:
+    """The shell tool and its background jobs' workflow, or nothing and a logged reason."""
+    sdeps, problem = await shell_deps(core.config, core.db, chat_progress(core.outbox))
+    if problem:
+        log.warning("tool problem", extra={"source": "shell", "problem": problem})
+    if sdeps is None:
+        return []
+    sdeps.redact = core.redactor
+    sdeps.start_background = job_starter(core.engine.start)
+    core.engine.register(make_job_workflow(sdeps, core.outbox))
+    return [shell_tool(sdeps)]
 
 
 def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcriber | None:
@@ -129,9 +150,11 @@ def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcribe
 
 
 def _registry(
-    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers
+    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers, hands: list[Tool]
 ) -> ToolRegistry:
-    registry, problems = ToolRegistry.build(config.tools, extra=extra)
+    # The hands' tools come last: an owner's plugin or MCP tool named `delete_file` (say)
+    # keeps working as before, and the built-in one is reported and not offered.
+    registry, problems = ToolRegistry.build(config.tools, extra=extra, late=hands)
     for problem in web_problems:
         log.warning("tool problem", extra={"source": "web", "problem": problem})
     for item in [*problems, *mcp.problems]:
