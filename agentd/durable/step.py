@@ -220,6 +220,11 @@ class Step:
             )
         return self._ordinal, record
 
+    def unreplayed(self) -> list[str]:
+        """Journaled steps this run never reached: a workflow that finishes with some left
+        took another path than the journal did (new code, or non-determinism)."""
+        return [r.name for o, r in sorted(self._journal.items()) if o > self._ordinal]
+
     def _check_running(self) -> None:
         if self.engine.stopping:
             raise Suspended()
