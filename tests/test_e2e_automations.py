@@ -106,14 +106,15 @@ def test_input_and_output_failures_name_the_field(stack: Stack) -> None:
     done = stack.wait(started["instance_id"])
     assert done.returncode == 1
     result = json.loads(done.stdout)
-    assert result["status"] == "errored" and "count: Input should be a valid integer" in (
-        result["error"]
+    assert (
+        result["status"] == "errored"
+        and "count: Input should be a valid integer" in (result["error"])
     )
 
 
 def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stack) -> None:
     stack.tg.add_chat(43)
-    stack.tg.add_message(43, 43, "/run chain {\"tag\": \"stranger\"}")
+    stack.tg.add_message(43, 43, '/run chain {"tag": "stranger"}')
     refused = stack.tg.wait_until(lambda: next((m for m in stack.tg.sent if m["chat_id"] == 43),
                                                None), 30, "a reply to 43")  # fmt: skip
     assert "Only the owner" in refused["plain_text"]

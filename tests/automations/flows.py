@@ -26,8 +26,13 @@ class Greeted(BaseModel):
     said: str | None
 
 
-@workflow("greet", input=Greeting, output=Greeted, version=1,
-          tool=AsTool(description="Greet someone by name, then wait for a go signal."))
+@workflow(
+    "greet",
+    input=Greeting,
+    output=Greeted,
+    version=1,
+    tool=AsTool(description="Greet someone by name, then wait for a go signal."),
+)
 async def greet(step: AutoStep, inp: Greeting) -> Greeted:
     """Greet, then wait for `go` and echo what it said."""
     text = f"Hello, {inp.name}!" * inp.times
