@@ -55,6 +55,7 @@ class _Process:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     poller: Any = None
     engine: Engine | None = None
+    hooks: Any = None  # the webhook listener, when [hooks] enabled
     username: str = ""
 
 
@@ -137,6 +138,11 @@ async def _build(proc: _Process, started_at: float) -> None:
                          started_at)  # fmt: skip
     wired = await services.build(core, me, proc.stack)
     await engine.run()
+    if config.hooks.enabled:
+        from agentd.automations.hooks import HookServer
+
+        proc.hooks = HookServer(config, wired.automations, engine.start, engine.poll_once)
+        await proc.hooks.start()
     # The watchdog is fed by the poll loop itself, so a hung poller trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
     proc.poller = Poller(proc.bot, db, engine, outbox, me,
@@ -179,6 +185,8 @@ async def _shut_down(proc: _Process) -> None:
     """Stop taking work, let running steps finish within the grace, close in reverse."""
     sdnotify.notify("STOPPING=1")
     proc.stop.set()
+    if proc.hooks is not None:  # no delivery is accepted that the engine will not see start
+        await proc.hooks.close()
     if proc.poller:
         proc.poller.stop()
     for task in proc.tasks:
