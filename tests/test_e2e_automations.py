@@ -15,13 +15,17 @@ import pytest
 
 from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.anthropic import Reply, tool_use_block
 
 FLOWS = Path(__file__).parent / "automations"
 
 
 def automation_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, folder: Path = FLOWS,
                    extra: str = "") -> dict[str, str]:  # fmt: skip
-    (tmp / "agentd.toml").write_text(f'[automations]\nfolder = "{folder}"\n{extra}')
+    (tmp / "agentd.toml").write_text(
+        f'[automations]\nfolder = "{folder}"\n{extra}\n'
+        '[tools]\nplugins = ["tests.plugins.e2e_tools"]\napproval_timeout = 120\n'
+    )
     return daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"))
 
 
@@ -144,3 +148,60 @@ def test_ask_owner_from_the_cli_refuses_a_choice_not_offered(stack: Stack) -> No
     ok = stack.daemon.cli("workflows", "signal", iid, "answer:ask", "--data", '{"choice": "No"}')
     assert ok.returncode == 0, ok.stderr
     assert json.loads(stack.wait(iid).stdout)["output"] == {"choice": "No"}
+
+
+def test_step_llm_is_structured_and_costed(stack: Stack) -> None:
+    def responder(body: dict[str, Any]) -> Any:
+        if "judge-marker" in str(body["messages"][0]):
+            assert body["tool_choice"] == {"type": "tool", "name": "answer"}
+            verdict = {"verdict": "fine", "score": 7}
+            return Reply(content=[tool_use_block("answer", verdict)], usage={
+                "input_tokens": 120, "output_tokens": 30})  # fmt: skip
+        return None
+
+    stack.llm.set_responder(responder)
+    iid = stack.start("judge", {"text": "a tidy page"})["instance_id"]
+    done = stack.wait(iid)
+    assert json.loads(done.stdout)["output"] == {"verdict": "fine", "score": 7}, done.stdout
+    usage = stack.daemon.query(
+        "SELECT purpose, step, chat_id, input_tokens, output_tokens FROM llm_usage "
+        "WHERE instance_id = ?", (iid,),
+    )  # fmt: skip
+    assert [tuple(r) for r in usage] == [("automation", "judge", OWNER, 120, 30)]
+
+
+def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:
+    iid = stack.start("tidy", {"note": "n-1", "path": "/tmp/old"})["instance_id"]
+    card = stack.sent_to_owner("delete_file")
+    assert "high risk" in card["plain_text"] and "/tmp/old" in card["plain_text"]
+    assert "add_note n-1" in stack.daemon.effects()  # medium: ran without asking
+    assert "delete_file /tmp/old" not in stack.daemon.effects()
+    approve = card["reply_markup"]["inline_keyboard"][0][0]
+    assert approve["text"] == "Approve"
+    stack.tg.add_callback_query(OWNER, OWNER, card["message_id"], approve["callback_data"])
+    done = stack.wait(iid)
+    assert json.loads(done.stdout)["output"] == {"note": "note added", "removed": True}
+    assert stack.daemon.effects().count("delete_file /tmp/old") == 1
+    audit = stack.daemon.query(
+        "SELECT detail FROM audit WHERE kind = 'automation_tool' AND instance_id = ?", (iid,)
+    )
+    assert sorted(json.loads(r[0])["tool"] for r in audit) == ["add_note", "delete_file"]
+
+
+def test_the_model_can_start_a_workflow_that_declares_a_tool(stack: Stack) -> None:
+    def responder(body: dict[str, Any]) -> Any:
+        if "tool-marker" not in str(body["messages"][0]):
+            return None
+        assert "run_greet" in [t["name"] for t in body.get("tools", [])]
+        assert "run_chain" not in [t["name"] for t in body.get("tools", [])]  # not declared
+        if "tool_result" in str(body["messages"][-1]):
+            return "Started it."
+        return Reply(content=[tool_use_block("run_greet", {"name": "Model"})])
+
+    stack.llm.set_responder(responder)
+    stack.tg.add_message(OWNER, OWNER, "tool-marker: greet Model for me")
+    stack.sent_to_owner("Hello, Model!")
+    rows = stack.daemon.query("SELECT r.instance_id FROM automation_runs r WHERE r.source = 'tool'")
+    assert len(rows) == 1
+    stack.daemon.cli_json("workflows", "signal", rows[0][0], "go")
+    assert stack.wait(rows[0][0]).returncode == 0

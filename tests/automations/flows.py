@@ -93,3 +93,36 @@ class Strict(BaseModel):
 @workflow("bad_output", input=Bad, output=Strict)
 async def bad_output(step: AutoStep, inp: Bad) -> dict[str, str]:
     return {"count": "many"}
+
+
+class Page(BaseModel):
+    text: str
+
+
+class Verdict(BaseModel):
+    verdict: str
+    score: int
+
+
+@workflow("judge", input=Page, output=Verdict)
+async def judge(step: AutoStep, inp: Page) -> Verdict:
+    """One structured model call, costed like any other."""
+    return await step.llm("judge", f"judge-marker: rate this: {inp.text}", output=Verdict)
+
+
+class Tidy(BaseModel):
+    note: str
+    path: str
+
+
+class Tidied(BaseModel):
+    note: str
+    removed: bool
+
+
+@workflow("tidy", input=Tidy, output=Tidied)
+async def tidy(step: AutoStep, inp: Tidy) -> Tidied:
+    """A medium-risk tool runs; a high-risk one asks the owner first."""
+    note = await step.tool("note", "add_note", {"text": inp.note})
+    removed = await step.tool("remove", "delete_file", {"path": inp.path})
+    return Tidied(note=note.content, removed=removed.ran and removed.ok)
