@@ -195,6 +195,11 @@ class AutoStep:
         """Send a message (Markdown) to the owner's chat; return its message id."""
         return await self._rt.send(self._step, name, text)
 
+    async def start(self, name: str, workflow: str, input: BaseModel | dict[str, Any]) -> str:
+        """Start another automation (or this one again: "continue as new", for a loop that
+        would outgrow one journal); return its instance id. Once per step, like any step."""
+        return await self._rt.start_from(self._step, name, workflow, input)
+
     async def tool(self, name: str, tool: str, args: dict[str, Any] | None = None) -> ToolRun:
         """Run one of agentd's tools under its risk policy: low and medium run, high asks the
         owner first (as in a chat turn)."""

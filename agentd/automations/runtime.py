@@ -127,6 +127,22 @@ class Runtime:
         self.kick(instance_id)
         return started
 
+    async def start_from(
+        self, step: Step, name: str, workflow: str, inp: BaseModel | dict[str, Any]
+    ) -> str:
+        payload = inp.model_dump(mode="json") if isinstance(inp, BaseModel) else inp
+        # The id follows from this instance and step: a re-run of the step starts nothing new.
+        iid = runs.instance_id_for(workflow, f"{step.instance_id}:{name}", scope="s")
+
+        async def start_it() -> str:
+            try:
+                started = await self.start(workflow, payload, instance_id=iid, source="workflow")
+            except (InvalidInput, WorkflowNotFound) as exc:
+                raise NonRetryable(str(exc)) from None
+            return started.instance_id
+
+        return await step.do(name, start_it)
+
     async def run_command(self, inp: CommandInput) -> CommandReply:
         """/run NAME {json}: start an automation (the owner only)."""
         if inp.user_id != owner(self.config):
