@@ -86,6 +86,8 @@ def test_start_signal_wait_from_the_cli_while_the_daemon_runs(stack: Stack) -> N
     run = stack.daemon.query("SELECT version, source FROM automation_runs WHERE instance_id = ?",
                              (iid,))  # fmt: skip
     assert tuple(run[0]) == ("1", "cli")
+    shown = stack.daemon.cli_json("workflows", "show", iid)
+    assert shown["version"] == "1" and [s["name"] for s in shown["steps"]] == ["hello", "wait:go"]
     late = stack.daemon.cli("workflows", "signal", iid, "go")
     assert late.returncode == 1 and "already finished" in late.stderr
 

@@ -85,6 +85,7 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
             fail(str(exc))
         steps = store.load_steps(conn, instance_id)
         attempts = store.load_attempts(conn, instance_id)
+        version = _version(conn, instance_id)
     by_step: dict[int, list[dict[str, object]]] = {}
     for a in attempts:
         duration = (a.finished_at - a.started_at) * 1000 if a.finished_at else None
@@ -98,9 +99,10 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
         for s in steps.values()
     ]  # fmt: skip
     if json:
-        print_json({**_instance_json(inst), "steps": step_list})
+        print_json({**_instance_json(inst), "version": version, "steps": step_list})
         return
-    out.print(f"[bold]{inst.id}[/]  {inst.workflow}  key={inst.key}  status={inst.status}")
+    shown = f"  version={version}" if version else ""
+    out.print(f"[bold]{inst.id}[/]  {inst.workflow}{shown}  key={inst.key}  status={inst.status}")
     if inst.error:
         out.print(f"[red]error:[/] {inst.error}", highlight=False)
     table = new_table("#", "step", "kind", "status", "attempts", "last error")
@@ -116,6 +118,18 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
             str(last_error or "")[:60],
         )  # type: ignore[arg-type]
     out.print(table)
+
+
+def _version(conn: Any, instance_id: str) -> str | None:
+    """The version an automation's instance runs on (None: not an automation, or an older
+    database the daemon has not migrated yet)."""
+    try:
+        row = conn.execute(
+            "SELECT version FROM automation_runs WHERE instance_id = ?", (instance_id,)
+        ).fetchone()
+    except Exception:
+        return None
+    return row[0] if row else None
 
 
 @app.command("cancel")
