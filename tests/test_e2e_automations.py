@@ -116,6 +116,8 @@ def test_input_and_output_failures_name_the_field(stack: Stack) -> None:
         result["status"] == "errored"
         and "count: Input should be a valid integer" in (result["error"])
     )
+    told = stack.sent_to_owner("Automation bad_output failed")
+    assert "agentd workflows retry " + started["instance_id"] in told["plain_text"]
 
 
 def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stack) -> None:

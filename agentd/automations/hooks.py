@@ -47,8 +47,9 @@ def signature_ok(secret: bytes, body: bytes, header: str) -> bool:
     scheme, _, given = header.strip().partition("=")
     if scheme.lower() != "sha256" or not given:
         return False
-    expected = hmac.new(secret, body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, given.strip().lower())
+    expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+    # As bytes: compare_digest refuses non-ASCII str, and a header may hold anything.
+    return hmac.compare_digest(expected, given.strip().lower().encode("utf-8", "replace"))
 
 
 def _fresh_socket_path(raw: str) -> str:
@@ -57,6 +58,20 @@ def _fresh_socket_path(raw: str) -> str:
     if path.is_socket():
         path.unlink()
     return str(path)
+
+
+async def _read_at_most(request: web.Request, limit: int) -> bytes:
+    """The body, or its first `limit` bytes: `read(n)` returns whatever has arrived so far,
+    so a body that comes in several packets is read chunk by chunk."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await request.content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
 
 
 class _Refused(Exception):
@@ -139,7 +154,7 @@ class HookServer:
             raise _Refused(413, f"body over {self._max} bytes")
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
-                body = await request.content.read(self._max + 1)
+                body = await _read_at_most(request, self._max + 1)
         except TimeoutError:
             raise _Refused(408, "the body took too long") from None
         if len(body) > self._max:
@@ -212,6 +227,10 @@ class HookServer:
         except _Refused as refused:
             return refused.response
         event = request.match_info["event"]
+        if event.startswith(runs.ANSWER_PREFIX):
+            # The owner's answers (and approvals of high-risk tools) are the owner's: a
+            # webhook's sender may signal its workflow, never answer for the owner.
+            return _error(403, "answers to the owner's questions cannot come from a webhook")
         iid = data.get("instance_id") or request.query.get("instance_id")
         payload = data.get("data", {})
         if not isinstance(iid, str) or not isinstance(payload, dict):

@@ -184,6 +184,20 @@ class Runtime:
             ))  # fmt: skip
         return tools
 
+    async def notify_failure(self, name: str, instance_id: str, error: str) -> None:
+        """Tell the owner an automation errored (best effort: the journal and the audit log
+        have it whatever the chat says)."""
+        if name not in self.catalog.versions or (chat := owner(self.config)) is None:
+            return
+        text = (f"⚠️ Automation `{name}` failed (`{instance_id}`):\n{error[:600]}\n\n"
+                f"Details: `agentd workflows show {instance_id}`; run it again: "
+                f"`agentd workflows retry {instance_id}`")  # fmt: skip
+        try:
+            await self.outbox.send_text(chat, text)
+        except Exception as exc:
+            extra = {"instance_id": instance_id, "error": type(exc).__name__}
+            log.warning("could not tell the owner about a failed automation", extra=extra)
+
     # -- ask_owner ------------------------------------------------------------------------
 
     def on_answer(self, conn: Any, press: CallbackPress) -> str:

@@ -119,10 +119,15 @@ async def _build(proc: _Process, started_at: float) -> None:
     outbox = TelegramOutbox(proc.bot, max_message_chars=config.telegram.max_message_chars,
                             progress_delay=config.telegram.progress_delay)  # fmt: skip
 
+    wired_holder: list[services.Services] = []  # bound once built; instances finish after
+
     async def on_unfinished(inst: store.InstanceRecord) -> None:
         await db.write(audit_unfinished, inst)
         if inst.status == "cancelled":
             await withdraw_approvals(db, outbox, inst.id)
+        elif inst.status == "errored" and wired_holder:
+            await wired_holder[0].automations.notify_failure(inst.workflow, inst.id,
+                                                             inst.error or "")  # fmt: skip
 
     clock = SystemClock()
     engine = proc.engine = Engine(
@@ -137,6 +142,7 @@ async def _build(proc: _Process, started_at: float) -> None:
     core = services.Core(config, db, proc.bot, proc.llm, outbox, clock, engine, proc.redactor,
                          started_at)  # fmt: skip
     wired = await services.build(core, me, proc.stack)
+    wired_holder.append(wired)
     await engine.run()
     if config.hooks.enabled:
         from agentd.automations.hooks import HookServer
