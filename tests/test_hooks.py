@@ -58,7 +58,7 @@ async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
     route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET")
     config = Config(
         telegram=TelegramConfig(allowed_user_ids=[42]),
-        hooks=HooksConfig(enabled=True, listen=f"unix:{sock}", max_body_bytes=1024,
+        hooks=HooksConfig(enabled=True, listen=f"unix:{sock}", max_body_bytes=16384,
                           routes={"u": route}),
     )  # fmt: skip
     db = await Database.open(tmp_path / "t.db")
@@ -125,9 +125,9 @@ async def test_oversized_declared_and_slow_bodies_end_quickly(
     listener: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sock, db = listener
-    big = b'{"x": 1, "pad": "' + b"a" * 2000 + b'"}'
+    big = b'{"x": 1, "pad": "' + b"a" * 20000 + b'"}'
     status, body = await post(sock, "/hooks/u", big, {"X-Signature-256": sign(big)})
-    assert status == 413 and "1024" in body["error"]
+    assert status == 413 and "16384" in body["error"]
     monkeypatch.setattr(hooks, "BODY_TIMEOUT", 0.3)
 
     async def trickle() -> AsyncIterator[bytes]:
@@ -138,6 +138,9 @@ async def test_oversized_declared_and_slow_bodies_end_quickly(
     async with asyncio.timeout(4):  # answered at the body timeout, not when the sender ends
         status, body = await post(sock, "/hooks/u", trickle(), {"X-Signature-256": "sha256=00"})
     assert status == 408
+    deep = b"[" * 5000 + b"]" * 5000  # valid JSON nested past the parser's recursion limit
+    status, body = await post(sock, "/hooks/u", deep, {"X-Signature-256": sign(deep)})
+    assert status == 400 and body["error"] == "the body is not JSON"
     bad = b'{"x": 1}'
     status, _ = await post(sock, "/hooks/u", bad, {"X-Signature-256": "sha256=é"})
     assert status == 401

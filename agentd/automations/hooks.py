@@ -168,7 +168,7 @@ class HookServer:
             raise _Refused(401, "bad signature")
         try:
             data = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nesting past the stack too
             raise _Refused(400, "the body is not JSON") from None
         if not isinstance(data, dict):
             raise _Refused(400, "the body must be a JSON object")

@@ -17,6 +17,7 @@ from agentd.agent.approval_flow import withdraw_approvals
 from agentd.config import Config
 from agentd.daemon import services
 from agentd.daemon.startup import (
+    ConfigProblem,
     audit_send_uncertain,
     audit_unfinished,
     every,
@@ -148,7 +149,12 @@ async def _build(proc: _Process, started_at: float) -> None:
         from agentd.automations.hooks import HookServer
 
         proc.hooks = HookServer(config, wired.automations, engine.start, engine.poll_once)
-        await proc.hooks.start()
+        try:
+            await proc.hooks.start()
+        except (OSError, ValueError) as exc:  # port taken, bad address, socket dir missing
+            await proc.hooks.close()
+            proc.hooks = None
+            raise ConfigProblem(f"[hooks] listen = {config.hooks.listen!r}: {exc}") from None
     # The watchdog is fed by the poll loop itself, so a hung poller trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
     proc.poller = Poller(proc.bot, db, engine, outbox, me,
