@@ -92,6 +92,14 @@ def test_start_signal_wait_from_the_cli_while_the_daemon_runs(stack: Stack) -> N
     assert late.returncode == 1 and "already finished" in late.stderr
 
 
+def test_automations_lists_what_loaded(stack: Stack) -> None:
+    listed = stack.daemon.cli_json("workflows", "automations")
+    by_name = {a["name"]: a for a in listed["automations"]}
+    assert {"greet", "chain", "ask", "judge", "tidy", "bad_output"} <= set(by_name)
+    assert by_name["greet"]["current"] == "1" and by_name["greet"]["tool"] == "run_greet (medium)"
+    assert by_name["chain"]["current"].startswith("src-") and listed["problems"] == []
+
+
 def test_the_same_key_starts_nothing_new(stack: Stack) -> None:
     first = stack.start("chain", {"tag": "keyed"}, "--key", "build-77")
     again = stack.start("chain", {"tag": "keyed"}, "--key", "build-77")

@@ -198,9 +198,13 @@ def retry(
 
 
 def _catalog(cfg: Config) -> Catalog:
+    import logging
+
     from agentd.automations.catalog import builtin_names, load_catalog
     from agentd.runtime.gc_pause import paused
 
+    # The commands print the problems themselves; the loader's log lines would repeat them.
+    logging.getLogger("agentd.automations").setLevel(logging.CRITICAL)
     with paused():
         return load_catalog(cfg, builtin_names())
 
@@ -220,6 +224,31 @@ def _json_arg(value: str, what: str) -> Any:
         return jsonlib.loads(value)
     except jsonlib.JSONDecodeError as exc:
         fail(f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+
+
+@app.command("automations")
+def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
+    """The automations the configured folder and modules declare, and what failed to load."""
+    cfg = config_or_exit(config)
+    catalog = _catalog(cfg)
+    rows = []
+    for name in catalog.names():
+        current = catalog.current(name)
+        tool = f"run_{name} ({current.tool.risk})" if current.tool else None
+        rows.append({"name": name, "current": current.version,
+                     "versions": sorted(catalog.versions[name]),
+                     "description": current.description, "source": current.source,
+                     "tool": tool})  # fmt: skip
+    if json:
+        print_json({"automations": rows, "problems": catalog.problems})
+        return
+    table = new_table("name", "version", "also loaded", "model tool")
+    for r in rows:
+        others = ", ".join(v for v in r["versions"] if v != r["current"])  # type: ignore[attr-defined]
+        table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""))
+    out.print(table)
+    for problem in catalog.problems:
+        out.print(f"[red]problem:[/] {problem}", highlight=False)
 
 
 @app.command("start")
