@@ -75,7 +75,8 @@ class Runtime:
 
     def _durable(self, name: str) -> Workflow[Any, Any]:
         async def run(step: Step, raw: RawInput) -> RawOutput:
-            started_on = await self.db.read(runs.version_of, step.instance_id)
+            # A primary-key lookup: on the loop's own connection, no hop to the writer thread.
+            started_on = await self.db.read_inline(runs.version_of, step.instance_id)
             auto = self.catalog.get(name, started_on)
             if auto is None:
                 auto = self.catalog.current(name)
