@@ -109,6 +109,9 @@ class HookServer:
             if not secret:
                 log.warning("hook has no secret; it refuses every delivery",
                             extra={"hook": name, "secret_env": hook.secret_env})  # fmt: skip
+            if hook.workflow and hook.workflow not in runtime.catalog.versions:
+                log.warning("hook starts an automation that is not loaded; it answers 503",
+                            extra={"hook": name, "workflow": hook.workflow})  # fmt: skip
             self.routes[name] = _Route(name, hook, secret.encode() if secret else None)
 
     async def start(self) -> str:
