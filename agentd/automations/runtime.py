@@ -102,12 +102,13 @@ class Runtime:
                 )
         except DivergenceError as exc:
             if started_on and started_on != auto.version:
-                raise DivergenceError(
-                    f"{exc}. The instance started on version {started_on}, which is not loaded; "
-                    f"this code is version {auto.version}. Load the old version beside the new "
-                    f"one, or re-run: agentd workflows retry {step.instance_id} --from STEP"
-                ) from None
-            raise
+                why = (f" The instance started on version {started_on}, which is not loaded; "
+                       f"this code is version {auto.version}. Load the old version beside the "
+                       "new one, or re-run it on this code:")  # fmt: skip
+            else:
+                why = " The code changed under the same version. Re-run it on this code:"
+            hint = f" agentd workflows retry {step.instance_id} --from STEP"
+            raise DivergenceError(f"{exc}.{why}{hint}") from None
         try:
             data = result.model_dump() if isinstance(result, BaseModel) else result
             output = auto.output_model.model_validate(data)
