@@ -101,3 +101,21 @@ def test_workflow_declarations_are_checked() -> None:
 
     unversioned = workflow("ok", input=M, output=M)(edited)
     assert unversioned.version.startswith("src-")  # the source's fingerprint
+
+
+def test_an_input_over_the_engine_limit_is_refused(tmp_path: Path) -> None:
+    from agentd.automations import runs
+    from agentd.db import open_sync
+    from agentd.db.migrations import apply_migrations
+
+    catalog = catalog_of(tmp_path, {"a.py": GOOD.format(version=1)})
+    conn = open_sync(tmp_path / "t.db")
+    apply_migrations(conn)
+    with pytest.raises(InvalidInput, match="bytes, over"):
+        runs.start(conn, catalog, "deploy", {"repo": "x" * (runs.MAX_INPUT_BYTES + 1)},
+                   instance_id="big", source="cli", now=0.0)  # fmt: skip
+    assert conn.execute("SELECT COUNT(*) FROM workflow_instances").fetchone()[0] == 0
+    runs.start(conn, catalog, "deploy", {"repo": "r"}, instance_id="ok", source="cli", now=0.0)
+    with pytest.raises(ValueError, match="event data over"):
+        runs.signal(conn, "ok", "go", {"blob": "x" * runs.MAX_INPUT_BYTES}, 0.0)
+    conn.close()

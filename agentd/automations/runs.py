@@ -11,9 +11,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.automations.catalog import Catalog
-from agentd.durable import InstanceNotFound, store
+from agentd.durable import InstanceNotFound, InvalidInput, Limits, store
 
 QUESTION_SUFFIX = ":question"  # the step of ask_owner NAME that records the question
+MAX_INPUT_BYTES = Limits().max_input_bytes  # an input or event's JSON, as the engine allows
 ANSWER_PREFIX = "answer:"  # the event type an ask_owner step named NAME waits for: answer:NAME
 
 
@@ -54,6 +55,8 @@ def start(
     """Validate the input against the newest version and create the instance (its own key:
     automations run concurrently). InvalidInput / WorkflowNotFound say what is wrong."""
     auto, raw = catalog.validated_input(name, payload)
+    if len(raw) > MAX_INPUT_BYTES:
+        raise InvalidInput(f"input of {name} is {len(raw)} bytes, over {MAX_INPUT_BYTES}")
     created = store.insert_instance(
         conn, instance_id=instance_id, workflow=name, key=instance_id, input_json=raw, now=now
     )
@@ -89,6 +92,8 @@ def signal(
 ) -> bool:  # fmt: skip
     """Deliver an event to an open instance's mailbox; False if event_id was delivered before.
     `answer:NAME` events are checked against the question's choices and settle it."""
+    if len(json.dumps(data)) > MAX_INPUT_BYTES:
+        raise ValueError(f"event data over {MAX_INPUT_BYTES} bytes")
     inst = store.get_instance(conn, instance_id)
     if workflow is not None and inst.workflow != workflow:
         raise InstanceNotFound(f"no instance {instance_id!r} of workflow {workflow!r}")
