@@ -384,6 +384,58 @@ class WebConfig(_Section):
         return value.rstrip("/")
 
 
+class AutomationsConfig(_Section):
+    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
+
+    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
+    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
+    folder: str = ""
+    modules: list[str] = Field(default_factory=list)
+    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
+
+
+class HookConfig(_Section):
+    """One `[hooks.routes.NAME]`: what `POST /hooks/NAME` starts, and how it is verified."""
+
+    workflow: str = ""  # the automation it starts; empty: `prompt` makes it a turn instead
+    prompt: str = ""  # a turn in the owner's chat: this text, then the JSON body as data
+    # The NAME of the environment variable holding the HMAC secret (never the secret itself).
+    secret_env: str
+    # Headers tried for the signature (sha256=<hex> of the raw body) and the delivery id.
+    signature_headers: list[str] = Field(
+        default_factory=lambda: ["X-Hub-Signature-256", "X-Signature-256"]
+    )
+    delivery_headers: list[str] = Field(
+        default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> HookConfig:
+        if bool(self.workflow) == bool(self.prompt):
+            raise ValueError('give exactly one of workflow = "NAME" or prompt = "text"')
+        return self
+
+
+class HooksConfig(_Section):
+    """`[hooks]`: the webhook listener; off unless enabled."""
+
+    enabled: bool = False
+    # "127.0.0.1:8787" (loopback only unless a reverse proxy forwards) or "unix:/path.sock".
+    listen: str = "127.0.0.1:8787"
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    routes: dict[str, HookConfig] = Field(default_factory=dict)
+
+    @field_validator("routes")
+    @classmethod
+    def _route_names(cls, routes: dict[str, HookConfig]) -> dict[str, HookConfig]:
+        import re
+
+        bad = [name for name in routes if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name)]
+        if bad:
+            raise ValueError(f"hook names are 1-64 of letters, digits, _ and -: {bad}")
+        return routes
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -423,6 +475,8 @@ class Config(_Section):
     docs: DocsConfig = Field(default_factory=DocsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)

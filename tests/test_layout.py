@@ -29,6 +29,7 @@ TIERS: list[tuple[str, ...]] = [
     ("media",),
     ("agent", "commands"),
     ("schedule",),
+    ("automations",),  # the owner's own workflows: start, signal, hooks
     ("telegram",),
     ("daemon",),
     ("cli",),

@@ -16,6 +16,7 @@ from agentd.agent.approval_flow import withdraw_approvals
 from agentd.config import Config
 from agentd.daemon import services
 from agentd.daemon.startup import (
+    ConfigProblem,
     audit_send_uncertain,
     audit_unfinished,
     every,
@@ -53,6 +54,7 @@ class _Process:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     poller: Any = None
     engine: Engine | None = None
+    hooks: Any = None  # the webhook listener, when [hooks] enabled
     username: str = ""
 
 
@@ -111,10 +113,15 @@ async def _build(proc: _Process, started_at: float) -> None:
     outbox = TelegramOutbox(proc.bot, max_message_chars=config.telegram.max_message_chars,
                             progress_delay=config.telegram.progress_delay)  # fmt: skip
 
+    wired_holder: list[services.Services] = []  # bound once built; instances finish after
+
     async def on_unfinished(inst: store.InstanceRecord) -> None:
         await db.write(audit_unfinished, inst)
         if inst.status == "cancelled":
             await withdraw_approvals(db, outbox, inst.id)
+        elif inst.status == "errored" and wired_holder:
+            await wired_holder[0].automations.notify_failure(inst.workflow, inst.id,
+                                                             inst.error or "")  # fmt: skip
 
     clock = SystemClock()
     engine = proc.engine = Engine(
@@ -129,7 +136,18 @@ async def _build(proc: _Process, started_at: float) -> None:
     core = services.Core(config, db, proc.bot, proc.llm, outbox, clock, engine, proc.redactor,
                          started_at)  # fmt: skip
     wired = await services.build(core, me, proc.stack)
+    wired_holder.append(wired)
     await engine.run()
+    if config.hooks.enabled:
+        from agentd.automations.hooks import HookServer
+
+        proc.hooks = HookServer(config, wired.automations, engine.start, engine.poll_once)
+        try:
+            await proc.hooks.start()
+        except (OSError, ValueError) as exc:  # port taken, bad address, socket dir missing
+            await proc.hooks.close()
+            proc.hooks = None
+            raise ConfigProblem(f"[hooks] listen = {config.hooks.listen!r}: {exc}") from None
     # The watchdog is fed by the poll loop itself, so a hung poller trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
     proc.poller = Poller(proc.bot, db, engine, outbox, me,
@@ -171,6 +189,8 @@ async def _shut_down(proc: _Process) -> None:
     """Stop taking work, let running steps finish within the grace, close in reverse."""
     sdnotify.notify("STOPPING=1")
     proc.stop.set()
+    if proc.hooks is not None:  # no delivery is accepted that the engine will not see start
+        await proc.hooks.close()
     if proc.poller:
         proc.poller.stop()
     for task in proc.tasks:

@@ -12,6 +12,8 @@ from typing import Any
 from agentd.access import approvals
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
+from agentd.automations.catalog import builtin_names, load_catalog
+from agentd.automations.runtime import CALLBACK_PREFIX, Runtime
 from agentd.commands import chat as chat_commands
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandRouter
@@ -66,6 +68,7 @@ class Core:
 class Services:
     router: CommandRouter
     on_callback: Callable[..., Awaitable[Any]]
+    automations: Runtime
 
 
 async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> Services:
@@ -85,6 +88,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
     transcriber = _transcriber(config, stack)
     shell = await _shell(core)
+    automations = _automations(core, router)
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -92,9 +96,11 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *chat_document_tools(doc_deps),
         *schedule_tools,
         *mcp.tools,
+        *automations.model_tools(),
     ]
     hands = [*workspace_tools(config, db, files.download), *shell]
     registry = _registry(config, extra, [*web_problems], mcp, hands)
+    automations.registry = registry
     deps = TurnDeps(
         config=config, db=db, llm=core.llm, outbox=core.outbox, clock=core.clock,
         registry=registry, redact=core.redactor, embedder=embedder, memory_bits=memory_bits,
@@ -110,8 +116,24 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     engine.register(make_summary_workflow(summary))
     engine.register(make_ingest_workflow(doc_deps, core.outbox))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
+    for flow in automations.workflows():
+        engine.register(flow)
     # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
-    return Services(router=router, on_callback=document_callbacks(engine, router.on_callback))
+    return Services(router=router, on_callback=document_callbacks(engine, router.on_callback),
+                    automations=automations)  # fmt: skip
+
+
+def _automations(core: Core, router: CommandRouter) -> Runtime:
+    """The owner's workflows: loaded from their folder, /run and their answer buttons."""
+    catalog = load_catalog(core.config, builtin_names())
+    runtime = Runtime(config=core.config, db=core.db, clock=core.clock, catalog=catalog,
+                      outbox=core.outbox, llm=core.llm, kick=core.engine.kick,
+                      redact=core.redactor)  # fmt: skip
+    router.command("run", runtime.run_command, "Run one of your automations: /run NAME {json}")
+    router.callback(CALLBACK_PREFIX, runtime.on_answer)
+    if catalog.names():
+        log.info("automations loaded", extra={"automations": catalog.names()})
+    return runtime
 
 
 def _command_router(core: Core, me: Identity) -> CommandRouter:

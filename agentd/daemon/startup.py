@@ -36,6 +36,8 @@ def set_up_logging(config: Config) -> Redactor:
     stt_key = read_key(config.media.transcription_key_env, os.environ)
     if config.media.transcription == "openai" and stt_key:
         secrets.append(stt_key)  # kept out of logs and errors like the other keys
+    for hook in config.hooks.routes.values():  # webhook secrets, likewise
+        secrets.append(os.environ.get(hook.secret_env, ""))
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 

@@ -514,6 +514,35 @@ CREATE TABLE shell_rule_offers (
 );
 """
 
+# Automations the owner writes (#30): which version of its code each instance started on, and
+# the questions step.ask_owner put to the owner (answered by a button or `workflows signal`).
+M026_WORKFLOWS = """
+CREATE TABLE automation_runs (
+    instance_id TEXT PRIMARY KEY REFERENCES workflow_instances (id) ON DELETE CASCADE,
+    automation TEXT NOT NULL,
+    version TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE automation_questions (
+    id TEXT PRIMARY KEY,
+    instance_id TEXT NOT NULL REFERENCES workflow_instances (id) ON DELETE CASCADE,
+    step TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    choices TEXT NOT NULL,
+    default_choice TEXT,
+    message_id INTEGER,
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'answered', 'timed_out')),
+    answer TEXT,
+    answered_by TEXT,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    UNIQUE (instance_id, step)
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -530,6 +559,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
     ("m024_hands", M024_HANDS),
+    ("m026_workflows", M026_WORKFLOWS),
 ]
 
 
