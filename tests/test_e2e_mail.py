@@ -209,6 +209,8 @@ def test_crash_during_send_is_settled_from_sent_and_never_repeated(
             assert len(relay.received) == len(set(relay.received))
             steps = [r[0] for r in daemon.query("SELECT name FROM workflow_steps")]
             assert "settle:toolu_crash" in steps
+            # Sent answered for it: no generic "outcome unknown" notice before the answer.
+            assert not any("Outcome unknown" in m["plain_text"] for m in tg.sent)
         finally:
             relay.hold = None
             daemon.stop()

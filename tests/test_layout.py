@@ -25,10 +25,11 @@ TIERS: list[tuple[str, ...]] = [
     ("durable",),
     ("chat", "llm", "access", "retention", "retrieval"),
     ("tools",),
-    ("knowledge", "memory", "web", "mail", "calendar"),
+    ("knowledge", "memory", "web", "hands", "mail", "calendar"),
     ("media",),
     ("agent", "commands"),
     ("schedule",),
+    ("automations",),  # the owner's own workflows: start, signal, hooks
     ("telegram",),
     ("daemon",),
     ("cli",),

@@ -216,7 +216,7 @@ async def test_send_tool_is_high_risk_egress_and_its_card_shows_the_mail(
 ) -> None:
     tools = tools_for(account(dovecot, "user5", display_name="Owner"), db, tmp_path, "x")
     send = tools["mail_send"]
-    assert send.risk == "high" and send.egress and not send.taints
+    assert send.risk == "high" and send.egress and not send.taints and send.at_most_once
     assert tools["mail_read"].taints and tools["mail_search"].taints
     args = send.parse_args(
         {
@@ -226,8 +226,10 @@ async def test_send_tool_is_high_risk_egress_and_its_card_shows_the_mail(
             "body": "line one\nline two " + "x" * 1500,
         }
     )
-    assert send.preview is not None
-    card = send.preview(args)
+    assert send.card is not None
+    shown = send.card(args)
+    assert shown is not None and shown.always_allow is None  # no "Always allow" for a mail
+    card = shown.text
     assert card.startswith("From: Owner <user5@example.org>\nTo: a@b.c\nCc: c@d.e\nSubject: Hi\n")
     assert card.endswith("line one\nline two " + "x" * 1500)  # the exact body, not cut
 

@@ -16,11 +16,13 @@ from agentd.agent.deps import TurnDeps
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step
+from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
 from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tools import (
+    ApprovalCard,
     ToolOutcome,
     args_digest,
     check_args,
@@ -42,6 +44,8 @@ class Route(BaseModel):
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
+    at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
+    settles: bool = False  # after a crash mid-call the tool can find out what happened
 
 
 class Decision(BaseModel):
@@ -50,10 +54,30 @@ class Decision(BaseModel):
     reason: str | None = None
 
 
+def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
+    """The tool's own card content for this call (a shell command's line, folder, network,
+    limits and its "Always allow this" offer); None: the arguments are rendered."""
+    found = deps.registry.get(tool.name)
+    if found is None or found.card is None:
+        return None
+    checked = check_args(found, use.input)
+    if isinstance(checked, ToolOutcome):
+        return None
+    return found.card(checked)
+
+
+def _preview(deps: TurnDeps, tool: Route, use: ToolUseBlock, card: ApprovalCard | None) -> str:
+    shown = card.text if card is not None else render_args(use.input)
+    if tool.reason:
+        shown = f"{shown}\n\nwhy it asks: {tool.reason}"
+    return deps.redact(shown)
+
+
 def create_approval(
     conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
+    card = tool_card(deps, tool, use)
     approval = Approval(
         id=approvals.new_id(),
         instance_id=instance_id,
@@ -63,28 +87,20 @@ def create_approval(
         tool=tool.name,
         risk=tool.risk or "high",
         args_digest=args_digest(use.input),
-        args_preview=deps.redact(call_preview(deps, tool.name, use)),
+        args_preview=_preview(deps, tool, use, card),
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
     )
 
     stored = approvals.create(conn, approval)
+    if card is not None and card.always_allow:
+        shell_rules.offer(conn, stored.id, card.always_allow)
     audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
                  instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
                          "args_digest": stored.args_digest})  # fmt: skip
     return stored
-
-
-def call_preview(deps: TurnDeps, name: str, use: ToolUseBlock) -> str:
-    """The tool's own rendering of the call (a mail as it will be sent), else its arguments."""
-    tool = deps.registry.get(name)
-    if tool is not None and tool.preview is not None:
-        checked = check_args(tool, use.input)
-        if not isinstance(checked, ToolOutcome):
-            return tool.preview(checked)
-    return render_args(use.input)
 
 
 def _approval_text(approval: Approval, timeout: float) -> str:
@@ -108,13 +124,22 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
     return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
 
 
+async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
+    """The third button, "Always allow this", where the tool offered a rule (hands/rules.py)."""
+    if await deps.db.read(shell_rules.offered, approval.id) is None:
+        return []
+    data = shell_rules.always_callback_data(approval.id)
+    return [[Button(text="♾ Always allow this", data=data)]]
+
+
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
     """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
             Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
-        ]
+        ],
+        *await always_allow_buttons(deps, approval),
     ]
     text = _approval_text(approval, approval.expires_at - approval.created_at)
     try:

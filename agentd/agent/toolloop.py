@@ -101,7 +101,8 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     if isinstance(checked, ToolOutcome):
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
     verdict = call_risk(tool, checked, state or CallState())
-    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason)
+    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
+                 at_most_once=tool.at_most_once, settles=tool.settle is not None)  # fmt: skip
 
 
 async def run_tool(
@@ -116,20 +117,52 @@ async def run_tool(
 
 async def settle_tool(
     deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
-) -> ToolOutcome:
-    """A call cut short by a crash: let the tool find out what happened, never run it again."""
+) -> ToolOutcome | None:
+    """A call cut short by a crash: let the tool find out what happened, never run it again.
+    None: it cannot say (no settle, arguments no longer valid, settling failed)."""
     tool = deps.registry.get(name)
     checked = check_args(tool, use.input) if tool is not None else None
     if tool is None or tool.settle is None or isinstance(checked, ToolOutcome):
-        return ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+        return None
     try:
         found = await tool.settle(_context(deps, inp, instance_id, use), checked)
     except Exception as exc:
         log.warning("could not settle an interrupted call", extra={"tool": name,
                     "error": type(exc).__name__})  # fmt: skip
-        return ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+        return None
     kind = "tool_error" if found.is_error else None
     return ToolOutcome(ok=not found.is_error, content=deps.redact(found.content), error_kind=kind)
+
+
+async def report_unknown(
+    deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
+) -> ToolOutcome:
+    """A crash cut an at-most-once call short: tell the user plainly, with what it was, and
+    never run it again by ourselves (the model is told the same)."""
+    shown = deps.redact(render_args(use.input, limit=600, value_limit=500))
+    fenced = shown.replace("```", "'''")
+    text = (f"⚠️ Outcome unknown: `{route.name}` may or may not have run (a restart cut it "
+            f"short); it was not run again.\n\n```\n{fenced}\n```")  # fmt: skip
+    try:
+        await deps.outbox.send_text(inp.chat_id, text)
+    except Exception as exc:  # the model's answer still says it
+        log.warning("could not send the outcome-unknown notice",
+                    extra={"error": type(exc).__name__})  # fmt: skip
+    content = f"{UNKNOWN_OUTCOME} The call was: {route.name} {shown}"
+    return ToolOutcome(ok=False, content=content, error_kind="exception")
+
+
+async def settle_or_report(
+    step: Step, deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
+) -> ToolOutcome:
+    """After a crash during an at-most-once call: the tool's own account of what happened
+    (a mail found in Sent) where it has one, else the plain "outcome unknown" notice."""
+    if route.settles:  # journaled in the route, so a replay takes the same steps
+        found = await step.do(f"settle:{use.id}", settle_tool, deps, route.name, inp,
+                              step.instance_id, use)  # fmt: skip
+        if found is not None:
+            return found
+    return await step.do(f"unknown:{use.id}", report_unknown, deps, inp, route, use)
 
 
 def write_tool_audit(
@@ -166,12 +199,12 @@ async def handle_tool_use(
             await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use,
                              outcome, decision, by)  # fmt: skip
             return outcome, route
+    if route.risk == "high" or route.at_most_once:
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                     delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
-            outcome = await step.do(f"settle:{use.id}", settle_tool, deps, route.name, inp, iid,
-                                    use)  # fmt: skip
+            outcome = await settle_or_report(step, deps, inp, route, use)
     else:
         outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
     await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,

@@ -36,6 +36,8 @@ def set_up_logging(config: Config) -> Redactor:
     stt_key = read_key(config.media.transcription_key_env, os.environ)
     if config.media.transcription == "openai" and stt_key:
         secrets.append(stt_key)  # kept out of logs and errors like the other keys
+    for hook in config.hooks.routes.values():  # webhook secrets, likewise
+        secrets.append(os.environ.get(hook.secret_env, ""))
     # Mail and calendar app passwords, by the variable or credential each account names.
     accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
     env = config.secret_env(os.environ)

@@ -20,7 +20,7 @@ from agentd.mail import imap, send
 from agentd.mail.errors import MailError
 from agentd.mail.mailbox import Mailbox, parse_day
 from agentd.mail.message import Outgoing, compose, quoted, reply_headers, reply_recipients
-from agentd.tools import Tool, ToolContext, ToolError, ToolResult, mark_untrusted
+from agentd.tools import ApprovalCard, Tool, ToolContext, ToolError, ToolResult, mark_untrusted
 
 MAX_SEND_BODY = 3000  # the approval card shows the whole body; Telegram caps a message at 4096
 
@@ -361,7 +361,9 @@ def build_mail_tools(config: Config, db: Database, env: Mapping[str, str]) -> li
             tool = replace(
                 tool,
                 egress=True,
-                preview=lambda a: _send_preview(deps, a),
+                # Sending twice is worse than asking again, whatever its risk is overridden to.
+                at_most_once=True,
+                card=lambda a: ApprovalCard(text=_send_preview(deps, a)),
                 settle=_guard(_settle_send, deps),
             )
         tools.append(tool)
