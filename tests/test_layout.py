@@ -26,7 +26,7 @@ TIERS: list[tuple[str, ...]] = [
     ("chat", "llm", "access", "retention", "retrieval"),
     ("tools",),
     ("knowledge", "memory", "web"),
-    ("media",),
+    ("media", "skills"),
     ("agent", "commands"),
     ("schedule",),
     ("telegram",),
