@@ -296,6 +296,48 @@ class McpServerConfig(_Section):
         return self
 
 
+class WorkspaceConfig(_Section):
+    """`[tools.workspace]`: the one folder the file tools and the shell may touch."""
+
+    # Empty: `workspace` beside the database. Users paired later (not in allowed_user_ids)
+    # each get `users/<id>` inside it; the owners share the top.
+    path: str = ""
+    # Larger reads and writes fail with a clear error instead of filling the model's context.
+    max_file_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
+    # delete_file moves files to `.trash` in the workspace; they are purged after this long.
+    trash_days: float = Field(default=7.0, ge=0)
+
+
+class ShellConfig(_Section):
+    """`[tools.shell]`: the sandboxed shell tool (agentd/hands)."""
+
+    enabled: bool = True
+    # "bwrap": bubblewrap (read-only system, the workspace writable, private /tmp, no network).
+    # "none": unsandboxed, on the owner's explicit choice; every approval card says so.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    bwrap: str = "bwrap"
+    # When agentd runs as root, commands run as this user (so process limits apply to them).
+    run_as: str = "nobody"
+    # Programs that may run without asking (read-only ones); the owner can extend the list.
+    allowlist: list[str] = Field(
+        default_factory=lambda: [
+            "df", "du", "free", "uptime", "uname", "date", "hostname", "nproc", "whoami",
+            "id", "pwd", "ls", "lsblk", "stat", "wc",
+        ]
+    )  # fmt: skip
+    # Programs allowed to ask for the network (still approved per command); none by default.
+    network_programs: list[str] = Field(default_factory=list)
+    cpu_seconds: int = Field(default=60, ge=1, le=86_400)
+    memory_mb: int = Field(default=1024, ge=16, le=1_048_576)
+    max_processes: int = Field(default=64, ge=4, le=100_000)
+    wall_seconds: float = Field(default=120.0, gt=0, le=86_400)
+    # Output kept for the model: its head and its tail, the cut in between said.
+    output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
+    max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # After this long the chat shows "running…" with the elapsed time, edited in place.
+    progress_after: float = Field(default=5.0, ge=0)
+
+
 class ToolsConfig(_Section):
     risk: dict[str, Risk] = Field(default_factory=dict)
     disabled: list[str] = Field(default_factory=list)
@@ -303,6 +345,8 @@ class ToolsConfig(_Section):
     approval_timeout: float = Field(default=3600.0, gt=0)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     mcp: list[McpServerConfig] = Field(default_factory=list)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    shell: ShellConfig = Field(default_factory=ShellConfig)
 
     @field_validator("mcp")
     @classmethod
@@ -418,6 +462,13 @@ class Config(_Section):
         if self.media.outgoing_dir:
             return Path(self.media.outgoing_dir).expanduser()
         return self.db_path.parent / "outgoing"
+
+    @property
+    def workspace_dir(self) -> Path:
+        """The folder the file tools and the shell work in (`[tools.workspace] path`)."""
+        if self.tools.workspace.path:
+            return Path(self.tools.workspace.path).expanduser()
+        return self.db_path.parent / "workspace"
 
 
 ENV_PREFIX = "AGENTD_"

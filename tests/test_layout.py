@@ -25,7 +25,7 @@ TIERS: list[tuple[str, ...]] = [
     ("durable",),
     ("chat", "llm", "access", "retention", "retrieval"),
     ("tools",),
-    ("knowledge", "memory", "web"),
+    ("knowledge", "memory", "web", "hands"),
     ("media", "skills"),
     ("agent", "commands"),
     ("schedule",),

@@ -41,6 +41,7 @@ class Route(BaseModel):
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
+    at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
 
 
 class Decision(BaseModel):

@@ -101,7 +101,8 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     if isinstance(checked, ToolOutcome):
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
     verdict = call_risk(tool, checked, state or CallState())
-    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason)
+    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
+                 at_most_once=tool.at_most_once)  # fmt: skip
 
 
 async def run_tool(
@@ -112,6 +113,24 @@ async def run_tool(
         return deps.registry.unknown(name)
     async with deps.outbox.typing(inp.chat_id):
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
+
+
+async def report_unknown(
+    deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
+) -> ToolOutcome:
+    """A crash cut an at-most-once call short: tell the user plainly, with what it was, and
+    never run it again by ourselves (the model is told the same)."""
+    shown = deps.redact(render_args(use.input, limit=600, value_limit=500))
+    fenced = shown.replace("```", "'''")
+    text = (f"⚠️ Outcome unknown: `{route.name}` may or may not have run (a restart cut it "
+            f"short); it was not run again.\n\n```\n{fenced}\n```")  # fmt: skip
+    try:
+        await deps.outbox.send_text(inp.chat_id, text)
+    except Exception as exc:  # the model's answer still says it
+        log.warning("could not send the outcome-unknown notice",
+                    extra={"error": type(exc).__name__})  # fmt: skip
+    content = f"{UNKNOWN_OUTCOME} The call was: {route.name} {shown}"
+    return ToolOutcome(ok=False, content=content, error_kind="exception")
 
 
 def write_tool_audit(
@@ -148,11 +167,12 @@ async def handle_tool_use(
             await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use,
                              outcome, decision, by)  # fmt: skip
             return outcome, route
+    if route.risk == "high" or route.at_most_once:
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                     delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
-            outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
+            outcome = await step.do(f"unknown:{use.id}", report_unknown, deps, inp, route, use)
     else:
         outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
     await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,

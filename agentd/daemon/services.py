@@ -18,6 +18,7 @@ from agentd.commands.router import CommandRouter
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine
+from agentd.hands.files import workspace_tools
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
 from agentd.media.chatdocs import (
@@ -86,6 +87,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
+        *workspace_tools(config, db, files.download),
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)

@@ -148,6 +148,9 @@ class Tool:
     # It can send data out of the machine or leave instructions behind (fetch a URL, send a
     # mail, schedule a prompt, remember): in a tainted turn it asks the owner (tools/policy.py).
     egress: bool = False
+    # Running it twice is worse than asking again (a command, a write): its step is journaled
+    # at-most-once, so after a crash during it the turn reports "outcome unknown", never reruns.
+    at_most_once: bool = False
     # This call's risk, where it depends on the arguments (a shell command on the read-only
     # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
