@@ -37,6 +37,8 @@ from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
 from agentd.schedule import setup as scheduling
+from agentd.skills import store as skill_store
+from agentd.skills import tools as skills
 from agentd.telegram.classify import Identity
 from agentd.tools import McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
@@ -81,6 +83,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     files = TelegramFiles(core.bot)
     doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
     transcriber = _transcriber(config, stack)
+    skill_tools, skill_listing = await _skills(config, db, core.clock)
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -88,6 +91,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *chat_document_tools(doc_deps),
         *schedule_tools,
         *workspace_tools(config, db, files.download),
+        *skill_tools,
         *mcp.tools,
     ]
     registry = _registry(config, extra, [*web_problems], mcp)
@@ -99,7 +103,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         if config.vision.enabled else None,
         voice=VoiceDeps(config=config.media, db=db, files=files, transcriber=transcriber)
         if transcriber is not None else None,
-        docs=doc_deps,
+        docs=doc_deps, skill_listing=skill_listing,
     )  # fmt: skip
     engine.register(make_turn_workflow(deps))
     summary = SummaryDeps(config=config, db=db, llm=core.llm, embedder=embedder, clock=core.clock)
@@ -119,6 +123,18 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
     ))  # fmt: skip
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
+
+
+async def _skills(config: Config, db: Database, clock: Clock) -> tuple[list[Tool], Any]:
+    """The skill tools and the listing the prompt reads; changed skills are held back here."""
+    if not config.skills.enabled:
+        return [], None
+    tools, _ = await skills.start(config, db, clock.now())
+
+    async def listing() -> tuple[tuple[str, str], ...]:
+        return await db.read_inline(skill_store.listing)
+
+    return tools, listing
 
 
 def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcriber | None:

@@ -139,18 +139,3 @@ def read_skill(path: Path, limits: Limits = Limits()) -> SkillFolder:
 def hash_folder(path: Path, limits: Limits = Limits()) -> str:
     """The content hash alone (the check before each use), same rules as read_skill."""
     return _hash_files(_walk(path, limits))[0]
-
-
-def confined(root: Path, relative: str) -> Path:
-    """root/relative, refused if it leaves root or passes through a link (read_skill_file)."""
-    if not relative or relative.startswith(("/", "\\")) or "\\" in relative or "\0" in relative:
-        raise SkillFolderError("give a path relative to the skill folder, such as references/x.md")
-    parts = Path(relative).parts
-    if any(part in ("..", "") for part in parts):
-        raise SkillFolderError("the path must stay inside the skill folder")
-    current = root
-    for part in parts:
-        current = current / part
-        if current.is_symlink():
-            raise SkillFolderError(f"{relative} passes through a link")
-    return current
