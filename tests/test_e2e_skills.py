@@ -313,3 +313,17 @@ def test_a_skill_changed_while_stopped_is_held_back_at_start(stack: Stack) -> No
     assert len(held) == 1 and "word-stats" in held[0]
     row = stack.daemon.query("SELECT status, change_note FROM skills WHERE name = 'word-stats'")
     assert row[0][0] == "changed" and "files changed" in row[0][1]
+
+
+def test_the_skills_chat_command_lists_them_without_the_model(stack: Stack) -> None:
+    user = stack.user()
+    calls = len(stack.llm.requests)
+    stack.tg.add_message(user, user, "/skills")
+    text = stack.wait_sent(user, 1)[0]["plain_text"]
+    assert "Skills I use when a task fits:" in text
+    assert "tidy-files — Tidy up the owner's files." in text and "unit-convert — " in text
+    assert "Held back:" in text
+    assert "word-stats — changed: its files changed since you enabled it" in text
+    assert "broken-one — invalid: the front matter is not valid YAML" in text
+    assert "agentd skills enable NAME" in text
+    assert len(stack.llm.requests) == calls  # no model call, no tokens
