@@ -155,6 +155,12 @@ def _enable(skill: SkillFolder, source: str, cfg: Config) -> None:
 @app.command("add")
 def add(
     source: Annotated[str, typer.Argument(help=SOURCE_HELP)],
+    skill: Annotated[
+        str | None,
+        typer.Option(
+            "--skill", help="The skill folder to take from an archive that holds several."
+        ),
+    ] = None,
     yes: YesOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -162,7 +168,7 @@ def add(
     cfg = config_or_exit(config)
     with tempfile.TemporaryDirectory(prefix="agentd-skill-") as tmp:
         if source.startswith(("http://", "https://")):
-            path = _download(source, cfg, Path(tmp))
+            path = _download(source, cfg, Path(tmp), skill)
             where = source
         else:
             path = Path(source).expanduser()
@@ -176,14 +182,14 @@ def add(
         _enable(installed, where, cfg)
 
 
-def _download(url: str, cfg: Config, into: Path) -> Path:
+def _download(url: str, cfg: Config, into: Path, pick: str | None) -> Path:
     import asyncio
 
     from agentd.net import FetchError
     from agentd.skills.remote import RemoteSkillError, download_skill
 
     try:
-        return asyncio.run(download_skill(url, cfg, into))
+        return asyncio.run(download_skill(url, cfg, into, pick))
     except (FetchError, RemoteSkillError) as exc:
         fail(f"could not add {url}: {exc}")
 
