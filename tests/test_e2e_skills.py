@@ -291,6 +291,8 @@ def test_a_changed_skill_is_refused_until_the_owner_confirms(stack: Stack) -> No
     assert "- unit-convert:" not in system_text(second_call)  # no longer offered
     state = {s["name"]: s for s in stack.daemon.cli_json("skills", "ls")}["unit-convert"]
     assert state["state"] == "changed"
+    audit = stack.daemon.query("SELECT detail FROM audit WHERE kind = 'skill_changed'")
+    assert any("unit-convert" in r[0] and "files changed" in r[0] for r in audit)
 
     enabled = stack.skills_cli("enable", "unit-convert", "--yes")
     assert enabled.returncode == 0, enabled.stderr

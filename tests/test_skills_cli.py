@@ -117,3 +117,33 @@ def test_disable_and_rm(owner: Owner) -> None:
     assert owner.run("rm", "unit-convert", "--yes").returncode == 0
     assert not (owner.tmp / "skills" / "unit-convert").exists()
     assert owner.records() == {} and owner.ls() == {}
+    conn = open_sync(owner.tmp / "state" / "agentd.db")
+    try:
+        kinds = [r[0] for r in conn.execute("SELECT kind FROM audit ORDER BY id")]
+    finally:
+        conn.close()
+    assert kinds == ["skill_enabled", "skill_disabled", "skill_removed"]
+
+
+def test_in_a_terminal_add_asks_and_no_means_nothing_changes(owner: Owner) -> None:
+    import pexpect
+
+    def spawn() -> pexpect.spawn:
+        return pexpect.spawn(sys.executable, ["-m", "agentd", "skills", "add",
+                                              str(SKILLS / "word-stats")],
+                             env=owner.env, cwd=str(owner.tmp), encoding="utf-8", timeout=60,
+                             dimensions=(40, 200))  # fmt: skip
+
+    child = spawn()
+    child.expect("scripts/stats.py")
+    child.expect(r"Enable skill word-stats\? \[y/N\]")
+    child.sendline("n")
+    child.expect("nothing changed")
+    child.expect(pexpect.EOF)
+    assert not (owner.tmp / "skills" / "word-stats").exists()
+    child = spawn()
+    child.expect(r"Enable skill word-stats\? \[y/N\]")
+    child.sendline("y")
+    child.expect("Enabled skill word-stats")
+    child.expect(pexpect.EOF)
+    assert owner.records()["word-stats"]["status"] == "enabled"

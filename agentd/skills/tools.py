@@ -26,7 +26,7 @@ from pydantic import Field
 
 from agentd.config import Config
 from agentd.db import Database
-from agentd.hands.files import Workspaces
+from agentd.hands.files import Workspaces, sandbox_owner
 from agentd.hands.sandbox import INSIDE_WORKSPACE, Limits, Sandbox, probe, run_sandboxed
 from agentd.hands.workspace import Workspace, WorkspaceError
 from agentd.skills import store
@@ -191,19 +191,28 @@ def _script_tool(skills: Skills) -> Tool:
 
 
 def _stage(skill: SkillFolder, tmp: Path, config: Config) -> Path:
-    """A world-readable copy of the skill under `tmp`, its hash checked against the pinned one."""
+    """A private copy of the skill under `tmp`, its hash checked against the pinned one.
+
+    When agentd runs as root, commands run as the sandbox's user: the copy becomes theirs,
+    read-only, and nobody else's (the skill folder itself may sit where they cannot read).
+    """
     staged = tmp / "skill"
     shutil.copytree(skill.path, staged, symlinks=True)
     copied = check(staged, limits_of(config))
     if isinstance(copied, Invalid) or copied.content_hash != skill.content_hash:
         raise ToolError(f"The skill {skill.name} changed while its script was being started; "
                         "it was not run. Tell the owner.")  # fmt: skip
-    os.chmod(tmp, 0o755)
-    for folder, _dirs, files in os.walk(staged):
-        os.chmod(folder, 0o755)
-        for name in files:
-            path = Path(folder) / name
-            os.chmod(path, 0o755 if os.stat(path).st_mode & 0o100 else 0o644)
+    owner = sandbox_owner(config)
+    if owner is not None:
+        for folder, _dirs, files in os.walk(staged):
+            for name in files:
+                path = Path(folder) / name
+                os.chown(path, *owner, follow_symlinks=False)
+                os.chmod(path, 0o500 if os.stat(path).st_mode & 0o100 else 0o400)
+            os.chown(folder, *owner, follow_symlinks=False)
+            os.chmod(folder, 0o500)
+        os.chown(tmp, *owner, follow_symlinks=False)
+        os.chmod(tmp, 0o500)
     return staged
 
 
