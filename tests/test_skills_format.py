@@ -72,7 +72,9 @@ def test_unknown_fields_are_kept_not_fatal() -> None:
     [("no front matter", "must start with"), ("---\nname: x\n", "not closed"),
      ("---\nname: [x\n---\n", "not valid YAML"), ("---\n- a\n- b\n---\n", "mapping"),
      ("---\na: &a [x, x]\nb: &b [*a, *a]\nname: x\ndescription: y\n---\n", "aliases"),
-     ("---\nname: x\ndescription: y\nmetadata: {a: [1, 2]}\n---\n", "nested")],
+     ("---\nname: x\ndescription: y\nmetadata: {a: [1, 2]}\n---\n", "nested"),
+     ("---\nname: x\ndescription: " + "[" * 20000 + "\n---\n", "nests too deeply"),
+     ("---\nname: x\ndescription: '" + "y" * 40000 + "'\n---\n", "over 32768")],
 )  # fmt: skip
 def test_broken_front_matter_says_why(text: str, problem: str) -> None:
     with pytest.raises(SkillFormatError, match=problem):

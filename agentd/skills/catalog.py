@@ -34,6 +34,8 @@ def check(path: Path, limits: Limits) -> SkillFolder | Invalid:
         return Invalid(path, str(exc))
     except OSError as exc:
         return Invalid(path, f"could not be read: {exc.strerror or type(exc).__name__}")
+    except Exception as exc:  # a reader's bug must cost one skill, never the daemon
+        return Invalid(path, f"could not be read: {type(exc).__name__}")
 
 
 def scan(dirs: list[Path], limits: Limits) -> Catalog:
@@ -45,9 +47,12 @@ def scan(dirs: list[Path], limits: Limits) -> Catalog:
     catalog = Catalog()
     valid: list[SkillFolder] = []
     for root in dirs:
-        if not root.is_dir():
+        try:
+            entries = sorted(root.iterdir()) if root.is_dir() else []
+        except OSError as exc:
+            catalog.invalid.append(Invalid(root, f"the folder cannot be listed: {exc.strerror}"))
             continue
-        for path in sorted(root.iterdir()):
+        for path in entries:
             if path.name.startswith(".") or not (path.is_dir() or path.is_symlink()):
                 continue
             found = check(path, limits)

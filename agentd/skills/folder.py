@@ -70,6 +70,7 @@ def _walk(root: Path, limits: Limits) -> list[tuple[str, Path, os.stat_result]]:
     """Every plain file under root (sorted), refusing links, devices and anything over limits."""
     found: list[tuple[str, Path, os.stat_result]] = []
     total = 0
+    folders = 0
     pending = [root]
     while pending:
         folder = pending.pop()
@@ -81,6 +82,9 @@ def _walk(root: Path, limits: Limits) -> list[tuple[str, Path, os.stat_result]]:
                 if stat.S_ISLNK(info.st_mode):
                     raise SkillFolderError(f"{rel} is a symbolic link; a skill holds plain files")
                 if stat.S_ISDIR(info.st_mode):
+                    folders += 1
+                    if folders > limits.max_files:
+                        raise SkillFolderError(f"more than {limits.max_files} folders")
                     pending.append(path)
                     continue
                 if not stat.S_ISREG(info.st_mode):

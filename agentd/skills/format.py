@@ -62,14 +62,13 @@ def split_front_matter(text: str) -> tuple[str, str]:
     lines = text.splitlines(keepends=True)
     if not lines or lines[0].strip() != "---":
         raise SkillFormatError("SKILL.md must start with YAML front matter: a line '---'")
+    size = 0
     for n, line in enumerate(lines[1:], start=1):
         if line.strip() == "---":
-            front = "".join(lines[1:n])
-            if len(front) > FRONT_MATTER_MAX:
-                raise SkillFormatError(f"the front matter is over {FRONT_MATTER_MAX} characters")
-            return front, "".join(lines[n + 1 :]).strip()
-        if sum(len(x) for x in lines[1:n]) > FRONT_MATTER_MAX:
-            break
+            return "".join(lines[1:n]), "".join(lines[n + 1 :]).strip()
+        size += len(line)
+        if size > FRONT_MATTER_MAX:
+            raise SkillFormatError(f"the front matter is over {FRONT_MATTER_MAX} characters")
     raise SkillFormatError("the front matter is not closed by a line '---'")
 
 
@@ -81,6 +80,8 @@ def _load_yaml(front: str) -> dict[str, Any]:
         at = f" (line {where.line + 2})" if where is not None else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise SkillFormatError(f"the front matter is not valid YAML{at}: {problem}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise SkillFormatError("the front matter nests too deeply") from None
     if not isinstance(data, dict):
         raise SkillFormatError("the front matter must be a YAML mapping (key: value lines)")
     return data

@@ -96,6 +96,8 @@ def _parts(name: str) -> list[str]:
     parts = [p for p in name.split("/") if p not in ("", ".")]
     if any(p == ".." for p in parts):
         raise RemoteSkillError(f"the archive holds a path that leaves it: {name[:200]!r}")
+    if len(parts) > 32 or any(len(p.encode()) > 255 for p in parts):
+        raise RemoteSkillError(f"the archive holds a path too deep or long: {name[:200]!r}")
     return parts
 
 
@@ -160,7 +162,8 @@ def _unzip(body: bytes, root: Path, limits: Limits) -> None:
                     raise RemoteSkillError(f"the archive holds a special file: {info.filename}")
                 with archive.open(info) as source:
                     writer.file(parts, source, bool(mode & 0o111))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError) as exc:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError,
+            OSError) as exc:  # fmt: skip
         raise RemoteSkillError(f"the zip archive cannot be read: {exc}") from None
 
 
