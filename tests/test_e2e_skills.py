@@ -210,6 +210,34 @@ def test_the_prompt_prefix_is_byte_identical_across_turns(stack: Stack) -> None:
     assert rows[-1][0] > 1024  # the fake read the whole stable prefix from its cache
 
 
+def test_adding_a_skill_misses_the_cache_once_then_reads_it(stack: Stack) -> None:
+    user = stack.user()
+
+    def turn(n: int) -> tuple[dict[str, Any], int]:
+        stack.script(user, f"Answer {n}.")
+        stack.tg.add_message(user, user, f"u{user}: message {n}")
+        stack.wait_sent(user, n + 1)
+        read = stack.daemon.query("SELECT cache_read_tokens FROM llm_usage WHERE chat_id = ? "
+                                  "ORDER BY id DESC LIMIT 1", (user,))[0][0]  # fmt: skip
+        return stack.requests_for(user)[-1], read
+
+    before, _ = turn(0)
+    folder = stack.tmp / "incoming" / "recipe-scale"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text("---\nname: recipe-scale\ndescription: Scale a recipe "
+                                     "for more or fewer people.\n---\n\nMultiply each "
+                                     "quantity.\n")  # fmt: skip
+    added = stack.skills_cli("add", str(folder), "--yes")  # while the daemon runs
+    assert added.returncode == 0, added.stderr
+    after, read_after = turn(1)
+    again, read_again = turn(2)
+    assert "- recipe-scale: Scale a recipe" in system_text(after)
+    assert "recipe-scale" not in system_text(before)
+    assert read_after == 0  # the new listing is written to the cache once…
+    assert again["system"] == after["system"] and again["tools"] == after["tools"]
+    assert read_again > 1024  # …and read from it from then on
+
+
 @pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
 def test_a_skill_script_runs_in_the_sandbox_after_approval(stack: Stack) -> None:
     user = stack.user()
