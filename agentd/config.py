@@ -336,6 +336,8 @@ class ShellConfig(_Section):
     max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
     # After this long the chat shows "running…" with the elapsed time, edited in place.
     progress_after: float = Field(default=5.0, ge=0)
+    # Wall time of a command left running in the background (its own durable workflow).
+    background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
 
 
 class ToolsConfig(_Section):

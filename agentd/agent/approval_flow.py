@@ -16,13 +16,16 @@ from agentd.agent.deps import TurnDeps
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step
+from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
 from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tools import (
+    ApprovalCard,
     ToolOutcome,
     args_digest,
+    check_args,
     render_args,
 )
 
@@ -50,10 +53,30 @@ class Decision(BaseModel):
     reason: str | None = None
 
 
+def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
+    """The tool's own card content for this call (a shell command's line, folder, network,
+    limits and its "Always allow this" offer); None: the arguments are rendered."""
+    found = deps.registry.get(tool.name)
+    if found is None or found.card is None:
+        return None
+    checked = check_args(found, use.input)
+    if isinstance(checked, ToolOutcome):
+        return None
+    return found.card(checked)
+
+
+def _preview(deps: TurnDeps, tool: Route, use: ToolUseBlock, card: ApprovalCard | None) -> str:
+    shown = card.text if card is not None else render_args(use.input)
+    if tool.reason:
+        shown = f"{shown}\n\nwhy it asks: {tool.reason}"
+    return deps.redact(shown)
+
+
 def create_approval(
     conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
+    card = tool_card(deps, tool, use)
     approval = Approval(
         id=approvals.new_id(),
         instance_id=instance_id,
@@ -63,13 +86,15 @@ def create_approval(
         tool=tool.name,
         risk=tool.risk or "high",
         args_digest=args_digest(use.input),
-        args_preview=deps.redact(render_args(use.input)),
+        args_preview=_preview(deps, tool, use, card),
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
     )
 
     stored = approvals.create(conn, approval)
+    if card is not None and card.always_allow:
+        shell_rules.offer(conn, stored.id, card.always_allow)
     audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
                  instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
@@ -98,13 +123,22 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
     return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
 
 
+async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
+    """The third button, "Always allow this", where the tool offered a rule (hands/rules.py)."""
+    if await deps.db.read(shell_rules.offered, approval.id) is None:
+        return []
+    data = shell_rules.always_callback_data(approval.id)
+    return [[Button(text="♾ Always allow this", data=data)]]
+
+
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
     """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
             Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
-        ]
+        ],
+        *await always_allow_buttons(deps, approval),
     ]
     text = _approval_text(approval, approval.expires_at - approval.created_at)
     try:

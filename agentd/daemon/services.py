@@ -18,7 +18,10 @@ from agentd.commands.router import CommandRouter
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine
+from agentd.hands import rules as shell_rules
+from agentd.hands.background import job_starter, make_job_workflow
 from agentd.hands.files import workspace_tools
+from agentd.hands.shell import chat_progress, shell_deps, shell_tool
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
 from agentd.media.chatdocs import (
@@ -40,7 +43,7 @@ from agentd.schedule import setup as scheduling
 from agentd.skills import store as skill_store
 from agentd.skills import tools as skills
 from agentd.telegram.classify import Identity
-from agentd.tools import McpServers, Tool, ToolRegistry
+from agentd.tools import DuplicateToolError, McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
 
 log = logging.getLogger("agentd")
@@ -83,6 +86,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     files = TelegramFiles(core.bot)
     doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
     transcriber = _transcriber(config, stack)
+    shell = await _shell(core)
     skill_tools, skill_listing = await _skills(config, db, core.clock)
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
@@ -90,11 +94,11 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
-        *workspace_tools(config, db, files.download),
         *skill_tools,
         *mcp.tools,
     ]
-    registry = _registry(config, extra, [*web_problems], mcp)
+    hands = [*workspace_tools(config, db, files.download), *shell]
+    registry = _registry(config, extra, [*web_problems], mcp, hands)
     deps = TurnDeps(
         config=config, db=db, llm=core.llm, outbox=core.outbox, clock=core.clock,
         registry=registry, redact=core.redactor, embedder=embedder, memory_bits=memory_bits,
@@ -117,12 +121,42 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 def _command_router(core: Core, me: Identity) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
     router.callback("ap", approvals.handle_callback)
+    owners = frozenset(core.config.telegram.allowed_user_ids)
+    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(owners))
     chat_commands.install(router, CommandDeps(
         config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
         cancel=core.engine.cancel, started_at=core.started_at,
     ))  # fmt: skip
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
+
+
+async def _shell(core: Core) -> list[Tool]:
+    """The shell tool and its background jobs' workflow, or nothing and a logged reason."""
+    sdeps, problem = await shell_deps(core.config, core.db, chat_progress(core.outbox))
+    if problem:
+        log.warning("tool problem", extra={"source": "shell", "problem": problem})
+    if sdeps is None:
+        return []
+    sdeps.redact = core.redactor
+    sdeps.start_background = job_starter(core.engine.start)
+    core.engine.register(make_job_workflow(sdeps, core.outbox))
+    return [shell_tool(sdeps)]
+
+
+def _add_hands(registry: ToolRegistry, config: Config, tools: list[Tool]) -> None:
+    """The workspace and shell tools, after the owner's own: a plugin or MCP tool already
+    named `delete_file` (say) keeps working as before, and the built-in one steps aside."""
+    for item in tools:
+        if item.name in config.tools.disabled:
+            continue
+        override = config.tools.risk.get(item.name)
+        try:
+            registry.register(item.with_risk(override) if override else item)
+        except DuplicateToolError:
+            log.warning("tool problem", extra={"source": "hands", "problem": f"{item.name} "
+                        "is already provided by a plugin or MCP server; the built-in one is "
+                        "not offered"})  # fmt: skip
 
 
 async def _skills(config: Config, db: Database, clock: Clock) -> tuple[list[Tool], Any]:
@@ -147,9 +181,10 @@ def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcribe
 
 
 def _registry(
-    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers
+    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers, hands: list[Tool]
 ) -> ToolRegistry:
     registry, problems = ToolRegistry.build(config.tools, extra=extra)
+    _add_hands(registry, config, hands)
     for problem in web_problems:
         log.warning("tool problem", extra={"source": "web", "problem": problem})
     for item in [*problems, *mcp.problems]:

@@ -495,6 +495,25 @@ CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
 END;
 """
 
+# Hands (issue 27): "Always allow this" rules for shell commands (a program and a pattern its
+# arguments must match), and the rule each pending shell approval would add if so pressed.
+M024_HANDS = """
+CREATE TABLE shell_rules (
+    id INTEGER PRIMARY KEY,
+    program TEXT NOT NULL,
+    args_pattern TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    approval_id TEXT,
+    UNIQUE (program, args_pattern)
+);
+CREATE TABLE shell_rule_offers (
+    approval_id TEXT PRIMARY KEY,
+    program TEXT NOT NULL,
+    args_pattern TEXT NOT NULL
+);
+"""
+
 # Skills the owner confirmed (`agentd skills add/enable`): the content hash of every file they
 # saw, so a skill whose files change is held back until they confirm again.
 M027_SKILLS = """
@@ -528,6 +547,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m018_history_window", M018_HISTORY_WINDOW),
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
+    ("m024_hands", M024_HANDS),
     ("m027_skills", M027_SKILLS),
 ]
 

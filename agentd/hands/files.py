@@ -63,9 +63,12 @@ class Workspaces:
         return Workspace(root, max_bytes=self.max_bytes, trash_days=self.trash_days,
                          owner=self.owner)  # fmt: skip
 
-    def ensure(self, user_id: int) -> Workspace:
-        base = Workspace(self.root, max_bytes=self.max_bytes, trash_days=self.trash_days,
+    def base(self) -> Workspace:
+        return Workspace(self.root, max_bytes=self.max_bytes, trash_days=self.trash_days,
                          owner=self.owner)  # fmt: skip
+
+    def ensure(self, user_id: int) -> Workspace:
+        base = self.base()
         base.ensure()
         mine = self.for_user(user_id)
         if mine.root != base.root:

@@ -3,8 +3,9 @@ no network unless asked, an empty environment, rlimits, a wall clock, capped out
 
 `run_sandboxed` is the one entry point (the shell tool uses it; skills will run their scripts
 through it with their folder mounted read-only). Why each choice:
-- only /usr, /etc and the library links are mounted, never `/`: the daemon's database, its
-  config folder and `agentd.env` are not in the sandbox at all (and are masked if under /etc);
+- only /usr, /etc, /sys and the library links are mounted (read-only), never `/`: the
+  daemon's database, its config folder and `agentd.env` are not in the sandbox at all (and
+  are masked if under /etc);
 - `--unshare-all` (user, pid, ipc, uts, cgroup, net namespaces), `--cap-drop ALL`,
   `--new-session` (no TIOCSTI into the daemon's terminal) and `--die-with-parent` (a daemon
   killed with -9 takes its commands with it);
@@ -61,7 +62,9 @@ class Sandbox:
     run_as: str = "nobody"  # only when the daemon runs as root
     # Host paths that must not be visible even if they sit under a mounted folder.
     hide: tuple[str, ...] = ()
-    system_ro: tuple[str, ...] = ("/usr", "/etc")
+    # /sys read-only: lsblk, sensors and friends need it; the sandbox user reads only what
+    # any local user may.
+    system_ro: tuple[str, ...] = ("/usr", "/etc", "/sys")
     extra_env: tuple[tuple[str, str], ...] = field(default=())
 
 
@@ -83,8 +86,14 @@ class SandboxUnavailable(RuntimeError):
 
 
 def _run_as_ids(name: str) -> tuple[int, int] | None:
-    if os.geteuid() != 0 or not name:
+    if os.geteuid() != 0:
         return None
+    if not name:
+        # uid 0 without capabilities still owns every root file: /etc/ssh's host keys, say.
+        raise SandboxUnavailable(
+            "agentd runs as root, so [tools.shell] run_as must name an unprivileged user "
+            "(default: nobody) for commands to run as"
+        )
     try:
         entry = pwd.getpwnam(name)
     except KeyError:
@@ -130,6 +139,8 @@ def bwrap_argv(
         if any(path == p or path.startswith(p.rstrip("/") + "/") for p in sandbox.system_ro):
             argv += _mask(path)
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # bwrap resolves these as the sandbox user (bind-fd does not help: /proc/self/fd is not
+    # followable once setpriv dropped root), so their parent folders must let it pass (o+x).
     argv += ["--bind", str(workspace), INSIDE_WORKSPACE]
     for source, target in binds_ro:
         argv += ["--ro-bind", source, target]
@@ -180,7 +191,7 @@ def command_argv(
         prefix = [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups",
                   "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
     argv = bwrap_argv(sandbox, workspace, cwd, binds_ro=binds_ro, network=network)
-    return [*prefix, *argv, "--", *_prlimit(limits), *shell], str(workspace)
+    return [*prefix, *argv, "--", *_prlimit(limits), *shell], "/"
 
 
 class _Capture:
@@ -306,6 +317,7 @@ def probe(sandbox: Sandbox, scratch: Path) -> str | None:
             'set [tools.shell] sandbox = "none" to run commands unsandboxed (not advised)'
         )
     try:
+        # Bind the real folder, so a workspace the sandbox user cannot reach fails here.
         argv, host_cwd = command_argv(sandbox, "exit 0", scratch, INSIDE_WORKSPACE, Limits())
         done = subprocess.run(argv, cwd=host_cwd, env={"PATH": _PATH}, capture_output=True,
                               timeout=20, stdin=subprocess.DEVNULL)  # fmt: skip
@@ -313,12 +325,20 @@ def probe(sandbox: Sandbox, scratch: Path) -> str | None:
         return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start: {exc}"
-    if done.returncode != 0:
-        why = done.stderr.decode("utf-8", "replace").strip()[:300] or f"exit {done.returncode}"
+    if done.returncode == 0:
+        return None
+    why = done.stderr.decode("utf-8", "replace").strip()[:300] or f"exit {done.returncode}"
+    if "namespace" in why or "not permitted" in why or "uid map" in why:
         return (
             f"bubblewrap cannot create its namespaces here ({why}). Allow unprivileged user "
             "namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
             "kernel.apparmor_restrict_unprivileged_userns=0), or run in a VM or container that "
             "permits them"
         )
-    return None
+    if "Permission denied" in why and sandbox.run_as and os.geteuid() == 0:
+        return (
+            f"the sandbox user {sandbox.run_as!r} cannot reach {scratch} ({why}): let it pass "
+            "through the folders above it (chmod o+x), or set [tools.workspace] path to a "
+            "folder it can reach"
+        )
+    return f"bubblewrap fails here: {why}"

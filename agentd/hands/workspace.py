@@ -11,6 +11,7 @@ Everything here is blocking and runs off the event loop (`asyncio.to_thread` in 
 from __future__ import annotations
 
 import contextlib
+import errno
 import mimetypes
 import os
 import stat
@@ -263,7 +264,8 @@ class Workspace:
                 os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
                 raise WorkspaceError(f"no file {path!r} in the workspace") from None
-            trash_name = f"{int(now)}-{'_'.join(split(path))}"[:240]
+            # The clock's second, then a tie-breaker: two deletes of one path keep both copies.
+            trash_name = f"{int(now)}-{time.time_ns() % 10**9:09d}-{'_'.join(split(path))}"[:240]
             with self._parent(f"{TRASH}/{trash_name}", create=True) as (trash, tname):
                 os.rename(name, tname, src_dir_fd=parent, dst_dir_fd=trash)
         return f"{TRASH}/{trash_name}"
@@ -324,13 +326,13 @@ def _refuse(st: os.stat_result, shown: str) -> str | None:
 
 
 def _why_not_folder(shown: str, exc: OSError) -> str:
-    if isinstance(exc, NotADirectoryError) or exc.errno in (40, 20):  # ELOOP, ENOTDIR
+    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
         return f"{shown!r} is a symlink or not a folder; links are not followed"
     return f"{shown!r} cannot be opened as a folder"
 
 
 def _why_not_file(shown: str, exc: OSError) -> str:
-    if exc.errno == 40:  # ELOOP: the last part is a symlink
+    if exc.errno == errno.ELOOP:  # the last part is a symlink
         return f"{shown!r} is a symlink; links are not followed"
     return f"{shown!r} cannot be opened"
 

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from agentd.config import Config
 from agentd.db import Database
+from agentd.hands import shell as hands_shell
 from agentd.hands.files import Workspaces, sandbox_owner
 from agentd.hands.sandbox import INSIDE_WORKSPACE, Limits, Sandbox, probe, run_sandboxed
 from agentd.hands.workspace import Workspace, WorkspaceError
@@ -218,19 +219,13 @@ def _stage(skill: SkillFolder, tmp: Path, config: Config) -> Path:
 
 def script_runner(config: Config) -> ScriptRunner:
     """Skill scripts run only where the sandboxed shell is on and works (probed at start)."""
-
     shell = config.tools.shell
-    limits = Limits(cpu_seconds=shell.cpu_seconds, memory_mb=shell.memory_mb,
-                    max_processes=shell.max_processes,
-                    wall_seconds=min(shell.wall_seconds, config.skills.script_timeout),
-                    output_bytes=shell.output_bytes, max_file_mb=shell.max_file_mb)  # fmt: skip
+    limits = replace(hands_shell.limits_of(shell), wall_seconds=min(shell.wall_seconds,
+                                                        config.skills.script_timeout))  # fmt: skip
     workspaces = Workspaces.from_config(config)
     if not shell.enabled:
         return ScriptRunner(None, limits, workspaces, "[tools.shell] enabled = false")
-    hide = tuple(str(p) for p in {config.db_path.resolve().parent,
-                                  *([Path(config.source).resolve().parent]
-                                    if config.source else [])})  # fmt: skip
-    sandbox = Sandbox(mode=shell.sandbox, bwrap=shell.bwrap, run_as=shell.run_as, hide=hide)
+    sandbox = hands_shell.sandbox_of(config)  # the shell tool's own: same mounts, masks and user
     with tempfile.TemporaryDirectory(prefix="agentd-probe-") as scratch:
         os.chmod(scratch, 0o755)  # the sandbox's user must be able to enter it
         problem = probe(sandbox, Path(scratch))

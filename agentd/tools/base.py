@@ -60,6 +60,16 @@ class Assessment(BaseModel):
     reason: str = ""
 
 
+class ApprovalCard(BaseModel):
+    """What an approval card shows for one call, where the tool knows better than a rendering
+    of its arguments (a shell command: the exact line, its folder, network and limits)."""
+
+    text: str
+    # The words of a command an "Always allow this" button would allow from now on; None: no
+    # such button (chained commands, network, no sandbox).
+    always_allow: list[str] | None = None
+
+
 class ToolResult(BaseModel):
     """A tool's answer; `is_error` tells the model the tool could not do what was asked."""
 
@@ -154,6 +164,8 @@ class Tool:
     # This call's risk, where it depends on the arguments (a shell command on the read-only
     # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
+    # The approval card's content for this call (validated arguments); None: the arguments.
+    card: Callable[[Any], ApprovalCard | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
