@@ -11,6 +11,7 @@ import shutil
 import sys
 import tempfile
 import time
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -77,29 +78,41 @@ def recorded(cfg: Config) -> dict[str, SkillRecord]:
             return {}
 
 
+def _shown(text: object) -> str:
+    """A skill's own text, safe to print: no rich markup, no terminal control or bidi codes
+    (a description must not hide a line or draw a fake one on the owner's terminal)."""
+    from rich.markup import escape
+
+    cleaned = "".join(
+        ch if ch == "\n" or unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}"
+        for ch in str(text)
+    )
+    return escape(cleaned)
+
+
 def _describe(skill: SkillFolder, source: str) -> None:
     """What the owner is about to trust, on stderr (stdout stays for --json)."""
     m = skill.manifest
     say = partial(err.print, highlight=False, soft_wrap=True)
-    say(f"[bold]Skill {m.name}[/] from {source}")
-    say(f"  description: {m.description}")
+    say(f"[bold]Skill {_shown(m.name)}[/] from {_shown(source)}")
+    say(f"  description: {_shown(m.description)}")
     for label, value in (("license", m.license), ("compatibility", m.compatibility)):
         if value:
-            say(f"  {label}: {value}")
+            say(f"  {label}: {_shown(value)}")
     for key, value in {**m.metadata, **m.extra}.items():
-        say(f"  {key}: {value}")
+        say(f"  {_shown(key)}: {_shown(value)}")
     say(f"  files ({len(skill.files)}):")
     for f in skill.files:
         mark = "  [yellow]script[/]" if f.script else ""
-        say(f"    {f.path}  {f.size:,} bytes{mark}")
+        say(f"    {_shown(f.path)}  {f.size:,} bytes{mark}")
     if skill.scripts:
         say(f"  [yellow]{len(skill.scripts)} script(s)[/]: they run only in the sandboxed "
-                  "shell, and only after you approve each run.")  # fmt: skip
+            "shell, and only after you approve each run.")  # fmt: skip
     if m.allowed_tools:
-        say(f"  asks for tools: {' '.join(m.allowed_tools)} (for information only: "
-                  "a skill never changes a tool's risk or skips an approval)")  # fmt: skip
+        say(f"  asks for tools: {_shown(' '.join(m.allowed_tools))} (for information only: "
+            "a skill never changes a tool's risk or skips an approval)")  # fmt: skip
     for warning in skill.warnings:
-        say(f"  [yellow]note:[/] {warning}")
+        say(f"  [yellow]note:[/] {_shown(warning)}")
     say(f"  content hash: {skill.content_hash}")
 
 
@@ -117,7 +130,7 @@ def _read(path: Path, cfg: Config) -> SkillFolder:
 
     found = check(path, limits_of(cfg))
     if isinstance(found, Invalid):
-        fail(f"{path} is not a usable skill: {found.reason}")
+        fail(f"{_shown(path)} is not a usable skill: {_shown(found.reason)}")
     return found
 
 
@@ -191,7 +204,7 @@ def _download(url: str, cfg: Config, into: Path, pick: str | None) -> Path:
     try:
         return asyncio.run(download_skill(url, cfg, into, pick))
     except (FetchError, RemoteSkillError) as exc:
-        fail(f"could not add {url}: {exc}")
+        fail(f"could not add {_shown(url)}: {_shown(exc)}")
 
 
 def _found(name: str, cfg: Config) -> SkillFolder:
@@ -202,7 +215,7 @@ def _found(name: str, cfg: Config) -> SkillFolder:
         return catalog.skills[name]
     bad = next((i for i in catalog.invalid if i.path.name == name), None)
     if bad is not None:
-        fail(f"{bad.path} is not a usable skill: {bad.reason}")
+        fail(f"{_shown(bad.path)} is not a usable skill: {_shown(bad.reason)}")
     fail(f"no skill named {name!r} in {', '.join(map(str, cfg.skill_dirs))}; "
          "see `agentd skills ls`")  # fmt: skip
 
@@ -275,7 +288,8 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     table = new_table("name", "state", "scripts", Column("description", overflow="fold"), "reason")
     for s in states:
         state = f"[{colour[s.state]}]{s.state}[/]" if s.state in colour else s.state
-        table.add_row(s.name, state, str(s.scripts), s.description[:80], s.reason)
+        table.add_row(_shown(s.name), state, str(s.scripts), _shown(s.description[:80]),
+                      _shown(s.reason))  # fmt: skip
     out.print(table)
 
 
@@ -302,8 +316,8 @@ def show(name: NameArg, json: JsonOption = False, config: ConfigOption = None) -
             if record else None,
         })  # fmt: skip
         return
-    out.print(f"{name}: {state.state}" + (f" ({state.reason})" if state.reason else ""),
-              highlight=False)  # fmt: skip
+    why = f" ({_shown(state.reason)})" if state.reason else ""
+    out.print(f"{_shown(name)}: {state.state}{why}", highlight=False)
     if skill is not None:
         _describe(skill, record.source if record else str(skill.path))
-        out.print("\n" + skill.manifest.body, highlight=False, markup=False)
+        out.print("\n" + _shown(skill.manifest.body), highlight=False)
