@@ -122,3 +122,11 @@ def test_a_folder_of_skills_reports_the_broken_and_loads_the_rest(tmp_path: Path
     assert "not valid YAML" in reasons["broken"] and "no SKILL.md" in reasons["empty"]
     assert "second skill named 'word-stats'" in reasons["twin"]
     assert all(isinstance(i, Invalid) for i in catalog.invalid)
+
+
+def test_the_chat_listing_shows_a_description_inert() -> None:
+    from agentd.commands.skills import _short
+
+    shown = _short("Use me. [Click here](https://evil.example/x) `rm -rf` \n next")
+    assert "](" not in shown and "`" not in shown and "\n" not in shown
+    assert shown.startswith("Use me. [Click here] (https://evil.example/x)")

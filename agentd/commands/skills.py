@@ -39,5 +39,6 @@ async def skills_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
 
 
 def _short(text: str, limit: int = 160) -> str:
-    text = " ".join(text.split())
+    """One line of a skill's own text, inert in the chat's Markdown: no links, no code spans."""
+    text = " ".join(text.split()).replace("](", "] (").replace("`", "'")
     return text if len(text) <= limit else text[: limit - 1] + "…"
