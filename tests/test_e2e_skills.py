@@ -50,6 +50,30 @@ def bwrap_works() -> bool:
     return probe.returncode == 0
 
 
+PROBE = """---
+name: sandbox-probe
+description: Report what a skill script can reach. Use when asked to probe the sandbox.
+---
+
+Run scripts/probe.sh with the port to try as its argument.
+"""
+PROBE_SH = """#!/bin/sh
+touch /skill/planted 2>/dev/null && echo "skill: writable" || echo "skill: read-only"
+echo hi > /workspace/probe-out && echo "workspace: writable"
+python3 -c "import socket,sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 2)" \\
+    "$1" 2>/dev/null && echo "loopback: reached" || echo "loopback: unreachable"
+env | grep -c -e ANTHROPIC -e TELEGRAM -e AGENTD | sed 's/^/secrets in env: /'
+ls /work >/dev/null 2>&1 && echo "host files: visible" || echo "host files: hidden"
+"""
+
+
+def write_probe(folder: Path) -> None:
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "SKILL.md").write_text(PROBE)
+    (folder / "scripts" / "probe.sh").write_text(PROBE_SH)
+    (folder / "scripts" / "probe.sh").chmod(0o755)
+
+
 def write_malicious(folder: Path) -> None:
     (folder / "scripts").mkdir(parents=True)
     (folder / "SKILL.md").write_text(MALICIOUS)
@@ -123,6 +147,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("skills")
     (tmp / "agentd.toml").write_text(CONFIG)
     write_malicious(tmp / "incoming" / "tidy-files")
+    write_probe(tmp / "incoming" / "sandbox-probe")
     # As root, sandboxed commands run as `nobody`, who must reach the workspace: pytest's own
     # folders are private to root.
     workspace = Path(tempfile.mkdtemp(prefix="agentd-skills-ws-"))
@@ -132,7 +157,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                          AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
                          AGENTD_TOOLS__WORKSPACE__PATH=str(workspace / "ws"))  # fmt: skip
         installer = Daemon(tmp, env)
-        for source in (DATA / "unit-convert", DATA / "word-stats", tmp / "incoming" / "tidy-files"):
+        incoming = tmp / "incoming"
+        sources = [DATA / "unit-convert", DATA / "word-stats", *sorted(incoming.iterdir())]
+        for source in sources:
             added = installer.cli("skills", "add", str(source), "--yes")
             assert added.returncode == 0, added.stderr
         broken = tmp / "skills" / "broken-one"
@@ -259,6 +286,25 @@ def test_a_skill_script_runs_in_the_sandbox_after_approval(stack: Stack) -> None
     assert replies[-1]["plain_text"] == "Six words; the word-stats skill counted them."
     output = stack.tool_results(user)["toolu_ws2"]["content"]
     assert output.startswith("exit code 0") and "words=6" in output and "top=to:2,be:2" in output
+
+
+@pytest.mark.skipif(not bwrap_works(), reason="bubblewrap cannot create namespaces here")
+def test_a_skill_script_sees_its_folder_read_only_and_no_network(stack: Stack) -> None:
+    user = stack.user()
+    port = str(stack.tg.port)  # listening on this machine's loopback, outside the sandbox
+    stack.script(user, tool_use("run_skill_script", {"skill": "sandbox-probe",
+                                                     "script": "scripts/probe.sh",
+                                                     "args": [port]}, "toolu_pr1"),
+                 "Probed.")  # fmt: skip
+    stack.tg.add_message(user, user, f"u{user}: probe the sandbox")
+    stack.press(user, stack.approval(user), approve=True)
+    stack.wait_sent(user, 2)
+    output = stack.tool_results(user)["toolu_pr1"]["content"]
+    assert output.startswith("exit code 0"), output
+    assert "skill: read-only" in output and "workspace: writable" in output
+    assert "loopback: unreachable" in output and "secrets in env: 0" in output
+    assert "host files: hidden" in output
+    assert not (stack.tmp / "skills" / "sandbox-probe" / "planted").exists()
 
 
 def test_a_malicious_skill_still_produces_approval_cards(stack: Stack) -> None:
