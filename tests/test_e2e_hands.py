@@ -255,3 +255,78 @@ def test_a_background_job_answers_at_once_and_notifies_when_it_ends(stack: Stack
     stack.tg.wait_until(lambda: [r[0] for r in stack.daemon.query(sql)] == ["complete"], 20,
                         "the job complete")  # fmt: skip
     assert any('"approval": "asked"' in a and "bg-finished" in a for a in stack.shell_audit())
+
+
+def test_a_long_command_shows_running_edited_in_place(stack: Stack) -> None:
+    before = len(stack.cards())
+    stack.turn(shell("sleep 6.2; echo slept", "t_long"), "Slept.")
+    stack.press(stack.wait_card(before + 1), 0, 0)
+    stack.wait_text("Slept.")
+    progress = [m for m in stack.tg.sent if "⏳ running…" in m["plain_text"]][-1]
+
+    def edits() -> list[str]:
+        return [e["plain_text"] for e in stack.tg.edits
+                if e["message_id"] == progress["message_id"]]  # fmt: skip
+
+    # 1 s, then every 5 s: at least one "running… 6 s" edit, then "finished after 6 s".
+    stack.tg.wait_until(lambda: any("finished after" in t for t in edits()), 10, "the end")
+    assert any(t.startswith("⏳ running… ") for t in edits())
+    assert "finished after" in edits()[-1]
+
+
+def test_cancelling_a_background_job_kills_its_tree(stack: Stack) -> None:
+    marker = f"44.{int(time.time()) % 1000}"
+    before = len(stack.cards())
+    stack.turn(shell(f"sleep {marker}", "t_bgc", background=True), "Started.")
+    stack.press(stack.wait_card(before + 1), 0, 0)
+    job = stack.tool_result("t_bgc")["content"].split(" job ")[1].split(".")[0]
+    stack.tg.wait_until(lambda: alive(f"sleep\x00{marker}"), 30, "the job running")
+    started = time.monotonic()
+    stack.daemon.cli("workflows", "cancel", job)
+    stack.tg.wait_until(lambda: not alive(f"sleep\x00{marker}"), 10, "the job killed")
+    print(f"background job tree gone {time.monotonic() - started:.2f} s after the cancel")
+    stack.tg.wait_until(lambda: stack.daemon.query(
+        "SELECT status FROM workflow_instances WHERE id = ?", (job,))[0][0] == "cancelled",
+        10, "the job cancelled")  # fmt: skip
+    assert not any("🏁 Background job" in m["plain_text"] and job in m["plain_text"]
+                   for m in stack.tg.sent)  # fmt: skip
+
+
+def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
+    import socket
+    import threading
+
+    ws = reachable_dir()
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    threading.Thread(target=lambda: server.accept(), daemon=True).start()
+    connect = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+               f"{port}), timeout=3); print('CONNECTED')\"")  # fmt: skip
+    commands = {"t_fork": "f(){ f | f & }; f; sleep 1; echo survived",
+                "t_mem": "python3 -c 'x = bytearray(900 * 1024 * 1024)'",
+                "t_out": "yes endless", "t_wall": "sleep 30", "t_net": connect}  # fmt: skip
+    try:
+        with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            env = hands_env(tmp_path, ws, tg, llm)
+            env.update(AGENTD_TOOLS__SHELL__WALL_SECONDS="4", AGENTD_TOOLS__SHELL__MEMORY_MB="300",
+                       AGENTD_TOOLS__SHELL__MAX_PROCESSES="40", AGENTD_LLM__MAX_STEPS="8",
+                       AGENTD_TOOLS__SHELL__OUTPUT_BYTES="2000")  # fmt: skip
+            with running_daemon(tmp_path, env) as daemon:
+                stack = Stack(tg, llm, daemon, ws)
+                stack.turn(*[shell(c, i) for i, c in commands.items()], "Tried.")
+                for n in range(1, len(commands) + 1):
+                    stack.press(stack.wait_card(n), 0, 0)
+                stack.wait_text("Tried.", timeout=90)
+                out = {i: stack.tool_result(i)["content"] for i in commands}
+                assert "wall-time limit" in out["t_fork"] or "fork" in out["t_fork"].lower()
+                assert "MemoryError" in out["t_mem"]
+                assert "bytes of output cut here" in out["t_out"] and len(out["t_out"]) < 2600
+                assert "wall-time limit of 4 s" in out["t_wall"]
+                assert "CONNECTED" not in out["t_net"] and "Exit code 0" not in out["t_net"]
+                audits = stack.shell_audit()
+                # sleep past the wall time, and `yes` stopped by the wall or the output cap.
+                stopped = ('"stopped": "wall_time"', '"stopped": "output"')
+                assert sum(any(k in a for k in stopped) for a in audits) >= 2
+    finally:
+        server.close()
+        shutil.rmtree(ws.parent, ignore_errors=True)

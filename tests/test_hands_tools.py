@@ -103,3 +103,22 @@ def test_save_sent_file_copies_a_document_of_this_chat_only(tmp_path: Path) -> N
     asyncio.run(scenario())
     assert (tmp_path / "ws" / "in" / "a.pdf").read_bytes().startswith(b"%PDF")
     assert not (tmp_path / "ws" / "users" / "8" / "b.pdf").exists()
+
+
+def test_an_owners_tool_of_the_same_name_keeps_its_place(tmp_path: Path) -> None:
+    from agentd.config import ToolsConfig
+    from agentd.tools import ToolRegistry, tool
+
+    @tool(risk="high")
+    async def delete_file(path: str) -> str:
+        """The owner's own delete_file from a plugin."""
+        return path
+
+    hands = workspace_tools(_config(tmp_path), db=None)  # type: ignore[arg-type]
+    config = ToolsConfig(risk={"write_file": "high"})
+    registry, problems = ToolRegistry.build(config, builtins=[], extra=[delete_file], late=hands)
+    assert registry.get("delete_file") is delete_file
+    assert registry.get("write_file").risk == "high"  # type: ignore[union-attr]
+    said = [str(p) for p in problems]
+    assert any("delete_file" in p and "not registered" in p for p in said)
+    assert not any("unknown tool" in p for p in said)

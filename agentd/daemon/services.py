@@ -43,7 +43,7 @@ from agentd.schedule import setup as scheduling
 from agentd.skills import store as skill_store
 from agentd.skills import tools as skills
 from agentd.telegram.classify import Identity
-from agentd.tools import DuplicateToolError, McpServers, Tool, ToolRegistry
+from agentd.tools import McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
 
 log = logging.getLogger("agentd")
@@ -144,21 +144,6 @@ async def _shell(core: Core) -> list[Tool]:
     return [shell_tool(sdeps)]
 
 
-def _add_hands(registry: ToolRegistry, config: Config, tools: list[Tool]) -> None:
-    """The workspace and shell tools, after the owner's own: a plugin or MCP tool already
-    named `delete_file` (say) keeps working as before, and the built-in one steps aside."""
-    for item in tools:
-        if item.name in config.tools.disabled:
-            continue
-        override = config.tools.risk.get(item.name)
-        try:
-            registry.register(item.with_risk(override) if override else item)
-        except DuplicateToolError:
-            log.warning("tool problem", extra={"source": "hands", "problem": f"{item.name} "
-                        "is already provided by a plugin or MCP server; the built-in one is "
-                        "not offered"})  # fmt: skip
-
-
 async def _skills(config: Config, db: Database, clock: Clock) -> tuple[list[Tool], Any]:
     """The skill tools and the listing the prompt reads; changed skills are held back here."""
     if not config.skills.enabled:
@@ -183,8 +168,9 @@ def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcribe
 def _registry(
     config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers, hands: list[Tool]
 ) -> ToolRegistry:
-    registry, problems = ToolRegistry.build(config.tools, extra=extra)
-    _add_hands(registry, config, hands)
+    # The hands' tools come last: an owner's plugin or MCP tool named `delete_file` (say)
+    # keeps working as before, and the built-in one is reported and not offered.
+    registry, problems = ToolRegistry.build(config.tools, extra=extra, late=hands)
     for problem in web_problems:
         log.warning("tool problem", extra={"source": "web", "problem": problem})
     for item in [*problems, *mcp.problems]:

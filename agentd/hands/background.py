@@ -47,7 +47,9 @@ async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
                       tool_use_id="run", redact=deps.redact)  # fmt: skip
     wall = deps.config.tools.shell.background_wall_seconds
     try:
-        return await run_command(deps, ctx, inp.args, approval=inp.approval, wall=wall)
+        # No "running…" message: a job may run for an hour; its notice says how it ended.
+        return await run_command(deps, ctx, inp.args, approval=inp.approval, wall=wall,
+                                 progress=False)  # fmt: skip
     except ToolError as exc:
         return f"Could not run it: {exc}"
 

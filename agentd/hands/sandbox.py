@@ -183,7 +183,10 @@ def command_argv(
     shell = ["/bin/sh", "-c", command]
     if sandbox.mode == "none":
         host_cwd = str(workspace / cwd.removeprefix(INSIDE_WORKSPACE).lstrip("/"))
-        return [*_prlimit(limits), *shell], host_cwd
+        # No pid namespace here: at least the shell dies with a daemon killed by -9 (its
+        # children may outlive it; that is part of what "none" gives up).
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        return [setpriv, "--pdeathsig", "KILL", "--", *_prlimit(limits), *shell], host_cwd
     ids = _run_as_ids(sandbox.run_as)
     prefix: list[str] = []
     if ids is not None:
@@ -256,7 +259,10 @@ async def run_sandboxed(
 ) -> RunResult:
     """Run `command` with `sh -c` in the sandbox, `workspace` writable at /workspace.
 
-    Cancelling the awaiting task kills the whole process tree before CancelledError goes on.
+    `binds_ro` adds (host path, path inside) read-only mounts (a skill's folder); like the
+    workspace, bwrap resolves them as the sandbox user, who must be able to reach them.
+    `cwd` is a path inside the sandbox. Cancelling the awaiting task kills the whole process
+    tree before CancelledError goes on.
     """
     argv, host_cwd = command_argv(sandbox, command, workspace, cwd, limits,
                                   binds_ro=binds_ro, network=network)  # fmt: skip

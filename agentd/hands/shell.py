@@ -195,7 +195,8 @@ def check_network(shell: ShellConfig, args: ShellArgs) -> None:
 
 
 async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, *,
-                      approval: str | None = None, wall: float | None = None) -> str:  # fmt: skip
+                      approval: str | None = None, wall: float | None = None,
+                      progress: bool = True) -> str:  # fmt: skip
     """Run one command in the sandbox, audited; the text the model (or the notice) gets."""
     shell = deps.config.tools.shell
     check_network(shell, args)
@@ -214,7 +215,8 @@ async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, *,
         args.command, workspace.root, sandbox=deps.sandbox, limits=limits, cwd=cwd,
         network=args.network))  # fmt: skip
     try:
-        result = await _with_progress(deps, ctx, task, shell.progress_after)
+        result = await _with_progress(deps if progress else replace(deps, progress=None), ctx,
+                                      task, shell.progress_after)  # fmt: skip
     except asyncio.CancelledError:
         await _audit(deps, ctx, args, approval, None, error="cancelled (process tree killed)")
         raise
