@@ -16,6 +16,8 @@ from typing import Any
 
 import pytest
 
+from agentd.db import open_sync
+from agentd.db.migrations import apply_migrations
 from tests.daemon_process import Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
@@ -157,6 +159,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                          AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
                          AGENTD_TOOLS__WORKSPACE__PATH=str(workspace / "ws"))  # fmt: skip
         installer = Daemon(tmp, env)
+        # The database as a first `agentd run` leaves it: the CLI never creates it.
+        conn = open_sync(installer.db_path)
+        try:
+            apply_migrations(conn)
+        finally:
+            conn.close()
         incoming = tmp / "incoming"
         sources = [DATA / "unit-convert", DATA / "word-stats", *sorted(incoming.iterdir())]
         for source in sources:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from agentd.db import open_sync
+from agentd.db.migrations import apply_migrations
 
 SKILLS = Path(__file__).parent / "data" / "skills"
 
@@ -26,6 +27,15 @@ class Owner:
                     if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))}  # fmt: skip
         self.env |= {"AGENTD_CONFIG": str(tmp / "agentd.toml"),
                      "AGENTD_MEMORY__EMBEDDER": "hashing"}  # fmt: skip
+
+    def daemon_ran(self) -> None:
+        """The database as `agentd run` leaves it (it creates and migrates it at start)."""
+        (self.tmp / "state").mkdir(exist_ok=True)
+        conn = open_sync(self.tmp / "state" / "agentd.db")
+        try:
+            apply_migrations(conn)
+        finally:
+            conn.close()
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "agentd", "skills", *args], env=self.env,
@@ -47,7 +57,18 @@ class Owner:
 
 @pytest.fixture
 def owner(tmp_path: Path) -> Owner:
-    return Owner(tmp_path)
+    owner = Owner(tmp_path)
+    owner.daemon_ran()
+    return owner
+
+
+def test_before_the_daemon_ever_ran_add_says_so_and_changes_nothing(tmp_path: Path) -> None:
+    owner = Owner(tmp_path)
+    refused = owner.run("add", str(SKILLS / "word-stats"), "--yes")
+    assert refused.returncode == 1 and "does not exist yet" in refused.stderr
+    assert "agentd run" in refused.stderr
+    assert not (tmp_path / "skills").exists() and not (tmp_path / "state").exists()
+    assert owner.run("ls").returncode == 0  # reading works without a database
 
 
 def test_add_shows_what_the_skill_holds_and_needs_a_confirmation(owner: Owner) -> None:

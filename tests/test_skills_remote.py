@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from agentd.db import open_sync
+from agentd.db.migrations import apply_migrations
 from agentd.skills.folder import Limits
 from agentd.skills.remote import RemoteSkillError, unpack
 from tests.fakes.site import FakeSite
@@ -65,9 +67,19 @@ def agentd(tmp: Path, *args: str, allow_local: bool = True) -> subprocess.Comple
     (tmp / "agentd.toml").write_text(config)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
     env["AGENTD_CONFIG"] = str(tmp / "agentd.toml")
+    daemon_ran(tmp / "agentd.db")
     return subprocess.run([sys.executable, "-m", "agentd", "skills", *args], env=env, cwd=tmp,
                           capture_output=True, text=True, timeout=60,
                           stdin=subprocess.DEVNULL)  # fmt: skip
+
+
+def daemon_ran(path: Path) -> None:
+    """The database as `agentd run` leaves it (skills are enabled in it)."""
+    conn = open_sync(path)
+    try:
+        apply_migrations(conn)
+    finally:
+        conn.close()
 
 
 def test_a_zip_like_a_repository_archive_installs(tmp_path: Path, site: FakeSite) -> None:
@@ -171,6 +183,7 @@ def test_downloads_over_the_limit_and_non_skills_are_refused(
         '[tools.fetch]\nallowed_hosts = ["127.0.0.1"]\n[skills]\nmax_download_bytes = 20000\n'
     )
     (tmp_path / "agentd.toml").write_text(env_config)
+    daemon_ran(tmp_path / "agentd.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
     env["AGENTD_CONFIG"] = str(tmp_path / "agentd.toml")
     big = subprocess.run([sys.executable, "-m", "agentd", "skills", "add", url, "--yes"],

@@ -24,6 +24,7 @@ from agentd.cli.common import (
     ConfigOption,
     JsonOption,
     config_or_exit,
+    database,
     err,
     fail,
     iso,
@@ -48,22 +49,22 @@ NameArg = Annotated[str, typer.Argument(help="The skill's name (see `agentd skil
 
 @contextmanager
 def _db(cfg: Config, *, write: bool) -> Iterator[Any]:
-    """The daemon's database; a write creates it (with its schema) if the daemon never ran."""
-    from agentd.db import DatabaseError, open_sync
-    from agentd.db.migrations import apply_migrations
+    """The daemon's database (migrated for a write); None for a read before it exists.
 
+    Like every command, a write does not create it: the daemon does, as its own user, where
+    storage.path says (a CLI run elsewhere or as root would make one the daemon cannot use).
+    """
     if not write and not cfg.db_path.exists():
         yield None
         return
-    try:
-        conn = open_sync(cfg.db_path)
-        apply_migrations(conn)
-    except DatabaseError as exc:
-        fail(str(exc))
-    try:
+    with database(cfg, write=write) as conn:
         yield conn
-    finally:
-        conn.close()
+
+
+def _db_exists_or_fail(cfg: Config) -> None:
+    """Before anything is shown or copied: the enable at the end needs the database."""
+    with _db(cfg, write=True):
+        pass
 
 
 def recorded(cfg: Config) -> dict[str, SkillRecord]:
@@ -179,6 +180,7 @@ def add(
 ) -> None:
     """Install a skill from a folder or URL after showing what it holds, and enable it."""
     cfg = config_or_exit(config)
+    _db_exists_or_fail(cfg)
     with tempfile.TemporaryDirectory(prefix="agentd-skill-") as tmp:
         if source.startswith(("http://", "https://")):
             path = _download(source, cfg, Path(tmp), skill)
@@ -224,6 +226,7 @@ def _found(name: str, cfg: Config) -> SkillFolder:
 def enable(name: NameArg, yes: YesOption = False, config: ConfigOption = None) -> None:
     """Enable a skill found in the skill folders (again, after its files changed)."""
     cfg = config_or_exit(config)
+    _db_exists_or_fail(cfg)
     skill = _found(name, cfg)
     record = recorded(cfg).get(name)
     if record is not None and record.content_hash != skill.content_hash:
