@@ -360,6 +360,22 @@ class ToolsConfig(_Section):
         return servers
 
 
+class SkillsConfig(_Section):
+    """`[skills]`: Agent Skills folders (SKILL.md) the owner enabled with `agentd skills`."""
+
+    enabled: bool = True  # false: no skill is listed or offered to the model
+    # Folders of skill folders; the first is where `agentd skills add` installs. Empty: a
+    # `skills` folder beside the config file (or beside the database without one).
+    paths: list[str] = Field(default_factory=list)
+    # `agentd skills add URL`: at most this much is downloaded (SSRF policy of [tools.fetch]).
+    max_download_bytes: int = Field(default=20_000_000, ge=1024, le=500_000_000)
+    # A skill folder (installed or unpacked) may hold at most this many files and bytes.
+    max_files: int = Field(default=500, ge=1, le=100_000)
+    max_bytes: int = Field(default=50_000_000, ge=1024, le=2_000_000_000)
+    # Seconds a skill's script may run in the sandbox.
+    script_timeout: float = Field(default=120.0, gt=0, le=3600)
+
+
 class WebConfig(_Section):
     """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
 
@@ -477,6 +493,7 @@ class Config(_Section):
     web: WebConfig = Field(default_factory=WebConfig)
     automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
@@ -485,6 +502,15 @@ class Config(_Section):
     @property
     def db_path(self) -> Path:
         return Path(self.storage.path).expanduser()
+
+    @property
+    def skill_dirs(self) -> list[Path]:
+        """Folders of skill folders, the install folder first (`[skills] paths`)."""
+        if self.skills.paths:
+            base = Path(self.source).parent if self.source else Path()
+            return [base / Path(p).expanduser() for p in self.skills.paths]
+        home = Path(self.source).parent if self.source else self.db_path.parent
+        return [home / "skills"]
 
     @property
     def outgoing_dir(self) -> Path:

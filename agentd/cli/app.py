@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "agentd.cli.docs:ingest",
     "docs": "agentd.cli.docs:app",
     "rules": "agentd.cli.rules:app",
+    "skills": "agentd.cli.skills:app",
 }
 
 

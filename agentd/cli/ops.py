@@ -117,6 +117,7 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
         _doctor_shell(cfg, results)
+        _doctor_skills(cfg, results)
     if json:
         print_json(results)
     else:
@@ -244,6 +245,25 @@ def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str,
            f"{stale} of {chunks} document chunks lack a {model_id} vector: run "
            "`agentd docs reindex`" if stale else f"{chunks} chunks, all current",
            results, warn=bool(stale))  # fmt: skip
+
+
+def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Skills that are invalid or changed are named with the reason; the rest are counted."""
+    from agentd.cli.skills import recorded
+    from agentd.skills.catalog import scan_config
+    from agentd.skills.overview import overview
+
+    states = overview(scan_config(cfg), recorded(cfg))
+    enabled = sum(s.state == "enabled" for s in states)
+    where = ", ".join(map(str, cfg.skill_dirs))
+    _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
+    for s in states:
+        if s.state == "invalid":
+            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}",
+                   results)  # fmt: skip
+        elif s.state in ("changed", "missing"):
+            _check(f"skill {s.name}", True, f"held back: {s.reason}; check it, then run "
+                   f"`agentd skills enable {s.name}`", results, warn=True)  # fmt: skip
 
 
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
