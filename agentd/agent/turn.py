@@ -80,7 +80,13 @@ def _user_content(inp: TurnInput) -> str:
         text = f"[{inp.unsupported_kind or 'message'}] {text}".strip()
     elif inp.kind == "photo":
         text = f"[photo] {text}".strip()
-    if inp.edited:
+    if inp.edited and inp.corrects is not None:
+        # README "Stopping and editing": an edit after the answer is a correction of it.
+        text = (
+            "(The user edited a message you already answered; treat this as a correction. "
+            f"It said:\n<data>\n{as_data(inp.corrects)}\n</data>\nIt now says:)\n{text}"
+        )
+    elif inp.edited and inp.replaces is None:  # an edit of a message we know nothing of
         text = f"(edited message) {text}"
     if inp.schedule_id:
         text = (f"[Scheduled task {inp.schedule_id}, set up earlier by the owner and run now "
@@ -109,6 +115,15 @@ def to_llm_messages(past: list[tuple[str, str]], current: str) -> list[Message]:
 # -- step functions: each does one external thing and returns JSON-able data ---------------
 
 
+def _withdrawn_as(conn: Any, instance_id: str) -> str | None:
+    """A turn cancelled (/stop, an edit) before its message was saved: /stop marked the rows
+    that existed, so this one is marked here (one writer: no third order)."""
+    row = conn.execute(
+        "SELECT cancel_requested, status FROM workflow_instances WHERE id = ?", (instance_id,)
+    ).fetchone()
+    return "stopped" if row is not None and (row[0] or row[1] == "cancelled") else None
+
+
 def save_user_message(
     conn: Any, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str],
     media_meta: dict[str, Any] | None = None,
@@ -119,6 +134,8 @@ def save_user_message(
         meta["reply_to"] = inp.reply_to.message_id
     if images:
         meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
+    if (withdrawn := _withdrawn_as(conn, instance_id)) is not None:
+        meta["withdrawn"] = withdrawn  # stopped or replaced while it was being read in
     content = "\n".join([_user_content(inp), *notes]).strip()
     message_id = history.save_message(
         conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,

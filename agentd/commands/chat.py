@@ -77,6 +77,9 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     withdrawn = await deps.db.write(_withdraw_approvals, [t.id for t in turns], deps.clock.now())
     for turn in turns:
         await deps.cancel(turn.id)
+    # The stopped requests stay in `agentd history` but never reach the model again, or a
+    # later message would have it carry out what the user just stopped.
+    await deps.db.write(history.withdraw, [t.id for t in turns], "stopped")
     for approval in withdrawn:
         if approval.message_id is not None:
             try:
