@@ -159,3 +159,44 @@ def test_an_edit_after_the_answer_is_a_correction(stack: Stack) -> None:
     last = json.loads(s.requests_for(chat)[-1])[-1]
     text = json.dumps(last)
     assert "correction" in text and "remind me at 5" in text and "remind me at 6" in text
+
+
+def test_the_owners_message_in_a_group_is_ignored_with_a_reason(stack: Stack) -> None:
+    """Groups are off by default (README "Groups"): the owner's group message gets no answer,
+    but a log line and an audit row say why (issue 25: it used to vanish without a trace)."""
+    s, chat = stack, stack.user()
+    group = -1009876500000 - chat
+    s.llm.set_responder(None)
+    s.tg.add_message(group, chat, "@fake_bot hello everyone", chat_type="group")
+    s.tg.add_message(chat, chat, f"u{chat}: and in private?")
+    s.wait_texts(chat, 1)  # later than the group message: it was handled by now
+    assert s.texts(group) == []
+    rows = s.daemon.query(
+        "SELECT user_id, detail FROM audit WHERE kind = 'message_ignored' AND chat_id = ?",
+        (group,),
+    )
+    assert [(r[0], json.loads(r[1])["reason"]) for r in rows] == [
+        (chat, "group chats are disabled")
+    ]
+    assert f'"chat_id": {group}' in s.daemon.log() and "message ignored" in s.daemon.log()
+
+
+def test_start_with_a_bogus_code_does_not_claim_pairing(stack: Stack) -> None:
+    s, chat = stack, stack.user()
+    s.tg.add_message(chat, chat, "/start BOGUS123")
+    reply = s.wait_texts(chat, 1)[0]
+    assert reply.startswith("Hello!") and "paired" not in reply.lower()
+
+
+def test_a_second_run_says_already_running_before_the_heavy_imports(stack: Stack) -> None:
+    import subprocess
+    import sys
+
+    second = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentd", "run"],
+                            env=stack.daemon.env, cwd=stack.daemon.tmp, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert second.returncode == 3, second.stderr[-2000:]
+    assert "already running" in second.stderr and f"pid {stack.daemon.proc.pid}" in second.stderr
+    imported = [line.rsplit("|", 1)[-1].strip() for line in second.stderr.splitlines()
+                if line.startswith("import time:")]  # fmt: skip
+    assert imported and not any(m.startswith(("aiogram", "anthropic")) for m in imported)

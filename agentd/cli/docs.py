@@ -26,6 +26,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     reindex_with_bar,
     transaction,
     with_embedder,
@@ -85,12 +86,12 @@ def _print_report(report: IngestReport) -> None:
                   "seconds", title="Ingested")  # fmt: skip
     table.add_row(*(str(counts[k]) for k in counts), str(report.chunks_embedded),
                   f"{report.seconds:.1f}")  # fmt: skip
-    out.print(table)
+    print_table(table)
     if report.failed:
         failures = new_table(_source_column(), "reason", title="Not ingested")
         for failure in report.failed:
             failures.add_row(failure.source, failure.reason)
-        out.print(failures)
+        print_table(failures)
     if report.ignored:
         out.print(f"{report.ignored} file(s) of other types were ignored.")
     if report.aborted:
@@ -164,7 +165,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for d in docs:
         table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at),
                       d.source)  # fmt: skip
-    out.print(table)
+    print_table(table)
     if not docs:
         out.print("No documents yet: agentd ingest PATH… adds some.")
 
@@ -225,7 +226,7 @@ def search(
     for number, h in enumerate(hits, start=1):
         text = " ".join(h.text.split())
         table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)
-    out.print(table)
+    print_table(table)
 
 
 @app.command("reindex")

@@ -16,6 +16,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 from agentd.config import Config
@@ -101,7 +102,9 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for u in users:
         table.add_row(str(u["user_id"]), str(u["source"]), str(u["username"] or ""),
                       str(u["paired_at"] or ""))  # fmt: skip
-    out.print(table)
+    print_table(
+        table, empty="No users yet: add your id to telegram.allowed_user_ids, or run `agentd pair`."
+    )
 
 
 @app.command("rm")

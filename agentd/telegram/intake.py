@@ -87,6 +87,14 @@ def _apply(
         answer = on_callback(conn, decision.callback)
         result.callback_answers.append((decision.callback.callback_id, answer))
         return "callback", None
+    if decision.action == "ignore" and decision.user_id is not None and decision.chat_id:
+        # An allowed user's message in a group (groups off, or the bot not addressed): said in
+        # the log each time and in the audit once a day per chat and reason, never silent.
+        result.ignored.append((decision.chat_id, decision.user_id, decision.reason or ""))
+        day = int(time.time() // 86400)
+        audit.record(conn, "message_ignored", chat_id=decision.chat_id, user_id=decision.user_id,
+                     detail={"update_kind": decision.update_kind, "reason": decision.reason},
+                     source_key=f"ignored:{decision.chat_id}:{decision.reason}:{day}")  # fmt: skip
     if decision.action == "reject":
         # R-IN-3: counted without content: who, when, what kind.
         audit.record(

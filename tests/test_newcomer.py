@@ -1,0 +1,120 @@
+"""A newcomer's first hour (issue 25, items 4, 6, 9): each trap they fell into, now closed."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from agentd.config import ConfigError, load_config
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.fixture(autouse=True)
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_")):
+            monkeypatch.delenv(name)
+
+
+def test_the_database_is_found_beside_the_config_from_any_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "x"
+    home.mkdir()
+    (home / "agentd.toml").write_text('[media]\noutgoing_dir = "out"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    config = load_config(home / "agentd.toml", env={})
+    assert config.db_path == home / "agentd.db"  # not ./agentd.db in the working directory
+    assert config.outgoing_dir == home / "out"
+    # A path given in the environment is the caller's, relative to where they are.
+    config = load_config(home / "agentd.toml", env={"AGENTD_STORAGE__PATH": "mine.db"})
+    assert config.db_path.absolute() == elsewhere / "mine.db"
+
+
+def test_a_database_where_older_versions_looked_is_not_silently_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = tmp_path / "x"
+    home.mkdir()
+    (home / "agentd.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "agentd.db").write_bytes(b"")  # the database an older agentd made here
+    with pytest.raises(ConfigError) as exc:
+        load_config(home / "agentd.toml", env={})
+    assert str(home / "agentd.db") in str(exc.value) and "move it" in str(exc.value)
+
+
+def test_a_single_underscore_variable_is_an_error_not_ignored(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load_config(None, env={"AGENTD_TELEGRAM_ALLOWED_USER_IDS": "[42]"})
+    assert "AGENTD_TELEGRAM__ALLOWED_USER_IDS" in str(exc.value)
+    load_config(None, env={"AGENTD_TEST_EFFECTS": "/tmp/x"})  # not a config key: left alone
+
+
+def first_screen() -> str:
+    text = README.read_text()
+    return text[: text.index("\n## ")]
+
+
+def test_readme_first_screen_keeps_what_init_wrote() -> None:
+    screen = first_screen()
+    assert "cp config.example.toml agentd.toml" not in screen  # it erased the owner and zone
+    for prerequisite in ("python3-venv", "git clone"):
+        assert prerequisite in screen
+    assert "exit code 2" not in README.read_text()  # a rejected token exits 78 (EX_CONFIG)
+
+
+def test_readme_service_steps_work_in_sh() -> None:
+    text = README.read_text()
+    service = text[text.index("## Running as a service") :]
+    service = service[: service.index("\n## ", 5)]
+    blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", service, re.S)
+    assert blocks and "journalctl" in service and "git pull" in service
+    for block in blocks:
+        for bashism in ("<(", "[[", "source ", "{a,", "$'"):
+            assert bashism not in block, (bashism, block)
+
+
+def test_plain_flags_show_no_type_in_help() -> None:
+    from typer.testing import CliRunner
+
+    from agentd.cli.app import app
+
+    result = CliRunner().invoke(app, ["audit", "--help"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0 and "--json" in result.output
+    assert "<bool>" not in result.output
+
+
+def test_a_stop_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
+    """systemd shows "failed" for exit 1; a stop while waiting for Telegram is not a failure."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "TELEGRAM_"))}
+    env.update(TELEGRAM_BOT_TOKEN="123456:TEST-token-abcdef", ANTHROPIC_API_KEY="sk-ant-x",
+               AGENTD_TELEGRAM__API_BASE="http://127.0.0.1:9",  # nothing listens: it waits
+               AGENTD_TELEGRAM__ALLOWED_USER_IDS="[42]",
+               AGENTD_STORAGE__PATH=str(tmp_path / "agentd.db"), PYTHONUNBUFFERED="1")  # fmt: skip
+    log = tmp_path / "run.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "agentd", "run"], env=env, cwd=tmp_path,
+                                stdout=out, stderr=out)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 120
+            while "waiting for Telegram" not in log.read_text(errors="replace"):
+                assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0, log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
