@@ -118,3 +118,33 @@ def test_a_stop_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
+
+
+def test_ingest_keeps_pdf_library_noise_out_and_fails_when_a_file_failed(tmp_path: Path) -> None:
+    import io
+    import subprocess
+    import sys
+
+    import pypdf
+
+    writer = pypdf.PdfWriter()
+    writer.add_blank_page(100, 100)
+    buffer = io.BytesIO()
+    writer.write(buffer)
+    data = buffer.getvalue()
+    cut = data.rindex(b"startxref")
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    # A wrong xref pointer: pypdf recovers, logging "incorrect startxref pointer" as it goes.
+    (docs / "scan.pdf").write_bytes(data[:cut] + b"startxref\n12\n%%EOF\n")
+    (docs / "notes.txt").write_text("The boiler was serviced in May.")
+    (docs / "broken.txt").write_bytes(b"\xff\xfe\xfa")
+    config = tmp_path / "agentd.toml"
+    config.write_text('[memory]\nembedder = "hashing"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "ANTHROPIC_"))}
+    result = subprocess.run([sys.executable, "-m", "agentd", "ingest", str(docs), "--config",
+                             str(config)], env={**env, "COLUMNS": "200"}, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output  # broken.txt did not go in
+    assert "startxref" not in output and "Not ingested" in output and "broken.txt" in output

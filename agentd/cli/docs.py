@@ -125,6 +125,7 @@ def ingest(
     from agentd.tools.fetch import fetch_policy
 
     _ensure_database(cfg)
+    _quiet_pdf_library()
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         console=err.console, transient=True, disable=json or not err.is_terminal,
@@ -143,8 +144,18 @@ def ingest(
         print_json(report.model_dump())
     else:
         _print_report(report)
-    if report.aborted:
+    if report.aborted or report.failed:  # a script must see that some files did not go in
         raise typer.Exit(1)
+
+
+def _quiet_pdf_library() -> None:
+    """pypdf logs its parsing complaints as warnings, which reached the terminal raw (Python's
+    last-resort handler); a file it cannot read is reported in "Not ingested" instead."""
+    import logging
+
+    pdf_log = logging.getLogger("pypdf")
+    pdf_log.addHandler(logging.NullHandler())
+    pdf_log.propagate = False
 
 
 @app.command("ls")
