@@ -176,9 +176,11 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for d in docs:
         table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at),
                       d.source)  # fmt: skip
-    print_table(table)
-    if not docs:
-        out.print("No documents yet: agentd ingest PATH… adds some.")
+    print_table(
+        table,
+        drop=("format", "updated (UTC)"),
+        empty="No documents yet: agentd ingest PATH… adds some.",
+    )
 
 
 @app.command("rm")
@@ -237,7 +239,7 @@ def search(
     for number, h in enumerate(hits, start=1):
         text = " ".join(h.text.split())
         table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)
-    print_table(table)
+    print_table(table, drop=("section", "title"), empty="No document matches.")
 
 
 @app.command("reindex")

@@ -110,12 +110,15 @@ def wait_for_owner(api_base: str, token: str, code: str, timeout: float) -> tupl
             if chat.get("type") != "private":
                 continue
             if text.endswith(code):
+                # Acknowledge it, so `agentd run` does not answer the pairing message again.
+                confirm = urllib.parse.urlencode({"offset": offset, "timeout": 0})
+                _call(f"{base}/getUpdates?{confirm}", timeout=10)
                 sender = message.get("from") or {}
-                _say(base, chat.get("id"), "Paired. I will answer you here once `agentd run` "
-                     "is started on the server.")  # fmt: skip
+                _say(base, chat.get("id"), "Paired. I will answer you here once agentd runs "
+                     "on the server.")  # fmt: skip
                 return int(sender["id"]), str(sender.get("username") or sender.get("first_name"))
             if text.startswith("/START"):  # a bare /start, or a mistyped code: say what to send
-                _say(base, chat.get("id"), "That is not the code `agentd init` shows: send "
+                _say(base, chat.get("id"), "That is not the code agentd init shows: send "
                      "/start followed by the 8-character code from the terminal.")  # fmt: skip
         if status != 200:
             time.sleep(1)

@@ -147,7 +147,7 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
         turn = f"{r.instance_id} ({r.turn_status})" if r.instance_id else ""
         table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn,
                       r.detail[:50])  # fmt: skip
-    print_table(table)
+    print_table(table, drop=("at (UTC)",), empty="No runs yet.")
 
 
 def _set_state(schedule_id: str, state: str, json: bool, config: Any) -> None:
