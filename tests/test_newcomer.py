@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -77,8 +78,10 @@ def test_readme_service_steps_work_in_sh() -> None:
     blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", service, re.S)
     assert blocks and "journalctl" in service and "git pull" in service
     for block in blocks:
-        for bashism in ("<(", "[[", "source ", "{a,", "$'"):
+        for bashism in ("<(", "[[", "source ", "{a,", "$'", "echo -e"):
             assert bashism not in block, (bashism, block)
+        checked = subprocess.run(["sh", "-n"], input=block, text=True, capture_output=True)
+        assert checked.returncode == 0, (checked.stderr, block)  # parses as POSIX sh
 
 
 def test_plain_flags_show_no_type_in_help() -> None:
@@ -94,7 +97,6 @@ def test_plain_flags_show_no_type_in_help() -> None:
 def test_a_stop_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
     """systemd shows "failed" for exit 1; a stop while waiting for Telegram is not a failure."""
     import signal
-    import subprocess
     import sys
     import time
 
@@ -122,7 +124,6 @@ def test_a_stop_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
 
 def test_ingest_keeps_pdf_library_noise_out_and_fails_when_a_file_failed(tmp_path: Path) -> None:
     import io
-    import subprocess
     import sys
 
     import pypdf
