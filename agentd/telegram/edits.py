@@ -71,12 +71,23 @@ def _input(raw: str) -> TurnInput | None:
 
 
 def _answered(conn: Any, instance_id: str) -> bool:
+    """A send of its answer finished or began (a marked attempt is journaled before the call,
+    so one in flight counts: the user may be reading it already)."""
     row = conn.execute(
-        "SELECT 1 FROM workflow_steps WHERE instance_id = ? AND name LIKE 'send%' "
-        "AND status = 'complete' LIMIT 1",
+        "SELECT 1 FROM workflow_steps WHERE instance_id = ? AND name LIKE 'send%' LIMIT 1",
         (instance_id,),
     ).fetchone()
     return row is not None
+
+
+def _settle_approvals(conn: Any, instance_id: str, now: float) -> None:
+    """Its pending approvals are denied, as /stop does, so no later press runs the old request
+    (the cancelled turn's cards are taken down when it ends)."""
+    conn.execute(
+        "UPDATE approvals SET status = 'denied', decided_at = ?, decided_by = 'edit', "
+        "reason = 'replaced by an edit' WHERE instance_id = ? AND status = 'pending'",
+        (now, instance_id),
+    )
 
 
 def plan_edit(conn: Any, turn: TurnInput, now: float) -> EditPlan:
@@ -92,6 +103,7 @@ def plan_edit(conn: Any, turn: TurnInput, now: float) -> EditPlan:
     if is_open and not _answered(conn, previous):
         store.request_cancel(conn, previous, now)
         history.withdraw(conn, [previous], "edited")
+        _settle_approvals(conn, previous, now)
         return EditPlan(action="replace", previous=previous,
                         turn=turn.model_copy(update={"replaces": previous}))  # fmt: skip
     status = conn.execute(
