@@ -149,3 +149,26 @@ def test_ingest_keeps_pdf_library_noise_out_and_fails_when_a_file_failed(tmp_pat
     output = result.stdout + result.stderr
     assert result.returncode == 1, output  # broken.txt did not go in
     assert "startxref" not in output and "Not ingested" in output and "broken.txt" in output
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: the guard is about root's commands")
+def test_root_does_not_open_the_services_database(tmp_path: Path) -> None:
+    """A root-run command would leave root-owned -wal/-shm files that lock the service out."""
+    from typer.testing import CliRunner
+
+    from agentd.cli.app import app
+    from agentd.db import open_sync
+    from agentd.db.migrations import apply_migrations
+
+    db = tmp_path / "agentd.db"
+    conn = open_sync(db)
+    apply_migrations(conn)
+    conn.close()
+    os.chown(db, 65534, 65534)  # the service's user (nobody, here)
+    config = tmp_path / "agentd.toml"
+    config.write_text("")
+    result = CliRunner().invoke(app, ["history", "--config", str(config)])
+    assert result.exit_code == 1 and "sudo -u" in result.output, result.output
+    assert not (tmp_path / "agentd.db-wal").exists() and not (tmp_path / "agentd.db-shm").exists()
+    result = CliRunner().invoke(app, ["doctor", "--config", str(config)])
+    assert "not opened as root" in " ".join(result.output.split())

@@ -87,6 +87,16 @@ def foreign_owner(path: Path) -> str | None:
         return str(uid)
 
 
+def refuse_foreign_database(path: Path) -> None:
+    """Exit when root would open another user's database (see `foreign_owner`)."""
+    if path.exists() and (owner := foreign_owner(path)) is not None:
+        fail(
+            f"{path} belongs to {owner}; as root this command would leave root-owned database "
+            f"files that lock the service out. Run it as {owner}: sudo -u {owner} agentd "
+            + " ".join(sys.argv[1:])
+        )
+
+
 @contextmanager
 def database(config: Config, *, write: bool = False) -> Iterator[Any]:
     """A short-lived connection for one command; the daemon may be running meanwhile (WAL)."""
@@ -100,12 +110,7 @@ def database(config: Config, *, write: bool = False) -> Iterator[Any]:
             f"database {path.resolve()} does not exist yet{where}; start the daemon with "
             "`agentd run` first, or set storage.path in the config file to the daemon's database"
         )
-    if (owner := foreign_owner(path)) is not None:
-        fail(
-            f"{path} belongs to {owner}; as root this command would leave root-owned database "
-            f"files that lock the service out. Run it as {owner}: sudo -u {owner} agentd "
-            + " ".join(sys.argv[1:])
-        )
+    refuse_foreign_database(path)
     try:
         conn = open_sync(path)
         if write:

@@ -17,6 +17,7 @@ from agentd.cli.common import (
     out,
     print_json,
     print_table,
+    refuse_foreign_database,
     transaction,
 )
 from agentd.config import Config
@@ -29,6 +30,7 @@ def _open_or_create(cfg: Config) -> Any:
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import apply_migrations
 
+    refuse_foreign_database(cfg.db_path)
     try:
         conn = open_sync(cfg.db_path)
         apply_migrations(conn)
