@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +173,13 @@ def test_root_does_not_open_the_services_database(tmp_path: Path) -> None:
     assert not (tmp_path / "agentd.db-wal").exists() and not (tmp_path / "agentd.db-shm").exists()
     result = CliRunner().invoke(app, ["doctor", "--config", str(config)])
     assert "not opened as root" in " ".join(result.output.split())
+
+
+@pytest.mark.skipif(Path("/etc/agentd/agentd.toml").exists(), reason="a system config exists")
+def test_run_from_another_folder_says_no_config_was_found(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "XDG_"))}
+    env["HOME"] = str(tmp_path)
+    result = subprocess.run([sys.executable, "-m", "agentd", "run"], env=env, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 78
+    assert "no config file found" in result.stderr and "--config" in result.stderr
