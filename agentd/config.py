@@ -568,10 +568,27 @@ ENV_SYNTAX = (
 )
 
 
+def _check_single_underscore(name: str) -> None:
+    """AGENTD_TELEGRAM_ALLOWED_USER_IDS (one underscore) would be ignored without a word."""
+    rest = name[len(ENV_PREFIX) :].lower()
+    for section, model in Config.model_fields.items():
+        prefix = f"{section}_"
+        annotation = model.annotation
+        keys = getattr(annotation, "model_fields", {})
+        if rest.startswith(prefix) and rest[len(prefix) :] in keys:
+            fixed = f"{ENV_PREFIX}{section.upper()}__{rest[len(prefix) :].upper()}"
+            raise ConfigError(
+                f"environment variable {name} is not read: between the section and the key "
+                f"there are two underscores ({fixed}); {ENV_SYNTAX}"
+            )
+
+
 def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
     """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
     applied: dict[str, str] = {}
     for name, raw in env.items():
+        if name.startswith(ENV_PREFIX) and "__" not in name:
+            _check_single_underscore(name)
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
@@ -648,6 +665,31 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 
+def _beside(config: Config, folder: Path, from_env: dict[str, str]) -> None:
+    """Relative paths in the config file are relative to its folder, as `agentd.env` is, so
+    `cd elsewhere && agentd run --config ~/x/agentd.toml` opens ~/x/agentd.db. A path from the
+    environment keeps the caller's working directory."""
+    storage = Path(config.storage.path).expanduser()
+    if "storage.path" not in from_env and not storage.is_absolute():
+        resolved = (folder / storage).absolute()
+        old = storage.absolute()  # where agentd before 0.2 looked
+        if old != resolved and old.exists() and not resolved.exists():
+            raise ConfigError(
+                f"storage.path {config.storage.path!r} is relative to the config file's folder "
+                f"({folder}), where there is no database yet, but {old} (relative to the "
+                f"working directory, as older versions read it) exists: move it to {resolved}, "
+                f"or set storage.path = {str(old)!r}"
+            )
+        config.storage.path = str(resolved)
+    outgoing = Path(config.media.outgoing_dir).expanduser()
+    if (
+        config.media.outgoing_dir
+        and "media.outgoing_dir" not in from_env
+        and not outgoing.is_absolute()
+    ):
+        config.media.outgoing_dir = str((folder / outgoing).absolute())
+
+
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
     """Load, override from the environment and validate; raise ConfigError naming the key."""
     env = dict(os.environ) if env is None else env
@@ -669,6 +711,8 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, source, from_env)) from None
+    if source is not None:
+        _beside(config, source.parent, from_env)
     stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
     config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
     config.source = str(source) if source else None
