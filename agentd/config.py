@@ -361,6 +361,22 @@ class ToolsConfig(_Section):
         return servers
 
 
+class SkillsConfig(_Section):
+    """`[skills]`: Agent Skills folders (SKILL.md) the owner enabled with `agentd skills`."""
+
+    enabled: bool = True  # false: no skill is listed or offered to the model
+    # Folders of skill folders; the first is where `agentd skills add` installs. Empty: a
+    # `skills` folder beside the config file (or beside the database without one).
+    paths: list[str] = Field(default_factory=list)
+    # `agentd skills add URL`: at most this much is downloaded (SSRF policy of [tools.fetch]).
+    max_download_bytes: int = Field(default=20_000_000, ge=1024, le=500_000_000)
+    # A skill folder (installed or unpacked) may hold at most this many files and bytes.
+    max_files: int = Field(default=500, ge=1, le=100_000)
+    max_bytes: int = Field(default=50_000_000, ge=1024, le=2_000_000_000)
+    # Seconds a skill's script may run in the sandbox.
+    script_timeout: float = Field(default=120.0, gt=0, le=3600)
+
+
 class WebConfig(_Section):
     """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
 
@@ -560,6 +576,7 @@ class Config(_Section):
     web: WebConfig = Field(default_factory=WebConfig)
     automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
     hooks: HooksConfig = Field(default_factory=HooksConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)
@@ -587,6 +604,15 @@ class Config(_Section):
     @property
     def db_path(self) -> Path:
         return Path(self.storage.path).expanduser()
+
+    @property
+    def skill_dirs(self) -> list[Path]:
+        """Folders of skill folders, the install folder first (`[skills] paths`)."""
+        if self.skills.paths:
+            base = Path(self.source).parent if self.source else Path()
+            return [base / Path(p).expanduser() for p in self.skills.paths]
+        home = Path(self.source).parent if self.source else self.db_path.parent
+        return [home / "skills"]
 
     @property
     def outgoing_dir(self) -> Path:
@@ -644,10 +670,27 @@ ENV_SYNTAX = (
 )
 
 
+def _check_single_underscore(name: str) -> None:
+    """AGENTD_TELEGRAM_ALLOWED_USER_IDS (one underscore) would be ignored without a word."""
+    rest = name[len(ENV_PREFIX) :].lower()
+    for section, model in Config.model_fields.items():
+        prefix = f"{section}_"
+        annotation = model.annotation
+        keys = getattr(annotation, "model_fields", {})
+        if rest.startswith(prefix) and rest[len(prefix) :] in keys:
+            fixed = f"{ENV_PREFIX}{section.upper()}__{rest[len(prefix) :].upper()}"
+            raise ConfigError(
+                f"environment variable {name} is not read: between the section and the key "
+                f"there are two underscores ({fixed}); {ENV_SYNTAX}"
+            )
+
+
 def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
     """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
     applied: dict[str, str] = {}
     for name, raw in env.items():
+        if name.startswith(ENV_PREFIX) and "__" not in name:
+            _check_single_underscore(name)
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
@@ -738,6 +781,31 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 
+def _beside(config: Config, folder: Path, from_env: dict[str, str]) -> None:
+    """Relative paths in the config file are relative to its folder, as `agentd.env` is, so
+    `cd elsewhere && agentd run --config ~/x/agentd.toml` opens ~/x/agentd.db. A path from the
+    environment keeps the caller's working directory."""
+    storage = Path(config.storage.path).expanduser()
+    if "storage.path" not in from_env and not storage.is_absolute():
+        resolved = (folder / storage).absolute()
+        old = storage.absolute()  # where agentd before 0.2 looked
+        if old != resolved and old.exists() and not resolved.exists():
+            raise ConfigError(
+                f"storage.path {config.storage.path!r} is relative to the config file's folder "
+                f"({folder}), where there is no database yet, but {old} (relative to the "
+                f"working directory, as older versions read it) exists: move it to {resolved}, "
+                f"or set storage.path = {str(old)!r}"
+            )
+        config.storage.path = str(resolved)
+    outgoing = Path(config.media.outgoing_dir).expanduser()
+    if (
+        config.media.outgoing_dir
+        and "media.outgoing_dir" not in from_env
+        and not outgoing.is_absolute()
+    ):
+        config.media.outgoing_dir = str((folder / outgoing).absolute())
+
+
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
     """Load, override from the environment and validate; raise ConfigError naming the key."""
     env = dict(os.environ) if env is None else env
@@ -759,6 +827,8 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, source, from_env)) from None
+    if source is not None:
+        _beside(config, source.parent, from_env)
     stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
     config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
     config.stored_secrets = stored

@@ -26,7 +26,7 @@ TIERS: list[tuple[str, ...]] = [
     ("chat", "llm", "access", "retention", "retrieval"),
     ("tools",),
     ("knowledge", "memory", "web", "hands", "mail", "calendar"),
-    ("media",),
+    ("media", "skills"),
     ("agent", "commands"),
     ("schedule",),
     ("automations",),  # the owner's own workflows: start, signal, hooks

@@ -6,6 +6,7 @@ timeout, recorded as timed out, never as denied), and the card is edited to say 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
@@ -13,6 +14,7 @@ from pydantic import BaseModel
 from agentd.access import approvals
 from agentd.access.approvals import Approval
 from agentd.agent.deps import TurnDeps
+from agentd.chat.delivery import deliver
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step
@@ -133,7 +135,8 @@ async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[
 
 
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
-    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
+    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide. Run by
+    `seek_approval` through the one send path (chat/delivery.py), as the step `ask:<id>`."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
@@ -197,7 +200,10 @@ async def seek_approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval)
+    ask = partial(ask_owner, deps, approval)
+    message_id = await deliver(
+        step, deps.db, f"ask:{use.id}", approval.chat_id, ask, result_type=int | None
+    )
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),

@@ -32,6 +32,8 @@ from agentd.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
+from agentd.skills.names import SOURCE as SKILLS_SOURCE
+from agentd.skills.names import USE_SKILL
 from agentd.tools import (
     CallState,
     ToolContext,
@@ -74,6 +76,7 @@ class AgentResult(BaseModel):
     calls: int
     outcome: Literal["answered", "step_limit"] = "answered"
     reported_actions: list[str] = Field(default_factory=list)
+    skills_used: list[str] = Field(default_factory=list)  # loaded with use_skill, in order
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
 
 
@@ -220,16 +223,25 @@ class StablePrefix(BaseModel):
     chars: int
 
 
-def stable_prefix(deps: TurnDeps) -> StablePrefix:
+Listing = tuple[tuple[str, str], ...]
+
+
+def stable_prefix(deps: TurnDeps, skills: Listing = ()) -> StablePrefix:
     tools = deps.registry.tools()
-    return deps.stable.get(tools, lambda: _build_stable(deps, tools))  # type: ignore[no-any-return]
+    return deps.stable.get(  # type: ignore[no-any-return]
+        tools, lambda: _build_stable(deps, tools, skills), key=skills
+    )
 
 
-def stable_request(deps: TurnDeps) -> LLMRequest:
-    return stable_prefix(deps).request
+async def current_prefix(deps: TurnDeps) -> StablePrefix:
+    """The prefix as of now: the enabled skills are read from the database (a small read)."""
+    skills = await deps.skill_listing() if deps.skill_listing is not None else ()
+    return stable_prefix(deps, skills)
 
 
-def _build_stable(deps: TurnDeps, tools: list[Any]) -> StablePrefix:
+def _build_stable(deps: TurnDeps, tools: list[Any], skills: Listing) -> StablePrefix:
+    if not skills:  # nothing to load: the skill tools would only cost tokens
+        tools = [t for t in tools if t.source != SKILLS_SOURCE]
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
     server_tools = []
     if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
@@ -239,7 +251,10 @@ def _build_stable(deps: TurnDeps, tools: list[Any]) -> StablePrefix:
     request = LLMRequest(
         purpose="turn",
         system=build_system(
-            persona=deps.config.agent.persona, name=deps.config.agent.name, tools=infos
+            persona=deps.config.agent.persona,
+            name=deps.config.agent.name,
+            tools=infos,
+            skills=skills,
         ),
         messages=[],
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
@@ -266,7 +281,8 @@ async def call_llm(
     messages[turn_start] is this turn's user message: what comes before it is stored history.
     """
     zone = ZoneInfo(deps.config.agent.timezone)
-    req = stable_request(deps).model_copy(update={
+    prefix = await current_prefix(deps)
+    req = prefix.request.model_copy(update={
         "messages": with_breakpoints(messages, turn_start),
         "context": build_context(now=datetime.fromtimestamp(deps.clock.now(), zone),
                                  facts=recall.facts, memories=recall.memories),
@@ -299,6 +315,7 @@ async def agent_loop(
     conversation = list(messages)
     turn_start = len(messages) - 1
     reported: list[str] = []
+    used: list[str] = []
     files: list[SpooledFile] = []
     last_text = ""
     response: LLMResponse | None = None
@@ -323,7 +340,8 @@ async def agent_loop(
                 conversation.append(Message(role="assistant", content=response.content))
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
-            return AgentResult(text=text, calls=n, reported_actions=reported, files=files)
+            return AgentResult(text=text, calls=n, reported_actions=reported, files=files,
+                               skills_used=used)  # fmt: skip
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
@@ -332,6 +350,8 @@ async def agent_loop(
             outcome, route = await handle_tool_use(step, deps, inp, use)
             if route.risk == "medium" and outcome.ok:
                 reported.append(f"{route.name} ({_brief(use)})")
+            if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
+                used.append(str(use.input.get("name")))
             files.extend(outcome.files)
             results.append(ToolResultBlock(tool_use_id=use.id, content=outcome.content or "(empty)",
                                            is_error=not outcome.ok))  # fmt: skip
@@ -339,7 +359,7 @@ async def agent_loop(
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
     return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported,
-                       files=files)  # fmt: skip
+                       files=files, skills_used=used)  # fmt: skip
 
 
 def _brief(use: ToolUseBlock) -> str:

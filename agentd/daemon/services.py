@@ -42,6 +42,8 @@ from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
 from agentd.schedule import setup as scheduling
+from agentd.skills import store as skill_store
+from agentd.skills import tools as skills
 from agentd.telegram.classify import Identity
 from agentd.tools import McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
@@ -89,6 +91,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     transcriber = _transcriber(config, stack)
     shell = await _shell(core)
     automations = _automations(core, router)
+    skill_tools, skill_listing = await _skills(config, db, core.clock)
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -96,6 +99,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *chat_document_tools(doc_deps),
         *schedule_tools,
         *_mail_and_calendar_tools(config, db),
+        *skill_tools,
         *mcp.tools,
         *automations.model_tools(),
     ]
@@ -110,7 +114,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         if config.vision.enabled else None,
         voice=VoiceDeps(config=config.media, db=db, files=files, transcriber=transcriber)
         if transcriber is not None else None,
-        docs=doc_deps,
+        docs=doc_deps, skill_listing=skill_listing,
     )  # fmt: skip
     engine.register(make_turn_workflow(deps))
     summary = SummaryDeps(config=config, db=db, llm=core.llm, embedder=embedder, clock=core.clock)
@@ -187,6 +191,18 @@ async def _shell(core: Core) -> list[Tool]:
     sdeps.start_background = job_starter(core.engine.start)
     core.engine.register(make_job_workflow(sdeps, core.outbox))
     return [shell_tool(sdeps)]
+
+
+async def _skills(config: Config, db: Database, clock: Clock) -> tuple[list[Tool], Any]:
+    """The skill tools and the listing the prompt reads; changed skills are held back here."""
+    if not config.skills.enabled:
+        return [], None
+    tools, _ = await skills.start(config, db, clock.now())
+
+    async def listing() -> tuple[tuple[str, str], ...]:
+        return await db.read_inline(skill_store.listing)
+
+    return tools, listing
 
 
 def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcriber | None:

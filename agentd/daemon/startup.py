@@ -50,6 +50,10 @@ class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
 
 
+class StoppedDuringStartUp(StartupError):
+    """Asked to stop (SIGTERM, Ctrl-C) before start-up finished: a clean stop, not a failure."""
+
+
 class ConfigProblem(StartupError):
     """A configuration problem (exit code 78): a missing or malformed secret, a bad token."""
 
@@ -87,7 +91,7 @@ async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # 
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             if stop.is_set():
-                raise StartupError("stopped before Telegram answered getMe") from None
+                raise StoppedDuringStartUp("stopped before Telegram answered getMe") from None
             continue
         sdnotify.notify("STATUS=running")
         return me

@@ -569,6 +569,24 @@ CREATE TABLE automation_questions (
 );
 """
 
+# Skills the owner confirmed (`agentd skills add/enable`): the content hash of every file they
+# saw, so a skill whose files change is held back until they confirm again.
+M027_SKILLS = """
+CREATE TABLE skills (
+    name TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    description TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('enabled', 'disabled', 'changed')),
+    source TEXT NOT NULL,
+    scripts INTEGER NOT NULL DEFAULT 0,
+    allowed_tools TEXT NOT NULL DEFAULT '[]',
+    confirmed_at REAL NOT NULL,
+    changed_at REAL,
+    change_note TEXT
+);
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -587,6 +605,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m024_hands", M024_HANDS),
     ("m025_mail", M025_MAIL),
     ("m026_workflows", M026_WORKFLOWS),
+    ("m027_skills", M027_SKILLS),
 ]
 
 
