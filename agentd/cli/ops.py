@@ -298,7 +298,9 @@ def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
     from agentd.skills.catalog import scan_config
     from agentd.skills.overview import overview
 
-    states = overview(scan_config(cfg), recorded(cfg))
+    # Another user's database is not opened as root (_doctor_database says so): no records.
+    foreign = cfg.db_path.exists() and foreign_owner(cfg.db_path) is not None
+    states = overview(scan_config(cfg), {} if foreign else recorded(cfg))
     enabled = sum(s.state == "enabled" for s in states)
     where = ", ".join(map(str, cfg.skill_dirs))
     _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
