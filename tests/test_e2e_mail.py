@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import Daemon, daemon_env, running_daemon
+from tests.daemon_process import Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.mailservers import (
     HAVE_DOVECOT,
@@ -274,6 +274,17 @@ def test_new_mail_notice_by_idle_without_a_model_call(
                 "newsletter" in t or "sale" in t or "old news" in t for t in texts
             )
             assert llm.requests == []  # no model call for any of it
+            # Each notice is its own workflow, sent by a marked step of the one send path.
+            sql = (
+                "SELECT i.status, s.name FROM workflow_instances i JOIN workflow_steps s "
+                "ON s.instance_id = i.id WHERE i.workflow = 'mail_notice'"
+            )
+            notices = poll(
+                lambda: (rows := [tuple(r) for r in d.query(sql)])
+                and all(r[0] == "complete" for r in rows) and rows,
+                10, "both notices' instances complete",
+            )  # fmt: skip
+            assert notices == [("complete", "send")] * 2
             deadline = time.monotonic() + 10  # the position is written just after the notice
             while d.query("SELECT last_uid FROM mail_watch WHERE account = 'home'")[0][0] != 5:
                 assert time.monotonic() < deadline

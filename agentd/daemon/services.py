@@ -26,6 +26,7 @@ from agentd.hands.files import workspace_tools
 from agentd.hands.shell import chat_progress, shell_deps, shell_tool
 from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
+from agentd.mail.notice import make_notice_workflow
 from agentd.media.chatdocs import (
     DocDeps,
     chat_document_tools,
@@ -121,6 +122,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     engine.register(make_summary_workflow(summary))
     engine.register(make_ingest_workflow(doc_deps, core.outbox))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
+    engine.register(make_notice_workflow(db, core.outbox))  # pending notices recover too
     for flow in automations.workflows():
         engine.register(flow)
     await _mail_watchers(core, stack)

@@ -28,6 +28,7 @@ from agentd.mail import imap
 from agentd.mail.errors import MailError
 from agentd.mail.imap import Summary
 from agentd.mail.mailbox import Mailbox
+from agentd.mail.notice import MAIL_NOTICE_WORKFLOW, NoticeInput, notice_instance_id
 
 log = logging.getLogger("agentd.mail")
 IDLE_SLICE = 1.0  # seconds per idle_check, so a stop is noticed within about a second
@@ -241,8 +242,12 @@ def start_watchers(
 
     async def on_mail(account: MailAccountConfig, summary: Summary, rule: MailRule) -> None:
         if rule.action == "notify":
-            await outbox.send_text(owner, notice_text(account, summary))
-            log.info("mail notice sent", extra={"account": account.name, "uid": summary.uid})
+            # Sent by its own workflow, through the one send path (mail/notice.py).
+            notice = NoticeInput(chat_id=owner, text=notice_text(account, summary))
+            instance = notice_instance_id(account.name, summary.folder, summary.uid,
+                                          summary.message_id)  # fmt: skip
+            await engine.start(MAIL_NOTICE_WORKFLOW, notice, instance_id=instance)
+            log.info("mail notice started", extra={"account": account.name, "uid": summary.uid})
             return
         turn = TurnInput(
             update_id=0,
