@@ -52,6 +52,12 @@ class AgentConfig(_Section):
 class TelegramConfig(_Section):
     api_base: str = "https://api.telegram.org"
     allowed_user_ids: list[int] = Field(default_factory=list)
+    # The owner: asked to approve every high-risk call of anyone served, in their private chat.
+    # None: the first of allowed_user_ids (logged at start and shown by `agentd doctor`).
+    owner_id: int | None = None
+    # Who may approve (press Approve / Deny); empty: the owner alone. Each gets the cards of
+    # their own high-risk calls; everyone else's go to the owner.
+    approvers: list[int] = Field(default_factory=list)
     poll_timeout: int = Field(default=30, ge=0, le=50)
     allow_groups: bool = False
     max_message_chars: int = Field(default=4096, ge=64, le=4096)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from agentd.access import approvals
+from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
 from agentd.agent.deps import TurnDeps
 from agentd.chat.outbox import Button, Outbox
@@ -41,6 +41,7 @@ class Route(BaseModel):
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
+    fingerprint: str = ""  # the tool's schema and code when routed (tools/fingerprint.py)
 
 
 class Decision(BaseModel):
@@ -49,10 +50,14 @@ class Decision(BaseModel):
     reason: str | None = None
 
 
+CARD_CALL_CHARS = 2500  # the call shown on a card; longer ones are attached whole
+
+
 def create_approval(
     conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
+    trust = owners.resolve(deps.config.telegram)
     approval = Approval(
         id=approvals.new_id(),
         instance_id=instance_id,
@@ -66,22 +71,54 @@ def create_approval(
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
+        # Never a group: the approver's own private chat (the owner's, for everyone else).
+        card_chat_id=trust.card_chat(inp.user_id),
+        call_json=deps.redact(approvals.canonical_call(tool.name, use.input)),
+        tool_source=tool.source,
+        tool_fingerprint=tool.fingerprint or None,
+        why=tool.reason,
     )
 
     stored = approvals.create(conn, approval)
     audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
                  instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
-                         "args_digest": stored.args_digest})  # fmt: skip
+                         "args_digest": stored.args_digest, "card_chat": stored.card_chat_id,
+                         "tool_fingerprint": stored.tool_fingerprint})  # fmt: skip
     return stored
 
 
-def _approval_text(approval: Approval, timeout: float) -> str:
-    preview = approval.args_preview.replace("```", "'''")
+def _shown_call(approval: Approval) -> tuple[str, bool]:
+    """The call for the card, and whether it had to be cut (then it is attached whole)."""
+    call = approval.call_json or approval.args_preview  # older approvals kept a preview only
+    call = call.replace("```", "`\u0060`")  # cannot close the code block
+    if len(call) <= CARD_CALL_CHARS:
+        return call, False
+    return call[:CARD_CALL_CHARS], True
+
+
+def _asker_line(approval: Approval, asker_name: str) -> str:
+    if approval.user_id is None or approval.user_id == approval.card_chat_id:
+        return ""
+    who = f"{asker_name} (user {approval.user_id})" if asker_name else f"user {approval.user_id}"
+    where = "in their private chat" if approval.chat_id > 0 else f"in group {approval.chat_id}"
+    return f"**Asked by** {who}, {where}.\n"
+
+
+def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
+    call, cut = _shown_call(approval)
     minutes = max(1, round(timeout / 60))
+    why = f"**Why:** {approval.why}\n" if approval.why else ""
+    source = f" from {approval.tool_source}" if approval.tool_source else ""
+    note = ""
+    if cut:
+        total = len(approval.call_json or "")
+        note = (f"\n⚠️ Cut at {CARD_CALL_CHARS} of {total} characters: the whole call is in the "
+                f"file below and in `agentd pending --show {approval.id}`.\n")  # fmt: skip
     return (
-        f"🔐 **Approval needed** — `{approval.tool}` ({approval.risk} risk)\n\n"
-        f"```\n{preview}\n```\n\n"
+        f"🔐 **Approval needed** — `{approval.tool}`{source} ({approval.risk} risk)\n"
+        f"{asker}{why}\n"
+        f"```\n{call}\n```\n{note}\n"
         f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}`"
     )
 
@@ -93,26 +130,75 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
         "timed_out": "⌛ No answer in time — not run.",
         "cancelled": "🚫 The request was cancelled — not run.",
     }[status]
-    preview = approval.args_preview.replace("```", chr(39) * 3)
-    return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
+    call, cut = _shown_call(approval)
+    more = f"\n(cut; whole call: `agentd pending --show {approval.id}`)" if cut else ""
+    return f"`{approval.tool}`: {label}\n\n```\n{call}\n```{more}"
+
+
+def _asker_name(conn: Any, user_id: int | None) -> str:
+    row = conn.execute("SELECT username FROM paired_users WHERE user_id = ?", (user_id,)).fetchone()
+    return f"@{row[0]}" if row and row[0] else ""
+
+
+async def _attach_call(deps: TurnDeps, approval: Approval, chat_id: int, reply_to: int) -> None:
+    """The whole call as a file under the card, when the card had to cut it."""
+    folder = deps.config.outgoing_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"approval-{approval.id}.json"
+    path.write_text(approval.call_json or "", encoding="utf-8")
+    try:
+        await deps.outbox.send_document(chat_id, str(path), f"approval-{approval.id}.json",
+                                        caption="The whole call", reply_to=reply_to)  # fmt: skip
+    finally:
+        path.unlink(missing_ok=True)
+
+
+async def _tell_asker(deps: TurnDeps, approval: Approval) -> None:
+    """The asker learns their request waits for someone else (or for their private chat)."""
+    if approval.card_chat_id == approval.chat_id:
+        return
+    if approval.card_chat_id is not None and approval.card_chat_id == approval.user_id:
+        text = f"`{approval.tool}` needs your approval: I sent the request to our private chat."
+    elif approval.card_chat_id is None:
+        text = f"`{approval.tool}` needs the owner's approval (`agentd approve {approval.id}`)."
+    else:
+        text = (f"`{approval.tool}` needs the owner's approval: I've asked them and will go on "
+                "when they answer.")  # fmt: skip
+    try:
+        await deps.outbox.send_text(approval.chat_id, text)
+    except Exception as exc:
+        log.info("could not tell the asker", extra={"error": type(exc).__name__})
 
 
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
-    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
+    """Send the Approve / Deny card to the approver's private chat; tell the asker where it
+    went. If Telegram is down, or there is no owner, the CLI can still decide."""
+    await _tell_asker(deps, approval)
+    if approval.card_chat_id is None and approval.call_json is not None:
+        # No owner configured (an approval from before owners existed has no call_json and
+        # keeps its card in the call's own chat): `agentd approve` only.
+        return None
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
             Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
         ]
     ]
-    text = _approval_text(approval, approval.expires_at - approval.created_at)
+    name = await deps.db.read(_asker_name, approval.user_id)
+    asker = _asker_line(approval, name)
+    text = _approval_text(approval, approval.expires_at - approval.created_at, asker)
     try:
-        message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
+        message_id = await deps.outbox.send_text(approval.card_chat, text, buttons=buttons)
     except Exception as exc:
         log.warning("could not send the approval request; `agentd approve` still works",
                     extra={"approval": approval.id, "error": type(exc).__name__})  # fmt: skip
         return None
     await deps.db.write(approvals.set_message_id, approval.id, message_id)
+    if _shown_call(approval)[1]:
+        try:
+            await _attach_call(deps, approval, approval.card_chat, message_id)
+        except Exception as exc:  # the card says where else to read it
+            log.warning("could not attach the whole call", extra={"error": type(exc).__name__})
     return message_id
 
 
@@ -139,7 +225,7 @@ async def show_outcome(
         return
     try:
         await deps.outbox.edit_text(
-            approval.chat_id, message_id, outcome_text(approval, d.status, d.by)
+            approval.card_chat, message_id, outcome_text(approval, d.status, d.by)
         )
     except Exception as exc:
         log.info("could not edit the approval message", extra={"error": type(exc).__name__})
@@ -152,7 +238,7 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
             continue
         text = outcome_text(approval, "cancelled", None)
         try:
-            await outbox.edit_text(approval.chat_id, approval.message_id, text)
+            await outbox.edit_text(approval.card_chat, approval.message_id, text)
         except Exception as exc:
             log.info("could not withdraw the approval request", extra={"error": type(exc).__name__})
 

@@ -42,6 +42,7 @@ from agentd.tools import (
     execute,
     render_args,
 )
+from agentd.tools.fingerprint import fingerprint
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import TurnInput
@@ -101,15 +102,28 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     if isinstance(checked, ToolOutcome):
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
     verdict = call_risk(tool, checked, state or CallState())
-    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason)
+    # What the owner approves is this tool as it is now: its fingerprint goes on the approval.
+    printed = fingerprint(tool) if verdict.risk == "high" else ""
+    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
+                 fingerprint=printed)  # fmt: skip
+
+
+def changed_since_approval(name: str) -> ToolOutcome:
+    text = (f"The tool {name} changed after the owner approved this call (its code, schema or "
+            "source is different now), so it was NOT run. Tell the user to ask again.")  # fmt: skip
+    return ToolOutcome(ok=False, content=text, error_kind="tool_error")
 
 
 async def run_tool(
-    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
-) -> ToolOutcome:
+    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock,
+    approved_fingerprint: str = "",
+) -> ToolOutcome:  # fmt: skip
     tool = deps.registry.get(name)
     if tool is None:  # gone since it was routed (e.g. its MCP server did not come back)
         return deps.registry.unknown(name)
+    if approved_fingerprint and fingerprint(tool) != approved_fingerprint:
+        log.warning("tool changed since its call was approved; not run", extra={"tool": name})
+        return changed_since_approval(name)
     async with deps.outbox.typing(inp.chat_id):
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
@@ -150,7 +164,7 @@ async def handle_tool_use(
             return outcome, route
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
-                                    delivery="at_most_once")  # fmt: skip
+                                    route.fingerprint, delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
             outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
     else:

@@ -75,10 +75,16 @@ def pair(
         conn.close()
 
 
+def _role(user_id: int, trust: Any) -> str:
+    if user_id == trust.owner_id:
+        return "owner"
+    return "approver" if trust.may_approve(user_id) else "user"
+
+
 @app.command("ls")
 def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Everyone served: from telegram.allowed_user_ids and from pairing."""
-    from agentd.access import pairing
+    """Everyone served, with their role: the owner, approvers, config and paired users."""
+    from agentd.access import owners, pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
@@ -86,22 +92,25 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         paired = pairing.list_paired(conn)
     finally:
         conn.close()
-    users = [{"user_id": u, "source": "config", "username": "", "paired_at": None}
-             for u in cfg.telegram.allowed_user_ids]  # fmt: skip
-    users += [{"user_id": p.user_id, "source": "paired", "username": p.username,
-               "paired_at": iso(p.paired_at)} for p in paired
-              if p.user_id not in cfg.telegram.allowed_user_ids]  # fmt: skip
+    trust = owners.resolve(cfg.telegram)
+    configured = sorted(owners.configured_ids(cfg.telegram), key=lambda u: u != trust.owner_id)
+    users = [{"user_id": u, "role": _role(u, trust), "source": "config", "username": "",
+              "paired_at": None} for u in configured]  # fmt: skip
+    users += [{"user_id": p.user_id, "role": _role(p.user_id, trust), "source": "paired",
+               "username": p.username, "paired_at": iso(p.paired_at)} for p in paired
+              if p.user_id not in configured]  # fmt: skip
     if json:
         print_json(users)
         return
     if not users:
         out.print("Nobody is served yet: run `agentd pair`.")
         return
-    table = new_table("user id", "source", "username", "paired (UTC)")
+    table = new_table("user id", "role", "source", "username", "paired (UTC)")
     for u in users:
-        table.add_row(str(u["user_id"]), str(u["source"]), str(u["username"] or ""),
-                      str(u["paired_at"] or ""))  # fmt: skip
+        table.add_row(str(u["user_id"]), str(u["role"]), str(u["source"]),
+                      str(u["username"] or ""), str(u["paired_at"] or ""))  # fmt: skip
     out.print(table)
+    out.print(trust.describe(), highlight=False)
 
 
 @app.command("rm")

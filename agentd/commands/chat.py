@@ -81,7 +81,7 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
         if approval.message_id is not None:
             try:
                 await deps.outbox.edit_text(
-                    approval.chat_id, approval.message_id, STOPPED_CARD.format(tool=approval.tool)
+                    approval.card_chat, approval.message_id, STOPPED_CARD.format(tool=approval.tool)
                 )
             except Exception:  # the card is cosmetic: the approval is already settled
                 pass

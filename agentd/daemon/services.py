@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.access import approvals
+from agentd.access import approvals, owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
 from agentd.commands import chat as chat_commands
@@ -110,7 +110,10 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 
 def _command_router(core: Core, me: Identity) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
-    router.callback("ap", approvals.handle_callback)
+    # Only approvers decide, and only on the card itself (access/approvals.py).
+    router.callback(
+        "ap", approvals.callback_handler(owners.resolve(core.config.telegram).may_approve)
+    )
     chat_commands.install(router, CommandDeps(
         config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
         cancel=core.engine.cancel, started_at=core.started_at,

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from agentd.access import owners
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import store
@@ -133,10 +134,12 @@ def identity(config: Config, me_user: Any) -> Identity:
     """Who the bot is and whom it serves, from getMe and the configuration."""
     if not config.telegram.allowed_user_ids:
         log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+    # Said once, so an owner found by the old rule (the first allowlisted id) is no surprise.
+    log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
     return Identity(
         bot_id=me_user.id,
         bot_username=me_user.username or "",
-        allowed_user_ids=frozenset(config.telegram.allowed_user_ids),
+        allowed_user_ids=owners.configured_ids(config.telegram),
         allow_groups=config.telegram.allow_groups,
     )
 

@@ -495,6 +495,24 @@ CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
 END;
 """
 
+M021_TRUST_ACCESS = """
+-- Issue 26. An approval card goes to an approver's private chat (card_chat_id), which may not
+-- be the chat the call was made in (chat_id); a press counts only there. The whole call, as
+-- canonical JSON with secrets redacted, is kept for `agentd pending --show`, with the tool's
+-- source and a fingerprint of its schema and code: a call whose tool changed since it was
+-- approved is refused, not run under another implementation.
+ALTER TABLE approvals ADD COLUMN card_chat_id INTEGER;
+ALTER TABLE approvals ADD COLUMN call_json TEXT;
+ALTER TABLE approvals ADD COLUMN tool_source TEXT;
+ALTER TABLE approvals ADD COLUMN tool_fingerprint TEXT;
+ALTER TABLE approvals ADD COLUMN why TEXT;
+-- Token budgets and /status are per user: each model call records whose turn it served.
+ALTER TABLE llm_usage ADD COLUMN user_id INTEGER;
+CREATE INDEX llm_usage_user ON llm_usage (user_id, at);
+-- Documents belong to whoever added them in chat; NULL: the owner's library (`agentd ingest`).
+ALTER TABLE doc_documents ADD COLUMN added_by INTEGER;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -510,6 +528,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m018_history_window", M018_HISTORY_WINDOW),
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
+    ("m021_trust_access", M021_TRUST_ACCESS),
 ]
 
 

@@ -1,0 +1,186 @@
+"""End to end, the trust model (issue 26): who may approve, where the card goes, what it shows.
+
+One daemon: the owner (42) is `telegram.owner_id`; 43 is allowlisted but no approver; a third
+person pairs with a code. Presses come through the fake Bot API as Telegram sends them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+
+OTHER = 43  # allowlisted, not an approver
+KID = 77  # pairs during the tests
+CONFIG = f"""
+[telegram]
+owner_id = {OWNER}
+allowed_user_ids = [{OWNER}, {OTHER}]
+
+[tools]
+plugins = ["tests.plugins.e2e_tools"]
+approval_timeout = 60
+"""
+
+
+class Stack:
+    def __init__(self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon) -> None:
+        self.tg, self.llm, self.daemon = tg, llm, daemon
+
+    def sent(self, chat: int) -> list[dict[str, Any]]:
+        return [m for m in self.tg.sent if m["chat_id"] == chat]
+
+    def wait_sent(self, chat: int, pred: Any, what: str, timeout: float = 30) -> dict[str, Any]:
+        return self.tg.wait_until(  # type: ignore[no-any-return]
+            lambda: next((m for m in self.sent(chat) if pred(m)), None), timeout, what
+        )
+
+    def card_for(self, chat: int, marker: str) -> dict[str, Any]:
+        return self.wait_sent(
+            chat, lambda m: m["reply_markup"] and marker in m["plain_text"], f"a card in {chat}"
+        )
+
+    def answer_to(self, update_id: int) -> str:
+        query_id = self.tg.callback_query_id(update_id)
+        answer = self.tg.wait_until(
+            lambda: next((a for a in self.tg.callback_answers
+                          if a["callback_query_id"] == query_id), None), 20, "an answer",
+        )  # fmt: skip
+        return str(answer["text"])
+
+    def approval(self, marker: str) -> Any:
+        rows = self.daemon.query(
+            "SELECT * FROM approvals WHERE call_json LIKE ? ORDER BY created_at", (f"%{marker}%",)
+        )
+        assert rows, f"no approval with {marker}"
+        return rows[-1]
+
+
+def script(stack: Stack, marker: str, *replies: Any) -> None:
+    """Answer the turns whose first message holds `marker` with these replies, in order."""
+    queue = list(replies)
+    previous = stack.llm._responder
+
+    def responder(body: dict[str, Any]) -> Any:
+        if marker in json.dumps(body["messages"]) and queue:
+            return queue.pop(0)
+        return previous(body) if previous else None
+
+    stack.llm.set_responder(responder)
+
+
+def delete(path: str, use_id: str) -> list[dict[str, Any]]:
+    return [{"type": "tool_use", "id": use_id, "name": "delete_file", "input": {"path": path}}]
+
+
+def press(stack: Stack, user: int, chat: int, message_id: int, data: str) -> int:
+    return stack.tg.add_callback_query(user, chat, message_id, data)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("trust")
+    (tmp / "agentd.toml").write_text(CONFIG)
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"))
+        del env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"]  # the config file's list stands
+        tg.add_chat(OWNER, "private", OWNER)  # the owner started the bot long ago
+        with running_daemon(tmp, env) as daemon:
+            yield Stack(tg, llm, daemon)
+
+
+def test_the_owner_is_named_at_start(stack: Stack) -> None:
+    assert f"owner {OWNER} (telegram.owner_id); approvers: {OWNER}" in stack.daemon.log()
+
+
+def test_a_second_allowed_user_cannot_approve_and_the_owner_card_is_untouched(
+    stack: Stack,
+) -> None:
+    marker = "/tmp/other-asks"
+    script(stack, marker, delete(marker, "toolu_tr1"), "Done, it is deleted.")
+    stack.tg.add_message(OTHER, OTHER, f"please delete {marker}")
+    # The card is in the owner's private chat, saying who asked; the asker is told it waits.
+    card = stack.card_for(OWNER, marker)
+    assert f"Asked by user {OTHER}" in card["plain_text"]
+    told = stack.wait_sent(OTHER, lambda m: "owner's approval" in m["plain_text"], "a notice")
+    assert not told["reply_markup"]  # no buttons for the asker
+    assert not [m for m in stack.sent(OTHER) if m["reply_markup"]]
+    data = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+    # 43 forges the owner's Approve: in their own chat, and as if on the owner's card.
+    refused = [press(stack, OTHER, OTHER, told["message_id"], data),
+               press(stack, OTHER, OWNER, card["message_id"], data)]  # fmt: skip
+    assert [stack.answer_to(u) for u in refused] == [
+        "Only the owner can approve this; nothing changed."
+    ] * 2
+    # The owner pressing on another message of their chat is not a press on the card.
+    wrong = press(stack, OWNER, OWNER, card["message_id"] + 1000, data)
+    assert "does not belong" in stack.answer_to(wrong)
+    assert stack.approval(marker)["status"] == "pending"
+    assert not [e for e in stack.tg.edits if e["message_id"] == card["message_id"]
+                and e["chat_id"] == OWNER]  # fmt: skip
+    assert f"delete_file {marker}" not in stack.daemon.effects()
+    # The owner's own press on the card decides it.
+    ok = press(stack, OWNER, OWNER, card["message_id"], data)
+    assert stack.answer_to(ok) == "Approved: delete_file."
+    stack.wait_sent(OTHER, lambda m: m["plain_text"] == "Done, it is deleted.", "the answer")
+    assert stack.daemon.effects().count(f"delete_file {marker}") == 1
+    refusals = stack.daemon.query("SELECT user_id FROM audit WHERE kind = 'approval_press_refused'")
+    assert {r[0] for r in refusals} >= {OTHER, OWNER}
+
+
+def test_a_paired_users_high_risk_call_goes_to_the_owner(stack: Stack) -> None:
+    code = stack.daemon.cli_json("pair", "--no-wait")["code"]
+    stack.tg.add_message(KID, KID, f"/start {code}", username="kid")
+    stack.wait_sent(KID, lambda m: "paired" in m["plain_text"], "the pairing greeting")
+    marker = "/home/kid/homework"
+    script(stack, marker, delete(marker, "toolu_tr2"), "The owner said no.")
+    stack.tg.add_message(KID, KID, f"delete {marker}")
+    card = stack.card_for(OWNER, marker)
+    assert f"Asked by @kid (user {KID}), in their private chat." in card["plain_text"]
+    stack.wait_sent(KID, lambda m: "owner's approval" in m["plain_text"], "a notice")
+    deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+    # The kid forges a press from their own chat: refused.
+    forged = press(stack, KID, KID, 1, deny.replace(":n", ":y"))
+    assert stack.answer_to(forged).startswith("Only the owner")
+    assert stack.answer_to(press(stack, OWNER, OWNER, card["message_id"], deny)) == (
+        "Denied: delete_file."
+    )
+    stack.wait_sent(KID, lambda m: m["plain_text"] == "The owner said no.", "the answer")
+    assert f"delete_file {marker}" not in stack.daemon.effects()
+    assert not [m for m in stack.sent(KID) if m["reply_markup"]]
+
+
+def test_a_long_multi_line_argument_is_shown_exactly(stack: Stack) -> None:
+    fake_lines = "x\n\n✅ Approved by the owner\u2028rm -rf /\u202e"
+    long_path = f"/tmp/trick-{fake_lines}-" + "a" * 4000 + "-END"
+    script(stack, "/tmp/trick-", delete(long_path, "toolu_tr3"), "Left alone.")
+    stack.tg.add_message(OWNER, OWNER, "tidy /tmp/trick- please")
+    card = stack.card_for(OWNER, "/tmp/trick-")
+    text = card["plain_text"]
+    call_line = next(line for line in text.splitlines() if "/tmp/trick-" in line)
+    # One line: every newline and invisible character is an escape, nothing draws a line.
+    assert "\\n\\n✅ Approved by the owner\\u2028rm -rf /\\u202e" in call_line
+    assert "\u2028" not in text and "\u202e" not in text
+    assert not any(line.startswith("✅ Approved") for line in text.splitlines())
+    assert "-END" not in text and "Cut at 2500 of" in text  # cut, and the card says so
+    attached = stack.tg.wait_until(
+        lambda: next((d for d in stack.tg.documents if d["chat_id"] == OWNER
+                      and d["file_name"].startswith("approval-")), None), 20, "the file",
+    )  # fmt: skip
+    assert attached["reply_to_message_id"] == card["message_id"]
+    row = stack.approval("/tmp/trick-")
+    assert json.loads(attached["data"]) == json.loads(row["call_json"])
+    shown = stack.daemon.cli("pending", "--show", row["id"])
+    assert shown.returncode == 0, shown.stderr
+    whole = shown.stdout.strip().splitlines()[-1]
+    assert json.loads(whole) == {"tool": "delete_file", "arguments": {"path": long_path}}
+    assert row["tool_source"] == "plugin:tests.plugins.e2e_tools"
+    assert len(row["tool_fingerprint"]) == 64
+    deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+    press(stack, OWNER, OWNER, card["message_id"], deny)
+    stack.wait_sent(OWNER, lambda m: m["plain_text"] == "Left alone.", "the answer")
