@@ -138,7 +138,12 @@ class LimitsConfig(_Section):
     """`[limits]` (R-RATE-1): 0 turns a limit off."""
 
     messages_per_minute: int = Field(default=20, ge=0)  # per user
-    daily_tokens: int = Field(default=0, ge=0)  # input + output tokens per chat per UTC day
+    # Tokens (input, cached or not, and output) per UTC day: per user, and for everyone
+    # together; 0: no limit. Finite by default, so a loop or a chatty user has a ceiling:
+    # 10 M tokens cost at most $10 of input plus output at Haiku 4.5's list prices ($1 / $5
+    # per million), much less when most input is read from cache ($0.10).
+    daily_tokens: int = Field(default=2_000_000, ge=0)
+    daily_tokens_total: int = Field(default=10_000_000, ge=0)
 
 
 class ScheduleConfig(_Section):
@@ -237,6 +242,12 @@ class DocsConfig(_Section):
     `[tools.fetch]`'s SSRF policy and limits.
     """
 
+    # Documents are per user: each searches the ones they added in chat; the owner also the
+    # library (`agentd ingest`). shared: everyone served searches the owner's library too.
+    shared: bool = False
+    # In groups search_docs is off (its answers are posted to every member) unless this is set;
+    # then it searches the owner's library only, never anyone's own documents.
+    in_groups: bool = False
     chunk_chars: int = Field(default=1000, ge=200, le=20_000)
     overlap_chars: int = Field(default=150, ge=0, le=10_000)
     max_file_bytes: int = Field(default=20_000_000, ge=1024)

@@ -243,6 +243,7 @@ async def call_llm(
     record = partial(
         usage.record, tokens=response.usage, model=response.model, purpose="turn",
         chat_id=inp.chat_id, instance_id=instance_id, step=step_name, attempt=response.attempt,
+        user_id=inp.user_id,
     )  # fmt: skip
     if held is not None:
         # In the transaction that journals the step's result, next: the tokens are on disk

@@ -6,6 +6,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel, Field
 
 from agentd.cli.common import (
     ConfigOption,
@@ -113,23 +114,65 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     out.print(trust.describe(), highlight=False)
 
 
+class Revoked(BaseModel):
+    removed: bool
+    schedules: list[str] = Field(default_factory=list)
+    turns: list[str] = Field(default_factory=list)
+    approvals: list[str] = Field(default_factory=list)
+
+
+def revoke(conn: Any, user_id: int, now: float) -> Revoked:
+    """Stop serving a paired user, in one transaction: the pairing goes, their schedules are
+    cancelled, their open turns asked to stop and their pending approvals denied (a press
+    on a card already sent then changes nothing). Scheduled runs re-check too."""
+    from agentd.access import pairing
+    from agentd.chat.names import TURN_WORKFLOW
+    from agentd.durable import store
+    from agentd.schedule import store as schedules
+
+    done = Revoked(removed=pairing.remove(conn, user_id))
+    if not done.removed:
+        return done  # a configured user is removed from the config file, not here
+    for sched in schedules.list_schedules(conn, user_id=user_id, states=("active", "paused")):
+        schedules.set_state(conn, sched, "cancelled", now, by="users rm")
+        done.schedules.append(sched.id)
+    rows = conn.execute(
+        f"SELECT id FROM workflow_instances WHERE workflow = ? AND status IN "
+        f"{store.OPEN_STATUSES!r} AND json_extract(input, '$.user_id') = ?",
+        (TURN_WORKFLOW, user_id),
+    ).fetchall()
+    for (instance_id,) in rows:
+        store.request_cancel(conn, instance_id, now)
+        done.turns.append(instance_id)
+    pending = conn.execute(
+        "SELECT id FROM approvals WHERE user_id = ? AND status = 'pending'", (user_id,)
+    ).fetchall()
+    for (approval_id,) in pending:
+        conn.execute(
+            "UPDATE approvals SET status = 'denied', decided_at = ?, decided_by = 'users rm', "
+            "reason = 'the user was removed' WHERE id = ? AND status = 'pending'",
+            (now, approval_id),
+        )
+        done.approvals.append(approval_id)
+    return done
+
+
 @app.command("rm")
 def rm(user_id: int, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Stop serving a paired user (the daemon notices with its next batch of updates)."""
-    from agentd.access import pairing
-
+    """Stop serving a paired user: their schedules, open turns and approvals end with it."""
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
     try:
         with transaction(conn):
-            removed = pairing.remove(conn, user_id)
+            done = revoke(conn, user_id, time.time())
     finally:
         conn.close()
-    if not removed:
+    if not done.removed:
         if user_id in cfg.telegram.allowed_user_ids:
             fail(f"user {user_id} is in telegram.allowed_user_ids in {cfg.source}; remove it there")
         fail(f"user {user_id} is not a paired user; see `agentd users ls`")
     if json:
-        print_json({"removed": user_id})
+        print_json({"removed": user_id, **done.model_dump(exclude={"removed"})})
     else:
-        out.print(f"User {user_id} is no longer served.")
+        out.print(f"User {user_id} is no longer served; cancelled {len(done.schedules)} "
+                  f"schedule(s) and {len(done.turns)} open turn(s).")  # fmt: skip

@@ -67,6 +67,7 @@ class Services:
 async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> Services:
     """Build and register every workflow; resources that need closing go on `stack`."""
     from agentd.telegram.files import TelegramFiles
+    from agentd.telegram.groups import make_leave_workflow
 
     config, db, engine = core.config, core.db, core.engine
     embedder = build_embedder(config.memory, os.environ)
@@ -104,6 +105,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     engine.register(make_summary_workflow(summary))
     engine.register(make_ingest_workflow(doc_deps, core.outbox))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
+    engine.register(make_leave_workflow(core.bot, db))
     # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
     return Services(router=router, on_callback=document_callbacks(engine, router.on_callback))
 

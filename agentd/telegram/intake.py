@@ -13,6 +13,7 @@ from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
+from agentd.telegram import groups
 from agentd.telegram.classify import Decision, Identity, classify, unreadable
 
 OFFSET_KEY = "telegram_offset"
@@ -72,6 +73,16 @@ def _apply(
         result.keys.add(key)
         result.accepted += 1
         return "turn", instance_id
+    if decision.action == "leave" and decision.chat_id is not None:
+        if groups.leaving(conn, decision.chat_id):
+            return "leave", None
+        instance_id = f"leave-{decision.chat_id}-{update_id}"
+        key = groups.leave_key(decision.chat_id)
+        inp = groups.LeaveInput(chat_id=decision.chat_id, reason=decision.reason,
+                                by=decision.user_id)  # fmt: skip
+        engine.prepare_start(conn, groups.LEAVE_WORKFLOW, inp, instance_id=instance_id, key=key)
+        result.keys.add(key)
+        return "leave", instance_id
     if decision.action == "callback" and decision.callback is not None:
         answer = on_callback(conn, decision.callback)
         result.callback_answers.append((decision.callback.callback_id, answer))
