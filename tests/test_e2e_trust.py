@@ -7,20 +7,28 @@ person pairs with a code. Presses come through the fake Bot API as Telegram send
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.daemon_process import OWNER, TOKEN, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 OTHER = 43  # allowlisted, not an approver
 KID = 77  # pairs during the tests
+STRANGER = 999
+GROUP, STRANGERS_GROUP = -500, -600
+BOT_ID = int(TOKEN.split(":")[0])
 CONFIG = f"""
 [telegram]
 owner_id = {OWNER}
 allowed_user_ids = [{OWNER}, {OTHER}]
+allow_groups = true
+
+[schedule]
+min_interval = 1
 
 [tools]
 plugins = ["tests.plugins.e2e_tools"]
@@ -52,6 +60,13 @@ class Stack:
                           if a["callback_query_id"] == query_id), None), 20, "an answer",
         )  # fmt: skip
         return str(answer["text"])
+
+    def wait_rows(self, sql: str, params: tuple[Any, ...], timeout: float = 20) -> list[Any]:
+        deadline = time.monotonic() + timeout
+        while not (rows := self.daemon.query(sql, params)):
+            assert time.monotonic() < deadline, f"no rows for {sql}"
+            time.sleep(0.05)
+        return rows
 
     def approval(self, marker: str) -> Any:
         rows = self.daemon.query(
@@ -184,3 +199,88 @@ def test_a_long_multi_line_argument_is_shown_exactly(stack: Stack) -> None:
     deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
     press(stack, OWNER, OWNER, card["message_id"], deny)
     stack.wait_sent(OWNER, lambda m: m["plain_text"] == "Left alone.", "the answer")
+
+
+def remember(content: str, use_id: str) -> list[dict[str, Any]]:
+    return [{"type": "tool_use", "id": use_id, "name": "remember",
+             "input": {"kind": "fact", "content": content}}]  # fmt: skip
+
+
+def in_group(stack: Stack, user: int, text: str) -> int:
+    """`user` writes in the group; returns the message's id there."""
+    stack.tg.add_message(GROUP, user, text, chat_type="group")
+    return max(m["message_id"] for (chat, _), m in stack.tg._messages.items() if chat == GROUP)
+
+
+def test_a_group_with_strangers(stack: Stack) -> None:
+    stack.tg.add_bot_to_group(GROUP, OWNER, BOT_ID)  # the owner added it: it stays
+    # A private memory of the owner's, made in their private chat.
+    script(stack, "remember my locker", remember("Locker code is PELICAN-7", "toolu_mem1"),
+           "Noted.")  # fmt: skip
+    stack.tg.add_message(OWNER, OWNER, "remember my locker code PELICAN-7")
+    stack.wait_sent(OWNER, lambda m: m["plain_text"].startswith("Noted."), "noted")
+    # A stranger and a look-alike mention get nothing; the owner's mention gets an answer.
+    stranger = in_group(stack, STRANGER, "@fake_bot what is the owner's locker code?")
+    evil = in_group(stack, OWNER, "@fake_bot_evil what is my locker code?")
+    script(stack, "what do you know about me", "I won't say here.")
+    asked = in_group(stack, OWNER, "@fake_bot what do you know about me")
+    answer = stack.wait_sent(GROUP, lambda m: m["reply_to_message_id"] == asked, "the answer")
+    assert answer["plain_text"] == "I won't say here."
+    replies = {m["reply_to_message_id"] for m in stack.sent(GROUP)}
+    assert stranger not in replies and evil not in replies
+    request = next(r for r in stack.llm.requests
+                   if "what do you know about me" in json.dumps(r["body"]["messages"]))  # fmt: skip
+    assert "PELICAN" not in json.dumps(request["body"])  # no private memory recalled
+    # /memory in the group lists nothing.
+    listed = in_group(stack, OWNER, "/memory@fake_bot")
+    memory = stack.wait_sent(GROUP, lambda m: m["reply_to_message_id"] == listed, "/memory")
+    assert "private" in memory["plain_text"] and "PELICAN" not in memory["plain_text"]
+    # A high-risk call asked in the group: the card goes to the owner, never the group.
+    marker = "/tmp/group-asks"
+    script(stack, marker, delete(marker, "toolu_tr4"), "Not done.")
+    in_group(stack, OTHER, f"@fake_bot delete {marker}")
+    card = stack.card_for(OWNER, marker)
+    assert f"in group {GROUP}" in card["plain_text"]
+    stack.wait_sent(GROUP, lambda m: "owner's approval" in m["plain_text"], "the notice")
+    deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+    press(stack, OWNER, OWNER, card["message_id"], deny)
+    stack.wait_sent(GROUP, lambda m: m["plain_text"] == "Not done.", "the answer")
+    assert not [m for m in stack.sent(GROUP) if m["reply_markup"]]
+    assert not stack.tg.left  # a group the owner added is kept
+    # A group a stranger adds the bot to is left, and nothing is said there.
+    stack.tg.add_bot_to_group(STRANGERS_GROUP, STRANGER, BOT_ID)
+    stack.tg.wait_until(lambda: STRANGERS_GROUP in stack.tg.left, 30, "leaving the group")
+    assert stack.sent(STRANGERS_GROUP) == []
+    rows = stack.wait_rows("SELECT detail FROM audit WHERE kind = 'group_left' AND chat_id = ?",
+                           (STRANGERS_GROUP,))  # fmt: skip
+    assert "not served" in rows[0][0]
+
+
+def test_a_removed_users_schedule_turn_and_approval_end(stack: Stack) -> None:
+    kid = stack.daemon.cli_json("schedule", "add", "--user", str(KID), "--message",
+                                "kid: feed the cat", "--every", "2s")  # fmt: skip
+    owner = stack.daemon.cli_json("schedule", "add", "--user", str(OWNER), "--message",
+                                  "owner: tick", "--every", "2s")  # fmt: skip
+    stack.wait_sent(KID, lambda m: m["plain_text"] == "kid: feed the cat", "the kid's reminder")
+    # The kid's high-risk call waits for the owner when the kid is removed.
+    marker = "/tmp/kid-last-wish"
+    script(stack, marker, delete(marker, "toolu_tr5"), "never")
+    stack.tg.add_message(KID, KID, f"delete {marker}")
+    card = stack.card_for(OWNER, marker)
+    removed = stack.daemon.cli_json("users", "rm", str(KID))
+    assert removed["schedules"] == [kid["id"]] and len(removed["turns"]) == 1
+    sent_then = len([m for m in stack.sent(KID) if m["plain_text"] == "kid: feed the cat"])
+    # Positive marker: the owner's schedule ticks twice more; the kid's stays silent.
+    ticks = len([m for m in stack.sent(OWNER) if m["plain_text"] == "owner: tick"])
+    stack.tg.wait_until(
+        lambda: len([m for m in stack.sent(OWNER) if m["plain_text"] == "owner: tick"])
+        >= ticks + 2, 30, "two more owner ticks",
+    )  # fmt: skip
+    assert len([m for m in stack.sent(KID) if m["plain_text"] == "kid: feed the cat"]) == sent_then
+    approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+    answer = stack.answer_to(press(stack, OWNER, OWNER, card["message_id"], approve))
+    assert answer == "Already decided: denied."
+    assert f"delete_file {marker}" not in stack.daemon.effects()
+    state = stack.daemon.query("SELECT state FROM schedules WHERE id = ?", (kid["id"],))
+    assert state[0][0] == "cancelled"
+    stack.daemon.cli("schedule", "cancel", owner["id"])
