@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
@@ -27,16 +27,29 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentd")
 
 
-def set_up_logging(config: Config) -> Redactor:
-    """Logging with every configured secret redacted; the same redactor guards the journal."""
-    secrets = [
+def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
+    """Every secret the configuration names, wherever it comes from (environment or systemd
+    credential): the bot token, the model key, the embedding, transcription and web-search
+    keys, and what MCP servers get (env values, passed variables, bearer tokens, headers)."""
+    found = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
         if v is not None
     ]
-    stt_key = read_key(config.media.transcription_key_env, os.environ)
-    if config.media.transcription == "openai" and stt_key:
-        secrets.append(stt_key)  # kept out of logs and errors like the other keys
+    names = [config.media.transcription_key_env, config.memory.http_api_key_env,
+             config.web.api_key_env]  # fmt: skip
+    for server in config.tools.mcp:
+        found += server.env.values()
+        names += [*server.pass_env, server.bearer_token_env or ""]
+        for value in server.headers.values():
+            found += [value, value.partition(" ")[2]]  # "Bearer xyz": the whole and the token
+    found += [read_key(name, env) for name in names if name]
+    return [value.strip() for value in found if value and value.strip()]
+
+
+def set_up_logging(config: Config) -> Redactor:
+    """Logging with every configured secret redacted; the same redactor guards the journal."""
+    secrets = configured_secrets(config, os.environ)
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 

@@ -151,6 +151,8 @@ class Tool:
     # This call's risk, where it depends on the arguments (a shell command on the read-only
     # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
+    # False when `@tool` was given no risk: a plugin's tool then counts as high (plugins.py).
+    risk_declared: bool = field(default=True, repr=False)
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
@@ -300,7 +302,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    risk: Risk = "low",
+    risk: Risk | None = None,
     timeout: float = 30.0,
 ) -> Callable[[AsyncFn], Tool]: ...
 
@@ -311,7 +313,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    risk: Risk = "low",
+    risk: Risk | None = None,
     timeout: float = 30.0,
 ) -> Tool | Callable[[AsyncFn], Tool]:
     """Declare an async function as a tool (`@tool` or `@tool(risk=...)`).
@@ -322,13 +324,14 @@ def tool(
     """
 
     def decorate(func: AsyncFn) -> Tool:
-        return _declare(
+        declared = _declare(
             func,
             name=name,
             description=description,
-            risk=risk,
+            risk=risk or "low",
             timeout=timeout,
             source=f"python:{func.__module__}",
         )
+        return declared if risk is not None else replace(declared, risk_declared=False)
 
     return decorate if fn is None else decorate(fn)
