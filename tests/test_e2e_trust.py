@@ -113,6 +113,23 @@ def test_the_owner_is_named_at_start(stack: Stack) -> None:
     assert f"owner {OWNER} (telegram.owner_id); approvers: {OWNER}" in stack.daemon.log()
 
 
+def test_users_ls_shows_the_roles_and_status_is_per_user(stack: Stack) -> None:
+    listed = {u["user_id"]: u["role"] for u in stack.daemon.cli_json("users", "ls")}
+    assert listed == {OWNER: "owner", OTHER: "user"}
+    doctor = json.loads(stack.daemon.cli("doctor", "--json").stdout)  # other checks may fail here
+    owner = next(c for c in doctor if c["check"] == "owner")
+    assert owner["ok"] and "telegram.owner_id" in owner["detail"] and not owner["warn"]
+    script(stack, "owner spends", "Spent.")
+    stack.tg.add_message(OWNER, OWNER, "owner spends tokens")
+    stack.wait_sent(OWNER, lambda m: m["plain_text"] == "Spent.", "the owner's answer")
+    stack.tg.add_message(OTHER, OTHER, "/status")
+    other = stack.wait_sent(OTHER, lambda m: "Today (UTC), yours" in m["plain_text"], "/status")
+    assert "0 model calls" in other["plain_text"]  # the owner's spend is not theirs to see
+    stack.tg.add_message(OWNER, OWNER, "/status")
+    mine = stack.wait_sent(OWNER, lambda m: m["plain_text"].startswith("Model:"), "/status")
+    assert "Today (UTC):" in mine["plain_text"] and "0 model calls" not in mine["plain_text"]
+
+
 def test_a_second_allowed_user_cannot_approve_and_the_owner_card_is_untouched(
     stack: Stack,
 ) -> None:

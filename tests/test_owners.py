@@ -1,0 +1,67 @@
+"""Units of the trust model (issue 26): who owns, who approves, which press counts, and what
+a card shows."""
+
+from __future__ import annotations
+
+import json
+
+from agentd.access import owners
+from agentd.access.approvals import (
+    NOT_AN_APPROVER,
+    NOT_THIS_CARD,
+    Approval,
+    canonical_call,
+    press_refusal,
+)
+from agentd.chat.inputs import CallbackPress
+from agentd.config import TelegramConfig
+
+
+def test_the_owner_is_configured_or_else_the_first_allowlisted_id() -> None:
+    named = owners.resolve(TelegramConfig(owner_id=7, allowed_user_ids=[1, 2]))
+    assert (named.owner_id, named.approvers, named.how) == (7, frozenset({7}), "configured")
+    older = owners.resolve(TelegramConfig(allowed_user_ids=[1, 2]))
+    assert (older.owner_id, older.how) == (1, "first allowlisted id")
+    assert "the first of telegram.allowed_user_ids" in older.describe()
+    nobody = owners.resolve(TelegramConfig())
+    assert (
+        nobody.owner_id is None and not nobody.approvers and "agentd approve" in nobody.describe()
+    )
+    team = owners.resolve(TelegramConfig(owner_id=7, approvers=[7, 8], allowed_user_ids=[1]))
+    assert team.may_approve(8) and not team.may_approve(1)
+    # An approver's own card comes to them; anyone else's goes to the owner.
+    assert (team.card_chat(8), team.card_chat(1), team.card_chat(None)) == (8, 7, 7)
+    assert owners.configured_ids(TelegramConfig(owner_id=7, approvers=[8], allowed_user_ids=[1])) \
+        == frozenset({1, 7, 8})  # fmt: skip
+
+
+def _approval(**extra: object) -> Approval:
+    base = dict(id="abcdefgh1234", instance_id="i", tool_use_id="t", chat_id=-100, user_id=5,
+                tool="x", risk="high", args_digest="d", args_preview="p", status="pending",
+                created_at=0, expires_at=10, card_chat_id=7, message_id=99)  # fmt: skip
+    return Approval.model_validate({**base, **extra})
+
+
+def _press(user: int, chat: int | None, message: int | None) -> CallbackPress:
+    return CallbackPress(update_id=1, callback_id="c", user_id=user, chat_id=chat,
+                         message_id=message, data="ap:abcdefgh1234:y")  # fmt: skip
+
+
+def test_a_press_counts_from_an_approver_on_the_card_itself() -> None:
+    approval = _approval()
+    assert press_refusal(approval, _press(7, 7, 99), may_approve=True) is None
+    assert press_refusal(approval, _press(5, 7, 99), may_approve=False) == NOT_AN_APPROVER
+    assert press_refusal(approval, _press(7, -100, 99), may_approve=True) == NOT_THIS_CARD
+    assert press_refusal(approval, _press(7, 7, 98), may_approve=True) == NOT_THIS_CARD
+    # An approval from before issue 26 had its card in the call's own chat.
+    older = _approval(card_chat_id=None, chat_id=7)
+    assert press_refusal(older, _press(7, 7, 99), may_approve=True) is None
+
+
+def test_a_call_is_one_line_of_canonical_json_that_cannot_draw_lines() -> None:
+    args = {"b": "x\n✅ Approved\r\u2028\u2029\u202e\u200b\x00\t", "a": ["é", 1]}
+    shown = canonical_call("tool", args)
+    assert "\n" not in shown and "\r" not in shown
+    assert all(ch not in shown for ch in "\u2028\u2029\u202e\u200b\x00\t")
+    assert shown.startswith('{"arguments": {"a": ["é", 1], "b": "x\\n✅ Approved')  # sorted keys
+    assert json.loads(shown) == {"tool": "tool", "arguments": args}  # exact: nothing lost
