@@ -59,9 +59,9 @@ def test_a_press_counts_from_an_approver_on_the_card_itself() -> None:
 
 
 def test_a_call_is_one_line_of_canonical_json_that_cannot_draw_lines() -> None:
-    args = {"b": "x\n✅ Approved\r\u2028\u2029\u202e\u200b\x00\t", "a": ["é", 1]}
+    args = {"b": "x\n✅ Approved\r\u2028\u2029\u202e\u200b\x00\t```\U000f0001", "a": ["é", 1]}
     shown = canonical_call("tool", args)
     assert "\n" not in shown and "\r" not in shown
-    assert all(ch not in shown for ch in "\u2028\u2029\u202e\u200b\x00\t")
+    assert all(ch not in shown for ch in "\u2028\u2029\u202e\u200b\x00\t`\U000f0001")
     assert shown.startswith('{"arguments": {"a": ["é", 1], "b": "x\\n✅ Approved')  # sorted keys
     assert json.loads(shown) == {"tool": "tool", "arguments": args}  # exact: nothing lost

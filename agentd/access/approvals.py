@@ -74,9 +74,12 @@ _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
 def _escape_hidden(text: str) -> str:
     out = []
     for ch in text:
-        if unicodedata.category(ch) in _HIDDEN_CATEGORIES or (ch.isspace() and ch != " "):
-            out.append(ch.encode("unicode_escape").decode("ascii") if ord(ch) > 0xFFFF
-                       else f"\\u{ord(ch):04x}")  # fmt: skip
+        hidden = unicodedata.category(ch) in _HIDDEN_CATEGORIES or (ch.isspace() and ch != " ")
+        if hidden or ch == "`":  # a backtick could close the card's code block
+            # JSON escapes UTF-16 units: a character past U+FFFF is a surrogate pair.
+            units = ch.encode("utf-16-be")
+            out += [f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}"
+                    for i in range(0, len(units), 2)]  # fmt: skip
         else:
             out.append(ch)
     return "".join(out)
@@ -84,7 +87,8 @@ def _escape_hidden(text: str) -> str:
 
 def canonical_call(tool: str, args: Any) -> str:
     """The call exactly as it will run, as one line of canonical JSON: keys sorted, every
-    newline, control and invisible character escaped, so no value can draw a fake line."""
+    newline, control and invisible character (and the backtick) escaped, so no value can draw
+    a fake line or leave the card's code block. It parses back to exactly the arguments."""
     text = json.dumps({"tool": tool, "arguments": args}, sort_keys=True, ensure_ascii=False,
                       separators=(", ", ": "), default=str)  # fmt: skip
     return _escape_hidden(text)

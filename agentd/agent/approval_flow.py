@@ -90,8 +90,9 @@ def create_approval(
 
 def _shown_call(approval: Approval) -> tuple[str, bool]:
     """The call for the card, and whether it had to be cut (then it is attached whole)."""
-    call = approval.call_json or approval.args_preview  # older approvals kept a preview only
-    call = call.replace("```", "`\u0060`")  # cannot close the code block
+    # call_json escapes every backtick (canonical_call), so it cannot close the code block;
+    # an approval from before issue 26 has only its preview.
+    call = approval.call_json or approval.args_preview.replace("```", "'''")
     if len(call) <= CARD_CALL_CHARS:
         return call, False
     return call[:CARD_CALL_CHARS], True
@@ -108,7 +109,8 @@ def _asker_line(approval: Approval, asker_name: str) -> str:
 def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
     call, cut = _shown_call(approval)
     minutes = max(1, round(timeout / 60))
-    why = f"**Why:** {approval.why}\n" if approval.why else ""
+    # The reason may quote outside content (a URL): shown as code, never as formatting.
+    why = f"**Why:** `{approval.why.replace('`', chr(39))}`\n" if approval.why else ""
     source = f" from {approval.tool_source}" if approval.tool_source else ""
     note = ""
     if cut:
