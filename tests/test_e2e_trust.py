@@ -43,7 +43,7 @@ class Stack:
     def sent(self, chat: int) -> list[dict[str, Any]]:
         return [m for m in self.tg.sent if m["chat_id"] == chat]
 
-    def wait_sent(self, chat: int, pred: Any, what: str, timeout: float = 30) -> dict[str, Any]:
+    def wait_sent(self, chat: int, pred: Any, what: str, timeout: float = 60) -> dict[str, Any]:
         return self.tg.wait_until(  # type: ignore[no-any-return]
             lambda: next((m for m in self.sent(chat) if pred(m)), None), timeout, what
         )
@@ -289,6 +289,13 @@ def test_a_removed_users_schedule_turn_and_approval_end(stack: Stack) -> None:
     card = stack.card_for(OWNER, marker)
     removed = stack.daemon.cli_json("users", "rm", str(KID))
     assert removed["schedules"] == [kid["id"]] and len(removed["turns"]) == 1
+    assert len(removed["approvals"]) == 1
+    # The card comes down (denied, or withdrawn with the turn): no buttons left to press.
+    taken_down = stack.tg.wait_until(
+        lambda: next((e for e in stack.tg.edits if e["chat_id"] == OWNER
+                      and e["message_id"] == card["message_id"]), None), 30, "the card edited",
+    )  # fmt: skip
+    assert "not run" in taken_down["plain_text"] and not taken_down.get("reply_markup")
     sent_then = len([m for m in stack.sent(KID) if m["plain_text"] == "kid: feed the cat"])
     # Positive marker: the owner's schedule ticks twice more; the kid's stays silent.
     ticks = len([m for m in stack.sent(OWNER) if m["plain_text"] == "owner: tick"])

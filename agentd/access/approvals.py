@@ -149,12 +149,16 @@ def pending(conn: Any, now: float | None = None) -> list[Approval]:
     return [_row(r) for r in rows]
 
 
+REVOKED_BY = "users rm"  # decided_by of the approvals `agentd users rm` denies
+
+
 def undecided_of(conn: Any, instance_id: str) -> list[Approval]:
-    """The instance's approvals nobody decided (its turn may have ended without them)."""
+    """The instance's approvals whose card still shows buttons: nobody decided them (the turn
+    ended without them), or `agentd users rm` denied them from a shell."""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND status = 'pending' "
-        "ORDER BY created_at",
-        (instance_id,),
+        f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND (status = 'pending' "
+        "OR (status = 'denied' AND decided_by = ?)) ORDER BY created_at",
+        (instance_id, REVOKED_BY),
     ).fetchall()
     return [_row(r) for r in rows]
 

@@ -125,7 +125,7 @@ def revoke(conn: Any, user_id: int, now: float) -> Revoked:
     """Stop serving a paired user, in one transaction: the pairing goes, their schedules are
     cancelled, their open turns asked to stop and their pending approvals denied (a press
     on a card already sent then changes nothing). Scheduled runs re-check too."""
-    from agentd.access import pairing
+    from agentd.access import approvals, pairing
     from agentd.chat.names import TURN_WORKFLOW
     from agentd.durable import store
     from agentd.schedule import store as schedules
@@ -136,6 +136,15 @@ def revoke(conn: Any, user_id: int, now: float) -> Revoked:
     for sched in schedules.list_schedules(conn, user_id=user_id, states=("active", "paused")):
         schedules.set_state(conn, sched, "cancelled", now, by="users rm")
         done.schedules.append(sched.id)
+    pending = conn.execute(
+        "SELECT id FROM approvals WHERE user_id = ? AND status = 'pending'", (user_id,)
+    ).fetchall()
+    for (approval_id,) in pending:
+        # Decided like a press, so the waiting turn wakes and takes its card down.
+        decided = approvals.decide(conn, approval_id, approve=False, by=approvals.REVOKED_BY,
+                                   reason="the user was removed", now=now)  # fmt: skip
+        if decided.ok:  # an expired one is already settled as it stands
+            done.approvals.append(approval_id)
     rows = conn.execute(
         f"SELECT id FROM workflow_instances WHERE workflow = ? AND status IN "
         f"{store.OPEN_STATUSES!r} AND json_extract(input, '$.user_id') = ?",
@@ -144,16 +153,6 @@ def revoke(conn: Any, user_id: int, now: float) -> Revoked:
     for (instance_id,) in rows:
         store.request_cancel(conn, instance_id, now)
         done.turns.append(instance_id)
-    pending = conn.execute(
-        "SELECT id FROM approvals WHERE user_id = ? AND status = 'pending'", (user_id,)
-    ).fetchall()
-    for (approval_id,) in pending:
-        conn.execute(
-            "UPDATE approvals SET status = 'denied', decided_at = ?, decided_by = 'users rm', "
-            "reason = 'the user was removed' WHERE id = ? AND status = 'pending'",
-            (now, approval_id),
-        )
-        done.approvals.append(approval_id)
     return done
 
 
