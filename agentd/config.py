@@ -58,6 +58,22 @@ class TelegramConfig(_Section):
     # Who may approve (press Approve / Deny); empty: the owner alone. Each gets the cards of
     # their own high-risk calls; everyone else's go to the owner.
     approvers: list[int] = Field(default_factory=list)
+
+    @field_validator("owner_id")
+    @classmethod
+    def _a_person(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be a Telegram user id (a group's id is negative): cards go "
+                             "to the owner's private chat")  # fmt: skip
+        return value
+
+    @field_validator("approvers")
+    @classmethod
+    def _people(cls, values: list[int]) -> list[int]:
+        if any(v <= 0 for v in values):
+            raise ValueError("approvers are Telegram user ids (positive), not groups")
+        return values
+
     poll_timeout: int = Field(default=30, ge=0, le=50)
     allow_groups: bool = False
     max_message_chars: int = Field(default=4096, ge=64, le=4096)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from pydantic import ValidationError
+
 from agentd.access import owners
 from agentd.access.approvals import (
     NOT_AN_APPROVER,
@@ -65,3 +68,10 @@ def test_a_call_is_one_line_of_canonical_json_that_cannot_draw_lines() -> None:
     assert all(ch not in shown for ch in "\u2028\u2029\u202e\u200b\x00\t`\U000f0001")
     assert shown.startswith('{"arguments": {"a": ["é", 1], "b": "x\\n✅ Approved')  # sorted keys
     assert json.loads(shown) == {"tool": "tool", "arguments": args}  # exact: nothing lost
+
+
+def test_the_owner_and_approvers_must_be_people_not_groups() -> None:
+    with pytest.raises(ValidationError, match="private chat"):
+        TelegramConfig(owner_id=-100123)
+    with pytest.raises(ValidationError, match="not groups"):
+        TelegramConfig(approvers=[5, -7])
