@@ -4,7 +4,9 @@ An approval records the fingerprint of the tool it was asked for. After a restar
 changed plugin or MCP server, a tool of the same name may be another implementation; a call
 approved for the old one is refused rather than run by the new one. Python code is hashed by
 its bytecode, constants and names (recursively through closures and nested functions), not
-by `repr`, which carries memory addresses and would differ in every process.
+by `repr`, which carries memory addresses and would differ in every process. An MCP
+server's code is out of reach: its tools count as changed when their name, description or
+schema does (or the server's name in the config), not when only the server's code does.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def _callable_parts(fn: Any, out: list[bytes], depth: int, seen: set[int]) -> No
             continue
         if callable(value) and hasattr(getattr(value, "__func__", value), "__code__"):
             _callable_parts(value, out, depth + 1, seen)
+        elif isinstance(value, str | bytes | int | float | bool):
+            out.append(repr(value).encode())  # e.g. which MCP tool a wrapper calls
 
 
 def fingerprint(tool: Tool) -> str:
