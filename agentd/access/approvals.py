@@ -52,7 +52,7 @@ class Approval(BaseModel):
     call_json: str | None = None  # the whole call, canonical JSON, secrets redacted
     tool_source: str | None = None  # builtin, plugin:<module>, mcp:<server>
     tool_fingerprint: str | None = None  # sha256 of the tool's schema and code when asked
-    why: str = ""  # why this call needs approval beyond the tool's level (policy's reason)
+    why: str | None = None  # why this call needs approval beyond its tool's level (policy)
 
     @property
     def card_chat(self) -> int:
