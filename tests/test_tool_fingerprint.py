@@ -35,7 +35,9 @@ def printed_in_subprocess(folder: Path, name: str = "fp_plugin") -> str:
             "from agentd.tools.fingerprint import fingerprint; "
             f"print(fingerprint(load_plugins([{name!r}])[0][0]))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin"})  # fmt: skip
+                         # No .pyc: two edits in one second with one size would share it.
+                         env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin",
+                              "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
     return out.stdout.strip()
 
 
@@ -43,7 +45,7 @@ def test_the_fingerprint_is_stable_across_processes_and_follows_the_code(tmp_pat
     write_plugin(tmp_path, "v1")
     first, second = printed_in_subprocess(tmp_path), printed_in_subprocess(tmp_path)
     assert first == second and len(first) == 64
-    write_plugin(tmp_path, "v2")  # one constant in the body differs
+    write_plugin(tmp_path, "v2")  # one constant in the body differs (same size: no pyc, above)
     assert printed_in_subprocess(tmp_path) != first
     write_plugin(tmp_path, "v1", name="fp_other")  # same code, another module: another source
     assert printed_in_subprocess(tmp_path, "fp_other") != first
@@ -80,7 +82,8 @@ def test_a_call_approved_for_a_tool_that_changed_is_refused(tmp_path: Path) -> N
             tg.wait_until(lambda: any(m["reply_markup"] for m in tg.sent), 30, "the card")
             approval = daemon.cli_json("pending")[0]
             assert daemon.stop() == 0
-            write_plugin(plugins, "v2")  # the plugin is edited while the call waits
+            write_plugin(plugins, "version 2")  # edited while the call waits (a new size: the
+            # old .pyc, stamped with size and mtime in seconds, cannot be taken for it)
             daemon.start()
             assert daemon.cli("approve", approval["id"]).returncode == 0
             tg.wait_until(lambda: any(m["plain_text"] == "It was not run." for m in tg.sent), 30,
