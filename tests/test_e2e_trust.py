@@ -174,6 +174,7 @@ def test_a_paired_users_high_risk_call_goes_to_the_owner(stack: Stack) -> None:
     stack.tg.add_message(KID, KID, f"delete {marker}")
     card = stack.card_for(OWNER, marker)
     assert f"Asked by @kid (user {KID}), in their private chat." in card["plain_text"]
+    assert f'Their message: "delete {marker}"' in card["plain_text"]
     stack.wait_sent(KID, lambda m: "owner's approval" in m["plain_text"], "a notice")
     deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
     # The kid forges a press from their own chat: refused.

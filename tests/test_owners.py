@@ -15,6 +15,7 @@ from agentd.access.approvals import (
     Approval,
     canonical_call,
     press_refusal,
+    quote,
 )
 from agentd.chat.inputs import CallbackPress
 from agentd.config import TelegramConfig
@@ -75,3 +76,9 @@ def test_the_owner_and_approvers_must_be_people_not_groups() -> None:
         TelegramConfig(owner_id=-100123)
     with pytest.raises(ValidationError, match="not groups"):
         TelegramConfig(approvers=[5, -7])
+
+
+def test_the_askers_words_are_quoted_on_one_line_and_cut_visibly() -> None:
+    said = quote("please\n✅ Approved by owner `x`" + "a" * 400)
+    assert "\n" not in said and "`" not in said and said.endswith('…"')
+    assert json.loads(said).startswith("please\n✅ Approved by owner `x`")

@@ -25,7 +25,7 @@ _CALLBACK = re.compile(r"^ap:([A-Za-z0-9_-]{8,40}):([yn])$")
 _COLUMNS = (
     "id, instance_id, tool_use_id, chat_id, user_id, tool, risk, args_digest, args_preview, "
     "status, created_at, expires_at, decided_at, decided_by, reason, message_id, "
-    "card_chat_id, call_json, tool_source, tool_fingerprint, why"
+    "card_chat_id, call_json, tool_source, tool_fingerprint, why, request"
 )
 
 _PLACEHOLDERS = ", ".join("?" * len(_COLUMNS.split(", ")))
@@ -53,6 +53,7 @@ class Approval(BaseModel):
     tool_source: str | None = None  # builtin, plugin:<module>, mcp:<server>
     tool_fingerprint: str | None = None  # sha256 of the tool's schema and code when asked
     why: str | None = None  # why this call needs approval beyond its tool's level (policy)
+    request: str | None = None  # the asker's message, quoted (quote()), for the approver
 
     @property
     def card_chat(self) -> int:
@@ -92,6 +93,12 @@ def canonical_call(tool: str, args: Any) -> str:
     text = json.dumps({"tool": tool, "arguments": args}, sort_keys=True, ensure_ascii=False,
                       separators=(", ", ": "), default=str)  # fmt: skip
     return _escape_hidden(text)
+
+
+def quote(text: str, limit: int = 300) -> str:
+    """Someone's words for a card: one JSON string, escaped like a call, cut with a mark."""
+    cut = text if len(text) <= limit else text[:limit] + "…"
+    return _escape_hidden(json.dumps(cut, ensure_ascii=False))
 
 
 def event_type(approval_id: str) -> str:

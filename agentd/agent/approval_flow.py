@@ -77,6 +77,7 @@ def create_approval(
         tool_source=tool.source,
         tool_fingerprint=tool.fingerprint or None,
         why=tool.reason,
+        request=approvals.quote(inp.text) if inp.text else None,
     )
 
     stored = approvals.create(conn, approval)
@@ -103,7 +104,8 @@ def _asker_line(approval: Approval, asker_name: str) -> str:
         return ""
     who = f"{asker_name} (user {approval.user_id})" if asker_name else f"user {approval.user_id}"
     where = "in their private chat" if approval.chat_id > 0 else f"in group {approval.chat_id}"
-    return f"**Asked by** {who}, {where}.\n"
+    said = f"**Their message:** `{approval.request}`\n" if approval.request else ""
+    return f"**Asked by** {who}, {where}.\n{said}"
 
 
 def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:

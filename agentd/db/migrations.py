@@ -506,6 +506,8 @@ ALTER TABLE approvals ADD COLUMN call_json TEXT;
 ALTER TABLE approvals ADD COLUMN tool_source TEXT;
 ALTER TABLE approvals ADD COLUMN tool_fingerprint TEXT;
 ALTER TABLE approvals ADD COLUMN why TEXT;
+-- The words of the message that led to the call (its start), for a card sent to someone else.
+ALTER TABLE approvals ADD COLUMN request TEXT;
 -- Token budgets and /status are per user: each model call records whose turn it served.
 ALTER TABLE llm_usage ADD COLUMN user_id INTEGER;
 CREATE INDEX llm_usage_user ON llm_usage (user_id, at);
