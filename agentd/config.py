@@ -329,6 +329,50 @@ class McpServerConfig(_Section):
         return self
 
 
+class WorkspaceConfig(_Section):
+    """`[tools.workspace]`: the one folder the file tools and the shell may touch."""
+
+    # Empty: `workspace` beside the database. Users paired later (not in allowed_user_ids)
+    # each get `users/<id>` inside it; the owners share the top.
+    path: str = ""
+    # Larger reads and writes fail with a clear error instead of filling the model's context.
+    max_file_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
+    # delete_file moves files to `.trash` in the workspace; they are purged after this long.
+    trash_days: float = Field(default=7.0, ge=0)
+
+
+class ShellConfig(_Section):
+    """`[tools.shell]`: the sandboxed shell tool (agentd/hands)."""
+
+    enabled: bool = True
+    # "bwrap": bubblewrap (read-only system, the workspace writable, private /tmp, no network).
+    # "none": unsandboxed, on the owner's explicit choice; every approval card says so.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    bwrap: str = "bwrap"
+    # When agentd runs as root, commands run as this user (so process limits apply to them).
+    run_as: str = "nobody"
+    # Programs that may run without asking (read-only ones); the owner can extend the list.
+    allowlist: list[str] = Field(
+        default_factory=lambda: [
+            "df", "du", "free", "uptime", "uname", "date", "hostname", "nproc", "whoami",
+            "id", "pwd", "ls", "lsblk", "stat", "wc",
+        ]
+    )  # fmt: skip
+    # Programs allowed to ask for the network (still approved per command); none by default.
+    network_programs: list[str] = Field(default_factory=list)
+    cpu_seconds: int = Field(default=60, ge=1, le=86_400)
+    memory_mb: int = Field(default=1024, ge=16, le=1_048_576)
+    max_processes: int = Field(default=64, ge=4, le=100_000)
+    wall_seconds: float = Field(default=120.0, gt=0, le=86_400)
+    # Output kept for the model: its head and its tail, the cut in between said.
+    output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
+    max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # After this long the chat shows "running…" with the elapsed time, edited in place.
+    progress_after: float = Field(default=5.0, ge=0)
+    # Wall time of a command left running in the background (its own durable workflow).
+    background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+
+
 class ToolsConfig(_Section):
     risk: dict[str, Risk] = Field(default_factory=dict)
     disabled: list[str] = Field(default_factory=list)
@@ -336,6 +380,8 @@ class ToolsConfig(_Section):
     approval_timeout: float = Field(default=3600.0, gt=0)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     mcp: list[McpServerConfig] = Field(default_factory=list)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    shell: ShellConfig = Field(default_factory=ShellConfig)
 
     @field_validator("mcp")
     @classmethod
@@ -345,6 +391,22 @@ class ToolsConfig(_Section):
         if duplicates:
             raise ValueError(f"MCP server names must be unique; repeated: {', '.join(duplicates)}")
         return servers
+
+
+class SkillsConfig(_Section):
+    """`[skills]`: Agent Skills folders (SKILL.md) the owner enabled with `agentd skills`."""
+
+    enabled: bool = True  # false: no skill is listed or offered to the model
+    # Folders of skill folders; the first is where `agentd skills add` installs. Empty: a
+    # `skills` folder beside the config file (or beside the database without one).
+    paths: list[str] = Field(default_factory=list)
+    # `agentd skills add URL`: at most this much is downloaded (SSRF policy of [tools.fetch]).
+    max_download_bytes: int = Field(default=20_000_000, ge=1024, le=500_000_000)
+    # A skill folder (installed or unpacked) may hold at most this many files and bytes.
+    max_files: int = Field(default=500, ge=1, le=100_000)
+    max_bytes: int = Field(default=50_000_000, ge=1024, le=2_000_000_000)
+    # Seconds a skill's script may run in the sandbox.
+    script_timeout: float = Field(default=120.0, gt=0, le=3600)
 
 
 class WebConfig(_Section):
@@ -371,6 +433,58 @@ class WebConfig(_Section):
         return value.rstrip("/")
 
 
+class AutomationsConfig(_Section):
+    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
+
+    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
+    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
+    folder: str = ""
+    modules: list[str] = Field(default_factory=list)
+    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
+
+
+class HookConfig(_Section):
+    """One `[hooks.routes.NAME]`: what `POST /hooks/NAME` starts, and how it is verified."""
+
+    workflow: str = ""  # the automation it starts; empty: `prompt` makes it a turn instead
+    prompt: str = ""  # a turn in the owner's chat: this text, then the JSON body as data
+    # The NAME of the environment variable holding the HMAC secret (never the secret itself).
+    secret_env: str
+    # Headers tried for the signature (sha256=<hex> of the raw body) and the delivery id.
+    signature_headers: list[str] = Field(
+        default_factory=lambda: ["X-Hub-Signature-256", "X-Signature-256"]
+    )
+    delivery_headers: list[str] = Field(
+        default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> HookConfig:
+        if bool(self.workflow) == bool(self.prompt):
+            raise ValueError('give exactly one of workflow = "NAME" or prompt = "text"')
+        return self
+
+
+class HooksConfig(_Section):
+    """`[hooks]`: the webhook listener; off unless enabled."""
+
+    enabled: bool = False
+    # "127.0.0.1:8787" (loopback only unless a reverse proxy forwards) or "unix:/path.sock".
+    listen: str = "127.0.0.1:8787"
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    routes: dict[str, HookConfig] = Field(default_factory=dict)
+
+    @field_validator("routes")
+    @classmethod
+    def _route_names(cls, routes: dict[str, HookConfig]) -> dict[str, HookConfig]:
+        import re
+
+        bad = [name for name in routes if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name)]
+        if bad:
+            raise ValueError(f"hook names are 1-64 of letters, digits, _ and -: {bad}")
+        return routes
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -383,8 +497,8 @@ class StartupConfig(_Section):
     # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
     # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
     lazy_aiogram: bool = True
-    # Import only the parts of the Anthropic SDK a request uses (agentd.llm.anthropic_loader);
-    # false imports all of it, as `import anthropic` does (~1.5 s more CPU at start-up).
+    # No effect since the model is reached over HTTP without the SDK; kept so configurations
+    # that set it still load.
     lazy_anthropic: bool = True
 
 
@@ -410,6 +524,9 @@ class Config(_Section):
     docs: DocsConfig = Field(default_factory=DocsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
@@ -420,11 +537,27 @@ class Config(_Section):
         return Path(self.storage.path).expanduser()
 
     @property
+    def skill_dirs(self) -> list[Path]:
+        """Folders of skill folders, the install folder first (`[skills] paths`)."""
+        if self.skills.paths:
+            base = Path(self.source).parent if self.source else Path()
+            return [base / Path(p).expanduser() for p in self.skills.paths]
+        home = Path(self.source).parent if self.source else self.db_path.parent
+        return [home / "skills"]
+
+    @property
     def outgoing_dir(self) -> Path:
         """Where files produced by tools wait until they are sent (never in the journal)."""
         if self.media.outgoing_dir:
             return Path(self.media.outgoing_dir).expanduser()
         return self.db_path.parent / "outgoing"
+
+    @property
+    def workspace_dir(self) -> Path:
+        """The folder the file tools and the shell work in (`[tools.workspace] path`)."""
+        if self.tools.workspace.path:
+            return Path(self.tools.workspace.path).expanduser()
+        return self.db_path.parent / "workspace"
 
 
 ENV_PREFIX = "AGENTD_"

@@ -4,6 +4,8 @@ a card shows."""
 from __future__ import annotations
 
 import json
+import time
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -82,3 +84,61 @@ def test_the_askers_words_are_quoted_on_one_line_and_cut_visibly() -> None:
     said = quote("please\n✅ Approved by owner `x`" + "a" * 400)
     assert "\n" not in said and "`" not in said and said.endswith('…"')
     assert json.loads(said).startswith("please\n✅ Approved by owner `x`")
+
+
+def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Path) -> None:
+    """owner() is [telegram] owner_id (not the first allowlisted id); a step.tool approval is
+    answered by an approver, any other question by the owner, and only on the question itself
+    (its chat and message); refused presses are audited and change nothing."""
+    from agentd.automations import runs
+    from agentd.automations.owner import owner
+    from agentd.automations.runtime import Runtime
+    from agentd.config import Config
+    from agentd.db import open_sync
+    from agentd.db.migrations import apply_migrations
+
+    cfg = Config(telegram=TelegramConfig(owner_id=7, approvers=[7, 8], allowed_user_ids=[1, 7, 8]))
+    assert owner(cfg) == 7
+    assert owner(Config(telegram=TelegramConfig(allowed_user_ids=[5, 6]))) == 5
+    conn = open_sync(tmp_path / "db.sqlite")
+    apply_migrations(conn)
+    now = time.time()
+    with conn:
+        conn.execute("INSERT INTO workflow_instances (id, workflow, key, status, input, "
+                     "created_at, updated_at) VALUES ('i1', 'tidy', 'k', 'waiting', '{}', ?, ?)",
+                     (now, now))  # fmt: skip
+        ask = runs.create_question(conn, "i1", "ask", 7, "Deploy?", ["Yes", "No"], None, now, 600)
+        tool = runs.create_question(conn, "i1", "remove:approve", 7, "delete_file?",
+                                    ["Approve", "Deny"], "Deny", now, 600)  # fmt: skip
+        runs.set_question_message(conn, ask.id, 10)
+        runs.set_question_message(conn, tool.id, 11)
+    rt = Runtime(config=cfg, db=None, clock=None, catalog=None, outbox=None, llm=None,  # type: ignore[arg-type]
+                 kick=lambda _: None)  # fmt: skip
+
+    def press(q: runs.Question, user: int, chat: int, message: int) -> str:
+        data = f"aq:{q.id}:0"
+        with conn:
+            return rt.on_answer(
+                conn,
+                CallbackPress(
+                    update_id=1,
+                    callback_id="c",
+                    user_id=user,
+                    chat_id=chat,
+                    message_id=message,
+                    data=data,
+                ),
+            )
+
+    assert press(ask, 8, 7, 10) == "Only the owner can answer this."  # an approver, not owner
+    assert press(ask, 1, 7, 10) == "Only the owner can answer this."
+    assert press(ask, 7, 7, 99) == NOT_THIS_CARD
+    assert press(tool, 1, 7, 11) == NOT_AN_APPROVER
+    assert press(tool, 7, 1, 11) == NOT_THIS_CARD  # from another chat
+    refused = conn.execute("SELECT COUNT(*) FROM audit WHERE kind = 'question_press_refused'")
+    assert refused.fetchone()[0] == 5
+    assert [q.status for q in (runs.get_question(conn, ask.id), runs.get_question(conn, tool.id))
+            if q is not None] == ["pending", "pending"]  # fmt: skip
+    assert press(tool, 8, 7, 11) == "Answered: Approve."  # an approver may approve a tool
+    assert press(ask, 7, 7, 10) == "Answered: Yes."
+    conn.close()

@@ -54,6 +54,9 @@ class Approval(BaseModel):
     tool_fingerprint: str | None = None  # sha256 of the tool's schema and code when asked
     why: str | None = None  # why this call needs approval beyond its tool's level (policy)
     request: str | None = None  # the asker's message, quoted (quote()), for the approver
+    # The tool's own card text (hands' shell), redacted; not a column: it travels with the
+    # approval through the turn's journal, to the card it is shown on (quoted).
+    card_text: str | None = None
 
     @property
     def card_chat(self) -> int:
@@ -130,7 +133,7 @@ def create(conn: Any, approval: Approval) -> Approval:
     """Store a pending approval once per (instance, tool_use); return the stored one."""
     conn.execute(
         f"INSERT OR IGNORE INTO approvals ({_COLUMNS}) VALUES ({_PLACEHOLDERS})",
-        tuple(approval.model_dump().values()),
+        tuple(getattr(approval, column) for column in _COLUMNS.split(", ")),
     )
     stored = conn.execute(
         f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND tool_use_id = ?",
@@ -266,6 +269,18 @@ def press_refusal(approval: Approval | None, press: Any, may_approve: bool) -> s
     return None
 
 
+def check_press(
+    conn: Any, press: Any, approval_id: str, may_approve: Callable[[int], bool]
+) -> str | None:
+    """Why this press may not decide `approval_id` (the refusal is audited), or None when it
+    may. Every button that decides an approval asks here: Approve / Deny, "Always allow this"."""
+    approval = get(conn, approval_id)
+    refused = press_refusal(approval, press, may_approve(press.user_id))
+    if refused is not None:
+        _refuse_press(conn, press, approval, refused)
+    return refused
+
+
 def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any], str]:
     """The `ap:` button handler for intake; `may_approve(user_id)` says who is an approver."""
 
@@ -277,10 +292,8 @@ def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any],
                          detail={"data_length": len(press.data)})  # fmt: skip
             return "This button is not recognised."
         approval_id, approve = parsed
-        approval = get(conn, approval_id)
-        refused = press_refusal(approval, press, may_approve(press.user_id))
+        refused = check_press(conn, press, approval_id, may_approve)
         if refused is not None:
-            _refuse_press(conn, press, approval, refused)
             return refused
         return decide(conn, approval_id, approve=approve, by=f"telegram:{press.user_id}").message
 

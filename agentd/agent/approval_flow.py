@@ -16,13 +16,16 @@ from agentd.agent.deps import TurnDeps
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step
+from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
 from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tools import (
+    ApprovalCard,
     ToolOutcome,
     args_digest,
+    check_args,
     render_args,
 )
 
@@ -42,6 +45,7 @@ class Route(BaseModel):
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
     fingerprint: str = ""  # the tool's schema and code when routed (tools/fingerprint.py)
+    at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
 
 
 class Decision(BaseModel):
@@ -51,6 +55,24 @@ class Decision(BaseModel):
 
 
 CARD_CALL_CHARS = 2500  # the call shown on a card; longer ones are attached whole
+CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), quoted on one line
+
+
+def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
+    """The tool's own card content for this call (a shell command's line, folder, network,
+    limits and its "Always allow this" offer); None: the arguments are rendered."""
+    found = deps.registry.get(tool.name)
+    if found is None or found.card is None:
+        return None
+    checked = check_args(found, use.input)
+    if isinstance(checked, ToolOutcome):
+        return None
+    return found.card(checked)
+
+
+def _preview(deps: TurnDeps, use: ToolUseBlock, card: ApprovalCard | None) -> str:
+    # Why it asks is the approval's own `why` (the card's **Why:** line), not repeated here.
+    return deps.redact(card.text if card is not None else render_args(use.input))
 
 
 def create_approval(
@@ -58,6 +80,8 @@ def create_approval(
 ) -> Approval:
     now = deps.clock.now()
     trust = owners.resolve(deps.config.telegram)
+    card = tool_card(deps, tool, use)
+    preview = _preview(deps, use, card)
     approval = Approval(
         id=approvals.new_id(),
         instance_id=instance_id,
@@ -67,7 +91,7 @@ def create_approval(
         tool=tool.name,
         risk=tool.risk or "high",
         args_digest=args_digest(use.input),
-        args_preview=deps.redact(render_args(use.input)),
+        args_preview=preview,
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
@@ -81,6 +105,10 @@ def create_approval(
     )
 
     stored = approvals.create(conn, approval)
+    if card is not None and card.always_allow:
+        shell_rules.offer(conn, stored.id, card.always_allow)
+    if card is not None:
+        stored = stored.model_copy(update={"card_text": preview})
     audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
                  instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
@@ -111,8 +139,13 @@ def _asker_line(approval: Approval, asker_name: str) -> str:
 def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
     call, cut = _shown_call(approval)
     minutes = max(1, round(timeout / 60))
-    # The reason may quote outside content (a URL): shown as code, never as formatting.
-    why = f"**Why:** `{approval.why.replace('`', chr(39))}`\n" if approval.why else ""
+    # The reason may quote outside content (a URL) or a command's newline: one escaped line,
+    # shown as code, never as formatting.
+    why = f"**Why:** `{approvals.quote(approval.why)}`\n" if approval.why else ""
+    # A tool's own card (hands' shell: the command line, folder, network, limits) is one
+    # escaped line: a newline in the command cannot draw a fake "network: off" under it.
+    shown = approvals.quote(approval.card_text, limit=CARD_TEXT_CHARS) if approval.card_text else ""
+    details = f"**Shown by the tool:** `{shown}`\n" if shown else ""
     source = f" from {approval.tool_source}" if approval.tool_source else ""
     note = ""
     if cut:
@@ -121,7 +154,7 @@ def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
                 f"file below and in `agentd pending --show {approval.id}`.\n")  # fmt: skip
     return (
         f"🔐 **Approval needed** — `{approval.tool}`{source} ({approval.risk} risk)\n"
-        f"{asker}{why}\n"
+        f"{asker}{why}{details}\n"
         f"```\n{call}\n```\n{note}\n"
         f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}`"
     )
@@ -174,6 +207,14 @@ async def _tell_asker(deps: TurnDeps, approval: Approval) -> None:
         log.info("could not tell the asker", extra={"error": type(exc).__name__})
 
 
+async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
+    """The third button, "Always allow this", where the tool offered a rule (hands/rules.py)."""
+    if await deps.db.read(shell_rules.offered, approval.id) is None:
+        return []
+    data = shell_rules.always_callback_data(approval.id)
+    return [[Button(text="♾ Always allow this", data=data)]]
+
+
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
     """Send the Approve / Deny card to the approver's private chat; tell the asker where it
     went. If Telegram is down, or there is no owner, the CLI can still decide."""
@@ -186,7 +227,8 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
             Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
-        ]
+        ],
+        *await always_allow_buttons(deps, approval),
     ]
     name = await deps.db.read(_asker_name, approval.user_id)
     asker = _asker_line(approval, name)

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 
 from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
-from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, stable_prefix
+from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, current_prefix
 from agentd.agent.window import (
     CACHE_TTL_SECONDS,
     CHARS_PER_TOKEN,
@@ -185,7 +185,7 @@ async def load_history(
     """The chat's history window (agent/window.py); its start is kept when it moves. The
     messages read go into `read_now`, so a first run needs no second read."""
     cfg = deps.config.memory
-    fixed = stable_prefix(deps).chars
+    fixed = (await current_prefix(deps)).chars
     rule = WindowRule(
         limit=cfg.history_limit, step=cfg.history_step,
         cold_after=CACHE_TTL_SECONDS[deps.config.llm.cache_ttl] + COLD_MARGIN,
@@ -351,6 +351,14 @@ def with_reported_actions(text: str, actions: list[str]) -> str:
     return f"{text}\n\n_Done on your behalf: {'; '.join(actions)}._"
 
 
+def with_skills_named(text: str, skills: list[str]) -> str:
+    """The reply says which skill it followed (the prompt asks the model to; this makes sure)."""
+    missing = [name for name in skills if name not in text]
+    if not missing:
+        return text
+    return f"{text}\n\n_Skill used: {', '.join(missing)}._"
+
+
 async def record_reply(
     step: Step, deps: TurnDeps, inp: TurnInput, text: str, ids: list[int], outcome: str,
     kind: str, detail: dict[str, object],
@@ -428,6 +436,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
                                {"step": exc.step, "error": exc.error_type})  # fmt: skip
             raise TurnFailed(f"step {exc.step} failed: {exc.error_type}: {exc.message}") from None
         answer = with_reported_actions(result.text, result.reported_actions)
+        answer = with_skills_named(answer, result.skills_used)
         try:
             ids = await send_reply(step, deps, inp, answer, "send")
         except StepFailed as exc:

@@ -40,6 +40,8 @@ COMMANDS: dict[str, str] = {
     "schedule": "agentd.cli.schedule:app",
     "ingest": "agentd.cli.docs:ingest",
     "docs": "agentd.cli.docs:app",
+    "rules": "agentd.cli.rules:app",
+    "skills": "agentd.cli.skills:app",
 }
 
 

@@ -117,6 +117,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
+        _doctor_shell(cfg, results)
+        _doctor_skills(cfg, results)
     if json:
         print_json(results)
     else:
@@ -161,6 +163,38 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
+
+
+def _doctor_shell(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Whether the shell tool is offered: bubblewrap present and able to make namespaces."""
+    from agentd.hands.sandbox import probe
+    from agentd.hands.shell import sandbox_of
+
+    shell = cfg.tools.shell
+    if not shell.enabled:
+        _check("shell", True, "off ([tools.shell] enabled = false)", results)
+        return
+    if shell.sandbox == "none":
+        why = 'UNSANDBOXED: [tools.shell] sandbox = "none"; commands run directly on this server'
+        _check("shell", True, f"{why} (every approval card says so)", results, warn=True)
+        return
+    from agentd.hands.files import Workspaces
+    from agentd.hands.workspace import WorkspaceError
+
+    workspace = Workspaces.from_config(cfg).base()
+    try:
+        workspace.ensure()  # created at the daemon's start anyway; the probe binds it
+    except (OSError, WorkspaceError) as exc:
+        _check("shell", True, f"not offered: the workspace {workspace.root} cannot be "
+               f"created ({exc}); set [tools.workspace] path", results, warn=True)  # fmt: skip
+        return
+    problem = probe(sandbox_of(cfg), workspace.root)
+    if problem:
+        # A warning: agentd runs without the shell; the owner decides whether to fix it.
+        _check("shell", True, f"not offered: {problem}", results, warn=True)
+    else:
+        _check("shell", True, "bubblewrap sandbox works (namespaces, read-only system, no "
+               "network)", results)  # fmt: skip
 
 
 def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -212,6 +246,25 @@ def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str,
            f"{stale} of {chunks} document chunks lack a {model_id} vector: run "
            "`agentd docs reindex`" if stale else f"{chunks} chunks, all current",
            results, warn=bool(stale))  # fmt: skip
+
+
+def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Skills that are invalid or changed are named with the reason; the rest are counted."""
+    from agentd.cli.skills import recorded
+    from agentd.skills.catalog import scan_config
+    from agentd.skills.overview import overview
+
+    states = overview(scan_config(cfg), recorded(cfg))
+    enabled = sum(s.state == "enabled" for s in states)
+    where = ", ".join(map(str, cfg.skill_dirs))
+    _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
+    for s in states:
+        if s.state == "invalid":
+            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}",
+                   results)  # fmt: skip
+        elif s.state in ("changed", "missing"):
+            _check(f"skill {s.name}", True, f"held back: {s.reason}; check it, then run "
+                   f"`agentd skills enable {s.name}`", results, warn=True)  # fmt: skip
 
 
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:

@@ -13,6 +13,7 @@ from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Button
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandInput, CommandReply, CommandRouter
+from agentd.commands.skills import skills_command
 from agentd.durable import store
 from agentd.ledger import audit, usage
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
@@ -224,5 +225,6 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
     router.command("memory", bind(memory_command), "What I remember about you, to forget")
+    router.command("skills", bind(skills_command), "The skills I can use, and any held back")
     router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
     router.callback(FORGET_PREFIX.rstrip(":"), forget_by_button)

@@ -30,7 +30,8 @@ log = logging.getLogger("agentd")
 def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
     """Every secret the configuration names, wherever it comes from (environment or systemd
     credential): the bot token, the model key, the embedding, transcription and web-search
-    keys, and what MCP servers get (env values, passed variables, bearer tokens, headers)."""
+    keys, what MCP servers get (env values, passed variables, bearer tokens, headers), and
+    the webhook routes' secrets."""
     found = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
@@ -43,6 +44,7 @@ def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
         names += [*server.pass_env, server.bearer_token_env or ""]
         for value in server.headers.values():
             found += [value, value.partition(" ")[2]]  # "Bearer xyz": the whole and the token
+    names += [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
     found += [read_key(name, env) for name in names if name]
     return [value.strip() for value in found if value and value.strip()]
 

@@ -60,6 +60,16 @@ class Assessment(BaseModel):
     reason: str = ""
 
 
+class ApprovalCard(BaseModel):
+    """What an approval card shows for one call, where the tool knows better than a rendering
+    of its arguments (a shell command: the exact line, its folder, network and limits)."""
+
+    text: str
+    # The words of a command an "Always allow this" button would allow from now on; None: no
+    # such button (chained commands, network, no sandbox).
+    always_allow: list[str] | None = None
+
+
 class ToolResult(BaseModel):
     """A tool's answer; `is_error` tells the model the tool could not do what was asked."""
 
@@ -148,9 +158,14 @@ class Tool:
     # It can send data out of the machine or leave instructions behind (fetch a URL, send a
     # mail, schedule a prompt, remember): in a tainted turn it asks the owner (tools/policy.py).
     egress: bool = False
+    # Running it twice is worse than asking again (a command, a write): its step is journaled
+    # at-most-once, so after a crash during it the turn reports "outcome unknown", never reruns.
+    at_most_once: bool = False
     # This call's risk, where it depends on the arguments (a shell command on the read-only
     # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
+    # The approval card's content for this call (validated arguments); None: the arguments.
+    card: Callable[[Any], ApprovalCard | None] | None = field(default=None, repr=False)
     # False when `@tool` was given no risk: a plugin's tool then counts as high (plugins.py).
     risk_declared: bool = field(default=True, repr=False)
 
