@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -433,6 +434,88 @@ class WebConfig(_Section):
         return value.rstrip("/")
 
 
+MAIL_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+class MailRule(_Section):
+    """A `[[mail.rules]]` entry: which new mail earns a notice (no model call) or a summary.
+
+    Every given field must match (case-insensitive substring; folder exact); the first rule
+    that matches decides. No rule matches: nothing is sent.
+    """
+
+    sender: str = ""
+    subject: str = ""
+    folder: str = ""
+    action: Literal["notify", "summary", "ignore"] = "notify"
+
+
+class MailAccountConfig(_Section):
+    """`[[mail]]`: one mailbox over IMAP (reading) and SMTP (sending)."""
+
+    name: str = Field(default="mail", pattern=MAIL_NAME)
+    address: str = Field(min_length=3)  # the From address
+    display_name: str = ""
+    username: str = ""  # empty: the address
+    # The NAME of the environment variable (or systemd credential) holding the app password.
+    password_env: str = Field(min_length=1)
+    imap_host: str = Field(min_length=1)
+    imap_port: int = Field(default=993, ge=1, le=65535)
+    # tls: TLS from the first byte (993/465); starttls: upgrade a plain connection (143/587);
+    # plain: no encryption, only for a server on this machine.
+    imap_security: Literal["tls", "starttls", "plain"] = "tls"
+    smtp_host: str = ""  # empty: the IMAP host
+    smtp_port: int = Field(default=465, ge=1, le=65535)
+    smtp_security: Literal["tls", "starttls", "plain"] = "tls"
+    # A CA certificate (PEM) to trust besides the system's: a self-hosted server whose
+    # certificate no public CA signed. Empty: the system's trust store only.
+    ca_file: str = ""
+    sent_folder: str = "Sent"
+    drafts_folder: str = "Drafts"
+    # Append each sent mail to sent_folder; false where the server files it itself (Gmail).
+    save_sent: bool = True
+    timeout: float = Field(default=30.0, gt=0, le=300)
+    # Watch these folders with IMAP IDLE (polling where IDLE is missing); empty: no watching.
+    watch: list[str] = Field(default_factory=list)
+    poll_interval: float = Field(default=300.0, ge=5)  # without IDLE; and IDLE is renewed as often
+    rules: list[MailRule] = Field(default_factory=list)
+    # Attachments saved on request go here (empty: `attachments` beside the database).
+    attachments_dir: str = ""
+
+    @property
+    def login(self) -> str:
+        return self.username or self.address
+
+    @property
+    def smtp_server(self) -> str:
+        return self.smtp_host or self.imap_host
+
+
+class CalendarConfig(_Section):
+    """`[[calendar]]`: a CalDAV calendar (read and write) or an iCalendar feed (read only)."""
+
+    name: str = Field(default="calendar", pattern=MAIL_NAME)
+    # A CalDAV calendar or principal URL, or an https URL of a .ics feed (read only).
+    url: str = Field(min_length=8)
+    username: str = ""
+    password_env: str = ""  # empty: no authentication (a public feed)
+    # Which calendar of the account, by display name; empty: the first one.
+    calendar: str = ""
+    timezone: str = ""  # empty: agent.timezone
+    timeout: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return value
+
+    @property
+    def is_feed(self) -> bool:
+        return self.url.split("?")[0].lower().endswith(".ics")
+
+
 class AutomationsConfig(_Section):
     """`[automations]`: workflows the owner writes (docs/workflows.md)."""
 
@@ -529,8 +612,27 @@ class Config(_Section):
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
+    mail: list[MailAccountConfig] = Field(default_factory=list)
+    calendar: list[CalendarConfig] = Field(default_factory=list)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
+    # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets
+    # named by other keys (mail and calendar passwords); never serialised.
+    stored_secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    def secret_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Where a secret named by a `*_env` key is looked up: the environment first, then
+        the secrets file (then, in read_named_secret, a systemd credential)."""
+        return {**self.stored_secrets, **env}
+
+    @field_validator("mail", "calendar")
+    @classmethod
+    def _unique_names(cls, items: list[Any]) -> list[Any]:
+        names = [item.name for item in items]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"account names must be unique; repeated: {', '.join(duplicates)}")
+        return items
 
     @property
     def db_path(self) -> Path:
@@ -601,10 +703,27 @@ ENV_SYNTAX = (
 )
 
 
+def _check_single_underscore(name: str) -> None:
+    """AGENTD_TELEGRAM_ALLOWED_USER_IDS (one underscore) would be ignored without a word."""
+    rest = name[len(ENV_PREFIX) :].lower()
+    for section, model in Config.model_fields.items():
+        prefix = f"{section}_"
+        annotation = model.annotation
+        keys = getattr(annotation, "model_fields", {})
+        if rest.startswith(prefix) and rest[len(prefix) :] in keys:
+            fixed = f"{ENV_PREFIX}{section.upper()}__{rest[len(prefix) :].upper()}"
+            raise ConfigError(
+                f"environment variable {name} is not read: between the section and the key "
+                f"there are two underscores ({fixed}); {ENV_SYNTAX}"
+            )
+
+
 def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
     """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
     applied: dict[str, str] = {}
     for name, raw in env.items():
+        if name.startswith(ENV_PREFIX) and "__" not in name:
+            _check_single_underscore(name)
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
@@ -643,6 +762,20 @@ def read_secrets_file(path: Path) -> dict[str, str]:
     return values
 
 
+def read_named_secret(name: str, env: dict[str, str] | Any) -> str:
+    """A secret by its variable NAME: the environment, else a systemd credential of that name."""
+    if not name:
+        return ""
+    value = str(env.get(name, "")).strip()
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+    if not value and cred_dir:
+        for candidate in (name, name.lower()):
+            path = Path(cred_dir) / candidate
+            if path.is_file():
+                return path.read_text().strip()
+    return value
+
+
 def _read_secret(name: str, env: dict[str, str], stored: dict[str, str]) -> SecretStr | None:
     """The environment first, then a systemd credential, then the secrets file."""
     value = env.get(_SECRET_ENV[name])
@@ -675,10 +808,35 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
     where = f"{source}: " if source else ""
     if err["type"] == "extra_forbidden":
         hint = "unknown key; see config.example.toml for the keys that exist"
-        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key"}:
+        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
             hint = "secrets are not read from the config file; set them in the environment"
         return f"{where}{key}: {hint}"
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def _beside(config: Config, folder: Path, from_env: dict[str, str]) -> None:
+    """Relative paths in the config file are relative to its folder, as `agentd.env` is, so
+    `cd elsewhere && agentd run --config ~/x/agentd.toml` opens ~/x/agentd.db. A path from the
+    environment keeps the caller's working directory."""
+    storage = Path(config.storage.path).expanduser()
+    if "storage.path" not in from_env and not storage.is_absolute():
+        resolved = (folder / storage).absolute()
+        old = storage.absolute()  # where agentd before 0.2 looked
+        if old != resolved and old.exists() and not resolved.exists():
+            raise ConfigError(
+                f"storage.path {config.storage.path!r} is relative to the config file's folder "
+                f"({folder}), where there is no database yet, but {old} (relative to the "
+                f"working directory, as older versions read it) exists: move it to {resolved}, "
+                f"or set storage.path = {str(old)!r}"
+            )
+        config.storage.path = str(resolved)
+    outgoing = Path(config.media.outgoing_dir).expanduser()
+    if (
+        config.media.outgoing_dir
+        and "media.outgoing_dir" not in from_env
+        and not outgoing.is_absolute()
+    ):
+        config.media.outgoing_dir = str((folder / outgoing).absolute())
 
 
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
@@ -702,7 +860,10 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, source, from_env)) from None
+    if source is not None:
+        _beside(config, source.parent, from_env)
     stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
     config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
+    config.stored_secrets = stored
     config.source = str(source) if source else None
     return config

@@ -25,7 +25,7 @@ TIERS: list[tuple[str, ...]] = [
     ("durable",),
     ("chat", "llm", "access", "retention", "retrieval"),
     ("tools",),
-    ("knowledge", "memory", "web", "hands"),
+    ("knowledge", "memory", "web", "hands", "mail", "calendar"),
     ("media", "skills"),
     ("agent", "commands"),
     ("schedule",),

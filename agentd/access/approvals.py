@@ -160,15 +160,17 @@ def pending(conn: Any, now: float | None = None) -> list[Approval]:
 
 
 REVOKED_BY = "users rm"  # decided_by of the approvals `agentd users rm` denies
+EDITED_BY = "edit"  # decided_by of a replaced turn's approvals (telegram/edits.py)
 
 
 def undecided_of(conn: Any, instance_id: str) -> list[Approval]:
     """The instance's approvals whose card still shows buttons: nobody decided them (the turn
-    ended without them), or `agentd users rm` denied them from a shell."""
+    ended without them), or `agentd users rm` or an edit that replaced the turn
+    (telegram/edits.py) denied them without a press."""
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND (status = 'pending' "
-        "OR (status = 'denied' AND decided_by = ?)) ORDER BY created_at",
-        (instance_id, REVOKED_BY),
+        "OR (status = 'denied' AND decided_by IN (?, ?))) ORDER BY created_at",
+        (instance_id, REVOKED_BY, EDITED_BY),
     ).fetchall()
     return [_row(r) for r in rows]
 

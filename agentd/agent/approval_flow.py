@@ -6,6 +6,7 @@ timeout, recorded as timed out, never as denied), and the card is edited to say 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
@@ -13,9 +14,10 @@ from pydantic import BaseModel
 from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
 from agentd.agent.deps import TurnDeps
+from agentd.chat.delivery import deliver
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
-from agentd.durable import Step
+from agentd.durable import Step, StepFailed
 from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
 from agentd.llm.types import (
@@ -46,6 +48,7 @@ class Route(BaseModel):
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
     fingerprint: str = ""  # the tool's schema and code when routed (tools/fingerprint.py)
     at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
+    settles: bool = False  # after a crash mid-call the tool can find out what happened
 
 
 class Decision(BaseModel):
@@ -177,34 +180,42 @@ def _asker_name(conn: Any, user_id: int | None) -> str:
     return f"@{row[0]}" if row and row[0] else ""
 
 
-async def _attach_call(deps: TurnDeps, approval: Approval, chat_id: int, reply_to: int) -> None:
-    """The whole call as a file under the card, when the card had to cut it."""
+async def _attach_call(deps: TurnDeps, approval: Approval, chat_id: int, reply_to: int) -> int:
+    """The whole call as a file under the card, when the card had to cut it. Run through the
+    one send path as the step `attach:<id>`; writing the file again on a re-send is harmless."""
     folder = deps.config.outgoing_dir
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"approval-{approval.id}.json"
+    name = f"approval-{approval.id}.json"
+    path = folder / name
     path.write_text(approval.call_json or "", encoding="utf-8")
     try:
-        await deps.outbox.send_document(chat_id, str(path), f"approval-{approval.id}.json",
-                                        caption="The whole call", reply_to=reply_to)  # fmt: skip
+        return await deps.outbox.send_document(
+            chat_id, str(path), name, caption="The whole call", reply_to=reply_to
+        )
     finally:
         path.unlink(missing_ok=True)
 
 
-async def _tell_asker(deps: TurnDeps, approval: Approval) -> None:
-    """The asker learns their request waits for someone else (or for their private chat)."""
+def _asker_notice(approval: Approval) -> str:
+    """What the asker is told when the card is not in their chat ("" when it is)."""
     if approval.card_chat_id == approval.chat_id:
-        return
+        return ""
     if approval.card_chat_id is not None and approval.card_chat_id == approval.user_id:
-        text = f"`{approval.tool}` needs your approval: I sent the request to our private chat."
-    elif approval.card_chat_id is None:
-        text = f"`{approval.tool}` needs the owner's approval (`agentd approve {approval.id}`)."
-    else:
-        text = (f"`{approval.tool}` needs the owner's approval: I've asked them and will go on "
-                "when they answer.")  # fmt: skip
+        return f"`{approval.tool}` needs your approval: I sent the request to our private chat."
+    if approval.card_chat_id is None:
+        return f"`{approval.tool}` needs the owner's approval (`agentd approve {approval.id}`)."
+    return (f"`{approval.tool}` needs the owner's approval: I've asked them and will go on "
+            "when they answer.")  # fmt: skip
+
+
+async def tell_asker(deps: TurnDeps, approval: Approval, text: str) -> int | None:
+    """The asker learns their request waits for someone else (or for their private chat). Run
+    through the one send path as the step `tell:<id>`; best effort, the card is what counts."""
     try:
-        await deps.outbox.send_text(approval.chat_id, text)
+        return await deps.outbox.send_text(approval.chat_id, text)
     except Exception as exc:
         log.info("could not tell the asker", extra={"error": type(exc).__name__})
+        return None
 
 
 async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
@@ -216,13 +227,9 @@ async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[
 
 
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
-    """Send the Approve / Deny card to the approver's private chat; tell the asker where it
-    went. If Telegram is down, or there is no owner, the CLI can still decide."""
-    await _tell_asker(deps, approval)
-    if approval.card_chat_id is None and approval.call_json is not None:
-        # No owner configured (an approval from before owners existed has no call_json and
-        # keeps its card in the call's own chat): `agentd approve` only.
-        return None
+    """Send the Approve / Deny card to the approver's private chat; if Telegram is down the CLI
+    can still decide. Run by `seek_approval` through the one send path (chat/delivery.py), as
+    the step `ask:<id>`."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
@@ -240,11 +247,33 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
                     extra={"approval": approval.id, "error": type(exc).__name__})  # fmt: skip
         return None
     await deps.db.write(approvals.set_message_id, approval.id, message_id)
-    if _shown_call(approval)[1]:
+    return message_id
+
+
+async def send_card(step: Step, deps: TurnDeps, approval: Approval, use_id: str) -> int | None:
+    """Every message of an approval through the one send path: the asker's notice, the card
+    in the approver's private chat, and the whole call attached under a card that cut it."""
+    notice = _asker_notice(approval)
+    if notice:
+        tell = partial(tell_asker, deps, approval, notice)
+        await deliver(
+            step, deps.db, f"tell:{use_id}", approval.chat_id, tell, result_type=int | None
+        )
+    if approval.card_chat_id is None and approval.call_json is not None:
+        # No owner configured (an approval from before owners existed has no call_json and
+        # keeps its card in the call's own chat): `agentd approve` only.
+        return None
+    ask = partial(ask_owner, deps, approval)
+    message_id = await deliver(
+        step, deps.db, f"ask:{use_id}", approval.card_chat, ask, result_type=int | None
+    )
+    if message_id is not None and _shown_call(approval)[1]:
+        attach = partial(_attach_call, deps, approval, approval.card_chat, message_id)
         try:
-            await _attach_call(deps, approval, approval.card_chat, message_id)
-        except Exception as exc:  # the card says where else to read it
-            log.warning("could not attach the whole call", extra={"error": type(exc).__name__})
+            await deliver(step, deps.db, f"attach:{use_id}", approval.card_chat, attach,
+                          method="sendDocument")  # fmt: skip
+        except StepFailed as exc:  # the card says where else to read it
+            log.warning("could not attach the whole call", extra={"error": exc.error_type})
     return message_id
 
 
@@ -293,7 +322,7 @@ async def seek_approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval)
+    message_id = await send_card(step, deps, approval, use.id)
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),

@@ -108,7 +108,8 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     # What the owner approves is this tool as it is now: its fingerprint goes on the approval.
     printed = fingerprint(tool) if verdict.risk == "high" else ""
     return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
-                 fingerprint=printed, at_most_once=tool.at_most_once)  # fmt: skip
+                 fingerprint=printed, at_most_once=tool.at_most_once,
+                 settles=tool.settle is not None)  # fmt: skip
 
 
 def changed_since_approval(name: str) -> ToolOutcome:
@@ -131,6 +132,25 @@ async def run_tool(
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
 
+async def settle_tool(
+    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
+) -> ToolOutcome | None:
+    """A call cut short by a crash: let the tool find out what happened, never run it again.
+    None: it cannot say (no settle, arguments no longer valid, settling failed)."""
+    tool = deps.registry.get(name)
+    checked = check_args(tool, use.input) if tool is not None else None
+    if tool is None or tool.settle is None or isinstance(checked, ToolOutcome):
+        return None
+    try:
+        found = await tool.settle(_context(deps, inp, instance_id, use), checked)
+    except Exception as exc:
+        log.warning("could not settle an interrupted call", extra={"tool": name,
+                    "error": type(exc).__name__})  # fmt: skip
+        return None
+    kind = "tool_error" if found.is_error else None
+    return ToolOutcome(ok=not found.is_error, content=deps.redact(found.content), error_kind=kind)
+
+
 async def report_unknown(
     deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
 ) -> ToolOutcome:
@@ -147,6 +167,19 @@ async def report_unknown(
                     extra={"error": type(exc).__name__})  # fmt: skip
     content = f"{UNKNOWN_OUTCOME} The call was: {route.name} {shown}"
     return ToolOutcome(ok=False, content=content, error_kind="exception")
+
+
+async def settle_or_report(
+    step: Step, deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
+) -> ToolOutcome:
+    """After a crash during an at-most-once call: the tool's own account of what happened
+    (a mail found in Sent) where it has one, else the plain "outcome unknown" notice."""
+    if route.settles:  # journaled in the route, so a replay takes the same steps
+        found = await step.do(f"settle:{use.id}", settle_tool, deps, route.name, inp,
+                              step.instance_id, use)  # fmt: skip
+        if found is not None:
+            return found
+    return await step.do(f"unknown:{use.id}", report_unknown, deps, inp, route, use)
 
 
 def write_tool_audit(
@@ -188,7 +221,7 @@ async def handle_tool_use(
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                     route.fingerprint, delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
-            outcome = await step.do(f"unknown:{use.id}", report_unknown, deps, inp, route, use)
+            outcome = await settle_or_report(step, deps, inp, route, use)
     else:
         outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
     await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,

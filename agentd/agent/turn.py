@@ -8,6 +8,7 @@ was interrupted.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,10 +24,10 @@ from agentd.agent.window import (
     load_window,
 )
 from agentd.chat.data import as_data
+from agentd.chat.delivery import deliver
 from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
 from agentd.chat.names import TURN_WORKFLOW
-from agentd.chat.outbox import SendFailed
-from agentd.durable import LocalStep, NonRetryable, Step, StepFailed, Workflow, store, workflow
+from agentd.durable import LocalStep, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit
 from agentd.ledger.pricing import cache_minimum
 from agentd.llm.types import Message
@@ -79,7 +80,13 @@ def _user_content(inp: TurnInput) -> str:
         text = f"[{inp.unsupported_kind or 'message'}] {text}".strip()
     elif inp.kind == "photo":
         text = f"[photo] {text}".strip()
-    if inp.edited:
+    if inp.edited and inp.corrects is not None:
+        # README "Stopping and editing": an edit after the answer is a correction of it.
+        text = (
+            "(The user edited a message you already answered; treat this as a correction. "
+            f"It said:\n<data>\n{as_data(inp.corrects)}\n</data>\nIt now says:)\n{text}"
+        )
+    elif inp.edited and inp.replaces is None:  # an edit of a message we know nothing of
         text = f"(edited message) {text}"
     if inp.schedule_id:
         text = (f"[Scheduled task {inp.schedule_id}, set up earlier by the owner and run now "
@@ -108,6 +115,15 @@ def to_llm_messages(past: list[tuple[str, str]], current: str) -> list[Message]:
 # -- step functions: each does one external thing and returns JSON-able data ---------------
 
 
+def _withdrawn_as(conn: Any, instance_id: str) -> str | None:
+    """A turn cancelled (/stop, an edit) before its message was saved: /stop marked the rows
+    that existed, so this one is marked here (one writer: no third order)."""
+    row = conn.execute(
+        "SELECT cancel_requested, status FROM workflow_instances WHERE id = ?", (instance_id,)
+    ).fetchone()
+    return "stopped" if row is not None and (row[0] or row[1] == "cancelled") else None
+
+
 def save_user_message(
     conn: Any, inp: TurnInput, instance_id: str, images: list[SeenImage], notes: list[str],
     media_meta: dict[str, Any] | None = None,
@@ -118,6 +134,8 @@ def save_user_message(
         meta["reply_to"] = inp.reply_to.message_id
     if images:
         meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
+    if (withdrawn := _withdrawn_as(conn, instance_id)) is not None:
+        meta["withdrawn"] = withdrawn  # stopped or replaced while it was being read in
     content = "\n".join([_user_content(inp), *notes]).strip()
     message_id = history.save_message(
         conn, chat_id=inp.chat_id, user_id=inp.user_id, role="user", content=content,
@@ -232,26 +250,11 @@ def _current_message(inp: TurnInput, notes: list[str]) -> str:
 
 
 async def send_chunk(
-    deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None, instance_id: str, name: str,
-    resumed: bool = True,
-) -> int:  # fmt: skip
-    # Only a run after a restart can find an attempt that an earlier process died in.
-    interrupted = resumed and await deps.db.read(store.interrupted_attempts, instance_id, name)
-    if interrupted:
-        # The R-DUR-7 window: the process died during an earlier attempt of this send, which
-        # may have reached the user. Counted, as a lost answer is (README).
-        await deps.db.write(
-            lambda conn: audit.record(
-                conn, "send_uncertain", chat_id=chat_id, instance_id=instance_id,
-                detail={"method": "sendMessage", "step": name,
-                        "reason": "re-sent after the process stopped during the send"},
-                source_key=f"{instance_id}:{name}:resent:{interrupted}",
-            )
-        )  # fmt: skip
-    try:
-        return await deps.outbox.send_text(chat_id, chunk, reply_to=reply_to)
-    except SendFailed as exc:
-        raise NonRetryable(str(exc)) from None
+    step: Step, deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None, name: str
+) -> int:
+    """One chunk of an answer, through the one send path (chat/delivery.py)."""
+    send = partial(deps.outbox.send_text, chat_id, chunk, reply_to=reply_to)
+    return await deliver(step, deps.db, name, chat_id, send)
 
 
 def save_reply(
@@ -296,9 +299,7 @@ async def send_reply(
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
         reply_to = inp.message_id if n == 1 and inp.message_id else None
         name = f"{prefix}#{n}"
-        # Marked: an attempt the process died in is counted as a possible duplicate (README).
-        ids.append(await step.do(name, send_chunk, deps, inp.chat_id, chunk, reply_to,
-                                 step.instance_id, name, step.resumed, mark=True))  # fmt: skip
+        ids.append(await send_chunk(step, deps, inp.chat_id, chunk, reply_to, name))
     return ids
 
 
@@ -402,8 +403,7 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
         if media.reply is not None:
             return await answer_media_at_once(step, deps, inp, media)
         if media.echo:
-            await step.do("echo-transcript", send_chunk, deps, inp.chat_id, media.echo,
-                          inp.message_id, iid, "echo-transcript", step.resumed)  # fmt: skip
+            await send_chunk(step, deps, inp.chat_id, media.echo, inp.message_id, "echo-transcript")
         if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
             kind = inp.unsupported_kind or inp.kind
             text = unsupported_reply(kind)
@@ -443,10 +443,11 @@ def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
             await record_reply(step, deps, inp, answer, [], "undelivered", "turn_error",
                                {"step": exc.step, "error": exc.message})  # fmt: skip
             raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
-        ids += await turnsteps.send_files(step, deps.outbox, inp, result.files)
+        ids += await turnsteps.send_files(step, deps.outbox, deps.db, inp, result.files)
         if media.offer is not None:
-            await step.do("offer-document", turnsteps.offer_document, deps.outbox, deps.db,
-                          inp.chat_id, media.offer)  # fmt: skip
+            await deliver(step, deps.db, "offer-document", inp.chat_id,
+                          partial(turnsteps.offer_document, deps.outbox, deps.db, inp.chat_id,
+                                  media.offer))  # fmt: skip
         duration = round((time.perf_counter() - started) * 1000, 1)
         await record_reply(step, deps, inp, answer, ids, result.outcome, "turn",
                            {"llm_calls": result.calls, "chunks": len(ids),

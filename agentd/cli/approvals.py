@@ -18,6 +18,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 
@@ -68,7 +69,7 @@ def pending(
         call = a.call_json or a.args_preview
         shown = call if len(call) <= 80 else f"{call[:79]}… (--show {a.id})"
         table.add_row(a.id, a.tool, a.risk, str(a.chat_id), shown, iso(a.expires_at))
-    out.print(table)
+    print_table(table, empty="No approvals are waiting.")
 
 
 def _decide(approval_id: str, approve: bool, reason: str | None, json: bool, config) -> None:  # type: ignore[no-untyped-def]

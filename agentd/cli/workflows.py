@@ -18,6 +18,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 from agentd.config import Config
@@ -71,7 +72,11 @@ def ls(
     table = new_table("id", "workflow", "key", "status", "created (UTC)", "error")
     for r in rows:
         table.add_row(r.id, r.workflow, r.key, r.status, iso(r.created_at), (r.error or "")[:60])
-    out.print(table)
+    print_table(
+        table,
+        drop=("key", "created (UTC)", "workflow"),
+        empty="No workflow instances yet: they appear once `agentd run` gets a message.",
+    )
 
 
 @app.command("show")
@@ -95,7 +100,8 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
         )  # fmt: skip
     step_list = [
         {"ordinal": s.ordinal, "name": s.name, "kind": s.kind, "status": s.status,
-         "delivery": s.delivery, "error": s.error, "attempts": by_step.get(s.ordinal, [])}
+         "delivery": s.delivery, "error": s.error, "attempts": by_step.get(s.ordinal, []),
+         "duration_ms": _step_ms(s)}
         for s in steps.values()
     ]  # fmt: skip
     if json:
@@ -105,7 +111,7 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
     out.print(f"[bold]{inst.id}[/]  {inst.workflow}{shown}  key={inst.key}  status={inst.status}")
     if inst.error:
         out.print(f"[red]error:[/] {inst.error}", highlight=False)
-    table = new_table("#", "step", "kind", "status", "attempts", "last error")
+    table = new_table("#", "step", "kind", "status", "attempts", "ms", "last error")
     for s in step_list:
         tries = s["attempts"]
         last_error = next((a["error"] for a in reversed(tries) if a["error"]), "")  # type: ignore[index]
@@ -115,9 +121,17 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
             str(s["kind"]),
             str(s["status"]),
             str(len(tries)),
+            "" if s["duration_ms"] is None else f"{s['duration_ms']:.0f}",
             str(last_error or "")[:60],
         )  # type: ignore[arg-type]
-    out.print(table)
+    print_table(table, drop=("kind",))
+
+
+def _step_ms(step: store.StepRecord) -> float | None:
+    """How long the step took (a sleep or wait: how long it slept or waited)."""
+    if step.finished_at is None:
+        return None
+    return round((step.finished_at - step.started_at) * 1000, 1)
 
 
 def _version(conn: Any, instance_id: str) -> str | None:

@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agentd.access import approvals, owners
+from agentd.access import approvals, owners, pairing
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Button
@@ -78,6 +78,9 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     withdrawn = await deps.db.write(_withdraw_approvals, [t.id for t in turns], deps.clock.now())
     for turn in turns:
         await deps.cancel(turn.id)
+    # The stopped requests stay in `agentd history` but never reach the model again, or a
+    # later message would have it carry out what the user just stopped.
+    await deps.db.write(history.withdraw, [t.id for t in turns], "stopped")
     for approval in withdrawn:
         if approval.message_id is not None:
             try:
@@ -93,6 +96,17 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     if len(turns) > 1:
         text += f" Also dropped {len(turns) - 1} queued message(s)."
     return CommandReply(text=text)
+
+
+def _paired_by(conn: Any, code: str, user_id: int) -> bool:
+    """Whether this /start code is the one that paired this user (not any text after /start)."""
+    found = pairing.code_in(f"/start {code}")
+    if found is None:
+        return False
+    row = conn.execute(
+        "SELECT used_by FROM pairing_codes WHERE code_hash = ?", (pairing._hash(found),)
+    ).fetchone()
+    return row is not None and row[0] == user_id
 
 
 def _today_start(now: float) -> float:
@@ -216,7 +230,8 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
         return help_text(router)
 
     async def start_command(inp: CommandInput) -> CommandReply:
-        greeting = "You're paired: I'll answer you here. " if inp.args else "Hello! "
+        paired = bool(inp.args) and await deps.db.read(_paired_by, inp.args, inp.user_id)
+        greeting = "You're paired: I'll answer you here. " if paired else "Hello! "
         return CommandReply(text=greeting + help_text(router).text)
 
     router.command("help", help_command, "What I can do and the commands")

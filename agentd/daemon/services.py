@@ -99,6 +99,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *web,
         *chat_document_tools(doc_deps),
         *schedule_tools,
+        *_mail_and_calendar_tools(config, db),
         *skill_tools,
         *mcp.tools,
         *automations.model_tools(),
@@ -124,6 +125,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     engine.register(make_leave_workflow(core.bot, db))
     for flow in automations.workflows():
         engine.register(flow)
+    await _mail_watchers(core, stack)
     # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
     return Services(router=router, on_callback=document_callbacks(engine, router.on_callback),
                     automations=automations)  # fmt: skip
@@ -140,6 +142,31 @@ def _automations(core: Core, router: CommandRouter) -> Runtime:
     if catalog.names():
         log.info("automations loaded", extra={"automations": catalog.names()})
     return runtime
+
+
+def _mail_and_calendar_tools(config: Config, db: Database) -> list[Tool]:
+    """Imported only when configured: icalendar and caldav cost start-up time for nobody else."""
+    tools: list[Tool] = []
+    if config.mail:
+        from agentd.mail.tools import build_mail_tools
+
+        tools += build_mail_tools(config, db, config.secret_env(os.environ))
+    if config.calendar:
+        from agentd.calendar.tools import build_calendar_tools
+
+        tools += build_calendar_tools(config, config.secret_env(os.environ))
+    return tools
+
+
+async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
+    if not any(account.watch for account in core.config.mail):
+        return
+    from agentd.mail.watch import start_watchers
+
+    watchers = start_watchers(core.config, core.db, core.outbox, core.engine, core.clock,
+                              core.config.secret_env(os.environ))  # fmt: skip
+    if watchers is not None:
+        stack.push_async_callback(watchers.stop)
 
 
 def _command_router(core: Core, me: Identity) -> CommandRouter:

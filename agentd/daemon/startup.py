@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
-from agentd.config import Config
+from agentd.config import Config, read_named_secret
 from agentd.db import Database
 from agentd.durable import store
 from agentd.ledger import audit
@@ -29,14 +29,16 @@ log = logging.getLogger("agentd")
 
 def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
     """Every secret the configuration names, wherever it comes from (environment or systemd
-    credential): the bot token, the model key, the embedding, transcription and web-search
-    keys, what MCP servers get (env values, passed variables, bearer tokens, headers), and
-    the webhook routes' secrets."""
+    credential or agentd.env): the bot token, the model key, the embedding, transcription and
+    web-search keys, what MCP servers get (env values, passed variables, bearer tokens,
+    headers), the webhook routes' secrets and the mail and calendar accounts' passwords."""
     found = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
         if v is not None
     ]
+    # The environment first, then agentd.env (then a systemd credential, in read_key).
+    env = config.secret_env(env)
     names = [config.media.transcription_key_env, config.memory.http_api_key_env,
              config.web.api_key_env]  # fmt: skip
     for server in config.tools.mcp:
@@ -46,6 +48,9 @@ def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
             found += [value, value.partition(" ")[2]]  # "Bearer xyz": the whole and the token
     names += [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
     found += [read_key(name, env) for name in names if name]
+    # Mail and calendar app passwords, by the variable or credential each account names.
+    accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
+    found += [read_named_secret(name, env) for name in accounts if name]
     return [value.strip() for value in found if value and value.strip()]
 
 
@@ -58,6 +63,10 @@ def set_up_logging(config: Config) -> Redactor:
 
 class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
+
+
+class StoppedDuringStartUp(StartupError):
+    """Asked to stop (SIGTERM, Ctrl-C) before start-up finished: a clean stop, not a failure."""
 
 
 class ConfigProblem(StartupError):
@@ -97,7 +106,7 @@ async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # 
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             if stop.is_set():
-                raise StartupError("stopped before Telegram answered getMe") from None
+                raise StoppedDuringStartUp("stopped before Telegram answered getMe") from None
             continue
         sdnotify.notify("STATUS=running")
         return me

@@ -514,6 +514,32 @@ CREATE TABLE shell_rule_offers (
 );
 """
 
+# Mail (agentd/mail): each send journaled under its Message-ID before SMTP starts, so a crash
+# mid-send is answered from this row and the Sent folder, never by sending again; and where
+# the watcher got to in each folder, so a restart does not announce old mail twice.
+M025_MAIL = """
+CREATE TABLE mail_sends (
+    message_id  TEXT PRIMARY KEY,
+    account     TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    recipients  TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('sending', 'sent', 'failed')),
+    detail      TEXT NOT NULL DEFAULT '',
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE TABLE mail_watch (
+    account     TEXT NOT NULL,
+    folder      TEXT NOT NULL,
+    uidvalidity INTEGER NOT NULL,
+    last_uid    INTEGER NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (account, folder)
+);
+"""
+
 # Automations the owner writes (#30): which version of its code each instance started on, and
 # the questions step.ask_owner put to the owner (answered by a button or `workflows signal`).
 M026_WORKFLOWS = """
@@ -597,6 +623,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
     ("m024_hands", M024_HANDS),
+    ("m025_mail", M025_MAIL),
     ("m026_workflows", M026_WORKFLOWS),
     ("m027_skills", M027_SKILLS),
     ("m021_trust_access", M021_TRUST_ACCESS),

@@ -168,6 +168,12 @@ class Tool:
     card: Callable[[Any], ApprovalCard | None] | None = field(default=None, repr=False)
     # False when `@tool` was given no risk: a plugin's tool then counts as high (plugins.py).
     risk_declared: bool = field(default=True, repr=False)
+    # After a crash while an approved (at-most-once) call ran, find out whether its effect
+    # happened instead of guessing or repeating it (a mail: look for its Message-ID in Sent);
+    # returns what to tell the model. None: the generic "outcome unknown" notice.
+    settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
