@@ -53,6 +53,28 @@ class AgentConfig(_Section):
 class TelegramConfig(_Section):
     api_base: str = "https://api.telegram.org"
     allowed_user_ids: list[int] = Field(default_factory=list)
+    # The owner: asked to approve every high-risk call of anyone served, in their private chat.
+    # None: the first of allowed_user_ids (logged at start and shown by `agentd doctor`).
+    owner_id: int | None = None
+    # Who may approve (press Approve / Deny); empty: the owner alone. Each gets the cards of
+    # their own high-risk calls; everyone else's go to the owner.
+    approvers: list[int] = Field(default_factory=list)
+
+    @field_validator("owner_id")
+    @classmethod
+    def _a_person(cls, value: int | None) -> int | None:
+        if value is not None and value <= 0:
+            raise ValueError("must be a Telegram user id (a group's id is negative): cards go "
+                             "to the owner's private chat")  # fmt: skip
+        return value
+
+    @field_validator("approvers")
+    @classmethod
+    def _people(cls, values: list[int]) -> list[int]:
+        if any(v <= 0 for v in values):
+            raise ValueError("approvers are Telegram user ids (positive), not groups")
+        return values
+
     poll_timeout: int = Field(default=30, ge=0, le=50)
     allow_groups: bool = False
     max_message_chars: int = Field(default=4096, ge=64, le=4096)
@@ -133,7 +155,12 @@ class LimitsConfig(_Section):
     """`[limits]` (R-RATE-1): 0 turns a limit off."""
 
     messages_per_minute: int = Field(default=20, ge=0)  # per user
-    daily_tokens: int = Field(default=0, ge=0)  # input + output tokens per chat per UTC day
+    # Tokens (input, cached or not, and output) per UTC day: per user, and for everyone
+    # together; 0: no limit. Finite by default, so a loop or a chatty user has a ceiling:
+    # 10 M tokens cost at most $10 of input plus output at Haiku 4.5's list prices ($1 / $5
+    # per million), much less when most input is read from cache ($0.10).
+    daily_tokens: int = Field(default=2_000_000, ge=0)
+    daily_tokens_total: int = Field(default=10_000_000, ge=0)
 
 
 class ScheduleConfig(_Section):
@@ -232,6 +259,12 @@ class DocsConfig(_Section):
     `[tools.fetch]`'s SSRF policy and limits.
     """
 
+    # Documents are per user: each searches the ones they added in chat; the owner also the
+    # library (`agentd ingest`). shared: everyone served searches the owner's library too.
+    shared: bool = False
+    # In groups search_docs is off (its answers are posted to every member) unless this is set;
+    # then it searches the owner's library only, never anyone's own documents.
+    in_groups: bool = False
     chunk_chars: int = Field(default=1000, ge=200, le=20_000)
     overlap_chars: int = Field(default=150, ge=0, le=10_000)
     max_file_bytes: int = Field(default=20_000_000, ge=1024)

@@ -34,17 +34,61 @@ def test_unsupported_kinds_and_photos() -> None:
     assert photo.turn.text == "look"
 
 
-def test_groups_are_ignored_unless_enabled_and_addressed() -> None:
-    group = message(text="hello @agentd_bot how are you")
+def _mention(text: str, name: str) -> dict[str, object]:
+    """A mention entity as Telegram sends it: offset and length in UTF-16 code units."""
+    start = text.index(name)
+    return {"type": "mention", "offset": len(text[:start].encode("utf-16-le")) // 2,
+            "length": len(name.encode("utf-16-le")) // 2}  # fmt: skip
+
+
+def group_message(text: str, *entities: dict[str, object]) -> dict[str, object]:
+    group = message(text=text, entities=list(entities))
     group["message"]["chat"] = {"id": -100, "type": "group"}  # type: ignore[index]
-    assert classify(group, ME).action == "ignore"
+    return group
+
+
+def test_groups_are_left_unless_enabled_and_answered_only_when_addressed() -> None:
+    text = "hello @agentd_bot how are you"
+    group = group_message(text, _mention(text, "@agentd_bot"))
+    assert classify(group, ME).action == "leave"  # groups are off: nobody allowed this one
     enabled = ME.model_copy(update={"allow_groups": True})
     decision = classify(group, enabled)
     assert (
         decision.action == "turn" and decision.turn and decision.turn.text == "hello  how are you"
     )
-    group["message"]["text"] = "just chatting"  # type: ignore[index]
-    assert classify(group, enabled).action == "ignore"
+    assert classify(group_message("just chatting"), enabled).action == "ignore"
+
+
+def test_a_mention_counts_only_as_an_entity_naming_the_bot_exactly() -> None:
+    enabled = ME.model_copy(update={"allow_groups": True})
+    for text, name in [("hi @agentd_bot_evil", "@agentd_bot_evil"),
+                       ("mail me at x@agentd_bot.example", None),
+                       ("@agentd_bot without an entity", None)]:  # fmt: skip
+        entities = [_mention(text, name)] if name else []
+        assert classify(group_message(text, *entities), enabled).action == "ignore", text
+    # Offsets count UTF-16 units: an emoji before the mention takes two.
+    text = "👋🏽 @AgentD_Bot what now?"
+    decision = classify(group_message(text, _mention(text, "@AgentD_Bot")), enabled)
+    assert decision.turn is not None and decision.turn.text == "👋🏽  what now?"
+    command = "/memory@agentd_bot"
+    entity = {"type": "bot_command", "offset": 0, "length": len(command)}
+    assert classify(group_message(command, entity), enabled).action == "turn"
+    other = {"type": "bot_command", "offset": 0, "length": len("/memory@other_bot")}
+    assert classify(group_message("/memory@other_bot", other), enabled).action == "ignore"
+
+
+def test_a_group_added_by_a_stranger_or_with_groups_off_is_left() -> None:
+    def added(by: int) -> dict[str, object]:
+        bot = {"id": 999, "is_bot": True, "first_name": "B", "username": "agentd_bot"}
+        return {"update_id": 9, "my_chat_member": {
+            "chat": {"id": -5, "type": "group", "title": "G"}, "from": {"id": by}, "date": 1,
+            "old_chat_member": {"user": bot, "status": "left"},
+            "new_chat_member": {"user": bot, "status": "member"}}}  # fmt: skip
+
+    enabled = ME.model_copy(update={"allow_groups": True})
+    assert classify(added(7), enabled).action == "leave"
+    assert classify(added(42), ME).action == "leave"
+    assert classify(added(42), enabled).action == "ignore"  # the owner added it: it stays
 
 
 def test_malformed_and_unknown_updates_never_raise() -> None:

@@ -16,7 +16,9 @@ from agentd.ledger.audit import entries
 from agentd.tools import ToolContext, execute
 from tests.docs_support import CountingEmbedder
 
-CTX = ToolContext(chat_id=7, user_id=42, instance_id="turn-1", tool_use_id="tu-1")
+CTX = ToolContext(chat_id=42, user_id=42, instance_id="turn-1", tool_use_id="tu-1")
+# User 42 owns the agent, so the library (`agentd ingest`) is theirs to search.
+OWNED = Config.model_validate({"telegram": {"owner_id": 42}})
 
 
 @pytest.fixture
@@ -32,7 +34,7 @@ async def ingested(db: Database, tmp_path: Path) -> Database:
 
 
 async def test_search_docs_returns_cited_untrusted_passages(ingested: Database) -> None:
-    [tool] = docs_tools(ingested, CountingEmbedder(), Config())
+    [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
     assert tool.name == "search_docs" and tool.risk == "low"
     outcome = await execute(tool, CTX, {"query": "how do I reset the router?", "k": 2})
     assert outcome.ok
@@ -49,26 +51,26 @@ async def test_search_docs_returns_cited_untrusted_passages(ingested: Database) 
 
 
 async def test_each_search_is_audited_without_the_text(ingested: Database) -> None:
-    [tool] = docs_tools(ingested, CountingEmbedder(), Config())
+    [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
     await execute(tool, CTX, {"query": "reset pin"})
     await execute(tool, CTX, {"query": "reset pin"})  # a retried call: one row, by tool_use_id
     rows = await ingested.read(lambda c: entries(c, kind="retrieval"))
     assert len(rows) == 1
     row = rows[0]
-    assert (row.chat_id, row.user_id, row.instance_id) == (7, 42, "turn-1")
+    assert (row.chat_id, row.user_id, row.instance_id) == (42, 42, "turn-1")
     assert row.detail["tool"] == "search_docs" and row.detail["query"] == "reset pin"
     assert row.detail["k"] == 5 and len(row.detail["hits"]) == 2
     assert "ten seconds" not in json.dumps(row.detail)
 
 
 async def test_nothing_ingested_yet(db: Database) -> None:
-    [tool] = docs_tools(db, CountingEmbedder(), Config())
+    [tool] = docs_tools(db, CountingEmbedder(), OWNED)
     outcome = await execute(tool, CTX, {"query": "reset"})
     assert outcome.ok and "No passage" in outcome.content
 
 
 async def test_bad_arguments_are_sent_back(ingested: Database) -> None:
-    [tool] = docs_tools(ingested, CountingEmbedder(), Config())
+    [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
     for bad in ({"query": ""}, {"query": "x", "k": 0}, {"q": "reset"}, {"query": "x" * 501}):
         outcome = await execute(tool, CTX, bad)
         assert not outcome.ok and outcome.error_kind == "invalid_arguments"
@@ -76,7 +78,7 @@ async def test_bad_arguments_are_sent_back(ingested: Database) -> None:
 
 @pytest.mark.parametrize("query", ['"', "NEAR(", "'; DROP TABLE doc_chunks; --", "\x00", "東京"])
 async def test_hostile_queries_are_answered(ingested: Database, query: str) -> None:
-    [tool] = docs_tools(ingested, CountingEmbedder(), Config())
+    [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
     assert (await execute(tool, CTX, {"query": query})).ok
 
 
@@ -103,3 +105,25 @@ def test_format_hits_shares_the_budget() -> None:
     text = format_hits(hits, 2000)
     assert text.count("…") == 4 and len(text) < 2000 + 4 * 150
     assert text.startswith("[1] Guide — Setup\nSource: https://example.com/g\n")
+
+
+async def test_the_library_is_the_owners_unless_shared_and_never_in_groups(
+    ingested: Database,
+) -> None:
+    query = {"query": "how do I reset the router?"}
+    other = ToolContext(chat_id=43, user_id=43, instance_id="turn-2", tool_use_id="tu-2")
+    [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
+    assert "No passage" in (await execute(tool, other, query)).content
+    shared = OWNED.model_copy(update={"docs": DocsConfig(shared=True)})
+    [tool] = docs_tools(ingested, CountingEmbedder(), shared)
+    assert "Hold the reset pin" in (await execute(tool, other, query)).content
+    group = ToolContext(chat_id=-100, user_id=42, instance_id="turn-3", tool_use_id="tu-3")
+    [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
+    assert "not searched in group chats" in (await execute(tool, group, query)).content
+    in_groups = OWNED.model_copy(update={"docs": DocsConfig(in_groups=True)})
+    [tool] = docs_tools(ingested, CountingEmbedder(), in_groups)
+    assert "Hold the reset pin" in (await execute(tool, group, query)).content
+    # A document one user added in chat is theirs alone, even for the owner.
+    await ingested.write(lambda c: c.execute("UPDATE doc_documents SET added_by = 43"))
+    assert "Hold the reset pin" in (await execute(tool, other, query)).content
+    assert "No passage" in (await execute(tool, CTX, query)).content

@@ -188,11 +188,17 @@ def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:
     assert "high risk" in card["plain_text"] and "/tmp/old" in card["plain_text"]
     assert "add_note n-1" in stack.daemon.effects()  # medium: ran without asking
     assert "delete_file /tmp/old" not in stack.daemon.effects()
+    # The call as one escaped canonical line, as on a turn's card.
+    assert '{"arguments": {"path": "/tmp/old"}, "tool": "delete_file"}' in card["plain_text"]
     approve = card["reply_markup"]["inline_keyboard"][0][0]
     assert approve["text"] == "Approve"
+    # Approvers' rules, as for a turn's card: 43 is allowed but not an approver.
+    stack.tg.add_callback_query(43, OWNER, card["message_id"], approve["callback_data"])
     stack.tg.add_callback_query(OWNER, OWNER, card["message_id"], approve["callback_data"])
     done = stack.wait(iid)
     assert json.loads(done.stdout)["output"] == {"note": "note added", "removed": True}
+    answers = [a["text"] for a in stack.tg.callback_answers]
+    assert "Only the owner can approve this; nothing changed." in answers
     assert stack.daemon.effects().count("delete_file /tmp/old") == 1
     audit = stack.daemon.query(
         "SELECT detail FROM audit WHERE kind = 'automation_tool' AND instance_id = ?", (iid,)

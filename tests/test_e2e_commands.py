@@ -65,6 +65,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, notify:
         env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
                          AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+                         AGENTD_TELEGRAM__APPROVERS=str(USERS),  # own cards
                          NOTIFY_SOCKET=str(tmp / "notify.sock"),
                          WATCHDOG_USEC=str(120_000_000))  # fmt: skip
         daemon = Daemon(tmp, env).start(timeout=120)  # a slow start is contention, not a bug

@@ -30,6 +30,7 @@ def _problem() -> str | None:
 PROBLEM = _problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no sandbox here: {PROBLEM}")
 SECRET = "sk-ant-hands-secret-0123456789"
+OTHER = 43  # allowed by daemon_env, not an approver
 
 
 def hands_env(tmp: Path, ws: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]:
@@ -74,6 +75,15 @@ class Stack:
     def press(self, card: dict[str, Any], row: int, col: int) -> None:
         data = card["reply_markup"]["inline_keyboard"][row][col]["callback_data"]
         self.tg.add_callback_query(OWNER, OWNER, card["message_id"], data)
+
+    def answer_to(self, update_id: int) -> str:
+        """What the presser of that callback query was told."""
+        query_id = self.tg.callback_query_id(update_id)
+        answer = self.tg.wait_until(
+            lambda: next((a for a in self.tg.callback_answers
+                          if a["callback_query_id"] == query_id), None), 30, "an answer",
+        )  # fmt: skip
+        return str(answer["text"])
 
     def wait_text(self, text: str, timeout: float = 30) -> dict[str, Any]:
         return self.tg.wait_until(
@@ -132,6 +142,22 @@ def test_always_allow_rule_and_a_chained_command_that_must_not_match(stack: Stac
     assert "/workspace" in text and "bubblewrap" in text
     labels = [b["text"] for row in card["reply_markup"]["inline_keyboard"] for b in row]
     assert labels == ["✅ Approve", "❌ Deny", "♾ Always allow this"]
+    # "Always allow this" decides the approval, so it gets Approve's check: 43 (allowed, not
+    # an approver) on the owner's card, and the owner on another message, are refused.
+    always = card["reply_markup"]["inline_keyboard"][1][0]["callback_data"]
+    mid = card["message_id"]
+    forged = [stack.tg.add_callback_query(OTHER, OWNER, mid, always),
+              stack.tg.add_callback_query(OWNER, OWNER, mid + 1000, always)]  # fmt: skip
+    assert [stack.answer_to(u) for u in forged] == [
+        "Only the owner can approve this; nothing changed.",
+        "This button does not belong to that request; nothing changed.",
+    ]
+    assert stack.daemon.cli_json("rules", "ls") == []
+    assert not (stack.ws / "made-by-rule").exists()
+    refusals = stack.daemon.query(
+        "SELECT user_id FROM audit WHERE kind = 'approval_press_refused' ORDER BY id"
+    )
+    assert [r[0] for r in refusals] == [OTHER, OWNER]
     stack.press(card, 1, 0)
     stack.wait_text("Made.")
     assert (stack.ws / "made-by-rule").exists()

@@ -140,9 +140,12 @@ def test_send_approved_then_denied(servers: tuple[Dovecot, int, LmtpRelay], tmp_
                 "To: ana@example.org",
                 "Cc: bob@example.org",
                 "Subject: Lunch Thursday",
-                "Hi Ana,\n\nThursday 12:30 at Luigi's?\n\n— Owner",
+                # The tool's card is one escaped line (#26): the body's newlines show as \n,
+                # so a body cannot draw lines that look like the card's own.
+                "Hi Ana,\\n\\nThursday 12:30 at Luigi's?\\n\\n— Owner",
             ):
                 assert line in text, text
+            assert "Hi Ana,\n" not in text, text
             assert dovecot.message_ids("ana", "INBOX") == []  # nothing before consent
             press(tg, 42, card, approve=True)
             tg.wait_until(lambda: any(m["plain_text"] == "Sent." for m in tg.sent), 30, "Sent.")

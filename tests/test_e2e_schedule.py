@@ -36,7 +36,8 @@ max_grace = 60
 def sched_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(CONFIG)
     return daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                      AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS))  # fmt: skip
+                      AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+                      AGENTD_TELEGRAM__APPROVERS=str(USERS))  # each approves their own  # fmt: skip
 
 
 class Stack:

@@ -79,8 +79,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("send-window")
     (tmp / "agentd.toml").write_text(CONFIG)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        # The users the tests take approve their own calls (telegram.approvers), so their card
+        # lands in their own chat (#26); the last user is not one: their card goes to the owner.
         env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS))  # fmt: skip
+                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+                         AGENTD_TELEGRAM__APPROVERS=str(USERS[:-1]))  # fmt: skip
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)
 
@@ -164,6 +167,37 @@ def test_an_approval_card(stack: Stack) -> None:
     approve = both[-1]["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
     s.tg.add_callback_query(chat, chat, both[-1]["message_id"], approve)
     s.wait(lambda: "Deleted it." in s.texts(chat), "the answer after approval")
+    assert s.daemon.effects().count(f"delete_file {target}") == 1
+
+
+def test_a_card_for_someone_elses_call(stack: Stack) -> None:
+    """Not an approver: the asker is told first, then the card goes to the owner's chat, each
+    through the one send path (the notice is the send killed here)."""
+    s, owner, chat = stack, USERS[0], USERS[-1]
+    s.tg.add_chat(owner)
+    s.tg.add_chat(chat)
+    target = f"/tmp/agentd-window-{chat}"
+
+    def script(body: dict[str, Any]) -> Any:
+        if "tool_result" in json.dumps(body["messages"][-1]):
+            return "Deleted it."
+        return [{"type": "tool_use", "id": f"toolu_o{chat}", "name": "delete_file",
+                 "input": {"path": target}}]  # fmt: skip
+
+    s.scripts[f"u{chat}:"] = script
+    s.tg.fail_next("sendMessage", mode="land", delay=HANG)
+    s.tg.add_message(chat, chat, f"u{chat}: delete {target}")
+    s.kill_in_window("sendMessage", lambda: s.texts(chat), "the asker's notice landed")
+    notices = s.wait(lambda: len(s.texts(chat)) >= 2 and s.texts(chat), "the notice re-sent")
+    assert notices[0] == notices[1] and "needs the owner's approval" in notices[0], notices
+    assert_once_or_counted(s, chat, notices, "sendMessage")
+    cards = lambda: [m for m in s.tg.sent if m["chat_id"] == owner and m["reply_markup"]]  # noqa: E731
+    card = s.wait(cards, "the card in the owner's chat")[-1]
+    assert f"user {chat}" in card["plain_text"] and "delete_file" in card["plain_text"]
+    approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+    s.tg.add_callback_query(owner, owner, card["message_id"], approve)
+    s.wait(lambda: "Deleted it." in s.texts(chat), "the answer after approval")
+    assert len(cards()) == 1  # the card itself was sent once
     assert s.daemon.effects().count(f"delete_file {target}") == 1
 
 

@@ -157,6 +157,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with FakeTelegram.running() as tg, FakeAnthropic.running(cache_min_tokens=1024) as llm:
         env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
                          AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+                         # Each test's user approves in their own chat (a card goes to an
+                         # approver's private chat; anyone else's to the owner's).
+                         AGENTD_TELEGRAM__APPROVERS=str(USERS),
                          AGENTD_TOOLS__WORKSPACE__PATH=str(workspace / "ws"))  # fmt: skip
         installer = Daemon(tmp, env)
         # The database as a first `agentd run` leaves it: the CLI never creates it.

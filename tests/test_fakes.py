@@ -667,3 +667,37 @@ async def test_http_control_endpoints(tg: FakeTelegram, llm: FakeAnthropic, bot:
     msg = await asyncio.wait_for(pending, 5)
     assert msg.content[0].type == "tool_use" and msg.content[0].input == {"a": 1}
     await client.close()
+
+
+async def test_leave_chat_and_membership_updates_as_telegram_sends_them(
+    tg: FakeTelegram, bot: Bot
+) -> None:
+    tg.add_bot_to_group(-42, 7, bot_id=123456)
+    (update,) = await bot.get_updates(allowed_updates=["my_chat_member"])
+    change = update.my_chat_member
+    assert change is not None and change.chat.id == -42 and change.from_user.id == 7
+    assert (change.old_chat_member.status, change.new_chat_member.status) == ("left", "member")
+    assert change.new_chat_member.user.id == 123456
+    assert await bot.leave_chat(-42) is True
+    assert tg.left == [-42]
+    with pytest.raises(TelegramForbiddenError, match="not a member"):
+        await bot.send_message(-42, "still here?")
+    with pytest.raises(TelegramForbiddenError):
+        await bot.leave_chat(-42)  # gone already
+    tg.add_chat(9, "private", 9)
+    with pytest.raises(TelegramBadRequest, match="private chats"):
+        await bot.leave_chat(9)
+
+
+async def test_mentions_and_commands_get_entities_in_utf16_units(
+    tg: FakeTelegram, bot: Bot
+) -> None:
+    tg.add_message(-5, 7, "👋 @fake_bot and @other_bot, mail x@fake_bot.example", chat_type="group")
+    tg.add_message(-5, 7, "/help@fake_bot now", chat_type="group")
+    first, second = await bot.get_updates()
+    text = first.message.text
+    mentions = [e.extract_from(text) for e in first.message.entities]
+    assert mentions == ["@fake_bot", "@other_bot"]  # aiogram slices by UTF-16 offsets
+    assert [(e.type, e.extract_from(second.message.text)) for e in second.message.entities] == [
+        ("bot_command", "/help@fake_bot")
+    ]

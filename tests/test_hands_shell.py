@@ -251,24 +251,57 @@ def _pending_shell_approval(conn: object, approval_id: str) -> None:
     rules.offer(conn, approval_id, ["touch", "x*"])
 
 
-def test_always_allow_adds_a_rule_only_for_an_owner(tmp_path: Path) -> None:
+def _press(data: str, user_id: int, chat_id: int, message_id: int) -> object:
+    from agentd.chat.inputs import CallbackPress
+
+    return CallbackPress(update_id=1, callback_id="c", chat_id=chat_id, user_id=user_id,
+                         message_id=message_id, data=data)  # fmt: skip
+
+
+def test_always_allow_is_checked_like_approve_and_adds_a_rule_for_an_approver(
+    tmp_path: Path,
+) -> None:
+    """ "Always allow this" decides the approval, so it gets Approve's check: an approver, on
+    the card itself (its chat and message); any other press is refused, audited, and changes
+    nothing (no decision, no rule)."""
+    from agentd.access import approvals
+
     conn = open_sync(tmp_path / "db.sqlite")
     apply_migrations(conn)
-    press = rules.callback_handler(frozenset({1}))
+    press = rules.callback_handler(lambda user_id: user_id == 1)
     with conn:
         _pending_shell_approval(conn, "apOwner00001")
-        _pending_shell_approval(conn, "apPaired0001")
+        approvals.set_message_id(conn, "apOwner00001", 500)
+    refused = [
+        _press("ar:apOwner00001", 99, 1, 500),  # not an approver, on the card
+        _press("ar:apOwner00001", 1, 77, 500),  # the approver, from another chat
+        _press("ar:apOwner00001", 1, 1, 501),  # the approver, on another message
+    ]
+    said = []
+    for p in refused:
+        with conn:
+            said.append(press(conn, p))
+    assert said == [approvals.NOT_AN_APPROVER, approvals.NOT_THIS_CARD, approvals.NOT_THIS_CARD]
+    assert rules.list_rules(conn) == []
+    assert approvals.get(conn, "apOwner00001").status == "pending"  # type: ignore[union-attr]
+    audited = conn.execute(
+        "SELECT user_id, chat_id, detail FROM audit WHERE kind = 'approval_press_refused' "
+        "ORDER BY id"
+    ).fetchall()
+    assert [(r[0], r[1]) for r in audited] == [(99, 1), (1, 77), (1, 1)]
+    assert all('"approval": "apOwner00001"' in r[2] for r in audited)
     with conn:
-        said = press(conn, type("P", (), {"data": "ar:apPaired0001", "user_id": 99})())
-    assert "only an owner" in said and rules.list_rules(conn) == []
-    with conn:
-        said = press(conn, type("P", (), {"data": "ar:apOwner00001", "user_id": 1})())
+        said_ok = press(conn, _press("ar:apOwner00001", 1, 1, 500))
+    assert said_ok.startswith("Approved, and from now on allowed")
     assert [(r.program, r.args_pattern) for r in rules.list_rules(conn)] == [("touch", "'x[*]'")]
     assert rules.matching_rule(conn, ["touch", "x*"]) is not None
     assert rules.matching_rule(conn, ["touch", "xyz"]) is None  # the glob stays literal
     with conn:
-        again = press(conn, type("P", (), {"data": "ar:apOwner00001", "user_id": 1})())
+        again = press(conn, _press("ar:apOwner00001", 1, 1, 500))
     assert again.startswith("Already decided") and len(rules.list_rules(conn)) == 1
-    statuses = conn.execute("SELECT status FROM approvals ORDER BY id").fetchall()
+    with conn:
+        unknown = press(conn, _press("ar:apNoSuchOne1", 1, 1, 500))
+    assert unknown == "This button is not recognised."
+    status = conn.execute("SELECT status, decided_by FROM approvals").fetchall()
     conn.close()
-    assert [s[0] for s in statuses] == ["approved", "approved"]
+    assert [tuple(s) for s in status] == [("approved", "telegram:1")]

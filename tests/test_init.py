@@ -69,6 +69,7 @@ def test_init_in_a_terminal_pairs_the_owner_and_writes_the_files(
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
     config = load_config(tmp_path / "agentd.toml", env={})  # what `agentd run` will read
     assert config.telegram.allowed_user_ids == [OWNER]
+    assert config.telegram.owner_id == OWNER  # named, not inferred: it decides who approves
     assert config.secrets.telegram_bot_token is not None
     assert config.secrets.telegram_bot_token.get_secret_value() == TOKEN
 

@@ -72,7 +72,9 @@ def account(dovecot: Dovecot, user: str, smtp_port: int = 0, **over: Any) -> Mai
 
 
 def tools_for(acc: MailAccountConfig, db: Database, tmp: Path, password: str) -> dict[str, Tool]:
-    config = Config(mail=[acc], storage={"path": str(tmp / "agentd.db")})  # type: ignore[arg-type]
+    # The mailboxes are the owner's (#26): the calls below are user 42's, in their chat.
+    config = Config(mail=[acc], storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
+                    telegram={"owner_id": 42})  # fmt: skip
     built = build_mail_tools(config, db, {acc.password_env: password})
     return {t.name: t for t in built}
 
@@ -127,6 +129,20 @@ async def test_search_and_read_a_multipart_mail_with_non_ascii_headers(
     assert path.read_bytes() == b"%PDF-1.4 fake invoice" and path.parent == tmp_path / "attachments"
     missing = await call(tools, "mail_save_attachment", uid=uid, attachment=2)
     assert not missing.ok and "has 1 attachment(s)" in missing.content
+
+
+async def test_only_the_owner_in_their_private_chat_reaches_the_mailbox(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    """#26 meets mail: another served user, or the owner in a group, reads nothing."""
+    dovecot.deliver("user8", b"From: bank@example.org\r\nSubject: statement 4711\r\n\r\nx\r\n")
+    tools = tools_for(account(dovecot, "user8"), db, tmp_path, USERS["user8"])
+    for chat_id, user_id in ((77, 77), (-100123, 42)):  # a friend; the owner in a group
+        context = ToolContext(chat_id=chat_id, user_id=user_id, instance_id="t", tool_use_id="u")
+        found = await execute(tools["mail_search"], context, {"subject": "statement"})
+        assert not found.ok and "owner" in found.content and "4711" not in found.content
+    mine = await call(tools, "mail_search", subject="statement")
+    assert mine.ok and "statement 4711" in mine.content, mine.content
 
 
 async def test_html_only_mail_is_read_as_text(

@@ -101,7 +101,10 @@ async def settle() -> None:
 
 @asynccontextmanager
 async def rig(db: Database, **schedule: Any):  # type: ignore[no-untyped-def]
-    config = Config.model_validate({"schedule": {"min_interval": 1, **schedule}})
+    # User 7 is served: every run checks (a schedule of someone no longer served is cancelled).
+    config = Config.model_validate(
+        {"telegram": {"allowed_user_ids": [7]}, "schedule": {"min_interval": 1, **schedule}}
+    )
     r = Rig(db, FakeClock(START), config)
     await r.start()
     try:
@@ -257,7 +260,9 @@ async def test_pause_and_resume_before_the_due_time_still_runs_it(db: Database) 
 async def test_daily_at_0800_berlin_fires_at_0800_local_across_dst(db: Database) -> None:
     berlin = ZoneInfo("Europe/Berlin")
     start = datetime(2026, 3, 27, 12, 0, tzinfo=berlin).timestamp()
-    config = Config.model_validate({"schedule": {"min_interval": 1}})
+    config = Config.model_validate(
+        {"telegram": {"allowed_user_ids": [7]}, "schedule": {"min_interval": 1}}
+    )
     r = Rig(db, FakeClock(start), config)
     await r.start()
     try:
@@ -305,3 +310,25 @@ def test_decide_on_time_runs_whatever_the_policy() -> None:
         )  # fmt: skip
         plan = decide(sched, HOUR, HOUR + 30, on_time=60, grace=1800)
         assert (plan.action, plan.chain) == ("run", 2 * HOUR)
+
+
+async def test_a_run_of_someone_no_longer_served_is_refused_and_the_schedule_cancelled(
+    db: Database,
+) -> None:
+    async with rig(db) as r:
+        await r.add("gone", message="water the plants", every="1h")
+        await r.advance(HOUR + 60)
+        assert [t for _, t, _ in r.outbox.sent] == ["water the plants"]
+        # User 7 leaves the allowlist (a config edit and a restart; here, the same config).
+        r.config.telegram.allowed_user_ids.clear()
+        await r.advance(2 * HOUR)
+        assert [t for _, t, _ in r.outbox.sent] == ["water the plants"]  # nothing more
+        runs_sql = (
+            "SELECT outcome, detail FROM schedule_runs WHERE schedule_id = 'gone' ORDER BY due"
+        )
+        state, runs = await db.read(lambda c: (
+            c.execute("SELECT state FROM schedules WHERE id = 'gone'").fetchone()[0],
+            [tuple(x) for x in c.execute(runs_sql)],
+        ))  # fmt: skip
+        assert state == "cancelled"
+        assert runs[-1] == ("refused", "the user is no longer served")

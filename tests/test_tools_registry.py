@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import sys
+from pathlib import Path
 from typing import Annotated
 
 import pytest
@@ -19,6 +21,7 @@ from agentd.tools import (
     tool,
 )
 from agentd.tools.builtin import current_time
+from agentd.tools.plugins import load_plugins
 
 CTX = ToolContext(chat_id=1, user_id=2, instance_id="test", timezone="Europe/Berlin")
 
@@ -309,3 +312,18 @@ def test_call_risk_follows_the_tool_its_assessment_and_the_turns_taint() -> None
     assert call_risk(judged, "df", CallState()) == Assessment(risk="low", reason="read-only")
     assert call_risk(judged, "rm", CallState()).risk == "high"
     assert call_risk(judged, "df", CallState(tainted_by=("mail",))).risk == "high"
+
+
+def test_a_plugin_tool_without_a_declared_risk_is_high(tmp_path: Path) -> None:
+    (tmp_path / "undeclared_risk.py").write_text(
+        "from agentd.tools import tool\n\n"
+        "@tool\nasync def mystery(x: int) -> str:\n    '''Does something.'''\n    return ''\n\n"
+        "@tool(risk='low')\nasync def harmless(x: int) -> str:\n    '''Says so.'''\n    return ''\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        tools, problems = load_plugins(["undeclared_risk"])
+    finally:
+        sys.path.remove(str(tmp_path))
+    assert problems == []
+    assert {t.name: t.risk for t in tools} == {"mystery": "high", "harmless": "low"}

@@ -7,9 +7,12 @@ approval already decided. A timeout is recorded as `timed_out`, never as `denied
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import time
+import unicodedata
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -21,8 +24,11 @@ Status = Literal["pending", "approved", "denied", "timed_out"]
 _CALLBACK = re.compile(r"^ap:([A-Za-z0-9_-]{8,40}):([yn])$")
 _COLUMNS = (
     "id, instance_id, tool_use_id, chat_id, user_id, tool, risk, args_digest, args_preview, "
-    "status, created_at, expires_at, decided_at, decided_by, reason, message_id"
+    "status, created_at, expires_at, decided_at, decided_by, reason, message_id, "
+    "card_chat_id, call_json, tool_source, tool_fingerprint, why, request"
 )
+
+_PLACEHOLDERS = ", ".join("?" * len(_COLUMNS.split(", ")))
 
 
 class Approval(BaseModel):
@@ -42,12 +48,60 @@ class Approval(BaseModel):
     decided_by: str | None = None
     reason: str | None = None
     message_id: int | None = None
+    card_chat_id: int | None = None  # the approver's private chat the card was sent to
+    call_json: str | None = None  # the whole call, canonical JSON, secrets redacted
+    tool_source: str | None = None  # builtin, plugin:<module>, mcp:<server>
+    tool_fingerprint: str | None = None  # sha256 of the tool's schema and code when asked
+    why: str | None = None  # why this call needs approval beyond its tool's level (policy)
+    request: str | None = None  # the asker's message, quoted (quote()), for the approver
+    # The tool's own card text (hands' shell), redacted; not a column: it travels with the
+    # approval through the turn's journal, to the card it is shown on (quoted).
+    card_text: str | None = None
+
+    @property
+    def card_chat(self) -> int:
+        """Where the card is (older approvals were always in the call's own chat)."""
+        return self.card_chat_id if self.card_chat_id is not None else self.chat_id
 
 
 class DecisionResult(BaseModel):
     ok: bool
     message: str  # for the presser (callback answer) or the CLI
     approval: Approval | None = None
+
+
+# Characters that could make a card lie: line and paragraph separators, bidi overrides,
+# zero-width and other invisible format characters, controls. Shown as \\uXXXX escapes.
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Co", "Cs", "Cn"})
+
+
+def _escape_hidden(text: str) -> str:
+    out = []
+    for ch in text:
+        hidden = unicodedata.category(ch) in _HIDDEN_CATEGORIES or (ch.isspace() and ch != " ")
+        if hidden or ch == "`":  # a backtick could close the card's code block
+            # JSON escapes UTF-16 units: a character past U+FFFF is a surrogate pair.
+            units = ch.encode("utf-16-be")
+            out += [f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}"
+                    for i in range(0, len(units), 2)]  # fmt: skip
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def canonical_call(tool: str, args: Any) -> str:
+    """The call exactly as it will run, as one line of canonical JSON: keys sorted, every
+    newline, control and invisible character (and the backtick) escaped, so no value can draw
+    a fake line or leave the card's code block. It parses back to exactly the arguments."""
+    text = json.dumps({"tool": tool, "arguments": args}, sort_keys=True, ensure_ascii=False,
+                      separators=(", ", ": "), default=str)  # fmt: skip
+    return _escape_hidden(text)
+
+
+def quote(text: str, limit: int = 300) -> str:
+    """Someone's words for a card: one JSON string, escaped like a call, cut with a mark."""
+    cut = text if len(text) <= limit else text[:limit] + "…"
+    return _escape_hidden(json.dumps(cut, ensure_ascii=False))
 
 
 def event_type(approval_id: str) -> str:
@@ -78,8 +132,8 @@ def _row(row: Any) -> Approval:
 def create(conn: Any, approval: Approval) -> Approval:
     """Store a pending approval once per (instance, tool_use); return the stored one."""
     conn.execute(
-        f"INSERT OR IGNORE INTO approvals ({_COLUMNS}) VALUES ({', '.join('?' * 16)})",
-        tuple(approval.model_dump().values()),
+        f"INSERT OR IGNORE INTO approvals ({_COLUMNS}) VALUES ({_PLACEHOLDERS})",
+        tuple(getattr(approval, column) for column in _COLUMNS.split(", ")),
     )
     stored = conn.execute(
         f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND tool_use_id = ?",
@@ -105,12 +159,18 @@ def pending(conn: Any, now: float | None = None) -> list[Approval]:
     return [_row(r) for r in rows]
 
 
+REVOKED_BY = "users rm"  # decided_by of the approvals `agentd users rm` denies
+EDITED_BY = "edit"  # decided_by of a replaced turn's approvals (telegram/edits.py)
+
+
 def undecided_of(conn: Any, instance_id: str) -> list[Approval]:
-    """The instance's approvals nobody decided (its turn may have ended without them)."""
+    """The instance's approvals whose card still shows buttons: nobody decided them (the turn
+    ended without them), or `agentd users rm` or an edit that replaced the turn
+    (telegram/edits.py) denied them without a press."""
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND status = 'pending' "
-        "ORDER BY created_at",
-        (instance_id,),
+        f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND (status = 'pending' "
+        "OR (status = 'denied' AND decided_by IN (?, ?))) ORDER BY created_at",
+        (instance_id, REVOKED_BY, EDITED_BY),
     ).fetchall()
     return [_row(r) for r in rows]
 
@@ -188,12 +248,55 @@ def expire(conn: Any, approval_id: str, now: float) -> Approval:
     return approval
 
 
-def handle_callback(conn: Any, press: Any) -> str:
-    """A button press, inside the intake transaction; returns the answer the presser sees."""
-    parsed = parse_callback(press.data)
-    if parsed is None:
-        audit.record(conn, "callback_unknown", chat_id=press.chat_id, user_id=press.user_id,
-                     detail={"data_length": len(press.data)})  # fmt: skip
-        return "This button is not recognised."
-    approval_id, approve = parsed
-    return decide(conn, approval_id, approve=approve, by=f"telegram:{press.user_id}").message
+NOT_AN_APPROVER = "Only the owner can approve this; nothing changed."
+NOT_THIS_CARD = "This button does not belong to that request; nothing changed."
+
+
+def _refuse_press(conn: Any, press: Any, approval: Approval | None, why: str) -> None:
+    audit.record(conn, "approval_press_refused", chat_id=press.chat_id, user_id=press.user_id,
+                 detail={"approval": approval.id if approval else None, "why": why})  # fmt: skip
+
+
+def press_refusal(approval: Approval | None, press: Any, may_approve: bool) -> str | None:
+    """Why this press cannot decide this approval, or None when it may. A press counts only
+    from an approver, on the card itself: the chat it was sent to and its message."""
+    if approval is None:
+        return None  # decide() says "unknown"
+    if not may_approve:
+        return NOT_AN_APPROVER
+    if press.chat_id != approval.card_chat:
+        return NOT_THIS_CARD
+    if approval.message_id is not None and press.message_id != approval.message_id:
+        return NOT_THIS_CARD
+    return None
+
+
+def check_press(
+    conn: Any, press: Any, approval_id: str, may_approve: Callable[[int], bool]
+) -> str | None:
+    """Why this press may not decide `approval_id` (the refusal is audited), or None when it
+    may. Every button that decides an approval asks here: Approve / Deny, "Always allow this"."""
+    approval = get(conn, approval_id)
+    refused = press_refusal(approval, press, may_approve(press.user_id))
+    if refused is not None:
+        _refuse_press(conn, press, approval, refused)
+    return refused
+
+
+def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any], str]:
+    """The `ap:` button handler for intake; `may_approve(user_id)` says who is an approver."""
+
+    def handle(conn: Any, press: Any) -> str:
+        """A button press, inside the intake transaction; returns what the presser sees."""
+        parsed = parse_callback(press.data)
+        if parsed is None:
+            audit.record(conn, "callback_unknown", chat_id=press.chat_id, user_id=press.user_id,
+                         detail={"data_length": len(press.data)})  # fmt: skip
+            return "This button is not recognised."
+        approval_id, approve = parsed
+        refused = check_press(conn, press, approval_id, may_approve)
+        if refused is not None:
+            return refused
+        return decide(conn, approval_id, approve=approve, by=f"telegram:{press.user_id}").message
+
+    return handle

@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from agentd.access import approvals
+from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
 from agentd.agent.deps import TurnDeps
 from agentd.chat.delivery import deliver
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
-from agentd.durable import Step
+from agentd.durable import Step, StepFailed
 from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
 from agentd.llm.types import (
@@ -46,6 +46,7 @@ class Route(BaseModel):
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
+    fingerprint: str = ""  # the tool's schema and code when routed (tools/fingerprint.py)
     at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
     settles: bool = False  # after a crash mid-call the tool can find out what happened
 
@@ -54,6 +55,10 @@ class Decision(BaseModel):
     status: Literal["approved", "denied", "timed_out"]
     by: str | None = None
     reason: str | None = None
+
+
+CARD_CALL_CHARS = 2500  # the call shown on a card; longer ones are attached whole
+CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), quoted on one line
 
 
 def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
@@ -68,18 +73,18 @@ def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | 
     return found.card(checked)
 
 
-def _preview(deps: TurnDeps, tool: Route, use: ToolUseBlock, card: ApprovalCard | None) -> str:
-    shown = card.text if card is not None else render_args(use.input)
-    if tool.reason:
-        shown = f"{shown}\n\nwhy it asks: {tool.reason}"
-    return deps.redact(shown)
+def _preview(deps: TurnDeps, use: ToolUseBlock, card: ApprovalCard | None) -> str:
+    # Why it asks is the approval's own `why` (the card's **Why:** line), not repeated here.
+    return deps.redact(card.text if card is not None else render_args(use.input))
 
 
 def create_approval(
     conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
+    trust = owners.resolve(deps.config.telegram)
     card = tool_card(deps, tool, use)
+    preview = _preview(deps, use, card)
     approval = Approval(
         id=approvals.new_id(),
         instance_id=instance_id,
@@ -89,28 +94,71 @@ def create_approval(
         tool=tool.name,
         risk=tool.risk or "high",
         args_digest=args_digest(use.input),
-        args_preview=_preview(deps, tool, use, card),
+        args_preview=preview,
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
+        # Never a group: the approver's own private chat (the owner's, for everyone else).
+        card_chat_id=trust.card_chat(inp.user_id),
+        call_json=deps.redact(approvals.canonical_call(tool.name, use.input)),
+        tool_source=tool.source,
+        tool_fingerprint=tool.fingerprint or None,
+        why=tool.reason,
+        request=approvals.quote(inp.text) if inp.text else None,
     )
 
     stored = approvals.create(conn, approval)
     if card is not None and card.always_allow:
         shell_rules.offer(conn, stored.id, card.always_allow)
+    if card is not None:
+        stored = stored.model_copy(update={"card_text": preview})
     audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
                  instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
-                         "args_digest": stored.args_digest})  # fmt: skip
+                         "args_digest": stored.args_digest, "card_chat": stored.card_chat_id,
+                         "tool_fingerprint": stored.tool_fingerprint})  # fmt: skip
     return stored
 
 
-def _approval_text(approval: Approval, timeout: float) -> str:
-    preview = approval.args_preview.replace("```", "'''")
+def _shown_call(approval: Approval) -> tuple[str, bool]:
+    """The call for the card, and whether it had to be cut (then it is attached whole)."""
+    # call_json escapes every backtick (canonical_call), so it cannot close the code block;
+    # an approval from before issue 26 has only its preview.
+    call = approval.call_json or approval.args_preview.replace("```", "'''")
+    if len(call) <= CARD_CALL_CHARS:
+        return call, False
+    return call[:CARD_CALL_CHARS], True
+
+
+def _asker_line(approval: Approval, asker_name: str) -> str:
+    if approval.user_id is None or approval.user_id == approval.card_chat_id:
+        return ""
+    who = f"{asker_name} (user {approval.user_id})" if asker_name else f"user {approval.user_id}"
+    where = "in their private chat" if approval.chat_id > 0 else f"in group {approval.chat_id}"
+    said = f"**Their message:** `{approval.request}`\n" if approval.request else ""
+    return f"**Asked by** {who}, {where}.\n{said}"
+
+
+def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
+    call, cut = _shown_call(approval)
     minutes = max(1, round(timeout / 60))
+    # The reason may quote outside content (a URL) or a command's newline: one escaped line,
+    # shown as code, never as formatting.
+    why = f"**Why:** `{approvals.quote(approval.why)}`\n" if approval.why else ""
+    # A tool's own card (hands' shell: the command line, folder, network, limits) is one
+    # escaped line: a newline in the command cannot draw a fake "network: off" under it.
+    shown = approvals.quote(approval.card_text, limit=CARD_TEXT_CHARS) if approval.card_text else ""
+    details = f"**Shown by the tool:** `{shown}`\n" if shown else ""
+    source = f" from {approval.tool_source}" if approval.tool_source else ""
+    note = ""
+    if cut:
+        total = len(approval.call_json or "")
+        note = (f"\n⚠️ Cut at {CARD_CALL_CHARS} of {total} characters: the whole call is in the "
+                f"file below and in `agentd pending --show {approval.id}`.\n")  # fmt: skip
     return (
-        f"🔐 **Approval needed** — `{approval.tool}` ({approval.risk} risk)\n\n"
-        f"```\n{preview}\n```\n\n"
+        f"🔐 **Approval needed** — `{approval.tool}`{source} ({approval.risk} risk)\n"
+        f"{asker}{why}{details}\n"
+        f"```\n{call}\n```\n{note}\n"
         f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}`"
     )
 
@@ -122,8 +170,52 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
         "timed_out": "⌛ No answer in time — not run.",
         "cancelled": "🚫 The request was cancelled — not run.",
     }[status]
-    preview = approval.args_preview.replace("```", chr(39) * 3)
-    return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
+    call, cut = _shown_call(approval)
+    more = f"\n(cut; whole call: `agentd pending --show {approval.id}`)" if cut else ""
+    return f"`{approval.tool}`: {label}\n\n```\n{call}\n```{more}"
+
+
+def _asker_name(conn: Any, user_id: int | None) -> str:
+    row = conn.execute("SELECT username FROM paired_users WHERE user_id = ?", (user_id,)).fetchone()
+    return f"@{row[0]}" if row and row[0] else ""
+
+
+async def _attach_call(deps: TurnDeps, approval: Approval, chat_id: int, reply_to: int) -> int:
+    """The whole call as a file under the card, when the card had to cut it. Run through the
+    one send path as the step `attach:<id>`; writing the file again on a re-send is harmless."""
+    folder = deps.config.outgoing_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"approval-{approval.id}.json"
+    path = folder / name
+    path.write_text(approval.call_json or "", encoding="utf-8")
+    try:
+        return await deps.outbox.send_document(
+            chat_id, str(path), name, caption="The whole call", reply_to=reply_to
+        )
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def _asker_notice(approval: Approval) -> str:
+    """What the asker is told when the card is not in their chat ("" when it is)."""
+    if approval.card_chat_id == approval.chat_id:
+        return ""
+    if approval.card_chat_id is not None and approval.card_chat_id == approval.user_id:
+        return f"`{approval.tool}` needs your approval: I sent the request to our private chat."
+    if approval.card_chat_id is None:
+        return f"`{approval.tool}` needs the owner's approval (`agentd approve {approval.id}`)."
+    return (f"`{approval.tool}` needs the owner's approval: I've asked them and will go on "
+            "when they answer.")  # fmt: skip
+
+
+async def tell_asker(deps: TurnDeps, approval: Approval, text: str) -> int | None:
+    """The asker learns their request waits for someone else (or for their private chat). Run
+    through the one send path as the step `tell:<id>`; best effort, the card is what counts."""
+    try:
+        return await deps.outbox.send_text(approval.chat_id, text)
+    except Exception as exc:
+        log.info("could not tell the asker", extra={"error": type(exc).__name__})
+        return None
 
 
 async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
@@ -135,8 +227,9 @@ async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[
 
 
 async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
-    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide. Run by
-    `seek_approval` through the one send path (chat/delivery.py), as the step `ask:<id>`."""
+    """Send the Approve / Deny card to the approver's private chat; if Telegram is down the CLI
+    can still decide. Run by `seek_approval` through the one send path (chat/delivery.py), as
+    the step `ask:<id>`."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
@@ -144,14 +237,43 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
         ],
         *await always_allow_buttons(deps, approval),
     ]
-    text = _approval_text(approval, approval.expires_at - approval.created_at)
+    name = await deps.db.read(_asker_name, approval.user_id)
+    asker = _asker_line(approval, name)
+    text = _approval_text(approval, approval.expires_at - approval.created_at, asker)
     try:
-        message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
+        message_id = await deps.outbox.send_text(approval.card_chat, text, buttons=buttons)
     except Exception as exc:
         log.warning("could not send the approval request; `agentd approve` still works",
                     extra={"approval": approval.id, "error": type(exc).__name__})  # fmt: skip
         return None
     await deps.db.write(approvals.set_message_id, approval.id, message_id)
+    return message_id
+
+
+async def send_card(step: Step, deps: TurnDeps, approval: Approval, use_id: str) -> int | None:
+    """Every message of an approval through the one send path: the asker's notice, the card
+    in the approver's private chat, and the whole call attached under a card that cut it."""
+    notice = _asker_notice(approval)
+    if notice:
+        tell = partial(tell_asker, deps, approval, notice)
+        await deliver(
+            step, deps.db, f"tell:{use_id}", approval.chat_id, tell, result_type=int | None
+        )
+    if approval.card_chat_id is None and approval.call_json is not None:
+        # No owner configured (an approval from before owners existed has no call_json and
+        # keeps its card in the call's own chat): `agentd approve` only.
+        return None
+    ask = partial(ask_owner, deps, approval)
+    message_id = await deliver(
+        step, deps.db, f"ask:{use_id}", approval.card_chat, ask, result_type=int | None
+    )
+    if message_id is not None and _shown_call(approval)[1]:
+        attach = partial(_attach_call, deps, approval, approval.card_chat, message_id)
+        try:
+            await deliver(step, deps.db, f"attach:{use_id}", approval.card_chat, attach,
+                          method="sendDocument")  # fmt: skip
+        except StepFailed as exc:  # the card says where else to read it
+            log.warning("could not attach the whole call", extra={"error": exc.error_type})
     return message_id
 
 
@@ -178,7 +300,7 @@ async def show_outcome(
         return
     try:
         await deps.outbox.edit_text(
-            approval.chat_id, message_id, outcome_text(approval, d.status, d.by)
+            approval.card_chat, message_id, outcome_text(approval, d.status, d.by)
         )
     except Exception as exc:
         log.info("could not edit the approval message", extra={"error": type(exc).__name__})
@@ -191,7 +313,7 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
             continue
         text = outcome_text(approval, "cancelled", None)
         try:
-            await outbox.edit_text(approval.chat_id, approval.message_id, text)
+            await outbox.edit_text(approval.card_chat, approval.message_id, text)
         except Exception as exc:
             log.info("could not withdraw the approval request", extra={"error": type(exc).__name__})
 
@@ -200,10 +322,7 @@ async def seek_approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    ask = partial(ask_owner, deps, approval)
-    message_id = await deliver(
-        step, deps.db, f"ask:{use.id}", approval.chat_id, ask, result_type=int | None
-    )
+    message_id = await send_card(step, deps, approval, use.id)
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),

@@ -44,6 +44,7 @@ from agentd.tools import (
     execute,
     render_args,
 )
+from agentd.tools.fingerprint import fingerprint
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import TurnInput
@@ -104,16 +105,29 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     if isinstance(checked, ToolOutcome):
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
     verdict = call_risk(tool, checked, state or CallState())
+    # What the owner approves is this tool as it is now: its fingerprint goes on the approval.
+    printed = fingerprint(tool) if verdict.risk == "high" else ""
     return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
-                 at_most_once=tool.at_most_once, settles=tool.settle is not None)  # fmt: skip
+                 fingerprint=printed, at_most_once=tool.at_most_once,
+                 settles=tool.settle is not None)  # fmt: skip
+
+
+def changed_since_approval(name: str) -> ToolOutcome:
+    text = (f"The tool {name} changed after the owner approved this call (its code, schema or "
+            "source is different now), so it was NOT run. Tell the user to ask again.")  # fmt: skip
+    return ToolOutcome(ok=False, content=text, error_kind="tool_error")
 
 
 async def run_tool(
-    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
-) -> ToolOutcome:
+    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock,
+    approved_fingerprint: str = "",
+) -> ToolOutcome:  # fmt: skip
     tool = deps.registry.get(name)
     if tool is None:  # gone since it was routed (e.g. its MCP server did not come back)
         return deps.registry.unknown(name)
+    if approved_fingerprint and fingerprint(tool) != approved_fingerprint:
+        log.warning("tool changed since its call was approved; not run", extra={"tool": name})
+        return changed_since_approval(name)
     async with deps.outbox.typing(inp.chat_id):
         return await execute(tool, _context(deps, inp, instance_id, use), use.input)
 
@@ -205,7 +219,7 @@ async def handle_tool_use(
     if route.risk == "high" or route.at_most_once:
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
-                                    delivery="at_most_once")  # fmt: skip
+                                    route.fingerprint, delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
             outcome = await settle_or_report(step, deps, inp, route, use)
     else:
@@ -297,6 +311,7 @@ async def call_llm(
     record = partial(
         usage.record, tokens=response.usage, model=response.model, purpose="turn",
         chat_id=inp.chat_id, instance_id=instance_id, step=step_name, attempt=response.attempt,
+        user_id=inp.user_id,
     )  # fmt: skip
     if held is not None:
         # In the transaction that journals the step's result, next: the tokens are on disk

@@ -304,8 +304,9 @@ async def send_reply(
 
 
 async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
-    """The user's facts and the memories closest to this message: only this user's (R-LTM-3)."""
-    if deps.embedder is None:
+    """The user's facts and the memories closest to this message: only this user's (R-LTM-3),
+    and never in a group, where the answer is read by every member."""
+    if deps.embedder is None or inp.chat_id < 0:
         return Recall()
     cfg = deps.config.memory
     hits = []

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from agentd.access import owners
 from agentd.config import Config
 
 
 def owner(config: Config) -> int | None:
     """The owner's Telegram user id, which is also their private chat's id (None: no owner).
 
-    Until an explicit owner setting exists, the owner is the first of `[telegram]
-    allowed_user_ids`, as `agentd init` writes it and as `agentd schedule add` picks it.
+    The owner every other part of agentd knows (access/owners.py): `[telegram] owner_id`, or,
+    where a config predates it, the first of `allowed_user_ids` (as `agentd init` writes it).
+    ask_owner's questions, /run and failure notices follow it.
     """
-    ids = config.telegram.allowed_user_ids
-    return ids[0] if ids else None
+    return owners.resolve(config.telegram).owner_id

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, RootModel, ValidationError
 
+from agentd.access import approvals, owners
 from agentd.automations import runs
 from agentd.automations.api import Automation, AutoStep, ToolRun, field_errors
 from agentd.automations.catalog import Catalog
@@ -42,6 +43,7 @@ from agentd.tools import ToolOutcome as _Outcome
 
 log = logging.getLogger("agentd.automations")
 CALLBACK_PREFIX = "aq"  # button data aq:<question id>:<choice index>
+APPROVE_SUFFIX = ":approve"  # the question a high-risk step.tool asks (approvers answer it)
 
 
 class RawInput(RootModel[dict[str, Any]]):
@@ -205,12 +207,35 @@ class Runtime:
     def on_answer(self, conn: Any, press: CallbackPress) -> str:
         """A press on an ask_owner button, inside the intake transaction."""
         _, question_id, index = [*press.data.split(":"), "", ""][:3]
-        if press.user_id != owner(self.config):
-            return "Only the owner can answer this."
+        question = runs.get_question(conn, question_id)
+        refused = self._press_refusal(question, press)
+        if refused is not None:
+            detail = {"question": question.id if question else None, "why": refused,
+                      "step": question.step if question else None}  # fmt: skip
+            audit.record(conn, "question_press_refused", chat_id=press.chat_id,
+                         user_id=press.user_id, detail=detail)  # fmt: skip
+            return refused
         if not index.isdigit():
             return "This button is not recognised."
         by = f"telegram:{press.user_id}"
         return runs.answer(conn, question_id, int(index), by, time.time())
+
+    def _press_refusal(self, question: runs.Question | None, press: CallbackPress) -> str | None:
+        """Why this press may not answer, or None. A step.tool approval follows the approval
+        buttons' rules (an approver, access/owners.py); any other question is the owner's. Either
+        way the press counts only on the question itself: its chat and its message."""
+        trust = owners.resolve(self.config.telegram)
+        if question is not None and question.step.endswith(APPROVE_SUFFIX):
+            if not trust.may_approve(press.user_id):
+                return approvals.NOT_AN_APPROVER
+        elif press.user_id is None or press.user_id != trust.owner_id:
+            return "Only the owner can answer this."
+        if question is not None and (
+            press.chat_id != question.chat_id
+            or (question.message_id is not None and press.message_id != question.message_id)
+        ):
+            return approvals.NOT_THIS_CARD
+        return None
 
     async def ask_owner(
         self, step: Step, name: str, text: str, choices: list[str],
@@ -299,7 +324,7 @@ class Runtime:
             await self.db.write(
                 usage.record, response.usage, model=response.model, purpose="automation",
                 chat_id=owner(self.config), instance_id=instance_id, step=name,
-                attempt=response.attempt,
+                attempt=response.attempt, user_id=owner(self.config),
             )  # fmt: skip
             return result
 
@@ -326,11 +351,14 @@ class Runtime:
             raise NonRetryable(f"{tool_name}: {checked.content}")
         verdict = call_risk(found, checked, CallState())
         if verdict.risk == "high":
-            text = (f"🔐 Workflow step `{name}` wants to run `{tool_name}` (high risk)"
-                    f"{': ' + verdict.reason if verdict.reason else ''}\n\n"
-                    f"```\n{self.redact(json.dumps(args, indent=1))[:1500]}\n```")  # fmt: skip
+            # As on a turn's card: the call as one escaped line (no value can draw a line or
+            # close the block), the reason as code.
+            call = self.redact(approvals.canonical_call(tool_name, args))[:1500]
+            why = f"\n**Why:** `{approvals.quote(verdict.reason)}`" if verdict.reason else ""
+            text = (f"🔐 Workflow step `{name}` wants to run `{tool_name}` (high risk){why}\n\n"
+                    f"```\n{call}\n```")  # fmt: skip
             choice = await self.ask_owner(
-                step, f"{name}:approve", text, ["Approve", "Deny"],
+                step, name + APPROVE_SUFFIX, text, ["Approve", "Deny"],
                 self.config.tools.approval_timeout, "Deny",
             )  # fmt: skip
             if choice != "Approve":

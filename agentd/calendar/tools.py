@@ -18,6 +18,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentd.access import owners
 from agentd.calendar.events import describe, expand, free_slots, new_event
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import Config
@@ -73,6 +74,7 @@ class DeleteArgs(_Args):
 class CalendarDeps:
     config: Config
     sources: dict[str, Source]
+    owner: int | None = None  # whose calendars these are (access/owners.py)
 
     def source(self, name: str, *, write: bool = False) -> Source:
         if name and name not in self.sources:
@@ -229,8 +231,18 @@ def _invites(args: Any, state: CallState) -> Assessment | None:
     return None
 
 
+NOT_THE_OWNERS = (
+    "The calendars are the owner's: calendar tools work only for the owner, in their private "
+    "chat (anyone else, or a group, would read or change the owner's calendar). Nothing was done."
+)
+
+
 def _guard(fn: Any, deps: CalendarDeps) -> Any:
+    """Bind deps; only the owner's calls in their private chat reach a calendar (#26)."""
+
     async def call(ctx: ToolContext, args: Any) -> Any:
+        if deps.owner is None or ctx.user_id != deps.owner or ctx.chat_id != deps.owner:
+            raise ToolError(NOT_THE_OWNERS)
         try:
             return await fn(deps, ctx, args)
         except CalendarError as exc:
@@ -276,7 +288,10 @@ _SPECS: list[tuple[str, str, type[BaseModel], Any, str]] = [
 def build_calendar_tools(config: Config, env: Mapping[str, str]) -> list[Tool]:
     if not config.calendar:
         return []
-    deps = CalendarDeps(config=config, sources={c.name: Source(c, env) for c in config.calendar})
+    sources = {c.name: Source(c, env) for c in config.calendar}
+    deps = CalendarDeps(
+        config=config, sources=sources, owner=owners.resolve(config.telegram).owner_id
+    )
     writable = any(not s.read_only for s in deps.sources.values())
     tools = []
     for name, description, model, fn, risk in _SPECS:

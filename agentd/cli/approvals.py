@@ -23,9 +23,38 @@ from agentd.cli.common import (
 )
 
 
-def pending(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """List tool calls waiting for approval."""
+def _show(cfg, approval_id: str, json: bool) -> None:  # type: ignore[no-untyped-def]
+    """One approval with its whole call, exactly as it will run (never cut)."""
+    with database(cfg) as conn:
+        found = approvals.get(conn, approval_id)
+    if found is None:
+        fail(f"no approval {approval_id}; see `agentd pending`")
+    if json:
+        print_json({**found.model_dump(), "created_at": iso(found.created_at),
+                    "expires_at": iso(found.expires_at)})  # fmt: skip
+        return
+    asker = f"user {found.user_id}" if found.user_id is not None else "a schedule"
+    head = f"{found.id}: {found.tool} from {found.tool_source or '?'} ({found.risk} risk)"
+    out.print(f"{head}, {found.status}; asked by {asker} in chat {found.chat_id}",
+              highlight=False)  # fmt: skip
+    if found.why:
+        out.print(f"why: {found.why}", highlight=False)
+    if found.tool_fingerprint:
+        out.print(f"tool fingerprint: {found.tool_fingerprint}", highlight=False)
+    # print(), not rich: rich would wrap and interpret markup in the call.
+    print(found.call_json or found.args_preview)
+
+
+def pending(
+    show: Annotated[str | None, typer.Option("--show", help="One approval's whole call.")] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """List tool calls waiting for approval (--show ID: one call, whole)."""
     cfg = config_or_exit(config)
+    if show is not None:
+        _show(cfg, show, json)
+        return
     with database(cfg) as conn:
         waiting = approvals.pending(conn)
     if json:
@@ -37,7 +66,9 @@ def pending(json: JsonOption = False, config: ConfigOption = None) -> None:
         return
     table = new_table("id", "tool", "risk", "chat", "arguments", "expires (UTC)")
     for a in waiting:
-        table.add_row(a.id, a.tool, a.risk, str(a.chat_id), a.args_preview[:80], iso(a.expires_at))
+        call = a.call_json or a.args_preview
+        shown = call if len(call) <= 80 else f"{call[:79]}… (--show {a.id})"
+        table.add_row(a.id, a.tool, a.risk, str(a.chat_id), shown, iso(a.expires_at))
     print_table(table, empty="No approvals are waiting.")
 
 

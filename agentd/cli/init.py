@@ -156,7 +156,8 @@ def render_config(owner: int, timezone: str, api_base: str, llm_base: str, model
              "# Secrets are not here: they are in agentd.env (mode 0600).", ""]  # fmt: skip
     if timezone != AgentConfig().timezone:
         lines += ["[agent]", f"timezone = {jsonlib.dumps(timezone)}", ""]
-    lines += ["[telegram]", f"allowed_user_ids = [{owner}]"]
+    # The owner approves every high-risk call, whoever of the people served asks.
+    lines += ["[telegram]", f"owner_id = {owner}", f"allowed_user_ids = [{owner}]"]
     if api_base != TelegramConfig().api_base:
         lines.append(f"api_base = {jsonlib.dumps(api_base)}")
     llm = []

@@ -13,6 +13,7 @@ from typing import Annotated
 
 import typer
 
+from agentd.access import owners
 from agentd.cli.common import (
     EXIT_CONFIG,
     ConfigOption,
@@ -353,6 +354,9 @@ def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
     else:
         _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served; "
                "add your Telegram user id to it", results)  # fmt: skip
+    trust = owners.resolve(cfg.telegram)
+    # An owner taken from the allowlist works, but is worth saying: it decides who approves.
+    _check("owner", True, trust.describe(), results, warn=trust.how != "configured")
 
 
 def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:

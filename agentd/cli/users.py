@@ -6,6 +6,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel, Field
 
 from agentd.cli.common import (
     ConfigOption,
@@ -78,10 +79,16 @@ def pair(
         conn.close()
 
 
+def _role(user_id: int, trust: Any) -> str:
+    if user_id == trust.owner_id:
+        return "owner"
+    return "approver" if trust.may_approve(user_id) else "user"
+
+
 @app.command("ls")
 def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Everyone served: from telegram.allowed_user_ids and from pairing."""
-    from agentd.access import pairing
+    """Everyone served, with their role: the owner, approvers, config and paired users."""
+    from agentd.access import owners, pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
@@ -89,43 +96,87 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         paired = pairing.list_paired(conn)
     finally:
         conn.close()
-    users = [{"user_id": u, "source": "config", "username": "", "paired_at": None}
-             for u in cfg.telegram.allowed_user_ids]  # fmt: skip
-    users += [{"user_id": p.user_id, "source": "paired", "username": p.username,
-               "paired_at": iso(p.paired_at)} for p in paired
-              if p.user_id not in cfg.telegram.allowed_user_ids]  # fmt: skip
+    trust = owners.resolve(cfg.telegram)
+    configured = sorted(owners.configured_ids(cfg.telegram), key=lambda u: u != trust.owner_id)
+    users = [{"user_id": u, "role": _role(u, trust), "source": "config", "username": "",
+              "paired_at": None} for u in configured]  # fmt: skip
+    users += [{"user_id": p.user_id, "role": _role(p.user_id, trust), "source": "paired",
+               "username": p.username, "paired_at": iso(p.paired_at)} for p in paired
+              if p.user_id not in configured]  # fmt: skip
     if json:
         print_json(users)
         return
     if not users:
         out.print("Nobody is served yet: run `agentd pair`.")
         return
-    table = new_table("user id", "source", "username", "paired (UTC)")
+    table = new_table("user id", "role", "source", "username", "paired (UTC)")
     for u in users:
-        table.add_row(str(u["user_id"]), str(u["source"]), str(u["username"] or ""),
-                      str(u["paired_at"] or ""))  # fmt: skip
+        table.add_row(str(u["user_id"]), str(u["role"]), str(u["source"]),
+                      str(u["username"] or ""), str(u["paired_at"] or ""))  # fmt: skip
     print_table(
         table, empty="No users yet: add your id to telegram.allowed_user_ids, or run `agentd pair`."
     )
+    out.print(trust.describe(), highlight=False)
+
+
+class Revoked(BaseModel):
+    removed: bool
+    schedules: list[str] = Field(default_factory=list)
+    turns: list[str] = Field(default_factory=list)
+    approvals: list[str] = Field(default_factory=list)
+
+
+def revoke(conn: Any, user_id: int, now: float) -> Revoked:
+    """Stop serving a paired user, in one transaction: the pairing goes, their schedules are
+    cancelled, their open turns asked to stop and their pending approvals denied (a press
+    on a card already sent then changes nothing). Scheduled runs re-check too."""
+    from agentd.access import approvals, pairing
+    from agentd.chat.names import TURN_WORKFLOW
+    from agentd.durable import store
+    from agentd.schedule import store as schedules
+
+    done = Revoked(removed=pairing.remove(conn, user_id))
+    if not done.removed:
+        return done  # a configured user is removed from the config file, not here
+    for sched in schedules.list_schedules(conn, user_id=user_id, states=("active", "paused")):
+        schedules.set_state(conn, sched, "cancelled", now, by="users rm")
+        done.schedules.append(sched.id)
+    pending = conn.execute(
+        "SELECT id FROM approvals WHERE user_id = ? AND status = 'pending'", (user_id,)
+    ).fetchall()
+    for (approval_id,) in pending:
+        # Decided like a press, so the waiting turn wakes and takes its card down.
+        decided = approvals.decide(conn, approval_id, approve=False, by=approvals.REVOKED_BY,
+                                   reason="the user was removed", now=now)  # fmt: skip
+        if decided.ok:  # an expired one is already settled as it stands
+            done.approvals.append(approval_id)
+    rows = conn.execute(
+        f"SELECT id FROM workflow_instances WHERE workflow = ? AND status IN "
+        f"{store.OPEN_STATUSES!r} AND json_extract(input, '$.user_id') = ?",
+        (TURN_WORKFLOW, user_id),
+    ).fetchall()
+    for (instance_id,) in rows:
+        store.request_cancel(conn, instance_id, now)
+        done.turns.append(instance_id)
+    return done
 
 
 @app.command("rm")
 def rm(user_id: int, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Stop serving a paired user (the daemon notices with its next batch of updates)."""
-    from agentd.access import pairing
-
+    """Stop serving a paired user: their schedules, open turns and approvals end with it."""
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
     try:
         with transaction(conn):
-            removed = pairing.remove(conn, user_id)
+            done = revoke(conn, user_id, time.time())
     finally:
         conn.close()
-    if not removed:
+    if not done.removed:
         if user_id in cfg.telegram.allowed_user_ids:
             fail(f"user {user_id} is in telegram.allowed_user_ids in {cfg.source}; remove it there")
         fail(f"user {user_id} is not a paired user; see `agentd users ls`")
     if json:
-        print_json({"removed": user_id})
+        print_json({"removed": user_id, **done.model_dump(exclude={"removed"})})
     else:
-        out.print(f"User {user_id} is no longer served.")
+        out.print(f"User {user_id} is no longer served; cancelled {len(done.schedules)} "
+                  f"schedule(s) and {len(done.turns)} open turn(s).")  # fmt: skip

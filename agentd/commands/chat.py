@@ -7,7 +7,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agentd.access import approvals, pairing
+from agentd.access import approvals, owners, pairing
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Button
@@ -85,7 +85,7 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
         if approval.message_id is not None:
             try:
                 await deps.outbox.edit_text(
-                    approval.chat_id, approval.message_id, STOPPED_CARD.format(tool=approval.tool)
+                    approval.card_chat, approval.message_id, STOPPED_CARD.format(tool=approval.tool)
                 )
             except Exception:  # the card is cosmetic: the approval is already settled
                 pass
@@ -120,17 +120,24 @@ def _uptime(seconds: float) -> str:
     return f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"
 
 
-def _status_counts(conn: Any, chat_id: int, now: float) -> dict[str, Any]:
+def _status_counts(conn: Any, inp: CommandInput, now: float, everyone: bool) -> dict[str, Any]:
+    """The owner sees everyone's figures; anyone else their own (issue 26: per user)."""
     open_turns = conn.execute(
         f"SELECT COUNT(*) FROM workflow_instances WHERE workflow = ? "
         f"AND status IN {store.OPEN_STATUSES!r}",
         (TURN_WORKFLOW,),
     ).fetchone()[0]
+    chat_turns = len(_open_turns(conn, inp.chat_id))
+    waiting = approvals.pending(conn, now)
+    if not everyone:
+        waiting = [a for a in waiting if a.user_id == inp.user_id]
     return {
-        "open_turns": open_turns,
-        "chat_turns": len(_open_turns(conn, chat_id)),
-        "approvals": len(approvals.pending(conn, now)),
-        "usage": usage.totals(conn, since=_today_start(now)),
+        "open_turns": open_turns if everyone else chat_turns,
+        "chat_turns": chat_turns,
+        "approvals": len(waiting),
+        "usage": usage.totals(
+            conn, since=_today_start(now), user_id=None if everyone else inp.user_id
+        ),
     }
 
 
@@ -148,7 +155,8 @@ def _tokens_line(rows: list[usage.UsageTotals], prices: Mapping[str, ModelPrice]
 
 async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     now = deps.clock.now()
-    counts = await deps.db.read(_status_counts, inp.chat_id, now)
+    everyone = inp.user_id == owners.resolve(deps.config.telegram).owner_id
+    counts = await deps.db.read(_status_counts, inp, now, everyone)
     model = deps.config.llm.model
     lines = [
         f"**Model:** `{model}`",
@@ -156,7 +164,8 @@ async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
         f"**Queue:** {counts['open_turns']} message(s) being answered "
         f"({counts['chat_turns']} in this chat)",
         f"**Waiting for approval:** {counts['approvals']}",
-        f"**Today (UTC):** {_tokens_line(counts['usage'], deps.config.llm.prices)}",
+        f"**Today (UTC){'' if everyone else ', yours'}:** "
+        f"{_tokens_line(counts['usage'], deps.config.llm.prices)}",
     ]
     return CommandReply(text="\n".join(lines))
 
@@ -180,6 +189,8 @@ async def usage_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
 
 
 async def memory_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    if inp.chat_id < 0:  # a group: the list (and its Forget buttons) would be everyone's to see
+        return CommandReply(text="Your memories are private: ask me /memory in our private chat.")
     facts = await deps.db.read(lambda c: list_facts(c, inp.user_id, limit=MEMORY_LIST_LIMIT))
     if not facts:
         return CommandReply(text="I don't remember anything particular about you yet.")

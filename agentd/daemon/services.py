@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agentd.access import approvals
+from agentd.access import approvals, owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
 from agentd.automations.catalog import builtin_names, load_catalog
@@ -77,6 +77,7 @@ class Services:
 async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> Services:
     """Build and register every workflow; resources that need closing go on `stack`."""
     from agentd.telegram.files import TelegramFiles
+    from agentd.telegram.groups import make_leave_workflow
 
     config, db, engine = core.config, core.db, core.engine
     embedder = build_embedder(config.memory, os.environ)
@@ -123,6 +124,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     engine.register(make_ingest_workflow(doc_deps, core.outbox))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
     engine.register(make_notice_workflow(db, core.outbox))  # pending notices recover too
+    engine.register(make_leave_workflow(core.bot, db))
     for flow in automations.workflows():
         engine.register(flow)
     await _mail_watchers(core, stack)
@@ -171,9 +173,11 @@ async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
 
 def _command_router(core: Core, me: Identity) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
-    router.callback("ap", approvals.handle_callback)
-    owners = frozenset(core.config.telegram.allowed_user_ids)
-    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(owners))
+    # Only approvers decide, and only on the card itself (access/approvals.py): Approve /
+    # Deny and "Always allow this" alike.
+    trust = owners.resolve(core.config.telegram)
+    router.callback("ap", approvals.callback_handler(trust.may_approve))
+    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
     chat_commands.install(router, CommandDeps(
         config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
         cancel=core.engine.cancel, started_at=core.started_at,

@@ -6,9 +6,10 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentd.access import owners
 from agentd.config import Config, read_named_secret
 from agentd.db import Database
 from agentd.durable import store
@@ -26,22 +27,36 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentd")
 
 
-def set_up_logging(config: Config) -> Redactor:
-    """Logging with every configured secret redacted; the same redactor guards the journal."""
-    secrets = [
+def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
+    """Every secret the configuration names, wherever it comes from (environment or systemd
+    credential or agentd.env): the bot token, the model key, the embedding, transcription and
+    web-search keys, what MCP servers get (env values, passed variables, bearer tokens,
+    headers), the webhook routes' secrets and the mail and calendar accounts' passwords."""
+    found = [
         v.get_secret_value()
         for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
         if v is not None
     ]
-    stt_key = read_key(config.media.transcription_key_env, os.environ)
-    if config.media.transcription == "openai" and stt_key:
-        secrets.append(stt_key)  # kept out of logs and errors like the other keys
-    for hook in config.hooks.routes.values():  # webhook secrets, likewise
-        secrets.append(os.environ.get(hook.secret_env, ""))
+    # The environment first, then agentd.env (then a systemd credential, in read_key).
+    env = config.secret_env(env)
+    names = [config.media.transcription_key_env, config.memory.http_api_key_env,
+             config.web.api_key_env]  # fmt: skip
+    for server in config.tools.mcp:
+        found += server.env.values()
+        names += [*server.pass_env, server.bearer_token_env or ""]
+        for value in server.headers.values():
+            found += [value, value.partition(" ")[2]]  # "Bearer xyz": the whole and the token
+    names += [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
+    found += [read_key(name, env) for name in names if name]
     # Mail and calendar app passwords, by the variable or credential each account names.
     accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
-    env = config.secret_env(os.environ)
-    secrets += [s for s in (read_named_secret(n, env) for n in accounts if n) if s]
+    found += [read_named_secret(name, env) for name in accounts if name]
+    return [value.strip() for value in found if value and value.strip()]
+
+
+def set_up_logging(config: Config) -> Redactor:
+    """Logging with every configured secret redacted; the same redactor guards the journal."""
+    secrets = configured_secrets(config, os.environ)
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 
@@ -143,10 +158,12 @@ def identity(config: Config, me_user: Any) -> Identity:
     """Who the bot is and whom it serves, from getMe and the configuration."""
     if not config.telegram.allowed_user_ids:
         log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+    # Said once, so an owner found by the old rule (the first allowlisted id) is no surprise.
+    log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
     return Identity(
         bot_id=me_user.id,
         bot_username=me_user.username or "",
-        allowed_user_ids=frozenset(config.telegram.allowed_user_ids),
+        allowed_user_ids=owners.configured_ids(config.telegram),
         allow_groups=config.telegram.allow_groups,
     )
 

@@ -587,6 +587,26 @@ CREATE TABLE skills (
 );
 """
 
+M021_TRUST_ACCESS = """
+-- Issue 26. An approval card goes to an approver's private chat (card_chat_id), which may not
+-- be the chat the call was made in (chat_id); a press counts only there. The whole call, as
+-- canonical JSON with secrets redacted, is kept for `agentd pending --show`, with the tool's
+-- source and a fingerprint of its schema and code: a call whose tool changed since it was
+-- approved is refused, not run under another implementation.
+ALTER TABLE approvals ADD COLUMN card_chat_id INTEGER;
+ALTER TABLE approvals ADD COLUMN call_json TEXT;
+ALTER TABLE approvals ADD COLUMN tool_source TEXT;
+ALTER TABLE approvals ADD COLUMN tool_fingerprint TEXT;
+ALTER TABLE approvals ADD COLUMN why TEXT;
+-- The words of the message that led to the call (its start), for a card sent to someone else.
+ALTER TABLE approvals ADD COLUMN request TEXT;
+-- Token budgets and /status are per user: each model call records whose turn it served.
+ALTER TABLE llm_usage ADD COLUMN user_id INTEGER;
+CREATE INDEX llm_usage_user ON llm_usage (user_id, at);
+-- Documents belong to whoever added them in chat; NULL: the owner's library (`agentd ingest`).
+ALTER TABLE doc_documents ADD COLUMN added_by INTEGER;
+"""
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -606,6 +626,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m025_mail", M025_MAIL),
     ("m026_workflows", M026_WORKFLOWS),
     ("m027_skills", M027_SKILLS),
+    ("m021_trust_access", M021_TRUST_ACCESS),
 ]
 
 

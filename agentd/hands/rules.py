@@ -171,30 +171,33 @@ def always_callback_data(approval_id: str) -> str:
     return f"{CALLBACK_PREFIX}:{approval_id}"
 
 
-def approve_always(conn: Any, approval_id: str, by: str, *, may_add_rules: bool = True) -> str:
-    """Approve the pending call and store its rule, in one transaction; the answer to show."""
+def approve_always(conn: Any, approval_id: str, by: str) -> str:
+    """Approve the pending call and store its rule, in one transaction; the answer to show.
+    The caller has checked the press (callback_handler): a rule widens what runs unasked."""
     rule = offered(conn, approval_id)
     if rule is None:
         return "This button is not recognised."
     decided = approvals.decide(conn, approval_id, approve=True, by=by)
     if not decided.ok:
         return decided.message
-    if not may_add_rules:
-        # A rule holds for every chat: only an owner may widen what runs unasked.
-        return "Approved this once; only an owner can make it always allowed."
     stored = add_rule(conn, rule[0], rule[1], by, approval_id)
     return f"Approved, and from now on allowed: {stored.program} {stored.args_pattern}".strip()
 
 
-def callback_handler(owners: frozenset[int]) -> Callable[[Any, Any], str]:
+def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any], str]:
     """The "Always allow this" button, inside the intake transaction (like approvals').
 
-    Whoever may press Approve may press this (the same check as the approval buttons; keep
-    them together when that check changes); only owners' presses add the rule."""
+    It decides the approval, so it gets the very check of the Approve / Deny buttons: an
+    approver (`may_approve`), on the card itself (its chat and message), or it is refused and
+    audited. A rule holds for every chat: only an approver's press, so checked, adds it."""
 
     def handle(conn: Any, press: Any) -> str:
         approval_id = press.data.split(":", 1)[1] if ":" in press.data else ""
-        return approve_always(conn, approval_id, f"telegram:{press.user_id}",
-                              may_add_rules=press.user_id in owners)  # fmt: skip
+        if offered(conn, approval_id) is None:
+            return "This button is not recognised."
+        refused = approvals.check_press(conn, press, approval_id, may_approve)
+        if refused is not None:
+            return refused
+        return approve_always(conn, approval_id, f"telegram:{press.user_id}")
 
     return handle

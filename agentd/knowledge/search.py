@@ -51,6 +51,17 @@ class DocHit(BaseModel):
         return f"{title} ({self.source})"
 
 
+class DocScope(BaseModel):
+    """Whose documents a search may return: the user's own (added in chat) and, if
+    `library`, the owner's library (`agentd ingest`, stored with no `added_by`)."""
+
+    user_id: int | None = None
+    library: bool = True
+
+
+DEPTH_PER_HIT = 4  # a scoped search ranks this many candidates per hit, then filters
+
+
 def keyword_search(conn: Conn, text: str, limit: int) -> list[tuple[int, float]]:
     """(chunk_id, bm25) of chunks matching any query term, best first."""
     query = build_fts_query(text)
@@ -72,12 +83,18 @@ def vector_search(
     return DOC_VECTORS.search(conn, vector, model_id, limit)
 
 
-def _hits(conn: Conn, ranked: list[tuple[int, float]]) -> dict[int, tuple[Any, ...]]:
+def _hits(
+    conn: Conn, ranked: list[tuple[int, float]], scope: DocScope | None = None
+) -> dict[int, tuple[Any, ...]]:
+    where, params = "", ()
+    if scope is not None:
+        where = " AND ((d.added_by IS NULL AND ?) OR d.added_by = ?)"
+        params = (int(scope.library), scope.user_id)
     rows = conn.execute(
         "SELECT c.id, c.doc_id, d.title, d.source, d.kind, c.section, c.text FROM doc_chunks c"
         " JOIN doc_documents d ON d.id = c.doc_id"
-        " WHERE c.id IN (SELECT value FROM json_each(?))",
-        (json.dumps([cid for cid, _ in ranked]),),
+        f" WHERE c.id IN (SELECT value FROM json_each(?)){where}",
+        (json.dumps([cid for cid, _ in ranked]), *params),
     ).fetchall()
     return {int(r[0]): tuple(r) for r in rows}
 
@@ -91,8 +108,10 @@ def search(
     k: int = 5,
     mode: SearchMode = "hybrid",
     fusion: Fusion | None = None,
+    scope: DocScope | None = None,
 ) -> list[DocHit]:
-    """The top-k chunks for a text (and its query vector, for the vector arm), best first."""
+    """The top-k chunks for a text (and its query vector, for the vector arm), best first;
+    with a scope, only chunks of documents the scope may see."""
     vector_arm: Arm | None = None
     if vector is not None and model_id is not None:
         query_vector, space = vector, model_id
@@ -103,13 +122,15 @@ def search(
     ranking = hybrid_rank(
         lambda n: keyword_search(conn, text, n),
         vector_arm,
-        k=k,
+        k=k if scope is None else k * DEPTH_PER_HIT,
         mode=mode,
         fusion=fusion or Fusion(),
     )
-    rows = _hits(conn, ranking.ranked)
-    hits = []
+    rows = _hits(conn, ranking.ranked, scope)
+    hits: list[DocHit] = []
     for chunk_id, score in ranking.ranked:
+        if len(hits) >= k:
+            break
         row = rows.get(chunk_id)
         if row is None:
             continue  # deleted meanwhile
@@ -138,6 +159,7 @@ async def search_documents(
     k: int = 5,
     mode: SearchMode = "hybrid",
     fusion: Fusion | None = None,
+    scope: DocScope | None = None,
 ) -> list[DocHit]:
     """Embed the query (unless keyword mode or no embedder), then search; never raises on
     odd query text (FTS syntax is neutralised, an empty query finds nothing)."""
@@ -145,4 +167,6 @@ async def search_documents(
     if embedder is not None and mode != "keyword" and text.strip():
         vector = await embedder.embed_query(text)
     model_id = embedder.model_id if embedder is not None else None
-    return await db.read(lambda c: search(c, text, vector, model_id, k=k, mode=mode, fusion=fusion))
+    return await db.read(
+        lambda c: search(c, text, vector, model_id, k=k, mode=mode, fusion=fusion, scope=scope)
+    )

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
+from agentd.access import owners
 from agentd.config import Config
 from agentd.db.runner import Runner
-from agentd.knowledge.search import DocHit, search_documents
+from agentd.knowledge.search import DocHit, DocScope, search_documents
 from agentd.ledger import audit
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
@@ -48,14 +49,31 @@ def format_hits(hits: Sequence[DocHit], budget_chars: int) -> str:
     return "\n\n".join(parts)
 
 
+GROUP_REFUSAL = (
+    "The document library is not searched in group chats (docs.in_groups is off): everyone "
+    "in the group would read it. Tell the user to ask in a private chat."
+)
+
+
+def doc_scope(config: Config, user_id: int, chat_id: int) -> DocScope | None:
+    """Whose documents this user may search here (None: none, in a group)."""
+    if chat_id < 0:  # a group: the owner's library at most, and only if configured
+        return DocScope(user_id=None, library=True) if config.docs.in_groups else None
+    is_owner = user_id == owners.resolve(config.telegram).owner_id
+    return DocScope(user_id=user_id, library=is_owner or config.docs.shared)
+
+
 def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
     """search_docs, bound to the database, the memory embedder and `[docs]`/`[memory]`."""
     fusion = fusion_from_config(config.memory)
     docs = config.docs
 
     async def search_docs(ctx: ToolContext, args: SearchDocsArgs) -> str:
+        scope = doc_scope(config, ctx.user_id, ctx.chat_id)
+        if scope is None:
+            return GROUP_REFUSAL
         k = args.k or docs.top_k
-        hits = await search_documents(db, embedder, args.query, k=k, fusion=fusion)
+        hits = await search_documents(db, embedder, args.query, k=k, fusion=fusion, scope=scope)
         detail = {
             "tool": "search_docs",
             "query": ctx.redact(args.query),

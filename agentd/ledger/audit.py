@@ -15,6 +15,7 @@ KINDS = (
     "intake_error", "memory_forgotten", "memory_summary", "memory_summary_error", "retrieval",
     "workflow_errored", "workflow_cancelled", "shell", "workspace", "shell_rule_added",
     "shell_rule_removed", "skill_enabled", "skill_disabled", "skill_changed", "skill_removed",
+    "approval_press_refused", "question_press_refused",
     "message_ignored", "send_uncertain", "user_paired", "pairing_failed", "user_removed",
 )  # fmt: skip
 

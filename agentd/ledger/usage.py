@@ -45,12 +45,13 @@ def record(
     instance_id: str | None = None,
     step: str | None = None,
     attempt: int | None = None,
+    user_id: int | None = None,  # whose turn it served: budgets and /status are per user
 ) -> None:
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
         "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-        "cache_write_1h_tokens) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+        "cache_write_1h_tokens, user_id) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             time.time(),
             instance_id,
@@ -64,19 +65,24 @@ def record(
             tokens.cache_read_tokens,
             tokens.cache_write_tokens,
             tokens.cache_write_1h_tokens,
+            user_id,
         ),
     )
 
 
 def totals(
     conn: Any, *, since: float | None = None, chat_id: int | None = None,
-    instance_prefix: str | None = None,
+    user_id: int | None = None, instance_prefix: str | None = None,
 ) -> list[UsageTotals]:  # fmt: skip
-    """Per day (UTC), chat and model; of one chat if `chat_id` is given, of the workflow
+    """Per day (UTC), chat and model; of one chat if `chat_id` is given, of one user's turns
+    (and of calls in their private chat that name no user) if `user_id` is, of the workflow
     instances whose id starts with `instance_prefix` if given (one schedule's runs)."""
     where, params = "at >= ?", [since or 0]
     if chat_id is not None:
         where, params = where + " AND chat_id = ?", [*params, chat_id]
+    if user_id is not None:
+        where += " AND (user_id = ? OR (user_id IS NULL AND chat_id = ?))"
+        params = [*params, user_id, user_id]
     if instance_prefix:
         escaped = instance_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         where, params = where + " AND instance_id LIKE ? ESCAPE '\\'", [*params, escaped + "%"]

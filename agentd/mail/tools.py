@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentd.access import owners
 from agentd.config import Config
 from agentd.db import Database
 from agentd.mail import imap, send
@@ -121,6 +122,7 @@ class MailDeps:
     config: Config
     db: Database
     boxes: dict[str, Mailbox]
+    owner: int | None = None  # whose mailboxes these are (access/owners.py)
 
     def box(self, name: str) -> Mailbox:
         if not name:
@@ -283,10 +285,20 @@ async def _flag(deps: MailDeps, ctx: ToolContext, a: FlagArgs) -> str:
     return f"{'Marked' if a.on else 'Unmarked'} {len(a.uids)} message(s) as {a.flag}."
 
 
+NOT_THE_OWNERS = (
+    "The mailboxes are the owner's: mail tools work only for the owner, in their private chat "
+    "(anyone else, or a group, would read or act on the owner's mail). Nothing was done."
+)
+
+
 def _guard(fn: Any, deps: MailDeps) -> Any:
-    """Bind deps; a MailError reaches the model as a plain tool error (no secrets in it)."""
+    """Bind deps; a MailError reaches the model as a plain tool error (no secrets in it). Only
+    the owner's calls in their private chat reach a mailbox (#26: nothing private in groups,
+    nobody reads another's data)."""
 
     async def call(ctx: ToolContext, args: Any) -> Any:
+        if deps.owner is None or ctx.user_id != deps.owner or ctx.chat_id != deps.owner:
+            raise ToolError(NOT_THE_OWNERS)
         try:
             return await fn(deps, ctx, args)
         except MailError as exc:
@@ -344,7 +356,10 @@ def build_mail_tools(config: Config, db: Database, env: Mapping[str, str]) -> li
     """The mail tools over the configured accounts; none without a `[[mail]]` account."""
     if not config.mail:
         return []
-    deps = MailDeps(config=config, db=db, boxes={a.name: Mailbox(a, env) for a in config.mail})
+    boxes = {a.name: Mailbox(a, env) for a in config.mail}
+    deps = MailDeps(
+        config=config, db=db, boxes=boxes, owner=owners.resolve(config.telegram).owner_id
+    )
     tools = []
     for name, description, model, fn, risk in _SPECS:
         tool = Tool.from_model(

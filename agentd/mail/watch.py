@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from agentd.access import owners
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
@@ -230,14 +231,15 @@ def start_watchers(
     clock: Clock,
     env: Mapping[str, str],
 ) -> Watchers | None:
-    """Watch every configured folder; notices go to the owner (the first allowed user) with no
-    model call, and a `summary` rule starts a turn in the owner's chat."""
+    """Watch every configured folder; notices go to the owner (access/owners.py:
+    `telegram.owner_id`, else the first allowed user) with no model call, and a `summary`
+    rule starts a turn in the owner's chat."""
     watched = [a for a in config.mail if a.watch]
     if not watched:
         return None
-    owner = next(iter(config.telegram.allowed_user_ids), None)
+    owner = owners.resolve(config.telegram).owner_id
     if owner is None:
-        log.warning("mail watch is off: telegram.allowed_user_ids names no owner to tell")
+        log.warning("mail watch is off: no owner to tell (telegram.owner_id, allowed_user_ids)")
         return None
 
     async def on_mail(account: MailAccountConfig, summary: Summary, rule: MailRule) -> None:

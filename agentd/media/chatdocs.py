@@ -169,8 +169,11 @@ class Saved(BaseModel):
     chunks: int = 0
 
 
-async def ingest_chat_document(deps: DocDeps, doc_id: str, chat_id: int) -> Saved:
-    """Put a document from this chat into the store for search_docs (idempotent)."""
+async def ingest_chat_document(
+    deps: DocDeps, doc_id: str, chat_id: int, user_id: int | None = None
+) -> Saved:
+    """Put a document from this chat into the store for search_docs (idempotent), as the
+    document of the user who asked (only they search it: knowledge/tools.py)."""
     if deps.embedder is None:
         raise NonRetryable("the document library is not available (no embedder)")
     row = await deps.db.read(_row, doc_id)
@@ -189,8 +192,12 @@ async def ingest_chat_document(deps: DocDeps, doc_id: str, chat_id: int) -> Save
         raise NonRetryable(f"{name} could not be added: {run.report.failed[0].reason}")
     status = "added" if run.report.added else "changed" if run.report.changed else "unchanged"
     now = time.time()
-    await deps.db.write(lambda c: c.execute(
-        "UPDATE chat_documents SET ingested_at = ? WHERE id = ?", (now, doc_id)))  # fmt: skip
+
+    def mark(c: Any) -> None:
+        c.execute("UPDATE chat_documents SET ingested_at = ? WHERE id = ?", (now, doc_id))
+        c.execute("UPDATE doc_documents SET added_by = ? WHERE source = ?", (user_id, source))
+
+    await deps.db.write(mark)
     return Saved(file_name=name, status=status, chunks=run.report.chunks_embedded)
 
 
@@ -239,7 +246,8 @@ def make_ingest_workflow(deps: DocDeps, outbox: Outbox) -> Workflow[IngestInput,
         from agentd.durable import StepFailed
 
         try:
-            saved = await step.do("ingest", ingest_chat_document, deps, inp.doc_id, inp.chat_id)
+            saved = await step.do("ingest", ingest_chat_document, deps, inp.doc_id, inp.chat_id,
+                                  inp.user_id)  # fmt: skip
             text, outcome = saved_text(saved), saved.status
         except StepFailed as exc:
             text, outcome = f"I couldn't add that document: {exc.message[:300]}", "error"
@@ -267,7 +275,7 @@ def chat_document_tools(deps: DocDeps) -> list[Tool]:
 
     async def save_chat_document(ctx: ToolContext, args: SaveArgs) -> str:
         try:
-            saved = await ingest_chat_document(deps, args.document_id, ctx.chat_id)
+            saved = await ingest_chat_document(deps, args.document_id, ctx.chat_id, ctx.user_id)
         except NonRetryable as exc:
             raise ToolError(str(exc)) from None
         return saved_text(saved)

@@ -156,6 +156,7 @@ async def summarise_block(
     await deps.db.write(
         usage.record, response.usage, model=response.model, purpose="summary",
         chat_id=inp.chat_id, instance_id=instance_id, step="llm", attempt=response.attempt,
+        user_id=inp.user_id,
     )  # fmt: skip
     return result
 

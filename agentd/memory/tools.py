@@ -22,6 +22,12 @@ class SearchArgs(BaseModel):
     k: int = Field(default=5, ge=1, le=20, description="How many memories to return.")
 
 
+GROUP_REFUSAL = (
+    "Memories are private: they are not searched in group chats, where every member would read "
+    "the answer. Tell the user to ask in a private chat."
+)
+
+
 def memory_tools(
     db: Runner, embedder: Embedder, config: MemoryConfig, bits: BitCache | None = None
 ) -> list[Tool]:
@@ -35,6 +41,8 @@ def memory_tools(
         return f"Remembered ({changes[0].action}): {args.content}"
 
     async def search_memory(ctx: ToolContext, args: SearchArgs) -> str:
+        if ctx.chat_id < 0:  # a group: the answer would show private memories to everyone
+            return GROUP_REFUSAL
         hits = await search_memories(
             db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits
         )

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.access import owners
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
@@ -84,8 +85,28 @@ def decide(sched: Schedule, due: int, now: float, *, on_time: float, grace: floa
     return Plan(action=action, lateness=lateness, chain=nxt)
 
 
+def stop_unserved(conn: Any, schedule_id: str, due: int, telegram: Any, now: float) -> bool:
+    """A schedule of someone no longer served (removed from the config, or `agentd users rm`
+    while the daemon was down) is cancelled instead of run; True when it was."""
+    sched = store.get(conn, schedule_id)
+    if owners.is_served(conn, telegram, sched.user_id):
+        return False
+    conn.execute(
+        "UPDATE schedules SET state = 'cancelled', next_run = NULL, updated_at = ? WHERE id = ?",
+        (now, schedule_id),
+    )
+    store.record_run(conn, sched, due, "refused", now, detail="the user is no longer served")
+    return True
+
+
 async def plan_occurrence(deps: ScheduleDeps, inp: OccurrenceInput) -> Plan:
     sched = await deps.db.read(store.get, inp.schedule_id)
+    telegram = deps.config.telegram
+    # Every run re-checks who is served; only a refusal costs a write.
+    if not await deps.db.read(owners.is_served, telegram, sched.user_id):
+        now = deps.clock.now()
+        if await deps.db.write(stop_unserved, inp.schedule_id, inp.due, telegram, now):
+            return Plan(action="stopped")
     grace = _grace(deps, sched, inp.due)
     on_time = deps.config.schedule.on_time_window
     plan = decide(sched, inp.due, deps.clock.now(), on_time=on_time, grace=grace)

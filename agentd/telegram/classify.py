@@ -33,7 +33,7 @@ MAX_REPLY_CHARS = 4000  # the quoted message is context only; it need not be who
 
 
 class Decision(BaseModel):
-    action: Literal["turn", "callback", "reject", "ignore"]
+    action: Literal["turn", "callback", "reject", "ignore", "leave"]
     update_kind: str
     chat_id: int | None = None
     user_id: int | None = None
@@ -91,13 +91,38 @@ def _largest_photo(message: dict[str, Any]) -> str | None:
     return max(photos, key=lambda p: p.get("width", 0) * p.get("height", 0))["file_id"]
 
 
+def _utf16_slice(text: str, offset: int, length: int) -> tuple[str, str, str]:
+    """Text before, inside and after an entity (Telegram counts UTF-16 code units)."""
+    units = text.encode("utf-16-le")
+    cut = (2 * offset, 2 * (offset + length))
+
+    def part(raw: bytes) -> str:
+        return raw.decode("utf-16-le", errors="replace")
+
+    return part(units[: cut[0]]), part(units[cut[0] : cut[1]]), part(units[cut[1] :])
+
+
 def _addressed_in_group(message: dict[str, Any], me: Identity) -> tuple[bool, str]:
+    """Whether a group message is for the bot: a reply to it, or a mention *entity* naming it
+    exactly (a substring would count `@mybot_evil` and `email@mybot.example`), or a command
+    addressed to it (`/help@mybot`). The mention itself is taken out of the text."""
     text = message.get("text") or message.get("caption") or ""
-    mention = f"@{me.bot_username}".lower() if me.bot_username else None
+    entities = message.get("entities") if message.get("text") else message.get("caption_entities")
     replied = (message.get("reply_to_message") or {}).get("from", {}).get("id") == me.bot_id
-    if mention and mention in text.lower():
-        start = text.lower().index(mention)
-        return True, (text[:start] + text[start + len(mention) :]).strip()
+    mention = f"@{me.bot_username}".lower() if me.bot_username else None
+    for entity in entities if isinstance(entities, list) else []:
+        if not isinstance(entity, dict):
+            continue
+        kind, offset, length = entity.get("type"), entity.get("offset"), entity.get("length")
+        if not isinstance(offset, int) or not isinstance(length, int):
+            continue
+        before, inside, after = _utf16_slice(text, offset, length)
+        if kind == "mention" and mention and inside.lower() == mention:
+            return True, (before + after).strip()
+        if kind == "text_mention" and (entity.get("user") or {}).get("id") == me.bot_id:
+            return True, text
+        if kind == "bot_command" and mention and inside.lower().endswith(mention):
+            return True, text
     return replied, text
 
 
@@ -118,12 +143,35 @@ def classify(update: dict[str, Any], me: Identity) -> Decision:
     update_id = int(update.get("update_id", 0))
     if "callback_query" in update:
         return _classify_press(update_id, update["callback_query"], me)
+    if "my_chat_member" in update:
+        return _classify_membership(update["my_chat_member"], me)
     edited = "edited_message" in update
     message = update.get("message") or update.get("edited_message")
     if not isinstance(message, dict):
         kind = next((k for k in update if k != "update_id"), "unknown")
         return Decision(action="ignore", update_kind=kind, reason="update kind not served")
     return _classify_message(update_id, message, edited, me)
+
+
+def _classify_membership(change: dict[str, Any], me: Identity) -> Decision:
+    """The bot was added to (or removed from) a chat. A group nobody served added it to, or
+    any group while groups are off, is left: its members are strangers to the owner."""
+    chat = change.get("chat") or {}
+    chat_id, by = chat.get("id"), (change.get("from") or {}).get("id")
+    status = (change.get("new_chat_member") or {}).get("status")
+    joined = status in ("member", "administrator", "restricted")
+    if not joined or chat.get("type", "private") == "private" or not isinstance(chat_id, int):
+        return Decision(action="ignore", update_kind="my_chat_member", chat_id=chat_id,
+                        user_id=by, reason="membership change")  # fmt: skip
+    if not me.allow_groups:
+        reason = "group chats are disabled"
+    elif by not in me.allowed_user_ids:
+        reason = "added to a group by someone not served"
+    else:
+        return Decision(action="ignore", update_kind="my_chat_member", chat_id=chat_id,
+                        user_id=by, reason="added to a group by a served user")  # fmt: skip
+    return Decision(action="leave", update_kind="my_chat_member", chat_id=chat_id, user_id=by,
+                    reason=reason)  # fmt: skip
 
 
 def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> Decision:
@@ -173,9 +221,9 @@ def _classify_message(
         )
     text = message.get("text") or message.get("caption") or ""
     if chat.get("type", "private") != "private":
-        if not me.allow_groups:
+        if not me.allow_groups:  # a served user's group while groups are off: leave it
             return Decision(
-                action="ignore",
+                action="leave",
                 update_kind=update_kind,
                 user_id=user_id,
                 chat_id=chat_id,

@@ -13,6 +13,7 @@ from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
+from agentd.telegram import groups
 from agentd.telegram.classify import Decision, Identity, classify, unreadable
 from agentd.telegram.edits import plan_edit
 
@@ -52,6 +53,16 @@ def load_offset(conn: Any) -> int | None:
     return int(row[0]) if row else None
 
 
+def note_ignored(conn: Any, decision: Decision, result: IntakeResult) -> None:
+    """An allowed user's message in a group (groups off, or the bot not addressed): said in
+    the log each time and in the audit once a day per chat and reason, never silent."""
+    result.ignored.append((decision.chat_id, decision.user_id, decision.reason or ""))
+    day = int(time.time() // 86400)
+    audit.record(conn, "message_ignored", chat_id=decision.chat_id, user_id=decision.user_id,
+                 detail={"update_kind": decision.update_kind, "reason": decision.reason},
+                 source_key=f"ignored:{decision.chat_id}:{decision.reason}:{day}")  # fmt: skip
+
+
 def _apply(
     conn: Any,
     decision: Decision,
@@ -83,18 +94,25 @@ def _apply(
         result.keys.add(key)
         result.accepted += 1
         return "turn", instance_id
+    if decision.action == "leave" and decision.chat_id is not None:
+        if decision.update_kind in ("message", "edited_message"):
+            # A served user's message in a group while groups are off: left, and said so.
+            note_ignored(conn, decision, result)
+        if groups.leaving(conn, decision.chat_id):
+            return "leave", None
+        instance_id = f"leave-{decision.chat_id}-{update_id}"
+        key = groups.leave_key(decision.chat_id)
+        inp = groups.LeaveInput(chat_id=decision.chat_id, reason=decision.reason,
+                                by=decision.user_id)  # fmt: skip
+        engine.prepare_start(conn, groups.LEAVE_WORKFLOW, inp, instance_id=instance_id, key=key)
+        result.keys.add(key)
+        return "leave", instance_id
     if decision.action == "callback" and decision.callback is not None:
         answer = on_callback(conn, decision.callback)
         result.callback_answers.append((decision.callback.callback_id, answer))
         return "callback", None
     if decision.action == "ignore" and decision.user_id is not None and decision.chat_id:
-        # An allowed user's message in a group (groups off, or the bot not addressed): said in
-        # the log each time and in the audit once a day per chat and reason, never silent.
-        result.ignored.append((decision.chat_id, decision.user_id, decision.reason or ""))
-        day = int(time.time() // 86400)
-        audit.record(conn, "message_ignored", chat_id=decision.chat_id, user_id=decision.user_id,
-                     detail={"update_kind": decision.update_kind, "reason": decision.reason},
-                     source_key=f"ignored:{decision.chat_id}:{decision.reason}:{day}")  # fmt: skip
+        note_ignored(conn, decision, result)
     if decision.action == "reject":
         # R-IN-3: counted without content: who, when, what kind.
         audit.record(

@@ -26,7 +26,8 @@ from agentd.telegram.intake import (
 from agentd.telegram.session import RetryPolicy, classify
 
 log = logging.getLogger("agentd.telegram")
-ALLOWED_UPDATES = ["message", "edited_message", "callback_query"]
+# my_chat_member: the bot added to a group, which it leaves unless a served user added it.
+ALLOWED_UPDATES = ["message", "edited_message", "callback_query", "my_chat_member"]
 
 
 def _raw_updates(data: Any) -> list[dict[str, Any]] | None:

@@ -166,6 +166,8 @@ class Tool:
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
     # The approval card's content for this call (validated arguments); None: the arguments.
     card: Callable[[Any], ApprovalCard | None] | None = field(default=None, repr=False)
+    # False when `@tool` was given no risk: a plugin's tool then counts as high (plugins.py).
+    risk_declared: bool = field(default=True, repr=False)
     # After a crash while an approved (at-most-once) call ran, find out whether its effect
     # happened instead of guessing or repeating it (a mail: look for its Message-ID in Sent);
     # returns what to tell the model. None: the generic "outcome unknown" notice.
@@ -321,7 +323,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    risk: Risk = "low",
+    risk: Risk | None = None,
     timeout: float = 30.0,
 ) -> Callable[[AsyncFn], Tool]: ...
 
@@ -332,7 +334,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    risk: Risk = "low",
+    risk: Risk | None = None,
     timeout: float = 30.0,
 ) -> Tool | Callable[[AsyncFn], Tool]:
     """Declare an async function as a tool (`@tool` or `@tool(risk=...)`).
@@ -343,13 +345,14 @@ def tool(
     """
 
     def decorate(func: AsyncFn) -> Tool:
-        return _declare(
+        declared = _declare(
             func,
             name=name,
             description=description,
-            risk=risk,
+            risk=risk or "low",
             timeout=timeout,
             source=f"python:{func.__module__}",
         )
+        return declared if risk is not None else replace(declared, risk_declared=False)
 
     return decorate if fn is None else decorate(fn)

@@ -11,7 +11,8 @@ A plugin is an importable module (on PYTHONPATH or installed)::
         \"\"\"Append a note to the owner's notes file.\"\"\"
         ...
 
-Every `Tool` object at the module's top level is registered. A module that cannot be imported
+Every `Tool` object at the module's top level is registered; one declared without a risk
+(`@tool` alone) is high risk, so it asks the owner before each run. A module that cannot be imported
 or declares a bad tool is reported as a problem; the others load as usual.
 """
 
@@ -56,5 +57,10 @@ def load_plugins(
         found = [obj for obj in vars(module).values() if isinstance(obj, Tool)]
         if not found:
             problems.append(ToolProblem(source, "the module defines no tools"))
-        tools.extend(replace(obj, source=source) for obj in found)
+        # A plugin's tool that does not say its risk asks the owner: agentd cannot know what
+        # it does, and the MCP default is high for the same reason.
+        tools.extend(
+            replace(obj, source=source, risk=obj.risk if obj.risk_declared else "high")
+            for obj in found
+        )
     return tools, problems

@@ -109,6 +109,33 @@ def _bool(params: dict[str, Any], key: str) -> bool:
     return value is True or (isinstance(value, str) and value.lower() in ("true", "1"))
 
 
+_MENTION = re.compile(r"(?<![A-Za-z0-9_])@[A-Za-z0-9_]{5,32}(?![A-Za-z0-9_])")
+
+
+def _utf16_len(text: str) -> int:
+    return len(text.encode("utf-16-le")) // 2
+
+
+def auto_entities(text: str) -> list[dict[str, Any]]:
+    """The entities Telegram's server adds to a plain text: a leading bot command and each
+    @username mention, with offsets and lengths in UTF-16 code units."""
+    found = []
+    command_end = 0
+    if text.startswith("/"):
+        command_end = len(text.split()[0])
+        found.append({"type": "bot_command", "offset": 0, "length": _utf16_len(text[:command_end])})
+    for match in _MENTION.finditer(text):
+        if match.start() < command_end:
+            continue  # the @bot of "/help@bot" is part of the command
+        found.append({"type": "mention", "offset": _utf16_len(text[: match.start()]),
+                      "length": _utf16_len(match[0])})  # fmt: skip
+    return found
+
+
+def _kind(chat_id: int) -> str:
+    return "supergroup chat" if chat_id < -1_000_000_000_000 else "group chat"
+
+
 def image_size(data: bytes) -> tuple[int, int] | None:
     """Width and height of a PNG or JPEG, read from its header; None if unknown."""
     if data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) >= 24:
@@ -163,6 +190,7 @@ class FakeTelegram(FakeServer):
             "deletewebhook": self._delete_webhook,
             "getwebhookinfo": self._get_webhook_info,
             "getchat": lambda p, t: self._chat_for(p, check_blocked=False),
+            "leavechat": self._leave_chat,
         }
         self._custom: dict[str, Callable[[dict[str, Any]], Any]] = {}
         self._poll_waiters: set[asyncio.Event] = set()
@@ -178,6 +206,7 @@ class FakeTelegram(FakeServer):
             self._allowed_updates: list[str] | None = None
             self._chats: dict[int, dict[str, Any]] = {}
             self._blocked: set[int] = set()
+            self._left: list[int] = []  # groups the bot left (leaveChat), in order
             self._messages: dict[tuple[int, int], dict[str, Any]] = {}
             self._next_message_id: dict[int, int] = {}
             self._files: dict[str, dict[str, Any]] = {}
@@ -228,12 +257,12 @@ class FakeTelegram(FakeServer):
     ) -> int:
         """A user writes `text` in a chat; returns the update_id."""
         extra: dict[str, Any] = {"text": text}
-        if entities is not None:
+        if entities is None:
+            # Telegram's server marks a leading command and every @username so clients (and
+            # bots) can find them; offsets and lengths count UTF-16 code units.
+            entities = auto_entities(text)
+        if entities:
             extra["entities"] = entities
-        elif text.startswith("/"):
-            # Telegram marks a leading command so clients can find it.
-            command = text.split()[0]
-            extra["entities"] = [{"type": "bot_command", "offset": 0, "length": len(command)}]
         return self._push_message(
             chat_id,
             user_id,
@@ -388,6 +417,32 @@ class FakeTelegram(FakeServer):
         """Make a chat known without a message (strict_chats rejects sends to unknown chats)."""
         with self._lock:
             self._chats.setdefault(chat_id, self._chat(chat_id, chat_type, user_id or chat_id))
+
+    def add_bot_to_group(
+        self, chat_id: int, by_user: int, bot_id: int, *, chat_type: str = "group"
+    ) -> int:
+        """`by_user` adds the bot to a group: a my_chat_member update (left → member), as
+        Telegram sends it to the bot; returns the update_id."""
+        with self._lock:
+            chat = self._chats.setdefault(chat_id, self._chat(chat_id, chat_type, by_user))
+            if chat_id in self._left:
+                self._left.remove(chat_id)
+            bot = {"id": bot_id, "is_bot": True, "first_name": self.bot_first_name,
+                   "username": self.bot_username}  # fmt: skip
+            member = {
+                "chat": copy.deepcopy(chat),
+                "from": self._user(by_user),
+                "date": _now(),
+                "old_chat_member": {"user": bot, "status": "left"},
+                "new_chat_member": {"user": bot, "status": "member"},
+            }
+        return self.add_update({"my_chat_member": member})
+
+    @property
+    def left(self) -> list[int]:
+        """Chats the bot left with leaveChat, in order."""
+        with self._lock:
+            return list(self._left)
 
     def block(self, chat_id: int) -> None:
         """The user blocks the bot: sends to this chat get 403."""
@@ -882,6 +937,8 @@ class FakeTelegram(FakeServer):
             self._chats[chat_id] = self._chat(chat_id, kind, chat_id)
         if check_blocked and chat_id in self._blocked:
             raise TelegramError(403, "Forbidden: bot was blocked by the user")
+        if check_blocked and chat_id in self._left:
+            raise TelegramError(403, f"Forbidden: bot is not a member of the {_kind(chat_id)}")
         return self._chats[chat_id]
 
     @staticmethod
@@ -997,6 +1054,16 @@ class FakeTelegram(FakeServer):
             "time": time.time(),
         })  # fmt: skip
         return copy.deepcopy(msg)
+
+    def _leave_chat(self, p: dict[str, Any], token: str) -> bool:
+        chat = self._chat_for(p, check_blocked=False)
+        if chat["type"] == "private":
+            raise TelegramError(400, "Bad Request: chat member status can't be changed in "
+                                "private chats")  # fmt: skip
+        if chat["id"] in self._left:
+            raise TelegramError(403, f"Forbidden: bot is not a member of the {_kind(chat['id'])}")
+        self._left.append(chat["id"])
+        return True
 
     def _send_chat_action(self, p: dict[str, Any], token: str) -> bool:
         chat = self._chat_for(p)
