@@ -41,6 +41,7 @@ class Route(BaseModel):
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
+    taints: bool = False  # its result is outside content: the turn is tainted after it runs
 
 
 class Decision(BaseModel):
@@ -76,11 +77,15 @@ def create_approval(
     return stored
 
 
-def _approval_text(approval: Approval, timeout: float) -> str:
+def _approval_text(approval: Approval, timeout: float, reason: str = "") -> str:
     preview = approval.args_preview.replace("```", "'''")
     minutes = max(1, round(timeout / 60))
+    # Why a call that is not high risk by itself asks (a tainted turn): one line, no markup.
+    why = " ".join(reason.replace("`", "'").replace("*", "").split())
+    why = f"Why: {why[:500]}\n\n" if why else ""
     return (
         f"🔐 **Approval needed** — `{approval.tool}` ({approval.risk} risk)\n\n"
+        f"{why}"
         f"```\n{preview}\n```\n\n"
         f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}`"
     )
@@ -97,7 +102,7 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
     return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
 
 
-async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
+async def ask_owner(deps: TurnDeps, approval: Approval, reason: str = "") -> int | None:
     """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
     buttons = [
         [
@@ -105,7 +110,7 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
             Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
         ]
     ]
-    text = _approval_text(approval, approval.expires_at - approval.created_at)
+    text = _approval_text(approval, approval.expires_at - approval.created_at, reason)
     try:
         message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
     except Exception as exc:
@@ -161,7 +166,7 @@ async def seek_approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval)
+    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval, tool.reason)
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),

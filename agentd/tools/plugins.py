@@ -56,5 +56,7 @@ def load_plugins(
         found = [obj for obj in vars(module).values() if isinstance(obj, Tool)]
         if not found:
             problems.append(ToolProblem(source, "the module defines no tools"))
-        tools.extend(replace(obj, source=source) for obj in found)
+        # A plugin is arbitrary code that may reach the network: egress (asks in a tainted
+        # turn) whatever it declared; whether its results are outside content is its call.
+        tools.extend(replace(obj, source=source, egress=True) for obj in found)
     return tools, problems
