@@ -49,6 +49,7 @@ from agentd.memory.summarise import (
     summary_running,
 )
 from agentd.retrieval.fusion import fusion_from_config
+from agentd.tools.urls import urls_in, user_url_in
 
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
 LLM_ERROR_REPLY = (
@@ -250,7 +251,7 @@ def _current_message(inp: TurnInput, notes: list[str]) -> str:
 
 async def send_chunk(
     deps: TurnDeps, chat_id: int, chunk: str, reply_to: int | None, instance_id: str, name: str,
-    resumed: bool = True,
+    resumed: bool = True, preview_url: str | None = None,
 ) -> int:  # fmt: skip
     # Only a run after a restart can find an attempt that an earlier process died in.
     interrupted = resumed and await deps.db.read(store.interrupted_attempts, instance_id, name)
@@ -266,6 +267,10 @@ async def send_chunk(
             )
         )  # fmt: skip
     try:
+        if preview_url:
+            return await deps.outbox.send_text(
+                chat_id, chunk, reply_to=reply_to, preview_url=preview_url
+            )
         return await deps.outbox.send_text(chat_id, chunk, reply_to=reply_to)
     except SendFailed as exc:
         raise NonRetryable(str(exc)) from None
@@ -310,12 +315,16 @@ async def send_reply(
 ) -> list[int]:
     """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones."""
     ids = []
+    # A link preview only for a URL the user wrote themself (not one forwarded to us).
+    user_urls = set() if inp.forwarded else set(urls_in(inp.text))
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
         reply_to = inp.message_id if n == 1 and inp.message_id else None
         name = f"{prefix}#{n}"
+        preview = user_url_in(chunk, user_urls) if user_urls else None
         # Marked: an attempt the process died in is counted as a possible duplicate (README).
         ids.append(await step.do(name, send_chunk, deps, inp.chat_id, chunk, reply_to,
-                                 step.instance_id, name, step.resumed, mark=True))  # fmt: skip
+                                 step.instance_id, name, step.resumed, preview,
+                                 mark=True))  # fmt: skip
     return ids
 
 

@@ -24,6 +24,15 @@ def normal_url(url: str) -> str:
     return f"{scheme.lower()}://{host.lower()}{slash}{path}"
 
 
+def user_url_in(text: str, user_urls: set[str]) -> str | None:
+    """The first URL in `text`, as written there, that is one of `user_urls` (normalised)."""
+    for match in _URL.finditer(text):
+        raw = match.group(0).rstrip(_TRAILING)
+        if normal_url(raw) in user_urls:
+            return raw
+    return None
+
+
 def urls_in(text: str) -> list[str]:
     """Every http(s) URL written in the text, normalised (normal_url)."""
     return [normal_url(m.group(0)) for m in _URL.finditer(text)]

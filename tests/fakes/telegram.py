@@ -947,6 +947,7 @@ class FakeTelegram(FakeServer):
                 "entities": entities,
                 "reply_markup": p.get("reply_markup"),
                 "reply_to_message_id": reply_to,
+                "link_preview_options": p.get("link_preview_options"),
                 "message_id": msg["message_id"],
                 "time": time.time(),
             }
