@@ -10,6 +10,7 @@ import io
 import struct
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -257,3 +258,59 @@ def test_pdf_and_image_bombs_get_a_clear_answer(stack: Stack) -> None:
     prompt = stack.llm.requests[-1]["body"]["messages"][-1]["content"]
     assert "megapixels" in str(prompt)
     assert stack.daemon.proc is not None and stack.daemon.proc.poll() is None
+
+
+def test_a_step_that_kills_the_process_every_time_is_parked(tmp_path: Path) -> None:
+    (tmp_path / "agentd.toml").write_text('[tools]\nplugins = ["tests.plugins.crash_tools"]\n')
+
+    def respond(body: dict[str, Any]) -> Any:
+        if "crash-test" in last_user_text(body):
+            return tool_use("crash_now", {}, "toolu_crash")  # the model asks again each time
+        return None
+
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(respond)
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp_path / "agentd.toml")
+        )
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            tg.add_message(OWNER, OWNER, "crash-test: run the tool")
+            assert daemon.proc is not None
+            assert daemon.proc.wait(120) == -9  # killed in the step
+            for _ in range(2):  # the resumed turn runs the step again and dies again
+                daemon.start(wait_ready=False)
+                assert daemon.proc.wait(120) == -9
+            daemon.start()  # the third death in a row at the same step: parked, not run
+            notice = tg.wait_until(
+                lambda: next((m for m in tg.sent if "stopped after" in m["plain_text"]), None),
+                60,
+                "the parked notice",
+            )
+            assert notice["chat_id"] == OWNER
+            assert "stopped after 3 crashes" in notice["plain_text"]
+            # The tool step is journaled only when it ends: the journal names the one before.
+            assert "the step after llm#1 was running each time" in notice["plain_text"]
+            [(status, error)] = daemon.query(
+                "SELECT status, error FROM workflow_instances WHERE workflow = 'turn'"
+            )
+            assert status == "errored" and error.startswith("stopped after 3 crashes")
+            # Everyone else is served.
+            tg.add_message(OTHER, OTHER, "still there?")
+            reply = tg.wait_until(
+                lambda: next((m for m in tg.sent if m["chat_id"] == OTHER), None), 60, "a reply"
+            )
+            assert reply["plain_text"] == "echo: still there?"
+            # Told once: a clean restart neither runs it nor tells again.
+            assert daemon.stop() == 0
+            daemon.start()
+            tg.add_message(OTHER, OTHER, "and now?")
+            tg.wait_until(
+                lambda: any(m["plain_text"] == "echo: and now?" for m in tg.sent), 60, "a reply"
+            )
+            assert sum("stopped after" in m["plain_text"] for m in tg.sent) == 1
+            assert daemon.proc is not None and daemon.proc.poll() is None
+        finally:
+            if daemon.proc is not None and daemon.proc.poll() is None:
+                daemon.proc.kill()
+                daemon.proc.wait(10)

@@ -495,6 +495,20 @@ CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
 END;
 """
 
+M022_TAINT = """
+-- #26: a step that was running each of the last N times the process died is parked. One row
+-- per instance that was running when the process died: how far its journal had got (the
+-- number of settled steps) and how many deaths in a row found it at that same point.
+CREATE TABLE workflow_crashes (
+    instance_id TEXT PRIMARY KEY REFERENCES workflow_instances(id) ON DELETE CASCADE,
+    frontier INTEGER NOT NULL,
+    crashes INTEGER NOT NULL,
+    step TEXT NOT NULL DEFAULT '',
+    last_at REAL NOT NULL
+);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -510,6 +524,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m018_history_window", M018_HISTORY_WINDOW),
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
+    ("m022_taint", M022_TAINT),
 ]
 
 
