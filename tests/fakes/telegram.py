@@ -225,9 +225,13 @@ class FakeTelegram(FakeServer):
         username: str | None = None,
         first_name: str | None = None,
         entities: list[dict[str, Any]] | None = None,
+        forward_origin: dict[str, Any] | None = None,
     ) -> int:
-        """A user writes `text` in a chat; returns the update_id."""
+        """A user writes `text` in a chat (or forwards it: a MessageOrigin); returns the
+        update_id."""
         extra: dict[str, Any] = {"text": text}
+        if forward_origin is not None:
+            extra["forward_origin"] = forward_origin
         if entities is not None:
             extra["entities"] = entities
         elif text.startswith("/"):
