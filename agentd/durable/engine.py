@@ -89,6 +89,9 @@ class Engine:
         self._on_finish = on_finish
         # An instance found at the same step this many process deaths in a row is parked.
         self.crash_limit = crash_limit
+        # Instances that were running when the last process died run one at a time (below).
+        self._suspects: set[str] = set()
+        self._suspect_lock = asyncio.Lock()
         self.clock: Clock = clock or SystemClock()
         self.limits = limits or Limits()
         self.stopping = False
@@ -213,12 +216,14 @@ class Engine:
         self._poller = asyncio.create_task(self._poll())
 
     async def _park_crash_loops(self) -> None:
-        def account(conn: Any) -> list[str]:
+        def account(conn: Any) -> tuple[list[str], list[str]]:
             if not store.note_engine_start(conn, self.clock.now()):
-                return []
+                return [], []
             return store.count_crashes(conn, self.clock.now(), self.crash_limit)
 
-        for instance_id in await self.db.write(account):
+        parked, suspects = await self.db.write(account)
+        self._suspects.update(suspects)
+        for instance_id in parked:
             inst = await self.db.read(store.get_instance, instance_id)
             extra = {"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow}
             log.error("workflow parked", extra={**extra, "error": inst.error})
@@ -282,6 +287,18 @@ class Engine:
                 log.exception("on_finish hook failed", extra={"instance_id": instance_id})
 
     async def _execute(self, inst: store.InstanceRecord) -> None:
+        if inst.id not in self._suspects:
+            await self._execute_now(inst)
+            return
+        # Running when the process died: alone among such, so that if it kills the process
+        # again, it is the only one charged with it.
+        async with self._suspect_lock:
+            try:
+                await self._execute_now(inst)
+            finally:
+                self._suspects.discard(inst.id)
+
+    async def _execute_now(self, inst: store.InstanceRecord) -> None:
         if inst.cancel_requested:
             await self._finish(inst.id, "cancelled", error="cancelled")
             return

@@ -269,14 +269,18 @@ def _frontier(conn: Any, instance_id: str) -> tuple[int, str]:
     return int(settled), (f"step {row[0]}" if row[1] == "running" else f"the step after {row[0]}")
 
 
-def count_crashes(conn: Any, now: float, limit: int) -> list[str]:
+def count_crashes(conn: Any, now: float, limit: int) -> tuple[list[str], list[str]]:
     """After a process death: count it against every instance that was running, and park
     (errored) each one found at the same point of its journal `limit` deaths in a row.
 
-    Returns the parked instance ids. An instance that got further since its last death
-    starts counting again, so only a step that dies every time is parked.
+    Returns (parked ids, suspects: the others that were running). An instance that got
+    further since its last death starts counting again, so only a step that dies every time
+    is parked. Suspects go back to 'queued': none of them is running now, and the engine
+    resumes them one at a time, so the next death is counted against the one that caused it
+    and not against a bystander that happened to be mid-step beside it.
     """
-    parked = []
+    parked: list[str] = []
+    suspects: list[str] = []
     running = conn.execute("SELECT id FROM workflow_instances WHERE status = 'running'")
     for (instance_id,) in running.fetchall():
         frontier, step = _frontier(conn, instance_id)
@@ -297,7 +301,13 @@ def count_crashes(conn: Any, now: float, limit: int) -> list[str]:
             )
             set_status(conn, instance_id, "errored", now, error=error)
             parked.append(instance_id)
-    return parked
+        else:
+            conn.execute(
+                "UPDATE workflow_instances SET status = 'queued', updated_at = ? WHERE id = ?",
+                (now, instance_id),
+            )
+            suspects.append(instance_id)
+    return parked, suspects
 
 
 def interrupted_attempts(conn: Any, instance_id: str, step: str) -> int:
