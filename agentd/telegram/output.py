@@ -177,6 +177,7 @@ class TelegramOutbox:
                 message_id=message_id,
                 parse_mode=ParseMode.HTML,
                 reply_markup=_keyboard(buttons),
+                link_preview_options=LinkPreviewOptions(is_disabled=True),  # as send_text
             )
         except TelegramBadRequest as exc:
             if "not modified" in exc.message:
