@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -299,6 +300,50 @@ class McpServerConfig(_Section):
         return self
 
 
+class WorkspaceConfig(_Section):
+    """`[tools.workspace]`: the one folder the file tools and the shell may touch."""
+
+    # Empty: `workspace` beside the database. Users paired later (not in allowed_user_ids)
+    # each get `users/<id>` inside it; the owners share the top.
+    path: str = ""
+    # Larger reads and writes fail with a clear error instead of filling the model's context.
+    max_file_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
+    # delete_file moves files to `.trash` in the workspace; they are purged after this long.
+    trash_days: float = Field(default=7.0, ge=0)
+
+
+class ShellConfig(_Section):
+    """`[tools.shell]`: the sandboxed shell tool (agentd/hands)."""
+
+    enabled: bool = True
+    # "bwrap": bubblewrap (read-only system, the workspace writable, private /tmp, no network).
+    # "none": unsandboxed, on the owner's explicit choice; every approval card says so.
+    sandbox: Literal["bwrap", "none"] = "bwrap"
+    bwrap: str = "bwrap"
+    # When agentd runs as root, commands run as this user (so process limits apply to them).
+    run_as: str = "nobody"
+    # Programs that may run without asking (read-only ones); the owner can extend the list.
+    allowlist: list[str] = Field(
+        default_factory=lambda: [
+            "df", "du", "free", "uptime", "uname", "date", "hostname", "nproc", "whoami",
+            "id", "pwd", "ls", "lsblk", "stat", "wc",
+        ]
+    )  # fmt: skip
+    # Programs allowed to ask for the network (still approved per command); none by default.
+    network_programs: list[str] = Field(default_factory=list)
+    cpu_seconds: int = Field(default=60, ge=1, le=86_400)
+    memory_mb: int = Field(default=1024, ge=16, le=1_048_576)
+    max_processes: int = Field(default=64, ge=4, le=100_000)
+    wall_seconds: float = Field(default=120.0, gt=0, le=86_400)
+    # Output kept for the model: its head and its tail, the cut in between said.
+    output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
+    max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # After this long the chat shows "running…" with the elapsed time, edited in place.
+    progress_after: float = Field(default=5.0, ge=0)
+    # Wall time of a command left running in the background (its own durable workflow).
+    background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+
+
 class ToolsConfig(_Section):
     risk: dict[str, Risk] = Field(default_factory=dict)
     disabled: list[str] = Field(default_factory=list)
@@ -306,6 +351,8 @@ class ToolsConfig(_Section):
     approval_timeout: float = Field(default=3600.0, gt=0)
     fetch: FetchConfig = Field(default_factory=FetchConfig)
     mcp: list[McpServerConfig] = Field(default_factory=list)
+    workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
+    shell: ShellConfig = Field(default_factory=ShellConfig)
 
     @field_validator("mcp")
     @classmethod
@@ -315,6 +362,22 @@ class ToolsConfig(_Section):
         if duplicates:
             raise ValueError(f"MCP server names must be unique; repeated: {', '.join(duplicates)}")
         return servers
+
+
+class SkillsConfig(_Section):
+    """`[skills]`: Agent Skills folders (SKILL.md) the owner enabled with `agentd skills`."""
+
+    enabled: bool = True  # false: no skill is listed or offered to the model
+    # Folders of skill folders; the first is where `agentd skills add` installs. Empty: a
+    # `skills` folder beside the config file (or beside the database without one).
+    paths: list[str] = Field(default_factory=list)
+    # `agentd skills add URL`: at most this much is downloaded (SSRF policy of [tools.fetch]).
+    max_download_bytes: int = Field(default=20_000_000, ge=1024, le=500_000_000)
+    # A skill folder (installed or unpacked) may hold at most this many files and bytes.
+    max_files: int = Field(default=500, ge=1, le=100_000)
+    max_bytes: int = Field(default=50_000_000, ge=1024, le=2_000_000_000)
+    # Seconds a skill's script may run in the sandbox.
+    script_timeout: float = Field(default=120.0, gt=0, le=3600)
 
 
 class WebConfig(_Section):
@@ -341,6 +404,140 @@ class WebConfig(_Section):
         return value.rstrip("/")
 
 
+MAIL_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
+
+
+class MailRule(_Section):
+    """A `[[mail.rules]]` entry: which new mail earns a notice (no model call) or a summary.
+
+    Every given field must match (case-insensitive substring; folder exact); the first rule
+    that matches decides. No rule matches: nothing is sent.
+    """
+
+    sender: str = ""
+    subject: str = ""
+    folder: str = ""
+    action: Literal["notify", "summary", "ignore"] = "notify"
+
+
+class MailAccountConfig(_Section):
+    """`[[mail]]`: one mailbox over IMAP (reading) and SMTP (sending)."""
+
+    name: str = Field(default="mail", pattern=MAIL_NAME)
+    address: str = Field(min_length=3)  # the From address
+    display_name: str = ""
+    username: str = ""  # empty: the address
+    # The NAME of the environment variable (or systemd credential) holding the app password.
+    password_env: str = Field(min_length=1)
+    imap_host: str = Field(min_length=1)
+    imap_port: int = Field(default=993, ge=1, le=65535)
+    # tls: TLS from the first byte (993/465); starttls: upgrade a plain connection (143/587);
+    # plain: no encryption, only for a server on this machine.
+    imap_security: Literal["tls", "starttls", "plain"] = "tls"
+    smtp_host: str = ""  # empty: the IMAP host
+    smtp_port: int = Field(default=465, ge=1, le=65535)
+    smtp_security: Literal["tls", "starttls", "plain"] = "tls"
+    # A CA certificate (PEM) to trust besides the system's: a self-hosted server whose
+    # certificate no public CA signed. Empty: the system's trust store only.
+    ca_file: str = ""
+    sent_folder: str = "Sent"
+    drafts_folder: str = "Drafts"
+    # Append each sent mail to sent_folder; false where the server files it itself (Gmail).
+    save_sent: bool = True
+    timeout: float = Field(default=30.0, gt=0, le=300)
+    # Watch these folders with IMAP IDLE (polling where IDLE is missing); empty: no watching.
+    watch: list[str] = Field(default_factory=list)
+    poll_interval: float = Field(default=300.0, ge=5)  # without IDLE; and IDLE is renewed as often
+    rules: list[MailRule] = Field(default_factory=list)
+    # Attachments saved on request go here (empty: `attachments` beside the database).
+    attachments_dir: str = ""
+
+    @property
+    def login(self) -> str:
+        return self.username or self.address
+
+    @property
+    def smtp_server(self) -> str:
+        return self.smtp_host or self.imap_host
+
+
+class CalendarConfig(_Section):
+    """`[[calendar]]`: a CalDAV calendar (read and write) or an iCalendar feed (read only)."""
+
+    name: str = Field(default="calendar", pattern=MAIL_NAME)
+    # A CalDAV calendar or principal URL, or an https URL of a .ics feed (read only).
+    url: str = Field(min_length=8)
+    username: str = ""
+    password_env: str = ""  # empty: no authentication (a public feed)
+    # Which calendar of the account, by display name; empty: the first one.
+    calendar: str = ""
+    timezone: str = ""  # empty: agent.timezone
+    timeout: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("url must start with http:// or https://")
+        return value
+
+    @property
+    def is_feed(self) -> bool:
+        return self.url.split("?")[0].lower().endswith(".ics")
+
+
+class AutomationsConfig(_Section):
+    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
+
+    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
+    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
+    folder: str = ""
+    modules: list[str] = Field(default_factory=list)
+    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
+
+
+class HookConfig(_Section):
+    """One `[hooks.routes.NAME]`: what `POST /hooks/NAME` starts, and how it is verified."""
+
+    workflow: str = ""  # the automation it starts; empty: `prompt` makes it a turn instead
+    prompt: str = ""  # a turn in the owner's chat: this text, then the JSON body as data
+    # The NAME of the environment variable holding the HMAC secret (never the secret itself).
+    secret_env: str
+    # Headers tried for the signature (sha256=<hex> of the raw body) and the delivery id.
+    signature_headers: list[str] = Field(
+        default_factory=lambda: ["X-Hub-Signature-256", "X-Signature-256"]
+    )
+    delivery_headers: list[str] = Field(
+        default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> HookConfig:
+        if bool(self.workflow) == bool(self.prompt):
+            raise ValueError('give exactly one of workflow = "NAME" or prompt = "text"')
+        return self
+
+
+class HooksConfig(_Section):
+    """`[hooks]`: the webhook listener; off unless enabled."""
+
+    enabled: bool = False
+    # "127.0.0.1:8787" (loopback only unless a reverse proxy forwards) or "unix:/path.sock".
+    listen: str = "127.0.0.1:8787"
+    max_body_bytes: int = Field(default=256 * 1024, ge=1024, le=16 * 1024 * 1024)
+    routes: dict[str, HookConfig] = Field(default_factory=dict)
+
+    @field_validator("routes")
+    @classmethod
+    def _route_names(cls, routes: dict[str, HookConfig]) -> dict[str, HookConfig]:
+        import re
+
+        bad = [name for name in routes if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name)]
+        if bad:
+            raise ValueError(f"hook names are 1-64 of letters, digits, _ and -: {bad}")
+        return routes
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -353,8 +550,8 @@ class StartupConfig(_Section):
     # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
     # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
     lazy_aiogram: bool = True
-    # Import only the parts of the Anthropic SDK a request uses (agentd.llm.anthropic_loader);
-    # false imports all of it, as `import anthropic` does (~1.5 s more CPU at start-up).
+    # No effect since the model is reached over HTTP without the SDK; kept so configurations
+    # that set it still load.
     lazy_anthropic: bool = True
 
 
@@ -380,14 +577,45 @@ class Config(_Section):
     docs: DocsConfig = Field(default_factory=DocsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
+    hooks: HooksConfig = Field(default_factory=HooksConfig)
+    skills: SkillsConfig = Field(default_factory=SkillsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
+    mail: list[MailAccountConfig] = Field(default_factory=list)
+    calendar: list[CalendarConfig] = Field(default_factory=list)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
+    # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets
+    # named by other keys (mail and calendar passwords); never serialised.
+    stored_secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
+
+    def secret_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """Where a secret named by a `*_env` key is looked up: the environment first, then
+        the secrets file (then, in read_named_secret, a systemd credential)."""
+        return {**self.stored_secrets, **env}
+
+    @field_validator("mail", "calendar")
+    @classmethod
+    def _unique_names(cls, items: list[Any]) -> list[Any]:
+        names = [item.name for item in items]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"account names must be unique; repeated: {', '.join(duplicates)}")
+        return items
 
     @property
     def db_path(self) -> Path:
         return Path(self.storage.path).expanduser()
+
+    @property
+    def skill_dirs(self) -> list[Path]:
+        """Folders of skill folders, the install folder first (`[skills] paths`)."""
+        if self.skills.paths:
+            base = Path(self.source).parent if self.source else Path()
+            return [base / Path(p).expanduser() for p in self.skills.paths]
+        home = Path(self.source).parent if self.source else self.db_path.parent
+        return [home / "skills"]
 
     @property
     def outgoing_dir(self) -> Path:
@@ -395,6 +623,13 @@ class Config(_Section):
         if self.media.outgoing_dir:
             return Path(self.media.outgoing_dir).expanduser()
         return self.db_path.parent / "outgoing"
+
+    @property
+    def workspace_dir(self) -> Path:
+        """The folder the file tools and the shell work in (`[tools.workspace] path`)."""
+        if self.tools.workspace.path:
+            return Path(self.tools.workspace.path).expanduser()
+        return self.db_path.parent / "workspace"
 
 
 ENV_PREFIX = "AGENTD_"
@@ -438,10 +673,27 @@ ENV_SYNTAX = (
 )
 
 
+def _check_single_underscore(name: str) -> None:
+    """AGENTD_TELEGRAM_ALLOWED_USER_IDS (one underscore) would be ignored without a word."""
+    rest = name[len(ENV_PREFIX) :].lower()
+    for section, model in Config.model_fields.items():
+        prefix = f"{section}_"
+        annotation = model.annotation
+        keys = getattr(annotation, "model_fields", {})
+        if rest.startswith(prefix) and rest[len(prefix) :] in keys:
+            fixed = f"{ENV_PREFIX}{section.upper()}__{rest[len(prefix) :].upper()}"
+            raise ConfigError(
+                f"environment variable {name} is not read: between the section and the key "
+                f"there are two underscores ({fixed}); {ENV_SYNTAX}"
+            )
+
+
 def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
     """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
     applied: dict[str, str] = {}
     for name, raw in env.items():
+        if name.startswith(ENV_PREFIX) and "__" not in name:
+            _check_single_underscore(name)
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
@@ -480,6 +732,20 @@ def read_secrets_file(path: Path) -> dict[str, str]:
     return values
 
 
+def read_named_secret(name: str, env: dict[str, str] | Any) -> str:
+    """A secret by its variable NAME: the environment, else a systemd credential of that name."""
+    if not name:
+        return ""
+    value = str(env.get(name, "")).strip()
+    cred_dir = env.get("CREDENTIALS_DIRECTORY")
+    if not value and cred_dir:
+        for candidate in (name, name.lower()):
+            path = Path(cred_dir) / candidate
+            if path.is_file():
+                return path.read_text().strip()
+    return value
+
+
 def _read_secret(name: str, env: dict[str, str], stored: dict[str, str]) -> SecretStr | None:
     """The environment first, then a systemd credential, then the secrets file."""
     value = env.get(_SECRET_ENV[name])
@@ -512,10 +778,35 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
     where = f"{source}: " if source else ""
     if err["type"] == "extra_forbidden":
         hint = "unknown key; see config.example.toml for the keys that exist"
-        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key"}:
+        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
             hint = "secrets are not read from the config file; set them in the environment"
         return f"{where}{key}: {hint}"
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
+
+
+def _beside(config: Config, folder: Path, from_env: dict[str, str]) -> None:
+    """Relative paths in the config file are relative to its folder, as `agentd.env` is, so
+    `cd elsewhere && agentd run --config ~/x/agentd.toml` opens ~/x/agentd.db. A path from the
+    environment keeps the caller's working directory."""
+    storage = Path(config.storage.path).expanduser()
+    if "storage.path" not in from_env and not storage.is_absolute():
+        resolved = (folder / storage).absolute()
+        old = storage.absolute()  # where agentd before 0.2 looked
+        if old != resolved and old.exists() and not resolved.exists():
+            raise ConfigError(
+                f"storage.path {config.storage.path!r} is relative to the config file's folder "
+                f"({folder}), where there is no database yet, but {old} (relative to the "
+                f"working directory, as older versions read it) exists: move it to {resolved}, "
+                f"or set storage.path = {str(old)!r}"
+            )
+        config.storage.path = str(resolved)
+    outgoing = Path(config.media.outgoing_dir).expanduser()
+    if (
+        config.media.outgoing_dir
+        and "media.outgoing_dir" not in from_env
+        and not outgoing.is_absolute()
+    ):
+        config.media.outgoing_dir = str((folder / outgoing).absolute())
 
 
 def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
@@ -539,7 +830,10 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
         config = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_first_error(exc, source, from_env)) from None
+    if source is not None:
+        _beside(config, source.parent, from_env)
     stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
     config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
+    config.stored_secrets = stored
     config.source = str(source) if source else None
     return config

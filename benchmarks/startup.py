@@ -1,7 +1,7 @@
 """Cold start and footprint of `agentd run`, lazy aiogram beside eager aiogram, in one run.
 
-Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` and
-`startup.lazy_anthropic` both true, the default, or both false) so machine load hits both alike:
+Against the fakes (tests/fakes/), alternating the two paths (`startup.lazy_aiogram` true, the
+default, or false) so machine load hits both alike:
 - first answer: a message is already waiting in the fake Telegram when `agentd run` starts;
   the time from spawning the process to the fake receiving the reply (sendMessage), and to
   the "agentd running" log line; median of --runs starts per path.
@@ -52,8 +52,7 @@ def tree_rss_kb(pid: int) -> int:
 def _env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, path: str, embedder: str) -> dict:
     overrides = {"AGENTD_LIMITS__MESSAGES_PER_MINUTE": "0"}
     if path in PATHS:
-        overrides |= {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path],
-                      "AGENTD_STARTUP__LAZY_ANTHROPIC": PATHS[path]}  # fmt: skip
+        overrides |= {"AGENTD_STARTUP__LAZY_AIOGRAM": PATHS[path]}
     else:  # another checkout, with its own defaults
         overrides["PYTHONPATH"] = path
     if embedder:
@@ -67,14 +66,18 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def first_answer(path: str, embedder: str) -> tuple[float, float, float]:
-    """Seconds to the first reply, daemon CPU seconds by then, seconds to "agentd running"."""
+STAGES = ("getMe", "first getUpdates", "first model request", "first sendMessage")
+
+
+def first_answer(path: str, embedder: str) -> tuple[float, float, float, dict[str, float]]:
+    """Seconds to the first reply, daemon CPU seconds by then, seconds to "agentd running",
+    and when each start-up stage reached the emulators (seconds since spawn)."""
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-start-"))
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
             tg.add_message(OWNER, OWNER, "hello, are you there?")
             daemon = Daemon(tmp, _env(tmp, tg, llm, path, embedder))
-            t0 = time.monotonic()
+            t0, wall0 = time.monotonic(), time.time()
             daemon.start(wait_ready=False)
             try:
                 tg.wait_for_sent(1, timeout=120)
@@ -83,12 +86,16 @@ def first_answer(path: str, embedder: str) -> tuple[float, float, float]:
                 cpu = cpu_seconds(daemon.proc.pid)
                 daemon.wait_for_log("agentd running", timeout=120)
                 ready = time.monotonic() - t0
+                stages = dict(zip(STAGES, (
+                    tg.calls("getMe")[0]["time"], tg.calls("getUpdates")[0]["time"],
+                    llm.requests[0]["time"], tg.sent[0]["time"],
+                ), strict=True))  # fmt: skip
                 daemon.stop()
             finally:
                 if daemon.proc is not None and daemon.proc.poll() is None:
                     daemon.proc.kill()
                     daemon.proc.wait(10)
-        return answered, cpu, ready
+        return answered, cpu, ready, {k: v - wall0 for k, v in stages.items()}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -126,8 +133,7 @@ steps = [("interpreter start", lambda: None),
          ("agentd.daemon (aiohttp, agentd)", lambda: __import__("agentd.daemon")),
          ("aiogram", lambda: __import__("agentd.telegram.aiogram_loader").telegram
                                 .aiogram_loader.load(lazy=lazy)),
-         ("anthropic SDK", lambda: __import__("agentd.llm.anthropic_loader").llm
-                                   .anthropic_loader.load(lazy=lazy))]
+         ("model client (HTTP)", lambda: __import__("agentd.llm.anthropic_adapter"))]
 last = 0.0
 for name, step in steps:
     step()
@@ -163,9 +169,13 @@ def main() -> None:
     answers: dict[str, list[float]] = {p: [] for p in paths}
     readies: dict[str, list[float]] = {p: [] for p in paths}
     cpus: dict[str, list[float]] = {p: [] for p in paths}
+    stages: dict[str, list[float]] = {stage: [] for stage in STAGES}
     for _ in range(args.runs):
         for path in paths:
-            answered, cpu, ready = first_answer(path, args.embedder)
+            answered, cpu, ready, reached = first_answer(path, args.embedder)
+            if path == "lazy":
+                for stage, at in reached.items():
+                    stages[stage].append(at)
             answers[path].append(answered)
             cpus[path].append(cpu)
             readies[path].append(ready)
@@ -185,6 +195,15 @@ def main() -> None:
             f"(min {min(answers[args.compare]):.2f}), CPU by then "
             f"{statistics.median(cpus[args.compare]):5.2f} s; this tree / it: {ours / base:.2f}×"
         )
+    print("Start-up budget (default path): when each stage reached the emulators, median (s)")
+    print(f"  {'stage':<22} {'since spawn':>11} {'step':>6}")
+    last = 0.0
+    for stage, ats in stages.items():
+        at = statistics.median(ats)
+        print(f"  {stage:<22} {at:11.3f} {at - last:6.3f}")
+        last = at
+    print("  (before getMe: interpreter, imports and opening the database, overlapped; the CPU")
+    print("  of each import is below. getUpdates → model request: the turn's steps and recall.)")
     parts = {path: breakdown(path) for path in PATHS}
     print("CPU of the start-up imports, one after the other (s): step, lazy, eager")
     for (name, lazy_cpu), (_, eager_cpu) in zip(parts["lazy"], parts["eager"], strict=True):

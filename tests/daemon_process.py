@@ -9,12 +9,18 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentd.db import open_sync
+from agentd.durable.store import OPEN_STATUSES
+
+if TYPE_CHECKING:
+    from tests.fakes import FakeTelegram
+
+T = TypeVar("T")
 
 AGENTD = [sys.executable, "-m", "agentd"]
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +66,43 @@ def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[s
     )
     env.update(overrides)
     return env
+
+
+def poll(predicate: Callable[[], T], timeout: float = 30.0, what: str = "") -> T:
+    """Call predicate until it returns something truthy; return that. For state that has no
+    notification to block on (a database row, a file); AssertionError naming `what` on timeout."""
+    deadline = time.monotonic() + timeout
+    while not (value := predicate()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(0.05)
+    return value
+
+
+def send_marker(
+    tg: FakeTelegram, chat_id: int, text: str = "marker", timeout: float = 30.0
+) -> list[dict[str, Any]]:
+    """Send `text` to the daemon from chat_id's user after everything under test and wait for
+    its reply (the fake model's default echo, "echo: <text>"); return what the chat was sent
+    before that reply.
+
+    The positive marker for a negative assert ("no second reply", "nothing else was sent"):
+    updates are taken in order and a chat's turns run one at a time in the order they
+    started, so by the time the marker is answered every earlier update of this chat has been
+    handled and every turn it started has finished."""
+    tg.add_message(chat_id, chat_id, text)
+    sent = tg.wait_until(
+        lambda: (
+            (s := [m for m in tg.sent if m["chat_id"] == chat_id])
+            and any(m["plain_text"] == f"echo: {text}" for m in s)
+            and s
+        ),
+        timeout,
+        f"the reply to the marker {text!r} in chat {chat_id}",
+    )
+    at = next(i for i, m in enumerate(sent) if m["plain_text"] == f"echo: {text}")
+    assert at == len(sent) - 1, f"sent after the marker's reply: {sent[at + 1 :]}"
+    return sent[:at]
 
 
 class Daemon:
@@ -163,6 +206,25 @@ class Daemon:
             if time.monotonic() > deadline:
                 rows = self.query("SELECT id, status, error FROM workflow_instances")
                 raise AssertionError(f"{done}/{n} {status}: {[tuple(r) for r in rows]}")
+            time.sleep(0.05)
+
+    def open_instances(self, key: str | None = None) -> list[tuple[str, str]]:
+        """(id, status) of the workflow instances not yet finished (of one key, if given)."""
+        marks = ", ".join("?" * len(OPEN_STATUSES))
+        sql = f"SELECT id, status FROM workflow_instances WHERE status IN ({marks})"
+        params: tuple[Any, ...] = OPEN_STATUSES
+        if key is not None:
+            sql, params = f"{sql} AND key = ?", (*OPEN_STATUSES, key)
+        return [(r[0], r[1]) for r in self.query(sql, params)]
+
+    def wait_idle(self, key: str | None = None, timeout: float = 30.0) -> None:
+        """Block until no workflow instance (of `key`, if given) is queued, running, waiting or
+        sleeping: whatever they were going to send, call or write has been sent, called and
+        written (a step is journaled only after its effect), and nothing is left to do more."""
+        deadline = time.monotonic() + timeout
+        while found := self.open_instances(key):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"still open after {timeout}s: {found}\n{self.log()}")
             time.sleep(0.05)
 
 

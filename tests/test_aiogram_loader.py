@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,14 @@ def test_other_models_rebuild_as_usual_while_aiogram_imports() -> None:
     assert Later.model_validate({"inner": {"x": 1}}).inner.x == 1
     assert recorded == {}
     assert BaseModel.__dict__["model_rebuild"] is original
+
+
+def test_declared_ranges_take_every_release_up_to_the_next_major() -> None:
+    """No start-up workaround may hold users off a library's next minor (security) release."""
+    import re
+
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    for name in ("aiogram", "pydantic", "aiohttp"):
+        pin = next(d for d in deps if re.match(rf"{name}(\[[^\]]*\])?[><=]", d))
+        caps = re.findall(r"<(\d+)(?:\.(\d+))?", pin)
+        assert all(minor in ("", "0") for _major, minor in caps), pin

@@ -48,12 +48,13 @@ def _json(config: Path, *args: str) -> Any:
 
 
 def test_ingest_ls_search_rm(config: Path, folder: Path) -> None:
-    report = _json(config, "ingest", str(folder))  # creates the database
+    # bad.txt is not ingested, so the exit code is 1 (issue 25: it was 0), after the report.
+    report = json.loads(_run(config, "ingest", str(folder), "--json", code=1).stdout)
     assert sorted(Path(s).name for s in report["added"]) == ["car.txt", "home.md"]
     assert report["failed"][0]["reason"].startswith("not valid UTF-8")
     assert report["chunks_embedded"] == 2
 
-    table = _run(config, "ingest", str(folder)).stdout
+    table = _run(config, "ingest", str(folder), code=1).stdout
     assert "unchanged" in table and "Not ingested" in table and "bad.txt" in table
 
     docs = _json(config, "docs", "ls")
@@ -89,7 +90,7 @@ def test_the_cli_does_not_import_the_telegram_or_llm_stacks(config: Path, folder
         "from typer.testing import CliRunner\n"
         "from agentd.cli.app import app\n"
         f"r = CliRunner().invoke(app, ['ingest', {str(folder)!r}, '-c', {str(config)!r}])\n"
-        "assert r.exit_code == 0, r.output\n"
+        "assert r.exit_code == 1, r.output  # bad.txt is not ingested\n"
         "print([m for m in ('aiogram', 'anthropic') if m in sys.modules])\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

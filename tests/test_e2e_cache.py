@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.daemon_process import OWNER, Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 
@@ -30,10 +29,7 @@ def say(tg: FakeTelegram, daemon: Daemon, text: str) -> None:
     """One turn, until its answer is stored (its model calls' usage is recorded before)."""
     before = answers(daemon)
     tg.add_message(OWNER, OWNER, text)
-    deadline = time.monotonic() + 30
-    while answers(daemon) == before:
-        assert time.monotonic() < deadline, f"no answer to {text!r}"
-        time.sleep(0.05)
+    poll(lambda: answers(daemon) != before, 30, f"an answer to {text!r}")
 
 
 def turn_usage(daemon: Daemon) -> list[tuple[str, int, int]]:

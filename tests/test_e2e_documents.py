@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,9 @@ def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         env = daemon_env(tmp_path, tg.base_url, llm.base_url)
         with running_daemon(tmp_path, env) as daemon:
-            report = daemon.cli_json("ingest", str(notes))
+            result = daemon.cli("ingest", str(notes), "--json")
+            assert result.returncode == 1, result.stderr  # broken.txt failed (issue 25: was 0)
+            report = json.loads(result.stdout)
             assert report["added"] == [str(notes / "guide.md")]
             assert [f["source"] for f in report["failed"]] == [str(notes / "broken.txt")]
 
@@ -51,7 +54,7 @@ def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
 
             # Re-ingesting after an edit re-embeds only what changed.
             (notes / "guide.md").write_text(GUIDE.replace("Heron", "Kingfisher"))
-            again = daemon.cli_json("ingest", str(notes))
+            again = json.loads(daemon.cli("ingest", str(notes), "--json").stdout)
             assert again["changed"] == [str(notes / "guide.md")]
             assert again["chunks_embedded"] < 3
             listed = daemon.cli_json("docs", "ls")

@@ -7,7 +7,6 @@ backend, checks the reply that says how to enable one.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentd.media.voice import FAILED_REPLY, NOT_HEARD_REPLY
-from tests.daemon_process import Daemon, daemon_env, running_daemon
+from tests.daemon_process import Daemon, daemon_env, poll, running_daemon
 from tests.docs_support import make_pdf
 from tests.fakes import FakeAnthropic, FakeTelegram, FakeTranscription
 
@@ -213,10 +212,7 @@ def test_a_tool_that_returns_a_file_has_it_sent_as_a_document(stack: Stack) -> N
     assert doc["data"].startswith(b"day,steps\n1,4000")
     assert stack.sent(user)[0]["plain_text"] == "Here is your report."
     outgoing = stack.daemon.tmp / "outgoing"
-    deadline = time.monotonic() + 10
-    while list(outgoing.iterdir()) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert list(outgoing.iterdir()) == []  # sent, then removed: nothing kept
+    poll(lambda: not list(outgoing.iterdir()), 10, "outgoing/ emptied")  # nothing kept
     journal = stack.daemon.query("SELECT result FROM workflow_steps WHERE name = 'tool:tu_rep'")
     assert "day,steps" not in journal[0][0]  # only the path travels through the journal
 
@@ -231,11 +227,9 @@ def test_without_a_backend_a_voice_note_gets_told_how_to_enable_it(tmp_path: Pat
 
 
 def _wait_complete(daemon: Daemon, instance_id: str) -> None:
-    deadline = time.monotonic() + 20
     query = "SELECT status FROM workflow_instances WHERE id = ?"
-    while daemon.query(query, (instance_id,))[0][0] != "complete":
-        assert time.monotonic() < deadline, f"{instance_id} did not complete"
-        time.sleep(0.05)
+    poll(lambda: daemon.query(query, (instance_id,))[0][0] == "complete", 20,
+         f"{instance_id} to complete")  # fmt: skip
 
 
 def _sha(data: bytes) -> str:

@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import Daemon, daemon_env, running_daemon
+from agentd.chat.names import chat_key
+from agentd.schedule.store import schedule_key
+from tests.daemon_process import Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 USERS = list(range(300, 330))
@@ -65,11 +67,12 @@ class Stack:
         return [r[0] for r in rows]
 
     def wait_runs(self, schedule_id: str, n: int, timeout: float = 20) -> list[str]:
-        deadline = time.monotonic() + timeout
-        while len(found := self.runs(schedule_id)) < n:
-            assert time.monotonic() < deadline, f"{schedule_id}: only {found}\n{self.daemon.log()}"
-            time.sleep(0.05)
-        return found
+        return poll(lambda: len(found := self.runs(schedule_id)) >= n and found, timeout,
+                    f"{n} runs of {schedule_id}")  # fmt: skip
+
+    def instance_status(self, key: str) -> str:
+        sql = "SELECT status FROM workflow_instances WHERE key = ?"
+        return self.daemon.query(sql, (key,))[0][0]
 
 
 def script(llm: FakeAnthropic, marker: str, *replies: Any) -> None:
@@ -115,7 +118,9 @@ def test_the_model_schedules_a_reminder_from_chat_and_it_fires_once(stack: Stack
     assert reminder["plain_text"] == "stand up and stretch"
     [sched] = stack.daemon.cli_json("schedule", "ls", "--all", "--user", str(user))
     assert stack.wait_runs(sched["id"], 1) == ["sent"]
-    time.sleep(1.0)
+    # The occurrence's workflow is over (it records its run after the send) and, a one-off,
+    # started no other: nothing is left that could deliver it again.
+    stack.daemon.wait_idle(schedule_key(sched["id"]))
     assert len(stack.sent(user)) == 2  # exactly one delivery
     shown = stack.daemon.cli_json("schedule", "show", sched["id"])
     assert shown["state"] == "done" and shown["runs"][0]["outcome"] == "sent"
@@ -142,11 +147,8 @@ def test_reminders_command_lists_and_its_button_cancels(stack: Stack) -> None:
     assert answer["text"] == f"Cancelled {sched['id']}."
     texts = [a["text"] for a in stack.tg.callback_answers]
     assert "That reminder does not exist (or is not yours)." in texts
-    deadline = time.monotonic() + 3
-    while stack.daemon.query("SELECT status FROM workflow_instances WHERE key = ?",
-                             (f"schedule-{sched['id']}",))[0][0] != "cancelled":  # fmt: skip
-        assert time.monotonic() < deadline, "the sleeping occurrence was not cancelled"
-        time.sleep(0.05)
+    key = schedule_key(sched["id"])
+    poll(lambda: stack.instance_status(key) == "cancelled", 3, "the occurrence cancelled")
 
 
 def test_cli_cancel_while_sleeping_takes_effect(stack: Stack) -> None:
@@ -154,11 +156,9 @@ def test_cli_cancel_while_sleeping_takes_effect(stack: Stack) -> None:
     sched = stack.add(user, "--message", "never sent", "--after", "30s")
     out = stack.daemon.cli_json("schedule", "cancel", sched["id"])
     assert out["state"] == "cancelled"
-    deadline = time.monotonic() + 2.0  # the daemon notices the cancel within a second or two
-    while stack.daemon.query("SELECT status FROM workflow_instances WHERE key = ?",
-                             (f"schedule-{sched['id']}",))[0][0] != "cancelled":  # fmt: skip
-        assert time.monotonic() < deadline, "cancel did not reach the sleeping workflow"
-        time.sleep(0.05)
+    key = schedule_key(sched["id"])
+    # The daemon notices the cancel within a second or two.
+    poll(lambda: stack.instance_status(key) == "cancelled", 2.0, "the cancel to reach it")
     # The occurrence's workflow is over: nothing is left that could send it.
     assert stack.sent(user) == [] and stack.runs(sched["id"]) == []
 
@@ -186,19 +186,16 @@ def test_prompt_schedule_runs_a_turn_and_a_high_risk_tool_waits_for_approval(
         lambda: next((m for m in stack.sent(user) if m["reply_markup"]), None), 20, "approval"
     )
     assert "delete_file" in request["plain_text"]
-    time.sleep(1.0)
+    # The run's turn is parked on the approval: what it did before asking is all it did.
+    poll(lambda: stack.instance_status(chat_key(user)) == "waiting", 20, "the turn to wait")
     assert "delete_file /tmp/sched-old" not in stack.daemon.effects()  # waits for consent
     approve = request["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
     stack.tg.add_callback_query(user, user, request["message_id"], approve)
     assert stack.wait_sent(user, 2)[1]["plain_text"] == "Deleted the old file."
     assert stack.daemon.effects().count("delete_file /tmp/sched-old") == 1
     assert stack.runs(sched["id"]) == ["started"]
-    deadline = time.monotonic() + 10
-    while (run := stack.daemon.cli_json("schedule", "show", sched["id"])["runs"][0])[
-        "turn_status"
-    ] != "complete":
-        assert time.monotonic() < deadline, run
-        time.sleep(0.2)
+    run = poll(lambda: (r := stack.daemon.cli_json("schedule", "show", sched["id"])["runs"][0])
+               ["turn_status"] == "complete" and r, 10, "the run's turn to complete")  # fmt: skip
     assert run["instance_id"].endswith("-turn")
     used = stack.daemon.query("SELECT COUNT(*) FROM llm_usage WHERE chat_id = ?", (user,))[0][0]
     assert used == 2  # the run's model calls count against this chat's budget
@@ -212,7 +209,7 @@ def test_a_second_runner_cannot_fire_occurrences(stack: Stack) -> None:
     second = stack.daemon.cli("run")
     assert second.returncode == 3 and "already running" in second.stderr
     assert stack.wait_runs(sched["id"], 1) == ["sent"]
-    time.sleep(0.5)
+    stack.daemon.wait_idle(schedule_key(sched["id"]))  # the one-off's workflow is over
     assert [m["plain_text"] for m in stack.sent(user)] == ["just once"]
 
 
@@ -240,7 +237,8 @@ def test_kill9_before_during_and_after_an_occurrence_delivers_once(lonely: Stack
     s.daemon.start()
     s.wait_sent(during, 1)
     s.wait_sent(before, 1, timeout=30)
-    time.sleep(1.0)
+    # Every occurrence's workflow and the prompt's turn are over: nothing left could send.
+    s.daemon.wait_idle()
     assert [m["plain_text"] for m in s.sent(after)] == ["after"]
     assert [m["plain_text"] for m in s.sent(during)] == ["hi there"]
     assert [m["plain_text"] for m in s.sent(before)] == ["before"]
@@ -256,12 +254,14 @@ def test_downtime_over_several_occurrences_follows_each_policy(lonely: Stack) ->
     # Created while the daemon is down (as `agentd schedule add` does): three runs, 2 s apart.
     now = time.time()
     ids = {policy: add_direct(s.daemon, user, policy, RULE, now) for policy, user in users.items()}
-    time.sleep(max(0.0, now + 2 + 4 + 1.5 - time.time()))  # every run fell due while down
+    # Real time must pass with the daemon down (it runs on the system clock): every run falls
+    # due while it is not running. What is tested, not a wait for an event.
+    time.sleep(max(0.0, now + 2 + 4 + 1.5 - time.time()))
     s.daemon.start()
     assert s.wait_runs(ids["skip"], 3) == ["missed"] * 3
     assert s.wait_runs(ids["once"], 3) == ["missed", "missed", "sent"]
     assert s.wait_runs(ids["all"], 3) == ["sent"] * 3
-    time.sleep(0.5)
+    s.daemon.wait_idle()  # the last (third) runs were recorded after their sends; none chain
     assert [len(s.sent(u)) for u in users.values()] == [0, 1, 3]
     listed = s.daemon.cli_json("schedule", "show", ids["skip"])
     assert [r["outcome"] for r in listed["runs"]] == ["missed"] * 3

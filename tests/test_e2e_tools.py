@@ -6,7 +6,6 @@ Most tests share one daemon (each in its own chat); the ones that restart it hav
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -226,11 +225,9 @@ def test_approve_from_the_cli_reaches_the_turn_quickly(stack: Stack) -> None:
     assert len(waiting) == 1 and waiting[0]["tool"] == "delete_file"
     before = len(stack.requests_for(user))
     result = stack.daemon.cli("approve", waiting[0]["id"])
-    approved_at = time.monotonic()
     assert result.returncode == 0, result.stderr
+    # How fast the daemon notices is benchmarks/approval_latency.py's figure, not a test's.
     stack.llm.wait_until(lambda: len(stack.requests_for(user)) > before, 10, "the next call")
-    latency = time.monotonic() - approved_at
-    assert latency < 2.0, latency
     assert stack.wait_sent(user, 2)[1]["plain_text"] == "Done via CLI."
     assert stack.daemon.effects().count("delete_file /cli") == 1
     again = stack.daemon.cli("approve", waiting[0]["id"])
@@ -244,20 +241,29 @@ def test_a_stranger_cannot_approve(stack: Stack) -> None:
     script(stack, user, tool_use("delete_file", {"path": "/x"}, "toolu_hi5"), "ok")
     stack.tg.add_message(user, user, f"u{user}: delete /x")
     request = stack.approval_message(user)
-    forged = stack.press(999, user, request, approve=True)
-    stack.tg.wait_for_confirmed(forged, timeout=10)
-    time.sleep(0.5)
-    assert stack.daemon.query("SELECT status FROM approvals WHERE chat_id = ?", (user,))[0][0] == (
-        "pending"
-    )
-    assert "delete_file /x" not in stack.daemon.effects()
-    # A forged callback from an allowed user is answered and changes nothing either.
+    stack.press(999, user, request, approve=True)
+    # A forged callback from an allowed user is answered and changes nothing either. Its
+    # answer is the marker for the stranger's press: updates are taken in order.
     stack.tg.add_callback_query(user, user, request["message_id"], "ap:AAAAAAAAAAAA:y")
-    stack.tg.add_callback_query(user, user, request["message_id"], "garbage")
+    garbage = stack.tg.callback_query_id(
+        stack.tg.add_callback_query(user, user, request["message_id"], "garbage")
+    )
+    stack.tg.wait_until(
+        lambda: any(a["callback_query_id"] == garbage for a in stack.tg.callback_answers),
+        10, "the answer to the garbage press",
+    )  # fmt: skip
+
+    def status() -> str:
+        return stack.daemon.query("SELECT status FROM approvals WHERE chat_id = ?", (user,))[0][0]
+
+    assert status() == "pending"
+    assert "delete_file /x" not in stack.daemon.effects()
     stack.press(user, user, request, approve=False)
-    stack.wait_sent(user, 2)
+    stack.wait_sent(user, 2)  # the turn went on after the owner's decision
     texts = [a["text"] for a in stack.tg.callback_answers]
     assert "This approval is unknown." in texts and "This button is not recognised." in texts
+    assert status() == "denied"
+    assert "delete_file /x" not in stack.daemon.effects()
 
 
 def test_tool_failures_go_back_to_the_model(stack: Stack) -> None:

@@ -209,7 +209,8 @@ async def test_sleep_survives_restart_and_wakes_at_original_time(db: Database) -
     while clock.sleepers == 0:
         await asyncio.sleep(0.005)
     clock.advance(1799)
-    await asyncio.sleep(0.05)
+    # advance() wakes every due sleeper before it returns: the one at +3600 is still asleep.
+    assert clock.sleepers == 1
     assert (await db.read(store.get_instance, "z")).status == "sleeping"
     clock.advance(1)
     inst = await engine2.wait_for("z")
@@ -574,7 +575,9 @@ async def test_cancel_while_waiting_for_a_slot_sticks(db: Database) -> None:
     while calls.counts["a"] == 0:
         await asyncio.sleep(0.005)
     await engine.start("slot", In(label="b"), instance_id="b", key="kb")
-    await asyncio.sleep(0.05)  # b's runner now waits for the only slot
+    # b's runner now waits for the only slot (asyncio.Semaphore has no public waiter count).
+    while not engine._slots._waiters:
+        await asyncio.sleep(0.005)
     await db.write(store.request_cancel, "b", 0.0)  # as the CLI would, via the database
     gate.set()
     await engine.wait_for("a")

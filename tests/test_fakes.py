@@ -119,8 +119,8 @@ async def test_get_updates_long_poll(tg: FakeTelegram, bot: Bot) -> None:
     assert 0.9 < time.monotonic() - started < 3
 
     poll = asyncio.create_task(bot.get_updates(timeout=10))
-    await asyncio.sleep(0.2)
-    assert not poll.done()
+    await asyncio.to_thread(tg.wait_for_requests, "getUpdates", 2)  # the fake holds it now
+    assert not poll.done()  # and it returns "wake up" below, so it was held until then
     # Scripting is thread-safe: add the message from another thread.
     threading.Thread(target=tg.add_message, args=(42, 42, "wake up")).start()
     started = time.monotonic()
@@ -131,7 +131,7 @@ async def test_get_updates_long_poll(tg: FakeTelegram, bot: Bot) -> None:
 
 async def test_second_poller_ends_the_first_with_conflict(tg: FakeTelegram, bot: Bot) -> None:
     first = asyncio.create_task(bot.get_updates(timeout=10))
-    await asyncio.sleep(0.2)
+    await asyncio.to_thread(tg.wait_for_requests, "getUpdates", 1)  # the first is at the fake
     second = asyncio.create_task(bot.get_updates(timeout=0))
     with pytest.raises(TelegramConflictError):
         await asyncio.wait_for(first, 5)
@@ -481,8 +481,8 @@ async def test_hold_and_release(llm: FakeAnthropic, client: anthropic.AsyncAnthr
         client.messages.create(model=MODEL, max_tokens=10, messages=user("x"))
     )
     await asyncio.to_thread(llm.wait_for_held, 1)
-    await asyncio.sleep(0.1)
-    assert not call.done() and len(llm.requests) == 1
+    # Held at the fake, nothing answered: the call cannot be done (it gets the text below).
+    assert not call.done() and len(llm.requests) == 1 and llm.responses == []
     llm.release()
     msg = await asyncio.wait_for(call, 5)
     assert msg.content[0].type == "text" and msg.content[0].text == "after the pause"
@@ -542,11 +542,15 @@ async def test_client_gone_while_held_consumes_nothing(llm: FakeAnthropic) -> No
         post.cancel()  # like kill -9 of the client while the model "thinks"
         with pytest.raises(asyncio.CancelledError):
             await post
-    await asyncio.sleep(0.1)
-    llm.release()
-    await asyncio.to_thread(llm.wait_until, lambda: llm.held == 0)
-    await asyncio.sleep(0.1)
-    assert llm.queued == 1 and llm.responses == []
+        # The fake notices the client is gone and stops holding it, before any release.
+        await asyncio.to_thread(llm.wait_until, lambda: llm.held == 0)
+        llm.release()
+        # The marker: the next client gets the queued answer, so the gone one consumed nothing.
+        after = await http.post(f"{llm.base_url}/v1/messages", json=body, headers=headers)
+        assert (await after.json())["content"][0]["text"] == "for the next process"
+    assert llm.queued == 0 and [r["body"]["content"][0]["text"] for r in llm.responses] == [
+        "for the next process"
+    ]
 
 
 async def test_in_loop_mode() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import time
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +65,19 @@ async def test_one_synced_write_makes_the_group_synced(db: Any) -> None:
 
 
 async def test_a_write_cancelled_before_its_group_starts_does_not_happen(db: Any) -> None:
+    started, release = threading.Event(), threading.Event()
+
     def slow(conn: Any) -> None:
-        time.sleep(0.2)  # holds the writer thread, so the next writes queue behind it
+        started.set()
+        release.wait(10)  # holds the writer thread, so the next writes queue behind it
 
     first = asyncio.create_task(db.write(slow))
-    await asyncio.sleep(0.05)
+    assert await asyncio.to_thread(started.wait, 10)
     cancelled = asyncio.create_task(db.write(insert, 7))
     kept = asyncio.create_task(db.write(insert, 8))
-    await asyncio.sleep(0)
+    await asyncio.sleep(0)  # one pass of the loop: both are queued behind `slow`
     cancelled.cancel()
+    release.set()
     await first
     assert await kept == 8
     with pytest.raises(asyncio.CancelledError):

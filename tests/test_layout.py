@@ -26,10 +26,11 @@ TIERS: list[tuple[str, ...]] = [
     ("durable",),
     ("chat", "llm", "access", "retention", "retrieval"),
     ("tools",),
-    ("knowledge", "memory", "web"),
-    ("media",),
+    ("knowledge", "memory", "web", "hands", "mail", "calendar"),
+    ("media", "skills"),
     ("agent", "commands"),
     ("schedule",),
+    ("automations",),  # the owner's own workflows: start, signal, hooks
     ("telegram",),
     ("daemon",),
     ("cli",),

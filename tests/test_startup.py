@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pty
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from agentd.llm.deferred import DeferredLLM
-from agentd.llm.types import LLMRequest, LLMResponse
 from tests.daemon_process import AGENTD, OWNER, TOKEN, Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram
 
@@ -20,8 +15,8 @@ HEAVY = ("aiogram", "anthropic", "mcp", "pypdf", "PIL", "onnxruntime", "numpy", 
 
 
 def test_importing_the_daemon_loads_no_heavy_library() -> None:
-    """The daemon module itself is light: aiogram and the SDK load in start-up's threads, the
-    rest (documents, MCP, images, local embeddings) when first used."""
+    """The daemon module itself is light: aiogram loads in start-up's thread, the rest
+    (documents, MCP, images, local embeddings) when first used."""
     code = "import sys, agentd.daemon; print(sorted({m.split('.')[0] for m in sys.modules}))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout  # fmt: skip
@@ -34,11 +29,7 @@ def test_run_says_starting_and_ready_on_a_terminal_and_answers_the_waiting_messa
 ) -> None:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         tg.add_message(OWNER, OWNER, "waiting since before start-up")
-        # The whole SDK (about three times the CPU of the lazy one, which is often ready first
-        # now): the waiting message's turn must start without waiting for it.
-        env = daemon_env(
-            tmp_path, tg.base_url, llm.base_url, AGENTD_STARTUP__LAZY_ANTHROPIC="false"
-        )
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
         master, slave = pty.openpty()
         proc = subprocess.Popen([*AGENTD, "run"], env=env, cwd=tmp_path, stdout=slave,
                                 stderr=slave)  # fmt: skip
@@ -60,8 +51,6 @@ def test_run_says_starting_and_ready_on_a_terminal_and_answers_the_waiting_messa
     assert human[0].startswith(f"agentd: starting (pid {proc.pid}; config: ")
     assert human[1].startswith("agentd: ready in ") and human[1].endswith(" s as @fake_bot")
     assert len(human) == 2
-    # The waiting message was stored and its turn started before the model SDK was ready.
-    assert output.index("updates stored") < output.index("agentd running")
 
 
 def test_no_human_lines_off_a_terminal(tmp_path: Path) -> None:
@@ -82,44 +71,24 @@ def test_missing_secrets_exit_2_before_contacting_telegram(tmp_path: Path) -> No
         assert tg.calls("getMe") == []
 
 
-class _Adapter:
-    model = "m"
-
-    def __init__(self) -> None:
-        self.closed = False
-
-    async def complete(self, req: LLMRequest, on_text=None) -> LLMResponse:  # type: ignore[no-untyped-def]
-        return LLMResponse(model=self.model, content=[], stop_reason="end_turn")
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-async def test_deferred_llm_waits_for_the_adapter_and_closes_it() -> None:
-    adapter, gate = _Adapter(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-
-    def build() -> _Adapter:
-        asyncio.run_coroutine_threadsafe(gate.wait(), loop).result(10)
-        return adapter
-
-    llm = DeferredLLM("m", build)
-    call = asyncio.create_task(llm.complete(LLMRequest(messages=[])))
-    await asyncio.sleep(0.05)
-    assert not call.done()  # the call waits while the SDK "imports"
-    gate.set()
-    assert (await call).stop_reason == "end_turn"
-    await llm.close()
-    assert adapter.closed
-
-
-async def test_deferred_llm_raises_what_building_raised() -> None:
-    def build() -> _Adapter:
-        raise ImportError("anthropic is broken")
-
-    llm = DeferredLLM("m", build)
-    with pytest.raises(ImportError, match="broken"):
-        await llm.ready()
-    with pytest.raises(ImportError):
-        await llm.complete(LLMRequest(messages=[]))
-    await llm.close()  # nothing was built: nothing to close, no error
+def test_the_daemon_answers_without_the_anthropic_sdk(tmp_path: Path) -> None:
+    """Claude is reached over HTTP: a daemon whose `anthropic` cannot even be imported answers."""
+    poisoned = tmp_path / "poisoned"
+    (poisoned / "anthropic").mkdir(parents=True)
+    (poisoned / "anthropic" / "__init__.py").write_text(
+        "raise ImportError('the daemon must not import the Anthropic SDK')\n"
+    )
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.enqueue_text("Hello over plain HTTP.")
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        env["PYTHONPATH"] = os.pathsep.join([str(poisoned), env.get("PYTHONPATH", "")])
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            tg.add_message(OWNER, OWNER, "hi")
+            tg.wait_for_sent(1, timeout=60)
+            assert [m["plain_text"] for m in tg.sent if m["chat_id"] == OWNER] == [
+                "Hello over plain HTTP."
+            ]
+        finally:
+            assert daemon.stop() == 0
+    assert "must not import" not in daemon.log()

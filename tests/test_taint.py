@@ -10,7 +10,7 @@ from typing import Any
 
 from agentd.agent.approval_flow import Route
 from agentd.agent.taint import TurnTaint, turn_taint
-from agentd.agent.toolloop import note_result
+from agentd.agent.toolloop import UNKNOWN_OUTCOME, note_result
 from agentd.agent.turn import _current_message, _user_content
 from agentd.chat.inputs import MediaRef, ReplyContext, TurnInput
 from agentd.llm.types import ToolUseBlock
@@ -94,6 +94,19 @@ def test_a_result_taints_only_if_its_tool_taints_and_it_ran() -> None:
     note_result(plain, _route("current_time", False), _use("current_time"),
                 ToolOutcome(ok=True, content="12:00"))  # fmt: skip
     assert plain.sources == []
+
+
+def test_a_settled_call_taints_and_an_unknown_outcome_shows_no_urls() -> None:
+    settled = TurnTaint()  # a tool's own account after a crash counts as its result
+    note_result(settled, _route("read_mail", True), _use("read_mail", id="7"),
+                ToolOutcome(ok=True, content="Found it: https://m.example/x"))  # fmt: skip
+    assert settled.sources == ["read_mail (7)"]
+    assert settled.urls == ["https://m.example/x"]
+    unknown = TurnTaint()  # the report echoes the model's own arguments: never a known URL
+    report = f"{UNKNOWN_OUTCOME} The call was: send_mail body: https://leak.example/?d=secret"
+    note_result(unknown, _route("send_mail", False), _use("send_mail", body="x"),
+                ToolOutcome(ok=False, content=report, error_kind="exception"))  # fmt: skip
+    assert unknown.urls == [] and unknown.sources == []
 
 
 def test_fetch_asks_in_a_tainted_turn_only_for_a_url_it_has_not_seen() -> None:

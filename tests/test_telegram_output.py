@@ -20,6 +20,7 @@ from tests.daemon_process import TOKEN
 from tests.fakes import FakeTelegram
 
 CHAT = 11
+OTHER = 12
 DELAY = 0.2
 
 
@@ -27,6 +28,7 @@ DELAY = 0.2
 def tg() -> Iterator[FakeTelegram]:
     with FakeTelegram.running() as server:
         server.add_chat(CHAT)
+        server.add_chat(OTHER)
         yield server
 
 
@@ -43,9 +45,14 @@ async def outbox(tg: FakeTelegram) -> AsyncIterator[TelegramOutbox]:
 async def test_a_quick_answer_shows_no_typing(tg: FakeTelegram, outbox: TelegramOutbox) -> None:
     before = len(tg.actions)
     async with outbox.typing(CHAT):
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(DELAY + 0.1)  # a timer left running would fire by now
-    assert len(tg.actions) == before
+        await asyncio.sleep(0.01)  # the answer: there well before the delay
+    # The marker: a slow answer in another chat, begun after this one ended. Its "typing…" is
+    # due DELAY after it began, later than a timer the quick answer left running would fire.
+    async with outbox.typing(OTHER):
+        await asyncio.to_thread(
+            tg.wait_until, lambda: any(a["chat_id"] == OTHER for a in tg.actions[before:]), 5
+        )
+    assert [a["chat_id"] for a in tg.actions[before:]] == [OTHER]
 
 
 async def test_a_slow_answer_shows_typing_after_the_delay(
@@ -54,7 +61,7 @@ async def test_a_slow_answer_shows_typing_after_the_delay(
     before = len(tg.actions)
     started = time.time()
     async with outbox.typing(CHAT):
-        await asyncio.sleep(DELAY + 0.3)
+        await asyncio.sleep(DELAY + 0.3)  # the slow answer itself: its duration is the test
     actions = tg.actions[before:]
     assert [(a["chat_id"], a["action"]) for a in actions] == [(CHAT, "typing")]
     assert actions[0]["time"] - started >= DELAY
@@ -64,7 +71,7 @@ async def test_no_delay_shows_typing_at_once(tg: FakeTelegram, outbox: TelegramO
     at_once = TelegramOutbox(outbox._bot, progress_delay=0)
     before = len(tg.actions)
     async with at_once.typing(CHAT):
-        await asyncio.sleep(0.1)
+        await asyncio.to_thread(tg.wait_until, lambda: len(tg.actions) > before, 5)
     assert len(tg.actions) == before + 1
 
 

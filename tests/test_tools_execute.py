@@ -52,13 +52,24 @@ async def hang() -> str:
     return "unreachable"
 
 
+SIGNALS: dict[str, asyncio.Event] = {}  # one per test: an asyncio.Event binds to a loop
+
+
+@tool()
+async def hang_signalled() -> str:
+    """Say it has started, then never finish (no timeout of its own)."""
+    SIGNALS["hanging"].set()
+    await asyncio.sleep(3600)
+    return "unreachable"
+
+
 @tool(timeout=0.2)
 async def stubborn() -> str:
     """Ignore the first cancellation, then finish."""
     try:
         await asyncio.sleep(3600)
     except asyncio.CancelledError:
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # the tool's own behaviour under test: it finishes late
     return "too late"
 
 
@@ -127,8 +138,9 @@ async def test_tool_that_swallows_cancellation_still_times_out() -> None:
 
 
 async def test_cancelling_the_caller_cancels_the_tool() -> None:
-    task = asyncio.create_task(execute(hang, CTX, {}))
-    await asyncio.sleep(0.05)
+    started = SIGNALS["hanging"] = asyncio.Event()
+    task = asyncio.create_task(execute(hang_signalled, CTX, {}))
+    await asyncio.wait_for(started.wait(), 5)  # the tool is running
     task.cancel()
     done, _ = await asyncio.wait({task}, timeout=1)
     assert done and task.cancelled()

@@ -6,6 +6,7 @@ timeout, recorded as timed out, never as denied), and the card is edited to say 
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
@@ -13,16 +14,20 @@ from pydantic import BaseModel
 from agentd.access import approvals
 from agentd.access.approvals import Approval
 from agentd.agent.deps import TurnDeps
+from agentd.chat.delivery import deliver
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step
+from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
 from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tools import (
+    ApprovalCard,
     ToolOutcome,
     args_digest,
+    check_args,
     render_args,
 )
 
@@ -41,6 +46,8 @@ class Route(BaseModel):
     source: str = ""
     problem: ToolOutcome | None = None  # unknown tool or invalid arguments: not run
     reason: str = ""  # why this call's risk differs from the tool's own (shown on the card)
+    at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
+    settles: bool = False  # after a crash mid-call the tool can find out what happened
     taints: bool = False  # its result is outside content: the turn is tainted after it runs
 
 
@@ -50,10 +57,30 @@ class Decision(BaseModel):
     reason: str | None = None
 
 
+def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
+    """The tool's own card content for this call (a shell command's line, folder, network,
+    limits and its "Always allow this" offer); None: the arguments are rendered."""
+    found = deps.registry.get(tool.name)
+    if found is None or found.card is None:
+        return None
+    checked = check_args(found, use.input)
+    if isinstance(checked, ToolOutcome):
+        return None
+    return found.card(checked)
+
+
+def _preview(deps: TurnDeps, use: ToolUseBlock, card: ApprovalCard | None) -> str:
+    # Why the call asks is not part of the preview: the card shows it as its "Why:" line
+    # (ask_owner) and the approval_requested audit row keeps it.
+    shown = card.text if card is not None else render_args(use.input)
+    return deps.redact(shown)
+
+
 def create_approval(
     conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
+    card = tool_card(deps, tool, use)
     approval = Approval(
         id=approvals.new_id(),
         instance_id=instance_id,
@@ -63,17 +90,20 @@ def create_approval(
         tool=tool.name,
         risk=tool.risk or "high",
         args_digest=args_digest(use.input),
-        args_preview=deps.redact(render_args(use.input)),
+        args_preview=_preview(deps, use, card),
         status="pending",
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
     )
 
     stored = approvals.create(conn, approval)
+    if card is not None and card.always_allow:
+        shell_rules.offer(conn, stored.id, card.always_allow)
     audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
                  instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
                  detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
-                         "args_digest": stored.args_digest})  # fmt: skip
+                         "args_digest": stored.args_digest,
+                         "reason": deps.redact(tool.reason)})  # fmt: skip
     return stored
 
 
@@ -102,15 +132,27 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
     return f"`{approval.tool}`: {label}\n\n```\n{preview}\n```"
 
 
+async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
+    """The third button, "Always allow this", where the tool offered a rule (hands/rules.py)."""
+    if await deps.db.read(shell_rules.offered, approval.id) is None:
+        return []
+    data = shell_rules.always_callback_data(approval.id)
+    return [[Button(text="♾ Always allow this", data=data)]]
+
+
 async def ask_owner(deps: TurnDeps, approval: Approval, reason: str = "") -> int | None:
-    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide."""
+    """Send the Approve / Deny buttons; if Telegram is down the CLI can still decide. Run by
+    `seek_approval` through the one send path (chat/delivery.py), as the step `ask:<id>`.
+    `reason`: why this call asks (Route.reason), shown as the card's "Why:" line."""
     buttons = [
         [
             Button(text="✅ Approve", data=approvals.callback_data(approval.id, True)),
             Button(text="❌ Deny", data=approvals.callback_data(approval.id, False)),
-        ]
+        ],
+        *await always_allow_buttons(deps, approval),
     ]
-    text = _approval_text(approval, approval.expires_at - approval.created_at, reason)
+    timeout = approval.expires_at - approval.created_at
+    text = _approval_text(approval, timeout, deps.redact(reason))
     try:
         message_id = await deps.outbox.send_text(approval.chat_id, text, buttons=buttons)
     except Exception as exc:
@@ -166,7 +208,10 @@ async def seek_approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
                     use: ToolUseBlock) -> Decision:  # fmt: skip
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    message_id = await step.do(f"ask:{use.id}", ask_owner, deps, approval, tool.reason)
+    ask = partial(ask_owner, deps, approval, tool.reason)
+    message_id = await deliver(
+        step, deps.db, f"ask:{use.id}", approval.chat_id, ask, result_type=int | None
+    )
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),

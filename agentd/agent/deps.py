@@ -34,13 +34,15 @@ class StableMemo:
 
     def __init__(self) -> None:
         self.tools: tuple[Any, ...] | None = None
+        self.key: Any = None
         self.value: Any = None
 
-    def get(self, tools: list[Any], build: Callable[[], Any]) -> Any:
-        """`build()`'s value, reused while `tools` are the very same objects."""
-        fresh = self.tools is None or len(self.tools) != len(tools)
+    def get(self, tools: list[Any], build: Callable[[], Any], key: Any = None) -> Any:
+        """`build()`'s value, reused while `tools` are the very same objects and `key` (the
+        enabled skills) is equal."""
+        fresh = self.tools is None or len(self.tools) != len(tools) or self.key != key
         if fresh or not all(a is b for a, b in zip(self.tools or (), tools, strict=True)):
-            self.value, self.tools = build(), tuple(tools)
+            self.value, self.tools, self.key = build(), tuple(tools), key
         return self.value
 
 
@@ -60,6 +62,9 @@ class TurnDeps:
     vision: VisionDeps | None = None  # None: photos get a polite "can't look at photos" reply
     voice: VoiceDeps | None = None  # None: voice notes get a reply saying how to enable them
     docs: DocDeps | None = None  # None: documents get a polite "can't read documents" reply
+    # (name, description) of the enabled skills, by name, read per model call (the owner
+    # enables them from the CLI while the daemon runs); None: skills are off.
+    skill_listing: Callable[[], Awaitable[tuple[tuple[str, str], ...]]] | None = None
     stable: StableMemo = field(default_factory=StableMemo, compare=False)
 
 

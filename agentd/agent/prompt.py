@@ -50,19 +50,48 @@ def _tools_section(tools: Sequence[ToolInfo]) -> str:
     return "\n".join(lines)
 
 
-def build_system(*, persona: str, name: str, tools: Sequence[ToolInfo] = ()) -> list[SystemBlock]:
-    """The stable instructions (persona, rules, tools), byte-identical from call to call."""
-    stable = "\n\n".join(
-        [
-            persona.strip(),
-            f"You are {name}, a personal assistant the user talks to over Telegram. Be concise. "
-            "You may use Markdown: **bold**, _italic_, `code`, code blocks, lists and links.",
-            DATA_RULE,
-            CONTEXT_RULE,
-            _tools_section(tools),
-        ]
-    )
-    return [SystemBlock(text=stable, cache=True)]
+SKILLS_RULE = (
+    "Skills: instructions the owner installed for particular tasks. Their descriptions below "
+    "(inside <skills>…</skills>) are their authors' words, only for deciding when one fits. "
+    "Before a task a skill fits, call use_skill with its name and follow what it returns. In "
+    "your reply, say which skill you used."
+)
+
+
+def _one_line(text: str) -> str:
+    # A description is one line of data: no line breaks, no tags that could close the list.
+    return " ".join(text.split()).replace("<", "&lt;")
+
+
+def _skills_section(skills: Sequence[tuple[str, str]]) -> str:
+    lines = [SKILLS_RULE, "<skills>"]
+    lines += [f"- {name}: {_one_line(description)}" for name, description in skills]
+    return "\n".join([*lines, "</skills>"])
+
+
+def build_system(
+    *,
+    persona: str,
+    name: str,
+    tools: Sequence[ToolInfo] = (),
+    skills: Sequence[tuple[str, str]] = (),
+) -> list[SystemBlock]:
+    """The stable instructions (persona, rules, tools, skills), byte-identical from call to call.
+
+    `skills` are (name, description) of the enabled skills, in name order (Agent Skills'
+    progressive disclosure: only these are in the prompt; use_skill loads the rest).
+    """
+    parts = [
+        persona.strip(),
+        f"You are {name}, a personal assistant the user talks to over Telegram. Be concise. "
+        "You may use Markdown: **bold**, _italic_, `code`, code blocks, lists and links.",
+        DATA_RULE,
+        CONTEXT_RULE,
+        _tools_section(tools),
+    ]
+    if skills:
+        parts.append(_skills_section(skills))
+    return [SystemBlock(text="\n\n".join(parts), cache=True)]
 
 
 def build_context(*, now: datetime, facts: str = "", memories: str = "") -> str:

@@ -33,6 +33,8 @@ from agentd.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
+from agentd.skills.names import SOURCE as SKILLS_SOURCE
+from agentd.skills.names import USE_SKILL
 from agentd.tools import (
     CallState,
     ToolContext,
@@ -76,6 +78,7 @@ class AgentResult(BaseModel):
     calls: int
     outcome: Literal["answered", "step_limit"] = "answered"
     reported_actions: list[str] = Field(default_factory=list)
+    skills_used: list[str] = Field(default_factory=list)  # loaded with use_skill, in order
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
 
 
@@ -111,6 +114,7 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
     verdict = call_risk(tool, checked, state or CallState())
     return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
+                 at_most_once=tool.at_most_once, settles=tool.settle is not None,
                  taints=tool.taints)  # fmt: skip
 
 
@@ -128,6 +132,56 @@ async def run_tool(
     ctx = _context(deps, inp, instance_id, use, tainted_by)
     async with deps.outbox.typing(inp.chat_id):
         return await execute(tool, ctx, use.input)
+
+
+async def settle_tool(
+    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock
+) -> ToolOutcome | None:
+    """A call cut short by a crash: let the tool find out what happened, never run it again.
+    None: it cannot say (no settle, arguments no longer valid, settling failed)."""
+    tool = deps.registry.get(name)
+    checked = check_args(tool, use.input) if tool is not None else None
+    if tool is None or tool.settle is None or isinstance(checked, ToolOutcome):
+        return None
+    try:
+        found = await tool.settle(_context(deps, inp, instance_id, use), checked)
+    except Exception as exc:
+        log.warning("could not settle an interrupted call", extra={"tool": name,
+                    "error": type(exc).__name__})  # fmt: skip
+        return None
+    kind = "tool_error" if found.is_error else None
+    return ToolOutcome(ok=not found.is_error, content=deps.redact(found.content), error_kind=kind)
+
+
+async def report_unknown(
+    deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
+) -> ToolOutcome:
+    """A crash cut an at-most-once call short: tell the user plainly, with what it was, and
+    never run it again by ourselves (the model is told the same)."""
+    shown = deps.redact(render_args(use.input, limit=600, value_limit=500))
+    fenced = shown.replace("```", "'''")
+    text = (f"⚠️ Outcome unknown: `{route.name}` may or may not have run (a restart cut it "
+            f"short); it was not run again.\n\n```\n{fenced}\n```")  # fmt: skip
+    try:
+        await deps.outbox.send_text(inp.chat_id, text)
+    except Exception as exc:  # the model's answer still says it
+        log.warning("could not send the outcome-unknown notice",
+                    extra={"error": type(exc).__name__})  # fmt: skip
+    content = f"{UNKNOWN_OUTCOME} The call was: {route.name} {shown}"
+    return ToolOutcome(ok=False, content=content, error_kind="exception")
+
+
+async def settle_or_report(
+    step: Step, deps: TurnDeps, inp: TurnInput, route: Route, use: ToolUseBlock
+) -> ToolOutcome:
+    """After a crash during an at-most-once call: the tool's own account of what happened
+    (a mail found in Sent) where it has one, else the plain "outcome unknown" notice."""
+    if route.settles:  # journaled in the route, so a replay takes the same steps
+        found = await step.do(f"settle:{use.id}", settle_tool, deps, route.name, inp,
+                              step.instance_id, use)  # fmt: skip
+        if found is not None:
+            return found
+    return await step.do(f"unknown:{use.id}", report_unknown, deps, inp, route, use)
 
 
 def write_tool_audit(
@@ -166,16 +220,16 @@ async def handle_tool_use(
             await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use,
                              outcome, decision, by)  # fmt: skip
             return outcome, route
+    if route.risk == "high" or route.at_most_once:
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                     state.tainted_by, delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
-            outcome = ToolOutcome(ok=False, content=UNKNOWN_OUTCOME, error_kind="exception")
-        note_result(taint, route, use, outcome)
+            outcome = await settle_or_report(step, deps, inp, route, use)
     else:
         outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
                                 state.tainted_by)  # fmt: skip
-        note_result(taint, route, use, outcome)
+    note_result(taint, route, use, outcome)  # whichever way it ran (or was settled / reported)
     await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,
                      decision, by)  # fmt: skip
     return outcome, route
@@ -189,16 +243,25 @@ class StablePrefix(BaseModel):
     chars: int
 
 
-def stable_prefix(deps: TurnDeps) -> StablePrefix:
+Listing = tuple[tuple[str, str], ...]
+
+
+def stable_prefix(deps: TurnDeps, skills: Listing = ()) -> StablePrefix:
     tools = deps.registry.tools()
-    return deps.stable.get(tools, lambda: _build_stable(deps, tools))  # type: ignore[no-any-return]
+    return deps.stable.get(  # type: ignore[no-any-return]
+        tools, lambda: _build_stable(deps, tools, skills), key=skills
+    )
 
 
-def stable_request(deps: TurnDeps) -> LLMRequest:
-    return stable_prefix(deps).request
+async def current_prefix(deps: TurnDeps) -> StablePrefix:
+    """The prefix as of now: the enabled skills are read from the database (a small read)."""
+    skills = await deps.skill_listing() if deps.skill_listing is not None else ()
+    return stable_prefix(deps, skills)
 
 
-def _build_stable(deps: TurnDeps, tools: list[Any]) -> StablePrefix:
+def _build_stable(deps: TurnDeps, tools: list[Any], skills: Listing) -> StablePrefix:
+    if not skills:  # nothing to load: the skill tools would only cost tokens
+        tools = [t for t in tools if t.source != SKILLS_SOURCE]
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
     server_tools = []
     if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
@@ -208,7 +271,10 @@ def _build_stable(deps: TurnDeps, tools: list[Any]) -> StablePrefix:
     request = LLMRequest(
         purpose="turn",
         system=build_system(
-            persona=deps.config.agent.persona, name=deps.config.agent.name, tools=infos
+            persona=deps.config.agent.persona,
+            name=deps.config.agent.name,
+            tools=infos,
+            skills=skills,
         ),
         messages=[],
         tools=[ToolSpec.model_validate(t.llm_spec()) for t in tools],
@@ -235,7 +301,8 @@ async def call_llm(
     messages[turn_start] is this turn's user message: what comes before it is stored history.
     """
     zone = ZoneInfo(deps.config.agent.timezone)
-    req = stable_request(deps).model_copy(update={
+    prefix = await current_prefix(deps)
+    req = prefix.request.model_copy(update={
         "messages": with_breakpoints(messages, turn_start),
         "context": build_context(now=datetime.fromtimestamp(deps.clock.now(), zone),
                                  facts=recall.facts, memories=recall.memories),
@@ -278,6 +345,7 @@ async def agent_loop(
     conversation = list(messages)
     turn_start = len(messages) - 1
     reported: list[str] = []
+    used: list[str] = []
     files: list[SpooledFile] = []
     last_text = ""
     response: LLMResponse | None = None
@@ -305,7 +373,8 @@ async def agent_loop(
                 conversation.append(Message(role="assistant", content=response.content))
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
-            return AgentResult(text=text, calls=n, reported_actions=reported, files=files)
+            return AgentResult(text=text, calls=n, reported_actions=reported, files=files,
+                               skills_used=used)  # fmt: skip
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
@@ -314,6 +383,8 @@ async def agent_loop(
             outcome, route = await handle_tool_use(step, deps, inp, use, taint)
             if route.risk == "medium" and outcome.ok:
                 reported.append(f"{route.name} ({_brief(use)})")
+            if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
+                used.append(str(use.input.get("name")))
             files.extend(outcome.files)
             results.append(ToolResultBlock(tool_use_id=use.id, content=outcome.content or "(empty)",
                                            is_error=not outcome.ok))  # fmt: skip
@@ -321,7 +392,7 @@ async def agent_loop(
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
     return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported,
-                       files=files)  # fmt: skip
+                       files=files, skills_used=used)  # fmt: skip
 
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
@@ -333,7 +404,10 @@ def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: Tool
         first = next((v for v in use.input.values() if isinstance(v, str) and v.strip()), "")
         first = " ".join(first.split())
         taint.add_source(f"{route.name} ({first[:80]})" if first else route.name)
-    taint.add_urls(urls_in(outcome.content))
+    # The "outcome unknown" report echoes the model's own arguments: a URL it wrote there was
+    # never shown to it, so it must not become one a later fetch may reach without asking.
+    if not outcome.content.startswith(UNKNOWN_OUTCOME):
+        taint.add_urls(urls_in(outcome.content))
 
 
 def _brief(use: ToolUseBlock) -> str:

@@ -39,6 +39,10 @@ class TurnInput(BaseModel):
     kind: Literal["text", "photo", "voice", "document", "unsupported"]
     text: str = Field(default="", max_length=MAX_TEXT_CHARS)
     edited: bool = False
+    # For an edit (telegram/edits.py): the turn it replaced before any answer, or the text of
+    # the answered message it corrects.
+    replaces: str | None = None
+    corrects: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
     unsupported_kind: str | None = None
     photo_file_id: str | None = None
     reply_to: ReplyContext | None = None

@@ -38,9 +38,33 @@ COMMANDS: dict[str, str] = {
     "workflows": "agentd.cli.workflows:app",
     "memory": "agentd.cli.memory:app",
     "schedule": "agentd.cli.schedule:app",
+    "briefing": "agentd.cli.briefing:app",
     "ingest": "agentd.cli.docs:ingest",
     "docs": "agentd.cli.docs:app",
+    "rules": "agentd.cli.rules:app",
+    "skills": "agentd.cli.skills:app",
 }
+
+
+def _no_type_on_flags() -> None:
+    """typer 0.29 shows `<bool>` beside plain flags (`--json <bool>`), as if they took a value;
+    a flag takes none, so its type column stays empty. Other typer versions: untouched."""
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "_agentd_flags", False):
+        return
+
+    def display_type_rich(self: TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag and self.metavar is None:
+            return None
+        return original(self, ctx)  # type: ignore[no-any-return]
+
+    display_type_rich._agentd_flags = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_no_type_on_flags()
 
 
 class LazyGroup(TyperGroup):

@@ -18,6 +18,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 
@@ -37,7 +38,7 @@ def pending(json: JsonOption = False, config: ConfigOption = None) -> None:
     table = new_table("id", "tool", "risk", "chat", "arguments", "expires (UTC)")
     for a in waiting:
         table.add_row(a.id, a.tool, a.risk, str(a.chat_id), a.args_preview[:80], iso(a.expires_at))
-    out.print(table)
+    print_table(table, empty="No approvals are waiting.")
 
 
 def _decide(approval_id: str, approve: bool, reason: str | None, json: bool, config) -> None:  # type: ignore[no-untyped-def]

@@ -18,8 +18,8 @@ from agentd.cli.common import (
     fail,
     iso,
     new_table,
-    out,
     print_json,
+    print_table,
 )
 from agentd.ledger import audit as audit_log
 
@@ -66,4 +66,6 @@ def audit(
         detail = ", ".join(f"{k}={v}" for k, v in e.detail.items())
         table.add_row(iso(e.at), e.kind, str(e.chat_id or ""), str(e.user_id or ""),
                       e.instance_id or "", detail[:100])  # fmt: skip
-    out.print(table)
+    print_table(table, drop=("instance", "user", "chat"),
+                empty="No audit entries" + (" match these filters." if since or kind or chat
+                                            else " yet."))  # fmt: skip

@@ -71,6 +71,32 @@ def config_or_exit(path: Path | None) -> Config:
         fail(f"invalid configuration: {exc}", EXIT_CONFIG)
 
 
+def foreign_owner(path: Path) -> str | None:
+    """The database's owner when we are root and it is not: opening it would leave root-owned
+    -wal/-shm files that lock the service (its own user) out."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    uid = path.stat().st_uid
+    if uid == 0:
+        return None
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def refuse_foreign_database(path: Path) -> None:
+    """Exit when root would open another user's database (see `foreign_owner`)."""
+    if path.exists() and (owner := foreign_owner(path)) is not None:
+        fail(
+            f"{path} belongs to {owner}; as root this command would leave root-owned database "
+            f"files that lock the service out. Run it as {owner}: sudo -u {owner} agentd "
+            + " ".join(sys.argv[1:])
+        )
+
+
 @contextmanager
 def database(config: Config, *, write: bool = False) -> Iterator[Any]:
     """A short-lived connection for one command; the daemon may be running meanwhile (WAL)."""
@@ -79,13 +105,12 @@ def database(config: Config, *, write: bool = False) -> Iterator[Any]:
 
     path = config.db_path
     if not path.exists():
-        where = "" if Path(config.storage.path).expanduser().is_absolute() else (
-            f" (storage.path {config.storage.path!r} is relative to the working directory)"
-        )  # fmt: skip
+        where = f" (storage.path in {config.source})" if config.source else ""
         fail(
             f"database {path.resolve()} does not exist yet{where}; start the daemon with "
             "`agentd run` first, or set storage.path in the config file to the daemon's database"
         )
+    refuse_foreign_database(path)
     try:
         conn = open_sync(path)
         if write:
@@ -153,6 +178,54 @@ def new_table(*columns: str | Column, **options: Any) -> Table:
         for c in columns
     ]  # fmt: skip
     return Table(*made, **options)
+
+
+_MIN_WRAP = 16  # a wrapping column narrower than this is unreadable (the "3 characters" detail)
+
+
+def _widths(table: Table, console: Console) -> list[tuple[int, bool]]:
+    """Each column's widest cell or header line (no_wrap) and whether it may wrap."""
+    from rich.measure import Measurement
+
+    options = console.options
+    found = []
+    for column in table.columns:
+        cells = [column.header, *column.cells]
+        widest = max((Measurement.get(console, options, c).maximum for c in cells), default=1)
+        found.append((widest, not column.no_wrap))
+    return found
+
+
+def _needed(table: Table, console: Console) -> int:
+    chrome = 3 * len(table.columns) + 1  # borders and one space each side of every cell
+    return chrome + sum(min(w, _MIN_WRAP) if wraps else w for w, wraps in _widths(table, console))
+
+
+def print_table(table: Table, *, drop: tuple[str, ...] = (), empty: str = "") -> None:
+    """Print a table that fits the terminal (80 columns too) without cutting a value short.
+
+    Identifiers and numbers are never cut ("0.0…"): when the table is too wide the columns
+    named in `drop` are left out, in that order (a note says which, and that --json has them);
+    what still does not fit wraps. An empty table prints `empty` (a hint) instead."""
+    console = out.console
+    if table.row_count == 0:
+        out.print(empty or "Nothing to show.", highlight=False)
+        return
+    left_out = []
+    for name in drop:
+        if _needed(table, console) <= console.width:
+            break
+        index = next((i for i, c in enumerate(table.columns) if c.header == name), None)
+        if index is not None:
+            table.columns.pop(index)
+            left_out.append(name.replace("\n", " "))
+    if _needed(table, console) > console.width:
+        for column in table.columns:  # still too wide: wrap rather than cut
+            column.no_wrap, column.overflow = False, "fold"
+    out.print(table)
+    if left_out:
+        err.print(f"(left out at this width: {', '.join(left_out)}; a wider terminal or "
+                  "--json shows them)", highlight=False)  # fmt: skip
 
 
 def iso(ts: float | None) -> str | None:

@@ -26,6 +26,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     reindex_with_bar,
     transaction,
     with_embedder,
@@ -85,12 +86,12 @@ def _print_report(report: IngestReport) -> None:
                   "seconds", title="Ingested")  # fmt: skip
     table.add_row(*(str(counts[k]) for k in counts), str(report.chunks_embedded),
                   f"{report.seconds:.1f}")  # fmt: skip
-    out.print(table)
+    print_table(table)
     if report.failed:
         failures = new_table(_source_column(), "reason", title="Not ingested")
         for failure in report.failed:
             failures.add_row(failure.source, failure.reason)
-        out.print(failures)
+        print_table(failures)
     if report.ignored:
         out.print(f"{report.ignored} file(s) of other types were ignored.")
     if report.aborted:
@@ -124,6 +125,7 @@ def ingest(
     from agentd.tools.fetch import fetch_policy
 
     _ensure_database(cfg)
+    _quiet_pdf_library()
     progress = Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
         console=err.console, transient=True, disable=json or not err.is_terminal,
@@ -142,8 +144,18 @@ def ingest(
         print_json(report.model_dump())
     else:
         _print_report(report)
-    if report.aborted:
+    if report.aborted or report.failed:  # a script must see that some files did not go in
         raise typer.Exit(1)
+
+
+def _quiet_pdf_library() -> None:
+    """pypdf logs its parsing complaints as warnings, which reached the terminal raw (Python's
+    last-resort handler); a file it cannot read is reported in "Not ingested" instead."""
+    import logging
+
+    pdf_log = logging.getLogger("pypdf")
+    pdf_log.addHandler(logging.NullHandler())
+    pdf_log.propagate = False
 
 
 @app.command("ls")
@@ -164,9 +176,11 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for d in docs:
         table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at),
                       d.source)  # fmt: skip
-    out.print(table)
-    if not docs:
-        out.print("No documents yet: agentd ingest PATH… adds some.")
+    print_table(
+        table,
+        drop=("format", "updated (UTC)"),
+        empty="No documents yet: agentd ingest PATH… adds some.",
+    )
 
 
 @app.command("rm")
@@ -225,7 +239,7 @@ def search(
     for number, h in enumerate(hits, start=1):
         text = " ".join(h.text.split())
         table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)
-    out.print(table)
+    print_table(table, drop=("section", "title"), empty="No document matches.")
 
 
 @app.command("reindex")

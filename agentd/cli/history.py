@@ -13,8 +13,8 @@ from agentd.cli.common import (
     database,
     iso,
     new_table,
-    out,
     print_json,
+    print_table,
 )
 from agentd.memory.history import history as load_history
 
@@ -40,4 +40,4 @@ def history(
     table = new_table("time (UTC)", "chat", "role", "message", show_lines=False)
     for m in messages:
         table.add_row(iso(m.created_at), str(m.chat_id), m.role, m.content)
-    out.print(table)
+    print_table(table, empty="No messages yet.")

@@ -49,19 +49,44 @@ def check_token(api_base: str, token: str) -> str | None:
     return None
 
 
-def check_key(base_url: str, key: str, model: str) -> str | None:
-    """None when the key works and the model exists, else what is wrong (a free call)."""
+KEY_ATTEMPTS = 3  # then init stops, instead of asking forever
+
+
+class KeyProblem(Exception):
+    """The key check failed; `key_fault` says whether typing another key can help."""
+
+    def __init__(self, message: str, *, key_fault: bool) -> None:
+        super().__init__(message)
+        self.key_fault = key_fault
+
+
+def check_key(base_url: str, key: str, model: str) -> None:
+    """Raise KeyProblem unless the key works and the model exists (free calls). A 404 is told
+    apart: the model unknown to a working API, or a base URL that is not the Anthropic API."""
+    if not key:
+        raise KeyProblem("the key is empty", key_fault=True)
     base = (base_url or "https://api.anthropic.com").rstrip("/")
     headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
     try:
         status, _ = _call(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
+        if status == 404:
+            status_list, body = _call(f"{base}/v1/models", headers)
     except (OSError, ValueError) as exc:
-        return f"{base} is unreachable ({type(exc).__name__})"
+        raise KeyProblem(f"{base} is unreachable ({type(exc).__name__}); check the network "
+                         "or --llm-base-url", key_fault=False) from None  # fmt: skip
     if status in (401, 403):
-        return "Anthropic rejected the key"
+        raise KeyProblem("Anthropic rejected the key", key_fault=True)
     if status == 404:
-        return f"the model {model} does not exist for this key"
-    return None if status == 200 else f"the models API answered HTTP {status}"
+        if status_list == 200 and isinstance(body, dict) and "data" in body:
+            hint = "pass --model with one it lists (e.g. claude-haiku-4-5)"
+            raise KeyProblem(f"the model {model} is not available with this key; {hint}",
+                             key_fault=False)  # fmt: skip
+        if status_list in (401, 403):
+            raise KeyProblem("Anthropic rejected the key", key_fault=True)
+        raise KeyProblem(f"{base} does not answer like the Anthropic API (HTTP 404 for "
+                         "/v1/models); check --llm-base-url", key_fault=False)  # fmt: skip
+    if status != 200:
+        raise KeyProblem(f"the models API at {base} answered HTTP {status}", key_fault=False)
 
 
 def wait_for_owner(api_base: str, token: str, code: str, timeout: float) -> tuple[int, str]:
@@ -81,12 +106,34 @@ def wait_for_owner(api_base: str, token: str, code: str, timeout: float) -> tupl
             offset = int(update["update_id"]) + 1
             message = update.get("message") or {}
             text = str(message.get("text") or "").strip().upper().replace("-", "")
-            if (message.get("chat") or {}).get("type") == "private" and text.endswith(code):
+            chat = message.get("chat") or {}
+            if chat.get("type") != "private":
+                continue
+            if text.endswith(code):
+                # Acknowledge it, so `agentd run` does not answer the pairing message again.
+                confirm = urllib.parse.urlencode({"offset": offset, "timeout": 0})
+                _call(f"{base}/getUpdates?{confirm}", timeout=10)
                 sender = message.get("from") or {}
+                _say(base, chat.get("id"), "Paired. I will answer you here once agentd runs "
+                     "on the server.")  # fmt: skip
                 return int(sender["id"]), str(sender.get("username") or sender.get("first_name"))
+            if text.startswith("/START"):  # a bare /start, or a mistyped code: say what to send
+                _say(base, chat.get("id"), "That is not the code agentd init shows: send "
+                     "/start followed by the 8-character code from the terminal.")  # fmt: skip
         if status != 200:
             time.sleep(1)
     fail("nobody sent the code in time; run `agentd init` again (or `agentd pair` later)")
+
+
+def _say(base: str, chat_id: object, text: str) -> None:
+    """Best effort: a reply during pairing, so the owner's /start is not met with silence."""
+    if not isinstance(chat_id, int):
+        return
+    query = urllib.parse.urlencode({"chat_id": chat_id, "text": text})
+    try:
+        _call(f"{base}/sendMessage?{query}", timeout=10)
+    except (OSError, ValueError):
+        pass
 
 
 def system_timezone(env: dict[str, str]) -> str:
@@ -162,6 +209,16 @@ def install_user_unit(config_path: Path, secrets_path: Path, env: dict[str, str]
     return unit
 
 
+def _stored_secrets(path: Path) -> dict[str, str]:
+    """What an earlier, interrupted `agentd init` saved, so a re-run need not ask again."""
+    from agentd.config import ConfigError, read_secrets_file
+
+    try:
+        return read_secrets_file(path)
+    except ConfigError:
+        return {}
+
+
 def _ask(label: str, given: str | None, interactive: bool, *, secret: bool = False) -> str:
     if given:
         return given
@@ -170,6 +227,36 @@ def _ask(label: str, given: str | None, interactive: bool, *, secret: bool = Fal
     from rich.prompt import Prompt
 
     return Prompt.ask(label, password=secret, console=err).strip()
+
+
+def _checked_key(key: str | None, base_url: str, model: str, interactive: bool) -> str:
+    """Ask until the key works: at most KEY_ATTEMPTS times, and only while a new key can help
+    (a wrong base URL or model is said at once)."""
+    for attempt in range(1, KEY_ATTEMPTS + 1):
+        key = _ask("Anthropic API key", key, interactive, secret=True)
+        try:
+            check_key(base_url, key, model)
+            return key
+        except KeyProblem as problem:
+            if not interactive or not problem.key_fault:
+                fail(f"{problem}", EXIT_CONFIG)
+            if attempt == KEY_ATTEMPTS:
+                fail(f"{problem}, {KEY_ATTEMPTS} times; check the key at "
+                     "console.anthropic.com and run `agentd init` again", EXIT_CONFIG)  # fmt: skip
+            err.print(f"{problem}; try again.")
+            key = None
+    raise AssertionError("unreachable")
+
+
+def _write(directory: Path, config_path: Path, secrets_path: Path, owner_id: int, token: str,
+           key: str, api_base: str, llm_base_url: str, model: str) -> str:  # fmt: skip
+    """Write agentd.toml and agentd.env; return the time zone written."""
+    timezone = system_timezone(dict(os.environ))
+    directory.mkdir(parents=True, exist_ok=True)
+    config_path.write_text(render_config(owner_id, timezone, api_base, llm_base_url, model))
+    secrets = f"TELEGRAM_BOT_TOKEN={token}\n" + (f"ANTHROPIC_API_KEY={key}\n" if key else "")
+    write_private(secrets_path, secrets)
+    return timezone
 
 
 TokenOption = Annotated[
@@ -192,9 +279,28 @@ def init(
     systemd: Annotated[
         bool, typer.Option("--systemd", help="Also install a systemd user unit.")
     ] = False,
+    add_mail: Annotated[
+        bool, typer.Option("--add-mail", help="Only add a mail account to the files in --dir.")
+    ] = False,
+    add_calendar: Annotated[
+        bool, typer.Option("--add-calendar", help="Only add a calendar to the files in --dir.")
+    ] = False,
 ) -> None:
     """Set up agentd: check the token and key, pair your account, write the config."""
     interactive = not non_interactive
+    if add_mail or add_calendar:
+        from agentd.cli import init_accounts
+
+        if not interactive:
+            fail(
+                "--add-mail and --add-calendar ask questions; add [[mail]] / [[calendar]] to "
+                "the config by hand instead (config.example.toml)"
+            )
+        if add_mail:
+            init_accounts.add_mail(directory)
+        if add_calendar:
+            init_accounts.add_calendar(directory, system_timezone(dict(os.environ)))
+        return
     config_path, secrets_path = directory / "agentd.toml", directory / SECRETS_FILE
     existing = [p for p in (config_path, secrets_path) if p.exists()]
     if existing and not force:
@@ -205,6 +311,9 @@ def init(
             out.print("Nothing changed.")
             raise typer.Exit(0)
 
+    stored = _stored_secrets(secrets_path)
+    token = token or stored.get("TELEGRAM_BOT_TOKEN")
+    anthropic_key = anthropic_key or stored.get("ANTHROPIC_API_KEY")
     bot = None
     while bot is None:
         token = _ask("Bot token from @BotFather", token, interactive, secret=True)
@@ -216,6 +325,7 @@ def init(
             token = None
     out.print(f"Bot token ok: @{bot}", highlight=False)
 
+    paired_now = owner_id is None
     if owner_id is None:
         code = "".join(secrets.choice(ALPHABET) for _ in range(8))
         out.print(f"Now send this to @{bot} in Telegram:\n\n    /start {code[:4]}-{code[4:]}\n",
@@ -223,21 +333,24 @@ def init(
         owner_id, name = wait_for_owner(api_base, token, code, pair_timeout)
         out.print(f"Paired: {name} (user id {owner_id})", highlight=False)
 
-    problem = "unchecked"
-    while problem is not None:
-        anthropic_key = _ask("Anthropic API key", anthropic_key, interactive, secret=True)
-        problem = check_key(llm_base_url, anthropic_key, model)
-        if problem is not None:
-            if not interactive:
-                fail(f"{problem}; check ANTHROPIC_API_KEY and --model", EXIT_CONFIG)
-            err.print(f"{problem}; try again.")
-            anthropic_key = None
+    try:
+        anthropic_key = _checked_key(anthropic_key, llm_base_url, model, interactive)
+    except (KeyboardInterrupt, EOFError, typer.Exit) as stop:
+        if not paired_now:
+            raise
+        # Keep the pairing done so far: a re-run with --owner-id skips it (and reads the token
+        # back from agentd.env).
+        _write(directory, config_path, secrets_path, owner_id, token, "", api_base,
+               llm_base_url, model)  # fmt: skip
+        err.print(f"\nStopped before the Anthropic key was checked. Kept the pairing (user id "
+                  f"{owner_id}) in {config_path} and the bot token in {secrets_path}; finish "
+                  f"with:  agentd init --dir {directory} --owner-id {owner_id} --force",
+                  highlight=False)  # fmt: skip
+        raise typer.Exit(stop.exit_code if isinstance(stop, typer.Exit) else 130) from None
     out.print("Anthropic key ok")
 
-    timezone = system_timezone(dict(os.environ))
-    directory.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(render_config(owner_id, timezone, api_base, llm_base_url, model))
-    write_private(secrets_path, f"TELEGRAM_BOT_TOKEN={token}\nANTHROPIC_API_KEY={anthropic_key}\n")
+    timezone = _write(directory, config_path, secrets_path, owner_id, token, anthropic_key,
+                      api_base, llm_base_url, model)  # fmt: skip
     out.print(f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).",
               highlight=False)  # fmt: skip
     if systemd:
@@ -249,3 +362,6 @@ def init(
                   highlight=False)  # fmt: skip
     else:
         out.print(f"Start the agent with:  agentd run --config {config_path}", highlight=False)
+    out.print(
+        "Mail and calendar (optional): agentd init --add-mail / --add-calendar", highlight=False
+    )

@@ -19,6 +19,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     reindex_with_bar,
     transaction,
     with_embedder,
@@ -53,13 +54,28 @@ def ls(
     for m in rows:
         table.add_row(str(m.id), str(m.user_id), m.kind, m.slot or "", m.content[:80],
                       iso(m.updated_at))  # fmt: skip
-    out.print(table)
+    print_table(
+        table, drop=("key", "user"), empty="No memories yet: they are saved as you talk to the bot."
+    )
+
+
+def _only_user(conn: Any) -> int:
+    """The one user with memories, so a one-person install needs no --user."""
+    found = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memories LIMIT 5")]
+    if not found:
+        fail("there are no memories yet: they are saved as you talk to the bot")
+    if len(found) > 1:
+        fail(f"several users have memories ({', '.join(map(str, found))}…): pass --user ID", 2)
+    return int(found[0])
 
 
 @app.command("search")
 def search(
     query: str,
-    user: Annotated[int, typer.Option("--user", help="Whose memories (Telegram user id).")],
+    user: Annotated[
+        int | None,
+        typer.Option("--user", help="Whose memories (Telegram user id); needed with several."),
+    ] = None,
     k: Annotated[int, typer.Option("-k", min=1, max=50)] = 5,
     mode: ModeOption = SearchMode.hybrid,
     json: JsonOption = False,
@@ -72,6 +88,7 @@ def search(
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:
+        user = user if user is not None else _only_user(conn)
         hits = with_embedder(cfg, lambda embedder: search_memories(
             ConnRunner(conn), embedder, user, query, k=k, mode=mode.value,
             fusion=fusion_from_config(cfg.memory),
@@ -82,7 +99,7 @@ def search(
     table = new_table("id", "kind", "score", "memory")
     for h in hits:
         table.add_row(str(h.memory.id), h.memory.kind, f"{h.score:.4f}", h.memory.content[:100])
-    out.print(table)
+    print_table(table, empty="No memory matches.")
 
 
 @app.command("forget")

@@ -21,9 +21,11 @@ from agentd.cli.common import (
     database,
     err,
     fail,
+    foreign_owner,
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 from agentd.config import Config, ConfigError, load_config
@@ -31,6 +33,9 @@ from agentd.config import Config, ConfigError, load_config
 
 def usage(
     days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
+    schedule: Annotated[
+        str | None, typer.Option(help="Only the runs of this schedule (e.g. the briefing's id).")
+    ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -39,21 +44,29 @@ def usage(
     from agentd.ledger.usage import report, totals
 
     cfg = config_or_exit(config)
+    # A schedule's runs are instances sched-<id>-<due> and their turns (…-turn).
+    prefix = f"sched-{schedule}-" if schedule else None
     with database(cfg) as conn:
-        rows = report(totals(conn, since=time.time() - days * 86400), cfg.llm.prices)
+        found = totals(conn, since=time.time() - days * 86400, instance_prefix=prefix)
+        rows = report(found, cfg.llm.prices)
     if json:
         print_json([r.model_dump() for r in rows])
         return
-    table = new_table("day", "chat", "calls", "input", "output", "cache read", "cache write",
-                  "hit ratio", "≈ USD", "≈ saved USD")  # fmt: skip
+    table = new_table("day", "chat", "calls", "input", "output", "cache\nread", "cache\nwrite",
+                      "hit\nratio", "≈ USD", "≈ saved\nUSD")  # fmt: skip
     for r in rows:
         table.add_row(r.day, str(r.chat_id or "-"), str(r.calls), str(r.input_tokens),
                       str(r.output_tokens), str(r.cache_read_tokens), str(r.cache_write_tokens),
                       f"{r.cache_hit_ratio:.0%}", f"{r.estimated_cost_usd:.4f}",
                       f"{r.estimated_saving_usd:.4f}")  # fmt: skip
-    out.print(table)
-    err.print(f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
-              "saving = the same calls without prompt caching.")  # fmt: skip
+    print_table(
+        table,
+        drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD"),
+        empty=f"No model calls in the last {days} days.",
+    )
+    if rows:  # markup off: "[llm.prices]" is the config section, not a style
+        err.print(f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
+                  "saving = the same calls without prompt caching.", markup=False)  # fmt: skip
 
 
 def backup(
@@ -66,6 +79,9 @@ def backup(
     cfg = config_or_exit(config)
     if destination.exists():
         fail(f"{destination} exists; choose a new file name")
+    if not destination.parent.is_dir():  # a typo in the folder must not become a new folder
+        fail(f"{destination.parent} does not exist; create it first (mkdir -p "
+             f"{destination.parent}) or choose another place")  # fmt: skip
     from agentd.retention.prune import mark_backup
 
     with database(cfg) as conn:
@@ -102,11 +118,16 @@ def _http_json(url: str, headers: dict[str, str]) -> tuple[int, object]:
 
 
 def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Check config, database, sqlite-vec, Telegram and Anthropic; say what to fix."""
+    """Check config, database, sqlite-vec, Telegram, Anthropic, mail and calendar accounts."""
     results: list[dict[str, object]] = []
     try:
         cfg: Config | None = load_config(config)
-        _check("config", True, cfg.source or "no file: defaults and environment", results)
+        if cfg.source:
+            _check("config", True, cfg.source, results)
+        else:
+            _check("config", True, "no config file found (./agentd.toml, $AGENTD_CONFIG, "
+                   "~/.config/agentd, /etc/agentd): defaults and environment only; run "
+                   "`agentd init`, or pass --config PATH", results, warn=True)  # fmt: skip
     except ConfigError as exc:
         cfg = None
         _check("config", False, f"invalid configuration: {exc}", results)
@@ -116,6 +137,9 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
+        _doctor_shell(cfg, results)
+        _doctor_accounts(cfg, results)
+        _doctor_skills(cfg, results)
     if json:
         print_json(results)
     else:
@@ -134,6 +158,24 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         raise typer.Exit(1)
 
 
+def _doctor_accounts(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Log in to each mail account (IMAP, SMTP) and calendar; name the step that failed."""
+    if cfg.mail:
+        from agentd.mail.check import check_account
+
+        for account in cfg.mail:
+            for name, ok, detail in check_account(account, cfg.secret_env(os.environ)):
+                _check(name, ok, detail, results)
+    if cfg.calendar:
+        from agentd.calendar.check import check_calendar
+
+        for calendar in cfg.calendar:
+            name, ok, detail = check_calendar(
+                calendar, cfg.secret_env(os.environ), cfg.agent.timezone
+            )
+            _check(name, ok, detail, results)
+
+
 def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import pending
@@ -141,6 +183,11 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     path = cfg.db_path
     if not path.exists():
         _check("database", True, f"{path} will be created by `agentd run`", results)
+        return
+    if (owner := foreign_owner(path)) is not None:
+        detail = (f"{path} belongs to {owner}; not opened as root (its files would become "
+                  f"root's): sudo -u {owner} agentd doctor")  # fmt: skip
+        _check("database", True, detail, results, warn=True)
         return
     try:
         conn = open_sync(path)
@@ -160,6 +207,38 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
+
+
+def _doctor_shell(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Whether the shell tool is offered: bubblewrap present and able to make namespaces."""
+    from agentd.hands.sandbox import probe
+    from agentd.hands.shell import sandbox_of
+
+    shell = cfg.tools.shell
+    if not shell.enabled:
+        _check("shell", True, "off ([tools.shell] enabled = false)", results)
+        return
+    if shell.sandbox == "none":
+        why = 'UNSANDBOXED: [tools.shell] sandbox = "none"; commands run directly on this server'
+        _check("shell", True, f"{why} (every approval card says so)", results, warn=True)
+        return
+    from agentd.hands.files import Workspaces
+    from agentd.hands.workspace import WorkspaceError
+
+    workspace = Workspaces.from_config(cfg).base()
+    try:
+        workspace.ensure()  # created at the daemon's start anyway; the probe binds it
+    except (OSError, WorkspaceError) as exc:
+        _check("shell", True, f"not offered: the workspace {workspace.root} cannot be "
+               f"created ({exc}); set [tools.workspace] path", results, warn=True)  # fmt: skip
+        return
+    problem = probe(sandbox_of(cfg), workspace.root)
+    if problem:
+        # A warning: agentd runs without the shell; the owner decides whether to fix it.
+        _check("shell", True, f"not offered: {problem}", results, warn=True)
+    else:
+        _check("shell", True, "bubblewrap sandbox works (namespaces, read-only system, no "
+               "network)", results)  # fmt: skip
 
 
 def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -182,7 +261,7 @@ def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
                warn=True)  # fmt: skip
     else:
         _check("embedder", True, name, results)
-    if cfg.db_path.exists():
+    if cfg.db_path.exists() and foreign_owner(cfg.db_path) is None:
         _doctor_spaces(cfg, embedder.model_id, embedder.dim, results)
 
 
@@ -213,11 +292,32 @@ def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str,
            results, warn=bool(stale))  # fmt: skip
 
 
+def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Skills that are invalid or changed are named with the reason; the rest are counted."""
+    from agentd.cli.skills import recorded
+    from agentd.skills.catalog import scan_config
+    from agentd.skills.overview import overview
+
+    # Another user's database is not opened as root (_doctor_database says so): no records.
+    foreign = cfg.db_path.exists() and foreign_owner(cfg.db_path) is not None
+    states = overview(scan_config(cfg), {} if foreign else recorded(cfg))
+    enabled = sum(s.state == "enabled" for s in states)
+    where = ", ".join(map(str, cfg.skill_dirs))
+    _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
+    for s in states:
+        if s.state == "invalid":
+            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}",
+                   results)  # fmt: skip
+        elif s.state in ("changed", "missing"):
+            _check(f"skill {s.name}", True, f"held back: {s.reason}; check it, then run "
+                   f"`agentd skills enable {s.name}`", results, warn=True)  # fmt: skip
+
+
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
     token = cfg.secrets.telegram_bot_token
     if token is None:
-        _check("telegram", False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)",
-               results)  # fmt: skip
+        _check("telegram", False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)"
+               + _unreadable_secrets(cfg), results)  # fmt: skip
         return
     base = cfg.telegram.api_base.rstrip("/")
     try:
@@ -229,6 +329,21 @@ def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
         _check("telegram", True, f"bot @{body['result'].get('username')} answers", results)
     else:
         _check("telegram", False, f"getMe answered HTTP {status}: check the token", results)
+
+
+def _unreadable_secrets(cfg: Config) -> str:
+    """Why a secret is missing when the secrets file is there but this user cannot read it
+    (root's, read by systemd for the service): say so instead of 'not set'."""
+    from agentd.config import SECRETS_FILE
+
+    if not cfg.source:
+        return ""
+    path = Path(cfg.source).parent / SECRETS_FILE
+    if path.exists() and not os.access(path, os.R_OK):
+        return (f"; {path} exists but this user cannot read it (systemd reads it as root for "
+                "the service), so the secrets were not checked: `sudo systemctl status agentd` "
+                "shows whether the service got them")  # fmt: skip
+    return ""
 
 
 def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -243,7 +358,8 @@ def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
 def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
     key = cfg.secrets.anthropic_api_key
     if key is None:
-        _check("anthropic", False, "ANTHROPIC_API_KEY is not set", results)
+        _check("anthropic", False, "ANTHROPIC_API_KEY is not set" + _unreadable_secrets(cfg),
+               results)  # fmt: skip
         return
     base = (cfg.llm.base_url or "https://api.anthropic.com").rstrip("/")
     headers = {"x-api-key": key.get_secret_value(), "anthropic-version": "2023-06-01"}

@@ -15,6 +15,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 
@@ -65,6 +66,6 @@ def prune(
     for part in retention.PARTS:
         kept = f"{days[part]:g}" if days[part] else "for ever"
         table.add_row(part, kept, str(planned.counts[part] if dry_run else removed[part]))
-    out.print(table)
+    print_table(table)
     if not dry_run:
         out.print("VACUUM: done" if vacuum_note is None else f"VACUUM skipped: {vacuum_note}")

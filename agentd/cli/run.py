@@ -37,14 +37,54 @@ def _pairing_possible(db_path: Path) -> bool:
         conn.close()
 
 
+def _already_running(db_path: Path) -> str | None:
+    """Who holds the runner lock, asked before the seconds of imports (a second `agentd run`
+    used to take ~8 s to say so). The daemon takes the lock for real later."""
+    if not db_path.exists():
+        return None
+    from agentd.runtime import lease
+
+    probe = lease.RunnerLock(db_path)
+    try:
+        probe.acquire(lambda: "")
+    except lease.LeaseHeld:
+        from agentd.db import open_sync
+
+        conn = open_sync(db_path, readonly=True)
+        try:
+            return lease.describe_holder(lease.current(conn))
+        except Exception:  # an old database without the lease table: still running
+            return lease.describe_holder(None)
+        finally:
+            conn.close()
+    probe.release()
+    return None
+
+
+def _stop_during_start_up(signum: int, frame: object) -> None:
+    """SIGTERM or Ctrl-C before the daemon's own handlers are in place: a clean stop (exit 0),
+    not a failure (exit 1, "failed" in systemd). The daemon replaces this once it runs."""
+    raise SystemExit(0)
+
+
 def run(config: ConfigOption = None) -> None:
     """Run the agent: long-poll Telegram and answer, until SIGTERM."""
+    import signal
+
     import typer
 
     started = time.monotonic() - _process_age()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_during_start_up)
     say = _terminal_line()
     cfg = config_or_exit(config)  # before the heavy imports: a bad config fails in a blink
+    if (holder := _already_running(cfg.db_path)) is not None:
+        fail(holder, EXIT_ALREADY_RUNNING)
     if not cfg.telegram.allowed_user_ids and not _pairing_possible(cfg.db_path):
+        if cfg.source is None:  # most likely run from another folder than `agentd init`'s
+            fail("no config file found (./agentd.toml, $AGENTD_CONFIG, ~/.config/agentd, "
+                 "/etc/agentd): pass the one `agentd init` wrote with --config PATH, or run "
+                 "`agentd init` first", EXIT_CONFIG)  # fmt: skip
         fail(
             "nobody would be answered: telegram.allowed_user_ids is empty and nobody has paired; "
             "run `agentd pair` (then send the code to your bot), or add your numeric Telegram "
@@ -60,6 +100,7 @@ def run(config: ConfigOption = None) -> None:
 
     with paused():
         from agentd import daemon
+    from agentd.daemon.startup import StoppedDuringStartUp
     from agentd.db import DatabaseError
     from agentd.llm import LLMError
     from agentd.runtime.lease import LeaseHeld
@@ -73,6 +114,8 @@ def run(config: ConfigOption = None) -> None:
         fail(str(exc), EXIT_CONFIG)
     except LeaseHeld as exc:
         fail(str(exc), EXIT_ALREADY_RUNNING)
+    except StoppedDuringStartUp:
+        code = 0  # systemctl stop while waiting for Telegram: not "failed"
     except (DatabaseError, daemon.StartupError) as exc:
         fail(str(exc))
     except KeyboardInterrupt:

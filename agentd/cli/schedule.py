@@ -18,6 +18,7 @@ from agentd.cli.common import (
     iso,
     out,
     print_json,
+    print_table,
     transaction,
 )
 
@@ -59,7 +60,13 @@ def ls(
     for s in found:
         table.add_row(s.id, str(s.user_id), s.state, s.action, s.text[:40],
                       s.recurrence.describe(), local_iso(s.next_run, s.timezone))  # fmt: skip
-    out.print(table)
+    print_table(
+        table,
+        drop=("user", "when"),
+        empty="No schedules"
+        + ("" if all_ else " active (--all shows finished ones)")
+        + ". Ask the bot to remind you, or use `agentd schedule add`.",
+    )
 
 
 @app.command("add")
@@ -140,7 +147,7 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
         turn = f"{r.instance_id} ({r.turn_status})" if r.instance_id else ""
         table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn,
                       r.detail[:50])  # fmt: skip
-    out.print(table)
+    print_table(table, drop=("at (UTC)",), empty="No runs yet.")
 
 
 def _set_state(schedule_id: str, state: str, json: bool, config: Any) -> None:

@@ -16,6 +16,8 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
+    refuse_foreign_database,
     transaction,
 )
 from agentd.config import Config
@@ -28,6 +30,7 @@ def _open_or_create(cfg: Config) -> Any:
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import apply_migrations
 
+    refuse_foreign_database(cfg.db_path)
     try:
         conn = open_sync(cfg.db_path)
         apply_migrations(conn)
@@ -101,7 +104,9 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for u in users:
         table.add_row(str(u["user_id"]), str(u["source"]), str(u["username"] or ""),
                       str(u["paired_at"] or ""))  # fmt: skip
-    out.print(table)
+    print_table(
+        table, empty="No users yet: add your id to telegram.allowed_user_ids, or run `agentd pair`."
+    )
 
 
 @app.command("rm")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json as jsonlib
 from enum import StrEnum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,13 +18,22 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
+from agentd.config import Config
 from agentd.durable import InstanceNotFound, store
 
+if TYPE_CHECKING:
+    from agentd.automations.catalog import Catalog
+
 app = typer.Typer(
-    help="Durable workflow instances: list, show, cancel, retry.", no_args_is_help=True
+    help="Durable workflow instances: start, signal, wait, list, show, cancel, retry.",
+    no_args_is_help=True,
 )
+EXIT_WAIT_ERRORED = 1
+EXIT_WAIT_CANCELLED = 4
+EXIT_WAIT_TIMEOUT = 124  # as timeout(1) says it
 
 
 def _instance_json(inst: store.InstanceRecord) -> dict[str, object]:
@@ -63,7 +72,11 @@ def ls(
     table = new_table("id", "workflow", "key", "status", "created (UTC)", "error")
     for r in rows:
         table.add_row(r.id, r.workflow, r.key, r.status, iso(r.created_at), (r.error or "")[:60])
-    out.print(table)
+    print_table(
+        table,
+        drop=("key", "created (UTC)", "workflow"),
+        empty="No workflow instances yet: they appear once `agentd run` gets a message.",
+    )
 
 
 @app.command("show")
@@ -77,6 +90,7 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
             fail(str(exc))
         steps = store.load_steps(conn, instance_id)
         attempts = store.load_attempts(conn, instance_id)
+        version = _version(conn, instance_id)
     by_step: dict[int, list[dict[str, object]]] = {}
     for a in attempts:
         duration = (a.finished_at - a.started_at) * 1000 if a.finished_at else None
@@ -86,16 +100,18 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
         )  # fmt: skip
     step_list = [
         {"ordinal": s.ordinal, "name": s.name, "kind": s.kind, "status": s.status,
-         "delivery": s.delivery, "error": s.error, "attempts": by_step.get(s.ordinal, [])}
+         "delivery": s.delivery, "error": s.error, "attempts": by_step.get(s.ordinal, []),
+         "duration_ms": _step_ms(s)}
         for s in steps.values()
     ]  # fmt: skip
     if json:
-        print_json({**_instance_json(inst), "steps": step_list})
+        print_json({**_instance_json(inst), "version": version, "steps": step_list})
         return
-    out.print(f"[bold]{inst.id}[/]  {inst.workflow}  key={inst.key}  status={inst.status}")
+    shown = f"  version={version}" if version else ""
+    out.print(f"[bold]{inst.id}[/]  {inst.workflow}{shown}  key={inst.key}  status={inst.status}")
     if inst.error:
         out.print(f"[red]error:[/] {inst.error}", highlight=False)
-    table = new_table("#", "step", "kind", "status", "attempts", "last error")
+    table = new_table("#", "step", "kind", "status", "attempts", "ms", "last error")
     for s in step_list:
         tries = s["attempts"]
         last_error = next((a["error"] for a in reversed(tries) if a["error"]), "")  # type: ignore[index]
@@ -105,9 +121,29 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
             str(s["kind"]),
             str(s["status"]),
             str(len(tries)),
+            "" if s["duration_ms"] is None else f"{s['duration_ms']:.0f}",
             str(last_error or "")[:60],
         )  # type: ignore[arg-type]
-    out.print(table)
+    print_table(table, drop=("kind",))
+
+
+def _step_ms(step: store.StepRecord) -> float | None:
+    """How long the step took (a sleep or wait: how long it slept or waited)."""
+    if step.finished_at is None:
+        return None
+    return round((step.finished_at - step.started_at) * 1000, 1)
+
+
+def _version(conn: Any, instance_id: str) -> str | None:
+    """The version an automation's instance runs on (None: not an automation, or an older
+    database the daemon has not migrated yet)."""
+    try:
+        row = conn.execute(
+            "SELECT version FROM automation_runs WHERE instance_id = ?", (instance_id,)
+        ).fetchone()
+    except Exception:
+        return None
+    return row[0] if row else None
 
 
 @app.command("cancel")
@@ -132,20 +168,206 @@ def cancel(instance_id: str, json: JsonOption = False, config: ConfigOption = No
 
 
 @app.command("retry")
-def retry(instance_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
+def retry(
+    instance_id: str,
+    from_step: Annotated[
+        str | None,
+        typer.Option("--from", help="Forget the journal from this step on and re-run it, on "
+                     "the automation's code loaded now."),
+    ] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:  # fmt: skip
     """Run an errored or cancelled instance again; finished steps are not repeated."""
     cfg = config_or_exit(config)
     import time
 
+    version = None
+    if from_step is not None:
+        with database(cfg) as conn:
+            try:
+                workflow = store.get_instance(conn, instance_id).workflow
+            except InstanceNotFound as exc:
+                fail(str(exc))
+        catalog = _catalog(cfg)
+        if workflow in catalog.versions:
+            version = catalog.current(workflow).version
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
-                store.reset_for_retry(conn, instance_id, time.time())
+                if from_step is None:
+                    store.reset_for_retry(conn, instance_id, time.time())
+                else:
+                    from agentd.automations import runs
+
+                    runs.retry_from(conn, instance_id, from_step, version, time.time())
         except InstanceNotFound as exc:
             fail(str(exc))
         except ValueError as exc:
             fail(str(exc))
     if json:
-        print_json({"id": instance_id, "result": "queued"})
+        print_json({"id": instance_id, "result": "queued", "version": version})
     else:
         out.print(f"{instance_id}: queued; the running daemon picks it up within a second")
+
+
+def _catalog(cfg: Config) -> Catalog:
+    import logging
+
+    from agentd.automations.catalog import builtin_names, load_catalog
+    from agentd.runtime.gc_pause import paused
+
+    # The commands print the problems themselves; the loader's log lines would repeat them.
+    logging.getLogger("agentd.automations").setLevel(logging.CRITICAL)
+    with paused():
+        return load_catalog(cfg, builtin_names())
+
+
+def _json_arg(value: str, what: str) -> Any:
+    """JSON text, or @path of a file holding it ("-" after @ reads stdin)."""
+    import sys
+    from pathlib import Path
+
+    if value.startswith("@"):
+        name = value[1:]
+        try:
+            value = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
+        except OSError as exc:
+            fail(f"{what}: cannot read {name}: {exc.strerror}")
+    try:
+        return jsonlib.loads(value)
+    except jsonlib.JSONDecodeError as exc:
+        fail(f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+
+
+@app.command("automations")
+def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
+    """The automations the configured folder and modules declare, and what failed to load."""
+    cfg = config_or_exit(config)
+    catalog = _catalog(cfg)
+    rows = []
+    for name in catalog.names():
+        current = catalog.current(name)
+        tool = f"run_{name} ({current.tool.risk})" if current.tool else None
+        rows.append({"name": name, "current": current.version,
+                     "versions": sorted(catalog.versions[name]),
+                     "description": current.description, "source": current.source,
+                     "tool": tool})  # fmt: skip
+    if json:
+        print_json({"automations": rows, "problems": catalog.problems})
+        return
+    table = new_table("name", "version", "also loaded", "model tool")
+    for r in rows:
+        others = ", ".join(v for v in r["versions"] if v != r["current"])  # type: ignore[attr-defined]
+        table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""))
+    out.print(table)
+    for problem in catalog.problems:
+        out.print(f"[red]problem:[/] {problem}", highlight=False)
+
+
+@app.command("start")
+def start(
+    name: str,
+    input: Annotated[str, typer.Option("--input", "-i", help="JSON or @file.")] = "{}",
+    key: Annotated[
+        str | None,
+        typer.Option(help="Idempotency key: starting again with the same key starts nothing "
+                     "new and prints the same instance id."),
+    ] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:  # fmt: skip
+    """Start an automation; the running daemon picks it up within a second."""
+    import time
+
+    from agentd.automations import runs
+    from agentd.durable import InvalidInput, WorkflowNotFound
+
+    cfg = config_or_exit(config)
+    payload = _json_arg(input, "--input")
+    catalog = _catalog(cfg)
+    instance_id = runs.instance_id_for(name, key)
+    with database(cfg, write=True) as conn:
+        try:
+            with transaction(conn):
+                started = runs.start(conn, catalog, name, payload, instance_id=instance_id,
+                                     source="cli", now=time.time())  # fmt: skip
+        except WorkflowNotFound as exc:
+            problems = "".join(f"\n  {p}" for p in catalog.problems)
+            fail(f"{exc}{problems}")
+        except (InvalidInput, ValueError) as exc:
+            fail(str(exc))
+    if json:
+        print_json(started.model_dump())
+    elif started.created:
+        out.print(started.instance_id)
+    else:
+        out.print(f"{started.instance_id} (already started with this key; nothing new)")
+
+
+@app.command("signal")
+def signal(
+    instance_id: str,
+    event: str,
+    data: Annotated[str, typer.Option("--data", "-d", help="JSON object, or @file.")] = "{}",
+    event_id: Annotated[
+        str | None, typer.Option(help="Deliver at most once: a repeat with this id is ignored.")
+    ] = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Send an event to a waiting instance (step.wait_for_event); it wakes within a second."""
+    import time
+
+    from agentd.automations import runs
+
+    cfg = config_or_exit(config)
+    payload = _json_arg(data, "--data")
+    if not isinstance(payload, dict):
+        fail("--data must be a JSON object")
+    with database(cfg, write=True) as conn:
+        try:
+            with transaction(conn):
+                stored = runs.signal(conn, instance_id, event, payload, time.time(), event_id)
+        except InstanceNotFound as exc:
+            fail(str(exc))
+        except ValueError as exc:
+            fail(str(exc))
+    if json:
+        print_json({"id": instance_id, "event": event, "delivered": stored})
+    else:
+        out.print(f"{instance_id}: {event} " + ("delivered" if stored else "was delivered before"))
+
+
+@app.command("wait")
+def wait(
+    instance_id: str,
+    timeout: Annotated[float, typer.Option(help="Seconds; 0 waits for ever.", min=0)] = 0,
+    config: ConfigOption = None,
+) -> None:
+    """Wait until the instance finishes and print its output as JSON. Exit code: 0 complete,
+    1 errored, 4 cancelled, 124 still running at --timeout."""
+    import time
+
+    cfg = config_or_exit(config)
+    deadline = time.monotonic() + timeout if timeout else None
+    delay = 0.05
+    while True:
+        with database(cfg) as conn:
+            try:
+                inst = store.get_instance(conn, instance_id)
+            except InstanceNotFound as exc:
+                fail(str(exc))
+        if inst.status in store.FINAL_STATUSES:
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            fail(f"{instance_id} is still {inst.status}", EXIT_WAIT_TIMEOUT)
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)  # quick for short runs, one read a second for long ones
+    result = {"id": inst.id, "status": inst.status, "error": inst.error,
+              "output": jsonlib.loads(inst.output) if inst.output else None}  # fmt: skip
+    print_json(result)
+    if inst.status == "errored":
+        raise typer.Exit(EXIT_WAIT_ERRORED)
+    if inst.status == "cancelled":
+        raise typer.Exit(EXIT_WAIT_CANCELLED)

@@ -7,12 +7,13 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from agentd.access import approvals
+from agentd.access import approvals, pairing
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Button
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandInput, CommandReply, CommandRouter
+from agentd.commands.skills import skills_command
 from agentd.durable import store
 from agentd.ledger import audit, usage
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
@@ -77,6 +78,9 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     withdrawn = await deps.db.write(_withdraw_approvals, [t.id for t in turns], deps.clock.now())
     for turn in turns:
         await deps.cancel(turn.id)
+    # The stopped requests stay in `agentd history` but never reach the model again, or a
+    # later message would have it carry out what the user just stopped.
+    await deps.db.write(history.withdraw, [t.id for t in turns], "stopped")
     for approval in withdrawn:
         if approval.message_id is not None:
             try:
@@ -92,6 +96,17 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     if len(turns) > 1:
         text += f" Also dropped {len(turns) - 1} queued message(s)."
     return CommandReply(text=text)
+
+
+def _paired_by(conn: Any, code: str, user_id: int) -> bool:
+    """Whether this /start code is the one that paired this user (not any text after /start)."""
+    found = pairing.code_in(f"/start {code}")
+    if found is None:
+        return False
+    row = conn.execute(
+        "SELECT used_by FROM pairing_codes WHERE code_hash = ?", (pairing._hash(found),)
+    ).fetchone()
+    return row is not None and row[0] == user_id
 
 
 def _today_start(now: float) -> float:
@@ -204,7 +219,8 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
         return help_text(router)
 
     async def start_command(inp: CommandInput) -> CommandReply:
-        greeting = "You're paired: I'll answer you here. " if inp.args else "Hello! "
+        paired = bool(inp.args) and await deps.db.read(_paired_by, inp.args, inp.user_id)
+        greeting = "You're paired: I'll answer you here. " if paired else "Hello! "
         return CommandReply(text=greeting + help_text(router).text)
 
     router.command("help", help_command, "What I can do and the commands")
@@ -213,5 +229,6 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
     router.command("memory", bind(memory_command), "What I remember about you, to forget")
+    router.command("skills", bind(skills_command), "The skills I can use, and any held back")
     router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
     router.callback(FORGET_PREFIX.rstrip(":"), forget_by_button)

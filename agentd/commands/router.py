@@ -12,14 +12,16 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress, TurnInput
-from agentd.chat.outbox import Button, Outbox, SendFailed
+from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
-from agentd.durable import NonRetryable, Step, Workflow, workflow
+from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import audit
 
 COMMAND_WORKFLOW = "command"
@@ -122,13 +124,6 @@ class CommandRouter:
         return await command.fn(inp)
 
     def workflow(self, outbox: Outbox, db: Database) -> Workflow[CommandInput, CommandOutput]:
-        async def send(inp: CommandInput, reply: CommandReply) -> int:
-            try:
-                return await outbox.send_text(inp.chat_id, reply.text, reply_to=inp.message_id,
-                                              buttons=reply.buttons or None)  # fmt: skip
-            except SendFailed as exc:
-                raise NonRetryable(str(exc)) from None
-
         async def record(inp: CommandInput, instance_id: str, known: bool) -> None:
             await db.write(lambda conn: audit.record(
                 conn, "command", chat_id=inp.chat_id, user_id=inp.user_id,
@@ -140,7 +135,10 @@ class CommandRouter:
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
             known = inp.name in self.commands
             reply = await step.do("render", self.reply_to, inp)
-            message_id = await step.do("send", send, inp, reply)
+            message_id = await deliver(step, db, "send", inp.chat_id,
+                                       partial(outbox.send_text, inp.chat_id, reply.text,
+                                               reply_to=inp.message_id,
+                                               buttons=reply.buttons or None))  # fmt: skip
             await step.do("audit", record, inp, step.instance_id, known)
             return CommandOutput(message_id=message_id, known=known)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import os
 import signal
@@ -17,6 +16,7 @@ from agentd.agent.approval_flow import withdraw_approvals
 from agentd.config import Config
 from agentd.daemon import services
 from agentd.daemon.startup import (
+    ConfigProblem,
     audit_send_uncertain,
     audit_unfinished,
     every,
@@ -29,11 +29,10 @@ from agentd.daemon.startup import (
 )
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
-from agentd.llm import api_key, create_llm
-from agentd.llm.deferred import DeferredLLM
+from agentd.llm import LLM, api_key, create_llm
 from agentd.retention.workflow import run_daily
 from agentd.runtime import lease, sdnotify
-from agentd.runtime.gc_pause import freeze_startup, pausing
+from agentd.runtime.gc_pause import freeze_startup
 from agentd.runtime.logs import Redactor
 
 log = logging.getLogger("agentd")
@@ -46,7 +45,7 @@ class _Process:
 
     config: Config
     redactor: Redactor
-    llm: DeferredLLM
+    llm: LLM
     db: Database
     bot: Any
     runner_lock: lease.RunnerLock
@@ -56,6 +55,7 @@ class _Process:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     poller: Any = None
     engine: Engine | None = None
+    hooks: Any = None  # the webhook listener, when [hooks] enabled
     username: str = ""
 
 
@@ -73,19 +73,14 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
 
 
 async def _open(config: Config, redactor: Redactor) -> _Process:
-    """The model SDK, the database, the bot and the single-runner lease.
-
-    Start-up overlaps instead of queueing: the model SDK imports in a thread while getMe,
-    the first getUpdates and the turn it starts go ahead; only the model call waits for it.
-    """
+    """The model client, the database, the bot and the single-runner lease."""
     db_holder: list[Database] = []
 
     async def send_uncertain(method: str, chat_id: int | str | None, reason: str) -> None:
         # Bound late: the bot is built before the database, but sends start after it opens.
         await db_holder[0].write(audit_send_uncertain, method, chat_id, reason)
 
-    # First, so the SDK import also overlaps the database, aiogram's import and getMe.
-    llm = DeferredLLM(config.llm.model, pausing(functools.partial(create_llm, config)))
+    llm = create_llm(config)
     try:
         db, bot = await open_database_and_bot(config, send_uncertain)
     except BaseException:
@@ -119,12 +114,19 @@ async def _build(proc: _Process, started_at: float) -> None:
     outbox = TelegramOutbox(proc.bot, max_message_chars=config.telegram.max_message_chars,
                             progress_delay=config.telegram.progress_delay)  # fmt: skip
 
+    wired_holder: list[services.Services] = []  # bound once built; instances finish after
+
     async def on_unfinished(inst: store.InstanceRecord) -> None:
         await db.write(audit_unfinished, inst)
         if inst.status == "cancelled":
             await withdraw_approvals(db, outbox, inst.id)
-        if inst.status == "errored" and (inst.error or "").startswith("stopped after"):
-            await tell_parked(outbox, inst)
+        elif inst.status == "errored":
+            # A parked turn tells its chat; a failed (or parked) automation tells the owner.
+            if (inst.error or "").startswith("stopped after"):
+                await tell_parked(outbox, inst)
+            if wired_holder:
+                await wired_holder[0].automations.notify_failure(inst.workflow, inst.id,
+                                                                 inst.error or "")  # fmt: skip
 
     clock = SystemClock()
     engine = proc.engine = Engine(
@@ -139,7 +141,18 @@ async def _build(proc: _Process, started_at: float) -> None:
     core = services.Core(config, db, proc.bot, proc.llm, outbox, clock, engine, proc.redactor,
                          started_at)  # fmt: skip
     wired = await services.build(core, me, proc.stack)
+    wired_holder.append(wired)
     await engine.run()
+    if config.hooks.enabled:
+        from agentd.automations.hooks import HookServer
+
+        proc.hooks = HookServer(config, wired.automations, engine.start, engine.poll_once)
+        try:
+            await proc.hooks.start()
+        except (OSError, ValueError) as exc:  # port taken, bad address, socket dir missing
+            await proc.hooks.close()
+            proc.hooks = None
+            raise ConfigProblem(f"[hooks] listen = {config.hooks.listen!r}: {exc}") from None
     # The watchdog is fed by the poll loop itself, so a hung poller trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
     proc.poller = Poller(proc.bot, db, engine, outbox, me,
@@ -157,8 +170,7 @@ async def _build(proc: _Process, started_at: float) -> None:
 
 
 async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
-    """Ready once the model is; then wait for SIGTERM or the poller's end."""
-    await proc.llm.ready()  # the poller persists and starts turns meanwhile
+    """Ready; then wait for SIGTERM or the poller's end."""
     heartbeat = every(HEARTBEAT_SECONDS, lambda: proc.db.write(lease.heartbeat, proc.pid),
                       proc.stop)  # fmt: skip
     proc.tasks.append(asyncio.create_task(heartbeat))
@@ -182,6 +194,8 @@ async def _shut_down(proc: _Process) -> None:
     """Stop taking work, let running steps finish within the grace, close in reverse."""
     sdnotify.notify("STOPPING=1")
     proc.stop.set()
+    if proc.hooks is not None:  # no delivery is accepted that the engine will not see start
+        await proc.hooks.close()
     if proc.poller:
         proc.poller.stop()
     for task in proc.tasks:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentd.chat.names import chat_key
 from agentd.chat.outbox import Outbox
-from agentd.config import Config
+from agentd.config import Config, read_named_secret
 from agentd.db import Database
 from agentd.durable import store
 from agentd.ledger import audit
@@ -38,12 +38,22 @@ def set_up_logging(config: Config) -> Redactor:
     stt_key = read_key(config.media.transcription_key_env, os.environ)
     if config.media.transcription == "openai" and stt_key:
         secrets.append(stt_key)  # kept out of logs and errors like the other keys
+    for hook in config.hooks.routes.values():  # webhook secrets, likewise
+        secrets.append(os.environ.get(hook.secret_env, ""))
+    # Mail and calendar app passwords, by the variable or credential each account names.
+    accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
+    env = config.secret_env(os.environ)
+    secrets += [s for s in (read_named_secret(n, env) for n in accounts if n) if s]
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 
 
 class StartupError(Exception):
     """The daemon cannot start; the message says why and what to do."""
+
+
+class StoppedDuringStartUp(StartupError):
+    """Asked to stop (SIGTERM, Ctrl-C) before start-up finished: a clean stop, not a failure."""
 
 
 class ConfigProblem(StartupError):
@@ -83,7 +93,7 @@ async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # 
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             if stop.is_set():
-                raise StartupError("stopped before Telegram answered getMe") from None
+                raise StoppedDuringStartUp("stopped before Telegram answered getMe") from None
             continue
         sdnotify.notify("STATUS=running")
         return me

@@ -495,6 +495,98 @@ CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
 END;
 """
 
+# Hands (issue 27): "Always allow this" rules for shell commands (a program and a pattern its
+# arguments must match), and the rule each pending shell approval would add if so pressed.
+M024_HANDS = """
+CREATE TABLE shell_rules (
+    id INTEGER PRIMARY KEY,
+    program TEXT NOT NULL,
+    args_pattern TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    approval_id TEXT,
+    UNIQUE (program, args_pattern)
+);
+CREATE TABLE shell_rule_offers (
+    approval_id TEXT PRIMARY KEY,
+    program TEXT NOT NULL,
+    args_pattern TEXT NOT NULL
+);
+"""
+
+# Mail (agentd/mail): each send journaled under its Message-ID before SMTP starts, so a crash
+# mid-send is answered from this row and the Sent folder, never by sending again; and where
+# the watcher got to in each folder, so a restart does not announce old mail twice.
+M025_MAIL = """
+CREATE TABLE mail_sends (
+    message_id  TEXT PRIMARY KEY,
+    account     TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    tool_use_id TEXT NOT NULL,
+    recipients  TEXT NOT NULL,
+    subject     TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('sending', 'sent', 'failed')),
+    detail      TEXT NOT NULL DEFAULT '',
+    created_at  REAL NOT NULL,
+    updated_at  REAL NOT NULL
+);
+CREATE TABLE mail_watch (
+    account     TEXT NOT NULL,
+    folder      TEXT NOT NULL,
+    uidvalidity INTEGER NOT NULL,
+    last_uid    INTEGER NOT NULL,
+    updated_at  REAL NOT NULL,
+    PRIMARY KEY (account, folder)
+);
+"""
+
+# Automations the owner writes (#30): which version of its code each instance started on, and
+# the questions step.ask_owner put to the owner (answered by a button or `workflows signal`).
+M026_WORKFLOWS = """
+CREATE TABLE automation_runs (
+    instance_id TEXT PRIMARY KEY REFERENCES workflow_instances (id) ON DELETE CASCADE,
+    automation TEXT NOT NULL,
+    version TEXT NOT NULL,
+    source TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE automation_questions (
+    id TEXT PRIMARY KEY,
+    instance_id TEXT NOT NULL REFERENCES workflow_instances (id) ON DELETE CASCADE,
+    step TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    choices TEXT NOT NULL,
+    default_choice TEXT,
+    message_id INTEGER,
+    status TEXT NOT NULL DEFAULT 'pending'
+        CHECK (status IN ('pending', 'answered', 'timed_out')),
+    answer TEXT,
+    answered_by TEXT,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    UNIQUE (instance_id, step)
+);
+"""
+
+# Skills the owner confirmed (`agentd skills add/enable`): the content hash of every file they
+# saw, so a skill whose files change is held back until they confirm again.
+M027_SKILLS = """
+CREATE TABLE skills (
+    name TEXT PRIMARY KEY,
+    path TEXT NOT NULL,
+    description TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN ('enabled', 'disabled', 'changed')),
+    source TEXT NOT NULL,
+    scripts INTEGER NOT NULL DEFAULT 0,
+    allowed_tools TEXT NOT NULL DEFAULT '[]',
+    confirmed_at REAL NOT NULL,
+    changed_at REAL,
+    change_note TEXT
+);
+"""
+
 M022_TAINT = """
 -- #26: a step that was running each of the last N times the process died is parked. One row
 -- per instance that was running when the process died: how far its journal had got (the
@@ -524,6 +616,10 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m018_history_window", M018_HISTORY_WINDOW),
     ("m019_recall", M019_RECALL),
     ("m020_hot_indexes", M020_HOT_INDEXES),
+    ("m024_hands", M024_HANDS),
+    ("m025_mail", M025_MAIL),
+    ("m026_workflows", M026_WORKFLOWS),
+    ("m027_skills", M027_SKILLS),
     ("m022_taint", M022_TAINT),
 ]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import inspect
 import json
 import logging
@@ -18,16 +19,6 @@ from typing import Any, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_json
-from tenacity import (
-    AsyncRetrying,
-    RetryError,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-    wait_fixed,
-    wait_incrementing,
-    wait_random,
-)
 
 from agentd.durable import store
 from agentd.durable.errors import (
@@ -42,6 +33,10 @@ from agentd.durable.host import StepHost
 from agentd.durable.pending import Pending
 
 T = TypeVar("T")
+# A retry's backoff longer than this is a durable sleep: the wake-up time follows from the
+# journaled failure, so a restart neither restarts the wait nor skips it, and the instance
+# gives its concurrency slot back meanwhile (R-DUR-4 for retries).
+DURABLE_BACKOFF_AFTER = 5.0
 Delivery = Literal["at_least_once", "at_most_once", "idempotent"]
 log = logging.getLogger("agentd.durable")
 
@@ -55,14 +50,19 @@ class Retry(BaseModel):
     max_delay: float = 60.0
     jitter: float = 0.0
 
-    def wait(self) -> Any:
+    def delay_after(self, failures: int, seed: str = "") -> float:
+        """Seconds to wait after the n-th failure. The jitter is drawn from `seed` (the step
+        and attempt), so a resumed run computes the very wait the first run began."""
         if self.backoff == "constant":
-            strategy = wait_fixed(self.delay)
+            wait = self.delay
         elif self.backoff == "linear":
-            strategy = wait_incrementing(self.delay, self.delay, self.max_delay)
+            wait = min(self.delay * failures, self.max_delay)
         else:
-            strategy = wait_exponential(multiplier=self.delay, max=self.max_delay)
-        return strategy + wait_random(0, self.jitter) if self.jitter else strategy
+            wait = min(self.delay * 2 ** (failures - 1), self.max_delay)
+        if self.jitter:
+            digest = hashlib.sha256(seed.encode()).digest()
+            wait += self.jitter * int.from_bytes(digest[:8], "big") / 2**64
+        return wait
 
 
 NO_RETRY = Retry(limit=1)
@@ -184,6 +184,9 @@ class Step:
         self.pending = Pending()
         self._journal = journal
         self._open_attempts = {a.ordinal for a in attempts if a.outcome == "running"}
+        self._attempts: dict[int, list[store.AttemptRecord]] = {}
+        for a in attempts:
+            self._attempts.setdefault(a.ordinal, []).append(a)
         self._attempt_counts: dict[int, int] = {}
         for a in attempts:
             self._attempt_counts[a.ordinal] = max(self._attempt_counts.get(a.ordinal, 0), a.attempt)
@@ -219,6 +222,11 @@ class Step:
                 f"{record.kind} {record.name!r}, the code asked for {kind} {name!r}"
             )
         return self._ordinal, record
+
+    def unreplayed(self) -> list[str]:
+        """Journaled steps this run never reached: a workflow that finishes with some left
+        took another path than the journal did (new code, or non-determinism)."""
+        return [r.name for o, r in sorted(self._journal.items()) if o > self._ordinal]
 
     def _check_running(self) -> None:
         if self.engine.stopping:
@@ -281,19 +289,9 @@ class Step:
             if policy.limit <= 1:
                 encoded = await attempt_once()  # the common case: no retry machinery
             else:
-                retrying = AsyncRetrying(
-                    stop=stop_after_attempt(policy.limit),
-                    wait=policy.wait(),
-                    # Exceptions only: CancelledError and Suspended end the step, never retry it.
-                    retry=retry_if_exception(_retryable),
-                    sleep=self.clock.sleep,
-                    reraise=True,
-                )
-                encoded = await retrying(attempt_once)
+                encoded = await self._retrying(attempt_once, policy, ordinal, record)
         except (asyncio.CancelledError, Suspended):
             raise
-        except RetryError as exc:  # pragma: no cover - reraise=True makes this unreachable
-            raise StepFailed(name, "RetryError", str(exc)) from exc
         except Exception as exc:
             await self._write(
                 store.finish_step, self.instance_id, ordinal, self.clock.now(),
@@ -302,6 +300,43 @@ class Step:
             raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
         # Return what a replay would return, so the first run and every resume see the same.
         return self._decode(encoded, adapter)
+
+    async def _retrying(
+        self, attempt_once: Callable[[], Awaitable[str]], policy: Retry, ordinal: int,
+        record: store.StepRecord | None,
+    ) -> str:  # fmt: skip
+        """Attempts until one succeeds, one fails for good, or `policy.limit` have failed in
+        this sequence, counting those journaled by earlier runs (an owner's retry starts a new
+        sequence: it moves the step's started_at)."""
+        failures, last_failed = 0, 0.0
+        if record is not None:
+            earlier = [a for a in self._attempts.get(ordinal, ())
+                       if a.outcome == "failed" and a.started_at >= record.started_at]  # fmt: skip
+            failures = len(earlier)
+            last_failed = max((a.finished_at or a.started_at for a in earlier), default=0.0)
+        while True:
+            if failures:
+                seed = f"{self.instance_id}:{ordinal}:{failures}"
+                await self._backoff(last_failed + policy.delay_after(failures, seed))
+            try:
+                return await attempt_once()
+            except Exception as exc:  # CancelledError and Suspended end the step, never retry
+                failures += 1
+                if not _retryable(exc) or failures >= policy.limit:
+                    raise
+                last_failed = self.clock.now()
+
+    async def _backoff(self, wake: float) -> None:
+        remaining = wake - self.clock.now()
+        if remaining <= 0:
+            return
+        if remaining <= DURABLE_BACKOFF_AFTER:
+            await self.clock.sleep(remaining)
+            return
+        async with self.engine.suspended(self.instance_id, "sleeping", wake_at=wake):
+            while (remaining := wake - self.clock.now()) > 0:  # a clock jump ends no wait early
+                await self.clock.sleep(remaining)
+        self._check_running()
 
     async def _attempt(self, call: _Call) -> Any:
         """One attempt of a `do` step: journal it, run it within its timeout, record the result."""

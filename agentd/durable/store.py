@@ -463,10 +463,11 @@ def reset_for_retry(conn: Any, instance_id: str, now: float) -> None:
             "WHERE instance_id = ? AND ordinal = ? AND outcome = 'running'",
             (instance_id, failed),
         )
+        # A new started_at begins a new retry sequence: the step gets its full attempts again.
         conn.execute(
             "UPDATE workflow_steps SET status = 'running', error = NULL, result = NULL, "
-            "finished_at = NULL WHERE instance_id = ? AND ordinal = ?",
-            (instance_id, failed),
+            "finished_at = NULL, started_at = ? WHERE instance_id = ? AND ordinal = ?",
+            (now, instance_id, failed),
         )
     conn.execute(
         "UPDATE workflow_instances SET status = 'queued', error = NULL, output = NULL, "

@@ -69,12 +69,17 @@ def record(
 
 
 def totals(
-    conn: Any, *, since: float | None = None, chat_id: int | None = None
-) -> list[UsageTotals]:
-    """Per day (UTC), chat and model; of one chat if `chat_id` is given."""
+    conn: Any, *, since: float | None = None, chat_id: int | None = None,
+    instance_prefix: str | None = None,
+) -> list[UsageTotals]:  # fmt: skip
+    """Per day (UTC), chat and model; of one chat if `chat_id` is given, of the workflow
+    instances whose id starts with `instance_prefix` if given (one schedule's runs)."""
     where, params = "at >= ?", [since or 0]
     if chat_id is not None:
         where, params = where + " AND chat_id = ?", [*params, chat_id]
+    if instance_prefix:
+        escaped = instance_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        where, params = where + " AND instance_id LIKE ? ESCAPE '\\'", [*params, escaped + "%"]
     rows = conn.execute(
         "SELECT date(at, 'unixepoch') AS day, chat_id, model, SUM(calls), SUM(input_tokens), "
         "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "

@@ -1,4 +1,6 @@
-"""The LLM boundary. Only `anthropic_adapter` imports the provider SDK (R-LLM-2)."""
+"""The LLM boundary: neutral request and response types, and the Anthropic Messages API adapter
+(anthropic_adapter.py over messages_http.py: HTTP with aiohttp, no SDK).
+"""
 
 from __future__ import annotations
 
@@ -22,18 +24,15 @@ class LLM(Protocol):
 
 
 def create_llm(config: Config) -> LLM:
-    """Build the configured model adapter (imports the SDK only now, off the CLI path)."""
+    """Build the configured model adapter (imported only now, off the CLI path)."""
     key = api_key(config)
-    from agentd.llm import anthropic_loader
-
-    anthropic_loader.load(lazy=config.startup.lazy_anthropic)
     from agentd.llm.anthropic_adapter import AnthropicLLM
 
     return AnthropicLLM(config.llm, key)
 
 
 def api_key(config: Config) -> str:
-    """The model API key, checked before seconds go into importing the SDK."""
+    """The model API key; a missing one is a configuration error at start."""
     key = config.secrets.anthropic_api_key
     if key is None:
         raise LLMError(

@@ -1,4 +1,8 @@
-"""The one module that imports the Anthropic SDK (R-LLM-2): requests out, neutral types back."""
+"""Claude through the Messages API (R-LLM-2): requests out, neutral types back.
+
+The HTTP client is messages_http.py (aiohttp, the public wire format); this module builds the
+body, folds the answer and decides what is worth a retry.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import anthropic
-import httpx2
 from pydantic_core import to_json
 from tenacity import (
     AsyncRetrying,
@@ -18,6 +20,7 @@ from tenacity import (
 
 from agentd.config import LLMConfig
 from agentd.llm.anthropic_stream import MessageFold, StreamIncomplete
+from agentd.llm.messages_http import APIConnectionError, APIStatusError, MessagesClient
 from agentd.llm.types import (
     ContentBlock,
     ImageBlock,
@@ -35,41 +38,19 @@ from agentd.net.retry import honour_retry_after
 log = logging.getLogger("agentd.llm")
 Sleep = Callable[[float], Awaitable[None]]
 OnText = Callable[[str], Awaitable[None]]
-_SPEND_LIMIT_ERRORS = tuple(
-    getattr(anthropic, name)
-    for name in (
-        "EnforcedSpendLimitReachedError",
-        "ContractSpendLimitReachedError",
-        "LinkedOrganizationSpendLimitReachedError",
-    )
-    if hasattr(anthropic, name)
-)
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
-    try:
-        if headers.get("retry-after-ms"):
-            return float(headers["retry-after-ms"]) / 1000
-        if headers.get("retry-after"):
-            return float(headers["retry-after"])
-    except ValueError:
-        return None
-    return None
+    return exc.retry_after if isinstance(exc, APIStatusError) else None
 
 
 def is_retryable(exc: BaseException) -> bool:
     """429 (except spend limits), 408, 409, 5xx and 529, timeouts and dropped connections."""
-    if isinstance(exc, _SPEND_LIMIT_ERRORS):
-        return False
-    if isinstance(exc, httpx2.TransportError | ValueError | StreamIncomplete):
+    if isinstance(exc, APIConnectionError | ValueError | StreamIncomplete):
         return True  # a dropped stream or a malformed body: transient
-    if isinstance(exc, anthropic.APIConnectionError):  # includes APITimeoutError
-        return True
-    if isinstance(exc, anthropic.APIStatusError):
+    if isinstance(exc, APIStatusError):
+        if "spend_limit" in exc.error_type:  # waiting does not raise a spend limit
+            return False
         if exc.status_code == 200:  # an `event: error` in the middle of a stream
             return True
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
@@ -179,13 +160,13 @@ def _parse_response(msg: dict[str, Any], attempt: int = 1) -> LLMResponse:
 
 def _describe(exc: BaseException) -> str:
     # Never echo request bodies or headers: the message and status are enough for the owner.
-    status = getattr(exc, "status_code", None)
-    kind = type(exc).__name__
-    return f"{kind} (HTTP {status})" if status else kind
+    if isinstance(exc, APIStatusError):  # the API's own name for it: overloaded_error, …
+        return f"{exc.error_type} (HTTP {exc.status_code})"
+    return type(exc).__name__
 
 
 class AnthropicLLM:
-    """Claude through AsyncAnthropic, with SDK retries off and our own capped tenacity policy."""
+    """Claude over HTTP, with our own capped tenacity policy."""
 
     def __init__(
         self,
@@ -199,39 +180,25 @@ class AnthropicLLM:
         self._config = config
         self._sleep = sleep
         self._base = config.retry_base_delay
-        self._client = anthropic.AsyncAnthropic(
-            api_key=api_key,
-            base_url=config.base_url or None,
-            max_retries=0,
-            timeout=config.timeout,
-            # The SDK's own aiohttp transport (its `aiohttp` extra; aiogram needs aiohttp anyway):
-            # ~15 % less daemon CPU per turn than httpx's pure-Python HTTP/1.1 stack, measured
-            # in benchmarks/daemon_throughput.py. Errors still arrive as httpx2 exceptions.
-            http_client=anthropic.DefaultAioHttpClient(timeout=config.timeout),
-        )
+        self._client = MessagesClient(api_key, config.base_url or None, config.timeout)
 
     async def close(self) -> None:
         await self._client.close()
 
-    async def _post(self, params: dict[str, Any], stream: bool) -> Any:
-        # The body is serialised here (pydantic-core, one pass) and handed to the SDK as bytes:
-        # `messages.create` deep-copies and re-encodes it in Python on every call.
-        body = to_json({**params, "stream": True} if stream else params)
-        if stream:
-            return await self._client.post(
-                "/v1/messages", content=body, cast_to=object, stream=True,
-                stream_cls=anthropic.AsyncStream[object],
-            )  # fmt: skip
-        return await self._client.post("/v1/messages", content=body, cast_to=object)
+    async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
+        # The body is serialised once, by pydantic-core.
+        message = await self._client.create(to_json(params))
+        if not isinstance(message, dict):  # a proxy's page parsed as JSON
+            raise ValueError("the answer was not a JSON object")
+        return message
 
     async def _stream(self, params: dict[str, Any], on_text: OnText) -> dict[str, Any]:
         """Stream the answer, reporting the text so far; return the final message."""
         fold = MessageFold()
-        async with await self._post(params, stream=True) as stream:  # closed however it ends
-            async for event in stream:
-                text = fold.add(event)
-                if text is not None:
-                    await on_text(text)
+        async for event in self._client.stream(to_json({**params, "stream": True})):
+            text = fold.add(event)
+            if text is not None:
+                await on_text(text)
         return fold.result()
 
     async def complete(self, req: LLMRequest, on_text: OnText | None = None) -> LLMResponse:
@@ -257,15 +224,13 @@ class AnthropicLLM:
                 tries = attempt.retry_state.attempt_number
                 with attempt:
                     if on_text is None:
-                        message = await self._post(params, stream=False)
-                        if not isinstance(message, dict):  # a proxy's page parsed as JSON
-                            raise ValueError("the answer was not a JSON object")
+                        message = await self._create(params)
                     else:
                         message = await self._stream(params, on_text)
-        except (httpx2.TransportError, ValueError, StreamIncomplete) as exc:
-            # A stream cut mid-way surfaces as a raw transport error, broken JSON as ValueError.
+        except (APIConnectionError, ValueError, StreamIncomplete) as exc:
+            # A dropped connection or a cut stream, or broken JSON (ValueError): transient.
             raise LLMError(f"the model call failed: {type(exc).__name__}", retryable=True) from None
-        except anthropic.AnthropicError as exc:
+        except APIStatusError as exc:
             raise LLMError(
                 f"the model call failed: {_describe(exc)}",
                 retryable=is_retryable(exc),

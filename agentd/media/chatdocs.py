@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import PurePath
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress, MediaRef
 from agentd.chat.names import chat_key
 from agentd.chat.outbox import Button, Outbox
@@ -237,9 +239,6 @@ def document_callbacks(engine: Any, fallback: Any) -> Any:
 
 
 def make_ingest_workflow(deps: DocDeps, outbox: Outbox) -> Workflow[IngestInput, IngestOutput]:
-    async def send(chat_id: int, text: str, reply_to: int | None) -> int:
-        return await outbox.send_text(chat_id, text, reply_to=reply_to)
-
     @workflow(INGEST_WORKFLOW)
     async def ingest(step: Step, inp: IngestInput) -> IngestOutput:
         from agentd.durable import StepFailed
@@ -249,7 +248,13 @@ def make_ingest_workflow(deps: DocDeps, outbox: Outbox) -> Workflow[IngestInput,
             text, outcome = saved_text(saved), saved.status
         except StepFailed as exc:
             text, outcome = f"I couldn't add that document: {exc.message[:300]}", "error"
-        sent = await step.do("send", send, inp.chat_id, text, inp.reply_to)
+        sent = await deliver(
+            step,
+            deps.db,
+            "send",
+            inp.chat_id,
+            partial(outbox.send_text, inp.chat_id, text, reply_to=inp.reply_to),
+        )
         return IngestOutput(outcome=outcome, message_ids=[sent])
 
     return ingest

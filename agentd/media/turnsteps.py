@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.delivery import deliver
 from agentd.chat.inputs import TurnInput
-from agentd.chat.outbox import Outbox, SendFailed
+from agentd.chat.outbox import Outbox
 from agentd.chat.outfiles import SpooledFile
 from agentd.config import MediaConfig
 from agentd.db import Database
@@ -108,11 +110,8 @@ def replace_user_content(conn: Any, message_id: int, content: str) -> None:
 async def send_one_file(outbox: Outbox, chat_id: int, file: SpooledFile, reply_to: int) -> int:
     if not await asyncio.to_thread(os.path.isfile, file.path):
         raise NonRetryable(f"{file.filename} is no longer in the outgoing folder")
-    try:
-        return await outbox.send_document(chat_id, file.path, file.filename,
-                                          caption=file.caption, reply_to=reply_to)  # fmt: skip
-    except SendFailed as exc:
-        raise NonRetryable(str(exc)) from None
+    return await outbox.send_document(chat_id, file.path, file.filename,
+                                      caption=file.caption, reply_to=reply_to)  # fmt: skip
 
 
 def _unlink(files: list[SpooledFile]) -> int:
@@ -126,23 +125,22 @@ async def remove_spooled(files: list[SpooledFile]) -> int:
     return await asyncio.to_thread(_unlink, files)
 
 
-async def send_text(outbox: Outbox, chat_id: int, text: str, reply_to: int | None) -> int:
-    return await outbox.send_text(chat_id, text, reply_to=reply_to)
-
-
 async def send_files(
-    step: Step, outbox: Outbox, inp: TurnInput, files: list[SpooledFile]
+    step: Step, outbox: Outbox, db: Database, inp: TurnInput, files: list[SpooledFile]
 ) -> list[int]:
-    """Each file is its own step; one that cannot be sent is reported, not fatal."""
+    """Each file is its own step (chat/delivery.py); one that cannot be sent is reported, not
+    fatal."""
     ids = []
     for n, file in enumerate(files, start=1):
+        chat = inp.chat_id
         try:
-            ids.append(await step.do(f"send-file#{n}", send_one_file, outbox, inp.chat_id, file,
-                                     inp.message_id))  # fmt: skip
+            ids.append(await deliver(step, db, f"send-file#{n}", chat,
+                                     partial(send_one_file, outbox, chat, file, inp.message_id),
+                                     method="sendDocument"))  # fmt: skip
         except StepFailed as exc:
             text = f"(I couldn't send {file.filename}: {exc.message[:200]})"
-            ids.append(await step.do(f"send-file-error#{n}", send_text, outbox, inp.chat_id,
-                                     text, None))  # fmt: skip
+            ids.append(await deliver(step, db, f"send-file-error#{n}", chat,
+                                     partial(outbox.send_text, chat, text)))  # fmt: skip
     if files:
         await step.do("clean-files", remove_spooled, files)
     return ids

@@ -95,11 +95,26 @@ def context_floor(conn: Any, chat_id: int) -> int:
     return int(row[0]) if row else 0
 
 
+def withdraw(conn: Any, instance_ids: list[str], reason: str) -> int:
+    """Leave the user messages of these turns out of every later prompt (README "Stopping and
+    editing"): stopped with /stop ("stopped") or replaced by an edit ("edited"). The rows stay,
+    for `agentd history`."""
+    changed = 0
+    for iid in instance_ids:
+        changed += conn.execute(
+            "UPDATE messages SET meta = json_set(meta, '$.withdrawn', ?) "
+            "WHERE instance_id = ? AND role = 'user' AND json_extract(meta, '$.withdrawn') IS NULL",
+            (reason, iid),
+        ).rowcount
+    return changed
+
+
 def turns_between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[tuple[str, str]]:
     """(role, content) of the chat's messages from `start_id` up to (not including) `before_id`,
-    oldest first: all a prompt needs."""
+    oldest first: all a prompt needs. Withdrawn requests (`withdraw`) are left out."""
     rows = conn.execute(
-        "SELECT role, content FROM messages WHERE chat_id = ? AND id >= ? AND id < ? ORDER BY id",
+        "SELECT role, content FROM messages WHERE chat_id = ? AND id >= ? AND id < ? "
+        "AND json_extract(meta, '$.withdrawn') IS NULL ORDER BY id",
         (chat_id, start_id, before_id),
     )
     return [(r[0], r[1]) for r in rows]

@@ -108,16 +108,22 @@ def summary_instance_id(chat_id: int, up_to_id: int) -> str:
     return f"summary-{chat_id}-{up_to_id}"
 
 
+WITHDRAWN = "(a request the user withdrew, with /stop or by editing it: not to be carried out)"
+
+
 def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> list[BlockMessage]:
     # Re-checked here: an earlier summary of this chat may already have taken these messages.
     if summary_due(conn, inp.chat_id, threshold, keep_recent) is None:
         return []
     rows = conn.execute(
-        "SELECT id, role, content, created_at FROM messages WHERE chat_id = ? AND summarised = 0 "
-        "AND id <= ? ORDER BY id",
+        "SELECT id, role, content, created_at, json_extract(meta, '$.withdrawn') FROM messages "
+        "WHERE chat_id = ? AND summarised = 0 AND id <= ? ORDER BY id",
         (inp.chat_id, inp.up_to_id),
     ).fetchall()
-    return [BlockMessage(id=r[0], role=r[1], content=r[2], created_at=r[3]) for r in rows]
+    # A request stopped or replaced by an edit is summarised as withdrawn, not as something
+    # asked for: a summary that said "the user asked to …" would bring it back (README).
+    return [BlockMessage(id=r[0], role=r[1], content=WITHDRAWN if r[4] else r[2],
+                         created_at=r[3]) for r in rows]  # fmt: skip
 
 
 async def select_block(deps: SummaryDeps, inp: SummaryInput) -> list[BlockMessage]:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.delivery import deliver
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
-from agentd.chat.outbox import Outbox, raise_if_refused
+from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Step, StepFailed, Workflow, workflow
@@ -91,13 +93,12 @@ async def plan_occurrence(deps: ScheduleDeps, inp: OccurrenceInput) -> Plan:
     return plan.model_copy(update={"kind": sched.action})
 
 
-async def send_message(deps: ScheduleDeps, inp: OccurrenceInput) -> int:
+async def send_message(step: Step, deps: ScheduleDeps, inp: OccurrenceInput) -> int:
+    """A reminder, through the one send path (chat/delivery.py): marked, so a kill after
+    Telegram took it and before its id was committed is re-sent once and counted."""
     sched = await deps.db.read(store.get, inp.schedule_id)
-    try:
-        return await deps.outbox.send_text(sched.chat_id, sched.text)
-    except Exception as exc:
-        raise_if_refused(exc)
-        raise
+    return await deliver(step, deps.db, "send", sched.chat_id,
+                         partial(deps.outbox.send_text, sched.chat_id, sched.text))  # fmt: skip
 
 
 async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:
@@ -159,7 +160,7 @@ def make_schedule_workflow(deps: ScheduleDeps) -> Workflow[OccurrenceInput, Occu
         else:
             try:
                 if plan.kind == "message":
-                    msg_id = await step.do("send", send_message, deps, inp)
+                    msg_id = await send_message(step, deps, inp)
                     outcome, detail = "sent", f"telegram message {msg_id}"
                 else:
                     ref = await step.do("start-turn", start_turn, deps, inp, step.instance_id)

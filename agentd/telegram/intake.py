@@ -14,6 +14,7 @@ from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.telegram.classify import Decision, Identity, classify, unreadable
+from agentd.telegram.edits import plan_edit
 
 OFFSET_KEY = "telegram_offset"
 
@@ -38,6 +39,8 @@ class IntakeResult(BaseModel):
     callback_answers: list[tuple[str, str]] = Field(default_factory=list)
     accepted: int = 0
     duplicates: int = 0
+    cancels: list[str] = Field(default_factory=list)  # turns an edit replaced: stop their tasks
+    ignored: list[tuple[int | None, int | None, str]] = Field(default_factory=list)
 
 
 def turn_instance_id(update_id: int) -> str:
@@ -66,9 +69,17 @@ def _apply(
         result.keys.add(key)
         return "command", instance_id
     if decision.action == "turn" and decision.turn is not None:
+        turn = decision.turn
+        if turn.edited:
+            plan = plan_edit(conn, turn, time.time())
+            if plan.turn is None:
+                return "edit_unchanged", None
+            if plan.action == "replace" and plan.previous is not None:
+                result.cancels.append(plan.previous)
+            turn = plan.turn
         instance_id = turn_instance_id(update_id)
-        key = chat_key(decision.turn.chat_id)
-        engine.prepare_start(conn, TURN_WORKFLOW, decision.turn, instance_id=instance_id, key=key)
+        key = chat_key(turn.chat_id)
+        engine.prepare_start(conn, TURN_WORKFLOW, turn, instance_id=instance_id, key=key)
         result.keys.add(key)
         result.accepted += 1
         return "turn", instance_id
@@ -76,6 +87,14 @@ def _apply(
         answer = on_callback(conn, decision.callback)
         result.callback_answers.append((decision.callback.callback_id, answer))
         return "callback", None
+    if decision.action == "ignore" and decision.user_id is not None and decision.chat_id:
+        # An allowed user's message in a group (groups off, or the bot not addressed): said in
+        # the log each time and in the audit once a day per chat and reason, never silent.
+        result.ignored.append((decision.chat_id, decision.user_id, decision.reason or ""))
+        day = int(time.time() // 86400)
+        audit.record(conn, "message_ignored", chat_id=decision.chat_id, user_id=decision.user_id,
+                     detail={"update_kind": decision.update_kind, "reason": decision.reason},
+                     source_key=f"ignored:{decision.chat_id}:{decision.reason}:{day}")  # fmt: skip
     if decision.action == "reject":
         # R-IN-3: counted without content: who, when, what kind.
         audit.record(

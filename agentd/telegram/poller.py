@@ -133,6 +133,11 @@ class Poller:
             persist_updates, raw, self._me, self._engine, self._on_callback, self._on_command
         )
         offset = max(int(u["update_id"]) for u in raw) + 1
+        for chat_id, user_id, reason in result.ignored:
+            log.info("message ignored", extra={"chat_id": chat_id, "user_id": user_id,
+                                               "reason": reason})  # fmt: skip
+        for instance_id in result.cancels:  # replaced by an edit: already flagged, stop it now
+            await self._engine.cancel(instance_id)
         for key in result.keys:
             self._engine.kick(key)
         if result.keys:

@@ -7,6 +7,7 @@ file sent to the user as a Telegram document with the reply.
 
 from agentd.chat.outfiles import OutgoingFile
 from agentd.tools.base import (
+    ApprovalCard,
     Assessment,
     CallState,
     InvalidArguments,
@@ -25,6 +26,7 @@ from agentd.tools.policy import call_risk
 from agentd.tools.registry import DuplicateToolError, ToolRegistry
 
 __all__ = [
+    "ApprovalCard",
     "Assessment",
     "CallState",
     "DuplicateToolError",

@@ -63,6 +63,16 @@ class Assessment(BaseModel):
     reason: str = ""
 
 
+class ApprovalCard(BaseModel):
+    """What an approval card shows for one call, where the tool knows better than a rendering
+    of its arguments (a shell command: the exact line, its folder, network and limits)."""
+
+    text: str
+    # The words of a command an "Always allow this" button would allow from now on; None: no
+    # such button (chained commands, network, no sandbox).
+    always_allow: list[str] | None = None
+
+
 class ToolResult(BaseModel):
     """A tool's answer; `is_error` tells the model the tool could not do what was asked."""
 
@@ -151,9 +161,20 @@ class Tool:
     # It can send data out of the machine or leave instructions behind (fetch a URL, send a
     # mail, schedule a prompt, remember): in a tainted turn it asks the owner (tools/policy.py).
     egress: bool = False
+    # Running it twice is worse than asking again (a command, a write): its step is journaled
+    # at-most-once, so after a crash during it the turn reports "outcome unknown", never reruns.
+    at_most_once: bool = False
     # This call's risk, where it depends on the arguments (a shell command on the read-only
     # allowlist); None: the tool's `risk`. Gets the validated arguments and the CallState.
     assess: Callable[[Any, CallState], Assessment | None] | None = field(default=None, repr=False)
+    # The approval card's content for this call (validated arguments); None: the arguments.
+    card: Callable[[Any], ApprovalCard | None] | None = field(default=None, repr=False)
+    # After a crash while an approved (at-most-once) call ran, find out whether its effect
+    # happened instead of guessing or repeating it (a mail: look for its Message-ID in Sent);
+    # returns what to tell the model. None: the generic "outcome unknown" notice.
+    settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):

@@ -77,9 +77,12 @@ class ToolRegistry:
         *,
         builtins: Iterable[Tool] | None = None,
         extra: Iterable[Tool] = (),
+        late: Iterable[Tool] = (),
         import_module: Callable[[str], ModuleType] = importlib.import_module,
     ) -> tuple[ToolRegistry, list[ToolProblem]]:
-        """Built-ins, `extra` (e.g. MCP tools) and plugins, with config's risks and disabled list.
+        """Built-ins, `extra` (e.g. MCP tools), plugins, then `late` (built-ins newer than some
+        owners' plugins: a plugin tool of the same name keeps its place), with config's risks
+        and disabled list.
 
         Never raises for a broken plugin or a clash: those come back as problems (and are logged).
         """
@@ -87,6 +90,7 @@ class ToolRegistry:
         tools.extend(extra)
         plugin_tools, problems = load_plugins(config.plugins, import_module=import_module)
         tools.extend(plugin_tools)
+        tools.extend(late)
 
         registry = cls()
         disabled = set(config.disabled)

@@ -540,15 +540,21 @@ class FakeAnthropic(FakeServer):
         self._log_response("error", spec.status, error_type=spec.error_type, headers=headers)
         return self.error_response(spec.status, spec.error_type, spec.message, headers)
 
+    @staticmethod
+    def _connected(request: web.Request) -> bool:
+        transport = request.transport
+        return transport is not None and not transport.is_closing()
+
     async def _pass_gate(self, request: web.Request) -> bool:
-        """Wait while held; False if the client disconnected meanwhile."""
+        """Wait while held; False if the client disconnected meanwhile (then it stops being
+        held within the 0.5 s re-check, so a test can wait for `held` to drop, not sleep)."""
         with self._lock:
             if not self._holding:
                 return True
             self._held += 1
             self._changed()
         try:
-            while self._holding and not self._closing:
+            while self._holding and not self._closing and self._connected(request):
                 event = asyncio.Event()
                 self._gate_waiters.add(event)
                 try:
@@ -562,8 +568,7 @@ class FakeAnthropic(FakeServer):
             with self._lock:
                 self._held -= 1
                 self._changed()
-        transport = request.transport
-        return transport is not None and not transport.is_closing()
+        return self._connected(request)
 
     def _next_spec(self, body: dict[str, Any]) -> tuple[Spec, float]:
         delay = 0.0

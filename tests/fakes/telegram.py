@@ -74,7 +74,7 @@ class Fault:
     description: str = ""
     retry_after: int | None = None
     times: int | None = 1  # None: until clear_faults()
-    mode: str = "error"  # error | drop | malformed | delay
+    mode: str = "error"  # error | drop | malformed | delay | land
     delay: float = 0.0
 
 
@@ -416,9 +416,11 @@ class FakeTelegram(FakeServer):
         """Script a failure of the next `times` calls of `method` ("*" = any method).
 
         mode: "error" (JSON error answer), "drop" (close the connection), "malformed" (200 with
-        broken JSON), "delay" (answer normally after `delay` s). times=None: until clear_faults().
+        broken JSON), "delay" (answer normally after `delay` s), "land" (do the call, so a message
+        is sent, then hold the answer for `delay` s: the window where a client that dies has sent
+        a message it never learns the id of). times=None: until clear_faults().
         """
-        if mode not in ("error", "drop", "malformed", "delay"):
+        if mode not in ("error", "drop", "malformed", "delay", "land"):
             raise ValueError(f"unknown fault mode {mode!r}")
         if description is None:
             if status == 429:
@@ -763,7 +765,7 @@ class FakeTelegram(FakeServer):
 
         key = method.lower()
         fault = self._take_fault(key)
-        if fault is not None and fault.mode != "delay":
+        if fault is not None and fault.mode not in ("delay", "land"):
             record["status"] = fault.mode if fault.mode != "error" else fault.status
             if fault.mode == "drop":
                 return self.drop_connection(request)
@@ -772,7 +774,7 @@ class FakeTelegram(FakeServer):
                     text='{"ok": true, "result": {"message_id', content_type="application/json"
                 )
             return self._error(fault.status, fault.description, fault.retry_after)
-        if fault is not None:
+        if fault is not None and fault.mode == "delay":
             await sleep_or_closing(self, fault.delay)
 
         with self._lock:
@@ -793,6 +795,9 @@ class FakeTelegram(FakeServer):
         finally:
             with self._lock:
                 self._changed()
+        if fault is not None and fault.mode == "land":
+            record["status"] = "landed"
+            await sleep_or_closing(self, fault.delay)
         record["status"] = 200
         return web.json_response({"ok": True, "result": result})
 

@@ -1,0 +1,219 @@
+"""What a plugin file writes: `@workflow(...)` and the steps its function gets (`AutoStep`).
+
+    from pydantic import BaseModel
+    from agentd.automations import AutoStep, Retry, workflow
+
+    class In(BaseModel):
+        repo: str
+
+    class Out(BaseModel):
+        rerun: bool
+
+    @workflow("ci_failed", input=In, output=Out, version="1")
+    async def ci_failed(step: AutoStep, inp: In) -> Out:
+        choice = await step.ask_owner("CI failed; re-run?", ["Re-run", "Ignore"], default="Ignore")
+        return Out(rerun=choice == "Re-run")
+
+Every effect is a journaled step with a unique name; code between steps re-runs on every
+resume, so it must be cheap and deterministic (no clock, no randomness, no I/O outside steps).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+from agentd.durable import Event, NonRetryable, Retry, Step
+
+if TYPE_CHECKING:
+    from agentd.automations.runtime import Runtime
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+Risk = Literal["low", "medium", "high"]
+Delivery = Literal["at_least_once", "at_most_once", "idempotent"]
+NAME = re.compile(r"[a-z][a-z0-9_]{0,47}")
+LLM_RETRY = Retry(limit=3, delay=2.0)
+
+
+class AsTool(BaseModel):
+    """Offer the workflow to the model as a tool `run_<name>` that starts it (not waits)."""
+
+    description: str = Field(min_length=1, max_length=1024)
+    risk: Risk = "medium"
+
+
+@dataclass(frozen=True)
+class Automation:
+    """One version of an owner's workflow, as `@workflow` declares it."""
+
+    name: str
+    fn: Callable[[AutoStep, Any], Awaitable[Any]]
+    input_model: type[BaseModel]
+    output_model: type[BaseModel]
+    version: str
+    description: str = ""
+    tool: AsTool | None = None
+    source: str = ""  # the file or module it came from, for problems and `workflows show`
+
+
+def _source_version(fn: Callable[..., Any]) -> str:
+    """The code's own fingerprint, when the author names no version: an edit changes it."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        text = fn.__qualname__
+    return "src-" + hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def workflow(
+    name: str,
+    *,
+    input: type[BaseModel],
+    output: type[BaseModel],
+    version: str | int | None = None,
+    tool: AsTool | None = None,
+) -> Callable[[Callable[[AutoStep, Any], Awaitable[Any]]], Automation]:
+    """Declare an automation. `version` is recorded per instance: keep an old version's code
+    loaded beside the new one until its instances finish (see docs/workflows.md)."""
+    if not NAME.fullmatch(name):
+        raise TypeError(f"workflow name {name!r}: use 1-48 of a-z, 0-9 and _, starting a-z")
+    for what, model in (("input", input), ("output", output)):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise TypeError(f"workflow {name}: {what}= must be a pydantic model class")
+
+    def wrap(fn: Callable[[AutoStep, Any], Awaitable[Any]]) -> Automation:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {name}: expected `async def {fn.__name__}(step, inp)`")
+        doc = (inspect.getdoc(fn) or "").strip().splitlines()
+        return Automation(
+            name=name, fn=fn, input_model=input, output_model=output,
+            version=str(version) if version is not None else _source_version(fn),
+            description=doc[0] if doc else "", tool=tool,
+        )  # fmt: skip
+
+    return wrap
+
+
+def field_errors(exc: ValidationError) -> str:
+    """`repo: Field required; count: Input should be a valid integer`: each field by name."""
+    parts = []
+    for err in exc.errors()[:10]:
+        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class ToolRun(BaseModel):
+    """What `step.tool` returns: the tool's text, or why it did not run."""
+
+    ok: bool
+    content: str
+    ran: bool = True  # False: the owner denied (or did not answer) a high-risk call
+
+
+class AutoStep:
+    """The steps a workflow function gets. Every method takes the step's unique `name` first."""
+
+    def __init__(self, step: Step, runtime: Runtime) -> None:
+        self._step = step
+        self._rt = runtime
+
+    @property
+    def instance_id(self) -> str:
+        return self._step.instance_id
+
+    async def do(
+        self,
+        name: str,
+        fn: Callable[..., Awaitable[T]],
+        *args: Any,
+        retry: Retry | None = None,
+        timeout: float | None = None,
+        delivery: Delivery = "at_least_once",
+        result_type: Any = None,
+    ) -> T:
+        """Run `await fn(*args)` once for this instance; its JSON result is journaled and a
+        resume returns it. `retry`: attempts and backoff (long backoffs are durable sleeps)."""
+        return await self._step.do(
+            name, fn, *args, retry=retry, timeout=timeout, delivery=delivery,
+            result_type=result_type,
+        )  # fmt: skip
+
+    async def sleep(self, name: str, duration: float | timedelta) -> None:
+        """Sleep durably: a restart neither shortens nor restarts it."""
+        await self._step.sleep(name, duration)
+
+    async def sleep_until(self, name: str, when: float | datetime) -> None:
+        await self._step.sleep_until(name, when)
+
+    async def wait_for_event(
+        self, event: str, timeout: float | timedelta, *, name: str | None = None
+    ) -> Event | None:
+        """Wait for `agentd workflows signal ID EVENT` (or `POST /hooks/H/events/EVENT`);
+        None once `timeout` passes. The step is named `wait:EVENT` unless `name` says."""
+        return await self._step.wait_for_event(event, timeout, name=name)
+
+    async def ask_owner(
+        self,
+        text: str,
+        choices: Sequence[str],
+        *,
+        timeout: float | timedelta | None = None,
+        default: str | None = None,
+        name: str = "ask",
+    ) -> str | None:
+        """Ask the owner in their chat with one button per choice; return the choice pressed,
+        or `default` when `timeout` passes first. Also answerable from the shell:
+        `agentd workflows signal ID answer:NAME --data '{"choice": "..."}'`."""
+        return await self._rt.ask_owner(self._step, name, text, list(choices), timeout, default)
+
+    async def llm(
+        self,
+        name: str,
+        prompt: str,
+        *,
+        output: type[M],
+        system: str = "",
+        max_tokens: int | None = None,
+        retry: Retry | None = None,
+    ) -> M:
+        """One structured model call whose answer must fit `output`; its tokens are recorded
+        in `agentd usage` (purpose "automation"). A resume returns the journaled answer."""
+        return await self._rt.llm_call(
+            self._step, name, prompt, output, system, max_tokens, retry or LLM_RETRY
+        )
+
+    async def send(self, name: str, text: str) -> int:
+        """Send a message (Markdown) to the owner's chat; return its message id."""
+        return await self._rt.send(self._step, name, text)
+
+    async def start(self, name: str, workflow: str, input: BaseModel | dict[str, Any]) -> str:
+        """Start another automation (or this one again: "continue as new", for a loop that
+        would outgrow one journal); return its instance id. Once per step, like any step."""
+        return await self._rt.start_from(self._step, name, workflow, input)
+
+    async def tool(self, name: str, tool: str, args: dict[str, Any] | None = None) -> ToolRun:
+        """Run one of agentd's tools under its risk policy: low and medium run, high asks the
+        owner first (as in a chat turn)."""
+        return await self._rt.tool(self._step, name, tool, args or {})
+
+
+__all__ = [
+    "AsTool",
+    "AutoStep",
+    "Automation",
+    "Event",
+    "NonRetryable",
+    "Retry",
+    "ToolRun",
+    "field_errors",
+    "workflow",
+]

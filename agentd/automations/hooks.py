@@ -1,0 +1,256 @@
+"""The webhook listener (`[hooks]`, off by default): `POST /hooks/NAME` starts the hook's
+automation (or a turn in the owner's chat) with the JSON body; `POST /hooks/NAME/events/EVENT`
+signals one of its instances.
+
+Every request is verified before anything else is read into memory past the size limit: an
+HMAC-SHA256 of the raw body under the hook's own secret (`X-Hub-Signature-256` as GitHub sends
+it, or `X-Signature-256`; `sha256=<hex>`, compared in constant time). A delivery id header
+(`Idempotency-Key`, `X-GitHub-Delivery`, `X-Delivery-Id`) maps to one instance id, so a repeat
+starts nothing new. The answer (202 and the instance id) comes only after the start is
+committed to disk. It listens on 127.0.0.1 or a Unix socket: put a reverse proxy in front to
+take deliveries from the internet (docs/workflows.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from agentd.automations import runs
+from agentd.automations.owner import owner
+from agentd.automations.runtime import Runtime
+from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput
+from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.config import Config, HookConfig
+from agentd.durable import InstanceNotFound, InvalidInput, WorkflowNotFound
+from agentd.tools import mark_untrusted
+
+log = logging.getLogger("agentd.hooks")
+BODY_TIMEOUT = 10.0  # seconds to send the body: a slow sender does not hold a slot for ever
+MAX_DELIVERY_ID = 200
+StartWorkflow = Callable[..., Awaitable[Any]]
+
+
+def signature_ok(secret: bytes, body: bytes, header: str) -> bool:
+    """`sha256=<hex>` of the body under the secret, compared in constant time."""
+    scheme, _, given = header.strip().partition("=")
+    if scheme.lower() != "sha256" or not given:
+        return False
+    expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+    # As bytes: compare_digest refuses non-ASCII str, and a header may hold anything.
+    return hmac.compare_digest(expected, given.strip().lower().encode("utf-8", "replace"))
+
+
+def _fresh_socket_path(raw: str) -> str:
+    """The socket's path, with a stale socket from an earlier run removed (start-up only)."""
+    path = Path(raw).expanduser()
+    if path.is_socket():
+        path.unlink()
+    return str(path)
+
+
+async def _read_at_most(request: web.Request, limit: int) -> bytes:
+    """The body, or its first `limit` bytes: `read(n)` returns whatever has arrived so far,
+    so a body that comes in several packets is read chunk by chunk."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await request.content.read(limit - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.response = _error(status, message)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+@dataclass
+class _Route:
+    name: str
+    config: HookConfig
+    secret: bytes | None  # None: its secret_env is unset, so it refuses every delivery
+
+
+class HookServer:
+    def __init__(
+        self, config: Config, runtime: Runtime, start_workflow: StartWorkflow,
+        wake: Callable[[], Awaitable[None]], env: Mapping[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        env = os.environ if env is None else env
+        self._config = config
+        self._max = config.hooks.max_body_bytes
+        self._runtime = runtime
+        self._start_workflow = start_workflow
+        self._wake = wake
+        self._runner: web.AppRunner | None = None
+        self.routes: dict[str, _Route] = {}
+        for name, hook in config.hooks.routes.items():
+            secret = env.get(hook.secret_env, "")
+            if not secret:
+                log.warning("hook has no secret; it refuses every delivery",
+                            extra={"hook": name, "secret_env": hook.secret_env})  # fmt: skip
+            if hook.workflow and hook.workflow not in runtime.catalog.versions:
+                log.warning("hook starts an automation that is not loaded; it answers 503",
+                            extra={"hook": name, "workflow": hook.workflow})  # fmt: skip
+            self.routes[name] = _Route(name, hook, secret.encode() if secret else None)
+
+    async def start(self) -> str:
+        """Listen; return where (for the log and the tests)."""
+        app = web.Application(client_max_size=self._max)
+        app.router.add_post("/hooks/{name}", self._start)
+        app.router.add_post("/hooks/{name}/events/{event}", self._event)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        listen = self._config.hooks.listen
+        if listen.startswith("unix:"):
+            path = _fresh_socket_path(listen[5:])
+            site: web.BaseSite = web.UnixSite(self._runner, path)
+            await site.start()
+            os.chmod(path, 0o660)  # the proxy's group may write; nobody else
+        else:
+            host, _, port = listen.rpartition(":")
+            site = web.TCPSite(self._runner, host or "127.0.0.1", int(port))
+            await site.start()
+        where = listen
+        if not listen.startswith("unix:") and listen.endswith(":0"):
+            server = getattr(site, "_server", None)
+            sockets = getattr(server, "sockets", None) or []
+            if sockets:
+                where = f"{sockets[0].getsockname()[0]}:{sockets[0].getsockname()[1]}"
+        log.info("hooks listening", extra={"listen": where, "hooks": sorted(self.routes)})
+        return where
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- the two endpoints ------------------------------------------------------------------
+
+    async def _verified(self, request: web.Request) -> tuple[_Route, Any, str | None]:
+        """Route, parsed JSON body and delivery id; raise an HTTP error response otherwise."""
+        route = self.routes.get(request.match_info["name"])
+        if route is None:
+            raise _Refused(404, "no such hook")
+        if route.secret is None:
+            raise _Refused(503, "this hook has no secret configured")
+        if (request.content_length or 0) > self._max:
+            raise _Refused(413, f"body over {self._max} bytes")
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                body = await _read_at_most(request, self._max + 1)
+        except TimeoutError:
+            raise _Refused(408, "the body took too long") from None
+        if len(body) > self._max:
+            raise _Refused(413, f"body over {self._max} bytes")
+        header = next((request.headers[h] for h in route.config.signature_headers
+                       if h in request.headers), None)  # fmt: skip
+        if header is None:
+            raise _Refused(401, "missing signature")
+        if not signature_ok(route.secret, body, header):
+            log.warning("hook signature mismatch", extra={"hook": route.name})
+            raise _Refused(401, "bad signature")
+        try:
+            data = json.loads(body)
+        except (ValueError, UnicodeDecodeError, RecursionError):  # nesting past the stack too
+            raise _Refused(400, "the body is not JSON") from None
+        if not isinstance(data, dict):
+            raise _Refused(400, "the body must be a JSON object")
+        delivery = next((request.headers[h] for h in route.config.delivery_headers
+                         if h in request.headers), None)  # fmt: skip
+        if delivery is not None and not 1 <= len(delivery) <= MAX_DELIVERY_ID:
+            raise _Refused(400, f"the delivery id must be 1-{MAX_DELIVERY_ID} characters")
+        return route, data, delivery
+
+    async def _start(self, request: web.Request) -> web.Response:
+        try:
+            route, data, delivery = await self._verified(request)
+        except _Refused as refused:
+            return refused.response
+        try:
+            if route.config.workflow:
+                name = route.config.workflow
+                iid = runs.instance_id_for(name, None if delivery is None else f"{route.name}:"
+                                           f"{delivery}", scope="h")  # fmt: skip
+                started = await self._runtime.start(name, data, instance_id=iid,
+                                                    source=f"hook:{route.name}")  # fmt: skip
+                iid, created = started.instance_id, started.created
+            else:
+                iid, created = await self._start_turn(route, data, delivery)
+        except InvalidInput as exc:
+            return _error(422, str(exc))
+        except WorkflowNotFound as exc:
+            return _error(503, str(exc))
+        except ValueError as exc:
+            return _error(409, str(exc))
+        log.info("hook delivery", extra={"hook": route.name, "instance_id": iid,
+                                         "new": created})  # fmt: skip
+        body = {"instance_id": iid, "created": created}
+        return web.json_response(body, status=202 if created else 200)
+
+    async def _start_turn(
+        self, route: _Route, data: dict[str, Any], delivery: str | None
+    ) -> tuple[str, bool]:
+        chat = owner(self._config)
+        if chat is None:
+            raise WorkflowNotFound("no owner to run a prompt for: set [telegram] allowed_user_ids")
+        payload = json.dumps(data, ensure_ascii=False, indent=1)
+        text = f"{route.config.prompt}\n\n{mark_untrusted(payload, f'webhook {route.name}')}"
+        if len(text) > MAX_TEXT_CHARS:
+            raise InvalidInput(f"the body is too long for a prompt ({MAX_TEXT_CHARS} characters)")
+        turn = TurnInput(update_id=0, chat_id=chat, user_id=chat, message_id=0,
+                         date=time.time(), kind="text", text=text)  # fmt: skip
+        iid = runs.instance_id_for(f"hook_{route.name}", delivery, scope="h")
+        result = await self._start_workflow(TURN_WORKFLOW, turn, instance_id=iid,
+                                            key=chat_key(chat))  # fmt: skip
+        return iid, bool(result.created)
+
+    async def _event(self, request: web.Request) -> web.Response:
+        try:
+            route, data, delivery = await self._verified(request)
+        except _Refused as refused:
+            return refused.response
+        event = request.match_info["event"]
+        if event.startswith(runs.ANSWER_PREFIX):
+            # The owner's answers (and approvals of high-risk tools) are the owner's: a
+            # webhook's sender may signal its workflow, never answer for the owner.
+            return _error(403, "answers to the owner's questions cannot come from a webhook")
+        iid = data.get("instance_id") or request.query.get("instance_id")
+        payload = data.get("data", {})
+        if not isinstance(iid, str) or not isinstance(payload, dict):
+            return _error(422, 'give {"instance_id": "...", "data": {...}}')
+        workflow = route.config.workflow or None
+        if workflow is None:
+            return _error(404, "this hook starts prompts; it has no instances to signal")
+        event_id = f"hook:{route.name}:{delivery}" if delivery else None
+        now = time.time()
+        try:
+            delivered = await self._runtime.db.write(
+                runs.signal, iid, event, payload, now, event_id, workflow=workflow
+            )
+        except InstanceNotFound as exc:
+            return _error(404, str(exc))
+        except ValueError as exc:
+            return _error(409, str(exc))
+        await self._wake()
+        return web.json_response({"instance_id": iid, "event": event, "delivered": delivered},
+                                 status=202 if delivered else 200)  # fmt: skip

@@ -1,0 +1,352 @@
+"""The daemon side of automations: each one registered with the engine (on the version its
+instance started with), the steps that need services (ask_owner, llm, send, tool), starting
+them from chat (`/run`), from the model (a tool, where declared) and from the listener."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, RootModel, ValidationError
+
+from agentd.automations import runs
+from agentd.automations.api import Automation, AutoStep, ToolRun, field_errors
+from agentd.automations.catalog import Catalog
+from agentd.automations.owner import owner
+from agentd.chat.inputs import CallbackPress
+from agentd.chat.outbox import Button, Outbox, SendFailed
+from agentd.commands.router import CommandInput, CommandReply
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import (
+    Clock,
+    DivergenceError,
+    InvalidInput,
+    NonRetryable,
+    Retry,
+    Step,
+    Workflow,
+    WorkflowNotFound,
+)
+from agentd.ledger import audit, usage
+from agentd.llm import LLM
+from agentd.llm.structured import complete_structured
+from agentd.llm.types import LLMRequest, Message, SystemBlock
+from agentd.tools import CallState, Tool, ToolContext, ToolRegistry, call_risk, check_args, execute
+from agentd.tools import ToolOutcome as _Outcome
+
+log = logging.getLogger("agentd.automations")
+CALLBACK_PREFIX = "aq"  # button data aq:<question id>:<choice index>
+
+
+class RawInput(RootModel[dict[str, Any]]):
+    """The engine's view of an automation's input: each version validates its own model."""
+
+
+class RawOutput(RootModel[Any]):
+    pass
+
+
+class InvalidOutput(NonRetryable):
+    """The workflow returned something its output model refuses; the message names the field."""
+
+
+@dataclass
+class Runtime:
+    config: Config
+    db: Database
+    clock: Clock
+    catalog: Catalog
+    outbox: Outbox
+    llm: LLM | None
+    kick: Callable[[str], None]
+    registry: ToolRegistry | None = None
+    redact: Callable[[str], str] = lambda text: text
+
+    # -- registration ---------------------------------------------------------------------
+
+    def workflows(self) -> list[Workflow[Any, Any]]:
+        return [self._durable(name) for name in self.catalog.names()]
+
+    def _durable(self, name: str) -> Workflow[Any, Any]:
+        async def run(step: Step, raw: RawInput) -> RawOutput:
+            # A primary-key lookup: on the loop's own connection, no hop to the writer thread.
+            started_on = await self.db.read_inline(runs.version_of, step.instance_id)
+            auto = self.catalog.get(name, started_on)
+            if auto is None:
+                auto = self.catalog.current(name)
+                log.warning("automation version not loaded; running the current code",
+                            extra={"instance_id": step.instance_id, "started_on": started_on,
+                                   "current": auto.version})  # fmt: skip
+            return await self._run(step, auto, raw, started_on)
+
+        return Workflow(name=name, fn=run, input_model=RawInput, output_model=RawOutput)
+
+    async def _run(self, step: Step, auto: Automation, raw: RawInput, started_on: str) -> RawOutput:
+        try:
+            inp = auto.input_model.model_validate(raw.root)
+        except ValidationError as exc:
+            raise InvalidInput(f"input of {auto.name} is invalid: {field_errors(exc)}") from None
+        try:
+            result = await auto.fn(AutoStep(step, self), inp)
+            left = step.unreplayed()
+            if left:
+                raise DivergenceError(
+                    f"replay of {step.instance_id} diverged: the code finished without the "
+                    f"journaled step(s) {left}"
+                )
+        except DivergenceError as exc:
+            if started_on and started_on != auto.version:
+                why = (f" The instance started on version {started_on}, which is not loaded; "
+                       f"this code is version {auto.version}. Load the old version beside the "
+                       "new one, or re-run it on this code:")  # fmt: skip
+            else:
+                why = " The code changed under the same version. Re-run it on this code:"
+            hint = f" agentd workflows retry {step.instance_id} --from STEP"
+            raise DivergenceError(f"{exc}.{why}{hint}") from None
+        try:
+            data = result.model_dump() if isinstance(result, BaseModel) else result
+            output = auto.output_model.model_validate(data)
+        except ValidationError as exc:
+            raise InvalidOutput(f"output of {auto.name} is invalid: {field_errors(exc)}") from None
+        return RawOutput(output.model_dump(mode="json"))
+
+    # -- starting ---------------------------------------------------------------------------
+
+    async def start(
+        self, name: str, payload: object, *, instance_id: str, source: str
+    ) -> runs.Started:
+        """Validate, commit (fsync'd), then wake the engine: the id is durable once returned."""
+        started = await self.db.write(
+            runs.start, self.catalog, name, payload, instance_id=instance_id, source=source,
+            now=self.clock.now(),
+        )  # fmt: skip
+        self.kick(instance_id)
+        return started
+
+    async def start_from(
+        self, step: Step, name: str, workflow: str, inp: BaseModel | dict[str, Any]
+    ) -> str:
+        payload = inp.model_dump(mode="json") if isinstance(inp, BaseModel) else inp
+        # The id follows from this instance and step: a re-run of the step starts nothing new.
+        iid = runs.instance_id_for(workflow, f"{step.instance_id}:{name}", scope="s")
+
+        async def start_it() -> str:
+            try:
+                started = await self.start(workflow, payload, instance_id=iid, source="workflow")
+            except (InvalidInput, WorkflowNotFound) as exc:
+                raise NonRetryable(str(exc)) from None
+            return started.instance_id
+
+        return await step.do(name, start_it)
+
+    async def run_command(self, inp: CommandInput) -> CommandReply:
+        """/run NAME {json}: start an automation (the owner only)."""
+        if inp.user_id != owner(self.config):
+            return CommandReply(text="Only the owner can run automations.")
+        name, _, rest = inp.args.strip().partition(" ")
+        if not name:
+            listed = "\n".join(f"• `{n}`" for n in self.catalog.names()) or "none are loaded"
+            return CommandReply(text=f"Usage: /run NAME {{json input}}\nAutomations:\n{listed}")
+        try:
+            payload = json.loads(rest) if rest.strip() else {}
+            key = f"{inp.chat_id}:{inp.message_id}"  # the same message never starts two runs
+            iid = runs.instance_id_for(name, key, scope="c")
+            started = await self.start(name, payload, instance_id=iid, source="chat")
+        except json.JSONDecodeError as exc:
+            return CommandReply(text=f"The input is not JSON: {exc.msg} at character {exc.pos}.")
+        except (WorkflowNotFound, InvalidInput, ValueError) as exc:
+            return CommandReply(text=str(exc))
+        return CommandReply(text=f"Started `{name}`: `{started.instance_id}`")
+
+    def model_tools(self) -> list[Tool]:
+        """`run_<name>` for each automation that declares `tool=AsTool(...)`."""
+        tools = []
+        for name in self.catalog.names():
+            auto = self.catalog.current(name)
+            if auto.tool is None:
+                continue
+
+            async def start_it(ctx: ToolContext, args: BaseModel, name: str = name) -> str:
+                iid = runs.instance_id_for(name, f"{ctx.instance_id}:{ctx.tool_use_id}", scope="t")
+                started = await self.start(
+                    name, args.model_dump(mode="json"), instance_id=iid, source="tool"
+                )
+                return f"Started workflow {name} as {started.instance_id}; it runs on its own."
+
+            tools.append(Tool.from_model(
+                name=f"run_{name}", description=auto.tool.description,
+                args_model=auto.input_model, fn=start_it, risk=auto.tool.risk,
+                source=f"automation:{auto.source}",
+            ))  # fmt: skip
+        return tools
+
+    async def notify_failure(self, name: str, instance_id: str, error: str) -> None:
+        """Tell the owner an automation errored (best effort: the journal and the audit log
+        have it whatever the chat says)."""
+        if name not in self.catalog.versions or (chat := owner(self.config)) is None:
+            return
+        text = (f"⚠️ Automation `{name}` failed (`{instance_id}`):\n{error[:600]}\n\n"
+                f"Details: `agentd workflows show {instance_id}`; run it again: "
+                f"`agentd workflows retry {instance_id}`")  # fmt: skip
+        try:
+            await self.outbox.send_text(chat, text)
+        except Exception as exc:
+            extra = {"instance_id": instance_id, "error": type(exc).__name__}
+            log.warning("could not tell the owner about a failed automation", extra=extra)
+
+    # -- ask_owner ------------------------------------------------------------------------
+
+    def on_answer(self, conn: Any, press: CallbackPress) -> str:
+        """A press on an ask_owner button, inside the intake transaction."""
+        _, question_id, index = [*press.data.split(":"), "", ""][:3]
+        if press.user_id != owner(self.config):
+            return "Only the owner can answer this."
+        if not index.isdigit():
+            return "This button is not recognised."
+        by = f"telegram:{press.user_id}"
+        return runs.answer(conn, question_id, int(index), by, time.time())
+
+    async def ask_owner(
+        self, step: Step, name: str, text: str, choices: list[str],
+        timeout: float | timedelta | None, default: str | None,
+    ) -> str | None:  # fmt: skip
+        if not 1 <= len(choices) <= 8 or any(not 1 <= len(c) <= 40 for c in choices):
+            raise ValueError("ask_owner: give 1 to 8 choices of 1-40 characters")
+        if default is not None and default not in choices:
+            raise ValueError(f"ask_owner: default {default!r} is not one of {choices}")
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        seconds = seconds if seconds is not None else self.config.automations.ask_timeout
+        chat = self._owner_chat()
+        question = await step.local(
+            name + runs.QUESTION_SUFFIX, runs.create_question, step.instance_id, name, chat,
+            text, choices, default, self.clock.now(), seconds, result_type=runs.Question,
+        )  # fmt: skip
+        message_id = await step.do(f"{name}:send", self._send_question, question)
+        event = await step.wait_for_event(
+            runs.ANSWER_PREFIX + name, max(0.0, question.expires_at - self.clock.now()),
+            name=f"{name}:wait",
+        )  # fmt: skip
+        if event is not None:
+            choice: str | None = str(event.payload.get("choice"))
+        else:
+            settled = await step.local(f"{name}:expire", runs.expire_question, question.id,
+                                       self.clock.now(), result_type=runs.Question)  # fmt: skip
+            choice = settled.answer if settled.status == "answered" else default
+        if message_id is not None:
+            await step.do(f"{name}:show", self._show_answer, question, message_id, choice,
+                          event is None)  # fmt: skip
+        return choice
+
+    async def _send_question(self, question: runs.Question) -> int | None:
+        """The question with its buttons; if the chat is unreachable the CLI still answers."""
+        buttons = [[Button(text=c, data=f"{CALLBACK_PREFIX}:{question.id}:{i}")]
+                   for i, c in enumerate(question.choices)]  # fmt: skip
+        hint = f"\n\n_or: agentd workflows signal {question.instance_id} answer:{question.step}_"
+        try:
+            message_id = await self.outbox.send_text(
+                question.chat_id, question.text + hint, buttons=buttons
+            )
+        except Exception as exc:
+            log.warning("could not send the question; `agentd workflows signal` still answers",
+                        extra={"question": question.id, "error": type(exc).__name__})  # fmt: skip
+            return None
+        await self.db.write(runs.set_question_message, question.id, message_id)
+        return message_id
+
+    async def _show_answer(
+        self, question: runs.Question, message_id: int, choice: str | None, timed_out: bool
+    ) -> None:
+        what = f"no answer in time, so: {choice}" if timed_out else f"answered: {choice}"
+        try:
+            await self.outbox.edit_text(
+                question.chat_id, message_id, f"{question.text}\n\n— {what}"
+            )
+        except Exception as exc:  # the answer stands whatever the chat says
+            log.info("could not edit the question", extra={"error": type(exc).__name__})
+
+    # -- llm, send, tool --------------------------------------------------------------------
+
+    def _owner_chat(self) -> int:
+        chat = owner(self.config)
+        if chat is None:
+            raise NonRetryable("no owner: set [telegram] allowed_user_ids")
+        return chat
+
+    async def llm_call(
+        self, step: Step, name: str, prompt: str, output: type[BaseModel], system: str,
+        max_tokens: int | None, retry: Retry,
+    ) -> Any:  # fmt: skip
+        if self.llm is None:
+            raise NonRetryable("no model is configured")
+        llm, instance_id = self.llm, step.instance_id
+
+        async def call() -> BaseModel:
+            req = LLMRequest(
+                purpose="automation",
+                system=[SystemBlock(text=system)] if system else [],
+                messages=[Message(role="user", content=prompt)],
+                max_tokens=max_tokens,
+            )
+            result, response = await complete_structured(
+                llm, req, output, name="answer", description="Give the answer in this shape."
+            )
+            await self.db.write(
+                usage.record, response.usage, model=response.model, purpose="automation",
+                chat_id=owner(self.config), instance_id=instance_id, step=name,
+                attempt=response.attempt,
+            )  # fmt: skip
+            return result
+
+        return await step.do(name, call, retry=retry, result_type=output)
+
+    async def send(self, step: Step, name: str, text: str) -> int:
+        chat = self._owner_chat()
+
+        async def send_text() -> int:
+            try:
+                return await self.outbox.send_text(chat, text)
+            except SendFailed as exc:
+                raise NonRetryable(str(exc)) from None
+
+        # Marked: an attempt the process died in stays visible in `workflows show`.
+        return await step.do(name, send_text, mark=True)
+
+    async def tool(self, step: Step, name: str, tool_name: str, args: dict[str, Any]) -> ToolRun:
+        found = self.registry.get(tool_name) if self.registry is not None else None
+        if found is None:
+            raise NonRetryable(f"no tool named {tool_name!r}")
+        checked = check_args(found, args)
+        if isinstance(checked, _Outcome):
+            raise NonRetryable(f"{tool_name}: {checked.content}")
+        verdict = call_risk(found, checked, CallState())
+        if verdict.risk == "high":
+            text = (f"🔐 Workflow step `{name}` wants to run `{tool_name}` (high risk)"
+                    f"{': ' + verdict.reason if verdict.reason else ''}\n\n"
+                    f"```\n{self.redact(json.dumps(args, indent=1))[:1500]}\n```")  # fmt: skip
+            choice = await self.ask_owner(
+                step, f"{name}:approve", text, ["Approve", "Deny"],
+                self.config.tools.approval_timeout, "Deny",
+            )  # fmt: skip
+            if choice != "Approve":
+                return ToolRun(ok=False, ran=False, content=f"{tool_name} was not run ({choice}).")
+        chat, instance_id = self._owner_chat(), step.instance_id
+
+        async def run_tool() -> ToolRun:
+            ctx = ToolContext(chat_id=chat, user_id=chat, instance_id=instance_id,
+                              timezone=self.config.agent.timezone, now=self.clock.now,
+                              redact=self.redact)  # fmt: skip
+            outcome = await execute(found, ctx, args)
+            await self.db.write(lambda conn: audit.record(
+                conn, "automation_tool", chat_id=chat, instance_id=instance_id,
+                detail={"step": name, "tool": tool_name, "risk": verdict.risk, "ok": outcome.ok},
+                source_key=f"{instance_id}:{name}",
+            ))  # fmt: skip
+            return ToolRun(ok=outcome.ok, content=outcome.content)
+
+        return await step.do(name, run_tool)

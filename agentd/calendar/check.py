@@ -1,0 +1,39 @@
+"""`agentd doctor` for calendars: log in, find the calendar, read today's events."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from agentd.calendar.events import expand
+from agentd.calendar.source import CalendarError, Source
+from agentd.config import CalendarConfig
+
+
+def check_calendar(
+    config: CalendarConfig, env: Mapping[str, str], default_zone: str
+) -> tuple[str, bool, str]:
+    name = f"calendar {config.name}"
+    src = Source(config, env)
+    if config.password_env and not src.password:
+        return (
+            name,
+            False,
+            (
+                f"{config.name}: login failed: no password: set the environment "
+                f"variable or systemd credential {config.password_env}"
+            ),
+        )
+    zone = ZoneInfo(config.timezone or default_zone)
+    start = datetime.combine(datetime.now(zone).date(), time(0), zone)
+    try:
+        found = expand(
+            src.fetch(start, start + timedelta(days=1)), start, start + timedelta(days=1), zone
+        )
+    except CalendarError as exc:
+        return name, False, str(exc)
+    except Exception as exc:  # a feed that is not iCalendar, a server that answers oddly
+        return name, False, f"{config.name}: reading failed: {type(exc).__name__}: {exc}"[:300]
+    kind = "feed (read only)" if src.read_only else "CalDAV"
+    return name, True, f"{kind} {config.url}, {len(found)} event(s) today ({zone.key})"

@@ -1,0 +1,135 @@
+"""Where events come from and go to: a CalDAV calendar (python-caldav) or a read-only .ics feed.
+
+Synchronous (caldav and its HTTP client block): the tools call these in a thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+from icalendar import Calendar
+
+from agentd.config import CalendarConfig, read_named_secret
+
+
+class CalendarError(Exception):
+    """A calendar could not be used; the message names the calendar, the step and the cause."""
+
+    def __init__(self, name: str, stage: str, detail: str) -> None:
+        super().__init__(f"{name}: {stage} failed: {detail}")
+        self.stage = stage
+
+
+def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
+    import socket
+    import ssl
+
+    from caldav.lib import error
+
+    text = f"{type(exc).__name__}: {exc}"[:300]
+    for cause in (exc, exc.__cause__, exc.__context__):
+        if isinstance(cause, socket.gaierror):
+            return CalendarError(config.name, "DNS", f"cannot resolve the host of {config.url}")
+        if isinstance(cause, ssl.SSLError):
+            return CalendarError(config.name, "TLS", f"no trusted TLS with {config.url} ({cause})")
+    if isinstance(exc, error.AuthorizationError) or "401" in text:
+        return CalendarError(
+            config.name,
+            "login",
+            f"the server rejected the user "
+            f"{config.username!r} or its password ({config.password_env})",
+        )
+    if isinstance(exc, error.NotFoundError) or "404" in text:
+        return CalendarError(config.name, "calendar", f"nothing found at {config.url}")
+    if "onnect" in text or isinstance(exc, OSError):
+        return CalendarError(config.name, "connection", f"cannot reach {config.url} ({text})")
+    return CalendarError(config.name, "request", text)
+
+
+class Source:
+    """One configured calendar; `password` is read once and never put in an error."""
+
+    def __init__(self, config: CalendarConfig, env: Mapping[str, str]) -> None:
+        self.config = config
+        self.password = read_named_secret(config.password_env, env)
+        self._calendar: Any = None
+
+    @property
+    def read_only(self) -> bool:
+        return self.config.is_feed
+
+    def _client(self) -> Any:
+        from caldav import DAVClient
+
+        return DAVClient(
+            url=self.config.url,
+            username=self.config.username or None,
+            password=self.password or None,
+            timeout=int(self.config.timeout),
+            require_tls=self.config.url.startswith("https://"),
+        )
+
+    def calendar(self) -> Any:
+        """The CalDAV calendar by display name (or the first), looked up once."""
+        if self._calendar is not None:
+            return self._calendar
+        try:
+            calendars = self._client().principal().calendars()
+        except Exception as exc:
+            raise _explain(self.config, exc) from None
+        if not calendars:
+            raise CalendarError(self.config.name, "calendar", "the account has no calendars")
+        if self.config.calendar:
+            named = [c for c in calendars if (c.get_display_name() or "") == self.config.calendar]
+            if not named:
+                names = ", ".join(repr(c.get_display_name()) for c in calendars)
+                raise CalendarError(
+                    self.config.name,
+                    "calendar",
+                    f"no calendar {self.config.calendar!r}; there are {names}",
+                )
+            calendars = named
+        self._calendar = calendars[0]
+        return self._calendar
+
+    def fetch(self, start: datetime, end: datetime) -> Calendar:
+        """Every event (masters with their overrides) that may touch [start, end), unexpanded."""
+        if self.read_only:
+            try:
+                response = self._client().request(self.config.url, "GET")
+            except Exception as exc:
+                raise _explain(self.config, exc) from None
+            if response.status >= 400:
+                raise CalendarError(self.config.name, "feed", f"HTTP {response.status}")
+            return Calendar.from_ical(response.raw)
+        cal = self.calendar()
+        try:
+            found = cal.search(start=start, end=end, event=True, expand=False)
+        except Exception as exc:
+            raise _explain(self.config, exc) from None
+        merged = Calendar()
+        merged.add("prodid", "-//agentd//calendar//EN")
+        merged.add("version", "2.0")
+        for obj in found:
+            for component in Calendar.from_ical(obj.data).subcomponents:
+                merged.add_component(component)
+        return merged
+
+    def save(self, ical: str) -> None:
+        """Create or replace (same UID: the same resource) one event."""
+        try:
+            self.calendar().save_event(ical)
+        except Exception as exc:
+            raise _explain(self.config, exc) from None
+
+    def by_uid(self, uid: str) -> Any:
+        from caldav.lib import error
+
+        try:
+            return self.calendar().event_by_uid(uid)
+        except error.NotFoundError:
+            raise CalendarError(self.config.name, "event", f"no event with uid {uid!r}") from None
+        except Exception as exc:
+            raise _explain(self.config, exc) from None

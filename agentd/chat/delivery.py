@@ -1,0 +1,71 @@
+"""The one way a workflow sends something the user will see (README: "Exactly once, counted").
+
+Every sender (turn replies, command replies, reminders, approval cards, notices, files) calls
+`deliver`, so each gets the same three promises:
+
+- retries: none at the step level; every Bot API call already goes through the session's one
+  retry policy (telegram/session.py), which counts a transient failure after which the message
+  may have arrived (`send_uncertain`, method and reason);
+- the kill window: the step is marked (`Step.do(mark=True)`), so an attempt the process died
+  in (after Telegram took the message, before its id was committed) stays visible;
+- the accounting: the re-run of such a step writes one `send_uncertain` audit row before it
+  sends again, so the user may see the message twice, never uncounted.
+
+A platform refusal (`SendFailed`: blocked bot, bad chat) fails the step without retrying.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from agentd.chat.outbox import SendFailed
+from agentd.db import Database
+from agentd.durable import NonRetryable, Step, store
+from agentd.ledger import audit
+
+T = TypeVar("T")
+
+
+async def count_resend(
+    db: Database, instance_id: str, step_name: str, chat_id: int | None, method: str
+) -> int:
+    """Inside a marked send step's attempt: count the earlier attempts the process died in,
+    with one `send_uncertain` row for this re-send (idempotent per number of such attempts)."""
+    interrupted = await db.read(store.interrupted_attempts, instance_id, step_name)
+    if interrupted:
+        await db.write(
+            lambda conn: audit.record(
+                conn, "send_uncertain", chat_id=chat_id, instance_id=instance_id,
+                detail={"method": method, "step": step_name,
+                        "reason": "re-sent after the process stopped during the send"},
+                source_key=f"{instance_id}:{step_name}:resent:{interrupted}",
+            )
+        )  # fmt: skip
+    return interrupted
+
+
+async def deliver(
+    step: Step,
+    db: Database,
+    name: str,
+    chat_id: int | None,
+    send: Callable[[], Awaitable[T]],
+    *,
+    method: str = "sendMessage",
+    result_type: Any = int,
+) -> T:
+    """Run `send()` as the journaled, marked step `name`; return what it returned (a message
+    id, usually). `send` must be the send alone: anything before it re-runs on a re-send."""
+    instance_id, resumed = step.instance_id, step.resumed
+
+    async def attempt() -> T:
+        # Only a run after a restart can find an attempt an earlier process died in.
+        if resumed:
+            await count_resend(db, instance_id, name, chat_id, method)
+        try:
+            return await send()
+        except SendFailed as exc:
+            raise NonRetryable(str(exc)) from None
+
+    return await step.do(name, attempt, mark=True, result_type=result_type)

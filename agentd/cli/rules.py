@@ -1,0 +1,81 @@
+"""`agentd rules ls|rm`: the shell's "Always allow this" rules (hands/rules.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from agentd.cli.common import (
+    ConfigOption,
+    JsonOption,
+    config_or_exit,
+    fail,
+    iso,
+    new_table,
+    out,
+    print_json,
+    transaction,
+)
+from agentd.config import Config
+
+app = typer.Typer(help="Shell commands allowed without asking: list, remove.", no_args_is_help=True)
+
+
+def _open(cfg: Config) -> Any:
+    from agentd.db import DatabaseError, open_sync
+    from agentd.db.migrations import apply_migrations
+
+    try:
+        conn = open_sync(cfg.db_path)
+        apply_migrations(conn)
+    except DatabaseError as exc:
+        fail(str(exc))
+    return conn
+
+
+@app.command("ls")
+def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Every rule: the program, the pattern its arguments must match, who added it and when."""
+    from agentd.hands import rules
+
+    cfg = config_or_exit(config)
+    conn = _open(cfg)
+    try:
+        found = rules.list_rules(conn)
+    finally:
+        conn.close()
+    if json:
+        print_json([r.model_dump() for r in found])
+        return
+    allow = ", ".join(cfg.tools.shell.allowlist) or "(none)"
+    out.print(f"Read-only allowlist ([tools.shell] allowlist): {allow}", highlight=False)
+    if not found:
+        out.print("No always-allow rules: every other command asks.")
+        return
+    table = new_table("id", "program", "arguments pattern", "added by", "added (UTC)")
+    for r in found:
+        table.add_row(str(r.id), r.program, r.args_pattern or "(none)", r.created_by,
+                      iso(r.created_at))  # fmt: skip
+    out.print(table)
+
+
+@app.command("rm")
+def rm(rule_id: int, json: JsonOption = False, config: ConfigOption = None) -> None:
+    """Remove a rule: matching commands ask again from the very next call (audited)."""
+    from agentd.hands import rules
+
+    cfg = config_or_exit(config)
+    conn = _open(cfg)
+    try:
+        with transaction(conn):
+            removed = rules.remove_rule(conn, rule_id, "cli")
+    finally:
+        conn.close()
+    if removed is None:
+        fail(f"there is no rule {rule_id}; see `agentd rules ls`")
+    if json:
+        print_json({"removed": rule_id})
+    else:
+        out.print(f"Rule {rule_id} removed: {removed.program} {removed.args_pattern}",
+                  highlight=False)  # fmt: skip

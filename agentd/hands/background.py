@@ -1,0 +1,92 @@
+"""Commands left running in the background: a durable workflow of their own per job.
+
+The turn approves the command as usual, starts the job and answers at once; the job runs the
+command as an at-most-once step (with `background_wall_seconds`), then sends the user a notice
+with how it ended. A crash during the command ends the job with "outcome unknown" (never a
+second run); `agentd workflows cancel <job>` kills its process tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentd.chat.outbox import Outbox
+from agentd.durable import OutcomeUnknown, Step, Workflow, workflow
+from agentd.hands.shell import ShellArgs, ShellDeps, run_command
+from agentd.tools.base import ToolContext, ToolError
+
+BACKGROUND_WORKFLOW = "shell-background"
+
+
+class JobInput(BaseModel):
+    chat_id: int
+    user_id: int
+    args: ShellArgs
+    approval: str  # how the turn's call was approved (for the audit)
+
+
+class JobOutput(BaseModel):
+    outcome: str  # done | failed | unknown
+    notice: str
+
+
+def job_id(ctx: ToolContext) -> str:
+    # From the call, so a replayed start finds the job it already made.
+    return f"job-{ctx.instance_id}-{ctx.tool_use_id}"[:120]
+
+
+def _fence(text: str) -> str:
+    return text.replace("```", "'''")
+
+
+async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
+    ctx = ToolContext(chat_id=inp.chat_id, user_id=inp.user_id, instance_id=instance_id,
+                      tool_use_id="run", redact=deps.redact)  # fmt: skip
+    wall = deps.config.tools.shell.background_wall_seconds
+    try:
+        # No "running…" message: a job may run for an hour; its notice says how it ended.
+        return await run_command(deps, ctx, inp.args, approval=inp.approval, wall=wall,
+                                 progress=False)  # fmt: skip
+    except ToolError as exc:
+        return f"Could not run it: {exc}"
+
+
+def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, JobOutput]:
+    async def notify(chat_id: int, text: str) -> int:
+        return await outbox.send_text(chat_id, text)
+
+    @workflow(BACKGROUND_WORKFLOW)
+    async def job(step: Step, inp: JobInput) -> JobOutput:
+        command = _fence(deps.redact(inp.args.command))
+        try:
+            result = await step.do("run", _run, deps, inp, step.instance_id,
+                                   delivery="at_most_once")  # fmt: skip
+        except OutcomeUnknown:
+            text = (f"⚠️ Background job `{step.instance_id}`: outcome unknown — it may or may "
+                    f"not have run (a restart cut it short); it was not run again.\n\n"
+                    f"```\n$ {command}\n```")  # fmt: skip
+            await step.do("notify", notify, inp.chat_id, text)
+            return JobOutput(outcome="unknown", notice=text)
+        text = (f"🏁 Background job `{step.instance_id}` ended.\n\n```\n$ {command}\n```\n\n"
+                f"```\n{_fence(result)[-3000:]}\n```")  # fmt: skip
+        await step.do("notify", notify, inp.chat_id, text)
+        return JobOutput(outcome="done" if result.startswith("Exit code 0") else "failed",
+                         notice=text)  # fmt: skip
+
+    return job
+
+
+def job_starter(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[str]]:
+    """What the shell tool calls for `background: true`: start the job, answer at once."""
+
+    async def start_job(ctx: ToolContext, args: ShellArgs, approval: str) -> str:
+        jid = job_id(ctx)
+        inp = JobInput(chat_id=ctx.chat_id, user_id=ctx.user_id, args=args, approval=approval)
+        await start(BACKGROUND_WORKFLOW, inp, instance_id=jid, key=jid)
+        return (f"Started in the background as job {jid}. The user gets a notice when it ends; "
+                f"`agentd workflows cancel {jid}` stops it.")  # fmt: skip
+
+    return start_job

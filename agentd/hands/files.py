@@ -1,0 +1,221 @@
+"""The workspace file tools: list, read, write, edit, delete (to the trash), send, save.
+
+Reads are low risk, writes medium, deletes high (config may change any of them). Writes are
+at-most-once and `egress` (a tainted turn must not leave instructions behind unasked); every
+write is audited (kind `workspace`) with its user, path and size.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pwd
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentd.chat.outfiles import MAX_UPLOAD_BYTES, OutgoingFile
+from agentd.config import Config
+from agentd.db import Database
+from agentd.hands.workspace import Workspace, WorkspaceError
+from agentd.ledger import audit
+from agentd.tools.base import Tool, ToolContext, ToolError
+
+# What a read shows the model at most; the rest is there for read_file with an offset.
+READ_CHARS = 60_000
+Download = Callable[[str, int], Awaitable[bytes]]
+
+
+def sandbox_owner(config: Config) -> tuple[int, int] | None:
+    """The uid/gid commands run as when agentd is root (files must be theirs to change)."""
+    shell = config.tools.shell
+    if os.geteuid() != 0 or shell.sandbox != "bwrap" or not shell.run_as:
+        return None
+    try:
+        entry = pwd.getpwnam(shell.run_as)
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+@dataclass(frozen=True)
+class Workspaces:
+    """The owners share the workspace folder; every other (paired) user has users/<id>."""
+
+    root: Path
+    owners: frozenset[int]
+    max_bytes: int
+    trash_days: float
+    owner: tuple[int, int] | None
+
+    @classmethod
+    def from_config(cls, config: Config) -> Workspaces:
+        ws = config.tools.workspace
+        return cls(root=config.workspace_dir, owners=frozenset(config.telegram.allowed_user_ids),
+                   max_bytes=ws.max_file_bytes, trash_days=ws.trash_days,
+                   owner=sandbox_owner(config))  # fmt: skip
+
+    def for_user(self, user_id: int) -> Workspace:
+        root = self.root if user_id in self.owners else self.root / "users" / str(user_id)
+        return Workspace(root, max_bytes=self.max_bytes, trash_days=self.trash_days,
+                         owner=self.owner)  # fmt: skip
+
+    def base(self) -> Workspace:
+        return Workspace(self.root, max_bytes=self.max_bytes, trash_days=self.trash_days,
+                         owner=self.owner)  # fmt: skip
+
+    def ensure(self, user_id: int) -> Workspace:
+        base = self.base()
+        base.ensure()
+        mine = self.for_user(user_id)
+        if mine.root != base.root:
+            (self.root / "users").mkdir(mode=0o700, exist_ok=True)
+            mine.ensure()
+        return mine
+
+
+class ListArgs(BaseModel):
+    path: str = Field(default="", description="A folder inside the workspace; empty: its top.")
+
+
+class PathArgs(BaseModel):
+    path: str = Field(description="A path inside the workspace, like notes/todo.md.",
+                      min_length=1, max_length=1024)  # fmt: skip
+
+
+class ReadArgs(PathArgs):
+    offset: int = Field(default=0, ge=0, description="Start at this character (long files).")
+
+
+class WriteArgs(PathArgs):
+    content: str = Field(description="The whole new content of the file (UTF-8 text).")
+    overwrite: bool = Field(default=True, description="False: fail if the file exists.")
+
+
+class EditArgs(PathArgs):
+    old_text: str = Field(description="The exact text to replace; must occur exactly once.")
+    new_text: str = Field(description="What replaces it.")
+
+
+class SaveSentArgs(BaseModel):
+    document_id: str = Field(description="The document id shown with the file, e.g. u123.",
+                             max_length=40)  # fmt: skip
+    path: str = Field(description="Where to save it inside the workspace.", max_length=1024)
+
+
+def _render_list(path: str, entries: list[Any]) -> str:
+    if not entries:
+        return f"{path or '(workspace)'} is empty."
+    lines = [f"{'📁' if e.kind == 'folder' else '·'} {e.name}"
+             f"{'' if e.kind == 'folder' else f'  ({e.kind}, {e.size} bytes)'}"
+             for e in entries]  # fmt: skip
+    return "\n".join([f"{path or '(workspace)'}:", *lines])
+
+
+def _render_read(data: Any, offset: int) -> str:
+    if data.text is None:
+        return (f"{data.path} is a binary file ({data.mime}, {data.size} bytes); its bytes "
+                "are not shown. send_file can send it to the user.")  # fmt: skip
+    chunk = data.text[offset : offset + READ_CHARS]
+    more = len(data.text) - offset - len(chunk)
+    tail = f"\n[… {more} more characters: read again with offset={offset + len(chunk)}]"
+    return chunk + (tail if more > 0 else "")
+
+
+async def _audit(db: Database, ctx: ToolContext, op: str, path: str, size: int) -> None:
+    await db.write(lambda conn: audit.record(
+        conn, "workspace", chat_id=ctx.chat_id, user_id=ctx.user_id,
+        instance_id=ctx.instance_id, source_key=f"{ctx.instance_id}:ws:{ctx.tool_use_id}",
+        detail={"op": op, "path": path[:300], "bytes": size},
+    ))  # fmt: skip
+
+
+def workspace_tools(config: Config, db: Database, download: Download | None = None) -> list[Tool]:
+    """The file tools, bound to the workspaces and the database (for the audit)."""
+    spaces = Workspaces.from_config(config)
+
+    async def call(ctx: ToolContext, fn: Callable[[Workspace], Any]) -> Any:
+        def run() -> Any:
+            return fn(spaces.ensure(ctx.user_id))
+
+        try:
+            return await asyncio.to_thread(run)
+        except WorkspaceError as exc:
+            raise ToolError(str(exc)) from None
+
+    async def list_files(ctx: ToolContext, args: ListArgs) -> str:
+        return _render_list(args.path, await call(ctx, lambda w: w.list(args.path)))
+
+    async def read_file(ctx: ToolContext, args: ReadArgs) -> str:
+        return _render_read(await call(ctx, lambda w: w.read(args.path)), args.offset)
+
+    async def write_file(ctx: ToolContext, args: WriteArgs) -> str:
+        data = args.content.encode("utf-8")
+        size = await call(ctx, lambda w: w.write(args.path, data, overwrite=args.overwrite))
+        await _audit(db, ctx, "write", args.path, size)
+        return f"Wrote {size} bytes to {args.path}."
+
+    async def edit_file(ctx: ToolContext, args: EditArgs) -> str:
+        size = await call(ctx, lambda w: w.edit(args.path, args.old_text, args.new_text))
+        await _audit(db, ctx, "edit", args.path, size)
+        return f"Edited {args.path} (now {size} bytes)."
+
+    async def delete_file(ctx: ToolContext, args: PathArgs) -> str:
+        where = await call(ctx, lambda w: w.delete(args.path, ctx.now()))
+        await _audit(db, ctx, "delete", args.path, 0)
+        days = config.tools.workspace.trash_days
+        return f"Moved {args.path} to the trash ({where}); it is kept {days:g} days."
+
+    async def send_file(ctx: ToolContext, args: PathArgs) -> OutgoingFile:
+        data = await call(ctx, lambda w: w.read(args.path, limit=MAX_UPLOAD_BYTES))
+        return OutgoingFile(filename=Path(args.path).name, data=data.data)
+
+    tools = [
+        _tool("list_files", "List a folder of your workspace (names, kinds, sizes).",
+              ListArgs, list_files, "low"),
+        _tool("read_file", "Read a text file from your workspace (binary files: size and "
+              "type only).", ReadArgs, read_file, "low"),
+        _tool("write_file", "Create or replace a text file in your workspace.",
+              WriteArgs, write_file, "medium", writes=True),
+        _tool("edit_file", "Replace one exact span of text in a workspace file (fails when "
+              "old_text is missing or not unique).", EditArgs, edit_file, "medium", writes=True),
+        _tool("delete_file", "Move a workspace file or folder to the trash (kept for days, "
+              "then purged).", PathArgs, delete_file, "high", writes=True),
+        _tool("send_file", "Send a workspace file to the user in this chat.",
+              PathArgs, send_file, "low"),
+    ]  # fmt: skip
+    if download is not None:
+        tools.append(_save_sent_tool(spaces, db, download, config))
+    return tools
+
+
+def _save_sent_tool(spaces: Workspaces, db: Database, download: Download, config: Config) -> Tool:
+    async def save_sent_file(ctx: ToolContext, args: SaveSentArgs) -> str:
+        row = await db.read(lambda conn: conn.execute(
+            "SELECT chat_id, file_id FROM chat_documents WHERE id = ?", (args.document_id,)
+        ).fetchone())  # fmt: skip
+        if row is None or row[0] != ctx.chat_id:
+            raise ToolError(f"no file {args.document_id!r} was sent in this chat")
+        data = await download(row[1], config.tools.workspace.max_file_bytes)
+        ws = spaces.for_user(ctx.user_id)
+        try:
+            size = await asyncio.to_thread(
+                lambda: (spaces.ensure(ctx.user_id), ws.write(args.path, data))[1]
+            )
+        except WorkspaceError as exc:
+            raise ToolError(str(exc)) from None
+        await _audit(db, ctx, "save_sent", args.path, size)
+        return f"Saved the file the user sent to {args.path} ({size} bytes)."
+
+    about = "Save a file the user sent in this chat (by its document id) into the workspace."
+    return _tool("save_sent_file", about, SaveSentArgs, save_sent_file, "medium", writes=True)
+
+
+def _tool(name: str, description: str, model: type[BaseModel], fn: Any, risk: Any,
+          *, writes: bool = False) -> Tool:  # fmt: skip
+    made = Tool.from_model(name=name, description=description, args_model=model, fn=fn,
+                           risk=risk, timeout=60.0)  # fmt: skip
+    return replace(made, egress=writes, at_most_once=writes) if writes else made

@@ -1,0 +1,200 @@
+"""Which shell commands may run without asking: the read-only allowlist and "Always allow this".
+
+A rule names a program and a pattern its arguments must match. Only a *plain* command can match
+a rule or the allowlist: one program with arguments, nothing the shell would read as chaining
+(`;` `&&` `||` `&` newline), piping (`|`), substitution (`$(…)`, backticks, `$VAR`),
+redirection (`<` `>`), grouping or comments. Such characters anywhere, quoted or not, make
+the command ask afresh: checking the raw text for them is stricter than any parse, and what the
+rule saw (shlex's words) is then exactly what `sh -c` runs, globs aside.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import shlex
+import sqlite3
+import time
+import unicodedata
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentd.access import approvals
+from agentd.ledger import audit
+
+# Every character sh gives a meaning beyond "part of a word" except quotes and globs.
+_SHELL_META = set(";&|<>()$`\\\n\r#{}!")
+CALLBACK_PREFIX = "ar"
+
+
+class Plain(BaseModel):
+    """A command that is one program and its arguments, or why it is not."""
+
+    argv: list[str] = []
+    why_not: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.why_not
+
+
+def parse(command: str) -> Plain:
+    """The words of a plain command, or why it cannot be rule-matched."""
+    bad = sorted({ch for ch in command if ch in _SHELL_META})
+    if bad:
+        return Plain(why_not=f"it uses shell syntax ({' '.join(bad)}): chained, piped, "
+                     "substituted or redirected commands always ask")  # fmt: skip
+    if any(unicodedata.category(ch)[0] == "C" for ch in command):
+        return Plain(why_not="it contains control characters")
+    try:
+        argv = shlex.split(command, comments=False, posix=True)
+    except ValueError as exc:
+        return Plain(why_not=f"it does not parse ({exc})")
+    if not argv:
+        return Plain(why_not="it is empty")
+    if "=" in argv[0]:
+        return Plain(why_not="it sets variables before the program")
+    return Plain(argv=argv)
+
+
+def args_text(argv: list[str]) -> str:
+    return shlex.join(argv[1:])
+
+
+def exact_pattern(argv: list[str]) -> str:
+    """A pattern matching exactly these arguments (glob characters made literal)."""
+    text = args_text(argv)
+    return "".join(f"[{ch}]" if ch in "*?[" else ch for ch in text)
+
+
+def pattern_matches(pattern: str, argv: list[str]) -> bool:
+    return fnmatch.fnmatchcase(args_text(argv), pattern)
+
+
+class Rule(BaseModel):
+    id: int
+    program: str
+    args_pattern: str
+    created_at: float
+    created_by: str
+    approval_id: str | None = None
+
+
+_COLUMNS = "id, program, args_pattern, created_at, created_by, approval_id"
+
+
+def _rule(row: Any) -> Rule:
+    return Rule.model_validate(dict(zip(_COLUMNS.split(", "), row, strict=True)))
+
+
+def list_rules(conn: Any) -> list[Rule]:
+    return [_rule(r) for r in conn.execute(f"SELECT {_COLUMNS} FROM shell_rules ORDER BY id")]
+
+
+def add_rule(conn: Any, program: str, pattern: str, by: str, approval_id: str | None) -> Rule:
+    now = time.time()
+    conn.execute(
+        "INSERT OR IGNORE INTO shell_rules (program, args_pattern, created_at, created_by, "
+        "approval_id) VALUES (?, ?, ?, ?, ?)",
+        (program, pattern, now, by, approval_id),
+    )
+    row = conn.execute(f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? AND "
+                       "args_pattern = ?", (program, pattern)).fetchone()  # fmt: skip
+    rule = _rule(row)
+    audit.record(conn, "shell_rule_added", detail={"rule": rule.id, "program": program,
+                 "args_pattern": pattern, "by": by, "approval": approval_id}, at=now)  # fmt: skip
+    return rule
+
+
+def remove_rule(conn: Any, rule_id: int, by: str) -> Rule | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM shell_rules WHERE id = ?", (rule_id,)).fetchone()
+    if row is None:
+        return None
+    rule = _rule(row)
+    conn.execute("DELETE FROM shell_rules WHERE id = ?", (rule_id,))
+    audit.record(conn, "shell_rule_removed", detail={"rule": rule.id, "program": rule.program,
+                 "args_pattern": rule.args_pattern, "by": by})  # fmt: skip
+    return rule
+
+
+def matching_rule(conn: Any, argv: list[str]) -> Rule | None:
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? ORDER BY id",
+                        (argv[0],)).fetchall()  # fmt: skip
+    for row in rows:
+        rule = _rule(row)
+        if pattern_matches(rule.args_pattern, argv):
+            return rule
+    return None
+
+
+class RuleBook:
+    """Rule look-ups for `assess`, which is synchronous: a read-only connection of its own,
+    so a rule removed with `agentd rules rm` stops matching at the very next call."""
+
+    def __init__(self, db_path: Path) -> None:
+        self._path = db_path
+        self._conn: sqlite3.Connection | None = None
+
+    def match(self, argv: list[str]) -> Rule | None:
+        if self._conn is None:
+            uri = f"file:{self._path}?mode=ro"
+            self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=1.0)
+        try:
+            return matching_rule(self._conn, argv)
+        except sqlite3.Error:
+            return None  # no rule can be read: the command asks, which is the safe side
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+# -- "Always allow this" --------------------------------------------------------------------
+
+
+def offer(conn: Any, approval_id: str, argv: list[str]) -> None:
+    """Remember the rule the card's third button would add (the approval stores no argv)."""
+    conn.execute("INSERT OR IGNORE INTO shell_rule_offers (approval_id, program, args_pattern) "
+                 "VALUES (?, ?, ?)", (approval_id, argv[0], exact_pattern(argv)))  # fmt: skip
+
+
+def offered(conn: Any, approval_id: str) -> tuple[str, str] | None:
+    row = conn.execute("SELECT program, args_pattern FROM shell_rule_offers WHERE approval_id = ?",
+                       (approval_id,)).fetchone()  # fmt: skip
+    return (row[0], row[1]) if row else None
+
+
+def always_callback_data(approval_id: str) -> str:
+    return f"{CALLBACK_PREFIX}:{approval_id}"
+
+
+def approve_always(conn: Any, approval_id: str, by: str, *, may_add_rules: bool = True) -> str:
+    """Approve the pending call and store its rule, in one transaction; the answer to show."""
+    rule = offered(conn, approval_id)
+    if rule is None:
+        return "This button is not recognised."
+    decided = approvals.decide(conn, approval_id, approve=True, by=by)
+    if not decided.ok:
+        return decided.message
+    if not may_add_rules:
+        # A rule holds for every chat: only an owner may widen what runs unasked.
+        return "Approved this once; only an owner can make it always allowed."
+    stored = add_rule(conn, rule[0], rule[1], by, approval_id)
+    return f"Approved, and from now on allowed: {stored.program} {stored.args_pattern}".strip()
+
+
+def callback_handler(owners: frozenset[int]) -> Callable[[Any, Any], str]:
+    """The "Always allow this" button, inside the intake transaction (like approvals').
+
+    Whoever may press Approve may press this (the same check as the approval buttons; keep
+    them together when that check changes); only owners' presses add the rule."""
+
+    def handle(conn: Any, press: Any) -> str:
+        approval_id = press.data.split(":", 1)[1] if ":" in press.data else ""
+        return approve_always(conn, approval_id, f"telegram:{press.user_id}",
+                              may_add_rules=press.user_id in owners)  # fmt: skip
+
+    return handle

@@ -1,0 +1,350 @@
+"""Run one command line in bubblewrap: read-only system, one writable folder, private /tmp,
+no network unless asked, an empty environment, rlimits, a wall clock, capped output.
+
+`run_sandboxed` is the one entry point (the shell tool uses it; skills will run their scripts
+through it with their folder mounted read-only). Why each choice:
+- only /usr, /etc, /sys and the library links are mounted (read-only), never `/`: the
+  daemon's database, its config folder and `agentd.env` are not in the sandbox at all (and
+  are masked if under /etc);
+- `--unshare-all` (user, pid, ipc, uts, cgroup, net namespaces), `--cap-drop ALL`,
+  `--new-session` (no TIOCSTI into the daemon's terminal) and `--die-with-parent` (a daemon
+  killed with -9 takes its commands with it);
+- as root, the command runs as `run_as` (nobody) through setpriv: the kernel never applies
+  RLIMIT_NPROC to uid 0, so a fork bomb run as root would not be stopped by a process limit;
+- rlimits are set by prlimit inside the sandbox (no Python between fork and exec);
+- the whole tree dies on timeout or cancel: the sandbox's pid 1 is killed and the kernel kills
+  every process of its pid namespace with it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import pwd
+import shutil
+import signal
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+SandboxMode = Literal["bwrap", "none"]
+INSIDE_WORKSPACE = "/workspace"
+_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+# Merged-/usr systems have these as links into /usr; older ones as folders of their own.
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+_CHUNK = 65_536
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_seconds: int = 60
+    memory_mb: int = 1024
+    max_processes: int = 64
+    wall_seconds: float = 120.0
+    output_bytes: int = 32_000  # kept for the caller: half head, half tail
+    max_file_mb: int = 1024
+    # Reading output costs the daemon CPU: past this many bytes in all, the command is stopped.
+    drain_bytes: int = 64_000_000
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How commands are isolated; built once from the config (`from_config` in hands.shell)."""
+
+    mode: SandboxMode = "bwrap"
+    bwrap: str = "bwrap"
+    run_as: str = "nobody"  # only when the daemon runs as root
+    # Host paths that must not be visible even if they sit under a mounted folder.
+    hide: tuple[str, ...] = ()
+    # /sys read-only: lsblk, sensors and friends need it; the sandbox user reads only what
+    # any local user may.
+    system_ro: tuple[str, ...] = ("/usr", "/etc", "/sys")
+    extra_env: tuple[tuple[str, str], ...] = field(default=())
+
+
+class RunResult(BaseModel):
+    """What a command did: how it ended, its output (capped), and what the run cost."""
+
+    exit_code: int | None  # None: killed by a signal
+    signal: int | None = None
+    stopped: Literal["", "wall_time", "output", "cancelled"] = ""
+    output: str
+    bytes_out: int
+    truncated: bool = False
+    duration_ms: float
+    sandbox: SandboxMode
+
+
+class SandboxUnavailable(RuntimeError):
+    """bwrap is missing or cannot create its namespaces here; the message says how to fix it."""
+
+
+def _run_as_ids(name: str) -> tuple[int, int] | None:
+    if os.geteuid() != 0:
+        return None
+    if not name:
+        # uid 0 without capabilities still owns every root file: /etc/ssh's host keys, say.
+        raise SandboxUnavailable(
+            "agentd runs as root, so [tools.shell] run_as must name an unprivileged user "
+            "(default: nobody) for commands to run as"
+        )
+    try:
+        entry = pwd.getpwnam(name)
+    except KeyError:
+        raise SandboxUnavailable(
+            f"[tools.shell] run_as = {name!r} is not a user on this machine; create it or "
+            "name another unprivileged user"
+        ) from None
+    if entry.pw_uid == 0:
+        raise SandboxUnavailable("[tools.shell] run_as must not be root")
+    return entry.pw_uid, entry.pw_gid
+
+
+def _mask(path: str) -> list[str]:
+    if os.path.isdir(path):
+        return ["--tmpfs", path]
+    if os.path.lexists(path):
+        return ["--ro-bind", "/dev/null", path]
+    return []
+
+
+def bwrap_argv(
+    sandbox: Sandbox,
+    workspace: Path,
+    cwd: str,
+    *,
+    binds_ro: Sequence[tuple[str, str]] = (),
+    network: bool = False,
+) -> list[str]:
+    """The bwrap command line up to (not including) the command it runs."""
+    bwrap = shutil.which(sandbox.bwrap) or sandbox.bwrap
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if network:
+        argv.append("--share-net")
+    for path in sandbox.system_ro:
+        if os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in _SYSTEM_LINKS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in (*_SECRET_FILES, *sandbox.hide):
+        if any(path == p or path.startswith(p.rstrip("/") + "/") for p in sandbox.system_ro):
+            argv += _mask(path)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
+    # bwrap resolves these as the sandbox user (bind-fd does not help: /proc/self/fd is not
+    # followable once setpriv dropped root), so their parent folders must let it pass (o+x).
+    argv += ["--bind", str(workspace), INSIDE_WORKSPACE]
+    for source, target in binds_ro:
+        argv += ["--ro-bind", source, target]
+    argv += ["--chdir", cwd, "--clearenv"]
+    for key, value in _env(sandbox, cwd):
+        argv += ["--setenv", key, value]
+    return argv
+
+
+def _env(sandbox: Sandbox, cwd: str) -> list[tuple[str, str]]:
+    # Nothing of the daemon's environment: its secrets live there.
+    return [("PATH", _PATH), ("HOME", INSIDE_WORKSPACE), ("LANG", "C.UTF-8"),
+            ("TERM", "dumb"), ("PWD", cwd), *sandbox.extra_env]  # fmt: skip
+
+
+def _prlimit(limits: Limits) -> list[str]:
+    prlimit = shutil.which("prlimit") or "/usr/bin/prlimit"
+    return [
+        prlimit,
+        f"--cpu={limits.cpu_seconds}",
+        f"--as={limits.memory_mb * 1024 * 1024}",
+        f"--nproc={limits.max_processes}",
+        f"--fsize={limits.max_file_mb * 1024 * 1024}",
+        "--core=0",
+        "--",
+    ]
+
+
+def command_argv(
+    sandbox: Sandbox,
+    command: str,
+    workspace: Path,
+    cwd: str,
+    limits: Limits,
+    *,
+    binds_ro: Sequence[tuple[str, str]] = (),
+    network: bool = False,
+) -> tuple[list[str], str]:
+    """The full argv and the host working folder it starts in."""
+    shell = ["/bin/sh", "-c", command]
+    if sandbox.mode == "none":
+        host_cwd = str(workspace / cwd.removeprefix(INSIDE_WORKSPACE).lstrip("/"))
+        # No pid namespace here: at least the shell dies with a daemon killed by -9 (its
+        # children may outlive it; that is part of what "none" gives up).
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        return [setpriv, "--pdeathsig", "KILL", "--", *_prlimit(limits), *shell], host_cwd
+    ids = _run_as_ids(sandbox.run_as)
+    prefix: list[str] = []
+    if ids is not None:
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        prefix = [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups",
+                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+    argv = bwrap_argv(sandbox, workspace, cwd, binds_ro=binds_ro, network=network)
+    return [*prefix, *argv, "--", *_prlimit(limits), *shell], "/"
+
+
+class _Capture:
+    """Keeps the first and last `limit/2` bytes of a stream and counts the rest."""
+
+    def __init__(self, limit: int) -> None:
+        self.half = max(1, limit // 2)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data
+            if len(self.tail) > self.half:
+                del self.tail[: len(self.tail) - self.half]
+
+    def text(self) -> tuple[str, bool]:
+        kept = len(self.head) + len(self.tail)
+        head = self.head.decode("utf-8", "replace")
+        if kept >= self.total:
+            return head + self.tail.decode("utf-8", "replace"), False
+        cut = self.total - kept
+        tail = self.tail.decode("utf-8", "replace")
+        return f"{head}\n[… {cut} bytes of output cut here …]\n{tail}", True
+
+
+def _kill_tree(proc: asyncio.subprocess.Process) -> None:
+    # The process group holds setpriv/bwrap/prlimit/sh (sandbox "none": the whole command);
+    # inside bwrap, killing its pid 1 makes the kernel kill the rest of the pid namespace.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
+async def _drain(proc: asyncio.subprocess.Process, capture: _Capture, cap: int) -> bool:
+    """Read until EOF; False when the output passed `cap` bytes (the caller stops it)."""
+    assert proc.stdout is not None
+    while chunk := await proc.stdout.read(_CHUNK):
+        capture.add(chunk)
+        if capture.total > cap:
+            return False
+    return True
+
+
+async def run_sandboxed(
+    command: str,
+    workspace: Path,
+    *,
+    sandbox: Sandbox,
+    limits: Limits,
+    cwd: str = INSIDE_WORKSPACE,
+    binds_ro: Sequence[tuple[str, str]] = (),
+    network: bool = False,
+    on_start: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Run `command` with `sh -c` in the sandbox, `workspace` writable at /workspace.
+
+    `binds_ro` adds (host path, path inside) read-only mounts (a skill's folder); like the
+    workspace, bwrap resolves them as the sandbox user, who must be able to reach them.
+    `cwd` is a path inside the sandbox. Cancelling the awaiting task kills the whole process
+    tree before CancelledError goes on.
+    """
+    argv, host_cwd = command_argv(sandbox, command, workspace, cwd, limits,
+                                  binds_ro=binds_ro, network=network)  # fmt: skip
+    env = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": str(workspace)}
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=host_cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    if on_start is not None:
+        on_start(proc.pid)
+    capture = _Capture(limits.output_bytes)
+    stopped: Literal["", "wall_time", "output", "cancelled"] = ""
+    try:
+        within = await asyncio.wait_for(_drain(proc, capture, limits.drain_bytes),
+                                        timeout=limits.wall_seconds)  # fmt: skip
+        if not within:
+            stopped = "output"
+            _kill_tree(proc)
+        await asyncio.wait_for(proc.wait(), timeout=max(0.1, limits.wall_seconds))
+    except TimeoutError:
+        stopped = "wall_time"
+        _kill_tree(proc)
+    except asyncio.CancelledError:
+        _kill_tree(proc)
+        await asyncio.shield(proc.wait())
+        raise
+    finally:
+        if proc.returncode is None:
+            _kill_tree(proc)
+    # Read what is left to EOF so the pipe closes (a killed tree closes it at once).
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.communicate(), timeout=2.0)
+    code = await proc.wait()
+    output, truncated = capture.text()
+    return RunResult(
+        exit_code=code if code >= 0 else None,
+        signal=-code if code < 0 else None,
+        stopped=stopped,
+        output=output,
+        bytes_out=capture.total,
+        truncated=truncated,
+        duration_ms=round((time.monotonic() - started) * 1000, 1),
+        sandbox=sandbox.mode,
+    )
+
+
+def probe(sandbox: Sandbox, scratch: Path) -> str | None:
+    """None when the sandbox works here; else why not and how to fix it (for doctor and start)."""
+    import subprocess
+
+    if sandbox.mode == "none":
+        return None
+    if shutil.which(sandbox.bwrap) is None:
+        return (
+            f"bubblewrap ({sandbox.bwrap!r}) is not installed: `apt-get install bubblewrap`, or "
+            'set [tools.shell] sandbox = "none" to run commands unsandboxed (not advised)'
+        )
+    try:
+        # Bind the real folder, so a workspace the sandbox user cannot reach fails here.
+        argv, host_cwd = command_argv(sandbox, "exit 0", scratch, INSIDE_WORKSPACE, Limits())
+        done = subprocess.run(argv, cwd=host_cwd, env={"PATH": _PATH}, capture_output=True,
+                              timeout=20, stdin=subprocess.DEVNULL)  # fmt: skip
+    except SandboxUnavailable as exc:
+        return str(exc)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap could not start: {exc}"
+    if done.returncode == 0:
+        return None
+    why = done.stderr.decode("utf-8", "replace").strip()[:300] or f"exit {done.returncode}"
+    if "namespace" in why or "not permitted" in why or "uid map" in why:
+        return (
+            f"bubblewrap cannot create its namespaces here ({why}). Allow unprivileged user "
+            "namespaces (sysctl kernel.unprivileged_userns_clone=1, or "
+            "kernel.apparmor_restrict_unprivileged_userns=0), or run in a VM or container that "
+            "permits them"
+        )
+    if "Permission denied" in why and sandbox.run_as and os.geteuid() == 0:
+        return (
+            f"the sandbox user {sandbox.run_as!r} cannot reach {scratch} ({why}): let it pass "
+            "through the folders above it (chmod o+x), or set [tools.workspace] path to a "
+            "folder it can reach"
+        )
+    return f"bubblewrap fails here: {why}"

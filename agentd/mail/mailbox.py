@@ -1,0 +1,129 @@
+"""One account's mailbox for the daemon: every IMAP call runs in a thread, off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from datetime import date
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentd.config import MailAccountConfig, read_named_secret
+from agentd.mail import imap
+from agentd.mail.errors import MailError
+from agentd.mail.imap import Summary
+from agentd.mail.message import Readable, readable, save_attachment
+
+T = TypeVar("T")
+MAX_LIST = 50
+
+
+class Mailbox:
+    """IMAP operations on one account; the password is read once and kept out of errors."""
+
+    def __init__(self, account: MailAccountConfig, env: Mapping[str, str]) -> None:
+        self.account = account
+        self.password = read_named_secret(account.password_env, env)
+
+    def require_password(self) -> None:
+        if not self.password:
+            raise MailError(
+                self.account.name,
+                "login",
+                f"no password: set the environment "
+                f"variable or systemd credential {self.account.password_env}",
+            )
+
+    async def run(self, fn: Callable[[Any], T]) -> T:
+        """fn(client) in a thread inside one logged-in session."""
+        self.require_password()
+
+        def work() -> T:
+            with imap.session(self.account, self.password) as client:
+                return fn(client)
+
+        return await asyncio.to_thread(work)
+
+    async def search(
+        self, folder: str, keys: list[Any], limit: int = 20
+    ) -> tuple[int, list[Summary]]:
+        """(how many match, the newest `limit` of them)."""
+
+        def work(client: Any) -> tuple[int, list[Summary]]:
+            imap.select(client, self.account, folder, readonly=True)
+            uids = imap.search(client, keys)
+            return len(uids), imap.summaries(client, folder, uids[-min(limit, MAX_LIST) :])
+
+        return await self.run(work)
+
+    async def message(self, folder: str, uid: int) -> EmailMessage:
+        def work(client: Any) -> EmailMessage | None:
+            imap.select(client, self.account, folder, readonly=True)
+            return imap.fetch_message(client, uid)
+
+        msg = await self.run(work)
+        if msg is None:
+            raise MailError(self.account.name, "read", f"no message {uid} in {folder}")
+        return msg
+
+    async def read(self, folder: str, uid: int, mark_read: bool = False) -> Readable:
+        msg = await self.message(folder, uid)
+        shown = await asyncio.to_thread(readable, msg)  # HTML to text is CPU work
+        if mark_read:
+            await self.set_flag(folder, [uid], "seen", True)
+        return shown
+
+    async def save_attachment(self, folder: str, uid: int, index: int, target: Path) -> Path:
+        msg = await self.message(folder, uid)
+        return await asyncio.to_thread(save_attachment, msg, index, target)
+
+    async def set_flag(self, folder: str, uids: list[int], flag: str, on: bool) -> None:
+        name = {"seen": b"\\Seen", "flagged": b"\\Flagged", "answered": b"\\Answered"}[flag]
+
+        def work(client: Any) -> None:
+            imap.select(client, self.account, folder, readonly=False)
+            (client.add_flags if on else client.remove_flags)(uids, [name])
+
+        await self.run(work)
+
+    async def move(self, folder: str, uids: list[int], target: str) -> None:
+        def work(client: Any) -> None:
+            names = {f[2] for f in client.list_folders()}
+            if target not in names:
+                raise MailError(
+                    self.account.name,
+                    "folder",
+                    f"no folder {target!r}; the folders are: {', '.join(sorted(names))}",
+                )
+            imap.select(client, self.account, folder, readonly=False)
+            if client.has_capability("MOVE"):
+                client.move(uids, target)
+            else:  # RFC 6851 missing: copy, mark deleted, expunge just these
+                client.copy(uids, target)
+                client.delete_messages(uids)
+                client.uid_expunge(uids) if client.has_capability("UIDPLUS") else client.expunge()
+
+        await self.run(work)
+
+    async def append(self, folder: str, raw: bytes, flags: list[bytes]) -> None:
+        await self.run(lambda client: imap.append(client, folder, raw, flags))
+
+    async def has_message_id(self, folder: str, message_id: str) -> bool:
+        def work(client: Any) -> bool:
+            imap.select(client, self.account, folder, readonly=True)
+            return bool(imap.find_message_id(client, message_id))
+
+        return await self.run(work)
+
+    async def folders(self) -> list[str]:
+        return await self.run(lambda client: sorted(f[2] for f in client.list_folders()))
+
+
+def parse_day(value: str, what: str) -> date | None:
+    if not value:
+        return None
+    try:
+        return date.fromisoformat(value[:10])
+    except ValueError:
+        raise ValueError(f"{what} must be a date like 2026-11-24, not {value!r}") from None

@@ -1,0 +1,166 @@
+"""MIME through the standard library (`email`, policy=default): reading a message as text,
+listing and saving its attachments, and composing new mail and threaded replies."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime
+from email import policy as email_policy
+from email.message import EmailMessage
+from email.utils import format_datetime, formataddr, getaddresses, parseaddr
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from agentd.net.html_text import html_to_text
+
+MAX_BODY_CHARS = 20_000
+_UNSAFE_NAME = re.compile(r"[^\w.\- ]+")
+
+
+class Attachment(BaseModel):
+    index: int
+    filename: str
+    content_type: str
+    size: int
+
+
+class Readable(BaseModel):
+    """A message as the model reads it."""
+
+    sender: str
+    to: str
+    cc: str
+    subject: str
+    date: str
+    message_id: str
+    body: str
+    body_from: str  # text/plain, text/html (turned into text), or none
+    attachments: list[Attachment]
+
+
+def _attachments(msg: EmailMessage) -> list[EmailMessage]:
+    return list(msg.iter_attachments())  # type: ignore[arg-type]
+
+
+def readable(msg: EmailMessage) -> Readable:
+    """Headers decoded, the text part (else the HTML part as text), attachments listed.
+
+    CPU-bound for large HTML: call it off the event loop."""
+    part = msg.get_body(preferencelist=("plain", "html"))
+    body, body_from = "", "none"
+    if part is not None:
+        try:
+            content = part.get_content()
+        except (LookupError, UnicodeError, ValueError):
+            # An unknown or lying charset: the bytes as UTF-8, damaged ones replaced.
+            content = (part.get_payload(decode=True) or b"").decode("utf-8", "replace")
+        if part.get_content_subtype() == "html":
+            body, body_from = html_to_text(content).text, "text/html"
+        else:
+            body, body_from = content, "text/plain"
+    if len(body) > MAX_BODY_CHARS:
+        body = body[:MAX_BODY_CHARS] + f"\n… ({len(body) - MAX_BODY_CHARS} more characters)"
+    items = [
+        Attachment(
+            index=i,
+            filename=a.get_filename() or f"attachment-{i}",
+            content_type=a.get_content_type(),
+            size=len(a.get_payload(decode=True) or b""),
+        )
+        for i, a in enumerate(_attachments(msg), start=1)
+    ]
+    return Readable(
+        sender=str(msg.get("From", "")),
+        to=str(msg.get("To", "")),
+        cc=str(msg.get("Cc", "")),
+        subject=str(msg.get("Subject", "")),
+        date=str(msg.get("Date", "")),
+        message_id=str(msg.get("Message-ID", "")).strip(),
+        body=body.strip(),
+        body_from=body_from,
+        attachments=items,
+    )
+
+
+def save_attachment(msg: EmailMessage, index: int, folder: Path) -> Path:
+    """Write attachment `index` (1-based) under `folder` with a safe, unique name."""
+    parts = _attachments(msg)
+    if not 1 <= index <= len(parts):
+        raise ValueError(f"the message has {len(parts)} attachment(s); there is no #{index}")
+    part = parts[index - 1]
+    name = _UNSAFE_NAME.sub("_", Path(part.get_filename() or f"attachment-{index}").name)
+    name = name.strip(" .") or f"attachment-{index}"
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / name
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder / f"{Path(name).stem}-{n}{Path(name).suffix}"
+    target.write_bytes(part.get_payload(decode=True) or b"")
+    return target
+
+
+class Outgoing(BaseModel):
+    """A mail to compose: what the owner approves is exactly what is sent."""
+
+    from_addr: str
+    to: list[str]
+    cc: list[str] = []
+    subject: str
+    body: str
+    message_id: str
+    in_reply_to: str = ""
+    references: str = ""
+
+
+def compose(out: Outgoing, when: float) -> EmailMessage:
+    msg = EmailMessage(policy=email_policy.SMTP)
+    msg["From"] = out.from_addr
+    msg["To"] = ", ".join(out.to)
+    if out.cc:
+        msg["Cc"] = ", ".join(out.cc)
+    msg["Subject"] = out.subject
+    msg["Date"] = format_datetime(datetime.fromtimestamp(when, UTC))
+    msg["Message-ID"] = out.message_id
+    if out.in_reply_to:
+        msg["In-Reply-To"] = out.in_reply_to
+        msg["References"] = out.references or out.in_reply_to
+    msg.set_content(out.body)
+    return msg
+
+
+def reply_headers(original: EmailMessage) -> tuple[str, str, str]:
+    """(In-Reply-To, References, subject) that thread a reply under `original` (RFC 5322 §3.6.4)."""
+    parent = str(original.get("Message-ID", "")).strip()
+    refs = " ".join(str(original.get("References", "")).split())
+    references = f"{refs} {parent}".strip() if parent else refs
+    subject = str(original.get("Subject", "")).strip()
+    if not subject.lower().startswith("re:"):
+        subject = f"Re: {subject}"
+    return parent, references, subject
+
+
+def reply_recipients(
+    original: EmailMessage, own: str, reply_all: bool
+) -> tuple[list[str], list[str]]:
+    """Reply-To (else From) as To; with reply_all the other To/Cc, never our own address."""
+    first = str(original.get("Reply-To") or original.get("From") or "")
+    to = [formataddr(a) for a in getaddresses([first]) if a[1]]
+    cc: list[str] = []
+    if reply_all:
+        seen = {parseaddr(t)[1].lower() for t in to} | {own.lower()}
+        for name, addr in getaddresses([str(original.get("To", "")), str(original.get("Cc", ""))]):
+            if addr and addr.lower() not in seen:
+                seen.add(addr.lower())
+                cc.append(formataddr((name, addr)))
+    return to, cc
+
+
+def quoted(original: EmailMessage, text: str) -> str:
+    """`text`, then the original's text quoted with '> ' under an attribution line."""
+    body = readable(original).body
+    lines = "\n".join(f"> {line}" if line else ">" for line in body.splitlines())
+    who = str(original.get("From", "")) or "someone"
+    when = str(original.get("Date", ""))
+    return f"{text.rstrip()}\n\nOn {when}, {who} wrote:\n{lines}\n"

@@ -1,0 +1,370 @@
+"""The mail tools the model sees: search, read, save an attachment, draft, send, move, flag.
+
+Reading tools taint the turn (mail is outside content) and wrap what they return as untrusted
+data; sending is high risk and egress, and its approval card shows the mail as it will go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agentd.config import Config
+from agentd.db import Database
+from agentd.mail import imap, send
+from agentd.mail.errors import MailError
+from agentd.mail.mailbox import Mailbox, parse_day
+from agentd.mail.message import Outgoing, compose, quoted, reply_headers, reply_recipients
+from agentd.tools import ApprovalCard, Tool, ToolContext, ToolError, ToolResult, mark_untrusted
+
+MAX_SEND_BODY = 3000  # the approval card shows the whole body; Telegram caps a message at 4096
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    account: str = Field(default="", description="Mail account name; empty: the first one.")
+
+
+def _address(value: str) -> str:
+    """One address as a person writes it ('Ana <ana@example.org>'); no header smuggling."""
+    from email.utils import parseaddr
+
+    if "\r" in value or "\n" in value or "@" not in parseaddr(value)[1]:
+        raise ValueError(f"{value!r} is not an e-mail address")
+    return value.strip()
+
+
+class _Recipients(BaseModel):
+    @field_validator("to", "cc", check_fields=False)
+    @classmethod
+    def _addresses(cls, values: list[str]) -> list[str]:
+        return [_address(v) for v in values]
+
+    @field_validator("subject", check_fields=False)
+    @classmethod
+    def _one_line(cls, value: str) -> str:
+        if "\r" in value or "\n" in value:
+            raise ValueError("the subject must be one line")
+        return value
+
+
+class SearchArgs(_Args):
+    folder: str = "INBOX"
+    sender: str = Field(default="", description="Part of the From address or name.")
+    subject: str = Field(default="", description="Part of the subject.")
+    text: str = Field(default="", description="Words anywhere in the message.")
+    since: str = Field(default="", description="On or after this date (YYYY-MM-DD).")
+    before: str = Field(default="", description="Before this date (YYYY-MM-DD).")
+    unread: bool | None = Field(default=None, description="true: unread only; false: read only.")
+    flagged: bool | None = None
+    limit: int = Field(default=20, ge=1, le=50)
+
+
+class ReadArgs(_Args):
+    folder: str = "INBOX"
+    uid: int = Field(ge=1, description="The message's uid from mail_search.")
+    mark_read: bool = False
+
+
+class SaveArgs(_Args):
+    folder: str = "INBOX"
+    uid: int = Field(ge=1)
+    attachment: int = Field(ge=1, description="The attachment's number from mail_read.")
+
+
+class DraftArgs(_Recipients, _Args):
+    to: list[str] = Field(
+        default_factory=list,
+        description="Recipients; for a reply, empty means the original sender.",
+    )
+    cc: list[str] = Field(default_factory=list)
+    subject: str = Field(default="", description="Empty for a reply: 'Re: <original>'.")
+    body: str = Field(max_length=MAX_SEND_BODY)
+    reply_to_uid: int | None = Field(default=None, description="Reply to this message (uid).")
+    reply_folder: str = "INBOX"
+    reply_all: bool = False
+
+
+class SendArgs(_Recipients, _Args):
+    to: list[str] = Field(min_length=1, max_length=20)
+    cc: list[str] = Field(default_factory=list, max_length=20)
+    subject: str = Field(max_length=300)
+    body: str = Field(
+        max_length=MAX_SEND_BODY,
+        description="The exact text sent (include "
+        "the quote for a reply, as mail_draft returned it).",
+    )
+    reply_to_uid: int | None = Field(default=None, description="Thread it under this message.")
+    reply_folder: str = "INBOX"
+
+
+class MoveArgs(_Args):
+    folder: str = "INBOX"
+    uids: list[int] = Field(min_length=1, max_length=100)
+    to_folder: str
+
+
+class FlagArgs(_Args):
+    folder: str = "INBOX"
+    uids: list[int] = Field(min_length=1, max_length=100)
+    flag: Literal["read", "flagged", "answered"]
+    on: bool = True
+
+
+@dataclass
+class MailDeps:
+    config: Config
+    db: Database
+    boxes: dict[str, Mailbox]
+
+    def box(self, name: str) -> Mailbox:
+        if not name:
+            return next(iter(self.boxes.values()))
+        if name not in self.boxes:
+            raise ToolError(f"no mail account {name!r}; the accounts are: {', '.join(self.boxes)}")
+        return self.boxes[name]
+
+    def attachments_dir(self, box: Mailbox) -> Path:
+        if box.account.attachments_dir:
+            return Path(box.account.attachments_dir).expanduser()
+        return self.config.db_path.parent / "attachments"
+
+
+def _line(s: imap.Summary) -> str:
+    marks = ("unread " if s.unread else "") + ("flagged " if s.flagged else "")
+    return f"uid {s.uid} | {s.date} | {s.sender} | {s.subject} | {marks.strip() or 'read'}"
+
+
+async def _search(deps: MailDeps, ctx: ToolContext, a: SearchArgs) -> str:
+    box = deps.box(a.account)
+    try:
+        keys = imap.criteria(
+            sender=a.sender,
+            subject=a.subject,
+            text=a.text,
+            since=parse_day(a.since, "since"),
+            before=parse_day(a.before, "before"),
+            unread=a.unread,
+            flagged=a.flagged,
+        )
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
+    total, found = await box.search(a.folder, keys, a.limit)
+    head = f"{total} message(s) in {box.account.name}/{a.folder} match; newest {len(found)}:"
+    body = "\n".join(_line(s) for s in found) or "(none)"
+    return mark_untrusted(f"{head}\n{body}", f"mail:{box.account.name}/{a.folder}")
+
+
+async def _read(deps: MailDeps, ctx: ToolContext, a: ReadArgs) -> str:
+    box = deps.box(a.account)
+    r = await box.read(a.folder, a.uid, a.mark_read)
+    files = (
+        "\n".join(
+            f"  #{x.index} {x.filename} ({x.content_type}, {x.size} bytes)" for x in r.attachments
+        )
+        or "  (none)"
+    )
+    text = (
+        f"From: {r.sender}\nTo: {r.to}\nCc: {r.cc}\nSubject: {r.subject}\nDate: {r.date}\n"
+        f"Message-ID: {r.message_id}\nAttachments:\n{files}\n\n{r.body}"
+    )
+    return mark_untrusted(text, f"mail:{box.account.name}/{a.folder}/{a.uid}")
+
+
+async def _save(deps: MailDeps, ctx: ToolContext, a: SaveArgs) -> str:
+    box = deps.box(a.account)
+    try:
+        path = await box.save_attachment(a.folder, a.uid, a.attachment, deps.attachments_dir(box))
+    except ValueError as exc:
+        raise ToolError(str(exc)) from None
+    return f"Saved attachment #{a.attachment} as {path}"
+
+
+async def _outgoing(deps: MailDeps, box: Mailbox, a: DraftArgs | SendArgs, mid: str) -> Outgoing:
+    """The mail to compose; a reply takes its threading headers from the original."""
+    acc = box.account
+    sender = f"{acc.display_name} <{acc.address}>" if acc.display_name else acc.address
+    out = Outgoing(
+        from_addr=sender,
+        to=list(a.to),
+        cc=list(a.cc),
+        subject=a.subject,
+        body=a.body,
+        message_id=mid,
+    )
+    if a.reply_to_uid is None:
+        return out
+    original = await box.message(a.reply_folder, a.reply_to_uid)
+    parent, refs, subject = reply_headers(original)
+    out.in_reply_to, out.references = parent, refs
+    out.subject = a.subject or subject
+    if isinstance(a, DraftArgs):
+        if not a.to:
+            out.to, cc = reply_recipients(original, acc.address, a.reply_all)
+            out.cc = out.cc or cc
+        out.body = await asyncio.to_thread(quoted, original, a.body)
+    return out
+
+
+def _card(out: Outgoing) -> str:
+    lines = [f"From: {out.from_addr}", f"To: {', '.join(out.to)}"]
+    if out.cc:
+        lines.append(f"Cc: {', '.join(out.cc)}")
+    lines.append(f"Subject: {out.subject}")
+    if out.in_reply_to:
+        lines.append(f"In-Reply-To: {out.in_reply_to}")
+    return "\n".join(lines) + "\n\n" + out.body
+
+
+async def _draft(deps: MailDeps, ctx: ToolContext, a: DraftArgs) -> str:
+    box = deps.box(a.account)
+    mid = send.message_id_for(ctx.instance_id, f"draft-{ctx.tool_use_id}", box.account.address)
+    out = await _outgoing(deps, box, a, mid)
+    if not out.to:
+        raise ToolError("a new mail needs at least one recipient in `to`")
+    raw = compose(out, ctx.now()).as_bytes()
+    await box.append(box.account.drafts_folder, raw, [b"\\Draft", b"\\Seen"])
+    return (
+        f"Saved in {box.account.drafts_folder}. To send it, call mail_send with exactly "
+        f"these fields{' and reply_to_uid' if out.in_reply_to else ''}:\n\n{_card(out)}"
+    )
+
+
+def _send_preview(deps: MailDeps, a: SendArgs) -> str:
+    try:
+        acc = deps.box(a.account).account
+    except ToolError as exc:
+        return str(exc)
+    sender = f"{acc.display_name} <{acc.address}>" if acc.display_name else acc.address
+    thread = (
+        f"\n(a reply to message {a.reply_to_uid} in {a.reply_folder})" if a.reply_to_uid else ""
+    )
+    cc = f"\nCc: {', '.join(a.cc)}" if a.cc else ""
+    return f"From: {sender}\nTo: {', '.join(a.to)}{cc}\nSubject: {a.subject}{thread}\n\n{a.body}"
+
+
+async def _send(deps: MailDeps, ctx: ToolContext, a: SendArgs) -> str:
+    box = deps.box(a.account)
+    mid = send.message_id_for(ctx.instance_id, ctx.tool_use_id, box.account.address)
+    out = await _outgoing(deps, box, a, mid)
+    result = await send.send(
+        box, deps.db, out, instance_id=ctx.instance_id, tool_use_id=ctx.tool_use_id, now=ctx.now()
+    )
+    if a.reply_to_uid is not None:
+        try:
+            await box.set_flag(a.reply_folder, [a.reply_to_uid], "answered", True)
+        except MailError:
+            pass  # the reply went; the \Answered mark is a nicety
+    return result
+
+
+async def _settle_send(deps: MailDeps, ctx: ToolContext, a: SendArgs) -> ToolResult:
+    box = deps.box(a.account)
+    mid = send.message_id_for(ctx.instance_id, ctx.tool_use_id, box.account.address)
+    went, text = await send.settle(box, deps.db, mid)
+    return ToolResult(content=text, is_error=not went)
+
+
+async def _move(deps: MailDeps, ctx: ToolContext, a: MoveArgs) -> str:
+    box = deps.box(a.account)
+    await box.move(a.folder, a.uids, a.to_folder)
+    return f"Moved {len(a.uids)} message(s) from {a.folder} to {a.to_folder}."
+
+
+async def _flag(deps: MailDeps, ctx: ToolContext, a: FlagArgs) -> str:
+    box = deps.box(a.account)
+    flag = {"read": "seen", "flagged": "flagged", "answered": "answered"}[a.flag]
+    await box.set_flag(a.folder, a.uids, flag, a.on)
+    return f"{'Marked' if a.on else 'Unmarked'} {len(a.uids)} message(s) as {a.flag}."
+
+
+def _guard(fn: Any, deps: MailDeps) -> Any:
+    """Bind deps; a MailError reaches the model as a plain tool error (no secrets in it)."""
+
+    async def call(ctx: ToolContext, args: Any) -> Any:
+        try:
+            return await fn(deps, ctx, args)
+        except MailError as exc:
+            raise ToolError(str(exc)) from None
+
+    return call
+
+
+_SPECS: list[tuple[str, str, type[BaseModel], Any, str]] = [
+    (
+        "mail_search",
+        "Search or list mail in a folder by sender, subject, text, date, unread or "
+        "flagged; returns uids, newest first.",
+        SearchArgs,
+        _search,
+        "low",
+    ),
+    (
+        "mail_read",
+        "Read one message: headers, its text (HTML turned into text) and a list of "
+        "its attachments.",
+        ReadArgs,
+        _read,
+        "low",
+    ),
+    (
+        "mail_save_attachment",
+        "Save one attachment of a message to the agent's attachments folder.",
+        SaveArgs,
+        _save,
+        "medium",
+    ),
+    (
+        "mail_draft",
+        "Write a new mail or a reply (quoted and threaded) and save it in Drafts; "
+        "nothing is sent. Returns the fields to pass to mail_send.",
+        DraftArgs,
+        _draft,
+        "low",
+    ),
+    (
+        "mail_send",
+        "Send a mail (or a reply, threaded with reply_to_uid). The owner approves the "
+        "exact mail first.",
+        SendArgs,
+        _send,
+        "high",
+    ),
+    ("mail_move", "Move messages to another folder (e.g. Archive).", MoveArgs, _move, "medium"),
+    ("mail_flag", "Mark messages read or unread, flagged or answered.", FlagArgs, _flag, "medium"),
+]
+
+
+def build_mail_tools(config: Config, db: Database, env: Mapping[str, str]) -> list[Tool]:
+    """The mail tools over the configured accounts; none without a `[[mail]]` account."""
+    if not config.mail:
+        return []
+    deps = MailDeps(config=config, db=db, boxes={a.name: Mailbox(a, env) for a in config.mail})
+    tools = []
+    for name, description, model, fn, risk in _SPECS:
+        tool = Tool.from_model(
+            name=name,
+            description=description,
+            args_model=model,
+            fn=_guard(fn, deps),
+            risk=risk,
+            timeout=120.0,
+        )  # type: ignore[arg-type]
+        if name in ("mail_search", "mail_read", "mail_draft"):
+            tool = replace(tool, taints=True)
+        if name == "mail_send":
+            tool = replace(
+                tool,
+                egress=True,
+                # Sending twice is worse than asking again, whatever its risk is overridden to.
+                at_most_once=True,
+                card=lambda a: ApprovalCard(text=_send_preview(deps, a)),
+                settle=_guard(_settle_send, deps),
+            )
+        tools.append(tool)
+    return tools

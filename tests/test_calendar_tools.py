@@ -1,0 +1,198 @@
+"""The calendar tools against a real CalDAV server (Radicale), one per module."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from agentd.calendar.tools import build_calendar_tools
+from agentd.config import CalendarConfig, Config
+from agentd.tools import CallState, Tool, ToolContext, ToolOutcome, call_risk, execute
+from tests.mailservers import Radicale
+
+USERS = {"owner": "cal-secret-1"}
+BERLIN = ZoneInfo("Europe/Berlin")
+# A weekly meeting in Berlin at 09:00 across the end of summer time (2026-10-25), one
+# occurrence cancelled (EXDATE) and one moved (RECURRENCE-ID), and an all-day event.
+WEEKLY = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//test//EN
+BEGIN:VEVENT
+UID:weekly-1@test
+DTSTAMP:20261001T000000Z
+DTSTART;TZID=Europe/Berlin:20261016T090000
+DTEND;TZID=Europe/Berlin:20261016T093000
+RRULE:FREQ=WEEKLY;COUNT=6
+EXDATE;TZID=Europe/Berlin:20261106T090000
+SUMMARY:Standup
+END:VEVENT
+BEGIN:VEVENT
+UID:weekly-1@test
+DTSTAMP:20261001T000000Z
+RECURRENCE-ID;TZID=Europe/Berlin:20261113T090000
+DTSTART;TZID=Europe/Berlin:20261113T140000
+DTEND;TZID=Europe/Berlin:20261113T143000
+SUMMARY:Standup (moved)
+END:VEVENT
+END:VCALENDAR
+"""
+ALL_DAY = """BEGIN:VCALENDAR
+VERSION:2.0
+PRODID:-//test//EN
+BEGIN:VEVENT
+UID:holiday-1@test
+DTSTAMP:20261001T000000Z
+DTSTART;VALUE=DATE:20261024
+DTEND;VALUE=DATE:20261025
+SUMMARY:Hiking day
+END:VEVENT
+END:VCALENDAR
+"""
+
+
+@pytest.fixture(scope="module")
+def radicale() -> Iterator[Radicale]:
+    import caldav
+
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Radicale(root=Path(tmp), users=USERS).start()
+        try:
+            client = caldav.DAVClient(
+                server.url, username="owner", password=USERS["owner"], require_tls=False
+            )
+            cal = client.principal().make_calendar(name="Home")
+            cal.save_event(WEEKLY)
+            cal.save_event(ALL_DAY)
+            yield server
+        finally:
+            server.stop()
+
+
+def tools_for(radicale: Radicale, password: str = USERS["owner"], **over: Any) -> dict[str, Tool]:
+    cal = CalendarConfig(
+        name="home", url=radicale.url, username="owner", password_env="CAL_PW", **over
+    )
+    config = Config(calendar=[cal], agent={"timezone": "Europe/Berlin"})  # type: ignore[arg-type]
+    return {t.name: t for t in build_calendar_tools(config, {"CAL_PW": password})}
+
+
+async def call(tools: dict[str, Tool], name: str, tu: str = "tu-1", **args: Any) -> ToolOutcome:
+    ctx = ToolContext(
+        chat_id=42,
+        user_id=42,
+        instance_id="turn-cal",
+        tool_use_id=tu,
+        now=lambda: datetime(2026, 10, 16, 7, 0, tzinfo=BERLIN).timestamp(),
+    )
+    return await execute(tools[name], ctx, args)
+
+
+async def test_recurring_event_across_dst_stays_at_nine_local(radicale: Radicale) -> None:
+    tools = tools_for(radicale)
+    out = await call(tools, "calendar_list", start="2026-10-16", days=36)
+    assert out.ok, out.content
+    lines = [line for line in out.content.splitlines() if "Standup" in line]
+    assert lines == [
+        "Fri 2026-10-16 09:00–09:30 CEST: Standup (repeats) [uid weekly-1@test]",
+        "Fri 2026-10-23 09:00–09:30 CEST: Standup (repeats) [uid weekly-1@test]",
+        "Fri 2026-10-30 09:00–09:30 CET: Standup (repeats) [uid weekly-1@test]",
+        # 2026-11-06 is cancelled (EXDATE); 2026-11-13 was moved to 14:00
+        "Fri 2026-11-13 14:00–14:30 CET: Standup (moved) (repeats) [uid weekly-1@test]",
+        "Fri 2026-11-20 09:00–09:30 CET: Standup (repeats) [uid weekly-1@test]",
+    ]
+    assert "<untrusted_content" in out.content and tools["calendar_list"].taints
+
+
+async def test_all_day_event_is_one_local_day(radicale: Radicale) -> None:
+    tools = tools_for(radicale)
+    sat = await call(tools, "calendar_list", start="2026-10-24")
+    assert "Sat 2026-10-24 all day: Hiking day [uid holiday-1@test]" in sat.content
+    sun = await call(tools, "calendar_list", start="2026-10-25")
+    assert "Hiking" not in sun.content and "0 event(s)" in sun.content
+
+
+async def test_free_time_leaves_out_busy_events(radicale: Radicale) -> None:
+    tools = tools_for(radicale)
+    out = await call(
+        tools, "calendar_free", start="2026-10-30", day_start="08:00", day_end="12:00", minutes=30
+    )
+    assert out.content.splitlines()[1:] == [
+        "Fri 2026-10-30 08:00–09:00 CET",
+        "Fri 2026-10-30 09:30–12:00 CET",
+    ]
+
+
+async def test_create_twice_is_one_event_then_move_and_delete(radicale: Radicale) -> None:
+    tools = tools_for(radicale)
+    args = {"summary": "Lunch with Ana", "start": "2026-10-29T12:30", "location": "Luigi's"}
+    first = await call(tools, "calendar_create", tu="tu-create", **args)
+    second = await call(tools, "calendar_create", tu="tu-create", **args)  # a re-run
+    assert first.ok and second.ok, first.content
+    day = await call(tools, "calendar_list", start="2026-10-29")
+    lunch = [line for line in day.content.splitlines() if "Lunch" in line]
+    assert (
+        len(lunch) == 1 and "Thu 2026-10-29 12:30–13:30 CET: Lunch with Ana @ Luigi's" in lunch[0]
+    )
+    uid = lunch[0].split("[uid ")[1].rstrip("]")
+
+    moved = await call(tools, "calendar_move", uid=uid, start="2026-10-30T13:00")
+    assert moved.ok, moved.content
+    fri = await call(tools, "calendar_list", start="2026-10-30")
+    assert "Fri 2026-10-30 13:00–14:00 CET: Lunch with Ana" in fri.content
+    assert tools["calendar_delete"].risk == "high"
+    gone = await call(tools, "calendar_delete", uid=uid)
+    assert gone.ok, gone.content
+    after = await call(tools, "calendar_list", start="2026-10-30")
+    assert "Lunch" not in after.content
+    missing = await call(tools, "calendar_delete", uid=uid)
+    assert not missing.ok and "no event with uid" in missing.content
+
+
+async def test_an_invitation_needs_approval(radicale: Radicale) -> None:
+    tools = tools_for(radicale)
+    create = tools["calendar_create"]
+    alone = create.parse_args({"summary": "Focus", "start": "2026-10-28T10:00"})
+    invite = create.parse_args(
+        {"summary": "Review", "start": "2026-10-28T11:00", "attendees": ["ana@example.org"]}
+    )
+    assert call_risk(create, alone, CallState()).risk == "medium"
+    verdict = call_risk(create, invite, CallState())
+    assert verdict.risk == "high" and "invites other people" in verdict.reason
+
+
+async def test_wrong_password_says_login_failed(radicale: Radicale) -> None:
+    tools = tools_for(radicale, password="wrong-cal-password")
+    out = await call(tools, "calendar_list")
+    assert not out.ok and "home: login failed" in out.content and "CAL_PW" in out.content
+    assert "wrong-cal-password" not in out.content
+
+
+async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
+    import functools
+    import http.server
+    import threading
+
+    (tmp_path / "feed.ics").write_text(WEEKLY)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/feed.ics"
+        feed = CalendarConfig(name="holidays", url=url)
+        config = Config(calendar=[feed], agent={"timezone": "Europe/Berlin"})  # type: ignore[arg-type]
+        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        assert set(tools) == {"calendar_list", "calendar_free"}  # nothing that writes
+        out = await call(tools, "calendar_list", start="2026-10-30")
+        assert "Fri 2026-10-30 09:00–09:30 CET: Standup (repeats)" in out.content, out.content
+        gone = CalendarConfig(name="gone", url=url.replace("feed.ics", "missing.ics"))
+        config = Config(calendar=[gone])
+        missing = await call({t.name: t for t in build_calendar_tools(config, {})}, "calendar_list")
+        assert not missing.ok and "gone: " in missing.content and "404" in missing.content
+    finally:
+        server.shutdown()

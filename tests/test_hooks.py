@@ -1,0 +1,148 @@
+"""The webhook listener in-process, on a Unix socket: its hostile-input edges (a slow body, a
+Content-Length over the limit, a signature header that is not ASCII, an answer for the owner
+sent by a webhook) get a clear status in bounded time; and the HMAC check itself."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from pydantic import BaseModel
+
+from agentd.automations import AutoStep, hooks, workflow
+from agentd.automations.catalog import Catalog
+from agentd.automations.hooks import HookServer, signature_ok
+from agentd.automations.runtime import Runtime
+from agentd.config import Config, HookConfig, HooksConfig, TelegramConfig
+from agentd.db import Database
+from agentd.durable import Engine, SystemClock, store
+
+SECRET = "unit-hook-secret-1"
+
+
+class In(BaseModel):
+    x: int
+
+
+class Out(BaseModel):
+    x: int
+
+
+@workflow("unit_wait", input=In, output=Out, version=1)
+async def unit_wait(step: AutoStep, inp: In) -> Out:
+    await step.ask_owner("Go?", ["Yes", "No"], timeout=600, default="No")
+    return Out(x=inp.x)
+
+
+class _Outbox:
+    async def send_text(self, chat_id: int, markdown: str, **kw: Any) -> int:
+        return 1
+
+
+def sign(body: bytes) -> str:
+    return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+
+
+@pytest.fixture
+async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
+    sock = tmp_path / "hooks.sock"
+    route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET")
+    config = Config(
+        telegram=TelegramConfig(allowed_user_ids=[42]),
+        hooks=HooksConfig(enabled=True, listen=f"unix:{sock}", max_body_bytes=16384,
+                          routes={"u": route}),
+    )  # fmt: skip
+    db = await Database.open(tmp_path / "t.db")
+    engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
+    catalog = Catalog()
+    catalog.add(unit_wait)
+    runtime = Runtime(config=config, db=db, clock=engine.clock, catalog=catalog,
+                      outbox=_Outbox(), llm=None, kick=engine.kick)  # type: ignore[arg-type]  # fmt: skip
+    for flow in runtime.workflows():
+        engine.register(flow)
+    await engine.run()
+    server = HookServer(config, runtime, engine.start, engine.poll_once,
+                        env={"UNIT_SECRET": SECRET})  # fmt: skip
+    await server.start()
+    try:
+        yield str(sock), db
+    finally:
+        await server.close()
+        await engine.shutdown(grace=0.2)
+        await db.close()
+
+
+async def post(sock: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:
+    async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=sock)) as http:
+        async with http.post(f"http://hooks{path}", data=body, headers=headers) as response:
+            return response.status, await response.json()
+
+
+def test_signature_ok_is_strict() -> None:
+    body = b'{"x": 1}'
+    good = hmac.new(b"k", body, hashlib.sha256).hexdigest()
+    assert signature_ok(b"k", body, f"sha256={good}")
+    assert signature_ok(b"k", body, f"SHA256={good.upper()}")  # case of hex and scheme
+    assert not signature_ok(b"k", body, f"sha1={good}")
+    assert not signature_ok(b"k", body, "sha256=")
+    assert not signature_ok(b"k", body + b" ", f"sha256={good}")
+    assert not signature_ok(b"other", body, f"sha256={good}")
+    assert not signature_ok(b"k", body, "sha256=é" + good[1:])  # non-ASCII: no TypeError
+
+
+async def test_unix_socket_starts_and_refuses_answers_from_a_webhook(
+    listener: tuple[str, Database],
+) -> None:
+    sock, db = listener
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o660
+    body = json.dumps({"x": 5}).encode()
+    status, started = await post(sock, "/hooks/u", body, {"X-Signature-256": sign(body)})
+    assert status == 202 and started["created"] is True
+    iid = started["instance_id"]
+    for _ in range(1000):
+        if (await db.read(store.get_instance, iid)).status == "waiting":
+            break
+        await asyncio.sleep(0.01)
+    assert (await db.read(store.get_instance, iid)).status == "waiting"
+    answer = json.dumps({"instance_id": iid, "data": {"choice": "Yes"}}).encode()
+    status, refused = await post(sock, "/hooks/u/events/answer:ask", answer,
+                                 {"X-Signature-256": sign(answer)})  # fmt: skip
+    assert status == 403 and "owner" in refused["error"]
+    events = await db.read(lambda c: c.execute("SELECT COUNT(*) FROM workflow_events").fetchone())
+    assert events[0] == 0
+
+
+async def test_oversized_declared_and_slow_bodies_end_quickly(
+    listener: tuple[str, Database], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sock, db = listener
+    big = b'{"x": 1, "pad": "' + b"a" * 20000 + b'"}'
+    status, body = await post(sock, "/hooks/u", big, {"X-Signature-256": sign(big)})
+    assert status == 413 and "16384" in body["error"]
+    monkeypatch.setattr(hooks, "BODY_TIMEOUT", 0.3)
+
+    async def trickle() -> AsyncIterator[bytes]:
+        yield b'{"x": '
+        await asyncio.sleep(5)
+        yield b"1}"
+
+    async with asyncio.timeout(4):  # answered at the body timeout, not when the sender ends
+        status, body = await post(sock, "/hooks/u", trickle(), {"X-Signature-256": "sha256=00"})
+    assert status == 408
+    deep = b"[" * 5000 + b"]" * 5000  # valid JSON nested past the parser's recursion limit
+    status, body = await post(sock, "/hooks/u", deep, {"X-Signature-256": sign(deep)})
+    assert status == 400 and body["error"] == "the body is not JSON"
+    bad = b'{"x": 1}'
+    status, _ = await post(sock, "/hooks/u", bad, {"X-Signature-256": "sha256=é"})
+    assert status == 401
+    count = await db.read(lambda c: c.execute("SELECT COUNT(*) FROM workflow_instances").fetchone())
+    assert count[0] == 0

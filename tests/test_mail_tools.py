@@ -1,0 +1,405 @@
+"""The mail tools against a real Dovecot (IMAP, LMTP delivery) and a real SMTP server (aiosmtpd).
+
+One Dovecot per module; each test uses its own user, so the tests do not see each other's mail.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from email.message import EmailMessage
+from email.utils import make_msgid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.config import Config, MailAccountConfig
+from agentd.db import Database
+from agentd.mail.send import message_id_for
+from agentd.mail.tools import build_mail_tools
+from agentd.tools import Tool, ToolContext, ToolOutcome, execute
+from tests.mailservers import (
+    HAVE_DOVECOT,
+    SKIP_NO_DOVECOT,
+    Dovecot,
+    LmtpRelay,
+    dovecot_server,
+    free_port,
+    smtp_server,
+)
+
+pytestmark = [
+    pytest.mark.skipif(not HAVE_DOVECOT, reason=SKIP_NO_DOVECOT),
+    # The test SMTP server speaks plain text on loopback; agentd's own default is TLS.
+    pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
+]
+USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 9)} | {"ana": "ana-pw", "bob": "bob-pw"}
+
+
+@pytest.fixture(scope="module")
+def dovecot() -> Iterator[Dovecot]:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)  # the dovecot user walks into its mail folder
+        with dovecot_server(root, USERS, tls=True) as server:
+            yield server
+
+
+@pytest.fixture(scope="module")
+def smtp(dovecot: Dovecot) -> Iterator[tuple[int, LmtpRelay]]:
+    relay = LmtpRelay(dovecot, save_sent=False)  # agentd files its own copy in Sent
+    with smtp_server(relay, auth=dict(USERS)) as port:
+        yield port, relay
+
+
+def account(dovecot: Dovecot, user: str, smtp_port: int = 0, **over: Any) -> MailAccountConfig:
+    fields: dict[str, Any] = dict(
+        name="home",
+        address=f"{user}@example.org",
+        username=user,
+        password_env=f"PW_{user.upper()}",
+        imap_host="127.0.0.1",
+        imap_port=dovecot.port,
+        imap_security="plain",
+        smtp_host="127.0.0.1",
+        smtp_port=smtp_port or free_port(),
+        smtp_security="plain",
+        timeout=10,
+    )
+    fields.update(over)
+    return MailAccountConfig(**fields)
+
+
+def tools_for(acc: MailAccountConfig, db: Database, tmp: Path, password: str) -> dict[str, Tool]:
+    config = Config(mail=[acc], storage={"path": str(tmp / "agentd.db")})  # type: ignore[arg-type]
+    built = build_mail_tools(config, db, {acc.password_env: password})
+    return {t.name: t for t in built}
+
+
+def ctx(tool_use_id: str = "tu-1") -> ToolContext:
+    return ToolContext(chat_id=42, user_id=42, instance_id="turn-1", tool_use_id=tool_use_id)
+
+
+async def call(tools: dict[str, Tool], name: str, tu: str = "tu-1", **args: Any) -> ToolOutcome:
+    return await execute(tools[name], ctx(tu), args)
+
+
+def multipart(subject: str, sender: str = "Jürgen Groß <jurgen@example.de>") -> bytes:
+    msg = EmailMessage()
+    msg["From"] = sender
+    msg["To"] = "owner@example.org"
+    msg["Subject"] = subject
+    msg["Message-ID"] = make_msgid(domain="example.de")
+    msg["Date"] = "Tue, 24 Nov 2026 09:00:00 +0100"
+    msg.set_content("Hallo,\nanbei die Rechnung für November.\nGrüße, Jürgen")
+    msg.add_alternative("<html><body><p>Hallo, <b>HTML</b> version</p></body></html>", "html")
+    msg.add_attachment(
+        b"%PDF-1.4 fake invoice", maintype="application", subtype="pdf", filename="Rechnung-Nov.pdf"
+    )
+    return bytes(msg)
+
+
+async def test_search_and_read_a_multipart_mail_with_non_ascii_headers(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    dovecot.deliver("user1", multipart("Rechnung für November — fällig"))
+    dovecot.deliver("user1", b"From: bob@example.org\r\nSubject: lunch?\r\n\r\nat noon\r\n")
+    tools = tools_for(account(dovecot, "user1"), db, tmp_path, USERS["user1"])
+
+    found = await call(tools, "mail_search", subject="für November", unread=True)
+    assert found.ok, found.content
+    assert "1 message(s)" in found.content and "Rechnung für November — fällig" in found.content
+    assert "Jürgen Groß" in found.content and "<untrusted_content" in found.content
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+
+    read = await call(tools, "mail_read", uid=uid)
+    assert read.ok, read.content
+    assert "anbei die Rechnung für November" in read.content  # the text part, not the HTML
+    assert "#1 Rechnung-Nov.pdf (application/pdf, 21 bytes)" in read.content
+    # Reading did not mark it read: the search for unread mail still finds it.
+    still = await call(tools, "mail_search", unread=True, sender="jurgen")
+    assert "1 message(s)" in still.content
+
+    saved = await call(tools, "mail_save_attachment", uid=uid, attachment=1)
+    assert saved.ok, saved.content
+    path = Path(saved.content.split(" as ", 1)[1])
+    assert path.read_bytes() == b"%PDF-1.4 fake invoice" and path.parent == tmp_path / "attachments"
+    missing = await call(tools, "mail_save_attachment", uid=uid, attachment=2)
+    assert not missing.ok and "has 1 attachment(s)" in missing.content
+
+
+async def test_html_only_mail_is_read_as_text(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    raw = (
+        b"From: shop@example.com\r\nSubject: Your order\r\nMIME-Version: 1.0\r\n"
+        b"Content-Type: text/html; charset=utf-8\r\n\r\n"
+        b"<html><head><style>p{color:red}</style></head><body><h1>Order 77</h1>"
+        b"<p>Shipped <b>today</b>.</p><script>evil()</script></body></html>\r\n"
+    )
+    dovecot.deliver("user2", raw)
+    tools = tools_for(account(dovecot, "user2"), db, tmp_path, USERS["user2"])
+    read = await call(tools, "mail_read", uid=1)
+    assert "Order 77" in read.content and "Shipped today." in read.content
+    assert "evil()" not in read.content and "color:red" not in read.content
+
+
+async def test_move_and_flag(dovecot: Dovecot, db: Database, tmp_path: Path) -> None:
+    for n in range(3):
+        dovecot.deliver("user3", f"From: a@b.c\r\nSubject: note {n}\r\n\r\nx\r\n".encode())
+    tools = tools_for(account(dovecot, "user3"), db, tmp_path, USERS["user3"])
+    assert tools["mail_move"].risk == "medium" and tools["mail_flag"].risk == "medium"
+    flagged = await call(tools, "mail_flag", uids=[1, 2], flag="read")
+    assert flagged.ok, flagged.content
+    unread = await call(tools, "mail_search", unread=True)
+    assert "1 message(s)" in unread.content and "note 2" in unread.content
+    moved = await call(tools, "mail_move", uids=[1], to_folder="Archive")
+    assert moved.ok, moved.content
+    archive = await call(tools, "mail_search", folder="Archive")
+    assert "note 0" in archive.content
+    nowhere = await call(tools, "mail_move", uids=[2], to_folder="Nope")
+    assert not nowhere.ok and "no folder 'Nope'" in nowhere.content and "Archive" in nowhere.content
+
+
+async def test_reply_threads_and_is_sent_once(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    port, _ = smtp
+    original = EmailMessage()
+    original["From"] = "Ana <ana@example.org>"
+    original["To"] = "user4@example.org"
+    original["Subject"] = "Lunch on Thursday?"
+    original["Message-ID"] = "<lunch-1@example.org>"
+    original["References"] = "<earlier@example.org>"
+    original.set_content("Shall we have lunch on Thursday?")
+    dovecot.deliver("user4", bytes(original))
+    tools = tools_for(account(dovecot, "user4", port), db, tmp_path, USERS["user4"])
+
+    draft = await call(tools, "mail_draft", reply_to_uid=1, body="Yes, 12:30 works.")
+    assert draft.ok, draft.content
+    assert "To: Ana <ana@example.org>" in draft.content
+    assert "Subject: Re: Lunch on Thursday?" in draft.content
+    assert "> Shall we have lunch on Thursday?" in draft.content
+    assert len(dovecot.message_ids("user4", "Drafts")) == 1  # the draft is kept on the server
+
+    body = draft.content.split("\n\n", 2)[2]
+    sent = await call(
+        tools,
+        "mail_send",
+        to=["ana@example.org"],
+        subject="Re: Lunch on Thursday?",
+        body=body,
+        reply_to_uid=1,
+    )
+    assert sent.ok, sent.content
+    mid = message_id_for("turn-1", "tu-1", "user4@example.org")
+    assert mid in sent.content
+    assert dovecot.message_ids("ana", "INBOX") == [mid]
+    assert dovecot.message_ids("user4", "Sent") == [mid]
+    with dovecot.client("ana") as imap:
+        imap.select_folder("INBOX")
+        data = imap.fetch(imap.search("ALL"), ["BODY.PEEK[HEADER.FIELDS (IN-REPLY-TO REFERENCES)]"])
+        head = next(iter(data.values()))[b"BODY[HEADER.FIELDS (IN-REPLY-TO REFERENCES)]"].decode()
+    assert "In-Reply-To: <lunch-1@example.org>" in head
+    assert "References: <earlier@example.org> <lunch-1@example.org>" in head
+
+    again = await call(
+        tools, "mail_send", to=["ana@example.org"], subject="x", body=body, reply_to_uid=1
+    )  # the same tool call run again (same tool_use_id)
+    assert again.ok and "already sent" in again.content
+    assert dovecot.message_ids("ana", "INBOX") == [mid]  # no duplicate
+
+
+async def test_send_tool_is_high_risk_egress_and_its_card_shows_the_mail(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tools = tools_for(account(dovecot, "user5", display_name="Owner"), db, tmp_path, "x")
+    send = tools["mail_send"]
+    assert send.risk == "high" and send.egress and not send.taints and send.at_most_once
+    assert tools["mail_read"].taints and tools["mail_search"].taints
+    args = send.parse_args(
+        {
+            "to": ["a@b.c"],
+            "cc": ["c@d.e"],
+            "subject": "Hi",
+            "body": "line one\nline two " + "x" * 1500,
+        }
+    )
+    assert send.card is not None
+    shown = send.card(args)
+    assert shown is not None and shown.always_allow is None  # no "Always allow" for a mail
+    card = shown.text
+    assert card.startswith("From: Owner <user5@example.org>\nTo: a@b.c\nCc: c@d.e\nSubject: Hi\n")
+    assert card.endswith("line one\nline two " + "x" * 1500)  # the exact body, not cut
+
+
+async def test_wrong_password_says_login_failed_without_the_password(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tools = tools_for(account(dovecot, "user6"), db, tmp_path, "not-the-password")
+    out = await call(tools, "mail_search")
+    assert not out.ok
+    assert "home: login failed: 127.0.0.1 rejected the user 'user6'" in out.content
+    assert "PW_USER6" in out.content and "not-the-password" not in out.content
+
+
+async def test_tls_to_a_plain_port_says_tls_failed(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tools = tools_for(account(dovecot, "user6", imap_security="tls"), db, tmp_path, "x")
+    out = await call(tools, "mail_search")
+    assert not out.ok and "home: TLS failed: no TLS handshake with 127.0.0.1:" in out.content
+
+
+async def test_a_self_signed_certificate_is_refused_unless_its_ca_is_given(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tls = dict(imap_security="tls", imap_port=dovecot.tls_port)
+    untrusted = tools_for(account(dovecot, "user6", **tls), db, tmp_path, USERS["user6"])
+    out = await call(untrusted, "mail_search")
+    assert not out.ok
+    assert f"home: TLS failed: the certificate of 127.0.0.1:{dovecot.tls_port} is not trusted" in (
+        out.content
+    )
+    trusted = tools_for(
+        account(dovecot, "user6", ca_file=str(dovecot.cert), **tls), db, tmp_path, USERS["user6"]
+    )
+    ok = await call(trusted, "mail_search")  # over TLS, certificate and host name checked
+    assert ok.ok, ok.content
+    bad_ca = tools_for(
+        account(dovecot, "user6", ca_file=str(tmp_path / "none.pem"), **tls),
+        db,
+        tmp_path,
+        USERS["user6"],
+    )
+    out = await call(bad_ca, "mail_search")
+    assert "home: TLS failed: cannot load ca_file" in out.content
+
+
+async def test_unreachable_and_unknown_host(dovecot: Dovecot, db: Database, tmp_path: Path) -> None:
+    closed = tools_for(account(dovecot, "user6", imap_port=free_port()), db, tmp_path, "x")
+    out = await call(closed, "mail_search")
+    assert "connection failed" in out.content and "refused" in out.content
+    nowhere = tools_for(account(dovecot, "user6", imap_host="mail.invalid"), db, tmp_path, "x")
+    out = await call(nowhere, "mail_search")
+    assert "home: DNS failed: cannot resolve 'mail.invalid'" in out.content
+
+
+async def test_header_smuggling_is_refused_before_anything_runs(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    tools = tools_for(account(dovecot, "user7"), db, tmp_path, USERS["user7"])
+    bad = await call(
+        tools, "mail_send", to=["ana@example.org\r\nBcc: eve@example.org"], subject="x", body="y"
+    )
+    assert not bad.ok and "is not an e-mail address" in bad.content
+    two = await call(tools, "mail_draft", to=["ana@example.org"], subject="a\nBcc: e@x.y", body="y")
+    assert not two.ok and "one line" in two.content
+    assert dovecot.message_ids("user7", "Drafts") == []
+
+
+async def test_settle_after_a_crash_says_what_happened_and_never_sends(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    from agentd.mail.mailbox import Mailbox
+    from agentd.mail.message import Outgoing
+    from agentd.mail.send import _journal, settle
+
+    box = Mailbox(account(dovecot, "user8"), {"PW_USER8": USERS["user8"]})
+    never = message_id_for("turn-x", "tu-never", "user8@example.org")
+    went, text = await settle(box, db, never)  # the crash came before the journal row
+    assert not went and "NOT sent" in text
+
+    def journal(mid: str) -> Any:
+        out = Outgoing(
+            from_addr="user8@example.org",
+            to=["ana@example.org"],
+            subject="s",
+            body="b",
+            message_id=mid,
+        )
+        return db.write(_journal, out, "home", "turn-x", mid, 0.0)
+
+    lost = message_id_for("turn-x", "tu-lost", "user8@example.org")
+    await journal(lost)  # 'sending', and no copy in Sent (a server that does not file it)
+    went, text = await settle(box, db, lost)
+    assert not went and "not in Sent: it may not have gone. It was NOT sent again" in text
+
+    filed = message_id_for("turn-x", "tu-filed", "user8@example.org")
+    await journal(filed)
+    with dovecot.client("user8") as imap:
+        imap.append("Sent", f"Message-ID: {filed}\r\nSubject: s\r\n\r\nb\r\n".encode())
+    went, text = await settle(box, db, filed)
+    assert went and "is in Sent: it went" in text
+    status = await db.read(
+        lambda c: c.execute(
+            "SELECT status FROM mail_sends WHERE message_id = ?", (filed,)
+        ).fetchone()[0]
+    )
+    assert status == "sent"
+    assert dovecot.message_ids("ana", "INBOX").count(lost) == 0  # settling sent nothing
+
+
+async def test_a_rerun_of_an_unfinished_send_settles_instead_of_sending(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    """mail_send overridden to medium risk runs as an ordinary step, which a crash re-runs:
+    the journal row left 'sending' makes the re-run look, not send."""
+    from agentd.mail.message import Outgoing
+    from agentd.mail.send import _journal
+
+    port, relay = smtp
+    tools = tools_for(account(dovecot, "user8", port), db, tmp_path, USERS["user8"])
+    mid = message_id_for("turn-1", "tu-rerun", "user8@example.org")
+    out = Outgoing(
+        from_addr="user8@example.org", to=["ana@example.org"], subject="s", body="b", message_id=mid
+    )
+    await db.write(_journal, out, "home", "turn-1", "tu-rerun", 0.0)  # the first attempt began
+    before = len(relay.received)
+    rerun = await call(
+        tools, "mail_send", tu="tu-rerun", to=["ana@example.org"], subject="s", body="b"
+    )
+    assert not rerun.ok and "may not have gone. It was NOT sent again" in rerun.content
+    assert len(relay.received) == before
+
+
+async def test_a_connection_lost_mid_send_is_not_retried_and_is_reported_as_unknown(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    port, relay = smtp
+    tools = tools_for(account(dovecot, "user8", port), db, tmp_path, USERS["user8"])
+    before = len(relay.received)
+    relay.drop = True
+    try:
+        out = await call(
+            tools, "mail_send", tu="tu-drop", to=["bob@example.org"], subject="dropped", body="b"
+        )
+    finally:
+        relay.drop = False
+    assert not out.ok and "may not have gone. It was NOT sent again" in out.content
+    mid = message_id_for("turn-1", "tu-drop", "user8@example.org")
+    assert len(relay.received) == before + 1  # one SMTP transaction, no retry
+    status = await db.read(
+        lambda c: c.execute(
+            "SELECT status FROM mail_sends WHERE message_id = ?", (mid,)
+        ).fetchone()[0]
+    )
+    assert status == "sending"  # unknown stays unknown, never 'failed'
+
+
+async def test_a_mail_with_an_unknown_charset_is_still_read(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    raw = (
+        b"From: odd@example.org\r\nSubject: =?x-no-such-charset?q?odd?=\r\n"
+        b"MIME-Version: 1.0\r\nContent-Type: text/plain; charset=x-no-such-charset\r\n"
+        b"Content-Transfer-Encoding: 8bit\r\n\r\nCaf\xc3\xa9 at \xff noon\r\n"
+    )
+    dovecot.deliver("user2", raw)
+    tools = tools_for(account(dovecot, "user2"), db, tmp_path, USERS["user2"])
+    found = await call(tools, "mail_search", sender="odd@")
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+    read = await call(tools, "mail_read", uid=uid)
+    assert read.ok, read.content
+    assert "Café at \ufffd noon" in read.content

@@ -1,0 +1,195 @@
+"""Claude over plain HTTP answers every kind of request as the official SDK reads the same bytes.
+
+Each case is played by the local fake (tests/fakes/anthropic.py, which the official SDK's own
+tests in test_fakes.py hold to the wire format) twice: once to agentd's adapter, once to the
+official `anthropic` client. Final messages must match; errors must carry the same status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anthropic
+import pytest
+
+from agentd.config import LLMConfig
+from agentd.llm.anthropic_adapter import AnthropicLLM, build_params
+from agentd.llm.messages_http import _server_sent_events
+from agentd.llm.types import LLMError, LLMRequest, Message, ToolSpec
+from tests.fakes import FakeAnthropic
+
+REQUEST = LLMRequest(
+    messages=[Message(role="user", content="What is the weather?")],
+    tools=[ToolSpec(name="weather", description="Weather now", input_schema={"type": "object"})],
+)
+Enqueue = Callable[[FakeAnthropic], None]
+ANSWERS: dict[str, Enqueue] = {
+    "text": lambda f: f.enqueue_text("Sunny."),
+    "tool_use": lambda f: f.enqueue_tool_use(
+        "weather", {"city": "Oslo"}, "toolu_corpus", text_before="Let me see."
+    ),
+}
+# case: (enqueue, retryable, status)
+ERRORS: dict[str, tuple[Enqueue, bool, int | None]] = {
+    "rate_limited": (lambda f: f.enqueue_error(429, retry_after=0), True, 429),
+    "overloaded": (lambda f: f.enqueue_error(529), True, 529),
+    "server_error": (lambda f: f.enqueue_error(500), True, 500),
+    "bad_request": (lambda f: f.enqueue_error(400), False, 400),
+    "unauthorized": (lambda f: f.enqueue_error(401), False, 401),
+    "spend_limit": (
+        lambda f: f.enqueue_error(429, "enforced_spend_limit_reached_error", "Spend limit"),
+        False,
+        429,
+    ),
+    "dropped": (lambda f: f.enqueue_drop(), True, None),
+    "malformed": (lambda f: f.enqueue_malformed(), True, None),
+}
+
+
+@pytest.fixture(scope="module")
+def fake() -> Any:
+    with FakeAnthropic.running() as server:
+        yield server
+
+
+@pytest.fixture
+async def ours(fake: FakeAnthropic) -> AsyncIterator[AnthropicLLM]:
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "sk-ant-test-key")
+    yield llm
+    await llm.close()
+    fake.reset()
+
+
+@pytest.fixture
+async def sdk(fake: FakeAnthropic) -> AsyncIterator[anthropic.AsyncAnthropic]:
+    client = anthropic.AsyncAnthropic(api_key="sk-ant-test-key", base_url=fake.base_url,
+                                      max_retries=0)  # fmt: skip
+    yield client
+    await client.close()
+
+
+def _params() -> dict[str, Any]:
+    config = LLMConfig()
+    params = build_params(REQUEST, config.model, config.max_tokens)
+    params["tools"] = [t.model_dump() for t in REQUEST.tools]
+    return params
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("case", sorted(ANSWERS))
+async def test_answers_match_the_official_client(
+    fake: FakeAnthropic, ours: AnthropicLLM, sdk: anthropic.AsyncAnthropic, case: str,
+    streamed: bool,
+) -> None:  # fmt: skip
+    seen: list[str] = []
+
+    async def on_text(text: str) -> None:
+        seen.append(text)
+
+    ANSWERS[case](fake)
+    answer = await ours.complete(REQUEST, on_text if streamed else None)
+    ANSWERS[case](fake)
+    if streamed:
+        async with sdk.messages.stream(**_params()) as stream:
+            reference = await stream.get_final_message()
+    else:
+        reference = await sdk.messages.create(**_params())
+    want = reference.model_dump(exclude_none=True)
+    assert answer.stop_reason == want["stop_reason"]
+    assert answer.model == want["model"]
+    got = [b.model_dump(exclude_none=True) for b in answer.content]
+    assert got == [
+        {k: v for k, v in b.items() if k in ("type", "text", "id", "name", "input")}
+        for b in want["content"]
+    ]
+    assert answer.usage.input_tokens == want["usage"]["input_tokens"]
+    assert answer.usage.output_tokens == want["usage"]["output_tokens"]
+    if streamed and case == "text":
+        assert seen[-1] == "Sunny."
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("case", sorted(ERRORS))
+async def test_errors_keep_status_and_retryability(
+    fake: FakeAnthropic, ours: AnthropicLLM, sdk: anthropic.AsyncAnthropic, case: str,
+    streamed: bool,
+) -> None:  # fmt: skip
+    enqueue, retryable, status = ERRORS[case]
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    enqueue(fake)
+    with pytest.raises(LLMError) as ours_failed:
+        await ours.complete(REQUEST, on_text if streamed else None)
+    assert (ours_failed.value.retryable, ours_failed.value.status) == (retryable, status)
+    assert "sk-ant-test-key" not in str(ours_failed.value)
+    if status is not None:
+        enqueue(fake)
+        with pytest.raises(anthropic.APIStatusError) as sdk_failed:
+            await sdk.messages.create(**_params())
+        assert sdk_failed.value.status_code == status
+
+
+async def test_an_error_event_inside_a_stream_is_retryable(
+    fake: FakeAnthropic, ours: AnthropicLLM
+) -> None:
+    fake.enqueue_stream_error()
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    with pytest.raises(LLMError) as failed:
+        await ours.complete(REQUEST, on_text)
+    assert failed.value.retryable and "overloaded_error" in str(failed.value)
+
+
+async def test_retries_honour_the_policy_then_answer(fake: FakeAnthropic) -> None:
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=2), "k", sleep=sleep)
+    try:
+        fake.enqueue_error(429, retry_after=7)
+        fake.enqueue_error(529)
+        fake.enqueue_text("Third time.")
+        answer = await llm.complete(REQUEST)
+    finally:
+        await llm.close()
+    assert answer.attempt == 3 and sleeps[0] == 7
+    assert [b.text for b in answer.content] == ["Third time."]  # type: ignore[union-attr]
+
+
+class _Lines:
+    """An aiohttp StreamReader's line iteration, for the parser alone."""
+
+    def __init__(self, body: bytes) -> None:
+        self._lines = body.splitlines(keepends=True)
+
+    def __aiter__(self) -> _Lines:
+        return self
+
+    async def __anext__(self) -> bytes:
+        if not self._lines:
+            raise StopAsyncIteration
+        return self._lines.pop(0)
+
+
+async def test_server_sent_events_as_the_standard_defines_them() -> None:
+    body = (
+        b": a comment\r\n"
+        b'event: message_start\r\ndata: {"a":\r\ndata:1}\r\n\r\n'
+        b"event: ping\ndata: {}\n\n"
+        b"data:no-space\n\n"
+        b'event: last\ndata: {"end": true}'
+    )
+    events = [e async for e in _server_sent_events(_Lines(body))]  # type: ignore[arg-type]
+    assert events == [
+        ("message_start", '{"a":\n1}'),
+        ("ping", "{}"),
+        (None, "no-space"),
+        ("last", '{"end": true}'),
+    ]
