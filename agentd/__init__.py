@@ -18,6 +18,7 @@ holds the tiers and docs/architecture.md walks a message through them):
     db                    SQLite: connections, migrations, the single writer
     config                the TOML file, validated
     runtime, ledger, net  the process (logs, lease, start-up); audit and cost; safe HTTP
+    parsing               outside data parsed in a bounded child process
 """
 
 __version__ = "0.1.0"

@@ -203,6 +203,9 @@ class EngineConfig(_Section):
     max_steps_per_instance: int = Field(default=1024, ge=8)
     event_poll_interval: float = Field(default=0.5, gt=0, le=10)
     shutdown_grace: float = Field(default=10.0, ge=0)
+    # A workflow found at the same step this many process deaths in a row is parked as
+    # errored ("stopped after N crashes") and its chat told, instead of crash-looping.
+    crash_limit: int = Field(default=3, ge=1, le=100)
 
 
 class MemoryConfig(_Section):

@@ -414,3 +414,31 @@ def test_the_skills_chat_command_lists_them_without_the_model(stack: Stack) -> N
     assert "broken-one — invalid: the front matter is not valid YAML" in text
     assert "agentd skills enable NAME" in text
     assert len(stack.llm.requests) == calls  # no model call, no tokens
+
+
+def test_a_skill_body_taints_the_turn_so_a_write_asks_with_the_reason(stack: Stack) -> None:
+    # A skill's files are outside content (skill tools taint): after reading one, a workspace
+    # write (medium risk, egress: it can leave instructions behind) asks, saying why.
+    user = stack.user()
+    write = {"path": "notes/cups.md", "content": "2 cups = 480 ml"}
+    stack.script(user, tool_use("use_skill", {"name": "unit-convert"}, "toolu_tw1"),
+                 tool_use("write_file", write, "toolu_tw2"), "Saved.")  # fmt: skip
+    stack.tg.add_message(user, user, f"u{user}: convert 2 cups and save it")
+    card = stack.approval(user)
+    assert "write_file" in card["plain_text"] and "notes/cups.md" in card["plain_text"]
+    assert ("Why: this turn read outside content (use_skill (unit-convert)) and write_file can "
+            "send data out or leave instructions behind") in card["plain_text"]  # fmt: skip
+    stack.press(user, card, approve=False)
+    stack.tg.wait_until(lambda: any(m["plain_text"].startswith("Saved.") for m in stack.sent(user)),
+                        30, "the answer")  # fmt: skip
+    denied = stack.tool_results(user)["toolu_tw2"]
+    assert denied["is_error"] and "denied" in denied["content"]
+    # The same write in a turn that read nothing from outside runs without a card.
+    other = stack.user()
+    stack.script(other, tool_use("write_file", write, "toolu_tw3"), "Written.")
+    stack.tg.add_message(other, other, f"u{other}: save 2 cups = 480 ml")
+    stack.tg.wait_until(lambda: any(m["plain_text"].startswith("Written.")
+                                    for m in stack.sent(other)), 30, "the answer")  # fmt: skip
+    assert not any(m["reply_markup"] for m in stack.sent(other))
+    written = stack.tool_results(other)["toolu_tw3"]
+    assert not written["is_error"], written["content"]

@@ -292,8 +292,10 @@ def test_mcp_tool_and_fetch_url_refusal(stack: Stack) -> None:
     user = stack.user()
     script(
         stack, user,
-        tool_use("echo__add", {"a": 2, "b": 3}, "toolu_mcp1")
-        + tool_use("fetch_url", {"url": stack.tg.base_url + "/"}, "toolu_f1"),
+        # The fetch first: an MCP result is outside content, and after it a fetch of a URL
+        # the turn has not seen would ask the owner (tests/test_e2e_taint.py).
+        tool_use("fetch_url", {"url": stack.tg.base_url + "/"}, "toolu_f1")
+        + tool_use("echo__add", {"a": 2, "b": 3}, "toolu_mcp1"),
         "2 + 3 = 5",
     )  # fmt: skip
     stack.tg.add_message(user, user, f"u{user}: add 2 and 3, and fetch the local page")

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1] / "agentd"
 
 # Bottom to top. A package may import from strictly lower tiers only.
 TIERS: list[tuple[str, ...]] = [
+    ("parsing",),  # outside data parsed in a bounded child process
     ("runtime", "ledger", "net"),  # process plumbing, what things cost, outbound HTTP
     ("config",),
     ("db",),

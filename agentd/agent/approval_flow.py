@@ -49,6 +49,7 @@ class Route(BaseModel):
     fingerprint: str = ""  # the tool's schema and code when routed (tools/fingerprint.py)
     at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
     settles: bool = False  # after a crash mid-call the tool can find out what happened
+    taints: bool = False  # its result is outside content: the turn is tainted after it runs
 
 
 class Decision(BaseModel):
@@ -103,7 +104,7 @@ def create_approval(
         call_json=deps.redact(approvals.canonical_call(tool.name, use.input)),
         tool_source=tool.source,
         tool_fingerprint=tool.fingerprint or None,
-        why=tool.reason,
+        why=deps.redact(tool.reason),
         request=approvals.quote(inp.text) if inp.text else None,
     )
 

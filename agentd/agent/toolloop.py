@@ -20,6 +20,7 @@ from agentd.agent.approval_flow import Route, refusal, seek_approval
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
 from agentd.agent.streaming import DraftStreamer, draft_id
+from agentd.agent.taint import TurnTaint
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import OutcomeUnknown, Step
 from agentd.durable.pending import Pending
@@ -45,6 +46,7 @@ from agentd.tools import (
     render_args,
 )
 from agentd.tools.fingerprint import fingerprint
+from agentd.tools.urls import normal_url, urls_in
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import TurnInput
@@ -81,7 +83,13 @@ class AgentResult(BaseModel):
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
 
 
-def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock) -> ToolContext:
+def _context(
+    deps: TurnDeps,
+    inp: TurnInput,
+    instance_id: str,
+    use: ToolUseBlock,
+    tainted_by: tuple[str, ...] = (),
+) -> ToolContext:
     return ToolContext(
         chat_id=inp.chat_id,
         user_id=inp.user_id,
@@ -91,6 +99,7 @@ def _context(deps: TurnDeps, inp: TurnInput, instance_id: str, use: ToolUseBlock
         now=deps.clock.now,
         redact=deps.redact,
         outgoing_dir=str(deps.config.outgoing_dir),
+        tainted_by=tainted_by,
     )
 
 
@@ -109,7 +118,7 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     printed = fingerprint(tool) if verdict.risk == "high" else ""
     return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
                  fingerprint=printed, at_most_once=tool.at_most_once,
-                 settles=tool.settle is not None)  # fmt: skip
+                 settles=tool.settle is not None, taints=tool.taints)  # fmt: skip
 
 
 def changed_since_approval(name: str) -> ToolOutcome:
@@ -120,7 +129,7 @@ def changed_since_approval(name: str) -> ToolOutcome:
 
 async def run_tool(
     deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock,
-    approved_fingerprint: str = "",
+    approved_fingerprint: str = "", tainted_by: tuple[str, ...] = (),
 ) -> ToolOutcome:  # fmt: skip
     tool = deps.registry.get(name)
     if tool is None:  # gone since it was routed (e.g. its MCP server did not come back)
@@ -128,8 +137,9 @@ async def run_tool(
     if approved_fingerprint and fingerprint(tool) != approved_fingerprint:
         log.warning("tool changed since its call was approved; not run", extra={"tool": name})
         return changed_since_approval(name)
+    ctx = _context(deps, inp, instance_id, use, tainted_by)
     async with deps.outbox.typing(inp.chat_id):
-        return await execute(tool, _context(deps, inp, instance_id, use), use.input)
+        return await execute(tool, ctx, use.input)
 
 
 async def settle_tool(
@@ -200,11 +210,13 @@ def write_tool_audit(
 
 
 async def handle_tool_use(
-    step: Step, deps: TurnDeps, inp: TurnInput, use: ToolUseBlock
+    step: Step, deps: TurnDeps, inp: TurnInput, use: ToolUseBlock, taint: TurnTaint | None = None
 ) -> tuple[ToolOutcome, Route]:
     """One tool_use block → its outcome, through validation, the risk policy and the journal."""
     iid = step.instance_id
-    route = await step.do(f"route:{use.id}", route_tool, deps, use, delivery="idempotent")
+    taint = taint or TurnTaint()
+    state = CallState(tainted_by=taint.tainted_by, known_urls=frozenset(taint.urls))
+    route = await step.do(f"route:{use.id}", route_tool, deps, use, state, delivery="idempotent")
     if route.problem is not None:
         return route.problem, route  # unknown tool or invalid arguments: no approval asked
     decision, by = "auto", None
@@ -219,11 +231,14 @@ async def handle_tool_use(
     if route.risk == "high" or route.at_most_once:
         try:
             outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
-                                    route.fingerprint, delivery="at_most_once")  # fmt: skip
+                                    route.fingerprint, state.tainted_by,
+                                    delivery="at_most_once")  # fmt: skip
         except OutcomeUnknown:
             outcome = await settle_or_report(step, deps, inp, route, use)
     else:
-        outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use)
+        outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
+                                "", state.tainted_by)  # fmt: skip
+    note_result(taint, route, use, outcome)  # whichever way it ran (or was settled / reported)
     await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,
                      decision, by)  # fmt: skip
     return outcome, route
@@ -323,9 +338,19 @@ async def call_llm(
 
 
 async def agent_loop(
-    step: Step, deps: TurnDeps, inp: TurnInput, messages: list[Message], recall: Recall
+    step: Step,
+    deps: TurnDeps,
+    inp: TurnInput,
+    messages: list[Message],
+    recall: Recall,
+    taint: TurnTaint | None = None,
 ) -> AgentResult:
-    """Ask the model, run the tools it asks for, and repeat until it answers in text."""
+    """Ask the model, run the tools it asks for, and repeat until it answers in text.
+
+    `taint` (agent/taint.py) grows as the turn reads outside content; it is rebuilt from the
+    journaled results on a replay, so every call is routed as it was the first time.
+    """
+    taint = (taint or TurnTaint()).model_copy(deep=True)
     max_steps = deps.config.llm.max_steps
     conversation = list(messages)
     turn_start = len(messages) - 1
@@ -349,6 +374,9 @@ async def agent_loop(
             step.pending,
         )
         last_text = response.text or last_text
+        if response.sources:  # the provider's web search: its results are outside content
+            taint.add_source("web search results")
+            taint.add_urls(normal_url(url) for _, url in response.sources)
         if not response.tool_uses:
             if response.stop_reason == "pause_turn" and n < max_steps:
                 # A long server-side tool run paused: send the turn back so the model goes on.
@@ -362,7 +390,7 @@ async def agent_loop(
         conversation.append(Message(role="assistant", content=response.content))
         results = []
         for use in response.tool_uses:
-            outcome, route = await handle_tool_use(step, deps, inp, use)
+            outcome, route = await handle_tool_use(step, deps, inp, use, taint)
             if route.risk == "medium" and outcome.ok:
                 reported.append(f"{route.name} ({_brief(use)})")
             if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
@@ -375,6 +403,21 @@ async def agent_loop(
     text = f"{last_text}\n\n{note}" if last_text else note
     return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported,
                        files=files, skills_used=used)  # fmt: skip
+
+
+def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
+    """What a call that ran adds to the turn's taint: its source if the tool taints, and every
+    URL it showed (a later fetch of one of them sends out nothing new)."""
+    # A failed call's content is agentd's own error message, except an MCP server's errors,
+    # which are its words.
+    if route.taints and (outcome.ok or route.source.startswith("mcp:")):
+        first = next((v for v in use.input.values() if isinstance(v, str) and v.strip()), "")
+        first = " ".join(first.split())
+        taint.add_source(f"{route.name} ({first[:80]})" if first else route.name)
+    # The "outcome unknown" report echoes the model's own arguments: a URL it wrote there was
+    # never shown to it, so it must not become one a later fetch may reach without asking.
+    if not outcome.content.startswith(UNKNOWN_OUTCOME):
+        taint.add_urls(urls_in(outcome.content))
 
 
 def _brief(use: ToolUseBlock) -> str:

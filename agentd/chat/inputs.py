@@ -49,6 +49,13 @@ class TurnInput(BaseModel):
     media: MediaRef | None = None
     # Set when a prompt schedule runs this turn on the owner's behalf (no Telegram message).
     schedule_id: str | None = None
+    # Who set that schedule up, in words ("you, from the command line"); `scheduled_after`
+    # lists the outside content the setting-up turn had read (empty: the user's own words).
+    scheduled_by: str = ""
+    scheduled_after: str = ""
+    # A forwarded message: someone else's words, kept as data; who wrote it, when known.
+    forwarded: bool = False
+    forwarded_from: str = ""
 
 
 class TurnOutput(BaseModel):

@@ -29,8 +29,13 @@ class Outbox(Protocol):
         *,
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
+        preview_url: str | None = None,
     ) -> int:
-        """Send one chunk; return its message id. SendFailed: refused for good."""
+        """Send one chunk; return its message id. SendFailed: refused for good.
+
+        No link preview unless `preview_url` (a URL the user wrote): a preview is a fetch by
+        the platform's servers, of a URL the model may have been led to write.
+        """
         ...
 
     async def edit_text(

@@ -25,6 +25,7 @@ from agentd.daemon.startup import (
     open_database_and_bot,
     publish_menu_best_effort,
     set_up_logging,
+    tell_parked,
 )
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
@@ -119,9 +120,13 @@ async def _build(proc: _Process, started_at: float) -> None:
         await db.write(audit_unfinished, inst)
         if inst.status == "cancelled":
             await withdraw_approvals(db, outbox, inst.id)
-        elif inst.status == "errored" and wired_holder:
-            await wired_holder[0].automations.notify_failure(inst.workflow, inst.id,
-                                                             inst.error or "")  # fmt: skip
+        elif inst.status == "errored":
+            # A parked turn tells its chat; a failed (or parked) automation tells the owner.
+            if (inst.error or "").startswith("stopped after"):
+                await tell_parked(outbox, inst)
+            if wired_holder:
+                await wired_holder[0].automations.notify_failure(inst.workflow, inst.id,
+                                                                 inst.error or "")  # fmt: skip
 
     clock = SystemClock()
     engine = proc.engine = Engine(
@@ -129,7 +134,7 @@ async def _build(proc: _Process, started_at: float) -> None:
         limits=Limits(max_step_result_bytes=config.engine.max_step_result_bytes,
                       max_steps_per_instance=config.engine.max_steps_per_instance),
         poll_interval=config.engine.event_poll_interval, redact=proc.redactor,
-        on_finish=on_unfinished,
+        on_finish=on_unfinished, crash_limit=config.engine.crash_limit,
     )  # fmt: skip
     me = identity(config, await get_me(proc.bot, proc.stop, retry_policy(config)))
     proc.username = me.bot_username

@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
+from agentd.chat.names import chat_key
+from agentd.chat.outbox import Outbox
 from agentd.config import Config, read_named_secret
 from agentd.db import Database
 from agentd.durable import store
@@ -181,3 +183,25 @@ def audit_send_uncertain(conn: object, method: str, chat_id: int | str | None, r
     """A send whose answer was lost may have reached the user: a possible duplicate (README)."""
     chat = chat_id if isinstance(chat_id, int) else None
     audit.record(conn, "send_uncertain", chat_id=chat, detail={"method": method, "reason": reason})
+
+
+def parked_notice(inst: store.InstanceRecord) -> str:
+    """What the chat is told, once, when its workflow is parked after crash after crash."""
+    return (
+        f"⚠️ I stopped working on this ({inst.workflow} `{inst.id}`): agentd {inst.error}. "
+        "Other chats are served as usual. To try it again: "
+        f"`agentd workflows retry {inst.id}`"
+    )
+
+
+async def tell_parked(outbox: Outbox, inst: store.InstanceRecord) -> None:
+    """Tell the instance's chat (best effort: the instance is parked whatever Telegram says)."""
+    prefix = chat_key(0).removesuffix("0")
+    if not inst.key.startswith(prefix):
+        return
+    try:
+        chat_id = int(inst.key.removeprefix(prefix))
+        await outbox.send_text(chat_id, parked_notice(inst))
+    except Exception as exc:
+        log.warning("could not tell the chat about a parked workflow",
+                    extra={"instance_id": inst.id, "error": type(exc).__name__})  # fmt: skip

@@ -607,6 +607,20 @@ CREATE INDEX llm_usage_user ON llm_usage (user_id, at);
 ALTER TABLE doc_documents ADD COLUMN added_by INTEGER;
 """
 
+M022_TAINT = """
+-- #26: a step that was running each of the last N times the process died is parked. One row
+-- per instance that was running when the process died: how far its journal had got (the
+-- number of settled steps) and how many deaths in a row found it at that same point.
+CREATE TABLE workflow_crashes (
+    instance_id TEXT PRIMARY KEY REFERENCES workflow_instances(id) ON DELETE CASCADE,
+    frontier INTEGER NOT NULL,
+    crashes INTEGER NOT NULL,
+    step TEXT NOT NULL DEFAULT '',
+    last_at REAL NOT NULL
+);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -627,6 +641,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m026_workflows", M026_WORKFLOWS),
     ("m027_skills", M027_SKILLS),
     ("m021_trust_access", M021_TRUST_ACCESS),
+    ("m022_taint", M022_TAINT),
 ]
 
 

@@ -82,10 +82,16 @@ class Engine:
         poll_interval: float = 0.5,
         redact: Callable[[str], str] = lambda text: text,
         on_finish: Callable[[store.InstanceRecord], Awaitable[None]] | None = None,
+        crash_limit: int = 3,
     ) -> None:
         self.db = db
         self.redact = redact  # errors are journaled: no secret may ride along
         self._on_finish = on_finish
+        # An instance found at the same step this many process deaths in a row is parked.
+        self.crash_limit = crash_limit
+        # Instances that were running when the last process died run one at a time (below).
+        self._suspects: set[str] = set()
+        self._suspect_lock = asyncio.Lock()
         self.clock: Clock = clock or SystemClock()
         self.limits = limits or Limits()
         self.stopping = False
@@ -197,12 +203,35 @@ class Engine:
     # -- running --------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Resume every unfinished instance and watch for work from other processes."""
+        """Resume every unfinished instance and watch for work from other processes.
+
+        First, if the last process died while instances ran, a step that was running each of
+        the last `crash_limit` deaths is parked (errored) instead of run to its death again.
+        """
+        await self._park_crash_loops()
         keys = await self.db.read(store.open_keys)
         for key in keys:
             self.kick(key)
         log.info("engine started", extra={"resumed_keys": len(keys)})
         self._poller = asyncio.create_task(self._poll())
+
+    async def _park_crash_loops(self) -> None:
+        def account(conn: Any) -> tuple[list[str], list[str]]:
+            if not store.note_engine_start(conn, self.clock.now()):
+                return [], []
+            return store.count_crashes(conn, self.clock.now(), self.crash_limit)
+
+        parked, suspects = await self.db.write(account)
+        self._suspects.update(suspects)
+        for instance_id in parked:
+            inst = await self.db.read(store.get_instance, instance_id)
+            extra = {"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow}
+            log.error("workflow parked", extra={**extra, "error": inst.error})
+            if self._on_finish is not None:
+                try:
+                    await self._on_finish(inst)  # the daemon tells the chat (once: it is final)
+                except Exception:
+                    log.exception("on_finish hook failed", extra={"instance_id": inst.id})
 
     def kick(self, key: str) -> None:
         """Make sure a runner works through the key's open instances."""
@@ -258,6 +287,18 @@ class Engine:
                 log.exception("on_finish hook failed", extra={"instance_id": instance_id})
 
     async def _execute(self, inst: store.InstanceRecord) -> None:
+        if inst.id not in self._suspects:
+            await self._execute_now(inst)
+            return
+        # Running when the process died: alone among such, so that if it kills the process
+        # again, it is the only one charged with it.
+        async with self._suspect_lock:
+            try:
+                await self._execute_now(inst)
+            finally:
+                self._suspects.discard(inst.id)
+
+    async def _execute_now(self, inst: store.InstanceRecord) -> None:
         if inst.cancel_requested:
             await self._finish(inst.id, "cancelled", error="cancelled")
             return
@@ -464,6 +505,9 @@ class Engine:
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
+        # A clean stop: instances left running were not what killed the process.
+        with contextlib.suppress(Exception):
+            await self.db.write(store.note_engine_stop)
         log.info("engine stopped")
 
 

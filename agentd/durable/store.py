@@ -233,6 +233,83 @@ def begin_attempt(conn: Any, instance_id: str, ordinal: int, attempt: int, now: 
     )
 
 
+# In `kv` while an engine runs; still there at start: the last process died without stopping.
+_RUNNING_KEY = "engine.running"
+
+
+def note_engine_start(conn: Any, now: float) -> bool:
+    """Record that an engine runs now; True if the previous one died without stopping."""
+    died = conn.execute("SELECT 1 FROM kv WHERE key = ?", (_RUNNING_KEY,)).fetchone() is not None
+    conn.execute(
+        "INSERT INTO kv (key, value) VALUES (?, ?) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        (_RUNNING_KEY, repr(now)),
+    )
+    return died
+
+
+def note_engine_stop(conn: Any) -> None:
+    conn.execute("DELETE FROM kv WHERE key = ?", (_RUNNING_KEY,))
+
+
+def _frontier(conn: Any, instance_id: str) -> tuple[int, str]:
+    """(settled steps, the step it was in or after): how far an instance's journal got."""
+    settled = conn.execute(
+        "SELECT COUNT(*) FROM workflow_steps WHERE instance_id = ? "
+        "AND status IN ('complete', 'failed', 'unknown')",
+        (instance_id,),
+    ).fetchone()[0]
+    row = conn.execute(
+        "SELECT name, status FROM workflow_steps WHERE instance_id = ? "
+        "ORDER BY (status = 'running') DESC, ordinal DESC LIMIT 1",
+        (instance_id,),
+    ).fetchone()
+    if row is None:
+        return int(settled), "its first step"
+    return int(settled), (f"step {row[0]}" if row[1] == "running" else f"the step after {row[0]}")
+
+
+def count_crashes(conn: Any, now: float, limit: int) -> tuple[list[str], list[str]]:
+    """After a process death: count it against every instance that was running, and park
+    (errored) each one found at the same point of its journal `limit` deaths in a row.
+
+    Returns (parked ids, suspects: the others that were running). An instance that got
+    further since its last death starts counting again, so only a step that dies every time
+    is parked. Suspects go back to 'queued': none of them is running now, and the engine
+    resumes them one at a time, so the next death is counted against the one that caused it
+    and not against a bystander that happened to be mid-step beside it.
+    """
+    parked: list[str] = []
+    suspects: list[str] = []
+    running = conn.execute("SELECT id FROM workflow_instances WHERE status = 'running'")
+    for (instance_id,) in running.fetchall():
+        frontier, step = _frontier(conn, instance_id)
+        row = conn.execute(
+            "SELECT frontier, crashes FROM workflow_crashes WHERE instance_id = ?", (instance_id,)
+        ).fetchone()
+        crashes = row[1] + 1 if row is not None and row[0] == frontier else 1
+        conn.execute(
+            "INSERT INTO workflow_crashes (instance_id, frontier, crashes, step, last_at) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (instance_id) DO UPDATE SET "
+            "frontier = excluded.frontier, crashes = excluded.crashes, step = excluded.step, "
+            "last_at = excluded.last_at",
+            (instance_id, frontier, crashes, step, now),
+        )
+        if crashes >= limit:
+            error = (
+                f"stopped after {crashes} crashes: {step} was running each time the process died"
+            )
+            set_status(conn, instance_id, "errored", now, error=error)
+            parked.append(instance_id)
+        else:
+            conn.execute(
+                "UPDATE workflow_instances SET status = 'queued', updated_at = ? WHERE id = ?",
+                (now, instance_id),
+            )
+            suspects.append(instance_id)
+    return parked, suspects
+
+
 def interrupted_attempts(conn: Any, instance_id: str, step: str) -> int:
     """Earlier attempts of a step that started and never ended: the process died in them."""
     row = conn.execute(
@@ -367,6 +444,8 @@ def reset_for_retry(conn: Any, instance_id: str, now: float) -> None:
         raise ValueError(
             f"instance {instance_id} is {inst.status}; only errored or cancelled can be retried"
         )
+    # A parked crash loop starts counting again: the owner chose to try it once more.
+    conn.execute("DELETE FROM workflow_crashes WHERE instance_id = ?", (instance_id,))
     failed = conn.execute(
         "SELECT MIN(ordinal) FROM workflow_steps WHERE instance_id = ? "
         "AND status IN ('failed', 'unknown', 'running')",

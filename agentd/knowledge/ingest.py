@@ -43,8 +43,7 @@ from agentd.knowledge.loaders import (
     LoadedDocument,
     LoadError,
     format_for_path,
-    parse_bytes,
-    parse_text,
+    parse_bytes_bounded,
 )
 from agentd.knowledge.sitemap import SitemapError, sitemap_urls
 from agentd.knowledge.store import (
@@ -334,12 +333,8 @@ class Ingestor:
         data = await asyncio.to_thread(_read_file, path, self.config.max_file_bytes)
 
         async def parse() -> LoadedDocument:
-            # PDF parsing is CPU work of up to seconds; keep the event loop free meanwhile.
-            if fmt == "pdf":
-                return await asyncio.to_thread(
-                    parse_bytes, data, fmt, fallback_title=path.name
-                )  # fmt: skip
-            return parse_bytes(data, fmt, fallback_title=path.name)
+            # Off the event loop and bounded: a file is outside data, whatever its folder.
+            return await parse_bytes_bounded(data, fmt, fallback_title=path.name)
 
         await self._ingest_document(
             source=str(path), kind="file", root=root, fmt=fmt, data=data, parse=parse
@@ -349,7 +344,7 @@ class Ingestor:
         """One document already in memory (a file sent in chat); failures go to the report."""
 
         async def parse() -> LoadedDocument:
-            return await asyncio.to_thread(parse_bytes, data, fmt, fallback_title=title)
+            return await parse_bytes_bounded(data, fmt, fallback_title=title)
 
         self.progress.add_total(1)
         work = self._ingest_document(
@@ -402,11 +397,12 @@ class Ingestor:
 
         async def parse() -> LoadedDocument:
             if fmt == "pdf":
-                return await asyncio.to_thread(
-                    parse_bytes, fetched.body, fmt, fallback_title=fallback
-                )  # fmt: skip
+                return await parse_bytes_bounded(fetched.body, fmt, fallback_title=fallback)
+            # Decoded here (the response's charset), parsed in the bounded child as UTF-8.
             text = decode_text(fetched, fmt == "html")
-            return parse_text(text, fmt, fallback_title=fallback)
+            return await parse_bytes_bounded(
+                text.encode("utf-8", "replace"), fmt, fallback_title=fallback, decoded=True
+            )
 
         await self._ingest_document(
             source=url, kind="url", root=root, fmt=fmt, data=fetched.body, parse=parse

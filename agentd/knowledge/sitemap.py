@@ -82,6 +82,26 @@ def parse_sitemap(body: bytes, *, max_bytes: int = 50_000_000) -> tuple[str, lis
     return kind, locs
 
 
+def sitemap_job(data: bytes) -> list[object]:
+    """The child-process side of parse_sitemap_bounded."""
+    kind, locs = parse_sitemap(data)
+    return [kind, locs]
+
+
+async def parse_sitemap_bounded(body: bytes) -> tuple[str, list[str]]:
+    """parse_sitemap in a bounded child: a gzip bomb or a huge XML file stays off the loop."""
+    from agentd.parsing.bounded import run_bounded
+    from agentd.parsing.budget import Budget, ParseFailed
+
+    try:
+        kind, locs = await run_bounded(
+            "agentd.knowledge.sitemap:sitemap_job", body, Budget(seconds=60, cpu_seconds=30)
+        )
+    except ParseFailed as exc:
+        raise SitemapError(str(exc)) from None
+    return str(kind), [str(loc) for loc in locs]
+
+
 async def sitemap_urls(url: str, policy: FetchPolicy, *, max_urls: int) -> SitemapUrls:
     """The page URLs of a sitemap, following sitemap indexes; the first sitemap failing raises
     (nothing to ingest), a nested one failing is a problem in the result."""
@@ -97,7 +117,7 @@ async def sitemap_urls(url: str, policy: FetchPolicy, *, max_urls: int) -> Sitem
                 raise SitemapError(f"HTTP {raw.status} {raw.reason}".rstrip())
             if raw.truncated:
                 raise SitemapError(f"larger than {policy.max_bytes} bytes (tools.fetch.max_bytes)")
-            kind, locs = parse_sitemap(raw.body)
+            kind, locs = await parse_sitemap_bounded(raw.body)
         except (SitemapError, FetchError) as exc:
             if current == url:
                 raise

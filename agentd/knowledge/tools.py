@@ -9,6 +9,7 @@ the chunks returned, never their text.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
@@ -93,13 +94,17 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
         body = format_hits(hits, docs.max_result_chars)
         return f"{CITE_INSTRUCTION}\n\n{mark_untrusted(body, 'documents')}"
 
+    # Documents are outside content: a turn that read them is tainted (tools/policy.py).
     return [
-        Tool.from_model(
-            name="search_docs",
-            description="Search the owner's ingested documents (files, web pages) for passages "
-            "about something; returns the best passages with their title, source and section.",
-            args_model=SearchDocsArgs,
-            fn=search_docs,
-            risk="low",
+        replace(
+            Tool.from_model(
+                name="search_docs",
+                description="Search the owner's ingested documents (files, web pages) for passages "
+                "about something; returns the best passages with their title, source and section.",
+                args_model=SearchDocsArgs,
+                fn=search_docs,
+                risk="low",
+            ),
+            taints=True,
         )
     ]

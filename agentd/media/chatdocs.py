@@ -7,7 +7,6 @@ tool); both download the file again by its id, so the journal never holds the fi
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import time
 from dataclasses import dataclass
@@ -25,7 +24,13 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, Workflow, workflow
 from agentd.knowledge.ingest import Ingestor
-from agentd.knowledge.loaders import EXTENSIONS, DocFormat, LoadError, parse_bytes
+from agentd.knowledge.loaders import (
+    EXTENSIONS,
+    DocFormat,
+    LoadedDocument,
+    LoadError,
+    parse_bytes_bounded,
+)
 from agentd.media.vision import Files
 from agentd.retrieval.embedders import Embedder
 from agentd.tools.base import Tool, ToolContext, ToolError
@@ -97,8 +102,7 @@ def refusal(media: MediaRef, max_bytes: int) -> str | None:
     return None
 
 
-def _text_of(data: bytes, fmt: DocFormat, name: str) -> tuple[str, str]:
-    loaded = parse_bytes(data, fmt, fallback_title=name)
+def _text_of(loaded: LoadedDocument) -> tuple[str, str]:
     parts = []
     last_path: tuple[str, ...] = ()
     for block in loaded.blocks:
@@ -120,7 +124,8 @@ async def read_document(
     data = await deps.files.download(media.file_id, limit)
     name = media.file_name or f"document.{fmt}"
     try:
-        title, text = await asyncio.to_thread(_text_of, data, fmt, name)
+        # A chat document is outside data: parsed in a bounded child, off the event loop.
+        title, text = _text_of(await parse_bytes_bounded(data, fmt, fallback_title=name))
     except LoadError as exc:
         raise NonRetryable(str(exc)) from None
     if not text.strip():

@@ -6,10 +6,8 @@ holds the summary and the hash but never the image itself.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
-import io
 import time
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -23,6 +21,8 @@ from agentd.ledger import usage
 from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
+from agentd.parsing.image import NotAnImage, downscale_bounded
+from agentd.parsing.image import downscale as _downscale
 
 VISION_PROMPT = (
     "You describe images for a personal assistant that cannot see them. Summarise what the "
@@ -55,10 +55,6 @@ class SeenImage(BaseModel):
     height: int = 0
 
 
-class NotAnImage(Exception):
-    pass
-
-
 @dataclass(frozen=True)
 class VisionDeps:
     config: VisionConfig
@@ -68,23 +64,9 @@ class VisionDeps:
 
 
 def downscale(data: bytes, max_edge: int, max_pixels: int) -> tuple[bytes, str, int, int]:
-    """Re-encode as JPEG no larger than the model needs (about 1.15 MP, 1568 px long edge)."""
-    from PIL import Image, UnidentifiedImageError
-
-    try:
-        image = Image.open(io.BytesIO(data))
-        image.load()
-    except (UnidentifiedImageError, OSError) as exc:
-        raise NotAnImage(f"not a readable image: {exc}") from None
-    width, height = image.size
-    scale = min(1.0, max_edge / max(width, height), (max_pixels / (width * height)) ** 0.5)
-    if scale < 1.0:
-        image = image.resize((max(1, int(width * scale)), max(1, int(height * scale))))
-    if image.mode not in ("RGB", "L"):
-        image = image.convert("RGB")
-    out = io.BytesIO()
-    image.save(out, format="JPEG", quality=85)
-    return out.getvalue(), "image/jpeg", width, height
+    """Re-encode as JPEG no larger than the model needs, in this process (trusted bytes only)."""
+    small = _downscale(data, max_edge, max_pixels)
+    return small.data, small.media_type, small.width, small.height
 
 
 def cached_summary(conn: Any, sha256: str) -> tuple[VisionSummary, int, int] | None:
@@ -115,9 +97,11 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
         return SeenImage(file_id=file_id, sha256=digest, summary=summary, cached=True,
                          width=width, height=height)  # fmt: skip
     try:
-        small, media_type, width, height = await asyncio.to_thread(
-            downscale, data, deps.config.max_edge, deps.config.max_pixels
-        )
+        # Decoded in a bounded child: a photo is outside data and may be a decompression bomb.
+        shrunk = await downscale_bounded(data, deps.config.max_edge, deps.config.max_pixels)
+        small, media_type, width, height = (
+            shrunk.data, shrunk.media_type, shrunk.width, shrunk.height
+        )  # fmt: skip
     except NotAnImage as exc:
         raise NonRetryable(str(exc)) from None
     req = LLMRequest(

@@ -5,6 +5,8 @@ Both are bound to the calling user through ToolContext: a user's tools see only 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from pydantic import BaseModel, Field
 
 from agentd.config import MemoryConfig
@@ -49,19 +51,21 @@ def memory_tools(
         found = format_recall(hits, budget_chars=4000)
         return mark_untrusted(found or "No matching memories.", "memory")
 
+    # remember leaves words behind for later turns (egress: asks in a tainted turn); what
+    # search_memory returns may have come from outside in an earlier turn (taints).
     return [
-        Tool.from_model(
+        replace(Tool.from_model(
             name="remember",
             description="Store a durable fact, preference or task about the user for later "
             "conversations. Reuse the same key when a fact changes, so it replaces the old one.",
             args_model=ExtractedFact,
             fn=remember,
-        ),
-        Tool.from_model(
+        ), egress=True),
+        replace(Tool.from_model(
             name="search_memory",
             description="Search the user's long-term memory (summaries of earlier "
             "conversations, facts, notes) for something specific.",
             args_model=SearchArgs,
             fn=search_memory,
-        ),
-    ]
+        ), taints=True),
+    ]  # fmt: skip

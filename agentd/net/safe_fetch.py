@@ -20,7 +20,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from agentd.net.addresses import AddressPolicy, parse_ip
-from agentd.net.html_text import html_to_text
+from agentd.net.html_text import HtmlTooHard, html_to_text_bounded
 
 # (host, port) -> IP address strings. The default asks the system (getaddrinfo); tests
 # inject a fake so a local server can stand in for a public one.
@@ -302,7 +302,11 @@ async def fetch(url: str, policy: FetchPolicy) -> FetchedPage:
     text = decode_text(raw, is_html)
     title = ""
     if is_html:
-        page = html_to_text(text)
+        # Off the event loop and bounded: the page is hostile until proven otherwise.
+        try:
+            page = await html_to_text_bounded(text)
+        except HtmlTooHard as exc:
+            raise FetchError(f"{raw.url}: {exc}") from None
         title, text = page.title, page.text
     return FetchedPage(
         url=raw.url,

@@ -100,6 +100,22 @@ def create(
     return sched, True
 
 
+# In `created_by`, what follows this is the outside content the setting-up turn had read.
+TAINT_MARK = " after:"
+
+
+def creator_words(created_by: str) -> tuple[str, str]:
+    """(who set the schedule up, in words; the outside content its turn had read, or "")."""
+    by, _, after = created_by.partition(TAINT_MARK)
+    if by == "cli":
+        return "the owner, from the command line", after
+    if by.startswith("tool:"):
+        user = by.rpartition(":user:")[2] if ":user:" in by else ""
+        who = f"user {user}" if user else "the user"
+        return f"the assistant in a conversation with {who}", after
+    return by or "the owner", after
+
+
 def local_iso(ts: float | None, timezone: str) -> str:
     """A run time as the owner reads it: 'Tue 2026-11-24 08:00 CET'."""
     if ts is None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
 from agentd.config import Config
 from agentd.db import Database
 from agentd.schedule import store
-from agentd.schedule.create import ScheduleRequest, create, local_iso, summary
+from agentd.schedule.create import TAINT_MARK, ScheduleRequest, create, local_iso, summary
 from agentd.schedule.recurrence import ScheduleError
 from agentd.tools import Tool, ToolContext, ToolError
 
@@ -31,6 +32,15 @@ def tool_schedule_id(instance_id: str, tool_use_id: str) -> str:
     return hashlib.sha256(f"{instance_id}:{tool_use_id}".encode()).hexdigest()[:10]
 
 
+def created_by(ctx: ToolContext) -> str:
+    """Who set a schedule up, as stored: the turn, its user, and what outside content it had
+    read (so the task says so when it runs; creator_words reads it back)."""
+    by = f"tool:{ctx.instance_id}:user:{ctx.user_id}"
+    if ctx.tainted_by:
+        by += TAINT_MARK + "; ".join(ctx.tainted_by)[:500]
+    return by
+
+
 def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) -> list[Tool]:
     async def schedule(ctx: ToolContext, args: ScheduleRequest) -> str:
         sid = tool_schedule_id(ctx.instance_id, ctx.tool_use_id)
@@ -39,7 +49,7 @@ def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) ->
                 lambda conn: create(
                     conn, args, schedule_id=sid, user_id=ctx.user_id, chat_id=ctx.chat_id,
                     now=ctx.now(), config=config.schedule, default_timezone=ctx.timezone,
-                    by=f"tool:{ctx.instance_id}",
+                    by=created_by(ctx),
                 )
             )  # fmt: skip
         except ScheduleError as exc:
@@ -69,13 +79,14 @@ def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) ->
         return f"Cancelled {sched.id} (“{sched.text[:60]}”)."
 
     return [
-        Tool.from_model(
+        # A scheduled prompt is an instruction left behind: egress (asks in a tainted turn).
+        replace(Tool.from_model(
             name="schedule",
             description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
             "you with your tools) once, at an interval, or on a calendar rule. Times are in "
             "the owner's time zone unless timezone is given. The result confirms the next runs.",
             args_model=ScheduleRequest, fn=schedule, risk="medium", timeout=10,
-        ),
+        ), egress=True),
         Tool.from_model(
             name="list_schedules",
             description="List the user's active and paused reminders and recurring tasks with "

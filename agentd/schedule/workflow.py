@@ -23,6 +23,7 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Step, StepFailed, Workflow, workflow
 from agentd.schedule import store
+from agentd.schedule.create import creator_words
 from agentd.schedule.store import OCCURRENCE_WORKFLOW, OccurrenceInput, Schedule
 
 MAX_MISSED_AT_ONCE = 1000  # a longer backlog is recorded over several instances
@@ -124,9 +125,13 @@ async def send_message(step: Step, deps: ScheduleDeps, inp: OccurrenceInput) -> 
 async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:
     """A prompt runs as an ordinary turn in the owner's chat: same tools, risk policy, budget."""
     sched = await deps.db.read(store.get, inp.schedule_id)
+    # Who set it up, and what outside content they had read: the turn says so, and a task a
+    # page planted runs tainted (its egress asks the owner again).
+    by, after = creator_words(sched.created_by)
     turn = TurnInput(
         update_id=0, chat_id=sched.chat_id, user_id=sched.user_id, message_id=0,
         date=deps.clock.now(), kind="text", text=sched.text, schedule_id=sched.id,
+        scheduled_by=by, scheduled_after=after,
     )  # fmt: skip
     turn_id = f"{instance_id}-turn"
     await deps.start_workflow(TURN_WORKFLOW, turn, instance_id=turn_id, key=chat_key(turn.chat_id))

@@ -79,9 +79,29 @@ def _media(message: dict[str, Any]) -> MediaRef | None:
                 mime_type=str(item.get("mime_type") or "")[:100],
                 file_size=int(item.get("file_size") or 0),
                 duration=float(item.get("duration") or 0),
-                forwarded=bool(message.get("forward_origin") or message.get("forward_date")),
+                forwarded=_is_forwarded(message),
             )
     return None
+
+
+def _is_forwarded(message: dict[str, Any]) -> bool:
+    return bool(message.get("forward_origin") or message.get("forward_date"))
+
+
+def _forward_author(message: dict[str, Any]) -> str:
+    """Who wrote a forwarded message, as the Bot API's MessageOrigin says (cut, never trusted)."""
+    origin = message.get("forward_origin")
+    if not isinstance(origin, dict):
+        return ""
+    user = origin.get("sender_user") or {}
+    chat = origin.get("sender_chat") or origin.get("chat") or {}
+    name = (
+        " ".join(p for p in (user.get("first_name"), user.get("last_name")) if p)
+        or origin.get("sender_user_name")
+        or chat.get("title")
+        or ""
+    )
+    return str(name)[:80]
 
 
 def _largest_photo(message: dict[str, Any]) -> str | None:
@@ -252,6 +272,8 @@ def _classify_message(
         photo_file_id=_largest_photo(message),
         reply_to=_reply_context(message, me),
         media=_media(message),
+        forwarded=_is_forwarded(message),
+        forwarded_from=_forward_author(message),
     )
     return Decision(
         action="turn", update_kind=update_kind, user_id=user_id, chat_id=chat_id, turn=turn

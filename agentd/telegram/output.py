@@ -20,6 +20,7 @@ from aiogram.types import (
     FSInputFile,
     InlineKeyboardButton,
     InlineKeyboardMarkup,
+    LinkPreviewOptions,
     MessageId,
     ReplyParameters,
 )
@@ -97,10 +98,21 @@ class TelegramOutbox:
         *,
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
+        preview_url: str | None = None,
     ) -> int:
-        """Send one chunk (already split to fit); return Telegram's message id."""
+        """Send one chunk (already split to fit); return Telegram's message id.
+
+        Link previews are off unless `preview_url` is given (a URL that came from the user):
+        Telegram's servers fetch a previewed URL with no click, so a URL a page led the model
+        to write would leak whatever it carries.
+        """
         markup = _keyboard(buttons)
         reply = _reply(reply_to)
+        preview = (
+            LinkPreviewOptions(url=preview_url)
+            if preview_url
+            else LinkPreviewOptions(is_disabled=True)
+        )
 
         async def send(text: str, parse_mode: str | None) -> Any:
             return await self._bot(
@@ -110,7 +122,7 @@ class TelegramOutbox:
                     parse_mode=parse_mode,
                     reply_parameters=reply,
                     reply_markup=markup,
-                    link_preview_options=None,
+                    link_preview_options=preview,
                 )
             )
 
@@ -165,6 +177,7 @@ class TelegramOutbox:
                 message_id=message_id,
                 parse_mode=ParseMode.HTML,
                 reply_markup=_keyboard(buttons),
+                link_preview_options=LinkPreviewOptions(is_disabled=True),  # as send_text
             )
         except TelegramBadRequest as exc:
             if "not modified" in exc.message:

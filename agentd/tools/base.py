@@ -51,6 +51,9 @@ class CallState:
     # Sources of outside content read earlier in the turn (a URL, "mail:INBOX/42"); empty:
     # nothing from outside has been read, so the model acts on its users' words alone.
     tainted_by: tuple[str, ...] = ()
+    # URLs (normalised: agent/taint.normal_url) written in the user's own words or in results
+    # already shown in this turn: fetching one sends out nothing the model made up.
+    known_urls: frozenset[str] = frozenset()
 
 
 class Assessment(BaseModel):

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import replace
+from typing import Annotated, Any
 
 from pydantic import Field
 
 from agentd.config import FetchConfig
 from agentd.net.safe_fetch import FetchedPage, FetchError, FetchPolicy, fetch
-from agentd.tools.base import Tool, ToolContext, ToolError, mark_untrusted, tool
+from agentd.tools.base import (
+    Assessment,
+    CallState,
+    Tool,
+    ToolContext,
+    ToolError,
+    mark_untrusted,
+    tool,
+)
+from agentd.tools.urls import normal_url
 
 
 def fetch_policy(config: FetchConfig) -> FetchPolicy:
@@ -42,6 +52,20 @@ def _render(page: FetchedPage, max_chars: int, max_bytes: int) -> str:
     return body
 
 
+def assess_fetch(args: Any, state: CallState) -> Assessment | None:
+    """In a tainted turn, a URL the turn has not seen asks the owner: the model may have been
+    told by the page to compose it, with private data in its path or query."""
+    if not state.tainted_by or normal_url(args.url) in state.known_urls:
+        return None
+    sources = ", ".join(state.tainted_by[:3])
+    return Assessment(
+        risk="high",
+        reason=f"this turn read outside content ({sources}) and the model wants to fetch a URL "
+        "that appeared neither in your own words nor in results already shown: a page could "
+        "use such a fetch to send data out",
+    )
+
+
 def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
     """The fetch_url tool bound to an SSRF policy (config in production, fakes in tests)."""
 
@@ -61,4 +85,5 @@ def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
             raise ToolError(f"Could not fetch {url}: {exc}") from None
         return mark_untrusted(_render(page, max_chars, policy.max_bytes), page.url)
 
-    return fetch_url
+    # A page is outside content (taints); the URL-seen rule is its own assessment, not egress.
+    return replace(fetch_url, taints=True, assess=assess_fetch)

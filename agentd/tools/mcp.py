@@ -240,6 +240,9 @@ class _Server:
             risk=cfg.risk,
             timeout=cfg.timeout,
             source=f"mcp:{cfg.name}",
+            # Another program's answers are outside content, and it may reach the network.
+            taints=True,
+            egress=True,
         )
 
 

@@ -58,9 +58,12 @@ def load_plugins(
         if not found:
             problems.append(ToolProblem(source, "the module defines no tools"))
         # A plugin's tool that does not say its risk asks the owner: agentd cannot know what
-        # it does, and the MCP default is high for the same reason.
+        # it does, and the MCP default is high for the same reason. It is arbitrary code that
+        # may reach the network: egress (asks in a tainted turn) whatever it declared; whether
+        # its results are outside content is its call.
         tools.extend(
-            replace(obj, source=source, risk=obj.risk if obj.risk_declared else "high")
+            replace(obj, source=source, risk=obj.risk if obj.risk_declared else "high",
+                    egress=True)
             for obj in found
-        )
+        )  # fmt: skip
     return tools, problems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -135,16 +136,19 @@ def web_tools(db: Runner, provider: SearchProvider, config: WebConfig, clock: Cl
     # Every attempt may take the full timeout, and each retry may wait up to MAX_RETRY_WAIT.
     budget = config.timeout * (config.retries + 1) + config.retries * MAX_RETRY_WAIT + 5
     return [
-        Tool.from_model(
-            name="web_search",
-            description="Search the web for current information: news, facts that change, "
-            "anything not in memory or the owner's documents. Returns numbered results with "
-            "titles, URLs and snippets; cite the URLs you use as Markdown links. Use fetch_url "
-            "to read a result in full.",
-            args_model=WebSearchArgs,
-            fn=web_search,
-            risk="low",
-            timeout=budget,
+        replace(
+            Tool.from_model(
+                name="web_search",
+                description="Search the web for current information: news, facts that change, "
+                "anything not in memory or the owner's documents. Returns numbered results with "
+                "titles, URLs and snippets; cite the URLs you use as Markdown links. Use fetch_url "
+                "to read a result in full.",
+                args_model=WebSearchArgs,
+                fn=web_search,
+                risk="low",
+                timeout=budget,
+            ),
+            taints=True,
         )
     ]
 

@@ -254,9 +254,13 @@ class FakeTelegram(FakeServer):
         username: str | None = None,
         first_name: str | None = None,
         entities: list[dict[str, Any]] | None = None,
+        forward_origin: dict[str, Any] | None = None,
     ) -> int:
-        """A user writes `text` in a chat; returns the update_id."""
+        """A user writes `text` in a chat (or forwards it: a MessageOrigin); returns the
+        update_id."""
         extra: dict[str, Any] = {"text": text}
+        if forward_origin is not None:
+            extra["forward_origin"] = forward_origin
         if entities is None:
             # Telegram's server marks a leading command and every @username so clients (and
             # bots) can find them; offsets and lengths count UTF-16 code units.
@@ -1009,6 +1013,7 @@ class FakeTelegram(FakeServer):
                 "entities": entities,
                 "reply_markup": p.get("reply_markup"),
                 "reply_to_message_id": reply_to,
+                "link_preview_options": p.get("link_preview_options"),
                 "message_id": msg["message_id"],
                 "time": time.time(),
             }
