@@ -426,7 +426,7 @@ def test_a_skill_body_taints_the_turn_so_a_write_asks_with_the_reason(stack: Sta
     stack.tg.add_message(user, user, f"u{user}: convert 2 cups and save it")
     card = stack.approval(user)
     assert "write_file" in card["plain_text"] and "notes/cups.md" in card["plain_text"]
-    assert ("Why: this turn read outside content (use_skill (unit-convert)) and write_file can "
+    assert ("Why: \"this turn read outside content (use_skill (unit-convert)) and write_file can "
             "send data out or leave instructions behind") in card["plain_text"]  # fmt: skip
     stack.press(user, card, approve=False)
     stack.tg.wait_until(lambda: any(m["plain_text"].startswith("Saved.") for m in stack.sent(user)),
