@@ -177,4 +177,6 @@ def test_a_prompt_hook_starts_a_turn_in_the_owners_chat(hooks: Hooks) -> None:
     assert row[0] == "turn"
     text = json.loads(row[1])["text"]
     assert "A note arrived" in text and "buy milk" in text and "untrusted" in text
+    # The body is the sender's words: the turn is tainted from its first model call.
+    assert json.loads(row[1])["outside_source"] == "a webhook delivery (notes)"
     assert hooks.post("/hooks/notes", {"note": "buy milk"}, **{"X-Delivery-Id": "n-1"})[0] == 200

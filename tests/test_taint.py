@@ -41,6 +41,10 @@ def test_each_kind_of_outside_content_taints() -> None:
     taint = turn_taint(fwd, photos=0, media_meta={}, memories="")
     assert taint.sources == ["a forwarded message (Eve)"]
     assert taint.urls == []  # a forwarded URL is not the user's own
+    hook = turn(text="see https://attacker.example/x", outside_source="a webhook delivery (ci)")
+    hooked = turn_taint(hook, photos=0, media_meta={}, memories="")
+    assert hooked.sources == ["a webhook delivery (ci)"]
+    assert hooked.urls == []  # a URL in a webhook's body is its sender's, not the user's
     doc = turn(kind="document", media=MediaRef(kind="document", file_id="f", file_name="cv.pdf"))
     assert turn_taint(doc, photos=0, media_meta={}, memories="").sources == ["a document (cv.pdf)"]
     audio = turn(kind="voice", media=MediaRef(kind="voice", file_id="v", forwarded=True))

@@ -54,6 +54,8 @@ def turn_taint(
     taint = TurnTaint()
     if inp.forwarded:
         taint.add_source(f"a forwarded message ({inp.forwarded_from or 'unknown sender'})")
+    elif inp.outside_source:
+        taint.add_source(inp.outside_source)
     else:
         # The user's own words: a URL they wrote may be fetched whatever else the turn read.
         taint.add_urls(urls_in(inp.text))

@@ -217,8 +217,10 @@ class HookServer:
         text = f"{route.config.prompt}\n\n{mark_untrusted(payload, f'webhook {route.name}')}"
         if len(text) > MAX_TEXT_CHARS:
             raise InvalidInput(f"the body is too long for a prompt ({MAX_TEXT_CHARS} characters)")
+        # The body is the sender's, not the owner's: the turn is tainted from its first call.
         turn = TurnInput(update_id=0, chat_id=chat, user_id=chat, message_id=0,
-                         date=time.time(), kind="text", text=text)  # fmt: skip
+                         date=time.time(), kind="text", text=text,
+                         outside_source=f"a webhook delivery ({route.name})")  # fmt: skip
         iid = runs.instance_id_for(f"hook_{route.name}", delivery, scope="h")
         result = await self._start_workflow(TURN_WORKFLOW, turn, instance_id=iid,
                                             key=chat_key(chat))  # fmt: skip

@@ -53,6 +53,9 @@ class TurnInput(BaseModel):
     # lists the outside content the setting-up turn had read (empty: the user's own words).
     scheduled_by: str = ""
     scheduled_after: str = ""
+    # Text that came from outside the chat, not from the user (a webhook's body), in words:
+    # it taints the turn like a forwarded message, and its URLs are not the user's.
+    outside_source: str = ""
     # A forwarded message: someone else's words, kept as data; who wrote it, when known.
     forwarded: bool = False
     forwarded_from: str = ""

@@ -290,41 +290,13 @@ def init(
     """Set up agentd: check the token and key, pair your account, write the config."""
     interactive = not non_interactive
     if add_mail or add_calendar:
-        from agentd.cli import init_accounts
-
-        if not interactive:
-            fail(
-                "--add-mail and --add-calendar ask questions; add [[mail]] / [[calendar]] to "
-                "the config by hand instead (config.example.toml)"
-            )
-        if add_mail:
-            init_accounts.add_mail(directory)
-        if add_calendar:
-            init_accounts.add_calendar(directory, system_timezone(dict(os.environ)))
+        _add_accounts(directory, interactive, add_mail=add_mail, add_calendar=add_calendar)
         return
     config_path, secrets_path = directory / "agentd.toml", directory / SECRETS_FILE
-    existing = [p for p in (config_path, secrets_path) if p.exists()]
-    if existing and not force:
-        names = ", ".join(str(p) for p in existing)
-        if not interactive:
-            fail(f"{names} already exist; nothing changed (pass --force to replace them)")
-        if not typer.confirm(f"{names} already exist. Replace them?", default=False, err=True):
-            out.print("Nothing changed.")
-            raise typer.Exit(0)
-
+    _confirm_replace([config_path, secrets_path], interactive, force)
     stored = _stored_secrets(secrets_path)
-    token = token or stored.get("TELEGRAM_BOT_TOKEN")
+    token, bot = _checked_token(token or stored.get("TELEGRAM_BOT_TOKEN"), api_base, interactive)
     anthropic_key = anthropic_key or stored.get("ANTHROPIC_API_KEY")
-    bot = None
-    while bot is None:
-        token = _ask("Bot token from @BotFather", token, interactive, secret=True)
-        bot = check_token(api_base, token)
-        if bot is None:
-            if not interactive:
-                fail("Telegram rejected the bot token; check it with @BotFather", EXIT_CONFIG)
-            err.print("Telegram rejected that token; try again.")
-            token = None
-    out.print(f"Bot token ok: @{bot}", highlight=False)
 
     paired_now = owner_id is None
     if owner_id is None:
@@ -354,6 +326,53 @@ def init(
                       api_base, llm_base_url, model)  # fmt: skip
     out.print(f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).",
               highlight=False)  # fmt: skip
+    _next_steps(config_path, secrets_path, systemd)
+
+
+def _add_accounts(
+    directory: Path, interactive: bool, *, add_mail: bool, add_calendar: bool
+) -> None:
+    from agentd.cli import init_accounts
+
+    if not interactive:
+        fail(
+            "--add-mail and --add-calendar ask questions; add [[mail]] / [[calendar]] to "
+            "the config by hand instead (config.example.toml)"
+        )
+    if add_mail:
+        init_accounts.add_mail(directory)
+    if add_calendar:
+        init_accounts.add_calendar(directory, system_timezone(dict(os.environ)))
+
+
+def _confirm_replace(paths: list[Path], interactive: bool, force: bool) -> None:
+    existing = [p for p in paths if p.exists()]
+    if not existing or force:
+        return
+    names = ", ".join(str(p) for p in existing)
+    if not interactive:
+        fail(f"{names} already exist; nothing changed (pass --force to replace them)")
+    if not typer.confirm(f"{names} already exist. Replace them?", default=False, err=True):
+        out.print("Nothing changed.")
+        raise typer.Exit(0)
+
+
+def _checked_token(token: str | None, api_base: str, interactive: bool) -> tuple[str, str]:
+    """A token Telegram accepts, asked for until it does (once, off a terminal); and the bot."""
+    bot = None
+    while bot is None:
+        token = _ask("Bot token from @BotFather", token, interactive, secret=True)
+        bot = check_token(api_base, token)
+        if bot is None:
+            if not interactive:
+                fail("Telegram rejected the bot token; check it with @BotFather", EXIT_CONFIG)
+            err.print("Telegram rejected that token; try again.")
+            token = None
+    out.print(f"Bot token ok: @{bot}", highlight=False)
+    return token, bot
+
+
+def _next_steps(config_path: Path, secrets_path: Path, systemd: bool) -> None:
     if systemd:
         unit = install_user_unit(config_path, secrets_path, dict(os.environ))
         out.print(f"Installed {unit}. Start it (and at every boot) with:\n\n"
