@@ -6,10 +6,13 @@ holds the tiers and docs/architecture.md walks a message through them):
     cli                   the `agentd` command line
     daemon                `agentd run`: builds everything from the config and runs it
     telegram              the Bot API adapter (the only package that imports aiogram)
+    automations           workflows the owner writes: start, signal, webhooks
     schedule              reminders and recurring prompts
     agent, commands       the turn workflow and tool loop; chat commands and buttons
-    media                 photos, voice, documents in chat
-    knowledge, memory, web   documents, long-term memory, web search
+    media, skills         photos, voice, documents in chat; Agent Skills
+    knowledge, memory, web, hands, mail, calendar
+                          documents, long-term memory, web search; workspace files and the
+                          sandboxed shell; mailboxes; calendars
     tools                 the tool registry and risk policy, plugins, MCP
     chat, llm, access, retention, retrieval
                           conversation types and the outbox; the model; who may do what;
