@@ -4,6 +4,7 @@ escapes, limits and the process-tree kill, each tried for real."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -163,7 +164,13 @@ def test_escapes_fail_inside_the_sandbox(ws: Path, tmp_path: Path) -> None:
 def test_no_network_unless_asked(ws: Path) -> None:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
-    threading.Thread(target=lambda: [server.accept() for _ in range(2)], daemon=True).start()
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):  # closed at the end of the test
+            for _ in range(2):
+                server.accept()
+
+    threading.Thread(target=accept, daemon=True).start()
     probe_cmd = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
                  f"{port}), timeout=3); print('CONNECTED')\"")  # fmt: skip
     try:
