@@ -2,36 +2,23 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
     config_or_exit,
+    database,
     fail,
     iso,
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
-from agentd.config import Config
 
 app = typer.Typer(help="Shell commands allowed without asking: list, remove.", no_args_is_help=True)
-
-
-def _open(cfg: Config) -> Any:
-    from agentd.db import DatabaseError, open_sync
-    from agentd.db.migrations import apply_migrations
-
-    try:
-        conn = open_sync(cfg.db_path)
-        apply_migrations(conn)
-    except DatabaseError as exc:
-        fail(str(exc))
-    return conn
 
 
 @app.command("ls")
@@ -40,11 +27,9 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     from agentd.hands import rules
 
     cfg = config_or_exit(config)
-    conn = _open(cfg)
-    try:
+    # The one way a command opens the database: it refuses another user's database as root.
+    with database(cfg, write=True) as conn:
         found = rules.list_rules(conn)
-    finally:
-        conn.close()
     if json:
         print_json([r.model_dump() for r in found])
         return
@@ -57,7 +42,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for r in found:
         table.add_row(str(r.id), r.program, r.args_pattern or "(none)", r.created_by,
                       iso(r.created_at))  # fmt: skip
-    out.print(table)
+    print_table(table)
 
 
 @app.command("rm")
@@ -66,12 +51,8 @@ def rm(rule_id: int, json: JsonOption = False, config: ConfigOption = None) -> N
     from agentd.hands import rules
 
     cfg = config_or_exit(config)
-    conn = _open(cfg)
-    try:
-        with transaction(conn):
-            removed = rules.remove_rule(conn, rule_id, "cli")
-    finally:
-        conn.close()
+    with database(cfg, write=True) as conn, transaction(conn):
+        removed = rules.remove_rule(conn, rule_id, "cli")
     if removed is None:
         fail(f"there is no rule {rule_id}; see `agentd rules ls`")
     if json:
