@@ -31,6 +31,7 @@ from agentd.cli.common import (
     new_table,
     out,
     print_json,
+    print_table,
     transaction,
 )
 from agentd.config import Config
@@ -293,7 +294,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         state = f"[{colour[s.state]}]{s.state}[/]" if s.state in colour else s.state
         table.add_row(_shown(s.name), state, str(s.scripts), _shown(s.description[:80]),
                       _shown(s.reason))  # fmt: skip
-    out.print(table)
+    print_table(table)
 
 
 @app.command("show")

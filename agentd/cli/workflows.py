@@ -260,7 +260,7 @@ def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
     for r in rows:
         others = ", ".join(v for v in r["versions"] if v != r["current"])  # type: ignore[attr-defined]
         table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""))
-    out.print(table)
+    print_table(table)
     for problem in catalog.problems:
         out.print(f"[red]problem:[/] {problem}", highlight=False)
 
