@@ -72,13 +72,19 @@ class Rig:
         return sched
 
     async def advance(self, seconds: float, step: float = 60.0) -> None:
-        """Move time in small hops, letting the engine run what falls due."""
+        """Move time in small hops; after each, wait until the engine has done all that fell
+        due (however slow the machine), so no firing is skipped or moved."""
+        await self.settle()
         left = seconds
         while left > 0:
             hop = min(step, left)
             self.clock.advance(hop)
             left -= hop
-            await settle()
+            await self.settle()
+
+    async def settle(self) -> None:
+        assert self.engine is not None
+        await self.engine.settled()
 
     async def until_next_run(self, sid: str, when: float, timeout: float = 5.0) -> None:
         """Wait (in real time) until the schedule's chain has moved on to `when`."""
@@ -87,16 +93,11 @@ class Rig:
         while (await self.db.read(sched_store.get, sid)).next_run != when:
             assert loop.time() < deadline, f"{sid} never reached its run at {when}"
             await asyncio.sleep(0.01)
-        await settle()
+        await self.settle()
 
     async def runs(self, sid: str) -> list[str]:
         found = await self.db.read(sched_store.runs, sid, 1000)
         return [r.outcome for r in reversed(found)]
-
-
-async def settle() -> None:
-    for _ in range(30):
-        await asyncio.sleep(0.002)
 
 
 @asynccontextmanager
@@ -222,7 +223,7 @@ async def test_cancel_while_sleeping_stops_the_occurrence(db: Database) -> None:
         await db.write(cancel)
         assert r.engine is not None
         await r.engine.poll_once()
-        await settle()
+        await r.settle()
         assert (await db.read(store.get_instance, iid)).status == "cancelled"
         await r.advance(3 * HOUR, step=HOUR)
         assert r.outbox.sent == []
@@ -252,7 +253,7 @@ async def test_pause_and_resume_before_the_due_time_still_runs_it(db: Database) 
             await db.write(lambda c, s=state: sched_store.set_state(
                 c, sched_store.get(c, "p2"), s, r.clock.now(), by="cli"))  # fmt: skip
             await r.engine.poll_once()
-            await settle()
+            await r.settle()
         await r.advance(HOUR + 60, step=HOUR / 4)
         assert len(r.outbox.sent) == 1 and await r.runs("p2") == ["sent"]
 

@@ -331,12 +331,17 @@ class Step:
         if remaining <= 0:
             return
         if remaining <= DURABLE_BACKOFF_AFTER:
-            await self.clock.sleep(remaining)
+            with self.engine.blocked(self.instance_id, wake):
+                await self.clock.sleep(remaining)
             return
         async with self.engine.suspended(self.instance_id, "sleeping", wake_at=wake):
+            await self._sleep_until(wake)
+        self._check_running()
+
+    async def _sleep_until(self, wake: float) -> None:
+        with self.engine.blocked(self.instance_id, wake):
             while (remaining := wake - self.clock.now()) > 0:  # a clock jump ends no wait early
                 await self.clock.sleep(remaining)
-        self._check_running()
 
     async def _attempt(self, call: _Call) -> Any:
         """One attempt of a `do` step: journal it, run it within its timeout, record the result."""
@@ -560,9 +565,7 @@ class Step:
         else:
             wake = record.wake_at or self.clock.now()
         async with self.engine.suspended(self.instance_id, "sleeping", wake_at=wake):
-            # Loop: a wall-clock jump (NTP, suspend) must not end the sleep early.
-            while (remaining := wake - self.clock.now()) > 0:
-                await self.clock.sleep(remaining)
+            await self._sleep_until(wake)
         await self._write(
             store.finish_step, self.instance_id, ordinal, self.clock.now(), status="complete",
             result="null",
@@ -608,7 +611,8 @@ class Step:
                 sleeper = asyncio.ensure_future(self.clock.sleep(remaining))
                 woken = asyncio.ensure_future(wakeup.wait())
                 try:
-                    await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+                    with self.engine.blocked(self.instance_id, deadline, wakeup):
+                        await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     for task in (sleeper, woken):
                         task.cancel()
