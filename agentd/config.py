@@ -64,8 +64,10 @@ class TelegramConfig(_Section):
     @classmethod
     def _a_person(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:
-            raise ValueError("must be a Telegram user id (a group's id is negative): cards go "
-                             "to the owner's private chat")  # fmt: skip
+            raise ValueError(
+                "must be a Telegram user id (a group's id is negative): cards go "
+                "to the owner's private chat"
+            )
         return value
 
     @field_validator("approvers")
@@ -358,10 +360,23 @@ class ShellConfig(_Section):
     # Programs that may run without asking (read-only ones); the owner can extend the list.
     allowlist: list[str] = Field(
         default_factory=lambda: [
-            "df", "du", "free", "uptime", "uname", "date", "hostname", "nproc", "whoami",
-            "id", "pwd", "ls", "lsblk", "stat", "wc",
+            "df",
+            "du",
+            "free",
+            "uptime",
+            "uname",
+            "date",
+            "hostname",
+            "nproc",
+            "whoami",
+            "id",
+            "pwd",
+            "ls",
+            "lsblk",
+            "stat",
+            "wc",
         ]
-    )  # fmt: skip
+    )
     # Programs allowed to ask for the network (still approved per command); none by default.
     network_programs: list[str] = Field(default_factory=list)
     cpu_seconds: int = Field(default=60, ge=1, le=86_400)

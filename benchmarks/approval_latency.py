@@ -30,8 +30,9 @@ def one_round(tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon, n: int, cli:
     tg.add_message(OWNER, OWNER, f"delete /tmp/{n}")
     request = tg.wait_until(
         lambda: (m := [m for m in tg.sent if m["reply_markup"]]) and len(m) > asked and m[-1],
-        30, "approval request",
-    )  # fmt: skip
+        30,
+        "approval request",
+    )
     before = len(llm.requests)
     if cli:
         approval_id = daemon.cli_json("pending")[0]["id"]
@@ -50,18 +51,28 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp, FakeTelegram.running() as tg, \
-            FakeAnthropic.running() as llm:  # fmt: skip
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeTelegram.running() as tg,
+        FakeAnthropic.running() as llm,
+    ):
         path = Path(tmp)
         (path / "agentd.toml").write_text(CONFIG)
-        env = daemon_env(path, tg.base_url, llm.base_url, AGENTD_CONFIG=str(path / "agentd.toml"),
-                         AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.5",
-                         AGENTD_TELEGRAM__STREAMING="false")  # fmt: skip
+        env = daemon_env(
+            path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(path / "agentd.toml"),
+            AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.5",
+            AGENTD_TELEGRAM__STREAMING="false",
+        )
         daemon = Daemon(path, env).start()
         try:
             for mode, cli in (("cli", True), ("button", False)):
-                samples = [one_round(tg, llm, daemon, i + (100 if cli else 0), cli)
-                           for i in range(args.rounds)]  # fmt: skip
+                samples = [
+                    one_round(tg, llm, daemon, i + (100 if cli else 0), cli)
+                    for i in range(args.rounds)
+                ]
                 p50, worst = statistics.median(samples) * 1000, max(samples) * 1000
                 print(
                     f"{mode:6s} approval → next model call: p50 {p50:.0f} ms, "

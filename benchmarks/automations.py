@@ -98,8 +98,15 @@ async def _open(tmp: Path, sync: str) -> tuple[Database, Engine, Runtime]:
     engine = Engine(db, clock=SystemClock(), concurrency=8, poll_interval=0.5)
     catalog = Catalog()
     catalog.add(bench_auto)
-    runtime = Runtime(config=_config(sync), db=db, clock=engine.clock, catalog=catalog,
-                      outbox=_Outbox(), llm=None, kick=engine.kick)  # type: ignore[arg-type]  # fmt: skip
+    runtime = Runtime(
+        config=_config(sync),
+        db=db,
+        clock=engine.clock,
+        catalog=catalog,
+        outbox=_Outbox(),
+        llm=None,
+        kick=engine.kick,
+    )  # type: ignore[arg-type]
     engine.register(bench_turn)
     for flow in runtime.workflows():
         engine.register(flow)
@@ -116,8 +123,11 @@ async def _fire(url: str, n: int, concurrency: int) -> tuple[float, list[float]]
     async def one(http: aiohttp.ClientSession, i: int) -> None:
         body = json.dumps({"n": i, "steps": 1}).encode()
         sig = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
-        headers = {"X-Hub-Signature-256": sig, "X-Delivery-Id": f"d{i}-{os.getpid()}",
-                   "Content-Type": "application/json"}  # fmt: skip
+        headers = {
+            "X-Hub-Signature-256": sig,
+            "X-Delivery-Id": f"d{i}-{os.getpid()}",
+            "Content-Type": "application/json",
+        }
         async with gate:
             t0 = time.perf_counter()
             async with http.post(url, data=body, headers=headers) as response:
@@ -151,8 +161,9 @@ async def bare_server(n: int, concurrency: int) -> tuple[float, list[float]]:
 
 async def hook_server(tmp: Path, sync: str, n: int, concurrency: int) -> tuple[float, list[float]]:
     db, engine, runtime = await _open(tmp, sync)
-    server = HookServer(runtime.config, runtime, engine.start, engine.poll_once,
-                        env={"BENCH": SECRET.decode()})  # fmt: skip
+    server = HookServer(
+        runtime.config, runtime, engine.start, engine.poll_once, env={"BENCH": SECRET.decode()}
+    )
     where = await server.start()
     try:
         result = await _fire(f"http://{where}/hooks/b", n, concurrency)
@@ -179,8 +190,15 @@ async def engine_path(tmp: Path, sync: str, name: str, n: int, steps: int) -> tu
             if name == TURN_LIKE:
                 engine.prepare_start(conn, name, In(n=i, steps=steps), instance_id=iid, key=iid)
             else:
-                runs.start(conn, runtime.catalog, name, {"n": i, "steps": steps},
-                           instance_id=iid, source="bench", now=time.time())  # fmt: skip
+                runs.start(
+                    conn,
+                    runtime.catalog,
+                    name,
+                    {"n": i, "steps": steps},
+                    instance_id=iid,
+                    source="bench",
+                    now=time.time(),
+                )
 
     try:
         await db.write(create)
@@ -219,8 +237,10 @@ async def main() -> None:
         for _ in range(args.repeat):
             bare.append(await bare_server(args.n, args.c))
             hooks.append(await hook_server(tmp, args.sync, args.n, args.c))
-        print(f"webhooks: {args.n} deliveries, {args.c} at a time, synchronous={args.sync}, "
-              f"median of {args.repeat}")  # fmt: skip
+        print(
+            f"webhooks: {args.n} deliveries, {args.c} at a time, synchronous={args.sync}, "
+            f"median of {args.repeat}"
+        )
         rows: dict[str, Any] = {}
         for label, runs in (("bare aiohttp", bare), ("hook listener", hooks)):
             rate = statistics.median(args.n / wall for wall, _ in runs)
@@ -230,8 +250,10 @@ async def main() -> None:
             print(f"  {label:<16} {rate:9.0f} accepted/s   p50 {_ms(p50)}   p99 {_ms(p99)}")
         ratio = rows["bare aiohttp"][0] / rows["hook listener"][0]
         p50 = _ms(rows["hook listener"][1]).strip()
-        print(f"  the listener accepts {ratio:.1f}x fewer per second than a bare server; "
-              f"its p50 (request to committed start) is {p50}")  # fmt: skip
+        print(
+            f"  the listener accepts {ratio:.1f}x fewer per second than a bare server; "
+            f"its p50 (request to committed start) is {p50}"
+        )
 
         print(f"\nengine: {args.n} instances × {args.m} trivial steps, median of {args.repeat}")
         per: dict[str, tuple[float, float, float]] = {}
@@ -242,16 +264,21 @@ async def main() -> None:
                 zero = await engine_path(tmp, args.sync, name, args.n, 0)
                 full = await engine_path(tmp, args.sync, name, args.n, args.m)
                 steps = args.n * args.m
-                samples[label].append(((full[0] - zero[0]) / steps,
-                                       (full[1] - zero[1]) / steps, zero[0] / args.n))  # fmt: skip
+                samples[label].append(
+                    ((full[0] - zero[0]) / steps, (full[1] - zero[1]) / steps, zero[0] / args.n)
+                )
         for label, _ in labels:
             wall, cpu, inst = (statistics.median(x[i] for x in samples[label]) for i in range(3))
             per[label] = (wall, cpu, inst)
-            print(f"  {label:<16} per step {wall * 1e6:7.1f} µs wall, {cpu * 1e6:7.1f} µs CPU;"
-                  f"  per instance {inst * 1e6:7.1f} µs wall")  # fmt: skip
+            print(
+                f"  {label:<16} per step {wall * 1e6:7.1f} µs wall, {cpu * 1e6:7.1f} µs CPU;"
+                f"  per instance {inst * 1e6:7.1f} µs wall"
+            )
         auto, turn = per["automation path"], per["turn path"]
-        print(f"  automation / turn: {auto[0] / turn[0]:.2f}x wall and {auto[1] / turn[1]:.2f}x "
-              f"CPU per step, {auto[2] / turn[2]:.2f}x wall per instance")  # fmt: skip
+        print(
+            f"  automation / turn: {auto[0] / turn[0]:.2f}x wall and {auto[1] / turn[1]:.2f}x "
+            f"CPU per step, {auto[2] / turn[2]:.2f}x wall per instance"
+        )
 
 
 if __name__ == "__main__":

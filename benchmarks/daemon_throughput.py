@@ -361,8 +361,10 @@ def main() -> None:
             f"per turn, exit code {rc} on SIGTERM, {dup} duplicate (chat, message id)"
         )
         if fsyncs is not None:
-            print(f"  fsync + fdatasync calls over the whole run: {fsyncs} = "
-                  f"{fsyncs / total:.2f} per turn (start-up included)")  # fmt: skip
+            print(
+                f"  fsync + fdatasync calls over the whole run: {fsyncs} = "
+                f"{fsyncs / total:.2f} per turn (start-up included)"
+            )
         if others:
             print(
                 "  other workflows the turns started: "

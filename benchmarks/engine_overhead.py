@@ -162,9 +162,15 @@ async def database_write(path: Path, sync: str, steps: int) -> float:
 
 
 async def engine_run(
-    path: Path, sync: str, n: int, m: int, *, distinct_keys: bool, concurrency: int = 8,
+    path: Path,
+    sync: str,
+    n: int,
+    m: int,
+    *,
+    distinct_keys: bool,
+    concurrency: int = 8,
     mode: str = "do",
-) -> float:  # fmt: skip
+) -> float:
     db = await Database.open(path, synchronous=sync)
     await db.write(lambda c: c.execute(RAW_TABLE))
     engine = Engine(db, clock=SystemClock(), concurrency=concurrency, poll_interval=3600)

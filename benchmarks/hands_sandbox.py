@@ -33,9 +33,14 @@ from tests.hands_support import alive, reachable_dir
 async def direct(command: str, cwd: Path) -> float:
     started = time.perf_counter()
     proc = await asyncio.create_subprocess_exec(
-        "/bin/sh", "-c", command, cwd=cwd, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
-    )  # fmt: skip
+        "/bin/sh",
+        "-c",
+        command,
+        cwd=cwd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
     await proc.communicate()
     return time.perf_counter() - started
 
@@ -66,8 +71,9 @@ def turn_latency(tg: FakeTelegram, llm: FakeAnthropic, chat: int, turns: int) ->
         before = len([m for m in tg.sent if m["chat_id"] == chat])
         started = time.monotonic()
         tg.add_message(chat, chat, f"question {i}")
-        tg.wait_until(lambda b=before: len([m for m in tg.sent if m["chat_id"] == chat]) > b,
-                      30, "the answer")  # fmt: skip
+        tg.wait_until(
+            lambda b=before: len([m for m in tg.sent if m["chat_id"] == chat]) > b, 30, "the answer"
+        )
         out.append(time.monotonic() - started)
     return out
 
@@ -76,16 +82,23 @@ def daemon_part(turns: int) -> tuple[list[float], list[float]]:
     ws = reachable_dir()
     marker = f"{int(time.time()) % 100000}"
     try:
-        with tempfile.TemporaryDirectory() as tmp, FakeTelegram.running() as tg, \
-                FakeAnthropic.running() as llm:  # fmt: skip
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            FakeTelegram.running() as tg,
+            FakeAnthropic.running() as llm,
+        ):
             path = Path(tmp)
             (path / "agentd.toml").write_text(
                 f'[tools.workspace]\npath = "{ws}"\n[tools.shell]\nwall_seconds = 600\n'
             )
-            env = daemon_env(path, tg.base_url, llm.base_url,
-                             AGENTD_CONFIG=str(path / "agentd.toml"),
-                             AGENTD_TELEGRAM__STREAMING="false",
-                             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")  # fmt: skip
+            env = daemon_env(
+                path,
+                tg.base_url,
+                llm.base_url,
+                AGENTD_CONFIG=str(path / "agentd.toml"),
+                AGENTD_TELEGRAM__STREAMING="false",
+                AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
+            )
             daemon = Daemon(path, env).start()
             try:
                 turn_latency(tg, llm, OWNER, 5)  # warm-up: first turns pay imports and caches
@@ -93,8 +106,9 @@ def daemon_part(turns: int) -> tuple[list[float], list[float]]:
                 llm.enqueue_tool_use("shell", {"command": f"yes {marker} > /dev/null"}, "t_b")
                 llm.enqueue_text("stopped")
                 tg.add_message(43, 43, "burn")
-                card = tg.wait_until(lambda: next((m for m in tg.sent if m["reply_markup"]),
-                                                  None), 30, "card")  # fmt: skip
+                card = tg.wait_until(
+                    lambda: next((m for m in tg.sent if m["reply_markup"]), None), 30, "card"
+                )
                 data = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
                 tg.add_callback_query(43, 43, card["message_id"], data)
                 tg.wait_until(lambda: alive(f"yes\x00{marker}"), 30, "the command running")
@@ -131,12 +145,17 @@ def main() -> None:
         samples = asyncio.run(per_command(args.command, args.n, ws))
     finally:
         shutil.rmtree(ws.parent, ignore_errors=True)
-    for mode, label in (("direct", "sh -c directly"), ("none", 'sandbox "none"'),
-                        ("bwrap", "bubblewrap")):  # fmt: skip
+    for mode, label in (
+        ("direct", "sh -c directly"),
+        ("none", 'sandbox "none"'),
+        ("bwrap", "bubblewrap"),
+    ):
         print(f"{label:16s} {args.command!r}: {ms(samples[mode])}  (n={args.n})")
     extra = statistics.median(samples["bwrap"]) - statistics.median(samples["direct"])
-    print(f"sandbox overhead per command (p50 bwrap − p50 direct): {extra * 1000:.1f} ms "
-          "(goal ≤ 50 ms)")  # fmt: skip
+    print(
+        f"sandbox overhead per command (p50 bwrap − p50 direct): {extra * 1000:.1f} ms "
+        "(goal ≤ 50 ms)"
+    )
     if args.no_daemon:
         return
     idle, busy = daemon_part(args.turns)

@@ -118,8 +118,11 @@ def daemon_wait(tmp: Path) -> None:
                     "the answer",
                 )
                 waited = time.perf_counter() - asked
-                tg.wait_until(lambda n=n: any(m["plain_text"] == f"read {n}" for m in tg.sent),
-                              300, "the owner's answer")  # fmt: skip
+                tg.wait_until(
+                    lambda n=n: any(m["plain_text"] == f"read {n}" for m in tg.sent),
+                    300,
+                    "the owner's answer",
+                )
                 print(f"{name:40} {waited:20.2f} {time.perf_counter() - started:8.2f}")
         finally:
             daemon.stop()

@@ -89,8 +89,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-rss-"))
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-            env = daemon_env(tmp, tg.base_url, llm.base_url,
-                             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")  # fmt: skip
+            env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")
             daemon = Daemon(tmp, env)
             try:
                 daemon.start(timeout=60)

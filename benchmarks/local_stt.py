@@ -56,24 +56,35 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    print(f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} at start, "
-          f"{args.runs} runs, {args.threads} threads")  # fmt: skip
+    print(
+        f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} at start, "
+        f"{args.runs} runs, {args.threads} threads"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, str(args.runs), str(args.threads), str(NOTE)],
-        capture_output=True, text=True, env=env, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     out = json.loads(done.stdout.strip().splitlines()[-1])
     if "problem" in out:
         print(out["problem"])
         return
     bare = out["bare"]
-    labels = {"bare": "bare Python (baseline)", "imported": "agentd.media imported",
-              "loaded": "tiny.en model loaded", "after": "after transcribing"}  # fmt: skip
+    labels = {
+        "bare": "bare Python (baseline)",
+        "imported": "agentd.media imported",
+        "loaded": "tiny.en model loaded",
+        "after": "after transcribing",
+    }
     for key, label in labels.items():
         print(f"VmRSS {label:25s} {out[key]:7.1f} MB  (+{out[key] - bare:6.1f} MB)")
-    print(f"model load {out['load_s']:.2f} s; one 4.2 s note: median {out['median_s']:.2f} s "
-          f"(real-time factor {NOTE_SECONDS / out['median_s']:.1f}x)")  # fmt: skip
+    print(
+        f"model load {out['load_s']:.2f} s; one 4.2 s note: median {out['median_s']:.2f} s "
+        f"(real-time factor {NOTE_SECONDS / out['median_s']:.1f}x)"
+    )
     print(f"heard: {out['text']!r}")
 
 

@@ -119,10 +119,14 @@ def daemon_rss(
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-emb-"))
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-            env = daemon_env(tmp, tg.base_url, llm.base_url,
-                             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
-                             AGENTD_MEMORY__EMBEDDER=embedder,
-                             AGENTD_MEMORY__EMBEDDER_ENGINE=engine)  # fmt: skip
+            env = daemon_env(
+                tmp,
+                tg.base_url,
+                llm.base_url,
+                AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
+                AGENTD_MEMORY__EMBEDDER=embedder,
+                AGENTD_MEMORY__EMBEDDER_ENGINE=engine,
+            )
             seed_memories(tmp / "agentd.db", (42, 43))
             daemon = Daemon(tmp, env)
             try:

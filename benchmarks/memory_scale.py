@@ -127,8 +127,9 @@ def embedded_search(
                 await embedder.e5.embed_query("warm up")
             for u in sorted(set(quser)):  # the copy's first load, timed apart
                 t = time.perf_counter()
-                await db.read(lambda c, u=u: vector_search(c, u, queries[0].tolist(), MODEL, 5,
-                                                           bits=bits))  # fmt: skip
+                await db.read(
+                    lambda c, u=u: vector_search(c, u, queries[0].tolist(), MODEL, 5, bits=bits)
+                )
                 loads.append((time.perf_counter() - t) * 1000)
             # Engines take turns by whole passes, not query by query: both keep their worker
             # threads spinning for a while after a call, which would slow the other one down.
@@ -141,9 +142,15 @@ def embedded_search(
                         cache = bits if prefilter == "in-process bits" else None
                         t = time.perf_counter()
                         await search_memories(
-                            db, embedder, u, text, k=5, fusion=fusion, bits=cache,
+                            db,
+                            embedder,
+                            u,
+                            text,
+                            k=5,
+                            fusion=fusion,
+                            bits=cache,
                             kinds=RECALL_KINDS,
-                        )  # fmt: skip
+                        )
                         lat[(prefilter, engine)].append((time.perf_counter() - t) * 1000)
         finally:
             await db.close()

@@ -190,10 +190,11 @@ async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp
     config = Config()
     tail_config = config.model_copy(
         update={
-            "memory": config.memory.model_copy(update={"summary_threshold": 2,
-                                                       "summary_keep_recent": 0})
+            "memory": config.memory.model_copy(
+                update={"summary_threshold": 2, "summary_keep_recent": 0}
+            )
         }
-    )  # fmt: skip
+    )
     db = await Database.open(tmp / "stored.db")
     llm = ExtractiveLLM()
     deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=SystemClock())
@@ -218,10 +219,16 @@ async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp
                     t0 = time.perf_counter()
                     hits = await db.read(
                         lambda c, a=arm, v=qvec, chat=chat, q=q: search(
-                            c, chat, q.question, v, embedder.model_id, k=max(KS), mode=a,
+                            c,
+                            chat,
+                            q.question,
+                            v,
+                            embedder.model_id,
+                            k=max(KS),
+                            mode=a,
                             fusion=fusion,
                         )
-                    )  # fmt: skip
+                    )
                     latency[arm].append((time.perf_counter() - t0) * 1000)
                     found = [units.get(h.memory.id, set()) for h in hits]
                     rows[arm].append((q.category, {k: _recall(found, q.evidence, k) for k in KS}))

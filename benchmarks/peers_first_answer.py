@@ -73,19 +73,32 @@ def nanobot_home(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, s
     home = tmp / "home"
     (home / ".nanobot").mkdir(parents=True)
     config = {
-        "agents": {"defaults": {"model": "anthropic/claude-haiku-4-5",
-                                "workspace": str(tmp / "workspace")}},
+        "agents": {
+            "defaults": {"model": "anthropic/claude-haiku-4-5", "workspace": str(tmp / "workspace")}
+        },
         "providers": {"anthropic": {"apiKey": "sk-ant-bench", "apiBase": llm.base_url}},
-        "channels": {"sendProgress": False, "sendToolHints": False,
-                     "telegram": {"enabled": True, "token": TOKEN, "allowFrom": [str(OWNER)],
-                                  "streaming": False, "reactEmoji": ""}},
-    }  # fmt: skip
+        "channels": {
+            "sendProgress": False,
+            "sendToolHints": False,
+            "telegram": {
+                "enabled": True,
+                "token": TOKEN,
+                "allowFrom": [str(OWNER)],
+                "streaming": False,
+                "reactEmoji": "",
+            },
+        },
+    }
     (home / ".nanobot" / "config.json").write_text(json.dumps(config))
     site = tmp / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "PYTHONPATH": str(site),
-            "BENCH_TELEGRAM_URL": tg.base_url}  # fmt: skip
+    return {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "PYTHONPATH": str(site),
+        "BENCH_TELEGRAM_URL": tg.base_url,
+    }
 
 
 def _run_agentd(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> subprocess.Popen[bytes]:
@@ -100,8 +113,9 @@ def _run_nanobot(exe: Path) -> Callable[[Path, FakeTelegram, FakeAnthropic], sub
     def run(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> subprocess.Popen[bytes]:
         env = nanobot_home(tmp, tg, llm)
         log = (tmp / "nanobot.log").open("wb")
-        return subprocess.Popen([str(exe), "gateway"], env=env, cwd=tmp, stdout=log,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+        return subprocess.Popen(
+            [str(exe), "gateway"], env=env, cwd=tmp, stdout=log, stderr=subprocess.STDOUT
+        )
 
     return run
 
@@ -156,8 +170,10 @@ def main() -> None:
     ap.add_argument("--nanobot-venv", type=Path, default=Path("/work/venv-nanobot"))
     args = ap.parse_args()
     agents = {"agentd": _run_agentd, "nanobot": _run_nanobot(ensure_nanobot(args.nanobot_venv))}
-    print(f"first answer after start — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.2f} at start, {NANOBOT}")  # fmt: skip
+    print(
+        f"first answer after start — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
+        f"load average {os.getloadavg()[0]:.2f} at start, {NANOBOT}"
+    )
     times: dict[str, list[float]] = {name: [] for name in agents}
     for _ in range(args.runs):
         for name, run in agents.items():
@@ -165,13 +181,17 @@ def main() -> None:
     rss = {name: idle_rss(run, args.turns, args.idle) for name, run in agents.items()}
     for name in agents:
         t = times[name]
-        print(f"  {name:<8} first answer median {statistics.median(t):5.2f} s "
-              f"(min {min(t):.2f}, max {max(t):.2f}); idle RSS after {args.turns} turns "
-              f"{rss[name]:6.1f} MB")  # fmt: skip
+        print(
+            f"  {name:<8} first answer median {statistics.median(t):5.2f} s "
+            f"(min {min(t):.2f}, max {max(t):.2f}); idle RSS after {args.turns} turns "
+            f"{rss[name]:6.1f} MB"
+        )
     ratio = statistics.median(times["agentd"]) / statistics.median(times["nanobot"])
-    print(f"agentd / nanobot: first answer {ratio:.2f}× (goal ≤ 0.80×), idle RSS "
-          f"{rss['agentd'] / rss['nanobot']:.2f}× (goal ≤ 1.00×); load average "
-          f"{os.getloadavg()[0]:.2f} at end")  # fmt: skip
+    print(
+        f"agentd / nanobot: first answer {ratio:.2f}× (goal ≤ 0.80×), idle RSS "
+        f"{rss['agentd'] / rss['nanobot']:.2f}× (goal ≤ 1.00×); load average "
+        f"{os.getloadavg()[0]:.2f} at end"
+    )
 
 
 if __name__ == "__main__":

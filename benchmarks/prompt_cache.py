@@ -104,8 +104,11 @@ def _user_text(body: dict[str, Any]) -> str:
     for message in reversed(body["messages"]):
         content = message["content"]
         blocks = content if isinstance(content, list) else [{"type": "text", "text": content}]
-        texts = [b["text"] for b in blocks if b.get("type") == "text"
-                 and not b["text"].startswith("<context>")]  # fmt: skip
+        texts = [
+            b["text"]
+            for b in blocks
+            if b.get("type") == "text" and not b["text"].startswith("<context>")
+        ]
         if message["role"] == "user" and texts:
             return texts[0]
     return ""
@@ -120,8 +123,14 @@ def _answer(body: dict[str, Any], lines: list[str]) -> Any:
     text = _user_text(body)
     seed = int(hashlib.sha256(text.encode()).hexdigest(), 16)  # the same answer in both runs
     if "[tool]" in text and not looping:
-        return [{"type": "tool_use", "id": f"toolu_{seed % 10**12}", "name": "current_time",
-                 "input": {}}]  # fmt: skip
+        return [
+            {
+                "type": "tool_use",
+                "id": f"toolu_{seed % 10**12}",
+                "name": "current_time",
+                "input": {},
+            }
+        ]
     start = seed % (len(lines) - 10)
     return " ".join(lines[start : start + 4 + seed % 6])
 
@@ -135,8 +144,14 @@ def run_chat(
         llm.set_responder(make_responder(chat_lines(LOCOMO), outputs))
         pythonpath = f"{agentd_path}:{ROOT}" if agentd_path else str(ROOT)
         # The chat's pauses are simulated, so the per-minute rate limit would see a burst.
-        env = daemon_env(tmp, tg.base_url, llm.base_url, PYTHONPATH=pythonpath,
-                         AGENTD_LIMITS__MESSAGES_PER_MINUTE="0", **env_extra)  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            PYTHONPATH=pythonpath,
+            AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
+            **env_extra,
+        )
         if agentd_path:  # the old tree has no [retention] and rejects unknown keys
             env.pop("AGENTD_RETENTION__ENABLED", None)
         daemon = Daemon(tmp, env).start(timeout=120)
@@ -225,8 +240,9 @@ def share(t: Tokens) -> float:
 
 
 def export(ref: str, dest: Path) -> Path:
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", ref, "agentd"],
-                             check=True, capture_output=True).stdout  # fmt: skip
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", ref, "agentd"], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest
 
@@ -259,22 +275,39 @@ def main() -> None:
         step = {"AGENTD_MEMORY__HISTORY_STEP": str(args.history_step)} if args.history_step else {}
         for minimum, model in MODELS.items():  # this tree shapes its window for the model
             (Path(tmp) / f"new-{minimum}").mkdir()
-            runs[("new", minimum)] = run_chat(None, turns, pauses, Path(tmp) / f"new-{minimum}",
-                                              AGENTD_LLM__MODEL=model, **step)  # fmt: skip
-        print(f"# this tree: {len(runs[('new', 4096)])} turn calls per model, "
-              f"{time.time() - started:.0f} s for {len(MODELS)} runs")  # fmt: skip
+            runs[("new", minimum)] = run_chat(
+                None, turns, pauses, Path(tmp) / f"new-{minimum}", AGENTD_LLM__MODEL=model, **step
+            )
+        print(
+            f"# this tree: {len(runs[('new', 4096)])} turn calls per model, "
+            f"{time.time() - started:.0f} s for {len(MODELS)} runs"
+        )
         if not args.skip_baseline:
             started = time.time()
             (Path(tmp) / "old").mkdir()
             old_code = export(args.baseline_ref, Path(tmp) / "old")
             runs["old"] = run_chat(old_code, turns, pauses, Path(tmp) / "old")
-            print(f"# before ({args.baseline_ref}): {len(runs['old'])} turn calls in "
-                  f"{time.time() - started:.0f} s")  # fmt: skip
-    print(f"# gaps: median {sorted(pauses)[len(pauses) // 2] / 60:.1f} min, "
-          f"{sum(p > 300 for p in pauses)} of {len(pauses)} over 5 min, "
-          f"{sum(p > 3600 for p in pauses)} over 1 h")  # fmt: skip
-    header = ("chat", "min", "layout", "ttl", "read share", "ceiling", "$/turn", "vs before",
-              "vs no cache", "tokens/turn: plain / read / write / out")  # fmt: skip
+            print(
+                f"# before ({args.baseline_ref}): {len(runs['old'])} turn calls in "
+                f"{time.time() - started:.0f} s"
+            )
+    print(
+        f"# gaps: median {sorted(pauses)[len(pauses) // 2] / 60:.1f} min, "
+        f"{sum(p > 300 for p in pauses)} of {len(pauses)} over 5 min, "
+        f"{sum(p > 3600 for p in pauses)} over 1 h"
+    )
+    header = (
+        "chat",
+        "min",
+        "layout",
+        "ttl",
+        "read share",
+        "ceiling",
+        "$/turn",
+        "vs before",
+        "vs no cache",
+        "tokens/turn: plain / read / write / out",
+    )
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     for length in sorted({20, args.turns}):
@@ -287,17 +320,35 @@ def main() -> None:
                 run = runs[(layout, minimum)] if layout == "new" else runs[layout]
                 calls = [c for c in run if c[0] < length]
                 t = replay(calls, minimum, ttl)
-                results[(layout, ttl)] = (t, ceiling(calls, minimum), cost(t, price) / length,
-                                          uncached_cost(t, price) / length)  # fmt: skip
+                results[(layout, ttl)] = (
+                    t,
+                    ceiling(calls, minimum),
+                    cost(t, price) / length,
+                    uncached_cost(t, price) / length,
+                )
             before = results.get(("old", "5m"))
             for (layout, ttl), (t, ceil, per_turn, plain) in results.items():
                 vs_before = f"{per_turn / before[2]:.2f}×" if before else "-"
-                cells = [length, minimum, layout, ttl, f"{share(t):.1%}", f"{ceil:.1%}",
-                         f"{per_turn * 100:.3f}¢", vs_before,
-                         f"{per_turn / plain:.2f}×",
-                         " / ".join(str(round(n / length)) for n in (t.input_tokens,
-                                    t.cache_read_tokens, t.cache_write_tokens,
-                                    t.output_tokens))]  # fmt: skip
+                cells = [
+                    length,
+                    minimum,
+                    layout,
+                    ttl,
+                    f"{share(t):.1%}",
+                    f"{ceil:.1%}",
+                    f"{per_turn * 100:.3f}¢",
+                    vs_before,
+                    f"{per_turn / plain:.2f}×",
+                    " / ".join(
+                        str(round(n / length))
+                        for n in (
+                            t.input_tokens,
+                            t.cache_read_tokens,
+                            t.cache_write_tokens,
+                            t.output_tokens,
+                        )
+                    ),
+                ]
                 print("| " + " | ".join(str(c) for c in cells) + " |")
 
 

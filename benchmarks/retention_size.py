@@ -43,8 +43,16 @@ MESSAGES = [
     "Give me a packing list for a two-day hiking trip in autumn.",
     "Explain what a SQLite WAL checkpoint does.",
 ]
-TABLES = ("workflow_instances", "workflow_steps", "workflow_attempts", "workflow_events",
-          "updates", "audit", "llm_usage", "messages")  # fmt: skip
+TABLES = (
+    "workflow_instances",
+    "workflow_steps",
+    "workflow_attempts",
+    "workflow_events",
+    "updates",
+    "audit",
+    "llm_usage",
+    "messages",
+)
 
 
 def sample_turns(tmp: Path, n: int) -> Path:
@@ -64,35 +72,41 @@ def sample_turns(tmp: Path, n: int) -> Path:
 def templates(conn: Any) -> list[dict[str, list[dict[str, Any]]]]:
     """Every table's rows of each completed turn, keyed by table."""
     turns = []
-    for (iid, update_id) in conn.execute(
+    for iid, update_id in conn.execute(
         "SELECT i.id, u.update_id FROM workflow_instances i JOIN updates u ON u.instance_id = i.id "
         "WHERE i.workflow = 'turn' AND i.status = 'complete' ORDER BY i.seq"
-    ).fetchall():  # fmt: skip
+    ).fetchall():
 
         def rows(sql: str, *params: Any) -> list[dict[str, Any]]:
             return [dict(r) for r in conn.execute(sql, params).fetchall()]
 
-        turns.append({
-            "workflow_instances": rows("SELECT * FROM workflow_instances WHERE id = ?", iid),
-            "workflow_steps": rows("SELECT * FROM workflow_steps WHERE instance_id = ?", iid),
-            "workflow_attempts": rows("SELECT * FROM workflow_attempts WHERE instance_id = ?", iid),
-            "workflow_events": rows("SELECT * FROM workflow_events WHERE instance_id = ?", iid),
-            "updates": rows("SELECT * FROM updates WHERE update_id = ?", update_id),
-            "audit": rows("SELECT * FROM audit WHERE instance_id = ?", iid),
-            "llm_usage": rows("SELECT * FROM llm_usage WHERE instance_id = ?", iid),
-            "messages": rows("SELECT * FROM messages WHERE instance_id = ?", iid),
-        })  # fmt: skip
+        turns.append(
+            {
+                "workflow_instances": rows("SELECT * FROM workflow_instances WHERE id = ?", iid),
+                "workflow_steps": rows("SELECT * FROM workflow_steps WHERE instance_id = ?", iid),
+                "workflow_attempts": rows(
+                    "SELECT * FROM workflow_attempts WHERE instance_id = ?", iid
+                ),
+                "workflow_events": rows("SELECT * FROM workflow_events WHERE instance_id = ?", iid),
+                "updates": rows("SELECT * FROM updates WHERE update_id = ?", update_id),
+                "audit": rows("SELECT * FROM audit WHERE instance_id = ?", iid),
+                "llm_usage": rows("SELECT * FROM llm_usage WHERE instance_id = ?", iid),
+                "messages": rows("SELECT * FROM messages WHERE instance_id = ?", iid),
+            }
+        )
     return turns
 
 
 def _insert(conn: Any, table: str, row: dict[str, Any]) -> None:
     names = ", ".join(row)
-    conn.execute(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(row))})",
-                 tuple(row.values()))  # fmt: skip
+    conn.execute(
+        f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(row))})", tuple(row.values())
+    )
 
 
-def replay_year(conn: Any, turns: list[dict[str, list[dict[str, Any]]]], days: int,
-                per_day: int, start: float) -> None:  # fmt: skip
+def replay_year(
+    conn: Any, turns: list[dict[str, list[dict[str, Any]]]], days: int, per_day: int, start: float
+) -> None:
     """Insert days × per_day turns copied from the templates, with new ids and times."""
     time_cols = ("created_at", "updated_at", "finished_at", "started_at", "received_at", "at")
     n = 0
@@ -146,8 +160,10 @@ def main() -> None:
         turns = templates(sample)
         sample.close()
         per_turn = {t: sum(len(x[t]) for x in turns) / len(turns) for t in TABLES}
-        print(f"rows per real turn ({len(turns)} sampled): "
-              + ", ".join(f"{t} {v:g}" for t, v in per_turn.items()))  # fmt: skip
+        print(
+            f"rows per real turn ({len(turns)} sampled): "
+            + ", ".join(f"{t} {v:g}" for t, v in per_turn.items())
+        )
 
         year = tmp / "year.db"
         conn = open_sync(year)
@@ -161,8 +177,9 @@ def main() -> None:
         without = size(year, conn)
         before = counts(conn)
         conn.close()
-        print(f"simulated {args.days} days × {args.per_day} turns in "
-              f"{time.perf_counter() - t0:.0f} s")  # fmt: skip
+        print(
+            f"simulated {args.days} days × {args.per_day} turns in {time.perf_counter() - t0:.0f} s"
+        )
 
         pruned_path = tmp / "pruned.db"
         shutil.copy(year, pruned_path)
@@ -188,10 +205,14 @@ def main() -> None:
 
         mb = 1024 * 1024
         print(f"without retention:           {without / mb:8.1f} MiB")
-        print(f"with retention, pruned:      {pruned / mb:8.1f} MiB  ({free:.0%} of it free pages; "
-              f"prune took {prune_s:.1f} s)")  # fmt: skip
-        print(f"with retention, VACUUMed:    {vacuumed / mb:8.1f} MiB  "
-              f"(ratio {vacuumed / without:.2f}; VACUUM took {vacuum_s:.1f} s)")  # fmt: skip
+        print(
+            f"with retention, pruned:      {pruned / mb:8.1f} MiB  ({free:.0%} of it free pages; "
+            f"prune took {prune_s:.1f} s)"
+        )
+        print(
+            f"with retention, VACUUMed:    {vacuumed / mb:8.1f} MiB  "
+            f"(ratio {vacuumed / without:.2f}; VACUUM took {vacuum_s:.1f} s)"
+        )
         print("rows per table (without → with retention):")
         for t in TABLES:
             print(f"  {t:20s} {before[t]:9d} → {after[t]:9d}")

@@ -59,13 +59,24 @@ def add_schedules(db: Path, total: int, burst: int, burst_at: float) -> None:
         conn.execute("BEGIN")
         for n in range(total):
             if n < burst:
-                req = ScheduleRequest(message=f"burst {n}", at=time.strftime(
-                    "%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(burst_at)))  # fmt: skip
+                req = ScheduleRequest(
+                    message=f"burst {n}",
+                    at=time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(burst_at)),
+                )
             else:
                 start = f"{tomorrow}{n % 24:02d}:{n % 60:02d}:{(n // 60) % 60:02d}"
                 req = ScheduleRequest(message=f"daily {n}", every="1d", start=start)
-            create(conn, req, schedule_id=f"b{n:06d}", user_id=OWNER, chat_id=OWNER, now=now,
-                   config=cfg, default_timezone="UTC", by="bench")  # fmt: skip
+            create(
+                conn,
+                req,
+                schedule_id=f"b{n:06d}",
+                user_id=OWNER,
+                chat_id=OWNER,
+                now=now,
+                config=cfg,
+                default_timezone="UTC",
+                by="bench",
+            )
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -109,8 +120,10 @@ def main() -> None:
     ap.add_argument("--burst", type=int, default=1000, help="one-offs due at the same second")
     ap.add_argument("--idle", type=float, default=10.0, help="seconds of idle CPU measurement")
     args = ap.parse_args()
-    print(f"schedule_scale — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
-          f"load average {os.getloadavg()[0]:.2f} at start")  # fmt: skip
+    print(
+        f"schedule_scale — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
+        f"load average {os.getloadavg()[0]:.2f} at start"
+    )
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-sched-"))
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
@@ -126,8 +139,10 @@ def main() -> None:
             loaded, daemon = run_once(tmp, tg, llm, args.schedules, args.idle)
             try:
                 wait = burst_at - time.time()
-                print(f"created {args.schedules} schedules in {created:.1f} s; burst due in "
-                      f"{wait:.0f} s")  # fmt: skip
+                print(
+                    f"created {args.schedules} schedules in {created:.1f} s; burst due in "
+                    f"{wait:.0f} s"
+                )
                 assert wait > 0, "the loaded daemon took too long to settle; raise the margin"
                 deadline = time.monotonic() + wait + 600
                 runs = "SELECT COUNT(*) FROM schedule_runs"
@@ -144,9 +159,12 @@ def main() -> None:
         shutil.rmtree(tmp, ignore_errors=True)
     n = args.schedules
     print(f"\n{'':32} {'no schedules':>14} {f'{n} schedules':>16}   ratio")
-    rows = (("ready", "start → 'agentd running'", "s"),
-            ("settled", "start → all occurrences asleep", "s"),
-            ("cpu", "idle CPU (cores)", ""), ("rss", "VmRSS (MB)", ""))  # fmt: skip
+    rows = (
+        ("ready", "start → 'agentd running'", "s"),
+        ("settled", "start → all occurrences asleep", "s"),
+        ("cpu", "idle CPU (cores)", ""),
+        ("rss", "VmRSS (MB)", ""),
+    )
     for key, label, unit in rows:
         a, b = base[key], loaded[key]
         ratio = f"{b / a:6.2f}×" if a > 0.0005 else "   n/a"
@@ -154,9 +172,9 @@ def main() -> None:
     p = statistics.quantiles(late, n=100)
     print(
         f"\nburst of {args.burst} reminders due at one second, lateness (at − due): "
-          f"p50 {p[49]:.2f} s, p99 {p[98]:.2f} s, max {late[-1]:.2f} s "
-          f"({args.burst / max(late[-1], 1e-3):.0f} runs/s); outcomes {dict(outcomes)}"
-    )  # fmt: skip
+        f"p50 {p[49]:.2f} s, p99 {p[98]:.2f} s, max {late[-1]:.2f} s "
+        f"({args.burst / max(late[-1], 1e-3):.0f} runs/s); outcomes {dict(outcomes)}"
+    )
     print(f"sent by the fake Telegram: {len(tg.sent)}")
 
 

@@ -54,9 +54,11 @@ TOPICS = [
 
 def description(n: int) -> str:
     name, what, when = TOPICS[n % len(TOPICS)]
-    return (f"{what}, following the owner's house rules and templates. Use when the user "
-            f"mentions {when}, asks for {name.replace('-', ' ')}, or sends a file that needs "
-            f"it (variant {n}).")  # fmt: skip
+    return (
+        f"{what}, following the owner's house rules and templates. Use when the user "
+        f"mentions {when}, asks for {name.replace('-', ' ')}, or sends a file that needs "
+        f"it (variant {n})."
+    )
 
 
 def write_skills(folder: Path, count: int) -> None:
@@ -85,8 +87,10 @@ def chat_lines(count: int) -> list[str]:
     lines = []
     for sample in json.loads(LOCOMO.read_text()):
         conv = sample["conversation"]
-        for key in sorted((k for k in conv if k.startswith("session_") and k[8:].isdigit()),
-                          key=lambda k: int(k[8:])):  # fmt: skip
+        for key in sorted(
+            (k for k in conv if k.startswith("session_") and k[8:].isdigit()),
+            key=lambda k: int(k[8:]),
+        ):
             lines += [t["text"] for t in conv[key] if len(t.get("text", "").split()) >= 4]
     return lines[:count]
 
@@ -98,9 +102,14 @@ def run(skills: int, turns: list[str], minimum: int, model: str, tmp: Path) -> l
     (tmp / "agentd.toml").write_text('[skills]\npaths = ["skills"]\n')
     with FakeTelegram.running() as tg, FakeAnthropic.running(cache_min_tokens=minimum) as llm:
         llm.set_responder(lambda body: "Noted; here is a short, helpful answer to that.")
-        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         AGENTD_LLM__MODEL=model,
-                         AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            AGENTD_LLM__MODEL=model,
+            AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
+        )
         enable_all(Path(env["AGENTD_STORAGE__PATH"]), folder)
         daemon = Daemon(tmp, env).start(timeout=120)
         try:
@@ -111,8 +120,10 @@ def run(skills: int, turns: list[str], minimum: int, model: str, tmp: Path) -> l
                     daemon.query("SELECT COUNT(*) FROM messages WHERE role = 'assistant'")[0][0] < n
                 ):
                     time.sleep(0.02)
-            rows = daemon.query("SELECT input_tokens, cache_read_tokens, cache_write_tokens "
-                                "FROM llm_usage WHERE purpose = 'turn' ORDER BY id")  # fmt: skip
+            rows = daemon.query(
+                "SELECT input_tokens, cache_read_tokens, cache_write_tokens "
+                "FROM llm_usage WHERE purpose = 'turn' ORDER BY id"
+            )
             listed = [b for b in llm.requests if "<skills>" in json.dumps(b["body"]["system"])]
             assert (len(listed) == len(llm.requests)) == bool(skills), "listing missing"
         finally:
@@ -156,10 +167,11 @@ def main() -> None:
             billed = sum(a + 0.1 * b + 2 * c for a, b, c in rows)
             shares[count] = (sum(b for _, b, _ in rows) / total, total, len(rows), billed)
         for count, (share, total, calls, billed) in shares.items():
-            print(f"  min {minimum:>4} ({model}), {count:>2} skills: {share:6.1%} read from cache "
-                  f"of {total:,} input tokens in {calls} calls; billed as {billed:,.0f} "
-                  f"uncached tokens" + (f" (×{billed / shares[0][3]:.2f} vs none)"
-                                         if count else ""))  # fmt: skip
+            print(
+                f"  min {minimum:>4} ({model}), {count:>2} skills: {share:6.1%} read from cache "
+                f"of {total:,} input tokens in {calls} calls; billed as {billed:,.0f} "
+                f"uncached tokens" + (f" (×{billed / shares[0][3]:.2f} vs none)" if count else "")
+            )
 
 
 if __name__ == "__main__":

@@ -86,10 +86,18 @@ def first_answer(path: str, embedder: str) -> tuple[float, float, float, dict[st
                 cpu = cpu_seconds(daemon.proc.pid)
                 daemon.wait_for_log("agentd running", timeout=120)
                 ready = time.monotonic() - t0
-                stages = dict(zip(STAGES, (
-                    tg.calls("getMe")[0]["time"], tg.calls("getUpdates")[0]["time"],
-                    llm.requests[0]["time"], tg.sent[0]["time"],
-                ), strict=True))  # fmt: skip
+                stages = dict(
+                    zip(
+                        STAGES,
+                        (
+                            tg.calls("getMe")[0]["time"],
+                            tg.calls("getUpdates")[0]["time"],
+                            llm.requests[0]["time"],
+                            tg.sent[0]["time"],
+                        ),
+                        strict=True,
+                    )
+                )
                 daemon.stop()
             finally:
                 if daemon.proc is not None and daemon.proc.poll() is None:
@@ -156,10 +164,18 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="starts per path for first answer")
     ap.add_argument("--turns", type=int, default=20, help="turns before the RSS reading")
     ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before the reading")
-    ap.add_argument("--embedder", default="", help="memory.embedder for the daemon (default: "
-                    "the daemon's test default, hashing)")  # fmt: skip
-    ap.add_argument("--compare", default="", metavar="DIR", help="also time the first answer "
-                    "of another checkout (its defaults), alternating with these")  # fmt: skip
+    ap.add_argument(
+        "--embedder",
+        default="",
+        help="memory.embedder for the daemon (default: the daemon's test default, hashing)",
+    )
+    ap.add_argument(
+        "--compare",
+        default="",
+        metavar="DIR",
+        help="also time the first answer "
+        "of another checkout (its defaults), alternating with these",
+    )
     args = ap.parse_args()
     print(
         f"agentd start-up — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
@@ -208,8 +224,10 @@ def main() -> None:
     print("CPU of the start-up imports, one after the other (s): step, lazy, eager")
     for (name, lazy_cpu), (_, eager_cpu) in zip(parts["lazy"], parts["eager"], strict=True):
         print(f"  {name:<34} {lazy_cpu:6.3f} {eager_cpu:6.3f}")
-    print(f"  {'total':<34} {sum(c for _, c in parts['lazy']):6.3f} "
-          f"{sum(c for _, c in parts['eager']):6.3f}")  # fmt: skip
+    print(
+        f"  {'total':<34} {sum(c for _, c in parts['lazy']):6.3f} "
+        f"{sum(c for _, c in parts['eager']):6.3f}"
+    )
     lazy, eager = (statistics.median(answers[p]) for p in PATHS)
     cpu_lazy, cpu_eager = (statistics.median(cpus[p]) for p in PATHS)
     print(

@@ -41,10 +41,22 @@ class Run:
 def run_once(source: Path, messages: int, sequential: int, extra: list[str]) -> Run:
     """One daemon_throughput.py run of `source`; its printed figures."""
     out = subprocess.run(
-        [sys.executable, str(HERE / "daemon_throughput.py"), "--source", str(source),
-         "--messages", str(messages), "--sequential", str(sequential), *extra],
-        capture_output=True, text=True, check=True, timeout=900,
-    ).stdout  # fmt: skip
+        [
+            sys.executable,
+            str(HERE / "daemon_throughput.py"),
+            "--source",
+            str(source),
+            "--messages",
+            str(messages),
+            "--sequential",
+            str(sequential),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    ).stdout
     values = {}
     for name, pattern in FIGURES.items():
         found = re.search(pattern, out)

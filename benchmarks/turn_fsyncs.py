@@ -155,8 +155,9 @@ def run_turn(
     if kind == "approval":
         request = wait(
             lambda: next((m for m in tg._sent[before:] if m.get("reply_markup")), None),
-            60, "the approval request",
-        )  # fmt: skip
+            60,
+            "the approval request",
+        )
         data = request["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
         tg.add_callback_query(chat, chat, request["message_id"], data)
     sql = "SELECT status FROM workflow_instances WHERE id = ?"
@@ -173,8 +174,21 @@ def run_pass(
     trace = tmp / "strace.txt"
     prefix: list[str] = []
     if name == "count":
-        prefix = [STRACE, "-f", "--seccomp-bpf", "-qq", "-ttt", "-y", "-xx", "-s", "8",
-                  "-e", "trace=fsync,fdatasync,pwrite64", "-o", str(trace)]  # fmt: skip
+        prefix = [
+            STRACE,
+            "-f",
+            "--seccomp-bpf",
+            "-qq",
+            "-ttt",
+            "-y",
+            "-xx",
+            "-s",
+            "8",
+            "-e",
+            "trace=fsync,fdatasync,pwrite64",
+            "-o",
+            str(trace),
+        ]
     elif name == "slow":
         prefix = slow_disk(delay_ms)
     windows: dict[str, list[tuple[float, float, float]]] = {k: [] for k in KINDS}
@@ -183,12 +197,14 @@ def run_pass(
         (tmp / "agentd.toml").write_text(CONFIG)
         chats = [2000 + i for i in range(len(KINDS))]
         env = daemon_env(
-            tmp, tg.base_url, llm.base_url,
+            tmp,
+            tg.base_url,
+            llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
             AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(chats),
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
             PYTHONPATH=f"{source}{os.pathsep}{REPO_ROOT}",
-        )  # fmt: skip
+        )
         daemon = TracedDaemon(tmp, env, prefix)
         try:
             daemon.start()
@@ -258,8 +274,11 @@ def main() -> None:
     )
     try:
         for label, source in sources:
-            commit = subprocess.run(["git", "-C", str(source), "rev-parse", "--short", "HEAD"],
-                                    capture_output=True, text=True).stdout.strip()  # fmt: skip
+            commit = subprocess.run(
+                ["git", "-C", str(source), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+            ).stdout.strip()
             print(f"\n== {label} (HEAD {commit or '?'}) — {args.turns} turns of each kind")
             for name in passes:
                 tmp = root / f"{commit or 'tree'}-{name}-{len(list(root.iterdir()))}"
@@ -275,9 +294,11 @@ def main() -> None:
                     what = "no strace" if name == "plain" else f"+{args.delay_ms} ms per fsync"
                     for kind, spans in windows.items():
                         lat = [(replied - added) * 1000 for added, replied, _ in spans]
-                        print(f"  {kind:<9} latency ({what:<17}) p50 {pct(lat, 0.5):7.1f} ms"
-                              f"   p95 {pct(lat, 0.95):7.1f} ms   "
-                              f"mean {statistics.fmean(lat):7.1f} ms")  # fmt: skip
+                        print(
+                            f"  {kind:<9} latency ({what:<17}) p50 {pct(lat, 0.5):7.1f} ms"
+                            f"   p95 {pct(lat, 0.95):7.1f} ms   "
+                            f"mean {statistics.fmean(lat):7.1f} ms"
+                        )
     finally:
         if not os.environ.get("KEEP"):
             shutil.rmtree(root, ignore_errors=True)

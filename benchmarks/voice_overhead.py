@@ -72,8 +72,13 @@ async def run(n: int, kib: int) -> dict[str, list[float]]:
             async with aiohttp.ClientSession() as session:
                 for i, note in enumerate(notes):
                     files.files[f"f{i}"] = note
-                    media = MediaRef(kind="voice", file_id=f"f{i}", mime_type="audio/ogg",
-                                     file_size=len(note), duration=4)  # fmt: skip
+                    media = MediaRef(
+                        kind="voice",
+                        file_id=f"f{i}",
+                        mime_type="audio/ogg",
+                        file_size=len(note),
+                        duration=4,
+                    )
                     t0 = time.perf_counter()
                     await raw_post(session, url, note)
                     t1 = time.perf_counter()
@@ -84,8 +89,7 @@ async def run(n: int, kib: int) -> dict[str, list[float]]:
                     again = await hear(deps, media)
                     t4 = time.perf_counter()
                     assert not missed.cached and again.cached
-                    for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3),
-                                          strict=True):  # fmt: skip
+                    for key, value in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3), strict=True):
                         times[key].append(value * 1000)
             await db.close()
             await transcriber.aclose()
@@ -97,8 +101,10 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=200, help="notes (default 200)")
     parser.add_argument("--kib", type=int, default=8, help="note size in KiB (default 8)")
     args = parser.parse_args()
-    print(f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} at start, "
-          f"{args.n} notes of {args.kib} KiB")  # fmt: skip
+    print(
+        f"nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.2f} at start, "
+        f"{args.n} notes of {args.kib} KiB"
+    )
     times = asyncio.run(run(args.n, args.kib))
     base = statistics.median(times["baseline"])
     labels = {

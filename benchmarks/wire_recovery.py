@@ -58,11 +58,13 @@ def main() -> None:
         FaultProxy.running(tg.base_url, "telegram") as proxy,
     ):
         env = daemon_env(
-            Path(tmp), proxy.base_url, llm.base_url,
+            Path(tmp),
+            proxy.base_url,
+            llm.base_url,
             AGENTD_TELEGRAM__RETRY_BASE_DELAY="0.5",
             AGENTD_TELEGRAM__MAX_BACKOFF="5",
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
-        )  # fmt: skip
+        )
         daemon = Daemon(Path(tmp), env).start(timeout=120)
         try:
             reply_after(tg, "warm-up")

@@ -85,8 +85,9 @@ async def _methods(corpus: dict[str, Any]) -> dict[str, Any]:
     class CorpusSession(BaseSession):
         async def make_request(self, bot, method, timeout=None):  # type: ignore[no-untyped-def]
             sent.append(_shape(method))
-            response = self.check_response(bot=bot, method=method, status_code=200,
-                                           content=answers.pop(0))  # fmt: skip
+            response = self.check_response(
+                bot=bot, method=method, status_code=200, content=answers.pop(0)
+            )
             return response.result
 
         async def stream_content(self, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -105,11 +106,16 @@ async def _methods(corpus: dict[str, Any]) -> dict[str, Any]:
             offset=5, timeout=1, allowed_updates=["message", "edited_message", "callback_query"]
         ),
         "sendMessage": lambda: bot.send_message(
-            42, "Tomorrow: <b>dentist</b> at 10:00.", parse_mode=ParseMode.HTML,
-            reply_markup=keyboard, reply_parameters=ReplyParameters(message_id=1212),
+            42,
+            "Tomorrow: <b>dentist</b> at 10:00.",
+            parse_mode=ParseMode.HTML,
+            reply_markup=keyboard,
+            reply_parameters=ReplyParameters(message_id=1212),
         ),
         "editMessageText": lambda: bot.edit_message_text(
-            text="Tomorrow: dentist at 10:30.", chat_id=42, message_id=1213,
+            text="Tomorrow: dentist at 10:30.",
+            chat_id=42,
+            message_id=1213,
             parse_mode=ParseMode.HTML,
         ),
         "editMessageText_inline": lambda: bot.edit_message_text(
@@ -123,15 +129,14 @@ async def _methods(corpus: dict[str, Any]) -> dict[str, Any]:
         "getFile": lambda: bot.get_file("AgACAgIAAxkBAAIBxWZ1-large"),
         "error_bad_request": lambda: bot.send_message(42, "<foo>", parse_mode=ParseMode.HTML),
         "error_retry_after": lambda: bot.send_message(42, "again"),
-    }  # fmt: skip
+    }
     out: dict[str, Any] = {}
     for name, call in calls.items():
         answers.append(json.dumps(responses[name]))
         try:
             out[name] = {"result": _shape(await call())}
         except Exception as exc:
-            out[name] = {"error": [type(exc).__name__, str(exc),
-                                   getattr(exc, "retry_after", None)]}  # fmt: skip
+            out[name] = {"error": [type(exc).__name__, str(exc), getattr(exc, "retry_after", None)]}
         out[name]["request"] = sent[-1]
     return out
 

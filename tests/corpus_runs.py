@@ -21,10 +21,13 @@ def run_modes(module: str, modes: Sequence[str], timeout: float = 120) -> Runs:
     procs = {
         mode: subprocess.Popen(
             [sys.executable, "-m", module, mode],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         for mode in modes
-    }  # fmt: skip
+    }
     out: Runs = {}
     for mode, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=timeout)

@@ -166,9 +166,13 @@ class Daemon:
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [*AGENTD, *args], env=self.env, cwd=self.tmp, capture_output=True, text=True,
+            [*AGENTD, *args],
+            env=self.env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
             timeout=60,
-        )  # fmt: skip
+        )
 
     def cli_json(self, *args: str) -> Any:
         result = self.cli(*args, "--json")

@@ -44,10 +44,23 @@ def test_corpus_covers_every_kind_the_daemon_handles(runs) -> None:  # type: ign
     parsed = [u for u in updates.values() if isinstance(u, dict)]
     assert {u["event_type"] for u in parsed} == {"message", "edited_message", "callback_query"}
     kinds = {u["content_type"] for u in parsed}
-    assert {"text", "photo", "voice", "document", "sticker", "new_chat_members",
-            "left_chat_member", "pinned_message", "migrate_to_chat_id"} <= kinds  # fmt: skip
-    mentions = [u for u in parsed if u["shape"].get("message", {}).get("chat", {}).get("type")
-                == "supergroup" and "@agentd_bot" in str(u["dump"])]  # fmt: skip
+    assert {
+        "text",
+        "photo",
+        "voice",
+        "document",
+        "sticker",
+        "new_chat_members",
+        "left_chat_member",
+        "pinned_message",
+        "migrate_to_chat_id",
+    } <= kinds
+    mentions = [
+        u
+        for u in parsed
+        if u["shape"].get("message", {}).get("chat", {}).get("type") == "supergroup"
+        and "@agentd_bot" in str(u["dump"])
+    ]
     assert mentions
     assert updates["message_without_chat"][0] == "ValidationError"
     methods = runs["lazy"][0]["methods"]

@@ -48,14 +48,17 @@ def test_versions_load_side_by_side_and_the_newest_starts(tmp_path: Path) -> Non
 
 
 def test_problems_name_the_file_and_the_cause(tmp_path: Path) -> None:
-    catalog = catalog_of(tmp_path, {
-        "broken.py": "def oops(:\n",
-        "empty.py": "X = 1\n",
-        "twice.py": GOOD.format(version=1),
-        "twice_again.py": GOOD.format(version=1),
-        "clash.py": GOOD.format(version=1).replace('"deploy"', '"turn"'),
-        "_private.py": "raise SystemExit('never loaded')\n",
-    })  # fmt: skip
+    catalog = catalog_of(
+        tmp_path,
+        {
+            "broken.py": "def oops(:\n",
+            "empty.py": "X = 1\n",
+            "twice.py": GOOD.format(version=1),
+            "twice_again.py": GOOD.format(version=1),
+            "clash.py": GOOD.format(version=1).replace('"deploy"', '"turn"'),
+            "_private.py": "raise SystemExit('never loaded')\n",
+        },
+    )
     text = "\n".join(catalog.problems)
     assert "broken.py: SyntaxError" in text
     assert "empty.py: declares no @workflow" in text
@@ -112,8 +115,15 @@ def test_an_input_over_the_engine_limit_is_refused(tmp_path: Path) -> None:
     conn = open_sync(tmp_path / "t.db")
     apply_migrations(conn)
     with pytest.raises(InvalidInput, match="bytes, over"):
-        runs.start(conn, catalog, "deploy", {"repo": "x" * (runs.MAX_INPUT_BYTES + 1)},
-                   instance_id="big", source="cli", now=0.0)  # fmt: skip
+        runs.start(
+            conn,
+            catalog,
+            "deploy",
+            {"repo": "x" * (runs.MAX_INPUT_BYTES + 1)},
+            instance_id="big",
+            source="cli",
+            now=0.0,
+        )
     assert conn.execute("SELECT COUNT(*) FROM workflow_instances").fetchone()[0] == 0
     runs.start(conn, catalog, "deploy", {"repo": "r"}, instance_id="ok", source="cli", now=0.0)
     with pytest.raises(ValueError, match="event data over"):

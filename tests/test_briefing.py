@@ -29,8 +29,10 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         if name.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_")):
             monkeypatch.delenv(name)
     path = tmp_path / "agentd.toml"
-    path.write_text(f'[agent]\ntimezone = "Europe/Berlin"\n[telegram]\nallowed_user_ids = [42]\n'
-                    f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')  # fmt: skip
+    path.write_text(
+        f'[agent]\ntimezone = "Europe/Berlin"\n[telegram]\nallowed_user_ids = [42]\n'
+        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n'
+    )
     return path
 
 

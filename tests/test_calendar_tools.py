@@ -79,8 +79,11 @@ def tools_for(radicale: Radicale, password: str = USERS["owner"], **over: Any) -
         name="home", url=radicale.url, username="owner", password_env="CAL_PW", **over
     )
     # The calendars are the owner's (#26): the calls below are user 42's, in their chat.
-    config = Config(calendar=[cal], agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-                    telegram={"owner_id": 42})  # fmt: skip
+    config = Config(
+        calendar=[cal],
+        agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
+        telegram={"owner_id": 42},
+    )
     return {t.name: t for t in build_calendar_tools(config, {"CAL_PW": password})}
 
 
@@ -187,8 +190,11 @@ async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/feed.ics"
         feed = CalendarConfig(name="holidays", url=url)
-        config = Config(calendar=[feed], agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-                        telegram={"owner_id": 42})  # fmt: skip
+        config = Config(
+            calendar=[feed],
+            agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
+            telegram={"owner_id": 42},
+        )
         tools = {t.name: t for t in build_calendar_tools(config, {})}
         assert set(tools) == {"calendar_list", "calendar_free"}  # nothing that writes
         out = await call(tools, "calendar_list", start="2026-10-30")

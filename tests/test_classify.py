@@ -8,8 +8,12 @@ ME = Identity(bot_id=999, bot_username="agentd_bot", allowed_user_ids=frozenset(
 
 
 def message(**extra: object) -> dict[str, object]:
-    base = {"message_id": 5, "date": 1, "chat": {"id": 42, "type": "private"},
-            "from": {"id": 42, "is_bot": False, "first_name": "O"}}  # fmt: skip
+    base = {
+        "message_id": 5,
+        "date": 1,
+        "chat": {"id": 42, "type": "private"},
+        "from": {"id": 42, "is_bot": False, "first_name": "O"},
+    }
     return {"update_id": 1, "message": {**base, **extra}}
 
 
@@ -27,9 +31,16 @@ def test_strangers_are_rejected_without_content() -> None:
 
 def test_unsupported_kinds_and_photos() -> None:
     assert classify(message(sticker={"file_id": "x"}), ME).turn.unsupported_kind == "sticker"  # type: ignore[union-attr]
-    photo = classify(message(photo=[{"file_id": "s", "width": 1, "height": 1},
-                                    {"file_id": "b", "width": 9, "height": 9}],
-                             caption="look"), ME)  # fmt: skip
+    photo = classify(
+        message(
+            photo=[
+                {"file_id": "s", "width": 1, "height": 1},
+                {"file_id": "b", "width": 9, "height": 9},
+            ],
+            caption="look",
+        ),
+        ME,
+    )
     assert photo.turn and photo.turn.kind == "photo" and photo.turn.photo_file_id == "b"
     assert photo.turn.text == "look"
 
@@ -37,8 +48,11 @@ def test_unsupported_kinds_and_photos() -> None:
 def _mention(text: str, name: str) -> dict[str, object]:
     """A mention entity as Telegram sends it: offset and length in UTF-16 code units."""
     start = text.index(name)
-    return {"type": "mention", "offset": len(text[:start].encode("utf-16-le")) // 2,
-            "length": len(name.encode("utf-16-le")) // 2}  # fmt: skip
+    return {
+        "type": "mention",
+        "offset": len(text[:start].encode("utf-16-le")) // 2,
+        "length": len(name.encode("utf-16-le")) // 2,
+    }
 
 
 def group_message(text: str, *entities: dict[str, object]) -> dict[str, object]:
@@ -61,9 +75,11 @@ def test_groups_are_left_unless_enabled_and_answered_only_when_addressed() -> No
 
 def test_a_mention_counts_only_as_an_entity_naming_the_bot_exactly() -> None:
     enabled = ME.model_copy(update={"allow_groups": True})
-    for text, name in [("hi @agentd_bot_evil", "@agentd_bot_evil"),
-                       ("mail me at x@agentd_bot.example", None),
-                       ("@agentd_bot without an entity", None)]:  # fmt: skip
+    for text, name in [
+        ("hi @agentd_bot_evil", "@agentd_bot_evil"),
+        ("mail me at x@agentd_bot.example", None),
+        ("@agentd_bot without an entity", None),
+    ]:
         entities = [_mention(text, name)] if name else []
         assert classify(group_message(text, *entities), enabled).action == "ignore", text
     # Offsets count UTF-16 units: an emoji before the mention takes two.
@@ -80,10 +96,16 @@ def test_a_mention_counts_only_as_an_entity_naming_the_bot_exactly() -> None:
 def test_a_group_added_by_a_stranger_or_with_groups_off_is_left() -> None:
     def added(by: int) -> dict[str, object]:
         bot = {"id": 999, "is_bot": True, "first_name": "B", "username": "agentd_bot"}
-        return {"update_id": 9, "my_chat_member": {
-            "chat": {"id": -5, "type": "group", "title": "G"}, "from": {"id": by}, "date": 1,
-            "old_chat_member": {"user": bot, "status": "left"},
-            "new_chat_member": {"user": bot, "status": "member"}}}  # fmt: skip
+        return {
+            "update_id": 9,
+            "my_chat_member": {
+                "chat": {"id": -5, "type": "group", "title": "G"},
+                "from": {"id": by},
+                "date": 1,
+                "old_chat_member": {"user": bot, "status": "left"},
+                "new_chat_member": {"user": bot, "status": "member"},
+            },
+        }
 
     enabled = ME.model_copy(update={"allow_groups": True})
     assert classify(added(7), enabled).action == "leave"
@@ -103,8 +125,12 @@ def test_malformed_and_unknown_updates_never_raise() -> None:
 
 
 def test_callbacks_only_from_allowed_users() -> None:
-    query = {"id": "q", "from": {"id": 42}, "data": "ap:x:y",
-             "message": {"message_id": 1, "chat": {"id": 42}}}  # fmt: skip
+    query = {
+        "id": "q",
+        "from": {"id": 42},
+        "data": "ap:x:y",
+        "message": {"message_id": 1, "chat": {"id": 42}},
+    }
     assert classify({"update_id": 9, "callback_query": query}, ME).action == "callback"
     query["from"] = {"id": 7}
     assert classify({"update_id": 9, "callback_query": query}, ME).action == "reject"

@@ -43,16 +43,30 @@ def config(tmp_path: Path) -> Iterator[Path]:
 def fill(path: Path) -> None:
     conn = open_sync(path)
     with conn:
-        tokens = Tokens(input_tokens=123456, output_tokens=7890, cache_read_tokens=456789,
-                        cache_write_tokens=34567)  # fmt: skip
+        tokens = Tokens(
+            input_tokens=123456,
+            output_tokens=7890,
+            cache_read_tokens=456789,
+            cache_write_tokens=34567,
+        )
         usage.record(conn, tokens, model="claude-sonnet-4-5", purpose="turn", chat_id=CHAT)
-        audit.record(conn, "approval_requested", chat_id=CHAT, user_id=USER,
-                     instance_id="tg-update-123456789",
-                     detail={"tool": "delete_file", "reason": "a high-risk tool " * 4})  # fmt: skip
+        audit.record(
+            conn,
+            "approval_requested",
+            chat_id=CHAT,
+            user_id=USER,
+            instance_id="tg-update-123456789",
+            detail={"tool": "delete_file", "reason": "a high-risk tool " * 4},
+        )
         now = time.time()
-        store.insert_instance(conn, instance_id="sched-f0c9c224aa-1795622418-turn",
-                              workflow="schedule", key="schedule-f0c9c224aa", input_json="{}",
-                              now=now)  # fmt: skip
+        store.insert_instance(
+            conn,
+            instance_id="sched-f0c9c224aa-1795622418-turn",
+            workflow="schedule",
+            key="schedule-f0c9c224aa",
+            input_json="{}",
+            now=now,
+        )
         error = "StepFailed: send#1 failed: Telegram refused the message"
         store.set_status(conn, "sched-f0c9c224aa-1795622418-turn", "errored", now, error=error)
     conn.close()

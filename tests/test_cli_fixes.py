@@ -33,8 +33,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "agentd.toml"
-    path.write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n[telegram]\n'
-                    "allowed_user_ids = [42]\n")  # fmt: skip
+    path.write_text(
+        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n[telegram]\nallowed_user_ids = [42]\n'
+    )
     return path
 
 
@@ -87,8 +88,14 @@ def test_wrong_inputs_do_not_exit_0(tmp_path: Path, config: Path, database: obje
 
     now = time.time()
     conn = database
-    store.insert_instance(conn, instance_id="done-1", workflow="turn", key="chat-1",  # type: ignore[arg-type]
-                          input_json="{}", now=now)  # fmt: skip
+    store.insert_instance(
+        conn,
+        instance_id="done-1",
+        workflow="turn",
+        key="chat-1",  # type: ignore[arg-type]
+        input_json="{}",
+        now=now,
+    )
     store.set_status(conn, "done-1", "complete", now)  # type: ignore[arg-type]
     code, output = invoke("workflows", "cancel", "done-1", "--config", str(config))
     assert code == 1 and "already finished (complete)" in output
@@ -107,8 +114,13 @@ def test_a_missing_database_names_its_path_and_why(tmp_path: Path) -> None:
 def test_tables_keep_timestamps_whole_at_80_columns(config: Path, database: object) -> None:
     from agentd.ledger import audit
 
-    audit.record(database, "access_denied", chat_id=-1001234567890, user_id=987654321,
-                 detail={"update_kind": "message", "update_id": 123456789})  # fmt: skip
+    audit.record(
+        database,
+        "access_denied",
+        chat_id=-1001234567890,
+        user_id=987654321,
+        detail={"update_kind": "message", "update_id": 123456789},
+    )
     result = runner.invoke(app, ["audit", "--config", str(config)], env={"COLUMNS": "80"})
     assert result.exit_code == 0
     assert re.search(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", result.output), result.output

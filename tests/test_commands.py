@@ -16,8 +16,16 @@ from agentd.memory import history
 
 
 def turn(text: str, **kw: Any) -> TurnInput:
-    fields: dict[str, Any] = {"update_id": 1, "chat_id": 7, "user_id": 7, "message_id": 3,
-                              "date": 0.0, "kind": "text", "text": text, **kw}  # fmt: skip
+    fields: dict[str, Any] = {
+        "update_id": 1,
+        "chat_id": 7,
+        "user_id": 7,
+        "message_id": 3,
+        "date": 0.0,
+        "kind": "text",
+        "text": text,
+        **kw,
+    }
     return TurnInput(**fields)
 
 
@@ -102,8 +110,9 @@ def test_callbacks_route_by_prefix_and_unknown_ones_are_audited(router: CommandR
 
 async def test_new_cuts_the_prompt_history_and_keeps_the_rows(db: Database) -> None:
     def save(conn: Any, n: int, text: str, chat: int = 5) -> int:
-        return history.save_message(conn, chat_id=chat, user_id=chat, role="user", content=text,
-                                    source_key=f"k{n}")  # fmt: skip
+        return history.save_message(
+            conn, chat_id=chat, user_id=chat, role="user", content=text, source_key=f"k{n}"
+        )
 
     for n in range(3):
         await db.write(save, n, f"old {n}")
@@ -130,8 +139,15 @@ async def test_the_history_window_restarts_after_new(db: Database) -> None:
     rule = WindowRule(limit=2, step=10, cold_after=3660, min_tokens=0)
 
     def save(conn: Any, n: int) -> int:
-        return history.save_message(conn, chat_id=5, user_id=5, role="user", content=f"m{n}",
-                                    source_key=f"w{n}", created_at=1000.0 + n)  # fmt: skip
+        return history.save_message(
+            conn,
+            chat_id=5,
+            user_id=5,
+            role="user",
+            content=f"m{n}",
+            source_key=f"w{n}",
+            created_at=1000.0 + n,
+        )
 
     ids = [await db.write(save, n) for n in range(4)]
     start = await db.write(load_window, 5, ids[3], 0, rule, 1010.0)
@@ -144,11 +160,18 @@ async def test_the_history_window_restarts_after_new(db: Database) -> None:
 
 def test_status_prices_each_model_and_one_hour_writes_apart() -> None:
     rows = [
-        UsageTotals(day="2026-11-23", chat_id=5, model="claude-haiku-4-5", calls=2,
-                    cache_write_tokens=1_000_000, cache_write_1h_tokens=1_000_000),
-        UsageTotals(day="2026-11-23", chat_id=5, model="claude-sonnet-4-5", calls=1,
-                    output_tokens=100_000),
-    ]  # fmt: skip
+        UsageTotals(
+            day="2026-11-23",
+            chat_id=5,
+            model="claude-haiku-4-5",
+            calls=2,
+            cache_write_tokens=1_000_000,
+            cache_write_1h_tokens=1_000_000,
+        ),
+        UsageTotals(
+            day="2026-11-23", chat_id=5, model="claude-sonnet-4-5", calls=1, output_tokens=100_000
+        ),
+    ]
     line = _tokens_line(rows, {})
     assert line.startswith("3 model calls, 1,000,000 input tokens (0 from cache), 100,000 output")
     assert line.endswith("≈ $3.5000")  # 1M 1-hour writes at $2 + 0.1M Sonnet output at $15

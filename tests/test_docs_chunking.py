@@ -85,8 +85,13 @@ def test_drop_title_removes_the_top_heading_equal_to_the_title() -> None:
     blocks = drop_title(markdown_blocks(GUIDE), "Guide")
     chunks = chunk_blocks(blocks, 1000, 100)
     assert [c.section for c in chunks] == [
-        "", "Install", "Install > Linux", "Install > macOS", "Usage notes", "Troubleshooting",
-    ]  # fmt: skip
+        "",
+        "Install",
+        "Install > Linux",
+        "Install > macOS",
+        "Usage notes",
+        "Troubleshooting",
+    ]
     assert "make install" in chunks[2].text  # code stays with its section
 
 
@@ -172,8 +177,9 @@ def test_chunk_size_must_be_sane() -> None:
 
 
 def test_markdown_title_from_front_matter_or_first_h1() -> None:
-    doc = parse_bytes(b"---\ntitle: Handbook\ntags: [a]\n---\n# Intro\n\nHi.\n", "markdown",
-                      fallback_title="f.md")  # fmt: skip
+    doc = parse_bytes(
+        b"---\ntitle: Handbook\ntags: [a]\n---\n# Intro\n\nHi.\n", "markdown", fallback_title="f.md"
+    )
     assert doc.title == "Handbook" and doc.blocks == [Block(("Intro",), "Hi.")]
     doc = parse_bytes(b"\xef\xbb\xbf# Handbook\n\n## Part\n\nText.", "markdown", fallback_title="f")
     assert doc.title == "Handbook" and doc.blocks == [Block(("Part",), "Text.")]
@@ -216,8 +222,11 @@ def test_pdf_pages_become_sections() -> None:
     pytest.importorskip("pypdf")
     from tests.docs_support import make_pdf
 
-    doc = parse_bytes(make_pdf(["Zebras sleep standing.", "They eat grass."], title="Zebras"),
-                      "pdf", fallback_title="z.pdf")  # fmt: skip
+    doc = parse_bytes(
+        make_pdf(["Zebras sleep standing.", "They eat grass."], title="Zebras"),
+        "pdf",
+        fallback_title="z.pdf",
+    )
     assert doc.title == "Zebras"
     assert [(b.path, b.text) for b in doc.blocks] == [
         (("Page 1",), "Zebras sleep standing."),
@@ -227,5 +236,9 @@ def test_pdf_pages_become_sections() -> None:
 
 def test_formats_by_extension() -> None:
     assert [format_for_path(p) for p in ("a.MD", "b.htm", "c.txt", "d.pdf", "e.docx")] == [
-        "markdown", "html", "text", "pdf", None,
-    ]  # fmt: skip
+        "markdown",
+        "html",
+        "text",
+        "pdf",
+        None,
+    ]

@@ -89,8 +89,11 @@ async def test_ingest_a_folder_then_search_finds_the_right_section(conn: Any, fo
     embedder = CountingEmbedder()
     report = await _ingest(conn, embedder, folder)
     assert sorted(Path(s).name for s in report.added) == [
-        "faq.md", "install.md", "notes.txt", "page.html",
-    ]  # fmt: skip
+        "faq.md",
+        "install.md",
+        "notes.txt",
+        "page.html",
+    ]
     assert report.failed == [] and report.ignored == 1  # image.png; .hidden.md is not entered
     total = conn.execute("SELECT count(*) FROM doc_chunks").fetchone()[0]
     assert report.chunks_embedded == embedder.embedded == total
@@ -209,9 +212,11 @@ async def test_a_failing_file_keeps_its_stored_version(conn: Any, tmp_path: Path
 async def test_pdf_ingest_cites_pages(conn: Any, tmp_path: Path) -> None:
     pytest.importorskip("pypdf")
     (tmp_path / "manual.pdf").write_bytes(
-        make_pdf(["Welcome to the manual.", "Reset the device by holding the red button."],
-                 title="Device manual")
-    )  # fmt: skip
+        make_pdf(
+            ["Welcome to the manual.", "Reset the device by holding the red button."],
+            title="Device manual",
+        )
+    )
     report = await _ingest(conn, CountingEmbedder(), tmp_path)
     assert report.added == [str(tmp_path / "manual.pdf")]
     hit = search(conn, "reset red button", mode="keyword")[0]
@@ -247,9 +252,25 @@ async def test_cjk_documents_are_found_by_keyword(conn: Any, tmp_path: Path) -> 
 
 
 HOSTILE = [
-    "", "   ", '"', "'", "AND", "OR NOT", "*", "NEAR(", "a:b", "^x", "(((", "\x00",
-    "'; DROP TABLE doc_chunks; --", "zebra" * 2000, "🦓 emoji", "東京", "-- -- --", "{}[]",
-]  # fmt: skip
+    "",
+    "   ",
+    '"',
+    "'",
+    "AND",
+    "OR NOT",
+    "*",
+    "NEAR(",
+    "a:b",
+    "^x",
+    "(((",
+    "\x00",
+    "'; DROP TABLE doc_chunks; --",
+    "zebra" * 2000,
+    "🦓 emoji",
+    "東京",
+    "-- -- --",
+    "{}[]",
+]
 
 
 @pytest.mark.parametrize("query", HOSTILE)

@@ -84,9 +84,15 @@ async def test_hostile_queries_are_answered(ingested: Database, query: str) -> N
 
 def _hit(**overrides: object) -> DocHit:
     fields: dict[str, object] = dict(
-        chunk_id=1, doc_id=1, title="Guide", source="https://example.com/g", kind="url",
-        section="Setup", text="Plug it in.", score=1.0,
-    )  # fmt: skip
+        chunk_id=1,
+        doc_id=1,
+        title="Guide",
+        source="https://example.com/g",
+        kind="url",
+        section="Setup",
+        text="Plug it in.",
+        score=1.0,
+    )
     fields.update(overrides)
     return DocHit.model_validate(fields)
 

@@ -31,10 +31,16 @@ def conn(tmp_path: Path) -> Any:
 @pytest.fixture
 async def site() -> AsyncIterator[FakeSite]:
     async with FakeSite.serving() as fake:
-        fake.page("/guide", "<h1>Guide</h1><h2>Setup</h2><p>Plug the zebra router in.</p>",
-                  title="Router guide")  # fmt: skip
-        fake.page("/faq", "<h1>FAQ</h1><h2>Reset</h2><p>Hold the reset pin for ten seconds.</p>",
-                  title="Router FAQ")  # fmt: skip
+        fake.page(
+            "/guide",
+            "<h1>Guide</h1><h2>Setup</h2><p>Plug the zebra router in.</p>",
+            title="Router guide",
+        )
+        fake.page(
+            "/faq",
+            "<h1>FAQ</h1><h2>Reset</h2><p>Hold the reset pin for ten seconds.</p>",
+            title="Router FAQ",
+        )
         yield fake
 
 
@@ -48,25 +54,35 @@ def _closed_port_url() -> str:
 async def test_sitemap_ingest_reports_a_404_and_goes_on(conn: Any, site: FakeSite) -> None:
     site.sitemap_paths = ["/guide", "/faq", "/missing"]
     report = await ingest(
-        ConnRunner(conn), CountingEmbedder(), DocsConfig(),
-        sitemap=site.url("/sitemap.xml"), policy=site.policy(),
-    )  # fmt: skip
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(),
+        sitemap=site.url("/sitemap.xml"),
+        policy=site.policy(),
+    )
     assert sorted(report.added) == [site.url("/faq"), site.url("/guide")]
     assert [(f.source, f.reason) for f in report.failed] == [
         (site.url("/missing"), "HTTP 404 Not Found")
     ]
     hit = search(conn, "reset pin", mode="keyword")[0]
     assert (hit.title, hit.section, hit.source, hit.kind) == (
-        "Router FAQ", "Reset", site.url("/faq"), "url",
-    )  # fmt: skip
+        "Router FAQ",
+        "Reset",
+        site.url("/faq"),
+        "url",
+    )
 
 
 async def test_pages_gone_from_the_sitemap_are_removed(conn: Any, site: FakeSite) -> None:
     embedder = CountingEmbedder()
     run = dict(sitemap=site.url("/sitemap.xml"), policy=site.policy())
     await ingest(ConnRunner(conn), embedder, DocsConfig(), **run)  # type: ignore[arg-type]
-    site.page("/guide", "<h1>Guide</h1><h2>Setup</h2><p>Plug the zebra router in.</p>"
-              "<h2>Lights</h2><p>Green means online.</p>", title="Router guide")  # fmt: skip
+    site.page(
+        "/guide",
+        "<h1>Guide</h1><h2>Setup</h2><p>Plug the zebra router in.</p>"
+        "<h2>Lights</h2><p>Green means online.</p>",
+        title="Router guide",
+    )
     site.remove("/faq")
     embedder.calls.clear()
     report = await ingest(ConnRunner(conn), embedder, DocsConfig(), **run)  # type: ignore[arg-type]
@@ -79,11 +95,21 @@ async def test_a_sitemap_index_with_a_broken_child_removes_nothing(
     conn: Any, site: FakeSite
 ) -> None:
     policy = site.policy()
-    await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
-                 sitemap=site.url("/sitemap_index.xml"), policy=policy)  # fmt: skip
+    await ingest(
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(),
+        sitemap=site.url("/sitemap_index.xml"),
+        policy=policy,
+    )
     site.remove("/faq")  # gone from /sitemap.xml, but /missing-sitemap.xml is unreadable
-    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
-                          sitemap=site.url("/sitemap_index.xml"), policy=policy)  # fmt: skip
+    report = await ingest(
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(),
+        sitemap=site.url("/sitemap_index.xml"),
+        policy=policy,
+    )
     assert report.removed == []
     assert [f.source for f in report.failed] == [site.url("/missing-sitemap.xml")]
     assert len(list_documents(conn)) == 2
@@ -100,8 +126,13 @@ async def test_url_list_with_unreachable_refused_and_binary(
         f"# my reading list\n{site.url('/guide')}\n\n{gone}\n{site.url('/notes.md')}\n"
         f"{site.url('/logo.png')}\nfile:///etc/passwd\n{site.url('/guide')}\n"
     )
-    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(fetch_concurrency=2),
-                          url_file=urls, policy=site.policy())  # fmt: skip
+    report = await ingest(
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(fetch_concurrency=2),
+        url_file=urls,
+        policy=site.policy(),
+    )
     assert report.added == [site.url("/guide"), site.url("/notes.md")]
     reasons = {f.source: f.reason for f in report.failed}
     assert "could not connect" in reasons[gone]
@@ -111,23 +142,34 @@ async def test_url_list_with_unreachable_refused_and_binary(
     assert (hit.title, hit.section) == ("Notes", "Todo")  # .md served as text/plain
 
     urls.write_text(site.url("/guide") + "\n")  # dropped from the list: removed
-    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
-                          url_file=urls, policy=site.policy())  # fmt: skip
+    report = await ingest(
+        ConnRunner(conn), CountingEmbedder(), DocsConfig(), url_file=urls, policy=site.policy()
+    )
     assert report.removed == [site.url("/notes.md")] and report.unchanged == [site.url("/guide")]
 
 
 async def test_a_pdf_url(conn: Any, site: FakeSite) -> None:
     pytest.importorskip("pypdf")
     pdf = site.raw("/manual.pdf", make_pdf(["Router manual page one."]), "application/pdf")
-    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
-                          sitemap=site.url("/sitemap.xml"), policy=site.policy())  # fmt: skip
+    report = await ingest(
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(),
+        sitemap=site.url("/sitemap.xml"),
+        policy=site.policy(),
+    )
     assert pdf in report.added and report.failed == []
     assert search(conn, "router manual", mode="keyword")[0].section == "Page 1"
 
 
 async def test_the_default_policy_refuses_private_addresses(conn: Any, site: FakeSite) -> None:
-    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(),
-                          sitemap=site.url("/sitemap.xml"), policy=FetchPolicy())  # fmt: skip
+    report = await ingest(
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(),
+        sitemap=site.url("/sitemap.xml"),
+        policy=FetchPolicy(),
+    )
     assert report.added == [] and "refused" in report.failed[0].reason
     assert site.requests == []  # nothing reached the server
 
@@ -135,8 +177,13 @@ async def test_the_default_policy_refuses_private_addresses(conn: Any, site: Fak
 async def test_max_urls_caps_a_sitemap(conn: Any, site: FakeSite) -> None:
     for i in range(5):
         site.page(f"/p{i}", f"<p>Page {i}</p>")
-    report = await ingest(ConnRunner(conn), CountingEmbedder(), DocsConfig(max_urls=3),
-                          sitemap=site.url("/sitemap.xml"), policy=site.policy())  # fmt: skip
+    report = await ingest(
+        ConnRunner(conn),
+        CountingEmbedder(),
+        DocsConfig(max_urls=3),
+        sitemap=site.url("/sitemap.xml"),
+        policy=site.policy(),
+    )
     assert len(report.added) == 3
     assert "more than 3 pages" in report.failed[0].reason
 
@@ -153,7 +200,11 @@ def test_parse_sitemap_forms() -> None:
     index = b"<sitemapindex><sitemap><loc>https://a.example/s.xml</loc></sitemap></sitemapindex>"
     assert parse_sitemap(index) == ("sitemapindex", ["https://a.example/s.xml"])
     bomb = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaa">]><urlset>&a;</urlset>'
-    for bad, message in ((bomb, "DTD"), (b"<html></html>", "not a sitemap"),
-                         (b"<urlset", "not valid XML"), (b"\x1f\x8bxx", "gzip")):  # fmt: skip
+    for bad, message in (
+        (bomb, "DTD"),
+        (b"<html></html>", "not a sitemap"),
+        (b"<urlset", "not valid XML"),
+        (b"\x1f\x8bxx", "gzip"),
+    ):
         with pytest.raises(SitemapError, match=message):
             parse_sitemap(bad)

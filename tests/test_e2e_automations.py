@@ -20,8 +20,9 @@ from tests.fakes.anthropic import Reply, tool_use_block
 FLOWS = Path(__file__).parent / "automations"
 
 
-def automation_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, folder: Path = FLOWS,
-                   extra: str = "") -> dict[str, str]:  # fmt: skip
+def automation_env(
+    tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, folder: Path = FLOWS, extra: str = ""
+) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(
         f'[automations]\nfolder = "{folder}"\n{extra}\n'
         '[tools]\nplugins = ["tests.plugins.e2e_tools"]\napproval_timeout = 120\n'
@@ -34,15 +35,15 @@ class Stack:
         self.tg, self.llm, self.daemon = tg, llm, daemon
 
     def start(self, name: str, inp: dict[str, Any], *extra: str) -> dict[str, Any]:
-        return self.daemon.cli_json("workflows", "start", name, "--input", json.dumps(inp),
-                                    *extra)  # fmt: skip
+        return self.daemon.cli_json("workflows", "start", name, "--input", json.dumps(inp), *extra)
 
     def wait(self, instance_id: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         return self.daemon.cli("workflows", "wait", instance_id, "--timeout", str(timeout))
 
     def status(self, instance_id: str) -> str:
-        return self.daemon.query("SELECT status FROM workflow_instances WHERE id = ?",
-                                 (instance_id,))[0][0]  # fmt: skip
+        return self.daemon.query(
+            "SELECT status FROM workflow_instances WHERE id = ?", (instance_id,)
+        )[0][0]
 
     def wait_status(self, instance_id: str, status: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -52,10 +53,13 @@ class Stack:
 
     def sent_to_owner(self, needle: str, timeout: float = 30) -> dict[str, Any]:
         return self.tg.wait_until(
-            lambda: next((m for m in self.tg.sent
-                          if m["chat_id"] == OWNER and needle in m["plain_text"]), None),
-            timeout, f"a message with {needle!r}",
-        )  # fmt: skip
+            lambda: next(
+                (m for m in self.tg.sent if m["chat_id"] == OWNER and needle in m["plain_text"]),
+                None,
+            ),
+            timeout,
+            f"a message with {needle!r}",
+        )
 
 
 @pytest.fixture(scope="module")
@@ -75,16 +79,18 @@ def test_start_signal_wait_from_the_cli_while_the_daemon_runs(stack: Stack) -> N
     stack.wait_status(iid, "waiting")
     waiting = stack.daemon.cli("workflows", "wait", iid, "--timeout", "0.3")
     assert waiting.returncode == 124, waiting  # still waiting for its event
-    signalled = stack.daemon.cli_json("workflows", "signal", iid, "go", "--data",
-                                      '{"say": "ship it"}')  # fmt: skip
+    signalled = stack.daemon.cli_json(
+        "workflows", "signal", iid, "go", "--data", '{"say": "ship it"}'
+    )
     assert signalled["delivered"] is True
     done = stack.wait(iid)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "complete"
     assert result["output"] == {"text": "Hello, Ada!", "said": "ship it"}
-    run = stack.daemon.query("SELECT version, source FROM automation_runs WHERE instance_id = ?",
-                             (iid,))  # fmt: skip
+    run = stack.daemon.query(
+        "SELECT version, source FROM automation_runs WHERE instance_id = ?", (iid,)
+    )
     assert tuple(run[0]) == ("1", "cli")
     shown = stack.daemon.cli_json("workflows", "show", iid)
     assert shown["version"] == "1" and [s["name"] for s in shown["steps"]] == ["hello", "wait:go"]
@@ -131,8 +137,9 @@ def test_input_and_output_failures_name_the_field(stack: Stack) -> None:
 def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stack) -> None:
     stack.tg.add_chat(43)
     stack.tg.add_message(43, 43, '/run chain {"tag": "stranger"}')
-    refused = stack.tg.wait_until(lambda: next((m for m in stack.tg.sent if m["chat_id"] == 43),
-                                               None), 30, "a reply to 43")  # fmt: skip
+    refused = stack.tg.wait_until(
+        lambda: next((m for m in stack.tg.sent if m["chat_id"] == 43), None), 30, "a reply to 43"
+    )
     assert "Only the owner" in refused["plain_text"]
     stack.tg.add_message(OWNER, OWNER, '/run ask {"question": "Deploy now?"}')
     reply = stack.sent_to_owner("Started ask")
@@ -141,8 +148,9 @@ def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stac
     buttons = question["reply_markup"]["inline_keyboard"]
     assert [row[0]["text"] for row in buttons] == ["Yes", "No"]
     stack.tg.add_callback_query(43, OWNER, question["message_id"], buttons[0][0]["callback_data"])
-    stack.tg.add_callback_query(OWNER, OWNER, question["message_id"],
-                                buttons[0][0]["callback_data"])  # fmt: skip
+    stack.tg.add_callback_query(
+        OWNER, OWNER, question["message_id"], buttons[0][0]["callback_data"]
+    )
     done = stack.wait(iid)
     assert json.loads(done.stdout)["output"] == {"choice": "Yes"}, done.stdout
     answers = [a["text"] for a in stack.tg.callback_answers]
@@ -154,8 +162,9 @@ def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stac
 def test_ask_owner_from_the_cli_refuses_a_choice_not_offered(stack: Stack) -> None:
     iid = stack.start("ask", {"question": "Prune backups?"})["instance_id"]
     stack.sent_to_owner("Prune backups?")
-    wrong = stack.daemon.cli("workflows", "signal", iid, "answer:ask", "--data",
-                             '{"choice": "Maybe"}')  # fmt: skip
+    wrong = stack.daemon.cli(
+        "workflows", "signal", iid, "answer:ask", "--data", '{"choice": "Maybe"}'
+    )
     assert wrong.returncode == 1 and "choice must be one of ['Yes', 'No']" in wrong.stderr
     ok = stack.daemon.cli("workflows", "signal", iid, "answer:ask", "--data", '{"choice": "No"}')
     assert ok.returncode == 0, ok.stderr
@@ -167,8 +176,10 @@ def test_step_llm_is_structured_and_costed(stack: Stack) -> None:
         if "judge-marker" in str(body["messages"][0]):
             assert body["tool_choice"] == {"type": "tool", "name": "answer"}
             verdict = {"verdict": "fine", "score": 7}
-            return Reply(content=[tool_use_block("answer", verdict)], usage={
-                "input_tokens": 120, "output_tokens": 30})  # fmt: skip
+            return Reply(
+                content=[tool_use_block("answer", verdict)],
+                usage={"input_tokens": 120, "output_tokens": 30},
+            )
         return None
 
     stack.llm.set_responder(responder)
@@ -177,8 +188,9 @@ def test_step_llm_is_structured_and_costed(stack: Stack) -> None:
     assert json.loads(done.stdout)["output"] == {"verdict": "fine", "score": 7}, done.stdout
     usage = stack.daemon.query(
         "SELECT purpose, step, chat_id, input_tokens, output_tokens FROM llm_usage "
-        "WHERE instance_id = ?", (iid,),
-    )  # fmt: skip
+        "WHERE instance_id = ?",
+        (iid,),
+    )
     assert [tuple(r) for r in usage] == [("automation", "judge", OWNER, 120, 30)]
 
 

@@ -69,8 +69,10 @@ def test_kill_9_between_every_pair_of_steps_runs_each_effect_once(
         code, result = wait_done(daemon, iid)
         assert code == 0 and result["output"] == {"steps": [1, 2, 3]}, result
         assert [e for e in daemon.effects() if e.startswith("k9 ")] == [
-            "k9 step1", "k9 step2", "k9 step3",
-        ]  # fmt: skip
+            "k9 step1",
+            "k9 step2",
+            "k9 step3",
+        ]
     finally:
         daemon.stop()
 
@@ -93,9 +95,15 @@ def test_ask_owner_survives_a_restart_and_times_out_across_one(
         daemon.start()
         data = asked["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
         tg.add_callback_query(OWNER, OWNER, asked["message_id"], data)
-        assert wait_done(daemon, answered) == (0, {
-            "id": answered, "status": "complete", "error": None, "output": {"choice": "Yes"},
-        })  # fmt: skip
+        assert wait_done(daemon, answered) == (
+            0,
+            {
+                "id": answered,
+                "status": "complete",
+                "error": None,
+                "output": {"choice": "Yes"},
+            },
+        )
         code, result = wait_done(daemon, expiring)
         assert code == 0 and result["output"] == {"choice": "No"}  # the default, at the timeout
         assert [m["plain_text"] for m in tg.sent].count(asked["plain_text"]) == 1  # asked once
@@ -171,8 +179,9 @@ def test_versions_finish_on_their_code_or_stop_naming_the_step(
         assert effects.count("v1 b build step1") == 1 and effects.count("v2 b compile step1") == 1
         assert "v1 b ship step2" not in effects and effects.count("v2 b ship step2") == 1
         assert effects.count("v1 a ship step2") == 1 and "v2 a ship step2" not in effects
-        version = daemon.query("SELECT version FROM automation_runs WHERE instance_id = ?",
-                               (stale,))[0][0]  # fmt: skip
+        version = daemon.query(
+            "SELECT version FROM automation_runs WHERE instance_id = ?", (stale,)
+        )[0][0]
         assert version == "2"
     finally:
         daemon.stop()

@@ -34,8 +34,10 @@ def say(tg: FakeTelegram, daemon: Daemon, text: str) -> None:
 
 def turn_usage(daemon: Daemon) -> list[tuple[str, int, int]]:
     """(step, cache read, cache write) of every turn call, oldest first."""
-    rows = daemon.query("SELECT step, cache_read_tokens, cache_write_tokens FROM llm_usage "
-                        "WHERE purpose = 'turn' ORDER BY id")  # fmt: skip
+    rows = daemon.query(
+        "SELECT step, cache_read_tokens, cache_write_tokens FROM llm_usage "
+        "WHERE purpose = 'turn' ORDER BY id"
+    )
     return [(r[0], r[1], r[2]) for r in rows]
 
 
@@ -44,8 +46,11 @@ def test_a_conversation_reads_its_prefix_from_the_cache(
 ) -> None:
     tg, llm = fakes
     env = daemon_env(tmp_path, tg.base_url, llm.base_url)
-    llm.enqueue_tool_use("remember", {"kind": "preference", "key": "drink",
-                                      "content": "Likes oolong tea"}, "toolu_rem")  # fmt: skip
+    llm.enqueue_tool_use(
+        "remember",
+        {"kind": "preference", "key": "drink", "content": "Likes oolong tea"},
+        "toolu_rem",
+    )
     llm.enqueue_text("Noted: oolong tea.")
     with running_daemon(tmp_path, env) as daemon:
         say(tg, daemon, "I like oolong tea, remember that")
@@ -61,9 +66,10 @@ def test_a_conversation_reads_its_prefix_from_the_cache(
         # What changes per call is still right, at the end of the newest message.
         context = third["messages"][-1]["content"][-1]["text"]
         sent_at = datetime.fromtimestamp(llm.requests[3]["time"], UTC)
-        minutes = {sent_at.strftime("%Y-%m-%dT%H:%M"),
-                   datetime.fromtimestamp(llm.requests[3]["time"] - 60, UTC)
-                   .strftime("%Y-%m-%dT%H:%M")}  # fmt: skip
+        minutes = {
+            sent_at.strftime("%Y-%m-%dT%H:%M"),
+            datetime.fromtimestamp(llm.requests[3]["time"] - 60, UTC).strftime("%Y-%m-%dT%H:%M"),
+        }
         assert any(f"Current date and time: {m}+00:00" in context for m in minutes)
         assert re.search(r"<data>\n[^<]*Likes oolong tea[^<]*\n</data>", context)  # R-SP-2
         assert third["messages"][-1]["content"][0]["text"] == "and tomorrow morning?"
@@ -71,10 +77,12 @@ def test_a_conversation_reads_its_prefix_from_the_cache(
 
 @pytest.mark.parametrize(
     "change",
-    [{"AGENTD_AGENT__PERSONA": "You are terse and formal."},  # the system prompt
-     {"AGENTD_TOOLS__DISABLED": '["fetch_url"]'}],  # the tools, first in the prefix
+    [
+        {"AGENTD_AGENT__PERSONA": "You are terse and formal."},  # the system prompt
+        {"AGENTD_TOOLS__DISABLED": '["fetch_url"]'},
+    ],  # the tools, first in the prefix
     ids=["persona", "tools"],
-)  # fmt: skip
+)
 def test_a_changed_persona_or_tool_set_is_not_read_from_the_cache(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic], change: dict[str, str]
 ) -> None:
@@ -105,9 +113,14 @@ def test_the_window_holds_still_while_warm_and_is_cut_after_a_long_pause(
 ) -> None:
     tg, llm = fakes
     # Sonnet 4.5: agentd's rule then knows the same 1,024-token minimum the fake applies.
-    env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_MEMORY__HISTORY_LIMIT="4",
-                     AGENTD_MEMORY__HISTORY_STEP="6",
-                     AGENTD_LLM__MODEL="claude-sonnet-4-5")  # fmt: skip
+    env = daemon_env(
+        tmp_path,
+        tg.base_url,
+        llm.base_url,
+        AGENTD_MEMORY__HISTORY_LIMIT="4",
+        AGENTD_MEMORY__HISTORY_STEP="6",
+        AGENTD_LLM__MODEL="claude-sonnet-4-5",
+    )
     with running_daemon(tmp_path, env) as daemon:
         for n in range(1, 5):
             say(tg, daemon, f"message {n}")

@@ -38,8 +38,9 @@ class Stack:
         return [m for m in self.tg.sent if m["chat_id"] == chat]
 
     def wait_sent(self, chat: int, n: int, timeout: float = 30) -> list[dict[str, Any]]:
-        return self.tg.wait_until(lambda: (s := self.sent(chat)) and len(s) >= n and s,
-                                  timeout, f"{n} messages to {chat}")  # fmt: skip
+        return self.tg.wait_until(
+            lambda: (s := self.sent(chat)) and len(s) >= n and s, timeout, f"{n} messages to {chat}"
+        )
 
     def requests_for(self, user: int) -> list[dict[str, Any]]:
         return [r for r in self.llm.requests if f"u{user}:" in str(r["body"]["messages"])]
@@ -63,11 +64,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     notify.bind(str(tmp / "notify.sock"))
     notify.settimeout(10)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, notify:
-        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-                         AGENTD_TELEGRAM__APPROVERS=str(USERS),  # own cards
-                         NOTIFY_SOCKET=str(tmp / "notify.sock"),
-                         WATCHDOG_USEC=str(120_000_000))  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_TELEGRAM__APPROVERS=str(USERS),  # own cards
+            NOTIFY_SOCKET=str(tmp / "notify.sock"),
+            WATCHDOG_USEC=str(120_000_000),
+        )
         daemon = Daemon(tmp, env).start(timeout=120)  # a slow start is contention, not a bug
         try:
             yield Stack(tg, llm, daemon, notify)
@@ -117,8 +123,10 @@ def test_help_lists_the_commands_and_costs_nothing(stack: Stack) -> None:
     audit = stack.tg.wait_until(
         lambda: stack.daemon.query(
             "SELECT detail FROM audit WHERE kind = 'command' AND chat_id = ?", (user,)
-        ), 20, "the command audited",
-    )  # fmt: skip
+        ),
+        20,
+        "the command audited",
+    )
     assert '"help"' in audit[0][0]
 
 
@@ -162,12 +170,19 @@ def test_stop_during_a_model_call(stack: Stack) -> None:
     assert "Stopped working on" in reply and "very long essay" in reply
     # The cancel reaches the running task just after the reply is sent.
     rows = stack.tg.wait_until(
-        lambda: [r[0] for r in stack.daemon.query(
-            "SELECT status FROM workflow_instances WHERE key = ? AND workflow = 'turn'",
-            (f"chat-{user}",),
-        )] == ["cancelled"] or None,
+        lambda: (
+            [
+                r[0]
+                for r in stack.daemon.query(
+                    "SELECT status FROM workflow_instances WHERE key = ? AND workflow = 'turn'",
+                    (f"chat-{user}",),
+                )
+            ]
+            == ["cancelled"]
+            or None
+        ),
         timeout=10,
-    )  # fmt: skip
+    )
     assert rows
     # The user's message is kept; the cancelled turn never answers.
     history = stack.daemon.cli_json("history", "--chat", str(user))
@@ -177,8 +192,14 @@ def test_stop_during_a_model_call(stack: Stack) -> None:
 
 def test_stop_during_an_approval_wait(stack: Stack) -> None:
     user = stack.user()
-    use = [{"type": "tool_use", "id": "toolu_stop1", "name": "delete_file",
-            "input": {"path": f"/tmp/x{user}"}}]  # fmt: skip
+    use = [
+        {
+            "type": "tool_use",
+            "id": "toolu_stop1",
+            "name": "delete_file",
+            "input": {"path": f"/tmp/x{user}"},
+        }
+    ]
     script(stack, user, use, "should never be said")
     stack.tg.add_message(user, user, f"u{user}: delete that file")
     card = stack.tg.wait_until(
@@ -188,18 +209,23 @@ def test_stop_during_an_approval_wait(stack: Stack) -> None:
     assert "delete_file" in reply and "not run" in reply
     edit = stack.tg.wait_until(
         lambda: next((e for e in stack.tg.edits if e["message_id"] == card["message_id"]), None),
-        20, "the card edited",
-    )  # fmt: skip
+        20,
+        "the card edited",
+    )
     assert "Stopped" in edit["plain_text"] and not edit.get("reply_markup")
-    rows = stack.daemon.query("SELECT status, decided_by FROM approvals WHERE chat_id = ?",
-                              (user,))  # fmt: skip
+    rows = stack.daemon.query("SELECT status, decided_by FROM approvals WHERE chat_id = ?", (user,))
     assert tuple(rows[0]) == ("denied", "stop")
     # A late press finds it settled and runs nothing.
     buttons = card["reply_markup"]["inline_keyboard"][0]
     stack.tg.add_callback_query(user, user, card["message_id"], buttons[0]["callback_data"])
-    stack.tg.wait_until(lambda: len(stack.tg.callback_answers) and any(
-        "Already decided" in (a.get("text") or "") for a in stack.tg.callback_answers), 20,
-        "the press answered")  # fmt: skip
+    stack.tg.wait_until(
+        lambda: (
+            len(stack.tg.callback_answers)
+            and any("Already decided" in (a.get("text") or "") for a in stack.tg.callback_answers)
+        ),
+        20,
+        "the press answered",
+    )
     assert not any(e.startswith(f"delete_file /tmp/x{user}") for e in stack.daemon.effects())
     status = stack.daemon.query(
         "SELECT status FROM workflow_instances WHERE key = ? AND workflow = 'turn'",
@@ -221,8 +247,14 @@ def test_status_and_usage_show_todays_tokens(stack: Stack) -> None:
 
 def test_memory_lists_facts_with_forget_buttons(stack: Stack) -> None:
     user = stack.user()
-    use = [{"type": "tool_use", "id": "toolu_mem1", "name": "remember",
-            "input": {"kind": "preference", "content": "likes green tea"}}]  # fmt: skip
+    use = [
+        {
+            "type": "tool_use",
+            "id": "toolu_mem1",
+            "name": "remember",
+            "input": {"kind": "preference", "content": "likes green tea"},
+        }
+    ]
     script(stack, user, use, "Noted.")
     stack.tg.add_message(user, user, f"u{user}: I like green tea")
     stack.wait_sent(user, 1)
@@ -245,8 +277,12 @@ def pair_code(stack: Stack) -> str:
 
 def wait_audit(stack: Stack, kind: str, user: int) -> list[Any]:
     return stack.tg.wait_until(
-        lambda: stack.daemon.query("SELECT detail FROM audit WHERE kind = ? AND user_id = ?",
-                                   (kind, user)), 20, f"{kind} audited")  # fmt: skip
+        lambda: stack.daemon.query(
+            "SELECT detail FROM audit WHERE kind = ? AND user_id = ?", (kind, user)
+        ),
+        20,
+        f"{kind} audited",
+    )
 
 
 def test_pairing_right_wrong_expired_and_used_codes(stack: Stack) -> None:

@@ -44,8 +44,9 @@ def hands_env(tmp: Path, ws: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict
 
 
 def shell(command: str, use_id: str, **extra: Any) -> list[dict[str, Any]]:
-    return [{"type": "tool_use", "id": use_id, "name": "shell",
-             "input": {"command": command, **extra}}]  # fmt: skip
+    return [
+        {"type": "tool_use", "id": use_id, "name": "shell", "input": {"command": command, **extra}}
+    ]
 
 
 class Stack:
@@ -69,8 +70,9 @@ class Stack:
         return [m for m in self.tg.sent if m["chat_id"] == OWNER and m["reply_markup"]]
 
     def wait_card(self, n: int) -> dict[str, Any]:
-        return self.tg.wait_until(lambda: len(c := self.cards()) >= n and c[n - 1], 30,
-                                  f"approval card {n}")  # fmt: skip
+        return self.tg.wait_until(
+            lambda: len(c := self.cards()) >= n and c[n - 1], 30, f"approval card {n}"
+        )
 
     def press(self, card: dict[str, Any], row: int, col: int) -> None:
         data = card["reply_markup"]["inline_keyboard"][row][col]["callback_data"]
@@ -80,9 +82,12 @@ class Stack:
         """What the presser of that callback query was told."""
         query_id = self.tg.callback_query_id(update_id)
         answer = self.tg.wait_until(
-            lambda: next((a for a in self.tg.callback_answers
-                          if a["callback_query_id"] == query_id), None), 30, "an answer",
-        )  # fmt: skip
+            lambda: next(
+                (a for a in self.tg.callback_answers if a["callback_query_id"] == query_id), None
+            ),
+            30,
+            "an answer",
+        )
         return str(answer["text"])
 
     def wait_text(self, text: str, timeout: float = 30) -> dict[str, Any]:
@@ -119,16 +124,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 
 def test_allowlisted_commands_run_at_once_and_see_no_secret(stack: Stack) -> None:
     env_file = stack.daemon.tmp / "agentd.env"
-    stack.turn(shell(f"ls -la {env_file} {stack.daemon.tmp} /proc/self/root{env_file}", "t_ls"),
-               shell("uptime", "t_up"), "Looked.")  # fmt: skip
+    stack.turn(
+        shell(f"ls -la {env_file} {stack.daemon.tmp} /proc/self/root{env_file}", "t_ls"),
+        shell("uptime", "t_up"),
+        "Looked.",
+    )
     stack.wait_text("Looked.")
     listing = stack.tool_result("t_ls")["content"]
     assert "No such file" in listing and SECRET not in listing
     assert "Exit code 0" in stack.tool_result("t_up")["content"]
     assert stack.cards() == []  # nothing asked
     audits = stack.shell_audit()
-    assert any('"approval": "on the read-only allowlist"' in a and '"exit_code": 0' in a
-               and '"sandbox": "bwrap"' in a and '"bytes_out"' in a for a in audits)  # fmt: skip
+    assert any(
+        '"approval": "on the read-only allowlist"' in a
+        and '"exit_code": 0' in a
+        and '"sandbox": "bwrap"' in a
+        and '"bytes_out"' in a
+        for a in audits
+    )
     cli = stack.daemon.cli_json("audit", "--kind", "shell")
     assert len(cli) >= 2 and all(e["kind"] == "shell" for e in cli)
 
@@ -146,8 +159,10 @@ def test_always_allow_rule_and_a_chained_command_that_must_not_match(stack: Stac
     # an approver) on the owner's card, and the owner on another message, are refused.
     always = card["reply_markup"]["inline_keyboard"][1][0]["callback_data"]
     mid = card["message_id"]
-    forged = [stack.tg.add_callback_query(OTHER, OWNER, mid, always),
-              stack.tg.add_callback_query(OWNER, OWNER, mid + 1000, always)]  # fmt: skip
+    forged = [
+        stack.tg.add_callback_query(OTHER, OWNER, mid, always),
+        stack.tg.add_callback_query(OWNER, OWNER, mid + 1000, always),
+    ]
     assert [stack.answer_to(u) for u in forged] == [
         "Only the owner can approve this; nothing changed.",
         "This button does not belong to that request; nothing changed.",
@@ -186,12 +201,25 @@ def test_always_allow_rule_and_a_chained_command_that_must_not_match(stack: Stac
 
 
 def test_workspace_files_through_the_daemon(stack: Stack) -> None:
-    write = [{"type": "tool_use", "id": "t_w1", "name": "write_file",
-              "input": {"path": "notes/todo.md", "content": "- milk\n"}}]  # fmt: skip
-    escape = [{"type": "tool_use", "id": "t_w2", "name": "read_file",
-               "input": {"path": "../../etc/passwd"}}]  # fmt: skip
-    read = [{"type": "tool_use", "id": "t_w3", "name": "read_file",
-             "input": {"path": "notes/todo.md"}}]  # fmt: skip
+    write = [
+        {
+            "type": "tool_use",
+            "id": "t_w1",
+            "name": "write_file",
+            "input": {"path": "notes/todo.md", "content": "- milk\n"},
+        }
+    ]
+    escape = [
+        {
+            "type": "tool_use",
+            "id": "t_w2",
+            "name": "read_file",
+            "input": {"path": "../../etc/passwd"},
+        }
+    ]
+    read = [
+        {"type": "tool_use", "id": "t_w3", "name": "read_file", "input": {"path": "notes/todo.md"}}
+    ]
     stack.turn(write, escape, read, "Filed.")
     stack.wait_text("Filed.")
     assert (stack.ws / "notes" / "todo.md").read_text() == "- milk\n"
@@ -206,8 +234,12 @@ def test_workspace_files_through_the_daemon(stack: Stack) -> None:
 def test_stopping_a_running_command_kills_its_tree(stack: Stack, how: str) -> None:
     marker = f"{40 + len(stack.cards())}.{int(time.time()) % 1000}"
     before = len(stack.cards())
-    stack.turn(shell(f"echo run >> stop-runs.txt; sleep {marker} & sleep {marker}", "t_s"
-                     + how.strip("/")), "never said")  # fmt: skip
+    stack.turn(
+        shell(
+            f"echo run >> stop-runs.txt; sleep {marker} & sleep {marker}", "t_s" + how.strip("/")
+        ),
+        "never said",
+    )
     stack.press(stack.wait_card(before + 1), 0, 0)
     stack.tg.wait_until(lambda: alive(f"sleep\x00{marker}"), 30, "the command running")
     stack.wait_text("running…")  # progress, edited in place
@@ -265,8 +297,10 @@ def test_kill_9_during_a_command_reports_outcome_unknown_and_never_reruns(
 
 def test_a_background_job_answers_at_once_and_notifies_when_it_ends(stack: Stack) -> None:
     before = len(stack.cards())
-    stack.turn(shell("sleep 1.5; echo finished > bg.txt; echo bg-finished", "t_bg",
-                     background=True), "Started it.")  # fmt: skip
+    stack.turn(
+        shell("sleep 1.5; echo finished > bg.txt; echo bg-finished", "t_bg", background=True),
+        "Started it.",
+    )
     card = stack.wait_card(before + 1)
     assert "background job" in card["plain_text"] and "3600 s wall" in card["plain_text"]
     stack.press(card, 0, 0)
@@ -279,8 +313,9 @@ def test_a_background_job_answers_at_once_and_notifies_when_it_ends(stack: Stack
     assert sent.index(reply) < sent.index(notice)  # the turn did not wait for the job
     assert (stack.ws / "bg.txt").read_text() == "finished\n"
     sql = "SELECT status FROM workflow_instances WHERE workflow = 'shell-background'"
-    stack.tg.wait_until(lambda: [r[0] for r in stack.daemon.query(sql)] == ["complete"], 20,
-                        "the job complete")  # fmt: skip
+    stack.tg.wait_until(
+        lambda: [r[0] for r in stack.daemon.query(sql)] == ["complete"], 20, "the job complete"
+    )
     assert any('"approval": "asked"' in a and "bg-finished" in a for a in stack.shell_audit())
 
 
@@ -292,8 +327,9 @@ def test_a_long_command_shows_running_edited_in_place(stack: Stack) -> None:
     progress = [m for m in stack.tg.sent if "⏳ running…" in m["plain_text"]][-1]
 
     def edits() -> list[str]:
-        return [e["plain_text"] for e in stack.tg.edits
-                if e["message_id"] == progress["message_id"]]  # fmt: skip
+        return [
+            e["plain_text"] for e in stack.tg.edits if e["message_id"] == progress["message_id"]
+        ]
 
     # 1 s, then every 5 s: at least one "running… 6 s" edit, then "finished after 6 s".
     stack.tg.wait_until(lambda: any("finished after" in t for t in edits()), 10, "the end")
@@ -312,11 +348,17 @@ def test_cancelling_a_background_job_kills_its_tree(stack: Stack) -> None:
     stack.daemon.cli("workflows", "cancel", job)
     stack.tg.wait_until(lambda: not alive(f"sleep\x00{marker}"), 10, "the job killed")
     print(f"background job tree gone {time.monotonic() - started:.2f} s after the cancel")
-    stack.tg.wait_until(lambda: stack.daemon.query(
-        "SELECT status FROM workflow_instances WHERE id = ?", (job,))[0][0] == "cancelled",
-        10, "the job cancelled")  # fmt: skip
-    assert not any("🏁 Background job" in m["plain_text"] and job in m["plain_text"]
-                   for m in stack.tg.sent)  # fmt: skip
+    stack.tg.wait_until(
+        lambda: (
+            stack.daemon.query("SELECT status FROM workflow_instances WHERE id = ?", (job,))[0][0]
+            == "cancelled"
+        ),
+        10,
+        "the job cancelled",
+    )
+    assert not any(
+        "🏁 Background job" in m["plain_text"] and job in m["plain_text"] for m in stack.tg.sent
+    )
 
 
 def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
@@ -332,17 +374,27 @@ def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
             server.accept()
 
     threading.Thread(target=accept, daemon=True).start()
-    connect = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
-               f"{port}), timeout=3); print('CONNECTED')\"")  # fmt: skip
-    commands = {"t_fork": "f(){ f | f & }; f; sleep 1; echo survived",
-                "t_mem": "python3 -c 'x = bytearray(900 * 1024 * 1024)'",
-                "t_out": "yes endless", "t_wall": "sleep 30", "t_net": connect}  # fmt: skip
+    connect = (
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+        f"{port}), timeout=3); print('CONNECTED')\""
+    )
+    commands = {
+        "t_fork": "f(){ f | f & }; f; sleep 1; echo survived",
+        "t_mem": "python3 -c 'x = bytearray(900 * 1024 * 1024)'",
+        "t_out": "yes endless",
+        "t_wall": "sleep 30",
+        "t_net": connect,
+    }
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
             env = hands_env(tmp_path, ws, tg, llm)
-            env.update(AGENTD_TOOLS__SHELL__WALL_SECONDS="4", AGENTD_TOOLS__SHELL__MEMORY_MB="300",
-                       AGENTD_TOOLS__SHELL__MAX_PROCESSES="40", AGENTD_LLM__MAX_STEPS="8",
-                       AGENTD_TOOLS__SHELL__OUTPUT_BYTES="2000")  # fmt: skip
+            env.update(
+                AGENTD_TOOLS__SHELL__WALL_SECONDS="4",
+                AGENTD_TOOLS__SHELL__MEMORY_MB="300",
+                AGENTD_TOOLS__SHELL__MAX_PROCESSES="40",
+                AGENTD_LLM__MAX_STEPS="8",
+                AGENTD_TOOLS__SHELL__OUTPUT_BYTES="2000",
+            )
             with running_daemon(tmp_path, env) as daemon:
                 stack = Stack(tg, llm, daemon, ws)
                 stack.turn(*[shell(c, i) for i, c in commands.items()], "Tried.")

@@ -53,15 +53,22 @@ class Hooks:
         self.daemon, self.tg, self.base = daemon, tg, base
 
     def post(
-        self, path: str, body: bytes | dict[str, Any], *, secret: str = SECRET,
-        header: str = "X-Hub-Signature-256", **headers: str,
-    ) -> tuple[int, dict[str, Any]]:  # fmt: skip
+        self,
+        path: str,
+        body: bytes | dict[str, Any],
+        *,
+        secret: str = SECRET,
+        header: str = "X-Hub-Signature-256",
+        **headers: str,
+    ) -> tuple[int, dict[str, Any]]:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         sig = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
         request = urllib.request.Request(
-            self.base + path, data=raw, method="POST",
+            self.base + path,
+            data=raw,
+            method="POST",
             headers={"Content-Type": "application/json", header: sig, **headers},
-        )  # fmt: skip
+        )
         try:
             with urllib.request.urlopen(request, timeout=30) as response:
                 return response.status, json.loads(response.read())
@@ -83,8 +90,13 @@ def hooks(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hooks]:
     (tmp / "agentd.toml").write_text(CONFIG)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         tg.add_chat(OWNER)
-        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         CI_HOOK_SECRET=SECRET)  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            CI_HOOK_SECRET=SECRET,
+        )
         with running_daemon(tmp, env) as daemon:
             line = next(x for x in daemon.log().splitlines() if "hooks listening" in x)
             where = re.search(r"127\.0\.0\.1:\d+", line)
@@ -97,20 +109,23 @@ def test_a_signed_delivery_starts_once_and_a_replay_starts_nothing(hooks: Hooks)
     status, body = hooks.post("/hooks/ci", {"tag": "hook1"}, **headers)
     assert status == 202 and body["created"] is True, body
     # 202 came after the commit: the instance is in the database already.
-    assert hooks.daemon.query("SELECT 1 FROM workflow_instances WHERE id = ?",
-                              (body["instance_id"],))  # fmt: skip
+    assert hooks.daemon.query(
+        "SELECT 1 FROM workflow_instances WHERE id = ?", (body["instance_id"],)
+    )
     again, replay = hooks.post("/hooks/ci", {"tag": "hook1"}, **headers)
     assert again == 200 and replay == {"instance_id": body["instance_id"], "created": False}
     assert hooks.wait(body["instance_id"])["output"] == {"steps": [1, 2, 3]}
     assert hooks.daemon.effects().count("hook1 step1") == 1
-    source = hooks.daemon.query("SELECT source FROM automation_runs WHERE instance_id = ?",
-                                (body["instance_id"],))[0][0]  # fmt: skip
+    source = hooks.daemon.query(
+        "SELECT source FROM automation_runs WHERE instance_id = ?", (body["instance_id"],)
+    )[0][0]
     assert source == "hook:ci"
 
 
 def test_the_generic_signature_header_and_idempotency_key_work(hooks: Hooks) -> None:
-    status, body = hooks.post("/hooks/ci", {"tag": "generic"}, header="X-Signature-256",
-                              **{"Idempotency-Key": "k-1"})  # fmt: skip
+    status, body = hooks.post(
+        "/hooks/ci", {"tag": "generic"}, header="X-Signature-256", **{"Idempotency-Key": "k-1"}
+    )
     assert status == 202, body
     assert hooks.wait(body["instance_id"])["status"] == "complete"
 
@@ -121,9 +136,11 @@ def test_bad_signatures_and_bad_bodies_start_nothing(hooks: Hooks) -> None:
     tampered = json.dumps({"tag": "x"}).encode()
     sig = "sha256=" + hmac.new(SECRET.encode(), tampered, hashlib.sha256).hexdigest()
     request = urllib.request.Request(
-        hooks.base + "/hooks/ci", data=tampered + b" ", method="POST",
+        hooks.base + "/hooks/ci",
+        data=tampered + b" ",
+        method="POST",
         headers={"X-Hub-Signature-256": sig},
-    )  # fmt: skip
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request, timeout=30)
     assert caught.value.code == 401
@@ -151,19 +168,24 @@ def test_an_event_by_hook_wakes_the_waiting_instance(hooks: Hooks) -> None:
     assert status == 202
     iid = body["instance_id"]
     deadline = time.monotonic() + 30
-    while hooks.daemon.query("SELECT status FROM workflow_instances WHERE id = ?",
-                             (iid,))[0][0] != "waiting":  # fmt: skip
+    while (
+        hooks.daemon.query("SELECT status FROM workflow_instances WHERE id = ?", (iid,))[0][0]
+        != "waiting"
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.05)
     wrong = hooks.post("/hooks/ci/events/go", {"instance_id": iid, "data": {}})
     assert wrong[0] == 404  # another hook's workflow: not its instance to signal
-    status, sent = hooks.post("/hooks/greeter/events/go",
-                              {"instance_id": iid, "data": {"say": "from the hook"}},
-                              **{"X-Delivery-Id": "ev-1"})  # fmt: skip
+    status, sent = hooks.post(
+        "/hooks/greeter/events/go",
+        {"instance_id": iid, "data": {"say": "from the hook"}},
+        **{"X-Delivery-Id": "ev-1"},
+    )
     assert status == 202 and sent["delivered"] is True
     assert hooks.wait(iid)["output"]["said"] == "from the hook"
-    replay = hooks.post("/hooks/greeter/events/go", {"instance_id": iid, "data": {}},
-                        **{"X-Delivery-Id": "ev-1"})  # fmt: skip
+    replay = hooks.post(
+        "/hooks/greeter/events/go", {"instance_id": iid, "data": {}}, **{"X-Delivery-Id": "ev-1"}
+    )
     assert replay[0] == 409  # finished: it takes no more events
 
 
@@ -172,8 +194,9 @@ def test_a_prompt_hook_starts_a_turn_in_the_owners_chat(hooks: Hooks) -> None:
     assert status == 202, body
     turn = hooks.wait(body["instance_id"])
     assert turn["status"] == "complete"
-    row = hooks.daemon.query("SELECT workflow, input FROM workflow_instances WHERE id = ?",
-                             (body["instance_id"],))[0]  # fmt: skip
+    row = hooks.daemon.query(
+        "SELECT workflow, input FROM workflow_instances WHERE id = ?", (body["instance_id"],)
+    )[0]
     assert row[0] == "turn"
     text = json.loads(row[1])["text"]
     assert "A note arrived" in text and "buy milk" in text and "untrusted" in text

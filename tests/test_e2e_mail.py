@@ -283,10 +283,14 @@ def test_new_mail_notice_by_idle_without_a_model_call(
                 "ON s.instance_id = i.id WHERE i.workflow = 'mail_notice'"
             )
             notices = poll(
-                lambda: (rows := [tuple(r) for r in d.query(sql)])
-                and all(r[0] == "complete" for r in rows) and rows,
-                10, "both notices' instances complete",
-            )  # fmt: skip
+                lambda: (
+                    (rows := [tuple(r) for r in d.query(sql)])
+                    and all(r[0] == "complete" for r in rows)
+                    and rows
+                ),
+                10,
+                "both notices' instances complete",
+            )
             assert notices == [("complete", "send")] * 2
             deadline = time.monotonic() + 10  # the position is written just after the notice
             while d.query("SELECT last_uid FROM mail_watch WHERE account = 'home'")[0][0] != 5:

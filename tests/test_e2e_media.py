@@ -39,8 +39,9 @@ class Stack:
         return [m for m in self.tg.sent if m["chat_id"] == chat]
 
     def wait_sent(self, chat: int, n: int, timeout: float = 20) -> list[dict[str, Any]]:
-        return self.tg.wait_until(lambda: (s := self.sent(chat)) and len(s) >= n and s,
-                                  timeout, f"{n} messages to {chat}")  # fmt: skip
+        return self.tg.wait_until(
+            lambda: (s := self.sent(chat)) and len(s) >= n and s, timeout, f"{n} messages to {chat}"
+        )
 
     def prompts_with(self, needle: str) -> list[str]:
         lasts = [_last_user_text(r["body"]) for r in self.llm.requests]
@@ -61,14 +62,19 @@ def respond(body: dict[str, Any]) -> Any:
     if "boiler code" in last.lower():
         return "The boiler code is 4711."
     if "weekly report" in last:
-        return [{"type": "tool_use", "id": "tu_rep", "name": "weekly_report",
-                 "input": {"week": 3}}]  # fmt: skip
+        return [{"type": "tool_use", "id": "tu_rep", "name": "weekly_report", "input": {"week": 3}}]
     if "report-week-3.csv" in last:
         return "Here is your report."
     if "keep this one" in last:
         doc_id = last.split('document_id "')[1].split('"')[0]
-        return [{"type": "tool_use", "id": "tu_keep", "name": "save_chat_document",
-                 "input": {"document_id": doc_id}}]  # fmt: skip
+        return [
+            {
+                "type": "tool_use",
+                "id": "tu_keep",
+                "name": "save_chat_document",
+                "input": {"document_id": doc_id},
+            }
+        ]
     if "to your documents" in last:
         return "Kept."
     return None  # echo
@@ -85,7 +91,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ):
         llm.set_responder(respond)
         env = daemon_env(
-            tmp, tg.base_url, llm.base_url,
+            tmp,
+            tg.base_url,
+            llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
             AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
             AGENTD_MEDIA__TRANSCRIPTION="openai",
@@ -94,7 +102,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             AGENTD_MEDIA__TRANSCRIPTION_RETRIES="2",
             AGENTD_MEDIA__ECHO_TRANSCRIPT="true",
             STT_KEY=KEY,
-        )  # fmt: skip
+        )
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, stt, daemon)
 
@@ -112,12 +120,14 @@ def test_the_same_voice_note_twice_is_transcribed_once(stack: Stack) -> None:
     assert answer["plain_text"] == answer2["plain_text"] == "Noted: oat milk and the plumber."
     prompts = stack.prompts_with(SAID)
     assert len(prompts) == 2 and "[transcript of the user's voice note]" in prompts[0]
-    users = [m for m in stack.daemon.cli_json("history", "--chat", str(user))
-             if m["role"] == "user"]  # fmt: skip
+    users = [
+        m for m in stack.daemon.cli_json("history", "--chat", str(user)) if m["role"] == "user"
+    ]
     assert SAID in users[0]["content"] and users[0]["meta"]["sha256"] == _sha(VOICE)
     assert users[0]["meta"]["file_id"] and users[1]["meta"]["transcript_cached"] is True
-    rows = stack.daemon.query("SELECT text, dropped FROM transcript_cache WHERE sha256 = ?",
-                              (_sha(VOICE),))  # fmt: skip
+    rows = stack.daemon.query(
+        "SELECT text, dropped FROM transcript_cache WHERE sha256 = ?", (_sha(VOICE),)
+    )
     assert [tuple(r) for r in rows] == [(SAID, 0)]
 
 
@@ -139,16 +149,18 @@ def test_a_backend_outage_is_told_then_workflows_retry_transcribes_it(stack: Sta
     assert apology["plain_text"].startswith(FAILED_REPLY.split("`")[0].strip())
     instance = f"tg-update-{update_id}"
     stack.daemon.wait_for_instances(1, status="errored")
-    saved = [m for m in stack.daemon.cli_json("history", "--chat", str(user))
-             if m["role"] == "user"]  # fmt: skip
+    saved = [
+        m for m in stack.daemon.cli_json("history", "--chat", str(user)) if m["role"] == "user"
+    ]
     assert saved[0]["meta"]["file_id"] and "HTTP 503" in saved[0]["meta"]["transcription_error"]
 
     assert stack.daemon.cli("workflows", "retry", instance).returncode == 0
     echo, _ = stack.wait_sent(user, 3)[1:]
     assert "Call mum at six." in echo["plain_text"]
     assert stack.prompts_with("Call mum at six.")
-    users = [m for m in stack.daemon.cli_json("history", "--chat", str(user))
-             if m["role"] == "user"]  # fmt: skip
+    users = [
+        m for m in stack.daemon.cli_json("history", "--chat", str(user)) if m["role"] == "user"
+    ]
     assert len(users) == 1 and "Call mum at six." in users[0]["content"]
 
 
@@ -156,10 +168,12 @@ def test_a_pdf_is_read_for_the_turn_and_added_only_when_the_button_is_pressed(
     stack: Stack,
 ) -> None:
     user = 204
-    pdf = make_pdf(["Boiler manual", "The boiler code is 4711.\nService every spring."],
-                   title="Boiler manual")  # fmt: skip
-    stack.tg.add_document(user, user, pdf, "boiler.pdf", "application/pdf",
-                          caption="what is the boiler code?")  # fmt: skip
+    pdf = make_pdf(
+        ["Boiler manual", "The boiler code is 4711.\nService every spring."], title="Boiler manual"
+    )
+    stack.tg.add_document(
+        user, user, pdf, "boiler.pdf", "application/pdf", caption="what is the boiler code?"
+    )
     answer, offer = stack.wait_sent(user, 2)
     assert answer["plain_text"] == "The boiler code is 4711."
     [prompt] = stack.prompts_with("4711")
@@ -182,9 +196,13 @@ def test_a_pdf_is_read_for_the_turn_and_added_only_when_the_button_is_pressed(
 def test_asking_to_keep_a_document_saves_it_without_offering_a_button(stack: Stack) -> None:
     user = 207
     update_id = stack.tg.add_document(
-        user, user, b"# Wifi\n\nThe guest password is plum-42.\n", "wifi.md", "text/markdown",
+        user,
+        user,
+        b"# Wifi\n\nThe guest password is plum-42.\n",
+        "wifi.md",
+        "text/markdown",
         caption="keep this one",
-    )  # fmt: skip
+    )
     [answer] = stack.wait_sent(user, 1)
     assert answer["plain_text"] == "Kept."
     sources = [r[0] for r in stack.daemon.query("SELECT source FROM doc_documents")]
@@ -228,8 +246,11 @@ def test_without_a_backend_a_voice_note_gets_told_how_to_enable_it(tmp_path: Pat
 
 def _wait_complete(daemon: Daemon, instance_id: str) -> None:
     query = "SELECT status FROM workflow_instances WHERE id = ?"
-    poll(lambda: daemon.query(query, (instance_id,))[0][0] == "complete", 20,
-         f"{instance_id} to complete")  # fmt: skip
+    poll(
+        lambda: daemon.query(query, (instance_id,))[0][0] == "complete",
+        20,
+        f"{instance_id} to complete",
+    )
 
 
 def _sha(data: bytes) -> str:

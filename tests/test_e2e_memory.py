@@ -23,8 +23,7 @@ SUMMARY = {
 def summary_reply(body: dict[str, Any]) -> Any:
     """Answer the summariser's forced tool call; echo everything else."""
     if body.get("tool_choice", {}).get("name") == "record_summary":
-        return [{"type": "tool_use", "id": "toolu_sum", "name": "record_summary",
-                 "input": SUMMARY}]  # fmt: skip
+        return [{"type": "tool_use", "id": "toolu_sum", "name": "record_summary", "input": SUMMARY}]
     return None
 
 
@@ -35,9 +34,13 @@ def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic]]:
 
 
 def memory_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]:
-    return daemon_env(tmp, tg.base_url, llm.base_url,
-                      AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
-                      AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2")  # fmt: skip
+    return daemon_env(
+        tmp,
+        tg.base_url,
+        llm.base_url,
+        AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+        AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+    )
 
 
 def chat(tg: FakeTelegram, user: int, texts: list[str]) -> None:
@@ -69,8 +72,10 @@ def test_threshold_triggers_a_summary_after_the_reply(
         third_reply = [m for m in tg.sent if m["chat_id"] == ALICE][2]
         assert third_reply["time"] <= requests[summary_at]["time"]
         rows = daemon.query("SELECT kind, content, slot, user_id FROM memories ORDER BY id")
-        assert [(r[0], r[2], r[3]) for r in rows] == [("summary", None, ALICE),
-                                                      ("fact", "home_city", ALICE)]  # fmt: skip
+        assert [(r[0], r[2], r[3]) for r in rows] == [
+            ("summary", None, ALICE),
+            ("fact", "home_city", ALICE),
+        ]
         context = daemon.query("SELECT context FROM memories WHERE kind = 'summary'")[0][0]
         assert re.fullmatch(r"Conversation of \d{1,2} [A-Z][a-z]+ 20\d\d( to .+)?", context)
         summarised = daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0]
@@ -131,8 +136,11 @@ def test_memories_never_cross_users(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
 ) -> None:
     tg, llm = fakes
-    llm.enqueue_tool_use("remember", {"kind": "preference", "key": "drink",
-                                      "content": "Likes oolong tea"}, "toolu_rem")  # fmt: skip
+    llm.enqueue_tool_use(
+        "remember",
+        {"kind": "preference", "key": "drink", "content": "Likes oolong tea"},
+        "toolu_rem",
+    )
     llm.enqueue_text("I'll remember that.")
     llm.enqueue_tool_use("search_memory", {"query": "oolong tea drink"}, "toolu_bob")
     llm.enqueue_text("Nothing found.")
@@ -166,8 +174,9 @@ def test_reindex_after_the_default_embedder_changed(
     """A database written with `hashing` (the old default) meets the new default, e5-small:
     doctor names the stale vectors, both reindex commands re-embed, search finds by meaning."""
     tg, llm = fakes
-    llm.enqueue_tool_use("remember", {"kind": "fact", "key": "pet",
-                                      "content": "Has a cat called Miso"}, "toolu_r")  # fmt: skip
+    llm.enqueue_tool_use(
+        "remember", {"kind": "fact", "key": "pet", "content": "Has a cat called Miso"}, "toolu_r"
+    )
     llm.enqueue_text("Noted.")
     env = memory_env(tmp_path, tg, llm)
     notes = tmp_path / "notes.md"
@@ -195,9 +204,17 @@ def test_reindex_after_the_default_embedder_changed(
         assert [tuple(r) for r in after] == [("e5-small-q4-c1", 384)]
         checks = {c["check"]: c for c in daemon.cli_json("doctor")}
         assert not checks["memory vectors"]["warn"] and not checks["document vectors"]["warn"]
-        found = daemon.cli_json("memory", "search", "which animal lives with me",
-                                "--user", str(ALICE), "--mode", "vector")  # fmt: skip
+        found = daemon.cli_json(
+            "memory",
+            "search",
+            "which animal lives with me",
+            "--user",
+            str(ALICE),
+            "--mode",
+            "vector",
+        )
         assert found and found[0]["content"] == "Has a cat called Miso"
-        hits = daemon.cli_json("docs", "search", "plants in the vegetable patch",
-                               "--mode", "vector")  # fmt: skip
+        hits = daemon.cli_json(
+            "docs", "search", "plants in the vegetable patch", "--mode", "vector"
+        )
         assert hits and "tomatoes" in hits[0]["text"]

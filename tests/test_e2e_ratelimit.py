@@ -10,8 +10,9 @@ from tests.fakes import FakeAnthropic, FakeTelegram
 
 def test_messages_per_minute(tmp_path: Path) -> None:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url,
-                         AGENTD_LIMITS__MESSAGES_PER_MINUTE="2")  # fmt: skip
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, AGENTD_LIMITS__MESSAGES_PER_MINUTE="2"
+        )
         with running_daemon(tmp_path, env) as daemon:
             for n in range(5):
                 tg.add_message(OWNER, OWNER, f"message {n}")

@@ -35,9 +35,14 @@ max_grace = 60
 
 def sched_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(CONFIG)
-    return daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                      AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-                      AGENTD_TELEGRAM__APPROVERS=str(USERS))  # each approves their own  # fmt: skip
+    return daemon_env(
+        tmp,
+        tg.base_url,
+        llm.base_url,
+        AGENTD_CONFIG=str(tmp / "agentd.toml"),
+        AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+        AGENTD_TELEGRAM__APPROVERS=str(USERS),
+    )  # each approves their own
 
 
 class Stack:
@@ -55,8 +60,9 @@ class Stack:
         return [m for m in self.tg.sent if m["chat_id"] == chat]
 
     def wait_sent(self, chat: int, n: int, timeout: float = 20) -> list[dict[str, Any]]:
-        return self.tg.wait_until(lambda: (s := self.sent(chat)) and len(s) >= n and s,
-                                  timeout, f"{n} messages to {chat}")  # fmt: skip
+        return self.tg.wait_until(
+            lambda: (s := self.sent(chat)) and len(s) >= n and s, timeout, f"{n} messages to {chat}"
+        )
 
     def add(self, user: int, *args: str) -> dict[str, Any]:
         return self.daemon.cli_json("schedule", "add", "--user", str(user), *args)
@@ -68,8 +74,11 @@ class Stack:
         return [r[0] for r in rows]
 
     def wait_runs(self, schedule_id: str, n: int, timeout: float = 20) -> list[str]:
-        return poll(lambda: len(found := self.runs(schedule_id)) >= n and found, timeout,
-                    f"{n} runs of {schedule_id}")  # fmt: skip
+        return poll(
+            lambda: len(found := self.runs(schedule_id)) >= n and found,
+            timeout,
+            f"{n} runs of {schedule_id}",
+        )
 
     def instance_status(self, key: str) -> str:
         sql = "SELECT status FROM workflow_instances WHERE key = ?"
@@ -105,15 +114,24 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def test_the_model_schedules_a_reminder_from_chat_and_it_fires_once(stack: Stack) -> None:
     user = stack.user()
     args = {"message": "stand up and stretch", "after": "3s"}
-    script(stack.llm, f"u{user}:",
-           [{"type": "tool_use", "id": "toolu_s1", "name": "schedule", "input": args}],
-           "I'll remind you.")  # fmt: skip
+    script(
+        stack.llm,
+        f"u{user}:",
+        [{"type": "tool_use", "id": "toolu_s1", "name": "schedule", "input": args}],
+        "I'll remind you.",
+    )
     stack.tg.add_message(user, user, f"u{user}: remind me in 3 seconds to stand up")
     reply = stack.wait_sent(user, 1)[0]["plain_text"]
     assert "Done on your behalf: schedule" in reply  # medium risk: the reply says what was done
-    result = next(b for r in stack.llm.requests if f"u{user}:" in str(r["body"]["messages"][0])
-                  for m in r["body"]["messages"] if isinstance(m["content"], list)
-                  for b in m["content"] if b.get("type") == "tool_result")  # fmt: skip
+    result = next(
+        b
+        for r in stack.llm.requests
+        if f"u{user}:" in str(r["body"]["messages"][0])
+        for m in r["body"]["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    )
     assert "Scheduled" in str(result["content"]) and "next" in str(result["content"])
     reminder = stack.wait_sent(user, 2)[1]
     assert reminder["plain_text"] == "stand up and stretch"
@@ -142,9 +160,17 @@ def test_reminders_command_lists_and_its_button_cancels(stack: Stack) -> None:
     stack.tg.add_callback_query(other, user, listing["message_id"], button["callback_data"])
     press = stack.tg.add_callback_query(user, user, listing["message_id"], button["callback_data"])
     answer = stack.tg.wait_until(
-        lambda: next((a for a in stack.tg.callback_answers
-                      if a["callback_query_id"] == stack.tg.callback_query_id(press)), None),
-        10, "the Cancel answer")  # fmt: skip
+        lambda: next(
+            (
+                a
+                for a in stack.tg.callback_answers
+                if a["callback_query_id"] == stack.tg.callback_query_id(press)
+            ),
+            None,
+        ),
+        10,
+        "the Cancel answer",
+    )
     assert answer["text"] == f"Cancelled {sched['id']}."
     texts = [a["text"] for a in stack.tg.callback_answers]
     assert "That reminder does not exist (or is not yours)." in texts
@@ -166,11 +192,13 @@ def test_cli_cancel_while_sleeping_takes_effect(stack: Stack) -> None:
 
 def test_bad_schedules_get_a_clear_error(stack: Stack) -> None:
     user = stack.user()
-    past = stack.daemon.cli("schedule", "add", "--user", str(user), "--message", "x",
-                            "--at", "2020-01-01T09:00")  # fmt: skip
+    past = stack.daemon.cli(
+        "schedule", "add", "--user", str(user), "--message", "x", "--at", "2020-01-01T09:00"
+    )
     assert past.returncode == 1 and "in the past" in past.stderr
-    fast = stack.daemon.cli("schedule", "add", "--user", str(user), "--message", "x",
-                            "--every", "0.5s")  # fmt: skip
+    fast = stack.daemon.cli(
+        "schedule", "add", "--user", str(user), "--message", "x", "--every", "0.5s"
+    )
     assert fast.returncode == 1 and "positive interval" in fast.stderr
 
 
@@ -178,10 +206,19 @@ def test_prompt_schedule_runs_a_turn_and_a_high_risk_tool_waits_for_approval(
     stack: Stack,
 ) -> None:
     user = stack.user()
-    script(stack.llm, f"u{user}:",
-           [{"type": "tool_use", "id": "toolu_p1", "name": "delete_file",
-             "input": {"path": "/tmp/sched-old"}}],
-           "Deleted the old file.")  # fmt: skip
+    script(
+        stack.llm,
+        f"u{user}:",
+        [
+            {
+                "type": "tool_use",
+                "id": "toolu_p1",
+                "name": "delete_file",
+                "input": {"path": "/tmp/sched-old"},
+            }
+        ],
+        "Deleted the old file.",
+    )
     sched = stack.add(user, "--prompt", f"u{user}: delete /tmp/sched-old", "--after", "2s")
     request = stack.tg.wait_until(
         lambda: next((m for m in stack.sent(user) if m["reply_markup"]), None), 20, "approval"
@@ -195,8 +232,15 @@ def test_prompt_schedule_runs_a_turn_and_a_high_risk_tool_waits_for_approval(
     assert stack.wait_sent(user, 2)[1]["plain_text"] == "Deleted the old file."
     assert stack.daemon.effects().count("delete_file /tmp/sched-old") == 1
     assert stack.runs(sched["id"]) == ["started"]
-    run = poll(lambda: (r := stack.daemon.cli_json("schedule", "show", sched["id"])["runs"][0])
-               ["turn_status"] == "complete" and r, 10, "the run's turn to complete")  # fmt: skip
+    run = poll(
+        lambda: (
+            (r := stack.daemon.cli_json("schedule", "show", sched["id"])["runs"][0])["turn_status"]
+            == "complete"
+            and r
+        ),
+        10,
+        "the run's turn to complete",
+    )
     assert run["instance_id"].endswith("-turn")
     used = stack.daemon.query("SELECT COUNT(*) FROM llm_usage WHERE chat_id = ?", (user,))[0][0]
     assert used == 2  # the run's model calls count against this chat's budget
@@ -277,14 +321,21 @@ def add_direct(daemon: Daemon, user: int, policy: str, rule: str, now: float) ->
     from agentd.schedule.create import ScheduleRequest, create
 
     start = datetime.fromtimestamp(int(now) + 2, UTC).replace(tzinfo=None).isoformat()
-    req = ScheduleRequest(message=policy, rrule=rule, start=start, timezone="UTC",
-                          catch_up=policy)  # type: ignore[arg-type]  # fmt: skip
+    req = ScheduleRequest(message=policy, rrule=rule, start=start, timezone="UTC", catch_up=policy)  # type: ignore[arg-type]
     conn = open_sync(daemon.db_path)
     try:
         with conn:
-            create(conn, req, schedule_id=f"down{policy}", user_id=user, chat_id=user, now=now,
-                   config=ScheduleConfig(min_interval=1), default_timezone="UTC",
-                   by="test")  # fmt: skip
+            create(
+                conn,
+                req,
+                schedule_id=f"down{policy}",
+                user_id=user,
+                chat_id=user,
+                now=now,
+                config=ScheduleConfig(min_interval=1),
+                default_timezone="UTC",
+                by="test",
+            )
     finally:
         conn.close()
     return f"down{policy}"

@@ -81,9 +81,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         # The users the tests take approve their own calls (telegram.approvers), so their card
         # lands in their own chat (#26); the last user is not one: their card goes to the owner.
-        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-                         AGENTD_TELEGRAM__APPROVERS=str(USERS[:-1]))  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_TELEGRAM__APPROVERS=str(USERS[:-1]),
+        )
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)
 
@@ -104,9 +109,12 @@ def test_a_turn_reply(stack: Stack) -> None:
     seen = s.wait(lambda: len(s.texts(chat)) >= 2 and s.texts(chat), "the reply re-sent")
     assert seen == ["echo: hello there"] * 2
     assert_once_or_counted(s, chat, seen, "sendMessage")
-    rows = s.wait(lambda: s.daemon.query(
-        "SELECT role FROM messages WHERE chat_id = ? AND role = 'assistant'", (chat,)
-    ), "the reply recorded")  # fmt: skip
+    rows = s.wait(
+        lambda: s.daemon.query(
+            "SELECT role FROM messages WHERE chat_id = ? AND role = 'assistant'", (chat,)
+        ),
+        "the reply recorded",
+    )
     assert len(rows) == 1
 
 
@@ -123,15 +131,19 @@ def test_a_command_reply(stack: Stack) -> None:
 def test_a_reminder(stack: Stack) -> None:
     s, chat = stack, stack.user()
     s.tg.fail_next("sendMessage", mode="land", delay=HANG)
-    sched = s.daemon.cli_json("schedule", "add", "--user", str(chat), "--message", "stretch",
-                              "--after", "2s")  # fmt: skip
+    sched = s.daemon.cli_json(
+        "schedule", "add", "--user", str(chat), "--message", "stretch", "--after", "2s"
+    )
     s.kill_in_window("sendMessage", lambda: s.texts(chat), "the reminder landed")
     seen = s.wait(lambda: len(s.texts(chat)) >= 2 and s.texts(chat), "the reminder re-sent")
     assert seen == ["stretch", "stretch"]
     assert_once_or_counted(s, chat, seen, "sendMessage")
-    runs = s.wait(lambda: s.daemon.query(
-        "SELECT outcome FROM schedule_runs WHERE schedule_id = ?", (sched["id"],)
-    ), "the run recorded")  # fmt: skip
+    runs = s.wait(
+        lambda: s.daemon.query(
+            "SELECT outcome FROM schedule_runs WHERE schedule_id = ?", (sched["id"],)
+        ),
+        "the run recorded",
+    )
     assert [r[0] for r in runs] == ["sent"]
 
 
@@ -139,8 +151,16 @@ def test_a_scheduled_prompt_result(stack: Stack) -> None:
     s, chat = stack, stack.user()
     s.scripts[f"u{chat}:"] = lambda body: "Your daily summary: all quiet."
     s.tg.fail_next("sendMessage", mode="land", delay=HANG)
-    s.daemon.cli_json("schedule", "add", "--user", str(chat), "--prompt",
-                      f"u{chat}: summarise my day", "--after", "2s")  # fmt: skip
+    s.daemon.cli_json(
+        "schedule",
+        "add",
+        "--user",
+        str(chat),
+        "--prompt",
+        f"u{chat}: summarise my day",
+        "--after",
+        "2s",
+    )
     s.kill_in_window("sendMessage", lambda: s.texts(chat), "the prompt's result landed")
     seen = s.wait(lambda: len(s.texts(chat)) >= 2 and s.texts(chat), "the result re-sent")
     assert seen == ["Your daily summary: all quiet."] * 2
@@ -154,8 +174,14 @@ def test_an_approval_card(stack: Stack) -> None:
     def script(body: dict[str, Any]) -> Any:
         if "tool_result" in json.dumps(body["messages"][-1]):
             return "Deleted it."
-        return [{"type": "tool_use", "id": f"toolu_w{chat}", "name": "delete_file",
-                 "input": {"path": target}}]  # fmt: skip
+        return [
+            {
+                "type": "tool_use",
+                "id": f"toolu_w{chat}",
+                "name": "delete_file",
+                "input": {"path": target},
+            }
+        ]
 
     s.scripts[f"u{chat}:"] = script
     s.tg.fail_next("sendMessage", mode="land", delay=HANG)
@@ -181,8 +207,14 @@ def test_a_card_for_someone_elses_call(stack: Stack) -> None:
     def script(body: dict[str, Any]) -> Any:
         if "tool_result" in json.dumps(body["messages"][-1]):
             return "Deleted it."
-        return [{"type": "tool_use", "id": f"toolu_o{chat}", "name": "delete_file",
-                 "input": {"path": target}}]  # fmt: skip
+        return [
+            {
+                "type": "tool_use",
+                "id": f"toolu_o{chat}",
+                "name": "delete_file",
+                "input": {"path": target},
+            }
+        ]
 
     s.scripts[f"u{chat}:"] = script
     s.tg.fail_next("sendMessage", mode="land", delay=HANG)
@@ -217,8 +249,14 @@ def test_a_file(stack: Stack) -> None:
     def script(body: dict[str, Any]) -> Any:
         if "tool_result" in json.dumps(body["messages"][-1]):
             return "Here is the report."
-        return [{"type": "tool_use", "id": f"toolu_f{chat}", "name": "weekly_report",
-                 "input": {"week": 3}}]  # fmt: skip
+        return [
+            {
+                "type": "tool_use",
+                "id": f"toolu_f{chat}",
+                "name": "weekly_report",
+                "input": {"week": 3},
+            }
+        ]
 
     s.scripts[f"u{chat}:"] = script
     s.tg.fail_next("sendDocument", mode="land", delay=HANG)

@@ -35,8 +35,9 @@ class Stack:
         return [m["plain_text"] for m in self.tg.sent if m["chat_id"] == chat]
 
     def wait_texts(self, chat: int, n: int) -> list[str]:
-        return self.tg.wait_until(lambda: len(t := self.texts(chat)) >= n and t, 60,
-                                  f"{n} messages to {chat}")  # fmt: skip
+        return self.tg.wait_until(
+            lambda: len(t := self.texts(chat)) >= n and t, 60, f"{n} messages to {chat}"
+        )
 
     def requests_for(self, chat: int) -> list[str]:
         """Each model request of this chat, as JSON text."""
@@ -44,14 +45,18 @@ class Stack:
         return [b for b in bodies if f"u{chat}:" in b]
 
     def message_id(self, chat: int, text: str) -> int:
-        return next(m["message_id"] for m in self.tg.chat_history(chat)
-                    if m.get("text") == text and m["from"]["id"] == chat)  # fmt: skip
+        return next(
+            m["message_id"]
+            for m in self.tg.chat_history(chat)
+            if m.get("text") == text and m["from"]["id"] == chat
+        )
 
     def turns(self, chat: int) -> list[tuple[str, str]]:
         rows = self.daemon.query(
             "SELECT id, status FROM workflow_instances WHERE key = ? AND workflow = 'turn' "
-            "ORDER BY seq", (f"chat-{chat}",),
-        )  # fmt: skip
+            "ORDER BY seq",
+            (f"chat-{chat}",),
+        )
         return [(r[0], r[1]) for r in rows]
 
     def wait(self, pred: Callable[[], Any], what: str, timeout: float = 60) -> Any:
@@ -67,9 +72,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("stop-edit")
     (tmp / "agentd.toml").write_text(CONFIG)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-                         AGENTD_TELEGRAM__STREAMING="false")  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_TELEGRAM__STREAMING="false",
+        )
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)
 
@@ -81,8 +91,14 @@ def test_a_stopped_request_never_reaches_the_model_again(stack: Stack) -> None:
     def would_act(body: dict[str, Any]) -> Any:
         # A model that carries out any request it can see, as a real one likely would.
         if "STOPPED-TASK" in json.dumps(body["messages"]):
-            return [{"type": "tool_use", "id": f"toolu_s{chat}", "name": "add_note",
-                     "input": {"text": "STOPPED-TASK"}}]  # fmt: skip
+            return [
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_s{chat}",
+                    "name": "add_note",
+                    "input": {"text": "STOPPED-TASK"},
+                }
+            ]
         return None
 
     s.llm.set_responder(would_act)
@@ -117,11 +133,14 @@ def test_an_edit_that_changes_nothing_starts_nothing(stack: Stack) -> None:
     s.tg.add_edited_message(chat, chat, s.message_id(chat, f"u{chat}: hello"), f"u{chat}: hello")
     s.tg.add_message(chat, chat, f"u{chat}: next")
     assert s.wait_texts(chat, 2)[1] == f"echo: u{chat}: next"
-    s.wait(lambda: len(s.turns(chat)) == 2 and all(t[1] == "complete" for t in s.turns(chat)),
-           "second turn done")  # fmt: skip
+    s.wait(
+        lambda: len(s.turns(chat)) == 2 and all(t[1] == "complete" for t in s.turns(chat)),
+        "second turn done",
+    )
     assert len(s.requests_for(chat)) == 2
-    outcomes = s.daemon.query("SELECT outcome FROM updates WHERE chat_id = ? ORDER BY update_id",
-                              (chat,))  # fmt: skip
+    outcomes = s.daemon.query(
+        "SELECT outcome FROM updates WHERE chat_id = ? ORDER BY update_id", (chat,)
+    )
     assert [r[0] for r in outcomes] == ["turn", "edit_unchanged", "turn"]
 
 
@@ -140,8 +159,10 @@ def test_an_edit_of_a_message_being_worked_on_replaces_it(stack: Stack) -> None:
     assert s.wait_texts(chat, 1) == [f"echo: u{chat}: for five"]
     s.tg.add_message(chat, chat, f"u{chat}: thanks")
     assert s.wait_texts(chat, 2) == [f"echo: u{chat}: for five", f"echo: u{chat}: thanks"]
-    s.wait(lambda: [t[1] for t in s.turns(chat)] == ["cancelled", "complete", "complete"],
-           "one cancelled turn, two answered")  # fmt: skip
+    s.wait(
+        lambda: [t[1] for t in s.turns(chat)] == ["cancelled", "complete", "complete"],
+        "one cancelled turn, two answered",
+    )
     assert "table for four" not in s.requests_for(chat)[-1]  # the replaced text is gone
     assert "edited message" not in s.requests_for(chat)[-1]
 
@@ -152,8 +173,9 @@ def test_an_edit_after_the_answer_is_a_correction(stack: Stack) -> None:
     s.tg.add_message(chat, chat, f"u{chat}: remind me at 5")
     s.wait_texts(chat, 1)
     s.wait(lambda: [t for t in s.turns(chat) if t[1] == "complete"], "first turn done")
-    s.tg.add_edited_message(chat, chat, s.message_id(chat, f"u{chat}: remind me at 5"),
-                            f"u{chat}: remind me at 6")  # fmt: skip
+    s.tg.add_edited_message(
+        chat, chat, s.message_id(chat, f"u{chat}: remind me at 5"), f"u{chat}: remind me at 6"
+    )
     second = s.wait_texts(chat, 2)[1]
     assert second.endswith(f"u{chat}: remind me at 6")
     last = json.loads(s.requests_for(chat)[-1])[-1]
@@ -192,11 +214,19 @@ def test_a_second_run_says_already_running_before_the_heavy_imports(stack: Stack
     import subprocess
     import sys
 
-    second = subprocess.run([sys.executable, "-X", "importtime", "-m", "agentd", "run"],
-                            env=stack.daemon.env, cwd=stack.daemon.tmp, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
+    second = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "agentd", "run"],
+        env=stack.daemon.env,
+        cwd=stack.daemon.tmp,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 3, second.stderr[-2000:]
     assert "already running" in second.stderr and f"pid {stack.daemon.proc.pid}" in second.stderr
-    imported = [line.rsplit("|", 1)[-1].strip() for line in second.stderr.splitlines()
-                if line.startswith("import time:")]  # fmt: skip
+    imported = [
+        line.rsplit("|", 1)[-1].strip()
+        for line in second.stderr.splitlines()
+        if line.startswith("import time:")
+    ]
     assert imported and not any(m.startswith(("aiogram", "anthropic")) for m in imported)

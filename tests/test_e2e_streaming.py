@@ -15,8 +15,9 @@ def test_drafts_grow_then_one_final_message(tmp_path: Path) -> None:
         FakeTelegram.running() as tg,
         FakeAnthropic.running(stream_delay=0.05, stream_chunk_chars=12) as llm,
     ):
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url,
-                         AGENTD_TELEGRAM__STREAM_INTERVAL="0.2")  # fmt: skip
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, AGENTD_TELEGRAM__STREAM_INTERVAL="0.2"
+        )
         llm.enqueue_text(ANSWER.strip())
         with running_daemon(tmp_path, env) as daemon:
             tg.add_message(OWNER, OWNER, "tell me something")
@@ -36,8 +37,9 @@ def test_drafts_grow_then_one_final_message(tmp_path: Path) -> None:
 def test_a_server_without_drafts_still_answers(tmp_path: Path) -> None:
     with FakeTelegram.running() as tg, FakeAnthropic.running(stream_delay=0.02) as llm:
         tg.disable_method("sendMessageDraft")
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url,
-                         AGENTD_TELEGRAM__STREAM_INTERVAL="0.01")  # fmt: skip
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, AGENTD_TELEGRAM__STREAM_INTERVAL="0.01"
+        )
         llm.enqueue_text(ANSWER.strip())
         with running_daemon(tmp_path, env):
             tg.add_message(OWNER, OWNER, "hi")
@@ -51,8 +53,9 @@ def test_kill_9_mid_stream_resumes_without_a_duplicate(tmp_path: Path) -> None:
         FakeTelegram.running() as tg,
         FakeAnthropic.running(stream_delay=0.3, stream_chunk_chars=4) as llm,
     ):
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url,
-                         AGENTD_TELEGRAM__STREAM_INTERVAL="0.1")  # fmt: skip
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, AGENTD_TELEGRAM__STREAM_INTERVAL="0.1"
+        )
         llm.enqueue_text(ANSWER.strip())
         daemon = Daemon(tmp_path, env).start()
         try:

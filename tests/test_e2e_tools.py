@@ -37,13 +37,15 @@ command = "/nonexistent/mcp-server"
 def tool_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, **extra: str) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(CONFIG)
     return daemon_env(
-        tmp, tg.base_url, llm.base_url,
+        tmp,
+        tg.base_url,
+        llm.base_url,
         AGENTD_CONFIG=str(tmp / "agentd.toml"),
         AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
         # Each user approves their own calls here; test_e2e_trust.py covers who may approve.
         AGENTD_TELEGRAM__APPROVERS=str(USERS),
         **extra,
-    )  # fmt: skip
+    )
 
 
 class Stack:
@@ -62,14 +64,16 @@ class Stack:
         return [m for m in self.tg.sent if m["chat_id"] == chat]
 
     def wait_sent(self, chat: int, n: int, timeout: float = 20) -> list[dict[str, Any]]:
-        return self.tg.wait_until(lambda: (s := self.sent(chat)) and len(s) >= n and s,
-                                  timeout, f"{n} messages to {chat}")  # fmt: skip
+        return self.tg.wait_until(
+            lambda: (s := self.sent(chat)) and len(s) >= n and s, timeout, f"{n} messages to {chat}"
+        )
 
     def approval_message(self, chat: int) -> dict[str, Any]:
         return self.tg.wait_until(
             lambda: next((m for m in self.sent(chat) if m["reply_markup"]), None),
-            20, "an approval request",
-        )  # fmt: skip
+            20,
+            "an approval request",
+        )
 
     def press(self, user: int, chat: int, message: dict[str, Any], approve: bool) -> int:
         buttons = message["reply_markup"]["inline_keyboard"][0]
@@ -121,8 +125,12 @@ def test_broken_plugins_and_mcp_servers_are_reported_not_fatal(stack: Stack) -> 
 
 def test_low_risk_tool_runs_and_its_result_reaches_the_model(stack: Stack) -> None:
     user = stack.user()
-    script(stack, user, tool_use("count_words", {"text": "one two three"}, "toolu_low1"),
-           "There are 3 words.")  # fmt: skip
+    script(
+        stack,
+        user,
+        tool_use("count_words", {"text": "one two three"}, "toolu_low1"),
+        "There are 3 words.",
+    )
     stack.tg.add_message(user, user, f"u{user}: how many words in 'one two three'?")
     assert stack.wait_sent(user, 1)[0]["plain_text"] == "There are 3 words."
     results = list(stack.tool_results(user))
@@ -157,8 +165,11 @@ def test_high_risk_tool_approved_by_button(stack: Stack) -> None:
     replies = stack.wait_sent(user, 2)
     assert replies[1]["plain_text"] == "Deleted."
     assert stack.daemon.effects().count("delete_file /tmp/a.txt") == 1
-    answer = next(a for a in stack.tg.callback_answers
-                  if a["callback_query_id"] == stack.tg.callback_query_id(press))  # fmt: skip
+    answer = next(
+        a
+        for a in stack.tg.callback_answers
+        if a["callback_query_id"] == stack.tg.callback_query_id(press)
+    )
     assert answer["text"] == "Approved: delete_file."
     edit = next(
         e
@@ -169,10 +180,18 @@ def test_high_risk_tool_approved_by_button(stack: Stack) -> None:
     # Pressing again changes nothing and says so.
     again = stack.press(user, user, request, approve=False)
     stack.tg.wait_until(
-        lambda: any(a["callback_query_id"] == stack.tg.callback_query_id(again)
-                    for a in stack.tg.callback_answers), 10, "second answer")  # fmt: skip
-    second = [a for a in stack.tg.callback_answers
-              if a["callback_query_id"] == stack.tg.callback_query_id(again)]  # fmt: skip
+        lambda: any(
+            a["callback_query_id"] == stack.tg.callback_query_id(again)
+            for a in stack.tg.callback_answers
+        ),
+        10,
+        "second answer",
+    )
+    second = [
+        a
+        for a in stack.tg.callback_answers
+        if a["callback_query_id"] == stack.tg.callback_query_id(again)
+    ]
     assert second[0]["text"] == "Already decided: approved."
     rows = stack.daemon.query(
         "SELECT detail FROM audit WHERE kind = 'tool_call' AND detail LIKE '%delete_file%'"
@@ -212,9 +231,14 @@ def test_high_risk_tool_times_out_and_is_not_called_denied(stack: Stack) -> None
     assert "No answer in time" in edit["plain_text"]
     late = stack.press(user, user, request, approve=True)
     stack.tg.wait_until(
-        lambda: [a for a in stack.tg.callback_answers
-                 if a["callback_query_id"] == stack.tg.callback_query_id(late)], 10, "answer"
-    )  # fmt: skip
+        lambda: [
+            a
+            for a in stack.tg.callback_answers
+            if a["callback_query_id"] == stack.tg.callback_query_id(late)
+        ],
+        10,
+        "answer",
+    )
     assert "delete_file /slow" not in stack.daemon.effects()
 
 
@@ -252,8 +276,9 @@ def test_a_stranger_cannot_approve(stack: Stack) -> None:
     )
     stack.tg.wait_until(
         lambda: any(a["callback_query_id"] == garbage for a in stack.tg.callback_answers),
-        10, "the answer to the garbage press",
-    )  # fmt: skip
+        10,
+        "the answer to the garbage press",
+    )
 
     def status() -> str:
         return stack.daemon.query("SELECT status FROM approvals WHERE chat_id = ?", (user,))[0][0]
@@ -271,13 +296,14 @@ def test_a_stranger_cannot_approve(stack: Stack) -> None:
 def test_tool_failures_go_back_to_the_model(stack: Stack) -> None:
     user = stack.user()
     script(
-        stack, user,
+        stack,
+        user,
         tool_use("count_words", {"txt": 5}, "toolu_bad1")
         + tool_use("explode", {}, "toolu_bad2")
         + tool_use("hang", {}, "toolu_bad3")
         + tool_use("no_such_tool", {}, "toolu_bad4"),
         "Everything failed.",
-    )  # fmt: skip
+    )
     stack.tg.add_message(user, user, f"u{user}: try things")
     assert stack.wait_sent(user, 1)[0]["plain_text"] == "Everything failed."
     results = {r["tool_use_id"]: r for r in stack.tool_results(user)}
@@ -291,13 +317,14 @@ def test_tool_failures_go_back_to_the_model(stack: Stack) -> None:
 def test_mcp_tool_and_fetch_url_refusal(stack: Stack) -> None:
     user = stack.user()
     script(
-        stack, user,
+        stack,
+        user,
         # The fetch first: an MCP result is outside content, and after it a fetch of a URL
         # the turn has not seen would ask the owner (tests/test_e2e_taint.py).
         tool_use("fetch_url", {"url": stack.tg.base_url + "/"}, "toolu_f1")
         + tool_use("echo__add", {"a": 2, "b": 3}, "toolu_mcp1"),
         "2 + 3 = 5",
-    )  # fmt: skip
+    )
     stack.tg.add_message(user, user, f"u{user}: add 2 and 3, and fetch the local page")
     assert stack.wait_sent(user, 1)[0]["plain_text"] == "2 + 3 = 5"
     results = {r["tool_use_id"]: r for r in stack.tool_results(user)}
@@ -332,8 +359,9 @@ def test_restart_while_waiting_then_approve(tmp_path: Path, crash: bool) -> None
         try:
             daemon.start()
             tg.add_message(100, 100, "delete /r")
-            request = tg.wait_until(lambda: next((m for m in tg.sent if m["reply_markup"]), None),
-                                    20, "approval")  # fmt: skip
+            request = tg.wait_until(
+                lambda: next((m for m in tg.sent if m["reply_markup"]), None), 20, "approval"
+            )
             daemon.wait_for_instances(1, status="waiting")
             if crash:
                 daemon.kill9()
@@ -377,8 +405,15 @@ def test_kill_9_after_a_tool_ran_does_not_run_it_again(tmp_path: Path) -> None:
             steps = daemon.query("SELECT name FROM workflow_steps ORDER BY ordinal")
             names = [r[0] for r in steps]
             assert names[names.index("llm#1") :] == [
-                "llm#1", "route:toolu_k1", "tool:toolu_k1", "audit:toolu_k1", "llm#2", "send#1",
-                "save-reply", "audit", "schedule-summary",
-            ]  # fmt: skip
+                "llm#1",
+                "route:toolu_k1",
+                "tool:toolu_k1",
+                "audit:toolu_k1",
+                "llm#2",
+                "send#1",
+                "save-reply",
+                "audit",
+                "schedule-summary",
+            ]
         finally:
             daemon.stop()

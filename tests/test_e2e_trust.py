@@ -56,9 +56,12 @@ class Stack:
     def answer_to(self, update_id: int) -> str:
         query_id = self.tg.callback_query_id(update_id)
         answer = self.tg.wait_until(
-            lambda: next((a for a in self.tg.callback_answers
-                          if a["callback_query_id"] == query_id), None), 20, "an answer",
-        )  # fmt: skip
+            lambda: next(
+                (a for a in self.tg.callback_answers if a["callback_query_id"] == query_id), None
+            ),
+            20,
+            "an answer",
+        )
         return str(answer["text"])
 
     def wait_rows(self, sql: str, params: tuple[Any, ...], timeout: float = 20) -> list[Any]:
@@ -144,8 +147,10 @@ def test_a_second_allowed_user_cannot_approve_and_the_owner_card_is_untouched(
     assert not [m for m in stack.sent(OTHER) if m["reply_markup"]]
     data = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
     # 43 forges the owner's Approve: in their own chat, and as if on the owner's card.
-    refused = [press(stack, OTHER, OTHER, told["message_id"], data),
-               press(stack, OTHER, OWNER, card["message_id"], data)]  # fmt: skip
+    refused = [
+        press(stack, OTHER, OTHER, told["message_id"], data),
+        press(stack, OTHER, OWNER, card["message_id"], data),
+    ]
     assert [stack.answer_to(u) for u in refused] == [
         "Only the owner can approve this; nothing changed."
     ] * 2
@@ -153,8 +158,9 @@ def test_a_second_allowed_user_cannot_approve_and_the_owner_card_is_untouched(
     wrong = press(stack, OWNER, OWNER, card["message_id"] + 1000, data)
     assert "does not belong" in stack.answer_to(wrong)
     assert stack.approval(marker)["status"] == "pending"
-    assert not [e for e in stack.tg.edits if e["message_id"] == card["message_id"]
-                and e["chat_id"] == OWNER]  # fmt: skip
+    assert not [
+        e for e in stack.tg.edits if e["message_id"] == card["message_id"] and e["chat_id"] == OWNER
+    ]
     assert f"delete_file {marker}" not in stack.daemon.effects()
     # The owner's own press on the card decides it.
     ok = press(stack, OWNER, OWNER, card["message_id"], data)
@@ -205,9 +211,17 @@ def test_a_long_multi_line_argument_is_shown_exactly(stack: Stack) -> None:
     assert not any(line.startswith("✅ Approved") for line in text.splitlines())
     assert "-END" not in text and "Cut at 2500 of" in text  # cut, and the card says so
     attached = stack.tg.wait_until(
-        lambda: next((d for d in stack.tg.documents if d["chat_id"] == OWNER
-                      and d["file_name"].startswith("approval-")), None), 20, "the file",
-    )  # fmt: skip
+        lambda: next(
+            (
+                d
+                for d in stack.tg.documents
+                if d["chat_id"] == OWNER and d["file_name"].startswith("approval-")
+            ),
+            None,
+        ),
+        20,
+        "the file",
+    )
     assert attached["reply_to_message_id"] == card["message_id"]
     row = stack.approval("/tmp/trick-")
     assert json.loads(attached["data"]) == json.loads(row["call_json"])
@@ -223,8 +237,14 @@ def test_a_long_multi_line_argument_is_shown_exactly(stack: Stack) -> None:
 
 
 def remember(content: str, use_id: str) -> list[dict[str, Any]]:
-    return [{"type": "tool_use", "id": use_id, "name": "remember",
-             "input": {"kind": "fact", "content": content}}]  # fmt: skip
+    return [
+        {
+            "type": "tool_use",
+            "id": use_id,
+            "name": "remember",
+            "input": {"kind": "fact", "content": content},
+        }
+    ]
 
 
 def in_group(stack: Stack, user: int, text: str) -> int:
@@ -236,8 +256,9 @@ def in_group(stack: Stack, user: int, text: str) -> int:
 def test_a_group_with_strangers(stack: Stack) -> None:
     stack.tg.add_bot_to_group(GROUP, OWNER, BOT_ID)  # the owner added it: it stays
     # A private memory of the owner's, made in their private chat.
-    script(stack, "remember my locker", remember("Locker code is PELICAN-7", "toolu_mem1"),
-           "Noted.")  # fmt: skip
+    script(
+        stack, "remember my locker", remember("Locker code is PELICAN-7", "toolu_mem1"), "Noted."
+    )
     stack.tg.add_message(OWNER, OWNER, "remember my locker code PELICAN-7")
     stack.wait_sent(OWNER, lambda m: m["plain_text"].startswith("Noted."), "noted")
     # A stranger and a look-alike mention get nothing; the owner's mention gets an answer.
@@ -249,8 +270,11 @@ def test_a_group_with_strangers(stack: Stack) -> None:
     assert answer["plain_text"] == "I won't say here."
     replies = {m["reply_to_message_id"] for m in stack.sent(GROUP)}
     assert stranger not in replies and evil not in replies
-    request = next(r for r in stack.llm.requests
-                   if "what do you know about me" in json.dumps(r["body"]["messages"]))  # fmt: skip
+    request = next(
+        r
+        for r in stack.llm.requests
+        if "what do you know about me" in json.dumps(r["body"]["messages"])
+    )
     assert "PELICAN" not in json.dumps(request["body"])  # no private memory recalled
     # /memory in the group lists nothing.
     listed = in_group(stack, OWNER, "/memory@fake_bot")
@@ -272,16 +296,19 @@ def test_a_group_with_strangers(stack: Stack) -> None:
     stack.tg.add_bot_to_group(STRANGERS_GROUP, STRANGER, BOT_ID)
     stack.tg.wait_until(lambda: STRANGERS_GROUP in stack.tg.left, 30, "leaving the group")
     assert stack.sent(STRANGERS_GROUP) == []
-    rows = stack.wait_rows("SELECT detail FROM audit WHERE kind = 'group_left' AND chat_id = ?",
-                           (STRANGERS_GROUP,))  # fmt: skip
+    rows = stack.wait_rows(
+        "SELECT detail FROM audit WHERE kind = 'group_left' AND chat_id = ?", (STRANGERS_GROUP,)
+    )
     assert "not served" in rows[0][0]
 
 
 def test_a_removed_users_schedule_turn_and_approval_end(stack: Stack) -> None:
-    kid = stack.daemon.cli_json("schedule", "add", "--user", str(KID), "--message",
-                                "kid: feed the cat", "--every", "2s")  # fmt: skip
-    owner = stack.daemon.cli_json("schedule", "add", "--user", str(OWNER), "--message",
-                                  "owner: tick", "--every", "2s")  # fmt: skip
+    kid = stack.daemon.cli_json(
+        "schedule", "add", "--user", str(KID), "--message", "kid: feed the cat", "--every", "2s"
+    )
+    owner = stack.daemon.cli_json(
+        "schedule", "add", "--user", str(OWNER), "--message", "owner: tick", "--every", "2s"
+    )
     stack.wait_sent(KID, lambda m: m["plain_text"] == "kid: feed the cat", "the kid's reminder")
     # The kid's high-risk call waits for the owner when the kid is removed.
     marker = "/tmp/kid-last-wish"
@@ -293,17 +320,28 @@ def test_a_removed_users_schedule_turn_and_approval_end(stack: Stack) -> None:
     assert len(removed["approvals"]) == 1
     # The card comes down (denied, or withdrawn with the turn): no buttons left to press.
     taken_down = stack.tg.wait_until(
-        lambda: next((e for e in stack.tg.edits if e["chat_id"] == OWNER
-                      and e["message_id"] == card["message_id"]), None), 30, "the card edited",
-    )  # fmt: skip
+        lambda: next(
+            (
+                e
+                for e in stack.tg.edits
+                if e["chat_id"] == OWNER and e["message_id"] == card["message_id"]
+            ),
+            None,
+        ),
+        30,
+        "the card edited",
+    )
     assert "not run" in taken_down["plain_text"] and not taken_down.get("reply_markup")
     sent_then = len([m for m in stack.sent(KID) if m["plain_text"] == "kid: feed the cat"])
     # Positive marker: the owner's schedule ticks twice more; the kid's stays silent.
     ticks = len([m for m in stack.sent(OWNER) if m["plain_text"] == "owner: tick"])
     stack.tg.wait_until(
-        lambda: len([m for m in stack.sent(OWNER) if m["plain_text"] == "owner: tick"])
-        >= ticks + 2, 30, "two more owner ticks",
-    )  # fmt: skip
+        lambda: (
+            len([m for m in stack.sent(OWNER) if m["plain_text"] == "owner: tick"]) >= ticks + 2
+        ),
+        30,
+        "two more owner ticks",
+    )
     assert len([m for m in stack.sent(KID) if m["plain_text"] == "kid: feed the cat"]) == sent_then
     approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
     answer = stack.answer_to(press(stack, OWNER, OWNER, card["message_id"], approve))

@@ -346,8 +346,9 @@ def test_invalid_config_exits_78_naming_the_key(tmp_path: Path, toml: str, key: 
 
 
 def test_invalid_env_override_exits_78_naming_the_variable(tmp_path: Path) -> None:
-    env = daemon_env(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9",
-                     AGENTD_ENGINE__CONCURRENCY="0")  # fmt: skip
+    env = daemon_env(
+        tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9", AGENTD_ENGINE__CONCURRENCY="0"
+    )
     result = Daemon(tmp_path, env).cli("history")
     assert result.returncode == 78 and "engine.concurrency" in result.stderr
     assert "AGENTD_ENGINE__CONCURRENCY" in result.stderr

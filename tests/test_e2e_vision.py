@@ -30,8 +30,9 @@ def png(width: int, height: int, colour: tuple[int, int, int] = (200, 30, 30)) -
 
 def vision_reply(body: dict[str, Any]) -> Any:
     if body.get("tool_choice", {}).get("name") == "record_image_summary":
-        return [{"type": "tool_use", "id": "toolu_v", "name": "record_image_summary",
-                 "input": SEEN}]  # fmt: skip
+        return [
+            {"type": "tool_use", "id": "toolu_v", "name": "record_image_summary", "input": SEEN}
+        ]
     return None
 
 

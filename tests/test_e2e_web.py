@@ -10,8 +10,14 @@ from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.tavily import FakeTavily
 
 TAVILY_KEY = "tvly-test-key-123456"
-RESULTS = [{"title": "agentd 1.0 released", "url": "https://example.org/agentd-1-0",
-            "content": "agentd 1.0 is out with durable approvals.", "score": 0.9}]  # fmt: skip
+RESULTS = [
+    {
+        "title": "agentd 1.0 released",
+        "url": "https://example.org/agentd-1-0",
+        "content": "agentd 1.0 is out with durable approvals.",
+        "score": 0.9,
+    }
+]
 
 
 def tool_results(llm: FakeAnthropic) -> list[dict[str, Any]]:
@@ -31,10 +37,13 @@ def test_tavily_search_is_cited_and_cached(tmp_path: Path) -> None:
     ):
         tavily.set_results("agentd release", RESULTS)
         env = daemon_env(
-            tmp_path, tg.base_url, llm.base_url,
-            AGENTD_WEB__PROVIDER="tavily", AGENTD_WEB__BASE_URL=tavily.base_url,
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_WEB__PROVIDER="tavily",
+            AGENTD_WEB__BASE_URL=tavily.base_url,
             TAVILY_API_KEY=TAVILY_KEY,
-        )  # fmt: skip
+        )
         for n in (1, 2):
             llm.enqueue_tool_use("web_search", {"query": "agentd release"}, f"toolu_w{n}")
             llm.enqueue_text("It is out: [agentd 1.0](https://example.org/agentd-1-0).")
@@ -57,20 +66,47 @@ def test_tavily_search_is_cited_and_cached(tmp_path: Path) -> None:
 
 def test_provider_side_search_answers_with_sources(tmp_path: Path) -> None:
     answer = [
-        {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
-         "input": {"query": "agentd release"}},
-        {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
-         "content": [{"type": "web_search_result", "url": "https://example.org/agentd-1-0",
-                      "title": "agentd 1.0 released", "encrypted_content": "abc",
-                      "page_age": None}]},
-        {"type": "text", "text": "agentd 1.0 is out.",
-         "citations": [{"type": "web_search_result_location",
-                        "url": "https://example.org/agentd-1-0", "title": "agentd 1.0 released",
-                        "encrypted_index": "xyz", "cited_text": "agentd 1.0 is out"}]},
-    ]  # fmt: skip
+        {
+            "type": "server_tool_use",
+            "id": "srvtoolu_1",
+            "name": "web_search",
+            "input": {"query": "agentd release"},
+        },
+        {
+            "type": "web_search_tool_result",
+            "tool_use_id": "srvtoolu_1",
+            "content": [
+                {
+                    "type": "web_search_result",
+                    "url": "https://example.org/agentd-1-0",
+                    "title": "agentd 1.0 released",
+                    "encrypted_content": "abc",
+                    "page_age": None,
+                }
+            ],
+        },
+        {
+            "type": "text",
+            "text": "agentd 1.0 is out.",
+            "citations": [
+                {
+                    "type": "web_search_result_location",
+                    "url": "https://example.org/agentd-1-0",
+                    "title": "agentd 1.0 released",
+                    "encrypted_index": "xyz",
+                    "cited_text": "agentd 1.0 is out",
+                }
+            ],
+        },
+    ]
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_WEB__PROVIDER="anthropic",
-                         AGENTD_TELEGRAM__STREAMING="false")  # fmt: skip
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_WEB__PROVIDER="anthropic",
+            AGENTD_TELEGRAM__STREAMING="false",
+        )
         llm.set_responder(lambda body: answer)
         with running_daemon(tmp_path, env):
             tg.add_message(OWNER, OWNER, "is agentd 1.0 out?")

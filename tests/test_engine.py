@@ -400,8 +400,9 @@ async def test_same_key_runs_in_order_and_keys_run_concurrently(db: Database) ->
     engine = await make_engine(db, wf, concurrency=3)
     for i in range(6):
         for chat in ("a", "b", "c", "d"):
-            await engine.start("ordered", In(label=f"{chat}{i}"), instance_id=f"{chat}{i}",
-                               key=chat)  # fmt: skip
+            await engine.start(
+                "ordered", In(label=f"{chat}{i}"), instance_id=f"{chat}{i}", key=chat
+            )
     for chat in "abcd":
         await engine.wait_for(f"{chat}5")
     for chat in "abcd":
@@ -597,8 +598,12 @@ async def test_errors_are_redacted_before_they_are_journaled(db: Database) -> No
         await step.do("leaky", leaky)
         return Out()
 
-    engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02,
-                    redact=lambda text: text.replace(secret, "[REDACTED]"))  # fmt: skip
+    engine = Engine(
+        db,
+        clock=FakeClock(auto_advance=True),
+        poll_interval=0.02,
+        redact=lambda text: text.replace(secret, "[REDACTED]"),
+    )
     engine.register(wf)
     await engine.run()
     await engine.start("leaky", In(), instance_id="l")

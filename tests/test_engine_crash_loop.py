@@ -49,8 +49,13 @@ async def test_the_culprit_is_parked_and_a_bystander_is_not(db: Database) -> Non
         finished.append(inst)
 
     async def start() -> Engine:
-        engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02,
-                        on_finish=on_finish, crash_limit=3)  # fmt: skip
+        engine = Engine(
+            db,
+            clock=FakeClock(auto_advance=True),
+            poll_interval=0.02,
+            on_finish=on_finish,
+            crash_limit=3,
+        )
         engine.register(culprit)
         engine.register(bystander)
         await engine.run()
@@ -101,8 +106,16 @@ async def test_progress_between_deaths_resets_the_count(db: Database) -> None:
         def die(conn: object, settled: int = settled) -> tuple[list[str], list[str]]:
             conn.execute("UPDATE workflow_instances SET status = 'running' WHERE id = 'p'")  # type: ignore[attr-defined]
             for ordinal in range(1, settled + 1):
-                store.record_step(conn, "p", ordinal, f"s{ordinal}", delivery="at_least_once",
-                                  attempt=1, started_at=0.0, now=0.0)  # fmt: skip
+                store.record_step(
+                    conn,
+                    "p",
+                    ordinal,
+                    f"s{ordinal}",
+                    delivery="at_least_once",
+                    attempt=1,
+                    started_at=0.0,
+                    now=0.0,
+                )
             store.note_engine_start(conn, 0.0)
             return store.count_crashes(conn, clock.now(), 3)
 

@@ -72,9 +72,15 @@ def world(
     local = Local()
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         tg.add_chat(OWNER)
-        env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"),
-                         GITHUB_HOOK_SECRET=SECRET, GITHUB_API_URL=local.url,
-                         GITHUB_TOKEN="ghp_test_token_123")  # fmt: skip
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            GITHUB_HOOK_SECRET=SECRET,
+            GITHUB_API_URL=local.url,
+            GITHUB_TOKEN="ghp_test_token_123",
+        )
         with running_daemon(tmp, env) as daemon:
             yield daemon, tg, llm, local
     local.server.shutdown()
@@ -87,10 +93,15 @@ def deliver(daemon: Daemon, payload: dict[str, Any], delivery: str) -> dict[str,
     raw = json.dumps(payload).encode()
     sig = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
     request = urllib.request.Request(
-        f"http://{where[0]}/hooks/github", data=raw, method="POST",
-        headers={"X-Hub-Signature-256": sig, "X-GitHub-Delivery": delivery,
-                 "X-GitHub-Event": "workflow_run"},
-    )  # fmt: skip
+        f"http://{where[0]}/hooks/github",
+        data=raw,
+        method="POST",
+        headers={
+            "X-Hub-Signature-256": sig,
+            "X-GitHub-Delivery": delivery,
+            "X-GitHub-Event": "workflow_run",
+        },
+    )
     with urllib.request.urlopen(request, timeout=30) as response:
         assert response.status == 202
         return dict(json.loads(response.read()))
@@ -99,11 +110,16 @@ def deliver(daemon: Daemon, payload: dict[str, Any], delivery: str) -> dict[str,
 def run_event(conclusion: str, run_id: int) -> dict[str, Any]:
     return {
         "action": "completed",
-        "workflow_run": {"id": run_id, "name": "tests", "conclusion": conclusion,
-                         "head_branch": "main", "html_url": f"https://github.test/run/{run_id}"},
+        "workflow_run": {
+            "id": run_id,
+            "name": "tests",
+            "conclusion": conclusion,
+            "head_branch": "main",
+            "html_url": f"https://github.test/run/{run_id}",
+        },
         "repository": {"full_name": "owner/repo"},
         "sender": {"login": "someone"},  # extra fields in GitHub's payload are ignored
-    }  # fmt: skip
+    }
 
 
 def wait_output(daemon: Daemon, iid: str) -> dict[str, Any]:
@@ -119,15 +135,17 @@ def test_ci_failure_asks_the_owner_and_reruns(world: tuple[Any, ...]) -> None:
     failed = deliver(daemon, run_event("failure", 99), "gh-fail")
     question = tg.wait_until(
         lambda: next((m for m in tg.sent if "failed on owner/repo" in m["plain_text"]), None),
-        30, "the question",
-    )  # fmt: skip
+        30,
+        "the question",
+    )
     assert not local.reruns  # nothing re-run before the owner says so
     rerun = question["reply_markup"]["inline_keyboard"][0][0]
     assert rerun["text"] == "Re-run"
     tg.add_callback_query(OWNER, OWNER, question["message_id"], rerun["callback_data"])
     assert wait_output(daemon, failed["instance_id"]) == {"action": "rerun"}
-    assert local.reruns == [{"path": "/repos/owner/repo/actions/runs/99/rerun",
-                             "auth": "Bearer ghp_test_token_123"}]  # fmt: skip
+    assert local.reruns == [
+        {"path": "/repos/owner/repo/actions/runs/99/rerun", "auth": "Bearer ghp_test_token_123"}
+    ]
     assert any("Re-running tests" in m["plain_text"] for m in tg.sent)
     assert sum("failed on owner/repo" in m["plain_text"] for m in tg.sent) == 1
     assert "ghp_test_token_123" not in daemon.log()
@@ -144,14 +162,21 @@ def test_page_watch_calls_the_model_only_when_the_page_changed(world: tuple[Any,
         return Reply(content=[tool_use_block("answer", {"summary": "It was delivered."})])
 
     llm.set_responder(responder)
-    started = daemon.cli_json("workflows", "start", "page_watch", "--input", json.dumps(
-        {"url": local.url + "/parcel", "what": "the parcel", "every_minutes": 0.01, "rounds": 4}
-    ))  # fmt: skip
+    started = daemon.cli_json(
+        "workflows",
+        "start",
+        "page_watch",
+        "--input",
+        json.dumps(
+            {"url": local.url + "/parcel", "what": "the parcel", "every_minutes": 0.01, "rounds": 4}
+        ),
+    )
     iid = started["instance_id"]
 
     def step_done(name: str) -> bool:
-        rows = daemon.query("SELECT status FROM workflow_steps WHERE instance_id = ? AND name = ?",
-                            (iid, name))  # fmt: skip
+        rows = daemon.query(
+            "SELECT status FROM workflow_steps WHERE instance_id = ? AND name = ?", (iid, name)
+        )
         return bool(rows) and rows[0][0] == "complete"
 
     deadline = time.monotonic() + 60

@@ -53,7 +53,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         FaultProxy.running(llm.base_url, "anthropic") as llm_proxy,
     ):
         env = daemon_env(
-            tmp, tg_proxy.base_url, llm_proxy.base_url,
+            tmp,
+            tg_proxy.base_url,
+            llm_proxy.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
             AGENTD_TELEGRAM__ALLOW_GROUPS="true",
             AGENTD_TELEGRAM__SEND_RETRIES="6",
@@ -66,7 +68,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             AGENTD_MEMORY__SUMMARY_THRESHOLD="10000",  # no background model calls to count
             # The fake answers at once: typing and drafts only go out when they show at once.
             AGENTD_TELEGRAM__PROGRESS_DELAY="0",
-        )  # fmt: skip
+        )
         # Start-up while Telegram is unreachable or answers garbage: the daemon waits.
         tg_proxy.fail("getMe", "status", status=502, body="html")
         tg_proxy.fail("getMe", "status", status=404, body="foreign")
@@ -125,9 +127,14 @@ class Turn:
 
 
 def run_turn(
-    stack: Stack, proxy: FaultProxy, method: str, mode: str, *, armed: bool = False,
+    stack: Stack,
+    proxy: FaultProxy,
+    method: str,
+    mode: str,
+    *,
+    armed: bool = False,
     **options: Any,
-) -> Turn:  # fmt: skip
+) -> Turn:
     """Switch one fault on, send one message, wait for its turn; the fault is off after.
 
     armed: send the message only once the faulty call is under way (a long poll in flight
@@ -264,10 +271,16 @@ def test_lone_surrogates_are_replaced_and_answered(stack: Stack) -> None:
 
 def test_an_unreadable_update_is_audited_and_answered(stack: Stack) -> None:
     update_id = stack.tg.add_update(
-        {"message": {"message_id": 9001, "date": int(time.time()), "text": 12345,
-                     "from": {"id": OWNER, "is_bot": False, "first_name": "O"},
-                     "chat": {"id": OWNER, "type": "private"}}}
-    )  # fmt: skip
+        {
+            "message": {
+                "message_id": 9001,
+                "date": int(time.time()),
+                "text": 12345,
+                "from": {"id": OWNER, "is_bot": False, "first_name": "O"},
+                "chat": {"id": OWNER, "type": "private"},
+            }
+        }
+    )
     assert wait_done(stack, update_id) == "complete"
     row = stack.daemon.query(
         "SELECT detail FROM audit WHERE kind = 'update_unreadable' AND chat_id = ?", (OWNER,)
@@ -281,11 +294,17 @@ def test_a_message_with_link_preview_options_does_not_block_the_poll(stack: Stac
     # not write out: the batch failed before its offset was acknowledged, for ever.
     text = f"see https://example.org {next(_texts)}"
     update_id = stack.tg.add_update(
-        {"message": {"message_id": 9002, "date": int(time.time()), "text": text,
-                     "link_preview_options": {"url": "https://example.org"},
-                     "from": {"id": OWNER, "is_bot": False, "first_name": "O"},
-                     "chat": {"id": OWNER, "type": "private"}}}
-    )  # fmt: skip
+        {
+            "message": {
+                "message_id": 9002,
+                "date": int(time.time()),
+                "text": text,
+                "link_preview_options": {"url": "https://example.org"},
+                "from": {"id": OWNER, "is_bot": False, "first_name": "O"},
+                "chat": {"id": OWNER, "type": "private"},
+            }
+        }
+    )
     assert wait_done(stack, update_id) == "complete"
     assert history_of(stack, update_id) == [("user", text), ("assistant", f"echo: {text}")]
     after = stack.tg.add_message(OWNER, OWNER, f"and after {next(_texts)}")
@@ -337,8 +356,9 @@ def test_a_cancelled_approval_takes_its_buttons_down(stack: Stack) -> None:
     assert wait_done(stack, update_id) == "cancelled"
     edit = stack.tg.wait_until(
         lambda: next((e for e in stack.tg.edits if e["message_id"] == card["message_id"]), None),
-        20, "the card's edit",
-    )  # fmt: skip
+        20,
+        "the card's edit",
+    )
     assert "cancelled" in edit["text"] and not edit.get("reply_markup")
 
 

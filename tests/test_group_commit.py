@@ -47,9 +47,11 @@ async def test_concurrent_writes_share_one_commit(db: Any) -> None:
 
 async def test_a_failing_write_is_undone_alone(db: Any) -> None:
     results = await asyncio.gather(
-        db.write(insert, 1), db.write(insert_then_fail, 2), db.write_unsynced(insert, 3),
+        db.write(insert, 1),
+        db.write(insert_then_fail, 2),
+        db.write_unsynced(insert, 3),
         return_exceptions=True,
-    )  # fmt: skip
+    )
     assert results[0] == 1 and results[2] == 3
     assert isinstance(results[1], ValueError) and str(results[1]) == "refused 2"
     assert await db.read(rows) == [1, 3]

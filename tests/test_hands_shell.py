@@ -48,8 +48,9 @@ def book(tmp_path: Path) -> rules.RuleBook:
     conn = open_sync(tmp_path / "db.sqlite")
     apply_migrations(conn)
     conn.execute("BEGIN IMMEDIATE")
-    rules.add_rule(conn, "systemctl", rules.exact_pattern(["systemctl", "restart", "jelly"]),
-                   "test", None)  # fmt: skip
+    rules.add_rule(
+        conn, "systemctl", rules.exact_pattern(["systemctl", "restart", "jelly"]), "test", None
+    )
     conn.execute("COMMIT")
     conn.close()
     made = rules.RuleBook(tmp_path / "db.sqlite")
@@ -59,10 +60,26 @@ def book(tmp_path: Path) -> rules.RuleBook:
 
 @pytest.mark.parametrize(
     "command",
-    ["df -h; rm -rf x", "df && rm x", "df || x", "df | sh", "df > /workspace/x", "df < x",
-     "echo $(id)", "echo `id`", "echo \"$(id)\"", "df &", "df\nrm x", "(df)", "{ df; }",
-     "df # x", "A=1 df", "echo ${HOME}", "df \\; rm"],
-)  # fmt: skip
+    [
+        "df -h; rm -rf x",
+        "df && rm x",
+        "df || x",
+        "df | sh",
+        "df > /workspace/x",
+        "df < x",
+        "echo $(id)",
+        "echo `id`",
+        'echo "$(id)"',
+        "df &",
+        "df\nrm x",
+        "(df)",
+        "{ df; }",
+        "df # x",
+        "A=1 df",
+        "echo ${HOME}",
+        "df \\; rm",
+    ],
+)
 def test_shell_syntax_is_never_plain(command: str) -> None:
     assert not rules.parse(command).ok
 
@@ -77,9 +94,13 @@ def test_an_always_allow_rule_never_matches_a_chained_command(book: rules.RuleBo
     untainted = CallState()
     allowed = policy.assess(ShellArgs(command="systemctl restart jelly"), untainted)
     assert allowed is not None and allowed.risk == "low" and "rule #1" in allowed.reason
-    for chained in ("systemctl restart jelly; rm -rf /workspace", "systemctl restart jelly && id",
-                    "systemctl restart jelly | sh", "systemctl restart jelly $(id)",
-                    "systemctl restart jelly > x"):  # fmt: skip
+    for chained in (
+        "systemctl restart jelly; rm -rf /workspace",
+        "systemctl restart jelly && id",
+        "systemctl restart jelly | sh",
+        "systemctl restart jelly $(id)",
+        "systemctl restart jelly > x",
+    ):
         verdict = policy.assess(ShellArgs(command=chained), untainted)
         assert verdict is not None and verdict.risk == "high", chained
     for other in ("systemctl stop jelly", "systemctl restart jelly*", "systemctl restart jelly x"):
@@ -109,8 +130,11 @@ def test_the_risk_policy_asks_for_a_command_in_a_tainted_turn(book: rules.RuleBo
     async def fn(ctx: object, args: object) -> str:
         return ""
 
-    shell = replace(Tool.from_model(name="shell", description="d", args_model=ShellArgs, fn=fn,
-                                    risk="high"), egress=True, assess=policy.assess)  # fmt: skip
+    shell = replace(
+        Tool.from_model(name="shell", description="d", args_model=ShellArgs, fn=fn, risk="high"),
+        egress=True,
+        assess=policy.assess,
+    )
     args = ShellArgs(command="uptime")
     assert call_risk(shell, args, CallState()).risk == "low"
     assert call_risk(shell, args, CallState(tainted_by=("mail:INBOX/4",))).risk == "high"
@@ -122,7 +146,10 @@ def test_the_card_shows_command_folder_network_limits_and_offers_plain_only() ->
     assert "$ systemctl restart jelly" in text and "/workspace/media" in text
     assert "network: off" in text and "120 s wall" in text and "bubblewrap" in text
     assert offer(shell, ShellArgs(command="systemctl restart jelly")) == [
-        "systemctl", "restart", "jelly"]  # fmt: skip
+        "systemctl",
+        "restart",
+        "jelly",
+    ]
     assert offer(shell, ShellArgs(command="a; b")) is None
     assert offer(shell, ShellArgs(command="curl x", network=True)) is None
     bare = card_text(ShellConfig(sandbox="none"), ShellArgs(command="ls"))
@@ -139,8 +166,7 @@ def ws() -> Iterator[Path]:
     shutil.rmtree(root.parent, ignore_errors=True)
 
 
-def run(command: str, ws: Path, limits: Limits = TEN_SECONDS,
-        **kw: object) -> object:  # fmt: skip
+def run(command: str, ws: Path, limits: Limits = TEN_SECONDS, **kw: object) -> object:
     return asyncio.run(run_sandboxed(command, ws, sandbox=SANDBOX, limits=limits, **kw))  # type: ignore[arg-type]
 
 
@@ -150,8 +176,11 @@ def test_escapes_fail_inside_the_sandbox(ws: Path, tmp_path: Path) -> None:
     secret.write_text("ANTHROPIC_API_KEY=sk-secret")
     os.environ["HANDS_TEST_SECRET"] = "sk-env-secret"
     try:
-        result = run(f"cat {secret}; cat /proc/self/root{secret}; env; ls /root /home; "
-                     "touch /usr/x; cat /etc/shadow; echo ok > inside.txt", ws)  # fmt: skip
+        result = run(
+            f"cat {secret}; cat /proc/self/root{secret}; env; ls /root /home; "
+            "touch /usr/x; cat /etc/shadow; echo ok > inside.txt",
+            ws,
+        )
     finally:
         del os.environ["HANDS_TEST_SECRET"]
     out = result.output  # type: ignore[attr-defined]
@@ -171,8 +200,10 @@ def test_no_network_unless_asked(ws: Path) -> None:
                 server.accept()
 
     threading.Thread(target=accept, daemon=True).start()
-    probe_cmd = ("python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
-                 f"{port}), timeout=3); print('CONNECTED')\"")  # fmt: skip
+    probe_cmd = (
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+        f"{port}), timeout=3); print('CONNECTED')\""
+    )
     try:
         off = run(probe_cmd, ws)
         on = run(probe_cmd, ws, network=True)
@@ -205,9 +236,14 @@ def test_cancelling_kills_the_whole_tree_within_a_second(ws: Path) -> None:
     marker = f"{int(time.time() * 1000) % 100000}.5"
 
     async def scenario() -> float:
-        task = asyncio.ensure_future(run_sandboxed(
-            f"sleep {marker} & sleep {marker} & setsid sleep {marker}; wait", ws,
-            sandbox=SANDBOX, limits=Limits(wall_seconds=60)))  # fmt: skip
+        task = asyncio.ensure_future(
+            run_sandboxed(
+                f"sleep {marker} & sleep {marker} & setsid sleep {marker}; wait",
+                ws,
+                sandbox=SANDBOX,
+                limits=Limits(wall_seconds=60),
+            )
+        )
         deadline = time.monotonic() + 10
         while not alive(f"sleep\x00{marker}") and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
@@ -228,8 +264,9 @@ def test_cancelling_kills_the_whole_tree_within_a_second(ws: Path) -> None:
 def test_sandbox_none_runs_directly_with_an_empty_environment(ws: Path) -> None:
     os.environ["HANDS_TEST_SECRET"] = "sk-env-secret"
     try:
-        result = asyncio.run(run_sandboxed("env; pwd", ws, sandbox=Sandbox(mode="none"),
-                                           limits=TEN_SECONDS))  # fmt: skip
+        result = asyncio.run(
+            run_sandboxed("env; pwd", ws, sandbox=Sandbox(mode="none"), limits=TEN_SECONDS)
+        )
     finally:
         del os.environ["HANDS_TEST_SECRET"]
     assert result.sandbox == "none" and result.exit_code == 0
@@ -251,18 +288,37 @@ def _pending_shell_approval(conn: object, approval_id: str) -> None:
         "updated_at) VALUES (?, 'turn', 'chat-1', 'waiting', '{}', ?, ?)",
         (f"turn-{approval_id}", now, now),
     )
-    approvals.create(conn, approvals.Approval(
-        id=approval_id, instance_id=f"turn-{approval_id}", tool_use_id="t1", chat_id=1,
-        user_id=1, tool="shell", risk="high", args_digest="d", args_preview="$ touch x",
-        status="pending", created_at=now, expires_at=now + 600))  # fmt: skip
+    approvals.create(
+        conn,
+        approvals.Approval(
+            id=approval_id,
+            instance_id=f"turn-{approval_id}",
+            tool_use_id="t1",
+            chat_id=1,
+            user_id=1,
+            tool="shell",
+            risk="high",
+            args_digest="d",
+            args_preview="$ touch x",
+            status="pending",
+            created_at=now,
+            expires_at=now + 600,
+        ),
+    )
     rules.offer(conn, approval_id, ["touch", "x*"])
 
 
 def _press(data: str, user_id: int, chat_id: int, message_id: int) -> object:
     from agentd.chat.inputs import CallbackPress
 
-    return CallbackPress(update_id=1, callback_id="c", chat_id=chat_id, user_id=user_id,
-                         message_id=message_id, data=data)  # fmt: skip
+    return CallbackPress(
+        update_id=1,
+        callback_id="c",
+        chat_id=chat_id,
+        user_id=user_id,
+        message_id=message_id,
+        data=data,
+    )
 
 
 def test_always_allow_is_checked_like_approve_and_adds_a_rule_for_an_approver(

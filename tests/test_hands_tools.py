@@ -16,19 +16,25 @@ from agentd.tools.policy import call_risk
 
 
 def _config(tmp_path: Path) -> Config:
-    return Config.model_validate({
-        "storage": {"path": str(tmp_path / "agentd.db")},
-        "telegram": {"allowed_user_ids": [7]},
-        "tools": {"workspace": {"path": str(tmp_path / "ws")}},
-    })  # fmt: skip
+    return Config.model_validate(
+        {
+            "storage": {"path": str(tmp_path / "agentd.db")},
+            "telegram": {"allowed_user_ids": [7]},
+            "tools": {"workspace": {"path": str(tmp_path / "ws")}},
+        }
+    )
 
 
 def test_risks_at_most_once_and_egress(tmp_path: Path) -> None:
     tools = {t.name: t for t in workspace_tools(_config(tmp_path), db=None)}  # type: ignore[arg-type]
     assert {n: t.risk for n, t in tools.items()} == {
-        "list_files": "low", "read_file": "low", "write_file": "medium", "edit_file": "medium",
-        "delete_file": "high", "send_file": "low",
-    }  # fmt: skip
+        "list_files": "low",
+        "read_file": "low",
+        "write_file": "medium",
+        "edit_file": "medium",
+        "delete_file": "high",
+        "send_file": "low",
+    }
     for name in ("write_file", "edit_file", "delete_file"):
         assert tools[name].at_most_once and tools[name].egress, name
     for name in ("list_files", "read_file", "send_file"):
@@ -53,11 +59,13 @@ def test_write_then_send_file_through_the_tools(tmp_path: Path) -> None:
         try:
             tools = {t.name: t for t in workspace_tools(_config(tmp_path), db)}
             ctx = ToolContext(chat_id=7, user_id=7, instance_id="i1", tool_use_id="u1")
-            wrote = await tools["write_file"].fn(ctx, tools["write_file"].parse_args(
-                {"path": "out/report.txt", "content": "hello"}))  # fmt: skip
+            wrote = await tools["write_file"].fn(
+                ctx, tools["write_file"].parse_args({"path": "out/report.txt", "content": "hello"})
+            )
             assert wrote == "Wrote 5 bytes to out/report.txt."
-            sent = await tools["send_file"].fn(ctx, tools["send_file"].parse_args(
-                {"path": "out/report.txt"}))  # fmt: skip
+            sent = await tools["send_file"].fn(
+                ctx, tools["send_file"].parse_args({"path": "out/report.txt"})
+            )
             assert isinstance(sent, OutgoingFile) and sent.data == b"hello"
             assert sent.filename == "report.txt"
             rows = await db.fetchall("SELECT kind, detail FROM audit")

@@ -58,20 +58,29 @@ async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
     route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET")
     config = Config(
         telegram=TelegramConfig(allowed_user_ids=[42]),
-        hooks=HooksConfig(enabled=True, listen=f"unix:{sock}", max_body_bytes=16384,
-                          routes={"u": route}),
-    )  # fmt: skip
+        hooks=HooksConfig(
+            enabled=True, listen=f"unix:{sock}", max_body_bytes=16384, routes={"u": route}
+        ),
+    )
     db = await Database.open(tmp_path / "t.db")
     engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
     catalog = Catalog()
     catalog.add(unit_wait)
-    runtime = Runtime(config=config, db=db, clock=engine.clock, catalog=catalog,
-                      outbox=_Outbox(), llm=None, kick=engine.kick)  # type: ignore[arg-type]  # fmt: skip
+    runtime = Runtime(
+        config=config,
+        db=db,
+        clock=engine.clock,
+        catalog=catalog,
+        outbox=_Outbox(),
+        llm=None,
+        kick=engine.kick,
+    )  # type: ignore[arg-type]
     for flow in runtime.workflows():
         engine.register(flow)
     await engine.run()
-    server = HookServer(config, runtime, engine.start, engine.poll_once,
-                        env={"UNIT_SECRET": SECRET})  # fmt: skip
+    server = HookServer(
+        config, runtime, engine.start, engine.poll_once, env={"UNIT_SECRET": SECRET}
+    )
     await server.start()
     try:
         yield str(sock), db
@@ -114,8 +123,9 @@ async def test_unix_socket_starts_and_refuses_answers_from_a_webhook(
         await asyncio.sleep(0.01)
     assert (await db.read(store.get_instance, iid)).status == "waiting"
     answer = json.dumps({"instance_id": iid, "data": {"choice": "Yes"}}).encode()
-    status, refused = await post(sock, "/hooks/u/events/answer:ask", answer,
-                                 {"X-Signature-256": sign(answer)})  # fmt: skip
+    status, refused = await post(
+        sock, "/hooks/u/events/answer:ask", answer, {"X-Signature-256": sign(answer)}
+    )
     assert status == 403 and "owner" in refused["error"]
     events = await db.read(lambda c: c.execute("SELECT COUNT(*) FROM workflow_events").fetchone())
     assert events[0] == 0

@@ -20,8 +20,11 @@ AGENTD = [sys.executable, "-m", "agentd"]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))}  # fmt: skip
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))
+    }
     return {**env, "TZ": "Europe/Lisbon", "COLUMNS": "100", "NO_COLOR": "1", **extra}
 
 
@@ -35,10 +38,23 @@ def test_init_in_a_terminal_pairs_the_owner_and_writes_the_files(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
 ) -> None:
     tg, llm = fakes
-    args = ["init", "--dir", str(tmp_path), "--api-base", tg.base_url,
-            "--llm-base-url", llm.base_url]  # fmt: skip
-    child = pexpect.spawn(AGENTD[0], [*AGENTD[1:], *args], env=clean_env(), encoding="utf-8",
-                          timeout=90, dimensions=(40, 100))  # fmt: skip
+    args = [
+        "init",
+        "--dir",
+        str(tmp_path),
+        "--api-base",
+        tg.base_url,
+        "--llm-base-url",
+        llm.base_url,
+    ]
+    child = pexpect.spawn(
+        AGENTD[0],
+        [*AGENTD[1:], *args],
+        env=clean_env(),
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(40, 100),
+    )
     try:
         child.expect("Bot token")
         child.sendline("999:not-the-token")
@@ -75,8 +91,9 @@ def test_init_in_a_terminal_pairs_the_owner_and_writes_the_files(
 
     # Re-running on a configured machine changes nothing without asking.
     before = config_text
-    child = pexpect.spawn(AGENTD[0], [*AGENTD[1:], *args], env=clean_env(), encoding="utf-8",
-                          timeout=60)  # fmt: skip
+    child = pexpect.spawn(
+        AGENTD[0], [*AGENTD[1:], *args], env=clean_env(), encoding="utf-8", timeout=60
+    )
     child.expect("Replace them?")
     child.sendline("n")
     child.expect("Nothing changed")
@@ -89,12 +106,23 @@ def test_init_non_interactive_then_doctor_is_green(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
 ) -> None:
     tg, llm = fakes
-    args = [*AGENTD, "init", "--non-interactive", "--dir", str(tmp_path), "--api-base",
-            tg.base_url, "--llm-base-url", llm.base_url, "--owner-id", str(OWNER)]  # fmt: skip
-    env = clean_env(TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY=API_KEY,
-                    XDG_CONFIG_HOME=str(tmp_path / "xdg"))  # fmt: skip
-    done = subprocess.run([*args, "--systemd"], env=env, capture_output=True, text=True,
-                          timeout=90)  # fmt: skip
+    args = [
+        *AGENTD,
+        "init",
+        "--non-interactive",
+        "--dir",
+        str(tmp_path),
+        "--api-base",
+        tg.base_url,
+        "--llm-base-url",
+        llm.base_url,
+        "--owner-id",
+        str(OWNER),
+    ]
+    env = clean_env(
+        TELEGRAM_BOT_TOKEN=TOKEN, ANTHROPIC_API_KEY=API_KEY, XDG_CONFIG_HOME=str(tmp_path / "xdg")
+    )
+    done = subprocess.run([*args, "--systemd"], env=env, capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr
     assert "systemctl --user enable --now agentd" in done.stdout
     unit = (tmp_path / "xdg" / "systemd" / "user" / "agentd.service").read_text()
@@ -103,13 +131,24 @@ def test_init_non_interactive_then_doctor_is_green(
     again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=90)
     assert again.returncode == 1 and "nothing changed" in again.stderr
 
-    doctor = subprocess.run([*AGENTD, "doctor", "--json"], env=clean_env(), cwd=tmp_path,
-                            capture_output=True, text=True, timeout=90)  # fmt: skip
+    doctor = subprocess.run(
+        [*AGENTD, "doctor", "--json"],
+        env=clean_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     checks = {c["check"]: c["ok"] for c in json.loads(doctor.stdout)}
     assert checks["telegram"] and checks["anthropic"] and checks["model"] and checks["allowlist"]
 
-    bad = subprocess.run([*args, "--force"], env={**env, "TELEGRAM_BOT_TOKEN": "1:bad"},
-                         capture_output=True, text=True, timeout=90)  # fmt: skip
+    bad = subprocess.run(
+        [*args, "--force"],
+        env={**env, "TELEGRAM_BOT_TOKEN": "1:bad"},
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert bad.returncode == 78 and "rejected the bot token" in bad.stderr
     assert "1:bad" not in bad.stderr
 

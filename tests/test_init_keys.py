@@ -23,8 +23,14 @@ def fakes() -> tuple[FakeTelegram, FakeAnthropic]:
 
 def spawn(tmp_path: Path, tg: FakeTelegram, llm_url: str) -> pexpect.spawn:
     args = ["init", "--dir", str(tmp_path), "--api-base", tg.base_url, "--llm-base-url", llm_url]
-    return pexpect.spawn(AGENTD[0], [*AGENTD[1:], *args], env=clean_env(), encoding="utf-8",
-                         timeout=90, dimensions=(40, 100))  # fmt: skip
+    return pexpect.spawn(
+        AGENTD[0],
+        [*AGENTD[1:], *args],
+        env=clean_env(),
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(40, 100),
+    )
 
 
 def pair(child: pexpect.spawn, tg: FakeTelegram) -> None:
@@ -84,10 +90,26 @@ def test_ctrl_c_at_the_key_keeps_the_pairing_and_a_rerun_finishes(
     config = load_config(tmp_path / "agentd.toml", env={})
     assert config.telegram.allowed_user_ids == [OWNER] and config.secrets.anthropic_api_key is None
     # The re-run it suggests skips pairing and reads the token back: only the key is asked.
-    args = ["init", "--dir", str(tmp_path), "--owner-id", str(OWNER), "--force",
-            "--api-base", tg.base_url, "--llm-base-url", llm.base_url]  # fmt: skip
-    child = pexpect.spawn(AGENTD[0], [*AGENTD[1:], *args], env=clean_env(), encoding="utf-8",
-                          timeout=90, dimensions=(40, 100))  # fmt: skip
+    args = [
+        "init",
+        "--dir",
+        str(tmp_path),
+        "--owner-id",
+        str(OWNER),
+        "--force",
+        "--api-base",
+        tg.base_url,
+        "--llm-base-url",
+        llm.base_url,
+    ]
+    child = pexpect.spawn(
+        AGENTD[0],
+        [*AGENTD[1:], *args],
+        env=clean_env(),
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(40, 100),
+    )
     try:
         child.expect("Bot token ok")
         child.expect("Anthropic API key")

@@ -38,7 +38,8 @@ def test_a_stale_row_from_before_a_reboot_does_not_block(tmp_path: Path) -> None
 def test_a_live_holder_on_another_host_is_refused(tmp_path: Path) -> None:
     conn = open_sync(tmp_path / "a.db")
     apply_migrations(conn)
-    conn.execute("INSERT INTO runner_lease VALUES (1, 77, 'otherhost', ?, ?)",
-                 (time.time(), time.time()))  # fmt: skip
+    conn.execute(
+        "INSERT INTO runner_lease VALUES (1, 77, 'otherhost', ?, ?)", (time.time(), time.time())
+    )
     with pytest.raises(lease.LeaseHeld, match="pid 77 on otherhost"):
         lease.acquire(conn, pid=4242)

@@ -73,8 +73,11 @@ def account(dovecot: Dovecot, user: str, smtp_port: int = 0, **over: Any) -> Mai
 
 def tools_for(acc: MailAccountConfig, db: Database, tmp: Path, password: str) -> dict[str, Tool]:
     # The mailboxes are the owner's (#26): the calls below are user 42's, in their chat.
-    config = Config(mail=[acc], storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
-                    telegram={"owner_id": 42})  # fmt: skip
+    config = Config(
+        mail=[acc],
+        storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
+        telegram={"owner_id": 42},
+    )
     built = build_mail_tools(config, db, {acc.password_env: password})
     return {t.name: t for t in built}
 

@@ -31,11 +31,18 @@ def dovecot() -> Iterator[Dovecot]:
 
 def account(dovecot: Dovecot, user: str) -> MailAccountConfig:
     return MailAccountConfig(
-        name=user, address=f"{user}@example.org", username=user, password_env="PW",
-        imap_host="127.0.0.1", imap_port=dovecot.port, imap_security="plain", timeout=10,
-        poll_interval=5, watch=["INBOX"],
+        name=user,
+        address=f"{user}@example.org",
+        username=user,
+        password_env="PW",
+        imap_host="127.0.0.1",
+        imap_port=dovecot.port,
+        imap_security="plain",
+        timeout=10,
+        poll_interval=5,
+        watch=["INBOX"],
         rules=[MailRule(subject="skip", action="ignore"), MailRule(sender="", action="notify")],
-    )  # fmt: skip
+    )
 
 
 async def wait_for(predicate, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
@@ -75,10 +82,23 @@ async def test_watch_sees_new_mail_only(dovecot: Dovecot, db: Database, mode: st
 
 
 def test_rules_first_match_decides() -> None:
-    s = Summary(folder="INBOX", uid=1, sender="Boss <boss@corp.com>", to="", subject="Q3 plan",
-                date="", message_id="", unread=True, flagged=False, size=1)  # fmt: skip
-    rules = [MailRule(sender="boss@", subject="newsletter", action="ignore"),
-             MailRule(sender="BOSS@corp", action="summary"), MailRule(action="notify")]  # fmt: skip
+    s = Summary(
+        folder="INBOX",
+        uid=1,
+        sender="Boss <boss@corp.com>",
+        to="",
+        subject="Q3 plan",
+        date="",
+        message_id="",
+        unread=True,
+        flagged=False,
+        size=1,
+    )
+    rules = [
+        MailRule(sender="boss@", subject="newsletter", action="ignore"),
+        MailRule(sender="BOSS@corp", action="summary"),
+        MailRule(action="notify"),
+    ]
     assert matching_rule(rules, s) == rules[1]
     assert matching_rule([MailRule(folder="Work")], s) is None
 

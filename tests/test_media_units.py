@@ -17,8 +17,13 @@ from tests.test_classify import ME, message
 
 def test_voice_audio_and_round_videos_are_voice_turns_with_their_file() -> None:
     for kind in ("voice", "audio", "video_note"):
-        item = {"file_id": f"F-{kind}", "file_unique_id": "u", "duration": 3,
-                "mime_type": "audio/ogg", "file_size": 900}  # fmt: skip
+        item = {
+            "file_id": f"F-{kind}",
+            "file_unique_id": "u",
+            "duration": 3,
+            "mime_type": "audio/ogg",
+            "file_size": 900,
+        }
         turn = classify(message(**{kind: item}, caption="listen"), ME).turn
         assert turn and turn.kind == "voice" and turn.media and turn.media.kind == kind
         assert turn.media.file_id == f"F-{kind}" and turn.media.duration == 3
@@ -40,8 +45,9 @@ def test_document_types_and_sizes() -> None:
     assert format_of(MediaRef(kind="document", file_id="x", mime_type="application/pdf")) == "pdf"
     heic = refusal(MediaRef(kind="document", file_id="x", file_name="pic.heic"), 10_000)
     assert heic and "pic.heic" in heic and "PDF" in heic
-    big = refusal(MediaRef(kind="document", file_id="x", file_name="a.pdf", file_size=20_000_000),
-                  1_000_000)  # fmt: skip
+    big = refusal(
+        MediaRef(kind="document", file_id="x", file_name="a.pdf", file_size=20_000_000), 1_000_000
+    )
     assert big and "20.0 MB" in big and "1.0 MB" in big
 
 
@@ -69,6 +75,7 @@ async def test_a_tool_returning_a_file_is_spooled_and_told_to_the_model(tmp_path
     assert "report body" not in outcome.model_dump_json()  # the journal holds the path only
     with open(outcome.files[0].path, "rb") as spooled:
         assert spooled.read() == b"report body"
-    nowhere = await execute(make_file, ToolContext(chat_id=1, user_id=2, instance_id="i"),
-                            {"name": "r.txt"})  # fmt: skip
+    nowhere = await execute(
+        make_file, ToolContext(chat_id=1, user_id=2, instance_id="i"), {"name": "r.txt"}
+    )
     assert not nowhere.ok and "cannot be sent" in nowhere.content

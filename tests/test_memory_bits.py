@@ -147,9 +147,9 @@ async def test_another_process_writing_is_seen(conn: Any, tmp_path: Path) -> Non
     hits = search(conn, 7, "kayak", query, EMB.model_id, k=5, mode="vector", bits=bits)
     assert [h.memory.content for h in hits] == ["harbour kayak trip"]
     assert all(
-        h.memory.user_id == 1 for h in search(conn, 1, "kayak", query, EMB.model_id, k=50,
-                                              bits=bits)
-    )  # fmt: skip
+        h.memory.user_id == 1
+        for h in search(conn, 1, "kayak", query, EMB.model_id, k=50, bits=bits)
+    )
 
 
 async def test_copies_are_bounded_least_recently_used_first(conn: Any) -> None:
@@ -170,8 +170,9 @@ async def test_kinds_narrow_the_vector_arm_with_either_prefilter(conn: Any) -> N
     query = EMB.embed_sync("train to Lisbon")
     for bits in (None, BitCache()):
         for kinds in (["summary"], ["fact", "note"]):
-            hits = search(conn, 1, "", query, EMB.model_id, k=20, mode="vector", kinds=kinds,
-                          bits=bits)  # fmt: skip
+            hits = search(
+                conn, 1, "", query, EMB.model_id, k=20, mode="vector", kinds=kinds, bits=bits
+            )
             assert len(hits) == 20 and {h.memory.kind for h in hits} == set(kinds)
         everything = search(conn, 1, "", query, EMB.model_id, k=30, mode="vector", bits=bits)
         assert {h.memory.kind for h in everything} == {"note", "summary", "fact"}

@@ -73,8 +73,10 @@ def test_unkeyed_duplicates_do_not_pile_up_and_retract_works(conn: Any) -> None:
 
 
 def test_facts_for_prompt_respects_budget_and_order(conn: Any) -> None:
-    facts = [ExtractedFact(kind="fact", key=f"k{i}", content=f"Fact number {i} " + "x" * 40)
-             for i in range(20)]  # fmt: skip
+    facts = [
+        ExtractedFact(kind="fact", key=f"k{i}", content=f"Fact number {i} " + "x" * 40)
+        for i in range(20)
+    ]
     facts.append(ExtractedFact(kind="preference", key="tone", content="Likes short answers"))
     apply_extracted_facts(conn, 1, ExtractedFacts(facts=facts))
     text = facts_for_prompt(conn, 1, 300)

@@ -63,8 +63,9 @@ async def ours(fake: FakeAnthropic) -> AsyncIterator[AnthropicLLM]:
 
 @pytest.fixture
 async def sdk(fake: FakeAnthropic) -> AsyncIterator[anthropic.AsyncAnthropic]:
-    client = anthropic.AsyncAnthropic(api_key="sk-ant-test-key", base_url=fake.base_url,
-                                      max_retries=0)  # fmt: skip
+    client = anthropic.AsyncAnthropic(
+        api_key="sk-ant-test-key", base_url=fake.base_url, max_retries=0
+    )
     yield client
     await client.close()
 
@@ -79,9 +80,12 @@ def _params() -> dict[str, Any]:
 @pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("case", sorted(ANSWERS))
 async def test_answers_match_the_official_client(
-    fake: FakeAnthropic, ours: AnthropicLLM, sdk: anthropic.AsyncAnthropic, case: str,
+    fake: FakeAnthropic,
+    ours: AnthropicLLM,
+    sdk: anthropic.AsyncAnthropic,
+    case: str,
     streamed: bool,
-) -> None:  # fmt: skip
+) -> None:
     seen: list[str] = []
 
     async def on_text(text: str) -> None:
@@ -112,9 +116,12 @@ async def test_answers_match_the_official_client(
 @pytest.mark.parametrize("streamed", [False, True])
 @pytest.mark.parametrize("case", sorted(ERRORS))
 async def test_errors_keep_status_and_retryability(
-    fake: FakeAnthropic, ours: AnthropicLLM, sdk: anthropic.AsyncAnthropic, case: str,
+    fake: FakeAnthropic,
+    ours: AnthropicLLM,
+    sdk: anthropic.AsyncAnthropic,
+    case: str,
     streamed: bool,
-) -> None:  # fmt: skip
+) -> None:
     enqueue, retryable, status = ERRORS[case]
 
     async def on_text(_text: str) -> None:

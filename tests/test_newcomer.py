@@ -102,14 +102,19 @@ def test_a_stop_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
     import time
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "TELEGRAM_"))}
-    env.update(TELEGRAM_BOT_TOKEN="123456:TEST-token-abcdef", ANTHROPIC_API_KEY="sk-ant-x",
-               AGENTD_TELEGRAM__API_BASE="http://127.0.0.1:9",  # nothing listens: it waits
-               AGENTD_TELEGRAM__ALLOWED_USER_IDS="[42]",
-               AGENTD_STORAGE__PATH=str(tmp_path / "agentd.db"), PYTHONUNBUFFERED="1")  # fmt: skip
+    env.update(
+        TELEGRAM_BOT_TOKEN="123456:TEST-token-abcdef",
+        ANTHROPIC_API_KEY="sk-ant-x",
+        AGENTD_TELEGRAM__API_BASE="http://127.0.0.1:9",  # nothing listens: it waits
+        AGENTD_TELEGRAM__ALLOWED_USER_IDS="[42]",
+        AGENTD_STORAGE__PATH=str(tmp_path / "agentd.db"),
+        PYTHONUNBUFFERED="1",
+    )
     log = tmp_path / "run.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "agentd", "run"], env=env, cwd=tmp_path,
-                                stdout=out, stderr=out)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agentd", "run"], env=env, cwd=tmp_path, stdout=out, stderr=out
+        )
         try:
             deadline = time.monotonic() + 120
             while "waiting for Telegram" not in log.read_text(errors="replace"):
@@ -144,9 +149,13 @@ def test_ingest_keeps_pdf_library_noise_out_and_fails_when_a_file_failed(tmp_pat
     config = tmp_path / "agentd.toml"
     config.write_text('[memory]\nembedder = "hashing"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "ANTHROPIC_"))}
-    result = subprocess.run([sys.executable, "-m", "agentd", "ingest", str(docs), "--config",
-                             str(config)], env={**env, "COLUMNS": "200"}, capture_output=True,
-                            text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "agentd", "ingest", str(docs), "--config", str(config)],
+        env={**env, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output  # broken.txt did not go in
     assert "startxref" not in output and "Not ingested" in output and "broken.txt" in output
@@ -184,7 +193,13 @@ def test_root_does_not_open_the_services_database(tmp_path: Path) -> None:
 def test_run_from_another_folder_says_no_config_was_found(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "XDG_"))}
     env["HOME"] = str(tmp_path)
-    result = subprocess.run([sys.executable, "-m", "agentd", "run"], env=env, cwd=tmp_path,
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "agentd", "run"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 78
     assert "no config file found" in result.stderr and "--config" in result.stderr

@@ -37,20 +37,40 @@ def test_the_owner_is_configured_or_else_the_first_allowlisted_id() -> None:
     assert team.may_approve(8) and not team.may_approve(1)
     # An approver's own card comes to them; anyone else's goes to the owner.
     assert (team.card_chat(8), team.card_chat(1), team.card_chat(None)) == (8, 7, 7)
-    assert owners.configured_ids(TelegramConfig(owner_id=7, approvers=[8], allowed_user_ids=[1])) \
-        == frozenset({1, 7, 8})  # fmt: skip
+    assert owners.configured_ids(
+        TelegramConfig(owner_id=7, approvers=[8], allowed_user_ids=[1])
+    ) == frozenset({1, 7, 8})
 
 
 def _approval(**extra: object) -> Approval:
-    base = dict(id="abcdefgh1234", instance_id="i", tool_use_id="t", chat_id=-100, user_id=5,
-                tool="x", risk="high", args_digest="d", args_preview="p", status="pending",
-                created_at=0, expires_at=10, card_chat_id=7, message_id=99)  # fmt: skip
+    base = dict(
+        id="abcdefgh1234",
+        instance_id="i",
+        tool_use_id="t",
+        chat_id=-100,
+        user_id=5,
+        tool="x",
+        risk="high",
+        args_digest="d",
+        args_preview="p",
+        status="pending",
+        created_at=0,
+        expires_at=10,
+        card_chat_id=7,
+        message_id=99,
+    )
     return Approval.model_validate({**base, **extra})
 
 
 def _press(user: int, chat: int | None, message: int | None) -> CallbackPress:
-    return CallbackPress(update_id=1, callback_id="c", user_id=user, chat_id=chat,
-                         message_id=message, data="ap:abcdefgh1234:y")  # fmt: skip
+    return CallbackPress(
+        update_id=1,
+        callback_id="c",
+        user_id=user,
+        chat_id=chat,
+        message_id=message,
+        data="ap:abcdefgh1234:y",
+    )
 
 
 def test_a_press_counts_from_an_approver_on_the_card_itself() -> None:
@@ -104,16 +124,26 @@ def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Pat
     apply_migrations(conn)
     now = time.time()
     with conn:
-        conn.execute("INSERT INTO workflow_instances (id, workflow, key, status, input, "
-                     "created_at, updated_at) VALUES ('i1', 'tidy', 'k', 'waiting', '{}', ?, ?)",
-                     (now, now))  # fmt: skip
+        conn.execute(
+            "INSERT INTO workflow_instances (id, workflow, key, status, input, "
+            "created_at, updated_at) VALUES ('i1', 'tidy', 'k', 'waiting', '{}', ?, ?)",
+            (now, now),
+        )
         ask = runs.create_question(conn, "i1", "ask", 7, "Deploy?", ["Yes", "No"], None, now, 600)
-        tool = runs.create_question(conn, "i1", "remove:approve", 7, "delete_file?",
-                                    ["Approve", "Deny"], "Deny", now, 600)  # fmt: skip
+        tool = runs.create_question(
+            conn, "i1", "remove:approve", 7, "delete_file?", ["Approve", "Deny"], "Deny", now, 600
+        )
         runs.set_question_message(conn, ask.id, 10)
         runs.set_question_message(conn, tool.id, 11)
-    rt = Runtime(config=cfg, db=None, clock=None, catalog=None, outbox=None, llm=None,  # type: ignore[arg-type]
-                 kick=lambda _: None)  # fmt: skip
+    rt = Runtime(
+        config=cfg,
+        db=None,
+        clock=None,
+        catalog=None,
+        outbox=None,
+        llm=None,  # type: ignore[arg-type]
+        kick=lambda _: None,
+    )
 
     def press(q: runs.Question, user: int, chat: int, message: int) -> str:
         data = f"aq:{q.id}:0"
@@ -137,8 +167,11 @@ def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Pat
     assert press(tool, 7, 1, 11) == NOT_THIS_CARD  # from another chat
     refused = conn.execute("SELECT COUNT(*) FROM audit WHERE kind = 'question_press_refused'")
     assert refused.fetchone()[0] == 5
-    assert [q.status for q in (runs.get_question(conn, ask.id), runs.get_question(conn, tool.id))
-            if q is not None] == ["pending", "pending"]  # fmt: skip
+    assert [
+        q.status
+        for q in (runs.get_question(conn, ask.id), runs.get_question(conn, tool.id))
+        if q is not None
+    ] == ["pending", "pending"]
     assert press(tool, 8, 7, 11) == "Answered: Approve."  # an approver may approve a tool
     assert press(ask, 7, 7, 10) == "Answered: Yes."
     conn.close()

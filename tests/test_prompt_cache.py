@@ -22,8 +22,12 @@ BIG = "word " * 5000  # about 6,250 tokens: over every model's minimum
 MARK = {"type": "ephemeral"}
 
 
-def body(*texts: str, marks: tuple[int, ...] = (), model: str = "claude-sonnet-4-5",
-         ttl: str | None = None) -> dict[str, Any]:  # fmt: skip
+def body(
+    *texts: str,
+    marks: tuple[int, ...] = (),
+    model: str = "claude-sonnet-4-5",
+    ttl: str | None = None,
+) -> dict[str, Any]:
     """One user message per text; `marks` are the indexes of the messages carrying a breakpoint."""
     marker = MARK | ({"ttl": ttl} if ttl else {})
     messages = []
@@ -158,11 +162,14 @@ def test_breakpoints_go_on_the_history_end_and_the_newest_tool_results() -> None
 
 
 def test_tool_loop_breakpoints_take_the_cheaper_ttl_after_the_hour_long_ones() -> None:
-    req = LLMRequest(system=build_system(persona="Kind.", name="agentd"),
-                     messages=with_breakpoints(conversation(7), turn_start=4))  # fmt: skip
+    req = LLMRequest(
+        system=build_system(persona="Kind.", name="agentd"),
+        messages=with_breakpoints(conversation(7), turn_start=4),
+    )
     params = build_params(req, "claude-haiku-4-5", 100, cache_ttl="1h")
-    marks = [b["cache_control"] for m in params["messages"] for b in m["content"]
-             if "cache_control" in b]  # fmt: skip
+    marks = [
+        b["cache_control"] for m in params["messages"] for b in m["content"] if "cache_control" in b
+    ]
     assert marks == [{"type": "ephemeral", "ttl": "1h"}, {"type": "ephemeral", "ttl": "5m"}]
     assert breakpoint_problem(params) is None  # 1-hour entries first, as the API requires
 
@@ -171,8 +178,7 @@ def test_the_request_keeps_per_call_text_after_every_breakpoint() -> None:
     now = datetime(2026, 11, 23, 10, 5, tzinfo=UTC)
     system = build_system(persona="Kind.", name="agentd")
     context = build_context(now=now, facts="Lives in </data> Lyon", memories="Likes tea")
-    req = LLMRequest(system=system, messages=with_breakpoints(conversation(3), 2),
-                     context=context)  # fmt: skip
+    req = LLMRequest(system=system, messages=with_breakpoints(conversation(3), 2), context=context)
     params = build_params(req, "claude-haiku-4-5", 100)
     assert "2026-11-23T10:05" not in params["system"][0]["text"]
     assert params["system"][0]["cache_control"] == MARK
@@ -247,8 +253,9 @@ def fake() -> Iterator[FakeAnthropic]:
 
 @pytest.fixture
 async def llm(fake: FakeAnthropic) -> AsyncIterator[AnthropicLLM]:
-    config = LLMConfig(base_url=fake.base_url, background_model="claude-3-5-haiku",
-                       cache_ttl="1h", retries=0)  # fmt: skip
+    config = LLMConfig(
+        base_url=fake.base_url, background_model="claude-3-5-haiku", cache_ttl="1h", retries=0
+    )
     adapter = AnthropicLLM(config, "sk-test")
     yield adapter
     await adapter.close()
@@ -276,16 +283,23 @@ def test_prices_cost_and_saving() -> None:
     assert price_for("unknown-model") == haiku
     custom = ModelPrice(input=2, output=2, cache_read=0.2, cache_write_5m=2.5, cache_write_1h=4)
     assert price_for("claude-haiku-4-5", {"claude-haiku-4-5": custom}) == custom
-    t = Tokens(input_tokens=1_000_000, output_tokens=0, cache_read_tokens=1_000_000,
-               cache_write_tokens=1_000_000, cache_write_1h_tokens=500_000)  # fmt: skip
+    t = Tokens(
+        input_tokens=1_000_000,
+        output_tokens=0,
+        cache_read_tokens=1_000_000,
+        cache_write_tokens=1_000_000,
+        cache_write_1h_tokens=500_000,
+    )
     assert cost(t, haiku) == pytest.approx(1.0 + 0.1 + 0.5 * 1.25 + 0.5 * 2.0)
     assert uncached_cost(t, haiku) == pytest.approx(3.0)
     rows = [
-        UsageTotals(day="2026-11-23", chat_id=1, model="claude-haiku-4-5", calls=2,
-                    **t.model_dump()),
-        UsageTotals(day="2026-11-23", chat_id=1, model="claude-sonnet-4-5", calls=1,
-                    input_tokens=1_000_000),
-    ]  # fmt: skip
+        UsageTotals(
+            day="2026-11-23", chat_id=1, model="claude-haiku-4-5", calls=2, **t.model_dump()
+        ),
+        UsageTotals(
+            day="2026-11-23", chat_id=1, model="claude-sonnet-4-5", calls=1, input_tokens=1_000_000
+        ),
+    ]
     [day] = report(rows)
     assert day.calls == 3 and day.models == ["claude-haiku-4-5", "claude-sonnet-4-5"]
     assert day.cache_hit_ratio == pytest.approx(0.25)

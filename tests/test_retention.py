@@ -30,8 +30,9 @@ CFG = RetentionConfig(batch_size=10)
 
 def journal(conn: Any, iid: str, at: float, status: str, update_id: int) -> None:
     """An instance as a turn leaves it: steps, attempts, an event and its update row."""
-    store.insert_instance(conn, instance_id=iid, workflow="turn", key=f"chat-{update_id}",
-                          input_json="{}", now=at)  # fmt: skip
+    store.insert_instance(
+        conn, instance_id=iid, workflow="turn", key=f"chat-{update_id}", input_json="{}", now=at
+    )
     for ordinal in range(3):
         store.begin_step(conn, iid, ordinal, f"s{ordinal}", "do", at, attempt=1)
     store.insert_event(conn, iid, "approval:x", {"decision": "approved"}, at)
@@ -57,18 +58,33 @@ def seed(conn: Any) -> None:
     journal(conn, "recent-done", T0 - 20 * DAY, "complete", 3)
     journal(conn, "old-waiting", T0 - 90 * DAY, "waiting", 4)  # an approval wait from long ago
     journal(conn, "old-sleeping", T0 - 200 * DAY, "sleeping", 5)  # a far-off reminder
-    conn.execute("INSERT INTO updates (update_id, received_at, kind, outcome) "
-                 "VALUES (6, ?, 'message', 'reject')", (T0 - 8 * DAY,))  # fmt: skip
+    conn.execute(
+        "INSERT INTO updates (update_id, received_at, kind, outcome) "
+        "VALUES (6, ?, 'message', 'reject')",
+        (T0 - 8 * DAY,),
+    )
     for n in range(25):
         audit.record(conn, "turn", chat_id=1, at=T0 - 400 * DAY + n)
     audit.record(conn, "turn", chat_id=1, at=T0 - 300 * DAY)
-    history.save_message(conn, chat_id=1, user_id=1, role="user", content="years ago",
-                         source_key="m1", created_at=T0 - 1000 * DAY)  # fmt: skip
+    history.save_message(
+        conn,
+        chat_id=1,
+        user_id=1,
+        role="user",
+        content="years ago",
+        source_key="m1",
+        created_at=T0 - 1000 * DAY,
+    )
 
 
 def add_usage(conn: Any, at: float, chat: int, tokens: int) -> None:
-    usage.record(conn, Usage(input_tokens=tokens, output_tokens=tokens // 2), model="m",
-                 purpose="turn", chat_id=chat)  # fmt: skip
+    usage.record(
+        conn,
+        Usage(input_tokens=tokens, output_tokens=tokens // 2),
+        model="m",
+        purpose="turn",
+        chat_id=chat,
+    )
     conn.execute("UPDATE llm_usage SET at = ? WHERE id = (SELECT MAX(id) FROM llm_usage)", (at,))
 
 
@@ -81,8 +97,7 @@ async def seeded(db: Database) -> Database:
 async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
     planned = await seeded.read(retention.plan, CFG, T0)
     # Updates 1, 2, 3 and 6 are over 7 days old; 4 and 5 started workflows that are still open.
-    assert planned.counts == {"workflows": 2, "updates": 4, "audit": 25, "usage": 0,
-                              "messages": 0}  # fmt: skip
+    assert planned.counts == {"workflows": 2, "updates": 4, "audit": 25, "usage": 0, "messages": 0}
 
 
 async def test_prune_keeps_open_workflows_and_what_they_need(seeded: Database) -> None:
@@ -138,10 +153,12 @@ async def test_messages_go_only_when_the_owner_says_so(seeded: Database) -> None
 async def test_vacuum_waits_for_free_space_and_for_a_backup(tmp_path: Path) -> None:
     db = await Database.open(tmp_path / "v.db")
     try:
-        await db.write(lambda c: c.executemany(
-            "INSERT INTO audit (at, kind, detail) VALUES (?, 'turn', ?)",
-            [(T0 - 400 * DAY, "x" * 2000) for _ in range(500)],
-        ))  # fmt: skip
+        await db.write(
+            lambda c: c.executemany(
+                "INSERT INTO audit (at, kind, detail) VALUES (?, 'turn', ?)",
+                [(T0 - 400 * DAY, "x" * 2000) for _ in range(500)],
+            )
+        )
         cfg = RetentionConfig(vacuum_free_ratio=0.3)
         assert "free" in (await db.read(retention.vacuum_due, cfg, T0) or "")
         while await db.write(retention.prune_batch, RetentionConfig(batch_size=1000), "audit", T0):
@@ -166,10 +183,19 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
 
     def fill(conn: Any) -> None:
         journal(conn, "old-done", T0 - 40 * DAY, "complete", 1)
-        store.insert_instance(conn, instance_id="reminder", workflow="sleeper", key="sleeper",
-                              input_json='{"day": "x"}', now=T0 - 90 * DAY)  # fmt: skip
-        conn.execute("INSERT INTO updates (update_id, received_at, kind, outcome, instance_id) "
-                     "VALUES (9, ?, 'message', 'turn', 'reminder')", (T0 - 90 * DAY,))  # fmt: skip
+        store.insert_instance(
+            conn,
+            instance_id="reminder",
+            workflow="sleeper",
+            key="sleeper",
+            input_json='{"day": "x"}',
+            now=T0 - 90 * DAY,
+        )
+        conn.execute(
+            "INSERT INTO updates (update_id, received_at, kind, outcome, instance_id) "
+            "VALUES (9, ?, 'message', 'turn', 'reminder')",
+            (T0 - 90 * DAY,),
+        )
         for n in range(25):
             audit.record(conn, "turn", chat_id=1, at=T0 - 400 * DAY + n)
 
@@ -181,20 +207,25 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
     await engine.run()
     try:
         iid = instance_id(T0)
-        first = await engine.start(RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid,
-                                   key=RETENTION_WORKFLOW)  # fmt: skip
-        again = await engine.start(RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid,
-                                   key=RETENTION_WORKFLOW)  # fmt: skip
+        first = await engine.start(
+            RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid, key=RETENTION_WORKFLOW
+        )
+        again = await engine.start(
+            RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid, key=RETENTION_WORKFLOW
+        )
         assert first.created and not again.created
         done = await engine.wait_for(iid, timeout=30)
         assert done.status == "complete", done.error
         out = PruneOutput.model_validate_json(done.output or "{}")
-        assert out.removed == {"workflows": 1, "updates": 1, "audit": 25, "usage": 0,
-                               "messages": 0}  # fmt: skip
+        assert out.removed == {"workflows": 1, "updates": 1, "audit": 25, "usage": 0, "messages": 0}
         # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
         steps = await db.read(store.load_steps, iid)
         assert [s.name for s in steps.values() if s.name.startswith("prune:audit")] == [
-            "prune:audit#1", "prune:audit#2", "prune:audit#3", "prune:audit#4"]  # fmt: skip
+            "prune:audit#1",
+            "prune:audit#2",
+            "prune:audit#3",
+            "prune:audit#4",
+        ]
         reminder = await db.read(store.get_instance, "reminder")
         assert reminder.status == "sleeping"
         assert await db.read(lambda c: rows(c, "SELECT COUNT(*) FROM updates")) == 1
@@ -228,7 +259,12 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
     assert dry.exit_code == 0, dry.output
     assert json.loads(dry.output)["would_remove"]["workflows"] == 1
     real = runner.invoke(app, ["prune", "--json"])
-    assert json.loads(real.output)["removed"] == {"workflows": 1, "updates": 1, "audit": 0,
-                                                  "usage": 0, "messages": 0}  # fmt: skip
+    assert json.loads(real.output)["removed"] == {
+        "workflows": 1,
+        "updates": 1,
+        "audit": 0,
+        "usage": 0,
+        "messages": 0,
+    }
     table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})
     assert "workflows" in table.output and "for ever" in table.output  # messages are kept

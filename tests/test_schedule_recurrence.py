@@ -30,9 +30,11 @@ def test_daily_0800_stays_at_0800_local_across_spring_forward() -> None:
     rec = resolve(When(rrule="FREQ=DAILY;BYHOUR=8;BYMINUTE=0"), "Europe/Berlin", now)
     runs = rec.upcoming(now, 4)
     assert [local(t) for t in runs] == [
-        "2026-03-28 08:00 CET", "2026-03-29 08:00 CEST",
-        "2026-03-30 08:00 CEST", "2026-03-31 08:00 CEST",
-    ]  # fmt: skip
+        "2026-03-28 08:00 CET",
+        "2026-03-29 08:00 CEST",
+        "2026-03-30 08:00 CEST",
+        "2026-03-31 08:00 CEST",
+    ]
     assert [utc(t) for t in runs[:2]] == ["2026-03-28 07:00", "2026-03-29 06:00"]
 
 
@@ -47,8 +49,10 @@ def test_a_time_that_does_not_exist_runs_after_the_gap() -> None:
     now = ts("2026-03-28T12:00")
     rec = resolve(When(rrule="FREQ=DAILY;BYHOUR=2;BYMINUTE=30"), "Europe/Berlin", now)
     assert [local(t) for t in rec.upcoming(now, 3)] == [
-        "2026-03-29 03:30 CEST", "2026-03-30 02:30 CEST", "2026-03-31 02:30 CEST",
-    ]  # fmt: skip
+        "2026-03-29 03:30 CEST",
+        "2026-03-30 02:30 CEST",
+        "2026-03-31 02:30 CEST",
+    ]
 
 
 def test_a_time_that_exists_twice_runs_once_at_the_first() -> None:

@@ -50,8 +50,14 @@ class Rig:
         async def start_workflow(name: str, inp: Any, *, instance_id: str, key: str) -> None:
             self.turns.append((instance_id, inp))
 
-        deps = ScheduleDeps(config=self.config, db=self.db, outbox=self.outbox, clock=self.clock,
-                            start_workflow=start_workflow, kick=engine.kick)  # fmt: skip
+        deps = ScheduleDeps(
+            config=self.config,
+            db=self.db,
+            outbox=self.outbox,
+            clock=self.clock,
+            start_workflow=start_workflow,
+            kick=engine.kick,
+        )
         engine.register(make_schedule_workflow(deps))
         await engine.run()
         self.engine = engine
@@ -64,9 +70,18 @@ class Rig:
     async def add(self, sid: str, **fields: Any) -> sched_store.Schedule:
         req = ScheduleRequest(**fields)
         sched, _ = await self.db.write(
-            lambda c: create(c, req, schedule_id=sid, user_id=7, chat_id=7, now=self.clock.now(),
-                             config=self.config.schedule, default_timezone="UTC", by="test")
-        )  # fmt: skip
+            lambda c: create(
+                c,
+                req,
+                schedule_id=sid,
+                user_id=7,
+                chat_id=7,
+                now=self.clock.now(),
+                config=self.config.schedule,
+                default_timezone="UTC",
+                by="test",
+            )
+        )
         if self.engine:
             self.engine.kick(sched_store.schedule_key(sid))
         return sched
@@ -191,8 +206,10 @@ async def test_downtime_over_several_occurrences(
     assert len(r.outbox.sent) == sent
     assert await r2.runs("d1") == outcomes
     audit = await db.read(
-        lambda c: c.execute("SELECT kind, COUNT(*) FROM audit WHERE kind LIKE 'schedule_%' "
-                            "GROUP BY kind").fetchall())  # fmt: skip
+        lambda c: c.execute(
+            "SELECT kind, COUNT(*) FROM audit WHERE kind LIKE 'schedule_%' GROUP BY kind"
+        ).fetchall()
+    )
     assert dict(audit).get("schedule_missed", 0) == outcomes.count("missed")
     nxt = (await db.read(sched_store.get, "d1")).next_run
     assert nxt == START + 6 * HOUR  # the chain goes on from the next future occurrence
@@ -232,14 +249,20 @@ async def test_cancel_while_sleeping_stops_the_occurrence(db: Database) -> None:
 async def test_pause_and_resume_restart_from_the_next_occurrence(db: Database) -> None:
     async with rig(db) as r:
         await r.add("p1", message="ping", every="1h")
-        await db.write(lambda c: sched_store.set_state(
-            c, sched_store.get(c, "p1"), "paused", r.clock.now(), by="cli"))  # fmt: skip
+        await db.write(
+            lambda c: sched_store.set_state(
+                c, sched_store.get(c, "p1"), "paused", r.clock.now(), by="cli"
+            )
+        )
         assert r.engine is not None
         await r.engine.poll_once()
         await r.advance(2 * HOUR + 60, step=HOUR / 2)
         assert r.outbox.sent == []
-        await db.write(lambda c: sched_store.set_state(
-            c, sched_store.get(c, "p1"), "active", r.clock.now(), by="cli"))  # fmt: skip
+        await db.write(
+            lambda c: sched_store.set_state(
+                c, sched_store.get(c, "p1"), "active", r.clock.now(), by="cli"
+            )
+        )
         await r.engine.poll_once()
         await r.advance(HOUR, step=HOUR / 2)
         assert len(r.outbox.sent) == 1 and await r.runs("p1") == ["sent"]
@@ -250,8 +273,11 @@ async def test_pause_and_resume_before_the_due_time_still_runs_it(db: Database) 
         await r.add("p2", message="ping", every="1h")
         assert r.engine is not None
         for state in ("paused", "active"):  # both before the first run is due
-            await db.write(lambda c, s=state: sched_store.set_state(
-                c, sched_store.get(c, "p2"), s, r.clock.now(), by="cli"))  # fmt: skip
+            await db.write(
+                lambda c, s=state: sched_store.set_state(
+                    c, sched_store.get(c, "p2"), s, r.clock.now(), by="cli"
+                )
+            )
             await r.engine.poll_once()
             await r.settle()
         await r.advance(HOUR + 60, step=HOUR / 4)
@@ -267,8 +293,12 @@ async def test_daily_at_0800_berlin_fires_at_0800_local_across_dst(db: Database)
     r = Rig(db, FakeClock(start), config)
     await r.start()
     try:
-        await r.add("dst", message="coffee", rrule="FREQ=DAILY;BYHOUR=8;BYMINUTE=0",
-                    timezone="Europe/Berlin")  # fmt: skip
+        await r.add(
+            "dst",
+            message="coffee",
+            rrule="FREQ=DAILY;BYHOUR=8;BYMINUTE=0",
+            timezone="Europe/Berlin",
+        )
         await r.advance(4 * 86400, step=HOUR)
     finally:
         await r.stop()
@@ -283,7 +313,11 @@ async def test_prompt_schedule_starts_a_turn_for_the_owner(db: Database) -> None
         [(iid, turn)] = r.turns
         assert iid == sched_store.occurrence_id("t1", int(START) + 60) + "-turn"
         assert (turn.chat_id, turn.user_id, turn.text, turn.schedule_id) == (
-            7, 7, "summarise my day", "t1")  # fmt: skip
+            7,
+            7,
+            "summarise my day",
+            "t1",
+        )
         assert r.outbox.sent == [] and await r.runs("t1") == ["started"]
 
 
@@ -305,10 +339,20 @@ def test_decide_on_time_runs_whatever_the_policy() -> None:
     rec = Recurrence(kind="interval", timezone="UTC", anchor=0, every=HOUR)
     for policy in ("skip", "once", "all"):
         sched = sched_store.Schedule(
-            id="s", user_id=1, chat_id=1, action="message", text="t", recurrence=rec,
-            timezone="UTC", catch_up=policy, state="active", next_run=HOUR,  # type: ignore[arg-type]
-            created_at=0, updated_at=0, created_by="test",
-        )  # fmt: skip
+            id="s",
+            user_id=1,
+            chat_id=1,
+            action="message",
+            text="t",
+            recurrence=rec,
+            timezone="UTC",
+            catch_up=policy,
+            state="active",
+            next_run=HOUR,  # type: ignore[arg-type]
+            created_at=0,
+            updated_at=0,
+            created_by="test",
+        )
         plan = decide(sched, HOUR, HOUR + 30, on_time=60, grace=1800)
         assert (plan.action, plan.chain) == ("run", 2 * HOUR)
 
@@ -327,9 +371,11 @@ async def test_a_run_of_someone_no_longer_served_is_refused_and_the_schedule_can
         runs_sql = (
             "SELECT outcome, detail FROM schedule_runs WHERE schedule_id = 'gone' ORDER BY due"
         )
-        state, runs = await db.read(lambda c: (
-            c.execute("SELECT state FROM schedules WHERE id = 'gone'").fetchone()[0],
-            [tuple(x) for x in c.execute(runs_sql)],
-        ))  # fmt: skip
+        state, runs = await db.read(
+            lambda c: (
+                c.execute("SELECT state FROM schedules WHERE id = 'gone'").fetchone()[0],
+                [tuple(x) for x in c.execute(runs_sql)],
+            )
+        )
         assert state == "cancelled"
         assert runs[-1] == ("refused", "the user is no longer served")

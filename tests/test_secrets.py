@@ -14,36 +14,74 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_configured_secret_is_collected(tmp_path: Path) -> None:
-    config = Config.model_validate({
-        "media": {"transcription": "openai", "transcription_key_env": "STT_KEY"},
-        "memory": {"embedder": "http", "http_url": "http://127.0.0.1:1",
-                   "http_api_key_env": "EMBED_KEY"},
-        "web": {"provider": "tavily", "api_key_env": "TAVILY_KEY"},
-        "tools": {"mcp": [
-            {"name": "files", "command": "srv", "env": {"FILES_TOKEN": "mcp-env-secret-1"},
-             "pass_env": ["GITHUB_TOKEN"]},
-            {"name": "remote", "url": "https://mcp.example", "bearer_token_env": "REMOTE_TOKEN",
-             "headers": {"Authorization": "Bearer header-secret-2"}},
-        ]},
-    })  # fmt: skip
+    config = Config.model_validate(
+        {
+            "media": {"transcription": "openai", "transcription_key_env": "STT_KEY"},
+            "memory": {
+                "embedder": "http",
+                "http_url": "http://127.0.0.1:1",
+                "http_api_key_env": "EMBED_KEY",
+            },
+            "web": {"provider": "tavily", "api_key_env": "TAVILY_KEY"},
+            "tools": {
+                "mcp": [
+                    {
+                        "name": "files",
+                        "command": "srv",
+                        "env": {"FILES_TOKEN": "mcp-env-secret-1"},
+                        "pass_env": ["GITHUB_TOKEN"],
+                    },
+                    {
+                        "name": "remote",
+                        "url": "https://mcp.example",
+                        "bearer_token_env": "REMOTE_TOKEN",
+                        "headers": {"Authorization": "Bearer header-secret-2"},
+                    },
+                ]
+            },
+        }
+    )
     config.secrets = Secrets(telegram_bot_token="123:bot-token-x", anthropic_api_key="sk-ant-k")
     creds = tmp_path / "creds"
     creds.mkdir()
     (creds / "tavily_key").write_text("tavily-from-credential\n")  # a systemd credential
-    env = {"STT_KEY": "stt-secret-3", "EMBED_KEY": "embed-secret-4", "GITHUB_TOKEN": "gh-sec-5",
-           "REMOTE_TOKEN": "remote-secret-6", "CREDENTIALS_DIRECTORY": str(creds)}  # fmt: skip
+    env = {
+        "STT_KEY": "stt-secret-3",
+        "EMBED_KEY": "embed-secret-4",
+        "GITHUB_TOKEN": "gh-sec-5",
+        "REMOTE_TOKEN": "remote-secret-6",
+        "CREDENTIALS_DIRECTORY": str(creds),
+    }
     found = set(configured_secrets(config, env))
-    assert found >= {"123:bot-token-x", "sk-ant-k", "stt-secret-3", "embed-secret-4",
-                     "tavily-from-credential", "mcp-env-secret-1", "gh-sec-5", "remote-secret-6",
-                     "Bearer header-secret-2", "header-secret-2"}  # fmt: skip
-    line = JsonFormatter(Redactor(found)).format(logging.makeLogRecord({
-        "msg": "calling with %s and %s", "args": ("embed-secret-4", "Bearer header-secret-2"),
-        "token": "remote-secret-6"}))  # fmt: skip
+    assert found >= {
+        "123:bot-token-x",
+        "sk-ant-k",
+        "stt-secret-3",
+        "embed-secret-4",
+        "tavily-from-credential",
+        "mcp-env-secret-1",
+        "gh-sec-5",
+        "remote-secret-6",
+        "Bearer header-secret-2",
+        "header-secret-2",
+    }
+    line = JsonFormatter(Redactor(found)).format(
+        logging.makeLogRecord(
+            {
+                "msg": "calling with %s and %s",
+                "args": ("embed-secret-4", "Bearer header-secret-2"),
+                "token": "remote-secret-6",
+            }
+        )
+    )
     assert "secret" not in line.replace("[REDACTED]", "") and line.count("[REDACTED]") == 3
 
 
 def test_the_secrets_file_is_ignored_by_git(tmp_path: Path) -> None:
     for name in ("agentd.env", "deploy/agentd.env", ".env"):
-        checked = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", name],
-                                 capture_output=True, text=True)  # fmt: skip
+        checked = subprocess.run(
+            ["git", "-C", str(ROOT), "check-ignore", "--no-index", name],
+            capture_output=True,
+            text=True,
+        )
         assert checked.returncode == 0, f"{name} is not ignored by git"

@@ -23,10 +23,15 @@ class Owner:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         (tmp / "agentd.toml").write_text('[storage]\npath = "state/agentd.db"\n')
-        self.env = {k: v for k, v in os.environ.items()
-                    if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))}  # fmt: skip
-        self.env |= {"AGENTD_CONFIG": str(tmp / "agentd.toml"),
-                     "AGENTD_MEMORY__EMBEDDER": "hashing"}  # fmt: skip
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))
+        }
+        self.env |= {
+            "AGENTD_CONFIG": str(tmp / "agentd.toml"),
+            "AGENTD_MEMORY__EMBEDDER": "hashing",
+        }
 
     def daemon_ran(self) -> None:
         """The database as `agentd run` leaves it (it creates and migrates it at start)."""
@@ -38,9 +43,15 @@ class Owner:
             conn.close()
 
     def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "agentd", "skills", *args], env=self.env,
-                              cwd=self.tmp, capture_output=True, text=True, timeout=60,
-                              stdin=subprocess.DEVNULL)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "agentd", "skills", *args],
+            env=self.env,
+            cwd=self.tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
     def ls(self) -> dict[str, dict[str, Any]]:
         result = self.run("ls", "--json")
@@ -118,8 +129,14 @@ def test_ls_and_doctor_name_broken_skills_and_the_rest_still_list(owner: Owner) 
     assert states["broken"]["state"] == "invalid" and "lowercase" in states["broken"]["reason"]
     table = owner.run("ls")
     assert "broken" in table.stdout and "invalid" in table.stdout
-    doctor = subprocess.run([sys.executable, "-m", "agentd", "doctor", "--json"], env=owner.env,
-                            cwd=owner.tmp, capture_output=True, text=True, timeout=60)  # fmt: skip
+    doctor = subprocess.run(
+        [sys.executable, "-m", "agentd", "doctor", "--json"],
+        env=owner.env,
+        cwd=owner.tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     checks = {c["check"]: c for c in json.loads(doctor.stdout)}
     assert not checks["skill broken"]["ok"] and "lowercase" in checks["skill broken"]["detail"]
     assert checks["skills"]["ok"] and "0 enabled of 2" in checks["skills"]["detail"]
@@ -150,10 +167,15 @@ def test_in_a_terminal_add_asks_and_no_means_nothing_changes(owner: Owner) -> No
     import pexpect
 
     def spawn() -> pexpect.spawn:
-        return pexpect.spawn(sys.executable, ["-m", "agentd", "skills", "add",
-                                              str(SKILLS / "word-stats")],
-                             env=owner.env, cwd=str(owner.tmp), encoding="utf-8", timeout=60,
-                             dimensions=(40, 200))  # fmt: skip
+        return pexpect.spawn(
+            sys.executable,
+            ["-m", "agentd", "skills", "add", str(SKILLS / "word-stats")],
+            env=owner.env,
+            cwd=str(owner.tmp),
+            encoding="utf-8",
+            timeout=60,
+            dimensions=(40, 200),
+        )
 
     child = spawn()
     child.expect("scripts/stats.py")

@@ -68,9 +68,15 @@ def agentd(tmp: Path, *args: str, allow_local: bool = True) -> subprocess.Comple
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
     env["AGENTD_CONFIG"] = str(tmp / "agentd.toml")
     daemon_ran(tmp / "agentd.db")
-    return subprocess.run([sys.executable, "-m", "agentd", "skills", *args], env=env, cwd=tmp,
-                          capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "agentd", "skills", *args],
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def daemon_ran(path: Path) -> None:
@@ -83,8 +89,9 @@ def daemon_ran(path: Path) -> None:
 
 
 def test_a_zip_like_a_repository_archive_installs(tmp_path: Path, site: FakeSite) -> None:
-    url = site.raw("/word-stats.zip", zip_of(DATA / "word-stats", "skills-main/word-stats"),
-                   "application/zip")  # fmt: skip
+    url = site.raw(
+        "/word-stats.zip", zip_of(DATA / "word-stats", "skills-main/word-stats"), "application/zip"
+    )
     added = agentd(tmp_path, "add", url, "--yes")
     assert added.returncode == 0, added.stderr
     assert f"from {url}" in added.stderr and "scripts/stats.py" in added.stderr
@@ -100,8 +107,9 @@ def test_a_single_skill_md_and_a_tarball_install(tmp_path: Path, site: FakeSite)
     assert agentd(tmp_path, "add", url, "--yes").returncode == 0
     assert (tmp_path / "skills" / "unit-convert" / "SKILL.md").read_bytes() == SKILL_MD
     other = SKILL_MD.replace(b"name: unit-convert", b"name: other-skill")
-    tarball = tar_of([(member("x/other-skill/SKILL.md"), other),
-                      (member("x/other-skill/notes.txt"), b"hello")])  # fmt: skip
+    tarball = tar_of(
+        [(member("x/other-skill/SKILL.md"), other), (member("x/other-skill/notes.txt"), b"hello")]
+    )
     url = site.raw("/other.tar.gz", tarball, "application/gzip")
     added = agentd(tmp_path, "add", url, "--yes")
     assert added.returncode == 0, added.stderr
@@ -128,19 +136,33 @@ def test_several_skills_need_a_choice(tmp_path: Path, site: FakeSite) -> None:
 
 @pytest.mark.parametrize(
     ("entries", "problem"),
-    [([(member("../evil/SKILL.md"), SKILL_MD)], "leaves it"),
-     ([(member("/etc/cron.d/x"), b"x")], "unsafe path"),
-     ([(member("s/SKILL.md"), SKILL_MD),
-       (member("s/link", tarfile.SYMTYPE, "/etc/passwd"), None)], "link"),
-     ([(member("s/SKILL.md"), SKILL_MD),
-       (member("s/hard", tarfile.LNKTYPE, "s/SKILL.md"), None)], "link"),
-     ([(member("s/SKILL.md"), SKILL_MD), (member("s/fifo", tarfile.FIFOTYPE), None)],
-      "special file"),
-     ([(member("s/SKILL.md"), SKILL_MD), (member("s/SKILL.md"), SKILL_MD)], "twice"),
-     ([(member(f"s/f{n}"), b"x") for n in range(12)], "more than 10 files"),
-     ([(member("s/big"), b"\0" * 5000)], "more than 4,096 bytes")],
+    [
+        ([(member("../evil/SKILL.md"), SKILL_MD)], "leaves it"),
+        ([(member("/etc/cron.d/x"), b"x")], "unsafe path"),
+        (
+            [
+                (member("s/SKILL.md"), SKILL_MD),
+                (member("s/link", tarfile.SYMTYPE, "/etc/passwd"), None),
+            ],
+            "link",
+        ),
+        (
+            [
+                (member("s/SKILL.md"), SKILL_MD),
+                (member("s/hard", tarfile.LNKTYPE, "s/SKILL.md"), None),
+            ],
+            "link",
+        ),
+        (
+            [(member("s/SKILL.md"), SKILL_MD), (member("s/fifo", tarfile.FIFOTYPE), None)],
+            "special file",
+        ),
+        ([(member("s/SKILL.md"), SKILL_MD), (member("s/SKILL.md"), SKILL_MD)], "twice"),
+        ([(member(f"s/f{n}"), b"x") for n in range(12)], "more than 10 files"),
+        ([(member("s/big"), b"\0" * 5000)], "more than 4,096 bytes"),
+    ],
     ids=["dotdot", "absolute", "symlink", "hardlink", "fifo", "twice", "count", "bomb"],
-)  # fmt: skip
+)
 def test_unsafe_tarballs_are_refused_and_write_nothing_outside(
     tmp_path: Path, entries: list[tuple[tarfile.TarInfo, bytes | None]], problem: str
 ) -> None:
@@ -161,11 +183,13 @@ def test_unsafe_zips_are_refused(tmp_path: Path) -> None:
             archive.writestr(info, data)
         return buffer.getvalue()
 
-    cases = [(zipped("../x/SKILL.md", SKILL_MD), "leaves it"),
-             (zipped("s\\..\\..\\x", b"x"), "unsafe path"),
-             (zipped("s/link", b"/etc/passwd", stat.S_IFLNK | 0o777), "symbolic link"),
-             # 50 MB of zeros compress to ~50 KB: the bytes written are counted, not the header.
-             (zipped("s/bomb", b"\0" * 50_000_000), "more than 1,000,000 bytes")]  # fmt: skip
+    cases = [
+        (zipped("../x/SKILL.md", SKILL_MD), "leaves it"),
+        (zipped("s\\..\\..\\x", b"x"), "unsafe path"),
+        (zipped("s/link", b"/etc/passwd", stat.S_IFLNK | 0o777), "symbolic link"),
+        # 50 MB of zeros compress to ~50 KB: the bytes written are counted, not the header.
+        (zipped("s/bomb", b"\0" * 50_000_000), "more than 1,000,000 bytes"),
+    ]
     for n, (body, problem) in enumerate(cases):
         into = tmp_path / str(n)
         into.mkdir()
@@ -186,9 +210,15 @@ def test_downloads_over_the_limit_and_non_skills_are_refused(
     daemon_ran(tmp_path / "agentd.db")
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
     env["AGENTD_CONFIG"] = str(tmp_path / "agentd.toml")
-    big = subprocess.run([sys.executable, "-m", "agentd", "skills", "add", url, "--yes"],
-                         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                         stdin=subprocess.DEVNULL)  # fmt: skip
+    big = subprocess.run(
+        [sys.executable, "-m", "agentd", "skills", "add", url, "--yes"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert big.returncode == 1 and "max_download_bytes" in big.stderr
     url = site.raw("/page.html", b"<html>not a skill</html>", "text/html")
     page = agentd(tmp_path, "add", url, "--yes")

@@ -18,8 +18,9 @@ def test_importing_the_daemon_loads_no_heavy_library() -> None:
     """The daemon module itself is light: aiogram loads in start-up's thread, the rest
     (documents, MCP, images, local embeddings) when first used."""
     code = "import sys, agentd.daemon; print(sorted({m.split('.')[0] for m in sys.modules}))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True, timeout=60).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     loaded = set(eval(out))  # a printed list of names
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
 
@@ -31,8 +32,7 @@ def test_run_says_starting_and_ready_on_a_terminal_and_answers_the_waiting_messa
         tg.add_message(OWNER, OWNER, "waiting since before start-up")
         env = daemon_env(tmp_path, tg.base_url, llm.base_url)
         master, slave = pty.openpty()
-        proc = subprocess.Popen([*AGENTD, "run"], env=env, cwd=tmp_path, stdout=slave,
-                                stderr=slave)  # fmt: skip
+        proc = subprocess.Popen([*AGENTD, "run"], env=env, cwd=tmp_path, stdout=slave, stderr=slave)
         os.close(slave)
         try:
             tg.wait_for_sent(1, timeout=60)

@@ -32,13 +32,16 @@ def test_secrets_come_as_credentials_and_the_sandbox_is_on() -> None:
     assert "@system-service" in unit["SystemCallFilter"] and unit["MemoryMax"]
 
 
-@pytest.mark.skipif(shutil.which("systemd-analyze") is None,
-                    reason="systemd-analyze is not installed here")  # fmt: skip
+@pytest.mark.skipif(
+    shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here"
+)
 def test_systemd_rates_the_unit_well_sandboxed() -> None:
     result = subprocess.run(
         ["systemd-analyze", "security", "--offline=yes", str(UNIT)],
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     match = re.search(r"Overall exposure level for agentd.service: ([0-9.]+)", result.stdout)
     assert match, result.stdout + result.stderr
     # 0 is a fully locked-down service, 10 an unprotected one; before issue 26 it was 5.8.

@@ -81,8 +81,13 @@ async def test_drafts_start_after_the_delay_then_follow_the_interval(
     now = [100.0]
     streamer = DraftStreamer(outbox, CHAT, 7, interval=0.5, monotonic=lambda: now[0], delay=0.3)
     before = len(tg.drafts)
-    for at, text in [(100.0, "Hel"), (100.2, "Hello"), (100.3, "Hello wor"),
-                     (100.5, "Hello world"), (100.8, "Hello world!")]:  # fmt: skip
+    for at, text in [
+        (100.0, "Hel"),
+        (100.2, "Hello"),
+        (100.3, "Hello wor"),
+        (100.5, "Hello world"),
+        (100.8, "Hello world!"),
+    ]:
         now[0] = at
         await streamer(text)
     assert [d["text"] for d in tg.drafts[before:]] == ["Hello wor", "Hello world!"]

@@ -37,10 +37,18 @@ async def bot(
     _, proxy = servers
     proxy.clear()
     config = Config.model_validate(
-        {"telegram": {"api_base": proxy.base_url, "send_retries": 2, "retry_base_delay": 0.001,
-                      "max_backoff": 0.01, "max_retry_after": 0.01, "request_timeout": 0.5},
-         "secrets": {"telegram_bot_token": TOKEN}}
-    )  # fmt: skip
+        {
+            "telegram": {
+                "api_base": proxy.base_url,
+                "send_retries": 2,
+                "retry_base_delay": 0.001,
+                "max_backoff": 0.01,
+                "max_retry_after": 0.01,
+                "request_timeout": 0.5,
+            },
+            "secrets": {"telegram_bot_token": TOKEN},
+        }
+    )
     uncertain: list[tuple[str, Any, str]] = []
 
     async def on_uncertain(method: str, chat_id: Any, reason: str) -> None:

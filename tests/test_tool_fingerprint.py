@@ -31,13 +31,19 @@ def write_plugin(folder: Path, body: str, name: str = "fp_plugin") -> None:
 
 
 def printed_in_subprocess(folder: Path, name: str = "fp_plugin") -> str:
-    code = ("import sys; from agentd.tools.plugins import load_plugins; "
-            "from agentd.tools.fingerprint import fingerprint; "
-            f"print(fingerprint(load_plugins([{name!r}])[0][0]))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         # No .pyc: two edits in one second with one size would share it.
-                         env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin",
-                              "PYTHONDONTWRITEBYTECODE": "1"})  # fmt: skip
+    code = (
+        "import sys; from agentd.tools.plugins import load_plugins; "
+        "from agentd.tools.fingerprint import fingerprint; "
+        f"print(fingerprint(load_plugins([{name!r}])[0][0]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        # No .pyc: two edits in one second with one size would share it.
+        env={"PYTHONPATH": str(folder), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
+    )
     return out.stdout.strip()
 
 
@@ -73,9 +79,13 @@ def test_a_call_approved_for_a_tool_that_changed_is_refused(tmp_path: Path) -> N
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         llm.enqueue_tool_use("wipe", {"path": "/srv"}, "toolu_fp1")
         llm.enqueue_text("It was not run.")
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url,
-                         AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
-                         PYTHONPATH=f"{plugins}:{REPO_ROOT}")  # fmt: skip
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
+            PYTHONPATH=f"{plugins}:{REPO_ROOT}",
+        )
         tg.add_chat(OWNER, "private", OWNER)
         with running_daemon(tmp_path, env) as daemon:
             tg.add_message(OWNER, OWNER, "wipe /srv")
@@ -86,11 +96,17 @@ def test_a_call_approved_for_a_tool_that_changed_is_refused(tmp_path: Path) -> N
             # old .pyc, stamped with size and mtime in seconds, cannot be taken for it)
             daemon.start()
             assert daemon.cli("approve", approval["id"]).returncode == 0
-            tg.wait_until(lambda: any(m["plain_text"] == "It was not run." for m in tg.sent), 30,
-                          "the answer")  # fmt: skip
+            tg.wait_until(
+                lambda: any(m["plain_text"] == "It was not run." for m in tg.sent), 30, "the answer"
+            )
             assert not any(line.startswith("wipe") for line in daemon.effects())
-            results = [b for r in llm.requests for m in r["body"]["messages"]
-                       if isinstance(m["content"], list) for b in m["content"]
-                       if b.get("type") == "tool_result"]  # fmt: skip
+            results = [
+                b
+                for r in llm.requests
+                for m in r["body"]["messages"]
+                if isinstance(m["content"], list)
+                for b in m["content"]
+                if b.get("type") == "tool_result"
+            ]
             assert results and results[-1]["is_error"]
             assert "changed after the owner approved" in json.dumps(results[-1]["content"])

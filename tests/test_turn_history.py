@@ -36,10 +36,14 @@ class Deps:
 async def save(db: Database, role: str, text: str, chat: int = 7) -> int:
     return await db.write(
         lambda conn: history.save_message(
-            conn, chat_id=chat, user_id=chat if role == "user" else None, role=role,
-            content=text, source_key=f"{role}:{text}",
+            conn,
+            chat_id=chat,
+            user_id=chat if role == "user" else None,
+            role=role,
+            content=text,
+            source_key=f"{role}:{text}",
         )
-    )  # fmt: skip
+    )
 
 
 async def test_a_replay_reads_the_journaled_window_again(db: Database) -> None:

@@ -34,8 +34,9 @@ class Deps:
 
 
 def message(user: int, text: str) -> TurnInput:
-    return TurnInput(update_id=1, chat_id=user, user_id=user, message_id=1, date=0, kind="text",
-                     text=text)  # fmt: skip
+    return TurnInput(
+        update_id=1, chat_id=user, user_id=user, message_id=1, date=0, kind="text", text=text
+    )
 
 
 async def test_no_query_embedding_until_there_is_a_memory_to_find(db: Database) -> None:

@@ -80,7 +80,7 @@ async def test_provider_speaks_tavilys_api(tavily: FakeTavily) -> None:
     assert results == [
         SearchResult(title="Python 3.14", url="https://py.test/3.14", snippet="Out in October."),
         SearchResult(title="News", url="https://news.test/a", snippet="x", published="2025-10-07"),
-    ]  # fmt: skip
+    ]
     [request] = tavily.requests
     assert request["auth"] == "ok" and request["path"] == "/search"
     assert request["body"]["query"] == "python release"
@@ -343,8 +343,10 @@ def test_config_defaults_file_and_env_overrides(tmp_path: Path) -> None:
     path.write_text('[web]\nprovider = "tavily"\nbase_url = "http://127.0.0.1:9/"\n')
     loaded = load_config(path, env={"AGENTD_WEB__CACHE_TTL": "60"}).web
     assert (loaded.provider, loaded.cache_ttl, loaded.base_url) == (
-        "tavily", 60, "http://127.0.0.1:9"
-    )  # fmt: skip
+        "tavily",
+        60,
+        "http://127.0.0.1:9",
+    )
     with pytest.raises(ConfigError, match=r"web\.provider"):
         load_config(path, env={"AGENTD_WEB__PROVIDER": "bing"})
     path.write_text('[web]\napi_key = "tvly-x"\n')

@@ -19,20 +19,39 @@ CHAT = 7
 
 def say(conn: Any, role: str, text: str, iid: str, tg_id: int = 0) -> int:
     return history.save_message(
-        conn, chat_id=CHAT, user_id=CHAT if role == "user" else None, role=role, content=text,
-        source_key=f"{iid}:{role}", instance_id=iid,
+        conn,
+        chat_id=CHAT,
+        user_id=CHAT if role == "user" else None,
+        role=role,
+        content=text,
+        source_key=f"{iid}:{role}",
+        instance_id=iid,
         meta={"telegram_message_id": tg_id} if tg_id else {},
-    )  # fmt: skip
+    )
 
 
 def turn(message_id: int, text: str, **extra: Any) -> TurnInput:
-    return TurnInput(update_id=message_id, chat_id=CHAT, user_id=CHAT, message_id=message_id,
-                     date=time.time(), kind="text", text=text, **extra)  # fmt: skip
+    return TurnInput(
+        update_id=message_id,
+        chat_id=CHAT,
+        user_id=CHAT,
+        message_id=message_id,
+        date=time.time(),
+        kind="text",
+        text=text,
+        **extra,
+    )
 
 
 def start(conn: Any, iid: str, inp: TurnInput, status: str = "queued") -> None:
-    store.insert_instance(conn, instance_id=iid, workflow=TURN_WORKFLOW, key=chat_key(CHAT),
-                          input_json=inp.model_dump_json(), now=time.time())  # fmt: skip
+    store.insert_instance(
+        conn,
+        instance_id=iid,
+        workflow=TURN_WORKFLOW,
+        key=chat_key(CHAT),
+        input_json=inp.model_dump_json(),
+        now=time.time(),
+    )
     if status != "queued":
         store.set_status(conn, iid, status, time.time())
 
@@ -44,8 +63,9 @@ def test_a_withdrawn_request_leaves_the_prompt_and_the_summary(conn: Any) -> Non
     assert history.withdraw(conn, ["t1"], "stopped") == 1
     assert history.withdraw(conn, ["t1"], "stopped") == 0  # once
     assert history.turns_between(conn, CHAT, 0, last + 1) == [
-        ("user", "what's the weather?"), ("assistant", "Sunny."),
-    ]  # fmt: skip
+        ("user", "what's the weather?"),
+        ("assistant", "Sunny."),
+    ]
     block = _block(conn, SummaryInput(chat_id=CHAT, user_id=CHAT, up_to_id=last), 0, 0)
     assert [m.content for m in block] == [WITHDRAWN, "what's the weather?", "Sunny."]
     assert "delete everything" in [m.content for m in history.history(conn, chat_id=CHAT)]

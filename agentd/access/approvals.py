@@ -82,8 +82,9 @@ def _escape_hidden(text: str) -> str:
         if hidden or ch == "`":  # a backtick could close the card's code block
             # JSON escapes UTF-16 units: a character past U+FFFF is a surrogate pair.
             units = ch.encode("utf-16-be")
-            out += [f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}"
-                    for i in range(0, len(units), 2)]  # fmt: skip
+            out += [
+                f"\\u{int.from_bytes(units[i : i + 2], 'big'):04x}" for i in range(0, len(units), 2)
+            ]
         else:
             out.append(ch)
     return "".join(out)
@@ -93,8 +94,13 @@ def canonical_call(tool: str, args: Any) -> str:
     """The call exactly as it will run, as one line of canonical JSON: keys sorted, every
     newline, control and invisible character (and the backtick) escaped, so no value can draw
     a fake line or leave the card's code block. It parses back to exactly the arguments."""
-    text = json.dumps({"tool": tool, "arguments": args}, sort_keys=True, ensure_ascii=False,
-                      separators=(", ", ": "), default=str)  # fmt: skip
+    text = json.dumps(
+        {"tool": tool, "arguments": args},
+        sort_keys=True,
+        ensure_ascii=False,
+        separators=(", ", ": "),
+        default=str,
+    )
     return _escape_hidden(text)
 
 
@@ -253,8 +259,13 @@ NOT_THIS_CARD = "This button does not belong to that request; nothing changed."
 
 
 def _refuse_press(conn: Any, press: Any, approval: Approval | None, why: str) -> None:
-    audit.record(conn, "approval_press_refused", chat_id=press.chat_id, user_id=press.user_id,
-                 detail={"approval": approval.id if approval else None, "why": why})  # fmt: skip
+    audit.record(
+        conn,
+        "approval_press_refused",
+        chat_id=press.chat_id,
+        user_id=press.user_id,
+        detail={"approval": approval.id if approval else None, "why": why},
+    )
 
 
 def press_refusal(approval: Approval | None, press: Any, may_approve: bool) -> str | None:
@@ -290,8 +301,13 @@ def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any],
         """A button press, inside the intake transaction; returns what the presser sees."""
         parsed = parse_callback(press.data)
         if parsed is None:
-            audit.record(conn, "callback_unknown", chat_id=press.chat_id, user_id=press.user_id,
-                         detail={"data_length": len(press.data)})  # fmt: skip
+            audit.record(
+                conn,
+                "callback_unknown",
+                chat_id=press.chat_id,
+                user_id=press.user_id,
+                detail={"data_length": len(press.data)},
+            )
             return "This button is not recognised."
         approval_id, approve = parsed
         refused = check_press(conn, press, approval_id, may_approve)

@@ -83,8 +83,9 @@ def redeem(
         )
         result = PairResult(ok=True, reason="paired")
     kind = "user_paired" if result.ok else "pairing_failed"
-    audit.record(conn, kind, chat_id=chat_id, user_id=user_id, detail={"reason": result.reason},
-                 at=now)  # fmt: skip
+    audit.record(
+        conn, kind, chat_id=chat_id, user_id=user_id, detail={"reason": result.reason}, at=now
+    )
     return result
 
 

@@ -46,8 +46,10 @@ def tokens_used(conn: Any, since: float, *, user_id: int | None = None) -> int:
     """Tokens since `since`: one user's, or everyone's. A call without a user (vision, older
     rows) counts for the user whose private chat it was in (its id is the user's)."""
     # Every input token counts, cached or not: the API reports the three kinds apart.
-    total = ("SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens "
-             "+ output_tokens), 0) FROM llm_usage WHERE at >= ?")  # fmt: skip
+    total = (
+        "SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens "
+        "+ output_tokens), 0) FROM llm_usage WHERE at >= ?"
+    )
     if user_id is None:
         return int(conn.execute(total, (since,)).fetchone()[0])
     where = " AND (user_id = ? OR (user_id IS NULL AND chat_id = ?))"

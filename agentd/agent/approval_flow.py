@@ -113,11 +113,23 @@ def create_approval(
         shell_rules.offer(conn, stored.id, card.always_allow)
     if card is not None:
         stored = stored.model_copy(update={"card_text": preview})
-    audit.record(conn, "approval_requested", chat_id=inp.chat_id, user_id=inp.user_id,
-                 instance_id=instance_id, at=now, source_key=f"approval-requested:{stored.id}",
-                 detail={"approval": stored.id, "tool": tool.name, "risk": tool.risk,
-                         "args_digest": stored.args_digest, "card_chat": stored.card_chat_id,
-                         "tool_fingerprint": stored.tool_fingerprint})  # fmt: skip
+    audit.record(
+        conn,
+        "approval_requested",
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
+        at=now,
+        source_key=f"approval-requested:{stored.id}",
+        detail={
+            "approval": stored.id,
+            "tool": tool.name,
+            "risk": tool.risk,
+            "args_digest": stored.args_digest,
+            "card_chat": stored.card_chat_id,
+            "tool_fingerprint": stored.tool_fingerprint,
+        },
+    )
     return stored
 
 
@@ -154,8 +166,10 @@ def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
     note = ""
     if cut:
         total = len(approval.call_json or "")
-        note = (f"\n⚠️ Cut at {CARD_CALL_CHARS} of {total} characters: the whole call is in the "
-                f"file below and in `agentd pending --show {approval.id}`.\n")  # fmt: skip
+        note = (
+            f"\n⚠️ Cut at {CARD_CALL_CHARS} of {total} characters: the whole call is in the "
+            f"file below and in `agentd pending --show {approval.id}`.\n"
+        )
     return (
         f"🔐 **Approval needed** — `{approval.tool}`{source} ({approval.risk} risk)\n"
         f"{asker}{why}{details}\n"
@@ -205,8 +219,10 @@ def _asker_notice(approval: Approval) -> str:
         return f"`{approval.tool}` needs your approval: I sent the request to our private chat."
     if approval.card_chat_id is None:
         return f"`{approval.tool}` needs the owner's approval (`agentd approve {approval.id}`)."
-    return (f"`{approval.tool}` needs the owner's approval: I've asked them and will go on "
-            "when they answer.")  # fmt: skip
+    return (
+        f"`{approval.tool}` needs the owner's approval: I've asked them and will go on "
+        "when they answer."
+    )
 
 
 async def tell_asker(deps: TurnDeps, approval: Approval, text: str) -> int | None:
@@ -244,8 +260,10 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
     try:
         message_id = await deps.outbox.send_text(approval.card_chat, text, buttons=buttons)
     except Exception as exc:
-        log.warning("could not send the approval request; `agentd approve` still works",
-                    extra={"approval": approval.id, "error": type(exc).__name__})  # fmt: skip
+        log.warning(
+            "could not send the approval request; `agentd approve` still works",
+            extra={"approval": approval.id, "error": type(exc).__name__},
+        )
         return None
     await deps.db.write(approvals.set_message_id, approval.id, message_id)
     return message_id
@@ -271,8 +289,9 @@ async def send_card(step: Step, deps: TurnDeps, approval: Approval, use_id: str)
     if message_id is not None and _shown_call(approval)[1]:
         attach = partial(_attach_call, deps, approval, approval.card_chat, message_id)
         try:
-            await deliver(step, deps.db, f"attach:{use_id}", approval.card_chat, attach,
-                          method="sendDocument")  # fmt: skip
+            await deliver(
+                step, deps.db, f"attach:{use_id}", approval.card_chat, attach, method="sendDocument"
+            )
         except StepFailed as exc:  # the card says where else to read it
             log.warning("could not attach the whole call", extra={"error": exc.error_type})
     return message_id
@@ -284,11 +303,14 @@ async def settle_timeout(deps: TurnDeps, approval_id: str) -> Decision:
     if stored.status == "timed_out":
         await deps.db.write(
             lambda conn: audit.record(
-                conn, "approval_timed_out", chat_id=stored.chat_id, instance_id=stored.instance_id,
+                conn,
+                "approval_timed_out",
+                chat_id=stored.chat_id,
+                instance_id=stored.instance_id,
                 detail={"approval": stored.id, "tool": stored.tool},
                 source_key=f"approval-timeout:{stored.id}",
             )
-        )  # fmt: skip
+        )
     return Decision(status=stored.status, by=stored.decided_by)  # type: ignore[arg-type]
 
 
@@ -319,8 +341,9 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
             log.info("could not withdraw the approval request", extra={"error": type(exc).__name__})
 
 
-async def seek_approval(step: Step, deps: TurnDeps, tool: Route, inp: TurnInput,
-                    use: ToolUseBlock) -> Decision:  # fmt: skip
+async def seek_approval(
+    step: Step, deps: TurnDeps, tool: Route, inp: TurnInput, use: ToolUseBlock
+) -> Decision:
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
     message_id = await send_card(step, deps, approval, use.id)

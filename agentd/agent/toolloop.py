@@ -116,21 +116,35 @@ async def route_tool(deps: TurnDeps, use: ToolUseBlock, state: CallState | None 
     verdict = call_risk(tool, checked, state or CallState())
     # What the owner approves is this tool as it is now: its fingerprint goes on the approval.
     printed = fingerprint(tool) if verdict.risk == "high" else ""
-    return Route(name=tool.name, risk=verdict.risk, source=tool.source, reason=verdict.reason,
-                 fingerprint=printed, at_most_once=tool.at_most_once,
-                 settles=tool.settle is not None, taints=tool.taints)  # fmt: skip
+    return Route(
+        name=tool.name,
+        risk=verdict.risk,
+        source=tool.source,
+        reason=verdict.reason,
+        fingerprint=printed,
+        at_most_once=tool.at_most_once,
+        settles=tool.settle is not None,
+        taints=tool.taints,
+    )
 
 
 def changed_since_approval(name: str) -> ToolOutcome:
-    text = (f"The tool {name} changed after the owner approved this call (its code, schema or "
-            "source is different now), so it was NOT run. Tell the user to ask again.")  # fmt: skip
+    text = (
+        f"The tool {name} changed after the owner approved this call (its code, schema or "
+        "source is different now), so it was NOT run. Tell the user to ask again."
+    )
     return ToolOutcome(ok=False, content=text, error_kind="tool_error")
 
 
 async def run_tool(
-    deps: TurnDeps, name: str, inp: TurnInput, instance_id: str, use: ToolUseBlock,
-    approved_fingerprint: str = "", tainted_by: tuple[str, ...] = (),
-) -> ToolOutcome:  # fmt: skip
+    deps: TurnDeps,
+    name: str,
+    inp: TurnInput,
+    instance_id: str,
+    use: ToolUseBlock,
+    approved_fingerprint: str = "",
+    tainted_by: tuple[str, ...] = (),
+) -> ToolOutcome:
     tool = deps.registry.get(name)
     if tool is None:  # gone since it was routed (e.g. its MCP server did not come back)
         return deps.registry.unknown(name)
@@ -154,8 +168,10 @@ async def settle_tool(
     try:
         found = await tool.settle(_context(deps, inp, instance_id, use), checked)
     except Exception as exc:
-        log.warning("could not settle an interrupted call", extra={"tool": name,
-                    "error": type(exc).__name__})  # fmt: skip
+        log.warning(
+            "could not settle an interrupted call",
+            extra={"tool": name, "error": type(exc).__name__},
+        )
         return None
     kind = "tool_error" if found.is_error else None
     return ToolOutcome(ok=not found.is_error, content=deps.redact(found.content), error_kind=kind)
@@ -168,13 +184,16 @@ async def report_unknown(
     never run it again by ourselves (the model is told the same)."""
     shown = deps.redact(render_args(use.input, limit=600, value_limit=500))
     fenced = shown.replace("```", "'''")
-    text = (f"⚠️ Outcome unknown: `{route.name}` may or may not have run (a restart cut it "
-            f"short); it was not run again.\n\n```\n{fenced}\n```")  # fmt: skip
+    text = (
+        f"⚠️ Outcome unknown: `{route.name}` may or may not have run (a restart cut it "
+        f"short); it was not run again.\n\n```\n{fenced}\n```"
+    )
     try:
         await deps.outbox.send_text(inp.chat_id, text)
     except Exception as exc:  # the model's answer still says it
-        log.warning("could not send the outcome-unknown notice",
-                    extra={"error": type(exc).__name__})  # fmt: skip
+        log.warning(
+            "could not send the outcome-unknown notice", extra={"error": type(exc).__name__}
+        )
     content = f"{UNKNOWN_OUTCOME} The call was: {route.name} {shown}"
     return ToolOutcome(ok=False, content=content, error_kind="exception")
 
@@ -185,25 +204,43 @@ async def settle_or_report(
     """After a crash during an at-most-once call: the tool's own account of what happened
     (a mail found in Sent) where it has one, else the plain "outcome unknown" notice."""
     if route.settles:  # journaled in the route, so a replay takes the same steps
-        found = await step.do(f"settle:{use.id}", settle_tool, deps, route.name, inp,
-                              step.instance_id, use)  # fmt: skip
+        found = await step.do(
+            f"settle:{use.id}", settle_tool, deps, route.name, inp, step.instance_id, use
+        )
         if found is not None:
             return found
     return await step.do(f"unknown:{use.id}", report_unknown, deps, inp, route, use)
 
 
 def write_tool_audit(
-    conn: Any, inp: TurnInput, instance_id: str, tool: Route, use: ToolUseBlock,
-    outcome: ToolOutcome, decision: str, decided_by: str | None,
-) -> None:  # fmt: skip
+    conn: Any,
+    inp: TurnInput,
+    instance_id: str,
+    tool: Route,
+    use: ToolUseBlock,
+    outcome: ToolOutcome,
+    decision: str,
+    decided_by: str | None,
+) -> None:
     audit.record(
-        conn, "tool_call", chat_id=inp.chat_id, user_id=inp.user_id, instance_id=instance_id,
+        conn,
+        "tool_call",
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
         source_key=f"{instance_id}:tool:{use.id}",
-        detail={"tool": tool.name, "risk": tool.risk, "source": tool.source,
-                "args_digest": args_digest(use.input), "decision": decision,
-                "decided_by": decided_by, "ok": outcome.ok, "error_kind": outcome.error_kind,
-                "duration_ms": outcome.duration_ms},
-    )  # fmt: skip
+        detail={
+            "tool": tool.name,
+            "risk": tool.risk,
+            "source": tool.source,
+            "args_digest": args_digest(use.input),
+            "decision": decision,
+            "decided_by": decided_by,
+            "ok": outcome.ok,
+            "error_kind": outcome.error_kind,
+            "duration_ms": outcome.duration_ms,
+        },
+    )
 
 
 # -- the loop --------------------------------------------------------------------------------
@@ -225,22 +262,34 @@ async def handle_tool_use(
         decision, by = verdict.status, verdict.by
         if verdict.status != "approved":
             outcome = refusal(route, verdict, deps.config.tools.approval_timeout)
-            await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use,
-                             outcome, decision, by)  # fmt: skip
+            await step.local(
+                f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome, decision, by
+            )
             return outcome, route
     if route.risk == "high" or route.at_most_once:
         try:
-            outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
-                                    route.fingerprint, state.tainted_by,
-                                    delivery="at_most_once")  # fmt: skip
+            outcome = await step.do(
+                f"tool:{use.id}",
+                run_tool,
+                deps,
+                route.name,
+                inp,
+                iid,
+                use,
+                route.fingerprint,
+                state.tainted_by,
+                delivery="at_most_once",
+            )
         except OutcomeUnknown:
             outcome = await settle_or_report(step, deps, inp, route, use)
     else:
-        outcome = await step.do(f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use,
-                                "", state.tainted_by)  # fmt: skip
+        outcome = await step.do(
+            f"tool:{use.id}", run_tool, deps, route.name, inp, iid, use, "", state.tainted_by
+        )
     note_result(taint, route, use, outcome)  # whichever way it ran (or was settled / reported)
-    await step.local(f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome,
-                     decision, by)  # fmt: skip
+    await step.local(
+        f"audit:{use.id}", write_tool_audit, inp, iid, route, use, outcome, decision, by
+    )
     return outcome, route
 
 
@@ -275,8 +324,11 @@ def _build_stable(deps: TurnDeps, tools: list[Any], skills: Listing) -> StablePr
     server_tools = []
     if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
         server_tools = [SERVER_WEB_SEARCH | {"max_uses": deps.config.web.max_results}]
-        infos.append(ToolInfo(name="web_search", risk="low",
-                              description="Search the web; cite the pages you use."))  # fmt: skip
+        infos.append(
+            ToolInfo(
+                name="web_search", risk="low", description="Search the web; cite the pages you use."
+            )
+        )
     request = LLMRequest(
         purpose="turn",
         system=build_system(
@@ -311,23 +363,38 @@ async def call_llm(
     """
     zone = ZoneInfo(deps.config.agent.timezone)
     prefix = await current_prefix(deps)
-    req = prefix.request.model_copy(update={
-        "messages": with_breakpoints(messages, turn_start),
-        "context": build_context(now=datetime.fromtimestamp(deps.clock.now(), zone),
-                                 facts=recall.facts, memories=recall.memories),
-    })  # fmt: skip
+    req = prefix.request.model_copy(
+        update={
+            "messages": with_breakpoints(messages, turn_start),
+            "context": build_context(
+                now=datetime.fromtimestamp(deps.clock.now(), zone),
+                facts=recall.facts,
+                memories=recall.memories,
+            ),
+        }
+    )
     on_text = None
     if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
-        on_text = DraftStreamer(deps.outbox, inp.chat_id, draft_id(instance_id, step_name),
-                                deps.config.telegram.stream_interval,
-                                delay=deps.config.telegram.progress_delay)  # fmt: skip
+        on_text = DraftStreamer(
+            deps.outbox,
+            inp.chat_id,
+            draft_id(instance_id, step_name),
+            deps.config.telegram.stream_interval,
+            delay=deps.config.telegram.progress_delay,
+        )
     async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
         response = await deps.llm.complete(req, on_text=on_text)
     record = partial(
-        usage.record, tokens=response.usage, model=response.model, purpose="turn",
-        chat_id=inp.chat_id, instance_id=instance_id, step=step_name, attempt=response.attempt,
+        usage.record,
+        tokens=response.usage,
+        model=response.model,
+        purpose="turn",
+        chat_id=inp.chat_id,
+        instance_id=instance_id,
+        step=step_name,
+        attempt=response.attempt,
         user_id=inp.user_id,
-    )  # fmt: skip
+    )
     if held is not None:
         # In the transaction that journals the step's result, next: the tokens are on disk
         # exactly when the answer is, with no commit of their own.
@@ -383,8 +450,9 @@ async def agent_loop(
                 conversation.append(Message(role="assistant", content=response.content))
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
-            return AgentResult(text=text, calls=n, reported_actions=reported, files=files,
-                               skills_used=used)  # fmt: skip
+            return AgentResult(
+                text=text, calls=n, reported_actions=reported, files=files, skills_used=used
+            )
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
@@ -396,13 +464,24 @@ async def agent_loop(
             if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
                 used.append(str(use.input.get("name")))
             files.extend(outcome.files)
-            results.append(ToolResultBlock(tool_use_id=use.id, content=outcome.content or "(empty)",
-                                           is_error=not outcome.ok))  # fmt: skip
+            results.append(
+                ToolResultBlock(
+                    tool_use_id=use.id,
+                    content=outcome.content or "(empty)",
+                    is_error=not outcome.ok,
+                )
+            )
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
-    return AgentResult(text=text, calls=max_steps, outcome="step_limit", reported_actions=reported,
-                       files=files, skills_used=used)  # fmt: skip
+    return AgentResult(
+        text=text,
+        calls=max_steps,
+        outcome="step_limit",
+        reported_actions=reported,
+        files=files,
+        skills_used=used,
+    )
 
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:

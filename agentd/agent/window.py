@@ -71,11 +71,13 @@ def window_start(past: Sequence[Past], kept: int | None, now: float, rule: Windo
     return start
 
 
-def load_window(conn: Any, chat_id: int, before_id: int, floor: int, rule: WindowRule, now: float
-                ) -> int:  # fmt: skip
+def load_window(
+    conn: Any, chat_id: int, before_id: int, floor: int, rule: WindowRule, now: float
+) -> int:
     """The id this turn's history starts at; the chat's window start is updated when it moves."""
-    row = conn.execute("SELECT start_id FROM history_windows WHERE chat_id = ?",
-                       (chat_id,)).fetchone()  # fmt: skip
+    row = conn.execute(
+        "SELECT start_id FROM history_windows WHERE chat_id = ?", (chat_id,)
+    ).fetchone()
     kept = int(row[0]) if row and row[0] > floor else None
     # Only the messages a window can hold (and one more, to see a jump) are read.
     lower = max(floor, (kept or 0) - 1)

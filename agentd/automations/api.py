@@ -94,10 +94,14 @@ def workflow(
             raise TypeError(f"workflow {name}: expected `async def {fn.__name__}(step, inp)`")
         doc = (inspect.getdoc(fn) or "").strip().splitlines()
         return Automation(
-            name=name, fn=fn, input_model=input, output_model=output,
+            name=name,
+            fn=fn,
+            input_model=input,
+            output_model=output,
             version=str(version) if version is not None else _source_version(fn),
-            description=doc[0] if doc else "", tool=tool,
-        )  # fmt: skip
+            description=doc[0] if doc else "",
+            tool=tool,
+        )
 
     return wrap
 
@@ -143,9 +147,14 @@ class AutoStep:
         """Run `await fn(*args)` once for this instance; its JSON result is journaled and a
         resume returns it. `retry`: attempts and backoff (long backoffs are durable sleeps)."""
         return await self._step.do(
-            name, fn, *args, retry=retry, timeout=timeout, delivery=delivery,
+            name,
+            fn,
+            *args,
+            retry=retry,
+            timeout=timeout,
+            delivery=delivery,
             result_type=result_type,
-        )  # fmt: skip
+        )
 
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """Sleep durably: a restart neither shortens nor restarts it."""

@@ -120,8 +120,14 @@ def builtin_names() -> tuple[str, ...]:
     from agentd.retention.workflow import RETENTION_WORKFLOW
     from agentd.schedule.store import OCCURRENCE_WORKFLOW
 
-    return (TURN_WORKFLOW, COMMAND_WORKFLOW, INGEST_WORKFLOW, SUMMARY_WORKFLOW,
-            RETENTION_WORKFLOW, OCCURRENCE_WORKFLOW)  # fmt: skip
+    return (
+        TURN_WORKFLOW,
+        COMMAND_WORKFLOW,
+        INGEST_WORKFLOW,
+        SUMMARY_WORKFLOW,
+        RETENTION_WORKFLOW,
+        OCCURRENCE_WORKFLOW,
+    )
 
 
 def load_catalog(config: Config, reserved: Iterable[str] = ()) -> Catalog:

@@ -93,9 +93,13 @@ class _Route:
 
 class HookServer:
     def __init__(
-        self, config: Config, runtime: Runtime, start_workflow: StartWorkflow,
-        wake: Callable[[], Awaitable[None]], env: Mapping[str, str] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        config: Config,
+        runtime: Runtime,
+        start_workflow: StartWorkflow,
+        wake: Callable[[], Awaitable[None]],
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         env = os.environ if env is None else env
         self._config = config
         self._max = config.hooks.max_body_bytes
@@ -107,11 +111,15 @@ class HookServer:
         for name, hook in config.hooks.routes.items():
             secret = env.get(hook.secret_env, "")
             if not secret:
-                log.warning("hook has no secret; it refuses every delivery",
-                            extra={"hook": name, "secret_env": hook.secret_env})  # fmt: skip
+                log.warning(
+                    "hook has no secret; it refuses every delivery",
+                    extra={"hook": name, "secret_env": hook.secret_env},
+                )
             if hook.workflow and hook.workflow not in runtime.catalog.versions:
-                log.warning("hook starts an automation that is not loaded; it answers 503",
-                            extra={"hook": name, "workflow": hook.workflow})  # fmt: skip
+                log.warning(
+                    "hook starts an automation that is not loaded; it answers 503",
+                    extra={"hook": name, "workflow": hook.workflow},
+                )
             self.routes[name] = _Route(name, hook, secret.encode() if secret else None)
 
     async def start(self) -> str:
@@ -162,8 +170,10 @@ class HookServer:
             raise _Refused(408, "the body took too long") from None
         if len(body) > self._max:
             raise _Refused(413, f"body over {self._max} bytes")
-        header = next((request.headers[h] for h in route.config.signature_headers
-                       if h in request.headers), None)  # fmt: skip
+        header = next(
+            (request.headers[h] for h in route.config.signature_headers if h in request.headers),
+            None,
+        )
         if header is None:
             raise _Refused(401, "missing signature")
         if not signature_ok(route.secret, body, header):
@@ -175,8 +185,10 @@ class HookServer:
             raise _Refused(400, "the body is not JSON") from None
         if not isinstance(data, dict):
             raise _Refused(400, "the body must be a JSON object")
-        delivery = next((request.headers[h] for h in route.config.delivery_headers
-                         if h in request.headers), None)  # fmt: skip
+        delivery = next(
+            (request.headers[h] for h in route.config.delivery_headers if h in request.headers),
+            None,
+        )
         if delivery is not None and not 1 <= len(delivery) <= MAX_DELIVERY_ID:
             raise _Refused(400, f"the delivery id must be 1-{MAX_DELIVERY_ID} characters")
         return route, data, delivery
@@ -189,10 +201,12 @@ class HookServer:
         try:
             if route.config.workflow:
                 name = route.config.workflow
-                iid = runs.instance_id_for(name, None if delivery is None else f"{route.name}:"
-                                           f"{delivery}", scope="h")  # fmt: skip
-                started = await self._runtime.start(name, data, instance_id=iid,
-                                                    source=f"hook:{route.name}")  # fmt: skip
+                iid = runs.instance_id_for(
+                    name, None if delivery is None else f"{route.name}:{delivery}", scope="h"
+                )
+                started = await self._runtime.start(
+                    name, data, instance_id=iid, source=f"hook:{route.name}"
+                )
                 iid, created = started.instance_id, started.created
             else:
                 iid, created = await self._start_turn(route, data, delivery)
@@ -202,8 +216,7 @@ class HookServer:
             return _error(503, str(exc))
         except ValueError as exc:
             return _error(409, str(exc))
-        log.info("hook delivery", extra={"hook": route.name, "instance_id": iid,
-                                         "new": created})  # fmt: skip
+        log.info("hook delivery", extra={"hook": route.name, "instance_id": iid, "new": created})
         body = {"instance_id": iid, "created": created}
         return web.json_response(body, status=202 if created else 200)
 
@@ -218,12 +231,20 @@ class HookServer:
         if len(text) > MAX_TEXT_CHARS:
             raise InvalidInput(f"the body is too long for a prompt ({MAX_TEXT_CHARS} characters)")
         # The body is the sender's, not the owner's: the turn is tainted from its first call.
-        turn = TurnInput(update_id=0, chat_id=chat, user_id=chat, message_id=0,
-                         date=time.time(), kind="text", text=text,
-                         outside_source=f"a webhook delivery ({route.name})")  # fmt: skip
+        turn = TurnInput(
+            update_id=0,
+            chat_id=chat,
+            user_id=chat,
+            message_id=0,
+            date=time.time(),
+            kind="text",
+            text=text,
+            outside_source=f"a webhook delivery ({route.name})",
+        )
         iid = runs.instance_id_for(f"hook_{route.name}", delivery, scope="h")
-        result = await self._start_workflow(TURN_WORKFLOW, turn, instance_id=iid,
-                                            key=chat_key(chat))  # fmt: skip
+        result = await self._start_workflow(
+            TURN_WORKFLOW, turn, instance_id=iid, key=chat_key(chat)
+        )
         return iid, bool(result.created)
 
     async def _event(self, request: web.Request) -> web.Response:
@@ -254,5 +275,7 @@ class HookServer:
         except ValueError as exc:
             return _error(409, str(exc))
         await self._wake()
-        return web.json_response({"instance_id": iid, "event": event, "delivered": delivered},
-                                 status=202 if delivered else 200)  # fmt: skip
+        return web.json_response(
+            {"instance_id": iid, "event": event, "delivered": delivered},
+            status=202 if delivered else 200,
+        )

@@ -49,9 +49,15 @@ def instance_id_for(name: str, key: str | None, *, scope: str = "k") -> str:
 
 
 def start(
-    conn: Any, catalog: Catalog, name: str, payload: object, *, instance_id: str, source: str,
+    conn: Any,
+    catalog: Catalog,
+    name: str,
+    payload: object,
+    *,
+    instance_id: str,
+    source: str,
     now: float,
-) -> Started:  # fmt: skip
+) -> Started:
     """Validate the input against the newest version and create the instance (its own key:
     automations run concurrently). InvalidInput / WorkflowNotFound say what is wrong."""
     auto, raw = catalog.validated_input(name, payload)
@@ -87,9 +93,15 @@ def set_version(conn: Any, instance_id: str, version: str) -> None:
 
 
 def signal(
-    conn: Any, instance_id: str, event: str, data: dict[str, Any], now: float,
-    event_id: str | None = None, *, workflow: str | None = None,
-) -> bool:  # fmt: skip
+    conn: Any,
+    instance_id: str,
+    event: str,
+    data: dict[str, Any],
+    now: float,
+    event_id: str | None = None,
+    *,
+    workflow: str | None = None,
+) -> bool:
     """Deliver an event to an open instance's mailbox; False if event_id was delivered before.
     `answer:NAME` events are checked against the question's choices and settle it."""
     if len(json.dumps(data)) > MAX_INPUT_BYTES:
@@ -127,16 +139,32 @@ def _question(row: Any) -> Question:
 
 
 def create_question(
-    conn: Any, instance_id: str, step: str, chat_id: int, text: str, choices: list[str],
-    default: str | None, now: float, timeout: float,
-) -> Question:  # fmt: skip
+    conn: Any,
+    instance_id: str,
+    step: str,
+    chat_id: int,
+    text: str,
+    choices: list[str],
+    default: str | None,
+    now: float,
+    timeout: float,
+) -> Question:
     conn.execute(
         f"INSERT INTO automation_questions ({_QCOLS}) VALUES "
         "(?, ?, ?, ?, ?, ?, ?, NULL, 'pending', NULL, NULL, ?, ?) "
         "ON CONFLICT (instance_id, step) DO NOTHING",
-        (secrets.token_hex(5), instance_id, step, chat_id, text, json.dumps(choices), default,
-         now, now + timeout),
-    )  # fmt: skip
+        (
+            secrets.token_hex(5),
+            instance_id,
+            step,
+            chat_id,
+            text,
+            json.dumps(choices),
+            default,
+            now,
+            now + timeout,
+        ),
+    )
     question = question_of(conn, instance_id, step)
     assert question is not None
     return question
@@ -187,8 +215,14 @@ def answer(conn: Any, question_id: str, index: int, by: str, now: float) -> str:
         if question.status == "answered":
             return f"Already answered: {question.answer}."
         return "This question has expired."
-    store.insert_event(conn, question.instance_id, ANSWER_PREFIX + question.step,
-                       {"choice": choice, "by": by}, now, f"answer:{question.id}")  # fmt: skip
+    store.insert_event(
+        conn,
+        question.instance_id,
+        ANSWER_PREFIX + question.step,
+        {"choice": choice, "by": by},
+        now,
+        f"answer:{question.id}",
+    )
     return f"Answered: {choice}."
 
 

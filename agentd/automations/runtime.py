@@ -82,9 +82,14 @@ class Runtime:
             auto = self.catalog.get(name, started_on)
             if auto is None:
                 auto = self.catalog.current(name)
-                log.warning("automation version not loaded; running the current code",
-                            extra={"instance_id": step.instance_id, "started_on": started_on,
-                                   "current": auto.version})  # fmt: skip
+                log.warning(
+                    "automation version not loaded; running the current code",
+                    extra={
+                        "instance_id": step.instance_id,
+                        "started_on": started_on,
+                        "current": auto.version,
+                    },
+                )
             return await self._run(step, auto, raw, started_on)
 
         return Workflow(name=name, fn=run, input_model=RawInput, output_model=RawOutput)
@@ -104,9 +109,11 @@ class Runtime:
                 )
         except DivergenceError as exc:
             if started_on and started_on != auto.version:
-                why = (f" The instance started on version {started_on}, which is not loaded; "
-                       f"this code is version {auto.version}. Load the old version beside the "
-                       "new one, or re-run it on this code:")  # fmt: skip
+                why = (
+                    f" The instance started on version {started_on}, which is not loaded; "
+                    f"this code is version {auto.version}. Load the old version beside the "
+                    "new one, or re-run it on this code:"
+                )
             else:
                 why = " The code changed under the same version. Re-run it on this code:"
             hint = f" agentd workflows retry {step.instance_id} --from STEP"
@@ -125,9 +132,14 @@ class Runtime:
     ) -> runs.Started:
         """Validate, commit (fsync'd), then wake the engine: the id is durable once returned."""
         started = await self.db.write(
-            runs.start, self.catalog, name, payload, instance_id=instance_id, source=source,
+            runs.start,
+            self.catalog,
+            name,
+            payload,
+            instance_id=instance_id,
+            source=source,
             now=self.clock.now(),
-        )  # fmt: skip
+        )
         self.kick(instance_id)
         return started
 
@@ -181,11 +193,16 @@ class Runtime:
                 )
                 return f"Started workflow {name} as {started.instance_id}; it runs on its own."
 
-            tools.append(Tool.from_model(
-                name=f"run_{name}", description=auto.tool.description,
-                args_model=auto.input_model, fn=start_it, risk=auto.tool.risk,
-                source=f"automation:{auto.source}",
-            ))  # fmt: skip
+            tools.append(
+                Tool.from_model(
+                    name=f"run_{name}",
+                    description=auto.tool.description,
+                    args_model=auto.input_model,
+                    fn=start_it,
+                    risk=auto.tool.risk,
+                    source=f"automation:{auto.source}",
+                )
+            )
         return tools
 
     async def notify_failure(self, name: str, instance_id: str, error: str) -> None:
@@ -193,9 +210,11 @@ class Runtime:
         have it whatever the chat says)."""
         if name not in self.catalog.versions or (chat := owner(self.config)) is None:
             return
-        text = (f"⚠️ Automation `{name}` failed (`{instance_id}`):\n{error[:600]}\n\n"
-                f"Details: `agentd workflows show {instance_id}`; run it again: "
-                f"`agentd workflows retry {instance_id}`")  # fmt: skip
+        text = (
+            f"⚠️ Automation `{name}` failed (`{instance_id}`):\n{error[:600]}\n\n"
+            f"Details: `agentd workflows show {instance_id}`; run it again: "
+            f"`agentd workflows retry {instance_id}`"
+        )
         try:
             await self.outbox.send_text(chat, text)
         except Exception as exc:
@@ -210,10 +229,18 @@ class Runtime:
         question = runs.get_question(conn, question_id)
         refused = self._press_refusal(question, press)
         if refused is not None:
-            detail = {"question": question.id if question else None, "why": refused,
-                      "step": question.step if question else None}  # fmt: skip
-            audit.record(conn, "question_press_refused", chat_id=press.chat_id,
-                         user_id=press.user_id, detail=detail)  # fmt: skip
+            detail = {
+                "question": question.id if question else None,
+                "why": refused,
+                "step": question.step if question else None,
+            }
+            audit.record(
+                conn,
+                "question_press_refused",
+                chat_id=press.chat_id,
+                user_id=press.user_id,
+                detail=detail,
+            )
             return refused
         if not index.isdigit():
             return "This button is not recognised."
@@ -238,9 +265,14 @@ class Runtime:
         return None
 
     async def ask_owner(
-        self, step: Step, name: str, text: str, choices: list[str],
-        timeout: float | timedelta | None, default: str | None,
-    ) -> str | None:  # fmt: skip
+        self,
+        step: Step,
+        name: str,
+        text: str,
+        choices: list[str],
+        timeout: float | timedelta | None,
+        default: str | None,
+    ) -> str | None:
         if not 1 <= len(choices) <= 8 or any(not 1 <= len(c) <= 40 for c in choices):
             raise ValueError("ask_owner: give 1 to 8 choices of 1-40 characters")
         if default is not None and default not in choices:
@@ -249,37 +281,57 @@ class Runtime:
         seconds = seconds if seconds is not None else self.config.automations.ask_timeout
         chat = self._owner_chat()
         question = await step.local(
-            name + runs.QUESTION_SUFFIX, runs.create_question, step.instance_id, name, chat,
-            text, choices, default, self.clock.now(), seconds, result_type=runs.Question,
-        )  # fmt: skip
+            name + runs.QUESTION_SUFFIX,
+            runs.create_question,
+            step.instance_id,
+            name,
+            chat,
+            text,
+            choices,
+            default,
+            self.clock.now(),
+            seconds,
+            result_type=runs.Question,
+        )
         message_id = await step.do(f"{name}:send", self._send_question, question)
         event = await step.wait_for_event(
-            runs.ANSWER_PREFIX + name, max(0.0, question.expires_at - self.clock.now()),
+            runs.ANSWER_PREFIX + name,
+            max(0.0, question.expires_at - self.clock.now()),
             name=f"{name}:wait",
-        )  # fmt: skip
+        )
         if event is not None:
             choice: str | None = str(event.payload.get("choice"))
         else:
-            settled = await step.local(f"{name}:expire", runs.expire_question, question.id,
-                                       self.clock.now(), result_type=runs.Question)  # fmt: skip
+            settled = await step.local(
+                f"{name}:expire",
+                runs.expire_question,
+                question.id,
+                self.clock.now(),
+                result_type=runs.Question,
+            )
             choice = settled.answer if settled.status == "answered" else default
         if message_id is not None:
-            await step.do(f"{name}:show", self._show_answer, question, message_id, choice,
-                          event is None)  # fmt: skip
+            await step.do(
+                f"{name}:show", self._show_answer, question, message_id, choice, event is None
+            )
         return choice
 
     async def _send_question(self, question: runs.Question) -> int | None:
         """The question with its buttons; if the chat is unreachable the CLI still answers."""
-        buttons = [[Button(text=c, data=f"{CALLBACK_PREFIX}:{question.id}:{i}")]
-                   for i, c in enumerate(question.choices)]  # fmt: skip
+        buttons = [
+            [Button(text=c, data=f"{CALLBACK_PREFIX}:{question.id}:{i}")]
+            for i, c in enumerate(question.choices)
+        ]
         hint = f"\n\n_or: agentd workflows signal {question.instance_id} answer:{question.step}_"
         try:
             message_id = await self.outbox.send_text(
                 question.chat_id, question.text + hint, buttons=buttons
             )
         except Exception as exc:
-            log.warning("could not send the question; `agentd workflows signal` still answers",
-                        extra={"question": question.id, "error": type(exc).__name__})  # fmt: skip
+            log.warning(
+                "could not send the question; `agentd workflows signal` still answers",
+                extra={"question": question.id, "error": type(exc).__name__},
+            )
             return None
         await self.db.write(runs.set_question_message, question.id, message_id)
         return message_id
@@ -304,9 +356,15 @@ class Runtime:
         return chat
 
     async def llm_call(
-        self, step: Step, name: str, prompt: str, output: type[BaseModel], system: str,
-        max_tokens: int | None, retry: Retry,
-    ) -> Any:  # fmt: skip
+        self,
+        step: Step,
+        name: str,
+        prompt: str,
+        output: type[BaseModel],
+        system: str,
+        max_tokens: int | None,
+        retry: Retry,
+    ) -> Any:
         if self.llm is None:
             raise NonRetryable("no model is configured")
         llm, instance_id = self.llm, step.instance_id
@@ -322,10 +380,16 @@ class Runtime:
                 llm, req, output, name="answer", description="Give the answer in this shape."
             )
             await self.db.write(
-                usage.record, response.usage, model=response.model, purpose="automation",
-                chat_id=owner(self.config), instance_id=instance_id, step=name,
-                attempt=response.attempt, user_id=owner(self.config),
-            )  # fmt: skip
+                usage.record,
+                response.usage,
+                model=response.model,
+                purpose="automation",
+                chat_id=owner(self.config),
+                instance_id=instance_id,
+                step=name,
+                attempt=response.attempt,
+                user_id=owner(self.config),
+            )
             return result
 
         return await step.do(name, call, retry=retry, result_type=output)
@@ -355,26 +419,47 @@ class Runtime:
             # close the block), the reason as code.
             call = self.redact(approvals.canonical_call(tool_name, args))[:1500]
             why = f"\n**Why:** `{approvals.quote(verdict.reason)}`" if verdict.reason else ""
-            text = (f"🔐 Workflow step `{name}` wants to run `{tool_name}` (high risk){why}\n\n"
-                    f"```\n{call}\n```")  # fmt: skip
+            text = (
+                f"🔐 Workflow step `{name}` wants to run `{tool_name}` (high risk){why}\n\n"
+                f"```\n{call}\n```"
+            )
             choice = await self.ask_owner(
-                step, name + APPROVE_SUFFIX, text, ["Approve", "Deny"],
-                self.config.tools.approval_timeout, "Deny",
-            )  # fmt: skip
+                step,
+                name + APPROVE_SUFFIX,
+                text,
+                ["Approve", "Deny"],
+                self.config.tools.approval_timeout,
+                "Deny",
+            )
             if choice != "Approve":
                 return ToolRun(ok=False, ran=False, content=f"{tool_name} was not run ({choice}).")
         chat, instance_id = self._owner_chat(), step.instance_id
 
         async def run_tool() -> ToolRun:
-            ctx = ToolContext(chat_id=chat, user_id=chat, instance_id=instance_id,
-                              timezone=self.config.agent.timezone, now=self.clock.now,
-                              redact=self.redact)  # fmt: skip
+            ctx = ToolContext(
+                chat_id=chat,
+                user_id=chat,
+                instance_id=instance_id,
+                timezone=self.config.agent.timezone,
+                now=self.clock.now,
+                redact=self.redact,
+            )
             outcome = await execute(found, ctx, args)
-            await self.db.write(lambda conn: audit.record(
-                conn, "automation_tool", chat_id=chat, instance_id=instance_id,
-                detail={"step": name, "tool": tool_name, "risk": verdict.risk, "ok": outcome.ok},
-                source_key=f"{instance_id}:{name}",
-            ))  # fmt: skip
+            await self.db.write(
+                lambda conn: audit.record(
+                    conn,
+                    "automation_tool",
+                    chat_id=chat,
+                    instance_id=instance_id,
+                    detail={
+                        "step": name,
+                        "tool": tool_name,
+                        "risk": verdict.risk,
+                        "ok": outcome.ok,
+                    },
+                    source_key=f"{instance_id}:{name}",
+                )
+            )
             return ToolRun(ok=outcome.ok, content=outcome.content)
 
         return await step.do(name, run_tool)

@@ -36,12 +36,18 @@ async def count_resend(
     if interrupted:
         await db.write(
             lambda conn: audit.record(
-                conn, "send_uncertain", chat_id=chat_id, instance_id=instance_id,
-                detail={"method": method, "step": step_name,
-                        "reason": "re-sent after the process stopped during the send"},
+                conn,
+                "send_uncertain",
+                chat_id=chat_id,
+                instance_id=instance_id,
+                detail={
+                    "method": method,
+                    "step": step_name,
+                    "reason": "re-sent after the process stopped during the send",
+                },
                 source_key=f"{instance_id}:{step_name}:resent:{interrupted}",
             )
-        )  # fmt: skip
+        )
     return interrupted
 
 

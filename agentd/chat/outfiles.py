@@ -58,10 +58,17 @@ def spool(file: OutgoingFile, directory: Path) -> SpooledFile:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-    return SpooledFile(path=str(target), filename=file.filename, caption=file.caption,
-                       sha256=digest, size=len(file.data))  # fmt: skip
+    return SpooledFile(
+        path=str(target),
+        filename=file.filename,
+        caption=file.caption,
+        sha256=digest,
+        size=len(file.data),
+    )
 
 
 def describe_for_model(spooled: SpooledFile) -> str:
-    return (f"The file {spooled.filename} ({spooled.size} bytes) will be sent to the user "
-            "together with your reply; do not paste its content.")  # fmt: skip
+    return (
+        f"The file {spooled.filename} ({spooled.size} bytes) will be sent to the user "
+        "together with your reply; do not paste its content."
+    )

@@ -30,13 +30,17 @@ def _show(cfg, approval_id: str, json: bool) -> None:  # type: ignore[no-untyped
     if found is None:
         fail(f"no approval {approval_id}; see `agentd pending`")
     if json:
-        print_json({**found.model_dump(), "created_at": iso(found.created_at),
-                    "expires_at": iso(found.expires_at)})  # fmt: skip
+        print_json(
+            {
+                **found.model_dump(),
+                "created_at": iso(found.created_at),
+                "expires_at": iso(found.expires_at),
+            }
+        )
         return
     asker = f"user {found.user_id}" if found.user_id is not None else "a schedule"
     head = f"{found.id}: {found.tool} from {found.tool_source or '?'} ({found.risk} risk)"
-    out.print(f"{head}, {found.status}; asked by {asker} in chat {found.chat_id}",
-              highlight=False)  # fmt: skip
+    out.print(f"{head}, {found.status}; asked by {asker} in chat {found.chat_id}", highlight=False)
     if found.why:
         out.print(f"why: {found.why}", highlight=False)
     if found.tool_fingerprint:
@@ -58,8 +62,12 @@ def pending(
     with database(cfg) as conn:
         waiting = approvals.pending(conn)
     if json:
-        print_json([{**a.model_dump(), "created_at": iso(a.created_at),
-                     "expires_at": iso(a.expires_at)} for a in waiting])  # fmt: skip
+        print_json(
+            [
+                {**a.model_dump(), "created_at": iso(a.created_at), "expires_at": iso(a.expires_at)}
+                for a in waiting
+            ]
+        )
         return
     if not waiting:
         out.print("Nothing is waiting for approval.")

@@ -55,8 +55,11 @@ def audit(
         fail(str(exc), EXIT_USAGE)
     with database(cfg) as conn:
         if kind is not None and kind not in audit_log.known_kinds(conn):
-            fail(f"--kind {kind!r} is not an audit kind; use one of: "
-                 f"{', '.join(sorted(audit_log.known_kinds(conn)))}", EXIT_USAGE)  # fmt: skip
+            fail(
+                f"--kind {kind!r} is not an audit kind; use one of: "
+                f"{', '.join(sorted(audit_log.known_kinds(conn)))}",
+                EXIT_USAGE,
+            )
         entries = audit_log.entries(conn, since=start, kind=kind, chat_id=chat, limit=limit)
     if json:
         print_json([{**e.model_dump(), "at": iso(e.at)} for e in entries])
@@ -64,8 +67,16 @@ def audit(
     table = new_table("time (UTC)", "kind", "chat", "user", "instance", "detail")
     for e in entries:
         detail = ", ".join(f"{k}={v}" for k, v in e.detail.items())
-        table.add_row(iso(e.at), e.kind, str(e.chat_id or ""), str(e.user_id or ""),
-                      e.instance_id or "", detail[:100])  # fmt: skip
-    print_table(table, drop=("instance", "user", "chat"),
-                empty="No audit entries" + (" match these filters." if since or kind or chat
-                                            else " yet."))  # fmt: skip
+        table.add_row(
+            iso(e.at),
+            e.kind,
+            str(e.chat_id or ""),
+            str(e.user_id or ""),
+            e.instance_id or "",
+            detail[:100],
+        )
+    print_table(
+        table,
+        drop=("instance", "user", "chat"),
+        empty="No audit entries" + (" match these filters." if since or kind or chat else " yet."),
+    )

@@ -48,16 +48,20 @@ def enable(
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
-                sched = briefing.enable(conn, cfg, owner=owner, at=at, weekdays=weekdays,
-                                        now=time.time())  # fmt: skip
+                sched = briefing.enable(
+                    conn, cfg, owner=owner, at=at, weekdays=weekdays, now=time.time()
+                )
         except ScheduleError as exc:
             fail(f"not scheduled: {exc}")
     if json:
         print_json(sched.model_dump())
         return
     out.print(f"briefing on: {summary(sched)}", highlight=False)
-    out.print(f"next: {local_iso(sched.next_run, sched.timezone)}; its cost per run: "
-              f"agentd usage --schedule {sched.id}", highlight=False)  # fmt: skip
+    out.print(
+        f"next: {local_iso(sched.next_run, sched.timezone)}; its cost per run: "
+        f"agentd usage --schedule {sched.id}",
+        highlight=False,
+    )
 
 
 @app.command("run")

@@ -164,8 +164,18 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
 
 # Free text wraps; everything else (times, ids, keys, numbers) is kept whole, so at 80 columns
 # a timestamp never becomes "2026-11-23T0…".
-_WRAPPING = {"message", "error", "last error", "detail", "arguments", "memory", "text", "title",
-             "section", "reason"}  # fmt: skip
+_WRAPPING = {
+    "message",
+    "error",
+    "last error",
+    "detail",
+    "arguments",
+    "memory",
+    "text",
+    "title",
+    "section",
+    "reason",
+}
 
 
 def new_table(*columns: str | Column, **options: Any) -> Table:
@@ -173,10 +183,13 @@ def new_table(*columns: str | Column, **options: Any) -> Table:
     from rich.table import Column, Table
 
     made = [
-        c if isinstance(c, Column)
-        else Column(c, overflow="fold") if c in _WRAPPING else Column(c, no_wrap=True)
+        c
+        if isinstance(c, Column)
+        else Column(c, overflow="fold")
+        if c in _WRAPPING
+        else Column(c, no_wrap=True)
         for c in columns
-    ]  # fmt: skip
+    ]
     return Table(*made, **options)
 
 
@@ -224,8 +237,11 @@ def print_table(table: Table, *, drop: tuple[str, ...] = (), empty: str = "") ->
             column.no_wrap, column.overflow = False, "fold"
     out.print(table)
     if left_out:
-        err.print(f"(left out at this width: {', '.join(left_out)}; a wider terminal or "
-                  "--json shows them)", highlight=False)  # fmt: skip
+        err.print(
+            f"(left out at this width: {', '.join(left_out)}; a wider terminal or "
+            "--json shows them)",
+            highlight=False,
+        )
 
 
 def iso(ts: float | None) -> str | None:
@@ -260,9 +276,14 @@ def reindex_with_bar(
     from agentd.db.runner import ConnRunner
 
     progress = Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-        console=err.console, transient=True, disable=json or not err.is_terminal,
-    )  # fmt: skip
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=err.console,
+        transient=True,
+        disable=json or not err.is_terminal,
+    )
     task = progress.add_task(label, total=None)
 
     def advance(count: int) -> None:

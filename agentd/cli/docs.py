@@ -82,10 +82,19 @@ def _ensure_database(cfg: Config) -> None:
 
 def _print_report(report: IngestReport) -> None:
     counts = report.counts()
-    table = new_table("added", "changed", "unchanged", "removed", "failed", "chunks embedded",
-                  "seconds", title="Ingested")  # fmt: skip
-    table.add_row(*(str(counts[k]) for k in counts), str(report.chunks_embedded),
-                  f"{report.seconds:.1f}")  # fmt: skip
+    table = new_table(
+        "added",
+        "changed",
+        "unchanged",
+        "removed",
+        "failed",
+        "chunks embedded",
+        "seconds",
+        title="Ingested",
+    )
+    table.add_row(
+        *(str(counts[k]) for k in counts), str(report.chunks_embedded), f"{report.seconds:.1f}"
+    )
     print_table(table)
     if report.failed:
         failures = new_table(_source_column(), "reason", title="Not ingested")
@@ -127,16 +136,26 @@ def ingest(
     _ensure_database(cfg)
     _quiet_pdf_library()
     progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-        console=err.console, transient=True, disable=json or not err.is_terminal,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=err.console,
+        transient=True,
+        disable=json or not err.is_terminal,
+    )
 
     async def run(conn: Any, embedder: Any) -> IngestReport:
         with progress:
             return await run_ingest(
-                ConnRunner(conn), embedder, cfg.docs, paths=paths or (), url_file=urls,
-                sitemap=sitemap, policy=fetch_policy(cfg.tools.fetch), progress=_Bar(progress),
-            )  # fmt: skip
+                ConnRunner(conn),
+                embedder,
+                cfg.docs,
+                paths=paths or (),
+                url_file=urls,
+                sitemap=sitemap,
+                policy=fetch_policy(cfg.tools.fetch),
+                progress=_Bar(progress),
+            )
 
     with database(cfg, write=True) as conn:
         report = with_embedder(cfg, lambda embedder: run(conn, embedder))
@@ -168,14 +187,15 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         docs = list_documents(conn, limit=1_000_000)
     if json:
         print_json(
-            [{**d.model_dump(), "created_at": iso(d.created_at),
-              "updated_at": iso(d.updated_at)} for d in docs]
-        )  # fmt: skip
+            [
+                {**d.model_dump(), "created_at": iso(d.created_at), "updated_at": iso(d.updated_at)}
+                for d in docs
+            ]
+        )
         return
     table = new_table("id", "title", "chunks", "format", "updated (UTC)", _source_column())
     for d in docs:
-        table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at),
-                      d.source)  # fmt: skip
+        table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at), d.source)
     print_table(
         table,
         drop=("format", "updated (UTC)"),
@@ -228,10 +248,17 @@ def search(
 
     cfg = config_or_exit(config)
     with database(cfg) as conn:
-        hits = with_embedder(cfg, lambda embedder: search_documents(
-            ConnRunner(conn), embedder, query, k=k, mode=mode.value,
-            fusion=fusion_from_config(cfg.memory),
-        ))  # fmt: skip
+        hits = with_embedder(
+            cfg,
+            lambda embedder: search_documents(
+                ConnRunner(conn),
+                embedder,
+                query,
+                k=k,
+                mode=mode.value,
+                fusion=fusion_from_config(cfg.memory),
+            ),
+        )
     if json:
         print_json([h.model_dump() for h in hits])
         return
@@ -261,9 +288,11 @@ def reindex(
     cfg = config_or_exit(config)
     _ensure_database(cfg)
     reindex_with_bar(
-        cfg, "re-embedding document chunks", pending,
+        cfg,
+        "re-embedding document chunks",
+        pending,
         lambda db, embedder, advance: reindex_documents(
             db, embedder, force=force, progress=advance
         ),
         json=json,
-    )  # fmt: skip
+    )

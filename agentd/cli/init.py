@@ -72,19 +72,25 @@ def check_key(base_url: str, key: str, model: str) -> None:
         if status == 404:
             status_list, body = _call(f"{base}/v1/models", headers)
     except (OSError, ValueError) as exc:
-        raise KeyProblem(f"{base} is unreachable ({type(exc).__name__}); check the network "
-                         "or --llm-base-url", key_fault=False) from None  # fmt: skip
+        raise KeyProblem(
+            f"{base} is unreachable ({type(exc).__name__}); check the network or --llm-base-url",
+            key_fault=False,
+        ) from None
     if status in (401, 403):
         raise KeyProblem("Anthropic rejected the key", key_fault=True)
     if status == 404:
         if status_list == 200 and isinstance(body, dict) and "data" in body:
             hint = "pass --model with one it lists (e.g. claude-haiku-4-5)"
-            raise KeyProblem(f"the model {model} is not available with this key; {hint}",
-                             key_fault=False)  # fmt: skip
+            raise KeyProblem(
+                f"the model {model} is not available with this key; {hint}", key_fault=False
+            )
         if status_list in (401, 403):
             raise KeyProblem("Anthropic rejected the key", key_fault=True)
-        raise KeyProblem(f"{base} does not answer like the Anthropic API (HTTP 404 for "
-                         "/v1/models); check --llm-base-url", key_fault=False)  # fmt: skip
+        raise KeyProblem(
+            f"{base} does not answer like the Anthropic API (HTTP 404 for "
+            "/v1/models); check --llm-base-url",
+            key_fault=False,
+        )
     if status != 200:
         raise KeyProblem(f"the models API at {base} answered HTTP {status}", key_fault=False)
 
@@ -100,8 +106,10 @@ def wait_for_owner(api_base: str, token: str, code: str, timeout: float) -> tupl
             query["offset"] = str(offset)
         status, body = _call(f"{base}/getUpdates?{urllib.parse.urlencode(query)}", timeout=30)
         if status == 409:
-            fail("another program is reading this bot's updates (is `agentd run` running?); "
-                 "stop it, or pair later with `agentd pair`")  # fmt: skip
+            fail(
+                "another program is reading this bot's updates (is `agentd run` running?); "
+                "stop it, or pair later with `agentd pair`"
+            )
         for update in (body or {}).get("result", []) if isinstance(body, dict) else []:
             offset = int(update["update_id"]) + 1
             message = update.get("message") or {}
@@ -114,12 +122,19 @@ def wait_for_owner(api_base: str, token: str, code: str, timeout: float) -> tupl
                 confirm = urllib.parse.urlencode({"offset": offset, "timeout": 0})
                 _call(f"{base}/getUpdates?{confirm}", timeout=10)
                 sender = message.get("from") or {}
-                _say(base, chat.get("id"), "Paired. I will answer you here once agentd runs "
-                     "on the server.")  # fmt: skip
+                _say(
+                    base,
+                    chat.get("id"),
+                    "Paired. I will answer you here once agentd runs on the server.",
+                )
                 return int(sender["id"]), str(sender.get("username") or sender.get("first_name"))
             if text.startswith("/START"):  # a bare /start, or a mistyped code: say what to send
-                _say(base, chat.get("id"), "That is not the code agentd init shows: send "
-                     "/start followed by the 8-character code from the terminal.")  # fmt: skip
+                _say(
+                    base,
+                    chat.get("id"),
+                    "That is not the code agentd init shows: send "
+                    "/start followed by the 8-character code from the terminal.",
+                )
         if status != 200:
             time.sleep(1)
     fail("nobody sent the code in time; run `agentd init` again (or `agentd pair` later)")
@@ -152,8 +167,11 @@ def system_timezone(env: dict[str, str]) -> str:
 
 def render_config(owner: int, timezone: str, api_base: str, llm_base: str, model: str) -> str:
     """agentd.toml with only the keys that differ from the defaults."""
-    lines = ["# Written by `agentd init`. Every other key, with its default: config.example.toml.",
-             "# Secrets are not here: they are in agentd.env (mode 0600).", ""]  # fmt: skip
+    lines = [
+        "# Written by `agentd init`. Every other key, with its default: config.example.toml.",
+        "# Secrets are not here: they are in agentd.env (mode 0600).",
+        "",
+    ]
     if timezone != AgentConfig().timezone:
         lines += ["[agent]", f"timezone = {jsonlib.dumps(timezone)}", ""]
     # The owner approves every high-risk call, whoever of the people served asks.
@@ -242,15 +260,27 @@ def _checked_key(key: str | None, base_url: str, model: str, interactive: bool) 
             if not interactive or not problem.key_fault:
                 fail(f"{problem}", EXIT_CONFIG)
             if attempt == KEY_ATTEMPTS:
-                fail(f"{problem}, {KEY_ATTEMPTS} times; check the key at "
-                     "console.anthropic.com and run `agentd init` again", EXIT_CONFIG)  # fmt: skip
+                fail(
+                    f"{problem}, {KEY_ATTEMPTS} times; check the key at "
+                    "console.anthropic.com and run `agentd init` again",
+                    EXIT_CONFIG,
+                )
             err.print(f"{problem}; try again.")
             key = None
     raise AssertionError("unreachable")
 
 
-def _write(directory: Path, config_path: Path, secrets_path: Path, owner_id: int, token: str,
-           key: str, api_base: str, llm_base_url: str, model: str) -> str:  # fmt: skip
+def _write(
+    directory: Path,
+    config_path: Path,
+    secrets_path: Path,
+    owner_id: int,
+    token: str,
+    key: str,
+    api_base: str,
+    llm_base_url: str,
+    model: str,
+) -> str:
     """Write agentd.toml and agentd.env; return the time zone written."""
     timezone = system_timezone(dict(os.environ))
     directory.mkdir(parents=True, exist_ok=True)
@@ -301,8 +331,10 @@ def init(
     paired_now = owner_id is None
     if owner_id is None:
         code = "".join(secrets.choice(ALPHABET) for _ in range(8))
-        out.print(f"Now send this to @{bot} in Telegram:\n\n    /start {code[:4]}-{code[4:]}\n",
-                  highlight=False)  # fmt: skip
+        out.print(
+            f"Now send this to @{bot} in Telegram:\n\n    /start {code[:4]}-{code[4:]}\n",
+            highlight=False,
+        )
         owner_id, name = wait_for_owner(api_base, token, code, pair_timeout)
         out.print(f"Paired: {name} (user id {owner_id})", highlight=False)
 
@@ -313,19 +345,33 @@ def init(
             raise
         # Keep the pairing done so far: a re-run with --owner-id skips it (and reads the token
         # back from agentd.env).
-        _write(directory, config_path, secrets_path, owner_id, token, "", api_base,
-               llm_base_url, model)  # fmt: skip
-        err.print(f"\nStopped before the Anthropic key was checked. Kept the pairing (user id "
-                  f"{owner_id}) in {config_path} and the bot token in {secrets_path}; finish "
-                  f"with:  agentd init --dir {directory} --owner-id {owner_id} --force",
-                  highlight=False)  # fmt: skip
+        _write(
+            directory, config_path, secrets_path, owner_id, token, "", api_base, llm_base_url, model
+        )
+        err.print(
+            f"\nStopped before the Anthropic key was checked. Kept the pairing (user id "
+            f"{owner_id}) in {config_path} and the bot token in {secrets_path}; finish "
+            f"with:  agentd init --dir {directory} --owner-id {owner_id} --force",
+            highlight=False,
+        )
         raise typer.Exit(stop.exit_code if isinstance(stop, typer.Exit) else 130) from None
     out.print("Anthropic key ok")
 
-    timezone = _write(directory, config_path, secrets_path, owner_id, token, anthropic_key,
-                      api_base, llm_base_url, model)  # fmt: skip
-    out.print(f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).",
-              highlight=False)  # fmt: skip
+    timezone = _write(
+        directory,
+        config_path,
+        secrets_path,
+        owner_id,
+        token,
+        anthropic_key,
+        api_base,
+        llm_base_url,
+        model,
+    )
+    out.print(
+        f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).",
+        highlight=False,
+    )
     _next_steps(config_path, secrets_path, systemd)
 
 
@@ -375,11 +421,13 @@ def _checked_token(token: str | None, api_base: str, interactive: bool) -> tuple
 def _next_steps(config_path: Path, secrets_path: Path, systemd: bool) -> None:
     if systemd:
         unit = install_user_unit(config_path, secrets_path, dict(os.environ))
-        out.print(f"Installed {unit}. Start it (and at every boot) with:\n\n"
-                  "    systemctl --user daemon-reload\n"
-                  "    systemctl --user enable --now agentd\n\n"
-                  "(`loginctl enable-linger` keeps it running when you are logged out.)",
-                  highlight=False)  # fmt: skip
+        out.print(
+            f"Installed {unit}. Start it (and at every boot) with:\n\n"
+            "    systemctl --user daemon-reload\n"
+            "    systemctl --user enable --now agentd\n\n"
+            "(`loginctl enable-linger` keeps it running when you are logged out.)",
+            highlight=False,
+        )
     else:
         out.print(f"Start the agent with:  agentd run --config {config_path}", highlight=False)
     out.print(

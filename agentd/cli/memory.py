@@ -52,8 +52,9 @@ def ls(
         return
     table = new_table("id", "user", "kind", "key", "memory", "updated (UTC)")
     for m in rows:
-        table.add_row(str(m.id), str(m.user_id), m.kind, m.slot or "", m.content[:80],
-                      iso(m.updated_at))  # fmt: skip
+        table.add_row(
+            str(m.id), str(m.user_id), m.kind, m.slot or "", m.content[:80], iso(m.updated_at)
+        )
     print_table(
         table, drop=("key", "user"), empty="No memories yet: they are saved as you talk to the bot."
     )
@@ -89,10 +90,18 @@ def search(
     cfg = config_or_exit(config)
     with database(cfg) as conn:
         user = user if user is not None else _only_user(conn)
-        hits = with_embedder(cfg, lambda embedder: search_memories(
-            ConnRunner(conn), embedder, user, query, k=k, mode=mode.value,
-            fusion=fusion_from_config(cfg.memory),
-        ))  # fmt: skip
+        hits = with_embedder(
+            cfg,
+            lambda embedder: search_memories(
+                ConnRunner(conn),
+                embedder,
+                user,
+                query,
+                k=k,
+                mode=mode.value,
+                fusion=fusion_from_config(cfg.memory),
+            ),
+        )
     if json:
         print_json([{**_memory_json(h.memory), "score": h.score} for h in hits])
         return
@@ -149,7 +158,9 @@ def reindex(
         return status.total if force else status.total - status.current
 
     reindex_with_bar(
-        config_or_exit(config), "re-embedding memories", pending,
+        config_or_exit(config),
+        "re-embedding memories",
+        pending,
         lambda db, embedder, advance: run_reindex(db, embedder, force=force, progress=advance),
         json=json,
-    )  # fmt: skip
+    )

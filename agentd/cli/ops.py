@@ -53,21 +53,42 @@ def usage(
     if json:
         print_json([r.model_dump() for r in rows])
         return
-    table = new_table("day", "chat", "calls", "input", "output", "cache\nread", "cache\nwrite",
-                      "hit\nratio", "≈ USD", "≈ saved\nUSD")  # fmt: skip
+    table = new_table(
+        "day",
+        "chat",
+        "calls",
+        "input",
+        "output",
+        "cache\nread",
+        "cache\nwrite",
+        "hit\nratio",
+        "≈ USD",
+        "≈ saved\nUSD",
+    )
     for r in rows:
-        table.add_row(r.day, str(r.chat_id or "-"), str(r.calls), str(r.input_tokens),
-                      str(r.output_tokens), str(r.cache_read_tokens), str(r.cache_write_tokens),
-                      f"{r.cache_hit_ratio:.0%}", f"{r.estimated_cost_usd:.4f}",
-                      f"{r.estimated_saving_usd:.4f}")  # fmt: skip
+        table.add_row(
+            r.day,
+            str(r.chat_id or "-"),
+            str(r.calls),
+            str(r.input_tokens),
+            str(r.output_tokens),
+            str(r.cache_read_tokens),
+            str(r.cache_write_tokens),
+            f"{r.cache_hit_ratio:.0%}",
+            f"{r.estimated_cost_usd:.4f}",
+            f"{r.estimated_saving_usd:.4f}",
+        )
     print_table(
         table,
         drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD"),
         empty=f"No model calls in the last {days} days.",
     )
     if rows:  # markup off: "[llm.prices]" is the config section, not a style
-        err.print(f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
-                  "saving = the same calls without prompt caching.", markup=False)  # fmt: skip
+        err.print(
+            f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
+            "saving = the same calls without prompt caching.",
+            markup=False,
+        )
 
 
 def backup(
@@ -81,8 +102,10 @@ def backup(
     if destination.exists():
         fail(f"{destination} exists; choose a new file name")
     if not destination.parent.is_dir():  # a typo in the folder must not become a new folder
-        fail(f"{destination.parent} does not exist; create it first (mkdir -p "
-             f"{destination.parent}) or choose another place")  # fmt: skip
+        fail(
+            f"{destination.parent} does not exist; create it first (mkdir -p "
+            f"{destination.parent}) or choose another place"
+        )
     from agentd.retention.prune import mark_backup
 
     with database(cfg) as conn:
@@ -126,9 +149,15 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         if cfg.source:
             _check("config", True, cfg.source, results)
         else:
-            _check("config", True, "no config file found (./agentd.toml, $AGENTD_CONFIG, "
-                   "~/.config/agentd, /etc/agentd): defaults and environment only; run "
-                   "`agentd init`, or pass --config PATH", results, warn=True)  # fmt: skip
+            _check(
+                "config",
+                True,
+                "no config file found (./agentd.toml, $AGENTD_CONFIG, "
+                "~/.config/agentd, /etc/agentd): defaults and environment only; run "
+                "`agentd init`, or pass --config PATH",
+                results,
+                warn=True,
+            )
     except ConfigError as exc:
         cfg = None
         _check("config", False, f"invalid configuration: {exc}", results)
@@ -186,8 +215,10 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
         _check("database", True, f"{path} will be created by `agentd run`", results)
         return
     if (owner := foreign_owner(path)) is not None:
-        detail = (f"{path} belongs to {owner}; not opened as root (its files would become "
-                  f"root's): sudo -u {owner} agentd doctor")  # fmt: skip
+        detail = (
+            f"{path} belongs to {owner}; not opened as root (its files would become "
+            f"root's): sudo -u {owner} agentd doctor"
+        )
         _check("database", True, detail, results, warn=True)
         return
     try:
@@ -202,9 +233,11 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
         return
     mode = path.stat().st_mode & 0o777
     private = mode & 0o077 == 0
-    detail = f"{path} ({oct(mode)}, owner-only)" if private else (
-        f"{path} ({oct(mode)}) is readable by others: chmod 600 {path}"
-    )  # fmt: skip
+    detail = (
+        f"{path} ({oct(mode)}, owner-only)"
+        if private
+        else (f"{path} ({oct(mode)}) is readable by others: chmod 600 {path}")
+    )
     _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
@@ -230,16 +263,26 @@ def _doctor_shell(cfg: Config, results: list[dict[str, object]]) -> None:
     try:
         workspace.ensure()  # created at the daemon's start anyway; the probe binds it
     except (OSError, WorkspaceError) as exc:
-        _check("shell", True, f"not offered: the workspace {workspace.root} cannot be "
-               f"created ({exc}); set [tools.workspace] path", results, warn=True)  # fmt: skip
+        _check(
+            "shell",
+            True,
+            f"not offered: the workspace {workspace.root} cannot be "
+            f"created ({exc}); set [tools.workspace] path",
+            results,
+            warn=True,
+        )
         return
     problem = probe(sandbox_of(cfg), workspace.root)
     if problem:
         # A warning: agentd runs without the shell; the owner decides whether to fix it.
         _check("shell", True, f"not offered: {problem}", results, warn=True)
     else:
-        _check("shell", True, "bubblewrap sandbox works (namespaces, read-only system, no "
-               "network)", results)  # fmt: skip
+        _check(
+            "shell",
+            True,
+            "bubblewrap sandbox works (namespaces, read-only system, no network)",
+            results,
+        )
 
 
 def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -257,9 +300,14 @@ def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
     if isinstance(embedder, E5SmallEmbedder):
         name += f" on {embedder.engine}"
     if cfg.memory.embedder == "hashing":
-        _check("embedder", True, f"{name} — its vectors carry no meaning, so recall is keyword "
-               "search only; set memory.embedder = 'e5-small' (the default)", results,
-               warn=True)  # fmt: skip
+        _check(
+            "embedder",
+            True,
+            f"{name} — its vectors carry no meaning, so recall is keyword "
+            "search only; set memory.embedder = 'e5-small' (the default)",
+            results,
+            warn=True,
+        )
     else:
         _check("embedder", True, name, results)
     if cfg.db_path.exists() and foreign_owner(cfg.db_path) is None:
@@ -282,15 +330,26 @@ def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str,
     except DatabaseError:
         return  # the database check already says what is wrong
     stale = memories.total - memories.current
-    _check("memory vectors", True,
-           f"{stale} of {memories.total} memories lack a {model_id} vector: run "
-           "`agentd memory reindex`" if stale else f"{memories.total} memories, all current",
-           results, warn=bool(stale))  # fmt: skip
+    _check(
+        "memory vectors",
+        True,
+        f"{stale} of {memories.total} memories lack a {model_id} vector: run "
+        "`agentd memory reindex`"
+        if stale
+        else f"{memories.total} memories, all current",
+        results,
+        warn=bool(stale),
+    )
     stale = chunks - chunks_current
-    _check("document vectors", True,
-           f"{stale} of {chunks} document chunks lack a {model_id} vector: run "
-           "`agentd docs reindex`" if stale else f"{chunks} chunks, all current",
-           results, warn=bool(stale))  # fmt: skip
+    _check(
+        "document vectors",
+        True,
+        f"{stale} of {chunks} document chunks lack a {model_id} vector: run `agentd docs reindex`"
+        if stale
+        else f"{chunks} chunks, all current",
+        results,
+        warn=bool(stale),
+    )
 
 
 def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -307,18 +366,26 @@ def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
     _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
     for s in states:
         if s.state == "invalid":
-            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}",
-                   results)  # fmt: skip
+            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}", results)
         elif s.state in ("changed", "missing"):
-            _check(f"skill {s.name}", True, f"held back: {s.reason}; check it, then run "
-                   f"`agentd skills enable {s.name}`", results, warn=True)  # fmt: skip
+            _check(
+                f"skill {s.name}",
+                True,
+                f"held back: {s.reason}; check it, then run `agentd skills enable {s.name}`",
+                results,
+                warn=True,
+            )
 
 
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
     token = cfg.secrets.telegram_bot_token
     if token is None:
-        _check("telegram", False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)"
-               + _unreadable_secrets(cfg), results)  # fmt: skip
+        _check(
+            "telegram",
+            False,
+            "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)" + _unreadable_secrets(cfg),
+            results,
+        )
         return
     base = cfg.telegram.api_base.rstrip("/")
     try:
@@ -341,9 +408,11 @@ def _unreadable_secrets(cfg: Config) -> str:
         return ""
     path = Path(cfg.source).parent / SECRETS_FILE
     if path.exists() and not os.access(path, os.R_OK):
-        return (f"; {path} exists but this user cannot read it (systemd reads it as root for "
-                "the service), so the secrets were not checked: `sudo systemctl status agentd` "
-                "shows whether the service got them")  # fmt: skip
+        return (
+            f"; {path} exists but this user cannot read it (systemd reads it as root for "
+            "the service), so the secrets were not checked: `sudo systemctl status agentd` "
+            "shows whether the service got them"
+        )
     return ""
 
 
@@ -352,8 +421,12 @@ def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
     if users:
         _check("allowlist", True, f"{len(users)} user(s) served", results)
     else:
-        _check("allowlist", False, "telegram.allowed_user_ids is empty: nobody is served; "
-               "add your Telegram user id to it", results)  # fmt: skip
+        _check(
+            "allowlist",
+            False,
+            "telegram.allowed_user_ids is empty: nobody is served; add your Telegram user id to it",
+            results,
+        )
     trust = owners.resolve(cfg.telegram)
     # An owner taken from the allowlist works, but is worth saying: it decides who approves.
     _check("owner", True, trust.describe(), results, warn=trust.how != "configured")
@@ -362,8 +435,9 @@ def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
 def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
     key = cfg.secrets.anthropic_api_key
     if key is None:
-        _check("anthropic", False, "ANTHROPIC_API_KEY is not set" + _unreadable_secrets(cfg),
-               results)  # fmt: skip
+        _check(
+            "anthropic", False, "ANTHROPIC_API_KEY is not set" + _unreadable_secrets(cfg), results
+        )
         return
     base = (cfg.llm.base_url or "https://api.anthropic.com").rstrip("/")
     headers = {"x-api-key": key.get_secret_value(), "anthropic-version": "2023-06-01"}
@@ -391,5 +465,10 @@ def _doctor_model(
     if status == 200:
         _check("model", True, f"{model} is available", results)
     else:
-        _check("model", False, f"{model}: HTTP {status} from the models API; set llm.model "
-               "to a model id your key can use (e.g. claude-haiku-4-5)", results)  # fmt: skip
+        _check(
+            "model",
+            False,
+            f"{model}: HTTP {status} from the models API; set llm.model "
+            "to a model id your key can use (e.g. claude-haiku-4-5)",
+            results,
+        )

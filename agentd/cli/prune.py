@@ -52,17 +52,22 @@ def prune(
             if vacuum_note is None:
                 conn.execute("VACUUM")
     data = {
-        "dry_run": dry_run, "would_remove" if dry_run else "removed":
-        planned.counts if dry_run else removed,
-        "vacuumed": vacuum_note is None, "vacuum_skipped": vacuum_note,
-    }  # fmt: skip
+        "dry_run": dry_run,
+        "would_remove" if dry_run else "removed": planned.counts if dry_run else removed,
+        "vacuumed": vacuum_note is None,
+        "vacuum_skipped": vacuum_note,
+    }
     if json:
         print_json(data)
         return
     table = new_table("part", "keep (days)", "would go" if dry_run else "removed")
-    days = {"workflows": cfg.retention.workflow_days, "updates": cfg.retention.update_days,
-            "audit": cfg.retention.audit_days, "usage": cfg.retention.usage_detail_days,
-            "messages": cfg.retention.message_days}  # fmt: skip
+    days = {
+        "workflows": cfg.retention.workflow_days,
+        "updates": cfg.retention.update_days,
+        "audit": cfg.retention.audit_days,
+        "usage": cfg.retention.usage_detail_days,
+        "messages": cfg.retention.message_days,
+    }
     for part in retention.PARTS:
         kept = f"{days[part]:g}" if days[part] else "for ever"
         table.add_row(part, kept, str(planned.counts[part] if dry_run else removed[part]))

@@ -40,8 +40,9 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         return
     table = new_table("id", "program", "arguments pattern", "added by", "added (UTC)")
     for r in found:
-        table.add_row(str(r.id), r.program, r.args_pattern or "(none)", r.created_by,
-                      iso(r.created_at))  # fmt: skip
+        table.add_row(
+            str(r.id), r.program, r.args_pattern or "(none)", r.created_by, iso(r.created_at)
+        )
     print_table(table)
 
 
@@ -58,5 +59,6 @@ def rm(rule_id: int, json: JsonOption = False, config: ConfigOption = None) -> N
     if json:
         print_json({"removed": rule_id})
     else:
-        out.print(f"Rule {rule_id} removed: {removed.program} {removed.args_pattern}",
-                  highlight=False)  # fmt: skip
+        out.print(
+            f"Rule {rule_id} removed: {removed.program} {removed.args_pattern}", highlight=False
+        )

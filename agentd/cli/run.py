@@ -29,10 +29,13 @@ def _pairing_possible(db_path: Path) -> bool:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
         if "paired_users" not in tables:
             return False
-        return bool(conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM paired_users) OR EXISTS (SELECT 1 FROM pairing_codes "
-            "WHERE used_by IS NULL AND expires_at > ?)", (time.time(),),
-        ).fetchone()[0])  # fmt: skip
+        return bool(
+            conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM paired_users) OR EXISTS (SELECT 1 FROM pairing_codes "
+                "WHERE used_by IS NULL AND expires_at > ?)",
+                (time.time(),),
+            ).fetchone()[0]
+        )
     finally:
         conn.close()
 
@@ -82,9 +85,12 @@ def run(config: ConfigOption = None) -> None:
         fail(holder, EXIT_ALREADY_RUNNING)
     if not cfg.telegram.allowed_user_ids and not _pairing_possible(cfg.db_path):
         if cfg.source is None:  # most likely run from another folder than `agentd init`'s
-            fail("no config file found (./agentd.toml, $AGENTD_CONFIG, ~/.config/agentd, "
-                 "/etc/agentd): pass the one `agentd init` wrote with --config PATH, or run "
-                 "`agentd init` first", EXIT_CONFIG)  # fmt: skip
+            fail(
+                "no config file found (./agentd.toml, $AGENTD_CONFIG, ~/.config/agentd, "
+                "/etc/agentd): pass the one `agentd init` wrote with --config PATH, or run "
+                "`agentd init` first",
+                EXIT_CONFIG,
+            )
         fail(
             "nobody would be answered: telegram.allowed_user_ids is empty and nobody has paired; "
             "run `agentd pair` (then send the code to your bot), or add your numeric Telegram "

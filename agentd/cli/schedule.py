@@ -32,9 +32,11 @@ Opt = typer.Option
 def _json(sched: Any) -> dict[str, Any]:
     data = sched.model_dump()
     data.update(
-        next_run=iso(sched.next_run), created_at=iso(sched.created_at),
-        updated_at=iso(sched.updated_at), recurrence=sched.recurrence.model_dump(),
-    )  # fmt: skip
+        next_run=iso(sched.next_run),
+        created_at=iso(sched.created_at),
+        updated_at=iso(sched.updated_at),
+        recurrence=sched.recurrence.model_dump(),
+    )
     return data
 
 
@@ -58,8 +60,15 @@ def ls(
         return
     table = Table("id", "user", "state", "kind", "text", "when", "next run")
     for s in found:
-        table.add_row(s.id, str(s.user_id), s.state, s.action, s.text[:40],
-                      s.recurrence.describe(), local_iso(s.next_run, s.timezone))  # fmt: skip
+        table.add_row(
+            s.id,
+            str(s.user_id),
+            s.state,
+            s.action,
+            s.text[:40],
+            s.recurrence.describe(),
+            local_iso(s.next_run, s.timezone),
+        )
     print_table(
         table,
         drop=("user", "when"),
@@ -97,18 +106,33 @@ def add(
     if owner is None:
         fail("no --user given and telegram.allowed_user_ids is empty")
     try:
-        req = ScheduleRequest(message=message, prompt=prompt, at=at, after=after, every=every,
-                              rrule=rrule, start=start, timezone=tz, catch_up=catch_up)  # type: ignore[arg-type]  # fmt: skip
+        req = ScheduleRequest(
+            message=message,
+            prompt=prompt,
+            at=at,
+            after=after,
+            every=every,
+            rrule=rrule,
+            start=start,
+            timezone=tz,
+            catch_up=catch_up,
+        )  # type: ignore[arg-type]
     except ValidationError as exc:
         fail(f"invalid schedule: {exc.errors(include_url=False)[0]['msg']}")
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
                 sched, _ = create(
-                    conn, req, schedule_id=secrets.token_hex(5), user_id=owner,
-                    chat_id=chat if chat is not None else owner, now=time.time(),
-                    config=cfg.schedule, default_timezone=cfg.agent.timezone, by="cli",
-                )  # fmt: skip
+                    conn,
+                    req,
+                    schedule_id=secrets.token_hex(5),
+                    user_id=owner,
+                    chat_id=chat if chat is not None else owner,
+                    now=time.time(),
+                    config=cfg.schedule,
+                    default_timezone=cfg.agent.timezone,
+                    by="cli",
+                )
         except ScheduleError as exc:
             fail(f"not scheduled: {exc}")
         sched = store.get(conn, sched.id)
@@ -135,9 +159,13 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
         past = store.runs(conn, schedule_id, limit=50)
     upcoming = sched.recurrence.upcoming(time.time(), 5) if sched.state == "active" else []
     if json:
-        print_json({**_json(sched), "upcoming": [iso(t) for t in upcoming],
-                    "runs": [{**r.model_dump(), "due": iso(r.due), "at": iso(r.at)}
-                             for r in past]})  # fmt: skip
+        print_json(
+            {
+                **_json(sched),
+                "upcoming": [iso(t) for t in upcoming],
+                "runs": [{**r.model_dump(), "due": iso(r.due), "at": iso(r.at)} for r in past],
+            }
+        )
         return
     out.print(summary(sched), highlight=False)
     for t in upcoming:
@@ -145,8 +173,7 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
     table = Table("due", "outcome", "at (UTC)", "turn", "detail")
     for r in past:
         turn = f"{r.instance_id} ({r.turn_status})" if r.instance_id else ""
-        table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn,
-                      r.detail[:50])  # fmt: skip
+        table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn, r.detail[:50])
     print_table(table, drop=("at (UTC)",), empty="No runs yet.")
 
 

@@ -108,11 +108,15 @@ def _describe(skill: SkillFolder, source: str) -> None:
         mark = "  [yellow]script[/]" if f.script else ""
         say(f"    {_shown(f.path)}  {f.size:,} bytes{mark}")
     if skill.scripts:
-        say(f"  [yellow]{len(skill.scripts)} script(s)[/]: they run only in the sandboxed "
-            "shell, and only after you approve each run.")  # fmt: skip
+        say(
+            f"  [yellow]{len(skill.scripts)} script(s)[/]: they run only in the sandboxed "
+            "shell, and only after you approve each run."
+        )
     if m.allowed_tools:
-        say(f"  asks for tools: {_shown(' '.join(m.allowed_tools))} (for information only: "
-            "a skill never changes a tool's risk or skips an approval)")  # fmt: skip
+        say(
+            f"  asks for tools: {_shown(' '.join(m.allowed_tools))} (for information only: "
+            "a skill never changes a tool's risk or skips an approval)"
+        )
     for warning in skill.warnings:
         say(f"  [yellow]note:[/] {_shown(warning)}")
     say(f"  content hash: {skill.content_hash}")
@@ -162,9 +166,11 @@ def _enable(skill: SkillFolder, source: str, cfg: Config) -> None:
 
     with _db(cfg, write=True) as conn, transaction(conn):
         confirm(conn, skill, source, time.time())
-    out.print(f"Enabled skill {skill.name} ({len(skill.files)} files, hash "
-              f"{skill.content_hash[:12]}). The daemon offers it from the next message on.",
-              highlight=False)  # fmt: skip
+    out.print(
+        f"Enabled skill {skill.name} ({len(skill.files)} files, hash "
+        f"{skill.content_hash[:12]}). The daemon offers it from the next message on.",
+        highlight=False,
+    )
 
 
 @app.command("add")
@@ -219,8 +225,9 @@ def _found(name: str, cfg: Config) -> SkillFolder:
     bad = next((i for i in catalog.invalid if i.path.name == name), None)
     if bad is not None:
         fail(f"{_shown(bad.path)} is not a usable skill: {_shown(bad.reason)}")
-    fail(f"no skill named {name!r} in {', '.join(map(str, cfg.skill_dirs))}; "
-         "see `agentd skills ls`")  # fmt: skip
+    fail(
+        f"no skill named {name!r} in {', '.join(map(str, cfg.skill_dirs))}; see `agentd skills ls`"
+    )
 
 
 @app.command("enable")
@@ -283,8 +290,11 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         print_json([s.model_dump() for s in states])
         return
     if not states:
-        out.print(f"No skills in {', '.join(map(str, cfg.skill_dirs))}. Add one with "
-                  "`agentd skills add PATH|URL`.", highlight=False)  # fmt: skip
+        out.print(
+            f"No skills in {', '.join(map(str, cfg.skill_dirs))}. Add one with "
+            "`agentd skills add PATH|URL`.",
+            highlight=False,
+        )
         return
     colour = {"enabled": "green", "changed": "yellow", "invalid": "red", "missing": "red"}
     from rich.table import Column
@@ -292,8 +302,9 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     table = new_table("name", "state", "scripts", Column("description", overflow="fold"), "reason")
     for s in states:
         state = f"[{colour[s.state]}]{s.state}[/]" if s.state in colour else s.state
-        table.add_row(_shown(s.name), state, str(s.scripts), _shown(s.description[:80]),
-                      _shown(s.reason))  # fmt: skip
+        table.add_row(
+            _shown(s.name), state, str(s.scripts), _shown(s.description[:80]), _shown(s.reason)
+        )
     print_table(table)
 
 
@@ -312,13 +323,16 @@ def show(name: NameArg, json: JsonOption = False, config: ConfigOption = None) -
     skill = catalog.skills.get(name)
     record = records.get(name)
     if json:
-        print_json({
-            **state.model_dump(),
-            "manifest": skill.manifest.model_dump() if skill else None,
-            "files": [f.__dict__ for f in skill.files] if skill else [],
-            "record": {**record.model_dump(), "confirmed_at": iso(record.confirmed_at)}
-            if record else None,
-        })  # fmt: skip
+        print_json(
+            {
+                **state.model_dump(),
+                "manifest": skill.manifest.model_dump() if skill else None,
+                "files": [f.__dict__ for f in skill.files] if skill else [],
+                "record": {**record.model_dump(), "confirmed_at": iso(record.confirmed_at)}
+                if record
+                else None,
+            }
+        )
         return
     why = f" ({_shown(state.reason)})" if state.reason else ""
     out.print(f"{_shown(name)}: {state.state}{why}", highlight=False)

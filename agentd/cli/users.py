@@ -57,8 +57,10 @@ def pair(
         if json:
             print_json({"code": code, "expires_in_s": minutes * 60})
             return
-        out.print(f"Send this to your bot in Telegram within {minutes:g} minutes:\n\n"
-                  f"    /start {code}\n", highlight=False)  # fmt: skip
+        out.print(
+            f"Send this to your bot in Telegram within {minutes:g} minutes:\n\n    /start {code}\n",
+            highlight=False,
+        )
         if not wait:
             return
         out.print("Waiting for it (the daemon must be running: `agentd run`); Ctrl-C to stop.")
@@ -98,11 +100,27 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         conn.close()
     trust = owners.resolve(cfg.telegram)
     configured = sorted(owners.configured_ids(cfg.telegram), key=lambda u: u != trust.owner_id)
-    users = [{"user_id": u, "role": _role(u, trust), "source": "config", "username": "",
-              "paired_at": None} for u in configured]  # fmt: skip
-    users += [{"user_id": p.user_id, "role": _role(p.user_id, trust), "source": "paired",
-               "username": p.username, "paired_at": iso(p.paired_at)} for p in paired
-              if p.user_id not in configured]  # fmt: skip
+    users = [
+        {
+            "user_id": u,
+            "role": _role(u, trust),
+            "source": "config",
+            "username": "",
+            "paired_at": None,
+        }
+        for u in configured
+    ]
+    users += [
+        {
+            "user_id": p.user_id,
+            "role": _role(p.user_id, trust),
+            "source": "paired",
+            "username": p.username,
+            "paired_at": iso(p.paired_at),
+        }
+        for p in paired
+        if p.user_id not in configured
+    ]
     if json:
         print_json(users)
         return
@@ -111,8 +129,13 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         return
     table = new_table("user id", "role", "source", "username", "paired (UTC)")
     for u in users:
-        table.add_row(str(u["user_id"]), str(u["role"]), str(u["source"]),
-                      str(u["username"] or ""), str(u["paired_at"] or ""))  # fmt: skip
+        table.add_row(
+            str(u["user_id"]),
+            str(u["role"]),
+            str(u["source"]),
+            str(u["username"] or ""),
+            str(u["paired_at"] or ""),
+        )
     print_table(
         table, empty="No users yet: add your id to telegram.allowed_user_ids, or run `agentd pair`."
     )
@@ -146,8 +169,14 @@ def revoke(conn: Any, user_id: int, now: float) -> Revoked:
     ).fetchall()
     for (approval_id,) in pending:
         # Decided like a press, so the waiting turn wakes and takes its card down.
-        decided = approvals.decide(conn, approval_id, approve=False, by=approvals.REVOKED_BY,
-                                   reason="the user was removed", now=now)  # fmt: skip
+        decided = approvals.decide(
+            conn,
+            approval_id,
+            approve=False,
+            by=approvals.REVOKED_BY,
+            reason="the user was removed",
+            now=now,
+        )
         if decided.ok:  # an expired one is already settled as it stands
             done.approvals.append(approval_id)
     rows = conn.execute(
@@ -178,5 +207,7 @@ def rm(user_id: int, json: JsonOption = False, config: ConfigOption = None) -> N
     if json:
         print_json({"removed": user_id, **done.model_dump(exclude={"removed"})})
     else:
-        out.print(f"User {user_id} is no longer served; cancelled {len(done.schedules)} "
-                  f"schedule(s) and {len(done.turns)} open turn(s).")  # fmt: skip
+        out.print(
+            f"User {user_id} is no longer served; cancelled {len(done.schedules)} "
+            f"schedule(s) and {len(done.turns)} open turn(s)."
+        )

@@ -95,15 +95,27 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
     for a in attempts:
         duration = (a.finished_at - a.started_at) * 1000 if a.finished_at else None
         by_step.setdefault(a.ordinal, []).append(
-            {"attempt": a.attempt, "outcome": a.outcome, "error": a.error,
-             "started_at": iso(a.started_at), "duration_ms": duration}
-        )  # fmt: skip
+            {
+                "attempt": a.attempt,
+                "outcome": a.outcome,
+                "error": a.error,
+                "started_at": iso(a.started_at),
+                "duration_ms": duration,
+            }
+        )
     step_list = [
-        {"ordinal": s.ordinal, "name": s.name, "kind": s.kind, "status": s.status,
-         "delivery": s.delivery, "error": s.error, "attempts": by_step.get(s.ordinal, []),
-         "duration_ms": _step_ms(s)}
+        {
+            "ordinal": s.ordinal,
+            "name": s.name,
+            "kind": s.kind,
+            "status": s.status,
+            "delivery": s.delivery,
+            "error": s.error,
+            "attempts": by_step.get(s.ordinal, []),
+            "duration_ms": _step_ms(s),
+        }
         for s in steps.values()
-    ]  # fmt: skip
+    ]
     if json:
         print_json({**_instance_json(inst), "version": version, "steps": step_list})
         return
@@ -172,12 +184,15 @@ def retry(
     instance_id: str,
     from_step: Annotated[
         str | None,
-        typer.Option("--from", help="Forget the journal from this step on and re-run it, on "
-                     "the automation's code loaded now."),
+        typer.Option(
+            "--from",
+            help="Forget the journal from this step on and re-run it, on "
+            "the automation's code loaded now.",
+        ),
     ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
-) -> None:  # fmt: skip
+) -> None:
     """Run an errored or cancelled instance again; finished steps are not repeated."""
     cfg = config_or_exit(config)
     import time
@@ -249,10 +264,16 @@ def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
     for name in catalog.names():
         current = catalog.current(name)
         tool = f"run_{name} ({current.tool.risk})" if current.tool else None
-        rows.append({"name": name, "current": current.version,
-                     "versions": sorted(catalog.versions[name]),
-                     "description": current.description, "source": current.source,
-                     "tool": tool})  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "current": current.version,
+                "versions": sorted(catalog.versions[name]),
+                "description": current.description,
+                "source": current.source,
+                "tool": tool,
+            }
+        )
     if json:
         print_json({"automations": rows, "problems": catalog.problems})
         return
@@ -271,12 +292,14 @@ def start(
     input: Annotated[str, typer.Option("--input", "-i", help="JSON or @file.")] = "{}",
     key: Annotated[
         str | None,
-        typer.Option(help="Idempotency key: starting again with the same key starts nothing "
-                     "new and prints the same instance id."),
+        typer.Option(
+            help="Idempotency key: starting again with the same key starts nothing "
+            "new and prints the same instance id."
+        ),
     ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
-) -> None:  # fmt: skip
+) -> None:
     """Start an automation; the running daemon picks it up within a second."""
     import time
 
@@ -290,8 +313,15 @@ def start(
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
-                started = runs.start(conn, catalog, name, payload, instance_id=instance_id,
-                                     source="cli", now=time.time())  # fmt: skip
+                started = runs.start(
+                    conn,
+                    catalog,
+                    name,
+                    payload,
+                    instance_id=instance_id,
+                    source="cli",
+                    now=time.time(),
+                )
         except WorkflowNotFound as exc:
             problems = "".join(f"\n  {p}" for p in catalog.problems)
             fail(f"{exc}{problems}")
@@ -364,8 +394,12 @@ def wait(
             fail(f"{instance_id} is still {inst.status}", EXIT_WAIT_TIMEOUT)
         time.sleep(delay)
         delay = min(delay * 1.5, 1.0)  # quick for short runs, one read a second for long ones
-    result = {"id": inst.id, "status": inst.status, "error": inst.error,
-              "output": jsonlib.loads(inst.output) if inst.output else None}  # fmt: skip
+    result = {
+        "id": inst.id,
+        "status": inst.status,
+        "error": inst.error,
+        "output": jsonlib.loads(inst.output) if inst.output else None,
+    }
     print_json(result)
     if inst.status == "errored":
         raise typer.Exit(EXIT_WAIT_ERRORED)

@@ -212,8 +212,13 @@ def forget_by_button(conn: Any, press: CallbackPress) -> str:
         return "This button is not recognised."
     if not forget(conn, int(raw), user_id=user_id):
         return "Already forgotten."
-    audit.record(conn, "memory_forgotten", chat_id=chat_id, user_id=user_id,
-                 detail={"memory": int(raw), "by": "button"})  # fmt: skip
+    audit.record(
+        conn,
+        "memory_forgotten",
+        chat_id=chat_id,
+        user_id=user_id,
+        detail={"memory": int(raw), "by": "button"},
+    )
     return "Forgotten."
 
 

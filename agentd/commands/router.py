@@ -62,8 +62,13 @@ def command_key(chat_id: int) -> str:
 
 
 def _unknown_button(conn: Any, press: CallbackPress) -> str:
-    audit.record(conn, "callback_unknown", chat_id=press.chat_id, user_id=press.user_id,
-                 detail={"data_length": len(press.data)})  # fmt: skip
+    audit.record(
+        conn,
+        "callback_unknown",
+        chat_id=press.chat_id,
+        user_id=press.user_id,
+        detail={"data_length": len(press.data)},
+    )
     return "This button is not recognised."
 
 
@@ -101,9 +106,13 @@ class CommandRouter:
             return None
         if match[2] and self.bot_username and match[2].lower() != self.bot_username.lower():
             return None  # "/help@other_bot" in a group is not for us
-        return CommandInput(name=match[1].lower(), args=(match[3] or "").strip()[:4000],
-                            chat_id=turn.chat_id, user_id=turn.user_id,
-                            message_id=turn.message_id)  # fmt: skip
+        return CommandInput(
+            name=match[1].lower(),
+            args=(match[3] or "").strip()[:4000],
+            chat_id=turn.chat_id,
+            user_id=turn.user_id,
+            message_id=turn.message_id,
+        )
 
     def route(self, turn: TurnInput) -> tuple[str, BaseModel, str] | None:
         """For intake: (workflow, input, key) when the message is a command."""
@@ -125,20 +134,35 @@ class CommandRouter:
 
     def workflow(self, outbox: Outbox, db: Database) -> Workflow[CommandInput, CommandOutput]:
         async def record(inp: CommandInput, instance_id: str, known: bool) -> None:
-            await db.write(lambda conn: audit.record(
-                conn, "command", chat_id=inp.chat_id, user_id=inp.user_id,
-                instance_id=instance_id, detail={"command": inp.name if known else "unknown"},
-                source_key=f"{instance_id}:command",
-            ))  # fmt: skip
+            await db.write(
+                lambda conn: audit.record(
+                    conn,
+                    "command",
+                    chat_id=inp.chat_id,
+                    user_id=inp.user_id,
+                    instance_id=instance_id,
+                    detail={"command": inp.name if known else "unknown"},
+                    source_key=f"{instance_id}:command",
+                )
+            )
 
         @workflow(COMMAND_WORKFLOW)
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
             known = inp.name in self.commands
             reply = await step.do("render", self.reply_to, inp)
-            message_id = await deliver(step, db, "send", inp.chat_id,
-                                       partial(outbox.send_text, inp.chat_id, reply.text,
-                                               reply_to=inp.message_id,
-                                               buttons=reply.buttons or None))  # fmt: skip
+            message_id = await deliver(
+                step,
+                db,
+                "send",
+                inp.chat_id,
+                partial(
+                    outbox.send_text,
+                    inp.chat_id,
+                    reply.text,
+                    reply_to=inp.message_id,
+                    buttons=reply.buttons or None,
+                ),
+            )
             await step.do("audit", record, inp, step.instance_id, known)
             return CommandOutput(message_id=message_id, known=known)
 

@@ -111,8 +111,11 @@ async def _build(proc: _Process, started_at: float) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, proc.stop.set)
-    outbox = TelegramOutbox(proc.bot, max_message_chars=config.telegram.max_message_chars,
-                            progress_delay=config.telegram.progress_delay)  # fmt: skip
+    outbox = TelegramOutbox(
+        proc.bot,
+        max_message_chars=config.telegram.max_message_chars,
+        progress_delay=config.telegram.progress_delay,
+    )
 
     wired_holder: list[services.Services] = []  # bound once built; instances finish after
 
@@ -125,21 +128,29 @@ async def _build(proc: _Process, started_at: float) -> None:
             if (inst.error or "").startswith("stopped after"):
                 await tell_parked(outbox, inst)
             if wired_holder:
-                await wired_holder[0].automations.notify_failure(inst.workflow, inst.id,
-                                                                 inst.error or "")  # fmt: skip
+                await wired_holder[0].automations.notify_failure(
+                    inst.workflow, inst.id, inst.error or ""
+                )
 
     clock = SystemClock()
     engine = proc.engine = Engine(
-        db, clock=clock, concurrency=config.engine.concurrency,
-        limits=Limits(max_step_result_bytes=config.engine.max_step_result_bytes,
-                      max_steps_per_instance=config.engine.max_steps_per_instance),
-        poll_interval=config.engine.event_poll_interval, redact=proc.redactor,
-        on_finish=on_unfinished, crash_limit=config.engine.crash_limit,
-    )  # fmt: skip
+        db,
+        clock=clock,
+        concurrency=config.engine.concurrency,
+        limits=Limits(
+            max_step_result_bytes=config.engine.max_step_result_bytes,
+            max_steps_per_instance=config.engine.max_steps_per_instance,
+        ),
+        poll_interval=config.engine.event_poll_interval,
+        redact=proc.redactor,
+        on_finish=on_unfinished,
+        crash_limit=config.engine.crash_limit,
+    )
     me = identity(config, await get_me(proc.bot, proc.stop, retry_policy(config)))
     proc.username = me.bot_username
-    core = services.Core(config, db, proc.bot, proc.llm, outbox, clock, engine, proc.redactor,
-                         started_at)  # fmt: skip
+    core = services.Core(
+        config, db, proc.bot, proc.llm, outbox, clock, engine, proc.redactor, started_at
+    )
     wired = await services.build(core, me, proc.stack)
     wired_holder.append(wired)
     await engine.run()
@@ -155,12 +166,19 @@ async def _build(proc: _Process, started_at: float) -> None:
             raise ConfigProblem(f"[hooks] listen = {config.hooks.listen!r}: {exc}") from None
     # The watchdog is fed by the poll loop itself, so a hung poller trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
-    proc.poller = Poller(proc.bot, db, engine, outbox, me,
-                         poll_timeout=config.telegram.poll_timeout,
-                         on_callback=wired.on_callback, on_command=wired.router.route,
-                         policy=retry_policy(config),
-                         request_timeout=config.telegram.request_timeout,
-                         on_progress=watchdog or (lambda: None))  # fmt: skip
+    proc.poller = Poller(
+        proc.bot,
+        db,
+        engine,
+        outbox,
+        me,
+        poll_timeout=config.telegram.poll_timeout,
+        on_callback=wired.on_callback,
+        on_command=wired.router.route,
+        policy=retry_policy(config),
+        request_timeout=config.telegram.request_timeout,
+        on_progress=watchdog or (lambda: None),
+    )
     proc.tasks.append(asyncio.create_task(proc.poller.run(), name="poller"))
     # Best effort, so its round trip need not delay the first getUpdates.
     menu = publish_menu_best_effort(proc.bot, wired.router.menu())
@@ -171,8 +189,9 @@ async def _build(proc: _Process, started_at: float) -> None:
 
 async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
     """Ready; then wait for SIGTERM or the poller's end."""
-    heartbeat = every(HEARTBEAT_SECONDS, lambda: proc.db.write(lease.heartbeat, proc.pid),
-                      proc.stop)  # fmt: skip
+    heartbeat = every(
+        HEARTBEAT_SECONDS, lambda: proc.db.write(lease.heartbeat, proc.pid), proc.stop
+    )
     proc.tasks.append(asyncio.create_task(heartbeat))
     freeze_startup()
     sdnotify.notify("READY=1")

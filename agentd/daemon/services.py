@@ -109,15 +109,25 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     registry = _registry(config, extra, [*web_problems], mcp, hands)
     automations.registry = registry
     deps = TurnDeps(
-        config=config, db=db, llm=core.llm, outbox=core.outbox, clock=core.clock,
-        registry=registry, redact=core.redactor, embedder=embedder, memory_bits=memory_bits,
+        config=config,
+        db=db,
+        llm=core.llm,
+        outbox=core.outbox,
+        clock=core.clock,
+        registry=registry,
+        redact=core.redactor,
+        embedder=embedder,
+        memory_bits=memory_bits,
         start_workflow=engine.start,
         vision=VisionDeps(config=config.vision, db=db, llm=core.llm, files=files)
-        if config.vision.enabled else None,
+        if config.vision.enabled
+        else None,
         voice=VoiceDeps(config=config.media, db=db, files=files, transcriber=transcriber)
-        if transcriber is not None else None,
-        docs=doc_deps, skill_listing=skill_listing,
-    )  # fmt: skip
+        if transcriber is not None
+        else None,
+        docs=doc_deps,
+        skill_listing=skill_listing,
+    )
     engine.register(make_turn_workflow(deps))
     summary = SummaryDeps(config=config, db=db, llm=core.llm, embedder=embedder, clock=core.clock)
     engine.register(make_summary_workflow(summary))
@@ -129,16 +139,26 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         engine.register(flow)
     await _mail_watchers(core, stack)
     # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
-    return Services(router=router, on_callback=document_callbacks(engine, router.on_callback),
-                    automations=automations)  # fmt: skip
+    return Services(
+        router=router,
+        on_callback=document_callbacks(engine, router.on_callback),
+        automations=automations,
+    )
 
 
 def _automations(core: Core, router: CommandRouter) -> Runtime:
     """The owner's workflows: loaded from their folder, /run and their answer buttons."""
     catalog = load_catalog(core.config, builtin_names())
-    runtime = Runtime(config=core.config, db=core.db, clock=core.clock, catalog=catalog,
-                      outbox=core.outbox, llm=core.llm, kick=core.engine.kick,
-                      redact=core.redactor)  # fmt: skip
+    runtime = Runtime(
+        config=core.config,
+        db=core.db,
+        clock=core.clock,
+        catalog=catalog,
+        outbox=core.outbox,
+        llm=core.llm,
+        kick=core.engine.kick,
+        redact=core.redactor,
+    )
     router.command("run", runtime.run_command, "Run one of your automations: /run NAME {json}")
     router.callback(CALLBACK_PREFIX, runtime.on_answer)
     if catalog.names():
@@ -165,8 +185,14 @@ async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
         return
     from agentd.mail.watch import start_watchers
 
-    watchers = start_watchers(core.config, core.db, core.outbox, core.engine, core.clock,
-                              core.config.secret_env(os.environ))  # fmt: skip
+    watchers = start_watchers(
+        core.config,
+        core.db,
+        core.outbox,
+        core.engine,
+        core.clock,
+        core.config.secret_env(os.environ),
+    )
     if watchers is not None:
         stack.push_async_callback(watchers.stop)
 
@@ -178,10 +204,17 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
     trust = owners.resolve(core.config.telegram)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
-    chat_commands.install(router, CommandDeps(
-        config=core.config, db=core.db, outbox=core.outbox, clock=core.clock,
-        cancel=core.engine.cancel, started_at=core.started_at,
-    ))  # fmt: skip
+    chat_commands.install(
+        router,
+        CommandDeps(
+            config=core.config,
+            db=core.db,
+            outbox=core.outbox,
+            clock=core.clock,
+            cancel=core.engine.cancel,
+            started_at=core.started_at,
+        ),
+    )
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
 

@@ -41,8 +41,11 @@ def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
     ]
     # The environment first, then agentd.env (then a systemd credential, in read_key).
     env = config.secret_env(env)
-    names = [config.media.transcription_key_env, config.memory.http_api_key_env,
-             config.web.api_key_env]  # fmt: skip
+    names = [
+        config.media.transcription_key_env,
+        config.memory.http_api_key_env,
+        config.web.api_key_env,
+    ]
     for server in config.tools.mcp:
         found += server.env.values()
         names += [*server.pass_env, server.bearer_token_env or ""]
@@ -103,8 +106,10 @@ async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # 
             failures += 1
             wait = policy.wait(failures, fault.retry_after)
             sdnotify.notify(f"STATUS=waiting for Telegram: {fault.reason}")
-            log.warning("waiting for Telegram", extra={"reason": fault.reason,
-                        "attempt": failures, "wait_s": round(wait, 2)})  # fmt: skip
+            log.warning(
+                "waiting for Telegram",
+                extra={"reason": fault.reason, "attempt": failures, "wait_s": round(wait, 2)},
+            )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=wait)
             if stop.is_set():
@@ -173,10 +178,12 @@ def identity(config: Config, me_user: Any) -> Identity:
 def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
     """R-TURN-3: every instance that ends in error (or is cancelled) is in the audit log."""
     audit.record(
-        conn, f"workflow_{inst.status}", instance_id=inst.id,
+        conn,
+        f"workflow_{inst.status}",
+        instance_id=inst.id,
         detail={"workflow": inst.workflow, "key": inst.key, "error": (inst.error or "")[:500]},
         source_key=f"{inst.id}:finished:{inst.runs}",
-    )  # fmt: skip
+    )
 
 
 def audit_send_uncertain(conn: object, method: str, chat_id: int | str | None, reason: str) -> None:
@@ -203,5 +210,7 @@ async def tell_parked(outbox: Outbox, inst: store.InstanceRecord) -> None:
         chat_id = int(inst.key.removeprefix(prefix))
         await outbox.send_text(chat_id, parked_notice(inst))
     except Exception as exc:
-        log.warning("could not tell the chat about a parked workflow",
-                    extra={"instance_id": inst.id, "error": type(exc).__name__})  # fmt: skip
+        log.warning(
+            "could not tell the chat about a parked workflow",
+            extra={"instance_id": inst.id, "error": type(exc).__name__},
+        )

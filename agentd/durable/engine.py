@@ -332,9 +332,13 @@ class Engine:
             log.log(
                 logging.INFO if journal else logging.DEBUG,
                 "workflow start",
-                extra={"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow,
-                       "resumed": bool(journal)},
-            )  # fmt: skip
+                extra={
+                    "instance_id": inst.id,
+                    "key": inst.key,
+                    "workflow": inst.workflow,
+                    "resumed": bool(journal),
+                },
+            )
             task = asyncio.create_task(wf.fn(step, inp), name=f"wf:{inst.id}")
             self._tasks[inst.id] = task
             await self._await_instance(inst, wf, task, step, started)
@@ -346,9 +350,13 @@ class Engine:
             self._cancelling.discard(inst.id)
 
     async def _await_instance(
-        self, inst: store.InstanceRecord, wf: Workflow[Any, Any], task: asyncio.Task[Any],
-        step: Step, started: float,
-    ) -> None:  # fmt: skip
+        self,
+        inst: store.InstanceRecord,
+        wf: Workflow[Any, Any],
+        task: asyncio.Task[Any],
+        step: Step,
+        started: float,
+    ) -> None:
         extra = {"instance_id": inst.id, "key": inst.key, "workflow": inst.workflow}
         try:
             result = await task
@@ -436,9 +444,13 @@ class Engine:
     ) -> AsyncIterator[None]:
         """Mark the instance sleeping/waiting and free its slot while the body awaits."""
         await self.db.write_unsynced(
-            store.set_status, instance_id, status, self.clock.now(),
-            wake_at=wake_at, waiting_for=waiting_for,
-        )  # fmt: skip
+            store.set_status,
+            instance_id,
+            status,
+            self.clock.now(),
+            wake_at=wake_at,
+            waiting_for=waiting_for,
+        )
         self._release(instance_id)
         yield
         await self._acquire(instance_id)

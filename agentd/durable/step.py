@@ -281,10 +281,20 @@ class Step:
         self._check_running()
         policy = retry or NO_RETRY
         attempt_once = partial(
-            self._attempt, _Call(name, ordinal, fn, args, timeout, delivery, mark, adapter,
-                                 attempt=self._attempt_counts.get(ordinal, 0),
-                                 begun=record is not None and (delivery == "at_most_once" or mark)),
-        )  # fmt: skip
+            self._attempt,
+            _Call(
+                name,
+                ordinal,
+                fn,
+                args,
+                timeout,
+                delivery,
+                mark,
+                adapter,
+                attempt=self._attempt_counts.get(ordinal, 0),
+                begun=record is not None and (delivery == "at_most_once" or mark),
+            ),
+        )
         try:
             if policy.limit <= 1:
                 encoded = await attempt_once()  # the common case: no retry machinery
@@ -294,24 +304,34 @@ class Step:
             raise
         except Exception as exc:
             await self._write(
-                store.finish_step, self.instance_id, ordinal, self.clock.now(),
-                status="failed", error=self.engine.redact(_error_text(exc)),
-            )  # fmt: skip
+                store.finish_step,
+                self.instance_id,
+                ordinal,
+                self.clock.now(),
+                status="failed",
+                error=self.engine.redact(_error_text(exc)),
+            )
             raise StepFailed(name, type(exc).__name__, self.engine.redact(str(exc))) from exc
         # Return what a replay would return, so the first run and every resume see the same.
         return self._decode(encoded, adapter)
 
     async def _retrying(
-        self, attempt_once: Callable[[], Awaitable[str]], policy: Retry, ordinal: int,
+        self,
+        attempt_once: Callable[[], Awaitable[str]],
+        policy: Retry,
+        ordinal: int,
         record: store.StepRecord | None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """Attempts until one succeeds, one fails for good, or `policy.limit` have failed in
         this sequence, counting those journaled by earlier runs (an owner's retry starts a new
         sequence: it moves the step's started_at)."""
         failures, last_failed = 0, 0.0
         if record is not None:
-            earlier = [a for a in self._attempts.get(ordinal, ())
-                       if a.outcome == "failed" and a.started_at >= record.started_at]  # fmt: skip
+            earlier = [
+                a
+                for a in self._attempts.get(ordinal, ())
+                if a.outcome == "failed" and a.started_at >= record.started_at
+            ]
             failures = len(earlier)
             last_failed = max((a.finished_at or a.started_at for a in earlier), default=0.0)
         while True:
@@ -359,8 +379,13 @@ class Step:
             else:
                 await self._write(
                     partial(store.begin_step, delivery=delivery, attempt=attempt),
-                    self.instance_id, ordinal, name, "do", now, synced=synced,
-                )  # fmt: skip
+                    self.instance_id,
+                    ordinal,
+                    name,
+                    "do",
+                    now,
+                    synced=synced,
+                )
                 call.begun = True
         started = time.perf_counter()
         try:
@@ -440,9 +465,16 @@ class Step:
                     )
                 encoded.append(self._encode(item.name, value))
                 store.record_step(
-                    conn, self.instance_id, ordinal, item.name, delivery="local",
-                    attempt=attempt, started_at=now, now=self.clock.now(), result=encoded[-1],
-                )  # fmt: skip
+                    conn,
+                    self.instance_id,
+                    ordinal,
+                    item.name,
+                    delivery="local",
+                    attempt=attempt,
+                    started_at=now,
+                    now=self.clock.now(),
+                    result=encoded[-1],
+                )
             return encoded
 
         try:
@@ -451,10 +483,20 @@ class Step:
             _, item, ordinal, attempt, _ = current[0]
             error = self.engine.redact(_error_text(exc))
             await self._write(
-                partial(store.record_step, delivery="local", attempt=attempt, started_at=now,
-                        status="failed", outcome="failed", error=error),
-                self.instance_id, ordinal, item.name, now=self.clock.now(),
-            )  # fmt: skip
+                partial(
+                    store.record_step,
+                    delivery="local",
+                    attempt=attempt,
+                    started_at=now,
+                    status="failed",
+                    outcome="failed",
+                    error=error,
+                ),
+                self.instance_id,
+                ordinal,
+                item.name,
+                now=self.clock.now(),
+            )
             self._log(item.name, attempt, started, "failed", error=error)
             raise StepFailed(item.name, type(exc).__name__, self.engine.redact(str(exc))) from exc
         for (i, item, _, attempt, adapter), raw in zip(todo, encoded, strict=True):
@@ -463,9 +505,16 @@ class Step:
         return results
 
     async def _record_attempt(
-        self, name: str, ordinal: int, attempt: int, delivery: Delivery, started_at: float,
-        *, result: str | None = None, error: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        name: str,
+        ordinal: int,
+        attempt: int,
+        delivery: Delivery,
+        started_at: float,
+        *,
+        result: str | None = None,
+        error: str | None = None,
+    ) -> None:
         """Journal a finished attempt: a result (synced, as it follows an external effect; held
         back if idempotent), or a failure (unsynced: losing it only hides a failed try)."""
         now = self.clock.now()
@@ -479,10 +528,16 @@ class Step:
                 await self._write(self._complete, ordinal, attempt, result, synced=True)
             return
         row = partial(
-            store.record_step, delivery=delivery, attempt=attempt, started_at=started_at,
-            now=now, status="running" if failed else "complete",
-            outcome="failed" if failed else "complete", result=result, error=error,
-        )  # fmt: skip
+            store.record_step,
+            delivery=delivery,
+            attempt=attempt,
+            started_at=started_at,
+            now=now,
+            status="running" if failed else "complete",
+            outcome="failed" if failed else "complete",
+            result=result,
+            error=error,
+        )
         if delivery == "idempotent" and not failed:
             self.pending.add(row, self.instance_id, ordinal, name)
         else:
@@ -559,17 +614,27 @@ class Step:
             wake = wake_at()
             # Synced: the wake-up time is a promise (R-DUR-4) that must outlive a power loss.
             await self._write(
-                store.begin_step, self.instance_id, ordinal, name, "sleep", self.clock.now(),
-                wake_at=wake, synced=True,
-            )  # fmt: skip
+                store.begin_step,
+                self.instance_id,
+                ordinal,
+                name,
+                "sleep",
+                self.clock.now(),
+                wake_at=wake,
+                synced=True,
+            )
         else:
             wake = record.wake_at or self.clock.now()
         async with self.engine.suspended(self.instance_id, "sleeping", wake_at=wake):
             await self._sleep_until(wake)
         await self._write(
-            store.finish_step, self.instance_id, ordinal, self.clock.now(), status="complete",
+            store.finish_step,
+            self.instance_id,
+            ordinal,
+            self.clock.now(),
+            status="complete",
             result="null",
-        )  # fmt: skip
+        )
 
     async def wait_for_event(
         self, event_type: str, timeout: float | timedelta, *, name: str | None = None
@@ -585,9 +650,15 @@ class Step:
         if record is None:
             deadline = self.clock.now() + seconds
             await self._write(
-                store.begin_step, self.instance_id, ordinal, name, "wait", self.clock.now(),
-                wake_at=deadline, synced=True,
-            )  # fmt: skip
+                store.begin_step,
+                self.instance_id,
+                ordinal,
+                name,
+                "wait",
+                self.clock.now(),
+                wake_at=deadline,
+                synced=True,
+            )
         else:
             deadline = record.wake_at or self.clock.now()
         wakeup = self.engine.waiter(self.instance_id)
@@ -604,9 +675,13 @@ class Step:
                 remaining = deadline - self.clock.now()
                 if remaining <= 0:
                     await self._write(
-                        store.finish_step, self.instance_id, ordinal, self.clock.now(),
-                        status="complete", result=json.dumps({"event": None, "timed_out": True}),
-                    )  # fmt: skip
+                        store.finish_step,
+                        self.instance_id,
+                        ordinal,
+                        self.clock.now(),
+                        status="complete",
+                        result=json.dumps({"event": None, "timed_out": True}),
+                    )
                     return None
                 sleeper = asyncio.ensure_future(self.clock.sleep(remaining))
                 woken = asyncio.ensure_future(wakeup.wait())

@@ -213,9 +213,18 @@ def record_step(
         "ON CONFLICT (instance_id, ordinal) DO UPDATE SET status = excluded.status, "
         "delivery = excluded.delivery, result = excluded.result, error = excluded.error, "
         "finished_at = excluded.finished_at",
-        (instance_id, ordinal, name, status, delivery, result, error, started_at,
-         None if status == "running" else now),
-    )  # fmt: skip
+        (
+            instance_id,
+            ordinal,
+            name,
+            status,
+            delivery,
+            result,
+            error,
+            started_at,
+            None if status == "running" else now,
+        ),
+    )
     conn.execute(
         "INSERT INTO workflow_attempts (instance_id, ordinal, attempt, started_at, finished_at, "
         "outcome, error) VALUES (?, ?, ?, ?, ?, ?, ?) "

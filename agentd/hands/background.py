@@ -43,13 +43,19 @@ def _fence(text: str) -> str:
 
 
 async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
-    ctx = ToolContext(chat_id=inp.chat_id, user_id=inp.user_id, instance_id=instance_id,
-                      tool_use_id="run", redact=deps.redact)  # fmt: skip
+    ctx = ToolContext(
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
+        tool_use_id="run",
+        redact=deps.redact,
+    )
     wall = deps.config.tools.shell.background_wall_seconds
     try:
         # No "running…" message: a job may run for an hour; its notice says how it ended.
-        return await run_command(deps, ctx, inp.args, approval=inp.approval, wall=wall,
-                                 progress=False)  # fmt: skip
+        return await run_command(
+            deps, ctx, inp.args, approval=inp.approval, wall=wall, progress=False
+        )
     except ToolError as exc:
         return f"Could not run it: {exc}"
 
@@ -62,19 +68,25 @@ def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, Job
     async def job(step: Step, inp: JobInput) -> JobOutput:
         command = _fence(deps.redact(inp.args.command))
         try:
-            result = await step.do("run", _run, deps, inp, step.instance_id,
-                                   delivery="at_most_once")  # fmt: skip
+            result = await step.do(
+                "run", _run, deps, inp, step.instance_id, delivery="at_most_once"
+            )
         except OutcomeUnknown:
-            text = (f"⚠️ Background job `{step.instance_id}`: outcome unknown — it may or may "
-                    f"not have run (a restart cut it short); it was not run again.\n\n"
-                    f"```\n$ {command}\n```")  # fmt: skip
+            text = (
+                f"⚠️ Background job `{step.instance_id}`: outcome unknown — it may or may "
+                f"not have run (a restart cut it short); it was not run again.\n\n"
+                f"```\n$ {command}\n```"
+            )
             await step.do("notify", notify, inp.chat_id, text)
             return JobOutput(outcome="unknown", notice=text)
-        text = (f"🏁 Background job `{step.instance_id}` ended.\n\n```\n$ {command}\n```\n\n"
-                f"```\n{_fence(result)[-3000:]}\n```")  # fmt: skip
+        text = (
+            f"🏁 Background job `{step.instance_id}` ended.\n\n```\n$ {command}\n```\n\n"
+            f"```\n{_fence(result)[-3000:]}\n```"
+        )
         await step.do("notify", notify, inp.chat_id, text)
-        return JobOutput(outcome="done" if result.startswith("Exit code 0") else "failed",
-                         notice=text)  # fmt: skip
+        return JobOutput(
+            outcome="done" if result.startswith("Exit code 0") else "failed", notice=text
+        )
 
     return job
 
@@ -86,7 +98,9 @@ def job_starter(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable
         jid = job_id(ctx)
         inp = JobInput(chat_id=ctx.chat_id, user_id=ctx.user_id, args=args, approval=approval)
         await start(BACKGROUND_WORKFLOW, inp, instance_id=jid, key=jid)
-        return (f"Started in the background as job {jid}. The user gets a notice when it ends; "
-                f"`agentd workflows cancel {jid}` stops it.")  # fmt: skip
+        return (
+            f"Started in the background as job {jid}. The user gets a notice when it ends; "
+            f"`agentd workflows cancel {jid}` stops it."
+        )
 
     return start_job

@@ -54,18 +54,24 @@ class Workspaces:
     @classmethod
     def from_config(cls, config: Config) -> Workspaces:
         ws = config.tools.workspace
-        return cls(root=config.workspace_dir, owners=frozenset(config.telegram.allowed_user_ids),
-                   max_bytes=ws.max_file_bytes, trash_days=ws.trash_days,
-                   owner=sandbox_owner(config))  # fmt: skip
+        return cls(
+            root=config.workspace_dir,
+            owners=frozenset(config.telegram.allowed_user_ids),
+            max_bytes=ws.max_file_bytes,
+            trash_days=ws.trash_days,
+            owner=sandbox_owner(config),
+        )
 
     def for_user(self, user_id: int) -> Workspace:
         root = self.root if user_id in self.owners else self.root / "users" / str(user_id)
-        return Workspace(root, max_bytes=self.max_bytes, trash_days=self.trash_days,
-                         owner=self.owner)  # fmt: skip
+        return Workspace(
+            root, max_bytes=self.max_bytes, trash_days=self.trash_days, owner=self.owner
+        )
 
     def base(self) -> Workspace:
-        return Workspace(self.root, max_bytes=self.max_bytes, trash_days=self.trash_days,
-                         owner=self.owner)  # fmt: skip
+        return Workspace(
+            self.root, max_bytes=self.max_bytes, trash_days=self.trash_days, owner=self.owner
+        )
 
     def ensure(self, user_id: int) -> Workspace:
         base = self.base()
@@ -82,8 +88,11 @@ class ListArgs(BaseModel):
 
 
 class PathArgs(BaseModel):
-    path: str = Field(description="A path inside the workspace, like notes/todo.md.",
-                      min_length=1, max_length=1024)  # fmt: skip
+    path: str = Field(
+        description="A path inside the workspace, like notes/todo.md.",
+        min_length=1,
+        max_length=1024,
+    )
 
 
 class ReadArgs(PathArgs):
@@ -101,24 +110,29 @@ class EditArgs(PathArgs):
 
 
 class SaveSentArgs(BaseModel):
-    document_id: str = Field(description="The document id shown with the file, e.g. u123.",
-                             max_length=40)  # fmt: skip
+    document_id: str = Field(
+        description="The document id shown with the file, e.g. u123.", max_length=40
+    )
     path: str = Field(description="Where to save it inside the workspace.", max_length=1024)
 
 
 def _render_list(path: str, entries: list[Any]) -> str:
     if not entries:
         return f"{path or '(workspace)'} is empty."
-    lines = [f"{'📁' if e.kind == 'folder' else '·'} {e.name}"
-             f"{'' if e.kind == 'folder' else f'  ({e.kind}, {e.size} bytes)'}"
-             for e in entries]  # fmt: skip
+    lines = [
+        f"{'📁' if e.kind == 'folder' else '·'} {e.name}"
+        f"{'' if e.kind == 'folder' else f'  ({e.kind}, {e.size} bytes)'}"
+        for e in entries
+    ]
     return "\n".join([f"{path or '(workspace)'}:", *lines])
 
 
 def _render_read(data: Any, offset: int) -> str:
     if data.text is None:
-        return (f"{data.path} is a binary file ({data.mime}, {data.size} bytes); its bytes "
-                "are not shown. send_file can send it to the user.")  # fmt: skip
+        return (
+            f"{data.path} is a binary file ({data.mime}, {data.size} bytes); its bytes "
+            "are not shown. send_file can send it to the user."
+        )
     chunk = data.text[offset : offset + READ_CHARS]
     more = len(data.text) - offset - len(chunk)
     tail = f"\n[… {more} more characters: read again with offset={offset + len(chunk)}]"
@@ -126,11 +140,17 @@ def _render_read(data: Any, offset: int) -> str:
 
 
 async def _audit(db: Database, ctx: ToolContext, op: str, path: str, size: int) -> None:
-    await db.write(lambda conn: audit.record(
-        conn, "workspace", chat_id=ctx.chat_id, user_id=ctx.user_id,
-        instance_id=ctx.instance_id, source_key=f"{ctx.instance_id}:ws:{ctx.tool_use_id}",
-        detail={"op": op, "path": path[:300], "bytes": size},
-    ))  # fmt: skip
+    await db.write(
+        lambda conn: audit.record(
+            conn,
+            "workspace",
+            chat_id=ctx.chat_id,
+            user_id=ctx.user_id,
+            instance_id=ctx.instance_id,
+            source_key=f"{ctx.instance_id}:ws:{ctx.tool_use_id}",
+            detail={"op": op, "path": path[:300], "bytes": size},
+        )
+    )
 
 
 def workspace_tools(config: Config, db: Database, download: Download | None = None) -> list[Tool]:
@@ -174,19 +194,53 @@ def workspace_tools(config: Config, db: Database, download: Download | None = No
         return OutgoingFile(filename=Path(args.path).name, data=data.data)
 
     tools = [
-        _tool("list_files", "List a folder of your workspace (names, kinds, sizes).",
-              ListArgs, list_files, "low"),
-        _tool("read_file", "Read a text file from your workspace (binary files: size and "
-              "type only).", ReadArgs, read_file, "low"),
-        _tool("write_file", "Create or replace a text file in your workspace.",
-              WriteArgs, write_file, "medium", writes=True),
-        _tool("edit_file", "Replace one exact span of text in a workspace file (fails when "
-              "old_text is missing or not unique).", EditArgs, edit_file, "medium", writes=True),
-        _tool("delete_file", "Move a workspace file or folder to the trash (kept for days, "
-              "then purged).", PathArgs, delete_file, "high", writes=True),
-        _tool("send_file", "Send a workspace file to the user in this chat.",
-              PathArgs, send_file, "low"),
-    ]  # fmt: skip
+        _tool(
+            "list_files",
+            "List a folder of your workspace (names, kinds, sizes).",
+            ListArgs,
+            list_files,
+            "low",
+        ),
+        _tool(
+            "read_file",
+            "Read a text file from your workspace (binary files: size and type only).",
+            ReadArgs,
+            read_file,
+            "low",
+        ),
+        _tool(
+            "write_file",
+            "Create or replace a text file in your workspace.",
+            WriteArgs,
+            write_file,
+            "medium",
+            writes=True,
+        ),
+        _tool(
+            "edit_file",
+            "Replace one exact span of text in a workspace file (fails when "
+            "old_text is missing or not unique).",
+            EditArgs,
+            edit_file,
+            "medium",
+            writes=True,
+        ),
+        _tool(
+            "delete_file",
+            "Move a workspace file or folder to the trash (kept for days, then purged).",
+            PathArgs,
+            delete_file,
+            "high",
+            writes=True,
+        ),
+        _tool(
+            "send_file",
+            "Send a workspace file to the user in this chat.",
+            PathArgs,
+            send_file,
+            "low",
+        ),
+    ]
     if download is not None:
         tools.append(_save_sent_tool(spaces, db, download, config))
     return tools
@@ -194,9 +248,11 @@ def workspace_tools(config: Config, db: Database, download: Download | None = No
 
 def _save_sent_tool(spaces: Workspaces, db: Database, download: Download, config: Config) -> Tool:
     async def save_sent_file(ctx: ToolContext, args: SaveSentArgs) -> str:
-        row = await db.read(lambda conn: conn.execute(
-            "SELECT chat_id, file_id FROM chat_documents WHERE id = ?", (args.document_id,)
-        ).fetchone())  # fmt: skip
+        row = await db.read(
+            lambda conn: conn.execute(
+                "SELECT chat_id, file_id FROM chat_documents WHERE id = ?", (args.document_id,)
+            ).fetchone()
+        )
         if row is None or row[0] != ctx.chat_id:
             raise ToolError(f"no file {args.document_id!r} was sent in this chat")
         data = await download(row[1], config.tools.workspace.max_file_bytes)
@@ -214,8 +270,10 @@ def _save_sent_tool(spaces: Workspaces, db: Database, download: Download, config
     return _tool("save_sent_file", about, SaveSentArgs, save_sent_file, "medium", writes=True)
 
 
-def _tool(name: str, description: str, model: type[BaseModel], fn: Any, risk: Any,
-          *, writes: bool = False) -> Tool:  # fmt: skip
-    made = Tool.from_model(name=name, description=description, args_model=model, fn=fn,
-                           risk=risk, timeout=60.0)  # fmt: skip
+def _tool(
+    name: str, description: str, model: type[BaseModel], fn: Any, risk: Any, *, writes: bool = False
+) -> Tool:
+    made = Tool.from_model(
+        name=name, description=description, args_model=model, fn=fn, risk=risk, timeout=60.0
+    )
     return replace(made, egress=writes, at_most_once=writes) if writes else made

@@ -44,8 +44,10 @@ def parse(command: str) -> Plain:
     """The words of a plain command, or why it cannot be rule-matched."""
     bad = sorted({ch for ch in command if ch in _SHELL_META})
     if bad:
-        return Plain(why_not=f"it uses shell syntax ({' '.join(bad)}): chained, piped, "
-                     "substituted or redirected commands always ask")  # fmt: skip
+        return Plain(
+            why_not=f"it uses shell syntax ({' '.join(bad)}): chained, piped, "
+            "substituted or redirected commands always ask"
+        )
     if any(unicodedata.category(ch)[0] == "C" for ch in command):
         return Plain(why_not="it contains control characters")
     try:
@@ -100,11 +102,23 @@ def add_rule(conn: Any, program: str, pattern: str, by: str, approval_id: str | 
         "approval_id) VALUES (?, ?, ?, ?, ?)",
         (program, pattern, now, by, approval_id),
     )
-    row = conn.execute(f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? AND "
-                       "args_pattern = ?", (program, pattern)).fetchone()  # fmt: skip
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? AND args_pattern = ?",
+        (program, pattern),
+    ).fetchone()
     rule = _rule(row)
-    audit.record(conn, "shell_rule_added", detail={"rule": rule.id, "program": program,
-                 "args_pattern": pattern, "by": by, "approval": approval_id}, at=now)  # fmt: skip
+    audit.record(
+        conn,
+        "shell_rule_added",
+        detail={
+            "rule": rule.id,
+            "program": program,
+            "args_pattern": pattern,
+            "by": by,
+            "approval": approval_id,
+        },
+        at=now,
+    )
     return rule
 
 
@@ -114,14 +128,23 @@ def remove_rule(conn: Any, rule_id: int, by: str) -> Rule | None:
         return None
     rule = _rule(row)
     conn.execute("DELETE FROM shell_rules WHERE id = ?", (rule_id,))
-    audit.record(conn, "shell_rule_removed", detail={"rule": rule.id, "program": rule.program,
-                 "args_pattern": rule.args_pattern, "by": by})  # fmt: skip
+    audit.record(
+        conn,
+        "shell_rule_removed",
+        detail={
+            "rule": rule.id,
+            "program": rule.program,
+            "args_pattern": rule.args_pattern,
+            "by": by,
+        },
+    )
     return rule
 
 
 def matching_rule(conn: Any, argv: list[str]) -> Rule | None:
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? ORDER BY id",
-                        (argv[0],)).fetchall()  # fmt: skip
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? ORDER BY id", (argv[0],)
+    ).fetchall()
     for row in rows:
         rule = _rule(row)
         if pattern_matches(rule.args_pattern, argv):
@@ -157,13 +180,17 @@ class RuleBook:
 
 def offer(conn: Any, approval_id: str, argv: list[str]) -> None:
     """Remember the rule the card's third button would add (the approval stores no argv)."""
-    conn.execute("INSERT OR IGNORE INTO shell_rule_offers (approval_id, program, args_pattern) "
-                 "VALUES (?, ?, ?)", (approval_id, argv[0], exact_pattern(argv)))  # fmt: skip
+    conn.execute(
+        "INSERT OR IGNORE INTO shell_rule_offers (approval_id, program, args_pattern) "
+        "VALUES (?, ?, ?)",
+        (approval_id, argv[0], exact_pattern(argv)),
+    )
 
 
 def offered(conn: Any, approval_id: str) -> tuple[str, str] | None:
-    row = conn.execute("SELECT program, args_pattern FROM shell_rule_offers WHERE approval_id = ?",
-                       (approval_id,)).fetchone()  # fmt: skip
+    row = conn.execute(
+        "SELECT program, args_pattern FROM shell_rule_offers WHERE approval_id = ?", (approval_id,)
+    ).fetchone()
     return (row[0], row[1]) if row else None
 
 

@@ -152,8 +152,14 @@ def bwrap_argv(
 
 def _env(sandbox: Sandbox, cwd: str) -> list[tuple[str, str]]:
     # Nothing of the daemon's environment: its secrets live there.
-    return [("PATH", _PATH), ("HOME", INSIDE_WORKSPACE), ("LANG", "C.UTF-8"),
-            ("TERM", "dumb"), ("PWD", cwd), *sandbox.extra_env]  # fmt: skip
+    return [
+        ("PATH", _PATH),
+        ("HOME", INSIDE_WORKSPACE),
+        ("LANG", "C.UTF-8"),
+        ("TERM", "dumb"),
+        ("PWD", cwd),
+        *sandbox.extra_env,
+    ]
 
 
 def _prlimit(limits: Limits) -> list[str]:
@@ -191,8 +197,16 @@ def command_argv(
     prefix: list[str] = []
     if ids is not None:
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        prefix = [setpriv, f"--reuid={ids[0]}", f"--regid={ids[1]}", "--clear-groups",
-                  "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+        prefix = [
+            setpriv,
+            f"--reuid={ids[0]}",
+            f"--regid={ids[1]}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
     argv = bwrap_argv(sandbox, workspace, cwd, binds_ro=binds_ro, network=network)
     return [*prefix, *argv, "--", *_prlimit(limits), *shell], "/"
 
@@ -264,22 +278,28 @@ async def run_sandboxed(
     `cwd` is a path inside the sandbox. Cancelling the awaiting task kills the whole process
     tree before CancelledError goes on.
     """
-    argv, host_cwd = command_argv(sandbox, command, workspace, cwd, limits,
-                                  binds_ro=binds_ro, network=network)  # fmt: skip
+    argv, host_cwd = command_argv(
+        sandbox, command, workspace, cwd, limits, binds_ro=binds_ro, network=network
+    )
     env = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": str(workspace)}
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=host_cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        *argv,
+        cwd=host_cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
-    )  # fmt: skip
+    )
     if on_start is not None:
         on_start(proc.pid)
     capture = _Capture(limits.output_bytes)
     stopped: Literal["", "wall_time", "output", "cancelled"] = ""
     try:
-        within = await asyncio.wait_for(_drain(proc, capture, limits.drain_bytes),
-                                        timeout=limits.wall_seconds)  # fmt: skip
+        within = await asyncio.wait_for(
+            _drain(proc, capture, limits.drain_bytes), timeout=limits.wall_seconds
+        )
         if not within:
             stopped = "output"
             _kill_tree(proc)
@@ -325,8 +345,14 @@ def probe(sandbox: Sandbox, scratch: Path) -> str | None:
     try:
         # Bind the real folder, so a workspace the sandbox user cannot reach fails here.
         argv, host_cwd = command_argv(sandbox, "exit 0", scratch, INSIDE_WORKSPACE, Limits())
-        done = subprocess.run(argv, cwd=host_cwd, env={"PATH": _PATH}, capture_output=True,
-                              timeout=20, stdin=subprocess.DEVNULL)  # fmt: skip
+        done = subprocess.run(
+            argv,
+            cwd=host_cwd,
+            env={"PATH": _PATH},
+            capture_output=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+        )
     except SandboxUnavailable as exc:
         return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -48,23 +48,34 @@ Progress = Callable[[ToolContext, float, bool], Awaitable[None]]
 
 
 class ShellArgs(BaseModel):
-    command: str = Field(description="One command line for /bin/sh, e.g. `df -h`.",
-                         min_length=1, max_length=4000)  # fmt: skip
+    command: str = Field(
+        description="One command line for /bin/sh, e.g. `df -h`.", min_length=1, max_length=4000
+    )
     cwd: str = Field(
         default="",
         max_length=1024,
         description="Folder inside the workspace to run in; empty: its top.",
     )
-    network: bool = Field(default=False, description="Needs the network (only for programs "
-                          "the owner allows; always asks).")  # fmt: skip
-    background: bool = Field(default=False, description="For long jobs: run it as a "
-                             "background job; the user gets a notice when it ends.")  # fmt: skip
+    network: bool = Field(
+        default=False,
+        description="Needs the network (only for programs the owner allows; always asks).",
+    )
+    background: bool = Field(
+        default=False,
+        description="For long jobs: run it as a "
+        "background job; the user gets a notice when it ends.",
+    )
 
 
 def limits_of(shell: ShellConfig) -> Limits:
-    return Limits(cpu_seconds=shell.cpu_seconds, memory_mb=shell.memory_mb,
-                  max_processes=shell.max_processes, wall_seconds=shell.wall_seconds,
-                  output_bytes=shell.output_bytes, max_file_mb=shell.max_file_mb)  # fmt: skip
+    return Limits(
+        cpu_seconds=shell.cpu_seconds,
+        memory_mb=shell.memory_mb,
+        max_processes=shell.max_processes,
+        wall_seconds=shell.wall_seconds,
+        output_bytes=shell.output_bytes,
+        max_file_mb=shell.max_file_mb,
+    )
 
 
 def sandbox_of(config: Config) -> Sandbox:
@@ -115,19 +126,24 @@ class ShellPolicy:
 def card_text(shell: ShellConfig, args: ShellArgs) -> str:
     """The approval card's body for a command: exactly what will run, where, and how fenced."""
     lim = limits_of(shell)
-    sandbox = ("bubblewrap (read-only system, only the workspace writable)"
-               if shell.sandbox == "bwrap" else "NONE — runs directly on the server")  # fmt: skip
+    sandbox = (
+        "bubblewrap (read-only system, only the workspace writable)"
+        if shell.sandbox == "bwrap"
+        else "NONE — runs directly on the server"
+    )
     wall = shell.background_wall_seconds if args.background else lim.wall_seconds
-    return "\n".join([
-        f"$ {args.command}",
-        "",
-        f"folder:  {inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd}",
-        f"network: {'ON' if args.network else 'off'}",
-        f"sandbox: {sandbox}",
-        f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
-        f"memory, {lim.max_processes} processes",
-        *(["mode:    background job (a notice when it ends)"] if args.background else []),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            f"$ {args.command}",
+            "",
+            f"folder:  {inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd}",
+            f"network: {'ON' if args.network else 'off'}",
+            f"sandbox: {sandbox}",
+            f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
+            f"memory, {lim.max_processes} processes",
+            *(["mode:    background job (a notice when it ends)"] if args.background else []),
+        ]
+    )
 
 
 def _cwd_ok(cwd: str) -> bool:
@@ -149,8 +165,10 @@ def render_result(args: ShellArgs, result: RunResult, limits: Limits) -> str:
         head = f"Exit code {result.exit_code}."
     cut = " (output cut: head and tail kept)" if result.truncated else ""
     body = result.output or "(no output)"
-    return (f"{head} {result.duration_ms / 1000:.2f} s, {result.bytes_out} bytes of "
-            f"output{cut}.\n{body}")  # fmt: skip
+    return (
+        f"{head} {result.duration_ms / 1000:.2f} s, {result.bytes_out} bytes of "
+        f"output{cut}.\n{body}"
+    )
 
 
 @dataclass
@@ -165,38 +183,69 @@ class ShellDeps:
     redact: Callable[[str], str] = str
 
 
-async def _audit(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, approval: str,
-                 result: RunResult | None, error: str = "") -> None:  # fmt: skip
+async def _audit(
+    deps: ShellDeps,
+    ctx: ToolContext,
+    args: ShellArgs,
+    approval: str,
+    result: RunResult | None,
+    error: str = "",
+) -> None:
     detail: dict[str, Any] = {
-        "command": ctx.redact(args.command)[:1000], "cwd": args.cwd, "network": args.network,
-        "approval": approval, "sandbox": deps.sandbox.mode,
-    }  # fmt: skip
+        "command": ctx.redact(args.command)[:1000],
+        "cwd": args.cwd,
+        "network": args.network,
+        "approval": approval,
+        "sandbox": deps.sandbox.mode,
+    }
     if result is not None:
-        detail |= {"exit_code": result.exit_code, "signal": result.signal,
-                   "stopped": result.stopped, "duration_ms": result.duration_ms,
-                   "bytes_out": result.bytes_out}  # fmt: skip
+        detail |= {
+            "exit_code": result.exit_code,
+            "signal": result.signal,
+            "stopped": result.stopped,
+            "duration_ms": result.duration_ms,
+            "bytes_out": result.bytes_out,
+        }
     if error:
         detail["error"] = error
-    await deps.db.write(lambda conn: audit.record(
-        conn, "shell", chat_id=ctx.chat_id, user_id=ctx.user_id, instance_id=ctx.instance_id,
-        source_key=f"{ctx.instance_id}:shell:{ctx.tool_use_id}", detail=detail))  # fmt: skip
+    await deps.db.write(
+        lambda conn: audit.record(
+            conn,
+            "shell",
+            chat_id=ctx.chat_id,
+            user_id=ctx.user_id,
+            instance_id=ctx.instance_id,
+            source_key=f"{ctx.instance_id}:shell:{ctx.tool_use_id}",
+            detail=detail,
+        )
+    )
 
 
 def check_network(shell: ShellConfig, args: ShellArgs) -> None:
     if args.network:
         plain = rules.parse(args.command)
         if not plain.ok:
-            raise ToolError("the network is only given to one plain program, not to a "
-                            f"command line where {plain.why_not}")  # fmt: skip
+            raise ToolError(
+                "the network is only given to one plain program, not to a "
+                f"command line where {plain.why_not}"
+            )
         if plain.argv[0] not in shell.network_programs:
-            raise ToolError(f"the owner's policy gives no network to {plain.argv[0]!r}; run it "
-                            "with network off, or ask the owner to add it to [tools.shell] "
-                            "network_programs")  # fmt: skip
+            raise ToolError(
+                f"the owner's policy gives no network to {plain.argv[0]!r}; run it "
+                "with network off, or ask the owner to add it to [tools.shell] "
+                "network_programs"
+            )
 
 
-async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, *,
-                      approval: str | None = None, wall: float | None = None,
-                      progress: bool = True) -> str:  # fmt: skip
+async def run_command(
+    deps: ShellDeps,
+    ctx: ToolContext,
+    args: ShellArgs,
+    *,
+    approval: str | None = None,
+    wall: float | None = None,
+    progress: bool = True,
+) -> str:
     """Run one command in the sandbox, audited; the text the model (or the notice) gets."""
     shell = deps.config.tools.shell
     check_network(shell, args)
@@ -211,12 +260,20 @@ async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, *,
     limits = limits_of(shell)
     if wall is not None:
         limits = replace(limits, wall_seconds=wall)
-    task = asyncio.ensure_future(run_sandboxed(
-        args.command, workspace.root, sandbox=deps.sandbox, limits=limits, cwd=cwd,
-        network=args.network))  # fmt: skip
+    task = asyncio.ensure_future(
+        run_sandboxed(
+            args.command,
+            workspace.root,
+            sandbox=deps.sandbox,
+            limits=limits,
+            cwd=cwd,
+            network=args.network,
+        )
+    )
     try:
-        result = await _with_progress(deps if progress else replace(deps, progress=None), ctx,
-                                      task, shell.progress_after)  # fmt: skip
+        result = await _with_progress(
+            deps if progress else replace(deps, progress=None), ctx, task, shell.progress_after
+        )
     except asyncio.CancelledError:
         await _audit(deps, ctx, args, approval, None, error="cancelled (process tree killed)")
         raise
@@ -224,8 +281,9 @@ async def run_command(deps: ShellDeps, ctx: ToolContext, args: ShellArgs, *,
     return ctx.redact(render_result(args, result, limits))
 
 
-async def _with_progress(deps: ShellDeps, ctx: ToolContext, task: asyncio.Future[RunResult],
-                         after: float) -> RunResult:  # fmt: skip
+async def _with_progress(
+    deps: ShellDeps, ctx: ToolContext, task: asyncio.Future[RunResult], after: float
+) -> RunResult:
     started = time.monotonic()
     shown = False
     try:
@@ -263,14 +321,22 @@ def shell_tool(deps: ShellDeps) -> Tool:
         approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
         return await deps.start_background(ctx, args, approval)
 
-    about = ("Run one command line on the server in a sandbox: the system is read-only, only "
-             "your workspace (/workspace, the current folder) is writable, /tmp is private, "
-             "no network unless allowed. Output is captured (long output: head and tail). "
-             "Asks the owner first unless the command is on the read-only allowlist or an "
-             "always-allow rule.")  # fmt: skip
+    about = (
+        "Run one command line on the server in a sandbox: the system is read-only, only "
+        "your workspace (/workspace, the current folder) is writable, /tmp is private, "
+        "no network unless allowed. Output is captured (long output: head and tail). "
+        "Asks the owner first unless the command is on the read-only allowlist or an "
+        "always-allow rule."
+    )
     timeout = deps.config.tools.shell.wall_seconds + 30
-    made = Tool.from_model(name="shell", description=about, args_model=ShellArgs, fn=shell,
-                           risk="high", timeout=timeout)  # fmt: skip
+    made = Tool.from_model(
+        name="shell",
+        description=about,
+        args_model=ShellArgs,
+        fn=shell,
+        risk="high",
+        timeout=timeout,
+    )
     shell_config = deps.config.tools.shell
 
     def card(args: ShellArgs) -> ApprovalCard:
@@ -289,8 +355,9 @@ def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
     return plain.argv
 
 
-async def shell_deps(config: Config, db: Database, progress: Progress | None = None
-                     ) -> tuple[ShellDeps | None, str | None]:  # fmt: skip
+async def shell_deps(
+    config: Config, db: Database, progress: Progress | None = None
+) -> tuple[ShellDeps | None, str | None]:
     """What the shell tool needs, or None and why (disabled, or no working sandbox here)."""
     shell = config.tools.shell
     if not shell.enabled:
@@ -314,8 +381,7 @@ def chat_progress(outbox: Any) -> Progress:
 
     async def show(ctx: ToolContext, elapsed: float, finished: bool) -> None:
         key = (ctx.instance_id, ctx.tool_use_id)
-        text = (f"⏳ finished after {elapsed:.0f} s" if finished
-                else f"⏳ running… {elapsed:.0f} s")  # fmt: skip
+        text = f"⏳ finished after {elapsed:.0f} s" if finished else f"⏳ running… {elapsed:.0f} s"
         if key in messages:
             await outbox.edit_text(ctx.chat_id, messages[key], text)
             if finished:

@@ -154,8 +154,9 @@ class Workspace:
     def _open_file(self, parent: int, name: str, shown: str) -> int:
         try:
             # O_NONBLOCK: opening a FIFO must not wait for a writer; refused just below.
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                         dir_fd=parent)  # fmt: skip
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent
+            )
         except FileNotFoundError:
             raise WorkspaceError(f"no file {shown!r} in the workspace") from None
         except OSError as exc:
@@ -177,9 +178,15 @@ class Workspace:
                     if item.name == TRASH and not split(path):
                         continue
                     st = item.stat(follow_symlinks=False)
-                    kind = ("folder" if stat.S_ISDIR(st.st_mode) else "file"
-                            if stat.S_ISREG(st.st_mode) else "link"
-                            if stat.S_ISLNK(st.st_mode) else "other")  # fmt: skip
+                    kind = (
+                        "folder"
+                        if stat.S_ISDIR(st.st_mode)
+                        else "file"
+                        if stat.S_ISREG(st.st_mode)
+                        else "link"
+                        if stat.S_ISLNK(st.st_mode)
+                        else "other"
+                    )
                     entries.append(Entry(item.name, kind, st.st_size))
                     if len(entries) >= _MAX_LIST:
                         break
@@ -208,8 +215,12 @@ class Workspace:
         with self._parent(path, create=True) as (parent, name):
             self._check_target(parent, name, path, overwrite)
             tmp = f".{name[:100]}.{os.getpid()}.{time.monotonic_ns()}.part"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o644, dir_fd=parent)  # fmt: skip
+            fd = os.open(
+                tmp,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o644,
+                dir_fd=parent,
+            )
             try:
                 with os.fdopen(fd, "wb", closefd=False) as out:
                     out.write(data)

@@ -294,9 +294,14 @@ class Ingestor:
                 needed.setdefault(chunk.hash, chunk.embed_text)
         vectors = await self._embed(list(needed.values()))
         doc = NewDocument(
-            source=source, kind=kind, root=root, title=loaded.title[:500], format=loaded.format,
-            content_hash=content_hash, size=len(data),
-        )  # fmt: skip
+            source=source,
+            kind=kind,
+            root=root,
+            title=loaded.title[:500],
+            format=loaded.format,
+            content_hash=content_hash,
+            size=len(data),
+        )
         await self.db.write(
             save_document, doc, chunks, dict(zip(needed, vectors, strict=True)), model_id
         )

@@ -140,9 +140,12 @@ async def sitemap_urls(url: str, policy: FetchPolicy, *, max_urls: int) -> Sitem
                 continue
             if len(found.urls) >= max_urls:
                 found.problems.append(
-                    Problem(url, f"more than {max_urls} pages listed; the rest were not read "
-                            "(docs.max_urls)")
-                )  # fmt: skip
+                    Problem(
+                        url,
+                        f"more than {max_urls} pages listed; the rest were not read "
+                        "(docs.max_urls)",
+                    )
+                )
                 return found
             seen_pages.add(loc)
             found.urls.append(loc)

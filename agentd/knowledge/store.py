@@ -155,9 +155,18 @@ def save_document(
         cur = conn.execute(
             "INSERT INTO doc_documents (source, kind, root, title, format, content_hash, size,"
             " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (doc.source, doc.kind, doc.root, doc.title, doc.format, doc.content_hash, doc.size,
-             now, now),
-        )  # fmt: skip
+            (
+                doc.source,
+                doc.kind,
+                doc.root,
+                doc.title,
+                doc.format,
+                doc.content_hash,
+                doc.size,
+                now,
+                now,
+            ),
+        )
         doc_id = int(cur.lastrowid)
     else:
         doc_id = int(row[0])
@@ -185,9 +194,15 @@ def save_document(
             cur = conn.execute(
                 "INSERT INTO doc_chunks (doc_id, ordinal, section, text, hash, fts_cjk)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (doc_id, chunk.ordinal, chunk.section, chunk.text, chunk.hash,
-                 cjk_index_text(f"{chunk.section}\n{chunk.text}")),
-            )  # fmt: skip
+                (
+                    doc_id,
+                    chunk.ordinal,
+                    chunk.section,
+                    chunk.text,
+                    chunk.hash,
+                    cjk_index_text(f"{chunk.section}\n{chunk.text}"),
+                ),
+            )
             chunk_id = int(cur.lastrowid)
             inserted += 1
         if chunk.hash in vectors:

@@ -85,10 +85,16 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
         key = f"retrieval:{ctx.instance_id}:{ctx.tool_use_id}" if ctx.tool_use_id else None
         await db.write(
             lambda c: audit.record(
-                c, "retrieval", chat_id=ctx.chat_id, user_id=ctx.user_id,
-                instance_id=ctx.instance_id, detail=detail, source_key=key, at=ctx.now(),
+                c,
+                "retrieval",
+                chat_id=ctx.chat_id,
+                user_id=ctx.user_id,
+                instance_id=ctx.instance_id,
+                detail=detail,
+                source_key=key,
+                at=ctx.now(),
             )
-        )  # fmt: skip
+        )
         if not hits:
             return "No passage of the ingested documents matches this query."
         body = format_hits(hits, docs.max_result_chars)

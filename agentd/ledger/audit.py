@@ -10,14 +10,39 @@ from pydantic import BaseModel
 
 # The kinds agentd writes (`agentd audit --kind`); plugins and newer code may add their own.
 KINDS = (
-    "turn", "turn_error", "tool_call", "approval_requested", "approval_decided",
-    "approval_timed_out", "access_denied", "rate_limited", "command", "callback_unknown",
-    "intake_error", "memory_forgotten", "memory_summary", "memory_summary_error", "retrieval",
-    "workflow_errored", "workflow_cancelled", "shell", "workspace", "shell_rule_added",
-    "shell_rule_removed", "skill_enabled", "skill_disabled", "skill_changed", "skill_removed",
-    "approval_press_refused", "question_press_refused",
-    "message_ignored", "send_uncertain", "user_paired", "pairing_failed", "user_removed",
-)  # fmt: skip
+    "turn",
+    "turn_error",
+    "tool_call",
+    "approval_requested",
+    "approval_decided",
+    "approval_timed_out",
+    "access_denied",
+    "rate_limited",
+    "command",
+    "callback_unknown",
+    "intake_error",
+    "memory_forgotten",
+    "memory_summary",
+    "memory_summary_error",
+    "retrieval",
+    "workflow_errored",
+    "workflow_cancelled",
+    "shell",
+    "workspace",
+    "shell_rule_added",
+    "shell_rule_removed",
+    "skill_enabled",
+    "skill_disabled",
+    "skill_changed",
+    "skill_removed",
+    "approval_press_refused",
+    "question_press_refused",
+    "message_ignored",
+    "send_uncertain",
+    "user_paired",
+    "pairing_failed",
+    "user_removed",
+)
 
 
 def known_kinds(conn: Any) -> set[str]:

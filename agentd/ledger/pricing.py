@@ -20,23 +20,33 @@ class ModelPrice(BaseModel):
 
 
 PRICES: dict[str, ModelPrice] = {
-    "claude-haiku-4-5": ModelPrice(input=1.0, output=5.0, cache_read=0.10, cache_write_5m=1.25,
-                                   cache_write_1h=2.0),
-    "claude-sonnet-4-5": ModelPrice(input=3.0, output=15.0, cache_read=0.30, cache_write_5m=3.75,
-                                    cache_write_1h=6.0),
-    "claude-3-5-haiku": ModelPrice(input=0.80, output=4.0, cache_read=0.08, cache_write_5m=1.0,
-                                   cache_write_1h=1.6),
-}  # fmt: skip
+    "claude-haiku-4-5": ModelPrice(
+        input=1.0, output=5.0, cache_read=0.10, cache_write_5m=1.25, cache_write_1h=2.0
+    ),
+    "claude-sonnet-4-5": ModelPrice(
+        input=3.0, output=15.0, cache_read=0.30, cache_write_5m=3.75, cache_write_1h=6.0
+    ),
+    "claude-3-5-haiku": ModelPrice(
+        input=0.80, output=4.0, cache_read=0.08, cache_write_5m=1.0, cache_write_1h=1.6
+    ),
+}
 FALLBACK = "claude-haiku-4-5"
 
 # The shortest prefix each model caches, in tokens (Claude API docs, "prompt caching", same
 # date): a shorter prefix is neither written nor read. Matched by prefix like the prices.
 CACHE_MINIMUMS: dict[str, int] = {
-    "claude-haiku-4-5": 4096, "claude-opus-4-5": 4096, "claude-opus-4-6": 4096,
-    "claude-sonnet-4-6": 2048, "claude-3-5-haiku": 2048, "claude-3-haiku": 2048,
-    "claude-sonnet-4-5": 1024, "claude-sonnet-4": 1024, "claude-opus-4-1": 1024,
-    "claude-opus-4": 1024, "claude-3-7-sonnet": 1024,
-}  # fmt: skip
+    "claude-haiku-4-5": 4096,
+    "claude-opus-4-5": 4096,
+    "claude-opus-4-6": 4096,
+    "claude-sonnet-4-6": 2048,
+    "claude-3-5-haiku": 2048,
+    "claude-3-haiku": 2048,
+    "claude-sonnet-4-5": 1024,
+    "claude-sonnet-4": 1024,
+    "claude-opus-4-1": 1024,
+    "claude-opus-4": 1024,
+    "claude-3-7-sonnet": 1024,
+}
 
 
 def cache_minimum(model: str) -> int:

@@ -71,9 +71,13 @@ def record(
 
 
 def totals(
-    conn: Any, *, since: float | None = None, chat_id: int | None = None,
-    user_id: int | None = None, instance_prefix: str | None = None,
-) -> list[UsageTotals]:  # fmt: skip
+    conn: Any,
+    *,
+    since: float | None = None,
+    chat_id: int | None = None,
+    user_id: int | None = None,
+    instance_prefix: str | None = None,
+) -> list[UsageTotals]:
     """Per day (UTC), chat and model; of one chat if `chat_id` is given, of one user's turns
     (and of calls in their private chat that name no user) if `user_id` is, of the workflow
     instances whose id starts with `instance_prefix` if given (one schedule's runs)."""
@@ -95,12 +99,18 @@ def totals(
     ).fetchall()
     return [
         UsageTotals(
-            day=r[0], chat_id=r[1], model=r[2], calls=r[3], input_tokens=r[4],
-            output_tokens=r[5], cache_read_tokens=r[6], cache_write_tokens=r[7],
+            day=r[0],
+            chat_id=r[1],
+            model=r[2],
+            calls=r[3],
+            input_tokens=r[4],
+            output_tokens=r[5],
+            cache_read_tokens=r[6],
+            cache_write_tokens=r[7],
             cache_write_1h_tokens=r[8],
         )
         for r in rows
-    ]  # fmt: skip
+    ]
 
 
 def hit_ratio(t: Tokens) -> float:
@@ -123,10 +133,14 @@ def report(
         plain = sum(uncached_cost(r, price_for(r.model, prices)) for r in items)
         out.append(
             UsageReport(
-                day=day, chat_id=chat_id, models=sorted({r.model for r in items}),
-                calls=sum(r.calls for r in items), **summed.model_dump(),
+                day=day,
+                chat_id=chat_id,
+                models=sorted({r.model for r in items}),
+                calls=sum(r.calls for r in items),
+                **summed.model_dump(),
                 cache_hit_ratio=round(hit_ratio(summed), 4),
-                estimated_cost_usd=round(spent, 6), estimated_saving_usd=round(plain - spent, 6),
+                estimated_cost_usd=round(spent, 6),
+                estimated_saving_usd=round(plain - spent, 6),
             )
-        )  # fmt: skip
+        )
     return out

@@ -58,6 +58,7 @@ async def complete_structured(
                 error = f"{name} input is invalid: {exc.error_count()} errors"
             else:
                 return result, response.model_copy(update={"usage": spent})
-        log.info("structured answer rejected", extra={"tool": name, "attempt": attempt,
-                                                      "error": error})  # fmt: skip
+        log.info(
+            "structured answer rejected", extra={"tool": name, "attempt": attempt, "error": error}
+        )
     raise StructuredOutputError(error)

@@ -39,8 +39,9 @@ def notice_instance_id(account: str, folder: str, uid: int, message_id: str) -> 
 def make_notice_workflow(db: Database, outbox: Outbox) -> Workflow[NoticeInput, NoticeOutput]:
     @workflow(MAIL_NOTICE_WORKFLOW)
     async def mail_notice(step: Step, inp: NoticeInput) -> NoticeOutput:
-        sent = await deliver(step, db, "send", inp.chat_id,
-                             partial(outbox.send_text, inp.chat_id, inp.text))  # fmt: skip
+        sent = await deliver(
+            step, db, "send", inp.chat_id, partial(outbox.send_text, inp.chat_id, inp.text)
+        )
         return NoticeOutput(message_id=sent)
 
     return mail_notice

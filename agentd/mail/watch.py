@@ -246,8 +246,9 @@ def start_watchers(
         if rule.action == "notify":
             # Sent by its own workflow, through the one send path (mail/notice.py).
             notice = NoticeInput(chat_id=owner, text=notice_text(account, summary))
-            instance = notice_instance_id(account.name, summary.folder, summary.uid,
-                                          summary.message_id)  # fmt: skip
+            instance = notice_instance_id(
+                account.name, summary.folder, summary.uid, summary.message_id
+            )
             await engine.start(MAIL_NOTICE_WORKFLOW, notice, instance_id=instance)
             log.info("mail notice started", extra={"account": account.name, "uid": summary.uid})
             return

@@ -97,8 +97,10 @@ def refusal(media: MediaRef, max_bytes: int) -> str | None:
     if format_of(media) is None:
         return f"I can't read {name}: I read {SUPPORTED} files. Please send one of those."
     if media.file_size > max_bytes:
-        return (f"{name} is {media.file_size / 1e6:.1f} MB; I read documents up to "
-                f"{max_bytes / 1e6:.1f} MB. Please send a smaller file.")  # fmt: skip
+        return (
+            f"{name} is {media.file_size / 1e6:.1f} MB; I read documents up to "
+            f"{max_bytes / 1e6:.1f} MB. Please send a smaller file."
+        )
     return None
 
 
@@ -136,27 +138,49 @@ async def read_document(
         lambda conn: conn.execute(
             "INSERT OR IGNORE INTO chat_documents (id, chat_id, user_id, file_id, file_name, "
             "format, sha256, size, title, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (doc_id, chat_id, user_id, media.file_id, name, fmt, digest, len(data), title,
-             time.time()),
+            (
+                doc_id,
+                chat_id,
+                user_id,
+                media.file_id,
+                name,
+                fmt,
+                digest,
+                len(data),
+                title,
+                time.time(),
+            ),
         )
-    )  # fmt: skip
+    )
     budget = deps.config.media.document_prompt_chars
-    return ReadDocument(doc_id=doc_id, file_name=name, title=title, format=fmt,
-                        text=text[:budget], total_chars=len(text),
-                        truncated=len(text) > budget)  # fmt: skip
+    return ReadDocument(
+        doc_id=doc_id,
+        file_name=name,
+        title=title,
+        format=fmt,
+        text=text[:budget],
+        total_chars=len(text),
+        truncated=len(text) > budget,
+    )
 
 
 def describe(doc: ReadDocument, can_save: bool) -> str:
     """The document as data for the model's context, with what was cut and how to keep it."""
-    head = (f'Document sent with this message: "{doc.title}" ({doc.file_name}, {doc.format}, '
-            f"{doc.total_chars} characters, document id {doc.doc_id})")  # fmt: skip
+    head = (
+        f'Document sent with this message: "{doc.title}" ({doc.file_name}, {doc.format}, '
+        f"{doc.total_chars} characters, document id {doc.doc_id})"
+    )
     parts = [head, doc.text]
     if doc.truncated:
-        parts.append(f"[Only the first {len(doc.text)} of {doc.total_chars} characters are "
-                     "shown; the rest was cut to fit.]")  # fmt: skip
+        parts.append(
+            f"[Only the first {len(doc.text)} of {doc.total_chars} characters are "
+            "shown; the rest was cut to fit.]"
+        )
     if can_save:
-        parts.append(f"[Not in the document library. If the user asks to keep it, call "
-                     f'save_chat_document with document_id "{doc.doc_id}".]')  # fmt: skip
+        parts.append(
+            f"[Not in the document library. If the user asks to keep it, call "
+            f'save_chat_document with document_id "{doc.doc_id}".]'
+        )
     return "\n".join(parts)
 
 
@@ -236,10 +260,16 @@ def document_callbacks(engine: Any, fallback: Any) -> Any:
             return "I don't have that document any more; please send it again."
         if row[5] is not None:
             return f"{row[2]} is already in your documents."
-        inp = IngestInput(doc_id=doc_id, chat_id=press.chat_id, user_id=press.user_id,
-                          reply_to=press.message_id)  # fmt: skip
-        engine.prepare_start(conn, INGEST_WORKFLOW, inp, instance_id=f"doc-ingest-{doc_id}",
-                             key=chat_key(press.chat_id))  # fmt: skip
+        inp = IngestInput(
+            doc_id=doc_id, chat_id=press.chat_id, user_id=press.user_id, reply_to=press.message_id
+        )
+        engine.prepare_start(
+            conn,
+            INGEST_WORKFLOW,
+            inp,
+            instance_id=f"doc-ingest-{doc_id}",
+            key=chat_key(press.chat_id),
+        )
         return f"Adding {row[2]} to your documents…"
 
     return handle
@@ -251,8 +281,9 @@ def make_ingest_workflow(deps: DocDeps, outbox: Outbox) -> Workflow[IngestInput,
         from agentd.durable import StepFailed
 
         try:
-            saved = await step.do("ingest", ingest_chat_document, deps, inp.doc_id, inp.chat_id,
-                                  inp.user_id)  # fmt: skip
+            saved = await step.do(
+                "ingest", ingest_chat_document, deps, inp.doc_id, inp.chat_id, inp.user_id
+            )
             text, outcome = saved_text(saved), saved.status
         except StepFailed as exc:
             text, outcome = f"I couldn't add that document: {exc.message[:300]}", "error"
@@ -269,8 +300,9 @@ def make_ingest_workflow(deps: DocDeps, outbox: Outbox) -> Workflow[IngestInput,
 
 
 class SaveArgs(BaseModel):
-    document_id: str = Field(description="The document id shown with the document, e.g. u123.",
-                             max_length=40)  # fmt: skip
+    document_id: str = Field(
+        description="The document id shown with the document, e.g. u123.", max_length=40
+    )
 
 
 def chat_document_tools(deps: DocDeps) -> list[Tool]:

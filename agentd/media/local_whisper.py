@@ -73,9 +73,11 @@ class LocalWhisperTranscriber:
             model = self._load()
             try:
                 segments, _ = model.transcribe(
-                    io.BytesIO(audio), language=self.language or None, beam_size=1,
+                    io.BytesIO(audio),
+                    language=self.language or None,
+                    beam_size=1,
                     vad_filter=True,  # silence is skipped, not hallucinated over
-                )  # fmt: skip
+                )
                 return " ".join(s.text.strip() for s in segments).strip()
             except Exception as exc:  # PyAV or the decoder on a corrupt file
                 raise TranscriptionError(

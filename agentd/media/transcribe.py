@@ -39,8 +39,9 @@ _EXTENSIONS = {
     "audio/webm": "webm",
     "video/mp4": "mp4",
 }
-SUPPORTED_EXTENSIONS = frozenset({"flac", "mp3", "mp4", "mpeg", "mpga", "m4a", "ogg", "oga",
-                                  "wav", "webm"})  # fmt: skip
+SUPPORTED_EXTENSIONS = frozenset(
+    {"flac", "mp3", "mp4", "mpeg", "mpga", "m4a", "ogg", "oga", "wav", "webm"}
+)
 
 
 class Transcript(BaseModel):
@@ -128,10 +129,15 @@ class OpenAITranscriber:
         """The words in `audio`; TranscriptionError with a clear message otherwise."""
 
         retrying = http_retrying(
-            attempts=self.retries + 1, initial=self._base_delay, ceiling=MAX_RETRY_WAIT,
-            sleep=self._sleep, retry_on=_RETRYABLE, log=log, redact=self._redact,
+            attempts=self.retries + 1,
+            initial=self._base_delay,
+            ceiling=MAX_RETRY_WAIT,
+            sleep=self._sleep,
+            retry_on=_RETRYABLE,
+            log=log,
+            redact=self._redact,
             message="transcription attempt failed; retrying",
-        )  # fmt: skip
+        )
         name = upload_name(file_name, mime_type)
         attempts = self.retries + 1
         try:
@@ -142,13 +148,15 @@ class OpenAITranscriber:
             what = "rate-limited" if exc.status == 429 else "unavailable"
             raise TranscriptionError(
                 f"the transcription service is {what} (HTTP {exc.status}) after {attempts} "
-                "attempts", retryable=True,
-            ) from None  # fmt: skip
+                "attempts",
+                retryable=True,
+            ) from None
         except TimeoutError:
             raise TranscriptionError(
                 f"the transcription service did not answer within {self.timeout:g}s "
-                f"({attempts} attempts)", retryable=True,
-            ) from None  # fmt: skip
+                f"({attempts} attempts)",
+                retryable=True,
+            ) from None
         except aiohttp.ClientError as exc:
             raise TranscriptionError(
                 f"the transcription service is unreachable ({type(exc).__name__})", retryable=True
@@ -166,11 +174,13 @@ class OpenAITranscriber:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession()
-        async with self._session.post(self.url, data=form, headers=headers,
-                                      timeout=timeout) as resp:  # fmt: skip
+        async with self._session.post(
+            self.url, data=form, headers=headers, timeout=timeout
+        ) as resp:
             if resp.status == 429 or resp.status >= 500:
-                raise RetryableHttpError(f"HTTP {resp.status}", resp.status,
-                                         retry_after(resp.headers))  # fmt: skip
+                raise RetryableHttpError(
+                    f"HTTP {resp.status}", resp.status, retry_after(resp.headers)
+                )
             body = await resp.text()
             if resp.status != 200:
                 raise self._client_error(resp.status, body)
@@ -223,9 +233,10 @@ def build_transcriber(
         if problem:
             return None, problem
         return local_whisper.LocalWhisperTranscriber(
-            config.local_model_dir, language=config.transcription_language,
+            config.local_model_dir,
+            language=config.transcription_language,
             threads=config.local_threads,
-        ), None  # fmt: skip
+        ), None
     if config.transcription != "openai":
         return None, None
     key = read_key(config.transcription_key_env, env)
@@ -236,7 +247,10 @@ def build_transcriber(
             'server without a key, set media.transcription_key_env = ""'
         )
     return OpenAITranscriber(
-        config.transcription_url, config.transcription_model, key,
-        language=config.transcription_language, timeout=config.transcription_timeout,
+        config.transcription_url,
+        config.transcription_model,
+        key,
+        language=config.transcription_language,
+        timeout=config.transcription_timeout,
         retries=config.transcription_retries,
-    ), None  # fmt: skip
+    ), None

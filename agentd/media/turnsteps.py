@@ -68,8 +68,15 @@ async def _read(step: Step, deps: DocDeps | None, inp: TurnInput) -> MediaIn:
         return MediaIn(reply=refused, outcome="unsupported", meta=meta)
     doc_id = chatdocs.document_id(inp.update_id)
     try:
-        doc = await step.do("read-document", chatdocs.read_document, deps, inp.media, doc_id,
-                            inp.chat_id, inp.user_id)  # fmt: skip
+        doc = await step.do(
+            "read-document",
+            chatdocs.read_document,
+            deps,
+            inp.media,
+            doc_id,
+            inp.chat_id,
+            inp.user_id,
+        )
     except StepFailed as exc:
         name = inp.media.file_name or "that document"
         reply = f"I couldn't read {name}: {exc.message[:300]}"
@@ -83,9 +90,12 @@ async def _read(step: Step, deps: DocDeps | None, inp: TurnInput) -> MediaIn:
 
 
 async def take_in_media(
-    step: Step, voice_deps: VoiceDeps | None, doc_deps: DocDeps | None, config: MediaConfig,
+    step: Step,
+    voice_deps: VoiceDeps | None,
+    doc_deps: DocDeps | None,
+    config: MediaConfig,
     inp: TurnInput,
-) -> MediaIn:  # fmt: skip
+) -> MediaIn:
     """Transcribe a voice note or read a document; every failure becomes a clear reply."""
     if inp.media is None:
         return MediaIn()
@@ -110,8 +120,9 @@ def replace_user_content(conn: Any, message_id: int, content: str) -> None:
 async def send_one_file(outbox: Outbox, chat_id: int, file: SpooledFile, reply_to: int) -> int:
     if not await asyncio.to_thread(os.path.isfile, file.path):
         raise NonRetryable(f"{file.filename} is no longer in the outgoing folder")
-    return await outbox.send_document(chat_id, file.path, file.filename,
-                                      caption=file.caption, reply_to=reply_to)  # fmt: skip
+    return await outbox.send_document(
+        chat_id, file.path, file.filename, caption=file.caption, reply_to=reply_to
+    )
 
 
 def _unlink(files: list[SpooledFile]) -> int:
@@ -134,13 +145,23 @@ async def send_files(
     for n, file in enumerate(files, start=1):
         chat = inp.chat_id
         try:
-            ids.append(await deliver(step, db, f"send-file#{n}", chat,
-                                     partial(send_one_file, outbox, chat, file, inp.message_id),
-                                     method="sendDocument"))  # fmt: skip
+            ids.append(
+                await deliver(
+                    step,
+                    db,
+                    f"send-file#{n}",
+                    chat,
+                    partial(send_one_file, outbox, chat, file, inp.message_id),
+                    method="sendDocument",
+                )
+            )
         except StepFailed as exc:
             text = f"(I couldn't send {file.filename}: {exc.message[:200]})"
-            ids.append(await deliver(step, db, f"send-file-error#{n}", chat,
-                                     partial(outbox.send_text, chat, text)))  # fmt: skip
+            ids.append(
+                await deliver(
+                    step, db, f"send-file-error#{n}", chat, partial(outbox.send_text, chat, text)
+                )
+            )
     if files:
         await step.do("clean-files", remove_spooled, files)
     return ids
@@ -152,5 +173,6 @@ async def offer_document(outbox: Outbox, db: Database, chat_id: int, doc: ReadDo
     saved = await db.read(lambda c: c.execute(query, (doc.doc_id,)).fetchone())
     if saved is not None and saved[0] is not None:
         return 0
-    return await outbox.send_text(chat_id, chatdocs.offer_text(doc),
-                                  buttons=chatdocs.offer_buttons(doc.doc_id))  # fmt: skip
+    return await outbox.send_text(
+        chat_id, chatdocs.offer_text(doc), buttons=chatdocs.offer_buttons(doc.doc_id)
+    )

@@ -41,8 +41,9 @@ class VisionSummary(BaseModel):
 
     summary: str = Field(min_length=1, max_length=3000, description="What the image shows.")
     entities: list[str] = Field(default_factory=list, max_length=50)
-    tables: list[str] = Field(default_factory=list, max_length=10,
-                              description="Each table as Markdown.")  # fmt: skip
+    tables: list[str] = Field(
+        default_factory=list, max_length=10, description="Each table as Markdown."
+    )
     warnings: list[str] = Field(default_factory=list, max_length=10)
 
 
@@ -78,8 +79,15 @@ def cached_summary(conn: Any, sha256: str) -> tuple[VisionSummary, int, int] | N
     return VisionSummary.model_validate_json(row[0]), row[1], row[2]
 
 
-def store_summary(conn: Any, sha256: str, summary: VisionSummary, model: str, width: int,
-                  height: int, raw: bytes | None) -> None:  # fmt: skip
+def store_summary(
+    conn: Any,
+    sha256: str,
+    summary: VisionSummary,
+    model: str,
+    width: int,
+    height: int,
+    raw: bytes | None,
+) -> None:
     conn.execute(
         "INSERT OR IGNORE INTO vision_cache (sha256, summary, model, width, height, created_at, "
         "image) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -94,41 +102,59 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
     hit = await deps.db.read(cached_summary, digest)
     if hit is not None:
         summary, width, height = hit
-        return SeenImage(file_id=file_id, sha256=digest, summary=summary, cached=True,
-                         width=width, height=height)  # fmt: skip
+        return SeenImage(
+            file_id=file_id, sha256=digest, summary=summary, cached=True, width=width, height=height
+        )
     try:
         # Decoded in a bounded child: a photo is outside data and may be a decompression bomb.
         shrunk = await downscale_bounded(data, deps.config.max_edge, deps.config.max_pixels)
         small, media_type, width, height = (
-            shrunk.data, shrunk.media_type, shrunk.width, shrunk.height
-        )  # fmt: skip
+            shrunk.data,
+            shrunk.media_type,
+            shrunk.width,
+            shrunk.height,
+        )
     except NotAnImage as exc:
         raise NonRetryable(str(exc)) from None
     req = LLMRequest(
         purpose="vision",
         system=[SystemBlock(text=VISION_PROMPT, cache=True)],
-        messages=[Message(role="user", content=[
-            ImageBlock(media_type=media_type, data=base64.b64encode(small).decode()),
-            TextBlock(text="Describe this image."),
-        ])],
-    )  # fmt: skip
+        messages=[
+            Message(
+                role="user",
+                content=[
+                    ImageBlock(media_type=media_type, data=base64.b64encode(small).decode()),
+                    TextBlock(text="Describe this image."),
+                ],
+            )
+        ],
+    )
     summary, response = await complete_structured(
-        deps.llm, req, VisionSummary, name="record_image_summary",
+        deps.llm,
+        req,
+        VisionSummary,
+        name="record_image_summary",
         description="Record what the image shows.",
-    )  # fmt: skip
+    )
     raw = data if deps.config.keep_images else None
 
     def write(conn: Any) -> None:
         store_summary(conn, digest, summary, response.model, width, height, raw)
         usage.record(
-            conn, response.usage, model=response.model, purpose="vision",
-            chat_id=chat_id, instance_id=instance_id, step=f"vision:{digest[:12]}",
+            conn,
+            response.usage,
+            model=response.model,
+            purpose="vision",
+            chat_id=chat_id,
+            instance_id=instance_id,
+            step=f"vision:{digest[:12]}",
             attempt=response.attempt,
-        )  # fmt: skip
+        )
 
     await deps.db.write(write)
-    return SeenImage(file_id=file_id, sha256=digest, summary=summary, cached=False,
-                     width=width, height=height)  # fmt: skip
+    return SeenImage(
+        file_id=file_id, sha256=digest, summary=summary, cached=False, width=width, height=height
+    )
 
 
 def describe(image: SeenImage, label: str) -> str:

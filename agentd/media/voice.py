@@ -24,14 +24,35 @@ from agentd.media.vision import Files
 
 # What Whisper-family models say when they hear silence or noise (their training data was
 # full of subtitles). On a short note, a transcript that is only one of these is dropped.
-STOCK_PHRASES = frozenset({
-    "thank you", "thanks for watching", "thank you for watching", "thank you very much",
-    "thanks for watching and see you next time", "please subscribe", "subscribe",
-    "like and subscribe", "bye", "bye bye", "you", "so", "okay", "oh", "um", "uh",
-    "subtitles by the amara org community", "transcribed by", "music", "applause",
-    "silence", "blank_audio", "sous-titrage st' 501", "untertitel der amara org community",
-    "продолжение следует",
-})  # fmt: skip
+STOCK_PHRASES = frozenset(
+    {
+        "thank you",
+        "thanks for watching",
+        "thank you for watching",
+        "thank you very much",
+        "thanks for watching and see you next time",
+        "please subscribe",
+        "subscribe",
+        "like and subscribe",
+        "bye",
+        "bye bye",
+        "you",
+        "so",
+        "okay",
+        "oh",
+        "um",
+        "uh",
+        "subtitles by the amara org community",
+        "transcribed by",
+        "music",
+        "applause",
+        "silence",
+        "blank_audio",
+        "sous-titrage st' 501",
+        "untertitel der amara org community",
+        "продолжение следует",
+    }
+)
 SHORT_NOTE_SECONDS = 4.0  # longer notes saying only "thank you" are believed
 _NOISE = re.compile(r"[\[\]\(\)♪*.,!?¡¿…\"'“”«»:;-]+")
 
@@ -84,25 +105,28 @@ def store_transcript(conn: Any, sha256: str, text: str, model: str, dropped: boo
 async def hear(deps: VoiceDeps, media: MediaRef) -> Heard:
     """The note's words: from the cache by sha256, or from the backend once."""
     if media.file_size > deps.config.max_audio_bytes:
-        raise NonRetryable(f"the recording is {media.file_size} bytes, over "
-                           f"media.max_audio_bytes ({deps.config.max_audio_bytes})")  # fmt: skip
+        raise NonRetryable(
+            f"the recording is {media.file_size} bytes, over "
+            f"media.max_audio_bytes ({deps.config.max_audio_bytes})"
+        )
     data = await deps.files.download(media.file_id, deps.config.max_audio_bytes)
     digest = hashlib.sha256(data).hexdigest()
     hit = await deps.db.read(cached_transcript, digest)
     if hit is not None:
-        return Heard(file_id=media.file_id, sha256=digest, text=hit[0], cached=True,
-                     dropped=hit[1])  # fmt: skip
+        return Heard(file_id=media.file_id, sha256=digest, text=hit[0], cached=True, dropped=hit[1])
     try:
-        transcript = await deps.transcriber.transcribe(data, media.file_name or media.kind,
-                                                       media.mime_type)  # fmt: skip
+        transcript = await deps.transcriber.transcribe(
+            data, media.file_name or media.kind, media.mime_type
+        )
     except TranscriptionError as exc:
         if exc.retryable:
             raise
         raise NonRetryable(str(exc)) from None
     dropped = is_hallucination(transcript.text, media.duration)
     await deps.db.write(store_transcript, digest, transcript.text, transcript.model, dropped)
-    return Heard(file_id=media.file_id, sha256=digest, text=transcript.text, cached=False,
-                 dropped=dropped)  # fmt: skip
+    return Heard(
+        file_id=media.file_id, sha256=digest, text=transcript.text, cached=False, dropped=dropped
+    )
 
 
 LABELS = {"voice": "voice note", "audio": "audio file", "video_note": "video note"}

@@ -122,8 +122,10 @@ def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> li
     ).fetchall()
     # A request stopped or replaced by an edit is summarised as withdrawn, not as something
     # asked for: a summary that said "the user asked to …" would bring it back (README).
-    return [BlockMessage(id=r[0], role=r[1], content=WITHDRAWN if r[4] else r[2],
-                         created_at=r[3]) for r in rows]  # fmt: skip
+    return [
+        BlockMessage(id=r[0], role=r[1], content=WITHDRAWN if r[4] else r[2], created_at=r[3])
+        for r in rows
+    ]
 
 
 async def select_block(deps: SummaryDeps, inp: SummaryInput) -> list[BlockMessage]:
@@ -150,14 +152,23 @@ async def summarise_block(
     )
     # A 400 (retryable=False) fails the step at once; a bad structured answer is retried.
     result, response = await complete_structured(
-        deps.llm, req, SummaryResult, name="record_summary",
+        deps.llm,
+        req,
+        SummaryResult,
+        name="record_summary",
         description="Record the summary and the durable facts about the user.",
-    )  # fmt: skip
+    )
     await deps.db.write(
-        usage.record, response.usage, model=response.model, purpose="summary",
-        chat_id=inp.chat_id, instance_id=instance_id, step="llm", attempt=response.attempt,
+        usage.record,
+        response.usage,
+        model=response.model,
+        purpose="summary",
+        chat_id=inp.chat_id,
+        instance_id=instance_id,
+        step="llm",
+        attempt=response.attempt,
         user_id=inp.user_id,
-    )  # fmt: skip
+    )
     return result
 
 
@@ -202,25 +213,47 @@ async def store(
     def write(conn: Any) -> SummaryOutput:
         memory_id = add_memory(
             conn,
-            NewMemory(user_id=inp.user_id, kind="summary", content=result.summary,
-                      context=block_context(block, deps.config.agent.timezone),
-                      source=f"chat:{inp.chat_id}", source_key=f"{instance_id}:summary",
-                      chat_id=inp.chat_id,
-                      meta={"first_message": block[0].id, "last_message": block[-1].id}),
-            vectors[0], model_id, now=now,
-        )  # fmt: skip
+            NewMemory(
+                user_id=inp.user_id,
+                kind="summary",
+                content=result.summary,
+                context=block_context(block, deps.config.agent.timezone),
+                source=f"chat:{inp.chat_id}",
+                source_key=f"{instance_id}:summary",
+                chat_id=inp.chat_id,
+                meta={"first_message": block[0].id, "last_message": block[-1].id},
+            ),
+            vectors[0],
+            model_id,
+            now=now,
+        )
         changes = apply_extracted_facts(
-            conn, inp.user_id, facts, vectors[1:], model_id,
-            source=f"summary:{instance_id}", chat_id=inp.chat_id, now=now,
-        )  # fmt: skip
+            conn,
+            inp.user_id,
+            facts,
+            vectors[1:],
+            model_id,
+            source=f"summary:{instance_id}",
+            chat_id=inp.chat_id,
+            now=now,
+        )
         ids = [m.id for m in block]
         conn.execute(
             f"UPDATE messages SET summarised = 1 WHERE id IN ({','.join('?' * len(ids))})", ids
         )
-        audit.record(conn, "memory_summary", chat_id=inp.chat_id, user_id=inp.user_id,
-                     instance_id=instance_id, source_key=f"{instance_id}:audit",
-                     detail={"memory_id": memory_id, "messages": len(ids),
-                             "facts": [c.action for c in changes]})  # fmt: skip
+        audit.record(
+            conn,
+            "memory_summary",
+            chat_id=inp.chat_id,
+            user_id=inp.user_id,
+            instance_id=instance_id,
+            source_key=f"{instance_id}:audit",
+            detail={
+                "memory_id": memory_id,
+                "messages": len(ids),
+                "facts": [c.action for c in changes],
+            },
+        )
         return SummaryOutput(memory_id=memory_id, messages=len(ids), facts=len(changes))
 
     return await deps.db.write(write)
@@ -234,8 +267,9 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
         if not block:
             return SummaryOutput(skipped=True)
         try:
-            result = await step.do("llm", summarise_block, deps, inp, block, iid,
-                                   retry=Retry(limit=3, delay=2.0))  # fmt: skip
+            result = await step.do(
+                "llm", summarise_block, deps, inp, block, iid, retry=Retry(limit=3, delay=2.0)
+            )
         except StepFailed as exc:
             await step.do("audit-error", _audit_error, deps, inp, iid, exc.message)
             raise
@@ -249,10 +283,15 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
 async def _audit_error(deps: SummaryDeps, inp: SummaryInput, instance_id: str, error: str) -> None:
     await deps.db.write(
         lambda conn: audit.record(
-            conn, "memory_summary_error", chat_id=inp.chat_id, user_id=inp.user_id,
-            instance_id=instance_id, source_key=f"{instance_id}:error", detail={"error": error},
+            conn,
+            "memory_summary_error",
+            chat_id=inp.chat_id,
+            user_id=inp.user_id,
+            instance_id=instance_id,
+            source_key=f"{instance_id}:error",
+            detail={"error": error},
         )
-    )  # fmt: skip
+    )
 
 
 StartWorkflow = Callable[..., Awaitable[Any]]

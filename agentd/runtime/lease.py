@@ -81,8 +81,9 @@ def acquire(conn: Any, pid: int | None = None) -> Lease:
     held = current(conn)
     if held is not None and holder_alive(held, now):
         raise LeaseHeld(describe_holder(held))
-    lease = Lease(pid=pid or os.getpid(), hostname=socket.gethostname(), started_at=now,
-                  heartbeat_at=now)  # fmt: skip
+    lease = Lease(
+        pid=pid or os.getpid(), hostname=socket.gethostname(), started_at=now, heartbeat_at=now
+    )
     conn.execute(
         "INSERT INTO runner_lease (id, pid, hostname, started_at, heartbeat_at) "
         "VALUES (1, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET pid = excluded.pid, "

@@ -48,9 +48,16 @@ def enable(
     for old in active(conn, owner):
         store.set_state(conn, old, "cancelled", now, by="briefing")
     sched, _ = create(
-        conn, req, schedule_id=f"{PREFIX}{secrets.token_hex(4)}", user_id=owner, chat_id=owner,
-        now=now, config=config.schedule, default_timezone=config.agent.timezone, by="briefing",
-    )  # fmt: skip
+        conn,
+        req,
+        schedule_id=f"{PREFIX}{secrets.token_hex(4)}",
+        user_id=owner,
+        chat_id=owner,
+        now=now,
+        config=config.schedule,
+        default_timezone=config.agent.timezone,
+        by="briefing",
+    )
     return sched
 
 
@@ -62,8 +69,14 @@ def run_once(conn: Any, config: Config, *, owner: int, after: str, now: float) -
     """The briefing once, `after` from now (to see what the mornings will bring)."""
     req = ScheduleRequest(prompt=PROMPT, after=after)
     sched, _ = create(
-        conn, req, schedule_id=f"{ONCE_PREFIX}{secrets.token_hex(4)}", user_id=owner,
-        chat_id=owner, now=now, config=config.schedule, default_timezone=config.agent.timezone,
+        conn,
+        req,
+        schedule_id=f"{ONCE_PREFIX}{secrets.token_hex(4)}",
+        user_id=owner,
+        chat_id=owner,
+        now=now,
+        config=config.schedule,
+        default_timezone=config.agent.timezone,
         by="briefing",
-    )  # fmt: skip
+    )
     return sched

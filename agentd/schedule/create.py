@@ -61,9 +61,17 @@ def _check_interval(rec: Recurrence, now: float, minimum: float) -> None:
 
 
 def create(
-    conn: Any, req: ScheduleRequest, *, schedule_id: str, user_id: int, chat_id: int,
-    now: float, config: ScheduleConfig, default_timezone: str, by: str,
-) -> tuple[Schedule, bool]:  # fmt: skip
+    conn: Any,
+    req: ScheduleRequest,
+    *,
+    schedule_id: str,
+    user_id: int,
+    chat_id: int,
+    now: float,
+    config: ScheduleConfig,
+    default_timezone: str,
+    by: str,
+) -> tuple[Schedule, bool]:
     """Validate and store a schedule with its first occurrence; (schedule, newly created)."""
     try:
         return store.get(conn, schedule_id), False  # the same tool call, run again
@@ -85,18 +93,35 @@ def create(
     if first is None:
         raise ScheduleError("this schedule would never run; give a future time")
     sched = Schedule(
-        id=schedule_id, user_id=user_id, chat_id=chat_id, action=texts[0][0],  # type: ignore[arg-type]
-        text=texts[0][1], recurrence=rec, timezone=timezone,
-        catch_up=req.catch_up or config.default_catch_up, state="active", next_run=first,
-        created_at=now, updated_at=now, created_by=by,
-    )  # fmt: skip
+        id=schedule_id,
+        user_id=user_id,
+        chat_id=chat_id,
+        action=texts[0][0],  # type: ignore[arg-type]
+        text=texts[0][1],
+        recurrence=rec,
+        timezone=timezone,
+        catch_up=req.catch_up or config.default_catch_up,
+        state="active",
+        next_run=first,
+        created_at=now,
+        updated_at=now,
+        created_by=by,
+    )
     store.insert(conn, sched)
     store.start_occurrence(conn, sched, first, now)
     audit.record(
-        conn, "schedule_created", chat_id=chat_id, user_id=user_id,
-        detail={"schedule": schedule_id, "action": sched.action, "by": by,
-                "recurrence": rec.describe()}, at=now,
-    )  # fmt: skip
+        conn,
+        "schedule_created",
+        chat_id=chat_id,
+        user_id=user_id,
+        detail={
+            "schedule": schedule_id,
+            "action": sched.action,
+            "by": by,
+            "recurrence": rec.describe(),
+        },
+        at=now,
+    )
     return sched, True
 
 

@@ -160,8 +160,10 @@ def resolve(when: When, timezone: str, now: float) -> Recurrence:
     zone = zone_or_error(timezone)
     given = [k for k in ("at", "after", "every", "rrule") if getattr(when, k)]
     if len(given) != 1:
-        raise ScheduleError("give exactly one of: at (a date-time), after (a delay), "
-                            "every (an interval) or rrule (a calendar rule)")  # fmt: skip
+        raise ScheduleError(
+            "give exactly one of: at (a date-time), after (a delay), "
+            "every (an interval) or rrule (a calendar rule)"
+        )
     if when.start and given[0] in ("at", "after"):
         raise ScheduleError("start applies only to every/rrule; for a one-off use at")
     if when.at:

@@ -25,8 +25,10 @@ def cancel_data(schedule_id: str) -> str:
 async def list_reminders(db: Database, inp: CommandInput) -> CommandReply:
     found = await db.read(store.list_schedules, user_id=inp.user_id)
     if not found:
-        return CommandReply(text="You have no reminders or recurring tasks. Ask me to set one up, "
-                                 "e.g. “remind me at 9 to call Anna”.")  # fmt: skip
+        return CommandReply(
+            text="You have no reminders or recurring tasks. Ask me to set one up, "
+            "e.g. “remind me at 9 to call Anna”."
+        )
     lines = ["Your reminders and recurring tasks:", *(f"• {summary(s)}" for s in found)]
     buttons = [[Button(text=f"Cancel {s.id}", data=cancel_data(s.id))] for s in found[:MAX_BUTTONS]]
     return CommandReply(text="\n".join(lines), buttons=buttons)

@@ -14,12 +14,22 @@ from agentd.tools import Tool
 
 
 def install(
-    engine: Engine, config: Config, db: Database, outbox: Outbox, clock: Clock,
+    engine: Engine,
+    config: Config,
+    db: Database,
+    outbox: Outbox,
+    clock: Clock,
     router: CommandRouter,
-) -> list[Tool]:  # fmt: skip
+) -> list[Tool]:
     """Register the occurrence workflow and /reminders; return the tools for the registry."""
-    deps = ScheduleDeps(config=config, db=db, outbox=outbox, clock=clock,
-                        start_workflow=engine.start, kick=engine.kick)  # fmt: skip
+    deps = ScheduleDeps(
+        config=config,
+        db=db,
+        outbox=outbox,
+        clock=clock,
+        start_workflow=engine.start,
+        kick=engine.kick,
+    )
     engine.register(make_schedule_workflow(deps))
     reminders.register(router, db)
     return schedule_tools(db, config, engine.kick)

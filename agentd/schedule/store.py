@@ -134,9 +134,13 @@ def start_occurrence(
         instance_id = f"{instance_id}-r{int(now * 1000)}"
     inp = OccurrenceInput(schedule_id=sched.id, due=due)
     store.insert_instance(
-        conn, instance_id=instance_id, workflow=OCCURRENCE_WORKFLOW, key=schedule_key(sched.id),
-        input_json=inp.model_dump_json(), now=now,
-    )  # fmt: skip
+        conn,
+        instance_id=instance_id,
+        workflow=OCCURRENCE_WORKFLOW,
+        key=schedule_key(sched.id),
+        input_json=inp.model_dump_json(),
+        now=now,
+    )
     conn.execute(
         "UPDATE schedules SET next_run = ?, updated_at = ? WHERE id = ?", (due, now, sched.id)
     )
@@ -174,16 +178,26 @@ def set_state(conn: Any, sched: Schedule, state: State, now: float, *, by: str) 
             start_occurrence(conn, updated, due, now, resumed=True)
             updated = updated.model_copy(update={"next_run": float(due)})
     audit.record(
-        conn, f"schedule_{'resumed' if state == 'active' else state}", chat_id=sched.chat_id,
-        user_id=sched.user_id, detail={"schedule": sched.id, "by": by}, at=now,
-    )  # fmt: skip
+        conn,
+        f"schedule_{'resumed' if state == 'active' else state}",
+        chat_id=sched.chat_id,
+        user_id=sched.user_id,
+        detail={"schedule": sched.id, "by": by},
+        at=now,
+    )
     return updated
 
 
 def record_run(
-    conn: Any, sched: Schedule, due: int, outcome: str, now: float, *,
-    instance_id: str | None = None, detail: str = "",
-) -> None:  # fmt: skip
+    conn: Any,
+    sched: Schedule,
+    due: int,
+    outcome: str,
+    now: float,
+    *,
+    instance_id: str | None = None,
+    detail: str = "",
+) -> None:
     """Note one occurrence's outcome (once per due time) and put it in the audit log."""
     cursor = conn.execute(
         "INSERT OR IGNORE INTO schedule_runs (schedule_id, due, outcome, at, instance_id, detail) "
@@ -192,6 +206,11 @@ def record_run(
     )
     if cursor.rowcount:
         audit.record(
-            conn, f"schedule_{outcome}", chat_id=sched.chat_id, user_id=sched.user_id,
-            instance_id=instance_id, detail={"schedule": sched.id, "due": due}, at=now,
-        )  # fmt: skip
+            conn,
+            f"schedule_{outcome}",
+            chat_id=sched.chat_id,
+            user_id=sched.user_id,
+            instance_id=instance_id,
+            detail={"schedule": sched.id, "due": due},
+            at=now,
+        )

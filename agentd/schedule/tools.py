@@ -47,11 +47,17 @@ def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) ->
         try:
             sched, _ = await db.write(
                 lambda conn: create(
-                    conn, args, schedule_id=sid, user_id=ctx.user_id, chat_id=ctx.chat_id,
-                    now=ctx.now(), config=config.schedule, default_timezone=ctx.timezone,
+                    conn,
+                    args,
+                    schedule_id=sid,
+                    user_id=ctx.user_id,
+                    chat_id=ctx.chat_id,
+                    now=ctx.now(),
+                    config=config.schedule,
+                    default_timezone=ctx.timezone,
                     by=created_by(ctx),
                 )
-            )  # fmt: skip
+            )
         except ScheduleError as exc:
             raise ToolError(f"Not scheduled: {exc}.") from None
         kick(store.schedule_key(sid))
@@ -80,22 +86,34 @@ def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) ->
 
     return [
         # A scheduled prompt is an instruction left behind: egress (asks in a tainted turn).
-        replace(Tool.from_model(
-            name="schedule",
-            description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
-            "you with your tools) once, at an interval, or on a calendar rule. Times are in "
-            "the owner's time zone unless timezone is given. The result confirms the next runs.",
-            args_model=ScheduleRequest, fn=schedule, risk="medium", timeout=10,
-        ), egress=True),
+        replace(
+            Tool.from_model(
+                name="schedule",
+                description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
+                "you with your tools) once, at an interval, or on a calendar rule. Times are in "
+                "the owner's time zone unless timezone is given. The result confirms the next "
+                "runs.",
+                args_model=ScheduleRequest,
+                fn=schedule,
+                risk="medium",
+                timeout=10,
+            ),
+            egress=True,
+        ),
         Tool.from_model(
             name="list_schedules",
             description="List the user's active and paused reminders and recurring tasks with "
             "their ids and next run times.",
-            args_model=NoArgs, fn=list_schedules, timeout=10,
+            args_model=NoArgs,
+            fn=list_schedules,
+            timeout=10,
         ),
         Tool.from_model(
             name="cancel_schedule",
             description="Cancel one of the user's reminders or recurring tasks by id.",
-            args_model=CancelArgs, fn=cancel_schedule, risk="medium", timeout=10,
+            args_model=CancelArgs,
+            fn=cancel_schedule,
+            risk="medium",
+            timeout=10,
         ),
-    ]  # fmt: skip
+    ]

@@ -78,8 +78,9 @@ def decide(sched: Schedule, due: int, now: float, *, on_time: float, grace: floa
     if sched.catch_up == "skip":
         missed = [t for t in backlog if now - t > on_time]
         rest = backlog[len(missed) :]
-        return Plan(action="missed", lateness=lateness, missed=missed,
-                    chain=rest[0] if rest else nxt)  # fmt: skip
+        return Plan(
+            action="missed", lateness=lateness, missed=missed, chain=rest[0] if rest else nxt
+        )
     if backlog:  # "once": only the latest missed occurrence may still run
         return Plan(action="missed", lateness=lateness, missed=backlog[:-1], chain=backlog[-1])
     action: Literal["run", "missed"] = "run" if lateness <= grace else "missed"
@@ -118,8 +119,13 @@ async def send_message(step: Step, deps: ScheduleDeps, inp: OccurrenceInput) -> 
     """A reminder, through the one send path (chat/delivery.py): marked, so a kill after
     Telegram took it and before its id was committed is re-sent once and counted."""
     sched = await deps.db.read(store.get, inp.schedule_id)
-    return await deliver(step, deps.db, "send", sched.chat_id,
-                         partial(deps.outbox.send_text, sched.chat_id, sched.text))  # fmt: skip
+    return await deliver(
+        step,
+        deps.db,
+        "send",
+        sched.chat_id,
+        partial(deps.outbox.send_text, sched.chat_id, sched.text),
+    )
 
 
 async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:
@@ -129,26 +135,36 @@ async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str)
     # page planted runs tainted (its egress asks the owner again).
     by, after = creator_words(sched.created_by)
     turn = TurnInput(
-        update_id=0, chat_id=sched.chat_id, user_id=sched.user_id, message_id=0,
-        date=deps.clock.now(), kind="text", text=sched.text, schedule_id=sched.id,
-        scheduled_by=by, scheduled_after=after,
-    )  # fmt: skip
+        update_id=0,
+        chat_id=sched.chat_id,
+        user_id=sched.user_id,
+        message_id=0,
+        date=deps.clock.now(),
+        kind="text",
+        text=sched.text,
+        schedule_id=sched.id,
+        scheduled_by=by,
+        scheduled_after=after,
+    )
     turn_id = f"{instance_id}-turn"
     await deps.start_workflow(TURN_WORKFLOW, turn, instance_id=turn_id, key=chat_key(turn.chat_id))
     return turn_id
 
 
 async def record(
-    deps: ScheduleDeps, inp: OccurrenceInput, plan: Plan, outcome: str, instance_id: str | None,
+    deps: ScheduleDeps,
+    inp: OccurrenceInput,
+    plan: Plan,
+    outcome: str,
+    instance_id: str | None,
     detail: str,
-) -> int | None:  # fmt: skip
+) -> int | None:
     """This occurrence's outcome, the backlog it skipped, and the next instance: one commit."""
     now = deps.clock.now()
 
     def write(conn: Any) -> int | None:
         sched = store.get(conn, inp.schedule_id)
-        store.record_run(conn, sched, inp.due, outcome, now, instance_id=instance_id,
-                         detail=detail)  # fmt: skip
+        store.record_run(conn, sched, inp.due, outcome, now, instance_id=instance_id, detail=detail)
         for due in plan.missed:
             store.record_run(conn, sched, due, "missed", now, detail="the agent was not running")
         if sched.state != "active":

@@ -37,16 +37,30 @@ def overview(catalog: Catalog, records: dict[str, SkillRecord]) -> list[SkillSta
                 state, reason = "changed", why or "its files changed since you enabled it"
             else:
                 state = "enabled"
-        out.append(SkillState(
-            name=name, state=state, description=found.manifest.description,
-            path=str(found.path), scripts=len(found.scripts), reason=reason,
-            content_hash=found.content_hash,
-        ))  # fmt: skip
+        out.append(
+            SkillState(
+                name=name,
+                state=state,
+                description=found.manifest.description,
+                path=str(found.path),
+                scripts=len(found.scripts),
+                reason=reason,
+                content_hash=found.content_hash,
+            )
+        )
     for name, record in records.items():
         if name not in catalog.skills:
-            out.append(SkillState(name=name, state="missing", description=record.description,
-                                  path=record.path, reason=drift(record, catalog)))  # fmt: skip
+            out.append(
+                SkillState(
+                    name=name,
+                    state="missing",
+                    description=record.description,
+                    path=record.path,
+                    reason=drift(record, catalog),
+                )
+            )
     for bad in catalog.invalid:
-        out.append(SkillState(name=bad.path.name, state="invalid", path=str(bad.path),
-                              reason=bad.reason))  # fmt: skip
+        out.append(
+            SkillState(name=bad.path.name, state="invalid", path=str(bad.path), reason=bad.reason)
+        )
     return sorted(out, key=lambda s: (s.name, s.path))

@@ -33,11 +33,14 @@ class RemoteSkillError(Exception):
 
 def policy_of(config: Config) -> FetchPolicy:
     fetch = config.tools.fetch
-    return FetchPolicy(allow_private=fetch.allow_private,
-                       allowed_hosts=tuple(fetch.allowed_hosts),
-                       max_bytes=config.skills.max_download_bytes, timeout=fetch.timeout,
-                       max_redirects=fetch.max_redirects,
-                       user_agent="agentd-skills/0.1")  # fmt: skip
+    return FetchPolicy(
+        allow_private=fetch.allow_private,
+        allowed_hosts=tuple(fetch.allowed_hosts),
+        max_bytes=config.skills.max_download_bytes,
+        timeout=fetch.timeout,
+        max_redirects=fetch.max_redirects,
+        user_agent="agentd-skills/0.1",
+    )
 
 
 async def download_skill(url: str, config: Config, into: Path, pick: str | None = None) -> Path:
@@ -162,8 +165,13 @@ def _unzip(body: bytes, root: Path, limits: Limits) -> None:
                     raise RemoteSkillError(f"the archive holds a special file: {info.filename}")
                 with archive.open(info) as source:
                     writer.file(parts, source, bool(mode & 0o111))
-    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError,
-            OSError) as exc:  # fmt: skip
+    except (
+        zipfile.BadZipFile,
+        zipfile.LargeZipFile,
+        NotImplementedError,
+        EOFError,
+        OSError,
+    ) as exc:
         raise RemoteSkillError(f"the zip archive cannot be read: {exc}") from None
 
 
@@ -207,6 +215,7 @@ def _find_skill(root: Path, pick: str | None) -> Path:
         raise RemoteSkillError(f"the archive holds no {SKILL_FILE} (at most two folders down)")
     if len(found) > 1:
         names = ", ".join(p.name for p in found[:20])
-        raise RemoteSkillError(f"the archive holds several skills ({names}); choose one "
-                               "with --skill NAME")  # fmt: skip
+        raise RemoteSkillError(
+            f"the archive holds several skills ({names}); choose one with --skill NAME"
+        )
     return found[0]

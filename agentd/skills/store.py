@@ -68,12 +68,29 @@ def confirm(conn: Any, skill: SkillFolder, source: str, now: float, by: str = "c
         "status = 'enabled', source = excluded.source, scripts = excluded.scripts, "
         "allowed_tools = excluded.allowed_tools, confirmed_at = excluded.confirmed_at, "
         "changed_at = NULL, change_note = NULL",
-        (skill.name, str(skill.path), skill.manifest.description, skill.content_hash, source,
-         len(skill.scripts), json.dumps(skill.manifest.allowed_tools), now),
-    )  # fmt: skip
-    audit.record(conn, "skill_enabled", at=now, detail={
-        "skill": skill.name, "hash": skill.content_hash, "source": source, "by": by,
-        "scripts": len(skill.scripts)})  # fmt: skip
+        (
+            skill.name,
+            str(skill.path),
+            skill.manifest.description,
+            skill.content_hash,
+            source,
+            len(skill.scripts),
+            json.dumps(skill.manifest.allowed_tools),
+            now,
+        ),
+    )
+    audit.record(
+        conn,
+        "skill_enabled",
+        at=now,
+        detail={
+            "skill": skill.name,
+            "hash": skill.content_hash,
+            "source": source,
+            "by": by,
+            "scripts": len(skill.scripts),
+        },
+    )
 
 
 def set_status(conn: Any, name: str, status: Status, now: float, note: str = "") -> bool:

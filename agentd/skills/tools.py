@@ -41,8 +41,15 @@ log = logging.getLogger("agentd.skills")
 INSIDE_SKILL = "/skill"
 READ_LIMIT = 200_000
 _CLOSING = re.compile(r"</\s*(skill|skill_file)\b", re.IGNORECASE)
-_INTERPRETERS = {".py": "python3", ".sh": "sh", ".bash": "bash", ".js": "node", ".mjs": "node",
-                 ".rb": "ruby", ".pl": "perl"}  # fmt: skip
+_INTERPRETERS = {
+    ".py": "python3",
+    ".sh": "sh",
+    ".bash": "bash",
+    ".js": "node",
+    ".mjs": "node",
+    ".rb": "ruby",
+    ".pl": "perl",
+}
 
 
 def _fence(text: str) -> str:
@@ -71,8 +78,10 @@ class Skills:
         record = await self.db.read(store.get, name)
         if record is None or record.status != "enabled":
             names = [n for n, _ in await self.db.read(store.listing)]
-            raise ToolError(f"No enabled skill is named {name[:64]!r}. Enabled skills: "
-                            f"{', '.join(names) or 'none'}.")  # fmt: skip
+            raise ToolError(
+                f"No enabled skill is named {name[:64]!r}. Enabled skills: "
+                f"{', '.join(names) or 'none'}."
+            )
         found = await asyncio.to_thread(check, Path(record.path), limits_of(self.config))
         why = ""
         if isinstance(found, Invalid):
@@ -101,13 +110,17 @@ class Skills:
             lines.append("Its files (read_skill_file): " + ", ".join(others[:50]))
         if skill.scripts:
             if self.runner.sandbox is not None:
-                lines.append("Its scripts (run_skill_script; each run asks the owner): "
-                             + ", ".join(skill.scripts[:50]))  # fmt: skip
+                lines.append(
+                    "Its scripts (run_skill_script; each run asks the owner): "
+                    + ", ".join(skill.scripts[:50])
+                )
             else:
-                lines.append(f"Its scripts ({', '.join(skill.scripts[:50])}) cannot run here: "
-                             "they need the sandboxed shell, which is not offered "
-                             f"({self.runner.unavailable}). Say so if the task needs "
-                             "them.")  # fmt: skip
+                lines.append(
+                    f"Its scripts ({', '.join(skill.scripts[:50])}) cannot run here: "
+                    "they need the sandboxed shell, which is not offered "
+                    f"({self.runner.unavailable}). Say so if the task needs "
+                    "them."
+                )
         lines.append(f'In your reply, say that you used the skill "{skill.name}".')
         lines += ["", _fence(skill.manifest.body), "</skill>"]
         return "\n".join(lines)
@@ -139,8 +152,10 @@ def _build(skills: Skills) -> list[Tool]:
             raise ToolError(str(exc)) from None
         if data.text is None:
             return f"{path} is a binary file ({data.mime}, {data.size} bytes); it cannot be shown."
-        return (f'<skill_file skill="{html.escape(found.name)}" path="{html.escape(path)}">\n'
-                f"{_fence(data.text)}\n</skill_file>")  # fmt: skip
+        return (
+            f'<skill_file skill="{html.escape(found.name)}" path="{html.escape(path)}">\n'
+            f"{_fence(data.text)}\n</skill_file>"
+        )
 
     tools = [use_skill, read_skill_file]
     if skills.runner.sandbox is not None:
@@ -166,8 +181,10 @@ def _script_tool(skills: Skills) -> Tool:
         read-only at /skill, the workspace writable); the owner approves every run."""
         found = await skills.verified(skill, ctx.now())
         if script not in found.scripts:
-            raise ToolError(f"{script!r} is not a script of {skill}; its scripts: "
-                            f"{', '.join(found.scripts) or 'none'}")  # fmt: skip
+            raise ToolError(
+                f"{script!r} is not a script of {skill}; its scripts: "
+                f"{', '.join(found.scripts) or 'none'}"
+            )
         entry = next(f for f in found.files if f.path == script)
         interpreter = _INTERPRETERS.get(Path(script).suffix)
         workspace = await asyncio.to_thread(runner.workspaces.ensure, ctx.user_id)
@@ -180,12 +197,16 @@ def _script_tool(skills: Skills) -> Tool:
             target = f"{inside}/{script}"
             argv = [target] if entry.executable or interpreter is None else [interpreter, target]
             result = await run_sandboxed(
-                shlex.join([*argv, *(args or [])]), workspace.root, sandbox=sandbox,
-                limits=runner.limits, binds_ro=[(str(staged), INSIDE_SKILL)],
+                shlex.join([*argv, *(args or [])]),
+                workspace.root,
+                sandbox=sandbox,
+                limits=runner.limits,
+                binds_ro=[(str(staged), INSIDE_SKILL)],
                 cwd=INSIDE_WORKSPACE,
-            )  # fmt: skip
-        ending = (f"stopped ({result.stopped})" if result.stopped
-                  else f"exit code {result.exit_code}")  # fmt: skip
+            )
+        ending = (
+            f"stopped ({result.stopped})" if result.stopped else f"exit code {result.exit_code}"
+        )
         return f"{ending}\n{result.output}".rstrip()
 
     return run_skill_script
@@ -201,8 +222,10 @@ def _stage(skill: SkillFolder, tmp: Path, config: Config) -> Path:
     shutil.copytree(skill.path, staged, symlinks=True)
     copied = check(staged, limits_of(config))
     if isinstance(copied, Invalid) or copied.content_hash != skill.content_hash:
-        raise ToolError(f"The skill {skill.name} changed while its script was being started; "
-                        "it was not run. Tell the owner.")  # fmt: skip
+        raise ToolError(
+            f"The skill {skill.name} changed while its script was being started; "
+            "it was not run. Tell the owner."
+        )
     owner = sandbox_owner(config)
     if owner is not None:
         for folder, _dirs, files in os.walk(staged):
@@ -220,8 +243,10 @@ def _stage(skill: SkillFolder, tmp: Path, config: Config) -> Path:
 def script_runner(config: Config) -> ScriptRunner:
     """Skill scripts run only where the sandboxed shell is on and works (probed at start)."""
     shell = config.tools.shell
-    limits = replace(hands_shell.limits_of(shell), wall_seconds=min(shell.wall_seconds,
-                                                        config.skills.script_timeout))  # fmt: skip
+    limits = replace(
+        hands_shell.limits_of(shell),
+        wall_seconds=min(shell.wall_seconds, config.skills.script_timeout),
+    )
     workspaces = Workspaces.from_config(config)
     if not shell.enabled:
         return ScriptRunner(None, limits, workspaces, "[tools.shell] enabled = false")
@@ -246,6 +271,5 @@ async def start(config: Config, db: Database, now: float) -> tuple[list[Tool], C
     if runner.sandbox is None:
         log.info("skill scripts cannot run", extra={"why": runner.unavailable})
     listing = await db.read(store.listing)
-    log.info("skills", extra={"enabled": [n for n, _ in listing],
-                              "found": list(catalog.skills)})  # fmt: skip
+    log.info("skills", extra={"enabled": [n for n, _ in listing], "found": list(catalog.skills)})
     return _build(Skills(config, db, runner)), catalog

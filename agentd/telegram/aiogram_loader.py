@@ -115,9 +115,11 @@ def _rebuild_with(namespace: Mapping[str, Any]) -> classmethod[Any, ..., bool | 
         for returned in _models_in(getattr(cls, "__returning__", None)):
             returned.model_rebuild()
         return pydantic_rebuild(  # type: ignore[no-any-return]
-            cls, force=force, raise_errors=raise_errors,
+            cls,
+            force=force,
+            raise_errors=raise_errors,
             _types_namespace=_types_namespace or namespace,
-        )  # fmt: skip
+        )
 
     rebuild.agentd_lazy = True  # type: ignore[attr-defined]
     return classmethod(rebuild)
@@ -133,8 +135,10 @@ def _models_in(annotation: Any) -> Iterator[type[BaseModel]]:
 
 def _eager_after_failure() -> None:
     """Finish what aiogram's own import does, from whatever state the lazy attempt left."""
-    for module, name in (("aiogram.types.base", "TelegramObject"),
-                         ("aiogram.methods.base", "TelegramMethod")):  # fmt: skip
+    for module, name in (
+        ("aiogram.types.base", "TelegramObject"),
+        ("aiogram.methods.base", "TelegramMethod"),
+    ):
         base = getattr(sys.modules.get(module), name, None)
         if base is not None and "model_rebuild" in base.__dict__:
             delattr(base, "model_rebuild")
@@ -143,8 +147,13 @@ def _eager_after_failure() -> None:
         return
     types, methods = sys.modules["aiogram.types"], sys.modules["aiogram.methods"]
     default = importlib.import_module("aiogram.client.default").Default
-    namespace = {"List": list, "Optional": Optional, "Union": Union, "Literal": Literal,
-                 "Default": default}  # fmt: skip
+    namespace = {
+        "List": list,
+        "Optional": Optional,
+        "Union": Union,
+        "Literal": Literal,
+        "Default": default,
+    }
     namespace.update({name: getattr(types, name) for name in types.__all__})
     for module in (types, methods):
         for name in module.__all__:

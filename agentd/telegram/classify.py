@@ -181,17 +181,28 @@ def _classify_membership(change: dict[str, Any], me: Identity) -> Decision:
     status = (change.get("new_chat_member") or {}).get("status")
     joined = status in ("member", "administrator", "restricted")
     if not joined or chat.get("type", "private") == "private" or not isinstance(chat_id, int):
-        return Decision(action="ignore", update_kind="my_chat_member", chat_id=chat_id,
-                        user_id=by, reason="membership change")  # fmt: skip
+        return Decision(
+            action="ignore",
+            update_kind="my_chat_member",
+            chat_id=chat_id,
+            user_id=by,
+            reason="membership change",
+        )
     if not me.allow_groups:
         reason = "group chats are disabled"
     elif by not in me.allowed_user_ids:
         reason = "added to a group by someone not served"
     else:
-        return Decision(action="ignore", update_kind="my_chat_member", chat_id=chat_id,
-                        user_id=by, reason="added to a group by a served user")  # fmt: skip
-    return Decision(action="leave", update_kind="my_chat_member", chat_id=chat_id, user_id=by,
-                    reason=reason)  # fmt: skip
+        return Decision(
+            action="ignore",
+            update_kind="my_chat_member",
+            chat_id=chat_id,
+            user_id=by,
+            reason="added to a group by a served user",
+        )
+    return Decision(
+        action="leave", update_kind="my_chat_member", chat_id=chat_id, user_id=by, reason=reason
+    )
 
 
 def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> Decision:
@@ -291,12 +302,27 @@ def unreadable(update: dict[str, Any], me: Identity, reason: str) -> Decision:
     message = update.get("message") or update.get("edited_message")
     chat_id, user_id = _int_at(message, "chat", "id"), _int_at(message, "from", "id")
     if chat_id is None or user_id is None or user_id not in me.allowed_user_ids or chat_id < 0:
-        return Decision(action="ignore", update_kind="malformed", chat_id=chat_id,
-                        user_id=user_id, reason=reason)  # fmt: skip
+        return Decision(
+            action="ignore",
+            update_kind="malformed",
+            chat_id=chat_id,
+            user_id=user_id,
+            reason=reason,
+        )
     turn = TurnInput(
-        update_id=int(update["update_id"]), chat_id=chat_id, user_id=user_id,
-        message_id=_int_at(message, "message_id") or 0, date=0.0, kind="unsupported",
+        update_id=int(update["update_id"]),
+        chat_id=chat_id,
+        user_id=user_id,
+        message_id=_int_at(message, "message_id") or 0,
+        date=0.0,
+        kind="unsupported",
         unsupported_kind=UNREADABLE,
-    )  # fmt: skip
-    return Decision(action="turn", update_kind="malformed", chat_id=chat_id, user_id=user_id,
-                    reason=reason, turn=turn)  # fmt: skip
+    )
+    return Decision(
+        action="turn",
+        update_kind="malformed",
+        chat_id=chat_id,
+        user_id=user_id,
+        reason=reason,
+        turn=turn,
+    )

@@ -104,15 +104,18 @@ def plan_edit(conn: Any, turn: TurnInput, now: float) -> EditPlan:
         store.request_cancel(conn, previous, now)
         history.withdraw(conn, [previous], "edited")
         _settle_approvals(conn, previous, now)
-        return EditPlan(action="replace", previous=previous,
-                        turn=turn.model_copy(update={"replaces": previous}))  # fmt: skip
+        return EditPlan(
+            action="replace", previous=previous, turn=turn.model_copy(update={"replaces": previous})
+        )
     status = conn.execute(
         "SELECT status FROM workflow_instances WHERE id = ?", (previous,)
     ).fetchone()
     if status is not None and status[0] == "cancelled" and not _answered(conn, previous):
         # Stopped (or replaced) before any answer: the model never saw it, so nothing to correct.
-        return EditPlan(action="replace", previous=previous,
-                        turn=turn.model_copy(update={"replaces": previous}))  # fmt: skip
+        return EditPlan(
+            action="replace", previous=previous, turn=turn.model_copy(update={"replaces": previous})
+        )
     corrects = prev.text[:2000]
-    return EditPlan(action="correct", previous=previous,
-                    turn=turn.model_copy(update={"corrects": corrects}))  # fmt: skip
+    return EditPlan(
+        action="correct", previous=previous, turn=turn.model_copy(update={"corrects": corrects})
+    )

@@ -53,11 +53,17 @@ def make_leave_workflow(bot: Any, db: Database) -> Workflow[LeaveInput, LeaveOut
             raise NonRetryable(f"leaveChat refused: {exc.message}") from None
 
     async def record(inp: LeaveInput, left: bool, instance_id: str) -> None:
-        await db.write(lambda conn: audit.record(
-            conn, "group_left" if left else "group_leave_failed", chat_id=inp.chat_id,
-            user_id=inp.by, instance_id=instance_id, detail={"reason": inp.reason},
-            source_key=f"{instance_id}:left",
-        ))  # fmt: skip
+        await db.write(
+            lambda conn: audit.record(
+                conn,
+                "group_left" if left else "group_leave_failed",
+                chat_id=inp.chat_id,
+                user_id=inp.by,
+                instance_id=instance_id,
+                detail={"reason": inp.reason},
+                source_key=f"{instance_id}:left",
+            )
+        )
 
     @workflow(LEAVE_WORKFLOW)
     async def leave_group(step: Step, inp: LeaveInput) -> LeaveOutput:

@@ -58,9 +58,14 @@ def note_ignored(conn: Any, decision: Decision, result: IntakeResult) -> None:
     the log each time and in the audit once a day per chat and reason, never silent."""
     result.ignored.append((decision.chat_id, decision.user_id, decision.reason or ""))
     day = int(time.time() // 86400)
-    audit.record(conn, "message_ignored", chat_id=decision.chat_id, user_id=decision.user_id,
-                 detail={"update_kind": decision.update_kind, "reason": decision.reason},
-                 source_key=f"ignored:{decision.chat_id}:{decision.reason}:{day}")  # fmt: skip
+    audit.record(
+        conn,
+        "message_ignored",
+        chat_id=decision.chat_id,
+        user_id=decision.user_id,
+        detail={"update_kind": decision.update_kind, "reason": decision.reason},
+        source_key=f"ignored:{decision.chat_id}:{decision.reason}:{day}",
+    )
 
 
 def _apply(
@@ -102,8 +107,9 @@ def _apply(
             return "leave", None
         instance_id = f"leave-{decision.chat_id}-{update_id}"
         key = groups.leave_key(decision.chat_id)
-        inp = groups.LeaveInput(chat_id=decision.chat_id, reason=decision.reason,
-                                by=decision.user_id)  # fmt: skip
+        inp = groups.LeaveInput(
+            chat_id=decision.chat_id, reason=decision.reason, by=decision.user_id
+        )
         engine.prepare_start(conn, groups.LEAVE_WORKFLOW, inp, instance_id=instance_id, key=key)
         result.keys.add(key)
         return "leave", instance_id
@@ -146,8 +152,14 @@ def _pair_if_asked(conn: Any, update: dict[str, Any], me: Identity, now: float) 
         return me
     if user_id in me.allowed_user_ids:
         return me
-    result = pairing.redeem(conn, code, user_id=user_id, chat_id=chat.get("id"),
-                            username=str(sender.get("username") or ""), now=now)  # fmt: skip
+    result = pairing.redeem(
+        conn,
+        code,
+        user_id=user_id,
+        chat_id=chat.get("id"),
+        username=str(sender.get("username") or ""),
+        now=now,
+    )
     if not result.ok:
         return me  # a wrong, used or expired code: the stranger still gets nothing
     return me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | {user_id}})
@@ -179,10 +191,17 @@ def persist_updates(
         except Exception as exc:  # never fatal: recorded, and its sender told where possible
             reason = _reason(exc)
             decision = unreadable(update, me, reason)
-            audit.record(conn, "update_unreadable", chat_id=decision.chat_id,
-                         user_id=decision.user_id,
-                         detail={"update_id": update_id, "reason": reason,
-                                 "replied": decision.action == "turn"})  # fmt: skip
+            audit.record(
+                conn,
+                "update_unreadable",
+                chat_id=decision.chat_id,
+                user_id=decision.user_id,
+                detail={
+                    "update_id": update_id,
+                    "reason": reason,
+                    "replied": decision.action == "turn",
+                },
+            )
         # A savepoint per update: one that cannot be started (over a limit, say) is recorded
         # as failed without rolling back the rest of the batch, so intake never stalls on it.
         conn.execute("SAVEPOINT one_update")
@@ -193,8 +212,13 @@ def persist_updates(
         except Exception as exc:
             conn.execute("ROLLBACK TO one_update")
             outcome, instance_id = "failed", None
-            audit.record(conn, "intake_error", chat_id=decision.chat_id, user_id=decision.user_id,
-                         detail={"update_id": update_id, "error": type(exc).__name__})  # fmt: skip
+            audit.record(
+                conn,
+                "intake_error",
+                chat_id=decision.chat_id,
+                user_id=decision.user_id,
+                detail={"update_id": update_id, "error": type(exc).__name__},
+            )
         conn.execute("RELEASE one_update")
         conn.execute(
             "INSERT INTO updates (update_id, received_at, kind, chat_id, user_id, outcome, "

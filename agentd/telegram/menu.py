@@ -17,8 +17,10 @@ async def publish_menu(bot: Bot, menu: list[tuple[str, str]]) -> bool:
     try:
         await bot.set_my_commands(commands)
     except (TelegramAPIError, TelegramNetworkError, TimeoutError) as exc:
-        log.warning("could not publish the command menu; commands still work",
-                    extra={"error": type(exc).__name__})  # fmt: skip
+        log.warning(
+            "could not publish the command menu; commands still work",
+            extra={"error": type(exc).__name__},
+        )
         return False
     log.info("command menu published", extra={"commands": [name for name, _ in menu]})
     return True

@@ -72,8 +72,10 @@ async def _best_effort(what: str, call: Callable[[], Awaitable[Any]]) -> bool:
     try:
         await call()
     except Exception as exc:  # cancellation is BaseException and still propagates
-        log.info("telegram call skipped (best effort)",
-                 extra={"method": what, "reason": classify(exc).reason})  # fmt: skip
+        log.info(
+            "telegram call skipped (best effort)",
+            extra={"method": what, "reason": classify(exc).reason},
+        )
         return False
     return True
 

@@ -115,8 +115,9 @@ class Poller:
             if raw is None:
                 await self._backoff(classify(exc).reason)
                 return None
-            log.warning("malformed update in batch; stored from raw JSON",
-                        extra={"count": len(raw)})  # fmt: skip
+            log.warning(
+                "malformed update in batch; stored from raw JSON", extra={"count": len(raw)}
+            )
             self._failures = 0
             return raw
         except TelegramUnauthorizedError:
@@ -135,8 +136,9 @@ class Poller:
         )
         offset = max(int(u["update_id"]) for u in raw) + 1
         for chat_id, user_id, reason in result.ignored:
-            log.info("message ignored", extra={"chat_id": chat_id, "user_id": user_id,
-                                               "reason": reason})  # fmt: skip
+            log.info(
+                "message ignored", extra={"chat_id": chat_id, "user_id": user_id, "reason": reason}
+            )
         for instance_id in result.cancels:  # replaced by an edit: already flagged, stop it now
             await self._engine.cancel(instance_id)
         for key in result.keys:
@@ -151,9 +153,13 @@ class Poller:
             await self._outbox.answer_callback(callback_id, text)
         log.info(
             "updates stored",
-            extra={"count": len(raw), "turns": result.accepted,
-                   "duplicates": result.duplicates, "offset": offset},
-        )  # fmt: skip
+            extra={
+                "count": len(raw),
+                "turns": result.accepted,
+                "duplicates": result.duplicates,
+                "offset": offset,
+            },
+        )
         return offset
 
     async def _backoff(self, reason: str, retry_after: float | None = None) -> None:

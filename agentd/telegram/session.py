@@ -102,8 +102,11 @@ def classify(exc: BaseException) -> Fault:
         return Fault("transient", "409 conflict: another getUpdates or a webhook is active")
     if isinstance(exc, UndecodableAnswer):
         # A cut 200 answer means Telegram did the work; a proxy's error page means it did not.
-        return Fault("transient", f"HTTP {exc.status} answer is not Bot API JSON",
-                     maybe_done=200 <= exc.status < 300)  # fmt: skip
+        return Fault(
+            "transient",
+            f"HTTP {exc.status} answer is not Bot API JSON",
+            maybe_done=200 <= exc.status < 300,
+        )
     if isinstance(exc, ClientDecodeError):
         return Fault("transient", "answer is not Bot API JSON", maybe_done=True)
     if isinstance(exc, TelegramNetworkError):
@@ -172,9 +175,13 @@ class RetryMiddleware(BaseRequestMiddleware):
                 wait = self.policy.wait(failures, fault.retry_after)
                 log.warning(
                     "telegram call failed, retrying",
-                    extra={"method": name, "reason": fault.reason, "attempt": failures,
-                           "wait_s": round(wait, 2)},
-                )  # fmt: skip
+                    extra={
+                        "method": name,
+                        "reason": fault.reason,
+                        "attempt": failures,
+                        "wait_s": round(wait, 2),
+                    },
+                )
                 await self._sleep(wait)
 
 

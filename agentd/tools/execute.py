@@ -148,8 +148,9 @@ async def execute(
         )
     if isinstance(result, OutgoingFile):
         if not ctx.outgoing_dir:
-            return outcome(False, f"{tool.name} produced a file, but files cannot be sent here.",
-                           "tool_error")  # fmt: skip
+            return outcome(
+                False, f"{tool.name} produced a file, but files cannot be sent here.", "tool_error"
+            )
         spooled = await asyncio.to_thread(spool, result, Path(ctx.outgoing_dir))
         done = outcome(True, describe_for_model(spooled))
         return done.model_copy(update={"files": [spooled]})

@@ -62,8 +62,7 @@ def load_plugins(
         # may reach the network: egress (asks in a tainted turn) whatever it declared; whether
         # its results are outside content is its call.
         tools.extend(
-            replace(obj, source=source, risk=obj.risk if obj.risk_declared else "high",
-                    egress=True)
+            replace(obj, source=source, risk=obj.risk if obj.risk_declared else "high", egress=True)
             for obj in found
-        )  # fmt: skip
+        )
     return tools, problems

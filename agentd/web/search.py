@@ -124,10 +124,16 @@ class TavilyProvider:
             "include_images": False,
         }
         retrying = http_retrying(
-            attempts=self.retries + 1, initial=self._base_delay, ceiling=self.max_retry_wait,
-            sleep=self._sleep, retry_on=_RETRYABLE, log=log, redact=self._redact,
-            message="web search attempt failed; retrying", provider=self.name,
-        )  # fmt: skip
+            attempts=self.retries + 1,
+            initial=self._base_delay,
+            ceiling=self.max_retry_wait,
+            sleep=self._sleep,
+            retry_on=_RETRYABLE,
+            log=log,
+            redact=self._redact,
+            message="web search attempt failed; retrying",
+            provider=self.name,
+        )
         try:
             async for attempt in retrying:
                 with attempt:

@@ -9,15 +9,37 @@ import re
 from typing import Any
 
 SUPPORTED_TAGS = {
-    "a", "b", "strong", "i", "em", "s", "strike", "del", "u", "ins", "tg-spoiler", "tg-emoji",
-    "span", "pre", "code", "blockquote",
-}  # fmt: skip
+    "a",
+    "b",
+    "strong",
+    "i",
+    "em",
+    "s",
+    "strike",
+    "del",
+    "u",
+    "ins",
+    "tg-spoiler",
+    "tg-emoji",
+    "span",
+    "pre",
+    "code",
+    "blockquote",
+}
 
 SIMPLE_TYPES = {
-    "b": "bold", "strong": "bold", "i": "italic", "em": "italic",
-    "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough",
-    "u": "underline", "ins": "underline", "tg-spoiler": "spoiler", "span": "spoiler",
-}  # fmt: skip
+    "b": "bold",
+    "strong": "bold",
+    "i": "italic",
+    "em": "italic",
+    "s": "strikethrough",
+    "strike": "strikethrough",
+    "del": "strikethrough",
+    "u": "underline",
+    "ins": "underline",
+    "tg-spoiler": "spoiler",
+    "span": "spoiler",
+}
 
 NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
 _ENTITY_RE = re.compile(r"&(#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6}|[a-zA-Z]{2,8});")

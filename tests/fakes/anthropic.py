@@ -727,10 +727,14 @@ class FakeAnthropic(FakeServer):
         if (denied := self._check_headers(request)) is not None:
             return denied
         models = [
-            {"type": "model", "id": model_id, "display_name": name,
-             "created_at": "2025-10-01T00:00:00Z"}
+            {
+                "type": "model",
+                "id": model_id,
+                "display_name": name,
+                "created_at": "2025-10-01T00:00:00Z",
+            }
             for model_id, name in KNOWN_MODELS.items()
-        ]  # fmt: skip
+        ]
         if "model_id" in request.match_info:
             wanted = request.match_info["model_id"]
             found = next((m for m in models if m["id"] == wanted), None)
@@ -738,9 +742,13 @@ class FakeAnthropic(FakeServer):
                 return self.error_response(404, "not_found_error", f"model: {wanted}")
             return web.json_response(found)
         return web.json_response(
-            {"data": models, "has_more": False, "first_id": models[0]["id"],
-             "last_id": models[-1]["id"]}
-        )  # fmt: skip
+            {
+                "data": models,
+                "has_more": False,
+                "first_id": models[0]["id"],
+                "last_id": models[-1]["id"],
+            }
+        )
 
     # ================================================================== /_fake control
 

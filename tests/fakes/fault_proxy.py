@@ -178,8 +178,11 @@ class FaultProxy(FakeServer):
         if fault.mode == "drop":
             return self.drop_connection(request)
         if fault.mode == "cut":
-            return web.Response(status=status, body=payload[: len(payload) // 2],
-                                headers={**headers, "Connection": "close"})  # fmt: skip
+            return web.Response(
+                status=status,
+                body=payload[: len(payload) // 2],
+                headers={**headers, "Connection": "close"},
+            )
         return await self._broken_stream(request, fault, status, headers, payload)
 
     async def _upstream(
@@ -201,33 +204,49 @@ class FaultProxy(FakeServer):
         with contextlib.suppress(aiohttp.ClientError):
             status, headers, payload = await self._upstream(request, body)
             # Connection: close, so a refused port is seen at once (no pooled connection).
-            return web.Response(status=status, body=payload,
-                                headers={**headers, "Connection": "close"})  # fmt: skip
+            return web.Response(
+                status=status, body=payload, headers={**headers, "Connection": "close"}
+            )
         return web.Response(status=502, text=self._nginx(502), content_type="text/html")
 
     @staticmethod
     def _nginx(status: int) -> str:
-        reasons = {404: "Not Found", 500: "Internal Server Error", 502: "Bad Gateway",
-                   503: "Service Temporarily Unavailable", 504: "Gateway Time-out"}  # fmt: skip
+        reasons = {
+            404: "Not Found",
+            500: "Internal Server Error",
+            502: "Bad Gateway",
+            503: "Service Temporarily Unavailable",
+            504: "Gateway Time-out",
+        }
         return NGINX_PAGE.format(status=status, reason=reasons.get(status, "Error"))
 
     def _error(self, fault: Fault) -> web.Response:
         headers = {"Connection": "close"}
         if fault.body == "html":
-            return web.Response(status=fault.status, text=self._nginx(fault.status),
-                                content_type="text/html", headers=headers)  # fmt: skip
+            return web.Response(
+                status=fault.status,
+                text=self._nginx(fault.status),
+                content_type="text/html",
+                headers=headers,
+            )
         if fault.body == "foreign":
             return web.Response(status=fault.status, text=FOREIGN_404, headers=headers)
         if self.flavour == "telegram":
-            payload: dict[str, Any] = {"ok": False, "error_code": fault.status,
-                                       "description": _tg_description(fault.status)}  # fmt: skip
+            payload: dict[str, Any] = {
+                "ok": False,
+                "error_code": fault.status,
+                "description": _tg_description(fault.status),
+            }
             if fault.retry_after is not None:
                 payload["parameters"] = {"retry_after": int(fault.retry_after)}
                 payload["description"] += f": retry after {int(fault.retry_after)}"
         else:
             kind = ANTHROPIC_ERRORS.get(fault.status, "api_error")
-            payload = {"type": "error", "error": {"type": kind, "message": kind},
-                       "request_id": "req_fault"}  # fmt: skip
+            payload = {
+                "type": "error",
+                "error": {"type": kind, "message": kind},
+                "request_id": "req_fault",
+            }
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
             if fault.status == 529:
@@ -235,9 +254,13 @@ class FaultProxy(FakeServer):
         return web.json_response(payload, status=fault.status, headers=headers)
 
     async def _broken_stream(
-        self, request: web.Request, fault: Fault, status: int, headers: dict[str, str],
+        self,
+        request: web.Request,
+        fault: Fault,
+        status: int,
+        headers: dict[str, str],
         payload: bytes,
-    ) -> web.StreamResponse:  # fmt: skip
+    ) -> web.StreamResponse:
         events = [e for e in payload.decode().split("\n\n") if e.strip()]
         if fault.mode == "sse_no_stop":
             events = [e for e in events if not e.startswith("event: message_stop")]

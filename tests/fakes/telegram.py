@@ -30,13 +30,30 @@ MAX_DOWNLOAD = 20 * 1024 * 1024
 MAX_UPLOAD = 50 * 1024 * 1024  # what a bot may upload with sendDocument
 # Form fields aiogram sends as JSON strings (nested objects and lists).
 JSON_FIELDS = {
-    "reply_markup", "allowed_updates", "entities", "caption_entities", "reply_parameters",
-    "link_preview_options", "commands", "scope", "media", "reaction",
-}  # fmt: skip
+    "reply_markup",
+    "allowed_updates",
+    "entities",
+    "caption_entities",
+    "reply_parameters",
+    "link_preview_options",
+    "commands",
+    "scope",
+    "media",
+    "reaction",
+}
 CHAT_ACTIONS = {
-    "typing", "upload_photo", "record_video", "upload_video", "record_voice", "upload_voice",
-    "upload_document", "choose_sticker", "find_location", "record_video_note", "upload_video_note",
-}  # fmt: skip
+    "typing",
+    "upload_photo",
+    "record_video",
+    "upload_video",
+    "record_voice",
+    "upload_voice",
+    "upload_document",
+    "choose_sticker",
+    "find_location",
+    "record_video_note",
+    "upload_video_note",
+}
 # Telegram leaves these out unless allowed_updates names them explicitly.
 OPT_IN_UPDATES = {"chat_member", "message_reaction", "message_reaction_count"}
 DEFAULT_DESCRIPTIONS = {
@@ -127,8 +144,13 @@ def auto_entities(text: str) -> list[dict[str, Any]]:
     for match in _MENTION.finditer(text):
         if match.start() < command_end:
             continue  # the @bot of "/help@bot" is part of the command
-        found.append({"type": "mention", "offset": _utf16_len(text[: match.start()]),
-                      "length": _utf16_len(match[0])})  # fmt: skip
+        found.append(
+            {
+                "type": "mention",
+                "offset": _utf16_len(text[: match.start()]),
+                "length": _utf16_len(match[0]),
+            }
+        )
     return found
 
 
@@ -431,8 +453,12 @@ class FakeTelegram(FakeServer):
             chat = self._chats.setdefault(chat_id, self._chat(chat_id, chat_type, by_user))
             if chat_id in self._left:
                 self._left.remove(chat_id)
-            bot = {"id": bot_id, "is_bot": True, "first_name": self.bot_first_name,
-                   "username": self.bot_username}  # fmt: skip
+            bot = {
+                "id": bot_id,
+                "is_bot": True,
+                "first_name": self.bot_first_name,
+                "username": self.bot_username,
+            }
             member = {
                 "chat": copy.deepcopy(chat),
                 "from": self._user(by_user),
@@ -1052,19 +1078,27 @@ class FakeTelegram(FakeServer):
         if caption:
             content["caption"] = caption
         msg, reply_to = self._new_message(p, chat, token, content)
-        self._documents.append({
-            "chat_id": chat["id"], "file_name": name, "size": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(), "data": data, "caption": caption,
-            "reply_to_message_id": reply_to, "message_id": msg["message_id"],
-            "time": time.time(),
-        })  # fmt: skip
+        self._documents.append(
+            {
+                "chat_id": chat["id"],
+                "file_name": name,
+                "size": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "data": data,
+                "caption": caption,
+                "reply_to_message_id": reply_to,
+                "message_id": msg["message_id"],
+                "time": time.time(),
+            }
+        )
         return copy.deepcopy(msg)
 
     def _leave_chat(self, p: dict[str, Any], token: str) -> bool:
         chat = self._chat_for(p, check_blocked=False)
         if chat["type"] == "private":
-            raise TelegramError(400, "Bad Request: chat member status can't be changed in "
-                                "private chats")  # fmt: skip
+            raise TelegramError(
+                400, "Bad Request: chat member status can't be changed in private chats"
+            )
         if chat["id"] in self._left:
             raise TelegramError(403, f"Forbidden: bot is not a member of the {_kind(chat['id'])}")
         self._left.append(chat["id"])
