@@ -103,7 +103,7 @@ class VisionConfig(_Section):
 
 
 class MediaConfig(_Section):
-    """`[media]`: voice notes transcribed, documents read in chat, files sent back (#14)."""
+    """`[media]`: voice notes transcribed, documents read in chat, files sent back."""
 
     # "": no transcription (voice notes get a reply saying how to enable it). "openai": any
     # OpenAI-compatible /v1/audio/transcriptions endpoint (OpenAI, Groq, whisper.cpp, speaches).

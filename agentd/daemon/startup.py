@@ -187,7 +187,8 @@ def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
 
 
 def audit_send_uncertain(conn: object, method: str, chat_id: int | str | None, reason: str) -> None:
-    """A send whose answer was lost may have reached the user: a possible duplicate (README)."""
+    """A send whose answer was lost may have reached the user: a possible duplicate
+    (docs/messages.md)."""
     chat = chat_id if isinstance(chat_id, int) else None
     audit.record(conn, "send_uncertain", chat_id=chat, detail={"method": method, "reason": reason})
 
