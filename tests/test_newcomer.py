@@ -151,7 +151,7 @@ def test_root_does_not_open_the_services_database(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["history", "--config", str(config)])
     assert result.exit_code == 1 and "sudo -u" in result.output, result.output
     assert not (tmp_path / "agentd.db-wal").exists() and not (tmp_path / "agentd.db-shm").exists()
-    # Every command that opens it refuses alike (the shell rules' commands once had their own).
+    # Every command that opens it refuses alike, the shell rules' commands included.
     for command in (["rules", "ls"], ["rules", "rm", "1"]):
         result = CliRunner().invoke(app, [*command, "--config", str(config)])
         assert result.exit_code == 1 and "sudo -u" in result.output, (command, result.output)

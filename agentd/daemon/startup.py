@@ -165,7 +165,7 @@ def identity(config: Config, me_user: Any) -> Identity:
     """Who the bot is and whom it serves, from getMe and the configuration."""
     if not config.telegram.allowed_user_ids:
         log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
-    # Said once, so an owner found by the old rule (the first allowlisted id) is no surprise.
+    # Said once, so an owner found by the fallback rule (the first allowlisted id) is no surprise.
     log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
     return Identity(
         bot_id=me_user.id,
