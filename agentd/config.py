@@ -103,7 +103,7 @@ class VisionConfig(_Section):
 
 
 class MediaConfig(_Section):
-    """`[media]`: voice notes transcribed, documents read in chat, files sent back (#14)."""
+    """`[media]`: voice notes transcribed, documents read in chat, files sent back."""
 
     # "": no transcription (voice notes get a reply saying how to enable it). "openai": any
     # OpenAI-compatible /v1/audio/transcriptions endpoint (OpenAI, Groq, whisper.cpp, speaches).
@@ -839,7 +839,7 @@ def _beside(config: Config, folder: Path, from_env: dict[str, str]) -> None:
     storage = Path(config.storage.path).expanduser()
     if "storage.path" not in from_env and not storage.is_absolute():
         resolved = (folder / storage).absolute()
-        old = storage.absolute()  # where agentd before 0.2 looked
+        old = storage.absolute()  # relative to the working directory, as older versions read it
         if old != resolved and old.exists() and not resolved.exists():
             raise ConfigError(
                 f"storage.path {config.storage.path!r} is relative to the config file's folder "

@@ -78,7 +78,7 @@ def tools_for(radicale: Radicale, password: str = USERS["owner"], **over: Any) -
     cal = CalendarConfig(
         name="home", url=radicale.url, username="owner", password_env="CAL_PW", **over
     )
-    # The calendars are the owner's (#26): the calls below are user 42's, in their chat.
+    # The calendars are the owner's: the calls below are user 42's, in their chat.
     config = Config(
         calendar=[cal],
         agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]

@@ -1,4 +1,4 @@
-"""Every CLI table at COLUMNS=80 (issue 25): no value cut short ("0.0…", "comp…"), no line
+"""Every CLI table at COLUMNS=80: no value cut short ("0.0…", "comp…"), no line
 wider than the terminal, left-out columns said, and an empty table gives a hint."""
 
 from __future__ import annotations

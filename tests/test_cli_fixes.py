@@ -1,4 +1,4 @@
-"""The CLI a new owner meets (issue 13, "Also seen"): each item that went wrong, now right."""
+"""The CLI a new owner meets: each rough edge they could hit, checked."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_a_missing_database_names_its_path_and_why(tmp_path: Path) -> None:
     relative.write_text('[storage]\npath = "state/agentd.db"\n')
     code, output = invoke("history", "--config", str(relative))
     flat = output.replace("\n", "")
-    # Relative to the config file's folder (issue 25), as agentd.env is; the file is named.
+    # Relative to the config file's folder, as agentd.env is; the file is named.
     assert code == 1 and str(tmp_path / "state" / "agentd.db") in flat
     assert f"storage.path in {relative}" in flat
 

@@ -1,4 +1,4 @@
-"""The command router (issue 13): what is a command, the menu, callbacks; /new's history cut."""
+"""The command router: what is a command, the menu, callbacks; /new's history cut."""
 
 from __future__ import annotations
 

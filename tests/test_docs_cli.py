@@ -48,7 +48,7 @@ def _json(config: Path, *args: str) -> Any:
 
 
 def test_ingest_ls_search_rm(config: Path, folder: Path) -> None:
-    # bad.txt is not ingested, so the exit code is 1 (issue 25: it was 0), after the report.
+    # bad.txt is not ingested, so the exit code is 1 (not 0), after the report.
     report = json.loads(_run(config, "ingest", str(folder), "--json", code=1).stdout)
     assert sorted(Path(s).name for s in report["added"]) == ["car.txt", "home.md"]
     assert report["failed"][0]["reason"].startswith("not valid UTF-8")

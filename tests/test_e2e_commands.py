@@ -1,4 +1,4 @@
-"""End to end: chat commands through `agentd run` (issue 13). One daemon; each test its own chat.
+"""End to end: chat commands through `agentd run`. One daemon; each test its own chat.
 
 Commands never reach the model: every test checks the model saw nothing from them.
 """

@@ -30,7 +30,7 @@ def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
         env = daemon_env(tmp_path, tg.base_url, llm.base_url)
         with running_daemon(tmp_path, env) as daemon:
             result = daemon.cli("ingest", str(notes), "--json")
-            assert result.returncode == 1, result.stderr  # broken.txt failed (issue 25: was 0)
+            assert result.returncode == 1, result.stderr  # broken.txt failed
             report = json.loads(result.stdout)
             assert report["added"] == [str(notes / "guide.md")]
             assert [f["source"] for f in report["failed"]] == [str(notes / "broken.txt")]

@@ -140,7 +140,7 @@ def test_send_approved_then_denied(servers: tuple[Dovecot, int, LmtpRelay], tmp_
                 "To: ana@example.org",
                 "Cc: bob@example.org",
                 "Subject: Lunch Thursday",
-                # The tool's card is one escaped line (#26): the body's newlines show as \n,
+                # The tool's card is one escaped line: the body's newlines show as \n,
                 # so a body cannot draw lines that look like the card's own.
                 "Hi Ana,\\n\\nThursday 12:30 at Luigi's?\\n\\n— Owner",
             ):

@@ -1,4 +1,4 @@
-"""End to end (#14): voice notes transcribed once, documents read in chat, files sent back.
+"""End to end: voice notes transcribed once, documents read in chat, files sent back.
 
 One daemon serves the module (users kept apart by chat); a second, without a transcription
 backend, checks the reply that says how to enable one.

@@ -1,7 +1,7 @@
 """The one send path (chat/delivery.py), end to end: for every kind of message agentd sends,
 `agentd run` is killed (kill -9) after Telegram took the message and before its answer came
 back, then restarted. The user sees it once, or twice with one `send_uncertain` audit row:
-never a duplicate nobody counted (README "Exactly once, counted")."""
+never a duplicate nobody counted (docs/messages.md, "Exactly once, counted")."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     (tmp / "agentd.toml").write_text(CONFIG)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         # The users the tests take approve their own calls (telegram.approvers), so their card
-        # lands in their own chat (#26); the last user is not one: their card goes to the owner.
+        # lands in their own chat; the last user is not one: their card goes to the owner.
         env = daemon_env(
             tmp,
             tg.base_url,

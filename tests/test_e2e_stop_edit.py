@@ -1,4 +1,5 @@
-"""End to end: /stop and edited messages keep their promises (README "Stopping and editing").
+"""End to end: /stop and edited messages keep their promises (docs/messages.md, "Stopping and
+editing").
 
 A stopped request never reaches the model again; an edit with the same text starts nothing; an
 edit of a message still being worked on replaces it; an edit after the answer is a correction.
@@ -184,8 +185,8 @@ def test_an_edit_after_the_answer_is_a_correction(stack: Stack) -> None:
 
 
 def test_the_owners_message_in_a_group_is_ignored_with_a_reason(stack: Stack) -> None:
-    """Groups are off by default (README "Groups"): the owner's group message gets no answer,
-    but a log line and an audit row say why (issue 25: it used to vanish without a trace)."""
+    """Groups are off by default (docs/messages.md, "Groups"): the owner's group message gets
+    no answer, but a log line and an audit row say why, so it does not vanish without a trace."""
     s, chat = stack, stack.user()
     group = -1009876500000 - chat
     s.llm.set_responder(None)

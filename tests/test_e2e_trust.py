@@ -1,4 +1,4 @@
-"""End to end, the trust model (issue 26): who may approve, where the card goes, what it shows.
+"""End to end, the trust model: who may approve, where the card goes, what it shows.
 
 One daemon: the owner (42) is `telegram.owner_id`; 43 is allowlisted but no approver; a third
 person pairs with a code. Presses come through the fake Bot API as Telegram sends them.

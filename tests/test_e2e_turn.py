@@ -311,7 +311,7 @@ def test_unsupported_kinds_get_a_polite_reply(
         tg.wait_for_sent(2, timeout=20)
         assert texts(tg, OWNER) == [
             "Sorry, I can't handle sticker messages yet. Please send text.",
-            no_backend_reply(),  # voice notes are understood once a backend is set up (#14)
+            no_backend_reply(),  # voice notes are understood once a backend is set up
         ]
         assert llm.requests == []
         assert daemon.query("SELECT COUNT(*) FROM messages WHERE role='user'")[0][0] == 2

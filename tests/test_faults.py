@@ -1,4 +1,4 @@
-"""The fault suite (issue #9): `agentd run` behind a fault-injecting proxy on both wires.
+"""The fault suite: `agentd run` behind a fault-injecting proxy on both wires.
 
 One daemon serves every case: the real aiogram and anthropic clients talk to FaultProxy
 instances in front of the fakes, and each case switches a fault on for one method, sends a

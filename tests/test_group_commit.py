@@ -1,4 +1,4 @@
-"""Group commit (issue #15): concurrent writes share a COMMIT, yet each succeeds or fails alone."""
+"""Group commit: concurrent writes share a COMMIT, yet each succeeds or fails alone."""
 
 from __future__ import annotations
 

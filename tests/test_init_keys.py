@@ -1,4 +1,4 @@
-"""`agentd init`'s key check (issue 25, item 7): a wrong base URL is not blamed on the key, the
+"""`agentd init`'s key check: a wrong base URL is not blamed on the key, the
 questions end, and Ctrl-C after pairing keeps the pairing."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def spawn(tmp_path: Path, tg: FakeTelegram, llm_url: str) -> pexpect.spawn:
 
 
 def pair(child: pexpect.spawn, tg: FakeTelegram) -> None:
-    """Pair as the owner; a bare /start first gets a hint, the code a confirmation (issue 25:
-    both used to be met with silence)."""
+    """Pair as the owner; a bare /start first gets a hint, the code a confirmation (neither
+    is met with silence)."""
     child.expect("Bot token")
     child.sendline(TOKEN)
     child.expect(r"/start ([A-Z0-9]{4}-[A-Z0-9]{4})")

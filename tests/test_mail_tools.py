@@ -72,7 +72,7 @@ def account(dovecot: Dovecot, user: str, smtp_port: int = 0, **over: Any) -> Mai
 
 
 def tools_for(acc: MailAccountConfig, db: Database, tmp: Path, password: str) -> dict[str, Tool]:
-    # The mailboxes are the owner's (#26): the calls below are user 42's, in their chat.
+    # The mailboxes are the owner's: the calls below are user 42's, in their chat.
     config = Config(
         mail=[acc],
         storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
@@ -137,7 +137,7 @@ async def test_search_and_read_a_multipart_mail_with_non_ascii_headers(
 async def test_only_the_owner_in_their_private_chat_reaches_the_mailbox(
     dovecot: Dovecot, db: Database, tmp_path: Path
 ) -> None:
-    """#26 meets mail: another served user, or the owner in a group, reads nothing."""
+    """The trust model meets mail: another served user, or the owner in a group, reads nothing."""
     dovecot.deliver("user8", b"From: bank@example.org\r\nSubject: statement 4711\r\n\r\nx\r\n")
     tools = tools_for(account(dovecot, "user8"), db, tmp_path, USERS["user8"])
     for chat_id, user_id in ((77, 77), (-100123, 42)):  # a friend; the owner in a group

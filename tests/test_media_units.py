@@ -1,4 +1,4 @@
-"""Units (#14): media kinds from updates, documents refused or read, files out of tools."""
+"""Units: media kinds from updates, documents refused or read, files out of tools."""
 
 from __future__ import annotations
 

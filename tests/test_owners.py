@@ -1,4 +1,4 @@
-"""Units of the trust model (issue 26): who owns, who approves, which press counts, and what
+"""Units of the trust model: who owns, who approves, which press counts, and what
 a card shows."""
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def test_a_press_counts_from_an_approver_on_the_card_itself() -> None:
     assert press_refusal(approval, _press(5, 7, 99), may_approve=False) == NOT_AN_APPROVER
     assert press_refusal(approval, _press(7, -100, 99), may_approve=True) == NOT_THIS_CARD
     assert press_refusal(approval, _press(7, 7, 98), may_approve=True) == NOT_THIS_CARD
-    # An approval from before issue 26 had its card in the call's own chat.
+    # An approval stored without card_chat_id had its card in the call's own chat.
     older = _approval(card_chat_id=None, chat_id=7)
     assert press_refusal(older, _press(7, 7, 99), may_approve=True) is None
 

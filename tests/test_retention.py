@@ -1,4 +1,4 @@
-"""Retention (issue 13) with an injected clock: what goes, what stays, and that nothing an open
+"""Retention with an injected clock: what goes, what stays, and that nothing an open
 workflow needs is ever deleted."""
 
 from __future__ import annotations

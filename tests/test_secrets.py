@@ -1,4 +1,4 @@
-"""Every configured secret is redacted (issue 26), and none is in the repository's reach."""
+"""Every configured secret is redacted, and none is in the repository's reach."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The systemd unit (issue 26): secrets as credentials, and systemd's own sandbox score."""
+"""The systemd unit: secrets as credentials, and systemd's own sandbox score."""
 
 from __future__ import annotations
 
@@ -44,6 +44,6 @@ def test_systemd_rates_the_unit_well_sandboxed() -> None:
     )
     match = re.search(r"Overall exposure level for agentd.service: ([0-9.]+)", result.stdout)
     assert match, result.stdout + result.stderr
-    # 0 is a fully locked-down service, 10 an unprotected one; before issue 26 it was 5.8.
+    # 0 is a fully locked-down service, 10 an unprotected one.
     # What remains is what agentd needs: the network, AF_UNIX, writable-executable memory.
     assert float(match[1]) <= 2.0, result.stdout

@@ -1,7 +1,7 @@
 """Progress feedback only for slow answers: the real aiogram client against FakeTelegram.
 
 "typing…" (R-TURN-1) and the first draft (R-TG-3) wait `telegram.progress_delay`, so a turn
-whose answer is there sooner makes no extra Bot API calls (issue #15).
+whose answer is there sooner makes no extra Bot API calls.
 """
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ async def test_an_upload_passes_the_proxy_whole(
 async def test_answer_models_outlive_a_garbage_collection(
     servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
 ) -> None:
-    # pydantic caches Response[T] only weakly: rebuilt per call, it was a third of a turn's CPU.
+    # pydantic caches Response[T] only weakly: rebuilt per call, it costs a third of a turn's CPU.
     client, _ = bot
     await client.send_message(CHAT, "once")
     built = weakref.ref(Response[Message])

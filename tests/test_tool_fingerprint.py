@@ -1,4 +1,4 @@
-"""A tool's fingerprint (issue 26): the same in every process, different when its code,
+"""A tool's fingerprint: the same in every process, different when its code,
 schema or source changes; a call approved for one implementation never runs another."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Withdrawn requests and edits at the database level (README "Stopping and editing"): what
-the prompt, the summariser and intake's edit rule see. The end-to-end proofs are in
+"""Withdrawn requests and edits at the database level (docs/messages.md, "Stopping and
+editing"): what the prompt, the summariser and intake's edit rule see. The end-to-end proofs are in
 tests/test_e2e_stop_edit.py; these pin each rule down case by case."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""Who owns the agent and who may approve (issue 26).
+"""Who owns the agent and who may approve.
 
-The owner is `telegram.owner_id`; a config written before owners existed has none, and then the
+The owner is `telegram.owner_id`; a config that does not set it has none, and then the
 first of `telegram.allowed_user_ids` is the owner (said once at start-up and by `agentd
 doctor`, so nobody is surprised). Approvers are `telegram.approvers`, or the owner alone. An
 approver's own high-risk calls ask them; everyone else's ask the owner, in the owner's private

@@ -1,4 +1,4 @@
-"""Pairing (issue 13): a one-time code sent as `/start <code>` makes its sender a served user.
+"""Pairing: a one-time code sent as `/start <code>` makes its sender a served user.
 
 Codes are short-lived and single-use, stored only as their sha256, and every redemption,
 good or bad, is audited without the code itself. The database is the source of truth for

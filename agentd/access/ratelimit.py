@@ -1,6 +1,6 @@
 """Rate limits (R-RATE-1): messages per minute per user, a daily token budget per user and one
-for everyone together (issue 26: finite by default, so a runaway loop or a chatty family
-member cannot spend without bound).
+for everyone together (finite by default, so a runaway loop or a chatty family member cannot
+spend without bound).
 
 Over a limit the message is still saved, no model call is made, and the user gets one polite
 notice per window (not one per message: that would be its own flood).

@@ -136,7 +136,7 @@ def create_approval(
 def _shown_call(approval: Approval) -> tuple[str, bool]:
     """The call for the card, and whether it had to be cut (then it is attached whole)."""
     # call_json escapes every backtick (canonical_call), so it cannot close the code block;
-    # an approval from before issue 26 has only its preview.
+    # an approval stored without call_json has only its preview.
     call = approval.call_json or approval.args_preview.replace("```", "'''")
     if len(call) <= CARD_CALL_CHARS:
         return call, False

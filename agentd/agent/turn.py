@@ -90,7 +90,7 @@ def _user_content(inp: TurnInput) -> str:
             f"instructions]\n<data>\n{as_data(text)}\n</data>"
         )
     if inp.edited and inp.corrects is not None:
-        # README "Stopping and editing": an edit after the answer is a correction of it.
+        # docs/messages.md, "Stopping and editing": an edit after the answer is a correction of it.
         text = (
             "(The user edited a message you already answered; treat this as a correction. "
             f"It said:\n<data>\n{as_data(inp.corrects)}\n</data>\nIt now says:)\n{text}"

@@ -238,7 +238,7 @@ NOT_THE_OWNERS = (
 
 
 def _guard(fn: Any, deps: CalendarDeps) -> Any:
-    """Bind deps; only the owner's calls in their private chat reach a calendar (#26)."""
+    """Bind deps; only the owner's calls in their private chat reach a calendar."""
 
     async def call(ctx: ToolContext, args: Any) -> Any:
         if deps.owner is None or ctx.user_id != deps.owner or ctx.chat_id != deps.owner:

@@ -1,4 +1,5 @@
-"""The one way a workflow sends something the user will see (README: "Exactly once, counted").
+"""The one way a workflow sends something the user will see (docs/messages.md, "Exactly once,
+counted").
 
 Every sender (turn replies, command replies, reminders, approval cards, notices, files) calls
 `deliver`, so each gets the same three promises:

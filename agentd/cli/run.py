@@ -41,8 +41,8 @@ def _pairing_possible(db_path: Path) -> bool:
 
 
 def _already_running(db_path: Path) -> str | None:
-    """Who holds the runner lock, asked before the seconds of imports (a second `agentd run`
-    used to take ~8 s to say so). The daemon takes the lock for real later."""
+    """Who holds the runner lock, asked before the seconds of imports (after them, a second
+    `agentd run` would take ~8 s to say so). The daemon takes the lock for real later."""
     if not db_path.exists():
         return None
     from agentd.runtime import lease

@@ -121,7 +121,7 @@ def _uptime(seconds: float) -> str:
 
 
 def _status_counts(conn: Any, inp: CommandInput, now: float, everyone: bool) -> dict[str, Any]:
-    """The owner sees everyone's figures; anyone else their own (issue 26: per user)."""
+    """The owner sees everyone's figures; anyone else their own."""
     open_turns = conn.execute(
         f"SELECT COUNT(*) FROM workflow_instances WHERE workflow = ? "
         f"AND status IN {store.OPEN_STATUSES!r}",

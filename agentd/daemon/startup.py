@@ -165,7 +165,7 @@ def identity(config: Config, me_user: Any) -> Identity:
     """Who the bot is and whom it serves, from getMe and the configuration."""
     if not config.telegram.allowed_user_ids:
         log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
-    # Said once, so an owner found by the old rule (the first allowlisted id) is no surprise.
+    # Said once, so an owner found by the fallback rule (the first allowlisted id) is no surprise.
     log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
     return Identity(
         bot_id=me_user.id,
@@ -187,7 +187,8 @@ def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:
 
 
 def audit_send_uncertain(conn: object, method: str, chat_id: int | str | None, reason: str) -> None:
-    """A send whose answer was lost may have reached the user: a possible duplicate (README)."""
+    """A send whose answer was lost may have reached the user: a possible duplicate
+    (docs/messages.md)."""
     chat = chat_id if isinstance(chat_id, int) else None
     audit.record(conn, "send_uncertain", chat_id=chat, detail={"method": method, "reason": reason})
 

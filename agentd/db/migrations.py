@@ -351,7 +351,7 @@ CREATE INDEX llm_usage_chat_at ON llm_usage (chat_id, at);
 """
 
 M013_MEDIA = """
--- Voice and audio transcripts by content hash (#14): the same note is never transcribed twice.
+-- Voice and audio transcripts by content hash: the same note is never transcribed twice.
 -- dropped = 1: the backend heard only a stock phrase Whisper invents on silence.
 CREATE TABLE transcript_cache (
     sha256 TEXT PRIMARY KEY,
@@ -378,7 +378,7 @@ CREATE INDEX chat_documents_chat ON chat_documents (chat_id, created_at);
 """
 
 M014_ONBOARD = """
--- /new (issue 13): the prompt's history of a chat starts after its latest fresh start; the
+-- /new: the prompt's history of a chat starts after its latest fresh start; the
 -- messages before it stay in the database and in `agentd history`.
 CREATE TABLE chat_context (
     chat_id INTEGER PRIMARY KEY,
@@ -386,7 +386,7 @@ CREATE TABLE chat_context (
     reset_at REAL NOT NULL
 );
 
--- Retention (issue 13): the daily prune finds old rows by time without scanning tables.
+-- Retention: the daily prune finds old rows by time without scanning tables.
 CREATE INDEX workflow_instances_finished ON workflow_instances (finished_at)
     WHERE finished_at IS NOT NULL;
 CREATE INDEX workflow_events_instance ON workflow_events (instance_id);
@@ -414,7 +414,7 @@ CREATE TABLE paired_users (
 """
 
 M018_HISTORY_WINDOW = """
--- Prompt caching (issue 12): where each chat's history window starts, so the cached history
+-- Prompt caching: where each chat's history window starts, so the cached history
 -- prefix moves only when it must, or when the cache has expired anyway (agent/window.py).
 CREATE TABLE history_windows (
     chat_id INTEGER PRIMARY KEY,
@@ -424,18 +424,18 @@ CREATE TABLE history_windows (
 """
 
 M020_HOT_INDEXES = """
--- Per-turn lookups that walked a chat's whole past (issue 15): the engine's next open
--- instance of a key scanned every finished one before it, and the summary check counted every
+-- Per-turn lookups that would walk a chat's whole past: without these, the engine's next open
+-- instance of a key scans every finished one before it, and the summary check counts every
 -- message of the chat. Partial indexes hold only the rows those queries look for; the queries
 -- must keep these exact conditions for SQLite to use them.
 CREATE INDEX workflow_instances_open_key ON workflow_instances (key, seq)
     WHERE status IN ('queued', 'running', 'waiting', 'sleeping');
 CREATE INDEX messages_unsummarised ON messages (chat_id, id) WHERE summarised = 0;
--- The per-minute rate check counts a user's recent messages: it scanned the whole table.
+-- The per-minute rate check counts a user's recent messages without scanning the table.
 CREATE INDEX messages_user_recent ON messages (user_id, created_at) WHERE role = 'user';
 """
 
-# Memory context (issue #11): what a memory answers or where it sits (the message a turn replied
+# Memory context: what a memory answers or where it sits (the message a turn replied
 # to, the date of a conversation), kept apart from the memory itself. It is indexed as its own
 # FTS column, weighted below the content (agentd/memory/search.py), and embedded with the
 # content; it is never shown as the memory. The FTS table gains the column, so it is rebuilt.
@@ -466,7 +466,7 @@ END;
 INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 """
 
-# In-process bit-vector copies (issue #11, agentd/retrieval/bits.py): how many vectors of each
+# In-process bit-vector copies (agentd/retrieval/bits.py): how many vectors of each
 # memory space were ever inserted and deleted, whoever wrote them (the daemon, a CLI command),
 # so a process holding a copy of a user's sign bits sees in one small read that it is stale,
 # and whether only new rows were added since. Rows are never deleted: a space id reused after
@@ -495,7 +495,7 @@ CREATE TRIGGER memory_vectors_count_au AFTER UPDATE ON memory_vectors BEGIN
 END;
 """
 
-# Hands (issue 27): "Always allow this" rules for shell commands (a program and a pattern its
+# Hands: "Always allow this" rules for shell commands (a program and a pattern its
 # arguments must match), and the rule each pending shell approval would add if so pressed.
 M024_HANDS = """
 CREATE TABLE shell_rules (
@@ -540,7 +540,7 @@ CREATE TABLE mail_watch (
 );
 """
 
-# Automations the owner writes (#30): which version of its code each instance started on, and
+# Automations the owner writes: which version of its code each instance started on, and
 # the questions step.ask_owner put to the owner (answered by a button or `workflows signal`).
 M026_WORKFLOWS = """
 CREATE TABLE automation_runs (
@@ -588,7 +588,7 @@ CREATE TABLE skills (
 """
 
 M021_TRUST_ACCESS = """
--- Issue 26. An approval card goes to an approver's private chat (card_chat_id), which may not
+-- An approval card goes to an approver's private chat (card_chat_id), which may not
 -- be the chat the call was made in (chat_id); a press counts only there. The whole call, as
 -- canonical JSON with secrets redacted, is kept for `agentd pending --show`, with the tool's
 -- source and a fingerprint of its schema and code: a call whose tool changed since it was
@@ -608,7 +608,7 @@ ALTER TABLE doc_documents ADD COLUMN added_by INTEGER;
 """
 
 M022_TAINT = """
--- #26: a step that was running each of the last N times the process died is parked. One row
+-- A step that was running each of the last N times the process died is parked. One row
 -- per instance that was running when the process died: how far its journal had got (the
 -- number of settled steps) and how many deaths in a row found it at that same point.
 CREATE TABLE workflow_crashes (

@@ -21,7 +21,7 @@ class StructuredOutputError(Exception):
 
 @functools.cache
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
-    # A model class's schema never changes; generating it was most of a summary's request CPU.
+    # A model class's schema never changes; generating it is most of a summary's request CPU.
     return model.model_json_schema()
 
 

@@ -293,8 +293,8 @@ NOT_THE_OWNERS = (
 
 def _guard(fn: Any, deps: MailDeps) -> Any:
     """Bind deps; a MailError reaches the model as a plain tool error (no secrets in it). Only
-    the owner's calls in their private chat reach a mailbox (#26: nothing private in groups,
-    nobody reads another's data)."""
+    the owner's calls in their private chat reach a mailbox (nothing private in groups, nobody
+    reads another's data)."""
 
     async def call(ctx: ToolContext, args: Any) -> Any:
         if deps.owner is None or ctx.user_id != deps.owner or ctx.chat_id != deps.owner:

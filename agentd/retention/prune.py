@@ -1,4 +1,4 @@
-"""Retention (issue 13): old journals, update records, audit and usage detail go; history stays.
+"""Retention: old journals, update records, audit and usage detail go; history stays.
 
 Every prune is a short batch (one transaction of at most `batch_size` rows), so the daemon's
 single writer is never held long enough to delay a turn. Only *finished* workflow instances

@@ -62,7 +62,7 @@ def _grace(deps: ScheduleDeps, sched: Schedule, due: int) -> float:
 
 
 def decide(sched: Schedule, due: int, now: float, *, on_time: float, grace: float) -> Plan:
-    """The catch-up rule (the README's "Missed runs"), as a pure function of time."""
+    """The catch-up rule (docs/schedule.md, "Missed runs"), as a pure function of time."""
     if sched.state != "active":
         return Plan(action="stopped")
     rec = sched.recurrence

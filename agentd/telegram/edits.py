@@ -1,4 +1,5 @@
-"""What an edited message does (README "Stopping and editing"), decided inside intake's commit.
+"""What an edited message does (docs/messages.md, "Stopping and editing"), decided inside
+intake's commit.
 
 - Same text as the turn it came from (Telegram re-sends messages as edits when only metadata
   changed): nothing starts.

@@ -1,4 +1,4 @@
-"""Leaving groups nobody allowed (issue 26): one small durable workflow per group left.
+"""Leaving groups nobody allowed: one small durable workflow per group left.
 
 Intake decides (classify: groups off, or added by someone not served) and starts it in the
 same transaction that records the update; the workflow calls leaveChat once and audits it.

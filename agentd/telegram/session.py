@@ -91,7 +91,7 @@ def lenient_json_loads(text: str) -> Any:
 
 
 def classify(exc: BaseException) -> Fault:
-    """The one classification of a Bot API failure (issue #9): transient or permanent."""
+    """The one classification of a Bot API failure: transient or permanent."""
     if isinstance(exc, TelegramRetryAfter):
         return Fault("transient", "429 flood control", retry_after=float(exc.retry_after))
     if isinstance(exc, TelegramUnauthorizedError):

@@ -1,4 +1,4 @@
-"""What a tool is, as a hash: its name, source, description, schema and code (issue 26).
+"""What a tool is, as a hash: its name, source, description, schema and code.
 
 An approval records the fingerprint of the tool it was asked for. After a restart with a
 changed plugin or MCP server, a tool of the same name may be another implementation; a call

@@ -1,4 +1,4 @@
-"""A fault-injecting HTTP proxy between a real client and a fake (issue #9's fault suite).
+"""A fault-injecting HTTP proxy between a real client and a fake (the fault suite's).
 
 It forwards every request to its upstream and, when told to through `/_proxy/fault`, answers
 one method (the last path segment: `sendMessage`, `messages`…) the way real servers and

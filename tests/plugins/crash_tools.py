@@ -1,4 +1,4 @@
-"""A plugin tool that kills the daemon every time it runs: the crash loop #26 parks."""
+"""A plugin tool that kills the daemon every time it runs: the crash loop the engine parks."""
 
 from __future__ import annotations
 

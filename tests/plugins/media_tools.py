@@ -1,4 +1,4 @@
-"""A plugin tool that produces a report file (send_file, #14)."""
+"""A plugin tool that produces a report file (send_file)."""
 
 from __future__ import annotations
 
