@@ -43,10 +43,11 @@ def sandbox_owner(config: Config) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Workspaces:
-    """The owners share the workspace folder; every other (paired) user has users/<id>."""
+    """The allowlisted users share the workspace folder; every other (paired) user has
+    users/<id>."""
 
     root: Path
-    owners: frozenset[int]
+    allowlisted: frozenset[int]  # telegram.allowed_user_ids
     max_bytes: int
     trash_days: float
     owner: tuple[int, int] | None
@@ -56,14 +57,14 @@ class Workspaces:
         ws = config.tools.workspace
         return cls(
             root=config.workspace_dir,
-            owners=frozenset(config.telegram.allowed_user_ids),
+            allowlisted=frozenset(config.telegram.allowed_user_ids),
             max_bytes=ws.max_file_bytes,
             trash_days=ws.trash_days,
             owner=sandbox_owner(config),
         )
 
     def for_user(self, user_id: int) -> Workspace:
-        root = self.root if user_id in self.owners else self.root / "users" / str(user_id)
+        root = self.root if user_id in self.allowlisted else self.root / "users" / str(user_id)
         return Workspace(
             root, max_bytes=self.max_bytes, trash_days=self.trash_days, owner=self.owner
         )

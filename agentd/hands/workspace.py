@@ -72,7 +72,8 @@ def split(path: str) -> list[str]:
 
 
 class Workspace:
-    """One user's workspace folder (the owners share the top; paired users get users/<id>)."""
+    """One user's workspace folder (the allowlisted users share the top; paired users get
+    users/<id>)."""
 
     def __init__(
         self, root: Path, *, max_bytes: int, trash_days: float, owner: tuple[int, int] | None
