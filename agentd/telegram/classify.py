@@ -271,10 +271,11 @@ def _classify_message(
             )
     kind, unsupported = _message_kind(message)
     turn = TurnInput(
+        origin="chat",
         update_id=update_id,
         chat_id=chat_id,
         user_id=user_id,
-        message_id=int(message.get("message_id", 0)),
+        message_id=int(message["message_id"]) if "message_id" in message else None,
         date=float(message.get("edit_date") or message.get("date") or 0),
         kind=kind,  # type: ignore[arg-type]
         text=text[:MAX_TEXT_CHARS],
@@ -311,10 +312,11 @@ def unreadable(update: dict[str, Any], me: Identity, reason: str) -> UpdateDecis
             reason=reason,
         )
     turn = TurnInput(
+        origin="chat",
         update_id=int(update["update_id"]),
         chat_id=chat_id,
         user_id=user_id,
-        message_id=_int_at(message, "message_id") or 0,
+        message_id=_int_at(message, "message_id"),
         date=0.0,
         kind="unsupported",
         unsupported_kind=UNREADABLE,
