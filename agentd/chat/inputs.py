@@ -1,4 +1,5 @@
-"""What a turn starts from: a normalised incoming message (no aiogram types)."""
+"""What a turn starts from: a normalised chat message, or a schedule's, a webhook's or a
+watched mailbox's prompt (no aiogram types)."""
 
 from __future__ import annotations
 
