@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentd.telegram.classify import Identity, classify
+from agentd.telegram.classify import Identity, classify_update
 
 ME = Identity(bot_id=999, bot_username="agentd_bot", allowed_user_ids=frozenset({42}))
 
@@ -18,20 +18,20 @@ def message(**extra: object) -> dict[str, object]:
 
 
 def test_text_from_the_owner_starts_a_turn() -> None:
-    decision = classify(message(text="hi"), ME)
+    decision = classify_update(message(text="hi"), ME)
     assert decision.action == "turn" and decision.turn and decision.turn.text == "hi"
 
 
 def test_strangers_are_rejected_without_content() -> None:
     update = message(text="secret")
     update["message"]["from"]["id"] = 7  # type: ignore[index]
-    decision = classify(update, ME)
+    decision = classify_update(update, ME)
     assert decision.action == "reject" and decision.turn is None and decision.user_id == 7
 
 
 def test_unsupported_kinds_and_photos() -> None:
-    assert classify(message(sticker={"file_id": "x"}), ME).turn.unsupported_kind == "sticker"  # type: ignore[union-attr]
-    photo = classify(
+    assert classify_update(message(sticker={"file_id": "x"}), ME).turn.unsupported_kind == "sticker"  # type: ignore[union-attr]
+    photo = classify_update(
         message(
             photo=[
                 {"file_id": "s", "width": 1, "height": 1},
@@ -64,13 +64,13 @@ def group_message(text: str, *entities: dict[str, object]) -> dict[str, object]:
 def test_groups_are_left_unless_enabled_and_answered_only_when_addressed() -> None:
     text = "hello @agentd_bot how are you"
     group = group_message(text, _mention(text, "@agentd_bot"))
-    assert classify(group, ME).action == "leave"  # groups are off: nobody allowed this one
+    assert classify_update(group, ME).action == "leave"  # groups are off: nobody allowed this one
     enabled = ME.model_copy(update={"allow_groups": True})
-    decision = classify(group, enabled)
+    decision = classify_update(group, enabled)
     assert (
         decision.action == "turn" and decision.turn and decision.turn.text == "hello  how are you"
     )
-    assert classify(group_message("just chatting"), enabled).action == "ignore"
+    assert classify_update(group_message("just chatting"), enabled).action == "ignore"
 
 
 def test_a_mention_counts_only_as_an_entity_naming_the_bot_exactly() -> None:
@@ -81,16 +81,16 @@ def test_a_mention_counts_only_as_an_entity_naming_the_bot_exactly() -> None:
         ("@agentd_bot without an entity", None),
     ]:
         entities = [_mention(text, name)] if name else []
-        assert classify(group_message(text, *entities), enabled).action == "ignore", text
+        assert classify_update(group_message(text, *entities), enabled).action == "ignore", text
     # Offsets count UTF-16 units: an emoji before the mention takes two.
     text = "👋🏽 @AgentD_Bot what now?"
-    decision = classify(group_message(text, _mention(text, "@AgentD_Bot")), enabled)
+    decision = classify_update(group_message(text, _mention(text, "@AgentD_Bot")), enabled)
     assert decision.turn is not None and decision.turn.text == "👋🏽  what now?"
     command = "/memory@agentd_bot"
     entity = {"type": "bot_command", "offset": 0, "length": len(command)}
-    assert classify(group_message(command, entity), enabled).action == "turn"
+    assert classify_update(group_message(command, entity), enabled).action == "turn"
     other = {"type": "bot_command", "offset": 0, "length": len("/memory@other_bot")}
-    assert classify(group_message("/memory@other_bot", other), enabled).action == "ignore"
+    assert classify_update(group_message("/memory@other_bot", other), enabled).action == "ignore"
 
 
 def test_a_group_added_by_a_stranger_or_with_groups_off_is_left() -> None:
@@ -108,9 +108,9 @@ def test_a_group_added_by_a_stranger_or_with_groups_off_is_left() -> None:
         }
 
     enabled = ME.model_copy(update={"allow_groups": True})
-    assert classify(added(7), enabled).action == "leave"
-    assert classify(added(42), ME).action == "leave"
-    assert classify(added(42), enabled).action == "ignore"  # the owner added it: it stays
+    assert classify_update(added(7), enabled).action == "leave"
+    assert classify_update(added(42), ME).action == "leave"
+    assert classify_update(added(42), enabled).action == "ignore"  # the owner added it: it stays
 
 
 def test_malformed_and_unknown_updates_never_raise() -> None:
@@ -121,7 +121,7 @@ def test_malformed_and_unknown_updates_never_raise() -> None:
         {"update_id": 6, "message": {}},
     ]
     for update in updates:
-        assert classify(update, ME).action == "ignore"
+        assert classify_update(update, ME).action == "ignore"
 
 
 def test_callbacks_only_from_allowed_users() -> None:
@@ -131,6 +131,6 @@ def test_callbacks_only_from_allowed_users() -> None:
         "data": "ap:x:y",
         "message": {"message_id": 1, "chat": {"id": 42}},
     }
-    assert classify({"update_id": 9, "callback_query": query}, ME).action == "callback"
+    assert classify_update({"update_id": 9, "callback_query": query}, ME).action == "callback"
     query["from"] = {"id": 7}
-    assert classify({"update_id": 9, "callback_query": query}, ME).action == "reject"
+    assert classify_update({"update_id": 9, "callback_query": query}, ME).action == "reject"

@@ -12,7 +12,7 @@ from agentd.hands.workspace import TRASH, Workspace, WorkspaceError
 
 @pytest.fixture
 def ws(tmp_path: Path) -> Workspace:
-    space = Workspace(tmp_path / "ws", max_bytes=10_000, trash_days=7, owner=None)
+    space = Workspace(tmp_path / "ws", max_bytes=10_000, trash_days=7, chown=None)
     space.ensure()
     (tmp_path / "secret.txt").write_text("outside secret")
     return space

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from agentd.chat.inputs import MediaRef
 from agentd.chat.outfiles import OutgoingFile, spool
 from agentd.media.chatdocs import format_of, refusal
-from agentd.telegram.classify import classify
+from agentd.telegram.classify import classify_update
 from agentd.tools import ToolContext, execute, tool
 from tests.test_classify import ME, message
 
@@ -24,19 +24,21 @@ def test_voice_audio_and_round_videos_are_voice_turns_with_their_file() -> None:
             "mime_type": "audio/ogg",
             "file_size": 900,
         }
-        turn = classify(message(**{kind: item}, caption="listen"), ME).turn
+        turn = classify_update(message(**{kind: item}, caption="listen"), ME).turn
         assert turn and turn.kind == "voice" and turn.media and turn.media.kind == kind
         assert turn.media.file_id == f"F-{kind}" and turn.media.duration == 3
         assert turn.text == "listen" and not turn.media.forwarded
-    forwarded = classify(message(voice={"file_id": "v"}, forward_origin={"type": "user"}), ME)
+    forwarded = classify_update(
+        message(voice={"file_id": "v"}, forward_origin={"type": "user"}), ME
+    )
     assert forwarded.turn and forwarded.turn.media and forwarded.turn.media.forwarded
 
 
 def test_documents_are_document_turns_and_malformed_media_stays_unsupported() -> None:
     doc = {"file_id": "D", "file_name": "a.pdf", "mime_type": "application/pdf"}
-    turn = classify(message(document=doc), ME).turn
+    turn = classify_update(message(document=doc), ME).turn
     assert turn and turn.kind == "document" and turn.media and turn.media.file_name == "a.pdf"
-    broken = classify(message(voice={"duration": 2}), ME).turn  # no file_id
+    broken = classify_update(message(voice={"duration": 2}), ME).turn  # no file_id
     assert broken and broken.kind == "unsupported" and broken.unsupported_kind == "voice"
 
 

@@ -318,6 +318,7 @@ async def test_prompt_schedule_starts_a_turn_for_the_owner(db: Database) -> None
             "summarise my day",
             "t1",
         )
+        assert turn.origin == "schedule" and (turn.update_id, turn.message_id) == (None, None)
         assert r.outbox.sent == [] and await r.runs("t1") == ["started"]
 
 

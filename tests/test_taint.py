@@ -16,7 +16,7 @@ from agentd.chat.inputs import MediaRef, ReplyContext, TurnInput
 from agentd.llm.types import ToolUseBlock
 from agentd.net.safe_fetch import FetchPolicy
 from agentd.schedule.create import creator_words
-from agentd.telegram.classify import Identity, classify
+from agentd.telegram.classify import Identity, classify_update
 from agentd.tools import CallState, ToolOutcome, call_risk
 from agentd.tools.base import Tool, ToolContext, tool
 from agentd.tools.fetch import assess_fetch, fetch_url_tool
@@ -244,8 +244,10 @@ def test_forward_origin_names_the_author() -> None:
         ),
     ]
     for origin, name in origins:
-        decision = classify({"update_id": 1, "message": {**base, "forward_origin": origin}}, me)
+        decision = classify_update(
+            {"update_id": 1, "message": {**base, "forward_origin": origin}}, me
+        )
         assert decision.turn is not None
         assert decision.turn.forwarded and decision.turn.forwarded_from == name
-    plain = classify({"update_id": 1, "message": base}, me)
+    plain = classify_update({"update_id": 1, "message": base}, me)
     assert plain.turn is not None and not plain.turn.forwarded

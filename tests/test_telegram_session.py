@@ -15,7 +15,7 @@ from aiogram.types import BufferedInputFile, Message
 
 from agentd.config import Config
 from agentd.telegram.bot import make_bot
-from agentd.telegram.session import RetryPolicy, classify, lenient_json_loads
+from agentd.telegram.session import RetryPolicy, classify_fault, lenient_json_loads
 from tests.daemon_process import TOKEN
 from tests.fakes import FakeTelegram
 from tests.fakes.fault_proxy import FaultProxy
@@ -115,8 +115,8 @@ async def test_best_effort_methods_and_permanent_answers_are_tried_once(
 
 
 def test_classification_and_backoff() -> None:
-    assert classify(ConnectionResetError()).kind == "transient"
-    assert classify(ValueError("bug")).kind == "permanent"
+    assert classify_fault(ConnectionResetError()).kind == "transient"
+    assert classify_fault(ValueError("bug")).kind == "permanent"
     policy = RetryPolicy(base_delay=0.5, max_backoff=5.0, max_retry_after=30.0)
     assert all(policy.wait(n) <= 5.0 for n in [*range(1, 30), 100_000])
     assert policy.wait(1, retry_after=120) == 30.0

@@ -52,7 +52,7 @@ class Route(BaseModel):
     taints: bool = False  # its result is outside content: the turn is tainted after it runs
 
 
-class Decision(BaseModel):
+class ApprovalDecision(BaseModel):
     status: Literal["approved", "denied", "timed_out"]
     by: str | None = None
     reason: str | None = None
@@ -297,7 +297,7 @@ async def send_card(step: Step, deps: TurnDeps, approval: Approval, use_id: str)
     return message_id
 
 
-async def settle_timeout(deps: TurnDeps, approval_id: str) -> Decision:
+async def settle_timeout(deps: TurnDeps, approval_id: str) -> ApprovalDecision:
     """A decision that landed just before the deadline still counts; else record timed_out."""
     stored = await deps.db.write(approvals.expire, approval_id, deps.clock.now())
     if stored.status == "timed_out":
@@ -311,11 +311,11 @@ async def settle_timeout(deps: TurnDeps, approval_id: str) -> Decision:
                 source_key=f"approval-timeout:{stored.id}",
             )
         )
-    return Decision(status=stored.status, by=stored.decided_by)  # type: ignore[arg-type]
+    return ApprovalDecision(status=stored.status, by=stored.decided_by)  # type: ignore[arg-type]
 
 
 async def show_outcome(
-    deps: TurnDeps, approval: Approval, message_id: int | None, d: Decision
+    deps: TurnDeps, approval: Approval, message_id: int | None, d: ApprovalDecision
 ) -> None:
     """Edit the approval message to show what happened, removing the buttons (best effort:
     the decision stands whatever Telegram says)."""
@@ -343,7 +343,7 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
 
 async def seek_approval(
     step: Step, deps: TurnDeps, tool: Route, inp: TurnInput, use: ToolUseBlock
-) -> Decision:
+) -> ApprovalDecision:
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
     message_id = await send_card(step, deps, approval, use.id)
@@ -355,7 +355,7 @@ async def seek_approval(
     if event is None:
         decision = await step.do(f"expire:{use.id}", settle_timeout, deps, approval.id)
     else:
-        decision = Decision(
+        decision = ApprovalDecision(
             status=event.payload.get("decision", "denied"),
             by=event.payload.get("by"),
             reason=event.payload.get("reason"),
@@ -364,7 +364,7 @@ async def seek_approval(
     return decision
 
 
-def refusal(tool: Route, decision: Decision, timeout: float) -> ToolOutcome:
+def refusal(tool: Route, decision: ApprovalDecision, timeout: float) -> ToolOutcome:
     if decision.status == "timed_out":
         text = (
             f"The owner did not approve {tool.name} within {timeout:g} seconds, so it was NOT "

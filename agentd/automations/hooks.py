@@ -232,10 +232,9 @@ class HookServer:
             raise InvalidInput(f"the body is too long for a prompt ({MAX_TEXT_CHARS} characters)")
         # The body is the sender's, not the owner's: the turn is tainted from its first call.
         turn = TurnInput(
-            update_id=0,
+            origin="webhook",
             chat_id=chat,
             user_id=chat,
-            message_id=0,
             date=time.time(),
             kind="text",
             text=text,

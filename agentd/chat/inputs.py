@@ -1,10 +1,11 @@
-"""What a turn starts from: a normalised incoming message (no aiogram types)."""
+"""What a turn starts from: a normalised chat message, or a schedule's, a webhook's or a
+watched mailbox's prompt (no aiogram types)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 MAX_TEXT_CHARS = 100_000
 
@@ -30,11 +31,17 @@ class MediaRef(BaseModel):
     forwarded: bool = False  # someone else's words: its transcript is data, not the user's
 
 
+# Where a turn comes from. Only a chat message has a Telegram update and message to answer;
+# a schedule, a webhook delivery or a watched mailbox starts a turn on the owner's behalf.
+Origin = Literal["chat", "schedule", "webhook", "mail"]
+
+
 class TurnInput(BaseModel):
-    update_id: int
+    origin: Origin
+    update_id: int | None = None  # chat only
     chat_id: int
     user_id: int
-    message_id: int
+    message_id: int | None = None  # chat only (None: a message whose id could not be read)
     date: float
     kind: Literal["text", "photo", "voice", "document", "unsupported"]
     text: str = Field(default="", max_length=MAX_TEXT_CHARS)
@@ -59,6 +66,32 @@ class TurnInput(BaseModel):
     # A forwarded message: someone else's words, kept as data; who wrote it, when known.
     forwarded: bool = False
     forwarded_from: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _origin_of_journaled_input(cls, data: Any) -> Any:
+        """Inputs journaled without `origin` still load. They all had both Telegram ids, zero
+        where there was no message (Telegram's ids start at 1)."""
+        if not isinstance(data, dict) or "origin" in data or "update_id" not in data:
+            return data
+        data = {k: v for k, v in data.items() if k not in ("update_id", "message_id") or v}
+        if "update_id" in data:
+            data["origin"] = "chat"
+        elif data.get("schedule_id"):
+            data["origin"] = "schedule"
+        elif data.get("outside_source"):
+            data["origin"] = "webhook"  # the only other producer of outside text
+        else:
+            data["origin"] = "mail"  # a watched mailbox's summary turn
+        return data
+
+    @model_validator(mode="after")
+    def _telegram_ids_only_for_chat(self) -> TurnInput:
+        if self.origin == "chat" and self.update_id is None:
+            raise ValueError("a chat turn needs the Telegram update id")
+        if self.origin != "chat" and (self.update_id, self.message_id) != (None, None):
+            raise ValueError(f"a {self.origin} turn has no Telegram message")
+        return self
 
 
 class TurnOutput(BaseModel):

@@ -34,7 +34,7 @@ def _owner(cfg, user: int | None) -> int:  # type: ignore[no-untyped-def]
 def enable(
     at: Annotated[str, typer.Option(help="Local time of day, HH:MM (agent.timezone).")] = "07:30",
     weekdays: Annotated[bool, typer.Option("--weekdays", help="Monday to Friday only.")] = False,
-    user: Annotated[int | None, typer.Option(help="Owner (default: first allowed user).")] = None,
+    user: Annotated[int | None, typer.Option(help="Whose briefing (default: the owner).")] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -67,7 +67,7 @@ def enable(
 @app.command("run")
 def run(
     after: Annotated[str, typer.Option(help="Delay before it runs: 10s, 5m.")] = "5s",
-    user: Annotated[int | None, typer.Option(help="Owner (default: first allowed user).")] = None,
+    user: Annotated[int | None, typer.Option(help="Whose briefing (default: the owner).")] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -95,7 +95,7 @@ def run(
 
 @app.command("disable")
 def disable(
-    user: Annotated[int | None, typer.Option(help="Owner (default: first allowed user).")] = None,
+    user: Annotated[int | None, typer.Option(help="Whose briefing (default: the owner).")] = None,
     config: ConfigOption = None,
 ) -> None:
     """Stop the briefing."""

@@ -89,7 +89,7 @@ def add(
     start: Annotated[str | None, Opt(help="First run of every/rrule (local ISO).")] = None,
     tz: Annotated[str | None, Opt("--tz", help="IANA zone; default agent.timezone.")] = None,
     catch_up: Annotated[str | None, Opt(help="skip | once | all (default from config).")] = None,
-    user: Annotated[int | None, Opt(help="Owner (default: first allowed user).")] = None,
+    user: Annotated[int | None, Opt(help="Whose schedule (default: the owner).")] = None,
     chat: Annotated[int | None, Opt(help="Chat to run in (default: the user's).")] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
@@ -97,14 +97,15 @@ def add(
     """Add a schedule; the running daemon picks it up within a second."""
     from pydantic import ValidationError
 
+    from agentd.access import owners
     from agentd.schedule import store
     from agentd.schedule.create import ScheduleRequest, create, local_iso, summary
     from agentd.schedule.recurrence import ScheduleError
 
     cfg = config_or_exit(config)
-    owner = user if user is not None else next(iter(cfg.telegram.allowed_user_ids), None)
-    if owner is None:
-        fail("no --user given and telegram.allowed_user_ids is empty")
+    whose = user if user is not None else owners.resolve(cfg.telegram).owner_id
+    if whose is None:
+        fail("no --user given and no owner (telegram.owner_id, allowed_user_ids) is configured")
     try:
         req = ScheduleRequest(
             message=message,
@@ -126,8 +127,8 @@ def add(
                     conn,
                     req,
                     schedule_id=secrets.token_hex(5),
-                    user_id=owner,
-                    chat_id=chat if chat is not None else owner,
+                    user_id=whose,
+                    chat_id=chat if chat is not None else whose,
                     now=time.time(),
                     config=cfg.schedule,
                     default_timezone=cfg.agent.timezone,

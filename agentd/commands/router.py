@@ -34,7 +34,7 @@ class CommandInput(BaseModel):
     args: str = Field(default="", max_length=4000)
     chat_id: int
     user_id: int
-    message_id: int
+    message_id: int | None = None  # None: the message's id could not be read
 
 
 class CommandReply(BaseModel):

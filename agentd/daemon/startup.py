@@ -90,14 +90,14 @@ async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # 
     """
     from aiogram.exceptions import TelegramNotFound
 
-    from agentd.telegram.session import classify
+    from agentd.telegram.session import classify_fault
 
     failures = 0
     while True:
         try:
             me = await bot.get_me()
         except Exception as exc:
-            fault = classify(exc)
+            fault = classify_fault(exc)
             if fault.kind == "unauthorized" or isinstance(exc, TelegramNotFound):
                 raise TokenRejected(
                     "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from @BotFather) "

@@ -29,7 +29,7 @@ READ_CHARS = 60_000
 Download = Callable[[str, int], Awaitable[bytes]]
 
 
-def sandbox_owner(config: Config) -> tuple[int, int] | None:
+def sandbox_ids(config: Config) -> tuple[int, int] | None:
     """The uid/gid commands run as when agentd is root (files must be theirs to change)."""
     shell = config.tools.shell
     if os.geteuid() != 0 or shell.sandbox != "bwrap" or not shell.run_as:
@@ -43,34 +43,35 @@ def sandbox_owner(config: Config) -> tuple[int, int] | None:
 
 @dataclass(frozen=True)
 class Workspaces:
-    """The owners share the workspace folder; every other (paired) user has users/<id>."""
+    """The allowlisted users share the workspace folder; every other (paired) user has
+    users/<id>."""
 
     root: Path
-    owners: frozenset[int]
+    allowlisted: frozenset[int]  # telegram.allowed_user_ids
     max_bytes: int
     trash_days: float
-    owner: tuple[int, int] | None
+    chown: tuple[int, int] | None  # see Workspace.chown
 
     @classmethod
     def from_config(cls, config: Config) -> Workspaces:
         ws = config.tools.workspace
         return cls(
             root=config.workspace_dir,
-            owners=frozenset(config.telegram.allowed_user_ids),
+            allowlisted=frozenset(config.telegram.allowed_user_ids),
             max_bytes=ws.max_file_bytes,
             trash_days=ws.trash_days,
-            owner=sandbox_owner(config),
+            chown=sandbox_ids(config),
         )
 
     def for_user(self, user_id: int) -> Workspace:
-        root = self.root if user_id in self.owners else self.root / "users" / str(user_id)
+        root = self.root if user_id in self.allowlisted else self.root / "users" / str(user_id)
         return Workspace(
-            root, max_bytes=self.max_bytes, trash_days=self.trash_days, owner=self.owner
+            root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
         )
 
     def base(self) -> Workspace:
         return Workspace(
-            self.root, max_bytes=self.max_bytes, trash_days=self.trash_days, owner=self.owner
+            self.root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
         )
 
     def ensure(self, user_id: int) -> Workspace:

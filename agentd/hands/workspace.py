@@ -72,25 +72,27 @@ def split(path: str) -> list[str]:
 
 
 class Workspace:
-    """One user's workspace folder (the owners share the top; paired users get users/<id>)."""
+    """One user's workspace folder (the allowlisted users share the top; paired users get
+    users/<id>)."""
 
     def __init__(
-        self, root: Path, *, max_bytes: int, trash_days: float, owner: tuple[int, int] | None
+        self, root: Path, *, max_bytes: int, trash_days: float, chown: tuple[int, int] | None
     ) -> None:
         self.root = root
         self.max_bytes = max_bytes
         self.trash_days = trash_days
-        # Files the tools create belong to the sandbox's user, so the shell can change them.
-        self.owner = owner
+        # The uid/gid that files the tools create are given to: the sandbox's user, so the
+        # shell can change them (None: they stay agentd's).
+        self.chown = chown
 
     def ensure(self) -> None:
-        """Create the folder (0700 for everyone but its owner and the sandbox user)."""
+        """Create the folder (0700: no one but agentd's user, or the sandbox's)."""
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.stat(self.root)
         if not stat.S_ISDIR(st.st_mode):
             raise WorkspaceError("the workspace is not a folder")
-        if self.owner is not None and (st.st_uid, st.st_gid) != self.owner:
-            os.chown(self.root, *self.owner, follow_symlinks=False)
+        if self.chown is not None and (st.st_uid, st.st_gid) != self.chown:
+            os.chown(self.root, *self.chown, follow_symlinks=False)
 
     # -- walking ---------------------------------------------------------------------------
 
@@ -126,8 +128,8 @@ class Workspace:
                 raise WorkspaceError(f"no folder {shown!r} in the workspace") from None
             os.mkdir(part, mode=0o755, dir_fd=fd)
             nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
-            if self.owner is not None:
-                os.fchown(nxt, *self.owner)
+            if self.chown is not None:
+                os.fchown(nxt, *self.chown)
         except OSError as exc:
             raise WorkspaceError(_why_not_folder(shown, exc)) from None
         return nxt
@@ -226,8 +228,8 @@ class Workspace:
                     out.write(data)
                     out.flush()
                     os.fsync(fd)
-                if self.owner is not None:
-                    os.fchown(fd, *self.owner)
+                if self.chown is not None:
+                    os.fchown(fd, *self.chown)
                 # The rename replaces the name itself: a symlink there is replaced, never
                 # followed; a hard-linked file keeps its other name's content.
                 os.replace(tmp, name, src_dir_fd=parent, dst_dir_fd=parent)

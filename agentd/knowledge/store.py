@@ -134,22 +134,8 @@ def chunks_without_vector(
     return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
 
 
-def save_document(
-    conn: Conn,
-    doc: NewDocument,
-    chunks: Sequence[Chunk],
-    vectors: Mapping[str, Sequence[float]],
-    model_id: str,
-    *,
-    now: float | None = None,
-) -> SavedDocument:
-    """Insert or update a document and make its chunks exactly `chunks` (in one transaction).
-
-    A stored chunk whose hash is still wanted is kept (only its ordinal moves), so its vector
-    is not recomputed; the rest are deleted and the new ones inserted. `vectors` maps chunk
-    hashes to freshly computed vectors, for new chunks and kept ones that lacked one.
-    """
-    now = time.time() if now is None else now
+def _upsert_document(conn: Conn, doc: NewDocument, now: float) -> int:
+    """The id of the document stored under `doc.source`, inserted or updated to `doc`."""
     row = conn.execute("SELECT id FROM doc_documents WHERE source = ?", (doc.source,)).fetchone()
     if row is None:
         cur = conn.execute(
@@ -167,14 +153,33 @@ def save_document(
                 now,
             ),
         )
-        doc_id = int(cur.lastrowid)
-    else:
-        doc_id = int(row[0])
-        conn.execute(
-            "UPDATE doc_documents SET kind = ?, root = ?, title = ?, format = ?,"
-            " content_hash = ?, size = ?, updated_at = ? WHERE id = ?",
-            (doc.kind, doc.root, doc.title, doc.format, doc.content_hash, doc.size, now, doc_id),
-        )
+        return int(cur.lastrowid)
+    doc_id = int(row[0])
+    conn.execute(
+        "UPDATE doc_documents SET kind = ?, root = ?, title = ?, format = ?,"
+        " content_hash = ?, size = ?, updated_at = ? WHERE id = ?",
+        (doc.kind, doc.root, doc.title, doc.format, doc.content_hash, doc.size, now, doc_id),
+    )
+    return doc_id
+
+
+def save_document(
+    conn: Conn,
+    doc: NewDocument,
+    chunks: Sequence[Chunk],
+    vectors: Mapping[str, Sequence[float]],
+    model_id: str,
+    *,
+    now: float | None = None,
+) -> SavedDocument:
+    """Insert or update a document and make its chunks exactly `chunks` (in one transaction).
+
+    A stored chunk whose hash is still wanted is kept (only its ordinal moves), so its vector
+    is not recomputed; the rest are deleted and the new ones inserted. `vectors` maps chunk
+    hashes to freshly computed vectors, for new chunks and kept ones that lacked one.
+    """
+    now = time.time() if now is None else now
+    doc_id = _upsert_document(conn, doc, now)
     pool: dict[str, list[int]] = {}
     for chunk_id, chunk_hash in conn.execute(
         "SELECT id, hash FROM doc_chunks WHERE doc_id = ? ORDER BY ordinal", (doc_id,)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from agentd.config import MailAccountConfig
 from agentd.mail import imap
-from agentd.mail.errors import MailError, classify
+from agentd.mail.errors import MailError, classify_mail_error
 from agentd.mail.imap import tls_context
 from agentd.mail.mailbox import Mailbox
 
@@ -61,9 +61,11 @@ async def _smtp_login(box: Mailbox) -> None:
     try:
         await client.connect()
     except aiosmtplib.SMTPConnectError as exc:
-        raise classify(acc.name, acc.smtp_server, acc.smtp_port, exc.__cause__ or exc) from None
+        raise classify_mail_error(
+            acc.name, acc.smtp_server, acc.smtp_port, exc.__cause__ or exc
+        ) from None
     except OSError as exc:
-        raise classify(acc.name, acc.smtp_server, acc.smtp_port, exc) from None
+        raise classify_mail_error(acc.name, acc.smtp_server, acc.smtp_port, exc) from None
     try:
         await client.login(acc.login, box.password)
     except aiosmtplib.SMTPAuthenticationError:

@@ -14,7 +14,7 @@ class MailError(Exception):
         super().__init__(f"{account}: {stage} failed: {detail}")
 
 
-def classify(account: str, host: str, port: int, exc: BaseException) -> MailError:
+def classify_mail_error(account: str, host: str, port: int, exc: BaseException) -> MailError:
     """Name the step a connection broke at; never includes the password (it is not passed)."""
     if isinstance(exc, MailError):
         return exc

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.config import MailAccountConfig
-from agentd.mail.errors import MailError, classify
+from agentd.mail.errors import MailError, classify_mail_error
 
 HEADER_FIELDS = "FROM TO CC SUBJECT DATE MESSAGE-ID"
 _PARSER = BytesParser(policy=policy.default)
@@ -70,7 +70,7 @@ def session(account: MailAccountConfig, password: str) -> Iterator[Any]:
         if account.imap_security == "starttls":
             client.starttls(tls_context(account))
     except Exception as exc:
-        raise classify(account.name, host, port, exc) from None
+        raise classify_mail_error(account.name, host, port, exc) from None
     try:
         try:
             client.login(account.login, password)
@@ -82,7 +82,7 @@ def session(account: MailAccountConfig, password: str) -> Iterator[Any]:
                 f"{account.login!r} or its password ({account.password_env})",
             ) from None
         except Exception as exc:
-            raise classify(account.name, host, port, exc) from None
+            raise classify_mail_error(account.name, host, port, exc) from None
         yield client
     finally:
         with contextlib.suppress(Exception):

@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 from agentd.db import Database
-from agentd.mail.errors import MailError, classify
+from agentd.mail.errors import MailError, classify_mail_error
 from agentd.mail.imap import tls_context
 from agentd.mail.mailbox import Mailbox
 from agentd.mail.message import Outgoing, compose
@@ -93,13 +93,13 @@ async def _smtp(mailbox: Mailbox, raw: Any, recipients: list[str]) -> None:
     except aiosmtplib.SMTPResponseException as exc:
         raise MailError(acc.name, "SMTP", f"{host} answered {exc.code} {exc.message}") from None
     except aiosmtplib.SMTPConnectError as exc:  # nothing was sent yet
-        raise classify(acc.name, host, port, exc.__cause__ or exc) from None
+        raise classify_mail_error(acc.name, host, port, exc.__cause__ or exc) from None
     except (aiosmtplib.SMTPServerDisconnected, aiosmtplib.SMTPTimeoutError) as exc:
         raise SendUnknown(
             acc.name, "SMTP", f"{host} went away mid-send ({type(exc).__name__})"
         ) from None
     except OSError as exc:
-        raise classify(acc.name, host, port, exc) from None
+        raise classify_mail_error(acc.name, host, port, exc) from None
 
 
 async def send(

@@ -253,10 +253,9 @@ def start_watchers(
             log.info("mail notice started", extra={"account": account.name, "uid": summary.uid})
             return
         turn = TurnInput(
-            update_id=0,
+            origin="mail",
             chat_id=owner,
             user_id=owner,
-            message_id=0,
             date=clock.now(),
             kind="text",
             text=summary_prompt(account, summary),

@@ -117,7 +117,9 @@ def replace_user_content(conn: Any, message_id: int, content: str) -> None:
 # -- after the answer ------------------------------------------------------------------------
 
 
-async def send_one_file(outbox: Outbox, chat_id: int, file: SpooledFile, reply_to: int) -> int:
+async def send_one_file(
+    outbox: Outbox, chat_id: int, file: SpooledFile, reply_to: int | None
+) -> int:
     if not await asyncio.to_thread(os.path.isfile, file.path):
         raise NonRetryable(f"{file.filename} is no longer in the outgoing folder")
     return await outbox.send_document(

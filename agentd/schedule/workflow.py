@@ -135,10 +135,9 @@ async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str)
     # page planted runs tainted (its egress asks the owner again).
     by, after = creator_words(sched.created_by)
     turn = TurnInput(
-        update_id=0,
+        origin="schedule",
         chat_id=sched.chat_id,
         user_id=sched.user_id,
-        message_id=0,
         date=deps.clock.now(),
         kind="text",
         text=sched.text,

@@ -27,7 +27,7 @@ from pydantic import Field
 from agentd.config import Config
 from agentd.db import Database
 from agentd.hands import shell as hands_shell
-from agentd.hands.files import Workspaces, sandbox_owner
+from agentd.hands.files import Workspaces, sandbox_ids
 from agentd.hands.sandbox import INSIDE_WORKSPACE, Limits, Sandbox, probe, run_sandboxed
 from agentd.hands.workspace import Workspace, WorkspaceError
 from agentd.skills import store
@@ -145,7 +145,7 @@ def _build(skills: Skills) -> list[Tool]:
     ) -> str:
         """Read one of an enabled skill's own files (references, templates, scripts' source)."""
         found = await skills.verified(skill, ctx.now())
-        folder = Workspace(found.path, max_bytes=READ_LIMIT, trash_days=0, owner=None)
+        folder = Workspace(found.path, max_bytes=READ_LIMIT, trash_days=0, chown=None)
         try:
             data = await asyncio.to_thread(folder.read, path)
         except WorkspaceError as exc:
@@ -226,16 +226,16 @@ def _stage(skill: SkillFolder, tmp: Path, config: Config) -> Path:
             f"The skill {skill.name} changed while its script was being started; "
             "it was not run. Tell the owner."
         )
-    owner = sandbox_owner(config)
-    if owner is not None:
+    ids = sandbox_ids(config)
+    if ids is not None:
         for folder, _dirs, files in os.walk(staged):
             for name in files:
                 path = Path(folder) / name
-                os.chown(path, *owner, follow_symlinks=False)
+                os.chown(path, *ids, follow_symlinks=False)
                 os.chmod(path, 0o500 if os.stat(path).st_mode & 0o100 else 0o400)
-            os.chown(folder, *owner, follow_symlinks=False)
+            os.chown(folder, *ids, follow_symlinks=False)
             os.chmod(folder, 0o500)
-        os.chown(tmp, *owner, follow_symlinks=False)
+        os.chown(tmp, *ids, follow_symlinks=False)
         os.chmod(tmp, 0o500)
     return staged
 

@@ -32,7 +32,7 @@ UNREADABLE = "unreadable"  # an update whose fields make no sense (wrong types, 
 MAX_REPLY_CHARS = 4000  # the quoted message is context only; it need not be whole
 
 
-class Decision(BaseModel):
+class UpdateDecision(BaseModel):
     action: Literal["turn", "callback", "reject", "ignore", "leave"]
     update_kind: str
     chat_id: int | None = None
@@ -158,7 +158,7 @@ def _reply_context(message: dict[str, Any], me: Identity) -> ReplyContext | None
     )
 
 
-def classify(update: dict[str, Any], me: Identity) -> Decision:
+def classify_update(update: dict[str, Any], me: Identity) -> UpdateDecision:
     """Map a raw Bot API update to what agentd does with it."""
     update_id = int(update.get("update_id", 0))
     if "callback_query" in update:
@@ -169,11 +169,11 @@ def classify(update: dict[str, Any], me: Identity) -> Decision:
     message = update.get("message") or update.get("edited_message")
     if not isinstance(message, dict):
         kind = next((k for k in update if k != "update_id"), "unknown")
-        return Decision(action="ignore", update_kind=kind, reason="update kind not served")
+        return UpdateDecision(action="ignore", update_kind=kind, reason="update kind not served")
     return _classify_message(update_id, message, edited, me)
 
 
-def _classify_membership(change: dict[str, Any], me: Identity) -> Decision:
+def _classify_membership(change: dict[str, Any], me: Identity) -> UpdateDecision:
     """The bot was added to (or removed from) a chat. A group nobody served added it to, or
     any group while groups are off, is left: its members are strangers to the owner."""
     chat = change.get("chat") or {}
@@ -181,7 +181,7 @@ def _classify_membership(change: dict[str, Any], me: Identity) -> Decision:
     status = (change.get("new_chat_member") or {}).get("status")
     joined = status in ("member", "administrator", "restricted")
     if not joined or chat.get("type", "private") == "private" or not isinstance(chat_id, int):
-        return Decision(
+        return UpdateDecision(
             action="ignore",
             update_kind="my_chat_member",
             chat_id=chat_id,
@@ -193,31 +193,31 @@ def _classify_membership(change: dict[str, Any], me: Identity) -> Decision:
     elif by not in me.allowed_user_ids:
         reason = "added to a group by someone not served"
     else:
-        return Decision(
+        return UpdateDecision(
             action="ignore",
             update_kind="my_chat_member",
             chat_id=chat_id,
             user_id=by,
             reason="added to a group by a served user",
         )
-    return Decision(
+    return UpdateDecision(
         action="leave", update_kind="my_chat_member", chat_id=chat_id, user_id=by, reason=reason
     )
 
 
-def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> Decision:
+def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> UpdateDecision:
     user_id = (query.get("from") or {}).get("id")
     message = query.get("message") or {}
     chat_id = (message.get("chat") or {}).get("id")
     if user_id not in me.allowed_user_ids:
-        return Decision(
+        return UpdateDecision(
             action="reject",
             update_kind="callback_query",
             user_id=user_id,
             chat_id=chat_id,
             reason="user not in allowlist",
         )
-    return Decision(
+    return UpdateDecision(
         action="callback",
         update_kind="callback_query",
         user_id=user_id,
@@ -235,15 +235,15 @@ def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> Deci
 
 def _classify_message(
     update_id: int, message: dict[str, Any], edited: bool, me: Identity
-) -> Decision:
+) -> UpdateDecision:
     update_kind = "edited_message" if edited else "message"
     user_id = (message.get("from") or {}).get("id")
     chat = message.get("chat") or {}
     chat_id = chat.get("id")
     if user_id is None or chat_id is None:
-        return Decision(action="ignore", update_kind=update_kind, reason="no sender")
+        return UpdateDecision(action="ignore", update_kind=update_kind, reason="no sender")
     if user_id not in me.allowed_user_ids:
-        return Decision(
+        return UpdateDecision(
             action="reject",
             update_kind=update_kind,
             user_id=user_id,
@@ -253,7 +253,7 @@ def _classify_message(
     text = message.get("text") or message.get("caption") or ""
     if chat.get("type", "private") != "private":
         if not me.allow_groups:  # a served user's group while groups are off: leave it
-            return Decision(
+            return UpdateDecision(
                 action="leave",
                 update_kind=update_kind,
                 user_id=user_id,
@@ -262,7 +262,7 @@ def _classify_message(
             )
         addressed, text = _addressed_in_group(message, me)
         if not addressed:
-            return Decision(
+            return UpdateDecision(
                 action="ignore",
                 update_kind=update_kind,
                 user_id=user_id,
@@ -271,10 +271,11 @@ def _classify_message(
             )
     kind, unsupported = _message_kind(message)
     turn = TurnInput(
+        origin="chat",
         update_id=update_id,
         chat_id=chat_id,
         user_id=user_id,
-        message_id=int(message.get("message_id", 0)),
+        message_id=int(message["message_id"]) if "message_id" in message else None,
         date=float(message.get("edit_date") or message.get("date") or 0),
         kind=kind,  # type: ignore[arg-type]
         text=text[:MAX_TEXT_CHARS],
@@ -286,7 +287,7 @@ def _classify_message(
         forwarded=_is_forwarded(message),
         forwarded_from=_forward_author(message),
     )
-    return Decision(
+    return UpdateDecision(
         action="turn", update_kind=update_kind, user_id=user_id, chat_id=chat_id, turn=turn
     )
 
@@ -297,12 +298,13 @@ def _int_at(value: Any, *path: str) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def unreadable(update: dict[str, Any], me: Identity, reason: str) -> Decision:
-    """An update classify() could not read: an allowlisted user in a private chat is told so."""
+def unreadable(update: dict[str, Any], me: Identity, reason: str) -> UpdateDecision:
+    """An update classify_update() could not read: an allowlisted user in a private chat is
+    told so."""
     message = update.get("message") or update.get("edited_message")
     chat_id, user_id = _int_at(message, "chat", "id"), _int_at(message, "from", "id")
     if chat_id is None or user_id is None or user_id not in me.allowed_user_ids or chat_id < 0:
-        return Decision(
+        return UpdateDecision(
             action="ignore",
             update_kind="malformed",
             chat_id=chat_id,
@@ -310,15 +312,16 @@ def unreadable(update: dict[str, Any], me: Identity, reason: str) -> Decision:
             reason=reason,
         )
     turn = TurnInput(
+        origin="chat",
         update_id=int(update["update_id"]),
         chat_id=chat_id,
         user_id=user_id,
-        message_id=_int_at(message, "message_id") or 0,
+        message_id=_int_at(message, "message_id"),
         date=0.0,
         kind="unsupported",
         unsupported_kind=UNREADABLE,
     )
-    return Decision(
+    return UpdateDecision(
         action="turn",
         update_kind="malformed",
         chat_id=chat_id,

@@ -1,7 +1,7 @@
 """Leaving groups nobody allowed: one small durable workflow per group left.
 
-Intake decides (classify: groups off, or added by someone not served) and starts it in the
-same transaction that records the update; the workflow calls leaveChat once and audits it.
+Intake decides (classify_update: groups off, or added by someone not served) and starts it in
+the same transaction that records the update; the workflow calls leaveChat once and audits it.
 """
 
 from __future__ import annotations

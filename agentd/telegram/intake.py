@@ -14,7 +14,7 @@ from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.telegram import groups
-from agentd.telegram.classify import Decision, Identity, classify, unreadable
+from agentd.telegram.classify import Identity, UpdateDecision, classify_update, unreadable
 from agentd.telegram.edits import plan_edit
 
 OFFSET_KEY = "telegram_offset"
@@ -53,7 +53,7 @@ def load_offset(conn: Any) -> int | None:
     return int(row[0]) if row else None
 
 
-def note_ignored(conn: Any, decision: Decision, result: IntakeResult) -> None:
+def note_ignored(conn: Any, decision: UpdateDecision, result: IntakeResult) -> None:
     """An allowed user's message in a group (groups off, or the bot not addressed): said in
     the log each time and in the audit once a day per chat and reason, never silent."""
     result.ignored.append((decision.chat_id, decision.user_id, decision.reason or ""))
@@ -70,7 +70,7 @@ def note_ignored(conn: Any, decision: Decision, result: IntakeResult) -> None:
 
 def _apply(
     conn: Any,
-    decision: Decision,
+    decision: UpdateDecision,
     update_id: int,
     engine: Engine,
     on_callback: CallbackHandler,
@@ -187,7 +187,7 @@ def persist_updates(
             continue
         try:
             me = _pair_if_asked(conn, update, me, now)
-            decision = classify(update, me)
+            decision = classify_update(update, me)
         except Exception as exc:  # never fatal: recorded, and its sender told where possible
             reason = _reason(exc)
             decision = unreadable(update, me, reason)

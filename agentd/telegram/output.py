@@ -27,7 +27,7 @@ from aiogram.types import (
 
 from agentd.chat.outbox import Button, SendFailed
 from agentd.telegram.format import TELEGRAM_LIMIT, split_markdown, to_html
-from agentd.telegram.session import classify
+from agentd.telegram.session import classify_fault
 
 T = TypeVar("T")
 log = logging.getLogger("agentd.telegram")
@@ -61,7 +61,7 @@ def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None
 
 def _refused(what: str, exc: Exception) -> Exception:
     """A permanent failure becomes SendFailed; a transient one (retries spent) propagates."""
-    fault = classify(exc)
+    fault = classify_fault(exc)
     if fault.kind == "transient":
         return exc
     return SendFailed(f"Telegram refused the {what}: {fault.reason}")
@@ -74,7 +74,7 @@ async def _best_effort(what: str, call: Callable[[], Awaitable[Any]]) -> bool:
     except Exception as exc:  # cancellation is BaseException and still propagates
         log.info(
             "telegram call skipped (best effort)",
-            extra={"method": what, "reason": classify(exc).reason},
+            extra={"method": what, "reason": classify_fault(exc).reason},
         )
         return False
     return True

@@ -23,7 +23,7 @@ from agentd.telegram.intake import (
     no_commands,
     persist_updates,
 )
-from agentd.telegram.session import RetryPolicy, classify
+from agentd.telegram.session import RetryPolicy, classify_fault
 
 log = logging.getLogger("agentd.telegram")
 # my_chat_member: the bot added to a group, which it leaves unless a served user added it.
@@ -113,7 +113,7 @@ class Poller:
             # still there, and classification copes with anything, so nothing is lost or stuck.
             raw = _raw_updates(exc.data)
             if raw is None:
-                await self._backoff(classify(exc).reason)
+                await self._backoff(classify_fault(exc).reason)
                 return None
             log.warning(
                 "malformed update in batch; stored from raw JSON", extra={"count": len(raw)}
@@ -123,7 +123,7 @@ class Poller:
         except TelegramUnauthorizedError:
             raise
         except Exception as exc:
-            fault = classify(exc)
+            fault = classify_fault(exc)
             await self._backoff(fault.reason, fault.retry_after)
             return None
         self._failures = 0

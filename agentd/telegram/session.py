@@ -90,7 +90,7 @@ def lenient_json_loads(text: str) -> Any:
     return _clean(value) if _SURROGATE_ESCAPE.search(text) else value
 
 
-def classify(exc: BaseException) -> Fault:
+def classify_fault(exc: BaseException) -> Fault:
     """The one classification of a Bot API failure: transient or permanent."""
     if isinstance(exc, TelegramRetryAfter):
         return Fault("transient", "429 flood control", retry_after=float(exc.retry_after))
@@ -166,7 +166,7 @@ class RetryMiddleware(BaseRequestMiddleware):
             try:
                 return await make_request(bot, method)
             except Exception as exc:
-                fault = classify(exc)
+                fault = classify_fault(exc)
                 if fault.maybe_done and name in CREATING_METHODS and self.on_uncertain:
                     await self.on_uncertain(name, getattr(method, "chat_id", None), fault.reason)
                 failures += 1
