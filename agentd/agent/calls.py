@@ -266,8 +266,9 @@ async def _execute(
     reported after a crash), else an ordinary step a crash runs again."""
     iid = step.instance_id
     if not (route.risk == "high" or route.at_most_once):
-        run = partial(run_tool, deps, route.name, caller, iid, use, "", taint.tainted_by)
-        return await step.do(f"tool:{use.id}", run)
+        return await step.do(
+            f"tool:{use.id}", run_tool, deps, route.name, caller, iid, use, "", taint.tainted_by
+        )
     try:
         return await step.do(
             f"tool:{use.id}",
