@@ -1,6 +1,7 @@
-"""How a high-risk tool call waits for the owner inside a turn: the approval is stored, the
-card with Approve / Deny is sent, the turn waits durably for the decision event (or the
-timeout, recorded as timed out, never as denied), and the card is edited to say what happened.
+"""How a high-risk tool call waits for the owner, in a turn or an automation (calls.py): the
+approval is stored, the card with Approve / Deny is sent, the workflow waits durably for the
+decision event (or the timeout, recorded as timed out, never as denied), and the card is edited
+to say what happened.
 """
 
 from __future__ import annotations
