@@ -132,6 +132,9 @@ def test_input_and_output_failures_name_the_field(stack: Stack) -> None:
     )
     told = stack.sent_to_owner("Automation bad_output failed")
     assert "agentd workflows retry " + started["instance_id"] in told["plain_text"]
+    # Told by a notice instance of its own, so the send is a journaled, marked step.
+    notice = f"notice-failed-{started['instance_id']}-1"
+    stack.wait_status(notice, "complete")
 
 
 def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stack) -> None:

@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
+
+from agentd.chat.names import chat_key
+from agentd.chat.notice import make_notice_workflow
+from agentd.daemon.startup import tell_parked
+from agentd.db import Database
+from agentd.durable import Engine, FakeClock, store
 
 ROOT = Path(__file__).resolve().parents[1] / "agentd"
 SENDS = {"send_text", "send_document"}
@@ -141,3 +148,45 @@ async def background(self, chat):
         "agentd/x.py:3 (direct) calls send_text",
         "agentd/x.py:15 (background) calls send_text",
     ]
+
+
+async def test_a_parked_workflows_notice_is_a_delivered_instance_of_its_own(
+    db: Database,
+) -> None:
+    """Told outside any workflow (the engine's on_finish), the notice still leaves by deliver:
+    as the `notice` instance's marked `send` step, once per parking however often it is told."""
+    sent: list[tuple[int, str]] = []
+
+    class Outbox:
+        async def send_text(self, chat_id: int, text: str, **_: Any) -> int:
+            sent.append((chat_id, text))
+            return len(sent)
+
+    engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
+    engine.register(make_notice_workflow(db, Outbox()))  # type: ignore[arg-type]
+    await engine.run()
+    parked = store.InstanceRecord(
+        seq=1,
+        id="tg-update-9",
+        workflow="turn",
+        key=chat_key(7),
+        status="errored",
+        input="{}",
+        output=None,
+        error="stopped after 3 crashes",
+        created_at=0.0,
+        updated_at=0.0,
+        finished_at=0.0,
+        wake_at=None,
+        waiting_for=None,
+        runs=3,
+        cancel_requested=False,
+    )
+    await tell_parked(engine.start, parked)
+    await tell_parked(engine.start, parked)  # told twice: one notice
+    notice = await engine.wait_for("notice-parked-tg-update-9-3")
+    await engine.shutdown()
+    assert notice.status == "complete"
+    assert len(sent) == 1 and sent[0][0] == 7 and "agentd workflows retry tg-update-9" in sent[0][1]
+    journal = await db.read(store.load_steps, notice.id)
+    assert [s.name for s in journal.values()] == ["send"]
