@@ -132,6 +132,9 @@ def test_input_and_output_failures_name_the_field(stack: Stack) -> None:
     )
     told = stack.sent_to_owner("Automation bad_output failed")
     assert "agentd workflows retry " + started["instance_id"] in told["plain_text"]
+    # Told by a notice instance of its own, so the send is a journaled, marked step.
+    notice = f"notice-failed-{started['instance_id']}-1"
+    stack.wait_status(notice, "complete")
 
 
 def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stack) -> None:
@@ -197,13 +200,13 @@ def test_step_llm_is_structured_and_costed(stack: Stack) -> None:
 def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:
     iid = stack.start("tidy", {"note": "n-1", "path": "/tmp/old"})["instance_id"]
     card = stack.sent_to_owner("delete_file")
-    assert "high risk" in card["plain_text"] and "/tmp/old" in card["plain_text"]
+    assert "Approval needed" in card["plain_text"] and "high risk" in card["plain_text"]
     assert "add_note n-1" in stack.daemon.effects()  # medium: ran without asking
     assert "delete_file /tmp/old" not in stack.daemon.effects()
-    # The call as one escaped canonical line, as on a turn's card.
+    # A turn's card: the call as one escaped canonical line.
     assert '{"arguments": {"path": "/tmp/old"}, "tool": "delete_file"}' in card["plain_text"]
     approve = card["reply_markup"]["inline_keyboard"][0][0]
-    assert approve["text"] == "Approve"
+    assert approve["text"] == "✅ Approve"
     # Approvers' rules, as for a turn's card: 43 is allowed but not an approver.
     stack.tg.add_callback_query(43, OWNER, card["message_id"], approve["callback_data"])
     stack.tg.add_callback_query(OWNER, OWNER, card["message_id"], approve["callback_data"])
@@ -213,9 +216,14 @@ def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:
     assert "Only the owner can approve this; nothing changed." in answers
     assert stack.daemon.effects().count("delete_file /tmp/old") == 1
     audit = stack.daemon.query(
-        "SELECT detail FROM audit WHERE kind = 'automation_tool' AND instance_id = ?", (iid,)
+        "SELECT detail FROM audit WHERE kind = 'tool_call' AND instance_id = ?", (iid,)
     )
-    assert sorted(json.loads(r[0])["tool"] for r in audit) == ["add_note", "delete_file"]
+    details = {json.loads(r[0])["tool"]: json.loads(r[0]) for r in audit}
+    assert sorted(details) == ["add_note", "delete_file"]
+    assert details["delete_file"]["decision"] == "approved"
+    shown = stack.daemon.cli_json("workflows", "show", iid)
+    names = [s["name"] for s in shown["steps"]]
+    assert {"route:note", "tool:note", "route:remove", "ask:remove", "tool:remove"} <= set(names)
 
 
 def test_the_model_can_start_a_workflow_that_declares_a_tool(stack: Stack) -> None:

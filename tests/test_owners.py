@@ -107,9 +107,10 @@ def test_the_askers_words_are_quoted_on_one_line_and_cut_visibly() -> None:
 
 
 def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Path) -> None:
-    """owner() is [telegram] owner_id (not the first allowlisted id); a step.tool approval is
-    answered by an approver, any other question by the owner, and only on the question itself
-    (its chat and message); refused presses are audited and change nothing."""
+    """owner() is [telegram] owner_id (not the first allowlisted id); a question is answered by
+    the owner only (a step.tool approval is an approval card, with the approvers' rules), and
+    only on the question itself (its chat and message); refused presses are audited and change
+    nothing."""
     from agentd.automations import runs
     from agentd.automations.owner import owner
     from agentd.automations.runtime import Runtime
@@ -130,11 +131,7 @@ def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Pat
             (now, now),
         )
         ask = runs.create_question(conn, "i1", "ask", 7, "Deploy?", ["Yes", "No"], None, now, 600)
-        tool = runs.create_question(
-            conn, "i1", "remove:approve", 7, "delete_file?", ["Approve", "Deny"], "Deny", now, 600
-        )
         runs.set_question_message(conn, ask.id, 10)
-        runs.set_question_message(conn, tool.id, 11)
     rt = Runtime(
         config=cfg,
         db=None,
@@ -163,15 +160,10 @@ def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Pat
     assert press(ask, 8, 7, 10) == "Only the owner can answer this."  # an approver, not owner
     assert press(ask, 1, 7, 10) == "Only the owner can answer this."
     assert press(ask, 7, 7, 99) == NOT_THIS_CARD
-    assert press(tool, 1, 7, 11) == NOT_AN_APPROVER
-    assert press(tool, 7, 1, 11) == NOT_THIS_CARD  # from another chat
+    assert press(ask, 7, 1, 10) == NOT_THIS_CARD  # from another chat
     refused = conn.execute("SELECT COUNT(*) FROM audit WHERE kind = 'question_press_refused'")
-    assert refused.fetchone()[0] == 5
-    assert [
-        q.status
-        for q in (runs.get_question(conn, ask.id), runs.get_question(conn, tool.id))
-        if q is not None
-    ] == ["pending", "pending"]
-    assert press(tool, 8, 7, 11) == "Answered: Approve."  # an approver may approve a tool
+    assert refused.fetchone()[0] == 4
+    question = runs.get_question(conn, ask.id)
+    assert question is not None and question.status == "pending"
     assert press(ask, 7, 7, 10) == "Answered: Yes."
     conn.close()

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from agentd.agent.approval_flow import Route
+from agentd.agent.calls import UNKNOWN_OUTCOME, note_result
 from agentd.agent.taint import TurnTaint, turn_taint
-from agentd.agent.toolloop import UNKNOWN_OUTCOME, note_result
 from agentd.agent.turn import _current_message, _user_content
 from agentd.chat.inputs import MediaRef, ReplyContext, TurnInput
 from agentd.llm.types import ToolUseBlock

@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.agent.toolloop import UNKNOWN_OUTCOME, handle_tool_use
+from agentd.agent.calls import UNKNOWN_OUTCOME
+from agentd.agent.toolloop import handle_tool_use
 from agentd.chat.inputs import TurnInput
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, Step, store, workflow
@@ -69,6 +70,7 @@ async def _interrupted_call(
         clock=FakeClock(auto_advance=True),
         redact=lambda text: text.replace("s3cret", "[REDACTED]"),
         outbox=outbox,
+        db=db,  # the "outcome unknown" notice leaves by the one send path (chat/delivery.py)
     )
     inp = TurnInput(update_id=1, chat_id=7, user_id=7, message_id=1, date=0.0, kind="text")
     use = ToolUseBlock(id="toolu_1", name="act", input={"what": "x"})

@@ -1,28 +1,27 @@
-"""How a high-risk tool call waits for the owner inside a turn: the approval is stored, the
-card with Approve / Deny is sent, the turn waits durably for the decision event (or the
-timeout, recorded as timed out, never as denied), and the card is edited to say what happened.
+"""How a high-risk tool call waits for the owner, in a turn or an automation (calls.py): the
+approval is stored, the card with Approve / Deny is sent, the workflow waits durably for the
+decision event (or the timeout, recorded as timed out, never as denied), and the card is edited
+to say what happened.
 """
 
 from __future__ import annotations
 
 import logging
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
-from agentd.agent.deps import TurnDeps
+from agentd.agent.deps import CallDeps
 from agentd.chat.delivery import deliver
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step, StepFailed
 from agentd.hands import rules as shell_rules
 from agentd.ledger import audit
-from agentd.llm.types import (
-    ToolUseBlock,
-)
+from agentd.llm.types import ToolUseBlock
 from agentd.tools import (
     ApprovalCard,
     ToolOutcome,
@@ -30,9 +29,6 @@ from agentd.tools import (
     check_args,
     render_args,
 )
-
-if TYPE_CHECKING:
-    from agentd.chat.inputs import TurnInput
 
 log = logging.getLogger("agentd.agent")
 
@@ -52,6 +48,16 @@ class Route(BaseModel):
     taints: bool = False  # its result is outside content: the turn is tainted after it runs
 
 
+class Caller(BaseModel):
+    """Who a tool call is made for: its user, the chat its messages go to, and the words that
+    asked for it (quoted on the approval card). An automation's calls are the owner's."""
+
+    chat_id: int
+    user_id: int
+    text: str = ""
+    waiting: bool = True  # someone waits in the chat for the answer: show "typing…"
+
+
 class ApprovalDecision(BaseModel):
     status: Literal["approved", "denied", "timed_out"]
     by: str | None = None
@@ -62,7 +68,7 @@ CARD_CALL_CHARS = 2500  # the call shown on a card; longer ones are attached who
 CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), quoted on one line
 
 
-def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
+def tool_card(deps: CallDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
     """The tool's own card content for this call (a shell command's line, folder, network,
     limits and its "Always allow this" offer); None: the arguments are rendered."""
     found = deps.registry.get(tool.name)
@@ -74,13 +80,13 @@ def tool_card(deps: TurnDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | 
     return found.card(checked)
 
 
-def _preview(deps: TurnDeps, use: ToolUseBlock, card: ApprovalCard | None) -> str:
+def _preview(deps: CallDeps, use: ToolUseBlock, card: ApprovalCard | None) -> str:
     # Why it asks is the approval's own `why` (the card's **Why:** line), not repeated here.
     return deps.redact(card.text if card is not None else render_args(use.input))
 
 
 def create_approval(
-    conn: Any, deps: TurnDeps, tool: Route, inp: TurnInput, instance_id: str, use: ToolUseBlock
+    conn: Any, deps: CallDeps, tool: Route, inp: Caller, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
     trust = owners.resolve(deps.config.telegram)
@@ -195,7 +201,7 @@ def _asker_name(conn: Any, user_id: int | None) -> str:
     return f"@{row[0]}" if row and row[0] else ""
 
 
-async def _attach_call(deps: TurnDeps, approval: Approval, chat_id: int, reply_to: int) -> int:
+async def _attach_call(deps: CallDeps, approval: Approval, chat_id: int, reply_to: int) -> int:
     """The whole call as a file under the card, when the card had to cut it. Run through the
     one send path as the step `attach:<id>`; writing the file again on a re-send is harmless."""
     folder = deps.config.outgoing_dir
@@ -225,7 +231,7 @@ def _asker_notice(approval: Approval) -> str:
     )
 
 
-async def tell_asker(deps: TurnDeps, approval: Approval, text: str) -> int | None:
+async def tell_asker(deps: CallDeps, approval: Approval, text: str) -> int | None:
     """The asker learns their request waits for someone else (or for their private chat). Run
     through the one send path as the step `tell:<id>`; best effort, the card is what counts."""
     try:
@@ -235,7 +241,7 @@ async def tell_asker(deps: TurnDeps, approval: Approval, text: str) -> int | Non
         return None
 
 
-async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[Button]]:
+async def always_allow_buttons(deps: CallDeps, approval: Approval) -> list[list[Button]]:
     """The third button, "Always allow this", where the tool offered a rule (hands/rules.py)."""
     if await deps.db.read(shell_rules.offered, approval.id) is None:
         return []
@@ -243,7 +249,7 @@ async def always_allow_buttons(deps: TurnDeps, approval: Approval) -> list[list[
     return [[Button(text="♾ Always allow this", data=data)]]
 
 
-async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
+async def ask_owner(deps: CallDeps, approval: Approval) -> int | None:
     """Send the Approve / Deny card to the approver's private chat; if Telegram is down the CLI
     can still decide. Run by `seek_approval` through the one send path (chat/delivery.py), as
     the step `ask:<id>`."""
@@ -269,7 +275,7 @@ async def ask_owner(deps: TurnDeps, approval: Approval) -> int | None:
     return message_id
 
 
-async def send_card(step: Step, deps: TurnDeps, approval: Approval, use_id: str) -> int | None:
+async def send_card(step: Step, deps: CallDeps, approval: Approval, use_id: str) -> int | None:
     """Every message of an approval through the one send path: the asker's notice, the card
     in the approver's private chat, and the whole call attached under a card that cut it."""
     notice = _asker_notice(approval)
@@ -297,7 +303,7 @@ async def send_card(step: Step, deps: TurnDeps, approval: Approval, use_id: str)
     return message_id
 
 
-async def settle_timeout(deps: TurnDeps, approval_id: str) -> ApprovalDecision:
+async def settle_timeout(deps: CallDeps, approval_id: str) -> ApprovalDecision:
     """A decision that landed just before the deadline still counts; else record timed_out."""
     stored = await deps.db.write(approvals.expire, approval_id, deps.clock.now())
     if stored.status == "timed_out":
@@ -315,7 +321,7 @@ async def settle_timeout(deps: TurnDeps, approval_id: str) -> ApprovalDecision:
 
 
 async def show_outcome(
-    deps: TurnDeps, approval: Approval, message_id: int | None, d: ApprovalDecision
+    deps: CallDeps, approval: Approval, message_id: int | None, d: ApprovalDecision
 ) -> None:
     """Edit the approval message to show what happened, removing the buttons (best effort:
     the decision stands whatever Telegram says)."""
@@ -342,7 +348,7 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
 
 
 async def seek_approval(
-    step: Step, deps: TurnDeps, tool: Route, inp: TurnInput, use: ToolUseBlock
+    step: Step, deps: CallDeps, tool: Route, inp: Caller, use: ToolUseBlock
 ) -> ApprovalDecision:
     iid = step.instance_id
     approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -44,6 +44,24 @@ class StableMemo:
         if fresh or not all(a is b for a, b in zip(self.tools or (), tools, strict=True)):
             self.value, self.tools, self.key = build(), tuple(tools), key
         return self.value
+
+
+class CallDeps(Protocol):
+    """What one tool call needs (agent/calls.py): a turn's TurnDeps has it, and so does an
+    automation's CallServices."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def db(self) -> Database: ...
+    @property
+    def outbox(self) -> Outbox: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def registry(self) -> ToolRegistry: ...
+    @property
+    def redact(self) -> Callable[[str], str]: ...
 
 
 @dataclass(frozen=True)

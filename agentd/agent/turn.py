@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.taint import turn_taint
-from agentd.agent.toolloop import EMPTY_ANSWER, agent_loop, current_prefix
+from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
     CACHE_TTL_SECONDS,
     CHARS_PER_TOKEN,
@@ -474,117 +474,117 @@ async def answer_media_at_once(
     return TurnOutput(reply_message_ids=ids, outcome=outcome)
 
 
+async def answer_unsupported(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
+    kind = inp.unsupported_kind or inp.kind
+    text = unsupported_reply(kind)
+    ids = await send_reply(step, deps, inp, text, "send")
+    await record_reply(step, deps, inp, text, ids, "unsupported", "turn", {"kind": kind})
+    return TurnOutput(reply_message_ids=ids, outcome="unsupported")
+
+
+async def answer_rate_limited(
+    step: Step, deps: TurnDeps, inp: TurnInput, verdict: ratelimit.Verdict
+) -> TurnOutput:
+    """Over a limit: say so once per window, then stay quiet (the audit has each turn)."""
+    if not verdict.notify:  # told once already in this window: stay quiet
+        detail = {"limit": verdict.limit, "notified": False}
+        await step.local("audit", write_audit, inp, step.instance_id, "rate_limited", detail)
+        return TurnOutput(outcome="rate_limited")
+    text = ratelimit.notice(verdict.limit)
+    ids = await send_reply(step, deps, inp, text, "send")
+    detail = {"limit": verdict.limit, "notified": True}
+    await record_reply(step, deps, inp, text, ids, "rate_limited", "rate_limited", detail)
+    return TurnOutput(reply_message_ids=ids, outcome="rate_limited")
+
+
+async def answer_before_the_model(
+    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn
+) -> TurnOutput | None:
+    """The answers that need no model (media that could not be taken in, an unsupported
+    message, a rate limit); None: the model answers."""
+    if media.reply is not None:
+        return await answer_media_at_once(step, deps, inp, media)
+    if media.echo:
+        await send_chunk(step, deps, inp.chat_id, media.echo, inp.message_id, "echo-transcript")
+    if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
+        return await answer_unsupported(step, deps, inp)
+    verdict = await step.do("rate-check", rate_check, deps, inp, delivery="idempotent")
+    if not verdict.allowed:
+        return await answer_rate_limited(step, deps, inp, verdict)
+    return None
+
+
+async def think(
+    step: Step,
+    deps: TurnDeps,
+    inp: TurnInput,
+    user_msg_id: int,
+    seen: tuple[list[SeenImage], list[str]],
+    media: MediaIn,
+) -> AgentResult:
+    """History, recall and taint, then the agent loop; a failed step is told to the user."""
+    images, notes = seen
+    try:
+        past = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
+        messages = to_llm_messages(past, _current_message(inp, notes))
+        try:
+            recall = await step.do("recall", recall_memories, deps, inp, delivery="idempotent")
+        except StepFailed:
+            recall = Recall()  # an embedder outage must not cost the user their answer
+        taint = turn_taint(inp, photos=len(images), media_meta=media.meta, memories=recall.memories)
+        return await agent_loop(step, deps, inp, messages, recall, taint)
+    except StepFailed as exc:
+        reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
+        ids = await send_reply(step, deps, inp, reply, "send-error")
+        detail = {"step": exc.step, "error": exc.error_type}
+        await record_reply(step, deps, inp, reply, ids, "error", "turn_error", detail)
+        raise TurnFailed(f"step {exc.step} failed: {exc.error_type}: {exc.message}") from None
+
+
+async def answer(
+    step: Step, deps: TurnDeps, inp: TurnInput, result: AgentResult, media: MediaIn, started: float
+) -> TurnOutput:
+    """The model's answer, its files and any document offer; then history, audit, summary."""
+    text = with_reported_actions(result.text, result.reported_actions)
+    text = with_skills_named(text, result.skills_used)
+    try:
+        ids = await send_reply(step, deps, inp, text, "send")
+    except StepFailed as exc:
+        detail = {"step": exc.step, "error": exc.message}
+        await record_reply(step, deps, inp, text, [], "undelivered", "turn_error", detail)
+        raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
+    ids += await turnsteps.send_files(step, deps.outbox, deps.db, inp, result.files)
+    if media.offer is not None:
+        offer = partial(turnsteps.offer_document, deps.outbox, deps.db, inp.chat_id, media.offer)
+        await deliver(step, deps.db, "offer-document", inp.chat_id, offer)
+    duration = round((time.perf_counter() - started) * 1000, 1)
+    detail = {"llm_calls": result.calls, "chunks": len(ids), "duration_ms": duration}
+    await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail)
+    # Idempotent: the summary's instance id is derived from the history it covers.
+    await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")
+    return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
+
+
+async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
+    started = time.perf_counter()
+    images, notes = await look_at_images(step, deps, inp)
+    media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
+    if media.user_text is not None:  # a transcript is the user's text from here on
+        inp = inp.model_copy(update={"text": media.user_text[:MAX_TEXT_CHARS]})
+    notes = [*notes, *media.notes]
+    user_msg_id = await step.local(
+        "save-user", save_user_message, inp, step.instance_id, images, notes, media.meta
+    )
+    early = await answer_before_the_model(step, deps, inp, media)
+    if early is not None:
+        return early
+    result = await think(step, deps, inp, user_msg_id, (images, notes), media)
+    return await answer(step, deps, inp, result, media, started)
+
+
 def make_turn_workflow(deps: TurnDeps) -> Workflow[TurnInput, TurnOutput]:
     @workflow(TURN_WORKFLOW)
     async def turn(step: Step, inp: TurnInput) -> TurnOutput:
-        started = time.perf_counter()
-        iid = step.instance_id
-        images, notes = await look_at_images(step, deps, inp)
-        media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
-        if media.user_text is not None:  # a transcript is the user's text from here on
-            inp = inp.model_copy(update={"text": media.user_text[:MAX_TEXT_CHARS]})
-        notes = [*notes, *media.notes]
-        user_msg_id = await step.local(
-            "save-user", save_user_message, inp, iid, images, notes, media.meta
-        )
-        if media.reply is not None:
-            return await answer_media_at_once(step, deps, inp, media)
-        if media.echo:
-            await send_chunk(step, deps, inp.chat_id, media.echo, inp.message_id, "echo-transcript")
-        if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
-            kind = inp.unsupported_kind or inp.kind
-            text = unsupported_reply(kind)
-            ids = await send_reply(step, deps, inp, text, "send")
-            await record_reply(step, deps, inp, text, ids, "unsupported", "turn", {"kind": kind})
-            return TurnOutput(reply_message_ids=ids, outcome="unsupported")
-        verdict = await step.do("rate-check", rate_check, deps, inp, delivery="idempotent")
-        if not verdict.allowed:
-            if not verdict.notify:  # told once already in this window: stay quiet
-                await step.local(
-                    "audit",
-                    write_audit,
-                    inp,
-                    iid,
-                    "rate_limited",
-                    {"limit": verdict.limit, "notified": False},
-                )
-                return TurnOutput(outcome="rate_limited")
-            text = ratelimit.notice(verdict.limit)
-            ids = await send_reply(step, deps, inp, text, "send")
-            await record_reply(
-                step,
-                deps,
-                inp,
-                text,
-                ids,
-                "rate_limited",
-                "rate_limited",
-                {"limit": verdict.limit, "notified": True},
-            )
-            return TurnOutput(reply_message_ids=ids, outcome="rate_limited")
-        try:
-            past = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
-            messages = to_llm_messages(past, _current_message(inp, notes))
-            try:
-                recall = await step.do("recall", recall_memories, deps, inp, delivery="idempotent")
-            except StepFailed:
-                recall = Recall()  # an embedder outage must not cost the user their answer
-            taint = turn_taint(
-                inp, photos=len(images), media_meta=media.meta, memories=recall.memories
-            )
-            result = await agent_loop(step, deps, inp, messages, recall, taint)
-        except StepFailed as exc:
-            reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
-            ids = await send_reply(step, deps, inp, reply, "send-error")
-            await record_reply(
-                step,
-                deps,
-                inp,
-                reply,
-                ids,
-                "error",
-                "turn_error",
-                {"step": exc.step, "error": exc.error_type},
-            )
-            raise TurnFailed(f"step {exc.step} failed: {exc.error_type}: {exc.message}") from None
-        answer = with_reported_actions(result.text, result.reported_actions)
-        answer = with_skills_named(answer, result.skills_used)
-        try:
-            ids = await send_reply(step, deps, inp, answer, "send")
-        except StepFailed as exc:
-            await record_reply(
-                step,
-                deps,
-                inp,
-                answer,
-                [],
-                "undelivered",
-                "turn_error",
-                {"step": exc.step, "error": exc.message},
-            )
-            raise TurnFailed(f"the answer could not be delivered: {exc.message}") from None
-        ids += await turnsteps.send_files(step, deps.outbox, deps.db, inp, result.files)
-        if media.offer is not None:
-            await deliver(
-                step,
-                deps.db,
-                "offer-document",
-                inp.chat_id,
-                partial(turnsteps.offer_document, deps.outbox, deps.db, inp.chat_id, media.offer),
-            )
-        duration = round((time.perf_counter() - started) * 1000, 1)
-        await record_reply(
-            step,
-            deps,
-            inp,
-            answer,
-            ids,
-            result.outcome,
-            "turn",
-            {"llm_calls": result.calls, "chunks": len(ids), "duration_ms": duration},
-        )
-        # Idempotent: the summary's instance id is derived from the history it covers.
-        await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")
-        return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
+        return await run_turn(step, deps, inp)
 
     return turn

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from agentd.agent.taint import TurnTaint
 from agentd.durable import Event, NonRetryable, Retry, Step
 
 if TYPE_CHECKING:
@@ -129,6 +130,9 @@ class AutoStep:
     def __init__(self, step: Step, runtime: Runtime) -> None:
         self._step = step
         self._rt = runtime
+        # What this run's tools have read from outside (agent/taint.py), rebuilt from the
+        # journaled results on a resume: a later egress call asks the owner, as in a turn.
+        self._taint = TurnTaint()
 
     @property
     def instance_id(self) -> str:
@@ -210,9 +214,11 @@ class AutoStep:
         return await self._rt.start_from(self._step, name, workflow, input)
 
     async def tool(self, name: str, tool: str, args: dict[str, Any] | None = None) -> ToolRun:
-        """Run one of agentd's tools under its risk policy: low and medium run, high asks the
-        owner first (as in a chat turn)."""
-        return await self._rt.tool(self._step, name, tool, args or {})
+        """Run one of agentd's tools as a chat turn would: the same risk policy and taint (after
+        a tool that reads outside content, an egress tool asks), the same approval card for a
+        high-risk call, and never twice for an at-most-once one (a restart mid-call reports
+        "outcome unknown"). Its steps are named after `name` (`tool:NAME`, …)."""
+        return await self._rt.tool(self._step, self._taint, name, tool, args or {})
 
 
 __all__ = [

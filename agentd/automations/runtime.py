@@ -7,20 +7,26 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, RootModel, ValidationError
 
 from agentd.access import approvals, owners
+from agentd.agent.approval_flow import Caller
+from agentd.agent.calls import CallServices, make_call
+from agentd.agent.taint import TurnTaint
 from agentd.automations import runs
 from agentd.automations.api import Automation, AutoStep, ToolRun, field_errors
 from agentd.automations.catalog import Catalog
 from agentd.automations.owner import owner
+from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress
-from agentd.chat.outbox import Button, Outbox, SendFailed
+from agentd.chat.notice import post_notice
+from agentd.chat.outbox import Button, Outbox
 from agentd.commands.router import CommandInput, CommandReply
 from agentd.config import Config
 from agentd.db import Database
@@ -33,17 +39,16 @@ from agentd.durable import (
     Step,
     Workflow,
     WorkflowNotFound,
+    store,
 )
 from agentd.ledger import audit, usage
 from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
-from agentd.llm.types import LLMRequest, Message, SystemBlock
-from agentd.tools import CallState, Tool, ToolContext, ToolRegistry, call_risk, check_args, execute
-from agentd.tools import ToolOutcome as _Outcome
+from agentd.llm.types import LLMRequest, Message, SystemBlock, ToolUseBlock
+from agentd.tools import Tool, ToolContext, ToolRegistry
 
 log = logging.getLogger("agentd.automations")
 CALLBACK_PREFIX = "aq"  # button data aq:<question id>:<choice index>
-APPROVE_SUFFIX = ":approve"  # the question a high-risk step.tool asks (approvers answer it)
 
 
 class RawInput(RootModel[dict[str, Any]]):
@@ -205,21 +210,19 @@ class Runtime:
             )
         return tools
 
-    async def notify_failure(self, name: str, instance_id: str, error: str) -> None:
-        """Tell the owner an automation errored (best effort: the journal and the audit log
-        have it whatever the chat says)."""
-        if name not in self.catalog.versions or (chat := owner(self.config)) is None:
+    async def notify_failure(
+        self, start: Callable[..., Awaitable[Any]], inst: store.InstanceRecord
+    ) -> None:
+        """Tell the owner an automation errored, as a notice of its own (chat/notice.py), once
+        per failed run (the journal and the audit log have it whatever the chat says)."""
+        if inst.workflow not in self.catalog.versions or (chat := owner(self.config)) is None:
             return
         text = (
-            f"⚠️ Automation `{name}` failed (`{instance_id}`):\n{error[:600]}\n\n"
-            f"Details: `agentd workflows show {instance_id}`; run it again: "
-            f"`agentd workflows retry {instance_id}`"
+            f"⚠️ Automation `{inst.workflow}` failed (`{inst.id}`):\n{(inst.error or '')[:600]}\n\n"
+            f"Details: `agentd workflows show {inst.id}`; run it again: "
+            f"`agentd workflows retry {inst.id}`"
         )
-        try:
-            await self.outbox.send_text(chat, text)
-        except Exception as exc:
-            extra = {"instance_id": instance_id, "error": type(exc).__name__}
-            log.warning("could not tell the owner about a failed automation", extra=extra)
+        await post_notice(start, f"notice-failed-{inst.id}-{inst.runs}", chat, text)
 
     # -- ask_owner ------------------------------------------------------------------------
 
@@ -248,14 +251,11 @@ class Runtime:
         return runs.answer(conn, question_id, int(index), by, time.time())
 
     def _press_refusal(self, question: runs.Question | None, press: CallbackPress) -> str | None:
-        """Why this press may not answer, or None. A step.tool approval follows the approval
-        buttons' rules (an approver, access/owners.py); any other question is the owner's. Either
-        way the press counts only on the question itself: its chat and its message."""
+        """Why this press may not answer, or None. A question is the owner's (a step.tool
+        approval is an ordinary approval card, with the approvers' rules), and a press counts
+        only on the question itself: its chat and its message."""
         trust = owners.resolve(self.config.telegram)
-        if question is not None and question.step.endswith(APPROVE_SUFFIX):
-            if not trust.may_approve(press.user_id):
-                return approvals.NOT_AN_APPROVER
-        elif press.user_id is None or press.user_id != trust.owner_id:
+        if press.user_id is None or press.user_id != trust.owner_id:
             return "Only the owner can answer this."
         if question is not None and (
             press.chat_id != question.chat_id
@@ -293,7 +293,10 @@ class Runtime:
             seconds,
             result_type=runs.Question,
         )
-        message_id = await step.do(f"{name}:send", self._send_question, question)
+        send = partial(self._send_question, question)
+        message_id = await deliver(
+            step, self.db, f"{name}:send", question.chat_id, send, result_type=int | None
+        )
         event = await step.wait_for_event(
             runs.ANSWER_PREFIX + name,
             max(0.0, question.expires_at - self.clock.now()),
@@ -396,70 +399,22 @@ class Runtime:
 
     async def send(self, step: Step, name: str, text: str) -> int:
         chat = self._owner_chat()
+        return await deliver(step, self.db, name, chat, partial(self.outbox.send_text, chat, text))
 
-        async def send_text() -> int:
-            try:
-                return await self.outbox.send_text(chat, text)
-            except SendFailed as exc:
-                raise NonRetryable(str(exc)) from None
-
-        # Marked: an attempt the process died in stays visible in `workflows show`.
-        return await step.do(name, send_text, mark=True)
-
-    async def tool(self, step: Step, name: str, tool_name: str, args: dict[str, Any]) -> ToolRun:
-        found = self.registry.get(tool_name) if self.registry is not None else None
-        if found is None:
-            raise NonRetryable(f"no tool named {tool_name!r}")
-        checked = check_args(found, args)
-        if isinstance(checked, _Outcome):
-            raise NonRetryable(f"{tool_name}: {checked.content}")
-        verdict = call_risk(found, checked, CallState())
-        if verdict.risk == "high":
-            # As on a turn's card: the call as one escaped line (no value can draw a line or
-            # close the block), the reason as code.
-            call = self.redact(approvals.canonical_call(tool_name, args))[:1500]
-            why = f"\n**Why:** `{approvals.quote(verdict.reason)}`" if verdict.reason else ""
-            text = (
-                f"🔐 Workflow step `{name}` wants to run `{tool_name}` (high risk){why}\n\n"
-                f"```\n{call}\n```"
-            )
-            choice = await self.ask_owner(
-                step,
-                name + APPROVE_SUFFIX,
-                text,
-                ["Approve", "Deny"],
-                self.config.tools.approval_timeout,
-                "Deny",
-            )
-            if choice != "Approve":
-                return ToolRun(ok=False, ran=False, content=f"{tool_name} was not run ({choice}).")
-        chat, instance_id = self._owner_chat(), step.instance_id
-
-        async def run_tool() -> ToolRun:
-            ctx = ToolContext(
-                chat_id=chat,
-                user_id=chat,
-                instance_id=instance_id,
-                timezone=self.config.agent.timezone,
-                now=self.clock.now,
-                redact=self.redact,
-            )
-            outcome = await execute(found, ctx, args)
-            await self.db.write(
-                lambda conn: audit.record(
-                    conn,
-                    "automation_tool",
-                    chat_id=chat,
-                    instance_id=instance_id,
-                    detail={
-                        "step": name,
-                        "tool": tool_name,
-                        "risk": verdict.risk,
-                        "ok": outcome.ok,
-                    },
-                    source_key=f"{instance_id}:{name}",
-                )
-            )
-            return ToolRun(ok=outcome.ok, content=outcome.content)
-
-        return await step.do(name, run_tool)
+    async def tool(
+        self, step: Step, taint: TurnTaint, name: str, tool_name: str, args: dict[str, Any]
+    ) -> ToolRun:
+        """A tool call by the path every call takes (agent/calls.py), as the owner's: the
+        step's name is the call's id, so two calls are two (each mail its own Message-ID)."""
+        if self.registry is None:
+            raise NonRetryable(f"no tool named {tool_name!r}: no tools are loaded")
+        chat = self._owner_chat()
+        services = CallServices(
+            self.config, self.db, self.outbox, self.clock, self.registry, self.redact
+        )
+        caller = Caller(chat_id=chat, user_id=chat, waiting=False)
+        use = ToolUseBlock(id=name, name=tool_name, input=args)
+        result = await make_call(step, services, caller, use, taint)
+        if result.route.problem is not None:  # the author's mistake: retrying cannot help
+            raise NonRetryable(f"{tool_name}: {result.outcome.content}")
+        return ToolRun(ok=result.outcome.ok, content=result.outcome.content, ran=result.ran)

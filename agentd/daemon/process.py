@@ -125,12 +125,11 @@ async def _build(proc: _Process, started_at: float) -> None:
             await withdraw_approvals(db, outbox, inst.id)
         elif inst.status == "errored":
             # A parked turn tells its chat; a failed (or parked) automation tells the owner.
+            # Each a notice of its own (chat/notice.py), so it leaves by the one send path.
             if (inst.error or "").startswith("stopped after"):
-                await tell_parked(outbox, inst)
+                await tell_parked(engine.start, inst)
             if wired_holder:
-                await wired_holder[0].automations.notify_failure(
-                    inst.workflow, inst.id, inst.error or ""
-                )
+                await wired_holder[0].automations.notify_failure(engine.start, inst)
 
     clock = SystemClock()
     engine = proc.engine = Engine(

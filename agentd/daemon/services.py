@@ -14,6 +14,7 @@ from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
 from agentd.automations.catalog import builtin_names, load_catalog
 from agentd.automations.runtime import CALLBACK_PREFIX, Runtime
+from agentd.chat.notice import make_notice_workflow as make_chat_notice_workflow
 from agentd.commands import chat as chat_commands
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandRouter
@@ -134,6 +135,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     engine.register(make_ingest_workflow(doc_deps, core.outbox))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
     engine.register(make_notice_workflow(db, core.outbox))  # pending notices recover too
+    engine.register(make_chat_notice_workflow(db, core.outbox))  # parked, failed: notices
     engine.register(make_leave_workflow(core.bot, db))
     for flow in automations.workflows():
         engine.register(flow)

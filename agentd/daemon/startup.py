@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
 from agentd.chat.names import chat_key
-from agentd.chat.outbox import Outbox
+from agentd.chat.notice import post_notice
 from agentd.config import Config, read_named_secret
 from agentd.db import Database
 from agentd.durable import store
@@ -202,16 +202,11 @@ def parked_notice(inst: store.InstanceRecord) -> str:
     )
 
 
-async def tell_parked(outbox: Outbox, inst: store.InstanceRecord) -> None:
-    """Tell the instance's chat (best effort: the instance is parked whatever Telegram says)."""
+async def tell_parked(start: Callable[..., Awaitable[Any]], inst: store.InstanceRecord) -> None:
+    """Tell the instance's chat, once per parking, as a notice of its own (chat/notice.py):
+    outside any workflow here, it still leaves by the one send path."""
     prefix = chat_key(0).removesuffix("0")
     if not inst.key.startswith(prefix):
         return
-    try:
-        chat_id = int(inst.key.removeprefix(prefix))
-        await outbox.send_text(chat_id, parked_notice(inst))
-    except Exception as exc:
-        log.warning(
-            "could not tell the chat about a parked workflow",
-            extra={"instance_id": inst.id, "error": type(exc).__name__},
-        )
+    chat_id = int(inst.key.removeprefix(prefix))
+    await post_notice(start, f"notice-parked-{inst.id}-{inst.runs}", chat_id, parked_notice(inst))

@@ -1,18 +1,21 @@
 """Commands left running in the background: a durable workflow of their own per job.
 
 The turn approves the command as usual, starts the job and answers at once; the job runs the
-command as an at-most-once step (with `background_wall_seconds`), then sends the user a notice
-with how it ended. A crash during the command ends the job with "outcome unknown" (never a
-second run); `agentd workflows cancel <job>` kills its process tree.
+command as an at-most-once step (with `background_wall_seconds`) under the starting call's id,
+then sends the user a notice with how it ended, by the one send path (chat/delivery.py). A
+crash during the command ends the job with "outcome unknown" (never a second run); `agentd
+workflows cancel <job>` kills its process tree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
 
+from agentd.chat.delivery import deliver
 from agentd.chat.outbox import Outbox
 from agentd.durable import OutcomeUnknown, Step, Workflow, workflow
 from agentd.hands.shell import ShellArgs, ShellDeps, run_command
@@ -26,6 +29,7 @@ class JobInput(BaseModel):
     user_id: int
     args: ShellArgs
     approval: str  # how the turn's call was approved (for the audit)
+    call_id: str = ""  # the turn's tool_use id that started the job: the run's per-call id
 
 
 class JobOutput(BaseModel):
@@ -47,7 +51,7 @@ async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
         chat_id=inp.chat_id,
         user_id=inp.user_id,
         instance_id=instance_id,
-        tool_use_id="run",
+        tool_use_id=inp.call_id or "run",
         redact=deps.redact,
     )
     wall = deps.config.tools.shell.background_wall_seconds
@@ -61,8 +65,9 @@ async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
 
 
 def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, JobOutput]:
-    async def notify(chat_id: int, text: str) -> int:
-        return await outbox.send_text(chat_id, text)
+    async def notify(step: Step, chat_id: int, text: str) -> int:
+        send = partial(outbox.send_text, chat_id, text)
+        return await deliver(step, deps.db, "notify", chat_id, send)
 
     @workflow(BACKGROUND_WORKFLOW)
     async def job(step: Step, inp: JobInput) -> JobOutput:
@@ -77,13 +82,13 @@ def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, Job
                 f"not have run (a restart cut it short); it was not run again.\n\n"
                 f"```\n$ {command}\n```"
             )
-            await step.do("notify", notify, inp.chat_id, text)
+            await notify(step, inp.chat_id, text)
             return JobOutput(outcome="unknown", notice=text)
         text = (
             f"🏁 Background job `{step.instance_id}` ended.\n\n```\n$ {command}\n```\n\n"
             f"```\n{_fence(result)[-3000:]}\n```"
         )
-        await step.do("notify", notify, inp.chat_id, text)
+        await notify(step, inp.chat_id, text)
         return JobOutput(
             outcome="done" if result.startswith("Exit code 0") else "failed", notice=text
         )
@@ -96,7 +101,13 @@ def job_starter(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable
 
     async def start_job(ctx: ToolContext, args: ShellArgs, approval: str) -> str:
         jid = job_id(ctx)
-        inp = JobInput(chat_id=ctx.chat_id, user_id=ctx.user_id, args=args, approval=approval)
+        inp = JobInput(
+            chat_id=ctx.chat_id,
+            user_id=ctx.user_id,
+            args=args,
+            approval=approval,
+            call_id=ctx.tool_use_id,
+        )
         await start(BACKGROUND_WORKFLOW, inp, instance_id=jid, key=jid)
         return (
             f"Started in the background as job {jid}. The user gets a notice when it ends; "

@@ -9,25 +9,15 @@ at most once, and counted (`send_uncertain`), like every other message agentd se
 from __future__ import annotations
 
 import hashlib
-from functools import partial
 
-from pydantic import BaseModel
-
-from agentd.chat.delivery import deliver
+from agentd.chat.notice import NoticeInput, NoticeOutput
+from agentd.chat.notice import make_notice_workflow as _notice_workflow
 from agentd.chat.outbox import Outbox
 from agentd.db import Database
-from agentd.durable import Step, Workflow, workflow
+from agentd.durable import Workflow
 
 MAIL_NOTICE_WORKFLOW = "mail_notice"
-
-
-class NoticeInput(BaseModel):
-    chat_id: int
-    text: str
-
-
-class NoticeOutput(BaseModel):
-    message_id: int
+__all__ = ["MAIL_NOTICE_WORKFLOW", "NoticeInput", "make_notice_workflow", "notice_instance_id"]
 
 
 def notice_instance_id(account: str, folder: str, uid: int, message_id: str) -> str:
@@ -37,11 +27,4 @@ def notice_instance_id(account: str, folder: str, uid: int, message_id: str) -> 
 
 
 def make_notice_workflow(db: Database, outbox: Outbox) -> Workflow[NoticeInput, NoticeOutput]:
-    @workflow(MAIL_NOTICE_WORKFLOW)
-    async def mail_notice(step: Step, inp: NoticeInput) -> NoticeOutput:
-        sent = await deliver(
-            step, db, "send", inp.chat_id, partial(outbox.send_text, inp.chat_id, inp.text)
-        )
-        return NoticeOutput(message_id=sent)
-
-    return mail_notice
+    return _notice_workflow(db, outbox, MAIL_NOTICE_WORKFLOW)
