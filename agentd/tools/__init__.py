@@ -19,8 +19,8 @@ from agentd.tools.base import (
     ToolProblem,
     ToolResult,
     mark_untrusted,
-    tool,
 )
+from agentd.tools.declare import tool
 from agentd.tools.execute import ToolOutcome, args_digest, check_args, execute, render_args
 from agentd.tools.mcp import McpServers
 from agentd.tools.policy import call_risk

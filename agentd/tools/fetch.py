@@ -15,8 +15,8 @@ from agentd.tools.base import (
     ToolContext,
     ToolError,
     mark_untrusted,
-    tool,
 )
+from agentd.tools.declare import tool
 from agentd.tools.urls import normal_url
 
 

@@ -31,16 +31,14 @@ from agentd.tools.base import (
     Assessment,
     AsyncFn,
     CallState,
-    Flags,
     Tool,
     ToolContext,
     ToolDeclarationError,
     ToolError,
     ToolFn,
     ToolResult,
-    build,
-    declare,
 )
+from agentd.tools.declare import Flags, build, declare
 
 # Why a call may not run here (what the model is told), or None to let it run.
 Guard = Callable[[ToolContext], str | None]
