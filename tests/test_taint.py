@@ -18,7 +18,8 @@ from agentd.net.safe_fetch import FetchPolicy
 from agentd.schedule.create import creator_words
 from agentd.telegram.classify import Identity, classify_update
 from agentd.tools import CallState, ToolOutcome, call_risk
-from agentd.tools.base import Tool, ToolContext, tool
+from agentd.tools.base import Tool, ToolContext
+from agentd.tools.declare import tool
 from agentd.tools.fetch import assess_fetch, fetch_url_tool
 from agentd.tools.urls import normal_url, urls_in, user_url_in
 

@@ -46,6 +46,7 @@ from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock, ToolUseBlock
 from agentd.tools import Tool, ToolContext, ToolRegistry
+from agentd.tools.toolset import Toolset
 
 log = logging.getLogger("agentd.automations")
 CALLBACK_PREFIX = "aq"  # button data aq:<question id>:<choice index>
@@ -184,7 +185,8 @@ class Runtime:
         return CommandReply(text=f"Started `{name}`: `{started.instance_id}`")
 
     def model_tools(self) -> list[Tool]:
-        """`run_<name>` for each automation that declares `tool=AsTool(...)`."""
+        """`run_<name>` for each automation that declares `tool=AsTool(...)`; each is a group
+        of its own, named after the file it comes from."""
         tools = []
         for name in self.catalog.names():
             auto = self.catalog.current(name)
@@ -198,16 +200,16 @@ class Runtime:
                 )
                 return f"Started workflow {name} as {started.instance_id}; it runs on its own."
 
-            tools.append(
-                Tool.from_model(
-                    name=f"run_{name}",
-                    description=auto.tool.description,
-                    args_model=auto.input_model,
-                    fn=start_it,
-                    risk=auto.tool.risk,
-                    source=f"automation:{auto.source}",
-                )
+            # The input model is the automation's own, known only once its file is loaded.
+            own = Toolset(f"automation:{auto.source}")
+            made = own.add_model(
+                name=f"run_{name}",
+                description=auto.tool.description,
+                args_model=auto.input_model,
+                fn=start_it,
+                risk=auto.tool.risk,
             )
+            tools.append(made)
         return tools
 
     async def notify_failure(

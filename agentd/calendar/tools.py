@@ -11,18 +11,26 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.access import owners
 from agentd.calendar.events import describe, expand, free_slots, new_event
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import Config
-from agentd.tools import Assessment, CallState, Tool, ToolContext, ToolError, mark_untrusted
+from agentd.tools import (
+    Assessment,
+    CallState,
+    OwnerOnly,
+    Tool,
+    ToolContext,
+    ToolError,
+    Toolset,
+    mark_untrusted,
+)
 
 MAX_EVENTS = 200
 
@@ -74,7 +82,6 @@ class DeleteArgs(_Args):
 class CalendarDeps:
     config: Config
     sources: dict[str, Source]
-    owner: int | None = None  # whose calendars these are (access/owners.py)
 
     def source(self, name: str, *, write: bool = False) -> Source:
         if name and name not in self.sources:
@@ -237,77 +244,57 @@ NOT_THE_OWNERS = (
 )
 
 
-def _guard(fn: Any, deps: CalendarDeps) -> Any:
-    """Bind deps; only the owner's calls in their private chat reach a calendar."""
-
-    async def call(ctx: ToolContext, args: Any) -> Any:
-        if deps.owner is None or ctx.user_id != deps.owner or ctx.chat_id != deps.owner:
-            raise ToolError(NOT_THE_OWNERS)
-        try:
-            return await fn(deps, ctx, args)
-        except CalendarError as exc:
-            raise ToolError(str(exc)) from None
-
-    return call
-
-
-_SPECS: list[tuple[str, str, type[BaseModel], Any, str]] = [
-    (
-        "calendar_list",
-        "List calendar events in a range of days (recurring events expanded, "
+def _reading_tools(cal: Toolset, deps: CalendarDeps) -> None:
+    # Events are written by whoever invites the owner: outside content, so listing taints.
+    @cal.tool(
+        risk="low",
+        taints=True,
+        description="List calendar events in a range of days (recurring events expanded, "
         "times in the calendar's zone).",
-        ListArgs,
-        _list,
-        "low",
-    ),
-    (
-        "calendar_free",
-        "Find free time slots in working hours over a range of days.",
-        FreeArgs,
-        _free,
-        "low",
-    ),
-    (
-        "calendar_create",
-        "Create an event (all-day when start is a date). Inviting attendees asks the owner first.",
-        CreateArgs,
-        _create,
-        "medium",
-    ),
-    (
-        "calendar_move",
-        "Move an event (by uid) to a new start; keeps its duration unless end is given.",
-        MoveArgs,
-        _move,
-        "medium",
-    ),
-    ("calendar_delete", "Delete an event by uid (asks the owner).", DeleteArgs, _delete, "high"),
-]
+    )
+    async def calendar_list(ctx: ToolContext, args: ListArgs) -> str:
+        return await _list(deps, ctx, args)
+
+    @cal.tool(risk="low")
+    async def calendar_free(ctx: ToolContext, args: FreeArgs) -> str:
+        """Find free time slots in working hours over a range of days."""
+        return await _free(deps, ctx, args)
+
+
+def _writing_tools(cal: Toolset, deps: CalendarDeps) -> None:
+    @cal.tool(
+        risk="medium",
+        assess=_invites,
+        description="Create an event (all-day when start is a date). Inviting attendees asks "
+        "the owner first.",
+    )
+    async def calendar_create(ctx: ToolContext, args: CreateArgs) -> str:
+        return await _create(deps, ctx, args)
+
+    @cal.tool(risk="medium")
+    async def calendar_move(ctx: ToolContext, args: MoveArgs) -> str:
+        """Move an event (by uid) to a new start; keeps its duration unless end is given."""
+        return await _move(deps, ctx, args)
+
+    @cal.tool(risk="high")
+    async def calendar_delete(ctx: ToolContext, args: DeleteArgs) -> str:
+        """Delete an event by uid (asks the owner)."""
+        return await _delete(deps, ctx, args)
 
 
 def build_calendar_tools(config: Config, env: Mapping[str, str]) -> list[Tool]:
     if not config.calendar:
         return []
     sources = {c.name: Source(c, env) for c in config.calendar}
-    deps = CalendarDeps(
-        config=config, sources=sources, owner=owners.resolve(config.telegram).owner_id
+    deps = CalendarDeps(config=config, sources=sources)
+    # Only the owner, in their private chat, reaches a calendar; a CalendarError reaches the
+    # model as a plain tool error.
+    cal = Toolset(
+        timeout=120.0,
+        guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS),
+        errors=(CalendarError,),
     )
-    writable = any(not s.read_only for s in deps.sources.values())
-    tools = []
-    for name, description, model, fn, risk in _SPECS:
-        if name in ("calendar_create", "calendar_move", "calendar_delete") and not writable:
-            continue
-        tool = Tool.from_model(
-            name=name,
-            description=description,
-            args_model=model,
-            fn=_guard(fn, deps),
-            risk=risk,
-            timeout=120.0,
-        )  # type: ignore[arg-type]
-        if name == "calendar_list":
-            tool = replace(tool, taints=True)
-        if name == "calendar_create":
-            tool = replace(tool, assess=_invites)
-        tools.append(tool)
-    return tools
+    _reading_tools(cal, deps)
+    if any(not s.read_only for s in sources.values()):
+        _writing_tools(cal, deps)
+    return cal.tools()

@@ -223,13 +223,17 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
 
 async def _shell(core: Core) -> list[Tool]:
     """The shell tool and its background jobs' workflow, or nothing and a logged reason."""
-    sdeps, problem = await shell_deps(core.config, core.db, chat_progress(core.outbox))
+    sdeps, problem = await shell_deps(
+        core.config,
+        core.db,
+        chat_progress(core.outbox),
+        redact=core.redactor,
+        start_background=job_starter(core.engine.start),
+    )
     if problem:
         log.warning("tool problem", extra={"source": "shell", "problem": problem})
     if sdeps is None:
         return []
-    sdeps.redact = core.redactor
-    sdeps.start_background = job_starter(core.engine.start)
     core.engine.register(make_job_workflow(sdeps, core.outbox))
     return [shell_tool(sdeps)]
 

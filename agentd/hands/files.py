@@ -11,7 +11,7 @@ import asyncio
 import os
 import pwd
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from agentd.db import Database
 from agentd.hands.workspace import Workspace, WorkspaceError
 from agentd.ledger import audit
 from agentd.tools.base import Tool, ToolContext, ToolError
+from agentd.tools.toolset import Toolset
 
 # What a read shows the model at most; the rest is there for read_file with an offset.
 READ_CHARS = 60_000
@@ -154,101 +155,93 @@ async def _audit(db: Database, ctx: ToolContext, op: str, path: str, size: int) 
     )
 
 
+async def _in_workspace(
+    spaces: Workspaces, ctx: ToolContext, fn: Callable[[Workspace], Any]
+) -> Any:
+    """Run `fn` on the caller's workspace (made on first use), off the event loop."""
+
+    def run() -> Any:
+        return fn(spaces.ensure(ctx.user_id))
+
+    return await asyncio.to_thread(run)
+
+
 def workspace_tools(config: Config, db: Database, download: Download | None = None) -> list[Tool]:
     """The file tools, bound to the workspaces and the database (for the audit)."""
     spaces = Workspaces.from_config(config)
+    # A WorkspaceError says what is wrong with the path or the file, in words for the model.
+    files = Toolset(timeout=60.0, errors=(WorkspaceError,))
+    _reading_tools(files, spaces)
+    _writing_tools(files, spaces, db, config.tools.workspace.trash_days)
+    _sending_tool(files, spaces)
+    if download is not None:
+        _save_sent_tool(files, spaces, db, download, config.tools.workspace.max_file_bytes)
+    return files.tools()
 
-    async def call(ctx: ToolContext, fn: Callable[[Workspace], Any]) -> Any:
-        def run() -> Any:
-            return fn(spaces.ensure(ctx.user_id))
 
-        try:
-            return await asyncio.to_thread(run)
-        except WorkspaceError as exc:
-            raise ToolError(str(exc)) from None
-
+def _reading_tools(files: Toolset, spaces: Workspaces) -> None:
+    @files.tool(risk="low")
     async def list_files(ctx: ToolContext, args: ListArgs) -> str:
-        return _render_list(args.path, await call(ctx, lambda w: w.list(args.path)))
+        """List a folder of your workspace (names, kinds, sizes)."""
+        entries = await _in_workspace(spaces, ctx, lambda w: w.list(args.path))
+        return _render_list(args.path, entries)
 
+    @files.tool(risk="low")
     async def read_file(ctx: ToolContext, args: ReadArgs) -> str:
-        return _render_read(await call(ctx, lambda w: w.read(args.path)), args.offset)
+        """Read a text file from your workspace (binary files: size and type only)."""
+        data = await _in_workspace(spaces, ctx, lambda w: w.read(args.path))
+        return _render_read(data, args.offset)
 
+
+# Writes are at-most-once (a crash mid-write is reported, never repeated) and egress: a
+# tainted turn must not leave instructions behind in a file unasked.
+def _writing_tools(files: Toolset, spaces: Workspaces, db: Database, trash_days: float) -> None:
+    @files.tool(risk="medium", egress=True, at_most_once=True)
     async def write_file(ctx: ToolContext, args: WriteArgs) -> str:
+        """Create or replace a text file in your workspace."""
         data = args.content.encode("utf-8")
-        size = await call(ctx, lambda w: w.write(args.path, data, overwrite=args.overwrite))
+        size = await _in_workspace(
+            spaces, ctx, lambda w: w.write(args.path, data, overwrite=args.overwrite)
+        )
         await _audit(db, ctx, "write", args.path, size)
         return f"Wrote {size} bytes to {args.path}."
 
+    @files.tool(
+        risk="medium",
+        egress=True,
+        at_most_once=True,
+        description="Replace one exact span of text in a workspace file (fails when "
+        "old_text is missing or not unique).",
+    )
     async def edit_file(ctx: ToolContext, args: EditArgs) -> str:
-        size = await call(ctx, lambda w: w.edit(args.path, args.old_text, args.new_text))
+        size = await _in_workspace(
+            spaces, ctx, lambda w: w.edit(args.path, args.old_text, args.new_text)
+        )
         await _audit(db, ctx, "edit", args.path, size)
         return f"Edited {args.path} (now {size} bytes)."
 
+    @files.tool(risk="high", egress=True, at_most_once=True)
     async def delete_file(ctx: ToolContext, args: PathArgs) -> str:
-        where = await call(ctx, lambda w: w.delete(args.path, ctx.now()))
+        """Move a workspace file or folder to the trash (kept for days, then purged)."""
+        where = await _in_workspace(spaces, ctx, lambda w: w.delete(args.path, ctx.now()))
         await _audit(db, ctx, "delete", args.path, 0)
-        days = config.tools.workspace.trash_days
-        return f"Moved {args.path} to the trash ({where}); it is kept {days:g} days."
+        return f"Moved {args.path} to the trash ({where}); it is kept {trash_days:g} days."
 
+
+def _sending_tool(files: Toolset, spaces: Workspaces) -> None:
+    @files.tool(risk="low")
     async def send_file(ctx: ToolContext, args: PathArgs) -> OutgoingFile:
-        data = await call(ctx, lambda w: w.read(args.path, limit=MAX_UPLOAD_BYTES))
+        """Send a workspace file to the user in this chat."""
+        data = await _in_workspace(spaces, ctx, lambda w: w.read(args.path, limit=MAX_UPLOAD_BYTES))
         return OutgoingFile(filename=Path(args.path).name, data=data.data)
 
-    tools = [
-        _tool(
-            "list_files",
-            "List a folder of your workspace (names, kinds, sizes).",
-            ListArgs,
-            list_files,
-            "low",
-        ),
-        _tool(
-            "read_file",
-            "Read a text file from your workspace (binary files: size and type only).",
-            ReadArgs,
-            read_file,
-            "low",
-        ),
-        _tool(
-            "write_file",
-            "Create or replace a text file in your workspace.",
-            WriteArgs,
-            write_file,
-            "medium",
-            writes=True,
-        ),
-        _tool(
-            "edit_file",
-            "Replace one exact span of text in a workspace file (fails when "
-            "old_text is missing or not unique).",
-            EditArgs,
-            edit_file,
-            "medium",
-            writes=True,
-        ),
-        _tool(
-            "delete_file",
-            "Move a workspace file or folder to the trash (kept for days, then purged).",
-            PathArgs,
-            delete_file,
-            "high",
-            writes=True,
-        ),
-        _tool(
-            "send_file",
-            "Send a workspace file to the user in this chat.",
-            PathArgs,
-            send_file,
-            "low",
-        ),
-    ]
-    if download is not None:
-        tools.append(_save_sent_tool(spaces, db, download, config))
-    return tools
 
-
-def _save_sent_tool(spaces: Workspaces, db: Database, download: Download, config: Config) -> Tool:
+def _save_sent_tool(
+    files: Toolset, spaces: Workspaces, db: Database, download: Download, max_bytes: int
+) -> None:
+    @files.tool(risk="medium", egress=True, at_most_once=True)
     async def save_sent_file(ctx: ToolContext, args: SaveSentArgs) -> str:
+        """Save a file the user sent in this chat (by its document id) into the workspace."""
         row = await db.read(
             lambda conn: conn.execute(
                 "SELECT chat_id, file_id FROM chat_documents WHERE id = ?", (args.document_id,)
@@ -256,25 +249,7 @@ def _save_sent_tool(spaces: Workspaces, db: Database, download: Download, config
         )
         if row is None or row[0] != ctx.chat_id:
             raise ToolError(f"no file {args.document_id!r} was sent in this chat")
-        data = await download(row[1], config.tools.workspace.max_file_bytes)
-        ws = spaces.for_user(ctx.user_id)
-        try:
-            size = await asyncio.to_thread(
-                lambda: (spaces.ensure(ctx.user_id), ws.write(args.path, data))[1]
-            )
-        except WorkspaceError as exc:
-            raise ToolError(str(exc)) from None
+        data = await download(row[1], max_bytes)
+        size = await _in_workspace(spaces, ctx, lambda w: w.write(args.path, data))
         await _audit(db, ctx, "save_sent", args.path, size)
         return f"Saved the file the user sent to {args.path} ({size} bytes)."
-
-    about = "Save a file the user sent in this chat (by its document id) into the workspace."
-    return _tool("save_sent_file", about, SaveSentArgs, save_sent_file, "medium", writes=True)
-
-
-def _tool(
-    name: str, description: str, model: type[BaseModel], fn: Any, risk: Any, *, writes: bool = False
-) -> Tool:
-    made = Tool.from_model(
-        name=name, description=description, args_model=model, fn=fn, risk=risk, timeout=60.0
-    )
-    return replace(made, egress=writes, at_most_once=writes) if writes else made

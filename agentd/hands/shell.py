@@ -41,6 +41,7 @@ from agentd.tools.base import (
     ToolContext,
     ToolError,
 )
+from agentd.tools.toolset import Toolset
 
 log = logging.getLogger("agentd.hands")
 # Progress(ctx, elapsed seconds, finished): shows "running…" in the chat, edited in place.
@@ -171,8 +172,10 @@ def render_result(args: ShellArgs, result: RunResult, limits: Limits) -> str:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ShellDeps:
+    """What the shell needs, complete when built (shell_deps): nothing is set on it later."""
+
     config: Config
     db: Database
     sandbox: Sandbox
@@ -311,40 +314,45 @@ async def _safe_progress(progress: Progress, ctx: ToolContext, elapsed: float, e
         log.info("could not show progress", extra={"error": type(exc).__name__})
 
 
-def shell_tool(deps: ShellDeps) -> Tool:
-    async def shell(ctx: ToolContext, args: ShellArgs) -> str:
-        if not args.background:
-            return await run_command(deps, ctx, args)
-        if deps.start_background is None:
-            raise ToolError("background jobs are not available here; run it without background")
-        check_network(deps.config.tools.shell, args)
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
-        return await deps.start_background(ctx, args, approval)
+SHELL_ABOUT = (
+    "Run one command line on the server in a sandbox: the system is read-only, only "
+    "your workspace (/workspace, the current folder) is writable, /tmp is private, "
+    "no network unless allowed. Output is captured (long output: head and tail). "
+    "Asks the owner first unless the command is on the read-only allowlist or an "
+    "always-allow rule."
+)
 
-    about = (
-        "Run one command line on the server in a sandbox: the system is read-only, only "
-        "your workspace (/workspace, the current folder) is writable, /tmp is private, "
-        "no network unless allowed. Output is captured (long output: head and tail). "
-        "Asks the owner first unless the command is on the read-only allowlist or an "
-        "always-allow rule."
-    )
-    timeout = deps.config.tools.shell.wall_seconds + 30
-    made = Tool.from_model(
-        name="shell",
-        description=about,
-        args_model=ShellArgs,
-        fn=shell,
-        risk="high",
-        timeout=timeout,
-    )
+
+def shell_tool(deps: ShellDeps) -> Tool:
+    """The `shell` tool over `deps`: high risk unless `assess` finds the call harmless, the
+    card shows exactly what runs, and a call runs at most once (a command may send data out:
+    egress)."""
     shell_config = deps.config.tools.shell
+    hands = Toolset(timeout=shell_config.wall_seconds + 30)
 
     def card(args: ShellArgs) -> ApprovalCard:
         return ApprovalCard(
             text=card_text(shell_config, args), always_allow=offer(shell_config, args)
         )
 
-    return replace(made, egress=True, at_most_once=True, assess=deps.policy.assess, card=card)
+    @hands.tool(
+        risk="high",
+        egress=True,
+        at_most_once=True,
+        assess=deps.policy.assess,
+        card=card,
+        description=SHELL_ABOUT,
+    )
+    async def shell(ctx: ToolContext, args: ShellArgs) -> str:
+        if not args.background:
+            return await run_command(deps, ctx, args)
+        if deps.start_background is None:
+            raise ToolError("background jobs are not available here; run it without background")
+        check_network(shell_config, args)
+        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        return await deps.start_background(ctx, args, approval)
+
+    return shell
 
 
 def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
@@ -356,9 +364,18 @@ def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
 
 
 async def shell_deps(
-    config: Config, db: Database, progress: Progress | None = None
+    config: Config,
+    db: Database,
+    progress: Progress | None = None,
+    *,
+    redact: Callable[[str], str] = str,
+    start_background: Callable[[ToolContext, ShellArgs, str], Awaitable[str]] | None = None,
 ) -> tuple[ShellDeps | None, str | None]:
-    """What the shell tool needs, or None and why (disabled, or no working sandbox here)."""
+    """What the shell tool needs, or None and why (disabled, or no working sandbox here).
+
+    `redact` cleans a background job's notice; `start_background` starts a job's workflow
+    (hands/background.py `job_starter`), None: no background jobs.
+    """
     shell = config.tools.shell
     if not shell.enabled:
         return None, None
@@ -372,7 +389,16 @@ async def shell_deps(
     if problem:
         return None, f"the shell tool is not offered: {problem}"
     policy = ShellPolicy(shell=shell, book=rules.RuleBook(config.db_path))
-    return ShellDeps(config=config, db=db, sandbox=sandbox, policy=policy, progress=progress), None
+    deps = ShellDeps(
+        config=config,
+        db=db,
+        sandbox=sandbox,
+        policy=policy,
+        progress=progress,
+        start_background=start_background,
+        redact=redact,
+    )
+    return deps, None
 
 
 def chat_progress(outbox: Any) -> Progress:

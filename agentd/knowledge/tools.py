@@ -9,7 +9,6 @@ the chunks returned, never their text.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
@@ -20,7 +19,7 @@ from agentd.knowledge.search import DocHit, DocScope, search_documents
 from agentd.ledger import audit
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
-from agentd.tools import Tool, ToolContext, mark_untrusted
+from agentd.tools import Tool, ToolContext, Toolset, mark_untrusted
 
 CITE_INSTRUCTION = (
     "Answer from these passages and cite each source you use: a web page as a Markdown link "
@@ -68,7 +67,15 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
     """search_docs, bound to the database, the memory embedder and `[docs]`/`[memory]`."""
     fusion = fusion_from_config(config.memory)
     docs = config.docs
+    library = Toolset()
 
+    # Documents are outside content: a turn that read them is tainted (tools/policy.py).
+    @library.tool(
+        risk="low",
+        taints=True,
+        description="Search the owner's ingested documents (files, web pages) for passages "
+        "about something; returns the best passages with their title, source and section.",
+    )
     async def search_docs(ctx: ToolContext, args: SearchDocsArgs) -> str:
         scope = doc_scope(config, ctx.user_id, ctx.chat_id)
         if scope is None:
@@ -100,17 +107,4 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
         body = format_hits(hits, docs.max_result_chars)
         return f"{CITE_INSTRUCTION}\n\n{mark_untrusted(body, 'documents')}"
 
-    # Documents are outside content: a turn that read them is tainted (tools/policy.py).
-    return [
-        replace(
-            Tool.from_model(
-                name="search_docs",
-                description="Search the owner's ingested documents (files, web pages) for passages "
-                "about something; returns the best passages with their title, source and section.",
-                args_model=SearchDocsArgs,
-                fn=search_docs,
-                risk="low",
-            ),
-            taints=True,
-        )
-    ]
+    return library.tools()

@@ -8,20 +8,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentd.access import owners
 from agentd.config import Config
 from agentd.db import Database
 from agentd.mail import imap, send
 from agentd.mail.errors import MailError
 from agentd.mail.mailbox import Mailbox, parse_day
 from agentd.mail.message import Outgoing, compose, quoted, reply_headers, reply_recipients
-from agentd.tools import ApprovalCard, Tool, ToolContext, ToolError, ToolResult, mark_untrusted
+from agentd.tools import (
+    ApprovalCard,
+    OwnerOnly,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolResult,
+    Toolset,
+    mark_untrusted,
+)
 
 MAX_SEND_BODY = 3000  # the approval card shows the whole body; Telegram caps a message at 4096
 
@@ -122,7 +131,6 @@ class MailDeps:
     config: Config
     db: Database
     boxes: dict[str, Mailbox]
-    owner: int | None = None  # whose mailboxes these are (access/owners.py)
 
     def box(self, name: str) -> Mailbox:
         if not name:
@@ -291,65 +299,66 @@ NOT_THE_OWNERS = (
 )
 
 
-def _guard(fn: Any, deps: MailDeps) -> Any:
-    """Bind deps; a MailError reaches the model as a plain tool error (no secrets in it). Only
-    the owner's calls in their private chat reach a mailbox (nothing private in groups, nobody
-    reads another's data)."""
-
-    async def call(ctx: ToolContext, args: Any) -> Any:
-        if deps.owner is None or ctx.user_id != deps.owner or ctx.chat_id != deps.owner:
-            raise ToolError(NOT_THE_OWNERS)
-        try:
-            return await fn(deps, ctx, args)
-        except MailError as exc:
-            raise ToolError(str(exc)) from None
-
-    return call
-
-
-_SPECS: list[tuple[str, str, type[BaseModel], Any, str]] = [
-    (
-        "mail_search",
-        "Search or list mail in a folder by sender, subject, text, date, unread or "
+def _reading_tools(mail: Toolset, deps: MailDeps) -> None:
+    # What a mailbox holds is outside content: reading it taints the turn.
+    @mail.tool(
+        risk="low",
+        taints=True,
+        description="Search or list mail in a folder by sender, subject, text, date, unread or "
         "flagged; returns uids, newest first.",
-        SearchArgs,
-        _search,
-        "low",
-    ),
-    (
-        "mail_read",
-        "Read one message: headers, its text (HTML turned into text) and a list of "
+    )
+    async def mail_search(ctx: ToolContext, args: SearchArgs) -> str:
+        return await _search(deps, ctx, args)
+
+    @mail.tool(
+        risk="low",
+        taints=True,
+        description="Read one message: headers, its text (HTML turned into text) and a list of "
         "its attachments.",
-        ReadArgs,
-        _read,
-        "low",
-    ),
-    (
-        "mail_save_attachment",
-        "Save one attachment of a message to the agent's attachments folder.",
-        SaveArgs,
-        _save,
-        "medium",
-    ),
-    (
-        "mail_draft",
-        "Write a new mail or a reply (quoted and threaded) and save it in Drafts; "
+    )
+    async def mail_read(ctx: ToolContext, args: ReadArgs) -> str:
+        return await _read(deps, ctx, args)
+
+    @mail.tool(risk="medium")
+    async def mail_save_attachment(ctx: ToolContext, args: SaveArgs) -> str:
+        """Save one attachment of a message to the agent's attachments folder."""
+        return await _save(deps, ctx, args)
+
+
+def _writing_tools(mail: Toolset, deps: MailDeps) -> None:
+    # A draft quotes the original: its text is outside content too.
+    @mail.tool(
+        risk="low",
+        taints=True,
+        description="Write a new mail or a reply (quoted and threaded) and save it in Drafts; "
         "nothing is sent. Returns the fields to pass to mail_send.",
-        DraftArgs,
-        _draft,
-        "low",
-    ),
-    (
-        "mail_send",
-        "Send a mail (or a reply, threaded with reply_to_uid). The owner approves the "
+    )
+    async def mail_draft(ctx: ToolContext, args: DraftArgs) -> str:
+        return await _draft(deps, ctx, args)
+
+    # Sending twice is worse than asking again, whatever its risk is overridden to; after a
+    # crash mid-send, Sent is searched for its Message-ID instead of guessing.
+    @mail.tool(
+        risk="high",
+        egress=True,
+        at_most_once=True,
+        card=lambda args: ApprovalCard(text=_send_preview(deps, args)),
+        settle=partial(_settle_send, deps),
+        description="Send a mail (or a reply, threaded with reply_to_uid). The owner approves the "
         "exact mail first.",
-        SendArgs,
-        _send,
-        "high",
-    ),
-    ("mail_move", "Move messages to another folder (e.g. Archive).", MoveArgs, _move, "medium"),
-    ("mail_flag", "Mark messages read or unread, flagged or answered.", FlagArgs, _flag, "medium"),
-]
+    )
+    async def mail_send(ctx: ToolContext, args: SendArgs) -> str:
+        return await _send(deps, ctx, args)
+
+    @mail.tool(risk="medium")
+    async def mail_move(ctx: ToolContext, args: MoveArgs) -> str:
+        """Move messages to another folder (e.g. Archive)."""
+        return await _move(deps, ctx, args)
+
+    @mail.tool(risk="medium")
+    async def mail_flag(ctx: ToolContext, args: FlagArgs) -> str:
+        """Mark messages read or unread, flagged or answered."""
+        return await _flag(deps, ctx, args)
 
 
 def build_mail_tools(config: Config, db: Database, env: Mapping[str, str]) -> list[Tool]:
@@ -357,29 +366,12 @@ def build_mail_tools(config: Config, db: Database, env: Mapping[str, str]) -> li
     if not config.mail:
         return []
     boxes = {a.name: Mailbox(a, env) for a in config.mail}
-    deps = MailDeps(
-        config=config, db=db, boxes=boxes, owner=owners.resolve(config.telegram).owner_id
+    deps = MailDeps(config=config, db=db, boxes=boxes)
+    # Only the owner, in their private chat, reaches a mailbox; a MailError reaches the model
+    # as a plain tool error (its message carries no secrets).
+    mail = Toolset(
+        timeout=120.0, guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS), errors=(MailError,)
     )
-    tools = []
-    for name, description, model, fn, risk in _SPECS:
-        tool = Tool.from_model(
-            name=name,
-            description=description,
-            args_model=model,
-            fn=_guard(fn, deps),
-            risk=risk,
-            timeout=120.0,
-        )  # type: ignore[arg-type]
-        if name in ("mail_search", "mail_read", "mail_draft"):
-            tool = replace(tool, taints=True)
-        if name == "mail_send":
-            tool = replace(
-                tool,
-                egress=True,
-                # Sending twice is worse than asking again, whatever its risk is overridden to.
-                at_most_once=True,
-                card=lambda a: ApprovalCard(text=_send_preview(deps, a)),
-                settle=_guard(_settle_send, deps),
-            )
-        tools.append(tool)
-    return tools
+    _reading_tools(mail, deps)
+    _writing_tools(mail, deps)
+    return mail.tools()

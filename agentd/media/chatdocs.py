@@ -33,7 +33,8 @@ from agentd.knowledge.loaders import (
 )
 from agentd.media.vision import Files
 from agentd.retrieval.embedders import Embedder
-from agentd.tools.base import Tool, ToolContext, ToolError
+from agentd.tools.base import Tool, ToolContext
+from agentd.tools.toolset import Toolset
 
 CALLBACK_PREFIX = "doc:"
 INGEST_WORKFLOW = "doc_ingest"
@@ -310,21 +311,16 @@ def chat_document_tools(deps: DocDeps) -> list[Tool]:
     if deps.embedder is None:
         return []
 
+    # NonRetryable says why a document cannot be added (gone, too big, unreadable).
+    chat = Toolset(timeout=120.0, errors=(NonRetryable,))
+
+    @chat.tool(
+        risk="low",
+        description="Add a document the user sent in this chat to their document library "
+        "(for search_docs later). Only when the user asks to keep or save it.",
+    )
     async def save_chat_document(ctx: ToolContext, args: SaveArgs) -> str:
-        try:
-            saved = await ingest_chat_document(deps, args.document_id, ctx.chat_id, ctx.user_id)
-        except NonRetryable as exc:
-            raise ToolError(str(exc)) from None
+        saved = await ingest_chat_document(deps, args.document_id, ctx.chat_id, ctx.user_id)
         return saved_text(saved)
 
-    return [
-        Tool.from_model(
-            name="save_chat_document",
-            description="Add a document the user sent in this chat to their document library "
-            "(for search_docs later). Only when the user asks to keep or save it.",
-            args_model=SaveArgs,
-            fn=save_chat_document,
-            risk="low",
-            timeout=120.0,
-        )
-    ]
+    return chat.tools()

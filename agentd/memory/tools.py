@@ -5,8 +5,6 @@ Both are bound to the calling user through ToolContext: a user's tools see only 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from pydantic import BaseModel, Field
 
 from agentd.config import MemoryConfig
@@ -16,7 +14,7 @@ from agentd.memory.search import format_recall, search_memories
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
-from agentd.tools import Tool, ToolContext, mark_untrusted
+from agentd.tools import Tool, ToolContext, Toolset, mark_untrusted
 
 
 class SearchArgs(BaseModel):
@@ -34,7 +32,15 @@ def memory_tools(
     db: Runner, embedder: Embedder, config: MemoryConfig, bits: BitCache | None = None
 ) -> list[Tool]:
     fusion = fusion_from_config(config)
+    memory = Toolset()
 
+    # It leaves words behind for later turns: egress (asks in a tainted turn).
+    @memory.tool(
+        risk="low",
+        egress=True,
+        description="Store a durable fact, preference or task about the user for later "
+        "conversations. Reuse the same key when a fact changes, so it replaces the old one.",
+    )
     async def remember(ctx: ToolContext, args: ExtractedFact) -> str:
         changes = await remember_facts(
             db,
@@ -47,6 +53,13 @@ def memory_tools(
         )
         return f"Remembered ({changes[0].action}): {args.content}"
 
+    # What it returns may have come from outside in an earlier turn: it taints.
+    @memory.tool(
+        risk="low",
+        taints=True,
+        description="Search the user's long-term memory (summaries of earlier "
+        "conversations, facts, notes) for something specific.",
+    )
     async def search_memory(ctx: ToolContext, args: SearchArgs) -> str:
         if ctx.chat_id < 0:  # a group: the answer would show private memories to everyone
             return GROUP_REFUSAL
@@ -56,28 +69,4 @@ def memory_tools(
         found = format_recall(hits, budget_chars=4000)
         return mark_untrusted(found or "No matching memories.", "memory")
 
-    # remember leaves words behind for later turns (egress: asks in a tainted turn); what
-    # search_memory returns may have come from outside in an earlier turn (taints).
-    return [
-        replace(
-            Tool.from_model(
-                name="remember",
-                description="Store a durable fact, preference or task about the user for later "
-                "conversations. Reuse the same key when a fact changes, so it replaces the old "
-                "one.",
-                args_model=ExtractedFact,
-                fn=remember,
-            ),
-            egress=True,
-        ),
-        replace(
-            Tool.from_model(
-                name="search_memory",
-                description="Search the user's long-term memory (summaries of earlier "
-                "conversations, facts, notes) for something specific.",
-                args_model=SearchArgs,
-                fn=search_memory,
-            ),
-            taints=True,
-        ),
-    ]
+    return memory.tools()

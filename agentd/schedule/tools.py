@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
@@ -16,7 +15,7 @@ from agentd.db import Database
 from agentd.schedule import store
 from agentd.schedule.create import TAINT_MARK, ScheduleRequest, create, local_iso, summary
 from agentd.schedule.recurrence import ScheduleError
-from agentd.tools import Tool, ToolContext, ToolError
+from agentd.tools import Tool, ToolContext, ToolError, Toolset
 
 
 class NoArgs(BaseModel):
@@ -42,6 +41,24 @@ def created_by(ctx: ToolContext) -> str:
 
 
 def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) -> list[Tool]:
+    schedules = Toolset(timeout=10)
+    _create_tool(schedules, db, config, kick)
+    _own_tools(schedules, db)
+    return schedules.tools()
+
+
+def _create_tool(
+    schedules: Toolset, db: Database, config: Config, kick: Callable[[str], None]
+) -> None:
+    # A scheduled prompt is an instruction left behind: egress (asks in a tainted turn).
+    @schedules.tool(
+        risk="medium",
+        egress=True,
+        description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
+        "you with your tools) once, at an interval, or on a calendar rule. Times are in "
+        "the owner's time zone unless timezone is given. The result confirms the next "
+        "runs.",
+    )
     async def schedule(ctx: ToolContext, args: ScheduleRequest) -> str:
         sid = tool_schedule_id(ctx.instance_id, ctx.tool_use_id)
         try:
@@ -65,13 +82,25 @@ def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) ->
         runs = ", ".join(local_iso(t, sched.timezone) for t in upcoming)
         return f"Scheduled {summary(sched)}. Next runs: {runs}."
 
+
+def _own_tools(schedules: Toolset, db: Database) -> None:
+    """The caller's own schedules: listed and cancelled by their user id, nobody else's."""
+
+    @schedules.tool(
+        risk="low",
+        description="List the user's active and paused reminders and recurring tasks with "
+        "their ids and next run times.",
+    )
     async def list_schedules(ctx: ToolContext, args: NoArgs) -> str:
         found = await db.read(store.list_schedules, user_id=ctx.user_id)
         if not found:
             return "No active schedules."
         return "\n".join(summary(s) for s in found)
 
+    @schedules.tool(risk="medium")
     async def cancel_schedule(ctx: ToolContext, args: CancelArgs) -> str:
+        """Cancel one of the user's reminders or recurring tasks by id."""
+
         def cancel(conn: object) -> store.Schedule:
             sched = store.get(conn, args.schedule_id, user_id=ctx.user_id)
             if sched.state == "cancelled":
@@ -83,37 +112,3 @@ def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) ->
         except (store.NotFound, ValueError) as exc:
             raise ToolError(f"{exc}. Call list_schedules for the ids.") from None
         return f"Cancelled {sched.id} (“{sched.text[:60]}”)."
-
-    return [
-        # A scheduled prompt is an instruction left behind: egress (asks in a tainted turn).
-        replace(
-            Tool.from_model(
-                name="schedule",
-                description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
-                "you with your tools) once, at an interval, or on a calendar rule. Times are in "
-                "the owner's time zone unless timezone is given. The result confirms the next "
-                "runs.",
-                args_model=ScheduleRequest,
-                fn=schedule,
-                risk="medium",
-                timeout=10,
-            ),
-            egress=True,
-        ),
-        Tool.from_model(
-            name="list_schedules",
-            description="List the user's active and paused reminders and recurring tasks with "
-            "their ids and next run times.",
-            args_model=NoArgs,
-            fn=list_schedules,
-            timeout=10,
-        ),
-        Tool.from_model(
-            name="cancel_schedule",
-            description="Cancel one of the user's reminders or recurring tasks by id.",
-            args_model=CancelArgs,
-            fn=cancel_schedule,
-            risk="medium",
-            timeout=10,
-        ),
-    ]

@@ -34,7 +34,8 @@ from agentd.skills import store
 from agentd.skills.catalog import Catalog, Invalid, check, limits_of, scan_config
 from agentd.skills.folder import SkillFolder
 from agentd.skills.names import SOURCE, USE_SKILL
-from agentd.tools.base import Tool, ToolContext, ToolError, tool
+from agentd.tools.base import Tool, ToolContext, ToolError
+from agentd.tools.toolset import Toolset
 
 log = logging.getLogger("agentd.skills")
 
@@ -127,7 +128,10 @@ class Skills:
 
 
 def _build(skills: Skills) -> list[Tool]:
-    @tool(name=USE_SKILL, risk="low")
+    # Every skill tool taints the turn: a skill's text came from outside agentd.
+    group = Toolset(SOURCE)
+
+    @group.tool(name=USE_SKILL, risk="low", taints=True)
     async def use_skill(
         ctx: ToolContext,
         name: Annotated[str, Field(description="The skill's name, as listed under Skills.")],
@@ -137,7 +141,7 @@ def _build(skills: Skills) -> list[Tool]:
         log.info("skill used", extra={"skill": skill.name, "chat_id": ctx.chat_id})
         return skills.wrap_body(skill)
 
-    @tool(risk="low")
+    @group.tool(risk="low", taints=True)
     async def read_skill_file(
         ctx: ToolContext,
         skill: Annotated[str, Field(description="The skill's name.")],
@@ -157,18 +161,17 @@ def _build(skills: Skills) -> list[Tool]:
             f"{_fence(data.text)}\n</skill_file>"
         )
 
-    tools = [use_skill, read_skill_file]
     if skills.runner.sandbox is not None:
-        tools.append(_script_tool(skills))
-    return [replace(t, source=SOURCE, taints=True) for t in tools]
+        _script_tool(group, skills)
+    return group.tools()
 
 
-def _script_tool(skills: Skills) -> Tool:
+def _script_tool(group: Toolset, skills: Skills) -> Tool:
     runner = skills.runner
     assert runner.sandbox is not None
     sandbox = runner.sandbox
 
-    @tool(risk="high", timeout=runner.limits.wall_seconds + 15)
+    @group.tool(risk="high", timeout=runner.limits.wall_seconds + 15, taints=True)
     async def run_skill_script(
         ctx: ToolContext,
         skill: Annotated[str, Field(description="The skill's name.")],

@@ -1,6 +1,7 @@
 """Tools the model can call: typed async functions under a risk policy (SPEC §5).
 
-Declare one with `@tool`, build the registry with `ToolRegistry.build(config.tools, ...)`,
+Declare one with `@tool`, or a group with a `Toolset` (shared source, timeout, guard and
+error mapping), build the registry with `ToolRegistry.build(config.tools, ...)`,
 run a call with `execute(tool, ctx, raw_args)`. A tool that returns an `OutgoingFile` has the
 file sent to the user as a Telegram document with the reply.
 """
@@ -18,21 +19,24 @@ from agentd.tools.base import (
     ToolProblem,
     ToolResult,
     mark_untrusted,
-    tool,
 )
+from agentd.tools.declare import tool
 from agentd.tools.execute import ToolOutcome, args_digest, check_args, execute, render_args
 from agentd.tools.mcp import McpServers
 from agentd.tools.policy import call_risk
 from agentd.tools.registry import DuplicateToolError, ToolRegistry
+from agentd.tools.toolset import Guard, OwnerOnly, Toolset
 
 __all__ = [
     "ApprovalCard",
     "Assessment",
     "CallState",
     "DuplicateToolError",
+    "Guard",
     "InvalidArguments",
     "McpServers",
     "OutgoingFile",
+    "OwnerOnly",
     "Tool",
     "ToolContext",
     "ToolDeclarationError",
@@ -41,6 +45,7 @@ __all__ = [
     "ToolProblem",
     "ToolRegistry",
     "ToolResult",
+    "Toolset",
     "args_digest",
     "call_risk",
     "check_args",

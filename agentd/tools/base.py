@@ -1,4 +1,7 @@
-"""Tools are typed async functions: schema from the signature, description from the docstring."""
+"""What a tool is (`Tool`) and what surrounds a call: its context, result and errors.
+
+Tools are typed async functions declared with `@tool` or on a Toolset (declare.py, toolset.py).
+"""
 
 from __future__ import annotations
 
@@ -7,12 +10,11 @@ import html
 import inspect
 import re
 import time
-import typing
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ValidationError
 
 from agentd.config import Risk
 
@@ -191,6 +193,7 @@ class Tool:
             raise ToolDeclarationError(f"tool {self.name!r}: timeout must be positive")
         if self.input_schema.get("type") != "object":
             raise ToolDeclarationError(f"tool {self.name!r}: input schema must be an object")
+        _check_hooks(self)
 
     @classmethod
     def from_model(
@@ -200,11 +203,20 @@ class Tool:
         description: str,
         args_model: type[BaseModel],
         fn: ToolFn,
-        risk: Risk = "low",
+        risk: Risk | None = "low",
         timeout: float = 30.0,
         source: str = "builtin",
+        taints: bool = False,
+        egress: bool = False,
+        at_most_once: bool = False,
+        assess: Callable[[Any, CallState], Assessment | None] | None = None,
+        card: Callable[[Any], ApprovalCard | None] | None = None,
+        settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
     ) -> Tool:
-        """A tool whose arguments are a pydantic model; its JSON schema is what the LLM sees."""
+        """A tool whose arguments are a pydantic model; its JSON schema is what the LLM sees.
+
+        The flags are those of `@tool` (see there); `risk=None` is a risk left unsaid.
+        """
         try:
             schema = args_model.model_json_schema()
         except Exception as exc:
@@ -218,15 +230,28 @@ class Tool:
             input_schema=schema,
             fn=fn,
             parse_args=model_parser(args_model),
-            risk=risk,
+            risk=risk or "low",
             timeout=timeout,
             source=source,
             args_model=args_model,
+            taints=taints,
+            egress=egress,
+            at_most_once=at_most_once,
+            assess=assess,
+            card=card,
+            risk_declared=risk is not None,
+            settle=settle,
         )
 
     def with_risk(self, risk: Risk) -> Tool:
         """The same tool under another risk level (config overrides)."""
         return replace(self, risk=risk)
+
+    def loaded_as(self, source: str, *, risk: Risk, egress: bool) -> Tool:
+        """This tool as a loader of outside code offers it: under the loader's name for where
+        it came from, and as far as the loader trusts it (tools/plugins.py decides that for a
+        plugin; a built-in says everything at its declaration and never comes through here)."""
+        return replace(self, source=source, risk=risk, egress=self.egress or egress)
 
     def llm_spec(self) -> dict[str, Any]:
         """The tool as the Messages API wants it: name, description, input_schema."""
@@ -237,125 +262,28 @@ class Tool:
         }
 
 
-def _is_context(annotation: Any) -> bool:
-    return annotation is ToolContext
+def _is_async(fn: Any) -> bool:
+    # A function (or a partial of one), or an object whose __call__ is async.
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
 
-def _is_model(annotation: Any) -> bool:
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _declare(
-    fn: AsyncFn,
-    *,
-    name: str | None,
-    description: str | None,
-    risk: Risk,
-    timeout: float,
-    source: str,
-) -> Tool:
-    tool_name = name or fn.__name__
-    where = f"tool {tool_name!r} ({fn.__module__}.{fn.__qualname__})"
-    if not inspect.iscoroutinefunction(fn):
-        raise ToolDeclarationError(f"{where} must be an async def function")
-    doc = description or inspect.getdoc(fn) or ""
-    if not doc.strip():
-        raise ToolDeclarationError(f"{where} needs a docstring: it is what the model reads")
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except Exception as exc:
-        raise ToolDeclarationError(f"{where}: cannot resolve type hints ({exc})") from None
-    params = list(inspect.signature(fn).parameters.values())
-    takes_ctx = bool(params) and _is_context(hints.get(params[0].name))
-    rest = params[1:] if takes_ctx else params
-    for param in rest:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolDeclarationError(f"{where}: *args and **kwargs are not allowed")
-        if param.name not in hints:
-            raise ToolDeclarationError(f"{where}: parameter {param.name!r} needs a type hint")
-        if _is_context(hints[param.name]):
-            raise ToolDeclarationError(f"{where}: the ToolContext must be the first parameter")
-
-    if len(rest) == 1 and _is_model(hints[rest[0].name]):
-        model: type[BaseModel] = hints[rest[0].name]
-
-        async def call_with_model(ctx: ToolContext, args: Any) -> Any:
-            return await (fn(ctx, args) if takes_ctx else fn(args))
-
-        call: ToolFn = call_with_model
-    else:
-        if any(_is_model(hints[p.name]) for p in rest):
+def _check_hooks(declared: Tool) -> None:
+    """The hooks a tool declares must fit how they are called: `assess` and `card` while the
+    call is decided (plain functions), `settle` after a crash during an at-most-once call."""
+    where = f"tool {declared.name!r}"
+    for label, hook in (("assess", declared.assess), ("card", declared.card)):
+        if hook is not None and (not callable(hook) or _is_async(hook)):
             raise ToolDeclarationError(
-                f"{where}: a pydantic model argument must be the only argument besides the context"
+                f"{where}: {label} must be a plain (not async) function of the arguments"
             )
-        fields: dict[str, Any] = {
-            p.name: (hints[p.name], ... if p.default is p.empty else p.default) for p in rest
-        }
-        try:
-            model = create_model(
-                f"{tool_name}_args",
-                __config__=ConfigDict(extra="forbid"),
-                **fields,
-            )
-        except Exception as exc:
-            raise ToolDeclarationError(f"{where}: unusable argument types ({exc})") from None
-        names = [p.name for p in rest]
-
-        async def call_with_fields(ctx: ToolContext, args: Any) -> Any:
-            kwargs = {n: getattr(args, n) for n in names}
-            return await (fn(ctx, **kwargs) if takes_ctx else fn(**kwargs))
-
-        call = call_with_fields
-    return Tool.from_model(
-        name=tool_name,
-        description=doc.strip(),
-        args_model=model,
-        fn=call,
-        risk=risk,
-        timeout=timeout,
-        source=source,
-    )
-
-
-@typing.overload
-def tool(fn: AsyncFn, /) -> Tool: ...
-
-
-@typing.overload
-def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    risk: Risk | None = None,
-    timeout: float = 30.0,
-) -> Callable[[AsyncFn], Tool]: ...
-
-
-def tool(
-    fn: AsyncFn | None = None,
-    /,
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    risk: Risk | None = None,
-    timeout: float = 30.0,
-) -> Tool | Callable[[AsyncFn], Tool]:
-    """Declare an async function as a tool (`@tool` or `@tool(risk=...)`).
-
-    The function takes an optional first `ctx: ToolContext`, then either one pydantic model
-    or plain typed parameters (`Annotated[..., Field(description=...)]` documents them).
-    A bad declaration raises ToolDeclarationError here, not when the tool is called.
-    """
-
-    def decorate(func: AsyncFn) -> Tool:
-        declared = _declare(
-            func,
-            name=name,
-            description=description,
-            risk=risk or "low",
-            timeout=timeout,
-            source=f"python:{func.__module__}",
+    if declared.settle is None:
+        return
+    if not declared.at_most_once:
+        raise ToolDeclarationError(
+            f"{where}: settle runs only after a crash during an at-most-once call; declare "
+            "the tool with at_most_once=True or drop settle"
         )
-        return declared if risk is not None else replace(declared, risk_declared=False)
-
-    return decorate if fn is None else decorate(fn)
+    if not _is_async(declared.settle):
+        raise ToolDeclarationError(
+            f"{where}: settle must be an async function (ctx, args) -> ToolResult"
+        )

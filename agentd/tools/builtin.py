@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from pydantic import Field
 
 from agentd.config import ToolsConfig
-from agentd.tools.base import Tool, ToolContext, ToolError, tool
+from agentd.tools.base import Tool, ToolContext, ToolError
+from agentd.tools.declare import tool
 from agentd.tools.fetch import fetch_policy, fetch_url_tool
 
 

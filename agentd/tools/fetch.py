@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -16,8 +15,8 @@ from agentd.tools.base import (
     ToolContext,
     ToolError,
     mark_untrusted,
-    tool,
 )
+from agentd.tools.declare import tool
 from agentd.tools.urls import normal_url
 
 
@@ -69,7 +68,14 @@ def assess_fetch(args: Any, state: CallState) -> Assessment | None:
 def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
     """The fetch_url tool bound to an SSRF policy (config in production, fakes in tests)."""
 
-    @tool(name="fetch_url", risk="low", timeout=policy.timeout + 5)
+    # A page is outside content (taints); the URL-seen rule is its own assessment, not egress.
+    @tool(
+        name="fetch_url",
+        risk="low",
+        timeout=policy.timeout + 5,
+        taints=True,
+        assess=assess_fetch,
+    )
     async def fetch_url(
         ctx: ToolContext,
         url: Annotated[str, Field(description="The http or https URL to read", max_length=4096)],
@@ -85,5 +91,4 @@ def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
             raise ToolError(f"Could not fetch {url}: {exc}") from None
         return mark_untrusted(_render(page, max_chars, policy.max_bytes), page.url)
 
-    # A page is outside content (taints); the URL-seen rule is its own assessment, not egress.
-    return replace(fetch_url, taints=True, assess=assess_fetch)
+    return fetch_url

@@ -11,9 +11,9 @@ A plugin is an importable module (on PYTHONPATH or installed)::
         \"\"\"Append a note to the owner's notes file.\"\"\"
         ...
 
-Every `Tool` object at the module's top level is registered; one declared without a risk
-(`@tool` alone) is high risk, so it asks the owner before each run. A module that cannot be imported
-or declares a bad tool is reported as a problem; the others load as usual.
+Every `Tool` object at the module's top level is registered, and every tool of a top-level
+`Toolset`; how far they are trusted is decided in one place, `as_plugin`. A module that cannot be
+imported or declares a bad tool is reported as a problem; the others load as usual.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from types import ModuleType
 
 from agentd.tools.base import Tool, ToolDeclarationError, ToolProblem
+from agentd.tools.toolset import Toolset
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,28 @@ def _import_error(name: str, exc: BaseException) -> str:
         return f"bad tool declaration: {exc}"
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     return f"import failed: {type(exc).__name__}: {first}"
+
+
+def as_plugin(declared: Tool, source: str) -> Tool:
+    """A plugin's tool as agentd offers it: the one place its trust is decided.
+
+    agentd cannot know what outside code does. A tool that does not say its risk (`@tool`
+    alone) is high, so it asks the owner before each run (the MCP default is high for the same
+    reason). Any of its code may reach the network, so it is egress (asks in a tainted turn)
+    whatever it declared; whether its results are outside content (`taints`) is its call.
+    """
+    risk = declared.risk if declared.risk_declared else "high"
+    return declared.loaded_as(source, risk=risk, egress=True)
+
+
+def _declared(module: ModuleType) -> list[Tool]:
+    found: list[Tool] = []
+    for obj in vars(module).values():
+        if isinstance(obj, Tool):
+            found.append(obj)
+        elif isinstance(obj, Toolset):
+            found.extend(obj.tools())
+    return found
 
 
 def load_plugins(
@@ -54,15 +76,8 @@ def load_plugins(
             log.warning("plugin failed to load", exc_info=True, extra={"plugin": name})
             problems.append(ToolProblem(source, _import_error(name, exc)))
             continue
-        found = [obj for obj in vars(module).values() if isinstance(obj, Tool)]
+        found = _declared(module)
         if not found:
             problems.append(ToolProblem(source, "the module defines no tools"))
-        # A plugin's tool that does not say its risk asks the owner: agentd cannot know what
-        # it does, and the MCP default is high for the same reason. It is arbitrary code that
-        # may reach the network: egress (asks in a tainted turn) whatever it declared; whether
-        # its results are outside content is its call.
-        tools.extend(
-            replace(obj, source=source, risk=obj.risk if obj.risk_declared else "high", egress=True)
-            for obj in found
-        )
+        tools.extend(as_plugin(obj, source) for obj in found)
     return tools, problems

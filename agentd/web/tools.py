@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import replace
 from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -13,7 +12,7 @@ from agentd.config import Config, WebConfig
 from agentd.db.runner import Runner
 from agentd.durable.clock import Clock, SystemClock
 from agentd.ledger import audit
-from agentd.tools import Tool, ToolContext, ToolError, mark_untrusted
+from agentd.tools import Tool, ToolContext, ToolError, Toolset, mark_untrusted
 from agentd.web.cache import SearchCache, query_digest
 from agentd.web.search import (
     MAX_RETRY_WAIT,
@@ -109,6 +108,20 @@ def web_tools(db: Runner, provider: SearchProvider, config: WebConfig, clock: Cl
             )
         )
 
+    # Every attempt may take the full timeout, and each retry may wait up to MAX_RETRY_WAIT.
+    budget = config.timeout * (config.retries + 1) + config.retries * MAX_RETRY_WAIT + 5
+    web = Toolset()
+
+    # Results are pages written by anyone: outside content.
+    @web.tool(
+        risk="low",
+        timeout=budget,
+        taints=True,
+        description="Search the web for current information: news, facts that change, "
+        "anything not in memory or the owner's documents. Returns numbered results with "
+        "titles, URLs and snippets; cite the URLs you use as Markdown links. Use fetch_url "
+        "to read a result in full.",
+    )
     async def web_search(ctx: ToolContext, args: WebSearchArgs) -> str:
         size = args.max_results or config.max_results
         digest = query_digest(args.query)
@@ -133,24 +146,7 @@ def web_tools(db: Runner, provider: SearchProvider, config: WebConfig, clock: Cl
             return f"The web search found nothing for: {args.query}. Try other keywords."
         return render_results(args.query, results, provider.name, age)
 
-    # Every attempt may take the full timeout, and each retry may wait up to MAX_RETRY_WAIT.
-    budget = config.timeout * (config.retries + 1) + config.retries * MAX_RETRY_WAIT + 5
-    return [
-        replace(
-            Tool.from_model(
-                name="web_search",
-                description="Search the web for current information: news, facts that change, "
-                "anything not in memory or the owner's documents. Returns numbered results with "
-                "titles, URLs and snippets; cite the URLs you use as Markdown links. Use fetch_url "
-                "to read a result in full.",
-                args_model=WebSearchArgs,
-                fn=web_search,
-                risk="low",
-                timeout=budget,
-            ),
-            taints=True,
-        )
-    ]
+    return web.tools()
 
 
 def build_web_tools(

@@ -1,0 +1,195 @@
+"""A toolset: tools that share where they come from, a default timeout, an access guard and
+which exceptions the model is told about, declared together and yielded as plain `Tool`s.
+
+    mail = Toolset(timeout=120.0, guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS),
+                   errors=(MailError,))
+
+    @mail.tool(risk="medium")
+    async def mail_move(ctx: ToolContext, args: MoveArgs) -> str:
+        \"\"\"Move messages to another folder (e.g. Archive).\"\"\"
+
+    registry = ToolRegistry(mail.tools())
+
+Each tool says everything about itself at its declaration, with the flags of `@tool`; the
+group's guard runs before every call (and before a settle), and an exception named in
+`errors` reaches the model as a ToolError with its message. A plugin module may declare a
+Toolset at its top level too: its tools load like the module's `@tool`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentd.access import owners
+from agentd.config import Risk, TelegramConfig
+from agentd.tools.base import (
+    ApprovalCard,
+    Assessment,
+    AsyncFn,
+    CallState,
+    Tool,
+    ToolContext,
+    ToolDeclarationError,
+    ToolError,
+    ToolFn,
+    ToolResult,
+)
+from agentd.tools.declare import Flags, build, declare
+
+# Why a call may not run here (what the model is told), or None to let it run.
+Guard = Callable[[ToolContext], str | None]
+
+
+@dataclass(frozen=True)
+class OwnerOnly:
+    """The owner's data stays the owner's: a call runs only when the owner (access/owners.py)
+    makes it in their private chat (a private chat's id is its user's id). Anyone else, or a
+    group, where every member would read the answer, gets `refusal`."""
+
+    owner_id: int | None
+    refusal: str
+
+    @classmethod
+    def of(cls, telegram: TelegramConfig, refusal: str) -> OwnerOnly:
+        return cls(owner_id=owners.resolve(telegram).owner_id, refusal=refusal)
+
+    def __call__(self, ctx: ToolContext) -> str | None:
+        mine = self.owner_id is not None and ctx.user_id == ctx.chat_id == self.owner_id
+        return None if mine else self.refusal
+
+
+class Toolset:
+    """A group of tools declared with shared defaults (like pydantic-ai's FunctionToolset)."""
+
+    def __init__(
+        self,
+        source: str = "builtin",
+        *,
+        timeout: float = 30.0,
+        guard: Guard | None = None,
+        errors: tuple[type[Exception], ...] = (),
+    ) -> None:
+        """`source` names the group in problems and the audit log (builtin, skills,
+        automation:<file>); `timeout` is each tool's unless it says its own; `guard` runs
+        before every call; `errors` are the exceptions whose message the model is told."""
+        if not timeout > 0:
+            raise ToolDeclarationError(f"toolset {source!r}: timeout must be positive")
+        self.source = source
+        self.timeout = timeout
+        self.guard = guard
+        self.errors = errors
+        self._tools: dict[str, Tool] = {}
+
+    def tools(self) -> list[Tool]:
+        """The declared tools, in the order they were declared."""
+        return list(self._tools.values())
+
+    def tool(
+        self,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        risk: Risk | None = None,
+        timeout: float | None = None,
+        taints: bool = False,
+        egress: bool = False,
+        at_most_once: bool = False,
+        assess: Callable[[Any, CallState], Assessment | None] | None = None,
+        card: Callable[[Any], ApprovalCard | None] | None = None,
+        settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+    ) -> Callable[[AsyncFn], Tool]:
+        """Declare a tool of this group (`@toolset.tool(risk=...)`); the flags are `@tool`'s.
+        The decorated name is the Tool, which the group also keeps."""
+        flags = Flags(
+            risk=risk,
+            timeout=timeout,
+            taints=taints,
+            egress=egress,
+            at_most_once=at_most_once,
+            assess=assess,
+            card=card,
+            settle=settle,
+        )
+
+        def decorate(func: AsyncFn) -> Tool:
+            made = declare(
+                func,
+                name=name,
+                description=description,
+                flags=flags,
+                source=self.source,
+                default_timeout=self.timeout,
+                wrap=self._wrap,
+            )
+            return self._keep(made)
+
+        return decorate
+
+    def add_model(
+        self,
+        *,
+        name: str,
+        description: str,
+        args_model: type[BaseModel],
+        fn: ToolFn,
+        risk: Risk | None = None,
+        timeout: float | None = None,
+        taints: bool = False,
+        egress: bool = False,
+        at_most_once: bool = False,
+        assess: Callable[[Any, CallState], Assessment | None] | None = None,
+        card: Callable[[Any], ApprovalCard | None] | None = None,
+        settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+    ) -> Tool:
+        """A tool whose arguments' model is known only at run time (an automation's input):
+        `fn(ctx, args)` gets the validated model. The flags are `@tool`'s."""
+        flags = Flags(
+            risk=risk,
+            timeout=timeout,
+            taints=taints,
+            egress=egress,
+            at_most_once=at_most_once,
+            assess=assess,
+            card=card,
+            settle=settle,
+        )
+        made = build(
+            name=name,
+            description=description,
+            args_model=args_model,
+            fn=fn,
+            flags=flags,
+            source=self.source,
+            default_timeout=self.timeout,
+            wrap=self._wrap,
+        )
+        return self._keep(made)
+
+    def _keep(self, made: Tool) -> Tool:
+        if made.name in self._tools:
+            raise ToolDeclarationError(
+                f"toolset {self.source!r} declares two tools named {made.name!r}"
+            )
+        self._tools[made.name] = made
+        return made
+
+    def _wrap(self, fn: ToolFn) -> ToolFn:
+        """`fn` behind the group's guard and error mapping (nothing to add: `fn` itself)."""
+        guard, errors = self.guard, self.errors
+        if guard is None and not errors:
+            return fn
+
+        async def guarded(ctx: ToolContext, args: Any) -> Any:
+            refusal = guard(ctx) if guard is not None else None
+            if refusal is not None:
+                raise ToolError(refusal)
+            try:
+                return await fn(ctx, args)
+            except errors as exc:
+                raise ToolError(str(exc)) from None
+
+        return guarded
