@@ -111,14 +111,16 @@ class Desk:
         self.daemon.kill9()
         self.daemon.start()
 
-    def kill_while_held(self, route: str, when: str = "before") -> None:
-        """Kill -9 while `route`'s request is in flight (held by the fake), then restart: the
-        step before it is journaled, this one is not."""
-        held = self.booking.hold(route, when)
-        self.booking.wait(lambda: held.arrived, 60, f"a {route} request")
+    def kill_at(self, held: Any, then: tuple[str, str] | None = None) -> Any:
+        """Kill -9 while a held request is in flight, then restart: the step before it is
+        journaled, this one is not (or, held after its change, its answer is not). `then`
+        (route, "before" | "after") holds the next request, before the restart can send it."""
+        self.booking.wait(lambda: held.arrived, 60, f"a {held.route} request")
         self.daemon.kill9()
-        self.booking.wait(lambda: held.dropped, 30, f"the {route} request dropped")
+        self.booking.wait(lambda: held.dropped, 30, f"the {held.route} request dropped")
+        following = self.booking.hold(*then) if then else None
         self.daemon.start()
+        return following
 
 
 @pytest.fixture
@@ -352,12 +354,13 @@ def test_verification_survives_a_kill_between_every_pair_of_steps(
         daemon.start()
         desk.waiting_at(iid, "wait:verify_zip#2")
         desk.kill_and_restart()
+        verify_2 = booking.hold("verify")
         desk.signal(iid, "verify_zip", {"zip": "11111"})
         # wait#2 | verify#2, verify#2 | escalate, and escalate | notify (its change made, its
         # answer not yet journaled: the repeat carries the same idempotency key).
-        desk.kill_while_held("verify")
-        desk.kill_while_held("escalate")
-        desk.kill_while_held("escalate", "after")
+        escalating = desk.kill_at(verify_2, then=("escalate", "before"))
+        answering = desk.kill_at(escalating, then=("escalate", "after"))
+        desk.kill_at(answering)
         out = desk.output(iid)
         assert out["status"] == "escalated" and out["customerId"] == "cust_001"
         assert booking.calls["lookup"] == 2  # one dropped by a kill, one answered
@@ -378,21 +381,23 @@ def test_reschedule_survives_a_kill_between_every_pair_of_steps(
     daemon = Daemon(tmp_path, desk_env(tmp_path, tg, llm, booking)).start()
     desk = Desk(daemon, tg, booking)
     try:
+        listing = booking.hold("appointments")
         iid = desk.start("reschedule_appointment", {"customerId": "cust_002"})
-        desk.kill_while_held("appointments")
+        desk.kill_at(listing)
         desk.waiting_at(iid, "wait:select_appointment")
         desk.daemon.kill9()
         desk.signal(iid, "select_appointment", {"appointmentId": "appt_002"})  # while down
+        fetching = booking.hold("slots")
         desk.daemon.start()
-        desk.kill_while_held("slots")
+        desk.kill_at(fetching)
         desk.waiting_at(iid, "wait:select_slot")
         desk.kill_and_restart()
         desk.signal(iid, "select_slot", {"slotId": "slot_201"})
         desk.waiting_at(iid, "wait:confirm_reschedule")
         desk.kill_and_restart()
+        applying = booking.hold("reschedule")
         desk.signal(iid, "confirm_reschedule", {"confirm": True})
-        desk.kill_while_held("reschedule")
-        desk.kill_while_held("reschedule", "after")
+        desk.kill_at(desk.kill_at(applying, then=("reschedule", "after")))
         out = desk.output(iid)
         assert (out["status"], out["appointmentId"], out["slotId"]) == (
             "rescheduled",
@@ -414,15 +419,17 @@ def test_a_refused_cancellation_survives_a_kill_between_every_pair_of_steps(
     daemon = Daemon(tmp_path, desk_env(tmp_path, tg, llm, booking)).start()
     desk = Desk(daemon, tg, booking)
     try:
+        listing = booking.hold("appointments")
         iid = desk.start("cancel_appointment", {"callSessionId": "c9", "customerId": "cust_001"})
-        desk.kill_while_held("appointments")
+        desk.kill_at(listing)
         desk.waiting_at(iid, "wait:cancel_confirm")
         desk.kill_and_restart()
+        cancelling = booking.hold("cancel")
         desk.signal(iid, "cancel_confirm", {"confirm": True})
-        desk.kill_while_held("cancel")
-        desk.kill_while_held("cancel", "after")
-        desk.kill_while_held("escalate")
-        desk.kill_while_held("escalate", "after")
+        refused = desk.kill_at(cancelling, then=("cancel", "after"))
+        escalating = desk.kill_at(refused, then=("escalate", "before"))
+        answering = desk.kill_at(escalating, then=("escalate", "after"))
+        desk.kill_at(answering)
         out = desk.output(iid)
         assert out["status"] == "escalated" and out["appointmentId"] == "appt_001"
         refused, escalated = ("cancel_refused", "appt_001"), ("escalate", "esc_1", "cancellation")

@@ -275,7 +275,9 @@ async def verify_caller(step: AutoStep, inp: VerifyInput) -> VerifyOutput:
 async def reschedule_appointment(step: AutoStep, inp: RescheduleInput) -> RescheduleOutput:
     """Move a verified caller's appointment to another slot, once they confirm it."""
 
-    def followup(message: str, appt: str | None = None, slot: str | None = None) -> Any:
+    def followup(
+        message: str, appt: str | None = None, slot: str | None = None
+    ) -> RescheduleOutput:
         return RescheduleOutput(
             status="needs_followup", appointment_id=appt, slot_id=slot, message=message
         )
