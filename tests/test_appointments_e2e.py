@@ -1,0 +1,440 @@
+"""The appointment desk in examples/automations/appointments, run as an owner would: through
+`agentd run`, against the example's fake booking system. Each branch of the three flows; the
+call webhook starting a verification and carrying the ZIP; a kill -9 between every pair of
+steps with each change applied once; an answer signalled while the daemon is down."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import importlib.util
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.daemon_process import OWNER, REPO_ROOT, Daemon, daemon_env, poll
+from tests.fakes import FakeAnthropic, FakeTelegram
+
+DESK = REPO_ROOT / "examples" / "automations" / "appointments"
+SECRET = "calls-hook-secret-7"
+PHONE_ONE = "+15550001111"  # cust_001: ZIP 94107, one appointment, one free slot
+RESTARTS = pytest.mark.timeout(900)  # each restart of `agentd run` takes seconds on a busy box
+
+
+def _load_fake() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("appointments_fake", DESK / "fake/booking.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+fake = _load_fake()
+
+
+class Desk:
+    """The daemon, its fakes, and the calls a phone system (or an agent) would make."""
+
+    def __init__(self, daemon: Daemon, tg: FakeTelegram, booking: Any) -> None:
+        self.daemon, self.tg, self.booking = daemon, tg, booking
+
+    def start(self, name: str, inp: dict[str, Any]) -> str:
+        inp = {"callSessionId": "call_1", **inp}
+        started = self.daemon.cli_json("workflows", "start", name, "--input", json.dumps(inp))
+        return str(started["instance_id"])
+
+    def signal(self, iid: str, event: str, data: dict[str, Any]) -> None:
+        done = self.daemon.cli("workflows", "signal", iid, event, "--data", json.dumps(data))
+        assert done.returncode == 0, done.stderr
+
+    def output(self, iid: str) -> dict[str, Any]:
+        done = self.daemon.cli("workflows", "wait", iid, "--timeout", "90")
+        result = json.loads(done.stdout or "{}")
+        assert done.returncode == 0, f"{result}\n{done.stderr}"
+        return dict(result["output"])
+
+    def steps(self, iid: str) -> dict[str, str]:
+        rows = self.daemon.query(
+            "SELECT name, status FROM workflow_steps WHERE instance_id = ?", (iid,)
+        )
+        return {r[0]: r[1] for r in rows}
+
+    def waiting_at(self, iid: str, step: str) -> None:
+        """Block until the instance is suspended in the wait step `step`."""
+
+        def there() -> bool:
+            row = self.daemon.query("SELECT status FROM workflow_instances WHERE id = ?", (iid,))
+            return row[0][0] == "waiting" and step in self.steps(iid)
+
+        poll(there, 60, f"{iid} waiting at {step}")
+
+    def hook_base(self) -> str:
+        line = next(x for x in self.daemon.log().splitlines() if "hooks listening" in x)
+        where = re.search(r"127\.0\.0\.1:\d+", line)
+        assert where, line
+        return f"http://{where[0]}"
+
+    def post_hook(self, path: str, body: dict[str, Any], delivery: str) -> dict[str, Any]:
+        raw = json.dumps(body).encode()
+        sig = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        request = urllib.request.Request(
+            self.hook_base() + path,
+            data=raw,
+            method="POST",
+            headers={
+                "Content-Type": "application/json",
+                "X-Signature-256": sig,
+                "Idempotency-Key": delivery,
+            },
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status in (200, 202)
+            return dict(json.loads(response.read()))
+
+    def escalations_told(self) -> list[str]:
+        return [
+            m["plain_text"]
+            for m in self.tg.sent
+            if m["chat_id"] == OWNER and m["plain_text"].startswith("☎️ Escalated")
+        ]
+
+    def kill_and_restart(self) -> None:
+        self.daemon.kill9()
+        self.daemon.start()
+
+    def kill_at(self, held: Any, then: tuple[str, str] | None = None) -> Any:
+        """Kill -9 while a held request is in flight, then restart: the step before it is
+        journaled, this one is not (or, held after its change, its answer is not). `then`
+        (route, "before" | "after") holds the next request, before the restart can send it."""
+        self.booking.wait(lambda: held.arrived, 60, f"a {held.route} request")
+        self.daemon.kill9()
+        self.booking.wait(lambda: held.dropped, 30, f"the {held.route} request dropped")
+        following = self.booking.hold(*then) if then else None
+        self.daemon.start()
+        return following
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic, Any]]:
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, fake.FakeBooking() as bk:
+        tg.add_chat(OWNER)
+        yield tg, llm, bk
+
+
+def desk_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, booking: Any) -> dict[str, str]:
+    (tmp / "agentd.toml").write_text(
+        f'[automations]\nfolder = "{DESK}"\n\n'
+        '[hooks]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
+        '[hooks.routes.calls]\nworkflow = "verify_caller"\nsecret_env = "CALLS_HOOK_SECRET"\n'
+    )
+    return daemon_env(
+        tmp,
+        tg.base_url,
+        llm.base_url,
+        AGENTD_CONFIG=str(tmp / "agentd.toml"),
+        CALLS_HOOK_SECRET=SECRET,
+        APPOINTMENTS_BOOKING_URL=booking.url,
+    )
+
+
+@pytest.fixture(scope="module")
+def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
+    tmp = tmp_path_factory.mktemp("desk")
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, fake.FakeBooking() as bk:
+        tg.add_chat(OWNER)
+        daemon = Daemon(tmp, desk_env(tmp, tg, llm, bk)).start()
+        try:
+            yield Desk(daemon, tg, bk)
+        finally:
+            daemon.stop()
+
+
+# -- verify_caller ----------------------------------------------------------------------------
+
+
+def test_all_three_load(desk: Desk) -> None:
+    listed = desk.daemon.cli_json("workflows", "automations")
+    names = {a["name"] for a in listed["automations"]}
+    assert {"verify_caller", "reschedule_appointment", "cancel_appointment"} <= names
+    assert listed["problems"] == []
+
+
+def test_a_call_webhook_starts_verification_and_the_zip_verifies_first_try(desk: Desk) -> None:
+    call = {"callSessionId": "call_hook", "phoneE164": PHONE_ONE, "intent": "verify"}
+    started = desk.post_hook("/hooks/calls", call, "call-hook-1")
+    again = desk.post_hook("/hooks/calls", call, "call-hook-1")  # the phone system retries
+    iid = started["instance_id"]
+    assert started["created"] is True and again == {"instance_id": iid, "created": False}
+    desk.waiting_at(iid, "wait:verify_zip#1")
+    desk.post_hook(
+        "/hooks/calls/events/verify_zip",
+        {"instance_id": iid, "data": {"zip": "94107"}},
+        "call-hook-1-zip",
+    )
+    assert desk.output(iid) == {
+        "status": "verified",
+        "customerId": "cust_001",
+        "message": "The caller is verified.",
+    }
+
+
+def test_verified_on_the_second_attempt(desk: Desk) -> None:
+    iid = desk.start("verify_caller", {"phoneE164": PHONE_ONE})
+    desk.waiting_at(iid, "wait:verify_zip#1")
+    desk.signal(iid, "verify_zip", {"zip": "11111"})
+    desk.waiting_at(iid, "wait:verify_zip#2")
+    desk.signal(iid, "verify_zip", {"zip": "94107"})
+    out = desk.output(iid)
+    assert out["status"] == "verified" and out["customerId"] == "cust_001"
+    assert list(desk.steps(iid)) == [
+        "lookup",
+        "wait:verify_zip#1",
+        "verify#1",
+        "wait:verify_zip#2",
+        "verify#2",
+    ]
+
+
+def test_two_failed_attempts_escalate_to_the_owner(desk: Desk) -> None:
+    before = desk.booking.effect_count("escalate")
+    iid = desk.start("verify_caller", {"callSessionId": "call_bad", "phoneE164": PHONE_ONE})
+    desk.signal(iid, "verify_zip", {"zip": "1234"})  # not five digits: a failed attempt too
+    desk.signal(iid, "verify_zip", {"zip": "99999"})
+    out = desk.output(iid)
+    assert out["status"] == "escalated" and out["customerId"] == "cust_001"
+    assert "after 2 attempts" in out["message"]
+    assert desk.booking.effect_count("escalate") == before + 1
+    told = [t for t in desk.escalations_told() if "call_bad" in t]
+    assert len(told) == 1 and "failed ZIP verification 2 times" in told[0]
+
+
+def test_no_zip_in_time_needs_followup(desk: Desk) -> None:
+    iid = desk.start("verify_caller", {"phoneE164": PHONE_ONE, "waitSeconds": 1})
+    assert desk.output(iid) == {
+        "status": "needs_followup",
+        "customerId": "cust_001",
+        "message": "The caller gave no ZIP code in time; call them back to verify.",
+    }
+
+
+def test_an_unknown_number_needs_followup(desk: Desk) -> None:
+    out = desk.output(desk.start("verify_caller", {"phoneE164": "+15559990000"}))
+    assert out["status"] == "needs_followup" and out["customerId"] is None
+
+
+def test_input_is_validated_by_field(desk: Desk) -> None:
+    bad = desk.daemon.cli(
+        "workflows", "start", "verify_caller", "--input", '{"callSessionId": "c", "phoneE164": "5"}'
+    )
+    assert bad.returncode == 1 and "phoneE164" in bad.stderr
+
+
+# -- reschedule_appointment -------------------------------------------------------------------
+
+
+def test_one_appointment_and_one_slot_are_chosen_for_the_caller(desk: Desk) -> None:
+    iid = desk.start("reschedule_appointment", {"customerId": "cust_001"})
+    desk.waiting_at(iid, "wait:confirm_reschedule")
+    desk.signal(iid, "confirm_reschedule", {"confirm": True})
+    assert desk.output(iid) == {
+        "status": "rescheduled",
+        "appointmentId": "appt_001",
+        "slotId": "slot_101",
+        "message": "Moved to 2026-12-04T09:00.",
+    }
+    assert "wait:select_appointment" not in desk.steps(iid)
+    assert "wait:select_slot" not in desk.steps(iid)
+
+
+def test_the_caller_chooses_among_several(desk: Desk) -> None:
+    iid = desk.start("reschedule_appointment", {"customerId": "cust_002"})
+    desk.waiting_at(iid, "wait:select_appointment")
+    desk.signal(iid, "select_appointment", {"appointmentId": "appt_002"})
+    desk.waiting_at(iid, "wait:select_slot")
+    desk.signal(iid, "select_slot", {"slotId": "slot_202"})
+    desk.waiting_at(iid, "wait:confirm_reschedule")
+    desk.signal(iid, "confirm_reschedule", {"confirm": True})
+    out = desk.output(iid)
+    assert (out["status"], out["appointmentId"], out["slotId"]) == (
+        "rescheduled",
+        "appt_002",
+        "slot_202",
+    )
+    assert ("reschedule", "appt_002", "slot_202") in desk.booking.effects
+
+
+def test_no_free_slot_needs_followup(desk: Desk) -> None:
+    out = desk.output(desk.start("reschedule_appointment", {"customerId": "cust_003"}))
+    assert out == {
+        "status": "needs_followup",
+        "appointmentId": "appt_004",
+        "slotId": None,
+        "message": "No free slot for appt_004; offer a call back.",
+    }
+
+
+def test_the_caller_keeps_the_time_and_nothing_changes(desk: Desk) -> None:
+    moved = desk.booking.effect_count("reschedule")
+    iid = desk.start("reschedule_appointment", {"customerId": "cust_001"})
+    desk.signal(iid, "confirm_reschedule", {"confirm": False})
+    out = desk.output(iid)
+    assert out["status"] == "cancelled" and out["slotId"] == "slot_101"
+    assert desk.booking.effect_count("reschedule") == moved
+
+
+# -- cancel_appointment -----------------------------------------------------------------------
+
+
+def test_a_confirmed_cancellation_is_applied(desk: Desk) -> None:
+    iid = desk.start("cancel_appointment", {"customerId": "cust_002"})
+    desk.waiting_at(iid, "wait:cancel_select_appointment")
+    desk.signal(iid, "cancel_select_appointment", {"appointmentId": "appt_003"})
+    desk.waiting_at(iid, "wait:cancel_confirm")
+    desk.signal(iid, "cancel_confirm", {"confirm": True})
+    assert desk.output(iid) == {
+        "status": "cancelled",
+        "appointmentId": "appt_003",
+        "message": "Cancelled.",
+    }
+    assert ("cancel", "appt_003") in desk.booking.effects
+
+
+def test_a_refused_cancellation_is_escalated(desk: Desk) -> None:
+    desk.booking.cancel_fails = True
+    try:
+        iid = desk.start(
+            "cancel_appointment", {"callSessionId": "call_locked", "customerId": "cust_001"}
+        )
+        desk.signal(iid, "cancel_confirm", {"confirm": True})
+        out = desk.output(iid)
+    finally:
+        desk.booking.cancel_fails = False
+    assert out["status"] == "escalated" and out["appointmentId"] == "appt_001"
+    told = [t for t in desk.escalations_told() if "call_locked" in t]
+    assert len(told) == 1 and "locked" in told[0] and "cust_001" in told[0]
+
+
+# -- kill -9 between every pair of steps -------------------------------------------------------
+
+
+@RESTARTS
+def test_verification_survives_a_kill_between_every_pair_of_steps(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, Any]
+) -> None:
+    tg, llm, booking = fakes
+    daemon = Daemon(tmp_path, desk_env(tmp_path, tg, llm, booking))
+    desk = Desk(daemon, tg, booking)
+    held = booking.hold("lookup")  # in flight when the first kill comes
+    daemon.start()
+    try:
+        iid = desk.start("verify_caller", {"callSessionId": "call_k9", "phoneE164": PHONE_ONE})
+        booking.wait(lambda: held.arrived, 60, "the lookup")
+        daemon.kill9()
+        booking.wait(lambda: held.dropped, 30, "the lookup dropped")
+        daemon.start()
+        # lookup | wait#1: the ZIP is signalled while the daemon is down.
+        desk.waiting_at(iid, "wait:verify_zip#1")
+        daemon.kill9()
+        desk.signal(iid, "verify_zip", {"zip": "00000"})
+        verify_1 = booking.hold("verify")
+        daemon.start()
+        # wait#1 | verify#1, and verify#1 | wait#2.
+        booking.wait(lambda: verify_1.arrived, 60, "verify#1")
+        daemon.kill9()
+        booking.wait(lambda: verify_1.dropped, 30, "verify#1 dropped")
+        daemon.start()
+        desk.waiting_at(iid, "wait:verify_zip#2")
+        desk.kill_and_restart()
+        verify_2 = booking.hold("verify")
+        desk.signal(iid, "verify_zip", {"zip": "11111"})
+        # wait#2 | verify#2, verify#2 | escalate, and escalate | notify (its change made, its
+        # answer not yet journaled: the repeat carries the same idempotency key).
+        escalating = desk.kill_at(verify_2, then=("escalate", "before"))
+        answering = desk.kill_at(escalating, then=("escalate", "after"))
+        desk.kill_at(answering)
+        out = desk.output(iid)
+        assert out["status"] == "escalated" and out["customerId"] == "cust_001"
+        assert booking.calls["lookup"] == 2  # one dropped by a kill, one answered
+        assert booking.calls["verify"] == 4 and booking.calls["escalate"] == 3
+        assert booking.effect_count("escalate") == 1
+        poll(lambda: desk.escalations_told(), 30, "the owner told")
+        assert len(desk.escalations_told()) == 1
+        assert daemon.starts == 8
+    finally:
+        daemon.stop()
+
+
+@RESTARTS
+def test_reschedule_survives_a_kill_between_every_pair_of_steps(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, Any]
+) -> None:
+    tg, llm, booking = fakes
+    daemon = Daemon(tmp_path, desk_env(tmp_path, tg, llm, booking)).start()
+    desk = Desk(daemon, tg, booking)
+    try:
+        listing = booking.hold("appointments")
+        iid = desk.start("reschedule_appointment", {"customerId": "cust_002"})
+        desk.kill_at(listing)
+        desk.waiting_at(iid, "wait:select_appointment")
+        desk.daemon.kill9()
+        desk.signal(iid, "select_appointment", {"appointmentId": "appt_002"})  # while down
+        fetching = booking.hold("slots")
+        desk.daemon.start()
+        desk.kill_at(fetching)
+        desk.waiting_at(iid, "wait:select_slot")
+        desk.kill_and_restart()
+        desk.signal(iid, "select_slot", {"slotId": "slot_201"})
+        desk.waiting_at(iid, "wait:confirm_reschedule")
+        desk.kill_and_restart()
+        applying = booking.hold("reschedule")
+        desk.signal(iid, "confirm_reschedule", {"confirm": True})
+        desk.kill_at(desk.kill_at(applying, then=("reschedule", "after")))
+        out = desk.output(iid)
+        assert (out["status"], out["appointmentId"], out["slotId"]) == (
+            "rescheduled",
+            "appt_002",
+            "slot_201",
+        )
+        assert booking.effects == [("reschedule", "appt_002", "slot_201")]
+        assert booking.calls["reschedule"] == 3
+    finally:
+        daemon.stop()
+
+
+@RESTARTS
+def test_a_refused_cancellation_survives_a_kill_between_every_pair_of_steps(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, Any]
+) -> None:
+    tg, llm, booking = fakes
+    booking.cancel_fails = True
+    daemon = Daemon(tmp_path, desk_env(tmp_path, tg, llm, booking)).start()
+    desk = Desk(daemon, tg, booking)
+    try:
+        listing = booking.hold("appointments")
+        iid = desk.start("cancel_appointment", {"callSessionId": "c9", "customerId": "cust_001"})
+        desk.kill_at(listing)
+        desk.waiting_at(iid, "wait:cancel_confirm")
+        desk.kill_and_restart()
+        cancelling = booking.hold("cancel")
+        desk.signal(iid, "cancel_confirm", {"confirm": True})
+        refused = desk.kill_at(cancelling, then=("cancel", "after"))
+        escalating = desk.kill_at(refused, then=("escalate", "before"))
+        answering = desk.kill_at(escalating, then=("escalate", "after"))
+        desk.kill_at(answering)
+        out = desk.output(iid)
+        assert out["status"] == "escalated" and out["appointmentId"] == "appt_001"
+        refused, escalated = ("cancel_refused", "appt_001"), ("escalate", "esc_1", "cancellation")
+        assert booking.effects == [refused, escalated]
+        poll(lambda: desk.escalations_told(), 30, "the owner told")
+        assert len(desk.escalations_told()) == 1
+    finally:
+        daemon.stop()
