@@ -57,6 +57,8 @@ class Site:
 
 
 SITE = web.AppKey("site", Site)
+CSRF_KEY = web.RequestKey("csrf_key", str)
+SESSION = web.RequestKey("session", str)
 
 
 def site_of(request: web.Request) -> Site:
@@ -65,7 +67,7 @@ def site_of(request: web.Request) -> Site:
 
 def render(request: web.Request, name: str, **context: Any) -> web.Response:
     site = site_of(request)
-    key = request.get("csrf_key")
+    key = request.get(CSRF_KEY)
     body = site.templates.get_template(name).render(
         csrf=auth.csrf_token(key) if key else "",
         path=request.path,
@@ -98,7 +100,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         response = await _guarded(request, handler, site)
     except web.HTTPException as exc:
-        response = exc
+        exc.headers.update(HEADERS)
+        raise
     response.headers.update(HEADERS)
     return response
 
@@ -113,8 +116,8 @@ async def _guarded(request: web.Request, handler: Handler, site: Site) -> web.St
     key = await site.access.read(auth.session_key, cookie, time.time()) if cookie else None
     if key is None:
         _to_login()
-    request["csrf_key"] = key
-    request["session"] = cookie
+    request[CSRF_KEY] = key
+    request[SESSION] = cookie
     if request.method == "POST":
         form = await request.post()
         if not auth.csrf_ok(key, str(form.get("csrf", ""))):

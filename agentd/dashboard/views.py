@@ -12,7 +12,7 @@ import jinja2
 from aiohttp import web
 
 from agentd.dashboard import actions, auth, queries
-from agentd.dashboard.server import render, site_of
+from agentd.dashboard.server import SESSION, render, site_of
 
 
 def _iso(ts: float | None) -> str:
@@ -57,7 +57,7 @@ async def login(request: web.Request) -> web.Response:
 
 
 async def logout(request: web.Request) -> web.Response:
-    await site_of(request).access.write(auth.end_session, request["session"])
+    await site_of(request).access.write(auth.end_session, request[SESSION])
     response = web.HTTPSeeOther("/login")
     response.del_cookie(auth.COOKIE, path="/")
     raise response
