@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from agentd.access import approvals
@@ -110,36 +111,67 @@ def spend(
     groups: dict[Any, list[dict[str, Any]]] = {}
     for row in _grouped(conn, by, since):
         groups.setdefault(row["label"], []).append(row)
-    out = []
-    for label, rows in groups.items():
-        fields = Tokens.model_fields
-        summed = Tokens(**{f: sum(r[f] or 0 for r in rows) for f in fields})
-        out.append(
-            {
-                "label": "—" if label is None else str(label),
-                "calls": sum(r["calls"] for r in rows),
-                "tokens": summed.input_tokens
-                + summed.output_tokens
-                + summed.cache_read_tokens
-                + summed.cache_write_tokens,
-                "cache_share": hit_ratio(summed),
-                "usd": priced(rows, prices),
-            }
-        )
-    return out
+    return [_summed(label, rows, prices) for label, rows in groups.items()]
+
+
+def _summed(
+    label: Any, rows: list[dict[str, Any]], prices: Mapping[str, ModelPrice] | None
+) -> dict[str, Any]:
+    summed = Tokens(**{f: sum(r[f] or 0 for r in rows) for f in Tokens.model_fields})
+    return {
+        "label": "—" if label is None else str(label),
+        "calls": sum(r["calls"] for r in rows),
+        "tokens": summed.input_tokens
+        + summed.output_tokens
+        + summed.cache_read_tokens
+        + summed.cache_write_tokens,
+        "cache_share": hit_ratio(summed),
+        "usd": priced(rows, prices),
+    }
 
 
 # A schedule's runs are instances sched-<id>-<due>; an automation's are named after it.
 BY = {
-    "day": "date(at, 'unixepoch')",
+    # A day number, made a date in Python: cheaper than date() on every row of a year.
+    "day": "CAST(llm_usage.at / 86400 AS INTEGER)",
     "purpose": "purpose",
-    "user": "user_id",
+    "user": "llm_usage.user_id",
     "model": "model",
-    "schedule": "CASE WHEN instance_id LIKE 'sched-%' THEN "
-    "substr(instance_id, 7, instr(substr(instance_id, 7), '-') - 1) END",
-    "automation": "(SELECT automation FROM automation_runs r WHERE r.instance_id = "
-    "llm_usage.instance_id)",
+    "schedule": "CASE WHEN llm_usage.instance_id LIKE 'sched-%' THEN substr(llm_usage.instance_id,"
+    " 7, instr(substr(llm_usage.instance_id, 7), '-') - 1) END",
+    "automation": "r.automation",  # cost_page joins automation_runs as r
 }
+
+
+def _day_label(number: int) -> str:
+    return datetime.fromtimestamp(number * DAY, UTC).date().isoformat()
+
+
+def cost_page(
+    conn: Any, since: float, prices: Mapping[str, ModelPrice] | None
+) -> dict[str, list[dict[str, Any]]]:
+    """Every grouping of the Cost page from one scan: rows grouped by all of them at once
+    (a few per day), then summed per grouping here, each model at its own price."""
+    dims = ", ".join(f"{expr} AS {name}" for name, expr in BY.items())
+    cur = conn.execute(
+        f"SELECT {dims}, model AS price_model, {_SUMS} FROM llm_usage "
+        "LEFT JOIN automation_runs r ON r.instance_id = llm_usage.instance_id "
+        f"WHERE llm_usage.at >= ? GROUP BY {', '.join(BY)}, price_model",
+        (since,),
+    )
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+    out = {}
+    for name in BY:
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for row in rows:
+            label = _day_label(row[name]) if name == "day" else row[name]
+            groups.setdefault(label, []).append({**row, "model": row["price_model"]})
+        out[name] = sorted(
+            (_summed(label, items, prices) for label, items in groups.items()),
+            key=lambda r: r["label"],
+        )
+    return out
 
 
 def today(conn: Any, now: float, prices: Mapping[str, ModelPrice] | None) -> dict[str, Any]:

@@ -95,9 +95,7 @@ async def cost(request: web.Request) -> web.Response:
     site = site_of(request)
     days = min(max(_int(request.query.get("days", "30")), 1), 400)
     since = time.time() - days * queries.DAY
-    groups = {}
-    for name, expr in queries.BY.items():
-        groups[name] = await site.access.read(queries.spend, expr, since, site.prices)
+    groups = await site.access.read(queries.cost_page, since, site.prices)
     return render(request, "cost.html", days=days, groups=groups, budget=site.daily_tokens)
 
 
