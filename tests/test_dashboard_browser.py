@@ -107,8 +107,8 @@ def _script(llm: FakeAnthropic, *replies: Any) -> None:
     llm.set_responder(lambda body: queue.pop(0) if queue else None)
 
 
-def _shot(page: Any, stack: Stack, name: str) -> None:
-    page.screenshot(path=str(stack.shots / f"{name}.png"))
+def _shot(page: Any, stack: Stack, name: str, *, whole: bool = False) -> None:
+    page.screenshot(path=str(stack.shots / f"{name}.png"), full_page=whole)
 
 
 def test_sign_in_approve_and_watch_the_turn_finish(stack: tuple[Stack, str], browser: Any) -> None:
@@ -159,8 +159,10 @@ def test_sign_in_approve_and_watch_the_turn_finish(stack: tuple[Stack, str], bro
     assert "complete" in page.locator("p").first.inner_text()
     steps = page.locator("ol.timeline").inner_text()
     assert "tool:toolu_dash1" in steps or "toolu_dash1" in page.content()
-    assert "delete_file" in page.locator("table").last.inner_text()
-    _shot(page, s, "turn")
+    tools = page.locator("table", has_text="outcome").inner_text()
+    assert "delete_file" in tools and "high" in tools and "approved by dashboard" in tools
+    assert "deleted /tmp/<b>old</b>.txt" in tools
+    _shot(page, s, "turn", whole=True)
     for name in ("Cost", "Memory", "Schedules", "Skills", "Audit"):
         page.get_by_role("link", name=name, exact=True).click()
         assert page.get_by_role("heading", level=1).first.is_visible()

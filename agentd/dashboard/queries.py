@@ -211,24 +211,68 @@ def timeline(conn: Any, instance_id: str) -> dict[str, Any] | None:
     asked = conn.execute(
         "SELECT id FROM approvals WHERE instance_id = ? ORDER BY created_at", (instance_id,)
     ).fetchall()
+    found = [approvals.get(conn, r[0]) for r in asked]
     return {
         "instance": inst,
         "steps": [(s, attempts.get(s.ordinal, []), _taint(s)) for s in steps.values()],
+        "tools": tool_calls(list(steps.values()), found),
         "calls": calls,
-        "approvals": [approvals.get(conn, r[0]) for r in asked],
+        "approvals": found,
         "input": _pretty(inst.input),
     }
 
 
-def _taint(step: store.StepRecord) -> str:
-    """Why a step tainted the turn, when its result says so."""
+def _result(step: store.StepRecord) -> dict[str, Any]:
     try:
-        result = json.loads(step.result or "null")
+        found = json.loads(step.result or "null")
     except ValueError:
-        return ""
-    if isinstance(result, dict) and result.get("taints"):
-        return str(result.get("tool") or result.get("source") or "outside content")
-    return ""
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _taint(step: store.StepRecord) -> str:
+    """What outside content a routed tool call brings into the turn, when its route says so."""
+    result = _result(step) if step.name.startswith("route:") else {}
+    return f"{result.get('name', 'a tool')}'s result" if result.get("taints") else ""
+
+
+def tool_calls(steps: list[store.StepRecord], asked: list[Any]) -> list[dict[str, Any]]:
+    """Each tool call of a turn from its journal: the route (tool, risk, source, why), the
+    approval asked for it and the outcome. Read leniently: an older journal may lack a field."""
+    by_use = {a.tool_use_id: a for a in asked if a is not None}
+    outcomes = {s.name.split(":", 1)[1]: s for s in steps if s.name.startswith("tool:")}
+    calls = []
+    for step in steps:
+        if not step.name.startswith("route:"):
+            continue
+        use_id = step.name.split(":", 1)[1]
+        route, ran = _result(step), outcomes.get(use_id)
+        outcome = _result(ran) if ran is not None else {}
+        approval = by_use.get(use_id)
+        calls.append(
+            {
+                "tool": route.get("name", "?"),
+                "risk": route.get("risk") or "unknown tool",
+                "source": route.get("source", ""),
+                "why": route.get("reason", ""),
+                "taints": bool(route.get("taints")),
+                "approval": approval.status if approval else "",
+                "decided_by": approval.decided_by if approval else "",
+                "outcome": _outcome(ran, outcome),
+                "result": str(outcome.get("content", ""))[:300],
+            }
+        )
+    return calls
+
+
+def _outcome(step: store.StepRecord | None, outcome: dict[str, Any]) -> str:
+    if step is None:
+        return "not run"
+    if step.status != "complete":
+        return step.status
+    if outcome.get("ok") is False:
+        return f"error ({outcome.get('error_kind') or 'failed'})"
+    return "ok"
 
 
 def _pretty(text: str | None) -> str:
