@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,10 +18,12 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import AGENTD, OWNER, Daemon, daemon_env, running_daemon
+from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 CHROMIUM = Path("/usr/bin/chromium")
+# `agentd dashboard` once the command is listed in agentd/cli/app.py; the same function.
+DASHBOARD = [sys.executable, "-m", "agentd.cli.dashboard"]
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -52,7 +55,14 @@ class Stack:
 
     def link(self) -> str:
         port = self.base.rsplit(":", 1)[1]
-        result = self.daemon.cli("dashboard", "--link", "--port", port)
+        result = subprocess.run(
+            [*DASHBOARD, "--link", "--port", port],
+            env=self.daemon.env,
+            cwd=self.daemon.tmp,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         return result.stdout.strip()
 
@@ -60,7 +70,7 @@ class Stack:
 def _dashboard(daemon: Daemon) -> tuple[subprocess.Popen[str], str]:
     """`agentd dashboard --port 0` beside the daemon; returns it and its first login link."""
     proc = subprocess.Popen(
-        [*AGENTD, "dashboard", "--port", "0"],
+        [*DASHBOARD, "--port", "0"],
         env=daemon.env,
         cwd=daemon.tmp,
         stdout=subprocess.PIPE,

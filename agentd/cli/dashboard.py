@@ -26,14 +26,12 @@ def _settings(cfg: Any, **given: Any) -> Any:
 def new_link(cfg: Any, settings: Any, port: int) -> str:
     """A one-time login link (its token is stored hashed, with an expiry)."""
     from agentd.dashboard import auth
+    from agentd.dashboard.links import login_link
 
     with database(cfg, write=True) as conn:
         auth.ensure_schema(conn)
         with transaction(conn):
-            token = auth.new_login(
-                conn, minutes=settings.link_minutes, made_by=f"cli:{getpass.getuser()}"
-            )
-    return f"{settings.base_url(port)}/login?t={token}"
+            return login_link(conn, settings, f"cli:{getpass.getuser()}", port)
 
 
 def dashboard(
@@ -88,3 +86,12 @@ async def _serve(cfg: Any, settings: Any) -> None:
         await asyncio.Event().wait()
     finally:
         await runner.cleanup()
+
+
+def main() -> None:
+    """`python -m agentd.cli.dashboard`: the same command before `agentd` lists it."""
+    typer.run(dashboard)
+
+
+if __name__ == "__main__":
+    main()
