@@ -34,6 +34,9 @@ CREATE TABLE dashboard_sessions (
     expires_at REAL NOT NULL,
     csrf_key TEXT NOT NULL
 );
+-- The Cost page sums one schedule's or automation's calls, and a turn's timeline its own:
+-- found by instance id instead of a scan of every call.
+CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
 """,
     )
 ]

@@ -9,14 +9,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from agentd.access import approvals
+from agentd.dashboard import spend
 from agentd.durable import store
 from agentd.ledger import audit as audit_log
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
-from agentd.ledger.usage import hit_ratio
 from agentd.memory.history import history
 
 DAY = 86400.0
@@ -79,10 +78,6 @@ def last_errors(conn: Any, limit: int = 5) -> list[store.InstanceRecord]:
     return store.list_instances(conn, status="errored", limit=limit)
 
 
-def priced(rows: list[Any], prices: Mapping[str, ModelPrice] | None) -> float:
-    return sum(cost(_tokens(r), price_for(r["model"], prices)) for r in rows)
-
-
 def _tokens(r: Mapping[str, Any]) -> Tokens:
     return Tokens(**{f: r[f] for f in Tokens.model_fields})
 
@@ -94,94 +89,12 @@ _SUMS = (
 )
 
 
-def _grouped(conn: Any, by: str, since: float) -> list[dict[str, Any]]:
-    cur = conn.execute(
-        f"SELECT {by} AS label, model, {_SUMS} FROM llm_usage WHERE at >= ? "
-        "GROUP BY label, model ORDER BY label",
-        (since,),
-    )
-    names = [d[0] for d in cur.description]
-    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-
-
-def spend(
-    conn: Any, by: str, since: float, prices: Mapping[str, ModelPrice] | None
-) -> list[dict[str, Any]]:
-    """Tokens and estimated USD per `by` (an SQL expression over llm_usage), models priced apart."""
-    groups: dict[Any, list[dict[str, Any]]] = {}
-    for row in _grouped(conn, by, since):
-        groups.setdefault(row["label"], []).append(row)
-    return [_summed(label, rows, prices) for label, rows in groups.items()]
-
-
-def _summed(
-    label: Any, rows: list[dict[str, Any]], prices: Mapping[str, ModelPrice] | None
-) -> dict[str, Any]:
-    summed = Tokens(**{f: sum(r[f] or 0 for r in rows) for f in Tokens.model_fields})
-    return {
-        "label": "—" if label is None else str(label),
-        "calls": sum(r["calls"] for r in rows),
-        "tokens": summed.input_tokens
-        + summed.output_tokens
-        + summed.cache_read_tokens
-        + summed.cache_write_tokens,
-        "cache_share": hit_ratio(summed),
-        "usd": priced(rows, prices),
-    }
-
-
-# A schedule's runs are instances sched-<id>-<due>; an automation's are named after it.
-BY = {
-    # A day number, made a date in Python: cheaper than date() on every row of a year.
-    "day": "CAST(llm_usage.at / 86400 AS INTEGER)",
-    "purpose": "purpose",
-    "user": "llm_usage.user_id",
-    "model": "model",
-    "schedule": "CASE WHEN llm_usage.instance_id LIKE 'sched-%' THEN substr(llm_usage.instance_id,"
-    " 7, instr(substr(llm_usage.instance_id, 7), '-') - 1) END",
-    "automation": "r.automation",  # cost_page joins automation_runs as r
-}
-
-
-def _day_label(number: int) -> str:
-    return datetime.fromtimestamp(number * DAY, UTC).date().isoformat()
-
-
-def cost_page(
-    conn: Any, since: float, prices: Mapping[str, ModelPrice] | None
-) -> dict[str, list[dict[str, Any]]]:
-    """Every grouping of the Cost page from one scan: rows grouped by all of them at once
-    (a few per day), then summed per grouping here, each model at its own price."""
-    dims = ", ".join(f"{expr} AS {name}" for name, expr in BY.items())
-    cur = conn.execute(
-        f"SELECT {dims}, model AS price_model, {_SUMS} FROM llm_usage "
-        "LEFT JOIN automation_runs r ON r.instance_id = llm_usage.instance_id "
-        f"WHERE llm_usage.at >= ? GROUP BY {', '.join(BY)}, price_model",
-        (since,),
-    )
-    names = [d[0] for d in cur.description]
-    rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
-    out = {}
-    for name in BY:
-        groups: dict[Any, list[dict[str, Any]]] = {}
-        for row in rows:
-            label = _day_label(row[name]) if name == "day" else row[name]
-            groups.setdefault(label, []).append({**row, "model": row["price_model"]})
-        out[name] = sorted(
-            (_summed(label, items, prices) for label, items in groups.items()),
-            key=lambda r: r["label"],
-        )
-    return out
-
-
-def today(conn: Any, now: float, prices: Mapping[str, ModelPrice] | None) -> dict[str, Any]:
-    rows = spend(conn, "'today'", _day_start(now), prices)
-    return rows[0] if rows else {"tokens": 0, "usd": 0.0, "calls": 0, "cache_share": 0.0}
-
-
 def chats(conn: Any) -> list[dict[str, Any]]:
+    """Chats, the most recently active first. MAX(id) is read from the (chat_id, id) index
+    alone; the time of that one message is then looked up."""
     cur = conn.execute(
-        "SELECT chat_id, MAX(created_at) AS last FROM messages GROUP BY chat_id ORDER BY last DESC"
+        "SELECT c.chat_id, m.created_at FROM (SELECT chat_id, MAX(id) AS last FROM messages "
+        "GROUP BY chat_id) c JOIN messages m ON m.id = c.last ORDER BY c.last DESC"
     )
     return [{"chat_id": r[0], "last": r[1]} for r in cur.fetchall()]
 
@@ -362,7 +275,7 @@ def now_page(
         "health": health(conn, now),
         "open": open_instances(conn),
         "errors": last_errors(conn),
-        "today": today(conn, now, prices),
+        "today": spend.since(conn, _day_start(now), prices),
         "budget": daily_tokens,
         "waiting": len(approvals.pending(conn, now)),
         "at": time.time(),

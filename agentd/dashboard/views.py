@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from agentd.dashboard import actions, auth, queries
+from agentd.dashboard import actions, auth, queries, spend
 from agentd.dashboard.server import SESSION, render, site_of
 
 
@@ -95,7 +95,7 @@ async def cost(request: web.Request) -> web.Response:
     site = site_of(request)
     days = min(max(_int(request.query.get("days", "30")), 1), 400)
     since = time.time() - days * queries.DAY
-    groups = await site.access.read(queries.cost_page, since, site.prices)
+    groups = await site.access.read(spend.groups, since, site.prices)
     return render(request, "cost.html", days=days, groups=groups, budget=site.daily_tokens)
 
 

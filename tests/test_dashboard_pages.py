@@ -1,0 +1,48 @@
+"""What the dashboard's pages compute: cost per schedule and automation."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agentd.dashboard import auth, spend
+from agentd.db.connect import open_sync
+from agentd.db.migrations import apply_migrations
+
+
+def test_cost_per_schedule_and_automation(tmp_path: Path) -> None:
+    conn = open_sync(tmp_path / "c.db")
+    apply_migrations(conn)
+    auth.ensure_schema(conn)
+    now = time.time()
+    rows = [
+        ("sched-briefing-1a2b3c4d-1764000000", 100),
+        ("sched-briefing-1a2b3c4d-1764000000-turn", 50),
+        ("sched-s1-1764000000", 10),
+        ("auto-1", 7),
+        ("tg-update-1", 1000),
+    ]
+    for instance, tokens in rows:
+        conn.execute(
+            "INSERT INTO llm_usage (at, instance_id, purpose, model, input_tokens, "
+            "output_tokens) VALUES (?, ?, 'turn', 'claude-haiku-4-5', ?, 0)",
+            (now, instance, tokens),
+        )
+    conn.execute(
+        "INSERT INTO workflow_instances (id, workflow, key, status, input, created_at, "
+        "updated_at) VALUES ('auto-1', 'digest', 'k', 'complete', '{}', ?, ?)",
+        (now, now),
+    )
+    conn.execute(
+        "INSERT INTO automation_runs (instance_id, automation, version, source, created_at) "
+        "VALUES ('auto-1', 'digest', 'v1', 'x', ?)",
+        (now,),
+    )
+    found = spend.groups(conn, now - 60, None)
+    conn.close()
+    assert {r["label"]: r["tokens"] for r in found["schedule"]} == {
+        "briefing-1a2b3c4d": 150,
+        "s1": 10,
+    }
+    assert {r["label"]: r["tokens"] for r in found["automation"]} == {"digest": 7}
+    assert sum(r["tokens"] for r in found["day"]) == 1167
