@@ -46,3 +46,22 @@ def test_cost_per_schedule_and_automation(tmp_path: Path) -> None:
     }
     assert {r["label"]: r["tokens"] for r in found["automation"]} == {"digest": 7}
     assert sum(r["tokens"] for r in found["day"]) == 1167
+
+
+def test_always_allow_is_the_cards_button(tmp_path: Path) -> None:
+    """Approve and store the offered shell rule, as "Always allow this" in the chat does."""
+    from agentd.access import approvals
+    from agentd.dashboard import actions
+    from agentd.hands import rules
+    from tests import dashboard_seed as seed
+
+    conn = open_sync(tmp_path / "a.db")
+    apply_migrations(conn)
+    approval = seed.waiting_approval(conn, 1, time.time(), "shell", "ls -la /srv")
+    rules.offer(conn, approval, ["ls", "-la", "/srv"])
+    said = actions.approve_always(conn, approval)
+    assert said.startswith("Approved, and from now on allowed: ls")
+    found = approvals.get(conn, approval)
+    assert found is not None and found.status == "approved" and found.decided_by == "dashboard"
+    assert [(r.program, r.created_by) for r in rules.list_rules(conn)] == [("ls", "dashboard")]
+    conn.close()

@@ -25,6 +25,16 @@ def decide(conn: Any, approval_id: str, approve: bool, reason: str | None) -> st
     return result.message
 
 
+def approve_always(conn: Any, approval_id: str) -> str:
+    """As the card's "Always allow this" button: approve, and store the offered shell rule."""
+    from agentd.hands import rules
+
+    said = rules.approve_always(conn, approval_id, BY)
+    if not said.startswith("Approved"):
+        raise Refused(said)
+    return said
+
+
 def forget_memory(conn: Any, memory_id: int) -> str:
     """As `agentd memory forget ID`."""
     from agentd.memory.store import forget

@@ -201,8 +201,11 @@ def approvals_page(conn: Any, now: float) -> dict[str, Any]:
     decided = conn.execute(
         "SELECT id FROM approvals WHERE status != 'pending' ORDER BY decided_at DESC LIMIT 50"
     ).fetchall()
+    waiting = approvals.pending(conn, now)
     return {
-        "waiting": approvals.pending(conn, now),
+        "waiting": waiting,
+        # The shell rule the card's "Always allow this" would add, where it offers one.
+        "offers": {a.id: offer for a in waiting if (offer := rules.offered(conn, a.id))},
         "decided": [approvals.get(conn, r[0]) for r in decided],
         "rules": rules.list_rules(conn),
     }

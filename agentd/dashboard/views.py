@@ -160,9 +160,12 @@ async def _change(request: web.Request, fn: Any, *args: Any, back: str) -> web.R
 
 async def decide(request: web.Request) -> web.Response:
     form = await request.post()
-    approve = form.get("decision") == "approve"
-    reason = str(form.get("reason", ""))[:500]
+    decision = form.get("decision")
     approval_id = request.match_info["id"]
+    if decision == "always":
+        return await _change(request, actions.approve_always, approval_id, back="/approvals")
+    reason = str(form.get("reason", ""))[:500]
+    approve = decision == "approve"
     return await _change(request, actions.decide, approval_id, approve, reason, back="/approvals")
 
 
