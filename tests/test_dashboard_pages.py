@@ -65,3 +65,23 @@ def test_always_allow_is_the_cards_button(tmp_path: Path) -> None:
     assert found is not None and found.status == "approved" and found.decided_by == "dashboard"
     assert [(r.program, r.created_by) for r in rules.list_rules(conn)] == [("ls", "dashboard")]
     conn.close()
+
+
+async def test_inside_the_daemon_changes_go_through_its_writer(tmp_path: Path) -> None:
+    from agentd.dashboard.access import DaemonAccess
+    from agentd.db import Database
+
+    path = tmp_path / "d.db"
+    conn = open_sync(path)
+    apply_migrations(conn)
+    auth.ensure_schema(conn)
+    conn.close()
+    db = await Database.open(path)
+    try:
+        access = DaemonAccess(db)
+        token = await access.write(auth.new_login, minutes=5, made_by="test")
+        session = await access.write(auth.redeem, token, 1.0)
+        assert session is not None
+        assert await access.read(auth.session_key, session) is not None
+    finally:
+        await db.close()

@@ -51,3 +51,19 @@ class FileAccess:
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(self._run, True, partial(fn, **kwargs), args)
+
+
+class DaemonAccess:
+    """Inside `agentd run`: changes through the daemon's one writer (`Database.write`), reads
+    on connections of their own, so a page that scans a year of rows never holds the writer
+    a turn is waiting for."""
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+        self._reads = FileAccess(db.path)
+
+    async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self._reads.read(fn, *args, **kwargs)
+
+    async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await self._db.write(fn, *args, **kwargs)  # type: ignore[no-any-return]
