@@ -178,13 +178,16 @@ async def test_session_cookie_is_scoped(tmp_path: Path, public_url: str) -> None
             headers={"Origin": dash.origin()},
             allow_redirects=False,
         )
-    cookie = response.cookies[auth.COOKIE]
+    secure = public_url.startswith("https://")
+    assert list(response.cookies) == [auth.cookie_name(secure)]
+    assert response.cookies.keys() == {"__Host-agentd_session" if secure else "agentd_session"}
+    cookie = response.cookies[auth.cookie_name(secure)]
     assert cookie["httponly"] is True
     assert cookie["samesite"] == "Strict"
     assert cookie["path"] == "/"
     assert cookie["max-age"] == str(2 * 3600)
     assert not cookie["domain"]
-    assert bool(cookie["secure"]) == public_url.startswith("https://")
+    assert bool(cookie["secure"]) == secure
 
 
 async def test_a_stranger_learns_nothing(dash: Dash) -> None:
@@ -300,3 +303,17 @@ async def test_no_secret_is_rendered(tmp_path: Path) -> None:
     assert "me@example.org" in "".join(pages)
     for page in pages:
         assert "token_hash" not in page and "session_hash" not in page
+
+
+async def test_signing_out_ends_the_session(dash: Dash) -> None:
+    csrf = await dash.login()
+    cookie = dash.client.session.cookie_jar.filter_cookies(dash.client.make_url("/"))
+    session = cookie[auth.COOKIE].value
+    out = await dash.client.post(
+        "/logout", data={"csrf": csrf}, headers={"Origin": dash.origin()}, allow_redirects=False
+    )
+    assert out.status == 303 and out.headers["Location"] == "/login"
+    again = await dash.client.get(
+        "/", headers={"Cookie": f"{auth.COOKIE}={session}"}, allow_redirects=False
+    )
+    assert again.status == 303 and again.headers["Location"] == "/login"

@@ -43,6 +43,13 @@ CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
 COOKIE = "agentd_session"
 
 
+def cookie_name(secure: bool) -> str:
+    """Over https the "__Host-" prefix makes the browser refuse the cookie unless it is
+    Secure, for this host only (no Domain) and for every path: no sibling subdomain can set
+    or shadow it."""
+    return f"__Host-{COOKIE}" if secure else COOKIE
+
+
 def ensure_schema(conn: Any) -> None:
     apply_migrations(conn, SCHEMA)
 

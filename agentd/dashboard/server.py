@@ -109,12 +109,12 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _guarded(request: web.Request, handler: Handler, site: Site) -> web.StreamResponse:
-    open_paths = request.path in ("/login",) or request.path.startswith("/static/")
+    open_paths = request.path in ("/login", "/favicon.ico") or request.path.startswith("/static/")
     if request.method == "POST" and not _same_origin(request, site.config):
         raise web.HTTPForbidden(text="Cross-site request refused.")
     if open_paths:
         return await handler(request)
-    cookie = request.cookies.get(auth.COOKIE)
+    cookie = request.cookies.get(auth.cookie_name(site.config.secure))
     key = await site.access.read(auth.session_key, cookie, time.time()) if cookie else None
     if key is None:
         _to_login()
@@ -127,11 +127,19 @@ async def _guarded(request: web.Request, handler: Handler, site: Site) -> web.St
     return await handler(request)
 
 
+async def _favicon(request: web.Request) -> web.FileResponse:
+    return web.FileResponse(
+        HERE / "static" / "favicon.svg", headers={"Content-Type": "image/svg+xml"}
+    )
+
+
 def make_app(site: Site) -> web.Application:
     from agentd.dashboard import views
 
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
     app[SITE] = site
     app.router.add_static("/static/", HERE / "static", show_index=False)
+    # Browsers ask for it on pages without an icon link (a refusal's plain text).
+    app.router.add_get("/favicon.ico", _favicon)
     views.add_routes(app.router)
     return app

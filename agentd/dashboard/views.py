@@ -45,7 +45,7 @@ async def login(request: web.Request) -> web.Response:
         return render(request, "login.html", token="", failed=True)
     response = web.HTTPSeeOther("/")
     response.set_cookie(
-        auth.COOKIE,
+        auth.cookie_name(site.config.secure),
         session,
         max_age=int(site.config.session_hours * 3600),
         path="/",
@@ -57,9 +57,10 @@ async def login(request: web.Request) -> web.Response:
 
 
 async def logout(request: web.Request) -> web.Response:
-    await site_of(request).access.write(auth.end_session, request[SESSION])
+    site = site_of(request)
+    await site.access.write(auth.end_session, request[SESSION])
     response = web.HTTPSeeOther("/login")
-    response.del_cookie(auth.COOKIE, path="/")
+    response.del_cookie(auth.cookie_name(site.config.secure), path="/")
     raise response
 
 
