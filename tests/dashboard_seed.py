@@ -9,7 +9,7 @@ from typing import Any
 from agentd.access import approvals
 from agentd.durable import store
 from agentd.ledger import audit
-from agentd.memory.history import save_message
+from agentd.memory.history import save_message, withdraw
 
 OWNER = 1001
 CHAT = 1001
@@ -140,9 +140,12 @@ def hostile_everything(conn: Any, now: float, text: str) -> str:
     returns the waiting approval's id."""
     turn(conn, 1, now - 60, f"mail subject: {text}")
     withdrawn = turn(conn, 2, now - 50, f"page title: {text}")
+    withdraw(conn, [withdrawn], "edited")
+    replacement = turn(conn, 5, now - 45, f"page title, edited: {text}")
     conn.execute(
-        "UPDATE messages SET meta = json_set(meta, '$.withdrawn', 'edited') WHERE instance_id = ?",
-        (withdrawn,),
+        "UPDATE workflow_instances SET input = json_set(input, '$.edited', json('true')) "
+        "WHERE id = ?",
+        (replacement,),
     )
     turn(conn, 3, now - 40, f"file name: {text}", status="errored")
     memory(conn, now - 30, f"memory: {text}", f"mail from {text}")

@@ -85,3 +85,17 @@ async def test_inside_the_daemon_changes_go_through_its_writer(tmp_path: Path) -
         assert await access.read(auth.session_key, session) is not None
     finally:
         await db.close()
+
+
+def test_a_conversation_marks_withdrawn_and_edited_messages(tmp_path: Path) -> None:
+    from agentd.dashboard import queries
+    from tests import dashboard_seed as seed
+
+    conn = open_sync(tmp_path / "e.db")
+    apply_migrations(conn)
+    seed.hostile_everything(conn, time.time(), "x")
+    shown = queries.conversation(conn, seed.CHAT)
+    conn.close()
+    withdrawn = [m.content for m in shown["messages"] if m.meta.get("withdrawn")]
+    assert withdrawn == ["page title: x"]
+    assert shown["edited"] == {"tg-update-5"}

@@ -99,8 +99,23 @@ def chats(conn: Any) -> list[dict[str, Any]]:
     return [{"chat_id": r[0], "last": r[1]} for r in cur.fetchall()]
 
 
-def conversation(conn: Any, chat_id: int, limit: int = 100) -> list[Any]:
-    return history(conn, chat_id=chat_id, limit=limit)
+def conversation(conn: Any, chat_id: int, limit: int = 100) -> dict[str, Any]:
+    """The chat's last messages (`agentd history --chat`) and which turns answered an edit:
+    their input says so (TurnInput.edited); the text they replaced is marked withdrawn."""
+    messages = history(conn, chat_id=chat_id, limit=limit)
+    ids = sorted({m.instance_id for m in messages if m.instance_id})
+    edited: set[str] = set()
+    if ids:
+        marks = ", ".join("?" * len(ids))
+        edited = {
+            r[0]
+            for r in conn.execute(
+                f"SELECT id FROM workflow_instances WHERE id IN ({marks}) "
+                "AND json_extract(input, '$.edited') = 1",
+                ids,
+            )
+        }
+    return {"messages": messages, "edited": edited}
 
 
 def timeline(conn: Any, instance_id: str) -> dict[str, Any] | None:

@@ -74,10 +74,10 @@ async def conversations(request: web.Request) -> web.Response:
     site = site_of(request)
     found = await site.access.read(queries.chats)
     chat = request.match_info.get("chat")
-    messages = []
+    shown: dict[str, Any] = {"messages": [], "edited": set()}
     if chat is not None:
-        messages = await site.access.read(queries.conversation, _int(chat))
-    return render(request, "conversations.html", chats=found, chat=chat, messages=messages)
+        shown = await site.access.read(queries.conversation, _int(chat))
+    return render(request, "conversations.html", chats=found, chat=chat, **shown)
 
 
 async def turn(request: web.Request) -> web.Response:
