@@ -38,6 +38,7 @@ PAGES = (
     "/schedules",
     "/skills",
     "/audit",
+    f"/audit?kind=tool_call&hours=24&chat={seed.CHAT}",
 )
 
 

@@ -281,8 +281,11 @@ def skills(conn: Any) -> list[dict[str, Any]]:
     return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
 
 
-def audit(conn: Any, kind: str | None, since: float | None, limit: int = 200) -> dict[str, Any]:
-    found = audit_log.entries(conn, since=since, kind=kind or None, chat_id=None, limit=limit)
+def audit(
+    conn: Any, kind: str | None, since: float | None, chat: int | None, limit: int = 200
+) -> dict[str, Any]:
+    """As `agentd audit --kind --since --chat`, newest last."""
+    found = audit_log.entries(conn, since=since, kind=kind or None, chat_id=chat, limit=limit)
     return {"entries": found, "kinds": sorted(audit_log.known_kinds(conn))}
 
 

@@ -137,8 +137,10 @@ async def audit(request: web.Request) -> web.Response:
     kind = request.query.get("kind", "")[:60]
     hours = _int(request.query.get("hours", "0"))
     since = time.time() - hours * 3600 if hours > 0 else None
-    data = await site_of(request).access.read(queries.audit, kind, since)
-    return render(request, "audit.html", kind=kind, hours=hours, **data)
+    chat_text = request.query.get("chat", "").strip()
+    chat = _int(chat_text) if chat_text else None
+    data = await site_of(request).access.read(queries.audit, kind, since, chat)
+    return render(request, "audit.html", kind=kind, hours=hours, chat=chat_text, **data)
 
 
 def _int(text: str) -> int:
