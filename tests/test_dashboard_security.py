@@ -318,3 +318,32 @@ async def test_signing_out_ends_the_session(dash: Dash) -> None:
         "/", headers={"Cookie": f"{auth.COOKIE}={session}"}, allow_redirects=False
     )
     assert again.status == 303 and again.headers["Location"] == "/login"
+
+
+@pytest.mark.parametrize(
+    ("host", "config", "trusted"),
+    [
+        ("127.0.0.1:8765", DashboardConfig(), True),
+        ("localhost:8765", DashboardConfig(), True),
+        ("[::1]:8765", DashboardConfig(host="::1"), True),
+        ("evil.example:8765", DashboardConfig(), False),
+        ("agent.example.org", DashboardConfig(public_url="https://agent.example.org"), True),
+        ("evil.example", DashboardConfig(public_url="https://agent.example.org"), False),
+        ("192.168.1.5:8765", DashboardConfig(host="192.168.1.5", allow_remote=True), True),
+        ("anything:8765", DashboardConfig(host="0.0.0.0", allow_remote=True), True),
+    ],
+)
+def test_host_header_must_name_the_dashboard(
+    host: str, config: DashboardConfig, trusted: bool
+) -> None:
+    """A rebinding attacker's page sends its own name in Host: turned away before anything."""
+    from agentd.dashboard.server import trusted_host
+
+    assert trusted_host(host, config) is trusted
+
+
+async def test_a_rebound_name_is_turned_away(dash: Dash) -> None:
+    response = await dash.client.get(
+        "/login", headers={"Host": "attacker.example:80"}, allow_redirects=False
+    )
+    assert response.status == 421 and "Sign in" not in await response.text()

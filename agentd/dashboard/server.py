@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 import jinja2
@@ -79,8 +79,25 @@ def render(request: web.Request, name: str, **context: Any) -> web.Response:
     return web.Response(text=body, content_type="text/html")
 
 
-def _to_login() -> web.Response:
+def _to_login() -> NoReturn:
     raise web.HTTPSeeOther("/login")
+
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+
+
+def trusted_host(host: str, config: DashboardConfig) -> bool:
+    """Whether the Host header names this dashboard: a loopback name, the address it was told
+    to listen on, or the public URL's host. A page on another site whose name an attacker
+    re-pointed at 127.0.0.1 (DNS rebinding) sends its own name, and is turned away. Only a
+    wildcard bind beyond loopback with no public URL cannot tell, and accepts any."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    names = {*_LOOPBACK_NAMES, config.host, f"[{config.host}]"}
+    if config.public_url:
+        names.add(urlsplit(config.public_url).hostname or "")
+    elif config.allow_remote and config.host in ("0.0.0.0", "::", ""):
+        return True
+    return name.lower() in names
 
 
 def _same_origin(request: web.Request, config: DashboardConfig) -> bool:
@@ -109,6 +126,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 async def _guarded(request: web.Request, handler: Handler, site: Site) -> web.StreamResponse:
+    if not trusted_host(request.host, site.config):
+        raise web.HTTPMisdirectedRequest(text="Unknown host.")
     open_paths = request.path in ("/login", "/favicon.ico") or request.path.startswith("/static/")
     if request.method == "POST" and not _same_origin(request, site.config):
         raise web.HTTPForbidden(text="Cross-site request refused.")
