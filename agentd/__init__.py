@@ -5,6 +5,7 @@ holds the tiers and docs/architecture.md walks a message through them):
 
     cli                   the `agentd` command line
     daemon                `agentd run`: builds everything from the config and runs it
+    dashboard             the owner's web dashboard: private pages over the CLI's queries
     telegram              the Bot API adapter (the only package that imports aiogram)
     automations           workflows the owner writes: start, signal, webhooks
     schedule              reminders and recurring prompts

@@ -32,6 +32,7 @@ TIERS: list[tuple[str, ...]] = [
     ("schedule",),
     ("automations",),  # the owner's own workflows: start, signal, hooks
     ("telegram",),
+    ("dashboard",),  # the owner's web pages: read below, served by the daemon or the CLI
     ("daemon",),
     ("cli",),
 ]

@@ -1,0 +1,97 @@
+"""`agentd dashboard`: the owner's web dashboard, on loopback, with a one-time login link."""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+from typing import Annotated, Any
+
+import typer
+
+from agentd.cli.common import ConfigOption, config_or_exit, database, fail, out, transaction
+
+
+def _settings(cfg: Any, **given: Any) -> Any:
+    """`[dashboard]` from the config when it has one, overridden by the options given."""
+    from agentd.dashboard.config import DashboardConfig
+
+    base = getattr(cfg, "dashboard", None) or DashboardConfig()
+    changes = {k: v for k, v in given.items() if v is not None}
+    try:
+        return DashboardConfig.model_validate({**base.model_dump(), **changes})
+    except ValueError as exc:
+        fail(f"invalid dashboard settings: {exc}")
+
+
+def new_link(cfg: Any, settings: Any, port: int) -> str:
+    """A one-time login link (its token is stored hashed, with an expiry)."""
+    from agentd.dashboard import auth
+    from agentd.dashboard.links import login_link
+
+    with database(cfg, write=True) as conn:
+        auth.ensure_schema(conn)
+        with transaction(conn):
+            return login_link(conn, settings, f"cli:{getpass.getuser()}", port)
+
+
+def dashboard(
+    host: Annotated[str | None, typer.Option(help="Address to listen on (loopback).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (0: any free one).")] = None,
+    public_url: Annotated[
+        str | None, typer.Option(help="The https URL a reverse proxy serves it at.")
+    ] = None,
+    allow_remote: Annotated[
+        bool | None, typer.Option("--allow-remote", help="Listen beyond loopback (see docs).")
+    ] = None,
+    link: Annotated[
+        bool, typer.Option("--link", help="Only print a new login link for a running dashboard.")
+    ] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Serve the web dashboard and print a one-time login link."""
+    from agentd.dashboard.config import BindRefused, check_bind
+
+    cfg = config_or_exit(config)
+    settings = _settings(
+        cfg, host=host, port=port, public_url=public_url, allow_remote=allow_remote
+    )
+    try:
+        check_bind(settings)
+    except BindRefused as exc:
+        fail(str(exc))
+    if link:
+        out.print(new_link(cfg, settings, settings.port), highlight=False, soft_wrap=True)
+        return
+    try:
+        asyncio.run(_serve(cfg, settings))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        fail(f"cannot listen on {settings.host}:{settings.port}: {exc}; try another --port")
+
+
+async def _serve(cfg: Any, settings: Any) -> None:
+    from agentd.dashboard.access import FileAccess
+    from agentd.dashboard.site import serve, site_for
+
+    site = site_for(cfg, settings, FileAccess(cfg.db_path))
+    runner = await serve(site)
+    port = runner.addresses[0][1] if runner.addresses else settings.port
+    link = await asyncio.to_thread(new_link, cfg, settings, port)
+    # flush: a script or test reads the link from a pipe while the server keeps running.
+    print(f"Dashboard on http://{settings.host}:{port}", flush=True)
+    print(f"Sign in (once, within {settings.link_minutes:g} min): {link}", flush=True)
+    print("Stop with Ctrl-C; `agentd dashboard --link` prints another link.", flush=True)
+    try:
+        await asyncio.Event().wait()
+    finally:
+        await runner.cleanup()
+
+
+def main() -> None:
+    """`python -m agentd.cli.dashboard`: the same command before `agentd` lists it."""
+    typer.run(dashboard)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,222 @@
+"""The pages: each handler reads through queries.py (or changes through actions.py) and
+renders one template. Routes are listed in `add_routes`."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import jinja2
+from aiohttp import web
+
+from agentd.dashboard import actions, auth, queries, spend
+from agentd.dashboard.server import SESSION, render, site_of
+
+
+def _iso(ts: float | None) -> str:
+    if ts is None:
+        return ""
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _usd(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def add_filters(env: jinja2.Environment) -> None:
+    env.filters["when"] = _iso
+    env.filters["usd"] = _usd
+    env.filters["pct"] = lambda v: f"{v:.0%}"
+    env.filters["num"] = lambda v: f"{v:,}"
+
+
+async def login_page(request: web.Request) -> web.Response:
+    return render(request, "login.html", token=request.query.get("t", "")[:100])
+
+
+async def login(request: web.Request) -> web.Response:
+    """Redeem a one-time token (a POST, so a link preview fetching the URL cannot use it)."""
+    site = site_of(request)
+    token = str((await request.post()).get("t", ""))[:100]
+    session = await site.access.write(auth.redeem, token, site.config.session_hours)
+    if session is None:
+        return render(request, "login.html", token="", failed=True)
+    response = web.HTTPSeeOther("/")
+    response.set_cookie(
+        auth.cookie_name(site.config.secure),
+        session,
+        max_age=int(site.config.session_hours * 3600),
+        path="/",
+        httponly=True,
+        samesite="Strict",
+        secure=site.config.secure,
+    )
+    raise response
+
+
+async def logout(request: web.Request) -> web.Response:
+    site = site_of(request)
+    await site.access.write(auth.end_session, request[SESSION])
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(auth.cookie_name(site.config.secure), path="/")
+    raise response
+
+
+async def now(request: web.Request) -> web.Response:
+    site = site_of(request)
+    data = await site.access.read(queries.now_page, time.time(), site.prices, site.daily_tokens)
+    return render(request, "now.html", **data)
+
+
+async def conversations(request: web.Request) -> web.Response:
+    site = site_of(request)
+    found = await site.access.read(queries.chats)
+    chat = request.match_info.get("chat")
+    shown: dict[str, Any] = {"messages": [], "edited": set()}
+    if chat is not None:
+        shown = await site.access.read(queries.conversation, _int(chat))
+    return render(request, "conversations.html", chats=found, chat=chat, **shown)
+
+
+async def turn(request: web.Request) -> web.Response:
+    data = await site_of(request).access.read(queries.timeline, request.match_info["id"])
+    if data is None:
+        raise web.HTTPNotFound(text="No such turn.")
+    return render(request, "turn.html", **data)
+
+
+async def approvals_page(request: web.Request) -> web.Response:
+    data = await site_of(request).access.read(queries.approvals_page, time.time())
+    return render(request, "approvals.html", **data)
+
+
+async def cost(request: web.Request) -> web.Response:
+    site = site_of(request)
+    days = min(max(_int(request.query.get("days", "30")), 1), 400)
+    since = time.time() - days * queries.DAY
+    groups = await site.access.read(spend.groups, since, site.prices)
+    return render(request, "cost.html", days=days, groups=groups, budget=site.daily_tokens)
+
+
+async def memory(request: web.Request) -> web.Response:
+    q = request.query.get("q", "")[:200]
+    found = await site_of(request).access.read(queries.memories, q)
+    return render(request, "memory.html", q=q, memories=found)
+
+
+async def memory_export(request: web.Request) -> web.Response:
+    from agentd.memory.store import list_memories
+
+    found = await site_of(request).access.read(list_memories, None, limit=1_000_000)
+    # "<" escaped: the export is never HTML, whatever a browser guesses.
+    body = json.dumps([m.model_dump() for m in found], ensure_ascii=False, indent=1)
+    body = body.replace("<", "\\u003c")
+    return web.Response(
+        text=body,
+        content_type="application/json",
+        headers={"Content-Disposition": 'attachment; filename="memories.json"'},
+    )
+
+
+async def schedules(request: web.Request) -> web.Response:
+    site = site_of(request)
+    found = await site.access.read(queries.schedules)
+    runs = await site.access.read(queries.automation_runs)
+    return render(request, "schedules.html", schedules=found, runs=runs)
+
+
+async def skills(request: web.Request) -> web.Response:
+    site = site_of(request)
+    found = await site.access.read(queries.skills)
+    return render(request, "skills.html", skills=found, accounts=site.accounts)
+
+
+async def audit(request: web.Request) -> web.Response:
+    kind = request.query.get("kind", "")[:60]
+    hours = _int(request.query.get("hours", "0"))
+    since = time.time() - hours * 3600 if hours > 0 else None
+    chat_text = request.query.get("chat", "").strip()
+    chat = _int(chat_text) if chat_text else None
+    data = await site_of(request).access.read(queries.audit, kind, since, chat)
+    return render(request, "audit.html", kind=kind, hours=hours, chat=chat_text, **data)
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise web.HTTPNotFound(text="Not found.") from None
+
+
+async def _change(request: web.Request, fn: Any, *args: Any, back: str) -> web.Response:
+    """Run one change in one transaction; come back to `back` saying what happened."""
+    from urllib.parse import urlencode
+
+    try:
+        said = await site_of(request).access.write(fn, *args)
+    except actions.Refused as exc:
+        said = str(exc)
+    raise web.HTTPSeeOther(f"{back}?{urlencode({'done': said})}")
+
+
+async def decide(request: web.Request) -> web.Response:
+    form = await request.post()
+    decision = form.get("decision")
+    approval_id = request.match_info["id"]
+    if decision == "always":
+        return await _change(request, actions.approve_always, approval_id, back="/approvals")
+    reason = str(form.get("reason", ""))[:500]
+    approve = decision == "approve"
+    return await _change(request, actions.decide, approval_id, approve, reason, back="/approvals")
+
+
+async def rule_rm(request: web.Request) -> web.Response:
+    rule = _int(request.match_info["id"])
+    return await _change(request, actions.remove_rule, rule, back="/approvals")
+
+
+async def forget(request: web.Request) -> web.Response:
+    memory_id = _int(request.match_info["id"])
+    return await _change(request, actions.forget_memory, memory_id, back="/memory")
+
+
+async def schedule_state(request: web.Request) -> web.Response:
+    states = {"pause": "paused", "resume": "active", "cancel": "cancelled"}
+    state = states.get(request.match_info["op"])
+    if state is None:
+        raise web.HTTPNotFound(text="Not found.")
+    sid = request.match_info["id"]
+    return await _change(request, actions.set_schedule, sid, state, back="/schedules")
+
+
+async def workflow_op(request: web.Request) -> web.Response:
+    ops = {"retry": actions.retry, "cancel": actions.cancel}
+    op = ops.get(request.match_info["op"])
+    if op is None:
+        raise web.HTTPNotFound(text="Not found.")
+    iid = request.match_info["id"]
+    return await _change(request, op, iid, back="/")
+
+
+def add_routes(router: web.UrlDispatcher) -> None:
+    router.add_get("/login", login_page)
+    router.add_post("/login", login)
+    router.add_post("/logout", logout)
+    router.add_get("/", now)
+    router.add_get("/conversations", conversations)
+    router.add_get("/conversations/{chat}", conversations)
+    router.add_get("/turn/{id}", turn)
+    router.add_get("/approvals", approvals_page)
+    router.add_post("/approvals/{id}", decide)
+    router.add_post("/rules/{id}/remove", rule_rm)
+    router.add_get("/cost", cost)
+    router.add_get("/memory", memory)
+    router.add_get("/memory/export", memory_export)
+    router.add_post("/memory/{id}/forget", forget)
+    router.add_get("/schedules", schedules)
+    router.add_post("/schedules/{id}/{op}", schedule_state)
+    router.add_post("/workflows/{id}/{op}", workflow_op)
+    router.add_get("/skills", skills)
+    router.add_get("/audit", audit)
