@@ -43,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "docs": "agentd.cli.docs:app",
     "rules": "agentd.cli.rules:app",
     "skills": "agentd.cli.skills:app",
+    "dashboard": "agentd.cli.dashboard:dashboard",
 }
 
 
