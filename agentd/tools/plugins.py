@@ -25,6 +25,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from agentd.tools.base import Tool, ToolDeclarationError, ToolProblem
+from agentd.tools.capability import Context, Contribution, Simple
 
 log = logging.getLogger(__name__)
 
@@ -66,3 +67,13 @@ def load_plugins(
             for obj in found
         )
     return tools, problems
+
+
+async def _build(ctx: Context) -> Contribution:
+    tools, problems = load_plugins(ctx.config.tools.plugins)
+    return Contribution(tools=tools, problems=[f"{p.source}: {p.message}" for p in problems])
+
+
+def capability() -> Simple:
+    """The owner's tool plugins (`[tools] plugins`): the same door as every built-in."""
+    return Simple("plugins", build=_build)
