@@ -46,8 +46,9 @@ def every_secret_config() -> Config:
                 "http_url": "http://127.0.0.1:1",
                 "http_api_key_env": "EMBED_KEY",
             },
-            "web": {"provider": "tavily", "api_key_env": "SEARCH_KEY"},
-            "hooks": {"routes": {"gh": {"workflow": "w", "secret_env": "HOOK_SECRET"}}},
+            "automations": {
+                "hooks": {"routes": {"gh": {"workflow": "w", "secret_env": "HOOK_SECRET"}}}
+            },
             "mail": [
                 {
                     "address": "me@example.org",
@@ -57,6 +58,7 @@ def every_secret_config() -> Config:
             ],
             "calendar": [{"url": "https://dav.example.org/cal/", "password_env": "CAL_PASSWORD"}],
             "tools": {
+                "web": {"provider": "tavily", "api_key_env": "SEARCH_KEY"},
                 "mcp": [
                     {"name": "files", "command": "srv", "pass_env": ["GITHUB_TOKEN"]},
                     {
@@ -64,7 +66,7 @@ def every_secret_config() -> Config:
                         "url": "https://m.example",
                         "bearer_token_env": "MCP_BEARER",
                     },
-                ]
+                ],
             },
         }
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from agentd.config import Config, SecretSource, load_config
-from agentd.config.loading import OLD_SPELLINGS
+from agentd.config.schema import OLD_SPELLINGS
 from agentd.db import Database
 from agentd.durable import FakeClock
 from agentd.web import build_web_tools
@@ -61,13 +61,27 @@ def test_an_old_key_loads_with_one_warning_naming_what_to_do(
     with caplog.at_level(logging.WARNING, logger="agentd"):
         config = load_config(path, {})
     assert config.startup.lazy_aiogram is False
-    said = [r.getMessage() for r in caplog.records if "old configuration key" in r.getMessage()]
+    said = [r.getMessage() for r in caplog.records if "configuration key" in r.getMessage()]
     assert len(said) == 1 and "startup.lazy_anthropic" in said[0] and "delete it" in said[0]
+
+
+@pytest.mark.parametrize(("old", "new"), [("web", "tools.web"), ("hooks", "automations.hooks")])
+def test_a_moved_section_loads_with_one_warning_naming_the_new_spelling(
+    old: str, new: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = {"web": 'provider = "tavily"', "hooks": 'listen = "127.0.0.1:9999"'}[old]
+    path = write(tmp_path, f"[{old}]\n{body}\n")
+    with caplog.at_level(logging.WARNING, logger="agentd"):
+        config = load_config(path, {})
+    said = [r.getMessage() for r in caplog.records if "configuration key" in r.getMessage()]
+    assert said == [f"configuration key [{old}] is now spelled [{new}]; rename it"]
+    assert config.web.provider == "tavily" if old == "web" else config.hooks.listen.endswith("9999")
+    assert config.web is config.tools.web and config.hooks is config.automations.hooks
 
 
 async def test_a_web_search_key_held_as_a_credential_is_used(tmp_path: Path) -> None:
     (tmp_path / "TAVILY_API_KEY").write_text("tvly-from-credential\n")
-    config = Config.model_validate({"web": {"provider": "tavily"}})
+    config = Config.model_validate({"tools": {"web": {"provider": "tavily"}}})
     source = config.secret_source({"CREDENTIALS_DIRECTORY": str(tmp_path)})
     db = await Database.open(tmp_path / "t.db")
     try:
@@ -91,8 +105,9 @@ async def test_a_hook_secret_in_agentd_env_is_used(tmp_path: Path) -> None:
     home = tmp_path / "home"
     path = write(
         home,
-        f'[telegram]\nallowed_user_ids = [42]\n[hooks]\nenabled = true\nlisten = "unix:{sock}"\n'
-        '[hooks.routes.u]\nworkflow = "unit_wait"\nsecret_env = "UNIT_SECRET"\n',
+        f"[telegram]\nallowed_user_ids = [42]\n"
+        f'[automations.hooks]\nenabled = true\nlisten = "unix:{sock}"\n'
+        '[automations.hooks.routes.u]\nworkflow = "unit_wait"\nsecret_env = "UNIT_SECRET"\n',
     )
     (home / "agentd.env").write_text("UNIT_SECRET=from-the-file-1\n")
     (home / "agentd.env").chmod(0o600)

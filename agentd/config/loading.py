@@ -4,7 +4,6 @@ validate, resolve paths against the file's folder and read the two core secrets.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tomllib
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from agentd.config.paths import resolve_paths
-from agentd.config.schema import Config, ConfigError
+from agentd.config.schema import OLD_SPELLINGS, Config, ConfigError
 from agentd.config.secrets import (
     SECRETS_FILE,
     SecretFileError,
@@ -23,39 +22,6 @@ from agentd.config.secrets import (
 )
 
 ENV_PREFIX = "AGENTD_"
-log = logging.getLogger("agentd")
-
-# Keys that moved or went away: old dotted key -> new dotted key (None: removed, ignored).
-# A file that still uses one loads, with one warning naming the new spelling.
-OLD_SPELLINGS: dict[str, str | None] = {
-    "startup.lazy_anthropic": None,
-}
-
-
-def _old_spellings(data: dict[str, Any], source: Path | None) -> list[str]:
-    """Move each old key to its new place in `data`; return one warning per key found."""
-    notes = []
-    for old, new in OLD_SPELLINGS.items():
-        *parents, leaf = old.split(".")
-        node: Any = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or leaf not in node:
-            continue
-        value = node.pop(leaf)
-        where = f"{source}: " if source else ""
-        if new is None:
-            notes.append(f"{where}{old} no longer has any effect; delete it")
-            continue
-        *new_parents, new_leaf = new.split(".")
-        target = data
-        for part in new_parents:
-            target = target.setdefault(part, {})
-        target.setdefault(new_leaf, value)
-        notes.append(f"{where}{old} is now spelled {new}; rename it")
-    for note in notes:
-        log.warning("old configuration key: %s", note)
-    return notes
 
 
 def find_config_file(explicit: str | Path | None, env: dict[str, str]) -> Path | None:
@@ -126,8 +92,16 @@ def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str,
                 )
             node = child
         node[path[-1]] = _parse_env_value(raw)
-        applied[".".join(path)] = name
+        applied[_new_spelling(".".join(path))] = name
     return applied
+
+
+def _new_spelling(dotted: str) -> str:
+    """AGENTD_WEB__PROVIDER sets tools.web.provider: errors name the variable all the same."""
+    for old, new in OLD_SPELLINGS.items():
+        if new is not None and (dotted == old or dotted.startswith(old + ".")):
+            return new + dotted[len(old) :]
+    return dotted
 
 
 def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
@@ -166,7 +140,6 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             data = tomllib.loads(source.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    _old_spellings(data, source)
     from_env = _apply_env_overrides(data, env)
     llm = data.setdefault("llm", {})
     if isinstance(llm, dict):

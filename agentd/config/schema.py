@@ -1,13 +1,16 @@
 """What the configuration file may say: one pydantic model per section, validated strictly.
 
-Where a capability's section goes (one rule):
+Where a capability's section goes (one rule; config.example.toml's header says it too):
 
-- Settings of the tools the model calls, one group each, live under `[tools.<name>]`
-  (`[tools.shell]`, `[tools.workspace]`, `[tools.fetch]`, `[[tools.mcp]]`).
-- A capability's own settings are one top-level section named after it (`[memory]`, `[docs]`,
-  `[media]`, `[web]`, `[skills]`, `[automations]`, `[hooks]`, `[schedule]`).
+- Settings of the tools the model calls live under `[tools]`, one table per group:
+  `[tools.fetch]`, `[tools.web]` (web search), `[tools.workspace]`, `[tools.shell]`,
+  `[[tools.mcp]]`.
+- A capability's own settings are one top-level section named after it, its services inside
+  it: `[memory]`, `[docs]`, `[media]`, `[skills]`, `[schedule]`, `[automations]` with the
+  webhook listener as `[automations.hooks]`.
 - Accounts a capability connects to are arrays of tables under the capability's name
   (`[[mail]]`, `[[calendar]]`), each with a unique `name`.
+- Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`) still load, one warning each.
 - Secrets are never in the file: a `*_env` key names the variable (or agentd.env line, or
   systemd credential) that holds it, read by `agentd.config.secrets.read_secret`.
 - Relative paths are relative to the config file's folder (`agentd.config.paths`).
@@ -15,6 +18,7 @@ Where a capability's section goes (one rule):
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,6 +37,7 @@ from agentd.config.paths import resolve
 from agentd.config.secrets import Secrets, SecretSource
 from agentd.ledger.pricing import ModelPrice
 
+log = logging.getLogger("agentd")
 Risk = Literal["low", "medium", "high"]
 
 
@@ -403,6 +408,30 @@ class ShellConfig(_Section):
     background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
 
 
+class WebConfig(_Section):
+    """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
+
+    # "tavily": Tavily's HTTP API, a local tool. "anthropic": the model's server-side web
+    # search, handled inside the LLM adapter. Empty: no web search at all.
+    provider: Literal["", "tavily", "anthropic"] = ""
+    # The NAME of the environment variable holding the API key, never the key itself.
+    api_key_env: str = "TAVILY_API_KEY"
+    base_url: str = "https://api.tavily.com"
+    search_depth: Literal["basic", "advanced"] = "basic"
+    # Results are reused for the same query for this long; 0 turns the cache off.
+    cache_ttl: float = Field(default=3600.0, ge=0)
+    max_results: int = Field(default=5, ge=1, le=20)
+    timeout: float = Field(default=20.0, gt=0, le=300)
+    retries: int = Field(default=2, ge=0, le=10)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return value.rstrip("/")
+
+
 class ToolsConfig(_Section):
     risk: dict[str, Risk] = Field(default_factory=dict)
     disabled: list[str] = Field(default_factory=list)
@@ -412,6 +441,7 @@ class ToolsConfig(_Section):
     mcp: list[McpServerConfig] = Field(default_factory=list)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     shell: ShellConfig = Field(default_factory=ShellConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
 
     @field_validator("mcp")
     @classmethod
@@ -437,30 +467,6 @@ class SkillsConfig(_Section):
     max_bytes: int = Field(default=50_000_000, ge=1024, le=2_000_000_000)
     # Seconds a skill's script may run in the sandbox.
     script_timeout: float = Field(default=120.0, gt=0, le=3600)
-
-
-class WebConfig(_Section):
-    """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
-
-    # "tavily": Tavily's HTTP API, a local tool. "anthropic": the model's server-side web
-    # search, handled inside the LLM adapter. Empty: no web search at all.
-    provider: Literal["", "tavily", "anthropic"] = ""
-    # The NAME of the environment variable holding the API key, never the key itself.
-    api_key_env: str = "TAVILY_API_KEY"
-    base_url: str = "https://api.tavily.com"
-    search_depth: Literal["basic", "advanced"] = "basic"
-    # Results are reused for the same query for this long; 0 turns the cache off.
-    cache_ttl: float = Field(default=3600.0, ge=0)
-    max_results: int = Field(default=5, ge=1, le=20)
-    timeout: float = Field(default=20.0, gt=0, le=300)
-    retries: int = Field(default=2, ge=0, le=10)
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
-        return value.rstrip("/")
 
 
 MAIL_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -545,16 +551,6 @@ class CalendarConfig(_Section):
         return self.url.split("?")[0].lower().endswith(".ics")
 
 
-class AutomationsConfig(_Section):
-    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
-
-    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
-    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
-    folder: str = ""
-    modules: list[str] = Field(default_factory=list)
-    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
-
-
 class HookConfig(_Section):
     """One `[hooks.routes.NAME]`: what `POST /hooks/NAME` starts, and how it is verified."""
 
@@ -597,6 +593,17 @@ class HooksConfig(_Section):
         return routes
 
 
+class AutomationsConfig(_Section):
+    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
+
+    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
+    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
+    folder: str = ""
+    modules: list[str] = Field(default_factory=list)
+    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
+    hooks: HooksConfig = Field(default_factory=HooksConfig)  # the webhook listener
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -609,6 +616,45 @@ class StartupConfig(_Section):
     # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
     # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
     lazy_aiogram: bool = True
+
+
+# Old dotted key -> new dotted key (None: removed, ignored). Moved on the raw data, before
+# validation, so a file, an AGENTD_<SECTION>__<KEY> variable and a test's dict all load.
+OLD_SPELLINGS: dict[str, str | None] = {
+    "web": "tools.web",
+    "hooks": "automations.hooks",
+    "startup.lazy_anthropic": None,
+}
+
+
+def move_old_spellings(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each old key moved to its new place; one warning per old key found."""
+    data = dict(data)
+    for old, new in OLD_SPELLINGS.items():
+        *parents, leaf = old.split(".")
+        node: Any = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if new is None:
+            log.warning("configuration key %s no longer has any effect; delete it", old)
+            continue
+        log.warning("configuration key [%s] is now spelled [%s]; rename it", old, new)
+        *new_parents, new_leaf = new.split(".")
+        target = data
+        for part in new_parents:
+            child = target.get(part)
+            if isinstance(child, BaseModel):
+                child = child.model_dump(exclude_unset=True)
+            child = dict(child or {})
+            target[part] = child
+            target = child
+        if isinstance(value, BaseModel):
+            value = value.model_dump(exclude_unset=True)
+        target.setdefault(new_leaf, value)
+    return data
 
 
 class Config(_Section):
@@ -625,9 +671,7 @@ class Config(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
-    web: WebConfig = Field(default_factory=WebConfig)
     automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
-    hooks: HooksConfig = Field(default_factory=HooksConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
@@ -643,6 +687,22 @@ class Config(_Section):
         """Where every secret named by a `*_env` key is read (`secrets.read_secret`): the
         environment (this process's unless given), then agentd.env, then a systemd credential."""
         return SecretSource(os.environ if env is None else env, self.stored_secrets)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        """Sections that moved still load, with one warning naming the new spelling."""
+        return move_old_spellings(data) if isinstance(data, dict) else data
+
+    @property
+    def web(self) -> WebConfig:
+        """`[tools.web]`: web_search is a tool the model calls."""
+        return self.tools.web
+
+    @property
+    def hooks(self) -> HooksConfig:
+        """`[automations.hooks]`: the listener that starts the owner's automations."""
+        return self.automations.hooks
 
     @field_validator("mail", "calendar")
     @classmethod
