@@ -191,7 +191,7 @@ def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:
     from agentd.daemon.capabilities import capabilities
     from agentd.tools.capability import Probe
 
-    probe = Probe(secrets=cfg.secret_source(os.environ), read=lambda fn: _read_quietly(cfg, fn))
+    probe = Probe(secrets=cfg.secret_source(), read=lambda fn: _read_quietly(cfg, fn))
     for cap in capabilities():
         for check in cap.checks(cfg, probe):
             _check(check.name, check.ok, check.detail, results, warn=check.warn)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +27,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("agentd")
 
 
-def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
+def configured_secrets(config: Config, env: Mapping[str, str] | None = None) -> list[str]:
     """Every secret the configuration names, wherever it comes from (the environment,
     agentd.env or a systemd credential): the core two and each capability's."""
     from agentd.daemon.capabilities import secret_values
@@ -38,7 +37,7 @@ def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
 
 def set_up_logging(config: Config) -> Redactor:
     """Logging with every configured secret redacted; the same redactor guards the journal."""
-    secrets = configured_secrets(config, os.environ)
+    secrets = configured_secrets(config)
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 

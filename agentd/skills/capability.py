@@ -3,10 +3,11 @@ prompt reads, and the doctor lines for skills that are invalid or held back."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from agentd.config import Config
-from agentd.skills.names import SOURCE
+from agentd.skills.names import SOURCE, USE_SKILL
 from agentd.tools.capability import Check, Checks, Context, Contribution, Probe, Simple
 
 
@@ -22,7 +23,11 @@ async def _build(ctx: Context) -> Contribution:
     async def listing() -> tuple[tuple[str, str], ...]:
         return await db.read_inline(store.listing)
 
-    return Contribution(tools=tools, turn={"skill_listing": listing}, hidden_unless_listed=SOURCE)
+    def used(tool: str, args: Mapping[str, Any]) -> str | None:
+        return str(args.get("name")) if tool == USE_SKILL else None
+
+    turn = {"skill_listing": listing, "listed_source": SOURCE, "listed_use": used}
+    return Contribution(tools=tools, turn=turn)
 
 
 def _doctor(config: Config, probe: Probe) -> list[Check]:

@@ -91,7 +91,8 @@ class Contribution:
     late_tools: list[Tool] = field(default_factory=list)
     workflows: list[Any] = field(default_factory=list)
     # Keyword arguments of the turn's dependencies this capability fills (vision, voice,
-    # docs, skill_listing): what the prompt and the media handlers read.
+    # docs; a prompt listing with skill_listing, listed_source and listed_use): what the
+    # prompt, the tool loop and the media handlers read, none of them naming a capability.
     turn: dict[str, Any] = field(default_factory=dict)
     # Wraps the button handler: takes its own presses, hands every other one on.
     on_callback: Callable[[Any], Any] | None = None
@@ -104,9 +105,6 @@ class Contribution:
     start: list[Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]] = field(
         default_factory=list
     )
-    # Tools of this source are left out of the prompt while `listed()` says nothing to list
-    # (skills: no skill enabled, so use_skill would only cost tokens).
-    hidden_unless_listed: str = ""
 
 
 class ServiceError(Exception):
