@@ -148,3 +148,23 @@ def test_a_secret_source_is_the_environment_then_the_file() -> None:
     source = SecretSource({"A": "env"}, {"A": "file", "B": "file"})
     assert dict(source) == {"A": "env", "B": "file"}
     assert "C" not in source
+
+
+@pytest.mark.parametrize("name", ["TELEGRAM_BOT_TOKEN", "ANTHROPIC_API_KEY"])
+@pytest.mark.parametrize("where", ["environment", "agentd.env", "credential"])
+def test_the_core_secrets_load_from_each_source(name: str, where: str, tmp_path: Path) -> None:
+    path = write(tmp_path / "home", "")
+    creds = tmp_path / "creds"
+    creds.mkdir()
+    env = {"CREDENTIALS_DIRECTORY": str(creds)}
+    value = f"{where}-value-{name.lower()}"
+    if where == "environment":
+        env[name] = value
+    elif where == "agentd.env":
+        (path.parent / "agentd.env").write_text(f"{name}={value}\n")
+        (path.parent / "agentd.env").chmod(0o600)
+    else:
+        (creds / name.lower()).write_text(value + "\n")  # systemd's lower-case credential name
+    secrets = load_config(path, env).secrets
+    held = secrets.telegram_bot_token if name == "TELEGRAM_BOT_TOKEN" else secrets.anthropic_api_key
+    assert held is not None and held.get_secret_value() == value

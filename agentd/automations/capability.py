@@ -54,7 +54,8 @@ async def _build(ctx: Context) -> Contribution:
             await hooks.start()
         except (OSError, ValueError) as exc:  # port taken, bad address, socket dir missing
             await hooks.close()
-            raise ServiceError(f"[hooks] listen = {ctx.config.hooks.listen!r}: {exc}") from None
+            listen = ctx.config.hooks.listen
+            raise ServiceError(f"[automations.hooks] listen = {listen!r}: {exc}") from None
         return hooks.close  # closed first: no delivery is accepted that the engine will not see
 
     return Contribution(

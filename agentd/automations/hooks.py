@@ -1,6 +1,6 @@
-"""The webhook listener (`[hooks]`, off by default): `POST /hooks/NAME` starts the hook's
-automation (or a turn in the owner's chat) with the JSON body; `POST /hooks/NAME/events/EVENT`
-signals one of its instances.
+"""The webhook listener (`[automations.hooks]`, off by default): `POST /hooks/NAME` starts the
+hook's automation (or a turn in the owner's chat) with the JSON body;
+`POST /hooks/NAME/events/EVENT` signals one of its instances.
 
 Every request is verified before anything else is read into memory past the size limit: an
 HMAC-SHA256 of the raw body under the hook's own secret (`X-Hub-Signature-256` as GitHub sends
