@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 
 from agentd.config import Config
 from agentd.durable.store import InstanceRecord
+from agentd.tools import ToolRegistry
 from agentd.tools.capability import Context, Contribution, ServiceError, Simple
 
 log = logging.getLogger("agentd")
@@ -37,8 +38,8 @@ async def _build(ctx: Context) -> Contribution:
     if catalog.names():
         log.info("automations loaded", extra={"automations": catalog.names()})
 
-    def bind() -> None:
-        runtime.registry = ctx.registry()
+    def bind(registry: ToolRegistry) -> None:
+        runtime.registry = registry
 
     async def on_unfinished(inst: InstanceRecord) -> None:
         if inst.status == "errored":  # a failed (or parked) automation tells the owner

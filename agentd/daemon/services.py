@@ -80,7 +80,6 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
     router = _command_router(core, me)
-    registry_holder: list[ToolRegistry] = []
     ctx = Context(
         config=config,
         secrets=secrets,
@@ -94,16 +93,14 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         stack=stack,
         # The daemon's copy of its users' sign bits: recall and search_memory share it.
         shared={"embedder": embedder, "memory_bits": BitCache(), "files": TelegramFiles(core.bot)},
-        registry=lambda: registry_holder[0],
     )
     parts = [await cap.contribute(ctx) for cap in capabilities()]
     registry = _registry(config, parts)
-    registry_holder.append(registry)
     turn: dict[str, Any] = {}
     for part in parts:
         turn.update(part.turn)
         for wired in part.wired:
-            wired()
+            wired(registry)
     deps = TurnDeps(
         config=config,
         db=db,

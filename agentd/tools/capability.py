@@ -73,13 +73,6 @@ class Context:
     stack: contextlib.AsyncExitStack  # services that need stopping push their close here
     # Built once and shared: the embedder, the Telegram file reader, the memory sign bits.
     shared: Mapping[str, Any] = field(default_factory=dict)
-    # Bound once every capability contributed: a capability that calls tools (automations)
-    # reads the registry through this, never by a field set on it afterwards.
-    registry: Callable[[], ToolRegistry] = field(default=lambda: _not_yet())
-
-
-def _not_yet() -> ToolRegistry:
-    raise RuntimeError("the tool registry is read before every capability contributed")
 
 
 @dataclass
@@ -98,8 +91,9 @@ class Contribution:
     on_callback: Callable[[Any], Any] | None = None
     on_unfinished: OnUnfinished | None = None
     problems: list[str] = field(default_factory=list)
-    # Run once every capability contributed and the registry is bound, before the engine runs.
-    wired: list[Callable[[], None]] = field(default_factory=list)
+    # Handed the registry of every capability's tools once all contributed, before the engine
+    # runs: a capability that calls tools itself (automations) gets it here.
+    wired: list[Callable[[ToolRegistry], None]] = field(default_factory=list)
     # Run once the engine runs (a listener that starts workflows); raise ServiceError. What
     # one returns is awaited first at shutdown, before the engine stops taking work.
     start: list[Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]] = field(
