@@ -1,6 +1,6 @@
-"""The webhook listener (`[hooks]`, off by default): `POST /hooks/NAME` starts the hook's
-automation (or a turn in the owner's chat) with the JSON body; `POST /hooks/NAME/events/EVENT`
-signals one of its instances.
+"""The webhook listener (`[automations.hooks]`, off by default): `POST /hooks/NAME` starts the
+hook's automation (or a turn in the owner's chat) with the JSON body;
+`POST /hooks/NAME/events/EVENT` signals one of its instances.
 
 Every request is verified before anything else is read into memory past the size limit: an
 HMAC-SHA256 of the raw body under the hook's own secret (`X-Hub-Signature-256` as GitHub sends
@@ -32,7 +32,7 @@ from agentd.automations.owner import owner
 from agentd.automations.runtime import Runtime
 from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
-from agentd.config import Config, HookConfig
+from agentd.config import Config, HookConfig, read_secret
 from agentd.durable import InstanceNotFound, InvalidInput, WorkflowNotFound
 from agentd.tools import mark_untrusted
 
@@ -100,7 +100,8 @@ class HookServer:
         wake: Callable[[], Awaitable[None]],
         env: Mapping[str, str] | None = None,
     ) -> None:
-        env = os.environ if env is None else env
+        # The one secret reader: the environment, then agentd.env, then a credential.
+        secrets = config.secret_source(env)
         self._config = config
         self._max = config.hooks.max_body_bytes
         self._runtime = runtime
@@ -109,7 +110,7 @@ class HookServer:
         self._runner: web.AppRunner | None = None
         self.routes: dict[str, _Route] = {}
         for name, hook in config.hooks.routes.items():
-            secret = env.get(hook.secret_env, "")
+            secret = read_secret(hook.secret_env, secrets)
             if not secret:
                 log.warning(
                     "hook has no secret; it refuses every delivery",

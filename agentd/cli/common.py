@@ -148,7 +148,7 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
     from agentd.retrieval.embedders import EmbedderError, build_embedder
 
     async def run() -> T:
-        embedder = build_embedder(config.memory, os.environ)
+        embedder = build_embedder(config.memory, config.secret_source())
         try:
             return await work(embedder)
         finally:

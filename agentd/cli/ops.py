@@ -8,8 +8,9 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -163,13 +164,10 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         _check("config", False, f"invalid configuration: {exc}", results)
     if cfg is not None:
         _doctor_database(cfg, results)
-        _doctor_embedder(cfg, results)
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
-        _doctor_shell(cfg, results)
-        _doctor_accounts(cfg, results)
-        _doctor_skills(cfg, results)
+        _doctor_capabilities(cfg, results)
     if json:
         print_json(results)
     else:
@@ -188,22 +186,33 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         raise typer.Exit(1)
 
 
-def _doctor_accounts(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Log in to each mail account (IMAP, SMTP) and calendar; name the step that failed."""
-    if cfg.mail:
-        from agentd.mail.check import check_account
+def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Each capability's own checks, from the list the daemon builds from."""
+    from agentd.daemon.capabilities import capabilities
+    from agentd.tools.capability import Probe
 
-        for account in cfg.mail:
-            for name, ok, detail in check_account(account, cfg.secret_env(os.environ)):
-                _check(name, ok, detail, results)
-    if cfg.calendar:
-        from agentd.calendar.check import check_calendar
+    probe = Probe(secrets=cfg.secret_source(), read=lambda fn: _read_quietly(cfg, fn))
+    for cap in capabilities():
+        for check in cap.checks(cfg, probe):
+            _check(check.name, check.ok, check.detail, results, warn=check.warn)
 
-        for calendar in cfg.calendar:
-            name, ok, detail = check_calendar(
-                calendar, cfg.secret_env(os.environ), cfg.agent.timezone
-            )
-            _check(name, ok, detail, results)
+
+def _read_quietly(cfg: Config, fn: Callable[[Any], Any]) -> Any:
+    """fn(conn) on the database; None when there is none yet, it is another user's (as root;
+    the database check says so) or it cannot be opened (the database check says why)."""
+    from agentd.db import DatabaseError, open_sync
+
+    path = cfg.db_path
+    if not path.exists() or foreign_owner(path) is not None:
+        return None
+    try:
+        conn = open_sync(path)
+    except DatabaseError:
+        return None
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
 
 
 def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -241,140 +250,6 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
-
-
-def _doctor_shell(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Whether the shell tool is offered: bubblewrap present and able to make namespaces."""
-    from agentd.hands.sandbox import probe
-    from agentd.hands.shell import sandbox_of
-
-    shell = cfg.tools.shell
-    if not shell.enabled:
-        _check("shell", True, "off ([tools.shell] enabled = false)", results)
-        return
-    if shell.sandbox == "none":
-        why = 'UNSANDBOXED: [tools.shell] sandbox = "none"; commands run directly on this server'
-        _check("shell", True, f"{why} (every approval card says so)", results, warn=True)
-        return
-    from agentd.hands.files import Workspaces
-    from agentd.hands.workspace import WorkspaceError
-
-    workspace = Workspaces.from_config(cfg).base()
-    try:
-        workspace.ensure()  # created at the daemon's start anyway; the probe binds it
-    except (OSError, WorkspaceError) as exc:
-        _check(
-            "shell",
-            True,
-            f"not offered: the workspace {workspace.root} cannot be "
-            f"created ({exc}); set [tools.workspace] path",
-            results,
-            warn=True,
-        )
-        return
-    problem = probe(sandbox_of(cfg), workspace.root)
-    if problem:
-        # A warning: agentd runs without the shell; the owner decides whether to fix it.
-        _check("shell", True, f"not offered: {problem}", results, warn=True)
-    else:
-        _check(
-            "shell",
-            True,
-            "bubblewrap sandbox works (namespaces, read-only system, no network)",
-            results,
-        )
-
-
-def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Which embedder is active, whether it loads, and whether stored vectors are of it."""
-    from agentd.retrieval.embedders import E5SmallEmbedder, EmbedderError, build_embedder
-
-    try:
-        embedder = build_embedder(cfg.memory, os.environ)
-        if isinstance(embedder, E5SmallEmbedder):
-            embedder.load_sync()
-    except EmbedderError as exc:
-        _check("embedder", False, str(exc), results)
-        return
-    name = f"{cfg.memory.embedder}: {embedder.model_id}/{embedder.dim}"
-    if isinstance(embedder, E5SmallEmbedder):
-        name += f" on {embedder.engine}"
-    if cfg.memory.embedder == "hashing":
-        _check(
-            "embedder",
-            True,
-            f"{name} — its vectors carry no meaning, so recall is keyword "
-            "search only; set memory.embedder = 'e5-small' (the default)",
-            results,
-            warn=True,
-        )
-    else:
-        _check("embedder", True, name, results)
-    if cfg.db_path.exists() and foreign_owner(cfg.db_path) is None:
-        _doctor_spaces(cfg, embedder.model_id, embedder.dim, results)
-
-
-def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str, object]]) -> None:
-    """Warn when memories or document chunks lack a vector of the active embedder."""
-    from agentd.db import DatabaseError, open_sync
-    from agentd.knowledge.store import chunk_vector_counts
-    from agentd.memory.store import vector_status
-
-    try:
-        conn = open_sync(cfg.db_path)
-        try:
-            memories = vector_status(conn, model_id, dim)
-            chunks, chunks_current = chunk_vector_counts(conn, model_id, dim)
-        finally:
-            conn.close()
-    except DatabaseError:
-        return  # the database check already says what is wrong
-    stale = memories.total - memories.current
-    _check(
-        "memory vectors",
-        True,
-        f"{stale} of {memories.total} memories lack a {model_id} vector: run "
-        "`agentd memory reindex`"
-        if stale
-        else f"{memories.total} memories, all current",
-        results,
-        warn=bool(stale),
-    )
-    stale = chunks - chunks_current
-    _check(
-        "document vectors",
-        True,
-        f"{stale} of {chunks} document chunks lack a {model_id} vector: run `agentd docs reindex`"
-        if stale
-        else f"{chunks} chunks, all current",
-        results,
-        warn=bool(stale),
-    )
-
-
-def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Skills that are invalid or changed are named with the reason; the rest are counted."""
-    from agentd.cli.skills import recorded
-    from agentd.skills.catalog import scan_config
-    from agentd.skills.overview import overview
-
-    # Another user's database is not opened as root (_doctor_database says so): no records.
-    foreign = cfg.db_path.exists() and foreign_owner(cfg.db_path) is not None
-    states = overview(scan_config(cfg), {} if foreign else recorded(cfg))
-    enabled = sum(s.state == "enabled" for s in states)
-    where = ", ".join(map(str, cfg.skill_dirs))
-    _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
-    for s in states:
-        if s.state == "invalid":
-            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}", results)
-        elif s.state in ("changed", "missing"):
-            _check(
-                f"skill {s.name}",
-                True,
-                f"held back: {s.reason}; check it, then run `agentd skills enable {s.name}`",
-                results,
-                warn=True,
-            )
 
 
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:

@@ -9,7 +9,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentd.config import MailAccountConfig, read_named_secret
+from agentd.config import MailAccountConfig, read_secret
 from agentd.mail import imap
 from agentd.mail.errors import MailError
 from agentd.mail.imap import Summary
@@ -24,7 +24,7 @@ class Mailbox:
 
     def __init__(self, account: MailAccountConfig, env: Mapping[str, str]) -> None:
         self.account = account
-        self.password = read_named_secret(account.password_env, env)
+        self.password = read_secret(account.password_env, env)
 
     def require_password(self) -> None:
         if not self.password:

@@ -1,0 +1,64 @@
+"""The skills capability: Agent Skills folders the owner enabled, their tools, the listing the
+prompt reads, and the doctor lines for skills that are invalid or held back."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentd.config import Config
+from agentd.skills.names import SOURCE, USE_SKILL
+from agentd.tools.capability import Check, Checks, Context, Contribution, Probe, Simple
+
+
+async def _build(ctx: Context) -> Contribution:
+    if not ctx.config.skills.enabled:
+        return Contribution()
+    from agentd.skills import store
+    from agentd.skills import tools as skills
+
+    tools, _ = await skills.start(ctx.config, ctx.db, ctx.clock.now())
+    db = ctx.db
+
+    async def listing() -> tuple[tuple[str, str], ...]:
+        return await db.read_inline(store.listing)
+
+    def used(tool: str, args: Mapping[str, Any]) -> str | None:
+        return str(args.get("name")) if tool == USE_SKILL else None
+
+    turn = {"skill_listing": listing, "listed_source": SOURCE, "listed_use": used}
+    return Contribution(tools=tools, turn=turn)
+
+
+def _doctor(config: Config, probe: Probe) -> list[Check]:
+    """Skills that are invalid or changed are named with the reason; the rest are counted."""
+    from agentd.skills.catalog import scan_config
+    from agentd.skills.overview import overview
+    from agentd.skills.store import records
+
+    def recorded(conn: Any) -> dict[str, Any]:
+        try:
+            return records(conn)
+        except Exception:  # a database from before skills: nothing recorded yet
+            return {}
+
+    results = Checks()
+    states = overview(scan_config(config), probe.read(recorded) or {})
+    enabled = sum(s.state == "enabled" for s in states)
+    where = ", ".join(map(str, config.skill_dirs))
+    results.add("skills", True, f"{enabled} enabled of {len(states)} in {where}")
+    for s in states:
+        if s.state == "invalid":
+            results.add(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}")
+        elif s.state in ("changed", "missing"):
+            results.add(
+                f"skill {s.name}",
+                True,
+                f"held back: {s.reason}; check it, then run `agentd skills enable {s.name}`",
+                warn=True,
+            )
+    return results
+
+
+def capability() -> Simple:
+    return Simple("skills", build=_build, doctor=_doctor)
