@@ -134,7 +134,8 @@ def desk_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, booking: Any) -> d
     (tmp / "agentd.toml").write_text(
         f'[automations]\nfolder = "{DESK}"\n\n'
         '[automations.hooks]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
-        '[automations.hooks.routes.calls]\nworkflow = "verify_caller"\nsecret_env = "CALLS_HOOK_SECRET"\n'
+        '[automations.hooks.routes.calls]\nworkflow = "verify_caller"\n'
+        'secret_env = "CALLS_HOOK_SECRET"\n'
     )
     return daemon_env(
         tmp,
