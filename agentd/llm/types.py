@@ -99,6 +99,8 @@ class LLMResponse(BaseModel):
     provider: str = "anthropic"  # the configured provider's name that answered
     # Set when an earlier model of the chain was skipped or failed: why (an LLMError.reason).
     fallback_reason: str | None = None
+    # What this model could not do of the request and left out, said (never dropped silently).
+    notes: list[str] = Field(default_factory=list)
     content: list[ContentBlock]
     stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
