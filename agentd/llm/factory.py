@@ -3,7 +3,8 @@ one chain per purpose."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentd.llm.fallback import Breaker, Candidate, FallbackLLM, ProviderLLM
@@ -45,7 +46,10 @@ def _adapter(
 
 
 def build(
-    config: Any, settings: ModelSettings | None = None, env: Mapping[str, str] | None = None
+    config: Any,
+    settings: ModelSettings | None = None,
+    env: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> FallbackLLM:
     settings = settings or ModelSettings.of(config.llm)
     llm_config = config.llm
@@ -60,7 +64,7 @@ def build(
             if ref.provider not in adapters:
                 provider = settings.provider(ref.provider)
                 adapters[ref.provider] = _adapter(ref.provider, provider, config, env)
-            breaker = breakers.setdefault(ref.label, Breaker(settings.breaker))
+            breaker = breakers.setdefault(ref.label, Breaker(settings.breaker, clock))
             chain.append(Candidate(ref, adapters[ref.provider], breaker))
         chains[purpose] = chain
     return FallbackLLM(

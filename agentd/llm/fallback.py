@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentd.llm.settings import FALLBACK_REASONS, BreakerPolicy, ModelRef
+from agentd.llm.settings import FALLBACK_REASONS, OUTAGE_REASONS, BreakerPolicy, ModelRef
 from agentd.llm.types import LLMError, LLMRequest, LLMResponse
 
 log = logging.getLogger("agentd.llm")
@@ -176,7 +176,7 @@ class FallbackLLM:
                 req, on_text, model=cand.ref.model, attempts=attempts
             )
         except LLMError as exc:
-            if exc.reason in FALLBACK_REASONS:
+            if exc.reason in OUTAGE_REASONS or exc.reason == "malformed":
                 cand.breaker.failed(exc.reason)
             else:
                 cand.breaker.release()

@@ -33,8 +33,11 @@ from agentd.ledger.pricing import ModelPrice
 ANTHROPIC = "anthropic"  # the built-in provider: [llm] base_url and ANTHROPIC_API_KEY
 # What a request's `purpose` may be; each may name its own model in [llm.models].
 PURPOSES = ("turn", "summary", "facts", "vision", "extract", "briefing", "automation", "skill")
-# Why a call moved on to the next model; each is also an LLMError.reason.
-FALLBACK_REASONS = ("overloaded", "server_error", "timeout", "unreachable", "rate_limit", "billing")
+# The failures that count against a model's circuit breaker: the model is down or out of budget.
+OUTAGE_REASONS = ("overloaded", "server_error", "timeout", "unreachable", "rate_limit", "billing")
+# Why a call moves on to the next model (each is an LLMError.reason): an outage, broken answers
+# that kept coming, or a request the model cannot take (tools, images), which is no outage.
+FALLBACK_REASONS = (*OUTAGE_REASONS, "malformed", "unsupported")
 
 
 class _Strict(BaseModel):
