@@ -182,3 +182,22 @@ def test_settings_name_models_by_provider() -> None:
     assert settings.ref("unknown/x").model == "unknown/x"  # not a provider: a model id
     with pytest.raises(ValueError, match="unknown purpose"):
         ModelSettings(models={"chat": "x"})
+
+
+def test_a_local_model_costs_nothing_and_says_so() -> None:
+    from agentd.ledger.pricing import Tokens, cost, price_for
+    from agentd.llm.pricing import price_note, provider_prices
+
+    settings = ModelSettings(
+        providers={
+            "local": ProviderConfig(base_url="http://127.0.0.1:11434/v1", local=True),
+            "hosted": ProviderConfig(base_url="https://example.org/v1"),
+        }
+    )
+    overrides = provider_prices(settings)
+    spent = Tokens(input_tokens=10_000, output_tokens=2_000)
+    assert cost(spent, price_for("local/qwen2.5:7b", overrides)) == 0
+    assert cost(spent, price_for("claude-haiku-4-5", overrides)) > 0
+    assert price_note("local/qwen2.5:7b", settings) == "local: costs 0"
+    assert price_note("hosted/gpt-x", settings).startswith("price unknown")
+    assert price_note("claude-haiku-4-5", settings) == "list price"
