@@ -201,3 +201,26 @@ def test_a_local_model_costs_nothing_and_says_so() -> None:
     assert price_note("local/qwen2.5:7b", settings) == "local: costs 0"
     assert price_note("hosted/gpt-x", settings).startswith("price unknown")
     assert price_note("claude-haiku-4-5", settings) == "list price"
+
+
+async def test_every_model_is_described_and_tried_once(
+    claude: FakeAnthropic, chat: FakeChat
+) -> None:
+    from agentd.llm.probe import probe
+
+    settings = _settings(
+        chat, ["local/qwen2.5:7b", "broken/x"], models={"summary": "local/qwen2.5:7b"}
+    )
+    settings.providers["broken"] = ProviderConfig(base_url="http://127.0.0.1:9/v1")
+    llm = build(_config(claude), settings)
+    try:
+        checks = {c.model: c for c in await probe(llm, settings, timeout=10)}
+    finally:
+        await llm.close()
+        claude.reset()
+        chat.reset()
+    assert checks["claude-haiku-4-5"].ok and checks["claude-haiku-4-5"].price == "list price"
+    local = checks["local/qwen2.5:7b"]
+    assert local.ok and local.price == "local: costs 0" and "summary" in local.purposes
+    broken = checks["broken/x"]
+    assert broken.ok is False and "unreachable" in (broken.problem or "")

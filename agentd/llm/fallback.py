@@ -115,7 +115,7 @@ class FallbackLLM:
         """The request's chain, with a pinned model (`req.model`) moved to the front."""
         chain = list(self.chains.get(req.purpose) or self.chains["turn"])
         if req.model:
-            pinned = [c for c in self._all() if c.ref.label == req.model]
+            pinned = [c for c in self.candidates() if c.ref.label == req.model]
             if not pinned:
                 raise LLMError(
                     f"the model {req.model} is not configured any more; add it to [llm] "
@@ -126,7 +126,7 @@ class FallbackLLM:
             chain = [pinned[0], *(c for c in chain if c is not pinned[0])]
         return chain
 
-    def _all(self) -> list[Candidate]:
+    def candidates(self) -> list[Candidate]:
         seen: dict[str, Candidate] = {}
         for chain in self.chains.values():
             for c in chain:
@@ -196,7 +196,7 @@ class FallbackLLM:
                 "failures": c.breaker.failures,
                 "last_reason": c.breaker.last_reason,
             }
-            for c in self._all()
+            for c in self.candidates()
         ]
 
     async def close(self) -> None:
