@@ -219,3 +219,32 @@ async def test_a_hung_server_times_out(chat: FakeChat) -> None:
         await llm.close()
         chat.reset()
     assert failed.value.reason == "timeout" and failed.value.retryable
+
+
+async def test_a_structured_answer_from_a_model_without_tools_comes_as_json(
+    chat: FakeChat,
+) -> None:
+    from pydantic import BaseModel
+
+    from agentd.llm.structured import complete_structured
+
+    class Summary(BaseModel):
+        summary: str
+
+    llm = _llm(chat, tools=False)
+    try:
+        chat.enqueue_text('{"summary": "They talked about the week."}')
+        result, response = await complete_structured(
+            llm,  # type: ignore[arg-type]
+            LLMRequest(purpose="summary", messages=[Message(role="user", content="...")]),
+            Summary,
+            name="record_summary",
+            description="Record the summary",
+        )
+        sent = chat.requests[-1]["body"]
+    finally:
+        await llm.close()
+        chat.reset()
+    assert result == Summary(summary="They talked about the week.")
+    assert "tools" not in sent and sent["response_format"]["type"] == "json_schema"
+    assert response.usage.input_tokens > 0

@@ -20,6 +20,7 @@ from agentd.llm.openai_mapping import (
     ChunkFold,
     build_params,
     check,
+    json_mode,
     parse_response,
     unsupported,
 )
@@ -136,7 +137,9 @@ class OpenAILLM:
         if self._client is not None:
             await self._client.close()
 
-    async def _create(self, params: dict[str, Any], model: str) -> LLMResponse:
+    async def _create(
+        self, params: dict[str, Any], model: str, as_tool: str | None = None
+    ) -> LLMResponse:
         client = await self._get_client()
         answer = await client.chat.completions.create(**params)
         data = answer.to_dict(mode="json") if hasattr(answer, "to_dict") else None
@@ -148,6 +151,7 @@ class OpenAILLM:
             choice.get("finish_reason"),
             data.get("usage"),
             data.get("model") or model,
+            as_tool=as_tool,
         )
 
     async def _stream(self, params: dict[str, Any], model: str, on_text: OnText) -> LLMResponse:
@@ -176,14 +180,15 @@ class OpenAILLM:
         label = f"{self.name}/{model}"
         caps = self.caps(model)
         check(req, caps, label, self.name)
-        params = build_params(req, model, self._config.max_tokens)
-        stream = on_text is not None and self._provider.streaming
+        as_json = json_mode(req, caps)
+        params = build_params(req, model, self._config.max_tokens, as_json)
+        stream = on_text is not None and self._provider.streaming and not as_json
 
         async def call() -> LLMResponse:
             if stream:
                 assert on_text is not None
                 return await self._stream(params, model, on_text)
-            return await self._create(params, model)
+            return await self._create(params, model, req.tool_choice if as_json else None)
 
         try:
             response, tries = await call_with_retries(

@@ -49,9 +49,19 @@ def unsupported(label: str, what: str, how: str) -> LLMError:
     )
 
 
+def json_mode(req: LLMRequest, caps: Capabilities) -> bool:
+    """A forced single tool (a structured answer, R-LLM-5) to a model without tool calls: asked
+    for as JSON matching the tool's schema instead, and read back as that tool's call."""
+    return (
+        caps.tools is False
+        and bool(req.tool_choice)
+        and [t.name for t in req.tools] == [req.tool_choice]
+    )
+
+
 def check(req: LLMRequest, caps: Capabilities, label: str, provider: str) -> None:
     """Refuse, before the call, what the model is configured or known not to do."""
-    if (req.tools or req.tool_choice) and caps.tools is False:
+    if (req.tools or req.tool_choice) and caps.tools is False and not json_mode(req, caps):
         raise unsupported(label, "tool calls", f"llm.providers.{provider}.tools is false")
     if caps.images is False and any(
         isinstance(b, ImageBlock)
@@ -114,7 +124,9 @@ def _assistant(message: Message) -> dict[str, Any]:
     return out
 
 
-def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]:
+def build_params(
+    req: LLMRequest, model: str, max_tokens: int, as_json: bool = False
+) -> dict[str, Any]:
     """The Chat Completions body (server-side tools are left to the caller to report)."""
     messages: list[dict[str, Any]] = []
     if req.system:
@@ -132,6 +144,16 @@ def build_params(req: LLMRequest, model: str, max_tokens: int) -> dict[str, Any]
         "messages": messages,
         "max_tokens": req.max_tokens or max_tokens,
     }
+    if as_json:
+        spec = req.tools[0]
+        params["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": spec.name, "schema": spec.input_schema},
+        }
+        messages.append(
+            {"role": "user", "content": f"Answer with JSON only, for: {spec.description}"}
+        )
+        return params
     if req.tools:
         params["tools"] = [
             {
@@ -175,9 +197,20 @@ def parse_response(
     usage: dict[str, Any] | None,
     model: str,
     attempt: int = 1,
+    as_tool: str | None = None,
 ) -> LLMResponse:
-    """One assistant message (whole, or folded from a stream) as agentd's response."""
+    """One assistant message (whole, or folded from a stream) as agentd's response; with
+    `as_tool`, its text is a JSON answer read back as that tool's call."""
     content: list[Any] = []
+    if as_tool is not None:
+        use = ToolUseBlock(id="json_answer", name=as_tool, input=_arguments(message.get("content")))
+        return LLMResponse(
+            model=model,
+            content=[use],
+            stop_reason="tool_use",
+            usage=usage_of(usage),
+            attempt=attempt,
+        )
     if message.get("content"):
         content.append(TextBlock(text=message["content"]))
     for call in message.get("tool_calls") or []:
