@@ -179,9 +179,10 @@ def test_settings_name_models_by_provider() -> None:
     assert settings.ref("ollama/llama3.2:3b").label == "ollama/llama3.2:3b"
     assert settings.ref("ollama/llama3.2:3b").model == "llama3.2:3b"
     assert settings.ref("claude-sonnet-4-5").provider == "anthropic"
-    assert settings.ref("unknown/x").model == "unknown/x"  # not a provider: a model id
     with pytest.raises(ValueError, match="unknown purpose"):
         ModelSettings(models={"chat": "x"})
+    with pytest.raises(ValueError, match="names no provider 'olama'"):
+        ModelSettings(fallbacks=["olama/llama3.2"])
 
 
 def test_a_local_model_costs_nothing_and_says_so() -> None:
@@ -208,10 +209,12 @@ async def test_every_model_is_described_and_tried_once(
 ) -> None:
     from agentd.llm.probe import probe
 
-    settings = _settings(
-        chat, ["local/qwen2.5:7b", "broken/x"], models={"summary": "local/qwen2.5:7b"}
+    local = ProviderConfig(kind="openai", base_url=chat.base_url + "/v1", local=True)
+    settings = ModelSettings(
+        fallbacks=["local/qwen2.5:7b", "broken/x"],
+        models={"summary": "local/qwen2.5:7b"},
+        providers={"local": local, "broken": ProviderConfig(base_url="http://127.0.0.1:9/v1")},
     )
-    settings.providers["broken"] = ProviderConfig(base_url="http://127.0.0.1:9/v1")
     llm = build(_config(claude), settings)
     try:
         checks = {c.model: c for c in await probe(llm, settings, timeout=10)}

@@ -113,6 +113,16 @@ class ModelSettings(_Strict):
             raise ValueError(f"llm.models: unknown purpose {unknown[0]!r}; the purposes: {known}")
         if ANTHROPIC in self.providers and self.providers[ANTHROPIC].kind != "anthropic":
             raise ValueError("llm.providers.anthropic is the built-in Messages API provider")
+        named = [("fallbacks", n) for n in self.fallbacks]
+        named += [(f"models.{p}", n) for p, n in self.models.items()]
+        for key, name in named:
+            head, sep, _ = name.partition("/")
+            # Claude ids have no slash: `x/…` with no provider x is a typo, not a model id.
+            if sep and head not in self.providers and head != ANTHROPIC:
+                raise ValueError(
+                    f"llm.{key}: {name!r} names no provider {head!r}; add "
+                    f"[llm.providers.{head}] or correct the name"
+                )
         return self
 
     def ref(self, name: str) -> ModelRef:
