@@ -111,13 +111,29 @@ class Malformed:
 
 
 @dataclass
+class RawStream:
+    """Answer a streamed request with exactly these events (shapes the API sends that the fake
+    does not compose itself: citations, server tools, early ends, events out of order)."""
+
+    events: list[dict[str, Any]]
+    delay: float = 0.0
+
+
+@dataclass
+class Hang:
+    """Accept the request and never answer (until the server stops): a hung upstream."""
+
+    delay: float = 0.0
+
+
+@dataclass
 class Delay:
     """Queue item: wait this long, then answer with the next item (or the default)."""
 
     seconds: float
 
 
-Spec = Reply | ErrorReply | Drop | Malformed
+Spec = Reply | ErrorReply | Drop | Malformed | RawStream | Hang
 Responder = Callable[[dict[str, Any]], Any]
 
 
@@ -144,7 +160,7 @@ def tool_use_reply(
 
 def to_spec(value: Any) -> Spec | None:
     """What a responder may return: str, content list, message-like dict, or a spec object."""
-    if value is None or isinstance(value, Reply | ErrorReply | Drop | Malformed):
+    if value is None or isinstance(value, Reply | ErrorReply | Drop | Malformed | RawStream | Hang):
         return value
     if isinstance(value, str):
         return text_reply(value)
@@ -327,6 +343,10 @@ class FakeAnthropic(FakeServer):
     def enqueue_drop(self) -> None:
         """The next request has its connection closed without an answer."""
         self.enqueue(Drop())
+
+    def enqueue_hang(self) -> None:
+        """The next request is accepted and never answered (use with a client timeout)."""
+        self.enqueue(Hang())
 
     def enqueue_malformed(self) -> None:
         """The next request gets 200 with a body that is not JSON."""
@@ -515,6 +535,12 @@ class FakeAnthropic(FakeServer):
         if isinstance(spec, Malformed):
             self._log_response("malformed", 200)
             return web.Response(text='{"id": "msg_01', content_type="application/json")
+        if isinstance(spec, Hang):
+            self._log_response("hang", 0)
+            await sleep_or_closing(self, 3600)
+            return self.drop_connection(request)
+        if isinstance(spec, RawStream):
+            return await self._raw_stream(request, spec)
         if isinstance(spec, ErrorReply):
             return self._error_reply(spec)
         assert isinstance(spec, Reply)
@@ -688,6 +714,21 @@ class FakeAnthropic(FakeServer):
         self._log_response("message", 200, body=message, stream=True)
         return response
 
+    async def _raw_stream(self, request: web.Request, spec: RawStream) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            }
+        )
+        await response.prepare(request)
+        for event in spec.events:
+            kind = event.get("type", "message")
+            await response.write(f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode())
+        await response.write_eof()
+        self._log_response("raw_stream", 200, events=len(spec.events))
+        return response
+
     async def _fail_stream(
         self,
         request: web.Request,
@@ -806,6 +847,10 @@ class FakeAnthropic(FakeServer):
             return self.enqueue_drop()
         if kind == "malformed":
             return self.enqueue_malformed()
+        if kind == "hang":
+            return self.enqueue_hang()
+        if kind == "raw_stream":
+            return self.enqueue(RawStream(body["events"]))
         if kind == "reply":
             return self.enqueue(Reply(**body))
         raise ValueError(f"unknown kind {kind!r}")
@@ -959,7 +1004,9 @@ __all__ = [
     "Drop",
     "ErrorReply",
     "FakeAnthropic",
+    "Hang",
     "Malformed",
+    "RawStream",
     "Reply",
     "echo_responder",
     "last_user_text",
