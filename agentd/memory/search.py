@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.db.runner import Runner
+from agentd.memory.recall_query import recall_query as recall_query  # for the turn
 from agentd.memory.store import MEMORY_VECTORS, Memory, get_memories
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
