@@ -38,7 +38,7 @@ class MemoryNotFound(MemoryStoreError):
     """No such memory (or version) for this user."""
 
 
-def _owned(conn: Conn, memory_id: int, user_id: int | None) -> Memory:
+def owned(conn: Conn, memory_id: int, user_id: int | None) -> Memory:
     memory = get_memory(conn, memory_id)
     if memory is None or (user_id is not None and memory.user_id != user_id):
         raise MemoryNotFound(f"no memory {memory_id}")
@@ -75,12 +75,12 @@ def add_text(
             now=now,
         )
         action = {"added": "added", "replaced": "superseded"}.get(change.action, "unchanged")
-        return _owned(conn, int(change.memory_id or 0), None), action
+        return owned(conn, int(change.memory_id or 0), None), action
     same = _same_text(conn, memory)
     if same is not None:
         return same, "merged"
     memory_id = add_memory(conn, memory, vector, model_id, now=now)
-    stored = _owned(conn, memory_id, None)
+    stored = owned(conn, memory_id, None)
     action = "import" if actor == "import" else "add"
     record_version(conn, stored, action, actor, old=None, new=stored.content, now=now)
     return stored, "added"
@@ -93,7 +93,7 @@ def _same_text(conn: Conn, memory: NewMemory) -> Memory | None:
         (memory.user_id, memory.kind),
     ).fetchall()
     found = next((int(r[0]) for r in rows if norm_text(r[1]) == target), None)
-    return None if found is None else _owned(conn, found, None)
+    return None if found is None else owned(conn, found, None)
 
 
 def edit_text(
@@ -109,7 +109,7 @@ def edit_text(
     now: float | None = None,
 ) -> Memory:
     """Rewrite a memory in the owner's words: it becomes `origin="user"`."""
-    old = _owned(conn, memory_id, user_id)
+    old = owned(conn, memory_id, user_id)
     content = " ".join(content.split())
     if not content:
         raise MemoryStoreError("a memory cannot be empty: use forget")
@@ -124,7 +124,7 @@ def edit_text(
         origin_ref=origin_ref,
         now=now,
     )
-    new = _owned(conn, memory_id, None)
+    new = owned(conn, memory_id, None)
     record_version(conn, new, "edit", actor, old=old.content, new=content, now=now)
     return new
 
@@ -133,7 +133,7 @@ def forget_one(
     conn: Conn, memory_id: int, *, user_id: int | None = None, actor: Actor = "owner"
 ) -> Memory:
     """Delete a memory (row, index entries, vector), its text kept in its history."""
-    memory = _owned(conn, memory_id, user_id)
+    memory = owned(conn, memory_id, user_id)
     record_version(conn, memory, "forget", actor, old=memory.content, new=None)
     conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
     return memory
@@ -148,7 +148,7 @@ def forget_all(conn: Conn, user_id: int, *, actor: Actor = "owner") -> int:
 
 def set_pinned(conn: Conn, memory_id: int, pinned: bool, *, user_id: int | None = None) -> Memory:
     """Pin (always in the prompt's facts) or unpin a memory."""
-    memory = _owned(conn, memory_id, user_id)
+    memory = owned(conn, memory_id, user_id)
     conn.execute("UPDATE memories SET pinned = ? WHERE id = ?", (int(pinned), memory_id))
     memory = memory.model_copy(update={"pinned": pinned})
     action = "pin" if pinned else "unpin"
@@ -204,7 +204,7 @@ def restore_version(
             origin_ref=target.origin_ref,
             now=now,
         )
-    restored = _owned(conn, memory_id, None)
+    restored = owned(conn, memory_id, None)
     old = current.content if current is not None else None
     record_version(conn, restored, "restore", "owner", old=old, new=text, now=now)
     return restored
@@ -292,7 +292,7 @@ async def edit(
     db: Runner, embedder: Embedder | None, memory_id: int, content: str, *, user_id: int | None
 ) -> Memory:
     """The owner rewrites a memory (see edit_text)."""
-    current = await db.read(lambda c: _owned(c, memory_id, user_id))
+    current = await db.read(lambda c: owned(c, memory_id, user_id))
     vector = await _embed(embedder, " ".join(content.split()), current.context)
     model_id = embedder.model_id if embedder is not None else None
     return await db.write(

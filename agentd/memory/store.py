@@ -429,3 +429,10 @@ def _existing(
     ).fetchall()
     alive = {int(r[0]) for r in rows}
     return [(mid, vec) for mid, vec in pairs if mid in alive]
+
+
+def taints(memories: Sequence[Memory]) -> bool:
+    """Whether recalling these memories brings outside content into a turn: only memories
+    derived from outside content do; the owner's words (typed, edited, imported) and the
+    model's own notes of the chat do not."""
+    return any(m.origin == "outside" for m in memories)
