@@ -48,6 +48,7 @@ from agentd.db.runner import ConnRunner
 from agentd.memory.recall_query import recall_query
 from agentd.memory.search import keyword_search, search, vector_search
 from agentd.memory.store import NewMemory, add_memories, embedding_text
+from agentd.memory.when import date_words, time_context
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.retrieval.fusion import TUNED_FUSION, Fusion, fuse
@@ -119,6 +120,7 @@ class Report(BaseModel):
     questions_by_category: dict[str, int]
     sweep: list[dict[str, Any]] = Field(default_factory=list)
     cv: list[dict[str, Any]] = Field(default_factory=list)
+    cv_any_method: list[dict[str, Any]] = Field(default_factory=list)
     questions_mode: str = "as asked"
     rewrite_ms_mean: float = 0.0
 
@@ -250,13 +252,33 @@ def _recall(found: Sequence[set[str]], evidence: Sequence[str], k: int) -> float
     return sum(1 for e in evidence if e in top) / len(evidence)
 
 
-async def _index(conn: Any, embedder: Embedder, conversations: list[Conversation]) -> dict:
+def _dated(turns: list[Turn], dates: str) -> list[Turn]:
+    """`--dates`: "resolved" adds the date a turn's time expression means to its context,
+    "session" the session's date to every turn, "none" leaves them."""
+    if dates == "none":
+        return turns
+    out = []
+    for turn in turns:
+        anchor = datetime.fromtimestamp(turn.session_start, UTC) if turn.session_start else None
+        if dates == "resolved":
+            extra = time_context(turn.text, anchor)
+        else:
+            extra = f"(when: {date_words(anchor)})" if anchor else None
+        context = "\n".join(x for x in (turn.context, extra) if x) or None
+        out.append(turn.model_copy(update={"context": context}))
+    return out
+
+
+async def _index(
+    conn: Any, embedder: Embedder, conversations: list[Conversation], dates: str = "none"
+) -> dict:
     """Store every turn; return memory id → dia_id(s) per conversation user id."""
     runner = ConnRunner(conn)
     owner: dict[int, str] = {}
     for user_id, conv in enumerate(conversations, start=1):
-        for start in range(0, len(conv.turns), 256):
-            batch = conv.turns[start : start + 256]
+        turns = _dated(conv.turns, dates)
+        for start in range(0, len(turns), 256):
+            batch = turns[start : start + 256]
             vectors = await embedder.embed_documents(
                 [embedding_text(t.text, t.context) for t in batch]
             )
@@ -289,6 +311,7 @@ async def run_benchmark(
     sweep: bool = False,
     prefilter: str = "bits",
     cv: bool = False,
+    dates: str = "none",
 ) -> Report:
     """Index, query every question in the three modes and score them. `prefilter`: the vector
     arm's candidates from the in-process bit copy, as the daemon searches ("bits"), or from
@@ -299,7 +322,7 @@ async def run_benchmark(
         try:
             apply_migrations(conn)
             started = time.perf_counter()
-            owner = await _index(conn, embedder, conversations)
+            owner = await _index(conn, embedder, conversations, dates)
             index_seconds = time.perf_counter() - started
             bits = BitCache() if prefilter == "bits" else None
             report = await _query_all(conn, embedder, conversations, owner, fusion, sweep, bits, cv)
@@ -383,7 +406,10 @@ async def _query_all(
         report.sweep = _sweep(arm_lists, owner)
     if cv:
         rows: list[Scored] = [(c, q.evidence, kw, vec) for q, c, kw, vec in arm_lists]
-        report.cv = cross_validate(rows, owner, _sweep_grid())
+        # Within the method in use (its weights and depth), and over every method of the grid.
+        same = [f for f in _sweep_grid() if f.method == fusion.method]
+        report.cv = cross_validate(rows, owner, same)
+        report.cv_any_method = cross_validate(rows, owner, _sweep_grid())
     return report
 
 
@@ -515,7 +541,11 @@ def format_report(report: Report) -> str:
 def _format_cv(report: Report) -> list[str]:
     if not report.cv:
         return []
-    lines = ["", "cross-validated (tuned on the other conversations, R@5 on the held-out one):"]
+    lines = [
+        "",
+        f"cross-validated (the {report.fusion.method} weights and depth tuned on the other"
+        " conversations, R@5 on the held-out one):",
+    ]
     for fold in report.cv:
         t = fold["tuned"]
         lines.append(
@@ -524,6 +554,9 @@ def _format_cv(report: Report) -> list[str]:
             f" depth {t['depth']}: {fold['tuned_R@5']:.3f} on the others)"
         )
     lines.append(f"  pooled held-out R@5 {pooled(report.cv):.3f}")
+    lines.append(
+        f"  tuning the method too (convex, minmax, rrf): {pooled(report.cv_any_method):.3f}"
+    )
     return lines
 
 
@@ -565,6 +598,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--data", "--dataset", dest="dataset", required=True, help="any LoCoMo-format JSON file"
     )
     parser.add_argument("--cv", action="store_true", help="leave-one-conversation-out tuning")
+    parser.add_argument(
+        "--dates",
+        choices=["none", "resolved", "session"],
+        default="none",
+        help="dates in each turn's context: its time expression resolved, or the session's",
+    )
     parser.add_argument(
         "--questions", choices=["all", "asked", "pronoun", "context"], default="all"
     )
@@ -624,6 +663,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             sweep=args.sweep,
             prefilter=args.prefilter,
             cv=args.cv,
+            dates=args.dates,
         )
     )
     if isinstance(embedder, CachedEmbedder):
