@@ -161,3 +161,18 @@ def test_hermes_entries_span_lines_and_json_import(config: Path) -> None:
     passport = rows["Passport expires in August 2027."]
     assert passport["slot"] == "passport_expiry" and passport["created_at"].startswith("2025-09-01")
     assert rows["Call the plumber about the boiler."]["pinned"] is True
+
+
+def test_a_fact_said_again_without_its_key_leaves_with_it(tmp_path: Path) -> None:
+    conn = open_sync(tmp_path / "d.db")
+    apply_migrations(conn)
+    keyed = ExtractedFacts(facts=[ExtractedFact(key="city", content="Lives in Lyon")])
+    first = apply_extracted_facts(conn, 1, keyed)[0]
+    again = apply_extracted_facts(
+        conn, 1, ExtractedFacts(facts=[ExtractedFact(content="lives in LYON")])
+    )
+    assert again[0].memory_id == first.memory_id  # merged, not a second row
+    moved = ExtractedFacts(facts=[ExtractedFact(key="city", content="Lives in Nice")])
+    assert apply_extracted_facts(conn, 1, moved)[0].action == "replaced"
+    assert "Lyon" not in facts_for_prompt(conn, 1, 1000)
+    conn.close()

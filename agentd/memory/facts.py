@@ -103,9 +103,11 @@ def _find_by_slot(conn: Conn, user_id: int, slot: str) -> tuple[int, str] | None
 
 
 def _find_same_text(conn: Conn, user_id: int, kind: str, content: str) -> int | None:
+    # Keyed facts too: a fact said again without its key merges into the keyed one, and so
+    # leaves with it when a new value supersedes it (else the old value lingers, unkeyed).
     target = norm_text(content)
     rows = conn.execute(
-        "SELECT id, content FROM memories WHERE user_id = ? AND kind = ? AND slot IS NULL",
+        "SELECT id, content FROM memories WHERE user_id = ? AND kind = ?",
         (user_id, kind),
     ).fetchall()
     return next((int(r[0]) for r in rows if norm_text(r[1]) == target), None)
@@ -152,6 +154,10 @@ def upsert_fact(
             return FactChange(
                 action="replaced", memory_id=memory_id, slot=slot, content=content, previous=old
             )
+        same = _find_same_text(conn, user_id, fact.kind, content)
+        if same is not None:  # said before without a key: now it has one
+            conn.execute("UPDATE memories SET slot = ? WHERE id = ? AND slot IS NULL", (slot, same))
+            return FactChange(action="unchanged", memory_id=same, slot=slot, content=content)
     else:
         same = _find_same_text(conn, user_id, fact.kind, content)
         if same is not None:
