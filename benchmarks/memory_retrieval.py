@@ -623,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rrf-k", type=int)
     parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"])
     parser.add_argument("--depth", type=int, help="fused list depth")
+    parser.add_argument("--neighbours", type=float, help="share lent to stored neighbours")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
     parser.add_argument(
         "--prefilter",
@@ -649,6 +650,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("vector_weight", args.vector_weight),
                 ("rrf_k", args.rrf_k),
                 ("depth", args.depth),
+                ("neighbours", args.neighbours),
             )
             if value is not None
         }
