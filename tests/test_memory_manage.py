@@ -176,3 +176,19 @@ def test_a_fact_said_again_without_its_key_leaves_with_it(tmp_path: Path) -> Non
     assert apply_extracted_facts(conn, 1, moved)[0].action == "replaced"
     assert "Lyon" not in facts_for_prompt(conn, 1, 1000)
     conn.close()
+
+
+def test_forget_all_export_json_and_markdown(config: Path, tmp_path: Path) -> None:
+    u = ["--user", str(OWNER)]
+    cli(config, "add", "Plays the cello", *u)
+    cli(config, "add", "Prefers tea to coffee", "--kind", "preference", *u)
+    exported = cli(config, "export", str(tmp_path / "j"), "--format", "json", *u, "--json")
+    rows = json.loads((tmp_path / "j" / "memories.json").read_text())
+    assert exported["memories"] == 2 and {r["origin"] for r in rows} == {"user"}
+    cli(config, "export", str(tmp_path / "m"), "--format", "markdown", *u)
+    assert "- Plays the cello" in (tmp_path / "m" / "memories.md").read_text()
+    assert cli(config, "forget", "--all", *u, "--json") == {"forgotten": 2}
+    assert cli(config, "ls", "--json") == []
+    report = cli(config, "import", str(tmp_path / "j" / "memories.json"), *u, "--json")
+    assert report["added"] == 2  # forgotten, then brought back from the owner's own export
+    cli(config, "import", str(tmp_path / "nowhere"), *u, code=2)
