@@ -40,6 +40,13 @@ def leans_on_context(message: str) -> bool:
     return len(_content_words(message)) < MIN_OWN_TERMS
 
 
+def _interjection(text: str, start: int, end: int) -> bool:
+    """A capitalised word opening a sentence and ending it or a clause ("Nice!", "Thanks,"):
+    an exclamation, not a name ("Anna loved it" keeps Anna)."""
+    opens = not text[:start].strip() or text[:start].rstrip()[-1] in ".!?"
+    return opens and text[end : end + 1] in ("!", ",", ".", "?", "")
+
+
 def carried_words(recent: Sequence[str], exclude: set[str], limit: int = MAX_CARRIED) -> list[str]:
     """Names in the recent turns (newest first) that are not in `exclude` (the message's own
     words), at most `limit`. Only names: carrying every content word of the turn before cost
@@ -47,7 +54,10 @@ def carried_words(recent: Sequence[str], exclude: set[str], limit: int = MAX_CAR
     names: list[str] = []
     seen = set(exclude)
     for turn in reversed(recent):
-        for name in _NAME.findall(turn):
+        for match in _NAME.finditer(turn):
+            name = match.group(0)
+            if _interjection(turn, match.start(), match.end()):
+                continue
             key = normalise(name)
             if key not in seen and key not in STOPWORDS:
                 seen.add(key)
