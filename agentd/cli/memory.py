@@ -57,7 +57,9 @@ def ls(
     if json:
         print_json([_memory_json(m) for m in rows])
         return
-    table = new_table("id", "user", "kind", "key", "memory", "origin", "from", "updated (UTC)")
+    table = new_table(
+        "id", "user", "kind", "key", "memory", "origin", "from", "date", "updated (UTC)"
+    )
     for m in rows:
         table.add_row(
             str(m.id) + (" *" if m.pinned else ""),
@@ -67,11 +69,12 @@ def ls(
             m.content[:80],
             m.origin,
             m.origin_ref or m.source,
+            (iso(m.created_at) or "")[:10],
             iso(m.updated_at),
         )
     print_table(
         table,
-        drop=("key", "user", "from"),
+        drop=("key", "user", "updated (UTC)", "from"),
         empty="No memories yet: they are saved as you talk to the bot.",
     )
 
