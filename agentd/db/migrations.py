@@ -621,6 +621,39 @@ CREATE TABLE workflow_crashes (
 """
 
 
+# Memories the owner can see, correct and roll back. `origin` says whose words a memory is:
+# 'user' (the owner's own: typed, edited, imported), 'model' (the assistant's summary or
+# extraction from the chat), 'outside' (derived from forwarded messages, documents, web pages,
+# mail); `origin_ref` the turn or source it came from. Rows made before this are the model's.
+# `pinned` facts are always in the prompt. Every change to a memory appends a row to
+# `memory_versions` (no foreign key: the history outlives a forgotten memory, so it can be
+# restored under its old id).
+M031_MEMORY_VERSIONS = """
+ALTER TABLE memories ADD COLUMN origin TEXT NOT NULL DEFAULT 'model'
+    CHECK (origin IN ('user', 'model', 'outside'));
+ALTER TABLE memories ADD COLUMN origin_ref TEXT;
+ALTER TABLE memories ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE memory_versions (
+    id INTEGER PRIMARY KEY,
+    memory_id INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    action TEXT NOT NULL,  -- add, edit, supersede, merge, forget, restore, import, pin, unpin
+    actor TEXT NOT NULL,  -- owner, model, import
+    kind TEXT NOT NULL,
+    slot TEXT,
+    old_content TEXT,
+    new_content TEXT,  -- NULL once forgotten
+    origin TEXT NOT NULL,
+    origin_ref TEXT,
+    created_at REAL NOT NULL,
+    UNIQUE (memory_id, version)
+);
+CREATE INDEX memory_versions_user ON memory_versions (user_id, created_at);
+CREATE INDEX memories_pinned ON memories (user_id) WHERE pinned = 1;
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -642,6 +675,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m027_skills", M027_SKILLS),
     ("m021_trust_access", M021_TRUST_ACCESS),
     ("m022_taint", M022_TAINT),
+    ("m031_memory_versions", M031_MEMORY_VERSIONS),
 ]
 
 
