@@ -282,6 +282,12 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
         how = "listed by" if found.how == "listed" else "answered at"
         base = setup.llm_base_url or DEFAULT_BASE_URL
         out.print(f"Anthropic key ok; model {model} {how} {base}", highlight=False)
+        if others := [m for m in found.listed if m != model]:
+            out.print(
+                f"It also lists: {', '.join(others)} ([llm] model in the config picks one).",
+                highlight=False,
+                soft_wrap=True,
+            )
         return key, model
 
 
