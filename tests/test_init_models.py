@@ -5,8 +5,10 @@ and the command it prints to finish runs as printed."""
 
 from __future__ import annotations
 
+import http.server
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ import pexpect
 import pytest
 from typer.testing import CliRunner
 
+from agentd.cli.model_check import ModelProblem, check_model
 from agentd.config import load_config
 from tests.daemon_process import API_KEY, OWNER, TOKEN
 from tests.fakes import FakeAnthropic, FakeTelegram
@@ -183,3 +186,54 @@ def test_help_names_each_flag_once_and_shows_the_whole_default() -> None:
     assert "--non-interactive" in result.output and "--no-non-interactive" not in result.output
     assert "--no-force" not in result.output and "--skip-model-check" in result.output
     assert "https://api.telegram.org)" in result.output  # not cut at the column's end
+
+
+class _Foreign(http.server.BaseHTTPRequestHandler):
+    """Not the Messages API: an OpenAI-style model list, and a web page for anything else."""
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/v1/models"):
+            self._send(200, "application/json", b'{"data": [{"id": "llama", "object": "model"}]}')
+        else:
+            self._send(200, "text/html", b"<html>welcome</html>")
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        if self.path.startswith("/page/"):
+            self._send(200, "text/html", b"<html>welcome</html>")
+        else:
+            self._send(404, "text/plain", b"404 page not found")
+
+    def _send(self, status: int, kind: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", kind)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def foreign() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Foreign)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_url_that_is_not_the_messages_api_is_blamed_not_passed(foreign: str) -> None:
+    """A list in another API's shape, or a page answering 200 to anything, is not taken as
+    proof: the one-token message decides, and the base URL is named."""
+    for base in (foreign, f"{foreign}/page"):
+        with pytest.raises(ModelProblem) as problem:
+            check_model(base, API_KEY, "llama")
+        assert problem.value.fault == "base_url" and "--llm-base-url" in str(problem.value)
+    with pytest.raises(ModelProblem) as problem:
+        check_model("http://127.0.0.1:9", API_KEY, "claude-haiku-4-5")
+    assert problem.value.fault == "base_url" and "unreachable" in str(problem.value)

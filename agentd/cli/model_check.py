@@ -57,11 +57,12 @@ def check_model(base_url: str, key: str, model: str) -> ModelOk:
     base = (base_url or DEFAULT_BASE_URL).rstrip("/")
     client = anthropic.Anthropic(base_url=base, api_key=key, max_retries=0, timeout=TIMEOUT)
     with client:
-        listed = _listed(client, base)
-        if listed and _names(model, listed):
+        listed, anthropic_shaped = _listed(client, base) or ([], False)
+        # An OpenAI-style list (vLLM, Ollama) proves nothing about /v1/messages: ask it.
+        if anthropic_shaped and _names(model, listed):
             return ModelOk("listed", listed)
-        _one_token(client, base, model, listed or [])
-    return ModelOk("message", listed or [])
+        _one_token(client, base, model, listed)
+    return ModelOk("message", listed)
 
 
 def _names(model: str, listed: list[str]) -> bool:
@@ -70,12 +71,14 @@ def _names(model: str, listed: list[str]) -> bool:
     return model in listed or any(m.startswith(f"{model}-") for m in listed)
 
 
-def _listed(client: anthropic.Anthropic, base: str) -> list[str] | None:
-    """The endpoint's model ids, or None where it has no list (any answer but a refused key)."""
+def _listed(client: anthropic.Anthropic, base: str) -> tuple[list[str], bool] | None:
+    """The endpoint's model ids and whether the list is the Messages API's own (its entries
+    are `"type": "model"`); None where it has no list (any answer but a refused key)."""
     import anthropic
 
     try:
-        return [m.id for m in client.models.list(limit=1000)]
+        models = list(client.models.list(limit=1000))
+        return [str(m.id) for m in models], all(m.type == "model" for m in models)
     except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
         raise _key_refused(base, exc) from None
     except anthropic.APIConnectionError as exc:
@@ -88,7 +91,7 @@ def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[
     import anthropic
 
     try:
-        client.messages.create(
+        reply = client.messages.create(
             model=model, max_tokens=1, messages=[{"role": "user", "content": "ping"}]
         )
     except (anthropic.AuthenticationError, anthropic.PermissionDeniedError) as exc:
@@ -106,6 +109,8 @@ def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[
         ) from None
     except (anthropic.APIError, ValueError, TypeError) as exc:
         raise _not_the_api(base, f"an answer agentd cannot read ({type(exc).__name__})") from None
+    if getattr(reply, "type", None) != "message":  # a web page answers 200 to anything
+        raise _not_the_api(base, "HTTP 200, but not a message")
 
 
 def _refused(base: str, model: str, listed: list[str], exc: anthropic.APIStatusError) -> Exception:
