@@ -93,7 +93,7 @@ def test_a_refused_model_is_told_with_the_list_never_a_guess(
     ) as llm:
         done = run_init(init_args(tmp_path, tg, llm, "--model", "claude-nope"))
     error = " ".join(done.stderr.split())
-    assert done.returncode == 78 and "no model list" in error, done.stderr
+    assert done.returncode == 78 and "listed no other model" in error, done.stderr
     assert "claude-haiku-4-5" not in error  # nothing listed, so nothing suggested
 
 

@@ -116,8 +116,9 @@ def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[
 def _refused(base: str, model: str, listed: list[str], exc: anthropic.APIStatusError) -> Exception:
     """A 404 or 400 to the message: the model, when the API's error says so; else the URL."""
     said = _said(exc)
+    others = [m for m in listed if m != model]  # listed but refused: never offered again
     if _api_error(exc) and (listed or "model" in said.lower()):
-        return ModelProblem(f"{base} refused the model {model} ({said})", "model", listed)
+        return ModelProblem(f"{base} refused the model {model} ({said})", "model", others)
     return _not_the_api(base, f"HTTP {exc.status_code} for /v1/messages")
 
 
@@ -162,6 +163,6 @@ def refusal_advice(problem: ModelProblem, model: str) -> str:
         names = ", ".join(problem.listed)
         return f"{problem}; it lists: {names}. Pass --model with one of them"
     return (
-        f"{problem}; it has no model list to choose from. Pass --model with a model id "
+        f"{problem}; it listed no other model to choose from. Pass --model with a model id "
         "this endpoint serves (its documentation names them)"
     )
