@@ -44,11 +44,11 @@ def test_the_smtp_server_defaults_from_the_imap_server() -> None:
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[Dovecot, int]]:
     """A Dovecot that names its folders as some providers do: "Sent Messages" (marked \\Sent)
-    and "Brouillons" (marked \\Drafts), no Sent or Drafts."""
+    and "[Mail] Brouillons" (marked \\Drafts), no Sent or Drafts."""
     if not HAVE_DOVECOT:
         pytest.skip(SKIP_NO_DOVECOT)
     conf = mailservers._CONF.replace("mailbox Sent {", 'mailbox "Sent Messages" {')
-    conf = conf.replace("mailbox Drafts {", "mailbox Brouillons {")
+    conf = conf.replace("mailbox Drafts {", 'mailbox "[Mail] Brouillons" {')
     with pytest.MonkeyPatch.context() as patch, tempfile.TemporaryDirectory() as tmp:
         patch.setattr(mailservers, "_CONF", conf)
         root = Path(tmp)
@@ -100,7 +100,7 @@ def test_add_mail_splits_host_port_and_offers_the_folders_found(
         child.expect(rf"Folder for sent mail \(sent_folder\) {STYLE}\((\d+)\)")  # the \Sent one
         child.sendline("")
         child.expect(r"no folder 'Drafts' for drafts \(drafts_folder\)")
-        child.expect(r"(\d+)\. Brouillons")
+        child.expect(r"(\d+)\. \[Mail\] Brouillons")  # brackets shown, not taken for markup
         drafts = child.match.group(1)
         child.expect(r"Folder for drafts")
         child.sendline(drafts)
@@ -113,6 +113,6 @@ def test_add_mail_splits_host_port_and_offers_the_folders_found(
     account = load_config(tmp_path / "agentd.toml", env={}).mail[0]
     assert (account.imap_host, account.imap_port) == ("127.0.0.1", dovecot.port)
     assert account.smtp_server == "127.0.0.1" and account.smtp_port == smtp
-    assert (account.sent_folder, account.drafts_folder) == ("Sent Messages", "Brouillons")
+    assert (account.sent_folder, account.drafts_folder) == ("Sent Messages", "[Mail] Brouillons")
     toml = (tmp_path / "agentd.toml").read_text()
     assert re.search(r'sent_folder = "Sent Messages"', toml) and USERS["me"] not in toml

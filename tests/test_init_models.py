@@ -61,6 +61,7 @@ def test_a_proxy_without_the_model_route_is_checked_with_the_list(
         assert done.returncode == 0, done.stderr
         assert "model claude-sonnet-4-5 listed by" in done.stdout
         assert "It also lists: claude-haiku-4-5, claude-opus-4-1" in done.stdout
+        assert "([llm] model in the config picks one)" in done.stdout  # not eaten as markup
         assert llm.requests == []  # the free list was enough: no message spent
     assert load_config(tmp_path / "agentd.toml", env={}).llm.model == "claude-sonnet-4-5"
 

@@ -266,7 +266,9 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
     while True:
         key = _ask("Anthropic API key", key, setup.interactive, secret=True)
         if setup.skip_model_check:
-            out.print(f"Anthropic key and model {model} not checked (--skip-model-check)")
+            out.print(
+                f"Anthropic key and model {model} not checked (--skip-model-check)", markup=False
+            )
             return key, model
         try:
             found = check_model(setup.llm_base_url, key, model)
@@ -276,34 +278,45 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
                 continue
             attempts += 1
             _stop_unless_a_key_helps(problem, model, setup.interactive, attempts)
-            err.print(f"{problem}; try again.", highlight=False)
+            err.print(f"{problem}; try again.", highlight=False, markup=False)
             key = None
             continue
         how = "listed by" if found.how == "listed" else "answered at"
         base = setup.llm_base_url or DEFAULT_BASE_URL
-        out.print(f"Anthropic key ok; model {model} {how} {base}", highlight=False)
+        out.print(f"Anthropic key ok; model {model} {how} {base}", highlight=False, markup=False)
         if others := [m for m in found.listed if m != model]:
             out.print(
                 f"It also lists: {', '.join(others)} ([llm] model in the config picks one).",
                 highlight=False,
+                markup=False,
                 soft_wrap=True,
             )
         return key, model
+
+
+def plain(text: str) -> str:
+    """Text from outside (an endpoint's error, a model id, a folder) shown as it is: rich
+    would take `[/v1/messages]` or `[Gmail]` for markup, drop it, or fail on it."""
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def _stop_unless_a_key_helps(
     problem: ModelProblem, model: str, interactive: bool, attempts: int
 ) -> None:
     if problem.fault == "model":
-        fail(refusal_advice(problem, model), EXIT_CONFIG)
+        fail(plain(refusal_advice(problem, model)), EXIT_CONFIG)
     if not problem.key_fault:
-        fail(str(problem), EXIT_CONFIG)
+        fail(plain(str(problem)), EXIT_CONFIG)
     if not interactive:
-        fail(f"{problem}; check ANTHROPIC_API_KEY (or --anthropic-key)", EXIT_CONFIG)
+        fail(plain(f"{problem}; check ANTHROPIC_API_KEY (or --anthropic-key)"), EXIT_CONFIG)
     if attempts == KEY_ATTEMPTS:
         fail(
-            f"{problem}, {KEY_ATTEMPTS} times; check the key at console.anthropic.com (or "
-            "your endpoint's) and run `agentd init` again",
+            plain(
+                f"{problem}, {KEY_ATTEMPTS} times; check the key at console.anthropic.com (or "
+                "your endpoint's) and run `agentd init` again"
+            ),
             EXIT_CONFIG,
         )
 
@@ -312,9 +325,9 @@ def _choose_model(problem: ModelProblem) -> str:
     """A numbered choice among the models the endpoint listed."""
     from rich.prompt import Prompt
 
-    err.print(f"{problem}. The models it lists:", highlight=False)
+    err.print(f"{problem}. The models it lists:", highlight=False, markup=False)
     for number, name in enumerate(problem.listed, 1):
-        err.print(f"  {number}. {name}", highlight=False)
+        err.print(f"  {number}. {name}", highlight=False, markup=False)
     numbers = [str(n) for n in range(1, len(problem.listed) + 1)]
     choice = Prompt.ask("Model number", choices=numbers, show_choices=False, console=err)
     return problem.listed[int(choice) - 1]
@@ -434,6 +447,7 @@ def _keep_pairing(setup: Setup, owner_id: int, token: str) -> None:
         f"{setup.config_path} and the bot token in {setup.secrets_path}; finish with"
         f"{needs_key}:\n\n    {setup.finish_command(owner_id)}\n",
         highlight=False,
+        markup=False,
         soft_wrap=True,
     )
 
@@ -494,7 +508,7 @@ def _next_steps(config_path: Path, secrets_path: Path, systemd: bool) -> None:
         )
     else:
         run = shlex.join([*program(), "run", "--config", str(config_path)])
-        out.print(f"Start the agent with:  {run}", highlight=False, soft_wrap=True)
+        out.print(f"Start the agent with:  {run}", highlight=False, markup=False, soft_wrap=True)
     out.print(
         "Mail and calendar (optional): agentd init --add-mail / --add-calendar", highlight=False
     )

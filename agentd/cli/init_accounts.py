@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from agentd.cli.common import err, fail, out
+from agentd.cli.init import plain
 from agentd.config import SECRETS_FILE, CalendarConfig, MailAccountConfig, read_secrets_file
 
 
@@ -49,7 +50,8 @@ def _env_name(kind: str, name: str) -> str:
 
 def _checked(results: list[tuple[str, bool, str]]) -> bool:
     for check, ok, detail in results:
-        (out if ok else err).print(f"{'ok' if ok else 'FAIL'}  {check}: {detail}", highlight=False)
+        line = f"{'ok' if ok else 'FAIL'}  {check}: {detail}"
+        (out if ok else err).print(line, highlight=False, markup=False)
     return all(ok for _, ok, _ in results)
 
 
@@ -97,7 +99,7 @@ def _server(label: str, default: str, port_key: str) -> tuple[str, int | None]:
         try:
             return split_host(_prompt(label, default), port_key)
         except ValueError as exc:
-            err.print(f"{exc}.", highlight=False)
+            err.print(f"{exc}.", highlight=False, markup=False)
 
 
 def _port(label: str, given: int | None, default: str) -> int:
@@ -171,9 +173,10 @@ def _pick_folders(fields: dict[str, Any], password: str) -> None:
         err.print(
             f"The server has no folder {default!r} for {purpose} ({key}). Its folders:",
             highlight=False,
+            markup=False,
         )
         for number, name in enumerate(names, 1):
-            err.print(f"  {number}. {name}", highlight=False)
+            err.print(f"  {number}. {name}", highlight=False, markup=False)
         choices = [str(n) for n in range(1, len(names) + 1)]
         suggested = str(names.index(marked) + 1) if marked else None
         from rich.prompt import Prompt
@@ -200,7 +203,7 @@ def add_mail(directory: Path) -> None:
         _pick_folders(fields, password)  # validates the keys before connecting
         account = MailAccountConfig(**fields)
     except ValueError as exc:
-        fail(f"not added: {exc}")
+        fail(plain(f"not added: {exc}"))
     if not _checked(check_account(account, {env: password})) and not typer.confirm(
         "Save it anyway?", default=False, err=True
     ):
@@ -211,6 +214,7 @@ def add_mail(directory: Path) -> None:
         f"Added mail account {name!r} to {config}; its password is in {secrets} as {env}. "
         + RESTART,
         highlight=False,
+        markup=False,
     )
 
 
@@ -228,11 +232,11 @@ def add_calendar(directory: Path, timezone: str) -> None:
     try:
         calendar = CalendarConfig(**fields)
     except ValueError as exc:
-        fail(f"not added: {exc}")
+        fail(plain(f"not added: {exc}"))
     if not _checked([check_calendar(calendar, {env: password}, timezone)]) and not typer.confirm(
         "Save it anyway?", default=False, err=True
     ):
         out.print("Nothing changed.")
         raise typer.Exit(1)
     _append(config, secrets, "calendar", fields, env, password)
-    out.print(f"Added calendar {name!r} to {config}. " + RESTART, highlight=False)
+    out.print(f"Added calendar {name!r} to {config}. " + RESTART, highlight=False, markup=False)
