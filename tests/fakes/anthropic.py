@@ -220,13 +220,22 @@ class FakeAnthropic(FakeServer):
         cache_min_tokens: int | None = None,
         stream_chunk_chars: int = 8,
         stream_delay: float = 0.0,
+        models_list: bool = True,
+        model_route: bool = True,
+        refuse_unknown_models: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         """api_key: only this key is accepted; strict: validate requests like the real API;
         cache_min_tokens: shortest cacheable prefix for every model (None: each model's own,
-        e.g. 4096 for Haiku 4.5)."""
+        e.g. 4096 for Haiku 4.5). Like a proxy or a compatible server: models_list=False has
+        no GET /v1/models, model_route=False no GET /v1/models/{id};
+        refuse_unknown_models answers a message for a model not in KNOWN_MODELS with the
+        API's 404."""
         super().__init__(host=host, port=port)
+        self.models_list = models_list
+        self.model_route = model_route
+        self.refuse_unknown_models = refuse_unknown_models
         self.api_key = api_key
         self.strict = strict
         self.cache = PromptCache(cache_min_tokens)
@@ -428,8 +437,10 @@ class FakeAnthropic(FakeServer):
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
-        app.router.add_get("/v1/models", self._handle_models)
-        app.router.add_get("/v1/models/{model_id}", self._handle_models)
+        if self.models_list:
+            app.router.add_get("/v1/models", self._handle_models)
+        if self.model_route:
+            app.router.add_get("/v1/models/{model_id}", self._handle_models)
         app.router.add_route("*", "/_fake/{name}", self._handle_control)
 
     def _on_loop_started(self) -> None:
@@ -521,6 +532,8 @@ class FakeAnthropic(FakeServer):
             except InvalidRequest as e:
                 self._log_response("error", 400, error=str(e))
                 return self.error_response(400, "invalid_request_error", str(e))
+        if self.refuse_unknown_models and body.get("model") not in KNOWN_MODELS:
+            return self.error_response(404, "not_found_error", f"model: {body.get('model')}")
 
         if not await self._pass_gate(request):
             return web.Response(status=499)  # the client went away while held; nothing consumed
