@@ -74,3 +74,14 @@ def test_an_edit_waits_for_one_message_lapses_and_a_command_cancels_it(conn: Any
     assert take_edit(conn, 7, 7, "plain", now=1002.0) is None
     await_edit(conn, 7, 7, 5, now=1000.0)
     assert take_edit(conn, 7, 7, "too late", now=1000.0 + EDIT_TTL + 1) is None
+
+
+def test_the_facts_in_the_prompt_say_whether_one_is_outside_content(conn: Any) -> None:
+    from agentd.memory import facts_for_prompt, outside_facts_in_prompt
+
+    add_memory(conn, NewMemory(user_id=3, kind="fact", content="Lives in Oslo", origin="user"))
+    assert not outside_facts_in_prompt(conn, 3, 2000)
+    add_memory(conn, NewMemory(user_id=3, kind="fact", content="Recital Friday", origin="outside"))
+    assert outside_facts_in_prompt(conn, 3, 2000)
+    assert not outside_facts_in_prompt(conn, 3, 0)  # no facts section, nothing from it
+    assert "Recital Friday" in facts_for_prompt(conn, 3, 2000)

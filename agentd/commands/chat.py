@@ -206,6 +206,8 @@ async def memory_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     data = inp.args
     if data.startswith(f"{chat_view.PREFIX}:apply:"):
         memory_id, _, text = data.removeprefix(f"{chat_view.PREFIX}:apply:").partition(" ")
+        if not memory_id.isdigit():
+            return CommandReply(text="That edit is no longer valid.")
         view = await chat_view.apply_edit(deps.db, deps.embedder, inp.user_id, int(memory_id), text)
     elif data.startswith(f"{chat_view.PREFIX}:"):
         view = await chat_view.on_button(deps.db, deps.embedder, inp.user_id, data)
@@ -244,7 +246,7 @@ def memory_button(deps: CommandDeps, conn: Any, press: CallbackPress) -> str:
         instance_id=f"mem-{press.callback_id}",
         key=command_key(press.chat_id),
     )
-    return "…"
+    return ""  # no toast: the answer comes as a message in the chat
 
 
 def memory_edit_text(deps: CommandDeps, conn: Any, turn: Any) -> CommandInput | None:
