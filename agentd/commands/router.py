@@ -49,6 +49,9 @@ class CommandOutput(BaseModel):
 
 CommandFn = Callable[[CommandInput], Awaitable[CommandReply]]
 CallbackFn = Callable[[Any, CallbackPress], str]
+# A message a command asked for (the new text after an Edit button): given the intake
+# transaction and the message, the command to run instead of a turn, or None.
+AwaitFn = Callable[[Any, TurnInput], CommandInput | None]
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,7 @@ class CommandRouter:
     bot_username: str = ""
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
+    awaiting: list[AwaitFn] = field(default_factory=list)
 
     def command(self, name: str, fn: CommandFn, description: str = "") -> None:
         if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
@@ -92,6 +96,10 @@ class CommandRouter:
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
+
+    def awaits(self, fn: AwaitFn) -> None:
+        """Let `fn` claim a message as the answer a command asked for (see AwaitFn)."""
+        self.awaiting.append(fn)
 
     def menu(self) -> list[tuple[str, str]]:
         """(command, description) pairs for setMyCommands, in registration order."""
@@ -114,9 +122,13 @@ class CommandRouter:
             message_id=turn.message_id,
         )
 
-    def route(self, turn: TurnInput) -> tuple[str, BaseModel, str] | None:
-        """For intake: (workflow, input, key) when the message is a command."""
-        parsed = self.parse(turn)
+    def route(self, turn: TurnInput, conn: Any = None) -> tuple[str, BaseModel, str] | None:
+        """For intake: (workflow, input, key) when the message is a command, or the answer a
+        command waits for (checked only with the intake transaction's `conn`)."""
+        claimed = None
+        if conn is not None and turn.kind == "text" and not turn.edited:
+            claimed = next((c for fn in self.awaiting if (c := fn(conn, turn)) is not None), None)
+        parsed = claimed or self.parse(turn)
         return (COMMAND_WORKFLOW, parsed, command_key(turn.chat_id)) if parsed else None
 
     def on_callback(self, conn: Any, press: CallbackPress) -> str:

@@ -23,13 +23,15 @@ def accounts(config: Any) -> list[dict[str, str]]:
     return found
 
 
-def site_for(config: Any, dashboard: DashboardConfig, access: Access) -> Site:
+def site_for(config: Any, dashboard: DashboardConfig, access: Access, embedder: Any = None) -> Site:
+    """`embedder`: the daemon's, when it serves the dashboard (memory edit and restore)."""
     return Site(
         access=access,
         config=dashboard,
         prices=dict(config.llm.prices),
         daily_tokens=config.limits.daily_tokens_total,
         accounts=accounts(config),
+        embedder=embedder,
     )
 
 
