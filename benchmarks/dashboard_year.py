@@ -80,7 +80,6 @@ def _day(conn: Any, day: int, start: float, per_day: int, n: int) -> int:
 def build(path: Path, days: int, per_day: int) -> None:
     conn = open_sync(path, synchronous="NORMAL")
     apply_migrations(conn)
-    auth.ensure_schema(conn)
     start = time.time() - days * DAY
     conn.execute("BEGIN IMMEDIATE")
     for s in range(5):

@@ -25,11 +25,9 @@ def _settings(cfg: Any, **given: Any) -> Any:
 
 def new_link(cfg: Any, settings: Any, port: int) -> str:
     """A one-time login link (its token is stored hashed, with an expiry)."""
-    from agentd.dashboard import auth
     from agentd.dashboard.links import login_link
 
-    with database(cfg, write=True) as conn:
-        auth.ensure_schema(conn)
+    with database(cfg, write=True) as conn:  # applies the migrations, the dashboard's too
         with transaction(conn):
             return login_link(conn, settings, f"cli:{getpass.getuser()}", port)
 

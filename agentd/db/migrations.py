@@ -654,6 +654,27 @@ CREATE INDEX memories_pinned ON memories (user_id) WHERE pinned = 1;
 """
 
 
+# The dashboard's login links and sessions, stored hashed (agentd.dashboard.auth).
+M028_DASHBOARD = """
+CREATE TABLE dashboard_logins (
+    token_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    used_at REAL,
+    made_by TEXT NOT NULL
+);
+CREATE TABLE dashboard_sessions (
+    session_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    csrf_key TEXT NOT NULL
+);
+-- The Cost page sums one schedule's or automation's calls, and a turn's timeline its own:
+-- found by instance id instead of a scan of every call.
+CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -676,6 +697,8 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m021_trust_access", M021_TRUST_ACCESS),
     ("m022_taint", M022_TAINT),
     ("m031_memory_versions", M031_MEMORY_VERSIONS),
+    # Named as `agentd dashboard` applied it on its own first: recorded once, never twice.
+    ("m028_dashboard", M028_DASHBOARD),
 ]
 
 
