@@ -675,6 +675,37 @@ CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
 """
 
 
+# The Cost page's daily rollup of model use: one row per finished day, purpose, user and
+# model, so a year's view sums a few thousand rows instead of every call. Days are added by
+# agentd.dashboard.spend.roll_up once they have been over for an hour (a call stamped just
+# before midnight is written by then); this fills the days already over.
+M028_DASHBOARD_COST_DAYS = """
+CREATE TABLE llm_usage_days (
+    day INTEGER NOT NULL,  -- UTC days since the epoch: CAST(at / 86400 AS INTEGER)
+    purpose TEXT NOT NULL,
+    user_id INTEGER,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    cache_write_1h_tokens INTEGER NOT NULL,
+    calls INTEGER NOT NULL
+);
+CREATE INDEX llm_usage_days_day ON llm_usage_days (day);
+INSERT INTO kv (key, value)
+    VALUES ('cost_days.until', (CAST(strftime('%s', 'now') AS INTEGER) - 3600) / 86400)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+INSERT INTO llm_usage_days
+    SELECT CAST(at / 86400 AS INTEGER), purpose, user_id, model, SUM(input_tokens),
+        SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
+        SUM(cache_write_1h_tokens), SUM(calls)
+    FROM llm_usage
+    WHERE at < (SELECT CAST(value AS INTEGER) * 86400 FROM kv WHERE key = 'cost_days.until')
+    GROUP BY 1, 2, 3, 4;
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -699,6 +730,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m031_memory_versions", M031_MEMORY_VERSIONS),
     # Named as `agentd dashboard` applied it on its own first: recorded once, never twice.
     ("m028_dashboard", M028_DASHBOARD),
+    ("m028_dashboard_cost_days", M028_DASHBOARD_COST_DAYS),
 ]
 
 
