@@ -82,3 +82,17 @@ async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str
         assert not any(token in result for result in steps)
     else:
         assert outbox.sent == [(chat, answer)] and links == 0
+
+
+def test_doctor_says_where_it_listens_or_why_not() -> None:
+    from agentd.config import SecretSource
+    from agentd.tools.capability import Probe
+
+    probe = Probe(secrets=SecretSource({}), read=lambda fn: None)
+    cap = capability.capability()
+    (ok,) = cap.checks(_config(True), probe)
+    assert ok.ok and "http://127.0.0.1:8799" in ok.detail
+    wide = Config(dashboard=DashboardConfig(enabled=True, host="0.0.0.0"))
+    (refused,) = cap.checks(wide, probe)
+    assert not refused.ok and "allow_remote" in refused.detail
+    assert cap.checks(_config(False), probe) == []

@@ -65,7 +65,10 @@ def dashboard(
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        fail(f"cannot listen on {settings.host}:{settings.port}: {exc}; try another --port")
+        hint = "try another --port"
+        if settings.enabled:  # most likely the daemon itself, serving the same settings
+            hint = "`agentd run` serves it already ([dashboard] enabled): `agentd dashboard --link`"
+        fail(f"cannot listen on {settings.host}:{settings.port}: {exc}; {hint}")
 
 
 async def _serve(cfg: Any, settings: Any) -> None:
