@@ -17,6 +17,7 @@ from agentd.dashboard.capability import NOT_YOURS
 from agentd.db import open_sync
 from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon, send_marker
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.test_dashboard_browser import ARGS, CHROMIUM
 
 OTHER = 43  # allowed to talk to the bot, not its owner
 LINK = re.compile(r"(http://127\.0\.0\.1:\d+)/login\?t=([A-Za-z0-9_-]+)")
@@ -116,3 +117,21 @@ def test_a_turn_finishes_while_a_page_is_in_flight(stack: Stack) -> None:
         while chunk := page.recv(65536):
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 200") and b"<h1>Cost</h1>" in answer
+
+
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium")
+def test_the_link_signs_in_in_a_phones_browser(stack: Stack) -> None:
+    from playwright.sync_api import sync_playwright
+
+    base, token = stack.ask_link()
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 390, "height": 844}, is_mobile=True)
+            page.goto(f"{base}/login?t={token}")
+            page.get_by_role("button", name="Sign in").click()
+            assert page.url == base + "/", page.content()
+            assert page.get_by_role("heading", name="Now").is_visible()
+            assert "daemon: running" in page.inner_text("main")
+        finally:
+            browser.close()
