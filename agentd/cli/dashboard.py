@@ -12,10 +12,10 @@ from agentd.cli.common import ConfigOption, config_or_exit, database, fail, out,
 
 
 def _settings(cfg: Any, **given: Any) -> Any:
-    """`[dashboard]` from the config when it has one, overridden by the options given."""
+    """`[dashboard]` from the config, overridden by the options given."""
     from agentd.dashboard.config import DashboardConfig
 
-    base = getattr(cfg, "dashboard", None) or DashboardConfig()
+    base = cfg.dashboard
     changes = {k: v for k, v in given.items() if v is not None}
     try:
         return DashboardConfig.model_validate({**base.model_dump(), **changes})
