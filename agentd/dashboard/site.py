@@ -1,5 +1,5 @@
-"""Build the dashboard from the agent's config and serve it (what `agentd dashboard` and,
-once wired, the daemon's `[dashboard]` call)."""
+"""Build the dashboard from the agent's config and serve it (what `agentd dashboard` and
+the daemon's dashboard capability call)."""
 
 from __future__ import annotations
 

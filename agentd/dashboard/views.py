@@ -95,8 +95,11 @@ async def approvals_page(request: web.Request) -> web.Response:
 async def cost(request: web.Request) -> web.Response:
     site = site_of(request)
     days = min(max(_int(request.query.get("days", "30")), 1), 400)
-    since = time.time() - days * queries.DAY
-    groups = await site.access.read(spend.groups, since, site.prices)
+    now = time.time()
+    # A write only on the first view after a day is over: every other view just reads.
+    if await site.access.read(spend.rolled_until) < spend.finished(now):
+        await site.access.write(spend.roll_up, now)
+    groups = await site.access.read(spend.groups, now - days * queries.DAY, site.prices)
     return render(request, "cost.html", days=days, groups=groups, budget=site.daily_tokens)
 
 
