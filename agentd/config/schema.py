@@ -402,6 +402,9 @@ class ShellConfig(_Section):
     # Output kept for the model: its head and its tail, the cut in between said.
     output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
     max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # The private /tmp's size: tmpfs pages are not counted by the memory limit (an address
+    # space limit), so each in-memory folder of the sandbox has a size of its own.
+    tmp_mb: int = Field(default=256, ge=1, le=1_048_576)
     # After this long the chat shows "running…" with the elapsed time, edited in place.
     progress_after: float = Field(default=5.0, ge=0)
     # Wall time of a command left running in the background (its own durable workflow).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 from agentd.chat.outfiles import MAX_UPLOAD_BYTES, OutgoingFile
 from agentd.config import Config
 from agentd.db import Database
-from agentd.hands.workspace import Workspace, WorkspaceError
+from agentd.hands.workspace import Workspace, WorkspaceError, open_dir
 from agentd.ledger import audit
 from agentd.tools.base import Tool, ToolContext, ToolError
 from agentd.tools.toolset import Toolset
@@ -65,9 +66,13 @@ class Workspaces:
         )
 
     def for_user(self, user_id: int) -> Workspace:
-        root = self.root if user_id in self.allowlisted else self.root / "users" / str(user_id)
+        sub = () if user_id in self.allowlisted else ("users", str(user_id))
         return Workspace(
-            root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
+            self.root,
+            max_bytes=self.max_bytes,
+            trash_days=self.trash_days,
+            chown=self.chown,
+            sub=sub,
         )
 
     def base(self) -> Workspace:
@@ -75,13 +80,29 @@ class Workspaces:
             self.root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
         )
 
-    def ensure(self, user_id: int) -> Workspace:
+    def ensure_base(self) -> Workspace:
+        """The shared folder and its users/ (made by agentd, never by a command: the owners'
+        sandbox sees users/ read-only), 0711 so the sandbox's user passes but cannot list it."""
         base = self.base()
         base.ensure()
+        fd = base.open_root()
+        try:
+            users = open_dir(fd, "users", create=True, mode=0o711)
+            try:
+                st = os.fstat(users)
+                if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o711:
+                    os.fchmod(users, 0o711)
+            finally:
+                os.close(users)
+        finally:
+            os.close(fd)
+        return base
+
+    def ensure(self, user_id: int) -> Workspace:
+        self.ensure_base()
         mine = self.for_user(user_id)
-        if mine.root != base.root:
-            (self.root / "users").mkdir(mode=0o700, exist_ok=True)
-            mine.ensure()
+        if mine.sub:
+            mine.ensure()  # users/ and users/<id>, each opened without following a link
         return mine
 
 

@@ -76,6 +76,7 @@ def limits_of(shell: ShellConfig) -> Limits:
         wall_seconds=shell.wall_seconds,
         output_bytes=shell.output_bytes,
         max_file_mb=shell.max_file_mb,
+        tmp_mb=shell.tmp_mb,
     )
 
 
@@ -266,7 +267,7 @@ async def run_command(
     task = asyncio.ensure_future(
         run_sandboxed(
             args.command,
-            workspace.root,
+            workspace,
             sandbox=deps.sandbox,
             limits=limits,
             cwd=cwd,
@@ -382,10 +383,10 @@ async def shell_deps(
     sandbox = sandbox_of(config)
     spaces = Workspaces.from_config(config)
     try:
-        await asyncio.to_thread(spaces.base().ensure)
+        await asyncio.to_thread(spaces.ensure_base)
     except (OSError, WorkspaceError) as exc:
         return None, f"the workspace {spaces.root} cannot be created: {exc}"
-    problem = await asyncio.to_thread(probe, sandbox, spaces.root)
+    problem = await asyncio.to_thread(probe, sandbox, spaces.base())
     if problem:
         return None, f"the shell tool is not offered: {problem}"
     policy = ShellPolicy(shell=shell, book=rules.RuleBook(config.db_path))

@@ -201,7 +201,7 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
             argv = [target] if entry.executable or interpreter is None else [interpreter, target]
             result = await run_sandboxed(
                 shlex.join([*argv, *(args or [])]),
-                workspace.root,
+                workspace,
                 sandbox=sandbox,
                 limits=runner.limits,
                 binds_ro=[(str(staged), INSIDE_SKILL)],
