@@ -312,6 +312,16 @@ def _network_prefix() -> list[str]:
         _NS_GW,
         "--dns-forward",
         _NS_GW,
+        # No port of the host's loopback is forwarded into the namespace (pasta's default
+        # forwards every bound one) and none of the namespace's out.
+        "--tcp-ports",
+        "none",
+        "--udp-ports",
+        "none",
+        "--tcp-ns",
+        "none",
+        "--udp-ns",
+        "none",
         "--",
         "/bin/sh",
         "-c",
