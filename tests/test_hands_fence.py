@@ -145,3 +145,44 @@ def test_network_commands_get_their_own_namespace(ws: Path, host_service: int) -
     assert "REACHED" not in out
     assert "Operation not permitted" in out  # the command cannot change its routes
     assert "nameserver 100.127.255.1" in out
+
+
+def test_skill_scripts_never_run_without_bwrap(tmp_path: Path) -> None:
+    from agentd.config import Config
+    from agentd.skills.tools import script_runner
+
+    config = Config.model_validate(
+        {
+            "storage": {"path": str(tmp_path / "agentd.db")},
+            "tools": {"shell": {"sandbox": "none"}},
+        }
+    )
+    runner = script_runner(config)
+    assert runner.sandbox is None
+    assert 'sandbox = "none"' in runner.unavailable and "bubblewrap" in runner.unavailable
+
+
+def test_no_always_allow_for_programs_that_run_files() -> None:
+    from agentd.config import ShellConfig
+    from agentd.hands import rules
+    from agentd.hands.shell import ShellArgs, offer
+
+    shell = ShellConfig()
+    for command in (
+        "make",
+        "python3 report.py",
+        "python3.11 x.py",
+        "./build.sh",
+        "sh -c ls",
+        "find . -exec rm {} +",
+        "/usr/bin/env ls",
+        "npm test",
+        "tar xf a.tar",
+    ):
+        assert offer(shell, ShellArgs(command=command)) is None, command
+    assert offer(shell, ShellArgs(command="systemctl restart jelly")) == [
+        "systemctl",
+        "restart",
+        "jelly",
+    ]
+    assert rules.executes_files("Python3") and not rules.executes_files("df")

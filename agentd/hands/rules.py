@@ -11,6 +11,7 @@ rule saw (shlex's words) is then exactly what `sh -c` runs, globs aside.
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
 import sqlite3
 import time
@@ -59,6 +60,33 @@ def parse(command: str) -> Plain:
     if "=" in argv[0]:
         return Plain(why_not="it sets variables before the program")
     return Plain(argv=argv)
+
+
+# Programs whose behaviour is the content of a file or an argument they run: a rule for
+# `make` or `python3 report.py` would run whatever those files say next time, so none is
+# offered or honoured (each call asks). The list errs wide: a build tool, an interpreter, a
+# shell, a program that runs another (env, xargs, timeout), or one with a run-a-command option
+# (find -exec, tar --to-command, git hooks, sed's e, awk's system(), rsync -e, less's !).
+_EXECUTORS = frozenset(
+    """sh bash dash zsh fish ksh mksh csh tcsh busybox env xargs nice nohup timeout stdbuf
+    setsid sudo su doas runuser time watch strace ltrace gdb valgrind chroot unshare nsenter
+    flock parallel python python2 python3 pypy pypy3 perl ruby irb node nodejs deno bun php
+    lua luajit tclsh wish rscript julia java javac kotlin scala groovy go cargo rustc gcc cc
+    g++ c++ clang clang++ tcc make gmake cmake ninja meson scons bazel gradle mvn ant npm npx
+    yarn pnpm pip pip3 pipx uv uvx poetry pdm hatch tox nox pytest bundle gem rake composer
+    dotnet mono awk gawk mawk nawk sed find tar git vim vi nvim nano emacs ed ex less more man
+    ssh scp rsync docker podman kubectl systemd-run ansible ansible-playbook terraform
+    sqlite3 psql mysql dpkg apt apt-get crontab at batch expect jupyter ipython""".split()
+)
+_VERSIONED = re.compile(r"(python|pypy|perl|ruby|php|lua|node|pip|gcc|g\+\+|clang)[\d.-]*")
+
+
+def executes_files(program: str) -> bool:
+    """Whether what `program` does is decided by files or arguments it runs (no rule)."""
+    if "/" in program:  # ./build.sh, /usr/bin/python3: a path names a file that may change
+        return True
+    name = program.lower()
+    return name in _EXECUTORS or _VERSIONED.fullmatch(name) is not None
 
 
 def args_text(argv: list[str]) -> str:
@@ -142,6 +170,8 @@ def remove_rule(conn: Any, rule_id: int, by: str) -> Rule | None:
 
 
 def matching_rule(conn: Any, argv: list[str]) -> Rule | None:
+    if executes_files(argv[0]):
+        return None  # a rule stored before such programs were refused no longer counts
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? ORDER BY id", (argv[0],)
     ).fetchall()

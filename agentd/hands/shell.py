@@ -361,6 +361,8 @@ def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
     plain = rules.parse(args.command)
     if not plain.ok or args.network or shell.sandbox != "bwrap":
         return None
+    if rules.executes_files(plain.argv[0]):
+        return None  # it runs what a file or argument says: every call asks
     return plain.argv
 
 
