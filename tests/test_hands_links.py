@@ -174,3 +174,25 @@ def test_an_attachment_folder_link_inside_the_workspace_is_refused(tmp_path: Pat
     with pytest.raises(ValueError, match="link or not a folder"):
         save_attachment(_mail_with_attachment("a.pdf"), 1, ws / "inbox", ws)
     assert list(outside.iterdir()) == []
+
+
+def test_as_root_an_unreachable_default_workspace_moves_to_var_lib(ws: Path) -> None:
+    from agentd.hands.files import ROOT_DEFAULT, reachable, workspace_root
+
+    home = ws.parent / "root-home"  # below folders the sandbox user may pass
+    home.mkdir(mode=0o700)
+    config = Config.model_validate({"storage": {"path": str(home / "agentd.db")}})
+    if os.geteuid() != 0:
+        assert workspace_root(config) == home / "workspace"  # commands run as agentd itself
+        return
+    assert not reachable(home / "workspace", 65534)
+    assert workspace_root(config) == ROOT_DEFAULT
+    home.chmod(0o711)
+    assert workspace_root(config) == home / "workspace"
+    chosen = Config.model_validate(
+        {
+            "storage": {"path": str(home / "agentd.db")},
+            "tools": {"workspace": {"path": str(home / "mine")}},
+        }
+    )
+    assert workspace_root(chosen) == home / "mine"  # the owner's choice stands

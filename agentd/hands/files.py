@@ -43,6 +43,35 @@ def sandbox_ids(config: Config) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+# Where the workspace goes when agentd runs as root and the folder beside its database is out
+# of the sandbox user's reach (a config in /root, 0700): the commands run as that user and
+# bwrap must be able to reach the folder it mounts.
+ROOT_DEFAULT = Path("/var/lib/agentd/workspace")
+
+
+def workspace_root(config: Config) -> Path:
+    """The workspace folder: `[tools.workspace] path`, else beside the database, else (as root,
+    where the sandbox user could not reach that) /var/lib/agentd/workspace."""
+    chosen = config.workspace_dir
+    ids = sandbox_ids(config)
+    if config.tools.workspace.path or ids is None or reachable(chosen, ids[0]):
+        return chosen
+    return ROOT_DEFAULT
+
+
+def reachable(folder: Path, uid: int) -> bool:
+    """Whether `uid` may pass through every existing folder above `folder` (o+x, or its own);
+    missing ones are made 0755 by mkdir's parents."""
+    for parent in folder.absolute().parents:
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            continue
+        if st.st_uid != uid and not st.st_mode & 0o001:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Workspaces:
     """The allowlisted users share the workspace folder; every other (paired) user has
@@ -58,7 +87,7 @@ class Workspaces:
     def from_config(cls, config: Config) -> Workspaces:
         ws = config.tools.workspace
         return cls(
-            root=config.workspace_dir,
+            root=workspace_root(config),
             allowlisted=frozenset(config.telegram.allowed_user_ids),
             max_bytes=ws.max_file_bytes,
             trash_days=ws.trash_days,
