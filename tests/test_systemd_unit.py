@@ -28,7 +28,7 @@ def test_secrets_come_as_credentials_and_the_sandbox_is_on() -> None:
     assert creds == {"telegram_bot_token", "anthropic_api_key"}
     assert unit["EnvironmentFile"] == ["-/etc/agentd/agentd.env"]  # optional, older installs
     assert unit["CapabilityBoundingSet"] == [""] and unit["NoNewPrivileges"] == ["yes"]
-    assert unit["ProtectSystem"] == ["strict"] and unit["ProtectProc"] == ["invisible"]
+    assert unit["ProtectSystem"] == ["strict"] and unit["ProtectHome"] == ["yes"]
     assert "@system-service" in unit["SystemCallFilter"] and unit["MemoryMax"]
 
 
