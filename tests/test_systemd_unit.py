@@ -29,7 +29,7 @@ def test_secrets_come_as_credentials_and_the_sandbox_is_on() -> None:
     assert unit["EnvironmentFile"] == ["-/etc/agentd/agentd.env"]  # optional, older installs
     assert unit["CapabilityBoundingSet"] == [""] and unit["NoNewPrivileges"] == ["yes"]
     assert unit["ProtectSystem"] == ["strict"] and unit["ProtectHome"] == ["yes"]
-    assert "@system-service" in unit["SystemCallFilter"] and unit["MemoryMax"]
+    assert "@system-service" in unit["SystemCallFilter"][0] and unit["MemoryMax"]
 
 
 @pytest.mark.skipif(
