@@ -58,3 +58,14 @@ def test_the_unit_lets_bubblewrap_run() -> None:
     assert "@mount" not in denied and "@privileged" not in denied
     assert "ProtectProc" not in unit and "ProcSubset" not in unit
     assert "AF_NETLINK" in unit["RestrictAddressFamilies"][0]
+
+
+def test_doctor_takes_the_units_sandbox_properties() -> None:
+    from agentd.hands.unitcheck import check_under_unit, sandbox_properties
+
+    props = sandbox_properties(UNIT.read_text())
+    assert "PrivateUsers=no" in props and "ProtectSystem=strict" in props
+    assert not any(p.startswith(("ExecStart", "LoadCredential", "Restart")) for p in props)
+    if not Path("/run/systemd/system").is_dir():
+        works, said = check_under_unit(Path("/nonexistent"), "nobody")
+        assert works is None and "could not try it" in said and "systemd is not running" in said
