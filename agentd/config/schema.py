@@ -568,6 +568,13 @@ class HookConfig(_Section):
     delivery_headers: list[str] = Field(
         default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
     )
+    # Where the sender signs a timestamp: its header; the signature is then over
+    # "<timestamp>.<body>", and one older than max_age_seconds is refused.
+    timestamp_header: str = ""
+    max_age_seconds: int = Field(default=300, ge=10, le=86_400)
+    # A body is accepted once within the sender's retry window; starts are rate-limited.
+    replay_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    max_starts_per_minute: int = Field(default=30, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _one_target(self) -> HookConfig:
