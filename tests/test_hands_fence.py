@@ -135,7 +135,8 @@ def test_network_commands_get_their_own_namespace(ws: Path, host_service: int) -
         f"169.254.169.254 100.64.0.1; do ip route get $a 2>&1 | head -1; done; "
         f"(exec 3<>/dev/tcp/127.0.0.1/{host_service}) 2>&1 && echo REACHED; "
         f"bash -c 'exec 3<>/dev/tcp/127.0.0.1/{host_service}' 2>&1 && echo REACHED; "
-        f"ip route add 10.0.0.0/24 dev lo 2>&1; cat /etc/resolv.conf",
+        f"ip route add 10.0.0.0/24 dev lo 2>&1; cat /etc/resolv.conf; "
+        f"unshare -U true 2>/dev/null && echo NESTED",
         ws,
         network=True,
     )
@@ -145,6 +146,7 @@ def test_network_commands_get_their_own_namespace(ws: Path, host_service: int) -
     assert "REACHED" not in out
     assert "Operation not permitted" in out  # the command cannot change its routes
     assert "nameserver 100.127.255.1" in out
+    assert "NESTED" not in out  # the seccomp filter holds with the network on too
 
 
 def test_skill_scripts_never_run_without_bwrap(tmp_path: Path) -> None:

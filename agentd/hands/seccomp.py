@@ -68,7 +68,6 @@ DENIED = (
     "process_vm_writev",
     "open_by_handle_at",
     "name_to_handle_at",
-    "personality",
     "syslog",
     "acct",
 )
@@ -116,7 +115,8 @@ def memfd() -> int:
 
 def data_fd(name: str, data: bytes) -> int:
     """A memory file holding `data`, read from its start (bwrap's --seccomp, --ro-bind-data)."""
-    fd = os.memfd_create(name, 0)  # inherited by bwrap on purpose
+    # Close-on-exec like every descriptor: run_sandboxed hands it to bwrap alone (pass_fds).
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
