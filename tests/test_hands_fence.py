@@ -188,3 +188,50 @@ def test_no_always_allow_for_programs_that_run_files() -> None:
         "jelly",
     ]
     assert rules.executes_files("Python3") and not rules.executes_files("df")
+
+
+def test_an_always_allow_rule_holds_only_in_its_chat_and_for_its_user(tmp_path: Path) -> None:
+    import time as clock
+
+    from agentd.access import approvals
+    from agentd.config import ShellConfig
+    from agentd.db import open_sync
+    from agentd.db.migrations import apply_migrations
+    from agentd.hands import rules
+    from agentd.hands.shell import ShellArgs, ShellPolicy
+    from agentd.tools.base import CallState
+
+    conn = open_sync(tmp_path / "db.sqlite")
+    apply_migrations(conn)
+    now = clock.time()
+    conn.execute("BEGIN IMMEDIATE")
+    approvals.create(
+        conn,
+        approvals.Approval(
+            id="ap1",
+            instance_id="i",
+            tool_use_id="t",
+            chat_id=7,
+            user_id=7,
+            tool="shell",
+            risk="high",
+            args_digest="d",
+            args_preview="p",
+            status="pending",
+            created_at=now,
+            expires_at=now + 600,
+        ),
+    )
+    rules.add_rule(conn, "systemctl", "restart jelly", "telegram:7", "ap1")
+    conn.execute("COMMIT")
+    conn.close()
+    policy = ShellPolicy(shell=ShellConfig(), book=rules.RuleBook(tmp_path / "db.sqlite"))
+    args = ShellArgs(command="systemctl restart jelly")
+    try:
+        here = policy.assess(args, CallState(chat_id=7, user_id=7))
+        assert here is not None and here.risk == "low" and "rule" in here.reason
+        assert policy.assess(args, CallState(chat_id=99, user_id=99)) is None  # asks
+        assert policy.assess(args, CallState(chat_id=7, user_id=99)) is None  # another user
+        assert policy.assess(args, CallState()) is None  # unknown chat: asks
+    finally:
+        policy.book.close()

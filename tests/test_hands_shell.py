@@ -359,8 +359,9 @@ def test_always_allow_is_checked_like_approve_and_adds_a_rule_for_an_approver(
         said_ok = press(conn, _press("ar:apOwner00001", 1, 1, 500))
     assert said_ok.startswith("Approved, and from now on allowed")
     assert [(r.program, r.args_pattern) for r in rules.list_rules(conn)] == [("touch", "'x[*]'")]
-    assert rules.matching_rule(conn, ["touch", "x*"]) is not None
-    assert rules.matching_rule(conn, ["touch", "xyz"]) is None  # the glob stays literal
+    assert rules.matching_rule(conn, ["touch", "x*"], 1, 1) is not None
+    assert rules.matching_rule(conn, ["touch", "xyz"], 1, 1) is None  # the glob stays literal
+    assert rules.matching_rule(conn, ["touch", "x*"], 2, 2) is None  # the card's chat only
     with conn:
         again = press(conn, _press("ar:apOwner00001", 1, 1, 500))
     assert again.startswith("Already decided") and len(rules.list_rules(conn)) == 1

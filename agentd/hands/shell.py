@@ -113,7 +113,7 @@ class ShellPolicy:
             return Assessment(risk="high", reason=plain.why_not)
         if plain.argv[0] in self.shell.allowlist:
             return Assessment(risk="low", reason="on the read-only allowlist")
-        rule = self.book.match(plain.argv)
+        rule = self.book.match(plain.argv, state.chat_id, state.user_id)
         if rule is not None:
             return Assessment(risk="low", reason=f"always-allow rule #{rule.id}")
         return None
@@ -123,6 +123,10 @@ class ShellPolicy:
         if verdict is not None and verdict.risk == "low":
             return verdict.reason
         return "asked"
+
+
+def _state(ctx: ToolContext) -> CallState:
+    return CallState(tainted_by=ctx.tainted_by, chat_id=ctx.chat_id, user_id=ctx.user_id)
 
 
 def card_text(shell: ShellConfig, args: ShellArgs) -> str:
@@ -260,7 +264,7 @@ async def run_command(
     except WorkspaceError as exc:
         raise ToolError(str(exc)) from None
     if approval is None:
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        approval = deps.policy.how_approved(args, _state(ctx))
     limits = limits_of(shell)
     if wall is not None:
         limits = replace(limits, wall_seconds=wall)
@@ -350,7 +354,7 @@ def shell_tool(deps: ShellDeps) -> Tool:
         if deps.start_background is None:
             raise ToolError("background jobs are not available here; run it without background")
         check_network(shell_config, args)
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        approval = deps.policy.how_approved(args, _state(ctx))
         return await deps.start_background(ctx, args, approval)
 
     return shell
