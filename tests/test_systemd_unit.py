@@ -69,3 +69,16 @@ def test_doctor_takes_the_units_sandbox_properties() -> None:
     if not Path("/run/systemd/system").is_dir():
         works, said = check_under_unit(Path("/nonexistent"), "nobody")
         assert works is None and "could not try it" in said and "systemd is not running" in said
+
+
+def test_doctor_says_when_skills_add_cannot_write_the_install_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from agentd.skills.capability import _install_folder_problem
+
+    assert _install_folder_problem(tmp_path / "skills") is None
+    monkeypatch.setattr(os, "access", lambda path, mode: False)  # as under ProtectSystem=strict
+    said = _install_folder_problem(tmp_path / "skills")
+    assert said is not None and "[skills] paths" in said and "/var/lib/agentd/skills" in said
