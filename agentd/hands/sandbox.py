@@ -8,7 +8,13 @@ through it with their folder mounted read-only). Why each choice:
   are masked if under /etc);
 - `--unshare-all` (user, pid, ipc, uts, cgroup, net namespaces), `--cap-drop ALL`,
   `--new-session` (no TIOCSTI into the daemon's terminal) and `--die-with-parent` (a daemon
-  killed with -9 takes its commands with it);
+  killed with -9 takes its commands with it); a seccomp filter (seccomp.py) on top;
+- the workspace is mounted by descriptor (`--bind-fd`), reached without following a link,
+  and bwrap refuses to start when what it would mount is not that folder;
+- /tmp, /run and /dev/shm are tmpfs with sizes (tmpfs is not counted by RLIMIT_AS), /dev is
+  read-only, the host name and machine ids are masked;
+- with the network, pasta gives the command a namespace of its own that reaches the internet
+  and nothing local (UNROUTABLE);
 - as root, the command runs as `run_as` (nobody) through setpriv: the kernel never applies
   RLIMIT_NPROC to uid 0, so a fork bomb run as root would not be stopped by a process limit;
 - rlimits are set by prlimit inside the sandbox (no Python between fork and exec);
