@@ -402,6 +402,9 @@ class ShellConfig(_Section):
     # Output kept for the model: its head and its tail, the cut in between said.
     output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
     max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # The private /tmp's size: tmpfs pages are not counted by the memory limit (an address
+    # space limit), so each in-memory folder of the sandbox has a size of its own.
+    tmp_mb: int = Field(default=256, ge=1, le=1_048_576)
     # After this long the chat shows "running…" with the elapsed time, edited in place.
     progress_after: float = Field(default=5.0, ge=0)
     # Wall time of a command left running in the background (its own durable workflow).
@@ -565,6 +568,13 @@ class HookConfig(_Section):
     delivery_headers: list[str] = Field(
         default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
     )
+    # Where the sender signs a timestamp: its header; the signature is then over
+    # "<timestamp>.<body>", and one older than max_age_seconds is refused.
+    timestamp_header: str = ""
+    max_age_seconds: int = Field(default=300, ge=10, le=86_400)
+    # A body is accepted once within the sender's retry window; starts are rate-limited.
+    replay_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    max_starts_per_minute: int = Field(default=30, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _one_target(self) -> HookConfig:

@@ -76,6 +76,7 @@ def limits_of(shell: ShellConfig) -> Limits:
         wall_seconds=shell.wall_seconds,
         output_bytes=shell.output_bytes,
         max_file_mb=shell.max_file_mb,
+        tmp_mb=shell.tmp_mb,
     )
 
 
@@ -112,7 +113,7 @@ class ShellPolicy:
             return Assessment(risk="high", reason=plain.why_not)
         if plain.argv[0] in self.shell.allowlist:
             return Assessment(risk="low", reason="on the read-only allowlist")
-        rule = self.book.match(plain.argv)
+        rule = self.book.match(plain.argv, state.chat_id, state.user_id)
         if rule is not None:
             return Assessment(risk="low", reason=f"always-allow rule #{rule.id}")
         return None
@@ -122,6 +123,10 @@ class ShellPolicy:
         if verdict is not None and verdict.risk == "low":
             return verdict.reason
         return "asked"
+
+
+def _state(ctx: ToolContext) -> CallState:
+    return CallState(tainted_by=ctx.tainted_by, chat_id=ctx.chat_id, user_id=ctx.user_id)
 
 
 def card_text(shell: ShellConfig, args: ShellArgs) -> str:
@@ -259,14 +264,14 @@ async def run_command(
     except WorkspaceError as exc:
         raise ToolError(str(exc)) from None
     if approval is None:
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        approval = deps.policy.how_approved(args, _state(ctx))
     limits = limits_of(shell)
     if wall is not None:
         limits = replace(limits, wall_seconds=wall)
     task = asyncio.ensure_future(
         run_sandboxed(
             args.command,
-            workspace.root,
+            workspace,
             sandbox=deps.sandbox,
             limits=limits,
             cwd=cwd,
@@ -349,7 +354,7 @@ def shell_tool(deps: ShellDeps) -> Tool:
         if deps.start_background is None:
             raise ToolError("background jobs are not available here; run it without background")
         check_network(shell_config, args)
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        approval = deps.policy.how_approved(args, _state(ctx))
         return await deps.start_background(ctx, args, approval)
 
     return shell
@@ -360,6 +365,8 @@ def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
     plain = rules.parse(args.command)
     if not plain.ok or args.network or shell.sandbox != "bwrap":
         return None
+    if rules.executes_files(plain.argv[0]):
+        return None  # it runs what a file or argument says: every call asks
     return plain.argv
 
 
@@ -382,10 +389,10 @@ async def shell_deps(
     sandbox = sandbox_of(config)
     spaces = Workspaces.from_config(config)
     try:
-        await asyncio.to_thread(spaces.base().ensure)
+        await asyncio.to_thread(spaces.ensure_base)
     except (OSError, WorkspaceError) as exc:
         return None, f"the workspace {spaces.root} cannot be created: {exc}"
-    problem = await asyncio.to_thread(probe, sandbox, spaces.root)
+    problem = await asyncio.to_thread(probe, sandbox, spaces.base())
     if problem:
         return None, f"the shell tool is not offered: {problem}"
     policy = ShellPolicy(shell=shell, book=rules.RuleBook(config.db_path))

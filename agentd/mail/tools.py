@@ -189,7 +189,13 @@ async def _read(deps: MailDeps, ctx: ToolContext, a: ReadArgs) -> str:
 async def _save(deps: MailDeps, ctx: ToolContext, a: SaveArgs) -> str:
     box = deps.box(a.account)
     try:
-        path = await box.save_attachment(a.folder, a.uid, a.attachment, deps.attachments_dir(box))
+        path = await box.save_attachment(
+            a.folder,
+            a.uid,
+            a.attachment,
+            deps.attachments_dir(box),
+            within=deps.config.workspace_dir,
+        )
     except ValueError as exc:
         raise ToolError(str(exc)) from None
     return f"Saved attachment #{a.attachment} as {path}"

@@ -4,6 +4,7 @@ prompt reads, and the doctor lines for skills that are invalid or held back."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from agentd.config import Config
@@ -47,6 +48,9 @@ def _doctor(config: Config, probe: Probe) -> list[Check]:
     enabled = sum(s.state == "enabled" for s in states)
     where = ", ".join(map(str, config.skill_dirs))
     results.add("skills", True, f"{enabled} enabled of {len(states)} in {where}")
+    problem = _install_folder_problem(config.skill_dirs[0])
+    if problem:
+        results.add("skills folder", True, problem, warn=True)
     for s in states:
         if s.state == "invalid":
             results.add(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}")
@@ -58,6 +62,21 @@ def _doctor(config: Config, probe: Probe) -> list[Check]:
                 warn=True,
             )
     return results
+
+
+def _install_folder_problem(folder: Path) -> str | None:
+    """Why `agentd skills add` could not install into `folder` as this user, and the fix."""
+    import os
+
+    existing = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if existing is None or os.access(existing, os.W_OK):
+        return None
+    return (
+        f"`agentd skills add` cannot write {folder} as this user (read-only here, as /etc is "
+        "under the service's ProtectSystem=strict): install as root, or set [skills] paths = "
+        '["/var/lib/agentd/skills"] (the service may write there) and run `agentd skills add` '
+        "again"
+    )
 
 
 def capability() -> Simple:

@@ -182,6 +182,8 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
     ) -> str:
         """Run one of an enabled skill's scripts in the sandbox (no network, the skill folder
         read-only at /skill, the workspace writable); the owner approves every run."""
+        if sandbox.mode != "bwrap":  # script_runner never builds one; a second fence
+            raise ToolError("skill scripts run only inside bubblewrap; this one was not run")
         found = await skills.verified(skill, ctx.now())
         if script not in found.scripts:
             raise ToolError(
@@ -196,12 +198,11 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
             # pinned, whatever happens to the folder meanwhile, and the sandbox's user can
             # read it wherever the skill folder lives.
             staged = await asyncio.to_thread(_stage, found, Path(tmp), skills.config)
-            inside = INSIDE_SKILL if sandbox.mode == "bwrap" else str(staged)
-            target = f"{inside}/{script}"
+            target = f"{INSIDE_SKILL}/{script}"
             argv = [target] if entry.executable or interpreter is None else [interpreter, target]
             result = await run_sandboxed(
                 shlex.join([*argv, *(args or [])]),
-                workspace.root,
+                workspace,
                 sandbox=sandbox,
                 limits=runner.limits,
                 binds_ro=[(str(staged), INSIDE_SKILL)],
@@ -253,6 +254,15 @@ def script_runner(config: Config) -> ScriptRunner:
     workspaces = Workspaces.from_config(config)
     if not shell.enabled:
         return ScriptRunner(None, limits, workspaces, "[tools.shell] enabled = false")
+    if shell.sandbox != "bwrap":
+        # A skill's script is code from outside: it never runs on the host itself.
+        return ScriptRunner(
+            None,
+            limits,
+            workspaces,
+            'skill scripts run only inside bubblewrap, and [tools.shell] sandbox = "none"; '
+            'set it to "bwrap" (apt-get install bubblewrap) to let skills run their scripts',
+        )
     sandbox = hands_shell.sandbox_of(config)  # the shell tool's own: same mounts, masks and user
     with tempfile.TemporaryDirectory(prefix="agentd-probe-") as scratch:
         os.chmod(scratch, 0o755)  # the sandbox's user must be able to enter it

@@ -56,6 +56,10 @@ class CallState:
     # URLs (normalised: agent/taint.normal_url) written in the user's own words or in results
     # already shown in this turn: fetching one sends out nothing the model made up.
     known_urls: frozenset[str] = frozenset()
+    # The chat the call is made in and the user whose workspace it acts on; None: unknown (a
+    # shell rule scoped to a chat then does not apply, and the call asks).
+    chat_id: int | None = None
+    user_id: int | None = None
 
 
 class Assessment(BaseModel):
