@@ -17,8 +17,10 @@ import typer
 from agentd.access import owners
 from agentd.cli.common import (
     EXIT_CONFIG,
+    NO_CONFIG,
     ConfigOption,
     JsonOption,
+    config_missing,
     config_or_exit,
     database,
     err,
@@ -149,6 +151,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         cfg: Config | None = load_config(config)
         if cfg.source:
             _check("config", True, cfg.source, results)
+        elif config_missing(cfg):
+            _check("config", False, NO_CONFIG, results)
         else:
             _check(
                 "config",
@@ -162,8 +166,10 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     except ConfigError as exc:
         cfg = None
         _check("config", False, f"invalid configuration: {exc}", results)
+    missing = cfg is not None and config_missing(cfg)
     if cfg is not None:
-        _doctor_database(cfg, results)
+        if not missing:  # "agentd.db will be created" here would be the wrong folder's
+            _doctor_database(cfg, results)
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
@@ -171,6 +177,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     if json:
         print_json(results)
     else:
+        from rich.markup import escape
+
         for r in results:
             mark = (
                 "[red]FAIL[/]"
@@ -179,8 +187,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
                 if r["warn"]
                 else "[green]ok[/]"
             )
-            out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
-    if cfg is None:
+            out.print(f"{mark}  {r['check']}: {escape(str(r['detail']))}", highlight=False)
+    if cfg is None or missing:
         raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)

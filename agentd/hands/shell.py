@@ -196,7 +196,7 @@ async def _audit(
 ) -> None:
     detail: dict[str, Any] = {
         "command": ctx.redact(args.command)[:1000],
-        "cwd": args.cwd,
+        "cwd": args.cwd or ".",  # relative to the workspace; "." is its top
         "network": args.network,
         "approval": approval,
         "sandbox": deps.sandbox.mode,
