@@ -459,7 +459,7 @@ def test_a_skill_body_taints_the_turn_so_a_write_asks_with_the_reason(stack: Sta
     card = stack.approval(user)
     assert "write_file" in card["plain_text"] and "notes/cups.md" in card["plain_text"]
     assert (
-        'Why: "this turn read outside content (use_skill (unit-convert)) and write_file can '
+        "Why: this turn read outside content (use_skill (unit-convert)) and write_file can "
         "send data out or leave instructions behind"
     ) in card["plain_text"]
     stack.press(user, card, approve=False)
