@@ -55,6 +55,8 @@ CallbackFn = Callable[[Any, CallbackPress], str]
 class Command:
     fn: CommandFn
     description: str  # Telegram's menu and /help
+    # Shown in the owner's /help and menu only; the command still checks who asks.
+    owner_only: bool = False
 
 
 def command_key(chat_id: int) -> str:
@@ -77,10 +79,16 @@ class CommandRouter:
     """Commands by name and callback handlers by data prefix; add more with `command`/`callback`."""
 
     bot_username: str = ""
+    owner_id: int | None = None
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
+    # What the agent can do beyond the commands, one line per capability with tools; set by
+    # the wiring once every capability has contributed, for /help.
+    abilities: list[str] = field(default_factory=list)
 
-    def command(self, name: str, fn: CommandFn, description: str = "") -> None:
+    def command(
+        self, name: str, fn: CommandFn, description: str = "", *, owner_only: bool = False
+    ) -> None:
         if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
             raise ValueError(f"command name {name!r}: use 1–32 of a-z, 0-9 and _")
         if name in self.commands:
@@ -88,14 +96,20 @@ class CommandRouter:
         text = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
         if not 1 <= len(text) <= 256:
             raise ValueError(f"command /{name}: give a description of 1–256 characters")
-        self.commands[name] = Command(fn=fn, description=text)
+        self.commands[name] = Command(fn=fn, description=text, owner_only=owner_only)
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
 
-    def menu(self) -> list[tuple[str, str]]:
-        """(command, description) pairs for setMyCommands, in registration order."""
-        return [(name, c.description) for name, c in self.commands.items()]
+    def menu(self, *, owner: bool = True) -> list[tuple[str, str]]:
+        """(command, description) pairs for setMyCommands, in registration order; without
+        the owner's own commands unless `owner`."""
+        return [
+            (name, c.description) for name, c in self.commands.items() if owner or not c.owner_only
+        ]
+
+    def is_owner(self, user_id: int) -> bool:
+        return self.owner_id is not None and user_id == self.owner_id
 
     def parse(self, turn: TurnInput) -> CommandInput | None:
         """The command this message is (known or not); None for text meant for the model."""
