@@ -38,7 +38,11 @@ from agentd.config import Config, ConfigError, load_config
 def usage(
     days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
     schedule: Annotated[
-        str | None, typer.Option(help="Only the runs of this schedule (e.g. the briefing's id).")
+        str | None,
+        typer.Option(
+            help="Only the runs of this schedule: its id, or the start of ids (briefing: "
+            "every briefing, daily and once)."
+        ),
     ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
