@@ -181,3 +181,17 @@ def test_every_unknown_key_is_named_with_the_nearest_real_one(tmp_path: Path) ->
     assert "telegram.allowed_user_id: unknown key; did you mean allowed_user_ids?" in message
     result = runner.invoke(app, ["history", "--config", str(path)])
     assert result.exit_code == 78 and "did you mean allowed_user_ids?" in result.output
+
+
+def test_doctor_checks_the_model_at_a_gateway_without_the_models_routes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fakes import FakeAnthropic
+
+    with FakeAnthropic.running(models_list=False, model_route=False) as llm:
+        config = _config(tmp_path, f'[llm]\nbase_url = "{llm.base_url}"\n')
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+        result = runner.invoke(app, ["doctor", "--json", "--config", str(config)])
+    checks = {c["check"]: c for c in json.loads(result.stdout)}
+    assert checks["anthropic"]["ok"], checks["anthropic"]
+    assert checks["model"]["ok"] and "one-token message" in checks["model"]["detail"]

@@ -6,7 +6,6 @@ import json as jsonlib
 import os
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -326,36 +325,33 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
             "anthropic", False, "ANTHROPIC_API_KEY is not set" + _unreadable_secrets(cfg), results
         )
         return
-    base = (cfg.llm.base_url or "https://api.anthropic.com").rstrip("/")
-    headers = {"x-api-key": key.get_secret_value(), "anthropic-version": "2023-06-01"}
-    try:
-        status, _ = _http_json(f"{base}/v1/models", headers)
-    except (OSError, ValueError) as exc:
-        _check("anthropic", False, f"{base} unreachable: {type(exc).__name__}", results)
-        return
-    ok = status == 200
-    detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
-    _check("anthropic", ok, detail, results)
-    if ok:
-        _doctor_model(cfg, base, headers, results)
+    from agentd.cli.model_check import DEFAULT_BASE_URL, ModelProblem, check_model
 
-
-def _doctor_model(
-    cfg: Config, base: str, headers: dict[str, str], results: list[dict[str, object]]
-) -> None:
+    base = (cfg.llm.base_url or DEFAULT_BASE_URL).rstrip("/")
     model = cfg.llm.model
-    try:
-        status, _ = _http_json(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
-    except (OSError, ValueError) as exc:
-        _check("model", False, f"could not look up {model}: {type(exc).__name__}", results)
+    try:  # the check `agentd init` makes: the model list, or one tiny message without one
+        found = check_model(base, key.get_secret_value(), model)
+    except ModelProblem as problem:
+        _doctor_model_problem(problem, results)
         return
-    if status == 200:
-        _check("model", True, f"{model} is available", results)
-    else:
-        _check(
-            "model",
-            False,
-            f"{model}: HTTP {status} from the models API; set llm.model "
-            "to a model id your key can use (e.g. claude-haiku-4-5)",
-            results,
-        )
+    _check("anthropic", True, f"{base} accepts the key", results)
+    how = "listed" if found.how == "listed" else "answered a one-token message"
+    _check("model", True, f"{model} is available ({how})", results)
+
+
+def _doctor_model_problem(problem: Any, results: list[dict[str, object]]) -> None:
+    """Which of the key, the base URL or the model to change, by its config name."""
+    said = str(problem).replace(", or pass --skip-model-check to write the config unchecked", "")
+    if problem.fault == "model":
+        if problem.listed:
+            fix = f"it lists: {', '.join(problem.listed)}; set llm.model to one of them"
+        else:
+            fix = "set llm.model to a model id this endpoint serves (its documentation names them)"
+        _check("anthropic", True, "the key is accepted", results)
+        _check("model", False, f"{said}; {fix}", results)
+        return
+    fix = {
+        "key": "; set ANTHROPIC_API_KEY (environment or agentd.env) to a key it accepts",
+        "base_url": " (llm.base_url in the config)",
+    }.get(problem.fault, "")
+    _check("anthropic", False, f"{said}{fix}", results)
