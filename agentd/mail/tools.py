@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentd.access.approvals import one_line
+from agentd.access.approvals import one_line, quote
 from agentd.config import Config
 from agentd.db import Database
 from agentd.mail import imap, send
@@ -252,8 +252,8 @@ def _send_preview(deps: MailDeps, a: SendArgs) -> str:
     except ToolError as exc:
         return str(exc)
     sender = f"{acc.display_name} <{acc.address}>" if acc.display_name else acc.address
-    # The card shows one line per header: each value escaped, so a subject cannot draw a
-    # fake "To:" line; the body, below the blank line, keeps its own lines.
+    # The card shows one line per header and the body as one quoted line: each value
+    # escaped, so neither a subject nor the body can draw a line that looks like a header.
     thread = (
         f"\n(a reply to message {a.reply_to_uid} in {one_line(a.reply_folder)})"
         if a.reply_to_uid
@@ -262,7 +262,7 @@ def _send_preview(deps: MailDeps, a: SendArgs) -> str:
     cc = f"\nCc: {one_line(', '.join(a.cc))}" if a.cc else ""
     return (
         f"From: {one_line(sender)}\nTo: {one_line(', '.join(a.to))}{cc}\n"
-        f"Subject: {one_line(a.subject)}{thread}\n\n{a.body}"
+        f"Subject: {one_line(a.subject)}{thread}\n\n{quote(a.body, limit=len(a.body))}"
     )
 
 
