@@ -96,3 +96,4 @@ class Recall(BaseModel):
 
     facts: str = ""
     memories: str = ""
+    outside: bool = False  # a recalled memory came from outside content (memory.taints)
