@@ -35,9 +35,13 @@ def _preview(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def help_text(router: CommandRouter) -> CommandReply:
-    lines = [f"/{name} — {description}" for name, description in router.menu()]
-    return CommandReply(text="Send me a message and I'll answer. Commands:\n\n" + "\n".join(lines))
+def help_text(router: CommandRouter, user_id: int) -> CommandReply:
+    lines = [f"/{n} — {d}" for n, d in router.menu(owner=router.is_owner(user_id))]
+    can = "".join(f"\n• {line}" for line in router.abilities)
+    can = f"\n\nWhat I can do:{can}" if can else ""
+    return CommandReply(
+        text=f"Send me a message and I'll answer.{can}\n\nCommands:\n" + "\n".join(lines)
+    )
 
 
 async def new_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
@@ -284,12 +288,12 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
         return run
 
     async def help_command(inp: CommandInput) -> CommandReply:
-        return help_text(router)
+        return help_text(router, inp.user_id)
 
     async def start_command(inp: CommandInput) -> CommandReply:
         paired = bool(inp.args) and await deps.db.read(_paired_by, inp.args, inp.user_id)
         greeting = "You're paired: I'll answer you here. " if paired else "Hello! "
-        return CommandReply(text=greeting + help_text(router).text)
+        return CommandReply(text=greeting + help_text(router, inp.user_id).text)
 
     router.command("help", help_command, "What I can do and the commands")
     router.command("new", bind(new_command), "Start a fresh conversation (nothing is deleted)")

@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.access.approvals import one_line
 from agentd.config import Config, ShellConfig
 from agentd.db import Database
 from agentd.hands import rules
@@ -138,11 +139,14 @@ def card_text(shell: ShellConfig, args: ShellArgs) -> str:
         else "NONE — runs directly on the server"
     )
     wall = shell.background_wall_seconds if args.background else lim.wall_seconds
+    # One line per field, each escaped: a newline in the command cannot draw a fake
+    # "network: off" line on the card.
+    folder = inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd
     return "\n".join(
         [
-            f"$ {args.command}",
+            f"$ {one_line(args.command, limit=4000)}",
             "",
-            f"folder:  {inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd}",
+            f"folder:  {one_line(folder, limit=1100)}",
             f"network: {'ON' if args.network else 'off'}",
             f"sandbox: {sandbox}",
             f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
@@ -201,7 +205,7 @@ async def _audit(
 ) -> None:
     detail: dict[str, Any] = {
         "command": ctx.redact(args.command)[:1000],
-        "cwd": args.cwd,
+        "cwd": args.cwd or ".",  # relative to the workspace; "." is its top
         "network": args.network,
         "approval": approval,
         "sandbox": deps.sandbox.mode,

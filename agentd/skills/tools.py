@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
@@ -58,6 +59,18 @@ def _fence(text: str) -> str:
     return _CLOSING.sub(lambda m: "&lt;/" + m.group(1), text)
 
 
+Tell = Callable[[str, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Held:
+    """A skill held back at start: its name, what its files now are (a hash) and why."""
+
+    name: str
+    content: str
+    why: str
+
+
 @dataclass(frozen=True)
 class ScriptRunner:
     """How skill scripts run: the hands sandbox, or why they cannot run here."""
@@ -73,6 +86,8 @@ class Skills:
     config: Config
     db: Database
     runner: ScriptRunner
+    # Tells the owner a skill was held back: (name, what its files now are, why).
+    tell: Tell | None = None
 
     async def verified(self, name: str, now: float) -> SkillFolder:
         """The skill as enabled, its files hashed again; ToolError when it is not usable."""
@@ -92,6 +107,8 @@ class Skills:
         if why:
             await self.db.write(store.set_status, name, "changed", now, why)
             log.warning("skill held back", extra={"skill": name, "why": why})
+            if self.tell is not None:
+                await self.tell(name, getattr(found, "content_hash", why), why)
             raise ToolError(
                 f"The skill {name} was not used: {why}. It stays off until the owner checks it "
                 f"and runs `agentd skills enable {name}` on the server. Tell them so."
@@ -272,17 +289,23 @@ def script_runner(config: Config) -> ScriptRunner:
     return ScriptRunner(sandbox, limits, workspaces)
 
 
-async def start(config: Config, db: Database, now: float) -> tuple[list[Tool], Catalog]:
-    """At daemon start: read the skill folders, hold back changed skills, build the tools."""
+async def start(
+    config: Config, db: Database, now: float, tell: Tell | None = None
+) -> tuple[list[Tool], Catalog, list[Held]]:
+    """At daemon start: read the skill folders, hold back changed skills, build the tools;
+    the skills held back now, for the owner to be told once the engine runs."""
     catalog = await asyncio.to_thread(scan_config, config)
     for bad in catalog.invalid:
         log.warning("skill problem", extra={"path": str(bad.path), "problem": bad.reason})
-    held = await db.write(store.reconcile, catalog, now)
-    for name, why in held:
+    drifted = await db.write(store.reconcile, catalog, now)
+    held = []
+    for name, why in drifted:
         log.warning("skill held back", extra={"skill": name, "why": why})
+        found = catalog.skills.get(name)
+        held.append(Held(name, found.content_hash if found else why, why))
     runner = await asyncio.to_thread(script_runner, config)
     if runner.sandbox is None:
         log.info("skill scripts cannot run", extra={"why": runner.unavailable})
     listing = await db.read(store.listing)
     log.info("skills", extra={"enabled": [n for n, _ in listing], "found": list(catalog.skills)})
-    return _build(Skills(config, db, runner)), catalog
+    return _build(Skills(config, db, runner, tell)), catalog, held
