@@ -91,3 +91,4 @@ class Recall(BaseModel):
 
     facts: str = ""
     memories: str = ""
+    pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)

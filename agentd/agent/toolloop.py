@@ -159,6 +159,7 @@ async def call_llm(
                 now=datetime.fromtimestamp(deps.clock.now(), zone),
                 facts=recall.facts,
                 memories=recall.memories,
+                pending=recall.pending,
             ),
         }
     )

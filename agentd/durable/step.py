@@ -637,9 +637,18 @@ class Step:
         )
 
     async def wait_for_event(
-        self, event_type: str, timeout: float | timedelta, *, name: str | None = None
+        self,
+        event_type: str,
+        timeout: float | timedelta,
+        *,
+        name: str | None = None,
+        release_key: bool = False,
     ) -> Event | None:
-        """Wait durably for an event of this type; None when the timeout passes first."""
+        """Wait durably for an event of this type; None when the timeout passes first.
+
+        `release_key=True`: the instance's key (its chat) is not held meanwhile, so the key's
+        later instances run while this one waits; it takes the key back, after whichever
+        instance holds it then, before its next step (the engine's docstring says more)."""
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         name = name or f"wait:{event_type}"
         ordinal, record = self._next(name, "wait")
@@ -663,7 +672,11 @@ class Step:
             deadline = record.wake_at or self.clock.now()
         wakeup = self.engine.waiter(self.instance_id)
         async with self.engine.suspended(
-            self.instance_id, "waiting", wake_at=deadline, waiting_for=event_type
+            self.instance_id,
+            "waiting",
+            wake_at=deadline,
+            waiting_for=event_type,
+            release_key=release_key,
         ):
             while True:
                 wakeup.clear()
