@@ -592,6 +592,12 @@ class LogConfig(_Section):
     format: Literal["auto", "json", "text"] = "auto"
 
 
+class ChatConfig(_Section):
+    """`[chat]`: a message that arrives while a turn of its chat works (agentd/chat/busy.py)."""
+
+    busy: Literal["steer", "queue", "interrupt"] = "steer"
+
+
 class StartupConfig(_Section):
     """`[startup]`: how `agentd run` loads its libraries."""
 
@@ -632,6 +638,7 @@ class Config(_Section):
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)
     calendar: list[CalendarConfig] = Field(default_factory=list)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
     # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets

@@ -20,6 +20,7 @@ from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
+from agentd.agent.steer import take_added, with_added
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
 from agentd.chat.outfiles import SpooledFile
@@ -194,6 +195,15 @@ async def call_llm(
     return response
 
 
+async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: int) -> None:
+    """Between a tool step and model call n: what the user sent meanwhile (agent/steer.py)."""
+    if conversation[-1].role != "user":
+        return  # a paused server-side tool run goes on as it was
+    added = await step.local(f"steer#{n}", take_added, step.instance_id, deps.clock.now())
+    if added:
+        conversation[-1] = with_added(conversation[-1], added)
+
+
 async def agent_loop(
     step: Step,
     deps: TurnDeps,
@@ -218,6 +228,8 @@ async def agent_loop(
     response: LLMResponse | None = None
     for n in range(1, max_steps + 1):
         name = f"llm#{n}"
+        if n > 1:
+            await steer_in(step, deps, conversation, n)
         response = await step.do(
             name,
             call_llm,

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.pending import pending_in_chat
+from agentd.agent.steer import claim_steer
 from agentd.agent.taint import turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
@@ -582,8 +583,29 @@ async def answer(
     return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 
 
+def save_steered(conn: Any, inp: TurnInput, instance_id: str) -> int:
+    """A message the working turn took (agent/steer.py): kept for `agentd history`, left out
+    of later prompts (the request it was added to carries it)."""
+    message_id = save_user_message(conn, inp, instance_id, [], [])
+    history.withdraw(conn, [instance_id], "steered")
+    return message_id
+
+
+async def steered_away(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput | None:
+    """For a message sent while another turn worked: None if this turn answers it."""
+    assert inp.steer_into is not None
+    if await step.local("steer-claim", claim_steer, step.instance_id, deps.clock.now()):
+        return None
+    await step.local("save-user", save_steered, inp, step.instance_id)
+    detail = {"outcome": "steered", "into": inp.steer_into}
+    await step.local("audit", write_audit, inp, step.instance_id, "turn", detail)
+    return TurnOutput(outcome="steered")
+
+
 async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
     started = time.perf_counter()
+    if inp.steer_into is not None and (taken := await steered_away(step, deps, inp)):
+        return taken
     images, notes = await look_at_images(step, deps, inp)
     media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
     if media.user_text is not None:  # a transcript is the user's text from here on
