@@ -598,6 +598,15 @@ class ChatConfig(_Section):
     busy: Literal["steer", "queue", "interrupt"] = "steer"
 
 
+class TasksConfig(_Section):
+    """`[tasks]`: background tasks started by the `delegate` tool or `/task`."""
+
+    max_running: int = Field(default=3, ge=1)  # per chat, at once; more are refused
+    max_steps: int = Field(default=8, ge=1, le=100)  # model calls per task, at most
+    token_budget: int = Field(default=100_000, ge=1)  # tokens per task, at most
+    max_depth: int = Field(default=2, ge=1)  # a task may delegate until this depth
+
+
 class StartupConfig(_Section):
     """`[startup]`: how `agentd run` loads its libraries."""
 
@@ -639,6 +648,7 @@ class Config(_Section):
     mail: list[MailAccountConfig] = Field(default_factory=list)
     calendar: list[CalendarConfig] = Field(default_factory=list)
     chat: ChatConfig = Field(default_factory=ChatConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
     # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets

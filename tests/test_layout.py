@@ -29,7 +29,7 @@ TIERS: list[tuple[str, ...]] = [
     ("knowledge", "memory", "web", "hands", "mail", "calendar"),
     ("media", "skills"),
     ("agent", "commands"),
-    ("schedule",),
+    ("schedule", "tasks"),
     ("automations",),  # the owner's own workflows: start, signal, hooks
     ("telegram",),
     ("daemon",),

@@ -46,6 +46,7 @@ from agentd.runtime.logs import Redactor
 from agentd.schedule import setup as scheduling
 from agentd.skills import store as skill_store
 from agentd.skills import tools as skills
+from agentd.tasks.install import install as install_tasks
 from agentd.telegram.classify import Identity
 from agentd.tools import McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
@@ -130,6 +131,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         skill_listing=skill_listing,
     )
     engine.register(make_turn_workflow(deps))
+    install_tasks(engine, deps, router)  # the task workflow, `delegate`, /task and /tasks
     summary = SummaryDeps(config=config, db=db, llm=core.llm, embedder=embedder, clock=core.clock)
     engine.register(make_summary_workflow(summary))
     engine.register(make_ingest_workflow(doc_deps, core.outbox))
