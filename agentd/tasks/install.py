@@ -144,5 +144,6 @@ def install(engine: Engine, deps: TurnDeps, router: Any) -> None:
     from agentd.tasks import commands
 
     engine.register(make_task_workflow(deps))
-    deps.registry.register(delegate_tool(engine, deps))
+    if len(deps.registry):  # with no tool at all, a task could only talk: not worth a tool
+        deps.registry.register(delegate_tool(engine, deps))
     commands.register(router, engine, deps)
