@@ -189,3 +189,53 @@ def test_stop_lists_what_is_under_way_and_stops_the_one_named(stack: Stack) -> N
     edits = [e for e in stack.tg.edits if e["message_id"] == card["message_id"]]
     assert edits and "Stopped" in edits[0]["plain_text"]
     assert any(m["plain_text"].endswith("a long question") for m in stack.sent())
+
+
+def tool_results(body: dict[str, Any]) -> dict[str, str]:
+    blocks = body["messages"][-1]["content"]
+    return {
+        b["tool_use_id"]: b["content"] if isinstance(b["content"], str) else b["content"][0]["text"]
+        for b in blocks
+        if isinstance(b, dict) and b.get("type") == "tool_result"
+    }
+
+
+def test_independent_reads_of_one_reply_run_at_once(stack: Stack) -> None:
+    """Three low-risk calls in one reply meet (each waits for the others to be under way); a
+    high-risk call beside them still gets its own card, after them."""
+    calls = [
+        {"type": "tool_use", "id": f"toolu_rv{x}", "name": "rendezvous"}
+        | {"input": {"name": f"rv-{x}", "party": 2}}
+        for x in ("a", "b")
+    ]
+    delete = {"type": "tool_use", "id": "toolu_rv_del", "name": "delete_file"}
+    delete["input"] = {"path": "/tmp/busy-rv"}
+
+    def responder(body: dict[str, Any]) -> Any:
+        text = last_user_text(body)
+        if text.endswith("read both, then delete"):
+            return [calls[0], delete, calls[1]]
+        if text.startswith("tool_result:") and "toolu_rv_del" in json.dumps(body["messages"][-1]):
+            results = tool_results(body)
+            return f"a={results['toolu_rva']} b={results['toolu_rvb']}"
+        return None
+
+    stack.llm.set_responder(responder)
+    asked = stack.ask("read both, then delete")
+    (card,) = [stack.card("/tmp/busy-rv")]
+    stack.approve(card)
+    assert stack.answer_to(asked, "the answer")["plain_text"] == "a=met b=met"
+    assert stack.daemon.effects().count("delete_file /tmp/busy-rv") == 1
+    steps = [
+        r[0]
+        for r in stack.daemon.query(
+            "SELECT s.name FROM workflow_steps s JOIN workflow_instances i ON i.id = s.instance_id "
+            "WHERE i.input LIKE '%read both, then delete%' ORDER BY s.ordinal"
+        )
+    ]
+    # Which calls go together is journaled; each call keeps its own steps and names.
+    assert steps.index("plan:toolu_rva") < steps.index("tool:toolu_rva")
+    assert {"tool:toolu_rva", "tool:toolu_rvb", "tool:toolu_rv_del"} <= set(steps)
+    assert steps.index("tool:toolu_rv_del") > max(
+        steps.index("tool:toolu_rva"), steps.index("tool:toolu_rvb")
+    )

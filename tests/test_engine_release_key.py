@@ -134,3 +134,47 @@ async def test_cancelling_a_waiting_instance_that_let_go_of_its_key(db: Database
     await engine.start("chatty", In(label="b"), instance_id="b", key="chat")
     assert (await engine.wait_for("b")).status == "complete"
     await engine.shutdown(grace=0)
+
+
+async def test_forked_branches_replay_whichever_finished_first(db: Database) -> None:
+    """Steps run at once (Step.fork) journal into blocks of their own: a restart in the
+    middle replays the finished branch and runs only the other."""
+    runs: list[str] = []
+    gates = {"slow": asyncio.Event()}
+
+    async def effect(what: str) -> str:
+        runs.append(what)
+        if what in gates:
+            await gates[what].wait()
+        return what
+
+    @workflow("forked")
+    async def forked(step: Step, inp: In) -> Out:
+        a, b = step.fork(2)
+        async with asyncio.TaskGroup() as group:
+            slow = group.create_task(a.do("slow", effect, "slow"))
+            fast = group.create_task(b.do("fast", effect, "fast"))
+        after = await step.do("after", effect, "after")
+        return Out(value=f"{slow.result()}+{fast.result()}+{after}")
+
+    engine = Engine(db, clock=FakeClock(), poll_interval=0.02)
+    engine.register(forked)
+    await engine.run()
+    await engine.start("forked", In(label="x"), instance_id="f")
+    await until(lambda: "fast" in runs and "slow" in runs, "both branches ran")
+    for _ in range(500):  # the fast branch's result journaled
+        steps = await db.read(store.load_steps, "f")
+        if any(r.name == "fast" and r.status == "complete" for r in steps.values()):
+            break
+        await asyncio.sleep(0.01)
+    await engine.shutdown(grace=0)  # "slow" never finished
+    gates.clear()
+    engine2 = Engine(db, clock=FakeClock(), poll_interval=0.02)
+    engine2.register(forked)
+    await engine2.run()
+    done = await engine2.wait_for("f")
+    assert (
+        done.status == "complete" and done.output == Out(value="slow+fast+after").model_dump_json()
+    )
+    assert runs.count("fast") == 1 and runs.count("slow") == 2 and runs.count("after") == 1
+    await engine2.shutdown(grace=0)

@@ -23,6 +23,7 @@ from agentd.agent.prompt import ToolInfo, build_context, build_system, with_brea
 from agentd.agent.steer import take_added, with_added
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
+from agentd.agent.together import run_calls
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
 from agentd.durable.pending import Pending
@@ -258,21 +259,12 @@ async def agent_loop(
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
-        results = []
-        for use in response.tool_uses:
-            outcome, route = await handle_tool_use(step, deps, inp, use, taint)
-            if route.risk == "medium" and outcome.ok:
-                reported.append(f"{route.name} ({_brief(use)})")
-            if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
-                used.append(str(use.input.get("name")))
-            files.extend(outcome.files)
-            results.append(
-                ToolResultBlock(
-                    tool_use_id=use.id,
-                    content=outcome.content or "(empty)",
-                    is_error=not outcome.ok,
-                )
-            )
+
+        async def handle(at: Step, use: ToolUseBlock, t: TurnTaint) -> tuple[ToolOutcome, Route]:
+            return await handle_tool_use(at, deps, inp, use, t)
+
+        ran = await run_calls(step, deps, response.tool_uses, taint, handle)
+        results = tool_results(response.tool_uses, ran, reported, used, files)
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
@@ -284,6 +276,30 @@ async def agent_loop(
         files=files,
         skills_used=used,
     )
+
+
+def tool_results(
+    uses: list[ToolUseBlock],
+    ran: list[tuple[ToolOutcome, Route]],
+    reported: list[str],
+    used: list[str],
+    files: list[SpooledFile],
+) -> list[ToolResultBlock]:
+    """The results for the model, in the reply's order; what the answer must report (medium
+    risk), the skills used and the files to send are noted on the way."""
+    results = []
+    for use, (outcome, route) in zip(uses, ran, strict=True):
+        if route.risk == "medium" and outcome.ok:
+            reported.append(f"{route.name} ({_brief(use)})")
+        if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
+            used.append(str(use.input.get("name")))
+        files.extend(outcome.files)
+        results.append(
+            ToolResultBlock(
+                tool_use_id=use.id, content=outcome.content or "(empty)", is_error=not outcome.ok
+            )
+        )
+    return results
 
 
 def _brief(use: ToolUseBlock) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from functools import partial
 
-from agentd.agent.approval_flow import Caller
+from agentd.agent import together
+from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import TurnDeps
 from agentd.agent.taint import TurnTaint
@@ -28,6 +29,7 @@ from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tasks.model import TaskInput, TaskOutput
+from agentd.tools import ToolOutcome
 
 TASK_RULE = (
     "You are working on a background task the user delegated; nobody reads along while you "
@@ -78,20 +80,26 @@ def spent(response: LLMResponse) -> int:
 async def run_calls(
     step: Step, deps: TurnDeps, inp: TaskInput, uses: list[ToolUseBlock], taint: TurnTaint
 ) -> list[ToolResultBlock]:
-    """Each call by the one path; a tool outside the task's subset is refused, not run."""
+    """Each call by the one path (independent reads at once, agent/together.py); a tool
+    outside the task's subset is refused, not run."""
     caller = Caller(chat_id=inp.chat_id, user_id=inp.user_id, text=inp.text, waiting=False)
-    results = []
-    for use in uses:
+
+    async def handle(at: Step, use: ToolUseBlock, t: TurnTaint) -> tuple[ToolOutcome, Route]:
         if use.name not in inp.tools:
             text = f"{use.name} is not among this task's tools ({', '.join(inp.tools) or 'none'})."
-            results.append(ToolResultBlock(tool_use_id=use.id, content=text, is_error=True))
-            continue
-        result = await make_call(step, deps, caller, use, taint)
-        content = result.outcome.content or "(empty)"
-        results.append(
-            ToolResultBlock(tool_use_id=use.id, content=content, is_error=not result.outcome.ok)
+            return ToolOutcome(ok=False, content=text, error_kind="tool_error"), Route(
+                name=use.name
+            )
+        result = await make_call(at, deps, caller, use, t)
+        return result.outcome, result.route
+
+    ran = await together.run_calls(step, deps, uses, taint, handle)
+    return [
+        ToolResultBlock(
+            tool_use_id=use.id, content=outcome.content or "(empty)", is_error=not outcome.ok
         )
-    return results
+        for use, (outcome, _) in zip(uses, ran, strict=True)
+    ]
 
 
 async def work(step: Step, deps: TurnDeps, inp: TaskInput) -> TaskOutput:
