@@ -231,6 +231,10 @@ def test_cancelling_a_parent_cancels_its_children(stack: Stack) -> None:
     s.llm.set_responder(responder)
     asked = s.ask("/task family-parent: split it")
     s.cards("/tmp/family-", 3)  # the parent and both children wait for the owner
+    listing = s.ask("/tasks")
+    listed = s.wait_replies(listing, 1, "the /tasks list")[0]["plain_text"]
+    lines = [line for line in listed.splitlines() if "family-" in line]
+    assert len(lines) == 3 and all("model calls" in x and "≈ $" in x for x in lines)
     parent = next(t for t in s.tasks() if "family-parent" in t["text"])
     result = s.daemon.cli_json("tasks", "cancel", parent["id"])
     assert len(result["cancelled"]) == 3

@@ -46,7 +46,7 @@ from agentd.runtime.logs import Redactor
 from agentd.schedule import setup as scheduling
 from agentd.skills import store as skill_store
 from agentd.skills import tools as skills
-from agentd.tasks.install import install as install_tasks
+from agentd.tasks.install import Tasks
 from agentd.telegram.classify import Identity
 from agentd.tools import McpServers, Tool, ToolRegistry
 from agentd.web import build_web_tools
@@ -96,6 +96,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     shell = await _shell(core)
     automations = _automations(core, router)
     skill_tools, skill_listing = await _skills(config, db, core.clock)
+    tasks = Tasks(engine)  # background tasks: `delegate` here, the rest once deps exist
     extra: list[Tool] = [
         *memory_tools(db, embedder, config.memory, memory_bits),
         *docs_tools(db, embedder, config),
@@ -106,6 +107,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         *skill_tools,
         *mcp.tools,
         *automations.model_tools(),
+        *tasks.tools(),
     ]
     hands = [*workspace_tools(config, db, files.download), *shell]
     registry = _registry(config, extra, [*web_problems], mcp, hands)
@@ -131,7 +133,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         skill_listing=skill_listing,
     )
     engine.register(make_turn_workflow(deps))
-    install_tasks(engine, deps, router)  # the task workflow, `delegate`, /task and /tasks
+    tasks.install(deps, router)  # the task workflow, /task and /tasks
     summary = SummaryDeps(config=config, db=db, llm=core.llm, embedder=embedder, clock=core.clock)
     engine.register(make_summary_workflow(summary))
     engine.register(make_ingest_workflow(doc_deps, core.outbox))

@@ -117,7 +117,7 @@ class Engine:
         # it before picking the next instance; a `release_key` wait gives it back meanwhile).
         self._key_locks: dict[str, asyncio.Lock] = {}
         self._key_held: dict[str, asyncio.Lock] = {}
-        self._live: set[str] = set()  # instances with a run in this process
+        self._live: dict[str, str] = {}  # instances with a run in this process: their keys
         self._released: set[str] = set()  # waiting with their key given back
         self._runs: set[asyncio.Task[None]] = set()
 
@@ -274,12 +274,13 @@ class Engine:
                 try:
                     if self.stopping:
                         return
-                    inst = await self.db.read_inline(store.next_open_for_key, key, self._live)
+                    skip = tuple(i for i, k in self._live.items() if k == key)
+                    inst = await self.db.read_inline(store.next_open_for_key, key, skip)
                     if inst is None:
                         if key in self._dirty:
                             continue
                         return
-                    self._live.add(inst.id)
+                    self._live[inst.id] = key
                     self._key_held[inst.id] = lock
                     run = asyncio.create_task(self._run_instance(inst), name=f"run:{inst.id}")
                     self._runs.add(run)
@@ -304,7 +305,7 @@ class Engine:
                 self._give_back_key(inst.id)
                 await asyncio.sleep(self._poll_interval * RECONCILE_EVERY)
         finally:
-            self._live.discard(inst.id)
+            self._live.pop(inst.id, None)
             self._give_back_key(inst.id)
 
     def _give_back_key(self, instance_id: str) -> None:

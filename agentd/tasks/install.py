@@ -109,8 +109,9 @@ async def start_task(engine: Engine, deps: TurnDeps, inp: TaskInput, instance_id
     return started
 
 
-def delegate_tool(engine: Engine, deps: TurnDeps) -> Tool:
+def delegate_tool(tasks: Tasks) -> Tool:
     async def delegate(ctx: ToolContext, args: DelegateArgs) -> str:
+        engine, deps = tasks.engine, tasks.ready()
         parent = await deps.db.read(store.find_instance, ctx.instance_id)
         scope = scope_of(parent, deps.registry.names(), deps.config.tasks.max_depth)
         inp = plan_task(deps, scope, args, ctx, ctx.chat_id)
@@ -138,12 +139,27 @@ def delegate_tool(engine: Engine, deps: TurnDeps) -> Tool:
     )
 
 
-def install(engine: Engine, deps: TurnDeps, router: Any) -> None:
-    """Register the task workflow, the `delegate` tool (on the turn's registry) and the
-    `/task` and `/tasks` commands."""
-    from agentd.tasks import commands
+class Tasks:
+    """The task capability. Its tool goes into the registry with every other tool (so
+    `[tools] disabled` and `[tools.risk]` apply to it); the turn's deps, built from that
+    registry, are handed over by `install` and read when the tool is called."""
 
-    engine.register(make_task_workflow(deps))
-    if len(deps.registry):  # with no tool at all, a task could only talk: not worth a tool
-        deps.registry.register(delegate_tool(engine, deps))
-    commands.register(router, engine, deps)
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.deps: TurnDeps | None = None
+
+    def tools(self) -> list[Tool]:
+        return [delegate_tool(self)]
+
+    def ready(self) -> TurnDeps:
+        if self.deps is None:
+            raise ToolError("Background tasks are not set up yet; try again in a moment.")
+        return self.deps
+
+    def install(self, deps: TurnDeps, router: Any) -> None:
+        """Register the task workflow and the `/task` and `/tasks` commands."""
+        from agentd.tasks import commands
+
+        self.deps = deps
+        self.engine.register(make_task_workflow(deps))
+        commands.register(router, self.engine, deps)
