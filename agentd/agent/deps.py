@@ -97,3 +97,4 @@ class Recall(BaseModel):
     facts: str = ""
     memories: str = ""
     outside: bool = False  # a recalled memory came from outside content (memory.taints)
+    pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)
