@@ -127,6 +127,9 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
         if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
             hint = "secrets are not read from the config file; set them in the environment"
         return f"{where}{key}: {hint}"
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if message.startswith(f"{key}."):  # a section's check that names its own key
+        return f"{where}{message}"
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 

@@ -14,8 +14,8 @@ from agentd.llm.types import LLMError, LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from agentd.config import Config
+    from agentd.config.models import ModelSettings
     from agentd.llm.fallback import FallbackLLM
-    from agentd.llm.settings import ModelSettings
 
 
 class LLM(Protocol):

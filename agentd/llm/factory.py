@@ -7,8 +7,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentd.config.models import ANTHROPIC, PURPOSES, ModelSettings, ProviderConfig
+from agentd.config.secrets import read_secret
 from agentd.llm.fallback import Breaker, Candidate, FallbackLLM, ProviderLLM
-from agentd.llm.settings import ANTHROPIC, PURPOSES, ModelSettings, ProviderConfig, named_secret
 from agentd.llm.types import LLMError
 
 
@@ -18,7 +19,7 @@ def _anthropic_key(config: Any) -> str | None:
 
 
 def _adapter(
-    name: str, provider: ProviderConfig, config: Any, env: Mapping[str, str] | None
+    name: str, provider: ProviderConfig, config: Any, secrets: Mapping[str, str]
 ) -> ProviderLLM:
     llm_config = config.llm
     if name == ANTHROPIC and not provider.base_url:
@@ -26,11 +27,11 @@ def _adapter(
     if provider.kind == "openai":
         from agentd.llm.openai_adapter import OpenAILLM
 
-        return OpenAILLM(llm_config, named_secret(provider.api_key_env, env), provider, name)
+        return OpenAILLM(llm_config, read_secret(provider.api_key_env, secrets), provider, name)
     from agentd.llm.anthropic_adapter import AnthropicLLM
 
     if provider.api_key_env:
-        key: str | None = named_secret(provider.api_key_env, env)
+        key: str | None = read_secret(provider.api_key_env, secrets)
     elif provider.kind == "anthropic":
         key = _anthropic_key(config)
         if key is None:
@@ -53,6 +54,8 @@ def build(
 ) -> FallbackLLM:
     settings = settings or ModelSettings.of(config.llm)
     llm_config = config.llm
+    source = getattr(config, "secret_source", None)
+    secrets = source(env) if source is not None else (env or {})
     background = llm_config.background_model or llm_config.model
     adapters: dict[str, ProviderLLM] = {}
     breakers: dict[str, Breaker] = {}
@@ -63,7 +66,7 @@ def build(
         for ref in settings.chain(primary, purpose):
             if ref.provider not in adapters:
                 provider = settings.provider(ref.provider)
-                adapters[ref.provider] = _adapter(ref.provider, provider, config, env)
+                adapters[ref.provider] = _adapter(ref.provider, provider, config, secrets)
             breaker = breakers.setdefault(ref.label, Breaker(settings.breaker, clock))
             chain.append(Candidate(ref, adapters[ref.provider], breaker))
         chains[purpose] = chain

@@ -8,8 +8,8 @@ nothing and be estimated at Claude's price).
 
 from __future__ import annotations
 
+from agentd.config.models import ANTHROPIC, ModelSettings
 from agentd.ledger.pricing import PRICES, ModelPrice
-from agentd.llm.settings import ANTHROPIC, ModelSettings
 
 FREE = ModelPrice(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=0)
 
