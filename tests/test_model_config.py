@@ -70,3 +70,45 @@ def test_a_wrong_model_key_is_named(tmp_path: Path, body: str, named: str) -> No
 def test_a_claude_id_needs_no_provider(tmp_path: Path) -> None:
     config = _load(tmp_path, '[llm]\nfallbacks = ["claude-sonnet-4-5"]\n')
     assert ModelSettings.of(config.llm).ref("claude-sonnet-4-5").provider == "anthropic"
+
+
+async def test_local_models_only_need_no_anthropic_key(tmp_path: Path) -> None:
+    from agentd.llm import create_llm
+
+    config = _load(
+        tmp_path,
+        '[llm]\nmodel = "local/qwen"\n[llm.providers.local]\nbase_url = "http://127.0.0.1:9/v1"\n',
+    )
+    assert config.secrets.anthropic_api_key is None
+    llm = create_llm(config)
+    try:
+        assert [c.ref.label for c in llm.candidates()] == ["local/qwen"]
+    finally:
+        await llm.close()
+
+
+def test_a_chain_with_claude_asks_for_the_key(tmp_path: Path) -> None:
+    from agentd.llm import LLMError, create_llm
+
+    config = _load(
+        tmp_path,
+        '[llm]\nmodel = "local/qwen"\nfallbacks = ["claude-haiku-4-5"]\n'
+        '[llm.providers.local]\nbase_url = "http://127.0.0.1:9/v1"\n',
+    )
+    with pytest.raises(LLMError, match="ANTHROPIC_API_KEY is not set"):
+        create_llm(config)
+
+
+def test_a_provider_key_is_read_by_the_one_reader(tmp_path: Path) -> None:
+    from agentd.llm.factory import build
+
+    (tmp_path / "agentd.env").write_text("LOCAL_KEY=from-the-file\n")
+    (tmp_path / "agentd.env").chmod(0o600)
+    config = _load(
+        tmp_path,
+        '[llm]\nmodel = "gw/m"\n[llm.providers.gw]\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'api_key_env = "LOCAL_KEY"\n',
+    )
+    llm = build(config, env={})
+    adapter = llm.candidates()[0].llm
+    assert adapter._key == "from-the-file"  # type: ignore[attr-defined]

@@ -28,11 +28,11 @@ def _adapter(
         from agentd.llm.openai_adapter import OpenAILLM
 
         return OpenAILLM(llm_config, read_secret(provider.api_key_env, secrets), provider, name)
-    from agentd.llm.anthropic_adapter import AnthropicLLM
-
     if provider.api_key_env:
         key: str | None = read_secret(provider.api_key_env, secrets)
     elif provider.kind == "anthropic":
+        # Checked before the SDK loads, so a missing key stops the start at once; only a chain
+        # that uses Claude asks for it (a daemon on local models needs no Anthropic key).
         key = _anthropic_key(config)
         if key is None:
             raise LLMError(
@@ -43,6 +43,8 @@ def _adapter(
             )
     else:
         key = None  # Bedrock and Vertex: the cloud's own credentials
+    from agentd.llm.anthropic_adapter import AnthropicLLM
+
     return AnthropicLLM(llm_config, key, provider=provider, name=name)
 
 
