@@ -222,6 +222,22 @@ def _fallback_row(
     )
 
 
+async def _ask(
+    step: Step,
+    deps: TurnDeps,
+    inp: TurnInput,
+    conversation: list[Message],
+    recall: Recall,
+    turn_start: int,
+    n: int,
+    pin: str | None,
+) -> LLMResponse:
+    """Model call `llm#n`, journaled: a replay returns the answer (and its model) it gave."""
+    name = f"llm#{n}"
+    args = (deps, inp, conversation, step.instance_id, name, recall, turn_start, step.pending)
+    return await step.do(name, call_llm, *args, pin)  # type: ignore[no-any-return]
+
+
 async def agent_loop(
     step: Step,
     deps: TurnDeps,
@@ -247,20 +263,7 @@ async def agent_loop(
     pin: str | None = None  # the first call's model, from its journaled answer on a replay
     notes: list[str] = []
     for n in range(1, max_steps + 1):
-        name = f"llm#{n}"
-        response = await step.do(
-            name,
-            call_llm,
-            deps,
-            inp,
-            conversation,
-            step.instance_id,
-            name,
-            recall,
-            turn_start,
-            step.pending,
-            pin,
-        )
+        response = await _ask(step, deps, inp, conversation, recall, turn_start, n, pin)
         pin = pin or response.label
         notes += [note for note in response.notes if note not in notes]
         last_text = response.text or last_text

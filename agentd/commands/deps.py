@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
@@ -19,3 +20,4 @@ class CommandDeps:
     clock: Clock
     cancel: Callable[[str], Awaitable[str]]  # the engine's cancel: stops a running instance now
     started_at: float  # when the daemon started, for /status
+    llm: Any = None  # the FallbackLLM: /model's choices and /status's breakers
