@@ -136,3 +136,29 @@ def test_a_tool_turn_on_an_openai_compatible_model_alone(
         second = chat.requests[1]["body"]["messages"]
         assert any(m["role"] == "tool" and m["content"] == "4" for m in second)
         assert claude.requests == []
+
+
+def test_the_owner_picks_a_chat_model_that_outlives_a_restart(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    tg, claude, chat = fakes
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=_config(tmp_path, chat))
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "/model")
+        listing = tg.wait_for_sent(1, timeout=30)[-1]
+        assert LOCAL in listing["plain_text"] and "claude-haiku-4-5" in listing["plain_text"]
+        tg.add_message(43, 43, f"/model {LOCAL}")  # not the owner
+        assert "Only the owner" in tg.wait_for_sent(2, timeout=30)[-1]["plain_text"]
+        tg.add_message(OWNER, OWNER, f"/model {LOCAL}")
+        assert LOCAL in tg.wait_for_sent(3, timeout=30)[-1]["plain_text"]
+        daemon.stop()
+        daemon.start()
+        tg.add_message(OWNER, OWNER, "hi after the restart")
+        tg.wait_for_sent(4, timeout=30)
+        daemon.wait_for_instances(1, status="complete")
+        (answer,) = _journaled(daemon, "llm#1")
+        assert answer["provider"] == "local" and answer["fallback_reason"] is None
+        assert claude.requests == []
+        tg.add_message(OWNER, OWNER, "/status")
+        status = tg.wait_for_sent(5, timeout=30)[-1]["plain_text"]
+        assert f"Model: {LOCAL}" in status and "claude-haiku-4-5 closed" in status
