@@ -112,3 +112,11 @@ def test_a_provider_key_is_read_by_the_one_reader(tmp_path: Path) -> None:
     llm = build(config, env={})
     adapter = llm.candidates()[0].llm
     assert adapter._key == "from-the-file"  # type: ignore[attr-defined]
+
+
+def test_the_briefing_turns_ask_the_briefing_model() -> None:
+    from agentd.chat.names import turn_purpose
+    from agentd.schedule.briefing import ONCE_PREFIX, PREFIX
+
+    assert turn_purpose(f"{PREFIX}ab12") == turn_purpose(f"{ONCE_PREFIX}cd34") == "briefing"
+    assert turn_purpose(None) == turn_purpose("sched-1") == "turn"

@@ -23,6 +23,7 @@ from agentd.agent.prompt import ToolInfo, build_context, build_system, with_brea
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
 from agentd.chat.model_choice import for_turn
+from agentd.chat.names import turn_purpose
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
 from agentd.durable.pending import Pending
@@ -159,10 +160,12 @@ async def call_llm(
     """
     zone = ZoneInfo(deps.config.agent.timezone)
     prefix = await current_prefix(deps)
-    if pin is None:
+    purpose = turn_purpose(inp.schedule_id)
+    if pin is None and purpose == "turn":  # a briefing keeps its own [llm.models] model
         pin = await for_turn(deps.db, deps.llm, inp.chat_id)
     req = prefix.request.model_copy(
         update={
+            "purpose": purpose,
             "model": pin,
             "messages": with_breakpoints(messages, turn_start),
             "context": build_context(
@@ -187,7 +190,7 @@ async def call_llm(
         usage.record,
         tokens=response.usage,
         model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
-        purpose="turn",
+        purpose=purpose,
         chat_id=inp.chat_id,
         instance_id=instance_id,
         step=step_name,
