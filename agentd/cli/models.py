@@ -19,6 +19,7 @@ from agentd.cli.common import (
     print_json,
     print_table,
 )
+from agentd.config.models import PURPOSES
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -74,7 +75,8 @@ def _print(checks: list[ModelCheck], test: bool) -> None:
     columns = ["model", "used for", "price", "tools", "images"]
     table = new_table(*columns, *(["test"] if test else []))
     for c in checks:
-        row = [c.model, ", ".join(c.purposes), c.price, _can(c.tools), _can(c.images)]
+        used = "every purpose" if set(c.purposes) >= set(PURPOSES) else ", ".join(c.purposes)
+        row = [c.model, used, c.price, _can(c.tools), _can(c.images)]
         if test:
             row.append(f"ok, {c.seconds:g} s" if c.ok else f"FAIL: {c.problem}")
         table.add_row(*row)

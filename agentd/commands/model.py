@@ -76,6 +76,8 @@ def _by_button(deps: CommandDeps, conn: Any, press: CallbackPress) -> str:
     if not _is_owner(deps, press.user_id):
         return "Only the owner can change the model."
     label = press.data.removeprefix(PREFIX)
+    if press.chat_id is None:  # a press whose chat Telegram did not say: nothing to set
+        return "This button is not recognised."
     if label not in model_choice.offered(deps.llm):
         return "That model is not configured any more."
     _pick(conn, press.chat_id, press.user_id, label)
