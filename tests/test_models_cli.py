@@ -85,3 +85,27 @@ def test_models_without_the_key_claude_needs_says_so(setup: tuple) -> None:  # t
     result = CliRunner().invoke(app, ["models"], env={**env, "ANTHROPIC_API_KEY": ""})
     assert result.exit_code == 78
     assert "ANTHROPIC_API_KEY" in result.output
+
+
+def test_usage_prices_each_provider_and_counts_fallback_answers(setup: tuple) -> None:  # type: ignore[type-arg]
+    from agentd.ledger import audit, usage
+    from agentd.ledger.pricing import Tokens
+    from tests.docs_support import open_store
+
+    path, env, _, _ = setup
+    conn = open_store(path.parent / "agentd.db")
+    with conn:
+        tokens = Tokens(input_tokens=1_000_000, output_tokens=1000)
+        usage.record(conn, tokens, model="claude-haiku-4-5", purpose="turn", chat_id=1)
+        usage.record(conn, tokens, model="local/qwen2.5:7b", purpose="turn", chat_id=1)
+        detail = {"model": "local/qwen2.5:7b", "reason": "overloaded"}
+        audit.record(conn, "llm_fallback", chat_id=1, detail=detail)
+    conn.close()
+    result = CliRunner().invoke(app, ["usage", "--by-model", "--json"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = {r["model"]: r for r in json.loads(result.stdout)}
+    assert rows["local/qwen2.5:7b"]["estimated_cost_usd"] == 0
+    assert rows["local/qwen2.5:7b"]["fallback_answers"] == 1
+    assert rows["claude-haiku-4-5"]["estimated_cost_usd"] > 1
+    text = CliRunner().invoke(app, ["usage"], env={**env, "COLUMNS": "120"})
+    assert text.exit_code == 0 and "local: costs 0" in text.stdout
