@@ -376,6 +376,29 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
     ok = status == 200
     detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
     _check("anthropic", ok, detail, results)
+    if ok and "/" not in cfg.llm.model:  # the chat's model is Claude: a free lookup first
+        _doctor_model(cfg, base, headers, results)
+
+
+def _doctor_model(
+    cfg: Config, base: str, headers: dict[str, str], results: list[dict[str, object]]
+) -> None:
+    model = cfg.llm.model
+    try:
+        status, _ = _http_json(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
+    except (OSError, ValueError) as exc:
+        _check("model", False, f"could not look up {model}: {type(exc).__name__}", results)
+        return
+    if status == 200:
+        _check("model", True, f"{model} is available", results)
+    else:
+        _check(
+            "model",
+            False,
+            f"{model}: HTTP {status} from the models API; set llm.model "
+            "to a model id your key can use (e.g. claude-haiku-4-5)",
+            results,
+        )
 
 
 def _uses_claude(cfg: Config) -> bool:

@@ -36,8 +36,8 @@ def _adapter(
         key = _anthropic_key(config)
         if key is None:
             raise LLMError(
-                f"ANTHROPIC_API_KEY is not set and the models of {name!r} need it; export it "
-                "or use a systemd credential",
+                "ANTHROPIC_API_KEY is not set; export it or use a systemd credential (a "
+                f"configured model of the provider {name!r} needs it)",
                 retryable=False,
                 reason="auth",
             )
