@@ -120,3 +120,22 @@ def test_the_briefing_turns_ask_the_briefing_model() -> None:
 
     assert turn_purpose(f"{PREFIX}ab12") == turn_purpose(f"{ONCE_PREFIX}cd34") == "briefing"
     assert turn_purpose(None) == turn_purpose("sched-1") == "turn"
+
+
+def test_a_missing_openai_package_is_said_at_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    from agentd.llm import LLMError, create_llm
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "openai" else real(name, *a)
+    )
+    config = _load(
+        tmp_path,
+        '[llm]\nmodel = "local/qwen"\n[llm.providers.local]\nbase_url = "http://127.0.0.1:9/v1"\n',
+    )
+    with pytest.raises(LLMError, match=r"pip install 'agentd\[openai\]'"):
+        create_llm(config)

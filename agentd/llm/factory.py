@@ -3,6 +3,7 @@ one chain per purpose."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -25,6 +26,14 @@ def _adapter(
     if name == ANTHROPIC and not provider.base_url:
         provider = provider.model_copy(update={"base_url": llm_config.base_url})
     if provider.kind == "openai":
+        # Said at start (the import itself runs later, in a thread), not at the first call.
+        if importlib.util.find_spec("openai") is None:
+            raise LLMError(
+                f"the provider {name!r} needs the Python package 'openai', which is not "
+                "installed; install it with: pip install 'agentd[openai]'",
+                retryable=False,
+                reason="unsupported",
+            )
         from agentd.llm.openai_adapter import OpenAILLM
 
         return OpenAILLM(llm_config, read_secret(provider.api_key_env, secrets), provider, name)
