@@ -96,3 +96,6 @@ class Recall(BaseModel):
 
     facts: str = ""
     memories: str = ""
+    # The recalled memories derived from outside content, in words (they taint the turn);
+    # None: recalled before memories said where they came from (any memory then taints).
+    outside: list[str] | None = None

@@ -27,7 +27,7 @@ from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
 from agentd.telegram.classify import Identity
-from agentd.tools import ToolRegistry
+from agentd.tools import ToolRegistry, hostrules
 from agentd.tools.capability import Context, Contribution
 
 log = logging.getLogger("agentd")
@@ -136,6 +136,7 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
     trust = owners.resolve(core.config.telegram)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
+    router.callback(hostrules.CALLBACK_PREFIX, hostrules.callback_handler(trust.may_approve))
     chat_commands.install(
         router,
         CommandDeps(

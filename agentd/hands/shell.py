@@ -335,9 +335,12 @@ def shell_tool(deps: ShellDeps) -> Tool:
             text=card_text(shell_config, args), always_allow=offer(shell_config, args)
         )
 
+    # A command's output is whatever the files, the programs and (with the network) the
+    # servers it touched wrote: outside content, so it taints.
     @hands.tool(
         risk="high",
         egress=True,
+        taints=True,
         at_most_once=True,
         assess=deps.policy.assess,
         card=card,

@@ -10,11 +10,12 @@ from pydantic import BaseModel, Field
 from agentd.config import MemoryConfig
 from agentd.db.runner import Runner
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
+from agentd.memory.provenance import mark_memories, outside_memories, ref_of
 from agentd.memory.search import format_recall, search_memories
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
-from agentd.tools import Tool, ToolContext, Toolset, mark_untrusted
+from agentd.tools import Tool, ToolContext, ToolResult, Toolset, mark_untrusted
 
 
 class SearchArgs(BaseModel):
@@ -51,9 +52,15 @@ def memory_tools(
             chat_id=ctx.chat_id,
             now=ctx.now(),
         )
+        # Written with outside content in view (and approved): it stays outside content.
+        origin = "outside" if ctx.tainted_by else "model"
+        ref = ref_of(ctx.tainted_by) if ctx.tainted_by else None
+        stored = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
+        await db.write(mark_memories, stored, origin, ref)
         return f"Remembered ({changes[0].action}): {args.content}"
 
-    # What it returns may have come from outside in an earlier turn: it taints.
+    # What it returns may have come from outside in an earlier turn: it taints, unless every
+    # memory it found is the owner's or the model's own (ToolResult.outside).
     @memory.tool(
         risk="low",
         taints=True,
@@ -67,6 +74,9 @@ def memory_tools(
             db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits
         )
         found = format_recall(hits, budget_chars=4000)
-        return mark_untrusted(found or "No matching memories.", "memory")
+        # Only memories derived from outside content taint; the owner's words do not.
+        outside = await db.read(outside_memories, [h.memory.id for h in hits])
+        text = mark_untrusted(found or "No matching memories.", "memory")
+        return ToolResult(content=text, outside=bool(outside))
 
     return memory.tools()

@@ -32,6 +32,9 @@ class ToolOutcome(BaseModel):
     error_kind: ErrorKind | None = None
     duration_ms: float = 0.0
     files: list[SpooledFile] = Field(default_factory=list)  # to send with the reply
+    # Whether this result is outside content, where the tool knows per call (ToolResult);
+    # None: its declaration's `taints` says.
+    outside: bool | None = None
 
     @property
     def is_error(self) -> bool:
@@ -156,8 +159,10 @@ async def execute(
         return done.model_copy(update={"files": [spooled]})
     if isinstance(result, ToolResult):
         if result.is_error:
-            return outcome(False, result.content, "tool_error")
-        return outcome(True, result.content)
+            done = outcome(False, result.content, "tool_error")
+        else:
+            done = outcome(True, result.content)
+        return done.model_copy(update={"outside": result.outside})
     return outcome(True, _as_text(result))
 
 

@@ -3,9 +3,10 @@
 A tool has a fixed risk (config may override it). Two things can change a single call's:
 - the tool's `assess(args, state)`: a shell command on the read-only allowlist is low, a
   command that chains or redirects is high; whatever it says comes with the reason;
-- the turn: once it has read outside content (a web page, a mail, a document: any tool with
-  `taints`), a tool with `egress` (it can send data out or leave instructions behind) asks the
-  owner, whatever its level, with the reason on the card.
+- the context: while the model has outside content in view (a web page, a mail, a document,
+  a forwarded message still in the history window: agent/taint.py), a tool with `egress` (it
+  can send data out, leave instructions behind, or change the owner's mail, calendar, files,
+  schedules or memory) asks the owner, whatever its level, with the reason on the card.
 Nothing here can make a call less guarded than the owner's configured level, except `assess`
 of the tool itself (its own allowlist), and never in a tainted turn for an egress tool.
 """
