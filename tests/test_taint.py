@@ -214,7 +214,10 @@ def test_urls_are_found_as_written_and_compared_exactly() -> None:
     assert user_url_in(text, {"https://Example.org/a"}) == "https://Example.org/a"
     assert user_url_in(text, {"https://example.org/a"}) is None
     assert user_url_in("only https://other.example", {"https://example.org/a"}) is None
-    assert url_host("HTTPS://Host.Example:8443/p") == "host.example"
+    assert url_host("HTTPS://Host.Example:8443/p") == "host.example:8443"
+    assert url_host("https://host.example:443/p") == "host.example"
+    assert url_host("http://[::1]:8080/") == "[::1]:8080"
+    assert url_host("not a url") == ""
 
 
 def test_forwarded_text_is_kept_as_someone_elses_words() -> None:

@@ -33,8 +33,10 @@ def window_sources(conn: Any, chat_id: int, start_id: int, before_id: int) -> li
     ).fetchall()
     found: list[str] = []
     for role, ref in rows:
-        what = "an earlier message" if role == "user" else "an earlier answer that drew on"
-        source = f"{what} in this chat ({ref or 'outside content'})"
+        if role == "user":
+            source = f"an earlier message in this chat ({ref or 'outside content'})"
+        else:
+            source = f"an earlier answer in this chat that drew on {ref or 'outside content'}"
         if source not in found:
             found.append(source)
     return found

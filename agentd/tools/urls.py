@@ -29,8 +29,16 @@ def user_url_in(text: str, user_urls: set[str]) -> str | None:
 
 
 def url_host(url: str) -> str:
-    """The URL's host name, lower case ("" if it has none): what a host rule names."""
+    """The server a URL reaches, as a host rule names it: its host name in lower case, with
+    the port when it is not the scheme's own ("" when there is none)."""
     try:
-        return (urlsplit(url.strip()).hostname or "").lower()
+        parts = urlsplit(url.strip())
+        host, port = (parts.hostname or "").lower(), parts.port
     except ValueError:
         return ""
+    if not host:
+        return ""
+    if ":" in host:  # an IPv6 address: bracketed, as in a URL
+        host = f"[{host}]"
+    default = {"http": 80, "https": 443}.get(parts.scheme.lower())
+    return f"{host}:{port}" if port is not None and port != default else host
