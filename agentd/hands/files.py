@@ -167,8 +167,8 @@ async def _in_workspace(
 
 
 GROUP_REFUSAL = (
-    "Workspace files are private: the file tools do not work in group chats, where every "
-    "member would read the answer. Tell the user to ask in a private chat."
+    "Workspace files are private: the file tools and the shell do not work in group chats, "
+    "where every member would read the answer. Tell the user to ask in a private chat."
 )
 
 

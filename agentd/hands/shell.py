@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from agentd.config import Config, ShellConfig
 from agentd.db import Database
 from agentd.hands import rules
-from agentd.hands.files import Workspaces
+from agentd.hands.files import Workspaces, not_in_groups
 from agentd.hands.sandbox import (
     INSIDE_WORKSPACE,
     Limits,
@@ -328,7 +328,8 @@ def shell_tool(deps: ShellDeps) -> Tool:
     card shows exactly what runs, and a call runs at most once (a command may send data out:
     egress)."""
     shell_config = deps.config.tools.shell
-    hands = Toolset(timeout=shell_config.wall_seconds + 30)
+    # A command reads its user's workspace: in a group every member would read the output.
+    hands = Toolset(timeout=shell_config.wall_seconds + 30, guard=not_in_groups)
 
     def card(args: ShellArgs) -> ApprovalCard:
         return ApprovalCard(
