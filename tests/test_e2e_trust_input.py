@@ -429,7 +429,7 @@ def test_forwarded_text_is_someone_elses_and_cannot_plant_a_task_unasked(stack: 
     )
     assert not any(m["reply_markup"] for m in stack.sent(OTHER))
     assert (
-        'Why: "this turn read outside content (a forwarded message (Mallory))'
+        'Why: "this turn read outside content (a forwarded message (Mallory)'
         in (card["plain_text"])
     )
     assert "schedule can send data out or leave instructions behind" in card["plain_text"]

@@ -102,16 +102,18 @@ class ShellPolicy:
     def assess(self, args: ShellArgs, state: CallState) -> Assessment | None:
         if self.shell.sandbox == "none":
             return Assessment(risk="high", reason="commands run WITHOUT a sandbox here")
+        plain = rules.parse(args.command)
+        # Read-only and offline, it can neither send data out nor change anything, whatever
+        # the model has read: its output taints the turn, which is what outside content needs.
+        if plain.ok and not args.network and plain.argv[0] in self.shell.allowlist:
+            return Assessment(risk="low", reason="on the read-only allowlist", egress=False)
         if state.tainted_by:
             sources = ", ".join(state.tainted_by[:3])
             return Assessment(risk="high", reason=f"this turn read outside content ({sources})")
         if args.network:
             return Assessment(risk="high", reason="it asks for the network")
-        plain = rules.parse(args.command)
         if not plain.ok:
             return Assessment(risk="high", reason=plain.why_not)
-        if plain.argv[0] in self.shell.allowlist:
-            return Assessment(risk="low", reason="on the read-only allowlist")
         rule = self.book.match(plain.argv)
         if rule is not None:
             return Assessment(risk="low", reason=f"always-allow rule #{rule.id}")

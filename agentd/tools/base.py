@@ -67,6 +67,9 @@ class Assessment(BaseModel):
     reason: str = ""
     # A host the card may offer to allow from now on ("Always allow this host"); "": none.
     allow_host: str = ""
+    # False: this call can neither send data out nor change anything, though its tool can
+    # (a read-only command with no network); None: the tool's `egress` says.
+    egress: bool | None = None
 
 
 class ApprovalCard(BaseModel):
