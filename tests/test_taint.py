@@ -111,12 +111,12 @@ def test_a_result_taints_if_its_tool_taints_and_shows_no_urls() -> None:
     )
     assert taint.sources == ["fetch_url (https://a.example/p)"]
     assert taint.user_urls == []  # a URL a result showed earns nothing
-    failed = TurnTaint()  # an error can carry a server's words (a reason phrase, IMAP's text)
+    failed = TurnTaint()  # agentd's own error message
     refused = ToolOutcome(ok=False, content="Could not fetch", error_kind="tool_error")
     note_result(
         failed, _route("fetch_url", True), _use("fetch_url", url="https://x.example"), refused
     )
-    assert failed.sources == ["fetch_url (https://x.example)"]
+    assert failed.sources == []
     mine = TurnTaint()  # a tool that knows its answer is the owner's own (search_memory)
     note_result(
         mine,

@@ -248,9 +248,10 @@ def write_tool_audit(
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
     """What a call that ran adds to the caller's taint: its source, if its result is outside
-    content. A failed call's text counts too (an IMAP server's or a web server's words reach
-    it), except agentd's own "outcome unknown" report. URLs a result shows earn nothing."""
-    if outcome.content.startswith(UNKNOWN_OUTCOME):
+    content. URLs a result shows earn nothing."""
+    # A failed call's content is agentd's own error message, except an MCP server's errors,
+    # which are its words.
+    if not (outcome.ok or route.source.startswith("mcp:")):
         return
     outside = route.taints if outcome.outside is None else outcome.outside
     if outside:

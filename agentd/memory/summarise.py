@@ -266,8 +266,9 @@ async def store(
             now=now,
         )
         origin, ref = block_origin(block)
-        fact_ids = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
-        mark_memories(conn, [memory_id, *fact_ids], origin, ref)
+        if origin == "outside":  # else they stay the model's, as written
+            fact_ids = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
+            mark_memories(conn, [memory_id, *fact_ids], origin, ref)
         ids = [m.id for m in block]
         conn.execute(
             f"UPDATE messages SET summarised = 1 WHERE id IN ({','.join('?' * len(ids))})", ids

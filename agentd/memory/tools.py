@@ -52,11 +52,9 @@ def memory_tools(
             chat_id=ctx.chat_id,
             now=ctx.now(),
         )
-        # Written with outside content in view (and approved): it stays outside content.
-        origin = "outside" if ctx.tainted_by else "model"
-        ref = ref_of(ctx.tainted_by) if ctx.tainted_by else None
-        stored = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
-        await db.write(mark_memories, stored, origin, ref)
+        if ctx.tainted_by:  # written with outside content in view (and approved)
+            stored = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
+            await db.write(mark_memories, stored, "outside", ref_of(ctx.tainted_by))
         return f"Remembered ({changes[0].action}): {args.content}"
 
     # What it returns may have come from outside in an earlier turn: it taints, unless every
