@@ -707,6 +707,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m032_provenance", M032_PROVENANCE),
 ]
 
+
 def apply_migrations(conn: Any, migrations: list[tuple[str, str]] | None = None) -> list[str]:
     """Apply every migration not yet recorded, each in its own transaction; return their names."""
     migrations = MIGRATIONS if migrations is None else migrations

@@ -13,8 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from agentd.memory.history import Origin
-
 _MAX_REF = 200
 
 
@@ -94,12 +92,3 @@ def outside_memories(conn: Any, ids: Iterable[int]) -> dict[int, str]:
         wanted,
     ).fetchall()
     return {int(r[0]): r[1] or "outside content" for r in rows}
-
-
-def mark_memories(conn: Any, ids: Iterable[int], origin: Origin, ref: str | None) -> None:
-    """Say whose words these (just written) memories are."""
-    for memory_id in dict.fromkeys(ids):
-        conn.execute(
-            "UPDATE memories SET origin = ?, origin_ref = ? WHERE id = ?",
-            (origin, ref, memory_id),
-        )

@@ -24,7 +24,7 @@ from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
 from agentd.memory.history import Origin
-from agentd.memory.provenance import mark_memories, ref_of
+from agentd.memory.provenance import ref_of
 from agentd.memory.store import NewMemory, add_memory, embedding_text
 from agentd.retrieval.embedders import Embedder
 
@@ -233,6 +233,11 @@ async def store(
     now = deps.clock.now()
     facts = ExtractedFacts(facts=result.facts, retract_keys=result.retract_keys)
 
+    # A block holding outside content (a forwarded message, a page, a mail) makes its summary
+    # and facts outside content too: the summariser may have carried an instruction along.
+    origin, outside = block_origin(block)
+    where = f"chat:{inp.chat_id}:msg:{block[0].id}-{block[-1].id}"
+
     def write(conn: Any) -> SummaryOutput:
         memory_id = add_memory(
             conn,
@@ -245,8 +250,8 @@ async def store(
                 source_key=f"{instance_id}:summary",
                 chat_id=inp.chat_id,
                 meta={"first_message": block[0].id, "last_message": block[-1].id},
-                origin="model",
-                origin_ref=f"chat:{inp.chat_id}:msg:{block[0].id}-{block[-1].id}",
+                origin=origin,
+                origin_ref=f"{where}: {outside}" if outside else where,
             ),
             vectors[0],
             model_id,
@@ -260,15 +265,9 @@ async def store(
             model_id,
             source=f"summary:{instance_id}",
             chat_id=inp.chat_id,
-            # The model's reading of the owner's chat. A block holding outside content
-            # (forwarded messages, pages, mail) should pass "outside" once messages say so.
-            origin="model",
+            origin=origin,
             now=now,
         )
-        origin, ref = block_origin(block)
-        if origin == "outside":  # else they stay the model's, as written
-            fact_ids = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
-            mark_memories(conn, [memory_id, *fact_ids], origin, ref)
         ids = [m.id for m in block]
         conn.execute(
             f"UPDATE messages SET summarised = 1 WHERE id IN ({','.join('?' * len(ids))})", ids

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from agentd.config import MemoryConfig
 from agentd.db.runner import Runner
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
-from agentd.memory.provenance import mark_memories, outside_memories, ref_of
+from agentd.memory.provenance import outside_memories
 from agentd.memory.search import format_recall, search_memories
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
@@ -50,11 +50,10 @@ def memory_tools(
             ExtractedFacts(facts=[args]),
             source=f"tool:{ctx.instance_id}",
             chat_id=ctx.chat_id,
+            # Written with outside content in view (and approved): it stays outside content.
+            origin="outside" if ctx.tainted_by else "model",
             now=ctx.now(),
         )
-        if ctx.tainted_by:  # written with outside content in view (and approved)
-            stored = [c.memory_id for c in changes if c.memory_id and c.action != "unchanged"]
-            await db.write(mark_memories, stored, "outside", ref_of(ctx.tainted_by))
         return f"Remembered ({changes[0].action}): {args.content}"
 
     # What it returns may have come from outside in an earlier turn: it taints, unless every
