@@ -250,9 +250,11 @@ def _add_memory(daemon: Daemon, user: int, content: str, origin: str, ref: str |
 
 def test_the_owners_own_memories_do_not_taint_and_outside_ones_do(stack: Stack) -> None:
     club = stack.site.page("/club", "<p>The garden club meets on Fridays.</p>")
-    _add_memory(
-        stack.daemon, REMEMBERER, f"The garden club posts its dates at {club}", "user", "import"
+    # The owner's own words, through `agentd memory add` (as an import would be).
+    added = stack.daemon.cli(
+        "memory", "add", f"The garden club posts its dates at {club}", "--user", str(REMEMBERER)
     )
+    assert added.returncode == 0, added.stderr
     stack.script(
         "garden club dates",
         ("toolu_m1", tool_use("fetch_url", {"url": club}, "toolu_m1")),
