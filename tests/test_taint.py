@@ -117,14 +117,22 @@ def test_a_result_taints_if_its_tool_taints_and_shows_no_urls() -> None:
         failed, _route("fetch_url", True), _use("fetch_url", url="https://x.example"), refused
     )
     assert failed.sources == []
-    mine = TurnTaint()  # a tool that knows its answer is the owner's own (search_memory)
+    mine = TurnTaint()  # search_memory finding the owner's own memories only
     note_result(
         mine,
-        _route("search_memory", True),
+        _route("search_memory", False),
         _use("search_memory", query="x"),
-        ToolOutcome(ok=True, content="- [note #1] mine", outside=False),
+        ToolOutcome(ok=True, content="- [note #1] mine"),
     )
     assert mine.sources == []
+    theirs = TurnTaint()  # and finding one drawn from outside content
+    note_result(
+        theirs,
+        _route("search_memory", False),
+        _use("search_memory", query="x"),
+        ToolOutcome(ok=True, content="- [note #2] a forwarded one", outside=True),
+    )
+    assert theirs.sources == ["search_memory (x)"]
     mcp = TurnTaint()  # an MCP server's error text is its words
     note_result(
         mcp,

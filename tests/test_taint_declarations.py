@@ -22,11 +22,11 @@ from agentd.tools import CallState, ToolContext, call_risk
 from agentd.tools.builtin import builtin_tools
 from agentd.web.tools import web_tools
 
-# The tools whose results can carry bytes neither the user nor agentd wrote.
+# The tools whose results can carry bytes neither the user nor agentd wrote (search_memory
+# says so per call: only a memory drawn from outside content is).
 TAINTS = {
     "fetch_url",
     "web_search",
-    "search_memory",
     "list_files",
     "read_file",
     "mail_search",

@@ -247,14 +247,13 @@ def write_tool_audit(
 
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
-    """What a call that ran adds to the caller's taint: its source, if its result is outside
-    content. URLs a result shows earn nothing."""
+    """What a call that ran adds to the caller's taint: its source, if the tool taints (or
+    this result said it holds outside content). URLs a result shows earn nothing."""
     # A failed call's content is agentd's own error message, except an MCP server's errors,
     # which are its words.
     if not (outcome.ok or route.source.startswith("mcp:")):
         return
-    outside = route.taints if outcome.outside is None else outcome.outside
-    if outside:
+    if route.taints or outcome.outside:
         first = next((v for v in use.input.values() if isinstance(v, str) and v.strip()), "")
         first = " ".join(first.split())
         taint.add_source(f"{route.name} ({first[:80]})" if first else route.name)

@@ -83,13 +83,15 @@ class ApprovalCard(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """A tool's answer; `is_error` tells the model the tool could not do what was asked."""
+    """A tool's answer; `is_error` tells the model the tool could not do what was asked.
+
+    `outside`: this answer holds outside content although the tool does not always return
+    some (so it is not declared `taints`): it taints the caller's turn like a tainting tool's.
+    """
 
     content: str
     is_error: bool = False
-    # Whether this answer is outside content, for a tool that knows per call (search_memory:
-    # only a memory derived from outside content is); None: the declaration's `taints` says.
-    outside: bool | None = None
+    outside: bool = False
 
 
 class ToolError(Exception):

@@ -32,9 +32,7 @@ class ToolOutcome(BaseModel):
     error_kind: ErrorKind | None = None
     duration_ms: float = 0.0
     files: list[SpooledFile] = Field(default_factory=list)  # to send with the reply
-    # Whether this result is outside content, where the tool knows per call (ToolResult);
-    # None: its declaration's `taints` says.
-    outside: bool | None = None
+    outside: bool = False  # the result said it holds outside content (ToolResult.outside)
 
     @property
     def is_error(self) -> bool:
@@ -159,10 +157,8 @@ async def execute(
         return done.model_copy(update={"files": [spooled]})
     if isinstance(result, ToolResult):
         if result.is_error:
-            done = outcome(False, result.content, "tool_error")
-        else:
-            done = outcome(True, result.content)
-        return done.model_copy(update={"outside": result.outside})
+            return outcome(False, result.content, "tool_error")
+        return outcome(True, result.content).model_copy(update={"outside": result.outside})
     return outcome(True, _as_text(result))
 
 
