@@ -31,6 +31,7 @@ PACKAGES = {
     "skills": ["skills"],
     "mcp": ["tools/mcp.py"],
     "automations": ["automations"],
+    "dashboard": ["dashboard"],
     "plugins": ["tools/plugins.py"],
     "hands": ["hands"],
 }

@@ -245,7 +245,7 @@ def test_status_and_usage_show_todays_tokens(stack: Stack) -> None:
     assert "Today (UTC): 1 model calls" in usage and "≈ $" in usage
 
 
-def test_memory_lists_facts_with_forget_buttons(stack: Stack) -> None:
+def test_memory_lists_memories_with_forget_buttons(stack: Stack) -> None:
     user = stack.user()
     use = [
         {
@@ -260,15 +260,18 @@ def test_memory_lists_facts_with_forget_buttons(stack: Stack) -> None:
     stack.wait_sent(user, 1)
     stack.tg.add_message(user, user, "/memory")
     listing = stack.wait_sent(user, 2)[1]
-    assert "likes green tea" in listing["plain_text"]
-    button = listing["reply_markup"]["inline_keyboard"][0][0]
-    assert button["text"] == "Forget 1"
-    stack.tg.add_callback_query(user, user, listing["message_id"], button["callback_data"])
-    tg = stack.tg
-    tg.wait_until(lambda: any(a.get("text") == "Forgotten." for a in tg.callback_answers), 20)
-    assert "don't remember anything" in stack.command(user, "/memory", 3)
+    assert "likes green tea" in listing["plain_text"] and "noted by me" in listing["plain_text"]
+    forget = listing["reply_markup"]["inline_keyboard"][0][1]
+    assert forget["text"].startswith("🗑") and forget["callback_data"].startswith("mem:forget:")
+    stack.tg.add_callback_query(user, user, listing["message_id"], forget["callback_data"])
+    assert stack.wait_sent(user, 3)[2]["plain_text"].startswith("Forgot #")
+    assert "don't remember anything" in stack.command(user, "/memory", 4)
     rows = stack.daemon.query("SELECT COUNT(*) FROM memories WHERE user_id = ?", (user,))
     assert rows[0][0] == 0
+    kept = stack.daemon.query(
+        "SELECT action FROM memory_versions WHERE user_id = ? ORDER BY version", (user,)
+    )
+    assert [r[0] for r in kept][-1] == "forget"  # versioned: `agentd memory restore` can undo
 
 
 def pair_code(stack: Stack) -> str:

@@ -43,18 +43,25 @@ class CommandReply(BaseModel):
 
 
 class CommandOutput(BaseModel):
-    message_id: int
+    message_id: int | None = None  # None: the command chose to say nothing
     known: bool = True
 
 
 CommandFn = Callable[[CommandInput], Awaitable[CommandReply]]
 CallbackFn = Callable[[Any, CallbackPress], str]
+# A message a command asked for (the new text after an Edit button): given the intake
+# transaction and the message, the command to run instead of a turn, or None.
+AwaitFn = Callable[[Any, TurnInput], CommandInput | None]
+# Completes the reply's text inside the send step itself: what it adds (a one-time login
+# link) reaches the chat but never the journal, where the rendered reply is kept.
+FinishFn = Callable[[CommandInput, str], Awaitable[str]]
 
 
 @dataclass(frozen=True)
 class Command:
     fn: CommandFn
     description: str  # Telegram's menu and /help
+    finish: FinishFn | None = None
 
 
 def command_key(chat_id: int) -> str:
@@ -79,8 +86,11 @@ class CommandRouter:
     bot_username: str = ""
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
+    awaiting: list[AwaitFn] = field(default_factory=list)
 
-    def command(self, name: str, fn: CommandFn, description: str = "") -> None:
+    def command(
+        self, name: str, fn: CommandFn, description: str = "", *, finish: FinishFn | None = None
+    ) -> None:
         if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
             raise ValueError(f"command name {name!r}: use 1–32 of a-z, 0-9 and _")
         if name in self.commands:
@@ -88,10 +98,14 @@ class CommandRouter:
         text = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
         if not 1 <= len(text) <= 256:
             raise ValueError(f"command /{name}: give a description of 1–256 characters")
-        self.commands[name] = Command(fn=fn, description=text)
+        self.commands[name] = Command(fn=fn, description=text, finish=finish)
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
+
+    def awaits(self, fn: AwaitFn) -> None:
+        """Let `fn` claim a message as the answer a command asked for (see AwaitFn)."""
+        self.awaiting.append(fn)
 
     def menu(self) -> list[tuple[str, str]]:
         """(command, description) pairs for setMyCommands, in registration order."""
@@ -114,9 +128,13 @@ class CommandRouter:
             message_id=turn.message_id,
         )
 
-    def route(self, turn: TurnInput) -> tuple[str, BaseModel, str] | None:
-        """For intake: (workflow, input, key) when the message is a command."""
-        parsed = self.parse(turn)
+    def route(self, turn: TurnInput, conn: Any = None) -> tuple[str, BaseModel, str] | None:
+        """For intake: (workflow, input, key) when the message is a command, or the answer a
+        command waits for (checked only with the intake transaction's `conn`)."""
+        claimed = None
+        if conn is not None and turn.kind == "text" and not turn.edited:
+            claimed = next((c for fn in self.awaiting if (c := fn(conn, turn)) is not None), None)
+        parsed = claimed or self.parse(turn)
         return (COMMAND_WORKFLOW, parsed, command_key(turn.chat_id)) if parsed else None
 
     def on_callback(self, conn: Any, press: CallbackPress) -> str:
@@ -146,23 +164,22 @@ class CommandRouter:
                 )
             )
 
+        async def send(inp: CommandInput, reply: CommandReply, finish: FinishFn | None) -> int:
+            text = await finish(inp, reply.text) if finish else reply.text
+            return await outbox.send_text(
+                inp.chat_id, text, reply_to=inp.message_id, buttons=reply.buttons or None
+            )
+
         @workflow(COMMAND_WORKFLOW)
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
             known = inp.name in self.commands
             reply = await step.do("render", self.reply_to, inp)
-            message_id = await deliver(
-                step,
-                db,
-                "send",
-                inp.chat_id,
-                partial(
-                    outbox.send_text,
-                    inp.chat_id,
-                    reply.text,
-                    reply_to=inp.message_id,
-                    buttons=reply.buttons or None,
-                ),
-            )
+            finish = self.commands[inp.name].finish if known else None
+            message_id = None
+            if reply.text:  # an empty reply: the command answers nothing here (a group)
+                message_id = await deliver(
+                    step, db, "send", inp.chat_id, partial(send, inp, reply, finish)
+                )
             await step.do("audit", record, inp, step.instance_id, known)
             return CommandOutput(message_id=message_id, known=known)
 

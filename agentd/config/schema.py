@@ -7,7 +7,7 @@ Where a capability's section goes (one rule; config.example.toml's header says i
   `[[tools.mcp]]`.
 - A capability's own settings are one top-level section named after it, its services inside
   it: `[memory]`, `[docs]`, `[media]`, `[skills]`, `[schedule]`, `[automations]` with the
-  webhook listener as `[automations.hooks]`.
+  webhook listener as `[automations.hooks]`, and `[dashboard]` (the owner's web pages).
 - Accounts a capability connects to are arrays of tables under the capability's name
   (`[[mail]]`, `[[calendar]]`), each with a unique `name`.
 - Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`) still load, one warning each.
@@ -604,6 +604,40 @@ class AutomationsConfig(_Section):
     hooks: HooksConfig = Field(default_factory=HooksConfig)  # the webhook listener
 
 
+class DashboardConfig(_Section):
+    """`[dashboard]`: off unless enabled; loopback unless `allow_remote` says otherwise."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    # The address the owner opens (https://agent.example.org behind a reverse proxy, or a
+    # tailnet name); login links use it, and an https one makes the cookie Secure.
+    public_url: str = ""
+    # Binding beyond loopback exposes the login page to the network: only on purpose.
+    allow_remote: bool = False
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    link_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("public_url must start with http:// or https://")
+        return value
+
+    @property
+    def secure(self) -> bool:
+        return self.public_url.startswith("https://")
+
+    def base_url(self, port: int | None = None) -> str:
+        """Where links point: the public URL, else the address the server listens on."""
+        if self.public_url:
+            return self.public_url
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{port if port is not None else self.port}"
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -673,6 +707,7 @@ class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)

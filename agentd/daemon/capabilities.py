@@ -7,6 +7,7 @@ from __future__ import annotations
 from agentd.automations import capability as automations
 from agentd.calendar import capability as calendar
 from agentd.config import Config, SecretSource, read_secret
+from agentd.dashboard import capability as dashboard
 from agentd.hands import capability as hands
 from agentd.knowledge import capability as documents
 from agentd.mail import capability as mail
@@ -30,6 +31,7 @@ BUILTIN = (
     skills.capability,
     mcp.capability,
     automations.capability,
+    dashboard.capability,
     plugins.capability,
     hands.capability,
 )

@@ -80,7 +80,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     secrets = config.secret_source()
     embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
-    router = _command_router(core, me)
+    router = _command_router(core, me, embedder)
     ctx = Context(
         config=config,
         secrets=secrets,
@@ -129,7 +129,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     return Services(router=router, on_callback=on_callback, contributions=parts)
 
 
-def _command_router(core: Core, me: Identity) -> CommandRouter:
+def _command_router(core: Core, me: Identity, embedder: Any) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username)
     # Only approvers decide, and only on the card itself (access/approvals.py): Approve /
     # Deny and "Always allow this" alike.
@@ -146,6 +146,8 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
             clock=core.clock,
             cancel=core.engine.cancel,
             started_at=core.started_at,
+            embedder=embedder,
+            start=core.engine.prepare_start,
         ),
     )
     core.engine.register(router.workflow(core.outbox, core.db))

@@ -682,6 +682,58 @@ CREATE INDEX memories_pinned ON memories (user_id) WHERE pinned = 1;
 """
 
 
+# The dashboard's login links and sessions, stored hashed (agentd.dashboard.auth).
+M028_DASHBOARD = """
+CREATE TABLE dashboard_logins (
+    token_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    used_at REAL,
+    made_by TEXT NOT NULL
+);
+CREATE TABLE dashboard_sessions (
+    session_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    csrf_key TEXT NOT NULL
+);
+-- The Cost page sums one schedule's or automation's calls, and a turn's timeline its own:
+-- found by instance id instead of a scan of every call.
+CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
+"""
+
+
+# The Cost page's daily rollup of model use: one row per finished day, purpose, user and
+# model, so a year's view sums a few thousand rows instead of every call. Days are added by
+# agentd.dashboard.spend.roll_up once they have been over for an hour (a call stamped just
+# before midnight is written by then); this fills the days already over.
+M028_DASHBOARD_COST_DAYS = """
+CREATE TABLE llm_usage_days (
+    day INTEGER NOT NULL,  -- UTC days since the epoch: CAST(at / 86400 AS INTEGER)
+    purpose TEXT NOT NULL,
+    user_id INTEGER,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    cache_write_1h_tokens INTEGER NOT NULL,
+    calls INTEGER NOT NULL
+);
+CREATE INDEX llm_usage_days_day ON llm_usage_days (day);
+INSERT INTO kv (key, value)
+    VALUES ('cost_days.until', (CAST(strftime('%s', 'now') AS INTEGER) - 3600) / 86400)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+INSERT INTO llm_usage_days
+    SELECT CAST(at / 86400 AS INTEGER), purpose, user_id, model, SUM(input_tokens),
+        SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
+        SUM(cache_write_1h_tokens), SUM(calls)
+    FROM llm_usage
+    WHERE at < (SELECT CAST(value AS INTEGER) * 86400 FROM kv WHERE key = 'cost_days.until')
+    GROUP BY 1, 2, 3, 4;
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -704,6 +756,9 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m021_trust_access", M021_TRUST_ACCESS),
     ("m022_taint", M022_TAINT),
     ("m031_memory_versions", M031_MEMORY_VERSIONS),
+    # Named as `agentd dashboard` applied it on its own first: recorded once, never twice.
+    ("m028_dashboard", M028_DASHBOARD),
+    ("m028_dashboard_cost_days", M028_DASHBOARD_COST_DAYS),
     ("m032_provenance", M032_PROVENANCE),
 ]
 

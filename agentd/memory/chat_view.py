@@ -3,11 +3,16 @@
 The chat command renders `memory_page` (text and rows of (label, callback data) buttons) and
 routes a pressed button's data to `on_button`; an "edit" press asks for the new text, which the
 owner's next message brings to `apply_edit`. All writes go through manage.py, so a change made
-here is versioned like one made on the CLI or the dashboard.
+here is versioned and audited like one made on the CLI or the dashboard.
+
+The edit waiting for its text is a row in `kv` (`await_edit`), not process state: a restart
+between the press and the message keeps it. It lapses after EDIT_TTL, and a command sent
+meanwhile cancels it, so an edit left unanswered does not take a later message.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,6 +25,9 @@ from agentd.retrieval.embedders import Embedder
 
 PREFIX = "mem"  # callback data: mem:<action>:<id>[:<version>], short (Telegram allows 64 bytes)
 PAGE = 8
+EDIT_TTL = 600.0  # seconds an edit waits for its text
+_EDIT_KEY = "memory.edit:{chat}:{user}"
+BY = "chat"  # where the audit says the change was made
 _ORIGIN_LABEL = {"user": "your words", "model": "noted by me", "outside": "from outside content"}
 
 
@@ -57,6 +65,7 @@ def memory_page(conn: Any, user_id: int, *, offset: int = 0) -> ChatView:
         [
             Button(label=f"✏️ #{m.id}", data=f"{PREFIX}:edit:{m.id}"),
             Button(label=f"🗑 #{m.id}", data=f"{PREFIX}:forget:{m.id}"),
+            Button(label=f"{'📍' if m.pinned else '📌'} #{m.id}", data=f"{PREFIX}:pin:{m.id}"),
         ]
         for m in shown
     ]
@@ -75,7 +84,7 @@ async def on_button(db: Runner, embedder: Embedder | None, user_id: int, data: s
         return await db.read(lambda c: memory_page(c, user_id, offset=target))
     try:
         if action == "forget":
-            gone = await db.write(lambda c: manage.forget_one(c, target, user_id=user_id))
+            gone = await db.write(lambda c: manage.forget_one(c, target, user_id=user_id, by=BY))
             undo = Button(label="↩️ Undo", data=f"{PREFIX}:undo:{target}")
             return ChatView(text=f"Forgot #{gone.id}: {gone.content}", buttons=[[undo]])
         if action == "edit":
@@ -84,10 +93,14 @@ async def on_button(db: Runner, embedder: Embedder | None, user_id: int, data: s
                 text=f"Send the new text for #{memory.id}:\n{memory.content}",
                 awaiting_edit=memory.id,
             )
+        if action == "pin":
+            pinned = await db.write(lambda c: _toggle_pin(c, target, user_id))
+            said = "Pinned: always in my context" if pinned.pinned else "Unpinned"
+            return ChatView(text=f"{said}:\n{describe(pinned)}")
         if action == "undo":
             versions = await db.read(lambda c: manage.history(c, target, user_id=user_id))
             before = next(v.version for v in reversed(versions) if v.action != "forget")
-            restored = await manage.restore(db, embedder, target, before, user_id=user_id)
+            restored = await manage.restore(db, embedder, target, before, user_id=user_id, by=BY)
             return ChatView(text=f"Restored #{restored.id}: {restored.content}")
     except (manage.MemoryNotFound, StopIteration):
         return ChatView(text=f"No memory #{target}.")
@@ -99,7 +112,38 @@ async def apply_edit(
 ) -> ChatView:
     """The owner's next message after "edit": the memory's new text, in their words."""
     try:
-        memory = await manage.edit(db, embedder, memory_id, text, user_id=user_id)
+        memory = await manage.edit(db, embedder, memory_id, text, user_id=user_id, by=BY)
     except manage.MemoryNotFound:
         return ChatView(text=f"No memory #{memory_id}.")
+    except manage.MemoryStoreError as exc:
+        return ChatView(text=f"Not changed: {exc}.")
     return ChatView(text=f"Updated:\n{describe(memory)}")
+
+
+def _toggle_pin(conn: Any, memory_id: int, user_id: int) -> Memory:
+    memory = manage.owned(conn, memory_id, user_id)
+    return manage.set_pinned(conn, memory_id, not memory.pinned, user_id=user_id, by=BY)
+
+
+def await_edit(conn: Any, chat_id: int, user_id: int, memory_id: int, now: float) -> None:
+    """Remember that this user's next message in this chat is memory_id's new text."""
+    value = json.dumps({"memory": memory_id, "until": now + EDIT_TTL})
+    conn.execute(
+        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value ="
+        " excluded.value",
+        (_EDIT_KEY.format(chat=chat_id, user=user_id), value),
+    )
+
+
+def take_edit(conn: Any, chat_id: int, user_id: int, text: str, now: float) -> int | None:
+    """The memory this message is the new text of, if an edit waits for it. The waiting edit
+    is used up either way: a command (`/...`) cancels it, and a lapsed one is dropped."""
+    key = _EDIT_KEY.format(chat=chat_id, user=user_id)
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+    if row is None:
+        return None
+    conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+    waiting = json.loads(row[0])
+    if now > float(waiting["until"]) or text.lstrip().startswith("/") or not text.strip():
+        return None
+    return int(waiting["memory"])

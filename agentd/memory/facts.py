@@ -33,6 +33,7 @@ from agentd.memory.store import (
     get_memories,
     get_memory,
     list_memories,
+    taints,
     update_content,
 )
 from agentd.memory.versions import Actor, record_version
@@ -292,15 +293,15 @@ def list_facts(conn: Conn, user_id: int, *, limit: int = 500) -> list[Memory]:
 _KIND_ORDER = {"preference": 0, "fact": 1, "task": 2}
 
 
-def facts_for_prompt(conn: Conn, user_id: int, budget_chars: int) -> str:
-    """The facts section of the system prompt, at most `budget_chars` characters.
+def prompt_facts(conn: Conn, user_id: int, budget_chars: int) -> list[tuple[Memory, str]]:
+    """The facts that go in the system prompt, each with its line, within `budget_chars`.
 
     Pinned memories first (the owner wants them always there; any kind), then preferences (they
     change how to answer), facts, tasks; within each, the most recently updated first, so what
     is dropped at the budget is the oldest and least useful.
     """
     if budget_chars <= 0:
-        return ""
+        return []
     # Facts derived from outside content stay out of every prompt, pinned or not (memory/
     # provenance.py): search finds them, and a turn that reads them is tainted.
     pinned = [m for m in pinned_memories(conn, user_id).values() if m.origin != "outside"]
@@ -308,13 +309,24 @@ def facts_for_prompt(conn: Conn, user_id: int, budget_chars: int) -> str:
     facts = sorted(pinned, key=lambda m: (-m.updated_at, -m.id)) + sorted(
         others, key=lambda m: (_KIND_ORDER[m.kind], -m.updated_at, -m.id)
     )
-    lines: list[str] = []
+    shown: list[tuple[Memory, str]] = []
     used = 0
     for fact in facts:
         key = f" (key: {fact.slot})" if fact.slot else ""
         line = f"- [{fact.kind}] {' '.join(fact.content.split())}{key}"
         if used + len(line) + 1 > budget_chars:
             continue  # a shorter later fact may still fit
-        lines.append(line)
+        shown.append((fact, line))
         used += len(line) + 1
-    return "\n".join(lines)
+    return shown
+
+
+def facts_for_prompt(conn: Conn, user_id: int, budget_chars: int) -> str:
+    """The facts section of the system prompt (prompt_facts' lines)."""
+    return "\n".join(line for _, line in prompt_facts(conn, user_id, budget_chars))
+
+
+def outside_facts_in_prompt(conn: Conn, user_id: int, budget_chars: int) -> bool:
+    """Whether the facts section holds a fact from outside content (store.taints): listed in
+    every prompt, it taints a turn as a recalled memory from outside would."""
+    return taints([m for m, _ in prompt_facts(conn, user_id, budget_chars)])

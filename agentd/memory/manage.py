@@ -1,9 +1,10 @@
 """What the owner does to memory by hand: add, edit, forget, restore, pin: one library for the
 CLI, the chat's /memory command and the dashboard.
 
-Every operation records a version (versions.py). Text the owner types, edits or restores from
-their own version is `origin="user"`: their words, which never taint a turn. Embedding happens
-before the write transaction, as everywhere in memory/.
+Every operation records a version (versions.py), and an owner's edit, forget, pin and restore
+an audit entry naming where it was made (`by`: cli, chat, dashboard). Text the owner types,
+edits or restores from their own version is `origin="user"`: their words, which never taint a
+turn. Embedding happens before the write transaction, as everywhere in memory/.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import time
 from typing import Any
 
 from agentd.db.runner import Runner
+from agentd.ledger import audit
 from agentd.memory.facts import ExtractedFact, norm_text, normalise_slot, upsert_fact
 from agentd.memory.store import (
     FACT_KINDS,
@@ -36,6 +38,12 @@ Conn = Any
 
 class MemoryNotFound(MemoryStoreError):
     """No such memory (or version) for this user."""
+
+
+def _audit(conn: Conn, memory: Memory, action: str, by: str, **detail: object) -> None:
+    kind = "memory_forgotten" if action == "forget" else "memory_changed"
+    info = {"memory": memory.id, "action": action, "by": by, **detail}
+    audit.record(conn, kind, user_id=memory.user_id, detail=info)
 
 
 def owned(conn: Conn, memory_id: int, user_id: int | None) -> Memory:
@@ -106,6 +114,7 @@ def edit_text(
     user_id: int | None = None,
     actor: Actor = "owner",
     origin_ref: str = "edit",
+    by: str = "cli",
     now: float | None = None,
 ) -> Memory:
     """Rewrite a memory in the owner's words: it becomes `origin="user"`."""
@@ -126,33 +135,43 @@ def edit_text(
     )
     new = owned(conn, memory_id, None)
     record_version(conn, new, "edit", actor, old=old.content, new=content, now=now)
+    _audit(conn, new, "edit", by)
     return new
 
 
 def forget_one(
-    conn: Conn, memory_id: int, *, user_id: int | None = None, actor: Actor = "owner"
+    conn: Conn,
+    memory_id: int,
+    *,
+    user_id: int | None = None,
+    actor: Actor = "owner",
+    by: str = "cli",
 ) -> Memory:
     """Delete a memory (row, index entries, vector), its text kept in its history."""
     memory = owned(conn, memory_id, user_id)
     record_version(conn, memory, "forget", actor, old=memory.content, new=None)
+    _audit(conn, memory, "forget", by)
     conn.execute("DELETE FROM memories WHERE id = ?", (memory_id,))
     return memory
 
 
-def forget_all(conn: Conn, user_id: int, *, actor: Actor = "owner") -> int:
+def forget_all(conn: Conn, user_id: int, *, actor: Actor = "owner", by: str = "cli") -> int:
     ids = [int(r[0]) for r in conn.execute("SELECT id FROM memories WHERE user_id = ?", (user_id,))]
     for memory_id in ids:
-        forget_one(conn, memory_id, actor=actor)
+        forget_one(conn, memory_id, actor=actor, by=by)
     return len(ids)
 
 
-def set_pinned(conn: Conn, memory_id: int, pinned: bool, *, user_id: int | None = None) -> Memory:
+def set_pinned(
+    conn: Conn, memory_id: int, pinned: bool, *, user_id: int | None = None, by: str = "cli"
+) -> Memory:
     """Pin (always in the prompt's facts) or unpin a memory."""
     memory = owned(conn, memory_id, user_id)
     conn.execute("UPDATE memories SET pinned = ? WHERE id = ?", (int(pinned), memory_id))
     memory = memory.model_copy(update={"pinned": pinned})
     action = "pin" if pinned else "unpin"
     record_version(conn, memory, action, "owner", old=memory.content, new=memory.content)
+    _audit(conn, memory, action, by)
     return memory
 
 
@@ -179,6 +198,7 @@ def restore_version(
     model_id: str | None,
     *,
     user_id: int | None = None,
+    by: str = "cli",
     now: float | None = None,
 ) -> Memory:
     """Make a memory read as it did at `version`, with that version's origin; a forgotten
@@ -207,6 +227,7 @@ def restore_version(
     restored = owned(conn, memory_id, None)
     old = current.content if current is not None else None
     record_version(conn, restored, "restore", "owner", old=old, new=text, now=now)
+    _audit(conn, restored, "restore", by, version=version)
     return restored
 
 
@@ -289,24 +310,36 @@ async def add(
 
 
 async def edit(
-    db: Runner, embedder: Embedder | None, memory_id: int, content: str, *, user_id: int | None
+    db: Runner,
+    embedder: Embedder | None,
+    memory_id: int,
+    content: str,
+    *,
+    user_id: int | None,
+    by: str = "cli",
 ) -> Memory:
     """The owner rewrites a memory (see edit_text)."""
     current = await db.read(lambda c: owned(c, memory_id, user_id))
     vector = await _embed(embedder, " ".join(content.split()), current.context)
     model_id = embedder.model_id if embedder is not None else None
     return await db.write(
-        lambda c: edit_text(c, memory_id, content, vector, model_id, user_id=user_id)
+        lambda c: edit_text(c, memory_id, content, vector, model_id, user_id=user_id, by=by)
     )
 
 
 async def restore(
-    db: Runner, embedder: Embedder | None, memory_id: int, version: int, *, user_id: int | None
+    db: Runner,
+    embedder: Embedder | None,
+    memory_id: int,
+    version: int,
+    *,
+    user_id: int | None,
+    by: str = "cli",
 ) -> Memory:
     """Roll a memory back to one of its versions (see restore_version)."""
     target = await db.read(lambda c: version_text(c, memory_id, version))
     vector = await _embed(embedder, _restored_text(target), None)
     model_id = embedder.model_id if embedder is not None else None
     return await db.write(
-        lambda c: restore_version(c, memory_id, version, vector, model_id, user_id=user_id)
+        lambda c: restore_version(c, memory_id, version, vector, model_id, user_id=user_id, by=by)
     )
