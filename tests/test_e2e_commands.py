@@ -130,6 +130,24 @@ def test_help_lists_the_commands_and_costs_nothing(stack: Stack) -> None:
     assert '"help"' in audit[0][0]
 
 
+def test_help_says_what_i_can_do_and_shows_run_to_the_owner_only(stack: Stack) -> None:
+    owner, other = USERS[0], USERS[-1]  # the owner: the first of allowed_user_ids
+    reply = stack.command(other, "/help", len(stack.sent(other)) + 1)
+    assert "What I can do:" in reply and "remember what you tell me" in reply
+    assert "/run" not in reply and "/memory" in reply
+    mine = stack.command(owner, "/help", len(stack.sent(owner)) + 1)
+    assert "/run" in mine and "What I can do:" in mine
+    # Telegram's menu likewise: /run in the owner's private chat only.
+    menus = stack.tg.wait_until(
+        lambda: len(stack.tg.command_scopes) >= 2 and stack.tg.command_scopes,
+        10,
+        "both menus",
+    )
+    everyone = [c["command"] for c in menus[None]]
+    owners_menu = next(v for k, v in menus.items() if k and str(owner) in k)
+    assert "run" not in everyone and "run" in [c["command"] for c in owners_menu]
+
+
 def test_unknown_command_gets_a_hint_and_a_path_is_text(stack: Stack) -> None:
     user = stack.user()
     assert "/help" in stack.command(user, "/frobnicate now", 1)

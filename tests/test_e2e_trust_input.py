@@ -141,7 +141,7 @@ def test_an_injected_page_cannot_make_a_silent_fetch_of_a_shown_or_new_url(stack
     card = card_after(before)
     text = card["plain_text"]
     assert "Approval needed" in text and "fetch_url" in text and more in text
-    assert f'Why: "this turn read outside content (fetch_url ({article}))' in text
+    assert f"Why: this turn read outside content (fetch_url ({article}))" in text
     assert "URL you did not write yourself" in text
     assert stack.site.requests.count("/article") == 1  # the user's own URL ran unasked
     assert "/more" not in stack.site.requests  # a URL the page showed earns nothing
@@ -373,7 +373,7 @@ def test_a_restart_while_the_card_waits_keeps_the_same_decision(tmp_path: Path) 
             card = tg.wait_until(
                 lambda: next((m for m in tg.sent if m["reply_markup"]), None), 60, "a card"
             )
-            assert 'Why: "this turn read outside content' in card["plain_text"]
+            assert "Why: this turn read outside content" in card["plain_text"]
             daemon.kill9()
             daemon.start()
             daemon.wait_for_log("workflow start")  # the turn resumed from its journal
@@ -429,8 +429,7 @@ def test_forwarded_text_is_someone_elses_and_cannot_plant_a_task_unasked(stack: 
     )
     assert not any(m["reply_markup"] for m in stack.sent(OTHER))
     assert (
-        'Why: "this turn read outside content (a forwarded message (Mallory)'
-        in (card["plain_text"])
+        "Why: this turn read outside content (a forwarded message (Mallory)" in (card["plain_text"])
     )
     assert "schedule can send data out or leave instructions behind" in card["plain_text"]
     assert stack.daemon.query("SELECT COUNT(*) FROM schedules")[0][0] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
@@ -58,6 +59,20 @@ def test_no_human_lines_off_a_terminal(tmp_path: Path) -> None:
         daemon = Daemon(tmp_path, daemon_env(tmp_path, tg.base_url, llm.base_url)).start()
         assert daemon.stop() == 0
     assert "agentd: " not in daemon.log()  # under systemd the journal gets only the JSON log
+    # The tools are one line at INFO: how many, and the high-risk ones by name.
+    registered = [e for e in _entries(daemon.log()) if e.get("event") == "tools registered"]
+    assert len(registered) == 1 and "tools" not in registered[0], registered
+    assert registered[0]["count"] > 5 and isinstance(registered[0]["high_risk"], list)
+
+
+def _entries(log: str) -> list[dict[str, object]]:
+    found = []
+    for line in log.splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
 
 
 def test_missing_secrets_exit_2_before_contacting_telegram(tmp_path: Path) -> None:

@@ -67,7 +67,7 @@ class ApprovalDecision(BaseModel):
 
 
 CARD_CALL_CHARS = 2500  # the call shown on a card; longer ones are attached whole
-CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), quoted on one line
+CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), shown as a code block
 
 
 def tool_card(deps: CallDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
@@ -167,11 +167,12 @@ def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
     minutes = max(1, round(timeout / 60))
     # The reason may quote outside content (a URL) or a command's newline: one escaped line,
     # shown as code, never as formatting.
-    why = f"**Why:** `{approvals.quote(approval.why)}`\n" if approval.why else ""
-    # A tool's own card (hands' shell: the command line, folder, network, limits) is one
-    # escaped line: a newline in the command cannot draw a fake "network: off" under it.
-    shown = approvals.quote(approval.card_text, limit=CARD_TEXT_CHARS) if approval.card_text else ""
-    details = f"**Shown by the tool:** `{shown}`\n" if shown else ""
+    why = f"**Why:** `{approvals.one_line(approval.why)}`\n" if approval.why else ""
+    # A tool's own card (hands' shell: the command line, folder, network, limits), one line
+    # per field: the tool's card builder escapes each field's own newlines, so a command
+    # cannot draw a fake "network: off" under it, and a backtick cannot close the block.
+    shown = approvals.card_block(approval.card_text, CARD_TEXT_CHARS) if approval.card_text else ""
+    details = f"**Shown by the tool:**\n```\n{shown}\n```\n" if shown else ""
     source = f" from {approval.tool_source}" if approval.tool_source else ""
     note = ""
     if cut:
@@ -366,6 +367,9 @@ async def seek_approval(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),
         name=f"wait:{use.id}",
+        # The chat goes on while the owner decides: later messages are answered meanwhile,
+        # and this turn's answer comes as a reply to its own message (docs/messages.md).
+        release_key=True,
     )
     if event is None:
         decision = await step.do(f"expire:{use.id}", settle_timeout, deps, approval.id)

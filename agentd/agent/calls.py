@@ -295,7 +295,12 @@ async def make_call(
     """One call → its outcome, through validation, the risk policy, approval and the
     journal. `taint` grows with what the call read, for the caller's later calls."""
     iid = step.instance_id
-    state = CallState(tainted_by=taint.tainted_by, user_urls=frozenset(taint.user_urls))
+    state = CallState(
+        tainted_by=taint.tainted_by,
+        user_urls=frozenset(taint.user_urls),
+        chat_id=caller.chat_id,
+        user_id=caller.user_id,
+    )
     route = await step.do(f"route:{use.id}", route_tool, deps, use, state, delivery="idempotent")
     if route.problem is not None:
         return CallResult(outcome=route.problem, route=route)  # no approval asked

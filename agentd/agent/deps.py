@@ -99,6 +99,7 @@ class Recall(BaseModel):
     # The recalled memories derived from outside content, in words (they taint the turn);
     # None: recalled before memories said where they came from (any memory then taints).
     outside: list[str] | None = None
+    pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)
 
     @field_validator("outside", mode="before")
     @classmethod

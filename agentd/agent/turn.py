@@ -7,6 +7,7 @@ was interrupted.
 
 from __future__ import annotations
 
+import logging
 import time
 from functools import partial
 from typing import Any
@@ -15,6 +16,8 @@ from pydantic import BaseModel
 
 from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
+from agentd.agent.pending import pending_in_chat
+from agentd.agent.steer import claim_steer
 from agentd.agent.taint import input_sources, turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
@@ -53,6 +56,7 @@ from agentd.memory.summarise import (
 from agentd.retrieval.fusion import fusion_from_config
 from agentd.tools.urls import urls_in, user_url_in
 
+log = logging.getLogger("agentd.agent")
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
 LLM_ERROR_REPLY = (
     "Sorry — I couldn't get an answer from the language model just now. Your message is saved; "
@@ -416,6 +420,18 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
     return Recall(facts=facts, memories=memories, outside=recalled)
 
 
+async def recall_for_turn(deps: TurnDeps, inp: TurnInput, instance_id: str) -> Recall:
+    """Recalled memories, and what the chat's other turns still wait for (agent/pending.py):
+    the latter is read even when recall fails, so the model never asks for those again."""
+    pending = await deps.db.read_inline(pending_in_chat, inp.chat_id, instance_id, deps.clock.now())
+    try:
+        recall = await recall_memories(deps, inp)
+    except Exception as exc:  # an embedder outage must not cost the user their answer
+        log.warning("recall failed; answering without memories", extra={"error": repr(exc)})
+        recall = Recall(outside=[])
+    return recall.model_copy(update={"pending": pending})
+
+
 async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
     """Start the background summary once the chat passes its threshold (R-LTM-1)."""
     if deps.embedder is None or deps.start_workflow is None:
@@ -554,7 +570,9 @@ async def think(
         past, window = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp, notes))
         try:
-            recall = await step.do("recall", recall_memories, deps, inp, delivery="idempotent")
+            recall = await step.do(
+                "recall", recall_for_turn, deps, inp, step.instance_id, delivery="idempotent"
+            )
         except StepFailed:
             recall = Recall(outside=[])  # an embedder outage must not cost the user their answer
         quoted = (inp.reply_to.message_id, inp.reply_to.from_bot) if inp.reply_to else None
@@ -608,8 +626,29 @@ async def answer(
     return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 
 
+def save_steered(conn: Any, inp: TurnInput, instance_id: str) -> int:
+    """A message the working turn took (agent/steer.py): kept for `agentd history`, left out
+    of later prompts (the request it was added to carries it)."""
+    message_id = save_user_message(conn, inp, instance_id, [], [])
+    history.withdraw(conn, [instance_id], "steered")
+    return message_id
+
+
+async def steered_away(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput | None:
+    """For a message sent while another turn worked: None if this turn answers it."""
+    assert inp.steer_into is not None
+    if await step.local("steer-claim", claim_steer, step.instance_id, deps.clock.now()):
+        return None
+    await step.local("save-user", save_steered, inp, step.instance_id)
+    detail = {"outcome": "steered", "into": inp.steer_into}
+    await step.local("audit", write_audit, inp, step.instance_id, "turn", detail)
+    return TurnOutput(outcome="steered")
+
+
 async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
     started = time.perf_counter()
+    if inp.steer_into is not None and (taken := await steered_away(step, deps, inp)):
+        return taken
     images, notes = await look_at_images(step, deps, inp)
     media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
     if media.user_text is not None:  # a transcript is the user's text from here on

@@ -33,7 +33,12 @@ async def _build(ctx: Context) -> Contribution:
         kick=ctx.engine.kick,
         redact=ctx.redactor,
     )
-    ctx.router.command("run", runtime.run_command, "Run one of your automations: /run NAME {json}")
+    ctx.router.command(
+        "run",
+        runtime.run_command,
+        "Run one of your automations: /run NAME {json}",
+        owner_only=True,
+    )
     ctx.router.callback(CALLBACK_PREFIX, runtime.on_answer)
     if catalog.names():
         log.info("automations loaded", extra={"automations": catalog.names()})

@@ -158,7 +158,10 @@ def write_private(path: Path, text: str) -> None:
 
 
 def user_unit(config_path: Path, secrets_path: Path) -> str:
-    """A systemd user unit running this install's `agentd run` with the files just written."""
+    """A systemd user unit running this install's `agentd` with the files just written, under
+    the system unit's hardening where a user manager can apply it."""
+    entry = Path(sys.executable).parent / "agentd"
+    command = str(entry) if entry.exists() else shutil.which("agentd") or "agentd"
     return f"""# Written by `agentd init --systemd` (system-wide: systemd/agentd.service).
 [Unit]
 Description=agentd personal AI agent (Telegram)
@@ -168,7 +171,7 @@ After=network-online.target
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={sys.executable} -m agentd run --config {config_path.resolve()}
+ExecStart={command} run --config {config_path.resolve()}
 WorkingDirectory={config_path.resolve().parent}
 EnvironmentFile={secrets_path.resolve()}
 Restart=on-failure
@@ -176,6 +179,24 @@ RestartSec=5
 RestartPreventExitStatus=78
 WatchdogSec=60
 UMask=0077
+# The system unit's hardening, but for its file-system options (ProtectSystem, PrivateTmp…):
+# a user manager builds those in a user namespace of its own, where bubblewrap (the shell's
+# sandbox) cannot make its own. Namespaces, mounts and a few privileged calls stay allowed for
+# bubblewrap; see systemd/agentd.service for why each is needed.
+NoNewPrivileges=yes
+LockPersonality=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+SystemCallArchitectures=native
+RestrictNamespaces=user mnt pid ipc uts net cgroup
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+SystemCallFilter=@system-service @mount capset chroot pivot_root sethostname
+SystemCallFilter=setuid setgid setresuid setresgid setgroups
+SystemCallFilter=~@obsolete @swap @reboot @raw-io @clock @debug @cpu-emulation @module @chown
+SystemCallErrorNumber=EPERM
+MemoryMax=1G
+MemoryHigh=768M
+TasksMax=256
 
 [Install]
 WantedBy=default.target

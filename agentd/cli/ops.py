@@ -6,7 +6,6 @@ import json as jsonlib
 import os
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -17,8 +16,10 @@ import typer
 from agentd.access import owners
 from agentd.cli.common import (
     EXIT_CONFIG,
+    NO_CONFIG,
     ConfigOption,
     JsonOption,
+    config_missing,
     config_or_exit,
     database,
     err,
@@ -36,7 +37,11 @@ from agentd.config import Config, ConfigError, load_config
 def usage(
     days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
     schedule: Annotated[
-        str | None, typer.Option(help="Only the runs of this schedule (e.g. the briefing's id).")
+        str | None,
+        typer.Option(
+            help="Only the runs of this schedule: its id, or the start of ids (briefing: "
+            "every briefing, daily and once)."
+        ),
     ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
@@ -149,6 +154,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         cfg: Config | None = load_config(config)
         if cfg.source:
             _check("config", True, cfg.source, results)
+        elif config_missing(cfg):
+            _check("config", False, NO_CONFIG, results)
         else:
             _check(
                 "config",
@@ -162,8 +169,10 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     except ConfigError as exc:
         cfg = None
         _check("config", False, f"invalid configuration: {exc}", results)
+    missing = cfg is not None and config_missing(cfg)
     if cfg is not None:
-        _doctor_database(cfg, results)
+        if not missing:  # "agentd.db will be created" here would be the wrong folder's
+            _doctor_database(cfg, results)
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
@@ -171,6 +180,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     if json:
         print_json(results)
     else:
+        from rich.markup import escape
+
         for r in results:
             mark = (
                 "[red]FAIL[/]"
@@ -179,8 +190,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
                 if r["warn"]
                 else "[green]ok[/]"
             )
-            out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
-    if cfg is None:
+            out.print(f"{mark}  {r['check']}: {escape(str(r['detail']))}", highlight=False)
+    if cfg is None or missing:
         raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
@@ -314,36 +325,33 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
             "anthropic", False, "ANTHROPIC_API_KEY is not set" + _unreadable_secrets(cfg), results
         )
         return
-    base = (cfg.llm.base_url or "https://api.anthropic.com").rstrip("/")
-    headers = {"x-api-key": key.get_secret_value(), "anthropic-version": "2023-06-01"}
-    try:
-        status, _ = _http_json(f"{base}/v1/models", headers)
-    except (OSError, ValueError) as exc:
-        _check("anthropic", False, f"{base} unreachable: {type(exc).__name__}", results)
-        return
-    ok = status == 200
-    detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
-    _check("anthropic", ok, detail, results)
-    if ok:
-        _doctor_model(cfg, base, headers, results)
+    from agentd.cli.model_check import DEFAULT_BASE_URL, ModelProblem, check_model
 
-
-def _doctor_model(
-    cfg: Config, base: str, headers: dict[str, str], results: list[dict[str, object]]
-) -> None:
+    base = (cfg.llm.base_url or DEFAULT_BASE_URL).rstrip("/")
     model = cfg.llm.model
-    try:
-        status, _ = _http_json(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
-    except (OSError, ValueError) as exc:
-        _check("model", False, f"could not look up {model}: {type(exc).__name__}", results)
+    try:  # the check `agentd init` makes: the model list, or one tiny message without one
+        found = check_model(base, key.get_secret_value(), model)
+    except ModelProblem as problem:
+        _doctor_model_problem(problem, results)
         return
-    if status == 200:
-        _check("model", True, f"{model} is available", results)
-    else:
-        _check(
-            "model",
-            False,
-            f"{model}: HTTP {status} from the models API; set llm.model "
-            "to a model id your key can use (e.g. claude-haiku-4-5)",
-            results,
-        )
+    _check("anthropic", True, f"{base} accepts the key", results)
+    how = "listed" if found.how == "listed" else "answered a one-token message"
+    _check("model", True, f"{model} is available ({how})", results)
+
+
+def _doctor_model_problem(problem: Any, results: list[dict[str, object]]) -> None:
+    """Which of the key, the base URL or the model to change, by its config name."""
+    said = str(problem).replace(", or pass --skip-model-check to write the config unchecked", "")
+    if problem.fault == "model":
+        if problem.listed:
+            fix = f"it lists: {', '.join(problem.listed)}; set llm.model to one of them"
+        else:
+            fix = "set llm.model to a model id this endpoint serves (its documentation names them)"
+        _check("anthropic", True, "the key is accepted", results)
+        _check("model", False, f"{said}; {fix}", results)
+        return
+    fix = {
+        "key": "; set ANTHROPIC_API_KEY (environment or agentd.env) to a key it accepts",
+        "base_url": " (llm.base_url in the config)",
+    }.get(problem.fault, "")
+    _check("anthropic", False, f"{said}{fix}", results)

@@ -62,6 +62,8 @@ class Command:
     fn: CommandFn
     description: str  # Telegram's menu and /help
     finish: FinishFn | None = None
+    # Shown in the owner's /help and menu only; the command still checks who asks.
+    owner_only: bool = False
 
 
 def command_key(chat_id: int) -> str:
@@ -84,12 +86,22 @@ class CommandRouter:
     """Commands by name and callback handlers by data prefix; add more with `command`/`callback`."""
 
     bot_username: str = ""
+    owner_id: int | None = None
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
     awaiting: list[AwaitFn] = field(default_factory=list)
+    # What the agent can do beyond the commands, one line per capability with tools; set by
+    # the wiring once every capability has contributed, for /help.
+    abilities: list[str] = field(default_factory=list)
 
     def command(
-        self, name: str, fn: CommandFn, description: str = "", *, finish: FinishFn | None = None
+        self,
+        name: str,
+        fn: CommandFn,
+        description: str = "",
+        *,
+        finish: FinishFn | None = None,
+        owner_only: bool = False,
     ) -> None:
         if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
             raise ValueError(f"command name {name!r}: use 1–32 of a-z, 0-9 and _")
@@ -98,7 +110,7 @@ class CommandRouter:
         text = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
         if not 1 <= len(text) <= 256:
             raise ValueError(f"command /{name}: give a description of 1–256 characters")
-        self.commands[name] = Command(fn=fn, description=text, finish=finish)
+        self.commands[name] = Command(fn=fn, description=text, finish=finish, owner_only=owner_only)
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
@@ -107,9 +119,15 @@ class CommandRouter:
         """Let `fn` claim a message as the answer a command asked for (see AwaitFn)."""
         self.awaiting.append(fn)
 
-    def menu(self) -> list[tuple[str, str]]:
-        """(command, description) pairs for setMyCommands, in registration order."""
-        return [(name, c.description) for name, c in self.commands.items()]
+    def menu(self, *, owner: bool = True) -> list[tuple[str, str]]:
+        """(command, description) pairs for setMyCommands, in registration order; without
+        the owner's own commands unless `owner`."""
+        return [
+            (name, c.description) for name, c in self.commands.items() if owner or not c.owner_only
+        ]
+
+    def is_owner(self, user_id: int) -> bool:
+        return self.owner_id is not None and user_id == self.owner_id
 
     def parse(self, turn: TurnInput) -> CommandInput | None:
         """The command this message is (known or not); None for text meant for the model."""

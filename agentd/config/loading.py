@@ -3,13 +3,14 @@ validate, resolve paths against the file's folder and read the two core secrets.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentd.config.paths import resolve_paths
 from agentd.config.schema import OLD_SPELLINGS, Config, ConfigError
@@ -104,13 +105,63 @@ def _new_spelling(dotted: str) -> str:
     return dotted
 
 
-def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
-    err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    variable = next(
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside a field's annotation (`X`, `X | None`, `list[X]`), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _model_in(arg)) is not None:
+            return found
+    return None
+
+
+def _keys_at(path: tuple[Any, ...]) -> list[str]:
+    """The keys the section at `path` has (("mail", 0) is a [[mail]] account)."""
+    model: Any = Config
+    for part in path:
+        if isinstance(part, int):
+            continue  # an item of a list: the item's model is already the one found
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+    fields = getattr(model, "model_fields", {})
+    return [name for name, f in fields.items() if not f.exclude]
+
+
+def _unknown_key(err: Any, key: str) -> str:
+    name = str(err["loc"][-1])
+    if name in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
+        return f"{key}: secrets are not read from the config file; set them in the environment"
+    close = difflib.get_close_matches(name, _keys_at(tuple(err["loc"][:-1])), n=1)
+    hint = f"did you mean {close[0]}?" if close else "see config.example.toml for the keys"
+    return f"{key}: unknown key; {hint}"
+
+
+def _describe(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
+    """Every unknown key (each with the nearest real one), else the first error."""
+    errors = exc.errors()
+    messages = []
+    for err in errors:
+        key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        if _variable(key, from_env) is None and err["type"] == "extra_forbidden":
+            messages.append(_unknown_key(err, key))
+    if not messages:
+        return _first_error(errors[0], source, from_env)
+    where = f"{source}: " if source else ""
+    return where + "; ".join(messages)
+
+
+def _variable(key: str, from_env: dict[str, str]) -> str | None:
+    return next(
         (var for dotted, var in from_env.items() if key == dotted or key.startswith(dotted + ".")),
         None,
     )
+
+
+def _first_error(err: Any, source: Path | None, from_env: dict[str, str]) -> str:
+    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    variable = _variable(key, from_env)
     if variable is not None:
         if err["type"] == "extra_forbidden":
             return (
@@ -122,11 +173,6 @@ def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, 
             f"{ENV_SYNTAX}"
         )
     where = f"{source}: " if source else ""
-    if err["type"] == "extra_forbidden":
-        hint = "unknown key; see config.example.toml for the keys that exist"
-        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
-            hint = "secrets are not read from the config file; set them in the environment"
-        return f"{where}{key}: {hint}"
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 
@@ -150,7 +196,7 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_first_error(exc, source, from_env)) from None
+        raise ConfigError(_describe(exc, source, from_env)) from None
     if source is not None:
         source = source.absolute()
         resolve_paths(config, source.parent, from_env)

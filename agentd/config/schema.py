@@ -402,6 +402,9 @@ class ShellConfig(_Section):
     # Output kept for the model: its head and its tail, the cut in between said.
     output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
     max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # The private /tmp's size: tmpfs pages are not counted by the memory limit (an address
+    # space limit), so each in-memory folder of the sandbox has a size of its own.
+    tmp_mb: int = Field(default=256, ge=1, le=1_048_576)
     # After this long the chat shows "running…" with the elapsed time, edited in place.
     progress_after: float = Field(default=5.0, ge=0)
     # Wall time of a command left running in the background (its own durable workflow).
@@ -565,6 +568,13 @@ class HookConfig(_Section):
     delivery_headers: list[str] = Field(
         default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
     )
+    # Where the sender signs a timestamp: its header; the signature is then over
+    # "<timestamp>.<body>", and one older than max_age_seconds is refused.
+    timestamp_header: str = ""
+    max_age_seconds: int = Field(default=300, ge=10, le=86_400)
+    # A body is accepted once within the sender's retry window; starts are rate-limited.
+    replay_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    max_starts_per_minute: int = Field(default=30, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _one_target(self) -> HookConfig:
@@ -644,6 +654,21 @@ class LogConfig(_Section):
     format: Literal["auto", "json", "text"] = "auto"
 
 
+class ChatConfig(_Section):
+    """`[chat]`: a message that arrives while a turn of its chat works (agentd/chat/busy.py)."""
+
+    busy: Literal["steer", "queue", "interrupt"] = "steer"
+
+
+class TasksConfig(_Section):
+    """`[tasks]`: background tasks started by the `delegate` tool or `/task`."""
+
+    max_running: int = Field(default=3, ge=1)  # per chat, at once; more are refused
+    max_steps: int = Field(default=8, ge=1, le=100)  # model calls per task, at most
+    token_budget: int = Field(default=100_000, ge=1)  # tokens per task, at most
+    max_depth: int = Field(default=2, ge=1)  # a task may delegate until this depth
+
+
 class StartupConfig(_Section):
     """`[startup]`: how `agentd run` loads its libraries."""
 
@@ -712,6 +737,8 @@ class Config(_Section):
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)
     calendar: list[CalendarConfig] = Field(default_factory=list)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
     # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets

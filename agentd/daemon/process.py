@@ -195,10 +195,11 @@ def _start_polling(
         policy=retry_policy(config),
         request_timeout=config.telegram.request_timeout,
         on_progress=watchdog or (lambda: None),
+        busy=config.chat.busy,
     )
     proc.tasks.append(asyncio.create_task(proc.poller.run(), name="poller"))
     # Best effort, so its round trip need not delay the first getUpdates.
-    menu = publish_menu_best_effort(proc.bot, wired.router.menu())
+    menu = publish_menu_best_effort(proc.bot, wired.router)
     proc.tasks.append(asyncio.create_task(menu, name="menu"))
     if config.retention.enabled:
         proc.tasks.append(asyncio.create_task(run_daily(proc.engine.start, clock, proc.stop)))

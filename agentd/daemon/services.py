@@ -26,6 +26,7 @@ from agentd.retention.workflow import make_retention_workflow
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
+from agentd.tasks.install import Tasks
 from agentd.telegram.classify import Identity
 from agentd.tools import ToolRegistry, hostrules
 from agentd.tools.capability import Context, Contribution
@@ -95,8 +96,15 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         # The daemon's copy of its users' sign bits: recall and search_memory share it.
         shared={"embedder": embedder, "memory_bits": BitCache(), "files": TelegramFiles(core.bot)},
     )
-    parts = [await cap.contribute(ctx) for cap in capabilities()]
+    caps = capabilities()
+    parts = [await cap.contribute(ctx) for cap in caps]
+    # Background tasks: `delegate` is registered like every tool (so `[tools] disabled` and
+    # `[tools.risk]` apply); the task workflow and /task, /tasks come once the deps exist.
+    tasks = Tasks(engine)
+    names = [c.name for c in caps] + ["tasks"]
+    parts.append(Contribution(tools=tasks.tools()))
     registry = _registry(config, parts)
+    router.abilities = abilities(names, parts, registry)
     turn: dict[str, Any] = {}
     for part in parts:
         turn.update(part.turn)
@@ -116,6 +124,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         **turn,
     )
     engine.register(make_turn_workflow(deps))
+    tasks.install(deps, router)  # the task workflow, /task and /tasks
     engine.register(make_retention_workflow(db, config.retention, core.clock))
     engine.register(make_notice_workflow(db, core.outbox))  # parked and failed runs: notices
     engine.register(make_leave_workflow(core.bot, db))
@@ -130,10 +139,10 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
 
 
 def _command_router(core: Core, me: Identity, embedder: Any) -> CommandRouter:
-    router = CommandRouter(bot_username=me.bot_username)
     # Only approvers decide, and only on the card itself (access/approvals.py): Approve /
     # Deny and "Always allow this" alike.
     trust = owners.resolve(core.config.telegram)
+    router = CommandRouter(bot_username=me.bot_username, owner_id=trust.owner_id)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
     router.callback(hostrules.CALLBACK_PREFIX, hostrules.callback_handler(trust.may_approve))
@@ -167,5 +176,40 @@ def _registry(config: Config, parts: list[Contribution]) -> ToolRegistry:
             log.warning("tool problem", extra={"problem": problem})
     for item in problems:
         log.warning("tool problem", extra={"source": item.source, "problem": item.message})
-    log.info("tools registered", extra={"tools": {t.name: t.risk for t in registry.tools()}})
+    tools = registry.tools()
+    # One line at INFO (how many, and which could do harm); the whole list at DEBUG.
+    high = sorted(t.name for t in tools if t.risk == "high")
+    log.info("tools registered", extra={"count": len(tools), "high_risk": high})
+    log.debug("tools registered", extra={"tools": {t.name: t.risk for t in tools}})
     return registry
+
+
+# What each capability's tools let the agent do, in the words of /help.
+ABOUT = {
+    "memory": "remember what you tell me, and recall it later",
+    "documents": "search the documents you gave me",
+    "web": "search the web and read pages",
+    "media": "read the files, voice messages and pictures you send me",
+    "schedule": "reminders and tasks at a time you choose",
+    "mail": "read and sort your mail, and send it (I ask first)",
+    "calendar": "look at your calendar and add events",
+    "skills": "follow the skills you installed, listed by /skills",
+    "mcp": "use the tools of your MCP servers",
+    "automations": "run your automations",
+    "plugins": "use the tools of your plugins",
+    "hands": "work with files in my workspace",
+    "tasks": "hand longer work to background tasks and tell you when each ends",
+}
+# A tool that adds to its capability's line when it is offered (the shell needs a sandbox).
+ABOUT_TOOL = {"shell": "run commands on this server (I ask before anything risky)"}
+
+
+def abilities(names: list[str], parts: list[Contribution], registry: ToolRegistry) -> list[str]:
+    """One line per capability that registered a tool: what it does, and its tools."""
+    lines = []
+    for name, part in zip(names, parts, strict=True):
+        tools = [t.name for t in (*part.tools, *part.late_tools) if registry.get(t.name) is t]
+        if tools:
+            about = [ABOUT.get(name, name), *(ABOUT_TOOL[t] for t in tools if t in ABOUT_TOOL)]
+            lines.append(f"{', and '.join(about)} — {', '.join(dict.fromkeys(tools))}")
+    return lines

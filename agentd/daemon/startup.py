@@ -22,6 +22,7 @@ from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
 
 if TYPE_CHECKING:
+    from agentd.commands.router import CommandRouter
     from agentd.telegram.session import RetryPolicy
 
 log = logging.getLogger("agentd")
@@ -106,11 +107,12 @@ async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignor
                 log.exception("periodic task failed")
 
 
-async def publish_menu_best_effort(bot, menu: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+async def publish_menu_best_effort(bot, router: CommandRouter) -> None:  # type: ignore[no-untyped-def]
+    """Everyone's menu, and the owner's with the owner's own commands (/run)."""
     from agentd.telegram.menu import publish_menu
 
     try:
-        await publish_menu(bot, menu)
+        await publish_menu(bot, router.menu(owner=False), router.menu(), router.owner_id)
     except Exception:  # it already logs what Telegram refused; this is anything else
         log.exception("publishing the command menu failed")
 

@@ -99,6 +99,7 @@ async def _build(ctx: Context) -> Contribution:
         dashboard.command,
         "A link to your web dashboard (the owner, in private)",
         finish=dashboard.finish,
+        owner_only=True,
     )
     return Contribution(start=[dashboard.start])
 

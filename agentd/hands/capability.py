@@ -71,8 +71,13 @@ def _doctor(config: Config, probe: Probe) -> list[Check]:
         results.add("shell", True, f"not offered: {problem}", warn=True)
     else:
         results.add(
-            "shell", True, "bubblewrap sandbox works (namespaces, read-only system, no network)"
+            "shell", True, "bubblewrap sandbox works (namespaces, seccomp, read-only system)"
         )
+        from agentd.hands.unitcheck import check_under_unit
+
+        # The probe above ran with the owner's rights; the service runs under its unit's.
+        works, said = check_under_unit(workspace.root, shell.run_as)
+        results.add("shell (service)", works is not False, said, warn=works is not True)
     return results
 
 

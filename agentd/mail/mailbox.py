@@ -74,9 +74,11 @@ class Mailbox:
             await self.set_flag(folder, [uid], "seen", True)
         return shown
 
-    async def save_attachment(self, folder: str, uid: int, index: int, target: Path) -> Path:
+    async def save_attachment(
+        self, folder: str, uid: int, index: int, target: Path, within: Path | None = None
+    ) -> Path:
         msg = await self.message(folder, uid)
-        return await asyncio.to_thread(save_attachment, msg, index, target)
+        return await asyncio.to_thread(save_attachment, msg, index, target, within)
 
     async def set_flag(self, folder: str, uids: list[int], flag: str, on: bool) -> None:
         name = {"seen": b"\\Seen", "flagged": b"\\Flagged", "answered": b"\\Answered"}[flag]

@@ -58,6 +58,10 @@ class CallState:
     user_urls: frozenset[str] = frozenset()
     # Hosts the owner allowed fetches to reach without asking (tools/hostrules.py).
     allowed_hosts: frozenset[str] = frozenset()
+    # The chat the call is made in and the user whose workspace it acts on; None: unknown (a
+    # shell rule scoped to a chat then does not apply, and the call asks).
+    chat_id: int | None = None
+    user_id: int | None = None
 
 
 class Assessment(BaseModel):
