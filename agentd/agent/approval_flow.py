@@ -27,6 +27,7 @@ from agentd.tools import (
     ToolOutcome,
     args_digest,
     check_args,
+    hostrules,
     render_args,
 )
 
@@ -46,6 +47,7 @@ class Route(BaseModel):
     at_most_once: bool = False  # the tool asks never to be run twice (Tool.at_most_once)
     settles: bool = False  # after a crash mid-call the tool can find out what happened
     taints: bool = False  # its result is outside content: the turn is tainted after it runs
+    allow_host: str = ""  # the card offers "Always allow this host" (tools/hostrules.py)
 
 
 class Caller(BaseModel):
@@ -117,6 +119,8 @@ def create_approval(
     stored = approvals.create(conn, approval)
     if card is not None and card.always_allow:
         shell_rules.offer(conn, stored.id, card.always_allow)
+    if tool.allow_host:
+        hostrules.offer(conn, stored.id, tool.allow_host)
     if card is not None:
         stored = stored.model_copy(update={"card_text": preview})
     audit.record(
@@ -243,7 +247,12 @@ async def tell_asker(deps: CallDeps, approval: Approval, text: str) -> int | Non
 
 
 async def always_allow_buttons(deps: CallDeps, approval: Approval) -> list[list[Button]]:
-    """The third button, "Always allow this", where the tool offered a rule (hands/rules.py)."""
+    """The third button, "Always allow this", where the tool offered a rule (hands/rules.py),
+    or "Always allow <host>" for a fetch (tools/hostrules.py)."""
+    host = await deps.db.read(hostrules.offered, approval.id)
+    if host is not None:
+        data = hostrules.callback_data(approval.id)
+        return [[Button(text=f"♾ Always allow {host[:60]}", data=data)]]
     if await deps.db.read(shell_rules.offered, approval.id) is None:
         return []
     data = shell_rules.always_callback_data(approval.id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Literal
 
@@ -40,10 +40,10 @@ from agentd.tools import (
     call_risk,
     check_args,
     execute,
+    hostrules,
     render_args,
 )
 from agentd.tools.fingerprint import fingerprint
-from agentd.tools.urls import urls_in
 
 log = logging.getLogger("agentd.agent")
 UNKNOWN_OUTCOME = (
@@ -106,7 +106,11 @@ async def route_tool(deps: CallDeps, use: ToolUseBlock, state: CallState | None 
     checked = check_args(tool, use.input)
     if isinstance(checked, ToolOutcome):
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
-    verdict = call_risk(tool, checked, state or CallState())
+    state = state or CallState()
+    if state.tainted_by:  # read while routing, so the journaled route keeps what was allowed
+        hosts = await deps.db.read(hostrules.allowed_hosts)
+        state = replace(state, allowed_hosts=frozenset(hosts))
+    verdict = call_risk(tool, checked, state)
     # What the owner approves is this tool as it is now: its fingerprint goes on the approval.
     printed = fingerprint(tool) if verdict.risk == "high" else ""
     return Route(
@@ -118,6 +122,7 @@ async def route_tool(deps: CallDeps, use: ToolUseBlock, state: CallState | None 
         at_most_once=tool.at_most_once,
         settles=tool.settle is not None,
         taints=tool.taints,
+        allow_host=verdict.allow_host if verdict.risk == "high" else "",
     )
 
 
@@ -242,20 +247,16 @@ def write_tool_audit(
 
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
-    """What a call that ran adds to the caller's taint: its source if the tool taints (or
-    this result said it holds outside content), and every URL it showed (a later fetch of one
-    of them sends out nothing new)."""
+    """What a call that ran adds to the caller's taint: its source, if the tool taints (or
+    this result said it holds outside content). URLs a result shows earn nothing."""
     # A failed call's content is agentd's own error message, except an MCP server's errors,
     # which are its words.
-    outside = route.taints or outcome.outside
-    if outside and (outcome.ok or route.source.startswith("mcp:")):
+    if not (outcome.ok or route.source.startswith("mcp:")):
+        return
+    if route.taints or outcome.outside:
         first = next((v for v in use.input.values() if isinstance(v, str) and v.strip()), "")
         first = " ".join(first.split())
         taint.add_source(f"{route.name} ({first[:80]})" if first else route.name)
-    # The "outcome unknown" report echoes the model's own arguments: a URL it wrote there was
-    # never shown to it, so it must not become one a later fetch may reach without asking.
-    if not outcome.content.startswith(UNKNOWN_OUTCOME):
-        taint.add_urls(urls_in(outcome.content))
 
 
 # -- the path --------------------------------------------------------------------------------
@@ -296,7 +297,7 @@ async def make_call(
     iid = step.instance_id
     state = CallState(
         tainted_by=taint.tainted_by,
-        known_urls=frozenset(taint.urls),
+        user_urls=frozenset(taint.user_urls),
         chat_id=caller.chat_id,
         user_id=caller.user_id,
     )

@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
@@ -96,5 +96,13 @@ class Recall(BaseModel):
 
     facts: str = ""
     memories: str = ""
-    outside: bool = False  # a recalled memory came from outside content (memory.taints)
+    # The recalled memories derived from outside content, in words (they taint the turn);
+    # None: recalled before memories said where they came from (any memory then taints).
+    outside: list[str] | None = None
     pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)
+
+    @field_validator("outside", mode="before")
+    @classmethod
+    def _flag_from_before(cls, value: Any) -> Any:
+        """A recall journaled with a yes/no flag said nothing of which memories: unknown."""
+        return None if isinstance(value, bool) else value

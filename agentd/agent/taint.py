@@ -1,14 +1,17 @@
-"""Which outside content a turn has read so far, and which URLs it has seen.
+"""Which outside content the model has in view in a turn, and which URLs its user wrote.
 
-A turn is tainted once the model has read anything it did not get from its user's own words:
-a fetched page or search results (a tool with `taints`), a document or photo sent in chat, a
-forwarded message or audio (someone else's words), memories recalled from earlier turns, or a
-scheduled task that something other than the user set up. From then on, a tool with `egress`
-asks the owner (tools/policy.py), and `fetch_url` asks for a URL it has not seen.
+Taint is a property of what the model sees, not of the turn that first read it. A turn is
+tainted while its context holds anything its users did not write themselves: its own input
+when that is someone else's words (a forwarded message or audio, a document, a photo's text, a
+webhook body, a schedule planted after outside content, a quoted notice), a stored message in
+its history window that came from outside (provenance.py), a memory or fact derived from
+outside content that recall brought in, or the result of a tool with `taints` it ran. From then
+on a tool with `egress` asks the owner (tools/policy.py), and `fetch_url` asks for any URL
+the user did not write, byte for byte, unless the owner allowed its host.
 
-Everything here is computed from the turn's input and its journaled step results (the
-recall, the media, each tool's Route and outcome, each model response), never from the live
-registry: a replay after a crash reaches the same taint at the same call.
+Everything here is computed from the turn's input, its journaled steps and rows that do not
+change once written, never from the live registry: a replay after a crash reaches the same
+taint at the same call.
 """
 
 from __future__ import annotations
@@ -26,20 +29,20 @@ _MAX_URLS = 2000
 
 
 class TurnTaint(BaseModel):
-    """The outside content read so far in a turn (`sources`) and the URLs seen (`urls`)."""
+    """The outside content in view so far (`sources`) and the URLs the user wrote (`user_urls`)."""
 
     sources: list[str] = Field(default_factory=list)
-    urls: list[str] = Field(default_factory=list)
+    user_urls: list[str] = Field(default_factory=list)
 
     def add_source(self, source: str) -> None:
         if source not in self.sources and len(self.sources) < _MAX_SOURCES:
             self.sources.append(source)
 
-    def add_urls(self, urls: Iterable[str]) -> None:
-        known = set(self.urls)
+    def add_user_urls(self, urls: Iterable[str]) -> None:
+        known = set(self.user_urls)
         for url in urls:
-            if url not in known and len(self.urls) < _MAX_URLS:
-                self.urls.append(url)
+            if url not in known and len(self.user_urls) < _MAX_URLS:
+                self.user_urls.append(url)
                 known.add(url)
 
     @property
@@ -47,33 +50,57 @@ class TurnTaint(BaseModel):
         return tuple(self.sources)
 
 
-def turn_taint(
-    inp: TurnInput, *, photos: int, media_meta: dict[str, object], memories: str
-) -> TurnTaint:
-    """The taint a turn starts its tool loop with, from its input and journaled results."""
-    taint = TurnTaint()
+def input_sources(inp: TurnInput, *, photos: int, media_meta: dict[str, object]) -> list[str]:
+    """The outside content the turn's own input carries, in words ([]: the user's own)."""
+    found: list[str] = []
     if inp.forwarded:
-        taint.add_source(f"a forwarded message ({inp.forwarded_from or 'unknown sender'})")
+        found.append(f"a forwarded message ({inp.forwarded_from or 'unknown sender'})")
     elif inp.outside_source:
-        taint.add_source(inp.outside_source)
-    else:
-        # The user's own words: a URL they wrote may be fetched whatever else the turn read.
-        taint.add_urls(urls_in(inp.text))
+        found.append(inp.outside_source)
     # In a group, a quoted message may be anyone's words; in a private chat, the user's own.
     quoted = inp.reply_to is not None and inp.reply_to.text and not inp.reply_to.from_bot
     if quoted and inp.chat_id < 0:
-        taint.add_source("a quoted message from the group")
+        found.append("a quoted message from the group")
     if photos:
-        taint.add_source("a photo (its text was read)")
+        found.append("a photo (its text was read)")
     if inp.media is not None:
         if inp.media.kind == "document":
-            taint.add_source(f"a document ({inp.media.file_name or 'sent in chat'})")
+            found.append(f"a document ({inp.media.file_name or 'sent in chat'})")
         elif inp.media.forwarded or inp.media.kind == "audio":
-            taint.add_source(f"a transcript of {'forwarded ' if inp.media.forwarded else ''}audio")
+            found.append(f"a transcript of {'forwarded ' if inp.media.forwarded else ''}audio")
     if media_meta.get("document_id") and inp.media is None:
-        taint.add_source("a document")
+        found.append("a document")
     if inp.scheduled_after:  # planted while its creator was reading outside content
-        taint.add_source(f"a scheduled task set up after reading {inp.scheduled_after[:200]}")
-    if memories.strip():
-        taint.add_source("memories recalled from earlier conversations")
+        found.append(f"a scheduled task set up after reading {inp.scheduled_after[:200]}")
+    return found
+
+
+def turn_taint(
+    inp: TurnInput,
+    *,
+    photos: int,
+    media_meta: dict[str, object],
+    memories: str,
+    context: Iterable[str] = (),
+    recalled: Iterable[str] | None = None,
+) -> TurnTaint:
+    """The taint a turn starts its tool loop with: its input (`input_sources`), the outside
+    content still in its history window and quoted (`context`, provenance.py), and the
+    recalled memories and facts derived from outside content (`recalled`; None: a recall
+    journaled before memories said where they came from, which taints whenever it found any)."""
+    taint = TurnTaint()
+    own = input_sources(inp, photos=photos, media_meta=media_meta)
+    for source in own:
+        taint.add_source(source)
+    if not (inp.forwarded or inp.outside_source):
+        # The user's own words: a URL they wrote may be fetched whatever else the turn read.
+        taint.add_user_urls(urls_in(inp.text))
+    for source in context:
+        taint.add_source(source)
+    if recalled is None:
+        if memories.strip():
+            taint.add_source("memories recalled from earlier conversations")
+    else:
+        for source in recalled:
+            taint.add_source(source)
     return taint

@@ -50,9 +50,9 @@ async def plan_together(
 
 
 def merge_taint(into: TurnTaint, branch: TurnTaint) -> None:
+    """What a branch read joins the turn's taint (its user's URLs are the turn's own)."""
     for source in branch.sources:
         into.add_source(source)
-    into.add_urls(branch.urls)
 
 
 async def run_together(

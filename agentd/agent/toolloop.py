@@ -42,7 +42,6 @@ from agentd.tools import (
     ToolOutcome,
     render_args,
 )
-from agentd.tools.urls import normal_url
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import TurnInput
@@ -78,6 +77,8 @@ class AgentResult(BaseModel):
     reported_actions: list[str] = Field(default_factory=list)
     skills_used: list[str] = Field(default_factory=list)  # loaded with use_skill, in order
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
+    # The outside content the model had in view by the end (agent/taint.py), in words.
+    tainted_by: list[str] = Field(default_factory=list)
 
 
 async def handle_tool_use(
@@ -273,6 +274,10 @@ async def agent_loop(
     reported: list[str] = []
     used: list[str] = []
     files: list[SpooledFile] = []
+    # What every result carries; the lists grow as the loop goes.
+    done: dict[str, Any] = dict(
+        reported_actions=reported, files=files, skills_used=used, tainted_by=taint.sources
+    )
     last_text = ""
     response: LLMResponse | None = None
     pin: str | None = None  # the first call's model, from its journaled answer on a replay
@@ -286,7 +291,6 @@ async def agent_loop(
         last_text = response.text or last_text
         if response.sources:  # the provider's web search: its results are outside content
             taint.add_source("web search results")
-            taint.add_urls(normal_url(url) for _, url in response.sources)
         if not response.tool_uses:
             if response.stop_reason == "pause_turn" and n < max_steps:
                 # A long server-side tool run paused: send the turn back so the model goes on.
@@ -294,9 +298,7 @@ async def agent_loop(
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
             text = with_notes(text, notes)
-            return AgentResult(
-                text=text, calls=n, reported_actions=reported, files=files, skills_used=used
-            )
+            return AgentResult(text=text, calls=n, **done)
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
@@ -309,14 +311,7 @@ async def agent_loop(
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
-    return AgentResult(
-        text=text,
-        calls=max_steps,
-        outcome="step_limit",
-        reported_actions=reported,
-        files=files,
-        skills_used=used,
-    )
+    return AgentResult(text=text, calls=max_steps, outcome="step_limit", **done)
 
 
 def tool_results(

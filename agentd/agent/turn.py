@@ -18,7 +18,7 @@ from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.pending import pending_in_chat
 from agentd.agent.steer import claim_steer
-from agentd.agent.taint import turn_taint
+from agentd.agent.taint import input_sources, turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
     CACHE_TTL_SECONDS,
@@ -42,6 +42,7 @@ from agentd.media.vision import meta as vision_meta
 from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
+from agentd.memory.provenance import context_sources, outside_memories, ref_of
 from agentd.memory.search import format_recall, search_memories
 from agentd.memory.store import list_memories
 from agentd.memory.summarise import (
@@ -171,6 +172,9 @@ def save_user_message(
     if (withdrawn := _withdrawn_as(conn, instance_id)) is not None:
         meta["withdrawn"] = withdrawn  # stopped or replaced while it was being read in
     content = _with_notes(_user_content(inp), notes).strip()
+    # Someone else's words (forwarded, a document, a photo's text, a webhook body) stay
+    # outside content in every later turn's history (memory/provenance.py).
+    outside = input_sources(inp, photos=len(images), media_meta=meta)
     message_id = history.save_message(
         conn,
         chat_id=inp.chat_id,
@@ -182,6 +186,8 @@ def save_user_message(
         telegram_message_ids=[inp.message_id] if inp.message_id else [],
         meta=meta,
         created_at=inp.date or None,
+        origin="outside" if outside else "user",
+        origin_ref=ref_of(outside) or None,
     )
     # A retried turn (a transcript that failed before) updates the row saved the first time.
     turnsteps.replace_user_content(conn, message_id, content)
@@ -270,9 +276,9 @@ async def load_history(
 
 async def history_for_prompt(
     step: Step, deps: TurnDeps, chat_id: int, before_id: int
-) -> list[tuple[str, str]]:
-    """The history this turn's prompt starts with: as read by the step, or, when the step is
-    replayed, read again within the bounds it journaled."""
+) -> tuple[list[tuple[str, str]], HistoryWindow]:
+    """The history this turn's prompt starts with (as read by the step, or, when the step is
+    replayed, read again within the bounds it journaled), and those bounds."""
     read_now: list[list[tuple[str, str]]] = []
     window = await step.do(
         "load-history",
@@ -284,11 +290,15 @@ async def history_for_prompt(
         delivery="idempotent",
         result_type=JOURNALED_HISTORY,
     )
-    if read_now:
-        return read_now[0]
     if isinstance(window, list):  # journaled by an older agentd: the messages themselves
-        return [(m.role, m.content) for m in window]
-    return await deps.db.read(history.turns_between, chat_id, window.start_id, window.before_id)
+        start = min((m.id for m in window), default=before_id)
+        return [(m.role, m.content) for m in window], HistoryWindow(
+            start_id=start, before_id=before_id
+        )
+    if read_now:
+        return read_now[0], window
+    past = await deps.db.read(history.turns_between, chat_id, window.start_id, window.before_id)
+    return past, window
 
 
 def _current_message(inp: TurnInput, notes: list[str]) -> str:
@@ -323,8 +333,16 @@ async def send_chunk(
 
 
 def save_reply(
-    conn: Any, inp: TurnInput, instance_id: str, text: str, ids: list[int], outcome: str
+    conn: Any,
+    inp: TurnInput,
+    instance_id: str,
+    text: str,
+    ids: list[int],
+    outcome: str,
+    outside: str = "",
 ) -> int:
+    """The answer into history; `outside` names the outside content the turn read itself
+    (its input, a tool, a recalled memory), which makes the answer outside content too."""
     return history.save_message(
         conn,
         chat_id=inp.chat_id,
@@ -336,6 +354,8 @@ def save_reply(
         instance_id=instance_id,
         telegram_message_ids=ids,
         meta={"outcome": outcome},
+        origin="outside" if outside else "model",
+        origin_ref=outside or None,
     )
 
 
@@ -392,7 +412,12 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
             bits=deps.memory_bits,
         )
     facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
-    return Recall(facts=facts, memories=format_recall(hits, cfg.recall_prompt_chars))
+    memories = format_recall(hits, cfg.recall_prompt_chars)
+    # Only the memories that made it into the prompt count; the owner's words never taint.
+    shown = [h.memory.id for h in hits if f" #{h.memory.id}] " in memories]
+    outside = await deps.db.read_inline(outside_memories, shown)
+    recalled = [f"a recalled memory #{mid} ({ref})" for mid, ref in sorted(outside.items())]
+    return Recall(facts=facts, memories=memories, outside=recalled)
 
 
 async def recall_for_turn(deps: TurnDeps, inp: TurnInput, instance_id: str) -> Recall:
@@ -403,7 +428,7 @@ async def recall_for_turn(deps: TurnDeps, inp: TurnInput, instance_id: str) -> R
         recall = await recall_memories(deps, inp)
     except Exception as exc:  # an embedder outage must not cost the user their answer
         log.warning("recall failed; answering without memories", extra={"error": repr(exc)})
-        recall = Recall()
+        recall = Recall(outside=[])
     return recall.model_copy(update={"pending": pending})
 
 
@@ -455,11 +480,12 @@ async def record_reply(
     outcome: str,
     kind: str,
     detail: dict[str, object],
+    outside: str = "",
 ) -> None:
     """The last two steps of every turn: the answer into history, the turn into the audit."""
     iid = step.instance_id
     await step.locals(  # one commit for both
-        LocalStep("save-reply", save_reply, (inp, iid, text, ids, outcome)),
+        LocalStep("save-reply", save_reply, (inp, iid, text, ids, outcome, outside)),
         LocalStep("audit", write_audit, (inp, iid, kind, {"outcome": outcome, **detail})),
     )
 
@@ -541,16 +567,32 @@ async def think(
     """History, recall and taint, then the agent loop; a failed step is told to the user."""
     images, notes = seen
     try:
-        past = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
+        past, window = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp, notes))
         try:
             recall = await step.do(
                 "recall", recall_for_turn, deps, inp, step.instance_id, delivery="idempotent"
             )
         except StepFailed:
-            recall = Recall()  # an embedder outage must not cost the user their answer
-        taint = turn_taint(inp, photos=len(images), media_meta=media.meta, memories=recall.memories)
-        return await agent_loop(step, deps, inp, messages, recall, taint)
+            recall = Recall(outside=[])  # an embedder outage must not cost the user their answer
+        quoted = (inp.reply_to.message_id, inp.reply_to.from_bot) if inp.reply_to else None
+        # Rows written before this turn never change: a replay reads the same origins.
+        earlier, quote = await deps.db.read(
+            context_sources, inp.chat_id, window.start_id, window.before_id, quoted
+        )
+        taint = turn_taint(
+            inp,
+            photos=len(images),
+            media_meta=media.meta,
+            memories=recall.memories,
+            context=[*earlier, *quote],
+            recalled=recall.outside,
+        )
+        result = await agent_loop(step, deps, inp, messages, recall, taint)
+        # What the turn read itself makes its answer outside content; what only sat in its
+        # history window is labelled on its own rows already.
+        own = [s for s in result.tainted_by if s not in earlier]
+        return result.model_copy(update={"tainted_by": own})
     except StepFailed as exc:
         reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
         ids = await send_reply(step, deps, inp, reply, "send-error")
@@ -577,7 +619,8 @@ async def answer(
         await deliver(step, deps.db, "offer-document", inp.chat_id, offer)
     duration = round((time.perf_counter() - started) * 1000, 1)
     detail = {"llm_calls": result.calls, "chunks": len(ids), "duration_ms": duration}
-    await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail)
+    outside = ref_of(result.tainted_by)
+    await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail, outside)
     # Idempotent: the summary's instance id is derived from the history it covers.
     await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")
     return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)

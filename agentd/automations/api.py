@@ -130,9 +130,14 @@ class AutoStep:
     def __init__(self, step: Step, runtime: Runtime) -> None:
         self._step = step
         self._rt = runtime
-        # What this run's tools have read from outside (agent/taint.py), rebuilt from the
-        # journaled results on a resume: a later egress call asks the owner, as in a turn.
+        # What this run has read from outside (agent/taint.py): its tools' results, its own
+        # steps' (an API's answer, a model's, an event's payload), rebuilt from the journaled
+        # results on a resume: a later egress call asks the owner, as in a turn.
         self._taint = TurnTaint()
+
+    def taint_with(self, source: str) -> None:
+        """Outside content this run acts on from its start (a webhook body as its input)."""
+        self._taint.add_source(source)
 
     @property
     def instance_id(self) -> str:
@@ -149,8 +154,9 @@ class AutoStep:
         result_type: Any = None,
     ) -> T:
         """Run `await fn(*args)` once for this instance; its JSON result is journaled and a
-        resume returns it. `retry`: attempts and backoff (long backoffs are durable sleeps)."""
-        return await self._step.do(
+        resume returns it. `retry`: attempts and backoff (long backoffs are durable sleeps).
+        Its result counts as outside content: a later `step.tool` with egress asks."""
+        result = await self._step.do(
             name,
             fn,
             *args,
@@ -159,6 +165,8 @@ class AutoStep:
             delivery=delivery,
             result_type=result_type,
         )
+        self._taint.add_source(f"automation step {name}")
+        return result
 
     async def sleep(self, name: str, duration: float | timedelta) -> None:
         """Sleep durably: a restart neither shortens nor restarts it."""
@@ -171,8 +179,12 @@ class AutoStep:
         self, event: str, timeout: float | timedelta, *, name: str | None = None
     ) -> Event | None:
         """Wait for `agentd workflows signal ID EVENT` (or `POST /hooks/H/events/EVENT`);
-        None once `timeout` passes. The step is named `wait:EVENT` unless `name` says."""
-        return await self._step.wait_for_event(event, timeout, name=name)
+        None once `timeout` passes. The step is named `wait:EVENT` unless `name` says. An
+        event's payload is its sender's: outside content."""
+        got = await self._step.wait_for_event(event, timeout, name=name)
+        if got is not None:
+            self._taint.add_source(f"an event ({event})")
+        return got
 
     async def ask_owner(
         self,
@@ -200,9 +212,12 @@ class AutoStep:
     ) -> M:
         """One structured model call whose answer must fit `output`; its tokens are recorded
         in `agentd usage` (purpose "automation"). A resume returns the journaled answer."""
-        return await self._rt.llm_call(
+        answer = await self._rt.llm_call(
             self._step, name, prompt, output, system, max_tokens, retry or LLM_RETRY
         )
+        # A model's answer about whatever the prompt carried: outside content like its input.
+        self._taint.add_source(f"a model's answer ({name})")
+        return answer
 
     async def send(self, name: str, text: str) -> int:
         """Send a message (Markdown) to the owner's chat; return its message id."""

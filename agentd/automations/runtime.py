@@ -105,8 +105,13 @@ class Runtime:
             inp = auto.input_model.model_validate(raw.root)
         except ValidationError as exc:
             raise InvalidInput(f"input of {auto.name} is invalid: {field_errors(exc)}") from None
+        # A run a webhook started acts on its sender's body: outside content from the start.
+        source = await self.db.read(_run_source, step.instance_id)
+        auto_step = AutoStep(step, self)
+        if source.startswith("hook:"):
+            auto_step.taint_with(f"a webhook delivery ({source[5:]})")
         try:
-            result = await auto.fn(AutoStep(step, self), inp)
+            result = await auto.fn(auto_step, inp)
             left = step.unreplayed()
             if left:
                 raise DivergenceError(
@@ -208,6 +213,8 @@ class Runtime:
                 args_model=auto.input_model,
                 fn=start_it,
                 risk=auto.tool.risk,
+                # The run acts on arguments the model chose: after outside content, it asks.
+                egress=True,
             )
             tools.append(made)
         return tools
@@ -420,3 +427,11 @@ class Runtime:
         if result.route.problem is not None:  # the author's mistake: retrying cannot help
             raise NonRetryable(f"{tool_name}: {result.outcome.content}")
         return ToolRun(ok=result.outcome.ok, content=result.outcome.content, ran=result.ran)
+
+
+def _run_source(conn: Any, instance_id: str) -> str:
+    """What started a run (chat, tool, workflow, hook:<name>); written once, at its start."""
+    row = conn.execute(
+        "SELECT source FROM automation_runs WHERE instance_id = ?", (instance_id,)
+    ).fetchone()
+    return str(row[0]) if row else ""

@@ -279,6 +279,7 @@ def _reading_tools(cal: Toolset, deps: CalendarDeps) -> None:
     async def calendar_list(ctx: ToolContext, args: ListArgs) -> str:
         return await _list(deps, ctx, args)
 
+    # Free slots are agentd's own words (times it computed), never an event's text.
     @cal.tool(risk="low")
     async def calendar_free(ctx: ToolContext, args: FreeArgs) -> str:
         """Find free time slots in working hours over a range of days."""
@@ -286,8 +287,11 @@ def _reading_tools(cal: Toolset, deps: CalendarDeps) -> None:
 
 
 def _writing_tools(cal: Toolset, deps: CalendarDeps) -> None:
+    # Every change to the owner's calendar asks while outside content is in view (egress):
+    # an invitation's words must not move or create the owner's events unasked.
     @cal.tool(
         risk="medium",
+        egress=True,
         assess=_invites,
         description="Create an event (all-day when start is a date). Inviting attendees asks "
         "the owner first.",
@@ -295,12 +299,12 @@ def _writing_tools(cal: Toolset, deps: CalendarDeps) -> None:
     async def calendar_create(ctx: ToolContext, args: CreateArgs) -> str:
         return await _create(deps, ctx, args)
 
-    @cal.tool(risk="medium")
+    @cal.tool(risk="medium", egress=True)
     async def calendar_move(ctx: ToolContext, args: MoveArgs) -> str:
         """Move an event (by uid) to a new start; keeps its duration unless end is given."""
         return await _move(deps, ctx, args)
 
-    @cal.tool(risk="high")
+    @cal.tool(risk="high", egress=True)
     async def calendar_delete(ctx: ToolContext, args: DeleteArgs) -> str:
         """Delete an event by uid (asks the owner)."""
         return await _delete(deps, ctx, args)

@@ -29,7 +29,7 @@ from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
 from agentd.tasks.install import Tasks
 from agentd.telegram.classify import Identity
-from agentd.tools import ToolRegistry
+from agentd.tools import ToolRegistry, hostrules
 from agentd.tools.capability import Context, Contribution
 
 log = logging.getLogger("agentd")
@@ -146,6 +146,7 @@ def _command_router(core: Core, me: Identity, embedder: Any) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username, owner_id=trust.owner_id)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
+    router.callback(hostrules.CALLBACK_PREFIX, hostrules.callback_handler(trust.may_approve))
     command_deps = CommandDeps(
         config=core.config,
         db=core.db,

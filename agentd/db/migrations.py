@@ -620,6 +620,34 @@ CREATE TABLE workflow_crashes (
 );
 """
 
+# Where everything the model can see again came from (agent/provenance.py): the user's own
+# words, the model's, or outside content (a forwarded message, a document, a webhook body, a
+# page a tool read). A turn whose context holds an 'outside' row is tainted while it does.
+# Rows from before this: a user's message is taken as theirs unless it was a forwarded one, an
+# answer as the model's. Memories have the same two columns, with the same values
+# (m031_memory_versions).
+M032_PROVENANCE = """
+ALTER TABLE messages ADD COLUMN origin TEXT NOT NULL DEFAULT 'user'
+    CHECK (origin IN ('user', 'model', 'outside'));
+ALTER TABLE messages ADD COLUMN origin_ref TEXT;
+UPDATE messages SET origin = 'model' WHERE role = 'assistant';
+UPDATE messages SET origin = 'outside', origin_ref = 'a forwarded message'
+    WHERE role = 'user' AND content LIKE '[Forwarded message written by %';
+-- Hosts the owner allowed a fetch to reach without asking, even after outside content
+-- ("Always allow this host" on a fetch's card), and the offer a card's button stands for.
+CREATE TABLE fetch_host_rules (
+    id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL UNIQUE,
+    created_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    approval_id TEXT
+);
+CREATE TABLE fetch_host_offers (
+    approval_id TEXT PRIMARY KEY,
+    host TEXT NOT NULL
+);
+"""
+
 
 # Memories the owner can see, correct and roll back. `origin` says whose words a memory is:
 # 'user' (the owner's own: typed, edited, imported), 'model' (the assistant's summary or
@@ -731,6 +759,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     # Named as `agentd dashboard` applied it on its own first: recorded once, never twice.
     ("m028_dashboard", M028_DASHBOARD),
     ("m028_dashboard_cost_days", M028_DASHBOARD_COST_DAYS),
+    ("m032_provenance", M032_PROVENANCE),
 ]
 
 

@@ -216,11 +216,22 @@ async def _in_workspace(
     return await asyncio.to_thread(run)
 
 
+GROUP_REFUSAL = (
+    "Workspace files are private: the file tools and the shell do not work in group chats, "
+    "where every member would read the answer. Tell the user to ask in a private chat."
+)
+
+
+def not_in_groups(ctx: ToolContext) -> str | None:
+    """A workspace is its user's: in a group every member reads what a tool returns."""
+    return GROUP_REFUSAL if ctx.chat_id < 0 else None
+
+
 def workspace_tools(config: Config, db: Database, download: Download | None = None) -> list[Tool]:
     """The file tools, bound to the workspaces and the database (for the audit)."""
     spaces = Workspaces.from_config(config)
     # A WorkspaceError says what is wrong with the path or the file, in words for the model.
-    files = Toolset(timeout=60.0, errors=(WorkspaceError,))
+    files = Toolset(timeout=60.0, guard=not_in_groups, errors=(WorkspaceError,))
     _reading_tools(files, spaces)
     _writing_tools(files, spaces, db, config.tools.workspace.trash_days)
     _sending_tool(files, spaces)
@@ -230,13 +241,15 @@ def workspace_tools(config: Config, db: Database, download: Download | None = No
 
 
 def _reading_tools(files: Toolset, spaces: Workspaces) -> None:
-    @files.tool(risk="low")
+    # A file's name and contents are whoever wrote them (a received archive, a download, a
+    # skill's script): outside content, so reading them taints.
+    @files.tool(risk="low", taints=True)
     async def list_files(ctx: ToolContext, args: ListArgs) -> str:
         """List a folder of your workspace (names, kinds, sizes)."""
         entries = await _in_workspace(spaces, ctx, lambda w: w.list(args.path))
         return _render_list(args.path, entries)
 
-    @files.tool(risk="low")
+    @files.tool(risk="low", taints=True)
     async def read_file(ctx: ToolContext, args: ReadArgs) -> str:
         """Read a text file from your workspace (binary files: size and type only)."""
         data = await _in_workspace(spaces, ctx, lambda w: w.read(args.path))

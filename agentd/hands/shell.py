@@ -23,7 +23,7 @@ from agentd.access.approvals import one_line
 from agentd.config import Config, ShellConfig
 from agentd.db import Database
 from agentd.hands import rules
-from agentd.hands.files import Workspaces
+from agentd.hands.files import Workspaces, not_in_groups
 from agentd.hands.sandbox import (
     INSIDE_WORKSPACE,
     Limits,
@@ -104,16 +104,18 @@ class ShellPolicy:
     def assess(self, args: ShellArgs, state: CallState) -> Assessment | None:
         if self.shell.sandbox == "none":
             return Assessment(risk="high", reason="commands run WITHOUT a sandbox here")
+        plain = rules.parse(args.command)
+        # Read-only and offline, it can neither send data out nor change anything, whatever
+        # the model has read: its output taints the turn, which is what outside content needs.
+        if plain.ok and not args.network and plain.argv[0] in self.shell.allowlist:
+            return Assessment(risk="low", reason="on the read-only allowlist", egress=False)
         if state.tainted_by:
             sources = ", ".join(state.tainted_by[:3])
             return Assessment(risk="high", reason=f"this turn read outside content ({sources})")
         if args.network:
             return Assessment(risk="high", reason="it asks for the network")
-        plain = rules.parse(args.command)
         if not plain.ok:
             return Assessment(risk="high", reason=plain.why_not)
-        if plain.argv[0] in self.shell.allowlist:
-            return Assessment(risk="low", reason="on the read-only allowlist")
         rule = self.book.match(plain.argv, state.chat_id, state.user_id)
         if rule is not None:
             return Assessment(risk="low", reason=f"always-allow rule #{rule.id}")
@@ -337,16 +339,20 @@ def shell_tool(deps: ShellDeps) -> Tool:
     card shows exactly what runs, and a call runs at most once (a command may send data out:
     egress)."""
     shell_config = deps.config.tools.shell
-    hands = Toolset(timeout=shell_config.wall_seconds + 30)
+    # A command reads its user's workspace: in a group every member would read the output.
+    hands = Toolset(timeout=shell_config.wall_seconds + 30, guard=not_in_groups)
 
     def card(args: ShellArgs) -> ApprovalCard:
         return ApprovalCard(
             text=card_text(shell_config, args), always_allow=offer(shell_config, args)
         )
 
+    # A command's output is whatever the files, the programs and (with the network) the
+    # servers it touched wrote: outside content, so it taints.
     @hands.tool(
         risk="high",
         egress=True,
+        taints=True,
         at_most_once=True,
         assess=deps.policy.assess,
         card=card,

@@ -333,17 +333,21 @@ def _reading_tools(mail: Toolset, deps: MailDeps) -> None:
     async def mail_read(ctx: ToolContext, args: ReadArgs) -> str:
         return await _read(deps, ctx, args)
 
-    @mail.tool(risk="medium")
+    # Writes a stranger's file into the owner's folders: it changes the owner's data, so it
+    # asks while outside content is in view (egress).
+    @mail.tool(risk="medium", egress=True)
     async def mail_save_attachment(ctx: ToolContext, args: SaveArgs) -> str:
         """Save one attachment of a message to the agent's attachments folder."""
         return await _save(deps, ctx, args)
 
 
 def _writing_tools(mail: Toolset, deps: MailDeps) -> None:
-    # A draft quotes the original: its text is outside content too.
+    # A draft quotes the original: its text is outside content too. It lands in the owner's
+    # mailbox, where they may send it as it is: egress.
     @mail.tool(
         risk="low",
         taints=True,
+        egress=True,
         description="Write a new mail or a reply (quoted and threaded) and save it in Drafts; "
         "nothing is sent. Returns the fields to pass to mail_send.",
     )
@@ -364,12 +368,14 @@ def _writing_tools(mail: Toolset, deps: MailDeps) -> None:
     async def mail_send(ctx: ToolContext, args: SendArgs) -> str:
         return await _send(deps, ctx, args)
 
-    @mail.tool(risk="medium")
+    # Moving and flagging change the owner's mailbox (a hundred messages to Trash at once):
+    # with outside content in view, a mail's words must not decide them unasked.
+    @mail.tool(risk="medium", egress=True)
     async def mail_move(ctx: ToolContext, args: MoveArgs) -> str:
         """Move messages to another folder (e.g. Archive)."""
         return await _move(deps, ctx, args)
 
-    @mail.tool(risk="medium")
+    @mail.tool(risk="medium", egress=True)
     async def mail_flag(ctx: ToolContext, args: FlagArgs) -> str:
         """Mark messages read or unread, flagged or answered."""
         return await _flag(deps, ctx, args)

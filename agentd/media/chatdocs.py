@@ -314,8 +314,11 @@ def chat_document_tools(deps: DocDeps) -> list[Tool]:
     # NonRetryable says why a document cannot be added (gone, too big, unreadable).
     chat = Toolset(timeout=120.0, errors=(NonRetryable,))
 
+    # It adds to the owner's library (egress): after outside content it asks, and the offer's
+    # "Add to my documents" button needs no model at all.
     @chat.tool(
         risk="low",
+        egress=True,
         description="Add a document the user sent in this chat to their document library "
         "(for search_docs later). Only when the user asks to keep or save it.",
     )

@@ -302,8 +302,10 @@ def prompt_facts(conn: Conn, user_id: int, budget_chars: int) -> list[tuple[Memo
     """
     if budget_chars <= 0:
         return []
-    pinned = list(pinned_memories(conn, user_id).values())
-    others = [m for m in list_facts(conn, user_id) if not m.pinned]
+    # Facts derived from outside content stay out of every prompt, pinned or not (memory/
+    # provenance.py): search finds them, and a turn that reads them is tainted.
+    pinned = [m for m in pinned_memories(conn, user_id).values() if m.origin != "outside"]
+    others = [m for m in list_facts(conn, user_id) if not m.pinned and m.origin != "outside"]
     facts = sorted(pinned, key=lambda m: (-m.updated_at, -m.id)) + sorted(
         others, key=lambda m: (_KIND_ORDER[m.kind], -m.updated_at, -m.id)
     )

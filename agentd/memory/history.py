@@ -10,6 +10,10 @@ from pydantic import BaseModel, Field
 
 from agentd.chat.names import chat_key
 
+# Whose words a stored message, memory or fact is: the user's own, the model's, or outside
+# content (someone else's words, a page, a mail, a command's output).
+Origin = Literal["user", "model", "outside"]
+
 
 class StoredMessage(BaseModel):
     id: int
@@ -54,11 +58,18 @@ def save_message(
     telegram_message_ids: list[int] | None = None,
     meta: dict[str, Any] | None = None,
     created_at: float | None = None,
+    origin: Origin | None = None,
+    origin_ref: str | None = None,
 ) -> int:
-    """Store a message once per source_key (a re-run step stores nothing new); return its id."""
+    """Store a message once per source_key (a re-run step stores nothing new); return its id.
+
+    `origin` says whose words it is (agent/provenance.py); unsaid, a user's message is theirs
+    and an answer the model's."""
+    origin = origin or ("user" if role == "user" else "model")
     conn.execute(
         "INSERT OR IGNORE INTO messages (chat_id, user_id, role, content, created_at, "
-        "instance_id, telegram_message_ids, source_key, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "instance_id, telegram_message_ids, source_key, meta, origin, origin_ref) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (
             chat_id,
             user_id,
@@ -69,6 +80,8 @@ def save_message(
             json.dumps(telegram_message_ids or []),
             source_key,
             json.dumps(meta or {}, ensure_ascii=False),
+            origin,
+            origin_ref,
         ),
     )
     return int(

@@ -23,6 +23,8 @@ from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
+from agentd.memory.history import Origin
+from agentd.memory.provenance import ref_of
 from agentd.memory.store import NewMemory, add_memory, embedding_text
 from agentd.retrieval.embedders import Embedder
 
@@ -62,6 +64,10 @@ class BlockMessage(BaseModel):
     role: str
     content: str
     created_at: float
+    # Where the message came from (memory/provenance.py); a block journaled before messages
+    # said so counts as outside content, the safe side.
+    origin: str = "outside"
+    origin_ref: str | None = None
 
 
 @dataclass(frozen=True)
@@ -116,16 +122,33 @@ def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> li
     if summary_due(conn, inp.chat_id, threshold, keep_recent) is None:
         return []
     rows = conn.execute(
-        "SELECT id, role, content, created_at, json_extract(meta, '$.withdrawn') FROM messages "
+        "SELECT id, role, content, created_at, json_extract(meta, '$.withdrawn'), origin, "
+        "origin_ref FROM messages "
         "WHERE chat_id = ? AND summarised = 0 AND id <= ? ORDER BY id",
         (inp.chat_id, inp.up_to_id),
     ).fetchall()
     # A request stopped or replaced by an edit is summarised as withdrawn, not as something
     # asked for: a summary that said "the user asked to …" would bring it back (README).
     return [
-        BlockMessage(id=r[0], role=r[1], content=WITHDRAWN if r[4] else r[2], created_at=r[3])
+        BlockMessage(
+            id=r[0],
+            role=r[1],
+            content=WITHDRAWN if r[4] else r[2],
+            created_at=r[3],
+            origin=r[5],
+            origin_ref=r[6],
+        )
         for r in rows
     ]
+
+
+def block_origin(block: list[BlockMessage]) -> tuple[Origin, str | None]:
+    """A summary and the facts drawn from a block are outside content when any of its
+    messages is: the summariser may have carried an injected instruction into them."""
+    outside = [m.origin_ref or "outside content" for m in block if m.origin == "outside"]
+    if outside:
+        return "outside", ref_of(list(dict.fromkeys(outside)))
+    return "model", None
 
 
 async def select_block(deps: SummaryDeps, inp: SummaryInput) -> list[BlockMessage]:
@@ -210,6 +233,11 @@ async def store(
     now = deps.clock.now()
     facts = ExtractedFacts(facts=result.facts, retract_keys=result.retract_keys)
 
+    # A block holding outside content (a forwarded message, a page, a mail) makes its summary
+    # and facts outside content too: the summariser may have carried an instruction along.
+    origin, outside = block_origin(block)
+    where = f"chat:{inp.chat_id}:msg:{block[0].id}-{block[-1].id}"
+
     def write(conn: Any) -> SummaryOutput:
         memory_id = add_memory(
             conn,
@@ -222,8 +250,8 @@ async def store(
                 source_key=f"{instance_id}:summary",
                 chat_id=inp.chat_id,
                 meta={"first_message": block[0].id, "last_message": block[-1].id},
-                origin="model",
-                origin_ref=f"chat:{inp.chat_id}:msg:{block[0].id}-{block[-1].id}",
+                origin=origin,
+                origin_ref=f"{where}: {outside}" if outside else where,
             ),
             vectors[0],
             model_id,
@@ -237,9 +265,7 @@ async def store(
             model_id,
             source=f"summary:{instance_id}",
             chat_id=inp.chat_id,
-            # The model's reading of the owner's chat. A block holding outside content
-            # (forwarded messages, pages, mail) should pass "outside" once messages say so.
-            origin="model",
+            origin=origin,
             now=now,
         )
         ids = [m.id for m in block]

@@ -97,7 +97,8 @@ def _own_tools(schedules: Toolset, db: Database) -> None:
             return "No active schedules."
         return "\n".join(summary(s) for s in found)
 
-    @schedules.tool(risk="medium")
+    # Cancelling changes the owner's reminders: it asks while outside content is in view.
+    @schedules.tool(risk="medium", egress=True)
     async def cancel_schedule(ctx: ToolContext, args: CancelArgs) -> str:
         """Cancel one of the user's reminders or recurring tasks by id."""
 

@@ -32,6 +32,10 @@ def plan_busy(
     interrupts; photos, voice and edits (which have their own rule) queue."""
     if mode == "queue" or turn.edited or turn.kind != "text" or turn.origin != "chat":
         return turn, None
+    # Someone else's words (forwarded, quoted in a group) are outside content: they get a turn
+    # of their own, tainted and kept as data, never "the user added" in the working one.
+    if turn.forwarded or (turn.reply_to is not None and turn.chat_id < 0):
+        return turn, None
     working = working_turn(conn, turn.chat_id)
     if working is None:
         return turn, None

@@ -50,12 +50,14 @@ class ToolContext:
 class CallState:
     """What the risk policy knows of the turn a call is made in (tools/policy.py)."""
 
-    # Sources of outside content read earlier in the turn (a URL, "mail:INBOX/42"); empty:
-    # nothing from outside has been read, so the model acts on its users' words alone.
+    # Outside content the model has in view (a page, a mail, an earlier forwarded message);
+    # empty: it acts on its users' words alone.
     tainted_by: tuple[str, ...] = ()
-    # URLs (normalised: agent/taint.normal_url) written in the user's own words or in results
-    # already shown in this turn: fetching one sends out nothing the model made up.
-    known_urls: frozenset[str] = frozenset()
+    # URLs exactly as the user wrote them in this turn's message: fetching one sends out
+    # nothing the model made up.
+    user_urls: frozenset[str] = frozenset()
+    # Hosts the owner allowed fetches to reach without asking (tools/hostrules.py).
+    allowed_hosts: frozenset[str] = frozenset()
     # The chat the call is made in and the user whose workspace it acts on; None: unknown (a
     # shell rule scoped to a chat then does not apply, and the call asks).
     chat_id: int | None = None
@@ -67,6 +69,11 @@ class Assessment(BaseModel):
 
     risk: Risk
     reason: str = ""
+    # A host the card may offer to allow from now on ("Always allow this host"); "": none.
+    allow_host: str = ""
+    # False: this call can neither send data out nor change anything, though its tool can
+    # (a read-only command with no network); None: the tool's `egress` says.
+    egress: bool | None = None
 
 
 class ApprovalCard(BaseModel):

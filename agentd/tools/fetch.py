@@ -17,7 +17,7 @@ from agentd.tools.base import (
     mark_untrusted,
 )
 from agentd.tools.declare import tool
-from agentd.tools.urls import normal_url
+from agentd.tools.urls import url_host
 
 
 def fetch_policy(config: FetchConfig) -> FetchPolicy:
@@ -52,23 +52,29 @@ def _render(page: FetchedPage, max_chars: int, max_bytes: int) -> str:
 
 
 def assess_fetch(args: Any, state: CallState) -> Assessment | None:
-    """In a tainted turn, a URL the turn has not seen asks the owner: the model may have been
-    told by the page to compose it, with private data in its path or query."""
-    if not state.tainted_by or normal_url(args.url) in state.known_urls:
+    """With outside content in view, a URL the user did not write, byte for byte, asks the
+    owner unless they allowed its host: a page may have told the model to compose it, with
+    private data in its path or query. A URL that a result showed earns nothing: which of
+    several shown links the model picks can carry data too."""
+    if not state.tainted_by or args.url in state.user_urls:
         return None
+    host = url_host(args.url)
+    if host and host in state.allowed_hosts:
+        return Assessment(risk="low", reason=f"the owner allowed fetches from {host}")
     sources = ", ".join(state.tainted_by[:3])
     return Assessment(
         risk="high",
-        reason=f"this turn read outside content ({sources}) and the model wants to fetch a URL "
-        "that appeared neither in your own words nor in results already shown: a page could "
-        "use such a fetch to send data out",
+        reason=f"this turn read outside content ({sources}) and the model wants to fetch a "
+        "URL you did not write yourself: a page could use such a fetch to send data out",
+        allow_host=host,
     )
 
 
 def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
     """The fetch_url tool bound to an SSRF policy (config in production, fakes in tests)."""
 
-    # A page is outside content (taints); the URL-seen rule is its own assessment, not egress.
+    # A page is outside content (taints); which URLs may be fetched after outside content is
+    # its own assessment (a URL the user wrote, an allowed host), not the egress rule.
     @tool(
         name="fetch_url",
         risk="low",

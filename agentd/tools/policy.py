@@ -3,11 +3,13 @@
 A tool has a fixed risk (config may override it). Two things can change a single call's:
 - the tool's `assess(args, state)`: a shell command on the read-only allowlist is low, a
   command that chains or redirects is high; whatever it says comes with the reason;
-- the turn: once it has read outside content (a web page, a mail, a document: any tool with
-  `taints`), a tool with `egress` (it can send data out or leave instructions behind) asks the
-  owner, whatever its level, with the reason on the card.
+- the context: while the model has outside content in view (a web page, a mail, a document,
+  a forwarded message still in the history window: agent/taint.py), a tool with `egress` (it
+  can send data out, leave instructions behind, or change the owner's mail, calendar, files,
+  schedules or memory) asks the owner, whatever its level, with the reason on the card.
 Nothing here can make a call less guarded than the owner's configured level, except `assess`
-of the tool itself (its own allowlist), and never in a tainted turn for an egress tool.
+of the tool itself (its own allowlist), and never in a tainted turn for an egress tool unless
+`assess` says this very call has no egress (a read-only command with no network).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ def call_risk(tool: Tool, args: object, state: CallState) -> Assessment:
     verdict = Assessment(risk=tool.risk)
     if tool.assess is not None:
         verdict = tool.assess(args, state) or verdict
-    if state.tainted_by and tool.egress and verdict.risk != "high":
+    egress = tool.egress if verdict.egress is None else verdict.egress
+    if state.tainted_by and egress and verdict.risk != "high":
         sources = ", ".join(state.tainted_by[:3])
         verdict = Assessment(
             risk="high",

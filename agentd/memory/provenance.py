@@ -1,0 +1,94 @@
+"""Where what the model sees came from, as stored with it (migration m032_provenance).
+
+Every message, summary, fact and memory records its origin when it is written: the user's own
+words (`user`), the model's (`model`), or outside content (`outside`: a forwarded message, a
+document, a webhook body, a page or mail a tool read, and whatever the model wrote or the
+summariser extracted while reading such content). A turn reads the origins of what it puts in
+its prompt (its history window, a quoted message, recalled memories) and is tainted by the
+outside ones (agent/taint.py) for as long as they are in view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+_MAX_REF = 200
+
+
+def ref_of(sources: Sequence[str]) -> str:
+    """What an outside row says it came from: the first sources, in words."""
+    return "; ".join(sources[:3])[:_MAX_REF]
+
+
+def window_sources(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[str]:
+    """The outside content among the history a turn sends (ids `start_id` ≤ id < `before_id`,
+    withdrawn requests left out, as history.turns_between does), one source per kind."""
+    rows = conn.execute(
+        "SELECT role, origin_ref FROM messages WHERE chat_id = ? AND id >= ? AND id < ? "
+        "AND origin = 'outside' AND json_extract(meta, '$.withdrawn') IS NULL ORDER BY id",
+        (chat_id, start_id, before_id),
+    ).fetchall()
+    found: list[str] = []
+    for role, ref in rows:
+        if role == "user":
+            source = f"an earlier message in this chat ({ref or 'outside content'})"
+        else:
+            source = f"an earlier answer in this chat that drew on {ref or 'outside content'}"
+        if source not in found:
+            found.append(source)
+    return found
+
+
+def _quoted_row(conn: Any, chat_id: int, message_id: int) -> tuple[str, str, str | None] | None:
+    row = conn.execute(
+        "SELECT role, origin, origin_ref FROM messages WHERE chat_id = ? AND EXISTS "
+        "(SELECT 1 FROM json_each(messages.telegram_message_ids) WHERE value = ?) "
+        "ORDER BY id DESC LIMIT 1",
+        (chat_id, message_id),
+    ).fetchone()
+    return (row[0], row[1], row[2]) if row else None
+
+
+def quoted_source(conn: Any, chat_id: int, message_id: int, from_bot: bool) -> str | None:
+    """The outside content a quoted message brings in, or None. A group's quotes are taken
+    as outside whoever wrote them (taint.input_sources); in a private chat, a quote of the
+    user's own words or of an answer the model wrote from them is clean, while a quoted notice
+    (a finished job's output, a mail's subject, an automation's message) or an answer that drew
+    on outside content is not."""
+    if chat_id < 0:
+        return None
+    found = _quoted_row(conn, chat_id, message_id)
+    if found is None:
+        # Not an answer of a turn: one of agentd's notices. A user's own words otherwise.
+        return "a quoted notice of mine (it may carry outside text)" if from_bot else None
+    _, origin, ref = found
+    if origin != "outside":
+        return None
+    return f"a quoted message ({ref or 'outside content'})"
+
+
+def context_sources(
+    conn: Any, chat_id: int, start_id: int, before_id: int, quoted: tuple[int, bool] | None
+) -> tuple[list[str], list[str]]:
+    """(the history window's outside sources, the quoted message's) for a turn, in one read;
+    `quoted` is the quoted message's Telegram id and whether the bot wrote it."""
+    window = window_sources(conn, chat_id, start_id, before_id)
+    said = quoted_source(conn, chat_id, *quoted) if quoted is not None else None
+    return window, [said] if said else []
+
+
+# -- memories ---------------------------------------------------------------------------------
+
+
+def outside_memories(conn: Any, ids: Iterable[int]) -> dict[int, str]:
+    """Of these memories, the ones derived from outside content, with where from."""
+    wanted = list(dict.fromkeys(ids))
+    if not wanted:
+        return {}
+    marks = ",".join("?" * len(wanted))
+    rows = conn.execute(
+        f"SELECT id, origin_ref FROM memories WHERE id IN ({marks}) AND origin = 'outside'",
+        wanted,
+    ).fetchall()
+    return {int(r[0]): r[1] or "outside content" for r in rows}

@@ -1,0 +1,166 @@
+"""Every tool says at its declaration whether its result is outside content (`taints`) and
+whether it changes the owner's data or sends data out (`egress`): checked over the real
+declarations, built as the daemon builds them. The end-to-end proof is tests/test_e2e_taint.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.calendar.tools import build_calendar_tools
+from agentd.config import Config
+from agentd.hands.files import GROUP_REFUSAL, not_in_groups, workspace_tools
+from agentd.mail.tools import build_mail_tools
+from agentd.memory.provenance import quoted_source, window_sources
+from agentd.memory.summarise import BlockMessage, block_origin
+from agentd.memory.tools import memory_tools
+from agentd.schedule.tools import schedule_tools
+from agentd.tools import CallState, ToolContext, call_risk
+from agentd.tools.builtin import builtin_tools
+from agentd.web.tools import web_tools
+
+# The tools whose results can carry bytes neither the user nor agentd wrote (search_memory
+# says so per call: only a memory drawn from outside content is).
+TAINTS = {
+    "fetch_url",
+    "web_search",
+    "list_files",
+    "read_file",
+    "mail_search",
+    "mail_read",
+    "mail_draft",
+    "calendar_list",
+}
+# The tools that change the owner's mail, calendar, files, schedules or memory, or send out.
+EGRESS = {
+    "remember",
+    "schedule",
+    "cancel_schedule",
+    "write_file",
+    "edit_file",
+    "delete_file",
+    "mail_send",
+    "mail_draft",
+    "mail_move",
+    "mail_flag",
+    "mail_save_attachment",
+    "calendar_create",
+    "calendar_move",
+    "calendar_delete",
+}
+
+
+@pytest.fixture(scope="module")
+def tools(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    tmp = tmp_path_factory.mktemp("decl")
+    account = {"name": "home", "address": "me@example.org", "password_env": "X"}
+    config = Config.model_validate(
+        {
+            "mail": [{**account, "imap_host": "imap.example.org", "smtp_host": "smtp.example"}],
+            "calendar": [{"name": "home", "url": "https://dav.example/", "password_env": "X"}],
+            "tools": {"workspace": {"path": str(tmp / "ws")}},
+        }
+    )
+    built = [
+        *builtin_tools(config.tools),
+        *web_tools(None, None, config.web, None),  # type: ignore[arg-type]
+        *memory_tools(None, None, config.memory),  # type: ignore[arg-type]
+        *schedule_tools(None, config, lambda _: None),  # type: ignore[arg-type]
+        *workspace_tools(config, None),  # type: ignore[arg-type]
+        *build_mail_tools(config, None, {}),  # type: ignore[arg-type]
+        *build_calendar_tools(config, {}),
+    ]
+    return {t.name: t for t in built}
+
+
+def test_every_reading_tool_taints_and_every_changing_tool_is_egress(tools: dict[str, Any]) -> None:
+    assert {n for n, t in tools.items() if t.taints} == TAINTS
+    assert {n for n, t in tools.items() if t.egress} == EGRESS
+
+
+def test_every_change_asks_with_outside_content_in_view(tools: dict[str, Any]) -> None:
+    samples = {
+        "mail_move": {"uids": [1, 2], "to_folder": "Trash"},
+        "mail_flag": {"uids": [1], "flag": "read"},
+        "mail_save_attachment": {"uid": 1, "attachment": 1},
+        "calendar_create": {"summary": "x", "start": "2026-12-01T10:00"},
+        "calendar_move": {"uid": "u", "start": "2026-12-01T11:00"},
+        "cancel_schedule": {"schedule_id": "s1"},
+    }
+    tainted = CallState(tainted_by=("an earlier message in this chat (a forwarded message)",))
+    for name, raw in samples.items():
+        tool = tools[name]
+        args = tool.parse_args(raw)
+        assert call_risk(tool, args, CallState()).risk != "high", name
+        verdict = call_risk(tool, args, tainted)
+        assert verdict.risk == "high" and "forwarded message" in verdict.reason, name
+
+
+def test_workspace_files_are_off_in_groups() -> None:
+    group = ToolContext(chat_id=-100, user_id=42, instance_id="i")
+    assert not_in_groups(group) == GROUP_REFUSAL
+    assert not_in_groups(ToolContext(chat_id=42, user_id=42, instance_id="i")) is None
+
+
+def test_a_summary_of_outside_messages_stays_outside() -> None:
+    own = [BlockMessage(id=1, role="user", content="hi", created_at=0, origin="user")]
+    assert block_origin(own) == ("model", None)
+    mixed = [
+        *own,
+        BlockMessage(
+            id=2,
+            role="user",
+            content="fwd",
+            created_at=0,
+            origin="outside",
+            origin_ref="a forwarded message (Eve)",
+        ),
+    ]
+    assert block_origin(mixed) == ("outside", "a forwarded message (Eve)")
+    # A block journaled before messages said where they came from: the safe side.
+    legacy = BlockMessage.model_validate({"id": 3, "role": "user", "content": "x", "created_at": 0})
+    assert block_origin([legacy])[0] == "outside"
+
+
+def test_a_quoted_notice_taints_and_a_quoted_answer_of_the_users_own_does_not(
+    tmp_path: Path,
+) -> None:
+    from agentd.db import open_sync
+    from agentd.db.migrations import apply_migrations
+    from agentd.memory.history import save_message
+
+    conn = open_sync(tmp_path / "q.db")
+    apply_migrations(conn)
+    save_message(conn, chat_id=5, user_id=5, role="user", content="q", source_key="a")
+    save_message(
+        conn,
+        chat_id=5,
+        user_id=None,
+        role="assistant",
+        content="answer",
+        source_key="b",
+        telegram_message_ids=[10],
+    )
+    save_message(
+        conn,
+        chat_id=5,
+        user_id=None,
+        role="assistant",
+        content="from a page",
+        source_key="c",
+        telegram_message_ids=[11],
+        origin="outside",
+        origin_ref="fetch_url (https://e.example/)",
+    )
+    assert quoted_source(conn, 5, 10, True) is None  # the model's answer to the user
+    assert quoted_source(conn, 5, 11, True) == "a quoted message (fetch_url (https://e.example/))"
+    notice = quoted_source(conn, 5, 99, True)  # a job's or a mail's notice: not an answer
+    assert notice is not None and "notice" in notice
+    assert quoted_source(conn, 5, 98, False) is None  # the user's own older words
+    assert window_sources(conn, 5, 0, 100) == [
+        "an earlier answer in this chat that drew on fetch_url (https://e.example/)"
+    ]
+    conn.close()
