@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from agentd.access import ratelimit
 from agentd.agent.deps import Recall, TurnDeps
+from agentd.agent.recall_query import recall_query
 from agentd.agent.taint import turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
@@ -367,9 +368,10 @@ async def send_reply(
     return ids
 
 
-async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
-    """The user's facts and the memories closest to this message: only this user's (R-LTM-3),
-    and never in a group, where the answer is read by every member."""
+async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = None) -> Recall:
+    """The user's facts and the memories closest to this message (`query`, default its text;
+    agent/recall_query.py): only this user's (R-LTM-3), and never in a group, where the answer
+    is read by every member."""
     if deps.embedder is None or inp.chat_id < 0:
         return Recall()
     cfg = deps.config.memory
@@ -381,7 +383,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
             deps.db,
             deps.embedder,
             inp.user_id,
-            inp.text,
+            inp.text if query is None else query,
             k=cfg.recall_top_k,
             kinds=RECALL_KINDS,
             fusion=fusion_from_config(cfg),
@@ -528,7 +530,10 @@ async def think(
         past = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp, notes))
         try:
-            recall = await step.do("recall", recall_memories, deps, inp, delivery="idempotent")
+            query = recall_query(inp, images)
+            recall = await step.do(
+                "recall", recall_memories, deps, inp, query, delivery="idempotent"
+            )
         except StepFailed:
             recall = Recall()  # an embedder outage must not cost the user their answer
         taint = turn_taint(inp, photos=len(images), media_meta=media.meta, memories=recall.memories)
