@@ -620,6 +620,22 @@ CREATE TABLE workflow_crashes (
 );
 """
 
+M029_DOCS_STATUS = """
+-- Each document's state (docs/documents.md): ingested (its chunks are the source as last
+-- read), stale (a later read failed, so search serves an older copy), failed (never read,
+-- nothing stored); with the reason. Its parsed text is kept up to docs.keep_text_chars, and
+-- each chunk has a token estimate (4 characters a token, as knowledge/tokens.py counts).
+ALTER TABLE doc_documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ingested'
+    CHECK (status IN ('ingested', 'failed', 'stale'));
+ALTER TABLE doc_documents ADD COLUMN error TEXT;
+ALTER TABLE doc_documents ADD COLUMN raw_text TEXT;  -- NULL: ingested before it was kept
+ALTER TABLE doc_documents ADD COLUMN text_chars INTEGER;  -- the whole parsed text's length
+ALTER TABLE doc_chunks ADD COLUMN tokens INTEGER;
+-- Documents ingested before: their chunk token counts are computed here; their text was not
+-- kept, and the chunks overlap, so it is not rebuilt: the next change of the file brings it.
+UPDATE doc_chunks SET tokens = (length(text) + 3) / 4;
+"""
+
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
@@ -642,6 +658,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m027_skills", M027_SKILLS),
     ("m021_trust_access", M021_TRUST_ACCESS),
     ("m022_taint", M022_TAINT),
+    ("m029_docs_status", M029_DOCS_STATUS),
 ]
 
 
