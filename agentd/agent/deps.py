@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from agentd.agent.routing import RoutingDecision
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
@@ -91,3 +92,6 @@ class Recall(BaseModel):
 
     facts: str = ""
     memories: str = ""
+    searched: bool = False  # the memories were searched (not only the facts listed)
+    why: str = ""  # what was searched for, or why nothing was
+    route: RoutingDecision | None = None  # agent/routing.py; None: journaled before it existed

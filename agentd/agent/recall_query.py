@@ -7,8 +7,8 @@ transcript has already replaced the text by the time recall runs.
 
 The replied-to text joins only a short message. A reply that says what it wants in its own
 words is its own best query: on LoCoMo questions replying to an unrelated message, adding the
-replied-to text cost hybrid R@5 0.714 -> 0.588 (benchmarks/recall_query.py), while a bare
-reply went from 0.009 to 0.717 with it.
+replied-to text always cost hybrid R@5 0.714 -> 0.588 (benchmarks/recall_query.py); only
+under SHORT_REPLY_WORDS, 0.668. A bare reply goes from 0.009 to 0.717 with it.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
+from agentd.agent.routing import RoutingDecision
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
 from agentd.chat.outfiles import SpooledFile
@@ -71,6 +72,7 @@ class AgentResult(BaseModel):
     reported_actions: list[str] = Field(default_factory=list)
     skills_used: list[str] = Field(default_factory=list)  # loaded with use_skill, in order
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
+    route: RoutingDecision | None = None  # why the turn was given what it was (agent/routing.py)
 
 
 async def handle_tool_use(

@@ -14,8 +14,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.access import ratelimit
+from agentd.agent import routing
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.recall_query import recall_query
+from agentd.agent.routing import RoutingDecision
 from agentd.agent.taint import turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
@@ -372,25 +374,52 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = No
     """The user's facts and the memories closest to this message (`query`, default its text;
     agent/recall_query.py): only this user's (R-LTM-3), and never in a group, where the answer
     is read by every member."""
-    if deps.embedder is None or inp.chat_id < 0:
-        return Recall()
+    if deps.embedder is None:
+        return Recall(why="long-term memory is off (no embedder)")
+    if inp.chat_id < 0:
+        return Recall(why="a group chat: memories stay private")
     cfg = deps.config.memory
-    hits = []
+    query = inp.text if query is None else query
+    facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
+    if not query.strip():
+        return Recall(facts=facts, why="nothing to search for")
     # A user with nothing to recall yet (every chat's first turns, before a summary) costs no
     # query embedding: with the default model that is most of a turn's own time.
-    if await deps.db.read_inline(list_memories, inp.user_id, kinds=RECALL_KINDS, limit=1):
-        hits = await search_memories(
-            deps.db,
-            deps.embedder,
-            inp.user_id,
-            inp.text if query is None else query,
-            k=cfg.recall_top_k,
-            kinds=RECALL_KINDS,
-            fusion=fusion_from_config(cfg),
-            bits=deps.memory_bits,
-        )
-    facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
-    return Recall(facts=facts, memories=format_recall(hits, cfg.recall_prompt_chars))
+    if not await deps.db.read_inline(list_memories, inp.user_id, kinds=RECALL_KINDS, limit=1):
+        return Recall(facts=facts, why="nothing to recall yet")
+    hits = await search_memories(
+        deps.db,
+        deps.embedder,
+        inp.user_id,
+        query,
+        k=cfg.recall_top_k,
+        kinds=RECALL_KINDS,
+        fusion=fusion_from_config(cfg),
+        bits=deps.memory_bits,
+    )
+    words = query if len(query) <= 60 else query[:59] + "…"
+    return Recall(
+        facts=facts,
+        memories=format_recall(hits, cfg.recall_prompt_chars),
+        searched=True,
+        why=f"{len(hits)} found for {words!r}",
+    )
+
+
+async def route_turn(deps: TurnDeps, inp: TurnInput, recall: Recall | None) -> RoutingDecision:
+    """The turn's routing decision (agent/routing.py); `recall` None: the recall step failed."""
+    request = (await current_prefix(deps)).request
+    tools = [t.name for t in request.tools] + [str(t["name"]) for t in request.server_tools]
+    if recall is None:
+        return routing.decide(deps, inp, tools, "failed", "the embedder failed")
+    state = "searched" if recall.searched else "skipped"
+    return routing.decide(deps, inp, tools, state, recall.why)
+
+
+async def recall_and_route(deps: TurnDeps, inp: TurnInput, query: str) -> Recall:
+    """The `recall` step: memories, and the decision journaled with them."""
+    recall = await recall_memories(deps, inp, query)
+    return recall.model_copy(update={"route": await route_turn(deps, inp, recall)})
 
 
 async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
@@ -532,12 +561,13 @@ async def think(
         try:
             query = recall_query(inp, images)
             recall = await step.do(
-                "recall", recall_memories, deps, inp, query, delivery="idempotent"
+                "recall", recall_and_route, deps, inp, query, delivery="idempotent"
             )
-        except StepFailed:
-            recall = Recall()  # an embedder outage must not cost the user their answer
+        except StepFailed:  # an embedder outage must not cost the user their answer
+            recall = Recall(route=await route_turn(deps, inp, None))
         taint = turn_taint(inp, photos=len(images), media_meta=media.meta, memories=recall.memories)
-        return await agent_loop(step, deps, inp, messages, recall, taint)
+        result = await agent_loop(step, deps, inp, messages, recall, taint)
+        return result.model_copy(update={"route": recall.route})
     except StepFailed as exc:
         reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
         ids = await send_reply(step, deps, inp, reply, "send-error")
@@ -564,6 +594,7 @@ async def answer(
         await deliver(step, deps.db, "offer-document", inp.chat_id, offer)
     duration = round((time.perf_counter() - started) * 1000, 1)
     detail = {"llm_calls": result.calls, "chunks": len(ids), "duration_ms": duration}
+    detail |= routing.audit_detail(result.route)
     await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail)
     # Idempotent: the summary's instance id is derived from the history it covers.
     await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")

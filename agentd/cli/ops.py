@@ -40,16 +40,17 @@ def usage(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Tokens, prompt-cache hits and estimated cost and saving per day and chat."""
+    """Tokens, prompt-cache hits, estimated cost and saving, vision-cache hits per day and chat."""
     from agentd.ledger.pricing import PRICES_AS_OF
-    from agentd.ledger.usage import report, totals
+    from agentd.ledger.usage import report, totals, vision_counts
 
     cfg = config_or_exit(config)
     # A schedule's runs are instances sched-<id>-<due> and their turns (…-turn).
     prefix = f"sched-{schedule}-" if schedule else None
     with database(cfg) as conn:
         found = totals(conn, since=time.time() - days * 86400, instance_prefix=prefix)
-        rows = report(found, cfg.llm.prices)
+        vision = None if schedule else vision_counts(conn, since=time.time() - days * 86400)
+        rows = report(found, cfg.llm.prices, vision)
     if json:
         print_json([r.model_dump() for r in rows])
         return
@@ -64,8 +65,10 @@ def usage(
         "hit\nratio",
         "≈ USD",
         "≈ saved\nUSD",
+        "vision\ncache",
     )
     for r in rows:
+        lookups = r.vision_cache_hits + r.vision_cache_misses
         table.add_row(
             r.day,
             str(r.chat_id or "-"),
@@ -77,16 +80,18 @@ def usage(
             f"{r.cache_hit_ratio:.0%}",
             f"{r.estimated_cost_usd:.4f}",
             f"{r.estimated_saving_usd:.4f}",
+            f"{r.vision_cache_hits}/{lookups}" if lookups else "-",
         )
     print_table(
         table,
-        drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD"),
+        drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD", "vision\ncache"),
         empty=f"No model calls in the last {days} days.",
     )
     if rows:  # markup off: "[llm.prices]" is the config section, not a style
         err.print(
             f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
-            "saving = the same calls without prompt caching.",
+            "saving = the same calls without prompt caching; vision cache = photos whose "
+            "summary was reused / photos seen.",
             markup=False,
         )
 

@@ -636,6 +636,18 @@ ALTER TABLE doc_chunks ADD COLUMN tokens INTEGER;
 UPDATE doc_chunks SET tokens = (length(text) + 3) / 4;
 """
 
+M030_VISION_LOOKUPS = """
+-- Vision-cache lookups per day (UTC) and chat: a hit reused a summary, a miss asked the model.
+-- One row per day and chat, so it stays small; `agentd usage` shows them.
+CREATE TABLE vision_lookups (
+    day TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    misses INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (day, chat_id)
+) WITHOUT ROWID;
+"""
+
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
@@ -659,6 +671,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m021_trust_access", M021_TRUST_ACCESS),
     ("m022_taint", M022_TAINT),
     ("m029_docs_status", M029_DOCS_STATUS),
+    ("m030_vision_lookups", M030_VISION_LOOKUPS),
 ]
 
 
