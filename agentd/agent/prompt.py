@@ -15,6 +15,11 @@ from pydantic import BaseModel
 
 from agentd.chat.data import as_data
 from agentd.llm.types import Message, SystemBlock
+from agentd.tools.citations import CITE_RULE
+
+# Tools whose results list sources by id (tools/citations.py); the provider's own web search
+# cites through the API instead.
+CITABLE_TOOLS = frozenset({"search_docs", "web_search", "fetch_url"})
 
 NO_TOOLS = "No tools are currently available."
 MEDIUM_RISK_RULE = (
@@ -89,6 +94,8 @@ def build_system(
         CONTEXT_RULE,
         _tools_section(tools),
     ]
+    if any(t.name in CITABLE_TOOLS for t in tools):
+        parts.append(CITE_RULE)
     if skills:
         parts.append(_skills_section(skills))
     return [SystemBlock(text="\n\n".join(parts), cache=True)]

@@ -41,6 +41,7 @@ from agentd.tools import (
     ToolOutcome,
     render_args,
 )
+from agentd.tools.citations import CitedSource, found_in
 from agentd.tools.urls import normal_url
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class AgentResult(BaseModel):
     skills_used: list[str] = Field(default_factory=list)  # loaded with use_skill, in order
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
     route: RoutingDecision | None = None  # why the turn was given what it was (agent/routing.py)
+    retrieved: dict[str, CitedSource] = Field(default_factory=dict)  # what it may cite, by id
 
 
 async def handle_tool_use(
@@ -215,6 +217,8 @@ async def agent_loop(
     reported: list[str] = []
     used: list[str] = []
     files: list[SpooledFile] = []
+    retrieved: dict[str, CitedSource] = {}  # rebuilt from journaled results on a replay
+    collected = dict(reported_actions=reported, files=files, skills_used=used, retrieved=retrieved)
     last_text = ""
     response: LLMResponse | None = None
     for n in range(1, max_steps + 1):
@@ -241,15 +245,14 @@ async def agent_loop(
                 conversation.append(Message(role="assistant", content=response.content))
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
-            return AgentResult(
-                text=text, calls=n, reported_actions=reported, files=files, skills_used=used
-            )
+            return AgentResult(text=text, calls=n, **collected)
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
         results = []
         for use in response.tool_uses:
             outcome, route = await handle_tool_use(step, deps, inp, use, taint)
+            retrieved.update(found_in(outcome.content))
             if route.risk == "medium" and outcome.ok:
                 reported.append(f"{route.name} ({_brief(use)})")
             if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
@@ -265,14 +268,7 @@ async def agent_loop(
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
-    return AgentResult(
-        text=text,
-        calls=max_steps,
-        outcome="step_limit",
-        reported_actions=reported,
-        files=files,
-        skills_used=used,
-    )
+    return AgentResult(text=text, calls=max_steps, outcome="step_limit", **collected)
 
 
 def _brief(use: ToolUseBlock) -> str:

@@ -53,6 +53,7 @@ from agentd.memory.summarise import (
     summary_running,
 )
 from agentd.retrieval.fusion import fusion_from_config
+from agentd.tools import citations
 from agentd.tools.urls import urls_in, user_url_in
 
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
@@ -580,7 +581,8 @@ async def answer(
     step: Step, deps: TurnDeps, inp: TurnInput, result: AgentResult, media: MediaIn, started: float
 ) -> TurnOutput:
     """The model's answer, its files and any document offer; then history, audit, summary."""
-    text = with_reported_actions(result.text, result.reported_actions)
+    text, cited, dropped = citations.render(result.text, result.retrieved)
+    text = with_reported_actions(text, result.reported_actions)
     text = with_skills_named(text, result.skills_used)
     try:
         ids = await send_reply(step, deps, inp, text, "send")
@@ -595,6 +597,8 @@ async def answer(
     duration = round((time.perf_counter() - started) * 1000, 1)
     detail = {"llm_calls": result.calls, "chunks": len(ids), "duration_ms": duration}
     detail |= routing.audit_detail(result.route)
+    if cited or dropped:  # a citation to nothing retrieved was removed from the reply
+        detail["citations"] = {"used": cited, "dropped": dropped}
     await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail)
     # Idempotent: the summary's instance id is derived from the history it covers.
     await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")
