@@ -95,3 +95,4 @@ class Recall(BaseModel):
     searched: bool = False  # the memories were searched (not only the facts listed)
     why: str = ""  # what was searched for, or why nothing was
     route: RoutingDecision | None = None  # agent/routing.py; None: journaled before it existed
+    language: str = ""  # the user's language (chat/locale.py); "": not known

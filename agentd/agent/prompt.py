@@ -31,6 +31,13 @@ DATA_RULE = (
 )
 
 
+LANGUAGE_LINE = (
+    "The user's language: {language}. Answer in the language the user writes in; where they "
+    "wrote nothing to go by (a photo, a voice note, a scheduled task) answer in this one, and "
+    "write dates and times as its readers do."
+)
+
+
 CONTEXT_OPEN = "<context>"
 CONTEXT_CLOSE = "</context>"
 CONTEXT_RULE = (
@@ -101,9 +108,12 @@ def build_system(
     return [SystemBlock(text="\n\n".join(parts), cache=True)]
 
 
-def build_context(*, now: datetime, facts: str = "", memories: str = "") -> str:
-    """What changes from call to call: the time to the minute, and what memory recalled."""
+def build_context(*, now: datetime, facts: str = "", memories: str = "", language: str = "") -> str:
+    """What changes from call to call: the time to the minute, the user's language, and what
+    memory recalled."""
     parts = [f"Current date and time: {now.isoformat(timespec='minutes')} ({now.tzinfo})."]
+    if language:
+        parts.append(LANGUAGE_LINE.format(language=language))
     if facts.strip():
         parts.append(f"Known facts about the user:\n<data>\n{as_data(facts.strip())}\n</data>")
     if memories.strip():

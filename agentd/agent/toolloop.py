@@ -163,6 +163,7 @@ async def call_llm(
                 now=datetime.fromtimestamp(deps.clock.now(), zone),
                 facts=recall.facts,
                 memories=recall.memories,
+                language=recall.language,
             ),
         }
     )

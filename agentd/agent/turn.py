@@ -27,6 +27,7 @@ from agentd.agent.window import (
     WindowRule,
     load_window,
 )
+from agentd.chat import locale
 from agentd.chat.data import as_data
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
@@ -171,6 +172,7 @@ def save_user_message(
     if (withdrawn := _withdrawn_as(conn, instance_id)) is not None:
         meta["withdrawn"] = withdrawn  # stopped or replaced while it was being read in
     content = _with_notes(_user_content(inp), notes).strip()
+    locale.observe(conn, inp.user_id, inp.language_code, inp.date or time.time())
     message_id = history.save_message(
         conn,
         chat_id=inp.chat_id,
@@ -420,7 +422,9 @@ async def route_turn(deps: TurnDeps, inp: TurnInput, recall: Recall | None) -> R
 async def recall_and_route(deps: TurnDeps, inp: TurnInput, query: str) -> Recall:
     """The `recall` step: memories, and the decision journaled with them."""
     recall = await recall_memories(deps, inp, query)
-    return recall.model_copy(update={"route": await route_turn(deps, inp, recall)})
+    language, _ = await deps.db.read_inline(locale.current, inp.user_id)
+    route = await route_turn(deps, inp, recall)
+    return recall.model_copy(update={"route": route, "language": language or inp.language_code})
 
 
 async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
@@ -565,7 +569,8 @@ async def think(
                 "recall", recall_and_route, deps, inp, query, delivery="idempotent"
             )
         except StepFailed:  # an embedder outage must not cost the user their answer
-            recall = Recall(route=await route_turn(deps, inp, None))
+            route = await route_turn(deps, inp, None)
+            recall = Recall(route=route, language=inp.language_code)
         taint = turn_taint(inp, photos=len(images), media_meta=media.meta, memories=recall.memories)
         result = await agent_loop(step, deps, inp, messages, recall, taint)
         return result.model_copy(update={"route": recall.route})

@@ -648,6 +648,17 @@ CREATE TABLE vision_lookups (
 ) WITHOUT ROWID;
 """
 
+M031_USER_LOCALES = """
+-- Each user's language (chat/locale.py): what their Telegram client says, and what they chose
+-- with /language, which wins.
+CREATE TABLE user_locales (
+    user_id INTEGER PRIMARY KEY,
+    telegram TEXT,
+    chosen TEXT,
+    updated_at REAL NOT NULL
+);
+"""
+
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
@@ -672,6 +683,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m022_taint", M022_TAINT),
     ("m029_docs_status", M029_DOCS_STATUS),
     ("m030_vision_lookups", M030_VISION_LOOKUPS),
+    ("m031_user_locales", M031_USER_LOCALES),
 ]
 
 
