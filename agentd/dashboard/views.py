@@ -97,7 +97,10 @@ async def cost(request: web.Request) -> web.Response:
     days = min(max(_int(request.query.get("days", "30")), 1), 400)
     since = time.time() - days * queries.DAY
     groups = await site.access.read(spend.groups, since, site.prices)
-    return render(request, "cost.html", days=days, groups=groups, budget=site.daily_tokens)
+    vision = await site.access.read(spend.vision_cache, since)
+    return render(
+        request, "cost.html", days=days, groups=groups, budget=site.daily_tokens, vision=vision
+    )
 
 
 async def memory(request: web.Request) -> web.Response:
