@@ -70,6 +70,6 @@ def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
             assert again["chunks_embedded"] < 3
             listed = daemon.cli_json("docs", "ls")
             assert [(d["title"], d["status"]) for d in listed] == [
-                ("", "failed"),  # broken.txt, never read
+                ("broken.txt", "failed"),  # never read
                 ("Home server guide", "ingested"),
             ]

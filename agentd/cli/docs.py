@@ -201,6 +201,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         "id",
         "title",
         "status",
+        "why",
         "chunks",
         "tokens",
         "text",
@@ -209,11 +210,12 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         _source_column(),
     )
     for d in docs:
-        status = d.status if d.error is None else f"{d.status}: {d.error}"
+        why = "" if d.error is None else d.error if len(d.error) <= 60 else d.error[:59] + "…"
         table.add_row(
             str(d.id),
             d.title[:60],
-            status,
+            d.status,
+            why,
             str(d.chunks),
             str(d.tokens),
             _text_size(d.text_chars, d.kept_chars),
@@ -223,7 +225,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         )
     print_table(
         table,
-        drop=("format", "updated (UTC)", "text", "tokens"),
+        drop=("format", "updated (UTC)", "text", "why", "tokens"),
         empty="No documents yet: agentd ingest PATH… adds some.",
     )
 

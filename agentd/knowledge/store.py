@@ -302,8 +302,8 @@ def record_failure(
         conn.execute(
             "INSERT INTO doc_documents (source, kind, root, title, format, content_hash, size,"
             " status, error, created_at, updated_at)"
-            " VALUES (?, ?, ?, '', '', '', 0, 'failed', ?, ?, ?)",
-            (source, kind, root, reason, now, now),
+            " VALUES (?, ?, ?, ?, '', '', 0, 'failed', ?, ?, ?)",
+            (source, kind, root, source.rstrip("/").rsplit("/", 1)[-1][:500], reason, now, now),
         )
         return "failed"
     status: DocStatus = "stale" if row[1] else "failed"
