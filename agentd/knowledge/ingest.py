@@ -54,6 +54,7 @@ from agentd.knowledge.store import (
     chunk_states,
     chunks_without_vector,
     get_document,
+    mark_stale,
     record_failure,
     remove_sources,
     save_document,
@@ -451,10 +452,13 @@ class Ingestor:
         finally:
             for _, task in pending:
                 task.cancel()
+        wanted = set(urls)
+        missing = [s for s in await self.db.read(sources_of_root, root) if s not in wanted]
         if remove_missing:
-            wanted = set(urls)
-            stored = await self.db.read(sources_of_root, root)
-            await self._remove([s for s in stored if s not in wanted])
+            await self._remove(missing)
+        else:  # part of the sitemap could not be read: they may be there, or gone
+            reason = "not in the part of the sitemap that could be read; kept until it is whole"
+            await self.db.write(mark_stale, missing, reason)
 
     async def ingest_url_file(self, file: str | Path) -> None:
         """A file of URLs, one per line (blank lines and # comments skipped)."""

@@ -334,6 +334,17 @@ def sources_of_root(conn: Conn, root: str) -> list[str]:
     return [str(r[0]) for r in rows]
 
 
+def mark_stale(conn: Conn, sources: Sequence[str], reason: str) -> int:
+    """Stored documents whose source may be gone but could not be checked: kept, marked."""
+    if not sources:
+        return 0
+    return conn.execute(
+        "UPDATE doc_documents SET status = 'stale', error = ? WHERE status != 'failed'"
+        " AND source IN (SELECT value FROM json_each(?))",
+        (reason, json.dumps(list(sources))),
+    ).rowcount
+
+
 def remove_sources(conn: Conn, sources: Sequence[str]) -> int:
     if not sources:
         return 0
