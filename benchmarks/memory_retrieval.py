@@ -1,7 +1,8 @@
 """Retrieval benchmark on a LoCoMo-layout dataset, through agentd's own memory code.
 
-    python benchmarks/memory_retrieval.py --dataset tests/data/locomo_synthetic.json
-    python benchmarks/memory_retrieval.py --dataset locomo10.json --sweep --json
+    python benchmarks/memory_retrieval.py --data tests/data/locomo_synthetic.json
+    python benchmarks/memory_retrieval.py --data locomo10.json --sweep --json
+    python benchmarks/memory_retrieval.py --data locomo-dev.json --cv --questions context
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
 appended; its context the turn before it in the session, the message it answers) of one user
@@ -10,7 +11,11 @@ question is searched with `search()` in keyword, vector and hybrid mode. Reporte
 @10 of the evidence turns (the share of a question's evidence ids found in the top k, averaged)
 overall and per category, index time, and p50/p95 query latency (search alone, and query
 embedding). `--sweep` re-fuses the two arms' lists with other weights using the production
-`fuse()`, to choose the defaults.
+`fuse()`, to choose the defaults; `--cv` tunes those weights on all conversations but one and
+scores the one left out, for each (recall_cv.py), so tuning cannot flatter the figure.
+`--questions` asks the questions as a chat would (recall_cv.chat_questions): "asked" keeps the
+subset's questions as written, "pronoun" swaps the name for "they", "context" searches with
+`recall_query(pronoun message, recent turns)`. Query vectors are cached in `--cache`.
 
 Real files are messy: missing fields, sessions that are not lists, turns without ids or text,
 evidence given as "D1:3; D2:4" strings, as empty strings, as ids the conversation lacks, or
@@ -40,11 +45,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.db.runner import ConnRunner
+from agentd.memory.recall_query import recall_query
 from agentd.memory.search import keyword_search, search, vector_search
 from agentd.memory.store import NewMemory, add_memories, embedding_text
+from agentd.memory.when import date_words, time_context
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.retrieval.fusion import TUNED_FUSION, Fusion, fuse
+from benchmarks.recall_cv import CachedEmbedder, Scored, chat_questions, cross_validate, pooled
 
 ARMS = ("keyword", "vector", "hybrid")
 # A question, its conversation, and the keyword (id, bm25) and vector (id, distance) lists.
@@ -111,6 +119,10 @@ class Report(BaseModel):
     arms: dict[str, ArmResult]
     questions_by_category: dict[str, int]
     sweep: list[dict[str, Any]] = Field(default_factory=list)
+    cv: list[dict[str, Any]] = Field(default_factory=list)
+    cv_any_method: list[dict[str, Any]] = Field(default_factory=list)
+    questions_mode: str = "as asked"
+    rewrite_ms_mean: float = 0.0
 
 
 # --------------------------------------------------------------------------------------------
@@ -240,13 +252,33 @@ def _recall(found: Sequence[set[str]], evidence: Sequence[str], k: int) -> float
     return sum(1 for e in evidence if e in top) / len(evidence)
 
 
-async def _index(conn: Any, embedder: Embedder, conversations: list[Conversation]) -> dict:
+def _dated(turns: list[Turn], dates: str) -> list[Turn]:
+    """`--dates`: "resolved" adds the date a turn's time expression means to its context,
+    "session" the session's date to every turn, "none" leaves them."""
+    if dates == "none":
+        return turns
+    out = []
+    for turn in turns:
+        anchor = datetime.fromtimestamp(turn.session_start, UTC) if turn.session_start else None
+        if dates == "resolved":
+            extra = time_context(turn.text, anchor)
+        else:
+            extra = f"(when: {date_words(anchor)})" if anchor else None
+        context = "\n".join(x for x in (turn.context, extra) if x) or None
+        out.append(turn.model_copy(update={"context": context}))
+    return out
+
+
+async def _index(
+    conn: Any, embedder: Embedder, conversations: list[Conversation], dates: str = "none"
+) -> dict:
     """Store every turn; return memory id → dia_id(s) per conversation user id."""
     runner = ConnRunner(conn)
     owner: dict[int, str] = {}
     for user_id, conv in enumerate(conversations, start=1):
-        for start in range(0, len(conv.turns), 256):
-            batch = conv.turns[start : start + 256]
+        turns = _dated(conv.turns, dates)
+        for start in range(0, len(turns), 256):
+            batch = turns[start : start + 256]
             vectors = await embedder.embed_documents(
                 [embedding_text(t.text, t.context) for t in batch]
             )
@@ -278,6 +310,8 @@ async def run_benchmark(
     db_path: str | Path | None = None,
     sweep: bool = False,
     prefilter: str = "bits",
+    cv: bool = False,
+    dates: str = "none",
 ) -> Report:
     """Index, query every question in the three modes and score them. `prefilter`: the vector
     arm's candidates from the in-process bit copy, as the daemon searches ("bits"), or from
@@ -288,10 +322,10 @@ async def run_benchmark(
         try:
             apply_migrations(conn)
             started = time.perf_counter()
-            owner = await _index(conn, embedder, conversations)
+            owner = await _index(conn, embedder, conversations, dates)
             index_seconds = time.perf_counter() - started
             bits = BitCache() if prefilter == "bits" else None
-            report = await _query_all(conn, embedder, conversations, owner, fusion, sweep, bits)
+            report = await _query_all(conn, embedder, conversations, owner, fusion, sweep, bits, cv)
         finally:
             conn.close()
     report.load = load
@@ -308,6 +342,7 @@ async def _query_all(
     fusion: Fusion,
     sweep: bool,
     bits: BitCache | None,
+    cv: bool = False,
 ) -> Report:
     per_arm: dict[str, list[tuple[str, str, dict[int, float]]]] = {arm: [] for arm in ARMS}
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
@@ -347,10 +382,9 @@ async def _query_all(
                         {k: _recall(found(ids), q.evidence, k) for k in KS},
                     )
                 )
-            if sweep:
-                kw = keyword_search(conn, user_id, q.question, depth)
-                vec = vector_search(conn, user_id, qvec, embedder.model_id, depth, bits=bits)
-                arm_lists.append((q, conv.sample_id, kw, vec))
+            kw = keyword_search(conn, user_id, q.question, depth)
+            vec = vector_search(conn, user_id, qvec, embedder.model_id, depth, bits=bits)
+            arm_lists.append((q, conv.sample_id, kw, vec))
 
     arms = {arm: _summarise(per_arm[arm], latency[arm]) for arm in ARMS}
     counts: dict[str, int] = defaultdict(int)
@@ -370,6 +404,12 @@ async def _query_all(
     )
     if sweep:
         report.sweep = _sweep(arm_lists, owner)
+    if cv:
+        rows: list[Scored] = [(c, q.evidence, kw, vec) for q, c, kw, vec in arm_lists]
+        # Within the method in use (its weights and depth), and over every method of the grid.
+        same = [f for f in _sweep_grid() if f.method == fusion.method]
+        report.cv = cross_validate(rows, owner, same)
+        report.cv_any_method = cross_validate(rows, owner, _sweep_grid())
     return report
 
 
@@ -456,6 +496,8 @@ def format_report(report: Report) -> str:
         f"index: {report.index_seconds:.2f} s ({report.index_turns_per_second:.0f} turns/s); "
         f"query embedding p50 {report.query_embed_ms_p50:.2f} ms, "
         f"p95 {report.query_embed_ms_p95:.2f} ms",
+        f"questions: {report.questions_mode}"
+        + (f", recall_query {report.rewrite_ms_mean:.3f} ms" if report.rewrite_ms_mean else ""),
         "",
         f"{'arm':<8} {'R@5':>6} {'R@10':>6} {'p50 ms':>8} {'p95 ms':>8}",
     ]
@@ -492,18 +534,84 @@ def format_report(report: Report) -> str:
                 f"{row['R@5']:.3f} {row['R@10']:.3f}  "
                 + " ".join(f"{v:.3f}" for v in row["R@5 by conversation"].values())
             )
+    lines += _format_cv(report)
     return "\n".join(lines)
+
+
+def _format_cv(report: Report) -> list[str]:
+    if not report.cv:
+        return []
+    lines = [
+        "",
+        f"cross-validated (the {report.fusion.method} weights and depth tuned on the other"
+        " conversations, R@5 on the held-out one):",
+    ]
+    for fold in report.cv:
+        t = fold["tuned"]
+        lines.append(
+            f"  {fold['held_out']:<12} n={fold['questions']:<4} held-out {fold['held_out_R@5']:.3f}"
+            f"  (tuned {t['method']} {t['keyword_weight']}/{t['vector_weight']}"
+            f" depth {t['depth']}: {fold['tuned_R@5']:.3f} on the others)"
+        )
+    lines.append(f"  pooled held-out R@5 {pooled(report.cv):.3f}")
+    lines.append(
+        f"  tuning the method too (convex, minmax, rrf): {pooled(report.cv_any_method):.3f}"
+    )
+    return lines
 
 
 def _embedder(args: argparse.Namespace) -> Embedder:
     if args.embedder == "hashing":
         return HashingEmbedder(args.dim)
-    return E5SmallEmbedder(threads=args.threads, engine=args.engine)
+    inner = E5SmallEmbedder(threads=args.threads, engine=args.engine)
+    if args.cache == "none":
+        return inner
+    return CachedEmbedder(inner, Path(args.cache))
+
+
+def ask_as_chat(conversations: list[Conversation], mode: str) -> float:
+    """Rewrite the questions in place for `--questions` (module docstring); keep only those
+    with a chat form. Returns the mean ms of building the query (recall_query) per question."""
+    spent: list[float] = []
+    for conv in conversations:
+        names = sorted({t.text.split(":", 1)[0] for t in conv.turns if ":" in t.text})
+        forms = chat_questions([q.question for q in conv.questions], names)
+        kept = []
+        for q, form in zip(conv.questions, forms, strict=True):
+            if form is None:
+                continue
+            message, recent = form
+            if mode == "pronoun":
+                q = q.model_copy(update={"question": message})
+            elif mode == "context":
+                t0 = time.perf_counter()
+                q = q.model_copy(update={"question": recall_query(message, recent)})
+                spent.append((time.perf_counter() - t0) * 1000)
+            kept.append(q)
+        conv.questions = kept
+    return statistics.fmean(spent) if spent else 0.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dataset", required=True, help="LoCoMo-layout JSON file")
+    parser.add_argument(
+        "--data", "--dataset", dest="dataset", required=True, help="any LoCoMo-format JSON file"
+    )
+    parser.add_argument("--cv", action="store_true", help="leave-one-conversation-out tuning")
+    parser.add_argument(
+        "--dates",
+        choices=["none", "resolved", "session"],
+        default="none",
+        help="dates in each turn's context: its time expression resolved, or the session's",
+    )
+    parser.add_argument(
+        "--questions", choices=["all", "asked", "pronoun", "context"], default="all"
+    )
+    parser.add_argument(
+        "--cache",
+        default="/tmp/agentd-bench-e5-vectors.json",
+        help="e5 vectors kept here between runs ('none': no cache)",
+    )
     parser.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
     parser.add_argument("--threads", type=int, default=2, help="e5-small engine threads")
     parser.add_argument(
@@ -515,6 +623,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rrf-k", type=int)
     parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"])
     parser.add_argument("--depth", type=int, help="fused list depth")
+    parser.add_argument("--neighbours", type=float, help="share lent to stored neighbours")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
     parser.add_argument(
         "--prefilter",
@@ -525,6 +634,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     conversations, load = load_dataset(args.dataset)
+    rewrite_ms = 0.0
+    if args.questions != "all":
+        rewrite_ms = ask_as_chat(conversations, args.questions)
+        load.questions = sum(len(c.questions) for c in conversations)
     if not conversations:
         print(f"no usable conversations in {args.dataset}", file=sys.stderr)
         return 1
@@ -537,15 +650,28 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ("vector_weight", args.vector_weight),
                 ("rrf_k", args.rrf_k),
                 ("depth", args.depth),
+                ("neighbours", args.neighbours),
             )
             if value is not None
         }
     )
+    embedder = _embedder(args)
     report = asyncio.run(
         run_benchmark(
-            conversations, load, _embedder(args), fusion, sweep=args.sweep, prefilter=args.prefilter
+            conversations,
+            load,
+            embedder,
+            fusion,
+            sweep=args.sweep,
+            prefilter=args.prefilter,
+            cv=args.cv,
+            dates=args.dates,
         )
     )
+    if isinstance(embedder, CachedEmbedder):
+        embedder.save()
+    report.questions_mode = args.questions
+    report.rewrite_ms_mean = round(rewrite_ms, 4)
     print(report.model_dump_json(indent=1) if args.json else format_report(report))
     return 0
 

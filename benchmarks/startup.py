@@ -141,7 +141,8 @@ steps = [("interpreter start", lambda: None),
          ("agentd.daemon (aiohttp, agentd)", lambda: __import__("agentd.daemon")),
          ("aiogram", lambda: __import__("agentd.telegram.aiogram_loader").telegram
                                 .aiogram_loader.load(lazy=lazy)),
-         ("model client (HTTP)", lambda: __import__("agentd.llm.anthropic_adapter"))]
+         ("model client (anthropic SDK, in a thread in the daemon)",
+          lambda: __import__("anthropic"))]
 last = 0.0
 for name, step in steps:
     step()

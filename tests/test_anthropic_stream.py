@@ -1,20 +1,44 @@
-"""The stream fold (agentd/llm/anthropic_stream.py) on event sequences shaped as the API sends.
-
-The adapter's wire behaviour (errors, drops, retries) is covered through the real SDK and the
-fake in tests/anthropic_corpus.py; these are the shapes the fake does not produce: citations,
-server tool blocks, cumulative usage on message_delta, an input cut by max_tokens, events out of
-order.
+"""Streams shaped as the API sends them, played by the fake (RawStream) to the adapter over the
+official SDK: citations, server tool blocks, cumulative usage on message_delta, an input cut by
+max_tokens, streams that end early and events out of order (a cut answer is never an answer).
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
-from agentd.llm.anthropic_adapter import _parse_response
-from agentd.llm.anthropic_stream import MessageFold, StreamIncomplete
-from agentd.llm.types import OpaqueBlock, TextBlock, ToolUseBlock
+from agentd.config import LLMConfig
+from agentd.llm.anthropic_adapter import AnthropicLLM
+from agentd.llm.types import (
+    LLMError,
+    LLMRequest,
+    LLMResponse,
+    Message,
+    OpaqueBlock,
+    TextBlock,
+    ToolUseBlock,
+)
+from tests.fakes import FakeAnthropic
+from tests.fakes.anthropic import RawStream
+
+REQUEST = LLMRequest(messages=[Message(role="user", content="hi")])
+
+
+@pytest.fixture(scope="module")
+def fake() -> Iterator[FakeAnthropic]:
+    with FakeAnthropic.running() as server:
+        yield server
+
+
+@pytest.fixture
+async def llm(fake: FakeAnthropic) -> AsyncIterator[AnthropicLLM]:
+    adapter = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "sk-ant-test")
+    yield adapter
+    await adapter.close()
+    fake.reset()
 
 
 def start(**usage: Any) -> dict[str, Any]:
@@ -62,14 +86,22 @@ def end(stop_reason: str = "end_turn", **usage: Any) -> list[dict[str, Any]]:
     ]
 
 
-def fold(events: list[dict[str, Any]]) -> tuple[dict[str, Any], list[str]]:
-    f = MessageFold()
-    texts = [t for t in map(f.add, events) if t is not None]
-    return f.result(), texts
+async def play(
+    fake: FakeAnthropic, llm: AnthropicLLM, events: list[dict[str, Any]]
+) -> tuple[LLMResponse, list[str]]:
+    texts: list[str] = []
+
+    async def on_text(text: str) -> None:
+        texts.append(text)
+
+    fake.enqueue(RawStream(events))
+    return await llm.complete(REQUEST, on_text), texts
 
 
-def test_text_grows_and_usage_is_cumulative() -> None:
-    message, texts = fold(
+async def test_text_grows_and_usage_is_cumulative(fake: FakeAnthropic, llm: AnthropicLLM) -> None:
+    response, texts = await play(
+        fake,
+        llm,
         [
             start(cache_creation={"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 7}),
             {"type": "ping"},
@@ -79,10 +111,9 @@ def test_text_grows_and_usage_is_cumulative() -> None:
             stop(0),
             # Newer API versions repeat the input counts here; a null must not erase a count.
             *end(input_tokens=12, cache_read_input_tokens=None),
-        ]
+        ],
     )
     assert texts == ["Hel", "Hello."]
-    response = _parse_response(message)
     assert response.text == "Hello."
     assert response.stop_reason == "end_turn"
     assert response.usage.model_dump() == {
@@ -94,8 +125,10 @@ def test_text_grows_and_usage_is_cumulative() -> None:
     }
 
 
-def test_tool_input_arrives_in_pieces() -> None:
-    message, _ = fold(
+async def test_tool_input_arrives_in_pieces(fake: FakeAnthropic, llm: AnthropicLLM) -> None:
+    response, _ = await play(
+        fake,
+        llm,
         [
             start(),
             block_start(0, {"type": "text", "text": ""}),
@@ -107,28 +140,31 @@ def test_tool_input_arrives_in_pieces() -> None:
             delta(1, type="input_json_delta", partial_json='lo", "days": 2}'),
             stop(1),
             *end("tool_use"),
-        ]
+        ],
     )
-    response = _parse_response(message)
     assert response.tool_uses == [
         ToolUseBlock(id="toolu_1", name="weather", input={"city": "Oslo", "days": 2})
     ]
 
 
-def test_a_tool_input_cut_by_max_tokens_keeps_what_arrived() -> None:
-    message, _ = fold(
+async def test_a_tool_input_cut_by_max_tokens_keeps_what_arrived(
+    fake: FakeAnthropic, llm: AnthropicLLM
+) -> None:
+    response, _ = await play(
+        fake,
+        llm,
         [
             start(),
             block_start(0, {"type": "tool_use", "id": "toolu_1", "name": "note", "input": {}}),
             delta(0, type="input_json_delta", partial_json='{"title": "a", "body": "unfini'),
             stop(0),
             *end("max_tokens"),
-        ]
+        ],
     )
-    assert _parse_response(message).tool_uses[0].input == {"title": "a"}
+    assert response.tool_uses[0].input == {"title": "a"}
 
 
-def test_web_search_blocks_and_citations() -> None:
+async def test_web_search_blocks_and_citations(fake: FakeAnthropic, llm: AnthropicLLM) -> None:
     result = {
         "type": "web_search_tool_result",
         "tool_use_id": "srvtoolu_1",
@@ -149,7 +185,9 @@ def test_web_search_blocks_and_citations() -> None:
         "encrypted_index": "abc",
         "cited_text": "a fact",
     }
-    message, _ = fold(
+    response, _ = await play(
+        fake,
+        llm,
         [
             start(),
             block_start(
@@ -165,9 +203,8 @@ def test_web_search_blocks_and_citations() -> None:
             delta(2, type="text_delta", text="A fact."),
             stop(2),
             *end(),
-        ]
+        ],
     )
-    response = _parse_response(message)
     assert response.content[0] == OpaqueBlock(
         raw={
             "type": "server_tool_use",
@@ -183,39 +220,36 @@ def test_web_search_blocks_and_citations() -> None:
 
 
 @pytest.mark.parametrize(
-    "events, where",
+    "events",
     [
-        (
-            [
-                start(),
-                block_start(0, {"type": "text", "text": ""}),
-                delta(0, type="text_delta", text="Half"),
-            ],
-            "inside a content block",
-        ),
-        ([start(), block_start(0, {"type": "text", "text": ""}), stop(0)], "without message_stop"),
-        ([], "without message_stop"),
+        [
+            start(),
+            block_start(0, {"type": "text", "text": ""}),
+            delta(0, type="text_delta", text="Half"),
+        ],
+        [start(), block_start(0, {"type": "text", "text": ""}), stop(0)],
+        [],
     ],
 )
-def test_a_stream_that_ends_early_is_not_an_answer(events: list[Any], where: str) -> None:
-    f = MessageFold()
-    for event in events:
-        f.add(event)
-    with pytest.raises(StreamIncomplete, match=where):
-        f.result()
+async def test_a_stream_that_ends_early_is_not_an_answer(
+    fake: FakeAnthropic, llm: AnthropicLLM, events: list[Any]
+) -> None:
+    with pytest.raises(LLMError) as failed:
+        await play(fake, llm, events)
+    assert failed.value.retryable and failed.value.reason == "malformed"
 
 
 @pytest.mark.parametrize(
     "events",
     [
-        [block_start(0, {"type": "text", "text": ""})],  # before message_start
         [start(), delta(0, type="text_delta", text="x")],  # a delta for a block never opened
         [start(), block_start(1, {"type": "text", "text": ""})],  # an index skipped
         [start(), {"no": "type"}],
     ],
 )
-def test_malformed_events_are_a_transient_error(events: list[Any]) -> None:
-    f = MessageFold()
-    with pytest.raises(ValueError, match="malformed stream event"):
-        for event in events:
-            f.add(event)
+async def test_malformed_events_are_a_transient_error(
+    fake: FakeAnthropic, llm: AnthropicLLM, events: list[Any]
+) -> None:
+    with pytest.raises(LLMError) as failed:
+        await play(fake, llm, events)
+    assert failed.value.retryable

@@ -133,8 +133,9 @@ def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic, Any]]:
 def desk_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, booking: Any) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(
         f'[automations]\nfolder = "{DESK}"\n\n'
-        '[hooks]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
-        '[hooks.routes.calls]\nworkflow = "verify_caller"\nsecret_env = "CALLS_HOOK_SECRET"\n'
+        '[automations.hooks]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
+        '[automations.hooks.routes.calls]\nworkflow = "verify_caller"\n'
+        'secret_env = "CALLS_HOOK_SECRET"\n'
     )
     return daemon_env(
         tmp,

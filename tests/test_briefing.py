@@ -84,3 +84,33 @@ def test_enable_replace_disable_and_usage_per_run(config: Path, tmp_path: Path) 
     assert sum(r["input_tokens"] for r in rows) == 4000 and sum(r["calls"] for r in rows) == 2
     assert "briefing off" in cli(config, "briefing", "disable")
     assert "no briefing" in cli(config, "briefing", "status")
+
+
+def test_usage_for_the_briefing_counts_the_runs_made_by_briefing_run(
+    config: Path, tmp_path: Path
+) -> None:
+    conn = open_sync(tmp_path / "agentd.db")
+    apply_migrations(conn)
+    conn.close()
+    daily = json.loads(cli(config, "briefing", "enable", "--json"))
+    once = json.loads(cli(config, "briefing", "run", "--after", "1h", "--json"))
+    assert "agentd usage --schedule briefing" in cli(config, "briefing", "run").replace("\n", " ")
+    # A run once is not the daily briefing: status and a new `enable` leave it alone.
+    assert [s["id"] for s in json.loads(cli(config, "briefing", "status", "--json"))] == [
+        daily["id"]
+    ]
+    conn = open_sync(tmp_path / "agentd.db")
+    with conn:
+        for instance in (f"sched-{daily['id']}-1-turn", f"sched-{once['id']}-1-turn", "tg-1"):
+            spent = Usage(input_tokens=1000, output_tokens=100)
+            usage.record(
+                conn,
+                spent,
+                model="claude-haiku-4-5",
+                purpose="turn",
+                chat_id=42,
+                instance_id=instance,
+            )
+    conn.close()
+    rows = json.loads(cli(config, "usage", "--schedule", "briefing", "--json"))
+    assert sum(r["calls"] for r in rows) == 2

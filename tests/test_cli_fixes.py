@@ -151,7 +151,8 @@ def test_doctor_says_ok_plainly_and_checks_allowlist_and_model(
     apply_migrations(conn)
     conn.close()
     os.chmod(db, 0o600)
-    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+    # Like Anthropic's API, the fake refuses a model it does not know.
+    with FakeTelegram.running() as tg, FakeAnthropic.running(refuse_unknown_models=True) as llm:
         cfg = tmp_path / "doctor.toml"
         cfg.write_text(
             f'[storage]\npath = "{db}"\n[telegram]\napi_base = "{tg.base_url}"\n'
@@ -164,7 +165,10 @@ def test_doctor_says_ok_plainly_and_checks_allowlist_and_model(
         assert checks["database"]["ok"] and "chmod" not in checks["database"]["detail"]
         assert not checks["telegram"]["ok"]  # no token …
         assert not checks["allowlist"]["ok"]  # … and the allowlist is still checked
-        assert not checks["model"]["ok"] and "claude-haiku-4-7" in checks["model"]["detail"]
+        model = checks["model"]
+        assert not model["ok"] and "claude-haiku-4-7" in model["detail"]
+        # The check `agentd init` makes: the endpoint's own list, and the key to set.
+        assert "claude-haiku-4-5" in model["detail"] and "set llm.model" in model["detail"]
 
         monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
         monkeypatch.setenv("AGENTD_LLM__MODEL", "claude-haiku-4-5")

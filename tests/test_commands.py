@@ -175,3 +175,24 @@ def test_status_prices_each_model_and_one_hour_writes_apart() -> None:
     line = _tokens_line(rows, {})
     assert line.startswith("3 model calls, 1,000,000 input tokens (0 from cache), 100,000 output")
     assert line.endswith("≈ $3.5000")  # 1M 1-hour writes at $2 + 0.1M Sonnet output at $15
+
+
+def test_a_message_a_command_waits_for_is_claimed_with_the_intake_transaction(
+    router: CommandRouter,
+) -> None:
+    seen: list[Any] = []
+
+    def waiting(conn: Any, message: TurnInput) -> CommandInput | None:
+        seen.append(conn)
+        if message.text != "the answer":
+            return None
+        return CommandInput(name="hello", args=message.text, chat_id=7, user_id=7)
+
+    router.awaits(waiting)
+    conn = object()
+    workflow, inp, key = router.route(turn("the answer"), conn) or ("", None, "")
+    assert (workflow, key) == ("command", command_key(7))
+    assert isinstance(inp, CommandInput) and inp.args == "the answer"
+    assert router.route(turn("anything else"), conn) is None  # still a turn for the model
+    assert router.route(turn("the answer", edited=True), conn) is None  # edits are not asked
+    assert router.route(turn("the answer")) is None and seen == [conn, conn]

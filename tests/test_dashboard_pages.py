@@ -13,7 +13,6 @@ from agentd.db.migrations import apply_migrations
 def test_cost_per_schedule_and_automation(tmp_path: Path) -> None:
     conn = open_sync(tmp_path / "c.db")
     apply_migrations(conn)
-    auth.ensure_schema(conn)
     now = time.time()
     rows = [
         ("sched-briefing-1a2b3c4d-1764000000", 100),
@@ -80,7 +79,6 @@ async def test_inside_the_daemon_changes_go_through_its_writer(tmp_path: Path) -
     path = tmp_path / "d.db"
     conn = open_sync(path)
     apply_migrations(conn)
-    auth.ensure_schema(conn)
     conn.close()
     db = await Database.open(path)
     try:

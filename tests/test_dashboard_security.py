@@ -90,7 +90,6 @@ class Dash:
 def seeded(path: Path, text: str) -> str:
     conn = open_sync(path)
     apply_migrations(conn)
-    auth.ensure_schema(conn)
     conn.execute("BEGIN IMMEDIATE")
     approval = seed.hostile_everything(conn, time.time(), text)
     conn.execute("COMMIT")

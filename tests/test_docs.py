@@ -7,14 +7,18 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import shlex
 import subprocess
+import textwrap
 import tomllib
 from pathlib import Path
 
+import pytest
 from pydantic import BaseModel
 
 from agentd.cli.app import COMMANDS, command_names
-from agentd.config import Config
+from agentd.cli.app import app as cli_app
+from agentd.config import Config, ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "config.example.toml"
@@ -219,3 +223,77 @@ def test_no_issue_numbers_where_a_reader_looks() -> None:
         if ISSUE_REFERENCE.search(line) and path.resolve() != Path(__file__).resolve()
     ]
     assert found == []
+
+
+def _blocks(language: str) -> list[tuple[str, str]]:
+    """(page, body) of every fenced block in `language` in the README and docs/."""
+    found = []
+    for page in [README, *sorted(DOCS.glob("*.md"))]:
+        for body in re.findall(rf"```{language}\n(.*?)```", page.read_text(), re.S):
+            found.append((page.name, body))
+    return found
+
+
+def test_every_toml_example_loads_as_a_config(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """What a reader pastes into agentd.toml loads as it is, in today's spelling."""
+    from agentd.config import load_config
+
+    blocks = _blocks("toml")
+    assert len(blocks) >= 5
+    for page, body in blocks:
+        path = tmp_path / "agentd.toml"
+        path.write_text(body)
+        caplog.clear()
+        try:
+            load_config(path, env={})
+        except ConfigError as exc:
+            raise AssertionError(f"{page}: {exc}\n{body}") from None
+        moved = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert moved == [], (page, moved)
+
+
+def test_every_sh_example_parses_and_names_real_commands_and_options() -> None:
+    import click
+    from typer.main import get_command
+
+    root = get_command(cli_app)
+    blocks = _blocks("(?:sh|bash)")
+    assert len(blocks) >= 10
+    wrong = []
+    for page, body in blocks:
+        checked = subprocess.run(["sh", "-n"], input=body, text=True, capture_output=True)
+        assert checked.returncode == 0, (page, checked.stderr, body)
+        for line in body.replace("\\\n", " ").splitlines():
+            try:
+                words = shlex.split(line, comments=True)
+            except ValueError:  # a quote spanning lines (a here-document's body): not a command
+                continue
+            while (words and words[0] in ("sudo", "-u", "exec")) or words[:1] == ["-E"]:
+                words = words[2:] if words[0] == "-u" else words[1:]
+            if not words or not (words[0] == "agentd" or words[0].endswith("/bin/agentd")):
+                continue
+            command: click.Command = root
+            rest = words[1:]
+            while hasattr(command, "get_command") and rest and not rest[0].startswith("-"):
+                found = command.get_command(click.Context(command), rest[0])  # type: ignore[attr-defined]
+                if found is None:
+                    wrong.append(f"{page}: {line.strip()} (no command {rest[0]})")
+                    break
+                command, rest = found, rest[1:]
+            options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
+            options |= {"--help", "--config", "-c"}
+            for word in rest:
+                flag = word.split("=", 1)[0]
+                if flag.startswith("-") and flag != "-" and flag not in options:
+                    wrong.append(f"{page}: {line.strip()} ({flag} is not an option)")
+    assert wrong == []
+
+
+def test_every_python_example_parses() -> None:
+    for page, body in _blocks("python"):
+        try:
+            ast.parse(textwrap.dedent(body))  # a block inside a list item is indented
+        except SyntaxError as exc:
+            raise AssertionError(f"{page}: {exc}\n{body}") from None

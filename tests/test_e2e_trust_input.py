@@ -135,7 +135,7 @@ def test_an_injected_page_cannot_make_a_silent_fetch_to_a_new_host(stack: Stack)
     text = card["plain_text"]
     assert "Approval needed" in text and "fetch_url" in text
     assert (
-        f'Why: "this turn read outside content (fetch_url ({article}), fetch_url ({more}))' in text
+        f"Why: this turn read outside content (fetch_url ({article}), fetch_url ({more}))" in text
     )
     assert "appeared neither in your own words nor in results already shown" in text
     assert stack.site.requests.count("/more") == 1  # the URL the page showed ran unasked
@@ -363,7 +363,7 @@ def test_a_restart_while_the_card_waits_keeps_the_same_decision(tmp_path: Path) 
             card = tg.wait_until(
                 lambda: next((m for m in tg.sent if m["reply_markup"]), None), 60, "a card"
             )
-            assert 'Why: "this turn read outside content' in card["plain_text"]
+            assert "Why: this turn read outside content" in card["plain_text"]
             daemon.kill9()
             daemon.start()
             daemon.wait_for_log("workflow start")  # the turn resumed from its journal
@@ -419,7 +419,7 @@ def test_forwarded_text_is_someone_elses_and_cannot_plant_a_task_unasked(stack: 
     )
     assert not any(m["reply_markup"] for m in stack.sent(OTHER))
     assert (
-        'Why: "this turn read outside content (a forwarded message (Mallory))'
+        "Why: this turn read outside content (a forwarded message (Mallory))"
         in (card["plain_text"])
     )
     assert "schedule can send data out or leave instructions behind" in card["plain_text"]

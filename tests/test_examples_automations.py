@@ -65,8 +65,8 @@ def world(
 ) -> Iterator[tuple[Daemon, FakeTelegram, FakeAnthropic, Local]]:
     tmp = tmp_path_factory.mktemp("examples")
     (tmp / "agentd.toml").write_text(
-        f'[automations]\nfolder = "{EXAMPLES}"\n\n[hooks]\nenabled = true\n'
-        'listen = "127.0.0.1:0"\n\n[hooks.routes.github]\nworkflow = "ci_failure"\n'
+        f'[automations]\nfolder = "{EXAMPLES}"\n\n[automations.hooks]\nenabled = true\n'
+        'listen = "127.0.0.1:0"\n\n[automations.hooks.routes.github]\nworkflow = "ci_failure"\n'
         'secret_env = "GITHUB_HOOK_SECRET"\n'
     )
     local = Local()

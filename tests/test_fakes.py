@@ -116,7 +116,8 @@ async def test_get_updates_offset_confirms_forever(tg: FakeTelegram, bot: Bot) -
 async def test_get_updates_long_poll(tg: FakeTelegram, bot: Bot) -> None:
     started = time.monotonic()
     assert await bot.get_updates(timeout=1) == []
-    assert 0.9 < time.monotonic() - started < 3
+    # Held for its timeout, then answered (the upper bound only tells a hang from an answer).
+    assert 0.9 < time.monotonic() - started < 30
 
     poll = asyncio.create_task(bot.get_updates(timeout=10))
     await asyncio.to_thread(tg.wait_for_requests, "getUpdates", 2)  # the fake holds it now
@@ -125,7 +126,7 @@ async def test_get_updates_long_poll(tg: FakeTelegram, bot: Bot) -> None:
     threading.Thread(target=tg.add_message, args=(42, 42, "wake up")).start()
     started = time.monotonic()
     updates = await asyncio.wait_for(poll, 5)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 8  # woken by the message, not by its 10 s timeout
     assert updates[0].message is not None and updates[0].message.text == "wake up"
 
 

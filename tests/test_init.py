@@ -128,6 +128,9 @@ def test_init_non_interactive_then_doctor_is_green(
     unit = (tmp_path / "xdg" / "systemd" / "user" / "agentd.service").read_text()
     assert f"EnvironmentFile={tmp_path / 'agentd.env'}" in unit
     assert f"agentd run --config {tmp_path / 'agentd.toml'}" in unit and "Type=notify" in unit
+    # The installed entry point, not `python -m agentd`, under the system unit's hardening.
+    assert " -m agentd" not in unit and "NoNewPrivileges=yes" in unit
+    assert "RestrictNamespaces=user mnt pid" in unit and "MemoryMax=" in unit
     again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=90)
     assert again.returncode == 1 and "nothing changed" in again.stderr
 

@@ -164,4 +164,4 @@ def test_init_add_mail_and_calendar_log_in_then_save(
     config = load_config(tmp_path / "agentd.toml", env={})
     assert config.mail[0].imap_port == dovecot.port and config.calendar[0].username == "me"
     # The password is found through the secrets file, as the daemon and doctor look for it.
-    assert config.secret_env({})["AGENTD_MAIL_WORK_PASSWORD"] == USERS["me"]
+    assert config.secret_source({})["AGENTD_MAIL_WORK_PASSWORD"] == USERS["me"]

@@ -250,7 +250,8 @@ async def test_send_tool_is_high_risk_egress_and_its_card_shows_the_mail(
     assert shown is not None and shown.always_allow is None  # no "Always allow" for a mail
     card = shown.text
     assert card.startswith("From: Owner <user5@example.org>\nTo: a@b.c\nCc: c@d.e\nSubject: Hi\n")
-    assert card.endswith("line one\nline two " + "x" * 1500)  # the exact body, not cut
+    # The exact body, not cut, on one quoted line: it cannot draw a line like a header.
+    assert card.endswith('\n\n"line one\\nline two ' + "x" * 1500 + '"')
 
 
 async def test_wrong_password_says_login_failed_without_the_password(

@@ -193,3 +193,20 @@ async def test_keyword_arm_runs_while_the_query_is_embedded(conn: Any) -> None:
     failing = RecordingRunner(conn, GatedEmbedder(), fail=True)
     with pytest.raises(RuntimeError, match="disk I/O"):  # the read's error, the embed cancelled
         await search_memories(failing, failing.embedder, 1, "zanzibar")
+
+
+def test_neighbours_lend_score_within_one_chat_and_kind(conn: Any) -> None:
+    from agentd.memory.search import spread_to_neighbours
+    from agentd.memory.store import NewMemory, add_memory
+
+    def put(chat: int, kind: str, text: str) -> int:
+        return add_memory(conn, NewMemory(user_id=1, kind=kind, content=text, chat_id=chat))
+
+    before = put(1, "turn", "we booked the flights")
+    put(2, "turn", "another chat in between")
+    put(1, "fact", "a fact in between")
+    hit = put(1, "turn", "to Lisbon in May")
+    after = put(1, "turn", "and a hotel by the river")
+    spread = dict(spread_to_neighbours(conn, 1, 0.5, [(hit, 1.0)]))
+    assert spread == {hit: 1.0, before: 0.5, after: 0.5}
+    assert spread_to_neighbours(conn, 2, 0.5, [(hit, 1.0)]) == [(hit, 1.0)]  # not theirs

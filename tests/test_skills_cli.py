@@ -203,3 +203,26 @@ def test_a_skill_cannot_draw_on_the_owners_terminal(owner: Owner) -> None:
     assert "[black on black]run rm -rf ~[/]" in shown.stderr  # printed, not obeyed
     assert "\x1b" not in shown.stderr and "\u202e" not in shown.stderr
     assert "\\u001b[2Kfake line \\u202eevil" in shown.stderr
+
+
+async def test_a_skill_added_by_the_cli_is_not_held_back_when_the_daemon_runs_elsewhere(
+    owner: Owner, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI (config found as ./agentd.toml) and the daemon (another working directory, as
+    under systemd) pin and scan the same path: the newly added skill is offered, not "moved"."""
+    del owner.env["AGENTD_CONFIG"]  # found in the working directory, a relative path
+    added = owner.run("add", str(SKILLS / "word-stats"), "--yes")
+    assert added.returncode == 0, added.stderr
+    from agentd.config import load_config
+    from agentd.db import Database
+    from agentd.skills import tools as skills
+
+    monkeypatch.chdir(tmp_path_factory.mktemp("elsewhere"))
+    config = load_config(owner.tmp / "agentd.toml", {"AGENTD_MEMORY__EMBEDDER": "hashing"})
+    db = await Database.open(config.db_path)
+    try:
+        await skills.start(config, db, 0.0)
+        assert owner.records()["word-stats"]["status"] == "enabled"
+    finally:
+        await db.close()
+    assert owner.ls()["word-stats"]["state"] == "enabled"

@@ -226,3 +226,39 @@ def test_downloads_over_the_limit_and_non_skills_are_refused(
     url = site.raw("/gone", b"", "text/plain", status=404)
     gone = agentd(tmp_path, "add", url, "--yes")
     assert gone.returncode == 1 and "HTTP 404" in gone.stderr
+
+
+def _header(name: bytes, kind: bytes, size: int) -> bytes:
+    block = bytearray(512)
+    block[0 : len(name)] = name
+    block[100:108] = b"0000644\0"
+    block[124:136] = b"%011o\0" % size
+    block[156:157] = kind
+    block[257:263] = b"ustar\0"
+    block[263:265] = b"00"
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+@pytest.mark.parametrize("kind", [b"x", b"g", b"L"])
+def test_a_huge_metadata_header_is_refused_before_it_is_read(tmp_path: Path, kind: bytes) -> None:
+    import gzip
+
+    # 8 MB of header declared, 64 KB of it present: tarfile would read it all into memory
+    # (a 972 KB download declaring 1 GB did exactly that) before any check of ours.
+    body = gzip.compress(_header(b"././@PaxHeader", kind, 8 << 20) + bytes(65536))
+    into = tmp_path / "in"
+    into.mkdir()
+    with pytest.raises(RemoteSkillError, match="metadata header"):
+        unpack(body, into, Limits(max_files=10, max_bytes=1_000_000))
+
+
+def test_an_archive_unpacking_past_the_limits_is_refused(tmp_path: Path) -> None:
+    import gzip
+
+    body = gzip.compress(_header(b"big.bin", b"0", 50 << 20) + bytes(50 << 20))
+    into = tmp_path / "in"
+    into.mkdir()
+    with pytest.raises(RemoteSkillError, match="unpacks to more than"):
+        unpack(body, into, Limits(max_files=10, max_bytes=1_000_000))

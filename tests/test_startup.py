@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import subprocess
@@ -58,6 +59,20 @@ def test_no_human_lines_off_a_terminal(tmp_path: Path) -> None:
         daemon = Daemon(tmp_path, daemon_env(tmp_path, tg.base_url, llm.base_url)).start()
         assert daemon.stop() == 0
     assert "agentd: " not in daemon.log()  # under systemd the journal gets only the JSON log
+    # The tools are one line at INFO: how many, and the high-risk ones by name.
+    registered = [e for e in _entries(daemon.log()) if e.get("event") == "tools registered"]
+    assert len(registered) == 1 and "tools" not in registered[0], registered
+    assert registered[0]["count"] > 5 and isinstance(registered[0]["high_risk"], list)
+
+
+def _entries(log: str) -> list[dict[str, object]]:
+    found = []
+    for line in log.splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            continue
+    return found
 
 
 def test_missing_secrets_exit_2_before_contacting_telegram(tmp_path: Path) -> None:
@@ -71,24 +86,18 @@ def test_missing_secrets_exit_2_before_contacting_telegram(tmp_path: Path) -> No
         assert tg.calls("getMe") == []
 
 
-def test_the_daemon_answers_without_the_anthropic_sdk(tmp_path: Path) -> None:
-    """Claude is reached over HTTP: a daemon whose `anthropic` cannot even be imported answers."""
-    poisoned = tmp_path / "poisoned"
-    (poisoned / "anthropic").mkdir(parents=True)
-    (poisoned / "anthropic" / "__init__.py").write_text(
-        "raise ImportError('the daemon must not import the Anthropic SDK')\n"
-    )
+def test_the_daemon_answers_through_the_official_sdk(tmp_path: Path) -> None:
+    """Claude is reached through `anthropic` (imported in a thread while the daemon starts)."""
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        llm.enqueue_text("Hello over plain HTTP.")
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
-        env["PYTHONPATH"] = os.pathsep.join([str(poisoned), env.get("PYTHONPATH", "")])
-        daemon = Daemon(tmp_path, env).start()
+        llm.enqueue_text("Hello through the SDK.")
+        daemon = Daemon(tmp_path, daemon_env(tmp_path, tg.base_url, llm.base_url)).start()
         try:
             tg.add_message(OWNER, OWNER, "hi")
             tg.wait_for_sent(1, timeout=60)
             assert [m["plain_text"] for m in tg.sent if m["chat_id"] == OWNER] == [
-                "Hello over plain HTTP."
+                "Hello through the SDK."
             ]
         finally:
             assert daemon.stop() == 0
-    assert "must not import" not in daemon.log()
+    agent = llm.requests[0]["headers"].get("user-agent", "")
+    assert agent.startswith("AsyncAnthropic/Python"), agent

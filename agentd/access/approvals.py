@@ -110,6 +110,20 @@ def quote(text: str, limit: int = 300) -> str:
     return _escape_hidden(json.dumps(cut, ensure_ascii=False))
 
 
+def one_line(text: str, limit: int = 300) -> str:
+    """A value for one line of a card: newlines, controls, invisible characters and the
+    backtick escaped (so it can neither draw a fake line nor leave a code span), cut with a
+    mark; unlike `quote`, without JSON's quotes."""
+    return _escape_hidden(text if len(text) <= limit else text[:limit] + "…")
+
+
+def card_block(text: str, limit: int) -> str:
+    """A tool's card text (line by line, each field already one line) as the lines of a code
+    block: each line escaped as `one_line`, the whole cut at `limit` with a mark."""
+    cut = text if len(text) <= limit else text[:limit] + "…"
+    return "\n".join(_escape_hidden(line) for line in cut.split("\n"))
+
+
 def event_type(approval_id: str) -> str:
     return f"approval:{approval_id}"
 

@@ -65,7 +65,7 @@ class ApprovalDecision(BaseModel):
 
 
 CARD_CALL_CHARS = 2500  # the call shown on a card; longer ones are attached whole
-CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), quoted on one line
+CARD_TEXT_CHARS = 600  # a tool's own card text (hands' shell), shown as a code block
 
 
 def tool_card(deps: CallDeps, tool: Route, use: ToolUseBlock) -> ApprovalCard | None:
@@ -163,11 +163,12 @@ def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
     minutes = max(1, round(timeout / 60))
     # The reason may quote outside content (a URL) or a command's newline: one escaped line,
     # shown as code, never as formatting.
-    why = f"**Why:** `{approvals.quote(approval.why)}`\n" if approval.why else ""
-    # A tool's own card (hands' shell: the command line, folder, network, limits) is one
-    # escaped line: a newline in the command cannot draw a fake "network: off" under it.
-    shown = approvals.quote(approval.card_text, limit=CARD_TEXT_CHARS) if approval.card_text else ""
-    details = f"**Shown by the tool:** `{shown}`\n" if shown else ""
+    why = f"**Why:** `{approvals.one_line(approval.why)}`\n" if approval.why else ""
+    # A tool's own card (hands' shell: the command line, folder, network, limits), one line
+    # per field: the tool's card builder escapes each field's own newlines, so a command
+    # cannot draw a fake "network: off" under it, and a backtick cannot close the block.
+    shown = approvals.card_block(approval.card_text, CARD_TEXT_CHARS) if approval.card_text else ""
+    details = f"**Shown by the tool:**\n```\n{shown}\n```\n" if shown else ""
     source = f" from {approval.tool_source}" if approval.tool_source else ""
     note = ""
     if cut:

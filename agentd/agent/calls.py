@@ -242,11 +242,13 @@ def write_tool_audit(
 
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
-    """What a call that ran adds to the caller's taint: its source if the tool taints, and
-    every URL it showed (a later fetch of one of them sends out nothing new)."""
+    """What a call that ran adds to the caller's taint: its source if the tool taints (or
+    this result said it holds outside content), and every URL it showed (a later fetch of one
+    of them sends out nothing new)."""
     # A failed call's content is agentd's own error message, except an MCP server's errors,
     # which are its words.
-    if route.taints and (outcome.ok or route.source.startswith("mcp:")):
+    outside = route.taints or outcome.outside
+    if outside and (outcome.ok or route.source.startswith("mcp:")):
         first = next((v for v in use.input.values() if isinstance(v, str) and v.strip()), "")
         first = " ".join(first.split())
         taint.add_source(f"{route.name} ({first[:80]})" if first else route.name)
@@ -292,7 +294,12 @@ async def make_call(
     """One call → its outcome, through validation, the risk policy, approval and the
     journal. `taint` grows with what the call read, for the caller's later calls."""
     iid = step.instance_id
-    state = CallState(tainted_by=taint.tainted_by, known_urls=frozenset(taint.urls))
+    state = CallState(
+        tainted_by=taint.tainted_by,
+        known_urls=frozenset(taint.urls),
+        chat_id=caller.chat_id,
+        user_id=caller.user_id,
+    )
     route = await step.do(f"route:{use.id}", route_tool, deps, use, state, delivery="idempotent")
     if route.problem is not None:
         return CallResult(outcome=route.problem, route=route)  # no approval asked

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -84,6 +84,11 @@ class TurnDeps:
     # (name, description) of the enabled skills, by name, read per model call (the owner
     # enables them from the CLI while the daemon runs); None: skills are off.
     skill_listing: Callable[[], Awaitable[tuple[tuple[str, str], ...]]] | None = None
+    # The capability that lists them says the rest, so the loop names none: its tools (this
+    # source) are offered only while the listing has an entry, and `listed_use(tool, args)`
+    # names the entry a successful call loaded (the reply says which one it followed).
+    listed_source: str = ""
+    listed_use: Callable[[str, Mapping[str, Any]], str | None] | None = None
     stable: StableMemo = field(default_factory=StableMemo, compare=False)
 
 
@@ -92,6 +97,7 @@ class Recall(BaseModel):
 
     facts: str = ""
     memories: str = ""
+    outside: bool = False  # a recalled memory came from outside content (memory.taints)
     searched: bool = False  # the memories were searched (not only the facts listed)
     why: str = ""  # what was searched for, or why nothing was
     route: RoutingDecision | None = None  # agent/routing.py; None: journaled before it existed

@@ -35,8 +35,6 @@ from agentd.llm.types import (
     ToolSpec,
     ToolUseBlock,
 )
-from agentd.skills.names import SOURCE as SKILLS_SOURCE
-from agentd.skills.names import USE_SKILL
 from agentd.tools import (
     ToolOutcome,
     render_args,
@@ -112,7 +110,7 @@ async def current_prefix(deps: TurnDeps) -> StablePrefix:
 
 def _build_stable(deps: TurnDeps, tools: list[Any], skills: Listing) -> StablePrefix:
     if not skills:  # nothing to load: the skill tools would only cost tokens
-        tools = [t for t in tools if t.source != SKILLS_SOURCE]
+        tools = [t for t in tools if not deps.listed_source or t.source != deps.listed_source]
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
     server_tools = []
     if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
@@ -256,8 +254,9 @@ async def agent_loop(
             retrieved.update(found_in(outcome.content))
             if route.risk == "medium" and outcome.ok:
                 reported.append(f"{route.name} ({_brief(use)})")
-            if route.name == USE_SKILL and outcome.ok and str(use.input.get("name")) not in used:
-                used.append(str(use.input.get("name")))
+            entry = deps.listed_use(route.name, use.input) if deps.listed_use else None
+            if entry and outcome.ok and entry not in used:
+                used.append(entry)
             files.extend(outcome.files)
             results.append(
                 ToolResultBlock(

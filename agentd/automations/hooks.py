@@ -1,12 +1,14 @@
-"""The webhook listener (`[hooks]`, off by default): `POST /hooks/NAME` starts the hook's
-automation (or a turn in the owner's chat) with the JSON body; `POST /hooks/NAME/events/EVENT`
-signals one of its instances.
+"""The webhook listener (`[automations.hooks]`, off by default): `POST /hooks/NAME` starts the
+hook's automation (or a turn in the owner's chat) with the JSON body;
+`POST /hooks/NAME/events/EVENT` signals one of its instances.
 
 Every request is verified before anything else is read into memory past the size limit: an
 HMAC-SHA256 of the raw body under the hook's own secret (`X-Hub-Signature-256` as GitHub sends
-it, or `X-Signature-256`; `sha256=<hex>`, compared in constant time). A delivery id header
-(`Idempotency-Key`, `X-GitHub-Delivery`, `X-Delivery-Id`) maps to one instance id, so a repeat
-starts nothing new. The answer (202 and the instance id) comes only after the start is
+it, or `X-Signature-256`; `sha256=<hex>`, compared in constant time), over
+"<timestamp>.<body>" where the hook names a signed timestamp header (a stale one is refused).
+The body's digest, not the unsigned delivery id, makes a delivery one: a repeat within the
+retry window starts nothing new, at this hook or any other (hook_guard.py), and starts are
+rate-limited per hook. The answer (202 and the instance id) comes only after the start is
 committed to disk. It listens on 127.0.0.1 or a Unix socket: put a reverse proxy in front to
 take deliveries from the internet (docs/workflows.md).
 """
@@ -27,12 +29,12 @@ from typing import Any
 
 from aiohttp import web
 
-from agentd.automations import runs
+from agentd.automations import hook_guard, runs
 from agentd.automations.owner import owner
 from agentd.automations.runtime import Runtime
 from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
-from agentd.config import Config, HookConfig
+from agentd.config import Config, HookConfig, read_secret
 from agentd.durable import InstanceNotFound, InvalidInput, WorkflowNotFound
 from agentd.tools import mark_untrusted
 
@@ -50,6 +52,18 @@ def signature_ok(secret: bytes, body: bytes, header: str) -> bool:
     expected = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
     # As bytes: compare_digest refuses non-ASCII str, and a header may hold anything.
     return hmac.compare_digest(expected, given.strip().lower().encode("utf-8", "replace"))
+
+
+def _signed(hook: HookConfig, request: web.Request, body: bytes) -> bytes:
+    """What the sender signed: the body, or "<timestamp>.<body>" where it signs a timestamp
+    (refused when missing or stale)."""
+    if not hook.timestamp_header:
+        return body
+    stamp = request.headers.get(hook.timestamp_header, "")
+    why = hook_guard.stale_timestamp(stamp, time.time(), hook.max_age_seconds)
+    if why is not None:
+        raise _Refused(401, why)
+    return stamp.strip().encode() + b"." + body
 
 
 def _fresh_socket_path(raw: str) -> str:
@@ -100,7 +114,8 @@ class HookServer:
         wake: Callable[[], Awaitable[None]],
         env: Mapping[str, str] | None = None,
     ) -> None:
-        env = os.environ if env is None else env
+        # The one secret reader: the environment, then agentd.env, then a credential.
+        secrets = config.secret_source(env)
         self._config = config
         self._max = config.hooks.max_body_bytes
         self._runtime = runtime
@@ -108,8 +123,15 @@ class HookServer:
         self._wake = wake
         self._runner: web.AppRunner | None = None
         self.routes: dict[str, _Route] = {}
+        # One memory for every hook: a body taken by one is a replay at any other.
+        windows = [h.replay_window_seconds for h in config.hooks.routes.values()]
+        self._seen = hook_guard.Seen(window=float(max(windows, default=86_400)))
+        self._rates = {
+            name: hook_guard.StartRate(h.max_starts_per_minute)
+            for name, h in config.hooks.routes.items()
+        }
         for name, hook in config.hooks.routes.items():
-            secret = env.get(hook.secret_env, "")
+            secret = read_secret(hook.secret_env, secrets)
             if not secret:
                 log.warning(
                     "hook has no secret; it refuses every delivery",
@@ -154,8 +176,9 @@ class HookServer:
 
     # -- the two endpoints ------------------------------------------------------------------
 
-    async def _verified(self, request: web.Request) -> tuple[_Route, Any, str | None]:
-        """Route, parsed JSON body and delivery id; raise an HTTP error response otherwise."""
+    async def _verified(self, request: web.Request) -> tuple[_Route, Any, str]:
+        """Route, parsed JSON body and the body's digest; raise an HTTP error response
+        otherwise (a bad signature, a stale signed timestamp, a body taken before)."""
         route = self.routes.get(request.match_info["name"])
         if route is None:
             raise _Refused(404, "no such hook")
@@ -176,7 +199,7 @@ class HookServer:
         )
         if header is None:
             raise _Refused(401, "missing signature")
-        if not signature_ok(route.secret, body, header):
+        if not signature_ok(route.secret, _signed(route.config, request, body), header):
             log.warning("hook signature mismatch", extra={"hook": route.name})
             raise _Refused(401, "bad signature")
         try:
@@ -191,19 +214,37 @@ class HookServer:
         )
         if delivery is not None and not 1 <= len(delivery) <= MAX_DELIVERY_ID:
             raise _Refused(400, f"the delivery id must be 1-{MAX_DELIVERY_ID} characters")
-        return route, data, delivery
+        # The delivery id is not signed: the body's digest is what makes a delivery one.
+        return route, data, hook_guard.digest(body)
+
+    def _replayed(self, route: _Route, body_digest: str) -> web.Response | None:
+        """The answer to a body taken before within the window, or None for a new one."""
+        earlier = self._seen.earlier(body_digest, time.time())
+        if earlier is None:
+            return None
+        hook, iid = earlier
+        if hook != route.name:
+            log.warning("hook body replayed at another hook", extra={"hook": route.name})
+            return _error(409, "this signed body was already delivered to another hook")
+        return web.json_response({"instance_id": iid, "created": False}, status=200)
 
     async def _start(self, request: web.Request) -> web.Response:
         try:
-            route, data, delivery = await self._verified(request)
+            route, data, body_digest = await self._verified(request)
         except _Refused as refused:
             return refused.response
+        replayed = self._replayed(route, body_digest)
+        if replayed is not None:
+            return replayed
+        if not self._rates[route.name].allow(route.name):
+            log.warning("hook start rate exceeded", extra={"hook": route.name})
+            return _error(429, "too many starts for this hook; retry in a minute")
+        now = time.time()
+        delivery = hook_guard.replay_key(body_digest, now, route.config.replay_window_seconds)
         try:
             if route.config.workflow:
                 name = route.config.workflow
-                iid = runs.instance_id_for(
-                    name, None if delivery is None else f"{route.name}:{delivery}", scope="h"
-                )
+                iid = runs.instance_id_for(name, f"{route.name}:{delivery}", scope="h")
                 started = await self._runtime.start(
                     name, data, instance_id=iid, source=f"hook:{route.name}"
                 )
@@ -216,12 +257,13 @@ class HookServer:
             return _error(503, str(exc))
         except ValueError as exc:
             return _error(409, str(exc))
+        self._seen.remember(body_digest, route.name, iid, now)
         log.info("hook delivery", extra={"hook": route.name, "instance_id": iid, "new": created})
         body = {"instance_id": iid, "created": created}
         return web.json_response(body, status=202 if created else 200)
 
     async def _start_turn(
-        self, route: _Route, data: dict[str, Any], delivery: str | None
+        self, route: _Route, data: dict[str, Any], delivery: str
     ) -> tuple[str, bool]:
         chat = owner(self._config)
         if chat is None:
@@ -248,9 +290,11 @@ class HookServer:
 
     async def _event(self, request: web.Request) -> web.Response:
         try:
-            route, data, delivery = await self._verified(request)
+            route, data, body_digest = await self._verified(request)
         except _Refused as refused:
             return refused.response
+        if self._seen.earlier(body_digest, time.time()) is not None:
+            return _error(409, "this signed body was already delivered")
         event = request.match_info["event"]
         if event.startswith(runs.ANSWER_PREFIX):
             # The owner's answers (and approvals of high-risk tools) are the owner's: a
@@ -263,8 +307,9 @@ class HookServer:
         workflow = route.config.workflow or None
         if workflow is None:
             return _error(404, "this hook starts prompts; it has no instances to signal")
-        event_id = f"hook:{route.name}:{delivery}" if delivery else None
         now = time.time()
+        key = hook_guard.replay_key(body_digest, now, route.config.replay_window_seconds)
+        event_id = f"hook:{route.name}:{key}"
         try:
             delivered = await self._runtime.db.write(
                 runs.signal, iid, event, payload, now, event_id, workflow=workflow
@@ -273,6 +318,8 @@ class HookServer:
             return _error(404, str(exc))
         except ValueError as exc:
             return _error(409, str(exc))
+        if delivered:
+            self._seen.remember(body_digest, route.name, iid, now)
         await self._wake()
         return web.json_response(
             {"instance_id": iid, "event": event, "delivered": delivered},

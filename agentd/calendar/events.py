@@ -29,14 +29,92 @@ def _aware(value: date | datetime, zone: ZoneInfo) -> datetime:
     return datetime.combine(value, time(0), zone)
 
 
+# A calendar is outside data: one hostile event must not cost the daemon memory or minutes.
+# Rules are clamped before expansion (at most one occurrence per 15 minutes from a SECONDLY or
+# MINUTELY rule, a few BYMINUTE values, one BYSECOND; a far-past open rule starts near the
+# range) and the answer is capped per event and in total. The tools run it in the bounded
+# child (agentd/parsing), which caps CPU, memory and time on top.
+MAX_PER_EVENT = 200
+MAX_TOTAL = 2000
+_MIN_INTERVAL = {"SECONDLY": 900, "MINUTELY": 15}
+_PERIOD = {
+    "SECONDLY": timedelta(seconds=1),
+    "MINUTELY": timedelta(minutes=1),
+    "HOURLY": timedelta(hours=1),
+    "DAILY": timedelta(days=1),
+    "WEEKLY": timedelta(weeks=1),
+}
+_FAR = timedelta(days=366)
+
+
+def clamp(cal: Calendar, start: datetime) -> None:
+    """Make every recurrence rule of `cal` cheap to expand near `start` (in place)."""
+    for ev in cal.walk("VEVENT"):
+        found = ev.get("RRULE")
+        rules = found if isinstance(found, list) else [found] if found is not None else []
+        for rule in rules:
+            freq = str((rule.get("FREQ") or [""])[0]).upper()
+            if freq in _MIN_INTERVAL:
+                step = int((rule.get("INTERVAL") or [1])[0])
+                rule["INTERVAL"] = [max(step, _MIN_INTERVAL[freq])]
+            if len(rule.get("BYSECOND") or []) > 1:
+                rule["BYSECOND"] = rule["BYSECOND"][:1]
+            if len(rule.get("BYMINUTE") or []) > 4:
+                rule["BYMINUTE"] = rule["BYMINUTE"][:4]
+        if len(rules) == 1:
+            _start_near(ev, rules[0], start)
+
+
+def _start_near(ev: Event, rule: object, start: datetime) -> None:
+    """Move an open rule's first occurrence from the far past to just before `start`, by whole
+    periods, so its phase (and every RECURRENCE-ID) stays the same."""
+    freq = str((rule.get("FREQ") or [""])[0]).upper()  # type: ignore[attr-defined]
+    if freq not in _PERIOD or rule.get("COUNT") or "DTSTART" not in ev:  # type: ignore[attr-defined]
+        return
+    first = ev.decoded("DTSTART")
+    if not isinstance(first, datetime):
+        return
+    begin = first if first.tzinfo else first.replace(tzinfo=start.tzinfo)
+    if start - begin <= _FAR:
+        return
+    period = _PERIOD[freq] * int((rule.get("INTERVAL") or [1])[0])  # type: ignore[attr-defined]
+    shift = period * ((start - begin - _FAR) // period)
+    for key in ("DTSTART", "DTEND"):
+        if key in ev:
+            moved = ev.decoded(key) + shift
+            params = dict(ev[key].params)
+            del ev[key]
+            ev.add(key, moved, parameters=params)
+
+
+def expand_job(data: bytes, *, start: str, end: str, zone: str) -> list[dict[str, object]]:
+    """The bounded child's side: iCalendar bytes in, capped occurrences (JSON-able) out."""
+    tz = ZoneInfo(zone)
+    found = expand(
+        Calendar.from_ical(data), datetime.fromisoformat(start), datetime.fromisoformat(end), tz
+    )
+    return [o.model_dump(mode="json") for o in found]
+
+
 def expand(cal: Calendar, start: datetime, end: datetime, zone: ZoneInfo) -> list[Occurrence]:
-    """Each occurrence overlapping [start, end), soonest first."""
+    """Each occurrence overlapping [start, end), soonest first; rules clamped and the list
+    capped (MAX_PER_EVENT, MAX_TOTAL)."""
     import recurring_ical_events
 
+    clamp(cal, start)
     # The expansion marks every occurrence with a RECURRENCE-ID; the series are the masters.
     series = {str(c.get("UID")) for c in cal.walk("VEVENT") if "RRULE" in c or "RDATE" in c}
-    out = []
-    for ev in recurring_ical_events.of(cal).between(start, end):
+    out: list[Occurrence] = []
+    per_event: dict[str, int] = {}
+    for ev in recurring_ical_events.of(cal).after(start):
+        if len(out) >= MAX_TOTAL:
+            break
+        if _aware(ev.decoded("DTSTART"), zone) >= end:
+            break
+        uid = str(ev.get("UID", ""))
+        per_event[uid] = per_event.get(uid, 0) + 1
+        if per_event[uid] > MAX_PER_EVENT:
+            continue
         first = ev.decoded("DTSTART")
         all_day = not isinstance(first, datetime)
         if "DTEND" in ev:
@@ -53,7 +131,7 @@ def expand(cal: Calendar, start: datetime, end: datetime, zone: ZoneInfo) -> lis
         people = people if isinstance(people, list) else [people]
         out.append(
             Occurrence(
-                uid=str(ev.get("UID", "")),
+                uid=uid,
                 summary=str(ev.get("SUMMARY", "(no title)")),
                 start=_aware(first, zone),
                 end=_aware(last, zone),

@@ -11,7 +11,7 @@ from typing import Any
 
 from icalendar import Calendar
 
-from agentd.config import CalendarConfig, read_named_secret
+from agentd.config import CalendarConfig, read_secret
 
 
 class CalendarError(Exception):
@@ -53,7 +53,7 @@ class Source:
 
     def __init__(self, config: CalendarConfig, env: Mapping[str, str]) -> None:
         self.config = config
-        self.password = read_named_secret(config.password_env, env)
+        self.password = read_secret(config.password_env, env)
         self._calendar: Any = None
 
     @property

@@ -18,9 +18,11 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.calendar.events import describe, expand, free_slots, new_event
+from agentd.calendar.events import Occurrence, describe, free_slots, new_event
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import Config
+from agentd.parsing.bounded import run_bounded
+from agentd.parsing.budget import Budget, ParseFailed
 from agentd.tools import (
     Assessment,
     CallState,
@@ -95,6 +97,9 @@ class CalendarDeps:
         return ZoneInfo(src.config.timezone or self.config.agent.timezone)
 
 
+_EXPAND_BUDGET = Budget(seconds=30.0, cpu_seconds=20, memory_bytes=512 * 1024 * 1024)
+
+
 def parse_when(value: str, zone: ZoneInfo) -> date | datetime:
     try:
         if len(value.strip()) == 10:
@@ -123,7 +128,26 @@ async def _occurrences(deps: CalendarDeps, src: Source, first: date, days: int) 
     zone = deps.zone(src)
     start, end = _window(first, days, zone)
     cal = await asyncio.to_thread(src.fetch, start, end)
-    return await asyncio.to_thread(expand, cal, start, end, zone)
+    data = await asyncio.to_thread(cal.to_ical)
+    # The expansion of outside rules runs in the bounded child: a hostile event costs a
+    # child process its budget, never the daemon its memory or its loop.
+    try:
+        found = await run_bounded(
+            "agentd.calendar.events:expand_job",
+            data,
+            _EXPAND_BUDGET,
+            start=start.isoformat(),
+            end=end.isoformat(),
+            zone=zone.key,
+        )
+    except ParseFailed as exc:
+        raise ToolError(f"the calendar {src.config.name} could not be expanded: {exc}") from None
+    # JSON keeps the offset, not the zone: put the zone back for its name (CET, CEST).
+    return [_in_zone(Occurrence.model_validate(o), zone) for o in found]
+
+
+def _in_zone(o: Occurrence, zone: ZoneInfo) -> Occurrence:
+    return o.model_copy(update={"start": o.start.astimezone(zone), "end": o.end.astimezone(zone)})
 
 
 async def _list(deps: CalendarDeps, ctx: ToolContext, a: ListArgs) -> str:

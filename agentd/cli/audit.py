@@ -15,6 +15,7 @@ from agentd.cli.common import (
     JsonOption,
     config_or_exit,
     database,
+    err,
     fail,
     iso,
     new_table,
@@ -23,6 +24,7 @@ from agentd.cli.common import (
 )
 from agentd.ledger import audit as audit_log
 
+DETAIL_CHARS = 100  # a table row stays a few lines at 80 columns; --json has the rest
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -64,19 +66,29 @@ def audit(
     if json:
         print_json([{**e.model_dump(), "at": iso(e.at)} for e in entries])
         return
+    from rich.text import Text
+
     table = new_table("time (UTC)", "kind", "chat", "user", "instance", "detail")
+    cut = False
     for e in entries:
         detail = ", ".join(f"{k}={v}" for k, v in e.detail.items())
+        if len(detail) > DETAIL_CHARS:
+            detail, cut = detail[: DETAIL_CHARS - 1] + "…", True
         table.add_row(
             iso(e.at),
             e.kind,
             str(e.chat_id or ""),
             str(e.user_id or ""),
             e.instance_id or "",
-            detail[:100],
+            Text(detail),  # commands and paths, never markup: "[a-z]*" stays as typed
         )
     print_table(
         table,
         drop=("instance", "user", "chat"),
         empty="No audit entries" + (" match these filters." if since or kind or chat else " yet."),
     )
+    if cut:
+        err.print(
+            f"(a detail ending in … is cut at {DETAIL_CHARS} characters; --json shows it whole)",
+            highlight=False,
+        )

@@ -58,8 +58,8 @@ def enable(
         return
     out.print(f"briefing on: {summary(sched)}", highlight=False)
     out.print(
-        f"next: {local_iso(sched.next_run, sched.timezone)}; its cost per run: "
-        f"agentd usage --schedule {sched.id}",
+        f"next: {local_iso(sched.next_run, sched.timezone)}; its cost: agentd usage "
+        f"--schedule {sched.id} (every briefing's: agentd usage --schedule briefing)",
         highlight=False,
     )
 
@@ -88,7 +88,8 @@ def run(
         print_json(sched.model_dump())
         return
     out.print(
-        f"briefing {sched.id} runs in {after}; its cost: agentd usage --schedule {sched.id}",
+        f"briefing {sched.id} runs in {after}; its cost: agentd usage --schedule {sched.id} "
+        "(every briefing's, daily and once: agentd usage --schedule briefing)",
         highlight=False,
     )
 

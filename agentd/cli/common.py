@@ -60,8 +60,29 @@ out = LazyConsole()
 
 
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    from rich.markup import escape
+
+    # Messages name config sections ("[skills] paths", "[[mail]]") and quote pydantic's
+    # "[type=…]": as markup rich would drop them.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+NO_CONFIG = (
+    "no config file found (./agentd.toml, $AGENTD_CONFIG, ~/.config/agentd, /etc/agentd): "
+    "pass the one `agentd init` wrote with --config PATH, or run `agentd init` first"
+)
+
+
+def config_missing(config: Config) -> bool:
+    """True when no config file was found, the database was not named in the environment and
+    none sits in this folder: most likely a command run from another folder than `agentd
+    init`'s, where blaming the database would send the owner the wrong way."""
+    return (
+        config.source is None
+        and not os.environ.get("AGENTD_STORAGE__PATH")
+        and not config.db_path.exists()
+    )
 
 
 def config_or_exit(path: Path | None) -> Config:
@@ -104,6 +125,8 @@ def database(config: Config, *, write: bool = False) -> Iterator[Any]:
     from agentd.db.migrations import apply_migrations
 
     path = config.db_path
+    if config_missing(config):
+        fail(NO_CONFIG, EXIT_CONFIG)
     if not path.exists():
         where = f" (storage.path in {config.source})" if config.source else ""
         fail(
@@ -148,7 +171,7 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
     from agentd.retrieval.embedders import EmbedderError, build_embedder
 
     async def run() -> T:
-        embedder = build_embedder(config.memory, os.environ)
+        embedder = build_embedder(config.memory, config.secret_source())
         try:
             return await work(embedder)
         finally:

@@ -12,10 +12,10 @@ from agentd.cli.common import ConfigOption, config_or_exit, database, fail, out,
 
 
 def _settings(cfg: Any, **given: Any) -> Any:
-    """`[dashboard]` from the config when it has one, overridden by the options given."""
+    """`[dashboard]` from the config, overridden by the options given."""
     from agentd.dashboard.config import DashboardConfig
 
-    base = getattr(cfg, "dashboard", None) or DashboardConfig()
+    base = cfg.dashboard
     changes = {k: v for k, v in given.items() if v is not None}
     try:
         return DashboardConfig.model_validate({**base.model_dump(), **changes})
@@ -25,11 +25,9 @@ def _settings(cfg: Any, **given: Any) -> Any:
 
 def new_link(cfg: Any, settings: Any, port: int) -> str:
     """A one-time login link (its token is stored hashed, with an expiry)."""
-    from agentd.dashboard import auth
     from agentd.dashboard.links import login_link
 
-    with database(cfg, write=True) as conn:
-        auth.ensure_schema(conn)
+    with database(cfg, write=True) as conn:  # applies the migrations, the dashboard's too
         with transaction(conn):
             return login_link(conn, settings, f"cli:{getpass.getuser()}", port)
 
@@ -67,7 +65,10 @@ def dashboard(
     except KeyboardInterrupt:
         pass
     except OSError as exc:
-        fail(f"cannot listen on {settings.host}:{settings.port}: {exc}; try another --port")
+        hint = "try another --port"
+        if settings.enabled:  # most likely the daemon itself, serving the same settings
+            hint = "`agentd run` serves it already ([dashboard] enabled): `agentd dashboard --link`"
+        fail(f"cannot listen on {settings.host}:{settings.port}: {exc}; {hint}")
 
 
 async def _serve(cfg: Any, settings: Any) -> None:

@@ -1,10 +1,11 @@
 """`agentd init`: from nothing to a configured agent, with no user-id hunting.
 
 Checks the bot token with getMe, pairs the owner (a one-time code they send to the bot, read
-here with getUpdates before the daemon runs), checks the Anthropic key with a free models
-call, takes the time zone from the system, then writes `agentd.toml` (only what differs from
-the defaults) and `agentd.env` (the secrets, mode 0600), which `agentd run` and the systemd
-unit (`EnvironmentFile=`) read. Plain HTTP (urllib): no aiogram, so it starts fast.
+here with getUpdates before the daemon runs), checks the key and the model with the cheapest
+call the endpoint answers (model_check.py), takes the time zone from the system, then writes
+`agentd.toml` (only what differs from the defaults) and `agentd.env` (the secrets, mode
+0600), which `agentd run` and the systemd unit (`EnvironmentFile=`) read. Telegram through
+plain HTTP (urllib): no aiogram, so it starts fast.
 """
 
 from __future__ import annotations
@@ -12,11 +13,14 @@ from __future__ import annotations
 import json as jsonlib
 import os
 import secrets
+import shlex
+import shutil
 import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,6 +28,7 @@ import typer
 
 from agentd.access.pairing import ALPHABET
 from agentd.cli.common import EXIT_CONFIG, err, fail, out
+from agentd.cli.model_check import DEFAULT_BASE_URL, ModelProblem, check_model, refusal_advice
 from agentd.config import AgentConfig, LLMConfig, TelegramConfig
 
 SECRETS_FILE = "agentd.env"
@@ -50,49 +55,6 @@ def check_token(api_base: str, token: str) -> str | None:
 
 
 KEY_ATTEMPTS = 3  # then init stops, instead of asking forever
-
-
-class KeyProblem(Exception):
-    """The key check failed; `key_fault` says whether typing another key can help."""
-
-    def __init__(self, message: str, *, key_fault: bool) -> None:
-        super().__init__(message)
-        self.key_fault = key_fault
-
-
-def check_key(base_url: str, key: str, model: str) -> None:
-    """Raise KeyProblem unless the key works and the model exists (free calls). A 404 is told
-    apart: the model unknown to a working API, or a base URL that is not the Anthropic API."""
-    if not key:
-        raise KeyProblem("the key is empty", key_fault=True)
-    base = (base_url or "https://api.anthropic.com").rstrip("/")
-    headers = {"x-api-key": key, "anthropic-version": "2023-06-01"}
-    try:
-        status, _ = _call(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
-        if status == 404:
-            status_list, body = _call(f"{base}/v1/models", headers)
-    except (OSError, ValueError) as exc:
-        raise KeyProblem(
-            f"{base} is unreachable ({type(exc).__name__}); check the network or --llm-base-url",
-            key_fault=False,
-        ) from None
-    if status in (401, 403):
-        raise KeyProblem("Anthropic rejected the key", key_fault=True)
-    if status == 404:
-        if status_list == 200 and isinstance(body, dict) and "data" in body:
-            hint = "pass --model with one it lists (e.g. claude-haiku-4-5)"
-            raise KeyProblem(
-                f"the model {model} is not available with this key; {hint}", key_fault=False
-            )
-        if status_list in (401, 403):
-            raise KeyProblem("Anthropic rejected the key", key_fault=True)
-        raise KeyProblem(
-            f"{base} does not answer like the Anthropic API (HTTP 404 for "
-            "/v1/models); check --llm-base-url",
-            key_fault=False,
-        )
-    if status != 200:
-        raise KeyProblem(f"the models API at {base} answered HTTP {status}", key_fault=False)
 
 
 def wait_for_owner(api_base: str, token: str, code: str, timeout: float) -> tuple[int, str]:
@@ -196,7 +158,10 @@ def write_private(path: Path, text: str) -> None:
 
 
 def user_unit(config_path: Path, secrets_path: Path) -> str:
-    """A systemd user unit running this install's `agentd run` with the files just written."""
+    """A systemd user unit running this install's `agentd` with the files just written, under
+    the system unit's hardening where a user manager can apply it."""
+    entry = Path(sys.executable).parent / "agentd"
+    command = str(entry) if entry.exists() else shutil.which("agentd") or "agentd"
     return f"""# Written by `agentd init --systemd` (system-wide: systemd/agentd.service).
 [Unit]
 Description=agentd personal AI agent (Telegram)
@@ -206,7 +171,7 @@ After=network-online.target
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart={sys.executable} -m agentd run --config {config_path.resolve()}
+ExecStart={command} run --config {config_path.resolve()}
 WorkingDirectory={config_path.resolve().parent}
 EnvironmentFile={secrets_path.resolve()}
 Restart=on-failure
@@ -214,6 +179,24 @@ RestartSec=5
 RestartPreventExitStatus=78
 WatchdogSec=60
 UMask=0077
+# The system unit's hardening, but for its file-system options (ProtectSystem, PrivateTmp…):
+# a user manager builds those in a user namespace of its own, where bubblewrap (the shell's
+# sandbox) cannot make its own. Namespaces, mounts and a few privileged calls stay allowed for
+# bubblewrap; see systemd/agentd.service for why each is needed.
+NoNewPrivileges=yes
+LockPersonality=yes
+RestrictRealtime=yes
+RestrictSUIDSGID=yes
+SystemCallArchitectures=native
+RestrictNamespaces=user mnt pid ipc uts net cgroup
+RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_NETLINK
+SystemCallFilter=@system-service @mount capset chroot pivot_root sethostname
+SystemCallFilter=setuid setgid setresuid setresgid setgroups
+SystemCallFilter=~@obsolete @swap @reboot @raw-io @clock @debug @cpu-emulation @module @chown
+SystemCallErrorNumber=EPERM
+MemoryMax=1G
+MemoryHigh=768M
+TasksMax=256
 
 [Install]
 WantedBy=default.target
@@ -248,45 +231,137 @@ def _ask(label: str, given: str | None, interactive: bool, *, secret: bool = Fal
     return Prompt.ask(label, password=secret, console=err).strip()
 
 
-def _checked_key(key: str | None, base_url: str, model: str, interactive: bool) -> str:
-    """Ask until the key works: at most KEY_ATTEMPTS times, and only while a new key can help
-    (a wrong base URL or model is said at once)."""
-    for attempt in range(1, KEY_ATTEMPTS + 1):
-        key = _ask("Anthropic API key", key, interactive, secret=True)
+@dataclass
+class Setup:
+    """What the command line said, so a printed re-run can say it again."""
+
+    directory: Path
+    api_base: str
+    llm_base_url: str
+    model: str
+    interactive: bool
+    skip_model_check: bool
+    systemd: bool
+
+    @property
+    def config_path(self) -> Path:
+        return self.directory / "agentd.toml"
+
+    @property
+    def secrets_path(self) -> Path:
+        return self.directory / SECRETS_FILE
+
+    def finish_command(self, owner_id: int) -> str:
+        """`agentd init` again with every choice made so far, pairing skipped: it runs as
+        printed, from the same folder (the token is read back from agentd.env)."""
+        words = [*program(), "init", "--dir", str(self.directory)]
+        words += ["--owner-id", str(owner_id), "--force"]
+        if self.api_base != TelegramConfig().api_base:
+            words += ["--api-base", self.api_base]
+        if self.llm_base_url:
+            words += ["--llm-base-url", self.llm_base_url]
+        if self.model != LLMConfig().model:
+            words += ["--model", self.model]
+        words += ["--skip-model-check"] * self.skip_model_check + ["--systemd"] * self.systemd
+        words += ["--non-interactive"] * (not self.interactive)
+        return shlex.join(words)
+
+
+def program() -> list[str]:
+    """How to call this agentd again: `agentd` when that is the one on PATH, else its path
+    (a venv not activated, `sudo .venv/bin/agentd`), else `python -m agentd`."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name == "agentd":
+        on_path = shutil.which("agentd")
+        if on_path and Path(on_path).resolve() == Path(argv0).resolve():
+            return ["agentd"]
+        return [argv0]
+    return [sys.executable, "-m", "agentd"]
+
+
+def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
+    """A key and a model that work together (asking for the key again while a new key can
+    help, at most KEY_ATTEMPTS times, and for a model from the endpoint's list when it refused
+    the one given); a wrong base URL is said at once."""
+    model, attempts = setup.model, 0
+    while True:
+        key = _ask("Anthropic API key", key, setup.interactive, secret=True)
+        if setup.skip_model_check:
+            out.print(
+                f"Anthropic key and model {model} not checked (--skip-model-check)", markup=False
+            )
+            return key, model
         try:
-            check_key(base_url, key, model)
-            return key
-        except KeyProblem as problem:
-            if not interactive or not problem.key_fault:
-                fail(f"{problem}", EXIT_CONFIG)
-            if attempt == KEY_ATTEMPTS:
-                fail(
-                    f"{problem}, {KEY_ATTEMPTS} times; check the key at "
-                    "console.anthropic.com and run `agentd init` again",
-                    EXIT_CONFIG,
-                )
-            err.print(f"{problem}; try again.")
+            found = check_model(setup.llm_base_url, key, model)
+        except ModelProblem as problem:
+            if problem.fault == "model" and setup.interactive and problem.listed:
+                model = _choose_model(problem)
+                continue
+            attempts += 1
+            _stop_unless_a_key_helps(problem, model, setup.interactive, attempts)
+            err.print(f"{problem}; try again.", highlight=False, markup=False)
             key = None
-    raise AssertionError("unreachable")
+            continue
+        how = "listed by" if found.how == "listed" else "answered at"
+        base = setup.llm_base_url or DEFAULT_BASE_URL
+        out.print(f"Anthropic key ok; model {model} {how} {base}", highlight=False, markup=False)
+        if others := [m for m in found.listed if m != model]:
+            out.print(
+                f"It also lists: {', '.join(others)} ([llm] model in the config picks one).",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
+        return key, model
 
 
-def _write(
-    directory: Path,
-    config_path: Path,
-    secrets_path: Path,
-    owner_id: int,
-    token: str,
-    key: str,
-    api_base: str,
-    llm_base_url: str,
-    model: str,
-) -> str:
+def plain(text: str) -> str:
+    """Text from outside (an endpoint's error, a model id, a folder) shown as it is: rich
+    would take `[/v1/messages]` or `[Gmail]` for markup, drop it, or fail on it."""
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _stop_unless_a_key_helps(
+    problem: ModelProblem, model: str, interactive: bool, attempts: int
+) -> None:
+    if problem.fault == "model":
+        fail(plain(refusal_advice(problem, model)), EXIT_CONFIG)
+    if not problem.key_fault:
+        fail(plain(str(problem)), EXIT_CONFIG)
+    if not interactive:
+        fail(plain(f"{problem}; check ANTHROPIC_API_KEY (or --anthropic-key)"), EXIT_CONFIG)
+    if attempts == KEY_ATTEMPTS:
+        fail(
+            plain(
+                f"{problem}, {KEY_ATTEMPTS} times; check the key at console.anthropic.com (or "
+                "your endpoint's) and run `agentd init` again"
+            ),
+            EXIT_CONFIG,
+        )
+
+
+def _choose_model(problem: ModelProblem) -> str:
+    """A numbered choice among the models the endpoint listed."""
+    from rich.prompt import Prompt
+
+    err.print(f"{problem}. The models it lists:", highlight=False, markup=False)
+    for number, name in enumerate(problem.listed, 1):
+        err.print(f"  {number}. {name}", highlight=False, markup=False)
+    numbers = [str(n) for n in range(1, len(problem.listed) + 1)]
+    choice = Prompt.ask("Model number", choices=numbers, show_choices=False, console=err)
+    return problem.listed[int(choice) - 1]
+
+
+def _write(setup: Setup, owner_id: int, token: str, key: str, model: str) -> str:
     """Write agentd.toml and agentd.env; return the time zone written."""
     timezone = system_timezone(dict(os.environ))
-    directory.mkdir(parents=True, exist_ok=True)
-    config_path.write_text(render_config(owner_id, timezone, api_base, llm_base_url, model))
+    setup.directory.mkdir(parents=True, exist_ok=True)
+    config = render_config(owner_id, timezone, setup.api_base, setup.llm_base_url, model)
+    setup.config_path.write_text(config)
     secrets = f"TELEGRAM_BOT_TOKEN={token}\n" + (f"ANTHROPIC_API_KEY={key}\n" if key else "")
-    write_private(secrets_path, secrets)
+    write_private(setup.secrets_path, secrets)
     return timezone
 
 
@@ -294,6 +369,26 @@ TokenOption = Annotated[
     str | None, typer.Option(envvar="TELEGRAM_BOT_TOKEN", help="Bot token from @BotFather.")
 ]
 KeyOption = Annotated[str | None, typer.Option(envvar="ANTHROPIC_API_KEY", help="Anthropic key.")]
+TELEGRAM_API_BASE = TelegramConfig().api_base
+ApiBaseOption = Annotated[
+    str, typer.Option(help=f"Bot API server (default {TELEGRAM_API_BASE}).", show_default=False)
+]
+LlmBaseOption = Annotated[
+    str,
+    typer.Option(
+        help="Messages API base URL: Anthropic's, a proxy's or a compatible server's (the URL "
+        "before /v1/messages).",
+        show_default=False,
+    ),
+]
+SkipCheckOption = Annotated[
+    bool,
+    typer.Option(
+        "--skip-model-check",
+        help="Write the key and model without calling the endpoint (one init cannot reach "
+        "yet, or that bills even a one-token check).",
+    ),
+]
 
 
 def init(
@@ -301,12 +396,17 @@ def init(
     token: TokenOption = None,
     anthropic_key: KeyOption = None,
     owner_id: Annotated[int | None, typer.Option(help="Skip pairing: this user id.")] = None,
-    api_base: Annotated[str, typer.Option(help="Bot API server.")] = TelegramConfig().api_base,
-    llm_base_url: Annotated[str, typer.Option(help="Anthropic API base URL.")] = "",
+    api_base: ApiBaseOption = TELEGRAM_API_BASE,
+    llm_base_url: LlmBaseOption = "",
     model: Annotated[str, typer.Option(help="Model id.")] = LLMConfig().model,
+    skip_model_check: SkipCheckOption = False,
     pair_timeout: Annotated[float, typer.Option(help="Seconds to wait for the code.")] = 600,
-    non_interactive: Annotated[bool, typer.Option(help="Never prompt (for scripts).")] = False,
-    force: Annotated[bool, typer.Option(help="Replace existing files without asking.")] = False,
+    non_interactive: Annotated[
+        bool, typer.Option("--non-interactive", help="Never prompt (for scripts).")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Replace existing files without asking.")
+    ] = False,
     systemd: Annotated[
         bool, typer.Option("--systemd", help="Also install a systemd user unit.")
     ] = False,
@@ -317,62 +417,60 @@ def init(
         bool, typer.Option("--add-calendar", help="Only add a calendar to the files in --dir.")
     ] = False,
 ) -> None:
-    """Set up agentd: check the token and key, pair your account, write the config."""
-    interactive = not non_interactive
+    """Set up agentd: check the token, key and model, pair your account, write the config."""
+    setup = Setup(
+        directory, api_base, llm_base_url, model, not non_interactive, skip_model_check, systemd
+    )
     if add_mail or add_calendar:
-        _add_accounts(directory, interactive, add_mail=add_mail, add_calendar=add_calendar)
+        _add_accounts(directory, setup.interactive, add_mail=add_mail, add_calendar=add_calendar)
         return
-    config_path, secrets_path = directory / "agentd.toml", directory / SECRETS_FILE
-    _confirm_replace([config_path, secrets_path], interactive, force)
-    stored = _stored_secrets(secrets_path)
-    token, bot = _checked_token(token or stored.get("TELEGRAM_BOT_TOKEN"), api_base, interactive)
+    _confirm_replace([setup.config_path, setup.secrets_path], setup.interactive, force)
+    stored = _stored_secrets(setup.secrets_path)
+    token = token or stored.get("TELEGRAM_BOT_TOKEN")
+    token, bot = _checked_token(token, api_base, setup.interactive)
     anthropic_key = anthropic_key or stored.get("ANTHROPIC_API_KEY")
-
     paired_now = owner_id is None
     if owner_id is None:
-        code = "".join(secrets.choice(ALPHABET) for _ in range(8))
-        out.print(
-            f"Now send this to @{bot} in Telegram:\n\n    /start {code[:4]}-{code[4:]}\n",
-            highlight=False,
-        )
-        owner_id, name = wait_for_owner(api_base, token, code, pair_timeout)
-        out.print(f"Paired: {name} (user id {owner_id})", highlight=False)
-
+        owner_id = _pair(api_base, token, bot, pair_timeout)
     try:
-        anthropic_key = _checked_key(anthropic_key, llm_base_url, model, interactive)
+        anthropic_key, model = _checked_key(anthropic_key, setup)
     except (KeyboardInterrupt, EOFError, typer.Exit) as stop:
         if not paired_now:
             raise
-        # Keep the pairing done so far: a re-run with --owner-id skips it (and reads the token
-        # back from agentd.env).
-        _write(
-            directory, config_path, secrets_path, owner_id, token, "", api_base, llm_base_url, model
-        )
-        err.print(
-            f"\nStopped before the Anthropic key was checked. Kept the pairing (user id "
-            f"{owner_id}) in {config_path} and the bot token in {secrets_path}; finish "
-            f"with:  agentd init --dir {directory} --owner-id {owner_id} --force",
-            highlight=False,
-        )
+        _keep_pairing(setup, owner_id, token)
         raise typer.Exit(stop.exit_code if isinstance(stop, typer.Exit) else 130) from None
-    out.print("Anthropic key ok")
-
-    timezone = _write(
-        directory,
-        config_path,
-        secrets_path,
-        owner_id,
-        token,
-        anthropic_key,
-        api_base,
-        llm_base_url,
-        model,
-    )
+    timezone = _write(setup, owner_id, token, anthropic_key, model)
     out.print(
-        f"Wrote {config_path} (time zone {timezone}) and {secrets_path} (mode 0600).",
+        f"Wrote {setup.config_path} (time zone {timezone}) and {setup.secrets_path} (mode 0600).",
         highlight=False,
     )
-    _next_steps(config_path, secrets_path, systemd)
+    _next_steps(setup.config_path, setup.secrets_path, systemd)
+
+
+def _pair(api_base: str, token: str, bot: str, timeout: float) -> int:
+    code = "".join(secrets.choice(ALPHABET) for _ in range(8))
+    out.print(
+        f"Now send this to @{bot} in Telegram:\n\n    /start {code[:4]}-{code[4:]}\n",
+        highlight=False,
+    )
+    owner_id, name = wait_for_owner(api_base, token, code, timeout)
+    out.print(f"Paired: {name} (user id {owner_id})", highlight=False)
+    return owner_id
+
+
+def _keep_pairing(setup: Setup, owner_id: int, token: str) -> None:
+    """Write what is done, so a re-run with --owner-id skips the pairing (and reads the token
+    back from agentd.env), and print that re-run, complete."""
+    _write(setup, owner_id, token, "", setup.model)
+    needs_key = "" if setup.interactive else " (with ANTHROPIC_API_KEY set)"
+    err.print(
+        f"\nThe Anthropic key was not saved. Kept the pairing (user id {owner_id}) in "
+        f"{setup.config_path} and the bot token in {setup.secrets_path}; finish with"
+        f"{needs_key}:\n\n    {setup.finish_command(owner_id)}\n",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
 
 
 def _add_accounts(
@@ -419,6 +517,7 @@ def _checked_token(token: str | None, api_base: str, interactive: bool) -> tuple
 
 
 def _next_steps(config_path: Path, secrets_path: Path, systemd: bool) -> None:
+    """How to start it, as a command that runs as printed."""
     if systemd:
         unit = install_user_unit(config_path, secrets_path, dict(os.environ))
         out.print(
@@ -429,7 +528,8 @@ def _next_steps(config_path: Path, secrets_path: Path, systemd: bool) -> None:
             highlight=False,
         )
     else:
-        out.print(f"Start the agent with:  agentd run --config {config_path}", highlight=False)
+        run = shlex.join([*program(), "run", "--config", str(config_path)])
+        out.print(f"Start the agent with:  {run}", highlight=False, markup=False, soft_wrap=True)
     out.print(
         "Mail and calendar (optional): agentd init --add-mail / --add-calendar", highlight=False
     )

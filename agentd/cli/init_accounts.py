@@ -12,6 +12,7 @@ from typing import Any
 import typer
 
 from agentd.cli.common import err, fail, out
+from agentd.cli.init import plain
 from agentd.config import SECRETS_FILE, CalendarConfig, MailAccountConfig, read_secrets_file
 
 
@@ -49,8 +50,145 @@ def _env_name(kind: str, name: str) -> str:
 
 def _checked(results: list[tuple[str, bool, str]]) -> bool:
     for check, ok, detail in results:
-        (out if ok else err).print(f"{'ok' if ok else 'FAIL'}  {check}: {detail}", highlight=False)
+        line = f"{'ok' if ok else 'FAIL'}  {check}: {detail}"
+        (out if ok else err).print(line, highlight=False, markup=False)
     return all(ok for _, ok, _ in results)
+
+
+RESTART = (
+    "A running agentd reads it at its next start: `systemctl restart agentd` (the system "
+    "service), `systemctl --user restart agentd` (the user unit), or Ctrl-C and `agentd run` "
+    "again in a terminal."
+)
+
+
+def split_host(answer: str, port_key: str) -> tuple[str, int | None]:
+    """`host`, `host:port` or `[v6]:port` as (host, port or None); a ValueError names the
+    config key the port belongs in, so `imap.example.org:993` never reaches DNS whole."""
+    answer = answer.strip()
+    if "://" in answer:
+        raise ValueError(f"give the server's name without {answer.split('://')[0]}://")
+    if answer.startswith("[") and "]" in answer:
+        host, _, rest = answer[1:].partition("]")
+        port = rest.removeprefix(":")
+    elif answer.count(":") == 1:
+        host, _, port = answer.partition(":")
+    else:
+        return answer, None  # a name, or a bare IPv6 address
+    if not port:
+        return host, None
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"{port!r} is not a port: give the server's name alone (the port is asked next, "
+            f"and saved as {port_key})"
+        )
+    return host, int(port)
+
+
+def smtp_default(imap_host: str) -> str:
+    """The SMTP server beside an IMAP one: imap.example.org -> smtp.example.org; a host that
+    is not named for IMAP (mail.example.org, an address) usually serves both."""
+    first, dot, rest = imap_host.partition(".")
+    if dot and first.lower() in ("imap", "imaps", "imap4") and not rest.replace(".", "").isdigit():
+        return f"smtp.{rest}"
+    return imap_host
+
+
+def _server(label: str, default: str, port_key: str) -> tuple[str, int | None]:
+    while True:
+        try:
+            return split_host(_prompt(label, default), port_key)
+        except ValueError as exc:
+            err.print(f"{exc}.", highlight=False, markup=False)
+
+
+def _port(label: str, given: int | None, default: str) -> int:
+    if given is not None:
+        out.print(f"{label}: {given} (from the server name)", highlight=False)
+        return given
+    while True:
+        answer = _prompt(label, default)
+        if answer.isdigit() and 1 <= int(answer) <= 65535:
+            return int(answer)
+        err.print(f"{answer!r} is not a port (1-65535).", highlight=False)
+
+
+def _mail_fields(name: str) -> tuple[dict[str, Any], str]:
+    """The account's keys as asked (host:port split), and its password."""
+    address = _prompt("E-mail address")
+    domain = address.rpartition("@")[2]
+    imap_host, imap_port = _server("IMAP server", f"imap.{domain}", "imap_port")
+    imap_security = _prompt("IMAP security (tls / starttls / plain)", "tls")
+    imap_port = _port("IMAP port", imap_port, "993" if imap_security == "tls" else "143")
+    smtp_host, smtp_port = _server("SMTP server", smtp_default(imap_host), "smtp_port")
+    smtp_security = _prompt("SMTP security (tls / starttls / plain)", "tls")
+    smtp_port = _port("SMTP port", smtp_port, "465" if smtp_security == "tls" else "587")
+    username = _prompt("User name", address)
+    password = _prompt("App password", secret=True)
+    fields = dict(
+        name=name,
+        address=address,
+        username=username,
+        password_env=_env_name("MAIL", name),
+        imap_host=imap_host,
+        imap_port=imap_port,
+        imap_security=imap_security,
+        smtp_host=smtp_host,
+        smtp_port=smtp_port,
+        smtp_security=smtp_security,
+    )
+    return fields, password
+
+
+# (config key, agentd's default name, the IMAP special-use flag servers mark it with, purpose)
+SPECIAL_FOLDERS = (
+    ("sent_folder", "Sent", b"\\Sent", "sent mail"),
+    ("drafts_folder", "Drafts", b"\\Drafts", "drafts"),
+)
+
+
+def _server_folders(
+    account: MailAccountConfig, password: str
+) -> list[tuple[tuple[bytes, ...], str]]:
+    """(flags, name) of each folder, or [] when the login fails (the check then says why)."""
+    from agentd.mail import imap
+    from agentd.mail.errors import MailError
+
+    try:
+        with imap.session(account, password) as client:
+            return [(tuple(flags), str(name)) for flags, _, name in client.list_folders()]
+    except MailError:
+        return []
+
+
+def _pick_folders(fields: dict[str, Any], password: str) -> None:
+    """Where Sent or Drafts is missing, offer the server's folders (the one it marks for that
+    use first) and set the key, so the account does not fail on its first sent mail."""
+    folders = _server_folders(MailAccountConfig(**fields), password)
+    names = [name for _, name in folders]
+    for key, default, flag, purpose in SPECIAL_FOLDERS:
+        if not folders or default in names:
+            continue
+        marked = next((n for flags, n in folders if flag in flags), None)
+        err.print(
+            f"The server has no folder {default!r} for {purpose} ({key}). Its folders:",
+            highlight=False,
+            markup=False,
+        )
+        for number, name in enumerate(names, 1):
+            err.print(f"  {number}. {name}", highlight=False, markup=False)
+        choices = [str(n) for n in range(1, len(names) + 1)]
+        suggested = str(names.index(marked) + 1) if marked else None
+        from rich.prompt import Prompt
+
+        choice = Prompt.ask(
+            f"Folder for {purpose} ({key})",
+            choices=choices,
+            default=suggested,
+            show_choices=False,
+            console=err,
+        )
+        fields[key] = names[int(choice) - 1]
 
 
 def add_mail(directory: Path) -> None:
@@ -59,32 +197,13 @@ def add_mail(directory: Path) -> None:
 
     config, secrets = _files(directory)
     name = _prompt("Account name", "home")
-    address = _prompt("E-mail address")
-    imap_host = _prompt("IMAP server", "imap." + address.rpartition("@")[2])
-    imap_security = _prompt("IMAP security (tls / starttls / plain)", "tls")
-    imap_port = int(_prompt("IMAP port", "993" if imap_security == "tls" else "143"))
-    smtp_host = _prompt("SMTP server", "smtp." + address.rpartition("@")[2])
-    smtp_security = _prompt("SMTP security (tls / starttls / plain)", "tls")
-    smtp_port = int(_prompt("SMTP port", "465" if smtp_security == "tls" else "587"))
-    username = _prompt("User name", address)
-    password = _prompt("App password", secret=True)
-    env = _env_name("MAIL", name)
-    fields = dict(
-        name=name,
-        address=address,
-        username=username,
-        password_env=env,
-        imap_host=imap_host,
-        imap_port=imap_port,
-        imap_security=imap_security,
-        smtp_host=smtp_host,
-        smtp_port=smtp_port,
-        smtp_security=smtp_security,
-    )
+    fields, password = _mail_fields(name)
+    env = fields["password_env"]
     try:
-        account = MailAccountConfig(**fields)  # type: ignore[arg-type]
+        _pick_folders(fields, password)  # validates the keys before connecting
+        account = MailAccountConfig(**fields)
     except ValueError as exc:
-        fail(f"not added: {exc}")
+        fail(plain(f"not added: {exc}"))
     if not _checked(check_account(account, {env: password})) and not typer.confirm(
         "Save it anyway?", default=False, err=True
     ):
@@ -92,8 +211,10 @@ def add_mail(directory: Path) -> None:
         raise typer.Exit(1)
     _append(config, secrets, "mail", fields, env, password)
     out.print(
-        f"Added mail account {name!r} to {config}; its password is in {secrets} as {env}.",
+        f"Added mail account {name!r} to {config}; its password is in {secrets} as {env}. "
+        + RESTART,
         highlight=False,
+        markup=False,
     )
 
 
@@ -111,11 +232,11 @@ def add_calendar(directory: Path, timezone: str) -> None:
     try:
         calendar = CalendarConfig(**fields)
     except ValueError as exc:
-        fail(f"not added: {exc}")
+        fail(plain(f"not added: {exc}"))
     if not _checked([check_calendar(calendar, {env: password}, timezone)]) and not typer.confirm(
         "Save it anyway?", default=False, err=True
     ):
         out.print("Nothing changed.")
         raise typer.Exit(1)
     _append(config, secrets, "calendar", fields, env, password)
-    out.print(f"Added calendar {name!r} to {config}.", highlight=False)
+    out.print(f"Added calendar {name!r} to {config}. " + RESTART, highlight=False, markup=False)

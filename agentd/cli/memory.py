@@ -1,7 +1,10 @@
-"""`agentd memory`: see, search and forget what agentd remembers (R-LTM-2, R-LTM-4)."""
+"""`agentd memory`: see, search, add, edit, forget, restore, import and export what agentd
+remembers (R-LTM-2, R-LTM-4). Commands are thin over agentd/memory/manage.py, importer.py and
+portable.py, which the chat's /memory command and the dashboard call too."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -25,7 +28,11 @@ from agentd.cli.common import (
     with_embedder,
 )
 
-app = typer.Typer(help="Long-term memory: list, search, forget, reindex.", no_args_is_help=True)
+app = typer.Typer(
+    help="Long-term memory: list, search, add, edit, forget, history, restore, pin, import,"
+    " export, reindex.",
+    no_args_is_help=True,
+)
 UserOption = Annotated[int | None, typer.Option("--user", help="Only this Telegram user id.")]
 
 
@@ -50,13 +57,25 @@ def ls(
     if json:
         print_json([_memory_json(m) for m in rows])
         return
-    table = new_table("id", "user", "kind", "key", "memory", "updated (UTC)")
+    table = new_table(
+        "id", "user", "kind", "key", "memory", "origin", "from", "date", "updated (UTC)"
+    )
     for m in rows:
         table.add_row(
-            str(m.id), str(m.user_id), m.kind, m.slot or "", m.content[:80], iso(m.updated_at)
+            str(m.id) + (" *" if m.pinned else ""),
+            str(m.user_id),
+            m.kind,
+            m.slot or "",
+            m.content[:80],
+            m.origin,
+            m.origin_ref or m.source,
+            (iso(m.created_at) or "")[:10],
+            iso(m.updated_at),
         )
     print_table(
-        table, drop=("key", "user"), empty="No memories yet: they are saved as you talk to the bot."
+        table,
+        drop=("key", "user", "updated (UTC)", "from"),
+        empty="No memories yet: they are saved as you talk to the bot.",
     )
 
 
@@ -119,9 +138,8 @@ def forget(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Forget one memory, or all of a user's: the row, its vector and its keyword index."""
-    from agentd.memory.store import forget as forget_one
-    from agentd.memory.store import forget_user
+    """Forget one memory, or all of a user's (kept in history: `restore` brings it back)."""
+    from agentd.memory.manage import MemoryNotFound, forget_all, forget_one
 
     if all_ == (memory_id is not None):
         fail("give a memory ID, or --all --user ID", EXIT_USAGE)
@@ -130,9 +148,13 @@ def forget(
     cfg = config_or_exit(config)
     with database(cfg, write=True) as conn, transaction(conn):
         if all_:
-            count = forget_user(conn, user)  # type: ignore[arg-type]
+            count = forget_all(conn, user)  # type: ignore[arg-type]
         else:
-            count = int(forget_one(conn, memory_id, user_id=user))  # type: ignore[arg-type]
+            try:
+                forget_one(conn, memory_id, user_id=user)  # type: ignore[arg-type]
+                count = 1
+            except MemoryNotFound:
+                count = 0
     if json:
         print_json({"forgotten": count})
     elif count == 0:
@@ -164,3 +186,225 @@ def reindex(
         lambda db, embedder, advance: run_reindex(db, embedder, force=force, progress=advance),
         json=json,
     )
+
+
+KindOption = Annotated[
+    str, typer.Option("--kind", help="note, fact, preference or task (facts may have a --key).")
+]
+
+
+def _user_for_write(conn: Any, user: int | None) -> int:
+    """--user, or the one user with memories, or the configured owner on a fresh install."""
+    if user is not None:
+        return user
+    found = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memories LIMIT 5")]
+    if len(found) == 1:
+        return int(found[0])
+    if len(found) > 1:
+        fail(f"several users have memories ({', '.join(map(str, found))}…): pass --user ID", 2)
+    fail("no memories yet, so whose is this? pass --user ID (your Telegram user id)", EXIT_USAGE)
+
+
+def _manage(config: Any, work: Any, *, embed: bool = True) -> Any:
+    """Run `work(db, embedder)` on a write connection; a missing memory or version exits 1."""
+    from agentd.db.runner import ConnRunner
+    from agentd.memory.store import MemoryStoreError
+
+    with database(config, write=True) as conn:
+        db = ConnRunner(conn)
+        try:
+            if embed:
+                return with_embedder(config, lambda embedder: work(conn, db, embedder))
+            import asyncio
+
+            return asyncio.run(work(conn, db, None))
+        except MemoryStoreError as exc:
+            fail(str(exc))
+
+
+def _show(memory: Any, verb: str, json: bool) -> None:
+    if json:
+        print_json(_memory_json(memory))
+    else:
+        out.print(f"{verb} memory {memory.id} ({memory.kind}, {memory.origin}): {memory.content}")
+
+
+@app.command("add")
+def add(
+    text: Annotated[str, typer.Argument(help="The memory, in your words.")],
+    kind: KindOption = "note",
+    key: Annotated[
+        str | None, typer.Option(help="A fact's key (home_city): replaces the fact with it.")
+    ] = None,
+    pin: Annotated[bool, typer.Option(help="Always put it in the prompt.")] = False,
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Add a memory in your own words."""
+    from agentd.memory import manage
+
+    if kind not in ("note", "fact", "preference", "task"):
+        fail("--kind is one of note, fact, preference, task", EXIT_USAGE)
+
+    async def work(conn: Any, db: Any, embedder: Any) -> Any:
+        who = _user_for_write(conn, user)
+        return await manage.add(db, embedder, who, text, kind=kind, key=key, pinned=pin)
+
+    memory, action = _manage(config_or_exit(config), work)
+    if pin and not memory.pinned:
+        memory = _manage(
+            config_or_exit(config),
+            lambda conn, db, _: db.write(lambda c: manage.set_pinned(c, memory.id, True)),
+            embed=False,
+        )
+    _show(memory, action.capitalize(), json)
+
+
+@app.command("edit")
+def edit(
+    memory_id: Annotated[int, typer.Argument(help="The memory to rewrite.")],
+    text: Annotated[str, typer.Argument(help="Its new text, in your words.")],
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Rewrite a memory (the old text stays in its history)."""
+    from agentd.memory import manage
+
+    memory = _manage(
+        config_or_exit(config),
+        lambda conn, db, embedder: manage.edit(db, embedder, memory_id, text, user_id=user),
+    )
+    _show(memory, "Edited", json)
+
+
+@app.command("history")
+def history(
+    memory_id: Annotated[int, typer.Argument(help="The memory (also a forgotten one).")],
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Every version of a memory: who changed it, when, from what to what."""
+    from agentd.memory import manage
+
+    async def work(conn: Any, db: Any, _: Any) -> Any:
+        return manage.history(conn, memory_id, user_id=user)
+
+    versions = _manage(config_or_exit(config), work, embed=False)
+    if json:
+        print_json([{**v.model_dump(), "created_at": iso(v.created_at)} for v in versions])
+        return
+    table = new_table("version", "when (UTC)", "action", "by", "origin", "text")
+    for v in versions:
+        text = v.new_content if v.new_content is not None else f"(was: {v.old_content})"
+        table.add_row(
+            str(v.version), iso(v.created_at), v.action, v.actor, v.origin, (text or "")[:80]
+        )
+    print_table(table, empty=f"Memory {memory_id} has no recorded changes (made before versions).")
+
+
+@app.command("restore")
+def restore(
+    memory_id: Annotated[int, typer.Argument(help="The memory.")],
+    version: Annotated[int, typer.Argument(help="The version to go back to (see history).")],
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Make a memory read as it did at one of its versions (a forgotten one comes back)."""
+    from agentd.memory import manage
+
+    memory = _manage(
+        config_or_exit(config),
+        lambda conn, db, embedder: manage.restore(db, embedder, memory_id, version, user_id=user),
+    )
+    _show(memory, "Restored", json)
+
+
+@app.command("pin")
+def pin(
+    memory_id: Annotated[int, typer.Argument(help="The memory.")],
+    off: Annotated[bool, typer.Option("--off", help="Unpin it.")] = False,
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Pin a memory so it is always in the prompt (or --off)."""
+    from agentd.memory import manage
+
+    memory = _manage(
+        config_or_exit(config),
+        lambda conn, db, _: db.write(
+            lambda c: manage.set_pinned(c, memory_id, not off, user_id=user)
+        ),
+        embed=False,
+    )
+    _show(memory, "Unpinned" if off else "Pinned", json)
+
+
+FormatOption = Annotated[str, typer.Option("--format", help="openclaw, hermes, markdown or json.")]
+_FORMATS = ("openclaw", "hermes", "markdown", "json")
+
+
+@app.command("import")
+def import_(
+    path: Annotated[Path, typer.Argument(help="A file, an OpenClaw workspace or a Hermes home.")],
+    format_: FormatOption = "openclaw",
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Import memories as your own words (re-importing adds nothing)."""
+    from agentd.memory.importer import import_items
+    from agentd.memory.portable import read_peer
+
+    if format_ not in _FORMATS:
+        fail(f"--format is one of {', '.join(_FORMATS)}", EXIT_USAGE)
+    if not path.exists():
+        fail(f"{path} does not exist", EXIT_USAGE)
+    try:
+        items = read_peer(path, format_)  # type: ignore[arg-type]
+    except (ValueError, UnicodeDecodeError) as exc:
+        fail(f"cannot read {path}: {exc}")
+
+    async def work(conn: Any, db: Any, embedder: Any) -> Any:
+        return await import_items(db, embedder, _user_for_write(conn, user), items)
+
+    report = _manage(config_or_exit(config), work)
+    if json:
+        print_json(report.model_dump())
+    else:
+        out.print(
+            f"Imported {report.added} new, {report.merged} merged, {report.superseded} "
+            f"superseding, {report.unchanged} already there."
+        )
+
+
+@app.command("export")
+def export(
+    out_dir: Annotated[Path, typer.Argument(help="An empty or new directory.")],
+    format_: FormatOption = "openclaw",
+    user: UserOption = None,
+    json: JsonOption = False,
+    config: ConfigOption = None,
+) -> None:
+    """Export memories as OpenClaw or Hermes memory files, Markdown or JSON."""
+    from agentd.memory.portable import export_files, write_export
+    from agentd.memory.store import list_memories
+
+    if format_ not in _FORMATS:
+        fail(f"--format is one of {', '.join(_FORMATS)}", EXIT_USAGE)
+    cfg = config_or_exit(config)
+    with database(cfg) as conn:
+        who = user if user is not None else _only_user(conn)
+        memories = list_memories(conn, who, limit=1_000_000)
+    try:
+        written = write_export(export_files(memories, format_), out_dir)  # type: ignore[arg-type]
+    except FileExistsError as exc:
+        fail(str(exc))
+    if json:
+        print_json({"files": [str(p) for p in written], "memories": len(memories)})
+    else:
+        out.print(f"Exported {len(memories)} memories to {len(written)} files in {out_dir}.")

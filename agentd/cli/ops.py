@@ -6,18 +6,20 @@ import json as jsonlib
 import os
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from agentd.access import owners
 from agentd.cli.common import (
     EXIT_CONFIG,
+    NO_CONFIG,
     ConfigOption,
     JsonOption,
+    config_missing,
     config_or_exit,
     database,
     err,
@@ -35,7 +37,11 @@ from agentd.config import Config, ConfigError, load_config
 def usage(
     days: Annotated[int, typer.Option(help="How many days back.", min=1)] = 30,
     schedule: Annotated[
-        str | None, typer.Option(help="Only the runs of this schedule (e.g. the briefing's id).")
+        str | None,
+        typer.Option(
+            help="Only the runs of this schedule: its id, or the start of ids (briefing: "
+            "every briefing, daily and once)."
+        ),
     ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
@@ -153,6 +159,8 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         cfg: Config | None = load_config(config)
         if cfg.source:
             _check("config", True, cfg.source, results)
+        elif config_missing(cfg):
+            _check("config", False, NO_CONFIG, results)
         else:
             _check(
                 "config",
@@ -166,18 +174,19 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     except ConfigError as exc:
         cfg = None
         _check("config", False, f"invalid configuration: {exc}", results)
+    missing = cfg is not None and config_missing(cfg)
     if cfg is not None:
-        _doctor_database(cfg, results)
-        _doctor_embedder(cfg, results)
+        if not missing:  # "agentd.db will be created" here would be the wrong folder's
+            _doctor_database(cfg, results)
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
         _doctor_anthropic(cfg, results)
-        _doctor_shell(cfg, results)
-        _doctor_accounts(cfg, results)
-        _doctor_skills(cfg, results)
+        _doctor_capabilities(cfg, results)
     if json:
         print_json(results)
     else:
+        from rich.markup import escape
+
         for r in results:
             mark = (
                 "[red]FAIL[/]"
@@ -186,29 +195,40 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
                 if r["warn"]
                 else "[green]ok[/]"
             )
-            out.print(f"{mark}  {r['check']}: {r['detail']}", highlight=False)
-    if cfg is None:
+            out.print(f"{mark}  {r['check']}: {escape(str(r['detail']))}", highlight=False)
+    if cfg is None or missing:
         raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
 
 
-def _doctor_accounts(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Log in to each mail account (IMAP, SMTP) and calendar; name the step that failed."""
-    if cfg.mail:
-        from agentd.mail.check import check_account
+def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Each capability's own checks, from the list the daemon builds from."""
+    from agentd.daemon.capabilities import capabilities
+    from agentd.tools.capability import Probe
 
-        for account in cfg.mail:
-            for name, ok, detail in check_account(account, cfg.secret_env(os.environ)):
-                _check(name, ok, detail, results)
-    if cfg.calendar:
-        from agentd.calendar.check import check_calendar
+    probe = Probe(secrets=cfg.secret_source(), read=lambda fn: _read_quietly(cfg, fn))
+    for cap in capabilities():
+        for check in cap.checks(cfg, probe):
+            _check(check.name, check.ok, check.detail, results, warn=check.warn)
 
-        for calendar in cfg.calendar:
-            name, ok, detail = check_calendar(
-                calendar, cfg.secret_env(os.environ), cfg.agent.timezone
-            )
-            _check(name, ok, detail, results)
+
+def _read_quietly(cfg: Config, fn: Callable[[Any], Any]) -> Any:
+    """fn(conn) on the database; None when there is none yet, it is another user's (as root;
+    the database check says so) or it cannot be opened (the database check says why)."""
+    from agentd.db import DatabaseError, open_sync
+
+    path = cfg.db_path
+    if not path.exists() or foreign_owner(path) is not None:
+        return None
+    try:
+        conn = open_sync(path)
+    except DatabaseError:
+        return None
+    try:
+        return fn(conn)
+    finally:
+        conn.close()
 
 
 def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -246,140 +266,6 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     _check("database", private, detail, results)
     _check("sqlite-vec", True, f"loaded, {version}", results)
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
-
-
-def _doctor_shell(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Whether the shell tool is offered: bubblewrap present and able to make namespaces."""
-    from agentd.hands.sandbox import probe
-    from agentd.hands.shell import sandbox_of
-
-    shell = cfg.tools.shell
-    if not shell.enabled:
-        _check("shell", True, "off ([tools.shell] enabled = false)", results)
-        return
-    if shell.sandbox == "none":
-        why = 'UNSANDBOXED: [tools.shell] sandbox = "none"; commands run directly on this server'
-        _check("shell", True, f"{why} (every approval card says so)", results, warn=True)
-        return
-    from agentd.hands.files import Workspaces
-    from agentd.hands.workspace import WorkspaceError
-
-    workspace = Workspaces.from_config(cfg).base()
-    try:
-        workspace.ensure()  # created at the daemon's start anyway; the probe binds it
-    except (OSError, WorkspaceError) as exc:
-        _check(
-            "shell",
-            True,
-            f"not offered: the workspace {workspace.root} cannot be "
-            f"created ({exc}); set [tools.workspace] path",
-            results,
-            warn=True,
-        )
-        return
-    problem = probe(sandbox_of(cfg), workspace.root)
-    if problem:
-        # A warning: agentd runs without the shell; the owner decides whether to fix it.
-        _check("shell", True, f"not offered: {problem}", results, warn=True)
-    else:
-        _check(
-            "shell",
-            True,
-            "bubblewrap sandbox works (namespaces, read-only system, no network)",
-            results,
-        )
-
-
-def _doctor_embedder(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Which embedder is active, whether it loads, and whether stored vectors are of it."""
-    from agentd.retrieval.embedders import E5SmallEmbedder, EmbedderError, build_embedder
-
-    try:
-        embedder = build_embedder(cfg.memory, os.environ)
-        if isinstance(embedder, E5SmallEmbedder):
-            embedder.load_sync()
-    except EmbedderError as exc:
-        _check("embedder", False, str(exc), results)
-        return
-    name = f"{cfg.memory.embedder}: {embedder.model_id}/{embedder.dim}"
-    if isinstance(embedder, E5SmallEmbedder):
-        name += f" on {embedder.engine}"
-    if cfg.memory.embedder == "hashing":
-        _check(
-            "embedder",
-            True,
-            f"{name} — its vectors carry no meaning, so recall is keyword "
-            "search only; set memory.embedder = 'e5-small' (the default)",
-            results,
-            warn=True,
-        )
-    else:
-        _check("embedder", True, name, results)
-    if cfg.db_path.exists() and foreign_owner(cfg.db_path) is None:
-        _doctor_spaces(cfg, embedder.model_id, embedder.dim, results)
-
-
-def _doctor_spaces(cfg: Config, model_id: str, dim: int, results: list[dict[str, object]]) -> None:
-    """Warn when memories or document chunks lack a vector of the active embedder."""
-    from agentd.db import DatabaseError, open_sync
-    from agentd.knowledge.store import chunk_vector_counts
-    from agentd.memory.store import vector_status
-
-    try:
-        conn = open_sync(cfg.db_path)
-        try:
-            memories = vector_status(conn, model_id, dim)
-            chunks, chunks_current = chunk_vector_counts(conn, model_id, dim)
-        finally:
-            conn.close()
-    except DatabaseError:
-        return  # the database check already says what is wrong
-    stale = memories.total - memories.current
-    _check(
-        "memory vectors",
-        True,
-        f"{stale} of {memories.total} memories lack a {model_id} vector: run "
-        "`agentd memory reindex`"
-        if stale
-        else f"{memories.total} memories, all current",
-        results,
-        warn=bool(stale),
-    )
-    stale = chunks - chunks_current
-    _check(
-        "document vectors",
-        True,
-        f"{stale} of {chunks} document chunks lack a {model_id} vector: run `agentd docs reindex`"
-        if stale
-        else f"{chunks} chunks, all current",
-        results,
-        warn=bool(stale),
-    )
-
-
-def _doctor_skills(cfg: Config, results: list[dict[str, object]]) -> None:
-    """Skills that are invalid or changed are named with the reason; the rest are counted."""
-    from agentd.cli.skills import recorded
-    from agentd.skills.catalog import scan_config
-    from agentd.skills.overview import overview
-
-    # Another user's database is not opened as root (_doctor_database says so): no records.
-    foreign = cfg.db_path.exists() and foreign_owner(cfg.db_path) is not None
-    states = overview(scan_config(cfg), {} if foreign else recorded(cfg))
-    enabled = sum(s.state == "enabled" for s in states)
-    where = ", ".join(map(str, cfg.skill_dirs))
-    _check("skills", True, f"{enabled} enabled of {len(states)} in {where}", results)
-    for s in states:
-        if s.state == "invalid":
-            _check(f"skill {s.name}", False, f"{s.path} is not a usable skill: {s.reason}", results)
-        elif s.state in ("changed", "missing"):
-            _check(
-                f"skill {s.name}",
-                True,
-                f"held back: {s.reason}; check it, then run `agentd skills enable {s.name}`",
-                results,
-                warn=True,
-            )
 
 
 def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
@@ -444,36 +330,33 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
             "anthropic", False, "ANTHROPIC_API_KEY is not set" + _unreadable_secrets(cfg), results
         )
         return
-    base = (cfg.llm.base_url or "https://api.anthropic.com").rstrip("/")
-    headers = {"x-api-key": key.get_secret_value(), "anthropic-version": "2023-06-01"}
-    try:
-        status, _ = _http_json(f"{base}/v1/models", headers)
-    except (OSError, ValueError) as exc:
-        _check("anthropic", False, f"{base} unreachable: {type(exc).__name__}", results)
-        return
-    ok = status == 200
-    detail = f"{base} answers" if ok else f"{base} answered HTTP {status}: check the API key"
-    _check("anthropic", ok, detail, results)
-    if ok:
-        _doctor_model(cfg, base, headers, results)
+    from agentd.cli.model_check import DEFAULT_BASE_URL, ModelProblem, check_model
 
-
-def _doctor_model(
-    cfg: Config, base: str, headers: dict[str, str], results: list[dict[str, object]]
-) -> None:
+    base = (cfg.llm.base_url or DEFAULT_BASE_URL).rstrip("/")
     model = cfg.llm.model
-    try:
-        status, _ = _http_json(f"{base}/v1/models/{urllib.parse.quote(model, safe='')}", headers)
-    except (OSError, ValueError) as exc:
-        _check("model", False, f"could not look up {model}: {type(exc).__name__}", results)
+    try:  # the check `agentd init` makes: the model list, or one tiny message without one
+        found = check_model(base, key.get_secret_value(), model)
+    except ModelProblem as problem:
+        _doctor_model_problem(problem, results)
         return
-    if status == 200:
-        _check("model", True, f"{model} is available", results)
-    else:
-        _check(
-            "model",
-            False,
-            f"{model}: HTTP {status} from the models API; set llm.model "
-            "to a model id your key can use (e.g. claude-haiku-4-5)",
-            results,
-        )
+    _check("anthropic", True, f"{base} accepts the key", results)
+    how = "listed" if found.how == "listed" else "answered a one-token message"
+    _check("model", True, f"{model} is available ({how})", results)
+
+
+def _doctor_model_problem(problem: Any, results: list[dict[str, object]]) -> None:
+    """Which of the key, the base URL or the model to change, by its config name."""
+    said = str(problem).replace(", or pass --skip-model-check to write the config unchecked", "")
+    if problem.fault == "model":
+        if problem.listed:
+            fix = f"it lists: {', '.join(problem.listed)}; set llm.model to one of them"
+        else:
+            fix = "set llm.model to a model id this endpoint serves (its documentation names them)"
+        _check("anthropic", True, "the key is accepted", results)
+        _check("model", False, f"{said}; {fix}", results)
+        return
+    fix = {
+        "key": "; set ANTHROPIC_API_KEY (environment or agentd.env) to a key it accepts",
+        "base_url": " (llm.base_url in the config)",
+    }.get(problem.fault, "")
+    _check("anthropic", False, f"{said}{fix}", results)

@@ -24,6 +24,8 @@ app = typer.Typer(help="Shell commands allowed without asking: list, remove.", n
 @app.command("ls")
 def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     """Every rule: the program, the pattern its arguments must match, who added it and when."""
+    from rich.text import Text
+
     from agentd.hands import rules
 
     cfg = config_or_exit(config)
@@ -34,15 +36,17 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         print_json([r.model_dump() for r in found])
         return
     allow = ", ".join(cfg.tools.shell.allowlist) or "(none)"
-    out.print(f"Read-only allowlist ([tools.shell] allowlist): {allow}", highlight=False)
+    out.print(
+        f"Read-only allowlist ([tools.shell] allowlist): {allow}", markup=False, highlight=False
+    )
     if not found:
         out.print("No always-allow rules: every other command asks.")
         return
     table = new_table("id", "program", "arguments pattern", "added by", "added (UTC)")
     for r in found:
-        table.add_row(
-            str(r.id), r.program, r.args_pattern or "(none)", r.created_by, iso(r.created_at)
-        )
+        # Patterns are regular expressions: "[a-z]" must not be read as markup.
+        cells = (str(r.id), r.program, r.args_pattern or "(none)", r.created_by, iso(r.created_at))
+        table.add_row(*(Text(c or "") for c in cells))
     print_table(table)
 
 
@@ -60,5 +64,7 @@ def rm(rule_id: int, json: JsonOption = False, config: ConfigOption = None) -> N
         print_json({"removed": rule_id})
     else:
         out.print(
-            f"Rule {rule_id} removed: {removed.program} {removed.args_pattern}", highlight=False
+            f"Rule {rule_id} removed: {removed.program} {removed.args_pattern}",
+            markup=False,
+            highlight=False,
         )

@@ -12,6 +12,7 @@ from pathlib import Path
 from agentd.cli.common import (
     EXIT_ALREADY_RUNNING,
     EXIT_CONFIG,
+    NO_CONFIG,
     ConfigOption,
     config_or_exit,
     fail,
@@ -85,12 +86,7 @@ def run(config: ConfigOption = None) -> None:
         fail(holder, EXIT_ALREADY_RUNNING)
     if not cfg.telegram.allowed_user_ids and not _pairing_possible(cfg.db_path):
         if cfg.source is None:  # most likely run from another folder than `agentd init`'s
-            fail(
-                "no config file found (./agentd.toml, $AGENTD_CONFIG, ~/.config/agentd, "
-                "/etc/agentd): pass the one `agentd init` wrote with --config PATH, or run "
-                "`agentd init` first",
-                EXIT_CONFIG,
-            )
+            fail(NO_CONFIG, EXIT_CONFIG)
         fail(
             "nobody would be answered: telegram.allowed_user_ids is empty and nobody has paired; "
             "run `agentd pair` (then send the code to your bot), or add your numeric Telegram "

@@ -141,10 +141,15 @@ def _read(path: Path, cfg: Config) -> SkillFolder:
 
 
 def _install(skill: SkillFolder, cfg: Config) -> SkillFolder:
-    """Copy the skill into the install folder (unless it is in a skill folder already)."""
-    dirs = [d.resolve() for d in cfg.skill_dirs]
-    if skill.path.resolve().parent in dirs:
-        return skill
+    """Copy the skill into the install folder (unless it is in a skill folder already).
+
+    What is pinned is the path the daemon scans (`cfg.skill_dirs`, in the one canonical form
+    of the path rule), whatever spelling the owner typed: else it is held back as "moved"."""
+    dirs = cfg.skill_dirs
+    here = skill.path.resolve()
+    for folder in dirs:
+        if here.parent == folder.resolve():
+            return _read(folder / here.name, cfg)
     target = dirs[0] / skill.name
     if target.exists():
         fail(f"{target} exists already; remove it first (`agentd skills rm {skill.name}`)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
@@ -19,3 +20,6 @@ class CommandDeps:
     clock: Clock
     cancel: Callable[[str], Awaitable[str]]  # the engine's cancel: stops a running instance now
     started_at: float  # when the daemon started, for /status
+    embedder: Any = None  # memory's embedder, for edits made from /memory (None: not embedded)
+    # The engine's prepare_start: a button press starts a workflow in the intake transaction.
+    start: Callable[..., bool] | None = None

@@ -43,18 +43,27 @@ class CommandReply(BaseModel):
 
 
 class CommandOutput(BaseModel):
-    message_id: int
+    message_id: int | None = None  # None: the command chose to say nothing
     known: bool = True
 
 
 CommandFn = Callable[[CommandInput], Awaitable[CommandReply]]
 CallbackFn = Callable[[Any, CallbackPress], str]
+# A message a command asked for (the new text after an Edit button): given the intake
+# transaction and the message, the command to run instead of a turn, or None.
+AwaitFn = Callable[[Any, TurnInput], CommandInput | None]
+# Completes the reply's text inside the send step itself: what it adds (a one-time login
+# link) reaches the chat but never the journal, where the rendered reply is kept.
+FinishFn = Callable[[CommandInput, str], Awaitable[str]]
 
 
 @dataclass(frozen=True)
 class Command:
     fn: CommandFn
     description: str  # Telegram's menu and /help
+    finish: FinishFn | None = None
+    # Shown in the owner's /help and menu only; the command still checks who asks.
+    owner_only: bool = False
 
 
 def command_key(chat_id: int) -> str:
@@ -77,10 +86,23 @@ class CommandRouter:
     """Commands by name and callback handlers by data prefix; add more with `command`/`callback`."""
 
     bot_username: str = ""
+    owner_id: int | None = None
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
+    awaiting: list[AwaitFn] = field(default_factory=list)
+    # What the agent can do beyond the commands, one line per capability with tools; set by
+    # the wiring once every capability has contributed, for /help.
+    abilities: list[str] = field(default_factory=list)
 
-    def command(self, name: str, fn: CommandFn, description: str = "") -> None:
+    def command(
+        self,
+        name: str,
+        fn: CommandFn,
+        description: str = "",
+        *,
+        finish: FinishFn | None = None,
+        owner_only: bool = False,
+    ) -> None:
         if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
             raise ValueError(f"command name {name!r}: use 1–32 of a-z, 0-9 and _")
         if name in self.commands:
@@ -88,14 +110,24 @@ class CommandRouter:
         text = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
         if not 1 <= len(text) <= 256:
             raise ValueError(f"command /{name}: give a description of 1–256 characters")
-        self.commands[name] = Command(fn=fn, description=text)
+        self.commands[name] = Command(fn=fn, description=text, finish=finish, owner_only=owner_only)
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
 
-    def menu(self) -> list[tuple[str, str]]:
-        """(command, description) pairs for setMyCommands, in registration order."""
-        return [(name, c.description) for name, c in self.commands.items()]
+    def awaits(self, fn: AwaitFn) -> None:
+        """Let `fn` claim a message as the answer a command asked for (see AwaitFn)."""
+        self.awaiting.append(fn)
+
+    def menu(self, *, owner: bool = True) -> list[tuple[str, str]]:
+        """(command, description) pairs for setMyCommands, in registration order; without
+        the owner's own commands unless `owner`."""
+        return [
+            (name, c.description) for name, c in self.commands.items() if owner or not c.owner_only
+        ]
+
+    def is_owner(self, user_id: int) -> bool:
+        return self.owner_id is not None and user_id == self.owner_id
 
     def parse(self, turn: TurnInput) -> CommandInput | None:
         """The command this message is (known or not); None for text meant for the model."""
@@ -114,9 +146,13 @@ class CommandRouter:
             message_id=turn.message_id,
         )
 
-    def route(self, turn: TurnInput) -> tuple[str, BaseModel, str] | None:
-        """For intake: (workflow, input, key) when the message is a command."""
-        parsed = self.parse(turn)
+    def route(self, turn: TurnInput, conn: Any = None) -> tuple[str, BaseModel, str] | None:
+        """For intake: (workflow, input, key) when the message is a command, or the answer a
+        command waits for (checked only with the intake transaction's `conn`)."""
+        claimed = None
+        if conn is not None and turn.kind == "text" and not turn.edited:
+            claimed = next((c for fn in self.awaiting if (c := fn(conn, turn)) is not None), None)
+        parsed = claimed or self.parse(turn)
         return (COMMAND_WORKFLOW, parsed, command_key(turn.chat_id)) if parsed else None
 
     def on_callback(self, conn: Any, press: CallbackPress) -> str:
@@ -146,23 +182,22 @@ class CommandRouter:
                 )
             )
 
+        async def send(inp: CommandInput, reply: CommandReply, finish: FinishFn | None) -> int:
+            text = await finish(inp, reply.text) if finish else reply.text
+            return await outbox.send_text(
+                inp.chat_id, text, reply_to=inp.message_id, buttons=reply.buttons or None
+            )
+
         @workflow(COMMAND_WORKFLOW)
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
             known = inp.name in self.commands
             reply = await step.do("render", self.reply_to, inp)
-            message_id = await deliver(
-                step,
-                db,
-                "send",
-                inp.chat_id,
-                partial(
-                    outbox.send_text,
-                    inp.chat_id,
-                    reply.text,
-                    reply_to=inp.message_id,
-                    buttons=reply.buttons or None,
-                ),
-            )
+            finish = self.commands[inp.name].finish if known else None
+            message_id = None
+            if reply.text:  # an empty reply: the command answers nothing here (a group)
+                message_id = await deliver(
+                    step, db, "send", inp.chat_id, partial(send, inp, reply, finish)
+                )
             await step.do("audit", record, inp, step.instance_id, known)
             return CommandOutput(message_id=message_id, known=known)
 

@@ -3,7 +3,10 @@ until SIGTERM, and stops without losing work.
 
 - `startup`: what must be open before anything runs (logging, the database, the bot, getMe,
   the single-runner lease), and the errors that stop a start.
-- `services`: the wiring: tools, workflows, commands and the poller, built from the config.
+- `capabilities`: the one list of capabilities (built-ins, in order) that the daemon,
+  `agentd doctor` and the redactor loop over.
+- `services`: the wiring: each capability contributes (agentd/tools/capability.py), then the
+  registry, the turn and the core workflows are built over what they gave.
 - `process`: `run()`, which opens, builds, serves and shuts down in that order.
 
 The only package that knows every other; nothing imports it but the CLI.

@@ -8,7 +8,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,8 @@ class _Process:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     poller: Any = None
     engine: Engine | None = None
-    hooks: Any = None  # the webhook listener, when [hooks] enabled
+    # Capabilities' listeners (the webhooks): closed first, before the engine stops.
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
     username: str = ""
 
 
@@ -101,11 +102,49 @@ async def _open(config: Config, redactor: Redactor) -> _Process:
     return _Process(config, redactor, llm, db, bot, runner_lock)
 
 
+def _on_unfinished(
+    proc: _Process, outbox: Any, wired: list[services.Services]
+) -> Callable[[store.InstanceRecord], Awaitable[None]]:
+    """Audit an instance that ended unfinished, then the core's and each capability's part."""
+    db = proc.db
+
+    async def on_unfinished(inst: store.InstanceRecord) -> None:
+        await db.write(audit_unfinished, inst)
+        if inst.status == "cancelled":
+            await withdraw_approvals(db, outbox, inst.id)
+        elif inst.status == "errored" and (inst.error or "").startswith("stopped after"):
+            # A parked turn tells its chat, as a notice of its own: the one send path.
+            await tell_parked(proc.engine.start, inst)
+        if wired:  # bound once built; instances finish after
+            await wired[0].on_unfinished(inst)
+
+    return on_unfinished
+
+
+def _engine(
+    proc: _Process, outbox: Any, clock: SystemClock, wired: list[services.Services]
+) -> Engine:
+    config = proc.config
+    return Engine(
+        proc.db,
+        clock=clock,
+        concurrency=config.engine.concurrency,
+        limits=Limits(
+            max_step_result_bytes=config.engine.max_step_result_bytes,
+            max_steps_per_instance=config.engine.max_steps_per_instance,
+        ),
+        poll_interval=config.engine.event_poll_interval,
+        redact=proc.redactor,
+        on_finish=_on_unfinished(proc, outbox, wired),
+        crash_limit=config.engine.crash_limit,
+    )
+
+
 async def _build(proc: _Process, started_at: float) -> None:
-    """getMe, every service and workflow, then the engine and the poller."""
+    """getMe, every capability and workflow, then the engine, the services and the poller."""
     from agentd.telegram.bot import retry_policy
     from agentd.telegram.output import TelegramOutbox
-    from agentd.telegram.poller import Poller
+    from agentd.tools.capability import ServiceError
 
     config, db = proc.config, proc.db
     loop = asyncio.get_running_loop()
@@ -116,35 +155,9 @@ async def _build(proc: _Process, started_at: float) -> None:
         max_message_chars=config.telegram.max_message_chars,
         progress_delay=config.telegram.progress_delay,
     )
-
-    wired_holder: list[services.Services] = []  # bound once built; instances finish after
-
-    async def on_unfinished(inst: store.InstanceRecord) -> None:
-        await db.write(audit_unfinished, inst)
-        if inst.status == "cancelled":
-            await withdraw_approvals(db, outbox, inst.id)
-        elif inst.status == "errored":
-            # A parked turn tells its chat; a failed (or parked) automation tells the owner.
-            # Each a notice of its own (chat/notice.py), so it leaves by the one send path.
-            if (inst.error or "").startswith("stopped after"):
-                await tell_parked(engine.start, inst)
-            if wired_holder:
-                await wired_holder[0].automations.notify_failure(engine.start, inst)
-
+    wired_holder: list[services.Services] = []
     clock = SystemClock()
-    engine = proc.engine = Engine(
-        db,
-        clock=clock,
-        concurrency=config.engine.concurrency,
-        limits=Limits(
-            max_step_result_bytes=config.engine.max_step_result_bytes,
-            max_steps_per_instance=config.engine.max_steps_per_instance,
-        ),
-        poll_interval=config.engine.event_poll_interval,
-        redact=proc.redactor,
-        on_finish=on_unfinished,
-        crash_limit=config.engine.crash_limit,
-    )
+    engine = proc.engine = _engine(proc, outbox, clock, wired_holder)
     me = identity(config, await get_me(proc.bot, proc.stop, retry_policy(config)))
     proc.username = me.bot_username
     core = services.Core(
@@ -153,22 +166,27 @@ async def _build(proc: _Process, started_at: float) -> None:
     wired = await services.build(core, me, proc.stack)
     wired_holder.append(wired)
     await engine.run()
-    if config.hooks.enabled:
-        from agentd.automations.hooks import HookServer
+    try:
+        proc.closers = await wired.start()
+    except ServiceError as exc:
+        raise ConfigProblem(str(exc)) from None
+    _start_polling(proc, outbox, me, wired, clock)
 
-        proc.hooks = HookServer(config, wired.automations, engine.start, engine.poll_once)
-        try:
-            await proc.hooks.start()
-        except (OSError, ValueError) as exc:  # port taken, bad address, socket dir missing
-            await proc.hooks.close()
-            proc.hooks = None
-            raise ConfigProblem(f"[hooks] listen = {config.hooks.listen!r}: {exc}") from None
+
+def _start_polling(
+    proc: _Process, outbox: Any, me: Any, wired: services.Services, clock: SystemClock
+) -> None:
+    from agentd.telegram.bot import retry_policy
+    from agentd.telegram.poller import Poller
+
+    config = proc.config
+    assert proc.engine is not None
     # The watchdog is fed by the poll loop itself, so a hung poller trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
     proc.poller = Poller(
         proc.bot,
-        db,
-        engine,
+        proc.db,
+        proc.engine,
         outbox,
         me,
         poll_timeout=config.telegram.poll_timeout,
@@ -180,10 +198,10 @@ async def _build(proc: _Process, started_at: float) -> None:
     )
     proc.tasks.append(asyncio.create_task(proc.poller.run(), name="poller"))
     # Best effort, so its round trip need not delay the first getUpdates.
-    menu = publish_menu_best_effort(proc.bot, wired.router.menu())
+    menu = publish_menu_best_effort(proc.bot, wired.router)
     proc.tasks.append(asyncio.create_task(menu, name="menu"))
     if config.retention.enabled:
-        proc.tasks.append(asyncio.create_task(run_daily(engine.start, clock, proc.stop)))
+        proc.tasks.append(asyncio.create_task(run_daily(proc.engine.start, clock, proc.stop)))
 
 
 async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
@@ -212,8 +230,8 @@ async def _shut_down(proc: _Process) -> None:
     """Stop taking work, let running steps finish within the grace, close in reverse."""
     sdnotify.notify("STOPPING=1")
     proc.stop.set()
-    if proc.hooks is not None:  # no delivery is accepted that the engine will not see start
-        await proc.hooks.close()
+    for close in proc.closers:  # no delivery is accepted that the engine will not see start
+        await close()
     if proc.poller:
         proc.poller.stop()
     for task in proc.tasks:

@@ -1,54 +1,34 @@
-"""The wiring: tools, workflows and commands built from the configuration and registered."""
+"""The wiring: every capability of the one list contributes, then the turn is built over them."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.access import approvals, owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
-from agentd.automations.catalog import builtin_names, load_catalog
-from agentd.automations.runtime import CALLBACK_PREFIX, Runtime
-from agentd.chat.notice import make_notice_workflow as make_chat_notice_workflow
+from agentd.chat.notice import make_notice_workflow
 from agentd.commands import chat as chat_commands
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandRouter
 from agentd.config import Config
+from agentd.daemon.capabilities import capabilities
 from agentd.db import Database
 from agentd.durable import Clock, Engine
+from agentd.durable.store import InstanceRecord
 from agentd.hands import rules as shell_rules
-from agentd.hands.background import job_starter, make_job_workflow
-from agentd.hands.files import workspace_tools
-from agentd.hands.shell import chat_progress, shell_deps, shell_tool
-from agentd.knowledge.tools import docs_tools
 from agentd.llm import LLM
-from agentd.mail.notice import make_notice_workflow
-from agentd.media.chatdocs import (
-    DocDeps,
-    chat_document_tools,
-    document_callbacks,
-    make_ingest_workflow,
-)
-from agentd.media.transcribe import Transcriber, build_transcriber
-from agentd.media.vision import VisionDeps
-from agentd.media.voice import VoiceDeps
-from agentd.memory.summarise import SummaryDeps, make_summary_workflow
-from agentd.memory.tools import memory_tools
 from agentd.retention.workflow import make_retention_workflow
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
-from agentd.schedule import setup as scheduling
-from agentd.skills import store as skill_store
-from agentd.skills import tools as skills
 from agentd.telegram.classify import Identity
-from agentd.tools import McpServers, Tool, ToolRegistry
-from agentd.web import build_web_tools
+from agentd.tools import ToolRegistry
+from agentd.tools.capability import Context, Contribution
 
 log = logging.getLogger("agentd")
 
@@ -72,43 +52,58 @@ class Core:
 class Services:
     router: CommandRouter
     on_callback: Callable[..., Awaitable[Any]]
-    automations: Runtime
+    contributions: list[Contribution] = field(default_factory=list)
+
+    async def on_unfinished(self, inst: InstanceRecord) -> None:
+        """Each capability's own handling of an instance that ended unfinished."""
+        for part in self.contributions:
+            if part.on_unfinished is not None:
+                await part.on_unfinished(inst)
+
+    async def start(self) -> list[Callable[[], Awaitable[None]]]:
+        """Start each capability's services (the engine runs); return what to close first."""
+        closers = []
+        for part in self.contributions:
+            for start in part.start:
+                close = await start()
+                if close is not None:
+                    closers.append(close)
+        return closers
 
 
 async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> Services:
-    """Build and register every workflow; resources that need closing go on `stack`."""
+    """Every capability contributes; then the registry, the turn and the core workflows."""
     from agentd.telegram.files import TelegramFiles
     from agentd.telegram.groups import make_leave_workflow
 
     config, db, engine = core.config, core.db, core.engine
-    embedder = build_embedder(config.memory, os.environ)
+    secrets = config.secret_source()
+    embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
-    # The daemon's copy of its users' sign bits: recall and search_memory share it.
-    memory_bits = BitCache()
-    mcp = await stack.enter_async_context(McpServers(config.tools.mcp))
-    web, web_problems = build_web_tools(config, os.environ, db, core.clock)
-    router = _command_router(core, me)
-    schedule_tools = scheduling.install(engine, config, db, core.outbox, core.clock, router)
-    files = TelegramFiles(core.bot)
-    doc_deps = DocDeps(config=config, db=db, files=files, embedder=embedder)
-    transcriber = _transcriber(config, stack)
-    shell = await _shell(core)
-    automations = _automations(core, router)
-    skill_tools, skill_listing = await _skills(config, db, core.clock)
-    extra: list[Tool] = [
-        *memory_tools(db, embedder, config.memory, memory_bits),
-        *docs_tools(db, embedder, config),
-        *web,
-        *chat_document_tools(doc_deps),
-        *schedule_tools,
-        *_mail_and_calendar_tools(config, db),
-        *skill_tools,
-        *mcp.tools,
-        *automations.model_tools(),
-    ]
-    hands = [*workspace_tools(config, db, files.download), *shell]
-    registry = _registry(config, extra, [*web_problems], mcp, hands)
-    automations.registry = registry
+    router = _command_router(core, me, embedder)
+    ctx = Context(
+        config=config,
+        secrets=secrets,
+        db=db,
+        clock=core.clock,
+        engine=engine,
+        outbox=core.outbox,
+        llm=core.llm,
+        redactor=core.redactor,
+        router=router,
+        stack=stack,
+        # The daemon's copy of its users' sign bits: recall and search_memory share it.
+        shared={"embedder": embedder, "memory_bits": BitCache(), "files": TelegramFiles(core.bot)},
+    )
+    caps = capabilities()
+    parts = [await cap.contribute(ctx) for cap in caps]
+    registry = _registry(config, parts)
+    router.abilities = abilities([c.name for c in caps], parts, registry)
+    turn: dict[str, Any] = {}
+    for part in parts:
+        turn.update(part.turn)
+        for wired in part.wired:
+            wired(registry)
     deps = TurnDeps(
         config=config,
         db=db,
@@ -118,92 +113,29 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         registry=registry,
         redact=core.redactor,
         embedder=embedder,
-        memory_bits=memory_bits,
+        memory_bits=ctx.shared["memory_bits"],
         start_workflow=engine.start,
-        vision=VisionDeps(config=config.vision, db=db, llm=core.llm, files=files)
-        if config.vision.enabled
-        else None,
-        voice=VoiceDeps(config=config.media, db=db, files=files, transcriber=transcriber)
-        if transcriber is not None
-        else None,
-        docs=doc_deps,
-        skill_listing=skill_listing,
+        **turn,
     )
     engine.register(make_turn_workflow(deps))
-    summary = SummaryDeps(config=config, db=db, llm=core.llm, embedder=embedder, clock=core.clock)
-    engine.register(make_summary_workflow(summary))
-    engine.register(make_ingest_workflow(doc_deps, core.outbox))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
-    engine.register(make_notice_workflow(db, core.outbox))  # pending notices recover too
-    engine.register(make_chat_notice_workflow(db, core.outbox))  # parked, failed: notices
+    engine.register(make_notice_workflow(db, core.outbox))  # parked and failed runs: notices
     engine.register(make_leave_workflow(core.bot, db))
-    for flow in automations.workflows():
-        engine.register(flow)
-    await _mail_watchers(core, stack)
-    # "doc:" buttons (add a document sent in chat) first; the router takes every other prefix.
-    return Services(
-        router=router,
-        on_callback=document_callbacks(engine, router.on_callback),
-        automations=automations,
-    )
+    for part in parts:
+        for flow in part.workflows:
+            engine.register(flow)
+    on_callback = router.on_callback
+    for part in reversed(parts):  # the first capability's buttons are tried first
+        if part.on_callback is not None:
+            on_callback = part.on_callback(on_callback)
+    return Services(router=router, on_callback=on_callback, contributions=parts)
 
 
-def _automations(core: Core, router: CommandRouter) -> Runtime:
-    """The owner's workflows: loaded from their folder, /run and their answer buttons."""
-    catalog = load_catalog(core.config, builtin_names())
-    runtime = Runtime(
-        config=core.config,
-        db=core.db,
-        clock=core.clock,
-        catalog=catalog,
-        outbox=core.outbox,
-        llm=core.llm,
-        kick=core.engine.kick,
-        redact=core.redactor,
-    )
-    router.command("run", runtime.run_command, "Run one of your automations: /run NAME {json}")
-    router.callback(CALLBACK_PREFIX, runtime.on_answer)
-    if catalog.names():
-        log.info("automations loaded", extra={"automations": catalog.names()})
-    return runtime
-
-
-def _mail_and_calendar_tools(config: Config, db: Database) -> list[Tool]:
-    """Imported only when configured: icalendar and caldav cost start-up time for nobody else."""
-    tools: list[Tool] = []
-    if config.mail:
-        from agentd.mail.tools import build_mail_tools
-
-        tools += build_mail_tools(config, db, config.secret_env(os.environ))
-    if config.calendar:
-        from agentd.calendar.tools import build_calendar_tools
-
-        tools += build_calendar_tools(config, config.secret_env(os.environ))
-    return tools
-
-
-async def _mail_watchers(core: Core, stack: contextlib.AsyncExitStack) -> None:
-    if not any(account.watch for account in core.config.mail):
-        return
-    from agentd.mail.watch import start_watchers
-
-    watchers = start_watchers(
-        core.config,
-        core.db,
-        core.outbox,
-        core.engine,
-        core.clock,
-        core.config.secret_env(os.environ),
-    )
-    if watchers is not None:
-        stack.push_async_callback(watchers.stop)
-
-
-def _command_router(core: Core, me: Identity) -> CommandRouter:
-    router = CommandRouter(bot_username=me.bot_username)
+def _command_router(core: Core, me: Identity, embedder: Any) -> CommandRouter:
     # Only approvers decide, and only on the card itself (access/approvals.py): Approve /
     # Deny and "Always allow this" alike.
     trust = owners.resolve(core.config.telegram)
+    router = CommandRouter(bot_username=me.bot_username, owner_id=trust.owner_id)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
     chat_commands.install(
@@ -215,59 +147,60 @@ def _command_router(core: Core, me: Identity) -> CommandRouter:
             clock=core.clock,
             cancel=core.engine.cancel,
             started_at=core.started_at,
+            embedder=embedder,
+            start=core.engine.prepare_start,
         ),
     )
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
 
 
-async def _shell(core: Core) -> list[Tool]:
-    """The shell tool and its background jobs' workflow, or nothing and a logged reason."""
-    sdeps, problem = await shell_deps(
-        core.config,
-        core.db,
-        chat_progress(core.outbox),
-        redact=core.redactor,
-        start_background=job_starter(core.engine.start),
+def _registry(config: Config, parts: list[Contribution]) -> ToolRegistry:
+    # Plugins are one of the capabilities: the registry must not load them a second time.
+    tools_config = config.tools.model_copy(update={"plugins": []})
+    registry, problems = ToolRegistry.build(
+        tools_config,
+        extra=[t for part in parts for t in part.tools],
+        late=[t for part in parts for t in part.late_tools],
     )
-    if problem:
-        log.warning("tool problem", extra={"source": "shell", "problem": problem})
-    if sdeps is None:
-        return []
-    core.engine.register(make_job_workflow(sdeps, core.outbox))
-    return [shell_tool(sdeps)]
-
-
-async def _skills(config: Config, db: Database, clock: Clock) -> tuple[list[Tool], Any]:
-    """The skill tools and the listing the prompt reads; changed skills are held back here."""
-    if not config.skills.enabled:
-        return [], None
-    tools, _ = await skills.start(config, db, clock.now())
-
-    async def listing() -> tuple[tuple[str, str], ...]:
-        return await db.read_inline(skill_store.listing)
-
-    return tools, listing
-
-
-def _transcriber(config: Config, stack: contextlib.AsyncExitStack) -> Transcriber | None:
-    transcriber, problem = build_transcriber(config.media, os.environ)
-    if problem:
-        log.warning("media problem", extra={"problem": problem})
-    if transcriber is not None:
-        stack.push_async_callback(transcriber.aclose)
-    return transcriber
-
-
-def _registry(
-    config: Config, extra: list[Tool], web_problems: list[str], mcp: McpServers, hands: list[Tool]
-) -> ToolRegistry:
-    # The hands' tools come last: an owner's plugin or MCP tool named `delete_file` (say)
-    # keeps working as before, and the built-in one is reported and not offered.
-    registry, problems = ToolRegistry.build(config.tools, extra=extra, late=hands)
-    for problem in web_problems:
-        log.warning("tool problem", extra={"source": "web", "problem": problem})
-    for item in [*problems, *mcp.problems]:
+    for part in parts:
+        for problem in part.problems:
+            log.warning("tool problem", extra={"problem": problem})
+    for item in problems:
         log.warning("tool problem", extra={"source": item.source, "problem": item.message})
-    log.info("tools registered", extra={"tools": {t.name: t.risk for t in registry.tools()}})
+    tools = registry.tools()
+    # One line at INFO (how many, and which could do harm); the whole list at DEBUG.
+    high = sorted(t.name for t in tools if t.risk == "high")
+    log.info("tools registered", extra={"count": len(tools), "high_risk": high})
+    log.debug("tools registered", extra={"tools": {t.name: t.risk for t in tools}})
     return registry
+
+
+# What each capability's tools let the agent do, in the words of /help.
+ABOUT = {
+    "memory": "remember what you tell me, and recall it later",
+    "documents": "search the documents you gave me",
+    "web": "search the web and read pages",
+    "media": "read the files, voice messages and pictures you send me",
+    "schedule": "reminders and tasks at a time you choose",
+    "mail": "read and sort your mail, and send it (I ask first)",
+    "calendar": "look at your calendar and add events",
+    "skills": "follow the skills you installed, listed by /skills",
+    "mcp": "use the tools of your MCP servers",
+    "automations": "run your automations",
+    "plugins": "use the tools of your plugins",
+    "hands": "work with files in my workspace",
+}
+# A tool that adds to its capability's line when it is offered (the shell needs a sandbox).
+ABOUT_TOOL = {"shell": "run commands on this server (I ask before anything risky)"}
+
+
+def abilities(names: list[str], parts: list[Contribution], registry: ToolRegistry) -> list[str]:
+    """One line per capability that registered a tool: what it does, and its tools."""
+    lines = []
+    for name, part in zip(names, parts, strict=True):
+        tools = [t.name for t in (*part.tools, *part.late_tools) if registry.get(t.name) is t]
+        if tools:
+            about = [ABOUT.get(name, name), *(ABOUT_TOOL[t] for t in tools if t in ABOUT_TOOL)]
+            lines.append(f"{', and '.join(about)} — {', '.join(dict.fromkeys(tools))}")
+    return lines

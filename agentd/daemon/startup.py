@@ -5,18 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
 from agentd.chat.names import chat_key
 from agentd.chat.notice import post_notice
-from agentd.config import Config, read_named_secret
+from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import store
 from agentd.ledger import audit
-from agentd.media.transcribe import read_key
 from agentd.runtime import sdnotify
 from agentd.runtime.gc_pause import pausing
 from agentd.runtime.logs import Redactor, setup_logging
@@ -24,44 +22,23 @@ from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
 
 if TYPE_CHECKING:
+    from agentd.commands.router import CommandRouter
     from agentd.telegram.session import RetryPolicy
 
 log = logging.getLogger("agentd")
 
 
-def configured_secrets(config: Config, env: Mapping[str, str]) -> list[str]:
-    """Every secret the configuration names, wherever it comes from (environment or systemd
-    credential or agentd.env): the bot token, the model key, the embedding, transcription and
-    web-search keys, what MCP servers get (env values, passed variables, bearer tokens,
-    headers), the webhook routes' secrets and the mail and calendar accounts' passwords."""
-    found = [
-        v.get_secret_value()
-        for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
-        if v is not None
-    ]
-    # The environment first, then agentd.env (then a systemd credential, in read_key).
-    env = config.secret_env(env)
-    names = [
-        config.media.transcription_key_env,
-        config.memory.http_api_key_env,
-        config.web.api_key_env,
-    ]
-    for server in config.tools.mcp:
-        found += server.env.values()
-        names += [*server.pass_env, server.bearer_token_env or ""]
-        for value in server.headers.values():
-            found += [value, value.partition(" ")[2]]  # "Bearer xyz": the whole and the token
-    names += [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
-    found += [read_key(name, env) for name in names if name]
-    # Mail and calendar app passwords, by the variable or credential each account names.
-    accounts = [a.password_env for a in config.mail] + [c.password_env for c in config.calendar]
-    found += [read_named_secret(name, env) for name in accounts if name]
-    return [value.strip() for value in found if value and value.strip()]
+def configured_secrets(config: Config, env: Mapping[str, str] | None = None) -> list[str]:
+    """Every secret the configuration names, wherever it comes from (the environment,
+    agentd.env or a systemd credential): the core two and each capability's."""
+    from agentd.daemon.capabilities import secret_values
+
+    return secret_values(config, config.secret_source(env))
 
 
 def set_up_logging(config: Config) -> Redactor:
     """Logging with every configured secret redacted; the same redactor guards the journal."""
-    secrets = configured_secrets(config, os.environ)
+    secrets = configured_secrets(config)
     setup_logging(config.log.level, config.log.format, secrets)
     return Redactor(secrets)
 
@@ -130,11 +107,12 @@ async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignor
                 log.exception("periodic task failed")
 
 
-async def publish_menu_best_effort(bot, menu: list[tuple[str, str]]) -> None:  # type: ignore[no-untyped-def]
+async def publish_menu_best_effort(bot, router: CommandRouter) -> None:  # type: ignore[no-untyped-def]
+    """Everyone's menu, and the owner's with the owner's own commands (/run)."""
     from agentd.telegram.menu import publish_menu
 
     try:
-        await publish_menu(bot, menu)
+        await publish_menu(bot, router.menu(owner=False), router.menu(), router.owner_id)
     except Exception:  # it already logs what Telegram refused; this is anything else
         log.exception("publishing the command menu failed")
 

@@ -8,7 +8,6 @@ from typing import Any
 
 from agentd.access import approvals
 from agentd.durable import InstanceNotFound, store
-from agentd.ledger import audit
 
 BY = "dashboard"
 
@@ -36,13 +35,48 @@ def approve_always(conn: Any, approval_id: str) -> str:
 
 
 def forget_memory(conn: Any, memory_id: int) -> str:
-    """As `agentd memory forget ID`."""
-    from agentd.memory.store import forget
+    """As `agentd memory forget ID` (kept in its history: restore brings it back)."""
+    from agentd.memory import manage
 
-    if not forget(conn, memory_id):
-        raise Refused(f"There is no memory {memory_id}.")
-    audit.record(conn, "memory_forgotten", detail={"memory": memory_id, "by": BY})
+    try:
+        manage.forget_one(conn, memory_id, by=BY)
+    except manage.MemoryNotFound:
+        raise Refused(f"There is no memory {memory_id}.") from None
     return f"Forgot memory {memory_id}."
+
+
+def pin_memory(conn: Any, memory_id: int, pinned: bool) -> str:
+    """As `agentd memory pin ID [--off]`."""
+    from agentd.memory import manage
+
+    try:
+        manage.set_pinned(conn, memory_id, pinned, by=BY)
+    except manage.MemoryNotFound:
+        raise Refused(f"There is no memory {memory_id}.") from None
+    return f"{'Pinned' if pinned else 'Unpinned'} memory {memory_id}."
+
+
+async def edit_memory(access: Any, embedder: Any, memory_id: int, text: str) -> str:
+    """As `agentd memory edit ID TEXT`: re-embedded, then written through `access` (the
+    daemon's writer when it serves the dashboard)."""
+    from agentd.memory import manage
+
+    try:
+        await manage.edit(access, embedder, memory_id, text, user_id=None, by=BY)
+    except manage.MemoryStoreError as exc:
+        raise Refused(str(exc)) from None
+    return f"Memory {memory_id} now reads: {' '.join(text.split())[:200]}"
+
+
+async def restore_memory(access: Any, embedder: Any, memory_id: int, version: int) -> str:
+    """As `agentd memory restore ID VERSION`."""
+    from agentd.memory import manage
+
+    try:
+        await manage.restore(access, embedder, memory_id, version, user_id=None, by=BY)
+    except manage.MemoryStoreError as exc:
+        raise Refused(str(exc)) from None
+    return f"Memory {memory_id} restored to version {version}."
 
 
 def set_schedule(conn: Any, schedule_id: str, state: str) -> str:

@@ -13,33 +13,9 @@ import secrets
 import time
 from typing import Any
 
-from agentd.db.migrations import apply_migrations
 from agentd.ledger import audit
 
-# Applied through the same migration runner as the rest of the schema (named, recorded once).
-SCHEMA: list[tuple[str, str]] = [
-    (
-        "m028_dashboard",
-        """
-CREATE TABLE dashboard_logins (
-    token_hash TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    used_at REAL,
-    made_by TEXT NOT NULL
-);
-CREATE TABLE dashboard_sessions (
-    session_hash TEXT PRIMARY KEY,
-    created_at REAL NOT NULL,
-    expires_at REAL NOT NULL,
-    csrf_key TEXT NOT NULL
-);
--- The Cost page sums one schedule's or automation's calls, and a turn's timeline its own:
--- found by instance id instead of a scan of every call.
-CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
-""",
-    )
-]
+# The tables are the migration m028_dashboard (agentd.db.migrations), applied with the rest.
 COOKIE = "agentd_session"
 
 
@@ -48,10 +24,6 @@ def cookie_name(secure: bool) -> str:
     Secure, for this host only (no Domain) and for every path: no sibling subdomain can set
     or shadow it."""
     return f"__Host-{COOKIE}" if secure else COOKIE
-
-
-def ensure_schema(conn: Any) -> None:
-    apply_migrations(conn, SCHEMA)
 
 
 def _digest(token: str) -> str:

@@ -1,46 +1,13 @@
-"""`[dashboard]` settings: where the dashboard listens and how long a login lasts."""
+"""Where the dashboard may listen; its `[dashboard]` settings are part of the config
+(`agentd.config.schema.DashboardConfig`)."""
 
 from __future__ import annotations
 
 import ipaddress
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from agentd.config import DashboardConfig
 
-
-class DashboardConfig(BaseModel):
-    """`[dashboard]`: off unless enabled; loopback unless `allow_remote` says otherwise."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = False
-    host: str = "127.0.0.1"
-    port: int = Field(default=8765, ge=0, le=65535)
-    # The address the owner opens (https://agent.example.org behind a reverse proxy, or a
-    # tailnet name); login links use it, and an https one makes the cookie Secure.
-    public_url: str = ""
-    # Binding beyond loopback exposes the login page to the network: only on purpose.
-    allow_remote: bool = False
-    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
-    link_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
-
-    @field_validator("public_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        value = value.rstrip("/")
-        if value and not value.startswith(("http://", "https://")):
-            raise ValueError("public_url must start with http:// or https://")
-        return value
-
-    @property
-    def secure(self) -> bool:
-        return self.public_url.startswith("https://")
-
-    def base_url(self, port: int | None = None) -> str:
-        """Where links point: the public URL, else the address the server listens on."""
-        if self.public_url:
-            return self.public_url
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{port if port is not None else self.port}"
+__all__ = ["BindRefused", "DashboardConfig", "check_bind", "is_loopback"]
 
 
 class BindRefused(ValueError):

@@ -11,6 +11,6 @@ from agentd.dashboard.config import DashboardConfig
 
 def login_link(conn: Any, settings: DashboardConfig, made_by: str, port: int | None = None) -> str:
     """A link that signs in once within `link_minutes` (run inside the caller's transaction;
-    the dashboard's tables must exist: auth.SCHEMA)."""
+    the database is migrated: m028_dashboard holds the links)."""
     token = auth.new_login(conn, minutes=settings.link_minutes, made_by=made_by)
     return f"{settings.base_url(port)}/login?t={token}"

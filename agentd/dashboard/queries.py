@@ -228,7 +228,7 @@ def approvals_page(conn: Any, now: float) -> dict[str, Any]:
 
 def memories(conn: Any, query: str, limit: int = 100) -> list[Any]:
     """Newest first, or the keyword matches (FTS, as `agentd memory search --mode keyword`)."""
-    from agentd.memory.store import list_memories
+    from agentd.memory.store import get_memories, list_memories
 
     if not query.strip():
         return list_memories(conn, None, limit=limit)
@@ -240,16 +240,21 @@ def memories(conn: Any, query: str, limit: int = 100) -> list[Any]:
             (phrase, limit),
         )
     ]
-    if not ids:
-        return []
-    cur = conn.execute(
-        "SELECT id, user_id, kind, slot, content, source, chat_id, created_at, updated_at "
-        f"FROM memories WHERE id IN ({', '.join('?' * len(ids))})",
-        ids,
-    )
-    names = [d[0] for d in cur.description]
-    found = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+    found = get_memories(conn, ids)
     return [found[i] for i in ids if i in found]
+
+
+def memory_history(conn: Any, memory_id: int) -> dict[str, Any] | None:
+    """One memory (None when forgotten) and its versions, oldest first; None: no such memory
+    now or ever."""
+    from agentd.memory import manage
+    from agentd.memory.store import get_memory
+
+    try:
+        versions = manage.history(conn, memory_id)
+    except manage.MemoryNotFound:
+        return None
+    return {"memory_id": memory_id, "memory": get_memory(conn, memory_id), "versions": versions}
 
 
 def schedules(conn: Any) -> list[tuple[Any, list[Any]]]:

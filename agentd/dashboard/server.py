@@ -46,6 +46,9 @@ class Site:
     prices: dict[str, Any] = field(default_factory=dict)
     daily_tokens: int = 0
     accounts: list[dict[str, str]] = field(default_factory=list)
+    # Memory's embedder, when the daemon serves the dashboard: editing and restoring a memory
+    # re-embed it, so without one the memory page offers them only from the CLI.
+    embedder: Any = None
     templates: jinja2.Environment = field(init=False)
 
     def __post_init__(self) -> None:

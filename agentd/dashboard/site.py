@@ -1,5 +1,5 @@
-"""Build the dashboard from the agent's config and serve it (what `agentd dashboard` and,
-once wired, the daemon's `[dashboard]` call)."""
+"""Build the dashboard from the agent's config and serve it (what `agentd dashboard` and
+the daemon's dashboard capability call)."""
 
 from __future__ import annotations
 
@@ -23,13 +23,15 @@ def accounts(config: Any) -> list[dict[str, str]]:
     return found
 
 
-def site_for(config: Any, dashboard: DashboardConfig, access: Access) -> Site:
+def site_for(config: Any, dashboard: DashboardConfig, access: Access, embedder: Any = None) -> Site:
+    """`embedder`: the daemon's, when it serves the dashboard (memory edit and restore)."""
     return Site(
         access=access,
         config=dashboard,
         prices=dict(config.llm.prices),
         daily_tokens=config.limits.daily_tokens_total,
         accounts=accounts(config),
+        embedder=embedder,
     )
 
 

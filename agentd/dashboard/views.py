@@ -95,7 +95,11 @@ async def approvals_page(request: web.Request) -> web.Response:
 async def cost(request: web.Request) -> web.Response:
     site = site_of(request)
     days = min(max(_int(request.query.get("days", "30")), 1), 400)
-    since = time.time() - days * queries.DAY
+    now = time.time()
+    # A write only on the first view after a day is over: every other view just reads.
+    if await site.access.read(spend.rolled_until) < spend.finished(now):
+        await site.access.write(spend.roll_up, now)
+    since = now - days * queries.DAY
     groups = await site.access.read(spend.groups, since, site.prices)
     vision = await site.access.read(spend.vision_cache, since)
     return render(
@@ -107,6 +111,15 @@ async def memory(request: web.Request) -> web.Response:
     q = request.query.get("q", "")[:200]
     found = await site_of(request).access.read(queries.memories, q)
     return render(request, "memory.html", q=q, memories=found)
+
+
+async def memory_one(request: web.Request) -> web.Response:
+    site = site_of(request)
+    memory_id = _int(request.match_info["id"])
+    data = await site.access.read(queries.memory_history, memory_id)
+    if data is None:
+        raise web.HTTPNotFound(text="No such memory.")
+    return render(request, "memory_one.html", can_embed=site.embedder is not None, **data)
 
 
 async def memory_export(request: web.Request) -> web.Response:
@@ -185,6 +198,42 @@ async def forget(request: web.Request) -> web.Response:
     return await _change(request, actions.forget_memory, memory_id, back="/memory")
 
 
+async def memory_pin(request: web.Request) -> web.Response:
+    memory_id = _int(request.match_info["id"])
+    on = (await request.post()).get("on") == "1"
+    back = f"/memory/{memory_id}"
+    return await _change(request, actions.pin_memory, memory_id, on, back=back)
+
+
+async def memory_embedding_change(request: web.Request) -> web.Response:
+    """Edit or restore: both re-embed, so both need the daemon's embedder."""
+    from urllib.parse import urlencode
+
+    site = site_of(request)
+    memory_id = _int(request.match_info["id"])
+    form = await request.post()
+    back = f"/memory/{memory_id}"
+    if site.embedder is None:
+        said = NO_EMBEDDER
+    else:
+        try:
+            if request.match_info["op"] == "edit":
+                text = str(form.get("text", ""))[:4000]
+                said = await actions.edit_memory(site.access, site.embedder, memory_id, text)
+            else:
+                version = _int(str(form.get("version", "")))
+                said = await actions.restore_memory(site.access, site.embedder, memory_id, version)
+        except actions.Refused as exc:
+            said = str(exc)
+    raise web.HTTPSeeOther(f"{back}?{urlencode({'done': said})}")
+
+
+NO_EMBEDDER = (
+    "Editing or restoring a memory re-embeds it, which this dashboard cannot do on its own: "
+    "use `agentd memory edit` / `agentd memory restore`, or the dashboard the daemon serves."
+)
+
+
 async def schedule_state(request: web.Request) -> web.Response:
     states = {"pause": "paused", "resume": "active", "cancel": "cancelled"}
     state = states.get(request.match_info["op"])
@@ -217,7 +266,10 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get("/cost", cost)
     router.add_get("/memory", memory)
     router.add_get("/memory/export", memory_export)
+    router.add_get("/memory/{id:\\d+}", memory_one)
     router.add_post("/memory/{id}/forget", forget)
+    router.add_post("/memory/{id}/pin", memory_pin)
+    router.add_post("/memory/{id}/{op:edit|restore}", memory_embedding_change)
     router.add_get("/schedules", schedules)
     router.add_post("/schedules/{id}/{op}", schedule_state)
     router.add_post("/workflows/{id}/{op}", workflow_op)

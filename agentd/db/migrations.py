@@ -648,7 +648,7 @@ CREATE TABLE vision_lookups (
 ) WITHOUT ROWID;
 """
 
-M031_USER_LOCALES = """
+M032_USER_LOCALES = """
 -- Each user's language (chat/locale.py): what their Telegram client says, and what they chose
 -- with /language, which wins.
 CREATE TABLE user_locales (
@@ -657,6 +657,91 @@ CREATE TABLE user_locales (
     chosen TEXT,
     updated_at REAL NOT NULL
 );
+"""
+
+
+# Memories the owner can see, correct and roll back. `origin` says whose words a memory is:
+# 'user' (the owner's own: typed, edited, imported), 'model' (the assistant's summary or
+# extraction from the chat), 'outside' (derived from forwarded messages, documents, web pages,
+# mail); `origin_ref` the turn or source it came from. Rows made before this are the model's.
+# `pinned` facts are always in the prompt. Every change to a memory appends a row to
+# `memory_versions` (no foreign key: the history outlives a forgotten memory, so it can be
+# restored under its old id).
+M031_MEMORY_VERSIONS = """
+ALTER TABLE memories ADD COLUMN origin TEXT NOT NULL DEFAULT 'model'
+    CHECK (origin IN ('user', 'model', 'outside'));
+ALTER TABLE memories ADD COLUMN origin_ref TEXT;
+ALTER TABLE memories ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+CREATE TABLE memory_versions (
+    id INTEGER PRIMARY KEY,
+    memory_id INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    action TEXT NOT NULL,  -- add, edit, supersede, merge, forget, restore, import, pin, unpin
+    actor TEXT NOT NULL,  -- owner, model, import
+    kind TEXT NOT NULL,
+    slot TEXT,
+    old_content TEXT,
+    new_content TEXT,  -- NULL once forgotten
+    origin TEXT NOT NULL,
+    origin_ref TEXT,
+    created_at REAL NOT NULL,
+    UNIQUE (memory_id, version)
+);
+CREATE INDEX memory_versions_user ON memory_versions (user_id, created_at);
+CREATE INDEX memories_pinned ON memories (user_id) WHERE pinned = 1;
+"""
+
+
+# The dashboard's login links and sessions, stored hashed (agentd.dashboard.auth).
+M028_DASHBOARD = """
+CREATE TABLE dashboard_logins (
+    token_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    used_at REAL,
+    made_by TEXT NOT NULL
+);
+CREATE TABLE dashboard_sessions (
+    session_hash TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    csrf_key TEXT NOT NULL
+);
+-- The Cost page sums one schedule's or automation's calls, and a turn's timeline its own:
+-- found by instance id instead of a scan of every call.
+CREATE INDEX IF NOT EXISTS llm_usage_instance ON llm_usage (instance_id);
+"""
+
+
+# The Cost page's daily rollup of model use: one row per finished day, purpose, user and
+# model, so a year's view sums a few thousand rows instead of every call. Days are added by
+# agentd.dashboard.spend.roll_up once they have been over for an hour (a call stamped just
+# before midnight is written by then); this fills the days already over.
+M028_DASHBOARD_COST_DAYS = """
+CREATE TABLE llm_usage_days (
+    day INTEGER NOT NULL,  -- UTC days since the epoch: CAST(at / 86400 AS INTEGER)
+    purpose TEXT NOT NULL,
+    user_id INTEGER,
+    model TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cache_read_tokens INTEGER NOT NULL,
+    cache_write_tokens INTEGER NOT NULL,
+    cache_write_1h_tokens INTEGER NOT NULL,
+    calls INTEGER NOT NULL
+);
+CREATE INDEX llm_usage_days_day ON llm_usage_days (day);
+INSERT INTO kv (key, value)
+    VALUES ('cost_days.until', (CAST(strftime('%s', 'now') AS INTEGER) - 3600) / 86400)
+    ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+INSERT INTO llm_usage_days
+    SELECT CAST(at / 86400 AS INTEGER), purpose, user_id, model, SUM(input_tokens),
+        SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens),
+        SUM(cache_write_1h_tokens), SUM(calls)
+    FROM llm_usage
+    WHERE at < (SELECT CAST(value AS INTEGER) * 86400 FROM kv WHERE key = 'cost_days.until')
+    GROUP BY 1, 2, 3, 4;
 """
 
 
@@ -681,9 +766,13 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m027_skills", M027_SKILLS),
     ("m021_trust_access", M021_TRUST_ACCESS),
     ("m022_taint", M022_TAINT),
+    ("m031_memory_versions", M031_MEMORY_VERSIONS),
+    # Named as `agentd dashboard` applied it on its own first: recorded once, never twice.
+    ("m028_dashboard", M028_DASHBOARD),
+    ("m028_dashboard_cost_days", M028_DASHBOARD_COST_DAYS),
     ("m029_docs_status", M029_DOCS_STATUS),
     ("m030_vision_lookups", M030_VISION_LOOKUPS),
-    ("m031_user_locales", M031_USER_LOCALES),
+    ("m032_user_locales", M032_USER_LOCALES),
 ]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pwd
+import stat
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from pydantic import BaseModel, Field
 from agentd.chat.outfiles import MAX_UPLOAD_BYTES, OutgoingFile
 from agentd.config import Config
 from agentd.db import Database
-from agentd.hands.workspace import Workspace, WorkspaceError
+from agentd.hands.workspace import Workspace, WorkspaceError, open_dir
 from agentd.ledger import audit
 from agentd.tools.base import Tool, ToolContext, ToolError
 from agentd.tools.toolset import Toolset
@@ -42,6 +43,35 @@ def sandbox_ids(config: Config) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+# Where the workspace goes when agentd runs as root and the folder beside its database is out
+# of the sandbox user's reach (a config in /root, 0700): the commands run as that user and
+# bwrap must be able to reach the folder it mounts.
+ROOT_DEFAULT = Path("/var/lib/agentd/workspace")
+
+
+def workspace_root(config: Config) -> Path:
+    """The workspace folder: `[tools.workspace] path`, else beside the database, else (as root,
+    where the sandbox user could not reach that) /var/lib/agentd/workspace."""
+    chosen = config.workspace_dir
+    ids = sandbox_ids(config)
+    if config.tools.workspace.path or ids is None or reachable(chosen, ids[0]):
+        return chosen
+    return ROOT_DEFAULT
+
+
+def reachable(folder: Path, uid: int) -> bool:
+    """Whether `uid` may pass through every existing folder above `folder` (o+x, or its own);
+    missing ones are made 0755 by mkdir's parents."""
+    for parent in folder.absolute().parents:
+        try:
+            st = os.stat(parent)
+        except FileNotFoundError:
+            continue
+        if st.st_uid != uid and not st.st_mode & 0o001:
+            return False
+    return True
+
+
 @dataclass(frozen=True)
 class Workspaces:
     """The allowlisted users share the workspace folder; every other (paired) user has
@@ -57,7 +87,7 @@ class Workspaces:
     def from_config(cls, config: Config) -> Workspaces:
         ws = config.tools.workspace
         return cls(
-            root=config.workspace_dir,
+            root=workspace_root(config),
             allowlisted=frozenset(config.telegram.allowed_user_ids),
             max_bytes=ws.max_file_bytes,
             trash_days=ws.trash_days,
@@ -65,9 +95,13 @@ class Workspaces:
         )
 
     def for_user(self, user_id: int) -> Workspace:
-        root = self.root if user_id in self.allowlisted else self.root / "users" / str(user_id)
+        sub = () if user_id in self.allowlisted else ("users", str(user_id))
         return Workspace(
-            root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
+            self.root,
+            max_bytes=self.max_bytes,
+            trash_days=self.trash_days,
+            chown=self.chown,
+            sub=sub,
         )
 
     def base(self) -> Workspace:
@@ -75,13 +109,29 @@ class Workspaces:
             self.root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
         )
 
-    def ensure(self, user_id: int) -> Workspace:
+    def ensure_base(self) -> Workspace:
+        """The shared folder and its users/ (made by agentd, never by a command: the owners'
+        sandbox sees users/ read-only), 0711 so the sandbox's user passes but cannot list it."""
         base = self.base()
         base.ensure()
+        fd = base.open_root()
+        try:
+            users = open_dir(fd, "users", create=True, mode=0o711)
+            try:
+                st = os.fstat(users)
+                if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) != 0o711:
+                    os.fchmod(users, 0o711)
+            finally:
+                os.close(users)
+        finally:
+            os.close(fd)
+        return base
+
+    def ensure(self, user_id: int) -> Workspace:
+        self.ensure_base()
         mine = self.for_user(user_id)
-        if mine.root != base.root:
-            (self.root / "users").mkdir(mode=0o700, exist_ok=True)
-            mine.ensure()
+        if mine.sub:
+            mine.ensure()  # users/ and users/<id>, each opened without following a link
         return mine
 
 

@@ -11,6 +11,7 @@ rule saw (shlex's words) is then exactly what `sh -c` runs, globs aside.
 from __future__ import annotations
 
 import fnmatch
+import re
 import shlex
 import sqlite3
 import time
@@ -61,6 +62,33 @@ def parse(command: str) -> Plain:
     return Plain(argv=argv)
 
 
+# Programs whose behaviour is the content of a file or an argument they run: a rule for
+# `make` or `python3 report.py` would run whatever those files say next time, so none is
+# offered or honoured (each call asks). The list errs wide: a build tool, an interpreter, a
+# shell, a program that runs another (env, xargs, timeout), or one with a run-a-command option
+# (find -exec, tar --to-command, git hooks, sed's e, awk's system(), rsync -e, less's !).
+_EXECUTORS = frozenset(
+    """sh bash dash zsh fish ksh mksh csh tcsh busybox env xargs nice nohup timeout stdbuf
+    setsid sudo su doas runuser time watch strace ltrace gdb valgrind chroot unshare nsenter
+    flock parallel python python2 python3 pypy pypy3 perl ruby irb node nodejs deno bun php
+    lua luajit tclsh wish rscript julia java javac kotlin scala groovy go cargo rustc gcc cc
+    g++ c++ clang clang++ tcc make gmake cmake ninja meson scons bazel gradle mvn ant npm npx
+    yarn pnpm pip pip3 pipx uv uvx poetry pdm hatch tox nox pytest bundle gem rake composer
+    dotnet mono awk gawk mawk nawk sed find tar git vim vi nvim nano emacs ed ex less more man
+    ssh scp rsync docker podman kubectl systemd-run ansible ansible-playbook terraform
+    sqlite3 psql mysql dpkg apt apt-get crontab at batch expect jupyter ipython""".split()
+)
+_VERSIONED = re.compile(r"(python|pypy|perl|ruby|php|lua|node|pip|gcc|g\+\+|clang)[\d.-]*")
+
+
+def executes_files(program: str) -> bool:
+    """Whether what `program` does is decided by files or arguments it runs (no rule)."""
+    if "/" in program:  # ./build.sh, /usr/bin/python3: a path names a file that may change
+        return True
+    name = program.lower()
+    return name in _EXECUTORS or _VERSIONED.fullmatch(name) is not None
+
+
 def args_text(argv: list[str]) -> str:
     return shlex.join(argv[1:])
 
@@ -97,9 +125,13 @@ def list_rules(conn: Any) -> list[Rule]:
 
 def add_rule(conn: Any, program: str, pattern: str, by: str, approval_id: str | None) -> Rule:
     now = time.time()
+    # A rule holds in the chat (and for the user) of the approval that made it: approving the
+    # same command again elsewhere moves it there.
     conn.execute(
-        "INSERT OR IGNORE INTO shell_rules (program, args_pattern, created_at, created_by, "
-        "approval_id) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO shell_rules (program, args_pattern, created_at, created_by, approval_id) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (program, args_pattern) DO UPDATE SET "
+        "created_at = excluded.created_at, created_by = excluded.created_by, "
+        "approval_id = excluded.approval_id",
         (program, pattern, now, by, approval_id),
     )
     row = conn.execute(
@@ -141,12 +173,25 @@ def remove_rule(conn: Any, rule_id: int, by: str) -> Rule | None:
     return rule
 
 
-def matching_rule(conn: Any, argv: list[str]) -> Rule | None:
+def matching_rule(
+    conn: Any, argv: list[str], chat_id: int | None = None, user_id: int | None = None
+) -> Rule | None:
+    """The first rule for this command that holds here: one made on a card holds only in that
+    card's chat and for the user whose command it was (their workspace); one made elsewhere
+    (no approval on record) holds for every chat."""
+    if executes_files(argv[0]):
+        return None  # a rule stored before such programs were refused no longer counts
+    cols = ", ".join(f"r.{c}" for c in _COLUMNS.split(", "))
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM shell_rules WHERE program = ? ORDER BY id", (argv[0],)
+        f"SELECT {cols}, a.chat_id, a.user_id FROM shell_rules r "
+        "LEFT JOIN approvals a ON a.id = r.approval_id WHERE r.program = ? ORDER BY r.id",
+        (argv[0],),
     ).fetchall()
     for row in rows:
-        rule = _rule(row)
+        rule = _rule(row[:-2])
+        scope_chat, scope_user = row[-2], row[-1]
+        if scope_chat is not None and (scope_chat != chat_id or scope_user != user_id):
+            continue
         if pattern_matches(rule.args_pattern, argv):
             return rule
     return None
@@ -160,12 +205,14 @@ class RuleBook:
         self._path = db_path
         self._conn: sqlite3.Connection | None = None
 
-    def match(self, argv: list[str]) -> Rule | None:
+    def match(
+        self, argv: list[str], chat_id: int | None = None, user_id: int | None = None
+    ) -> Rule | None:
         if self._conn is None:
             uri = f"file:{self._path}?mode=ro"
             self._conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=1.0)
         try:
-            return matching_rule(self._conn, argv)
+            return matching_rule(self._conn, argv, chat_id, user_id)
         except sqlite3.Error:
             return None  # no rule can be read: the command asks, which is the safe side
 
@@ -216,7 +263,7 @@ def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any],
 
     It decides the approval, so it gets the very check of the Approve / Deny buttons: an
     approver (`may_approve`), on the card itself (its chat and message), or it is refused and
-    audited. A rule holds for every chat: only an approver's press, so checked, adds it."""
+    audited. The rule holds in that card's chat, for that card's user (matching_rule)."""
 
     def handle(conn: Any, press: Any) -> str:
         approval_id = press.data.split(":", 1)[1] if ":" in press.data else ""

@@ -8,7 +8,13 @@ through it with their folder mounted read-only). Why each choice:
   are masked if under /etc);
 - `--unshare-all` (user, pid, ipc, uts, cgroup, net namespaces), `--cap-drop ALL`,
   `--new-session` (no TIOCSTI into the daemon's terminal) and `--die-with-parent` (a daemon
-  killed with -9 takes its commands with it);
+  killed with -9 takes its commands with it); a seccomp filter (seccomp.py) on top;
+- the workspace is mounted by descriptor (`--bind-fd`), reached without following a link,
+  and bwrap refuses to start when what it would mount is not that folder;
+- /tmp, /run and /dev/shm are tmpfs with sizes (tmpfs is not counted by RLIMIT_AS), /dev is
+  read-only, the host name and machine ids are masked;
+- with the network, pasta gives the command a namespace of its own that reaches the internet
+  and nothing local (UNROUTABLE);
 - as root, the command runs as `run_as` (nobody) through setpriv: the kernel never applies
   RLIMIT_NPROC to uid 0, so a fork bomb run as root would not be stopped by a process limit;
 - rlimits are set by prlimit inside the sandbox (no Python between fork and exec);
@@ -32,12 +38,18 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from agentd.hands import seccomp
+from agentd.hands.workspace import Workspace
+
 SandboxMode = Literal["bwrap", "none"]
 INSIDE_WORKSPACE = "/workspace"
 _PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 # Merged-/usr systems have these as links into /usr; older ones as folders of their own.
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
+# What identifies the machine: its id, firmware tables and serial numbers.
+_HOST_DETAILS = ("/etc/machine-id", "/sys/firmware", "/sys/devices/virtual/dmi")
+_NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 65_536
 
 
@@ -49,6 +61,7 @@ class Limits:
     wall_seconds: float = 120.0
     output_bytes: int = 32_000  # kept for the caller: half head, half tail
     max_file_mb: int = 1024
+    tmp_mb: int = 256  # the private /tmp (tmpfs: not counted by the memory limit)
     # Reading output costs the daemon CPU: past this many bytes in all, the command is stopped.
     drain_bytes: int = 64_000_000
 
@@ -114,19 +127,126 @@ def _mask(path: str) -> list[str]:
     return []
 
 
+# Commands with the network get a namespace of their own, connected by pasta (user-mode
+# networking: its sockets are the daemon's, so it needs no privilege). These ranges are made
+# unroutable inside before the command starts: the host's loopback services (pasta maps none,
+# --no-map-gw), the LAN, link-local and cloud metadata (169.254.169.254), carrier-grade NAT
+# and other reserved ranges. IPv6 is off (-4): its link-local routing cannot be fenced the
+# same way.
+UNROUTABLE = (
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+)
+# The namespace's own small network (inside carrier-grade NAT space, a /30 that is more
+# specific than the unroutable /10); pasta answers DNS at the gateway and forwards it to the
+# host's resolver.
+_NS_ADDR, _NS_GW = "100.127.255.2", "100.127.255.1"
+_NET_SETUP = (
+    'set -e; for r in $AGENTD_UNROUTABLE; do ip route add unreachable "$r"; done; '
+    'unset AGENTD_UNROUTABLE; exec "$@"'
+)
+
+
+@dataclass
+class Launch:
+    """A command line ready to start, and the descriptors it hands to bwrap (the caller passes
+    them to the child and closes them once it started)."""
+
+    argv: list[str]
+    cwd: str
+    fds: list[int] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    def close(self) -> None:
+        for fd in self.fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.fds.clear()
+
+    def keep(self, fd: int) -> str:
+        self.fds.append(fd)
+        return str(fd)
+
+
+def _as_workspace(workspace: Workspace | Path) -> Workspace:
+    if isinstance(workspace, Workspace):
+        return workspace
+    return Workspace(workspace, max_bytes=0, trash_days=0, chown=None)
+
+
+def _open_bind(path: str) -> int:
+    """A descriptor of a folder to mount read-only (a skill's staged copy): its last part is
+    not followed; bwrap checks that what it mounts is this very folder."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
 def bwrap_argv(
     sandbox: Sandbox,
-    workspace: Path,
+    launch: Launch,
+    workspace: Workspace,
     cwd: str,
+    limits: Limits,
     *,
     binds_ro: Sequence[tuple[str, str]] = (),
     network: bool = False,
 ) -> list[str]:
-    """The bwrap command line up to (not including) the command it runs."""
+    """The bwrap command line up to (not including) the command it runs; the descriptors it
+    names are added to `launch`."""
     bwrap = shutil.which(sandbox.bwrap) or sandbox.bwrap
-    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    argv = [bwrap, "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if network:
-        argv.append("--share-net")
+        # Already in pasta's user and network namespace: the rest are new, the network is
+        # pasta's, and the user namespace is pasta's (a nested one is denied by the filter).
+        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+    else:
+        argv += ["--unshare-all"]
+    argv += ["--hostname", "sandbox"]
+    argv += _system_mounts(sandbox, launch)
+    argv += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--remount-ro",
+        "/dev",
+        "--size",
+        str(64 << 20),
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        str(limits.tmp_mb << 20),
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        str(8 << 20),
+        "--tmpfs",
+        "/run",
+    ]
+    argv += _workspace_mounts(launch, workspace)
+    for source, target in binds_ro:
+        argv += ["--ro-bind-fd", launch.keep(_open_bind(source)), target]
+    if network:
+        argv += _resolver(launch)
+    argv += ["--seccomp", launch.keep(seccomp.memfd())]
+    argv += ["--chdir", cwd, "--clearenv"]
+    for key, value in _env(sandbox, cwd):
+        argv += ["--setenv", key, value]
+    return argv
+
+
+def _system_mounts(sandbox: Sandbox, launch: Launch) -> list[str]:
+    argv: list[str] = []
     for path in sandbox.system_ro:
         if os.path.isdir(path):
             argv += ["--ro-bind", path, path]
@@ -135,19 +255,85 @@ def bwrap_argv(
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    for path in (*_SECRET_FILES, *sandbox.hide):
+    for path in (*_SECRET_FILES, *_HOST_DETAILS, *sandbox.hide):
         if any(path == p or path.startswith(p.rstrip("/") + "/") for p in sandbox.system_ro):
             argv += _mask(path)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/run"]
-    # bwrap resolves these as the sandbox user (bind-fd does not help: /proc/self/fd is not
-    # followable once setpriv dropped root), so their parent folders must let it pass (o+x).
-    argv += ["--bind", str(workspace), INSIDE_WORKSPACE]
-    for source, target in binds_ro:
-        argv += ["--ro-bind", source, target]
-    argv += ["--chdir", cwd, "--clearenv"]
-    for key, value in _env(sandbox, cwd):
-        argv += ["--setenv", key, value]
+    if "/etc" in sandbox.system_ro and os.path.lexists("/etc/hostname"):
+        argv += ["--ro-bind-data", launch.keep(seccomp.data_fd("hostname", b"sandbox\n"))]
+        argv += ["/etc/hostname"]
     return argv
+
+
+def _workspace_mounts(launch: Launch, workspace: Workspace) -> list[str]:
+    """The workspace by descriptor: opened without following a link below the configured
+    folder, and bwrap refuses to start if what it mounts is not that very folder (a link
+    swapped in meanwhile). The shared top's users/ is mounted read-only over itself, so no
+    command of the owners can rename or replace a paired user's folder."""
+    fd = workspace.open_root()
+    argv = ["--bind-fd", launch.keep(fd), INSIDE_WORKSPACE]
+    if not workspace.sub:
+        try:
+            users = os.open("users", _NOFOLLOW_DIR, dir_fd=fd)
+        except FileNotFoundError:
+            return argv
+        except OSError as exc:
+            raise SandboxUnavailable(
+                "the workspace's users/ is a link or not a folder; agentd does not follow it. "
+                "Remove it on the server (agentd makes it again)"
+            ) from exc
+        argv += ["--ro-bind-fd", launch.keep(users), f"{INSIDE_WORKSPACE}/users"]
+    return argv
+
+
+def _resolver(launch: Launch) -> list[str]:
+    """DNS through pasta's forwarder (the host's resolver may sit in an unroutable range)."""
+    conf = seccomp.data_fd("resolv.conf", f"nameserver {_NS_GW}\n".encode())
+    target = os.path.realpath("/etc/resolv.conf")
+    argv = []
+    if not target.startswith("/etc/"):  # a link into /run (systemd-resolved): empty here
+        argv += ["--dir", os.path.dirname(target)]
+    return [*argv, "--ro-bind-data", launch.keep(conf), target]
+
+
+def _network_prefix() -> list[str]:
+    pasta = shutil.which("pasta", path=_PATH)
+    ip = shutil.which("ip", path=_PATH)
+    if pasta is None or ip is None:
+        raise SandboxUnavailable(
+            "commands with the network need pasta and ip to give them a network of their own: "
+            "`apt-get install passt iproute2`"
+        )
+    return [
+        pasta,
+        "--quiet",
+        "--foreground",
+        "--config-net",
+        "--no-map-gw",
+        "--ipv4-only",
+        "--address",
+        _NS_ADDR,
+        "--netmask",
+        "30",
+        "--gateway",
+        _NS_GW,
+        "--dns-forward",
+        _NS_GW,
+        # No port of the host's loopback is forwarded into the namespace (pasta's default
+        # forwards every bound one) and none of the namespace's out.
+        "--tcp-ports",
+        "none",
+        "--udp-ports",
+        "none",
+        "--tcp-ns",
+        "none",
+        "--udp-ns",
+        "none",
+        "--",
+        "/bin/sh",
+        "-c",
+        _NET_SETUP,
+        "sh",
+    ]
 
 
 def _env(sandbox: Sandbox, cwd: str) -> list[tuple[str, str]]:
@@ -178,21 +364,23 @@ def _prlimit(limits: Limits) -> list[str]:
 def command_argv(
     sandbox: Sandbox,
     command: str,
-    workspace: Path,
+    workspace: Workspace | Path,
     cwd: str,
     limits: Limits,
     *,
     binds_ro: Sequence[tuple[str, str]] = (),
     network: bool = False,
-) -> tuple[list[str], str]:
-    """The full argv and the host working folder it starts in."""
+) -> Launch:
+    """The full command line, the host folder it starts in and the descriptors it needs; on
+    an error every descriptor opened so far is closed."""
+    space = _as_workspace(workspace)
     shell = ["/bin/sh", "-c", command]
     if sandbox.mode == "none":
-        host_cwd = str(workspace / cwd.removeprefix(INSIDE_WORKSPACE).lstrip("/"))
+        host_cwd = str(space.root / cwd.removeprefix(INSIDE_WORKSPACE).lstrip("/"))
         # No pid namespace here: at least the shell dies with a daemon killed by -9 (its
         # children may outlive it; that is part of what "none" gives up).
         setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
-        return [setpriv, "--pdeathsig", "KILL", "--", *_prlimit(limits), *shell], host_cwd
+        return Launch([setpriv, "--pdeathsig", "KILL", "--", *_prlimit(limits), *shell], host_cwd)
     ids = _run_as_ids(sandbox.run_as)
     prefix: list[str] = []
     if ids is not None:
@@ -207,8 +395,17 @@ def command_argv(
             "--no-new-privs",
             "--",
         ]
-    argv = bwrap_argv(sandbox, workspace, cwd, binds_ro=binds_ro, network=network)
-    return [*prefix, *argv, "--", *_prlimit(limits), *shell], "/"
+    launch = Launch([], "/")
+    try:
+        if network:
+            prefix += _network_prefix()
+            launch.env["AGENTD_UNROUTABLE"] = " ".join(UNROUTABLE)
+        argv = bwrap_argv(sandbox, launch, space, cwd, limits, binds_ro=binds_ro, network=network)
+    except BaseException:
+        launch.close()
+        raise
+    launch.argv = [*prefix, *argv, "--", *_prlimit(limits), *shell]
+    return launch
 
 
 class _Capture:
@@ -262,7 +459,7 @@ async def _drain(proc: asyncio.subprocess.Process, capture: _Capture, cap: int) 
 
 async def run_sandboxed(
     command: str,
-    workspace: Path,
+    workspace: Workspace | Path,
     *,
     sandbox: Sandbox,
     limits: Limits,
@@ -274,24 +471,35 @@ async def run_sandboxed(
     """Run `command` with `sh -c` in the sandbox, `workspace` writable at /workspace.
 
     `binds_ro` adds (host path, path inside) read-only mounts (a skill's folder); like the
-    workspace, bwrap resolves them as the sandbox user, who must be able to reach them.
+    workspace, they are mounted by descriptor and the sandbox user must be able to reach them.
     `cwd` is a path inside the sandbox. Cancelling the awaiting task kills the whole process
     tree before CancelledError goes on.
     """
-    argv, host_cwd = command_argv(
-        sandbox, command, workspace, cwd, limits, binds_ro=binds_ro, network=network
+    launch = await asyncio.to_thread(
+        command_argv,
+        sandbox,
+        command,
+        workspace,
+        cwd,
+        limits,
+        binds_ro=binds_ro,
+        network=network,
     )
-    env = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": str(workspace)}
+    env = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": "/", **launch.env}
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=host_cwd,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,
-    )
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *launch.argv,
+            cwd=launch.cwd,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            pass_fds=launch.fds,
+        )
+    finally:
+        launch.close()
     if on_start is not None:
         on_start(proc.pid)
     capture = _Capture(limits.output_bytes)
@@ -331,7 +539,7 @@ async def run_sandboxed(
     )
 
 
-def probe(sandbox: Sandbox, scratch: Path) -> str | None:
+def probe(sandbox: Sandbox, scratch: Workspace | Path) -> str | None:
     """None when the sandbox works here; else why not and how to fix it (for doctor and start)."""
     import subprocess
 
@@ -344,16 +552,20 @@ def probe(sandbox: Sandbox, scratch: Path) -> str | None:
         )
     try:
         # Bind the real folder, so a workspace the sandbox user cannot reach fails here.
-        argv, host_cwd = command_argv(sandbox, "exit 0", scratch, INSIDE_WORKSPACE, Limits())
-        done = subprocess.run(
-            argv,
-            cwd=host_cwd,
-            env={"PATH": _PATH},
-            capture_output=True,
-            timeout=20,
-            stdin=subprocess.DEVNULL,
-        )
-    except SandboxUnavailable as exc:
+        launch = command_argv(sandbox, "exit 0", scratch, INSIDE_WORKSPACE, Limits())
+        try:
+            done = subprocess.run(
+                launch.argv,
+                cwd=launch.cwd,
+                env={"PATH": _PATH},
+                capture_output=True,
+                timeout=20,
+                stdin=subprocess.DEVNULL,
+                pass_fds=launch.fds,
+            )
+        finally:
+            launch.close()
+    except (SandboxUnavailable, seccomp.SeccompUnavailable) as exc:
         return str(exc)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start: {exc}"

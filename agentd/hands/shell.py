@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.access.approvals import one_line
 from agentd.config import Config, ShellConfig
 from agentd.db import Database
 from agentd.hands import rules
@@ -76,6 +77,7 @@ def limits_of(shell: ShellConfig) -> Limits:
         wall_seconds=shell.wall_seconds,
         output_bytes=shell.output_bytes,
         max_file_mb=shell.max_file_mb,
+        tmp_mb=shell.tmp_mb,
     )
 
 
@@ -112,7 +114,7 @@ class ShellPolicy:
             return Assessment(risk="high", reason=plain.why_not)
         if plain.argv[0] in self.shell.allowlist:
             return Assessment(risk="low", reason="on the read-only allowlist")
-        rule = self.book.match(plain.argv)
+        rule = self.book.match(plain.argv, state.chat_id, state.user_id)
         if rule is not None:
             return Assessment(risk="low", reason=f"always-allow rule #{rule.id}")
         return None
@@ -124,6 +126,10 @@ class ShellPolicy:
         return "asked"
 
 
+def _state(ctx: ToolContext) -> CallState:
+    return CallState(tainted_by=ctx.tainted_by, chat_id=ctx.chat_id, user_id=ctx.user_id)
+
+
 def card_text(shell: ShellConfig, args: ShellArgs) -> str:
     """The approval card's body for a command: exactly what will run, where, and how fenced."""
     lim = limits_of(shell)
@@ -133,11 +139,14 @@ def card_text(shell: ShellConfig, args: ShellArgs) -> str:
         else "NONE — runs directly on the server"
     )
     wall = shell.background_wall_seconds if args.background else lim.wall_seconds
+    # One line per field, each escaped: a newline in the command cannot draw a fake
+    # "network: off" line on the card.
+    folder = inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd
     return "\n".join(
         [
-            f"$ {args.command}",
+            f"$ {one_line(args.command, limit=4000)}",
             "",
-            f"folder:  {inside_cwd(args.cwd) if _cwd_ok(args.cwd) else args.cwd}",
+            f"folder:  {one_line(folder, limit=1100)}",
             f"network: {'ON' if args.network else 'off'}",
             f"sandbox: {sandbox}",
             f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
@@ -196,7 +205,7 @@ async def _audit(
 ) -> None:
     detail: dict[str, Any] = {
         "command": ctx.redact(args.command)[:1000],
-        "cwd": args.cwd,
+        "cwd": args.cwd or ".",  # relative to the workspace; "." is its top
         "network": args.network,
         "approval": approval,
         "sandbox": deps.sandbox.mode,
@@ -259,14 +268,14 @@ async def run_command(
     except WorkspaceError as exc:
         raise ToolError(str(exc)) from None
     if approval is None:
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        approval = deps.policy.how_approved(args, _state(ctx))
     limits = limits_of(shell)
     if wall is not None:
         limits = replace(limits, wall_seconds=wall)
     task = asyncio.ensure_future(
         run_sandboxed(
             args.command,
-            workspace.root,
+            workspace,
             sandbox=deps.sandbox,
             limits=limits,
             cwd=cwd,
@@ -349,7 +358,7 @@ def shell_tool(deps: ShellDeps) -> Tool:
         if deps.start_background is None:
             raise ToolError("background jobs are not available here; run it without background")
         check_network(shell_config, args)
-        approval = deps.policy.how_approved(args, CallState(tainted_by=ctx.tainted_by))
+        approval = deps.policy.how_approved(args, _state(ctx))
         return await deps.start_background(ctx, args, approval)
 
     return shell
@@ -360,6 +369,8 @@ def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
     plain = rules.parse(args.command)
     if not plain.ok or args.network or shell.sandbox != "bwrap":
         return None
+    if rules.executes_files(plain.argv[0]):
+        return None  # it runs what a file or argument says: every call asks
     return plain.argv
 
 
@@ -382,10 +393,10 @@ async def shell_deps(
     sandbox = sandbox_of(config)
     spaces = Workspaces.from_config(config)
     try:
-        await asyncio.to_thread(spaces.base().ensure)
+        await asyncio.to_thread(spaces.ensure_base)
     except (OSError, WorkspaceError) as exc:
         return None, f"the workspace {spaces.root} cannot be created: {exc}"
-    problem = await asyncio.to_thread(probe, sandbox, spaces.root)
+    problem = await asyncio.to_thread(probe, sandbox, spaces.base())
     if problem:
         return None, f"the shell tool is not offered: {problem}"
     policy = ShellPolicy(shell=shell, book=rules.RuleBook(config.db_path))

@@ -73,12 +73,23 @@ def split(path: str) -> list[str]:
 
 class Workspace:
     """One user's workspace folder (the allowlisted users share the top; paired users get
-    users/<id>)."""
+    users/<id>, given as `sub` below the shared `base`)."""
 
     def __init__(
-        self, root: Path, *, max_bytes: int, trash_days: float, chown: tuple[int, int] | None
+        self,
+        root: Path,
+        *,
+        max_bytes: int,
+        trash_days: float,
+        chown: tuple[int, int] | None,
+        sub: tuple[str, ...] = (),
     ) -> None:
-        self.root = root
+        # `root` is the folder the owner configured; `sub` the parts below it that are this
+        # user's folder. The configured folder is the owner's choice (it may be a link the
+        # owner made); nothing below it is ever followed.
+        self.base = root
+        self.sub = sub
+        self.root = root.joinpath(*sub)
         self.max_bytes = max_bytes
         self.trash_days = trash_days
         # The uid/gid that files the tools create are given to: the sandbox's user, so the
@@ -86,23 +97,40 @@ class Workspace:
         self.chown = chown
 
     def ensure(self) -> None:
-        """Create the folder (0700: no one but agentd's user, or the sandbox's)."""
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        st = os.stat(self.root)
-        if not stat.S_ISDIR(st.st_mode):
-            raise WorkspaceError("the workspace is not a folder")
-        if self.chown is not None and (st.st_uid, st.st_gid) != self.chown:
-            os.chown(self.root, *self.chown, follow_symlinks=False)
+        """Create the folder (0700: no one but agentd's user, or the sandbox's); every part
+        below the configured folder is made and opened without following links."""
+        self.base.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = self.open_root(create=True)
+        try:
+            st = os.fstat(fd)
+            if self.chown is not None and (st.st_uid, st.st_gid) != self.chown:
+                os.fchown(fd, *self.chown)
+        finally:
+            os.close(fd)
 
     # -- walking ---------------------------------------------------------------------------
 
-    def _open_root(self) -> int:
-        # The root itself is the owner's choice (it may be a link the owner made); from here
-        # down nothing is followed.
+    def open_root(self, *, create: bool = False) -> int:
+        """A descriptor of this user's folder, reached without following any link below the
+        configured folder (the caller closes it). `create` makes missing parts: the
+        intermediate ones (users/) 0711, so the sandbox's user may pass but not list them."""
         try:
-            return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            fd = os.open(self.base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             raise WorkspaceError("the workspace folder is missing; restart agentd") from None
+        try:
+            for i, part in enumerate(self.sub):
+                last = i == len(self.sub) - 1
+                nxt = open_dir(fd, part, create=create, mode=0o700 if last else 0o711)
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_root(self) -> int:
+        return self.open_root()
 
     @contextlib.contextmanager
     def _parent(self, path: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
@@ -302,6 +330,33 @@ class Workspace:
         finally:
             os.close(fd)
         return removed
+
+
+def open_dir(parent: int, name: str, *, create: bool, mode: int) -> int:
+    """Open folder `name` under `parent` with O_NOFOLLOW, making it when asked and missing; a
+    link or anything else there is refused (never replaced: it is not agentd's)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except FileNotFoundError:
+        if not create:
+            raise WorkspaceError(f"the folder {name!r} is missing; restart agentd") from None
+    except OSError as exc:
+        raise WorkspaceError(
+            f"{name!r} in the workspace is a link or not a folder; agentd does not follow it. "
+            "Remove it on the server; agentd makes the folder again"
+        ) from exc
+    made = True
+    try:
+        os.mkdir(name, mode=mode, dir_fd=parent)
+    except FileExistsError:  # made meanwhile: opened (and checked) below
+        made = False
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except OSError as exc:
+        raise WorkspaceError(f"{name!r} in the workspace is a link or not a folder") from exc
+    if made:
+        os.fchmod(fd, mode)  # mkdir's mode passed through the umask
+    return fd
 
 
 def _remove_tree(parent: int, name: str) -> None:

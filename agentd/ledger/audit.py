@@ -22,6 +22,7 @@ KINDS = (
     "callback_unknown",
     "intake_error",
     "memory_forgotten",
+    "memory_changed",
     "memory_summary",
     "memory_summary_error",
     "retrieval",

@@ -1,5 +1,8 @@
-"""The LLM boundary: neutral request and response types, and the Anthropic Messages API adapter
-(anthropic_adapter.py over messages_http.py: HTTP with aiohttp, no SDK).
+"""The LLM boundary: neutral request and response types, and the adapters behind them.
+
+Claude through the official `anthropic` SDK (anthropic_adapter.py), OpenAI-compatible servers
+through the official `openai` SDK (openai_adapter.py, an optional extra), and FallbackLLM
+(fallback.py), which routes each request by purpose along its chain of models.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from agentd.llm.types import LLMError, LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from agentd.config import Config
+    from agentd.llm.fallback import FallbackLLM
+    from agentd.llm.settings import ModelSettings
 
 
 class LLM(Protocol):
@@ -23,12 +28,14 @@ class LLM(Protocol):
     async def close(self) -> None: ...
 
 
-def create_llm(config: Config) -> LLM:
-    """Build the configured model adapter (imported only now, off the CLI path)."""
-    key = api_key(config)
-    from agentd.llm.anthropic_adapter import AnthropicLLM
+def create_llm(config: Config, settings: ModelSettings | None = None) -> FallbackLLM:
+    """Build every configured model's adapter (SDKs imported in a thread, off the CLI path).
 
-    return AnthropicLLM(config.llm, key)
+    `settings` defaults to what `[llm]` carries (fallbacks, models, providers, breaker).
+    """
+    from agentd.llm.factory import build
+
+    return build(config, settings)
 
 
 def api_key(config: Config) -> str:
@@ -38,6 +45,7 @@ def api_key(config: Config) -> str:
         raise LLMError(
             "ANTHROPIC_API_KEY is not set; export it or use a systemd credential",
             retryable=False,
+            reason="auth",
         )
     return key.get_secret_value()
 

@@ -1,26 +1,25 @@
-"""Claude through the Messages API (R-LLM-2): requests out, neutral types back.
+"""Claude through the official `anthropic` SDK (R-LLM-1, R-LLM-2): requests out, neutral types back.
 
-The HTTP client is messages_http.py (aiohttp, the public wire format); this module builds the
-body, folds the answer and decides what is worth a retry.
+`AsyncAnthropic` (or its Bedrock / Vertex clients), its public `messages.create` and
+`messages.stream`, its own retries off (`max_retries=0`) and agentd's one policy around it
+(retrying.py). The SDK is imported in a thread from the moment the adapter is built
+(preload.py), while the daemon waits on Telegram and the database.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from types import ModuleType
 from typing import Any
 
-from pydantic_core import to_json
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-)
-
-from agentd.config import LLMConfig
-from agentd.llm.anthropic_stream import MessageFold, StreamIncomplete
-from agentd.llm.messages_http import APIConnectionError, APIStatusError, MessagesClient
+from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
+from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
+from agentd.llm.preload import preload
+from agentd.llm.retrying import Sleep, call_with_retries
+from agentd.llm.settings import ANTHROPIC, ProviderConfig
 from agentd.llm.types import (
     ContentBlock,
     ImageBlock,
@@ -33,28 +32,9 @@ from agentd.llm.types import (
     ToolUseBlock,
     Usage,
 )
-from agentd.net.retry import honour_retry_after
 
 log = logging.getLogger("agentd.llm")
-Sleep = Callable[[float], Awaitable[None]]
 OnText = Callable[[str], Awaitable[None]]
-
-
-def _retry_after(exc: BaseException) -> float | None:
-    return exc.retry_after if isinstance(exc, APIStatusError) else None
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """429 (except spend limits), 408, 409, 5xx and 529, timeouts and dropped connections."""
-    if isinstance(exc, APIConnectionError | ValueError | StreamIncomplete):
-        return True  # a dropped stream or a malformed body: transient
-    if isinstance(exc, APIStatusError):
-        if "spend_limit" in exc.error_type:  # waiting does not raise a spend limit
-            return False
-        if exc.status_code == 200:  # an `event: error` in the middle of a stream
-            return True
-        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
-    return False
 
 
 def _block_to_api(block: ContentBlock) -> dict[str, Any]:
@@ -108,16 +88,14 @@ def build_params(
             for b in req.system
         ]
     if req.tools or req.server_tools:
-        # The ToolSpec models go in as they are: the body is written by pydantic-core, which
-        # serialises them without a dict per tool per call.
-        params["tools"] = [*req.tools, *req.server_tools]
+        params["tools"] = [*(t.model_dump() for t in req.tools), *req.server_tools]
     if req.tool_choice:
         params["tool_choice"] = {"type": "tool", "name": req.tool_choice}
     return params
 
 
 def _without_nulls(value: Any) -> Any:
-    """What the SDK's `model_dump(exclude_none=True)` gave: the API's nulls left out."""
+    """The API's nulls left out, as they must be when a block is sent back."""
     if isinstance(value, dict):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
     if isinstance(value, list):
@@ -158,85 +136,159 @@ def _parse_response(msg: dict[str, Any], attempt: int = 1) -> LLMResponse:
     )
 
 
-def _describe(exc: BaseException) -> str:
-    # Never echo request bodies or headers: the message and status are enough for the owner.
-    if isinstance(exc, APIStatusError):  # the API's own name for it: overloaded_error, …
-        return f"{exc.error_type} (HTTP {exc.status_code})"
-    return type(exc).__name__
+_EXTRA_NEEDS = {"bedrock": ("botocore", "bedrock"), "vertex": ("google.auth", "vertex")}
+
+
+def _check_extra(kind: str, provider: ProviderConfig) -> None:
+    """Bedrock and Vertex sign requests with their cloud's library, an optional extra."""
+    if kind not in _EXTRA_NEEDS or (kind == "vertex" and provider.api_key_env):
+        return  # a Vertex access token needs no Google library
+    module, extra = _EXTRA_NEEDS[kind]
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        raise LLMError(
+            f"Claude on {kind} needs the {module} package, which is not installed; "
+            f"install it with: pip install 'agentd[{extra}]'",
+            retryable=False,
+            reason="unsupported",
+        )
+
+
+def make_client(sdk: ModuleType, provider: ProviderConfig, key: str | None, timeout: float) -> Any:
+    """The SDK client for the provider's kind; no SDK retries (agentd's policy is around it)."""
+    common: dict[str, Any] = {"max_retries": 0, "timeout": provider.timeout or timeout}
+    if provider.base_url:
+        common["base_url"] = provider.base_url
+    if provider.kind == "bedrock":
+        return sdk.AsyncAnthropicBedrock(aws_region=provider.region or None, **common)
+    if provider.kind == "vertex":
+        return sdk.AsyncAnthropicVertex(
+            region=provider.region, project_id=provider.project_id, access_token=key, **common
+        )
+    return sdk.AsyncAnthropic(api_key=key, **common)
 
 
 class AnthropicLLM:
-    """Claude over HTTP, with our own capped tenacity policy."""
+    """Claude through the SDK, with SDK retries off and agentd's capped tenacity policy."""
 
     def __init__(
         self,
-        config: LLMConfig,
-        api_key: str,
+        config: Any,  # the [llm] section: model, background_model, timeout, retries, …
+        api_key: str | None,
         *,
         sleep: Sleep | None = None,
+        provider: ProviderConfig | None = None,
+        name: str = ANTHROPIC,
     ) -> None:
         self.model = config.model
         self.background_model = config.background_model or config.model
+        self.name = name
         self._config = config
         self._sleep = sleep
-        self._base = config.retry_base_delay
-        self._client = MessagesClient(api_key, config.base_url or None, config.timeout)
+        self._provider = provider or ProviderConfig(kind="anthropic", base_url=config.base_url)
+        _check_extra(self._provider.kind, self._provider)
+        self._key = api_key
+        self._sdk = preload("anthropic")
+        self._client: Any = None
+
+    async def _get_client(self) -> Any:
+        if self._client is None:
+            sdk = await self._sdk.module()
+            self._client = make_client(sdk, self._provider, self._key, self._config.timeout)
+        return self._client
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._client is not None:
+            await self._client.close()
 
     async def _create(self, params: dict[str, Any]) -> dict[str, Any]:
-        # The body is serialised once, by pydantic-core.
-        message = await self._client.create(to_json(params))
-        if not isinstance(message, dict):  # a proxy's page parsed as JSON
-            raise ValueError("the answer was not a JSON object")
-        return message
+        client = await self._get_client()
+        message = await client.messages.create(**params)
+        if not hasattr(message, "to_dict"):  # a proxy's page parsed as something else
+            raise ValueError("the answer was not a message")
+        return message.to_dict(mode="json")
 
     async def _stream(self, params: dict[str, Any], on_text: OnText) -> dict[str, Any]:
-        """Stream the answer, reporting the text so far; return the final message."""
-        fold = MessageFold()
-        async for event in self._client.stream(to_json({**params, "stream": True})):
-            text = fold.add(event)
-            if text is not None:
-                await on_text(text)
-        return fold.result()
+        """Stream the answer, reporting the text so far; return the final message.
 
-    async def complete(self, req: LLMRequest, on_text: OnText | None = None) -> LLMResponse:
+        The SDK hands back whatever arrived; a stream that ends before message_stop, or inside
+        a content block, is a cut answer here and is retried like a dropped connection.
+        """
+        client = await self._get_client()
+        stopped, open_blocks = False, 0
+        async with client.messages.stream(**params) as stream:  # closed however it ends
+            events = aiter(stream)
+            while True:
+                try:
+                    event = await anext(events)
+                except StopAsyncIteration:
+                    break
+                except (KeyError, TypeError, IndexError, AttributeError, RuntimeError) as exc:
+                    # Events out of order or malformed (a proxy, a broken server): the SDK's
+                    # fold fails on them; transient as far as we can tell, so retried.
+                    raise StreamIncomplete(
+                        f"malformed stream event ({type(exc).__name__})"
+                    ) from None
+                kind = event.type
+                if kind == "text":
+                    await on_text(event.snapshot)
+                elif kind == "content_block_start":
+                    open_blocks += 1
+                elif kind == "content_block_stop":
+                    open_blocks -= 1
+                elif kind == "message_stop":
+                    stopped = True
+            message = stream.current_message_snapshot if stopped else None
+        if message is None or open_blocks:
+            where = "inside a content block" if open_blocks else "without message_stop"
+            raise StreamIncomplete(f"the answer stream ended {where}")
+        return message.to_dict(mode="json")
+
+    async def complete(
+        self,
+        req: LLMRequest,
+        on_text: OnText | None = None,
+        *,
+        model: str | None = None,
+        attempts: int | None = None,
+    ) -> LLMResponse:
         """One model answer, retried on transient errors; LLMError when it cannot be had.
 
-        With on_text, the answer is streamed and on_text gets the text written so far.
+        With on_text (and a provider that streams), the answer is streamed and on_text gets the
+        text written so far. `model` overrides the configured one, `attempts` the retry count.
         """
-        model = self.model if req.purpose == "turn" else self.background_model
+        if model is None:
+            model = self.model if req.purpose == "turn" else self.background_model
         params = build_params(req, model, self._config.max_tokens, self._config.cache_ttl)
-        kwargs: dict[str, Any] = {
-            "stop": stop_after_attempt(self._config.retries + 1),
-            "wait": honour_retry_after(self._base, self._config.retry_max_wait, _retry_after),
-            "retry": retry_if_exception(is_retryable),
-            "reraise": True,
-            "before_sleep": self._log_retry,
-        }
-        if self._sleep is not None:
-            kwargs["sleep"] = self._sleep
+        stream = on_text is not None and self._provider.streaming
         started = time.perf_counter()
-        tries = 0
+
+        async def call() -> dict[str, Any]:
+            if stream:
+                assert on_text is not None
+                return await self._stream(params, on_text)
+            return await self._create(params)
+
         try:
-            async for attempt in AsyncRetrying(**kwargs):
-                tries = attempt.retry_state.attempt_number
-                with attempt:
-                    if on_text is None:
-                        message = await self._create(params)
-                    else:
-                        message = await self._stream(params, on_text)
-        except (APIConnectionError, ValueError, StreamIncomplete) as exc:
-            # A dropped connection or a cut stream, or broken JSON (ValueError): transient.
-            raise LLMError(f"the model call failed: {type(exc).__name__}", retryable=True) from None
-        except APIStatusError as exc:
-            raise LLMError(
-                f"the model call failed: {_describe(exc)}",
-                retryable=is_retryable(exc),
-                status=getattr(exc, "status_code", None),
-            ) from None
-        response = _parse_response(message, attempt=tries)
+            message, tries = await call_with_retries(
+                call,
+                attempts=attempts if attempts is not None else self._config.retries + 1,
+                base=self._config.retry_base_delay,
+                ceiling=self._config.retry_max_wait,
+                retryable=is_retryable,
+                retry_after=retry_after,
+                describe=describe,
+                sleep=self._sleep,
+                model=model,
+            )
+        except LLMError:
+            raise
+        except Exception as exc:
+            raise _to_llm_error(exc, self._label(model)) from None
+        response = _parse_response(message, attempt=tries).model_copy(
+            update={"provider": self.name}
+        )
+        if stream is False and on_text is not None and response.text:
+            await on_text(response.text)  # a provider that does not stream: shown at the end
         if log.isEnabledFor(logging.DEBUG):  # every call's tokens are in llm_usage already
             log.debug(
                 "llm call",
@@ -250,14 +302,5 @@ class AnthropicLLM:
             )
         return response
 
-    @staticmethod
-    def _log_retry(state: Any) -> None:
-        exc = state.outcome.exception() if state.outcome else None
-        log.warning(
-            "llm call failed, retrying",
-            extra={
-                "attempt": state.attempt_number,
-                "error": _describe(exc) if exc else None,
-                "wait_s": round(state.next_action.sleep, 2) if state.next_action else None,
-            },
-        )
+    def _label(self, model: str) -> str:
+        return model if self.name == ANTHROPIC else f"{self.name}/{model}"

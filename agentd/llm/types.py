@@ -83,6 +83,10 @@ class LLMRequest(BaseModel):
     # Per-call text (time, recalled memories) sent as the newest message's last block: after
     # every cache breakpoint, so it never breaks the cached prefix (R-LLM-4).
     context: str = ""
+    # Ask this model first (its label: `claude-…` or `provider/model`), e.g. the one that
+    # answered the turn's earlier steps, so a resumed turn goes on where it was. The chain's
+    # other models still stand behind it.
+    model: str | None = None
 
 
 class Usage(Tokens):
@@ -91,11 +95,21 @@ class Usage(Tokens):
 
 
 class LLMResponse(BaseModel):
-    model: str
+    model: str  # as the provider named it
+    provider: str = "anthropic"  # the configured provider's name that answered
+    # Set when an earlier model of the chain was skipped or failed: why (an LLMError.reason).
+    fallback_reason: str | None = None
+    # What this model could not do of the request and left out, said (never dropped silently).
+    notes: list[str] = Field(default_factory=list)
     content: list[ContentBlock]
     stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     attempt: int = 1  # which HTTP attempt gave this answer (1: the first; more after retries)
+
+    @property
+    def label(self) -> str:
+        """The model as configuration names it (what `LLMRequest.model` pins)."""
+        return self.model if self.provider == "anthropic" else f"{self.provider}/{self.model}"
 
     @property
     def text(self) -> str:
@@ -118,9 +132,24 @@ class LLMResponse(BaseModel):
 
 
 class LLMError(Exception):
-    """The model call failed for good; `retryable` says whether trying later could help."""
+    """The model call failed for good; `retryable` says whether trying later could help.
 
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+    `reason` is what went wrong, in words a fallback chain and the audit log share: overloaded,
+    server_error, timeout, unreachable, rate_limit, billing (a spend limit or unpaid balance),
+    auth, bad_request, unsupported (the model cannot do what was asked), malformed, error.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        reason: str = "error",
+        model: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.reason = reason
+        self.model = model  # the label of the model that failed, when one was called

@@ -9,7 +9,7 @@ from email.message import EmailMessage
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agentd.config import MailAccountConfig, read_named_secret
+from agentd.config import MailAccountConfig, read_secret
 from agentd.mail import imap
 from agentd.mail.errors import MailError
 from agentd.mail.imap import Summary
@@ -24,7 +24,7 @@ class Mailbox:
 
     def __init__(self, account: MailAccountConfig, env: Mapping[str, str]) -> None:
         self.account = account
-        self.password = read_named_secret(account.password_env, env)
+        self.password = read_secret(account.password_env, env)
 
     def require_password(self) -> None:
         if not self.password:
@@ -74,9 +74,11 @@ class Mailbox:
             await self.set_flag(folder, [uid], "seen", True)
         return shown
 
-    async def save_attachment(self, folder: str, uid: int, index: int, target: Path) -> Path:
+    async def save_attachment(
+        self, folder: str, uid: int, index: int, target: Path, within: Path | None = None
+    ) -> Path:
         msg = await self.message(folder, uid)
-        return await asyncio.to_thread(save_attachment, msg, index, target)
+        return await asyncio.to_thread(save_attachment, msg, index, target, within)
 
     async def set_flag(self, folder: str, uids: list[int], flag: str, on: bool) -> None:
         name = {"seen": b"\\Seen", "flagged": b"\\Flagged", "answered": b"\\Answered"}[flag]

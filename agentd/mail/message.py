@@ -3,6 +3,8 @@ listing and saving its attachments, and composing new mail and threaded replies.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 from datetime import UTC, datetime
 from email import policy as email_policy
@@ -83,22 +85,70 @@ def readable(msg: EmailMessage) -> Readable:
     )
 
 
-def save_attachment(msg: EmailMessage, index: int, folder: Path) -> Path:
-    """Write attachment `index` (1-based) under `folder` with a safe, unique name."""
+def save_attachment(
+    msg: EmailMessage, index: int, folder: Path, within: Path | None = None
+) -> Path:
+    """Write attachment `index` (1-based) under `folder` with a safe, unique name.
+
+    The folder is the owner's choice (made if missing); the file is created inside it through
+    its descriptor, never following a link and never replacing anything (O_EXCL): a link
+    planted under that name, dangling or not, takes the next free name instead.
+    """
     parts = _attachments(msg)
     if not 1 <= index <= len(parts):
         raise ValueError(f"the message has {len(parts)} attachment(s); there is no #{index}")
     part = parts[index - 1]
     name = _UNSAFE_NAME.sub("_", Path(part.get_filename() or f"attachment-{index}").name)
     name = name.strip(" .") or f"attachment-{index}"
-    folder.mkdir(parents=True, exist_ok=True)
-    target = folder / name
-    n = 1
-    while target.exists():
-        n += 1
-        target = folder / f"{Path(name).stem}-{n}{Path(name).suffix}"
-    target.write_bytes(part.get_payload(decode=True) or b"")
-    return target
+    data = part.get_payload(decode=True) or b""
+    dir_fd = _open_folder(folder, within)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for n in range(1, 1000):
+            target = name if n == 1 else f"{Path(name).stem}-{n}{Path(name).suffix}"
+            try:
+                fd = os.open(target, flags, 0o600, dir_fd=dir_fd)
+            except FileExistsError:  # a file, folder or link of that name: try the next
+                continue
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            return folder / target
+    finally:
+        os.close(dir_fd)
+    raise ValueError(f"{folder} already holds 999 files named like {name!r}; clean it up")
+
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+def _open_folder(folder: Path, within: Path | None) -> int:
+    """The folder's descriptor. Below `within` (the workspace, where sandboxed commands may
+    leave links) each part is opened with O_NOFOLLOW and made when missing; elsewhere the
+    path is the owner's choice."""
+    folder = folder.absolute()
+    if within is None or not folder.is_relative_to(within.absolute()):
+        folder.mkdir(parents=True, exist_ok=True)
+        return os.open(folder, _DIR)
+    within.mkdir(parents=True, exist_ok=True)
+    fd = os.open(within, _DIR)
+    try:
+        for part in folder.relative_to(within.absolute()).parts:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            try:
+                nxt = os.open(part, _DIR | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:
+                raise ValueError(
+                    f"{part!r} in the attachments folder is a link or not a folder; agentd "
+                    "does not follow links in the workspace. Remove it, or set "
+                    "attachments_dir elsewhere"
+                ) from exc
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class Outgoing(BaseModel):

@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from agentd.access.approvals import one_line, quote
 from agentd.config import Config
 from agentd.db import Database
 from agentd.mail import imap, send
@@ -189,7 +190,13 @@ async def _read(deps: MailDeps, ctx: ToolContext, a: ReadArgs) -> str:
 async def _save(deps: MailDeps, ctx: ToolContext, a: SaveArgs) -> str:
     box = deps.box(a.account)
     try:
-        path = await box.save_attachment(a.folder, a.uid, a.attachment, deps.attachments_dir(box))
+        path = await box.save_attachment(
+            a.folder,
+            a.uid,
+            a.attachment,
+            deps.attachments_dir(box),
+            within=deps.config.workspace_dir,
+        )
     except ValueError as exc:
         raise ToolError(str(exc)) from None
     return f"Saved attachment #{a.attachment} as {path}"
@@ -251,11 +258,18 @@ def _send_preview(deps: MailDeps, a: SendArgs) -> str:
     except ToolError as exc:
         return str(exc)
     sender = f"{acc.display_name} <{acc.address}>" if acc.display_name else acc.address
+    # The card shows one line per header and the body as one quoted line: each value
+    # escaped, so neither a subject nor the body can draw a line that looks like a header.
     thread = (
-        f"\n(a reply to message {a.reply_to_uid} in {a.reply_folder})" if a.reply_to_uid else ""
+        f"\n(a reply to message {a.reply_to_uid} in {one_line(a.reply_folder)})"
+        if a.reply_to_uid
+        else ""
     )
-    cc = f"\nCc: {', '.join(a.cc)}" if a.cc else ""
-    return f"From: {sender}\nTo: {', '.join(a.to)}{cc}\nSubject: {a.subject}{thread}\n\n{a.body}"
+    cc = f"\nCc: {one_line(', '.join(a.cc))}" if a.cc else ""
+    return (
+        f"From: {one_line(sender)}\nTo: {one_line(', '.join(a.to))}{cc}\n"
+        f"Subject: {one_line(a.subject)}{thread}\n\n{quote(a.body, limit=len(a.body))}"
+    )
 
 
 async def _send(deps: MailDeps, ctx: ToolContext, a: SendArgs) -> str:

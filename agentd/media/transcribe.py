@@ -12,13 +12,12 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
 from typing import Protocol
 
 import aiohttp
 from pydantic import BaseModel
 
-from agentd.config import MediaConfig
+from agentd.config import MediaConfig, read_secret
 from agentd.net.retry import RetryableHttpError, http_retrying, retry_after
 
 log = logging.getLogger(__name__)
@@ -208,20 +207,6 @@ class OpenAITranscriber:
         return TranscriptionError(self._redact(text), retryable=False)
 
 
-def read_key(name: str, env: Mapping[str, str]) -> str:
-    """The key from the environment, else from a systemd credential of the same name."""
-    if not name:
-        return ""
-    value = env.get(name, "").strip()
-    cred_dir = env.get("CREDENTIALS_DIRECTORY")
-    if not value and cred_dir:
-        for candidate in (name, name.lower()):
-            path = Path(cred_dir) / candidate
-            if path.is_file():
-                return path.read_text().strip()
-    return value
-
-
 def build_transcriber(
     config: MediaConfig, env: Mapping[str, str]
 ) -> tuple[Transcriber | None, str | None]:
@@ -239,7 +224,7 @@ def build_transcriber(
         ), None
     if config.transcription != "openai":
         return None, None
-    key = read_key(config.transcription_key_env, env)
+    key = read_secret(config.transcription_key_env, env)
     if config.transcription_key_env and not key:
         return None, (
             f"media.transcription is 'openai' but ${config.transcription_key_env} is not set "

@@ -2,7 +2,11 @@
 
 A fact has a `key` (slot) such as `home_city` or `diet`; storing a fact whose normalised key a
 user already has replaces the old text in place (same memory id, new vector) instead of piling
-up contradictions. Facts without a key are deduplicated by their normalised text.
+up contradictions; the old text is kept in the memory's versions (versions.py), where it is
+never recalled and from where the owner can restore it. Facts without a key are deduplicated by
+their normalised text. Each fact says whose words it is (`origin`): facts the model extracts
+from the chat are "model", from outside content (a forwarded message, a document, a web page,
+mail) "outside" — the caller that knows where the text came from passes it.
 
 `ExtractedFacts` is the structured output the summariser asks the LLM for and the argument
 shape of a `remember` tool; `apply_extracted_facts` stores it given the vectors, and
@@ -24,10 +28,15 @@ from agentd.memory.store import (
     FACT_KINDS,
     Memory,
     NewMemory,
+    Origin,
     add_memory,
+    get_memories,
+    get_memory,
     list_memories,
+    taints,
     update_content,
 )
+from agentd.memory.versions import Actor, record_version
 from agentd.retrieval.embedders import Embedder
 
 Conn = Any
@@ -83,7 +92,7 @@ def normalise_slot(key: str | None) -> str | None:
     return text or None
 
 
-def _norm_text(text: str) -> str:
+def norm_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".!")
 
 
@@ -95,12 +104,14 @@ def _find_by_slot(conn: Conn, user_id: int, slot: str) -> tuple[int, str] | None
 
 
 def _find_same_text(conn: Conn, user_id: int, kind: str, content: str) -> int | None:
-    target = _norm_text(content)
+    # Keyed facts too: a fact said again without its key merges into the keyed one, and so
+    # leaves with it when a new value supersedes it (else the old value lingers, unkeyed).
+    target = norm_text(content)
     rows = conn.execute(
-        "SELECT id, content FROM memories WHERE user_id = ? AND kind = ? AND slot IS NULL",
+        "SELECT id, content FROM memories WHERE user_id = ? AND kind = ?",
         (user_id, kind),
     ).fetchall()
-    return next((int(r[0]) for r in rows if _norm_text(r[1]) == target), None)
+    return next((int(r[0]) for r in rows if norm_text(r[1]) == target), None)
 
 
 def upsert_fact(
@@ -112,9 +123,13 @@ def upsert_fact(
     *,
     source: str = "",
     chat_id: int | None = None,
+    origin: Origin = "model",
+    origin_ref: str | None = None,
+    actor: Actor = "model",
     now: float | None = None,
 ) -> FactChange:
-    """Store one fact: replace the user's fact with the same slot, skip an identical one."""
+    """Store one fact: supersede the user's fact with the same slot (the old text kept in its
+    versions), skip an identical one."""
     now = time.time() if now is None else now
     content = " ".join(fact.content.split())
     slot = normalise_slot(fact.key)
@@ -122,23 +137,59 @@ def upsert_fact(
         existing = _find_by_slot(conn, user_id, slot)
         if existing is not None:
             memory_id, old = existing
-            if _norm_text(old) == _norm_text(content):
+            if norm_text(old) == norm_text(content):
                 return FactChange(action="unchanged", memory_id=memory_id, slot=slot, content=old)
             update_content(
-                conn, memory_id, content, vector, model_id, kind=fact.kind, source=source, now=now
+                conn,
+                memory_id,
+                content,
+                vector,
+                model_id,
+                kind=fact.kind,
+                source=source,
+                origin=origin,
+                origin_ref=origin_ref or source or None,
+                now=now,
             )
+            _record(conn, memory_id, "supersede", actor, old, content, now)
             return FactChange(
                 action="replaced", memory_id=memory_id, slot=slot, content=content, previous=old
             )
+        same = _find_same_text(conn, user_id, fact.kind, content)
+        if same is not None:  # said before without a key: now it has one
+            conn.execute("UPDATE memories SET slot = ? WHERE id = ? AND slot IS NULL", (slot, same))
+            return FactChange(action="unchanged", memory_id=same, slot=slot, content=content)
     else:
         same = _find_same_text(conn, user_id, fact.kind, content)
         if same is not None:
             return FactChange(action="unchanged", memory_id=same, slot=None, content=content)
     memory = NewMemory(
-        user_id=user_id, kind=fact.kind, content=content, slot=slot, source=source, chat_id=chat_id
+        user_id=user_id,
+        kind=fact.kind,
+        content=content,
+        slot=slot,
+        source=source,
+        chat_id=chat_id,
+        origin=origin,
+        origin_ref=origin_ref or source or None,
     )
     memory_id = add_memory(conn, memory, vector, model_id, now=now)
+    _record(conn, memory_id, "add", actor, None, content, now)
     return FactChange(action="added", memory_id=memory_id, slot=slot, content=content)
+
+
+def _record(
+    conn: Conn,
+    memory_id: int,
+    action: Any,
+    actor: Actor,
+    old: str | None,
+    new: str | None,
+    now: float | None,
+) -> None:
+    memory = get_memory(conn, memory_id)
+    if memory is not None:
+        record_version(conn, memory, action, actor, old=old, new=new, now=now)
 
 
 def retract_fact(conn: Conn, user_id: int, key: str) -> FactChange | None:
@@ -149,6 +200,7 @@ def retract_fact(conn: Conn, user_id: int, key: str) -> FactChange | None:
     existing = _find_by_slot(conn, user_id, slot)
     if existing is None:
         return None
+    _record(conn, existing[0], "forget", "model", existing[1], None, None)
     conn.execute("DELETE FROM memories WHERE id = ?", (existing[0],))
     return FactChange(action="retracted", memory_id=existing[0], slot=slot, content=existing[1])
 
@@ -162,6 +214,7 @@ def apply_extracted_facts(
     *,
     source: str = "",
     chat_id: int | None = None,
+    origin: Origin = "model",
     now: float | None = None,
 ) -> list[FactChange]:
     """Store extracted facts (vectors[i] belongs to facts[i]) and apply retractions.
@@ -177,7 +230,15 @@ def apply_extracted_facts(
         vector = vectors[i] if vectors is not None else None
         changes.append(
             upsert_fact(
-                conn, user_id, fact, vector, model_id, source=source, chat_id=chat_id, now=now
+                conn,
+                user_id,
+                fact,
+                vector,
+                model_id,
+                source=source,
+                chat_id=chat_id,
+                origin=origin,
+                now=now,
             )
         )
     return changes
@@ -191,6 +252,7 @@ async def remember_facts(
     *,
     source: str = "",
     chat_id: int | None = None,
+    origin: Origin = "model",
     now: float | None = None,
 ) -> list[FactChange]:
     """Embed the facts (outside any transaction), then store them in one write."""
@@ -205,9 +267,21 @@ async def remember_facts(
             embedder.model_id,
             source=source,
             chat_id=chat_id,
+            origin=origin,
             now=now,
         )
     )
+
+
+def pinned_memories(conn: Conn, user_id: int) -> dict[int, Memory]:
+    """The user's pinned memories by id (memories_pinned index: a handful, read every turn)."""
+    ids = [
+        int(r[0])
+        for r in conn.execute(
+            "SELECT id FROM memories WHERE user_id = ? AND pinned = 1", (user_id,)
+        )
+    ]
+    return get_memories(conn, ids)
 
 
 def list_facts(conn: Conn, user_id: int, *, limit: int = 500) -> list[Memory]:
@@ -219,24 +293,38 @@ def list_facts(conn: Conn, user_id: int, *, limit: int = 500) -> list[Memory]:
 _KIND_ORDER = {"preference": 0, "fact": 1, "task": 2}
 
 
-def facts_for_prompt(conn: Conn, user_id: int, budget_chars: int) -> str:
-    """The facts section of the system prompt, at most `budget_chars` characters.
+def prompt_facts(conn: Conn, user_id: int, budget_chars: int) -> list[tuple[Memory, str]]:
+    """The facts that go in the system prompt, each with its line, within `budget_chars`.
 
-    Preferences first (they change how to answer), then facts, then tasks; within each, the most
-    recently updated first, so what is dropped at the budget is the oldest and least useful.
+    Pinned memories first (the owner wants them always there; any kind), then preferences (they
+    change how to answer), facts, tasks; within each, the most recently updated first, so what
+    is dropped at the budget is the oldest and least useful.
     """
     if budget_chars <= 0:
-        return ""
-    facts = sorted(
-        list_facts(conn, user_id), key=lambda m: (_KIND_ORDER[m.kind], -m.updated_at, -m.id)
+        return []
+    pinned = list(pinned_memories(conn, user_id).values())
+    others = [m for m in list_facts(conn, user_id) if not m.pinned]
+    facts = sorted(pinned, key=lambda m: (-m.updated_at, -m.id)) + sorted(
+        others, key=lambda m: (_KIND_ORDER[m.kind], -m.updated_at, -m.id)
     )
-    lines: list[str] = []
+    shown: list[tuple[Memory, str]] = []
     used = 0
     for fact in facts:
         key = f" (key: {fact.slot})" if fact.slot else ""
         line = f"- [{fact.kind}] {' '.join(fact.content.split())}{key}"
         if used + len(line) + 1 > budget_chars:
             continue  # a shorter later fact may still fit
-        lines.append(line)
+        shown.append((fact, line))
         used += len(line) + 1
-    return "\n".join(lines)
+    return shown
+
+
+def facts_for_prompt(conn: Conn, user_id: int, budget_chars: int) -> str:
+    """The facts section of the system prompt (prompt_facts' lines)."""
+    return "\n".join(line for _, line in prompt_facts(conn, user_id, budget_chars))
+
+
+def outside_facts_in_prompt(conn: Conn, user_id: int, budget_chars: int) -> bool:
+    """Whether the facts section holds a fact from outside content (store.taints): listed in
+    every prompt, it taints a turn as a recalled memory from outside would."""
+    return taints([m for m, _ in prompt_facts(conn, user_id, budget_chars)])

@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.db.runner import Runner
+from agentd.memory.recall_query import recall_query as recall_query  # for the turn
 from agentd.memory.store import MEMORY_VECTORS, Memory, get_memories
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
@@ -168,6 +169,10 @@ def search(
     vector_arm: Arm | None = None
     if vector is not None and model_id is not None:
         vector_arm = partial(_vector_arm, conn, user_id, vector, model_id, kinds, bits)
+    fusion = fusion or Fusion()
+    spread = None
+    if fusion.neighbours > 0:
+        spread = partial(spread_to_neighbours, conn, user_id, fusion.neighbours)
     ranking = hybrid_rank(
         (lambda n: list(keyword_hits[:n]))
         if keyword_hits is not None
@@ -175,7 +180,8 @@ def search(
         vector_arm,
         k=k,
         mode=mode,
-        fusion=fusion or Fusion(),
+        fusion=fusion,
+        rerank=spread,
     )
     memories = get_memories(conn, [mid for mid, _ in ranking.ranked])
     hits = []
@@ -193,6 +199,37 @@ def search(
             )
         )
     return hits
+
+
+# Kinds whose neighbours (the memory stored just before or after, same chat and kind) are the
+# talk around them: a turn's surrounding turns, a summary's adjacent blocks. Facts are not.
+SEQUENTIAL_KINDS = ("turn", "summary", "note")
+
+
+def spread_to_neighbours(
+    conn: Conn, user_id: int, share: float, ranked: list[tuple[int, float]]
+) -> list[tuple[int, float]]:
+    """Each hit lends `share` of its fused score to its neighbours, which may join the list:
+    an answer often sits beside the turn that matched the question's words (+0.012 R@5 held
+    out on LoCoMo turns, benchmarks/README.md)."""
+    if not ranked:
+        return ranked
+    rows = conn.execute(
+        "SELECT m.id,"
+        " (SELECT max(p.id) FROM memories p WHERE p.user_id = m.user_id AND p.kind = m.kind"
+        "  AND p.id < m.id AND p.chat_id IS m.chat_id),"
+        " (SELECT min(n.id) FROM memories n WHERE n.user_id = m.user_id AND n.kind = m.kind"
+        "  AND n.id > m.id AND n.chat_id IS m.chat_id)"
+        " FROM memories m WHERE m.id IN (SELECT value FROM json_each(?)) AND m.user_id = ?"
+        " AND m.kind IN (SELECT value FROM json_each(?))",
+        (json.dumps([mid for mid, _ in ranked]), user_id, json.dumps(SEQUENTIAL_KINDS)),
+    ).fetchall()
+    near = {int(r[0]): [int(x) for x in r[1:] if x is not None] for r in rows}
+    scores = dict(ranked)
+    for mid, score in ranked:
+        for other in near.get(mid, ()):
+            scores[other] = scores.get(other, 0.0) + share * score
+    return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
 async def search_memories(

@@ -42,6 +42,10 @@ Conn = Any  # sqlite3.Connection or sqlean's equivalent
 
 MemoryKind = Literal["summary", "fact", "preference", "task", "note", "turn"]
 FACT_KINDS: tuple[str, ...] = ("fact", "preference", "task")
+# Whose words a memory is (migration m031): the owner's own (typed, edited, imported), the
+# model's (summaries, extracted facts), or derived from outside content (forwarded messages,
+# documents, web pages, mail), which is what taints a turn that recalls it.
+Origin = Literal["user", "model", "outside"]
 
 # The vector tables of memories: memory_spaces, memory_vectors and memory_bq_<space>, whose
 # partition is the memory's user, so a KNN only ever reads the asking user's bit vectors.
@@ -70,6 +74,9 @@ class NewMemory(BaseModel):
     # What the memory answers or where it sits (the message a turn replied to, a date): indexed
     # and embedded with the content, weighted below it, never shown as the memory.
     context: str | None = None
+    origin: Origin = "model"
+    origin_ref: str | None = None  # the turn or source it came from ("chat:1:msg:42", a file)
+    pinned: bool = False
 
 
 class Memory(BaseModel):
@@ -89,6 +96,9 @@ class Memory(BaseModel):
     context: str | None = None
     model_id: str | None = None  # the space its vector is in; None when it has no vector
     dim: int | None = None
+    origin: Origin = "model"
+    origin_ref: str | None = None
+    pinned: bool = False
 
 
 class VectorStatus(BaseModel):
@@ -173,8 +183,8 @@ def add_memories(
                 continue
         cur = conn.execute(
             "INSERT INTO memories (user_id, kind, content, slot, source, source_key, chat_id,"
-            " created_at, updated_at, meta, fts_cjk, context)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, updated_at, meta, fts_cjk, context, origin, origin_ref, pinned)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 memory.user_id,
                 memory.kind,
@@ -188,6 +198,9 @@ def add_memories(
                 json.dumps(memory.meta, ensure_ascii=False),
                 cjk_index_text(memory.content),
                 memory.context or None,
+                memory.origin,
+                memory.origin_ref,
+                int(memory.pinned),
             ),
         )
         memory_id = int(cur.lastrowid)
@@ -211,18 +224,24 @@ def update_content(
     kind: str | None = None,
     source: str | None = None,
     context: str | None = None,
+    origin: Origin | None = None,
+    origin_ref: str | None = None,
     now: float | None = None,
 ) -> None:
-    """Rewrite a memory's text and context (FTS follows by trigger) and replace its vector."""
+    """Rewrite a memory's text and context (FTS follows by trigger) and replace its vector;
+    `origin`/`origin_ref`, when given, say whose the new text is."""
     conn.execute(
         "UPDATE memories SET content = ?, fts_cjk = ?, context = ?, kind = coalesce(?, kind),"
-        " source = coalesce(?, source), updated_at = ? WHERE id = ?",
+        " source = coalesce(?, source), origin = coalesce(?, origin),"
+        " origin_ref = coalesce(?, origin_ref), updated_at = ? WHERE id = ?",
         (
             content,
             cjk_index_text(content),
             context or None,
             kind,
             source,
+            origin,
+            origin_ref,
             time.time() if now is None else now,
             memory_id,
         ),
@@ -236,7 +255,8 @@ def update_content(
 
 _SELECT = (
     "SELECT m.id, m.user_id, m.kind, m.content, m.source, m.source_key, m.chat_id, m.slot,"
-    " m.created_at, m.updated_at, m.meta, m.context, s.model_id, s.dim FROM memories m"
+    " m.created_at, m.updated_at, m.meta, m.context, s.model_id, s.dim, m.origin,"
+    " m.origin_ref, m.pinned FROM memories m"
     " LEFT JOIN memory_vectors v ON v.memory_id = m.id"
     " LEFT JOIN memory_spaces s ON s.id = v.space_id"
 )
@@ -258,6 +278,9 @@ def _row_to_memory(row: Any) -> Memory:
         context=row[11],
         model_id=row[12],
         dim=row[13],
+        origin=row[14],
+        origin_ref=row[15],
+        pinned=bool(row[16]),
     )
 
 
@@ -406,3 +429,10 @@ def _existing(
     ).fetchall()
     alive = {int(r[0]) for r in rows}
     return [(mid, vec) for mid, vec in pairs if mid in alive]
+
+
+def taints(memories: Sequence[Memory]) -> bool:
+    """Whether recalling these memories brings outside content into a turn: only memories
+    derived from outside content do; the owner's words (typed, edited, imported) and the
+    model's own notes of the chat do not."""
+    return any(m.origin == "outside" for m in memories)

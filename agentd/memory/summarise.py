@@ -222,6 +222,8 @@ async def store(
                 source_key=f"{instance_id}:summary",
                 chat_id=inp.chat_id,
                 meta={"first_message": block[0].id, "last_message": block[-1].id},
+                origin="model",
+                origin_ref=f"chat:{inp.chat_id}:msg:{block[0].id}-{block[-1].id}",
             ),
             vectors[0],
             model_id,
@@ -235,6 +237,9 @@ async def store(
             model_id,
             source=f"summary:{instance_id}",
             chat_id=inp.chat_id,
+            # The model's reading of the owner's chat. A block holding outside content
+            # (forwarded messages, pages, mail) should pass "outside" once messages say so.
+            origin="model",
             now=now,
         )
         ids = [m.id for m in block]

@@ -1,6 +1,9 @@
 """The memory tools the model can call: `remember` and `search_memory` (R-LTM-2, R-LTM-3).
 
 Both are bound to the calling user through ToolContext: a user's tools see only their memories.
+Whose words a memory is follows the turn: `remember` in a turn that has read outside content
+stores `origin="outside"`, and `search_memory` taints a turn only when it finds such a memory
+(the owner's and the model's own words are not outside content).
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from agentd.config import MemoryConfig
 from agentd.db.runner import Runner
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
 from agentd.memory.search import format_recall, search_memories
+from agentd.memory.store import taints
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
-from agentd.tools import Tool, ToolContext, Toolset, mark_untrusted
+from agentd.tools import Tool, ToolContext, ToolResult, Toolset, mark_untrusted
 
 
 class SearchArgs(BaseModel):
@@ -49,24 +53,28 @@ def memory_tools(
             ExtractedFacts(facts=[args]),
             source=f"tool:{ctx.instance_id}",
             chat_id=ctx.chat_id,
+            # What the model notes after reading a page or a mail may be that content's words.
+            origin="outside" if ctx.tainted_by else "model",
             now=ctx.now(),
         )
         return f"Remembered ({changes[0].action}): {args.content}"
 
-    # What it returns may have come from outside in an earlier turn: it taints.
+    # Its result taints only when a hit came from outside content (ToolResult.outside).
     @memory.tool(
         risk="low",
-        taints=True,
         description="Search the user's long-term memory (summaries of earlier "
         "conversations, facts, notes) for something specific.",
     )
-    async def search_memory(ctx: ToolContext, args: SearchArgs) -> str:
+    async def search_memory(ctx: ToolContext, args: SearchArgs) -> ToolResult:
         if ctx.chat_id < 0:  # a group: the answer would show private memories to everyone
-            return GROUP_REFUSAL
+            return ToolResult(content=GROUP_REFUSAL)
         hits = await search_memories(
             db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits
         )
         found = format_recall(hits, budget_chars=4000)
-        return mark_untrusted(found or "No matching memories.", "memory")
+        return ToolResult(
+            content=mark_untrusted(found or "No matching memories.", "memory"),
+            outside=taints([h.memory for h in hits]),
+        )
 
     return memory.tools()

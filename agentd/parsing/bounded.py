@@ -55,6 +55,44 @@ def _describe_death(returncode: int, budget: Budget, stderr: bytes) -> ParseFail
     )
 
 
+async def _read_capped(stream: asyncio.StreamReader, cap: int, what: str) -> bytes:
+    """Read to EOF, refusing past `cap` bytes: the child's answer is outside data too."""
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := await stream.read(65536):
+        total += len(chunk)
+        if total > cap:
+            raise ParseFailed(f"the parser's {what} passed {cap} bytes", kind="limit")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def _exchange(
+    proc: asyncio.subprocess.Process, job: bytes, budget: Budget
+) -> tuple[bytes, bytes]:
+    """Send the job and read both pipes at once (a child blocked on a full stderr pipe would
+    otherwise never finish its stdout), each capped."""
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+
+    async def feed() -> None:
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(job)
+            await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the child died or refused; its exit status says why
+        finally:
+            proc.stdin.close()
+
+    _, out, err = await asyncio.gather(
+        feed(),
+        _read_capped(proc.stdout, budget.answer_bytes, "answer"),
+        _read_capped(proc.stderr, 65536, "error output"),
+    )
+    await proc.wait()
+    return out, err
+
+
 async def run_bounded(target: str, data: bytes, budget: Budget | None = None, **kwargs: Any) -> Any:
     """`target(data, **kwargs)` in a limited child process; its JSON result, or ParseFailed.
 
@@ -78,7 +116,7 @@ async def run_bounded(target: str, data: bytes, budget: Budget | None = None, **
         )
         try:
             async with asyncio.timeout(budget.seconds):
-                out, err = await proc.communicate(header.encode() + b"\n" + data)
+                out, err = await _exchange(proc, header.encode() + b"\n" + data, budget)
         except TimeoutError:
             raise ParseFailed(
                 f"the parser took longer than {budget.seconds:g} s", kind="limit"

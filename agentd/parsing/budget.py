@@ -27,3 +27,5 @@ class Budget:
     cpu_seconds: int = 15
     # Address space in bytes (RLIMIT_AS): a decompression bomb hits MemoryError or dies.
     memory_bytes: int = 1024 * 1024 * 1024
+    # The child's JSON answer: the parent reads no more than this before giving up.
+    answer_bytes: int = 32 * 1024 * 1024

@@ -26,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from agentd.config import read_secret
 from agentd.retrieval.fts import STOPWORDS, normalise, split_words
 
 log = logging.getLogger("agentd.memory.embedders")  # the name operators grep for
@@ -525,7 +526,7 @@ def build_embedder(config: MemoryConfig, env: Mapping[str, str]) -> Embedder:
     if config.embedder == "hashing":
         return HashingEmbedder(dim=config.embedding_dim)
     if config.embedder == "http":
-        key = env.get(config.http_api_key_env) if config.http_api_key_env else None
+        key = read_secret(config.http_api_key_env, env) or None
         return HttpEmbedder(
             config.http_url,
             config.embedding_model,

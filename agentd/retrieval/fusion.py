@@ -25,6 +25,9 @@ class Fusion(BaseModel):
     vector_weight: float = Field(default=0.15, ge=0)
     rrf_k: int = Field(default=10, ge=1)  # only for method "rrf"
     depth: int = Field(default=20, ge=1, le=1000)  # how deep each arm's list is fused
+    # Share of a hit's fused score lent to the memories stored just before and after it in the
+    # same chat (memory/search.py); 0 turns it off.
+    neighbours: float = Field(default=0.0, ge=0, le=1)
 
 
 # Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
@@ -115,8 +118,17 @@ def arm_depth(k: int, mode: SearchMode, fusion: Fusion) -> int:
     return max(k, fusion.depth) if mode == "hybrid" else k
 
 
+Rerank = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
+
+
 def hybrid_rank(
-    keyword: Arm, vector: Arm | None, *, k: int, mode: SearchMode, fusion: Fusion
+    keyword: Arm,
+    vector: Arm | None,
+    *,
+    k: int,
+    mode: SearchMode,
+    fusion: Fusion,
+    rerank: Rerank | None = None,
 ) -> Ranking:
     """Run the keyword arm (id, bm25) and vector arm (id, cosine distance) and rank: the one
     ranking used by every hybrid search (memories, documents). Each arm gets a limit; in
@@ -130,6 +142,8 @@ def hybrid_rank(
         ranked = [(rid, 1.0 - d) for rid, d in vec]
     else:
         ranked = fuse(kw, vec, fusion)
+        if rerank is not None:
+            ranked = rerank(ranked)  # the whole fused list, before the cut to k
     return Ranking(
         ranked=ranked[:k],
         keyword_rank={rid: i for i, (rid, _) in enumerate(kw, start=1)},

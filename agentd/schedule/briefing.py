@@ -14,7 +14,9 @@ from agentd.schedule.recurrence import ScheduleError
 from agentd.schedule.store import Schedule
 
 PREFIX = "briefing-"
-ONCE_PREFIX = "briefnow-"  # `agentd briefing run`: once, soon; not the daily schedule
+# `agentd briefing run`: once, soon; not the daily schedule. Its id shares PREFIX so that
+# `agentd usage --schedule briefing` counts every briefing, daily and once.
+ONCE_PREFIX = f"{PREFIX}now-"
 PROMPT = (
     "Morning briefing. In one short message: (1) today's calendar events in order (use "
     "calendar_list for today, if you have it); (2) unread mail that matters — from people, "
@@ -37,7 +39,7 @@ def rule_for(at: str, weekdays: bool) -> str:
 
 def active(conn: Any, user_id: int | None = None) -> list[Schedule]:
     found = store.list_schedules(conn, user_id=user_id, states=("active", "paused"))
-    return [s for s in found if s.id.startswith(PREFIX)]
+    return [s for s in found if s.id.startswith(PREFIX) and not s.id.startswith(ONCE_PREFIX)]
 
 
 def enable(

@@ -15,9 +15,10 @@ import os
 import stat
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from agentd.config import Config
 from agentd.net.safe_fetch import FetchPolicy, fetch_raw
@@ -62,11 +63,107 @@ def unpack(body: bytes, into: Path, limits: Limits, pick: str | None = None) -> 
     root.mkdir(mode=0o700)
     if body.startswith(b"PK\x03\x04"):
         _unzip(body, root, limits)
-    elif _is_tar(body):
+    elif _scan_tar(body, limits) and _is_tar(body):
         _untar(body, root, limits)
     else:
         return _single_file(body, root)
     return _find_skill(root, pick)
+
+
+# A pax or GNU long-name header is read whole by tarfile before anything can be checked: a
+# 1 MB download can declare a 1 GB header. Headers are walked first, streaming, and refused
+# past these sizes; the whole unpacked stream is capped too.
+_MAX_META = 64 * 1024
+_META_TYPES = (b"x", b"g", b"L", b"K")
+
+
+def _decompressed(body: bytes, cap: int) -> Iterator[bytes]:
+    """The archive's bytes, decompressed in pieces (gzip, bzip2, xz or none); raises past
+    `cap` bytes."""
+    import bz2
+    import lzma
+
+    if body.startswith(b"\x1f\x8b"):
+        pieces = _zlib_pieces(body)
+    elif body.startswith(b"BZh"):
+        pieces = _buffered_pieces(bz2.BZ2Decompressor(), body)
+    elif body.startswith(b"\xfd7zXZ\x00"):
+        pieces = _buffered_pieces(lzma.LZMADecompressor(), body)
+    else:
+        pieces = iter([body])
+    total = 0
+    for piece in pieces:
+        total += len(piece)
+        if total > cap:
+            raise RemoteSkillError(f"the archive unpacks to more than {cap} bytes; refused")
+        yield piece
+
+
+def _zlib_pieces(body: bytes) -> Iterator[bytes]:
+    import zlib
+
+    unpack = zlib.decompressobj(wbits=31)
+    for at in range(0, len(body), 65536):
+        data = body[at : at + 65536]
+        while data:
+            yield unpack.decompress(data, 1 << 20)
+            data = unpack.unconsumed_tail
+
+
+def _buffered_pieces(unpack: Any, body: bytes) -> Iterator[bytes]:
+    for at in range(0, len(body), 65536):
+        yield unpack.decompress(body[at : at + 65536], 1 << 20)
+        while not unpack.eof and not unpack.needs_input:
+            yield unpack.decompress(b"", 1 << 20)
+        if unpack.eof:
+            return
+
+
+def _scan_tar(body: bytes, limits: Limits) -> bool:
+    """False when `body` is no tar archive; raises when its headers are hostile (a metadata
+    header past _MAX_META, or more unpacked bytes than the limits allow)."""
+    cap = limits.max_bytes + (limits.max_files * 4 + 16) * (1024 + _MAX_META)
+    buffer = bytearray()
+    skip = 0
+    first = True
+    try:
+        for chunk in _decompressed(body, cap):
+            buffer += chunk
+            while True:
+                if skip:
+                    dropped = min(skip, len(buffer))
+                    del buffer[:dropped]
+                    skip -= dropped
+                    if skip:
+                        break
+                if len(buffer) < 512:
+                    break
+                header = bytes(buffer[:512])
+                del buffer[:512]
+                if first and header[257:262] != b"ustar":
+                    return False
+                first = False
+                if header == bytes(512):
+                    return True  # the end-of-archive block
+                size = _header_size(header)
+                if header[156:157] in _META_TYPES and size > _MAX_META:
+                    raise RemoteSkillError(
+                        f"the archive has a {size}-byte metadata header; refused"
+                    )
+                skip = -(-size // 512) * 512
+    except (zlib.error, EOFError, OSError, ValueError) as exc:
+        if first:
+            return False
+        raise RemoteSkillError(f"the tar archive cannot be read: {exc}") from None
+    return not first
+
+
+def _header_size(header: bytes) -> int:
+    field = header[124:136]
+    if field[0] & 0x80:  # base-256 (GNU) for sizes past 8 GB
+        return int.from_bytes(field[1:], "big")
+    text = field.split(b"\0", 1)[0].strip() or b"0"
+    return int(text, 8)
 
 
 def _is_tar(body: bytes) -> bool:

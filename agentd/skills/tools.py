@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated
@@ -58,6 +59,18 @@ def _fence(text: str) -> str:
     return _CLOSING.sub(lambda m: "&lt;/" + m.group(1), text)
 
 
+Tell = Callable[[str, str, str], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Held:
+    """A skill held back at start: its name, what its files now are (a hash) and why."""
+
+    name: str
+    content: str
+    why: str
+
+
 @dataclass(frozen=True)
 class ScriptRunner:
     """How skill scripts run: the hands sandbox, or why they cannot run here."""
@@ -73,6 +86,8 @@ class Skills:
     config: Config
     db: Database
     runner: ScriptRunner
+    # Tells the owner a skill was held back: (name, what its files now are, why).
+    tell: Tell | None = None
 
     async def verified(self, name: str, now: float) -> SkillFolder:
         """The skill as enabled, its files hashed again; ToolError when it is not usable."""
@@ -92,6 +107,8 @@ class Skills:
         if why:
             await self.db.write(store.set_status, name, "changed", now, why)
             log.warning("skill held back", extra={"skill": name, "why": why})
+            if self.tell is not None:
+                await self.tell(name, getattr(found, "content_hash", why), why)
             raise ToolError(
                 f"The skill {name} was not used: {why}. It stays off until the owner checks it "
                 f"and runs `agentd skills enable {name}` on the server. Tell them so."
@@ -182,6 +199,8 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
     ) -> str:
         """Run one of an enabled skill's scripts in the sandbox (no network, the skill folder
         read-only at /skill, the workspace writable); the owner approves every run."""
+        if sandbox.mode != "bwrap":  # script_runner never builds one; a second fence
+            raise ToolError("skill scripts run only inside bubblewrap; this one was not run")
         found = await skills.verified(skill, ctx.now())
         if script not in found.scripts:
             raise ToolError(
@@ -196,12 +215,11 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
             # pinned, whatever happens to the folder meanwhile, and the sandbox's user can
             # read it wherever the skill folder lives.
             staged = await asyncio.to_thread(_stage, found, Path(tmp), skills.config)
-            inside = INSIDE_SKILL if sandbox.mode == "bwrap" else str(staged)
-            target = f"{inside}/{script}"
+            target = f"{INSIDE_SKILL}/{script}"
             argv = [target] if entry.executable or interpreter is None else [interpreter, target]
             result = await run_sandboxed(
                 shlex.join([*argv, *(args or [])]),
-                workspace.root,
+                workspace,
                 sandbox=sandbox,
                 limits=runner.limits,
                 binds_ro=[(str(staged), INSIDE_SKILL)],
@@ -253,6 +271,15 @@ def script_runner(config: Config) -> ScriptRunner:
     workspaces = Workspaces.from_config(config)
     if not shell.enabled:
         return ScriptRunner(None, limits, workspaces, "[tools.shell] enabled = false")
+    if shell.sandbox != "bwrap":
+        # A skill's script is code from outside: it never runs on the host itself.
+        return ScriptRunner(
+            None,
+            limits,
+            workspaces,
+            'skill scripts run only inside bubblewrap, and [tools.shell] sandbox = "none"; '
+            'set it to "bwrap" (apt-get install bubblewrap) to let skills run their scripts',
+        )
     sandbox = hands_shell.sandbox_of(config)  # the shell tool's own: same mounts, masks and user
     with tempfile.TemporaryDirectory(prefix="agentd-probe-") as scratch:
         os.chmod(scratch, 0o755)  # the sandbox's user must be able to enter it
@@ -262,17 +289,23 @@ def script_runner(config: Config) -> ScriptRunner:
     return ScriptRunner(sandbox, limits, workspaces)
 
 
-async def start(config: Config, db: Database, now: float) -> tuple[list[Tool], Catalog]:
-    """At daemon start: read the skill folders, hold back changed skills, build the tools."""
+async def start(
+    config: Config, db: Database, now: float, tell: Tell | None = None
+) -> tuple[list[Tool], Catalog, list[Held]]:
+    """At daemon start: read the skill folders, hold back changed skills, build the tools;
+    the skills held back now, for the owner to be told once the engine runs."""
     catalog = await asyncio.to_thread(scan_config, config)
     for bad in catalog.invalid:
         log.warning("skill problem", extra={"path": str(bad.path), "problem": bad.reason})
-    held = await db.write(store.reconcile, catalog, now)
-    for name, why in held:
+    drifted = await db.write(store.reconcile, catalog, now)
+    held = []
+    for name, why in drifted:
         log.warning("skill held back", extra={"skill": name, "why": why})
+        found = catalog.skills.get(name)
+        held.append(Held(name, found.content_hash if found else why, why))
     runner = await asyncio.to_thread(script_runner, config)
     if runner.sandbox is None:
         log.info("skill scripts cannot run", extra={"why": runner.unavailable})
     listing = await db.read(store.listing)
     log.info("skills", extra={"enabled": [n for n, _ in listing], "found": list(catalog.skills)})
-    return _build(Skills(config, db, runner)), catalog
+    return _build(Skills(config, db, runner, tell)), catalog, held

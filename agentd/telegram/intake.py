@@ -28,10 +28,11 @@ def no_callbacks(conn: Any, press: CallbackPress) -> str:
 
 
 # A message that is a command goes to another workflow: (workflow, its input, key) or None.
-CommandHook = Callable[[TurnInput], tuple[str, BaseModel, str] | None]
+# It is given the intake transaction too (a message a command waits for is known there).
+CommandHook = Callable[[TurnInput, Any], tuple[str, BaseModel, str] | None]
 
 
-def no_commands(turn: TurnInput) -> tuple[str, BaseModel, str] | None:
+def no_commands(turn: TurnInput, conn: Any = None) -> tuple[str, BaseModel, str] | None:
     return None
 
 
@@ -77,7 +78,8 @@ def _apply(
     result: IntakeResult,
     on_command: CommandHook = no_commands,
 ) -> tuple[str, str | None]:
-    command = on_command(decision.turn) if decision.action == "turn" and decision.turn else None
+    turn = decision.turn if decision.action == "turn" else None
+    command = on_command(turn, conn) if turn is not None else None
     if command is not None:
         name, inp, key = command
         instance_id = turn_instance_id(update_id)

@@ -56,6 +56,10 @@ class CallState:
     # URLs (normalised: agent/taint.normal_url) written in the user's own words or in results
     # already shown in this turn: fetching one sends out nothing the model made up.
     known_urls: frozenset[str] = frozenset()
+    # The chat the call is made in and the user whose workspace it acts on; None: unknown (a
+    # shell rule scoped to a chat then does not apply, and the call asks).
+    chat_id: int | None = None
+    user_id: int | None = None
 
 
 class Assessment(BaseModel):
@@ -76,10 +80,15 @@ class ApprovalCard(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """A tool's answer; `is_error` tells the model the tool could not do what was asked."""
+    """A tool's answer; `is_error` tells the model the tool could not do what was asked.
+
+    `outside`: this answer holds outside content although the tool does not always return
+    some (so it is not declared `taints`): it taints the caller's turn like a tainting tool's.
+    """
 
     content: str
     is_error: bool = False
+    outside: bool = False
 
 
 class ToolError(Exception):

@@ -219,7 +219,9 @@ def tool(
       Left unsaid, it is low, but a plugin's tool then counts as high (tools/plugins.py).
     - `timeout`: seconds one call may take.
     - `taints`: its results are outside content (a web page, a mail): the turn is tainted
-      from then on, and the model reads them wrapped as untrusted data.
+      from then on, and the model reads them wrapped as untrusted data. A tool whose results
+      only sometimes are (memory search) leaves it unsaid and returns
+      `ToolResult(..., outside=True)` for those.
     - `egress`: it can send data out or leave instructions behind (send, fetch, schedule,
       remember): in a tainted turn it asks the owner (tools/policy.py).
     - `at_most_once`: running it twice is worse than asking again (a command, a write): after

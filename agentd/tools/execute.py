@@ -32,6 +32,7 @@ class ToolOutcome(BaseModel):
     error_kind: ErrorKind | None = None
     duration_ms: float = 0.0
     files: list[SpooledFile] = Field(default_factory=list)  # to send with the reply
+    outside: bool = False  # the result said it holds outside content (ToolResult.outside)
 
     @property
     def is_error(self) -> bool:
@@ -157,7 +158,7 @@ async def execute(
     if isinstance(result, ToolResult):
         if result.is_error:
             return outcome(False, result.content, "tool_error")
-        return outcome(True, result.content)
+        return outcome(True, result.content).model_copy(update={"outside": result.outside})
     return outcome(True, _as_text(result))
 
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from agentd.config import McpServerConfig
+from agentd.config import Config, McpServerConfig
 from agentd.tools.base import (
     ArgsParser,
     InvalidArguments,
@@ -28,6 +28,7 @@ from agentd.tools.base import (
     ToolResult,
     mark_untrusted,
 )
+from agentd.tools.capability import Context, Contribution, Simple
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -256,7 +257,8 @@ class McpServers:
         self, servers: Sequence[McpServerConfig], *, environ: Mapping[str, str] | None = None
     ) -> None:
         self._configs = list(servers)
-        self._environ = dict(os.environ) if environ is None else dict(environ)
+        # What pass_env and bearer_token_env read: the one secret reader's mapping.
+        self._environ = os.environ if environ is None else environ
         self._servers: list[_Server] = []
         self.tools: list[Tool] = []
         self.problems: list[ToolProblem] = []
@@ -312,3 +314,31 @@ class McpServers:
     async def __aexit__(self, *exc_info: object) -> None:
         await asyncio.gather(*(s.stop() for s in self._servers), return_exceptions=True)
         self._servers.clear()
+
+
+def _mcp_secret_names(config: Config) -> list[str]:
+    names: list[str] = []
+    for server in config.tools.mcp:
+        names += [*server.pass_env, server.bearer_token_env or ""]
+    return names
+
+
+def _mcp_secret_values(config: Config) -> list[str]:
+    """Secrets written in the config itself: env values, headers ("Bearer xyz" and "xyz")."""
+    found: list[str] = []
+    for server in config.tools.mcp:
+        found += server.env.values()
+        for value in server.headers.values():
+            found += [value, value.partition(" ")[2]]
+    return found
+
+
+async def _mcp_build(ctx: Context) -> Contribution:
+    mcp = await ctx.stack.enter_async_context(McpServers(ctx.config.tools.mcp, environ=ctx.secrets))
+    problems = [f"{p.source}: {p.message}" for p in mcp.problems]
+    return Contribution(tools=mcp.tools, problems=problems)
+
+
+def capability() -> Simple:
+    """MCP servers' tools, connected at start and closed at shutdown."""
+    return Simple("mcp", build=_mcp_build, secrets=_mcp_secret_names, values=_mcp_secret_values)

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from types import ModuleType
 
 from agentd.tools.base import Tool, ToolDeclarationError, ToolProblem
+from agentd.tools.capability import Context, Contribution, Simple
 from agentd.tools.toolset import Toolset
 
 log = logging.getLogger(__name__)
@@ -81,3 +82,13 @@ def load_plugins(
             problems.append(ToolProblem(source, "the module defines no tools"))
         tools.extend(as_plugin(obj, source) for obj in found)
     return tools, problems
+
+
+async def _build(ctx: Context) -> Contribution:
+    tools, problems = load_plugins(ctx.config.tools.plugins)
+    return Contribution(tools=tools, problems=[f"{p.source}: {p.message}" for p in problems])
+
+
+def capability() -> Simple:
+    """The owner's tool plugins (`[tools] plugins`): the same door as every built-in."""
+    return Simple("plugins", build=_build)

@@ -1,6 +1,6 @@
 """Web search (R-WEB-1): providers, a SQLite cache by query, and the web_search tool.
 
-The daemon registers `build_web_tools(config, env, db, clock)`; with `[web] provider = ""` or
+The daemon registers `build_web_tools(config, env, db, clock)`; with `[tools.web] provider = ""` or
 no API key it returns no tool, with "anthropic" the LLM adapter searches server-side instead.
 """
 

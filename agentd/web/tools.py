@@ -8,7 +8,7 @@ from functools import partial
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agentd.config import Config, WebConfig
+from agentd.config import Config, WebConfig, read_secret
 from agentd.db.runner import Runner
 from agentd.durable.clock import Clock, SystemClock
 from agentd.ledger import audit
@@ -167,11 +167,11 @@ def build_web_tools(
         return [], []
     if not web.api_key_env:
         return [], ["web.provider is 'tavily' but web.api_key_env is empty; web_search is off"]
-    key = (env.get(web.api_key_env) or "").strip()
+    key = read_secret(web.api_key_env, env)
     if not key:
         return [], [
-            f"web.provider is 'tavily' but ${web.api_key_env} is not set in the environment; "
-            "web_search is off"
+            f"web.provider is 'tavily' but ${web.api_key_env} is not set (in the environment, "
+            "agentd.env or a systemd credential); web_search is off"
         ]
     provider = TavilyProvider(
         key,

@@ -5,7 +5,7 @@ Wire it to GitHub's `workflow_run` webhook (docs/workflows.md, "Webhooks"):
     [automations]
     folder = "/etc/agentd/automations"      # copy this file there
 
-    [hooks.routes.github]
+    [automations.hooks.routes.github]
     workflow = "ci_failure"
     secret_env = "GITHUB_HOOK_SECRET"      # the same secret as in the repository's webhook
 

@@ -111,13 +111,29 @@ class Malformed:
 
 
 @dataclass
+class RawStream:
+    """Answer a streamed request with exactly these events (shapes the API sends that the fake
+    does not compose itself: citations, server tools, early ends, events out of order)."""
+
+    events: list[dict[str, Any]]
+    delay: float = 0.0
+
+
+@dataclass
+class Hang:
+    """Accept the request and never answer (until the server stops): a hung upstream."""
+
+    delay: float = 0.0
+
+
+@dataclass
 class Delay:
     """Queue item: wait this long, then answer with the next item (or the default)."""
 
     seconds: float
 
 
-Spec = Reply | ErrorReply | Drop | Malformed
+Spec = Reply | ErrorReply | Drop | Malformed | RawStream | Hang
 Responder = Callable[[dict[str, Any]], Any]
 
 
@@ -144,7 +160,7 @@ def tool_use_reply(
 
 def to_spec(value: Any) -> Spec | None:
     """What a responder may return: str, content list, message-like dict, or a spec object."""
-    if value is None or isinstance(value, Reply | ErrorReply | Drop | Malformed):
+    if value is None or isinstance(value, Reply | ErrorReply | Drop | Malformed | RawStream | Hang):
         return value
     if isinstance(value, str):
         return text_reply(value)
@@ -204,13 +220,22 @@ class FakeAnthropic(FakeServer):
         cache_min_tokens: int | None = None,
         stream_chunk_chars: int = 8,
         stream_delay: float = 0.0,
+        models_list: bool = True,
+        model_route: bool = True,
+        refuse_unknown_models: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         """api_key: only this key is accepted; strict: validate requests like the real API;
         cache_min_tokens: shortest cacheable prefix for every model (None: each model's own,
-        e.g. 4096 for Haiku 4.5)."""
+        e.g. 4096 for Haiku 4.5). Like a proxy or a compatible server: models_list=False has
+        no GET /v1/models, model_route=False no GET /v1/models/{id};
+        refuse_unknown_models answers a message for a model not in KNOWN_MODELS with the
+        API's 404."""
         super().__init__(host=host, port=port)
+        self.models_list = models_list
+        self.model_route = model_route
+        self.refuse_unknown_models = refuse_unknown_models
         self.api_key = api_key
         self.strict = strict
         self.cache = PromptCache(cache_min_tokens)
@@ -328,6 +353,10 @@ class FakeAnthropic(FakeServer):
         """The next request has its connection closed without an answer."""
         self.enqueue(Drop())
 
+    def enqueue_hang(self) -> None:
+        """The next request is accepted and never answered (use with a client timeout)."""
+        self.enqueue(Hang())
+
     def enqueue_malformed(self) -> None:
         """The next request gets 200 with a body that is not JSON."""
         self.enqueue(Malformed())
@@ -408,8 +437,10 @@ class FakeAnthropic(FakeServer):
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post("/v1/messages", self._handle_messages)
         app.router.add_post("/v1/messages/count_tokens", self._handle_count_tokens)
-        app.router.add_get("/v1/models", self._handle_models)
-        app.router.add_get("/v1/models/{model_id}", self._handle_models)
+        if self.models_list:
+            app.router.add_get("/v1/models", self._handle_models)
+        if self.model_route:
+            app.router.add_get("/v1/models/{model_id}", self._handle_models)
         app.router.add_route("*", "/_fake/{name}", self._handle_control)
 
     def _on_loop_started(self) -> None:
@@ -501,6 +532,8 @@ class FakeAnthropic(FakeServer):
             except InvalidRequest as e:
                 self._log_response("error", 400, error=str(e))
                 return self.error_response(400, "invalid_request_error", str(e))
+        if self.refuse_unknown_models and body.get("model") not in KNOWN_MODELS:
+            return self.error_response(404, "not_found_error", f"model: {body.get('model')}")
 
         if not await self._pass_gate(request):
             return web.Response(status=499)  # the client went away while held; nothing consumed
@@ -515,6 +548,12 @@ class FakeAnthropic(FakeServer):
         if isinstance(spec, Malformed):
             self._log_response("malformed", 200)
             return web.Response(text='{"id": "msg_01', content_type="application/json")
+        if isinstance(spec, Hang):
+            self._log_response("hang", 0)
+            await sleep_or_closing(self, 3600)
+            return self.drop_connection(request)
+        if isinstance(spec, RawStream):
+            return await self._raw_stream(request, spec)
         if isinstance(spec, ErrorReply):
             return self._error_reply(spec)
         assert isinstance(spec, Reply)
@@ -688,6 +727,21 @@ class FakeAnthropic(FakeServer):
         self._log_response("message", 200, body=message, stream=True)
         return response
 
+    async def _raw_stream(self, request: web.Request, spec: RawStream) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            }
+        )
+        await response.prepare(request)
+        for event in spec.events:
+            kind = event.get("type", "message")
+            await response.write(f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode())
+        await response.write_eof()
+        self._log_response("raw_stream", 200, events=len(spec.events))
+        return response
+
     async def _fail_stream(
         self,
         request: web.Request,
@@ -806,6 +860,10 @@ class FakeAnthropic(FakeServer):
             return self.enqueue_drop()
         if kind == "malformed":
             return self.enqueue_malformed()
+        if kind == "hang":
+            return self.enqueue_hang()
+        if kind == "raw_stream":
+            return self.enqueue(RawStream(body["events"]))
         if kind == "reply":
             return self.enqueue(Reply(**body))
         raise ValueError(f"unknown kind {kind!r}")
@@ -959,7 +1017,9 @@ __all__ = [
     "Drop",
     "ErrorReply",
     "FakeAnthropic",
+    "Hang",
     "Malformed",
+    "RawStream",
     "Reply",
     "echo_responder",
     "last_user_text",

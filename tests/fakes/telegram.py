@@ -237,6 +237,8 @@ class FakeTelegram(FakeServer):
             self._file_paths: dict[str, bytes] = {}
             self._callback_ids: set[str] = set()
             self._commands: list[dict[str, Any]] = []
+            # setMyCommands by scope (its JSON; None: the default scope)
+            self._command_scopes: dict[str | None, list[dict[str, Any]]] = {}
             self._faults: list[Fault] = []
             self._disabled: set[str] = set()
             self._sent: list[dict[str, Any]] = []
@@ -584,6 +586,11 @@ class FakeTelegram(FakeServer):
     @property
     def commands(self) -> list[dict[str, Any]]:
         return self._copy(self._commands)
+
+    @property
+    def command_scopes(self) -> dict[str | None, list[dict[str, Any]]]:
+        with self._lock:
+            return copy.deepcopy(self._command_scopes)
 
     @property
     def requests(self) -> list[dict[str, Any]]:
@@ -1238,7 +1245,12 @@ class FakeTelegram(FakeServer):
         commands = p.get("commands")
         if not isinstance(commands, list):
             raise TelegramError(400, 'Bad Request: parameter "commands" is required')
-        self._commands = commands
+        scope = p.get("scope")
+        if scope is not None and not isinstance(scope, str):
+            scope = json.dumps(scope, sort_keys=True)
+        self._command_scopes[scope] = commands  # None: the default scope
+        if scope is None:
+            self._commands = commands
         return True
 
     def _delete_my_commands(self, p: dict[str, Any], token: str) -> bool:

@@ -1,8 +1,9 @@
-"""Claude over plain HTTP answers every kind of request as the official SDK reads the same bytes.
+"""Claude through the official SDK: agentd's adapter gives what the SDK itself reads, and maps
+its errors to LLMError with the status, retryability and reason the fallback chain needs.
 
-Each case is played by the local fake (tests/fakes/anthropic.py, which the official SDK's own
-tests in test_fakes.py hold to the wire format) twice: once to agentd's adapter, once to the
-official `anthropic` client. Final messages must match; errors must carry the same status.
+Each case is played by the local fake (tests/fakes/anthropic.py) twice: once to agentd's
+adapter, once to a bare `anthropic` client. Final messages must match; errors must carry the
+same status.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import pytest
 
 from agentd.config import LLMConfig
 from agentd.llm.anthropic_adapter import AnthropicLLM, build_params
-from agentd.llm.messages_http import _server_sent_events
 from agentd.llm.types import LLMError, LLMRequest, Message, ToolSpec
 from tests.fakes import FakeAnthropic
 
@@ -30,20 +30,22 @@ ANSWERS: dict[str, Enqueue] = {
         "weather", {"city": "Oslo"}, "toolu_corpus", text_before="Let me see."
     ),
 }
-# case: (enqueue, retryable, status)
-ERRORS: dict[str, tuple[Enqueue, bool, int | None]] = {
-    "rate_limited": (lambda f: f.enqueue_error(429, retry_after=0), True, 429),
-    "overloaded": (lambda f: f.enqueue_error(529), True, 529),
-    "server_error": (lambda f: f.enqueue_error(500), True, 500),
-    "bad_request": (lambda f: f.enqueue_error(400), False, 400),
-    "unauthorized": (lambda f: f.enqueue_error(401), False, 401),
+# case: (enqueue, retryable, status, reason)
+ERRORS: dict[str, tuple[Enqueue, bool, int | None, str]] = {
+    "rate_limited": (lambda f: f.enqueue_error(429, retry_after=0), True, 429, "rate_limit"),
+    "overloaded": (lambda f: f.enqueue_error(529), True, 529, "overloaded"),
+    "server_error": (lambda f: f.enqueue_error(500), True, 500, "server_error"),
+    "bad_request": (lambda f: f.enqueue_error(400), False, 400, "bad_request"),
+    "unauthorized": (lambda f: f.enqueue_error(401), False, 401, "auth"),
     "spend_limit": (
         lambda f: f.enqueue_error(429, "enforced_spend_limit_reached_error", "Spend limit"),
         False,
         429,
+        "billing",
     ),
-    "dropped": (lambda f: f.enqueue_drop(), True, None),
-    "malformed": (lambda f: f.enqueue_malformed(), True, None),
+    "billing": (lambda f: f.enqueue_error(402), False, 402, "billing"),
+    "dropped": (lambda f: f.enqueue_drop(), True, None, "unreachable"),
+    "malformed": (lambda f: f.enqueue_malformed(), True, None, "malformed"),
 }
 
 
@@ -122,7 +124,7 @@ async def test_errors_keep_status_and_retryability(
     case: str,
     streamed: bool,
 ) -> None:
-    enqueue, retryable, status = ERRORS[case]
+    enqueue, retryable, status, reason = ERRORS[case]
 
     async def on_text(_text: str) -> None:
         pass
@@ -130,7 +132,8 @@ async def test_errors_keep_status_and_retryability(
     enqueue(fake)
     with pytest.raises(LLMError) as ours_failed:
         await ours.complete(REQUEST, on_text if streamed else None)
-    assert (ours_failed.value.retryable, ours_failed.value.status) == (retryable, status)
+    failed = ours_failed.value
+    assert (failed.retryable, failed.status, failed.reason) == (retryable, status, reason)
     assert "sk-ant-test-key" not in str(ours_failed.value)
     if status is not None:
         enqueue(fake)
@@ -170,33 +173,43 @@ async def test_retries_honour_the_policy_then_answer(fake: FakeAnthropic) -> Non
     assert [b.text for b in answer.content] == ["Third time."]  # type: ignore[union-attr]
 
 
-class _Lines:
-    """An aiohttp StreamReader's line iteration, for the parser alone."""
+async def test_a_stream_cut_mid_answer_is_retried_like_a_5xx(fake: FakeAnthropic) -> None:
+    texts: list[str] = []
 
-    def __init__(self, body: bytes) -> None:
-        self._lines = body.splitlines(keepends=True)
+    async def on_text(text: str) -> None:
+        texts.append(text)
 
-    def __aiter__(self) -> _Lines:
-        return self
+    async def sleep(_seconds: float) -> None:
+        pass
 
-    async def __anext__(self) -> bytes:
-        if not self._lines:
-            raise StopAsyncIteration
-        return self._lines.pop(0)
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=1), "k", sleep=sleep)
+    try:
+        fake.enqueue_stream_error(drop=True, partial_text="Half an answer that is cut")
+        fake.enqueue_text("Whole.")
+        answer = await llm.complete(REQUEST, on_text)
+    finally:
+        await llm.close()
+    assert answer.attempt == 2 and answer.text == "Whole." and texts[-1] == "Whole."
 
 
-async def test_server_sent_events_as_the_standard_defines_them() -> None:
-    body = (
-        b": a comment\r\n"
-        b'event: message_start\r\ndata: {"a":\r\ndata:1}\r\n\r\n'
-        b"event: ping\ndata: {}\n\n"
-        b"data:no-space\n\n"
-        b'event: last\ndata: {"end": true}'
-    )
-    events = [e async for e in _server_sent_events(_Lines(body))]  # type: ignore[arg-type]
-    assert events == [
-        ("message_start", '{"a":\n1}'),
-        ("ping", "{}"),
-        (None, "no-space"),
-        ("last", '{"end": true}'),
-    ]
+async def test_a_hung_server_is_a_retryable_timeout(fake: FakeAnthropic) -> None:
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0, timeout=0.5), "k")
+    try:
+        fake.enqueue_hang()
+        with pytest.raises(LLMError) as failed:
+            await llm.complete(REQUEST)
+    finally:
+        await llm.close()
+        fake.reset()
+    assert failed.value.retryable and failed.value.reason == "timeout"
+
+
+async def test_bedrock_without_its_extra_names_the_extra() -> None:
+    import importlib.util
+
+    from agentd.llm.settings import ProviderConfig
+
+    if importlib.util.find_spec("botocore") is not None:
+        pytest.skip("botocore is installed here")
+    with pytest.raises(LLMError, match=r"agentd\[bedrock\]"):
+        AnthropicLLM(LLMConfig(), None, provider=ProviderConfig(kind="bedrock", region="us-east-1"))

@@ -1,10 +1,25 @@
-"""Configuration: a TOML file, `AGENTD_<SECTION>__<KEY>` env overrides, secrets from env."""
+"""What the configuration file may say: one pydantic model per section, validated strictly.
+
+Where a capability's section goes (one rule; config.example.toml's header says it too):
+
+- Settings of the tools the model calls live under `[tools]`, one table per group:
+  `[tools.fetch]`, `[tools.web]` (web search), `[tools.workspace]`, `[tools.shell]`,
+  `[[tools.mcp]]`.
+- A capability's own settings are one top-level section named after it, its services inside
+  it: `[memory]`, `[docs]`, `[media]`, `[skills]`, `[schedule]`, `[automations]` with the
+  webhook listener as `[automations.hooks]`, and `[dashboard]` (the owner's web pages).
+- Accounts a capability connects to are arrays of tables under the capability's name
+  (`[[mail]]`, `[[calendar]]`), each with a unique `name`.
+- Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`) still load, one warning each.
+- Secrets are never in the file: a `*_env` key names the variable (or agentd.env line, or
+  systemd credential) that holds it, read by `agentd.config.secrets.read_secret`.
+- Relative paths are relative to the config file's folder (`agentd.config.paths`).
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 import os
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -14,14 +29,15 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretStr,
-    ValidationError,
     field_validator,
     model_validator,
 )
 
+from agentd.config.paths import resolve
+from agentd.config.secrets import Secrets, SecretSource
 from agentd.ledger.pricing import ModelPrice
 
+log = logging.getLogger("agentd")
 Risk = Literal["low", "medium", "high"]
 
 
@@ -341,7 +357,7 @@ class WorkspaceConfig(_Section):
     """`[tools.workspace]`: the one folder the file tools and the shell may touch."""
 
     # Empty: `workspace` beside the database. Users paired later (not in allowed_user_ids)
-    # each get `users/<id>` inside it; the owners share the top.
+    # each get `users/<id>` inside it; the allowlisted users share the top.
     path: str = ""
     # Larger reads and writes fail with a clear error instead of filling the model's context.
     max_file_bytes: int = Field(default=1_000_000, ge=1024, le=100_000_000)
@@ -388,10 +404,37 @@ class ShellConfig(_Section):
     # Output kept for the model: its head and its tail, the cut in between said.
     output_bytes: int = Field(default=32_000, ge=1024, le=10_000_000)
     max_file_mb: int = Field(default=1024, ge=1, le=1_048_576)
+    # The private /tmp's size: tmpfs pages are not counted by the memory limit (an address
+    # space limit), so each in-memory folder of the sandbox has a size of its own.
+    tmp_mb: int = Field(default=256, ge=1, le=1_048_576)
     # After this long the chat shows "running…" with the elapsed time, edited in place.
     progress_after: float = Field(default=5.0, ge=0)
     # Wall time of a command left running in the background (its own durable workflow).
     background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
+
+
+class WebConfig(_Section):
+    """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
+
+    # "tavily": Tavily's HTTP API, a local tool. "anthropic": the model's server-side web
+    # search, handled inside the LLM adapter. Empty: no web search at all.
+    provider: Literal["", "tavily", "anthropic"] = ""
+    # The NAME of the environment variable holding the API key, never the key itself.
+    api_key_env: str = "TAVILY_API_KEY"
+    base_url: str = "https://api.tavily.com"
+    search_depth: Literal["basic", "advanced"] = "basic"
+    # Results are reused for the same query for this long; 0 turns the cache off.
+    cache_ttl: float = Field(default=3600.0, ge=0)
+    max_results: int = Field(default=5, ge=1, le=20)
+    timeout: float = Field(default=20.0, gt=0, le=300)
+    retries: int = Field(default=2, ge=0, le=10)
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("base_url must start with http:// or https://")
+        return value.rstrip("/")
 
 
 class ToolsConfig(_Section):
@@ -403,6 +446,7 @@ class ToolsConfig(_Section):
     mcp: list[McpServerConfig] = Field(default_factory=list)
     workspace: WorkspaceConfig = Field(default_factory=WorkspaceConfig)
     shell: ShellConfig = Field(default_factory=ShellConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
 
     @field_validator("mcp")
     @classmethod
@@ -428,30 +472,6 @@ class SkillsConfig(_Section):
     max_bytes: int = Field(default=50_000_000, ge=1024, le=2_000_000_000)
     # Seconds a skill's script may run in the sandbox.
     script_timeout: float = Field(default=120.0, gt=0, le=3600)
-
-
-class WebConfig(_Section):
-    """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
-
-    # "tavily": Tavily's HTTP API, a local tool. "anthropic": the model's server-side web
-    # search, handled inside the LLM adapter. Empty: no web search at all.
-    provider: Literal["", "tavily", "anthropic"] = ""
-    # The NAME of the environment variable holding the API key, never the key itself.
-    api_key_env: str = "TAVILY_API_KEY"
-    base_url: str = "https://api.tavily.com"
-    search_depth: Literal["basic", "advanced"] = "basic"
-    # Results are reused for the same query for this long; 0 turns the cache off.
-    cache_ttl: float = Field(default=3600.0, ge=0)
-    max_results: int = Field(default=5, ge=1, le=20)
-    timeout: float = Field(default=20.0, gt=0, le=300)
-    retries: int = Field(default=2, ge=0, le=10)
-
-    @field_validator("base_url")
-    @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
-            raise ValueError("base_url must start with http:// or https://")
-        return value.rstrip("/")
 
 
 MAIL_NAME = r"^[a-z0-9][a-z0-9_-]{0,31}$"
@@ -536,16 +556,6 @@ class CalendarConfig(_Section):
         return self.url.split("?")[0].lower().endswith(".ics")
 
 
-class AutomationsConfig(_Section):
-    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
-
-    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
-    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
-    folder: str = ""
-    modules: list[str] = Field(default_factory=list)
-    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
-
-
 class HookConfig(_Section):
     """One `[hooks.routes.NAME]`: what `POST /hooks/NAME` starts, and how it is verified."""
 
@@ -560,6 +570,13 @@ class HookConfig(_Section):
     delivery_headers: list[str] = Field(
         default_factory=lambda: ["Idempotency-Key", "X-GitHub-Delivery", "X-Delivery-Id"]
     )
+    # Where the sender signs a timestamp: its header; the signature is then over
+    # "<timestamp>.<body>", and one older than max_age_seconds is refused.
+    timestamp_header: str = ""
+    max_age_seconds: int = Field(default=300, ge=10, le=86_400)
+    # A body is accepted once within the sender's retry window; starts are rate-limited.
+    replay_window_seconds: int = Field(default=86_400, ge=60, le=30 * 86_400)
+    max_starts_per_minute: int = Field(default=30, ge=1, le=10_000)
 
     @model_validator(mode="after")
     def _one_target(self) -> HookConfig:
@@ -588,6 +605,51 @@ class HooksConfig(_Section):
         return routes
 
 
+class AutomationsConfig(_Section):
+    """`[automations]`: workflows the owner writes (docs/workflows.md)."""
+
+    # Every *.py file in this folder is loaded at start (and by `agentd workflows start`);
+    # empty: none. Plain importable modules can be named in `modules`, as tool plugins are.
+    folder: str = ""
+    modules: list[str] = Field(default_factory=list)
+    ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
+    hooks: HooksConfig = Field(default_factory=HooksConfig)  # the webhook listener
+
+
+class DashboardConfig(_Section):
+    """`[dashboard]`: off unless enabled; loopback unless `allow_remote` says otherwise."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = Field(default=8765, ge=0, le=65535)
+    # The address the owner opens (https://agent.example.org behind a reverse proxy, or a
+    # tailnet name); login links use it, and an https one makes the cookie Secure.
+    public_url: str = ""
+    # Binding beyond loopback exposes the login page to the network: only on purpose.
+    allow_remote: bool = False
+    session_hours: float = Field(default=12.0, gt=0, le=24 * 30)
+    link_minutes: float = Field(default=10.0, gt=0, le=24 * 60)
+
+    @field_validator("public_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        value = value.rstrip("/")
+        if value and not value.startswith(("http://", "https://")):
+            raise ValueError("public_url must start with http:// or https://")
+        return value
+
+    @property
+    def secure(self) -> bool:
+        return self.public_url.startswith("https://")
+
+    def base_url(self, port: int | None = None) -> str:
+        """Where links point: the public URL, else the address the server listens on."""
+        if self.public_url:
+            return self.public_url
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{port if port is not None else self.port}"
+
+
 class LogConfig(_Section):
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     # auto: readable text on a terminal, JSON lines otherwise (journald, files, pipes).
@@ -600,16 +662,45 @@ class StartupConfig(_Section):
     # Build aiogram's Telegram type schemas on first use (agentd.telegram.aiogram_loader);
     # false builds all ~300 up front, as aiogram does by itself (more memory, slower start).
     lazy_aiogram: bool = True
-    # No effect since the model is reached over HTTP without the SDK; kept so configurations
-    # that set it still load.
-    lazy_anthropic: bool = True
 
 
-class Secrets(BaseModel):
-    """Secrets never come from the config file, only the environment or systemd credentials."""
+# Old dotted key -> new dotted key (None: removed, ignored). Moved on the raw data, before
+# validation, so a file, an AGENTD_<SECTION>__<KEY> variable and a test's dict all load.
+OLD_SPELLINGS: dict[str, str | None] = {
+    "web": "tools.web",
+    "hooks": "automations.hooks",
+    "startup.lazy_anthropic": None,
+}
 
-    telegram_bot_token: SecretStr | None = None
-    anthropic_api_key: SecretStr | None = None
+
+def move_old_spellings(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with each old key moved to its new place; one warning per old key found."""
+    data = dict(data)
+    for old, new in OLD_SPELLINGS.items():
+        *parents, leaf = old.split(".")
+        node: Any = data
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node.pop(leaf)
+        if new is None:
+            log.warning("configuration key %s no longer has any effect; delete it", old)
+            continue
+        log.warning("configuration key [%s] is now spelled [%s]; rename it", old, new)
+        *new_parents, new_leaf = new.split(".")
+        target = data
+        for part in new_parents:
+            child = target.get(part)
+            if isinstance(child, BaseModel):
+                child = child.model_dump(exclude_unset=True)
+            child = dict(child or {})
+            target[part] = child
+            target = child
+        if isinstance(value, BaseModel):
+            value = value.model_dump(exclude_unset=True)
+        target.setdefault(new_leaf, value)
+    return data
 
 
 class Config(_Section):
@@ -626,10 +717,9 @@ class Config(_Section):
     memory: MemoryConfig = Field(default_factory=MemoryConfig)
     docs: DocsConfig = Field(default_factory=DocsConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
-    web: WebConfig = Field(default_factory=WebConfig)
     automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
-    hooks: HooksConfig = Field(default_factory=HooksConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
+    dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)
@@ -640,10 +730,26 @@ class Config(_Section):
     # named by other keys (mail and calendar passwords); never serialised.
     stored_secrets: dict[str, str] = Field(default_factory=dict, exclude=True, repr=False)
 
-    def secret_env(self, env: Mapping[str, str]) -> dict[str, str]:
-        """Where a secret named by a `*_env` key is looked up: the environment first, then
-        the secrets file (then, in read_named_secret, a systemd credential)."""
-        return {**self.stored_secrets, **env}
+    def secret_source(self, env: Mapping[str, str] | None = None) -> SecretSource:
+        """Where every secret named by a `*_env` key is read (`secrets.read_secret`): the
+        environment (this process's unless given), then agentd.env, then a systemd credential."""
+        return SecretSource(os.environ if env is None else env, self.stored_secrets)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        """Sections that moved still load, with one warning naming the new spelling."""
+        return move_old_spellings(data) if isinstance(data, dict) else data
+
+    @property
+    def web(self) -> WebConfig:
+        """`[tools.web]`: web_search is a tool the model calls."""
+        return self.tools.web
+
+    @property
+    def hooks(self) -> HooksConfig:
+        """`[automations.hooks]`: the listener that starts the owner's automations."""
+        return self.automations.hooks
 
     @field_validator("mail", "calendar")
     @classmethod
@@ -661,11 +767,11 @@ class Config(_Section):
     @property
     def skill_dirs(self) -> list[Path]:
         """Folders of skill folders, the install folder first (`[skills] paths`)."""
+        base = Path(self.source).parent if self.source else Path()
         if self.skills.paths:
-            base = Path(self.source).parent if self.source else Path()
-            return [base / Path(p).expanduser() for p in self.skills.paths]
-        home = Path(self.source).parent if self.source else self.db_path.parent
-        return [home / "skills"]
+            return [resolve(p, base) for p in self.skills.paths]
+        home = base if self.source else self.db_path.parent
+        return [resolve("skills", home)]
 
     @property
     def outgoing_dir(self) -> Path:
@@ -680,209 +786,3 @@ class Config(_Section):
         if self.tools.workspace.path:
             return Path(self.tools.workspace.path).expanduser()
         return self.db_path.parent / "workspace"
-
-
-ENV_PREFIX = "AGENTD_"
-_SECRET_ENV = {
-    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
-    "anthropic_api_key": "ANTHROPIC_API_KEY",
-}
-
-
-def find_config_file(explicit: str | Path | None, env: dict[str, str]) -> Path | None:
-    """The config path by precedence: --config, $AGENTD_CONFIG, ./agentd.toml, XDG, /etc."""
-    if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist; pass an existing --config PATH")
-        return path
-    if env.get("AGENTD_CONFIG"):
-        path = Path(env["AGENTD_CONFIG"]).expanduser()
-        if not path.is_file():
-            raise ConfigError(f"AGENTD_CONFIG points to {path}, which does not exist")
-        return path
-    xdg = Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    for candidate in (Path("agentd.toml"), xdg / "agentd" / "config.toml"):
-        if candidate.is_file():
-            return candidate
-    etc = Path("/etc/agentd/config.toml")
-    return etc if etc.is_file() else None
-
-
-def _parse_env_value(raw: str) -> Any:
-    # JSON first so lists and numbers work ('[42]', '5'); anything else is a plain string.
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw
-
-
-ENV_SYNTAX = (
-    'values are JSON (5, true, "text", [42, 43]) or plain text, e.g. '
-    "AGENTD_TELEGRAM__ALLOWED_USER_IDS='[42]'"
-)
-
-
-def _check_single_underscore(name: str) -> None:
-    """AGENTD_TELEGRAM_ALLOWED_USER_IDS (one underscore) would be ignored without a word."""
-    rest = name[len(ENV_PREFIX) :].lower()
-    for section, model in Config.model_fields.items():
-        prefix = f"{section}_"
-        annotation = model.annotation
-        keys = getattr(annotation, "model_fields", {})
-        if rest.startswith(prefix) and rest[len(prefix) :] in keys:
-            fixed = f"{ENV_PREFIX}{section.upper()}__{rest[len(prefix) :].upper()}"
-            raise ConfigError(
-                f"environment variable {name} is not read: between the section and the key "
-                f"there are two underscores ({fixed}); {ENV_SYNTAX}"
-            )
-
-
-def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-    """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
-    applied: dict[str, str] = {}
-    for name, raw in env.items():
-        if name.startswith(ENV_PREFIX) and "__" not in name:
-            _check_single_underscore(name)
-        if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
-            continue
-        path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
-        node = data
-        for part in path[:-1]:
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ConfigError(
-                    f"environment variable {name}: {'.'.join(path[:-1])} is not a section; "
-                    f"use AGENTD_<SECTION>__<KEY>, {ENV_SYNTAX}"
-                )
-            node = child
-        node[path[-1]] = _parse_env_value(raw)
-        applied[".".join(path)] = name
-    return applied
-
-
-SECRETS_FILE = "agentd.env"  # written by `agentd init` beside the config; EnvironmentFile format
-
-
-def read_secrets_file(path: Path) -> dict[str, str]:
-    """KEY=value lines of the secrets file (absent: empty); it must be owner-only."""
-    if not path.is_file():
-        return {}
-    if path.stat().st_mode & 0o077:
-        raise ConfigError(f"{path} holds secrets but others may read it; run: chmod 600 {path}")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except PermissionError:  # root's file, read by systemd; the CLI as another user needs none
-        return {}
-    values = {}
-    for line in text.splitlines():
-        key, sep, value = line.strip().partition("=")
-        if sep and not key.startswith("#"):
-            values[key.strip()] = value.strip().strip("'\"")
-    return values
-
-
-def read_named_secret(name: str, env: dict[str, str] | Any) -> str:
-    """A secret by its variable NAME: the environment, else a systemd credential of that name."""
-    if not name:
-        return ""
-    value = str(env.get(name, "")).strip()
-    cred_dir = env.get("CREDENTIALS_DIRECTORY")
-    if not value and cred_dir:
-        for candidate in (name, name.lower()):
-            path = Path(cred_dir) / candidate
-            if path.is_file():
-                return path.read_text().strip()
-    return value
-
-
-def _read_secret(name: str, env: dict[str, str], stored: dict[str, str]) -> SecretStr | None:
-    """The environment first, then a systemd credential, then the secrets file."""
-    value = env.get(_SECRET_ENV[name])
-    cred_dir = env.get("CREDENTIALS_DIRECTORY")
-    if not value and cred_dir:
-        cred = Path(cred_dir) / name
-        if cred.is_file():
-            value = cred.read_text().strip()
-    value = value or stored.get(_SECRET_ENV[name])
-    return SecretStr(value) if value else None
-
-
-def _first_error(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
-    err = exc.errors()[0]
-    key = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    variable = next(
-        (var for dotted, var in from_env.items() if key == dotted or key.startswith(dotted + ".")),
-        None,
-    )
-    if variable is not None:
-        if err["type"] == "extra_forbidden":
-            return (
-                f"environment variable {variable}: {key} is not a config key; see "
-                "config.example.toml for the keys that exist"
-            )
-        return (
-            f"environment variable {variable}: {key}: {err['msg']} (got {err.get('input')!r}); "
-            f"{ENV_SYNTAX}"
-        )
-    where = f"{source}: " if source else ""
-    if err["type"] == "extra_forbidden":
-        hint = "unknown key; see config.example.toml for the keys that exist"
-        if key.split(".")[-1] in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
-            hint = "secrets are not read from the config file; set them in the environment"
-        return f"{where}{key}: {hint}"
-    return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
-
-
-def _beside(config: Config, folder: Path, from_env: dict[str, str]) -> None:
-    """Relative paths in the config file are relative to its folder, as `agentd.env` is, so
-    `cd elsewhere && agentd run --config ~/x/agentd.toml` opens ~/x/agentd.db. A path from the
-    environment keeps the caller's working directory."""
-    storage = Path(config.storage.path).expanduser()
-    if "storage.path" not in from_env and not storage.is_absolute():
-        resolved = (folder / storage).absolute()
-        old = storage.absolute()  # relative to the working directory, as older versions read it
-        if old != resolved and old.exists() and not resolved.exists():
-            raise ConfigError(
-                f"storage.path {config.storage.path!r} is relative to the config file's folder "
-                f"({folder}), where there is no database yet, but {old} (relative to the "
-                f"working directory, as older versions read it) exists: move it to {resolved}, "
-                f"or set storage.path = {str(old)!r}"
-            )
-        config.storage.path = str(resolved)
-    outgoing = Path(config.media.outgoing_dir).expanduser()
-    if (
-        config.media.outgoing_dir
-        and "media.outgoing_dir" not in from_env
-        and not outgoing.is_absolute()
-    ):
-        config.media.outgoing_dir = str((folder / outgoing).absolute())
-
-
-def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """Load, override from the environment and validate; raise ConfigError naming the key."""
-    env = dict(os.environ) if env is None else env
-    source = find_config_file(path, env)
-    data: dict[str, Any] = {}
-    if source is not None:
-        try:
-            data = tomllib.loads(source.read_text(encoding="utf-8"))
-        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    from_env = _apply_env_overrides(data, env)
-    llm = data.setdefault("llm", {})
-    for key, name in (("model", "ANTHROPIC_MODEL"), ("base_url", "ANTHROPIC_BASE_URL")):
-        # The provider's variables beat the file (R-CFG-1); agentd's own AGENTD_LLM__… beat them.
-        if isinstance(llm, dict) and env.get(name) and f"llm.{key}" not in from_env:
-            llm[key], from_env[f"llm.{key}"] = env[name], name
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_first_error(exc, source, from_env)) from None
-    if source is not None:
-        _beside(config, source.parent, from_env)
-    stored = read_secrets_file((source.parent if source else Path()) / SECRETS_FILE)
-    config.secrets = Secrets(**{name: _read_secret(name, env, stored) for name in _SECRET_ENV})
-    config.stored_secrets = stored
-    config.source = str(source) if source else None
-    return config

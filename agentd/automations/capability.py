@@ -1,0 +1,77 @@
+"""The automations capability: the owner's workflows (loaded from their folder), /run and its
+answer buttons, their model tools, the webhook listener, and the owner told when one fails."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from agentd.config import Config
+from agentd.durable.store import InstanceRecord
+from agentd.tools import ToolRegistry
+from agentd.tools.capability import Context, Contribution, ServiceError, Simple
+
+log = logging.getLogger("agentd")
+
+
+def _secrets(config: Config) -> list[str]:
+    return [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
+
+
+async def _build(ctx: Context) -> Contribution:
+    from agentd.automations.catalog import builtin_names, load_catalog
+    from agentd.automations.runtime import CALLBACK_PREFIX, Runtime
+
+    catalog = load_catalog(ctx.config, builtin_names())
+    runtime = Runtime(
+        config=ctx.config,
+        db=ctx.db,
+        clock=ctx.clock,
+        catalog=catalog,
+        outbox=ctx.outbox,
+        llm=ctx.llm,
+        kick=ctx.engine.kick,
+        redact=ctx.redactor,
+    )
+    ctx.router.command(
+        "run",
+        runtime.run_command,
+        "Run one of your automations: /run NAME {json}",
+        owner_only=True,
+    )
+    ctx.router.callback(CALLBACK_PREFIX, runtime.on_answer)
+    if catalog.names():
+        log.info("automations loaded", extra={"automations": catalog.names()})
+
+    def bind(registry: ToolRegistry) -> None:
+        runtime.registry = registry
+
+    async def on_unfinished(inst: InstanceRecord) -> None:
+        if inst.status == "errored":  # a failed (or parked) automation tells the owner
+            await runtime.notify_failure(ctx.engine.start, inst)
+
+    async def listen() -> Callable[[], Awaitable[None]] | None:
+        if not ctx.config.hooks.enabled:
+            return None
+        from agentd.automations.hooks import HookServer
+
+        hooks = HookServer(ctx.config, runtime, ctx.engine.start, ctx.engine.poll_once, ctx.secrets)
+        try:
+            await hooks.start()
+        except (OSError, ValueError) as exc:  # port taken, bad address, socket dir missing
+            await hooks.close()
+            listen = ctx.config.hooks.listen
+            raise ServiceError(f"[automations.hooks] listen = {listen!r}: {exc}") from None
+        return hooks.close  # closed first: no delivery is accepted that the engine will not see
+
+    return Contribution(
+        tools=runtime.model_tools(),
+        workflows=runtime.workflows(),
+        on_unfinished=on_unfinished,
+        wired=[bind],
+        start=[listen],
+    )
+
+
+def capability() -> Simple:
+    return Simple("automations", build=_build, secrets=_secrets)

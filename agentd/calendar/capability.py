@@ -1,0 +1,35 @@
+"""The calendar capability: `[[calendar]]` accounts, their tools and their doctor check.
+
+icalendar and caldav are imported only when an account is configured: they cost start-up
+time for nobody else.
+"""
+
+from __future__ import annotations
+
+from agentd.config import Config
+from agentd.tools.capability import Check, Context, Contribution, Probe, Simple
+
+
+def _secrets(config: Config) -> list[str]:
+    return [c.password_env for c in config.calendar]
+
+
+def _doctor(config: Config, probe: Probe) -> list[Check]:
+    if not config.calendar:
+        return []
+    from agentd.calendar.check import check_calendar
+
+    found = [check_calendar(c, probe.secrets, config.agent.timezone) for c in config.calendar]
+    return [Check(name, ok, detail) for name, ok, detail in found]
+
+
+async def _build(ctx: Context) -> Contribution:
+    if not ctx.config.calendar:
+        return Contribution()
+    from agentd.calendar.tools import build_calendar_tools
+
+    return Contribution(tools=build_calendar_tools(ctx.config, ctx.secrets))
+
+
+def capability() -> Simple:
+    return Simple("calendar", build=_build, secrets=_secrets, doctor=_doctor)

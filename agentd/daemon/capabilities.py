@@ -1,0 +1,55 @@
+"""Every built-in capability, in the order their tools are offered: the one list the daemon,
+`agentd doctor` and the redactor loop over. A built-in comes in through the same door an
+outside plugin does (`agentd.tools.capability`)."""
+
+from __future__ import annotations
+
+from agentd.automations import capability as automations
+from agentd.calendar import capability as calendar
+from agentd.config import Config, SecretSource, read_secret
+from agentd.dashboard import capability as dashboard
+from agentd.hands import capability as hands
+from agentd.knowledge import capability as documents
+from agentd.mail import capability as mail
+from agentd.media import capability as media
+from agentd.memory import capability as memory
+from agentd.schedule import capability as schedule
+from agentd.skills import capability as skills
+from agentd.tools import mcp, plugins
+from agentd.tools.capability import Capability
+from agentd.web import capability as web
+
+# Plugins after MCP, and the hands last of all (their tools yield a taken name).
+BUILTIN = (
+    memory.capability,
+    documents.capability,
+    web.capability,
+    media.capability,
+    schedule.capability,
+    mail.capability,
+    calendar.capability,
+    skills.capability,
+    mcp.capability,
+    automations.capability,
+    dashboard.capability,
+    plugins.capability,
+    hands.capability,
+)
+
+
+def capabilities() -> list[Capability]:
+    return [make() for make in BUILTIN]
+
+
+def secret_values(config: Config, source: SecretSource) -> list[str]:
+    """Every secret the configuration names, read through the one reader: the core two, then
+    each capability's (what the redactor hides)."""
+    found = [
+        v.get_secret_value()
+        for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
+        if v is not None
+    ]
+    for cap in capabilities():
+        found += [read_secret(name, source) for name in cap.secret_names(config)]
+        found += cap.secret_values(config)
+    return [value.strip() for value in found if value and value.strip()]

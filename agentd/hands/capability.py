@@ -1,0 +1,85 @@
+"""The hands capability: the workspace's file tools and the sandboxed shell with its background
+jobs. Their tools come after every other tool, so an owner's plugin or MCP tool of the same
+name (say `delete_file`) keeps working and the built-in one is reported and not offered."""
+
+from __future__ import annotations
+
+import logging
+
+from agentd.config import Config
+from agentd.tools.capability import Check, Checks, Context, Contribution, Probe, Simple
+
+log = logging.getLogger("agentd")
+
+
+async def _build(ctx: Context) -> Contribution:
+    from agentd.hands.background import job_starter, make_job_workflow
+    from agentd.hands.files import workspace_tools
+    from agentd.hands.shell import chat_progress, shell_deps, shell_tool
+
+    files = ctx.shared["files"]
+    tools = workspace_tools(ctx.config, ctx.db, files.download)
+    sdeps, problem = await shell_deps(
+        ctx.config,
+        ctx.db,
+        chat_progress(ctx.outbox),
+        redact=ctx.redactor,
+        start_background=job_starter(ctx.engine.start),
+    )
+    if problem:
+        log.warning("tool problem", extra={"source": "shell", "problem": problem})
+    if sdeps is None:
+        return Contribution(late_tools=tools)
+    return Contribution(
+        late_tools=[*tools, shell_tool(sdeps)],
+        workflows=[make_job_workflow(sdeps, ctx.outbox)],
+    )
+
+
+def _doctor(config: Config, probe: Probe) -> list[Check]:
+    """Whether the shell tool is offered: bubblewrap present and able to make namespaces."""
+    from agentd.hands.sandbox import probe as sandbox_probe
+    from agentd.hands.shell import sandbox_of
+
+    results = Checks()
+    shell = config.tools.shell
+    if not shell.enabled:
+        results.add("shell", True, "off ([tools.shell] enabled = false)")
+        return results
+    if shell.sandbox == "none":
+        why = 'UNSANDBOXED: [tools.shell] sandbox = "none"; commands run directly on this server'
+        results.add("shell", True, f"{why} (every approval card says so)", warn=True)
+        return results
+    from agentd.hands.files import Workspaces
+    from agentd.hands.workspace import WorkspaceError
+
+    workspace = Workspaces.from_config(config).base()
+    try:
+        workspace.ensure()  # created at the daemon's start anyway; the probe binds it
+    except (OSError, WorkspaceError) as exc:
+        results.add(
+            "shell",
+            True,
+            f"not offered: the workspace {workspace.root} cannot be "
+            f"created ({exc}); set [tools.workspace] path",
+            warn=True,
+        )
+        return results
+    problem = sandbox_probe(sandbox_of(config), workspace.root)
+    if problem:
+        # A warning: agentd runs without the shell; the owner decides whether to fix it.
+        results.add("shell", True, f"not offered: {problem}", warn=True)
+    else:
+        results.add(
+            "shell", True, "bubblewrap sandbox works (namespaces, seccomp, read-only system)"
+        )
+        from agentd.hands.unitcheck import check_under_unit
+
+        # The probe above ran with the owner's rights; the service runs under its unit's.
+        works, said = check_under_unit(workspace.root, shell.run_as)
+        results.add("shell (service)", works is not False, said, warn=works is not True)
+    return results
+
+
+def capability() -> Simple:
+    return Simple("hands", build=_build, doctor=_doctor)

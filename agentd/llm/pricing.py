@@ -1,0 +1,40 @@
+"""Prices of the configured models, in the form `[llm.prices]` overrides take.
+
+`agentd/ledger/pricing.py` matches a model by its longest price-table prefix, so a local
+provider is priced at 0 by one entry, `<provider>/`, once usage records a response's label
+(`LLMResponse.label`: `local/qwen2.5:7b`, not the bare `qwen2.5:7b`, which would match
+nothing and be estimated at Claude's price).
+"""
+
+from __future__ import annotations
+
+from agentd.ledger.pricing import PRICES, ModelPrice
+from agentd.llm.settings import ANTHROPIC, ModelSettings
+
+FREE = ModelPrice(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=0)
+
+
+def provider_prices(settings: ModelSettings) -> dict[str, ModelPrice]:
+    """Overrides for every configured provider: its own prices, and 0 for a local one."""
+    table: dict[str, ModelPrice] = {}
+    for name, provider in settings.providers.items():
+        prefix = "" if name == ANTHROPIC else f"{name}/"
+        if provider.local:
+            table[prefix] = FREE
+        table.update({prefix + model: price for model, price in provider.prices.items()})
+    table.pop("", None)  # the built-in provider is never "local"
+    return table
+
+
+def price_note(label: str, settings: ModelSettings) -> str:
+    """How `agentd usage` and `agentd models` should describe a model's price."""
+    ref = settings.ref(label)
+    if ref.provider == ANTHROPIC:
+        known = any(ref.model.startswith(name) for name in PRICES)
+        return "list price" if known else "price unknown: estimated as Claude Haiku 4.5"
+    provider = settings.provider(ref.provider)
+    if ref.model in provider.prices:
+        return "configured price"
+    if provider.local:
+        return "local: costs 0"
+    return f"price unknown: set [llm.providers.{ref.provider}.prices]"

@@ -1,0 +1,98 @@
+"""/dashboard through the command workflow: a link for the owner in private, made inside the
+send (never journaled); the ordinary refusal for anyone else; nothing at all in a group. And
+the capability contributes nothing while `[dashboard]` is off."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agentd.commands.router import CommandInput, CommandRouter
+from agentd.config import Config, DashboardConfig, TelegramConfig
+from agentd.dashboard import capability
+from agentd.db import Database
+from agentd.durable import Engine, FakeClock
+
+OWNER, OTHER, GROUP = 42, 43, -1001
+
+
+class Outbox:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+
+    async def send_text(self, chat_id: int, markdown: str, **kw: Any) -> int:
+        assert kw.get("preview_url") is None  # the link is never previewed (fetched)
+        self.sent.append((chat_id, markdown))
+        return len(self.sent)
+
+
+def _config(enabled: bool) -> Config:
+    return Config(
+        telegram=TelegramConfig(allowed_user_ids=[OWNER, OTHER]),
+        dashboard=DashboardConfig(enabled=enabled, port=8799),
+    )
+
+
+def _ctx(db: Any, config: Config, router: CommandRouter) -> Any:
+    return SimpleNamespace(config=config, db=db, router=router, stack=contextlib.AsyncExitStack())
+
+
+async def test_off_contributes_nothing(db: Database) -> None:
+    router = CommandRouter()
+    part = await capability.capability().contribute(_ctx(db, _config(False), router))
+    assert "dashboard" not in router.commands and part.start == []
+
+
+@pytest.mark.parametrize(
+    ("user", "chat", "answer"),
+    [(OWNER, OWNER, "link"), (OTHER, OTHER, capability.NOT_YOURS), (OWNER, GROUP, None)],
+)
+async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str | None) -> None:
+    db = await Database.open(tmp_path / "c.db")
+    engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
+    router, outbox = CommandRouter(), Outbox()
+    part = await capability.capability().contribute(_ctx(db, _config(True), router))
+    assert "dashboard" in router.commands and len(part.start) == 1
+    engine.register(router.workflow(outbox, db))  # type: ignore[arg-type]
+    await engine.run()
+    try:
+        inp = CommandInput(name="dashboard", chat_id=chat, user_id=user, message_id=7)
+        await engine.start("command", inp, instance_id="cmd-1")
+        done = await engine.wait_for("cmd-1")
+        assert done.status == "complete", done.error
+        steps = await db.read(
+            lambda c: [r[0] or "" for r in c.execute("SELECT result FROM workflow_steps")]
+        )
+        links = await db.read(
+            lambda c: c.execute("SELECT COUNT(*) FROM dashboard_logins").fetchone()[0]
+        )
+    finally:
+        await engine.shutdown(2)
+        await db.close()
+    if answer is None:
+        assert outbox.sent == [] and links == 0
+    elif answer == "link":
+        ((to, text),) = outbox.sent
+        assert to == OWNER and "http://127.0.0.1:8799/login?t=" in text and links == 1
+        token = text.split("login?t=", 1)[1].split()[0]
+        assert not any(token in result for result in steps)
+    else:
+        assert outbox.sent == [(chat, answer)] and links == 0
+
+
+def test_doctor_says_where_it_listens_or_why_not() -> None:
+    from agentd.config import SecretSource
+    from agentd.tools.capability import Probe
+
+    probe = Probe(secrets=SecretSource({}), read=lambda fn: None)
+    cap = capability.capability()
+    (ok,) = cap.checks(_config(True), probe)
+    assert ok.ok and "http://127.0.0.1:8799" in ok.detail
+    wide = Config(dashboard=DashboardConfig(enabled=True, host="0.0.0.0"))
+    (refused,) = cap.checks(wide, probe)
+    assert not refused.ok and "allow_remote" in refused.detail
+    assert cap.checks(_config(False), probe) == []

@@ -1,0 +1,132 @@
+"""A signed webhook body counts once: a replay with another delivery id starts nothing, the
+same body at another hook is refused, a stale signed timestamp is refused, starts are
+rate-limited, and a hook's secret may come from a systemd credential."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentd.automations.catalog import Catalog
+from agentd.automations.hook_guard import Seen, StartRate, stale_timestamp
+from agentd.automations.hooks import HookServer
+from agentd.automations.runtime import Runtime
+from agentd.config import Config, HookConfig, HooksConfig, TelegramConfig
+from agentd.db import Database
+from agentd.durable import Engine, SystemClock
+from tests.test_hooks import SECRET, _Outbox, post, unit_wait
+
+
+def sign(body: bytes, stamp: str = "") -> str:
+    signed = (stamp.encode() + b"." + body) if stamp else body
+    return "sha256=" + hmac.new(SECRET.encode(), signed, hashlib.sha256).hexdigest()
+
+
+@pytest.fixture
+async def sock(tmp_path: Path) -> AsyncIterator[str]:
+    path = tmp_path / "hooks.sock"
+    routes = {
+        "u": HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET", max_starts_per_minute=3),
+        "v": HookConfig(workflow="unit_wait", secret_env="CRED_SECRET"),
+        "t": HookConfig(
+            workflow="unit_wait", secret_env="UNIT_SECRET", timestamp_header="X-Timestamp"
+        ),
+    }
+    config = Config(
+        telegram=TelegramConfig(allowed_user_ids=[42]),
+        hooks=HooksConfig(enabled=True, listen=f"unix:{path}", routes=routes),
+    )
+    creds = tmp_path / "credentials"
+    creds.mkdir()
+    (creds / "cred_secret").write_text(SECRET + "\n")  # a systemd credential, lower case
+    db = await Database.open(tmp_path / "t.db")
+    engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
+    catalog = Catalog()
+    catalog.add(unit_wait)
+    runtime = Runtime(
+        config=config,
+        db=db,
+        clock=engine.clock,
+        catalog=catalog,
+        outbox=_Outbox(),
+        llm=None,
+        kick=engine.kick,
+    )  # type: ignore[arg-type]
+    for flow in runtime.workflows():
+        engine.register(flow)
+    await engine.run()
+    env = {"UNIT_SECRET": SECRET, "CREDENTIALS_DIRECTORY": str(creds)}
+    server = HookServer(config, runtime, engine.start, engine.poll_once, env=env)
+    await server.start()
+    try:
+        yield str(path)
+    finally:
+        await server.close()
+        await engine.shutdown(grace=0.2)
+        await db.close()
+
+
+async def test_a_replay_with_another_delivery_id_starts_nothing(sock: str) -> None:
+    body = json.dumps({"x": 1}).encode()
+    first = await post(
+        sock, "/hooks/u", body, {"X-Signature-256": sign(body), "X-Delivery-Id": "a"}
+    )
+    again = await post(
+        sock, "/hooks/u", body, {"X-Signature-256": sign(body), "X-Delivery-Id": "b"}
+    )
+    assert first[0] == 202 and first[1]["created"] is True
+    assert again == (200, {"instance_id": first[1]["instance_id"], "created": False})
+
+
+async def test_the_same_body_at_another_hook_is_refused(sock: str) -> None:
+    body = json.dumps({"x": 2}).encode()
+    assert (await post(sock, "/hooks/u", body, {"X-Signature-256": sign(body)}))[0] == 202
+    # "v" reads the same secret from a systemd credential: its signature verifies, the body
+    # is still the one "u" took.
+    status, said = await post(sock, "/hooks/v", body, {"X-Signature-256": sign(body)})
+    assert status == 409 and "another hook" in said["error"]
+    other = json.dumps({"x": 3}).encode()
+    assert (await post(sock, "/hooks/v", other, {"X-Signature-256": sign(other)}))[0] == 202
+
+
+async def test_a_stale_or_missing_signed_timestamp_is_refused(sock: str) -> None:
+    body = json.dumps({"x": 4}).encode()
+    old = str(int(time.time()) - 3600)
+    status, said = await post(
+        sock, "/hooks/t", body, {"X-Signature-256": sign(body, old), "X-Timestamp": old}
+    )
+    assert status == 401 and "timestamp" in said["error"]
+    assert (await post(sock, "/hooks/t", body, {"X-Signature-256": sign(body)}))[0] == 401
+    now = str(int(time.time()))
+    unsigned_stamp = await post(
+        sock, "/hooks/t", body, {"X-Signature-256": sign(body), "X-Timestamp": now}
+    )
+    assert unsigned_stamp[0] == 401  # the signature must cover the timestamp
+    status, ok = await post(
+        sock, "/hooks/t", body, {"X-Signature-256": sign(body, now), "X-Timestamp": now}
+    )
+    assert status == 202, ok
+
+
+async def test_starts_are_rate_limited(sock: str) -> None:
+    statuses = []
+    for n in range(5):
+        body = json.dumps({"x": 100 + n}).encode()
+        statuses.append((await post(sock, "/hooks/u", body, {"X-Signature-256": sign(body)}))[0])
+    assert statuses[:3] == [202, 202, 202] and statuses[3:] == [429, 429]
+
+
+def test_the_guards_alone() -> None:
+    seen = Seen(window=60)
+    seen.remember("d", "u", "i", now=1000)
+    assert seen.earlier("d", 1030) == ("u", "i") and seen.earlier("d", 1061) is None
+    rate = StartRate(per_minute=2)
+    assert [rate.allow("u", t) for t in (0, 0, 0, 30)] == [True, True, False, True]
+    assert stale_timestamp("abc", 0, 300) and stale_timestamp("0", 1000, 300)
+    assert stale_timestamp("990", 1000, 300) is None

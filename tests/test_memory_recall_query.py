@@ -1,0 +1,36 @@
+"""The query recall builds from the message and the recent turns; dates of time expressions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from agentd.memory.search import recall_query
+from agentd.memory.when import resolve, time_context
+
+
+def test_a_message_that_leans_on_context_borrows_the_recent_names() -> None:
+    recent = ["I had lunch with Anna in Lyon.", "Nice! How is she?"]
+    assert recall_query("what did she say about it?", recent) == (
+        "what did she say about it? Anna Lyon"
+    )
+    # Standing on its own, it is searched as it is, whatever came before.
+    assert recall_query("When is the dentist appointment?", recent) == (
+        "When is the dentist appointment?"
+    )
+    assert recall_query("and her?", []) == "and her?"
+    # Names already in the message are not repeated; newest turn first.
+    assert recall_query("Did Anna like it?", ["Marc came too", "Anna loved Porto"]) == (
+        "Did Anna like it? Porto Marc"
+    )
+
+
+def test_time_expressions_resolve_against_when_they_were_said() -> None:
+    said = datetime(2023, 8, 3)
+    assert resolve("we went camping last weekend", said) == datetime(2023, 7, 27)
+    assert resolve("two weeks ago I ran", said) == datetime(2023, 7, 20)
+    assert resolve("see you next month", said) == datetime(2023, 9, 1)
+    assert time_context("I went yesterday", said) == (
+        "(when: 2 August 2023, August 2023, summer 2023)"
+    )
+    assert time_context("nothing dated here", said) is None
+    assert time_context("yesterday", None) is None

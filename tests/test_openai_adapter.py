@@ -1,0 +1,250 @@
+"""OpenAI-compatible servers through the official `openai` client, against the fake Chat
+Completions server: tools, tool results, images, streaming and usage mapped both ways; faults
+retried or classified; a model without tools or images says so instead of dropping them."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from agentd.config import LLMConfig
+from agentd.llm.openai_adapter import OpenAILLM
+from agentd.llm.settings import ProviderConfig
+from agentd.llm.types import (
+    ImageBlock,
+    LLMError,
+    LLMRequest,
+    Message,
+    TextBlock,
+    ToolResultBlock,
+    ToolSpec,
+)
+from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat
+
+WEATHER = ToolSpec(
+    name="weather",
+    description="The weather now",
+    input_schema={"type": "object", "properties": {"city": {"type": "string"}}},
+)
+PIXEL = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAQAAAC1HAwCAAAAC0lEQVR42mNkYAAAAAYAAjCB0C8AAAAASUVORK5CYII="
+)
+
+
+async def _no_sleep(_seconds: float) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def chat() -> Iterator[FakeChat]:
+    with FakeChat.running() as server:
+        yield server
+
+
+def _llm(server: FakeChat, retries: int = 0, **provider: Any) -> OpenAILLM:
+    config = LLMConfig(retries=retries, timeout=provider.pop("timeout", 30.0))
+    settings = ProviderConfig(
+        kind="openai", base_url=server.base_url + "/v1", local=True, **provider
+    )
+    return OpenAILLM(config, "", settings, "local", sleep=_no_sleep)
+
+
+@pytest.fixture
+async def local(chat: FakeChat) -> AsyncIterator[OpenAILLM]:
+    llm = _llm(chat)
+    yield llm
+    await llm.close()
+    chat.reset()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_a_tool_turn_on_the_openai_path(
+    chat: FakeChat, local: OpenAILLM, streamed: bool
+) -> None:
+    seen: list[str] = []
+
+    async def on_text(text: str) -> None:
+        seen.append(text)
+
+    on = on_text if streamed else None
+    ask = LLMRequest(
+        messages=[Message(role="user", content="Weather in Oslo?")],
+        tools=[WEATHER],
+        system=[],
+    )
+    chat.enqueue_tool_call("weather", {"city": "Oslo"})
+    first = await local.complete(ask, on, model="qwen2.5:7b")
+    assert first.stop_reason == "tool_use" and first.provider == "local"
+    (use,) = first.tool_uses
+    assert (use.name, use.input) == ("weather", {"city": "Oslo"})
+    assert first.usage.input_tokens > 0 and first.usage.output_tokens > 0
+
+    then = ask.model_copy(
+        update={
+            "messages": [
+                *ask.messages,
+                Message(role="assistant", content=first.content),
+                Message(
+                    role="user",
+                    content=[ToolResultBlock(tool_use_id=use.id, content="Sunny, 21°C")],
+                ),
+            ]
+        }
+    )
+    answer = await local.complete(then, on, model="qwen2.5:7b")
+    assert answer.text == "echo: tool_result: Sunny, 21°C"
+    assert answer.stop_reason == "end_turn"
+    sent = chat.requests[-1]["body"]
+    assert sent["tools"][0]["function"]["name"] == "weather"
+    assert sent["messages"][-2]["tool_calls"][0]["id"] == use.id  # the assistant's call
+    assert sent["messages"][-1] == {
+        "role": "tool",
+        "tool_call_id": use.id,
+        "content": "Sunny, 21°C",
+    }
+    if streamed:
+        assert seen[-1] == answer.text
+
+
+async def test_images_and_the_system_prompt_are_sent(chat: FakeChat, local: OpenAILLM) -> None:
+    req = LLMRequest(
+        system=[{"text": "You are terse."}],  # type: ignore[list-item]
+        messages=[
+            Message(
+                role="user",
+                content=[
+                    TextBlock(text="What is this?"),
+                    ImageBlock(media_type="image/png", data=PIXEL),
+                ],
+            )
+        ],
+    )
+    await local.complete(req, model="llava")
+    body = chat.requests[-1]["body"]
+    assert body["messages"][0] == {"role": "system", "content": "You are terse."}
+    parts = body["messages"][1]["content"]
+    assert parts[1]["image_url"]["url"].startswith("data:image/png;base64,")
+
+
+async def test_a_model_without_tools_says_so_configured_or_detected(chat: FakeChat) -> None:
+    ask = LLMRequest(messages=[Message(role="user", content="hi")], tools=[WEATHER])
+    configured = _llm(chat, tools=False)
+    with pytest.raises(LLMError, match="cannot take tool calls") as refused:
+        await configured.complete(ask, model="gemma")
+    assert refused.value.reason == "unsupported" and chat.requests == []  # said before any call
+    await configured.close()
+
+    detected = _llm(chat)
+    chat.tools = False
+    try:
+        with pytest.raises(LLMError, match="the server said so"):
+            await detected.complete(ask, model="gemma")
+        with pytest.raises(LLMError, match="cannot take tool calls"):
+            await detected.complete(ask, model="gemma")  # remembered: no second call
+        assert len(chat.requests) == 1
+        plain = await detected.complete(
+            LLMRequest(messages=[Message(role="user", content="hi")]), model="gemma"
+        )
+        assert plain.text == "echo: hi"
+    finally:
+        chat.tools = True
+        await detected.close()
+        chat.reset()
+
+
+async def test_server_tools_are_reported_not_dropped_silently(local: OpenAILLM) -> None:
+    req = LLMRequest(
+        messages=[Message(role="user", content="news?")],
+        server_tools=[{"type": "web_search_20250305", "name": "web_search"}],
+    )
+    answer = await local.complete(req, model="qwen")
+    assert answer.notes and "web_search" in answer.notes[0]
+
+
+FAULTS = {
+    "rate_limited": (lambda c: c.enqueue_error(429, "slow down", retry_after=0), "rate_limit"),
+    "overloaded": (lambda c: c.enqueue_error(529, "overloaded"), "overloaded"),
+    "server_error": (lambda c: c.enqueue_error(500), "server_error"),
+    "quota": (lambda c: c.enqueue_error(429, "quota", code="insufficient_quota"), "billing"),
+    "dropped": (lambda c: c.enqueue(ChatFault("drop")), "unreachable"),
+    "malformed": (lambda c: c.enqueue(ChatFault("malformed")), "malformed"),
+    "cut_stream": (lambda c: c.enqueue(ChatReply(text="a long answer", cut_after=2)), None),
+    "garbled_stream": (lambda c: c.enqueue(ChatReply(text="a long answer", garble_after=1)), None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(set(FAULTS) - {"quota"}))  # a quota waits for a bill
+async def test_faults_are_retried_then_answered(chat: FakeChat, case: str) -> None:
+    enqueue, _ = FAULTS[case]
+    llm = _llm(chat, retries=1)
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    try:
+        enqueue(chat)
+        chat.enqueue_text("Recovered.")
+        answer = await llm.complete(
+            LLMRequest(messages=[Message(role="user", content="x")]), on_text
+        )
+    finally:
+        await llm.close()
+        chat.reset()
+    assert answer.text == "Recovered." and answer.attempt == 2
+
+
+@pytest.mark.parametrize("case", sorted(k for k, v in FAULTS.items() if v[1]))
+async def test_faults_are_classified_for_the_fallback_chain(chat: FakeChat, case: str) -> None:
+    enqueue, reason = FAULTS[case]
+    llm = _llm(chat)
+    try:
+        enqueue(chat)
+        with pytest.raises(LLMError) as failed:
+            await llm.complete(LLMRequest(messages=[Message(role="user", content="x")]))
+    finally:
+        await llm.close()
+        chat.reset()
+    assert failed.value.reason == reason
+
+
+async def test_a_hung_server_times_out(chat: FakeChat) -> None:
+    llm = _llm(chat, timeout=0.5)
+    try:
+        chat.enqueue(ChatFault("hang"))
+        with pytest.raises(LLMError) as failed:
+            await llm.complete(LLMRequest(messages=[Message(role="user", content="x")]))
+    finally:
+        await llm.close()
+        chat.reset()
+    assert failed.value.reason == "timeout" and failed.value.retryable
+
+
+async def test_a_structured_answer_from_a_model_without_tools_comes_as_json(
+    chat: FakeChat,
+) -> None:
+    from pydantic import BaseModel
+
+    from agentd.llm.structured import complete_structured
+
+    class Summary(BaseModel):
+        summary: str
+
+    llm = _llm(chat, tools=False)
+    try:
+        chat.enqueue_text('{"summary": "They talked about the week."}')
+        result, response = await complete_structured(
+            llm,  # type: ignore[arg-type]
+            LLMRequest(purpose="summary", messages=[Message(role="user", content="...")]),
+            Summary,
+            name="record_summary",
+            description="Record the summary",
+        )
+        sent = chat.requests[-1]["body"]
+    finally:
+        await llm.close()
+        chat.reset()
+    assert result == Summary(summary="They talked about the week.")
+    assert "tools" not in sent and sent["response_format"]["type"] == "json_schema"
+    assert response.usage.input_tokens > 0
