@@ -409,6 +409,7 @@ def test_kill_9_after_a_tool_ran_does_not_run_it_again(tmp_path: Path) -> None:
                 "route:toolu_k1",
                 "tool:toolu_k1",
                 "audit:toolu_k1",
+                "steer#2",  # what the user sent meanwhile (nothing): one journaled decision
                 "llm#2",
                 "send#1",
                 "save-reply",

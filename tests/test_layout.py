@@ -29,7 +29,7 @@ TIERS: list[tuple[str, ...]] = [
     ("knowledge", "memory", "web", "hands", "mail", "calendar"),
     ("media", "skills"),
     ("agent", "commands"),
-    ("schedule",),
+    ("schedule", "tasks"),
     ("automations",),  # the owner's own workflows: start, signal, hooks
     ("telegram",),
     ("dashboard",),  # the owner's web pages: read below, served by the daemon or the CLI

@@ -358,6 +358,9 @@ async def seek_approval(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),
         name=f"wait:{use.id}",
+        # The chat goes on while the owner decides: later messages are answered meanwhile,
+        # and this turn's answer comes as a reply to its own message (docs/messages.md).
+        release_key=True,
     )
     if event is None:
         decision = await step.do(f"expire:{use.id}", settle_timeout, deps, approval.id)

@@ -98,6 +98,7 @@ class Recall(BaseModel):
     facts: str = ""
     memories: str = ""
     outside: bool = False  # a recalled memory came from outside content (memory.taints)
+    pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)
     searched: bool = False  # the memories were searched (not only the facts listed)
     why: str = ""  # what was searched for, or why nothing was
     route: RoutingDecision | None = None  # agent/routing.py; None: journaled before it existed

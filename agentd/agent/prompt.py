@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from agentd.agent.pending import PENDING_RULE
 from agentd.chat.data import as_data
 from agentd.llm.types import Message, SystemBlock
 from agentd.tools.citations import CITE_RULE
@@ -108,12 +109,19 @@ def build_system(
     return [SystemBlock(text="\n\n".join(parts), cache=True)]
 
 
-def build_context(*, now: datetime, facts: str = "", memories: str = "", language: str = "") -> str:
-    """What changes from call to call: the time to the minute, the user's language, and what
-    memory recalled."""
+def build_context(
+    *, now: datetime, facts: str = "", memories: str = "", pending: str = "", language: str = ""
+) -> str:
+    """What changes from call to call: the time to the minute, the user's language, what
+    memory recalled, and what the chat's other turns still wait for."""
     parts = [f"Current date and time: {now.isoformat(timespec='minutes')} ({now.tzinfo})."]
     if language:
         parts.append(LANGUAGE_LINE.format(language=language))
+    if pending.strip():
+        parts.append(
+            "Still pending in this chat, from earlier messages:\n"
+            f"<data>\n{pending.strip()}\n</data>\n{PENDING_RULE}"
+        )
     if facts.strip():
         parts.append(f"Known facts about the user:\n<data>\n{as_data(facts.strip())}\n</data>")
     if memories.strip():

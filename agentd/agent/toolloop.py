@@ -21,8 +21,10 @@ from agentd.agent.calls import make_call
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
 from agentd.agent.routing import RoutingDecision
+from agentd.agent.steer import take_added, with_added
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
+from agentd.agent.together import run_calls
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
 from agentd.durable.pending import Pending
@@ -162,6 +164,7 @@ async def call_llm(
                 facts=recall.facts,
                 memories=recall.memories,
                 language=recall.language,
+                pending=recall.pending,
             ),
         }
     )
@@ -196,6 +199,15 @@ async def call_llm(
     return response
 
 
+async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: int) -> None:
+    """Between a tool step and model call n: what the user sent meanwhile (agent/steer.py)."""
+    if conversation[-1].role != "user":
+        return  # a paused server-side tool run goes on as it was
+    added = await step.local(f"steer#{n}", take_added, step.instance_id, deps.clock.now())
+    if added:
+        conversation[-1] = with_added(conversation[-1], added)
+
+
 async def agent_loop(
     step: Step,
     deps: TurnDeps,
@@ -222,6 +234,8 @@ async def agent_loop(
     response: LLMResponse | None = None
     for n in range(1, max_steps + 1):
         name = f"llm#{n}"
+        if n > 1:
+            await steer_in(step, deps, conversation, n)
         response = await step.do(
             name,
             call_llm,
@@ -248,27 +262,45 @@ async def agent_loop(
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))
-        results = []
-        for use in response.tool_uses:
-            outcome, route = await handle_tool_use(step, deps, inp, use, taint)
+
+        async def handle(at: Step, use: ToolUseBlock, t: TurnTaint) -> tuple[ToolOutcome, Route]:
+            return await handle_tool_use(at, deps, inp, use, t)
+
+        ran = await run_calls(step, deps, response.tool_uses, taint, handle)
+        for outcome, _ in ran:
             retrieved.update(found_in(outcome.content))
-            if route.risk == "medium" and outcome.ok:
-                reported.append(f"{route.name} ({_brief(use)})")
-            entry = deps.listed_use(route.name, use.input) if deps.listed_use else None
-            if entry and outcome.ok and entry not in used:
-                used.append(entry)
-            files.extend(outcome.files)
-            results.append(
-                ToolResultBlock(
-                    tool_use_id=use.id,
-                    content=outcome.content or "(empty)",
-                    is_error=not outcome.ok,
-                )
-            )
+        results = tool_results(response.tool_uses, ran, reported, used, files, deps.listed_use)
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)
     text = f"{last_text}\n\n{note}" if last_text else note
     return AgentResult(text=text, calls=max_steps, outcome="step_limit", **collected)
+
+
+def tool_results(
+    uses: list[ToolUseBlock],
+    ran: list[tuple[ToolOutcome, Route]],
+    reported: list[str],
+    used: list[str],
+    files: list[SpooledFile],
+    listed_use: Any = None,
+) -> list[ToolResultBlock]:
+    """The results for the model, in the reply's order; what the answer must report (medium
+    risk), the skills used and the files to send are noted on the way."""
+    results = []
+    for use, (outcome, route) in zip(uses, ran, strict=True):
+        if route.risk == "medium" and outcome.ok:
+            reported.append(f"{route.name} ({_brief(use)})")
+        # Which listed entry (a skill) a call loaded: the capability that lists them says.
+        entry = listed_use(route.name, use.input) if listed_use else None
+        if entry and outcome.ok and entry not in used:
+            used.append(entry)
+        files.extend(outcome.files)
+        results.append(
+            ToolResultBlock(
+                tool_use_id=use.id, content=outcome.content or "(empty)", is_error=not outcome.ok
+            )
+        )
+    return results
 
 
 def _brief(use: ToolUseBlock) -> str:

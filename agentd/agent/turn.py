@@ -7,6 +7,7 @@ was interrupted.
 
 from __future__ import annotations
 
+import logging
 import time
 from functools import partial
 from typing import Any
@@ -16,8 +17,10 @@ from pydantic import BaseModel
 from agentd.access import ratelimit
 from agentd.agent import routing
 from agentd.agent.deps import Recall, TurnDeps
+from agentd.agent.pending import pending_in_chat
 from agentd.agent.recall_query import recall_query
 from agentd.agent.routing import RoutingDecision
+from agentd.agent.steer import claim_steer
 from agentd.agent.taint import turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
@@ -57,6 +60,7 @@ from agentd.retrieval.fusion import fusion_from_config
 from agentd.tools import citations
 from agentd.tools.urls import urls_in, user_url_in
 
+log = logging.getLogger("agentd.agent")
 RECALL_KINDS = ("summary", "note", "turn")  # facts are listed in full, not recalled
 LLM_ERROR_REPLY = (
     "Sorry — I couldn't get an answer from the language model just now. Your message is saved; "
@@ -419,12 +423,23 @@ async def route_turn(deps: TurnDeps, inp: TurnInput, recall: Recall | None) -> R
     return routing.decide(deps, inp, tools, state, recall.why)
 
 
-async def recall_and_route(deps: TurnDeps, inp: TurnInput, query: str) -> Recall:
-    """The `recall` step: memories, and the decision journaled with them."""
-    recall = await recall_memories(deps, inp, query)
+async def recall_for_turn(
+    deps: TurnDeps, inp: TurnInput, instance_id: str, query: str | None = None
+) -> Recall:
+    """The `recall` step: recalled memories, what the chat's other turns still wait for
+    (agent/pending.py; read even when recall fails, so the model never asks for those again),
+    and, journaled with them, the turn's routing decision and the user's language."""
+    pending = await deps.db.read_inline(pending_in_chat, inp.chat_id, instance_id, deps.clock.now())
+    recall: Recall | None
+    try:
+        recall = await recall_memories(deps, inp, query)
+    except Exception as exc:  # an embedder outage must not cost the user their answer
+        log.warning("recall failed; answering without memories", extra={"error": repr(exc)})
+        recall = None
     language, _ = await deps.db.read_inline(locale.current, inp.user_id)
     route = await route_turn(deps, inp, recall)
-    return recall.model_copy(update={"route": route, "language": language or inp.language_code})
+    update = {"pending": pending, "route": route, "language": language or inp.language_code}
+    return (recall or Recall()).model_copy(update=update)
 
 
 async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
@@ -566,7 +581,7 @@ async def think(
         try:
             query = recall_query(inp, images)
             recall = await step.do(
-                "recall", recall_and_route, deps, inp, query, delivery="idempotent"
+                "recall", recall_for_turn, deps, inp, step.instance_id, query, delivery="idempotent"
             )
         except StepFailed:  # an embedder outage must not cost the user their answer
             route = await route_turn(deps, inp, None)
@@ -610,8 +625,29 @@ async def answer(
     return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)
 
 
+def save_steered(conn: Any, inp: TurnInput, instance_id: str) -> int:
+    """A message the working turn took (agent/steer.py): kept for `agentd history`, left out
+    of later prompts (the request it was added to carries it)."""
+    message_id = save_user_message(conn, inp, instance_id, [], [])
+    history.withdraw(conn, [instance_id], "steered")
+    return message_id
+
+
+async def steered_away(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput | None:
+    """For a message sent while another turn worked: None if this turn answers it."""
+    assert inp.steer_into is not None
+    if await step.local("steer-claim", claim_steer, step.instance_id, deps.clock.now()):
+        return None
+    await step.local("save-user", save_steered, inp, step.instance_id)
+    detail = {"outcome": "steered", "into": inp.steer_into}
+    await step.local("audit", write_audit, inp, step.instance_id, "turn", detail)
+    return TurnOutput(outcome="steered")
+
+
 async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
     started = time.perf_counter()
+    if inp.steer_into is not None and (taken := await steered_away(step, deps, inp)):
+        return taken
     images, notes = await look_at_images(step, deps, inp)
     media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
     if media.user_text is not None:  # a transcript is the user's text from here on

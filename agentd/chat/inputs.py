@@ -50,6 +50,9 @@ class TurnInput(BaseModel):
     # the answered message it corrects.
     replaces: str | None = None
     corrects: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)
+    # Sent while that turn worked, with `[chat] busy = "steer"` (chat/busy.py): the working
+    # turn may take this text at its next model call; then this turn only records it.
+    steer_into: str | None = None
     unsupported_kind: str | None = None
     photo_file_id: str | None = None
     reply_to: ReplyContext | None = None
@@ -100,7 +103,7 @@ class TurnOutput(BaseModel):
     reply_message_ids: list[int] = Field(default_factory=list)
     llm_calls: int = 0
     outcome: Literal[
-        "answered", "unsupported", "error", "step_limit", "rate_limited", "not_heard"
+        "answered", "unsupported", "error", "step_limit", "rate_limited", "not_heard", "steered"
     ] = "answered"
 
 

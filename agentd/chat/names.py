@@ -7,6 +7,7 @@ serialises the instances that share it (one turn at a time per chat).
 from __future__ import annotations
 
 TURN_WORKFLOW = "turn"
+TASK_WORKFLOW = "task"  # a background task (agentd/tasks/)
 
 
 def chat_key(chat_id: int) -> str:

@@ -38,6 +38,7 @@ COMMANDS: dict[str, str] = {
     "workflows": "agentd.cli.workflows:app",
     "memory": "agentd.cli.memory:app",
     "schedule": "agentd.cli.schedule:app",
+    "tasks": "agentd.cli.tasks:app",
     "briefing": "agentd.cli.briefing:app",
     "ingest": "agentd.cli.docs:ingest",
     "docs": "agentd.cli.docs:app",

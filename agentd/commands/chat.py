@@ -81,16 +81,76 @@ def _withdraw_approvals(conn: Any, instance_ids: list[str], now: float) -> list[
     return stopped
 
 
+def _state(conn: Any, turn: store.InstanceRecord) -> str:
+    """What a turn is doing, in the words of the /stop list."""
+    row = conn.execute(
+        "SELECT tool FROM approvals WHERE instance_id = ? AND status = 'pending' "
+        "ORDER BY created_at LIMIT 1",
+        (turn.id,),
+    ).fetchone()
+    if row is not None:
+        return f"waiting for approval of `{row[0]}`"
+    if turn.status == "queued":
+        return "queued"
+    return "waiting" if turn.status in ("waiting", "sleeping") else "being answered"
+
+
+def _open_turns_described(conn: Any, chat_id: int) -> list[tuple[store.InstanceRecord, str]]:
+    return [(turn, _state(conn, turn)) for turn in _open_turns(conn, chat_id)]
+
+
+def _asked(turn: store.InstanceRecord) -> str:
+    return _preview(json.loads(turn.input).get("text", "") or "(no text)")
+
+
+def stop_list(turns: list[tuple[store.InstanceRecord, str]]) -> CommandReply:
+    lines = [f"{n}. “{_asked(t)}” — {state}" for n, (t, state) in enumerate(turns, 1)]
+    return CommandReply(
+        text="Several things are under way in this chat:\n\n"
+        + "\n".join(lines)
+        + "\n\nSend `/stop N` to stop one of them, or `/stop all`."
+    )
+
+
+def choose_to_stop(
+    turns: list[tuple[store.InstanceRecord, str]], args: str
+) -> list[store.InstanceRecord] | CommandReply:
+    """`/stop` alone stops the one thing under way; with several it lists them. `/stop N` and
+    `/stop all` pick from that list (numbered oldest first)."""
+    arg = args.strip().lower()
+    if not arg:
+        return [turns[0][0]] if len(turns) == 1 else stop_list(turns)
+    if arg == "all":
+        return [t for t, _ in turns]
+    picked = []
+    for part in arg.replace(",", " ").split():
+        if not part.isdigit() or not 1 <= int(part) <= len(turns):
+            return CommandReply(
+                text=f"There is no number {part} in the list. "
+                + stop_list(turns).text.split("\n\n", 1)[1]
+            )
+        picked.append(turns[int(part) - 1][0])
+    return picked
+
+
 async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
-    turns = await deps.db.read(_open_turns, inp.chat_id)
-    if not turns:
+    described = await deps.db.read(_open_turns_described, inp.chat_id)
+    if not described:
         return CommandReply(text="Nothing is running in this chat.")
-    withdrawn = await deps.db.write(_withdraw_approvals, [t.id for t in turns], deps.clock.now())
+    chosen = choose_to_stop(described, inp.args)
+    if isinstance(chosen, CommandReply):
+        return chosen
+    return await stop_turns(deps, chosen)
+
+
+async def stop_turns(deps: CommandDeps, turns: list[store.InstanceRecord]) -> CommandReply:
+    ids = [t.id for t in turns]
+    withdrawn = await deps.db.write(_withdraw_approvals, ids, deps.clock.now())
     for turn in turns:
         await deps.cancel(turn.id)
     # The stopped requests stay in `agentd history` but never reach the model again, or a
     # later message would have it carry out what the user just stopped.
-    await deps.db.write(history.withdraw, [t.id for t in turns], "stopped")
+    await deps.db.write(history.withdraw, ids, "stopped")
     for approval in withdrawn:
         if approval.message_id is not None:
             try:
@@ -102,9 +162,10 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     first = json.loads(turns[0].input).get("text", "")
     text = f"Stopped working on “{_preview(first)}”." if first else "Stopped the running answer."
     if withdrawn:
-        text += f" The approval request for `{withdrawn[0].tool}` is withdrawn; it was not run."
+        tools = ", ".join(f"`{a.tool}`" for a in withdrawn)
+        text += f" The approval request for {tools} is withdrawn; it was not run."
     if len(turns) > 1:
-        text += f" Also dropped {len(turns) - 1} queued message(s)."
+        text += f" Also stopped {len(turns) - 1} other message(s)."
     return CommandReply(text=text)
 
 
@@ -324,7 +385,9 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
 
     router.command("help", help_command, "What I can do and the commands")
     router.command("new", bind(new_command), "Start a fresh conversation (nothing is deleted)")
-    router.command("stop", bind(stop_command), "Stop the answer I'm working on")
+    router.command(
+        "stop", bind(stop_command), "Stop what I'm working on (/stop N, /stop all: one of several)"
+    )
     router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
     router.command("memory", bind(memory_command), "What I remember about you, to correct")

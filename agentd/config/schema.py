@@ -656,6 +656,21 @@ class LogConfig(_Section):
     format: Literal["auto", "json", "text"] = "auto"
 
 
+class ChatConfig(_Section):
+    """`[chat]`: a message that arrives while a turn of its chat works (agentd/chat/busy.py)."""
+
+    busy: Literal["steer", "queue", "interrupt"] = "steer"
+
+
+class TasksConfig(_Section):
+    """`[tasks]`: background tasks started by the `delegate` tool or `/task`."""
+
+    max_running: int = Field(default=3, ge=1)  # per chat, at once; more are refused
+    max_steps: int = Field(default=8, ge=1, le=100)  # model calls per task, at most
+    token_budget: int = Field(default=100_000, ge=1)  # tokens per task, at most
+    max_depth: int = Field(default=2, ge=1)  # a task may delegate until this depth
+
+
 class StartupConfig(_Section):
     """`[startup]`: how `agentd run` loads its libraries."""
 
@@ -724,6 +739,8 @@ class Config(_Section):
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)
     calendar: list[CalendarConfig] = Field(default_factory=list)
+    chat: ChatConfig = Field(default_factory=ChatConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
     # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets

@@ -195,6 +195,7 @@ def _start_polling(
         policy=retry_policy(config),
         request_timeout=config.telegram.request_timeout,
         on_progress=watchdog or (lambda: None),
+        busy=config.chat.busy,
     )
     proc.tasks.append(asyncio.create_task(proc.poller.run(), name="poller"))
     # Best effort, so its round trip need not delay the first getUpdates.

@@ -26,6 +26,7 @@ from agentd.retention.workflow import make_retention_workflow
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
+from agentd.tasks.install import Tasks
 from agentd.telegram.classify import Identity
 from agentd.tools import ToolRegistry
 from agentd.tools.capability import Context, Contribution
@@ -97,8 +98,13 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     )
     caps = capabilities()
     parts = [await cap.contribute(ctx) for cap in caps]
+    # Background tasks: `delegate` is registered like every tool (so `[tools] disabled` and
+    # `[tools.risk]` apply); the task workflow and /task, /tasks come once the deps exist.
+    tasks = Tasks(engine)
+    names = [c.name for c in caps] + ["tasks"]
+    parts.append(Contribution(tools=tasks.tools()))
     registry = _registry(config, parts)
-    router.abilities = abilities([c.name for c in caps], parts, registry)
+    router.abilities = abilities(names, parts, registry)
     turn: dict[str, Any] = {}
     for part in parts:
         turn.update(part.turn)
@@ -118,6 +124,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         **turn,
     )
     engine.register(make_turn_workflow(deps))
+    tasks.install(deps, router)  # the task workflow, /task and /tasks
     engine.register(make_retention_workflow(db, config.retention, core.clock))
     engine.register(make_notice_workflow(db, core.outbox))  # parked and failed runs: notices
     engine.register(make_leave_workflow(core.bot, db))
@@ -190,6 +197,7 @@ ABOUT = {
     "automations": "run your automations",
     "plugins": "use the tools of your plugins",
     "hands": "work with files in my workspace",
+    "tasks": "hand longer work to background tasks and tell you when each ends",
 }
 # A tool that adds to its capability's line when it is offered (the shell needs a sandbox).
 ABOUT_TOOL = {"shell": "run commands on this server (I ask before anything risky)"}

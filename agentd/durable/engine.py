@@ -2,7 +2,11 @@
 
 Instances with the same key (a chat) run one at a time in creation order; different keys run
 concurrently up to `concurrency`. A waiting or sleeping instance gives its concurrency slot
-back but keeps its key, so a chat's turns never overtake each other.
+back but keeps its key, so a chat's turns never overtake each other — unless its wait says
+`release_key`: then the key's next instances run meanwhile, and the waiting instance takes the
+key again (after whichever instance holds it now) before its next step. Nothing of that is
+state of its own: after a restart the waiting instance, the oldest open one of its key, replays
+up to its wait and lets the key go again, so the journal alone decides the order.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class Engine:
         # Instances that were running when the last process died run one at a time (below).
         self._suspects: set[str] = set()
         self._suspect_lock = asyncio.Lock()
+        self._suspect_holder: str | None = None
         self.clock: Clock = clock or SystemClock()
         self.limits = limits or Limits()
         self.stopping = False
@@ -108,6 +113,13 @@ class Engine:
         # What each parked instance waits for: its wake-up time and, for an event, its waiter.
         self._blocked: dict[str, tuple[float, asyncio.Event | None]] = {}
         self._poller: asyncio.Task[None] | None = None
+        # Each key's order: held by the instance that runs for the key now (its runner takes
+        # it before picking the next instance; a `release_key` wait gives it back meanwhile).
+        self._key_locks: dict[str, asyncio.Lock] = {}
+        self._key_held: dict[str, asyncio.Lock] = {}
+        self._live: dict[str, str] = {}  # instances with a run in this process: their keys
+        self._released: set[str] = set()  # waiting with their key given back
+        self._runs: set[asyncio.Task[None]] = set()
 
     # -- registration and starting -------------------------------------------------------
 
@@ -246,25 +258,66 @@ class Engine:
     def key_of(self, instance_id: str) -> str | None:
         return self._keys.get(instance_id)
 
+    def _key_lock(self, key: str) -> asyncio.Lock:
+        return self._key_locks.setdefault(key, asyncio.Lock())
+
     async def _run_key(self, key: str) -> None:
+        """Hand the key's open instances, oldest first, one at a time to runs of their own:
+        the next one only once the key is free again (its instance finished, or let go of
+        the key while it waits)."""
+        lock = self._key_lock(key)
         try:
             while not self.stopping:
                 self._dirty.discard(key)
-                inst = await self.db.read_inline(store.next_open_for_key, key)
-                if inst is None:
-                    if key in self._dirty:
-                        continue
-                    return
+                await lock.acquire()
+                handed = False
                 try:
-                    await self._execute(inst)
-                except Exception as exc:  # an engine bug must not wedge the chat forever
-                    log.exception("engine failed running %s", inst.id)
-                    with contextlib.suppress(Exception):  # the reconcile poll retries the key
-                        await self._finish(inst.id, "errored", error=f"engine error: {exc}"[:4000])
-                        continue
-                    return
+                    if self.stopping:
+                        return
+                    skip = tuple(i for i, k in self._live.items() if k == key)
+                    inst = await self.db.read_inline(store.next_open_for_key, key, skip)
+                    if inst is None:
+                        if key in self._dirty:
+                            continue
+                        return
+                    self._live[inst.id] = key
+                    self._key_held[inst.id] = lock
+                    run = asyncio.create_task(self._run_instance(inst), name=f"run:{inst.id}")
+                    self._runs.add(run)
+                    run.add_done_callback(self._runs.discard)
+                    handed = True
+                finally:
+                    if not handed:
+                        lock.release()
         finally:
             self._runners.pop(key, None)
+
+    async def _run_instance(self, inst: store.InstanceRecord) -> None:
+        try:
+            await self._execute(inst)
+        except Exception as exc:  # an engine bug must not wedge the chat forever
+            log.exception("engine failed running %s", inst.id)
+            try:
+                await self._finish(inst.id, "errored", error=f"engine error: {exc}"[:4000])
+            except Exception:
+                # Left open: skipped here until the reconcile poll's next look, not retried
+                # in a tight loop.
+                self._give_back_key(inst.id)
+                await asyncio.sleep(self._poll_interval * RECONCILE_EVERY)
+        finally:
+            self._live.pop(inst.id, None)
+            self._give_back_key(inst.id)
+
+    def _give_back_key(self, instance_id: str) -> None:
+        lock = self._key_held.pop(instance_id, None)
+        if lock is not None:
+            lock.release()
+
+    async def _take_key_again(self, instance_id: str, key: str) -> None:
+        """After a `release_key` wait: back in the key's order before the next step."""
+        lock = self._key_lock(key)
+        await lock.acquire()
+        self._key_held[instance_id] = lock
 
     async def _finish(
         self, instance_id: str, status: str, step: Step | None = None, **fields: Any
@@ -293,12 +346,20 @@ class Engine:
             await self._execute_now(inst)
             return
         # Running when the process died: alone among such, so that if it kills the process
-        # again, it is the only one charged with it.
-        async with self._suspect_lock:
-            try:
-                await self._execute_now(inst)
-            finally:
-                self._suspects.discard(inst.id)
+        # again, it is the only one charged with it (until it lets go of its key to wait: by
+        # then it got past where it was).
+        await self._suspect_lock.acquire()
+        self._suspect_holder = inst.id
+        try:
+            await self._execute_now(inst)
+        finally:
+            self._suspects.discard(inst.id)
+            self._free_suspect_lock(inst.id)
+
+    def _free_suspect_lock(self, instance_id: str) -> None:
+        if self._suspect_holder == instance_id:
+            self._suspect_holder = None
+            self._suspect_lock.release()
 
     async def _execute_now(self, inst: store.InstanceRecord) -> None:
         if inst.cancel_requested:
@@ -348,6 +409,7 @@ class Engine:
             self._keys.pop(inst.id, None)
             self._waiters.pop(inst.id, None)
             self._cancelling.discard(inst.id)
+            self._released.discard(inst.id)
 
     async def _await_instance(
         self,
@@ -430,7 +492,8 @@ class Engine:
             until, wakeup = self._blocked.get(instance_id, (now, None))
             if until <= now or (wakeup is not None and wakeup.is_set()):
                 return False
-            busy.discard(self._keys.get(instance_id, ""))
+            if instance_id not in self._released:  # else its key's runner is free to move
+                busy.discard(self._keys.get(instance_id, ""))
         return not busy
 
     @asynccontextmanager
@@ -441,8 +504,10 @@ class Engine:
         *,
         wake_at: float | None = None,
         waiting_for: str | None = None,
+        release_key: bool = False,
     ) -> AsyncIterator[None]:
-        """Mark the instance sleeping/waiting and free its slot while the body awaits."""
+        """Mark the instance sleeping/waiting and free its slot while the body awaits; with
+        `release_key`, free its key too, and take it back (in turn) when the body is done."""
         await self.db.write_unsynced(
             store.set_status,
             instance_id,
@@ -452,7 +517,14 @@ class Engine:
             waiting_for=waiting_for,
         )
         self._release(instance_id)
+        if release_key and instance_id in self._key_held:
+            self._released.add(instance_id)
+            self._give_back_key(instance_id)
+            self._free_suspect_lock(instance_id)
         yield
+        if instance_id in self._released:
+            await self._take_key_again(instance_id, self._keys[instance_id])
+            self._released.discard(instance_id)
         await self._acquire(instance_id)
         await self.db.write_unsynced(store.set_status, instance_id, "running", self.clock.now())
 
@@ -505,7 +577,7 @@ class Engine:
     async def wait_idle(self, timeout: float = 10.0) -> None:
         """Return once no instance is running in this process (for tests and benchmarks)."""
         deadline = time.monotonic() + timeout
-        while self._runners:
+        while self._runners or self._runs:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"engine still busy with {sorted(self._runners)}")
             await asyncio.sleep(0.005)
@@ -550,7 +622,7 @@ class Engine:
         for instance_id, task in list(self._tasks.items()):
             if instance_id not in self._holding:
                 task.cancel()
-        runners = list(self._runners.values())
+        runners = [*self._runners.values(), *self._runs]
         if runners:
             _, still = await asyncio.wait(runners, timeout=grace)
             for task in still:

@@ -48,4 +48,5 @@ class StepHost(Protocol):
         *,
         wake_at: float | None = None,
         waiting_for: str | None = None,
+        release_key: bool = False,
     ) -> AbstractAsyncContextManager[None]: ...

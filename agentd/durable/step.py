@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import inspect
 import json
@@ -38,6 +39,8 @@ T = TypeVar("T")
 # gives its concurrency slot back meanwhile (R-DUR-4 for retries).
 DURABLE_BACKOFF_AFTER = 5.0
 Delivery = Literal["at_least_once", "at_most_once", "idempotent"]
+# Ordinals reserved for each branch of `Step.fork`: more than any one tool call takes.
+BRANCH_STEPS = 32
 log = logging.getLogger("agentd.durable")
 
 
@@ -191,6 +194,7 @@ class Step:
         for a in attempts:
             self._attempt_counts[a.ordinal] = max(self._attempt_counts.get(a.ordinal, 0), a.attempt)
         self._ordinal = 0
+        self._bound: int | None = None  # a branch's last ordinal (fork)
         self._names: set[str] = set()
 
     @property
@@ -210,6 +214,10 @@ class Step:
             )
         self._names.add(name)
         self._ordinal += 1
+        if self._bound is not None and self._ordinal > self._bound:
+            raise LimitExceeded(
+                f"step {name!r}: a branch of {self.instance_id} may take {BRANCH_STEPS} steps"
+            )
         if self._ordinal > self.engine.limits.max_steps_per_instance:
             raise LimitExceeded(
                 f"instance {self.instance_id} exceeded {self.engine.limits.max_steps_per_instance}"
@@ -222,6 +230,21 @@ class Step:
                 f"{record.kind} {record.name!r}, the code asked for {kind} {name!r}"
             )
         return self._ordinal, record
+
+    def fork(self, n: int) -> list[Step]:
+        """n views of this run for steps that run at the same time (a TaskGroup): each branch
+        journals into a block of BRANCH_STEPS ordinals of its own, so the journal reads the
+        same whichever branch finishes first, and a replay matches it; this run goes on after
+        the last block. Step names stay unique across the branches."""
+        base = self._ordinal
+        branches = []
+        for i in range(n):
+            branch = copy.copy(self)  # shares the journal, the held rows and the names
+            branch._ordinal = base + i * BRANCH_STEPS
+            branch._bound = base + (i + 1) * BRANCH_STEPS
+            branches.append(branch)
+        self._ordinal = base + n * BRANCH_STEPS
+        return branches
 
     def unreplayed(self) -> list[str]:
         """Journaled steps this run never reached: a workflow that finishes with some left
@@ -637,9 +660,18 @@ class Step:
         )
 
     async def wait_for_event(
-        self, event_type: str, timeout: float | timedelta, *, name: str | None = None
+        self,
+        event_type: str,
+        timeout: float | timedelta,
+        *,
+        name: str | None = None,
+        release_key: bool = False,
     ) -> Event | None:
-        """Wait durably for an event of this type; None when the timeout passes first."""
+        """Wait durably for an event of this type; None when the timeout passes first.
+
+        `release_key=True`: the instance's key (its chat) is not held meanwhile, so the key's
+        later instances run while this one waits; it takes the key back, after whichever
+        instance holds it then, before its next step (the engine's docstring says more)."""
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         name = name or f"wait:{event_type}"
         ordinal, record = self._next(name, "wait")
@@ -663,7 +695,11 @@ class Step:
             deadline = record.wake_at or self.clock.now()
         wakeup = self.engine.waiter(self.instance_id)
         async with self.engine.suspended(
-            self.instance_id, "waiting", wake_at=deadline, waiting_for=event_type
+            self.instance_id,
+            "waiting",
+            wake_at=deadline,
+            waiting_for=event_type,
+            release_key=release_key,
         ):
             while True:
                 wakeup.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel
@@ -85,11 +86,13 @@ def find_instance(conn: Any, instance_id: str) -> InstanceRecord | None:
         return None
 
 
-def next_open_for_key(conn: Any, key: str) -> InstanceRecord | None:
+def next_open_for_key(conn: Any, key: str, skip: Collection[str] = ()) -> InstanceRecord | None:
+    """The key's oldest open instance, leaving out `skip` (those already under way here)."""
+    marks = f"AND id NOT IN ({', '.join('?' * len(skip))}) " if skip else ""
     row = conn.execute(
-        f"SELECT * FROM workflow_instances WHERE key = ? AND status IN {_OPEN_SQL} "
+        f"SELECT * FROM workflow_instances WHERE key = ? AND status IN {_OPEN_SQL} {marks}"
         "ORDER BY seq LIMIT 1",
-        (key,),
+        (key, *skip),
     ).fetchone()
     return _row(InstanceRecord, row) if row else None
 

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.names import chat_key
+
 
 class StoredMessage(BaseModel):
     id: int
@@ -111,11 +113,15 @@ def withdraw(conn: Any, instance_ids: list[str], reason: str) -> int:
 
 def turns_between(conn: Any, chat_id: int, start_id: int, before_id: int) -> list[tuple[str, str]]:
     """(role, content) of the chat's messages from `start_id` up to (not including) `before_id`,
-    oldest first: all a prompt needs. Withdrawn requests (`withdraw`) are left out."""
+    oldest first: all a prompt needs. Withdrawn requests (`withdraw`) are left out, and so
+    are the requests of turns still waiting (for an approval): the prompt lists those as
+    pending (agent/pending.py), and read as unanswered they would be answered again."""
     rows = conn.execute(
         "SELECT role, content FROM messages WHERE chat_id = ? AND id >= ? AND id < ? "
-        "AND json_extract(meta, '$.withdrawn') IS NULL ORDER BY id",
-        (chat_id, start_id, before_id),
+        "AND json_extract(meta, '$.withdrawn') IS NULL AND (instance_id IS NULL OR "
+        "instance_id NOT IN (SELECT id FROM workflow_instances WHERE key = ? AND status IN "
+        "('queued', 'running', 'waiting', 'sleeping') AND status = 'waiting')) ORDER BY id",
+        (chat_id, start_id, before_id, chat_key(chat_id)),
     )
     return [(r[0], r[1]) for r in rows]
 

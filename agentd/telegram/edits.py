@@ -71,7 +71,7 @@ def _input(raw: str) -> TurnInput | None:
         return None
 
 
-def _answered(conn: Any, instance_id: str) -> bool:
+def answered(conn: Any, instance_id: str) -> bool:
     """A send of its answer finished or began (a marked attempt is journaled before the call,
     so one in flight counts: the user may be reading it already)."""
     row = conn.execute(
@@ -101,7 +101,7 @@ def plan_edit(conn: Any, turn: TurnInput, now: float) -> EditPlan:
     previous, prev = found
     if _same(prev, turn):
         return EditPlan(action="unchanged", previous=previous)
-    if is_open and not _answered(conn, previous):
+    if is_open and not answered(conn, previous):
         store.request_cancel(conn, previous, now)
         history.withdraw(conn, [previous], "edited")
         _settle_approvals(conn, previous, now)
@@ -111,7 +111,7 @@ def plan_edit(conn: Any, turn: TurnInput, now: float) -> EditPlan:
     status = conn.execute(
         "SELECT status FROM workflow_instances WHERE id = ?", (previous,)
     ).fetchone()
-    if status is not None and status[0] == "cancelled" and not _answered(conn, previous):
+    if status is not None and status[0] == "cancelled" and not answered(conn, previous):
         # Stopped (or replaced) before any answer: the model never saw it, so nothing to correct.
         return EditPlan(
             action="replace", previous=previous, turn=turn.model_copy(update={"replaces": previous})

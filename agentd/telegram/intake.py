@@ -9,11 +9,13 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from agentd.access import pairing
+from agentd.chat.busy import BusyMode
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.telegram import groups
+from agentd.telegram.busy import plan_busy
 from agentd.telegram.classify import Identity, UpdateDecision, classify_update, unreadable
 from agentd.telegram.edits import plan_edit
 
@@ -77,6 +79,7 @@ def _apply(
     on_callback: CallbackHandler,
     result: IntakeResult,
     on_command: CommandHook = no_commands,
+    busy: BusyMode = "queue",
 ) -> tuple[str, str | None]:
     turn = decision.turn if decision.action == "turn" else None
     command = on_command(turn, conn) if turn is not None else None
@@ -96,6 +99,9 @@ def _apply(
                 result.cancels.append(plan.previous)
             turn = plan.turn
         instance_id = turn_instance_id(update_id)
+        turn, interrupted = plan_busy(conn, turn, instance_id, busy, time.time())
+        if interrupted is not None:
+            result.cancels.append(interrupted)
         key = chat_key(turn.chat_id)
         engine.prepare_start(conn, TURN_WORKFLOW, turn, instance_id=instance_id, key=key)
         result.keys.add(key)
@@ -174,8 +180,10 @@ def persist_updates(
     engine: Engine,
     on_callback: CallbackHandler = no_callbacks,
     on_command: CommandHook = no_commands,
+    busy: BusyMode = "queue",
 ) -> IntakeResult:
-    """Record each new update and start what it asks for, then move the stored offset on."""
+    """Record each new update and start what it asks for, then move the stored offset on;
+    `busy` says what a message does while a turn of its chat works (chat/busy.py)."""
     result = IntakeResult()
     now = time.time()
     highest = None
@@ -209,7 +217,7 @@ def persist_updates(
         conn.execute("SAVEPOINT one_update")
         try:
             outcome, instance_id = _apply(
-                conn, decision, update_id, engine, on_callback, result, on_command
+                conn, decision, update_id, engine, on_callback, result, on_command, busy
             )
         except Exception as exc:
             conn.execute("ROLLBACK TO one_update")

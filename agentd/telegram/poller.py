@@ -11,6 +11,7 @@ from aiogram import Bot
 from aiogram.exceptions import ClientDecodeError, TelegramUnauthorizedError
 from aiogram.methods import GetUpdates
 
+from agentd.chat.busy import BusyMode
 from agentd.chat.outbox import Outbox
 from agentd.db import Database
 from agentd.durable import Engine
@@ -66,6 +67,7 @@ class Poller:
         request_timeout: float = 10.0,
         on_command: CommandHook = no_commands,
         on_progress: Callable[[], None] = lambda: None,
+        busy: BusyMode = "queue",
     ) -> None:
         self._bot = bot
         self._db = db
@@ -75,6 +77,7 @@ class Poller:
         self._timeout = poll_timeout
         self._on_callback = on_callback
         self._on_command = on_command
+        self._busy = busy
         self._on_progress = on_progress  # the systemd watchdog: pinged only by a live loop
         self._stopping = asyncio.Event()
         self._failures = 0
@@ -132,7 +135,13 @@ class Poller:
     async def _store(self, raw: list[dict[str, Any]]) -> int:
         """Commit the batch with the work it starts; return the offset that acknowledges it."""
         result = await self._db.write(
-            persist_updates, raw, self._me, self._engine, self._on_callback, self._on_command
+            persist_updates,
+            raw,
+            self._me,
+            self._engine,
+            self._on_callback,
+            self._on_command,
+            self._busy,
         )
         offset = max(int(u["update_id"]) for u in raw) + 1
         for chat_id, user_id, reason in result.ignored:

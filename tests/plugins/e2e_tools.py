@@ -46,3 +46,19 @@ async def hang(ctx: ToolContext) -> str:
     """Never finishes."""
     await asyncio.sleep(3600)
     return "unreachable"
+
+
+@tool(risk="low", timeout=20)
+async def rendezvous(ctx: ToolContext, name: str, party: int) -> str:
+    """Wait until `party` calls of the group `name` (the part before '-') are under way at
+    once: "met" if they were, "alone" after 10 s if not (run one after another, they never
+    meet)."""
+    _effect(f"rendezvous {name}")
+    group = name.split("-", 1)[0]
+    path = Path(os.environ["AGENTD_TEST_EFFECTS"])
+    for _ in range(200):
+        lines = path.read_text().splitlines()
+        if sum(line.startswith(f"rendezvous {group}-") for line in lines) >= party:
+            return "met"
+        await asyncio.sleep(0.05)
+    return "alone"

@@ -1,0 +1,51 @@
+"""A message that arrives while a turn of its chat works (chat/busy.py says what each mode
+does), decided inside intake's commit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentd.chat.busy import STEER_EVENT, BusyMode, steer_event_id
+from agentd.chat.inputs import TurnInput
+from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.durable import store
+from agentd.memory import history
+from agentd.telegram.edits import answered
+
+INTERRUPTED_BY = "interrupt"  # decided_by of an interrupted turn's pending approvals
+
+
+def working_turn(conn: Any, chat_id: int) -> str | None:
+    """The chat's turn that is working now (not waiting, not queued), if any."""
+    row = conn.execute(
+        "SELECT id FROM workflow_instances WHERE key = ? AND workflow = ? AND status = 'running' "
+        "ORDER BY seq LIMIT 1",
+        (chat_key(chat_id), TURN_WORKFLOW),
+    ).fetchone()
+    return row[0] if row else None
+
+
+def plan_busy(
+    conn: Any, turn: TurnInput, instance_id: str, mode: BusyMode, now: float
+) -> tuple[TurnInput, str | None]:
+    """(the turn to start, a turn to cancel now). Only a new text message steers or
+    interrupts; photos, voice and edits (which have their own rule) queue."""
+    if mode == "queue" or turn.edited or turn.kind != "text" or turn.origin != "chat":
+        return turn, None
+    working = working_turn(conn, turn.chat_id)
+    if working is None:
+        return turn, None
+    if mode == "interrupt":
+        if answered(conn, working):  # its answer is on its way: cutting it would lose it
+            return turn, None
+        store.request_cancel(conn, working, now)
+        history.withdraw(conn, [working], "interrupted")
+        conn.execute(
+            "UPDATE approvals SET status = 'denied', decided_at = ?, decided_by = ?, "
+            "reason = 'interrupted by a new message' WHERE instance_id = ? AND status = 'pending'",
+            (now, INTERRUPTED_BY, working),
+        )
+        return turn, working
+    payload = {"text": turn.text, "message_id": turn.message_id, "instance_id": instance_id}
+    store.insert_event(conn, working, STEER_EVENT, payload, now, steer_event_id(instance_id))
+    return turn.model_copy(update={"steer_into": working}), None

@@ -1,0 +1,279 @@
+"""End to end: background tasks (docs/messages.md, "Tasks in the background") through
+`agentd run`: started at once, their results as replies, after a restart too; a child's
+high-risk call asks the owner; cancelling a parent cancels its children; a budget stops a
+runaway child.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.anthropic import last_user_text
+
+CONFIG = f"""
+[telegram]
+owner_id = {OWNER}
+allowed_user_ids = [{OWNER}]
+
+[tools]
+plugins = ["tests.plugins.e2e_tools"]
+approval_timeout = 600
+
+[tasks]
+max_steps = 40
+max_running = 4
+"""
+Responder = Callable[[dict[str, Any]], Any]
+
+
+def first_text(body: dict[str, Any]) -> str:
+    content = body["messages"][0]["content"]
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text", "") for b in content if b.get("type") == "text")
+
+
+def is_task(body: dict[str, Any]) -> bool:
+    return first_text(body).startswith("Task:\n")
+
+
+def use(name: str, use_id: str, **args: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": use_id, "name": name, "input": args}
+
+
+class Stack:
+    def __init__(self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon) -> None:
+        self.tg, self.llm, self.daemon = tg, llm, daemon
+
+    def sent(self) -> list[dict[str, Any]]:
+        return [m for m in self.tg.sent if m["chat_id"] == OWNER]
+
+    def ask(self, text: str) -> int:
+        self.tg.add_message(OWNER, OWNER, text)
+        return self.tg.wait_until(
+            lambda: next(
+                (m["message_id"] for m in self.tg.chat_history(OWNER) if m.get("text") == text),
+                None,
+            ),
+            10,
+            f"the message {text!r}",
+        )
+
+    def replies_to(self, message_id: int) -> list[dict[str, Any]]:
+        return [m for m in self.sent() if m.get("reply_to_message_id") == message_id]
+
+    def wait_replies(self, message_id: int, n: int, what: str) -> list[dict[str, Any]]:
+        return self.tg.wait_until(  # type: ignore[no-any-return]
+            lambda: len(r := self.replies_to(message_id)) >= n and r, 90, what
+        )
+
+    def cards(self, marker: str, n: int = 1) -> list[dict[str, Any]]:
+        return self.tg.wait_until(  # type: ignore[no-any-return]
+            lambda: (
+                len(
+                    c := [m for m in self.sent() if m["reply_markup"] and marker in m["plain_text"]]
+                )
+                >= n
+                and c
+            ),
+            90,
+            f"{n} card(s) for {marker}",
+        )
+
+    def approve(self, card: dict[str, Any]) -> None:
+        data = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        self.tg.add_callback_query(OWNER, OWNER, card["message_id"], data)
+
+    def tasks(self) -> list[dict[str, Any]]:
+        return self.daemon.cli_json("tasks", "ls")  # type: ignore[no-any-return]
+
+    def task_requests(self, marker: str) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.llm.requests if marker in first_text(r["body"])]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("tasks")
+    (tmp / "agentd.toml").write_text(CONFIG)
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            AGENTD_TELEGRAM__STREAMING="false",
+        )
+        del env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"]
+        tg.add_chat(OWNER, "private", OWNER)
+        with running_daemon(tmp, env) as daemon:
+            yield Stack(tg, llm, daemon)
+
+
+def test_a_task_result_arrives_after_a_restart(stack: Stack) -> None:
+    s = stack
+
+    def responder(body: dict[str, Any]) -> Any:
+        if is_task(body) and "restart-brief" in first_text(body):
+            return "The restart-brief result."
+        return None
+
+    s.llm.set_responder(responder)
+    s.llm.hold()
+    try:
+        asked = s.ask("/task restart-brief: look it up")
+        started = s.wait_replies(asked, 1, "the /task reply")[0]
+        assert started["plain_text"].startswith("Started task-")
+        s.llm.wait_for_held(1, timeout=60)
+        # The reply's step journaled (else a kill may fall in the documented send window).
+        s.tg.wait_until(
+            lambda: s.daemon.query(
+                "SELECT 1 FROM workflow_instances WHERE workflow = 'command' AND status = "
+                "'complete' AND json_extract(input, '$.message_id') = ?",
+                (asked,),
+            ),
+            30,
+            "the /task command finished",
+        )
+        s.daemon.kill9()
+    finally:
+        s.llm.release()
+    s.daemon.start()
+    replies = s.wait_replies(asked, 2, "the task's result")
+    assert "The restart-brief result." in replies[1]["plain_text"]
+    s.daemon.wait_idle()
+    assert len(s.replies_to(asked)) == 2  # "started", then the result once
+    (task,) = [t for t in s.tasks() if "restart-brief" in t["text"]]
+    assert task["status"] == "complete" and task["model_calls"] == 1 and task["tokens"] > 0
+
+
+def test_a_turn_delegates_two_children_and_answers_at_once(stack: Stack) -> None:
+    s = stack
+
+    def responder(body: dict[str, Any]) -> Any:
+        text = last_user_text(body)
+        if is_task(body):
+            part = "north" if "split-north" in first_text(body) else "south"
+            return f"Findings for the {part}."
+        if text.endswith("research both halves"):
+            return [
+                use("delegate", "toolu_split1", task="split-north half", tools=["count_words"]),
+                use("delegate", "toolu_split2", task="split-south half", tools=["count_words"]),
+            ]
+        if text.startswith("tool_result:") and "Started task" in text:
+            return "Both halves are being researched."
+        return None
+
+    s.llm.set_responder(responder)
+    asked = s.ask("research both halves")
+    replies = s.wait_replies(asked, 3, "the answer and two results")
+    # The turn did not wait for them (fast as they are here, they may even come first).
+    texts = [r["plain_text"] for r in replies]
+    answers = [t for t in texts if t.startswith("Both halves are being researched.")]
+    assert len(answers) == 1 and "delegate" in answers[0]  # reported, as a medium-risk call
+    assert sorted(t.split("\n\n", 1)[1] for t in texts if t.startswith("Task done")) == [
+        "Findings for the north.",
+        "Findings for the south.",
+    ]
+    # Their usage is the chat's and the user's.
+    rows = s.daemon.query(
+        "SELECT chat_id, user_id FROM llm_usage WHERE purpose = 'task' AND instance_id IN "
+        "(SELECT id FROM workflow_instances WHERE input LIKE '%split-%')"
+    )
+    assert len(rows) == 2 and {tuple(r) for r in rows} == {(OWNER, OWNER)}
+    children = [t for t in s.tasks() if "split-" in t["text"]]
+    assert len(children) == 2 and all(t["parent"].startswith("tg-update-") for t in children)
+
+
+def test_a_child_that_tries_a_high_risk_tool_asks(stack: Stack) -> None:
+    s = stack
+    path = "/tmp/task-risky"
+
+    def responder(body: dict[str, Any]) -> Any:
+        if is_task(body) and "risky-brief" in first_text(body):
+            if last_user_text(body).startswith("tool_result:"):
+                return "Removed it."
+            return [use("delete_file", "toolu_task_del", path=path)]
+        return None
+
+    s.llm.set_responder(responder)
+    asked = s.ask(f"/task risky-brief: remove {path}")
+    (card,) = s.cards(path)
+    assert f"delete_file {path}" not in s.daemon.effects()
+    s.approve(card)
+    replies = s.wait_replies(asked, 2, "the task's result")
+    assert "Removed it." in replies[1]["plain_text"]
+    assert s.daemon.effects().count(f"delete_file {path}") == 1
+
+
+def test_cancelling_a_parent_cancels_its_children(stack: Stack) -> None:
+    s = stack
+
+    def responder(body: dict[str, Any]) -> Any:
+        first, text = first_text(body), last_user_text(body)
+        if not is_task(body):
+            return None
+        if "family-parent" in first and not text.startswith("tool_result:"):
+            return [
+                use("delegate", "toolu_kid1", task="family-kid one"),
+                use("delegate", "toolu_kid2", task="family-kid two"),
+                use("delete_file", "toolu_parent_del", path="/tmp/family-parent"),
+            ]
+        if "family-kid" in first and not text.startswith("tool_result:"):
+            which = "one" if "one" in first else "two"
+            return [use("delete_file", f"toolu_kid_del_{which}", path=f"/tmp/family-{which}")]
+        return "family done"
+
+    s.llm.set_responder(responder)
+    asked = s.ask("/task family-parent: split it")
+    s.cards("/tmp/family-", 3)  # the parent and both children wait for the owner
+    listing = s.ask("/tasks")
+    listed = s.wait_replies(listing, 1, "the /tasks list")[0]["plain_text"]
+    lines = [line for line in listed.splitlines() if "family-" in line]
+    assert len(lines) == 3 and all("model calls" in x and "≈ $" in x for x in lines)
+    parent = next(t for t in s.tasks() if "family-parent" in t["text"])
+    result = s.daemon.cli_json("tasks", "cancel", parent["id"])
+    assert len(result["cancelled"]) == 3
+    s.tg.wait_until(
+        lambda: all(t["status"] == "cancelled" for t in s.tasks() if "family-" in t["text"]),
+        60,
+        "the parent and its children cancelled",
+    )
+    assert not [e for e in s.daemon.effects() if "/tmp/family-" in e]
+    assert len(s.replies_to(asked)) == 1  # "started"; no result from a cancelled task
+
+
+def test_a_budget_stops_a_runaway_child(stack: Stack) -> None:
+    s = stack
+    calls = iter(range(1000))
+
+    def responder(body: dict[str, Any]) -> Any:
+        if is_task(body) and "runaway-brief" in first_text(body):
+            return [use("count_words", f"toolu_run{next(calls)}", text="again and again")]
+        if last_user_text(body).endswith("start the runaway"):
+            return [
+                use(
+                    "delegate",
+                    "toolu_runaway",
+                    task="runaway-brief",
+                    tools=["count_words"],
+                    token_budget=3000,
+                )
+            ]
+        if last_user_text(body).startswith("tool_result:"):
+            return "Started it."
+        return None
+
+    s.llm.set_responder(responder)
+    asked = s.ask("start the runaway")
+    replies = s.wait_replies(asked, 2, "the answer and the stopped task's result")
+    result = replies[1]["plain_text"]
+    assert "budget is 3,000" in result
+    made = len(s.task_requests("runaway-brief"))
+    assert 1 <= made < 40  # the step limit was not what stopped it
+    (task,) = [t for t in s.tasks() if "runaway-brief" in t["text"]]
+    assert task["status"] == "complete" and task["tokens"] >= 3000
