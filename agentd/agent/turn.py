@@ -579,7 +579,7 @@ async def think(
         past = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp, notes))
         try:
-            query = recall_query(inp, images)
+            query = recall_query(inp, images, [content for _, content in past])
             recall = await step.do(
                 "recall", recall_for_turn, deps, inp, step.instance_id, query, delivery="idempotent"
             )
