@@ -30,9 +30,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agentd.config.models import ModelSettings, ProviderConfig
 from agentd.ledger.pricing import Tokens, cost, price_for
 from agentd.llm.pricing import provider_prices
-from agentd.llm.settings import ModelSettings, ProviderConfig
 from tests.daemon_process import OWNER, Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram
 

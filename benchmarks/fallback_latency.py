@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from pydantic import SecretStr
 
 from agentd.config import Config, LLMConfig
+from agentd.config.models import ModelSettings, ProviderConfig
 from agentd.llm.factory import build
-from agentd.llm.settings import ModelSettings, ProviderConfig
 from agentd.llm.types import LLMError, LLMRequest, Message
 from tests.fakes import FakeAnthropic
 from tests.fakes.anthropic import ErrorReply

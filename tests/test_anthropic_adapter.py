@@ -207,7 +207,7 @@ async def test_a_hung_server_is_a_retryable_timeout(fake: FakeAnthropic) -> None
 async def test_bedrock_without_its_extra_names_the_extra() -> None:
     import importlib.util
 
-    from agentd.llm.settings import ProviderConfig
+    from agentd.config.models import ProviderConfig
 
     if importlib.util.find_spec("botocore") is not None:
         pytest.skip("botocore is installed here")

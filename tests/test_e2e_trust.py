@@ -184,7 +184,7 @@ def test_a_paired_users_high_risk_call_goes_to_the_owner(stack: Stack) -> None:
     stack.wait_sent(KID, lambda m: "owner's approval" in m["plain_text"], "a notice")
     deny = card["reply_markup"]["inline_keyboard"][0][1]["callback_data"]
     # The kid forges a press from their own chat: refused.
-    forged = press(stack, KID, KID, 1, deny.replace(":n", ":y"))
+    forged = press(stack, KID, KID, 1, deny.removesuffix(":n") + ":y")  # the Approve data
     assert stack.answer_to(forged).startswith("Only the owner")
     assert stack.answer_to(press(stack, OWNER, OWNER, card["message_id"], deny)) == (
         "Denied: delete_file."

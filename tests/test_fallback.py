@@ -10,10 +10,10 @@ import pytest
 from pydantic import SecretStr
 
 from agentd.config import Config, LLMConfig
+from agentd.config.models import BreakerPolicy, ModelSettings, ProviderConfig
 from agentd.llm import create_llm
 from agentd.llm.factory import build
 from agentd.llm.fallback import FallbackLLM
-from agentd.llm.settings import BreakerPolicy, ModelSettings, ProviderConfig
 from agentd.llm.types import LLMError, LLMRequest, Message, ToolSpec
 from tests.fakes import FakeAnthropic
 from tests.fakes.anthropic import ErrorReply

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from agentd.config import LLMConfig
+from agentd.config.models import ProviderConfig
 from agentd.llm.openai_adapter import OpenAILLM
-from agentd.llm.settings import ProviderConfig
 from agentd.llm.types import (
     ImageBlock,
     LLMError,

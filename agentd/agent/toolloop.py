@@ -25,10 +25,12 @@ from agentd.agent.steer import take_added, with_added
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
 from agentd.agent.together import run_calls
+from agentd.chat.model_choice import for_turn
+from agentd.chat.names import turn_purpose
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
 from agentd.durable.pending import Pending
-from agentd.ledger import usage
+from agentd.ledger import audit, usage
 from agentd.llm.types import (
     LLMRequest,
     LLMResponse,
@@ -60,6 +62,11 @@ def with_sources(text: str, sources: list[tuple[str, str]]) -> str:
         return text
     links = "\n".join(f"- [{title.replace(']', ')')}]({url})" for title, url in sources)
     return f"{text}\n\nSources:\n{links}"
+
+
+def with_notes(text: str, notes: list[str]) -> str:
+    """What the answering model could not do of the request, said rather than dropped."""
+    return "\n\n".join([text, *(f"({note})" for note in notes)])
 
 
 def step_limit_note(max_steps: int) -> str:
@@ -149,15 +156,23 @@ async def call_llm(
     recall: Recall,
     turn_start: int,
     held: Pending | None = None,
+    pin: str | None = None,
 ) -> LLMResponse:
     """One model call with a fresh prompt; its tokens are recorded (R-LLM-4).
 
     messages[turn_start] is this turn's user message: what comes before it is stored history.
+    `pin`: the model that answered the turn's first call, asked first again so a turn (and a
+    resumed one) stays on one model; the first call asks the chat's `/model` choice first.
     """
     zone = ZoneInfo(deps.config.agent.timezone)
     prefix = await current_prefix(deps)
+    purpose = turn_purpose(inp.schedule_id)
+    if pin is None and purpose == "turn":  # a briefing keeps its own [llm.models] model
+        pin = await for_turn(deps.db, deps.llm, inp.chat_id)
     req = prefix.request.model_copy(
         update={
+            "purpose": purpose,
+            "model": pin,
             "messages": with_breakpoints(messages, turn_start),
             "context": build_context(
                 now=datetime.fromtimestamp(deps.clock.now(), zone),
@@ -182,20 +197,24 @@ async def call_llm(
     record = partial(
         usage.record,
         tokens=response.usage,
-        model=response.model,
-        purpose="turn",
+        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
+        purpose=purpose,
         chat_id=inp.chat_id,
         instance_id=instance_id,
         step=step_name,
         attempt=response.attempt,
         user_id=inp.user_id,
     )
-    if held is not None:
-        # In the transaction that journals the step's result, next: the tokens are on disk
-        # exactly when the answer is, with no commit of their own.
-        held.add(record)
-    else:
-        await deps.db.write_unsynced(record)
+    rows = [record]
+    if response.fallback_reason:
+        rows.append(_fallback_row(response, inp, instance_id, step_name))
+    for row in rows:
+        if held is not None:
+            # In the transaction that journals the step's result, next: the tokens are on
+            # disk exactly when the answer is, with no commit of their own.
+            held.add(row)
+        else:
+            await deps.db.write_unsynced(row)
     return response
 
 
@@ -206,6 +225,37 @@ async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: i
     added = await step.local(f"steer#{n}", take_added, step.instance_id, deps.clock.now())
     if added:
         conversation[-1] = with_added(conversation[-1], added)
+
+
+def _fallback_row(
+    response: LLMResponse, inp: TurnInput, instance_id: str, step_name: str
+) -> partial[None]:
+    """The audit row saying a fallback answered this call, which model and why."""
+    return partial(
+        audit.record,
+        kind="llm_fallback",
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
+        detail={"step": step_name, "model": response.label, "reason": response.fallback_reason},
+        source_key=f"llm_fallback:{instance_id}:{step_name}",
+    )
+
+
+async def _ask(
+    step: Step,
+    deps: TurnDeps,
+    inp: TurnInput,
+    conversation: list[Message],
+    recall: Recall,
+    turn_start: int,
+    n: int,
+    pin: str | None,
+) -> LLMResponse:
+    """Model call `llm#n`, journaled: a replay returns the answer (and its model) it gave."""
+    name = f"llm#{n}"
+    args = (deps, inp, conversation, step.instance_id, name, recall, turn_start, step.pending)
+    return await step.do(name, call_llm, *args, pin)  # type: ignore[no-any-return]
 
 
 async def agent_loop(
@@ -232,22 +282,14 @@ async def agent_loop(
     collected = dict(reported_actions=reported, files=files, skills_used=used, retrieved=retrieved)
     last_text = ""
     response: LLMResponse | None = None
+    pin: str | None = None  # the first call's model, from its journaled answer on a replay
+    notes: list[str] = []
     for n in range(1, max_steps + 1):
-        name = f"llm#{n}"
         if n > 1:
             await steer_in(step, deps, conversation, n)
-        response = await step.do(
-            name,
-            call_llm,
-            deps,
-            inp,
-            conversation,
-            step.instance_id,
-            name,
-            recall,
-            turn_start,
-            step.pending,
-        )
+        response = await _ask(step, deps, inp, conversation, recall, turn_start, n, pin)
+        pin = pin or response.label
+        notes += [note for note in response.notes if note not in notes]
         last_text = response.text or last_text
         if response.sources:  # the provider's web search: its results are outside content
             taint.add_source("web search results")
@@ -258,6 +300,7 @@ async def agent_loop(
                 conversation.append(Message(role="assistant", content=response.content))
                 continue
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
+            text = with_notes(text, notes)
             return AgentResult(text=text, calls=n, **collected)
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them

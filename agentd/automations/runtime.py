@@ -387,7 +387,7 @@ class Runtime:
             await self.db.write(
                 usage.record,
                 response.usage,
-                model=response.model,
+                model=response.label,
                 purpose="automation",
                 chat_id=owner(self.config),
                 instance_id=instance_id,

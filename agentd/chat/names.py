@@ -13,3 +13,15 @@ TASK_WORKFLOW = "task"  # a background task (agentd/tasks/)
 def chat_key(chat_id: int) -> str:
     """The key that makes a chat's turns run one at a time, whoever started them."""
     return f"chat-{chat_id}"
+
+
+# The morning briefing's schedules (the daily one, and `agentd briefing run`'s once-off): their
+# turns ask the `briefing` model of [llm.models].
+BRIEFING_PREFIX = "briefing-"
+BRIEFING_ONCE_PREFIX = f"{BRIEFING_PREFIX}now-"
+
+
+def turn_purpose(schedule_id: str | None) -> str:
+    """Which [llm.models] purpose a turn asks: the briefing's own, else the chat's."""
+    briefing = (BRIEFING_PREFIX, BRIEFING_ONCE_PREFIX)
+    return "briefing" if schedule_id and schedule_id.startswith(briefing) else "turn"

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "pair": "agentd.cli.users:pair",
     "users": "agentd.cli.users:app",
     "doctor": "agentd.cli.ops:doctor",
+    "models": "agentd.cli.models:models",
     "workflows": "agentd.cli.workflows:app",
     "memory": "agentd.cli.memory:app",
     "schedule": "agentd.cli.schedule:app",

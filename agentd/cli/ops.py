@@ -43,22 +43,32 @@ def usage(
             "every briefing, daily and once)."
         ),
     ] = None,
+    by_model: Annotated[
+        bool, typer.Option("--by-model", help="Per model: calls, cost, fallback answers.")
+    ] = False,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
     """Tokens, prompt-cache hits, estimated cost and saving, vision-cache hits per day and chat."""
     from agentd.ledger.pricing import PRICES_AS_OF
     from agentd.ledger.usage import report, totals, vision_counts
+    from agentd.llm.pricing import price_table
 
     cfg = config_or_exit(config)
     # A schedule's runs are instances sched-<id>-<due> and their turns (…-turn).
     prefix = f"sched-{schedule}-" if schedule else None
+    since = time.time() - days * 86400
     with database(cfg) as conn:
-        found = totals(conn, since=time.time() - days * 86400, instance_prefix=prefix)
-        vision = None if schedule else vision_counts(conn, since=time.time() - days * 86400)
-        rows = report(found, cfg.llm.prices, vision)
+        found = totals(conn, since=since, instance_prefix=prefix)
+        vision = None if schedule else vision_counts(conn, since=since)
+        rows = report(found, price_table(cfg.llm), vision)
+        fallbacks = _fallback_answers(conn, since)
+    models = _per_model(cfg, found, fallbacks)
     if json:
-        print_json([r.model_dump() for r in rows])
+        print_json(models if by_model else [r.model_dump() for r in rows])
+        return
+    if by_model:
+        _print_models(models, days)
         return
     table = new_table(
         "day",
@@ -93,6 +103,8 @@ def usage(
         drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD", "vision\ncache"),
         empty=f"No model calls in the last {days} days.",
     )
+    if len(models) > 1 or any(m["fallback_answers"] for m in models):
+        _print_models(models, days)
     if rows:  # markup off: "[llm.prices]" is the config section, not a style
         err.print(
             f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
@@ -100,6 +112,44 @@ def usage(
             "summary was reused / photos seen.",
             markup=False,
         )
+
+
+def _fallback_answers(conn: Any, since: float) -> dict[str, int]:
+    """Calls a fallback answered, per model, from the audit log's llm_fallback rows."""
+    found = conn.execute(
+        "SELECT json_extract(detail, '$.model'), COUNT(*) FROM audit "
+        "WHERE kind = 'llm_fallback' AND at >= ? GROUP BY 1",
+        (since,),
+    ).fetchall()
+    return {str(model): count for model, count in found}
+
+
+def _per_model(cfg: Config, found: list[Any], fallbacks: dict[str, int]) -> list[dict[str, Any]]:
+    """Calls and cost per model (`provider/model` for a configured provider), priced as its
+    provider says (a local one at 0), with how many calls it answered as a fallback."""
+    from agentd.config.models import ModelSettings
+    from agentd.ledger.pricing import cost, price_for
+    from agentd.llm.pricing import price_note, price_table
+
+    settings, prices = ModelSettings.of(cfg.llm), price_table(cfg.llm)
+    rows: dict[str, dict[str, Any]] = {}
+    for r in found:
+        row = rows.setdefault(r.model, {"model": r.model, "calls": 0, "estimated_cost_usd": 0.0})
+        row["calls"] += r.calls
+        row["estimated_cost_usd"] += cost(r, price_for(r.model, prices))
+    for row in rows.values():
+        row["estimated_cost_usd"] = round(row["estimated_cost_usd"], 6)
+        row["price"] = price_note(row["model"], settings)
+        row["fallback_answers"] = fallbacks.get(row["model"], 0)
+    return sorted(rows.values(), key=lambda row: -row["calls"])
+
+
+def _print_models(models: list[dict[str, Any]], days: int) -> None:
+    table = new_table("model", "calls", "≈ USD", "price", "as\nfallback")
+    for m in models:
+        cost_usd = f"{m['estimated_cost_usd']:.4f}"
+        table.add_row(m["model"], str(m["calls"]), cost_usd, m["price"], str(m["fallback_answers"]))
+    print_table(table, drop=("price",), empty=f"No model calls in the last {days} days.")
 
 
 def backup(
@@ -180,7 +230,9 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
             _doctor_database(cfg, results)
         _doctor_telegram(cfg, results)
         _doctor_allowlist(cfg, results)
-        _doctor_anthropic(cfg, results)
+        if _uses_claude(cfg):
+            _doctor_anthropic(cfg, results)
+        _doctor_models(cfg, results)
         _doctor_capabilities(cfg, results)
     if json:
         print_json(results)
@@ -332,6 +384,9 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
         return
     from agentd.cli.model_check import DEFAULT_BASE_URL, ModelProblem, check_model
 
+    if "/" in cfg.llm.model:  # the chat's model is not Claude: the per-model checks cover it
+        return
+
     base = (cfg.llm.base_url or DEFAULT_BASE_URL).rstrip("/")
     model = cfg.llm.model
     try:  # the check `agentd init` makes: the model list, or one tiny message without one
@@ -360,3 +415,33 @@ def _doctor_model_problem(problem: Any, results: list[dict[str, object]]) -> Non
         "base_url": " (llm.base_url in the config)",
     }.get(problem.fault, "")
     _check("anthropic", False, f"{said}{fix}", results)
+
+
+def _uses_claude(cfg: Config) -> bool:
+    """Whether any configured model is Claude through the built-in provider (its key)."""
+    from agentd.config.models import ANTHROPIC, ModelSettings
+
+    settings = ModelSettings.of(cfg.llm)
+    llm = cfg.llm
+    names = [llm.model, llm.background_model, *llm.fallbacks, *llm.models.values()]
+    return any(settings.ref(n).provider == ANTHROPIC for n in names if n)
+
+
+def _doctor_models(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Every configured model tried with one tiny call; a failing one is named."""
+    from agentd.cli.models import model_checks
+    from agentd.llm.types import LLMError
+
+    if _uses_claude(cfg) and cfg.secrets.anthropic_api_key is None:
+        return  # the anthropic check already says the key is missing
+    try:
+        checks = model_checks(cfg)
+    except LLMError as exc:
+        _check("models", False, str(exc), results)
+        return
+    for c in checks:
+        used = ", ".join(c.purposes)
+        if c.ok:
+            _check(f"model {c.model}", True, f"answers ({c.seconds:g} s; {used})", results)
+        else:
+            _check(f"model {c.model}", False, f"{c.problem} (used for {used})", results)

@@ -11,9 +11,11 @@ from typing import Any
 from agentd.access import approvals, owners, pairing
 from agentd.chat import locale
 from agentd.chat.inputs import CallbackPress
+from agentd.chat.model_choice import for_turn
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Button
 from agentd.commands.deps import CommandDeps
+from agentd.commands.model import breaker_lines
 from agentd.commands.router import (
     COMMAND_WORKFLOW,
     CommandInput,
@@ -25,6 +27,7 @@ from agentd.commands.skills import skills_command
 from agentd.durable import store
 from agentd.ledger import usage
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
+from agentd.llm.pricing import price_table
 from agentd.memory import chat_view, history
 
 FORGET_PREFIX = "mf:"  # the Forget buttons of /memory cards sent before Edit and Pin
@@ -228,22 +231,23 @@ async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     now = deps.clock.now()
     everyone = inp.user_id == owners.resolve(deps.config.telegram).owner_id
     counts = await deps.db.read(_status_counts, inp, now, everyone)
-    model = deps.config.llm.model
+    model = await for_turn(deps.db, deps.llm, inp.chat_id) or deps.config.llm.model
     lines = [
         f"**Model:** `{model}`",
+        *breaker_lines(deps.llm),
         f"**Up:** {_uptime(time.time() - deps.started_at)}",
         f"**Queue:** {counts['open_turns']} message(s) being answered "
         f"({counts['chat_turns']} in this chat)",
         f"**Waiting for approval:** {counts['approvals']}",
         f"**Today (UTC){'' if everyone else ', yours'}:** "
-        f"{_tokens_line(counts['usage'], deps.config.llm.prices)}",
+        f"{_tokens_line(counts['usage'], price_table(deps.config.llm))}",
     ]
     return CommandReply(text="\n".join(lines))
 
 
 async def usage_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     now = deps.clock.now()
-    prices = deps.config.llm.prices
+    prices = price_table(deps.config.llm)
     today, week, month = await deps.db.read(
         lambda c: [
             usage.totals(c, since=since, chat_id=inp.chat_id)

@@ -23,3 +23,4 @@ class CommandDeps:
     embedder: Any = None  # memory's embedder, for edits made from /memory (None: not embedded)
     # The engine's prepare_start: a button press starts a workflow in the intake transaction.
     start: Callable[..., bool] | None = None
+    llm: Any = None  # the FallbackLLM: /model's choices and /status's breakers

@@ -173,6 +173,9 @@ def _first_error(err: Any, source: Path | None, from_env: dict[str, str]) -> str
             f"{ENV_SYNTAX}"
         )
     where = f"{source}: " if source else ""
+    message = str(err["msg"]).removeprefix("Value error, ")
+    if message.startswith(f"{key}."):  # a section's check that names its own key
+        return f"{where}{message}"
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 

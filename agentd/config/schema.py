@@ -33,6 +33,7 @@ from pydantic import (
     model_validator,
 )
 
+from agentd.config.models import PURPOSES, BreakerPolicy, ProviderConfig, check_names
 from agentd.config.paths import resolve
 from agentd.config.secrets import Secrets, SecretSource
 from agentd.ledger.pricing import ModelPrice
@@ -153,8 +154,18 @@ class MediaConfig(_Section):
 
 
 class LLMConfig(_Section):
-    model: str = "claude-haiku-4-5"
-    background_model: str = ""  # summaries and vision; "" means `model`
+    """`[llm]`: the models agentd calls. A name is `provider/model` for a configured
+    `[llm.providers.<provider>]`, else a Claude model id (agentd/config/models.py)."""
+
+    model: str = "claude-haiku-4-5"  # the chat's model, and every purpose's unless named
+    # Every purpose but the chat (summaries, facts, vision, …) when [llm.models] names none for
+    # it; "" means `model`. [llm.models] is the finer choice; this stays as the one-line one.
+    background_model: str = ""
+    # Tried in order when a model is overloaded, failing, out of budget or unreachable.
+    fallbacks: list[str] = Field(default_factory=list)
+    models: dict[str, str] = Field(default_factory=dict)  # purpose → model (PURPOSES)
+    providers: dict[str, ProviderConfig] = Field(default_factory=dict)
+    breaker: BreakerPolicy = Field(default_factory=BreakerPolicy)
     # Prompt-cache lifetime: "5m" (writes at 1.25× input) or "1h" (2×, but survives the pauses
     # of a personal chat: cheaper overall in benchmarks/prompt_cache.py).
     cache_ttl: Literal["5m", "1h"] = "1h"
@@ -167,6 +178,21 @@ class LLMConfig(_Section):
     retries: int = Field(default=4, ge=0, le=20)
     retry_base_delay: float = Field(default=1.0, gt=0)
     retry_max_wait: float = Field(default=30.0, gt=0)
+
+    @field_validator("models")
+    @classmethod
+    def _purposes(cls, models: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(models) - set(PURPOSES))
+        if unknown:
+            raise ValueError(f"unknown purpose {unknown[0]!r}; the purposes: {', '.join(PURPOSES)}")
+        return models
+
+    @model_validator(mode="after")
+    def _names(self) -> LLMConfig:
+        named = [("model", self.model), ("background_model", self.background_model)]
+        named += [(f"fallbacks[{i}]", n) for i, n in enumerate(self.fallbacks)]
+        check_names(self.models, self.providers, named)
+        return self
 
 
 class LimitsConfig(_Section):

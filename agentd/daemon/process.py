@@ -29,7 +29,7 @@ from agentd.daemon.startup import (
 )
 from agentd.db import Database
 from agentd.durable import Engine, Limits, SystemClock, store
-from agentd.llm import LLM, api_key, create_llm
+from agentd.llm import LLM, create_llm
 from agentd.retention.workflow import run_daily
 from agentd.runtime import lease, sdnotify
 from agentd.runtime.gc_pause import freeze_startup
@@ -64,7 +64,6 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
     """Run the daemon; return the process exit code. `on_ready(bot_username)` once it answers."""
     started_at = time.time()
     redactor = set_up_logging(config)
-    api_key(config)  # a missing key is a config error now, not after the SDK import
     proc = await _open(config, redactor)
     try:
         await _build(proc, started_at)

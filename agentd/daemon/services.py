@@ -13,6 +13,7 @@ from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
 from agentd.chat.notice import make_notice_workflow
 from agentd.commands import chat as chat_commands
+from agentd.commands import model as model_commands
 from agentd.commands.deps import CommandDeps
 from agentd.commands.router import CommandRouter
 from agentd.config import Config
@@ -145,19 +146,19 @@ def _command_router(core: Core, me: Identity, embedder: Any) -> CommandRouter:
     router = CommandRouter(bot_username=me.bot_username, owner_id=trust.owner_id)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
-    chat_commands.install(
-        router,
-        CommandDeps(
-            config=core.config,
-            db=core.db,
-            outbox=core.outbox,
-            clock=core.clock,
-            cancel=core.engine.cancel,
-            started_at=core.started_at,
-            embedder=embedder,
-            start=core.engine.prepare_start,
-        ),
+    command_deps = CommandDeps(
+        config=core.config,
+        db=core.db,
+        outbox=core.outbox,
+        clock=core.clock,
+        cancel=core.engine.cancel,
+        started_at=core.started_at,
+        embedder=embedder,
+        start=core.engine.prepare_start,
+        llm=core.llm,
     )
+    chat_commands.install(router, command_deps)
+    model_commands.install(router, command_deps)
     core.engine.register(router.workflow(core.outbox, core.db))
     return router
 

@@ -11,6 +11,7 @@ from aiohttp import web
 from agentd.dashboard.access import Access
 from agentd.dashboard.config import DashboardConfig, check_bind
 from agentd.dashboard.server import Site, make_app
+from agentd.llm.pricing import price_table
 
 
 def accounts(config: Any) -> list[dict[str, str]]:
@@ -28,7 +29,7 @@ def site_for(config: Any, dashboard: DashboardConfig, access: Access, embedder: 
     return Site(
         access=access,
         config=dashboard,
-        prices=dict(config.llm.prices),
+        prices=price_table(config.llm),
         daily_tokens=config.limits.daily_tokens_total,
         accounts=accounts(config),
         embedder=embedder,

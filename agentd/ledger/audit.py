@@ -43,6 +43,7 @@ KINDS = (
     "user_paired",
     "pairing_failed",
     "user_removed",
+    "llm_fallback",
 )
 
 

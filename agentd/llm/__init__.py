@@ -14,8 +14,8 @@ from agentd.llm.types import LLMError, LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from agentd.config import Config
+    from agentd.config.models import ModelSettings
     from agentd.llm.fallback import FallbackLLM
-    from agentd.llm.settings import ModelSettings
 
 
 class LLM(Protocol):
@@ -38,16 +38,4 @@ def create_llm(config: Config, settings: ModelSettings | None = None) -> Fallbac
     return build(config, settings)
 
 
-def api_key(config: Config) -> str:
-    """The model API key; a missing one is a configuration error at start."""
-    key = config.secrets.anthropic_api_key
-    if key is None:
-        raise LLMError(
-            "ANTHROPIC_API_KEY is not set; export it or use a systemd credential",
-            retryable=False,
-            reason="auth",
-        )
-    return key.get_secret_value()
-
-
-__all__ = ["LLM", "LLMError", "LLMRequest", "LLMResponse", "api_key", "create_llm"]
+__all__ = ["LLM", "LLMError", "LLMRequest", "LLMResponse", "create_llm"]

@@ -15,11 +15,11 @@ from collections.abc import Awaitable, Callable
 from types import ModuleType
 from typing import Any
 
+from agentd.config.models import ANTHROPIC, ProviderConfig
 from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
 from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
-from agentd.llm.settings import ANTHROPIC, ProviderConfig
 from agentd.llm.types import (
     ContentBlock,
     ImageBlock,

@@ -3,12 +3,14 @@ one chain per purpose."""
 
 from __future__ import annotations
 
+import importlib.util
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentd.config.models import ANTHROPIC, PURPOSES, ModelSettings, ProviderConfig
+from agentd.config.secrets import read_secret
 from agentd.llm.fallback import Breaker, Candidate, FallbackLLM, ProviderLLM
-from agentd.llm.settings import ANTHROPIC, PURPOSES, ModelSettings, ProviderConfig, named_secret
 from agentd.llm.types import LLMError
 
 
@@ -18,30 +20,40 @@ def _anthropic_key(config: Any) -> str | None:
 
 
 def _adapter(
-    name: str, provider: ProviderConfig, config: Any, env: Mapping[str, str] | None
+    name: str, provider: ProviderConfig, config: Any, secrets: Mapping[str, str]
 ) -> ProviderLLM:
     llm_config = config.llm
     if name == ANTHROPIC and not provider.base_url:
         provider = provider.model_copy(update={"base_url": llm_config.base_url})
     if provider.kind == "openai":
+        # Said at start (the import itself runs later, in a thread), not at the first call.
+        if importlib.util.find_spec("openai") is None:
+            raise LLMError(
+                f"the provider {name!r} needs the Python package 'openai', which is not "
+                "installed; install it with: pip install 'agentd[openai]'",
+                retryable=False,
+                reason="unsupported",
+            )
         from agentd.llm.openai_adapter import OpenAILLM
 
-        return OpenAILLM(llm_config, named_secret(provider.api_key_env, env), provider, name)
-    from agentd.llm.anthropic_adapter import AnthropicLLM
-
+        return OpenAILLM(llm_config, read_secret(provider.api_key_env, secrets), provider, name)
     if provider.api_key_env:
-        key: str | None = named_secret(provider.api_key_env, env)
+        key: str | None = read_secret(provider.api_key_env, secrets)
     elif provider.kind == "anthropic":
+        # Checked before the SDK loads, so a missing key stops the start at once; only a chain
+        # that uses Claude asks for it (a daemon on local models needs no Anthropic key).
         key = _anthropic_key(config)
         if key is None:
             raise LLMError(
-                f"ANTHROPIC_API_KEY is not set and the models of {name!r} need it; export it "
-                "or use a systemd credential",
+                "ANTHROPIC_API_KEY is not set; export it or use a systemd credential (a "
+                f"configured model of the provider {name!r} needs it)",
                 retryable=False,
                 reason="auth",
             )
     else:
         key = None  # Bedrock and Vertex: the cloud's own credentials
+    from agentd.llm.anthropic_adapter import AnthropicLLM
+
     return AnthropicLLM(llm_config, key, provider=provider, name=name)
 
 
@@ -53,6 +65,8 @@ def build(
 ) -> FallbackLLM:
     settings = settings or ModelSettings.of(config.llm)
     llm_config = config.llm
+    source = getattr(config, "secret_source", None)
+    secrets = source(env) if source is not None else (env or {})
     background = llm_config.background_model or llm_config.model
     adapters: dict[str, ProviderLLM] = {}
     breakers: dict[str, Breaker] = {}
@@ -63,7 +77,7 @@ def build(
         for ref in settings.chain(primary, purpose):
             if ref.provider not in adapters:
                 provider = settings.provider(ref.provider)
-                adapters[ref.provider] = _adapter(ref.provider, provider, config, env)
+                adapters[ref.provider] = _adapter(ref.provider, provider, config, secrets)
             breaker = breakers.setdefault(ref.label, Breaker(settings.breaker, clock))
             chain.append(Candidate(ref, adapters[ref.provider], breaker))
         chains[purpose] = chain

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentd.llm.settings import FALLBACK_REASONS, OUTAGE_REASONS, BreakerPolicy, ModelRef
+from agentd.config.models import FALLBACK_REASONS, OUTAGE_REASONS, BreakerPolicy, ModelRef
 from agentd.llm.types import LLMError, LLMRequest, LLMResponse
 
 log = logging.getLogger("agentd.llm")

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from agentd.config.models import ProviderConfig
 from agentd.llm.anthropic_errors import StreamIncomplete
 from agentd.llm.openai_mapping import (
     Capabilities,
@@ -26,7 +27,6 @@ from agentd.llm.openai_mapping import (
 )
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
-from agentd.llm.settings import ProviderConfig
 from agentd.llm.types import LLMError, LLMRequest, LLMResponse
 
 log = logging.getLogger("agentd.llm")

@@ -8,8 +8,8 @@ nothing and be estimated at Claude's price).
 
 from __future__ import annotations
 
+from agentd.config.models import ANTHROPIC, ModelSettings
 from agentd.ledger.pricing import PRICES, ModelPrice
-from agentd.llm.settings import ANTHROPIC, ModelSettings
 
 FREE = ModelPrice(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=0)
 
@@ -38,3 +38,10 @@ def price_note(label: str, settings: ModelSettings) -> str:
     if provider.local:
         return "local: costs 0"
     return f"price unknown: set [llm.providers.{ref.provider}.prices]"
+
+
+def price_table(llm_config: object) -> dict[str, ModelPrice]:
+    """Every override `agentd usage`, /status and the dashboard price by: the providers' (a
+    local one at 0), then `[llm.prices]`, which wins."""
+    own = getattr(llm_config, "prices", {}) or {}
+    return {**provider_prices(ModelSettings.of(llm_config)), **own}

@@ -8,9 +8,9 @@ import time
 
 from pydantic import BaseModel
 
+from agentd.config.models import ModelSettings
 from agentd.llm.fallback import FallbackLLM
 from agentd.llm.pricing import price_note
-from agentd.llm.settings import ModelSettings
 from agentd.llm.types import LLMError, LLMRequest, Message
 
 PING = LLMRequest(

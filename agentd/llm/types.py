@@ -71,8 +71,8 @@ class ToolSpec(BaseModel):
 
 
 class LLMRequest(BaseModel):
-    # turn | summary | vision | extract: for usage accounting; all but turns are background
-    # work, sent to llm.background_model.
+    # One of PURPOSES (agentd/config/models.py): picks the chain of models ([llm.models], else
+    # `model` for turns and `background_model` for the rest) and labels usage.
     purpose: str = "turn"
     system: list[SystemBlock] = Field(default_factory=list)
     messages: list[Message]

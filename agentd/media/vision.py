@@ -156,7 +156,7 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
         usage.record(
             conn,
             response.usage,
-            model=response.model,
+            model=response.label,
             purpose="vision",
             chat_id=chat_id,
             instance_id=instance_id,

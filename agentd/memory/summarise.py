@@ -161,7 +161,7 @@ async def summarise_block(
     await deps.db.write(
         usage.record,
         response.usage,
-        model=response.model,
+        model=response.label,
         purpose="summary",
         chat_id=inp.chat_id,
         instance_id=instance_id,

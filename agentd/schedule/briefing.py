@@ -7,16 +7,17 @@ import re
 import secrets
 from typing import Any
 
+from agentd.chat.names import BRIEFING_ONCE_PREFIX, BRIEFING_PREFIX
 from agentd.config import Config
 from agentd.schedule import store
 from agentd.schedule.create import ScheduleRequest, create
 from agentd.schedule.recurrence import ScheduleError
 from agentd.schedule.store import Schedule
 
-PREFIX = "briefing-"
+PREFIX = BRIEFING_PREFIX
 # `agentd briefing run`: once, soon; not the daily schedule. Its id shares PREFIX so that
 # `agentd usage --schedule briefing` counts every briefing, daily and once.
-ONCE_PREFIX = f"{PREFIX}now-"
+ONCE_PREFIX = BRIEFING_ONCE_PREFIX
 PROMPT = (
     "Morning briefing. In one short message: (1) today's calendar events in order (use "
     "calendar_list for today, if you have it); (2) unread mail that matters — from people, "

@@ -1,6 +1,6 @@
 """Which models agentd may call, through which providers, in which order (pydantic, validated).
 
-These models are meant to sit under `[llm]` in the config file:
+`LLMConfig` (schema.py) carries these keys under `[llm]` and checks them here:
 
     [llm]
     model = "claude-haiku-4-5"                 # the primary (the built-in `anthropic` provider)
@@ -21,9 +21,7 @@ contain colons, so the slash is the separator).
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -97,6 +95,28 @@ def parse_ref(name: str, providers: Mapping[str, ProviderConfig]) -> ModelRef:
     return ModelRef(model=name)
 
 
+def check_names(
+    models: Mapping[str, str],
+    providers: Mapping[str, ProviderConfig],
+    named: Iterable[tuple[str, str]] = (),
+) -> None:
+    """Purposes and provider names that exist; a ValueError names the key that is wrong."""
+    unknown = sorted(set(models) - set(PURPOSES))
+    if unknown:
+        known = ", ".join(PURPOSES)
+        raise ValueError(f"llm.models: unknown purpose {unknown[0]!r}; the purposes: {known}")
+    if ANTHROPIC in providers and providers[ANTHROPIC].kind != "anthropic":
+        raise ValueError("llm.providers.anthropic is the built-in Messages API provider")
+    for key, name in [*named, *((f"models.{p}", n) for p, n in models.items())]:
+        head, sep, _ = name.partition("/")
+        # Claude ids have no slash: `x/…` with no provider x is a typo, not a model id.
+        if sep and head not in providers and head != ANTHROPIC:
+            raise ValueError(
+                f"llm.{key}: {name!r} names no provider {head!r}; add "
+                f"[llm.providers.{head}] or correct the name"
+            )
+
+
 class ModelSettings(_Strict):
     """What `[llm]` adds for model choice; the primary model stays `[llm] model`."""
 
@@ -107,22 +127,7 @@ class ModelSettings(_Strict):
 
     @model_validator(mode="after")
     def _known_names(self) -> ModelSettings:
-        unknown = sorted(set(self.models) - set(PURPOSES))
-        if unknown:
-            known = ", ".join(PURPOSES)
-            raise ValueError(f"llm.models: unknown purpose {unknown[0]!r}; the purposes: {known}")
-        if ANTHROPIC in self.providers and self.providers[ANTHROPIC].kind != "anthropic":
-            raise ValueError("llm.providers.anthropic is the built-in Messages API provider")
-        named = [("fallbacks", n) for n in self.fallbacks]
-        named += [(f"models.{p}", n) for p, n in self.models.items()]
-        for key, name in named:
-            head, sep, _ = name.partition("/")
-            # Claude ids have no slash: `x/…` with no provider x is a typo, not a model id.
-            if sep and head not in self.providers and head != ANTHROPIC:
-                raise ValueError(
-                    f"llm.{key}: {name!r} names no provider {head!r}; add "
-                    f"[llm.providers.{head}] or correct the name"
-                )
+        check_names(self.models, self.providers, [("fallbacks", n) for n in self.fallbacks])
         return self
 
     def ref(self, name: str) -> ModelRef:
@@ -150,18 +155,3 @@ class ModelSettings(_Strict):
         """The settings found on an `[llm]` section (keys the section lacks keep defaults)."""
         values = {k: getattr(llm_config, k) for k in cls.model_fields if hasattr(llm_config, k)}
         return cls.model_validate(values)
-
-
-def named_secret(name: str, env: Mapping[str, str] | None = None) -> str:
-    """A secret by its variable NAME: the environment, else a systemd credential of that name."""
-    env = os.environ if env is None else env
-    if not name:
-        return ""
-    value = env.get(name, "").strip()
-    cred_dir = env.get("CREDENTIALS_DIRECTORY")
-    if not value and cred_dir:
-        for candidate in (name, name.lower()):
-            path = Path(cred_dir) / candidate
-            if path.is_file():
-                return path.read_text().strip()
-    return value

@@ -1,0 +1,164 @@
+"""End to end through `agentd run`: Claude (the fake Messages API) in an overload storm with a
+model of an OpenAI-compatible server (the fake Chat Completions API) behind it; kill -9 in the
+middle of a turn the fallback is answering; a tool turn on the OpenAI-compatible path alone."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.anthropic import ErrorReply
+from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat
+
+LOCAL = "local/fake-model"
+
+
+def _config(tmp: Path, chat: FakeChat, *, model: str = "claude-haiku-4-5") -> str:
+    path = tmp / "agentd.toml"
+    path.write_text(
+        f"""
+[llm]
+model = "{model}"
+fallbacks = ["{LOCAL}"]
+[llm.providers.local]
+base_url = "{chat.base_url}/v1"
+local = true
+[llm.breaker]
+failures = 2
+interval = 600
+[tools]
+plugins = ["tests.plugins.e2e_tools"]
+"""
+    )
+    return str(path)
+
+
+def _overloaded(_body: dict[str, Any]) -> ErrorReply:
+    return ErrorReply(529, "overloaded_error", "Overloaded")
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic, FakeChat]]:
+    with (
+        FakeTelegram.running() as tg,
+        FakeAnthropic.running() as claude,
+        FakeChat.running() as chat,
+    ):
+        yield tg, claude, chat
+
+
+def _answers(tg: FakeTelegram, chat_id: int) -> list[str]:
+    return [m["plain_text"] for m in tg.sent if m["chat_id"] == chat_id]
+
+
+def _journaled(daemon: Daemon, step: str) -> list[dict[str, Any]]:
+    rows = daemon.query(
+        "SELECT result FROM workflow_steps WHERE name = ? AND status = 'complete'", (step,)
+    )
+    return [json.loads(r[0]) for r in rows]
+
+
+def test_an_overload_storm_is_answered_once_by_the_fallback(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    tg, claude, chat = fakes
+    claude.set_responder(_overloaded)
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=_config(tmp_path, chat))
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "hello there")
+        tg.wait_for_sent(1, timeout=30)
+        daemon.wait_for_instances(1)
+        assert len(_answers(tg, OWNER)) == 1
+        assert "hello there" in _answers(tg, OWNER)[0]
+        (answer,) = _journaled(daemon, "llm#1")
+        assert (answer["provider"], answer["model"]) == ("local", "fake-model")
+        assert answer["fallback_reason"] == "overloaded"
+        audit = daemon.cli_json("audit", "--kind", "llm_fallback")
+        assert [(a["detail"]["model"], a["detail"]["reason"]) for a in audit] == [
+            (LOCAL, "overloaded")
+        ]
+        usage = {m["model"]: m for m in daemon.cli_json("usage", "--by-model")}
+        assert usage[LOCAL]["fallback_answers"] == 1
+        assert usage[LOCAL]["estimated_cost_usd"] == 0 and usage[LOCAL]["price"] == "local: costs 0"
+
+
+def test_kill_9_while_the_fallback_answers_runs_no_tool_twice(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    tg, claude, chat = fakes
+    claude.set_responder(_overloaded)
+    # llm#1: the fallback asks for a tool; llm#2 hangs until the process is killed.
+    chat.enqueue(ChatReply(tool_calls=[("count_words", {"text": "one two three"})]))
+    chat.enqueue(ChatFault("hang"))
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=_config(tmp_path, chat))
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        tg.add_message(OWNER, OWNER, "count the words in 'one two three'")
+        chat.wait_for_requests(2, timeout=30)
+        daemon.kill9()
+        # Claude is well again: the resumed turn still goes on with the model it started on.
+        claude.set_responder(None)
+        before = len(claude.requests)
+        daemon.start()
+        tg.wait_for_sent(1, timeout=30)
+        daemon.wait_for_instances(1)
+    finally:
+        daemon.stop()
+    assert len(_answers(tg, OWNER)) == 1
+    assert daemon.effects().count("count_words one two three") == 1
+    assert len(chat.requests) == 3 and len(claude.requests) == before
+    resumed = chat.requests[2]["body"]["messages"]
+    assert [m["content"] for m in resumed if m["role"] == "tool"] == ["3"]
+
+
+def test_a_tool_turn_on_an_openai_compatible_model_alone(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    tg, claude, chat = fakes
+    chat.enqueue(ChatReply(tool_calls=[("count_words", {"text": "a b c d"})]))
+    chat.enqueue(ChatReply(text="There are 4 words."))
+    config = _config(tmp_path, chat, model=LOCAL)
+    # Every model is local: no Anthropic key is needed to start.
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=config)
+    env.pop("ANTHROPIC_API_KEY")
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "how many words in 'a b c d'?")
+        tg.wait_for_sent(1, timeout=30)
+        daemon.wait_for_instances(1)
+        assert _answers(tg, OWNER) == ["There are 4 words."]
+        assert daemon.effects().count("count_words a b c d") == 1
+        second = chat.requests[1]["body"]["messages"]
+        assert any(m["role"] == "tool" and m["content"] == "4" for m in second)
+        assert claude.requests == []
+
+
+def test_the_owner_picks_a_chat_model_that_outlives_a_restart(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    tg, claude, chat = fakes
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=_config(tmp_path, chat))
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "/model")
+        listing = tg.wait_for_sent(1, timeout=30)[-1]
+        assert LOCAL in listing["plain_text"] and "claude-haiku-4-5" in listing["plain_text"]
+        tg.add_message(43, 43, f"/model {LOCAL}")  # not the owner
+        assert "Only the owner" in tg.wait_for_sent(2, timeout=30)[-1]["plain_text"]
+        tg.add_message(OWNER, OWNER, f"/model {LOCAL}")
+        assert LOCAL in tg.wait_for_sent(3, timeout=30)[-1]["plain_text"]
+        daemon.stop()
+        daemon.start()
+        tg.add_message(OWNER, OWNER, "hi after the restart")
+        tg.wait_for_sent(4, timeout=30)
+        daemon.wait_for_instances(1, status="complete")
+        (answer,) = _journaled(daemon, "llm#1")
+        assert answer["provider"] == "local" and answer["fallback_reason"] is None
+        assert claude.requests == []
+        tg.add_message(OWNER, OWNER, "/status")
+        status = tg.wait_for_sent(5, timeout=30)[-1]["plain_text"]
+        assert f"Model: {LOCAL}" in status and "claude-haiku-4-5 closed" in status
