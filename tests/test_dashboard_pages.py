@@ -38,6 +38,12 @@ def test_cost_per_schedule_and_automation(tmp_path: Path) -> None:
         (now,),
     )
     found = spend.groups(conn, now - 60, None)
+    conn.execute(
+        "INSERT INTO vision_lookups (day, chat_id, hits, misses) VALUES "
+        "(date(?, 'unixepoch'), 42, 3, 1), (date(?, 'unixepoch'), 43, 0, 2)",
+        (now, now),
+    )
+    assert spend.vision_cache(conn, now - 60) == (3, 6)
     conn.close()
     assert {r["label"]: r["tokens"] for r in found["schedule"]} == {
         "briefing-1a2b3c4d": 150,

@@ -57,15 +57,28 @@ def test_ingest_ls_search_rm(config: Path, folder: Path) -> None:
     table = _run(config, "ingest", str(folder), code=1).stdout
     assert "unchanged" in table and "Not ingested" in table and "bad.txt" in table
 
-    docs = _json(config, "docs", "ls")
-    assert [(d["title"], d["chunks"]) for d in docs] == [("car.txt", 1), ("Home", 1)]
+    listed = _json(config, "docs", "ls")
+    bad = listed.pop(0)  # not read, so stored as failed with the reason, and nothing to search
+    assert (Path(bad["source"]).name, bad["status"], bad["chunks"]) == ("bad.txt", "failed", 0)
+    assert bad["error"].startswith("not valid UTF-8")
+    docs = listed
+    assert [(d["title"], d["chunks"], d["status"]) for d in docs] == [
+        ("car.txt", 1, "ingested"),
+        ("Home", 1, "ingested"),
+    ]
+    car = "The car is due for service in March."
+    assert (docs[0]["text_chars"], docs[0]["kept_chars"]) == (len(car), len(car))
+    assert docs[0]["tokens"] == (len(car) + 3) // 4 and "raw_text" not in docs[0]
+    table = _run(config, "docs", "ls").stdout
+    assert "failed" in table and "not valid UTF-8" in table and "ingested" in table
 
     hits = _json(config, "docs", "search", "wifi password")
     assert (hits[0]["title"], hits[0]["section"]) == ("Home", "Wifi")
     assert "Wifi" in _run(config, "docs", "search", "wifi", "-k", "1").stdout
 
     assert _json(config, "docs", "rm", str(docs[0]["id"])) == {"removed": [docs[0]["source"]]}
-    assert _json(config, "docs", "rm", str(folder)) == {"removed": [docs[1]["source"]]}
+    removed = _json(config, "docs", "rm", str(folder))["removed"]
+    assert sorted(removed) == sorted([bad["source"], docs[1]["source"]])
     assert _json(config, "docs", "ls") == []
     assert "no document" in _run(config, "docs", "rm", "nothing-here", code=1).output
 

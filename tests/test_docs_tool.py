@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from agentd.knowledge.search import DocHit
 from agentd.knowledge.tools import CITE_INSTRUCTION, docs_tools, format_hits
 from agentd.ledger.audit import entries
 from agentd.tools import ToolContext, execute
+from agentd.tools.citations import found_in
 from tests.docs_support import CountingEmbedder
 
 CTX = ToolContext(chat_id=42, user_id=42, instance_id="turn-1", tool_use_id="tu-1")
@@ -41,13 +43,20 @@ async def test_search_docs_returns_cited_untrusted_passages(ingested: Database) 
     text = outcome.content
     instruction, _, wrapped = text.partition("\n\n")
     assert instruction == CITE_INSTRUCTION  # outside the untrusted block, so it is followed
+    wrapped, _, listed = wrapped.partition("\n\nSources you may cite")
     assert wrapped.startswith("The content below comes from an external source")
     assert '<untrusted_content source="documents">' in wrapped
     assert wrapped.rstrip().endswith("</untrusted_content>")
     assert wrapped.count("</untrusted_content>") == 1  # the hostile chunk cannot close it
-    assert "[1] Router manual — Reset" in wrapped and "[2] Router manual — Evil" in wrapped
+    assert re.search(r"\[D\d+\] Router manual — Reset", wrapped)
+    assert re.search(r"\[D\d+\] Router manual — Evil", wrapped)
     source = str(Path(ingested.path).parent / "docs" / "router.md")
-    assert f"Source: {source}" in wrapped and f"Cite as: Router manual ({source})" in wrapped
+    assert f"Source: {source}" in wrapped
+    # The ids that may be cited, after the block: each passage's id and file, nothing else.
+    found = found_in(text)
+    assert len(found) == 2 and {s.where for s in found.values()} == {source}
+    assert {s.title for s in found.values()} == {"Router manual — Reset", "Router manual — Evil"}
+    assert "Ignore" not in listed
 
 
 async def test_each_search_is_audited_without_the_text(ingested: Database) -> None:
@@ -110,7 +119,7 @@ def test_format_hits_shares_the_budget() -> None:
     hits = [_hit(chunk_id=i, text="word " * 400) for i in range(4)]
     text = format_hits(hits, 2000)
     assert text.count("…") == 4 and len(text) < 2000 + 4 * 150
-    assert text.startswith("[1] Guide — Setup\nSource: https://example.com/g\n")
+    assert text.startswith("[D0] Guide — Setup\nSource: https://example.com/g\n")
 
 
 async def test_the_library_is_the_owners_unless_shared_and_never_in_groups(

@@ -112,7 +112,11 @@ async def test_a_sitemap_index_with_a_broken_child_removes_nothing(
     )
     assert report.removed == []
     assert [f.source for f in report.failed] == [site.url("/missing-sitemap.xml")]
-    assert len(list_documents(conn)) == 2
+    docs = {d.source: d for d in list_documents(conn)}
+    assert len(docs) == 2  # the page gone from the sitemap is kept, but marked
+    faq = docs[site.url("/faq")]
+    assert faq.status == "stale" and "could be read" in (faq.error or "")
+    assert [d.status for s, d in docs.items() if s != site.url("/faq")] == ["ingested"]
 
 
 async def test_url_list_with_unreachable_refused_and_binary(
@@ -145,7 +149,9 @@ async def test_url_list_with_unreachable_refused_and_binary(
     report = await ingest(
         ConnRunner(conn), CountingEmbedder(), DocsConfig(), url_file=urls, policy=site.policy()
     )
-    assert report.removed == [site.url("/notes.md")] and report.unchanged == [site.url("/guide")]
+    # The ones that failed were listed (as failed) too, so they go as well.
+    dropped = {site.url("/notes.md"), gone, site.url("/logo.png"), "file:///etc/passwd"}
+    assert set(report.removed) == dropped and report.unchanged == [site.url("/guide")]
 
 
 async def test_a_pdf_url(conn: Any, site: FakeSite) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -37,15 +38,25 @@ def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
 
             llm.enqueue_tool_use("search_docs", {"query": "when does the NAS backup run"}, "tu_d")
 
+            cited: list[str] = []
+
             def cite(body: dict[str, Any]) -> Any:
                 result = body["messages"][-1]["content"][0]["content"]
                 assert "02:30" in result and "Backups" in result
-                return "At 02:30 every night (Home server guide, guide.md › Backups)."
+                # One id the search returned, one it never did (a model's slip).
+                cited.append(re.findall(r"\[(D\d+)\] Home server guide — Backups", result)[0])
+                return f"At 02:30 every night [{cited[0]}], to VAULT [D999]."
 
             llm.set_responder(cite)
             tg.add_message(OWNER, OWNER, "when does the NAS back up?")
             reply = tg.wait_for_sent(1, timeout=20)[0]["plain_text"]
-            assert reply.startswith("At 02:30")
+            guide = str(notes / "guide.md")
+            assert (
+                reply == f"At 02:30 every night (Home server guide — Backups, {guide}), to VAULT."
+            )
+            daemon.wait_for_instances(1)
+            turn = json.loads(daemon.query("SELECT detail FROM audit WHERE kind = 'turn'")[0][0])
+            assert turn["citations"] == {"used": cited, "dropped": ["D999"]}
             tool_result = llm.requests[-1]["body"]["messages"][-1]["content"][0]
             assert str(notes / "guide.md") in tool_result["content"]
             assert "<untrusted_content" in tool_result["content"]
@@ -58,4 +69,7 @@ def test_ingest_then_answer_with_a_citation(tmp_path: Path) -> None:
             assert again["changed"] == [str(notes / "guide.md")]
             assert again["chunks_embedded"] < 3
             listed = daemon.cli_json("docs", "ls")
-            assert [d["title"] for d in listed] == ["Home server guide"]
+            assert [(d["title"], d["status"]) for d in listed] == [
+                ("broken.txt", "failed"),  # never read
+                ("Home server guide", "ingested"),
+            ]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,16 @@ def test_the_same_photo_twice_is_seen_once(stack: tuple[FakeTelegram, FakeAnthro
     assert users[0]["meta"]["images"][0]["sha256"] == rows[0][0]
     assert "Café Lumière" in users[0]["content"]  # the summary is in the history too
     assert daemon.query("SELECT COUNT(*) FROM llm_usage WHERE purpose = 'vision'")[0][0] == 1
+    # The cache's hits and misses are counted and shown per day and chat.
+    assert [tuple(r) for r in daemon.query("SELECT hits, misses FROM vision_lookups")] == [(1, 1)]
+    used = daemon.cli_json("usage")
+    assert [(u["vision_cache_hits"], u["vision_cache_misses"]) for u in used] == [(1, 1)]
+    # Each turn says why it was given what it was: here nothing to recall yet.
+    detail = json.loads(daemon.query("SELECT detail FROM audit WHERE kind = 'turn'")[0][0])
+    route = detail["route"]
+    assert (route["recall"], route["recall_why"]) == ("skipped", "nothing to recall yet")
+    assert route["documents"] and "search_docs" in route["tools"] and route["web"] == "none"
+    assert route["reason"].startswith("recall skipped (nothing to recall yet); documents offered")
 
 
 def test_a_reply_to_a_photo_brings_the_photo_in(
@@ -101,3 +112,37 @@ def test_a_broken_image_is_noted_and_the_turn_still_answers(
     last = llm.requests[-1]["body"]["messages"][-1]["content"][0]["text"]
     assert "could not be analysed" in last
     daemon.wait_for_instances(1)
+
+
+def test_a_photo_replying_to_a_photo_brings_both_summaries(tmp_path: Path) -> None:
+    seen = [
+        {"summary": "A red bicycle leaning on a wall.", "entities": ["bicycle"]},
+        {"summary": "A blue bicycle in a shop window.", "entities": ["bicycle shop"]},
+    ]
+
+    asked: list[int] = []
+
+    def two_images(body: dict[str, Any]) -> Any:
+        if body.get("tool_choice", {}).get("name") != "record_image_summary":
+            return None
+        asked.append(1)  # the red photo is seen first, the blue one second
+        summary = seen[min(len(asked), 2) - 1]
+        return [
+            {"type": "tool_use", "id": "toolu_v", "name": "record_image_summary", "input": summary}
+        ]
+
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(two_images)
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_photo(OWNER, OWNER, png(400, 300, (200, 10, 10)), caption="mine")
+            tg.wait_for_sent(1, timeout=20)
+            first = next(m for m in tg.chat_history(OWNER) if m.get("photo"))
+            blue = png(400, 300, (10, 10, 200))
+            tg.add_photo(OWNER, OWNER, blue, caption="better?", reply_to=first["message_id"])
+            tg.wait_for_sent(2, timeout=20)
+            daemon.wait_for_instances(2)
+    last = llm.requests[-1]["body"]["messages"][-1]["content"][0]["text"]
+    assert "Image sent with this message: A blue bicycle" in last
+    assert "Image in the message being replied to: A red bicycle" in last
+    assert len(vision_requests(llm)) == 2  # the replied-to photo came from the cache

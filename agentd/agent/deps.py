@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, field_validator
 
+from agentd.agent.routing import RoutingDecision
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
@@ -100,6 +101,10 @@ class Recall(BaseModel):
     # None: recalled before memories said where they came from (any memory then taints).
     outside: list[str] | None = None
     pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)
+    searched: bool = False  # the memories were searched (not only the facts listed)
+    why: str = ""  # what was searched for, or why nothing was
+    route: RoutingDecision | None = None  # agent/routing.py; None: journaled before it existed
+    language: str = ""  # the user's language (chat/locale.py); "": not known
 
     @field_validator("outside", mode="before")
     @classmethod

@@ -20,6 +20,7 @@ from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
+from agentd.agent.routing import RoutingDecision
 from agentd.agent.steer import take_added, with_added
 from agentd.agent.streaming import DraftStreamer, draft_id
 from agentd.agent.taint import TurnTaint
@@ -42,6 +43,7 @@ from agentd.tools import (
     ToolOutcome,
     render_args,
 )
+from agentd.tools.citations import CitedSource, found_in
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import TurnInput
@@ -79,6 +81,8 @@ class AgentResult(BaseModel):
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
     # The outside content the model had in view by the end (agent/taint.py), in words.
     tainted_by: list[str] = Field(default_factory=list)
+    route: RoutingDecision | None = None  # why the turn was given what it was (agent/routing.py)
+    retrieved: dict[str, CitedSource] = Field(default_factory=dict)  # what it may cite, by id
 
 
 async def handle_tool_use(
@@ -175,6 +179,7 @@ async def call_llm(
                 now=datetime.fromtimestamp(deps.clock.now(), zone),
                 facts=recall.facts,
                 memories=recall.memories,
+                language=recall.language,
                 pending=recall.pending,
             ),
         }
@@ -274,9 +279,14 @@ async def agent_loop(
     reported: list[str] = []
     used: list[str] = []
     files: list[SpooledFile] = []
+    retrieved: dict[str, CitedSource] = {}  # rebuilt from journaled results on a replay
     # What every result carries; the lists grow as the loop goes.
     done: dict[str, Any] = dict(
-        reported_actions=reported, files=files, skills_used=used, tainted_by=taint.sources
+        reported_actions=reported,
+        files=files,
+        skills_used=used,
+        tainted_by=taint.sources,
+        retrieved=retrieved,
     )
     last_text = ""
     response: LLMResponse | None = None
@@ -307,6 +317,8 @@ async def agent_loop(
             return await handle_tool_use(at, deps, inp, use, t)
 
         ran = await run_calls(step, deps, response.tool_uses, taint, handle)
+        for outcome, _ in ran:
+            retrieved.update(found_in(outcome.content))
         results = tool_results(response.tool_uses, ran, reported, used, files, deps.listed_use)
         conversation.append(Message(role="user", content=results))
     note = step_limit_note(max_steps)

@@ -15,8 +15,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.access import ratelimit
+from agentd.agent import routing
 from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.pending import pending_in_chat
+from agentd.agent.recall_query import recall_query
+from agentd.agent.routing import RoutingDecision
 from agentd.agent.steer import claim_steer
 from agentd.agent.taint import input_sources, turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
@@ -27,6 +30,7 @@ from agentd.agent.window import (
     WindowRule,
     load_window,
 )
+from agentd.chat import locale
 from agentd.chat.data import as_data
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput, TurnOutput
@@ -54,6 +58,7 @@ from agentd.memory.summarise import (
     summary_running,
 )
 from agentd.retrieval.fusion import fusion_from_config
+from agentd.tools import citations
 from agentd.tools.urls import urls_in, user_url_in
 
 log = logging.getLogger("agentd.agent")
@@ -175,6 +180,7 @@ def save_user_message(
     # Someone else's words (forwarded, a document, a photo's text, a webhook body) stay
     # outside content in every later turn's history (memory/provenance.py).
     outside = input_sources(inp, photos=len(images), media_meta=meta)
+    locale.observe(conn, inp.user_id, inp.language_code, inp.date or time.time())
     message_id = history.save_message(
         conn,
         chat_id=inp.chat_id,
@@ -391,45 +397,75 @@ async def send_reply(
     return ids
 
 
-async def recall_memories(deps: TurnDeps, inp: TurnInput) -> Recall:
-    """The user's facts and the memories closest to this message: only this user's (R-LTM-3),
-    and never in a group, where the answer is read by every member."""
-    if deps.embedder is None or inp.chat_id < 0:
-        return Recall()
+async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = None) -> Recall:
+    """The user's facts and the memories closest to this message (`query`, default its text;
+    agent/recall_query.py): only this user's (R-LTM-3), and never in a group, where the answer
+    is read by every member."""
+    if deps.embedder is None:
+        return Recall(why="long-term memory is off (no embedder)")
+    if inp.chat_id < 0:
+        return Recall(why="a group chat: memories stay private")
     cfg = deps.config.memory
-    hits = []
+    query = inp.text if query is None else query
+    facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
+    if not query.strip():
+        return Recall(facts=facts, why="nothing to search for")
     # A user with nothing to recall yet (every chat's first turns, before a summary) costs no
     # query embedding: with the default model that is most of a turn's own time.
-    if await deps.db.read_inline(list_memories, inp.user_id, kinds=RECALL_KINDS, limit=1):
-        hits = await search_memories(
-            deps.db,
-            deps.embedder,
-            inp.user_id,
-            inp.text,
-            k=cfg.recall_top_k,
-            kinds=RECALL_KINDS,
-            fusion=fusion_from_config(cfg),
-            bits=deps.memory_bits,
-        )
-    facts = await deps.db.read_inline(facts_for_prompt, inp.user_id, cfg.facts_prompt_chars)
+    if not await deps.db.read_inline(list_memories, inp.user_id, kinds=RECALL_KINDS, limit=1):
+        return Recall(facts=facts, why="nothing to recall yet", outside=[])
+    hits = await search_memories(
+        deps.db,
+        deps.embedder,
+        inp.user_id,
+        query,
+        k=cfg.recall_top_k,
+        kinds=RECALL_KINDS,
+        fusion=fusion_from_config(cfg),
+        bits=deps.memory_bits,
+    )
     memories = format_recall(hits, cfg.recall_prompt_chars)
     # Only the memories that made it into the prompt count; the owner's words never taint.
     shown = [h.memory.id for h in hits if f" #{h.memory.id}] " in memories]
     outside = await deps.db.read_inline(outside_memories, shown)
     recalled = [f"a recalled memory #{mid} ({ref})" for mid, ref in sorted(outside.items())]
-    return Recall(facts=facts, memories=memories, outside=recalled)
+    words = query if len(query) <= 60 else query[:59] + "…"
+    return Recall(
+        facts=facts,
+        memories=memories,
+        outside=recalled,
+        searched=True,
+        why=f"{len(hits)} found for {words!r}",
+    )
 
 
-async def recall_for_turn(deps: TurnDeps, inp: TurnInput, instance_id: str) -> Recall:
-    """Recalled memories, and what the chat's other turns still wait for (agent/pending.py):
-    the latter is read even when recall fails, so the model never asks for those again."""
+async def route_turn(deps: TurnDeps, inp: TurnInput, recall: Recall | None) -> RoutingDecision:
+    """The turn's routing decision (agent/routing.py); `recall` None: the recall step failed."""
+    request = (await current_prefix(deps)).request
+    tools = [t.name for t in request.tools] + [str(t["name"]) for t in request.server_tools]
+    if recall is None:
+        return routing.decide(deps, inp, tools, "failed", "the embedder failed")
+    state = "searched" if recall.searched else "skipped"
+    return routing.decide(deps, inp, tools, state, recall.why)
+
+
+async def recall_for_turn(
+    deps: TurnDeps, inp: TurnInput, instance_id: str, query: str | None = None
+) -> Recall:
+    """The `recall` step: recalled memories, what the chat's other turns still wait for
+    (agent/pending.py; read even when recall fails, so the model never asks for those again),
+    and, journaled with them, the turn's routing decision and the user's language."""
     pending = await deps.db.read_inline(pending_in_chat, inp.chat_id, instance_id, deps.clock.now())
+    recall: Recall | None
     try:
-        recall = await recall_memories(deps, inp)
+        recall = await recall_memories(deps, inp, query)
     except Exception as exc:  # an embedder outage must not cost the user their answer
         log.warning("recall failed; answering without memories", extra={"error": repr(exc)})
-        recall = Recall(outside=[])
-    return recall.model_copy(update={"pending": pending})
+        recall = None
+    language, _ = await deps.db.read_inline(locale.current, inp.user_id)
+    route = await route_turn(deps, inp, recall)
+    update = {"pending": pending, "route": route, "language": language or inp.language_code}
+    return (recall or Recall(outside=[])).model_copy(update=update)
 
 
 async def schedule_summary(deps: TurnDeps, inp: TurnInput) -> str | None:
@@ -570,11 +606,13 @@ async def think(
         past, window = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp, notes))
         try:
+            query = recall_query(inp, images, [content for _, content in past])
             recall = await step.do(
-                "recall", recall_for_turn, deps, inp, step.instance_id, delivery="idempotent"
+                "recall", recall_for_turn, deps, inp, step.instance_id, query, delivery="idempotent"
             )
-        except StepFailed:
-            recall = Recall(outside=[])  # an embedder outage must not cost the user their answer
+        except StepFailed:  # an embedder outage must not cost the user their answer
+            route = await route_turn(deps, inp, None)
+            recall = Recall(route=route, language=inp.language_code, outside=[])
         quoted = (inp.reply_to.message_id, inp.reply_to.from_bot) if inp.reply_to else None
         # Rows written before this turn never change: a replay reads the same origins.
         earlier, quote = await deps.db.read(
@@ -592,7 +630,7 @@ async def think(
         # What the turn read itself makes its answer outside content; what only sat in its
         # history window is labelled on its own rows already.
         own = [s for s in result.tainted_by if s not in earlier]
-        return result.model_copy(update={"tainted_by": own})
+        return result.model_copy(update={"tainted_by": own, "route": recall.route})
     except StepFailed as exc:
         reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
         ids = await send_reply(step, deps, inp, reply, "send-error")
@@ -605,7 +643,8 @@ async def answer(
     step: Step, deps: TurnDeps, inp: TurnInput, result: AgentResult, media: MediaIn, started: float
 ) -> TurnOutput:
     """The model's answer, its files and any document offer; then history, audit, summary."""
-    text = with_reported_actions(result.text, result.reported_actions)
+    text, cited, dropped = citations.render(result.text, result.retrieved)
+    text = with_reported_actions(text, result.reported_actions)
     text = with_skills_named(text, result.skills_used)
     try:
         ids = await send_reply(step, deps, inp, text, "send")
@@ -619,6 +658,9 @@ async def answer(
         await deliver(step, deps.db, "offer-document", inp.chat_id, offer)
     duration = round((time.perf_counter() - started) * 1000, 1)
     detail = {"llm_calls": result.calls, "chunks": len(ids), "duration_ms": duration}
+    detail |= routing.audit_detail(result.route)
+    if cited or dropped:  # a citation to nothing retrieved was removed from the reply
+        detail["citations"] = {"used": cited, "dropped": dropped}
     outside = ref_of(result.tainted_by)
     await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail, outside)
     # Idempotent: the summary's instance id is derived from the history it covers.

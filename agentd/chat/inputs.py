@@ -69,6 +69,8 @@ class TurnInput(BaseModel):
     # A forwarded message: someone else's words, kept as data; who wrote it, when known.
     forwarded: bool = False
     forwarded_from: str = ""
+    # The sender's Telegram client language (IETF tag, "de", "pt-br"); "" when not sent.
+    language_code: str = Field(default="", max_length=35)
 
     @model_validator(mode="before")
     @classmethod

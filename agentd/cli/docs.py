@@ -179,7 +179,7 @@ def _quiet_pdf_library() -> None:
 
 @app.command("ls")
 def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """List ingested documents."""
+    """List ingested documents: status (ingested, stale, failed), tokens, text kept."""
     from agentd.knowledge.store import list_documents
 
     cfg = config_or_exit(config)
@@ -188,19 +188,53 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     if json:
         print_json(
             [
-                {**d.model_dump(), "created_at": iso(d.created_at), "updated_at": iso(d.updated_at)}
+                {
+                    **d.model_dump(exclude={"raw_text"}),
+                    "created_at": iso(d.created_at),
+                    "updated_at": iso(d.updated_at),
+                }
                 for d in docs
             ]
         )
         return
-    table = new_table("id", "title", "chunks", "format", "updated (UTC)", _source_column())
+    table = new_table(
+        "id",
+        "title",
+        "status",
+        "why",
+        "chunks",
+        "tokens",
+        "text",
+        "format",
+        "updated (UTC)",
+        _source_column(),
+    )
     for d in docs:
-        table.add_row(str(d.id), d.title[:60], str(d.chunks), d.format, iso(d.updated_at), d.source)
+        why = "" if d.error is None else d.error if len(d.error) <= 60 else d.error[:59] + "…"
+        table.add_row(
+            str(d.id),
+            d.title[:60],
+            d.status,
+            why,
+            str(d.chunks),
+            str(d.tokens),
+            _text_size(d.text_chars, d.kept_chars),
+            d.format,
+            iso(d.updated_at),
+            d.source,
+        )
     print_table(
         table,
-        drop=("format", "updated (UTC)"),
+        drop=("format", "updated (UTC)", "text", "why", "tokens"),
         empty="No documents yet: agentd ingest PATH… adds some.",
     )
+
+
+def _text_size(total: int | None, kept: int) -> str:
+    """The parsed text's size in characters, and how much of it is kept when not all."""
+    if total is None:
+        return "-"  # ingested before its text was measured
+    return f"{total}" if kept >= total else f"{total} ({kept} kept)"
 
 
 @app.command("rm")

@@ -49,9 +49,9 @@ def usage(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Tokens, prompt-cache hits and estimated cost and saving per day and chat."""
+    """Tokens, prompt-cache hits, estimated cost and saving, vision-cache hits per day and chat."""
     from agentd.ledger.pricing import PRICES_AS_OF
-    from agentd.ledger.usage import report, totals
+    from agentd.ledger.usage import report, totals, vision_counts
     from agentd.llm.pricing import price_table
 
     cfg = config_or_exit(config)
@@ -60,7 +60,8 @@ def usage(
     since = time.time() - days * 86400
     with database(cfg) as conn:
         found = totals(conn, since=since, instance_prefix=prefix)
-        rows = report(found, price_table(cfg.llm))
+        vision = None if schedule else vision_counts(conn, since=since)
+        rows = report(found, price_table(cfg.llm), vision)
         fallbacks = _fallback_answers(conn, since)
     models = _per_model(cfg, found, fallbacks)
     if json:
@@ -80,8 +81,10 @@ def usage(
         "hit\nratio",
         "≈ USD",
         "≈ saved\nUSD",
+        "vision\ncache",
     )
     for r in rows:
+        lookups = r.vision_cache_hits + r.vision_cache_misses
         table.add_row(
             r.day,
             str(r.chat_id or "-"),
@@ -93,10 +96,11 @@ def usage(
             f"{r.cache_hit_ratio:.0%}",
             f"{r.estimated_cost_usd:.4f}",
             f"{r.estimated_saving_usd:.4f}",
+            f"{r.vision_cache_hits}/{lookups}" if lookups else "-",
         )
     print_table(
         table,
-        drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD"),
+        drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD", "vision\ncache"),
         empty=f"No model calls in the last {days} days.",
     )
     if len(models) > 1 or any(m["fallback_answers"] for m in models):
@@ -104,7 +108,8 @@ def usage(
     if rows:  # markup off: "[llm.prices]" is the config section, not a style
         err.print(
             f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
-            "saving = the same calls without prompt caching.",
+            "saving = the same calls without prompt caching; vision cache = photos whose "
+            "summary was reused / photos seen.",
             markup=False,
         )
 

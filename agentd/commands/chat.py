@@ -9,6 +9,7 @@ from functools import partial
 from typing import Any
 
 from agentd.access import approvals, owners, pairing
+from agentd.chat import locale
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.model_choice import for_turn
 from agentd.chat.names import TURN_WORKFLOW, chat_key
@@ -328,6 +329,32 @@ def memory_edit_text(deps: CommandDeps, conn: Any, turn: Any) -> CommandInput | 
     return _as_memory_command(turn, f"{chat_view.PREFIX}:apply:{memory_id} {turn.text}")
 
 
+async def language_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
+    """/language: show the language I use for you; /language CODE sets it, auto unsets it."""
+    code = inp.args.strip().lower()
+    if not code:
+        language, source = await deps.db.read(locale.current, inp.user_id)
+        where = {"chosen": "you chose it", "telegram": "from your Telegram settings"}
+        said = f"{language} ({where[source]})" if language else "not known yet"
+        return CommandReply(
+            text=f"Your language: {said}. Change it with /language CODE (de, pt-br, …), or "
+            "/language auto to follow Telegram's setting."
+        )
+    if code != "auto" and not locale.valid(code):
+        return CommandReply(
+            text=f"{inp.args.strip()[:40]!r} is not a language code: try /language de, "
+            "/language pt-br or /language auto."
+        )
+    chosen = None if code == "auto" else code
+    await deps.db.write(locale.choose, inp.user_id, chosen, deps.clock.now())
+    if chosen is None:
+        return CommandReply(text="I'll follow your Telegram language setting again.")
+    return CommandReply(
+        text=f"Language set to {chosen}: I'll use it wherever your message doesn't show "
+        "another, and for dates."
+    )
+
+
 def forget_by_button(conn: Any, press: CallbackPress) -> str:
     """A Forget button of an older /memory card, inside the intake transaction: only the
     user's own, versioned (restorable) and audited as any forget."""
@@ -369,6 +396,7 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
     router.command("memory", bind(memory_command), "What I remember about you, to correct")
     router.command("skills", bind(skills_command), "The skills I can use, and any held back")
+    router.command("language", bind(language_command), "The language I use for you, to change")
     router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
     router.callback(FORGET_PREFIX.rstrip(":"), forget_by_button)
     router.callback(chat_view.PREFIX, partial(memory_button, deps))

@@ -191,11 +191,10 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
     from_env = _apply_env_overrides(data, env)
     llm = data.setdefault("llm", {})
-    if isinstance(llm, dict):
-        if env.get("ANTHROPIC_MODEL"):
-            llm["model"] = env["ANTHROPIC_MODEL"]
-        if env.get("ANTHROPIC_BASE_URL") and not llm.get("base_url"):
-            llm["base_url"] = env["ANTHROPIC_BASE_URL"]
+    for key, name in (("model", "ANTHROPIC_MODEL"), ("base_url", "ANTHROPIC_BASE_URL")):
+        # The provider's variables beat the file (R-CFG-1); agentd's own AGENTD_LLM__… beat them.
+        if isinstance(llm, dict) and env.get(name) and f"llm.{key}" not in from_env:
+            llm[key], from_env[f"llm.{key}"] = env[name], name
     try:
         config = Config.model_validate(data)
     except ValidationError as exc:

@@ -319,6 +319,8 @@ class DocsConfig(_Section):
     fetch_concurrency: int = Field(default=4, ge=1, le=32)
     top_k: int = Field(default=5, ge=1, le=20)
     max_result_chars: int = Field(default=8000, ge=500, le=100_000)
+    # Each document's parsed text is kept up to this many characters (0: not kept).
+    keep_text_chars: int = Field(default=200_000, ge=0, le=10_000_000)
 
     @model_validator(mode="after")
     def _overlap_below_half(self) -> DocsConfig:

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
-from agentd.ledger.usage import hit_ratio
+from agentd.ledger.usage import hit_ratio, vision_counts
 
 DAY = 86400
 FIELDS = tuple(Tokens.model_fields)  # input, output, cache read, cache write, of it 1 h
@@ -153,6 +153,12 @@ def roll_up(conn: Any, now: float | None = None) -> int:
         (UNTIL_KEY, str(done)),
     )
     return done - until
+
+
+def vision_cache(conn: Any, since: float) -> tuple[int, int]:
+    """(photos summarised from the cache, photos seen) over the period."""
+    counts = vision_counts(conn, since=since).values()
+    return sum(h for h, _ in counts), sum(h + m for h, m in counts)
 
 
 def since(conn: Any, start: float, prices: Prices) -> dict[str, Any]:

@@ -99,8 +99,12 @@ async def cost(request: web.Request) -> web.Response:
     # A write only on the first view after a day is over: every other view just reads.
     if await site.access.read(spend.rolled_until) < spend.finished(now):
         await site.access.write(spend.roll_up, now)
-    groups = await site.access.read(spend.groups, now - days * queries.DAY, site.prices)
-    return render(request, "cost.html", days=days, groups=groups, budget=site.daily_tokens)
+    since = now - days * queries.DAY
+    groups = await site.access.read(spend.groups, since, site.prices)
+    vision = await site.access.read(spend.vision_cache, since)
+    return render(
+        request, "cost.html", days=days, groups=groups, budget=site.daily_tokens, vision=vision
+    )
 
 
 async def memory(request: web.Request) -> web.Response:

@@ -648,6 +648,45 @@ CREATE TABLE fetch_host_offers (
 );
 """
 
+M029_DOCS_STATUS = """
+-- Each document's state (docs/documents.md): ingested (its chunks are the source as last
+-- read), stale (a later read failed, so search serves an older copy), failed (never read,
+-- nothing stored); with the reason. Its parsed text is kept up to docs.keep_text_chars, and
+-- each chunk has a token estimate (4 characters a token, as knowledge/tokens.py counts).
+ALTER TABLE doc_documents ADD COLUMN status TEXT NOT NULL DEFAULT 'ingested'
+    CHECK (status IN ('ingested', 'failed', 'stale'));
+ALTER TABLE doc_documents ADD COLUMN error TEXT;
+ALTER TABLE doc_documents ADD COLUMN raw_text TEXT;  -- NULL: ingested before it was kept
+ALTER TABLE doc_documents ADD COLUMN text_chars INTEGER;  -- the whole parsed text's length
+ALTER TABLE doc_chunks ADD COLUMN tokens INTEGER;
+-- Documents ingested before: their chunk token counts are computed here; their text was not
+-- kept, and the chunks overlap, so it is not rebuilt: the next change of the file brings it.
+UPDATE doc_chunks SET tokens = (length(text) + 3) / 4;
+"""
+
+M030_VISION_LOOKUPS = """
+-- Vision-cache lookups per day (UTC) and chat: a hit reused a summary, a miss asked the model.
+-- One row per day and chat, so it stays small; `agentd usage` shows them.
+CREATE TABLE vision_lookups (
+    day TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    hits INTEGER NOT NULL DEFAULT 0,
+    misses INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (day, chat_id)
+) WITHOUT ROWID;
+"""
+
+M033_USER_LOCALES = """
+-- Each user's language (chat/locale.py): what their Telegram client says, and what they chose
+-- with /language, which wins.
+CREATE TABLE user_locales (
+    user_id INTEGER PRIMARY KEY,
+    telegram TEXT,
+    chosen TEXT,
+    updated_at REAL NOT NULL
+);
+"""
+
 
 # Memories the owner can see, correct and roll back. `origin` says whose words a memory is:
 # 'user' (the owner's own: typed, edited, imported), 'model' (the assistant's summary or
@@ -759,7 +798,10 @@ MIGRATIONS: list[tuple[str, str]] = [
     # Named as `agentd dashboard` applied it on its own first: recorded once, never twice.
     ("m028_dashboard", M028_DASHBOARD),
     ("m028_dashboard_cost_days", M028_DASHBOARD_COST_DAYS),
+    ("m029_docs_status", M029_DOCS_STATUS),
+    ("m030_vision_lookups", M030_VISION_LOOKUPS),
     ("m032_provenance", M032_PROVENANCE),
+    ("m033_user_locales", M033_USER_LOCALES),
 ]
 
 

@@ -8,7 +8,8 @@ gone from an ingested folder, pages gone from a URL list or sitemap, chunks gone
 document. Embedding happens outside transactions; each document is written in one.
 
 A bad input (unreadable, invalid UTF-8, broken PDF, too big, unreachable, HTTP error) is a
-`Failure` in the report and the run goes on; its stored version, if any, is kept. Only an
+`Failure` in the report and the run goes on; its stored version, if any, is kept and marked
+`stale`, and a document never read is stored as `failed` with the reason. Only an
 embedder failure stops the run (every later document would fail the same way); the report
 says so in `aborted` and nothing is removed.
 
@@ -28,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -52,6 +54,8 @@ from agentd.knowledge.store import (
     chunk_states,
     chunks_without_vector,
     get_document,
+    mark_stale,
+    record_failure,
     remove_sources,
     save_document,
     set_chunk_vectors,
@@ -275,7 +279,7 @@ class Ingestor:
                 vectors = await self._embed(texts)
                 pairs = [(cid, vec) for (cid, _, _), vec in zip(missing, vectors, strict=True)]
                 await self.db.write(set_chunk_vectors, model_id, pairs)
-            if existing.root != root:
+            if existing.root != root or existing.status != "ingested":
                 await self.db.write(touch_document, existing.id, root)
             self.report.unchanged.append(source)
             return
@@ -293,6 +297,8 @@ class Ingestor:
             if chunk.hash not in have:
                 needed.setdefault(chunk.hash, chunk.embed_text)
         vectors = await self._embed(list(needed.values()))
+        text = "\n\n".join(block.text for block in loaded.blocks)
+        keep = self.config.keep_text_chars
         doc = NewDocument(
             source=source,
             kind=kind,
@@ -301,18 +307,27 @@ class Ingestor:
             format=loaded.format,
             content_hash=content_hash,
             size=len(data),
+            raw_text=text[:keep] if keep else None,
+            text_chars=len(text),
         )
         await self.db.write(
             save_document, doc, chunks, dict(zip(needed, vectors, strict=True)), model_id
         )
-        (self.report.added if existing is None else self.report.changed).append(source)
+        new = existing is None or existing.chunks == 0  # a `failed` row held nothing
+        (self.report.added if new else self.report.changed).append(source)
 
-    async def _guarded(self, source: str, work: Callable[[], Awaitable[None]]) -> None:
-        """Run one document's ingestion; its failure is reported, never raised."""
+    async def _failed(self, source: str, reason: str, kind: DocKind, root: str) -> None:
+        self.report.failed.append(Failure(source=source, reason=reason))
+        await self.db.write(record_failure, source, kind, root, reason)
+
+    async def _guarded(
+        self, source: str, work: Callable[[], Awaitable[None]], kind: DocKind, root: str
+    ) -> None:
+        """Run one document's ingestion; its failure is reported and recorded, never raised."""
         try:
             await work()
         except (LoadError, FetchError) as exc:
-            self.report.failed.append(Failure(source=source, reason=str(exc)))
+            await self._failed(source, str(exc), kind, root)
         except EmbedderError as exc:
             self.report.failed.append(Failure(source=source, reason=f"embedder: {exc}"))
             self.report.aborted = f"the embedder failed, so the run stopped: {exc}"
@@ -321,7 +336,7 @@ class Ingestor:
             # A bug or an odd input no branch foresaw: one document, not the run.
             log.exception("ingesting %s failed", source)
             reason = f"unexpected error: {type(exc).__name__}: {exc}"
-            self.report.failed.append(Failure(source=source, reason=reason))
+            await self._failed(source, reason, kind, root)
         finally:
             self.progress.advance(source)
 
@@ -356,7 +371,7 @@ class Ingestor:
             source=source, kind="file", root=source, fmt=fmt, data=data, parse=parse
         )
         with contextlib.suppress(_Aborted):
-            await self._guarded(source, lambda: work)
+            await self._guarded(source, lambda: work, "file", source)
 
     async def ingest_paths(self, paths: Sequence[str | Path]) -> None:
         """Files and folders (recursively). A folder's files that disappeared are removed."""
@@ -368,7 +383,8 @@ class Ingestor:
                 self.report.failed.append(Failure(source=path, reason="no such file or folder"))
         self.progress.add_total(len(plan.files))
         for file, root in plan.files.items():
-            await self._guarded(str(file), lambda f=file, r=root: self._ingest_file(f, r))
+            work = partial(self._ingest_file, file, root)
+            await self._guarded(str(file), work, "file", root)
         for folder in plan.folders:
             stored = await self.db.read(sources_under, folder)
             await self._remove([s for s in stored if Path(s) not in plan.files])
@@ -431,14 +447,18 @@ class Ingestor:
                 following = next(queue, None)
                 if following is not None:
                     pending.append((following, asyncio.create_task(self._fetch(following))))
-                await self._guarded(url, lambda u=url, f=fetched: self._ingest_fetched(u, f, root))
+                work = partial(self._ingest_fetched, url, fetched, root)
+                await self._guarded(url, work, "url", root)
         finally:
             for _, task in pending:
                 task.cancel()
+        wanted = set(urls)
+        missing = [s for s in await self.db.read(sources_of_root, root) if s not in wanted]
         if remove_missing:
-            wanted = set(urls)
-            stored = await self.db.read(sources_of_root, root)
-            await self._remove([s for s in stored if s not in wanted])
+            await self._remove(missing)
+        else:  # part of the sitemap could not be read: they may be there, or gone
+            reason = "not in the part of the sitemap that could be read; kept until it is whole"
+            await self.db.write(mark_stale, missing, reason)
 
     async def ingest_url_file(self, file: str | Path) -> None:
         """A file of URLs, one per line (blank lines and # comments skipped)."""

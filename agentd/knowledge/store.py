@@ -5,6 +5,8 @@ in order, with section and hash), `doc_chunks_fts` (external-content FTS5 over s
 text, kept by triggers) and the shared vector tables (`agentd.retrieval.vectors`) bound here as
 DOC_VECTORS: `doc_spaces`, `doc_vectors` and `doc_bq_<space>`, one partition for everything.
 Deleting a document cascades to its chunks, their FTS entries, vectors and bit vectors.
+Migration m029_docs_status added each document's status (ingested, stale, failed) with its
+error, its parsed text (bounded) and each chunk's token estimate.
 
 Plain functions of a connection, run through `Database.write/read` or `ConnRunner`.
 """
@@ -19,11 +21,13 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentd.knowledge.chunking import Chunk
+from agentd.knowledge.tokens import estimate_tokens
 from agentd.retrieval.fts import cjk_index_text
 from agentd.retrieval.vectors import VectorIndex
 
 Conn = Any
 DocKind = Literal["file", "url"]
+DocStatus = Literal["ingested", "failed", "stale"]
 
 DOC_VECTORS = VectorIndex(prefix="doc", key="chunk_id")
 
@@ -38,6 +42,8 @@ class NewDocument(BaseModel):
     format: str
     content_hash: str
     size: int
+    raw_text: str | None = None  # the parsed text, cut at docs.keep_text_chars
+    text_chars: int | None = None  # the whole parsed text's length
 
 
 class Document(NewDocument):
@@ -45,6 +51,10 @@ class Document(NewDocument):
     chunks: int
     created_at: float
     updated_at: float
+    status: DocStatus = "ingested"
+    error: str | None = None
+    tokens: int = 0  # the chunks' token estimates, summed
+    kept_chars: int = 0  # how much of the parsed text is kept (raw_text is not loaded)
 
 
 class ChunkState(BaseModel):
@@ -65,7 +75,10 @@ class SavedDocument(BaseModel):
 _SELECT = (
     "SELECT d.id, d.source, d.kind, d.root, d.title, d.format, d.content_hash, d.size,"
     " d.created_at, d.updated_at,"
-    " (SELECT count(*) FROM doc_chunks c WHERE c.doc_id = d.id) FROM doc_documents d"
+    " (SELECT count(*) FROM doc_chunks c WHERE c.doc_id = d.id),"
+    " d.status, d.error, d.text_chars, coalesce(length(d.raw_text), 0),"
+    " (SELECT coalesce(sum(c.tokens), 0) FROM doc_chunks c WHERE c.doc_id = d.id)"
+    " FROM doc_documents d"
 )
 
 
@@ -82,6 +95,11 @@ def _row_to_document(row: Any) -> Document:
         created_at=row[8],
         updated_at=row[9],
         chunks=row[10],
+        status=row[11],
+        error=row[12],
+        text_chars=row[13],
+        kept_chars=row[14],
+        tokens=row[15],
     )
 
 
@@ -137,28 +155,22 @@ def chunks_without_vector(
 def _upsert_document(conn: Conn, doc: NewDocument, now: float) -> int:
     """The id of the document stored under `doc.source`, inserted or updated to `doc`."""
     row = conn.execute("SELECT id FROM doc_documents WHERE source = ?", (doc.source,)).fetchone()
+    fields = (doc.kind, doc.root, doc.title, doc.format, doc.content_hash, doc.size)
+    text = (doc.raw_text, doc.text_chars)
     if row is None:
         cur = conn.execute(
             "INSERT INTO doc_documents (source, kind, root, title, format, content_hash, size,"
-            " created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                doc.source,
-                doc.kind,
-                doc.root,
-                doc.title,
-                doc.format,
-                doc.content_hash,
-                doc.size,
-                now,
-                now,
-            ),
+            " raw_text, text_chars, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (doc.source, *fields, *text, now, now),
         )
         return int(cur.lastrowid)
     doc_id = int(row[0])
     conn.execute(
-        "UPDATE doc_documents SET kind = ?, root = ?, title = ?, format = ?,"
-        " content_hash = ?, size = ?, updated_at = ? WHERE id = ?",
-        (doc.kind, doc.root, doc.title, doc.format, doc.content_hash, doc.size, now, doc_id),
+        "UPDATE doc_documents SET kind = ?, root = ?, title = ?, format = ?, content_hash = ?,"
+        " size = ?, raw_text = ?, text_chars = ?, status = 'ingested', error = NULL,"
+        " updated_at = ? WHERE id = ?",
+        (*fields, *text, now, doc_id),
     )
     return doc_id
 
@@ -197,8 +209,8 @@ def save_document(
             kept += 1
         else:
             cur = conn.execute(
-                "INSERT INTO doc_chunks (doc_id, ordinal, section, text, hash, fts_cjk)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO doc_chunks (doc_id, ordinal, section, text, hash, fts_cjk, tokens)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     doc_id,
                     chunk.ordinal,
@@ -206,6 +218,7 @@ def save_document(
                     chunk.text,
                     chunk.hash,
                     cjk_index_text(f"{chunk.section}\n{chunk.text}"),
+                    estimate_tokens(chunk.embed_text),
                 ),
             )
             chunk_id = int(cur.lastrowid)
@@ -266,8 +279,38 @@ def set_chunk_vectors(
 
 
 def touch_document(conn: Conn, doc_id: int, root: str) -> None:
-    """An unchanged document seen again, maybe through another folder or list."""
-    conn.execute("UPDATE doc_documents SET root = ? WHERE id = ?", (root, doc_id))
+    """An unchanged document seen again, maybe through another folder or list: what is stored
+    is the source as it is, whatever a failed read in between had marked."""
+    conn.execute(
+        "UPDATE doc_documents SET root = ?, status = 'ingested', error = NULL WHERE id = ?",
+        (root, doc_id),
+    )
+
+
+def record_failure(
+    conn: Conn, source: str, kind: DocKind, root: str, reason: str, *, now: float | None = None
+) -> DocStatus:
+    """A document that could not be read: `stale` when an older copy is still stored (search
+    keeps serving it), `failed` when nothing is (a row with no chunks, so `docs ls` shows it)."""
+    now = time.time() if now is None else now
+    row = conn.execute(
+        "SELECT id, (SELECT count(*) FROM doc_chunks c WHERE c.doc_id = d.id)"
+        " FROM doc_documents d WHERE source = ?",
+        (source,),
+    ).fetchone()
+    if row is None:
+        conn.execute(
+            "INSERT INTO doc_documents (source, kind, root, title, format, content_hash, size,"
+            " status, error, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, '', '', 0, 'failed', ?, ?, ?)",
+            (source, kind, root, source.rstrip("/").rsplit("/", 1)[-1][:500], reason, now, now),
+        )
+        return "failed"
+    status: DocStatus = "stale" if row[1] else "failed"
+    conn.execute(
+        "UPDATE doc_documents SET status = ?, error = ? WHERE id = ?", (status, reason, row[0])
+    )
+    return status
 
 
 def remove_document(conn: Conn, doc_id: int) -> bool:
@@ -289,6 +332,17 @@ def sources_of_root(conn: Conn, root: str) -> list[str]:
     """Sources last ingested through `root` (a URL list or sitemap)."""
     rows = conn.execute("SELECT source FROM doc_documents WHERE root = ?", (root,)).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def mark_stale(conn: Conn, sources: Sequence[str], reason: str) -> int:
+    """Stored documents whose source may be gone but could not be checked: kept, marked."""
+    if not sources:
+        return 0
+    return conn.execute(
+        "UPDATE doc_documents SET status = 'stale', error = ? WHERE status != 'failed'"
+        " AND source IN (SELECT value FROM json_each(?))",
+        (reason, json.dumps(list(sources))),
+    ).rowcount
 
 
 def remove_sources(conn: Conn, sources: Sequence[str]) -> int:

@@ -20,10 +20,11 @@ from agentd.ledger import audit
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
 from agentd.tools import Tool, ToolContext, Toolset, mark_untrusted
+from agentd.tools.citations import heading, source_list
 
 CITE_INSTRUCTION = (
-    "Answer from these passages and cite each source you use: a web page as a Markdown link "
-    "[title](url), a file as title (path). Use the 'Cite as' line of each passage."
+    "Answer from these passages and cite each one you use by its id in square brackets, as "
+    "in [D12], right after the claim; the reply turns the id into a link or the file's title."
 )
 
 
@@ -40,13 +41,17 @@ def format_hits(hits: Sequence[DocHit], budget_chars: int) -> str:
     """Numbered passages within a character budget (each gets a fair share of it)."""
     share = max(200, budget_chars // max(1, len(hits)))
     parts = []
-    for number, hit in enumerate(hits, start=1):
-        heading = f"[{number}] {hit.title or hit.source}"
-        if hit.section:
-            heading += f" — {hit.section}"
+    for hit in hits:
+        title = hit.title or hit.source
+        line = heading(f"D{hit.chunk_id}", f"{title} — {hit.section}" if hit.section else title)
         text = hit.text if len(hit.text) <= share else hit.text[: share - 1].rstrip() + "…"
-        parts.append(f"{heading}\nSource: {hit.source}\nCite as: {hit.citation}\n\n{text}")
+        parts.append(f"{line}\nSource: {hit.source}\n\n{text}")
     return "\n\n".join(parts)
+
+
+def hit_sources(hits: Sequence[DocHit]) -> str:
+    """The passages' ids as agent/citations.py reads them back, after the untrusted block."""
+    return source_list((f"D{h.chunk_id}", h.source) for h in hits)
 
 
 GROUP_REFUSAL = (
@@ -105,6 +110,7 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
         if not hits:
             return "No passage of the ingested documents matches this query."
         body = format_hits(hits, docs.max_result_chars)
-        return f"{CITE_INSTRUCTION}\n\n{mark_untrusted(body, 'documents')}"
+        untrusted = mark_untrusted(body, "documents")
+        return f"{CITE_INSTRUCTION}\n\n{untrusted}\n\n{hit_sources(hits)}"
 
     return library.tools()

@@ -33,6 +33,8 @@ class UsageReport(BaseModel):
     cache_hit_ratio: float  # share of all input tokens read from the cache
     estimated_cost_usd: float
     estimated_saving_usd: float  # against the same calls with no prompt caching
+    vision_cache_hits: int = 0  # photos whose summary came from the cache
+    vision_cache_misses: int = 0  # photos the model looked at
 
 
 def record(
@@ -118,10 +120,27 @@ def hit_ratio(t: Tokens) -> float:
     return t.cache_read_tokens / total if total else 0.0
 
 
+VisionCounts = dict[tuple[str, int | None], tuple[int, int]]
+
+
+def vision_counts(conn: Any, *, since: float | None = None) -> VisionCounts:
+    """(hits, misses) of the vision cache per day (UTC) and chat (media/vision.py counts)."""
+    rows = conn.execute(
+        "SELECT day, chat_id, hits, misses FROM vision_lookups WHERE day >= date(?, 'unixepoch')",
+        (since or 0,),
+    ).fetchall()
+    return {(r[0], r[1]): (int(r[2]), int(r[3])) for r in rows}
+
+
 def report(
-    rows: list[UsageTotals], prices: Mapping[str, ModelPrice] | None = None
+    rows: list[UsageTotals],
+    prices: Mapping[str, ModelPrice] | None = None,
+    vision: VisionCounts | None = None,
 ) -> list[UsageReport]:
-    """Rows per day and chat with cost, cache hit ratio and saving, each model at its price."""
+    """Rows per day and chat with cost, cache hit ratio and saving, each model at its price,
+    and the vision cache's hits and misses (a photo seen from the cache alone still makes a
+    turn, so its day and chat have a row)."""
+    vision = vision or {}
     groups: dict[tuple[str, int | None], list[UsageTotals]] = {}
     for r in rows:
         groups.setdefault((r.day, r.chat_id), []).append(r)
@@ -141,6 +160,8 @@ def report(
                 cache_hit_ratio=round(hit_ratio(summed), 4),
                 estimated_cost_usd=round(spent, 6),
                 estimated_saving_usd=round(plain - spent, 6),
+                vision_cache_hits=vision.get((day, chat_id), (0, 0))[0],
+                vision_cache_misses=vision.get((day, chat_id), (0, 0))[1],
             )
         )
     return out

@@ -95,6 +95,17 @@ def store_summary(
     )
 
 
+def count_lookup(conn: Any, chat_id: int, cached: bool, at: float) -> None:
+    """One cache lookup, for `agentd usage` (a step retried after a crash may count twice)."""
+    hit, miss = (1, 0) if cached else (0, 1)
+    conn.execute(
+        "INSERT INTO vision_lookups (day, chat_id, hits, misses) VALUES (date(?, 'unixepoch'),"
+        " ?, ?, ?) ON CONFLICT (day, chat_id) DO UPDATE SET hits = hits + excluded.hits,"
+        " misses = misses + excluded.misses",
+        (at, chat_id, hit, miss),
+    )
+
+
 async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: str) -> SeenImage:
     """The image's summary: from the cache by sha256, or from the model once."""
     data = await deps.files.download(file_id, deps.config.max_bytes)
@@ -102,6 +113,7 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
     hit = await deps.db.read(cached_summary, digest)
     if hit is not None:
         summary, width, height = hit
+        await deps.db.write_unsynced(count_lookup, chat_id, True, time.time())
         return SeenImage(
             file_id=file_id, sha256=digest, summary=summary, cached=True, width=width, height=height
         )
@@ -140,6 +152,7 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
 
     def write(conn: Any) -> None:
         store_summary(conn, digest, summary, response.model, width, height, raw)
+        count_lookup(conn, chat_id, False, time.time())
         usage.record(
             conn,
             response.usage,

@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentd.chat.inputs import MAX_TEXT_CHARS, CallbackPress, MediaRef, ReplyContext, TurnInput
+from agentd.chat.locale import language_of
 
 UNSUPPORTED_KINDS = (
     "sticker",
@@ -286,6 +287,7 @@ def _classify_message(
         media=_media(message),
         forwarded=_is_forwarded(message),
         forwarded_from=_forward_author(message),
+        language_code=language_of(message.get("from")),
     )
     return UpdateDecision(
         action="turn", update_kind=update_kind, user_id=user_id, chat_id=chat_id, turn=turn

@@ -16,6 +16,7 @@ from agentd.tools.base import (
     ToolError,
     mark_untrusted,
 )
+from agentd.tools.citations import heading, source_list, url_id
 from agentd.tools.declare import tool
 from agentd.tools.urls import url_host
 
@@ -95,6 +96,10 @@ def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
             page = await fetch(url, policy)
         except FetchError as exc:
             raise ToolError(f"Could not fetch {url}: {exc}") from None
-        return mark_untrusted(_render(page, max_chars, policy.max_bytes), page.url)
+        sid = url_id("U", page.url)
+        page_text = _render(page, max_chars, policy.max_bytes)
+        untrusted = mark_untrusted(f"{heading(sid, page.title or page.url)}\n{page_text}", page.url)
+        cited = source_list([(sid, page.url)])
+        return f"{untrusted}\n\n{cited}"
 
     return fetch_url

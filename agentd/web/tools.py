@@ -13,6 +13,7 @@ from agentd.db.runner import Runner
 from agentd.durable.clock import Clock, SystemClock
 from agentd.ledger import audit
 from agentd.tools import Tool, ToolContext, ToolError, Toolset, mark_untrusted
+from agentd.tools.citations import heading, source_list, url_id
 from agentd.web.cache import SearchCache, query_digest
 from agentd.web.search import (
     MAX_RETRY_WAIT,
@@ -26,8 +27,8 @@ log = logging.getLogger(__name__)
 
 SNIPPET_CHARS = 500
 CITE_INSTRUCTION = (
-    "Base your answer on these results where they help, and cite every result you use as a "
-    "Markdown link to its URL, e.g. [Example page](https://example.com/page)."
+    "Base your answer on these results where they help, and cite every result you use by its "
+    "id in square brackets right after the claim, as in [W3f9a1c]; the reply makes it a link."
 )
 
 
@@ -66,8 +67,8 @@ def render_results(
     """Numbered results (title, URL, date, snippet) wrapped as untrusted, then how to cite."""
     when = "just now" if cached_age is None else f"cached, fetched {_age(cached_age)}"
     lines = [f"Web search results for: {query}", f"({len(results)} from {provider}, {when})"]
-    for number, hit in enumerate(results, 1):
-        lines += ["", f"[{number}] {hit.title}", f"URL: {hit.url}"]
+    for hit in results:
+        lines += ["", heading(url_id("W", hit.url), hit.title), f"URL: {hit.url}"]
         if hit.published:
             lines.append(f"Published: {hit.published}")
         if hit.snippet:
@@ -76,7 +77,9 @@ def render_results(
                 snippet = snippet[:SNIPPET_CHARS].rstrip() + "…"
             lines.append(snippet)
     # The instruction stays outside the untrusted block: inside it, the model ignores orders.
-    return mark_untrusted("\n".join(lines), f"web_search:{provider}") + "\n\n" + CITE_INSTRUCTION
+    untrusted = mark_untrusted("\n".join(lines), f"web_search:{provider}")
+    cited = source_list((url_id("W", hit.url), hit.url) for hit in results)
+    return f"{untrusted}\n\n{CITE_INSTRUCTION}\n\n{cited}".rstrip()
 
 
 def web_tools(db: Runner, provider: SearchProvider, config: WebConfig, clock: Clock) -> list[Tool]:

@@ -192,6 +192,8 @@ class FakeTelegram(FakeServer):
         """token: only this token is accepted (others get 401); strict_chats: unknown chats 400."""
         super().__init__(host=host, port=port)
         self.token = token
+        # Telegram sends each user's client language as from.language_code.
+        self.user_languages: dict[int, str] = {}
         self.bot_username = bot_username
         self.bot_first_name = bot_first_name
         self.strict_chats = strict_chats
@@ -745,6 +747,8 @@ class FakeTelegram(FakeServer):
                 "date": _now(),
                 **extra,
             }
+            if user_id in self.user_languages:
+                msg["from"]["language_code"] = self.user_languages[user_id]
             if reply_to is not None:
                 reply = self._reply_copy(chat_id, reply_to)
                 if reply is None:
