@@ -193,8 +193,11 @@ def test_a_pdf_is_read_for_the_turn_and_added_only_when_the_button_is_pressed(
     assert len(stack.daemon.query("SELECT source FROM doc_documents")) == 1
 
 
-def test_asking_to_keep_a_document_saves_it_without_offering_a_button(stack: Stack) -> None:
-    user = 207
+def test_asking_to_keep_a_document_saves_it_once_approved_without_offering_a_button(
+    stack: Stack,
+) -> None:
+    user, owner = 207, USERS[0]
+    before = len(stack.sent(owner))
     update_id = stack.tg.add_document(
         user,
         user,
@@ -203,12 +206,23 @@ def test_asking_to_keep_a_document_saves_it_without_offering_a_button(stack: Sta
         "text/markdown",
         caption="keep this one",
     )
-    [answer] = stack.wait_sent(user, 1)
-    assert answer["plain_text"] == "Kept."
+    # The document is outside content in view: saving it to the library asks the owner
+    # (docs/security.md), whose card arrives in their private chat.
+    card = stack.tg.wait_until(
+        lambda: next((m for m in stack.sent(owner)[before:] if m.get("reply_markup")), None),
+        60,
+        "the approval card",
+    )
+    approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+    stack.tg.add_callback_query(owner, owner, card["message_id"], approve)
+    stack.tg.wait_until(
+        lambda: any(m["plain_text"] == "Kept." for m in stack.sent(user)), 60, "the answer"
+    )
     sources = [r[0] for r in stack.daemon.query("SELECT source FROM doc_documents")]
     assert f"telegram:{user}/wifi.md" in sources
     _wait_complete(stack.daemon, f"tg-update-{update_id}")
-    assert len(stack.sent(user)) == 1  # the "Add to my documents" offer was not sent
+    # No "Add to my documents" offer: the document was kept as asked.
+    assert not any(m.get("reply_markup") for m in stack.sent(user))
 
 
 def test_an_unsupported_document_gets_a_reply_naming_what_is_read(stack: Stack) -> None:

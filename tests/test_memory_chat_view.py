@@ -76,12 +76,13 @@ def test_an_edit_waits_for_one_message_lapses_and_a_command_cancels_it(conn: Any
     assert take_edit(conn, 7, 7, "too late", now=1000.0 + EDIT_TTL + 1) is None
 
 
-def test_the_facts_in_the_prompt_say_whether_one_is_outside_content(conn: Any) -> None:
+def test_a_fact_from_outside_content_stays_out_of_the_prompts_facts(conn: Any) -> None:
     from agentd.memory import facts_for_prompt, outside_facts_in_prompt
 
     add_memory(conn, NewMemory(user_id=3, kind="fact", content="Lives in Oslo", origin="user"))
     assert not outside_facts_in_prompt(conn, 3, 2000)
     add_memory(conn, NewMemory(user_id=3, kind="fact", content="Recital Friday", origin="outside"))
-    assert outside_facts_in_prompt(conn, 3, 2000)
-    assert not outside_facts_in_prompt(conn, 3, 0)  # no facts section, nothing from it
-    assert "Recital Friday" in facts_for_prompt(conn, 3, 2000)
+    # Listed in every prompt it would taint every turn: it is found by search instead.
+    assert not outside_facts_in_prompt(conn, 3, 2000)
+    listed = facts_for_prompt(conn, 3, 2000)
+    assert "Lives in Oslo" in listed and "Recital Friday" not in listed

@@ -84,13 +84,29 @@ async def _exchange(
         finally:
             proc.stdin.close()
 
-    _, out, err = await asyncio.gather(
-        feed(),
-        _read_capped(proc.stdout, budget.answer_bytes, "answer"),
-        _read_capped(proc.stderr, 65536, "error output"),
-    )
+    # A TaskGroup: when one pipe passes its cap, the other readers stop too, so the pipes can
+    # be drained below without two readers on one stream.
+    try:
+        async with asyncio.TaskGroup() as tasks:
+            tasks.create_task(feed())
+            out = tasks.create_task(_read_capped(proc.stdout, budget.answer_bytes, "answer"))
+            err = tasks.create_task(_read_capped(proc.stderr, 65536, "error output"))
+    except BaseExceptionGroup as group:
+        failed = next((e for e in group.exceptions if isinstance(e, ParseFailed)), None)
+        if failed is None:
+            raise
+        raise failed from None
     await proc.wait()
-    return out, err
+    return out.result(), err.result()
+
+
+async def _drain(proc: asyncio.subprocess.Process) -> None:
+    """Read what is left in the pipes: a pipe left full keeps `wait()` from ever returning
+    (asyncio waits for every pipe to close), and the child is dead, so this ends at once."""
+    for stream in (proc.stdout, proc.stderr):
+        if stream is not None:
+            while await stream.read(65536):
+                pass
 
 
 async def run_bounded(target: str, data: bytes, budget: Budget | None = None, **kwargs: Any) -> Any:
@@ -124,6 +140,7 @@ async def run_bounded(target: str, data: bytes, budget: Budget | None = None, **
         finally:
             if proc.returncode is None:
                 proc.kill()
+                await _drain(proc)
                 await proc.wait()
     if proc.returncode != 0:
         raise _describe_death(proc.returncode or 0, budget, err)
