@@ -487,7 +487,8 @@ def format_report(report: Report) -> str:
     lines = [
         f"embedder {report.embedder}; fusion {report.fusion.method}: keyword "
         f"{report.fusion.keyword_weight} / vector {report.fusion.vector_weight}"
-        + (f", rrf_k {report.fusion.rrf_k}" if report.fusion.method == "rrf" else ""),
+        + (f", rrf_k {report.fusion.rrf_k}" if report.fusion.method == "rrf" else "")
+        + f"; re-ranked by: {report.fusion.ranker or 'nothing'}",
         f"loaded: {report.load.conversations} conversations, {report.load.turns} turns, "
         f"{report.load.questions} questions (skipped: {report.load.skipped_entries} entries, "
         f"{report.load.skipped_turns} turns, {report.load.skipped_questions} questions; "
@@ -543,8 +544,9 @@ def _format_cv(report: Report) -> list[str]:
         return []
     lines = [
         "",
-        f"cross-validated (the {report.fusion.method} weights and depth tuned on the other"
-        " conversations, R@5 on the held-out one):",
+        f"cross-validated fusion alone (the {report.fusion.method} weights and depth tuned on"
+        " the other conversations, R@5 on the held-out one; the ranker's own cross-validation"
+        " is train_rerank.py's):",
     ]
     for fold in report.cv:
         t = fold["tuned"]
@@ -624,6 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--fusion", choices=["convex", "minmax", "rrf"])
     parser.add_argument("--depth", type=int, help="fused list depth")
     parser.add_argument("--neighbours", type=float, help="share lent to stored neighbours")
+    parser.add_argument("--no-rerank", action="store_true", help="fusion alone, no learned ranker")
     parser.add_argument("--sweep", action="store_true", help="also try a grid of fusion weights")
     parser.add_argument(
         "--prefilter",
@@ -655,6 +658,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if value is not None
         }
     )
+    if args.no_rerank:
+        fusion = fusion.model_copy(update={"ranker": None})
     embedder = _embedder(args)
     report = asyncio.run(
         run_benchmark(

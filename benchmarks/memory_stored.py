@@ -238,7 +238,8 @@ async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp
     summary_sizes = [len(units[m]) for m in units if len(units[m]) > 1]
     lines = [
         f"embedder {embedder.model_id}/{embedder.dim}; fusion {fusion.method} "
-        f"{fusion.keyword_weight}/{fusion.vector_weight} depth {fusion.depth}",
+        f"{fusion.keyword_weight}/{fusion.vector_weight} depth {fusion.depth}; "
+        f"ranker {fusion.ranker or 'none'}",
         f"stored: {counts} from {len(dia)} turns in {build_s:.1f} s; "
         f"{unsummarised} turns left unsummarised; a summary covers "
         f"{statistics.fmean(summary_sizes) if summary_sizes else 0:.1f} turns on average, "
@@ -268,11 +269,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
+    ap.add_argument("--no-rerank", action="store_true", help="fusion alone, no learned ranker")
     args = ap.parse_args()
+    fusion = TUNED_FUSION[args.embedder]
+    if args.no_rerank:
+        fusion = fusion.model_copy(update={"ranker": None})
     convs, _ = load_dataset(args.dataset)
     embedder: Embedder = E5SmallEmbedder() if args.embedder == "e5-small" else HashingEmbedder()
     with tempfile.TemporaryDirectory() as tmp:
-        print(asyncio.run(run(convs, embedder, TUNED_FUSION[args.embedder], Path(tmp))))
+        print(asyncio.run(run(convs, embedder, fusion, Path(tmp))))
     return 0
 
 

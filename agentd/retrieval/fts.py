@@ -122,6 +122,20 @@ def query_terms(text: str) -> list[str]:
     return terms
 
 
+def text_terms(text: str) -> set[str]:
+    """Every word and CJK n-gram of a text, normalised as query_terms normalises a query's (for
+    how many of a query's terms a stored text contains). Control characters are left in: they
+    split words anyway, and normalise()'s per-character pass is most of the cost."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    if not _CJK_CHAR.search(folded):
+        return set(_WORD.findall(folded))
+    words, runs = split_words(folded)
+    terms = set(words)
+    for run in runs:
+        terms.update(cjk_grams(run))
+    return terms
+
+
 def build_fts_query(text: str) -> str | None:
     """A MATCH expression that never raises: each term quoted, OR-joined; None when empty.
 

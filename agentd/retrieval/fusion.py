@@ -28,11 +28,16 @@ class Fusion(BaseModel):
     # Share of a hit's fused score lent to the memories stored just before and after it in the
     # same chat (memory/search.py); 0 turns it off.
     neighbours: float = Field(default=0.0, ge=0, le=1)
+    # The learned re-ranking of the fused list (retrieval/rerank.py) trained for this embedder;
+    # None fuses only. When set, it decides the order and `neighbours` is not used.
+    ranker: str | None = None
 
 
 # Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
 TUNED_FUSION: dict[str, Fusion] = {
-    "e5-small": Fusion(method="minmax", keyword_weight=0.6, vector_weight=0.4, depth=30),
+    "e5-small": Fusion(
+        method="minmax", keyword_weight=0.6, vector_weight=0.4, depth=30, ranker="e5-small"
+    ),
     "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.05, rrf_k=10, depth=20),
 }
 
@@ -47,7 +52,10 @@ def fusion_from_config(config: Any) -> Fusion:
         "rrf_k": config.rrf_k,
         "depth": config.fusion_depth,
     }
-    return tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
+    fusion = tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
+    if getattr(config, "rerank", None) is False:
+        fusion = fusion.model_copy(update={"ranker": None})
+    return fusion
 
 
 def fuse(
@@ -118,7 +126,11 @@ def arm_depth(k: int, mode: SearchMode, fusion: Fusion) -> int:
     return max(k, fusion.depth) if mode == "hybrid" else k
 
 
-Rerank = Callable[[list[tuple[int, float]]], list[tuple[int, float]]]
+# (fused list, keyword arm's list, vector arm's list) → the order to cut k from.
+Rerank = Callable[
+    [list[tuple[int, float]], list[tuple[int, float]], list[tuple[int, float]]],
+    list[tuple[int, float]],
+]
 
 
 def hybrid_rank(
@@ -143,7 +155,7 @@ def hybrid_rank(
     else:
         ranked = fuse(kw, vec, fusion)
         if rerank is not None:
-            ranked = rerank(ranked)  # the whole fused list, before the cut to k
+            ranked = rerank(ranked, kw, vec)  # the whole fused list, before the cut to k
     return Ranking(
         ranked=ranked[:k],
         keyword_rank={rid: i for i, (rid, _) in enumerate(kw, start=1)},

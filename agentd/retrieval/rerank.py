@@ -1,0 +1,150 @@
+"""A learned re-ranking of the fused candidates: a linear model over what both arms said about a
+candidate and what the candidate itself looks like.
+
+Fusion alone weighs two scores; but in a talk-like memory the answer is often the turn *beside*
+the one whose words matched, a short "thanks!" or a question back is rarely what was asked for,
+a hit matching every word of the question beats one matching its rarest word alone, and what
+counts as long or short depends on whether it is a turn, a summary or a fact. Each
+candidate of the fused list (both arms' top `depth`) gets the features below; a logistic
+regression, trained by benchmarks/train_rerank.py on the LoCoMo dev conversations stored both as
+turns and as the daemon stores them (summaries and facts), weighs them.
+The weights are data shipped with the package (rerank_<embedder>.json, like the e5 centre), so
+re-ranking costs no model call and nothing is fetched: ~1 ms per search (benchmarks/README.md).
+They are trained per embedder, since the vector features mean what its scores mean.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from agentd.retrieval.fts import query_terms, text_terms
+
+# What each feature says of a candidate; the names key the weights file.
+FEATURES = (
+    "keyword",  # its BM25 stretched to [0, 1] over the keyword arm's list (0 when absent)
+    "vector",  # its cosine similarity stretched over the vector arm's list (0 when absent)
+    "in_keyword",  # 1 when the keyword arm found it
+    "in_vector",  # 1 when the vector arm found it
+    "keyword_rr",  # 1 / its rank in the keyword arm (0 when absent)
+    "vector_rr",  # 1 / its rank in the vector arm
+    "neighbour",  # the best fused score of the memories stored just before and after it
+    "cover_content",  # share of the query's terms its own text contains
+    "cover_context",  # share of the query's terms its context contains
+    "length",  # log(1 + words of its text)
+    "question",  # 1 when its text asks a question
+    "summary",  # 1 for a summary of a stretch of talk (long, and covering many things)
+    "fact",  # 1 for a fact, preference or task: one short statement
+)
+# What a candidate is, as far as its length and reach go (the memory package maps its kinds).
+Shape = Literal["talk", "summary", "fact"]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What re-ranking needs of one stored memory besides the arms' scores."""
+
+    content: str
+    context: str | None
+    shape: Shape
+    neighbours: tuple[int, ...]  # ids stored just before and after it (same chat and kind)
+
+
+class Ranker(BaseModel):
+    """A linear model over FEATURES: score = bias + Σ weight · feature."""
+
+    embedder: str
+    trained_on: str
+    weights: dict[str, float]
+    bias: float
+
+    def score(self, row: Sequence[float]) -> float:
+        return self.bias + sum(
+            self.weights.get(f, 0.0) * x for f, x in zip(FEATURES, row, strict=True)
+        )
+
+
+def ranker_path(embedder: str) -> Path:
+    return Path(__file__).with_name(f"rerank_{embedder.replace('-', '_')}.json")
+
+
+@cache
+def shipped_ranker(embedder: str) -> Ranker | None:
+    """The ranker trained for an embedder, or None when there is none (re-ranking is skipped)."""
+    path = ranker_path(embedder)
+    if not path.is_file():
+        return None
+    return Ranker.model_validate(json.loads(path.read_text(encoding="utf-8")))
+
+
+def _stretch(scored: Sequence[tuple[int, float]]) -> dict[int, float]:
+    if not scored:
+        return {}
+    low, high = min(v for _, v in scored), max(v for _, v in scored)
+    return {mid: (v - low) / (high - low) if high > low else 1.0 for mid, v in scored}
+
+
+def _cover(wanted: set[str], text: str | None) -> float:
+    if not wanted or not text:
+        return 0.0
+    return len(wanted & text_terms(text)) / len(wanted)
+
+
+def feature_rows(
+    text: str,
+    keyword: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
+    fused: Sequence[tuple[int, float]],
+    candidates: Mapping[int, Candidate],
+) -> dict[int, list[float]]:
+    """FEATURES of every fused id that has a Candidate. `keyword`: (id, bm25) as the arm ranked
+    them, `vector`: (id, cosine distance), `fused`: (id, fused score), each as deep as fused."""
+    kw = _stretch([(mid, -bm25) for mid, bm25 in keyword])
+    vec = _stretch([(mid, 1.0 - distance) for mid, distance in vector])
+    kw_rank = {mid: rank for rank, (mid, _) in enumerate(keyword, start=1)}
+    vec_rank = {mid: rank for rank, (mid, _) in enumerate(vector, start=1)}
+    fused_score = dict(fused)
+    wanted = set(query_terms(text))
+    rows: dict[int, list[float]] = {}
+    for mid, _ in fused:
+        cand = candidates.get(mid)
+        if cand is None:
+            continue
+        rows[mid] = [
+            kw.get(mid, 0.0),
+            vec.get(mid, 0.0),
+            float(mid in kw),
+            float(mid in vec),
+            1.0 / kw_rank[mid] if mid in kw_rank else 0.0,
+            1.0 / vec_rank[mid] if mid in vec_rank else 0.0,
+            max((fused_score.get(n, 0.0) for n in cand.neighbours), default=0.0),
+            _cover(wanted, cand.content),
+            _cover(wanted, cand.context),
+            math.log1p(len(cand.content.split())),
+            float("?" in cand.content),
+            float(cand.shape == "summary"),
+            float(cand.shape == "fact"),
+        ]
+    return rows
+
+
+def rerank(
+    ranker: Ranker,
+    text: str,
+    keyword: Sequence[tuple[int, float]],
+    vector: Sequence[tuple[int, float]],
+    fused: Sequence[tuple[int, float]],
+    candidates: Mapping[int, Candidate],
+) -> list[tuple[int, float]]:
+    """The fused ids ordered by the ranker's score, best first; ties broken by id. An id without
+    a Candidate (deleted meanwhile) is dropped."""
+    rows = feature_rows(text, keyword, vector, fused, candidates)
+    scored = [(mid, ranker.score(row)) for mid, row in rows.items()]
+    return sorted(scored, key=lambda item: (-item[1], item[0]))
