@@ -688,6 +688,14 @@ CREATE TABLE user_locales (
 """
 
 
+M034_MEMORY_NEIGHBOURS = """
+-- The memories stored just before and after one, in its chat and kind (memory/search.py: what
+-- re-ranking and neighbour spreading look at): a seek, where (user_id, kind, id) alone scanned
+-- every later memory of the user's other chats to find the next one of this chat.
+CREATE INDEX memories_chat_seq ON memories (user_id, kind, chat_id, id);
+"""
+
+
 # Memories the owner can see, correct and roll back. `origin` says whose words a memory is:
 # 'user' (the owner's own: typed, edited, imported), 'model' (the assistant's summary or
 # extraction from the chat), 'outside' (derived from forwarded messages, documents, web pages,
@@ -802,6 +810,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m030_vision_lookups", M030_VISION_LOOKUPS),
     ("m032_provenance", M032_PROVENANCE),
     ("m033_user_locales", M033_USER_LOCALES),
+    ("m034_memory_neighbours", M034_MEMORY_NEIGHBOURS),
 ]
 
 
