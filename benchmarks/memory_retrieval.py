@@ -3,6 +3,7 @@
     python benchmarks/memory_retrieval.py --data tests/data/locomo_synthetic.json
     python benchmarks/memory_retrieval.py --data locomo10.json --sweep --json
     python benchmarks/memory_retrieval.py --data locomo-dev.json --cv --questions context
+    python benchmarks/memory_retrieval.py --data locomo10_v2/ --exclude locomo-dev.json
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
 appended; its context the turn before it in the session, the message it answers) of one user
@@ -164,14 +165,28 @@ def _session_start(raw: Any) -> float | None:
     return when.replace(tzinfo=UTC).timestamp()
 
 
+def _entries(path: Path) -> list[tuple[Any, str | None]]:
+    """(entry, id from its file name) of a file, or of every *.json file in a directory."""
+    if path.is_dir():
+        return [e for f in sorted(path.glob("*.json")) for e in _entries(f)]
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(raw, list):
+        return [(entry, None) for entry in raw]
+    return [(raw, path.stem)]
+
+
 def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
-    """Parse a LoCoMo-layout JSON file, skipping and counting what cannot be used."""
-    raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    entries = raw if isinstance(raw, list) else [raw]
+    """Parse LoCoMo conversations, skipping and counting what cannot be used: a file of
+    locomo10.json's layout (a list of {"sample_id", "conversation", "qa", ...}), or a file or
+    directory of the layout the LoCoMo repository's zip holds (one conversation per file, its
+    sessions and "qa" at the top; the id "conv-<file name>")."""
     stats = LoadStats()
     conversations: list[Conversation] = []
-    for n, entry in enumerate(entries):
+    for n, (entry, stem) in enumerate(_entries(Path(path))):
         conv = entry.get("conversation") if isinstance(entry, dict) else None
+        if conv is None and isinstance(entry, dict) and "session_1" in entry:
+            conv = entry
+            entry = {**entry, "sample_id": entry.get("sample_id") or f"conv-{stem or n}"}
         if not isinstance(conv, dict):
             stats.skipped_entries += 1
             continue
@@ -599,6 +614,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--data", "--dataset", dest="dataset", required=True, help="any LoCoMo-format JSON file"
     )
+    parser.add_argument(
+        "--exclude",
+        help="leave out the conversations of this file (e.g. the dev file: held-out figures)",
+    )
     parser.add_argument("--cv", action="store_true", help="leave-one-conversation-out tuning")
     parser.add_argument(
         "--dates",
@@ -637,6 +656,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     conversations, load = load_dataset(args.dataset)
+    if args.exclude:
+        seen = {c.sample_id for c in load_dataset(args.exclude)[0]}
+        conversations = [c for c in conversations if c.sample_id not in seen]
+        load.conversations = len(conversations)
+        load.turns = sum(len(c.turns) for c in conversations)
+        load.questions = sum(len(c.questions) for c in conversations)
     rewrite_ms = 0.0
     if args.questions != "all":
         rewrite_ms = ask_as_chat(conversations, args.questions)

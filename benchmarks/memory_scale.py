@@ -110,10 +110,12 @@ def embedded_search(
     from benchmarks.memory_embedder import texts
 
     questions = texts()[0]
-    fusion = TUNED_FUSION["e5-small"]
+    ranked = TUNED_FUSION["e5-small"]
+    fusions = {"re-ranked": ranked, "fused": ranked.model_copy(update={"ranker": None})}
     embedders = {engine: TimedE5(queries.shape[1], engine) for engine in engines}
     bits = BitCache()
-    variants = [(p, e) for p in ("sqlite-vec KNN", "in-process bits") for e in engines]
+    prefilters = ("sqlite-vec KNN", "in-process bits")
+    variants = [(f"{p}, {f}", e) for p in prefilters for f in fusions for e in engines]
     lat: dict[tuple[str, str], list[float]] = {v: [] for v in variants}
     loads: list[float] = []
 
@@ -138,7 +140,7 @@ def embedded_search(
                 for n, (q, u, text) in enumerate(zip(queries, quser, qtexts, strict=True)):
                     embedder.question = questions[n % len(questions)]
                     embedder.vector = q.tolist()
-                    for prefilter in ("sqlite-vec KNN", "in-process bits"):
+                    for prefilter, order in itertools.product(prefilters, fusions):
                         cache = bits if prefilter == "in-process bits" else None
                         t = time.perf_counter()
                         await search_memories(
@@ -147,23 +149,24 @@ def embedded_search(
                             u,
                             text,
                             k=5,
-                            fusion=fusion,
+                            fusion=fusions[order],
                             bits=cache,
                             kinds=RECALL_KINDS,
                         )
-                        lat[(prefilter, engine)].append((time.perf_counter() - t) * 1000)
+                        spent = (time.perf_counter() - t) * 1000
+                        lat[(f"{prefilter}, {order}", engine)].append(spent)
         finally:
             await db.close()
 
     asyncio.run(run())
     print(
         f"\nquery text → fused results (search_memories on a Database: e5-small query embedding "
-        f"+ hybrid search, {fusion.method} fusion, k=5, the recall kinds), "
+        f"+ hybrid search, {ranked.method} fusion, re-ranked or not, k=5, the recall kinds), "
         f"{rounds * len(queries)} queries each, alternating:"
     )
     for (prefilter, engine), values in lat.items():
         print(
-            f"  {prefilter:<16} e5 on {engine:<12} p50 {_pct(values, 0.5):.2f} ms  "
+            f"  {prefilter:<27} e5 on {engine:<12} p50 {_pct(values, 0.5):.2f} ms  "
             f"p95 {_pct(values, 0.95):.2f} ms"
         )
     for engine, embedder in embedders.items():

@@ -48,6 +48,7 @@ from benchmarks.recall_cv import CachedEmbedder
 
 EMBEDDER = "e5-small"
 STORES = {False: "turns", True: "stored"}
+OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates are drawn with
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -67,7 +68,7 @@ class Row:
 async def collect(path: str, cache: Path) -> list[Row]:
     conversations, _ = load_dataset(path)
     embedder = CachedEmbedder(E5SmallEmbedder(), cache)
-    fusion = TUNED_FUSION[EMBEDDER].model_copy(update={"ranker": None})
+    fusion = TUNED_FUSION[EMBEDDER].model_copy(update={"ranker": None, **OVERRIDES})
     rows: list[Row] = []
     with tempfile.TemporaryDirectory() as tmp:
         conn = open_sync(Path(tmp) / "train.db")
@@ -108,7 +109,7 @@ async def collect_stored(path: str, cache: Path) -> list[Row]:
     steps (extractive fake model) turn each conversation into summaries and facts."""
     conversations, _ = load_dataset(path)
     embedder = CachedEmbedder(E5SmallEmbedder(), cache)
-    fusion = TUNED_FUSION[EMBEDDER].model_copy(update={"ranker": None})
+    fusion = TUNED_FUSION[EMBEDDER].model_copy(update={"ranker": None, **OVERRIDES})
     config = Config()
     tail_config = config.model_copy(
         update={
@@ -216,7 +217,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", "--dataset", dest="dataset", required=True)
     parser.add_argument("--cache", default="/tmp/agentd-bench-e5-vectors.json")
     parser.add_argument("--write", action="store_true", help="ship the weights trained on all")
+    parser.add_argument("--depth", type=int, help="candidates per arm (default: the tuned depth)")
     args = parser.parse_args(argv)
+    if args.depth:
+        OVERRIDES["depth"] = args.depth
     rows = asyncio.run(collect(args.dataset, Path(args.cache)))
     rows += asyncio.run(collect_stored(args.dataset, Path(args.cache)))
     convs = sorted({r.conv for r in rows})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import sys
 from pathlib import Path
@@ -45,6 +47,40 @@ def test_loader_skips_and_counts_malformed_entries() -> None:
     assert stats.questions >= 90 and len(conversations) == 5
     categories = {q.category for c in conversations for q in c.questions}
     assert {"1", "2", "3", "4", "unknown"} <= categories
+
+
+def test_loader_reads_the_repositorys_one_file_per_conversation_layout(tmp_path: Path) -> None:
+    """The LoCoMo repository's zip holds one conversation per file (sessions and "qa" at the
+    top, no sample_id); a directory of them loads as conversations "conv-<file name>", and
+    --exclude leaves out those of another file (the dev set, for held-out figures)."""
+    bench = _bench()
+    flat = {
+        "speaker_a": "Ann",
+        "speaker_b": "Bo",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a puppy called Pepper"},
+            {"speaker": "Bo", "dia_id": "D1:2", "text": "What breed is Pepper?"},
+        ],
+        "qa": [{"question": "What is Ann's puppy called?", "evidence": ["D1:1"], "category": 4}],
+    }
+    folder = tmp_path / "locomo10_v2"
+    folder.mkdir()
+    for name in ("26", "42"):
+        (folder / f"{name}.json").write_text(json.dumps(flat), encoding="utf-8")
+    conversations, stats = bench.load_dataset(folder)
+    assert [c.sample_id for c in conversations] == ["conv-26", "conv-42"]
+    assert stats.turns == 4 and stats.questions == 2
+    assert conversations[0].turns[0].session_start is not None
+    dev = tmp_path / "dev.json"
+    dev.write_text(json.dumps([{"sample_id": "conv-26", "conversation": flat, "qa": []}]))
+    args = ["--data", str(folder), "--exclude", str(dev), "--embedder", "hashing", "--json"]
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert bench.main(args) == 0
+    report = json.loads(buffer.getvalue())
+    assert report["load"]["conversations"] == 1
+    assert list(report["arms"]["hybrid"]["by_conversation"]) == ["conv-42"]
 
 
 async def test_benchmark_figures_are_sane_and_hybrid_beats_each_arm(tmp_path: Path) -> None:

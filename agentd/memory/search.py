@@ -240,7 +240,10 @@ def _neighbour_rows(conn: Conn, user_id: int, ids: Sequence[int], columns: str) 
         " (SELECT min(n.id) FROM memories n WHERE n.user_id = m.user_id AND n.kind = m.kind"
         "  AND n.id > m.id AND n.chat_id IS m.chat_id) END"
         f"{columns}"
-        " FROM memories m WHERE m.id IN (SELECT value FROM json_each(:ids)) AND m.user_id = :user",
+        # From the ids to the rows by primary key: with "m.id IN (…) AND m.user_id = ?" the
+        # planner walked the user's whole index (8.6 ms at 100k memories instead of 0.3).
+        " FROM json_each(:ids) AS j CROSS JOIN memories m ON m.id = j.value"
+        " WHERE m.user_id = :user",
         {"ids": json.dumps(list(ids)), "user": user_id, "seq": json.dumps(SEQUENTIAL_KINDS)},
     ).fetchall()
 
