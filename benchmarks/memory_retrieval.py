@@ -16,7 +16,8 @@ embedding). `--sweep` re-fuses the two arms' lists with other weights using the 
 scores the one left out, for each (recall_cv.py), so tuning cannot flatter the figure.
 `--questions` asks the questions as a chat would (recall_cv.chat_questions): "asked" keeps the
 subset's questions as written, "pronoun" swaps the name for "they", "context" searches with
-`recall_query(pronoun message, recent turns)`. Query vectors are cached in `--cache`.
+`words_in_context(pronoun message, recent turns)` (what a turn's recall_query builds on).
+Query vectors are cached in `--cache`.
 
 Real files are messy: missing fields, sessions that are not lists, turns without ids or text,
 evidence given as "D1:3; D2:4" strings, as empty strings, as ids the conversation lacks, or
@@ -46,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.db.runner import ConnRunner
-from agentd.memory.recall_query import recall_query
+from agentd.memory.in_context import words_in_context
 from agentd.memory.search import keyword_search, search, vector_search
 from agentd.memory.store import NewMemory, add_memories, embedding_text
 from agentd.memory.when import date_words, time_context
@@ -513,7 +514,7 @@ def format_report(report: Report) -> str:
         f"query embedding p50 {report.query_embed_ms_p50:.2f} ms, "
         f"p95 {report.query_embed_ms_p95:.2f} ms",
         f"questions: {report.questions_mode}"
-        + (f", recall_query {report.rewrite_ms_mean:.3f} ms" if report.rewrite_ms_mean else ""),
+        + (f", words_in_context {report.rewrite_ms_mean:.3f} ms" if report.rewrite_ms_mean else ""),
         "",
         f"{'arm':<8} {'R@5':>6} {'R@10':>6} {'p50 ms':>8} {'p95 ms':>8}",
     ]
@@ -588,7 +589,7 @@ def _embedder(args: argparse.Namespace) -> Embedder:
 
 def ask_as_chat(conversations: list[Conversation], mode: str) -> float:
     """Rewrite the questions in place for `--questions` (module docstring); keep only those
-    with a chat form. Returns the mean ms of building the query (recall_query) per question."""
+    with a chat form. Returns the mean ms of building the query (words_in_context) per question."""
     spent: list[float] = []
     for conv in conversations:
         names = sorted({t.text.split(":", 1)[0] for t in conv.turns if ":" in t.text})
@@ -602,7 +603,7 @@ def ask_as_chat(conversations: list[Conversation], mode: str) -> float:
                 q = q.model_copy(update={"question": message})
             elif mode == "context":
                 t0 = time.perf_counter()
-                q = q.model_copy(update={"question": recall_query(message, recent)})
+                q = q.model_copy(update={"question": words_in_context(message, recent)})
                 spent.append((time.perf_counter() - t0) * 1000)
             kept.append(q)
         conv.questions = kept

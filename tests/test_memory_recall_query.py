@@ -4,22 +4,22 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from agentd.memory.search import recall_query
+from agentd.memory.in_context import words_in_context
 from agentd.memory.when import resolve, time_context
 
 
 def test_a_message_that_leans_on_context_borrows_the_recent_names() -> None:
     recent = ["I had lunch with Anna in Lyon.", "Nice! How is she?"]
-    assert recall_query("what did she say about it?", recent) == (
+    assert words_in_context("what did she say about it?", recent) == (
         "what did she say about it? Anna Lyon"
     )
     # Standing on its own, it is searched as it is, whatever came before.
-    assert recall_query("When is the dentist appointment?", recent) == (
+    assert words_in_context("When is the dentist appointment?", recent) == (
         "When is the dentist appointment?"
     )
-    assert recall_query("and her?", []) == "and her?"
+    assert words_in_context("and her?", []) == "and her?"
     # Names already in the message are not repeated; newest turn first.
-    assert recall_query("Did Anna like it?", ["Marc came too", "Anna loved Porto"]) == (
+    assert words_in_context("Did Anna like it?", ["Marc came too", "Anna loved Porto"]) == (
         "Did Anna like it? Porto Marc"
     )
 

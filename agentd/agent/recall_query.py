@@ -2,7 +2,7 @@
 
 A bare reply ("and this?") or a photo without a caption has little or no text of its own; what
 it is about is in the message replied to and in what the image shows. The user's words come
-first (with the names of the recent turns it leans on, memory/recall_query.py), so for a plain
+first (with the names of the recent turns it leans on, memory/in_context.py), so for a plain
 text message that stands on its own the query is that text, unchanged. A voice note's
 transcript has already replaced the text by the time recall runs.
 
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from agentd.chat.inputs import TurnInput
 from agentd.media.vision import SeenImage
-from agentd.memory.recall_query import recall_query as words_in_context
+from agentd.memory.in_context import words_in_context
 
 # Enough of a replied-to message or an image summary to say what it is about; the rest would
 # only dilute the user's own words in the keyword and vector arms.

@@ -20,11 +20,11 @@ from agentd.memory.facts import (
     retract_fact,
     upsert_fact,
 )
+from agentd.memory.in_context import words_in_context
 from agentd.memory.search import (
     MemoryHit,
     format_recall,
     keyword_search,
-    recall_query,
     search,
     search_memories,
     vector_search,
@@ -100,7 +100,6 @@ __all__ = [
     "list_memories",
     "normalise_slot",
     "outside_facts_in_prompt",
-    "recall_query",
     "reindex",
     "remember",
     "remember_facts",
@@ -111,4 +110,5 @@ __all__ = [
     "upsert_fact",
     "vector_search",
     "vector_status",
+    "words_in_context",
 ]

@@ -45,7 +45,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.db.runner import Runner
-from agentd.memory.recall_query import recall_query as recall_query  # for the turn
 from agentd.memory.store import FACT_KINDS, MEMORY_VECTORS, Memory, get_memories
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder

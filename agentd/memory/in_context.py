@@ -1,4 +1,4 @@
-"""The text a turn's recall searches with: the message, plus what the recent turns say it means.
+"""The words a message means in context: the message, plus what the recent turns say it means.
 
 "What did she say about it?" has no word that finds anything: its keywords are stopwords and its
 vector is that of any question. When a message leans on what came before (a referring word such
@@ -65,7 +65,7 @@ def carried_words(recent: Sequence[str], exclude: set[str], limit: int = MAX_CAR
     return names[:limit]
 
 
-def recall_query(message: str, recent: Sequence[str] = ()) -> str:
+def words_in_context(message: str, recent: Sequence[str] = ()) -> str:
     """What recall should search with for `message`, given the chat's recent turns (oldest
     first; the owner's and the assistant's texts, without the message itself)."""
     if not recent or not leans_on_context(message):
