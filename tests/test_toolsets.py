@@ -129,6 +129,23 @@ def test_a_tool_whose_model_is_known_only_at_run_time() -> None:
 # -- declaration errors ---------------------------------------------------------------------
 
 
+def test_a_misspelt_flag_is_refused_at_the_declaration_on_every_door() -> None:
+    async def fn(args: Note) -> str:
+        """Do it."""
+        return ""
+
+    with pytest.raises(ToolDeclarationError, match=r"unknown flag.*egres"):
+        tool(risk="high", egres=True)(fn)  # type: ignore[call-arg]
+    group = Toolset(source="python:tests")
+    with pytest.raises(ToolDeclarationError, match=r"unknown flag.*at_most_one"):
+        group.tool(at_most_one=True)(fn)  # type: ignore[call-arg]
+    with pytest.raises(ToolDeclarationError, match=r"unknown flag.*taint"):
+        group.add_model(name="run_it", description="Run it.", args_model=Note, fn=fn, taint=True)  # type: ignore[call-arg]
+    assert group.tools() == []
+    made = group.tool(egress=True, at_most_once=True)(fn)
+    assert made.egress and made.at_most_once and made.timeout == group.timeout
+
+
 def test_settle_without_at_most_once_is_a_declaration_error() -> None:
     with pytest.raises(ToolDeclarationError, match="at_most_once"):
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict, create_model
 
@@ -50,6 +50,30 @@ class Flags:
     assess: Callable[[Any, CallState], Assessment | None] | None = None
     card: Callable[[Any], ApprovalCard | None] | None = None
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None
+
+
+class FlagArgs(TypedDict, total=False):
+    """The flags as `@tool`, `Toolset.tool` and `Toolset.add_model` take them (keywords);
+    `tool`'s docstring says what each means."""
+
+    risk: Risk | None
+    timeout: float | None
+    taints: bool
+    egress: bool
+    at_most_once: bool
+    assess: Callable[[Any, CallState], Assessment | None] | None
+    card: Callable[[Any], ApprovalCard | None] | None
+    settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None
+
+
+def flags_of(given: FlagArgs, where: str) -> Flags:
+    """Flags from a declaration's keywords; an unknown one (a typo) is refused here."""
+    unknown = sorted(set(given) - {f.name for f in fields(Flags)})
+    if unknown:
+        raise ToolDeclarationError(
+            f"{where}: unknown flag(s) {', '.join(unknown)}; the flags are those of Flags"
+        )
+    return Flags(**given)
 
 
 # Wraps a tool's call (and its settle) in what its group shares: a guard, error mapping.
@@ -177,17 +201,7 @@ def tool(fn: AsyncFn, /) -> Tool: ...
 
 @typing.overload
 def tool(
-    *,
-    name: str | None = None,
-    description: str | None = None,
-    risk: Risk | None = None,
-    timeout: float = 30.0,
-    taints: bool = False,
-    egress: bool = False,
-    at_most_once: bool = False,
-    assess: Callable[[Any, CallState], Assessment | None] | None = None,
-    card: Callable[[Any], ApprovalCard | None] | None = None,
-    settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+    *, name: str | None = None, description: str | None = None, **flags: Unpack[FlagArgs]
 ) -> Callable[[AsyncFn], Tool]: ...
 
 
@@ -197,14 +211,7 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
-    risk: Risk | None = None,
-    timeout: float = 30.0,
-    taints: bool = False,
-    egress: bool = False,
-    at_most_once: bool = False,
-    assess: Callable[[Any, CallState], Assessment | None] | None = None,
-    card: Callable[[Any], ApprovalCard | None] | None = None,
-    settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+    **flags: Unpack[FlagArgs],
 ) -> Tool | Callable[[AsyncFn], Tool]:
     """Declare an async function as a tool (`@tool` or `@tool(risk=...)`).
 
@@ -217,7 +224,7 @@ def tool(
     - `name`: what the model calls it (default: the function's name).
     - `risk`: "low" runs at once, "medium" runs and is reported, "high" asks an approver.
       Left unsaid, it is low, but a plugin's tool then counts as high (tools/plugins.py).
-    - `timeout`: seconds one call may take.
+    - `timeout`: seconds one call may take (default 30; a Toolset's own default in a group).
     - `taints`: its results are outside content (a web page, a mail): the turn is tainted
       from then on, and the model reads them wrapped as untrusted data. A tool whose results
       only sometimes are (memory search) leaves it unsaid and returns
@@ -234,19 +241,10 @@ def tool(
     A bad declaration raises ToolDeclarationError here, not when the tool is called. Tools
     that share a source, a timeout, a guard or error mapping are declared on a Toolset.
     """
-    flags = Flags(
-        risk=risk,
-        timeout=timeout,
-        taints=taints,
-        egress=egress,
-        at_most_once=at_most_once,
-        assess=assess,
-        card=card,
-        settle=settle,
-    )
+    declared = flags_of(flags, f"@tool({name or ''})")
 
     def decorate(func: AsyncFn) -> Tool:
         source = f"python:{func.__module__}"
-        return declare(func, name=name, description=description, flags=flags, source=source)
+        return declare(func, name=name, description=description, flags=declared, source=source)
 
     return decorate if fn is None else decorate(fn)

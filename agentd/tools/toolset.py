@@ -18,27 +18,23 @@ Toolset at its top level too: its tools load like the module's `@tool`s.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import BaseModel
 
 from agentd.access import owners
-from agentd.config import Risk, TelegramConfig
+from agentd.config import TelegramConfig
 from agentd.tools.base import (
-    ApprovalCard,
-    Assessment,
     AsyncFn,
-    CallState,
     Tool,
     ToolContext,
     ToolDeclarationError,
     ToolError,
     ToolFn,
-    ToolResult,
 )
-from agentd.tools.declare import Flags, build, declare
+from agentd.tools.declare import FlagArgs, build, declare, flags_of
 
 # Why a call may not run here (what the model is told), or None to let it run.
 Guard = Callable[[ToolContext], str | None]
@@ -89,38 +85,18 @@ class Toolset:
         return list(self._tools.values())
 
     def tool(
-        self,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        risk: Risk | None = None,
-        timeout: float | None = None,
-        taints: bool = False,
-        egress: bool = False,
-        at_most_once: bool = False,
-        assess: Callable[[Any, CallState], Assessment | None] | None = None,
-        card: Callable[[Any], ApprovalCard | None] | None = None,
-        settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+        self, *, name: str | None = None, description: str | None = None, **flags: Unpack[FlagArgs]
     ) -> Callable[[AsyncFn], Tool]:
         """Declare a tool of this group (`@toolset.tool(risk=...)`); the flags are `@tool`'s.
         The decorated name is the Tool, which the group also keeps."""
-        flags = Flags(
-            risk=risk,
-            timeout=timeout,
-            taints=taints,
-            egress=egress,
-            at_most_once=at_most_once,
-            assess=assess,
-            card=card,
-            settle=settle,
-        )
+        declared = flags_of(flags, f"toolset {self.source!r}, tool {name or ''}")
 
         def decorate(func: AsyncFn) -> Tool:
             made = declare(
                 func,
                 name=name,
                 description=description,
-                flags=flags,
+                flags=declared,
                 source=self.source,
                 default_timeout=self.timeout,
                 wrap=self._wrap,
@@ -136,33 +112,17 @@ class Toolset:
         description: str,
         args_model: type[BaseModel],
         fn: ToolFn,
-        risk: Risk | None = None,
-        timeout: float | None = None,
-        taints: bool = False,
-        egress: bool = False,
-        at_most_once: bool = False,
-        assess: Callable[[Any, CallState], Assessment | None] | None = None,
-        card: Callable[[Any], ApprovalCard | None] | None = None,
-        settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+        **flags: Unpack[FlagArgs],
     ) -> Tool:
         """A tool whose arguments' model is known only at run time (an automation's input):
         `fn(ctx, args)` gets the validated model. The flags are `@tool`'s."""
-        flags = Flags(
-            risk=risk,
-            timeout=timeout,
-            taints=taints,
-            egress=egress,
-            at_most_once=at_most_once,
-            assess=assess,
-            card=card,
-            settle=settle,
-        )
+        declared = flags_of(flags, f"toolset {self.source!r}, tool {name}")
         made = build(
             name=name,
             description=description,
             args_model=args_model,
             fn=fn,
-            flags=flags,
+            flags=declared,
             source=self.source,
             default_timeout=self.timeout,
             wrap=self._wrap,
