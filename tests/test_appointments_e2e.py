@@ -324,6 +324,25 @@ def test_a_refused_cancellation_is_escalated(desk: Desk) -> None:
     assert len(told) == 1 and "locked" in told[0] and "cust_001" in told[0]
 
 
+def test_a_booking_system_down_through_every_retry_is_escalated_not_an_error(desk: Desk) -> None:
+    """The cancellation retries its 503s and then a person finishes it; with the CRM down too,
+    the owner is still told, without a ticket."""
+    desk.booking.down = {"cancel", "escalate"}
+    try:
+        iid = desk.start(
+            "cancel_appointment", {"callSessionId": "call_outage", "customerId": "cust_001"}
+        )
+        desk.signal(iid, "cancel_confirm", {"confirm": True})
+        out = desk.output(iid)
+    finally:
+        desk.booking.down = set()
+    assert out["status"] == "escalated" and "could not be reached" in out["message"]
+    assert desk.booking.effects.count(("down", "cancel")) == 4  # HTTP_RETRY: 4 attempts
+    assert ("cancel", "appt_001") not in desk.booking.effects
+    told = [t for t in desk.escalations_told() if "call_outage" in t]
+    assert len(told) == 1 and "ticket none" in told[0] and "No ticket could be opened" in told[0]
+
+
 # -- kill -9 between every pair of steps -------------------------------------------------------
 
 

@@ -8,7 +8,9 @@ from agentd.automations.api import (
     AutoStep,
     Event,
     NonRetryable,
+    OutcomeUnknown,
     Retry,
+    StepFailed,
     ToolRun,
     workflow,
 )
@@ -19,7 +21,9 @@ __all__ = [
     "Automation",
     "Event",
     "NonRetryable",
+    "OutcomeUnknown",
     "Retry",
+    "StepFailed",
     "ToolRun",
     "workflow",
 ]

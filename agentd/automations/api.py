@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from agentd.agent.taint import TurnTaint
-from agentd.durable import Event, NonRetryable, Retry, Step
+from agentd.durable import Event, NonRetryable, OutcomeUnknown, Retry, Step, StepFailed
 
 if TYPE_CHECKING:
     from agentd.automations.runtime import Runtime
@@ -242,7 +242,9 @@ __all__ = [
     "Automation",
     "Event",
     "NonRetryable",
+    "OutcomeUnknown",
     "Retry",
+    "StepFailed",
     "ToolRun",
     "field_errors",
     "workflow",

@@ -22,7 +22,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from agentd.automations import AutoStep, NonRetryable, Retry, workflow
+from agentd.automations import AutoStep, NonRetryable, Retry, StepFailed, workflow
 
 WAIT_SECONDS = 15 * 60  # how long a caller's answer may take before a person follows up
 MAX_ZIP_ATTEMPTS = 2
@@ -184,18 +184,23 @@ def _key(step: AutoStep, name: str) -> str:
 
 
 async def _escalate(step: AutoStep, kind: str, call: str, customer_id: str | None, why: str) -> str:
-    """Open a CRM ticket, then tell the owner (who runs the desk) what needs a person."""
-    ticket = await step.do(
-        "escalate",
-        open_escalation,
-        kind,
-        call,
-        customer_id,
-        why,
-        _key(step, "escalate"),
-        retry=HTTP_RETRY,
-        timeout=HTTP_TIMEOUT,
-    )
+    """Open a CRM ticket, then tell the owner (who runs the desk) what needs a person. When the
+    CRM cannot be reached either, the owner is told all the same: a person still has to call."""
+    try:
+        ticket = await step.do(
+            "escalate",
+            open_escalation,
+            kind,
+            call,
+            customer_id,
+            why,
+            _key(step, "escalate"),
+            retry=HTTP_RETRY,
+            timeout=HTTP_TIMEOUT,
+        )
+    except StepFailed as exc:
+        ticket = "none"
+        why = f"{why}\nNo ticket could be opened ({exc.message}): call them back from here."
     who = f"customer `{customer_id}`" if customer_id else "an unverified caller"
     await step.send(
         "notify",
@@ -354,14 +359,23 @@ async def cancel_appointment(step: AutoStep, inp: CancelInput) -> CancelOutput:
             appointment_id=appt,
             message="The caller did not confirm the cancellation; nothing was changed.",
         )
-    result = await step.do(
-        "cancel",
-        cancel,
-        appt,
-        _key(step, "cancel"),
-        retry=HTTP_RETRY,
-        timeout=HTTP_TIMEOUT,
-    )
+    try:
+        result = await step.do(
+            "cancel",
+            cancel,
+            appt,
+            _key(step, "cancel"),
+            retry=HTTP_RETRY,
+            timeout=HTTP_TIMEOUT,
+        )
+    except StepFailed as exc:  # down through every retry: a person finishes it
+        why = f"Cancelling {appt}: the booking system did not answer ({exc.message})"
+        ticket = await _escalate(step, "cancellation", inp.call_session_id, inp.customer_id, why)
+        return CancelOutput(
+            status="escalated",
+            appointment_id=appt,
+            message=f"The booking system could not be reached; escalated as {ticket}.",
+        )
     if result.ok:
         return CancelOutput(status="cancelled", appointment_id=appt, message="Cancelled.")
     why = f"Cancelling {appt} failed: {result.reason}"

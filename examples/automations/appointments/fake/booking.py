@@ -10,6 +10,7 @@ JSON endpoints:
     GET  /appointments/ID/slots                 {"slots": [{"id", "when"}]}
     POST /appointments/ID/reschedule {"slotId"} {"appointmentId", "slotId", "when"}
     POST /appointments/ID/cancel                {"cancelled": true} | 409 when `cancel_fails`
+    (any change route answers 503 while its name is in `down`: an outage)
     POST /escalations {"kind", "reason", ...}   {"id": "esc_1"}
 
 A change with an `Idempotency-Key` header is applied once: a repeat gets the first answer.
@@ -85,6 +86,7 @@ class FakeBooking:
     def __init__(self, world: World | None = None) -> None:
         self.world = world or sample_world()
         self.cancel_fails = False
+        self.down: set[str] = set()  # routes ("cancel", "escalate", …) answering 503
         self.calls: Counter[str] = Counter()
         self.effects: list[tuple[str, ...]] = []
         self.url = ""
@@ -172,6 +174,9 @@ class FakeBooking:
         body = await self._read(request, route)
         if body is None:
             return web.Response(status=499)
+        if route in self.down:
+            self.effects.append(("down", route))
+            return web.json_response({"error": f"{route} is down for maintenance"}, status=503)
         key = request.headers.get("Idempotency-Key", "")
         with self._cond:
             answer = self._answers.get(key) if key else None
