@@ -113,6 +113,63 @@ class ExtractiveLLM:
         return None
 
 
+class ObservedLLM(ExtractiveLLM):
+    """The same extractive summary, but the facts are LoCoMo's own `observation`s: what a model
+    (the data set's authors') extracted from each session, each tied to the turn it came from.
+    Up to 30 a block (the SummaryResult limit), in the block's order."""
+
+    model = "locomo-observations"
+
+    def __init__(self, by_minute: dict[int, list[str]]) -> None:
+        self.by_minute = by_minute
+
+    async def complete(self, req: LLMRequest, on_text: Any = None) -> LLMResponse:
+        answer = await super().complete(req, on_text)
+        facts: list[dict[str, str]] = []
+        for line in str(req.messages[0].content).splitlines():
+            m = _LINE.match(line)
+            if m is None:
+                continue
+            minute = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%d %H:%M")) // 60
+            for j, text in enumerate(self.by_minute.get(minute, [])):
+                if len(facts) < 30:
+                    facts.append({"kind": "fact", "key": f"turn {minute} {j}", "content": text})
+        use = answer.content[0]
+        assert isinstance(use, ToolUseBlock)
+        use.input["facts"] = facts
+        return answer
+
+
+def observations(path: str, convs: list[Conversation]) -> dict[int, list[str]]:
+    """LoCoMo's observations (in either layout) by the minute of their turn as build() stores
+    it; observations naming no turn of the conversation are left out."""
+    from benchmarks.memory_retrieval import _entries, parse_evidence
+
+    found: dict[str, dict[str, list[str]]] = {}
+    for entry, stem in _entries(Path(path)):
+        if not isinstance(entry, dict):
+            continue
+        sid = entry.get("sample_id") or f"conv-{stem}"
+        obs = entry.get("observation") if "observation" in entry else entry
+        per: dict[str, list[str]] = {}
+        for key, value in (obs or {}).items():
+            if not key.endswith("_observation") or not isinstance(value, dict):
+                continue
+            for items in value.values():
+                for item in items if isinstance(items, list) else []:
+                    if isinstance(item, list) and len(item) == 2 and isinstance(item[0], str):
+                        for dia_id in parse_evidence(item[1])[:1]:
+                            per.setdefault(dia_id, []).append(item[0])
+        found[str(sid)] = per
+    by_minute: dict[int, list[str]] = {}
+    for conv in convs:
+        per = found.get(conv.sample_id, {})
+        for i, turn in enumerate(conv.turns):
+            if turn.dia_id in per:
+                by_minute.setdefault(int(_when(turn, i) // MINUTE), []).extend(per[turn.dia_id])
+    return by_minute
+
+
 async def _summarise(deps: SummaryDeps, chat: int, up_to: int, n: int) -> None:
     """The summarise workflow's steps, in its order (summarise.make_summary_workflow)."""
     inp = SummaryInput(chat_id=chat, user_id=chat, up_to_id=up_to)
@@ -174,7 +231,7 @@ def covered(conn: Any, dia: dict[int, str]) -> dict[int, set[str]]:
             ids = range(m["first_message"], m["last_message"] + 1)
             out[mid] = {dia[i] for i in ids if i in dia}
         elif slot and slot.startswith("turn_"):
-            minute = int(slot.removeprefix("turn_"))
+            minute = int(slot.split("_")[1])  # turn_<minute>, or turn_<minute>_<n>
             out[mid] = set()
             # The fact's turn: messages are a minute apart (from their session's start).
             for (msg_id,) in conn.execute(
@@ -186,7 +243,13 @@ def covered(conn: Any, dia: dict[int, str]) -> dict[int, set[str]]:
     return out
 
 
-async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp: Path) -> str:
+async def run(
+    convs: list[Conversation],
+    embedder: Embedder,
+    fusion: Fusion,
+    tmp: Path,
+    llm: ExtractiveLLM | None = None,
+) -> str:
     config = Config()
     tail_config = config.model_copy(
         update={
@@ -196,7 +259,7 @@ async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp
         }
     )
     db = await Database.open(tmp / "stored.db")
-    llm = ExtractiveLLM()
+    llm = llm or ExtractiveLLM()
     deps = SummaryDeps(config=config, db=db, llm=llm, embedder=embedder, clock=SystemClock())
     tail = SummaryDeps(config=tail_config, db=db, llm=llm, embedder=embedder, clock=SystemClock())
     try:
@@ -239,7 +302,7 @@ async def run(convs: list[Conversation], embedder: Embedder, fusion: Fusion, tmp
     lines = [
         f"embedder {embedder.model_id}/{embedder.dim}; fusion {fusion.method} "
         f"{fusion.keyword_weight}/{fusion.vector_weight} depth {fusion.depth}; "
-        f"ranker {fusion.ranker or 'none'}",
+        f"ranker {fusion.ranker or 'none'}; facts by {llm.model}",
         f"stored: {counts} from {len(dia)} turns in {build_s:.1f} s; "
         f"{unsummarised} turns left unsummarised; a summary covers "
         f"{statistics.fmean(summary_sizes) if summary_sizes else 0:.1f} turns on average, "
@@ -270,6 +333,12 @@ def main() -> int:
     ap.add_argument("--dataset", required=True)
     ap.add_argument("--embedder", choices=["e5-small", "hashing"], default="e5-small")
     ap.add_argument("--no-rerank", action="store_true", help="fusion alone, no learned ranker")
+    ap.add_argument(
+        "--facts",
+        choices=["extractive", "observations"],
+        default="extractive",
+        help="the fake model's facts: first-person sentences, or LoCoMo's own observations",
+    )
     args = ap.parse_args()
     fusion = TUNED_FUSION[args.embedder]
     if args.no_rerank:
@@ -277,7 +346,8 @@ def main() -> int:
     convs, _ = load_dataset(args.dataset)
     embedder: Embedder = E5SmallEmbedder() if args.embedder == "e5-small" else HashingEmbedder()
     with tempfile.TemporaryDirectory() as tmp:
-        print(asyncio.run(run(convs, embedder, fusion, Path(tmp))))
+        llm = ObservedLLM(observations(args.dataset, convs)) if args.facts != "extractive" else None
+        print(asyncio.run(run(convs, embedder, fusion, Path(tmp), llm)))
     return 0
 
 
