@@ -88,7 +88,8 @@ def test_threshold_triggers_a_summary_after_the_reply(
         prompt = system_text(llm.requests[-1])
         assert "Lives in Lyon" in prompt  # the fact, as data
         assert "moving to Lyon and her cat Miso" in prompt  # the recalled summary
-        assert "Conversation of" not in prompt  # its context is indexed, not recalled
+        # …with when it was said, so "when did I…?" has a date to go by.
+        assert re.search(r"\] \(Conversation of \d{1,2} [A-Z][a-z]+ 20\d\d[^)]*\) Alice", prompt)
 
         listed = daemon.cli_json("memory", "ls", "--user", str(ALICE))
         assert {m["kind"] for m in listed} == {"summary", "fact"}

@@ -210,3 +210,29 @@ def test_neighbours_lend_score_within_one_chat_and_kind(conn: Any) -> None:
     spread = dict(spread_to_neighbours(conn, 1, 0.5, [(hit, 1.0)]))
     assert spread == {hit: 1.0, before: 0.5, after: 0.5}
     assert spread_to_neighbours(conn, 2, 0.5, [(hit, 1.0)]) == [(hit, 1.0)]  # not theirs
+
+
+def test_recalled_lines_say_when_each_memory_is_from(conn: Any) -> None:
+    from datetime import datetime
+    from zoneinfo import ZoneInfo
+
+    from agentd.memory import MemoryHit, format_recall, get_memory
+
+    summary = add_memory(
+        conn,
+        NewMemory(
+            user_id=1,
+            kind="summary",
+            content="We planned Lisbon.",
+            context="Conversation of 8 May 2023",
+        ),
+    )
+    # 23:30 UTC on 31 December is already New Year's Day in Tokyo: the owner's day counts.
+    late = datetime(2023, 12, 31, 23, 30, tzinfo=ZoneInfo("UTC")).timestamp()
+    note = add_memory(conn, NewMemory(user_id=1, kind="note", content="Fireworks"), now=late)
+    hits = [MemoryHit(memory=get_memory(conn, mid), score=1.0) for mid in (summary, note)]
+    assert format_recall(hits, 1000, "Asia/Tokyo").splitlines() == [
+        f"- [summary #{summary}] (Conversation of 8 May 2023) We planned Lisbon.",
+        f"- [note #{note}] (1 January 2024) Fireworks",
+    ]
+    assert "(31 December 2023) Fireworks" in format_recall(hits, 1000)

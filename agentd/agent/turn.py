@@ -424,7 +424,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = No
         fusion=fusion_from_config(cfg),
         bits=deps.memory_bits,
     )
-    memories = format_recall(hits, cfg.recall_prompt_chars)
+    memories = format_recall(hits, cfg.recall_prompt_chars, deps.config.agent.timezone)
     # Only the memories that made it into the prompt count; the owner's words never taint.
     shown = [h.memory.id for h in hits if f" #{h.memory.id}] " in memories]
     outside = await deps.db.read_inline(outside_memories, shown)

@@ -19,7 +19,13 @@ async def _build(ctx: Context) -> Contribution:
     from agentd.memory.tools import memory_tools
 
     embedder = ctx.shared["embedder"]
-    tools = memory_tools(ctx.db, embedder, ctx.config.memory, ctx.shared["memory_bits"])
+    tools = memory_tools(
+        ctx.db,
+        embedder,
+        ctx.config.memory,
+        ctx.shared["memory_bits"],
+        zone=ctx.config.agent.timezone,
+    )
     summary = SummaryDeps(
         config=ctx.config, db=ctx.db, llm=ctx.llm, embedder=embedder, clock=ctx.clock
     )

@@ -39,13 +39,16 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Sequence
+from datetime import datetime
 from functools import partial
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
 from agentd.db.runner import Runner
 from agentd.memory.store import FACT_KINDS, MEMORY_VECTORS, Memory, get_memories
+from agentd.memory.when import day_words
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fts import build_fts_query
@@ -345,8 +348,11 @@ async def _embed_beside_keyword(
     return await embedding, hits
 
 
-def format_recall(hits: Sequence[MemoryHit], budget_chars: int) -> str:
-    """Recalled memories as prompt lines within a character budget (empty string if none fit).
+def format_recall(hits: Sequence[MemoryHit], budget_chars: int, zone: str = "UTC") -> str:
+    """Recalled memories as prompt lines within a character budget (empty string if none fit),
+    each with when it is from, so "when did…?" and "last summer" have a date to go by: a
+    summary's conversation days (its context), else the day it was stored (an imported note:
+    its original date), in the owner's zone.
 
     The caller wraps this in a block that marks it as data, not instructions.
     """
@@ -354,7 +360,7 @@ def format_recall(hits: Sequence[MemoryHit], budget_chars: int) -> str:
     used = 0
     for hit in hits:
         content = " ".join(hit.memory.content.split())
-        line = f"- [{hit.memory.kind} #{hit.memory.id}] {content}"
+        line = f"- [{hit.memory.kind} #{hit.memory.id}] ({_dated(hit.memory, zone)}) {content}"
         if used + len(line) + 1 > budget_chars:
             room = budget_chars - used - 1
             if room >= 80 and not lines:
@@ -363,3 +369,9 @@ def format_recall(hits: Sequence[MemoryHit], budget_chars: int) -> str:
         lines.append(line)
         used += len(line) + 1
     return "\n".join(lines)
+
+
+def _dated(memory: Memory, zone: str) -> str:
+    if memory.kind == "summary" and memory.context:
+        return memory.context  # "Conversation of 8 May 2023 to 9 May 2023"
+    return day_words(datetime.fromtimestamp(memory.created_at, ZoneInfo(zone)))

@@ -33,7 +33,11 @@ GROUP_REFUSAL = (
 
 
 def memory_tools(
-    db: Runner, embedder: Embedder, config: MemoryConfig, bits: BitCache | None = None
+    db: Runner,
+    embedder: Embedder,
+    config: MemoryConfig,
+    bits: BitCache | None = None,
+    zone: str = "UTC",
 ) -> list[Tool]:
     fusion = fusion_from_config(config)
     memory = Toolset()
@@ -71,7 +75,7 @@ def memory_tools(
         hits = await search_memories(
             db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits
         )
-        found = format_recall(hits, budget_chars=4000)
+        found = format_recall(hits, budget_chars=4000, zone=zone)
         return ToolResult(
             content=mark_untrusted(found or "No matching memories.", "memory"),
             outside=taints([h.memory for h in hits]),

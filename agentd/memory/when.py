@@ -81,6 +81,11 @@ def resolve(text: str, anchor: datetime) -> datetime | None:
     return min(found, key=lambda f: f[0])[1] if found else None
 
 
+def day_words(when: datetime) -> str:
+    """ "3 August 2023" """
+    return f"{when.day} {when:%B %Y}"
+
+
 def date_words(when: datetime) -> str:
     """ "3 August 2023, August 2023, summer 2023": the ways a question names that time."""
     return f"{when.day} {when:%B %Y}, {when:%B %Y}, {_season(when.month)} {when.year}"
