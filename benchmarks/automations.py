@@ -1,4 +1,4 @@
-"""Automations (#30): webhook deliveries accepted per second and the p50 from request to a
+"""Automations: webhook deliveries accepted per second and the p50 from request to a
 committed start, beside a bare aiohttp server in the same run; and the engine's overhead per
 step of a user workflow (through AutoStep and the version dispatch) against the turn's (the
 durable Step the turn workflow uses directly).

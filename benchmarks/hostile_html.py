@@ -1,4 +1,4 @@
-"""Event-loop lag while hostile HTML is read, beside a benign page, in one run (#26).
+"""Event-loop lag while hostile HTML is read, beside a benign page, in one run.
 
 Part 1, in this process: the daemon's own fetch path (`agentd.net.safe_fetch.fetch`: HTTP,
 then HTML to text in a bounded child) against a local site, with a 10 ms ticker on the same

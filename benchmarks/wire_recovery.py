@@ -1,4 +1,4 @@
-"""How fast agentd answers again after a Telegram outage (issue #9, item 3).
+"""How fast agentd answers again after a Telegram outage.
 
 `agentd run` runs as a subprocess with the production retry settings (`telegram.
 retry_base_delay` 0.5 s, `telegram.max_backoff` 5 s) behind tests/fakes/fault_proxy.py, in
@@ -9,8 +9,8 @@ front of the Telegram and Anthropic fakes. Each round:
             of a restarting Bot API server sends); the message is added when the last failure
             has been served, so the figure is: server healthy again → reply seen
 
-The ratio outage / baseline says what the backoff costs after the server recovers. Before
-issue #9 the backoff doubled to 30 s (seen: ~78 s after 8 failures).
+The ratio outage / baseline says what the backoff costs after the server recovers. Before the
+backoff was capped it doubled to 30 s (seen: ~78 s after 8 failures).
 
 Usage: .venv/bin/python benchmarks/wire_recovery.py [--failures 8] [--rounds 1]
 """
