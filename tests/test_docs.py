@@ -214,7 +214,7 @@ def test_no_issue_numbers_where_a_reader_looks() -> None:
     """Code, tests and docs say what is true and why; which issue asked for it is the
     tracker's and git's business, and means nothing to a newcomer."""
     paths = [README, ROOT / "config.example.toml", *DOCS.glob("*.md")]
-    for folder in ("agentd", "tests"):
+    for folder in ("agentd", "tests", "benchmarks"):
         paths += [p for p in (ROOT / folder).rglob("*") if p.suffix in {".py", ".md", ".toml"}]
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
