@@ -25,6 +25,7 @@ from tests.fakes import FakeAnthropic, FakeTelegram
 
 DESK = REPO_ROOT / "examples" / "automations" / "appointments"
 SECRET = "calls-hook-secret-7"
+SUPERVISORS = -4242  # the group that takes escalations ([automations.chats] supervisors)
 PHONE_ONE = "+15550001111"  # cust_001: ZIP 94107, one appointment, one free slot
 RESTARTS = pytest.mark.timeout(900)  # each restart of `agentd run` takes seconds on a busy box
 
@@ -104,7 +105,7 @@ class Desk:
         return [
             m["plain_text"]
             for m in self.tg.sent
-            if m["chat_id"] == OWNER and m["plain_text"].startswith("☎️ Escalated")
+            if m["chat_id"] == SUPERVISORS and m["plain_text"].startswith("☎️ Escalated")
         ]
 
     def kill_and_restart(self) -> None:
@@ -127,12 +128,14 @@ class Desk:
 def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic, Any]]:
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, fake.FakeBooking() as bk:
         tg.add_chat(OWNER)
+        tg.add_chat(SUPERVISORS, "group", OWNER)
         yield tg, llm, bk
 
 
 def desk_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, booking: Any) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(
         f'[automations]\nfolder = "{DESK}"\n\n'
+        f"[automations.chats]\nsupervisors = {SUPERVISORS}\n\n"
         '[automations.hooks]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
         '[automations.hooks.routes.calls]\nworkflow = "verify_caller"\n'
         'secret_env = "CALLS_HOOK_SECRET"\n'
@@ -152,6 +155,7 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
     tmp = tmp_path_factory.mktemp("desk")
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, fake.FakeBooking() as bk:
         tg.add_chat(OWNER)
+        tg.add_chat(SUPERVISORS, "group", OWNER)
         daemon = Daemon(tmp, desk_env(tmp, tg, llm, bk)).start()
         try:
             yield Desk(daemon, tg, bk)

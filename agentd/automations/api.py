@@ -219,9 +219,12 @@ class AutoStep:
         self._taint.add_source(f"a model's answer ({name})")
         return answer
 
-    async def send(self, name: str, text: str) -> int:
-        """Send a message (Markdown) to the owner's chat; return its message id."""
-        return await self._rt.send(self._step, name, text)
+    async def send(self, name: str, text: str, *, to: str | None = None) -> int:
+        """Send a message (Markdown) to the owner's chat, or to the chat the owner named `to`
+        in `[automations] chats` (a supervisors' group); a name the owner has not set falls
+        back to their own chat, so a notice is never lost to a missing setting. Returns the
+        message's id."""
+        return await self._rt.send(self._step, name, text, to)
 
     async def start(self, name: str, workflow: str, input: BaseModel | dict[str, Any]) -> str:
         """Start another automation (or this one again: "continue as new", for a loop that

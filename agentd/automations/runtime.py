@@ -406,9 +406,14 @@ class Runtime:
 
         return await step.do(name, call, retry=retry, result_type=output)
 
-    async def send(self, step: Step, name: str, text: str) -> int:
-        chat = self._owner_chat()
+    async def send(self, step: Step, name: str, text: str, to: str | None = None) -> int:
+        chat = self.chat_named(to)
         return await deliver(step, self.db, name, chat, partial(self.outbox.send_text, chat, text))
+
+    def chat_named(self, to: str | None) -> int:
+        """The chat `to` names in `[automations] chats`; the owner's when unnamed or unset."""
+        named = self.config.automations.chats.get(to) if to else None
+        return named if named is not None else self._owner_chat()
 
     async def tool(
         self, step: Step, taint: TurnTaint, name: str, tool_name: str, args: dict[str, Any]

@@ -642,6 +642,9 @@ class AutomationsConfig(_Section):
     folder: str = ""
     modules: list[str] = Field(default_factory=list)
     ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
+    # Chats an automation may write to by name besides the owner's (`step.send(…, to="desk")`),
+    # e.g. a supervisors' group the bot is in; a name not here goes to the owner's chat.
+    chats: dict[str, int] = Field(default_factory=dict)
     hooks: HooksConfig = Field(default_factory=HooksConfig)  # the webhook listener
 
 

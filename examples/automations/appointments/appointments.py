@@ -184,8 +184,9 @@ def _key(step: AutoStep, name: str) -> str:
 
 
 async def _escalate(step: AutoStep, kind: str, call: str, customer_id: str | None, why: str) -> str:
-    """Open a CRM ticket, then tell the owner (who runs the desk) what needs a person. When the
-    CRM cannot be reached either, the owner is told all the same: a person still has to call."""
+    """Open a CRM ticket, then tell whoever takes escalations what needs a person: the chat the
+    owner named `supervisors` in `[automations.chats]`, else the owner. When the CRM cannot be
+    reached either, they are told all the same: a person still has to call."""
     try:
         ticket = await step.do(
             "escalate",
@@ -205,6 +206,7 @@ async def _escalate(step: AutoStep, kind: str, call: str, customer_id: str | Non
     await step.send(
         "notify",
         f"☎️ Escalated ({kind}), ticket `{ticket}`: {who}, call `{call}`.\n{why}",
+        to="supervisors",
     )
     return ticket
 
