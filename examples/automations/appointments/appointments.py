@@ -370,14 +370,10 @@ async def cancel_appointment(step: AutoStep, inp: CancelInput) -> CancelOutput:
             retry=HTTP_RETRY,
             timeout=HTTP_TIMEOUT,
         )
+        what = "refused the cancellation"
     except StepFailed as exc:  # down through every retry: a person finishes it
-        why = f"Cancelling {appt}: the booking system did not answer ({exc.message})"
-        ticket = await _escalate(step, "cancellation", inp.call_session_id, inp.customer_id, why)
-        return CancelOutput(
-            status="escalated",
-            appointment_id=appt,
-            message=f"The booking system could not be reached; escalated as {ticket}.",
-        )
+        result = CancelResult(ok=False, reason=f"the booking system did not answer ({exc.message})")
+        what = "could not be reached"
     if result.ok:
         return CancelOutput(status="cancelled", appointment_id=appt, message="Cancelled.")
     why = f"Cancelling {appt} failed: {result.reason}"
@@ -385,5 +381,5 @@ async def cancel_appointment(step: AutoStep, inp: CancelInput) -> CancelOutput:
     return CancelOutput(
         status="escalated",
         appointment_id=appt,
-        message=f"The booking system refused the cancellation; escalated as {ticket}.",
+        message=f"The booking system {what}; escalated as {ticket}.",
     )
