@@ -79,25 +79,9 @@ async def collect(path: str, cache: Path) -> list[Row]:
             for user_id, conv in enumerate(conversations, start=1):
                 for q in conv.questions:
                     qvec = await embedder.embed_query(q.question)
-                    kw = keyword_search(conn, user_id, q.question, fusion.depth)
-                    vec = vector_search(
-                        conn, user_id, qvec, embedder.model_id, fusion.depth, bits=bits
-                    )
-                    fused = fuse(kw, vec, fusion)
-                    ids = [mid for mid, _ in fused]
-                    candidates = rerank_candidates(conn, user_id, ids)
-                    rows.append(
-                        Row(
-                            conv.sample_id,
-                            q.question,
-                            q.evidence,
-                            kw=kw,
-                            vec=vec,
-                            fused=fused,
-                            candidates=candidates,
-                            covers={mid: {owner[mid]} for mid in ids},
-                        )
-                    )
+                    lists = _arms(conn, user_id, q.question, qvec, embedder.model_id, fusion, bits)
+                    covers = {mid: {owner[mid]} for mid, _ in lists["fused"]}
+                    rows.append(Row(conv.sample_id, q.question, q.evidence, covers=covers, **lists))
         finally:
             conn.close()
     embedder.save()
@@ -152,10 +136,17 @@ async def collect_stored(path: str, cache: Path) -> list[Row]:
 
 
 def _arms(
-    conn: Any, user_id: int, text: str, qvec: Any, model_id: str, fusion: Any
+    conn: Any,
+    user_id: int,
+    text: str,
+    qvec: Any,
+    model_id: str,
+    fusion: Any,
+    bits: BitCache | None = None,
 ) -> dict[str, Any]:
+    """Both arms as search() runs them, fused, and the candidates' features' inputs."""
     kw = keyword_search(conn, user_id, text, fusion.depth)
-    vec = vector_search(conn, user_id, qvec, model_id, fusion.depth)
+    vec = vector_search(conn, user_id, qvec, model_id, fusion.depth, bits=bits)
     fused = fuse(kw, vec, fusion)
     candidates = rerank_candidates(conn, user_id, [mid for mid, _ in fused])
     return {"kw": kw, "vec": vec, "fused": fused, "candidates": candidates}

@@ -88,7 +88,7 @@ def day_words(when: datetime) -> str:
 
 def date_words(when: datetime) -> str:
     """ "3 August 2023, August 2023, summer 2023": the ways a question names that time."""
-    return f"{when.day} {when:%B %Y}, {when:%B %Y}, {_season(when.month)} {when.year}"
+    return f"{day_words(when)}, {when:%B %Y}, {_season(when.month)} {when.year}"
 
 
 def time_context(text: str, anchor: datetime | None) -> str | None:

@@ -81,7 +81,7 @@ def fuse(
             (fusion.keyword_weight, [(mid, -bm25) for mid, bm25 in keyword]),
             (fusion.vector_weight, [(mid, 1.0 - distance) for mid, distance in vector]),
         ):
-            for memory_id, norm in _stretch(arm):
+            for memory_id, norm in stretch(arm):
                 scores[memory_id] = scores.get(memory_id, 0.0) + weight * norm
     elif fusion.method == "rrf":
         for weight, ranked in ((fusion.keyword_weight, keyword), (fusion.vector_weight, vector)):
@@ -99,7 +99,7 @@ def fuse(
     return sorted(scores.items(), key=lambda item: (-item[1], item[0]))
 
 
-def _stretch(scored: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
+def stretch(scored: Sequence[tuple[int, float]]) -> list[tuple[int, float]]:
     """Scores mapped onto [0, 1] by the list's min and max (all 1.0 when they are equal)."""
     if not scored:
         return []

@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from agentd.retrieval.fts import query_terms, text_terms
+from agentd.retrieval.fusion import stretch
 
 # What each feature says of a candidate; the names key the weights file.
 FEATURES = (
@@ -84,13 +85,6 @@ def shipped_ranker(embedder: str) -> Ranker | None:
     return Ranker.model_validate(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _stretch(scored: Sequence[tuple[int, float]]) -> dict[int, float]:
-    if not scored:
-        return {}
-    low, high = min(v for _, v in scored), max(v for _, v in scored)
-    return {mid: (v - low) / (high - low) if high > low else 1.0 for mid, v in scored}
-
-
 def _cover(wanted: set[str], text: str | None) -> float:
     if not wanted or not text:
         return 0.0
@@ -106,8 +100,8 @@ def feature_rows(
 ) -> dict[int, list[float]]:
     """FEATURES of every fused id that has a Candidate. `keyword`: (id, bm25) as the arm ranked
     them, `vector`: (id, cosine distance), `fused`: (id, fused score), each as deep as fused."""
-    kw = _stretch([(mid, -bm25) for mid, bm25 in keyword])
-    vec = _stretch([(mid, 1.0 - distance) for mid, distance in vector])
+    kw = dict(stretch([(mid, -bm25) for mid, bm25 in keyword]))
+    vec = dict(stretch([(mid, 1.0 - distance) for mid, distance in vector]))
     kw_rank = {mid: rank for rank, (mid, _) in enumerate(keyword, start=1)}
     vec_rank = {mid: rank for rank, (mid, _) in enumerate(vector, start=1)}
     fused_score = dict(fused)
