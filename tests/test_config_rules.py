@@ -95,11 +95,7 @@ async def test_a_hook_secret_in_agentd_env_is_used(tmp_path: Path) -> None:
     """docs/workflows.md says to put it in agentd.env: the listener must not answer 503."""
     import aiohttp
 
-    from agentd.automations.catalog import Catalog
-    from agentd.automations.hooks import HookServer
-    from agentd.automations.runtime import Runtime
-    from agentd.durable import Engine, SystemClock
-    from tests.test_hooks import _Outbox, unit_wait
+    from tests.test_hooks import hooks_running
 
     sock = tmp_path / "hooks.sock"
     home = tmp_path / "home"
@@ -112,36 +108,14 @@ async def test_a_hook_secret_in_agentd_env_is_used(tmp_path: Path) -> None:
     (home / "agentd.env").write_text("UNIT_SECRET=from-the-file-1\n")
     (home / "agentd.env").chmod(0o600)
     config = load_config(path, {})
-    db = await Database.open(tmp_path / "t.db")
-    engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
-    catalog = Catalog()
-    catalog.add(unit_wait)
-    runtime = Runtime(
-        config=config,
-        db=db,
-        clock=engine.clock,
-        catalog=catalog,
-        outbox=_Outbox(),
-        llm=None,
-        kick=engine.kick,
-    )  # type: ignore[arg-type]
-    for flow in runtime.workflows():
-        engine.register(flow)
-    await engine.run()
-    server = HookServer(config, runtime, engine.start, engine.poll_once, env={})
-    await server.start()
     body = b'{"x": 1}'
     signature = "sha256=" + hmac.new(b"from-the-file-1", body, hashlib.sha256).hexdigest()
-    try:
+    async with hooks_running(config, tmp_path / "t.db", {}):
         async with aiohttp.ClientSession(connector=aiohttp.UnixConnector(path=str(sock))) as h:
             async with h.post(
                 "http://hooks/hooks/u", data=body, headers={"X-Signature-256": signature}
             ) as response:
                 assert response.status == 202, await response.text()
-    finally:
-        await server.close()
-        await engine.shutdown(grace=0.2)
-        await db.close()
 
 
 def test_a_secret_source_is_the_environment_then_the_file() -> None:

@@ -11,6 +11,7 @@ import json
 import os
 import stat
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -52,17 +53,12 @@ def sign(body: bytes) -> str:
     return "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
 
 
-@pytest.fixture
-async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
-    sock = tmp_path / "hooks.sock"
-    route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET")
-    config = Config(
-        telegram=TelegramConfig(allowed_user_ids=[42]),
-        hooks=HooksConfig(
-            enabled=True, listen=f"unix:{sock}", max_body_bytes=16384, routes={"u": route}
-        ),
-    )
-    db = await Database.open(tmp_path / "t.db")
+@asynccontextmanager
+async def hooks_running(
+    config: Config, db_path: Path, env: dict[str, str]
+) -> AsyncIterator[Database]:
+    """`unit_wait` on a durable engine behind a started listener; all closed after."""
+    db = await Database.open(db_path)
     engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
     catalog = Catalog()
     catalog.add(unit_wait)
@@ -78,16 +74,28 @@ async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
     for flow in runtime.workflows():
         engine.register(flow)
     await engine.run()
-    server = HookServer(
-        config, runtime, engine.start, engine.poll_once, env={"UNIT_SECRET": SECRET}
-    )
+    server = HookServer(config, runtime, engine.start, engine.poll_once, env=env)
     await server.start()
     try:
-        yield str(sock), db
+        yield db
     finally:
         await server.close()
         await engine.shutdown(grace=0.2)
         await db.close()
+
+
+@pytest.fixture
+async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
+    sock = tmp_path / "hooks.sock"
+    route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET")
+    config = Config(
+        telegram=TelegramConfig(allowed_user_ids=[42]),
+        hooks=HooksConfig(
+            enabled=True, listen=f"unix:{sock}", max_body_bytes=16384, routes={"u": route}
+        ),
+    )
+    async with hooks_running(config, tmp_path / "t.db", {"UNIT_SECRET": SECRET}) as db:
+        yield str(sock), db
 
 
 async def post(sock: str, path: str, body: Any, headers: dict[str, str]) -> tuple[int, Any]:

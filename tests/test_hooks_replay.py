@@ -13,14 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from agentd.automations.catalog import Catalog
 from agentd.automations.hook_guard import Seen, StartRate, stale_timestamp
-from agentd.automations.hooks import HookServer
-from agentd.automations.runtime import Runtime
 from agentd.config import Config, HookConfig, HooksConfig, TelegramConfig
-from agentd.db import Database
-from agentd.durable import Engine, SystemClock
-from tests.test_hooks import SECRET, _Outbox, post, unit_wait
+from tests.test_hooks import SECRET, hooks_running, post
 
 
 def sign(body: bytes, stamp: str = "") -> str:
@@ -45,31 +40,9 @@ async def sock(tmp_path: Path) -> AsyncIterator[str]:
     creds = tmp_path / "credentials"
     creds.mkdir()
     (creds / "cred_secret").write_text(SECRET + "\n")  # a systemd credential, lower case
-    db = await Database.open(tmp_path / "t.db")
-    engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
-    catalog = Catalog()
-    catalog.add(unit_wait)
-    runtime = Runtime(
-        config=config,
-        db=db,
-        clock=engine.clock,
-        catalog=catalog,
-        outbox=_Outbox(),
-        llm=None,
-        kick=engine.kick,
-    )  # type: ignore[arg-type]
-    for flow in runtime.workflows():
-        engine.register(flow)
-    await engine.run()
     env = {"UNIT_SECRET": SECRET, "CREDENTIALS_DIRECTORY": str(creds)}
-    server = HookServer(config, runtime, engine.start, engine.poll_once, env=env)
-    await server.start()
-    try:
+    async with hooks_running(config, tmp_path / "t.db", env):
         yield str(path)
-    finally:
-        await server.close()
-        await engine.shutdown(grace=0.2)
-        await db.close()
 
 
 async def test_a_replay_with_another_delivery_id_starts_nothing(sock: str) -> None:
