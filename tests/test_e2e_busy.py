@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
-from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.daemon_process import OWNER
 from tests.fakes.anthropic import last_user_text
+from tests.owner_chat import OwnerChat, owner_chat_running
 
 CONFIG = f"""
 [telegram]
@@ -29,28 +29,10 @@ approval_timeout = 600
 """
 
 
-class Stack:
-    def __init__(self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon) -> None:
-        self.tg, self.llm, self.daemon = tg, llm, daemon
-
-    def sent(self) -> list[dict[str, Any]]:
-        return [m for m in self.tg.sent if m["chat_id"] == OWNER]
-
+class Stack(OwnerChat):
     def wait_sent(self, pred: Any, what: str, timeout: float = 60) -> dict[str, Any]:
         return self.tg.wait_until(  # type: ignore[no-any-return]
             lambda: next((m for m in self.sent() if pred(m)), None), timeout, what
-        )
-
-    def ask(self, text: str) -> int:
-        """The owner writes `text`; returns the message's id in the chat."""
-        self.tg.add_message(OWNER, OWNER, text)
-        return self.tg.wait_until(
-            lambda: next(
-                (m["message_id"] for m in self.tg.chat_history(OWNER) if m.get("text") == text),
-                None,
-            ),
-            10,
-            f"the message {text!r}",
         )
 
     def answer_to(self, message_id: int, what: str) -> dict[str, Any]:
@@ -93,19 +75,8 @@ def deleting(path: str, use_id: str, done: str) -> Any:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("busy")
-    (tmp / "agentd.toml").write_text(CONFIG)
-    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        env = daemon_env(
-            tmp,
-            tg.base_url,
-            llm.base_url,
-            AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__STREAMING="false",
-        )
-        del env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"]
-        tg.add_chat(OWNER, "private", OWNER)
-        with running_daemon(tmp, env) as daemon:
-            yield Stack(tg, llm, daemon)
+    with owner_chat_running(tmp, CONFIG, Stack, users_in_config=True) as stack:
+        yield stack
 
 
 def test_a_card_waits_while_three_other_messages_are_answered(stack: Stack) -> None:

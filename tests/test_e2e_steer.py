@@ -12,31 +12,14 @@ from typing import Any
 
 import pytest
 
-from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
-from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.daemon_process import OWNER
 from tests.fakes.anthropic import last_user_text
+from tests.owner_chat import OwnerChat, owner_chat_running
 
 ADDED = "The user added this while you were working"
 
 
-class Stack:
-    def __init__(self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon) -> None:
-        self.tg, self.llm, self.daemon = tg, llm, daemon
-
-    def sent(self) -> list[dict[str, Any]]:
-        return [m for m in self.tg.sent if m["chat_id"] == OWNER]
-
-    def ask(self, text: str) -> int:
-        self.tg.add_message(OWNER, OWNER, text)
-        return self.tg.wait_until(
-            lambda: next(
-                (m["message_id"] for m in self.tg.chat_history(OWNER) if m.get("text") == text),
-                None,
-            ),
-            10,
-            f"the message {text!r}",
-        )
-
+class Stack(OwnerChat):
     def answer_to(self, message_id: int, what: str) -> dict[str, Any]:
         return self.tg.wait_until(  # type: ignore[no-any-return]
             lambda: next(
@@ -81,18 +64,9 @@ def counting(marker: str) -> Any:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    tmp = tmp_path_factory.mktemp("steer")
-    (tmp / "agentd.toml").write_text('[tools]\nplugins = ["tests.plugins.e2e_tools"]\n')
-    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        env = daemon_env(
-            tmp,
-            tg.base_url,
-            llm.base_url,
-            AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__STREAMING="false",
-        )
-        with running_daemon(tmp, env) as daemon:
-            yield Stack(tg, llm, daemon)
+    config = '[tools]\nplugins = ["tests.plugins.e2e_tools"]\n'
+    with owner_chat_running(tmp_path_factory.mktemp("steer"), config, Stack) as stack:
+        yield stack
 
 
 def steer_while_held(s: Stack, marker: str, addition: str, kill: bool) -> tuple[int, int]:
