@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import anthropic
-import httpx2
 import pytest
 from aiogram import Bot
 from aiogram.client.session.aiohttp import AiohttpSession
@@ -30,6 +29,7 @@ from aiogram.exceptions import (
 )
 from aiogram.types import InlineKeyboardButton, InlineKeyboardMarkup
 
+from agentd.llm import anthropic_errors
 from tests.fakes import FakeAnthropic, FakeProcess, FakeTelegram
 
 TOKEN = "123456:TEST-token"
@@ -458,11 +458,19 @@ async def test_mid_stream_error_and_drop(
     assert seen == ["Partial "]
 
     llm.enqueue_stream_error(drop=True)
-    # A dropped stream surfaces as the transport's own error, not as an anthropic error.
-    with pytest.raises(httpx2.RemoteProtocolError):
+    # Which class a cut connection surfaces as is the SDK's choice (the transport's own error in
+    # some releases, APIConnectionError in others); what agentd promises is that it reads it
+    # as the model being unreachable, which it retries and falls back on.
+    try:
         async with client.messages.stream(model=MODEL, max_tokens=10, messages=user("x")) as stream:
             async for _ in stream:
                 pass
+    except Exception as exc:
+        dropped: BaseException = exc
+    else:
+        pytest.fail("a dropped stream ended without an error")
+    assert anthropic_errors.reason(dropped) == "unreachable"
+    assert anthropic_errors.is_retryable(dropped)
 
 
 async def test_sdk_retries_honour_retry_after(llm: FakeAnthropic) -> None:
