@@ -92,6 +92,7 @@ def waiting_approval(conn: Any, n: int, at: float, tool: str, argument: str) -> 
             instance_id=iid,
             tool_use_id=f"tu-{n}",
             chat_id=CHAT,
+            chat_kind="private",
             user_id=OWNER,
             tool=tool,
             risk="high",

@@ -90,6 +90,7 @@ def tools_for(radicale: Radicale, password: str = USERS["owner"], **over: Any) -
 async def call(tools: dict[str, Tool], name: str, tu: str = "tu-1", **args: Any) -> ToolOutcome:
     ctx = ToolContext(
         chat_id=42,
+        chat_kind="private",
         user_id=42,
         instance_id="turn-cal",
         tool_use_id=tu,

@@ -26,6 +26,7 @@ def turn(text: str, **kw: Any) -> TurnInput:
         "text": text,
         **kw,
     }
+    fields.setdefault("chat_kind", "group" if fields["chat_id"] < 0 else "private")
     return TurnInput(**fields)
 
 
@@ -73,10 +74,14 @@ def test_other_messages_go_to_the_model(router: CommandRouter, message: TurnInpu
 
 
 async def test_unknown_command_gets_a_hint(router: CommandRouter) -> None:
-    reply = await router.reply_to(CommandInput(name="nosuch", chat_id=1, user_id=1, message_id=1))
+    reply = await router.reply_to(
+        CommandInput(name="nosuch", chat_id=1, chat_kind="private", user_id=1, message_id=1)
+    )
     assert "/help" in reply.text
     known = await router.reply_to(
-        CommandInput(name="hello", args="you", chat_id=1, user_id=1, message_id=1)
+        CommandInput(
+            name="hello", args="you", chat_id=1, chat_kind="private", user_id=1, message_id=1
+        )
     )
     assert known.text == "hello you"
 
@@ -92,7 +97,9 @@ def test_menu_uses_the_description_or_the_docstring(router: CommandRouter) -> No
 
 def test_callbacks_route_by_prefix_and_unknown_ones_are_audited(router: CommandRouter) -> None:
     router.callback("xx", lambda conn, press: f"got {press.data}")
-    press = CallbackPress(update_id=1, callback_id="c", user_id=7, chat_id=7, data="xx:1")
+    press = CallbackPress(
+        update_id=1, callback_id="c", user_id=7, chat_id=7, chat_kind="private", data="xx:1"
+    )
     assert router.on_callback(None, press) == "got xx:1"
 
     class Conn:
@@ -186,7 +193,9 @@ def test_a_message_a_command_waits_for_is_claimed_with_the_intake_transaction(
         seen.append(conn)
         if message.text != "the answer":
             return None
-        return CommandInput(name="hello", args=message.text, chat_id=7, user_id=7)
+        return CommandInput(
+            name="hello", args=message.text, chat_id=7, chat_kind="private", user_id=7
+        )
 
     router.awaits(waiting)
     conn = object()

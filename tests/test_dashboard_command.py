@@ -60,7 +60,10 @@ async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str
     engine.register(router.workflow(outbox, db))  # type: ignore[arg-type]
     await engine.run()
     try:
-        inp = CommandInput(name="dashboard", chat_id=chat, user_id=user, message_id=7)
+        kind = "group" if chat < 0 else "private"
+        inp = CommandInput(
+            name="dashboard", chat_id=chat, chat_kind=kind, user_id=user, message_id=7
+        )
         await engine.start("command", inp, instance_id="cmd-1")
         done = await engine.wait_for("cmd-1")
         assert done.status == "complete", done.error

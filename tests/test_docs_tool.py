@@ -18,7 +18,9 @@ from agentd.tools import ToolContext, execute
 from agentd.tools.citations import found_in
 from tests.docs_support import CountingEmbedder
 
-CTX = ToolContext(chat_id=42, user_id=42, instance_id="turn-1", tool_use_id="tu-1")
+CTX = ToolContext(
+    chat_id=42, chat_kind="private", user_id=42, instance_id="turn-1", tool_use_id="tu-1"
+)
 # User 42 owns the agent, so the library (`agentd ingest`) is theirs to search.
 OWNED = Config.model_validate({"telegram": {"owner_id": 42}})
 
@@ -126,13 +128,17 @@ async def test_the_library_is_the_owners_unless_shared_and_never_in_groups(
     ingested: Database,
 ) -> None:
     query = {"query": "how do I reset the router?"}
-    other = ToolContext(chat_id=43, user_id=43, instance_id="turn-2", tool_use_id="tu-2")
+    other = ToolContext(
+        chat_id=43, chat_kind="private", user_id=43, instance_id="turn-2", tool_use_id="tu-2"
+    )
     [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
     assert "No passage" in (await execute(tool, other, query)).content
     shared = OWNED.model_copy(update={"docs": DocsConfig(shared=True)})
     [tool] = docs_tools(ingested, CountingEmbedder(), shared)
     assert "Hold the reset pin" in (await execute(tool, other, query)).content
-    group = ToolContext(chat_id=-100, user_id=42, instance_id="turn-3", tool_use_id="tu-3")
+    group = ToolContext(
+        chat_id=-100, chat_kind="group", user_id=42, instance_id="turn-3", tool_use_id="tu-3"
+    )
     [tool] = docs_tools(ingested, CountingEmbedder(), OWNED)
     assert "not searched in group chats" in (await execute(tool, group, query)).content
     in_groups = OWNED.model_copy(update={"docs": DocsConfig(in_groups=True)})

@@ -331,6 +331,7 @@ def add_direct(daemon: Daemon, user: int, policy: str, rule: str, now: float) ->
                 schedule_id=f"down{policy}",
                 user_id=user,
                 chat_id=user,
+                chat_kind="private",
                 now=now,
                 config=ScheduleConfig(min_interval=1),
                 default_timezone="UTC",

@@ -124,9 +124,13 @@ def test_the_shell_audit_names_the_folder_it_ran_in(tmp_path: Path) -> None:
         db = await Database.open(tmp_path / "a.db")
         try:
             deps: Any = SimpleNamespace(db=db, sandbox=SimpleNamespace(mode="bwrap"))
-            ctx = ToolContext(chat_id=7, user_id=7, instance_id="i", tool_use_id="t")
+            ctx = ToolContext(
+                chat_id=7, chat_kind="private", user_id=7, instance_id="i", tool_use_id="t"
+            )
             await _audit(deps, ctx, ShellArgs(command="ls"), "allowlist", None)
-            ctx = ToolContext(chat_id=7, user_id=7, instance_id="i", tool_use_id="u")
+            ctx = ToolContext(
+                chat_id=7, chat_kind="private", user_id=7, instance_id="i", tool_use_id="u"
+            )
             await _audit(deps, ctx, ShellArgs(command="ls", cwd="src"), "allowlist", None)
             return await db.fetchall("SELECT detail FROM audit ORDER BY id")
         finally:
@@ -149,6 +153,7 @@ def test_the_shell_card_shows_one_line_per_field_and_a_plain_why() -> None:
         instance_id="i",
         tool_use_id="t",
         chat_id=7,
+        chat_kind="private",
         user_id=7,
         tool="shell",
         risk="high",

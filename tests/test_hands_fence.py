@@ -212,6 +212,7 @@ def test_an_always_allow_rule_holds_only_in_its_chat_and_for_its_user(tmp_path: 
             instance_id="i",
             tool_use_id="t",
             chat_id=7,
+            chat_kind="private",
             user_id=7,
             tool="shell",
             risk="high",

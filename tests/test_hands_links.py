@@ -85,7 +85,9 @@ async def test_the_tools_refuse_a_planted_link(ws: Path) -> None:
         }
     )
     tools = {t.name: t for t in workspace_tools(config, db=None)}  # type: ignore[arg-type]
-    ctx = ToolContext(chat_id=PAIRED, user_id=PAIRED, instance_id="i", tool_use_id="t")
+    ctx = ToolContext(
+        chat_id=PAIRED, user_id=PAIRED, instance_id="i", tool_use_id="t", chat_kind="private"
+    )
     for name, args in (
         ("list_files", {"path": ""}),
         ("read_file", {"path": "etc/hostname"}),

@@ -58,7 +58,9 @@ def test_write_then_send_file_through_the_tools(tmp_path: Path) -> None:
         db = await Database.open(tmp_path / "agentd.db")
         try:
             tools = {t.name: t for t in workspace_tools(_config(tmp_path), db)}
-            ctx = ToolContext(chat_id=7, user_id=7, instance_id="i1", tool_use_id="u1")
+            ctx = ToolContext(
+                chat_id=7, chat_kind="private", user_id=7, instance_id="i1", tool_use_id="u1"
+            )
             wrote = await tools["write_file"].fn(
                 ctx, tools["write_file"].parse_args({"path": "out/report.txt", "content": "hello"})
             )
@@ -95,10 +97,14 @@ def test_save_sent_file_copies_a_document_of_this_chat_only(tmp_path: Path) -> N
             tools = {t.name: t for t in workspace_tools(_config(tmp_path), db, download)}
             save = tools["save_sent_file"]
             assert save.risk == "medium" and save.at_most_once
-            ctx = ToolContext(chat_id=7, user_id=7, instance_id="i1", tool_use_id="u1")
+            ctx = ToolContext(
+                chat_id=7, chat_kind="private", user_id=7, instance_id="i1", tool_use_id="u1"
+            )
             said = await save.fn(ctx, save.parse_args({"document_id": "u5", "path": "in/a.pdf"}))
             assert "in/a.pdf" in said and downloads == ["FILE5"]
-            other = ToolContext(chat_id=8, user_id=8, instance_id="i2", tool_use_id="u2")
+            other = ToolContext(
+                chat_id=8, chat_kind="private", user_id=8, instance_id="i2", tool_use_id="u2"
+            )
             try:
                 await save.fn(other, save.parse_args({"document_id": "u5", "path": "b.pdf"}))
             except ToolError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import gc
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,7 +25,8 @@ TIERS: list[tuple[str, ...]] = [
     ("config",),
     ("db",),
     ("durable",),
-    ("chat", "llm", "access", "retention", "retrieval"),
+    ("chat",),  # where a message is and how it leaves: what every layer above may name
+    ("llm", "access", "retention", "retrieval"),
     ("tools",),
     ("knowledge", "memory", "web", "hands", "mail", "calendar"),
     ("media", "skills"),
@@ -37,6 +39,18 @@ TIERS: list[tuple[str, ...]] = [
     ("cli",),
 ]
 TIER = {package: rank for rank, packages in enumerate(TIERS) for package in packages}
+
+
+def _doc_tiers() -> dict[str, int]:
+    """The tier table of docs/architecture.md, as {package: tier}."""
+    text = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    rows = re.findall(r"^\| (\d+) \| `([a-z_]+)(?:/|\.py)` \|", text, re.MULTILINE)
+    return {package: int(tier) for tier, package in rows}
+
+
+def test_the_documented_tiers_are_these() -> None:
+    """docs/architecture.md shows the same tiers as TIERS: one table, checked both ways."""
+    assert _doc_tiers() == TIER, "make docs/architecture.md's table match TIERS (tier numbers)"
 
 
 def _package_of(path: Path) -> str | None:

@@ -83,7 +83,9 @@ def tools_for(acc: MailAccountConfig, db: Database, tmp: Path, password: str) ->
 
 
 def ctx(tool_use_id: str = "tu-1") -> ToolContext:
-    return ToolContext(chat_id=42, user_id=42, instance_id="turn-1", tool_use_id=tool_use_id)
+    return ToolContext(
+        chat_id=42, chat_kind="private", user_id=42, instance_id="turn-1", tool_use_id=tool_use_id
+    )
 
 
 async def call(tools: dict[str, Tool], name: str, tu: str = "tu-1", **args: Any) -> ToolOutcome:
@@ -140,8 +142,11 @@ async def test_only_the_owner_in_their_private_chat_reaches_the_mailbox(
     """The trust model meets mail: another served user, or the owner in a group, reads nothing."""
     dovecot.deliver("user8", b"From: bank@example.org\r\nSubject: statement 4711\r\n\r\nx\r\n")
     tools = tools_for(account(dovecot, "user8"), db, tmp_path, USERS["user8"])
-    for chat_id, user_id in ((77, 77), (-100123, 42)):  # a friend; the owner in a group
-        context = ToolContext(chat_id=chat_id, user_id=user_id, instance_id="t", tool_use_id="u")
+    for chat_id, kind, user_id in ((77, "private", 77), (-100123, "group", 42)):
+        # a friend; the owner in a group
+        context = ToolContext(
+            chat_id=chat_id, user_id=user_id, instance_id="t", tool_use_id="u", chat_kind=kind
+        )
         found = await execute(tools["mail_search"], context, {"subject": "statement"})
         assert not found.ok and "owner" in found.content and "4711" not in found.content
     mine = await call(tools, "mail_search", subject="statement")

@@ -71,13 +71,17 @@ async def make_file(ctx: ToolContext, name: str) -> OutgoingFile:
 
 
 async def test_a_tool_returning_a_file_is_spooled_and_told_to_the_model(tmp_path: Path) -> None:
-    ctx = ToolContext(chat_id=1, user_id=2, instance_id="i", outgoing_dir=str(tmp_path))
+    ctx = ToolContext(
+        chat_id=1, chat_kind="private", user_id=2, instance_id="i", outgoing_dir=str(tmp_path)
+    )
     outcome = await execute(make_file, ctx, {"name": "r.txt"})
     assert outcome.ok and "r.txt" in outcome.content and "will be sent" in outcome.content
     assert "report body" not in outcome.model_dump_json()  # the journal holds the path only
     with open(outcome.files[0].path, "rb") as spooled:
         assert spooled.read() == b"report body"
     nowhere = await execute(
-        make_file, ToolContext(chat_id=1, user_id=2, instance_id="i"), {"name": "r.txt"}
+        make_file,
+        ToolContext(chat_id=1, chat_kind="private", user_id=2, instance_id="i"),
+        {"name": "r.txt"},
     )
     assert not nowhere.ok and "cannot be sent" in nowhere.content

@@ -25,7 +25,7 @@ def _tools(conn: Any) -> dict[str, Any]:
 async def _search(conn: Any, query: str) -> tuple[ToolOutcome, TurnTaint]:
     search = _tools(conn)["search_memory"]
     assert not search.taints  # the result says so, when it does
-    ctx = ToolContext(chat_id=7, user_id=7, instance_id="t")
+    ctx = ToolContext(chat_id=7, chat_kind="private", user_id=7, instance_id="t")
     outcome = await execute(search, ctx, {"query": query, "k": 1})
     taint = TurnTaint()
     use = ToolUseBlock(id="toolu_1", name="search_memory", input={"query": query})
@@ -44,7 +44,7 @@ async def test_search_memory_taints_only_on_an_outside_hit(conn: Any) -> None:
     assert found.outside and tainted.sources == ["search_memory (recital Friday)"]
     group = await execute(
         _tools(conn)["search_memory"],
-        ToolContext(chat_id=-5, user_id=7, instance_id="t"),
+        ToolContext(chat_id=-5, chat_kind="group", user_id=7, instance_id="t"),
         {"query": "recital"},
     )
     assert not group.outside and "private" in group.content
@@ -53,9 +53,11 @@ async def test_search_memory_taints_only_on_an_outside_hit(conn: Any) -> None:
 async def test_remember_is_outside_content_in_a_tainted_turn(conn: Any) -> None:
     remember = _tools(conn)["remember"]
     fact = {"kind": "fact", "key": "diet", "content": "Vegetarian"}
-    plain = ToolContext(chat_id=7, user_id=7, instance_id="a")
+    plain = ToolContext(chat_id=7, chat_kind="private", user_id=7, instance_id="a")
     assert (await execute(remember, plain, fact)).ok
-    read = ToolContext(chat_id=7, user_id=7, instance_id="b", tainted_by=("fetch_url (x)",))
+    read = ToolContext(
+        chat_id=7, chat_kind="private", user_id=7, instance_id="b", tainted_by=("fetch_url (x)",)
+    )
     other = {"kind": "fact", "key": "gym", "content": "Goes to the gym on Mondays"}
     assert (await execute(remember, read, other)).ok
     origins = {m.slot: m.origin for m in list_memories(conn, 7)}
@@ -68,7 +70,7 @@ async def test_any_tool_result_may_say_it_is_outside_content() -> None:
         """Answers from somewhere."""
         return ToolResult(content="from a page", outside=True)
 
-    ctx = ToolContext(chat_id=1, user_id=1, instance_id="i")
+    ctx = ToolContext(chat_id=1, chat_kind="private", user_id=1, instance_id="i")
     outcome = await execute(lookup, ctx, {})
     assert outcome.outside
     taint = TurnTaint()

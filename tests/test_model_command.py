@@ -34,7 +34,10 @@ def _deps(tmp_path: Path) -> tuple[CommandDeps, Any]:
 
 
 def _press(user: int, data: str, chat: int | None = OWNER) -> CallbackPress:
-    return CallbackPress(update_id=1, callback_id="c", user_id=user, chat_id=chat, data=data)
+    kind = None if chat is None else "group" if chat < 0 else "private"
+    return CallbackPress(
+        update_id=1, callback_id="c", user_id=user, chat_id=chat, chat_kind=kind, data=data
+    )
 
 
 def test_a_button_sets_the_chat_model_for_the_owner_only(tmp_path: Path) -> None:

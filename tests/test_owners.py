@@ -48,6 +48,7 @@ def _approval(**extra: object) -> Approval:
         instance_id="i",
         tool_use_id="t",
         chat_id=-100,
+        chat_kind="group",
         user_id=5,
         tool="x",
         risk="high",
@@ -68,6 +69,7 @@ def _press(user: int, chat: int | None, message: int | None) -> CallbackPress:
         callback_id="c",
         user_id=user,
         chat_id=chat,
+        chat_kind=None if chat is None else "group" if chat < 0 else "private",
         message_id=message,
         data="ap:abcdefgh1234:y",
     )
@@ -152,6 +154,7 @@ def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Pat
                     callback_id="c",
                     user_id=user,
                     chat_id=chat,
+                    chat_kind="private",
                     message_id=message,
                     data=data,
                 ),

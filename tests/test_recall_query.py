@@ -19,6 +19,7 @@ def message(text: str = "", **extra: Any) -> TurnInput:
         "origin": "chat",
         "update_id": 1,
         "chat_id": 7,
+        "chat_kind": "private",
         "user_id": 7,
         "message_id": 2,
         "date": 0,

@@ -15,6 +15,7 @@ def message(chat_id: int, user_id: int = 42) -> TurnInput:
         origin="chat",
         update_id=1,
         chat_id=chat_id,
+        chat_kind="group" if chat_id < 0 else "private",
         user_id=user_id,
         message_id=1,
         date=0,

@@ -34,7 +34,9 @@ def turn(**extra: Any) -> TurnInput:
         "kind": "text",
         "text": "hi",
     }
-    return TurnInput(**{**base, **extra})
+    fields = {**base, **extra}
+    fields.setdefault("chat_kind", "group" if fields["chat_id"] < 0 else "private")
+    return TurnInput(**fields)
 
 
 def test_the_users_own_words_do_not_taint_and_their_urls_are_known_as_written() -> None:

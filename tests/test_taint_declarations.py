@@ -100,9 +100,12 @@ def test_every_change_asks_with_outside_content_in_view(tools: dict[str, Any]) -
 
 
 def test_workspace_files_are_off_in_groups() -> None:
-    group = ToolContext(chat_id=-100, user_id=42, instance_id="i")
+    group = ToolContext(chat_id=-100, chat_kind="group", user_id=42, instance_id="i")
     assert not_in_groups(group) == GROUP_REFUSAL
-    assert not_in_groups(ToolContext(chat_id=42, user_id=42, instance_id="i")) is None
+    assert (
+        not_in_groups(ToolContext(chat_id=42, chat_kind="private", user_id=42, instance_id="i"))
+        is None
+    )
 
 
 def test_a_summary_of_outside_messages_stays_outside() -> None:
@@ -155,11 +158,14 @@ def test_a_quoted_notice_taints_and_a_quoted_answer_of_the_users_own_does_not(
         origin="outside",
         origin_ref="fetch_url (https://e.example/)",
     )
-    assert quoted_source(conn, 5, 10, True) is None  # the model's answer to the user
-    assert quoted_source(conn, 5, 11, True) == "a quoted message (fetch_url (https://e.example/))"
-    notice = quoted_source(conn, 5, 99, True)  # a job's or a mail's notice: not an answer
+    assert quoted_source(conn, 5, True, 10, True) is None  # the model's answer to the user
+    assert (
+        quoted_source(conn, 5, True, 11, True)
+        == "a quoted message (fetch_url (https://e.example/))"
+    )
+    notice = quoted_source(conn, 5, True, 99, True)  # a job's or a mail's notice: not an answer
     assert notice is not None and "notice" in notice
-    assert quoted_source(conn, 5, 98, False) is None  # the user's own older words
+    assert quoted_source(conn, 5, True, 98, False) is None  # the user's own older words
     assert window_sources(conn, 5, 0, 100) == [
         "an earlier answer in this chat that drew on fetch_url (https://e.example/)"
     ]

@@ -72,7 +72,9 @@ async def _interrupted_call(
         outbox=outbox,
         db=db,  # the "outcome unknown" notice leaves by the one send path (chat/delivery.py)
     )
-    inp = TurnInput(update_id=1, chat_id=7, user_id=7, message_id=1, date=0.0, kind="text")
+    inp = TurnInput(
+        update_id=1, chat_id=7, chat_kind="private", user_id=7, message_id=1, date=0.0, kind="text"
+    )
     use = ToolUseBlock(id="toolu_1", name="act", input={"what": "x"})
 
     @workflow("call")

@@ -18,7 +18,7 @@ from agentd.tools import (
     tool,
 )
 
-CTX = ToolContext(chat_id=1, user_id=2, instance_id="test")
+CTX = ToolContext(chat_id=1, chat_kind="private", user_id=2, instance_id="test")
 
 
 @tool()
@@ -149,7 +149,13 @@ async def test_cancelling_the_caller_cancels_the_tool() -> None:
 async def test_results_are_text_and_redacted_and_clipped() -> None:
     point = await execute(make_point, CTX, {"x": 1, "y": 2})
     assert point.content == '{"x":1,"y":2}'
-    ctx = ToolContext(chat_id=1, user_id=2, instance_id="t", redact=Redactor(["sk-secret-123456"]))
+    ctx = ToolContext(
+        chat_id=1,
+        chat_kind="private",
+        user_id=2,
+        instance_id="t",
+        redact=Redactor(["sk-secret-123456"]),
+    )
     leaked = await execute(leak, ctx, {})
     assert leaked.content == "token is [REDACTED]"
     clipped = await execute(leak, CTX, {}, max_chars=5)

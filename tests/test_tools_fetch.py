@@ -25,7 +25,7 @@ from agentd.tools import ToolContext, execute
 from agentd.tools.citations import found_in
 from agentd.tools.fetch import fetch_policy, fetch_url_tool
 
-CTX = ToolContext(chat_id=1, user_id=2, instance_id="test")
+CTX = ToolContext(chat_id=1, chat_kind="private", user_id=2, instance_id="test")
 
 PAGE = """<!doctype html>
 <html><head><title>  The  Test

@@ -19,7 +19,7 @@ from agentd.tools.mcp import tool_name
 pytest.importorskip("mcp")
 
 ECHO = str(Path(__file__).parent / "mcp_servers" / "echo_server.py")
-CTX = ToolContext(chat_id=1, user_id=2, instance_id="test")
+CTX = ToolContext(chat_id=1, chat_kind="private", user_id=2, instance_id="test")
 
 
 def stdio(name: str = "echo", **kwargs: object) -> McpServerConfig:

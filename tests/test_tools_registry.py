@@ -23,7 +23,9 @@ from agentd.tools import (
 from agentd.tools.builtin import current_time
 from agentd.tools.plugins import load_plugins
 
-CTX = ToolContext(chat_id=1, user_id=2, instance_id="test", timezone="Europe/Berlin")
+CTX = ToolContext(
+    chat_id=1, chat_kind="private", user_id=2, instance_id="test", timezone="Europe/Berlin"
+)
 
 
 class SearchArgs(BaseModel):
@@ -280,7 +282,14 @@ def test_plugin_that_raises_on_import_is_reported() -> None:
 
 
 async def test_current_time_uses_the_owner_time_zone_and_clock() -> None:
-    ctx = ToolContext(chat_id=1, user_id=1, instance_id="t", timezone="Asia/Tokyo", now=lambda: 0.0)
+    ctx = ToolContext(
+        chat_id=1,
+        chat_kind="private",
+        user_id=1,
+        instance_id="t",
+        timezone="Asia/Tokyo",
+        now=lambda: 0.0,
+    )
     outcome = await execute(current_time, ctx, {})
     assert outcome.ok
     assert outcome.content == "1970-01-01T09:00:00+09:00 (Asia/Tokyo, Thursday)"

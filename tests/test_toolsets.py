@@ -33,7 +33,10 @@ OWNER = 42
 
 
 def ctx(user_id: int = OWNER, chat_id: int = OWNER) -> ToolContext:
-    return ToolContext(chat_id=chat_id, user_id=user_id, instance_id="t", tool_use_id="tu")
+    kind = "group" if chat_id < 0 else "private"
+    return ToolContext(
+        chat_id=chat_id, user_id=user_id, instance_id="t", tool_use_id="tu", chat_kind=kind
+    )
 
 
 class Note(BaseModel):

@@ -44,7 +44,15 @@ async def test_a_webhook_turn_says_so_and_has_no_message() -> None:
     assert turn.chat_id == 42 and turn.outside_source == "a webhook delivery (notes)"
 
 
-OLD = {"chat_id": 7, "user_id": 7, "date": 1.0, "kind": "text", "text": "hello"}
+# As m035_chat_kind leaves a journaled input: its chat's kind filled in (test_channel_neutral).
+OLD = {
+    "chat_id": 7,
+    "chat_kind": "private",
+    "user_id": 7,
+    "date": 1.0,
+    "kind": "text",
+    "text": "hello",
+}
 
 
 @pytest.mark.parametrize(

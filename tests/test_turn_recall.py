@@ -35,7 +35,14 @@ class Deps:
 
 def message(user: int, text: str) -> TurnInput:
     return TurnInput(
-        update_id=1, chat_id=user, user_id=user, message_id=1, date=0, kind="text", text=text
+        update_id=1,
+        chat_id=user,
+        chat_kind="private",
+        user_id=user,
+        message_id=1,
+        date=0,
+        kind="text",
+        text=text,
     )
 
 

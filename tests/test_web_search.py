@@ -49,7 +49,9 @@ def provider_for(fake: FakeTavily, key: str = KEY, **kwargs: object) -> TavilyPr
 
 
 def ctx(n: int = 1) -> ToolContext:
-    return ToolContext(chat_id=10, user_id=20, instance_id="inst-1", tool_use_id=f"toolu_{n}")
+    return ToolContext(
+        chat_id=10, chat_kind="private", user_id=20, instance_id="inst-1", tool_use_id=f"toolu_{n}"
+    )
 
 
 def config(**kwargs: object) -> WebConfig:

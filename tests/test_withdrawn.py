@@ -34,6 +34,7 @@ def turn(message_id: int, text: str, **extra: Any) -> TurnInput:
     return TurnInput(
         update_id=message_id,
         chat_id=CHAT,
+        chat_kind="private",
         user_id=CHAT,
         message_id=message_id,
         date=time.time(),

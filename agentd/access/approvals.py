@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentd.chat.inputs import ChatKind
 from agentd.durable import store
 from agentd.ledger import audit
 
@@ -25,7 +26,8 @@ _CALLBACK = re.compile(r"^ap:([A-Za-z0-9_-]{8,40}):([yn])$")
 _COLUMNS = (
     "id, instance_id, tool_use_id, chat_id, user_id, tool, risk, args_digest, args_preview, "
     "status, created_at, expires_at, decided_at, decided_by, reason, message_id, "
-    "card_chat_id, call_json, tool_source, tool_fingerprint, why, request"
+    "card_chat_id, call_json, tool_source, tool_fingerprint, why, request, chat_kind, "
+    "approver_id"
 )
 
 _PLACEHOLDERS = ", ".join("?" * len(_COLUMNS.split(", ")))
@@ -36,6 +38,7 @@ class Approval(BaseModel):
     instance_id: str
     tool_use_id: str
     chat_id: int
+    chat_kind: ChatKind  # the kind of chat the call was made in
     user_id: int | None
     tool: str
     risk: str
@@ -54,6 +57,7 @@ class Approval(BaseModel):
     tool_fingerprint: str | None = None  # sha256 of the tool's schema and code when asked
     why: str | None = None  # why this call needs approval beyond its tool's level (policy)
     request: str | None = None  # the asker's message, quoted (quote()), for the approver
+    approver_id: int | None = None  # whose answer the card waits for (None: agentd approve)
     # The tool's own card text (hands' shell), redacted; not a column: it travels with the
     # approval through the turn's journal, to the card it is shown on (quoted).
     card_text: str | None = None
@@ -62,6 +66,15 @@ class Approval(BaseModel):
     def card_chat(self) -> int:
         """Where the card is (older approvals were always in the call's own chat)."""
         return self.card_chat_id if self.card_chat_id is not None else self.chat_id
+
+    @property
+    def private(self) -> bool:
+        return self.chat_kind == "private"
+
+    @property
+    def self_approved(self) -> bool:
+        """The asker answers their own card (an approver's own call)."""
+        return self.user_id is not None and self.user_id == self.approver_id
 
 
 class DecisionResult(BaseModel):

@@ -4,7 +4,7 @@ The owner is `telegram.owner_id`; a config that does not set it has none, and th
 first of `telegram.allowed_user_ids` is the owner (said once at start-up and by `agentd
 doctor`, so nobody is surprised). Approvers are `telegram.approvers`, or the owner alone. An
 approver's own high-risk calls ask them; everyone else's ask the owner, in the owner's private
-chat (a private chat's id is its user's id), never in a group.
+chat, never in a group.
 """
 
 from __future__ import annotations
@@ -27,12 +27,16 @@ class Trust(BaseModel):
     def may_approve(self, user_id: int | None) -> bool:
         return user_id is not None and user_id in self.approvers
 
-    def card_chat(self, asker: int | None) -> int | None:
-        """The private chat an approval card for `asker`'s call goes to (None: nobody's;
-        `agentd approve` still works)."""
+    def approver_for(self, asker: int | None) -> int | None:
+        """Who answers the approval card for `asker`'s call: an approver themselves, anyone
+        else the owner (None: nobody; `agentd approve` still works)."""
         if asker is not None and asker in self.approvers:
             return asker
         return self.owner_id
+
+    def card_chat(self, asker: int | None) -> int | None:
+        """The private chat the approval card for `asker`'s call goes to: its approver's."""
+        return self.approver_for(asker)
 
     def describe(self) -> str:
         """One line for the start-up log and `agentd doctor`."""

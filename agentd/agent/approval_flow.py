@@ -16,6 +16,7 @@ from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
 from agentd.agent.deps import CallDeps
 from agentd.chat.delivery import deliver
+from agentd.chat.inputs import ChatKind
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step, StepFailed
@@ -55,6 +56,7 @@ class Caller(BaseModel):
     asked for it (quoted on the approval card). An automation's calls are the owner's."""
 
     chat_id: int
+    chat_kind: ChatKind
     user_id: int
     text: str = ""
     waiting: bool = True  # someone waits in the chat for the answer: show "typing…"
@@ -99,6 +101,7 @@ def create_approval(
         instance_id=instance_id,
         tool_use_id=use.id,
         chat_id=inp.chat_id,
+        chat_kind=inp.chat_kind,
         user_id=inp.user_id,
         tool=tool.name,
         risk=tool.risk or "high",
@@ -109,6 +112,7 @@ def create_approval(
         expires_at=now + deps.config.tools.approval_timeout,
         # Never a group: the approver's own private chat (the owner's, for everyone else).
         card_chat_id=trust.card_chat(inp.user_id),
+        approver_id=trust.approver_for(inp.user_id),
         call_json=deps.redact(approvals.canonical_call(tool.name, use.input)),
         tool_source=tool.source,
         tool_fingerprint=tool.fingerprint or None,
@@ -154,10 +158,10 @@ def _shown_call(approval: Approval) -> tuple[str, bool]:
 
 
 def _asker_line(approval: Approval, asker_name: str) -> str:
-    if approval.user_id is None or approval.user_id == approval.card_chat_id:
+    if approval.user_id is None or approval.self_approved:
         return ""
     who = f"{asker_name} (user {approval.user_id})" if asker_name else f"user {approval.user_id}"
-    where = "in their private chat" if approval.chat_id > 0 else f"in group {approval.chat_id}"
+    where = "in their private chat" if approval.private else f"in group {approval.chat_id}"
     said = f"**Their message:** `{approval.request}`\n" if approval.request else ""
     return f"**Asked by** {who}, {where}.\n{said}"
 
@@ -226,7 +230,7 @@ def _asker_notice(approval: Approval) -> str:
     """What the asker is told when the card is not in their chat ("" when it is)."""
     if approval.card_chat_id == approval.chat_id:
         return ""
-    if approval.card_chat_id is not None and approval.card_chat_id == approval.user_id:
+    if approval.self_approved:
         return f"`{approval.tool}` needs your approval: I sent the request to our private chat."
     if approval.card_chat_id is None:
         return f"`{approval.tool}` needs the owner's approval (`agentd approve {approval.id}`)."

@@ -87,6 +87,7 @@ def _context(
         chat_id=caller.chat_id,
         user_id=caller.user_id,
         instance_id=instance_id,
+        chat_kind=caller.chat_kind,
         timezone=deps.config.agent.timezone,
         tool_use_id=use.id,
         now=deps.clock.now,

@@ -22,7 +22,7 @@ PENDING_RULE = (
 
 
 def _whose(approval: Approval) -> str:
-    if approval.card_chat_id is not None and approval.card_chat_id == approval.user_id:
+    if approval.self_approved:
         return "your approval"
     return "the owner's approval"
 

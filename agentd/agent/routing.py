@@ -40,7 +40,7 @@ class RoutingDecision(BaseModel):
 def _documents(deps: TurnDeps, inp: TurnInput, tools: list[str]) -> tuple[bool, str]:
     if "search_docs" not in tools:
         return False, "search_docs is not registered (no embedder)"
-    scope = doc_scope(deps.config, inp.user_id, inp.chat_id)
+    scope = doc_scope(deps.config, inp.user_id, inp.private)
     if scope is None:
         return False, "a group chat with docs.in_groups off"
     if scope.library and scope.user_id is not None:

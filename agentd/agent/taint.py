@@ -59,7 +59,7 @@ def input_sources(inp: TurnInput, *, photos: int, media_meta: dict[str, object])
         found.append(inp.outside_source)
     # In a group, a quoted message may be anyone's words; in a private chat, the user's own.
     quoted = inp.reply_to is not None and inp.reply_to.text and not inp.reply_to.from_bot
-    if quoted and inp.chat_id < 0:
+    if quoted and not inp.private:
         found.append("a quoted message from the group")
     if photos:
         found.append("a photo (its text was read)")

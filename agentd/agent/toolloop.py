@@ -89,7 +89,9 @@ async def handle_tool_use(
     step: Step, deps: TurnDeps, inp: TurnInput, use: ToolUseBlock, taint: TurnTaint | None = None
 ) -> tuple[ToolOutcome, Route]:
     """One tool_use block → its outcome, by the one path every tool call takes (calls.py)."""
-    caller = Caller(chat_id=inp.chat_id, user_id=inp.user_id, text=inp.text)
+    caller = Caller(
+        chat_id=inp.chat_id, chat_kind=inp.chat_kind, user_id=inp.user_id, text=inp.text
+    )
     result = await make_call(step, deps, caller, use, taint or TurnTaint())
     return result.outcome, result.route
 
@@ -185,7 +187,7 @@ async def call_llm(
         }
     )
     on_text = None
-    if deps.config.telegram.streaming and inp.chat_id > 0:  # drafts exist in private chats only
+    if deps.config.telegram.streaming and inp.private:  # drafts exist in private chats only
         on_text = DraftStreamer(
             deps.outbox,
             inp.chat_id,

@@ -403,7 +403,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = No
     is read by every member."""
     if deps.embedder is None:
         return Recall(why="long-term memory is off (no embedder)")
-    if inp.chat_id < 0:
+    if not inp.private:
         return Recall(why="a group chat: memories stay private")
     cfg = deps.config.memory
     query = inp.text if query is None else query
@@ -616,7 +616,7 @@ async def think(
         quoted = (inp.reply_to.message_id, inp.reply_to.from_bot) if inp.reply_to else None
         # Rows written before this turn never change: a replay reads the same origins.
         earlier, quote = await deps.db.read(
-            context_sources, inp.chat_id, window.start_id, window.before_id, quoted
+            context_sources, inp.chat_id, inp.private, window.start_id, window.before_id, quoted
         )
         taint = turn_taint(
             inp,

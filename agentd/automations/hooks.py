@@ -276,6 +276,7 @@ class HookServer:
         turn = TurnInput(
             origin="webhook",
             chat_id=chat,
+            chat_kind="private",
             user_id=chat,
             date=time.time(),
             kind="text",

@@ -426,7 +426,7 @@ class Runtime:
         services = CallServices(
             self.config, self.db, self.outbox, self.clock, self.registry, self.redact
         )
-        caller = Caller(chat_id=chat, user_id=chat, waiting=False)
+        caller = Caller(chat_id=chat, chat_kind="private", user_id=chat, waiting=False)
         use = ToolUseBlock(id=name, name=tool_name, input=args)
         result = await make_call(step, services, caller, use, taint)
         if result.route.problem is not None:  # the author's mistake: retrying cannot help

@@ -31,12 +31,29 @@ class MediaRef(BaseModel):
     forwarded: bool = False  # someone else's words: its transcript is data, not the user's
 
 
+# Where a message is, as its channel says it: "private" is a chat of one user with the agent,
+# "group" one that others read too, "channel" a broadcast the agent posts in. Every privacy and
+# owner guard reads this (`private` below), never a network's id numbering.
+ChatKind = Literal["private", "group", "channel"]
+
+
+class Place(BaseModel):
+    """The kind of chat an input came from; the channel adapter sets it on every input."""
+
+    chat_kind: ChatKind
+
+    @property
+    def private(self) -> bool:
+        """Only the user and the agent read this chat."""
+        return self.chat_kind == "private"
+
+
 # Where a turn comes from. Only a chat message has a Telegram update and message to answer;
 # a schedule, a webhook delivery or a watched mailbox starts a turn on the owner's behalf.
 Origin = Literal["chat", "schedule", "webhook", "mail"]
 
 
-class TurnInput(BaseModel):
+class TurnInput(Place):
     origin: Origin
     update_id: int | None = None  # chat only
     chat_id: int
@@ -114,5 +131,12 @@ class CallbackPress(BaseModel):
     callback_id: str
     user_id: int
     chat_id: int | None = None
+    # None: the button's chat is unknown (a message sent inline), which no guard takes as private.
+    chat_kind: ChatKind | None
+
+    @property
+    def private(self) -> bool:
+        return self.chat_kind == "private"
+
     message_id: int | None = None
     data: str = ""

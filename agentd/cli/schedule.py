@@ -90,7 +90,9 @@ def add(
     tz: Annotated[str | None, Opt("--tz", help="IANA zone; default agent.timezone.")] = None,
     catch_up: Annotated[str | None, Opt(help="skip | once | all (default from config).")] = None,
     user: Annotated[int | None, Opt(help="Whose schedule (default: the owner).")] = None,
-    chat: Annotated[int | None, Opt(help="Chat to run in (default: the user's).")] = None,
+    chat: Annotated[
+        int | None, Opt(help="Group chat to run in (default: the user's private chat).")
+    ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -129,6 +131,8 @@ def add(
                     schedule_id=secrets.token_hex(5),
                     user_id=whose,
                     chat_id=chat if chat is not None else whose,
+                    # A chat named here is taken as a group: nothing private is recalled in it.
+                    chat_kind="private" if chat is None else "group",
                     now=time.time(),
                     config=cfg.schedule,
                     default_timezone=cfg.agent.timezone,

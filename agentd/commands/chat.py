@@ -271,7 +271,7 @@ def _reply(view: chat_view.ChatView) -> CommandReply:
 async def memory_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     """/memory: a page of the user's memories; also what its buttons and an edit's text do
     (they come here as `mem:...` arguments, see memory_button and memory_edit_text)."""
-    if inp.chat_id < 0:  # a group: the list (and its buttons) would be everyone's to see
+    if not inp.private:  # a group: the list (and its buttons) would be everyone's to see
         return CommandReply(text="Your memories are private: ask me /memory in our private chat.")
     data = inp.args
     if data.startswith(f"{chat_view.PREFIX}:apply:"):
@@ -299,6 +299,7 @@ def _as_memory_command(press_or_turn: Any, args: str) -> CommandInput:
         name="memory",
         args=args[:4000],
         chat_id=press_or_turn.chat_id,
+        chat_kind=press_or_turn.chat_kind,
         user_id=press_or_turn.user_id,
         message_id=press_or_turn.message_id,
     )
@@ -307,7 +308,7 @@ def _as_memory_command(press_or_turn: Any, args: str) -> CommandInput:
 def memory_button(deps: CommandDeps, conn: Any, press: CallbackPress) -> str:
     """A /memory button, inside the intake transaction: runs as /memory's workflow (one per
     press, so a redelivered press acts once), which answers in the chat."""
-    if press.chat_id is None or press.chat_id < 0 or deps.start is None:
+    if press.chat_id is None or not press.private or deps.start is None:
         return "This button works in our private chat."
     deps.start(
         conn,
@@ -321,7 +322,7 @@ def memory_button(deps: CommandDeps, conn: Any, press: CallbackPress) -> str:
 
 def memory_edit_text(deps: CommandDeps, conn: Any, turn: Any) -> CommandInput | None:
     """The message after an Edit button: the memory's new text, never sent to the model."""
-    if turn.chat_id < 0:
+    if not turn.private:
         return None
     memory_id = chat_view.take_edit(conn, turn.chat_id, turn.user_id, turn.text, deps.clock.now())
     if memory_id is None:

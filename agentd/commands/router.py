@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentd.chat.delivery import deliver
-from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.inputs import CallbackPress, Place, TurnInput
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step, Workflow, workflow
@@ -29,7 +29,7 @@ COMMAND_WORKFLOW = "command"
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
 
 
-class CommandInput(BaseModel):
+class CommandInput(Place):
     name: str
     args: str = Field(default="", max_length=4000)
     chat_id: int
@@ -142,6 +142,7 @@ class CommandRouter:
             name=match[1].lower(),
             args=(match[3] or "").strip()[:4000],
             chat_id=turn.chat_id,
+            chat_kind=turn.chat_kind,
             user_id=turn.user_id,
             message_id=turn.message_id,
         )

@@ -48,12 +48,11 @@ class Dashboard:
         return owners.resolve(self.ctx.config.telegram).owner_id
 
     def _private_owner(self, inp: CommandInput) -> bool:
-        # A private chat's id is its user's id; a group's is negative.
-        return inp.user_id == self.owner and inp.chat_id == inp.user_id
+        return inp.private and inp.user_id == self.owner
 
     async def command(self, inp: CommandInput) -> CommandReply:
         """/dashboard: a login link for the owner, in their private chat only."""
-        if inp.chat_id < 0 or inp.chat_id != inp.user_id:
+        if not inp.private:
             return CommandReply(text="")  # a group learns nothing, not even that it exists
         if not self._private_owner(inp):
             return CommandReply(text=NOT_YOURS)

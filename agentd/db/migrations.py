@@ -780,6 +780,27 @@ INSERT INTO llm_usage_days
     GROUP BY 1, 2, 3, 4;
 """
 
+M035_CHAT_KIND = """
+-- Where a message is, said once: every input and every row that a privacy rule reads later
+-- carries the kind of its chat as the channel said it (chat/inputs.py ChatKind), so no rule
+-- reads a network's id numbering. Everything stored before came from Telegram, whose group
+-- and channel ids are negative and whose private chat ids are their user's: filled once here
+-- by that rule, a missing kind left as 'group' (the side that shows nothing private).
+ALTER TABLE schedules ADD COLUMN chat_kind TEXT NOT NULL DEFAULT 'group';
+UPDATE schedules SET chat_kind = 'private' WHERE chat_id > 0;
+ALTER TABLE approvals ADD COLUMN chat_kind TEXT NOT NULL DEFAULT 'group';
+UPDATE approvals SET chat_kind = 'private' WHERE chat_id > 0;
+-- Whose answer a card waits for; the card went to that approver's private chat.
+ALTER TABLE approvals ADD COLUMN approver_id INTEGER;
+UPDATE approvals SET approver_id = card_chat_id;
+-- Journaled inputs (turns, commands, tasks, background jobs) load with their chat's kind.
+UPDATE workflow_instances
+    SET input = json_set(input, '$.chat_kind',
+        CASE WHEN json_extract(input, '$.chat_id') > 0 THEN 'private' ELSE 'group' END)
+    WHERE json_valid(input) AND json_type(input, '$.chat_id') = 'integer'
+        AND json_type(input, '$.chat_kind') IS NULL;
+"""
+
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
@@ -811,6 +832,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m032_provenance", M032_PROVENANCE),
     ("m033_user_locales", M033_USER_LOCALES),
     ("m034_memory_neighbours", M034_MEMORY_NEIGHBOURS),
+    ("m035_chat_kind", M035_CHAT_KIND),
 ]
 
 

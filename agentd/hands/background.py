@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.chat.delivery import deliver
+from agentd.chat.inputs import Place
 from agentd.chat.outbox import Outbox
 from agentd.durable import OutcomeUnknown, Step, Workflow, workflow
 from agentd.hands.shell import ShellArgs, ShellDeps, run_command
@@ -24,7 +25,7 @@ from agentd.tools.base import ToolContext, ToolError
 BACKGROUND_WORKFLOW = "shell-background"
 
 
-class JobInput(BaseModel):
+class JobInput(Place):
     chat_id: int
     user_id: int
     args: ShellArgs
@@ -51,6 +52,7 @@ async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
         chat_id=inp.chat_id,
         user_id=inp.user_id,
         instance_id=instance_id,
+        chat_kind=inp.chat_kind,
         tool_use_id=inp.call_id or "run",
         redact=deps.redact,
     )
@@ -103,6 +105,7 @@ def job_starter(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable
         jid = job_id(ctx)
         inp = JobInput(
             chat_id=ctx.chat_id,
+            chat_kind=ctx.chat_kind,
             user_id=ctx.user_id,
             args=args,
             approval=approval,

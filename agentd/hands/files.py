@@ -224,7 +224,7 @@ GROUP_REFUSAL = (
 
 def not_in_groups(ctx: ToolContext) -> str | None:
     """A workspace is its user's: in a group every member reads what a tool returns."""
-    return GROUP_REFUSAL if ctx.chat_id < 0 else None
+    return None if ctx.private else GROUP_REFUSAL
 
 
 def workspace_tools(config: Config, db: Database, download: Download | None = None) -> list[Tool]:

@@ -60,9 +60,9 @@ GROUP_REFUSAL = (
 )
 
 
-def doc_scope(config: Config, user_id: int, chat_id: int) -> DocScope | None:
+def doc_scope(config: Config, user_id: int, private: bool) -> DocScope | None:
     """Whose documents this user may search here (None: none, in a group)."""
-    if chat_id < 0:  # a group: the owner's library at most, and only if configured
+    if not private:  # a group: the owner's library at most, and only if configured
         return DocScope(user_id=None, library=True) if config.docs.in_groups else None
     is_owner = user_id == owners.resolve(config.telegram).owner_id
     return DocScope(user_id=user_id, library=is_owner or config.docs.shared)
@@ -82,7 +82,7 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
         "about something; returns the best passages with their title, source and section.",
     )
     async def search_docs(ctx: ToolContext, args: SearchDocsArgs) -> str:
-        scope = doc_scope(config, ctx.user_id, ctx.chat_id)
+        scope = doc_scope(config, ctx.user_id, ctx.private)
         if scope is None:
             return GROUP_REFUSAL
         k = args.k or docs.top_k

@@ -255,6 +255,7 @@ def start_watchers(
         turn = TurnInput(
             origin="mail",
             chat_id=owner,
+            chat_kind="private",
             user_id=owner,
             date=clock.now(),
             kind="text",

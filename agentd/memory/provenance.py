@@ -50,13 +50,15 @@ def _quoted_row(conn: Any, chat_id: int, message_id: int) -> tuple[str, str, str
     return (row[0], row[1], row[2]) if row else None
 
 
-def quoted_source(conn: Any, chat_id: int, message_id: int, from_bot: bool) -> str | None:
+def quoted_source(
+    conn: Any, chat_id: int, private: bool, message_id: int, from_bot: bool
+) -> str | None:
     """The outside content a quoted message brings in, or None. A group's quotes are taken
     as outside whoever wrote them (taint.input_sources); in a private chat, a quote of the
     user's own words or of an answer the model wrote from them is clean, while a quoted notice
     (a finished job's output, a mail's subject, an automation's message) or an answer that drew
     on outside content is not."""
-    if chat_id < 0:
+    if not private:
         return None
     found = _quoted_row(conn, chat_id, message_id)
     if found is None:
@@ -69,12 +71,17 @@ def quoted_source(conn: Any, chat_id: int, message_id: int, from_bot: bool) -> s
 
 
 def context_sources(
-    conn: Any, chat_id: int, start_id: int, before_id: int, quoted: tuple[int, bool] | None
+    conn: Any,
+    chat_id: int,
+    private: bool,
+    start_id: int,
+    before_id: int,
+    quoted: tuple[int, bool] | None,
 ) -> tuple[list[str], list[str]]:
     """(the history window's outside sources, the quoted message's) for a turn, in one read;
     `quoted` is the quoted message's Telegram id and whether the bot wrote it."""
     window = window_sources(conn, chat_id, start_id, before_id)
-    said = quoted_source(conn, chat_id, *quoted) if quoted is not None else None
+    said = quoted_source(conn, chat_id, private, *quoted) if quoted is not None else None
     return window, [said] if said else []
 
 

@@ -70,7 +70,7 @@ def memory_tools(
         "conversations, facts, notes) for something specific.",
     )
     async def search_memory(ctx: ToolContext, args: SearchArgs) -> ToolResult:
-        if ctx.chat_id < 0:  # a group: the answer would show private memories to everyone
+        if not ctx.private:  # a group: the answer would show private memories to everyone
             return ToolResult(content=GROUP_REFUSAL)
         hits = await search_memories(
             db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import Field
 
+from agentd.chat.inputs import ChatKind
 from agentd.config import ScheduleConfig
 from agentd.ledger import audit
 from agentd.schedule import store
@@ -67,6 +68,7 @@ def create(
     schedule_id: str,
     user_id: int,
     chat_id: int,
+    chat_kind: ChatKind,
     now: float,
     config: ScheduleConfig,
     default_timezone: str,
@@ -96,6 +98,7 @@ def create(
         id=schedule_id,
         user_id=user_id,
         chat_id=chat_id,
+        chat_kind=chat_kind,
         action=texts[0][0],  # type: ignore[arg-type]
         text=texts[0][1],
         recurrence=rec,

@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentd.chat.inputs import ChatKind
 from agentd.durable import store
 from agentd.ledger import audit
 from agentd.schedule.recurrence import Recurrence
@@ -17,7 +18,7 @@ CatchUp = Literal["skip", "once", "all"]
 State = Literal["active", "paused", "done", "cancelled"]
 _COLUMNS = (
     "id, user_id, chat_id, action, text, recurrence, timezone, catch_up, state, next_run, "
-    "created_at, updated_at, created_by"
+    "created_at, updated_at, created_by, chat_kind"
 )
 
 
@@ -35,6 +36,7 @@ class Schedule(BaseModel):
     created_at: float
     updated_at: float
     created_by: str
+    chat_kind: ChatKind  # where it runs: a prompt's turn is as private as its chat
 
 
 class Run(BaseModel):
@@ -75,9 +77,10 @@ def insert(conn: Any, sched: Schedule) -> bool:
     """Store a new schedule; False if its id exists (a re-run tool step creates nothing twice)."""
     values = sched.model_dump()
     values["recurrence"] = sched.recurrence.model_dump_json()
+    columns = _COLUMNS.split(", ")
     cursor = conn.execute(
-        f"INSERT OR IGNORE INTO schedules ({_COLUMNS}) VALUES ({', '.join('?' * 13)})",
-        tuple(values[c] for c in _COLUMNS.split(", ")),
+        f"INSERT OR IGNORE INTO schedules ({_COLUMNS}) VALUES ({', '.join('?' * len(columns))})",
+        tuple(values[c] for c in columns),
     )
     return cursor.rowcount == 1
 

@@ -69,6 +69,7 @@ def _create_tool(
                     schedule_id=sid,
                     user_id=ctx.user_id,
                     chat_id=ctx.chat_id,
+                    chat_kind=ctx.chat_kind,
                     now=ctx.now(),
                     config=config.schedule,
                     default_timezone=ctx.timezone,

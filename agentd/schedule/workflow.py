@@ -137,6 +137,7 @@ async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str)
     turn = TurnInput(
         origin="schedule",
         chat_id=sched.chat_id,
+        chat_kind=sched.chat_kind,
         user_id=sched.user_id,
         date=deps.clock.now(),
         kind="text",

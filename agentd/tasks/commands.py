@@ -34,7 +34,9 @@ async def task_command(engine: Engine, deps: TurnDeps, inp: CommandInput) -> Com
     if not inp.args.strip():
         return CommandReply(text="Say what to do: `/task find the three cheapest flights to Oslo`.")
     root = f"task-command:{inp.chat_id}:{inp.message_id}"
-    ctx = ToolContext(chat_id=inp.chat_id, user_id=inp.user_id, instance_id=root)
+    ctx = ToolContext(
+        chat_id=inp.chat_id, user_id=inp.user_id, instance_id=root, chat_kind=inp.chat_kind
+    )
     scope = Scope(tools=deps.registry.names(), depth=1, reply_to=inp.message_id)
     try:
         task = plan_task(deps, scope, DelegateArgs(task=inp.args.strip()), ctx, inp.chat_id)

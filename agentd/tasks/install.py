@@ -77,6 +77,7 @@ def plan_task(
         budget = min(budget, scope.token_budget)
     return TaskInput(
         chat_id=chat_id,
+        chat_kind=ctx.chat_kind,
         user_id=ctx.user_id,
         text=args.task,
         parent=ctx.instance_id,

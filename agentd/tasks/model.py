@@ -7,10 +7,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.inputs import Place
+
 TASK_PREFIX = "task-"
 
 
-class TaskInput(BaseModel):
+class TaskInput(Place):
     chat_id: int
     user_id: int
     text: str = Field(max_length=20_000)

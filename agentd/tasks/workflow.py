@@ -82,7 +82,13 @@ async def run_calls(
 ) -> list[ToolResultBlock]:
     """Each call by the one path (independent reads at once, agent/together.py); a tool
     outside the task's subset is refused, not run."""
-    caller = Caller(chat_id=inp.chat_id, user_id=inp.user_id, text=inp.text, waiting=False)
+    caller = Caller(
+        chat_id=inp.chat_id,
+        chat_kind=inp.chat_kind,
+        user_id=inp.user_id,
+        text=inp.text,
+        waiting=False,
+    )
 
     async def handle(at: Step, use: ToolUseBlock, t: TurnTaint) -> tuple[ToolOutcome, Route]:
         if use.name not in inp.tools:

@@ -34,7 +34,7 @@ def plan_busy(
         return turn, None
     # Someone else's words (forwarded, quoted in a group) are outside content: they get a turn
     # of their own, tainted and kept as data, never "the user added" in the working one.
-    if turn.forwarded or (turn.reply_to is not None and turn.chat_id < 0):
+    if turn.forwarded or (turn.reply_to is not None and not turn.private):
         return turn, None
     working = working_turn(conn, turn.chat_id)
     if working is None:

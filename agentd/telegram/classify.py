@@ -6,7 +6,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd.chat.inputs import MAX_TEXT_CHARS, CallbackPress, MediaRef, ReplyContext, TurnInput
+from agentd.chat.inputs import (
+    MAX_TEXT_CHARS,
+    CallbackPress,
+    ChatKind,
+    MediaRef,
+    ReplyContext,
+    TurnInput,
+)
 from agentd.chat.locale import language_of
 
 UNSUPPORTED_KINDS = (
@@ -27,6 +34,21 @@ UNSUPPORTED_KINDS = (
     "paid_media",
     "invoice",
 )
+
+
+def chat_kind(chat: Any) -> ChatKind:
+    """Telegram's chat type as agentd's kind of chat: a supergroup is a group. A chat whose
+    type is missing or unknown is a group, where nothing private is shown."""
+    kind = chat.get("type") if isinstance(chat, dict) else None
+    if kind == "private":
+        return "private"
+    return "channel" if kind == "channel" else "group"
+
+
+def kind_of_chat_id(chat_id: int) -> ChatKind:
+    """A chat's kind from its id alone, where Telegram gave no chat object: private chats
+    have their user's (positive) id, groups and channels negative ones."""
+    return "private" if chat_id > 0 else "group"
 
 
 UNREADABLE = "unreadable"  # an update whose fields make no sense (wrong types, missing parts)
@@ -228,6 +250,7 @@ def _classify_press(update_id: int, query: dict[str, Any], me: Identity) -> Upda
             callback_id=str(query.get("id", "")),
             user_id=user_id,
             chat_id=chat_id,
+            chat_kind=chat_kind(message.get("chat")) if chat_id is not None else None,
             message_id=message.get("message_id"),
             data=str(query.get("data") or "")[:256],
         ),
@@ -252,7 +275,8 @@ def _classify_message(
             reason="user not in allowlist",
         )
     text = message.get("text") or message.get("caption") or ""
-    if chat.get("type", "private") != "private":
+    where = chat_kind(chat) if "type" in chat else kind_of_chat_id(chat_id)
+    if where != "private":
         if not me.allow_groups:  # a served user's group while groups are off: leave it
             return UpdateDecision(
                 action="leave",
@@ -275,6 +299,7 @@ def _classify_message(
         origin="chat",
         update_id=update_id,
         chat_id=chat_id,
+        chat_kind=where,
         user_id=user_id,
         message_id=int(message["message_id"]) if "message_id" in message else None,
         date=float(message.get("edit_date") or message.get("date") or 0),
@@ -305,7 +330,8 @@ def unreadable(update: dict[str, Any], me: Identity, reason: str) -> UpdateDecis
     told so."""
     message = update.get("message") or update.get("edited_message")
     chat_id, user_id = _int_at(message, "chat", "id"), _int_at(message, "from", "id")
-    if chat_id is None or user_id is None or user_id not in me.allowed_user_ids or chat_id < 0:
+    served = user_id is not None and user_id in me.allowed_user_ids
+    if chat_id is None or not served or kind_of_chat_id(chat_id) != "private":
         return UpdateDecision(
             action="ignore",
             update_kind="malformed",
@@ -317,6 +343,7 @@ def unreadable(update: dict[str, Any], me: Identity, reason: str) -> UpdateDecis
         origin="chat",
         update_id=int(update["update_id"]),
         chat_id=chat_id,
+        chat_kind="private",
         user_id=user_id,
         message_id=_int_at(message, "message_id"),
         date=0.0,

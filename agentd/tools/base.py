@@ -16,6 +16,7 @@ from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
+from agentd.chat.inputs import ChatKind
 from agentd.config import Risk
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -34,6 +35,9 @@ class ToolContext:
     chat_id: int
     user_id: int
     instance_id: str
+    # The kind of chat the call serves, as its channel said (chat/inputs.py): every privacy
+    # guard reads `private`, never the chat's id.
+    chat_kind: ChatKind
     timezone: str = "UTC"
     tool_use_id: str = ""
     # Seconds since the epoch, from the engine's injectable clock.
@@ -44,6 +48,11 @@ class ToolContext:
     outgoing_dir: str = ""
     # Sources of outside content read earlier in this turn; empty: the turn is untainted.
     tainted_by: tuple[str, ...] = ()
+
+    @property
+    def private(self) -> bool:
+        """Only the user and the agent read the chat this call answers in."""
+        return self.chat_kind == "private"
 
 
 @dataclass(frozen=True)

@@ -43,8 +43,8 @@ Guard = Callable[[ToolContext], str | None]
 @dataclass(frozen=True)
 class OwnerOnly:
     """The owner's data stays the owner's: a call runs only when the owner (access/owners.py)
-    makes it in their private chat (a private chat's id is its user's id). Anyone else, or a
-    group, where every member would read the answer, gets `refusal`."""
+    makes it in a private chat. Anyone else, or a group, where every member would read the
+    answer, gets `refusal`."""
 
     owner_id: int | None
     refusal: str
@@ -54,7 +54,7 @@ class OwnerOnly:
         return cls(owner_id=owners.resolve(telegram).owner_id, refusal=refusal)
 
     def __call__(self, ctx: ToolContext) -> str | None:
-        mine = self.owner_id is not None and ctx.user_id == ctx.chat_id == self.owner_id
+        mine = self.owner_id is not None and ctx.private and ctx.user_id == self.owner_id
         return None if mine else self.refusal
 
 
