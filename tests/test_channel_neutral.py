@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.access import approvals
+from agentd.channels import packages as channel_packages
 from agentd.chat.inputs import TurnInput
 from agentd.commands.router import CommandInput
 from agentd.db import open_sync
@@ -22,7 +23,7 @@ from agentd.db.migrations import MIGRATIONS, apply_migrations
 
 ROOT = Path(__file__).resolve().parents[1] / "agentd"
 # A channel's adapter may read its own network's numbering; the core may not.
-CHANNEL_PACKAGES = ("telegram",)
+CHANNEL_PACKAGES = tuple(channel_packages())
 # The one-time fill of rows stored before chats said their kind (m035_chat_kind) is the
 # record of the old rule, not a rule in force.
 EXEMPT = {ROOT / "db" / "migrations.py"}

@@ -37,7 +37,7 @@ async def hello(inp: CommandInput) -> CommandReply:
 
 @pytest.fixture
 def router() -> CommandRouter:
-    r = CommandRouter(bot_username="agentd_bot")
+    r = CommandRouter(bot_usernames=frozenset({"agentd_bot"}))
     r.command("hello", hello)
     return r
 

@@ -16,6 +16,8 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
+from agentd.channels import packages as channel_packages
+
 ROOT = Path(__file__).resolve().parents[1] / "agentd"
 
 # Bottom to top. A package may import from strictly lower tiers only.
@@ -33,8 +35,9 @@ TIERS: list[tuple[str, ...]] = [
     ("agent", "commands"),
     ("schedule", "tasks"),
     ("automations",),  # the owner's own workflows: start, signal, hooks
-    ("telegram",),
+    tuple(channel_packages()),  # each chat channel's adapter, listed in agentd/channels.py
     ("dashboard",),  # the owner's web pages: read below, served by the daemon or the CLI
+    ("channels",),  # the one list of chat channels the daemon and doctor loop over
     ("daemon",),
     ("cli",),
 ]
@@ -86,9 +89,9 @@ def _parse(path: Path) -> ast.Module:
 
 
 def test_every_package_has_a_tier_and_says_its_concern() -> None:
-    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} | {"config"}
+    packages = {p.parent.name for p in ROOT.glob("*/__init__.py")} | {"config", "channels"}
     assert packages == set(TIER), "add the package to TIERS and docs/architecture.md"
-    for package in packages - {"config"}:
+    for package in packages - {"config", "channels"}:
         doc = ast.get_docstring(_parse(ROOT / package / "__init__.py"))
         assert doc and len(doc) > 30, f"agentd/{package}/__init__.py says what it is for"
 

@@ -228,7 +228,7 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     if cfg is not None:
         if not missing:  # "agentd.db will be created" here would be the wrong folder's
             _doctor_database(cfg, results)
-        _doctor_telegram(cfg, results)
+        _doctor_channels(cfg, results)
         _doctor_allowlist(cfg, results)
         if _uses_claude(cfg):
             _doctor_anthropic(cfg, results)
@@ -320,26 +320,18 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
     _check("migrations", True, f"{len(todo)} pending (applied at the next start)", results)
 
 
-def _doctor_telegram(cfg: Config, results: list[dict[str, object]]) -> None:
-    token = cfg.secrets.telegram_bot_token
-    if token is None:
-        _check(
-            "telegram",
-            False,
-            "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)" + _unreadable_secrets(cfg),
-            results,
-        )
-        return
-    base = cfg.telegram.api_base.rstrip("/")
-    try:
-        status, body = _http_json(f"{base}/bot{token.get_secret_value()}/getMe", {})
-    except (OSError, ValueError) as exc:
-        _check("telegram", False, f"{base} unreachable: {type(exc).__name__}", results)
-        return
-    if status == 200 and isinstance(body, dict) and body.get("ok"):
-        _check("telegram", True, f"bot @{body['result'].get('username')} answers", results)
-    else:
-        _check("telegram", False, f"getMe answered HTTP {status}: check the token", results)
+def _doctor_channels(cfg: Config, results: list[dict[str, object]]) -> None:
+    """Each configured channel's own checks (does the bot answer with this token)."""
+    from agentd.channels import configured
+    from agentd.tools.capability import Probe
+
+    probe = Probe(secrets=cfg.secret_source(), read=lambda fn: _read_quietly(cfg, fn))
+    for channel in configured(cfg):
+        for check in channel.checks(cfg, probe):
+            detail = check.detail
+            if not check.ok and "is not set" in detail:
+                detail += _unreadable_secrets(cfg)
+            _check(check.name, check.ok, detail, results, warn=check.warn)
 
 
 def _unreadable_secrets(cfg: Config) -> str:

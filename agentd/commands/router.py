@@ -85,7 +85,8 @@ def _unknown_button(conn: Any, press: CallbackPress) -> str:
 class CommandRouter:
     """Commands by name and callback handlers by data prefix; add more with `command`/`callback`."""
 
-    bot_username: str = ""
+    # The agent's names on its channels: "/help@name" is for us only if `name` is one of them.
+    bot_usernames: frozenset[str] = frozenset()
     owner_id: int | None = None
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
@@ -136,7 +137,8 @@ class CommandRouter:
         match = _COMMAND.match(turn.text.strip())
         if match is None:
             return None
-        if match[2] and self.bot_username and match[2].lower() != self.bot_username.lower():
+        names = {n.lower() for n in self.bot_usernames}
+        if match[2] and names and match[2].lower() not in names:
             return None  # "/help@other_bot" in a group is not for us
         return CommandInput(
             name=match[1].lower(),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from agentd.automations import capability as automations
 from agentd.calendar import capability as calendar
+from agentd.channels import channels
 from agentd.config import Config, SecretSource, read_secret
 from agentd.dashboard import capability as dashboard
 from agentd.hands import capability as hands
@@ -42,13 +43,13 @@ def capabilities() -> list[Capability]:
 
 
 def secret_values(config: Config, source: SecretSource) -> list[str]:
-    """Every secret the configuration names, read through the one reader: the core two, then
-    each capability's (what the redactor hides)."""
-    found = [
-        v.get_secret_value()
-        for v in (config.secrets.telegram_bot_token, config.secrets.anthropic_api_key)
-        if v is not None
-    ]
+    """Every secret the configuration names, read through the one reader: the model's key,
+    each channel's, then each capability's (what the redactor hides)."""
+    key = config.secrets.anthropic_api_key
+    found = [key.get_secret_value()] if key is not None else []
+    for channel in channels():
+        found += [read_secret(name, source) for name in channel.secret_names(config)]
+        found += channel.secret_values(config)
     for cap in capabilities():
         found += [read_secret(name, source) for name in cap.secret_names(config)]
         found += cap.secret_values(config)

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.agent.approval_flow import withdraw_approvals
+from agentd.chat.channel import Intake, Opened
+from agentd.chat.route import RoutedFiles, RoutedOutbox
 from agentd.config import Config
 from agentd.daemon import services
 from agentd.daemon.startup import (
@@ -20,10 +22,9 @@ from agentd.daemon.startup import (
     audit_send_uncertain,
     audit_unfinished,
     every,
-    get_me,
-    identity,
-    open_database_and_bot,
-    publish_menu_best_effort,
+    log_trust,
+    open_database_and_channels,
+    publish_menus,
     set_up_logging,
     tell_parked,
 )
@@ -47,13 +48,14 @@ class _Process:
     redactor: Redactor
     llm: LLM
     db: Database
-    bot: Any
+    channels: list[Opened]
     runner_lock: lease.RunnerLock
     pid: int = field(default_factory=os.getpid)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
     stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    poller: Any = None
+    # Each channel's intake: the daemon ends when one fails (a rejected token, say).
+    intakes: list[asyncio.Task[None]] = field(default_factory=list)
     engine: Engine | None = None
     # Capabilities' listeners (the webhooks): closed first, before the engine stops.
     closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
@@ -61,7 +63,7 @@ class _Process:
 
 
 async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> int:
-    """Run the daemon; return the process exit code. `on_ready(bot_username)` once it answers."""
+    """Run the daemon; return the process exit code. `on_ready(names)` once it answers."""
     started_at = time.time()
     redactor = set_up_logging(config)
     proc = await _open(config, redactor)
@@ -73,16 +75,17 @@ async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> 
 
 
 async def _open(config: Config, redactor: Redactor) -> _Process:
-    """The model client, the database, the bot and the single-runner lease."""
+    """The model client, the database, the channels and the single-runner lease."""
     db_holder: list[Database] = []
 
     async def send_uncertain(method: str, chat_id: int | str | None, reason: str) -> None:
-        # Bound late: the bot is built before the database, but sends start after it opens.
+        # Bound late: a channel's client is built before the database, sends start after.
         await db_holder[0].write(audit_send_uncertain, method, chat_id, reason)
 
     llm = create_llm(config)
+    stack = contextlib.AsyncExitStack()
     try:
-        db, bot = await open_database_and_bot(config, send_uncertain)
+        db, channels = await open_database_and_channels(config, send_uncertain, stack)
     except BaseException:
         await llm.close()
         raise
@@ -95,10 +98,11 @@ async def _open(config: Config, redactor: Redactor) -> _Process:
     except lease.LeaseHeld:
         runner_lock.release()
         await db.close()
-        await bot.session.close()
+        for one in channels:
+            await one.open.close()
         await llm.close()
         raise
-    return _Process(config, redactor, llm, db, bot, runner_lock)
+    return _Process(config, redactor, llm, db, channels, runner_lock, stack=stack)
 
 
 def _on_unfinished(
@@ -140,72 +144,64 @@ def _engine(
 
 
 async def _build(proc: _Process, started_at: float) -> None:
-    """getMe, every capability and workflow, then the engine, the services and the poller."""
-    from agentd.telegram.bot import retry_policy
-    from agentd.telegram.output import TelegramOutbox
+    """Who we are on each channel, every capability and workflow, then the engine, the
+    services and each channel's intake."""
     from agentd.tools.capability import ServiceError
 
     config, db = proc.config, proc.db
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, proc.stop.set)
-    outbox = TelegramOutbox(
-        proc.bot,
-        max_message_chars=config.telegram.max_message_chars,
-        progress_delay=config.telegram.progress_delay,
-    )
+    outbox = RoutedOutbox({one.channel.block: one.open.outbox for one in proc.channels})
     wired_holder: list[services.Services] = []
     clock = SystemClock()
     engine = proc.engine = _engine(proc, outbox, clock, wired_holder)
-    me = identity(config, await get_me(proc.bot, proc.stop, retry_policy(config)))
-    proc.username = me.bot_username
-    core = services.Core(
-        config, db, proc.bot, proc.llm, outbox, clock, engine, proc.redactor, started_at
+    for one in proc.channels:
+        one.identity = await one.open.identify(proc.stop)
+    log_trust(config)
+    proc.username = ", ".join(
+        one.identity.username or one.channel.name
+        for one in proc.channels
+        if one.identity is not None
     )
-    wired = await services.build(core, me, proc.stack)
+    files = RoutedFiles([one.open.files for one in proc.channels if one.open.files is not None])
+    core = services.Core(
+        config, db, proc.llm, outbox, files, clock, engine, proc.redactor, started_at
+    )
+    wired = await services.build(core, proc.channels, proc.stack)
     wired_holder.append(wired)
     await engine.run()
     try:
         proc.closers = await wired.start()
     except ServiceError as exc:
         raise ConfigProblem(str(exc)) from None
-    _start_polling(proc, outbox, me, wired, clock)
+    _start_intake(proc, wired, clock)
 
 
-def _start_polling(
-    proc: _Process, outbox: Any, me: Any, wired: services.Services, clock: SystemClock
-) -> None:
-    from agentd.telegram.bot import retry_policy
-    from agentd.telegram.poller import Poller
-
+def _start_intake(proc: _Process, wired: services.Services, clock: SystemClock) -> None:
     config = proc.config
     assert proc.engine is not None
-    # The watchdog is fed by the poll loop itself, so a hung poller trips it.
+    # The watchdog is fed by the intake loops themselves, so a hung one trips it.
     watchdog = (lambda: sdnotify.notify("WATCHDOG=1")) if sdnotify.watchdog_interval() else None
-    proc.poller = Poller(
-        proc.bot,
-        proc.db,
-        proc.engine,
-        outbox,
-        me,
-        poll_timeout=config.telegram.poll_timeout,
-        on_callback=wired.on_callback,
+    intake = Intake(
+        db=proc.db,
+        engine=proc.engine,
         on_command=wired.router.route,
-        policy=retry_policy(config),
-        request_timeout=config.telegram.request_timeout,
-        on_progress=watchdog or (lambda: None),
+        on_callback=wired.on_callback,
         busy=config.chat.busy,
+        on_progress=watchdog or (lambda: None),
     )
-    proc.tasks.append(asyncio.create_task(proc.poller.run(), name="poller"))
-    # Best effort, so its round trip need not delay the first getUpdates.
-    menu = publish_menu_best_effort(proc.bot, wired.router)
-    proc.tasks.append(asyncio.create_task(menu, name="menu"))
+    for one in proc.channels:
+        one.task = one.open.serve(intake)
+        proc.intakes.append(one.task)
+    # Best effort, so its round trip need not delay the first poll.
+    proc.tasks.append(asyncio.create_task(publish_menus(proc.channels, wired.router), name="menu"))
     if config.retention.enabled:
         proc.tasks.append(asyncio.create_task(run_daily(proc.engine.start, clock, proc.stop)))
 
 
 async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
-    """Ready; then wait for SIGTERM or the poller's end."""
+    """Ready; then wait for SIGTERM or the end of a channel's intake."""
     heartbeat = every(
         HEARTBEAT_SECONDS, lambda: proc.db.write(lease.heartbeat, proc.pid), proc.stop
     )
@@ -216,13 +212,14 @@ async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
     log.info("agentd running", extra={"bot": username, "db": str(proc.config.db_path)})
     if on_ready is not None:
         on_ready(username)
-    poller = proc.tasks[0]
     stop_wait = asyncio.create_task(proc.stop.wait())
-    done, _ = await asyncio.wait({stop_wait, poller}, return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait({stop_wait, *proc.intakes}, return_when=asyncio.FIRST_COMPLETED)
     stop_wait.cancel()
-    if poller in done and poller.exception() is not None:
-        log.error("polling stopped", extra={"error": repr(poller.exception())})
-        return 1
+    for intake in proc.intakes:
+        if intake in done and intake.exception() is not None:
+            error = repr(intake.exception())
+            log.error("intake stopped", extra={"channel": intake.get_name(), "error": error})
+            return 1
     return 0
 
 
@@ -232,11 +229,11 @@ async def _shut_down(proc: _Process) -> None:
     proc.stop.set()
     for close in proc.closers:  # no delivery is accepted that the engine will not see start
         await close()
-    if proc.poller:
-        proc.poller.stop()
-    for task in proc.tasks:
+    for one in proc.channels:
+        one.open.stop()
+    for task in (*proc.intakes, *proc.tasks):
         task.cancel()
-    await asyncio.gather(*proc.tasks, return_exceptions=True)
+    await asyncio.gather(*proc.intakes, *proc.tasks, return_exceptions=True)
     if proc.engine is not None:
         await proc.engine.shutdown(proc.config.engine.shutdown_grace)
     await proc.stack.aclose()
@@ -244,6 +241,7 @@ async def _shut_down(proc: _Process) -> None:
         await proc.db.write(lease.release, proc.pid)
     await proc.db.close()
     proc.runner_lock.release()
-    await proc.bot.session.close()
+    for one in proc.channels:
+        await one.open.close()
     await proc.llm.close()
     log.info("agentd stopped")

@@ -11,6 +11,7 @@ from typing import Any
 from agentd.access import approvals, owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
+from agentd.chat.channel import Opened
 from agentd.chat.notice import make_notice_workflow
 from agentd.commands import chat as chat_commands
 from agentd.commands import model as model_commands
@@ -28,7 +29,6 @@ from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
 from agentd.tasks.install import Tasks
-from agentd.telegram.classify import Identity
 from agentd.tools import ToolRegistry, hostrules
 from agentd.tools.capability import Context, Contribution
 
@@ -41,9 +41,9 @@ class Core:
 
     config: Config
     db: Database
-    bot: Any
     llm: LLM
-    outbox: Any
+    outbox: Any  # chat.route.RoutedOutbox: each chat's output to the channel that owns it
+    files: Any  # chat.route.RoutedFiles: what users sent, read through their channel
     clock: Clock
     engine: Engine
     redactor: Redactor
@@ -73,16 +73,14 @@ class Services:
         return closers
 
 
-async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> Services:
+async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitStack) -> Services:
     """Every capability contributes; then the registry, the turn and the core workflows."""
-    from agentd.telegram.files import TelegramFiles
-    from agentd.telegram.groups import make_leave_workflow
-
     config, db, engine = core.config, core.db, core.engine
     secrets = config.secret_source()
     embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
-    router = _command_router(core, me, embedder)
+    names = frozenset(one.identity.username for one in channels if one.identity is not None)
+    router = _command_router(core, names - {""}, embedder)
     ctx = Context(
         config=config,
         secrets=secrets,
@@ -95,7 +93,7 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
         router=router,
         stack=stack,
         # The daemon's copy of its users' sign bits: recall and search_memory share it.
-        shared={"embedder": embedder, "memory_bits": BitCache(), "files": TelegramFiles(core.bot)},
+        shared={"embedder": embedder, "memory_bits": BitCache(), "files": core.files},
     )
     caps = capabilities()
     parts = [await cap.contribute(ctx) for cap in caps]
@@ -128,7 +126,9 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     tasks.install(deps, router)  # the task workflow, /task and /tasks
     engine.register(make_retention_workflow(db, config.retention, core.clock))
     engine.register(make_notice_workflow(db, core.outbox))  # parked and failed runs: notices
-    engine.register(make_leave_workflow(core.bot, db))
+    for one in channels:
+        for flow in one.open.workflows(db):
+            engine.register(flow)
     for part in parts:
         for flow in part.workflows:
             engine.register(flow)
@@ -139,11 +139,11 @@ async def build(core: Core, me: Identity, stack: contextlib.AsyncExitStack) -> S
     return Services(router=router, on_callback=on_callback, contributions=parts)
 
 
-def _command_router(core: Core, me: Identity, embedder: Any) -> CommandRouter:
+def _command_router(core: Core, bot_names: frozenset[str], embedder: Any) -> CommandRouter:
     # Only approvers decide, and only on the card itself (access/approvals.py): Approve /
     # Deny and "Always allow this" alike.
     trust = owners.resolve(core.config.telegram)
-    router = CommandRouter(bot_username=me.bot_username, owner_id=trust.owner_id)
+    router = CommandRouter(bot_usernames=bot_names, owner_id=trust.owner_id)
     router.callback("ap", approvals.callback_handler(trust.may_approve))
     router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
     router.callback(hostrules.CALLBACK_PREFIX, hostrules.callback_handler(trust.may_approve))

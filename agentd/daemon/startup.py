@@ -9,23 +9,28 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
+from agentd.channels import configured
+from agentd.chat.channel import (
+    ChannelContext,
+    ConfigProblem,
+    Opened,
+    StartupError,
+    StoppedDuringStartUp,
+)
 from agentd.chat.names import chat_key
 from agentd.chat.notice import post_notice
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import store
 from agentd.ledger import audit
-from agentd.runtime import sdnotify
-from agentd.runtime.gc_pause import pausing
 from agentd.runtime.logs import Redactor, setup_logging
-from agentd.telegram import aiogram_loader
-from agentd.telegram.classify import Identity
 
 if TYPE_CHECKING:
     from agentd.commands.router import CommandRouter
-    from agentd.telegram.session import RetryPolicy
 
 log = logging.getLogger("agentd")
+# Raised by start-up and the channels; `agentd run` turns each into its exit code.
+__all__ = ["ConfigProblem", "StartupError", "StoppedDuringStartUp"]
 
 
 def configured_secrets(config: Config, env: Mapping[str, str] | None = None) -> list[str]:
@@ -43,59 +48,6 @@ def set_up_logging(config: Config) -> Redactor:
     return Redactor(secrets)
 
 
-class StartupError(Exception):
-    """The daemon cannot start; the message says why and what to do."""
-
-
-class StoppedDuringStartUp(StartupError):
-    """Asked to stop (SIGTERM, Ctrl-C) before start-up finished: a clean stop, not a failure."""
-
-
-class ConfigProblem(StartupError):
-    """A configuration problem (exit code 78): a missing or malformed secret, a bad token."""
-
-
-class TokenRejected(ConfigProblem):
-    """Telegram does not accept the token."""
-
-
-async def get_me(bot, stop: asyncio.Event, policy: RetryPolicy) -> Identity:  # type: ignore[no-untyped-def]
-    """Ask Telegram who we are, waiting for the network (systemd may start us before it).
-
-    Only a rejected token ends the wait: Telegram answers 401 for a wrong token and 404 (as
-    Bot API JSON) for one that is not a token at all. Anything else is retried, capped.
-    """
-    from aiogram.exceptions import TelegramNotFound
-
-    from agentd.telegram.session import classify_fault
-
-    failures = 0
-    while True:
-        try:
-            me = await bot.get_me()
-        except Exception as exc:
-            fault = classify_fault(exc)
-            if fault.kind == "unauthorized" or isinstance(exc, TelegramNotFound):
-                raise TokenRejected(
-                    "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from @BotFather) "
-                    "and telegram.api_base"
-                ) from None
-            failures += 1
-            wait = policy.wait(failures, fault.retry_after)
-            sdnotify.notify(f"STATUS=waiting for Telegram: {fault.reason}")
-            log.warning(
-                "waiting for Telegram",
-                extra={"reason": fault.reason, "attempt": failures, "wait_s": round(wait, 2)},
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=wait)
-            if stop.is_set():
-                raise StoppedDuringStartUp("stopped before Telegram answered getMe") from None
-            continue
-        sdnotify.notify("STATUS=running")
-        return me
-
-
 async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
@@ -107,50 +59,47 @@ async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignor
                 log.exception("periodic task failed")
 
 
-async def publish_menu_best_effort(bot, router: CommandRouter) -> None:  # type: ignore[no-untyped-def]
-    """Everyone's menu, and the owner's with the owner's own commands (/run)."""
-    from agentd.telegram.menu import publish_menu
+async def publish_menus(opened: list[Opened], router: CommandRouter) -> None:
+    """Each channel's menu: everyone's, and the owner's with the owner's own commands (/run).
+    Best effort: a menu a network refuses must not keep the agent from answering."""
+    for one in opened:
+        try:
+            await one.open.publish_menu(router.menu(owner=False), router.menu(), router.owner_id)
+        except Exception:  # the channel logs what its network refused; this is anything else
+            log.exception("publishing the command menu failed", extra={"channel": one.channel.name})
 
-    try:
-        await publish_menu(bot, router.menu(owner=False), router.menu(), router.owner_id)
-    except Exception:  # it already logs what Telegram refused; this is anything else
-        log.exception("publishing the command menu failed")
 
-
-async def open_database_and_bot(
-    config: Config, on_uncertain: Callable[..., Any]
-) -> tuple[Database, Any]:
-    """The database opens (and migrates) while aiogram imports in a thread."""
+async def open_database_and_channels(
+    config: Config, on_uncertain: Callable[..., Any], stack: contextlib.AsyncExitStack
+) -> tuple[Database, list[Opened]]:
+    """The database opens (and migrates) while each configured channel builds its client
+    (Telegram imports aiogram in a thread meanwhile)."""
     db_open = asyncio.create_task(
         Database.open(config.db_path, synchronous=config.storage.synchronous)
     )
+    ctx = ChannelContext(
+        config=config, secrets=config.secret_source(), stack=stack, on_uncertain=on_uncertain
+    )
+    opened: list[Opened] = []
     try:
-        await asyncio.to_thread(pausing(aiogram_loader.load), lazy=config.startup.lazy_aiogram)
-        from agentd.telegram.bot import TokenMissing, make_bot
-
-        try:
-            bot = make_bot(config, on_uncertain=on_uncertain)
-        except TokenMissing as exc:
-            raise ConfigProblem(str(exc)) from None
+        wanted = configured(config)
+        if not wanted:
+            raise ConfigProblem("no chat channel is configured: set up Telegram (`agentd init`)")
+        for channel in wanted:
+            opened.append(Opened(channel=channel, open=await channel.open(ctx)))
     except BaseException:
+        for one in opened:
+            with contextlib.suppress(Exception):
+                await one.open.close()
         with contextlib.suppress(Exception):
             await (await db_open).close()
         raise
-    return await db_open, bot
+    return await db_open, opened
 
 
-def identity(config: Config, me_user: Any) -> Identity:
-    """Who the bot is and whom it serves, from getMe and the configuration."""
-    if not config.telegram.allowed_user_ids:
-        log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+def log_trust(config: Config) -> None:
     # Said once, so an owner found by the fallback rule (the first allowlisted id) is no surprise.
     log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
-    return Identity(
-        bot_id=me_user.id,
-        bot_username=me_user.username or "",
-        allowed_user_ids=owners.configured_ids(config.telegram),
-        allow_groups=config.telegram.allow_groups,
-    )
 
 
 def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:

@@ -14,6 +14,11 @@ class TelegramFiles:
     def __init__(self, bot: Bot) -> None:
         self._bot = bot
 
+    def handles(self, file_id: str) -> bool:
+        """Telegram's file ids are opaque tokens; an id with a URI scheme (a Matrix `mxc://`
+        one) is another channel's."""
+        return "://" not in file_id
+
     async def download(self, file_id: str, max_bytes: int) -> bytes:
         try:
             file = await self._bot.get_file(file_id)

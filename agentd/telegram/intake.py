@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from agentd.access import pairing
 from agentd.chat.busy import BusyMode
-from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.channel import CallbackHandler, CommandHook, no_callbacks, no_commands
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
@@ -20,22 +19,6 @@ from agentd.telegram.classify import Identity, UpdateDecision, classify_update, 
 from agentd.telegram.edits import plan_edit
 
 OFFSET_KEY = "telegram_offset"
-
-# Runs inside the intake transaction; returns the text for answerCallbackQuery.
-CallbackHandler = Callable[[Any, CallbackPress], str]
-
-
-def no_callbacks(conn: Any, press: CallbackPress) -> str:
-    return "Nothing is waiting for this button any more."
-
-
-# A message that is a command goes to another workflow: (workflow, its input, key) or None.
-# It is given the intake transaction too (a message a command waits for is known there).
-CommandHook = Callable[[TurnInput, Any], tuple[str, BaseModel, str] | None]
-
-
-def no_commands(turn: TurnInput, conn: Any = None) -> tuple[str, BaseModel, str] | None:
-    return None
 
 
 class IntakeResult(BaseModel):

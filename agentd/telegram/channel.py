@@ -1,0 +1,204 @@
+"""Telegram as a channel (`chat.channel.Channel`): the Bot API through aiogram, long-polled.
+
+Block 0 of agentd's ids: Telegram's own chat and user ids, so everything stored before
+channels existed still names the right chat. aiogram is imported only here and below, in a
+thread while the database opens (`aiogram_loader`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import urllib.error
+import urllib.request
+from typing import Any
+
+from agentd.access import owners
+from agentd.chat.channel import (
+    ChannelContext,
+    ChannelIdentity,
+    ConfigProblem,
+    Intake,
+    StoppedDuringStartUp,
+)
+from agentd.config import Config
+from agentd.runtime import sdnotify
+from agentd.runtime.gc_pause import pausing
+from agentd.telegram import aiogram_loader
+from agentd.telegram.classify import Identity
+
+log = logging.getLogger("agentd.telegram")
+NAME = "telegram"
+
+
+class TokenRejected(ConfigProblem):
+    """Telegram does not accept the token."""
+
+
+def identity(config: Config, bot_id: int, username: str) -> Identity:
+    """Who the bot is and whom it serves, from getMe and the configuration."""
+    if not config.telegram.allowed_user_ids:
+        log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+    return Identity(
+        bot_id=bot_id,
+        bot_username=username,
+        allowed_user_ids=owners.configured_ids(config.telegram),
+        allow_groups=config.telegram.allow_groups,
+    )
+
+
+class OpenTelegram:
+    """The bot, its outbox and its poller once serving."""
+
+    def __init__(self, config: Config, bot: Any) -> None:
+        from agentd.telegram.files import TelegramFiles
+        from agentd.telegram.groups import make_leave_workflow
+        from agentd.telegram.output import TelegramOutbox
+
+        self.config = config
+        self.bot = bot
+        self.outbox = TelegramOutbox(
+            bot,
+            max_message_chars=config.telegram.max_message_chars,
+            progress_delay=config.telegram.progress_delay,
+        )
+        self.files = TelegramFiles(bot)
+        self._leave = make_leave_workflow
+        self.me: Identity | None = None
+        self._poller: Any = None
+
+    def workflows(self, db: Any) -> list[Any]:
+        return [self._leave(self.bot, db)]
+
+    async def identify(self, stop: asyncio.Event) -> ChannelIdentity:
+        """Ask Telegram who we are, waiting for the network (systemd may start us before it).
+
+        Only a rejected token ends the wait: Telegram answers 401 for a wrong token and 404 (as
+        Bot API JSON) for one that is not a token at all. Anything else is retried, capped.
+        """
+        from aiogram.exceptions import TelegramNotFound
+
+        from agentd.telegram.bot import retry_policy
+        from agentd.telegram.session import classify_fault
+
+        policy, failures = retry_policy(self.config), 0
+        while True:
+            try:
+                user = await self.bot.get_me()
+            except Exception as exc:
+                fault = classify_fault(exc)
+                if fault.kind == "unauthorized" or isinstance(exc, TelegramNotFound):
+                    raise TokenRejected(
+                        "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from "
+                        "@BotFather) and telegram.api_base"
+                    ) from None
+                failures += 1
+                wait = policy.wait(failures, fault.retry_after)
+                sdnotify.notify(f"STATUS=waiting for Telegram: {fault.reason}")
+                log.warning(
+                    "waiting for Telegram",
+                    extra={"reason": fault.reason, "attempt": failures, "wait_s": round(wait, 2)},
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=wait)
+                if stop.is_set():
+                    raise StoppedDuringStartUp("stopped before Telegram answered getMe") from None
+                continue
+            sdnotify.notify("STATUS=running")
+            self.me = identity(self.config, user.id, user.username or "")
+            return ChannelIdentity(bot_id=user.id, username=user.username or "")
+
+    def serve(self, intake: Intake) -> asyncio.Task[None]:
+        from agentd.telegram.bot import retry_policy
+        from agentd.telegram.poller import Poller
+
+        assert self.me is not None, "identify() first"
+        tg = self.config.telegram
+        self._poller = Poller(
+            self.bot,
+            intake.db,
+            intake.engine,
+            self.outbox,
+            self.me,
+            poll_timeout=tg.poll_timeout,
+            on_callback=intake.on_callback,
+            on_command=intake.on_command,
+            policy=retry_policy(self.config),
+            request_timeout=tg.request_timeout,
+            on_progress=intake.on_progress,
+            busy=intake.busy,
+        )
+        return asyncio.create_task(self._poller.run(), name="telegram-poller")
+
+    async def publish_menu(
+        self, everyone: list[tuple[str, str]], owner: list[tuple[str, str]], owner_id: int | None
+    ) -> None:
+        from agentd.telegram.menu import publish_menu
+
+        await publish_menu(self.bot, everyone, owner, owner_id)
+
+    def stop(self) -> None:
+        if self._poller is not None:
+            self._poller.stop()
+
+    async def close(self) -> None:
+        await self.bot.session.close()
+
+
+class TelegramChannel:
+    name = NAME
+    block = 0
+
+    def enabled(self, config: Config) -> bool:
+        # The first channel: a daemon without it has no chat (`agentd run` says which key).
+        return True
+
+    def secret_names(self, config: Config) -> list[str]:
+        return []  # the token is one of the core secrets (config.secrets), read at load
+
+    def secret_values(self, config: Config) -> list[str]:
+        token = config.secrets.telegram_bot_token
+        return [token.get_secret_value()] if token is not None else []
+
+    def checks(self, config: Config, probe: Any) -> list[Any]:
+        from agentd.tools.capability import Checks
+
+        found = Checks()
+        found.add(NAME, *_get_me_check(config))
+        return found
+
+    async def open(self, ctx: ChannelContext) -> OpenTelegram:
+        """aiogram imports in a thread (while the database opens); the bot is built, no call."""
+        await asyncio.to_thread(pausing(aiogram_loader.load), lazy=ctx.config.startup.lazy_aiogram)
+        from agentd.telegram.bot import TokenMissing, make_bot
+
+        try:
+            bot = make_bot(ctx.config, on_uncertain=ctx.on_uncertain)
+        except TokenMissing as exc:
+            raise ConfigProblem(str(exc)) from None
+        return OpenTelegram(ctx.config, bot)
+
+
+def _get_me_check(config: Config) -> tuple[bool, str]:
+    """`agentd doctor`: does the bot answer getMe with this token (plain HTTP, no aiogram)."""
+    token = config.secrets.telegram_bot_token
+    if token is None:
+        return False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)"
+    base = config.telegram.api_base.rstrip("/")
+    request = urllib.request.Request(f"{base}/bot{token.get_secret_value()}/getMe")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            status, body = response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        status, body = exc.code, None
+    except (OSError, ValueError) as exc:
+        return False, f"{base} unreachable: {type(exc).__name__}"
+    if status == 200 and isinstance(body, dict) and body.get("ok"):
+        return True, f"bot @{body['result'].get('username')} answers"
+    return False, f"getMe answered HTTP {status}: check the token"
+
+
+def channel() -> TelegramChannel:
+    return TelegramChannel()

@@ -1,0 +1,137 @@
+"""The channel door (agentd/chat/channel.py): each chat's output goes to the channel that owns
+it by the chat id's block alone, the channels are one list, and the daemon names none."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.channels import channels, packages
+from agentd.chat.channel import ID_BLOCK, block_start, id_block
+from agentd.chat.outbox import SendFailed
+from agentd.chat.route import NoChannel, RoutedFiles, RoutedOutbox
+from agentd.config import Config
+from agentd.durable import NonRetryable
+
+ROOT = Path(__file__).resolve().parents[1] / "agentd"
+
+
+class Recorder:
+    """An outbox that records what it was asked to send."""
+
+    def __init__(self, name: str, chunk: int = 10) -> None:
+        self.name, self.chunk, self.sent = name, chunk, []
+
+    def split(self, markdown: str) -> list[str]:
+        return [markdown[i : i + self.chunk] for i in range(0, len(markdown), self.chunk)]
+
+    async def send_text(self, chat_id: int, markdown: str, **kw: Any) -> int:
+        self.sent.append(("text", chat_id, markdown))
+        return len(self.sent)
+
+    async def edit_text(self, chat_id: int, message_id: int, markdown: str, **kw: Any) -> None:
+        self.sent.append(("edit", chat_id, markdown))
+
+    async def send_document(self, chat_id: int, path: str, filename: str, **kw: Any) -> int:
+        self.sent.append(("file", chat_id, filename))
+        return len(self.sent)
+
+    async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
+        self.sent.append(("answer", None, text))
+
+    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
+        self.sent.append(("draft", chat_id, text))
+        return True
+
+    async def chat_action(self, chat_id: int) -> None:
+        self.sent.append(("action", chat_id, ""))
+
+    @asynccontextmanager
+    async def typing(self, chat_id: int) -> AsyncIterator[None]:
+        self.sent.append(("typing", chat_id, ""))
+        yield
+
+
+def test_ids_fall_in_one_block_each() -> None:
+    assert id_block(42) == id_block(-1001234567890) == 0  # Telegram's, either sign
+    assert id_block(block_start(1)) == id_block(block_start(2) - 1) == 1
+    assert id_block(block_start(3) + 17) == 3 and block_start(1) == ID_BLOCK
+
+
+async def test_each_chats_output_goes_to_the_channel_that_owns_it() -> None:
+    telegram, other = Recorder("telegram", chunk=10), Recorder("other", chunk=100)
+    outbox = RoutedOutbox({0: telegram, 1: other})
+    room = block_start(1) + 5
+    await outbox.send_text(-100, "to the group")
+    await outbox.send_text(room, "to the room")
+    await outbox.edit_text(room, 1, "edited")
+    await outbox.send_document(7, "/tmp/x", "x.txt")
+    assert await outbox.send_draft(room, 1, "draft")
+    await outbox.chat_action(7)
+    async with outbox.typing(room):
+        pass
+    assert [(k, c) for k, c, _ in telegram.sent] == [("text", -100), ("file", 7), ("action", 7)]
+    assert [k for k, _, _ in other.sent] == ["text", "edit", "draft", "typing"]
+    # Chunks are cut by the strictest open channel, so they fit wherever they go.
+    assert outbox.split("x" * 25) == ["x" * 10, "x" * 10, "x" * 5]
+
+
+async def test_a_chat_of_a_channel_no_longer_configured_is_refused_for_good() -> None:
+    outbox = RoutedOutbox({0: Recorder("telegram")})
+    with pytest.raises(NoChannel, match="not configured now") as refused:
+        await outbox.send_text(block_start(2) + 1, "hello")
+    assert isinstance(refused.value, SendFailed)  # deliver() makes it NonRetryable
+    assert await outbox.send_draft(block_start(2) + 1, 1, "x") is False
+    async with outbox.typing(block_start(2) + 1):  # best effort: nothing, and no error
+        pass
+
+
+class FakeFiles:
+    def __init__(self, scheme: str) -> None:
+        self.scheme = scheme
+
+    def handles(self, file_id: str) -> bool:
+        return file_id.startswith(self.scheme)
+
+    async def download(self, file_id: str, max_bytes: int) -> bytes:
+        return f"{self.scheme}:{file_id}".encode()
+
+
+async def test_a_file_is_read_by_the_channel_that_handles_its_id() -> None:
+    files = RoutedFiles([FakeFiles("mxc://"), FakeFiles("")])
+    assert await files.download("mxc://server/abc", 10) == b"mxc://:mxc://server/abc"
+    assert await files.download("AgAC", 10) == b":AgAC"
+    with pytest.raises(NonRetryable, match="no configured channel"):
+        await RoutedFiles([FakeFiles("mxc://")]).download("AgAC", 10)
+
+
+def test_the_channels_are_one_list_with_distinct_blocks() -> None:
+    found = channels()
+    assert [c.name for c in found][:1] == ["telegram"] and packages()[:1] == ["telegram"]
+    assert len({c.block for c in found}) == len(found)
+    config = Config()
+    for channel in found:
+        for member in ("enabled", "secret_names", "secret_values", "checks", "open"):
+            assert callable(getattr(channel, member)), f"{channel.name}.{member}"
+        assert isinstance(channel.secret_names(config), list)
+
+
+def test_the_daemon_names_no_channel() -> None:
+    """agentd/daemon/ reaches channels only through agentd/channels.py's list."""
+    named = []
+    for path in sorted((ROOT / "daemon").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = []
+            if isinstance(node, ast.Import):
+                modules = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+            for module in modules:
+                if any(module.startswith(f"agentd.{p}") for p in packages()):
+                    named.append(f"{path.name}:{node.lineno} imports {module}")
+    assert not named, named
