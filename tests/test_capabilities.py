@@ -34,6 +34,7 @@ PACKAGES = {
     "dashboard": ["dashboard"],
     "plugins": ["tools/plugins.py"],
     "hands": ["hands"],
+    "tasks": ["tasks"],
 }
 
 
@@ -79,6 +80,26 @@ def ids(caps: list[Capability]) -> list[str]:
 
 def test_the_list_names_each_capability_once_in_order() -> None:
     assert ids(CAPABILITIES) == list(PACKAGES)
+
+
+@pytest.mark.parametrize("cap", CAPABILITIES, ids=ids(CAPABILITIES))
+def test_a_capability_returns_what_it_gives_and_registers_nothing(cap: Capability) -> None:
+    """Its workflows, commands and buttons are in the Contribution it returns: no code of its
+    registers a workflow on the engine or a command on a router as a side effect."""
+    wrong = []
+    for where in PACKAGES[cap.name]:
+        path = ROOT / where
+        for source in [path] if path.suffix else sorted(path.rglob("*.py")):
+            for node in ast.walk(ast.parse(source.read_text())):
+                if not isinstance(node, ast.Attribute):
+                    continue
+                owner = ast.unparse(node.value)
+                registers = node.attr in ("register", "command", "callback", "awaits") and (
+                    owner.endswith("engine") or owner in ("router", "ctx.router")
+                )
+                if registers or (node.attr == "router" and owner == "ctx"):
+                    wrong.append(f"{source.relative_to(ROOT.parent)}:{node.lineno}")
+    assert not wrong, wrong
 
 
 @pytest.mark.parametrize("cap", CAPABILITIES, ids=ids(CAPABILITIES))

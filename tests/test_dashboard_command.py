@@ -37,14 +37,13 @@ def _config(enabled: bool) -> Config:
     )
 
 
-def _ctx(db: Any, config: Config, router: CommandRouter) -> Any:
-    return SimpleNamespace(config=config, db=db, router=router, stack=contextlib.AsyncExitStack())
+def _ctx(db: Any, config: Config) -> Any:
+    return SimpleNamespace(config=config, db=db, stack=contextlib.AsyncExitStack())
 
 
 async def test_off_contributes_nothing(db: Database) -> None:
-    router = CommandRouter()
-    part = await capability.capability().contribute(_ctx(db, _config(False), router))
-    assert "dashboard" not in router.commands and part.start == []
+    part = await capability.capability().contribute(_ctx(db, _config(False)))
+    assert part.commands == [] and part.start == []
 
 
 @pytest.mark.parametrize(
@@ -55,8 +54,10 @@ async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str
     db = await Database.open(tmp_path / "c.db")
     engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
     router, outbox = CommandRouter(), Outbox()
-    part = await capability.capability().contribute(_ctx(db, _config(True), router))
-    assert "dashboard" in router.commands and len(part.start) == 1
+    part = await capability.capability().contribute(_ctx(db, _config(True)))
+    [command] = part.commands  # returned, not registered: the daemon adds it
+    assert command.owner_only and len(part.start) == 1
+    router.add(command)
     engine.register(router.workflow(outbox, db))  # type: ignore[arg-type]
     await engine.run()
     try:

@@ -98,7 +98,9 @@ def test_the_menu_is_registered_at_start(stack: Stack) -> None:
     # Published by a background task at start (best effort): it may land just after "ready".
     commands = stack.tg.wait_until(lambda: stack.tg.commands, timeout=10, what="setMyCommands")
     names = [c["command"] for c in commands]
-    assert names[:6] == ["help", "new", "stop", "status", "usage", "memory"]
+    assert names[:5] == ["help", "new", "stop", "status", "usage"]
+    # Then the capabilities' own, in the order of their list: memory's first.
+    assert names.index("memory") < names.index("reminders") < names.index("skills")
     assert all(c["description"] for c in stack.tg.commands)
 
 

@@ -135,7 +135,7 @@ def test_a_folder_of_skills_reports_the_broken_and_loads_the_rest(tmp_path: Path
 
 
 def test_the_chat_listing_shows_a_description_inert() -> None:
-    from agentd.commands.skills import _short
+    from agentd.skills.command import _short
 
     shown = _short("Use me. [Click here](https://evil.example/x) `rm -rf` \n next")
     assert "](" not in shown and "`" not in shown and "\n" not in shown

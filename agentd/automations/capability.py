@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 
+from agentd.chat.command import ChatCommand
 from agentd.config import Config
 from agentd.durable.store import InstanceRecord
 from agentd.tools import ToolRegistry
@@ -33,13 +34,12 @@ async def _build(ctx: Context) -> Contribution:
         kick=ctx.engine.kick,
         redact=ctx.redactor,
     )
-    ctx.router.command(
+    run = ChatCommand(
         "run",
         runtime.run_command,
         "Run one of your automations: /run NAME {json}",
         owner_only=True,
     )
-    ctx.router.callback(CALLBACK_PREFIX, runtime.on_answer)
     if catalog.names():
         log.info("automations loaded", extra={"automations": catalog.names()})
 
@@ -67,6 +67,9 @@ async def _build(ctx: Context) -> Contribution:
     return Contribution(
         tools=runtime.model_tools(),
         workflows=runtime.workflows(),
+        commands=[run],
+        callbacks={CALLBACK_PREFIX: runtime.on_answer},
+        about="run your automations",
         on_unfinished=on_unfinished,
         wired=[bind],
         start=[listen],

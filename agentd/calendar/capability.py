@@ -28,7 +28,10 @@ async def _build(ctx: Context) -> Contribution:
         return Contribution()
     from agentd.calendar.tools import build_calendar_tools
 
-    return Contribution(tools=build_calendar_tools(ctx.config, ctx.secrets))
+    return Contribution(
+        tools=build_calendar_tools(ctx.config, ctx.secrets),
+        about="look at your calendar and add events",
+    )
 
 
 def capability() -> Simple:

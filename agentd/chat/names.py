@@ -10,6 +10,15 @@ TURN_WORKFLOW = "turn"
 TASK_WORKFLOW = "task"  # a background task (agentd/tasks/)
 
 
+COMMAND_WORKFLOW = "command"  # a chat command's reply (commands/router.py)
+
+
+def command_key(chat_id: int) -> str:
+    """A chat's commands run one at a time, beside (not behind) its turns: /stop is answered
+    while a turn works."""
+    return f"cmd-{chat_id}"
+
+
 def chat_key(chat_id: int) -> str:
     """The key that makes a chat's turns run one at a time, whoever started them."""
     return f"chat-{chat_id}"

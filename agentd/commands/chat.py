@@ -5,32 +5,25 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
 from typing import Any
 
 from agentd.access import approvals, owners, pairing
 from agentd.chat import locale
-from agentd.chat.inputs import CallbackPress
 from agentd.chat.model_choice import for_turn
 from agentd.chat.names import TURN_WORKFLOW, chat_key
-from agentd.chat.outbox import Button
 from agentd.commands.deps import CommandDeps
 from agentd.commands.model import breaker_lines
 from agentd.commands.router import (
-    COMMAND_WORKFLOW,
     CommandInput,
     CommandReply,
     CommandRouter,
-    command_key,
 )
-from agentd.commands.skills import skills_command
 from agentd.durable import store
 from agentd.ledger import usage
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
 from agentd.llm.pricing import price_table
-from agentd.memory import chat_view, history
+from agentd.memory import history
 
-FORGET_PREFIX = "mf:"  # the Forget buttons of /memory cards sent before Edit and Pin
 STOPPED_CARD = "⏹ **Stopped with /stop** — `{tool}` was not run."
 
 
@@ -263,73 +256,6 @@ async def usage_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     )
 
 
-def _reply(view: chat_view.ChatView) -> CommandReply:
-    buttons = [[Button(text=b.label, data=b.data) for b in row] for row in view.buttons]
-    return CommandReply(text=view.text, buttons=buttons)
-
-
-async def memory_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
-    """/memory: a page of the user's memories; also what its buttons and an edit's text do
-    (they come here as `mem:...` arguments, see memory_button and memory_edit_text)."""
-    if not inp.private:  # a group: the list (and its buttons) would be everyone's to see
-        return CommandReply(text="Your memories are private: ask me /memory in our private chat.")
-    data = inp.args
-    if data.startswith(f"{chat_view.PREFIX}:apply:"):
-        memory_id, _, text = data.removeprefix(f"{chat_view.PREFIX}:apply:").partition(" ")
-        if not memory_id.isdigit():
-            return CommandReply(text="That edit is no longer valid.")
-        view = await chat_view.apply_edit(deps.db, deps.embedder, inp.user_id, int(memory_id), text)
-    elif data.startswith(f"{chat_view.PREFIX}:"):
-        view = await chat_view.on_button(deps.db, deps.embedder, inp.user_id, data)
-        if view.awaiting_edit is not None:
-            memory_id, now = view.awaiting_edit, deps.clock.now()
-            await deps.db.write(
-                lambda c: chat_view.await_edit(c, inp.chat_id, inp.user_id, memory_id, now)
-            )
-    else:
-        view = await deps.db.read(lambda c: chat_view.memory_page(c, inp.user_id))
-        if not view.buttons:
-            return CommandReply(text="I don't remember anything particular about you yet.")
-        view.text = "What I remember about you:\n\n" + view.text
-    return _reply(view)
-
-
-def _as_memory_command(press_or_turn: Any, args: str) -> CommandInput:
-    return CommandInput(
-        name="memory",
-        args=args[:4000],
-        chat_id=press_or_turn.chat_id,
-        chat_kind=press_or_turn.chat_kind,
-        user_id=press_or_turn.user_id,
-        message_id=press_or_turn.message_id,
-    )
-
-
-def memory_button(deps: CommandDeps, conn: Any, press: CallbackPress) -> str:
-    """A /memory button, inside the intake transaction: runs as /memory's workflow (one per
-    press, so a redelivered press acts once), which answers in the chat."""
-    if press.chat_id is None or not press.private or deps.start is None:
-        return "This button works in our private chat."
-    deps.start(
-        conn,
-        COMMAND_WORKFLOW,
-        _as_memory_command(press, press.data),
-        instance_id=f"mem-{press.callback_id}",
-        key=command_key(press.chat_id),
-    )
-    return ""  # no toast: the answer comes as a message in the chat
-
-
-def memory_edit_text(deps: CommandDeps, conn: Any, turn: Any) -> CommandInput | None:
-    """The message after an Edit button: the memory's new text, never sent to the model."""
-    if not turn.private:
-        return None
-    memory_id = chat_view.take_edit(conn, turn.chat_id, turn.user_id, turn.text, deps.clock.now())
-    if memory_id is None:
-        return None
-    return _as_memory_command(turn, f"{chat_view.PREFIX}:apply:{memory_id} {turn.text}")
-
-
 async def language_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     """/language: show the language I use for you; /language CODE sets it, auto unsets it."""
     code = inp.args.strip().lower()
@@ -356,21 +282,6 @@ async def language_command(deps: CommandDeps, inp: CommandInput) -> CommandReply
     )
 
 
-def forget_by_button(conn: Any, press: CallbackPress) -> str:
-    """A Forget button of an older /memory card, inside the intake transaction: only the
-    user's own, versioned (restorable) and audited as any forget."""
-    from agentd.memory.manage import MemoryNotFound, forget_one
-
-    raw = press.data.removeprefix(FORGET_PREFIX)
-    if not raw.isdigit():
-        return "This button is not recognised."
-    try:
-        forget_one(conn, int(raw), user_id=press.user_id, by=chat_view.BY)
-    except MemoryNotFound:
-        return "Already forgotten."
-    return "Forgotten."
-
-
 def install(router: CommandRouter, deps: CommandDeps) -> None:
     """Register the built-in commands, in the order Telegram's menu shows them."""
 
@@ -395,10 +306,8 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     )
     router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
-    router.command("memory", bind(memory_command), "What I remember about you, to correct")
-    router.command("skills", bind(skills_command), "The skills I can use, and any held back")
     router.command("language", bind(language_command), "The language I use for you, to change")
     router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
-    router.callback(FORGET_PREFIX.rstrip(":"), forget_by_button)
-    router.callback(chat_view.PREFIX, partial(memory_button, deps))
-    router.awaits(partial(memory_edit_text, deps))
+    # Approve / Deny: only approvers decide, and only on the card itself (access/approvals.py).
+    may_approve = owners.resolve(deps.config.telegram).may_approve
+    router.callback("ap", approvals.callback_handler(may_approve))

@@ -10,51 +10,36 @@ transaction and returns the presser's answer. No aiogram here: intake stays plat
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from agentd.chat.command import (
+    AwaitFn,
+    CallbackFn,
+    ChatCommand,
+    CommandFn,
+    CommandInput,
+    CommandReply,
+    FinishFn,
+)
 from agentd.chat.delivery import deliver
-from agentd.chat.inputs import CallbackPress, Place, TurnInput
-from agentd.chat.outbox import Button, Outbox
+from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.names import COMMAND_WORKFLOW, command_key
+from agentd.chat.outbox import Outbox
 from agentd.db import Database
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import audit
 
-COMMAND_WORKFLOW = "command"
 # Telegram's rule for command names: 1–32 of a–z, 0–9 and _. "/etc/hosts" stays ordinary text.
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+(.*))?$", re.DOTALL)
-
-
-class CommandInput(Place):
-    name: str
-    args: str = Field(default="", max_length=4000)
-    chat_id: int
-    user_id: int
-    message_id: int | None = None  # None: the message's id could not be read
-
-
-class CommandReply(BaseModel):
-    text: str
-    buttons: list[list[Button]] = Field(default_factory=list)
 
 
 class CommandOutput(BaseModel):
     message_id: int | None = None  # None: the command chose to say nothing
     known: bool = True
-
-
-CommandFn = Callable[[CommandInput], Awaitable[CommandReply]]
-CallbackFn = Callable[[Any, CallbackPress], str]
-# A message a command asked for (the new text after an Edit button): given the intake
-# transaction and the message, the command to run instead of a turn, or None.
-AwaitFn = Callable[[Any, TurnInput], CommandInput | None]
-# Completes the reply's text inside the send step itself: what it adds (a one-time login
-# link) reaches the chat but never the journal, where the rendered reply is kept.
-FinishFn = Callable[[CommandInput, str], Awaitable[str]]
 
 
 @dataclass(frozen=True)
@@ -64,10 +49,6 @@ class Command:
     finish: FinishFn | None = None
     # Shown in the owner's /help and menu only; the command still checks who asks.
     owner_only: bool = False
-
-
-def command_key(chat_id: int) -> str:
-    return f"cmd-{chat_id}"
 
 
 def _unknown_button(conn: Any, press: CallbackPress) -> str:
@@ -91,9 +72,19 @@ class CommandRouter:
     commands: dict[str, Command] = field(default_factory=dict)
     callbacks: dict[str, CallbackFn] = field(default_factory=dict)
     awaiting: list[AwaitFn] = field(default_factory=list)
-    # What the agent can do beyond the commands, one line per capability with tools; set by
-    # the wiring once every capability has contributed, for /help.
+    # What the agent can do beyond the commands, one line per capability with tools (their
+    # Contribution's `about`), for /help.
     abilities: list[str] = field(default_factory=list)
+
+    def add(self, command: ChatCommand) -> None:
+        """A command a capability declared (its Contribution's `commands`)."""
+        self.command(
+            command.name,
+            command.fn,
+            command.description,
+            finish=command.finish,
+            owner_only=command.owner_only,
+        )
 
     def command(
         self,

@@ -16,11 +16,13 @@ from agentd.media import capability as media
 from agentd.memory import capability as memory
 from agentd.schedule import capability as schedule
 from agentd.skills import capability as skills
+from agentd.tasks import capability as tasks
 from agentd.tools import mcp, plugins
 from agentd.tools.capability import Capability
 from agentd.web import capability as web
 
-# Plugins after MCP, and the hands last of all (their tools yield a taken name).
+# Plugins after MCP, and the hands after them (their tools yield a taken name); background
+# tasks last, as they may be handed any tool before them.
 BUILTIN = (
     memory.capability,
     documents.capability,
@@ -35,6 +37,7 @@ BUILTIN = (
     dashboard.capability,
     plugins.capability,
     hands.capability,
+    tasks.capability,
 )
 
 

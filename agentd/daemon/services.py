@@ -8,7 +8,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentd.access import approvals, owners
+from agentd.access import owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
 from agentd.chat.channel import Opened
@@ -22,15 +22,13 @@ from agentd.daemon.capabilities import capabilities
 from agentd.db import Database
 from agentd.durable import Clock, Engine
 from agentd.durable.store import InstanceRecord
-from agentd.hands import rules as shell_rules
 from agentd.llm import LLM
 from agentd.retention.workflow import make_retention_workflow
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.logs import Redactor
-from agentd.tasks.install import Tasks
-from agentd.tools import ToolRegistry, hostrules
-from agentd.tools.capability import Context, Contribution
+from agentd.tools import ToolRegistry
+from agentd.tools.capability import Capability, Context, Contribution
 
 log = logging.getLogger("agentd")
 
@@ -74,13 +72,12 @@ class Services:
 
 
 async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitStack) -> Services:
-    """Every capability contributes; then the registry, the turn and the core workflows."""
+    """Every capability contributes; then the registry, the commands, the turn and the core
+    workflows are built over what they returned."""
     config, db, engine = core.config, core.db, core.engine
     secrets = config.secret_source()
     embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
-    names = frozenset(one.identity.username for one in channels if one.identity is not None)
-    router = _command_router(core, names - {""}, embedder)
     ctx = Context(
         config=config,
         secrets=secrets,
@@ -90,25 +87,22 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
         outbox=core.outbox,
         llm=core.llm,
         redactor=core.redactor,
-        router=router,
         stack=stack,
         # The daemon's copy of its users' sign bits: recall and search_memory share it.
         shared={"embedder": embedder, "memory_bits": BitCache(), "files": core.files},
     )
     caps = capabilities()
     parts = [await cap.contribute(ctx) for cap in caps]
-    # Background tasks: `delegate` is registered like every tool (so `[tools] disabled` and
-    # `[tools.risk]` apply); the task workflow and /task, /tasks come once the deps exist.
-    tasks = Tasks(engine)
-    names = [c.name for c in caps] + ["tasks"]
-    parts.append(Contribution(tools=tasks.tools()))
     registry = _registry(config, parts)
-    router.abilities = abilities(names, parts, registry)
+    names = frozenset(one.identity.username for one in channels if one.identity is not None)
+    router = _command_router(core, names - {""}, embedder, abilities(caps, parts, registry))
     turn: dict[str, Any] = {}
     for part in parts:
+        _add_to_router(router, part)
         turn.update(part.turn)
         for wired in part.wired:
             wired(registry)
+    engine.register(router.workflow(core.outbox, core.db))
     deps = TurnDeps(
         config=config,
         db=db,
@@ -123,14 +117,13 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
         **turn,
     )
     engine.register(make_turn_workflow(deps))
-    tasks.install(deps, router)  # the task workflow, /task and /tasks
     engine.register(make_retention_workflow(db, config.retention, core.clock))
     engine.register(make_notice_workflow(db, core.outbox))  # parked and failed runs: notices
     for one in channels:
         for flow in one.open.workflows(db):
             engine.register(flow)
     for part in parts:
-        for flow in part.workflows:
+        for flow in [*part.workflows, *(make(deps) for make in part.turn_workflows)]:
             engine.register(flow)
     on_callback = router.on_callback
     for part in reversed(parts):  # the first capability's buttons are tried first
@@ -139,14 +132,22 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     return Services(router=router, on_callback=on_callback, contributions=parts)
 
 
-def _command_router(core: Core, bot_names: frozenset[str], embedder: Any) -> CommandRouter:
-    # Only approvers decide, and only on the card itself (access/approvals.py): Approve /
-    # Deny and "Always allow this" alike.
+def _add_to_router(router: CommandRouter, part: Contribution) -> None:
+    """A capability's commands, buttons and awaited replies, as it returned them."""
+    for command in part.commands:
+        router.add(command)
+    for prefix, handler in part.callbacks.items():
+        router.callback(prefix, handler)
+    for claim in part.awaits:
+        router.awaits(claim)
+
+
+def _command_router(
+    core: Core, bot_names: frozenset[str], embedder: Any, can: list[str]
+) -> CommandRouter:
+    """The core's own commands (/help, /stop, /model, …) and approvals' buttons."""
     trust = owners.resolve(core.config.telegram)
-    router = CommandRouter(bot_usernames=bot_names, owner_id=trust.owner_id)
-    router.callback("ap", approvals.callback_handler(trust.may_approve))
-    router.callback(shell_rules.CALLBACK_PREFIX, shell_rules.callback_handler(trust.may_approve))
-    router.callback(hostrules.CALLBACK_PREFIX, hostrules.callback_handler(trust.may_approve))
+    router = CommandRouter(bot_usernames=bot_names, owner_id=trust.owner_id, abilities=can)
     command_deps = CommandDeps(
         config=core.config,
         db=core.db,
@@ -160,7 +161,6 @@ def _command_router(core: Core, bot_names: frozenset[str], embedder: Any) -> Com
     )
     chat_commands.install(router, command_deps)
     model_commands.install(router, command_deps)
-    core.engine.register(router.workflow(core.outbox, core.db))
     return router
 
 
@@ -185,32 +185,16 @@ def _registry(config: Config, parts: list[Contribution]) -> ToolRegistry:
     return registry
 
 
-# What each capability's tools let the agent do, in the words of /help.
-ABOUT = {
-    "memory": "remember what you tell me, and recall it later",
-    "documents": "search the documents you gave me",
-    "web": "search the web and read pages",
-    "media": "read the files, voice messages and pictures you send me",
-    "schedule": "reminders and tasks at a time you choose",
-    "mail": "read and sort your mail, and send it (I ask first)",
-    "calendar": "look at your calendar and add events",
-    "skills": "follow the skills you installed, listed by /skills",
-    "mcp": "use the tools of your MCP servers",
-    "automations": "run your automations",
-    "plugins": "use the tools of your plugins",
-    "hands": "work with files in my workspace",
-    "tasks": "hand longer work to background tasks and tell you when each ends",
-}
-# A tool that adds to its capability's line when it is offered (the shell needs a sandbox).
-ABOUT_TOOL = {"shell": "run commands on this server (I ask before anything risky)"}
-
-
-def abilities(names: list[str], parts: list[Contribution], registry: ToolRegistry) -> list[str]:
-    """One line per capability that registered a tool: what it does, and its tools."""
+def abilities(
+    caps: list[Capability], parts: list[Contribution], registry: ToolRegistry
+) -> list[str]:
+    """One line per capability that registered a tool: what it does (its `about`), and its
+    tools."""
     lines = []
-    for name, part in zip(names, parts, strict=True):
+    for cap, part in zip(caps, parts, strict=True):
         tools = [t.name for t in (*part.tools, *part.late_tools) if registry.get(t.name) is t]
         if tools:
-            about = [ABOUT.get(name, name), *(ABOUT_TOOL[t] for t in tools if t in ABOUT_TOOL)]
+            extra = [part.about_tools[t] for t in tools if t in part.about_tools]
+            about = [part.about or cap.name, *extra]
             lines.append(f"{', and '.join(about)} — {', '.join(dict.fromkeys(tools))}")
     return lines

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from agentd.access import owners
-from agentd.commands.router import CommandInput, CommandReply
+from agentd.chat.command import ChatCommand, CommandInput, CommandReply
 from agentd.config import Config
 from agentd.tools.capability import (
     Check,
@@ -93,14 +93,14 @@ async def _build(ctx: Context) -> Contribution:
     if not ctx.config.dashboard.enabled:
         return Contribution()
     dashboard = Dashboard(ctx)
-    ctx.router.command(
+    command = ChatCommand(
         "dashboard",
         dashboard.command,
         "A link to your web dashboard (the owner, in private)",
         finish=dashboard.finish,
         owner_only=True,
     )
-    return Contribution(start=[dashboard.start])
+    return Contribution(commands=[command], start=[dashboard.start])
 
 
 def _checks(config: Config, probe: Probe) -> list[Check]:

@@ -13,9 +13,19 @@ log = logging.getLogger("agentd")
 
 
 async def _build(ctx: Context) -> Contribution:
+    from agentd.access import owners
+    from agentd.hands import rules
     from agentd.hands.background import job_starter, make_job_workflow
     from agentd.hands.files import workspace_tools
     from agentd.hands.shell import chat_progress, shell_deps, shell_tool
+
+    # "Always allow this" decides an approval: only an approver, on the card itself.
+    may_approve = owners.resolve(ctx.config.telegram).may_approve
+    part = Contribution(
+        callbacks={rules.CALLBACK_PREFIX: rules.callback_handler(may_approve)},
+        about="work with files in my workspace",
+        about_tools={"shell": "run commands on this server (I ask before anything risky)"},
+    )
 
     files = ctx.shared["files"]
     tools = workspace_tools(ctx.config, ctx.db, files.download)
@@ -29,11 +39,11 @@ async def _build(ctx: Context) -> Contribution:
     if problem:
         log.warning("tool problem", extra={"source": "shell", "problem": problem})
     if sdeps is None:
-        return Contribution(late_tools=tools)
-    return Contribution(
-        late_tools=[*tools, shell_tool(sdeps)],
-        workflows=[make_job_workflow(sdeps, ctx.outbox)],
-    )
+        part.late_tools = tools
+        return part
+    part.late_tools = [*tools, shell_tool(sdeps)]
+    part.workflows = [make_job_workflow(sdeps, ctx.outbox)]
+    return part
 
 
 def _doctor(config: Config, probe: Probe) -> list[Check]:

@@ -9,7 +9,10 @@ from agentd.tools.capability import Check, Checks, Context, Contribution, Probe,
 async def _build(ctx: Context) -> Contribution:
     from agentd.knowledge.tools import docs_tools
 
-    return Contribution(tools=docs_tools(ctx.db, ctx.shared["embedder"], ctx.config))
+    return Contribution(
+        tools=docs_tools(ctx.db, ctx.shared["embedder"], ctx.config),
+        about="search the documents you gave me",
+    )
 
 
 def _doctor(config: Config, probe: Probe) -> list[Check]:

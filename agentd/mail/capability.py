@@ -33,7 +33,12 @@ async def _build(ctx: Context) -> Contribution:
 
     tools = build_mail_tools(ctx.config, ctx.db, ctx.secrets)
     watch = any(account.watch for account in ctx.config.mail)
-    return Contribution(tools=tools, workflows=flows, start=[lambda: _watch(ctx)] if watch else [])
+    return Contribution(
+        tools=tools,
+        workflows=flows,
+        start=[lambda: _watch(ctx)] if watch else [],
+        about="read and sort your mail, and send it (I ask first)",
+    )
 
 
 async def _watch(ctx: Context) -> None:  # stopped with the other resources, after the engine

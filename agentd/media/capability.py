@@ -44,6 +44,7 @@ async def _build(ctx: Context) -> Contribution:
         workflows=[make_ingest_workflow(docs, ctx.outbox)],
         turn={"docs": docs, "vision": vision, "voice": voice},
         on_callback=lambda fallback: document_callbacks(ctx.engine, fallback),
+        about="read the files, voice messages and pictures you send me",
     )
 
 

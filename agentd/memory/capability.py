@@ -15,6 +15,8 @@ def _secrets(config: Config) -> list[str]:
 
 
 async def _build(ctx: Context) -> Contribution:
+    from agentd.memory import chat_view
+    from agentd.memory.command import FORGET_PREFIX, MemoryCommand, forget_by_button
     from agentd.memory.summarise import SummaryDeps, make_summary_workflow
     from agentd.memory.tools import memory_tools
 
@@ -29,7 +31,18 @@ async def _build(ctx: Context) -> Contribution:
     summary = SummaryDeps(
         config=ctx.config, db=ctx.db, llm=ctx.llm, embedder=embedder, clock=ctx.clock
     )
-    return Contribution(tools=tools, workflows=[make_summary_workflow(summary)])
+    memory = MemoryCommand(ctx.db, embedder, ctx.clock, ctx.engine.prepare_start)
+    return Contribution(
+        tools=tools,
+        workflows=[make_summary_workflow(summary)],
+        commands=[memory.command()],
+        callbacks={
+            FORGET_PREFIX.rstrip(":"): forget_by_button,
+            chat_view.PREFIX: memory.button,
+        },
+        awaits=[memory.edit_text],
+        about="remember what you tell me, and recall it later",
+    )
 
 
 def _doctor(config: Config, probe: Probe) -> list[Check]:

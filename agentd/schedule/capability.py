@@ -8,8 +8,7 @@ from agentd.tools.capability import Context, Contribution, Simple
 async def _build(ctx: Context) -> Contribution:
     from agentd.schedule import setup
 
-    tools = setup.install(ctx.engine, ctx.config, ctx.db, ctx.outbox, ctx.clock, ctx.router)
-    return Contribution(tools=tools)
+    return setup.contribution(ctx.engine, ctx.config, ctx.db, ctx.outbox, ctx.clock)
 
 
 def capability() -> Simple:

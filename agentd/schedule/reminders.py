@@ -6,9 +6,9 @@ import re
 import time
 from typing import Any
 
+from agentd.chat.command import ChatCommand, CommandInput, CommandReply
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.outbox import Button
-from agentd.commands.router import CommandInput, CommandReply, CommandRouter
 from agentd.db import Database
 from agentd.schedule import store
 from agentd.schedule.create import summary
@@ -49,13 +49,12 @@ def press_cancel(conn: Any, press: CallbackPress) -> str:
     return f"Cancelled {sched.id}."
 
 
-def register(router: CommandRouter, db: Database) -> None:
-    """Add /reminders and its Cancel buttons to the router."""
+def command(db: Database) -> ChatCommand:
+    """/reminders, listing the user's schedules with Cancel buttons (`press_cancel`)."""
 
     async def reminders(inp: CommandInput) -> CommandReply:
         return await list_reminders(db, inp)
 
-    router.command(
+    return ChatCommand(
         "reminders", reminders, "your reminders and recurring tasks, with Cancel buttons"
     )
-    router.callback(CALLBACK_PREFIX, press_cancel)

@@ -14,8 +14,11 @@ from agentd.tools.capability import Check, Checks, Context, Contribution, Probe,
 
 
 async def _build(ctx: Context) -> Contribution:
+    from agentd.skills.command import command
+
+    about = "follow the skills you installed, listed by /skills"
     if not ctx.config.skills.enabled:
-        return Contribution()
+        return Contribution(commands=[command(ctx.config, ctx.db)], about=about)
     from agentd.skills import store
     from agentd.skills import tools as skills
 
@@ -34,7 +37,13 @@ async def _build(ctx: Context) -> Contribution:
         return str(args.get("name")) if tool == USE_SKILL else None
 
     turn = {"skill_listing": listing, "listed_source": SOURCE, "listed_use": used}
-    return Contribution(tools=tools, turn=turn, start=[tell_held])
+    return Contribution(
+        tools=tools,
+        turn=turn,
+        start=[tell_held],
+        commands=[command(ctx.config, ctx.db)],
+        about=about,
+    )
 
 
 def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:

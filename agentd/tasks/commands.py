@@ -7,10 +7,10 @@ from typing import Any
 
 from agentd.access import owners
 from agentd.agent.deps import TurnDeps
-from agentd.commands.router import CommandInput, CommandReply, CommandRouter
+from agentd.chat.command import ChatCommand, CommandInput, CommandReply
 from agentd.durable import Engine
 from agentd.tasks import store as tasks
-from agentd.tasks.install import DelegateArgs, Scope, plan_task, start_task
+from agentd.tasks.install import DelegateArgs, Scope, Tasks, plan_task, start_task
 from agentd.tasks.model import task_instance_id
 from agentd.tools import ToolContext, ToolError
 
@@ -91,12 +91,18 @@ async def stop_tasks(
     )
 
 
-def register(router: CommandRouter, engine: Engine, deps: TurnDeps) -> None:
+def commands(engine: Engine, installed: Tasks) -> list[ChatCommand]:
+    """/task and /tasks, reading the turn's deps when they run (set once the daemon built them)."""
+
     def bind(fn: Any) -> Any:
         async def run(inp: CommandInput) -> CommandReply:
-            return await fn(engine, deps, inp)
+            return await fn(engine, installed.ready(), inp)
 
         return run
 
-    router.command("task", bind(task_command), "Start a background task: /task WHAT TO DO")
-    router.command("tasks", bind(tasks_command), "Background tasks: progress, cost; /tasks stop N")
+    return [
+        ChatCommand("task", bind(task_command), "Start a background task: /task WHAT TO DO"),
+        ChatCommand(
+            "tasks", bind(tasks_command), "Background tasks: progress, cost; /tasks stop N"
+        ),
+    ]

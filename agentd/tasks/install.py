@@ -1,4 +1,5 @@
-"""Tasks wired in: the workflow, the `delegate` tool, and the owner's `/task` and `/tasks`."""
+"""Tasks wired in: the workflow and the `delegate` tool (the owner's `/task` and `/tasks` are
+in commands.py; tasks/capability.py returns them all)."""
 
 from __future__ import annotations
 
@@ -157,10 +158,8 @@ class Tasks:
             raise ToolError("Background tasks are not set up yet; try again in a moment.")
         return self.deps
 
-    def install(self, deps: TurnDeps, router: Any) -> None:
-        """Register the task workflow and the `/task` and `/tasks` commands."""
-        from agentd.tasks import commands
-
+    def workflow(self, deps: TurnDeps) -> Any:
+        """The task workflow, made from the turn's deps once the registry exists; the tool and
+        the commands read the same deps from then on."""
         self.deps = deps
-        self.engine.register(make_task_workflow(deps))
-        commands.register(router, self.engine, deps)
+        return make_task_workflow(deps)

@@ -5,10 +5,12 @@ A capability is an object with a `name` and three methods:
 - `secret_names(config)`: the names of the secrets it reads (all through
   `agentd.config.read_secret`); the redactor hides their values from logs and the journal.
 - `checks(config, secrets)`: what `agentd doctor` reports about it (a login, a sandbox probe).
-- `contribute(ctx)`: what the running daemon gets from it, as a `Contribution`: tools,
-  workflows, chat commands and buttons (through `ctx.router`), what the turn reads (prompt
-  sections, media handlers), services to stop at shutdown (on `ctx.stack`), what to do with
-  an instance of its workflows that ended unfinished, and the problems worth a log line.
+- `contribute(ctx)`: what the running daemon gets from it, as a `Contribution` it returns
+  (nothing is registered by side effect): tools, workflows (and those built with the turn's
+  dependencies), chat commands, buttons and the replies commands wait for, its line of /help,
+  what the turn reads (prompt sections, media handlers), services to start once the engine
+  runs and to stop at shutdown (on `ctx.stack`), what to do with an instance of its
+  workflows that ended unfinished, and the problems worth a log line.
 
 The daemon, `agentd doctor` and the redactor loop over one list (`agentd.daemon.capabilities`);
 none of them names a capability.
@@ -22,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from agentd.chat.command import AwaitFn, CallbackFn, ChatCommand
     from agentd.config import Config, SecretSource
     from agentd.durable import Clock, Engine
     from agentd.durable.store import InstanceRecord
@@ -69,9 +72,8 @@ class Context:
     outbox: Any
     llm: Any
     redactor: Callable[[str], str]
-    router: Any  # commands.router.CommandRouter: chat commands and buttons
     stack: contextlib.AsyncExitStack  # services that need stopping push their close here
-    # Built once and shared: the embedder, the Telegram file reader, the memory sign bits.
+    # Built once and shared: the embedder, the channels' file reader, the memory sign bits.
     shared: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -83,6 +85,18 @@ class Contribution:
     # Offered after every other tool, so an owner's plugin or MCP tool of the same name wins.
     late_tools: list[Tool] = field(default_factory=list)
     workflows: list[Any] = field(default_factory=list)
+    # Workflows made from the turn's dependencies (agent.deps.TurnDeps), built once the
+    # registry of every capability's tools exists (background tasks run turns of their own).
+    turn_workflows: list[Callable[[Any], Any]] = field(default_factory=list)
+    # Chat commands (in menu order), button handlers by their data's prefix, and the replies
+    # a command waits for (the new text after an Edit button).
+    commands: list[ChatCommand] = field(default_factory=list)
+    callbacks: dict[str, CallbackFn] = field(default_factory=dict)
+    awaits: list[AwaitFn] = field(default_factory=list)
+    # What its tools let the agent do, in the words of /help ("" : its name), and what a tool
+    # adds to that line when it is offered (the shell needs a sandbox).
+    about: str = ""
+    about_tools: dict[str, str] = field(default_factory=dict)
     # Keyword arguments of the turn's dependencies this capability fills (vision, voice,
     # docs; a prompt listing with skill_listing, listed_source and listed_use): what the
     # prompt, the tool loop and the media handlers read, none of them naming a capability.

@@ -336,7 +336,9 @@ def _mcp_secret_values(config: Config) -> list[str]:
 async def _mcp_build(ctx: Context) -> Contribution:
     mcp = await ctx.stack.enter_async_context(McpServers(ctx.config.tools.mcp, environ=ctx.secrets))
     problems = [f"{p.source}: {p.message}" for p in mcp.problems]
-    return Contribution(tools=mcp.tools, problems=problems)
+    return Contribution(
+        tools=mcp.tools, problems=problems, about="use the tools of your MCP servers"
+    )
 
 
 def capability() -> Simple:

@@ -86,7 +86,11 @@ def load_plugins(
 
 async def _build(ctx: Context) -> Contribution:
     tools, problems = load_plugins(ctx.config.tools.plugins)
-    return Contribution(tools=tools, problems=[f"{p.source}: {p.message}" for p in problems])
+    return Contribution(
+        tools=tools,
+        problems=[f"{p.source}: {p.message}" for p in problems],
+        about="use the tools of your plugins",
+    )
 
 
 def capability() -> Simple:

@@ -1,4 +1,5 @@
-"""The web capability: web_search (and the fetch tool's settings live under [tools.fetch])."""
+"""The web capability: web_search, and the fetch tool's "Always allow this host" rule book
+(its settings live under [tools.fetch])."""
 
 from __future__ import annotations
 
@@ -11,10 +12,19 @@ def _secrets(config: Config) -> list[str]:
 
 
 async def _build(ctx: Context) -> Contribution:
+    from agentd.access import owners
+    from agentd.tools import hostrules
     from agentd.web import build_web_tools
 
     tools, problems = build_web_tools(ctx.config, ctx.secrets, ctx.db, ctx.clock)
-    return Contribution(tools=tools, problems=problems)
+    # The fetch tool's "Always allow this host" button: only an approver, on the card itself.
+    may_approve = owners.resolve(ctx.config.telegram).may_approve
+    return Contribution(
+        tools=tools,
+        problems=problems,
+        callbacks={hostrules.CALLBACK_PREFIX: hostrules.callback_handler(may_approve)},
+        about="search the web and read pages",
+    )
 
 
 def capability() -> Simple:

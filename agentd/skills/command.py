@@ -1,11 +1,13 @@
-"""/skills: the Agent Skills the owner enabled, and the ones held back (with the reason)."""
+"""/skills: the Agent Skills the owner enabled, and the ones held back (with the reason).
+Owned by the skills capability, which offers it even with skills off (it says so)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from agentd.commands.deps import CommandDeps
-from agentd.commands.router import CommandInput, CommandReply
+from agentd.chat.command import ChatCommand, CommandInput, CommandReply
+from agentd.config import Config
+from agentd.db import Database
 from agentd.skills.catalog import scan_config
 from agentd.skills.overview import overview
 from agentd.skills.store import records
@@ -13,11 +15,18 @@ from agentd.skills.store import records
 HINT = "Skills are added on the server: `agentd skills add PATH|URL`."
 
 
-async def skills_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
-    if not deps.config.skills.enabled:
+def command(config: Config, db: Database) -> ChatCommand:
+    async def skills(inp: CommandInput) -> CommandReply:
+        return await skills_command(config, db, inp)
+
+    return ChatCommand("skills", skills, "The skills I can use, and any held back")
+
+
+async def skills_command(config: Config, db: Database, inp: CommandInput) -> CommandReply:
+    if not config.skills.enabled:
         return CommandReply(text="Skills are off (`[skills] enabled = false`).")
-    catalog = await asyncio.to_thread(scan_config, deps.config)
-    states = overview(catalog, await deps.db.read(records))
+    catalog = await asyncio.to_thread(scan_config, config)
+    states = overview(catalog, await db.read(records))
     enabled = [s for s in states if s.state == "enabled"]
     held = [s for s in states if s.state in ("changed", "missing", "invalid")]
     idle = [s for s in states if s.state in ("disabled", "not enabled")]
