@@ -57,6 +57,27 @@ async def test_a_failing_write_is_undone_alone(db: Any) -> None:
     assert await db.read(rows) == [1, 3]
 
 
+async def test_a_write_alone_commits_without_a_savepoint_and_fails_alone(db: Any) -> None:
+    db.statements.clear()
+    assert await db.write(insert, 1) == 1
+    assert db.statements == ["BEGIN IMMEDIATE", "INSERT INTO t VALUES (1)", "COMMIT"]
+    with pytest.raises(ValueError, match="refused 2"):
+        await db.write(insert_then_fail, 2)
+    assert await db.read(rows) == [1]  # its insert undone
+    assert await db.write(insert, 3) == 3  # no transaction left open
+    assert await db.read(rows) == [1, 3]
+
+
+async def test_a_lone_write_sqlite_rolled_back_gets_the_real_error(db: Any) -> None:
+    def lose_the_transaction(conn: Any) -> None:
+        conn.execute("ROLLBACK")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        await db.write(lose_the_transaction)
+    assert await db.write(insert, 4) == 4
+
+
 async def test_one_synced_write_makes_the_group_synced(db: Any) -> None:
     def level(conn: Any) -> int:
         return int(conn.execute("PRAGMA synchronous").fetchone()[0])

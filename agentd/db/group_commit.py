@@ -33,6 +33,8 @@ def run_group(
     try:
         conn.execute("BEGIN IMMEDIATE")
         try:
+            if len(writes) == 1:
+                return [_alone(conn, *writes[0])]
             outcomes = [_one(conn, fn, args) for fn, args in writes]
             conn.execute("COMMIT")
         except BaseException:
@@ -45,6 +47,20 @@ def run_group(
     finally:
         if unsynced_from is not None:
             conn.execute(f"PRAGMA synchronous = {unsynced_from}")
+
+
+def _alone(conn: Conn, fn: Callable[..., Any], args: tuple[Any, ...]) -> Outcome:
+    """A group of one write, committed: no savepoint, as undoing it alone is undoing the
+    transaction (two statements fewer on the path nearly every journaled step takes)."""
+    try:
+        value = fn(conn, *args)
+    except Exception as exc:
+        if not conn.in_transaction:
+            raise  # SQLite rolled it back itself: the caller gets the error all the same
+        conn.execute("ROLLBACK")
+        return Outcome(error=exc)
+    conn.execute("COMMIT")
+    return Outcome(value=value)
 
 
 def _one(conn: Conn, fn: Callable[..., Any], args: tuple[Any, ...]) -> Outcome:

@@ -412,8 +412,11 @@ class Step:
                 call.begun = True
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(call.timeout):
+            if call.timeout is None:  # most steps: no timeout context to enter and leave
                 value = await call.fn(*call.args)
+            else:
+                async with asyncio.timeout(call.timeout):
+                    value = await call.fn(*call.args)
             if call.adapter is None and isinstance(value, BaseModel):
                 # A replay could only return a dict: refuse instead of changing type later.
                 raise NonRetryable(
