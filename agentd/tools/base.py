@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentd.chat.inputs import ChatKind
 from agentd.config import Risk
+from agentd.tools import compact_schema
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 RISKS: tuple[Risk, ...] = get_args(Risk)
@@ -248,11 +249,10 @@ class Tool:
             raise ToolDeclarationError(
                 f"tool {name!r}: arguments have no JSON schema ({exc})"
             ) from None
-        schema.pop("title", None)
         return cls(
             name=name,
             description=description,
-            input_schema=schema,
+            input_schema=compact_schema.for_model(schema),
             fn=fn,
             parse_args=model_parser(args_model),
             risk=risk or "low",

@@ -1,0 +1,58 @@
+"""A tool's JSON schema as the model reads it: what pydantic writes, less what tells it nothing.
+
+Every turn sends every offered tool's schema, so each needless token is paid on every call:
+- `title` on the schema and on each property: pydantic derives it from the name beside it;
+- an optional argument's `anyOf: [X, {"type": "null"}]` with `default: null`: the model leaves
+  the argument out to mean "none", so X alone says the same (the arguments are still parsed by
+  the tool's pydantic model, where None stays the default);
+- the arguments model's docstring as the schema's `description`: the tool's own description
+  says what the tool is for, and the docstring is written for the code's readers.
+Nothing else changes: names, types, bounds, enums, required lists and descriptions of the
+arguments stay as they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NULL = {"type": "null"}
+_NODE_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_NODE_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_NODE_ONE = ("items", "additionalProperties", "not")
+
+
+def for_model(schema: dict[str, Any]) -> dict[str, Any]:
+    """A compact copy of an arguments schema (the input is left as it is)."""
+    out = _node(schema)
+    out.pop("description", None)
+    return out
+
+
+def _node(node: Any) -> Any:
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _NODE_MAPS and isinstance(value, dict):
+            out[key] = {name: _node(sub) for name, sub in value.items()}
+        elif key in _NODE_LISTS and isinstance(value, list):
+            out[key] = [_node(sub) for sub in value]
+        elif key in _NODE_ONE:
+            out[key] = _node(value)
+        else:
+            out[key] = value
+    return _optional(out)
+
+
+def _optional(node: dict[str, Any]) -> dict[str, Any]:
+    """`anyOf: [X, null]` with `default: null` → X (with the node's own description)."""
+    variants = node.get("anyOf")
+    if "default" not in node or node["default"] is not None or not isinstance(variants, list):
+        return node
+    rest = [v for v in variants if v != _NULL]
+    if len(variants) != 2 or len(rest) != 1 or not isinstance(rest[0], dict):
+        return node
+    merged = {k: v for k, v in node.items() if k not in ("anyOf", "default")}
+    return {**rest[0], **merged}
