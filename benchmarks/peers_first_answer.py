@@ -237,6 +237,7 @@ class Session:
     raw_input: int
     cache_read: int
     rss_mb: float
+    smaps: dict[str, float] = field(default_factory=dict)
 
 
 def session(agent: Agent, turns: int, idle: float, cache_min: int | None) -> Session:
@@ -260,6 +261,7 @@ def session(agent: Agent, turns: int, idle: float, cache_min: int | None) -> Ses
                     latencies.append(tg.sent[i + 1]["time"] - sent)
                 time.sleep(idle)  # the figure is memory after idling, by definition
                 rss = tree_rss_kb(proc.pid) / 1024
+                smaps = smaps_mb(proc.pid)
                 usages = [
                     r["body"]["usage"]
                     for r in llm.responses[before:]
@@ -274,9 +276,55 @@ def session(agent: Agent, turns: int, idle: float, cache_min: int | None) -> Ses
             for u in usages
         )
         read = sum(u.get("cache_read_input_tokens", 0) for u in usages)
-        return Session(latencies, len(usages), raw, read, rss)
+        return Session(latencies, len(usages), raw, read, rss, smaps)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+# What each import the start makes leaves resident, in a fresh interpreter: the steps in the
+# order `agentd run` takes them, each line VmRSS and CPU after it; then the SDK alone, the floor.
+RESIDENT = """
+import json, resource, sys
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+def rss():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS"):
+            return int(line.split()[1]) / 1024
+def aiogram():
+    from agentd.telegram import aiogram_loader
+    aiogram_loader.load(lazy=True)
+steps = {
+    "agentd": [("interpreter", lambda: None),
+               ("agentd.cli.run (typer, config)", lambda: __import__("agentd.cli.run")),
+               ("agentd.daemon (agentd, aiohttp)", lambda: __import__("agentd.daemon")),
+               ("aiogram (lazy)", aiogram),
+               ("anthropic SDK", lambda: __import__("anthropic"))],
+    "sdk": [("interpreter", lambda: None), ("anthropic alone", lambda: __import__("anthropic"))],
+}[sys.argv[1]]
+for name, step in steps:
+    step()
+    if name.startswith("anthropic"):
+        name += " " + sys.modules["anthropic"].__version__
+    print(json.dumps([name, rss(), cpu(), len(sys.modules)]))
+"""
+
+
+def resident(kind: str, python: str = sys.executable) -> list[tuple[str, float, float, int]]:
+    out = subprocess.run(
+        [python, "-c", RESIDENT, kind], capture_output=True, text=True, check=True
+    ).stdout
+    return [tuple(json.loads(line)) for line in out.splitlines()]  # type: ignore[misc]
+
+
+def smaps_mb(pid: int) -> dict[str, float]:
+    """The process's smaps_rollup: RSS split into anonymous (heap: objects) and file pages."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]:
+        name, value, *_ = line.split()
+        fields[name.rstrip(":")] = int(value) / 1024
+    return fields
 
 
 # -- reporting --------------------------------------------------------------------------------
@@ -353,6 +401,9 @@ def main() -> None:
     )
     ap.add_argument("--nanobot-venv", type=Path, default=Path("/work/venv-nanobot"))
     ap.add_argument("--only", choices=("agentd", "nanobot"), default=None)
+    ap.add_argument(
+        "--no-resident", dest="resident", action="store_false", help="skip the imports' RSS table"
+    )
     args = ap.parse_args()
     agents = [agentd_agent(), nanobot_agent(ensure_nanobot(args.nanobot_venv))]
     agents = [a for a in agents if args.only in (None, a.name)]
@@ -393,8 +444,18 @@ def main() -> None:
             print(
                 f"  {name:<8} turn p50 {p50:7.1f} ms (max {max(s.latencies) * 1000:.0f}); "
                 f"input tokens per turn {per_turn:7.0f} raw, {share:5.1%} read from cache "
-                f"({s.calls} model calls); idle RSS {s.rss_mb:6.1f} MB"
+                f"({s.calls} model calls); idle RSS {s.rss_mb:6.1f} MB "
+                f"(anonymous {s.smaps.get('Anonymous', 0):.1f}, file-backed "
+                f"{s.smaps.get('Rss', 0) - s.smaps.get('Anonymous', 0):.1f})"
             )
+    if args.resident:
+        print("\nresident after each start-up import, a fresh interpreter each (VmRSS, CPU):")
+        rows = resident("agentd") + resident("sdk")[1:]
+        if any(a.name == "nanobot" for a in agents):
+            python = str(args.nanobot_venv / "bin" / "python")
+            rows += [(f"{n} (nanobot's)", r, c, m) for n, r, c, m in resident("sdk", python)[1:]]
+        for name, rss, cpu, modules in rows:
+            print(f"  {name:<44} {rss:6.1f} MB {cpu:6.3f} s CPU {modules:5d} modules")
     if len(agents) == 2:
         a, n = (median["agentd"], median["nanobot"])
         line = f"\nagentd / nanobot: first answer {a / n:.2f}× (goal ≤ 0.80×)"
