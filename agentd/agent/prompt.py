@@ -56,8 +56,12 @@ class ToolInfo(BaseModel):
 def _tools_section(tools: Sequence[ToolInfo]) -> str:
     if not tools:
         return NO_TOOLS
-    lines = ["Tools you can use (risk level in brackets; high-risk tools ask the owner first):"]
-    lines += [f"- {t.name} [{t.risk}]: {t.description.strip()}" for t in tools]
+    # Names and risks only: each tool's description is in the request's tool list already,
+    # and a second copy here was ~30 tokens a tool on every call.
+    lines = [
+        "Tools you can use, as described in your tool list (risk level in brackets; high-risk "
+        "tools ask the owner first): " + ", ".join(f"{t.name} [{t.risk}]" for t in tools) + "."
+    ]
     if any(t.risk == "medium" for t in tools):
         lines.append(MEDIUM_RISK_RULE)
     return "\n".join(lines)
