@@ -118,18 +118,21 @@ class Agent:
     hooks: str = ""
 
 
-def agentd_agent() -> Agent:
+def agentd_agent(tree: Path | None = None) -> Agent:
+    """agentd from this checkout, or from another one (`tree`: a baseline to compare with)."""
+
     def launch(
         tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, extra: dict[str, str]
     ) -> subprocess.Popen[bytes]:
         env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_LIMITS__MESSAGES_PER_MINUTE="0")
-        env["PYTHONPATH"] = f"{_site(tmp)}{os.pathsep}{env['PYTHONPATH']}"
+        code = str(tree) if tree is not None else env["PYTHONPATH"]
+        env["PYTHONPATH"] = f"{_site(tmp)}{os.pathsep}{code}"
         daemon = Daemon(tmp, env | extra)
         daemon.start(wait_ready=False)
         assert daemon.proc is not None
         return daemon.proc
 
-    return Agent("agentd", launch, ",".join(AGENTD_PHASES))
+    return Agent("agentd" if tree is None else f"agentd@{tree}", launch, ",".join(AGENTD_PHASES))
 
 
 def nanobot_agent(exe: Path) -> Agent:
@@ -349,7 +352,7 @@ def print_phases(name: str, starts: list[Start], plain: float) -> None:
         at = probe_mark["time"] - start.spawn
         label, cpu = "interpreter start (to site)", probe_mark["cpu"]
         print(f"  {label:<44} {0:7.3f} {at:7.3f} {at:7.3f} {cpu:7.3f}")
-    labels = AGENTD_PHASES if name == "agentd" else {}
+    labels = AGENTD_PHASES if name.startswith("agentd") else {}
     phases = {r["phase"]: r for r in records if "phase" in r}
     rows = []
     for hook, label in labels.items():
@@ -402,11 +405,22 @@ def main() -> None:
     ap.add_argument("--nanobot-venv", type=Path, default=Path("/work/venv-nanobot"))
     ap.add_argument("--only", choices=("agentd", "nanobot"), default=None)
     ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="also start agentd from another checkout (e.g. `git archive main`), alternating",
+    )
+    ap.add_argument(
         "--no-resident", dest="resident", action="store_false", help="skip the imports' RSS table"
     )
     args = ap.parse_args()
-    agents = [agentd_agent(), nanobot_agent(ensure_nanobot(args.nanobot_venv))]
-    agents = [a for a in agents if args.only in (None, a.name)]
+    agents = [agentd_agent()]
+    if args.only != "agentd":
+        agents.append(nanobot_agent(ensure_nanobot(args.nanobot_venv)))
+    if args.baseline is not None:
+        agents.append(agentd_agent(args.baseline))
+    agents = [a for a in agents if args.only != "nanobot" or a.name == "nanobot"]
     print(
         f"agentd beside nanobot — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
         f"load average {os.getloadavg()[0]:.2f} at start, {NANOBOT}, model mock {MODEL}"
@@ -456,7 +470,11 @@ def main() -> None:
             rows += [(f"{n} (nanobot's)", r, c, m) for n, r, c, m in resident("sdk", python)[1:]]
         for name, rss, cpu, modules in rows:
             print(f"  {name:<44} {rss:6.1f} MB {cpu:6.3f} s CPU {modules:5d} modules")
-    if len(agents) == 2:
+    for agent in agents:
+        if agent.name.startswith("agentd@"):
+            ratio = median["agentd"] / median[agent.name]
+            print(f"\nthis tree / {agent.name}: first answer {ratio:.2f}×")
+    if "agentd" in median and "nanobot" in median:
         a, n = (median["agentd"], median["nanobot"])
         line = f"\nagentd / nanobot: first answer {a / n:.2f}× (goal ≤ 0.80×)"
         if sessions:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -62,3 +63,26 @@ def test_freeze_startup_leaves_what_lives_now_out_of_collections() -> None:
         assert not any(o is survivor for o in gc.get_objects())  # no generation holds it
     finally:
         gc.unfreeze()  # the rest of the test process collects as usual
+
+
+def test_what_a_pause_made_is_frozen_when_the_last_pause_ends() -> None:
+    gc.unfreeze()
+    try:
+        with paused():
+            made = [[i] for i in range(1000)]  # what an import leaves behind, alive
+            assert gc.get_freeze_count() == 0
+        assert gc.get_freeze_count() >= len(made)
+    finally:
+        gc.unfreeze()
+
+
+def test_a_preloaded_module_is_imported_with_collection_paused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentd.llm.preload import Preload
+
+    (tmp_path / "probe_gc_module.py").write_text("import gc\nENABLED = gc.isenabled()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = Preload("probe_gc_module").wait()
+    assert module.ENABLED is False
+    assert gc.isenabled()

@@ -3,7 +3,8 @@
 Why: importing aiogram, the Anthropic SDK and agentd creates ~200,000 objects (classes, their
 pydantic schemas, functions) and almost no garbage, yet each 700 new objects trigger a
 collection that walks the young ones: about a tenth of start-up's CPU. Imports run in threads
-at once, so pauses nest; collection resumes when the last one ends (unless it was off before).
+at once, so pauses nest; collection resumes when the last one ends (unless it was off before),
+with what they made frozen first (else the next collections walk all of it, young as it is).
 Once the daemon is up, those objects live as long as the process: `freeze_startup` takes them
 out of the collector's reach, so a full collection walks only what came since (benchmarks/
 README.md: a burst's full collection takes ~3 ms instead of ~130 ms with every turn waiting).
@@ -38,8 +39,12 @@ class _Pauses:
     def exit(self) -> None:
         with self._lock:
             self._depth -= 1
-            if self._depth == 0 and self._resume:
-                gc.enable()
+            if self._depth == 0:
+                # What the imports made lives as long as the process: out of the collector's
+                # reach at once, or the first collections after the pause walk all of it.
+                gc.freeze()
+                if self._resume:
+                    gc.enable()
 
 
 _PAUSES = _Pauses()  # one per process, like the collector itself
