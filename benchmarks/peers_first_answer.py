@@ -241,6 +241,21 @@ class Session:
     cache_read: int
     rss_mb: float
     smaps: dict[str, float] = field(default_factory=dict)
+    billed: float = 0.0  # input priced as plain input tokens (see `billed`)
+
+
+def billed(usage: dict[str, Any]) -> float:
+    """A call's input as the price list counts it, in plain-input tokens: a cache read costs
+    0.1 of one, a write 1.25 (5 minutes) or 2 (1 hour)."""
+    split = usage.get("cache_creation") or {}
+    written_1h = split.get("ephemeral_1h_input_tokens", 0)
+    written_5m = usage.get("cache_creation_input_tokens", 0) - written_1h
+    return (
+        usage.get("input_tokens", 0)
+        + 0.1 * usage.get("cache_read_input_tokens", 0)
+        + 1.25 * written_5m
+        + 2.0 * written_1h
+    )
 
 
 def session(agent: Agent, turns: int, idle: float, cache_min: int | None) -> Session:
@@ -279,7 +294,7 @@ def session(agent: Agent, turns: int, idle: float, cache_min: int | None) -> Ses
             for u in usages
         )
         read = sum(u.get("cache_read_input_tokens", 0) for u in usages)
-        return Session(latencies, len(usages), raw, read, rss, smaps)
+        return Session(latencies, len(usages), raw, read, rss, smaps, sum(map(billed, usages)))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -457,8 +472,9 @@ def main() -> None:
             share = s.cache_read / s.raw_input if s.raw_input else 0.0
             print(
                 f"  {name:<8} turn p50 {p50:7.1f} ms (max {max(s.latencies) * 1000:.0f}); "
-                f"input tokens per turn {per_turn:7.0f} raw, {share:5.1%} read from cache "
-                f"({s.calls} model calls); idle RSS {s.rss_mb:6.1f} MB "
+                f"input tokens per turn {per_turn:7.0f} raw, {share:5.1%} read from cache, "
+                f"{s.billed / max(1, args.turns):7.0f} as billed ({s.calls} model calls); "
+                f"idle RSS {s.rss_mb:6.1f} MB "
                 f"(anonymous {s.smaps.get('Anonymous', 0):.1f}, file-backed "
                 f"{s.smaps.get('Rss', 0) - s.smaps.get('Anonymous', 0):.1f})"
             )

@@ -297,3 +297,10 @@ def test_every_python_example_parses() -> None:
             ast.parse(textwrap.dedent(body))  # a block inside a list item is indented
         except SyntaxError as exc:
             raise AssertionError(f"{page}: {exc}\n{body}") from None
+
+
+def test_the_benchmark_figures_page_stays_short() -> None:
+    """benchmarks/README.md holds the current figures; their history has its own page."""
+    page = ROOT / "benchmarks" / "README.md"
+    assert len(page.read_text().splitlines()) <= 400
+    assert (DOCS / "benchmarks-history.md").exists()
