@@ -81,7 +81,7 @@ AGENTD_PHASES = {
     "agentd.telegram.aiogram_loader:load": "aiogram import (thread)",
     "agentd.db.database:Database.open": "database open + migrations",
     "agentd.db.migrations:apply_migrations": "  of which migrations",
-    "agentd.daemon.startup:get_me": "Telegram getMe (call → answer)",
+    "agentd.telegram.channel:OpenTelegram.identify": "Telegram getMe (call → answer)",
     "agentd.llm.preload:Preload._run": "anthropic SDK import (thread)",
     "agentd.daemon.services:build": "capabilities wired",
     "agentd.durable.engine:Engine.run": "engine resumes",
