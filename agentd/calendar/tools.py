@@ -146,6 +146,13 @@ async def _occurrences(deps: CalendarDeps, src: Source, first: date, days: int) 
     return [_in_zone(Occurrence.model_validate(o), zone) for o in found]
 
 
+async def occurrences_ahead(config: Config, src: Source, days: int, now: float) -> list[Occurrence]:
+    """The calendar's events from today on, `days` days long, in its zone (a watch reads this)."""
+    deps = CalendarDeps(config=config, sources={src.config.name: src})
+    zone = deps.zone(src)
+    return await _occurrences(deps, src, _first_day("", zone, now), days)
+
+
 def _in_zone(o: Occurrence, zone: ZoneInfo) -> Occurrence:
     return o.model_copy(update={"start": o.start.astimezone(zone), "end": o.end.astimezone(zone)})
 

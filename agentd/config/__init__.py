@@ -38,6 +38,7 @@ from agentd.config.schema import (
     TelegramConfig,
     ToolsConfig,
     VisionConfig,
+    WatchConfig,
     WebConfig,
     WorkspaceConfig,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "TelegramConfig",
     "ToolsConfig",
     "VisionConfig",
+    "WatchConfig",
     "WebConfig",
     "WorkspaceConfig",
     "find_config_file",

@@ -30,7 +30,17 @@ from agentd.ledger.pricing import ModelPrice
 
 ANTHROPIC = "anthropic"  # the built-in provider: [llm] base_url and ANTHROPIC_API_KEY
 # What a request's `purpose` may be; each may name its own model in [llm.models].
-PURPOSES = ("turn", "summary", "facts", "vision", "extract", "briefing", "automation", "skill")
+PURPOSES = (
+    "turn",
+    "summary",
+    "facts",
+    "vision",
+    "extract",
+    "briefing",
+    "automation",
+    "skill",
+    "watch",
+)
 # The failures that count against a model's circuit breaker: the model is down or out of budget.
 OUTAGE_REASONS = ("overloaded", "server_error", "timeout", "unreachable", "rate_limit", "billing")
 # Why a call moves on to the next model (each is an LLMError.reason): an outage, broken answers

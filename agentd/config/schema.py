@@ -703,6 +703,31 @@ class TasksConfig(_Section):
     max_depth: int = Field(default=2, ge=1)  # a task may delegate until this depth
 
 
+# "HH:MM-HH:MM" (a span that may cross midnight), or "" for none.
+QUIET_HOURS = r"^$|^([01]\d|2[0-3]):[0-5]\d-([01]\d|2[0-3]):[0-5]\d$"
+
+
+class WatchConfig(_Section):
+    """`[watch]`: quiet check-ins ("check X and tell me only if Y"), their caps and silence."""
+
+    min_interval: float = Field(default=300.0, gt=0)  # seconds between two checks of one watch
+    max_per_user: int = Field(default=50, ge=1, le=10_000)
+    # Tokens per UTC day: each watch's own cap (a watch may lower it), and all watches together.
+    daily_tokens: int = Field(default=20_000, ge=0)
+    background_daily_tokens: int = Field(default=200_000, ge=0)
+    # The share of [limits] daily_tokens_total that watches leave for chat: past the rest of
+    # it, every watch holds its model calls until the next UTC day.
+    chat_reserve: float = Field(default=0.5, ge=0, le=1)
+    failures_to_tell: int = Field(default=3, ge=1, le=1000)  # failed reads in a row, then told
+    # "22:00-07:00" in agent.timezone: what a watch says then waits until the end; "": none.
+    quiet_hours: str = Field(default="", pattern=QUIET_HOURS)
+    max_change_chars: int = Field(default=4000, ge=200, le=100_000)  # what the model is shown
+    max_source_bytes: int = Field(default=1_000_000, ge=1000)
+    # Before a watch has a measured day: how many of its checks a day are assumed to change.
+    assumed_changes_per_day: float = Field(default=2.0, ge=0)
+    catch_up: Literal["skip", "once", "all"] = "once"
+
+
 class StartupConfig(_Section):
     """`[startup]`: how `agentd run` loads its libraries."""
 
@@ -773,6 +798,7 @@ class Config(_Section):
     calendar: list[CalendarConfig] = Field(default_factory=list)
     chat: ChatConfig = Field(default_factory=ChatConfig)
     tasks: TasksConfig = Field(default_factory=TasksConfig)
+    watch: WatchConfig = Field(default_factory=WatchConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
     source: str | None = Field(default=None, exclude=True)
     # KEY=value lines of the secrets file beside the config (agentd.env), for the secrets

@@ -802,6 +802,49 @@ UPDATE workflow_instances
 """
 
 
+# Watches ("check X and tell me only if Y", agentd/watch/): what each reads and when it
+# speaks, what it saw last (so an unchanged source costs no model call), and one row per
+# check (`watch_checks`, once per due time). Their occurrences are instances sched-<id>-<due>
+# like a schedule's, so `agentd usage --schedule <id>` counts their model calls.
+M055_WATCHES = """
+CREATE TABLE watches (
+    id TEXT PRIMARY KEY,
+    user_id INTEGER NOT NULL,
+    chat_id INTEGER NOT NULL,
+    label TEXT NOT NULL,
+    source TEXT NOT NULL,          -- JSON: agentd.watch.model.Source
+    condition TEXT NOT NULL,
+    recurrence TEXT NOT NULL,      -- JSON: agentd.schedule.Recurrence
+    catch_up TEXT NOT NULL CHECK (catch_up IN ('skip', 'once', 'all')),
+    daily_tokens INTEGER,          -- NULL: [watch] daily_tokens
+    state TEXT NOT NULL CHECK (state IN ('active', 'paused', 'removed')),
+    next_run REAL,
+    seen TEXT,                     -- JSON: agentd.watch.model.Seen (NULL: never read)
+    fail_streak INTEGER NOT NULL DEFAULT 0,
+    failing_told INTEGER NOT NULL DEFAULT 0,
+    capped_day TEXT,               -- the UTC day it hit a cap (its ticks hold until the next)
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    created_by TEXT NOT NULL
+);
+CREATE INDEX watches_user_state ON watches (user_id, state);
+CREATE TABLE watch_checks (
+    watch_id TEXT NOT NULL REFERENCES watches (id),
+    due REAL NOT NULL,
+    outcome TEXT NOT NULL,         -- baseline, unchanged, quiet, told, failed, capped, missed
+    tokens INTEGER NOT NULL DEFAULT 0,
+    at REAL NOT NULL,
+    detail TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (watch_id, due)
+);
+-- /mute: watch messages to this chat wait until `until`.
+CREATE TABLE watch_mutes (
+    chat_id INTEGER PRIMARY KEY,
+    until REAL NOT NULL
+);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -833,6 +876,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m033_user_locales", M033_USER_LOCALES),
     ("m034_memory_neighbours", M034_MEMORY_NEIGHBOURS),
     ("m035_chat_kind", M035_CHAT_KIND),
+    ("m055_watches", M055_WATCHES),
 ]
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from agentd.config.models import ANTHROPIC, PURPOSES, ModelSettings, ProviderConfig
 from agentd.config.secrets import read_secret
 from agentd.llm.fallback import Breaker, Candidate, FallbackLLM, ProviderLLM
+from agentd.llm.pricing import cheapest
 from agentd.llm.types import LLMError
 
 
@@ -57,6 +58,11 @@ def _adapter(
     return AnthropicLLM(llm_config, key, provider=provider, name=name)
 
 
+# Purposes that run often in the background and only decide small things: unless [llm.models]
+# names their model, the cheapest configured one answers them.
+CHEAP_PURPOSES = frozenset({"watch"})
+
+
 def build(
     config: Any,
     settings: ModelSettings | None = None,
@@ -73,6 +79,8 @@ def build(
     chains: dict[str, list[Candidate]] = {}
     for purpose in PURPOSES:
         primary = llm_config.model if purpose == "turn" else background
+        if purpose in CHEAP_PURPOSES:
+            primary = cheapest(llm_config)
         chain = []
         for ref in settings.chain(primary, purpose):
             if ref.provider not in adapters:

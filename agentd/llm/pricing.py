@@ -9,7 +9,7 @@ nothing and be estimated at Claude's price).
 from __future__ import annotations
 
 from agentd.config.models import ANTHROPIC, ModelSettings
-from agentd.ledger.pricing import PRICES, ModelPrice
+from agentd.ledger.pricing import PRICES, ModelPrice, price_for
 
 FREE = ModelPrice(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=0)
 
@@ -45,3 +45,21 @@ def price_table(llm_config: object) -> dict[str, ModelPrice]:
     local one at 0), then `[llm.prices]`, which wins."""
     own = getattr(llm_config, "prices", {}) or {}
     return {**provider_prices(ModelSettings.of(llm_config)), **own}
+
+
+def cheapest(llm_config: object) -> str:
+    """The configured model with the lowest list price (input plus output per million tokens,
+    a local one at 0): what a purpose asked to be cheap uses when [llm.models] names none."""
+    names = [
+        getattr(llm_config, "model", ""),
+        getattr(llm_config, "background_model", ""),
+        *getattr(llm_config, "fallbacks", []),
+        *(getattr(llm_config, "models", {}) or {}).values(),
+    ]
+    table = price_table(llm_config)
+    settings = ModelSettings.of(llm_config)
+    priced = []
+    for order, name in enumerate(n for n in names if n):
+        p = price_for(settings.ref(name).label, table)
+        priced.append((p.input + p.output, order, name))
+    return min(priced)[2] if priced else getattr(llm_config, "model", "")

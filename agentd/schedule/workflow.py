@@ -19,12 +19,13 @@ from agentd.chat.delivery import deliver
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
-from agentd.config import Config
+from agentd.config import Config, ScheduleConfig
 from agentd.db import Database
 from agentd.durable import Clock, Step, StepFailed, Workflow, workflow
 from agentd.schedule import store
 from agentd.schedule.create import creator_words
-from agentd.schedule.store import OCCURRENCE_WORKFLOW, OccurrenceInput, Schedule
+from agentd.schedule.recurrence import Recurrence
+from agentd.schedule.store import OCCURRENCE_WORKFLOW, CatchUp, OccurrenceInput, Schedule
 
 MAX_MISSED_AT_ONCE = 1000  # a longer backlog is recorded over several instances
 
@@ -55,27 +56,37 @@ class ScheduleDeps:
     kick: Callable[[str], None]  # wake the engine for a key created inside a transaction
 
 
-def _grace(deps: ScheduleDeps, sched: Schedule, due: int) -> float:
-    cfg = deps.config.schedule
-    period = sched.recurrence.period(due)
+def grace_for(cfg: ScheduleConfig, rec: Recurrence, due: int) -> float:
+    """How late the latest missed run may be and still run ("once"): a share of its period."""
+    period = rec.period(due)
     return cfg.max_grace if period is None else min(cfg.max_grace, period * cfg.grace_fraction)
+
+
+def _grace(deps: ScheduleDeps, sched: Schedule, due: int) -> float:
+    return grace_for(deps.config.schedule, sched.recurrence, due)
 
 
 def decide(sched: Schedule, due: int, now: float, *, on_time: float, grace: float) -> Plan:
     """The catch-up rule (docs/schedule.md, "Missed runs"), as a pure function of time."""
     if sched.state != "active":
         return Plan(action="stopped")
-    rec = sched.recurrence
+    return catch_up(sched.recurrence, sched.catch_up, due, now, on_time=on_time, grace=grace)
+
+
+def catch_up(
+    rec: Recurrence, policy: CatchUp, due: int, now: float, *, on_time: float, grace: float
+) -> Plan:
+    """`decide` for anything that recurs like a schedule (a watch too)."""
     lateness = max(0.0, now - due)
     nxt = rec.next_after(due)
-    if lateness <= on_time or sched.catch_up == "all":
+    if lateness <= on_time or policy == "all":
         return Plan(action="run", lateness=lateness, chain=nxt)
     # Late past the on-time window: the agent was down. Collect the backlog up to now.
     backlog: list[int] = []
     while nxt is not None and nxt <= now and len(backlog) < MAX_MISSED_AT_ONCE:
         backlog.append(nxt)
         nxt = rec.next_after(nxt)
-    if sched.catch_up == "skip":
+    if policy == "skip":
         missed = [t for t in backlog if now - t > on_time]
         rest = backlog[len(missed) :]
         return Plan(

@@ -1,0 +1,146 @@
+"""What watches cost and may cost: the caps checked before a model call, the forecast shown
+when a watch is added, and when a message may be delivered (quiet hours, /mute)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from pydantic import BaseModel
+
+from agentd.config import Config
+from agentd.ledger.pricing import ModelPrice
+from agentd.watch.store import Watch, occurrence_id
+
+_TOKENS = "COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens), 0)"
+# A decision's request without the change: the rule, the condition, the schema (measured on
+# the fake and real API within a few dozen tokens), and a short structured answer.
+BASE_INPUT_TOKENS = 450
+ANSWER_TOKENS = 90
+CHARS_PER_TOKEN = 4
+
+
+def day_start(now: float) -> float:
+    return now - (now % 86400)  # UTC midnight, as [limits] counts
+
+
+def watch_tokens(conn: Any, watch_id: str, since: float) -> int:
+    prefix = occurrence_id(watch_id, 0)[: -len("0")]  # sched-<id>-
+    sql = f"SELECT {_TOKENS} FROM llm_usage WHERE at >= ? AND instance_id LIKE ? ESCAPE '\\'"
+    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return int(conn.execute(sql, (since, escaped + "%")).fetchone()[0])
+
+
+def all_watch_tokens(conn: Any, since: float) -> int:
+    sql = f"SELECT {_TOKENS} FROM llm_usage WHERE at >= ? AND purpose = 'watch'"
+    return int(conn.execute(sql, (since,)).fetchone()[0])
+
+
+def all_tokens(conn: Any, since: float) -> int:
+    return int(
+        conn.execute(f"SELECT {_TOKENS} FROM llm_usage WHERE at >= ?", (since,)).fetchone()[0]
+    )
+
+
+def cap_reason(conn: Any, config: Config, w: Watch, now: float) -> str | None:
+    """Why this watch may make no model call today, in words for the owner; None: it may."""
+    since, cfg = day_start(now), config.watch
+    own = w.daily_tokens if w.daily_tokens is not None else cfg.daily_tokens
+    if own and watch_tokens(conn, w.id, since) >= own:
+        return f"it reached its daily cap of {own:,} tokens"
+    every = cfg.background_daily_tokens
+    if every and all_watch_tokens(conn, since) >= every:
+        return f"all watches together reached their daily cap of {every:,} tokens"
+    total = config.limits.daily_tokens_total
+    if total and cfg.chat_reserve and all_tokens(conn, since) >= total * (1 - cfg.chat_reserve):
+        kept = int(total * cfg.chat_reserve)
+        return f"today's tokens are down to the {kept:,} kept for chat"
+    return None
+
+
+class Forecast(BaseModel):
+    checks_per_day: float
+    tokens_per_check: float
+    tokens_per_day: float
+    usd_per_day: float
+    usd_per_month: float
+    measured_checks: int  # 0: an estimate from the interval and [watch] assumed_changes_per_day
+
+    def describe(self) -> str:
+        how = (
+            f"measured over {self.measured_checks} checks"
+            if self.measured_checks
+            else "estimated before the first check"
+        )
+        return (
+            f"{self.checks_per_day:.0f} checks a day, ~{self.tokens_per_day:,.0f} tokens a day: "
+            f"${self.usd_per_day:.4f}/day, ${self.usd_per_month:.2f}/month ({how}; an unchanged "
+            "check costs nothing)"
+        )
+
+
+def checks_per_day(w: Watch, now: float) -> float:
+    rec = w.recurrence
+    if rec.kind == "interval" and rec.every:
+        return 86400 / rec.every
+    week = [t for t in rec.upcoming(now, 2000) if t < now + 7 * 86400]
+    return len(week) / 7
+
+
+def call_tokens(config: Config, w: Watch) -> tuple[int, int]:
+    """(input, output) tokens of one decision, before any is measured: the change shown is at
+    most max_change_chars; half of it is the usual diff."""
+    shown = config.watch.max_change_chars // 2 + len(w.condition) + len(w.label)
+    return BASE_INPUT_TOKENS + shown // CHARS_PER_TOKEN, ANSWER_TOKENS
+
+
+def forecast(conn: Any, config: Config, w: Watch, price: ModelPrice, now: float) -> Forecast:
+    per_day = checks_per_day(w, now)
+    row = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM watch_checks WHERE watch_id = ? "
+        "AND outcome IN ('baseline', 'unchanged', 'quiet', 'told') AND at >= ?",
+        (w.id, now - 7 * 86400),
+    ).fetchone()
+    measured, spent = int(row[0]), int(row[1])
+    tin, tout = call_tokens(config, w)
+    if measured:
+        per_check = spent / measured
+        share_out = tout / (tin + tout)
+    else:
+        changes = min(per_day, config.watch.assumed_changes_per_day)
+        per_check = (tin + tout) * changes / per_day if per_day else 0.0
+        share_out = tout / (tin + tout)
+    tokens_day = per_check * per_day
+    usd_day = tokens_day * ((1 - share_out) * price.input + share_out * price.output) / 1e6
+    return Forecast(
+        checks_per_day=round(per_day, 2),
+        tokens_per_check=round(per_check, 1),
+        tokens_per_day=round(tokens_day),
+        usd_per_day=round(usd_day, 6),
+        usd_per_month=round(usd_day * 30, 4),
+        measured_checks=measured,
+    )
+
+
+def hold_until(now: float, quiet_hours: str, timezone: str, muted: float) -> float:
+    """When a watch's message may be delivered: now, or the end of the quiet hours or of the
+    chat's /mute it falls in, whichever is later."""
+    until = muted if muted > now else now
+    if quiet_hours:
+        start_s, end_s = quiet_hours.split("-")
+        zone = ZoneInfo(timezone)
+        local = datetime.fromtimestamp(until, zone)
+        start = local.replace(
+            hour=int(start_s[:2]), minute=int(start_s[3:]), second=0, microsecond=0
+        )
+        end = local.replace(hour=int(end_s[:2]), minute=int(end_s[3:]), second=0, microsecond=0)
+        if start <= end:
+            inside = start <= local < end
+        else:  # across midnight: 22:00-07:00
+            inside = local >= start or local < end
+            if local >= start:
+                end += timedelta(days=1)
+        if inside:
+            until = max(until, end.timestamp())
+    return until

@@ -1,0 +1,97 @@
+"""Change detection before any model call: normalised text, digests, numbers, new items.
+
+All pure functions of their inputs; the caller runs them off the event loop (a page is up to
+`max_source_bytes`, and a diff of two of them is CPU work).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import re
+
+from agentd.watch.model import Change, Reading, Seen
+
+MAX_SEEN_ITEMS = 500
+MAX_TOLD = 50
+MAX_KEPT_TEXT = 20_000  # of the focused text, to diff against next time (journaled once)
+_NUMBER = re.compile(r"[-−]?\d[\d,.' ]*\d|[-−]?\d")
+
+
+def focused(text: str, focus: str) -> str:
+    """The text as compared: lines trimmed, blank ones and runs of spaces gone, and only the
+    lines holding one of the focus words (case-insensitive) when there are any. Plain words,
+    not a pattern: nothing in the owner's focus can make a hostile page slow to scan."""
+    lines = (" ".join(line.split()) for line in text.splitlines())
+    kept = [line for line in lines if line]
+    words = [w.strip().casefold() for w in focus.split("|") if w.strip()]
+    if words:
+        kept = [line for line in kept if any(w in line.casefold() for w in words)]
+    return "\n".join(kept)
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def numbers(text: str, limit: int = 40) -> list[str]:
+    return [m.group().strip() for m in _NUMBER.finditer(text)][:limit]
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def text_diff(old: str, new: str, limit: int) -> str:
+    """The changed lines (unified, one line of context), cut to `limit` characters."""
+    lines = difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=1)
+    body = [line for line in lines if not line.startswith(("---", "+++"))]
+    return _cut("\n".join(body), limit)
+
+
+def _number_change(old: str, new: str) -> str:
+    before, after = numbers(old), numbers(new)
+    if before == after:
+        return ""
+    return f"Numbers before: {', '.join(before) or '—'}\nNumbers now: {', '.join(after) or '—'}"
+
+
+def compare_text(seen: Seen | None, reading: Reading, focus: str, limit: int) -> Change:
+    now = focused(reading.text, focus)
+    mark = digest(now)
+    told = seen.told if seen else []
+    new_seen = Seen(digest=mark, text=now[:MAX_KEPT_TEXT], told=told)
+    if seen is not None and seen.digest == mark:
+        return Change(kind="none", seen=new_seen)
+    if mark in told:  # back to a state already told: the same news again is no news
+        return Change(kind="told_before", seen=new_seen)
+    if seen is None:  # the first read: the condition may hold already
+        return Change(kind="changed", shown=f"Current content:\n{_cut(now, limit)}", seen=new_seen)
+    parts = [f"What changed (- before, + now):\n{text_diff(seen.text, now, limit)}"]
+    moved = _number_change(seen.text, now)
+    if moved:
+        parts.append(moved)
+    return Change(kind="changed", shown=_cut("\n\n".join(parts), limit), seen=new_seen)
+
+
+def compare_items(seen: Seen | None, reading: Reading, limit: int) -> Change:
+    ids = list(reading.items)
+    if seen is None:  # what is there at the start is not news (as the mail watcher does)
+        return Change(kind="baseline", seen=Seen(items=ids[-MAX_SEEN_ITEMS:]))
+    known = set(seen.items)
+    fresh = [i for i in ids if i not in known]
+    kept = [*seen.items, *fresh][-MAX_SEEN_ITEMS:]
+    new_seen = Seen(items=kept, told=seen.told)
+    if not fresh:
+        return Change(kind="none", seen=new_seen)
+    lines = "\n".join(f"- {reading.items[i]}" for i in fresh)
+    return Change(
+        kind="changed", shown=_cut(f"New since the last check:\n{lines}", limit), seen=new_seen
+    )
+
+
+def told(seen: Seen) -> Seen:
+    """`seen`, remembering its state as told (text sources; items are told once by id)."""
+    if not seen.digest or seen.digest in seen.told:
+        return seen
+    return seen.model_copy(update={"told": [*seen.told, seen.digest][-MAX_TOLD:]})

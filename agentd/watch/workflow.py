@@ -1,0 +1,311 @@
+"""A watch's check, one durable instance per due time (`sched-<id>-<due>`, key `watch-<id>`):
+sleep until due, decide by the schedule's catch-up rule, read, compare, (only on a change)
+ask the small model, and record the outcome with the next occurrence in one commit.
+
+Each step is journaled, so a crash at any moment neither repeats a finished step nor records
+a check twice: the read after a crash is read again, the decision once made is kept, and the
+check row, what was seen, the messages to send and the next occurrence are one transaction.
+Messages leave by their own instance (`watch_tell`), which waits out quiet hours and /mute.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentd.chat.delivery import deliver
+from agentd.chat.outbox import Outbox
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Clock, Engine, Step, StepFailed, Workflow, workflow
+from agentd.llm import LLM
+from agentd.memory.history import save_message
+from agentd.schedule.workflow import Plan, catch_up, grace_for
+from agentd.watch import budget, detect, store
+from agentd.watch.decide import decide
+from agentd.watch.model import ITEM_KINDS, Change, Verdict
+from agentd.watch.sources import SourceDeps, read
+from agentd.watch.store import TELL_WORKFLOW, WATCH_WORKFLOW, OccurrenceInput, Outcome, Watch
+
+
+@dataclass(frozen=True)
+class WatchDeps:
+    config: Config
+    db: Database
+    outbox: Outbox
+    clock: Clock
+    llm: LLM
+    sources: SourceDeps
+    engine: Engine
+    kick: Callable[[str], None]
+
+
+class Observation(BaseModel):
+    """One read, compared: the change, or why the source could not be read."""
+
+    ok: bool
+    error: str = ""
+    change: Change | None = None
+
+
+class Decision(BaseModel):
+    verdict: Verdict
+    tokens: int
+
+
+class Result(BaseModel):
+    outcome: Outcome
+    detail: str = ""
+    tokens: int = 0
+    change: Change | None = None
+    message: str = ""  # what to tell the owner (told)
+    cap: str = ""  # why a cap holds (capped)
+    error: str = ""  # why the read failed (failed)
+
+
+class CheckOutput(BaseModel):
+    outcome: str
+    next_due: int | None = None
+
+
+class TellInput(BaseModel):
+    watch_id: str
+    chat_id: int
+    user_id: int
+    text: str
+    # From the source (a verdict): kept in the chat's history as outside content, so a turn
+    # that has it in view is tainted and asks before anything leaves.
+    outside: bool = False
+    origin_ref: str = ""
+
+
+class TellOutput(BaseModel):
+    message_id: int
+
+
+async def plan_check(deps: WatchDeps, inp: OccurrenceInput) -> Plan:
+    w = await deps.db.read(store.get_any, inp.watch_id)
+    if w is None or w.state != "active":
+        return Plan(action="stopped")
+    cfg = deps.config.schedule
+    grace = grace_for(cfg, w.recurrence, inp.due)
+    return catch_up(
+        w.recurrence,
+        w.catch_up,
+        inp.due,
+        deps.clock.now(),
+        on_time=cfg.on_time_window,
+        grace=grace,
+    )
+
+
+async def observe(deps: WatchDeps, inp: OccurrenceInput) -> Observation:
+    w = await deps.db.read(store.get, inp.watch_id)
+    reading = await read(w.source, w.user_id, deps.sources, deps.clock.now())
+    if not reading.ok:
+        return Observation(ok=False, error=reading.error)
+    limit = deps.config.watch.max_change_chars
+    if w.source.kind in ITEM_KINDS:
+        change = detect.compare_items(w.seen, reading, limit)
+    else:  # a diff of two pages is CPU work: off the loop
+        change = await asyncio.to_thread(
+            detect.compare_text, w.seen, reading, w.source.focus, limit
+        )
+    if change.kind == "none":  # nothing new to store: keep the journal small
+        change = change.model_copy(update={"seen": detect.Seen()})
+    return Observation(ok=True, change=change)
+
+
+async def cap_check(deps: WatchDeps, inp: OccurrenceInput) -> str:
+    w = await deps.db.read(store.get, inp.watch_id)
+    return await deps.db.read(budget.cap_reason, deps.config, w, deps.clock.now()) or ""
+
+
+async def run_decision(deps: WatchDeps, inp: OccurrenceInput, shown: str, iid: str) -> Decision:
+    w = await deps.db.read(store.get, inp.watch_id)
+    verdict, tokens = await decide(deps.llm, deps.db, w, shown, instance_id=iid, step="decide")
+    return Decision(verdict=verdict, tokens=tokens)
+
+
+async def check(step: Step, deps: WatchDeps, inp: OccurrenceInput, plan: Plan) -> Result:
+    w = await deps.db.read(store.get, inp.watch_id)
+    if w.capped_day == store.utc_day(deps.clock.now()):
+        return Result(outcome="capped", detail="held by today's cap")
+    seen = await step.do("read", observe, deps, inp)
+    if not seen.ok or seen.change is None:
+        return Result(outcome="failed", detail=seen.error, error=seen.error)
+    change = seen.change
+    if change.kind != "changed":
+        outcome: Outcome = "baseline" if change.kind == "baseline" else "unchanged"
+        detail = "the same as a state already told" if change.kind == "told_before" else ""
+        return Result(outcome=outcome, change=change, detail=detail)
+    cap = await step.do("cap", cap_check, deps, inp)
+    if cap:  # what changed is decided once the cap lifts: `seen` stays as it was
+        return Result(outcome="capped", cap=cap, detail=cap)
+    made = await step.do("decide", run_decision, deps, inp, change.shown, step.instance_id)
+    v = made.verdict
+    if not v.speak or not v.message.strip():
+        return Result(outcome="quiet", change=change, tokens=made.tokens, detail=v.reason)
+    return Result(
+        outcome="told",
+        change=change,
+        tokens=made.tokens,
+        detail=v.reason,
+        message=v.message.strip(),
+    )
+
+
+def make_watch_workflow(deps: WatchDeps) -> Workflow[OccurrenceInput, CheckOutput]:
+    @workflow(WATCH_WORKFLOW)
+    async def occurrence(step: Step, inp: OccurrenceInput) -> CheckOutput:
+        await step.sleep_until("due", float(inp.due))
+        plan = await step.do("plan", plan_check, deps, inp)
+        if plan.action == "stopped":
+            return CheckOutput(outcome="stopped")
+        if plan.action == "missed":
+            result = Result(outcome="missed", detail=f"{plan.lateness:.0f}s late; catch-up policy")
+        else:
+            try:
+                result = await check(step, deps, inp, plan)
+            except StepFailed as exc:  # the model failed for good: the check failed, loudly
+                result = Result(outcome="failed", detail=exc.message, error=exc.message)
+        nxt = await step.do("record", record, deps, inp, plan, result)
+        return CheckOutput(outcome=result.outcome, next_due=nxt)
+
+    return occurrence
+
+
+# -- the record: one commit ---------------------------------------------------------------
+
+
+def _tell(deps: WatchDeps, conn: Any, w: Watch, iid: str, text: str, **extra: Any) -> str:
+    inp = TellInput(watch_id=w.id, chat_id=w.chat_id, user_id=w.user_id, text=text, **extra)
+    deps.engine.prepare_start(conn, TELL_WORKFLOW, inp, instance_id=iid, key=iid)
+    return iid
+
+
+def _outcome_effects(
+    deps: WatchDeps, conn: Any, w: Watch, inp: OccurrenceInput, result: Result, now: float
+) -> list[str]:
+    """What the outcome changes beyond its row: what was seen, the failure streak, the cap;
+    the tell instances it starts (their ids)."""
+    started: list[str] = []
+    failures = deps.config.watch.failures_to_tell
+    if result.outcome == "failed":
+        streak = w.fail_streak + 1
+        tell = streak >= failures and not w.failing_told
+        conn.execute(
+            "UPDATE watches SET fail_streak = ?, failing_told = ? WHERE id = ?",
+            (streak, int(w.failing_told or tell), w.id),
+        )
+        if tell:
+            text = (
+                f"⚠️ Watch {w.id} ({w.label}) could not read {w.source.describe()} "
+                f"{streak} times in a row: {result.error}. It keeps trying; "
+                f"`agentd watch show {w.id}` has each check."
+            )
+            started.append(_tell(deps, conn, w, f"watch-{w.id}-failing-{inp.due}", text))
+        return started
+    if result.outcome in ("missed",) or (result.outcome == "capped" and not result.cap):
+        return started
+    if w.fail_streak or w.failing_told:
+        conn.execute("UPDATE watches SET fail_streak = 0, failing_told = 0 WHERE id = ?", (w.id,))
+        if w.failing_told and result.outcome != "capped":
+            text = f"✅ Watch {w.id} ({w.label}) reads its source again."
+            started.append(_tell(deps, conn, w, f"watch-{w.id}-back-{inp.due}", text))
+    if result.outcome == "capped":
+        day = store.utc_day(now)
+        conn.execute("UPDATE watches SET capped_day = ? WHERE id = ?", (day, w.id))
+        text = (
+            f"⏸ Watch {w.id} ({w.label}) is paused until 00:00 UTC: {result.cap}. What "
+            f"changed will be checked then; `agentd watch resume {w.id}` goes on today."
+        )
+        started.append(_tell(deps, conn, w, f"watch-{w.id}-capped-{day}", text))
+        return started
+    if result.change is not None:
+        seen = result.change.seen
+        if result.outcome != "unchanged" or result.change.kind == "told_before":
+            if result.outcome == "told":
+                seen = detect.told(seen)
+            store.save_seen(conn, w.id, seen, now)
+    if result.outcome == "told":
+        text = f"🔔 {w.label}: {result.message}\n— watch {w.id}, {w.source.describe()}"
+        ref = f"a watch on {w.source.describe()}"[:200]
+        started.append(
+            _tell(deps, conn, w, f"watch-{w.id}-told-{inp.due}", text, outside=True, origin_ref=ref)
+        )
+    return started
+
+
+async def record(deps: WatchDeps, inp: OccurrenceInput, plan: Plan, result: Result) -> int | None:
+    now = deps.clock.now()
+
+    def write(conn: Any) -> tuple[int | None, list[str]]:
+        w = store.get_any(conn, inp.watch_id)
+        if w is None:
+            return None, []
+        started: list[str] = []
+        if store.record_check(
+            conn, w, inp.due, result.outcome, now, tokens=result.tokens, detail=result.detail
+        ):
+            started = _outcome_effects(deps, conn, w, inp, result, now)
+            for due in plan.missed:
+                store.record_check(conn, w, due, "missed", now, detail="the agent was not running")
+        fresh = store.get_any(conn, inp.watch_id)
+        if fresh is None or fresh.state != "active" or plan.chain is None:
+            return None, started
+        store.start_occurrence(conn, fresh, plan.chain, now)
+        return plan.chain, started
+
+    chained, started = await deps.db.write(write)
+    for iid in started:
+        deps.kick(iid)
+    if chained is not None:
+        deps.kick(store.watch_key(inp.watch_id))
+    return chained
+
+
+# -- telling ------------------------------------------------------------------------------
+
+
+async def hold(deps: WatchDeps, inp: TellInput) -> float:
+    muted = await deps.db.read(store.muted_until, inp.chat_id)
+    cfg = deps.config
+    return budget.hold_until(deps.clock.now(), cfg.watch.quiet_hours, cfg.agent.timezone, muted)
+
+
+async def remember(deps: WatchDeps, inp: TellInput, message_id: int, instance_id: str) -> None:
+    await deps.db.write(
+        partial(
+            save_message,
+            chat_id=inp.chat_id,
+            user_id=None,
+            role="assistant",
+            content=inp.text,
+            source_key=f"{instance_id}:told",
+            instance_id=instance_id,
+            telegram_message_ids=[message_id],
+            origin="outside",
+            origin_ref=inp.origin_ref,
+        )
+    )
+
+
+def make_tell_workflow(deps: WatchDeps) -> Workflow[TellInput, TellOutput]:
+    @workflow(TELL_WORKFLOW)
+    async def tell(step: Step, inp: TellInput) -> TellOutput:
+        # Journaled, so a replay waits for the same moment (a past one returns at once).
+        until = await step.do("hold", hold, deps, inp)
+        await step.sleep_until("quiet", until)
+        send = partial(deps.outbox.send_text, inp.chat_id, inp.text)
+        message_id = await deliver(step, deps.db, "send", inp.chat_id, send)
+        if inp.outside:
+            await step.do("remember", remember, deps, inp, message_id, step.instance_id)
+        return TellOutput(message_id=message_id)
+
+    return tell
