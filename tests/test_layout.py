@@ -34,7 +34,7 @@ TIERS: list[tuple[str, ...]] = [
     ("media", "skills"),
     ("agent", "commands"),
     ("schedule", "tasks"),
-    ("automations",),  # the owner's own workflows: start, signal, hooks
+    ("automations", "watch"),  # the owner's own workflows; watches: quiet check-ins
     tuple(channel_packages()),  # each chat channel's adapter, listed in agentd/channels.py
     ("dashboard",),  # the owner's web pages: read below, served by the daemon or the CLI
     ("channels",),  # the one list of chat channels the daemon and doctor loop over

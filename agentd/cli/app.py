@@ -40,6 +40,7 @@ COMMANDS: dict[str, str] = {
     "memory": "agentd.cli.memory:app",
     "schedule": "agentd.cli.schedule:app",
     "tasks": "agentd.cli.tasks:app",
+    "watch": "agentd.cli.watch:app",
     "briefing": "agentd.cli.briefing:app",
     "ingest": "agentd.cli.docs:ingest",
     "docs": "agentd.cli.docs:app",

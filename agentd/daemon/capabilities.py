@@ -19,6 +19,7 @@ from agentd.skills import capability as skills
 from agentd.tasks import capability as tasks
 from agentd.tools import mcp, plugins
 from agentd.tools.capability import Capability
+from agentd.watch import capability as watch
 from agentd.web import capability as web
 
 # Plugins after MCP, and the hands after them (their tools yield a taken name); background
@@ -29,6 +30,7 @@ BUILTIN = (
     web.capability,
     media.capability,
     schedule.capability,
+    watch.capability,
     mail.capability,
     calendar.capability,
     skills.capability,

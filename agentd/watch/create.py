@@ -1,0 +1,149 @@
+"""Adding a watch from structured fields (the `watch_add` tool and `agentd watch add` share
+this), and the lines that describe one."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentd.config import Config
+from agentd.config.models import ModelSettings
+from agentd.ledger import audit
+from agentd.ledger.pricing import ModelPrice, price_for
+from agentd.llm.pricing import cheapest, price_table
+from agentd.schedule import ScheduleError, When
+from agentd.schedule.create import local_iso
+from agentd.schedule.recurrence import Recurrence, format_duration, resolve
+from agentd.watch import budget, store
+from agentd.watch.model import Source
+from agentd.watch.store import CatchUp, Watch
+
+FIRST_CHECK_AFTER = 2  # seconds: the first read comes at once, so a wrong source shows soon
+
+
+class WatchRequest(BaseModel):
+    """What to check, how often, and when to speak: the tool's and the CLI's arguments."""
+
+    label: str = Field(min_length=1, max_length=200, description="What is watched, in a few words.")
+    condition: str = Field(
+        min_length=1,
+        max_length=1000,
+        description="When to tell the owner, in their words: 'only if the price drops under "
+        "200', 'only if something new and important arrived'.",
+    )
+    source: Source
+    every: str | None = Field(
+        default=None, description="Check at this interval: '15m', '1h', '1d'."
+    )
+    rrule: str | None = Field(
+        default=None,
+        description="Or on a calendar rule (RFC 5545), e.g. 'FREQ=DAILY;BYHOUR=8;BYMINUTE=0'.",
+    )
+    daily_tokens: int | None = Field(
+        default=None, ge=0, description="This watch's own token cap per day; default [watch]."
+    )
+    catch_up: CatchUp | None = None
+
+
+def _interval_ok(rec: Recurrence, now: float, minimum: float) -> None:
+    if rec.kind == "interval":
+        gaps = [float(rec.every or 0)]
+    else:
+        gaps = [b - a for a, b in itertools.pairwise(rec.upcoming(now, 6))]
+    if gaps and min(gaps) < minimum:
+        raise ScheduleError(
+            f"checks would be {format_duration(min(gaps))} apart; the minimum is "
+            f"{format_duration(minimum)} (watch.min_interval)"
+        )
+
+
+def create(
+    conn: Any,
+    req: WatchRequest,
+    *,
+    watch_id: str,
+    user_id: int,
+    chat_id: int,
+    now: float,
+    config: Config,
+    by: str,
+) -> tuple[Watch, bool]:
+    """Validate and store a watch with its first check (in a moment); (watch, newly made)."""
+    found = store.get_any(conn, watch_id)
+    if found is not None:
+        return found, False  # the same tool call, run again
+    if bool(req.every) == bool(req.rrule):
+        raise ScheduleError("give exactly one of: every (an interval) or rrule (a calendar rule)")
+    rec = resolve(When(every=req.every, rrule=req.rrule), config.agent.timezone, now)
+    _interval_ok(rec, now, config.watch.min_interval)
+    active = store.count_active(conn, user_id)
+    if active >= config.watch.max_per_user:
+        raise ScheduleError(
+            f"there are already {active} watches (the limit is {config.watch.max_per_user}, "
+            "watch.max_per_user); remove one first"
+        )
+    w = Watch(
+        id=watch_id,
+        user_id=user_id,
+        chat_id=chat_id,
+        label=req.label.strip(),
+        source=req.source,
+        condition=req.condition.strip(),
+        recurrence=rec,
+        catch_up=req.catch_up or config.watch.catch_up,
+        daily_tokens=req.daily_tokens,
+        state="active",
+        next_run=None,
+        seen=None,
+        fail_streak=0,
+        failing_told=False,
+        capped_day=None,
+        created_at=now,
+        updated_at=now,
+        created_by=by,
+    )
+    store.insert(conn, w)
+    store.start_occurrence(conn, w, int(now) + FIRST_CHECK_AFTER, now)
+    audit.record(
+        conn,
+        "watch_created",
+        chat_id=chat_id,
+        user_id=user_id,
+        detail={"watch": watch_id, "source": req.source.kind, "by": by},
+        at=now,
+    )
+    return store.get(conn, watch_id), True
+
+
+def model_price(config: Config) -> tuple[str, ModelPrice]:
+    """The model that decides for watches (`[llm.models] watch`, else the cheapest) and its
+    price per million tokens."""
+    name = config.llm.models.get("watch") or cheapest(config.llm)
+    label = ModelSettings.of(config.llm).ref(name).label
+    return label, price_for(label, price_table(config.llm))
+
+
+def summary(w: Watch) -> str:
+    """One line: id, label, source, when, condition, state."""
+    state = "" if w.state == "active" else f" [{w.state}]"
+    if w.capped_day and w.state == "active":
+        state = f" [paused by a cap on {w.capped_day}]"
+    return (
+        f"{w.id}: {w.label} — {w.source.describe()}, {w.recurrence.describe()}; tells you "
+        f"only if {w.condition}{state}"
+    )
+
+
+def report(conn: Any, config: Config, w: Watch, now: float) -> str:
+    """What /watches and `agentd watch ls` say of one watch: the line, the counts, the cost."""
+    label, price = model_price(config)
+    fc = budget.forecast(conn, config, w, price, now)
+    s = store.stats(conn, w.id)
+    counts = (
+        f"{s.checks} checks: {s.unchanged} unchanged, {s.quiet} quiet, {s.told} told, "
+        f"{s.failed} failed, {s.capped} capped; {s.tokens:,} tokens"
+    )
+    nxt = f"next {local_iso(w.next_run, w.recurrence.timezone)}" if w.next_run else "not running"
+    return f"{summary(w)}\n  {counts}; {nxt}\n  cost ({label}): {fc.describe()}"
