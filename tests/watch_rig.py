@@ -1,0 +1,133 @@
+"""Watches in one process on the real engine, database and Anthropic client, with a FakeClock:
+what the unit tests and benchmarks/watch_cost.py drive (the end-to-end tests start `agentd run`
+instead). The fake Anthropic server answers `watch_verdict`; only the outbox is a recorder."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from agentd.config import Config
+from agentd.db import Database
+from agentd.durable import Engine, FakeClock
+from agentd.llm import create_llm
+from agentd.tools.fetch import fetch_policy
+from agentd.watch import store
+from agentd.watch.create import WatchRequest, create
+from agentd.watch.sources import SourceDeps
+from agentd.watch.workflow import WatchDeps, make_tell_workflow, make_watch_workflow
+from tests.fakes import FakeAnthropic
+
+START = 1_800_000_000.0  # 2027-01-15 08:00 UTC
+OWNER = 7
+
+
+class RecordingOutbox:
+    def __init__(self) -> None:
+        self.sent: list[tuple[int, str]] = []
+
+    async def send_text(self, chat_id: int, markdown: str, **_: Any) -> int:
+        self.sent.append((chat_id, markdown))
+        return len(self.sent)
+
+
+def verdict(speak: bool, message: str = "") -> list[dict[str, Any]]:
+    answer = {"speak": speak, "message": message, "reason": "rig"}
+    return [{"type": "tool_use", "id": "toolu_v", "name": "watch_verdict", "input": answer}]
+
+
+def responder(decide: Callable[[str], bool], message: str) -> Callable[[dict[str, Any]], Any]:
+    """A verdict for each watch request: speak when `decide(the shown text)`."""
+
+    def answer(body: dict[str, Any]) -> Any:
+        text = json.dumps(body["messages"], ensure_ascii=False)
+        shown = text.split("<untrusted-source-data>", 1)[-1]
+        return verdict(decide(shown), message if decide(shown) else "")
+
+    return answer
+
+
+class Rig:
+    def __init__(self, db: Database, clock: FakeClock, config: Config, llm: Any) -> None:
+        self.db, self.clock, self.config, self.llm = db, clock, config, llm
+        self.outbox = RecordingOutbox()
+        self.engine = Engine(db, clock=clock, poll_interval=0.01)
+        deps = WatchDeps(
+            config=config,
+            db=db,
+            outbox=self.outbox,
+            clock=clock,
+            llm=llm,
+            sources=SourceDeps(config, db, fetch_policy(config.tools.fetch), {}),
+            engine=self.engine,
+            kick=self.engine.kick,
+        )
+        self.engine.register(make_watch_workflow(deps))
+        self.engine.register(make_tell_workflow(deps))
+
+    async def add(self, wid: str, **fields: Any) -> store.Watch:
+        req = WatchRequest(**fields)
+        w, _ = await self.db.write(
+            lambda c: create(
+                c,
+                req,
+                watch_id=wid,
+                user_id=OWNER,
+                chat_id=OWNER,
+                now=self.clock.now(),
+                config=self.config,
+                by="test",
+            )
+        )
+        self.engine.kick(store.watch_key(wid))
+        return w
+
+    async def advance(self, seconds: float, hop: float = 60.0) -> None:
+        """Move time in hops; after each, wait until the engine did all that fell due."""
+        await self.engine.settled(60)
+        left = seconds
+        while left > 0:
+            step = min(hop, left)
+            self.clock.advance(step)
+            left -= step
+            await self.engine.settled(60)
+
+    async def outcomes(self, wid: str) -> list[str]:
+        found = await self.db.read(store.checks, wid, 100_000)
+        return [c.outcome for c in reversed(found)]
+
+
+def rig_config(tmp: Path, llm_url: str, **watch: Any) -> Config:
+    return Config.model_validate(
+        {
+            "telegram": {"allowed_user_ids": [OWNER]},
+            "llm": {"base_url": llm_url, "retries": 0},
+            "storage": {"path": str(tmp / "agentd.db")},
+            "tools": {
+                "workspace": {"path": str(tmp / "workspace")},
+                "fetch": {"allowed_hosts": ["127.0.0.1"]},
+            },
+            "schedule": {"on_time_window": 5},
+            "watch": {"min_interval": 1, **watch},
+            "secrets": {"anthropic_api_key": "sk-ant-rig"},
+        }
+    )
+
+
+@asynccontextmanager
+async def watch_rig(tmp: Path, **watch: Any) -> AsyncIterator[tuple[Rig, FakeAnthropic]]:
+    async with FakeAnthropic.serving() as fake:
+        config = rig_config(tmp, fake.base_url, **watch)
+        db = await Database.open(config.db_path)
+        llm = create_llm(config)
+        rig = Rig(db, FakeClock(START), config, llm)
+        await rig.engine.run()
+        try:
+            yield rig, fake
+        finally:
+            await rig.engine.shutdown(1.0)
+            await llm.close()
+            await db.close()
