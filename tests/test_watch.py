@@ -18,6 +18,7 @@ from agentd.watch.create import WatchRequest, create
 from agentd.watch.model import Reading, Seen, Source
 from tests.watch_rig import OWNER, START, responder, watch_rig
 
+DAY = 86400
 PAGE = "Shop\nCamera X100\nPrice: 250 EUR\nVisitors today: 17\n"
 
 
@@ -27,25 +28,33 @@ def test_focus_keeps_only_the_lines_with_its_words_and_ignores_spacing() -> None
     assert detect.focused(PAGE, "PRICE|camera") == "Camera X100\nPrice: 250 EUR"
 
 
+def _compare(seen: Seen | None, text: str, limit: int = 4000, at: float = START) -> Any:
+    return detect.compare_text(seen, Reading(ok=True, text=text), "", limit, at=at, memory=DAY)
+
+
 def test_an_unchanged_text_is_no_change_and_a_new_one_shows_lines_and_numbers() -> None:
-    first = detect.compare_text(None, Reading(ok=True, text=PAGE), "", 4000)
+    first = _compare(None, PAGE)
     assert first.kind == "changed" and "Current content" in first.shown
-    same = detect.compare_text(first.seen, Reading(ok=True, text=PAGE + "\n\n"), "", 4000)
+    same = _compare(first.seen, PAGE + "\n\n")
     assert same.kind == "none"
     moved = PAGE.replace("250", "189")
-    change = detect.compare_text(first.seen, Reading(ok=True, text=moved), "", 4000)
+    change = _compare(first.seen, moved)
     assert change.kind == "changed"
     assert "-Price: 250 EUR" in change.shown and "+Price: 189 EUR" in change.shown
     assert "Numbers before: 100, 250, 17" in change.shown
     assert "Numbers now: 100, 189, 17" in change.shown
 
 
-def test_a_state_already_told_is_not_news_again() -> None:
-    cheap = detect.compare_text(None, Reading(ok=True, text="Price: 189"), "", 4000)
-    told = detect.told(cheap.seen)
-    dear = detect.compare_text(told, Reading(ok=True, text="Price: 250"), "", 4000)
-    back = detect.compare_text(dear.seen, Reading(ok=True, text="Price: 189"), "", 4000)
-    assert back.kind == "told_before"
+def test_a_state_decided_lately_is_not_asked_again_but_is_news_a_day_later() -> None:
+    cheap = _compare(None, "Price: 189")
+    told = detect.decided(cheap.seen, START)
+    dear = _compare(told, "Price: 250", at=START + 600)
+    # A page flipping between two versions: back to the told one, no call, nothing told.
+    back = _compare(dear.seen, "Price: 189", at=START + 1200)
+    assert back.kind == "decided_before"
+    # The price went up and drops again two days later: that is news again.
+    again = _compare(dear.seen, "Price: 189", at=START + 2 * DAY)
+    assert again.kind == "changed"
 
 
 def test_items_present_at_the_start_are_a_baseline_and_only_new_ids_count() -> None:
@@ -59,8 +68,7 @@ def test_items_present_at_the_start_are_a_baseline_and_only_new_ids_count() -> N
 
 def test_a_diff_is_cut_to_what_the_model_may_be_shown() -> None:
     old = "\n".join(f"line {i}" for i in range(2000))
-    seen = Seen(digest="x", text=old)
-    change = detect.compare_text(seen, Reading(ok=True, text=old.replace("line", "row")), "", 500)
+    change = _compare(Seen(digest="x", text=old), old.replace("line", "row"), limit=500)
     assert len(change.shown) <= 500
 
 

@@ -721,6 +721,10 @@ class WatchConfig(_Section):
     failures_to_tell: int = Field(default=3, ge=1, le=1000)  # failed reads in a row, then told
     # "22:00-07:00" in agent.timezone: what a watch says then waits until the end; "": none.
     quiet_hours: str = Field(default="", pattern=QUIET_HOURS)
+    # A state decided on (told or quiet) this recently is neither asked about nor told again
+    # when the source comes back to it: a page flipping between two versions costs one call
+    # a day, not one a flip; later, the same state is news again (the price dropped again).
+    same_news_hours: float = Field(default=24.0, ge=0)
     max_change_chars: int = Field(default=4000, ge=200, le=100_000)  # what the model is shown
     max_source_bytes: int = Field(default=1_000_000, ge=1000)
     # Before a watch has a measured day: how many of its checks a day are assumed to change.

@@ -13,7 +13,7 @@ import re
 from agentd.watch.model import Change, Reading, Seen
 
 MAX_SEEN_ITEMS = 500
-MAX_TOLD = 50
+MAX_DECIDED = 50
 MAX_KEPT_TEXT = 20_000  # of the focused text, to diff against next time (journaled once)
 _NUMBER = re.compile(r"[-−]?\d[\d,.' ]*\d|[-−]?\d")
 
@@ -56,15 +56,19 @@ def _number_change(old: str, new: str) -> str:
     return f"Numbers before: {', '.join(before) or '—'}\nNumbers now: {', '.join(after) or '—'}"
 
 
-def compare_text(seen: Seen | None, reading: Reading, focus: str, limit: int) -> Change:
+def compare_text(
+    seen: Seen | None, reading: Reading, focus: str, limit: int, *, at: float, memory: float
+) -> Change:
+    """`memory`: seconds a decided state stays decided (back to it sooner: no call, nothing
+    told again); after that, the same state is news again (the price dropped again)."""
     now = focused(reading.text, focus)
     mark = digest(now)
-    told = seen.told if seen else []
-    new_seen = Seen(digest=mark, text=now[:MAX_KEPT_TEXT], told=told)
+    decided = {d: t for d, t in (seen.decided if seen else {}).items() if at - t < memory}
+    new_seen = Seen(digest=mark, text=now[:MAX_KEPT_TEXT], decided=decided)
     if seen is not None and seen.digest == mark:
         return Change(kind="none", seen=new_seen)
-    if mark in told:  # back to a state already told: the same news again is no news
-        return Change(kind="told_before", seen=new_seen)
+    if mark in decided:
+        return Change(kind="decided_before", seen=new_seen)
     if seen is None:  # the first read: the condition may hold already
         return Change(kind="changed", shown=f"Current content:\n{_cut(now, limit)}", seen=new_seen)
     parts = [f"What changed (- before, + now):\n{text_diff(seen.text, now, limit)}"]
@@ -81,7 +85,7 @@ def compare_items(seen: Seen | None, reading: Reading, limit: int) -> Change:
     known = set(seen.items)
     fresh = [i for i in ids if i not in known]
     kept = [*seen.items, *fresh][-MAX_SEEN_ITEMS:]
-    new_seen = Seen(items=kept, told=seen.told)
+    new_seen = Seen(items=kept)
     if not fresh:
         return Change(kind="none", seen=new_seen)
     lines = "\n".join(f"- {reading.items[i]}" for i in fresh)
@@ -90,8 +94,10 @@ def compare_items(seen: Seen | None, reading: Reading, limit: int) -> Change:
     )
 
 
-def told(seen: Seen) -> Seen:
-    """`seen`, remembering its state as told (text sources; items are told once by id)."""
-    if not seen.digest or seen.digest in seen.told:
+def decided(seen: Seen, at: float) -> Seen:
+    """`seen`, remembering its state as decided at `at` (text sources; items are told once by
+    id, so they need no such memory)."""
+    if not seen.digest:
         return seen
-    return seen.model_copy(update={"told": [*seen.told, seen.digest][-MAX_TOLD:]})
+    kept = sorted({**seen.decided, seen.digest: at}.items(), key=lambda kv: kv[1])
+    return seen.model_copy(update={"decided": dict(kept[-MAX_DECIDED:])})

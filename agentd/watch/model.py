@@ -67,18 +67,19 @@ class Reading(BaseModel):
 
 
 class Seen(BaseModel):
-    """What a watch last saw and what it already told (so nothing is told twice)."""
+    """What a watch last saw, and the states it decided on lately (digest -> when): a page
+    flipping between two versions is not asked about, nor told, at every flip."""
 
     digest: str = ""
     text: str = ""  # the focused text, cut, to show the model what changed
     items: list[str] = Field(default_factory=list)  # ids seen, newest last
-    told: list[str] = Field(default_factory=list)  # digests of states already told
+    decided: dict[str, float] = Field(default_factory=dict)
 
 
 class Change(BaseModel):
     """What a read brings against what was seen; `seen` is stored once the check is done."""
 
-    kind: Literal["baseline", "none", "changed", "told_before"]
+    kind: Literal["baseline", "none", "changed", "decided_before"]
     shown: str = ""  # what the model is shown: the difference, numbers, new items
     seen: Seen
 

@@ -114,7 +114,15 @@ async def observe(deps: WatchDeps, inp: OccurrenceInput) -> Observation:
         change = detect.compare_items(w.seen, reading, limit)
     else:  # a diff of two pages is CPU work: off the loop
         change = await asyncio.to_thread(
-            detect.compare_text, w.seen, reading, w.source.focus, limit
+            partial(
+                detect.compare_text,
+                w.seen,
+                reading,
+                w.source.focus,
+                limit,
+                at=deps.clock.now(),
+                memory=deps.config.watch.same_news_hours * 3600,
+            )
         )
     if change.kind == "none":  # nothing new to store: keep the journal small
         change = change.model_copy(update={"seen": detect.Seen()})
@@ -142,7 +150,7 @@ async def check(step: Step, deps: WatchDeps, inp: OccurrenceInput, plan: Plan) -
     change = seen.change
     if change.kind != "changed":
         outcome: Outcome = "baseline" if change.kind == "baseline" else "unchanged"
-        detail = "the same as a state already told" if change.kind == "told_before" else ""
+        detail = "a state decided lately" if change.kind == "decided_before" else ""
         return Result(outcome=outcome, change=change, detail=detail)
     cap = await step.do("cap", cap_check, deps, inp)
     if cap:  # what changed is decided once the cap lifts: `seen` stays as it was
@@ -229,9 +237,9 @@ def _outcome_effects(
         return started
     if result.change is not None:
         seen = result.change.seen
-        if result.outcome != "unchanged" or result.change.kind == "told_before":
-            if result.outcome == "told":
-                seen = detect.told(seen)
+        if result.outcome != "unchanged" or result.change.kind == "decided_before":
+            if result.outcome in ("told", "quiet"):
+                seen = detect.decided(seen, now)
             store.save_seen(conn, w.id, seen, now)
     if result.outcome == "told":
         text = f"🔔 {w.label}: {result.message}\n— watch {w.id}, {w.source.describe()}"
