@@ -83,7 +83,9 @@ async def simulate(days: int, kb: int) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="agentd-bench-watch-"))
     try:
         async with FakeSite.serving() as site, watch_rig(tmp) as (rig, fake):
-            fake.set_responder(responder(cheap_now, "Down to 189 EUR."))
+            watch = responder(cheap_now, "Down to 189 EUR.")
+            # The recurring prompt's answer is as short as a verdict: only its input differs.
+            fake.set_responder(lambda body: watch(body) or "Still 249 EUR; nothing to report.")
             url = site.raw("/x100", page_text(price_at(START), kb).encode(), "text/plain")
             await rig.add(
                 "wbench",

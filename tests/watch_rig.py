@@ -43,6 +43,8 @@ def responder(decide: Callable[[str], bool], message: str) -> Callable[[dict[str
     """A verdict for each watch request: speak when `decide(the shown text)`."""
 
     def answer(body: dict[str, Any]) -> Any:
+        if (body.get("tool_choice") or {}).get("name") != "watch_verdict":
+            return None  # a chat turn: the fake's echo
         text = json.dumps(body["messages"], ensure_ascii=False)
         shown = text.split("<untrusted-source-data>", 1)[-1]
         return verdict(decide(shown), message if decide(shown) else "")
