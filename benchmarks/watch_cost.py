@@ -182,6 +182,7 @@ def add_watches(db: Path, n: int, url: str, config: object) -> None:
                 watch_id=f"wb{i:03d}",
                 user_id=OWNER,
                 chat_id=OWNER,
+                chat_kind="private",
                 now=time.time(),
                 config=config,
                 by="bench",  # type: ignore[arg-type]

@@ -117,6 +117,7 @@ def _watch(conn: Any, config: Config, every: str = "15m") -> store.Watch:
         watch_id="wcam",
         user_id=OWNER,
         chat_id=OWNER,
+        chat_kind="private",
         now=START,
         config=config,
         by="test",

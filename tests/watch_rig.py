@@ -79,6 +79,7 @@ class Rig:
                 watch_id=wid,
                 user_id=OWNER,
                 chat_id=OWNER,
+                chat_kind="private",
                 now=self.clock.now(),
                 config=self.config,
                 by="test",

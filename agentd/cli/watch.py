@@ -80,7 +80,9 @@ def add(
     every: Annotated[str | None, Opt(help="Check interval: 15m, 1h, 1d.")] = None,
     rrule: Annotated[str | None, Opt(help="Or a calendar rule: 'FREQ=DAILY;BYHOUR=8'.")] = None,
     daily_tokens: Annotated[int | None, Opt(help="This watch's token cap per day.")] = None,
-    chat: Annotated[int | None, Opt(help="Chat to tell (default: the owner's).")] = None,
+    chat: Annotated[
+        int | None, Opt(help="Group chat to tell, a page watch only (default: the owner's).")
+    ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
@@ -145,6 +147,8 @@ def add(
                     watch_id="w" + secrets.token_hex(4),
                     user_id=owner,
                     chat_id=chat if chat is not None else owner,
+                    # A chat named here is taken as a group, as `agentd schedule add` does.
+                    chat_kind="private" if chat is None else "group",
                     now=time.time(),
                     config=cfg,
                     by="cli",

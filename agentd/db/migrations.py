@@ -811,6 +811,7 @@ CREATE TABLE watches (
     id TEXT PRIMARY KEY,
     user_id INTEGER NOT NULL,
     chat_id INTEGER NOT NULL,
+    chat_kind TEXT NOT NULL CHECK (chat_kind IN ('private', 'group', 'channel')),
     label TEXT NOT NULL,
     source TEXT NOT NULL,          -- JSON: agentd.watch.model.Source
     condition TEXT NOT NULL,

@@ -22,6 +22,7 @@ MAX_BUTTONS = 20
 _PRESS = re.compile(r"^wa:([a-z0-9]{1,40}):([pra])$")
 _OPS = {"p": "paused", "r": "active", "a": "removed"}
 NOT_YOURS = "Watches are the owner's; ask them."
+NOT_HERE = "Watches are listed and muted in your private chat with me, not in a group."
 
 
 def press_data(watch_id: str, op: str) -> str:
@@ -99,12 +100,16 @@ async def mute(db: Database, config: Config, inp: CommandInput) -> CommandReply:
 
 
 def register(router: CommandRouter, db: Database, config: Config) -> None:
-    async def watches(inp: CommandInput) -> CommandReply:
+    def refusal(inp: CommandInput) -> CommandReply | None:
         if not router.is_owner(inp.user_id):
             return CommandReply(text=NOT_YOURS)
-        return await list_watches(db, config, inp)
+        return None if inp.private else CommandReply(text=NOT_HERE)
+
+    async def watches(inp: CommandInput) -> CommandReply:
+        return refusal(inp) or await list_watches(db, config, inp)
 
     async def mute_command(inp: CommandInput) -> CommandReply:
+        # A group a page watch tells may be muted there too: a mute shows nothing private.
         if not router.is_owner(inp.user_id):
             return CommandReply(text=NOT_YOURS)
         return await mute(db, config, inp)

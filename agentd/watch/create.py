@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.inputs import ChatKind
 from agentd.config import Config
 from agentd.config.models import ModelSettings
 from agentd.ledger import audit
@@ -66,6 +67,7 @@ def create(
     watch_id: str,
     user_id: int,
     chat_id: int,
+    chat_kind: ChatKind,
     now: float,
     config: Config,
     by: str,
@@ -74,6 +76,11 @@ def create(
     found = store.get_any(conn, watch_id)
     if found is not None:
         return found, False  # the same tool call, run again
+    if chat_kind != "private" and req.source.kind != "page":
+        raise ScheduleError(
+            f"a {req.source.kind} watch reads the owner's own data: it tells only a private "
+            "chat (a page watch may tell a group)"
+        )
     if bool(req.every) == bool(req.rrule):
         raise ScheduleError("give exactly one of: every (an interval) or rrule (a calendar rule)")
     rec = resolve(When(every=req.every, rrule=req.rrule), config.agent.timezone, now)
@@ -88,6 +95,7 @@ def create(
         id=watch_id,
         user_id=user_id,
         chat_id=chat_id,
+        chat_kind=chat_kind,
         label=req.label.strip(),
         source=req.source,
         condition=req.condition.strip(),

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentd.chat.inputs import ChatKind
 from agentd.durable import store as durable
 from agentd.ledger import audit
 from agentd.schedule import Recurrence
@@ -23,9 +24,9 @@ State = Literal["active", "paused", "removed"]
 CatchUp = Literal["skip", "once", "all"]
 Outcome = Literal["baseline", "unchanged", "quiet", "told", "failed", "capped", "missed"]
 _COLUMNS = (
-    "id, user_id, chat_id, label, source, condition, recurrence, catch_up, daily_tokens, "
-    "state, next_run, seen, fail_streak, failing_told, capped_day, created_at, updated_at, "
-    "created_by"
+    "id, user_id, chat_id, chat_kind, label, source, condition, recurrence, catch_up, "
+    "daily_tokens, state, next_run, seen, fail_streak, failing_told, capped_day, created_at, "
+    "updated_at, created_by"
 )
 _NAMES = _COLUMNS.split(", ")
 
@@ -34,6 +35,7 @@ class Watch(BaseModel):
     id: str
     user_id: int
     chat_id: int
+    chat_kind: ChatKind  # where it tells: what it reads of the owner's goes only to a private chat
     label: str
     source: Source
     condition: str
@@ -93,7 +95,7 @@ def insert(conn: Any, w: Watch) -> bool:
 
 def get(conn: Any, watch_id: str, *, user_id: int | None = None) -> Watch:
     row = conn.execute(f"SELECT {_COLUMNS} FROM watches WHERE id = ?", (watch_id,)).fetchone()
-    if row is None or (user_id is not None and row[1] != user_id) or row[9] == "removed":
+    if row is None or (user_id is not None and row[1] != user_id) or row[10] == "removed":
         raise NotFound(f"no watch {watch_id!r}; list them with /watches or `agentd watch ls`")
     return _row(row)
 

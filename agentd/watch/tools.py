@@ -78,6 +78,7 @@ def watch_tools(db: Database, config: Config, kick: Callable[[str], None]) -> li
                     watch_id=wid,
                     user_id=ctx.user_id,
                     chat_id=ctx.chat_id,
+                    chat_kind=ctx.chat_kind,
                     now=ctx.now(),
                     config=config,
                     by=by,
