@@ -128,6 +128,33 @@ def schedule(conn: Any, sid: str, at: float, text: str) -> None:
     )
 
 
+def watch(conn: Any, wid: str, at: float, text: str) -> None:
+    """A watch whose label and condition carry outside text, with one told check."""
+    from agentd.config import Config
+    from agentd.watch import store as watch_store
+    from agentd.watch.create import WatchRequest, create
+    from agentd.watch.model import Source
+
+    req = WatchRequest(
+        label=f"watch {text}",
+        condition=f"condition {text}",
+        source=Source(kind="page", url="https://shop.example/x"),
+        every="1h",
+    )
+    w, _ = create(
+        conn,
+        req,
+        watch_id=wid,
+        user_id=OWNER,
+        chat_id=CHAT,
+        chat_kind="private",
+        now=at,
+        config=Config(),
+        by="test",
+    )
+    watch_store.record_check(conn, w, int(at), "told", at, tokens=700)
+
+
 def skill(conn: Any, name: str, description: str, at: float) -> None:
     conn.execute(
         "INSERT INTO skills (name, path, description, content_hash, status, source, "
@@ -151,6 +178,7 @@ def hostile_everything(conn: Any, now: float, text: str) -> str:
     turn(conn, 3, now - 40, f"file name: {text}", status="errored")
     memory(conn, now - 30, f"memory: {text}", f"mail from {text}")
     schedule(conn, "s1", now - 20, f"remind {text}")
+    watch(conn, "w1", now - 15, text)
     skill(conn, "demo", f"skill {text}", now - 10)
     audit.record(conn, "tool_call", chat_id=CHAT, detail={"tool": text}, at=now - 5)
     return waiting_approval(conn, 4, now - 1, "write_file", text)

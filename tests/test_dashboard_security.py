@@ -273,6 +273,29 @@ async def test_approve_is_the_same_decision_as_the_cli(dash: Dash) -> None:
     assert "Already decided: approved." in await again.text()
 
 
+async def test_a_watch_is_paused_and_resumed_from_the_schedules_page(dash: Dash) -> None:
+    csrf = await dash.login()
+    page = await (await dash.client.get("/schedules")).text()
+    assert "/watches/w1/pause" in page and "700" in page  # its told check's tokens
+
+    async def post(op: str) -> str:
+        response = await dash.client.post(
+            f"/watches/w1/{op}", data={"csrf": csrf}, headers={"Origin": dash.origin()}
+        )
+        return await response.text()
+
+    def state() -> str:
+        conn = open_sync(dash.path)
+        try:
+            return conn.execute("SELECT state FROM watches WHERE id = 'w1'").fetchone()[0]
+        finally:
+            conn.close()
+
+    assert "Watch w1: paused." in await post("pause") and state() == "paused"
+    assert "Watch w1: active." in await post("resume") and state() == "active"
+    assert "neither paused nor capped" in await post("resume")
+
+
 async def test_outside_text_is_escaped_on_every_page(dash: Dash) -> None:
     await dash.login()
     for path in PAGES:
@@ -282,7 +305,8 @@ async def test_outside_text_is_escaped_on_every_page(dash: Dash) -> None:
         assert "<script>alert" not in body, path
         assert "script-src 'self'" in response.headers["Content-Security-Policy"]
     shown = "".join([await (await dash.client.get(p)).text() for p in PAGES])
-    for where in ("mail subject: ", "page title: ", "file name: ", "memory: ", "skill "):
+    wheres = ("mail subject: ", "page title: ", "file name: ", "memory: ", "skill ", "watch ")
+    for where in wheres:
         assert where + "&lt;script&gt;" in shown, where
     export = await dash.client.get("/memory/export")
     assert "<script" not in await export.text()

@@ -93,6 +93,20 @@ def set_schedule(conn: Any, schedule_id: str, state: str) -> str:
     return f"Schedule {schedule_id}: {state}."
 
 
+def set_watch(conn: Any, watch_id: str, state: str) -> str:
+    """As `agentd watch pause|resume|rm`."""
+    from agentd.watch import store as watch_store
+
+    try:
+        w = watch_store.get(conn, watch_id)
+        if state == "active" and w.state == "active" and not w.capped_day:
+            raise Refused(f"{watch_id} is neither paused nor capped.")
+        watch_store.set_state(conn, w, state, time.time(), by=BY)  # type: ignore[arg-type]
+    except watch_store.NotFound as exc:
+        raise Refused(str(exc)) from None
+    return f"Watch {watch_id}: {state}."
+
+
 def retry(conn: Any, instance_id: str) -> str:
     """As `agentd workflows retry ID`."""
     try:

@@ -266,6 +266,25 @@ def schedules(conn: Any) -> list[tuple[Any, list[Any]]]:
     return [(s, sched_store.runs(conn, s.id, limit=5)) for s in found[:100]]
 
 
+def watches(conn: Any, prices: Any) -> list[dict[str, Any]]:
+    """Each watch with its checks, silences, messages and cost (as `agentd watch ls`)."""
+    from agentd.ledger.usage import report, totals
+    from agentd.watch import store as watch_store
+
+    out = []
+    for w in watch_store.list_watches(conn)[:100]:
+        spent = report(totals(conn, instance_prefix=f"sched-{w.id}-"), prices)
+        out.append(
+            {
+                "watch": w,
+                "stats": watch_store.stats(conn, w.id),
+                "usd": sum(r.estimated_cost_usd for r in spent),
+                "checks": watch_store.checks(conn, w.id, limit=5),
+            }
+        )
+    return out
+
+
 def automation_runs(conn: Any, limit: int = 50) -> list[dict[str, Any]]:
     cur = conn.execute(
         "SELECT r.automation, r.version, i.id, i.status, i.created_at, i.error "

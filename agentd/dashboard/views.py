@@ -140,7 +140,8 @@ async def schedules(request: web.Request) -> web.Response:
     site = site_of(request)
     found = await site.access.read(queries.schedules)
     runs = await site.access.read(queries.automation_runs)
-    return render(request, "schedules.html", schedules=found, runs=runs)
+    watched = await site.access.read(queries.watches, site.prices)
+    return render(request, "schedules.html", schedules=found, runs=runs, watches=watched)
 
 
 async def skills(request: web.Request) -> web.Response:
@@ -243,6 +244,15 @@ async def schedule_state(request: web.Request) -> web.Response:
     return await _change(request, actions.set_schedule, sid, state, back="/schedules")
 
 
+async def watch_state(request: web.Request) -> web.Response:
+    states = {"pause": "paused", "resume": "active", "remove": "removed"}
+    state = states.get(request.match_info["op"])
+    if state is None:
+        raise web.HTTPNotFound(text="Not found.")
+    wid = request.match_info["id"]
+    return await _change(request, actions.set_watch, wid, state, back="/schedules")
+
+
 async def workflow_op(request: web.Request) -> web.Response:
     ops = {"retry": actions.retry, "cancel": actions.cancel}
     op = ops.get(request.match_info["op"])
@@ -272,6 +282,7 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/memory/{id}/{op:edit|restore}", memory_embedding_change)
     router.add_get("/schedules", schedules)
     router.add_post("/schedules/{id}/{op}", schedule_state)
+    router.add_post("/watches/{id}/{op}", watch_state)
     router.add_post("/workflows/{id}/{op}", workflow_op)
     router.add_get("/skills", skills)
     router.add_get("/audit", audit)
