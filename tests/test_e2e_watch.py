@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentd.chat.names import chat_key
 from tests.daemon_process import OWNER, Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.site import FakeSite
@@ -50,7 +51,7 @@ class Stack:
     def __init__(self, tg: FakeTelegram, llm: FakeAnthropic, site: FakeSite, d: Daemon) -> None:
         self.tg, self.llm, self.site, self.daemon = tg, llm, site, d
         self.rules: dict[str, list[tuple[str, list[dict[str, Any]]]]] = {}
-        self.scripts: dict[str, Any] = {}
+        self.scripts: dict[str, list[tuple[str, Any]]] = {}
         llm.set_responder(self._respond)
 
     def _respond(self, body: dict[str, Any]) -> Any:
@@ -59,9 +60,16 @@ class Stack:
             for label, rules in self.rules.items():
                 if f"Watch: {label}" in text:
                     return next((reply for needle, reply in rules if needle in text), None)
-        for marker, reply in self.scripts.items():
+        done = {
+            b.get("tool_use_id")
+            for m in body["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+        }
+        for marker, steps in self.scripts.items():
             if marker in text:
-                return reply
+                # (tool_use id, reply): each given until its id has a result ("" last).
+                return next((reply for use_id, reply in steps if use_id not in done), None)
         return None
 
     def page(self, path: str, text: str, status: int = 200) -> str:
@@ -162,6 +170,8 @@ def test_a_page_that_changes_once_in_ten_ticks_costs_one_call_and_one_message(
     assert shown["forecast"]["measured_checks"] >= 11
     usage = s.daemon.cli_json("usage", "--schedule", wid)
     assert sum(day["calls"] for day in usage) == 2
+    said = s.daemon.cli("usage", "--schedule", wid).stdout
+    assert f"watch {wid}: " in said and "1 told" in said and "9 unchanged" not in said
 
 
 def test_a_change_that_does_not_meet_the_condition_sends_nothing(stack: Stack) -> None:
@@ -235,7 +245,7 @@ def test_what_a_watch_told_taints_the_chat_so_a_fetch_asks_first(stack: Stack) -
     before = len(s.tg.sent)
     # The owner asks to follow the link the watch's message showed; the model fetches it.
     fetch = [{"type": "tool_use", "id": "toolu_f", "name": "fetch_url", "input": {"url": planted}}]
-    s.scripts["open the storm link"] = fetch
+    s.scripts["open the storm link"] = [("toolu_f", fetch)]
     s.tg.add_message(OWNER, OWNER, "open the storm link please")
     card = s.tg.wait_until(
         lambda: next(
@@ -246,6 +256,15 @@ def test_what_a_watch_told_taints_the_chat_so_a_fetch_asks_first(stack: Stack) -
     )
     assert "fetch_url" in card["plain_text"] and "a watch on" in card["plain_text"]
     assert "/exfil" not in s.site.requests  # nothing left before the owner said yes
+    deny = next(
+        b["callback_data"]
+        for row in card["reply_markup"]["inline_keyboard"]
+        for b in row
+        if "Deny" in b["text"]
+    )
+    s.tg.add_callback_query(OWNER, OWNER, card["message_id"], deny)
+    s.daemon.wait_idle(chat_key(OWNER))
+    assert "/exfil" not in s.site.requests
 
 
 def test_kill9_during_a_check_records_the_tick_once(tmp_path: Path) -> None:
@@ -277,3 +296,58 @@ def test_kill9_during_a_check_records_the_tick_once(tmp_path: Path) -> None:
             (f"watch-{wid}",),
         )[0][0]
         assert parked == 0
+
+
+def test_the_owner_adds_a_watch_in_chat_and_pauses_it_from_watches(stack: Stack) -> None:
+    s = stack
+    url = s.page("/lamp", "Lamp: sold out")
+    s.rules["lamp"] = [("Lamp", verdict(False))]
+    args = {
+        "label": "lamp",
+        "condition": "the lamp is back in stock",
+        "source": {"kind": "page", "url": url},
+        "every": "1h",
+    }
+    use = [{"type": "tool_use", "id": "toolu_w", "name": "watch_add", "input": args}]
+    s.scripts["keep an eye on the lamp"] = [("toolu_w", use), ("", "I'm watching it.")]
+    # What earlier watches told is outside content in this chat's window: a fresh context,
+    # so adding a watch (a thing left behind, like a schedule) needs no card here.
+    before = len(s.sent())
+    s.tg.add_message(OWNER, OWNER, "/new")
+    s.tg.wait_until(lambda: len(s.sent()) > before, 30, "the /new reply")
+    before = len(s.sent())
+    s.tg.add_message(OWNER, OWNER, f"keep an eye on the lamp at {url}")
+    reply = s.tg.wait_until(
+        lambda: next((t for t in s.sent()[before:] if "watching it" in t), None), 60, "a reply"
+    )
+    assert "watch_add" in reply  # medium risk: the reply says what was done
+    result = next(
+        str(b["content"])
+        for r in s.llm.requests
+        for m in r["body"]["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("type") == "tool_result" and b.get("tool_use_id") == "toolu_w"
+    )
+    assert "Watching." in result and "24 checks a day" in result and "/month" in result
+    [wid] = [w["id"] for w in s.daemon.cli_json("watch", "ls", "--json") if w["label"] == "lamp"]
+    s.wait_checks(wid, 1)
+    count = len(s.tg.sent)
+    s.tg.add_message(OWNER, OWNER, "/watches")
+    listing = s.tg.wait_until(
+        lambda: next((m for m in s.tg.sent[count:] if m["reply_markup"]), None), 30, "/watches"
+    )
+    assert "lamp" in listing["plain_text"] and "1 checks" in listing["plain_text"]
+    pause = next(
+        b["callback_data"]
+        for row in listing["reply_markup"]["inline_keyboard"]
+        for b in row
+        if b["text"] == f"Pause {wid}"
+    )
+    s.tg.add_callback_query(OWNER, OWNER, listing["message_id"], pause)
+    poll(
+        lambda: s.daemon.query("SELECT state FROM watches WHERE id = ?", (wid,))[0][0] == "paused",
+        30,
+        "the watch paused",
+    )
+    s.daemon.wait_idle(f"watch-{wid}")

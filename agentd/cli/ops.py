@@ -63,6 +63,7 @@ def usage(
         vision = None if schedule else vision_counts(conn, since=since)
         rows = report(found, price_table(cfg.llm), vision)
         fallbacks = _fallback_answers(conn, since)
+        checks = _watch_checks(conn, schedule, since) if schedule else ""
     models = _per_model(cfg, found, fallbacks)
     if json:
         print_json(models if by_model else [r.model_dump() for r in rows])
@@ -105,6 +106,8 @@ def usage(
     )
     if len(models) > 1 or any(m["fallback_answers"] for m in models):
         _print_models(models, days)
+    if checks:
+        out.print(checks, highlight=False)
     if rows:  # markup off: "[llm.prices]" is the config section, not a style
         err.print(
             f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
@@ -112,6 +115,19 @@ def usage(
             "summary was reused / photos seen.",
             markup=False,
         )
+
+
+def _watch_checks(conn: Any, watch_id: str, since: float) -> str:
+    """A watch's checks in the period, in one line ("" when the id is no watch's)."""
+    from agentd.watch import store
+
+    if store.get_any(conn, watch_id) is None:
+        return ""
+    s = store.stats(conn, watch_id, since)
+    return (
+        f"watch {watch_id}: {s.checks} checks — {s.unchanged} unchanged (no model call), "
+        f"{s.quiet} quiet, {s.told} told, {s.failed} failed, {s.capped} capped"
+    )
 
 
 def _fallback_answers(conn: Any, since: float) -> dict[str, int]:
