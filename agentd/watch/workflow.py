@@ -32,6 +32,8 @@ from agentd.watch.model import ITEM_KINDS, Change, Verdict
 from agentd.watch.sources import SourceDeps, read
 from agentd.watch.store import TELL_WORKFLOW, WATCH_WORKFLOW, OccurrenceInput, Outcome, Watch
 
+READ_TIMEOUT = 300.0  # seconds
+
 
 @dataclass(frozen=True)
 class WatchDeps:
@@ -144,7 +146,8 @@ async def check(step: Step, deps: WatchDeps, inp: OccurrenceInput, plan: Plan) -
     w = await deps.db.read(store.get, inp.watch_id)
     if w.capped_day == store.utc_day(deps.clock.now()):
         return Result(outcome="capped", detail="held by today's cap")
-    seen = await step.do("read", observe, deps, inp)
+    # Each source bounds its own wait (fetch, IMAP, sandbox); this bounds a stuck one.
+    seen = await step.do("read", observe, deps, inp, timeout=READ_TIMEOUT)
     if not seen.ok or seen.change is None:
         return Result(outcome="failed", detail=seen.error, error=seen.error)
     change = seen.change
@@ -180,8 +183,9 @@ def make_watch_workflow(deps: WatchDeps) -> Workflow[OccurrenceInput, CheckOutpu
         else:
             try:
                 result = await check(step, deps, inp, plan)
-            except StepFailed as exc:  # the model failed for good: the check failed, loudly
-                result = Result(outcome="failed", detail=exc.message, error=exc.message)
+            except StepFailed as exc:  # a read or the model failed for good: loudly
+                why = f"{'deciding' if exc.step == 'decide' else 'reading'} failed: {exc.message}"
+                result = Result(outcome="failed", detail=why, error=why)
         nxt = await step.do("record", record, deps, inp, plan, result)
         return CheckOutput(outcome=result.outcome, next_due=nxt)
 
