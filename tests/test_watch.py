@@ -4,6 +4,7 @@ the real Anthropic client against the fake server). The daemon path is test_e2e_
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -17,6 +18,7 @@ from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
 from agentd.watch.create import WatchRequest, create
 from agentd.watch.model import Reading, Seen, Source
+from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, dovecot_server
 from tests.watch_rig import OWNER, START, responder, watch_rig
 
 DAY = 86400
@@ -342,3 +344,57 @@ async def test_an_automation_watch_tells_of_new_runs_only(tmp_path: Path) -> Non
         ]
         assert len(fake.requests) == 2
         assert [t.split("\n")[0] for _, t in rig.outbox.sent] == ["🔔 backups: A run failed."]
+
+
+def _reachable(root: Path) -> Path:
+    root.chmod(0o755)
+    return root
+
+
+@pytest.mark.skipif(not HAVE_DOVECOT, reason=SKIP_NO_DOVECOT)
+async def test_a_mail_watch_on_dovecot_tells_of_new_mail_that_meets_the_condition(
+    tmp_path: Path,
+) -> None:
+    # Dovecot's mail user must reach the folder: not under pytest's owner-only tmp_path.
+    with (
+        tempfile.TemporaryDirectory() as folder,
+        dovecot_server(_reachable(Path(folder)), {"me": "pw-me"}) as dovecot,
+    ):
+        dovecot.deliver("me", b"From: tax@gov.example\r\nSubject: old notice\r\n\r\nx\r\n")
+        mail = {
+            "name": "home",
+            "address": "me@example.org",
+            "username": "me",
+            "password_env": "PW",
+            "imap_host": "127.0.0.1",
+            "imap_port": dovecot.port,
+            "imap_security": "plain",
+            "timeout": 10,
+        }
+        async with watch_rig(tmp_path, env={"PW": "pw-me"}, extra={"mail": [mail]}) as (
+            rig,
+            fake,
+        ):
+            fake.set_responder(responder(lambda shown: "gov.example" in shown, "Tax mail."))
+            await rig.add(
+                "wmail",
+                label="tax office",
+                condition="a mail from the tax office arrives",
+                source=Source(kind="mail", account="home"),
+                every="10m",
+            )
+            await rig.advance(10 * 60)  # what is in the folder at the start is no news
+            dovecot.deliver("me", b"From: shop@example.org\r\nSubject: sale\r\n\r\nx\r\n")
+            await rig.advance(10 * 60)
+            dovecot.deliver("me", b"From: tax@gov.example\r\nSubject: your return\r\n\r\nx\r\n")
+            await rig.advance(20 * 60)
+            assert await rig.outcomes("wmail") == [
+                "baseline",
+                "unchanged",
+                "quiet",
+                "told",
+                "unchanged",
+            ]
+            assert len(fake.requests) == 2
+            [(_, told)] = rig.outbox.sent
+            assert told.startswith("🔔 tax office: Tax mail.")

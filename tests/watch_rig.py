@@ -53,7 +53,14 @@ def responder(decide: Callable[[str], bool], message: str) -> Callable[[dict[str
 
 
 class Rig:
-    def __init__(self, db: Database, clock: FakeClock, config: Config, llm: Any) -> None:
+    def __init__(
+        self,
+        db: Database,
+        clock: FakeClock,
+        config: Config,
+        llm: Any,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.db, self.clock, self.config, self.llm = db, clock, config, llm
         self.outbox = RecordingOutbox()
         self.engine = Engine(db, clock=clock, poll_interval=0.01)
@@ -63,7 +70,7 @@ class Rig:
             outbox=self.outbox,
             clock=clock,
             llm=llm,
-            sources=SourceDeps(config, db, fetch_policy(config.tools.fetch), {}),
+            sources=SourceDeps(config, db, fetch_policy(config.tools.fetch), env or {}),
             engine=self.engine,
             kick=self.engine.kick,
         )
@@ -103,9 +110,12 @@ class Rig:
         return [c.outcome for c in reversed(found)]
 
 
-def rig_config(tmp: Path, llm_url: str, **watch: Any) -> Config:
+def rig_config(
+    tmp: Path, llm_url: str, extra: dict[str, Any] | None = None, **watch: Any
+) -> Config:
     return Config.model_validate(
         {
+            **(extra or {}),
             "telegram": {"allowed_user_ids": [OWNER]},
             "llm": {"base_url": llm_url, "retries": 0},
             "storage": {"path": str(tmp / "agentd.db")},
@@ -121,12 +131,19 @@ def rig_config(tmp: Path, llm_url: str, **watch: Any) -> Config:
 
 
 @asynccontextmanager
-async def watch_rig(tmp: Path, **watch: Any) -> AsyncIterator[tuple[Rig, FakeAnthropic]]:
+async def watch_rig(
+    tmp: Path,
+    *,
+    env: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+    **watch: Any,
+) -> AsyncIterator[tuple[Rig, FakeAnthropic]]:
+    """`extra`: more config sections (a mail account); `env`: the secrets they name."""
     async with FakeAnthropic.serving() as fake:
-        config = rig_config(tmp, fake.base_url, **watch)
+        config = rig_config(tmp, fake.base_url, extra, **watch)
         db = await Database.open(config.db_path)
         llm = create_llm(config)
-        rig = Rig(db, FakeClock(START), config, llm)
+        rig = Rig(db, FakeClock(START), config, llm, env)
         await rig.engine.run()
         try:
             yield rig, fake
