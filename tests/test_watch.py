@@ -18,6 +18,8 @@ from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
 from agentd.watch.create import WatchRequest, create
 from agentd.watch.model import Reading, Seen, Source
+from tests.fakes.site import FakeSite
+from tests.hands_support import reachable_dir
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, dovecot_server
 from tests.watch_rig import OWNER, START, responder, watch_rig
 
@@ -398,3 +400,78 @@ async def test_a_mail_watch_on_dovecot_tells_of_new_mail_that_meets_the_conditio
             assert len(fake.requests) == 2
             [(_, told)] = rig.outbox.sent
             assert told.startswith("🔔 tax office: Tax mail.")
+
+
+ICS = """BEGIN:VCALENDAR\r
+VERSION:2.0\r
+PRODID:-//test//EN\r
+{events}END:VCALENDAR\r
+"""
+EVENT = """BEGIN:VEVENT\r
+UID:{uid}\r
+DTSTAMP:20270101T000000Z\r
+DTSTART:{start}\r
+DTEND:{end}\r
+SUMMARY:{summary}\r
+END:VEVENT\r
+"""
+
+
+def _ics(*events: tuple[str, str, str]) -> bytes:
+    body = "".join(
+        EVENT.format(uid=uid, start=start, end=start[:9] + "235900Z", summary=summary)
+        for uid, start, summary in events
+    )
+    return ICS.format(events=body).encode()
+
+
+async def test_a_calendar_feed_watch_tells_of_a_new_event_not_of_those_it_found(
+    tmp_path: Path,
+) -> None:
+    async with FakeSite.serving() as site:
+        url = site.raw("/cal.ics", _ics(("a", "20270116T090000Z", "Standup")), "text/calendar")
+        feed = {"name": "team", "url": url}
+        async with watch_rig(tmp_path, extra={"calendar": [feed]}) as (rig, fake):
+            fake.set_responder(responder(lambda shown: "Dentist" in shown, "A dentist slot."))
+            await rig.add(
+                "wcal",
+                label="clashes",
+                condition="a dentist appointment appears",
+                source=Source(kind="calendar", account="team"),
+                every="10m",
+            )
+            await rig.advance(10 * 60)
+            site.raw(
+                "/cal.ics",
+                _ics(("a", "20270116T090000Z", "Standup"), ("b", "20270117T100000Z", "Dentist")),
+                "text/calendar",
+            )
+            await rig.advance(20 * 60)
+            assert await rig.outcomes("wcal") == ["baseline", "unchanged", "told", "unchanged"]
+            assert len(fake.requests) == 1
+            [(_, told)] = rig.outbox.sent
+            assert told.startswith("🔔 clashes: A dentist slot.")
+
+
+async def test_a_command_watch_runs_in_the_sandbox_and_counts_a_failure(tmp_path: Path) -> None:
+    workspace = reachable_dir()
+    tools = {"workspace": {"path": str(workspace)}, "fetch": {"allowed_hosts": ["127.0.0.1"]}}
+    async with watch_rig(tmp_path, extra={"tools": tools}, failures_to_tell=1) as (rig, fake):
+        fake.set_responder(responder(lambda shown: "97%" in shown, "The disk is 97% full."))
+        (workspace / "usage.txt").write_text("disk 80%\n")
+        await rig.add(
+            "wcmd",
+            label="disk",
+            condition="the disk is over 90% full",
+            source=Source(kind="command", command="cat usage.txt"),
+            every="10m",
+        )
+        await rig.advance(10 * 60)
+        (workspace / "usage.txt").write_text("disk 97%\n")
+        await rig.advance(10 * 60)
+        (workspace / "usage.txt").unlink()  # cat exits 1: a failed read, told at once here
+        await rig.advance(10 * 60)
+        assert await rig.outcomes("wcmd") == ["quiet", "unchanged", "told", "failed"]
+        told = [t for _, t in rig.outbox.sent]
+        assert told[0].startswith("🔔 disk: The disk is 97% full.")
+        assert "exit code 1" in told[1] and "1 time in a row" in told[1]

@@ -115,7 +115,6 @@ def rig_config(
 ) -> Config:
     return Config.model_validate(
         {
-            **(extra or {}),
             "telegram": {"allowed_user_ids": [OWNER]},
             "llm": {"base_url": llm_url, "retries": 0},
             "storage": {"path": str(tmp / "agentd.db")},
@@ -126,6 +125,7 @@ def rig_config(
             "schedule": {"on_time_window": 5},
             "watch": {"min_interval": 1, **watch},
             "secrets": {"anthropic_api_key": "sk-ant-rig"},
+            **(extra or {}),  # wins: a test's own workspace, mail account, …
         }
     )
 

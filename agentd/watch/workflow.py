@@ -218,7 +218,8 @@ def _outcome_effects(
         if tell:
             text = (
                 f"⚠️ Watch {w.id} ({w.label}) could not read {w.source.describe()} "
-                f"{streak} times in a row: {result.error}. It keeps trying; "
+                f"{streak} time{'s' if streak != 1 else ''} in a row: {result.error}. It "
+                "keeps trying; "
                 f"`agentd watch show {w.id}` has each check."
             )
             started.append(_tell(deps, conn, w, f"watch-{w.id}-failing-{inp.due}", text))
