@@ -475,3 +475,36 @@ async def test_a_command_watch_runs_in_the_sandbox_and_counts_a_failure(tmp_path
         told = [t for _, t in rig.outbox.sent]
         assert told[0].startswith("🔔 disk: The disk is 97% full.")
         assert "exit code 1" in told[1] and "1 time in a row" in told[1]
+
+
+async def test_a_check_that_errors_is_told_once_and_the_watch_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with watch_rig(tmp_path) as (rig, fake):
+        fake.set_responder(responder(lambda shown: False, ""))
+        (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "workspace" / "f.txt").write_text("one\n")
+        await rig.add(
+            "wbrk",
+            label="f",
+            condition="anything",
+            source=Source(kind="file", path="f.txt"),
+            every="10m",
+        )
+        await rig.advance(60)
+        real = store.start_occurrence
+        broken = {"left": 1}
+
+        def flaky(conn: Any, *args: Any, **kwargs: Any) -> str:
+            if broken["left"] and not kwargs.get("resumed"):  # the record step's chaining
+                broken["left"] -= 1
+                raise RuntimeError("disk I/O error")
+            return real(conn, *args, **kwargs)
+
+        monkeypatch.setattr(store, "start_occurrence", flaky)
+        await rig.advance(10 * 60)  # this check's record fails for good: the chain broke
+        await rig.advance(30 * 60)
+        outcomes = await rig.outcomes("wbrk")
+        assert outcomes[:2] == ["quiet", "failed"] and outcomes[2:] == ["unchanged"] * 3
+        [(_, told)] = rig.outbox.sent
+        assert "a check stopped with an error" in told and "disk I/O error" in told

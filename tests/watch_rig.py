@@ -18,7 +18,12 @@ from agentd.tools.fetch import fetch_policy
 from agentd.watch import store
 from agentd.watch.create import WatchRequest, create
 from agentd.watch.sources import SourceDeps
-from agentd.watch.workflow import WatchDeps, make_tell_workflow, make_watch_workflow
+from agentd.watch.workflow import (
+    WatchDeps,
+    make_tell_workflow,
+    make_watch_workflow,
+    on_unfinished,
+)
 from tests.fakes import FakeAnthropic
 
 START = 1_800_000_000.0  # 2027-01-15 08:00 UTC
@@ -63,8 +68,8 @@ class Rig:
     ) -> None:
         self.db, self.clock, self.config, self.llm = db, clock, config, llm
         self.outbox = RecordingOutbox()
-        self.engine = Engine(db, clock=clock, poll_interval=0.01)
-        deps = WatchDeps(
+        self.engine = Engine(db, clock=clock, poll_interval=0.01, on_finish=self._on_finish)
+        self.deps = deps = WatchDeps(
             config=config,
             db=db,
             outbox=self.outbox,
@@ -76,6 +81,9 @@ class Rig:
         )
         self.engine.register(make_watch_workflow(deps))
         self.engine.register(make_tell_workflow(deps))
+
+    async def _on_finish(self, inst: Any) -> None:
+        await on_unfinished(self.deps, inst)  # as the daemon hands the capability its own
 
     async def add(self, wid: str, **fields: Any) -> store.Watch:
         req = WatchRequest(**fields)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from agentd.tools.capability import Context, Contribution, Simple
 
 
@@ -10,7 +12,12 @@ async def _build(ctx: Context) -> Contribution:
     from agentd.watch import commands
     from agentd.watch.sources import SourceDeps
     from agentd.watch.tools import watch_tools
-    from agentd.watch.workflow import WatchDeps, make_tell_workflow, make_watch_workflow
+    from agentd.watch.workflow import (
+        WatchDeps,
+        make_tell_workflow,
+        make_watch_workflow,
+        on_unfinished,
+    )
 
     config = ctx.config
     sources = SourceDeps(
@@ -32,7 +39,10 @@ async def _build(ctx: Context) -> Contribution:
     ctx.engine.register(make_watch_workflow(deps))
     ctx.engine.register(make_tell_workflow(deps))
     commands.register(ctx.router, ctx.db, config)
-    return Contribution(tools=watch_tools(ctx.db, config, ctx.engine.kick))
+    return Contribution(
+        tools=watch_tools(ctx.db, config, ctx.engine.kick),
+        on_unfinished=partial(on_unfinished, deps),
+    )
 
 
 def capability() -> Simple:

@@ -23,6 +23,7 @@ from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Engine, Step, StepFailed, Workflow, workflow
+from agentd.durable.store import OPEN_STATUSES, InstanceRecord
 from agentd.llm import LLM
 from agentd.memory.history import save_message
 from agentd.schedule.workflow import Plan, catch_up, grace_for
@@ -281,6 +282,42 @@ async def record(deps: WatchDeps, inp: OccurrenceInput, plan: Plan, result: Resu
     if chained is not None:
         deps.kick(store.watch_key(inp.watch_id))
     return chained
+
+
+# -- a check that ended unfinished ----------------------------------------------------------
+
+
+def _rechain(conn: Any, deps: WatchDeps, inp: OccurrenceInput, error: str, now: float) -> list[str]:
+    """The check errored (a step that failed for good, or a crash loop parked it): its row says
+    so, the owner is told once, and the watch goes on from its next due time."""
+    w = store.get_any(conn, inp.watch_id)
+    if w is None or w.state != "active":
+        return []
+    store.record_check(conn, w, inp.due, "failed", now, detail=error)
+    text = (
+        f"⚠️ Watch {w.id} ({w.label}): a check stopped with an error ({error[:200]}). It goes "
+        f"on from the next check; `agentd watch show {w.id}` has each one."
+    )
+    started = [_tell(deps, conn, w, f"watch-{w.id}-broke-{inp.due}", text)]
+    open_ones = conn.execute(
+        f"SELECT COUNT(*) FROM workflow_instances WHERE key = ? AND status IN {OPEN_STATUSES!r}",
+        (store.watch_key(w.id),),
+    ).fetchone()[0]
+    due = w.recurrence.next_after(now)
+    if not open_ones and due is not None:
+        store.start_occurrence(conn, w, due, now, resumed=True)
+        started.append(store.watch_key(w.id))
+    return started
+
+
+async def on_unfinished(deps: WatchDeps, inst: InstanceRecord) -> None:
+    if inst.workflow != WATCH_WORKFLOW or inst.status != "errored":
+        return  # a cancelled check is a pause or a removal: nothing to tell
+    inp = OccurrenceInput.model_validate_json(inst.input)
+    now = deps.clock.now()
+    error = inst.error or "unknown error"
+    for key in await deps.db.write(_rechain, deps, inp, error, now):
+        deps.kick(key)
 
 
 # -- telling ------------------------------------------------------------------------------
