@@ -508,3 +508,24 @@ async def test_a_check_that_errors_is_told_once_and_the_watch_goes_on(
         assert outcomes[:2] == ["quiet", "failed"] and outcomes[2:] == ["unchanged"] * 3
         [(_, told)] = rig.outbox.sent
         assert "a check stopped with an error" in told and "disk I/O error" in told
+
+
+async def test_a_muted_chat_gets_the_message_when_the_mute_ends(tmp_path: Path) -> None:
+    async with watch_rig(tmp_path) as (rig, fake):
+        fake.set_responder(responder(lambda shown: "two" in shown, "It says two now."))
+        (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "workspace" / "f.txt").write_text("one\n")
+        await rig.add(
+            "wmute",
+            label="f",
+            condition="it says two",
+            source=Source(kind="file", path="f.txt"),
+            every="10m",
+        )
+        await rig.advance(60)
+        await rig.db.write(store.set_mute, OWNER, START + 3600)  # as /mute 1h does
+        (tmp_path / "workspace" / "f.txt").write_text("two\n")
+        await rig.advance(50 * 60)
+        assert "told" in await rig.outcomes("wmute") and rig.outbox.sent == []
+        await rig.advance(10 * 60)
+        assert [t.split("\n")[0] for _, t in rig.outbox.sent] == ["🔔 f: It says two now."]
