@@ -200,7 +200,7 @@ async def test_a_missing_file_fails_loudly_once_and_says_when_it_reads_again(
         await rig.advance(4 * 600)
         assert await rig.outcomes("wgone") == ["failed"] * 5
         [(_, told)] = rig.outbox.sent
-        assert "could not read workspace file report.txt 2 times in a row" in told
+        assert "failed to check workspace file report.txt 2 times in a row" in told
         (tmp_path / "workspace" / "report.txt").write_text("all fine\n")
         fake.set_responder(responder(lambda shown: False, ""))
         await rig.advance(600)

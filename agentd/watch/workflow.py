@@ -91,20 +91,22 @@ class TellOutput(BaseModel):
     message_id: int
 
 
-async def plan_check(deps: WatchDeps, inp: OccurrenceInput) -> Plan:
+class CheckPlan(BaseModel):
+    """The catch-up decision, and whether today's cap holds the check: journaled together, so
+    a replay past midnight decides as the first run did."""
+
+    plan: Plan
+    held: bool = False
+
+
+async def plan_check(deps: WatchDeps, inp: OccurrenceInput) -> CheckPlan:
     w = await deps.db.read(store.get_any, inp.watch_id)
     if w is None or w.state != "active":
-        return Plan(action="stopped")
-    cfg = deps.config.schedule
+        return CheckPlan(plan=Plan(action="stopped"))
+    cfg, now = deps.config.schedule, deps.clock.now()
     grace = grace_for(cfg, w.recurrence, inp.due)
-    return catch_up(
-        w.recurrence,
-        w.catch_up,
-        inp.due,
-        deps.clock.now(),
-        on_time=cfg.on_time_window,
-        grace=grace,
-    )
+    plan = catch_up(w.recurrence, w.catch_up, inp.due, now, on_time=cfg.on_time_window, grace=grace)
+    return CheckPlan(plan=plan, held=w.capped_day == store.utc_day(now))
 
 
 async def observe(deps: WatchDeps, inp: OccurrenceInput) -> Observation:
@@ -143,9 +145,8 @@ async def run_decision(deps: WatchDeps, inp: OccurrenceInput, shown: str, iid: s
     return Decision(verdict=verdict, tokens=tokens)
 
 
-async def check(step: Step, deps: WatchDeps, inp: OccurrenceInput, plan: Plan) -> Result:
-    w = await deps.db.read(store.get, inp.watch_id)
-    if w.capped_day == store.utc_day(deps.clock.now()):
+async def check(step: Step, deps: WatchDeps, inp: OccurrenceInput, held: bool) -> Result:
+    if held:
         return Result(outcome="capped", detail="held by today's cap")
     # Each source bounds its own wait (fetch, IMAP, sandbox); this bounds a stuck one.
     seen = await step.do("read", observe, deps, inp, timeout=READ_TIMEOUT)
@@ -176,14 +177,15 @@ def make_watch_workflow(deps: WatchDeps) -> Workflow[OccurrenceInput, CheckOutpu
     @workflow(WATCH_WORKFLOW)
     async def occurrence(step: Step, inp: OccurrenceInput) -> CheckOutput:
         await step.sleep_until("due", float(inp.due))
-        plan = await step.do("plan", plan_check, deps, inp)
+        decided = await step.do("plan", plan_check, deps, inp)
+        plan = decided.plan
         if plan.action == "stopped":
             return CheckOutput(outcome="stopped")
         if plan.action == "missed":
             result = Result(outcome="missed", detail=f"{plan.lateness:.0f}s late; catch-up policy")
         else:
             try:
-                result = await check(step, deps, inp, plan)
+                result = await check(step, deps, inp, decided.held)
             except StepFailed as exc:  # a read or the model failed for good: loudly
                 why = f"{'deciding' if exc.step == 'decide' else 'reading'} failed: {exc.message}"
                 result = Result(outcome="failed", detail=why, error=why)
@@ -202,58 +204,76 @@ def _tell(deps: WatchDeps, conn: Any, w: Watch, iid: str, text: str, **extra: An
     return iid
 
 
+def _on_failure(deps: WatchDeps, conn: Any, w: Watch, due: int, error: str) -> list[str]:
+    """One more failed check in a row; the owner is told once, at `failures_to_tell`."""
+    streak = w.fail_streak + 1
+    tell = streak >= deps.config.watch.failures_to_tell and not w.failing_told
+    conn.execute(
+        "UPDATE watches SET fail_streak = ?, failing_told = ? WHERE id = ?",
+        (streak, int(w.failing_told or tell), w.id),
+    )
+    if not tell:
+        return []
+    times = f"{streak} time{'s' if streak != 1 else ''}"
+    text = (
+        f"⚠️ Watch {w.id} ({w.label}) failed to check {w.source.describe()} {times} in a row: "
+        f"{error}. It keeps trying; `agentd watch show {w.id}` has each check."
+    )
+    return [_tell(deps, conn, w, f"watch-{w.id}-failing-{due}", text)]
+
+
+def _on_success(deps: WatchDeps, conn: Any, w: Watch, due: int) -> list[str]:
+    """A check that read its source ends a failure streak, and says so if it was told."""
+    if not (w.fail_streak or w.failing_told):
+        return []
+    conn.execute("UPDATE watches SET fail_streak = 0, failing_told = 0 WHERE id = ?", (w.id,))
+    if not w.failing_told:
+        return []
+    text = f"✅ Watch {w.id} ({w.label}) reads its source again."
+    return [_tell(deps, conn, w, f"watch-{w.id}-back-{due}", text)]
+
+
+def _on_cap(deps: WatchDeps, conn: Any, w: Watch, cap: str, now: float) -> list[str]:
+    """Held until the next UTC day; told once that day."""
+    day = store.utc_day(now)
+    conn.execute("UPDATE watches SET capped_day = ? WHERE id = ?", (day, w.id))
+    text = (
+        f"⏸ Watch {w.id} ({w.label}) is paused until 00:00 UTC: {cap}. What changed will be "
+        f"checked then; `agentd watch resume {w.id}` goes on today."
+    )
+    return [_tell(deps, conn, w, f"watch-{w.id}-capped-{day}", text)]
+
+
+def _on_read(
+    deps: WatchDeps, conn: Any, w: Watch, due: int, result: Result, now: float
+) -> list[str]:
+    """What was seen is stored (a decided state with when), and a verdict to speak is sent."""
+    change = result.change
+    if change is not None and (result.outcome != "unchanged" or change.kind == "decided_before"):
+        seen = change.seen
+        if result.outcome in ("told", "quiet"):
+            seen = detect.decided(seen, now)
+        store.save_seen(conn, w.id, seen, now)
+    if result.outcome != "told":
+        return []
+    text = f"🔔 {w.label}: {result.message}\n— watch {w.id}, {w.source.describe()}"
+    ref = f"a watch on {w.source.describe()}"[:200]
+    iid = f"watch-{w.id}-told-{due}"
+    return [_tell(deps, conn, w, iid, text, outside=True, origin_ref=ref)]
+
+
 def _outcome_effects(
     deps: WatchDeps, conn: Any, w: Watch, inp: OccurrenceInput, result: Result, now: float
 ) -> list[str]:
-    """What the outcome changes beyond its row: what was seen, the failure streak, the cap;
-    the tell instances it starts (their ids)."""
-    started: list[str] = []
-    failures = deps.config.watch.failures_to_tell
+    """What the outcome changes beyond its row; the ids of the tell instances it starts."""
     if result.outcome == "failed":
-        streak = w.fail_streak + 1
-        tell = streak >= failures and not w.failing_told
-        conn.execute(
-            "UPDATE watches SET fail_streak = ?, failing_told = ? WHERE id = ?",
-            (streak, int(w.failing_told or tell), w.id),
-        )
-        if tell:
-            text = (
-                f"⚠️ Watch {w.id} ({w.label}) could not read {w.source.describe()} "
-                f"{streak} time{'s' if streak != 1 else ''} in a row: {result.error}. It "
-                "keeps trying; "
-                f"`agentd watch show {w.id}` has each check."
-            )
-            started.append(_tell(deps, conn, w, f"watch-{w.id}-failing-{inp.due}", text))
-        return started
-    if result.outcome in ("missed",) or (result.outcome == "capped" and not result.cap):
-        return started
-    if w.fail_streak or w.failing_told:
-        conn.execute("UPDATE watches SET fail_streak = 0, failing_told = 0 WHERE id = ?", (w.id,))
-        if w.failing_told and result.outcome != "capped":
-            text = f"✅ Watch {w.id} ({w.label}) reads its source again."
-            started.append(_tell(deps, conn, w, f"watch-{w.id}-back-{inp.due}", text))
+        return _on_failure(deps, conn, w, inp.due, result.error)
+    if result.outcome == "missed" or (result.outcome == "capped" and not result.cap):
+        return []  # nothing was read
+    started = _on_success(deps, conn, w, inp.due)
     if result.outcome == "capped":
-        day = store.utc_day(now)
-        conn.execute("UPDATE watches SET capped_day = ? WHERE id = ?", (day, w.id))
-        text = (
-            f"⏸ Watch {w.id} ({w.label}) is paused until 00:00 UTC: {result.cap}. What "
-            f"changed will be checked then; `agentd watch resume {w.id}` goes on today."
-        )
-        started.append(_tell(deps, conn, w, f"watch-{w.id}-capped-{day}", text))
-        return started
-    if result.change is not None:
-        seen = result.change.seen
-        if result.outcome != "unchanged" or result.change.kind == "decided_before":
-            if result.outcome in ("told", "quiet"):
-                seen = detect.decided(seen, now)
-            store.save_seen(conn, w.id, seen, now)
-    if result.outcome == "told":
-        text = f"🔔 {w.label}: {result.message}\n— watch {w.id}, {w.source.describe()}"
-        ref = f"a watch on {w.source.describe()}"[:200]
-        started.append(
-            _tell(deps, conn, w, f"watch-{w.id}-told-{inp.due}", text, outside=True, origin_ref=ref)
-        )
-    return started
+        return [*started, *_on_cap(deps, conn, w, result.cap, now)]
+    return [*started, *_on_read(deps, conn, w, inp.due, result, now)]
 
 
 async def record(deps: WatchDeps, inp: OccurrenceInput, plan: Plan, result: Result) -> int | None:
