@@ -11,7 +11,7 @@ from pydantic import BaseModel
 
 from agentd.config import Config
 from agentd.ledger.pricing import ModelPrice
-from agentd.watch.store import Watch, occurrence_id
+from agentd.watch.store import Watch, instance_prefix
 
 _TOKENS = "COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens), 0)"
 # A decision's request without the change: the rule, the condition, the schema (measured on
@@ -19,6 +19,7 @@ _TOKENS = "COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + 
 BASE_INPUT_TOKENS = 450
 ANSWER_TOKENS = 90
 CHARS_PER_TOKEN = 4
+MIN_MEASURED = 10  # checks before the forecast is measured rather than estimated
 
 
 def day_start(now: float) -> float:
@@ -26,7 +27,7 @@ def day_start(now: float) -> float:
 
 
 def watch_tokens(conn: Any, watch_id: str, since: float) -> int:
-    prefix = occurrence_id(watch_id, 0)[: -len("0")]  # sched-<id>-
+    prefix = instance_prefix(watch_id)
     sql = f"SELECT {_TOKENS} FROM llm_usage WHERE at >= ? AND instance_id LIKE ? ESCAPE '\\'"
     escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return int(conn.execute(sql, (since, escaped + "%")).fetchone()[0])
@@ -96,21 +97,25 @@ def call_tokens(config: Config, w: Watch) -> tuple[int, int]:
 
 
 def forecast(conn: Any, config: Config, w: Watch, price: ModelPrice, now: float) -> Forecast:
+    """Per day and month, at the watch model's price: measured from the last week's checks once
+    there are MIN_MEASURED of them (the first, a one-off read of the whole source, left out),
+    else estimated from the interval and `assumed_changes_per_day`."""
     per_day = checks_per_day(w, now)
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(tokens), 0) FROM watch_checks WHERE watch_id = ? "
-        "AND outcome IN ('baseline', 'unchanged', 'quiet', 'told') AND at >= ?",
-        (w.id, now - 7 * 86400),
+        "AND outcome IN ('baseline', 'unchanged', 'quiet', 'told') AND at >= ? AND due > "
+        "(SELECT MIN(due) FROM watch_checks WHERE watch_id = ?)",
+        (w.id, now - 7 * 86400, w.id),
     ).fetchone()
     measured, spent = int(row[0]), int(row[1])
     tin, tout = call_tokens(config, w)
-    if measured:
+    share_out = tout / (tin + tout)
+    if measured >= MIN_MEASURED:
         per_check = spent / measured
-        share_out = tout / (tin + tout)
     else:
+        measured = 0
         changes = min(per_day, config.watch.assumed_changes_per_day)
         per_check = (tin + tout) * changes / per_day if per_day else 0.0
-        share_out = tout / (tin + tout)
     tokens_day = per_check * per_day
     usd_day = tokens_day * ((1 - share_out) * price.input + share_out * price.output) / 1e6
     return Forecast(

@@ -62,8 +62,13 @@ class NotFound(LookupError):
     """No watch with this id (for this user)."""
 
 
+def instance_prefix(watch_id: str) -> str:
+    """What every instance id of this watch's checks starts with (its usage is found by it)."""
+    return f"sched-{watch_id}-"
+
+
 def occurrence_id(watch_id: str, due: int) -> str:
-    return f"sched-{watch_id}-{due}"
+    return f"{instance_prefix(watch_id)}{due}"
 
 
 def watch_key(watch_id: str) -> str:
