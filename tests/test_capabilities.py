@@ -26,6 +26,7 @@ PACKAGES = {
     "web": ["web"],
     "media": ["media"],
     "schedule": ["schedule"],
+    "watch": ["watch"],
     "mail": ["mail"],
     "calendar": ["calendar"],
     "skills": ["skills"],

@@ -531,3 +531,18 @@ async def test_a_muted_chat_gets_the_message_when_the_mute_ends(tmp_path: Path) 
         assert "told" in await rig.outcomes("wmute") and rig.outbox.sent == []
         await rig.advance(10 * 60)
         assert [t.split("\n")[0] for _, t in rig.outbox.sent] == ["🔔 f: It says two now."]
+
+
+def test_doctor_names_the_failing_watches(conn: Any) -> None:
+    from agentd.config import SecretSource
+    from agentd.tools.capability import Probe
+    from agentd.watch.capability import capability
+
+    config = Config()
+    w = _watch(conn, config)
+    probe = Probe(secrets=SecretSource({}), read=lambda fn: fn(conn))
+    [ok] = capability().checks(config, probe)
+    assert ok.ok and not ok.warn and ok.detail == "1 (0 paused)"
+    conn.execute("UPDATE watches SET fail_streak = 3 WHERE id = ?", (w.id,))
+    [failing] = capability().checks(config, probe)
+    assert failing.warn and "failing: wcam" in failing.detail

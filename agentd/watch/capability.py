@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
-from agentd.tools.capability import Context, Contribution, Simple
+from agentd.config import Config
+from agentd.tools.capability import Check, Checks, Context, Contribution, Probe, Simple
 
 
 async def _build(ctx: Context) -> Contribution:
@@ -45,5 +47,29 @@ async def _build(ctx: Context) -> Contribution:
     )
 
 
+def _doctor(config: Config, probe: Probe) -> list[Check]:
+    """How many watches run, and which are failing or held by a cap today: a watch is never
+    silently wrong about having checked."""
+    from agentd.watch import store
+
+    def read(conn: Any) -> list[store.Watch]:
+        return store.list_watches(conn)
+
+    found = probe.read(read)
+    checks = Checks()
+    if not found:
+        return checks
+    failing = [w.id for w in found if w.fail_streak >= config.watch.failures_to_tell]
+    capped = [w.id for w in found if w.capped_day]
+    paused = [w.id for w in found if w.state == "paused"]
+    detail = f"{len(found)} ({len(paused)} paused)"
+    if failing:
+        detail += f"; failing: {', '.join(failing)} (`agentd watch show ID` says why)"
+    if capped:
+        detail += f"; held by a cap: {', '.join(capped)}"
+    checks.add("watches", True, detail, warn=bool(failing or capped))
+    return checks
+
+
 def capability() -> Simple:
-    return Simple("watch", build=_build)
+    return Simple("watch", build=_build, doctor=_doctor)
