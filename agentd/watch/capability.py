@@ -38,11 +38,12 @@ async def _build(ctx: Context) -> Contribution:
         engine=ctx.engine,
         kick=ctx.engine.kick,
     )
-    ctx.engine.register(make_watch_workflow(deps))
-    ctx.engine.register(make_tell_workflow(deps))
-    commands.register(ctx.router, ctx.db, config)
     return Contribution(
         tools=watch_tools(ctx.db, config, ctx.engine.kick),
+        workflows=[make_watch_workflow(deps), make_tell_workflow(deps)],
+        commands=commands.commands(ctx.db, config),
+        callbacks=commands.callbacks(config),
+        about="watch a page, your mail, a calendar or a command and tell you only when it matters",
         on_unfinished=partial(on_unfinished, deps),
     )
 

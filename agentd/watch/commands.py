@@ -7,9 +7,10 @@ import re
 import time
 from typing import Any
 
+from agentd.access import owners
+from agentd.chat.command import CallbackFn, ChatCommand, CommandInput, CommandReply
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.outbox import Button
-from agentd.commands.router import CommandInput, CommandReply, CommandRouter
 from agentd.config import Config
 from agentd.db import Database
 from agentd.schedule.create import local_iso
@@ -54,7 +55,7 @@ async def list_watches(db: Database, config: Config, inp: CommandInput) -> Comma
     return CommandReply(text="\n".join(lines), buttons=buttons)
 
 
-def press(owner_id: int | None) -> Any:
+def press(owner_id: int | None) -> CallbackFn:
     def handle(conn: Any, p: CallbackPress) -> str:
         """A button of /watches: the owner's only, each change once."""
         match = _PRESS.match(p.data)
@@ -99,9 +100,12 @@ async def mute(db: Database, config: Config, inp: CommandInput) -> CommandReply:
     )
 
 
-def register(router: CommandRouter, db: Database, config: Config) -> None:
+def commands(db: Database, config: Config) -> list[ChatCommand]:
+    """/watches (the owner's, in private) and /mute (the owner's, in any chat a watch tells)."""
+    owner = owners.resolve(config.telegram).owner_id
+
     def refusal(inp: CommandInput) -> CommandReply | None:
-        if not router.is_owner(inp.user_id):
+        if owner is None or inp.user_id != owner:
             return CommandReply(text=NOT_YOURS)
         return None if inp.private else CommandReply(text=NOT_HERE)
 
@@ -110,14 +114,20 @@ def register(router: CommandRouter, db: Database, config: Config) -> None:
 
     async def mute_command(inp: CommandInput) -> CommandReply:
         # A group a page watch tells may be muted there too: a mute shows nothing private.
-        if not router.is_owner(inp.user_id):
+        if owner is None or inp.user_id != owner:
             return CommandReply(text=NOT_YOURS)
         return await mute(db, config, inp)
 
-    router.command(
-        "watches", watches, "Your watches: checks, silences, messages, cost", owner_only=True
-    )
-    router.command(
-        "mute", mute_command, "Hold watch messages: /mute 2h, /mute off", owner_only=True
-    )
-    router.callback(CALLBACK_PREFIX, press(router.owner_id))
+    return [
+        ChatCommand(
+            "watches", watches, "Your watches: checks, silences, messages, cost", owner_only=True
+        ),
+        ChatCommand(
+            "mute", mute_command, "Hold watch messages: /mute 2h, /mute off", owner_only=True
+        ),
+    ]
+
+
+def callbacks(config: Config) -> dict[str, CallbackFn]:
+    """The buttons of /watches: Pause, Resume, Remove."""
+    return {CALLBACK_PREFIX: press(owners.resolve(config.telegram).owner_id)}
