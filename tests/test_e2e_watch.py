@@ -8,6 +8,7 @@ are on the checks the database records, never on a fixed sleep.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -351,3 +352,16 @@ def test_the_owner_adds_a_watch_in_chat_and_pauses_it_from_watches(stack: Stack)
         "the watch paused",
     )
     s.daemon.wait_idle(f"watch-{wid}")
+    # /mute holds watch messages for this chat until the time it says; /mute off ends it.
+    count = len(s.tg.sent)
+    s.tg.add_message(OWNER, OWNER, "/mute 2h")
+    muted = s.tg.wait_until(
+        lambda: len(s.tg.sent) > count and s.tg.sent[-1]["plain_text"], 30, "the /mute reply"
+    )
+    assert "wait until" in muted and "none is lost" in muted
+    until = s.daemon.query("SELECT until FROM watch_mutes WHERE chat_id = ?", (OWNER,))[0][0]
+    assert 7100 < until - time.time() <= 7200
+    count = len(s.tg.sent)
+    s.tg.add_message(OWNER, OWNER, "/mute off")
+    s.tg.wait_until(lambda: len(s.tg.sent) > count, 30, "the /mute off reply")
+    assert s.daemon.query("SELECT COUNT(*) FROM watch_mutes")[0][0] == 0
