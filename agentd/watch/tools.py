@@ -4,7 +4,6 @@ allowed, and in a tainted turn), `watch_list`, `watch_remove`. The owner's, in p
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +42,8 @@ def assess_add(config: Config) -> Callable[[Any, CallState], Assessment | None]:
     def assess(args: WatchRequest, state: CallState) -> Assessment | None:
         if args.source.kind != "command":
             return None
+        if config.tools.shell.sandbox == "none":
+            return Assessment(risk="high", reason="commands run WITHOUT a sandbox here")
         plain = rules.parse(args.source.command)
         if plain.ok and plain.argv[0] in config.tools.shell.allowlist:
             return None
@@ -87,7 +88,7 @@ def watch_tools(db: Database, config: Config, kick: Callable[[str], None]) -> li
         except ScheduleError as exc:
             raise ToolError(f"Not added: {exc}.") from None
         kick(store.watch_key(wid))
-        said = await db.read(lambda conn: report(conn, config, w, time.time()))
+        said = await db.read(lambda conn: report(conn, config, w, ctx.now()))
         return f"Watching. {said}\nThe first check runs now."
 
     @watches.tool(risk="low", description="List the owner's watches with their counts and cost.")
