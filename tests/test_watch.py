@@ -546,3 +546,24 @@ def test_doctor_names_the_failing_watches(conn: Any) -> None:
     conn.execute("UPDATE watches SET fail_streak = 3 WHERE id = ?", (w.id,))
     [failing] = capability().checks(config, probe)
     assert failing.warn and "failing: wcam" in failing.detail
+
+
+def test_the_watch_tables_come_on_an_existing_database(tmp_path: Path) -> None:
+    """An upgrade: a database migrated up to the step before keeps its rows, gains the
+    watch tables once, and a second run applies nothing."""
+    from agentd.db import open_sync
+    from agentd.db.migrations import MIGRATIONS, apply_migrations
+
+    before = [m for m in MIGRATIONS if m[0] != "m055_watches"]
+    conn = open_sync(tmp_path / "old.db")
+    try:
+        apply_migrations(conn, before)
+        conn.execute("INSERT INTO audit (at, kind, detail) VALUES (1, 'turn_started', '{}')")
+        assert apply_migrations(conn) == ["m055_watches"]
+        assert apply_migrations(conn) == []
+        assert conn.execute("SELECT COUNT(*) FROM audit").fetchone()[0] == 1
+        config = Config()
+        w = _watch(conn, config)
+        assert store.get(conn, w.id).chat_kind == "private"
+    finally:
+        conn.close()

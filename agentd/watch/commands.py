@@ -23,7 +23,7 @@ MAX_BUTTONS = 20
 _PRESS = re.compile(r"^wa:([a-z0-9]{1,40}):([pra])$")
 _OPS = {"p": "paused", "r": "active", "a": "removed"}
 NOT_YOURS = "Watches are the owner's; ask them."
-NOT_HERE = "Watches are listed and muted in your private chat with me, not in a group."
+NOT_HERE = "Watches are listed in your private chat with me, not in a group."
 
 
 def press_data(watch_id: str, op: str) -> str:
