@@ -567,3 +567,23 @@ def test_the_watch_tables_come_on_an_existing_database(tmp_path: Path) -> None:
         assert store.get(conn, w.id).chat_kind == "private"
     finally:
         conn.close()
+
+
+async def test_the_watch_chain_starts_at_the_cheapest_model_unless_one_is_named() -> None:
+    from agentd.llm.factory import build
+
+    def chain(models: dict[str, str]) -> list[str]:
+        config = Config.model_validate(
+            {
+                "llm": {
+                    "model": "claude-sonnet-4-5",
+                    "fallbacks": ["claude-haiku-4-5"],
+                    "models": models,
+                },
+                "secrets": {"anthropic_api_key": "sk-ant-test"},
+            }
+        )
+        return [c.ref.label for c in build(config).chains["watch"]]
+
+    assert chain({})[0] == "claude-haiku-4-5"
+    assert chain({"watch": "claude-sonnet-4-5"})[0] == "claude-sonnet-4-5"
