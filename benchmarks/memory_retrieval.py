@@ -51,6 +51,7 @@ from agentd.memory.in_context import words_in_context
 from agentd.memory.search import keyword_search, search, vector_search
 from agentd.memory.store import NewMemory, add_memories, embedding_text
 from agentd.memory.when import date_words, time_context
+from agentd.memory.window import window_contexts
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.retrieval.fusion import TUNED_FUSION, Fusion, fuse
@@ -106,6 +107,8 @@ class ArmResult(BaseModel):
     recall: dict[str, float]  # "R@5" → value
     by_category: dict[str, dict[str, float]]
     by_conversation: dict[str, dict[str, float]] = Field(default_factory=dict)
+    # "one session" / "several sessions": where a question's evidence turns were said
+    by_spread: dict[str, dict[str, float]] = Field(default_factory=dict)
     search_ms_p50: float
     search_ms_p95: float
 
@@ -263,9 +266,29 @@ def _pct(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
+def spread(evidence: Sequence[str]) -> str:
+    """Whether a question's evidence was said in one session or several ("D3:7" is session 3)."""
+    return "several sessions" if len({e.split(":")[0] for e in evidence}) > 1 else "one session"
+
+
 def _recall(found: Sequence[set[str]], evidence: Sequence[str], k: int) -> float:
     top: set[str] = set().union(*found[:k]) if found else set()
     return sum(1 for e in evidence if e in top) / len(evidence)
+
+
+def _windowed(turns: list[Turn], context: str) -> list[Turn]:
+    """`--context window`: each turn's context is the messages around it in its session
+    (memory/window.py), not only the one before it."""
+    if context != "window":
+        return turns
+    sessions: dict[str, list[Turn]] = defaultdict(list)
+    for turn in turns:
+        sessions[turn.dia_id.split(":")[0]].append(turn)
+    contexts: dict[int, str | None] = {}
+    for members in sessions.values():
+        for turn, around in zip(members, window_contexts([t.text for t in members]), strict=True):
+            contexts[id(turn)] = around
+    return [t.model_copy(update={"context": contexts[id(t)]}) for t in turns]
 
 
 def _dated(turns: list[Turn], dates: str) -> list[Turn]:
@@ -286,13 +309,17 @@ def _dated(turns: list[Turn], dates: str) -> list[Turn]:
 
 
 async def _index(
-    conn: Any, embedder: Embedder, conversations: list[Conversation], dates: str = "none"
+    conn: Any,
+    embedder: Embedder,
+    conversations: list[Conversation],
+    dates: str = "none",
+    context: str = "previous",
 ) -> dict:
     """Store every turn; return memory id → dia_id(s) per conversation user id."""
     runner = ConnRunner(conn)
     owner: dict[int, str] = {}
     for user_id, conv in enumerate(conversations, start=1):
-        turns = _dated(conv.turns, dates)
+        turns = _dated(_windowed(conv.turns, context), dates)
         for start in range(0, len(turns), 256):
             batch = turns[start : start + 256]
             vectors = await embedder.embed_documents(
@@ -328,6 +355,7 @@ async def run_benchmark(
     prefilter: str = "bits",
     cv: bool = False,
     dates: str = "none",
+    context: str = "previous",
 ) -> Report:
     """Index, query every question in the three modes and score them. `prefilter`: the vector
     arm's candidates from the in-process bit copy, as the daemon searches ("bits"), or from
@@ -338,7 +366,7 @@ async def run_benchmark(
         try:
             apply_migrations(conn)
             started = time.perf_counter()
-            owner = await _index(conn, embedder, conversations, dates)
+            owner = await _index(conn, embedder, conversations, dates, context)
             index_seconds = time.perf_counter() - started
             bits = BitCache() if prefilter == "bits" else None
             report = await _query_all(conn, embedder, conversations, owner, fusion, sweep, bits, cv)
@@ -360,7 +388,7 @@ async def _query_all(
     bits: BitCache | None,
     cv: bool = False,
 ) -> Report:
-    per_arm: dict[str, list[tuple[str, str, dict[int, float]]]] = {arm: [] for arm in ARMS}
+    per_arm: dict[str, list[tuple[str, str, str, dict[int, float]]]] = {arm: [] for arm in ARMS}
     latency: dict[str, list[float]] = {arm: [] for arm in ARMS}
     embed_ms: list[float] = []
     arm_lists: list[ArmLists] = []
@@ -395,6 +423,7 @@ async def _query_all(
                     (
                         q.category,
                         conv.sample_id,
+                        spread(q.evidence),
                         {k: _recall(found(ids), q.evidence, k) for k in KS},
                     )
                 )
@@ -429,12 +458,16 @@ async def _query_all(
     return report
 
 
-def _summarise(rows: list[tuple[str, str, dict[int, float]]], latency: list[float]) -> ArmResult:
+def _summarise(
+    rows: list[tuple[str, str, str, dict[int, float]]], latency: list[float]
+) -> ArmResult:
     by_cat: dict[str, list[dict[int, float]]] = defaultdict(list)
     by_conv: dict[str, list[dict[int, float]]] = defaultdict(list)
-    for category, conversation, rec in rows:
+    by_spread: dict[str, list[dict[int, float]]] = defaultdict(list)
+    for category, conversation, where, rec in rows:
         by_cat[category].append(rec)
         by_conv[conversation].append(rec)
+        by_spread[where].append(rec)
 
     def mean(recs: list[dict[int, float]]) -> dict[str, float]:
         return {
@@ -442,9 +475,10 @@ def _summarise(rows: list[tuple[str, str, dict[int, float]]], latency: list[floa
         }
 
     return ArmResult(
-        recall=mean([r for _, _, r in rows]),
+        recall=mean([r for *_, r in rows]),
         by_category={c: mean(v) for c, v in sorted(by_cat.items())},
         by_conversation={c: mean(v) for c, v in by_conv.items()},
+        by_spread={c: {**mean(v), "n": len(v)} for c, v in sorted(by_spread.items())},
         search_ms_p50=round(_pct(latency, 0.5), 3),
         search_ms_p95=round(_pct(latency, 0.95), 3),
     )
@@ -532,6 +566,14 @@ def format_report(report: Report) -> str:
             for arm in ARMS
         )
         lines.append(f"  {cat} {name:<12} n={n:<4} {cells}")
+    lines += ["", "by where the evidence was said (R@5 / R@10):"]
+    for where, cell in next(iter(report.arms.values())).by_spread.items():
+        cells = "  ".join(
+            f"{arm} {report.arms[arm].by_spread[where]['R@5']:.3f}/"
+            f"{report.arms[arm].by_spread[where]['R@10']:.3f}"
+            for arm in ARMS
+        )
+        lines.append(f"  {where:<16} n={int(cell['n']):<4} {cells}")
     convs = list(next(iter(report.arms.values())).by_conversation)
     lines += ["", "by conversation (R@5 / R@10):"]
     for conv in convs:
@@ -630,6 +672,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--questions", choices=["all", "asked", "pronoun", "context"], default="all"
     )
     parser.add_argument(
+        "--context",
+        choices=["window", "previous"],
+        default="previous",
+        help="each turn's context: the messages around it (memory/window.py) or the one before",
+    )
+    parser.add_argument(
         "--cache",
         default="/tmp/agentd-bench-e5-vectors.json",
         help="e5 vectors kept here between runs ('none': no cache)",
@@ -697,6 +745,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefilter=args.prefilter,
             cv=args.cv,
             dates=args.dates,
+            context=args.context,
         )
     )
     if isinstance(embedder, CachedEmbedder):

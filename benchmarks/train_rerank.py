@@ -36,19 +36,21 @@ from agentd.db import Database
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.durable import SystemClock
-from agentd.memory.search import keyword_search, rerank_candidates, vector_search
+from agentd.memory.search import keyword_search, ranker_pool, vector_search
 from agentd.memory.summarise import SummaryDeps
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder
 from agentd.retrieval.fusion import TUNED_FUSION, fuse
 from agentd.retrieval.rerank import FEATURES, Ranker, ranker_path, rerank
-from benchmarks.memory_retrieval import _index, load_dataset
+from benchmarks.memory_retrieval import _index, load_dataset, spread
 from benchmarks.memory_stored import ExtractiveLLM, build, covered
 from benchmarks.recall_cv import CachedEmbedder
 
 EMBEDDER = "e5-small"
 STORES = {False: "turns", True: "stored"}
 OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates are drawn with
+EXPAND = {"n": 0}  # --expand: how many top fused hits lend their neighbours as candidates
+CONTEXT = {"turns": "previous"}  # --context: what a stored turn's context is (memory_retrieval)
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -60,7 +62,9 @@ class Row:
     def __init__(self, conv: str, text: str, evidence: Sequence[str], **lists: Any) -> None:
         self.conv, self.text, self.evidence = conv, text, list(evidence)
         self.kw, self.vec, self.fused = lists["kw"], lists["vec"], lists["fused"]
+        self.pool = lists["pool"]  # what the ranker orders: fused, plus neighbours
         self.candidates = lists["candidates"]
+        self.data = lists.get("data", "")  # which data set (file stem) it came from
         self.covers: dict[int, set[str]] = lists["covers"]  # id → the turns it holds
         self.stored = lists.get("stored", False)  # summaries and facts, not turns
 
@@ -74,14 +78,23 @@ async def collect(path: str, cache: Path) -> list[Row]:
         conn = open_sync(Path(tmp) / "train.db")
         try:
             apply_migrations(conn)
-            owner = await _index(conn, embedder, conversations)
+            owner = await _index(conn, embedder, conversations, context=CONTEXT["turns"])
             bits = BitCache()
             for user_id, conv in enumerate(conversations, start=1):
                 for q in conv.questions:
                     qvec = await embedder.embed_query(q.question)
                     lists = _arms(conn, user_id, q.question, qvec, embedder.model_id, fusion, bits)
-                    covers = {mid: {owner[mid]} for mid, _ in lists["fused"]}
-                    rows.append(Row(conv.sample_id, q.question, q.evidence, covers=covers, **lists))
+                    covers = {mid: {owner[mid]} for mid, _ in lists["pool"]}
+                    rows.append(
+                        Row(
+                            conv.sample_id,
+                            q.question,
+                            q.evidence,
+                            covers=covers,
+                            data=Path(path).stem,
+                            **lists,
+                        )
+                    )
         finally:
             conn.close()
     embedder.save()
@@ -126,6 +139,7 @@ async def collect_stored(path: str, cache: Path) -> list[Row]:
                             q.evidence,
                             covers=units,
                             stored=True,
+                            data=Path(path).stem,
                             **lists,
                         )
                     )
@@ -148,8 +162,8 @@ def _arms(
     kw = keyword_search(conn, user_id, text, fusion.depth)
     vec = vector_search(conn, user_id, qvec, model_id, fusion.depth, bits=bits)
     fused = fuse(kw, vec, fusion)
-    candidates = rerank_candidates(conn, user_id, [mid for mid, _ in fused])
-    return {"kw": kw, "vec": vec, "fused": fused, "candidates": candidates}
+    pool, candidates = ranker_pool(conn, user_id, fused, EXPAND["n"])
+    return {"kw": kw, "vec": vec, "fused": fused, "pool": pool, "candidates": candidates}
 
 
 def matrix(rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
@@ -158,9 +172,7 @@ def matrix(rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
     xs: list[list[float]] = []
     ys: list[float] = []
     for row in rows:
-        for mid, feats in feature_rows(
-            row.text, row.kw, row.vec, row.fused, row.candidates
-        ).items():
+        for mid, feats in feature_rows(row.text, row.kw, row.vec, row.pool, row.candidates).items():
             xs.append(feats)
             ys.append(float(bool(row.covers.get(mid, set()) & set(row.evidence))))
     return np.array(xs), np.array(ys)
@@ -183,66 +195,143 @@ def train(rows: Sequence[Row], label: str) -> Ranker:
     return Ranker(
         embedder=EMBEDDER,
         trained_on=label,
+        expand=EXPAND["n"],
         weights={f: round(float(v), 6) for f, v in zip(FEATURES, raw, strict=True)},
         bias=round(b - float((raw * mean).sum()), 6),
     )
 
 
-def recall5(order: Sequence[int], row: Row) -> float:
-    top = set().union(*(row.covers.get(mid, set()) for mid in order[:5]))
+def recall_at(order: Sequence[int], row: Row, k: int) -> float:
+    top = set().union(*(row.covers.get(mid, set()) for mid in order[:k]))
     return sum(1 for e in row.evidence if e in top) / len(row.evidence)
+
+
+def recall5(order: Sequence[int], row: Row) -> float:
+    return recall_at(order, row, 5)
+
+
+ORDERS = ("keyword", "fused", "reranked")
+
+
+def orders(row: Row, ranker: Ranker) -> dict[str, list[int]]:
+    ranked = rerank(ranker, row.text, row.kw, row.vec, row.pool, row.candidates)
+    return {
+        "keyword": [m for m, _ in row.kw],
+        "fused": [m for m, _ in row.fused],
+        "reranked": [m for m, _ in ranked],
+    }
+
+
+def figures(row: Row, ranker: Ranker) -> dict[str, float]:
+    """R@5 and R@10 of each order, and R@5 again under "<order> several" when the evidence was
+    said in more than one session."""
+    out: dict[str, float] = {}
+    several = spread(row.evidence) == "several sessions"
+    for name, order in orders(row, ranker).items():
+        out[f"{name} R@5"] = recall_at(order, row, 5)
+        out[f"{name} R@10"] = recall_at(order, row, 10)
+        if several:
+            out[f"{name} several"] = out[f"{name} R@5"]
+    return out
 
 
 def score(rows: Sequence[Row], ranker: Ranker) -> dict[str, float]:
     out: dict[str, list[float]] = defaultdict(list)
     for row in rows:
-        ranked = rerank(ranker, row.text, row.kw, row.vec, row.fused, row.candidates)
-        out["keyword"].append(recall5([m for m, _ in row.kw], row))
-        out["fused"].append(recall5([m for m, _ in row.fused], row))
-        out["reranked"].append(recall5([m for m, _ in ranked], row))
+        for key, value in figures(row, ranker).items():
+            out[key].append(value)
     return {k: float(np.mean(v)) for k, v in out.items()}
+
+
+def _line(label: str, store: str, rows: Sequence[Row], values: dict[str, list[float]]) -> str:
+    cells = " ".join(
+        f"{float(np.mean(values[f'{o} R@5'])):.3f}/{float(np.mean(values[f'{o} R@10'])):.3f}/"
+        + (f"{float(np.mean(values[f'{o} several'])):.3f}" if values.get(f"{o} several") else "-")
+        for o in ORDERS
+    )
+    return f"{label:24} {store:7} {len(rows):5} {cells}"
+
+
+def report(title: str, scored: Sequence[tuple[Row, dict[str, float]]]) -> None:
+    """Pooled figures per data set and store (R@5/R@10/several-sessions R@5 per order)."""
+    print(f"\n{title}")
+    print(f"{'data':24} {'store':7} {'n':>5} " + " ".join(f"{o:>17}" for o in ORDERS))
+    groups: dict[tuple[str, bool], list[tuple[Row, dict[str, float]]]] = defaultdict(list)
+    for row, values in scored:
+        groups[(row.data, row.stored)].append((row, values))
+    for (data, stored), items in sorted(groups.items()):
+        values: dict[str, list[float]] = defaultdict(list)
+        for _, v in items:
+            for key, x in v.items():
+                values[key].append(x)
+        several = sum(1 for r, _ in items if spread(r.evidence) == "several sessions")
+        print(
+            _line(data, STORES[stored], [r for r, _ in items], values) + f"  (several: {several})"
+        )
+
+
+def _collect_all(datasets: Sequence[str], caches: Sequence[str], stored: bool) -> list[Row]:
+    rows: list[Row] = []
+    for i, path in enumerate(datasets):
+        cache = Path(caches[min(i, len(caches) - 1)])
+        rows += asyncio.run(collect(path, cache))
+        if stored:
+            rows += asyncio.run(collect_stored(path, cache))
+    return rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", "--dataset", dest="dataset", required=True)
-    parser.add_argument("--cache", default="/tmp/agentd-bench-e5-vectors.json")
+    parser.add_argument(
+        "--data", "--dataset", dest="dataset", action="append", required=True, help="repeatable"
+    )
+    parser.add_argument(
+        "--cache",
+        action="append",
+        help="vector cache per --data, in order (default /tmp/agentd-bench-e5-vectors.json)",
+    )
+    parser.add_argument(
+        "--test",
+        action="append",
+        default=[],
+        help="also train on all of --data and score these files (conversations in --data left out)",
+    )
+    parser.add_argument("--test-cache", action="append", help="vector cache per --test")
     parser.add_argument("--write", action="store_true", help="ship the weights trained on all")
     parser.add_argument("--depth", type=int, help="candidates per arm (default: the tuned depth)")
+    parser.add_argument(
+        "--expand", type=int, default=0, help="top fused hits whose neighbours join the candidates"
+    )
+    parser.add_argument("--turns-only", action="store_true", help="skip the stored summaries")
+    parser.add_argument("--context", choices=["window", "previous"], default="previous")
     args = parser.parse_args(argv)
     if args.depth:
         OVERRIDES["depth"] = args.depth
-    rows = asyncio.run(collect(args.dataset, Path(args.cache)))
-    rows += asyncio.run(collect_stored(args.dataset, Path(args.cache)))
+    EXPAND["n"] = args.expand
+    CONTEXT["turns"] = args.context
+    caches = args.cache or ["/tmp/agentd-bench-e5-vectors.json"]
+    rows = _collect_all(args.dataset, caches, not args.turns_only)
     convs = sorted({r.conv for r in rows})
-    print(f"{len(rows)} questions × stores in {len(convs)} conversations")
-    print(f"features: {', '.join(FEATURES)}")
-    print(f"{'held out':12} {'store':7} {'n':>4} {'keyword':>8} {'fused':>8} {'reranked':>9}")
-    pooled: dict[tuple[bool, str], list[float]] = defaultdict(list)
+    print(f"{len(rows)} questions × stores × data sets in {len(convs)} conversations")
+    print(f"features: {', '.join(FEATURES)}; expand {EXPAND['n']}")
+    # Cross-validated by conversation: a conversation's clean and noisy renderings are held out
+    # together, so no fold trains on the conversation it is scored on.
+    scored: list[tuple[Row, dict[str, float]]] = []
     for conv in convs:
         ranker = train([r for r in rows if r.conv != conv], f"all but {conv}")
-        for stored in (False, True):
-            test = [r for r in rows if r.conv == conv and r.stored == stored]
-            figures = score(test, ranker)
-            for k, v in figures.items():
-                pooled[(stored, k)].extend([v] * len(test))
-            print(
-                f"{conv:12} {STORES[stored]:7} {len(test):4} "
-                + " ".join(f"{figures[k]:8.3f}" for k in figures)
-            )
-    for stored in (False, True):
-        cells = [np.mean(v) for (s, _), v in pooled.items() if s == stored]
-        n = sum(1 for r in rows if r.stored == stored)
-        print(f"{'pooled':12} {STORES[stored]:7} {n:4} " + " ".join(f"{c:8.3f}" for c in cells))
-    name = Path(args.dataset).name
+        scored += [(r, figures(r, ranker)) for r in rows if r.conv == conv]
+    report("cross-validated by conversation (R@5/R@10/several-sessions R@5)", scored)
+    names = ", ".join(Path(d).name for d in args.dataset)
     questions = sum(1 for r in rows if not r.stored)
-    ranker = train(
-        rows, f"{name}: {', '.join(convs)} ({questions} questions, as turns and as stored)"
-    )
-    for stored in (False, True):
-        inside = score([r for r in rows if r.stored == stored], ranker)
-        figures = ", ".join(f"{k} {v:.3f}" for k, v in inside.items())
-        print(f"trained on all, in-sample, {STORES[stored]}: {figures}")
+    ranker = train(rows, f"{names}: {', '.join(convs)} ({questions} questions × renderings)")
+    report("trained on all, in-sample", [(r, figures(r, ranker)) for r in rows])
+    if args.test:
+        test = [r for r in _collect_all(args.test, args.test_cache or caches, False)]
+        test = [r for r in test if r.conv not in convs]
+        report(
+            f"trained on all, scored on --test ({len(test)} questions)",
+            [(r, figures(r, ranker)) for r in test],
+        )
     print(json.dumps(ranker.weights), f"bias {ranker.bias}")
     if args.write:
         path = ranker_path(EMBEDDER)

@@ -19,6 +19,7 @@ from agentd.memory.store import (
     update_content,
 )
 from agentd.memory.summarise import BlockMessage, block_context
+from agentd.memory.window import window_contexts
 
 
 def _fts_hits(conn: Any, term: str) -> list[int]:
@@ -111,3 +112,23 @@ def test_block_context_names_the_days_in_the_owners_zone() -> None:
     assert block_context(one_day, "UTC") == "Conversation of 8 May 2023 to 9 May 2023"
     two_days = [msg(1, "2023-12-31 22:00"), msg(2, "2024-01-01 01:00")]
     assert block_context(two_days, zone) == "Conversation of 31 December 2023 to 1 January 2024"
+
+
+def test_a_turns_window_is_the_messages_around_it_in_its_session(conn: Any) -> None:
+    """A thought typed as several short messages: the one that answers holds none of the
+    question's words, its neighbours do, and its window context makes it findable."""
+    session = ["went to the lake", "w the kids", "on sunday", "lol", "nice!!", "so jealous"]
+    contexts = window_contexts(session)
+    assert contexts[0] == "w the kids\non sunday"  # nothing before the first message
+    assert contexts[2] == "went to the lake\nw the kids\nlol\nnice!!"  # two each side, in order
+    assert contexts[5] == "lol\nnice!!"
+    assert window_contexts(["alone"]) == [None] and window_contexts([]) == []
+    assert window_contexts(session, reach=1)[1] == "went to the lake\non sunday"
+    ids = [
+        add_memory(conn, NewMemory(user_id=1, kind="turn", content=text, context=context))
+        for text, context in zip(session, contexts, strict=True)
+    ]
+    found = [mid for mid, _ in keyword_search(conn, 1, "when did they go to the lake?", 5)]
+    # Its own words rank the message that says them first; its neighbours follow on its window.
+    assert found[0] == ids[0] and ids[2] in found
+    assert [mid for mid, _ in keyword_search(conn, 2, "lake", 5)] == []  # one user's only

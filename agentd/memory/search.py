@@ -220,8 +220,8 @@ def _reorder(conn: Conn, user_id: int, text: str, fusion: Fusion) -> Rerank | No
     if ranker is not None:
 
         def learned(fused: Ranked, kw: Ranked, vec: Ranked) -> Ranked:
-            candidates = rerank_candidates(conn, user_id, [mid for mid, _ in fused])
-            return rerank(ranker, text, kw, vec, fused, candidates)
+            pool, candidates = ranker_pool(conn, user_id, fused, ranker.expand)
+            return rerank(ranker, text, kw, vec, pool, candidates)
 
         return learned
     if fusion.neighbours > 0:
@@ -262,6 +262,27 @@ def rerank_candidates(conn: Conn, user_id: int, ids: Sequence[int]) -> dict[int,
         )
         for r in rows
     }
+
+
+def ranker_pool(
+    conn: Conn, user_id: int, fused: Ranked, expand: int
+) -> tuple[Ranked, dict[int, Candidate]]:
+    """What the ranker orders: the fused list, plus the stored neighbours of its top `expand`
+    hits that neither arm found (fused score 0), with every one's Candidate. A thought typed as
+    several short messages, or an answer given over several turns, sits beside the message
+    whose words matched, where neither arm may reach it."""
+    candidates = rerank_candidates(conn, user_id, [mid for mid, _ in fused])
+    seen = {mid for mid, _ in fused}
+    extra: list[int] = []
+    for mid, _ in fused[: max(0, expand)]:
+        cand = candidates.get(mid)
+        for near in cand.neighbours if cand is not None else ():
+            if near not in seen:
+                seen.add(near)
+                extra.append(near)
+    if extra:
+        candidates.update(rerank_candidates(conn, user_id, extra))
+    return [*fused, *((mid, 0.0) for mid in extra if mid in candidates)], candidates
 
 
 def _shape(kind: str) -> Shape:

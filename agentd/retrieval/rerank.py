@@ -23,7 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import stretch
@@ -65,6 +65,9 @@ class Ranker(BaseModel):
     trained_on: str
     weights: dict[str, float]
     bias: float
+    # How many of the fused list's top hits lend their stored neighbours as candidates
+    # (memory/search.py ranker_pool); 0 ranks the fused list alone.
+    expand: int = Field(default=0, ge=0, le=100)
 
     def score(self, row: Sequence[float]) -> float:
         return self.bias + sum(
