@@ -276,19 +276,17 @@ def _recall(found: Sequence[set[str]], evidence: Sequence[str], k: int) -> float
     return sum(1 for e in evidence if e in top) / len(evidence)
 
 
-def _windowed(turns: list[Turn], context: str) -> list[Turn]:
-    """`--context window`: each turn's context is the messages around it in its session
-    (memory/window.py), not only the one before it."""
-    if context != "window":
-        return turns
-    sessions: dict[str, list[Turn]] = defaultdict(list)
-    for turn in turns:
-        sessions[turn.dia_id.split(":")[0]].append(turn)
-    contexts: dict[int, str | None] = {}
+def windows(turns: list[Turn]) -> list[str | None]:
+    """Each turn's window: the messages around it in its session (memory/window.py)."""
+    sessions: dict[str, list[int]] = defaultdict(list)
+    for i, turn in enumerate(turns):
+        sessions[turn.dia_id.split(":")[0]].append(i)
+    out: list[str | None] = [None] * len(turns)
     for members in sessions.values():
-        for turn, around in zip(members, window_contexts([t.text for t in members]), strict=True):
-            contexts[id(turn)] = around
-    return [t.model_copy(update={"context": contexts[id(t)]}) for t in turns]
+        around = window_contexts([turns[i].text for i in members])
+        for i, text in zip(members, around, strict=True):
+            out[i] = text
+    return out
 
 
 def _dated(turns: list[Turn], dates: str) -> list[Turn]:
@@ -313,13 +311,20 @@ async def _index(
     embedder: Embedder,
     conversations: list[Conversation],
     dates: str = "none",
-    context: str = "previous",
+    context: str = "nearby",
 ) -> dict:
     """Store every turn; return memory id → dia_id(s) per conversation user id."""
     runner = ConnRunner(conn)
     owner: dict[int, str] = {}
     for user_id, conv in enumerate(conversations, start=1):
-        turns = _dated(_windowed(conv.turns, context), dates)
+        around = windows(conv.turns) if context != "previous" else [None] * len(conv.turns)
+        if context == "window":  # the window as the context: embedded too
+            pairs = zip(conv.turns, around, strict=True)
+            turns = [t.model_copy(update={"context": w}) for t, w in pairs]
+            around = [None] * len(turns)
+        else:
+            turns = conv.turns
+        turns = _dated(turns, dates)
         for start in range(0, len(turns), 256):
             batch = turns[start : start + 256]
             vectors = await embedder.embed_documents(
@@ -332,12 +337,13 @@ async def _index(
                         kind="turn",
                         content=turn.text,
                         context=turn.context,
+                        nearby=near,
                         source=f"locomo:{conv.sample_id}:{turn.dia_id}",
                         meta={"dia_id": turn.dia_id},
                     ),
                     vec,
                 )
-                for turn, vec in zip(batch, vectors, strict=True)
+                for turn, vec, near in zip(batch, vectors, around[start : start + 256], strict=True)
             ]
             ids = await runner.write(add_memories, items, embedder.model_id)
             owner.update(zip(ids, [t.dia_id for t in batch], strict=True))
@@ -355,7 +361,7 @@ async def run_benchmark(
     prefilter: str = "bits",
     cv: bool = False,
     dates: str = "none",
-    context: str = "previous",
+    context: str = "nearby",
 ) -> Report:
     """Index, query every question in the three modes and score them. `prefilter`: the vector
     arm's candidates from the in-process bit copy, as the daemon searches ("bits"), or from
@@ -673,9 +679,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--context",
-        choices=["window", "previous"],
-        default="previous",
-        help="each turn's context: the messages around it (memory/window.py) or the one before",
+        choices=["nearby", "previous", "window"],
+        default="nearby",
+        help="each turn's context is the message before it; 'nearby' also indexes the messages"
+        " around it for keyword search (memory/window.py), 'window' embeds them as its context",
     )
     parser.add_argument(
         "--cache",

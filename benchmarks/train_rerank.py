@@ -50,7 +50,7 @@ EMBEDDER = "e5-small"
 STORES = {False: "turns", True: "stored"}
 OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates are drawn with
 EXPAND = {"n": 0}  # --expand: how many top fused hits lend their neighbours as candidates
-CONTEXT = {"turns": "previous"}  # --context: what a stored turn's context is (memory_retrieval)
+CONTEXT = {"turns": "nearby"}  # --context: what a stored turn's context is (memory_retrieval)
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -270,12 +270,14 @@ def report(title: str, scored: Sequence[tuple[Row, dict[str, float]]]) -> None:
         )
 
 
-def _collect_all(datasets: Sequence[str], caches: Sequence[str], stored: bool) -> list[Row]:
+def _collect_all(datasets: Sequence[str], caches: Sequence[str], stored: str) -> list[Row]:
+    """Rows of every data set as turns, and as stored summaries and facts for all of them
+    (`stored` "all"), the first only ("first") or none ("none")."""
     rows: list[Row] = []
     for i, path in enumerate(datasets):
         cache = Path(caches[min(i, len(caches) - 1)])
         rows += asyncio.run(collect(path, cache))
-        if stored:
+        if stored == "all" or (stored == "first" and i == 0):
             rows += asyncio.run(collect_stored(path, cache))
     return rows
 
@@ -302,15 +304,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--expand", type=int, default=0, help="top fused hits whose neighbours join the candidates"
     )
-    parser.add_argument("--turns-only", action="store_true", help="skip the stored summaries")
-    parser.add_argument("--context", choices=["window", "previous"], default="previous")
+    parser.add_argument(
+        "--stored",
+        choices=["all", "first", "none"],
+        default="all",
+        help="which --data files are also stored as summaries and facts (memory_stored.py)",
+    )
+    parser.add_argument("--context", choices=["nearby", "previous", "window"], default="nearby")
     args = parser.parse_args(argv)
     if args.depth:
         OVERRIDES["depth"] = args.depth
     EXPAND["n"] = args.expand
     CONTEXT["turns"] = args.context
     caches = args.cache or ["/tmp/agentd-bench-e5-vectors.json"]
-    rows = _collect_all(args.dataset, caches, not args.turns_only)
+    rows = _collect_all(args.dataset, caches, args.stored)
     convs = sorted({r.conv for r in rows})
     print(f"{len(rows)} questions × stores × data sets in {len(convs)} conversations")
     print(f"features: {', '.join(FEATURES)}; expand {EXPAND['n']}")
@@ -322,11 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         scored += [(r, figures(r, ranker)) for r in rows if r.conv == conv]
     report("cross-validated by conversation (R@5/R@10/several-sessions R@5)", scored)
     names = ", ".join(Path(d).name for d in args.dataset)
-    questions = sum(1 for r in rows if not r.stored)
-    ranker = train(rows, f"{names}: {', '.join(convs)} ({questions} questions × renderings)")
+    ranker = train(rows, f"{names}: {', '.join(convs)} ({len(rows)} questions as turns or stored)")
     report("trained on all, in-sample", [(r, figures(r, ranker)) for r in rows])
     if args.test:
-        test = [r for r in _collect_all(args.test, args.test_cache or caches, False)]
+        test = _collect_all(args.test, args.test_cache or caches, "none")
         test = [r for r in test if r.conv not in convs]
         report(
             f"trained on all, scored on --test ({len(test)} questions)",

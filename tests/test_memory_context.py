@@ -84,14 +84,14 @@ async def test_context_is_embedded_with_the_content_and_reindexed_so(conn: Any) 
 
 def test_migration_rebuilds_the_index_of_existing_memories(tmp_path: Path) -> None:
     conn = open_sync(tmp_path / "old.db")
-    before = [m for m in MIGRATIONS if m[0] != "m017_recall"]
-    apply_migrations(conn, before)
+    names = [name for name, _ in MIGRATIONS]
+    apply_migrations(conn, MIGRATIONS[: names.index("m017_recall")])
     conn.execute(
         "INSERT INTO memories (user_id, kind, content, created_at, updated_at)"
         " VALUES (1, 'summary', 'We planned the zanzibar trip', 0, 0)"
     )
     conn.commit()
-    assert apply_migrations(conn) == ["m017_recall"]
+    assert apply_migrations(conn)[0] == "m017_recall"  # and every one after it
     assert _fts_hits(conn, "zanzibar") == [1]
     assert [mid for mid, _ in keyword_search(conn, 1, "zanzibar", 5)] == [1]
     conn.close()
@@ -116,19 +116,48 @@ def test_block_context_names_the_days_in_the_owners_zone() -> None:
 
 def test_a_turns_window_is_the_messages_around_it_in_its_session(conn: Any) -> None:
     """A thought typed as several short messages: the one that answers holds none of the
-    question's words, its neighbours do, and its window context makes it findable."""
+    question's words, its neighbours do, and what is nearby makes it findable by keyword."""
     session = ["went to the lake", "w the kids", "on sunday", "lol", "nice!!", "so jealous"]
-    contexts = window_contexts(session)
-    assert contexts[0] == "w the kids\non sunday"  # nothing before the first message
-    assert contexts[2] == "went to the lake\nw the kids\nlol\nnice!!"  # two each side, in order
-    assert contexts[5] == "lol\nnice!!"
+    around = window_contexts(session)
+    assert around[0] == "w the kids\non sunday"  # nothing before the first message
+    assert around[2] == "went to the lake\nw the kids\nlol\nnice!!"  # two each side, in order
+    assert around[5] == "lol\nnice!!"
     assert window_contexts(["alone"]) == [None] and window_contexts([]) == []
     assert window_contexts(session, reach=1)[1] == "went to the lake\non sunday"
     ids = [
-        add_memory(conn, NewMemory(user_id=1, kind="turn", content=text, context=context))
-        for text, context in zip(session, contexts, strict=True)
+        add_memory(conn, NewMemory(user_id=1, kind="turn", content=text, nearby=near))
+        for text, near in zip(session, around, strict=True)
     ]
     found = [mid for mid, _ in keyword_search(conn, 1, "when did they go to the lake?", 5)]
-    # Its own words rank the message that says them first; its neighbours follow on its window.
-    assert found[0] == ids[0] and ids[2] in found
+    # Its own words rank the message that says them first; its neighbours follow on theirs.
+    assert found[0] == ids[0] and ids[2] in found and ids[5] not in found
     assert [mid for mid, _ in keyword_search(conn, 2, "lake", 5)] == []  # one user's only
+    # Nearby is for keyword search only: neither embedded nor shown.
+    assert memories_to_embed(conn, "another-model", 384)[2] == (ids[2], "on sunday")
+    memory = get_memory(conn, ids[2])
+    assert memory is not None and memory.content == "on sunday" and memory.context is None
+    forget(conn, ids[2])
+    assert ids[2] not in [mid for mid, _ in keyword_search(conn, 1, "lake", 5)]
+    conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('integrity-check')")
+
+
+def test_nearby_migration_keeps_existing_memories_findable(tmp_path: Path) -> None:
+    """A database from before the nearby column upgrades: its FTS index is rebuilt with the
+    new column, old rows stay findable by content and context, new rows by what is nearby."""
+    conn = open_sync(tmp_path / "old.db")
+    apply_migrations(conn, [m for m in MIGRATIONS if m[0] != "m065_memory_nearby"])
+    conn.execute(
+        "INSERT INTO memories (user_id, kind, content, context, created_at, updated_at)"
+        " VALUES (1, 'turn', 'yes, the beagle', 'did you adopt the zanzibar puppy?', 0, 0)"
+    )
+    conn.commit()
+    assert apply_migrations(conn) == ["m065_memory_nearby"]
+    assert _fts_hits(conn, "beagle") == [1] and _fts_hits(conn, "zanzibar") == [1]
+    new = add_memory(
+        conn, NewMemory(user_id=1, kind="turn", content="biscuit", nearby="the lisbon race")
+    )
+    assert [mid for mid, _ in keyword_search(conn, 1, "lisbon", 5)] == [new]
+    assert [mid for mid, _ in keyword_search(conn, 1, "zanzibar", 5)] == [1]
+    conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('integrity-check')")
+    assert apply_migrations(conn) == []  # once
+    conn.close()

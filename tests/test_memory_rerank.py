@@ -7,9 +7,11 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from agentd.config.schema import MemoryConfig
 from agentd.memory import HashingEmbedder, NewMemory, add_memory, search
-from agentd.memory.search import rerank_candidates
+from agentd.memory.search import ranker_pool, rerank_candidates
 from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import TUNED_FUSION, fusion_from_config
 from agentd.retrieval.rerank import FEATURES, Candidate, feature_rows, rerank, shipped_ranker
@@ -103,3 +105,36 @@ def test_search_reranks_only_the_users_own_memories(conn: Any) -> None:
     # The candidates' read re-checks the owner, whatever ids it is handed.
     assert set(rerank_candidates(conn, 1, ids[1] + ids[2])) == set(ids[1])
     assert rerank_candidates(conn, 1, ids[1])[ids[1][1]].neighbours == (ids[1][0], ids[1][2])
+
+
+def test_length_and_coverage_are_also_read_against_the_other_candidates() -> None:
+    """Chats differ in how long a message is and how much of a question one message can hold,
+    so the ranker also sees each candidate beside the others of its search."""
+    text = "Where did Melanie go camping with her kids?"
+    candidates = {
+        1: _talk("Melanie: camping at the lake"),
+        2: _talk("Melanie: we went camping with the kids at the beach in July, it was lovely"),
+        3: _talk("Caroline: lol"),
+    }
+    fused = [(1, 1.0), (2, 0.5), (3, 0.2)]
+    rows = feature_rows(text, fused, fused, fused, candidates)
+    longer = FEATURES.index("longer")
+    best = FEATURES.index("cover_best")
+    assert rows[2][longer] > 0 > rows[3][longer]
+    assert sum(row[longer] for row in rows.values()) == pytest.approx(0.0)
+    assert rows[2][best] == 1.0 and 0 < rows[1][best] < 1.0 and rows[3][best] == 0.0
+
+
+def test_the_pool_adds_the_stored_neighbours_of_the_top_hits(conn: Any) -> None:
+    ids = [
+        add_memory(conn, NewMemory(user_id=1, kind="turn", content=text, chat_id=1))
+        for text in ("went to the lake", "w the kids", "on sunday", "lol", "what about u")
+    ]
+    other = add_memory(conn, NewMemory(user_id=2, kind="turn", content="lake", chat_id=1))
+    fused = [(ids[1], 1.0), (ids[4], 0.4)]
+    pool, candidates = ranker_pool(conn, 1, fused, expand=1)
+    # Only the top hit lends its neighbours, after the fused list, at a fused score of 0.
+    assert pool == [*fused, (ids[0], 0.0), (ids[2], 0.0)]
+    assert set(candidates) == {ids[0], ids[1], ids[2], ids[4]} and other not in candidates
+    assert ranker_pool(conn, 1, fused, expand=0)[0] == fused
+    assert ranker_pool(conn, 1, [], expand=5) == ([], {})

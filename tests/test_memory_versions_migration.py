@@ -22,6 +22,7 @@ def test_upgrade_keeps_memories_as_the_models(tmp_path: Path) -> None:
     assert apply_migrations(conn, upto) == ["m031_memory_versions"]
     old = get_memory(conn, 1)
     assert old is not None and old.origin == "model" and not old.pinned
+    apply_migrations(conn)  # today's store writes today's columns
     new = add_memory(conn, NewMemory(user_id=1, kind="note", content="mine", origin="user"))
     assert get_memory(conn, new).origin == "user"  # type: ignore[union-attr]
     conn.close()

@@ -845,6 +845,39 @@ CREATE TABLE watch_mutes (
 );
 """
 
+# What surrounds a memory, for keyword search only: a turn's neighbouring messages in its chat
+# (agentd/memory/window.py). A thought typed as several short messages has its words spread
+# over them, so each is found by the words of the others; unlike `context` it is not embedded
+# (dense vectors of a whole window lost recall on LoCoMo, benchmarks/README.md) and never shown.
+# The FTS table gains the column, so it is rebuilt; rows stored before have none.
+M065_MEMORY_NEARBY = """
+ALTER TABLE memories ADD COLUMN nearby TEXT;
+DROP TRIGGER memories_fts_ai;
+DROP TRIGGER memories_fts_ad;
+DROP TRIGGER memories_fts_au;
+DROP TABLE memory_fts;
+CREATE VIRTUAL TABLE memory_fts USING fts5(
+    content, fts_cjk, context, nearby, content='memories', content_rowid='id',
+    tokenize='porter unicode61'
+);
+CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memory_fts (rowid, content, fts_cjk, context, nearby)
+        VALUES (new.id, new.content, new.fts_cjk, new.context, new.nearby);
+END;
+CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context, nearby)
+        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context, old.nearby);
+END;
+CREATE TRIGGER memories_fts_au AFTER UPDATE OF content, fts_cjk, context, nearby ON memories
+BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context, nearby)
+        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context, old.nearby);
+    INSERT INTO memory_fts (rowid, content, fts_cjk, context, nearby)
+        VALUES (new.id, new.content, new.fts_cjk, new.context, new.nearby);
+END;
+INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
+"""
+
 
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
@@ -878,6 +911,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m034_memory_neighbours", M034_MEMORY_NEIGHBOURS),
     ("m035_chat_kind", M035_CHAT_KIND),
     ("m055_watches", M055_WATCHES),
+    ("m065_memory_nearby", M065_MEMORY_NEARBY),
 ]
 
 

@@ -39,7 +39,9 @@ FEATURES = (
     "neighbour",  # the best fused score of the memories stored just before and after it
     "cover_content",  # share of the query's terms its own text contains
     "cover_context",  # share of the query's terms its context contains
+    "cover_best",  # its cover_content over the best cover_content among the candidates
     "length",  # log(1 + words of its text)
+    "longer",  # length minus the mean length of the candidates (chats differ in message length)
     "question",  # 1 when its text asks a question
     "summary",  # 1 for a summary of a stretch of talk (long, and covering many things)
     "fact",  # 1 for a fact, preference or task: one short statement
@@ -109,6 +111,14 @@ def feature_rows(
     vec_rank = {mid: rank for rank, (mid, _) in enumerate(vector, start=1)}
     fused_score = dict(fused)
     wanted = set(query_terms(text))
+    lengths = {
+        mid: math.log1p(len(cand.content.split()))
+        for mid, _ in fused
+        if (cand := candidates.get(mid)) is not None
+    }
+    mean_length = sum(lengths.values()) / len(lengths) if lengths else 0.0
+    covers = {mid: _cover(wanted, candidates[mid].content) for mid in lengths}
+    best_cover = max(covers.values(), default=0.0)
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -122,9 +132,11 @@ def feature_rows(
             1.0 / kw_rank[mid] if mid in kw_rank else 0.0,
             1.0 / vec_rank[mid] if mid in vec_rank else 0.0,
             max((fused_score.get(n, 0.0) for n in cand.neighbours), default=0.0),
-            _cover(wanted, cand.content),
+            covers[mid],
             _cover(wanted, cand.context),
-            math.log1p(len(cand.content.split())),
+            covers[mid] / best_cover if best_cover > 0 else 0.0,
+            lengths[mid],
+            lengths[mid] - mean_length,
             float("?" in cand.content),
             float(cand.shape == "summary"),
             float(cand.shape == "fact"),
