@@ -6,14 +6,16 @@
     python benchmarks/memory_retrieval.py --data locomo10_v2/ --exclude locomo-dev.json
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
-appended; its context the turn before it in the session, the message it answers) of one user
-per conversation, stored with `add_memories` in a temporary database; each
+appended; its context the turn before it in the session, the message it answers; nearby, the
+two messages each side of it, for keyword search: memory/window.py) of one user per
+conversation, stored with `add_memories` in a temporary database; each
 question is searched with `search()` in keyword, vector and hybrid mode. Reported: recall@5 and
 @10 of the evidence turns (the share of a question's evidence ids found in the top k, averaged)
-overall and per category, index time, and p50/p95 query latency (search alone, and query
-embedding). `--sweep` re-fuses the two arms' lists with other weights using the production
-`fuse()`, to choose the defaults; `--cv` tunes those weights on all conversations but one and
-scores the one left out, for each (recall_cv.py), so tuning cannot flatter the figure.
+overall, per category, by whether the evidence was said in one session or several; index
+time, and p50/p95 query latency (search alone, and query embedding). `--sweep` re-fuses the
+two arms' lists with other weights using the production `fuse()`, to choose the defaults;
+`--cv` tunes those weights on all conversations but one and scores the one left out, for each
+(recall_cv.py), so tuning cannot flatter the figure.
 `--questions` asks the questions as a chat would (recall_cv.chat_questions): "asked" keeps the
 subset's questions as written, "pronoun" swaps the name for "they", "context" searches with
 `words_in_context(pronoun message, recent turns)` (what a turn's recall_query builds on).

@@ -50,7 +50,8 @@ EMBEDDER = "e5-small"
 STORES = {False: "turns", True: "stored"}
 OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates are drawn with
 EXPAND = {"n": 0}  # --expand: how many top fused hits lend their neighbours as candidates
-CONTEXT = {"turns": "nearby"}  # --context: what a stored turn's context is (memory_retrieval)
+CONTEXT = {"turns": "nearby"}  # --context: what a stored turn carries (memory_retrieval)
+STORED_WEIGHT = {"n": 1}  # --stored-weight
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -179,7 +180,10 @@ def matrix(rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def train(rows: Sequence[Row], label: str) -> Ranker:
-    """Logistic regression (module docstring), its weights mapped back to raw features."""
+    """Logistic regression (module docstring), its weights mapped back to raw features. Stored
+    rows count STORED_WEIGHT times: they are what the daemon recalls, and turn rows of several
+    data sets would otherwise outvote them."""
+    rows = [*rows, *(r for r in rows if r.stored for _ in range(STORED_WEIGHT["n"] - 1))]
     x, y = matrix(rows)
     mean, std = x.mean(axis=0), x.std(axis=0)
     std[std == 0] = 1.0
@@ -311,7 +315,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="which --data files are also stored as summaries and facts (memory_stored.py)",
     )
     parser.add_argument("--context", choices=["nearby", "previous", "window"], default="nearby")
+    parser.add_argument("--stored-weight", type=int, default=1, help="stored rows count n times")
     args = parser.parse_args(argv)
+    STORED_WEIGHT["n"] = max(1, args.stored_weight)
     if args.depth:
         OVERRIDES["depth"] = args.depth
     EXPAND["n"] = args.expand

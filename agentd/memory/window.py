@@ -1,14 +1,15 @@
-"""A stored turn's context: the messages around it in its conversation.
+"""What surrounds a stored turn: the messages around it in its conversation.
 
 In a chat one thought is often typed as several short messages ("went to the lake", "w the
 kids", "sunday"), and an answer comes a message or two after the question. The words that make a
-message findable are then in its neighbours, not in it. So a turn stored as a memory carries
-the `reach` messages before and after it (same session) as its context: indexed at half the
-weight of its own words (memory/search.py FTS_WEIGHTS) and embedded with it, never shown.
+message findable are then in its neighbours, not in it. So a turn stored as a memory keeps the
+`reach` messages before and after it (same session) as what is `nearby`: indexed for keyword
+search at the weight of its context (memory/search.py FTS_WEIGHTS), neither embedded nor shown.
+Its `context` stays the message it answers, embedded with it.
 
 Measured on LoCoMo and on a messaging-app rendering of it (benchmarks/README.md, "Memory recall
-on chat-like text"): against the previous message alone as context, two on each side was the
-best of the windows tried on the development conversations, for keyword search on both.
+on chat-like text"): two messages each side was the best of the windows tried for keyword
+search on both; embedding the whole window too lost recall on LoCoMo, so it is not embedded.
 """
 
 from __future__ import annotations

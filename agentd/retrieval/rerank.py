@@ -4,10 +4,13 @@ candidate and what the candidate itself looks like.
 Fusion alone weighs two scores; but in a talk-like memory the answer is often the turn *beside*
 the one whose words matched, a short "thanks!" or a question back is rarely what was asked for,
 a hit matching every word of the question beats one matching its rarest word alone, and what
-counts as long or short depends on whether it is a turn, a summary or a fact. Each
-candidate of the fused list (both arms' top `depth`) gets the features below; a logistic
-regression, trained by benchmarks/train_rerank.py on the LoCoMo dev conversations stored both as
-turns and as the daemon stores them (summaries and facts), weighs them.
+counts as long or short depends on whether it is a turn, a summary or a fact, and on how the
+owner writes: length and coverage are also read against the other candidates of the same
+search, since a chat of short messages and one of paragraphs differ in both. Each candidate of
+the fused list (both arms' top `depth`) gets the features below; a logistic regression, trained
+by benchmarks/train_rerank.py on the LoCoMo dev conversations stored as turns and as the daemon
+stores them (summaries and facts), and on a messaging-app rendering of them as turns
+(benchmarks/noisy_chat.py), weighs them.
 The weights are data shipped with the package (rerank_<embedder>.json, like the e5 centre), so
 re-ranking costs no model call and nothing is fetched: ~1 ms per search (benchmarks/README.md).
 They are trained per embedder, since the vector features mean what its scores mean.
