@@ -8,8 +8,9 @@ search at the weight of its context (memory/search.py FTS_WEIGHTS), neither embe
 Its `context` stays the message it answers, embedded with it.
 
 Measured on LoCoMo and on a messaging-app rendering of it (benchmarks/README.md, "Memory recall
-on chat-like text"): two messages each side was the best of the windows tried for keyword
-search on both; embedding the whole window too lost recall on LoCoMo, so it is not embedded.
+that generalises, also on chat-like text"): two messages each side was the best of the windows
+tried for keyword search on both; embedding the whole window too lost recall on LoCoMo, so it is
+not embedded.
 """
 
 from __future__ import annotations
