@@ -45,6 +45,7 @@ def shapes(question: str, previous: str) -> dict[str, TurnInput]:
             origin="chat",
             update_id=1,
             chat_id=1,
+            chat_kind="private",
             user_id=1,
             message_id=2,
             date=0,
