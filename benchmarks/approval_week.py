@@ -197,17 +197,26 @@ def _state(tainted: list[str], own_urls: list[str], shown: list[str], hosts: set
     )
 
 
-def replay(tools: dict[str, Any], main_rules: bool) -> list[list[tuple[str, str, str]]]:
-    """Per day, each card: (turn, tool, why)."""
+def quiet_week() -> list[list[Turn]]:
+    """The same week for an owner with no morning briefing (their mail stays out of view)."""
+    return [[t for t in day if not t.what.startswith("morning briefing")] for day in week()]
+
+
+def replay(
+    tools: dict[str, Any], main_rules: bool, always: str = "", days_of: Any = week
+) -> list[list[tuple[str, str, str]]]:
+    """Per day, each card: (turn, tool, why). `always`: outside content in every prompt (the
+    rule agentd did not choose for a skill's or MCP server's words: taint every turn)."""
     from agentd.tools import call_risk
 
     window: list[str] = []  # the origin of each message in view, oldest first
     hosts: set[str] = set()
     days = []
-    for turns in week():
+    for turns in days_of():
         cards = []
         for turn in turns:
             tainted = [turn.outside_input] if turn.outside_input else []
+            tainted += [always] if always else []
             if main_rules:
                 if turn.recall:  # main: any recalled memory taints
                     tainted.append("memories recalled")
@@ -250,8 +259,18 @@ def measure() -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         tools = declarations(Path(tmp))
     days = replay(tools, main_rules)
+    # One enabled skill or MCP server, its words in every prompt: confirmed and pinned by the
+    # owner (this branch: the days above), or else every turn tainted by them (the other choice).
+    listed = "a skill's description in the prompt"
+    every_turn = replay(tools, main_rules, always=listed)
+    quiet = replay(tools, main_rules, days_of=quiet_week)
+    quiet_tainted = replay(tools, main_rules, always=listed, days_of=quiet_week)
     return {
         "rules": "main" if main_rules else "this branch",
+        "cards_if_listed_text_tainted": [len(d) for d in every_turn],
+        "quiet_week_turns": sum(len(d) for d in quiet_week()),
+        "quiet_week_cards": [len(d) for d in quiet],
+        "quiet_week_cards_if_listed_text_tainted": [len(d) for d in quiet_tainted],
         "turns_per_day": [len(d) for d in week()],
         "cards_per_day": [len(d) for d in days],
         "causes": [Counter(f"{tool} ({why})" for _, tool, why in d) for d in days],
@@ -266,6 +285,21 @@ def _print(result: dict[str, Any]) -> None:
     for n, (count, causes) in enumerate(zip(cards, result["causes"], strict=True), start=1):
         said = ", ".join(f"{k} ×{v}" for k, v in sorted(causes.items())) or "-"
         print(f"  day {n}: {count:2d}  {said}")
+    tainted = result.get("cards_if_listed_text_tainted")
+    if tainted:
+        print(
+            f"  had a skill's or MCP server's words in every prompt tainted every turn: "
+            f"{sum(tainted)} cards ({', '.join(map(str, tainted))} a day)"
+        )
+        quiet, quiet_tainted = (
+            result["quiet_week_cards"],
+            result["quiet_week_cards_if_listed_text_tainted"],
+        )
+        print(
+            f"  the week without the morning briefing ({result['quiet_week_turns']} turns): "
+            f"{sum(quiet)} cards, or {sum(quiet_tainted)} with every turn tainted "
+            f"({', '.join(map(str, quiet))} vs {', '.join(map(str, quiet_tainted))} a day)"
+        )
 
 
 def main() -> None:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from agentd.db import open_sync
+from agentd.db.migrations import apply_migrations
 from tests.daemon_process import REPO_ROOT, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
@@ -93,8 +95,23 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("tools")
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        with running_daemon(tmp, tool_env(tmp, tg, llm)) as daemon:
+        env = tool_env(tmp, tg, llm)
+        trust_echo(tmp, env)
+        with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)
+
+
+def trust_echo(tmp: Path, env: dict[str, str]) -> None:
+    """The owner read the echo server's tools and trusted them (the CLI needs the database the
+    first `agentd run` leaves)."""
+    installer = Daemon(tmp, env)
+    conn = open_sync(installer.db_path)
+    try:
+        apply_migrations(conn)
+    finally:
+        conn.close()
+    trusted = installer.cli("mcp", "trust", "echo", "--yes")
+    assert trusted.returncode == 0, trusted.stderr
 
 
 def script(stack: Stack, user: int, *replies: Any) -> None:

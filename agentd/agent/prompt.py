@@ -75,14 +75,15 @@ SKILLS_RULE = (
 )
 
 
-def _one_line(text: str) -> str:
-    # A description is one line of data: no line breaks, no tags that could close the list.
+def prompt_line(text: str) -> str:
+    """A description as the prompt holds it: one line of data, no line breaks, no tags that
+    could close the list (what `agentd skills add` shows the owner, byte for byte)."""
     return " ".join(text.split()).replace("<", "&lt;")
 
 
 def _skills_section(skills: Sequence[tuple[str, str]]) -> str:
     lines = [SKILLS_RULE, "<skills>"]
-    lines += [f"- {name}: {_one_line(description)}" for name, description in skills]
+    lines += [f"- {name}: {prompt_line(description)}" for name, description in skills]
     return "\n".join([*lines, "</skills>"])
 
 

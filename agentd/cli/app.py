@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "docs": "agentd.cli.docs:app",
     "rules": "agentd.cli.rules:app",
     "skills": "agentd.cli.skills:app",
+    "mcp": "agentd.cli.mcp:app",
     "dashboard": "agentd.cli.dashboard:dashboard",
 }
 

@@ -97,7 +97,12 @@ def _describe(skill: SkillFolder, source: str) -> None:
     m = skill.manifest
     say = partial(err.print, highlight=False, soft_wrap=True)
     say(f"[bold]Skill {_shown(m.name)}[/] from {_shown(source)}")
-    say(f"  description: {_shown(m.description)}")
+    # The description is the one part of a skill that is in every prompt, unmarked as outside
+    # content: shown exactly as the model will read it, so the owner can adopt it knowingly.
+    from agentd.agent.prompt import prompt_line
+
+    line = _shown(prompt_line(m.description))
+    say(f"  description (in every conversation, as if you wrote it): {line}")
     for label, value in (("license", m.license), ("compatibility", m.compatibility)):
         if value:
             say(f"  {label}: {_shown(value)}")

@@ -879,6 +879,19 @@ INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 """
 
 
+# What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
+# the hash of its tools' names, descriptions and schemas, and that listing whole.
+M045_MCP_PINS = """
+CREATE TABLE mcp_pins (
+    server TEXT PRIMARY KEY,
+    digest TEXT NOT NULL,
+    listing TEXT NOT NULL,
+    confirmed_at REAL NOT NULL,
+    seen_digest TEXT NOT NULL DEFAULT ''
+);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -912,6 +925,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m035_chat_kind", M035_CHAT_KIND),
     ("m055_watches", M055_WATCHES),
     ("m065_memory_nearby", M065_MEMORY_NEARBY),
+    ("m045_mcp_pins", M045_MCP_PINS),
 ]
 
 

@@ -9,11 +9,12 @@ take the daemon's task down with it: its tools then answer with an error.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,7 @@ from agentd.tools.base import (
     ToolResult,
     mark_untrusted,
 )
-from agentd.tools.capability import Context, Contribution, Simple
+from agentd.tools.capability import Check, Checks, Context, Contribution, Probe, Simple
 
 if TYPE_CHECKING:
     from mcp import Client
@@ -306,6 +307,13 @@ class McpServers:
             extra={"mcp_server": server.config.name, "tools": len(seen)},
         )
 
+    def by_server(self) -> dict[str, list[Tool]]:
+        """The connected servers' tools, by server name (a server with no tools: [])."""
+        found: dict[str, list[Tool]] = {s.config.name: [] for s in self._servers}
+        for tool in self.tools:
+            found[tool.source.removeprefix("mcp:")].append(tool)
+        return found
+
     def _problem(self, cfg: McpServerConfig, message: str) -> None:
         problem = ToolProblem(f"mcp:{cfg.name}", message)
         log.warning("MCP problem: %s", problem)
@@ -336,11 +344,95 @@ def _mcp_secret_values(config: Config) -> list[str]:
 async def _mcp_build(ctx: Context) -> Contribution:
     mcp = await ctx.stack.enter_async_context(McpServers(ctx.config.tools.mcp, environ=ctx.secrets))
     problems = [f"{p.source}: {p.message}" for p in mcp.problems]
+    offered, held = await _confirmed_only(ctx, mcp.by_server())
+    problems += [f"mcp:{name}: held back: {why}" for name, why in held]
+    tell = _teller(ctx)
+
+    async def tell_held() -> None:
+        for name, why in held:
+            await tell(name, why)
+
     return Contribution(
-        tools=mcp.tools, problems=problems, about="use the tools of your MCP servers"
+        tools=offered,
+        problems=problems,
+        start=[tell_held],
+        about="use the tools of your MCP servers",
     )
+
+
+async def _confirmed_only(
+    ctx: Context, servers: Mapping[str, list[Tool]]
+) -> tuple[list[Tool], list[tuple[str, str]]]:
+    """The tools of servers whose listing the owner confirmed as it is; the rest, with why."""
+    from agentd.tools import mcp_pins
+
+    pinned = await ctx.db.read(mcp_pins.pins)
+    offered: list[Tool] = []
+    held: list[tuple[str, str]] = []
+    for name, tools in servers.items():
+        found = mcp_pins.digest(mcp_pins.listed(tools))
+        why = mcp_pins.verdict(pinned.get(name), found)
+        if why:
+            await ctx.db.write(mcp_pins.held_back, name, found, ctx.clock.now())
+            held.append((name, why))
+        else:
+            offered += tools
+    return offered, held
+
+
+def _teller(ctx: Context) -> Callable[[str, str], Awaitable[None]]:
+    """Tells the owner a server is held back, once per server and reason."""
+    from agentd.access import owners
+    from agentd.chat.notice import post_notice
+
+    owner = owners.resolve(ctx.config.telegram).owner_id
+
+    async def tell(name: str, why: str) -> None:
+        if owner is None:
+            return  # the start-up log and `agentd mcp ls` still say it
+        text = (
+            f"⚠️ The MCP server {name} is held back: {why}. Its tools are not offered until "
+            f"you read them and run `agentd mcp trust {name}` on the server (then restart "
+            "agentd): their descriptions go into every conversation as if you wrote them."
+        )
+        key = hashlib.sha256(f"{name}\0{why}".encode()).hexdigest()[:16]
+        await post_notice(ctx.engine.start, f"mcp-held-{name}-{key}", owner, text)
+
+    return tell
+
+
+def _doctor(config: Config, probe: Probe) -> list[Check]:
+    """Each configured server the owner has not trusted as it is: its tools are not offered."""
+    from agentd.tools.mcp_pins import pins
+
+    def pinned(conn: Any) -> dict[str, Any]:
+        try:
+            return pins(conn)
+        except Exception:  # a database from before MCP pins: nothing confirmed yet
+            return {}
+
+    found = probe.read(pinned) or {} if config.tools.mcp else {}
+    results = Checks()
+    for server in config.tools.mcp:
+        pin = found.get(server.name)
+        fix = f"read its tools and run `agentd mcp trust {server.name}`"
+        if pin is None:
+            results.add(f"mcp {server.name}", True, f"not offered until trusted: {fix}", warn=True)
+        elif pin.seen_digest and pin.seen_digest != pin.digest:
+            results.add(
+                f"mcp {server.name}", True, f"held back, its tools changed: {fix}", warn=True
+            )
+        else:
+            results.add(f"mcp {server.name}", True, f"trusted ({len(pin.listing)} tools)")
+    return results
 
 
 def capability() -> Simple:
     """MCP servers' tools, connected at start and closed at shutdown."""
-    return Simple("mcp", build=_mcp_build, secrets=_mcp_secret_names, values=_mcp_secret_values)
+    return Simple(
+        "mcp",
+        build=_mcp_build,
+        secrets=_mcp_secret_names,
+        values=_mcp_secret_values,
+        doctor=_doctor,
+    )
