@@ -353,10 +353,18 @@ def import_(
     path: Annotated[Path, typer.Argument(help="A file, an OpenClaw workspace or a Hermes home.")],
     format_: FormatOption = "openclaw",
     user: UserOption = None,
+    mine: Annotated[
+        bool,
+        typer.Option(
+            "--mine",
+            help="The file is yours: keep its own origins (outside stays outside), the rest as "
+            "your words, and honour `pinned`. Without it everything is outside content.",
+        ),
+    ] = False,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Import memories as your own words (re-importing adds nothing)."""
+    """Import memories (as outside content unless --mine; re-importing adds nothing)."""
     from agentd.memory.importer import import_items
     from agentd.memory.portable import read_peer
 
@@ -370,7 +378,7 @@ def import_(
         fail(f"cannot read {path}: {exc}")
 
     async def work(conn: Any, db: Any, embedder: Any) -> Any:
-        return await import_items(db, embedder, _user_for_write(conn, user), items)
+        return await import_items(db, embedder, _user_for_write(conn, user), items, mine=mine)
 
     report = _manage(config_or_exit(config), work)
     if json:
@@ -378,7 +386,13 @@ def import_(
     else:
         out.print(
             f"Imported {report.added} new, {report.merged} merged, {report.superseded} "
-            f"superseding, {report.unchanged} already there."
+            f"superseding, {report.unchanged} already there"
+            + (
+                "."
+                if mine
+                else " (as outside content: recalling them asks before anything leaves; "
+                "--mine if the file is your own words)."
+            )
         )
 
 

@@ -1,4 +1,14 @@
-"""Store memories read from files (portable.py) as the owner's own words, idempotently."""
+"""Store memories read from files (portable.py), idempotently, as outside content unless the
+owner vouches for the file.
+
+A file is anyone's words until the owner says otherwise: an OpenClaw or Hermes folder someone
+sent, an "export" that says `origin: user` and `pinned: true` of text written to steer the
+assistant. So by default every imported memory is outside content (recalling it taints the
+turn, it never joins the prompt's facts) and `pinned` is ignored. With `mine` (the owner says
+this file is theirs, for this import) the file's own provenance is kept: a memory it says came
+from outside stays outside, the rest are the owner's (or the model's, where it says so), and
+`pinned` is honoured for those.
+"""
 
 from __future__ import annotations
 
@@ -27,7 +37,8 @@ class ImportReport(BaseModel):
     unchanged: int = 0
 
 
-def _new(item: ImportItem, user_id: int) -> NewMemory:
+def _new(item: ImportItem, user_id: int, mine: bool) -> NewMemory:
+    origin = (item.origin or "user") if mine and item.origin != "outside" else "outside"
     return NewMemory(
         user_id=user_id,
         kind=item.kind,
@@ -36,9 +47,9 @@ def _new(item: ImportItem, user_id: int) -> NewMemory:
         source_key=item.source_key(user_id),
         slot=normalise_slot(item.key),
         context=item.context,
-        origin="user",
+        origin=origin,
         origin_ref=item.origin_ref,
-        pinned=item.pinned,
+        pinned=item.pinned and origin != "outside",
     )
 
 
@@ -55,6 +66,7 @@ def store_items(
     user_id: int,
     items: list[tuple[ImportItem, list[float] | None]],
     model_id: str | None,
+    mine: bool = False,
 ) -> ImportReport:
     """Store the items in one transaction (the caller's); see ImportReport."""
     report = ImportReport()
@@ -66,7 +78,7 @@ def store_items(
         known.add(item.source_key(user_id))
         _, action = add_text(
             conn,
-            _new(item, user_id),
+            _new(item, user_id, mine),
             vector,
             model_id,
             key=item.key,
@@ -78,7 +90,12 @@ def store_items(
 
 
 async def import_items(
-    db: Runner, embedder: Embedder | None, user_id: int, items: list[ImportItem]
+    db: Runner,
+    embedder: Embedder | None,
+    user_id: int,
+    items: list[ImportItem],
+    *,
+    mine: bool = False,
 ) -> ImportReport:
     """Embed what is new, then store it all in one write."""
     keys = [item.source_key(user_id) for item in items]
@@ -95,4 +112,4 @@ async def import_items(
         vectors = [by_key.get(k) for k in keys]
     model_id = embedder.model_id if embedder is not None else None
     pairs = list(zip(items, vectors, strict=True))
-    return await db.write(lambda c: store_items(c, user_id, pairs, model_id))
+    return await db.write(lambda c: store_items(c, user_id, pairs, model_id, mine))

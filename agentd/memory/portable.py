@@ -11,8 +11,12 @@ Formats, as their projects document them:
 - JSON: a list of objects with `content` and optionally `kind`, `key`, `date`/`created_at`,
   `pinned` (what `export --format json` writes).
 
-Everything imported is the owner's own words (`origin="user"`, origin_ref the file), dated by
-its daily note's date or its own `date` where there is one. An import is idempotent: each item
+Whose words an imported memory is comes from the file only where the file says so: agentd's
+JSON export writes each memory's `origin`, the peer formats say nothing. A file is not the
+owner's word for itself (anyone can write one), so the importer (importer.py) stores it all as
+outside content unless the owner says, for that import, that the file is theirs; even then an
+`origin: outside` stays outside. Memories are dated by their daily note's date or their own
+`date` where there is one. An import is idempotent: each item
 gets a source key from its user, kind and normalised text, so re-importing (or importing an
 export) adds nothing, and a text the owner has already merges with it.
 """
@@ -30,7 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentd.memory.facts import norm_text
-from agentd.memory.store import Memory, MemoryKind
+from agentd.memory.store import Memory, MemoryKind, Origin
 
 Format = Literal["openclaw", "hermes", "markdown", "json"]
 HERMES_SEPARATOR = "§"
@@ -55,6 +59,7 @@ class ImportItem(BaseModel):
     pinned: bool = False
     context: str | None = None  # the heading it was under, or the daily note's date
     origin_ref: str  # the file (and heading) it came from
+    origin: Origin | None = None  # whose words the file says it is (None: it does not say)
 
     def source_key(self, user_id: int) -> str:
         digest = hashlib.sha1(f"{user_id}\0{self.kind}\0{norm_text(self.content)}".encode())
@@ -130,12 +135,14 @@ def json_items(text: str, ref: str) -> list[ImportItem]:
                 created_at=_when(when),
                 pinned=bool(row.get("pinned", False)),
                 origin_ref=ref,
+                origin=row.get("origin") if row.get("origin") in _ORIGINS else None,
             )
         )
     return items
 
 
 _KINDS = ("summary", "fact", "preference", "task", "note", "turn")
+_ORIGINS = ("user", "model", "outside")
 
 
 def _when(value: Any) -> float | None:
