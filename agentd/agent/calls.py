@@ -109,7 +109,7 @@ async def route_tool(deps: CallDeps, use: ToolUseBlock, state: CallState | None 
         return Route(name=tool.name, risk=tool.risk, source=tool.source, problem=checked)
     state = state or CallState()
     if state.tainted_by:  # read while routing, so the journaled route keeps what was allowed
-        hosts = await deps.db.read(hostrules.allowed_hosts)
+        hosts = await deps.db.read(hostrules.allowed_hosts, state.chat_id, state.user_id)
         state = replace(state, allowed_hosts=frozenset(hosts))
     verdict = call_risk(tool, checked, state)
     # What the owner approves is this tool as it is now: its fingerprint goes on the approval.

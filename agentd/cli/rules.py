@@ -67,9 +67,11 @@ def _print_hosts(hosts: list[Any]) -> None:
             "No allowed hosts: after outside content, a fetch of a URL you did not write asks."
         )
         return
-    table = new_table("id", "host", "added by", "added (UTC)")
+    table = new_table("id", "host", "chat", "user", "added by", "added (UTC)")
     for h in hosts:
-        table.add_row(f"h{h.id}", h.host, h.created_by, iso(h.created_at))
+        table.add_row(
+            f"h{h.id}", h.host, str(h.chat_id), str(h.user_id), h.created_by, iso(h.created_at)
+        )
     print_table(table)
 
 

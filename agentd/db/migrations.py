@@ -892,6 +892,31 @@ CREATE TABLE mcp_pins (
 """
 
 
+# A fetch host rule holds in its card's chat for its card's user, not everywhere
+# (tools/hostrules.py). A rule made before that is scoped to the chat and user of the card
+# that made it; one whose card is gone cannot be placed and is dropped (the next card
+# offers it again).
+M046_HOST_RULE_SCOPE = """
+CREATE TABLE fetch_host_rules_scoped (
+    id INTEGER PRIMARY KEY,
+    host TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    created_at REAL NOT NULL,
+    created_by TEXT NOT NULL,
+    approval_id TEXT,
+    UNIQUE (host, chat_id, user_id)
+);
+INSERT INTO fetch_host_rules_scoped
+    (id, host, chat_id, user_id, created_at, created_by, approval_id)
+SELECT r.id, r.host, a.chat_id, a.user_id, r.created_at, r.created_by, r.approval_id
+FROM fetch_host_rules r JOIN approvals a ON a.id = r.approval_id
+WHERE a.user_id IS NOT NULL;
+DROP TABLE fetch_host_rules;
+ALTER TABLE fetch_host_rules_scoped RENAME TO fetch_host_rules;
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -926,6 +951,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m055_watches", M055_WATCHES),
     ("m065_memory_nearby", M065_MEMORY_NEARBY),
     ("m045_mcp_pins", M045_MCP_PINS),
+    ("m046_host_rule_scope", M046_HOST_RULE_SCOPE),
 ]
 
 

@@ -75,6 +75,9 @@ class FetchPolicy:
     max_bytes: int = 2_000_000
     timeout: float = 20.0
     max_redirects: int = 5
+    # Follow a redirect only to the server the fetch started on: what a turn with outside
+    # content in view was allowed to reach is that server, not wherever it points next.
+    stay_on_host: bool = False
     user_agent: str = "agentd-fetch/0.1"
     resolve: Resolve | None = field(default=None, compare=False)
 
@@ -199,6 +202,17 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+class RedirectRefused(FetchError):
+    """A redirect to another server, refused under `stay_on_host`."""
+
+
+def _server(url: URL) -> str:
+    """The server a URL reaches as a host rule names it: host, and a port not the scheme's."""
+    host = (url.host or "").lower()
+    default = {"http": 80, "https": 443}.get(url.scheme.lower())
+    return host if url.port in (None, default) else f"{host}:{url.port}"
+
+
 async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | None) -> RawResponse:
     current = check_url(url, policy)
     redirects: list[str] = []
@@ -221,6 +235,14 @@ async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | No
                             raise FetchError(f"more than {policy.max_redirects} redirects")
                         target = current.join(URL(location))
                         redirects.append(str(target))
+                        if policy.stay_on_host and _server(target) != _server(current):
+                            raise RedirectRefused(
+                                f"{_server(current)} redirected to {target}, another server: "
+                                "with outside content in view a fetch does not follow a "
+                                "redirect off the server it started on. Fetch that URL itself "
+                                "if it is needed (it asks the owner first unless its host is "
+                                "allowed)."
+                            )
                         current = check_url(target, policy)
                         continue
                     content_type = resp.content_type if "Content-Type" in resp.headers else ""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -92,8 +93,12 @@ def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
         HTML is converted to plain text; binary files are not read. Private and local
         network addresses are refused.
         """
+        # With outside content in view the call was let through for this URL's server (a URL
+        # the user wrote, an allowed host, an approved card): an open redirect there must not
+        # carry it on to any other.
+        bound = replace(policy, stay_on_host=True) if ctx.tainted_by else policy
         try:
-            page = await fetch(url, policy)
+            page = await fetch(url, bound)
         except FetchError as exc:
             raise ToolError(f"Could not fetch {url}: {exc}") from None
         sid = url_id("U", page.url)

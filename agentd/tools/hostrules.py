@@ -4,7 +4,10 @@ After outside content, `fetch_url` asks for every URL the user did not write (to
 The card offers "Always allow <host>": pressed by an approver, it approves the call and stores
 a rule, so later fetches from that host run at once. Rules are listed and removed with
 `agentd rules ls|rm` (a host rule's id is `h<n>`), and every change is audited. A rule names
-one host exactly (no subdomains): the owner trusts that server with whatever a URL carries.
+one host exactly (no subdomains): the owner trusts that server with whatever a URL carries, and
+only in the card's own chat for the card's own user (a rule pressed in the owner's private chat
+does not open the host to a group's turns or to a paired user's). A fetch a rule let through
+follows a redirect only while it stays on the host (tools/fetch.py).
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ CALLBACK_PREFIX = "ah"
 class HostRule(BaseModel):
     id: int
     host: str
+    chat_id: int
+    user_id: int
     created_at: float
     created_by: str
     approval_id: str | None = None
 
 
-_COLUMNS = "id, host, created_at, created_by, approval_id"
+_COLUMNS = "id, host, chat_id, user_id, created_at, created_by, approval_id"
 
 
 def _rule(row: Any) -> HostRule:
@@ -40,20 +45,36 @@ def list_rules(conn: Any) -> list[HostRule]:
     return [_rule(r) for r in conn.execute(f"SELECT {_COLUMNS} FROM fetch_host_rules ORDER BY id")]
 
 
-def allowed_hosts(conn: Any) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT host FROM fetch_host_rules")]
+def allowed_hosts(conn: Any, chat_id: int | None, user_id: int | None) -> list[str]:
+    """The hosts allowed in this chat for this user (None: unknown, then none)."""
+    rows = conn.execute(
+        "SELECT host FROM fetch_host_rules WHERE chat_id = ? AND user_id = ?", (chat_id, user_id)
+    )
+    return [r[0] for r in rows]
 
 
-def add_rule(conn: Any, host: str, by: str, approval_id: str | None) -> HostRule:
+def add_rule(
+    conn: Any, host: str, chat_id: int, user_id: int, by: str, approval_id: str | None
+) -> HostRule:
     now = time.time()
     conn.execute(
-        "INSERT OR IGNORE INTO fetch_host_rules (host, created_at, created_by, approval_id) "
-        "VALUES (?, ?, ?, ?)",
-        (host, now, by, approval_id),
+        "INSERT OR IGNORE INTO fetch_host_rules "
+        "(host, chat_id, user_id, created_at, created_by, approval_id) VALUES (?, ?, ?, ?, ?, ?)",
+        (host, chat_id, user_id, now, by, approval_id),
     )
-    row = conn.execute(f"SELECT {_COLUMNS} FROM fetch_host_rules WHERE host = ?", (host,))
+    row = conn.execute(
+        f"SELECT {_COLUMNS} FROM fetch_host_rules WHERE host = ? AND chat_id = ? AND user_id = ?",
+        (host, chat_id, user_id),
+    )
     rule = _rule(row.fetchone())
-    detail = {"rule": rule.id, "host": host, "by": by, "approval": approval_id}
+    detail = {
+        "rule": rule.id,
+        "host": host,
+        "chat": chat_id,
+        "user": user_id,
+        "by": by,
+        "approval": approval_id,
+    }
     audit.record(conn, "host_rule_added", detail=detail, at=now)
     return rule
 
@@ -96,11 +117,17 @@ def approve_always(conn: Any, approval_id: str, by: str) -> str:
     host = offered(conn, approval_id)
     if host is None:
         return "This button is not recognised."
+    asked = approvals.get(conn, approval_id)
     decided = approvals.decide(conn, approval_id, approve=True, by=by)
     if not decided.ok:
         return decided.message
-    add_rule(conn, host, by, approval_id)
-    return f"Approved, and from now on fetches from {host} run without asking."
+    if asked is None or asked.user_id is None:  # no one to scope it to: approve the one call
+        return "Approved (this once: the request names no user to allow the host for)."
+    add_rule(conn, host, asked.chat_id, asked.user_id, by, approval_id)
+    return (
+        f"Approved, and from now on fetches from {host} run without asking, in this chat "
+        "for this user."
+    )
 
 
 def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any], str]:

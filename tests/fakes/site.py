@@ -31,7 +31,8 @@ class Page:
 
 
 class FakeSite(FakeServer):
-    """Serves `pages`, /sitemap.xml (a urlset), /sitemap_index.xml and 404 for the rest."""
+    """Serves `pages`, /sitemap.xml (a urlset), /sitemap_index.xml, an open redirect at /go and
+    404 for the rest."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -86,7 +87,13 @@ class FakeSite(FakeServer):
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/sitemap.xml", self._sitemap)
         app.router.add_get("/sitemap_index.xml", self._sitemap_index)
+        app.router.add_get("/go", self._open_redirect)
         app.router.add_get("/{tail:.*}", self._page)
+
+    async def _open_redirect(self, request: web.Request) -> web.Response:
+        """An open redirect, as many sites have one: /go?to=URL answers 302 to URL."""
+        self._record(request)
+        raise web.HTTPFound(request.query.get("to", "/"))
 
     async def _sitemap(self, request: web.Request) -> web.Response:
         self._record(request)
