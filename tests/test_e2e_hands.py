@@ -387,6 +387,11 @@ def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
         "t_out": "yes endless",
         "t_wall": "sleep 30",
         "t_net": connect,
+        # Twice the memory limit, written into a memfd: no mapping, so no rlimit sees it.
+        "t_memfd": (
+            "python3 -c \"import os; fd = os.memfd_create('hog'); block = b'x' * (1 << 20)\n"
+            "for _ in range(600): os.write(fd, block)\nprint('WROTE ALL')\""
+        ),
     }
     try:
         with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
@@ -401,7 +406,9 @@ def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
             with running_daemon(tmp_path, env) as daemon:
                 stack = Stack(tg, llm, daemon, ws)
                 stack.turn(*[shell(c, i) for i, c in commands.items()], "Tried.")
+                cards = []
                 for n in range(1, len(commands) + 1):
+                    cards.append(stack.wait_card(n)["plain_text"])
                     stack.press(stack.wait_card(n), 0, 0)
                 stack.wait_text("Tried.", timeout=90)
                 out = {i: stack.tool_result(i)["content"] for i in commands}
@@ -410,6 +417,16 @@ def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
                 assert "bytes of output cut here" in out["t_out"] and len(out["t_out"]) < 2600
                 assert "wall-time limit of 4 s" in out["t_wall"]
                 assert "CONNECTED" not in out["t_net"] and "Exit code 0" not in out["t_net"]
+                # The card promises a memory bound only where a cgroup enforces it: then the
+                # memfd hog is killed at 300 MB; else the card says memory is not bounded.
+                bounded = all("300 MB memory in all" in c for c in cards)
+                assert bounded or all("NOT a bound on the command's memory" in c for c in cards)
+                if bounded:
+                    assert "more than its memory limit of 300 MB" in out["t_memfd"]
+                    assert "WROTE ALL" not in out["t_memfd"]
+                stack.turn("Still here.")  # and the daemon lives on
+                stack.wait_text("Still here.")
+                assert daemon.proc is not None and daemon.proc.poll() is None
                 audits = stack.shell_audit()
                 # sleep past the wall time, and `yes` stopped by the wall or the output cap.
                 stopped = ('"stopped": "wall_time"', '"stopped": "output"')

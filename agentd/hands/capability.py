@@ -83,12 +83,29 @@ def _doctor(config: Config, probe: Probe) -> list[Check]:
         results.add(
             "shell", True, "bubblewrap sandbox works (namespaces, seccomp, read-only system)"
         )
+        name, said, unbounded = _memory_check()
+        results.add(name, True, said, warn=unbounded)
         from agentd.hands.unitcheck import check_under_unit
 
         # The probe above ran with the owner's rights; the service runs under its unit's.
         works, said = check_under_unit(workspace.root, shell.run_as)
         results.add("shell (service)", works is not False, said, warn=works is not True)
     return results
+
+
+def _memory_check() -> tuple[str, str, bool]:
+    """Whether each command's memory is bounded by a cgroup here, or only per process."""
+    from agentd.hands.cgroup import find
+
+    host = find()
+    if host.enforced:
+        said = f"each command in a cgroup of its own (cgroup {host.kind}): memory_mb bounds it all"
+        return "shell memory", said, False
+    said = (
+        f"NOT bounded per command: {host.why}. Only each process's address space is limited "
+        "(shared memory and /tmp escape it); every approval card says so"
+    )
+    return "shell memory", said, True
 
 
 def capability() -> Simple:

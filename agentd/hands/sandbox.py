@@ -17,7 +17,10 @@ through it with their folder mounted read-only). Why each choice:
   and nothing local (UNROUTABLE);
 - as root, the command runs as `run_as` (nobody) through setpriv: the kernel never applies
   RLIMIT_NPROC to uid 0, so a fork bomb run as root would not be stopped by a process limit;
-- rlimits are set by prlimit inside the sandbox (no Python between fork and exec);
+- rlimits are set by prlimit inside the sandbox (no Python between fork and exec); memory as a
+  whole (shared memory, memfd and the tmpfs mounts included) and the process count are bounded
+  by a cgroup of the command's own where one can be had (cgroup.py), and said to be unbounded
+  where not;
 - the whole tree dies on timeout or cancel: the sandbox's pid 1 is killed and the kernel kills
   every process of its pid namespace with it.
 """
@@ -38,7 +41,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from agentd.hands import seccomp
+from agentd.hands import cgroup, seccomp
 from agentd.hands.workspace import Workspace
 
 SandboxMode = Literal["bwrap", "none"]
@@ -79,6 +82,9 @@ class Sandbox:
     # any local user may.
     system_ro: tuple[str, ...] = ("/usr", "/etc", "/sys")
     extra_env: tuple[tuple[str, str], ...] = field(default=())
+    # Where each command's cgroup is made (hands/cgroup.py `find`, at the daemon's start);
+    # "none": memory is bounded per process by rlimits only, and the card says so.
+    cgroups: cgroup.CgroupHost = field(default=cgroup.CgroupHost())
 
 
 class RunResult(BaseModel):
@@ -92,6 +98,8 @@ class RunResult(BaseModel):
     truncated: bool = False
     duration_ms: float
     sandbox: SandboxMode
+    # The kernel killed it for passing its cgroup's memory limit.
+    memory_exceeded: bool = False
 
 
 class SandboxUnavailable(RuntimeError):
@@ -486,10 +494,56 @@ async def run_sandboxed(
         network=network,
     )
     env = {"PATH": _PATH, "LANG": "C.UTF-8", "HOME": "/", **launch.env}
+    try:
+        group = await _command_group(sandbox, limits)
+    except BaseException:
+        launch.close()
+        raise
+    argv = group.wrap(launch.argv) if group is not None else launch.argv
     started = time.monotonic()
     try:
+        result = await _run(launch, argv, env, limits, on_start)
+    finally:
+        if group is not None:
+            exceeded = group.oom_killed()
+            await asyncio.shield(asyncio.to_thread(group.remove))
+    return RunResult(
+        **result,
+        duration_ms=round((time.monotonic() - started) * 1000, 1),
+        sandbox=sandbox.mode,
+        memory_exceeded=group is not None and exceeded,
+    )
+
+
+async def _command_group(sandbox: Sandbox, limits: Limits) -> cgroup.CommandGroup | None:
+    """The command's own cgroup with its limits, where cgroups can be had (None: they cannot,
+    as the card said); a failure to make one stops the command, never runs it unbounded."""
+    if not sandbox.cgroups.enforced:
+        return None
+    try:
+        return await asyncio.to_thread(
+            cgroup.make,
+            sandbox.cgroups,
+            limits.memory_mb << 20,
+            limits.max_processes + cgroup.SANDBOX_PROCESSES,
+        )
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"the command's cgroup could not be made ({exc.strerror or exc}), so it did not run "
+            "(its memory limit would not hold); `agentd doctor` says what this host offers"
+        ) from None
+
+
+async def _run(
+    launch: Launch,
+    argv: list[str],
+    env: dict[str, str],
+    limits: Limits,
+    on_start: Callable[[int], None] | None,
+) -> dict[str, object]:
+    try:
         proc = await asyncio.create_subprocess_exec(
-            *launch.argv,
+            *argv,
             cwd=launch.cwd,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -527,16 +581,14 @@ async def run_sandboxed(
         await asyncio.wait_for(proc.communicate(), timeout=2.0)
     code = await proc.wait()
     output, truncated = capture.text()
-    return RunResult(
-        exit_code=code if code >= 0 else None,
-        signal=-code if code < 0 else None,
-        stopped=stopped,
-        output=output,
-        bytes_out=capture.total,
-        truncated=truncated,
-        duration_ms=round((time.monotonic() - started) * 1000, 1),
-        sandbox=sandbox.mode,
-    )
+    return {
+        "exit_code": code if code >= 0 else None,
+        "signal": -code if code < 0 else None,
+        "stopped": stopped,
+        "output": output,
+        "bytes_out": capture.total,
+        "truncated": truncated,
+    }
 
 
 def probe(sandbox: Sandbox, scratch: Workspace | Path) -> str | None:

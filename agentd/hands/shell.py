@@ -22,13 +22,15 @@ from pydantic import BaseModel, Field
 from agentd.access.approvals import one_line
 from agentd.config import Config, ShellConfig
 from agentd.db import Database
-from agentd.hands import rules
+from agentd.hands import cgroup, rules
+from agentd.hands.cgroup import CgroupHost
 from agentd.hands.files import Workspaces, not_in_groups
 from agentd.hands.sandbox import (
     INSIDE_WORKSPACE,
     Limits,
     RunResult,
     Sandbox,
+    SandboxUnavailable,
     probe,
     run_sandboxed,
 )
@@ -81,12 +83,34 @@ def limits_of(shell: ShellConfig) -> Limits:
     )
 
 
-def sandbox_of(config: Config) -> Sandbox:
+def sandbox_of(config: Config, cgroups: CgroupHost | None = None) -> Sandbox:
+    """The sandbox from the config; `cgroups`: where each command's cgroup is made (the
+    daemon looks once, `cgroup.find`); None: none, and every card says memory is unbounded."""
     shell = config.tools.shell
     hide = [str(config.db_path.parent)]
     if config.source:
         hide.append(str(Path(config.source).resolve().parent))
-    return Sandbox(mode=shell.sandbox, bwrap=shell.bwrap, run_as=shell.run_as, hide=tuple(hide))
+    return Sandbox(
+        mode=shell.sandbox,
+        bwrap=shell.bwrap,
+        run_as=shell.run_as,
+        hide=tuple(hide),
+        cgroups=cgroups or CgroupHost(),
+    )
+
+
+def memory_line(limits: Limits, cgroups: CgroupHost) -> str:
+    """What the card promises of memory and processes: only what is enforced."""
+    if cgroups.enforced:
+        return (
+            f"{limits.memory_mb} MB memory in all (shared memory and /tmp included), "
+            f"{limits.max_processes} processes"
+        )
+    return (
+        f"{limits.memory_mb} MB address space per process, NOT a bound on the command's "
+        f"memory (no cgroup here: {cgroups.why}), {limits.max_processes} processes of the "
+        "sandbox user"
+    )
 
 
 def inside_cwd(cwd: str) -> str:
@@ -132,8 +156,9 @@ def _state(ctx: ToolContext) -> CallState:
     return CallState(tainted_by=ctx.tainted_by, chat_id=ctx.chat_id, user_id=ctx.user_id)
 
 
-def card_text(shell: ShellConfig, args: ShellArgs) -> str:
-    """The approval card's body for a command: exactly what will run, where, and how fenced."""
+def card_text(shell: ShellConfig, args: ShellArgs, cgroups: CgroupHost | None = None) -> str:
+    """The approval card's body for a command: exactly what will run, where, and how fenced
+    (`cgroups`: where its memory bound is enforced; None: nowhere)."""
     lim = limits_of(shell)
     sandbox = (
         "bubblewrap (read-only system, only the workspace writable)"
@@ -151,8 +176,8 @@ def card_text(shell: ShellConfig, args: ShellArgs) -> str:
             f"folder:  {one_line(folder, limit=1100)}",
             f"network: {'ON' if args.network else 'off'}",
             f"sandbox: {sandbox}",
-            f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, {lim.memory_mb} MB "
-            f"memory, {lim.max_processes} processes",
+            f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, "
+            f"{memory_line(lim, cgroups or CgroupHost())}",
             *(["mode:    background job (a notice when it ends)"] if args.background else []),
         ]
     )
@@ -171,6 +196,11 @@ def render_result(args: ShellArgs, result: RunResult, limits: Limits) -> str:
         head = f"Stopped after the wall-time limit of {limits.wall_seconds:g} s (killed)."
     elif result.stopped == "output":
         head = "Stopped: it wrote far more output than can be kept (killed)."
+    elif result.memory_exceeded:
+        head = (
+            f"Killed: it used more than its memory limit of {limits.memory_mb} MB (shared "
+            "memory and /tmp count too)."
+        )
     elif result.exit_code is None:
         head = f"Killed by signal {result.signal} (a limit: CPU, memory or processes?)."
     else:
@@ -275,7 +305,7 @@ async def run_command(
     if wall is not None:
         limits = replace(limits, wall_seconds=wall)
     task = asyncio.ensure_future(
-        run_sandboxed(
+        _run_or_refuse(
             args.command,
             workspace,
             sandbox=deps.sandbox,
@@ -293,6 +323,13 @@ async def run_command(
         raise
     await _audit(deps, ctx, args, approval, result)
     return ctx.redact(render_result(args, result, limits))
+
+
+async def _run_or_refuse(command: str, workspace: Any, **kwargs: Any) -> RunResult:
+    try:
+        return await run_sandboxed(command, workspace, **kwargs)
+    except SandboxUnavailable as exc:
+        raise ToolError(str(exc)) from None
 
 
 async def _with_progress(
@@ -344,7 +381,8 @@ def shell_tool(deps: ShellDeps) -> Tool:
 
     def card(args: ShellArgs) -> ApprovalCard:
         return ApprovalCard(
-            text=card_text(shell_config, args), always_allow=offer(shell_config, args)
+            text=card_text(shell_config, args, deps.sandbox.cgroups),
+            always_allow=offer(shell_config, args),
         )
 
     # A command's output is whatever the files, the programs and (with the network) the
@@ -396,7 +434,9 @@ async def shell_deps(
     shell = config.tools.shell
     if not shell.enabled:
         return None, None
-    sandbox = sandbox_of(config)
+    sandbox = sandbox_of(config, await asyncio.to_thread(cgroup.find))
+    if not sandbox.cgroups.enforced:
+        log.warning("shell memory unbounded", extra={"why": sandbox.cgroups.why})
     spaces = Workspaces.from_config(config)
     try:
         await asyncio.to_thread(spaces.ensure_base)

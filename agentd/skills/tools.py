@@ -27,9 +27,17 @@ from pydantic import Field
 
 from agentd.config import Config
 from agentd.db import Database
+from agentd.hands import cgroup
 from agentd.hands import shell as hands_shell
 from agentd.hands.files import Workspaces, sandbox_ids
-from agentd.hands.sandbox import INSIDE_WORKSPACE, Limits, Sandbox, probe, run_sandboxed
+from agentd.hands.sandbox import (
+    INSIDE_WORKSPACE,
+    Limits,
+    Sandbox,
+    SandboxUnavailable,
+    probe,
+    run_sandboxed,
+)
 from agentd.hands.workspace import Workspace, WorkspaceError
 from agentd.skills import store
 from agentd.skills.catalog import Catalog, Invalid, check, limits_of, scan_config
@@ -217,14 +225,17 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
             staged = await asyncio.to_thread(_stage, found, Path(tmp), skills.config)
             target = f"{INSIDE_SKILL}/{script}"
             argv = [target] if entry.executable or interpreter is None else [interpreter, target]
-            result = await run_sandboxed(
-                shlex.join([*argv, *(args or [])]),
-                workspace,
-                sandbox=sandbox,
-                limits=runner.limits,
-                binds_ro=[(str(staged), INSIDE_SKILL)],
-                cwd=INSIDE_WORKSPACE,
-            )
+            try:
+                result = await run_sandboxed(
+                    shlex.join([*argv, *(args or [])]),
+                    workspace,
+                    sandbox=sandbox,
+                    limits=runner.limits,
+                    binds_ro=[(str(staged), INSIDE_SKILL)],
+                    cwd=INSIDE_WORKSPACE,
+                )
+            except SandboxUnavailable as exc:
+                raise ToolError(str(exc)) from None
         ending = (
             f"stopped ({result.stopped})" if result.stopped else f"exit code {result.exit_code}"
         )
@@ -280,7 +291,8 @@ def script_runner(config: Config) -> ScriptRunner:
             'skill scripts run only inside bubblewrap, and [tools.shell] sandbox = "none"; '
             'set it to "bwrap" (apt-get install bubblewrap) to let skills run their scripts',
         )
-    sandbox = hands_shell.sandbox_of(config)  # the shell tool's own: same mounts, masks and user
+    # The shell tool's own: same mounts, masks, user and per-command cgroup.
+    sandbox = hands_shell.sandbox_of(config, cgroup.find())
     with tempfile.TemporaryDirectory(prefix="agentd-probe-") as scratch:
         os.chmod(scratch, 0o755)  # the sandbox's user must be able to enter it
         problem = probe(sandbox, Path(scratch))
