@@ -10,7 +10,8 @@ import hmac
 import json
 import os
 import stat
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def sign(body: bytes) -> str:
 
 @asynccontextmanager
 async def hooks_running(
-    config: Config, db_path: Path, env: dict[str, str]
+    config: Config, db_path: Path, env: dict[str, str], now: Callable[[], float] = time.time
 ) -> AsyncIterator[Database]:
     """`unit_wait` on a durable engine behind a started listener; all closed after."""
     db = await Database.open(db_path)
@@ -74,7 +75,7 @@ async def hooks_running(
     for flow in runtime.workflows():
         engine.register(flow)
     await engine.run()
-    server = HookServer(config, runtime, engine.start, engine.poll_once, env=env)
+    server = HookServer(config, runtime, engine.start, engine.poll_once, env=env, now=now)
     await server.start()
     try:
         yield db

@@ -95,11 +95,45 @@ async def test_starts_are_rate_limited(sock: str) -> None:
     assert statuses[:3] == [202, 202, 202] and statuses[3:] == [429, 429]
 
 
-def test_the_guards_alone() -> None:
-    seen = Seen(window=60)
-    seen.remember("d", "u", "i", now=1000)
-    assert seen.earlier("d", 1030) == ("u", "i") and seen.earlier("d", 1061) is None
+async def test_the_guards_alone(tmp_path: Path) -> None:
+    from agentd.db import Database
+
+    db = await Database.open(tmp_path / "g.db")
+    try:
+        seen = Seen(60, db)
+        await seen.remember("d", "u", "i", now=1000)
+        assert await seen.earlier("d", 1030) == ("u", "i") and await seen.earlier("d", 1061) is None
+    finally:
+        await db.close()
     rate = StartRate(per_minute=2)
     assert [rate.allow("u", t) for t in (0, 0, 0, 30)] == [True, True, False, True]
     assert stale_timestamp("abc", 0, 300) and stale_timestamp("0", 1000, 300)
     assert stale_timestamp("990", 1000, 300) is None
+
+
+async def test_a_replay_after_a_restart_and_past_a_window_boundary_starts_nothing(
+    tmp_path: Path,
+) -> None:
+    """Accepted bodies are remembered in the database with their age: a replay two seconds
+    later is refused even across a restart and into the next calendar window, and is taken
+    again only once the sender's window has passed."""
+    path = tmp_path / "hooks.sock"
+    route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET", replay_window_seconds=60)
+    config = Config(
+        telegram=TelegramConfig(allowed_user_ids=[42]),
+        hooks=HooksConfig(enabled=True, listen=f"unix:{path}", routes={"u": route}),
+    )
+    clock = [(time.time() // 60 + 1) * 60 - 1]  # one second before a window boundary
+    env = {"UNIT_SECRET": SECRET}
+    body = json.dumps({"x": 7}).encode()
+    signed = {"X-Signature-256": sign(body)}
+    async with hooks_running(config, tmp_path / "t.db", env, now=lambda: clock[0]):
+        first = await post(str(path), "/hooks/u", body, signed)
+    assert first[0] == 202
+    clock[0] += 2  # the next calendar window, two seconds later, after a restart
+    async with hooks_running(config, tmp_path / "t.db", env, now=lambda: clock[0]):
+        again = await post(str(path), "/hooks/u", body, signed)
+        assert again == (200, {"instance_id": first[1]["instance_id"], "created": False})
+        clock[0] += 60  # the sender's window has passed: a new delivery of the same body
+        later = await post(str(path), "/hooks/u", body, signed)
+        assert later[0] == 202 and later[1]["instance_id"] != first[1]["instance_id"]

@@ -3,17 +3,18 @@
 A signature proves who wrote a body, not that this is the first time it arrives: a captured
 delivery verifies for ever. So each accepted body's digest is remembered for the sender's
 retry window (across every hook, so a body signed for one hook is not taken by another that
-shares its secret), and its instance id is derived from that digest (a restart still maps a
-retry to the same instance within the window). Where the sender signs a timestamp, an old one
-is refused. Starts per hook are rate-limited: a leaked secret cannot flood the owner.
+shares its secret), in the database with its age, so a restart forgets none; its instance id
+is derived from that digest, so two copies racing in at once still start one instance. Where
+the sender signs a timestamp, an old one is refused. Starts per hook are rate-limited: a
+leaked secret cannot flood the owner.
 """
 
 from __future__ import annotations
 
 import hashlib
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 MAX_REMEMBERED = 20_000
 
@@ -30,27 +31,43 @@ def replay_key(body_digest: str, now: float, window: float) -> str:
 
 @dataclass
 class Seen:
-    """Digests of accepted bodies, oldest first, forgotten after `window` seconds."""
+    """Digests of accepted bodies with the time each was taken, in the database (a restart
+    forgets none), each forgotten `window` seconds after it was taken: the age decides, not
+    which calendar window a delivery fell in."""
 
     window: float
-    _at: OrderedDict[str, tuple[float, str, str]] = field(default_factory=OrderedDict)
+    db: Any  # the daemon's Database: reads off the loop, writes through the one writer
 
-    def _forget(self, now: float) -> None:
-        while self._at:
-            key, (when, _, _) = next(iter(self._at.items()))
-            if now - when <= self.window and len(self._at) <= MAX_REMEMBERED:
-                break
-            del self._at[key]
-
-    def earlier(self, body_digest: str, now: float) -> tuple[str, str] | None:
+    async def earlier(self, body_digest: str, now: float) -> tuple[str, str] | None:
         """(hook, instance id) that took this body within the window, or None."""
-        self._forget(now)
-        found = self._at.get(body_digest)
-        return None if found is None else (found[1], found[2])
+        return await self.db.read(_earlier, body_digest, now - self.window)  # type: ignore[no-any-return]
 
-    def remember(self, body_digest: str, hook: str, instance_id: str, now: float) -> None:
-        self._at[body_digest] = (now, hook, instance_id)
-        self._at.move_to_end(body_digest)
+    async def remember(self, body_digest: str, hook: str, instance_id: str, now: float) -> None:
+        await self.db.write(_remember, body_digest, hook, instance_id, now, now - self.window)
+
+
+def _earlier(conn: Any, body_digest: str, since: float) -> tuple[str, str] | None:
+    row = conn.execute(
+        "SELECT hook, instance_id FROM hook_deliveries WHERE digest = ? AND accepted_at >= ?",
+        (body_digest, since),
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1]))
+
+
+def _remember(
+    conn: Any, body_digest: str, hook: str, instance_id: str, now: float, before: float
+) -> None:
+    conn.execute("DELETE FROM hook_deliveries WHERE accepted_at < ?", (before,))
+    conn.execute(
+        "INSERT OR REPLACE INTO hook_deliveries (digest, hook, instance_id, accepted_at) "
+        "VALUES (?, ?, ?, ?)",
+        (body_digest, hook, instance_id, now),
+    )
+    conn.execute(
+        "DELETE FROM hook_deliveries WHERE digest IN (SELECT digest FROM hook_deliveries "
+        "ORDER BY accepted_at DESC LIMIT -1 OFFSET ?)",
+        (MAX_REMEMBERED,),
+    )
 
 
 @dataclass

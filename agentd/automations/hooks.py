@@ -113,7 +113,9 @@ class HookServer:
         start_workflow: StartWorkflow,
         wake: Callable[[], Awaitable[None]],
         env: Mapping[str, str] | None = None,
+        now: Callable[[], float] = time.time,
     ) -> None:
+        self._now = now
         # The one secret reader: the environment, then agentd.env, then a credential.
         secrets = config.secret_source(env)
         self._config = config
@@ -125,7 +127,7 @@ class HookServer:
         self.routes: dict[str, _Route] = {}
         # One memory for every hook: a body taken by one is a replay at any other.
         windows = [h.replay_window_seconds for h in config.hooks.routes.values()]
-        self._seen = hook_guard.Seen(window=float(max(windows, default=86_400)))
+        self._seen = hook_guard.Seen(float(max(windows, default=86_400)), runtime.db)
         self._rates = {
             name: hook_guard.StartRate(h.max_starts_per_minute)
             for name, h in config.hooks.routes.items()
@@ -217,9 +219,9 @@ class HookServer:
         # The delivery id is not signed: the body's digest is what makes a delivery one.
         return route, data, hook_guard.digest(body)
 
-    def _replayed(self, route: _Route, body_digest: str) -> web.Response | None:
+    async def _replayed(self, route: _Route, body_digest: str) -> web.Response | None:
         """The answer to a body taken before within the window, or None for a new one."""
-        earlier = self._seen.earlier(body_digest, time.time())
+        earlier = await self._seen.earlier(body_digest, self._now())
         if earlier is None:
             return None
         hook, iid = earlier
@@ -233,13 +235,13 @@ class HookServer:
             route, data, body_digest = await self._verified(request)
         except _Refused as refused:
             return refused.response
-        replayed = self._replayed(route, body_digest)
+        replayed = await self._replayed(route, body_digest)
         if replayed is not None:
             return replayed
         if not self._rates[route.name].allow(route.name):
             log.warning("hook start rate exceeded", extra={"hook": route.name})
             return _error(429, "too many starts for this hook; retry in a minute")
-        now = time.time()
+        now = self._now()
         delivery = hook_guard.replay_key(body_digest, now, route.config.replay_window_seconds)
         try:
             if route.config.workflow:
@@ -257,7 +259,7 @@ class HookServer:
             return _error(503, str(exc))
         except ValueError as exc:
             return _error(409, str(exc))
-        self._seen.remember(body_digest, route.name, iid, now)
+        await self._seen.remember(body_digest, route.name, iid, now)
         log.info("hook delivery", extra={"hook": route.name, "instance_id": iid, "new": created})
         body = {"instance_id": iid, "created": created}
         return web.json_response(body, status=202 if created else 200)
@@ -294,7 +296,7 @@ class HookServer:
             route, data, body_digest = await self._verified(request)
         except _Refused as refused:
             return refused.response
-        if self._seen.earlier(body_digest, time.time()) is not None:
+        if await self._seen.earlier(body_digest, self._now()) is not None:
             return _error(409, "this signed body was already delivered")
         event = request.match_info["event"]
         if event.startswith(runs.ANSWER_PREFIX):
@@ -308,7 +310,7 @@ class HookServer:
         workflow = route.config.workflow or None
         if workflow is None:
             return _error(404, "this hook starts prompts; it has no instances to signal")
-        now = time.time()
+        now = self._now()
         key = hook_guard.replay_key(body_digest, now, route.config.replay_window_seconds)
         event_id = f"hook:{route.name}:{key}"
         try:
@@ -320,7 +322,7 @@ class HookServer:
         except ValueError as exc:
             return _error(409, str(exc))
         if delivered:
-            self._seen.remember(body_digest, route.name, iid, now)
+            await self._seen.remember(body_digest, route.name, iid, now)
         await self._wake()
         return web.json_response(
             {"instance_id": iid, "event": event, "delivered": delivered},

@@ -917,6 +917,19 @@ ALTER TABLE fetch_host_rules_scoped RENAME TO fetch_host_rules;
 """
 
 
+# Webhook bodies accepted, with when (automations/hook_guard.py): a replay is refused by the
+# age of the first delivery, across restarts.
+M047_HOOK_DELIVERIES = """
+CREATE TABLE hook_deliveries (
+    digest TEXT PRIMARY KEY,
+    hook TEXT NOT NULL,
+    instance_id TEXT NOT NULL,
+    accepted_at REAL NOT NULL
+);
+CREATE INDEX hook_deliveries_at ON hook_deliveries (accepted_at);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -952,6 +965,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m065_memory_nearby", M065_MEMORY_NEARBY),
     ("m045_mcp_pins", M045_MCP_PINS),
     ("m046_host_rule_scope", M046_HOST_RULE_SCOPE),
+    ("m047_hook_deliveries", M047_HOOK_DELIVERIES),
 ]
 
 
