@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
@@ -370,3 +371,28 @@ async def test_a_rebound_name_is_turned_away(dash: Dash) -> None:
         "/login", headers={"Host": "attacker.example:80"}, allow_redirects=False
     )
     assert response.status == 421 and "Sign in" not in await response.text()
+
+
+async def test_a_flash_message_comes_from_the_server_only(dash: Dash) -> None:
+    """`?done=` in a link someone sent shows nothing, on the login page or behind it; what the
+    server itself said after a change is sealed for the session and shown."""
+    lure = "Your session expired: sign in again at https://evil.example/login"
+    forged = f"?{urlencode({'done': lure})}"
+    login_page = await (await dash.client.get(f"/login{forged}")).text()
+    assert "evil.example" not in login_page
+    csrf = await dash.login()
+    for path in ("/approvals", "/memory"):
+        assert "evil.example" not in await (await dash.client.get(f"{path}{forged}")).text()
+    sealed_elsewhere = f"?{urlencode({'done': lure, 'seal': '0' * 64})}"
+    assert (
+        "evil.example" not in await (await dash.client.get(f"/approvals{sealed_elsewhere}")).text()
+    )
+    response = await dash.client.post(
+        f"/approvals/{dash.approval}",
+        data={"decision": "deny", "csrf": csrf},
+        headers={"Origin": dash.origin()},
+        allow_redirects=False,
+    )
+    assert response.status == 303 and "seal=" in response.headers["Location"]
+    shown = await (await dash.client.get(response.headers["Location"])).text()
+    assert "Denied: write_file." in shown

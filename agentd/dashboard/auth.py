@@ -87,3 +87,13 @@ def csrf_token(key: str) -> str:
 
 def csrf_ok(key: str, given: str | None) -> bool:
     return bool(given) and hmac.compare_digest(csrf_token(key), given or "")
+
+
+def flash_sig(key: str, text: str) -> str:
+    """The session's seal on a message the server itself put in a redirect: a link someone
+    else wrote (`?done=Your session expired, log in at evil.example`) carries none."""
+    return hmac.new(bytes.fromhex(key), b"flash\0" + text.encode(), hashlib.sha256).hexdigest()
+
+
+def flash_ok(key: str, text: str, given: str | None) -> bool:
+    return bool(key and text and given) and hmac.compare_digest(flash_sig(key, text), given or "")

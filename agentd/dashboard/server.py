@@ -73,13 +73,26 @@ def site_of(request: web.Request) -> Site:
 def render(request: web.Request, name: str, **context: Any) -> web.Response:
     site = site_of(request)
     key = request.get(CSRF_KEY)
+    said = request.query.get("done", "")
+    # Only what this server said after a change, sealed for this session (flash_url): never
+    # words from a link, and never on a page without a session (the login page).
+    shown = said if key and auth.flash_ok(key, said, request.query.get("seal")) else ""
     body = site.templates.get_template(name).render(
         csrf=auth.csrf_token(key) if key else "",
         path=request.path,
-        flash=request.query.get("done", "")[:200],
+        flash=shown[:200],
         **context,
     )
     return web.Response(text=body, content_type="text/html")
+
+
+def flash_url(request: web.Request, back: str, said: str) -> str:
+    """`back` with the message the server says there, sealed for this session."""
+    from urllib.parse import urlencode
+
+    key = request.get(CSRF_KEY) or ""
+    seal = auth.flash_sig(key, said) if key else ""
+    return f"{back}?{urlencode({'done': said, 'seal': seal})}"
 
 
 def _to_login() -> NoReturn:

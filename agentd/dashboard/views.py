@@ -12,7 +12,7 @@ import jinja2
 from aiohttp import web
 
 from agentd.dashboard import actions, auth, queries, spend
-from agentd.dashboard.server import SESSION, render, site_of
+from agentd.dashboard.server import SESSION, flash_url, render, site_of
 
 
 def _iso(ts: float | None) -> str:
@@ -169,13 +169,11 @@ def _int(text: str) -> int:
 
 async def _change(request: web.Request, fn: Any, *args: Any, back: str) -> web.Response:
     """Run one change in one transaction; come back to `back` saying what happened."""
-    from urllib.parse import urlencode
-
     try:
         said = await site_of(request).access.write(fn, *args)
     except actions.Refused as exc:
         said = str(exc)
-    raise web.HTTPSeeOther(f"{back}?{urlencode({'done': said})}")
+    raise web.HTTPSeeOther(flash_url(request, back, said))
 
 
 async def decide(request: web.Request) -> web.Response:
@@ -208,8 +206,6 @@ async def memory_pin(request: web.Request) -> web.Response:
 
 async def memory_embedding_change(request: web.Request) -> web.Response:
     """Edit or restore: both re-embed, so both need the daemon's embedder."""
-    from urllib.parse import urlencode
-
     site = site_of(request)
     memory_id = _int(request.match_info["id"])
     form = await request.post()
@@ -226,7 +222,7 @@ async def memory_embedding_change(request: web.Request) -> web.Response:
                 said = await actions.restore_memory(site.access, site.embedder, memory_id, version)
         except actions.Refused as exc:
             said = str(exc)
-    raise web.HTTPSeeOther(f"{back}?{urlencode({'done': said})}")
+    raise web.HTTPSeeOther(flash_url(request, back, said))
 
 
 NO_EMBEDDER = (
