@@ -139,3 +139,38 @@ def test_a_missing_openai_package_is_said_at_start(
     )
     with pytest.raises(LLMError, match=r"pip install 'agentd\[openai\]'"):
         create_llm(config)
+
+
+async def test_a_custom_anthropic_endpoint_with_no_key_is_not_sent_the_real_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A provider of kind "anthropic" at its own base_url and no api_key_env is another
+    server: it gets a placeholder, never ANTHROPIC_API_KEY (from agentd or, through the SDK's
+    own look-up, from the environment). The built-in provider still gets the real key."""
+    from agentd.llm.factory import NO_KEY, build
+    from agentd.llm.types import LLMError, LLMRequest, Message
+    from tests.fakes import FakeAnthropic
+
+    real = "sk-ant-the-owners-real-key-0123456789"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", real)
+    request = LLMRequest(purpose="turn", messages=[Message(role="user", content="hi")])
+    with FakeAnthropic.running(api_key=real) as endpoint:  # answers the real key only
+        config = _load(
+            tmp_path,
+            f'[llm]\nmodel = "gw/claude-haiku-4-5"\nbase_url = "{endpoint.base_url}"\n'
+            f'[llm.providers.gw]\nkind = "anthropic"\nbase_url = "{endpoint.base_url}"\n',
+        )
+        config = config.model_copy(update={"secrets": type(config.secrets)(anthropic_api_key=real)})
+        gateway = build(config, env={"ANTHROPIC_API_KEY": real}).candidates()[0].llm
+        assert gateway._key == NO_KEY  # type: ignore[attr-defined]
+        with pytest.raises(LLMError):
+            await gateway.complete(request)
+        assert endpoint.requests and endpoint.requests[-1]["api_key_present"]
+        builtin = _load(
+            tmp_path, f'[llm]\nmodel = "claude-haiku-4-5"\nbase_url = "{endpoint.base_url}"\n'
+        )
+        builtin = builtin.model_copy(
+            update={"secrets": type(builtin.secrets)(anthropic_api_key=real)}
+        )
+        claude = build(builtin, env={}).candidates()[0].llm
+        assert (await claude.complete(request)).text

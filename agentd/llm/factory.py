@@ -14,6 +14,9 @@ from agentd.llm.fallback import Breaker, Candidate, FallbackLLM, ProviderLLM
 from agentd.llm.pricing import cheapest
 from agentd.llm.types import LLMError
 
+# What a Messages API endpoint of the owner's naming, with no key setting, is sent as its key.
+NO_KEY = "no-key-configured"
+
 
 def _anthropic_key(config: Any) -> str | None:
     secret = getattr(getattr(config, "secrets", None), "anthropic_api_key", None)
@@ -40,6 +43,11 @@ def _adapter(
         return OpenAILLM(llm_config, read_secret(provider.api_key_env, secrets), provider, name)
     if provider.api_key_env:
         key: str | None = read_secret(provider.api_key_env, secrets)
+    elif provider.kind == "anthropic" and name != ANTHROPIC and provider.base_url:
+        # Another server that speaks the Messages API, named with no key of its own: it gets
+        # none of the owner's. A placeholder, not None: given None the SDK looks for a key
+        # itself (ANTHROPIC_API_KEY, a credentials profile) and would send the real one.
+        key = NO_KEY
     elif provider.kind == "anthropic":
         # Checked before the SDK loads, so a missing key stops the start at once; only a chain
         # that uses Claude asks for it (a daemon on local models needs no Anthropic key).
