@@ -103,6 +103,32 @@ def test_host_details_are_masked(ws: Path) -> None:
     assert socket.gethostname() not in result.output or socket.gethostname() == "sandbox"
 
 
+def _host_macs() -> set[str]:
+    found = set()
+    for address in Path("/sys/class/net").glob("*/address"):
+        mac = address.read_text().strip()
+        if mac and mac != "00:00:00:00:00:00":
+            found.add(mac)
+    return found
+
+
+@needs_bwrap
+def test_the_hosts_interfaces_kernel_line_and_boot_id_are_masked(ws: Path) -> None:
+    """Nothing in the sandbox names the host's network cards, their MAC addresses, the kernel's
+    command line or this boot: /sys's interface folders are empty, /proc's details empty."""
+    result = run(
+        "ls /sys/class/net | wc -l; cat /proc/cmdline /proc/sys/kernel/random/boot_id | wc -c; "
+        "find /sys/devices -name address -path '*/net/*' 2>/dev/null | xargs -r cat",
+        ws,
+    )
+    lines = result.output.split()
+    assert lines[:2] == ["0", "0"], result.output
+    host = _host_macs() | {Path("/proc/sys/kernel/random/boot_id").read_text().strip()}
+    assert not any(detail in result.output for detail in host), result.output
+    cmdline = Path("/proc/cmdline").read_text().strip()
+    assert not cmdline or cmdline not in result.output
+
+
 @pytest.fixture
 def host_service() -> Iterator[int]:
     """A TCP service on the host's loopback, which no sandboxed command may reach."""

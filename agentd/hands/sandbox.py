@@ -52,6 +52,12 @@ _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _SECRET_FILES = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")
 # What identifies the machine: its id, firmware tables and serial numbers.
 _HOST_DETAILS = ("/etc/machine-id", "/sys/firmware", "/sys/devices/virtual/dmi")
+# The kernel's command line and this boot's id (host-wide, whatever the namespaces), masked
+# in the sandbox's own /proc.
+_PROC_DETAILS = ("/proc/cmdline", "/proc/sys/kernel/random/boot_id")
+# Where /sys names the host's network interfaces and their hardware addresses: the sandbox
+# has a network of its own (or none), so the host's are nobody's business there.
+_NET_CLASSES = ("/sys/class/net", "/sys/class/ieee80211", "/sys/class/bluetooth")
 _NOFOLLOW_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 65_536
 
@@ -224,6 +230,7 @@ def bwrap_argv(
     argv += [
         "--proc",
         "/proc",
+        *_proc_masks(launch),
         "--dev",
         "/dev",
         "--remount-ro",
@@ -266,10 +273,38 @@ def _system_mounts(sandbox: Sandbox, launch: Launch) -> list[str]:
     for path in (*_SECRET_FILES, *_HOST_DETAILS, *sandbox.hide):
         if any(path == p or path.startswith(p.rstrip("/") + "/") for p in sandbox.system_ro):
             argv += _mask(path)
+    if "/sys" in sandbox.system_ro:
+        for path in _interface_dirs():
+            argv += ["--tmpfs", path]
     if "/etc" in sandbox.system_ro and os.path.lexists("/etc/hostname"):
         argv += ["--ro-bind-data", launch.keep(seccomp.data_fd("hostname", b"sandbox\n"))]
         argv += ["/etc/hostname"]
     return argv
+
+
+def _proc_masks(launch: Launch) -> list[str]:
+    """Empty files over the host-wide details of the sandbox's /proc (a device node there
+    would be refused: /proc is mounted nodev)."""
+    argv: list[str] = []
+    for path in _PROC_DETAILS:
+        if os.path.exists(path):
+            argv += ["--ro-bind-data", launch.keep(seccomp.data_fd("masked", b"")), path]
+    return argv
+
+
+def _interface_dirs() -> list[str]:
+    """The /sys folders that name the host's network interfaces: the class folders, and each
+    device's `net` folder the class links into (where its MAC address also is)."""
+    found: list[str] = []
+    for cls in _NET_CLASSES:
+        if not os.path.isdir(cls):
+            continue
+        for name in sorted(os.listdir(cls)):
+            real = os.path.dirname(os.path.realpath(os.path.join(cls, name)))
+            if real.startswith("/sys/devices/") and real not in found:
+                found.append(real)
+        found.append(cls)
+    return found
 
 
 def _workspace_mounts(launch: Launch, workspace: Workspace) -> list[str]:
