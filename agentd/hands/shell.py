@@ -176,7 +176,7 @@ def card_text(shell: ShellConfig, args: ShellArgs, cgroups: CgroupHost | None = 
             f"folder:  {one_line(folder, limit=1100)}",
             f"network: {'ON' if args.network else 'off'}",
             f"sandbox: {sandbox}",
-            f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU, "
+            f"limits:  {wall:g} s wall, {lim.cpu_seconds} s CPU per process, "
             f"{memory_line(lim, cgroups or CgroupHost())}",
             *(["mode:    background job (a notice when it ends)"] if args.background else []),
         ]
