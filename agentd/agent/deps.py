@@ -101,6 +101,8 @@ class Recall(BaseModel):
     # None: recalled before memories said where they came from (any memory then taints).
     outside: list[str] | None = None
     pending: str = ""  # what the chat's other turns still wait for (agent/pending.py)
+    # One of those was written with outside content in view: the turn that lists it is tainted.
+    pending_outside: bool = False
     searched: bool = False  # the memories were searched (not only the facts listed)
     why: str = ""  # what was searched for, or why nothing was
     route: RoutingDecision | None = None  # agent/routing.py; None: journaled before it existed

@@ -13,6 +13,7 @@ from typing import Any
 
 from agentd.access.approvals import Approval, pending
 from agentd.chat.data import as_data
+from agentd.tools.policy import OUTSIDE_REASON
 
 PENDING_RULE = (
     "These are handled on their own: each answer will come as a separate message replying "
@@ -32,6 +33,20 @@ def _line(approval: Approval) -> str:
     shown = shown if len(shown) <= 120 else shown[:119] + "…"
     asked = f", asked for in “{approval.request}”" if approval.request else ""
     return f"- A request to run {approval.tool} ({shown}) is waiting for {_whose(approval)}{asked}."
+
+
+PENDING_SOURCE = "a request still waiting in this chat, written after outside content"
+
+
+def pending_from_outside(conn: Any, chat_id: int, instance_id: str, now: float) -> bool:
+    """Whether a waiting request the prompt lists was written with outside content in view:
+    its arguments (a URL, a command) may carry that content's words into this turn."""
+    return any(
+        a.chat_id == chat_id
+        and a.instance_id != instance_id
+        and (a.why or "").startswith(OUTSIDE_REASON)
+        for a in pending(conn, now)
+    )
 
 
 def pending_in_chat(conn: Any, chat_id: int, instance_id: str, now: float) -> str:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from agentd.access import ratelimit
 from agentd.agent import routing
 from agentd.agent.deps import Recall, TurnDeps
-from agentd.agent.pending import pending_in_chat
+from agentd.agent.pending import PENDING_SOURCE, pending_from_outside, pending_in_chat
 from agentd.agent.recall_query import recall_query
 from agentd.agent.routing import RoutingDecision
 from agentd.agent.steer import claim_steer
@@ -455,7 +455,9 @@ async def recall_for_turn(
     """The `recall` step: recalled memories, what the chat's other turns still wait for
     (agent/pending.py; read even when recall fails, so the model never asks for those again),
     and, journaled with them, the turn's routing decision and the user's language."""
-    pending = await deps.db.read_inline(pending_in_chat, inp.chat_id, instance_id, deps.clock.now())
+    now = deps.clock.now()
+    pending = await deps.db.read_inline(pending_in_chat, inp.chat_id, instance_id, now)
+    outside = await deps.db.read_inline(pending_from_outside, inp.chat_id, instance_id, now)
     recall: Recall | None
     try:
         recall = await recall_memories(deps, inp, query)
@@ -464,7 +466,12 @@ async def recall_for_turn(
         recall = None
     language, _ = await deps.db.read_inline(locale.current, inp.user_id)
     route = await route_turn(deps, inp, recall)
-    update = {"pending": pending, "route": route, "language": language or inp.language_code}
+    update = {
+        "pending": pending,
+        "pending_outside": outside,
+        "route": route,
+        "language": language or inp.language_code,
+    }
     return (recall or Recall(outside=[])).model_copy(update=update)
 
 
@@ -623,7 +630,7 @@ async def think(
             photos=len(images),
             media_meta=media.meta,
             memories=recall.memories,
-            context=[*earlier, *quote],
+            context=[*earlier, *quote, *([PENDING_SOURCE] if recall.pending_outside else [])],
             recalled=recall.outside,
         )
         result = await agent_loop(step, deps, inp, messages, recall, taint)

@@ -44,6 +44,7 @@ from agentd.tools.base import (
     ToolContext,
     ToolError,
 )
+from agentd.tools.policy import OUTSIDE_REASON
 from agentd.tools.toolset import Toolset
 
 log = logging.getLogger("agentd.hands")
@@ -135,7 +136,7 @@ class ShellPolicy:
             return Assessment(risk="low", reason="on the read-only allowlist", egress=False)
         if state.tainted_by:
             sources = ", ".join(state.tainted_by[:3])
-            return Assessment(risk="high", reason=f"this turn read outside content ({sources})")
+            return Assessment(risk="high", reason=f"{OUTSIDE_REASON} ({sources})")
         if args.network:
             return Assessment(risk="high", reason="it asks for the network")
         if not plain.ok:

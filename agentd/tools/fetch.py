@@ -19,6 +19,7 @@ from agentd.tools.base import (
 )
 from agentd.tools.citations import heading, source_list, url_id
 from agentd.tools.declare import tool
+from agentd.tools.policy import OUTSIDE_REASON
 from agentd.tools.urls import url_host
 
 
@@ -66,7 +67,7 @@ def assess_fetch(args: Any, state: CallState) -> Assessment | None:
     sources = ", ".join(state.tainted_by[:3])
     return Assessment(
         risk="high",
-        reason=f"this turn read outside content ({sources}) and the model wants to fetch a "
+        reason=f"{OUTSIDE_REASON} ({sources}) and the model wants to fetch a "
         "URL you did not write yourself: a page could use such a fetch to send data out",
         allow_host=host,
     )

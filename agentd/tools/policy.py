@@ -16,6 +16,10 @@ from __future__ import annotations
 
 from agentd.tools.base import Assessment, CallState, Tool
 
+# How every reason that a call asks because of outside content begins (the pending list reads
+# it back: a waiting call's arguments were written with outside content in view).
+OUTSIDE_REASON = "this turn read outside content"
+
 
 def call_risk(tool: Tool, args: object, state: CallState) -> Assessment:
     """This call's risk and why (an empty reason: the tool's own level)."""
@@ -27,7 +31,7 @@ def call_risk(tool: Tool, args: object, state: CallState) -> Assessment:
         sources = ", ".join(state.tainted_by[:3])
         verdict = Assessment(
             risk="high",
-            reason=f"this turn read outside content ({sources}) and {tool.name} can send "
+            reason=f"{OUTSIDE_REASON} ({sources}) and {tool.name} can send "
             "data out or leave instructions behind",
         )
     return verdict
