@@ -38,7 +38,7 @@ command = "/nonexistent/mcp-server"
 
 def tool_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, **extra: str) -> dict[str, str]:
     (tmp / "agentd.toml").write_text(CONFIG)
-    return daemon_env(
+    env = daemon_env(
         tmp,
         tg.base_url,
         llm.base_url,
@@ -48,6 +48,8 @@ def tool_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, **extra: str) -> d
         AGENTD_TELEGRAM__APPROVERS=str(USERS),
         **extra,
     )
+    trust_echo(tmp, env)
+    return env
 
 
 class Stack:
@@ -95,9 +97,7 @@ class Stack:
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("tools")
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        env = tool_env(tmp, tg, llm)
-        trust_echo(tmp, env)
-        with running_daemon(tmp, env) as daemon:
+        with running_daemon(tmp, tool_env(tmp, tg, llm)) as daemon:
             yield Stack(tg, llm, daemon)
 
 
