@@ -192,8 +192,13 @@ def _state(tainted: list[str], own_urls: list[str], shown: list[str], hosts: set
     fields = {f.name for f in dataclasses.fields(CallState)}
     if "known_urls" in fields:  # main: URLs the user wrote or a result showed, normalised
         return CallState(tainted_by=tuple(tainted), known_urls=frozenset(own_urls + shown))
+    # The week is the owner's private chat (a state with no chat kind is not taken as one).
+    private = {"chat_kind": "private"} if "chat_kind" in fields else {}
     return CallState(
-        tainted_by=tuple(tainted), user_urls=frozenset(own_urls), allowed_hosts=frozenset(hosts)
+        tainted_by=tuple(tainted),
+        user_urls=frozenset(own_urls),
+        allowed_hosts=frozenset(hosts),
+        **private,
     )
 
 

@@ -90,13 +90,33 @@ def test_every_change_asks_with_outside_content_in_view(tools: dict[str, Any]) -
         "calendar_move": {"uid": "u", "start": "2026-12-01T11:00"},
         "cancel_schedule": {"schedule_id": "s1"},
     }
-    tainted = CallState(tainted_by=("an earlier message in this chat (a forwarded message)",))
+    tainted = CallState(
+        tainted_by=("an earlier message in this chat (a forwarded message)",),
+        chat_kind="private",
+    )
     for name, raw in samples.items():
         tool = tools[name]
         args = tool.parse_args(raw)
-        assert call_risk(tool, args, CallState()).risk != "high", name
+        assert call_risk(tool, args, CallState(chat_kind="private")).risk != "high", name
         verdict = call_risk(tool, args, tainted)
         assert verdict.risk == "high" and "forwarded message" in verdict.reason, name
+
+
+def test_writes_to_a_users_own_state_ask_outside_a_private_chat(tools: dict[str, Any]) -> None:
+    """Reading a user's memories or workspace is refused in a group; writing their memories or
+    reminders there asks the owner: other members' words are in view and may be the ask."""
+    samples = {
+        "remember": {"content": "the door code is 1234", "kind": "fact"},
+        "schedule": {"message": "open the door", "after": "1h"},
+        "cancel_schedule": {"schedule_id": "s1"},
+    }
+    for name, raw in samples.items():
+        tool = tools[name]
+        args = tool.parse_args(raw)
+        assert call_risk(tool, args, CallState(chat_kind="private")).risk != "high", name
+        for kind in ("group", "channel", None):
+            verdict = call_risk(tool, args, CallState(chat_kind=kind))  # type: ignore[arg-type]
+            assert verdict.risk == "high" and "not private" in verdict.reason, (name, kind)
 
 
 def test_workspace_files_are_off_in_groups() -> None:

@@ -297,6 +297,7 @@ async def make_call(
     journal. `taint` grows with what the call read, for the caller's later calls."""
     iid = step.instance_id
     state = CallState(
+        chat_kind=caller.chat_kind,
         tainted_by=taint.tainted_by,
         user_urls=frozenset(taint.user_urls),
         chat_id=caller.chat_id,

@@ -154,7 +154,12 @@ class ShellPolicy:
 
 
 def _state(ctx: ToolContext) -> CallState:
-    return CallState(tainted_by=ctx.tainted_by, chat_id=ctx.chat_id, user_id=ctx.user_id)
+    return CallState(
+        tainted_by=ctx.tainted_by,
+        chat_id=ctx.chat_id,
+        user_id=ctx.user_id,
+        chat_kind=ctx.chat_kind,
+    )
 
 
 def card_text(shell: ShellConfig, args: ShellArgs, cgroups: CgroupHost | None = None) -> str:

@@ -19,6 +19,7 @@ from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fusion import fusion_from_config
 from agentd.tools import Tool, ToolContext, ToolResult, Toolset, mark_untrusted
+from agentd.tools.policy import asks_outside_private
 
 
 class SearchArgs(BaseModel):
@@ -42,10 +43,12 @@ def memory_tools(
     fusion = fusion_from_config(config)
     memory = Toolset()
 
-    # It leaves words behind for later turns: egress (asks in a tainted turn).
+    # It leaves words behind for later turns: egress (asks in a tainted turn). A user's
+    # memories are private: written from a group, where others' words are in view, it asks.
     @memory.tool(
         risk="low",
         egress=True,
+        assess=asks_outside_private("remember writes to the user's private memories"),
         description="Store a durable fact, preference or task about the user for later "
         "conversations. Reuse the same key when a fact changes, so it replaces the old one.",
     )

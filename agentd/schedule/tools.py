@@ -16,6 +16,7 @@ from agentd.schedule import store
 from agentd.schedule.create import TAINT_MARK, ScheduleRequest, create, local_iso, summary
 from agentd.schedule.recurrence import ScheduleError
 from agentd.tools import Tool, ToolContext, ToolError, Toolset
+from agentd.tools.policy import asks_outside_private
 
 
 class NoArgs(BaseModel):
@@ -54,6 +55,7 @@ def _create_tool(
     @schedules.tool(
         risk="medium",
         egress=True,
+        assess=asks_outside_private("schedule leaves a task behind that runs as the user"),
         description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
         "you with your tools) once, at an interval, or on a calendar rule. Times are in "
         "the owner's time zone unless timezone is given. The result confirms the next "
@@ -94,12 +96,18 @@ def _own_tools(schedules: Toolset, db: Database) -> None:
     )
     async def list_schedules(ctx: ToolContext, args: NoArgs) -> str:
         found = await db.read(store.list_schedules, user_id=ctx.user_id)
+        if not ctx.private:  # every member reads the answer: only what was set up here
+            found = [s for s in found if s.chat_id == ctx.chat_id]
         if not found:
             return "No active schedules."
         return "\n".join(summary(s) for s in found)
 
     # Cancelling changes the owner's reminders: it asks while outside content is in view.
-    @schedules.tool(risk="medium", egress=True)
+    @schedules.tool(
+        risk="medium",
+        egress=True,
+        assess=asks_outside_private("cancel_schedule changes the user's own reminders"),
+    )
     async def cancel_schedule(ctx: ToolContext, args: CancelArgs) -> str:
         """Cancel one of the user's reminders or recurring tasks by id."""
 

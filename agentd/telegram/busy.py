@@ -15,14 +15,14 @@ from agentd.telegram.edits import answered
 INTERRUPTED_BY = "interrupt"  # decided_by of an interrupted turn's pending approvals
 
 
-def working_turn(conn: Any, chat_id: int) -> str | None:
-    """The chat's turn that is working now (not waiting, not queued), if any."""
+def working_turn(conn: Any, chat_id: int) -> tuple[str, int | None] | None:
+    """The chat's turn that is working now (not waiting, not queued), if any, and its user."""
     row = conn.execute(
-        "SELECT id FROM workflow_instances WHERE key = ? AND workflow = ? AND status = 'running' "
-        "ORDER BY seq LIMIT 1",
+        "SELECT id, json_extract(input, '$.user_id') FROM workflow_instances "
+        "WHERE key = ? AND workflow = ? AND status = 'running' ORDER BY seq LIMIT 1",
         (chat_key(chat_id), TURN_WORKFLOW),
     ).fetchone()
-    return row[0] if row else None
+    return (row[0], row[1]) if row else None
 
 
 def plan_busy(
@@ -36,9 +36,13 @@ def plan_busy(
     # of their own, tainted and kept as data, never "the user added" in the working one.
     if turn.forwarded or (turn.reply_to is not None and not turn.private):
         return turn, None
-    working = working_turn(conn, turn.chat_id)
-    if working is None:
+    found = working_turn(conn, turn.chat_id)
+    # Only the working turn's own user speaks in it: in a group another member's message is
+    # that member's request, answered as a turn of its own, never "the user added" in someone
+    # else's turn (nor a reason to cut it off).
+    if found is None or found[1] != turn.user_id:
         return turn, None
+    working = found[0]
     if mode == "interrupt":
         if answered(conn, working):  # its answer is on its way: cutting it would lose it
             return turn, None

@@ -72,6 +72,12 @@ class CallState:
     # shell rule scoped to a chat then does not apply, and the call asks).
     chat_id: int | None = None
     user_id: int | None = None
+    # The kind of chat the call is made in; None: unknown, which no guard takes as private.
+    chat_kind: ChatKind | None = None
+
+    @property
+    def private(self) -> bool:
+        return self.chat_kind == "private"
 
 
 class Assessment(BaseModel):

@@ -14,11 +14,30 @@ of the tool itself (its own allowlist), and never in a tainted turn for an egres
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from agentd.tools.base import Assessment, CallState, Tool
 
 # How every reason that a call asks because of outside content begins (the pending list reads
 # it back: a waiting call's arguments were written with outside content in view).
 OUTSIDE_REASON = "this turn read outside content"
+
+
+def asks_outside_private(what: str) -> Callable[[Any, CallState], Assessment | None]:
+    """An `assess` for a tool that writes its user's own state (memories, reminders): in a
+    chat others write in too, their words are in view and may be what asks for it, so it asks
+    the owner there, as reading that state is refused there."""
+
+    def assess(args: Any, state: CallState) -> Assessment | None:
+        if state.private:
+            return None
+        return Assessment(
+            risk="high",
+            reason=f"this chat is not private: other members' words are in view, and {what}",
+        )
+
+    return assess
 
 
 def call_risk(tool: Tool, args: object, state: CallState) -> Assessment:
