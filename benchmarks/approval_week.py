@@ -319,7 +319,9 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, here, "--json"], env=env, capture_output=True, text=True, check=True
         )
-        results.insert(0, json.loads(out.stdout)[0])
+        base = json.loads(out.stdout)[0]
+        base["rules"] = f"{args.base} (the base)"
+        results.insert(0, base)
     if args.json:
         print(json.dumps(results, default=dict))
         return
