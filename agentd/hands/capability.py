@@ -102,8 +102,10 @@ def _memory_check() -> tuple[str, str, bool]:
         said = f"each command in a cgroup of its own (cgroup {host.kind}): memory_mb bounds it all"
         return "shell memory", said, False
     said = (
-        f"NOT bounded per command: {host.why}. Only each process's address space is limited "
-        "(shared memory and /tmp escape it); every approval card says so"
+        f"NOT bounded per command for agentd started like this: {host.why}. Only each "
+        "process's address space is limited (shared memory and /tmp escape it), and every "
+        "approval card says so. The service under the shipped unit has a delegated cgroup of "
+        "its own: its start-up log says `shell memory unbounded` if it has none"
     )
     return "shell memory", said, True
 
