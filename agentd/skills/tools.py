@@ -236,9 +236,12 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
                 )
             except SandboxUnavailable as exc:
                 raise ToolError(str(exc)) from None
-        ending = (
-            f"stopped ({result.stopped})" if result.stopped else f"exit code {result.exit_code}"
-        )
+        if result.memory_exceeded:
+            ending = f"killed: it used more than its memory limit ({runner.limits.memory_mb} MB)"
+        elif result.stopped:
+            ending = f"stopped ({result.stopped})"
+        else:
+            ending = f"exit code {result.exit_code}"
         return f"{ending}\n{result.output}".rstrip()
 
     return run_skill_script
