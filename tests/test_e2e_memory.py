@@ -219,3 +219,33 @@ def test_reindex_after_the_default_embedder_changed(
             "docs", "search", "plants in the vegetable patch", "--mode", "vector"
         )
         assert hits and "tomatoes" in hits[0]["text"]
+
+
+def test_a_group_members_words_never_become_another_members_facts(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
+) -> None:
+    """A group's history holds every member's words; summarised for one member, the facts
+    drawn from another's are outside content: they never join that member's private prompt."""
+    from tests.daemon_process import TOKEN
+
+    tg, llm = fakes
+    llm.set_responder(summary_reply)
+    group = -900
+    env = memory_env(tmp_path, tg, llm)
+    env["AGENTD_TELEGRAM__ALLOW_GROUPS"] = "true"
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_bot_to_group(group, ALICE, int(TOKEN.split(":")[0]))
+        for n, (user, text) in enumerate(
+            [(BOB, "I live in Lyon now"), (BOB, "Lyon is home"), (ALICE, "ok, noted")], start=1
+        ):
+            tg.add_message(group, user, f"@fake_bot {text}", chat_type="group")
+            tg.wait_for_sent(n, timeout=20, chat_id=group)
+        daemon.wait_for_instances(4)  # three turns and one summary
+        rows = daemon.query("SELECT kind, user_id, origin, origin_ref FROM memories ORDER BY id")
+        assert [(r[0], r[1], r[2]) for r in rows] == [
+            ("summary", ALICE, "outside"),
+            ("fact", ALICE, "outside"),
+        ]
+        assert "another member's words" in rows[0][3]  # the summary says why
+        chat(tg, ALICE, ["Where do I live?"])
+        assert "Lives in Lyon" not in system_text(llm.requests[-1])

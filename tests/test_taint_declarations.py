@@ -146,6 +146,13 @@ def test_a_summary_of_outside_messages_stays_outside() -> None:
     # A block journaled before messages said where they came from: the safe side.
     legacy = BlockMessage.model_validate({"id": 3, "role": "user", "content": "x", "created_at": 0})
     assert block_origin([legacy])[0] == "outside"
+    # A group's block, summarised for user 42: member 43's words are someone else's.
+    group = [
+        BlockMessage(id=4, role="user", content="a", created_at=0, origin="user", user_id=42),
+        BlockMessage(id=5, role="user", content="b", created_at=0, origin="user", user_id=43),
+    ]
+    assert block_origin(group[:1], 42) == ("model", None)
+    assert block_origin(group, 42) == ("outside", "another member's words in a group chat")
 
 
 def test_a_quoted_notice_taints_and_a_quoted_answer_of_the_users_own_does_not(

@@ -68,6 +68,8 @@ class BlockMessage(BaseModel):
     # said so counts as outside content, the safe side.
     origin: str = "outside"
     origin_ref: str | None = None
+    # Whose turn the message belongs to (a group holds several members'); None: not said.
+    user_id: int | None = None
 
 
 @dataclass(frozen=True)
@@ -123,7 +125,7 @@ def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> li
         return []
     rows = conn.execute(
         "SELECT id, role, content, created_at, json_extract(meta, '$.withdrawn'), origin, "
-        "origin_ref FROM messages "
+        "origin_ref, user_id FROM messages "
         "WHERE chat_id = ? AND summarised = 0 AND id <= ? ORDER BY id",
         (inp.chat_id, inp.up_to_id),
     ).fetchall()
@@ -137,15 +139,25 @@ def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> li
             created_at=r[3],
             origin=r[5],
             origin_ref=r[6],
+            user_id=r[7],
         )
         for r in rows
     ]
 
 
-def block_origin(block: list[BlockMessage]) -> tuple[Origin, str | None]:
+OTHERS_WORDS = "another member's words in a group chat"
+
+
+def block_origin(
+    block: list[BlockMessage], user_id: int | None = None
+) -> tuple[Origin, str | None]:
     """A summary and the facts drawn from a block are outside content when any of its
-    messages is: the summariser may have carried an injected instruction into them."""
+    messages is: the summariser may have carried an injected instruction into them. For the
+    user they are stored for (`user_id`), another member's messages in a group (and the answers
+    to them) are someone else's words too: never facts of theirs in every private prompt."""
     outside = [m.origin_ref or "outside content" for m in block if m.origin == "outside"]
+    if user_id is not None and any(m.user_id not in (None, user_id) for m in block):
+        outside.append(OTHERS_WORDS)
     if outside:
         return "outside", ref_of(list(dict.fromkeys(outside)))
     return "model", None
@@ -235,7 +247,7 @@ async def store(
 
     # A block holding outside content (a forwarded message, a page, a mail) makes its summary
     # and facts outside content too: the summariser may have carried an instruction along.
-    origin, outside = block_origin(block)
+    origin, outside = block_origin(block, inp.user_id)
     where = f"chat:{inp.chat_id}:msg:{block[0].id}-{block[-1].id}"
 
     def write(conn: Any) -> SummaryOutput:
