@@ -85,3 +85,33 @@ def test_the_card_promises_a_memory_bound_only_where_a_cgroup_enforces_it() -> N
     assert "no cgroup v2 here" in unbounded
     bounded = card_text(shell, args, cgroup.CgroupHost("v1", ("/m", "/p"), ""))
     assert "512 MB memory in all (shared memory and /tmp included), 32 processes" in bounded
+
+
+def test_a_kill_at_the_memory_limit_is_said_as_such() -> None:
+    from agentd.hands.sandbox import Limits, RunResult
+    from agentd.hands.shell import render_result
+
+    def result(code: int, exceeded: bool) -> RunResult:
+        return RunResult(
+            exit_code=code, output="", bytes_out=0, duration_ms=1.0, sandbox="bwrap",
+            memory_exceeded=exceeded,
+        )  # fmt: skip
+
+    limits, args = Limits(memory_mb=300), ShellArgs(command="x")
+    killed = render_result(args, result(137, True), limits)
+    assert killed.startswith("Killed: it used more than its memory limit of 300 MB")
+    survived = render_result(args, result(0, True), limits)
+    assert survived.startswith("Exit code 0. A process of it was killed at the memory limit")
+    assert render_result(args, result(1, False), limits).startswith("Exit code 1.")
+
+
+def test_a_limit_reached_without_a_kill_is_no_kill(tmp_path: Path) -> None:
+    """v1's failcnt counts reclaimed page cache too: only oom_kill says a process died."""
+    memory = tmp_path / "m"
+    memory.mkdir()
+    (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 0\n")
+    (memory / "memory.failcnt").write_text("12\n")
+    group = cgroup.CommandGroup(cgroup.CgroupHost("v1", (str(memory),), ""), (memory,))
+    assert not group.oom_killed()
+    (memory / "memory.oom_control").write_text("oom_kill_disable 0\nunder_oom 0\noom_kill 1\n")
+    assert group.oom_killed()

@@ -214,11 +214,12 @@ class CommandGroup:
         """Whether the kernel killed something in it for passing its memory limit."""
         memory = self.dirs[0]
         text = _read(memory / ("memory.events" if self.host.kind == "v2" else "memory.oom_control"))
+        # Only a kill counts: reaching the limit alone (v1's failcnt) is page cache reclaimed.
         for line in text.splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill" and value.strip().isdigit():
                 return int(value) > 0
-        return self.host.kind == "v1" and _read(memory / "memory.failcnt").strip() not in ("", "0")
+        return False
 
     def remove(self) -> None:
         """Kill whatever is left in it and remove it (blocking; best effort, bounded)."""

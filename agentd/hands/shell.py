@@ -202,7 +202,7 @@ def render_result(args: ShellArgs, result: RunResult, limits: Limits) -> str:
         head = f"Stopped after the wall-time limit of {limits.wall_seconds:g} s (killed)."
     elif result.stopped == "output":
         head = "Stopped: it wrote far more output than can be kept (killed)."
-    elif result.memory_exceeded:
+    elif result.memory_exceeded and result.exit_code != 0:
         head = (
             f"Killed: it used more than its memory limit of {limits.memory_mb} MB (shared "
             "memory and /tmp count too)."
@@ -211,6 +211,8 @@ def render_result(args: ShellArgs, result: RunResult, limits: Limits) -> str:
         head = f"Killed by signal {result.signal} (a limit: CPU, memory or processes?)."
     else:
         head = f"Exit code {result.exit_code}."
+    if result.memory_exceeded and result.exit_code == 0:
+        head += f" A process of it was killed at the memory limit of {limits.memory_mb} MB."
     cut = " (output cut: head and tail kept)" if result.truncated else ""
     body = result.output or "(no output)"
     return (
