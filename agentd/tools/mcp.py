@@ -345,12 +345,12 @@ async def _mcp_build(ctx: Context) -> Contribution:
     mcp = await ctx.stack.enter_async_context(McpServers(ctx.config.tools.mcp, environ=ctx.secrets))
     problems = [f"{p.source}: {p.message}" for p in mcp.problems]
     offered, held = await _confirmed_only(ctx, mcp.by_server())
-    problems += [f"mcp:{name}: held back: {why}" for name, why in held]
+    problems += [f"mcp:{name}: held back: {why}" for name, why, _ in held]
     tell = _teller(ctx)
 
     async def tell_held() -> None:
-        for name, why in held:
-            await tell(name, why)
+        for name, why, found in held:
+            await tell(name, why, found)
 
     return Contribution(
         tools=offered,
@@ -362,32 +362,32 @@ async def _mcp_build(ctx: Context) -> Contribution:
 
 async def _confirmed_only(
     ctx: Context, servers: Mapping[str, list[Tool]]
-) -> tuple[list[Tool], list[tuple[str, str]]]:
+) -> tuple[list[Tool], list[tuple[str, str, str]]]:
     """The tools of servers whose listing the owner confirmed as it is; the rest, with why."""
     from agentd.tools import mcp_pins
 
     pinned = await ctx.db.read(mcp_pins.pins)
     offered: list[Tool] = []
-    held: list[tuple[str, str]] = []
+    held: list[tuple[str, str, str]] = []
     for name, tools in servers.items():
         found = mcp_pins.digest(mcp_pins.listed(tools))
         why = mcp_pins.verdict(pinned.get(name), found)
         if why:
             await ctx.db.write(mcp_pins.held_back, name, found, ctx.clock.now())
-            held.append((name, why))
+            held.append((name, why, found))
         else:
             offered += tools
     return offered, held
 
 
-def _teller(ctx: Context) -> Callable[[str, str], Awaitable[None]]:
-    """Tells the owner a server is held back, once per server and reason."""
+def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
+    """Tells the owner a server is held back, once per server and listing found."""
     from agentd.access import owners
     from agentd.chat.notice import post_notice
 
     owner = owners.resolve(ctx.config.telegram).owner_id
 
-    async def tell(name: str, why: str) -> None:
+    async def tell(name: str, why: str, found: str) -> None:
         if owner is None:
             return  # the start-up log and `agentd mcp ls` still say it
         text = (
@@ -395,7 +395,7 @@ def _teller(ctx: Context) -> Callable[[str, str], Awaitable[None]]:
             f"you read them and run `agentd mcp trust {name}` on the server (then restart "
             "agentd): their descriptions go into every conversation as if you wrote them."
         )
-        key = hashlib.sha256(f"{name}\0{why}".encode()).hexdigest()[:16]
+        key = hashlib.sha256(f"{name}\0{found}".encode()).hexdigest()[:16]
         await post_notice(ctx.engine.start, f"mcp-held-{name}-{key}", owner, text)
 
     return tell
