@@ -36,7 +36,7 @@ async def test_a_webhook_turn_says_so_and_has_no_message() -> None:
         telegram=TelegramConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(enabled=True, routes={"notes": route}),
     )
-    runtime = SimpleNamespace(catalog=SimpleNamespace(versions={}))
+    runtime = SimpleNamespace(catalog=SimpleNamespace(versions={}), db=None)
     server = HookServer(config, runtime, start_workflow, wake=None, env={})  # type: ignore[arg-type]
     await server._start_turn(server.routes["notes"], {"note": "milk"}, "d-1")
     [turn] = started

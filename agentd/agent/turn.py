@@ -623,7 +623,13 @@ async def think(
         quoted = (inp.reply_to.message_id, inp.reply_to.from_bot) if inp.reply_to else None
         # Rows written before this turn never change: a replay reads the same origins.
         earlier, quote = await deps.db.read(
-            context_sources, inp.chat_id, inp.private, window.start_id, window.before_id, quoted
+            context_sources,
+            inp.chat_id,
+            inp.private,
+            window.start_id,
+            window.before_id,
+            quoted,
+            inp.user_id,
         )
         taint = turn_taint(
             inp,

@@ -40,6 +40,20 @@ def window_sources(conn: Any, chat_id: int, start_id: int, before_id: int) -> li
     return found
 
 
+OTHER_MEMBER = "an earlier message of another member of this group"
+
+
+def others_in_window(conn: Any, chat_id: int, user_id: int, start_id: int, before_id: int) -> bool:
+    """Whether the history a turn sends holds another user's messages (or the answers to
+    them): in a group, the words of a member the turn's user is not."""
+    row = conn.execute(
+        "SELECT 1 FROM messages WHERE chat_id = ? AND id >= ? AND id < ? AND user_id IS NOT NULL "
+        "AND user_id != ? AND json_extract(meta, '$.withdrawn') IS NULL LIMIT 1",
+        (chat_id, start_id, before_id, user_id),
+    ).fetchone()
+    return row is not None
+
+
 def _quoted_row(conn: Any, chat_id: int, message_id: int) -> tuple[str, str, str | None] | None:
     row = conn.execute(
         "SELECT role, origin, origin_ref FROM messages WHERE chat_id = ? AND EXISTS "
@@ -77,10 +91,16 @@ def context_sources(
     start_id: int,
     before_id: int,
     quoted: tuple[int, bool] | None,
+    user_id: int | None = None,
 ) -> tuple[list[str], list[str]]:
     """(the history window's outside sources, the quoted message's) for a turn, in one read;
-    `quoted` is the quoted message's Telegram id and whether the bot wrote it."""
+    `quoted` is the quoted message's Telegram id and whether the bot wrote it. In a chat that
+    is not private, another member's words in the window (`user_id`: the turn's user) are
+    outside content for this turn: its user did not write them."""
     window = window_sources(conn, chat_id, start_id, before_id)
+    if not private and user_id is not None:
+        if others_in_window(conn, chat_id, user_id, start_id, before_id):
+            window.append(OTHER_MEMBER)
     said = quoted_source(conn, chat_id, private, *quoted) if quoted is not None else None
     return window, [said] if said else []
 
