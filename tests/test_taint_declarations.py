@@ -197,3 +197,44 @@ def test_a_quoted_notice_taints_and_a_quoted_answer_of_the_users_own_does_not(
         "an earlier answer in this chat that drew on fetch_url (https://e.example/)"
     ]
     conn.close()
+
+
+async def test_list_schedules_in_a_group_shows_only_that_groups(tmp_path: Path) -> None:
+    """A user's reminders are private: listed in a group, only those set up there show."""
+    from agentd.config import Config
+    from agentd.db import Database
+    from agentd.schedule.create import ScheduleRequest, create
+    from agentd.schedule.tools import schedule_tools
+    from agentd.tools import execute
+
+    config = Config()
+    db = await Database.open(tmp_path / "s.db")
+    try:
+        for sid, chat, kind, text in (
+            ("s-private", 42, "private", "call the bank about the loan"),
+            ("s-group", -5, "group", "team standup"),
+        ):
+            request = ScheduleRequest(message=text, after="1h")
+            await db.write(
+                lambda c, sid=sid, chat=chat, kind=kind, request=request: create(
+                    c,
+                    request,
+                    schedule_id=sid,
+                    user_id=42,
+                    chat_id=chat,
+                    chat_kind=kind,
+                    now=1000.0,
+                    config=config.schedule,
+                    default_timezone="UTC",
+                    by="test",
+                )
+            )
+        tools = {t.name: t for t in schedule_tools(db, config, lambda _: None)}
+        listed = tools["list_schedules"]
+        group = ToolContext(chat_id=-5, chat_kind="group", user_id=42, instance_id="i")
+        private = ToolContext(chat_id=42, chat_kind="private", user_id=42, instance_id="i")
+        in_group = (await execute(listed, group, {})).content
+        assert "team standup" in in_group and "bank" not in in_group
+        assert "bank" in (await execute(listed, private, {})).content
+    finally:
+        await db.close()
