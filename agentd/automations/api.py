@@ -20,10 +20,11 @@ resume, so it must be cheap and deterministic (no clock, no randomness, no I/O o
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import inspect
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -63,6 +64,9 @@ class Automation:
     description: str = ""
     tool: AsTool | None = None
     source: str = ""  # the file or module it came from, for problems and `workflows show`
+    # The events it waits for and the model each one's data must fit, checked at the door
+    # (CLI, webhook, model tool) before it is accepted. Empty: any event is taken as it is.
+    events: Mapping[str, type[BaseModel]] = dataclasses.field(default_factory=dict)
 
 
 def _source_version(fn: Callable[..., Any]) -> str:
@@ -81,12 +85,16 @@ def workflow(
     output: type[BaseModel],
     version: str | int | None = None,
     tool: AsTool | None = None,
+    events: Mapping[str, type[BaseModel]] | None = None,
 ) -> Callable[[Callable[[AutoStep, Any], Awaitable[Any]]], Automation]:
     """Declare an automation. `version` is recorded per instance: keep an old version's code
-    loaded beside the new one until its instances finish (see docs/workflows.md)."""
+    loaded beside the new one until its instances finish (see docs/workflows.md). `events`:
+    the events it waits for, each with the model its data must fit (refused at the door)."""
     if not NAME.fullmatch(name):
         raise TypeError(f"workflow name {name!r}: use 1-48 of a-z, 0-9 and _, starting a-z")
-    for what, model in (("input", input), ("output", output)):
+    models = [("input", input), ("output", output)]
+    models += [(f"events[{e!r}]", m) for e, m in (events or {}).items()]
+    for what, model in models:
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise TypeError(f"workflow {name}: {what}= must be a pydantic model class")
 
@@ -102,6 +110,7 @@ def workflow(
             version=str(version) if version is not None else _source_version(fn),
             description=doc[0] if doc else "",
             tool=tool,
+            events=dict(events or {}),
         )
 
     return wrap
@@ -114,6 +123,19 @@ def field_errors(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "(top level)"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
+
+
+class RunState(BaseModel):
+    """Where an instance is: what `step.outcome` returns and the status endpoint answers."""
+
+    instance_id: str
+    workflow: str
+    status: str  # queued, running, waiting, sleeping, complete, errored, cancelled; "unknown"
+    input: dict[str, Any] = Field(default_factory=dict)
+    output: Any = None
+    error: str | None = None
+    waiting_for: str | None = None  # the event an offer is open for, when waiting on one
+    offered: list[str] = Field(default_factory=list)
 
 
 class ToolRun(BaseModel):
@@ -186,6 +208,50 @@ class AutoStep:
             self._taint.add_source(f"an event ({event})")
         return got
 
+    async def wait_for_choice(
+        self,
+        event: str,
+        field: str,
+        options: Sequence[str],
+        timeout: float | timedelta,
+        *,
+        name: str | None = None,
+        tries: int = 2,
+    ) -> str | None:
+        """Offer `options` and wait for an `event` whose `field` is one of them. The offer is
+        recorded, so a value that was not offered is refused at the door (the CLI exits 1, a
+        webhook gets 422) and the caller can send another; one that got in anyway (signalled
+        before the offer) costs one of `tries`. None: no valid choice in time."""
+        base = name or f"wait:{event}"
+        offered = list(options)
+        await self._step.local(
+            f"{base}:offer", self._rt.record_offer, self.instance_id, event, field, offered
+        )
+        for attempt in range(1, tries + 1):
+            got = await self.wait_for_event(
+                event, timeout, name=base if attempt == 1 else f"{base}#{attempt}"
+            )
+            if got is None:
+                return None
+            chosen = got.payload.get(field)
+            if isinstance(chosen, str) and chosen in offered:
+                return chosen
+        return None
+
+    def secret(self, name: str) -> str:
+        """A setting or secret by its NAME, one that `[automations] secrets` lists, read like
+        every secret of agentd (the environment, then agentd.env beside the config, then a
+        systemd credential); "" when unset. Never journaled (pass it to the step function that
+        uses it, which reads it again on a resume) and redacted from logs and errors."""
+        return self._rt.secret(name)
+
+    async def outcome(self, name: str, instance_id: str) -> RunState:
+        """Another instance's state as a journaled step: its automation, status, input and
+        output (a flow checks that the caller was verified by an earlier one)."""
+        return await self._step.do(
+            name, self._rt.outcome, instance_id, delivery="idempotent", result_type=RunState
+        )
+
     async def ask_owner(
         self,
         text: str,
@@ -247,6 +313,7 @@ __all__ = [
     "NonRetryable",
     "OutcomeUnknown",
     "Retry",
+    "RunState",
     "StepFailed",
     "ToolRun",
     "field_errors",

@@ -16,7 +16,8 @@ log = logging.getLogger("agentd")
 
 
 def _secrets(config: Config) -> list[str]:
-    return [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
+    hooks = [hook.secret_env for hook in config.hooks.routes.values()]  # webhook HMAC secrets
+    return hooks + list(config.automations.secrets)  # what step.secret may read
 
 
 async def _build(ctx: Context) -> Contribution:
@@ -33,7 +34,9 @@ async def _build(ctx: Context) -> Contribution:
         llm=ctx.llm,
         kick=ctx.engine.kick,
         redact=ctx.redactor,
+        register=ctx.engine.register,
     )
+    await runtime.record_loaded()
     run = ChatCommand(
         "run",
         runtime.run_command,

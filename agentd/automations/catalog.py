@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -22,6 +23,7 @@ from agentd.config import Config
 from agentd.durable import InvalidInput, WorkflowNotFound
 
 log = logging.getLogger("agentd.automations")
+RELOAD_WORKFLOW = "automations_reload"  # `agentd automations reload`: the daemon loads again
 
 
 def _version_key(version: str) -> tuple[int, int, str]:
@@ -70,6 +72,24 @@ class Catalog:
         except ValidationError as exc:
             raise InvalidInput(f"invalid input for {name}: {field_errors(exc)}") from None
         return auto, model.model_dump_json()
+
+    def validated_event(
+        self, name: str, version: str, event: str, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        """The event's data as its declared model reads it; InvalidInput names each field, or
+        the events the automation takes when it declares none by this name. An automation that
+        declares no events (or is not loaded here) takes any data as it is."""
+        auto = self.get(name, version) or (self.current(name) if name in self.versions else None)
+        if auto is None or not auto.events:
+            return data
+        model = auto.events.get(event)
+        if model is None:
+            takes = ", ".join(sorted(auto.events))
+            raise InvalidInput(f"{name} waits for no event {event!r}; it takes: {takes}")
+        try:
+            return model.model_validate(data).model_dump(mode="json", by_alias=True)
+        except ValidationError as exc:
+            raise InvalidInput(f"invalid {event} for {name}: {field_errors(exc)}") from None
 
 
 def _load_file(path: Path) -> ModuleType:
@@ -127,6 +147,7 @@ def builtin_names() -> tuple[str, ...]:
         SUMMARY_WORKFLOW,
         RETENTION_WORKFLOW,
         OCCURRENCE_WORKFLOW,
+        RELOAD_WORKFLOW,
     )
 
 

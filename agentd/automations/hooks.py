@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +152,7 @@ class HookServer:
         app = web.Application(client_max_size=self._max)
         app.router.add_post("/hooks/{name}", self._start)
         app.router.add_post("/hooks/{name}/events/{event}", self._event)
+        app.router.add_post("/hooks/{name}/status", self._status)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._runner.setup()
         listen = self._config.hooks.listen
@@ -315,10 +317,17 @@ class HookServer:
         event_id = f"hook:{route.name}:{key}"
         try:
             delivered = await self._runtime.db.write(
-                runs.signal, iid, event, payload, now, event_id, workflow=workflow
+                partial(runs.signal, workflow=workflow, catalog=self._runtime.catalog),
+                iid,
+                event,
+                payload,
+                now,
+                event_id,
             )
         except InstanceNotFound as exc:
             return _error(404, str(exc))
+        except InvalidInput as exc:  # a field the event's model refuses, a choice not offered
+            return _error(422, str(exc))
         except ValueError as exc:
             return _error(409, str(exc))
         if delivered:
@@ -328,3 +337,22 @@ class HookServer:
             {"instance_id": iid, "event": event, "delivered": delivered},
             status=202 if delivered else 200,
         )
+
+    async def _status(self, request: web.Request) -> web.Response:
+        """Where one of the route's instances is: status, the event it waits for and the
+        choices it offered, its output or error. A read: a repeated body answers again (sign a
+        timestamp, `timestamp_header`, to bound how long a captured request keeps working)."""
+        try:
+            route, data, _ = await self._verified(request)
+        except _Refused as refused:
+            return refused.response
+        iid = data.get("instance_id")
+        if not isinstance(iid, str) or not route.config.workflow:
+            return _error(422, 'give {"instance_id": "..."} to a route that starts a workflow')
+        try:
+            state = await self._runtime.db.read(runs.state, iid)
+        except InstanceNotFound:
+            state = None
+        if state is None or state.workflow != route.config.workflow:
+            return _error(404, f"no instance {iid!r} of workflow {route.config.workflow!r}")
+        return web.json_response(state.model_dump(mode="json"))

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentd.automations.api import RunState
 from agentd.automations.catalog import Catalog
 from agentd.durable import InstanceNotFound, InvalidInput, Limits, store
 
@@ -101,9 +102,12 @@ def signal(
     event_id: str | None = None,
     *,
     workflow: str | None = None,
+    catalog: Catalog | None = None,
 ) -> bool:
     """Deliver an event to an open instance's mailbox; False if event_id was delivered before.
-    `answer:NAME` events are checked against the question's choices and settle it."""
+    `answer:NAME` events are checked against the question's choices and settle it; others
+    against the automation's declared event model (with `catalog`) and the choices the
+    instance offered (InvalidInput: nothing is delivered)."""
     if len(json.dumps(data)) > MAX_INPUT_BYTES:
         raise ValueError(f"event data over {MAX_INPUT_BYTES} bytes")
     inst = store.get_instance(conn, instance_id)
@@ -111,6 +115,12 @@ def signal(
         raise InstanceNotFound(f"no instance {instance_id!r} of workflow {workflow!r}")
     if inst.status in store.FINAL_STATUSES:
         raise ValueError(f"{instance_id} already finished ({inst.status}); it takes no events")
+    if not event.startswith(ANSWER_PREFIX):
+        if catalog is not None:
+            data = catalog.validated_event(
+                inst.workflow, version_of(conn, instance_id), event, data
+            )
+        _check_offer(conn, instance_id, event, data)
     if event.startswith(ANSWER_PREFIX):
         question = question_of(conn, instance_id, event[len(ANSWER_PREFIX) :])
         if question is not None:
@@ -121,6 +131,97 @@ def signal(
                 raise ValueError(f"that question is {question.status.replace('_', ' ')}")
             event_id = event_id or f"answer:{question.id}"
     return bool(store.insert_event(conn, instance_id, event, data, now, event_id))
+
+
+# -- what the running daemon loaded ---------------------------------------------------------------
+
+
+def record_loaded(conn: Any, catalog: Catalog, pid: int, now: float) -> None:
+    """Replace the daemon's list of loaded automations (at its start and each reload); a row
+    with an empty name marks the list as this pid's even when it loaded none."""
+    conn.execute("DELETE FROM automation_loaded")
+    rows = [("", "", "", pid, now)] + [
+        (name, version, auto.source, pid, now)
+        for name, versions in catalog.versions.items()
+        for version, auto in versions.items()
+    ]
+    conn.executemany(
+        "INSERT INTO automation_loaded (automation, version, source, pid, loaded_at) "
+        "VALUES (?, ?, ?, ?, ?)",
+        rows,
+    )
+
+
+def loaded_by(conn: Any, pid: int) -> dict[str, set[str]] | None:
+    """Each automation the daemon with this pid loaded, with its versions; None when it has
+    not said yet (it is still starting, or older than this table)."""
+    try:
+        rows = conn.execute(
+            "SELECT automation, version FROM automation_loaded WHERE pid = ?", (pid,)
+        ).fetchall()
+    except Exception:  # a database the daemon has not migrated yet
+        return None
+    if ("", "") not in {(r[0], r[1]) for r in rows}:
+        return None
+    loaded: dict[str, set[str]] = {}
+    for name, version in rows:
+        if name:
+            loaded.setdefault(name, set()).add(version)
+    return loaded
+
+
+# -- offers (step.wait_for_choice) ------------------------------------------------------------
+
+
+def record_offer(
+    conn: Any, instance_id: str, event: str, field: str, options: list[str], now: float
+) -> None:
+    """The choices an instance waits for on `event` (a later offer replaces an earlier one)."""
+    conn.execute(
+        "INSERT INTO automation_offers (instance_id, event, field, options, created_at) "
+        "VALUES (?, ?, ?, ?, ?) ON CONFLICT (instance_id, event) DO UPDATE SET "
+        "field = excluded.field, options = excluded.options, created_at = excluded.created_at",
+        (instance_id, event, field, json.dumps(options), now),
+    )
+
+
+def offer_of(conn: Any, instance_id: str, event: str | None = None) -> tuple[str, str, list[str]]:
+    """(event, field, options) of the instance's newest offer (for `event`, when given), or
+    ("", "", []) when it made none."""
+    sql = "SELECT event, field, options FROM automation_offers WHERE instance_id = ?"
+    args: tuple[Any, ...] = (instance_id,)
+    if event is not None:
+        sql, args = sql + " AND event = ?", (instance_id, event)
+    row = conn.execute(sql + " ORDER BY created_at DESC LIMIT 1", args).fetchone()
+    return (row[0], row[1], json.loads(row[2])) if row else ("", "", [])
+
+
+def _check_offer(conn: Any, instance_id: str, event: str, data: dict[str, Any]) -> None:
+    _, field, options = offer_of(conn, instance_id, event)
+    if field and data.get(field) not in options:
+        raise InvalidInput(
+            f"{field} {data.get(field)!r} was not offered for {event}; choose one of: "
+            + ", ".join(options)
+        )
+
+
+def state(conn: Any, instance_id: str) -> RunState:
+    """Where an instance is, for the status endpoint, `step.outcome` and the model's tool."""
+    inst = store.find_instance(conn, instance_id)
+    if inst is None:
+        raise InstanceNotFound(f"no workflow instance {instance_id!r}")
+    waiting = inst.waiting_for if inst.status == "waiting" else None
+    _, _, offered = offer_of(conn, instance_id, waiting) if waiting else ("", "", [])
+    return RunState(
+        instance_id=inst.id,
+        workflow=inst.workflow,
+        status=inst.status,
+        input=json.loads(inst.input),
+        output=json.loads(inst.output) if inst.output else None,
+        error=inst.error,
+        waiting_for=waiting,
+        offered=offered,
+    )
 
 
 # -- questions (step.ask_owner) ---------------------------------------------------------------

@@ -4,8 +4,10 @@ them from chat (`/run`), from the model (a tool, where declared) and from the li
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -13,26 +15,27 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, RootModel, ValidationError
+from pydantic import BaseModel, Field, RootModel, ValidationError
 
 from agentd.access import approvals, owners
 from agentd.agent.approval_flow import Caller
 from agentd.agent.calls import CallServices, make_call
 from agentd.agent.taint import TurnTaint
 from agentd.automations import runs
-from agentd.automations.api import Automation, AutoStep, ToolRun, field_errors
-from agentd.automations.catalog import Catalog
+from agentd.automations.api import Automation, AutoStep, RunState, ToolRun, field_errors
+from agentd.automations.catalog import RELOAD_WORKFLOW, Catalog
 from agentd.automations.owner import owner
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.notice import post_notice
 from agentd.chat.outbox import Button, Outbox
 from agentd.commands.router import CommandInput, CommandReply
-from agentd.config import Config
+from agentd.config import Config, read_secret
 from agentd.db import Database
 from agentd.durable import (
     Clock,
     DivergenceError,
+    InstanceNotFound,
     InvalidInput,
     NonRetryable,
     Retry,
@@ -60,6 +63,27 @@ class RawOutput(RootModel[Any]):
     pass
 
 
+class ReloadInput(BaseModel):
+    pass
+
+
+class Reloaded(BaseModel):
+    """What a reload loaded (name: versions) and what failed to load."""
+
+    automations: dict[str, list[str]]
+    problems: list[str]
+
+
+class EventArgs(BaseModel):
+    instance_id: str = Field(min_length=1, max_length=200)
+    event: str = Field(min_length=1, max_length=100)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class StatusArgs(BaseModel):
+    instance_id: str = Field(min_length=1, max_length=200)
+
+
 class InvalidOutput(NonRetryable):
     """The workflow returned something its output model refuses; the message names the field."""
 
@@ -75,11 +99,43 @@ class Runtime:
     kick: Callable[[str], None]
     registry: ToolRegistry | None = None
     redact: Callable[[str], str] = lambda text: text
+    register: Callable[[Workflow[Any, Any]], None] = lambda wf: None
 
     # -- registration ---------------------------------------------------------------------
 
     def workflows(self) -> list[Workflow[Any, Any]]:
-        return [self._durable(name) for name in self.catalog.names()]
+        own = [self._durable(name) for name in self.catalog.names()]
+        reload = Workflow(
+            name=RELOAD_WORKFLOW,
+            fn=self._reload_run,
+            input_model=ReloadInput,
+            output_model=Reloaded,
+        )
+        return [*own, reload]
+
+    async def record_loaded(self) -> None:
+        """Say what this daemon runs, so `agentd workflows start` refuses a name it does not."""
+        await self.db.write(runs.record_loaded, self.catalog, os.getpid(), self.clock.now())
+
+    async def _reload_run(self, step: Step, _: ReloadInput) -> Reloaded:
+        return await step.do("reload", self.reload, result_type=Reloaded)
+
+    async def reload(self) -> Reloaded:
+        """Load the folder and modules again, as a restart would, without one. New instances
+        start on the newest code; an instance resumes on the version it started on while that
+        is loaded, else on the newest (docs/workflows.md "Reloading"); a run under way keeps
+        the code it holds until its next wait or sleep. Model tools change at the next start."""
+        from agentd.automations.catalog import builtin_names, load_catalog
+
+        catalog = await asyncio.to_thread(load_catalog, self.config, builtin_names())
+        for name in catalog.names():
+            if name not in self.catalog.versions:
+                self.register(self._durable(name))
+        self.catalog = catalog
+        await self.record_loaded()
+        loaded = {name: sorted(versions) for name, versions in catalog.versions.items()}
+        log.info("automations reloaded", extra={"automations": loaded})
+        return Reloaded(automations=loaded, problems=catalog.problems)
 
     def _durable(self, name: str) -> Workflow[Any, Any]:
         async def run(step: Step, raw: RawInput) -> RawOutput:
@@ -217,20 +273,97 @@ class Runtime:
                 egress=True,
             )
             tools.append(made)
+        if tools:
+            tools += self._driving_tools()
         return tools
+
+    def _driving_tools(self) -> list[Tool]:
+        """What lets the model work the flows it can start: pass the caller's answers as
+        events (checked like every event: the event's model, the choices offered) and read
+        where an instance is. Only instances of automations offered as tools."""
+        group = Toolset("automations")
+
+        async def send_event(ctx: ToolContext, args: BaseModel) -> str:
+            assert isinstance(args, EventArgs)
+            inst = await self.db.read(store.find_instance, args.instance_id)
+            if inst is None or not self._offered(inst.workflow):
+                return f"No instance {args.instance_id} of an automation you can start."
+            if args.event.startswith(runs.ANSWER_PREFIX):
+                return "Answers to the owner's questions are the owner's, not a tool's."
+            try:
+                stored = await self.db.write(
+                    partial(runs.signal, catalog=self.catalog),
+                    inst.id,
+                    args.event,
+                    args.data,
+                    self.clock.now(),
+                    f"tool:{ctx.instance_id}:{ctx.tool_use_id}",
+                )
+            except (InvalidInput, InstanceNotFound, ValueError) as exc:
+                return f"Refused, nothing was sent: {exc}"
+            self.kick(inst.key)
+            return f"{args.event} sent to {inst.id}." if stored else "Sent before; nothing new."
+
+        async def status(ctx: ToolContext, args: BaseModel) -> str:
+            assert isinstance(args, StatusArgs)
+            try:
+                state = await self.db.read(runs.state, args.instance_id)
+            except InstanceNotFound as exc:
+                return str(exc)
+            if not self._offered(state.workflow):
+                return f"No instance {args.instance_id} of an automation you can start."
+            return state.model_dump_json(exclude={"input"})
+
+        sent = group.add_model(
+            name="automation_event",
+            description="Send an event (a caller's answer: a ZIP code, a choice, a yes or no) "
+            "to a running automation you started; the automation's rules check it first.",
+            args_model=EventArgs,
+            fn=send_event,
+            risk="medium",
+            egress=True,  # what it sends was chosen by the model: after outside content, ask
+        )
+        read = group.add_model(
+            name="automation_status",
+            description="Where an automation you started is: its status, the event it waits "
+            "for and the choices it offered, its output or error.",
+            args_model=StatusArgs,
+            fn=status,
+            risk="low",
+            taints=True,  # its output carries what callers and outside systems said
+        )
+        return [sent, read]
+
+    def _offered(self, workflow: str) -> bool:
+        """An automation whose loaded code offers it to the model (`tool=AsTool(...)`)."""
+        return any(a.tool is not None for a in self.catalog.versions.get(workflow, {}).values())
 
     async def notify_failure(
         self, start: Callable[..., Awaitable[Any]], inst: store.InstanceRecord
     ) -> None:
         """Tell the owner an automation errored, as a notice of its own (chat/notice.py), once
         per failed run (the journal and the audit log have it whatever the chat says)."""
-        if inst.workflow not in self.catalog.versions or (chat := owner(self.config)) is None:
+        if (chat := owner(self.config)) is None:
             return
-        text = (
-            f"⚠️ Automation `{inst.workflow}` failed (`{inst.id}`):\n{(inst.error or '')[:600]}\n\n"
-            f"Details: `agentd workflows show {inst.id}`; run it again: "
-            f"`agentd workflows retry {inst.id}`"
-        )
+        if inst.workflow in self.catalog.versions:
+            text = (
+                f"⚠️ Automation `{inst.workflow}` failed (`{inst.id}`):\n"
+                f"{(inst.error or '')[:600]}\n\nDetails: `agentd workflows show {inst.id}`; "
+                f"run it again: `agentd workflows retry {inst.id}`"
+            )
+        elif await self.db.read(runs.version_of, inst.id):  # an automation this daemon lacks
+            log.warning(
+                "an automation was started that this daemon has not loaded",
+                extra={"instance_id": inst.id, "workflow": inst.workflow},
+            )
+            text = (
+                f"⚠️ Automation `{inst.workflow}` was started (`{inst.id}`), but this daemon has "
+                "not loaded it, so it did not run. Check it loads: `agentd workflows "
+                "automations`; load it: `agentd automations reload`; then run it: "
+                f"`agentd workflows retry {inst.id}`"
+            )
+        else:
+            return
         await post_notice(start, f"notice-failed-{inst.id}-{inst.runs}", chat, text)
 
     # -- ask_owner ------------------------------------------------------------------------
@@ -358,6 +491,29 @@ class Runtime:
             )
         except Exception as exc:  # the answer stands whatever the chat says
             log.info("could not edit the question", extra={"error": type(exc).__name__})
+
+    # -- offers, secrets, other instances ---------------------------------------------------
+
+    def record_offer(
+        self, conn: Any, instance_id: str, event: str, field: str, options: list[str]
+    ) -> None:
+        runs.record_offer(conn, instance_id, event, field, options, self.clock.now())
+
+    def secret(self, name: str) -> str:
+        """Only names the owner listed: the config says what an automation may read (and the
+        redactor hides), not the code."""
+        if name not in self.config.automations.secrets:
+            raise NonRetryable(
+                f"{name} is not in [automations] secrets: add it there (the list of settings "
+                "and secrets automations read), then `agentd automations reload`"
+            )
+        return read_secret(name, self.config.secret_source())
+
+    async def outcome(self, instance_id: str) -> RunState:
+        try:
+            return await self.db.read(runs.state, instance_id)
+        except InstanceNotFound:
+            return RunState(instance_id=instance_id, workflow="", status="unknown")
 
     # -- llm, send, tool --------------------------------------------------------------------
 

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "agentd.cli.ops:doctor",
     "models": "agentd.cli.models:models",
     "workflows": "agentd.cli.workflows:app",
+    "automations": "agentd.cli.automations:app",
     "memory": "agentd.cli.memory:app",
     "schedule": "agentd.cli.schedule:app",
     "tasks": "agentd.cli.tasks:app",

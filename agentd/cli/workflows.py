@@ -13,6 +13,7 @@ from agentd.cli.common import (
     JsonOption,
     config_or_exit,
     database,
+    err,
     fail,
     iso,
     new_table,
@@ -311,6 +312,7 @@ def start(
     catalog = _catalog(cfg)
     instance_id = runs.instance_id_for(name, key)
     with database(cfg, write=True) as conn:
+        running = _daemon_refuses(cfg, conn, catalog, name)
         try:
             with transaction(conn):
                 started = runs.start(
@@ -333,6 +335,33 @@ def start(
         out.print(started.instance_id)
     else:
         out.print(f"{started.instance_id} (already started with this key; nothing new)")
+    if not running:
+        err.print("No daemon runs on this database: it starts when `agentd run` does.")
+
+
+def _daemon_refuses(cfg: Config, conn: Any, catalog: Catalog, name: str) -> bool:
+    """Refuse at the door an automation the running daemon would not run (it loaded its
+    folder before the file came or changed); return whether a daemon runs at all."""
+    from agentd.automations import runs
+    from agentd.runtime import lease
+
+    pid = lease.holder_pid(cfg.db_path, conn)
+    if pid is None:
+        return False
+    loaded = runs.loaded_by(conn, pid) if pid else None
+    if loaded is None or name not in catalog.versions:
+        return True  # still starting, or a name nobody has: runs.start says so
+    reload = "load it without a restart: `agentd automations reload`, then start it again"
+    if name not in loaded:
+        fail(f"the running daemon (pid {pid}) has not loaded the automation {name!r}: {reload}")
+    version = catalog.current(name).version
+    if version not in loaded[name]:
+        runs_on = ", ".join(sorted(loaded[name]))
+        fail(
+            f"{name!r} changed since the running daemon (pid {pid}) loaded it (it has version "
+            f"{runs_on}, the file is version {version}): {reload}"
+        )
+    return True
 
 
 @app.command("signal")
@@ -350,16 +379,20 @@ def signal(
     import time
 
     from agentd.automations import runs
+    from agentd.durable import InvalidInput
 
     cfg = config_or_exit(config)
     payload = _json_arg(data, "--data")
     if not isinstance(payload, dict):
         fail("--data must be a JSON object")
+    catalog = _catalog(cfg)  # the automation's event models: a malformed event is refused here
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
-                stored = runs.signal(conn, instance_id, event, payload, time.time(), event_id)
-        except InstanceNotFound as exc:
+                stored = runs.signal(
+                    conn, instance_id, event, payload, time.time(), event_id, catalog=catalog
+                )
+        except (InstanceNotFound, InvalidInput) as exc:
             fail(str(exc))
         except ValueError as exc:
             fail(str(exc))

@@ -645,6 +645,9 @@ class AutomationsConfig(_Section):
     # Chats an automation may write to by name besides the owner's (`step.send(…, to="desk")`),
     # e.g. a supervisors' group the bot is in; a name not here goes to the owner's chat.
     chats: dict[str, int] = Field(default_factory=dict)
+    # NAMES of the settings and secrets automations read with `step.secret(NAME)`, through the
+    # one reader (environment, agentd.env, credential); their values are redacted everywhere.
+    secrets: list[str] = Field(default_factory=list)
     hooks: HooksConfig = Field(default_factory=HooksConfig)  # the webhook listener
 
 

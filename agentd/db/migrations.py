@@ -930,6 +930,30 @@ CREATE INDEX hook_deliveries_at ON hook_deliveries (accepted_at);
 """
 
 
+# What the running daemon loaded of the owner's automations (replaced at each start and
+# `agentd automations reload`), so `agentd workflows start` can refuse at the door a name the
+# daemon would not run; and the choices an instance offered for an event it waits for, so a
+# selection that was not offered is refused before it is accepted.
+M050_AUTOMATIONS_LOADED = """
+CREATE TABLE automation_loaded (
+    automation TEXT NOT NULL,
+    version TEXT NOT NULL,
+    source TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    loaded_at REAL NOT NULL,
+    PRIMARY KEY (automation, version)
+);
+CREATE TABLE automation_offers (
+    instance_id TEXT NOT NULL REFERENCES workflow_instances (id) ON DELETE CASCADE,
+    event TEXT NOT NULL,
+    field TEXT NOT NULL,
+    options TEXT NOT NULL,
+    created_at REAL NOT NULL,
+    PRIMARY KEY (instance_id, event)
+);
+"""
+
+
 MIGRATIONS: list[tuple[str, str]] = [
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -966,6 +990,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m045_mcp_pins", M045_MCP_PINS),
     ("m046_host_rule_scope", M046_HOST_RULE_SCOPE),
     ("m047_hook_deliveries", M047_HOOK_DELIVERIES),
+    ("m050_automations_loaded", M050_AUTOMATIONS_LOADED),
 ]
 
 

@@ -58,6 +58,22 @@ class RunnerLock:
             self._fd = None
 
 
+def holder_pid(db_path: Path, conn: Any) -> int | None:
+    """The pid of the `agentd run` holding this database on this host, or None when none runs
+    (the flock decides; 0 when one runs but has not recorded itself yet)."""
+    probe = RunnerLock(db_path)
+    try:
+        probe.acquire(lambda: "")
+    except LeaseHeld:
+        try:
+            held = current(conn)
+        except Exception:  # an old database without the lease table
+            return 0
+        return held.pid if held is not None else 0
+    probe.release()
+    return None
+
+
 def describe_holder(lease: Lease | None) -> str:
     if lease is None:
         return "another agentd is already running on this database; stop it first"
