@@ -1,7 +1,11 @@
 """The appointment desk in examples/automations/appointments, run as an owner would: through
-`agentd run`, against the example's fake booking system. Each branch of the three flows; the
-call webhook starting a verification and carrying the ZIP; a kill -9 between every pair of
-steps with each change applied once; an answer signalled while the daemon is down."""
+`agentd run`, against the example's fake booking system, its URL in agentd.env (read through
+the one secret reader). Each branch of the three flows the design names; events checked at the
+door (a ZIP that is not five digits, a choice not offered); reschedule and cancel only for a
+caller verified in the same call; a supervisor's approval before a ticket; the call webhook
+starting a verification, carrying the ZIP and answering where a request is; a kill -9 between
+every pair of steps with each change applied once; an answer signalled while the daemon is
+down."""
 
 from __future__ import annotations
 
@@ -22,11 +26,17 @@ import pytest
 
 from tests.daemon_process import OWNER, REPO_ROOT, Daemon, daemon_env, poll
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.anthropic import Reply, tool_use_block
 
 DESK = REPO_ROOT / "examples" / "automations" / "appointments"
 SECRET = "calls-hook-secret-7"
 SUPERVISORS = -4242  # the group that takes escalations ([automations.chats] supervisors)
 PHONE_ONE = "+15550001111"  # cust_001: ZIP 94107, one appointment, one free slot
+CALLERS = {  # customer: (phone, ZIP), as the fake booking system has them
+    "cust_001": (PHONE_ONE, "94107"),
+    "cust_002": ("+15550002222", "10001"),
+    "cust_003": ("+15550003333", "60601"),
+}
 RESTARTS = pytest.mark.timeout(900)  # each restart of `agentd run` takes seconds on a busy box
 
 
@@ -45,17 +55,41 @@ fake = _load_fake()
 class Desk:
     """The daemon, its fakes, and the calls a phone system (or an agent) would make."""
 
-    def __init__(self, daemon: Daemon, tg: FakeTelegram, booking: Any) -> None:
-        self.daemon, self.tg, self.booking = daemon, tg, booking
+    def __init__(
+        self, daemon: Daemon, tg: FakeTelegram, booking: Any, llm: FakeAnthropic | None = None
+    ) -> None:
+        self.daemon, self.tg, self.booking, self.llm = daemon, tg, booking, llm
 
     def start(self, name: str, inp: dict[str, Any]) -> str:
+        """Start a flow; reschedule and cancel for a caller verified first in the same call
+        (unless the test names the verification)."""
         inp = {"callSessionId": "call_1", **inp}
+        if name != "verify_caller" and "verificationId" not in inp:
+            inp["verificationId"] = self.verify(inp["customerId"], inp["callSessionId"])
         started = self.daemon.cli_json("workflows", "start", name, "--input", json.dumps(inp))
         return str(started["instance_id"])
+
+    def verify(self, customer: str, call: str) -> str:
+        """A verify_caller run that verified `customer` in `call`: its instance id."""
+        phone, zip_code = CALLERS[customer]
+        iid = self.start("verify_caller", {"callSessionId": call, "phoneE164": phone})
+        self.signal(iid, "verify_zip", {"zip": zip_code})
+        assert self.output(iid)["status"] == "verified"
+        return iid
 
     def signal(self, iid: str, event: str, data: dict[str, Any]) -> None:
         done = self.daemon.cli("workflows", "signal", iid, event, "--data", json.dumps(data))
         assert done.returncode == 0, done.stderr
+
+    def refused(self, iid: str, event: str, data: dict[str, Any]) -> str:
+        """Signal an event the door must refuse; its error (the CLI exits 1)."""
+        done = self.daemon.cli("workflows", "signal", iid, event, "--data", json.dumps(data))
+        assert done.returncode == 1, done.stdout + done.stderr
+        return " ".join(done.stderr.split())
+
+    def events_of(self, iid: str) -> list[str]:
+        rows = self.daemon.query("SELECT type FROM workflow_events WHERE instance_id = ?", (iid,))
+        return [r[0] for r in rows]
 
     def output(self, iid: str) -> dict[str, Any]:
         done = self.daemon.cli("workflows", "wait", iid, "--timeout", "90")
@@ -85,21 +119,27 @@ class Desk:
         return f"http://{where[0]}"
 
     def post_hook(self, path: str, body: dict[str, Any], delivery: str) -> dict[str, Any]:
+        status, answer = self.post_raw(path, body, delivery)
+        assert status in (200, 202), answer
+        return answer
+
+    def post_raw(
+        self, path: str, body: dict[str, Any], delivery: str = "", secret: str = SECRET
+    ) -> tuple[int, dict[str, Any]]:
+        """A signed POST as the phone system sends it: its status and JSON answer."""
         raw = json.dumps(body).encode()
-        sig = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        sig = "sha256=" + hmac.new(secret.encode(), raw, hashlib.sha256).hexdigest()
+        headers = {"Content-Type": "application/json", "X-Signature-256": sig}
+        if delivery:
+            headers["Idempotency-Key"] = delivery
         request = urllib.request.Request(
-            self.hook_base() + path,
-            data=raw,
-            method="POST",
-            headers={
-                "Content-Type": "application/json",
-                "X-Signature-256": sig,
-                "Idempotency-Key": delivery,
-            },
+            self.hook_base() + path, data=raw, method="POST", headers=headers
         )
-        with urllib.request.urlopen(request, timeout=30) as response:
-            assert response.status in (200, 202)
-            return dict(json.loads(response.read()))
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, dict(json.loads(response.read()))
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(json.loads(exc.read()))
 
     def escalations_told(self) -> list[str]:
         return [
@@ -133,21 +173,25 @@ def fakes() -> Iterator[tuple[FakeTelegram, FakeAnthropic, Any]]:
 
 
 def desk_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, booking: Any) -> dict[str, str]:
+    """The README's set-up: the settings' names in [automations] secrets, their values (and
+    the hook's secret) in agentd.env beside the config, not in the daemon's environment (as
+    with `agentd run` in a terminal)."""
     (tmp / "agentd.toml").write_text(
-        f'[automations]\nfolder = "{DESK}"\n\n'
+        f'[automations]\nfolder = "{DESK}"\n'
+        'secrets = ["APPOINTMENTS_BOOKING_URL", "APPOINTMENTS_BOOKING_TOKEN"]\n\n'
         f"[automations.chats]\nsupervisors = {SUPERVISORS}\n\n"
         '[automations.hooks]\nenabled = true\nlisten = "127.0.0.1:0"\n\n'
         '[automations.hooks.routes.calls]\nworkflow = "verify_caller"\n'
+        'secret_env = "CALLS_HOOK_SECRET"\n\n'
+        '[automations.hooks.routes.reschedule]\nworkflow = "reschedule_appointment"\n'
         'secret_env = "CALLS_HOOK_SECRET"\n'
     )
-    return daemon_env(
-        tmp,
-        tg.base_url,
-        llm.base_url,
-        AGENTD_CONFIG=str(tmp / "agentd.toml"),
-        CALLS_HOOK_SECRET=SECRET,
-        APPOINTMENTS_BOOKING_URL=booking.url,
-    )
+    stored = tmp / "agentd.env"
+    stored.write_text(f"CALLS_HOOK_SECRET={SECRET}\nAPPOINTMENTS_BOOKING_URL={booking.url}\n")
+    stored.chmod(0o600)
+    env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"))
+    assert "APPOINTMENTS_BOOKING_URL" not in env and "CALLS_HOOK_SECRET" not in env
+    return env
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +202,7 @@ def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Desk]:
         tg.add_chat(SUPERVISORS, "group", OWNER)
         daemon = Daemon(tmp, desk_env(tmp, tg, llm, bk)).start()
         try:
-            yield Desk(daemon, tg, bk)
+            yield Desk(daemon, tg, bk, llm)
         finally:
             daemon.stop()
 
@@ -212,7 +256,7 @@ def test_verified_on_the_second_attempt(desk: Desk) -> None:
 def test_two_failed_attempts_escalate_to_the_owner(desk: Desk) -> None:
     before = desk.booking.effect_count("escalate")
     iid = desk.start("verify_caller", {"callSessionId": "call_bad", "phoneE164": PHONE_ONE})
-    desk.signal(iid, "verify_zip", {"zip": "1234"})  # not five digits: a failed attempt too
+    desk.signal(iid, "verify_zip", {"zip": "00000"})
     desk.signal(iid, "verify_zip", {"zip": "99999"})
     out = desk.output(iid)
     assert out["status"] == "escalated" and out["customerId"] == "cust_001"
@@ -241,6 +285,159 @@ def test_input_is_validated_by_field(desk: Desk) -> None:
         "workflows", "start", "verify_caller", "--input", '{"callSessionId": "c", "phoneE164": "5"}'
     )
     assert bad.returncode == 1 and "phoneE164" in bad.stderr
+
+
+@pytest.mark.parametrize("typo", ["abcde", "1234", "941070"])
+def test_a_zip_that_is_not_five_digits_is_refused_at_the_door(desk: Desk, typo: str) -> None:
+    """Refused by the CLI (exit 1) and the webhook (422), each naming the field; nothing is
+    delivered, so the typo is no attempt and the caller still verifies on their first."""
+    iid = desk.start(
+        "verify_caller", {"callSessionId": f"call_typo_{typo}", "phoneE164": PHONE_ONE}
+    )
+    desk.waiting_at(iid, "wait:verify_zip#1")
+    assert "zip" in desk.refused(iid, "verify_zip", {"zip": typo})
+    status, answer = desk.post_raw(
+        "/hooks/calls/events/verify_zip", {"instance_id": iid, "data": {"zip": typo}}, typo
+    )
+    assert status == 422 and "zip" in answer["error"], answer
+    assert desk.events_of(iid) == []
+    desk.signal(iid, "verify_zip", {"zip": "94107"})
+    assert desk.output(iid)["status"] == "verified"
+    assert "wait:verify_zip#2" not in desk.steps(iid)
+
+
+def test_an_event_the_flow_does_not_take_is_refused(desk: Desk) -> None:
+    iid = desk.start("verify_caller", {"callSessionId": "call_odd", "phoneE164": PHONE_ONE})
+    error = desk.refused(iid, "select_slot", {"slotId": "slot_101"})
+    assert "verify_zip" in error and "approve_escalation" in error
+    desk.signal(iid, "verify_zip", {"zip": "94107"})
+    assert desk.output(iid)["status"] == "verified"
+
+
+def test_the_status_endpoint_answers_where_a_request_is(desk: Desk) -> None:
+    call = {"callSessionId": "call_status", "phoneE164": PHONE_ONE}
+    iid = desk.post_hook("/hooks/calls", call, "call-status")["instance_id"]
+    desk.waiting_at(iid, "wait:verify_zip#1")
+    status, state = desk.post_raw("/hooks/calls/status", {"instance_id": iid})
+    assert status == 200 and state["status"] == "waiting", state
+    assert state["waiting_for"] == "verify_zip" and state["output"] is None
+    again = desk.post_raw("/hooks/calls/status", {"instance_id": iid})
+    assert again == (200, state)  # a read: the same signed body answers again
+    assert desk.post_raw("/hooks/calls/status", {"instance_id": iid}, secret="wrong")[0] == 401
+    other = desk.start("reschedule_appointment", {"customerId": "cust_001"})
+    assert desk.post_raw("/hooks/calls/status", {"instance_id": other})[0] == 404
+    desk.signal(iid, "verify_zip", {"zip": "94107"})
+    desk.output(iid)
+    status, state = desk.post_raw("/hooks/calls/status", {"instance_id": iid})
+    assert (status, state["status"], state["output"]["status"]) == (200, "complete", "verified")
+    desk.signal(other, "confirm_reschedule", {"confirm": False})
+    desk.output(other)
+
+
+def test_a_supervisor_approves_the_ticket_before_it_is_opened(desk: Desk) -> None:
+    before = desk.booking.effect_count("escalate")
+    inp = {"callSessionId": "call_approve", "phoneE164": PHONE_ONE, "approveTickets": True}
+    iid = desk.start("verify_caller", inp)
+    desk.signal(iid, "verify_zip", {"zip": "00000"})
+    desk.signal(iid, "verify_zip", {"zip": "11111"})
+    desk.waiting_at(iid, "wait:approve_escalation")
+    asked = [m["plain_text"] for m in desk.tg.sent if m["chat_id"] == SUPERVISORS]
+    assert any("Approve an escalation ticket" in t and iid in t for t in asked), asked
+    assert desk.booking.effect_count("escalate") == before  # nothing opened yet
+    assert "by" in desk.refused(iid, "approve_escalation", {"approve": True})
+    desk.signal(iid, "approve_escalation", {"approve": True, "by": "dana"})
+    out = desk.output(iid)
+    assert out["status"] == "escalated" and desk.booking.effect_count("escalate") == before + 1
+    told = [t for t in desk.escalations_told() if "call_approve" in t]
+    assert len(told) == 1 and "Approved by dana" in told[0]
+
+
+def test_a_ticket_no_supervisor_approves_is_not_opened(desk: Desk) -> None:
+    before = desk.booking.effect_count("escalate")
+    inp = {"callSessionId": "call_deny", "phoneE164": PHONE_ONE, "approveTickets": True}
+    iid = desk.start("verify_caller", inp)
+    desk.signal(iid, "verify_zip", {"zip": "00000"})
+    desk.signal(iid, "verify_zip", {"zip": "11111"})
+    desk.signal(iid, "approve_escalation", {"approve": False, "by": "dana"})
+    out = desk.output(iid)
+    assert out["status"] == "needs_followup" and "no ticket was approved" in out["message"]
+    assert desk.booking.effect_count("escalate") == before
+
+
+def test_the_owners_agent_works_the_flows_through_its_tools(desk: Desk) -> None:
+    """The model starts a verification, passes the caller's ZIP (a typo refused at the door,
+    as from anywhere), and after reading the flow's state (outside content) its next event
+    asks the owner first, as every egress after outside content does."""
+    assert desk.llm is not None
+    started: dict[str, str] = {}
+
+    def event(zip_code: str, use_id: str) -> Reply:
+        data = {"instance_id": started["iid"], "event": "verify_zip", "data": {"zip": zip_code}}
+        return Reply(content=[tool_use_block("automation_event", data, use_id)])
+
+    def responder(body: dict[str, Any]) -> Any:
+        said = json.dumps(body["messages"][-1])
+        if "tool_result" in said:
+            if "toolu_desk_status" in said:  # read the state, now send the ZIP: asks first
+                return event("94107", "toolu_desk_zip")
+            return "Done."
+        if "desk-start" in said:
+            tools = {t["name"] for t in body.get("tools", [])}
+            assert {"run_verify_caller", "automation_event", "automation_status"} <= tools
+            inp = {"callSessionId": "call_model", "phoneE164": PHONE_ONE}
+            return Reply(content=[tool_use_block("run_verify_caller", inp, "toolu_desk_run")])
+        if "desk-typo" in said:
+            return event("9410", "toolu_desk_typo")
+        if "desk-status" in said:
+            args = {"instance_id": started["iid"]}
+            return Reply(content=[tool_use_block("automation_status", args, "toolu_desk_status")])
+        return None
+
+    desk.llm.set_responder(responder)
+    try:
+        desk.tg.add_message(OWNER, OWNER, "desk-start: a caller on +15550001111")
+        rows = poll(
+            lambda: desk.daemon.query(
+                "SELECT instance_id FROM automation_runs WHERE source = 'tool'"
+            ),
+            60,
+            "the verification the model started",
+        )
+        started["iid"] = rows[0][0]
+        desk.waiting_at(started["iid"], "wait:verify_zip#1")
+        desk.tg.add_message(OWNER, OWNER, "desk-typo: they say 9410")
+        refused = poll(
+            lambda: [
+                r
+                for r in desk.llm.requests
+                if "toolu_desk_typo" in json.dumps(r["body"].get("messages", [])[-1:])
+            ],
+            60,
+            "the refused event's tool result",
+        )
+        result = json.dumps(refused[0]["body"]["messages"][-1])
+        assert "Refused, nothing was sent" in result and "zip" in result
+        assert desk.events_of(started["iid"]) == []
+        desk.tg.add_message(OWNER, OWNER, "desk-status: where is it? then send 94107")
+        card = desk.tg.wait_until(
+            lambda: next(
+                (
+                    m
+                    for m in desk.tg.sent
+                    if m["chat_id"] == OWNER and "Approval needed" in m["plain_text"]
+                ),
+                None,
+            ),
+            60,
+            "the approval card for the event",
+        )
+        assert "automation_event" in card["plain_text"] and "verify_zip" in card["plain_text"]
+        assert desk.events_of(started["iid"]) == []  # not sent before the owner says so
+        approve = card["reply_markup"]["inline_keyboard"][0][0]
+        desk.tg.add_callback_query(OWNER, OWNER, card["message_id"], approve["callback_data"])
+        assert desk.output(started["iid"])["status"] == "verified"
+    finally:
+        desk.llm.set_responder(None)
 
 
 # -- reschedule_appointment -------------------------------------------------------------------
@@ -296,6 +493,41 @@ def test_the_caller_keeps_the_time_and_nothing_changes(desk: Desk) -> None:
     assert desk.booking.effect_count("reschedule") == moved
 
 
+def test_a_choice_not_offered_is_refused_and_the_caller_chooses_again(desk: Desk) -> None:
+    iid = desk.start("reschedule_appointment", {"customerId": "cust_002"})
+    desk.waiting_at(iid, "wait:select_appointment")
+    error = desk.refused(iid, "select_appointment", {"appointmentId": "appt_001"})
+    assert "appt_001" in error and "not offered" in error and "appt_002, appt_003" in error
+    assert desk.events_of(iid) == []
+    desk.signal(iid, "select_appointment", {"appointmentId": "appt_003"})
+    desk.waiting_at(iid, "wait:confirm_reschedule")  # appt_003 has one slot: chosen for them
+    desk.signal(iid, "confirm_reschedule", {"confirm": False})
+    assert desk.output(iid)["appointmentId"] == "appt_003"
+
+
+@pytest.mark.parametrize("flow", ["reschedule_appointment", "cancel_appointment"])
+def test_only_a_caller_verified_in_this_call_changes_an_appointment(desk: Desk, flow: str) -> None:
+    """Verified as another customer, in another call, or not at all: needs_followup, and the
+    booking system is not even asked for the appointments."""
+    elsewhere = desk.verify("cust_001", "call_other")
+    failed = desk.start("verify_caller", {"callSessionId": "call_v", "phoneE164": PHONE_ONE})
+    desk.signal(failed, "verify_zip", {"zip": "00000"})
+    desk.signal(failed, "verify_zip", {"zip": "00000"})
+    assert desk.output(failed)["status"] == "escalated"
+    cases = {
+        elsewhere: ("call_v", "cust_001", "another call"),
+        failed: ("call_v", "cust_001", "not verified as cust_001"),
+        desk.verify("cust_002", "call_v"): ("call_v", "cust_001", "not verified as cust_001"),
+        "no-such-instance": ("call_v", "cust_001", "not a finished verify_caller run"),
+    }
+    for verification, (call, customer, why) in cases.items():
+        inp = {"callSessionId": call, "customerId": customer, "verificationId": verification}
+        iid = desk.start(flow, inp)
+        out = desk.output(iid)
+        assert out["status"] == "needs_followup" and why in out["message"], out
+        assert "appointments" not in desk.steps(iid)
+
+
 # -- cancel_appointment -----------------------------------------------------------------------
 
 
@@ -345,6 +577,43 @@ def test_a_booking_system_down_through_every_retry_is_escalated_not_an_error(des
     assert ("cancel", "appt_001") not in desk.booking.effects
     told = [t for t in desk.escalations_told() if "call_outage" in t]
     assert len(told) == 1 and "ticket none" in told[0] and "No ticket could be opened" in told[0]
+
+
+def test_a_cancellation_the_caller_does_not_confirm_needs_followup(desk: Desk) -> None:
+    cancelled = desk.booking.effect_count("cancel")
+    said_no = desk.start("cancel_appointment", {"customerId": "cust_001"})
+    desk.signal(said_no, "cancel_confirm", {"confirm": False})
+    silent = desk.start("cancel_appointment", {"customerId": "cust_001", "waitSeconds": 1})
+    for iid in (said_no, silent):
+        assert desk.output(iid) == {
+            "status": "needs_followup",
+            "appointmentId": "appt_001",
+            "message": "The caller did not confirm the cancellation; nothing was changed.",
+        }
+    assert desk.booking.effect_count("cancel") == cancelled
+
+
+def test_a_cancellation_with_no_choice_in_time_needs_followup(desk: Desk) -> None:
+    iid = desk.start("cancel_appointment", {"customerId": "cust_002", "waitSeconds": 1})
+    out = desk.output(iid)
+    assert out["status"] == "needs_followup" and out["appointmentId"] is None
+    assert "No appointment was chosen" in out["message"]
+
+
+def test_a_refused_cancellation_waits_for_the_supervisor_before_a_ticket(desk: Desk) -> None:
+    desk.booking.cancel_fails = True
+    before = desk.booking.effect_count("escalate")
+    try:
+        inp = {"callSessionId": "call_c_ok", "customerId": "cust_001", "approveTickets": True}
+        iid = desk.start("cancel_appointment", inp)
+        desk.signal(iid, "cancel_confirm", {"confirm": True})
+        desk.waiting_at(iid, "wait:approve_escalation")
+        assert desk.booking.effect_count("escalate") == before
+        desk.signal(iid, "approve_escalation", {"approve": True, "by": "sam"})
+        out = desk.output(iid)
+    finally:
+        desk.booking.cancel_fails = False
+    assert out["status"] == "escalated" and desk.booking.effect_count("escalate") == before + 1
 
 
 # -- kill -9 between every pair of steps -------------------------------------------------------

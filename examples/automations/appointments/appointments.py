@@ -7,28 +7,36 @@ The caller's answers (a ZIP code, a choice, a confirmation) arrive as events: fr
 system through the webhook (`POST /hooks/calls/events/verify_zip`) or from the shell
 (`agentd workflows signal ID verify_zip --data '{"zip": "94107"}'`). See README.md here.
 
-Settings come from the daemon's environment, read inside steps (so a resume uses what the
-journal recorded): `APPOINTMENTS_BOOKING_URL` (required), `APPOINTMENTS_BOOKING_TOKEN`
-(optional bearer token).
+Each event's data is checked against its model (`EVENTS`) before agentd accepts it, and a
+choice that was not offered is refused there too: a ZIP that is not five digits never counts as
+an attempt. Reschedule and cancel act only for a caller verified in the same call (their input
+names the `verify_caller` instance that verified them).
+
+Settings come through agentd's one secret reader (the environment, then agentd.env beside the
+config, then a systemd credential), named in `[automations] secrets`: `APPOINTMENTS_BOOKING_URL`
+(required), `APPOINTMENTS_BOOKING_TOKEN` (optional bearer token). They are read on each run,
+never journaled, so a fixed URL takes effect on `agentd workflows retry ID`.
 """
 
 from __future__ import annotations
 
-import os
 import re
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from agentd.automations import AutoStep, NonRetryable, Retry, StepFailed, workflow
+from agentd.automations import AsTool, AutoStep, NonRetryable, Retry, StepFailed, workflow
 
 WAIT_SECONDS = 15 * 60  # how long a caller's answer may take before a person follows up
 MAX_ZIP_ATTEMPTS = 2
 HTTP_RETRY = Retry(limit=4, delay=0.5, max_delay=10.0)
 HTTP_TIMEOUT = 15.0
 ZIP = re.compile(r"\d{5}")
+URL_SETTING = "APPOINTMENTS_BOOKING_URL"
+TOKEN_SETTING = "APPOINTMENTS_BOOKING_TOKEN"
 
 
 class Schema(BaseModel):
@@ -47,6 +55,8 @@ class VerifyInput(Schema):
     phone_e164: str = Field(pattern=r"^\+[1-9]\d{6,14}$")
     intent: Literal["verify"] = "verify"
     wait_seconds: int = Field(default=WAIT_SECONDS, ge=1, le=86400)
+    # A supervisor approves each escalation ticket before it is opened (`approve_escalation`).
+    approve_tickets: bool = False
 
 
 class VerifyOutput(Schema):
@@ -58,6 +68,7 @@ class VerifyOutput(Schema):
 class RescheduleInput(Schema):
     call_session_id: str = Field(min_length=1, max_length=200)
     customer_id: str = Field(min_length=1, max_length=200)
+    verification_id: str = Field(min_length=1, max_length=200)  # the verify_caller instance
     intent: Literal["reschedule"] = "reschedule"
     message: str = Field(default="", max_length=4000)
     context_summary: str | None = Field(default=None, max_length=4000)
@@ -74,15 +85,54 @@ class RescheduleOutput(Schema):
 class CancelInput(Schema):
     call_session_id: str = Field(min_length=1, max_length=200)
     customer_id: str = Field(min_length=1, max_length=200)
+    verification_id: str = Field(min_length=1, max_length=200)  # the verify_caller instance
     intent: Literal["cancel"] = "cancel"
     message: str = Field(default="", max_length=4000)
     wait_seconds: int = Field(default=WAIT_SECONDS, ge=1, le=86400)
+    approve_tickets: bool = False
 
 
 class CancelOutput(Schema):
     status: Literal["cancelled", "needs_followup", "escalated"]
     appointment_id: str | None
     message: str
+
+
+# -- the events the flows wait for (checked before agentd accepts them) ----------------------
+
+
+class ZipEvent(Schema):
+    zip: str = Field(pattern=r"^\d{5}$", description="the caller's 5-digit ZIP code")
+
+
+class AppointmentChoice(Schema):
+    appointment_id: str = Field(min_length=1, max_length=200)
+
+
+class SlotChoice(Schema):
+    slot_id: str = Field(min_length=1, max_length=200)
+
+
+class Confirmation(Schema):
+    confirm: bool
+
+
+class Approval(Schema):
+    approve: bool
+    by: str = Field(min_length=1, max_length=200)  # the supervisor, for the ticket and the log
+
+
+VERIFY_EVENTS = {"verify_zip": ZipEvent, "approve_escalation": Approval}
+RESCHEDULE_EVENTS = {
+    "select_appointment": AppointmentChoice,
+    "select_slot": SlotChoice,
+    "confirm_reschedule": Confirmation,
+}
+CANCEL_EVENTS = {
+    "cancel_select_appointment": AppointmentChoice,
+    "cancel_confirm": Confirmation,
+    "approve_escalation": Approval,
+}
 
 
 # -- the booking system -----------------------------------------------------------------------
@@ -104,22 +154,36 @@ class CancelResult(BaseModel):
     reason: str = ""
 
 
-async def _call(method: str, path: str, body: dict[str, Any] | None = None, key: str = "") -> Any:
+@dataclass(frozen=True)
+class Booking:
+    """Where the booking system is and its token, read through agentd's secret reader on
+    each run (`step.secret`): passed to the step functions, never journaled."""
+
+    url: str
+    token: str
+
+    @classmethod
+    def of(cls, step: AutoStep) -> Booking:
+        return cls(step.secret(URL_SETTING).rstrip("/"), step.secret(TOKEN_SETTING))
+
+
+async def _call(
+    bk: Booking, method: str, path: str, body: dict[str, Any] | None = None, key: str = ""
+) -> Any:
     """One JSON request. A 4xx is the booking system's answer (NonRetryable: asking again
     changes nothing); a 5xx or a network error is raised for the step's durable retries."""
-    base = os.environ.get("APPOINTMENTS_BOOKING_URL", "").rstrip("/")
-    if not base:
+    if not bk.url:
         raise NonRetryable(
-            "APPOINTMENTS_BOOKING_URL is not set: put the booking system's address in the "
-            "daemon's environment, then `agentd workflows retry ID`"
+            f"{URL_SETTING} is not set: put the booking system's address in agentd.env (or the "
+            "daemon's environment, or a credential), then `agentd workflows retry ID`"
         )
     headers = {"Idempotency-Key": key} if key else {}
-    if token := os.environ.get("APPOINTMENTS_BOOKING_TOKEN"):
-        headers["Authorization"] = f"Bearer {token}"
+    if bk.token:
+        headers["Authorization"] = f"Bearer {bk.token}"
     timeout = aiohttp.ClientTimeout(total=HTTP_TIMEOUT)
     async with (
         aiohttp.ClientSession(timeout=timeout) as http,
-        http.request(method, base + path, json=body, headers=headers) as resp,
+        http.request(method, bk.url + path, json=body, headers=headers) as resp,
     ):
         data = await resp.json(content_type=None)
         if resp.status >= 500:
@@ -129,49 +193,51 @@ async def _call(method: str, path: str, body: dict[str, Any] | None = None, key:
         return data
 
 
-async def lookup(phone: str) -> list[str]:
+async def lookup(bk: Booking, phone: str) -> list[str]:
     """The ids of the accounts with this phone number (none, one or several)."""
-    data = await _call("GET", f"/customers?phone={phone.replace('+', '%2B')}")
+    data = await _call(bk, "GET", f"/customers?phone={phone.replace('+', '%2B')}")
     return [c["id"] for c in data["customers"]]
 
 
-async def check_zip(phone: str, zip_code: str) -> str | None:
+async def check_zip(bk: Booking, phone: str, zip_code: str) -> str | None:
     """The account with this phone whose ZIP matches, or None."""
-    data = await _call("POST", "/customers/verify", {"phone": phone, "zip": zip_code})
+    data = await _call(bk, "POST", "/customers/verify", {"phone": phone, "zip": zip_code})
     return data.get("customerId")
 
 
-async def appointments(customer_id: str) -> list[Appointment]:
-    data = await _call("GET", f"/customers/{customer_id}/appointments")
+async def appointments(bk: Booking, customer_id: str) -> list[Appointment]:
+    data = await _call(bk, "GET", f"/customers/{customer_id}/appointments")
     return [Appointment.model_validate(a) for a in data["appointments"]]
 
 
-async def slots(appointment_id: str) -> list[Slot]:
-    data = await _call("GET", f"/appointments/{appointment_id}/slots")
+async def slots(bk: Booking, appointment_id: str) -> list[Slot]:
+    data = await _call(bk, "GET", f"/appointments/{appointment_id}/slots")
     return [Slot.model_validate(s) for s in data["slots"]]
 
 
-async def reschedule(appointment_id: str, slot_id: str, key: str) -> str:
+async def reschedule(bk: Booking, appointment_id: str, slot_id: str, key: str) -> str:
     data = await _call(
-        "POST", f"/appointments/{appointment_id}/reschedule", {"slotId": slot_id}, key
+        bk, "POST", f"/appointments/{appointment_id}/reschedule", {"slotId": slot_id}, key
     )
     return str(data["when"])
 
 
-async def cancel(appointment_id: str, key: str) -> CancelResult:
+async def cancel(bk: Booking, appointment_id: str, key: str) -> CancelResult:
     """A refusal (the appointment is locked, already done…) is an answer, not an error: the
     workflow escalates it. Network errors and 5xx are retried by the step."""
     try:
-        await _call("POST", f"/appointments/{appointment_id}/cancel", {}, key)
+        await _call(bk, "POST", f"/appointments/{appointment_id}/cancel", {}, key)
     except NonRetryable as exc:
         return CancelResult(ok=False, reason=str(exc))
     return CancelResult(ok=True)
 
 
-async def open_escalation(kind: str, call: str, customer_id: str | None, why: str, key: str) -> str:
+async def open_escalation(
+    bk: Booking, kind: str, call: str, customer_id: str | None, why: str, key: str
+) -> str:
     """A ticket in the CRM for a person to call back; its id."""
     body = {"kind": kind, "callSessionId": call, "customerId": customer_id, "reason": why}
-    data = await _call("POST", "/escalations", body, key)
+    data = await _call(bk, "POST", "/escalations", body, key)
     return str(data["id"])
 
 
@@ -183,17 +249,59 @@ def _key(step: AutoStep, name: str) -> str:
     return f"{step.instance_id}:{name}"
 
 
-async def _escalate(step: AutoStep, kind: str, call: str, customer_id: str | None, why: str) -> str:
+@dataclass(frozen=True)
+class Case:
+    """What an escalation is about, for the ticket and for the supervisors."""
+
+    kind: str
+    call: str
+    customer_id: str | None
+    why: str
+
+
+async def _approved(step: AutoStep, case: Case, wait: int) -> str | None:
+    """Ask the supervisors to approve the ticket and wait for it: who approved, or None."""
+    who = f"customer `{case.customer_id}`" if case.customer_id else "an unverified caller"
+    data = '{"approve": true, "by": "YOUR NAME"}'
+    await step.send(
+        "approval",
+        f"☎️ Approve an escalation ticket ({case.kind})? {who}, call `{case.call}`.\n{case.why}\n"
+        f"Approve: `agentd workflows signal {step.instance_id} approve_escalation --data "
+        f"'{data}'` (or the desk's `POST /hooks/…/events/approve_escalation`).",
+        to="supervisors",
+    )
+    got = await step.wait_for_event("approve_escalation", wait)
+    if got is None or got.payload.get("approve") is not True:
+        return None
+    return str(got.payload.get("by") or "a supervisor")
+
+
+async def _escalate(step: AutoStep, bk: Booking, case: Case, approval: int | None) -> str | None:
     """Open a CRM ticket, then tell whoever takes escalations what needs a person: the chat the
-    owner named `supervisors` in `[automations.chats]`, else the owner. When the CRM cannot be
-    reached either, they are told all the same: a person still has to call."""
+    owner named `supervisors` in `[automations.chats]`, else the owner. With `approval` (the
+    seconds to wait), a supervisor approves the ticket first; None: not approved (they are
+    told, nothing is opened). When the CRM cannot be reached, they are told all the same: a
+    person still has to call."""
+    why = case.why
+    if approval is not None:
+        by = await _approved(step, case, approval)
+        if by is None:
+            await step.send(
+                "notify",
+                f"☎️ Not escalated ({case.kind}): no supervisor approved a ticket for call "
+                f"`{case.call}`. Call the customer back from here.",
+                to="supervisors",
+            )
+            return None
+        why = f"{why}\nApproved by {by}."
     try:
         ticket = await step.do(
             "escalate",
             open_escalation,
-            kind,
-            call,
-            customer_id,
+            bk,
+            case.kind,
+            case.call,
+            case.customer_id,
             why,
             _key(step, "escalate"),
             retry=HTTP_RETRY,
@@ -202,10 +310,10 @@ async def _escalate(step: AutoStep, kind: str, call: str, customer_id: str | Non
     except StepFailed as exc:
         ticket = "none"
         why = f"{why}\nNo ticket could be opened ({exc.message}): call them back from here."
-    who = f"customer `{customer_id}`" if customer_id else "an unverified caller"
+    who = f"customer `{case.customer_id}`" if case.customer_id else "an unverified caller"
     await step.send(
         "notify",
-        f"☎️ Escalated ({kind}), ticket `{ticket}`: {who}, call `{call}`.\n{why}",
+        f"☎️ Escalated ({case.kind}), ticket `{ticket}`: {who}, call `{case.call}`.\n{why}",
         to="supervisors",
     )
     return ticket
@@ -214,14 +322,11 @@ async def _escalate(step: AutoStep, kind: str, call: str, customer_id: str | Non
 async def _choose(
     step: AutoStep, event: str, field: str, options: list[str], wait: int
 ) -> str | None:
-    """The only option, or the caller's choice among several (None: no valid answer in time)."""
+    """The only option, or the caller's choice among those offered (a choice not offered is
+    refused before it is accepted; None: no valid choice in time)."""
     if len(options) == 1:
         return options[0]
-    got = await step.wait_for_event(event, wait)
-    if got is None:
-        return None
-    chosen = got.payload.get(field)
-    return chosen if chosen in options else None
+    return await step.wait_for_choice(event, field, options, wait)
 
 
 async def _confirmed(step: AutoStep, event: str, wait: int) -> bool | None:
@@ -230,13 +335,45 @@ async def _confirmed(step: AutoStep, event: str, wait: int) -> bool | None:
     return None if got is None else got.payload.get("confirm") is True
 
 
+async def _unverified(step: AutoStep, call: str, customer_id: str, verification: str) -> str:
+    """Why the caller may not change this customer's appointments ("" when they may): the
+    named verify_caller instance must have verified this customer, in this same call."""
+    state = await step.outcome("verified", verification)
+    if state.workflow != "verify_caller" or state.status != "complete":
+        return f"{verification} is not a finished verify_caller run; verify the caller first."
+    output = state.output if isinstance(state.output, dict) else {}
+    if output.get("status") != "verified" or output.get("customerId") != customer_id:
+        return f"The caller was not verified as {customer_id}; verify them first."
+    if state.input.get("callSessionId") != call:
+        return "The caller was verified in another call; verify them in this one."
+    return ""
+
+
+def _approval(inp: VerifyInput | CancelInput) -> int | None:
+    return inp.wait_seconds if inp.approve_tickets else None
+
+
 # -- the flows --------------------------------------------------------------------------------
 
 
-@workflow("verify_caller", input=VerifyInput, output=VerifyOutput, version=1)
+@workflow(
+    "verify_caller",
+    input=VerifyInput,
+    output=VerifyOutput,
+    version=2,
+    events=VERIFY_EVENTS,
+    tool=AsTool(
+        description="Verify a caller by their phone number, then the 5-digit ZIP code they "
+        "give (send it with automation_event verify_zip). Start this before any change.",
+        risk="medium",
+    ),
+)
 async def verify_caller(step: AutoStep, inp: VerifyInput) -> VerifyOutput:
     """Verify a caller: their phone number, then a 5-digit ZIP (two tries, then a person)."""
-    found = await step.do("lookup", lookup, inp.phone_e164, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT)
+    bk = Booking.of(step)
+    found = await step.do(
+        "lookup", lookup, bk, inp.phone_e164, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT
+    )
     if not found:
         return VerifyOutput(
             status="needs_followup",
@@ -256,10 +393,11 @@ async def verify_caller(step: AutoStep, inp: VerifyInput) -> VerifyOutput:
             )
         zip_code = str(got.payload.get("zip", "")).strip()
         if not ZIP.fullmatch(zip_code):
-            continue  # not a ZIP code: a failed attempt, with nothing to ask the booking system
+            continue  # only an event from before version 2 checked it at the door gets here
         matched = await step.do(
             f"verify#{attempt}",
             check_zip,
+            bk,
             inp.phone_e164,
             zip_code,
             retry=HTTP_RETRY,
@@ -270,7 +408,14 @@ async def verify_caller(step: AutoStep, inp: VerifyInput) -> VerifyOutput:
                 status="verified", customer_id=matched, message="The caller is verified."
             )
     why = f"The caller on {inp.phone_e164} failed ZIP verification {MAX_ZIP_ATTEMPTS} times."
-    ticket = await _escalate(step, "verification", inp.call_session_id, candidate, why)
+    case = Case("verification", inp.call_session_id, candidate, why)
+    ticket = await _escalate(step, bk, case, _approval(inp))
+    if ticket is None:
+        return VerifyOutput(
+            status="needs_followup",
+            customer_id=candidate,
+            message=f"Not verified after {MAX_ZIP_ATTEMPTS} attempts; no ticket was approved.",
+        )
     return VerifyOutput(
         status="escalated",
         customer_id=candidate,
@@ -278,7 +423,18 @@ async def verify_caller(step: AutoStep, inp: VerifyInput) -> VerifyOutput:
     )
 
 
-@workflow("reschedule_appointment", input=RescheduleInput, output=RescheduleOutput, version=1)
+@workflow(
+    "reschedule_appointment",
+    input=RescheduleInput,
+    output=RescheduleOutput,
+    version=2,
+    events=RESCHEDULE_EVENTS,
+    tool=AsTool(
+        description="Move a verified caller's appointment (give the verify_caller instance "
+        "as verificationId); pass their choices with automation_event.",
+        risk="medium",
+    ),
+)
 async def reschedule_appointment(step: AutoStep, inp: RescheduleInput) -> RescheduleOutput:
     """Move a verified caller's appointment to another slot, once they confirm it."""
 
@@ -289,8 +445,12 @@ async def reschedule_appointment(step: AutoStep, inp: RescheduleInput) -> Resche
             status="needs_followup", appointment_id=appt, slot_id=slot, message=message
         )
 
+    bk = Booking.of(step)
+    refused = await _unverified(step, inp.call_session_id, inp.customer_id, inp.verification_id)
+    if refused:
+        return followup(refused)
     booked = await step.do(
-        "appointments", appointments, inp.customer_id, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT
+        "appointments", appointments, bk, inp.customer_id, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT
     )
     if not booked:
         return followup("The customer has no upcoming appointment to move.")
@@ -299,7 +459,7 @@ async def reschedule_appointment(step: AutoStep, inp: RescheduleInput) -> Resche
     )
     if appt is None:
         return followup("No appointment was chosen; ask the caller which one to move.")
-    free = await step.do("slots", slots, appt, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT)
+    free = await step.do("slots", slots, bk, appt, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT)
     if not free:
         return followup(f"No free slot for {appt}; offer a call back.", appt)
     slot = await _choose(step, "select_slot", "slotId", [s.id for s in free], inp.wait_seconds)
@@ -318,6 +478,7 @@ async def reschedule_appointment(step: AutoStep, inp: RescheduleInput) -> Resche
     when = await step.do(
         "apply",
         reschedule,
+        bk,
         appt,
         slot,
         _key(step, "apply"),
@@ -329,18 +490,33 @@ async def reschedule_appointment(step: AutoStep, inp: RescheduleInput) -> Resche
     )
 
 
-@workflow("cancel_appointment", input=CancelInput, output=CancelOutput, version=1)
+@workflow(
+    "cancel_appointment",
+    input=CancelInput,
+    output=CancelOutput,
+    version=2,
+    events=CANCEL_EVENTS,
+    tool=AsTool(
+        description="Cancel a verified caller's appointment (give the verify_caller instance "
+        "as verificationId) once they confirm; pass their answers with automation_event.",
+        risk="medium",
+    ),
+)
 async def cancel_appointment(step: AutoStep, inp: CancelInput) -> CancelOutput:
     """Cancel a verified caller's appointment once they confirm; a refusal goes to a person."""
+
+    def followup(message: str, appt: str | None = None) -> CancelOutput:
+        return CancelOutput(status="needs_followup", appointment_id=appt, message=message)
+
+    bk = Booking.of(step)
+    refused = await _unverified(step, inp.call_session_id, inp.customer_id, inp.verification_id)
+    if refused:
+        return followup(refused)
     booked = await step.do(
-        "appointments", appointments, inp.customer_id, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT
+        "appointments", appointments, bk, inp.customer_id, retry=HTTP_RETRY, timeout=HTTP_TIMEOUT
     )
     if not booked:
-        return CancelOutput(
-            status="needs_followup",
-            appointment_id=None,
-            message="The customer has no upcoming appointment to cancel.",
-        )
+        return followup("The customer has no upcoming appointment to cancel.")
     appt = await _choose(
         step,
         "cancel_select_appointment",
@@ -349,22 +525,15 @@ async def cancel_appointment(step: AutoStep, inp: CancelInput) -> CancelOutput:
         inp.wait_seconds,
     )
     if appt is None:
-        return CancelOutput(
-            status="needs_followup",
-            appointment_id=None,
-            message="No appointment was chosen; ask the caller which one to cancel.",
-        )
+        return followup("No appointment was chosen; ask the caller which one to cancel.")
     yes = await _confirmed(step, "cancel_confirm", inp.wait_seconds)
     if not yes:
-        return CancelOutput(
-            status="needs_followup",
-            appointment_id=appt,
-            message="The caller did not confirm the cancellation; nothing was changed.",
-        )
+        return followup("The caller did not confirm the cancellation; nothing was changed.", appt)
     try:
         result = await step.do(
             "cancel",
             cancel,
+            bk,
             appt,
             _key(step, "cancel"),
             retry=HTTP_RETRY,
@@ -377,7 +546,10 @@ async def cancel_appointment(step: AutoStep, inp: CancelInput) -> CancelOutput:
     if result.ok:
         return CancelOutput(status="cancelled", appointment_id=appt, message="Cancelled.")
     why = f"Cancelling {appt} failed: {result.reason}"
-    ticket = await _escalate(step, "cancellation", inp.call_session_id, inp.customer_id, why)
+    case = Case("cancellation", inp.call_session_id, inp.customer_id, why)
+    ticket = await _escalate(step, bk, case, _approval(inp))
+    if ticket is None:
+        return followup(f"The booking system {what}; no ticket was approved.", appt)
     return CancelOutput(
         status="escalated",
         appointment_id=appt,

@@ -1,8 +1,8 @@
 """A small fake of the booking system the appointment automations call, for their tests and for
-trying them out by hand (`python booking.py --port 8790`, then set
-APPOINTMENTS_BOOKING_URL=http://127.0.0.1:8790 for the daemon).
+trying them out by hand (`python booking.py --port 8790`, then put
+APPOINTMENTS_BOOKING_URL=http://127.0.0.1:8790 into agentd.env).
 
-JSON endpoints:
+JSON endpoints (the interface the flows expect, in ../README.md "The HTTP interface"):
 
     GET  /customers?phone=+15550001111          {"customers": [{"id": "cust_001"}]}
     POST /customers/verify {"phone", "zip"}     {"customerId": "cust_001" | null}
