@@ -132,8 +132,40 @@ def first_answer(repo: Path, env: dict[str, str], tg: FakeTelegram, log: Path) -
             proc.wait(10)
 
 
+def what_to_have_first(repo: Path) -> None:
+    """The README says what to have before Install (a bot, a model, bubblewrap, the disk) and
+    installs bubblewrap with the rest, all on its first screen."""
+    readme = (repo / "README.md").read_text()
+    lines = readme.splitlines()
+    assert len(lines) <= 155, len(lines)
+    before, install = readme.index("## Before you start"), readme.index("## Install")
+    assert before < install
+    first = readme[before:install]
+    for needed in ("@BotFather", "Anthropic API key", "Messages API", "bubblewrap", "480 MB"):
+        assert needed in first, needed
+    assert "pip uninstall onnxruntime" in first  # how to go smaller
+    apt = next(line for line in lines if "apt install" in line)
+    assert "bubblewrap" in apt, apt
+
+
+def nothing_left_to_commit(repo: Path) -> None:
+    """What the set-up and a run create in the checkout (secrets, the database, the agent's
+    files, skills, automations) is ignored: `git status` shows nothing to add."""
+    for folder in ("workspace", "skills", "automations"):
+        (repo / folder).mkdir(exist_ok=True)
+        (repo / folder / "made-by-agentd.txt").write_text("x")
+    status = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert status.stdout == "", status.stdout
+
+
 def test_a_newcomer_walks_the_readme_on_a_clean_clone(tmp_path: Path) -> None:
     repo = clean_clone(tmp_path)
+    what_to_have_first(repo)
     commands = readme_commands(repo)
     assert "agentd init" in commands and "agentd run" in commands, commands
     env = newcomer_env(repo, tmp_path / "home")
@@ -158,6 +190,7 @@ def test_a_newcomer_walks_the_readme_on_a_clean_clone(tmp_path: Path) -> None:
         )
         assert "agentd.env" not in status.stdout, status.stdout
         first_answer(repo, env, tg, tmp_path / "run.log")
+        nothing_left_to_commit(repo)
     unit = tmp_path / "home" / ".config" / "systemd" / "user" / "agentd.service"
     if SYSTEMD_ANALYZE is not None:
         runtime = tmp_path / "runtime"
