@@ -4,7 +4,8 @@ Checks the bot token with getMe, pairs the owner (a one-time code they send to t
 here with getUpdates before the daemon runs), checks the key and the model with the cheapest
 call the endpoint answers (model_check.py), takes the time zone from the system, then writes
 `agentd.toml` (only what differs from the defaults) and `agentd.env` (the secrets, mode
-0600), which `agentd run` and the systemd unit (`EnvironmentFile=`) read. Telegram through
+0600), which `agentd run` reads beside the config (the user unit does not load it into the
+environment, where every child process would inherit it). Telegram through
 plain HTTP (urllib): no aiogram, so it starts fast.
 """
 
@@ -173,7 +174,8 @@ Type=notify
 NotifyAccess=main
 ExecStart={command} run --config {config_path.resolve()}
 WorkingDirectory={config_path.resolve().parent}
-EnvironmentFile={secrets_path.resolve()}
+# agentd reads {secrets_path.resolve()} itself: no EnvironmentFile=, so the secrets
+# stay out of the process environment (and of every command and plugin it starts).
 Restart=on-failure
 RestartSec=5
 RestartPreventExitStatus=78
