@@ -200,3 +200,60 @@ def test_doctor_checks_the_model_at_a_gateway_without_the_models_routes(
     checks = {c["check"]: c for c in json.loads(result.stdout)}
     assert checks["anthropic"]["ok"], checks["anthropic"]
     assert checks["model"]["ok"] and "one-token message" in checks["model"]["detail"]
+
+
+def test_memory_add_without_user_is_the_configured_owners(tmp_path: Path) -> None:
+    config = _config(tmp_path, '[telegram]\nowner_id = 4242\n[memory]\nembedder = "hashing"\n')
+    result = runner.invoke(
+        app, ["memory", "add", "Likes green tea", "--json", "--config", str(config)]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["user_id"] == 4242
+    (tmp_path / "bare").mkdir()
+    unowned = _config(tmp_path / "bare", '[memory]\nembedder = "hashing"\n')
+    result = runner.invoke(app, ["memory", "add", "Orphan", "--config", str(unowned)])
+    assert result.exit_code == 2 and "[telegram] owner_id" in result.output, result.output
+
+
+def _instance_with_a_retried_step(tmp_path: Path, error: str) -> Path:
+    from agentd.durable import store
+
+    config = _config(tmp_path)
+    conn = open_sync(tmp_path / "agentd.db")
+    store.insert_instance(conn, instance_id="wf-1", workflow="w", key="k", input_json="{}", now=1)
+    store.set_status(conn, "wf-1", "errored", 3, error=error)
+    store.begin_step(conn, "wf-1", 0, "fetch", "do", 1, attempt=1)
+    store.end_attempt(conn, "wf-1", 0, 1, 1.5, "error", "ConnectionResetError: reset by peer")
+    store.begin_attempt(conn, "wf-1", 0, 2, 2)
+    store.end_attempt(conn, "wf-1", 0, 2, 2.5, "ok")
+    store.finish_step(conn, "wf-1", 0, 2.5, status="complete", result="1")
+    store.begin_step(conn, "wf-1", 1, "store", "do", 3, attempt=1)
+    store.end_attempt(conn, "wf-1", 1, 1, 3.5, "error", "DiskFull: no space left")
+    store.finish_step(conn, "wf-1", 1, 3.5, status="failed", error="DiskFull: no space left")
+    conn.commit()
+    conn.close()
+    return config
+
+
+def test_workflows_show_keeps_errors_only_on_steps_that_failed(tmp_path: Path) -> None:
+    config = _instance_with_a_retried_step(tmp_path, "DiskFull: no space left")
+    result = runner.invoke(app, ["workflows", "show", "wf-1", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    fetch = next(line for line in result.output.splitlines() if " fetch " in line)
+    assert "reset by peer" not in fetch and " 2 " in fetch  # two attempts, no stale error
+    assert "no space left" in result.output
+    shown = json.loads(
+        runner.invoke(app, ["workflows", "show", "wf-1", "--json", "--config", str(config)]).stdout
+    )
+    assert shown["steps"][0]["attempts"][0]["error"].endswith("reset by peer")  # kept whole
+
+
+def test_tables_mark_what_they_cut(tmp_path: Path) -> None:
+    long_error = "Timeout: " + "the booking system did not answer " * 4
+    config = _instance_with_a_retried_step(tmp_path, long_error)
+    result = runner.invoke(
+        app, ["workflows", "ls", "--config", str(config)], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert long_error[:40] in result.output and long_error not in result.output
+    assert "…" in result.output

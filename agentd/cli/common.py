@@ -201,6 +201,13 @@ _WRAPPING = {
 }
 
 
+def clip(text: str | None, limit: int) -> str:
+    """Text cut to `limit` characters for a table cell, with "…" where it was cut (--json and
+    `show` commands have it whole)."""
+    text = text or ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def new_table(*columns: str | Column, **options: Any) -> Table:
     """A rich table whose identifier columns are never cut short."""
     from rich.table import Column, Table

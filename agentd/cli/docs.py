@@ -18,6 +18,7 @@ from agentd.cli.common import (
     JsonOption,
     ModeOption,
     SearchMode,
+    clip,
     config_or_exit,
     database,
     err,
@@ -213,7 +214,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         why = "" if d.error is None else d.error if len(d.error) <= 60 else d.error[:59] + "…"
         table.add_row(
             str(d.id),
-            d.title[:60],
+            clip(d.title, 60),
             d.status,
             why,
             str(d.chunks),
@@ -299,7 +300,7 @@ def search(
     table = new_table("#", "score", "title", "section", "text", _source_column(), show_lines=True)
     for number, h in enumerate(hits, start=1):
         text = " ".join(h.text.split())
-        table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, text[:160], h.source)
+        table.add_row(str(number), f"{h.score:.4f}", h.title, h.section, clip(text, 160), h.source)
     print_table(table, drop=("section", "title"), empty="No document matches.")
 
 

@@ -15,6 +15,7 @@ from agentd.cli.common import (
     JsonOption,
     ModeOption,
     SearchMode,
+    clip,
     config_or_exit,
     database,
     fail,
@@ -66,7 +67,7 @@ def ls(
             str(m.user_id),
             m.kind,
             m.slot or "",
-            m.content[:80],
+            clip(m.content, 80),
             m.origin,
             m.origin_ref or m.source,
             (iso(m.created_at) or "")[:10],
@@ -126,7 +127,9 @@ def search(
         return
     table = new_table("id", "kind", "score", "memory")
     for h in hits:
-        table.add_row(str(h.memory.id), h.memory.kind, f"{h.score:.4f}", h.memory.content[:100])
+        table.add_row(
+            str(h.memory.id), h.memory.kind, f"{h.score:.4f}", clip(h.memory.content, 100)
+        )
     print_table(table, empty="No memory matches.")
 
 
@@ -193,16 +196,26 @@ KindOption = Annotated[
 ]
 
 
-def _user_for_write(conn: Any, user: int | None) -> int:
-    """--user, or the one user with memories, or the configured owner on a fresh install."""
+def _user_for_write(conn: Any, user: int | None, config: Any) -> int:
+    """--user, else the configured owner (these are "your own words"), else the one user with
+    memories."""
+    from agentd.access import owners
+
     if user is not None:
         return user
+    owner = owners.resolve(config.telegram).owner_id
+    if owner is not None:
+        return int(owner)
     found = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memories LIMIT 5")]
     if len(found) == 1:
         return int(found[0])
     if len(found) > 1:
         fail(f"several users have memories ({', '.join(map(str, found))}…): pass --user ID", 2)
-    fail("no memories yet, so whose is this? pass --user ID (your Telegram user id)", EXIT_USAGE)
+    fail(
+        "no owner in the config ([telegram] owner_id) and no memories yet, so whose is this? "
+        "pass --user ID (a Telegram user id)",
+        EXIT_USAGE,
+    )
 
 
 def _manage(config: Any, work: Any, *, embed: bool = True) -> Any:
@@ -247,11 +260,13 @@ def add(
     if kind not in ("note", "fact", "preference", "task"):
         fail("--kind is one of note, fact, preference, task", EXIT_USAGE)
 
+    cfg = config_or_exit(config)
+
     async def work(conn: Any, db: Any, embedder: Any) -> Any:
-        who = _user_for_write(conn, user)
+        who = _user_for_write(conn, user, cfg)
         return await manage.add(db, embedder, who, text, kind=kind, key=key, pinned=pin)
 
-    memory, action = _manage(config_or_exit(config), work)
+    memory, action = _manage(cfg, work)
     if pin and not memory.pinned:
         memory = _manage(
             config_or_exit(config),
@@ -300,7 +315,7 @@ def history(
     for v in versions:
         text = v.new_content if v.new_content is not None else f"(was: {v.old_content})"
         table.add_row(
-            str(v.version), iso(v.created_at), v.action, v.actor, v.origin, (text or "")[:80]
+            str(v.version), iso(v.created_at), v.action, v.actor, v.origin, clip(text, 80)
         )
     print_table(table, empty=f"Memory {memory_id} has no recorded changes (made before versions).")
 
@@ -377,10 +392,12 @@ def import_(
     except (ValueError, UnicodeDecodeError) as exc:
         fail(f"cannot read {path}: {exc}")
 
-    async def work(conn: Any, db: Any, embedder: Any) -> Any:
-        return await import_items(db, embedder, _user_for_write(conn, user), items, mine=mine)
+    cfg = config_or_exit(config)
 
-    report = _manage(config_or_exit(config), work)
+    async def work(conn: Any, db: Any, embedder: Any) -> Any:
+        return await import_items(db, embedder, _user_for_write(conn, user, cfg), items, mine=mine)
+
+    report = _manage(cfg, work)
     if json:
         print_json(report.model_dump())
     else:

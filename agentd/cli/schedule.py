@@ -12,6 +12,7 @@ from rich.table import Table
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
+    clip,
     config_or_exit,
     database,
     fail,
@@ -65,7 +66,7 @@ def ls(
             str(s.user_id),
             s.state,
             s.action,
-            s.text[:40],
+            clip(s.text, 40),
             s.recurrence.describe(),
             local_iso(s.next_run, s.timezone),
         )
@@ -178,7 +179,9 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
     table = Table("due", "outcome", "at (UTC)", "turn", "detail")
     for r in past:
         turn = f"{r.instance_id} ({r.turn_status})" if r.instance_id else ""
-        table.add_row(local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn, r.detail[:50])
+        table.add_row(
+            local_iso(r.due, sched.timezone), r.outcome, iso(r.at), turn, clip(r.detail, 50)
+        )
     print_table(table, drop=("at (UTC)",), empty="No runs yet.")
 
 

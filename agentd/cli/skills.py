@@ -23,6 +23,7 @@ import typer
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
+    clip,
     config_or_exit,
     database,
     err,
@@ -313,7 +314,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for s in states:
         state = f"[{colour[s.state]}]{s.state}[/]" if s.state in colour else s.state
         table.add_row(
-            _shown(s.name), state, str(s.scripts), _shown(s.description[:80]), _shown(s.reason)
+            _shown(s.name), state, str(s.scripts), _shown(clip(s.description, 80)), _shown(s.reason)
         )
     print_table(table)
 

@@ -11,6 +11,7 @@ from rich.table import Table
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
+    clip,
     config_or_exit,
     database,
     fail,
@@ -50,7 +51,7 @@ def ls(
             f"{r.tokens:,}/{r.token_budget:,}",
             f"${r.cost_usd:.4f}",
             r.parent,
-            r.text[:60],
+            clip(r.text, 60),
         )
     print_table(table, drop=("parent", "task"), empty="No background tasks.")
 

@@ -11,6 +11,7 @@ import typer
 from agentd.cli.common import (
     ConfigOption,
     JsonOption,
+    clip,
     config_or_exit,
     database,
     err,
@@ -72,7 +73,7 @@ def ls(
         return
     table = new_table("id", "workflow", "key", "status", "created (UTC)", "error")
     for r in rows:
-        table.add_row(r.id, r.workflow, r.key, r.status, iso(r.created_at), (r.error or "")[:60])
+        table.add_row(r.id, r.workflow, r.key, r.status, iso(r.created_at), clip(r.error, 60))
     print_table(
         table,
         drop=("key", "created (UTC)", "workflow"),
@@ -127,7 +128,10 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
     table = new_table("#", "step", "kind", "status", "attempts", "ms", "last error")
     for s in step_list:
         tries = s["attempts"]
-        last_error = next((a["error"] for a in reversed(tries) if a["error"]), "")  # type: ignore[index]
+        # A step that completed after failed attempts is fine: its attempts column says it
+        # was retried, --json has their errors.
+        errors = [a["error"] for a in tries if a["error"]]  # type: ignore[index]
+        last_error = errors[-1] if errors and s["status"] != "complete" else ""
         table.add_row(
             str(s["ordinal"]),
             str(s["name"]),
@@ -135,7 +139,7 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
             str(s["status"]),
             str(len(tries)),
             "" if s["duration_ms"] is None else f"{s['duration_ms']:.0f}",
-            str(last_error or "")[:60],
+            clip(str(last_error or ""), 60),
         )  # type: ignore[arg-type]
     print_table(table, drop=("kind",))
 
