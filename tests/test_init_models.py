@@ -193,7 +193,7 @@ class _Foreign(http.server.BaseHTTPRequestHandler):
     """Not the Messages API: an OpenAI-style model list, and a web page for anything else."""
 
     def do_GET(self) -> None:
-        if self.path.startswith("/v1/models"):
+        if self.path.startswith(("/v1/models", "/json/v1/models")):
             self._send(200, "application/json", b'{"data": [{"id": "llama", "object": "model"}]}')
         else:
             self._send(200, "text/html", b"<html>welcome</html>")
@@ -202,6 +202,9 @@ class _Foreign(http.server.BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers.get("content-length") or 0))
         if self.path.startswith("/page/"):
             self._send(200, "text/html", b"<html>welcome</html>")
+        elif self.path.startswith("/json/"):  # an OpenAI-style server's JSON 404 for a route
+            body = b'{"error": {"message": "Not Found", "type": "invalid_request_error"}}'
+            self._send(404, "application/json", body)
         else:
             self._send(404, "text/plain", b"404 page not found")
 
@@ -231,10 +234,21 @@ def foreign() -> Iterator[str]:
 def test_a_url_that_is_not_the_messages_api_is_blamed_not_passed(foreign: str) -> None:
     """A list in another API's shape, or a page answering 200 to anything, is not taken as
     proof: the one-token message decides, and the base URL is named."""
-    for base in (foreign, f"{foreign}/page"):
+    for base in (foreign, f"{foreign}/page", f"{foreign}/json"):
         with pytest.raises(ModelProblem) as problem:
             check_model(base, API_KEY, "llama")
         assert problem.value.fault == "base_url" and "--llm-base-url" in str(problem.value)
+        assert "refused the model" not in str(problem.value)  # the URL, not the model
     with pytest.raises(ModelProblem) as problem:
         check_model("http://127.0.0.1:9", API_KEY, "claude-haiku-4-5")
     assert problem.value.fault == "base_url" and "unreachable" in str(problem.value)
+
+
+def test_a_model_is_not_listed_again_under_its_dated_id() -> None:
+    """Anthropic lists dated ids; `claude-sonnet-4-5` is `claude-sonnet-4-5-20250929`."""
+    from agentd.cli.model_check import other_models
+
+    listed = ["claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001", "claude-sonnet-4"]
+    assert other_models("claude-sonnet-4-5", listed) == listed[1:]
+    assert other_models("claude-sonnet-4-5-20250929", listed) == listed[1:]
+    assert other_models("claude-sonnet-4", listed) == listed[:2]  # 4 is not 4-5

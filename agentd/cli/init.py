@@ -29,7 +29,13 @@ import typer
 
 from agentd.access.pairing import ALPHABET
 from agentd.cli.common import EXIT_CONFIG, err, fail, out
-from agentd.cli.model_check import DEFAULT_BASE_URL, ModelProblem, check_model, refusal_advice
+from agentd.cli.model_check import (
+    DEFAULT_BASE_URL,
+    ModelProblem,
+    check_model,
+    other_models,
+    refusal_advice,
+)
 from agentd.config import AgentConfig, LLMConfig, TelegramConfig
 
 SECRETS_FILE = "agentd.env"
@@ -307,7 +313,7 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
         how = "listed by" if found.how == "listed" else "answered at"
         base = setup.llm_base_url or DEFAULT_BASE_URL
         out.print(f"Anthropic key ok; model {model} {how} {base}", highlight=False, markup=False)
-        if others := [m for m in found.listed if m != model]:
+        if others := other_models(model, found.listed):
             out.print(
                 f"It also lists: {', '.join(others)} ([llm] model in the config picks one).",
                 highlight=False,

@@ -68,7 +68,18 @@ def check_model(base_url: str, key: str, model: str) -> ModelOk:
 def _names(model: str, listed: list[str]) -> bool:
     """Whether the list names the model: its id, or the dated id an alias stands for
     (Anthropic lists claude-haiku-4-5-20251001 and answers to claude-haiku-4-5)."""
-    return model in listed or any(m.startswith(f"{model}-") for m in listed)
+    return any(_same(model, m) for m in listed)
+
+
+def _same(model: str, listed_id: str) -> bool:
+    """The id itself, or the alias's dated id (`-YYYYMMDD`; claude-sonnet-4 is not 4-5)."""
+    date = listed_id.removeprefix(f"{model}-")
+    return listed_id == model or (date != listed_id and len(date) == 8 and date.isdigit())
+
+
+def other_models(model: str, listed: list[str]) -> list[str]:
+    """The listed models other than this one, which is not offered again under its dated id."""
+    return [m for m in listed if not _same(model, m)]
 
 
 def _listed(client: anthropic.Anthropic, base: str) -> tuple[list[str], bool] | None:
@@ -116,10 +127,12 @@ def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[
 def _refused(base: str, model: str, listed: list[str], exc: anthropic.APIStatusError) -> Exception:
     """A 404 or 400 to the message: the model, when the API's error says so; else the URL."""
     said = _said(exc)
-    others = [m for m in listed if m != model]  # listed but refused: never offered again
-    if _api_error(exc) and (listed or "model" in said.lower()):
+    others = other_models(model, listed)  # listed but refused: never offered again
+    # The API names the model when it refuses one; a 404 that does not is a route the URL
+    # lacks (an OpenAI-style server, a base URL with one /v1 too many), whatever it lists.
+    if _api_error(exc) and ("model" in said.lower() or model in said):
         return ModelProblem(f"{base} refused the model {model} ({said})", "model", others)
-    return _not_the_api(base, f"HTTP {exc.status_code} for /v1/messages")
+    return _not_the_api(base, f"HTTP {exc.status_code} for /v1/messages: {said}")
 
 
 def _api_error(exc: anthropic.APIStatusError) -> bool:
