@@ -14,7 +14,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from agentd.cli.init_accounts import smtp_default, split_host
+from agentd.cli.init_accounts import SPECIAL_FOLDERS, smtp_default, split_host
 from agentd.config import load_config
 from tests import mailservers
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, Dovecot, LmtpRelay, smtp_server
@@ -116,3 +116,76 @@ def test_add_mail_splits_host_port_and_offers_the_folders_found(
     assert (account.sent_folder, account.drafts_folder) == ("Sent Messages", "[Mail] Brouillons")
     toml = (tmp_path / "agentd.toml").read_text()
     assert re.search(r'sent_folder = "Sent Messages"', toml) and USERS["me"] not in toml
+
+
+@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_a_failed_login_keeps_every_answer_and_an_empty_password_is_refused(
+    servers: tuple[Dovecot, int], tmp_path: Path
+) -> None:
+    """The wrong password, "Save it anyway? N": the answers come back as the defaults, so
+    only the password is typed again; an empty one is asked for again with what to make."""
+    dovecot, smtp = servers
+    (tmp_path / "agentd.toml").write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "TELEGRAM_"))}
+    env |= {"NO_COLOR": "1", "COLUMNS": "120"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "agentd", "init", "--dir", str(tmp_path), "--add-mail"],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+    )
+    answers = [
+        ("Account name", "work"),
+        ("E-mail address", "me@example.org"),
+        ("IMAP server", f"127.0.0.1:{dovecot.port}"),
+        ("IMAP security", "plain"),
+        ("SMTP server", ""),
+        ("SMTP security", "plain"),
+        ("SMTP port", str(smtp)),
+        ("User name", "me"),
+    ]
+    try:
+        for prompt, answer in answers:
+            child.expect(prompt)
+            child.sendline(answer)
+        child.expect("App password")
+        child.sendline("")
+        child.expect("A password is needed")
+        child.expect("App password")
+        child.sendline("wrong-password")
+        child.expect("FAIL")
+        child.expect(r"Save it anyway\?")
+        child.sendline("n")
+        child.expect("Change an answer and try again")
+        child.sendline("")  # yes
+        child.expect(rf"E-mail address {STYLE}\(me@example\.org\)")
+        child.sendline("")
+        child.expect(rf"IMAP server {STYLE}\(127\.0\.0\.1\)")
+        child.sendline("")
+        child.expect(rf"IMAP security.*{STYLE}\(plain\)")
+        child.sendline("")
+        child.expect(rf"IMAP port {STYLE}\({dovecot.port}\)")
+        child.sendline("")
+        child.expect("SMTP server")
+        child.sendline("")
+        child.expect(rf"SMTP security.*{STYLE}\(plain\)")
+        child.sendline("")
+        child.expect(rf"SMTP port {STYLE}\({smtp}\)")
+        child.sendline("")
+        child.expect(rf"User name {STYLE}\(me\)")
+        child.sendline("")
+        child.expect("Enter keeps the one you typed")
+        child.sendline(USERS["me"])
+        for _ in SPECIAL_FOLDERS:
+            child.expect(r"Folder for")
+            child.sendline("")
+        child.expect("Added mail account 'work'")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0, child.before
+    account = load_config(tmp_path / "agentd.toml", env={}).mail[0]
+    assert (account.imap_port, account.smtp_port) == (dovecot.port, smtp)
+    stored = (tmp_path / "agentd.env").read_text()
+    assert USERS["me"] in stored and "wrong-password" not in stored

@@ -113,18 +113,43 @@ def _port(label: str, given: int | None, default: str) -> int:
         err.print(f"{answer!r} is not a port (1-65535).", highlight=False)
 
 
-def _mail_fields(name: str) -> tuple[dict[str, Any], str]:
-    """The account's keys as asked (host:port split), and its password."""
-    address = _prompt("E-mail address")
+def _password(label: str, kept: str) -> str:
+    """A password that is not empty (Enter keeps the one typed before, when there is one)."""
+    while True:
+        hint = " (Enter keeps the one you typed)" if kept else ""
+        answer = _prompt(label + hint, secret=True) or kept
+        if answer:
+            return answer
+        err.print(
+            "A password is needed: for Gmail, Outlook, iCloud and most others an app password "
+            "made in the account's security settings (not the one you log in with).",
+            highlight=False,
+        )
+
+
+def _mail_fields(name: str, before: dict[str, Any], kept: str) -> tuple[dict[str, Any], str]:
+    """The account's keys as asked (host:port split), and its password; `before` holds the
+    answers of a try that did not log in, offered as the defaults."""
+    address = _prompt("E-mail address", before.get("address", ""))
     domain = address.rpartition("@")[2]
-    imap_host, imap_port = _server("IMAP server", f"imap.{domain}", "imap_port")
-    imap_security = _prompt("IMAP security (tls / starttls / plain)", "tls")
-    imap_port = _port("IMAP port", imap_port, "993" if imap_security == "tls" else "143")
-    smtp_host, smtp_port = _server("SMTP server", smtp_default(imap_host), "smtp_port")
-    smtp_security = _prompt("SMTP security (tls / starttls / plain)", "tls")
-    smtp_port = _port("SMTP port", smtp_port, "465" if smtp_security == "tls" else "587")
-    username = _prompt("User name", address)
-    password = _prompt("App password", secret=True)
+    imap_host, imap_port = _server(
+        "IMAP server", before.get("imap_host", f"imap.{domain}"), "imap_port"
+    )
+    imap_security = _prompt(
+        "IMAP security (tls / starttls / plain)", before.get("imap_security", "tls")
+    )
+    imap_default = str(before.get("imap_port", "993" if imap_security == "tls" else "143"))
+    imap_port = _port("IMAP port", imap_port, imap_default)
+    smtp_host, smtp_port = _server(
+        "SMTP server", before.get("smtp_host", smtp_default(imap_host)), "smtp_port"
+    )
+    smtp_security = _prompt(
+        "SMTP security (tls / starttls / plain)", before.get("smtp_security", "tls")
+    )
+    smtp_default_port = str(before.get("smtp_port", "465" if smtp_security == "tls" else "587"))
+    smtp_port = _port("SMTP port", smtp_port, smtp_default_port)
+    username = _prompt("User name", before.get("username", address))
+    password = _password("App password", kept)
     fields = dict(
         name=name,
         address=address,
@@ -197,18 +222,27 @@ def add_mail(directory: Path) -> None:
 
     config, secrets = _files(directory)
     name = _prompt("Account name", "home")
-    fields, password = _mail_fields(name)
-    env = fields["password_env"]
-    try:
-        _pick_folders(fields, password)  # validates the keys before connecting
-        account = MailAccountConfig(**fields)
-    except ValueError as exc:
-        fail(plain(f"not added: {exc}"))
-    if not _checked(check_account(account, {env: password})) and not typer.confirm(
-        "Save it anyway?", default=False, err=True
-    ):
-        out.print("Nothing changed.")
-        raise typer.Exit(1)
+    fields: dict[str, Any] = {}
+    password = ""
+    while True:
+        fields, password = _mail_fields(name, fields, password)
+        env = fields["password_env"]
+        try:
+            _pick_folders(fields, password)  # validates the keys before connecting
+            account = MailAccountConfig(**fields)
+        except ValueError as exc:
+            fail(plain(f"not added: {exc}"))
+        if _checked(check_account(account, {env: password})) or typer.confirm(
+            "Save it anyway?", default=False, err=True
+        ):
+            break
+        if not typer.confirm(
+            "Change an answer and try again (each one you gave is the default)?",
+            default=True,
+            err=True,
+        ):
+            out.print("Nothing changed.")
+            raise typer.Exit(1)
     _append(config, secrets, "mail", fields, env, password)
     out.print(
         f"Added mail account {name!r} to {config}; its password is in {secrets} as {env}. "
