@@ -5,6 +5,8 @@ that names the field; a kill -9 between every pair of steps; ask_owner across a 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import subprocess
 import time
 from collections.abc import Iterator
@@ -164,14 +166,19 @@ def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stac
 
 def test_ask_owner_from_the_cli_refuses_a_choice_not_offered(stack: Stack) -> None:
     iid = stack.start("ask", {"question": "Prune backups?"})["instance_id"]
-    stack.sent_to_owner("Prune backups?")
+    question = stack.sent_to_owner("Prune backups?")
     wrong = stack.daemon.cli(
         "workflows", "signal", iid, "answer:ask", "--data", '{"choice": "Maybe"}'
     )
     assert wrong.returncode == 1 and "choice must be one of ['Yes', 'No']" in wrong.stderr
-    ok = stack.daemon.cli("workflows", "signal", iid, "answer:ask", "--data", '{"choice": "No"}')
+    # The shell hint under the question works as printed, copied whole.
+    hint = re.search(r"Or from the shell: (agentd workflows signal .+)$", question["plain_text"])
+    assert hint, question["plain_text"]
+    argv = shlex.split(hint[1])
+    assert argv[:4] == ["agentd", "workflows", "signal", iid], argv
+    ok = stack.daemon.cli(*argv[1:])
     assert ok.returncode == 0, ok.stderr
-    assert json.loads(stack.wait(iid).stdout)["output"] == {"choice": "No"}
+    assert json.loads(stack.wait(iid).stdout)["output"] == {"choice": "Yes"}
 
 
 def test_step_llm_is_structured_and_costed(stack: Stack) -> None:

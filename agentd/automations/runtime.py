@@ -8,6 +8,7 @@ import asyncio
 import json
 import logging
 import os
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -467,7 +468,11 @@ class Runtime:
             [Button(text=c, data=f"{CALLBACK_PREFIX}:{question.id}:{i}")]
             for i, c in enumerate(question.choices)
         ]
-        hint = f"\n\n_or: agentd workflows signal {question.instance_id} answer:{question.step}_"
+        data = shlex.quote(json.dumps({"choice": question.choices[0]}, ensure_ascii=False))
+        hint = (
+            f"\n\nOr from the shell: `agentd workflows signal {question.instance_id} "
+            f"answer:{question.step} --data {data}`"
+        )
         try:
             message_id = await self.outbox.send_text(
                 question.chat_id, question.text + hint, buttons=buttons
