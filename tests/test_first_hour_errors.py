@@ -257,3 +257,18 @@ def test_tables_mark_what_they_cut(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert long_error[:40] in result.output and long_error not in result.output
     assert "…" in result.output
+
+
+def test_doctor_says_what_it_checks_while_it_checks(tmp_path: Path) -> None:
+    """Each slow check is announced before it runs and its result printed as it comes, not
+    all at the end of a silent half-minute."""
+    config = _config(tmp_path, '[telegram]\napi_base = "http://127.0.0.1:9"\n')
+    result = runner.invoke(app, ["doctor", "--config", str(config)])
+    told, shown = result.stderr, result.stdout
+    assert (
+        "Asking each chat network about the bot…" in told
+        and "Trying each configured model…" in told
+    )
+    assert "telegram" in shown and "FAIL" in shown
+    quiet = runner.invoke(app, ["doctor", "--json", "--config", str(config)])
+    assert "Asking each chat network" not in quiet.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -100,6 +101,66 @@ def test_init_in_a_terminal_pairs_the_owner_and_writes_the_files(
     child.expect(pexpect.EOF)
     child.close()
     assert (tmp_path / "agentd.toml").read_text() == before
+
+
+def _spawn_init(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic) -> pexpect.spawn:
+    args = ["init", "--dir", str(tmp_path), "--api-base", tg.base_url]
+    return pexpect.spawn(
+        AGENTD[0],
+        [*AGENTD[1:], *args, "--llm-base-url", llm.base_url],
+        env=clean_env(),
+        encoding="utf-8",
+        timeout=90,
+        dimensions=(40, 100),
+    )
+
+
+def test_init_says_what_it_waits_for_and_keys_typed_ahead_are_not_shown(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
+) -> None:
+    """While it waits for the pairing message, the terminal says so and does not echo: a key
+    typed ahead is not shown in clear (the key prompt then discards it)."""
+    tg, llm = fakes
+    child = _spawn_init(tmp_path, tg, llm)
+    child.logfile_read = io.StringIO()
+    typed_ahead = "sk-ant-typed-ahead-1234"
+    try:
+        child.expect("Bot token")
+        child.sendline(TOKEN)
+        child.expect(r"/start ([A-Z0-9]{4}-[A-Z0-9]{4})")
+        code = child.match.group(1)
+        child.expect("Waiting for that message")
+        child.send(typed_ahead + "\r")
+        tg.add_message(OWNER, OWNER, f"/start {code}")
+        child.expect(rf"user id {OWNER}")
+        child.expect("Anthropic API key")
+        child.sendline(API_KEY)
+        child.expect("Anthropic key ok")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+    assert typed_ahead not in child.logfile_read.getvalue()  # never echoed in the session
+
+
+def test_ctrl_c_before_pairing_says_nothing_was_written(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
+) -> None:
+    tg, llm = fakes
+    child = _spawn_init(tmp_path, tg, llm)
+    try:
+        child.expect("Bot token")
+        child.sendline(TOKEN)
+        child.expect(r"/start [A-Z0-9]{4}-[A-Z0-9]{4}")
+        child.expect("Waiting for that message")
+        child.sendintr()
+        child.expect("Stopped before pairing: nothing was written")
+        child.expect("agentd init")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 130
+    assert not (tmp_path / "agentd.toml").exists() and not (tmp_path / "agentd.env").exists()
 
 
 def test_init_non_interactive_then_doctor_is_green(

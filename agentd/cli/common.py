@@ -59,6 +59,57 @@ err = LazyConsole(stderr=True)
 out = LazyConsole()
 
 
+@contextmanager
+def working(what: str, *, quiet: bool = False) -> Iterator[None]:
+    """Say on stderr what a slow step is doing while it runs (a spinner in a terminal, one
+    line otherwise), with the terminal's echo off meanwhile: keys typed ahead (the next
+    answer, maybe a secret) are not shown in clear. A password prompt after it discards them
+    (getpass flushes pending input), so a key typed too early is typed again, never shown."""
+    from contextlib import nullcontext
+
+    saved = _echo_off()
+    try:
+        if quiet:
+            shown: Any = nullcontext()
+        elif err.is_terminal:
+            shown = err.console.status(what)
+        else:
+            err.print(f"{what}…", highlight=False, markup=False)
+            shown = nullcontext()
+        with shown:
+            yield
+    finally:
+        _echo_back(saved)
+
+
+def _echo_off() -> Any:
+    """The terminal's settings before echo went off; None when stdin is not a terminal."""
+    try:
+        import termios
+
+        if not sys.stdin.isatty():
+            return None
+        fd = sys.stdin.fileno()
+        before = termios.tcgetattr(fd)
+        quiet = list(before)
+        quiet[3] &= ~termios.ECHO
+        termios.tcsetattr(fd, termios.TCSANOW, quiet)
+    except (ImportError, OSError, ValueError):  # termios.error is an OSError
+        return None
+    return before
+
+
+def _echo_back(before: Any) -> None:
+    if before is None:
+        return
+    import termios
+
+    try:
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSANOW, before)
+    except (OSError, ValueError):
+        pass
+
+
 def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
     from rich.markup import escape
 

@@ -28,7 +28,7 @@ from typing import Annotated, Any
 import typer
 
 from agentd.access.pairing import ALPHABET
-from agentd.cli.common import EXIT_CONFIG, err, fail, out
+from agentd.cli.common import EXIT_CONFIG, err, fail, out, working
 from agentd.cli.model_check import (
     DEFAULT_BASE_URL,
     ModelProblem,
@@ -299,8 +299,10 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
                 f"Anthropic key and model {model} not checked (--skip-model-check)", markup=False
             )
             return key, model
+        base = setup.llm_base_url or DEFAULT_BASE_URL
         try:
-            found = check_model(setup.llm_base_url, key, model)
+            with working(f"Checking the key and the model {model} at {base}"):
+                found = check_model(setup.llm_base_url, key, model)
         except ModelProblem as problem:
             if problem.fault == "model" and setup.interactive and problem.listed:
                 model = _choose_model(problem)
@@ -311,7 +313,6 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
             key = None
             continue
         how = "listed by" if found.how == "listed" else "answered at"
-        base = setup.llm_base_url or DEFAULT_BASE_URL
         out.print(f"Anthropic key ok; model {model} {how} {base}", highlight=False, markup=False)
         if others := other_models(model, found.listed):
             out.print(
@@ -435,11 +436,20 @@ def init(
     _confirm_replace([setup.config_path, setup.secrets_path], setup.interactive, force)
     stored = _stored_secrets(setup.secrets_path)
     token = token or stored.get("TELEGRAM_BOT_TOKEN")
-    token, bot = _checked_token(token, api_base, setup.interactive)
     anthropic_key = anthropic_key or stored.get("ANTHROPIC_API_KEY")
     paired_now = owner_id is None
-    if owner_id is None:
-        owner_id = _pair(api_base, token, bot, pair_timeout)
+    try:
+        token, bot = _checked_token(token, api_base, setup.interactive)
+        if owner_id is None:
+            owner_id = _pair(api_base, token, bot, pair_timeout)
+    except (KeyboardInterrupt, EOFError):
+        err.print(
+            "\nStopped before pairing: nothing was written. Run `agentd init` again to start "
+            "over (a new code is shown; the old one no longer pairs).",
+            highlight=False,
+            markup=False,
+        )
+        raise typer.Exit(130) from None
     try:
         anthropic_key, model = _checked_key(anthropic_key, setup)
     except (KeyboardInterrupt, EOFError, typer.Exit) as stop:
@@ -461,7 +471,8 @@ def _pair(api_base: str, token: str, bot: str, timeout: float) -> int:
         f"Now send this to @{bot} in Telegram:\n\n    /start {code[:4]}-{code[4:]}\n",
         highlight=False,
     )
-    owner_id, name = wait_for_owner(api_base, token, code, timeout)
+    with working("Waiting for that message (Ctrl-C stops)"):
+        owner_id, name = wait_for_owner(api_base, token, code, timeout)
     out.print(f"Paired: {name} (user id {owner_id})", highlight=False)
     return owner_id
 
@@ -514,7 +525,8 @@ def _checked_token(token: str | None, api_base: str, interactive: bool) -> tuple
     bot = None
     while bot is None:
         token = _ask("Bot token from @BotFather", token, interactive, secret=True)
-        bot = check_token(api_base, token)
+        with working("Asking Telegram about the token"):
+            bot = check_token(api_base, token)
         if bot is None:
             if not interactive:
                 fail("Telegram rejected the bot token; check it with @BotFather", EXIT_CONFIG)

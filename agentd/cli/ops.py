@@ -30,6 +30,7 @@ from agentd.cli.common import (
     print_json,
     print_table,
     transaction,
+    working,
 )
 from agentd.config import Config, ConfigError, load_config
 
@@ -241,33 +242,43 @@ def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
         cfg = None
         _check("config", False, f"invalid configuration: {exc}", results)
     missing = cfg is not None and config_missing(cfg)
+    _show_results(results, 0, json)
     if cfg is not None:
+        steps: list[tuple[str, Callable[[Config, list[dict[str, object]]], None]]] = []
         if not missing:  # "agentd.db will be created" here would be the wrong folder's
-            _doctor_database(cfg, results)
-        _doctor_channels(cfg, results)
-        _doctor_allowlist(cfg, results)
+            steps.append(("Checking the database and the embedder", _doctor_database))
+        steps += [
+            ("Asking each chat network about the bot", _doctor_channels),
+            ("Checking who is allowed", _doctor_allowlist),
+        ]
         if _uses_claude(cfg):
-            _doctor_anthropic(cfg, results)
-        _doctor_models(cfg, results)
-        _doctor_capabilities(cfg, results)
+            steps.append(("Checking the Anthropic key", _doctor_anthropic))
+        steps += [
+            ("Trying each configured model", _doctor_models),
+            ("Checking mail, calendar, the sandbox and the rest", _doctor_capabilities),
+        ]
+        for what, step in steps:
+            shown = len(results)
+            with working(what, quiet=json):  # each can take seconds: say so, print as it goes
+                step(cfg, results)
+            _show_results(results, shown, json)
     if json:
         print_json(results)
-    else:
-        from rich.markup import escape
-
-        for r in results:
-            mark = (
-                "[red]FAIL[/]"
-                if not r["ok"]
-                else "[yellow]warn[/]"
-                if r["warn"]
-                else "[green]ok[/]"
-            )
-            out.print(f"{mark}  {r['check']}: {escape(str(r['detail']))}", highlight=False)
     if cfg is None or missing:
         raise typer.Exit(EXIT_CONFIG)
     if not all(r["ok"] for r in results):
         raise typer.Exit(1)
+
+
+def _show_results(results: list[dict[str, object]], start: int, json: bool) -> None:
+    """Print the checks from `start` on (a JSON run prints them all at the end)."""
+    if json:
+        return
+    from rich.markup import escape
+
+    for r in results[start:]:
+        mark = "[red]FAIL[/]" if not r["ok"] else "[yellow]warn[/]" if r["warn"] else "[green]ok[/]"
+        out.print(f"{mark}  {r['check']}: {escape(str(r['detail']))}", highlight=False)
 
 
 def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:
