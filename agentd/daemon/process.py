@@ -10,6 +10,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from agentd.agent.approval_flow import withdraw_approvals
@@ -52,6 +53,7 @@ class _Process:
     runner_lock: lease.RunnerLock
     pid: int = field(default_factory=os.getpid)
     stop: asyncio.Event = field(default_factory=asyncio.Event)
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)  # a second stop: do not wait
     stack: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # Each channel's intake: the daemon ends when one fails (a rejected token, say).
@@ -151,7 +153,7 @@ async def _build(proc: _Process, started_at: float) -> None:
     config, db = proc.config, proc.db
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, proc.stop.set)
+        loop.add_signal_handler(sig, partial(_on_stop_signal, proc))
     outbox = RoutedOutbox({one.channel.block: one.open.outbox for one in proc.channels})
     wired_holder: list[services.Services] = []
     clock = SystemClock()
@@ -176,6 +178,14 @@ async def _build(proc: _Process, started_at: float) -> None:
     except ServiceError as exc:
         raise ConfigProblem(str(exc)) from None
     _start_intake(proc, wired, clock)
+
+
+def _on_stop_signal(proc: _Process) -> None:
+    """The first SIGINT or SIGTERM stops gracefully; another one stops without waiting."""
+    if proc.stop.is_set():
+        proc.hurry.set()
+    else:
+        proc.stop.set()
 
 
 def _start_intake(proc: _Process, wired: services.Services, clock: SystemClock) -> None:
@@ -235,7 +245,7 @@ async def _shut_down(proc: _Process) -> None:
         task.cancel()
     await asyncio.gather(*proc.intakes, *proc.tasks, return_exceptions=True)
     if proc.engine is not None:
-        await proc.engine.shutdown(proc.config.engine.shutdown_grace)
+        await proc.engine.shutdown(proc.config.engine.shutdown_grace, proc.hurry)
     await proc.stack.aclose()
     with contextlib.suppress(Exception):
         await proc.db.write(lease.release, proc.pid)

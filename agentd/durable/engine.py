@@ -608,8 +608,9 @@ class Engine:
                 raise TimeoutError(f"{instance_id} is still {inst.status}")
             await asyncio.sleep(0.01)
 
-    async def shutdown(self, grace: float = 10.0) -> None:
-        """Stop taking work; let running steps finish for `grace` seconds, then cancel.
+    async def shutdown(self, grace: float = 10.0, hurry: asyncio.Event | None = None) -> None:
+        """Stop taking work; let running steps finish for `grace` seconds (or until `hurry` is
+        set: a second Ctrl-C), then cancel.
 
         Instances left unfinished keep their journal and status, and resume at the next start.
         """
@@ -624,7 +625,14 @@ class Engine:
                 task.cancel()
         runners = [*self._runners.values(), *self._runs]
         if runners:
-            _, still = await asyncio.wait(runners, timeout=grace)
+            if self._holding:
+                log.warning(
+                    f"stopping: waiting up to {grace:g} s for the step(s) running in "
+                    f"{', '.join(sorted(self._holding))} to finish; stop again (Ctrl-C) to "
+                    "stop now, they resume at the next start",
+                    extra={"running": sorted(self._holding), "grace": grace},
+                )
+            still = await self._wait_for(runners, grace, hurry)
             for task in still:
                 task.cancel()
             await asyncio.gather(*still, return_exceptions=True)
@@ -632,6 +640,32 @@ class Engine:
         with contextlib.suppress(Exception):
             await self.db.write(store.note_engine_stop)
         log.info("engine stopped")
+
+    @staticmethod
+    async def _wait_for(
+        runners: list[asyncio.Task[None]], grace: float, hurry: asyncio.Event | None
+    ) -> set[asyncio.Task[None]]:
+        """The runners still going after `grace`, or as soon as `hurry` is set."""
+        hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
+        waiting: set[asyncio.Future[Any]] = set(runners)
+        try:
+            deadline = asyncio.get_running_loop().time() + grace
+            while waiting - {hurried}:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                group = waiting | ({hurried} if hurried is not None else set())
+                done, _ = await asyncio.wait(
+                    group, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                if hurried is not None and hurried in done:
+                    log.warning("stopping now: unfinished steps resume at the next start")
+                    break
+                waiting -= done
+        finally:
+            if hurried is not None:
+                hurried.cancel()
+        return {t for t in runners if not t.done()}
 
 
 def _take(
