@@ -272,3 +272,58 @@ def test_doctor_says_what_it_checks_while_it_checks(tmp_path: Path) -> None:
     assert "telegram" in shown and "FAIL" in shown
     quiet = runner.invoke(app, ["doctor", "--json", "--config", str(config)])
     assert "Asking each chat network" not in quiet.stderr
+
+
+def _card_approval(tool: str, card_text: str, whole: bool) -> Any:
+    from agentd.access.approvals import Approval
+
+    return Approval(
+        id="a2",
+        instance_id="i",
+        tool_use_id="t",
+        chat_id=7,
+        chat_kind="private",
+        user_id=7,
+        tool=tool,
+        risk="high",
+        args_digest="d",
+        args_preview="p",
+        status="pending",
+        created_at=0,
+        expires_at=600,
+        call_json='{"arguments": {"command": "ls -la"}, "tool": "shell"}',
+        card_text=card_text,
+        card_whole=whole,
+    )
+
+
+def test_a_tool_card_that_shows_every_argument_is_not_followed_by_raw_json() -> None:
+    from agentd.agent.approval_flow import _approval_text, outcome_text
+    from agentd.config import ShellConfig
+    from agentd.hands.shell import card_text
+
+    shown = card_text(ShellConfig(), ShellArgs(command="ls -la"))
+    text = _approval_text(_card_approval("shell", shown, True), 600)
+    assert "$ ls -la" in text and '"arguments"' not in text
+    assert "agentd pending --show a2" in text  # the exact call, one command away
+    assert '"arguments"' not in outcome_text(_card_approval("shell", shown, True), "approved", "o")
+    partial = _approval_text(_card_approval("send_mail", "To: a@b.example", False), 600)
+    assert '"arguments"' in partial  # a card that shows only some arguments keeps the call
+
+
+def test_the_skill_script_card_is_readable_and_escapes_its_arguments() -> None:
+    from types import SimpleNamespace
+
+    from agentd.hands.cgroup import CgroupHost
+    from agentd.hands.sandbox import Limits
+    from agentd.hands.shell import memory_line
+    from agentd.skills.tools import script_card
+
+    args = SimpleNamespace(skill="tidy", script="scripts/run.py", args=["a b", "x\nnetwork: ON"])
+    card = script_card(Limits(), args)
+    lines = card.split("\n")
+    assert lines[0].startswith("$ /skill/scripts/run.py 'a b' ")
+    assert [line for line in lines if line.startswith("network:")] == ["network: off"]
+    assert "skill:   tidy" in lines and "script:  scripts/run.py" in lines
+    # Memory as the shell's card says it: only what is enforced (no cgroup: not a bound).
+    assert memory_line(Limits(), CgroupHost()) in card and "{" not in card

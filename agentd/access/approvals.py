@@ -61,6 +61,7 @@ class Approval(BaseModel):
     # The tool's own card text (hands' shell), redacted; not a column: it travels with the
     # approval through the turn's journal, to the card it is shown on (quoted).
     card_text: str | None = None
+    card_whole: bool = False  # the card text shows every argument (ApprovalCard.whole)
 
     @property
     def card_chat(self) -> int:

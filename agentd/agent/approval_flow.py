@@ -126,7 +126,7 @@ def create_approval(
     if tool.allow_host:
         hostrules.offer(conn, stored.id, tool.allow_host)
     if card is not None:
-        stored = stored.model_copy(update={"card_text": preview})
+        stored = stored.model_copy(update={"card_text": preview, "card_whole": card.whole})
     audit.record(
         conn,
         "approval_requested",
@@ -178,6 +178,13 @@ def _approval_text(approval: Approval, timeout: float, asker: str = "") -> str:
     shown = approvals.card_block(approval.card_text, CARD_TEXT_CHARS) if approval.card_text else ""
     details = f"**Shown by the tool:**\n```\n{shown}\n```\n" if shown else ""
     source = f" from {approval.tool_source}" if approval.tool_source else ""
+    if shown and approval.card_whole:  # the tool's card says it all: no raw JSON under it
+        return (
+            f"🔐 **Approval needed** — `{approval.tool}`{source} ({approval.risk} risk)\n"
+            f"{asker}{why}{details}\n"
+            f"Approve or deny within {minutes} min, or: `agentd approve {approval.id}` "
+            f"(the exact call: `agentd pending --show {approval.id}`)"
+        )
     note = ""
     if cut:
         total = len(approval.call_json or "")
@@ -200,6 +207,9 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
         "timed_out": "⌛ No answer in time — not run.",
         "cancelled": "🚫 The request was cancelled — not run.",
     }[status]
+    if approval.card_text and approval.card_whole:
+        shown = approvals.card_block(approval.card_text, CARD_TEXT_CHARS)
+        return f"`{approval.tool}`: {label}\n\n```\n{shown}\n```"
     call, cut = _shown_call(approval)
     more = f"\n(cut; whole call: `agentd pending --show {approval.id}`)" if cut else ""
     return f"`{approval.tool}`: {label}\n\n```\n{call}\n```{more}"

@@ -391,6 +391,7 @@ def shell_tool(deps: ShellDeps) -> Tool:
         return ApprovalCard(
             text=card_text(shell_config, args, deps.sandbox.cgroups),
             always_allow=offer(shell_config, args),
+            whole=True,  # command, folder, network and background: every argument
         )
 
     # A command's output is whatever the files, the programs and (with the network) the

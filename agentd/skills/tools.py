@@ -21,14 +21,16 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import Field
 
+from agentd.access.approvals import one_line
 from agentd.config import Config
 from agentd.db import Database
 from agentd.hands import cgroup
 from agentd.hands import shell as hands_shell
+from agentd.hands.cgroup import CgroupHost
 from agentd.hands.files import Workspaces, sandbox_ids
 from agentd.hands.sandbox import (
     INSIDE_WORKSPACE,
@@ -43,7 +45,7 @@ from agentd.skills import store
 from agentd.skills.catalog import Catalog, Invalid, check, limits_of, scan_config
 from agentd.skills.folder import SkillFolder
 from agentd.skills.names import SOURCE, USE_SKILL
-from agentd.tools.base import Tool, ToolContext, ToolError
+from agentd.tools.base import ApprovalCard, Tool, ToolContext, ToolError
 from agentd.tools.toolset import Toolset
 
 log = logging.getLogger("agentd.skills")
@@ -191,12 +193,34 @@ def _build(skills: Skills) -> list[Tool]:
     return group.tools()
 
 
+def script_card(limits: Limits, args: Any, cgroups: CgroupHost | None = None) -> str:
+    """A skill script's approval card: which skill, which script, the exact command line, and
+    how it is fenced (memory: only what is enforced, as the shell's card says it); one escaped
+    line per field, so an argument cannot draw a field of its own."""
+    argv = [f"{INSIDE_SKILL}/{args.script}", *(args.args or [])]
+    return "\n".join(
+        [
+            f"$ {one_line(shlex.join(argv), limit=4000)}",
+            "",
+            f"skill:   {one_line(args.skill, limit=200)}",
+            f"script:  {one_line(args.script, limit=400)}",
+            "network: off",
+            "sandbox: bubblewrap (the skill read-only at /skill, only the workspace writable)",
+            f"limits:  {limits.wall_seconds:g} s wall, {limits.cpu_seconds} s CPU per process, "
+            f"{hands_shell.memory_line(limits, cgroups or CgroupHost())}",
+        ]
+    )
+
+
 def _script_tool(group: Toolset, skills: Skills) -> Tool:
     runner = skills.runner
     assert runner.sandbox is not None
     sandbox = runner.sandbox
 
-    @group.tool(risk="high", timeout=runner.limits.wall_seconds + 15, taints=True)
+    def card(args: Any) -> ApprovalCard:
+        return ApprovalCard(text=script_card(runner.limits, args, sandbox.cgroups), whole=True)
+
+    @group.tool(risk="high", timeout=runner.limits.wall_seconds + 15, taints=True, card=card)
     async def run_skill_script(
         ctx: ToolContext,
         skill: Annotated[str, Field(description="The skill's name.")],

@@ -100,6 +100,9 @@ class ApprovalCard(BaseModel):
     # The words of a command an "Always allow this" button would allow from now on; None: no
     # such button (chained commands, network, no sandbox).
     always_allow: list[str] | None = None
+    # The text shows every argument of the call, each escaped: the card does not repeat the
+    # raw call under it (`agentd pending --show ID` has it).
+    whole: bool = False
 
 
 class ToolResult(BaseModel):
