@@ -6,6 +6,7 @@ is not silent either: the owner is told, with the commands that fix it."""
 from __future__ import annotations
 
 import json
+import signal
 from pathlib import Path
 
 from tests.daemon_process import OWNER, Daemon, daemon_env, poll
@@ -79,11 +80,28 @@ def test_start_refuses_what_the_daemon_has_not_loaded_and_reload_loads_it(
             (folder / "broken.py").write_text("raise RuntimeError('half-written')\n")
             done = daemon.cli("automations", "reload")
             assert done.returncode == 1 and "half-written" in done.stderr, done.stderr
+            (folder / "broken.py").unlink()
+
+            # `systemctl reload agentd` sends SIGHUP: the same reload.
+            hello = GREET.format(version=1, greeting="Hey").replace('"greet"', '"hello"')
+            (folder / "hello.py").write_text(hello)
+            assert daemon.proc is not None
+            daemon.proc.send_signal(signal.SIGHUP)
+            poll(
+                lambda: daemon.query("SELECT 1 FROM automation_loaded WHERE automation = 'hello'"),
+                60,
+                "hello loaded after SIGHUP",
+            )
+            iid = daemon.cli_json("workflows", "start", "hello", "--input", '{"name": "Di"}')[
+                "instance_id"
+            ]
+            waited = json.loads(daemon.cli("workflows", "wait", iid, "--timeout", "60").stdout)
+            assert waited["output"] == {"text": "Hey, Di"}
+            (folder / "hello.py").unlink()
         finally:
             daemon.stop()
 
         # Started while no daemon runs (the CLI says it will run at the next start) …
-        (folder / "broken.py").unlink()
         done = daemon.cli("workflows", "start", "greet", "--input", '{"name": "Cy"}')
         assert done.returncode == 0 and "No daemon runs" in done.stderr, done.stderr
         iid = done.stdout.strip()

@@ -154,6 +154,8 @@ async def _build(proc: _Process, started_at: float) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, partial(_on_stop_signal, proc))
+    # `systemctl reload agentd` (ExecReload sends SIGHUP): load the automations again.
+    loop.add_signal_handler(signal.SIGHUP, partial(_on_reload_signal, proc))
     outbox = RoutedOutbox({one.channel.block: one.open.outbox for one in proc.channels})
     wired_holder: list[services.Services] = []
     clock = SystemClock()
@@ -186,6 +188,25 @@ def _on_stop_signal(proc: _Process) -> None:
         proc.hurry.set()
     else:
         proc.stop.set()
+
+
+def _on_reload_signal(proc: _Process) -> None:
+    """SIGHUP: what `agentd automations reload` asks, as a run of its workflow."""
+    from agentd.automations.catalog import RELOAD_WORKFLOW
+    from agentd.automations.runs import instance_id_for
+
+    engine = proc.engine
+    if engine is None or proc.stop.is_set():
+        return
+    start = engine.start(RELOAD_WORKFLOW, {}, instance_id=instance_id_for(RELOAD_WORKFLOW, None))
+    task = asyncio.create_task(start, name="reload")
+    proc.tasks.append(task)  # type: ignore[arg-type]
+    task.add_done_callback(_said_if_failed)
+
+
+def _said_if_failed(task: asyncio.Task[Any]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not reload the automations", extra={"error": repr(task.exception())})
 
 
 def _start_intake(proc: _Process, wired: services.Services, clock: SystemClock) -> None:
