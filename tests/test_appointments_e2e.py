@@ -36,6 +36,7 @@ CALLERS = {  # customer: (phone, ZIP), as the fake booking system has them
     "cust_001": (PHONE_ONE, "94107"),
     "cust_002": ("+15550002222", "10001"),
     "cust_003": ("+15550003333", "60601"),
+    "cust_004": ("+15550004444", "30301"),
 }
 RESTARTS = pytest.mark.timeout(900)  # each restart of `agentd run` takes seconds on a busy box
 
@@ -482,6 +483,34 @@ def test_no_free_slot_needs_followup(desk: Desk) -> None:
         "slotId": None,
         "message": "No free slot for appt_004; offer a call back.",
     }
+
+
+@pytest.mark.parametrize("flow", ["reschedule_appointment", "cancel_appointment"])
+def test_a_customer_with_no_appointment_needs_followup(desk: Desk, flow: str) -> None:
+    out = desk.output(desk.start(flow, {"customerId": "cust_004"}))
+    assert out["status"] == "needs_followup" and out["appointmentId"] is None
+    assert "no upcoming appointment" in out["message"]
+
+
+def test_a_reschedule_with_no_choice_or_no_confirmation_in_time_needs_followup(
+    desk: Desk,
+) -> None:
+    moved = desk.booking.effect_count("reschedule")
+    unchosen = desk.output(
+        desk.start("reschedule_appointment", {"customerId": "cust_002", "waitSeconds": 1})
+    )
+    assert unchosen["status"] == "needs_followup" and unchosen["appointmentId"] is None
+    assert "No appointment was chosen" in unchosen["message"]
+    silent = desk.output(
+        desk.start("reschedule_appointment", {"customerId": "cust_001", "waitSeconds": 1})
+    )
+    assert silent == {
+        "status": "needs_followup",
+        "appointmentId": "appt_001",
+        "slotId": "slot_101",
+        "message": "The caller did not confirm in time; nothing was changed.",
+    }
+    assert desk.booking.effect_count("reschedule") == moved
 
 
 def test_the_caller_keeps_the_time_and_nothing_changes(desk: Desk) -> None:

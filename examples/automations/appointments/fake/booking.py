@@ -52,13 +52,14 @@ class World:
 
 
 def sample_world() -> World:
-    """Three customers: one with one appointment and one slot, one with two appointments and
-    several slots, one whose appointment has no free slot."""
+    """Four customers: one with one appointment and one slot, one with two appointments and
+    several slots, one whose appointment has no free slot, one with no appointment."""
     return World(
         customers={
             "cust_001": {"phone": "+15550001111", "zip": "94107"},
             "cust_002": {"phone": "+15550002222", "zip": "10001"},
             "cust_003": {"phone": "+15550003333", "zip": "60601"},
+            "cust_004": {"phone": "+15550004444", "zip": "30301"},
         },
         appointments={
             "cust_001": [{"id": "appt_001", "when": "2026-12-01T09:00", "service": "ants"}],
@@ -67,6 +68,7 @@ def sample_world() -> World:
                 {"id": "appt_003", "when": "2026-12-09T14:00", "service": "wasps"},
             ],
             "cust_003": [{"id": "appt_004", "when": "2026-12-03T08:00", "service": "mice"}],
+            "cust_004": [],
         },
         slots={
             "appt_001": [{"id": "slot_101", "when": "2026-12-04T09:00"}],
