@@ -55,7 +55,18 @@ def test_start_refuses_what_the_daemon_has_not_loaded_and_reload_loads_it(
             assert code == 1 and out == "", (out, error)
             assert "has not loaded the automation 'greet'" in error
             assert "agentd automations reload" in error
-            assert daemon.query("SELECT COUNT(*) FROM workflow_instances")[0][0] == 0
+            counted = "SELECT COUNT(*) FROM workflow_instances WHERE workflow = 'greet'"
+            assert daemon.query(counted)[0][0] == 0
+            told = poll(
+                lambda: [
+                    m["plain_text"]
+                    for m in tg.sent
+                    if m["chat_id"] == OWNER and "was refused" in m["plain_text"]
+                ],
+                60,
+                "the owner told of the refused start",
+            )
+            assert "greet" in told[0] and "agentd automations reload" in told[0]
 
             reloaded = daemon.cli_json("automations", "reload")
             assert reloaded == {"automations": {"greet": ["1"]}, "problems": []}

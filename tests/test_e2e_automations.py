@@ -146,6 +146,9 @@ def test_run_from_chat_is_for_the_owner_and_ask_owner_takes_a_button(stack: Stac
         lambda: next((m for m in stack.tg.sent if m["chat_id"] == 43), None), 30, "a reply to 43"
     )
     assert "Only the owner" in refused["plain_text"]
+    stack.tg.add_message(OWNER, OWNER, "/run not_loaded {}")
+    unknown = stack.sent_to_owner("no automation named 'not_loaded'")
+    assert "agentd automations reload" in unknown["plain_text"]  # the next command
     stack.tg.add_message(OWNER, OWNER, '/run ask {"question": "Deploy now?"}')
     reply = stack.sent_to_owner("Started ask")
     iid = reply["plain_text"].split(": ")[-1].strip()

@@ -242,7 +242,10 @@ class Runtime:
             started = await self.start(name, payload, instance_id=iid, source="chat")
         except json.JSONDecodeError as exc:
             return CommandReply(text=f"The input is not JSON: {exc.msg} at character {exc.pos}.")
-        except (WorkflowNotFound, InvalidInput, ValueError) as exc:
+        except WorkflowNotFound as exc:
+            hint = "A file added or changed since agentd started: `agentd automations reload`."
+            return CommandReply(text=f"{exc}\n{hint}")
+        except (InvalidInput, ValueError) as exc:
             return CommandReply(text=str(exc))
         return CommandReply(text=f"Started `{name}`: `{started.instance_id}`")
 

@@ -356,16 +356,47 @@ def _daemon_refuses(cfg: Config, conn: Any, catalog: Catalog, name: str) -> bool
     if loaded is None or name not in catalog.versions:
         return True  # still starting, or a name nobody has: runs.start says so
     reload = "load it without a restart: `agentd automations reload`, then start it again"
-    if name not in loaded:
-        fail(f"the running daemon (pid {pid}) has not loaded the automation {name!r}: {reload}")
     version = catalog.current(name).version
-    if version not in loaded[name]:
+    if name not in loaded:
+        why = f"the running daemon (pid {pid}) has not loaded the automation {name!r}"
+    elif version not in loaded[name]:
         runs_on = ", ".join(sorted(loaded[name]))
-        fail(
+        why = (
             f"{name!r} changed since the running daemon (pid {pid}) loaded it (it has version "
-            f"{runs_on}, the file is version {version}): {reload}"
+            f"{runs_on}, the file is version {version})"
         )
-    return True
+    else:
+        return True
+    _tell_owner(
+        cfg,
+        conn,
+        f"notice-not-loaded-{pid}-{name}-{version}",
+        f"⚠️ A start of {why} was refused; nothing was started. To run it, {reload}.",
+    )
+    fail(f"{why}: {reload}")
+
+
+def _tell_owner(cfg: Config, conn: Any, notice_id: str, text: str) -> None:
+    """A notice in the owner's chat, sent by the running daemon (once per id): a script that
+    starts automations is not the only one to learn that one was refused."""
+    import time
+
+    from agentd.access import owners
+    from agentd.chat.notice import NOTICE_WORKFLOW
+
+    owner = owners.resolve(cfg.telegram).owner_id
+    if owner is None:
+        return
+    body = jsonlib.dumps({"chat_id": owner, "text": text})
+    with transaction(conn):
+        store.insert_instance(
+            conn,
+            instance_id=notice_id,
+            workflow=NOTICE_WORKFLOW,
+            key=notice_id,
+            input_json=body,
+            now=time.time(),
+        )
 
 
 @app.command("signal")
