@@ -16,7 +16,7 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, Field, RootModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 from agentd.access import approvals, owners
 from agentd.agent.approval_flow import Caller
@@ -49,8 +49,7 @@ from agentd.ledger import audit, usage
 from agentd.llm import LLM
 from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock, ToolUseBlock
-from agentd.tools import Tool, ToolContext, ToolRegistry
-from agentd.tools.toolset import Toolset
+from agentd.tools import Tool, ToolRegistry
 
 log = logging.getLogger("agentd.automations")
 CALLBACK_PREFIX = "aq"  # button data aq:<question id>:<choice index>
@@ -73,16 +72,6 @@ class Reloaded(BaseModel):
 
     automations: dict[str, list[str]]
     problems: list[str]
-
-
-class EventArgs(BaseModel):
-    instance_id: str = Field(min_length=1, max_length=200)
-    event: str = Field(min_length=1, max_length=100)
-    data: dict[str, Any] = Field(default_factory=dict)
-
-
-class StatusArgs(BaseModel):
-    instance_id: str = Field(min_length=1, max_length=200)
 
 
 class InvalidOutput(NonRetryable):
@@ -250,97 +239,11 @@ class Runtime:
         return CommandReply(text=f"Started `{name}`: `{started.instance_id}`")
 
     def model_tools(self) -> list[Tool]:
-        """`run_<name>` for each automation that declares `tool=AsTool(...)`; each is a group
-        of its own, named after the file it comes from."""
-        tools = []
-        for name in self.catalog.names():
-            auto = self.catalog.current(name)
-            if auto.tool is None:
-                continue
+        """`run_<name>` for each automation offered to the model, and the tools that work
+        them (automations/model_tools.py)."""
+        from agentd.automations.model_tools import model_tools
 
-            async def start_it(ctx: ToolContext, args: BaseModel, name: str = name) -> str:
-                iid = runs.instance_id_for(name, f"{ctx.instance_id}:{ctx.tool_use_id}", scope="t")
-                started = await self.start(
-                    name, args.model_dump(mode="json"), instance_id=iid, source="tool"
-                )
-                return f"Started workflow {name} as {started.instance_id}; it runs on its own."
-
-            # The input model is the automation's own, known only once its file is loaded.
-            own = Toolset(f"automation:{auto.source}")
-            made = own.add_model(
-                name=f"run_{name}",
-                description=auto.tool.description,
-                args_model=auto.input_model,
-                fn=start_it,
-                risk=auto.tool.risk,
-                # The run acts on arguments the model chose: after outside content, it asks.
-                egress=True,
-            )
-            tools.append(made)
-        if tools:
-            tools += self._driving_tools()
-        return tools
-
-    def _driving_tools(self) -> list[Tool]:
-        """What lets the model work the flows it can start: pass the caller's answers as
-        events (checked like every event: the event's model, the choices offered) and read
-        where an instance is. Only instances of automations offered as tools."""
-        group = Toolset("automations")
-
-        async def send_event(ctx: ToolContext, args: BaseModel) -> str:
-            assert isinstance(args, EventArgs)
-            inst = await self.db.read(store.find_instance, args.instance_id)
-            if inst is None or not self._offered(inst.workflow):
-                return f"No instance {args.instance_id} of an automation you can start."
-            if args.event.startswith(runs.ANSWER_PREFIX):
-                return "Answers to the owner's questions are the owner's, not a tool's."
-            try:
-                stored = await self.db.write(
-                    partial(runs.signal, catalog=self.catalog),
-                    inst.id,
-                    args.event,
-                    args.data,
-                    self.clock.now(),
-                    f"tool:{ctx.instance_id}:{ctx.tool_use_id}",
-                )
-            except (InvalidInput, InstanceNotFound, ValueError) as exc:
-                return f"Refused, nothing was sent: {exc}"
-            self.kick(inst.key)
-            return f"{args.event} sent to {inst.id}." if stored else "Sent before; nothing new."
-
-        async def status(ctx: ToolContext, args: BaseModel) -> str:
-            assert isinstance(args, StatusArgs)
-            try:
-                state = await self.db.read(runs.state, args.instance_id)
-            except InstanceNotFound as exc:
-                return str(exc)
-            if not self._offered(state.workflow):
-                return f"No instance {args.instance_id} of an automation you can start."
-            return state.model_dump_json(exclude={"input"})
-
-        sent = group.add_model(
-            name="automation_event",
-            description="Send an event (a caller's answer: a ZIP code, a choice, a yes or no) "
-            "to a running automation you started; the automation's rules check it first.",
-            args_model=EventArgs,
-            fn=send_event,
-            risk="medium",
-            egress=True,  # what it sends was chosen by the model: after outside content, ask
-        )
-        read = group.add_model(
-            name="automation_status",
-            description="Where an automation you started is: its status, the event it waits "
-            "for and the choices it offered, its output or error.",
-            args_model=StatusArgs,
-            fn=status,
-            risk="low",
-            taints=True,  # its output carries what callers and outside systems said
-        )
-        return [sent, read]
-
-    def _offered(self, workflow: str) -> bool:
-        """An automation whose loaded code offers it to the model (`tool=AsTool(...)`)."""
-        return any(a.tool is not None for a in self.catalog.versions.get(workflow, {}).values())
+        return model_tools(self)
 
     async def notify_failure(
         self, start: Callable[..., Awaitable[Any]], inst: store.InstanceRecord
