@@ -179,7 +179,7 @@ After=network-online.target
 Type=notify
 NotifyAccess=main
 ExecStart={command} run --config {config_path.resolve()}
-ExecReload=/bin/kill -HUP $MAINPID
+ExecReload={command} automations reload --config {config_path.resolve()}
 WorkingDirectory={config_path.resolve().parent}
 # agentd reads {secrets_path.resolve()} itself: no EnvironmentFile=, so the secrets
 # stay out of the process environment (and of every command and plugin it starts).
