@@ -420,7 +420,9 @@ def signal(
     payload = _json_arg(data, "--data")
     if not isinstance(payload, dict):
         fail("--data must be a JSON object")
-    catalog = _catalog(cfg)  # the automation's event models: a malformed event is refused here
+    with database(cfg) as conn:  # an automation's event models: loaded only for one
+        checked = not event.startswith(runs.ANSWER_PREFIX) and runs.version_of(conn, instance_id)
+    catalog = _catalog(cfg) if checked else None  # a malformed event is refused here
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
