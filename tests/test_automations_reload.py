@@ -68,8 +68,12 @@ def test_start_refuses_what_the_daemon_has_not_loaded_and_reload_loads_it(
             )
             assert "greet" in told[0] and "agentd automations reload" in told[0]
 
+            listed = daemon.cli_json("automations", "ls")["automations"]
+            assert [(a["name"], a["daemon"]) for a in listed] == [("greet", "not loaded")]
             reloaded = daemon.cli_json("automations", "reload")
             assert reloaded == {"automations": {"greet": ["1"]}, "problems": []}
+            listed = daemon.cli_json("automations", "ls")["automations"]
+            assert [(a["name"], a["daemon"]) for a in listed] == [("greet", "loaded")]
             iid = daemon.cli_json("workflows", "start", "greet", "--input", '{"name": "Ana"}')[
                 "instance_id"
             ]

@@ -12,6 +12,7 @@ from agentd.cli.common import (
     ConfigOption,
     JsonOption,
     clip,
+    config_missing,
     config_or_exit,
     database,
     err,
@@ -265,6 +266,7 @@ def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
     """The automations the configured folder and modules declare, and what failed to load."""
     cfg = config_or_exit(config)
     catalog = _catalog(cfg)
+    daemon = _daemon_loaded(cfg)
     rows = []
     for name in catalog.names():
         current = catalog.current(name)
@@ -277,18 +279,43 @@ def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
                 "description": current.description,
                 "source": current.source,
                 "tool": tool,
+                "daemon": _in_daemon(daemon, name, current.version),
             }
         )
     if json:
         print_json({"automations": rows, "problems": catalog.problems})
         return
-    table = new_table("name", "version", "also loaded", "model tool")
+    table = new_table("name", "version", "also loaded", "model tool", "running daemon")
     for r in rows:
         others = ", ".join(v for v in r["versions"] if v != r["current"])  # type: ignore[attr-defined]
-        table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""))
+        shown = str(r["daemon"] or "")
+        table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""), shown)
     print_table(table)
     for problem in catalog.problems:
         out.print(f"[red]problem:[/] {problem}", highlight=False)
+    if any(r["daemon"] in ("not loaded", "older version") for r in rows):
+        out.print("The running daemon loads them with: agentd automations reload", highlight=False)
+
+
+def _daemon_loaded(cfg: Config) -> dict[str, set[str]] | None:
+    """What the daemon running on this database loaded; None when none runs (or it is still
+    starting, or there is no database yet)."""
+    from agentd.automations import runs
+    from agentd.runtime import lease
+
+    if config_missing(cfg) or not cfg.db_path.exists():
+        return None
+    with database(cfg) as conn:
+        pid = lease.holder_pid(cfg.db_path, conn)
+        return runs.loaded_by(conn, pid) if pid else None
+
+
+def _in_daemon(daemon: dict[str, set[str]] | None, name: str, version: str) -> str | None:
+    if daemon is None:
+        return None
+    if name not in daemon:
+        return "not loaded"
+    return "loaded" if version in daemon[name] else "older version"
 
 
 @app.command("start")
