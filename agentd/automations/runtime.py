@@ -416,7 +416,8 @@ class Runtime:
         if name not in self.config.automations.secrets:
             raise NonRetryable(
                 f"{name} is not in [automations] secrets: add it there (the list of settings "
-                "and secrets automations read), then `agentd automations reload`"
+                "and secrets automations read), restart agentd (the config is read at start), "
+                "then `agentd workflows retry ID`"
             )
         return read_secret(name, self.config.secret_source())
 

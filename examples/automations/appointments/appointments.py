@@ -14,8 +14,9 @@ names the `verify_caller` instance that verified them).
 
 Settings come through agentd's one secret reader (the environment, then agentd.env beside the
 config, then a systemd credential), named in `[automations] secrets`: `APPOINTMENTS_BOOKING_URL`
-(required), `APPOINTMENTS_BOOKING_TOKEN` (optional bearer token). They are read on each run,
-never journaled, so a fixed URL takes effect on `agentd workflows retry ID`.
+(required), `APPOINTMENTS_BOOKING_TOKEN` (optional bearer token). They are read on each run
+and never journaled: a value fixed (and agentd restarted, for agentd.env) takes effect on
+`agentd workflows retry ID`.
 """
 
 from __future__ import annotations
