@@ -50,7 +50,7 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         '["current_time", "fetch_url", "remember", "search_memory", "search_docs", '
         '"schedule", "list_schedules", "cancel_schedule", "save_chat_document", '
         '"list_files", "read_file", "write_file", "edit_file", "delete_file", "send_file", '
-        '"save_sent_file", "shell", "delegate"]'
+        '"save_sent_file", "shell", "delegate", "watch_add", "watch_list", "watch_remove"]'
     )
     llm.enqueue_delay(1.0)  # the model thinks for longer than telegram.progress_delay
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
