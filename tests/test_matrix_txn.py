@@ -1,0 +1,74 @@
+"""What Synapse promises for a re-sent transaction id, measured on the real server.
+
+agentd's exactly-once on Matrix rests on these facts (docs/messages.md, "On Matrix"): a send
+is `PUT /rooms/{room}/send/{type}/{txn}`, and the same (room, user, device, txn) gives the
+same event, never a second one — also after the homeserver restarted, and from a new login
+on the same device; a different device is a different sender as far as dedup goes.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.matrixserver import MatrixUser, Synapse, synapse_running
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Synapse]:
+    with synapse_running(Path(tmp_path_factory.mktemp("synapse"))) as running:
+        yield running
+
+
+def _pair(server: Synapse) -> tuple[MatrixUser, MatrixUser, str, str]:
+    """A sender and a reader in a fresh room; the sender's password."""
+    name = f"s{secrets.token_hex(4)}"
+    password = secrets.token_hex(8)
+    server.register(name, password)
+    server.register(f"r{name}", password)
+    sender = server.login(name, password, device_id="AGENTD")
+    reader = server.login(f"r{name}", password)
+    room = reader.create_room(invite=[sender.user_id])
+    sender.join(room)
+    return sender, reader, room, password
+
+
+def _count(reader: MatrixUser, room: str, sender: str) -> int:
+    return len(reader.from_user(room, sender))
+
+
+def test_same_txn_same_event(server: Synapse) -> None:
+    sender, reader, room, _ = _pair(server)
+    first = sender.say_txn(room, "one", "txn-1")
+    assert sender.say_txn(room, "one", "txn-1") == first
+    assert _count(reader, room, sender.user_id) == 1
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["sigterm", "sigkill"])
+def test_dedup_survives_a_synapse_restart(server: Synapse, kill: bool) -> None:
+    """The in-memory HTTP cache is gone after a restart; the event_txn_id_device_id table is
+    not: the re-send still answers with the first event."""
+    sender, reader, room, _ = _pair(server)
+    first = sender.say_txn(room, "before the restart", "txn-r")
+    server.restart(kill=kill)
+    assert sender.say_txn(room, "before the restart", "txn-r") == first
+    assert _count(reader, room, sender.user_id) == 1
+
+
+def test_dedup_is_per_device_not_per_token(server: Synapse) -> None:
+    """A new login on the same device id (a new access token) is deduplicated; the same txn
+    id from another device is another message. So agentd keeps its device id, not a token."""
+    sender, reader, room, password = _pair(server)
+    first = sender.say_txn(room, "hello", "txn-d")
+    name = sender.user_id.split(":")[0][1:]
+    again = server.login(name, password, device_id=sender.device_id)
+    assert again.token != sender.token
+    assert again.say_txn(room, "hello", "txn-d") == first
+    other = server.login(name, password, device_id="ELSEWHERE")
+    assert other.say_txn(room, "hello", "txn-d") != first
+    assert _count(reader, room, sender.user_id) == 2
