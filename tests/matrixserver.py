@@ -13,6 +13,7 @@ server: it is independent of the library agentd uses, so a test can't pass by sh
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import hmac
@@ -29,6 +30,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from tests.fakes._server import FakeServer
 
 SERVER_NAME = "agentd.test"
 START_TIMEOUT = 60.0
@@ -277,7 +283,11 @@ class MatrixUser:
         *,
         txn_id: str | None = None,
         event_type: str = "m.room.message",
+        state: bool = False,
     ) -> str:
+        if state:  # a state event with the empty state key
+            path = f"/rooms/{_q(room_id)}/state/{_q(event_type)}/"
+            return str(self.call("PUT", path, content)["event_id"])
         txn = txn_id or secrets.token_hex(8)
         path = f"/rooms/{_q(room_id)}/send/{_q(event_type)}/{_q(txn)}"
         return str(self.call("PUT", path, content)["event_id"])
@@ -384,3 +394,87 @@ def cast_running(root: Path) -> Iterator[Cast]:
             server.register(name, password)
             users[name] = server.login(name, password)
         yield Cast(server, bot_password, users["owner"], users["stranger"])
+
+
+class WindowProxy(FakeServer):
+    """Between agentd and Synapse: forwards everything, and can open a kill window.
+
+    `hold_after(marker)`: the next send whose body holds `marker` reaches Synapse (the event
+    is stored) and its answer never comes back. `cut_sync(marker)`: the next /sync answer
+    whose body holds `marker` is delivered cut off mid-body, so agentd has the events and can
+    never commit them. Either way the test then kills agentd inside that window.
+    """
+
+    shutdown_timeout = 0.2
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__()
+        self.upstream = upstream
+        self._hold: str | None = None
+        self._cut: str | None = None
+        self.held: list[str] = []  # bodies of the sends held after Synapse took them
+        self.cut: list[str] = []  # the sync answers cut
+        self.sends: list[str] = []  # the path of every send (it ends in the transaction id)
+
+    def hold_after(self, marker: str) -> None:
+        with self._lock:
+            self._hold = marker
+
+    def cut_sync(self, marker: str) -> None:
+        with self._lock:
+            self._cut = marker
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_route("*", "/{tail:.*}", self._forward)
+
+    def _on_loop_started(self) -> None:
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _forward(self, request: web.Request) -> web.StreamResponse:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(auto_decompress=False)
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        url = f"{self.upstream}{request.rel_url}"
+        async with self._session.request(
+            request.method,
+            url,
+            data=body or None,
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(200),
+        ) as answer:
+            data = await answer.read()
+            status, content_type = answer.status, answer.headers.get("Content-Type", "")
+        text = body.decode("utf-8", "replace")
+        with self._lock:
+            hold = self._hold is not None and "/send/" in request.path and self._hold in text
+            cut = self._cut is not None and request.path.endswith("/sync")
+            cut = cut and self._cut in data.decode("utf-8", "replace")
+            if "/send/" in request.path:
+                self.sends.append(request.path)
+            if hold:
+                self._hold = None
+                self.held.append(text)
+            if cut:
+                self._cut = None
+                self.cut.append(request.path)
+            self._changed()
+        if hold:
+            await asyncio.sleep(3600)  # agentd is killed meanwhile
+        response = web.StreamResponse(status=status, headers={"Content-Type": content_type})
+        response.content_length = len(data)
+        await response.prepare(request)
+        if cut:
+            await response.write(data[: len(data) // 2])
+            await asyncio.sleep(3600)
+        await response.write(data)
+        await response.write_eof()
+        return response
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self._session is not None:
+            await self._session.close()
+
+
+_HOP = {"host", "content-length", "transfer-encoding", "connection"}

@@ -10,7 +10,9 @@ Every sender (turn replies, command replies, reminders, approval cards, notices,
 - the kill window: the step is marked (`Step.do(mark=True)`), so an attempt the process died
   in (after Telegram took the message, before its id was committed) stays visible;
 - the accounting: the re-run of such a step writes one `send_uncertain` audit row before it
-  sends again, so the user may see the message twice, never uncounted.
+  sends again, so the user may see the message twice, never uncounted; on a channel whose
+  server deduplicates re-sends (Matrix: the transaction id comes from `SEND_KEY`, the same on
+  every re-run) the re-send is the same message, so there is nothing to count.
 
 A platform refusal (`SendFailed`: blocked bot, bad chat) fails the step without retrying.
 """
@@ -18,6 +20,8 @@ A platform refusal (`SendFailed`: blocked bot, bad chat) fails the step without 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentd.chat.outbox import SendFailed
@@ -26,6 +30,44 @@ from agentd.durable import NonRetryable, Step, store
 from agentd.ledger import audit
 
 T = TypeVar("T")
+
+
+@dataclass
+class SendKey:
+    """The identity of the send under way: the same on every re-run of its step. A channel
+    whose server deduplicates by an id the client chooses (Matrix's transaction id) derives
+    that id from it, so the re-send after a crash is the same message, not a second one.
+
+    `settle` is called once the channel is known, before anything is sent: a channel that
+    deduplicates (`idempotent`) makes a re-send no duplicate, so nothing is counted; any other
+    counts the re-send (`send_uncertain`) first, as it may show the message twice."""
+
+    key: str
+    resend: Callable[[], Awaitable[Any]] | None = None  # counts this re-send; None: first run
+    calls: int = 0
+    settled: bool = False
+
+    def next(self) -> str:
+        """The id of the step's next request (a step may make several, always in one order)."""
+        self.calls += 1
+        return f"{self.key}/{self.calls}"
+
+    async def settle(self, *, idempotent: bool) -> None:
+        if self.settled:
+            return
+        self.settled = True
+        if self.resend is not None and not idempotent:
+            await self.resend()
+
+
+SEND_KEY: ContextVar[SendKey | None] = ContextVar("agentd_send_key", default=None)
+
+
+async def settle_send(*, idempotent: bool) -> None:
+    """Called by a channel's outbox before it sends: whether a re-send there can duplicate."""
+    key = SEND_KEY.get()
+    if key is not None:
+        await key.settle(idempotent=idempotent)
 
 
 async def count_resend(
@@ -66,13 +108,22 @@ async def deliver(
     id, usually). `send` must be the send alone: anything before it re-runs on a re-send."""
     instance_id, resumed = step.instance_id, step.resumed
 
+    async def resend() -> None:
+        await count_resend(db, instance_id, name, chat_id, method)
+
     async def attempt() -> T:
-        # Only a run after a restart can find an attempt an earlier process died in.
-        if resumed:
-            await count_resend(db, instance_id, name, chat_id, method)
+        # Only a run after a restart can find an attempt an earlier process died in. The
+        # channel's outbox settles the count before it sends (`settle_send`); one that does
+        # not is counted once its send returned.
+        key = SendKey(f"{instance_id}/{name}", resend if resumed else None)
+        token = SEND_KEY.set(key)
         try:
-            return await send()
+            result = await send()
         except SendFailed as exc:
             raise NonRetryable(str(exc)) from None
+        finally:
+            SEND_KEY.reset(token)
+        await key.settle(idempotent=False)
+        return result
 
     return await step.do(name, attempt, mark=True, result_type=result_type)

@@ -697,6 +697,29 @@ class ChatConfig(_Section):
     busy: Literal["steer", "queue", "interrupt"] = "steer"
 
 
+class MatrixConfig(_Section):
+    """`[matrix]`: Matrix as a second chat channel (agentd/matrix, docs/matrix.md).
+
+    agentd logs in as `user_id` on `homeserver`, with the access token in `access_token_env`
+    or else the password in `password_env` (then it keeps its device id in the database, so
+    every start is the same device: the server's transaction-id dedup is per device).
+    """
+
+    homeserver: str = Field(pattern=r"^https?://[^\s/]+")
+    user_id: str = Field(pattern=r"^@[^:\s]+:[^\s]+$")
+    access_token_env: str = "MATRIX_ACCESS_TOKEN"
+    password_env: str = "MATRIX_PASSWORD"
+    # The owner's Matrix account: the same agentd user as the Telegram owner (one memory,
+    # schedules, budget and approvals); its answers to approval cards count.
+    owner: str = Field(default="", pattern=r"^(@[^:\s]+:[^\s]+)?$")
+    allowed_users: list[str] = Field(default_factory=list)  # Matrix user ids also served
+    allow_groups: bool = False  # rooms with more than the bot and one person
+    sync_timeout: int = Field(default=30, ge=0, le=120)  # seconds a /sync long poll waits
+    request_timeout: float = Field(default=20.0, gt=0)  # seconds per request; syncs add theirs
+    max_file_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)  # files in and out
+    max_message_chars: int = Field(default=16_000, ge=256, le=60_000)
+
+
 class TasksConfig(_Section):
     """`[tasks]`: background tasks started by the `delegate` tool or `/task`."""
 
@@ -804,6 +827,7 @@ class Config(_Section):
     mail: list[MailAccountConfig] = Field(default_factory=list)
     calendar: list[CalendarConfig] = Field(default_factory=list)
     chat: ChatConfig = Field(default_factory=ChatConfig)
+    matrix: MatrixConfig | None = None
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)

@@ -801,6 +801,44 @@ UPDATE workflow_instances
         AND json_type(input, '$.chat_kind') IS NULL;
 """
 
+M040_MATRIX = """
+-- The Matrix channel (agentd/matrix). agentd's chats, users and messages are integers; Matrix
+-- names them with strings. Each Matrix room, user and event agentd meets gets one local
+-- integer here (matrix/ids.py adds 2^53, past every Telegram id), kept for good.
+CREATE TABLE matrix_ids (
+    n INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('room', 'user', 'event')),
+    mxid TEXT NOT NULL,
+    room_id TEXT,  -- an event's room
+    UNIQUE (kind, mxid)
+);
+-- Each timeline event intake took (the Telegram `updates` table's twin): never taken twice.
+CREATE TABLE matrix_events (
+    event_id TEXT PRIMARY KEY,
+    received_at REAL NOT NULL,
+    room_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    instance_id TEXT
+);
+-- What agentd knows of each room from the sync: its members (joined or invited), whether it
+-- is encrypted, and whether agentd is in it.
+CREATE TABLE matrix_rooms (
+    room_id TEXT PRIMARY KEY,
+    members TEXT NOT NULL DEFAULT '[]',
+    encrypted INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT 'joined'
+);
+-- An approval card's choices: the reaction key on the card that stands for each button.
+CREATE TABLE matrix_buttons (
+    event_id TEXT NOT NULL,
+    reaction TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (event_id, reaction)
+);
+"""
+
 
 # Watches ("check X and tell me only if Y", agentd/watch/): what each reads and when it
 # speaks, what it saw last (so an unchanged source costs no model call), and one row per
@@ -991,6 +1029,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m046_host_rule_scope", M046_HOST_RULE_SCOPE),
     ("m047_hook_deliveries", M047_HOOK_DELIVERIES),
     ("m050_automations_loaded", M050_AUTOMATIONS_LOADED),
+    ("m040_matrix", M040_MATRIX),
 ]
 
 

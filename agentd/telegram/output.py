@@ -25,6 +25,7 @@ from aiogram.types import (
     ReplyParameters,
 )
 
+from agentd.chat.delivery import settle_send
 from agentd.chat.outbox import Button, SendFailed
 from agentd.telegram.format import TELEGRAM_LIMIT, split_markdown, to_html
 from agentd.telegram.session import classify_fault
@@ -108,6 +109,7 @@ class TelegramOutbox:
         Telegram's servers fetch a previewed URL with no click, so a URL a page led the model
         to write would leak whatever it carries.
         """
+        await settle_send(idempotent=False)  # a re-send after a crash may show it twice
         markup = _keyboard(buttons)
         reply = _reply(reply_to)
         preview = (
@@ -152,6 +154,7 @@ class TelegramOutbox:
         reply_to: int | None = None,
     ) -> int:
         """Upload a file (multipart sendDocument); return Telegram's message id."""
+        await settle_send(idempotent=False)
         try:
             message = await self._bot.send_document(
                 chat_id,

@@ -1,0 +1,132 @@
+"""What one Matrix timeline event is: a turn, an answer to a card, a refusal, or nothing.
+
+Works on the JSON the server sent and on what intake knows of the room (its members, whether
+it is encrypted); ids are already local integers (matrix/ids.py), so what leaves here is the
+same `TurnInput` a Telegram message becomes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agentd.chat.inputs import MAX_TEXT_CHARS, MediaRef, TurnInput
+
+TEXT_TYPES = ("m.text", "m.notice", "m.emote")
+MEDIA_KINDS: dict[str, Literal["voice", "audio", "document"]] = {
+    "m.audio": "audio",
+    "m.file": "document",
+}
+
+
+class MatrixIdentity(BaseModel):
+    """Who the bot is on Matrix and whom it serves."""
+
+    bot: str
+    owner: str = ""
+    owner_id: int | None = None  # the owner's agentd user id (the Telegram owner's)
+    allowed: frozenset[str] = frozenset()
+    allow_groups: bool = False
+
+    def served(self, user: str) -> bool:
+        return user == self.owner or user in self.allowed
+
+
+class Room(BaseModel):
+    room_id: str
+    members: frozenset[str] = frozenset()  # joined or invited
+    encrypted: bool = False
+
+    def private_with(self, bot: str, user: str) -> bool:
+        """A direct room: only the bot and this person in it."""
+        return self.members == frozenset({bot, user})
+
+
+class EventDecision(BaseModel):
+    action: Literal["turn", "reaction", "reject", "ignore", "leave"]
+    kind: str
+    reason: str = ""
+    turn: TurnInput | None = None
+
+
+def addressed(event: dict[str, Any], bot: str, replied_to_bot: bool) -> bool:
+    """In a group, only a message meant for the bot is answered: a mention, or a reply."""
+    content = event.get("content") or {}
+    mentions = content.get("m.mentions") or {}
+    if isinstance(mentions, dict) and bot in (mentions.get("user_ids") or []):
+        return True
+    body = content.get("body")
+    localpart = bot.split(":")[0].lstrip("@")
+    if isinstance(body, str) and (bot in body or f"@{localpart}" in body):
+        return True
+    return replied_to_bot
+
+
+def turn_of(
+    event: dict[str, Any],
+    *,
+    local_event: int,
+    chat_id: int,
+    user_id: int,
+    private: bool,
+) -> TurnInput:
+    """The turn a message starts; an unknown message type is `unsupported` (answered so)."""
+    content = event.get("content") or {}
+    msgtype = str(content.get("msgtype") or "")
+    body = content.get("body")
+    text = body[:MAX_TEXT_CHARS] if isinstance(body, str) else ""
+    url = content.get("url") if isinstance(content.get("url"), str) else None
+    info = content.get("info") if isinstance(content.get("info"), dict) else {}
+    fields: dict[str, Any] = {
+        "origin": "chat",
+        "update_id": local_event,
+        "message_id": local_event,
+        "chat_id": chat_id,
+        "user_id": user_id,
+        "date": float(event.get("origin_server_ts") or 0) / 1000,
+        "chat_kind": "private" if private else "group",
+    }
+    if msgtype in TEXT_TYPES:
+        return TurnInput(kind="text", text=text, **fields)
+    if msgtype == "m.image" and url:
+        return TurnInput(kind="photo", photo_file_id=url, **fields)
+    if msgtype in MEDIA_KINDS and url:
+        media = MediaRef(
+            kind=MEDIA_KINDS[msgtype],
+            file_id=url,
+            file_name=str(content.get("filename") or text or "")[:200],
+            mime_type=str(info.get("mimetype") or "")[:100],
+            file_size=int(info.get("size") or 0) if isinstance(info.get("size"), int) else 0,
+        )
+        kind: Literal["voice", "document"] = "document" if msgtype == "m.file" else "voice"
+        return TurnInput(kind=kind, media=media, **fields)
+    return TurnInput(kind="unsupported", unsupported_kind=msgtype or "message", **fields)
+
+
+def classify_event(
+    event: dict[str, Any], room: Room, me: MatrixIdentity, *, replied_to_bot: bool
+) -> EventDecision:
+    """Decide what a timeline event asks for (its turn is built by intake, which has ids)."""
+    etype, sender = str(event.get("type") or ""), str(event.get("sender") or "")
+    if sender == me.bot:
+        return EventDecision(action="ignore", kind=etype, reason="the bot's own event")
+    if room.encrypted or etype == "m.room.encrypted":
+        return EventDecision(action="leave", kind=etype, reason="encrypted room")
+    if etype not in ("m.room.message", "m.reaction"):
+        return EventDecision(action="ignore", kind=etype, reason="event kind not served")
+    if not me.served(sender):
+        return EventDecision(action="reject", kind=etype, reason="user not in allowlist")
+    if etype == "m.reaction":
+        return EventDecision(action="reaction", kind=etype)
+    content = event.get("content") or {}
+    relates = content.get("m.relates_to") if isinstance(content, dict) else None
+    if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
+        return EventDecision(action="ignore", kind=etype, reason="edits are not taken on Matrix")
+    if room.private_with(me.bot, sender):
+        return EventDecision(action="turn", kind=etype)
+    if not me.allow_groups:
+        return EventDecision(action="leave", kind=etype, reason="group chats are disabled")
+    if not addressed(event, me.bot, replied_to_bot):
+        return EventDecision(action="ignore", kind=etype, reason="not addressed to the bot")
+    return EventDecision(action="turn", kind=etype)

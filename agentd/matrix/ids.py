@@ -1,0 +1,53 @@
+"""Local integers for Matrix's string ids (rooms, users, events), kept in `matrix_ids`.
+
+agentd's chats, users and messages are integers everywhere past the channel; a Matrix id gets
+its integer the first time intake or output meets it, for good. They start at 2^53, past
+every Telegram id (at most 52 significant bits), so no two channels ever share a number.
+The configured owner is the exception: their Matrix account is the owner's agentd user.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+BASE = 2**53
+Kind = Literal["room", "user", "event"]
+
+
+def local_id(conn: Any, kind: Kind, mxid: str, room_id: str | None = None) -> int:
+    """The integer for `mxid` (made now if new); call inside a write transaction."""
+    row = conn.execute("SELECT n FROM matrix_ids WHERE kind = ? AND mxid = ?", (kind, mxid))
+    found = row.fetchone()
+    if found is None:
+        cursor = conn.execute(
+            "INSERT INTO matrix_ids (kind, mxid, room_id) VALUES (?, ?, ?)", (kind, mxid, room_id)
+        )
+        return BASE + int(cursor.lastrowid)
+    return BASE + int(found[0])
+
+
+def known_id(conn: Any, kind: Kind, mxid: str) -> int | None:
+    """The integer `mxid` already has, or None (read only)."""
+    row = conn.execute("SELECT n FROM matrix_ids WHERE kind = ? AND mxid = ?", (kind, mxid))
+    found = row.fetchone()
+    return None if found is None else BASE + int(found[0])
+
+
+def mxid_of(conn: Any, kind: Kind, local: int) -> str | None:
+    """The Matrix id behind a local integer of that kind, or None (not one of Matrix's)."""
+    if local < BASE:
+        return None
+    row = conn.execute(
+        "SELECT mxid FROM matrix_ids WHERE n = ? AND kind = ?", (local - BASE, kind)
+    ).fetchone()
+    return None if row is None else str(row[0])
+
+
+def event_of(conn: Any, local: int) -> tuple[str, str] | None:
+    """(event id, room id) of a local message id, or None."""
+    if local < BASE:
+        return None
+    row = conn.execute(
+        "SELECT mxid, room_id FROM matrix_ids WHERE n = ? AND kind = 'event'", (local - BASE,)
+    ).fetchone()
+    return None if row is None else (str(row[0]), str(row[1] or ""))

@@ -1,0 +1,307 @@
+"""Persist-then-advance: a sync's events, the work they start and its `next_batch` token are
+committed in one transaction, and only then is the token used for the next /sync.
+
+A kill -9 before the commit re-reads the same batch (nothing lost); after it, the token has
+moved with the work (nothing started twice). Each event that starts a turn does so under an
+instance id derived from its event id, so even a batch the server sent twice starts it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.durable import Engine
+from agentd.ledger import audit
+from agentd.matrix import ids, rooms
+from agentd.matrix.classify import EventDecision, MatrixIdentity, Room, classify_event, turn_of
+
+SINCE_KEY = "matrix_since"
+DEVICE_KEY = "matrix_device"
+
+CallbackHandler = Callable[[Any, CallbackPress], str]
+CommandHook = Callable[[TurnInput, Any], tuple[str, BaseModel, str] | None]
+
+
+class SyncResult(BaseModel):
+    keys: set[str] = Field(default_factory=set)
+    accepted: int = 0
+    duplicates: int = 0
+    ignored: list[tuple[str, str, str]] = Field(default_factory=list)  # room, sender, reason
+
+
+def instance_id_of(event_id: str) -> str:
+    """A turn's instance id from its event id (bounded length, any characters in)."""
+    return "mx-" + hashlib.sha256(event_id.encode()).hexdigest()[:32]
+
+
+def load_since(conn: Any) -> str | None:
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (SINCE_KEY,)).fetchone()
+    return str(row[0]) if row else None
+
+
+def load_device(conn: Any) -> str:
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (DEVICE_KEY,)).fetchone()
+    return str(row[0]) if row else ""
+
+
+def save_device(conn: Any, device_id: str) -> None:
+    conn.execute(
+        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+        "SET value = excluded.value",
+        (DEVICE_KEY, device_id),
+    )
+
+
+def _room(conn: Any, room_id: str) -> Room:
+    row = conn.execute(
+        "SELECT members, encrypted FROM matrix_rooms WHERE room_id = ?", (room_id,)
+    ).fetchone()
+    if row is None:
+        return Room(room_id=room_id)
+    return Room(room_id=room_id, members=frozenset(json.loads(row[0])), encrypted=bool(row[1]))
+
+
+def _save_room(conn: Any, room: Room, state: str) -> None:
+    conn.execute(
+        "INSERT INTO matrix_rooms (room_id, members, encrypted, state) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (room_id) DO UPDATE SET members = excluded.members, "
+        "encrypted = excluded.encrypted, state = excluded.state",
+        (room.room_id, json.dumps(sorted(room.members)), int(room.encrypted), state),
+    )
+
+
+def apply_state(room: Room, events: list[Any]) -> Room:
+    """The room after its state events (membership, encryption), in order."""
+    members, encrypted = set(room.members), room.encrypted
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        etype, key = event.get("type"), event.get("state_key")
+        if etype == "m.room.encryption":
+            encrypted = True  # once on, a room's encryption can never be turned off
+        elif etype == "m.room.member" and isinstance(key, str):
+            membership = (event.get("content") or {}).get("membership")
+            if membership in ("join", "invite"):
+                members.add(key)
+            else:
+                members.discard(key)
+    return Room(room_id=room.room_id, members=frozenset(members), encrypted=encrypted)
+
+
+def _start_room_action(
+    conn: Any, engine: Engine, room_id: str, action: str, reason: str, by: str, result: SyncResult
+) -> None:
+    if rooms.under_way(conn, room_id):
+        return
+    inp = rooms.RoomInput(room_id=room_id, action=action, reason=reason, by=by)  # type: ignore[arg-type]
+    key = rooms.room_key(room_id)
+    instance_id = f"mx-room-{hashlib.sha256(f'{room_id}:{action}'.encode()).hexdigest()[:24]}"
+    engine.prepare_start(conn, rooms.ROOM_WORKFLOW, inp, instance_id=instance_id, key=key)
+    result.keys.add(key)
+
+
+def _invites(
+    conn: Any, invited: dict[str, Any], me: MatrixIdentity, engine: Engine, result: SyncResult
+) -> None:
+    """Join a served person's room; refuse an encrypted one; a stranger's invite costs nothing:
+    never joined, never answered, nothing stored but a log line."""
+    for room_id, data in invited.items():
+        events = ((data or {}).get("invite_state") or {}).get("events") or []
+        inviter = next(
+            (
+                str(e.get("sender") or "")
+                for e in events
+                if isinstance(e, dict)
+                and e.get("type") == "m.room.member"
+                and e.get("state_key") == me.bot
+            ),
+            "",
+        )
+        if not me.served(inviter):
+            result.ignored.append((room_id, inviter, "invite from someone not served"))
+            continue
+        room = apply_state(Room(room_id=room_id), events)
+        if room.encrypted:
+            _start_room_action(
+                conn, engine, room_id, "leave", rooms.ENCRYPTED_REASON, inviter, result
+            )
+        else:
+            _save_room(conn, room, "invited")
+            _start_room_action(conn, engine, room_id, "join", "", inviter, result)
+
+
+def persist_sync(
+    conn: Any,
+    response: dict[str, Any],
+    me: MatrixIdentity,
+    engine: Engine,
+    on_callback: CallbackHandler,
+    on_command: CommandHook,
+    *,
+    first: bool,
+) -> SyncResult:
+    """Record one /sync answer and start what it asks for, then store its `next_batch`.
+
+    `first`: the answer to a sync with no token, which holds the rooms' past; it is taken as
+    state only (the bot answers nothing written before it first started)."""
+    result = SyncResult()
+    rooms_data = response.get("rooms") or {}
+    _invites(conn, rooms_data.get("invite") or {}, me, engine, result)
+    for room_id, data in (rooms_data.get("join") or {}).items():
+        data = data or {}
+        timeline = (data.get("timeline") or {}).get("events") or []
+        room = apply_state(_room(conn, room_id), (data.get("state") or {}).get("events") or [])
+        for event in timeline:
+            if not isinstance(event, dict):
+                continue
+            room = apply_state(room, [event] if "state_key" in event else [])
+            if not first:
+                _take_event(conn, event, room, me, engine, on_callback, on_command, result)
+        _save_room(conn, room, "joined")
+    for room_id in rooms_data.get("leave") or {}:
+        conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
+    conn.execute(
+        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+        "SET value = excluded.value",
+        (SINCE_KEY, str(response["next_batch"])),
+    )
+    return result
+
+
+def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
+    """A reply to one of the bot's messages (an event agentd sent, not one it took in)."""
+    relates = (event.get("content") or {}).get("m.relates_to")
+    reply = relates.get("m.in_reply_to") if isinstance(relates, dict) else None
+    target = reply.get("event_id") if isinstance(reply, dict) else None
+    if not isinstance(target, str) or ids.known_id(conn, "event", target) is None:
+        return False
+    taken = conn.execute("SELECT 1 FROM matrix_events WHERE event_id = ?", (target,)).fetchone()
+    return taken is None
+
+
+def _take_event(
+    conn: Any,
+    event: dict[str, Any],
+    room: Room,
+    me: MatrixIdentity,
+    engine: Engine,
+    on_callback: CallbackHandler,
+    on_command: CommandHook,
+    result: SyncResult,
+) -> None:
+    event_id, sender = str(event.get("event_id") or ""), str(event.get("sender") or "")
+    if not event_id:
+        return
+    if conn.execute("SELECT 1 FROM matrix_events WHERE event_id = ?", (event_id,)).fetchone():
+        result.duplicates += 1
+        return
+    decision = classify_event(event, room, me, replied_to_bot=_replied_to_bot(conn, event))
+    if decision.action == "ignore" and decision.reason == "the bot's own event":
+        return  # the echo of a send: nothing to record
+    conn.execute("SAVEPOINT one_event")
+    try:
+        outcome, instance_id = _apply(
+            conn, event, decision, room, me, engine, on_callback, on_command, result
+        )
+    except Exception as exc:
+        conn.execute("ROLLBACK TO one_event")
+        outcome, instance_id = "failed", None
+        audit.record(conn, "intake_error", detail={"event": event_id, "error": type(exc).__name__})
+    conn.execute("RELEASE one_event")
+    conn.execute(
+        "INSERT INTO matrix_events (event_id, received_at, room_id, sender, kind, outcome, "
+        "instance_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (event_id, time.time(), room.room_id, sender, decision.kind, outcome, instance_id),
+    )
+
+
+def _user_id(conn: Any, sender: str, me: MatrixIdentity) -> int:
+    if sender == me.owner and me.owner_id is not None:
+        return me.owner_id
+    return ids.local_id(conn, "user", sender)
+
+
+def _apply(
+    conn: Any,
+    event: dict[str, Any],
+    decision: EventDecision,
+    room: Room,
+    me: MatrixIdentity,
+    engine: Engine,
+    on_callback: CallbackHandler,
+    on_command: CommandHook,
+    result: SyncResult,
+) -> tuple[str, str | None]:
+    sender = str(event.get("sender") or "")
+    if decision.action in ("ignore", "leave"):
+        result.ignored.append((room.room_id, sender, decision.reason))
+    if decision.action == "leave":
+        reason = (
+            rooms.ENCRYPTED_REASON
+            if decision.reason == "encrypted room"
+            else rooms.GROUPS_OFF_REASON
+        )
+        _start_room_action(conn, engine, room.room_id, "leave", reason, sender, result)
+        return "leave", None
+    if decision.action == "reject":
+        audit.record(conn, "access_denied", detail={"channel": "matrix", "kind": decision.kind})
+        return "reject", None
+    if decision.action == "reaction":
+        return _reaction(conn, event, room, me, on_callback), None
+    if decision.action != "turn":
+        return decision.action, None
+    local_event = ids.local_id(conn, "event", str(event["event_id"]), room.room_id)
+    turn = turn_of(
+        event,
+        local_event=local_event,
+        chat_id=ids.local_id(conn, "room", room.room_id),
+        user_id=_user_id(conn, sender, me),
+        private=room.private_with(me.bot, sender),
+    )
+    instance_id = instance_id_of(str(event["event_id"]))
+    command = on_command(turn, conn)
+    if command is not None:
+        name, inp, key = command
+        engine.prepare_start(conn, name, inp, instance_id=instance_id, key=key)
+        result.keys.add(key)
+        return "command", instance_id
+    key = chat_key(turn.chat_id)
+    engine.prepare_start(conn, TURN_WORKFLOW, turn, instance_id=instance_id, key=key)
+    result.keys.add(key)
+    result.accepted += 1
+    return "turn", instance_id
+
+
+def _reaction(
+    conn: Any, event: dict[str, Any], room: Room, me: MatrixIdentity, on_callback: CallbackHandler
+) -> str:
+    """A reaction on a card is a press of the button it stands for; any other is nothing."""
+    relates = (event.get("content") or {}).get("m.relates_to") or {}
+    target, key = relates.get("event_id"), relates.get("key")
+    if relates.get("rel_type") != "m.annotation" or not isinstance(target, str):
+        return "ignore"
+    row = conn.execute(
+        "SELECT data FROM matrix_buttons WHERE event_id = ? AND reaction = ?", (target, key)
+    ).fetchone()
+    if row is None:
+        return "ignore"
+    sender = str(event.get("sender") or "")
+    press = CallbackPress(
+        update_id=ids.local_id(conn, "event", str(event["event_id"]), room.room_id),
+        callback_id=str(event["event_id"]),
+        user_id=_user_id(conn, sender, me),
+        chat_id=ids.local_id(conn, "room", room.room_id),
+        message_id=ids.local_id(conn, "event", target, room.room_id),
+        data=str(row[0]),
+        chat_kind="private" if room.private_with(me.bot, sender) else "group",  # type: ignore[call-arg]
+    )
+    on_callback(conn, press)
+    return "callback"

@@ -1,0 +1,239 @@
+"""Sending to Matrix: every event under a transaction id derived from its durable step.
+
+`chat.delivery` names each send (`SEND_KEY`: instance and step); the transaction id is that
+name hashed with the request's place in the step, so a re-run of the step after a kill -9
+PUTs the same ids and the homeserver answers with the events it already has (Synapse keeps
+them for a day, also across its restarts: docs/messages.md). A request outside any step
+(typing, a best-effort notice) gets a random id: nothing depends on it arriving once.
+
+Approval cards have no buttons on Matrix: the card lists its choices as reactions, the bot
+puts each one on the card so every client shows them to click, and intake takes a served
+person's reaction as the press (`matrix_buttons`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import mimetypes
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from agentd.chat.delivery import SEND_KEY, settle_send
+from agentd.chat.outbox import Button, SendFailed
+from agentd.db import Database
+from agentd.matrix import ids
+from agentd.matrix.client import MatrixClient, MatrixError
+
+log = logging.getLogger("agentd.matrix")
+KEYCAPS = ["1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣"]
+TYPING_RENEW_SECONDS = 8.0
+
+
+def txn_id() -> str:
+    key = SEND_KEY.get()
+    if key is None:
+        return f"agentd-{secrets.token_hex(12)}"
+    return "agentd-" + hashlib.sha256(key.next().encode()).hexdigest()[:40]
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Chunks of at most `limit` characters, cut at a paragraph, then a line, then a space."""
+    chunks: list[str] = []
+    rest = text.strip()
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
+        cut = cut if cut > limit // 2 else limit
+        chunks.append(rest[:cut].rstrip())
+        rest = rest[cut:].lstrip()
+    return [*chunks, rest] if rest else chunks or [""]
+
+
+def card_text(markdown: str, buttons: list[list[Button]]) -> tuple[str, list[tuple[str, str]]]:
+    """The card's text with its choices as reactions; (reaction, button data) per choice."""
+    flat = [b for row in buttons for b in row][: len(KEYCAPS)]
+    choices = [(KEYCAPS[i], b.data) for i, b in enumerate(flat)]
+    lines = [f"{KEYCAPS[i]} {b.text}" for i, b in enumerate(flat)]
+    return f"{markdown}\n\nReact to answer:\n" + "\n".join(lines), choices
+
+
+class MatrixOutbox:
+    """Everything agentd says in a Matrix room goes through here (chat ids are local ids)."""
+
+    def __init__(
+        self, client: MatrixClient, db: Database, *, max_message_chars: int, max_file_bytes: int
+    ) -> None:
+        self._client = client
+        self._db = db
+        self._limit = max_message_chars
+        self._max_file = max_file_bytes
+
+    def split(self, markdown: str) -> list[str]:
+        return split_text(markdown, self._limit)
+
+    async def room_of(self, chat_id: int) -> str:
+        room = await self._db.read(ids.mxid_of, "room", chat_id)
+        if room is None:
+            raise SendFailed(f"chat {chat_id} is no Matrix room agentd knows")
+        return room
+
+    async def _event(self, room_id: str, event_type: str, content: dict[str, Any]) -> str:
+        await settle_send(idempotent=True)  # the transaction id makes a re-send the same event
+        try:
+            return await self._client.send(room_id, event_type, content, txn_id())
+        except MatrixError as exc:
+            if exc.fault.kind == "transient":
+                raise
+            raise SendFailed(f"the homeserver refused the message: {exc}") from None
+
+    async def _local(self, room_id: str, event_id: str) -> int:
+        return await self._db.write(ids.local_id, "event", event_id, room_id)
+
+    async def _reply(self, reply_to: int | None) -> dict[str, Any]:
+        if not reply_to:
+            return {}
+        target = await self._db.read(ids.event_of, reply_to)
+        return {"m.relates_to": {"m.in_reply_to": {"event_id": target[0]}}} if target else {}
+
+    async def send_text(
+        self,
+        chat_id: int,
+        markdown: str,
+        *,
+        reply_to: int | None = None,
+        buttons: list[list[Button]] | None = None,
+        preview_url: str | None = None,  # Matrix clients preview on their own settings
+    ) -> int:
+        room = await self.room_of(chat_id)
+        choices: list[tuple[str, str]] = []
+        if buttons:
+            markdown, choices = card_text(markdown, buttons)
+        content = {"msgtype": "m.text", "body": markdown, **await self._reply(reply_to)}
+        event_id = await self._event(room, "m.room.message", content)
+        if choices:
+            await self._db.write(_save_buttons, event_id, choices)
+            for key, _ in choices:  # so every client shows the choices, ready to click
+                relates = {"rel_type": "m.annotation", "event_id": event_id, "key": key}
+                await self._event(room, "m.reaction", {"m.relates_to": relates})
+        return await self._local(room, event_id)
+
+    async def edit_text(
+        self,
+        chat_id: int,
+        message_id: int,
+        markdown: str,
+        *,
+        buttons: list[list[Button]] | None = None,
+    ) -> None:
+        """Replace the text of a message (`m.replace`); a card's choices end with its edit."""
+        room = await self.room_of(chat_id)
+        target = await self._db.read(ids.event_of, message_id)
+        if target is None:
+            raise SendFailed(f"message {message_id} is no Matrix event agentd sent")
+        new = {"msgtype": "m.text", "body": markdown}
+        content = {
+            "msgtype": "m.text",
+            "body": f"* {markdown}",
+            "m.new_content": new,
+            "m.relates_to": {"rel_type": "m.replace", "event_id": target[0]},
+        }
+        if not buttons:
+            await self._db.write(_drop_buttons, target[0])
+        await self._event(room, "m.room.message", content)
+
+    async def send_document(
+        self,
+        chat_id: int,
+        path: str,
+        filename: str,
+        *,
+        caption: str = "",
+        reply_to: int | None = None,
+    ) -> int:
+        """Upload the file, then post it (an image as m.image); bounded by max_file_bytes."""
+        room = await self.room_of(chat_id)
+        data = await asyncio.to_thread(_read_bounded, path, self._max_file)
+        mime = mimetypes.guess_type(filename)[0] or "application/octet-stream"
+        try:
+            url = await self._client.upload(data, mime, filename)
+        except MatrixError as exc:
+            if exc.fault.kind == "transient":
+                raise
+            raise SendFailed(f"the homeserver refused the file: {exc}") from None
+        content = {
+            "msgtype": "m.image" if mime.startswith("image/") else "m.file",
+            "body": caption or filename,
+            "filename": filename,
+            "url": url,
+            "info": {"mimetype": mime, "size": len(data)},
+            **await self._reply(reply_to),
+        }
+        return await self._local(room, await self._event(room, "m.room.message", content))
+
+    async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
+        """Matrix has no toast for a reaction: the card's edit is the answer."""
+
+    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
+        return False  # no drafts on Matrix: the answer arrives whole
+
+    async def chat_action(self, chat_id: int) -> None:
+        with contextlib.suppress(Exception):
+            await self._client.typing(await self.room_of(chat_id), True)
+
+    @contextlib.asynccontextmanager
+    async def typing(self, chat_id: int) -> AsyncIterator[None]:
+        async def renew() -> None:
+            while True:
+                await self.chat_action(chat_id)
+                await asyncio.sleep(TYPING_RENEW_SECONDS)
+
+        task = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            with contextlib.suppress(Exception):
+                await self._client.typing(await self.room_of(chat_id), False)
+
+
+def _read_bounded(path: str, limit: int) -> bytes:
+    with Path(path).open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise SendFailed(f"the file is over matrix.max_file_bytes ({limit} bytes)")
+    return data
+
+
+def _save_buttons(conn: Any, event_id: str, choices: list[tuple[str, str]]) -> None:
+    conn.executemany(
+        "INSERT OR IGNORE INTO matrix_buttons (event_id, reaction, data) VALUES (?, ?, ?)",
+        [(event_id, key, data) for key, data in choices],
+    )
+
+
+def _drop_buttons(conn: Any, event_id: str) -> None:
+    conn.execute("DELETE FROM matrix_buttons WHERE event_id = ?", (event_id,))
+
+
+class MatrixFiles:
+    """Files users send: `mxc://` URIs, read no further than the caller's bound."""
+
+    def __init__(self, client: MatrixClient) -> None:
+        self._client = client
+
+    async def download(self, file_id: str, max_bytes: int) -> bytes:
+        from agentd.durable import NonRetryable
+
+        try:
+            return await self._client.download(file_id, max_bytes)
+        except MatrixError as exc:
+            if exc.fault.kind == "transient":
+                raise
+            raise NonRetryable(f"the homeserver would not give the file: {exc}") from None

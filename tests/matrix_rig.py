@@ -1,0 +1,87 @@
+"""`agentd run` with Matrix on, against a real Synapse (through a window proxy) and the fakes
+for Telegram and the model: what every Matrix end-to-end test starts from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.daemon_process import Daemon, daemon_env, running_daemon
+from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.matrixserver import Cast, MatrixUser, WindowProxy, wait_for
+
+CONFIG = """
+[matrix]
+homeserver = "{url}"
+user_id = "{bot}"
+owner = "{owner}"
+sync_timeout = 1
+{extra}
+"""
+
+
+class MatrixRig:
+    def __init__(
+        self, cast: Cast, proxy: WindowProxy, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon
+    ) -> None:
+        self.cast, self.proxy, self.tg, self.llm, self.daemon = cast, proxy, tg, llm, daemon
+        self.owner = cast.owner
+        self.bot = cast.bot_user_id
+
+    def dm(self, user: MatrixUser | None = None) -> str:
+        """A direct room of `user` (the owner) with the bot, once the bot joined it."""
+        user = user or self.owner
+        room = user.create_room(invite=[self.bot])
+        wait_for(lambda: self.bot in user.joined_members(room), 60, "the bot joining the room")
+        return room
+
+    def bot_texts(self, room: str, user: MatrixUser | None = None) -> list[str]:
+        """The bodies of the bot's messages in the room, as the server holds them (edits
+        are events of their own and are left out)."""
+        events = (user or self.owner).from_user(room, self.bot)
+        return [
+            str(e["content"].get("body"))
+            for e in events
+            if (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"
+        ]
+
+    def wait_answer(self, room: str, text: str, timeout: float = 60) -> list[str]:
+        """Wait for the bot's message `text` in the room; return all its messages there."""
+
+        def answered() -> list[str] | None:
+            texts = self.bot_texts(room)
+            return texts if text in texts else None
+
+        try:
+            return wait_for(answered, timeout, f"the bot's {text!r}")
+        except TimeoutError:
+            raise AssertionError(f"no {text!r}\n{self.daemon.log()[-5000:]}") from None
+
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        return self.daemon.query(sql, params)
+
+
+@contextmanager
+def matrix_rig(tmp: Path, cast: Cast, *, extra: str = "", **env: str) -> Iterator[MatrixRig]:
+    with (
+        WindowProxy.running(cast.server.url) as proxy,
+        FakeTelegram.running() as tg,
+        FakeAnthropic.running() as llm,
+    ):
+        config = CONFIG.format(
+            url=proxy.base_url, bot=cast.bot_user_id, owner=cast.owner.user_id, extra=extra
+        )
+        (tmp / "agentd.toml").write_text(config)
+        environment = daemon_env(
+            tmp,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp / "agentd.toml"),
+            AGENTD_TELEGRAM__STREAMING="false",
+            MATRIX_PASSWORD=cast.bot_password,
+            **env,
+        )
+        with running_daemon(tmp, environment) as daemon:
+            yield MatrixRig(cast, proxy, tg, llm, daemon)
