@@ -3,12 +3,15 @@ stranger as real Matrix clients (plain HTTP), every fact read from the server's 
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
+from PIL import Image
 
 from tests.matrix_rig import MatrixRig, matrix_rig
 from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
@@ -135,3 +138,101 @@ def test_an_encrypted_room_is_refused_never_answered(rig: MatrixRig) -> None:
     wait_for(lambda: _bot_membership(rig.owner, dm, rig.bot) == "leave", 60, "leaving")
     assert rig.bot_texts(dm) == []
     assert _turns(rig, "now in an encrypted room") == 0
+
+
+def _png() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(out, format="PNG")
+    return out.getvalue()
+
+
+SEEN = {"summary": "A red square.", "entities": [], "tables": [], "warnings": []}
+
+
+def _files_script(body: dict[str, Any]) -> Any:
+    if body.get("tool_choice", {}).get("name") == "record_image_summary":
+        return [
+            {"type": "tool_use", "id": "toolu_v", "name": "record_image_summary", "input": SEEN}
+        ]
+    last = json.dumps(body["messages"][-1])
+    if "tool_result" in last:
+        return "Here is your report."
+    if "weekly report" in last:
+        return [{"type": "tool_use", "id": "tu_rep", "name": "weekly_report", "input": {"week": 3}}]
+    return None
+
+
+def test_files_and_images_in_and_out(tmp_path: Path, cast: Cast) -> None:
+    extra = '[tools]\nplugins = ["tests.plugins.media_tools"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        rig.llm.set_responder(_files_script)
+        owner, room = rig.owner, rig.dm()
+        # A file out, uploaded and posted as m.file (first: once the chat has read outside
+        # content, sending a file out asks the owner).
+        owner.say(room, "send me the weekly report")
+        rig.wait_answer(room, "Here is your report.")
+        [doc] = wait_for(
+            lambda: [
+                e for e in owner.from_user(room, rig.bot) if e["content"].get("msgtype") == "m.file"
+            ],
+            60,
+            "the file",
+        )
+        assert doc["content"]["filename"] == "report-week-3.csv"
+        assert owner.download(doc["content"]["url"]).startswith(b"day,steps\n1,4000")
+        # A document in: its text reaches the model as data.
+        url = owner.upload(b"The door code is 2468.\n", "text/plain", "notes.txt")
+        owner.send(
+            room,
+            {
+                "msgtype": "m.file",
+                "body": "what is the door code?",
+                "filename": "notes.txt",
+                "url": url,
+                "info": {"mimetype": "text/plain", "size": 23},
+            },
+        )
+        wait_for(lambda: len(rig.bot_texts(room)) == 3, 60, "the answer")
+        assert any("2468" in json.dumps(r["body"]) for r in rig.llm.requests)
+        assert "what is the door code?" in json.dumps(rig.llm.requests)
+        # An image in: downloaded from the media repository and shown to the model.
+        url = owner.upload(_png(), "image/png", "square.png")
+        owner.send(
+            room,
+            {
+                "msgtype": "m.image",
+                "body": "square.png",
+                "url": url,
+                "info": {"mimetype": "image/png"},
+            },
+        )
+        wait_for(
+            lambda: [r for r in rig.llm.requests if r["body"].get("tool_choice")],
+            60,
+            "the vision call",
+        )
+
+
+def test_a_room_as_a_group(tmp_path: Path, cast: Cast) -> None:
+    """Groups as on Telegram: answered only when addressed, only a served person, and with
+    groups off the room is left, saying why."""
+    with matrix_rig(tmp_path, cast, extra="allow_groups = true") as rig:
+        owner, stranger = rig.owner, cast.stranger
+        room = owner.create_room(invite=[rig.bot, stranger.user_id], direct=False)
+        stranger.join(room)
+        wait_for(lambda: rig.bot in owner.joined_members(room), 60, "the bot joining")
+        owner.say(room, "lunch at noon, everyone?")
+        stranger.say(room, f"{rig.bot} what does the owner keep in memory?")
+        owner.say(room, f"{rig.bot} what is on today?")
+        texts = rig.wait_answer(room, f"echo: {rig.bot} what is on today?")
+        assert texts == [f"echo: {rig.bot} what is on today?"]
+        kinds = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
+        assert [json.loads(k)["chat_kind"] for (k,) in kinds] == ["group"]
+        assert "owner keep" not in json.dumps(rig.llm.requests)
+    (tmp_path / "off").mkdir()
+    with matrix_rig(tmp_path / "off", cast) as rig:
+        owner.say(room, f"{rig.bot} are you still here?")
+        wait_for(lambda: rig.bot not in owner.joined_members(room), 60, "the bot leaving")
+        left = owner.call("GET", f"/rooms/{quote(room, safe='')}/state/m.room.member/{rig.bot}")
+        assert "groups are off" in left.get("reason", "")
+        assert f"echo: {rig.bot} are you still here?" not in rig.bot_texts(room)

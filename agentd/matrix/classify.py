@@ -89,8 +89,11 @@ def turn_of(
     }
     if msgtype in TEXT_TYPES:
         return TurnInput(kind="text", text=text, **fields)
+    # A file's body is its caption when a `filename` is given, else the file's name.
+    filename = content.get("filename") if isinstance(content.get("filename"), str) else None
+    caption = text if filename and text != filename else ""
     if msgtype == "m.image" and url:
-        return TurnInput(kind="photo", photo_file_id=url, **fields)
+        return TurnInput(kind="photo", photo_file_id=url, text=caption, **fields)
     if msgtype in MEDIA_KINDS and url:
         media = MediaRef(
             kind=MEDIA_KINDS[msgtype],
@@ -100,7 +103,7 @@ def turn_of(
             file_size=int(info.get("size") or 0) if isinstance(info.get("size"), int) else 0,
         )
         kind: Literal["voice", "document"] = "document" if msgtype == "m.file" else "voice"
-        return TurnInput(kind=kind, media=media, **fields)
+        return TurnInput(kind=kind, media=media, text=caption, **fields)
     return TurnInput(kind="unsupported", unsupported_kind=msgtype or "message", **fields)
 
 

@@ -198,8 +198,8 @@ def _take_event(
     result: SyncResult,
 ) -> None:
     event_id, sender = str(event.get("event_id") or ""), str(event.get("sender") or "")
-    if not event_id:
-        return
+    if not event_id or "state_key" in event:
+        return  # room state (membership, names) was taken in by apply_state
     if conn.execute("SELECT 1 FROM matrix_events WHERE event_id = ?", (event_id,)).fetchone():
         result.duplicates += 1
         return
