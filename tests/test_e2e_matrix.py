@@ -236,3 +236,56 @@ def test_a_room_as_a_group(tmp_path: Path, cast: Cast) -> None:
         left = owner.call("GET", f"/rooms/{quote(room, safe='')}/state/m.room.member/{rig.bot}")
         assert "groups are off" in left.get("reason", "")
         assert f"echo: {rig.bot} are you still here?" not in rig.bot_texts(room)
+
+
+def _delete(path: str) -> Any:
+    def script(body: dict[str, Any]) -> Any:
+        last = json.dumps(body["messages"][-1])
+        if "tool_result" in last:
+            return "done"
+        if path in last:
+            return [
+                {"type": "tool_use", "id": "tu_del", "name": "delete_file", "input": {"path": path}}
+            ]
+        return None
+
+    return script
+
+
+def test_an_approval_card_answered_by_the_owners_reaction_only(tmp_path: Path, cast: Cast) -> None:
+    """The card arrives in the owner's Matrix room with its choices as reactions, which the
+    bot puts on the card itself (so every client shows them to click); those do not count,
+    the owner's does."""
+    extra = '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        owner, room = rig.owner, rig.dm()
+        rig.llm.set_responder(_delete("/tmp/old-notes"))
+        owner.say(room, "delete /tmp/old-notes")
+
+        def card() -> dict[str, Any] | None:
+            return next(
+                (
+                    e
+                    for e in owner.from_user(room, rig.bot)
+                    if "React to answer" in str(e["content"].get("body"))
+                ),
+                None,
+            )
+
+        shown = wait_for(card, 60, "the approval card")
+        body = shown["content"]["body"]
+        choices = body.split("React to answer:")[1].strip().splitlines()
+        approve = next(line.split()[0] for line in choices if "Approve" in line)
+
+        def offered() -> list[str]:
+            reactions = owner.from_user(room, rig.bot, "m.reaction")
+            return [r["content"]["m.relates_to"]["key"] for r in reactions]
+
+        wait_for(lambda: len(offered()) == len(choices), 30, "the bot's reactions on the card")
+        assert approve in offered()
+        assert rig.daemon.effects() == []
+        owner.react(room, shown["event_id"], approve)
+        rig.wait_answer(room, "done")
+        assert rig.daemon.effects() == ["delete_file /tmp/old-notes"]
+        [status] = rig.query("SELECT status FROM approvals")
+        assert status[0] == "approved"

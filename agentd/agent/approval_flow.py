@@ -89,6 +89,14 @@ def _preview(deps: CallDeps, use: ToolUseBlock, card: ApprovalCard | None) -> st
     return deps.redact(card.text if card is not None else render_args(use.input))
 
 
+def _card_chat(trust: owners.Trust, inp: Caller) -> int | None:
+    """An approver asking in a private chat gets the card right there, on whichever channel
+    that chat is; anyone else's card goes to their approver's private chat."""
+    if inp.chat_kind == "private" and trust.approver_for(inp.user_id) == inp.user_id:
+        return inp.chat_id
+    return trust.card_chat(inp.user_id)
+
+
 def create_approval(
     conn: Any, deps: CallDeps, tool: Route, inp: Caller, instance_id: str, use: ToolUseBlock
 ) -> Approval:
@@ -111,7 +119,7 @@ def create_approval(
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
         # Never a group: the approver's own private chat (the owner's, for everyone else).
-        card_chat_id=trust.card_chat(inp.user_id),
+        card_chat_id=_card_chat(trust, inp),
         approver_id=trust.approver_for(inp.user_id),
         call_json=deps.redact(approvals.canonical_call(tool.name, use.input)),
         tool_source=tool.source,
