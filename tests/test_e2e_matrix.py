@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -289,3 +290,36 @@ def test_an_approval_card_answered_by_the_owners_reaction_only(tmp_path: Path, c
         assert rig.daemon.effects() == ["delete_file /tmp/old-notes"]
         [status] = rig.query("SELECT status FROM approvals")
         assert status[0] == "approved"
+
+
+def test_doctor_checks_the_matrix_login(tmp_path: Path, cast: Cast) -> None:
+    """Against the real homeserver: a password login is reported with the device it keeps
+    (never tried: it would make a token), a wrong access token fails naming the variable."""
+    import subprocess
+    import sys
+
+    config = tmp_path / "agentd.toml"
+    config.write_text(
+        f'[matrix]\nhomeserver = "{cast.server.url}"\nuser_id = "{cast.bot_user_id}"\n'
+        f'owner = "{cast.owner.user_id}"\n'
+    )
+
+    def doctor(**env: str) -> dict[str, dict[str, Any]]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("MATRIX_", "AGENTD_"))}
+        run = subprocess.run(
+            [sys.executable, "-m", "agentd", "doctor", "--json", "--config", str(config)],
+            env={**base, "AGENTD_STORAGE__PATH": str(tmp_path / "agentd.db"), **env},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return {r["check"]: r for r in json.loads(run.stdout)}
+
+    found = doctor(MATRIX_PASSWORD=cast.bot_password)
+    assert found["matrix login"]["ok"] and "a new device" in found["matrix login"]["detail"]
+    found = doctor(MATRIX_ACCESS_TOKEN="not-a-token")
+    assert not found["matrix login"]["ok"]
+    assert "MATRIX_ACCESS_TOKEN" in found["matrix login"]["detail"]
+    token = cast.server.login("bot", cast.bot_password).token
+    found = doctor(MATRIX_ACCESS_TOKEN=token)
+    assert found["matrix login"]["ok"], found["matrix login"]

@@ -22,9 +22,9 @@ from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.matrix import ids, rooms
 from agentd.matrix.classify import EventDecision, MatrixIdentity, Room, classify_event, turn_of
+from agentd.matrix.doctor import DEVICE_KEY
 
 SINCE_KEY = "matrix_since"
-DEVICE_KEY = "matrix_device"
 
 CallbackHandler = Callable[[Any, CallbackPress], str]
 CommandHook = Callable[[TurnInput, Any], tuple[str, BaseModel, str] | None]
