@@ -14,8 +14,10 @@ from urllib.parse import quote
 import pytest
 from PIL import Image
 
+from tests.daemon_process import OWNER
 from tests.matrix_rig import MatrixRig, matrix_rig
 from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
+from tests.test_matrix_lazy import imported
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -32,12 +34,15 @@ def rig(tmp_path: Path, cast: Cast) -> Iterator[MatrixRig]:
         yield running
 
 
-def test_first_answer(rig: MatrixRig) -> None:
-    room = rig.dm()
-    rig.owner.say(room, "hello there")
-    assert rig.wait_answer(room, "echo: hello there") == ["echo: hello there"]
-    turn = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
-    assert len(turn) == 1
+def test_first_answer(tmp_path: Path, cast: Cast) -> None:
+    with matrix_rig(tmp_path, cast, PYTHONPROFILEIMPORTTIME="1") as rig:
+        room = rig.dm()
+        rig.owner.say(room, "hello there")
+        assert rig.wait_answer(room, "echo: hello there") == ["echo: hello there"]
+        [(turn,)] = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
+        assert json.loads(turn)["chat_kind"] == "private"
+        assert json.loads(turn)["user_id"] == OWNER  # the Telegram owner: one agentd user
+        assert "mautrix" in imported(rig.daemon.log())  # what test_matrix_lazy.py reads
 
 
 def _bot_membership(user: MatrixUser, room: str, bot: str) -> str:
