@@ -12,9 +12,10 @@ from collections.abc import Callable
 
 from agentd.chat.channel import Channel
 from agentd.config import Config
+from agentd.matrix import channel as matrix
 from agentd.telegram import channel as telegram
 
-CHANNELS: tuple[Callable[[], Channel], ...] = (telegram.channel,)
+CHANNELS: tuple[Callable[[], Channel], ...] = (telegram.channel, matrix.channel)
 
 
 def channels() -> list[Channel]:

@@ -233,7 +233,9 @@ def test_a_room_as_a_group(tmp_path: Path, cast: Cast) -> None:
         texts = rig.wait_answer(room, f"echo: {rig.bot} what is on today?")
         assert texts == [f"echo: {rig.bot} what is on today?"]
         kinds = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
-        assert [json.loads(k)["chat_kind"] for (k,) in kinds] == ["group"]
+        assert [json.loads(k)["chat_kind"] for (k,) in kinds] == ["group"], [
+            (json.loads(k)["text"], json.loads(k)["chat_id"]) for (k,) in kinds
+        ]
         assert "owner keep" not in json.dumps(rig.llm.requests)
     (tmp_path / "off").mkdir()
     with matrix_rig(tmp_path / "off", cast) as rig:
@@ -298,8 +300,8 @@ def test_an_approval_card_answered_by_the_owners_reaction_only(tmp_path: Path, c
 
 
 def test_doctor_checks_the_matrix_login(tmp_path: Path, cast: Cast) -> None:
-    """Against the real homeserver: a password login is reported with the device it keeps
-    (never tried: it would make a token), a wrong access token fails naming the variable."""
+    """Against the real homeserver: a password login is reported with the device it always
+    uses (never tried: it would make a token), a wrong access token fails naming the variable."""
     import subprocess
     import sys
 
@@ -321,7 +323,7 @@ def test_doctor_checks_the_matrix_login(tmp_path: Path, cast: Cast) -> None:
         return {r["check"]: r for r in json.loads(run.stdout)}
 
     found = doctor(MATRIX_PASSWORD=cast.bot_password)
-    assert found["matrix login"]["ok"] and "a new device" in found["matrix login"]["detail"]
+    assert found["matrix login"]["ok"] and "device AGENTD" in found["matrix login"]["detail"]
     found = doctor(MATRIX_ACCESS_TOKEN="not-a-token")
     assert not found["matrix login"]["ok"]
     assert "MATRIX_ACCESS_TOKEN" in found["matrix login"]["detail"]

@@ -1,41 +1,46 @@
-"""Matrix as a chat channel: log in, then intake (/sync) and output (the outbox) over one device.
+"""Matrix as a channel (`chat.channel.Channel`): the client-server API through mautrix, synced.
 
-Imported only when `[matrix]` is configured (the daemon names this module lazily), so an owner
-on Telegram alone never loads mautrix.
+Block 1 of agentd's ids (matrix/ids.py). Only `enabled`, the secrets and the doctor checks run
+without `[matrix]`; everything that imports mautrix is imported in `open`, so an owner on
+Telegram alone never loads it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from agentd.access import owners
-from agentd.config import Config, MatrixConfig, SecretSource, read_secret
-from agentd.db import Database
-from agentd.durable import Engine, Workflow
-from agentd.matrix import ids
-from agentd.matrix.classify import MatrixIdentity
-from agentd.matrix.client import MatrixClient, MatrixError
-from agentd.matrix.intake import CallbackHandler, CommandHook, load_device, save_device
-from agentd.matrix.output import MatrixFiles, MatrixOutbox
-from agentd.matrix.rooms import make_room_workflow
-from agentd.matrix.sync import Syncer
+from agentd.chat.channel import (
+    ChannelContext,
+    ChannelIdentity,
+    ConfigProblem,
+    Intake,
+    StoppedDuringStartUp,
+    block_start,
+)
+from agentd.config import Config, read_secret
+from agentd.matrix.ids import BLOCK
+from agentd.runtime import sdnotify
 
 log = logging.getLogger("agentd.matrix")
+NAME = "matrix"
+MAX_WAIT = 30.0
 
 
-class MatrixLoginMissing(Exception):
-    """Neither an access token nor a password is configured."""
+def device_id(user_id: str) -> str:
+    """The one device agentd logs in as, the same at every start: a homeserver deduplicates a
+    re-sent transaction id per device (docs/messages.md, "On Matrix")."""
+    return "AGENTD" + hashlib.sha256(user_id.encode()).hexdigest()[:10].upper()
 
 
-def secret_names(cfg: MatrixConfig) -> list[str]:
-    return [cfg.access_token_env, cfg.password_env]
+def identity(config: Config) -> Any:
+    """Who the bot is on Matrix and whom it serves (`classify.MatrixIdentity`)."""
+    from agentd.matrix.classify import MatrixIdentity
 
-
-def identity(config: Config) -> MatrixIdentity:
     cfg = config.matrix
     assert cfg is not None
     owner_id = owners.resolve(config.telegram).owner_id if cfg.owner else None
@@ -48,81 +53,127 @@ def identity(config: Config) -> MatrixIdentity:
     )
 
 
-@dataclass
-class MatrixChannel:
-    config: Config
-    client: MatrixClient
-    db: Database
-    outbox: MatrixOutbox
-    files: MatrixFiles
-    syncer: Syncer | None = None
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+class OpenMatrix:
+    """The client (logged in by `identify`), the outbox, and the sync loop once serving."""
 
-    @staticmethod
-    def owns(chat_id: int) -> bool:
-        """Whether a chat id is one of Matrix's (its own numbering, matrix/ids.py)."""
-        return chat_id >= ids.BASE
+    def __init__(self, config: Config, token: str, password: str) -> None:
+        from agentd.matrix.client import MatrixClient
+        from agentd.matrix.output import MatrixFiles, MatrixOutbox
 
-    def workflows(self) -> list[Workflow[Any, Any]]:
-        return [make_room_workflow(self.client, self.db)]
+        cfg = config.matrix
+        assert cfg is not None
+        self.config = config
+        self.client = MatrixClient(cfg.homeserver, cfg.user_id, request_timeout=cfg.request_timeout)
+        self.outbox = MatrixOutbox(
+            self.client, max_message_chars=cfg.max_message_chars, max_file_bytes=cfg.max_file_bytes
+        )
+        self.files = MatrixFiles(self.client)
+        self._token, self._password = token, password
+        self._syncer: Any = None
 
-    def start(
-        self,
-        engine: Engine,
-        *,
-        on_callback: CallbackHandler,
-        on_command: CommandHook,
-        on_progress: Callable[[], None] = lambda: None,
-    ) -> asyncio.Task[None]:
+    def workflows(self, db: Any) -> list[Any]:
+        from agentd.matrix.rooms import make_room_workflow
+
+        # The outbox keeps its id map in the database; nothing is sent before the engine runs,
+        # which is after the daemon asked for these.
+        self.outbox.bind(db)
+        return [make_room_workflow(self.client, db)]
+
+    async def identify(self, stop: asyncio.Event) -> ChannelIdentity:
+        """Log in, waiting for the homeserver (capped back-off); a rejected login ends it."""
+        from agentd.matrix.client import MatrixError
+
         cfg = self.config.matrix
         assert cfg is not None
-        self.syncer = Syncer(
+        failures = 0
+        while True:
+            try:
+                device = await self.client.log_in(
+                    token=self._token, password=self._password, device_id=device_id(cfg.user_id)
+                )
+                break
+            except MatrixError as exc:
+                if exc.fault.kind != "transient":
+                    raise ConfigProblem(
+                        f"the Matrix homeserver refused agentd's login ({exc}): check "
+                        f"{cfg.access_token_env} / {cfg.password_env} and matrix.user_id"
+                    ) from None
+                failures += 1
+                wait = min(0.5 * 2**failures, MAX_WAIT)
+                sdnotify.notify(f"STATUS=waiting for the Matrix homeserver: {exc}")
+                log.warning("waiting for the Matrix homeserver", extra={"reason": str(exc)})
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=wait)
+                if stop.is_set():
+                    raise StoppedDuringStartUp("stopped before Matrix answered") from None
+        log.info("matrix logged in", extra={"user": cfg.user_id, "device": device})
+        return ChannelIdentity(bot_id=block_start(BLOCK))
+
+    def serve(self, intake: Intake) -> asyncio.Task[None]:
+        from agentd.matrix.sync import Syncer
+
+        cfg = self.config.matrix
+        assert cfg is not None
+        self.outbox.bind(intake.db)
+        self._syncer = Syncer(
             self.client,
-            self.db,
-            engine,
+            intake.db,
+            intake.engine,
             identity(self.config),
-            on_callback=on_callback,
-            on_command=on_command,
+            on_callback=intake.on_callback,
+            on_command=intake.on_command,
             timeout=cfg.sync_timeout,
-            on_progress=on_progress,
+            on_progress=intake.on_progress,
         )
-        task = asyncio.create_task(self.syncer.run(), name="matrix-sync")
-        self.tasks.append(task)
-        return task
+        return asyncio.create_task(self._syncer.run(), name="matrix-sync")
+
+    async def publish_menu(
+        self, everyone: list[tuple[str, str]], owner: list[tuple[str, str]], owner_id: int | None
+    ) -> None:
+        """Matrix has no command menu: /help lists the commands."""
+
+    def stop(self) -> None:
+        if self._syncer is not None:
+            self._syncer.stop()
 
     async def close(self) -> None:
-        if self.syncer is not None:
-            self.syncer.stop()
-        for task in self.tasks:
-            task.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
         await self.client.close()
 
 
-async def open_matrix(config: Config, db: Database, secrets: SecretSource) -> MatrixChannel:
-    """Log in (the token, or the password on the device agentd keeps) and build the outbox."""
-    cfg = config.matrix
-    assert cfg is not None
-    token = read_secret(cfg.access_token_env, secrets)
-    password = read_secret(cfg.password_env, secrets)
-    if not token and not password:
-        raise MatrixLoginMissing(
-            f"[matrix] is configured but neither {cfg.access_token_env} nor {cfg.password_env} "
-            "is set: put the bot account's access token or password in agentd.env"
-        )
-    client = MatrixClient(cfg.homeserver, cfg.user_id, request_timeout=cfg.request_timeout)
-    try:
-        device = await db.read(load_device)
-        device = await client.log_in(token=token, password=password, device_id=device)
-        await db.write(save_device, device)
-    except BaseException:
-        await client.close()
-        raise
-    log.info("matrix logged in", extra={"user": cfg.user_id, "device": device})
-    outbox = MatrixOutbox(
-        client, db, max_message_chars=cfg.max_message_chars, max_file_bytes=cfg.max_file_bytes
-    )
-    return MatrixChannel(config, client, db, outbox, MatrixFiles(client))
+class MatrixChannel:
+    name = NAME
+    block = BLOCK
+
+    def enabled(self, config: Config) -> bool:
+        return config.matrix is not None
+
+    def secret_names(self, config: Config) -> list[str]:
+        cfg = config.matrix
+        return [] if cfg is None else [cfg.access_token_env, cfg.password_env]
+
+    def secret_values(self, config: Config) -> list[str]:
+        return []  # both are read through the one reader, by name
+
+    def checks(self, config: Config, probe: Any) -> list[Any]:
+        from agentd.matrix.doctor import checks
+
+        return checks(config, probe.secrets, device_id)
+
+    async def open(self, ctx: ChannelContext) -> OpenMatrix:
+        cfg = ctx.config.matrix
+        assert cfg is not None
+        token = read_secret(cfg.access_token_env, ctx.secrets)
+        password = read_secret(cfg.password_env, ctx.secrets)
+        if not token and not password:
+            raise ConfigProblem(
+                f"[matrix] is configured but neither {cfg.access_token_env} nor "
+                f"{cfg.password_env} is set: put the bot account's access token or password "
+                "in agentd.env"
+            )
+        channel = OpenMatrix(ctx.config, token, password)
+        log.debug("matrix channel open", extra={"device": device_id(cfg.user_id)})
+        return channel
 
 
-__all__ = ["MatrixChannel", "MatrixError", "MatrixLoginMissing", "open_matrix", "secret_names"]
+def channel() -> MatrixChannel:
+    return MatrixChannel()

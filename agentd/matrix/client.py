@@ -136,13 +136,14 @@ class MatrixClient:
         self.device_id = str(answer.device_id)
         return self.device_id
 
-    async def sync(self, since: str | None, timeout_s: int) -> dict[str, Any]:
+    async def sync(self, since: str | None, wait_ms: int) -> dict[str, Any]:
         """One long poll; the server's JSON as it is."""
 
         async def sync() -> Any:
-            return await self.api.sync(since=since, timeout=timeout_s * 1000, filter_id=None)
+            return await self.api.sync(since=since, timeout=wait_ms, filter_id=None)
 
-        return dict(await self._call("sync", sync, timeout_s + self._timeout))
+        wait = (wait_ms / 1000 if since else 0) + self._timeout
+        return dict(await self._call("sync", sync, wait))
 
     async def send(
         self, room_id: str, event_type: str, content: dict[str, Any], txn_id: str

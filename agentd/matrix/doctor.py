@@ -1,7 +1,7 @@
 """What `agentd doctor` says about `[matrix]`: the homeserver answers, and the login works.
 
 Plain HTTP (urllib), so the check needs no mautrix; it never logs in with the password (that
-would make a device and a token each time): with a password it says which device agentd keeps.
+would make an access token each time): with a password it says which device agentd logs in as.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 from agentd.config import Config, SecretSource, read_secret
 from agentd.tools.capability import Check, Checks
 
-DEVICE_KEY = "matrix_device"  # matrix/intake.py keeps the device id under this kv key
-
 
 def _get(url: str, token: str = "") -> tuple[int, Any]:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -29,18 +27,7 @@ def _get(url: str, token: str = "") -> tuple[int, Any]:
         return exc.code, None
 
 
-def _device(read: Callable[[Callable[[Any], Any]], Any]) -> str:
-    def load(conn: Any) -> str:
-        row = conn.execute("SELECT value FROM kv WHERE key = ?", (DEVICE_KEY,)).fetchone()
-        return str(row[0]) if row else ""
-
-    try:
-        return str(read(load) or "")
-    except Exception:  # a database from before the Matrix tables: no device yet
-        return ""
-
-
-def checks(config: Config, secrets: SecretSource, read: Callable[..., Any]) -> list[Check]:
+def checks(config: Config, secrets: SecretSource, device_of: Callable[[str], str]) -> list[Check]:
     cfg = config.matrix
     found = Checks()
     if cfg is None:
@@ -72,13 +59,11 @@ def checks(config: Config, secrets: SecretSource, read: Callable[..., Any]) -> l
         )
         found.add("matrix login", ok, detail)
     elif password:
-        device = _device(read)
         found.add(
             "matrix login",
             True,
-            f"{cfg.user_id} logs in with {cfg.password_env} at each start, on "
-            + (f"device {device}" if device else "a new device (kept from then on)")
-            + "; not tried here (each login makes an access token)",
+            f"{cfg.user_id} logs in with {cfg.password_env} at each start, always on device "
+            f"{device_of(cfg.user_id)}; not tried here (each login makes an access token)",
             warn=True,
         )
     else:

@@ -1,8 +1,9 @@
 """Local integers for Matrix's string ids (rooms, users, events), kept in `matrix_ids`.
 
 agentd's chats, users and messages are integers everywhere past the channel; a Matrix id gets
-its integer the first time intake or output meets it, for good. They start at 2^53, past
-every Telegram id (at most 52 significant bits), so no two channels ever share a number.
+its integer the first time intake or output meets it, for good. They lie in Matrix's block
+(chat/channel.py: from 2^53, past every Telegram id), so no two channels share a number and
+the core routes a send by its chat id alone.
 The configured owner is the exception: their Matrix account is the owner's agentd user.
 """
 
@@ -10,7 +11,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-BASE = 2**53
+from agentd.chat.channel import block_start
+
+BLOCK = 1  # Matrix's block of agentd ids (chat/channel.py): Telegram has block 0
+BASE = block_start(BLOCK)
 Kind = Literal["room", "user", "event"]
 
 

@@ -22,7 +22,6 @@ from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.matrix import ids, rooms
 from agentd.matrix.classify import EventDecision, MatrixIdentity, Room, classify_event, turn_of
-from agentd.matrix.doctor import DEVICE_KEY
 
 SINCE_KEY = "matrix_since"
 
@@ -45,19 +44,6 @@ def instance_id_of(event_id: str) -> str:
 def load_since(conn: Any) -> str | None:
     row = conn.execute("SELECT value FROM kv WHERE key = ?", (SINCE_KEY,)).fetchone()
     return str(row[0]) if row else None
-
-
-def load_device(conn: Any) -> str:
-    row = conn.execute("SELECT value FROM kv WHERE key = ?", (DEVICE_KEY,)).fetchone()
-    return str(row[0]) if row else ""
-
-
-def save_device(conn: Any, device_id: str) -> None:
-    conn.execute(
-        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
-        "SET value = excluded.value",
-        (DEVICE_KEY, device_id),
-    )
 
 
 def _room(conn: Any, room_id: str) -> Room:

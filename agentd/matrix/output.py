@@ -66,12 +66,22 @@ class MatrixOutbox:
     """Everything agentd says in a Matrix room goes through here (chat ids are local ids)."""
 
     def __init__(
-        self, client: MatrixClient, db: Database, *, max_message_chars: int, max_file_bytes: int
+        self, client: MatrixClient, *, max_message_chars: int, max_file_bytes: int
     ) -> None:
         self._client = client
-        self._db = db
+        self._db_bound: Database | None = None
         self._limit = max_message_chars
         self._max_file = max_file_bytes
+
+    def bind(self, db: Database) -> None:
+        """The database with the id map (matrix_ids); bound before the engine runs."""
+        self._db_bound = db
+
+    @property
+    def _db(self) -> Database:
+        if self._db_bound is None:
+            raise SendFailed("the Matrix channel is not serving yet")
+        return self._db_bound
 
     def split(self, markdown: str) -> list[str]:
         return split_text(markdown, self._limit)
@@ -227,6 +237,9 @@ class MatrixFiles:
 
     def __init__(self, client: MatrixClient) -> None:
         self._client = client
+
+    def handles(self, file_id: str) -> bool:
+        return file_id.startswith("mxc://")
 
     async def download(self, file_id: str, max_bytes: int) -> bytes:
         from agentd.durable import NonRetryable

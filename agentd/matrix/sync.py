@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 from collections.abc import Callable
 
 from agentd.db import Database
@@ -49,7 +50,7 @@ class Syncer:
         since = await self._db.read(load_since)
         while not self._stopping.is_set():
             try:
-                response = await self._client.sync(since, self._timeout if since else 0)
+                response = await self._client.sync(since, self._wait_ms(since))
                 since = await self._store(response, first=since is None)
                 self._failures = 0
             except MatrixError as exc:
@@ -61,6 +62,14 @@ class Syncer:
                 log.exception("storing a sync failed; retrying")
                 await self._backoff(type(exc).__name__)
             self._on_progress()
+
+    def _wait_ms(self, since: str | None) -> int:
+        """How long the server may hold a sync. The first one (no token) is answered at once
+        whatever it says (Synapse: handlers/sync.py), but Synapse caches each answer for two
+        minutes by its request, device and `timeout` included: a random `timeout` keeps a
+        fresh start (a new database on the same device) from being handed another process's
+        first answer, whose token would replay that process's messages as new."""
+        return self._timeout * 1000 if since else secrets.randbelow(1_000_000) + 1
 
     async def _store(self, response: dict[str, object], *, first: bool) -> str:
         result = await self._db.write(
