@@ -701,8 +701,8 @@ class MatrixConfig(_Section):
     """`[matrix]`: Matrix as a second chat channel (agentd/matrix, docs/matrix.md).
 
     agentd logs in as `user_id` on `homeserver`, with the access token in `access_token_env`
-    or else the password in `password_env` (then it keeps its device id in the database, so
-    every start is the same device: the server's transaction-id dedup is per device).
+    or else the password in `password_env` (then always on one device derived from
+    `user_id`: the server's transaction-id dedup is per device).
     """
 
     homeserver: str = Field(pattern=r"^https?://[^\s/]+")
