@@ -64,15 +64,17 @@ class MatrixRig:
 
 
 @contextmanager
-def matrix_rig(tmp: Path, cast: Cast, *, extra: str = "", **env: str) -> Iterator[MatrixRig]:
+def matrix_rig(
+    tmp: Path, cast: Cast, *, extra: str = "", direct: bool = False, **env: str
+) -> Iterator[MatrixRig]:
+    """`direct`: agentd talks to Synapse itself, not through the window proxy (benchmarks)."""
     with (
         WindowProxy.running(cast.server.url) as proxy,
         FakeTelegram.running() as tg,
         FakeAnthropic.running() as llm,
     ):
-        config = CONFIG.format(
-            url=proxy.base_url, bot=cast.bot_user_id, owner=cast.owner.user_id, extra=extra
-        )
+        url = cast.server.url if direct else proxy.base_url
+        config = CONFIG.format(url=url, bot=cast.bot_user_id, owner=cast.owner.user_id, extra=extra)
         (tmp / "agentd.toml").write_text(config)
         environment = daemon_env(
             tmp,

@@ -32,6 +32,7 @@ from agentd.matrix.client import MatrixClient, MatrixError
 log = logging.getLogger("agentd.matrix")
 KEYCAPS = ["1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣"]
 TYPING_RENEW_SECONDS = 8.0
+TYPING_DELAY = 0.3
 
 
 def txn_id() -> str:
@@ -197,8 +198,15 @@ class MatrixOutbox:
 
     @contextlib.asynccontextmanager
     async def typing(self, chat_id: int) -> AsyncIterator[None]:
+        """ "typing…" while the body runs, once it has run TYPING_DELAY: an answer that is there
+        sooner needs no indicator (and saves the homeserver two requests)."""
+        shown = False
+
         async def renew() -> None:
+            nonlocal shown
+            await asyncio.sleep(TYPING_DELAY)
             while True:
+                shown = True
                 await self.chat_action(chat_id)
                 await asyncio.sleep(TYPING_RENEW_SECONDS)
 
@@ -209,8 +217,9 @@ class MatrixOutbox:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            with contextlib.suppress(Exception):
-                await self._client.typing(await self.room_of(chat_id), False)
+            if shown:
+                with contextlib.suppress(Exception):
+                    await self._client.typing(await self.room_of(chat_id), False)
 
 
 def _read_bounded(path: str, limit: int) -> bytes:
