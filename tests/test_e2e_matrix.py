@@ -330,3 +330,39 @@ def test_doctor_checks_the_matrix_login(tmp_path: Path, cast: Cast) -> None:
     token = cast.server.login("bot", cast.bot_password).token
     found = doctor(MATRIX_ACCESS_TOKEN=token)
     assert found["matrix login"]["ok"], found["matrix login"]
+
+
+def _context(request: dict[str, Any]) -> str:
+    body = request["body"]
+    context = body["messages"][-1]["content"][-1].get("text", "")
+    return "\n".join([*(block["text"] for block in body["system"]), context])
+
+
+def test_one_owner_on_both_channels_with_one_memory(tmp_path: Path, cast: Cast) -> None:
+    """What the owner tells the agent on Telegram, it knows on Matrix: one agentd user. Another
+    person served on Matrix is a user of their own and does not see it."""
+    friend = cast.stranger  # served here, by name
+    extra = f'allowed_users = ["{friend.user_id}"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        rig.llm.enqueue_tool_use(
+            "remember",
+            {"kind": "preference", "key": "drink", "content": "Likes oolong tea"},
+            "toolu_rem",
+        )
+        rig.llm.enqueue_text("I'll remember that.")
+        rig.tg.add_message(OWNER, OWNER, "I like oolong tea, remember that")
+        rig.tg.wait_until(
+            lambda: any(m["plain_text"] == "I'll remember that." for m in rig.tg.sent), 60, "ok"
+        )
+        room = rig.dm()
+        rig.owner.say(room, "what do I drink?")
+        rig.wait_answer(room, "echo: what do I drink?")
+        asked = [r for r in rig.llm.requests if "what do I drink" in json.dumps(r["body"])]
+        assert "Likes oolong tea" in _context(asked[-1])
+        theirs = rig.dm(friend)
+        friend.say(theirs, "what do I drink, friend?")
+        wait_for(lambda: rig.bot_texts(theirs, friend), 60, "the friend's answer")
+        asked = [r for r in rig.llm.requests if "drink, friend" in json.dumps(r["body"])]
+        assert "oolong" not in _context(asked[-1])
+        users = {u for (u,) in rig.query("SELECT DISTINCT user_id FROM memories")}
+        assert users == {OWNER}
