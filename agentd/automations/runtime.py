@@ -26,6 +26,7 @@ from agentd.automations import runs
 from agentd.automations.api import Automation, AutoStep, RunState, ToolRun, field_errors
 from agentd.automations.catalog import RELOAD_WORKFLOW, Catalog
 from agentd.automations.owner import owner
+from agentd.chat import addresses
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.notice import post_notice
@@ -475,12 +476,20 @@ class Runtime:
         return await step.do(name, call, retry=retry, result_type=output)
 
     async def send(self, step: Step, name: str, text: str, to: str | None = None) -> int:
-        chat = self.chat_named(to)
+        chat = await self.chat_named(to)
         return await deliver(step, self.db, name, chat, partial(self.outbox.send_text, chat, text))
 
-    def chat_named(self, to: str | None) -> int:
-        """The chat `to` names in `[automations] chats`; the owner's when unnamed or unset."""
+    async def chat_named(self, to: str | None) -> int:
+        """The chat `to` names in `[automations] chats`; the owner's when unnamed or unset, or
+        when it names a room no channel has met yet (said in the log)."""
         named = self.config.automations.chats.get(to) if to else None
+        if isinstance(named, str):
+            address, named = named, await self.db.read(addresses.chat_of, named)
+            if named is None:
+                log.warning(
+                    "automations.chats names a room agentd is not in; told the owner instead",
+                    extra={"chat_name": to, "address": address},
+                )
         return named if named is not None else self._owner_chat()
 
     async def tool(

@@ -643,8 +643,10 @@ class AutomationsConfig(_Section):
     modules: list[str] = Field(default_factory=list)
     ask_timeout: float = Field(default=24 * 3600.0, gt=0)  # step.ask_owner's default timeout
     # Chats an automation may write to by name besides the owner's (`step.send(…, to="desk")`),
-    # e.g. a supervisors' group the bot is in; a name not here goes to the owner's chat.
-    chats: dict[str, int] = Field(default_factory=dict)
+    # e.g. a supervisors' group the bot is in: a chat id, or a room's address on a channel that
+    # names rooms with strings ("!abc:example.org" on Matrix); a name not here, or a room the
+    # bot has not met, goes to the owner's chat.
+    chats: dict[str, int | str] = Field(default_factory=dict)
     # NAMES of the settings and secrets automations read with `step.secret(NAME)`, through the
     # one reader (environment, agentd.env, credential); their values are redacted everywhere.
     secrets: list[str] = Field(default_factory=list)

@@ -839,6 +839,15 @@ CREATE TABLE matrix_buttons (
 );
 """
 
+M041_CHAT_ADDRESSES = """
+-- A chat a channel names with a string (a Matrix room's id), by the agentd chat id it has:
+-- what lets the owner name such a chat in the configuration ([automations.chats]).
+CREATE TABLE chat_addresses (
+    address TEXT PRIMARY KEY,
+    chat_id INTEGER NOT NULL
+);
+"""
+
 
 # Watches ("check X and tell me only if Y", agentd/watch/): what each reads and when it
 # speaks, what it saw last (so an unchanged source costs no model call), and one row per
@@ -1030,6 +1039,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m047_hook_deliveries", M047_HOOK_DELIVERIES),
     ("m050_automations_loaded", M050_AUTOMATIONS_LOADED),
     ("m040_matrix", M040_MATRIX),
+    ("m041_chat_addresses", M041_CHAT_ADDRESSES),
 ]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from agentd.chat import addresses
 from agentd.chat.channel import block_start
 
 BLOCK = 1  # Matrix's block of agentd ids (chat/channel.py): Telegram has block 0
@@ -26,7 +27,10 @@ def local_id(conn: Any, kind: Kind, mxid: str, room_id: str | None = None) -> in
         cursor = conn.execute(
             "INSERT INTO matrix_ids (kind, mxid, room_id) VALUES (?, ?, ?)", (kind, mxid, room_id)
         )
-        return BASE + int(cursor.lastrowid)
+        local = BASE + int(cursor.lastrowid)
+        if kind == "room":  # so the owner can name the room in the configuration
+            addresses.note(conn, mxid, local)
+        return local
     return BASE + int(found[0])
 
 

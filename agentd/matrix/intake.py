@@ -152,6 +152,7 @@ def persist_sync(
             if not first:
                 _take_event(conn, event, room, me, engine, on_callback, on_command, result)
         _save_room(conn, room, "joined")
+        ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
     for room_id in rooms_data.get("leave") or {}:
         conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
     conn.execute(
