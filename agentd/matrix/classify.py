@@ -52,7 +52,7 @@ class EventDecision(BaseModel):
 
 def addressed(event: dict[str, Any], bot: str, replied_to_bot: bool) -> bool:
     """In a group, only a message meant for the bot is answered: a mention, or a reply."""
-    content = event.get("content") or {}
+    content = event.get("content") if isinstance(event.get("content"), dict) else {}
     mentions = content.get("m.mentions") or {}
     if isinstance(mentions, dict) and bot in (mentions.get("user_ids") or []):
         return True
@@ -72,8 +72,8 @@ def turn_of(
     private: bool,
 ) -> TurnInput:
     """The turn a message starts; an unknown message type is `unsupported` (answered so)."""
-    content = event.get("content") or {}
-    msgtype = str(content.get("msgtype") or "")
+    content = event.get("content") if isinstance(event.get("content"), dict) else {}
+    msgtype = str(content.get("msgtype") or "")[:100]
     body = content.get("body")
     text = body[:MAX_TEXT_CHARS] if isinstance(body, str) else ""
     url = content.get("url") if isinstance(content.get("url"), str) else None
@@ -122,8 +122,8 @@ def classify_event(
         return EventDecision(action="reject", kind=etype, reason="user not in allowlist")
     if etype == "m.reaction":
         return EventDecision(action="reaction", kind=etype)
-    content = event.get("content") or {}
-    relates = content.get("m.relates_to") if isinstance(content, dict) else None
+    content = event.get("content") if isinstance(event.get("content"), dict) else {}
+    relates = content.get("m.relates_to")
     if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
         return EventDecision(action="ignore", kind=etype, reason="edits are not taken on Matrix")
     if room.private_with(me.bot, sender):

@@ -36,9 +36,27 @@ class SyncResult(BaseModel):
     ignored: list[tuple[str, str, str]] = Field(default_factory=list)  # room, sender, reason
 
 
+def _obj(value: Any) -> dict[str, Any]:
+    """A JSON object from the server, or an empty one for anything else (never trusted)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _events(value: Any) -> list[Any]:
+    events = _obj(value).get("events")
+    return events if isinstance(events, list) else []
+
+
 def instance_id_of(event_id: str) -> str:
     """A turn's instance id from its event id (bounded length, any characters in)."""
     return "mx-" + hashlib.sha256(event_id.encode()).hexdigest()[:32]
+
+
+def next_batch(response: dict[str, Any]) -> str:
+    """The token a sync answer moves to; a server that sent none is not followed blindly."""
+    token = response.get("next_batch")
+    if not isinstance(token, str) or not token or len(token) > 1000:
+        raise ValueError("the homeserver's sync answer has no usable next_batch")
+    return token
 
 
 def load_since(conn: Any) -> str | None:
@@ -74,7 +92,7 @@ def apply_state(room: Room, events: list[Any]) -> Room:
         if etype == "m.room.encryption":
             encrypted = True  # once on, a room's encryption can never be turned off
         elif etype == "m.room.member" and isinstance(key, str):
-            membership = (event.get("content") or {}).get("membership")
+            membership = _obj(event.get("content")).get("membership")
             if membership in ("join", "invite"):
                 members.add(key)
             else:
@@ -100,7 +118,7 @@ def _invites(
     """Join a served person's room; refuse an encrypted one; a stranger's invite costs nothing:
     never joined, never answered, nothing stored but a log line."""
     for room_id, data in invited.items():
-        events = ((data or {}).get("invite_state") or {}).get("events") or []
+        events = _events(_obj(data).get("invite_state"))
         inviter = next(
             (
                 str(e.get("sender") or "")
@@ -139,12 +157,12 @@ def persist_sync(
     `first`: the answer to a sync with no token, which holds the rooms' past; it is taken as
     state only (the bot answers nothing written before it first started)."""
     result = SyncResult()
-    rooms_data = response.get("rooms") or {}
-    _invites(conn, rooms_data.get("invite") or {}, me, engine, result)
-    for room_id, data in (rooms_data.get("join") or {}).items():
-        data = data or {}
-        timeline = (data.get("timeline") or {}).get("events") or []
-        room = apply_state(_room(conn, room_id), (data.get("state") or {}).get("events") or [])
+    rooms_data = _obj(response.get("rooms"))
+    _invites(conn, _obj(rooms_data.get("invite")), me, engine, result)
+    for room_id, data in _obj(rooms_data.get("join")).items():
+        data = _obj(data)
+        timeline = _events(data.get("timeline"))
+        room = apply_state(_room(conn, room_id), _events(data.get("state")))
         for event in timeline:
             if not isinstance(event, dict):
                 continue
@@ -153,19 +171,19 @@ def persist_sync(
                 _take_event(conn, event, room, me, engine, on_callback, on_command, result)
         _save_room(conn, room, "joined")
         ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
-    for room_id in rooms_data.get("leave") or {}:
+    for room_id in _obj(rooms_data.get("leave")):
         conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
     conn.execute(
         "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
         "SET value = excluded.value",
-        (SINCE_KEY, str(response["next_batch"])),
+        (SINCE_KEY, next_batch(response)),
     )
     return result
 
 
 def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
     """A reply to one of the bot's messages (an event agentd sent, not one it took in)."""
-    relates = (event.get("content") or {}).get("m.relates_to")
+    relates = _obj(event.get("content")).get("m.relates_to")
     reply = relates.get("m.in_reply_to") if isinstance(relates, dict) else None
     target = reply.get("event_id") if isinstance(reply, dict) else None
     if not isinstance(target, str) or ids.known_id(conn, "event", target) is None:
@@ -190,11 +208,16 @@ def _take_event(
     if conn.execute("SELECT 1 FROM matrix_events WHERE event_id = ?", (event_id,)).fetchone():
         result.duplicates += 1
         return
-    decision = classify_event(event, room, me, replied_to_bot=_replied_to_bot(conn, event))
-    if decision.action == "ignore" and decision.reason == "the bot's own event":
-        return  # the echo of a send: nothing to record
+    kind = str(event.get("type") or "")[:100]
+    # A savepoint per event: one that cannot be read or started is recorded as failed without
+    # rolling back the rest of the sync, so intake never stalls on it (nor re-reads it).
     conn.execute("SAVEPOINT one_event")
     try:
+        decision = classify_event(event, room, me, replied_to_bot=_replied_to_bot(conn, event))
+        if decision.action == "ignore" and decision.reason == "the bot's own event":
+            conn.execute("RELEASE one_event")
+            return  # the echo of a send: nothing to record
+        kind = decision.kind
         outcome, instance_id = _apply(
             conn, event, decision, room, me, engine, on_callback, on_command, result
         )
@@ -206,7 +229,7 @@ def _take_event(
     conn.execute(
         "INSERT INTO matrix_events (event_id, received_at, room_id, sender, kind, outcome, "
         "instance_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (event_id, time.time(), room.room_id, sender, decision.kind, outcome, instance_id),
+        (event_id, time.time(), room.room_id, sender[:300], kind, outcome, instance_id),
     )
 
 
@@ -271,7 +294,7 @@ def _reaction(
     conn: Any, event: dict[str, Any], room: Room, me: MatrixIdentity, on_callback: CallbackHandler
 ) -> str:
     """A reaction on a card is a press of the button it stands for; any other is nothing."""
-    relates = (event.get("content") or {}).get("m.relates_to") or {}
+    relates = _obj(_obj(event.get("content")).get("m.relates_to"))
     target, key = relates.get("event_id"), relates.get("key")
     if relates.get("rel_type") != "m.annotation" or not isinstance(target, str):
         return "ignore"

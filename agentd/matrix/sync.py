@@ -12,7 +12,13 @@ from agentd.db import Database
 from agentd.durable import Engine
 from agentd.matrix.classify import MatrixIdentity
 from agentd.matrix.client import MatrixClient, MatrixError
-from agentd.matrix.intake import CallbackHandler, CommandHook, load_since, persist_sync
+from agentd.matrix.intake import (
+    CallbackHandler,
+    CommandHook,
+    load_since,
+    next_batch,
+    persist_sync,
+)
 
 log = logging.getLogger("agentd.matrix")
 MAX_BACKOFF = 5.0
@@ -90,7 +96,7 @@ class Syncer:
         if result.keys:
             await asyncio.sleep(0)  # let the turns take their first step before the next poll
             await self._engine.poll_once()  # wake turns waiting for a card's answer
-        return str(response["next_batch"])
+        return next_batch(response)
 
     async def _backoff(self, reason: str) -> None:
         self._failures += 1

@@ -1,0 +1,193 @@
+"""Matrix intake on its own: a /sync answer, hostile or repeated, against the real database
+and engine (no homeserver): what it starts, what it stores, and that it never stalls."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentd.chat.inputs import TurnInput
+from agentd.chat.names import TURN_WORKFLOW
+from agentd.db import Database
+from agentd.durable import Engine, FakeClock, Step, workflow
+from agentd.matrix import rooms
+from agentd.matrix.classify import MatrixIdentity
+from agentd.matrix.intake import SINCE_KEY, persist_sync
+
+BOT, OWNER, STRANGER = "@bot:hs", "@owner:hs", "@stranger:hs"
+ME = MatrixIdentity(bot=BOT, owner=OWNER, owner_id=42)
+ROOM = "!dm:hs"
+
+
+@workflow(TURN_WORKFLOW)
+async def turn(step: Step, inp: TurnInput) -> rooms.RoomOutput:  # never run here
+    raise AssertionError("not run")
+
+
+async def _engine(db: Database) -> Engine:
+    engine = Engine(db, clock=FakeClock(), poll_interval=0.02)
+    engine.register(turn)
+    engine.register(rooms.make_room_workflow(None, db))
+    return engine
+
+
+def _member(user: str, membership: str = "join") -> dict[str, Any]:
+    return {
+        "type": "m.room.member",
+        "state_key": user,
+        "sender": user,
+        "content": {"membership": membership},
+        "event_id": f"$m-{user}-{membership}",
+    }
+
+
+def _text(event_id: str, body: str, sender: str = OWNER) -> dict[str, Any]:
+    return {
+        "type": "m.room.message",
+        "sender": sender,
+        "event_id": event_id,
+        "origin_server_ts": 1_700_000_000_000,
+        "content": {"msgtype": "m.text", "body": body},
+    }
+
+
+def _sync(token: str, *timeline: Any, state: Any = None, invite: Any = None) -> dict[str, Any]:
+    joined = {
+        ROOM: {
+            "state": {"events": state or [_member(BOT), _member(OWNER)]},
+            "timeline": {"events": list(timeline)},
+        }
+    }
+    return {"next_batch": token, "rooms": {"join": joined, "invite": invite or {}}}
+
+
+async def _persist(db: Database, engine: Engine, response: Any, first: bool = False) -> Any:
+    return await db.write(
+        persist_sync, response, ME, engine, lambda c, p: "", lambda t, c: None, first=first
+    )
+
+
+async def _turns(db: Database) -> list[dict[str, Any]]:
+    rows = await db.read(
+        lambda c: c.execute(
+            "SELECT input FROM workflow_instances WHERE workflow = ?", (TURN_WORKFLOW,)
+        ).fetchall()
+    )
+    return [json.loads(r[0]) for r in rows]
+
+
+async def _since(db: Database) -> str | None:
+    row = await db.read(
+        lambda c: c.execute("SELECT value FROM kv WHERE key = ?", (SINCE_KEY,)).fetchone()
+    )
+    return None if row is None else str(row[0])
+
+
+async def test_a_message_starts_one_turn_even_when_the_batch_comes_twice(db: Database) -> None:
+    engine = await _engine(db)
+    batch = _sync("s1", _text("$a", "hello"))
+    await _persist(db, engine, batch)
+    again = await _persist(db, engine, batch)
+    assert again.duplicates == 1
+    [inp] = await _turns(db)
+    assert inp["text"] == "hello" and inp["chat_kind"] == "private" and inp["user_id"] == 42
+    assert await _since(db) == "s1"
+
+
+async def test_the_first_sync_is_the_past_and_starts_nothing(db: Database) -> None:
+    engine = await _engine(db)
+    await _persist(db, engine, _sync("s0", _text("$old", "before agentd started")), first=True)
+    assert await _turns(db) == [] and await _since(db) == "s0"
+
+
+async def test_hostile_events_are_recorded_and_the_good_one_still_starts(db: Database) -> None:
+    engine = await _engine(db)
+    hostile = [
+        "not an event",
+        {"type": "m.room.message", "sender": OWNER, "event_id": "$list", "content": ["x"]},
+        {**_text("$ts", "bad time"), "origin_server_ts": "yesterday"},
+        {
+            "type": "m.room.message",
+            "sender": OWNER,
+            "event_id": "$huge",
+            "content": {"msgtype": "m." + "x" * 10_000, "body": 5},
+        },
+        _text("$good", "still answered"),
+    ]
+    response = _sync("s2", *hostile)
+    response["rooms"]["leave"] = ["not", "a", "dict"]
+    response["rooms"]["invite"] = {"!x:hs": "nonsense"}
+    await _persist(db, engine, response)
+    # A served person's message agentd cannot read is answered so (as on Telegram).
+    turns = [(t["kind"], t["text"], t.get("unsupported_kind")) for t in await _turns(db)]
+    assert turns == [
+        ("unsupported", "", "message"),
+        ("unsupported", "", "m." + "x" * 98),
+        ("text", "still answered", None),
+    ]
+    outcomes = dict(
+        await db.read(lambda c: c.execute("SELECT event_id, outcome FROM matrix_events").fetchall())
+    )
+    assert outcomes["$ts"] == "failed" and outcomes["$good"] == "turn"
+    assert await _since(db) == "s2"
+
+
+async def test_an_answer_without_a_token_commits_nothing(db: Database) -> None:
+    engine = await _engine(db)
+    with pytest.raises(ValueError, match="next_batch"):
+        await _persist(db, engine, {"rooms": {"join": {}}, "next_batch": ""})
+    with pytest.raises(ValueError):
+        await _persist(db, engine, {**_sync("x", _text("$t", "hi")), "next_batch": None})
+    assert await _turns(db) == [] and await _since(db) is None
+
+
+async def test_invites_a_strangers_costs_nothing_an_encrypted_room_is_refused(
+    db: Database,
+) -> None:
+    engine = await _engine(db)
+    invite = {
+        "!stranger:hs": {
+            "invite_state": {
+                "events": [
+                    {
+                        "type": "m.room.member",
+                        "state_key": BOT,
+                        "sender": STRANGER,
+                        "content": {"membership": "invite"},
+                    }
+                ]
+            }
+        },
+        "!secret:hs": {
+            "invite_state": {
+                "events": [
+                    {
+                        "type": "m.room.member",
+                        "state_key": BOT,
+                        "sender": OWNER,
+                        "content": {"membership": "invite"},
+                    },
+                    {
+                        "type": "m.room.encryption",
+                        "state_key": "",
+                        "sender": OWNER,
+                        "content": {"algorithm": "m.megolm.v1.aes-sha2"},
+                    },
+                ]
+            }
+        },
+    }
+    result = await _persist(db, engine, {"next_batch": "s3", "rooms": {"invite": invite}})
+    assert ("!stranger:hs", STRANGER, "invite from someone not served") in result.ignored
+    rows = await db.read(
+        lambda c: c.execute(
+            "SELECT input FROM workflow_instances WHERE workflow = ?", (rooms.ROOM_WORKFLOW,)
+        ).fetchall()
+    )
+    [action] = [json.loads(r[0]) for r in rows]
+    assert action["room_id"] == "!secret:hs" and action["action"] == "leave"
+    assert "encryption" in action["reason"]
+    stored = await db.read(lambda c: c.execute("SELECT room_id FROM matrix_rooms").fetchall())
+    assert ("!stranger:hs",) not in stored
