@@ -403,3 +403,38 @@ def test_the_appointment_desk_escalates_into_a_matrix_room(tmp_path: Path, cast:
             )
             assert len(told) == 1 and "call_locked" in told[0] and "cust_001" in told[0]
             assert not [m for m in rig.tg.sent if "Escalated" in m["plain_text"]]
+
+
+def test_kill_between_the_card_and_its_reactions(tmp_path: Path, cast: Cast) -> None:
+    """The card's step sends the card, then a reaction per choice. Killed with the first
+    reaction taken by Synapse and unanswered: the re-run sends the same transaction ids, so
+    the room holds one card with one reaction per choice, and the owner's answer still counts."""
+    extra = '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        owner, room = rig.owner, rig.dm()
+        rig.llm.set_responder(_delete("/tmp/kill-card"))
+        rig.proxy.hold_after("m.annotation")
+        owner.say(room, "delete /tmp/kill-card")
+        rig.proxy.wait_until(lambda: rig.proxy.held, 60, "the first reaction held")
+        _restart(rig)
+
+        def cards() -> list[dict[str, Any]]:
+            return [
+                e
+                for e in owner.from_user(room, rig.bot)
+                if "React to answer" in str(e["content"].get("body"))
+            ]
+
+        def reactions() -> list[str]:
+            return [
+                r["content"]["m.relates_to"]["key"]
+                for r in owner.from_user(room, rig.bot, "m.reaction")
+            ]
+
+        wait_for(lambda: len(reactions()) == 2, 60, "both reactions after the restart")
+        [card] = cards()
+        assert sorted(reactions()) == sorted(set(reactions()))
+        owner.react(room, card["event_id"], reactions()[0])
+        rig.wait_answer(room, "done")
+        assert rig.daemon.effects() == ["delete_file /tmp/kill-card"]
+        assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
