@@ -33,6 +33,7 @@ class SyncResult(BaseModel):
     keys: set[str] = Field(default_factory=set)
     accepted: int = 0
     duplicates: int = 0
+    presses: int = 0  # reactions taken as a card's answer: the turns waiting for one wake
     ignored: list[tuple[str, str, str]] = Field(default_factory=list)  # room, sender, reason
 
 
@@ -265,7 +266,9 @@ def _apply(
         audit.record(conn, "access_denied", detail={"channel": "matrix", "kind": decision.kind})
         return "reject", None
     if decision.action == "reaction":
-        return _reaction(conn, event, room, me, on_callback), None
+        outcome = _reaction(conn, event, room, me, on_callback)
+        result.presses += outcome == "callback"
+        return outcome, None
     if decision.action != "turn":
         return decision.action, None
     local_event = ids.local_id(conn, "event", str(event["event_id"]), room.room_id)
@@ -314,4 +317,4 @@ def _reaction(
         chat_kind="private" if room.private_with(me.bot, sender) else "group",  # type: ignore[call-arg]
     )
     on_callback(conn, press)
-    return "callback"
+    return "callback"  # counted by the caller

@@ -71,6 +71,7 @@ class MatrixOutbox:
     ) -> None:
         self._client = client
         self._db_bound: Database | None = None
+        self._rooms: dict[int, str] = {}
         self._limit = max_message_chars
         self._max_file = max_file_bytes
 
@@ -88,9 +89,11 @@ class MatrixOutbox:
         return split_text(markdown, self._limit)
 
     async def room_of(self, chat_id: int) -> str:
-        room = await self._db.read(ids.mxid_of, "room", chat_id)
+        # A chat's room never changes: read once per process.
+        room = self._rooms.get(chat_id) or await self._db.read(ids.mxid_of, "room", chat_id)
         if room is None:
             raise SendFailed(f"chat {chat_id} is no Matrix room agentd knows")
+        self._rooms[chat_id] = room
         return room
 
     async def _event(self, room_id: str, event_type: str, content: dict[str, Any]) -> str:

@@ -95,7 +95,8 @@ class Syncer:
             self._engine.kick(key)
         if result.keys:
             await asyncio.sleep(0)  # let the turns take their first step before the next poll
-            await self._engine.poll_once()  # wake turns waiting for a card's answer
+        if result.presses:
+            await self._engine.poll_once()  # wake turns waiting for a card's answer now
         return next_batch(response)
 
     async def _backoff(self, reason: str) -> None:
