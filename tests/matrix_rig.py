@@ -47,6 +47,26 @@ class MatrixRig:
             if (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"
         ]
 
+    def shown(self, room: str) -> list[str]:
+        """The bot's messages as a client shows them: each with its newest edit applied."""
+        events = self.owner.from_user(room, self.bot)
+        latest: dict[str, str] = {}
+        for e in events:
+            relates = e["content"].get("m.relates_to") or {}
+            if relates.get("rel_type") == "m.replace":
+                latest[relates["event_id"]] = str(e["content"]["m.new_content"]["body"])
+        return [
+            latest.get(e["event_id"], str(e["content"].get("body")))
+            for e in events
+            if (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"
+        ]
+
+    def edits(self, room: str) -> int:
+        events = self.owner.from_user(room, self.bot)
+        return sum(
+            (e["content"].get("m.relates_to") or {}).get("rel_type") == "m.replace" for e in events
+        )
+
     def wait_answer(self, room: str, text: str, timeout: float = 60) -> list[str]:
         """Wait for the bot's message `text` in the room; return all its messages there."""
 
@@ -65,25 +85,30 @@ class MatrixRig:
 
 @contextmanager
 def matrix_rig(
-    tmp: Path, cast: Cast, *, extra: str = "", direct: bool = False, **env: str
+    tmp: Path,
+    cast: Cast,
+    *,
+    extra: str = "",
+    direct: bool = False,
+    llm_args: dict[str, Any] | None = None,
+    **env: str,
 ) -> Iterator[MatrixRig]:
-    """`direct`: agentd talks to Synapse itself, not through the window proxy (benchmarks)."""
+    """`direct`: agentd talks to Synapse itself, not through the window proxy (benchmarks);
+    `llm_args`: the model fake's (a slow stream, say)."""
     with (
         WindowProxy.running(cast.server.url) as proxy,
         FakeTelegram.running() as tg,
-        FakeAnthropic.running() as llm,
+        FakeAnthropic.running(**(llm_args or {})) as llm,
     ):
         url = cast.server.url if direct else proxy.base_url
         config = CONFIG.format(url=url, bot=cast.bot_user_id, owner=cast.owner.user_id, extra=extra)
         (tmp / "agentd.toml").write_text(config)
-        environment = daemon_env(
-            tmp,
-            tg.base_url,
-            llm.base_url,
-            AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__STREAMING="false",
-            MATRIX_PASSWORD=cast.bot_password,
+        overrides = {
+            "AGENTD_CONFIG": str(tmp / "agentd.toml"),
+            "AGENTD_TELEGRAM__STREAMING": "false",
+            "MATRIX_PASSWORD": cast.bot_password,
             **env,
-        )
+        }
+        environment = daemon_env(tmp, tg.base_url, llm.base_url, **overrides)
         with running_daemon(tmp, environment) as daemon:
             yield MatrixRig(cast, proxy, tg, llm, daemon)

@@ -438,3 +438,22 @@ def test_kill_between_the_card_and_its_reactions(tmp_path: Path, cast: Cast) -> 
         rig.wait_answer(room, "done")
         assert rig.daemon.effects() == ["delete_file /tmp/kill-card"]
         assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
+
+
+ANSWER = "Here is a fairly long answer, written slowly so that its edits can show it growing. " * 3
+
+
+def test_an_answer_streams_as_one_message_edited_as_it_grows(tmp_path: Path, cast: Cast) -> None:
+    slow = {"stream_delay": 0.05, "stream_chunk_chars": 12}
+    env = {"AGENTD_TELEGRAM__STREAMING": "true", "AGENTD_TELEGRAM__STREAM_INTERVAL": "0.2"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(ANSWER.strip())
+        rig.owner.say(room, "tell me something")
+        wait_for(lambda: rig.shown(room) == [ANSWER.strip()], 60, "the whole answer shown")
+        assert rig.edits(room) >= 2  # it grew, then the answer took its place
+        first = rig.bot_texts(room)[0]
+        assert len(first) < len(ANSWER.strip()) and ANSWER.startswith(first)
+        rig.owner.say(room, "and now?")  # the next answer is a message of its own
+        wait_for(lambda: len(rig.shown(room)) == 2, 60, "the second answer")
+        assert rig.shown(room)[1] == "echo: and now?"

@@ -848,6 +848,15 @@ CREATE TABLE chat_addresses (
 );
 """
 
+M042_MATRIX_DRAFTS = """
+-- A Matrix chat's answer being written, shown as a message edited as it grows (m.replace):
+-- the answer, when sent, replaces it instead of arriving as a second message.
+CREATE TABLE matrix_drafts (
+    chat_id INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL
+);
+"""
+
 
 # Watches ("check X and tell me only if Y", agentd/watch/): what each reads and when it
 # speaks, what it saw last (so an unchanged source costs no model call), and one row per
@@ -1040,6 +1049,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m050_automations_loaded", M050_AUTOMATIONS_LOADED),
     ("m040_matrix", M040_MATRIX),
     ("m041_chat_addresses", M041_CHAT_ADDRESSES),
+    ("m042_matrix_drafts", M042_MATRIX_DRAFTS),
 ]
 
 

@@ -96,10 +96,12 @@ class MatrixOutbox:
         self._rooms[chat_id] = room
         return room
 
-    async def _event(self, room_id: str, event_type: str, content: dict[str, Any]) -> str:
+    async def _event(
+        self, room_id: str, event_type: str, content: dict[str, Any], txn: str = ""
+    ) -> str:
         await settle_send(idempotent=True)  # the transaction id makes a re-send the same event
         try:
-            return await self._client.send(room_id, event_type, content, txn_id())
+            return await self._client.send(room_id, event_type, content, txn or txn_id())
         except MatrixError as exc:
             if exc.fault.kind == "transient":
                 raise
@@ -124,6 +126,11 @@ class MatrixOutbox:
         preview_url: str | None = None,  # Matrix clients preview on their own settings
     ) -> int:
         room = await self.room_of(chat_id)
+        draft = None if buttons else await self._db.read(_open_draft, chat_id)
+        if draft is not None:  # the answer takes the place of its draft: one message
+            await self._event(room, "m.room.message", _replacing(draft, markdown))
+            await self._db.write(_close_draft, chat_id)
+            return await self._local(room, draft)
         choices: list[tuple[str, str]] = []
         if buttons:
             markdown, choices = card_text(markdown, buttons)
@@ -149,16 +156,9 @@ class MatrixOutbox:
         target = await self._db.read(ids.event_of, message_id)
         if target is None:
             raise SendFailed(f"message {message_id} is no Matrix event agentd sent")
-        new = {"msgtype": "m.text", "body": markdown}
-        content = {
-            "msgtype": "m.text",
-            "body": f"* {markdown}",
-            "m.new_content": new,
-            "m.relates_to": {"rel_type": "m.replace", "event_id": target[0]},
-        }
         if not buttons:
             await self._db.write(_drop_buttons, target[0])
-        await self._event(room, "m.room.message", content)
+        await self._event(room, "m.room.message", _replacing(target[0], markdown))
 
     async def send_document(
         self,
@@ -193,7 +193,24 @@ class MatrixOutbox:
         """Matrix has no toast for a reaction: the card's edit is the answer."""
 
     async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
-        return False  # no drafts on Matrix: the answer arrives whole
+        """The answer so far, as one message edited as it grows; the answer replaces it when
+        sent (`send_text`). Its first send's transaction id comes from the draft's id (the
+        model call's), so a call resumed after a crash finds the same message. Best effort:
+        False ends the drafts of this answer."""
+        try:
+            room = await self.room_of(chat_id)
+            draft = await self._db.read(_open_draft, chat_id)
+            if draft is None:
+                txn = "agentd-draft-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
+                content = {"msgtype": "m.text", "body": text}
+                draft = await self._client.send(room, "m.room.message", content, txn[:60])
+                await self._db.write(_save_draft, chat_id, draft)
+            else:
+                await self._client.send(room, "m.room.message", _replacing(draft, text), txn_id())
+        except Exception as exc:  # cancellation is BaseException and still propagates
+            log.info("matrix draft skipped (best effort)", extra={"reason": type(exc).__name__})
+            return False
+        return True
 
     async def chat_action(self, chat_id: int) -> None:
         with contextlib.suppress(Exception):
@@ -223,6 +240,32 @@ class MatrixOutbox:
             if shown:
                 with contextlib.suppress(Exception):
                     await self._client.typing(await self.room_of(chat_id), False)
+
+
+def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
+    """An edit (`m.replace`) of one of the bot's messages to `markdown`."""
+    return {
+        "msgtype": "m.text",
+        "body": f"* {markdown}",
+        "m.new_content": {"msgtype": "m.text", "body": markdown},
+        "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
+    }
+
+
+def _open_draft(conn: Any, chat_id: int) -> str | None:
+    row = conn.execute("SELECT event_id FROM matrix_drafts WHERE chat_id = ?", (chat_id,))
+    found = row.fetchone()
+    return None if found is None else str(found[0])
+
+
+def _save_draft(conn: Any, chat_id: int, event_id: str) -> None:
+    conn.execute(
+        "INSERT OR IGNORE INTO matrix_drafts (chat_id, event_id) VALUES (?, ?)", (chat_id, event_id)
+    )
+
+
+def _close_draft(conn: Any, chat_id: int) -> None:
+    conn.execute("DELETE FROM matrix_drafts WHERE chat_id = ?", (chat_id,))
 
 
 def _read_bounded(path: str, limit: int) -> bytes:
