@@ -191,3 +191,17 @@ async def test_invites_a_strangers_costs_nothing_an_encrypted_room_is_refused(
     assert "encryption" in action["reason"]
     stored = await db.read(lambda c: c.execute("SELECT room_id FROM matrix_rooms").fetchall())
     assert ("!stranger:hs",) not in stored
+
+
+async def test_what_was_written_before_the_bot_joined_is_the_past(db: Database) -> None:
+    """A room joined late hands over its recent past with the join: not answered."""
+    engine = await _engine(db)
+    response = _sync(
+        "s4",
+        _text("$before", "written while the invite waited"),
+        _member(BOT),
+        _text("$after", "hello, bot"),
+        state=[_member(OWNER)],
+    )
+    await _persist(db, engine, response)
+    assert [t["text"] for t in await _turns(db)] == ["hello, bot"]

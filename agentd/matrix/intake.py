@@ -164,11 +164,16 @@ def persist_sync(
         data = _obj(data)
         timeline = _events(data.get("timeline"))
         room = apply_state(_room(conn, room_id), _events(data.get("state")))
+        # Written before the bot joined (the room's past, handed over with the join): taken as
+        # state only, as the first sync is; the bot answers what is said to it once it is in.
+        past = first or any(_joins(event, me.bot) for event in timeline)
         for event in timeline:
             if not isinstance(event, dict):
                 continue
             room = apply_state(room, [event] if "state_key" in event else [])
-            if not first:
+            if _joins(event, me.bot):
+                past = first
+            elif not past:
                 _take_event(conn, event, room, me, engine, on_callback, on_command, result)
         _save_room(conn, room, "joined")
         ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
@@ -180,6 +185,16 @@ def persist_sync(
         (SINCE_KEY, next_batch(response)),
     )
     return result
+
+
+def _joins(event: Any, bot: str) -> bool:
+    """The bot's own join of the room."""
+    return (
+        isinstance(event, dict)
+        and event.get("type") == "m.room.member"
+        and event.get("state_key") == bot
+        and _obj(event.get("content")).get("membership") == "join"
+    )
 
 
 def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
