@@ -376,31 +376,28 @@ def test_one_owner_on_both_channels_with_one_memory(tmp_path: Path, cast: Cast) 
 def test_the_appointment_desk_escalates_into_a_matrix_room(tmp_path: Path, cast: Cast) -> None:
     """examples/automations/appointments, unchanged: a refused cancellation is escalated to
     `supervisors`, named in [automations.chats] by a Matrix room's id; it arrives there once."""
-    from tests.test_appointments_e2e import DESK, fake
+    from tests.test_appointments_e2e import DESK, Desk, fake
 
     owner, friend = cast.owner, cast.stranger
     room = owner.create_room(invite=[cast.bot_user_id, friend.user_id], direct=False)
     friend.join(room)
     extra = (
         f'allow_groups = true\nallowed_users = ["{friend.user_id}"]\n\n'
-        f'[automations]\nfolder = "{DESK}"\n\n[automations.chats]\nsupervisors = "{room}"\n'
+        f'[automations]\nfolder = "{DESK}"\n'
+        'secrets = ["APPOINTMENTS_BOOKING_URL", "APPOINTMENTS_BOOKING_TOKEN"]\n\n'
+        f'[automations.chats]\nsupervisors = "{room}"\n'
     )
     with fake.FakeBooking() as booking:
         booking.cancel_fails = True
         env = {"APPOINTMENTS_BOOKING_URL": booking.url}
         with matrix_rig(tmp_path, cast, extra=extra, **env) as rig:
             wait_for(lambda: rig.bot in owner.joined_members(room), 60, "the bot joining")
-            inp = {"callSessionId": "call_locked", "customerId": "cust_001"}
-            started = rig.daemon.cli_json(
-                "workflows", "start", "cancel_appointment", "--input", json.dumps(inp)
+            desk = Desk(rig.daemon, rig.tg, booking)  # the desk's own test calls
+            iid = desk.start(
+                "cancel_appointment", {"callSessionId": "call_locked", "customerId": "cust_001"}
             )
-            iid = str(started["instance_id"])
-            done = rig.daemon.cli(
-                "workflows", "signal", iid, "cancel_confirm", "--data", '{"confirm": true}'
-            )
-            assert done.returncode == 0, done.stderr
-            finished = rig.daemon.cli("workflows", "wait", iid, "--timeout", "90")
-            assert json.loads(finished.stdout)["output"]["status"] == "escalated"
+            desk.signal(iid, "cancel_confirm", {"confirm": True})
+            assert desk.output(iid)["status"] == "escalated"
             told = wait_for(
                 lambda: [t for t in rig.bot_texts(room) if t.startswith("☎️ Escalated")],
                 60,
