@@ -99,7 +99,7 @@ async def open_database_and_channels(
 
 def log_trust(config: Config) -> None:
     # Said once, so an owner found by the fallback rule (the first allowlisted id) is no surprise.
-    log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
+    log.info("approvals", extra={"trust": owners.resolve(config.access).describe()})
 
 
 def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:

@@ -232,20 +232,22 @@ def start_watchers(
     env: Mapping[str, str],
 ) -> Watchers | None:
     """Watch every configured folder; notices go to the owner (access/owners.py:
-    `telegram.owner_id`, else the first allowed user) with no model call, and a `summary`
+    `access.owner_id`, else the first allowed user) with no model call, and a `summary`
     rule starts a turn in the owner's chat."""
     watched = [a for a in config.mail if a.watch]
     if not watched:
         return None
-    owner = owners.resolve(config.telegram).owner_id
+    owner = owners.resolve(config.access).owner_id
     if owner is None:
-        log.warning("mail watch is off: no owner to tell (telegram.owner_id, allowed_user_ids)")
+        log.warning("mail watch is off: no owner to tell (access.owner_id, allowed_user_ids)")
         return None
 
     async def on_mail(account: MailAccountConfig, summary: Summary, rule: MailRule) -> None:
         if rule.action == "notify":
             # Sent by its own workflow, through the one send path (mail/notice.py).
-            notice = NoticeInput(chat_id=owner, text=notice_text(account, summary))
+            # To the owner wherever they are reached ([access] notices, else where they last
+            # wrote), chosen once in the notice's own step.
+            notice = NoticeInput(user_id=owner, text=notice_text(account, summary))
             instance = notice_instance_id(
                 account.name, summary.folder, summary.uid, summary.message_id
             )
