@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agentd.access import owners
+from agentd.chat import reach
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
@@ -254,9 +255,15 @@ def start_watchers(
             await engine.start(MAIL_NOTICE_WORKFLOW, notice, instance_id=instance)
             log.info("mail notice started", extra={"account": account.name, "uid": summary.uid})
             return
+        # The owner's private chat where they are reached now; the turn's id comes from the
+        # mail, so a second start (a restarted watcher) starts nothing, wherever it points.
+        chat = await db.read(reach.private_chat, owner, config.access.notices)
+        if chat is None:
+            log.warning("mail summary not started: the owner has no private chat yet")
+            return
         turn = TurnInput(
             origin="mail",
-            chat_id=owner,
+            chat_id=chat,
             chat_kind="private",
             user_id=owner,
             date=clock.now(),
@@ -266,7 +273,7 @@ def start_watchers(
         # The same mail always maps to the same turn: a repeat after a crash starts nothing.
         digest = hashlib.sha256(f"{summary.folder}/{summary.uid}/{summary.message_id}".encode())
         instance = f"mail-{account.name}-{digest.hexdigest()[:20]}"
-        await engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(owner))
+        await engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(chat))
 
     watchers = Watchers(
         [FolderWatch(Mailbox(a, env), folder, db, on_mail) for a in watched for folder in a.watch]

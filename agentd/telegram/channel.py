@@ -169,8 +169,9 @@ class TelegramChannel:
     block = 0
 
     def enabled(self, config: Config) -> bool:
-        # The first channel: a daemon without it has no chat (`agentd run` says which key).
-        return True
+        """On when its token is set (with no channel on at all, it is opened anyway, to say
+        which key is missing)."""
+        return config.secrets.telegram_bot_token is not None
 
     def secret_names(self, config: Config) -> list[str]:
         return []  # the token is one of the core secrets (config.secrets), read at load
