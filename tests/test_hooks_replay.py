@@ -120,7 +120,7 @@ async def test_a_replay_after_a_restart_and_past_a_window_boundary_starts_nothin
     path = tmp_path / "hooks.sock"
     route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET", replay_window_seconds=60)
     config = Config(
-        telegram=TelegramConfig(allowed_user_ids=[42]),
+        access=AccessConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(enabled=True, listen=f"unix:{path}", routes={"u": route}),
     )
     clock = [(time.time() // 60 + 1) * 60 - 1]  # one second before a window boundary
