@@ -212,7 +212,7 @@ def test_memory_add_without_user_is_the_configured_owners(tmp_path: Path) -> Non
     (tmp_path / "bare").mkdir()
     unowned = _config(tmp_path / "bare", '[memory]\nembedder = "hashing"\n')
     result = runner.invoke(app, ["memory", "add", "Orphan", "--config", str(unowned)])
-    assert result.exit_code == 2 and "[telegram] owner_id" in result.output, result.output
+    assert result.exit_code == 2 and "[access] owner_id" in result.output, result.output
 
 
 def _instance_with_a_retried_step(tmp_path: Path, error: str) -> Path:

@@ -109,7 +109,7 @@ def test_the_askers_words_are_quoted_on_one_line_and_cut_visibly() -> None:
 
 
 def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Path) -> None:
-    """owner() is [telegram] owner_id (not the first allowlisted id); a question is answered by
+    """owner() is [access] owner_id (not the first allowlisted id); a question is answered by
     the owner only (a step.tool approval is an approval card, with the approvers' rules), and
     only on the question itself (its chat and message); refused presses are audited and change
     nothing."""
