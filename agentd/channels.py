@@ -34,5 +34,7 @@ def packages() -> list[str]:
 
 
 def configured(config: Config) -> list[Channel]:
-    """The channels this configuration turns on."""
-    return [c for c in channels() if c.enabled(config)]
+    """The channels this configuration turns on; with none, the first of the list, so that
+    `agentd run` and `agentd doctor` say what it is missing (Telegram's token)."""
+    found = channels()
+    return [c for c in found if c.enabled(config)] or found[:1]

@@ -256,7 +256,7 @@ def main() -> None:
             AGENTD_CONFIG=str(path / "agentd.toml"),
             AGENTD_TELEGRAM__STREAMING="false",
         )
-        del env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"]
+        del env["AGENTD_ACCESS__ALLOWED_USER_IDS"]
         tg.add_chat(OWNER, "private", OWNER)
         llm.set_responder(model)
         daemon = Daemon(path, env).start()

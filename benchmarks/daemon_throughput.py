@@ -248,7 +248,7 @@ def main() -> None:
                 tmp,
                 tg.base_url,
                 llm.base_url,
-                AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(chats),
+                AGENTD_ACCESS__ALLOWED_USER_IDS=str(chats),
                 AGENTD_ENGINE__CONCURRENCY=str(args.concurrency),
                 AGENTD_LOG__LEVEL=args.log_level,
                 # On, as by default (its check is part of every turn), but too high to refuse.

@@ -201,7 +201,7 @@ def run_pass(
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(chats),
+            AGENTD_ACCESS__ALLOWED_USER_IDS=str(chats),
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
             PYTHONPATH=f"{source}{os.pathsep}{REPO_ROOT}",
         )

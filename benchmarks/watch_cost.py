@@ -221,7 +221,7 @@ def measure_daemon(watches: int, idle: float) -> list[tuple[str, float, float]]:
             for n in (0, watches):
                 sent = len(tg.sent)
                 if n:
-                    config = Config.model_validate({"telegram": {"allowed_user_ids": [OWNER]}})
+                    config = Config.model_validate({"access": {"allowed_user_ids": [OWNER]}})
                     add_watches(tmp / "agentd.db", n, url, config)
                 daemon = Daemon(tmp, env)
                 try:

@@ -42,7 +42,7 @@ def daemon_env(tmp: Path, tg_url: str, llm_url: str, **overrides: str) -> dict[s
         TELEGRAM_BOT_TOKEN=TOKEN,
         ANTHROPIC_API_KEY=API_KEY,
         AGENTD_TELEGRAM__API_BASE=tg_url,
-        AGENTD_TELEGRAM__ALLOWED_USER_IDS=f"[{OWNER}, 43]",
+        AGENTD_ACCESS__ALLOWED_USER_IDS=f"[{OWNER}, 43]",
         AGENTD_TELEGRAM__POLL_TIMEOUT="1",
         AGENTD_LLM__BASE_URL=llm_url,
         AGENTD_LLM__RETRIES="3",

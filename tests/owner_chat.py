@@ -44,7 +44,7 @@ def owner_chat_running(
     users_in_config: bool = False,
 ) -> Iterator[S]:
     """A daemon on `config` (agentd.toml's text) against fresh fakes, without streaming.
-    `users_in_config`: the file's [telegram] says who may talk, not the test environment's."""
+    `users_in_config`: the file's [access] says who may talk, not the test environment's."""
     (tmp / "agentd.toml").write_text(config)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         env = daemon_env(
@@ -55,7 +55,7 @@ def owner_chat_running(
             AGENTD_TELEGRAM__STREAMING="false",
         )
         if users_in_config:
-            del env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"]
+            del env["AGENTD_ACCESS__ALLOWED_USER_IDS"]
             tg.add_chat(OWNER, "private", OWNER)
         with running_daemon(tmp, env) as daemon:
             yield make(tg, llm, daemon)

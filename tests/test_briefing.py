@@ -30,7 +30,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             monkeypatch.delenv(name)
     path = tmp_path / "agentd.toml"
     path.write_text(
-        f'[agent]\ntimezone = "Europe/Berlin"\n[telegram]\nallowed_user_ids = [42]\n'
+        f'[agent]\ntimezone = "Europe/Berlin"\n[access]\nallowed_user_ids = [42]\n'
         f'[storage]\npath = "{tmp_path / "agentd.db"}"\n'
     )
     return path

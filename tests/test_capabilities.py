@@ -100,7 +100,11 @@ def test_a_capability_returns_what_it_gives_and_registers_nothing(cap: Capabilit
                 )
                 if registers or (node.attr == "router" and owner == "ctx"):
                     wrong.append(f"{source.relative_to(ROOT.parent)}:{node.lineno}")
-    assert not wrong, wrong
+    # Automations hand the engine's register to their runtime for `agentd automations reload`
+    # (SIGHUP): the owner's edited workflows are registered while the daemon runs; the ones
+    # loaded at start are returned in the Contribution like every other capability's.
+    allowed = {"automations": 1}
+    assert len(wrong) <= allowed.get(cap.name, 0), wrong
 
 
 @pytest.mark.parametrize("cap", CAPABILITIES, ids=ids(CAPABILITIES))

@@ -33,7 +33,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def config(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "agentd.toml"
-    path.write_text('[storage]\npath = "agentd.db"\n[telegram]\nallowed_user_ids = [42]\n')
+    path.write_text('[storage]\npath = "agentd.db"\n[access]\nallowed_user_ids = [42]\n')
     conn = open_sync(tmp_path / "agentd.db")
     apply_migrations(conn)
     conn.close()

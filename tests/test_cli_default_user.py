@@ -25,7 +25,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "agentd.toml"
     path.write_text(
         '[agent]\ntimezone = "Europe/Berlin"\n'
-        "[telegram]\nallowed_user_ids = [42, 7]\nowner_id = 7\n"
+        "[access]\nallowed_user_ids = [42, 7]\nowner_id = 7\n"
         f'[storage]\npath = "{tmp_path / "agentd.db"}"\n'
     )
     conn = open_sync(tmp_path / "agentd.db")

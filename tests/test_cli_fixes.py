@@ -34,7 +34,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def config(tmp_path: Path) -> Path:
     path = tmp_path / "agentd.toml"
     path.write_text(
-        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n[telegram]\nallowed_user_ids = [42]\n'
+        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n[access]\nallowed_user_ids = [42]\n'
     )
     return path
 
@@ -71,10 +71,10 @@ def test_usage_errors_exit_2_and_invalid_config_exits_78(tmp_path: Path) -> None
 def test_a_bad_env_override_names_the_variable_and_the_syntax(
     config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("AGENTD_TELEGRAM__ALLOWED_USER_IDS", "42,43")
+    monkeypatch.setenv("AGENTD_ACCESS__ALLOWED_USER_IDS", "42,43")
     code, output = invoke("history", "--config", str(config))
     assert code == 78
-    assert "AGENTD_TELEGRAM__ALLOWED_USER_IDS" in output and "[42]" in output
+    assert "AGENTD_ACCESS__ALLOWED_USER_IDS" in output and "[42]" in output
     assert str(config) not in output.replace("\n", "")  # not blamed on the file
 
 
@@ -172,7 +172,7 @@ def test_doctor_says_ok_plainly_and_checks_allowlist_and_model(
 
         monkeypatch.setenv("TELEGRAM_BOT_TOKEN", TOKEN)
         monkeypatch.setenv("AGENTD_LLM__MODEL", "claude-haiku-4-5")
-        monkeypatch.setenv("AGENTD_TELEGRAM__ALLOWED_USER_IDS", "[42]")
+        monkeypatch.setenv("AGENTD_ACCESS__ALLOWED_USER_IDS", "[42]")
         code, output = invoke("doctor", "--json", "--config", str(cfg))
         assert code == 0, output
         assert {c["check"] for c in json.loads(output)} >= {"model", "allowlist", "telegram"}

@@ -101,7 +101,7 @@ async def test_a_hook_secret_in_agentd_env_is_used(tmp_path: Path) -> None:
     home = tmp_path / "home"
     path = write(
         home,
-        f"[telegram]\nallowed_user_ids = [42]\n"
+        f"[access]\nallowed_user_ids = [42]\n"
         f'[automations.hooks]\nenabled = true\nlisten = "unix:{sock}"\n'
         '[automations.hooks.routes.u]\nworkflow = "unit_wait"\nsecret_env = "UNIT_SECRET"\n',
     )

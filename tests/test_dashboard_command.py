@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentd.commands.router import CommandInput, CommandRouter
-from agentd.config import Config, DashboardConfig, TelegramConfig
+from agentd.config import AccessConfig, Config, DashboardConfig
 from agentd.dashboard import capability
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock
@@ -32,7 +32,7 @@ class Outbox:
 
 def _config(enabled: bool) -> Config:
     return Config(
-        telegram=TelegramConfig(allowed_user_ids=[OWNER, OTHER]),
+        access=AccessConfig(allowed_user_ids=[OWNER, OTHER]),
         dashboard=DashboardConfig(enabled=enabled, port=8799),
     )
 

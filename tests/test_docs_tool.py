@@ -22,7 +22,7 @@ CTX = ToolContext(
     chat_id=42, chat_kind="private", user_id=42, instance_id="turn-1", tool_use_id="tu-1"
 )
 # User 42 owns the agent, so the library (`agentd ingest`) is theirs to search.
-OWNED = Config.model_validate({"telegram": {"owner_id": 42}})
+OWNED = Config.model_validate({"access": {"owner_id": 42}})
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from tests.fakes.anthropic import last_user_text
 from tests.owner_chat import OwnerChat, owner_chat_running
 
 CONFIG = f"""
-[telegram]
+[access]
 owner_id = {OWNER}
 allowed_user_ids = [{OWNER}]
 

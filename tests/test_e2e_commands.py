@@ -69,8 +69,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-            AGENTD_TELEGRAM__APPROVERS=str(USERS),  # own cards
+            AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_ACCESS__APPROVERS=str(USERS),  # own cards
             NOTIFY_SOCKET=str(tmp / "notify.sock"),
             WATCHDOG_USEC=str(120_000_000),
         )

@@ -95,7 +95,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
             AGENTD_MEDIA__TRANSCRIPTION="openai",
             AGENTD_MEDIA__TRANSCRIPTION_URL=stt.base_url + "/v1",
             AGENTD_MEDIA__TRANSCRIPTION_KEY_ENV="STT_KEY",

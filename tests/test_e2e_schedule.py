@@ -40,8 +40,8 @@ def sched_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic) -> dict[str, str]
         tg.base_url,
         llm.base_url,
         AGENTD_CONFIG=str(tmp / "agentd.toml"),
-        AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-        AGENTD_TELEGRAM__APPROVERS=str(USERS),
+        AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
+        AGENTD_ACCESS__APPROVERS=str(USERS),
     )  # each approves their own
 
 

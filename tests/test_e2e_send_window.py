@@ -79,15 +79,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("send-window")
     (tmp / "agentd.toml").write_text(CONFIG)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
-        # The users the tests take approve their own calls (telegram.approvers), so their card
+        # The users the tests take approve their own calls (access.approvers), so their card
         # lands in their own chat; the last user is not one: their card goes to the owner.
         env = daemon_env(
             tmp,
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
-            AGENTD_TELEGRAM__APPROVERS=str(USERS[:-1]),
+            AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_ACCESS__APPROVERS=str(USERS[:-1]),
         )
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)

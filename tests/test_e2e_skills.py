@@ -163,10 +163,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
             # Each test's user approves in their own chat (a card goes to an
             # approver's private chat; anyone else's to the owner's).
-            AGENTD_TELEGRAM__APPROVERS=str(USERS),
+            AGENTD_ACCESS__APPROVERS=str(USERS),
             AGENTD_TOOLS__WORKSPACE__PATH=str(workspace / "ws"),
         )
         installer = Daemon(tmp, env)

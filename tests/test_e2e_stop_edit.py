@@ -78,7 +78,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+            AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
             AGENTD_TELEGRAM__STREAMING="false",
         )
         with running_daemon(tmp, env) as daemon:

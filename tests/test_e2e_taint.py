@@ -140,7 +140,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOWED_USER_IDS=f"[{OWNER}, 43, {FORWARDER}, {READER}, "
+            AGENTD_ACCESS__ALLOWED_USER_IDS=f"[{OWNER}, 43, {FORWARDER}, {READER}, "
             f"{REMEMBERER}, {FILER}, {REDIRECTED}, {ELSEWHERE}, {PENDING}]",
         )
         with running_daemon(tmp, env) as daemon:

@@ -43,9 +43,9 @@ def tool_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, **extra: str) -> d
         tg.base_url,
         llm.base_url,
         AGENTD_CONFIG=str(tmp / "agentd.toml"),
-        AGENTD_TELEGRAM__ALLOWED_USER_IDS=str(USERS),
+        AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
         # Each user approves their own calls here; test_e2e_trust.py covers who may approve.
-        AGENTD_TELEGRAM__APPROVERS=str(USERS),
+        AGENTD_ACCESS__APPROVERS=str(USERS),
         **extra,
     )
     trust_echo(tmp, env)

@@ -1,6 +1,6 @@
 """End to end, the trust model: who may approve, where the card goes, what it shows.
 
-One daemon: the owner (42) is `telegram.owner_id`; 43 is allowlisted but no approver; a third
+One daemon: the owner (42) is `access.owner_id`; 43 is allowlisted but no approver; a third
 person pairs with a code. Presses come through the fake Bot API as Telegram sends them.
 """
 
@@ -22,9 +22,11 @@ STRANGER = 999
 GROUP, STRANGERS_GROUP = -500, -600
 BOT_ID = int(TOKEN.split(":")[0])
 CONFIG = f"""
-[telegram]
+[access]
 owner_id = {OWNER}
 allowed_user_ids = [{OWNER}, {OTHER}]
+
+[telegram]
 allow_groups = true
 
 [schedule]
@@ -106,14 +108,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     (tmp / "agentd.toml").write_text(CONFIG)
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         env = daemon_env(tmp, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp / "agentd.toml"))
-        del env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"]  # the config file's list stands
+        del env["AGENTD_ACCESS__ALLOWED_USER_IDS"]  # the config file's list stands
         tg.add_chat(OWNER, "private", OWNER)  # the owner started the bot long ago
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)
 
 
 def test_the_owner_is_named_at_start(stack: Stack) -> None:
-    assert f"owner {OWNER} (telegram.owner_id); approvers: {OWNER}" in stack.daemon.log()
+    assert f"owner {OWNER} (access.owner_id); approvers: {OWNER}" in stack.daemon.log()
 
 
 def test_users_ls_shows_the_roles_and_status_is_per_user(stack: Stack) -> None:
@@ -121,7 +123,7 @@ def test_users_ls_shows_the_roles_and_status_is_per_user(stack: Stack) -> None:
     assert listed == {OWNER: "owner", OTHER: "user"}
     doctor = json.loads(stack.daemon.cli("doctor", "--json").stdout)  # other checks may fail here
     owner = next(c for c in doctor if c["check"] == "owner")
-    assert owner["ok"] and "telegram.owner_id" in owner["detail"] and not owner["warn"]
+    assert owner["ok"] and "access.owner_id" in owner["detail"] and not owner["warn"]
     script(stack, "owner spends", "Spent.")
     stack.tg.add_message(OWNER, OWNER, "owner spends tokens")
     stack.wait_sent(OWNER, lambda m: m["plain_text"] == "Spent.", "the owner's answer")

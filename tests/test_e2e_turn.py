@@ -398,7 +398,7 @@ def test_kill_9_in_a_burst_over_three_chats_loses_and_repeats_nothing(
     """Concurrent chats' journal writes share commits (group commit): a kill -9 between them
     loses no message and answers none twice, beyond the counted send window."""
     chats = [OWNER, 43, 44]
-    env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"] = str(chats)
+    env["AGENTD_ACCESS__ALLOWED_USER_IDS"] = str(chats)
     daemon = Daemon(tmp_path, env).start()
     try:
         for i in range(6):

@@ -178,12 +178,12 @@ def test_every_unknown_key_is_named_with_the_nearest_real_one(tmp_path: Path) ->
     from agentd.config import ConfigError, load_config
 
     path = tmp_path / "agentd.toml"
-    path.write_text('[llm]\nmodle = "claude-haiku-4-5"\n[telegram]\nallowed_user_id = [42]\n')
+    path.write_text('[llm]\nmodle = "claude-haiku-4-5"\n[access]\nallowed_user_id = [42]\n')
     with pytest.raises(ConfigError) as caught:
         load_config(path, env={})
     message = str(caught.value)
     assert "llm.modle: unknown key; did you mean model?" in message
-    assert "telegram.allowed_user_id: unknown key; did you mean allowed_user_ids?" in message
+    assert "access.allowed_user_id: unknown key; did you mean allowed_user_ids?" in message
     result = runner.invoke(app, ["history", "--config", str(path)])
     assert result.exit_code == 78 and "did you mean allowed_user_ids?" in result.output
 
@@ -212,7 +212,7 @@ def test_memory_add_without_user_is_the_configured_owners(tmp_path: Path) -> Non
     (tmp_path / "bare").mkdir()
     unowned = _config(tmp_path / "bare", '[memory]\nembedder = "hashing"\n')
     result = runner.invoke(app, ["memory", "add", "Orphan", "--config", str(unowned)])
-    assert result.exit_code == 2 and "[telegram] owner_id" in result.output, result.output
+    assert result.exit_code == 2 and "[access] owner_id" in result.output, result.output
 
 
 def _instance_with_a_retried_step(tmp_path: Path, error: str) -> Path:

@@ -37,7 +37,7 @@ def _spaces(ws: Path) -> Workspaces:
     config = Config.model_validate(
         {
             "storage": {"path": str(ws.parent / "agentd.db")},
-            "telegram": {"allowed_user_ids": [OWNER]},
+            "access": {"allowed_user_ids": [OWNER]},
             "tools": {"workspace": {"path": str(ws)}},
         }
     )
@@ -80,7 +80,7 @@ async def test_the_tools_refuse_a_planted_link(ws: Path) -> None:
     config = Config.model_validate(
         {
             "storage": {"path": str(ws.parent / "agentd.db")},
-            "telegram": {"allowed_user_ids": [OWNER]},
+            "access": {"allowed_user_ids": [OWNER]},
             "tools": {"workspace": {"path": str(ws)}},
         }
     )

@@ -19,7 +19,7 @@ def _config(tmp_path: Path) -> Config:
     return Config.model_validate(
         {
             "storage": {"path": str(tmp_path / "agentd.db")},
-            "telegram": {"allowed_user_ids": [7]},
+            "access": {"allowed_user_ids": [7]},
             "tools": {"workspace": {"path": str(tmp_path / "ws")}},
         }
     )

@@ -24,7 +24,7 @@ from agentd.automations import AutoStep, hooks, workflow
 from agentd.automations.catalog import Catalog
 from agentd.automations.hooks import HookServer, signature_ok
 from agentd.automations.runtime import Runtime
-from agentd.config import Config, HookConfig, HooksConfig, TelegramConfig
+from agentd.config import AccessConfig, Config, HookConfig, HooksConfig
 from agentd.db import Database
 from agentd.durable import Engine, SystemClock, store
 
@@ -90,7 +90,7 @@ async def listener(tmp_path: Path) -> AsyncIterator[tuple[str, Database]]:
     sock = tmp_path / "hooks.sock"
     route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET")
     config = Config(
-        telegram=TelegramConfig(allowed_user_ids=[42]),
+        access=AccessConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(
             enabled=True, listen=f"unix:{sock}", max_body_bytes=16384, routes={"u": route}
         ),

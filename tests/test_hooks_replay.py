@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agentd.automations.hook_guard import Seen, StartRate, stale_timestamp
-from agentd.config import Config, HookConfig, HooksConfig, TelegramConfig
+from agentd.config import AccessConfig, Config, HookConfig, HooksConfig
 from tests.test_hooks import SECRET, hooks_running, post
 
 
@@ -34,7 +34,7 @@ async def sock(tmp_path: Path) -> AsyncIterator[str]:
         ),
     }
     config = Config(
-        telegram=TelegramConfig(allowed_user_ids=[42]),
+        access=AccessConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(enabled=True, listen=f"unix:{path}", routes=routes),
     )
     creds = tmp_path / "credentials"
@@ -120,7 +120,7 @@ async def test_a_replay_after_a_restart_and_past_a_window_boundary_starts_nothin
     path = tmp_path / "hooks.sock"
     route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET", replay_window_seconds=60)
     config = Config(
-        telegram=TelegramConfig(allowed_user_ids=[42]),
+        access=AccessConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(enabled=True, listen=f"unix:{path}", routes={"u": route}),
     )
     clock = [(time.time() // 60 + 1) * 60 - 1]  # one second before a window boundary

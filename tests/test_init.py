@@ -85,8 +85,8 @@ def test_init_in_a_terminal_pairs_the_owner_and_writes_the_files(
     secrets_file = tmp_path / "agentd.env"
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
     config = load_config(tmp_path / "agentd.toml", env={})  # what `agentd run` will read
-    assert config.telegram.allowed_user_ids == [OWNER]
-    assert config.telegram.owner_id == OWNER  # named, not inferred: it decides who approves
+    assert config.access.allowed_user_ids == [OWNER]
+    assert config.access.owner_id == OWNER  # named, not inferred: it decides who approves
     assert config.secrets.telegram_bot_token is not None
     assert config.secrets.telegram_bot_token.get_secret_value() == TOKEN
 
@@ -222,7 +222,7 @@ def test_init_non_interactive_then_doctor_is_green(
 def test_a_secrets_file_others_can_read_is_refused(tmp_path: Path) -> None:
     from agentd.config import ConfigError
 
-    (tmp_path / "agentd.toml").write_text("[telegram]\nallowed_user_ids = [1]\n")
+    (tmp_path / "agentd.toml").write_text("[access]\nallowed_user_ids = [1]\n")
     secrets_file = tmp_path / "agentd.env"
     secrets_file.write_text(f"TELEGRAM_BOT_TOKEN={TOKEN}\n")
     secrets_file.chmod(0o644)

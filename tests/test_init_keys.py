@@ -68,7 +68,7 @@ def test_a_wrong_base_url_is_said_once_not_blamed_on_the_key(
     assert child.exitstatus == 78
     assert "does not exist for this key" not in (child.before or "")
     # The pairing done before the failure is kept.
-    assert load_config(tmp_path / "agentd.toml", env={}).telegram.allowed_user_ids == [OWNER]
+    assert load_config(tmp_path / "agentd.toml", env={}).access.allowed_user_ids == [OWNER]
 
 
 def test_ctrl_c_at_the_key_keeps_the_pairing_and_a_rerun_finishes(
@@ -88,7 +88,7 @@ def test_ctrl_c_at_the_key_keeps_the_pairing_and_a_rerun_finishes(
     secrets_file = tmp_path / "agentd.env"
     assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
     config = load_config(tmp_path / "agentd.toml", env={})
-    assert config.telegram.allowed_user_ids == [OWNER] and config.secrets.anthropic_api_key is None
+    assert config.access.allowed_user_ids == [OWNER] and config.secrets.anthropic_api_key is None
     # The re-run it suggests skips pairing and reads the token back: only the key is asked.
     args = [
         "init",
@@ -121,4 +121,4 @@ def test_ctrl_c_at_the_key_keeps_the_pairing_and_a_rerun_finishes(
     assert child.exitstatus == 0
     config = load_config(tmp_path / "agentd.toml", env={})
     assert config.secrets.anthropic_api_key is not None
-    assert config.telegram.allowed_user_ids == [OWNER]
+    assert config.access.allowed_user_ids == [OWNER]

@@ -13,7 +13,7 @@ from agentd.chat import model_choice
 from agentd.chat.inputs import CallbackPress
 from agentd.commands.deps import CommandDeps
 from agentd.commands.model import PREFIX, _by_button, breaker_lines
-from agentd.config import Config, LLMConfig, TelegramConfig
+from agentd.config import AccessConfig, Config, LLMConfig
 from agentd.config.models import ProviderConfig
 from agentd.llm.factory import build
 from tests.docs_support import open_store
@@ -26,7 +26,7 @@ def _deps(tmp_path: Path) -> tuple[CommandDeps, Any]:
         fallbacks=["local/qwen"],
         providers={"local": ProviderConfig(base_url="http://127.0.0.1:9/v1", local=True)},
     )
-    config = Config(llm=llm_config, telegram=TelegramConfig(owner_id=OWNER))
+    config = Config(llm=llm_config, access=AccessConfig(owner_id=OWNER))
     config.secrets.anthropic_api_key = SecretStr("sk-ant-test")
     llm = build(config)
     deps = CommandDeps(config, None, None, None, None, 0.0, llm=llm)  # type: ignore[arg-type]

@@ -51,8 +51,8 @@ def test_a_database_where_older_versions_looked_is_not_silently_replaced(
 
 def test_a_single_underscore_variable_is_an_error_not_ignored(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as exc:
-        load_config(None, env={"AGENTD_TELEGRAM_ALLOWED_USER_IDS": "[42]"})
-    assert "AGENTD_TELEGRAM__ALLOWED_USER_IDS" in str(exc.value)
+        load_config(None, env={"AGENTD_ACCESS_ALLOWED_USER_IDS": "[42]"})
+    assert "AGENTD_ACCESS__ALLOWED_USER_IDS" in str(exc.value)
     load_config(None, env={"AGENTD_TEST_EFFECTS": "/tmp/x"})  # not a config key: left alone
 
 
@@ -77,7 +77,7 @@ def test_a_stop_during_start_up_is_a_clean_exit(tmp_path: Path) -> None:
         TELEGRAM_BOT_TOKEN="123456:TEST-token-abcdef",
         ANTHROPIC_API_KEY="sk-ant-x",
         AGENTD_TELEGRAM__API_BASE="http://127.0.0.1:9",  # nothing listens: it waits
-        AGENTD_TELEGRAM__ALLOWED_USER_IDS="[42]",
+        AGENTD_ACCESS__ALLOWED_USER_IDS="[42]",
         AGENTD_STORAGE__PATH=str(tmp_path / "agentd.db"),
         PYTHONUNBUFFERED="1",
     )

@@ -20,25 +20,25 @@ from agentd.access.approvals import (
     quote,
 )
 from agentd.chat.inputs import CallbackPress
-from agentd.config import TelegramConfig
+from agentd.config import AccessConfig
 
 
 def test_the_owner_is_configured_or_else_the_first_allowlisted_id() -> None:
-    named = owners.resolve(TelegramConfig(owner_id=7, allowed_user_ids=[1, 2]))
+    named = owners.resolve(AccessConfig(owner_id=7, allowed_user_ids=[1, 2]))
     assert (named.owner_id, named.approvers, named.how) == (7, frozenset({7}), "configured")
-    older = owners.resolve(TelegramConfig(allowed_user_ids=[1, 2]))
+    older = owners.resolve(AccessConfig(allowed_user_ids=[1, 2]))
     assert (older.owner_id, older.how) == (1, "first allowlisted id")
-    assert "the first of telegram.allowed_user_ids" in older.describe()
-    nobody = owners.resolve(TelegramConfig())
+    assert "the first of access.allowed_user_ids" in older.describe()
+    nobody = owners.resolve(AccessConfig())
     assert (
         nobody.owner_id is None and not nobody.approvers and "agentd approve" in nobody.describe()
     )
-    team = owners.resolve(TelegramConfig(owner_id=7, approvers=[7, 8], allowed_user_ids=[1]))
+    team = owners.resolve(AccessConfig(owner_id=7, approvers=[7, 8], allowed_user_ids=[1]))
     assert team.may_approve(8) and not team.may_approve(1)
     # An approver's own card comes to them; anyone else's goes to the owner.
-    assert (team.card_chat(8), team.card_chat(1), team.card_chat(None)) == (8, 7, 7)
+    assert (team.approver_for(8), team.approver_for(1), team.approver_for(None)) == (8, 7, 7)
     assert owners.configured_ids(
-        TelegramConfig(owner_id=7, approvers=[8], allowed_user_ids=[1])
+        AccessConfig(owner_id=7, approvers=[8], allowed_user_ids=[1])
     ) == frozenset({1, 7, 8})
 
 
@@ -97,9 +97,9 @@ def test_a_call_is_one_line_of_canonical_json_that_cannot_draw_lines() -> None:
 
 def test_the_owner_and_approvers_must_be_people_not_groups() -> None:
     with pytest.raises(ValidationError, match="private chat"):
-        TelegramConfig(owner_id=-100123)
+        AccessConfig(owner_id=-100123)
     with pytest.raises(ValidationError, match="not groups"):
-        TelegramConfig(approvers=[5, -7])
+        AccessConfig(approvers=[5, -7])
 
 
 def test_the_askers_words_are_quoted_on_one_line_and_cut_visibly() -> None:
@@ -109,7 +109,7 @@ def test_the_askers_words_are_quoted_on_one_line_and_cut_visibly() -> None:
 
 
 def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Path) -> None:
-    """owner() is [telegram] owner_id (not the first allowlisted id); a question is answered by
+    """owner() is [access] owner_id (not the first allowlisted id); a question is answered by
     the owner only (a step.tool approval is an approval card, with the approvers' rules), and
     only on the question itself (its chat and message); refused presses are audited and change
     nothing."""
@@ -120,9 +120,9 @@ def test_automations_follow_the_configured_owner_and_the_approvers(tmp_path: Pat
     from agentd.db import open_sync
     from agentd.db.migrations import apply_migrations
 
-    cfg = Config(telegram=TelegramConfig(owner_id=7, approvers=[7, 8], allowed_user_ids=[1, 7, 8]))
+    cfg = Config(access=AccessConfig(owner_id=7, approvers=[7, 8], allowed_user_ids=[1, 7, 8]))
     assert owner(cfg) == 7
-    assert owner(Config(telegram=TelegramConfig(allowed_user_ids=[5, 6]))) == 5
+    assert owner(Config(access=AccessConfig(allowed_user_ids=[5, 6]))) == 5
     conn = open_sync(tmp_path / "db.sqlite")
     apply_migrations(conn)
     now = time.time()

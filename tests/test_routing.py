@@ -26,7 +26,7 @@ def message(chat_id: int, user_id: int = 42) -> TurnInput:
 
 def deps(**web: Any) -> Any:
     config = Config.model_validate(
-        {"telegram": {"allowed_user_ids": [42, 43]}, "web": web} if web else {}
+        {"access": {"allowed_user_ids": [42, 43]}, "web": web} if web else {}
     )
     return SimpleNamespace(config=config)
 

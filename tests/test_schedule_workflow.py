@@ -120,7 +120,7 @@ class Rig:
 async def rig(db: Database, **schedule: Any):  # type: ignore[no-untyped-def]
     # User 7 is served: every run checks (a schedule of someone no longer served is cancelled).
     config = Config.model_validate(
-        {"telegram": {"allowed_user_ids": [7]}, "schedule": {"min_interval": 1, **schedule}}
+        {"access": {"allowed_user_ids": [7]}, "schedule": {"min_interval": 1, **schedule}}
     )
     r = Rig(db, FakeClock(START), config)
     await r.start()
@@ -289,7 +289,7 @@ async def test_daily_at_0800_berlin_fires_at_0800_local_across_dst(db: Database)
     berlin = ZoneInfo("Europe/Berlin")
     start = datetime(2026, 3, 27, 12, 0, tzinfo=berlin).timestamp()
     config = Config.model_validate(
-        {"telegram": {"allowed_user_ids": [7]}, "schedule": {"min_interval": 1}}
+        {"access": {"allowed_user_ids": [7]}, "schedule": {"min_interval": 1}}
     )
     r = Rig(db, FakeClock(start), config)
     await r.start()
@@ -368,7 +368,7 @@ async def test_a_run_of_someone_no_longer_served_is_refused_and_the_schedule_can
         await r.advance(HOUR + 60)
         assert [t for _, t, _ in r.outbox.sent] == ["water the plants"]
         # User 7 leaves the allowlist (a config edit and a restart; here, the same config).
-        r.config.telegram.allowed_user_ids.clear()
+        r.config.access.allowed_user_ids.clear()
         await r.advance(2 * HOUR)
         assert [t for _, t, _ in r.outbox.sent] == ["water the plants"]  # nothing more
         runs_sql = (

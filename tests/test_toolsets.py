@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel, Field
 
-from agentd.config import Config, TelegramConfig
+from agentd.config import AccessConfig, Config
 from agentd.tools import (
     ApprovalCard,
     Assessment,
@@ -261,12 +261,12 @@ async def test_mapped_errors_reach_the_model_as_tool_errors_and_others_do_not() 
 
 
 def test_the_owner_guard_knows_the_owner_from_the_telegram_section() -> None:
-    configured = OwnerOnly.of(TelegramConfig(owner_id=OWNER, allowed_user_ids=[5]), "no")
+    configured = OwnerOnly.of(AccessConfig(owner_id=OWNER, allowed_user_ids=[5]), "no")
     assert configured(ctx()) is None
     assert configured(ctx(user_id=5, chat_id=5)) == "no"
-    first = OwnerOnly.of(TelegramConfig(allowed_user_ids=[5, OWNER]), "no")
+    first = OwnerOnly.of(AccessConfig(allowed_user_ids=[5, OWNER]), "no")
     assert first(ctx(user_id=5, chat_id=5)) is None
-    nobody = OwnerOnly.of(TelegramConfig(), "no")
+    nobody = OwnerOnly.of(AccessConfig(), "no")
     assert nobody(ctx()) == "no"
 
 
@@ -342,7 +342,7 @@ def _config(tmp: Path) -> Config:
     return Config.model_validate(
         {
             "storage": {"path": str(tmp / "agentd.db")},
-            "telegram": {"owner_id": OWNER},
+            "access": {"owner_id": OWNER},
             "tools": {"workspace": {"path": str(tmp / "ws")}, "shell": {"enabled": True}},
             "mail": [
                 {

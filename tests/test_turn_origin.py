@@ -13,7 +13,7 @@ from pydantic import ValidationError
 
 from agentd.automations.hooks import HookServer
 from agentd.chat.inputs import TurnInput
-from agentd.config import Config, HookConfig, HooksConfig, TelegramConfig
+from agentd.config import AccessConfig, Config, HookConfig, HooksConfig
 from agentd.telegram.classify import classify_update
 from tests.test_classify import ME, message
 
@@ -33,7 +33,7 @@ async def test_a_webhook_turn_says_so_and_has_no_message() -> None:
 
     route = HookConfig(prompt="A note arrived.", secret_env="UNIT_SECRET")
     config = Config(
-        telegram=TelegramConfig(allowed_user_ids=[42]),
+        access=AccessConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(enabled=True, routes={"notes": route}),
     )
     runtime = SimpleNamespace(catalog=SimpleNamespace(versions={}), db=None)

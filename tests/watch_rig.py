@@ -123,7 +123,7 @@ def rig_config(
 ) -> Config:
     return Config.model_validate(
         {
-            "telegram": {"allowed_user_ids": [OWNER]},
+            "access": {"allowed_user_ids": [OWNER]},
             "llm": {"base_url": llm_url, "retries": 0},
             "storage": {"path": str(tmp / "agentd.db")},
             "tools": {

@@ -1,4 +1,6 @@
-"""Pairing: a one-time code sent as `/start <code>` makes its sender a served user.
+"""Pairing: a one-time code sent as `/start <code>` makes its sender a served user, or, for a
+code made for a user (`agentd pair --link USER`), links the sender's account to that user
+(access/accounts.py): the same person on another channel.
 
 Codes are short-lived and single-use, stored only as their sha256, and every redemption,
 good or bad, is audited without the code itself. The database is the source of truth for
@@ -15,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentd.access import accounts
 from agentd.ledger import audit
 
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a screen, typed on a phone
@@ -24,7 +27,8 @@ _START = re.compile(r"^/start(?:@\w+)?\s+([A-Za-z0-9-]{4,32})\s*$")
 
 class PairResult(BaseModel):
     ok: bool
-    reason: Literal["paired", "wrong", "expired", "used", "already"]
+    reason: Literal["paired", "linked", "wrong", "expired", "used", "already"]
+    user_id: int | None = None  # the agentd user the sender is now (linked: the code's user)
 
 
 class PairedUser(BaseModel):
@@ -38,16 +42,25 @@ def _hash(code: str) -> str:
     return hashlib.sha256(code.strip().upper().replace("-", "").encode()).hexdigest()
 
 
-def new_code(conn: Any, *, ttl: float, created_by: str, now: float | None = None) -> str:
-    """Store and return a fresh one-time code, shown as ABCD-EFGH."""
+def new_code(
+    conn: Any,
+    *,
+    ttl: float,
+    created_by: str,
+    now: float | None = None,
+    link_user_id: int | None = None,
+) -> str:
+    """Store and return a fresh one-time code, shown as ABCD-EFGH; with `link_user_id`, the
+    code links whoever sends it to that user instead of serving a new one."""
     now = time.time() if now is None else now
     code = "".join(secrets.choice(ALPHABET) for _ in range(CODE_LENGTH))
     conn.execute(
-        "INSERT INTO pairing_codes (code_hash, created_at, expires_at, created_by) "
-        "VALUES (?, ?, ?, ?)",
-        (_hash(code), now, now + ttl, created_by),
+        "INSERT INTO pairing_codes (code_hash, created_at, expires_at, created_by, link_user_id) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (_hash(code), now, now + ttl, created_by, link_user_id),
     )
-    audit.record(conn, "pairing_code_created", detail={"by": created_by, "ttl_s": ttl}, at=now)
+    detail = {"by": created_by, "ttl_s": ttl, "link_user": link_user_id}
+    audit.record(conn, "pairing_code_created", detail=detail, at=now)
     return f"{code[:4]}-{code[4:]}"
 
 
@@ -58,11 +71,20 @@ def code_in(text: str) -> str | None:
 
 
 def redeem(
-    conn: Any, code: str, *, user_id: int, chat_id: int | None, username: str, now: float
+    conn: Any,
+    code: str,
+    *,
+    user_id: int,
+    chat_id: int | None,
+    username: str,
+    now: float,
+    channel: str = "telegram",
 ) -> PairResult:
-    """Pair the sender if the code is right, unused and unexpired; audit the outcome."""
+    """Pair the sender (`user_id`: their account on `channel`) if the code is right, unused
+    and unexpired, or link their account to the code's user; audit the outcome."""
     row = conn.execute(
-        "SELECT expires_at, used_by FROM pairing_codes WHERE code_hash = ?", (_hash(code),)
+        "SELECT expires_at, used_by, link_user_id FROM pairing_codes WHERE code_hash = ?",
+        (_hash(code),),
     ).fetchone()
     if row is None:
         result = PairResult(ok=False, reason="wrong")
@@ -70,6 +92,13 @@ def redeem(
         result = PairResult(ok=False, reason="already" if row[1] == user_id else "used")
     elif now >= row[0]:
         result = PairResult(ok=False, reason="expired")
+    elif row[2] is not None:
+        conn.execute(
+            "UPDATE pairing_codes SET used_by = ?, used_at = ? WHERE code_hash = ?",
+            (user_id, now, _hash(code)),
+        )
+        accounts.link(conn, user_id, int(row[2]), channel, now)
+        result = PairResult(ok=True, reason="linked", user_id=int(row[2]))
     else:
         conn.execute(
             "UPDATE pairing_codes SET used_by = ?, used_at = ? WHERE code_hash = ?",
@@ -81,7 +110,7 @@ def redeem(
             "username = excluded.username, paired_at = excluded.paired_at",
             (user_id, chat_id, username, now),
         )
-        result = PairResult(ok=True, reason="paired")
+        result = PairResult(ok=True, reason="paired", user_id=user_id)
     kind = "user_paired" if result.ok else "pairing_failed"
     audit.record(
         conn, kind, chat_id=chat_id, user_id=user_id, detail={"reason": result.reason}, at=now

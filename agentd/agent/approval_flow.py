@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
 from agentd.agent.deps import CallDeps
+from agentd.chat import reach
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import ChatKind
 from agentd.chat.outbox import Button, Outbox
@@ -89,19 +90,22 @@ def _preview(deps: CallDeps, use: ToolUseBlock, card: ApprovalCard | None) -> st
     return deps.redact(card.text if card is not None else render_args(use.input))
 
 
-def _card_chat(trust: owners.Trust, inp: Caller) -> int | None:
+def _card_chat(conn: Any, deps: CallDeps, inp: Caller, approver: int | None) -> int | None:
     """An approver asking in a private chat gets the card right there, on whichever channel
-    that chat is; anyone else's card goes to their approver's private chat."""
-    if inp.chat_kind == "private" and trust.approver_for(inp.user_id) == inp.user_id:
+    that chat is; anyone else's card goes to their approver's private chat, on the channel
+    [access] notices names, else where they last wrote (chat/reach.py)."""
+    if approver is None:
+        return None
+    if inp.chat_kind == "private" and approver == inp.user_id:
         return inp.chat_id
-    return trust.card_chat(inp.user_id)
+    return reach.private_chat(conn, approver, deps.config.access.notices)
 
 
 def create_approval(
     conn: Any, deps: CallDeps, tool: Route, inp: Caller, instance_id: str, use: ToolUseBlock
 ) -> Approval:
     now = deps.clock.now()
-    trust = owners.resolve(deps.config.telegram)
+    approver = owners.resolve(deps.config.access).approver_for(inp.user_id)
     card = tool_card(deps, tool, use)
     preview = _preview(deps, use, card)
     approval = Approval(
@@ -119,8 +123,8 @@ def create_approval(
         created_at=now,
         expires_at=now + deps.config.tools.approval_timeout,
         # Never a group: the approver's own private chat (the owner's, for everyone else).
-        card_chat_id=_card_chat(trust, inp),
-        approver_id=trust.approver_for(inp.user_id),
+        card_chat_id=_card_chat(conn, deps, inp, approver),
+        approver_id=approver,
         call_json=deps.redact(approvals.canonical_call(tool.name, use.input)),
         tool_source=tool.source,
         tool_fingerprint=tool.fingerprint or None,

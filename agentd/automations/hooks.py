@@ -271,7 +271,7 @@ class HookServer:
     ) -> tuple[str, bool]:
         chat = owner(self._config)
         if chat is None:
-            raise WorkflowNotFound("no owner to run a prompt for: set [telegram] allowed_user_ids")
+            raise WorkflowNotFound("no owner to run a prompt for: set [access] allowed_user_ids")
         payload = json.dumps(data, ensure_ascii=False, indent=1)
         text = f"{route.config.prompt}\n\n{mark_untrusted(payload, f'webhook {route.name}')}"
         if len(text) > MAX_TEXT_CHARS:

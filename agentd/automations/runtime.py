@@ -272,7 +272,8 @@ class Runtime:
             )
         else:
             return
-        await post_notice(start, f"notice-failed-{inst.id}-{inst.runs}", chat, text)
+        instance = f"notice-failed-{inst.id}-{inst.runs}"
+        await post_notice(start, instance, None, text, user_id=chat)
 
     # -- ask_owner ------------------------------------------------------------------------
 
@@ -304,7 +305,7 @@ class Runtime:
         """Why this press may not answer, or None. A question is the owner's (a step.tool
         approval is an ordinary approval card, with the approvers' rules), and a press counts
         only on the question itself: its chat and its message."""
-        trust = owners.resolve(self.config.telegram)
+        trust = owners.resolve(self.config.access)
         if press.user_id is None or press.user_id != trust.owner_id:
             return "Only the owner can answer this."
         if question is not None and (
@@ -433,7 +434,7 @@ class Runtime:
     def _owner_chat(self) -> int:
         chat = owner(self.config)
         if chat is None:
-            raise NonRetryable("no owner: set [telegram] allowed_user_ids")
+            raise NonRetryable("no owner: set [access] allowed_user_ids")
         return chat
 
     async def llm_call(

@@ -326,7 +326,7 @@ def build_calendar_tools(config: Config, env: Mapping[str, str]) -> list[Tool]:
     # model as a plain tool error.
     cal = Toolset(
         timeout=120.0,
-        guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS),
+        guard=OwnerOnly.of(config.access, NOT_THE_OWNERS),
         errors=(CalendarError,),
     )
     _reading_tools(cal, deps)

@@ -29,8 +29,14 @@ loop over that list; none of them names a network. The contract, in the order a 
     instance id derived from the network's message id, key `chat_key`) and only then
     acknowledged to the network, so a crash loses nothing and repeats nothing. Every input
     says where it is (`chat_kind`, `chat.inputs`), and only the channel reads its network's
-    ids. Commands go to `Intake.on_command`, button presses to `Intake.on_callback`, both
-    inside the same transaction. Returns the running task; it ends only on a fatal error;
+    ids. Who wrote is an agentd user: in the same transaction the channel maps each of its
+    accounts to the user it speaks for (`access.accounts.user_of`), redeems a `/start CODE`
+    with `access.pairing.redeem(..., channel=name)` (a code made for a user links the
+    account to them), serves the accounts `access.accounts.served_accounts` lists, and notes
+    each private message with `chat.reach.note_private_chat` (notices and approval cards find
+    the user there). Commands go to `Intake.on_command`, button presses to
+    `Intake.on_callback`, both inside the same transaction. Returns the running task; it ends
+    only on a fatal error;
   - `publish_menu(everyone, owner, owner_id)`: the command menu, best effort;
   - `stop()` then `close()`: stop intake, then release the client.
 """
@@ -38,7 +44,7 @@ loop over that list; none of them names a network. The contract, in the order a 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -186,4 +192,3 @@ class Opened:
     open: OpenChannel
     identity: ChannelIdentity | None = None
     task: asyncio.Task[None] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)

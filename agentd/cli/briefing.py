@@ -24,9 +24,9 @@ app = typer.Typer(help="The morning briefing: enable, run, disable, status.", no
 def _owner(cfg, user: int | None) -> int:  # type: ignore[no-untyped-def]
     from agentd.access import owners
 
-    owner = user if user is not None else owners.resolve(cfg.telegram).owner_id
+    owner = user if user is not None else owners.resolve(cfg.access).owner_id
     if owner is None:
-        fail("no --user given and no owner (telegram.owner_id, allowed_user_ids) is configured")
+        fail("no --user given and no owner (access.owner_id, allowed_user_ids) is configured")
     return int(owner)  # type: ignore[arg-type]
 
 

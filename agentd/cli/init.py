@@ -144,9 +144,9 @@ def render_config(owner: int, timezone: str, api_base: str, llm_base: str, model
     if timezone != AgentConfig().timezone:
         lines += ["[agent]", f"timezone = {jsonlib.dumps(timezone)}", ""]
     # The owner approves every high-risk call, whoever of the people served asks.
-    lines += ["[telegram]", f"owner_id = {owner}", f"allowed_user_ids = [{owner}]"]
+    lines += ["[access]", f"owner_id = {owner}", f"allowed_user_ids = [{owner}]"]
     if api_base != TelegramConfig().api_base:
-        lines.append(f"api_base = {jsonlib.dumps(api_base)}")
+        lines += ["", "[telegram]", f"api_base = {jsonlib.dumps(api_base)}"]
     llm = []
     if model != LLMConfig().model:
         llm.append(f"model = {jsonlib.dumps(model)}")

@@ -203,7 +203,7 @@ def _user_for_write(conn: Any, user: int | None, config: Any) -> int:
 
     if user is not None:
         return user
-    owner = owners.resolve(config.telegram).owner_id
+    owner = owners.resolve(config.access).owner_id
     if owner is not None:
         return int(owner)
     found = [r[0] for r in conn.execute("SELECT DISTINCT user_id FROM memories LIMIT 5")]
@@ -212,7 +212,7 @@ def _user_for_write(conn: Any, user: int | None, config: Any) -> int:
     if len(found) > 1:
         fail(f"several users have memories ({', '.join(map(str, found))}…): pass --user ID", 2)
     fail(
-        "no owner in the config ([telegram] owner_id) and no memories yet, so whose is this? "
+        "no owner in the config ([access] owner_id) and no memories yet, so whose is this? "
         "pass --user ID (a Telegram user id)",
         EXIT_USAGE,
     )

@@ -379,17 +379,17 @@ def _unreadable_secrets(cfg: Config) -> str:
 
 
 def _doctor_allowlist(cfg: Config, results: list[dict[str, object]]) -> None:
-    users = cfg.telegram.allowed_user_ids
+    users = cfg.access.allowed_user_ids
     if users:
         _check("allowlist", True, f"{len(users)} user(s) served", results)
     else:
         _check(
             "allowlist",
             False,
-            "telegram.allowed_user_ids is empty: nobody is served; add your Telegram user id to it",
+            "access.allowed_user_ids is empty: nobody is served; add your Telegram user id to it",
             results,
         )
-    trust = owners.resolve(cfg.telegram)
+    trust = owners.resolve(cfg.access)
     # An owner taken from the allowlist works, but is worth saying: it decides who approves.
     _check("owner", True, trust.describe(), results, warn=trust.how != "configured")
 

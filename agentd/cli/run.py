@@ -84,13 +84,13 @@ def run(config: ConfigOption = None) -> None:
     cfg = config_or_exit(config)  # before the heavy imports: a bad config fails in a blink
     if (holder := _already_running(cfg.db_path)) is not None:
         fail(holder, EXIT_ALREADY_RUNNING)
-    if not cfg.telegram.allowed_user_ids and not _pairing_possible(cfg.db_path):
+    if not cfg.access.allowed_user_ids and not _pairing_possible(cfg.db_path):
         if cfg.source is None:  # most likely run from another folder than `agentd init`'s
             fail(NO_CONFIG, EXIT_CONFIG)
         fail(
-            "nobody would be answered: telegram.allowed_user_ids is empty and nobody has paired; "
+            "nobody would be answered: access.allowed_user_ids is empty and nobody has paired; "
             "run `agentd pair` (then send the code to your bot), or add your numeric Telegram "
-            f"user id to telegram.allowed_user_ids in {cfg.source or './agentd.toml'}",
+            f"user id to access.allowed_user_ids in {cfg.source or './agentd.toml'}",
             EXIT_CONFIG,
         )
     # Importing the Telegram and model stacks takes seconds on a small box: say so first.

@@ -106,9 +106,9 @@ def add(
     from agentd.schedule.recurrence import ScheduleError
 
     cfg = config_or_exit(config)
-    whose = user if user is not None else owners.resolve(cfg.telegram).owner_id
+    whose = user if user is not None else owners.resolve(cfg.access).owner_id
     if whose is None:
-        fail("no --user given and no owner (telegram.owner_id, allowed_user_ids) is configured")
+        fail("no --user given and no owner (access.owner_id, allowed_user_ids) is configured")
     try:
         req = ScheduleRequest(
             message=message,

@@ -43,22 +43,31 @@ def _open_or_create(cfg: Config) -> Any:
 def pair(
     minutes: Annotated[float, typer.Option(help="How long the code is valid.", min=1)] = 10,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="Wait until it is used.")] = True,
+    link: Annotated[
+        int | None,
+        typer.Option(help="Link the account that sends the code to this user (another channel)."),
+    ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Print a one-time code; whoever sends `/start CODE` to the bot is served from then on."""
-    from agentd.access import pairing
+    """Print a one-time code; whoever sends `/start CODE` to the bot is served from then on
+    (with --link USER: their account becomes that user, on whichever channel they send it)."""
+    from agentd.access import owners, pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
     try:
+        if link is not None and not owners.is_served(conn, cfg.access, link):
+            fail(f"user {link} is not served; see `agentd users ls`")
         with transaction(conn):
-            code = pairing.new_code(conn, ttl=minutes * 60, created_by="cli")
+            code = pairing.new_code(conn, ttl=minutes * 60, created_by="cli", link_user_id=link)
         if json:
-            print_json({"code": code, "expires_in_s": minutes * 60})
+            print_json({"code": code, "expires_in_s": minutes * 60, "link_user_id": link})
             return
+        whom = f"from the account to link to user {link}" if link is not None else "to your bot"
         out.print(
-            f"Send this to your bot in Telegram within {minutes:g} minutes:\n\n    /start {code}\n",
+            f"Send this {whom}, in a private chat, within {minutes:g} minutes:\n\n"
+            f"    /start {code}\n",
             highlight=False,
         )
         if not wait:
@@ -66,6 +75,14 @@ def pair(
         out.print("Waiting for it (the daemon must be running: `agentd run`); Ctrl-C to stop.")
         deadline = time.time() + minutes * 60
         while time.time() < deadline:
+            used = conn.execute(
+                "SELECT used_by FROM pairing_codes WHERE code_hash = ? "
+                "AND link_user_id IS NOT NULL",
+                (pairing._hash(code),),
+            ).fetchone()
+            if used and used[0] is not None:
+                out.print(f"Linked: account {used[0]} is now user {link}.", highlight=False)
+                return
             row = conn.execute(
                 "SELECT p.user_id, p.username FROM pairing_codes c JOIN paired_users p "
                 "ON p.user_id = c.used_by WHERE c.code_hash = ?",
@@ -90,16 +107,17 @@ def _role(user_id: int, trust: Any) -> str:
 @app.command("ls")
 def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     """Everyone served, with their role: the owner, approvers, config and paired users."""
-    from agentd.access import owners, pairing
+    from agentd.access import accounts, owners, pairing
 
     cfg = config_or_exit(config)
     conn = _open_or_create(cfg)
     try:
         paired = pairing.list_paired(conn)
+        linked = accounts.accounts_of(conn)
     finally:
         conn.close()
-    trust = owners.resolve(cfg.telegram)
-    configured = sorted(owners.configured_ids(cfg.telegram), key=lambda u: u != trust.owner_id)
+    trust = owners.resolve(cfg.access)
+    configured = sorted(owners.configured_ids(cfg.access), key=lambda u: u != trust.owner_id)
     users = [
         {
             "user_id": u,
@@ -121,13 +139,17 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         for p in paired
         if p.user_id not in configured
     ]
+    for user in users:  # the accounts on other channels that speak for this user
+        user["accounts"] = [
+            f"{a.channel}:{a.account_id}" for a in linked if a.user_id == user["user_id"]
+        ]
     if json:
         print_json(users)
         return
     if not users:
         out.print("Nobody is served yet: run `agentd pair`.")
         return
-    table = new_table("user id", "role", "source", "username", "paired (UTC)")
+    table = new_table("user id", "role", "source", "username", "paired (UTC)", "accounts")
     for u in users:
         table.add_row(
             str(u["user_id"]),
@@ -135,10 +157,10 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
             str(u["source"]),
             str(u["username"] or ""),
             str(u["paired_at"] or ""),
+            ", ".join(u["accounts"]),  # type: ignore[arg-type]
         )
-    print_table(
-        table, empty="No users yet: add your id to telegram.allowed_user_ids, or run `agentd pair`."
-    )
+    empty = "No users yet: add your id to access.allowed_user_ids, or run `agentd pair`."
+    print_table(table, drop=("accounts",), empty=empty)
     out.print(trust.describe(), highlight=False)
 
 
@@ -201,8 +223,8 @@ def rm(user_id: int, json: JsonOption = False, config: ConfigOption = None) -> N
     finally:
         conn.close()
     if not done.removed:
-        if user_id in cfg.telegram.allowed_user_ids:
-            fail(f"user {user_id} is in telegram.allowed_user_ids in {cfg.source}; remove it there")
+        if user_id in cfg.access.allowed_user_ids:
+            fail(f"user {user_id} is in access.allowed_user_ids in {cfg.source}; remove it there")
         fail(f"user {user_id} is not a paired user; see `agentd users ls`")
     if json:
         print_json({"removed": user_id, **done.model_dump(exclude={"removed"})})

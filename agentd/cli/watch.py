@@ -95,9 +95,9 @@ def add(
     from agentd.watch.model import Source
 
     cfg = config_or_exit(config)
-    owner = owners.resolve(cfg.telegram).owner_id
+    owner = owners.resolve(cfg.access).owner_id
     if owner is None:
-        fail("no owner (telegram.owner_id, allowed_user_ids) is configured to tell")
+        fail("no owner (access.owner_id, allowed_user_ids) is configured to tell")
     given = {
         k: v
         for k, v in (

@@ -411,10 +411,10 @@ def _tell_owner(cfg: Config, conn: Any, notice_id: str, text: str) -> None:
     from agentd.access import owners
     from agentd.chat.notice import NOTICE_WORKFLOW
 
-    owner = owners.resolve(cfg.telegram).owner_id
+    owner = owners.resolve(cfg.access).owner_id
     if owner is None:
         return
-    body = jsonlib.dumps({"chat_id": owner, "text": text})
+    body = jsonlib.dumps({"user_id": owner, "text": text})  # where the owner is reached
     with transaction(conn):
         store.insert_instance(
             conn,

@@ -166,14 +166,16 @@ async def stop_turns(deps: CommandDeps, turns: list[store.InstanceRecord]) -> Co
 
 
 def _paired_by(conn: Any, code: str, user_id: int) -> bool:
-    """Whether this /start code is the one that paired this user (not any text after /start)."""
+    """Whether this /start code is the one that paired this user, or linked an account to
+    them (not any text after /start)."""
     found = pairing.code_in(f"/start {code}")
     if found is None:
         return False
     row = conn.execute(
-        "SELECT used_by FROM pairing_codes WHERE code_hash = ?", (pairing._hash(found),)
+        "SELECT used_by, link_user_id FROM pairing_codes WHERE code_hash = ?",
+        (pairing._hash(found),),
     ).fetchone()
-    return row is not None and row[0] == user_id
+    return row is not None and row[0] is not None and user_id in (row[0], row[1])
 
 
 def _today_start(now: float) -> float:
@@ -222,7 +224,7 @@ def _tokens_line(rows: list[usage.UsageTotals], prices: Mapping[str, ModelPrice]
 
 async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     now = deps.clock.now()
-    everyone = inp.user_id == owners.resolve(deps.config.telegram).owner_id
+    everyone = inp.user_id == owners.resolve(deps.config.access).owner_id
     counts = await deps.db.read(_status_counts, inp, now, everyone)
     model = await for_turn(deps.db, deps.llm, inp.chat_id) or deps.config.llm.model
     lines = [
@@ -309,5 +311,5 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     router.command("language", bind(language_command), "The language I use for you, to change")
     router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
     # Approve / Deny: only approvers decide, and only on the card itself (access/approvals.py).
-    may_approve = owners.resolve(deps.config.telegram).may_approve
+    may_approve = owners.resolve(deps.config.access).may_approve
     router.callback("ap", approvals.callback_handler(may_approve))

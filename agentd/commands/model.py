@@ -24,7 +24,7 @@ def _default(llm: Any) -> str:
 
 
 def _is_owner(deps: CommandDeps, user_id: int) -> bool:
-    return owners.resolve(deps.config.telegram).owner_id == user_id
+    return owners.resolve(deps.config.access).owner_id == user_id
 
 
 def _listing(deps: CommandDeps, current: str | None, owner: bool) -> CommandReply:

@@ -9,6 +9,7 @@ from agentd.config.loading import ENV_PREFIX, ENV_SYNTAX, find_config_file, load
 from agentd.config.paths import resolve, resolve_paths
 from agentd.config.schema import (
     MAIL_NAME,
+    AccessConfig,
     AgentConfig,
     AutomationsConfig,
     CalendarConfig,
@@ -58,6 +59,7 @@ __all__ = [
     "ENV_SYNTAX",
     "MAIL_NAME",
     "SECRETS_FILE",
+    "AccessConfig",
     "AgentConfig",
     "AutomationsConfig",
     "CalendarConfig",

@@ -55,7 +55,7 @@ def _parse_env_value(raw: str) -> Any:
 
 ENV_SYNTAX = (
     'values are JSON (5, true, "text", [42, 43]) or plain text, e.g. '
-    "AGENTD_TELEGRAM__ALLOWED_USER_IDS='[42]'"
+    "AGENTD_ACCESS__ALLOWED_USER_IDS='[42]'"
 )
 
 

@@ -10,7 +10,8 @@ Where a capability's section goes (one rule; config.example.toml's header says i
   webhook listener as `[automations.hooks]`, and `[dashboard]` (the owner's web pages).
 - Accounts a capability connects to are arrays of tables under the capability's name
   (`[[mail]]`, `[[calendar]]`), each with a unique `name`.
-- Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`) still load, one warning each.
+- Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`, `[telegram]`'s who-is-served keys, now
+  `[access]`) still load, one warning each.
 - Secrets are never in the file: a `*_env` key names the variable (or agentd.env line, or
   systemd credential) that holds it, read by `agentd.config.secrets.read_secret`.
 - Relative paths are relative to the config file's folder (`agentd.config.paths`).
@@ -67,8 +68,12 @@ class AgentConfig(_Section):
         return value
 
 
-class TelegramConfig(_Section):
-    api_base: str = "https://api.telegram.org"
+class AccessConfig(_Section):
+    """`[access]`: who agentd serves, on every channel. Ids are agentd user ids: a Telegram
+    user id is its own, and an account on another channel is linked to one by a pairing code
+    (`agentd pair --link USER`), so one person is one user with one memory, budget and
+    schedules wherever they write."""
+
     allowed_user_ids: list[int] = Field(default_factory=list)
     # The owner: asked to approve every high-risk call of anyone served, in their private chat.
     # None: the first of allowed_user_ids (logged at start and shown by `agentd doctor`).
@@ -76,14 +81,16 @@ class TelegramConfig(_Section):
     # Who may approve (press Approve / Deny); empty: the owner alone. Each gets the cards of
     # their own high-risk calls; everyone else's go to the owner.
     approvers: list[int] = Field(default_factory=list)
+    # Where notices for a user (reminders, mail, automations) go: a channel's name
+    # ("telegram"), or "" for the channel they last wrote in privately.
+    notices: str = ""
 
     @field_validator("owner_id")
     @classmethod
     def _a_person(cls, value: int | None) -> int | None:
         if value is not None and value <= 0:
             raise ValueError(
-                "must be a Telegram user id (a group's id is negative): cards go "
-                "to the owner's private chat"
+                "must be a user id (a group's id is negative): cards go to the owner's private chat"
             )
         return value
 
@@ -91,9 +98,12 @@ class TelegramConfig(_Section):
     @classmethod
     def _people(cls, values: list[int]) -> list[int]:
         if any(v <= 0 for v in values):
-            raise ValueError("approvers are Telegram user ids (positive), not groups")
+            raise ValueError("approvers are user ids (positive), not groups")
         return values
 
+
+class TelegramConfig(_Section):
+    api_base: str = "https://api.telegram.org"
     poll_timeout: int = Field(default=30, ge=0, le=50)
     allow_groups: bool = False
     max_message_chars: int = Field(default=4096, ge=64, le=4096)
@@ -774,6 +784,10 @@ OLD_SPELLINGS: dict[str, str | None] = {
     "web": "tools.web",
     "hooks": "automations.hooks",
     "startup.lazy_anthropic": None,
+    # Who is served is said once for every channel.
+    "telegram.allowed_user_ids": "access.allowed_user_ids",
+    "telegram.owner_id": "access.owner_id",
+    "telegram.approvers": "access.approvers",
 }
 
 
@@ -783,8 +797,11 @@ def move_old_spellings(data: dict[str, Any]) -> dict[str, Any]:
     for old, new in OLD_SPELLINGS.items():
         *parents, leaf = old.split(".")
         node: Any = data
-        for part in parents:
-            node = node.get(part) if isinstance(node, dict) else None
+        for part in parents:  # copied on the way: the caller's dict is left as it was
+            child = node.get(part) if isinstance(node, dict) else None
+            if isinstance(child, dict):
+                child = node[part] = dict(child)
+            node = child
         if not isinstance(node, dict) or leaf not in node:
             continue
         value = node.pop(leaf)
@@ -809,6 +826,7 @@ def move_old_spellings(data: dict[str, Any]) -> dict[str, Any]:
 
 class Config(_Section):
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    access: AccessConfig = Field(default_factory=AccessConfig)
     telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     vision: VisionConfig = Field(default_factory=VisionConfig)

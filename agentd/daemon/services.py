@@ -118,7 +118,8 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     )
     engine.register(make_turn_workflow(deps))
     engine.register(make_retention_workflow(db, config.retention, core.clock))
-    engine.register(make_notice_workflow(db, core.outbox))  # parked and failed runs: notices
+    # Parked and failed runs, held skills: notices, to a user where [access] notices says.
+    engine.register(make_notice_workflow(db, core.outbox, prefer=config.access.notices))
     for one in channels:
         for flow in one.open.workflows(db):
             engine.register(flow)
@@ -146,7 +147,7 @@ def _command_router(
     core: Core, bot_names: frozenset[str], embedder: Any, can: list[str]
 ) -> CommandRouter:
     """The core's own commands (/help, /stop, /model, …) and approvals' buttons."""
-    trust = owners.resolve(core.config.telegram)
+    trust = owners.resolve(core.config.access)
     router = CommandRouter(bot_usernames=bot_names, owner_id=trust.owner_id, abilities=can)
     command_deps = CommandDeps(
         config=core.config,

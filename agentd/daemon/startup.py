@@ -73,7 +73,7 @@ async def open_database_and_channels(
     config: Config, on_uncertain: Callable[..., Any], stack: contextlib.AsyncExitStack
 ) -> tuple[Database, list[Opened]]:
     """The database opens (and migrates) while each configured channel builds its client
-    (Telegram imports aiogram in a thread meanwhile)."""
+    (one may import its network's library in a thread meanwhile)."""
     db_open = asyncio.create_task(
         Database.open(config.db_path, synchronous=config.storage.synchronous)
     )
@@ -82,10 +82,7 @@ async def open_database_and_channels(
     )
     opened: list[Opened] = []
     try:
-        wanted = configured(config)
-        if not wanted:
-            raise ConfigProblem("no chat channel is configured: set up Telegram (`agentd init`)")
-        for channel in wanted:
+        for channel in configured(config):
             opened.append(Opened(channel=channel, open=await channel.open(ctx)))
     except BaseException:
         for one in opened:
@@ -99,7 +96,7 @@ async def open_database_and_channels(
 
 def log_trust(config: Config) -> None:
     # Said once, so an owner found by the fallback rule (the first allowlisted id) is no surprise.
-    log.info("approvals", extra={"trust": owners.resolve(config.telegram).describe()})
+    log.info("approvals", extra={"trust": owners.resolve(config.access).describe()})
 
 
 def audit_unfinished(conn: object, inst: store.InstanceRecord) -> None:

@@ -45,7 +45,7 @@ class Dashboard:
 
     @property
     def owner(self) -> int | None:
-        return owners.resolve(self.ctx.config.telegram).owner_id
+        return owners.resolve(self.ctx.config.access).owner_id
 
     def _private_owner(self, inp: CommandInput) -> bool:
         return inp.private and inp.user_id == self.owner

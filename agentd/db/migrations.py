@@ -857,6 +857,34 @@ CREATE TABLE matrix_drafts (
 );
 """
 
+M036_USERS = """
+-- One person is one agentd user on every channel: another channel's account linked to a user
+-- by a pairing code made for that user (access/accounts.py). An account in no row is its own
+-- user, so every Telegram user id stays the agentd user id it always was.
+CREATE TABLE user_accounts (
+    account_id INTEGER PRIMARY KEY,
+    user_id INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    linked_at REAL NOT NULL
+);
+CREATE INDEX user_accounts_user ON user_accounts (user_id);
+-- A code made to link an account to this user, not to serve a new one.
+ALTER TABLE pairing_codes ADD COLUMN link_user_id INTEGER;
+-- Where each user can be reached privately, per channel (chat/reach.py): notices and
+-- approval cards go there.
+CREATE TABLE user_chats (
+    user_id INTEGER NOT NULL,
+    channel TEXT NOT NULL,
+    chat_id INTEGER NOT NULL,
+    last_at REAL NOT NULL,
+    PRIMARY KEY (user_id, channel)
+);
+-- Private chats written in before: all Telegram's, whose private chat ids are their user's.
+INSERT OR IGNORE INTO user_chats (user_id, channel, chat_id, last_at)
+    SELECT user_id, 'telegram', chat_id, MAX(created_at) FROM messages
+    WHERE role = 'user' AND user_id IS NOT NULL AND chat_id = user_id GROUP BY user_id;
+"""
+
 
 # Watches ("check X and tell me only if Y", agentd/watch/): what each reads and when it
 # speaks, what it saw last (so an unchanged source costs no model call), and one row per
@@ -1050,6 +1078,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m040_matrix", M040_MATRIX),
     ("m041_chat_addresses", M041_CHAT_ADDRESSES),
     ("m042_matrix_drafts", M042_MATRIX_DRAFTS),
+    ("m036_users", M036_USERS),
 ]
 
 

@@ -20,7 +20,7 @@ async def _build(ctx: Context) -> Contribution:
     from agentd.hands.shell import chat_progress, shell_deps, shell_tool
 
     # "Always allow this" decides an approval: only an approver, on the card itself.
-    may_approve = owners.resolve(ctx.config.telegram).may_approve
+    may_approve = owners.resolve(ctx.config.access).may_approve
     part = Contribution(
         callbacks={rules.CALLBACK_PREFIX: rules.callback_handler(may_approve)},
         about="work with files in my workspace",

@@ -78,7 +78,7 @@ class Workspaces:
     users/<id>."""
 
     root: Path
-    allowlisted: frozenset[int]  # telegram.allowed_user_ids
+    allowlisted: frozenset[int]  # access.allowed_user_ids
     max_bytes: int
     trash_days: float
     chown: tuple[int, int] | None  # see Workspace.chown
@@ -88,7 +88,7 @@ class Workspaces:
         ws = config.tools.workspace
         return cls(
             root=workspace_root(config),
-            allowlisted=frozenset(config.telegram.allowed_user_ids),
+            allowlisted=frozenset(config.access.allowed_user_ids),
             max_bytes=ws.max_file_bytes,
             trash_days=ws.trash_days,
             chown=sandbox_ids(config),

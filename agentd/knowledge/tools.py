@@ -64,7 +64,7 @@ def doc_scope(config: Config, user_id: int, private: bool) -> DocScope | None:
     """Whose documents this user may search here (None: none, in a group)."""
     if not private:  # a group: the owner's library at most, and only if configured
         return DocScope(user_id=None, library=True) if config.docs.in_groups else None
-    is_owner = user_id == owners.resolve(config.telegram).owner_id
+    is_owner = user_id == owners.resolve(config.access).owner_id
     return DocScope(user_id=user_id, library=is_owner or config.docs.shared)
 
 

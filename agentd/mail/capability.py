@@ -26,7 +26,7 @@ async def _build(ctx: Context) -> Contribution:
     from agentd.mail.notice import make_notice_workflow
 
     # Registered with no account too: pending notices of an account since removed recover.
-    flows = [make_notice_workflow(ctx.db, ctx.outbox)]
+    flows = [make_notice_workflow(ctx.db, ctx.outbox, ctx.config.access.notices)]
     if not ctx.config.mail:
         return Contribution(workflows=flows)
     from agentd.mail.tools import build_mail_tools

@@ -26,5 +26,7 @@ def notice_instance_id(account: str, folder: str, uid: int, message_id: str) -> 
     return f"mail-notice-{digest}"
 
 
-def make_notice_workflow(db: Database, outbox: Outbox) -> Workflow[NoticeInput, NoticeOutput]:
-    return _notice_workflow(db, outbox, MAIL_NOTICE_WORKFLOW)
+def make_notice_workflow(
+    db: Database, outbox: Outbox, prefer: str = ""
+) -> Workflow[NoticeInput, NoticeOutput]:
+    return _notice_workflow(db, outbox, MAIL_NOTICE_WORKFLOW, prefer)

@@ -390,7 +390,7 @@ def build_mail_tools(config: Config, db: Database, env: Mapping[str, str]) -> li
     # Only the owner, in their private chat, reaches a mailbox; a MailError reaches the model
     # as a plain tool error (its message carries no secrets).
     mail = Toolset(
-        timeout=120.0, guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS), errors=(MailError,)
+        timeout=120.0, guard=OwnerOnly.of(config.access, NOT_THE_OWNERS), errors=(MailError,)
     )
     _reading_tools(mail, deps)
     _writing_tools(mail, deps)

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from agentd.access import owners
+from agentd.chat import reach
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
@@ -232,29 +233,37 @@ def start_watchers(
     env: Mapping[str, str],
 ) -> Watchers | None:
     """Watch every configured folder; notices go to the owner (access/owners.py:
-    `telegram.owner_id`, else the first allowed user) with no model call, and a `summary`
+    `access.owner_id`, else the first allowed user) with no model call, and a `summary`
     rule starts a turn in the owner's chat."""
     watched = [a for a in config.mail if a.watch]
     if not watched:
         return None
-    owner = owners.resolve(config.telegram).owner_id
+    owner = owners.resolve(config.access).owner_id
     if owner is None:
-        log.warning("mail watch is off: no owner to tell (telegram.owner_id, allowed_user_ids)")
+        log.warning("mail watch is off: no owner to tell (access.owner_id, allowed_user_ids)")
         return None
 
     async def on_mail(account: MailAccountConfig, summary: Summary, rule: MailRule) -> None:
         if rule.action == "notify":
             # Sent by its own workflow, through the one send path (mail/notice.py).
-            notice = NoticeInput(chat_id=owner, text=notice_text(account, summary))
+            # To the owner wherever they are reached ([access] notices, else where they last
+            # wrote), chosen once in the notice's own step.
+            notice = NoticeInput(user_id=owner, text=notice_text(account, summary))
             instance = notice_instance_id(
                 account.name, summary.folder, summary.uid, summary.message_id
             )
             await engine.start(MAIL_NOTICE_WORKFLOW, notice, instance_id=instance)
             log.info("mail notice started", extra={"account": account.name, "uid": summary.uid})
             return
+        # The owner's private chat where they are reached now; the turn's id comes from the
+        # mail, so a second start (a restarted watcher) starts nothing, wherever it points.
+        chat = await db.read(reach.private_chat, owner, config.access.notices)
+        if chat is None:
+            log.warning("mail summary not started: the owner has no private chat yet")
+            return
         turn = TurnInput(
             origin="mail",
-            chat_id=owner,
+            chat_id=chat,
             chat_kind="private",
             user_id=owner,
             date=clock.now(),
@@ -264,7 +273,7 @@ def start_watchers(
         # The same mail always maps to the same turn: a repeat after a crash starts nothing.
         digest = hashlib.sha256(f"{summary.folder}/{summary.uid}/{summary.message_id}".encode())
         instance = f"mail-{account.name}-{digest.hexdigest()[:20]}"
-        await engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(owner))
+        await engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(chat))
 
     watchers = Watchers(
         [FolderWatch(Mailbox(a, env), folder, db, on_mail) for a in watched for folder in a.watch]

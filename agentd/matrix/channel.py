@@ -43,7 +43,7 @@ def identity(config: Config) -> Any:
 
     cfg = config.matrix
     assert cfg is not None
-    owner_id = owners.resolve(config.telegram).owner_id if cfg.owner else None
+    owner_id = owners.resolve(config.access).owner_id if cfg.owner else None
     return MatrixIdentity(
         bot=cfg.user_id,
         owner=cfg.owner,

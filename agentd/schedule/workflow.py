@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentd.access import owners
+from agentd.chat import reach
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
@@ -38,6 +39,10 @@ class Plan(BaseModel):
     lateness: float = 0.0
     missed: list[int] = Field(default_factory=list)  # later occurrences also missed
     chain: int | None = None  # the next occurrence to start
+    # Where a private schedule's run goes: its user's private chat now, on the channel
+    # [access] notices names, else where they last wrote (chat/reach.py); None: the
+    # schedule's own chat (a group's, or a plan journaled before users had several channels).
+    chat_id: int | None = None
 
 
 class OccurrenceOutput(BaseModel):
@@ -98,11 +103,11 @@ def catch_up(
     return Plan(action=action, lateness=lateness, chain=nxt)
 
 
-def stop_unserved(conn: Any, schedule_id: str, due: int, telegram: Any, now: float) -> bool:
+def stop_unserved(conn: Any, schedule_id: str, due: int, access: Any, now: float) -> bool:
     """A schedule of someone no longer served (removed from the config, or `agentd users rm`
     while the daemon was down) is cancelled instead of run; True when it was."""
     sched = store.get(conn, schedule_id)
-    if owners.is_served(conn, telegram, sched.user_id):
+    if owners.is_served(conn, access, sched.user_id):
         return False
     conn.execute(
         "UPDATE schedules SET state = 'cancelled', next_run = NULL, updated_at = ? WHERE id = ?",
@@ -114,34 +119,39 @@ def stop_unserved(conn: Any, schedule_id: str, due: int, telegram: Any, now: flo
 
 async def plan_occurrence(deps: ScheduleDeps, inp: OccurrenceInput) -> Plan:
     sched = await deps.db.read(store.get, inp.schedule_id)
-    telegram = deps.config.telegram
+    access = deps.config.access
     # Every run re-checks who is served; only a refusal costs a write.
-    if not await deps.db.read(owners.is_served, telegram, sched.user_id):
+    if not await deps.db.read(owners.is_served, access, sched.user_id):
         now = deps.clock.now()
-        if await deps.db.write(stop_unserved, inp.schedule_id, inp.due, telegram, now):
+        if await deps.db.write(stop_unserved, inp.schedule_id, inp.due, access, now):
             return Plan(action="stopped")
     grace = _grace(deps, sched, inp.due)
     on_time = deps.config.schedule.on_time_window
     plan = decide(sched, inp.due, deps.clock.now(), on_time=on_time, grace=grace)
-    return plan.model_copy(update={"kind": sched.action})
+    chat = None
+    if sched.chat_kind == "private":
+        prefer = deps.config.access.notices
+        chat = await deps.db.read(reach.private_chat, sched.user_id, prefer)
+    return plan.model_copy(update={"kind": sched.action, "chat_id": chat})
 
 
-async def send_message(step: Step, deps: ScheduleDeps, inp: OccurrenceInput) -> int:
+async def send_message(step: Step, deps: ScheduleDeps, inp: OccurrenceInput, plan: Plan) -> int:
     """A reminder, through the one send path (chat/delivery.py): marked, so a kill after
-    Telegram took it and before its id was committed is re-sent once and counted."""
+    the channel took it and before its id was committed is re-sent once and counted."""
     sched = await deps.db.read(store.get, inp.schedule_id)
+    chat = plan.chat_id if plan.chat_id is not None else sched.chat_id
     return await deliver(
-        step,
-        deps.db,
-        "send",
-        sched.chat_id,
-        partial(deps.outbox.send_text, sched.chat_id, sched.text),
+        step, deps.db, "send", chat, partial(deps.outbox.send_text, chat, sched.text)
     )
 
 
-async def start_turn(deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str) -> str:
+async def start_turn(
+    deps: ScheduleDeps, inp: OccurrenceInput, instance_id: str, chat: int | None = None
+) -> str:
     """A prompt runs as an ordinary turn in the owner's chat: same tools, risk policy, budget."""
     sched = await deps.db.read(store.get, inp.schedule_id)
+    if chat is not None:
+        sched = sched.model_copy(update={"chat_id": chat})
     # Who set it up, and what outside content they had read: the turn says so, and a task a
     # page planted runs tainted (its egress asks the owner again).
     by, after = creator_words(sched.created_by)
@@ -208,10 +218,12 @@ def make_schedule_workflow(deps: ScheduleDeps) -> Workflow[OccurrenceInput, Occu
         else:
             try:
                 if plan.kind == "message":
-                    msg_id = await send_message(step, deps, inp)
+                    msg_id = await send_message(step, deps, inp, plan)
                     outcome, detail = "sent", f"telegram message {msg_id}"
                 else:
-                    ref = await step.do("start-turn", start_turn, deps, inp, step.instance_id)
+                    ref = await step.do(
+                        "start-turn", start_turn, deps, inp, step.instance_id, plan.chat_id
+                    )
                     outcome = "started"
             except StepFailed as exc:
                 outcome, detail = "failed", f"{exc.step}: {exc.message}"

@@ -52,7 +52,7 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
     from agentd.access import owners
     from agentd.chat.notice import post_notice
 
-    owner = owners.resolve(ctx.config.telegram).owner_id
+    owner = owners.resolve(ctx.config.access).owner_id
 
     async def tell(name: str, content: str, why: str) -> None:
         if owner is None:
@@ -62,7 +62,8 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
             f"⚠️ The skill {name} is held back: {why}. I won't use it until you check its "
             f"files and run `agentd skills enable {name}` on the server."
         )
-        await post_notice(ctx.engine.start, f"skill-held-{name}-{digest}", owner, text)
+        instance = f"skill-held-{name}-{digest}"
+        await post_notice(ctx.engine.start, instance, None, text, user_id=owner)
 
     return tell
 

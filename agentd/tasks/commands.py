@@ -29,7 +29,7 @@ def task_line(n: int, row: tasks.TaskRow) -> str:
 
 
 async def task_command(engine: Engine, deps: TurnDeps, inp: CommandInput) -> CommandReply:
-    if inp.user_id != owners.resolve(deps.config.telegram).owner_id:
+    if inp.user_id != owners.resolve(deps.config.access).owner_id:
         return CommandReply(text="Only the owner starts background tasks.")
     if not inp.args.strip():
         return CommandReply(text="Say what to do: `/task find the three cheapest flights to Oslo`.")

@@ -16,21 +16,24 @@ import urllib.request
 from typing import Any
 
 from agentd.access import owners
+from agentd.chat import reach
 from agentd.chat.channel import (
     ChannelContext,
     ChannelIdentity,
     ConfigProblem,
     Intake,
     StoppedDuringStartUp,
+    id_block,
 )
 from agentd.config import Config
 from agentd.runtime import sdnotify
 from agentd.runtime.gc_pause import pausing
 from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
+from agentd.telegram.intake import CHANNEL
 
 log = logging.getLogger("agentd.telegram")
-NAME = "telegram"
+NAME = CHANNEL
 
 
 class TokenRejected(ConfigProblem):
@@ -39,14 +42,22 @@ class TokenRejected(ConfigProblem):
 
 def identity(config: Config, bot_id: int, username: str) -> Identity:
     """Who the bot is and whom it serves, from getMe and the configuration."""
-    if not config.telegram.allowed_user_ids:
-        log.warning("telegram.allowed_user_ids is empty: every message will be dropped")
+    if not config.access.allowed_user_ids:
+        log.warning("access.allowed_user_ids is empty: every message will be dropped")
     return Identity(
         bot_id=bot_id,
         bot_username=username,
-        allowed_user_ids=owners.configured_ids(config.telegram),
+        allowed_user_ids=owners.configured_ids(config.access),
         allow_groups=config.telegram.allow_groups,
     )
+
+
+def know_private_chats(conn: Any, users: frozenset[int]) -> None:
+    """A Telegram user's private chat with the bot has the user's id: known for every served
+    Telegram user before they write, so a notice or a card for them has somewhere to go."""
+    for user in users:
+        if id_block(user) == 0 and user > 0:
+            reach.know_private_chat(conn, user, NAME, user)
 
 
 class OpenTelegram:
@@ -116,7 +127,7 @@ class OpenTelegram:
 
         assert self.me is not None, "identify() first"
         tg = self.config.telegram
-        self._poller = Poller(
+        poller = self._poller = Poller(
             self.bot,
             intake.db,
             intake.engine,
@@ -130,7 +141,13 @@ class OpenTelegram:
             on_progress=intake.on_progress,
             busy=intake.busy,
         )
-        return asyncio.create_task(self._poller.run(), name="telegram-poller")
+        served = self.me.allowed_user_ids
+
+        async def run() -> None:
+            await intake.db.write(know_private_chats, served)
+            await poller.run()
+
+        return asyncio.create_task(run(), name="telegram-poller")
 
     async def publish_menu(
         self, everyone: list[tuple[str, str]], owner: list[tuple[str, str]], owner_id: int | None
@@ -152,8 +169,9 @@ class TelegramChannel:
     block = 0
 
     def enabled(self, config: Config) -> bool:
-        # The first channel: a daemon without it has no chat (`agentd run` says which key).
-        return True
+        """On when its token is set (with no channel on at all, it is opened anyway, to say
+        which key is missing)."""
+        return config.secrets.telegram_bot_token is not None
 
     def secret_names(self, config: Config) -> list[str]:
         return []  # the token is one of the core secrets (config.secrets), read at load

@@ -7,7 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from agentd.access import pairing
+from agentd.access import accounts, pairing
+from agentd.chat import reach
 from agentd.chat.busy import BusyMode
 from agentd.chat.channel import CallbackHandler, CommandHook, no_callbacks, no_commands
 from agentd.chat.names import TURN_WORKFLOW, chat_key
@@ -19,6 +20,7 @@ from agentd.telegram.classify import Identity, UpdateDecision, classify_update, 
 from agentd.telegram.edits import plan_edit
 
 OFFSET_KEY = "telegram_offset"
+CHANNEL = "telegram"  # the channel's name (telegram/channel.py), as rows that name it say
 
 
 class IntakeResult(BaseModel):
@@ -150,10 +152,31 @@ def _pair_if_asked(conn: Any, update: dict[str, Any], me: Identity, now: float) 
         chat_id=chat.get("id"),
         username=str(sender.get("username") or ""),
         now=now,
+        channel=CHANNEL,
     )
     if not result.ok:
         return me  # a wrong, used or expired code: the stranger still gets nothing
     return me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | {user_id}})
+
+
+def as_users(conn: Any, decision: UpdateDecision, now: float) -> UpdateDecision:
+    """The decision with each Telegram account replaced by the agentd user it speaks for
+    (access/accounts.py), and a private message noted as where its user can be reached."""
+    if decision.user_id is None:
+        return decision
+    user = accounts.user_of(conn, decision.user_id)
+    turn, press = decision.turn, decision.callback
+    if turn is not None and turn.private:
+        reach.note_private_chat(conn, user, CHANNEL, turn.chat_id, now)
+    if user == decision.user_id:
+        return decision
+    return decision.model_copy(
+        update={
+            "user_id": user,
+            "turn": turn.model_copy(update={"user_id": user}) if turn else None,
+            "callback": press.model_copy(update={"user_id": user}) if press else None,
+        }
+    )
 
 
 def persist_updates(
@@ -170,7 +193,8 @@ def persist_updates(
     result = IntakeResult()
     now = time.time()
     highest = None
-    me = me.model_copy(update={"allowed_user_ids": me.allowed_user_ids | pairing.paired_ids(conn)})
+    served = me.allowed_user_ids | pairing.paired_ids(conn)
+    me = me.model_copy(update={"allowed_user_ids": accounts.served_accounts(conn, served)})
     for update in updates:
         update_id = int(update["update_id"])
         highest = update_id if highest is None else max(highest, update_id)
@@ -180,7 +204,7 @@ def persist_updates(
             continue
         try:
             me = _pair_if_asked(conn, update, me, now)
-            decision = classify_update(update, me)
+            decision = as_users(conn, classify_update(update, me), now)
         except Exception as exc:  # never fatal: recorded, and its sender told where possible
             reason = _reason(exc)
             decision = unreadable(update, me, reason)

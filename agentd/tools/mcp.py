@@ -385,7 +385,7 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
     from agentd.access import owners
     from agentd.chat.notice import post_notice
 
-    owner = owners.resolve(ctx.config.telegram).owner_id
+    owner = owners.resolve(ctx.config.access).owner_id
 
     async def tell(name: str, why: str, found: str) -> None:
         if owner is None:
@@ -396,7 +396,8 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
             "agentd): their descriptions go into every conversation as if you wrote them."
         )
         key = hashlib.sha256(f"{name}\0{found}".encode()).hexdigest()[:16]
-        await post_notice(ctx.engine.start, f"mcp-held-{name}-{key}", owner, text)
+        instance = f"mcp-held-{name}-{key}"
+        await post_notice(ctx.engine.start, instance, None, text, user_id=owner)
 
     return tell
 

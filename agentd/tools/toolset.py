@@ -1,7 +1,7 @@
 """A toolset: tools that share where they come from, a default timeout, an access guard and
 which exceptions the model is told about, declared together and yielded as plain `Tool`s.
 
-    mail = Toolset(timeout=120.0, guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS),
+    mail = Toolset(timeout=120.0, guard=OwnerOnly.of(config.access, NOT_THE_OWNERS),
                    errors=(MailError,))
 
     @mail.tool(risk="medium")
@@ -25,7 +25,7 @@ from typing import Any, Unpack
 from pydantic import BaseModel
 
 from agentd.access import owners
-from agentd.config import TelegramConfig
+from agentd.config import AccessConfig
 from agentd.tools.base import (
     AsyncFn,
     Tool,
@@ -50,8 +50,8 @@ class OwnerOnly:
     refusal: str
 
     @classmethod
-    def of(cls, telegram: TelegramConfig, refusal: str) -> OwnerOnly:
-        return cls(owner_id=owners.resolve(telegram).owner_id, refusal=refusal)
+    def of(cls, access: AccessConfig, refusal: str) -> OwnerOnly:
+        return cls(owner_id=owners.resolve(access).owner_id, refusal=refusal)
 
     def __call__(self, ctx: ToolContext) -> str | None:
         mine = self.owner_id is not None and ctx.private and ctx.user_id == self.owner_id

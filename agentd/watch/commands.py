@@ -102,7 +102,7 @@ async def mute(db: Database, config: Config, inp: CommandInput) -> CommandReply:
 
 def commands(db: Database, config: Config) -> list[ChatCommand]:
     """/watches (the owner's, in private) and /mute (the owner's, in any chat a watch tells)."""
-    owner = owners.resolve(config.telegram).owner_id
+    owner = owners.resolve(config.access).owner_id
 
     def refusal(inp: CommandInput) -> CommandReply | None:
         if owner is None or inp.user_id != owner:
@@ -130,4 +130,4 @@ def commands(db: Database, config: Config) -> list[ChatCommand]:
 
 def callbacks(config: Config) -> dict[str, CallbackFn]:
     """The buttons of /watches: Pause, Resume, Remove."""
-    return {CALLBACK_PREFIX: press(owners.resolve(config.telegram).owner_id)}
+    return {CALLBACK_PREFIX: press(owners.resolve(config.access).owner_id)}

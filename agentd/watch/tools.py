@@ -56,7 +56,7 @@ def assess_add(config: Config) -> Callable[[Any, CallState], Assessment | None]:
 
 
 def watch_tools(db: Database, config: Config, kick: Callable[[str], None]) -> list[Tool]:
-    watches = Toolset(timeout=15, guard=OwnerOnly.of(config.telegram, NOT_THE_OWNERS))
+    watches = Toolset(timeout=15, guard=OwnerOnly.of(config.access, NOT_THE_OWNERS))
 
     # A watch is an instruction left behind, like a schedule: egress (asks in a tainted turn).
     @watches.tool(

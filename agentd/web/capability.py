@@ -18,7 +18,7 @@ async def _build(ctx: Context) -> Contribution:
 
     tools, problems = build_web_tools(ctx.config, ctx.secrets, ctx.db, ctx.clock)
     # The fetch tool's "Always allow this host" button: only an approver, on the card itself.
-    may_approve = owners.resolve(ctx.config.telegram).may_approve
+    may_approve = owners.resolve(ctx.config.access).may_approve
     return Contribution(
         tools=tools,
         problems=problems,
