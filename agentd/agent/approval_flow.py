@@ -50,6 +50,7 @@ class Route(BaseModel):
     settles: bool = False  # after a crash mid-call the tool can find out what happened
     taints: bool = False  # its result is outside content: the turn is tainted after it runs
     allow_host: str = ""  # the card offers "Always allow this host" (tools/hostrules.py)
+    previews: bool = False  # its card is built from live state (Tool.preview), as a step
 
 
 class Caller(BaseModel):
@@ -102,11 +103,17 @@ def _card_chat(conn: Any, deps: CallDeps, inp: Caller, approver: int | None) -> 
 
 
 def create_approval(
-    conn: Any, deps: CallDeps, tool: Route, inp: Caller, instance_id: str, use: ToolUseBlock
+    conn: Any,
+    deps: CallDeps,
+    tool: Route,
+    inp: Caller,
+    instance_id: str,
+    use: ToolUseBlock,
+    previewed: ApprovalCard | None = None,
 ) -> Approval:
     now = deps.clock.now()
     approver = owners.resolve(deps.config.access).approver_for(inp.user_id)
-    card = tool_card(deps, tool, use)
+    card = previewed or tool_card(deps, tool, use)
     preview = _preview(deps, use, card)
     approval = Approval(
         id=approvals.new_id(),
@@ -311,9 +318,21 @@ async def ask_owner(deps: CallDeps, approval: Approval) -> int | None:
     return message_id
 
 
-async def send_card(step: Step, deps: CallDeps, approval: Approval, use_id: str) -> int | None:
+async def _attach_image(
+    deps: CallDeps, approval: Approval, image: str, chat_id: int, reply_to: int
+) -> int:
+    """The picture a tool's preview took (the page as it is), under the card."""
+    return await deps.outbox.send_document(
+        chat_id, image, "page.png", caption="The page now", reply_to=reply_to
+    )
+
+
+async def send_card(
+    step: Step, deps: CallDeps, approval: Approval, use_id: str, image: str = ""
+) -> int | None:
     """Every message of an approval through the one send path: the asker's notice, the card
-    in the approver's private chat, and the whole call attached under a card that cut it."""
+    in the approver's private chat, the whole call attached under a card that cut it, and
+    the picture a tool's preview took."""
     notice = _asker_notice(approval)
     if notice:
         tell = partial(tell_asker, deps, approval, notice)
@@ -336,6 +355,14 @@ async def send_card(step: Step, deps: CallDeps, approval: Approval, use_id: str)
             )
         except StepFailed as exc:  # the card says where else to read it
             log.warning("could not attach the whole call", extra={"error": exc.error_type})
+    if message_id is not None and image:
+        shot = partial(_attach_image, deps, approval, image, approval.card_chat, message_id)
+        try:
+            await deliver(
+                step, deps.db, f"image:{use_id}", approval.card_chat, shot, method="sendDocument"
+            )
+        except StepFailed as exc:  # the card's text says what will happen; the picture helps
+            log.warning("could not attach the card's picture", extra={"error": exc.error_type})
     return message_id
 
 
@@ -384,11 +411,19 @@ async def withdraw_approvals(db: Database, outbox: Outbox, instance_id: str) -> 
 
 
 async def seek_approval(
-    step: Step, deps: CallDeps, tool: Route, inp: Caller, use: ToolUseBlock
+    step: Step,
+    deps: CallDeps,
+    tool: Route,
+    inp: Caller,
+    use: ToolUseBlock,
+    previewed: ApprovalCard | None = None,
 ) -> ApprovalDecision:
     iid = step.instance_id
-    approval = await step.local(f"approval:{use.id}", create_approval, deps, tool, inp, iid, use)
-    message_id = await send_card(step, deps, approval, use.id)
+    approval = await step.local(
+        f"approval:{use.id}", create_approval, deps, tool, inp, iid, use, previewed
+    )
+    image = previewed.image if previewed is not None else ""
+    message_id = await send_card(step, deps, approval, use.id, image)
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
         timeout=max(0.0, approval.expires_at - approval.created_at),

@@ -32,6 +32,7 @@ from agentd.durable import Clock, OutcomeUnknown, Step
 from agentd.ledger import audit
 from agentd.llm.types import ToolUseBlock
 from agentd.tools import (
+    ApprovalCard,
     CallState,
     ToolContext,
     ToolOutcome,
@@ -124,6 +125,7 @@ async def route_tool(deps: CallDeps, use: ToolUseBlock, state: CallState | None 
         settles=tool.settle is not None,
         taints=tool.taints,
         allow_host=verdict.allow_host if verdict.risk == "high" else "",
+        previews=tool.preview is not None,
     )
 
 
@@ -155,6 +157,22 @@ async def run_tool(
         return await execute(tool, ctx, use.input)
     async with deps.outbox.typing(caller.chat_id):
         return await execute(tool, ctx, use.input)
+
+
+async def preview_tool(
+    deps: CallDeps, name: str, caller: Caller, instance_id: str, use: ToolUseBlock
+) -> ApprovalCard | None:
+    """The card of a call that shows live state (Tool.preview); None: the usual card. A
+    preview that fails says so on the card instead of hiding the call."""
+    tool = deps.registry.get(name)
+    checked = check_args(tool, use.input) if tool is not None else None
+    if tool is None or tool.preview is None or isinstance(checked, ToolOutcome):
+        return None
+    try:
+        return await tool.preview(_context(deps, caller, instance_id, use), checked)
+    except Exception as exc:
+        text = f"(no preview: {deps.redact(str(exc))[:300]})"
+        return ApprovalCard(text=text)
 
 
 async def settle_tool(
@@ -309,7 +327,12 @@ async def make_call(
     decision: Decided = "auto"
     by = None
     if route.risk == "high":
-        verdict = await seek_approval(step, deps, route, caller, use)
+        previewed = None
+        if route.previews:
+            previewed = await step.do(
+                f"preview:{use.id}", preview_tool, deps, route.name, caller, iid, use
+            )
+        verdict = await seek_approval(step, deps, route, caller, use, previewed)
         decision, by = verdict.status, verdict.by
         if verdict.status != "approved":
             outcome = refusal(route, verdict, deps.config.tools.approval_timeout)

@@ -663,6 +663,29 @@ class AutomationsConfig(_Section):
     hooks: HooksConfig = Field(default_factory=HooksConfig)  # the webhook listener
 
 
+class BrowserConfig(_Section):
+    """`[browser]`: a real Chromium the model can drive, sandboxed, started on first use."""
+
+    enabled: bool = False
+    # Debian's chromium; a browser downloaded at run time is never used.
+    executable: str = "/usr/bin/chromium"
+    # "bwrap": Chromium inside the hands' sandbox with a network namespace whose only way out
+    # is agentd's proxy; "chromium": Chromium's own sandbox and the same proxy, where
+    # bubblewrap or pasta cannot run (weaker: the browser sees the host's network routes).
+    sandbox: Literal["bwrap", "chromium"] = "bwrap"
+    # What the proxy lets the browser reach beyond the public internet: host names, IP
+    # addresses or networks, each optionally with :port (a local test site, a NAS page).
+    allowed_hosts: list[str] = Field(default_factory=list)
+    idle_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    page_timeout: float = Field(default=30.0, gt=0, le=300)
+    action_timeout: float = Field(default=10.0, gt=0, le=120)
+    # The browser's whole process tree (resident memory, watched every half second).
+    memory_mb: int = Field(default=1536, ge=256, le=65_536)
+    max_text_chars: int = Field(default=12_000, ge=1000, le=200_000)
+    max_elements: int = Field(default=150, ge=10, le=2000)
+    download_max_mb: int = Field(default=100, ge=1, le=4096)
+
+
 class DashboardConfig(_Section):
     """`[dashboard]`: off unless enabled; loopback unless `allow_remote` says otherwise."""
 
@@ -842,6 +865,7 @@ class Config(_Section):
     automations: AutomationsConfig = Field(default_factory=AutomationsConfig)
     skills: SkillsConfig = Field(default_factory=SkillsConfig)
     dashboard: DashboardConfig = Field(default_factory=DashboardConfig)
+    browser: BrowserConfig = Field(default_factory=BrowserConfig)
     log: LogConfig = Field(default_factory=LogConfig)
     startup: StartupConfig = Field(default_factory=StartupConfig)
     mail: list[MailAccountConfig] = Field(default_factory=list)

@@ -170,6 +170,8 @@ _NET_SETUP = (
     'set -e; for r in $AGENTD_UNROUTABLE; do ip route add unreachable "$r"; done; '
     'unset AGENTD_UNROUTABLE; exec "$@"'
 )
+# The browser's namespace reaches nothing at all but the ports forwarded to the host.
+_NO_DEFAULT = "ip route replace unreachable default; "
 
 
 @dataclass
@@ -338,7 +340,10 @@ def _resolver(launch: Launch) -> list[str]:
     return [*argv, "--ro-bind-data", launch.keep(conf), target]
 
 
-def _network_prefix() -> list[str]:
+def network_prefix(tcp_ns: Sequence[int] = (), *, fence_default: bool = False) -> list[str]:
+    """pasta and the route fence, up to the command. `tcp_ns`: ports of the namespace's
+    loopback forwarded to the host's (the browser's proxy, and nothing else); `fence_default`:
+    no route out at all, so those ports are the only way out."""
     pasta = shutil.which("pasta", path=_PATH)
     ip = shutil.which("ip", path=_PATH)
     if pasta is None or ip is None:
@@ -368,13 +373,13 @@ def _network_prefix() -> list[str]:
         "--udp-ports",
         "none",
         "--tcp-ns",
-        "none",
+        ",".join(str(p) for p in tcp_ns) or "none",
         "--udp-ns",
         "none",
         "--",
         "/bin/sh",
         "-c",
-        _NET_SETUP,
+        _NET_SETUP.replace("unset", _NO_DEFAULT + "unset") if fence_default else _NET_SETUP,
         "sh",
     ]
 
@@ -441,7 +446,7 @@ def command_argv(
     launch = Launch([], "/")
     try:
         if network:
-            prefix += _network_prefix()
+            prefix += network_prefix()
             launch.env["AGENTD_UNROUTABLE"] = " ".join(UNROUTABLE)
         argv = bwrap_argv(sandbox, launch, space, cwd, limits, binds_ro=binds_ro, network=network)
     except BaseException:

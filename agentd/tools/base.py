@@ -103,6 +103,9 @@ class ApprovalCard(BaseModel):
     # The text shows every argument of the call, each escaped: the card does not repeat the
     # raw call under it (`agentd pending --show ID` has it).
     whole: bool = False
+    # A picture sent under the card (the browser's page as it is now): a PNG's path in the
+    # outgoing folder; "": none.
+    image: str = ""
 
 
 class ToolResult(BaseModel):
@@ -214,6 +217,12 @@ class Tool:
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = field(
         default=None, repr=False
     )
+    # The card for a call that needs live state to show what it will do (the browser: the
+    # page's URL, the element as it is now, a screenshot); async, run as a journaled step
+    # before the approval is stored. None: `card`, else the arguments.
+    preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = field(
+        default=None, repr=False
+    )
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
@@ -247,6 +256,7 @@ class Tool:
         assess: Callable[[Any, CallState], Assessment | None] | None = None,
         card: Callable[[Any], ApprovalCard | None] | None = None,
         settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
+        preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None,
     ) -> Tool:
         """A tool whose arguments are a pydantic model; its JSON schema is what the LLM sees.
 
@@ -275,6 +285,7 @@ class Tool:
             card=card,
             risk_declared=risk is not None,
             settle=settle,
+            preview=preview,
         )
 
     def with_risk(self, risk: Risk) -> Tool:
@@ -310,6 +321,10 @@ def _check_hooks(declared: Tool) -> None:
             raise ToolDeclarationError(
                 f"{where}: {label} must be a plain (not async) function of the arguments"
             )
+    if declared.preview is not None and not _is_async(declared.preview):
+        raise ToolDeclarationError(
+            f"{where}: preview must be an async function (ctx, args) -> ApprovalCard | None"
+        )
     if declared.settle is None:
         return
     if not declared.at_most_once:

@@ -50,6 +50,7 @@ class Flags:
     assess: Callable[[Any, CallState], Assessment | None] | None = None
     card: Callable[[Any], ApprovalCard | None] | None = None
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None
+    preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None
 
 
 class FlagArgs(TypedDict, total=False):
@@ -64,6 +65,7 @@ class FlagArgs(TypedDict, total=False):
     assess: Callable[[Any, CallState], Assessment | None] | None
     card: Callable[[Any], ApprovalCard | None] | None
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None
+    preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None
 
 
 def flags_of(given: FlagArgs, where: str) -> Flags:
@@ -110,6 +112,7 @@ def build(
         assess=flags.assess,
         card=flags.card,
         settle=None if flags.settle is None else wrap(flags.settle),
+        preview=flags.preview,
     )
 
 
@@ -237,6 +240,8 @@ def tool(
     - `card(args)`: the approval card's content for a call; None: its arguments.
     - `settle(ctx, args)`: async; after a crash during an approved call, finds out whether
       its effect happened (needs `at_most_once`).
+    - `preview(ctx, args)`: async; the card of a call that needs live state to show what it
+      will do (a page's URL, the element, a screenshot), run as a step before asking.
 
     A bad declaration raises ToolDeclarationError here, not when the tool is called. Tools
     that share a source, a timeout, a guard or error mapping are declared on a Toolset.

@@ -1,0 +1,167 @@
+"""How Chromium is started: inside bubblewrap, in a network namespace whose only way out is
+agentd's proxy, as an unprivileged user, with a seccomp filter and no secrets.
+
+Playwright launches "the browser" by running an executable with its own arguments and talks to
+it over the pipe on descriptors 3 and 4 (`--remote-debugging-pipe`): no debugging port exists
+anywhere. The executable it is given is a small script written here that runs
+
+    setpriv (as nobody, when root) → pasta (a network namespace of its own) → route fence →
+    bwrap (read-only system, private /tmp, the downloads folder) → chromium "$@"
+
+pasta forwards exactly one port of the namespace's loopback to the proxy on the host's
+(`--tcp-ns`); every other destination is unreachable (the hands' ranges and the default route),
+so a page cannot reach the host, the LAN or cloud metadata even by talking past the proxy
+(WebRTC, a raw address). Chromium's own sandbox is off in this mode: it needs user namespaces,
+which the seccomp filter denies; bubblewrap, the filter and the namespace fence the whole
+browser instead. The memory limit is watched from outside (RSS of the tree, `tree_rss`):
+RLIMIT_AS cannot be used, V8 reserves terabytes of address space it never touches.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentd.hands import seccomp
+from agentd.hands.sandbox import UNROUTABLE, SandboxUnavailable, network_prefix
+
+_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MASKED = (
+    "/etc/shadow",
+    "/etc/gshadow",
+    "/etc/machine-id",
+    "/sys/firmware",
+    "/sys/devices/virtual/dmi",
+)
+# What Chromium reads besides /usr and /etc: the font cache (else rebuilt at every start).
+_OPTIONAL_RO = ("/var/cache/fontconfig",)
+SHM_MB = 256
+
+
+@dataclass(frozen=True)
+class Jail:
+    """Where the browser's files live and who it runs as."""
+
+    run_dir: Path  # daemon-private (0700): the wrapper, the filter, the pid file
+    downloads: Path  # the one folder the browser writes that outlives it (staging)
+    chromium: str = "/usr/bin/chromium"
+    bwrap: str = "bwrap"
+    run_as: tuple[int, int] | None = None  # (uid, gid) when the daemon runs as root
+    proxy_port: int = 0
+
+    @property
+    def wrapper(self) -> Path:
+        return self.run_dir / "chromium-in-sandbox"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.run_dir / "browser.pid"
+
+
+def bwrap_words(jail: Jail) -> list[str]:
+    """bwrap's arguments up to the browser (the filter is read from descriptor 9)."""
+    argv = [shutil.which(jail.bwrap) or jail.bwrap, "--die-with-parent", "--new-session"]
+    argv += ["--cap-drop", "ALL", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
+    argv += ["--unshare-cgroup-try", "--hostname", "sandbox"]
+    for path in ("/usr", "/etc", "/sys", *_OPTIONAL_RO):
+        if os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in _SYSTEM_LINKS:
+        if os.path.islink(path):
+            argv += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            argv += ["--ro-bind", path, path]
+    for path in _MASKED:
+        if os.path.isdir(path):
+            argv += ["--tmpfs", path]
+        elif os.path.lexists(path):
+            argv += ["--ro-bind", "/dev/null", path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    argv += ["--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm"]
+    argv += ["--size", str(512 << 20), "--tmpfs", "/tmp", "--size", str(8 << 20), "--tmpfs", "/run"]
+    # Playwright names the downloads folder by its host path: the same path inside.
+    argv += ["--bind", str(jail.downloads), str(jail.downloads)]
+    argv += ["--seccomp", "9", "--chdir", "/tmp", "--clearenv"]
+    for key, value in (("PATH", _PATH), ("HOME", "/tmp"), ("LANG", "C.UTF-8")):
+        argv += ["--setenv", key, value]
+    return argv
+
+
+def setpriv_words(ids: tuple[int, int] | None) -> list[str]:
+    if ids is None:
+        return []
+    setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+    return [
+        setpriv,
+        f"--reuid={ids[0]}",
+        f"--regid={ids[1]}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+
+
+def write_wrapper(jail: Jail) -> Path:
+    """The executable Playwright runs as the browser; writes the filter beside it."""
+    jail.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    filter_path = jail.run_dir / "seccomp.bpf"
+    filter_path.write_bytes(seccomp.program())
+    prefix = network_prefix(tcp_ns=(jail.proxy_port,), fence_default=True)
+    words = [*setpriv_words(jail.run_as), *prefix, *bwrap_words(jail), "--", jail.chromium]
+    script = (
+        "#!/bin/sh\n"
+        "# Written by agentd for Playwright: Chromium in its sandbox (agentd/browser/jail.py).\n"
+        f"echo $$ > {shlex.quote(str(jail.pid_file))}\n"
+        f"exec 9< {shlex.quote(str(filter_path))}\n"
+        f"export AGENTD_UNROUTABLE={shlex.quote(' '.join(UNROUTABLE))}\n"
+        f'exec {shlex.join(words)} "$@"\n'
+    )
+    path = jail.wrapper
+    path.write_text(script)
+    path.chmod(0o700)
+    return path
+
+
+def check_tools(jail: Jail) -> None:
+    """Raise SandboxUnavailable naming what is missing."""
+    if shutil.which(jail.bwrap) is None:
+        raise SandboxUnavailable(
+            "the browser's sandbox needs bubblewrap: `apt-get install bubblewrap`"
+        )
+    if not os.access(jail.chromium, os.X_OK):
+        raise SandboxUnavailable(
+            f"{jail.chromium} is not an executable Chromium: `apt-get install chromium`, or set "
+            "[browser] executable"
+        )
+    seccomp.program()
+
+
+def tree_rss(root: int) -> int:
+    """Resident bytes of `root` and every process below it (0 when it is gone)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            statm = Path(f"/proc/{entry}/statm").read_text().split()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        pid = int(entry)
+        children.setdefault(int(fields[1]), []).append(pid)
+        rss[pid] = int(statm[1]) * page
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total

@@ -1,0 +1,169 @@
+"""A page as the model reads it: its visible text in document order, with the interactive
+elements numbered, capped in the page before anything crosses to agentd.
+
+Each numbered element gets a `data-agentd-ref` attribute and a description (its kind, visible
+text, link target, form). The page can move or rewrite those attributes, so an action looks
+the element up again and refuses when what it finds no longer matches what was read
+(`describe` and `same_element`): the owner approves the element the card showed.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, Field
+
+REF_ATTR = "data-agentd-ref"
+
+# An element's visibility, visible label and description (kind, text, link, form): shared by
+# the snapshot and by `DESCRIBE_JS`, which checks an element again just before acting on it.
+_ELEMENT_FUNCS = r"""
+  const shown = (el) => {
+    const r = el.getBoundingClientRect(); const st = getComputedStyle(el);
+    return r.width > 0 && r.height > 0 && st.visibility !== 'hidden' && st.display !== 'none';
+  };
+  const label = (el) => {
+    let t = el.getAttribute('aria-label') || '';
+    if (!t && el.labels && el.labels.length) t = el.labels[0].innerText;
+    if (!t) t = (el.innerText || el.value || el.getAttribute('placeholder') ||
+                 el.getAttribute('title') || el.getAttribute('alt') || el.name || '');
+    return t.replace(/\s+/g, ' ').trim().slice(0, 120);
+  };
+  const describe = (el) => {
+    const tag = el.tagName.toLowerCase();
+    const type = (el.getAttribute('type') || '').toLowerCase();
+    const form = el.form || el.closest('form');
+    let kind = 'button';
+    if (tag === 'a') kind = 'link';
+    else if (tag === 'select') kind = 'select';
+    else if (tag === 'textarea' || el.isContentEditable) kind = 'textarea';
+    else if (tag === 'input' && ['checkbox', 'radio'].includes(type)) kind = type;
+    else if (tag === 'input' && ['submit', 'image'].includes(type)) kind = 'submit';
+    else if (tag === 'input' && type === 'file') kind = 'file';
+    else if (tag === 'input' && !['button', 'reset'].includes(type)) kind = 'input';
+    else if (tag === 'button' && form && (type === 'submit' || type === '')) kind = 'submit';
+    return {
+      tag, kind, type, text: label(el), name: (el.name || '').slice(0, 80),
+      href: tag === 'a' ? el.href : '',
+      download: tag === 'a' && el.hasAttribute('download'),
+      form_action: form ? (form.action || location.href) : '',
+      form_method: form ? (form.method || 'get').toLowerCase() : '',
+      password: type === 'password',
+      options: tag === 'select'
+        ? [...el.options].slice(0, 20).map(o => o.text.trim().slice(0, 60)) : [],
+    };
+  };
+"""
+
+# Runs in the page: (maxChars, maxElements, generation) → {title, url, text, elements, cut}.
+SNAPSHOT_JS = (
+    r"""
+([maxChars, maxEls, gen]) => {
+  const ATTR = 'data-agentd-ref';
+  for (const e of document.querySelectorAll('[' + ATTR + ']')) e.removeAttribute(ATTR);
+  const INTERACTIVE = 'a[href],button,input:not([type=hidden]),select,textarea,summary,' +
+    '[role=button],[role=link],[role=checkbox],[contenteditable=""],[contenteditable=true]';
+  const out = []; const els = []; let size = 0; let cut = false; let n = 0;
+  const push = (s) => {
+    if (cut) return;
+    if (size + s.length > maxChars) { out.push(s.slice(0, maxChars - size)); cut = true; return; }
+    out.push(s); size += s.length;
+  };
+  FUNCS
+  const walk = (node) => {
+    if (cut) return;
+    if (node.nodeType === 3) {
+      const t = node.textContent.replace(/\s+/g, ' ');
+      if (t.trim()) push(t);
+      return;
+    }
+    if (node.nodeType !== 1) return;
+    const el = node; const tag = el.tagName;
+    if (['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD'].includes(tag)) return;
+    const root = tag === 'BODY' || tag === 'HTML';
+    if (!root && !shown(el) && el.getClientRects().length === 0) return;
+    if (el.matches(INTERACTIVE) && shown(el)) {
+      if (n < maxEls) {
+        n += 1; const ref = gen + '-' + n; el.setAttribute(ATTR, ref);
+        const d = describe(el); d.ref = ref; els.push(d);
+        push(' [' + ref + '] ');
+        if (d.kind !== 'link' && d.kind !== 'button' && d.kind !== 'submit') {
+          push(d.kind + (d.password ? ' (password)' : '') + ' "' + d.text + '" '); return;
+        }
+      }
+    }
+    const block = getComputedStyle(el).display;
+    if (block !== 'inline') push('\n');
+    for (const child of el.childNodes) walk(child);
+    if (block !== 'inline') push('\n');
+  };
+  walk(document.body || document.documentElement);
+  const text = out.join('').replace(/[ \t]+\n/g, '\n').replace(/\n{3,}/g, '\n\n').trim();
+  return {title: document.title.slice(0, 200), url: location.href, text, elements: els, cut};
+}
+"""
+).replace("FUNCS", _ELEMENT_FUNCS)
+
+# Runs on one element: its description now, the same shape as the snapshot's.
+DESCRIBE_JS = "(el) => {" + _ELEMENT_FUNCS + " return describe(el); }"
+
+
+class Element(BaseModel):
+    ref: str = ""
+    tag: str
+    kind: str
+    type: str = ""
+    text: str = ""
+    name: str = ""
+    href: str = ""
+    download: bool = False
+    form_action: str = ""
+    form_method: str = ""
+    password: bool = False
+    options: list[str] = Field(default_factory=list)
+
+    def shown(self) -> str:
+        """One line for the model and the card."""
+        bits = [f"[{self.ref}] {self.kind}", f'"{self.text}"']
+        if self.href:
+            bits.append(f"→ {self.href[:200]}")
+        if self.form_action and self.kind in ("submit", "input", "textarea", "select"):
+            bits.append(f"(form {self.form_method.upper()} {self.form_action[:200]})")
+        if self.options:
+            bits.append("options: " + ", ".join(self.options))
+        return " ".join(bits)
+
+
+class Snapshot(BaseModel):
+    title: str = ""
+    url: str = ""
+    text: str = ""
+    elements: list[Element] = Field(default_factory=list)
+    cut: bool = False
+
+
+def same_element(read: Element, now: Element) -> bool:
+    """The element the model read is still the one it names (the page may have moved refs)."""
+    keys = ("tag", "kind", "type", "text", "href", "form_action", "form_method", "password")
+    return all(getattr(read, k) == getattr(now, k) for k in keys)
+
+
+def host_of(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def render(snap: Snapshot, max_chars: int) -> str:
+    """The page for the model (wrapped as untrusted data by the tool)."""
+    text = snap.text[:max_chars]
+    notes = []
+    if snap.cut or len(snap.text) > max_chars:
+        notes.append(f"the page's text was cut at {max_chars} characters")
+    head = f"URL: {snap.url}\nTitle: {snap.title}\n\n"
+    listing = "\n".join(e.shown() for e in snap.elements)
+    body = head + (text or "(no text)") + "\n\nInteractive elements:\n" + (listing or "(none)")
+    if notes:
+        body += "\n\n[Truncated: " + "; ".join(notes) + ".]"
+    return body

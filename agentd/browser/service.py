@@ -1,0 +1,332 @@
+"""One browser for the daemon: started on first use, one fresh context (profile) per turn or
+task, closed when no turn has used it for `idle_seconds`, killed when its process tree passes
+`memory_mb`.
+
+A turn's pages live in its context until the turn's workflow ends (they survive its approval
+waits, which can last an hour); the service asks the database which of its turns are still
+open. Nothing of a page survives a restart of agentd: a later call in a resumed turn is told
+the page is gone, so nothing typed before the crash is ever submitted after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentd.browser import jail, profiles
+from agentd.browser.pages import REF_ATTR, SNAPSHOT_JS, Element, Snapshot
+from agentd.browser.proxy import Allowlist, BrowserProxy, Resolve
+from agentd.config import BrowserConfig
+
+log = logging.getLogger("agentd.browser")
+OpenInstances = Callable[[list[str]], Awaitable[set[str]]]
+_REAP_SECONDS = 2.0
+_WATCH_SECONDS = 0.5
+_CHROMIUM_ARGS = [
+    "--headless",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-quic",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-features=DnsOverHttps,Translate,MediaRouter",
+    # Every address, loopback included, through the proxy (Chromium bypasses loopback else).
+    "--proxy-bypass-list=<-loopback>",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--renderer-process-limit=4",
+    "--js-flags=--max-old-space-size=512",
+]
+
+
+class BrowserError(Exception):
+    """What the model is told when the browser cannot do what was asked."""
+
+
+GONE = (
+    "No page is open in this turn: the browser was closed since (agentd restarted, the browser "
+    "ran out of memory, or it idled out), and whatever was typed into a page is gone with it. "
+    "Open the page again with browser_open and redo the steps; nothing was submitted."
+)
+
+
+@dataclass
+class Session:
+    """One turn's context: its current page and the elements the model read on it."""
+
+    instance_id: str
+    context: Any
+    page: Any
+    profile: str = ""
+    site: str = ""
+    refs: dict[str, Element] = field(default_factory=dict)
+    used: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Paths:
+    data_dir: Path  # profiles live here
+    run_dir: Path  # daemon-private: the wrapper, the filter, the staged downloads
+
+
+class BrowserService:
+    """See the module docstring. `open_instances` answers which of the given workflow
+    instances are still unfinished."""
+
+    def __init__(
+        self,
+        config: BrowserConfig,
+        paths: Paths,
+        open_instances: OpenInstances,
+        *,
+        run_as: tuple[int, int] | None = None,
+        resolve: Resolve | None = None,
+    ) -> None:
+        self.config = config
+        self.paths = paths
+        self.open_instances = open_instances
+        self.run_as = run_as
+        self.proxy = BrowserProxy(Allowlist.of(config.allowed_hosts), resolve=resolve)
+        self.sessions: dict[str, Session] = {}
+        self.started_at = 0.0  # monotonic; 0: not running
+        self.start_seconds = 0.0
+        self.stopped_why = ""
+        self._playwright: Any = None
+        self._browser: Any = None
+        self._lock = asyncio.Lock()
+        self._generation = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._last_use = time.monotonic()
+
+    # -- the process ------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        return self._browser is not None
+
+    @property
+    def downloads(self) -> Path:
+        return self.paths.run_dir / "downloads"
+
+    def root_pid(self) -> int | None:
+        try:
+            return int((self.paths.run_dir / "browser.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    async def _start(self) -> None:
+        from playwright.async_api import async_playwright
+
+        began = time.monotonic()
+        if not self.proxy.port:
+            await self.proxy.start()
+        self.paths.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.downloads.mkdir(mode=0o700, exist_ok=True)
+        if self.run_as is not None:
+            os.chown(self.downloads, *self.run_as)
+        launch: dict[str, Any] = {
+            "args": [*_CHROMIUM_ARGS, f"--proxy-server=http://127.0.0.1:{self.proxy.port}"],
+            "downloads_path": str(self.downloads),
+            "timeout": self.config.page_timeout * 1000,
+            "handle_sigint": False,
+            "handle_sigterm": False,
+            "handle_sighup": False,
+            "env": {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": str(self.paths.run_dir)},
+        }
+        if self.config.sandbox == "bwrap":
+            spec = jail.Jail(
+                run_dir=self.paths.run_dir,
+                downloads=self.downloads,
+                chromium=self.config.executable,
+                run_as=self.run_as,
+                proxy_port=self.proxy.port,
+            )
+            await asyncio.to_thread(jail.check_tools, spec)
+            launch["executable_path"] = str(await asyncio.to_thread(jail.write_wrapper, spec))
+        else:
+            launch["executable_path"] = self.config.executable
+            launch["chromium_sandbox"] = True
+        self._playwright = await async_playwright().start()
+        try:
+            self._browser = await self._playwright.chromium.launch(**launch)
+        except BaseException:
+            await self._playwright.stop()
+            self._playwright = None
+            raise
+        self._browser.on("disconnected", lambda _: self._lost("the browser process ended"))
+        self.started_at = time.monotonic()
+        self.start_seconds = self.started_at - began
+        self.stopped_why = ""
+        self._tasks = [
+            asyncio.create_task(self._reaper(), name="browser-reaper"),
+            asyncio.create_task(self._watch_memory(), name="browser-memory"),
+        ]
+        log.info("browser started", extra={"seconds": round(self.start_seconds, 2)})
+
+    def _lost(self, why: str) -> None:
+        if self._browser is None:
+            return
+        self.stopped_why = why
+        self._browser = None
+        self.sessions.clear()
+        log.warning("browser stopped", extra={"why": why})
+
+    async def stop(self) -> None:
+        """Close every context (saving named profiles), the browser and Playwright."""
+        async with self._lock:
+            for instance_id in list(self.sessions):
+                await self._close_session(instance_id)
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks = []
+            browser, self._browser = self._browser, None
+            if browser is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(browser.close(), 10)
+            if self._playwright is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._playwright.stop(), 10)
+                self._playwright = None
+            self._kill_tree()
+            self.started_at = 0.0
+
+    async def close(self) -> None:
+        await self.stop()
+        await self.proxy.close()
+        shutil.rmtree(self.downloads, ignore_errors=True)
+
+    def _kill_tree(self) -> None:
+        pid = self.root_pid()
+        if pid is not None and jail.tree_rss(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)  # bwrap --die-with-parent takes the rest
+
+    async def _reaper(self) -> None:
+        while True:
+            await asyncio.sleep(_REAP_SECONDS)
+            try:
+                await self._reap()
+            except Exception as exc:
+                log.warning("browser reaper", extra={"error": type(exc).__name__})
+
+    async def _reap(self) -> None:
+        if self.sessions:
+            still = await self.open_instances(list(self.sessions))
+            for instance_id in [i for i in self.sessions if i not in still]:
+                async with self._lock:
+                    await self._close_session(instance_id)
+        idle = time.monotonic() - self._last_use
+        if not self.sessions and idle > self.config.idle_seconds and self.running:
+            log.info("browser idle; closing it", extra={"idle_seconds": round(idle)})
+            asyncio.get_running_loop().create_task(self.stop())
+
+    async def _watch_memory(self) -> None:
+        limit = self.config.memory_mb << 20
+        while True:
+            await asyncio.sleep(_WATCH_SECONDS)
+            pid = self.root_pid()
+            if pid is None:
+                continue
+            used = await asyncio.to_thread(jail.tree_rss, pid)
+            if used > limit:
+                why = f"the browser used {used >> 20} MB, over [browser] memory_mb"
+                self._lost(why)
+                self._kill_tree()
+                asyncio.get_running_loop().create_task(self.stop())
+                return
+
+    # -- sessions ---------------------------------------------------------------------------
+
+    async def session(self, instance_id: str) -> Session:
+        """The turn's open session; BrowserError(GONE) when it has none."""
+        found = self.sessions.get(instance_id)
+        if found is None or not self.running:
+            raise BrowserError(GONE)
+        found.used = self._last_use = time.monotonic()
+        return found
+
+    async def open_session(self, instance_id: str, profile: str = "", host: str = "") -> Session:
+        """The turn's session, made (and the browser started) if it has none yet."""
+        async with self._lock:
+            self._last_use = time.monotonic()
+            if not self.running:
+                await self._start()
+            found = self.sessions.get(instance_id)
+            if found is not None and found.profile == profile:
+                return found
+            if found is not None:
+                await self._close_session(instance_id)
+            state, site = None, ""
+            if profile:
+                site, state = profiles.load(self.paths.data_dir, profile)
+                if not profiles.site_matches(site, host):
+                    raise BrowserError(
+                        f"the profile {profile!r} is for {site}; it is never used on {host}"
+                    )
+            context = await self._browser.new_context(
+                storage_state=state,
+                accept_downloads=True,
+                viewport={"width": 1280, "height": 900},
+                service_workers="block",
+            )
+            context.set_default_timeout(self.config.action_timeout * 1000)
+            context.set_default_navigation_timeout(self.config.page_timeout * 1000)
+            page = await context.new_page()
+            made = Session(instance_id, context, page, profile=profile, site=site)
+            context.on("page", lambda p: setattr(made, "page", p))  # follow a popup
+            self.sessions[instance_id] = made
+            return made
+
+    async def _close_session(self, instance_id: str) -> None:
+        found = self.sessions.pop(instance_id, None)
+        if found is None:
+            return
+        try:
+            if found.profile:
+                state = await asyncio.wait_for(found.context.storage_state(), 10)
+                profiles.save(self.paths.data_dir, found.profile, found.site, state, time.time())
+            await asyncio.wait_for(found.context.close(), 10)
+        except Exception as exc:
+            log.info("could not close a browser context", extra={"error": type(exc).__name__})
+
+    def next_generation(self) -> int:
+        self._generation += 1
+        return self._generation
+
+    async def snapshot(self, found: Session) -> Snapshot:
+        """Read the current page (bounded in the page; a page that never answers is closed)."""
+        gen = self.next_generation()
+        args = [self.config.max_text_chars, self.config.max_elements, gen]
+        try:
+            raw = await asyncio.wait_for(
+                found.page.evaluate(SNAPSHOT_JS, args), self.config.action_timeout
+            )
+        except TimeoutError:
+            await self._drop_page(found)
+            raise BrowserError(
+                f"the page did not answer within {self.config.action_timeout:g} s (a script "
+                "kept it busy); it was closed. Try another page."
+            ) from None
+        snap = Snapshot.model_validate(raw)
+        found.refs = {e.ref: e for e in snap.elements}
+        return snap
+
+    async def _drop_page(self, found: Session) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(found.page.close(run_before_unload=False), 5)
+        with contextlib.suppress(Exception):
+            found.page = await asyncio.wait_for(found.context.new_page(), 5)
+
+    @staticmethod
+    def locator(found: Session, ref: str) -> Any:
+        return found.page.locator(f'[{REF_ATTR}="{ref}"]')
