@@ -31,7 +31,7 @@ TIERS: list[tuple[str, ...]] = [
     ("llm", "access", "retention", "retrieval"),
     ("tools",),
     ("knowledge", "memory", "web", "hands", "mail", "calendar"),
-    ("media", "skills"),
+    ("media", "skills", "browser"),
     ("agent", "commands"),
     ("schedule", "tasks"),
     ("automations", "watch"),  # the owner's own workflows; watches: quiet check-ins

@@ -13,7 +13,7 @@ pasta forwards exactly one port of the namespace's loopback to the proxy on the 
 so a page cannot reach the host, the LAN or cloud metadata even by talking past the proxy
 (WebRTC, a raw address). Chromium's own sandbox is off in this mode: it needs user namespaces,
 which the seccomp filter denies; bubblewrap, the filter and the namespace fence the whole
-browser instead. The memory limit is watched from outside (RSS of the tree, `tree_rss`):
+browser instead. The memory limit is watched from outside (the tree's Pss, `tree_rss`):
 RLIMIT_AS cannot be used, V8 reserves terabytes of address space it never touches.
 """
 
@@ -143,25 +143,33 @@ def check_tools(jail: Jail) -> None:
 
 
 def tree_rss(root: int) -> int:
-    """Resident bytes of `root` and every process below it (0 when it is gone)."""
+    """Memory of `root` and every process below it, in bytes (0 when it is gone): each
+    process's proportional share (Pss), so the pages Chromium's processes share are counted
+    once, not once per process as RSS would."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
-    page = os.sysconf("SC_PAGE_SIZE")
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()
-            statm = Path(f"/proc/{entry}/statm").read_text().split()
         except OSError:
             continue
-        fields = stat.rsplit(")", 1)[1].split()
-        pid = int(entry)
-        children.setdefault(int(fields[1]), []).append(pid)
-        rss[pid] = int(statm[1]) * page
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(parent, []).append(int(entry))
     total, todo = 0, [root]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
+        total += _pss(pid)
         todo += children.get(pid, [])
     return total
+
+
+def _pss(pid: int) -> int:
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return 0
+    for line in text.splitlines():
+        if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0

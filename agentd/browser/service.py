@@ -16,6 +16,7 @@ import logging
 import os
 import shutil
 import signal
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -106,6 +107,9 @@ class BrowserService:
         self._generation = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._last_use = time.monotonic()
+        # Staged downloads: a folder of its own under /tmp, which the sandbox's user can reach
+        # wherever agentd's data lives; moved into the workspace, removed at stop.
+        self.downloads = Path()
 
     # -- the process ------------------------------------------------------------------------
 
@@ -113,9 +117,6 @@ class BrowserService:
     def running(self) -> bool:
         return self._browser is not None
 
-    @property
-    def downloads(self) -> Path:
-        return self.paths.run_dir / "downloads"
 
     def root_pid(self) -> int | None:
         try:
@@ -130,7 +131,7 @@ class BrowserService:
         if not self.proxy.port:
             await self.proxy.start()
         self.paths.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.downloads.mkdir(mode=0o700, exist_ok=True)
+        self.downloads = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agentd-browser-"))
         if self.run_as is not None:
             os.chown(self.downloads, *self.run_as)
         launch: dict[str, Any] = {
@@ -199,11 +200,13 @@ class BrowserService:
                 self._playwright = None
             self._kill_tree()
             self.started_at = 0.0
+            if self.downloads.parts:
+                await asyncio.to_thread(shutil.rmtree, self.downloads, True)
+                self.downloads = Path()
 
     async def close(self) -> None:
         await self.stop()
         await self.proxy.close()
-        shutil.rmtree(self.downloads, ignore_errors=True)
 
     def _kill_tree(self) -> None:
         pid = self.root_pid()

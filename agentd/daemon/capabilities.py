@@ -5,6 +5,7 @@ outside plugin does (`agentd.tools.capability`)."""
 from __future__ import annotations
 
 from agentd.automations import capability as automations
+from agentd.browser import capability as browser
 from agentd.calendar import capability as calendar
 from agentd.channels import channels
 from agentd.config import Config, SecretSource, read_secret
@@ -37,6 +38,7 @@ BUILTIN = (
     mcp.capability,
     automations.capability,
     dashboard.capability,
+    browser.capability,
     plugins.capability,
     hands.capability,
     tasks.capability,
