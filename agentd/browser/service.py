@@ -117,7 +117,6 @@ class BrowserService:
     def running(self) -> bool:
         return self._browser is not None
 
-
     def root_pid(self) -> int | None:
         try:
             return int((self.paths.run_dir / "browser.pid").read_text().strip())

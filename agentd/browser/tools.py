@@ -108,6 +108,19 @@ def assess_click(service: BrowserService) -> Any:
     return assess
 
 
+def assess_type(service: BrowserService) -> Any:
+    """A password field is refused by the tool itself: no card asks the owner to approve a
+    call that cannot run (the owner signs in with `agentd browser login`)."""
+
+    def assess(args: TypeArgs, state: CallState) -> Assessment | None:
+        known = _lookup(service, args.ref)
+        if known is not None and known[1].password:
+            return Assessment(risk="low", reason="a password field: refused", egress=False)
+        return None
+
+    return assess
+
+
 def assess_open(args: OpenArgs, state: CallState) -> Assessment | None:
     verdict = assess_fetch(args, state)
     if args.profile and (verdict is None or verdict.risk != "high"):
@@ -216,6 +229,7 @@ def _acting(kit: Toolset, service: BrowserService) -> None:
         risk="low",
         egress=True,
         at_most_once=True,
+        assess=assess_type(service),
         preview=_preview(service, "will type into"),
     )
     async def browser_type(ctx: ToolContext, args: TypeArgs) -> str:

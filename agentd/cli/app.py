@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
     "ingest": "agentd.cli.docs:ingest",
     "docs": "agentd.cli.docs:app",
     "rules": "agentd.cli.rules:app",
+    "browser": "agentd.cli.browser:app",
     "skills": "agentd.cli.skills:app",
     "mcp": "agentd.cli.mcp:app",
     "dashboard": "agentd.cli.dashboard:dashboard",
