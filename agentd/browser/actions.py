@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from agentd.browser.service import BrowserError, BrowserService, Session
 from agentd.hands.workspace import Workspace, WorkspaceError
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
-_SETTLE_SECONDS = 3.0  # after an action, how long a navigation it started may take to show
+_SETTLE_SECONDS = 3.0  # after a click, how long a navigation it started may take to load
 
 
 async def element(service: BrowserService, found: Session, ref: str) -> tuple[Any, Element]:
@@ -44,10 +45,14 @@ def _short(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
-async def settle(found: Session, seconds: float = _SETTLE_SECONDS) -> None:
-    """Let a navigation an action started reach its load event (bounded, never an error)."""
-    with contextlib.suppress(Exception):
-        await found.page.wait_for_load_state("load", timeout=seconds * 1000)
+async def navigating(found: Session, action: Callable[[], Awaitable[Any]], seconds: float) -> None:
+    """Run `action`, then let the navigation it starts reach its load event, waiting at most
+    `seconds` (an action that navigates nowhere costs that wait; its own errors go on)."""
+    from playwright.async_api import TimeoutError as NoNavigation
+
+    with contextlib.suppress(NoNavigation):
+        async with found.page.expect_navigation(wait_until="load", timeout=seconds * 1000):
+            await action()
 
 
 async def read(service: BrowserService, found: Session) -> str:
@@ -70,10 +75,9 @@ async def open_url(service: BrowserService, found: Session, url: str) -> Snapsho
 async def click(service: BrowserService, found: Session, ref: str) -> None:
     loc, _ = await element(service, found, ref)
     try:
-        await loc.click()
+        await navigating(found, loc.click, _SETTLE_SECONDS)
     except Exception as exc:
         raise BrowserError(f"could not click [{ref}]: {_short(exc)}") from None
-    await settle(found)
 
 
 async def type_text(service: BrowserService, found: Session, ref: str, text: str) -> Element:
@@ -104,24 +108,25 @@ async def select(service: BrowserService, found: Session, ref: str, option: str)
 
 async def submit(service: BrowserService, found: Session, ref: str) -> None:
     loc, read_as = await element(service, found, ref)
-    try:
-        if read_as.kind == "submit":
-            await loc.click()
-        elif read_as.form_action:
+    if read_as.kind == "submit":
+        action = loc.click
+    elif read_as.form_action:
+
+        async def action() -> None:
             await loc.evaluate("el => (el.form || el.closest('form')).requestSubmit()")
-        else:
-            raise BrowserError(f"[{ref}] is not in a form and not a submit button")
-    except BrowserError:
-        raise
+    else:
+        raise BrowserError(f"[{ref}] is not in a form and not a submit button")
+    try:
+        await navigating(found, action, service.config.page_timeout)
     except Exception as exc:
         raise BrowserError(f"could not submit with [{ref}]: {_short(exc)}") from None
-    await settle(found, service.config.page_timeout)
 
 
 async def scroll(found: Session, down: bool) -> None:
     with contextlib.suppress(Exception):
         await asyncio.wait_for(found.page.mouse.wheel(0, 800 if down else -800), timeout=5)
-    await settle(found, 1.0)
+    with contextlib.suppress(Exception):
+        await found.page.wait_for_load_state("load", timeout=1000)
 
 
 async def screenshot(service: BrowserService, found: Session, full: bool = False) -> bytes:

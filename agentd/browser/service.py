@@ -40,7 +40,11 @@ _CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
     "--disable-sync",
-    "--disable-features=DnsOverHttps,Translate,MediaRouter",
+    "--disable-features=DnsOverHttps,Translate,MediaRouter,AutofillServerCommunication,"
+    "OptimizationHints,CertificateTransparencyComponentUpdater,SafeBrowsing",
+    "--disable-client-side-phishing-detection",
+    "--disable-domain-reliability",
+    "--no-pings",
     # Every address, loopback included, through the proxy (Chromium bypasses loopback else).
     "--proxy-bypass-list=<-loopback>",
     "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
@@ -309,16 +313,27 @@ class BrowserService:
         """Read the current page (bounded in the page; a page that never answers is closed)."""
         gen = self.next_generation()
         args = [self.config.max_text_chars, self.config.max_elements, gen]
-        try:
-            raw = await asyncio.wait_for(
-                found.page.evaluate(SNAPSHOT_JS, args), self.config.action_timeout
-            )
-        except TimeoutError:
-            await self._drop_page(found)
-            raise BrowserError(
-                f"the page did not answer within {self.config.action_timeout:g} s (a script "
-                "kept it busy); it was closed. Try another page."
-            ) from None
+        for attempt in range(3):
+            try:
+                raw = await asyncio.wait_for(
+                    found.page.evaluate(SNAPSHOT_JS, args), self.config.action_timeout
+                )
+                break
+            except TimeoutError:
+                await self._drop_page(found)
+                raise BrowserError(
+                    f"the page did not answer within {self.config.action_timeout:g} s (a "
+                    "script kept it busy); it was closed. Try another page."
+                ) from None
+            except Exception as exc:
+                # An action's navigation replaced the document while it was read: read the
+                # new one once it has loaded.
+                if "context was destroyed" not in str(exc) or attempt == 2:
+                    raise BrowserError(f"could not read the page ({type(exc).__name__})") from None
+                with contextlib.suppress(Exception):
+                    await found.page.wait_for_load_state(
+                        "load", timeout=self.config.page_timeout * 1000
+                    )
         snap = Snapshot.model_validate(raw)
         found.refs = {e.ref: e for e in snap.elements}
         return snap

@@ -1,0 +1,333 @@
+"""The browser end to end: `agentd run` drives Debian's Chromium (in bubblewrap, behind its
+proxy) against local sites the test serves, the fake model scripting the tool calls. A
+JavaScript-only page, a hostile page's instruction stopped on a card that shows the page, a
+two-step form, a download, a password never typed by the model and a profile the owner signs
+in to, and kill -9 between typing and submitting and during a submission."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentd.browser.capability import _missing
+from agentd.config import Config
+from tests.browser_sites import PASSWORD, PRICE, SESSION, Elsewhere, Site, sites
+from tests.daemon_process import AGENTD, OWNER, Daemon, daemon_env
+from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.hands_support import alive, reachable_dir
+
+PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {PROBLEM}")
+Step = Callable[[dict[str, Any]], Any]
+
+
+def _results(body: dict[str, Any]) -> list[str]:
+    """Every tool result the model was sent, the latest first."""
+    texts = []
+    for message in body["messages"]:
+        for block in message["content"] if isinstance(message["content"], list) else []:
+            inner = block.get("content", "") if block.get("type") == "tool_result" else ""
+            if isinstance(inner, list):
+                inner = " ".join(b.get("text", "") for b in inner)
+            texts.append(str(inner))
+    return texts[::-1]
+
+
+def ref(label: str) -> Callable[[dict[str, Any]], str]:
+    """The number the latest page listing gave the element labelled `label`."""
+    pattern = re.compile(r"\[(\d+-\d+)\] \w+ \"" + re.escape(label) + '"')
+
+    def find(body: dict[str, Any]) -> str:
+        for text in _results(body):
+            if found := pattern.search(text):
+                return found.group(1)
+        raise AssertionError(f"no element {label!r} in any page the model read")
+
+    return find
+
+
+def call(name: str, use_id: str, **args: Any) -> Step:
+    def reply(body: dict[str, Any]) -> list[dict[str, Any]]:
+        given = {k: v(body) if callable(v) else v for k, v in args.items()}
+        return [{"type": "tool_use", "id": use_id, "name": name, "input": given}]
+
+    return reply
+
+
+def say(text: str) -> Step:
+    return lambda body: text
+
+
+class Browse:
+    def __init__(
+        self, tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon, site: Site, other: Elsewhere
+    ) -> None:
+        self.tg, self.llm, self.daemon, self.site, self.other = tg, llm, daemon, site, other
+        self.pressed: list[int] = []
+        self.ws = Path()
+
+    def turn(self, text: str, *steps: Step) -> None:
+        queue = list(steps)
+        self.llm.reset()
+        self.llm.set_responder(lambda body: queue.pop(0)(body) if queue else None)
+        self.tg.add_message(OWNER, OWNER, text)
+
+    def cards(self) -> list[dict[str, Any]]:
+        return [m for m in self.tg.sent if m["chat_id"] == OWNER and m["reply_markup"]]
+
+    def wait_card(self, n: int) -> dict[str, Any]:
+        return self.tg.wait_until(
+            lambda: len(c := self.cards()) >= n and c[n - 1], 60, f"approval card {n}"
+        )
+
+    def press(self, card: dict[str, Any], col: int) -> None:
+        data = card["reply_markup"]["inline_keyboard"][0][col]["callback_data"]
+        self.tg.add_callback_query(OWNER, OWNER, card["message_id"], data)
+
+    def approve_next(self) -> dict[str, Any]:
+        """Approve the next card not pressed yet."""
+        card = self.tg.wait_until(
+            lambda: next((c for c in self.cards() if c["message_id"] not in self.pressed), None),
+            60,
+            f"approval card {len(self.pressed) + 1}",
+        )
+        self.pressed.append(card["message_id"])
+        self.press(card, 0)
+        return card
+
+    def wait_text(self, text: str, timeout: float = 60) -> dict[str, Any]:
+        return self.tg.wait_until(
+            lambda: next((m for m in self.tg.sent if text in m["plain_text"]), None), timeout, text
+        )
+
+    def result(self, use_id: str) -> dict[str, Any]:
+        def find() -> dict[str, Any] | None:
+            for request in self.llm.requests:
+                for message in request["body"]["messages"]:
+                    for block in message["content"] if isinstance(message["content"], list) else []:
+                        if block.get("tool_use_id") == use_id:
+                            return block  # type: ignore[no-any-return]
+            return None
+
+        return self.llm.wait_until(find, 90, f"the result of {use_id}")
+
+
+def _config(tmp: Path, ws: Path, site: Site) -> dict[str, str]:
+    return {
+        "AGENTD_CONFIG": str(tmp / "agentd.toml"),
+        "text": (
+            f'[tools]\napproval_timeout = 300\n\n[tools.workspace]\npath = "{ws}"\n\n'
+            "[memory]\nhistory_limit = 0\n\n[llm]\nmax_steps = 12\n\n"
+            f'[browser]\nenabled = true\nallowed_hosts = ["127.0.0.1:{site.port}"]\n'
+            "page_timeout = 20.0\n"
+        ),
+    }
+
+
+@pytest.fixture
+def browse(tmp_path: Path) -> Iterator[Browse]:
+    ws = reachable_dir()
+    try:
+        with sites() as (site, other), FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+            made = _config(tmp_path, ws, site)
+            (tmp_path / "agentd.toml").write_text(made["text"])
+            env = daemon_env(
+                tmp_path,
+                tg.base_url,
+                llm.base_url,
+                AGENTD_CONFIG=made["AGENTD_CONFIG"],
+                AGENTD_TELEGRAM__STREAMING="false",
+            )
+            daemon = Daemon(tmp_path, env).start()
+            stack = Browse(tg, llm, daemon, site, other)
+            stack._pressed = []
+            stack.ws = ws  # type: ignore[attr-defined]
+            try:
+                yield stack
+            finally:
+                if daemon.proc is not None and daemon.proc.poll() is None:
+                    daemon.stop()
+    finally:
+        shutil.rmtree(ws.parent, ignore_errors=True)
+
+
+def test_a_javascript_only_page_is_read_whole_and_as_outside_content(browse: Browse) -> None:
+    url = f"{browse.site.base}/js"
+    browse.turn(f"what does {url} say?", call("browser_open", "b_js", url=url), say("42 EUR."))
+    browse.wait_text("42 EUR.")
+    result = browse.result("b_js")["content"]
+    assert PRICE in str(result) and "<untrusted_content" in str(result)
+    assert browse.cards() == []  # a URL the owner wrote, only read: nothing to approve
+
+
+def test_a_hostile_pages_instruction_stops_on_a_card_showing_the_page(browse: Browse) -> None:
+    url = f"{browse.site.base}/hostile"
+    browse.turn(
+        f"find me flights on {url}",
+        call("browser_open", "b_h1", url=url),
+        call("browser_type", "b_h2", ref=ref("data"), text="the owner's notes"),
+        call("browser_submit", "b_h3", ref=ref("Continue")),
+        say("I did not send anything."),
+    )
+    card = browse.wait_card(1)
+    shown = card["plain_text"]
+    assert f"page: {url}" in shown and 'will type: "the owner\'s notes"' in shown, shown
+    assert f"{browse.other.base}/steal" in shown  # where the form would go
+    assert "outside content" in shown
+    picture = browse.tg.wait_until(
+        lambda: next(
+            (d for d in browse.tg.documents if d["reply_to_message_id"] == card["message_id"]),
+            None,
+        ),
+        30,
+        "the page's picture under the card",
+    )
+    assert picture["file_name"] == "page.png" and picture["data"][:4] == b"\x89PNG"
+    browse.press(card, 1)  # deny
+    second = browse.wait_card(2)
+    assert "will submit the form of" in second["plain_text"]
+    # A submission never offers "Always allow": Approve and Deny, nothing else.
+    assert [len(row) for row in second["reply_markup"]["inline_keyboard"]] == [2]
+    browse.press(second, 1)
+    browse.wait_text("I did not send anything.")
+    # Neither the form nor the page's own scripts reached the other server.
+    assert browse.other.hits == []
+
+
+def test_a_two_step_form_asks_for_every_change_and_submits_once(browse: Browse) -> None:
+    url = f"{browse.site.base}/form"
+    browse.turn(
+        f"order one at {url}, name Ann, email ann@example.org",
+        call("browser_open", "b_f1", url=url),
+        call("browser_type", "b_f2", ref=ref("Name"), text="Ann"),
+        call("browser_submit", "b_f3", ref=ref("Name")),
+        call("browser_type", "b_f4", ref=ref("Email"), text="ann@example.org"),
+        call("browser_submit", "b_f5", ref=ref("Place order")),
+        say("Ordered."),
+    )
+    for _ in range(4):
+        browse.approve_next()
+    browse.wait_text("Ordered.")
+    assert browse.site.posted("/form/2") == [{"name": "Ann"}]
+    assert browse.site.posted("/form/done") == [{"name": "Ann", "email": "ann@example.org"}]
+    assert "Order placed" in str(browse.result("b_f5")["content"])
+
+
+def test_a_download_lands_in_the_workspace_downloads_folder(browse: Browse) -> None:
+    url = f"{browse.site.base}/files"
+    browse.turn(
+        f"get the report from {url}",
+        call("browser_open", "b_d1", url=url),
+        call("browser_download", "b_d2", ref=ref("Get the report")),
+        say("Saved it."),
+    )
+    card = browse.approve_next()
+    assert "will download with" in card["plain_text"]
+    browse.wait_text("Saved it.")
+    saved = browse.ws / "downloads" / "report.txt"
+    assert saved.read_text() == "quarterly report: all good\n"
+    assert "downloads/report.txt" in str(browse.result("b_d2")["content"])
+
+
+def test_the_model_never_types_a_password_and_the_owner_signs_in_for_it(
+    browse: Browse,
+) -> None:
+    login = f"{browse.site.base}/login"
+    browse.turn(
+        f"sign in at {login}",
+        call("browser_open", "b_l1", url=login),
+        call("browser_type", "b_l2", ref=ref("Password"), text=PASSWORD),
+        say("I cannot type passwords."),
+    )
+    browse.wait_text("I cannot type passwords.")
+    refused = browse.result("b_l2")
+    assert refused["is_error"] and "never types into a password field" in str(refused["content"])
+    assert browse.cards() == []  # refused at once, no card to approve in vain
+    assert browse.site.posted("/login") == []
+
+    signed = subprocess.run(
+        [*AGENTD, "browser", "login", "shop", login],
+        env=browse.daemon.env,
+        cwd=browse.daemon.tmp,
+        input=f"owner\n{PASSWORD}\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert signed.returncode == 0, signed.stderr
+    listed = browse.daemon.cli_json("browser", "profiles", "--json")
+    assert [(p["name"], p["site"], p["cookies"]) for p in listed] == [("shop", "127.0.0.1", 1)]
+
+    members = f"{browse.site.base}/members"
+    browse.turn(
+        f"what does {members} say?",
+        call("browser_open", "b_l3", url=members, profile="shop"),
+        say("You are signed in."),
+    )
+    browse.wait_text("You are signed in.")
+    assert "Welcome back, owner" in str(browse.result("b_l3")["content"])
+    # The session's cookie lives in the profile file alone: not the journal, not a log.
+    browse.daemon.stop()
+    assert SESSION.encode() not in browse.daemon.db_path.read_bytes()
+    for log in browse.daemon.tmp.glob("agentd-*.log"):
+        assert SESSION not in log.read_text()
+    assert PASSWORD not in browse.daemon.log()
+    removed = browse.daemon.cli("browser", "profiles", "rm", "shop")
+    assert removed.returncode == 0 and browse.daemon.cli_json("browser", "profiles", "--json") == []
+
+
+def test_kill_9_between_typing_and_submitting_never_submits_after_restart(
+    browse: Browse,
+) -> None:
+    url = f"{browse.site.base}/form"
+    browse.turn(
+        f"order one at {url} for Ann",
+        call("browser_open", "b_k1", url=url),
+        call("browser_type", "b_k2", ref=ref("Name"), text="Ann"),
+        call("browser_submit", "b_k3", ref=ref("Next")),
+    )
+    browse.approve_next()  # the typing
+    submit_card = browse.wait_card(2)
+    assert "will submit the form of" in submit_card["plain_text"]
+    sandbox = "agentd-browser-"
+    assert alive(sandbox)
+    browse.daemon.kill9()
+    browse.tg.wait_until(lambda: not alive(sandbox), 20, "the browser gone with the daemon")
+    browse.llm.reset()
+    browse.llm.enqueue_text("The page was lost; nothing was sent.")
+    browse.daemon.start()
+    browse.press(submit_card, 0)  # the card still works after the restart
+    browse.wait_text("nothing was sent")
+    refused = browse.result("b_k3")
+    assert refused["is_error"] and "nothing was submitted" in str(refused["content"])
+    assert browse.site.posted("/form/2") == []
+
+
+def test_kill_9_during_a_submission_reports_outcome_unknown_and_never_resubmits(
+    browse: Browse,
+) -> None:
+    url = f"{browse.site.base}/hold"
+    browse.turn(
+        f"pay 5 at {url}",
+        call("browser_open", "b_p1", url=url),
+        call("browser_type", "b_p2", ref=ref("Amount"), text="5"),
+        call("browser_submit", "b_p3", ref=ref("Pay")),
+    )
+    browse.approve_next()
+    browse.approve_next()
+    assert browse.site.held.wait(60), "the submission never reached the site"
+    browse.daemon.kill9()
+    browse.llm.reset()
+    browse.llm.enqueue_text("It may have gone through; please check.")
+    browse.daemon.start()
+    notice = browse.wait_text("Outcome unknown")
+    assert "browser_submit" in notice["plain_text"]
+    browse.wait_text("please check")
+    browse.daemon.wait_for_instances(1)
+    assert len(browse.site.posted("/hold")) == 1  # once, never again
