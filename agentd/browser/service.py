@@ -162,9 +162,12 @@ class BrowserService:
         self._playwright = await async_playwright().start()
         try:
             self._browser = await self._playwright.chromium.launch(**launch)
-        except BaseException:
+        except BaseException as exc:
             await self._playwright.stop()
             self._playwright = None
+            if isinstance(exc, Exception):
+                first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+                raise BrowserError(f"the browser could not start: {first}") from None
             raise
         self._browser.on("disconnected", lambda _: self._lost("the browser process ended"))
         self.started_at = time.monotonic()
@@ -175,6 +178,11 @@ class BrowserService:
             asyncio.create_task(self._watch_memory(), name="browser-memory"),
         ]
         log.info("browser started", extra={"seconds": round(self.start_seconds, 2)})
+
+    def _why_not(self, exc: Exception) -> str:
+        if not self.running:
+            return f"the browser stopped ({self.stopped_why or 'it ended'}); try again"
+        return f"could not open a page ({type(exc).__name__})"
 
     def _lost(self, why: str) -> None:
         if self._browser is None:
@@ -279,15 +287,18 @@ class BrowserService:
                     raise BrowserError(
                         f"the profile {profile!r} is for {site}; it is never used on {host}"
                     )
-            context = await self._browser.new_context(
-                storage_state=state,
-                accept_downloads=True,
-                viewport={"width": 1280, "height": 900},
-                service_workers="block",
-            )
-            context.set_default_timeout(self.config.action_timeout * 1000)
-            context.set_default_navigation_timeout(self.config.page_timeout * 1000)
-            page = await context.new_page()
+            try:
+                context = await self._browser.new_context(
+                    storage_state=state,
+                    accept_downloads=True,
+                    viewport={"width": 1280, "height": 900},
+                    service_workers="block",
+                )
+                context.set_default_timeout(self.config.action_timeout * 1000)
+                context.set_default_navigation_timeout(self.config.page_timeout * 1000)
+                page = await context.new_page()
+            except Exception as exc:
+                raise BrowserError(self._why_not(exc)) from None
             made = Session(instance_id, context, page, profile=profile, site=site)
             context.on("page", lambda p: setattr(made, "page", p))  # follow a popup
             self.sessions[instance_id] = made

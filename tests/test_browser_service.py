@@ -1,0 +1,135 @@
+"""The browser service with the real Chromium in its sandbox, without the daemon: started on
+first use and closed when its turns ended and it idled; a page's text capped before it leaves
+the page; a page whose script never yields closed in bounded time while the event loop stays
+free; a tree over its memory limit killed, and its turn told the page is gone."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from agentd.browser import actions
+from agentd.browser.capability import _missing
+from agentd.browser.jail import tree_rss
+from agentd.browser.service import GONE, BrowserError, BrowserService, Paths
+from agentd.config import BrowserConfig, Config
+from tests.browser_sites import Site, sites
+
+PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {PROBLEM}")
+RUN_AS = (65534, 65534) if __import__("os").geteuid() == 0 else None
+
+
+def _service(site: Site, folder: Path, open_ids: set[str], **settings: object) -> BrowserService:
+    config = BrowserConfig(enabled=True, allowed_hosts=[f"127.0.0.1:{site.port}"], **settings)
+
+    async def still_open(ids: list[str]) -> set[str]:
+        return {i for i in ids if i in open_ids}
+
+    return BrowserService(config, Paths(folder, folder / "run"), still_open, run_as=RUN_AS)
+
+
+async def _until(check: Callable[[], bool], seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+@pytest.fixture
+async def site_and_folder() -> AsyncIterator[tuple[Site, Path]]:
+    folder = Path(tempfile.mkdtemp(prefix="agentd-browser-test-"))
+    try:
+        with sites() as (site, _):
+            yield site, folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_started_on_first_use_and_closed_once_its_turns_ended_and_it_idled(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    open_ids = {"turn-1"}
+    service = _service(site, folder, open_ids, idle_seconds=1.0)
+    assert not service.running and service.root_pid() is None  # nothing until used
+    try:
+        found = await service.open_session("turn-1")
+        snap = await actions.open_url(service, found, f"{site.base}/js")
+        assert "42 EUR" in snap.text
+        pid = service.root_pid()
+        assert pid is not None and tree_rss(pid) > 0
+        open_ids.clear()  # the turn's workflow ended
+        await _until(lambda: not service.sessions, 10, "the turn's context closed")
+        await _until(lambda: not service.running, 10, "the idle browser closed")
+        await _until(lambda: tree_rss(pid) == 0, 10, "the browser's processes gone")
+        with pytest.raises(BrowserError, match="No page is open"):
+            await service.session("turn-1")
+    finally:
+        await service.close()
+
+
+async def test_a_huge_page_is_cut_in_the_page_and_a_stalled_one_is_closed_in_bounded_time(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, page_timeout=8.0, action_timeout=3.0)
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/huge")
+        assert snap.cut and len(snap.text) <= service.config.max_text_chars
+        lags: list[float] = []
+
+        async def tick() -> None:
+            while True:
+                before = time.monotonic()
+                await asyncio.sleep(0.05)
+                lags.append(time.monotonic() - before - 0.05)
+
+        ticker = asyncio.create_task(tick())
+        started = time.monotonic()
+        # The page's loop begins 50 ms after it loaded: the open's own read or the next one
+        # finds it busy, and the page is closed.
+        with pytest.raises(BrowserError, match="did not answer"):
+            await actions.open_url(service, found, f"{site.base}/stall")
+            await asyncio.sleep(0.3)
+            await actions.read(service, found)
+        ticker.cancel()
+        assert time.monotonic() - started < 15
+        assert max(lags) < 0.5, max(lags)  # the event loop stayed free throughout
+        # The turn goes on with a fresh page in the same browser.
+        snap = await actions.open_url(service, found, f"{site.base}/js")
+        assert "42 EUR" in snap.text
+    finally:
+        await service.close()
+
+
+async def test_a_browser_over_its_memory_limit_is_killed_and_its_turn_told(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, memory_mb=256)
+    try:
+        # Chromium and a big page take more than 256 MB: the watchdog stops the tree, during
+        # the start or the load, whichever it sees first.
+        try:
+            found = await service.open_session("t")
+            await actions.open_url(service, found, f"{site.base}/huge")
+        except BrowserError:
+            pass
+        pid = service.root_pid()
+        await _until(lambda: not service.running, 20, "the watchdog")
+        assert "memory_mb" in service.stopped_why
+        assert pid is not None
+        await _until(lambda: tree_rss(pid) == 0, 10, "the killed tree gone")
+        with pytest.raises(BrowserError) as refused:
+            await service.session("t")
+        assert str(refused.value) == GONE
+    finally:
+        await service.close()
