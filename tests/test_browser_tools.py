@@ -1,0 +1,141 @@
+"""The browser tools' rules, on their real declarations (no browser started): which calls ask
+in a tainted turn and which do not, that a submission never offers "Always allow", that a
+password field is refused without a card, that an element the page changed is not acted on,
+and the proxy's allowlist with ports."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+
+import pytest
+
+from agentd.browser.pages import Element, Snapshot, render, same_element
+from agentd.browser.proxy import Allowlist, split_host_port
+from agentd.browser.service import BrowserService, Paths, Session
+from agentd.browser.tools import browser_tools
+from agentd.config import BrowserConfig
+from agentd.hands.files import Workspaces
+from agentd.tools import CallState, Tool, ToolDeclarationError, call_risk, tool
+from agentd.tools.base import ApprovalCard
+
+SITE = "http://shop.example.org/cart"
+TAINTED = CallState(
+    tainted_by=("browser_open (http://shop.example.org/cart)",), user_urls=frozenset({SITE})
+)
+
+
+async def _never(ids: list[str]) -> set[str]:
+    return set()
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> dict[str, Tool]:
+    service = BrowserService(BrowserConfig(enabled=True), Paths(tmp_path, tmp_path / "run"), _never)
+    session = Session("turn-1", context=None, page=None)
+    session.refs = {
+        "1-1": Element(
+            ref="1-1", tag="a", kind="link", text="Next", href="http://shop.example.org/p2"
+        ),
+        "1-2": Element(ref="1-2", tag="a", kind="link", text="Deal", href="http://evil.example/x"),
+        "1-3": Element(
+            ref="1-3", tag="button", kind="submit", text="Pay", form_action=SITE, form_method="post"
+        ),
+        "1-4": Element(
+            ref="1-4", tag="input", kind="input", type="password", text="Password", password=True
+        ),
+        "1-5": Element(ref="1-5", tag="input", kind="input", text="Name", form_action=SITE),
+    }
+    service.sessions["turn-1"] = session
+    spaces = Workspaces(tmp_path, frozenset(), 1000, 1.0, None)
+    return {t.name: t for t in browser_tools(service, spaces, owner_id=42)}
+
+
+def _risk(
+    tools: dict[str, Tool], name: str, state: CallState = TAINTED, **args: object
+) -> tuple[str, str]:
+    found = tools[name]
+    verdict = call_risk(found, found.parse_args(dict(args)), state)
+    return verdict.risk, verdict.allow_host
+
+
+def test_reading_is_low_and_taints(tools: dict[str, Tool]) -> None:
+    for name in ("browser_open", "browser_read", "browser_scroll"):
+        assert tools[name].taints and tools[name].risk == "low"
+    assert _risk(tools, "browser_open", url=SITE) == ("low", "")
+    # A URL the user did not write, in a tainted turn, asks as fetch_url does.
+    assert _risk(tools, "browser_open", url="http://evil.example/?q=secret")[0] == "high"
+
+
+def test_a_link_to_the_users_site_is_a_read_and_one_elsewhere_asks(tools: dict[str, Tool]) -> None:
+    assert _risk(tools, "browser_click", ref="1-1") == ("low", "")
+    assert _risk(tools, "browser_click", ref="1-2") == ("high", "evil.example")
+
+
+def test_every_change_asks_once_tainted_and_a_submission_never_offers_always_allow(
+    tools: dict[str, Tool],
+) -> None:
+    assert _risk(tools, "browser_click", ref="1-3") == ("high", "")
+    assert _risk(tools, "browser_type", ref="1-5", text="Ann") == ("high", "")
+    assert _risk(tools, "browser_select", ref="1-5", option="x") == ("high", "")
+    assert _risk(tools, "browser_download", ref="1-1") == ("high", "")
+    assert _risk(tools, "browser_submit", ref="1-3") == ("high", "")
+    # Untainted, a submission still asks; it is at most once like every action.
+    assert _risk(tools, "browser_submit", CallState(), ref="1-3") == ("high", "")
+    for name in (
+        "browser_click",
+        "browser_type",
+        "browser_select",
+        "browser_submit",
+        "browser_download",
+    ):
+        assert tools[name].at_most_once and tools[name].preview is not None, name
+
+
+def test_a_password_field_is_refused_without_a_card(tools: dict[str, Tool]) -> None:
+    assert _risk(tools, "browser_type", ref="1-4", text="hunter2") == ("low", "")
+
+
+def test_refs_are_checked_before_the_tool_runs(tools: dict[str, Tool]) -> None:
+    from agentd.tools.base import InvalidArguments
+
+    with pytest.raises(InvalidArguments):
+        tools["browser_click"].parse_args({"ref": '1-1"] , body'})
+
+
+def test_an_element_the_page_changed_is_not_the_one_read() -> None:
+    read = Element(ref="1-3", tag="button", kind="submit", text="Cancel", form_action=SITE)
+    assert same_element(read, read.model_copy())
+    assert not same_element(read, read.model_copy(update={"text": "Pay 500 EUR"}))
+    assert not same_element(read, read.model_copy(update={"form_action": "http://evil.example/"}))
+
+
+def test_the_page_is_capped_for_the_model() -> None:
+    shown = render(Snapshot(url=SITE, title="t", text="x" * 50_000), 1000)
+    assert "[Truncated" in shown and len(shown) < 1300
+
+
+def test_a_preview_must_be_async() -> None:
+    def not_async(ctx: object, args: object) -> ApprovalCard:
+        return ApprovalCard(text="")
+
+    with pytest.raises(ToolDeclarationError, match="preview must be an async"):
+
+        @tool(preview=not_async)  # type: ignore[arg-type]
+        async def shown(ctx: object) -> str:
+            """A tool."""
+            return ""
+
+
+def test_the_proxy_allowlist_names_ports() -> None:
+    assert split_host_port("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert split_host_port("[::1]:81") == ("::1", 81)
+    assert split_host_port("10.0.0.0/8") == ("10.0.0.0/8", None)
+    allow = Allowlist.of(["127.0.0.1:8080", "nas.lan", "10.1.0.0/16"])
+    loop = ipaddress.ip_address("127.0.0.1")
+    assert allow.refusal("127.0.0.1", 8080, loop) is None
+    assert allow.refusal("127.0.0.1", 8081, loop) is not None
+    assert allow.refusal("nas.lan", 443, ipaddress.ip_address("192.168.1.5")) is None
+    assert allow.refusal("x", 80, ipaddress.ip_address("10.1.2.3")) is None
+    metadata = allow.refusal("m", 80, ipaddress.ip_address("169.254.169.254"))
+    assert metadata is not None and "metadata" in metadata
