@@ -122,7 +122,7 @@ def main() -> None:
             )
             daemon = Daemon(folder, env).start()
             try:
-                _report(tg, llm, daemon, site.base, rounds, folder)
+                _report(tg, llm, daemon, site.base, rounds)
             finally:
                 daemon.stop()
 
@@ -138,10 +138,10 @@ def _report(
         .split('"seconds": ')[1]
         .split("}")[0]
     )
-    pid = int((folder / "browser" / "run" / "browser.pid").read_text())
-    tree = tree_rss(pid)
     # Playwright's driver is the daemon's child; the sandboxed tree hangs below it.
-    driver = sum(tree_rss(c) for c in _children(daemon.proc.pid)) - tree
+    drivers = _children(daemon.proc.pid)
+    tree = sum(tree_rss(root) for d in drivers for root in _children(d))
+    driver = sum(tree_rss(d) for d in drivers) - tree
     print(
         f"browser start (log): {float(started):.2f} s; first turn with it {cold[0] * 1000:.0f} ms"
     )

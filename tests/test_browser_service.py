@@ -16,7 +16,7 @@ import pytest
 
 from agentd.browser import actions
 from agentd.browser.capability import _missing
-from agentd.browser.jail import tree_rss
+from agentd.browser.jail import find_root, tree_rss
 from agentd.browser.service import GONE, BrowserError, BrowserService, Paths
 from agentd.config import BrowserConfig, Config
 from tests.browser_sites import Site, sites
@@ -68,7 +68,7 @@ async def test_started_on_first_use_and_closed_once_its_turns_ended_and_it_idled
         open_ids.clear()  # the turn's workflow ended
         await _until(lambda: not service.sessions, 10, "the turn's context closed")
         await _until(lambda: not service.running, 10, "the idle browser closed")
-        await _until(lambda: tree_rss(pid) == 0, 10, "the browser's processes gone")
+        await _until(lambda: find_root(service.marker) is None, 10, "its processes gone")
         with pytest.raises(BrowserError, match="No page is open"):
             await service.session("turn-1")
     finally:
@@ -123,11 +123,9 @@ async def test_a_browser_over_its_memory_limit_is_killed_and_its_turn_told(
             await actions.open_url(service, found, f"{site.base}/huge")
         except BrowserError:
             pass
-        pid = service.root_pid()
         await _until(lambda: not service.running, 20, "the watchdog")
         assert "memory_mb" in service.stopped_why
-        assert pid is not None
-        await _until(lambda: tree_rss(pid) == 0, 10, "the killed tree gone")
+        await _until(lambda: find_root(service.marker) is None, 10, "the killed tree gone")
         with pytest.raises(BrowserError) as refused:
             await service.session("t")
         assert str(refused.value) == GONE

@@ -6,7 +6,9 @@ to say what happened.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 from functools import partial
 from typing import Any, Literal
 
@@ -321,10 +323,14 @@ async def ask_owner(deps: CallDeps, approval: Approval) -> int | None:
 async def _attach_image(
     deps: CallDeps, approval: Approval, image: str, chat_id: int, reply_to: int
 ) -> int:
-    """The picture a tool's preview took (the page as it is), under the card."""
-    return await deps.outbox.send_document(
+    """The picture a tool's preview took (the page as it is), under the card; removed once
+    sent (a re-send after a crash finds it gone, and the card's text stands alone)."""
+    sent = await deps.outbox.send_document(
         chat_id, image, "page.png", caption="The page now", reply_to=reply_to
     )
+    with contextlib.suppress(OSError):
+        os.unlink(image)
+    return sent
 
 
 async def send_card(

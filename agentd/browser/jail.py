@@ -57,10 +57,6 @@ class Jail:
     def wrapper(self) -> Path:
         return self.run_dir / "chromium-in-sandbox"
 
-    @property
-    def pid_file(self) -> Path:
-        return self.run_dir / "browser.pid"
-
 
 def bwrap_words(jail: Jail) -> list[str]:
     """bwrap's arguments up to the browser (the filter is read from descriptor 9)."""
@@ -117,7 +113,6 @@ def write_wrapper(jail: Jail) -> Path:
     script = (
         "#!/bin/sh\n"
         "# Written by agentd for Playwright: Chromium in its sandbox (agentd/browser/jail.py).\n"
-        f"echo $$ > {shlex.quote(str(jail.pid_file))}\n"
         f"exec 9< {shlex.quote(str(filter_path))}\n"
         f"export AGENTD_UNROUTABLE={shlex.quote(' '.join(UNROUTABLE))}\n"
         f'exec {shlex.join(words)} "$@"\n'
@@ -140,6 +135,33 @@ def check_tools(jail: Jail) -> None:
             "[browser] executable"
         )
     seccomp.program()
+
+
+def _cmdline(pid: int | str) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def carries(pid: int, marker: str) -> bool:
+    """Whether process `pid` has `marker` among its arguments (still the browser's)."""
+    return marker.encode() in _cmdline(pid).split(b"\0")
+
+
+def find_root(marker: str) -> int | None:
+    """The topmost process with `marker` among its arguments: the browser's tree's root
+    (pasta's, in the sandbox: the wrapper execs it with Chromium's arguments)."""
+    found: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and marker.encode() in _cmdline(entry).split(b"\0"):
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            found[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+    roots = [pid for pid, parent in found.items() if parent not in found]
+    return min(roots) if roots else None
 
 
 def tree_rss(root: int) -> int:

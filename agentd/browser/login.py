@@ -5,6 +5,7 @@ stored, logged or shown to the model: only the site's cookies and local storage 
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -53,4 +54,5 @@ async def login(config: Config, name: str, url: str, ask: Ask) -> profiles.Profi
         profiles.save(data, name, host, state, time.time())
     finally:
         await service.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
     return next(p for p in profiles.listing(data) if p.name == name)

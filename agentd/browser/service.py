@@ -80,7 +80,7 @@ class Session:
 @dataclass
 class Paths:
     data_dir: Path  # profiles live here
-    run_dir: Path  # daemon-private: the wrapper, the filter, the staged downloads
+    run_dir: Path  # daemon-private: the wrapper, the seccomp filter, the browser's pid
 
 
 class BrowserService:
@@ -111,6 +111,8 @@ class BrowserService:
         self._generation = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._last_use = time.monotonic()
+        self._stopping: asyncio.Task[None] | None = None
+        self._root: int | None = None
         # Staged downloads: a folder of its own under /tmp, which the sandbox's user can reach
         # wherever agentd's data lives; moved into the workspace, removed at stop.
         self.downloads = Path()
@@ -121,11 +123,18 @@ class BrowserService:
     def running(self) -> bool:
         return self._browser is not None
 
+    @property
+    def marker(self) -> str:
+        """The argument only this service's browser carries (its proxy's address)."""
+        return f"--proxy-server=http://127.0.0.1:{self.proxy.port}"
+
     def root_pid(self) -> int | None:
-        try:
-            return int((self.paths.run_dir / "browser.pid").read_text().strip())
-        except (OSError, ValueError):
+        """The browser tree's root process while it runs (checked, never a reused pid)."""
+        if not self.running:
             return None
+        if self._root is None or not jail.carries(self._root, self.marker):
+            self._root = jail.find_root(self.marker)
+        return self._root
 
     async def _start(self) -> None:
         from playwright.async_api import async_playwright
@@ -138,7 +147,7 @@ class BrowserService:
         if self.run_as is not None:
             os.chown(self.downloads, *self.run_as)
         launch: dict[str, Any] = {
-            "args": [*_CHROMIUM_ARGS, f"--proxy-server=http://127.0.0.1:{self.proxy.port}"],
+            "args": [*_CHROMIUM_ARGS, self.marker],
             "downloads_path": str(self.downloads),
             "timeout": self.config.page_timeout * 1000,
             "handle_sigint": False,
@@ -195,35 +204,46 @@ class BrowserService:
     async def stop(self) -> None:
         """Close every context (saving named profiles), the browser and Playwright."""
         async with self._lock:
-            for instance_id in list(self.sessions):
-                await self._close_session(instance_id)
-            for task in self._tasks:
-                task.cancel()
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-            self._tasks = []
-            browser, self._browser = self._browser, None
-            if browser is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(browser.close(), 10)
-            if self._playwright is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._playwright.stop(), 10)
-                self._playwright = None
-            self._kill_tree()
-            self.started_at = 0.0
-            if self.downloads.parts:
-                await asyncio.to_thread(shutil.rmtree, self.downloads, True)
-                self.downloads = Path()
+            await self._stop_locked()
+
+    async def _stop_if_idle(self) -> None:
+        async with self._lock:
+            idle = time.monotonic() - self._last_use
+            if not self.sessions and idle > self.config.idle_seconds:
+                log.info("browser idle; closing it", extra={"idle_seconds": round(idle)})
+                await self._stop_locked()
+
+    async def _stop_locked(self) -> None:
+        for instance_id in list(self.sessions):
+            await self._close_session(instance_id)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        browser, self._browser = self._browser, None
+        if browser is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 10)
+        if self._playwright is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._playwright.stop(), 10)
+            self._playwright = None
+        self._kill_tree()
+        self.started_at = 0.0
+        if self.downloads.parts:
+            await asyncio.to_thread(shutil.rmtree, self.downloads, True)
+            self.downloads = Path()
 
     async def close(self) -> None:
         await self.stop()
         await self.proxy.close()
 
     def _kill_tree(self) -> None:
-        pid = self.root_pid()
-        if pid is not None and jail.tree_rss(pid):
+        pid = self._root
+        if pid is not None and jail.carries(pid, self.marker):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)  # bwrap --die-with-parent takes the rest
+        self._root = None
 
     async def _reaper(self) -> None:
         while True:
@@ -241,14 +261,15 @@ class BrowserService:
                     await self._close_session(instance_id)
         idle = time.monotonic() - self._last_use
         if not self.sessions and idle > self.config.idle_seconds and self.running:
-            log.info("browser idle; closing it", extra={"idle_seconds": round(idle)})
-            asyncio.get_running_loop().create_task(self.stop())
+            # Its own task: stopping cancels this reaper. Rechecked under the lock, so a turn
+            # that opened a page meanwhile keeps its browser.
+            self._stopping = asyncio.get_running_loop().create_task(self._stop_if_idle())
 
     async def _watch_memory(self) -> None:
         limit = self.config.memory_mb << 20
         while True:
             await asyncio.sleep(_WATCH_SECONDS)
-            pid = self.root_pid()
+            pid = await asyncio.to_thread(self.root_pid)
             if pid is None:
                 continue
             used = await asyncio.to_thread(jail.tree_rss, pid)
@@ -256,7 +277,7 @@ class BrowserService:
                 why = f"the browser used {used >> 20} MB, over [browser] memory_mb"
                 self._lost(why)
                 self._kill_tree()
-                asyncio.get_running_loop().create_task(self.stop())
+                self._stopping = asyncio.get_running_loop().create_task(self.stop())
                 return
 
     # -- sessions ---------------------------------------------------------------------------
