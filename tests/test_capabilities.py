@@ -33,6 +33,7 @@ PACKAGES = {
     "mcp": ["tools/mcp.py"],
     "automations": ["automations"],
     "dashboard": ["dashboard"],
+    "browser": ["browser"],
     "plugins": ["tools/plugins.py"],
     "hands": ["hands"],
     "tasks": ["tasks"],
