@@ -72,7 +72,8 @@ async def _build(ctx: Context) -> Contribution:
     ctx.stack.push_async_callback(service.close)
     owner = owners.resolve(ctx.config.telegram).owner_id
     return Contribution(
-        tools=browser_tools(service, Workspaces.from_config(ctx.config), owner_id=owner)
+        tools=browser_tools(service, Workspaces.from_config(ctx.config), owner_id=owner),
+        about="use web pages in a real browser (I ask before changing anything on a site)",
     )
 
 
