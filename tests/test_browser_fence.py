@@ -164,3 +164,10 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(NO_SANDBOX is not None, reason=f"no browser sandbox here: {NO_SANDBOX}")
+def test_doctor_tries_the_browsers_sandbox_for_real() -> None:
+    ids = (65534, 65534) if jail.os.geteuid() == 0 else None
+    assert jail.probe(ids) is None
+    assert "bubblewrap" in str(jail.probe(ids, bwrap="no-such-bwrap"))

@@ -83,6 +83,11 @@ def _doctor(config: Config, probe: Probe) -> list[Check]:
         results.add("browser", True, "off ([browser] enabled = false)")
         return results
     problem = _missing(config)
+    if problem is None and config.browser.sandbox == "bwrap":
+        from agentd.browser.jail import probe
+        from agentd.hands.files import sandbox_ids
+
+        problem = probe(sandbox_ids(config))
     if problem:
         results.add("browser", True, f"not offered: {problem}", warn=True)
     else:

@@ -137,6 +137,42 @@ def check_tools(jail: Jail) -> None:
     seccomp.program()
 
 
+def probe(run_as: tuple[int, int] | None, bwrap: str = "bwrap") -> str | None:
+    """None when the browser's sandbox starts here (bubblewrap, the filter, pasta's namespace
+    and its fence), tried with a shell in Chromium's place; else what failed."""
+    import subprocess
+    import tempfile
+
+    run = Path(tempfile.mkdtemp(prefix="agentd-probe-"))
+    staging = Path(tempfile.mkdtemp(prefix="agentd-probe-dl-"))
+    try:
+        if run_as is not None:
+            os.chown(staging, *run_as)
+        spec = Jail(run, staging, chromium="/bin/sh", bwrap=bwrap, run_as=run_as, proxy_port=9)
+        check_tools(spec)
+        wrapper = write_wrapper(spec)
+        done = subprocess.run(
+            [str(wrapper), "-c", "ip route get 1.1.1.1 >/dev/null 2>&1 || echo fenced"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, SandboxUnavailable, seccomp.SeccompUnavailable) as exc:
+        return str(exc)
+    except subprocess.TimeoutExpired:
+        return "the browser's sandbox did not start within 20 s (pasta cannot make its network?)"
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+        shutil.rmtree(staging, ignore_errors=True)
+    if done.returncode == 0 and "fenced" in done.stdout:
+        return None
+    why = (done.stderr.strip() or done.stdout.strip() or f"exit {done.returncode}")[-300:]
+    if "tun" in why:
+        why += " (pasta needs /dev/net/tun usable by the sandbox's user: chmod 0666 /dev/net/tun)"
+    return f"the browser's sandbox fails here: {why}"
+
+
 def _cmdline(pid: int | str) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()

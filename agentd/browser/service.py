@@ -176,7 +176,9 @@ class BrowserService:
             self._playwright = None
             if isinstance(exc, Exception):
                 first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
-                raise BrowserError(f"the browser could not start: {first}") from None
+                raise BrowserError(
+                    f"the browser could not start: {first} (`agentd doctor` tries its sandbox)"
+                ) from None
             raise
         self._browser.on("disconnected", lambda _: self._lost("the browser process ended"))
         self.started_at = time.monotonic()
