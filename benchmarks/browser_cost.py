@@ -37,7 +37,7 @@ from tests.fakes import FakeAnthropic, FakeTelegram
 
 def _config(port: int, enabled: bool) -> str:
     return (
-        "[memory]\nhistory_limit = 0\n\n"
+        "[memory]\nhistory_limit = 0\n\n[limits]\nmessages_per_minute = 0\n\n"
         f'[tools.fetch]\nallowed_hosts = ["127.0.0.1"]\n\n'
         f"[browser]\nenabled = {'true' if enabled else 'false'}\n"
         f'allowed_hosts = ["127.0.0.1:{port}"]\n'
@@ -75,7 +75,9 @@ def _turn(tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon, tool: str, url: 
     )
     took = time.monotonic() - started
     body = llm.requests[-1]["body"]
-    result = str(body["messages"][-1]["content"])
+    blocks = [b for b in body["messages"][-1]["content"] if b.get("tool_use_id") == f"bench_{n}"]
+    inner = blocks[0]["content"]
+    result = inner if isinstance(inner, str) else " ".join(b.get("text", "") for b in inner)
     rows = daemon.query(
         "SELECT input_tokens + cache_read_tokens + cache_write_tokens FROM llm_usage "
         "ORDER BY id DESC LIMIT 1"
@@ -127,9 +129,7 @@ def main() -> None:
                 daemon.stop()
 
 
-def _report(
-    tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon, base: str, rounds: int, folder: Path
-) -> None:
+def _report(tg: FakeTelegram, llm: FakeAnthropic, daemon: Daemon, base: str, rounds: int) -> None:
     assert daemon.proc is not None
     before = _rss(daemon.proc.pid)
     cold = _turn(tg, llm, daemon, "browser_open", f"{base}/js", 0)
@@ -159,14 +159,12 @@ def _report(
         ):
             runs[label].append(_turn(tg, llm, daemon, tool, f"{base}{path}", n))
             n += 1
-    print(
-        f"\n{'turn':16} {'median ms':>10} {'tokens':>7} {'answer found':>13} {'result chars':>13}"
-    )
+    head = ("turn", "median ms", "input tokens", "result tokens", "answer found")
+    print(f"\n{head[0]:16} {head[1]:>10} {head[2]:>13} {head[3]:>14} {head[4]:>13}")
     for label, got in runs.items():
         ms = statistics.median(r[0] for r in got) * 1000
-        print(
-            f"{label:16} {ms:10.0f} {got[-1][1]:7d} {all(r[2] for r in got)!s:>13} {got[-1][3]:13d}"
-        )
+        found = str(all(r[2] for r in got))
+        print(f"{label:16} {ms:10.0f} {got[-1][1]:13d} {(got[-1][3] + 3) // 4:14d} {found:>13}")
 
 
 if __name__ == "__main__":
