@@ -159,11 +159,22 @@ def browse(tmp_path: Path) -> Iterator[Browse]:
 
 def test_a_javascript_only_page_is_read_whole_and_as_outside_content(browse: Browse) -> None:
     url = f"{browse.site.base}/js"
-    browse.turn(f"what does {url} say?", call("browser_open", "b_js", url=url), say("42 EUR."))
+    browse.turn(
+        f"what does {url} say? show me",
+        call("browser_open", "b_js", url=url),
+        call("browser_screenshot", "b_shot"),
+        say("42 EUR."),
+    )
     browse.wait_text("42 EUR.")
     result = browse.result("b_js")["content"]
     assert PRICE in str(result) and "<untrusted_content" in str(result)
     assert browse.cards() == []  # a URL the owner wrote, only read: nothing to approve
+    shot = browse.tg.wait_until(
+        lambda: next((d for d in browse.tg.documents if d["chat_id"] == OWNER), None),
+        30,
+        "the page's picture sent to the owner",
+    )
+    assert shot["data"][:4] == b"\x89PNG" and shot["caption"] == url
 
 
 def test_a_hostile_pages_instruction_stops_on_a_card_showing_the_page(browse: Browse) -> None:

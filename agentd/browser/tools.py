@@ -135,6 +135,7 @@ def _preview(service: BrowserService, verb: str) -> Any:
         lines = [f"page: {found.page.url}", f"{verb}: {el.shown()}"]
         if isinstance(args, TypeArgs):
             lines.append(f"will type: {args.text!r}")
+            lines.append("the page's scripts can read what is typed and send it anywhere")
         if isinstance(args, SelectArgs):
             lines.append(f"will choose: {args.option!r}")
         if found.profile:
