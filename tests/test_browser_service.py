@@ -71,6 +71,10 @@ async def test_started_on_first_use_and_closed_once_its_turns_ended_and_it_idled
         await _until(lambda: find_root(service.marker) is None, 10, "its processes gone")
         with pytest.raises(BrowserError, match="No page is open"):
             await service.session("turn-1")
+        # The next turn starts it again.
+        open_ids.add("turn-2")
+        again = await service.open_session("turn-2")
+        assert "42 EUR" in (await actions.open_url(service, again, f"{site.base}/js")).text
     finally:
         await service.close()
 

@@ -140,6 +140,8 @@ class BrowserService:
         from playwright.async_api import async_playwright
 
         began = time.monotonic()
+        if self._playwright is not None:  # a browser that died: its driver and tasks go first
+            await self._stop_locked()
         if not self.proxy.port:
             await self.proxy.start()
         self.paths.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -215,6 +217,11 @@ class BrowserService:
                 log.info("browser idle; closing it", extra={"idle_seconds": round(idle)})
                 await self._stop_locked()
 
+    async def _stop_if_dead(self) -> None:
+        async with self._lock:
+            if self._browser is None and self._playwright is not None:
+                await self._stop_locked()
+
     async def _stop_locked(self) -> None:
         for instance_id in list(self.sessions):
             await self._close_session(instance_id)
@@ -279,7 +286,9 @@ class BrowserService:
                 why = f"the browser used {used >> 20} MB, over [browser] memory_mb"
                 self._lost(why)
                 self._kill_tree()
-                self._stopping = asyncio.get_running_loop().create_task(self.stop())
+                # Its own task (stopping cancels this watchdog); a turn that restarted the
+                # browser meanwhile keeps the new one.
+                self._stopping = asyncio.get_running_loop().create_task(self._stop_if_dead())
                 return
 
     # -- sessions ---------------------------------------------------------------------------
