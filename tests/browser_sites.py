@@ -116,7 +116,9 @@ class Site:
             form = (
                 f"<h1>Step 2 of 2</h1><form method=post action=/form/done>"
                 f"<input type=hidden name=name value='{name}'>"
-                "<label>Email <input name=email></label><button>Place order</button></form>"
+                "<label>Email <input name=email></label><label>Size <select name=size>"
+                "<option>S</option><option>M</option></select></label>"
+                "<button>Place order</button></form>"
             )
             return 200, _page("Order", form), {}
         if path == "/form/done":

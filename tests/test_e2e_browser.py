@@ -219,15 +219,17 @@ def test_a_two_step_form_asks_for_every_change_and_submits_once(browse: Browse) 
         call("browser_type", "b_f2", ref=ref("Name"), text="Ann"),
         call("browser_submit", "b_f3", ref=ref("Name")),
         call("browser_type", "b_f4", ref=ref("Email"), text="ann@example.org"),
-        call("browser_submit", "b_f5", ref=ref("Place order")),
+        call("browser_select", "b_f5", ref=ref("Size"), option="M"),
+        call("browser_submit", "b_f6", ref=ref("Place order")),
         say("Ordered."),
     )
-    for _ in range(4):
-        browse.approve_next()
+    cards = [browse.approve_next() for _ in range(5)]
+    assert "will choose: 'M'" in cards[3]["plain_text"]
     browse.wait_text("Ordered.")
     assert browse.site.posted("/form/2") == [{"name": "Ann"}]
-    assert browse.site.posted("/form/done") == [{"name": "Ann", "email": "ann@example.org"}]
-    assert "Order placed" in str(browse.result("b_f5")["content"])
+    done = [{"name": "Ann", "email": "ann@example.org", "size": "M"}]
+    assert browse.site.posted("/form/done") == done
+    assert "Order placed" in str(browse.result("b_f6")["content"])
 
 
 def test_a_download_lands_in_the_workspace_downloads_folder(browse: Browse) -> None:

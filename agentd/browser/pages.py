@@ -24,7 +24,12 @@ _ELEMENT_FUNCS = r"""
   };
   const label = (el) => {
     let t = el.getAttribute('aria-label') || '';
-    if (!t && el.labels && el.labels.length) t = el.labels[0].innerText;
+    if (!t && el.labels && el.labels.length) {
+      // The label's own words, without the control it wraps (a list's options, say).
+      const c = el.labels[0].cloneNode(true);
+      for (const x of c.querySelectorAll('input,select,textarea,button')) x.remove();
+      t = c.textContent;
+    }
     if (!t) t = (el.innerText || el.value || el.getAttribute('placeholder') ||
                  el.getAttribute('title') || el.getAttribute('alt') || el.name || '');
     return t.replace(/\s+/g, ' ').trim().slice(0, 120);
