@@ -13,6 +13,7 @@ tool_use id; an automation's is its step's name.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -169,9 +170,10 @@ async def preview_tool(
     if tool is None or tool.preview is None or isinstance(checked, ToolOutcome):
         return None
     try:
-        return await tool.preview(_context(deps, caller, instance_id, use), checked)
+        ctx = _context(deps, caller, instance_id, use)
+        return await asyncio.wait_for(tool.preview(ctx, checked), tool.timeout)
     except Exception as exc:
-        text = f"(no preview: {deps.redact(str(exc))[:300]})"
+        text = f"(no preview: {deps.redact(str(exc) or type(exc).__name__)[:300]})"
         return ApprovalCard(text=text)
 
 

@@ -28,9 +28,18 @@ async def element(service: BrowserService, found: Session, ref: str) -> tuple[An
             "(browser_read) and use a number it shows"
         )
     loc = service.locator(found, ref)
-    try:
+
+    async def look() -> tuple[int, Element | None]:
         count = await loc.count()
         now = Element.model_validate(await loc.first.evaluate(DESCRIBE_JS)) if count else None
+        return count, now
+
+    try:
+        count, now = await asyncio.wait_for(look(), service.config.action_timeout)
+    except TimeoutError:
+        raise BrowserError(
+            f"the page did not answer within {service.config.action_timeout:g} s; read it again"
+        ) from None
     except Exception as exc:
         raise BrowserError(f"the element [{ref}] cannot be reached ({_short(exc)})") from None
     if count != 1 or now is None or not same_element(read, now.model_copy(update={"ref": ref})):
