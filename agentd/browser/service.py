@@ -144,7 +144,7 @@ class BrowserService:
             await self._stop_locked()
         if not self.proxy.port:
             await self.proxy.start()
-        self.paths.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        await asyncio.to_thread(self.paths.run_dir.mkdir, 0o700, True, True)
         self.downloads = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agentd-browser-"))
         if self.run_as is not None:
             os.chown(self.downloads, *self.run_as)
@@ -176,6 +176,7 @@ class BrowserService:
         except BaseException as exc:
             await self._playwright.stop()
             self._playwright = None
+            await asyncio.to_thread(shutil.rmtree, self.downloads, True)
             if isinstance(exc, Exception):
                 first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
                 raise BrowserError(
