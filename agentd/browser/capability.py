@@ -70,7 +70,7 @@ async def _build(ctx: Context) -> Contribution:
         run_as=sandbox_ids(ctx.config),
     )
     ctx.stack.push_async_callback(service.close)
-    owner = owners.resolve(ctx.config.telegram).owner_id
+    owner = owners.resolve(ctx.config.access).owner_id
     return Contribution(
         tools=browser_tools(service, Workspaces.from_config(ctx.config), owner_id=owner),
         about="use web pages in a real browser (I ask before changing anything on a site)",
