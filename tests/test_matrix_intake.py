@@ -17,7 +17,7 @@ from agentd.matrix.classify import MatrixIdentity
 from agentd.matrix.intake import SINCE_KEY, persist_sync
 
 BOT, OWNER, STRANGER = "@bot:hs", "@owner:hs", "@stranger:hs"
-ME = MatrixIdentity(bot=BOT, owner=OWNER, owner_id=42)
+ME = MatrixIdentity(bot=BOT, owner=OWNER, owner_id=42, served_users=frozenset({42}))
 ROOM = "!dm:hs"
 
 
@@ -205,3 +205,71 @@ async def test_what_was_written_before_the_bot_joined_is_the_past(db: Database) 
     )
     await _persist(db, engine, response)
     assert [t["text"] for t in await _turns(db)] == ["hello, bot"]
+
+
+async def _rows(db: Database, sql: str) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in await db.read(lambda c: c.execute(sql).fetchall())]
+
+
+async def test_the_owner_is_linked_and_each_private_message_noted(db: Database) -> None:
+    """`[matrix] owner` resolves through the accounts mapping, and a private message says
+    where its user is reached on Matrix (chat/reach.py)."""
+    engine = await _engine(db)
+    await _persist(db, engine, _sync("s5", _text("$n", "note me")))
+    [inp] = await _turns(db)
+    assert await _rows(db, "SELECT user_id, channel FROM user_accounts") == [(42, "matrix")]
+    chats = await _rows(db, "SELECT user_id, channel, chat_id FROM user_chats")
+    assert chats == [(42, "matrix", inp["chat_id"])]
+    # Linked once: a second message changes nothing, and is noted again.
+    await _persist(db, engine, _sync("s6", _text("$n2", "again")))
+    assert len(await _rows(db, "SELECT 1 FROM audit WHERE kind = 'account_linked'")) == 1
+
+
+def _direct_invite(room: str, sender: str) -> dict[str, Any]:
+    member = {
+        "type": "m.room.member",
+        "state_key": BOT,
+        "sender": sender,
+        "content": {"membership": "invite", "is_direct": True},
+    }
+    return {room: {"invite_state": {"events": [member]}}}
+
+
+async def test_a_link_code_sent_in_a_direct_room_links_that_account(db: Database) -> None:
+    """`agentd pair --link 42`, then a stranger's direct invite is joined while the code
+    waits; their `/start CODE` links them to user 42, whose turn their next message is."""
+    from agentd.access import pairing
+
+    engine = await _engine(db)
+    await _persist(
+        db, engine, {"next_batch": "s7", "rooms": {"invite": _direct_invite("!a:hs", STRANGER)}}
+    )
+    assert await _rows(db, "SELECT room_id FROM matrix_rooms") == []  # no code: not joined
+    code = await db.write(lambda c: pairing.new_code(c, ttl=600, created_by="cli", link_user_id=42))
+    invite = _direct_invite("!b:hs", STRANGER)
+    await _persist(db, engine, {"next_batch": "s8", "rooms": {"invite": invite}})
+    assert await _rows(db, "SELECT room_id, state FROM matrix_rooms") == [("!b:hs", "invited")]
+
+    def in_dm(token: str, *events: Any) -> dict[str, Any]:
+        members = [_member(BOT), _member(STRANGER)]
+        joined = {"!b:hs": {"state": {"events": members}, "timeline": {"events": list(events)}}}
+        return {"next_batch": token, "rooms": {"join": joined}}
+
+    wrong = await _persist(db, engine, in_dm("s9", _text("$w", "/start AAAA-BBBB", STRANGER)))
+    assert wrong.accepted == 0 and await _turns(db) == []  # a wrong code: still nobody
+    await _persist(
+        db,
+        engine,
+        in_dm("s10", _text("$c", f"/start {code}", STRANGER), _text("$h", "hi", STRANGER)),
+    )
+    turns = await _turns(db)
+    assert [(t["text"], t["user_id"]) for t in turns] == [(f"/start {code}", 42), ("hi", 42)]
+    assert await _rows(db, "SELECT user_id, channel FROM user_accounts") == [(42, "matrix")]
+    chats = await _rows(db, "SELECT user_id, channel FROM user_chats")
+    assert chats == [(42, "matrix")]
+    # Served from the database on, in a later sync too; the used code opens no more rooms.
+    later = await _persist(db, engine, in_dm("s11", _text("$l", "later", STRANGER)))
+    assert later.accepted == 1
+    other = _direct_invite("!c:hs", "@other:hs")
+    result = await _persist(db, engine, {"next_batch": "s12", "rooms": {"invite": other}})
+    assert ("!c:hs", "@other:hs", "invite from someone not served") in result.ignored

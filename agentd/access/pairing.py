@@ -118,6 +118,14 @@ def redeem(
     return result
 
 
+def pending(conn: Any, now: float) -> bool:
+    """Whether some code is still unused and unexpired (one could be redeemed now)."""
+    row = conn.execute(
+        "SELECT 1 FROM pairing_codes WHERE used_by IS NULL AND expires_at > ? LIMIT 1", (now,)
+    ).fetchone()
+    return row is not None
+
+
 def paired_ids(conn: Any) -> frozenset[int]:
     return frozenset(r[0] for r in conn.execute("SELECT user_id FROM paired_users"))
 

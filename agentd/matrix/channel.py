@@ -50,6 +50,7 @@ def identity(config: Config) -> Any:
         owner_id=owner_id,
         allowed=frozenset(cfg.allowed_users),
         allow_groups=cfg.allow_groups,
+        served_users=owners.configured_ids(config.access),
     )
 
 

@@ -25,9 +25,10 @@ class MatrixIdentity(BaseModel):
 
     bot: str
     owner: str = ""
-    owner_id: int | None = None  # the owner's agentd user id (the Telegram owner's)
+    owner_id: int | None = None  # the owner's agentd user id ([access] owner_id)
     allowed: frozenset[str] = frozenset()
     allow_groups: bool = False
+    served_users: frozenset[int] = frozenset()  # agentd users served by configuration
 
     def served(self, user: str) -> bool:
         return user == self.owner or user in self.allowed

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.access import accounts, pairing
+from agentd.chat import reach
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
@@ -24,6 +26,7 @@ from agentd.matrix import ids, rooms
 from agentd.matrix.classify import EventDecision, MatrixIdentity, Room, classify_event, turn_of
 
 SINCE_KEY = "matrix_since"
+CHANNEL = "matrix"  # the channel's name (matrix/channel.py), as rows that name it say
 
 CallbackHandler = Callable[[Any, CallbackPress], str]
 CommandHook = Callable[[TurnInput, Any], tuple[str, BaseModel, str] | None]
@@ -113,24 +116,34 @@ def _start_room_action(
     result.keys.add(key)
 
 
+def _invite_of(events: list[Any], bot: str) -> dict[str, Any]:
+    """The bot's own invite event among a room's invite state (empty if none)."""
+    return next(
+        (
+            e
+            for e in events
+            if isinstance(e, dict)
+            and e.get("type") == "m.room.member"
+            and e.get("state_key") == bot
+        ),
+        {},
+    )
+
+
 def _invites(
     conn: Any, invited: dict[str, Any], me: MatrixIdentity, engine: Engine, result: SyncResult
 ) -> None:
     """Join a served person's room; refuse an encrypted one; a stranger's invite costs nothing:
-    never joined, never answered, nothing stored but a log line."""
+    never joined, never answered, nothing stored but a log line. The one exception: while a
+    pairing code waits to be redeemed (`agentd pair`), a direct-chat invite is joined, so its
+    sender can send `/start CODE` there (anything else they write is still refused)."""
+    pending = pairing.pending(conn, time.time())
     for room_id, data in invited.items():
         events = _events(_obj(data).get("invite_state"))
-        inviter = next(
-            (
-                str(e.get("sender") or "")
-                for e in events
-                if isinstance(e, dict)
-                and e.get("type") == "m.room.member"
-                and e.get("state_key") == me.bot
-            ),
-            "",
-        )
-        if not me.served(inviter):
+        invite = _invite_of(events, me.bot)
+        inviter = str(invite.get("sender") or "")
+        direct = _obj(invite.get("content")).get("is_direct") is True
+        if not me.served(inviter) and not (pending and direct and inviter):
             result.ignored.append((room_id, inviter, "invite from someone not served"))
             continue
         room = apply_state(Room(room_id=room_id), events)
@@ -141,6 +154,14 @@ def _invites(
         else:
             _save_room(conn, room, "invited")
             _start_room_action(conn, engine, room_id, "join", "", inviter, result)
+
+
+def with_accounts(conn: Any, me: MatrixIdentity) -> MatrixIdentity:
+    """`me` serving also each Matrix account paired, or linked to a served user
+    (`access.accounts.served_accounts`), as Telegram serves them."""
+    served = accounts.served_accounts(conn, me.served_users | pairing.paired_ids(conn))
+    linked = {mx for n in served if (mx := ids.mxid_of(conn, "user", n)) is not None}
+    return me.model_copy(update={"allowed": me.allowed | linked}) if linked else me
 
 
 def persist_sync(
@@ -158,6 +179,7 @@ def persist_sync(
     `first`: the answer to a sync with no token, which holds the rooms' past; it is taken as
     state only (the bot answers nothing written before it first started)."""
     result = SyncResult()
+    me = with_accounts(conn, me)
     rooms_data = _obj(response.get("rooms"))
     _invites(conn, _obj(rooms_data.get("invite")), me, engine, result)
     for room_id, data in _obj(rooms_data.get("join")).items():
@@ -174,7 +196,7 @@ def persist_sync(
             if _joins(event, me.bot):
                 past = first
             elif not past:
-                _take_event(conn, event, room, me, engine, on_callback, on_command, result)
+                me = _take_event(conn, event, room, me, engine, on_callback, on_command, result)
         _save_room(conn, room, "joined")
         ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
     for room_id in _obj(rooms_data.get("leave")):
@@ -217,26 +239,30 @@ def _take_event(
     on_callback: CallbackHandler,
     on_command: CommandHook,
     result: SyncResult,
-) -> None:
+) -> MatrixIdentity:
+    """Record one timeline event and start what it asks for; returns whom the bot serves from
+    it on (a `/start CODE` it redeemed serves its sender)."""
     event_id, sender = str(event.get("event_id") or ""), str(event.get("sender") or "")
     if not event_id or "state_key" in event:
-        return  # room state (membership, names) was taken in by apply_state
+        return me  # room state (membership, names) was taken in by apply_state
     if conn.execute("SELECT 1 FROM matrix_events WHERE event_id = ?", (event_id,)).fetchone():
         result.duplicates += 1
-        return
+        return me
     kind = str(event.get("type") or "")[:100]
     # A savepoint per event: one that cannot be read or started is recorded as failed without
     # rolling back the rest of the sync, so intake never stalls on it (nor re-reads it).
     conn.execute("SAVEPOINT one_event")
     try:
-        decision = classify_event(event, room, me, replied_to_bot=_replied_to_bot(conn, event))
+        paired = _pair_if_asked(conn, event, room, me)
+        decision = classify_event(event, room, paired, replied_to_bot=_replied_to_bot(conn, event))
         if decision.action == "ignore" and decision.reason == "the bot's own event":
             conn.execute("RELEASE one_event")
-            return  # the echo of a send: nothing to record
+            return me  # the echo of a send: nothing to record
         kind = decision.kind
         outcome, instance_id = _apply(
-            conn, event, decision, room, me, engine, on_callback, on_command, result
+            conn, event, decision, room, paired, engine, on_callback, on_command, result
         )
+        me = paired
     except Exception as exc:
         conn.execute("ROLLBACK TO one_event")
         outcome, instance_id = "failed", None
@@ -247,12 +273,42 @@ def _take_event(
         "instance_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
         (event_id, time.time(), room.room_id, sender[:300], kind, outcome, instance_id),
     )
+    return me
+
+
+def _pair_if_asked(
+    conn: Any, event: dict[str, Any], room: Room, me: MatrixIdentity
+) -> MatrixIdentity:
+    """A stranger's `/start CODE` in their direct room with the bot: paired, or linked to the
+    code's user (`agentd pair --link USER`), if the code is good; else they still get nothing."""
+    sender = str(event.get("sender") or "")
+    body = _obj(event.get("content")).get("body")
+    if event.get("type") != "m.room.message" or not isinstance(body, str) or me.served(sender):
+        return me
+    code = pairing.code_in(body)
+    if code is None or room.encrypted or not room.private_with(me.bot, sender):
+        return me
+    redeemed = pairing.redeem(
+        conn,
+        code,
+        user_id=ids.local_id(conn, "user", sender),
+        chat_id=ids.local_id(conn, "room", room.room_id),
+        username=sender[:300],
+        now=time.time(),
+        channel=CHANNEL,
+    )
+    return me.model_copy(update={"allowed": me.allowed | {sender}}) if redeemed.ok else me
 
 
 def _user_id(conn: Any, sender: str, me: MatrixIdentity) -> int:
-    if sender == me.owner and me.owner_id is not None:
+    """The agentd user a Matrix account speaks for (`access.accounts.user_of`). `[matrix]
+    owner` is the simple way to link: that account is linked to the owner when first met."""
+    account = ids.local_id(conn, "user", sender)
+    user = accounts.user_of(conn, account)
+    if sender == me.owner and me.owner_id is not None and user != me.owner_id:
+        accounts.link(conn, account, me.owner_id, CHANNEL, time.time())
         return me.owner_id
-    return ids.local_id(conn, "user", sender)
+    return user
 
 
 def _apply(
@@ -294,6 +350,8 @@ def _apply(
         user_id=_user_id(conn, sender, me),
         private=room.private_with(me.bot, sender),
     )
+    if turn.private:  # where notices and approval cards find this user (chat/reach.py)
+        reach.note_private_chat(conn, turn.user_id, CHANNEL, turn.chat_id, time.time())
     instance_id = instance_id_of(str(event["event_id"]))
     command = on_command(turn, conn)
     if command is not None:
