@@ -1,0 +1,105 @@
+"""One owner's notices on Matrix, through `agentd run` against a real Synapse: a Matrix account
+linked with `agentd pair --link` and `/start CODE` speaks as the owner, and a reminder reaches
+the owner on Matrix when they last wrote there, or when `[access] notices = "matrix"` says so,
+exactly once, whichever channel it was set on."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.daemon_process import OWNER, poll
+from tests.matrix_rig import MatrixRig, matrix_rig
+from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
+
+pytestmark = pytest.mark.timeout(300)
+SCHEDULE = "\n[schedule]\nmin_interval = 1\n"
+
+
+@pytest.fixture(scope="module")
+def cast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cast]:
+    with cast_running(Path(tmp_path_factory.mktemp("synapse"))) as running:
+        yield running
+
+
+def _wait_text(rig: MatrixRig, room: str, user: MatrixUser, part: str) -> list[str]:
+    def seen() -> list[str]:
+        return [t for t in rig.bot_texts(room, user) if part in t]
+
+    return wait_for(seen, 60, f"{part!r} in {room}")
+
+
+def _sent_once(rig: MatrixRig, schedule_id: str) -> None:
+    poll(
+        lambda: rig.query(
+            "SELECT 1 FROM schedule_runs WHERE schedule_id = ? AND outcome = 'sent'",
+            (schedule_id,),
+        ),
+        60,
+        "the run recorded",
+    )
+
+
+def test_a_linked_matrix_account_gets_the_owners_reminder_where_they_wrote(
+    tmp_path: Path, cast: Cast
+) -> None:
+    cast.server.register("phone", "phone-password")
+    phone = cast.server.login("phone", "phone-password")  # not in [matrix]: linked by a code
+    with matrix_rig(tmp_path, cast, extra=SCHEDULE) as rig:
+        code = rig.daemon.cli_json("pair", "--no-wait", "--link", str(OWNER))["code"]
+        room = rig.dm(phone)  # joined while the code waits
+        phone.say(room, "hello before the code")
+        phone.say(room, f"/start {code}")
+        _wait_text(rig, room, phone, "You're paired")
+        assert not any("hello before" in t for t in rig.bot_texts(room, phone))
+        listed = {u["user_id"]: u for u in rig.daemon.cli_json("users", "ls")}
+        assert [a for a in listed[OWNER]["accounts"] if a.startswith("matrix:")]
+
+        # The owner's turn: the owner's id on it, and the chat noted as where they are.
+        phone.say(room, "hi from my phone")
+        _wait_text(rig, room, phone, "echo: hi from my phone")
+        users = rig.query("SELECT DISTINCT user_id FROM messages WHERE role = 'user'")
+        assert [u for (u,) in users] == [OWNER]
+
+        added = rig.daemon.cli_json(
+            "schedule",
+            "add",
+            "--user",
+            str(OWNER),
+            "--message",
+            "Water the plants",
+            "--after",
+            "1s",
+        )
+        _wait_text(rig, room, phone, "Water the plants")
+        _sent_once(rig, added["id"])
+        assert len(_wait_text(rig, room, phone, "Water the plants")) == 1
+        assert not [m for m in rig.tg.sent if "Water the plants" in m["plain_text"]]
+
+
+def test_a_reminder_set_on_telegram_reaches_matrix_when_notices_say_so(
+    tmp_path: Path, cast: Cast
+) -> None:
+    with matrix_rig(tmp_path, cast, extra=SCHEDULE, AGENTD_ACCESS__NOTICES="matrix") as rig:
+        room = rig.dm()
+        rig.owner.say(room, "I am here on Matrix")  # `[matrix] owner`: linked when first met
+        _wait_text(rig, room, rig.owner, "echo: I am here on Matrix")
+        # Set on Telegram, which is then where the owner last wrote.
+        args = {"message": "Stretch your legs", "after": "2s"}
+        rig.llm.enqueue_tool_use("schedule", args, "toolu_sched")
+        rig.llm.enqueue_text("I'll remind you.")
+        rig.tg.add_message(OWNER, OWNER, "remind me in 2 seconds to stretch")
+        rig.tg.wait_until(
+            lambda: any(m["plain_text"].endswith("I'll remind you.") for m in rig.tg.sent),
+            60,
+            "the reminder set",
+        )
+        _wait_text(rig, room, rig.owner, "Stretch your legs")
+        [sched] = rig.daemon.cli_json("schedule", "ls", "--all", "--user", str(OWNER))
+        _sent_once(rig, sched["id"])
+        assert len(_wait_text(rig, room, rig.owner, "Stretch your legs")) == 1
+        assert not [m for m in rig.tg.sent if "Stretch your legs" in m["plain_text"]]
+        accounts = rig.query("SELECT user_id, channel FROM user_accounts")
+        assert accounts == [(OWNER, "matrix")]
