@@ -273,3 +273,23 @@ async def test_a_link_code_sent_in_a_direct_room_links_that_account(db: Database
     other = _direct_invite("!c:hs", "@other:hs")
     result = await _persist(db, engine, {"next_batch": "s12", "rooms": {"invite": other}})
     assert ("!c:hs", "@other:hs", "invite from someone not served") in result.ignored
+
+
+async def test_a_plain_pairing_code_serves_the_account_as_its_own_user(db: Database) -> None:
+    from agentd.access import pairing
+
+    engine = await _engine(db)
+    code = await db.write(lambda c: pairing.new_code(c, ttl=600, created_by="cli"))
+    members = [_member(BOT), _member(STRANGER)]
+
+    def in_dm(token: str, *events: Any) -> dict[str, Any]:
+        joined = {"!p:hs": {"state": {"events": members}, "timeline": {"events": list(events)}}}
+        return {"next_batch": token, "rooms": {"join": joined}}
+
+    await _persist(db, engine, in_dm("p1", _text("$p", f"/start {code}", STRANGER)))
+    await _persist(db, engine, in_dm("p2", _text("$q", "and now?", STRANGER)))
+    turns = await _turns(db)
+    assert [t["text"] for t in turns] == [f"/start {code}", "and now?"]
+    assert {t["user_id"] for t in turns} != {42}  # a user of its own, not the owner
+    assert len({t["user_id"] for t in turns}) == 1
+    assert await _rows(db, "SELECT * FROM user_accounts") == []
