@@ -72,6 +72,22 @@ def usage(
     if by_model:
         _print_models(models, days)
         return
+    _print_days(rows, days)
+    if len(models) > 1 or any(m["fallback_answers"] for m in models):
+        _print_models(models, days)
+    if checks:
+        out.print(checks, highlight=False)
+    if rows:  # markup off: "[llm.prices]" is the config section, not a style
+        err.print(
+            f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
+            "saving = the same calls without prompt caching; vision cache = photos whose "
+            "summary was reused / photos seen.",
+            markup=False,
+        )
+
+
+def _print_days(rows: list[Any], days: int) -> None:
+    """The per-day and per-chat table of `agentd usage`."""
     table = new_table(
         "day",
         "chat",
@@ -105,17 +121,6 @@ def usage(
         drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD", "vision\ncache"),
         empty=f"No model calls in the last {days} days.",
     )
-    if len(models) > 1 or any(m["fallback_answers"] for m in models):
-        _print_models(models, days)
-    if checks:
-        out.print(checks, highlight=False)
-    if rows:  # markup off: "[llm.prices]" is the config section, not a style
-        err.print(
-            f"Estimates at list prices as of {PRICES_AS_OF} (override: [llm.prices]); "
-            "saving = the same calls without prompt caching; vision cache = photos whose "
-            "summary was reused / photos seen.",
-            markup=False,
-        )
 
 
 def _watch_checks(conn: Any, watch_id: str, since: float) -> str:

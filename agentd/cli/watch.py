@@ -98,35 +98,15 @@ def add(
     owner = owners.resolve(cfg.access).owner_id
     if owner is None:
         fail("no owner (access.owner_id, allowed_user_ids) is configured to tell")
-    given = {
-        k: v
-        for k, v in (
-            ("url", url),
-            ("mail", mail),
-            ("calendar", calendar),
-            ("command", command),
-            ("file", file),
-            ("automation", automation),
-        )
-        if v is not None
-    }
-    if len(given) != 1:
-        fail(
-            "give exactly one source: --url, --mail, --calendar, --command, --file or --automation"
-        )
-    [(kind, value)] = given.items()
-    fields: dict[str, Any] = {"focus": focus}
-    if kind == "url":
-        fields.update(kind="page", url=value)
-    elif kind == "mail":
-        account, _, folder = value.partition("/")
-        fields.update(kind="mail", account=account, folder=folder or "INBOX")
-    elif kind == "calendar":
-        fields.update(kind="calendar", account=value)
-    elif kind == "file":
-        fields.update(kind="file", path=value)
-    else:
-        fields.update(kind=kind, **{kind: value})
+    fields = _source_fields(
+        focus,
+        url=url,
+        mail=mail,
+        calendar=calendar,
+        command=command,
+        file=file,
+        automation=automation,
+    )
     try:
         req = WatchRequest(
             label=label,
@@ -159,6 +139,29 @@ def add(
             print_json(_json(conn, cfg, w))
             return
         out.print(f"watching {report(conn, cfg, w, time.time())}", highlight=False)
+
+
+def _source_fields(focus: str, **given_or_none: str | None) -> dict[str, Any]:
+    """The one source the options name, as `Source` fields; exit when none or several."""
+    given = {k: v for k, v in given_or_none.items() if v is not None}
+    if len(given) != 1:
+        fail(
+            "give exactly one source: --url, --mail, --calendar, --command, --file or --automation"
+        )
+    [(kind, value)] = given.items()
+    fields: dict[str, Any] = {"focus": focus}
+    if kind == "url":
+        fields.update(kind="page", url=value)
+    elif kind == "mail":
+        account, _, folder = value.partition("/")
+        fields.update(kind="mail", account=account, folder=folder or "INBOX")
+    elif kind == "calendar":
+        fields.update(kind="calendar", account=value)
+    elif kind == "file":
+        fields.update(kind="file", path=value)
+    else:
+        fields.update(kind=kind, **{kind: value})
+    return fields
 
 
 @app.command("show")
