@@ -122,7 +122,7 @@ def test_the_channels_are_one_list_with_distinct_blocks() -> None:
 
 
 def test_the_daemon_names_no_channel() -> None:
-    """agentd/daemon/ reaches channels only through agentd/channels.py's list."""
+    """agentd/daemon/ reaches channels only through agentd/channels/'s list."""
     named = []
     for path in sorted((ROOT / "daemon").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

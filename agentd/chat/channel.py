@@ -1,7 +1,7 @@
 """The channel door: what a chat network's adapter must give agentd, and what it gets.
 
 A channel is an adapter package (`agentd/telegram/`, …) with one object that follows
-`Channel`, listed once in `agentd/channels.py`. The daemon, `agentd doctor` and the redactor
+`Channel`, listed once in `agentd/channels/`. The daemon, `agentd doctor` and the redactor
 loop over that list; none of them names a network. The contract, in the order a daemon uses it:
 
 - `name`, and `block`: the channel's block of agentd ids (`id_block`). Every chat and user id

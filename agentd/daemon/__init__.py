@@ -2,7 +2,7 @@
 until SIGTERM, and stops without losing work.
 
 - `startup`: what must be open before anything runs (logging, the database, each configured
-  channel of `agentd/channels.py` and who the agent is on it, the single-runner lease), and
+  channel of `agentd/channels/` and who the agent is on it, the single-runner lease), and
   the errors that stop a start. The daemon names no channel: it routes each chat's output to
   the channel that owns it (`chat/route.py`).
 - `capabilities`: the one list of capabilities (built-ins, in order) that the daemon,
