@@ -15,8 +15,10 @@ import pytest
 from PIL import Image
 
 from tests.daemon_process import OWNER
+from tests.fakes.anthropic import last_user_text
 from tests.matrix_rig import MatrixRig, matrix_rig
 from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
+from tests.test_e2e_steer import ADDED, counting
 from tests.test_matrix_lazy import imported
 
 pytestmark = pytest.mark.timeout(300)
@@ -459,3 +461,43 @@ def test_an_answer_streams_as_one_message_edited_as_it_grows(tmp_path: Path, cas
         rig.owner.say(room, "and now?")  # the next answer is a message of its own
         wait_for(lambda: len(rig.shown(room)) == 2, 60, "the second answer")
         assert rig.shown(room)[1] == "echo: and now?"
+
+
+def test_a_message_while_the_owners_turn_works_steers_it(tmp_path: Path, cast: Cast) -> None:
+    """The chat never blocks on Matrix either: the owner's second message, sent while the
+    first turn's model call is held, is what the turn's next model call sees ("the user
+    added"), and is not answered as a turn of its own queued behind it."""
+    marker = "matrix steer one two"
+    asked, addition = f"please count the words in {marker}", f"and in French please ({marker})"
+    extra = '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        rig.llm.set_responder(counting(marker))
+        room = rig.dm()
+        rig.llm.hold()
+        try:
+            rig.owner.say(room, asked)
+            rig.llm.wait_for_held(1, timeout=60)
+            rig.owner.say(room, addition)
+            wait_for(lambda: _turns(rig, addition), 60, "the addition's turn committed")
+        finally:
+            rig.llm.release()
+        texts = rig.wait_answer(room, f"Counted {marker} (with the addition).")
+        seen = [last_user_text(r["body"]) for r in rig.llm.requests if "body" in r]
+        assert any(ADDED in text and addition in text for text in seen)
+        wait_for(
+            lambda: rig.query(
+                "SELECT 1 FROM workflow_instances WHERE workflow = 'turn' "
+                "AND json_extract(input, '$.text') = ? AND status = 'complete'",
+                (addition,),
+            ),
+            60,
+            "the addition's own turn ended",
+        )
+        [(status, output)] = rig.query(
+            "SELECT status, output FROM workflow_instances WHERE workflow = 'turn' "
+            "AND json_extract(input, '$.text') = ?",
+            (addition,),
+        )
+        assert status == "complete" and json.loads(output)["outcome"] == "steered"
+        assert not any(addition in t for t in rig.bot_texts(room))  # never answered on its own
+        assert texts.count(f"Counted {marker} (with the addition).") == 1

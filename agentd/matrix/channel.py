@@ -125,6 +125,7 @@ class OpenMatrix:
             on_command=intake.on_command,
             timeout=cfg.sync_timeout,
             on_progress=intake.on_progress,
+            busy=intake.busy,
         )
         return asyncio.create_task(self._syncer.run(), name="matrix-sync")
 

@@ -17,7 +17,9 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentd.access import accounts, pairing
+from agentd.agent.busy import plan_busy
 from agentd.chat import reach
+from agentd.chat.busy import BusyMode
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
@@ -37,6 +39,7 @@ class SyncResult(BaseModel):
     accepted: int = 0
     duplicates: int = 0
     presses: int = 0  # reactions taken as a card's answer: the turns waiting for one wake
+    cancels: list[str] = Field(default_factory=list)  # turns a message interrupted: stop them
     ignored: list[tuple[str, str, str]] = Field(default_factory=list)  # room, sender, reason
 
 
@@ -173,11 +176,13 @@ def persist_sync(
     on_command: CommandHook,
     *,
     first: bool,
+    busy: BusyMode = "queue",
 ) -> SyncResult:
     """Record one /sync answer and start what it asks for, then store its `next_batch`.
 
     `first`: the answer to a sync with no token, which holds the rooms' past; it is taken as
-    state only (the bot answers nothing written before it first started)."""
+    state only (the bot answers nothing written before it first started). `busy` says what a
+    message does while a turn of its room works (chat/busy.py)."""
     result = SyncResult()
     me = with_accounts(conn, me)
     rooms_data = _obj(response.get("rooms"))
@@ -196,7 +201,9 @@ def persist_sync(
             if _joins(event, me.bot):
                 past = first
             elif not past:
-                me = _take_event(conn, event, room, me, engine, on_callback, on_command, result)
+                me = _take_event(
+                    conn, event, room, me, engine, on_callback, on_command, result, busy
+                )
         _save_room(conn, room, "joined")
         ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
     for room_id in _obj(rooms_data.get("leave")):
@@ -239,6 +246,7 @@ def _take_event(
     on_callback: CallbackHandler,
     on_command: CommandHook,
     result: SyncResult,
+    busy: BusyMode,
 ) -> MatrixIdentity:
     """Record one timeline event and start what it asks for; returns whom the bot serves from
     it on (a `/start CODE` it redeemed serves its sender)."""
@@ -260,7 +268,7 @@ def _take_event(
             return me  # the echo of a send: nothing to record
         kind = decision.kind
         outcome, instance_id = _apply(
-            conn, event, decision, room, paired, engine, on_callback, on_command, result
+            conn, event, decision, room, paired, engine, on_callback, on_command, result, busy
         )
         me = paired
     except Exception as exc:
@@ -321,6 +329,7 @@ def _apply(
     on_callback: CallbackHandler,
     on_command: CommandHook,
     result: SyncResult,
+    busy: BusyMode,
 ) -> tuple[str, str | None]:
     sender = str(event.get("sender") or "")
     if decision.action in ("ignore", "leave"):
@@ -359,6 +368,10 @@ def _apply(
         engine.prepare_start(conn, name, inp, instance_id=instance_id, key=key)
         result.keys.add(key)
         return "command", instance_id
+    # The same rule as every channel's: steer the owner's working turn, interrupt or queue.
+    turn, interrupted = plan_busy(conn, turn, instance_id, busy, time.time())
+    if interrupted is not None:
+        result.cancels.append(interrupted)
     key = chat_key(turn.chat_id)
     engine.prepare_start(conn, TURN_WORKFLOW, turn, instance_id=instance_id, key=key)
     result.keys.add(key)

@@ -8,6 +8,7 @@ import logging
 import secrets
 from collections.abc import Callable
 
+from agentd.chat.busy import BusyMode
 from agentd.db import Database
 from agentd.durable import Engine
 from agentd.matrix.classify import MatrixIdentity
@@ -36,6 +37,7 @@ class Syncer:
         on_command: CommandHook,
         timeout: int = 30,
         on_progress: Callable[[], None] = lambda: None,
+        busy: BusyMode = "queue",
     ) -> None:
         self._client = client
         self._db = db
@@ -45,6 +47,7 @@ class Syncer:
         self._on_command = on_command
         self._timeout = timeout
         self._on_progress = on_progress
+        self._busy = busy
         self._stopping = asyncio.Event()
         self._failures = 0
 
@@ -86,11 +89,14 @@ class Syncer:
             self._on_callback,
             self._on_command,
             first=first,
+            busy=self._busy,
         )
         for room, sender, reason in result.ignored:
             log.info(
                 "matrix event ignored", extra={"room": room, "sender": sender, "reason": reason}
             )
+        for instance_id in result.cancels:  # interrupted: already flagged, stop it now
+            await self._engine.cancel(instance_id)
         for key in result.keys:
             self._engine.kick(key)
         if result.keys:

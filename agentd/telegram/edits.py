@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from agentd.agent.busy import answered
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import store
@@ -69,16 +70,6 @@ def _input(raw: str) -> TurnInput | None:
         return TurnInput.model_validate_json(raw)
     except ValidationError:
         return None
-
-
-def answered(conn: Any, instance_id: str) -> bool:
-    """A send of its answer finished or began (a marked attempt is journaled before the call,
-    so one in flight counts: the user may be reading it already)."""
-    row = conn.execute(
-        "SELECT 1 FROM workflow_steps WHERE instance_id = ? AND name LIKE 'send%' LIMIT 1",
-        (instance_id,),
-    ).fetchone()
-    return row is not None
 
 
 def _settle_approvals(conn: Any, instance_id: str, now: float) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from agentd.access import accounts, pairing
+from agentd.agent.busy import plan_busy
 from agentd.chat import reach
 from agentd.chat.busy import BusyMode
 from agentd.chat.channel import CallbackHandler, CommandHook, no_callbacks, no_commands
@@ -15,7 +16,6 @@ from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.telegram import groups
-from agentd.telegram.busy import plan_busy
 from agentd.telegram.classify import Identity, UpdateDecision, classify_update, unreadable
 from agentd.telegram.edits import plan_edit
 

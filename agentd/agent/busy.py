@@ -1,5 +1,6 @@
 """A message that arrives while a turn of its chat works (chat/busy.py says what each mode
-does), decided inside intake's commit."""
+does), decided inside a channel's intake commit: the one rule every channel's intake calls
+(Telegram's and Matrix's alike), from the chat's working turn, the sender and `[chat] busy`."""
 
 from __future__ import annotations
 
@@ -10,9 +11,18 @@ from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import store
 from agentd.memory import history
-from agentd.telegram.edits import answered
 
 INTERRUPTED_BY = "interrupt"  # decided_by of an interrupted turn's pending approvals
+
+
+def answered(conn: Any, instance_id: str) -> bool:
+    """A send of its answer finished or began (a marked attempt is journaled before the call,
+    so one in flight counts: the user may be reading it already)."""
+    row = conn.execute(
+        "SELECT 1 FROM workflow_steps WHERE instance_id = ? AND name LIKE 'send%' LIMIT 1",
+        (instance_id,),
+    ).fetchone()
+    return row is not None
 
 
 def working_turn(conn: Any, chat_id: int) -> tuple[str, int | None] | None:
