@@ -47,7 +47,8 @@ class Calls:
 
 
 async def make_engine(db: Database, *workflows, clock=None, **kw) -> Engine:
-    engine = Engine(db, clock=clock or FakeClock(auto_advance=True), poll_interval=0.02, **kw)
+    kw.setdefault("poll_interval", 0.02)
+    engine = Engine(db, clock=clock or FakeClock(auto_advance=True), **kw)
     for wf in workflows:
         engine.register(wf)
     await engine.run()
@@ -636,4 +637,49 @@ async def test_an_error_that_says_it_is_not_retryable_is_not_retried(db: Databas
     await engine.start("rejected", In(), instance_id="r")
     assert (await engine.wait_for("r")).status == "errored"
     assert calls.counts["rejected"] == 1
+    await engine.shutdown()
+
+
+@pytest.mark.parametrize("delivery", ["marked", "at_most_once"])
+async def test_a_cancel_committed_before_an_effect_begins_stops_it(
+    db: Database, delivery: str
+) -> None:
+    """The intake flags a turn for cancel in its own commit and tells the runner afterwards;
+    the turn's send must not begin in between (the answer the user asked to drop)."""
+    gate = asyncio.Event()
+    calls = Calls()
+
+    async def think() -> str:
+        await gate.wait()
+        return "answer"
+
+    async def send(text: str) -> None:
+        calls.counts["send"] += 1
+
+    @workflow("answer")
+    async def wf(step: Step, inp: In) -> Out:
+        text = await step.do("think", think)
+        if delivery == "marked":
+            await step.do("send", send, text, mark=True)
+        else:
+            await step.do("send", send, text, delivery="at_most_once")
+        return Out()
+
+    engine = await make_engine(db, wf, poll_interval=3600)
+    await engine.start("answer", In(), instance_id="t")
+    while not await db.read(
+        lambda c: c.execute("SELECT 1 FROM workflow_steps WHERE instance_id = 't'").fetchone()
+        or c.execute("SELECT runs FROM workflow_instances WHERE id = 't'").fetchone()[0]
+    ):
+        await asyncio.sleep(0.005)
+    assert await db.write(store.request_cancel, "t", 0.0) == "cancel_requested"
+    gate.set()
+    inst = await engine.wait_for("t")
+    assert inst.status == "cancelled"
+    assert calls.counts["send"] == 0
+    assert not await db.read(
+        lambda c: c.execute(
+            "SELECT 1 FROM workflow_steps WHERE instance_id = 't' AND name = 'send'"
+        ).fetchone()
+    )
     await engine.shutdown()

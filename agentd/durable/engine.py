@@ -210,6 +210,13 @@ class Engine:
         inst = await self.db.read(store.get_instance, instance_id)
         self.kick(inst.key)
 
+    def cancelled_from_inside(self, instance_id: str) -> None:
+        """The instance's own task found its cancel flag (a step refused to begin): it ends
+        as cancelled by request, as if the runner had cancelled it."""
+        if instance_id in self._tasks and instance_id not in self._cancelling:
+            self._cancel_task(instance_id)
+        self._cancelling.add(instance_id)
+
     def _cancel_task(self, instance_id: str) -> None:
         self._cancelling.add(instance_id)
         self._tasks[instance_id].cancel()

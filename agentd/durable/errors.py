@@ -52,5 +52,10 @@ class InvalidInput(DurableError):
     """The workflow input failed validation; no instance was created."""
 
 
+class CancelRequested(DurableError):
+    """A marked or at-most-once step was about to begin in an instance flagged for cancel:
+    its row is not written and its effect does not happen (the cancel won the race)."""
+
+
 class Suspended(BaseException):
     """Raised inside a workflow when the engine is shutting down: leave the instance resumable."""

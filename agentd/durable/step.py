@@ -23,6 +23,7 @@ from pydantic_core import to_json
 
 from agentd.durable import store
 from agentd.durable.errors import (
+    CancelRequested,
     DivergenceError,
     LimitExceeded,
     NonRetryable,
@@ -386,6 +387,34 @@ class Step:
             while (remaining := wake - self.clock.now()) > 0:  # a clock jump ends no wait early
                 await self.clock.sleep(remaining)
 
+    async def _begin_effect(self, call: _Call, now: float, synced: bool) -> None:
+        """Journal an attempt whose effect may land (a send, an at-most-once call) before it
+        runs, unless the instance was flagged for cancel first: then it ends as cancelled."""
+        ordinal, attempt = call.ordinal, call.attempt
+
+        def begin(conn: Any) -> None:
+            store.refuse_if_cancelled(conn, self.instance_id)
+            if call.begun:
+                store.begin_attempt(conn, self.instance_id, ordinal, attempt, now)
+            else:
+                store.begin_step(
+                    conn,
+                    self.instance_id,
+                    ordinal,
+                    call.name,
+                    "do",
+                    now,
+                    delivery=call.delivery,
+                    attempt=attempt,
+                )
+
+        try:
+            await self._write(begin, synced=synced)
+        except CancelRequested:
+            self.engine.cancelled_from_inside(self.instance_id)
+            raise asyncio.CancelledError from None
+        call.begun = True
+
     async def _attempt(self, call: _Call) -> Any:
         """One attempt of a `do` step: journal it, run it within its timeout, record the result."""
         call.attempt += 1
@@ -395,21 +424,7 @@ class Step:
         # has an unsynced row, which survives the process dying (not the machine).
         synced = delivery == "at_most_once"
         if synced or call.mark:
-            if call.begun:
-                await self._write(
-                    store.begin_attempt, self.instance_id, ordinal, attempt, now, synced=synced
-                )
-            else:
-                await self._write(
-                    partial(store.begin_step, delivery=delivery, attempt=attempt),
-                    self.instance_id,
-                    ordinal,
-                    name,
-                    "do",
-                    now,
-                    synced=synced,
-                )
-                call.begun = True
+            await self._begin_effect(call, now, synced)
         started = time.perf_counter()
         try:
             if call.timeout is None:  # most steps: no timeout context to enter and leave

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.durable.errors import InstanceNotFound
+from agentd.durable.errors import CancelRequested, InstanceNotFound
 
 OPEN_STATUSES = ("queued", "running", "waiting", "sleeping")
 FINAL_STATUSES = ("complete", "errored", "cancelled")
@@ -235,6 +235,17 @@ def record_step(
         "finished_at = excluded.finished_at, outcome = excluded.outcome, error = excluded.error",
         (instance_id, ordinal, attempt, started_at, now, outcome, error),
     )
+
+
+def refuse_if_cancelled(conn: Any, instance_id: str) -> None:
+    """Raise CancelRequested if the instance is flagged: called in the transaction that
+    journals an effect's start, so a cancel committed first always stops the effect, and one
+    committed after sees the started row (the single writer orders the two)."""
+    row = conn.execute(
+        "SELECT cancel_requested FROM workflow_instances WHERE id = ?", (instance_id,)
+    ).fetchone()
+    if row is not None and row[0]:
+        raise CancelRequested(f"instance {instance_id} was asked to cancel")
 
 
 def begin_attempt(conn: Any, instance_id: str, ordinal: int, attempt: int, now: float) -> None:
