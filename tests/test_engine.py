@@ -668,8 +668,10 @@ async def test_a_cancel_committed_before_an_effect_begins_stops_it(
     engine = await make_engine(db, wf, poll_interval=3600)
     await engine.start("answer", In(), instance_id="t")
     while not await db.read(
-        lambda c: c.execute("SELECT 1 FROM workflow_steps WHERE instance_id = 't'").fetchone()
-        or c.execute("SELECT runs FROM workflow_instances WHERE id = 't'").fetchone()[0]
+        lambda c: (
+            c.execute("SELECT 1 FROM workflow_steps WHERE instance_id = 't'").fetchone()
+            or c.execute("SELECT runs FROM workflow_instances WHERE id = 't'").fetchone()[0]
+        )
     ):
         await asyncio.sleep(0.005)
     assert await db.write(store.request_cancel, "t", 0.0) == "cancel_requested"
