@@ -44,7 +44,7 @@ class Recorder:
     async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
         self.sent.append(("answer", None, text))
 
-    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
+    async def send_draft(self, chat_id: int, draft_id: int, text: str, **kw: Any) -> bool:
         self.sent.append(("draft", chat_id, text))
         return True
 

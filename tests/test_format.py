@@ -7,7 +7,12 @@ import re
 
 import pytest
 
-from agentd.telegram.format import split_markdown, to_html, utf16_len
+from agentd.chat.format import to_html as render
+from agentd.telegram.format import TELEGRAM, split_markdown, utf16_len
+
+
+def to_html(markdown: str) -> str:
+    return render(markdown, TELEGRAM)
 
 
 def test_inline_markdown_becomes_html_and_everything_else_is_escaped() -> None:

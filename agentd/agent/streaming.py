@@ -34,10 +34,12 @@ class DraftStreamer:
         interval: float,
         monotonic: Callable[[], float] = time.monotonic,
         delay: float = 0.0,
+        reply_to: int | None = None,
     ) -> None:
         self._outbox = outbox
         self._chat_id = chat_id
         self._draft = draft
+        self._reply_to = reply_to  # the message the answer replies to, and so its draft
         self._interval = interval
         self._monotonic = monotonic
         self._not_before = monotonic() + delay
@@ -55,5 +57,7 @@ class DraftStreamer:
         self._last = now
         self._shown = text
         preview = text if len(text) <= DRAFT_LIMIT else text[: DRAFT_LIMIT - 1] + "…"
-        self.enabled = await self._outbox.send_draft(self._chat_id, self._draft, preview)
+        self.enabled = await self._outbox.send_draft(
+            self._chat_id, self._draft, preview, reply_to=self._reply_to
+        )
         self.sent += self.enabled

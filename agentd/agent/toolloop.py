@@ -194,6 +194,7 @@ async def call_llm(
             draft_id(instance_id, step_name),
             deps.config.telegram.stream_interval,
             delay=deps.config.telegram.progress_delay,
+            reply_to=inp.message_id or None,
         )
     async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
         response = await deps.llm.complete(req, on_text=on_text)

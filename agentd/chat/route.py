@@ -87,9 +87,13 @@ class RoutedOutbox:
     async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
         await self._first.answer_callback(callback_id, text, alert=alert)
 
-    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
+    async def send_draft(
+        self, chat_id: int, draft_id: int, text: str, *, reply_to: int | None = None
+    ) -> bool:
         outbox = self._by_block.get(id_block(chat_id))
-        return False if outbox is None else await outbox.send_draft(chat_id, draft_id, text)
+        if outbox is None:
+            return False
+        return await outbox.send_draft(chat_id, draft_id, text, reply_to=reply_to)
 
     async def chat_action(self, chat_id: int) -> None:
         outbox = self._by_block.get(id_block(chat_id))

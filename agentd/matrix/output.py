@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.chat.delivery import SEND_KEY, settle_send
+from agentd.chat.format import Markup, to_html, to_plain
 from agentd.chat.outbox import Button, SendFailed
 from agentd.db import Database
 from agentd.matrix import ids
@@ -33,6 +34,10 @@ log = logging.getLogger("agentd.matrix")
 KEYCAPS = ["1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣"]
 TYPING_RENEW_SECONDS = 8.0
 TYPING_DELAY = 0.3
+HTML = "org.matrix.custom.html"
+# The spec's recommended HTML subset ("m.room.message msgtypes": tags to permit): strike as
+# <del> (its list has no <s>), a newline as <br> (HTML folds newlines), links only to http(s).
+MARKUP = Markup(schemes=("https", "http"), strike="del", line_break="<br>")
 
 
 def txn_id() -> str:
@@ -134,7 +139,7 @@ class MatrixOutbox:
         choices: list[tuple[str, str]] = []
         if buttons:
             markdown, choices = card_text(markdown, buttons)
-        content = {"msgtype": "m.text", "body": markdown, **await self._reply(reply_to)}
+        content = {**text_content(markdown), **await self._reply(reply_to)}
         event_id = await self._event(room, "m.room.message", content)
         if choices:
             await self._db.write(_save_buttons, event_id, choices)
@@ -192,17 +197,20 @@ class MatrixOutbox:
     async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
         """Matrix has no toast for a reaction: the card's edit is the answer."""
 
-    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
+    async def send_draft(
+        self, chat_id: int, draft_id: int, text: str, *, reply_to: int | None = None
+    ) -> bool:
         """The answer so far, as one message edited as it grows; the answer replaces it when
-        sent (`send_text`). Its first send's transaction id comes from the draft's id (the
-        model call's), so a call resumed after a crash finds the same message. Best effort:
-        False ends the drafts of this answer."""
+        sent (`send_text`), so the draft is the reply to `reply_to` (an edit cannot add one).
+        Its first send's transaction id comes from the draft's id (the model call's), so a
+        call resumed after a crash finds the same message. Best effort: False ends the
+        drafts of this answer."""
         try:
             room = await self.room_of(chat_id)
             draft = await self._db.read(_open_draft, chat_id)
             if draft is None:
                 txn = "agentd-draft-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
-                content = {"msgtype": "m.text", "body": text}
+                content = {**text_content(text), **await self._reply(reply_to)}
                 draft = await self._client.send(room, "m.room.message", content, txn[:60])
                 await self._db.write(_save_draft, chat_id, draft)
             else:
@@ -242,12 +250,26 @@ class MatrixOutbox:
                     await self._client.typing(await self.room_of(chat_id), False)
 
 
-def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
-    """An edit (`m.replace`) of one of the bot's messages to `markdown`."""
+def text_content(markdown: str) -> dict[str, Any]:
+    """A text message: the answer as HTML in the spec's subset, and as plain text in `body`
+    (what a client without HTML shows, and what notifications and search read)."""
     return {
         "msgtype": "m.text",
-        "body": f"* {markdown}",
-        "m.new_content": {"msgtype": "m.text", "body": markdown},
+        "body": to_plain(markdown),
+        "format": HTML,
+        "formatted_body": to_html(markdown, MARKUP),
+    }
+
+
+def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
+    """An edit (`m.replace`) of one of the bot's messages to `markdown`; the "* " fallback is
+    what a client that does not know edits shows."""
+    new = text_content(markdown)
+    return {
+        **new,
+        "body": f"* {new['body']}",
+        "formatted_body": f"* {new['formatted_body']}",
+        "m.new_content": new,
         "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
     }
 

@@ -1,28 +1,19 @@
-"""Turn the model's Markdown into Telegram HTML, and split long answers (R-TG-1, R-TG-2).
+"""Split long answers to fit Telegram (R-TG-2); the Markdown becomes HTML in `chat.format`
+(R-TG-1), the renderer every channel shares.
 
-Pure functions: no aiogram here, so the formatting is testable and the CLI could reuse it.
+Pure functions: no aiogram here, so the splitting is testable and the CLI could reuse it.
 """
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Callable
 
-TELEGRAM_LIMIT = 4096
+from agentd.chat.format import Markup, blocks, to_html
 
-_FENCE = re.compile(r"^```([\w+-]*)\s*$")
-_INLINE_CODE = re.compile(r"`([^`\n]+)`")
-_LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|tg)://[^\s)]+)\)")
-_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*|__(?=\S)(.+?)(?<=\S)__")
-_ITALIC = re.compile(
-    r"(?<![\w*])\*(?=\S)([^*\n]+?)(?<=\S)\*(?![\w*])"
-    # An underscore inside a word (add_note) does not close an italic span (CommonMark).
-    r"|(?<!\w)_(?=\S)((?:[^_\n]|(?<=\w)_(?=\w))+?)(?<=\S)_(?!\w)"
-)
-_STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~")
-_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$", re.MULTILINE)
-_BULLET = re.compile(r"^(\s*)[-*+]\s+", re.MULTILINE)
+TELEGRAM_LIMIT = 4096
+# Telegram's HTML: <s> strikes through, a newline is a line break, tg:// links open in the app.
+TELEGRAM = Markup(schemes=("https", "http", "tg"))
 
 
 def utf16_len(text: str) -> int:
@@ -30,69 +21,10 @@ def utf16_len(text: str) -> int:
     return len(text.encode("utf-16-le")) // 2
 
 
-def _inline(text: str) -> str:
-    """Escape, then apply inline Markdown; code spans are protected from further rules."""
-    text = text.replace("\x00", "\ufffd")  # NUL marks the stash below; it never shows anyway
-    stash: list[str] = []
-
-    def keep(fragment: str) -> str:
-        stash.append(fragment)
-        return f"\x00{len(stash) - 1}\x00"
-
-    text = _INLINE_CODE.sub(lambda m: keep(f"<code>{html.escape(m[1])}</code>"), text)
-    text = _LINK.sub(
-        lambda m: keep(f'<a href="{html.escape(m[2], quote=True)}">{html.escape(m[1])}</a>'),
-        text,
-    )
-    text = html.escape(text, quote=False)
-    text = _HEADING.sub(lambda m: f"<b>{m[1]}</b>", text)
-    text = _BULLET.sub(lambda m: f"{m[1]}• ", text)
-    text = _BOLD.sub(lambda m: f"<b>{m[1] or m[2]}</b>", text)
-    text = _ITALIC.sub(lambda m: f"<i>{m[1] or m[2]}</i>", text)
-    text = _STRIKE.sub(lambda m: f"<s>{m[1]}</s>", text)
-    return re.sub(r"\x00(\d+)\x00", lambda m: stash[int(m[1])], text)
-
-
-def _blocks(text: str) -> list[tuple[str, str, str]]:
-    """Split Markdown into (kind, lang, body) blocks: 'code' for fenced code, else 'text'."""
-    blocks: list[tuple[str, str, str]] = []
-    lines = text.split("\n")
-    buf: list[str] = []
-    i = 0
-    while i < len(lines):
-        fence = _FENCE.match(lines[i].strip())
-        if fence:
-            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == "```"), None)
-            if end is not None:
-                if buf:
-                    blocks.append(("text", "", "\n".join(buf)))
-                    buf = []
-                blocks.append(("code", fence[1], "\n".join(lines[i + 1 : end])))
-                i = end + 1
-                continue
-        buf.append(lines[i])
-        i += 1
-    if buf:
-        blocks.append(("text", "", "\n".join(buf)))
-    return blocks
-
-
-def to_html(markdown: str) -> str:
-    """Telegram-safe HTML for a Markdown answer (unknown syntax is shown literally, escaped)."""
-    out = []
-    for kind, lang, body in _blocks(markdown):
-        if kind == "code":
-            cls = f' class="language-{html.escape(lang)}"' if lang else ""
-            out.append(f"<pre><code{cls}>{html.escape(body)}</code></pre>")
-        else:
-            out.append(_inline(body))
-    return "\n".join(out).strip()
-
-
 def _pieces(markdown: str) -> list[str]:
     """Paragraphs and whole code blocks: the units a split prefers to keep together."""
     pieces: list[str] = []
-    for kind, lang, body in _blocks(markdown):
+    for kind, lang, body in blocks(markdown):
         if kind == "code":
             pieces.append(f"```{lang}\n{body}\n```")
         else:
@@ -101,7 +33,7 @@ def _pieces(markdown: str) -> list[str]:
 
 
 def _fits(markdown: str, limit: int) -> bool:
-    return utf16_len(to_html(markdown)) <= limit and utf16_len(markdown) <= limit
+    return utf16_len(to_html(markdown, TELEGRAM)) <= limit and utf16_len(markdown) <= limit
 
 
 def _hard_cut(text: str, fits: Callable[[str], bool]) -> list[str]:

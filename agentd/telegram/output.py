@@ -26,8 +26,9 @@ from aiogram.types import (
 )
 
 from agentd.chat.delivery import settle_send
+from agentd.chat.format import to_html
 from agentd.chat.outbox import Button, SendFailed
-from agentd.telegram.format import TELEGRAM_LIMIT, split_markdown, to_html
+from agentd.telegram.format import TELEGRAM, TELEGRAM_LIMIT, split_markdown
 from agentd.telegram.session import classify_fault
 
 T = TypeVar("T")
@@ -131,7 +132,7 @@ class TelegramOutbox:
             )
 
         try:
-            message = await send(to_html(markdown), ParseMode.HTML)
+            message = await send(to_html(markdown, TELEGRAM), ParseMode.HTML)
         except TelegramBadRequest as exc:
             if "parse" not in exc.message.lower() and "entit" not in exc.message.lower():
                 raise _refused("message", exc) from None
@@ -177,7 +178,7 @@ class TelegramOutbox:
         """Edit a message; 'not modified' counts as success so the edit is idempotent."""
         try:
             await self._bot.edit_message_text(
-                text=to_html(markdown),
+                text=to_html(markdown, TELEGRAM),
                 chat_id=chat_id,
                 message_id=message_id,
                 parse_mode=ParseMode.HTML,
@@ -198,8 +199,11 @@ class TelegramOutbox:
             lambda: self._bot.answer_callback_query(callback_id, text=text[:200], show_alert=alert),
         )
 
-    async def send_draft(self, chat_id: int, draft_id: int, text: str) -> bool:
-        """Show a partial answer (R-TG-3); False when it failed (no more drafts this answer)."""
+    async def send_draft(
+        self, chat_id: int, draft_id: int, text: str, *, reply_to: int | None = None
+    ) -> bool:
+        """Show a partial answer (R-TG-3); False when it failed (no more drafts this answer).
+        A draft is a preview, not a message: the answer itself replies (`send_text`)."""
         return await _best_effort(
             "sendMessageDraft",
             lambda: self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text),
