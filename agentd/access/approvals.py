@@ -194,13 +194,13 @@ def pending(conn: Any, now: float | None = None) -> list[Approval]:
 
 
 REVOKED_BY = "users rm"  # decided_by of the approvals `agentd users rm` denies
-EDITED_BY = "edit"  # decided_by of a replaced turn's approvals (telegram/edits.py)
+EDITED_BY = "edit"  # decided_by of a replaced turn's approvals (agent/edits.py)
 
 
 def undecided_of(conn: Any, instance_id: str) -> list[Approval]:
     """The instance's approvals whose card still shows buttons: nobody decided them (the turn
     ended without them), or `agentd users rm` or an edit that replaced the turn
-    (telegram/edits.py) denied them without a press."""
+    (agent/edits.py) denied them without a press."""
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM approvals WHERE instance_id = ? AND (status = 'pending' "
         "OR (status = 'denied' AND decided_by IN (?, ?))) ORDER BY created_at",

@@ -63,7 +63,7 @@ class TurnInput(Place):
     kind: Literal["text", "photo", "voice", "document", "unsupported"]
     text: str = Field(default="", max_length=MAX_TEXT_CHARS)
     edited: bool = False
-    # For an edit (telegram/edits.py): the turn it replaced before any answer, or the text of
+    # For an edit (agent/edits.py): the turn it replaced before any answer, or the text of
     # the answered message it corrects.
     replaces: str | None = None
     corrects: str | None = Field(default=None, max_length=MAX_TEXT_CHARS)

@@ -45,10 +45,26 @@ class Room(BaseModel):
 
 
 class EventDecision(BaseModel):
-    action: Literal["turn", "reaction", "reject", "ignore", "leave"]
+    action: Literal["turn", "edit", "reaction", "reject", "ignore", "leave"]
     kind: str
     reason: str = ""
     turn: TurnInput | None = None
+    # An edit's original event, and the edit as the message it makes (`m.new_content`).
+    original: str = ""
+    shown: dict[str, Any] | None = None
+
+
+def edit_of(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """(the original event id, the event as its edit shows it) for an `m.replace`; None for
+    any other event. An edit with no usable target or new content shows as ("", {})."""
+    content = event.get("content") if isinstance(event.get("content"), dict) else {}
+    relates = content.get("m.relates_to")
+    if not isinstance(relates, dict) or relates.get("rel_type") != "m.replace":
+        return None
+    target, new = relates.get("event_id"), content.get("m.new_content")
+    if not isinstance(target, str) or not target or not isinstance(new, dict):
+        return "", {}
+    return target, {**event, "content": new}
 
 
 def addressed(event: dict[str, Any], bot: str, replied_to_bot: bool) -> bool:
@@ -123,14 +139,19 @@ def classify_event(
         return EventDecision(action="reject", kind=etype, reason="user not in allowlist")
     if etype == "m.reaction":
         return EventDecision(action="reaction", kind=etype)
-    content = event.get("content") if isinstance(event.get("content"), dict) else {}
-    relates = content.get("m.relates_to")
-    if isinstance(relates, dict) and relates.get("rel_type") == "m.replace":
-        return EventDecision(action="ignore", kind=etype, reason="edits are not taken on Matrix")
+    action: Literal["turn", "edit"] = "turn"
+    original, shown = "", event
+    edit = edit_of(event)
+    if edit is not None:  # judged by what it makes the message say (a mention added, say)
+        original, shown = edit
+        if not original:
+            return EventDecision(action="ignore", kind=etype, reason="an edit with no new content")
+        action = "edit"
+    decided = EventDecision(action=action, kind=etype, original=original, shown=shown)
     if room.private_with(me.bot, sender):
-        return EventDecision(action="turn", kind=etype)
+        return decided
     if not me.allow_groups:
         return EventDecision(action="leave", kind=etype, reason="group chats are disabled")
-    if not addressed(event, me.bot, replied_to_bot):
+    if not addressed(shown, me.bot, replied_to_bot):
         return EventDecision(action="ignore", kind=etype, reason="not addressed to the bot")
-    return EventDecision(action="turn", kind=etype)
+    return decided

@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from agentd.access import accounts, pairing
 from agentd.agent.busy import plan_busy
+from agentd.agent.edits import plan_edit
 from agentd.chat import reach
 from agentd.chat.busy import BusyMode
 from agentd.chat.inputs import CallbackPress, TurnInput
@@ -25,7 +26,14 @@ from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.matrix import ids, rooms
-from agentd.matrix.classify import EventDecision, MatrixIdentity, Room, classify_event, turn_of
+from agentd.matrix.classify import (
+    EventDecision,
+    MatrixIdentity,
+    Room,
+    classify_event,
+    edit_of,
+    turn_of,
+)
 
 SINCE_KEY = "matrix_since"
 CHANNEL = "matrix"  # the channel's name (matrix/channel.py), as rows that name it say
@@ -237,6 +245,33 @@ def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
     return taken is None
 
 
+def _edit_of_a_turn(conn: Any, event: dict[str, Any]) -> bool:
+    """An edit of a message that was answered (so was meant for the bot): in a group its new
+    text need not name the bot again, as a Telegram edit keeps the reply it was."""
+    edit = edit_of(event)
+    if not edit or not edit[0]:
+        return False
+    row = conn.execute("SELECT outcome FROM matrix_events WHERE event_id = ?", (edit[0],))
+    found = row.fetchone()
+    return found is not None and found[0] == "turn"
+
+
+def _invalid_edit(conn: Any, event: dict[str, Any], room: Room, original: str) -> str:
+    """Why this edit is no edit (the spec's rules for `m.replace`), or "" when it is one: the
+    original is a message agentd took in, in this room, from this sender, and no edit itself.
+    Anyone may send an `m.replace` naming any event: only its own sender's edit counts."""
+    row = conn.execute(
+        "SELECT room_id, sender, kind, outcome FROM matrix_events WHERE event_id = ?", (original,)
+    ).fetchone()
+    if row is None:
+        return "an edit of a message agentd never took in"
+    if row[0] != room.room_id or row[1] != str(event.get("sender") or ""):
+        return "an edit of someone else's message"
+    if row[2] != event.get("type") or str(row[3]).startswith("edit"):
+        return "an edit of an event that cannot be edited"
+    return ""
+
+
 def _take_event(
     conn: Any,
     event: dict[str, Any],
@@ -262,7 +297,8 @@ def _take_event(
     conn.execute("SAVEPOINT one_event")
     try:
         paired = _pair_if_asked(conn, event, room, me)
-        decision = classify_event(event, room, paired, replied_to_bot=_replied_to_bot(conn, event))
+        replied = _replied_to_bot(conn, event) or _edit_of_a_turn(conn, event)
+        decision = classify_event(event, room, paired, replied_to_bot=replied)
         if decision.action == "ignore" and decision.reason == "the bot's own event":
             conn.execute("RELEASE one_event")
             return me  # the echo of a send: nothing to record
@@ -349,19 +385,26 @@ def _apply(
         outcome = _reaction(conn, event, room, me, on_callback)
         result.presses += outcome == "callback"
         return outcome, None
-    if decision.action != "turn":
+    if decision.action not in ("turn", "edit"):
         return decision.action, None
+    if decision.action == "edit":
+        invalid = _invalid_edit(conn, event, room, decision.original)
+        if invalid:
+            result.ignored.append((room.room_id, sender, invalid))
+            return "edit_invalid", None
     local_event = ids.local_id(conn, "event", str(event["event_id"]), room.room_id)
     turn = turn_of(
-        event,
+        decision.shown or event,
         local_event=local_event,
         chat_id=ids.local_id(conn, "room", room.room_id),
         user_id=_user_id(conn, sender, me),
         private=room.private_with(me.bot, sender),
     )
+    instance_id = instance_id_of(str(event["event_id"]))
+    if decision.action == "edit":
+        return _edited(conn, turn, decision.original, room, instance_id, engine, result)
     if turn.private:  # where notices and approval cards find this user (chat/reach.py)
         reach.note_private_chat(conn, turn.user_id, CHANNEL, turn.chat_id, time.time())
-    instance_id = instance_id_of(str(event["event_id"]))
     command = on_command(turn, conn)
     if command is not None:
         name, inp, key = command
@@ -377,6 +420,32 @@ def _apply(
     result.keys.add(key)
     result.accepted += 1
     return "turn", instance_id
+
+
+def _edited(
+    conn: Any,
+    turn: TurnInput,
+    original: str,
+    room: Room,
+    instance_id: str,
+    engine: Engine,
+    result: SyncResult,
+) -> tuple[str, str | None]:
+    """The owner's correction, as a Telegram `edited_message` is (agent/edits.py): the turn
+    names the original message; a working or queued turn of it is replaced, an answered one
+    gets the correction as a turn of its own. Never a command, never steers (busy.py)."""
+    message = ids.local_id(conn, "event", original, room.room_id)
+    turn = turn.model_copy(update={"message_id": message, "edited": True})
+    plan = plan_edit(conn, turn, time.time())
+    if plan.turn is None:
+        return "edit_unchanged", None
+    if plan.action == "replace" and plan.previous is not None:
+        result.cancels.append(plan.previous)
+    key = chat_key(plan.turn.chat_id)
+    engine.prepare_start(conn, TURN_WORKFLOW, plan.turn, instance_id=instance_id, key=key)
+    result.keys.add(key)
+    result.accepted += 1
+    return f"edit_{plan.action}", instance_id
 
 
 def _reaction(

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from agentd.access import accounts, pairing
 from agentd.agent.busy import plan_busy
+from agentd.agent.edits import plan_edit
 from agentd.chat import reach
 from agentd.chat.busy import BusyMode
 from agentd.chat.channel import CallbackHandler, CommandHook, no_callbacks, no_commands
@@ -17,7 +18,6 @@ from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.telegram import groups
 from agentd.telegram.classify import Identity, UpdateDecision, classify_update, unreadable
-from agentd.telegram.edits import plan_edit
 
 OFFSET_KEY = "telegram_offset"
 CHANNEL = "telegram"  # the channel's name (telegram/channel.py), as rows that name it say

@@ -1,5 +1,6 @@
-"""What an edited message does (docs/messages.md, "Stopping and editing"), decided inside
-intake's commit.
+"""What an edited message does (docs/messages.md, "Stopping and editing"), decided inside a
+channel's intake commit: the one rule Telegram's `edited_message` and Matrix's `m.replace`
+both follow. The edit's turn names the original message (`message_id`) and is `edited`.
 
 - Same text as the turn it came from (Telegram re-sends messages as edits when only metadata
   changed): nothing starts.
@@ -36,7 +37,7 @@ def _same(a: TurnInput, b: TurnInput) -> bool:
 
 
 def _open_turn_for(conn: Any, turn: TurnInput) -> tuple[str, TurnInput] | None:
-    """The newest unfinished turn started by this Telegram message (few rows: the open index)."""
+    """The newest unfinished turn started by this message (few rows: the open index)."""
     rows = conn.execute(
         "SELECT id, input FROM workflow_instances WHERE key = ? AND workflow = ? "
         "AND status NOT IN ('complete', 'errored', 'cancelled') ORDER BY seq DESC",
@@ -50,7 +51,8 @@ def _open_turn_for(conn: Any, turn: TurnInput) -> tuple[str, TurnInput] | None:
 
 
 def _finished_turn_for(conn: Any, turn: TurnInput) -> tuple[str, TurnInput] | None:
-    """The newest finished turn for this message, found through its saved user message."""
+    """The newest finished turn for this message, found through its saved user message (whose
+    meta keeps the chat's message id, on every channel, as `telegram_message_id`)."""
     row = conn.execute(
         "SELECT instance_id, content FROM messages WHERE chat_id = ? AND role = 'user' "
         "AND json_extract(meta, '$.telegram_message_id') = ? ORDER BY id DESC LIMIT 1",
