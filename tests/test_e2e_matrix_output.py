@@ -1,0 +1,247 @@
+"""Matrix output and intake at parity with Telegram, end to end: `agentd run` against a real
+Synapse, every fact read from the server's own events. Formatting (in the spec's HTML subset,
+hostile text included), answers as replies, the owner's edits as corrections, /help as the
+menu, and the busy rule in interrupt mode and in a group."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.anthropic import last_user_text
+from tests.matrix_rig import MatrixRig, matrix_rig
+from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
+from tests.test_matrix_format import problems
+
+pytestmark = pytest.mark.timeout(300)
+HOSTILE = (
+    "**Done**: see [the docs](https://example.org/a?b=1&c=2) and ~~old~~ `x<y`\n"
+    '<img src="mxc://evil.example/tracker"> [click](javascript:alert(1)) <b>unclosed'
+)
+
+
+@pytest.fixture(scope="module")
+def cast(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cast]:
+    with cast_running(Path(tmp_path_factory.mktemp("synapse"))) as running:
+        yield running
+
+
+def _bot_events(rig: MatrixRig, room: str) -> list[dict[str, Any]]:
+    return rig.owner.from_user(room, rig.bot)
+
+
+def _answer_to(rig: MatrixRig, room: str, event_id: str) -> dict[str, Any] | None:
+    """The bot's message that replies to `event_id` (edits left out)."""
+    return next(
+        (
+            e
+            for e in _bot_events(rig, room)
+            if ((e["content"].get("m.relates_to") or {}).get("m.in_reply_to") or {}).get("event_id")
+            == event_id
+        ),
+        None,
+    )
+
+
+def _edit(user: MatrixUser, room: str, original: str, text: str) -> str:
+    new = {"msgtype": "m.text", "body": text}
+    content = {
+        "msgtype": "m.text",
+        "body": f"* {text}",
+        "m.new_content": new,
+        "m.relates_to": {"rel_type": "m.replace", "event_id": original},
+    }
+    return user.send(room, content)
+
+
+def _turn(rig: MatrixRig, text: str) -> tuple[str, str] | None:
+    rows = rig.query(
+        "SELECT id, status FROM workflow_instances WHERE workflow = 'turn' "
+        "AND json_extract(input, '$.text') = ?",
+        (text,),
+    )
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def test_an_answer_is_formatted_in_the_subset_and_replies_to_its_message(
+    tmp_path: Path, cast: Cast
+) -> None:
+    with matrix_rig(tmp_path, cast) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(HOSTILE)
+        asked = rig.owner.say(room, "what happened?")
+        shown = wait_for(lambda: _answer_to(rig, room, asked), 60, "the answer, as a reply")
+        content = shown["content"]
+        assert content["format"] == "org.matrix.custom.html"
+        html = content["formatted_body"]
+        assert problems(html) == []
+        assert '<b>Done</b>: see <a href="https://example.org/a?b=1&amp;c=2">the docs</a>' in html
+        assert "<del>old</del> <code>x&lt;y</code><br>&lt;img" in html
+        assert "<img" not in html and 'href="javascript' not in html
+        assert content["body"].startswith("Done: see the docs (https://example.org/a?b=1&c=2)")
+        assert "**" not in content["body"]
+
+
+ANSWER = "A **long** answer, written slowly so that its edits show it growing. " * 3
+
+
+def test_a_streamed_answer_replies_and_its_edits_carry_the_formatting(
+    tmp_path: Path, cast: Cast
+) -> None:
+    slow = {"stream_delay": 0.05, "stream_chunk_chars": 12}
+    env = {"AGENTD_TELEGRAM__STREAMING": "true", "AGENTD_TELEGRAM__STREAM_INTERVAL": "0.2"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(ANSWER.strip())
+        asked = rig.owner.say(room, "tell me something")
+        whole = ANSWER.strip().replace("**", "")
+        wait_for(lambda: rig.shown(room) == [whole], 60, "the whole answer shown")
+        [first] = [e for e in _bot_events(rig, room) if e["event_id"] == _first_id(rig, room)]
+        assert first["content"]["m.relates_to"]["m.in_reply_to"]["event_id"] == asked
+        edits = [
+            e["content"]
+            for e in _bot_events(rig, room)
+            if (e["content"].get("m.relates_to") or {}).get("rel_type") == "m.replace"
+        ]
+        assert len(edits) >= 2
+        last = edits[-1]["m.new_content"]
+        assert last["format"] == "org.matrix.custom.html"
+        assert last["formatted_body"].startswith("A <b>long</b> answer")
+        assert all(problems(e["m.new_content"]["formatted_body"]) == [] for e in edits)
+
+
+def _first_id(rig: MatrixRig, room: str) -> str:
+    return next(
+        e["event_id"]
+        for e in _bot_events(rig, room)
+        if (e["content"].get("m.relates_to") or {}).get("rel_type") != "m.replace"
+    )
+
+
+def test_the_owners_edit_replaces_the_working_turn(tmp_path: Path, cast: Cast) -> None:
+    """Edited while its turn works (no answer yet): that turn stops and never answers; the
+    edit is answered, as a reply to the message it changed."""
+    with matrix_rig(tmp_path, cast) as rig:
+        room = rig.dm()
+        rig.llm.hold()
+        try:
+            asked = rig.owner.say(room, "what is the capital of Australi")
+            rig.llm.wait_for_held(1, timeout=60)
+            _edit(rig.owner, room, asked, "what is the capital of Australia")
+            wait_for(
+                lambda: (
+                    (_turn(rig, "what is the capital of Australi") or ("", ""))[1] == "cancelled"
+                ),
+                60,
+                "the original turn cancelled",
+            )
+        finally:
+            rig.llm.release()
+        rig.wait_answer(room, "echo: what is the capital of Australia")
+        assert _answer_to(rig, room, asked) is not None
+        assert "echo: what is the capital of Australi" not in rig.bot_texts(room)
+        [(edit,)] = rig.query(
+            "SELECT input FROM workflow_instances WHERE workflow = 'turn' AND "
+            "json_extract(input, '$.edited') = 1"
+        )
+        assert json.loads(edit)["replaces"]
+
+
+def test_an_answered_message_edited_is_a_correction(tmp_path: Path, cast: Cast) -> None:
+    with matrix_rig(tmp_path, cast) as rig:
+        room = rig.dm()
+        asked = rig.owner.say(room, "remind me at 9")
+        rig.wait_answer(room, "echo: remind me at 9")
+        _edit(rig.owner, room, asked, "remind me at 10")
+        wait_for(lambda: len(rig.bot_texts(room)) == 2, 60, "the correction's answer")
+        corrected = rig.bot_texts(room)[1]
+        assert "edited a message you already answered" in corrected
+        assert "remind me at 9" in corrected and corrected.endswith("remind me at 10")
+        replies = [
+            e
+            for e in _bot_events(rig, room)
+            if ((e["content"].get("m.relates_to") or {}).get("m.in_reply_to") or {}).get("event_id")
+            == asked
+        ]
+        assert len(replies) == 2  # both answers reply to the message the owner wrote
+
+
+def test_interrupt_mode_the_working_turn_never_answers(tmp_path: Path, cast: Cast) -> None:
+    with matrix_rig(tmp_path, cast, AGENTD_CHAT__BUSY="interrupt") as rig:
+        room = rig.dm()
+        rig.llm.hold()
+        try:
+            rig.owner.say(room, "write me a long essay")
+            rig.llm.wait_for_held(1, timeout=60)
+            second = rig.owner.say(room, "no, just a haiku")
+            wait_for(
+                lambda: (_turn(rig, "write me a long essay") or ("", ""))[1] == "cancelled",
+                60,
+                "the working turn cancelled",
+            )
+        finally:
+            rig.llm.release()
+        rig.wait_answer(room, "echo: no, just a haiku")
+        assert _answer_to(rig, room, second) is not None
+        assert rig.bot_texts(room) == ["echo: no, just a haiku"]
+        audit = rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'")
+        assert audit == []
+
+
+def test_in_a_group_another_members_message_is_a_turn_of_its_own(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """Steer mode (the default), a room as a group: the owner's turn works when a second
+    served member writes to the bot; theirs is answered on its own, never 'the user added'
+    in the owner's turn."""
+    stranger = cast.stranger
+    extra = f'allow_groups = true\nallowed_users = ["{stranger.user_id}"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        owner = rig.owner
+        room = owner.create_room(invite=[rig.bot, stranger.user_id], direct=False)
+        stranger.join(room)
+        wait_for(lambda: rig.bot in owner.joined_members(room), 60, "the bot joining")
+        mine, theirs = f"{rig.bot} plan my week", f"{rig.bot} what is the weather?"
+        rig.llm.hold()
+        try:
+            owner.say(room, mine)
+            rig.llm.wait_for_held(1, timeout=60)
+            stranger.say(room, theirs)
+            wait_for(lambda: _turn(rig, theirs), 60, "the member's turn committed")
+        finally:
+            rig.llm.release()
+        rig.wait_answer(room, f"echo: {theirs}")
+        texts = rig.wait_answer(room, f"echo: {mine}")
+        assert sorted(texts) == sorted([f"echo: {mine}", f"echo: {theirs}"])
+        [(output,)] = rig.query(
+            "SELECT output FROM workflow_instances WHERE workflow = 'turn' "
+            "AND json_extract(input, '$.text') = ?",
+            (theirs,),
+        )
+        assert json.loads(output)["outcome"] != "steered"
+        owners_calls = [
+            json.dumps(r["body"])
+            for r in rig.llm.requests
+            if "body" in r and last_user_text(r["body"]) == mine
+        ]
+        assert owners_calls and not any("weather" in call for call in owners_calls)
+
+
+def test_help_lists_the_commands_telegrams_menu_lists(tmp_path: Path, cast: Cast) -> None:
+    """Matrix has no command menu both common clients show: /help is the menu, built from
+    the same list the Telegram menu is published from."""
+    with matrix_rig(tmp_path, cast) as rig:
+        room = rig.dm()
+        rig.owner.say(room, "/help")
+        wait_for(lambda: rig.bot_texts(room), 60, "the help")
+        [help_text] = rig.bot_texts(room)
+        scopes = rig.tg.wait_until(lambda: rig.tg.command_scopes, 30, "setMyCommands")
+        # The owner's own menu where it differs from everyone's (their private chat's scope).
+        owner_menu = next((v for k, v in scopes.items() if k is not None), scopes.get(None))
+        assert owner_menu
+        listed = [line.split(" — ")[0] for line in help_text.splitlines() if line[:1] == "/"]
+        assert listed == [f"/{c['command']}" for c in owner_menu]
