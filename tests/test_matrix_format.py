@@ -3,13 +3,15 @@ msgtypes": the tags and attributes a client should permit), whatever the model w
 
 from __future__ import annotations
 
+import json
 import random
 from html.parser import HTMLParser
+from typing import Any
 
 import pytest
 
 from agentd.chat.format import to_html, to_plain
-from agentd.matrix.output import MARKUP, _replacing, text_content
+from agentd.matrix.output import MARKUP, MatrixOutbox, _replacing, text_content
 
 # The spec's list of tags to permit, and the attributes permitted on each.
 TAGS = set(
@@ -161,3 +163,30 @@ def test_an_edit_carries_the_formatting_in_its_new_content() -> None:
     }
     assert edit["formatted_body"] == "* <b>so far</b>" and edit["body"] == "* so far"
     assert edit["m.relates_to"] == {"rel_type": "m.replace", "event_id": "$draft"}
+
+
+def _outbox(limit: int = 16_000) -> Any:
+    return MatrixOutbox(None, max_message_chars=limit, max_file_bytes=1)  # type: ignore[arg-type]
+
+
+def test_every_chunk_fits_one_event_even_when_html_swells_it() -> None:
+    """16,000 '<' are 16,000 characters but 64,000 bytes of HTML: each chunk's content, and
+    the edit that carries it twice, stays under the spec's 65,536-byte event."""
+    outbox = _outbox()
+    for text in ["<" * 16_000, "😀" * 16_000, "**a** & " * 2_000]:
+        chunks = outbox.split(text)
+        assert "".join(c.replace("\n", "").replace(" ", "") for c in chunks) == text.replace(
+            " ", ""
+        )
+        for chunk in chunks:
+            assert len(json.dumps(_replacing("$d", chunk)).encode()) < 65_536 - 4_000
+
+
+def test_a_long_code_block_is_closed_and_reopened_in_each_chunk() -> None:
+    code = "```python\n" + "\n".join(f"x_{i} = {i}  # <{i}>" for i in range(3000)) + "\n```"
+    chunks = _outbox(8_000).split(code)
+    assert len(chunks) > 1
+    for chunk in chunks:
+        assert len(chunk) <= 8_000 and chunk.startswith("```python\n") and chunk.endswith("```")
+        html = text_content(chunk)["formatted_body"]
+        assert html.startswith('<pre><code class="language-python">') and problems(html) == []

@@ -7,12 +7,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agentd.agent.edits import plan_edit
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import store
 from agentd.memory import history
 from agentd.memory.summarise import WITHDRAWN, SummaryInput, _block
-from agentd.agent.edits import plan_edit
 
 CHAT = 7
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import json
 import logging
 import mimetypes
 import secrets
@@ -26,6 +27,7 @@ from typing import Any
 from agentd.chat.delivery import SEND_KEY, settle_send
 from agentd.chat.format import Markup, to_html, to_plain
 from agentd.chat.outbox import Button, SendFailed
+from agentd.chat.split import split_markdown
 from agentd.db import Database
 from agentd.matrix import ids
 from agentd.matrix.client import MatrixClient, MatrixError
@@ -38,6 +40,10 @@ HTML = "org.matrix.custom.html"
 # The spec's recommended HTML subset ("m.room.message msgtypes": tags to permit): strike as
 # <del> (its list has no <s>), a newline as <br> (HTML folds newlines), links only to http(s).
 MARKUP = Markup(schemes=("https", "http"), strike="del", line_break="<br>")
+# A chunk's content (plain body and HTML) stays under this many bytes of JSON: an event is at
+# most 65,536 bytes (the spec's limit, signatures and ids included), and the edit that puts a
+# streamed answer in its draft's place carries the content twice (`m.new_content`).
+MAX_CONTENT_BYTES = 30_000
 
 
 def txn_id() -> str:
@@ -45,19 +51,6 @@ def txn_id() -> str:
     if key is None:
         return f"agentd-{secrets.token_hex(12)}"
     return "agentd-" + hashlib.sha256(key.next().encode()).hexdigest()[:40]
-
-
-def split_text(text: str, limit: int) -> list[str]:
-    """Chunks of at most `limit` characters, cut at a paragraph, then a line, then a space."""
-    chunks: list[str] = []
-    rest = text.strip()
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = max(window.rfind("\n\n"), window.rfind("\n"), window.rfind(" "))
-        cut = cut if cut > limit // 2 else limit
-        chunks.append(rest[:cut].rstrip())
-        rest = rest[cut:].lstrip()
-    return [*chunks, rest] if rest else chunks or [""]
 
 
 def card_text(markdown: str, buttons: list[list[Button]]) -> tuple[str, list[tuple[str, str]]]:
@@ -91,7 +84,12 @@ class MatrixOutbox:
         return self._db_bound
 
     def split(self, markdown: str) -> list[str]:
-        return split_text(markdown, self._limit)
+        return split_markdown(markdown, self._fits)
+
+    def _fits(self, markdown: str) -> bool:
+        if len(markdown) > self._limit:
+            return False
+        return len(json.dumps(text_content(markdown)).encode()) <= MAX_CONTENT_BYTES
 
     async def room_of(self, chat_id: int) -> str:
         # A chat's room never changes: read once per process.
