@@ -8,6 +8,7 @@ import re
 import pytest
 
 from agentd.chat.format import to_html as render
+from agentd.chat.split import split_markdown as split_to_fit
 from agentd.telegram.format import TELEGRAM, split_markdown, utf16_len
 
 
@@ -67,3 +68,18 @@ def test_split_code_blocks_are_closed_in_every_chunk() -> None:
 def test_empty_answer_has_no_chunks() -> None:
     assert split_markdown("  \n ") == []
     assert html.unescape(to_html("a & b")) == "a & b"
+
+
+@pytest.mark.parametrize("text", ["a\n\n" * 8000, "**a** & " * 2000, "x\n" * 8000])
+def test_a_split_costs_a_few_renders_per_chunk_not_one_per_word(text: str) -> None:
+    """Each check renders the candidate chunk: one check per paragraph or word made a
+    16,000-character answer of short words take seconds on the event loop."""
+    calls = []
+
+    def fits(candidate: str) -> bool:
+        calls.append(len(candidate))
+        return len(candidate) <= 4096
+
+    chunks = split_to_fit(text, fits)
+    assert all(len(c) <= 4096 for c in chunks)
+    assert len(calls) <= 40 * len(chunks), len(calls)

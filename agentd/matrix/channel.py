@@ -132,7 +132,9 @@ class OpenMatrix:
     async def publish_menu(
         self, everyone: list[tuple[str, str]], owner: list[tuple[str, str]], owner_id: int | None
     ) -> None:
-        """Matrix has no command menu: /help lists the commands."""
+        """No menu: the one proposal (MSC4332, a state event per room) is not shown by the
+        common clients and needs power the bot lacks in a direct room; /help lists the same
+        commands, from the same router (docs/matrix.md)."""
 
     def stop(self) -> None:
         if self._syncer is not None:
