@@ -36,6 +36,7 @@ from agentd.matrix.classify import (
 )
 
 SINCE_KEY = "matrix_since"
+EDIT_KIND = "m.replace"  # matrix_events.kind of an edit, so no edit is ever taken as an original
 CHANNEL = "matrix"  # the channel's name (matrix/channel.py), as rows that name it say
 
 CallbackHandler = Callable[[Any, CallbackPress], str]
@@ -261,13 +262,13 @@ def _invalid_edit(conn: Any, event: dict[str, Any], room: Room, original: str) -
     original is a message agentd took in, in this room, from this sender, and no edit itself.
     Anyone may send an `m.replace` naming any event: only its own sender's edit counts."""
     row = conn.execute(
-        "SELECT room_id, sender, kind, outcome FROM matrix_events WHERE event_id = ?", (original,)
+        "SELECT room_id, sender, kind FROM matrix_events WHERE event_id = ?", (original,)
     ).fetchone()
     if row is None:
         return "an edit of a message agentd never took in"
     if row[0] != room.room_id or row[1] != str(event.get("sender") or ""):
         return "an edit of someone else's message"
-    if row[2] != event.get("type") or str(row[3]).startswith("edit"):
+    if row[2] != event.get("type"):  # an edit itself (EDIT_KIND), a reaction, …
         return "an edit of an event that cannot be edited"
     return ""
 
@@ -302,7 +303,7 @@ def _take_event(
         if decision.action == "ignore" and decision.reason == "the bot's own event":
             conn.execute("RELEASE one_event")
             return me  # the echo of a send: nothing to record
-        kind = decision.kind
+        kind = EDIT_KIND if edit_of(event) is not None else decision.kind
         outcome, instance_id = _apply(
             conn, event, decision, room, paired, engine, on_callback, on_command, result, busy
         )
