@@ -217,6 +217,8 @@ def test_in_a_group_another_members_message_is_a_turn_of_its_own(
         rig.wait_answer(room, f"echo: {theirs}")
         texts = rig.wait_answer(room, f"echo: {mine}")
         assert sorted(texts) == sorted([f"echo: {mine}", f"echo: {theirs}"])
+        # Its answer is out; the turn's output is written as it ends, just after.
+        wait_for(lambda: (_turn(rig, theirs) or ("", ""))[1] == "complete", 60, "their turn's end")
         [(output,)] = rig.query(
             "SELECT output FROM workflow_instances WHERE workflow = 'turn' "
             "AND json_extract(input, '$.text') = ?",
