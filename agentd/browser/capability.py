@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import os
 import shutil
+from pathlib import Path
 from typing import Any
 
 from agentd.config import Config
@@ -14,6 +15,8 @@ from agentd.tools.capability import Check, Checks, Context, Contribution, Probe,
 
 log = logging.getLogger("agentd.browser")
 _OPEN = ("queued", "running", "waiting", "sleeping")
+# What the browser lends the dashboard (`Contribution.shares`): its sign-in desk.
+SIGNIN_DESK = "browser_signin"
 
 
 def _missing(config: Config) -> str | None:
@@ -58,6 +61,7 @@ async def _build(ctx: Context) -> Contribution:
     if problem:
         return Contribution(problems=[f"browser: not offered: {problem}"])
     from agentd.access import owners
+    from agentd.browser.remote import SignIns
     from agentd.browser.service import BrowserService, Paths
     from agentd.browser.tools import browser_tools
     from agentd.hands.files import Workspaces, sandbox_ids
@@ -70,11 +74,36 @@ async def _build(ctx: Context) -> Contribution:
         run_as=sandbox_ids(ctx.config),
     )
     ctx.stack.push_async_callback(service.close)
+    desk = SignIns(service, data)
+    ctx.stack.push_async_callback(desk.close)  # first: a sign-in open at shutdown is discarded
     owner = owners.resolve(ctx.config.access).owner_id
     return Contribution(
         tools=browser_tools(service, Workspaces.from_config(ctx.config), owner_id=owner),
         about="use web pages in a real browser (I ask before changing anything on a site)",
+        shares={SIGNIN_DESK: desk},
     )
+
+
+def signin_desk(config: Config, run_dir: Path) -> tuple[Any, str]:
+    """For `agentd dashboard` on its own: a sign-in desk over a browser service of its own
+    (the same sandbox and proxy, its files in `run_dir`; the browser starts only when a
+    sign-in does), or None and why not. The caller closes the desk, then its service."""
+    if not config.browser.enabled:
+        return None, "the browser is off ([browser] enabled = false)"
+    problem = _missing(config)
+    if problem:
+        return None, problem
+    from agentd.browser.remote import SignIns
+    from agentd.browser.service import BrowserService, Paths
+    from agentd.hands.files import sandbox_ids
+
+    async def no_turns(ids: list[str]) -> set[str]:
+        return set()
+
+    data = config.db_path.parent
+    paths = Paths(data_dir=data, run_dir=run_dir)
+    service = BrowserService(config.browser, paths, no_turns, run_as=sandbox_ids(config))
+    return SignIns(service, data), ""
 
 
 def _doctor(config: Config, probe: Probe) -> list[Check]:

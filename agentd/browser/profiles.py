@@ -2,9 +2,10 @@
 Playwright's storage state, in a file only agentd's user can read (never the workspace, the
 journal, a log or the prompt). A task without a profile gets a fresh one, deleted with it.
 
-A profile is made by the owner (`agentd browser login NAME URL`: the owner types the password
-into the terminal, never the model), used by a turn only on its own site, and removed with
-`agentd browser profiles rm NAME`.
+A profile is made by the owner (in the dashboard's "Sign in to a site", remote.py, or with
+`agentd browser login NAME URL` in a terminal: the owner types the password, never the model),
+used by a turn only on its own site, and removed with `agentd browser profiles rm NAME` or
+the dashboard.
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ def profiles_dir(data_dir: Path) -> Path:
     return data_dir / "browser" / "profiles"
 
 
-def _path(data_dir: Path, name: str) -> Path:
+def check_name(name: str) -> str:
     if not NAME.match(name):
         raise ProfileError(
-            f"{name!r} is not a profile name: lower-case letters, digits, - and _ (at most 32)"
+            f"{name[:40]!r} is not a profile name: lower-case letters, digits, - and _ (at most "
+            "32), e.g. shop"
         )
-    return profiles_dir(data_dir) / f"{name}.json"
+    return name
+
+
+def _path(data_dir: Path, name: str) -> Path:
+    return profiles_dir(data_dir) / f"{check_name(name)}.json"
 
 
 def save(data_dir: Path, name: str, site: str, state: dict[str, Any], now: float) -> Path:
@@ -62,8 +68,8 @@ def load(data_dir: Path, name: str) -> tuple[str, dict[str, Any]]:
         stored = json.loads(path.read_text())
     except FileNotFoundError:
         raise ProfileError(
-            f"there is no browser profile {name!r}; the owner makes one with "
-            "`agentd browser login NAME URL`"
+            f"there is no browser profile {name!r}; the owner makes one in the dashboard (Browser, "
+            "Sign in to a site) or with `agentd browser login NAME URL`"
         ) from None
     except (OSError, ValueError) as exc:
         raise ProfileError(f"the browser profile {name!r} cannot be read ({exc})") from None

@@ -31,6 +31,7 @@ from agentd.config import BrowserConfig
 log = logging.getLogger("agentd.browser")
 OpenInstances = Callable[[list[str]], Awaitable[set[str]]]
 _REAP_SECONDS = 2.0
+REMOTE_VIEW = (1280, 800)  # the owner's sign-in page: its picture's size, in CSS pixels
 _WATCH_SECONDS = 0.5
 _CHROMIUM_ARGS = [
     "--headless",
@@ -102,6 +103,9 @@ class BrowserService:
         self.run_as = run_as
         self.proxy = BrowserProxy(Allowlist.of(config.allowed_hosts), resolve=resolve)
         self.sessions: dict[str, Session] = {}
+        # The owner's sign-in from the dashboard (remote.py): a context no turn can reach, never
+        # closed by the reaper, discarded unless the owner keeps it.
+        self.remote: Session | None = None
         self.started_at = 0.0  # monotonic; 0: not running
         self.start_seconds = 0.0
         self.stopped_why = ""
@@ -204,6 +208,7 @@ class BrowserService:
         self.stopped_why = why
         self._browser = None
         self.sessions.clear()
+        self.remote = None
         log.warning("browser stopped", extra={"why": why})
 
     async def stop(self) -> None:
@@ -214,7 +219,7 @@ class BrowserService:
     async def _stop_if_idle(self) -> None:
         async with self._lock:
             idle = time.monotonic() - self._last_use
-            if not self.sessions and idle > self.config.idle_seconds:
+            if self._unused() and idle > self.config.idle_seconds:
                 log.info("browser idle; closing it", extra={"idle_seconds": round(idle)})
                 await self._stop_locked()
 
@@ -226,6 +231,7 @@ class BrowserService:
     async def _stop_locked(self) -> None:
         for instance_id in list(self.sessions):
             await self._close_session(instance_id)
+        await self._drop_remote()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -270,7 +276,7 @@ class BrowserService:
                 async with self._lock:
                     await self._close_session(instance_id)
         idle = time.monotonic() - self._last_use
-        if not self.sessions and idle > self.config.idle_seconds and self.running:
+        if self._unused() and idle > self.config.idle_seconds and self.running:
             # Its own task: stopping cancels this reaper. Rechecked under the lock, so a turn
             # that opened a page meanwhile keeps its browser.
             self._stopping = asyncio.get_running_loop().create_task(self._stop_if_idle())
@@ -336,6 +342,56 @@ class BrowserService:
             context.on("page", lambda p: setattr(made, "page", p))  # follow a popup
             self.sessions[instance_id] = made
             return made
+
+    def _unused(self) -> bool:
+        return not self.sessions and self.remote is None
+
+    async def open_remote(self) -> Session:
+        """A fresh context for the owner's sign-in (started browser and all), replacing any
+        earlier one; it is not a turn's session, so no tool call can reach it."""
+        async with self._lock:
+            self._last_use = time.monotonic()
+            if not self.running:
+                await self._start()
+            await self._drop_remote()
+            try:
+                context = await self._browser.new_context(
+                    accept_downloads=False,
+                    viewport={"width": REMOTE_VIEW[0], "height": REMOTE_VIEW[1]},
+                    service_workers="block",
+                )
+                context.set_default_timeout(self.config.action_timeout * 1000)
+                context.set_default_navigation_timeout(self.config.page_timeout * 1000)
+                page = await context.new_page()
+            except Exception as exc:
+                raise BrowserError(self._why_not(exc)) from None
+            made = Session("sign-in", context, page)
+            context.on("page", lambda p: setattr(made, "page", p))  # an SSO popup
+            self.remote = made
+            return made
+
+    async def close_remote(self, found: Session, keep: bool) -> dict[str, Any] | None:
+        """Close the sign-in context `found`; with `keep`, its storage state first (None when
+        it is no longer the open one: the browser stopped or another sign-in replaced it)."""
+        async with self._lock:
+            self._last_use = time.monotonic()
+            if self.remote is not found:
+                return None
+            state = None
+            if keep:
+                try:
+                    state = await asyncio.wait_for(found.context.storage_state(), 10)
+                except Exception as exc:
+                    why = type(exc).__name__
+                    raise BrowserError(f"could not read the page's cookies ({why})") from None
+            await self._drop_remote()
+            return state
+
+    async def _drop_remote(self) -> None:
+        found, self.remote = self.remote, None
+        if found is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(found.context.close(), 10)
 
     async def _close_session(self, instance_id: str) -> None:
         found = self.sessions.pop(instance_id, None)

@@ -72,10 +72,31 @@ def dashboard(
 
 
 async def _serve(cfg: Any, settings: Any) -> None:
-    from agentd.dashboard.access import FileAccess
-    from agentd.dashboard.site import serve, site_for
+    import shutil
+    import tempfile
+    from pathlib import Path
 
-    site = site_for(cfg, settings, FileAccess(cfg.db_path))
+    from agentd.browser.capability import signin_desk
+    from agentd.dashboard.access import FileAccess
+    from agentd.dashboard.site import site_for
+
+    # A browser of its own for "Sign in to a site" (the daemon's is in another process),
+    # started only when a sign-in starts.
+    run_dir = Path(tempfile.mkdtemp(prefix="agentd-signin-"))
+    desk, why = signin_desk(cfg, run_dir)
+    site = site_for(cfg, settings, FileAccess(cfg.db_path), signin=desk, signin_why=why)
+    try:
+        await _serve_site(site, cfg, settings)
+    finally:
+        if desk is not None:
+            await desk.close()
+            await desk.service.close()
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+async def _serve_site(site: Any, cfg: Any, settings: Any) -> None:
+    from agentd.dashboard.site import serve
+
     runner = await serve(site)
     port = runner.addresses[0][1] if runner.addresses else settings.port
     link = await asyncio.to_thread(new_link, cfg, settings, port)

@@ -684,6 +684,9 @@ class BrowserConfig(_Section):
     max_text_chars: int = Field(default=12_000, ge=1000, le=200_000)
     max_elements: int = Field(default=150, ge=10, le=2000)
     download_max_mb: int = Field(default=100, ge=1, le=4096)
+    # A sign-in the owner runs from the dashboard is closed (and discarded) after this long
+    # without a click, key or text from the owner.
+    signin_idle_seconds: float = Field(default=300.0, ge=1, le=3600)
 
 
 class DashboardConfig(_Section):

@@ -78,6 +78,8 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     secrets = config.secret_source()
     embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
+    # The daemon's copy of its users' sign bits: recall and search_memory share it.
+    shared: dict[str, Any] = {"embedder": embedder, "memory_bits": BitCache(), "files": core.files}
     ctx = Context(
         config=config,
         secrets=secrets,
@@ -88,11 +90,12 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
         llm=core.llm,
         redactor=core.redactor,
         stack=stack,
-        # The daemon's copy of its users' sign bits: recall and search_memory share it.
-        shared={"embedder": embedder, "memory_bits": BitCache(), "files": core.files},
+        shared=shared,
     )
     caps = capabilities()
     parts = [await cap.contribute(ctx) for cap in caps]
+    for part in parts:
+        shared.update(part.shares)
     registry = _registry(config, parts)
     names = frozenset(one.identity.username for one in channels if one.identity is not None)
     router = _command_router(core, names - {""}, embedder, abilities(caps, parts, registry))

@@ -71,6 +71,7 @@ class Dashboard:
         return text.replace(LINK, link)
 
     async def start(self) -> Callable[[], Awaitable[None]]:
+        from agentd.browser.capability import SIGNIN_DESK
         from agentd.dashboard.access import DaemonAccess
         from agentd.dashboard.config import BindRefused
         from agentd.dashboard.site import serve, site_for
@@ -78,7 +79,9 @@ class Dashboard:
         settings = self.ctx.config.dashboard
         # The daemon's embedder: memory edit and restore re-embed through the one writer.
         embedder = self.ctx.shared.get("embedder")
-        site = site_for(self.ctx.config, settings, DaemonAccess(self.ctx.db), embedder)
+        # The browser's sign-in desk, lent by the browser capability when it is on.
+        desk = self.ctx.shared.get(SIGNIN_DESK)
+        site = site_for(self.ctx.config, settings, DaemonAccess(self.ctx.db), embedder, desk)
         try:
             runner = await serve(site)
         except (OSError, BindRefused) as exc:

@@ -49,6 +49,11 @@ class Site:
     # Memory's embedder, when the daemon serves the dashboard: editing and restoring a memory
     # re-embed it, so without one the memory page offers them only from the CLI.
     embedder: Any = None
+    # Where the browser's profiles live (beside the database), and the browser's sign-in
+    # desk (agentd.browser.remote.SignIns) when the browser is on, else why it is not.
+    browser_data: Path = Path()
+    signin: Any = None
+    signin_why: str = ""
     templates: jinja2.Environment = field(init=False)
 
     def __post_init__(self) -> None:

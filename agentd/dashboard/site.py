@@ -24,8 +24,16 @@ def accounts(config: Any) -> list[dict[str, str]]:
     return found
 
 
-def site_for(config: Any, dashboard: DashboardConfig, access: Access, embedder: Any = None) -> Site:
-    """`embedder`: the daemon's, when it serves the dashboard (memory edit and restore)."""
+def site_for(
+    config: Any,
+    dashboard: DashboardConfig,
+    access: Access,
+    embedder: Any = None,
+    signin: Any = None,
+    signin_why: str = "",
+) -> Site:
+    """`embedder`: the daemon's, when it serves the dashboard (memory edit and restore);
+    `signin`: the browser's sign-in desk, when the browser is on."""
     return Site(
         access=access,
         config=dashboard,
@@ -33,7 +41,19 @@ def site_for(config: Any, dashboard: DashboardConfig, access: Access, embedder: 
         daily_tokens=config.limits.daily_tokens_total,
         accounts=accounts(config),
         embedder=embedder,
+        browser_data=config.db_path.parent,
+        signin=signin,
+        signin_why=signin_why or _why_no_browser(config),
     )
+
+
+def _why_no_browser(config: Any) -> str:
+    if not config.browser.enabled:
+        return (
+            "Signing in to a site needs the browser: set [browser] enabled = true "
+            "(docs/browser.md) and restart agentd."
+        )
+    return "The browser is not offered here: `agentd doctor` says why."
 
 
 async def serve(site: Site, started: asyncio.Future[int] | None = None) -> web.AppRunner:

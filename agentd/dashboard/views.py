@@ -11,7 +11,7 @@ from typing import Any
 import jinja2
 from aiohttp import web
 
-from agentd.dashboard import actions, auth, queries, spend
+from agentd.dashboard import actions, auth, queries, signin, spend
 from agentd.dashboard.server import SESSION, flash_url, render, site_of
 
 
@@ -282,3 +282,4 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_post("/workflows/{id}/{op}", workflow_op)
     router.add_get("/skills", skills)
     router.add_get("/audit", audit)
+    signin.add_routes(router)

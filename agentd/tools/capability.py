@@ -73,7 +73,8 @@ class Context:
     llm: Any
     redactor: Callable[[str], str]
     stack: contextlib.AsyncExitStack  # services that need stopping push their close here
-    # Built once and shared: the embedder, the channels' file reader, the memory sign bits.
+    # Built once and shared: the embedder, the channels' file reader, the memory sign bits;
+    # then what capabilities lend (`Contribution.shares`), there by the time services start.
     shared: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -113,6 +114,9 @@ class Contribution:
     start: list[Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]] = field(
         default_factory=list
     )
+    # What it lends the others' services, by name: put in `ctx.shared` once every capability
+    # contributed, before any service starts (the browser's sign-in desk, for the dashboard).
+    shares: dict[str, Any] = field(default_factory=dict)
 
 
 class ServiceError(Exception):
