@@ -29,6 +29,18 @@ SERVER_RENDERED = (
 )
 
 
+# Where the /signin page's fields are, in CSS pixels of a 1280-wide viewport.
+USER_AT = (300, 120)
+PASSWORD_AT = (300, 220)
+SIGNIN_FORM = (
+    "<style>body{margin:0} input,button{position:absolute;left:100px;width:400px;height:40px}"
+    "</style><form method=post action=/login>"
+    "<input name=user aria-label=User style='top:100px'>"
+    "<input type=password name=password aria-label=Password style='top:200px'>"
+    "<button style='top:300px'>Sign in</button></form>"
+)
+
+
 def _page(title: str, body: str) -> bytes:
     head = f"<!doctype html><html><head><title>{title}</title></head>"
     return f"{head}<body>{body}</body></html>".encode()
@@ -65,6 +77,8 @@ class Site:
                 "<button>Sign in</button></form>"
             )
             return 200, _page("Sign in", form), {}
+        if path == "/signin":  # the login form at fixed places: a test clicks on its picture
+            return 200, _page("Sign in", SIGNIN_FORM), {}
         if path == "/members":
             who = "Welcome back, owner" if f"session={SESSION}" in cookies else "Please sign in"
             return 200, _page("Members", f"<p>{who}</p>"), {}
