@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from agentd.browser import actions, profiles
 from agentd.browser.capability import _missing
-from agentd.browser.remote import Click, Pressed, SignIns, SignInError, Typed
+from agentd.browser.remote import Click, Pressed, SignInError, SignIns, Typed
 from agentd.config import Config
 from tests.browser_sites import PASSWORD, PASSWORD_AT, SESSION, USER_AT, Site, sites
 from tests.test_browser_service import _service, _until
