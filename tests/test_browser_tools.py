@@ -59,6 +59,12 @@ def _risk(
     return verdict.risk, verdict.allow_host
 
 
+def test_a_turn_that_browses_may_take_the_browsers_step_allowance(
+    tools: dict[str, Tool],
+) -> None:
+    assert {t.steps for t in tools.values()} == {BrowserConfig().max_steps} == {15}
+
+
 def test_reading_is_low_and_taints(tools: dict[str, Tool]) -> None:
     for name in ("browser_open", "browser_read", "browser_scroll"):
         assert tools[name].taints and tools[name].risk == "low"

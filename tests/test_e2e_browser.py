@@ -123,7 +123,8 @@ def _config(tmp: Path, ws: Path, site: Site) -> dict[str, str]:
         "AGENTD_CONFIG": str(tmp / "agentd.toml"),
         "text": (
             f'[tools]\napproval_timeout = 300\n\n[tools.workspace]\npath = "{ws}"\n\n'
-            "[memory]\nhistory_limit = 0\n\n[llm]\nmax_steps = 12\n\n"
+            # No [llm] max_steps: a browsing turn takes [browser] max_steps calls by itself.
+            "[memory]\nhistory_limit = 0\n\n"
             f'[browser]\nenabled = true\nallowed_hosts = ["127.0.0.1:{site.port}"]\n'
             "page_timeout = 20.0\n"
         ),

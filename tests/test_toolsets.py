@@ -71,6 +71,7 @@ def test_every_flag_is_said_at_the_declaration() -> None:
         assess=_never_cheap,
         card=card,
         settle=_settled,
+        steps=9,
     )
     async def note(c: ToolContext, args: Note) -> str:
         """Write a note."""
@@ -84,18 +85,18 @@ def test_every_flag_is_said_at_the_declaration() -> None:
         True,
     )
     assert note.assess is _never_cheap and note.card is card and note.settle is _settled
-    assert note.risk_declared and note.source == f"python:{__name__}"
+    assert note.risk_declared and note.source == f"python:{__name__}" and note.steps == 9
 
 
 def test_a_toolset_gives_its_source_and_timeout_and_each_tool_its_own_flags() -> None:
-    group = Toolset("notes", timeout=12.0)
+    group = Toolset("notes", timeout=12.0, steps=10)
 
     @group.tool(risk="medium", egress=True)
     async def add_note(c: ToolContext, args: Note) -> str:
         """Add a note."""
         return args.text
 
-    @group.tool(risk="low", timeout=3, taints=True, description="Read the notes back.")
+    @group.tool(risk="low", timeout=3, taints=True, steps=4, description="Read the notes back.")
     async def read_notes(c: ToolContext) -> str:
         return "notes"
 
@@ -108,6 +109,7 @@ def test_a_toolset_gives_its_source_and_timeout_and_each_tool_its_own_flags() ->
         True,
     )
     assert not add_note.taints and not add_note.at_most_once
+    assert (add_note.steps, read_notes.steps) == (10, 4)  # the group's, or the tool's own
     assert (read_notes.timeout, read_notes.taints, read_notes.description) == (
         3,
         True,

@@ -68,6 +68,13 @@ def with_notes(text: str, notes: list[str]) -> str:
     return "\n\n".join([text, *(f"({note})" for note in notes)])
 
 
+def _allowance(deps: TurnDeps, uses: list[ToolUseBlock]) -> int:
+    """The most model calls a tool the model asks for allows its turn (0: none beyond the
+    config's). From the journaled answers on a replay, so a resumed turn has the same limit."""
+    tools = [deps.registry.get(use.name) for use in uses]
+    return max((tool.steps for tool in tools if tool is not None), default=0)
+
+
 def step_limit_note(max_steps: int) -> str:
     return f"(I stopped after {max_steps} model calls — my step limit — before finishing.)"
 
@@ -276,7 +283,7 @@ async def agent_loop(
     journaled results on a replay, so every call is routed as it was the first time.
     """
     taint = (taint or TurnTaint()).model_copy(deep=True)
-    max_steps = deps.config.llm.max_steps
+    max_steps = deps.config.llm.max_steps  # raised by the allowance of a tool called (steps)
     conversation = list(messages)
     turn_start = len(messages) - 1
     reported: list[str] = []
@@ -295,7 +302,9 @@ async def agent_loop(
     response: LLMResponse | None = None
     pin: str | None = None  # the first call's model, from its journaled answer on a replay
     notes: list[str] = []
-    for n in range(1, max_steps + 1):
+    n = 0
+    while n < max_steps:
+        n += 1
         if n > 1:
             await steer_in(step, deps, conversation, n)
         response = await _ask(step, deps, inp, conversation, recall, turn_start, n, pin)
@@ -312,6 +321,7 @@ async def agent_loop(
             text = with_sources(response.text or last_text or EMPTY_ANSWER, response.sources)
             text = with_notes(text, notes)
             return AgentResult(text=text, calls=n, **done)
+        max_steps = max(max_steps, _allowance(deps, response.tool_uses))
         if n == max_steps:
             break  # no model call is left to read tool results: don't run them
         conversation.append(Message(role="assistant", content=response.content))

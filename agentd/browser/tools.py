@@ -175,6 +175,9 @@ def browser_tools(
         timeout=service.config.page_timeout * 2 + 15,
         guard=not_in_groups,
         errors=(BrowserError, ProfileError),
+        # A browse takes a call per field, choice and submission: a turn that used the
+        # browser may take [browser] max_steps calls where a plain turn stops at [llm]'s.
+        steps=service.config.max_steps,
     )
     downloads = dataclasses.replace(spaces, max_bytes=service.config.download_max_mb << 20)
     _reading(kit, service, owner_id)

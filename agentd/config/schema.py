@@ -687,6 +687,9 @@ class BrowserConfig(_Section):
     # A sign-in the owner runs from the dashboard is closed (and discarded) after this long
     # without a click, key or text from the owner.
     signin_idle_seconds: float = Field(default=300.0, ge=1, le=3600)
+    # Model calls a turn may take once it used the browser, over [llm] max_steps (5): a form
+    # takes one call per field, choice and submission, then one to read the answer.
+    max_steps: int = Field(default=15, ge=1, le=50)
 
 
 class DashboardConfig(_Section):

@@ -223,6 +223,10 @@ class Tool:
     preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = field(
         default=None, repr=False
     )
+    # Model calls a turn that called this tool may take in all, where that is more than
+    # `[llm] max_steps`: a tool whose work takes several calls by nature (the browser: open,
+    # type, choose, submit, read the answer) brings its own allowance; 0: none.
+    steps: int = 0
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
@@ -257,6 +261,7 @@ class Tool:
         card: Callable[[Any], ApprovalCard | None] | None = None,
         settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
         preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None,
+        steps: int = 0,
     ) -> Tool:
         """A tool whose arguments are a pydantic model; its JSON schema is what the LLM sees.
 
@@ -286,6 +291,7 @@ class Tool:
             risk_declared=risk is not None,
             settle=settle,
             preview=preview,
+            steps=steps,
         )
 
     def with_risk(self, risk: Risk) -> Tool:

@@ -51,6 +51,7 @@ class Flags:
     card: Callable[[Any], ApprovalCard | None] | None = None
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None
     preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None
+    steps: int | None = None
 
 
 class FlagArgs(TypedDict, total=False):
@@ -66,6 +67,7 @@ class FlagArgs(TypedDict, total=False):
     card: Callable[[Any], ApprovalCard | None] | None
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None
     preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None
+    steps: int | None
 
 
 def flags_of(given: FlagArgs, where: str) -> Flags:
@@ -95,6 +97,7 @@ def build(
     flags: Flags,
     source: str,
     default_timeout: float = 30.0,
+    default_steps: int = 0,
     wrap: Wrap = _unwrapped,
 ) -> Tool:
     """The one place a declaration (`@tool`, a Toolset) becomes a Tool."""
@@ -113,6 +116,7 @@ def build(
         card=flags.card,
         settle=None if flags.settle is None else wrap(flags.settle),
         preview=flags.preview,
+        steps=default_steps if flags.steps is None else flags.steps,
     )
 
 
@@ -173,6 +177,7 @@ def declare(
     flags: Flags,
     source: str,
     default_timeout: float = 30.0,
+    default_steps: int = 0,
     wrap: Wrap = _unwrapped,
 ) -> Tool:
     """A Tool from a typed async function: schema from its signature, description from its
@@ -192,6 +197,7 @@ def declare(
             flags=flags,
             source=source,
             default_timeout=default_timeout,
+            default_steps=default_steps,
             wrap=wrap,
         )
     except ToolDeclarationError as exc:
@@ -242,6 +248,8 @@ def tool(
       its effect happened (needs `at_most_once`).
     - `preview(ctx, args)`: async; the card of a call that needs live state to show what it
       will do (a page's URL, the element, a screenshot), run as a step before asking.
+    - `steps`: model calls a turn that calls it may take in all, where its work needs more
+      than `[llm] max_steps` by nature (the browser: a call per field); default 0, none.
 
     A bad declaration raises ToolDeclarationError here, not when the tool is called. Tools
     that share a source, a timeout, a guard or error mapping are declared on a Toolset.

@@ -68,14 +68,17 @@ class Toolset:
         timeout: float = 30.0,
         guard: Guard | None = None,
         errors: tuple[type[Exception], ...] = (),
+        steps: int = 0,
     ) -> None:
         """`source` names the group in problems and the audit log (builtin, skills,
         automation:<file>); `timeout` is each tool's unless it says its own; `guard` runs
-        before every call; `errors` are the exceptions whose message the model is told."""
+        before every call; `errors` are the exceptions whose message the model is told; `steps`
+        is each tool's allowance of model calls unless it says its own (`@tool`'s `steps`)."""
         if not timeout > 0:
             raise ToolDeclarationError(f"toolset {source!r}: timeout must be positive")
         self.source = source
         self.timeout = timeout
+        self.steps = steps
         self.guard = guard
         self.errors = errors
         self._tools: dict[str, Tool] = {}
@@ -99,6 +102,7 @@ class Toolset:
                 flags=declared,
                 source=self.source,
                 default_timeout=self.timeout,
+                default_steps=self.steps,
                 wrap=self._wrap,
             )
             return self._keep(made)
@@ -125,6 +129,7 @@ class Toolset:
             flags=declared,
             source=self.source,
             default_timeout=self.timeout,
+            default_steps=self.steps,
             wrap=self._wrap,
         )
         return self._keep(made)
