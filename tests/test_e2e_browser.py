@@ -309,6 +309,10 @@ def test_kill_9_between_typing_and_submitting_never_submits_after_restart(
     browse.approve_next()  # the typing
     submit_card = browse.wait_card(2)
     assert "will submit the form of" in submit_card["plain_text"]
+    # The card is in the chat once Telegram has it, before the daemon has journaled sending
+    # it: killed in between, the daemon sends it again and only the new card decides (the
+    # next test). Killed here, the turn is waiting for the owner: between typing and submitting.
+    browse.daemon.wait_for_instances(1, status="waiting")
     sandbox = "agentd-browser-"
     assert alive(sandbox)
     browse.daemon.kill9()
@@ -317,12 +321,46 @@ def test_kill_9_between_typing_and_submitting_never_submits_after_restart(
     browse.llm.enqueue_text("The page was lost; nothing was sent.")
     browse.daemon.start()
     browse.press(submit_card, 0)  # the card still works after the restart
-    # A cold start, the resumed turn and its model call: bounded, not timed (one run in a full
-    # suite on a loaded machine passed 60 s here).
-    browse.wait_text("nothing was sent", timeout=180)
+    browse.wait_text("nothing was sent")
     refused = browse.result("b_k3")
     assert refused["is_error"] and "nothing was submitted" in str(refused["content"])
     assert browse.site.posted("/form/2") == []
+
+
+def test_kill_9_while_the_submit_card_is_sent_sends_it_again_and_only_that_one_decides(
+    browse: Browse,
+) -> None:
+    url = f"{browse.site.base}/form"
+    browse.turn(
+        f"order one at {url} for Ann",
+        call("browser_open", "b_c1", url=url),
+        call("browser_type", "b_c2", ref=ref("Name"), text="Ann"),
+        call("browser_submit", "b_c3", ref=ref("Next")),
+    )
+    typing = browse.wait_card(1)
+    # The next message, the submit card, reaches the chat and its answer is held: the daemon
+    # dies before it knows the card was sent.
+    browse.tg.fail_next("sendMessage", mode="land", delay=20)
+    browse.press(typing, 0)
+    first = browse.wait_card(2)
+    browse.daemon.kill9()
+    browse.llm.reset()
+    browse.llm.enqueue_text("The page was lost; nothing was sent.")
+    browse.daemon.start()
+    again = browse.wait_card(3)  # sent again after the restart (counted as send_uncertain)
+    assert again["plain_text"] == first["plain_text"]
+    browse.press(first, 0)
+    refused = browse.tg.wait_until(
+        lambda: [a for a in browse.tg.callback_answers if "does not belong" in (a["text"] or "")],
+        30,
+        "the first card's press refused",
+    )
+    assert refused
+    browse.press(again, 0)
+    browse.wait_text("nothing was sent")
+    assert browse.site.posted("/form/2") == []
+    uncertain = browse.daemon.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'")
+    assert any("ask:b_c3" in row[0] for row in uncertain)
 
 
 def test_kill_9_during_a_submission_reports_outcome_unknown_and_never_resubmits(
