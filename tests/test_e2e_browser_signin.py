@@ -94,12 +94,12 @@ def _sign_in(page: Any, browse: Browse, link: str) -> str:
             page.press("#remote-text", "Enter")
         assert page.input_value("#remote-text") == ""  # not left in the dashboard's page
     shots = os.environ.get("DASHBOARD_SCREENSHOTS")
+    if shots:  # the form filled in (the password as dots), before it is sent
+        page.wait_for_timeout(1500)  # the picture refreshes once a second
+        page.screenshot(path=str(Path(shots) / "browser-signin.png"))
     with page.expect_response(re.compile(r"/browser/signin/key$")):
         page.get_by_role("button", name="Enter", exact=True).click()
     expect(page.locator("#remote-title")).to_have_text("Signed in", timeout=30_000)
-    if shots:
-        page.wait_for_timeout(1500)  # the picture refreshes once a second
-        page.screenshot(path=str(Path(shots) / "browser-signin.png"))
     page.click("#done")
     page.wait_for_url(re.compile(r"/browser\?"))
     return str(page.locator(".flash").inner_text())

@@ -94,7 +94,8 @@ async def type_text(service: BrowserService, found: Session, ref: str, text: str
     if read_as.password:
         raise BrowserError(
             "agentd never types into a password field: the owner signs in to a site "
-            "themselves (`agentd browser login`), and a password the model read is never used"
+            "themselves (the dashboard's Browser page, or `agentd browser login`), and a "
+            "password the model read is never used"
         )
     if read_as.kind not in ("input", "textarea"):
         raise BrowserError(f"[{ref}] is a {read_as.kind}, not a text field")

@@ -110,7 +110,7 @@ def assess_click(service: BrowserService) -> Any:
 
 def assess_type(service: BrowserService) -> Any:
     """A password field is refused by the tool itself: no card asks the owner to approve a
-    call that cannot run (the owner signs in with `agentd browser login`)."""
+    call that cannot run (the owner signs in from the dashboard or `agentd browser login`)."""
 
     def assess(args: TypeArgs, state: CallState) -> Assessment | None:
         known = _lookup(service, args.ref)
