@@ -3,15 +3,19 @@ the dashboard on; the owner, in a real Chromium driving the dashboard page, open
 a site", clicks on the site's picture and types a user name and a password into it, and keeps
 the profile; a turn then reads the members page with that profile through the sandboxed
 browser. Neither the password nor the site's session cookie is anywhere in the database, the
-daemon's log or what the model was sent.
+daemon's log or what the model was sent. `agentd dashboard` run on its own signs in with a
+sandboxed browser of its own.
 
 With DASHBOARD_SCREENSHOTS=<folder> the sign-in page is saved there (docs/screenshots)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import shutil
+import signal
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,11 +24,13 @@ import pytest
 
 from agentd.browser.capability import _missing
 from agentd.config import Config
-from tests.browser_sites import PASSWORD, PASSWORD_AT, SESSION, USER_AT, sites
+from agentd.db.connect import open_sync
+from agentd.db.migrations import apply_migrations
+from tests.browser_sites import PASSWORD, PASSWORD_AT, SESSION, USER_AT, Site, sites
 from tests.daemon_process import OWNER, Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.hands_support import reachable_dir
-from tests.test_dashboard_browser import ARGS, CHROMIUM
+from tests.test_dashboard_browser import ARGS, CHROMIUM, DASHBOARD
 from tests.test_e2e_browser import Browse, _config, call, say
 
 PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
@@ -143,3 +149,81 @@ def test_the_owner_signs_in_through_the_dashboard_and_a_turn_reads_as_them(
         "ORDER BY id"
     )
     assert [k[0] for k in kinds] == ["started", "saved"]
+
+
+async def _standalone_sign_in(base: str, token: str, site: Site) -> tuple[str, bytes]:
+    """The owner's part over HTTP, as the page's script posts it; (the flash after Done, the
+    first picture)."""
+    import aiohttp
+
+    origin = {"Origin": base}
+    as_json = {**origin, "Accept": "application/json"}
+    # unsafe: keep cookies from an IP address (the dashboard on 127.0.0.1)
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http:
+        await http.post(f"{base}/login", data={"t": token}, headers=origin)
+        page = await (await http.get(f"{base}/browser")).text()
+        csrf = page.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+        started = await http.post(
+            f"{base}/browser/signin",
+            data={"name": "shop", "url": f"{site.base}/signin", "csrf": csrf},
+            headers=origin,
+        )
+        assert str(started.url).endswith("/browser/signin"), await started.text()
+        picture = await (await http.get(f"{base}/browser/signin/screen")).read()
+        for (x, y), text in ((USER_AT, "owner"), (PASSWORD_AT, PASSWORD)):
+            clicked = {"at.x": str(x), "at.y": str(y), "csrf": csrf}
+            await http.post(f"{base}/browser/signin/click", data=clicked, headers=as_json)
+            typed = {"text": text, "csrf": csrf}
+            await http.post(f"{base}/browser/signin/type", data=typed, headers=as_json)
+        key = {"key": "Enter", "csrf": csrf}
+        assert (
+            await (await http.post(f"{base}/browser/signin/key", data=key, headers=as_json)).json()
+        )["ok"]
+        for _ in range(100):
+            state = await (await http.get(f"{base}/browser/signin/state")).json()
+            if state["title"] == "Signed in":
+                break
+            await asyncio.sleep(0.1)
+        done = await http.post(f"{base}/browser/signin/done", data={"csrf": csrf}, headers=origin)
+        said = (await done.text()).split('class="flash" role="status">', 1)[1].split("<", 1)[0]
+        return said, picture
+
+
+def test_agentd_dashboard_on_its_own_signs_in_with_a_sandboxed_browser_of_its_own(
+    tmp_path: Path,
+) -> None:
+    with sites() as (site, _):
+        (tmp_path / "agentd.toml").write_text(
+            f'[browser]\nenabled = true\nallowed_hosts = ["127.0.0.1:{site.port}"]\n'
+        )
+        env = daemon_env(
+            tmp_path,
+            "http://127.0.0.1:9",
+            "http://127.0.0.1:9",
+            AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
+        )
+        conn = open_sync(tmp_path / "agentd.db")  # the daemon's database, as it leaves it
+        apply_migrations(conn)
+        conn.close()
+        proc = subprocess.Popen(
+            [*DASHBOARD, "--port", "0"],
+            env=env,
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            assert proc.stdout is not None
+            link = next(line for line in proc.stdout if line.startswith("Sign in"))
+            base, token = link.split(": ", 1)[1].strip().split("/login?t=")
+            said, picture = asyncio.run(_standalone_sign_in(base, token, site))
+        finally:
+            proc.send_signal(signal.SIGINT)
+            rest = proc.communicate(timeout=60)[0]
+        assert picture[:3] == b"\xff\xd8\xff"
+        assert "Saved the browser profile shop for 127.0.0.1 (1 cookies)" in said, said
+        assert site.posted("/login") == [{"user": "owner", "password": PASSWORD}]
+        assert proc.returncode == 0 and PASSWORD not in rest
+        db = tmp_path / "agentd.db"
+        assert all(PASSWORD.encode() not in f.read_bytes() for f in db.parent.glob("agentd.db*"))
