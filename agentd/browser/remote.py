@@ -146,7 +146,7 @@ class SignIns:
         opened = self._open_or_none()
         if opened is None:
             return None
-        page = opened.session.page
+        page = self._page(opened)
         title = ""
         with contextlib.suppress(Exception):
             title = await asyncio.wait_for(page.title(), 5)
