@@ -6,13 +6,15 @@ and the proxy's allowlist with ports."""
 from __future__ import annotations
 
 import ipaddress
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from agentd.browser.pages import Element, Snapshot, render, same_element
 from agentd.browser.proxy import Allowlist, split_host_port
-from agentd.browser.service import BrowserService, Paths, Session
+from agentd.browser.service import STAGING, BrowserService, Paths, Session, remove_stale_staging
 from agentd.browser.tools import browser_tools
 from agentd.config import BrowserConfig
 from agentd.hands.files import Workspaces
@@ -57,6 +59,20 @@ def _risk(
     found = tools[name]
     verdict = call_risk(found, found.parse_args(dict(args)), state)
     return verdict.risk, verdict.allow_host
+
+
+def test_a_staging_folder_a_killed_daemon_left_is_removed_and_a_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tmp_path / f"{STAGING}{gone.pid}-abc"
+    mine = tmp_path / f"{STAGING}{os.getpid()}-def"
+    other = tmp_path / f"{STAGING}test-ghi"  # not a daemon's: no pid in its name
+    for folder in (stale, mine, other):
+        (folder / "part").mkdir(parents=True)
+    assert remove_stale_staging(tmp_path) == [stale]
+    assert not stale.exists() and mine.exists() and other.exists()
 
 
 def test_a_turn_that_browses_may_take_the_browsers_step_allowance(

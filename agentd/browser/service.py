@@ -54,6 +54,32 @@ _CHROMIUM_ARGS = [
 ]
 
 
+STAGING = "agentd-browser-"  # + the daemon's pid: the downloads staging folder's name
+
+
+def remove_stale_staging(folder: Path) -> list[Path]:
+    """Staging folders of a process that died without removing its own (a kill -9): every
+    `agentd-browser-<pid>-*` whose pid is gone. A live pid's, even another user's, stays."""
+    removed = []
+    for path in folder.glob(f"{STAGING}*-*"):
+        pid = path.name[len(STAGING) :].split("-", 1)[0]
+        if not pid.isdigit() or _alive(int(pid)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 class BrowserError(Exception):
     """What the model is told when the browser cannot do what was asked."""
 
@@ -149,7 +175,9 @@ class BrowserService:
         if not self.proxy.port:
             await self.proxy.start()
         await asyncio.to_thread(self.paths.run_dir.mkdir, 0o700, True, True)
-        self.downloads = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="agentd-browser-"))
+        await asyncio.to_thread(remove_stale_staging, Path(tempfile.gettempdir()))
+        prefix = f"{STAGING}{os.getpid()}-"
+        self.downloads = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix=prefix))
         if self.run_as is not None:
             os.chown(self.downloads, *self.run_as)
         launch: dict[str, Any] = {
