@@ -868,6 +868,16 @@ CREATE TABLE matrix_pairing_rooms (
 );
 """
 
+M082_HOOK_RATES = """
+-- A webhook's start-rate bucket (automations/hook_guard.py): kept here so a restart does not
+-- refill it.
+CREATE TABLE hook_rates (
+    hook TEXT PRIMARY KEY,
+    tokens REAL NOT NULL,
+    at REAL NOT NULL
+);
+"""
+
 M036_USERS = """
 -- One person is one agentd user on every channel: another channel's account linked to a user
 -- by a pairing code made for that user (access/accounts.py). An account in no row is its own
@@ -1091,6 +1101,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m042_matrix_drafts", M042_MATRIX_DRAFTS),
     ("m036_users", M036_USERS),
     ("m081_matrix_pairing_rooms", M081_MATRIX_PAIRING_ROOMS),
+    ("m082_hook_rates", M082_HOOK_RATES),
 ]
 
 
