@@ -81,8 +81,11 @@ async def mute(db: Database, config: Config, inp: CommandInput) -> CommandReply:
     arg = inp.args.strip().lower()
     now = time.time()
     if arg in ("off", "0", "no"):
-        await db.write(store.set_mute, inp.chat_id, 0.0)
-        return CommandReply(text="Watch messages come through again.")
+        held = await db.write(store.unmute, inp.chat_id, now)
+        sent = (
+            f" The {held} held go now." if held > 1 else " The one held goes now." if held else ""
+        )
+        return CommandReply(text="Watch messages come through again." + sent)
     if not arg:
         until = await db.read(store.muted_until, inp.chat_id)
         if until <= now:
