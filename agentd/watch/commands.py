@@ -10,6 +10,7 @@ from typing import Any
 from agentd.access import owners
 from agentd.chat.command import CallbackFn, ChatCommand, CommandInput, CommandReply
 from agentd.chat.inputs import CallbackPress
+from agentd.chat.names import chat_actor
 from agentd.chat.outbox import Button
 from agentd.config import Config
 from agentd.db import Database
@@ -70,7 +71,7 @@ def press(owner_id: int | None) -> CallbackFn:
         state = _OPS[match[2]]
         if state == w.state and not (state == "active" and w.capped_day):
             return f"Watch {w.id} is already {state}."
-        store.set_state(conn, w, state, time.time(), by=f"telegram:{p.user_id}")  # type: ignore[arg-type]
+        store.set_state(conn, w, state, time.time(), by=chat_actor(p.user_id))  # type: ignore[arg-type]
         return f"Watch {w.id}: {'removed' if state == 'removed' else state}."
 
     return handle
