@@ -512,23 +512,30 @@ async def test_a_check_that_errors_is_told_once_and_the_watch_goes_on(
         assert "a check stopped with an error" in told and "disk I/O error" in told
 
 
+async def _held_by_a_mute(rig: Any, fake: Any, tmp_path: Path, wid: str, hours: float) -> None:
+    """A file watch whose change is told while the owner's chat is muted for `hours`."""
+    fake.set_responder(responder(lambda shown: "two" in shown, "It says two now."))
+    (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "workspace" / "f.txt").write_text("one\n")
+    await rig.add(
+        wid,
+        label="f",
+        condition="it says two",
+        source=Source(kind="file", path="f.txt"),
+        every="10m",
+    )
+    await rig.advance(60)
+    await rig.db.write(store.set_mute, OWNER, START + hours * 3600)  # as /mute does
+    (tmp_path / "workspace" / "f.txt").write_text("two\n")
+    await rig.advance(15 * 60)
+    assert "told" in await rig.outcomes(wid) and rig.outbox.sent == []
+
+
 async def test_a_muted_chat_gets_the_message_when_the_mute_ends(tmp_path: Path) -> None:
     async with watch_rig(tmp_path) as (rig, fake):
-        fake.set_responder(responder(lambda shown: "two" in shown, "It says two now."))
-        (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "workspace" / "f.txt").write_text("one\n")
-        await rig.add(
-            "wmute",
-            label="f",
-            condition="it says two",
-            source=Source(kind="file", path="f.txt"),
-            every="10m",
-        )
-        await rig.advance(60)
-        await rig.db.write(store.set_mute, OWNER, START + 3600)  # as /mute 1h does
-        (tmp_path / "workspace" / "f.txt").write_text("two\n")
-        await rig.advance(50 * 60)
-        assert "told" in await rig.outcomes("wmute") and rig.outbox.sent == []
+        await _held_by_a_mute(rig, fake, tmp_path, "wmute", hours=1)
+        await rig.advance(35 * 60)
+        assert rig.outbox.sent == []
         await rig.advance(10 * 60)
         assert [t.split("\n")[0] for _, t in rig.outbox.sent] == ["🔔 f: It says two now."]
 
@@ -540,21 +547,7 @@ async def test_mute_off_lets_a_held_message_go_at_once(tmp_path: Path) -> None:
     from agentd.watch.commands import mute
 
     async with watch_rig(tmp_path) as (rig, fake):
-        fake.set_responder(responder(lambda shown: "two" in shown, "It says two now."))
-        (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "workspace" / "f.txt").write_text("one\n")
-        await rig.add(
-            "woff",
-            label="f",
-            condition="it says two",
-            source=Source(kind="file", path="f.txt"),
-            every="10m",
-        )
-        await rig.advance(60)
-        await rig.db.write(store.set_mute, OWNER, START + 5 * 3600)  # as /mute 5h does
-        (tmp_path / "workspace" / "f.txt").write_text("two\n")
-        await rig.advance(15 * 60)
-        assert "told" in await rig.outcomes("woff") and rig.outbox.sent == []
+        await _held_by_a_mute(rig, fake, tmp_path, "woff", hours=5)
         off = CommandInput(
             name="mute", args="off", chat_id=OWNER, user_id=OWNER, chat_kind="private"
         )

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json as jsonlib
 import os
 import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -222,21 +224,14 @@ def add_mail(directory: Path) -> None:
 
     config, secrets = _files(directory)
     name = _prompt("Account name", "home")
-    fields: dict[str, Any] = {}
-    password = ""
-    while True:
-        fields, password = _mail_fields(name, fields, password)
-        env = fields["password_env"]
-        try:
-            _pick_folders(fields, password)  # validates the keys before connecting
-            account = MailAccountConfig(**fields)
-        except ValueError as exc:
-            fail(plain(f"not added: {exc}"))
-        if _checked(check_account(account, {env: password})) or typer.confirm(
-            "Save it anyway?", default=False, err=True
-        ):
-            break
-        _try_again()
+
+    def check(fields: dict[str, Any], password: str) -> list[tuple[str, bool, str]]:
+        _pick_folders(fields, password)  # validates the keys before connecting
+        account = MailAccountConfig(**fields)
+        return check_account(account, {fields["password_env"]: password})
+
+    fields, password = _until_checked(partial(_mail_fields, name), check)
+    env = fields["password_env"]
     _append(config, secrets, "mail", fields, env, password)
     out.print(
         f"Added mail account {name!r} to {config}; its password is in {secrets} as {env}. "
@@ -259,15 +254,30 @@ def _calendar_fields(name: str, before: dict[str, Any], kept: str) -> tuple[dict
     return {"name": name, "url": url, "username": username, "password_env": env}, password
 
 
-def _try_again() -> None:
-    """After "Save it anyway? N": ask again with each answer as the default, or stop."""
-    if not typer.confirm(
-        "Change an answer and try again (each one you gave is the default)?",
-        default=True,
-        err=True,
-    ):
-        out.print("Nothing changed.")
-        raise typer.Exit(1)
+Ask = Callable[[dict[str, Any], str], tuple[dict[str, Any], str]]
+Check = Callable[[dict[str, Any], str], list[tuple[str, bool, str]]]
+
+
+def _until_checked(ask: Ask, check: Check) -> tuple[dict[str, Any], str]:
+    """Ask, then log in; after "Save it anyway? N", ask again with each answer as the default
+    (the password typed is kept on Enter), or stop."""
+    fields: dict[str, Any] = {}
+    password = ""
+    while True:
+        fields, password = ask(fields, password)
+        try:
+            results = check(fields, password)
+        except ValueError as exc:  # a key the config refuses: said, nothing is saved
+            fail(plain(f"not added: {exc}"))
+        if _checked(results) or typer.confirm("Save it anyway?", default=False, err=True):
+            return fields, password
+        if not typer.confirm(
+            "Change an answer and try again (each one you gave is the default)?",
+            default=True,
+            err=True,
+        ):
+            out.print("Nothing changed.")
+            raise typer.Exit(1)
 
 
 def add_calendar(directory: Path, timezone: str) -> None:
@@ -276,19 +286,12 @@ def add_calendar(directory: Path, timezone: str) -> None:
 
     config, secrets = _files(directory)
     name = _prompt("Calendar name", "home")
-    fields: dict[str, Any] = {}
-    password = ""
-    while True:
-        fields, password = _calendar_fields(name, fields, password)
-        env = fields["password_env"]
-        try:
-            calendar = CalendarConfig(**fields)
-        except ValueError as exc:
-            fail(plain(f"not added: {exc}"))
-        if _checked([check_calendar(calendar, {env: password}, timezone)]) or typer.confirm(
-            "Save it anyway?", default=False, err=True
-        ):
-            break
-        _try_again()
+
+    def check(fields: dict[str, Any], password: str) -> list[tuple[str, bool, str]]:
+        calendar = CalendarConfig(**fields)
+        return [check_calendar(calendar, {fields["password_env"]: password}, timezone)]
+
+    fields, password = _until_checked(partial(_calendar_fields, name), check)
+    env = fields["password_env"]
     _append(config, secrets, "calendar", fields, env, password)
     out.print(f"Added calendar {name!r} to {config}. " + RESTART, highlight=False, markup=False)
