@@ -28,6 +28,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_")):
             monkeypatch.delenv(name)
+    monkeypatch.setenv("AGENTD_CONFIG", "")  # restored after the test: --config sets it
 
 
 @pytest.fixture
@@ -95,6 +96,15 @@ def test_usage_audit_and_workflows_fit_80_columns_whole(config: Path) -> None:
     out = run80("workflows", "ls", "--config", str(config))
     assert "sched-f0c9c224aa-1795622418-turn" in out and "errored" in out
     assert "Telegram refused" in " ".join(out.replace("│", " ").split())  # wrapped, kept
+
+
+def test_each_command_prints_at_the_width_it_runs_in(config: Path) -> None:
+    """One process, several commands (as in a test run): a wide one first leaves no wide
+    console behind for the next."""
+    fill(config.parent / "agentd.db")
+    wide = runner.invoke(app, ["usage", "--config", str(config)], env={"COLUMNS": "200"})
+    assert wide.exit_code == 0 and max(map(len, wide.output.splitlines())) > 80, wide.output
+    run80("usage", "--config", str(config))
 
 
 def test_empty_tables_say_so(config: Path) -> None:

@@ -103,12 +103,38 @@ async def test_the_guards_alone(tmp_path: Path) -> None:
         seen = Seen(60, db)
         await seen.remember("d", "u", "i", now=1000)
         assert await seen.earlier("d", 1030) == ("u", "i") and await seen.earlier("d", 1061) is None
+        rate = StartRate(per_minute=2, db=db)
+        allowed = [await rate.allow("u", t) for t in (0, 0, 0, 30, 30, -100)]
+        assert allowed == [True, True, False, True, False, False]  # a clock set back: no refill
+        assert await StartRate(per_minute=2, db=db).allow("other", 0)  # per hook
     finally:
         await db.close()
-    rate = StartRate(per_minute=2)
-    assert [rate.allow("u", t) for t in (0, 0, 0, 30)] == [True, True, False, True]
     assert stale_timestamp("abc", 0, 300) and stale_timestamp("0", 1000, 300)
     assert stale_timestamp("990", 1000, 300) is None
+
+
+async def test_a_restart_does_not_refill_the_start_rate(tmp_path: Path) -> None:
+    """A leaked secret used up the minute's starts: the daemon restarting (killed, say) hands
+    out none until the bucket refills with time."""
+    path = tmp_path / "hooks.sock"
+    route = HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET", max_starts_per_minute=2)
+    config = Config(
+        access=AccessConfig(allowed_user_ids=[42]),
+        hooks=HooksConfig(enabled=True, listen=f"unix:{path}", routes={"u": route}),
+    )
+    clock = [time.time()]
+    env = {"UNIT_SECRET": SECRET}
+
+    async def start(n: int) -> int:
+        body = json.dumps({"x": 900 + n}).encode()
+        return (await post(str(path), "/hooks/u", body, {"X-Signature-256": sign(body)}))[0]
+
+    async with hooks_running(config, tmp_path / "t.db", env, now=lambda: clock[0]):
+        assert [await start(n) for n in range(3)] == [202, 202, 429]
+    async with hooks_running(config, tmp_path / "t.db", env, now=lambda: clock[0]):
+        assert await start(3) == 429
+        clock[0] += 30  # half a minute: one start back
+        assert [await start(n) for n in (4, 5)] == [202, 429]
 
 
 async def test_a_replay_after_a_restart_and_past_a_window_boundary_starts_nothing(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -165,3 +166,55 @@ def test_init_add_mail_and_calendar_log_in_then_save(
     assert config.mail[0].imap_port == dovecot.port and config.calendar[0].username == "me"
     # The password is found through the secrets file, as the daemon and doctor look for it.
     assert config.secret_source({})["AGENTD_MAIL_WORK_PASSWORD"] == USERS["me"]
+
+
+def test_a_calendar_that_fails_keeps_every_answer_for_the_next_try(
+    servers: tuple[Dovecot, int, Radicale], tmp_path: Path
+) -> None:
+    """The wrong password, "Save it anyway? N": the URL and user come back as the defaults,
+    so only the password is typed again, and the calendar is saved once it reads."""
+    import pexpect
+
+    from agentd.config import load_config
+
+    _, _, radicale = servers
+    (tmp_path / "agentd.toml").write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "TELEGRAM_"))}
+    env |= {"NO_COLOR": "1", "COLUMNS": "200"}
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "agentd", "init", "--dir", str(tmp_path), "--add-calendar"],
+        env=env,
+        encoding="utf-8",
+        timeout=60,
+    )
+    style = r"(?:\x1b\[[0-9;]*m)*"  # rich styles a prompt's default, even under NO_COLOR
+    try:
+        for prompt, answer in [
+            ("Calendar name", "cal"),
+            ("CalDAV URL", radicale.url),
+            ("User name", "me"),
+            ("Password", "wrong-password-9"),
+        ]:
+            child.expect(prompt)
+            child.sendline(answer)
+        child.expect("FAIL")
+        child.expect(r"Save it anyway\?")
+        child.sendline("n")
+        child.expect("Change an answer and try again")
+        child.sendline("")  # yes
+        child.expect(rf"CalDAV URL.*{style}\({re.escape(radicale.url)}\)")
+        child.sendline("")
+        child.expect(rf"User name.*{style}\(me\)")
+        child.sendline("")
+        child.expect("Enter keeps the one you typed")
+        child.sendline(USERS["me"])
+        child.expect("Added calendar 'cal'")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0, child.before
+    [calendar] = load_config(tmp_path / "agentd.toml", env={}).calendar
+    assert (calendar.url, calendar.username) == (radicale.url, "me")
+    stored = (tmp_path / "agentd.env").read_text()
+    assert USERS["me"] in stored and "wrong-password-9" not in stored

@@ -386,3 +386,80 @@ async def test_an_edit_without_new_content_is_ignored(db: Database) -> None:
     del broken["content"]["m.new_content"]
     result = await _persist(db, engine, _sync("s2", broken))
     assert result.accepted == 0 and len(await _turns(db)) == 1
+
+
+async def _room_actions(db: Database) -> list[tuple[str, str, str]]:
+    rows = await db.read(
+        lambda c: c.execute(
+            "SELECT input FROM workflow_instances WHERE workflow = ? ORDER BY seq",
+            (rooms.ROOM_WORKFLOW,),
+        ).fetchall()
+    )
+    return [(a["room_id"], a["action"], a["reason"]) for a in (json.loads(r[0]) for r in rows)]
+
+
+async def _joined_for_a_code(db: Database, engine: Engine, room: str, token: str) -> None:
+    """A stranger's direct invite joined while a code waits (the join run to its end)."""
+    await _persist(
+        db, engine, {"next_batch": token, "rooms": {"invite": _direct_invite(room, STRANGER)}}
+    )
+    await db.write(
+        lambda c: c.execute(
+            "UPDATE workflow_instances SET status = 'complete' WHERE workflow = ?",
+            (rooms.ROOM_WORKFLOW,),
+        )
+    )
+
+
+def _in_room(room: str, token: str, *events: Any) -> dict[str, Any]:
+    members = [_member(BOT), _member(STRANGER)]
+    joined = {room: {"state": {"events": members}, "timeline": {"events": list(events)}}}
+    return {"next_batch": token, "rooms": {"join": joined}}
+
+
+async def test_a_room_joined_for_a_code_is_left_after_a_wrong_one_without_a_word(
+    db: Database,
+) -> None:
+    from agentd.access import pairing
+
+    engine = await _engine(db)
+    await db.write(lambda c: pairing.new_code(c, ttl=600, created_by="cli"))
+    await _joined_for_a_code(db, engine, "!w:hs", "w1")
+    chat = await _persist(db, engine, _in_room("!w:hs", "w2", _text("$x", "hi?", STRANGER)))
+    assert chat.accepted == 0 and await _room_actions(db) == [("!w:hs", "join", "")]
+    wrong = await _persist(
+        db, engine, _in_room("!w:hs", "w3", _text("$y", "/start AAAA-BBBB", STRANGER))
+    )
+    assert wrong.accepted == 0 and await _turns(db) == []
+    assert await _room_actions(db) == [("!w:hs", "join", ""), ("!w:hs", "leave", "")]
+    assert await _rows(db, "SELECT * FROM matrix_pairing_rooms") == []
+    await _persist(db, engine, {"next_batch": "w4", "rooms": {}})
+    assert len(await _room_actions(db)) == 2  # left once
+
+
+async def test_a_room_joined_for_a_code_is_left_when_the_code_expires(db: Database) -> None:
+    from agentd.access import pairing
+
+    engine = await _engine(db)
+    await db.write(lambda c: pairing.new_code(c, ttl=600, created_by="cli"))
+    await _joined_for_a_code(db, engine, "!e:hs", "e1")
+    await _persist(db, engine, {"next_batch": "e2", "rooms": {}})
+    assert await _room_actions(db) == [("!e:hs", "join", "")]  # the code still waits
+    await db.write(lambda c: c.execute("UPDATE pairing_codes SET expires_at = 0"))
+    await _persist(db, engine, {"next_batch": "e3", "rooms": {}})
+    assert await _room_actions(db) == [("!e:hs", "join", ""), ("!e:hs", "leave", "")]
+
+
+async def test_a_room_whose_stranger_paired_is_kept(db: Database) -> None:
+    from agentd.access import pairing
+
+    engine = await _engine(db)
+    code = await db.write(lambda c: pairing.new_code(c, ttl=600, created_by="cli"))
+    await _joined_for_a_code(db, engine, "!k:hs", "k1")
+    good = await _persist(
+        db, engine, _in_room("!k:hs", "k2", _text("$g", f"/start {code}", STRANGER))
+    )
+    assert good.accepted == 1
+    await _persist(db, engine, {"next_batch": "k3", "rooms": {}})  # no code waits now
+    assert await _room_actions(db) == [("!k:hs", "join", "")]
+    assert await _rows(db, "SELECT * FROM matrix_pairing_rooms") == []

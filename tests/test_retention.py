@@ -97,7 +97,15 @@ async def seeded(db: Database) -> Database:
 async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
     planned = await seeded.read(retention.plan, CFG, T0)
     # Updates 1, 2, 3 and 6 are over 7 days old; 4 and 5 started workflows that are still open.
-    assert planned.counts == {"workflows": 2, "updates": 4, "audit": 25, "usage": 0, "messages": 0}
+    assert planned.counts == {
+        "workflows": 2,
+        "updates": 4,
+        "audit": 25,
+        "usage": 0,
+        "messages": 0,
+        "watch_checks": 0,
+        "schedule_runs": 0,
+    }
 
 
 async def test_prune_keeps_open_workflows_and_what_they_need(seeded: Database) -> None:
@@ -148,6 +156,66 @@ async def test_usage_detail_is_folded_per_day_and_totals_stay_exact(db: Database
 async def test_messages_go_only_when_the_owner_says_so(seeded: Database) -> None:
     cfg = RetentionConfig(message_days=365)
     assert await seeded.write(retention.prune_batch, cfg, "messages", T0) == 1
+
+
+def runs_and_checks(conn: Any, days: int, open_due: int) -> None:
+    """A daily schedule and a daily watch, `days` days old: one run and one check a day; the
+    occurrence of `open_due` is still sleeping (a run recorded as it started, say)."""
+    conn.execute(
+        "INSERT INTO schedules (id, user_id, chat_id, action, text, recurrence, timezone, "
+        "catch_up, state, created_at, updated_at, created_by) VALUES ('s1', 1, 1, 'message', "
+        "'hi', '{}', 'UTC', 'skip', 'active', ?, ?, 'test')",
+        (T0 - days * DAY, T0),
+    )
+    conn.execute(
+        "INSERT INTO watches (id, user_id, chat_id, chat_kind, label, source, condition, "
+        "recurrence, catch_up, state, created_at, updated_at, created_by) VALUES ('w1', 1, 1, "
+        "'private', 'w', '{}', 'c', '{}', 'skip', 'active', ?, ?, 'test')",
+        (T0 - days * DAY, T0),
+    )
+    for n in range(days):
+        due = int(T0 - (days - n) * DAY)
+        outcome = "baseline" if n == 0 else "unchanged"
+        conn.execute(
+            "INSERT INTO watch_checks (watch_id, due, outcome, tokens, at) "
+            "VALUES ('w1', ?, ?, 9, ?)",
+            (due, outcome, due + 5),
+        )
+        conn.execute(
+            "INSERT INTO schedule_runs (schedule_id, due, outcome, at, instance_id) "
+            "VALUES ('s1', ?, 'sent', ?, ?)",
+            (due, due + 5, f"sched-s1-{due}"),
+        )
+    for iid in (f"sched-s1-{open_due}", f"sched-w1-{open_due}"):
+        store.insert_instance(
+            conn, instance_id=iid, workflow="occurrence", key=iid, input_json="{}", now=open_due
+        )
+        store.set_status(conn, iid, "sleeping", open_due)
+
+
+async def test_watch_checks_and_schedule_runs_go_with_the_journals(db: Database) -> None:
+    """Old checks and runs go after workflow_days; the newest 50 of each, an open occurrence's
+    row and a watch's first check (the forecast's one-off baseline) stay at any age."""
+    days = 400
+    open_due = int(T0 - 300 * DAY)
+    await db.write(runs_and_checks, days, open_due)
+    planned = await db.read(retention.plan, CFG, T0)
+    # One a day for 400 days: the 30 younger than workflow_days are among the newest 50.
+    assert planned.counts["schedule_runs"] == days - 50 - 1
+    assert planned.counts["watch_checks"] == days - 50 - 1 - 1
+    for part in ("watch_checks", "schedule_runs"):
+        while await db.write(retention.prune_batch, CFG, part, T0):
+            pass
+
+    def left(conn: Any, table: str) -> list[int]:
+        return [int(r[0]) for r in conn.execute(f"SELECT due FROM {table} ORDER BY due")]
+
+    newest = [int(T0 - (days - n) * DAY) for n in range(days - 50, days)]
+    assert await db.read(left, "schedule_runs") == [open_due, *newest]
+    assert await db.read(left, "watch_checks") == [int(T0 - days * DAY), open_due, *newest]
+    assert (await db.read(retention.plan, CFG, T0)).total == 0
+    kept_for_ever = RetentionConfig(workflow_days=0)
+    assert (await db.read(retention.plan, kept_for_ever, T0)).total == 0
 
 
 async def test_vacuum_waits_for_free_space_and_for_a_backup(tmp_path: Path) -> None:
@@ -217,7 +285,15 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
         done = await engine.wait_for(iid, timeout=30)
         assert done.status == "complete", done.error
         out = PruneOutput.model_validate_json(done.output or "{}")
-        assert out.removed == {"workflows": 1, "updates": 1, "audit": 25, "usage": 0, "messages": 0}
+        assert out.removed == {
+            "workflows": 1,
+            "updates": 1,
+            "audit": 25,
+            "usage": 0,
+            "messages": 0,
+            "watch_checks": 0,
+            "schedule_runs": 0,
+        }
         # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
         steps = await db.read(store.load_steps, iid)
         assert [s.name for s in steps.values() if s.name.startswith("prune:audit")] == [
@@ -265,6 +341,8 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
         "audit": 0,
         "usage": 0,
         "messages": 0,
+        "watch_checks": 0,
+        "schedule_runs": 0,
     }
     table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})
     assert "workflows" in table.output and "for ever" in table.output  # messages are kept

@@ -139,6 +139,33 @@ async def test_one_off_message_is_sent_once_and_the_schedule_is_done(db: Databas
         assert [(c, t) for c, t, _ in r.outbox.sent] == [(7, "call Anna")]
         sched = await db.read(sched_store.get, "a1")
         assert sched.state == "done" and await r.runs("a1") == ["sent"]
+        [run] = await db.read(sched_store.runs, "a1")
+        assert run.detail.startswith("message ")  # the chat may be Telegram's or Matrix's
+
+
+async def test_a_reminder_cancelled_by_its_button_names_the_chat_not_a_channel(
+    db: Database,
+) -> None:
+    from agentd.chat.inputs import CallbackPress
+    from agentd.schedule.reminders import cancel_data, press_cancel
+
+    async with rig(db) as r:
+        await r.add("b1", message="stretch", after="20m")
+        press = CallbackPress(
+            update_id=1,
+            callback_id="c",
+            user_id=7,
+            chat_id=7,
+            chat_kind="private",
+            data=cancel_data("b1"),
+        )
+        assert await db.write(press_cancel, press) == "Cancelled b1."
+        rows = await db.read(
+            lambda c: c.execute(
+                "SELECT json_extract(detail, '$.by') FROM audit WHERE kind = 'schedule_cancelled'"
+            ).fetchall()
+        )
+        assert [r[0] for r in rows] == ["chat:7"]
 
 
 async def test_recurring_sends_each_occurrence_once_across_restarts(db: Database) -> None:

@@ -512,25 +512,72 @@ async def test_a_check_that_errors_is_told_once_and_the_watch_goes_on(
         assert "a check stopped with an error" in told and "disk I/O error" in told
 
 
+async def _held_by_a_mute(rig: Any, fake: Any, tmp_path: Path, wid: str, hours: float) -> None:
+    """A file watch whose change is told while the owner's chat is muted for `hours`."""
+    fake.set_responder(responder(lambda shown: "two" in shown, "It says two now."))
+    (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "workspace" / "f.txt").write_text("one\n")
+    await rig.add(
+        wid,
+        label="f",
+        condition="it says two",
+        source=Source(kind="file", path="f.txt"),
+        every="10m",
+    )
+    await rig.advance(60)
+    await rig.db.write(store.set_mute, OWNER, START + hours * 3600)  # as /mute does
+    (tmp_path / "workspace" / "f.txt").write_text("two\n")
+    await rig.advance(15 * 60)
+    assert "told" in await rig.outcomes(wid) and rig.outbox.sent == []
+
+
 async def test_a_muted_chat_gets_the_message_when_the_mute_ends(tmp_path: Path) -> None:
     async with watch_rig(tmp_path) as (rig, fake):
-        fake.set_responder(responder(lambda shown: "two" in shown, "It says two now."))
-        (tmp_path / "workspace").mkdir(parents=True, exist_ok=True)
-        (tmp_path / "workspace" / "f.txt").write_text("one\n")
-        await rig.add(
-            "wmute",
-            label="f",
-            condition="it says two",
-            source=Source(kind="file", path="f.txt"),
-            every="10m",
-        )
-        await rig.advance(60)
-        await rig.db.write(store.set_mute, OWNER, START + 3600)  # as /mute 1h does
-        (tmp_path / "workspace" / "f.txt").write_text("two\n")
-        await rig.advance(50 * 60)
-        assert "told" in await rig.outcomes("wmute") and rig.outbox.sent == []
+        await _held_by_a_mute(rig, fake, tmp_path, "wmute", hours=1)
+        await rig.advance(35 * 60)
+        assert rig.outbox.sent == []
         await rig.advance(10 * 60)
         assert [t.split("\n")[0] for _, t in rig.outbox.sent] == ["🔔 f: It says two now."]
+
+
+async def test_mute_off_lets_a_held_message_go_at_once(tmp_path: Path) -> None:
+    """`/mute off` ends the wait of a message the mute already holds, not only of later ones;
+    quiet hours, which no command lifts, would still hold it."""
+    from agentd.chat.command import CommandInput
+    from agentd.watch.commands import mute
+
+    async with watch_rig(tmp_path) as (rig, fake):
+        await _held_by_a_mute(rig, fake, tmp_path, "woff", hours=5)
+        off = CommandInput(
+            name="mute", args="off", chat_id=OWNER, user_id=OWNER, chat_kind="private"
+        )
+        reply = await mute(rig.db, rig.config, off)
+        assert "The one held goes now." in reply.text, reply.text
+        await rig.engine.poll_once()  # what the daemon's engine does every poll interval
+        await rig.advance(1)
+        assert [t.split("\n")[0] for _, t in rig.outbox.sent] == ["🔔 f: It says two now."]
+        again = await mute(rig.db, rig.config, off)
+        assert again.text == "Watch messages come through again."  # nothing held any more
+
+
+async def test_a_message_held_by_the_flow_before_it_is_still_delivered(tmp_path: Path) -> None:
+    """An instance of the legacy flow (one sleep for quiet hours and mute), asleep across an
+    upgrade, is still run by that flow and delivered when its hold ends."""
+    from agentd.watch.workflow import TellInput
+
+    async with watch_rig(tmp_path) as (rig, _):
+        await rig.db.write(store.set_mute, OWNER, START + 600)
+        inp = TellInput(watch_id="wold", chat_id=OWNER, user_id=OWNER, text="held before")
+        await rig.db.write(
+            lambda c: rig.engine.prepare_start(
+                c, store.LEGACY_TELL_WORKFLOW, inp, instance_id="watch-wold-x", key="watch-wold-x"
+            )
+        )
+        rig.engine.kick("watch-wold-x")
+        await rig.advance(300)
+        assert rig.outbox.sent == []
+        await rig.advance(400)
+        assert [t for _, t in rig.outbox.sent] == ["held before"]
 
 
 def test_doctor_names_the_failing_watches(conn: Any) -> None:

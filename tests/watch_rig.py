@@ -20,6 +20,7 @@ from agentd.watch.create import WatchRequest, create
 from agentd.watch.sources import SourceDeps
 from agentd.watch.workflow import (
     WatchDeps,
+    make_legacy_tell_workflow,
     make_tell_workflow,
     make_watch_workflow,
     on_unfinished,
@@ -81,6 +82,7 @@ class Rig:
         )
         self.engine.register(make_watch_workflow(deps))
         self.engine.register(make_tell_workflow(deps))
+        self.engine.register(make_legacy_tell_workflow(deps))
 
     async def _on_finish(self, inst: Any) -> None:
         await on_unfinished(self.deps, inst)  # as the daemon hands the capability its own

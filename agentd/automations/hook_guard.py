@@ -5,15 +5,14 @@ delivery verifies for ever. So each accepted body's digest is remembered for the
 retry window (across every hook, so a body signed for one hook is not taken by another that
 shares its secret), in the database with its age, so a restart forgets none; its instance id
 is derived from that digest, so two copies racing in at once still start one instance. Where
-the sender signs a timestamp, an old one is refused. Starts per hook are rate-limited: a
-leaked secret cannot flood the owner.
+the sender signs a timestamp, an old one is refused. Starts per hook are rate-limited, in the
+database too: a leaked secret cannot flood the owner, not even across restarts.
 """
 
 from __future__ import annotations
 
 import hashlib
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 MAX_REMEMBERED = 20_000
@@ -72,20 +71,38 @@ def _remember(
 
 @dataclass
 class StartRate:
-    """A token bucket per hook: `per_minute` starts, refilled continuously."""
+    """A token bucket per hook: `per_minute` starts, refilled continuously, kept in the
+    database. In memory, each restart (an OOM kill, a crash, an upgrade) would hand a leaked
+    secret a fresh minute of starts; a refusal only reads, so a flood of 429s costs no write."""
 
     per_minute: int
-    _tokens: dict[str, tuple[float, float]] = field(default_factory=dict)
+    db: Any  # the daemon's Database
 
-    def allow(self, hook: str, now: float | None = None) -> bool:
-        now = time.monotonic() if now is None else now
-        tokens, last = self._tokens.get(hook, (float(self.per_minute), now))
-        tokens = min(float(self.per_minute), tokens + (now - last) * self.per_minute / 60.0)
-        if tokens < 1.0:
-            self._tokens[hook] = (tokens, now)
+    async def allow(self, hook: str, now: float) -> bool:
+        if await self.db.read(_tokens, hook, self.per_minute, now) < 1.0:
             return False
-        self._tokens[hook] = (tokens - 1.0, now)
-        return True
+        return await self.db.write(_take, hook, self.per_minute, now)  # type: ignore[no-any-return]
+
+
+def _tokens(conn: Any, hook: str, per_minute: int, now: float) -> float:
+    row = conn.execute("SELECT tokens, at FROM hook_rates WHERE hook = ?", (hook,)).fetchone()
+    if row is None:
+        return float(per_minute)
+    elapsed = max(0.0, now - float(row[1]))  # a clock set back refills nothing
+    return min(float(per_minute), float(row[0]) + elapsed * per_minute / 60.0)
+
+
+def _take(conn: Any, hook: str, per_minute: int, now: float) -> bool:
+    """One start from the bucket, read again in the write: two racing starts take two."""
+    tokens = _tokens(conn, hook, per_minute, now)
+    if tokens < 1.0:
+        return False
+    conn.execute(
+        "INSERT INTO hook_rates (hook, tokens, at) VALUES (?, ?, ?) ON CONFLICT (hook) "
+        "DO UPDATE SET tokens = excluded.tokens, at = excluded.at",
+        (hook, tokens - 1.0, now),
+    )
+    return True
 
 
 def stale_timestamp(value: str, now: float, max_age: float) -> str | None:

@@ -130,7 +130,7 @@ class HookServer:
         windows = [h.replay_window_seconds for h in config.hooks.routes.values()]
         self._seen = hook_guard.Seen(float(max(windows, default=86_400)), runtime.db)
         self._rates = {
-            name: hook_guard.StartRate(h.max_starts_per_minute)
+            name: hook_guard.StartRate(h.max_starts_per_minute, runtime.db)
             for name, h in config.hooks.routes.items()
         }
         for name, hook in config.hooks.routes.items():
@@ -240,7 +240,7 @@ class HookServer:
         replayed = await self._replayed(route, body_digest)
         if replayed is not None:
             return replayed
-        if not self._rates[route.name].allow(route.name):
+        if not await self._rates[route.name].allow(route.name, self._now()):
             log.warning("hook start rate exceeded", extra={"hook": route.name})
             return _error(429, "too many starts for this hook; retry in a minute")
         now = self._now()

@@ -19,6 +19,12 @@ def command_key(chat_id: int) -> str:
     return f"cmd-{chat_id}"
 
 
+def chat_actor(user_id: int) -> str:
+    """Who changed something from a chat (a button, a command), on whichever channel: the
+    `by` of its audit entry."""
+    return f"chat:{user_id}"
+
+
 def chat_key(chat_id: int) -> str:
     """The key that makes a chat's turns run one at a time, whoever started them."""
     return f"chat-{chat_id}"

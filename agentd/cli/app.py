@@ -137,6 +137,10 @@ def main_options(
     ] = False,
 ) -> None:
     """A personal AI agent on your own server, talked to over Telegram."""
+    from agentd.cli.common import err, out
+
+    out.reset()  # each command prints at the width of the terminal it runs in
+    err.reset()
     if config is not None:
         if not config.expanduser().is_file():
             from agentd.cli.common import EXIT_CONFIG, fail

@@ -51,6 +51,11 @@ class LazyConsole:
             self._console = Console(stderr=self._stderr)
         return self._console
 
+    def reset(self) -> None:
+        """Forget the Console: the next use makes one for the terminal as it is now (its width
+        is read once, when it is made; one process may run several commands, as tests do)."""
+        self._console = None
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.console, name)
 

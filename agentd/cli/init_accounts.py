@@ -6,6 +6,8 @@ from __future__ import annotations
 import json as jsonlib
 import os
 import re
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -222,27 +224,14 @@ def add_mail(directory: Path) -> None:
 
     config, secrets = _files(directory)
     name = _prompt("Account name", "home")
-    fields: dict[str, Any] = {}
-    password = ""
-    while True:
-        fields, password = _mail_fields(name, fields, password)
-        env = fields["password_env"]
-        try:
-            _pick_folders(fields, password)  # validates the keys before connecting
-            account = MailAccountConfig(**fields)
-        except ValueError as exc:
-            fail(plain(f"not added: {exc}"))
-        if _checked(check_account(account, {env: password})) or typer.confirm(
-            "Save it anyway?", default=False, err=True
-        ):
-            break
-        if not typer.confirm(
-            "Change an answer and try again (each one you gave is the default)?",
-            default=True,
-            err=True,
-        ):
-            out.print("Nothing changed.")
-            raise typer.Exit(1)
+
+    def check(fields: dict[str, Any], password: str) -> list[tuple[str, bool, str]]:
+        _pick_folders(fields, password)  # validates the keys before connecting
+        account = MailAccountConfig(**fields)
+        return check_account(account, {fields["password_env"]: password})
+
+    fields, password = _until_checked(partial(_mail_fields, name), check)
+    env = fields["password_env"]
     _append(config, secrets, "mail", fields, env, password)
     out.print(
         f"Added mail account {name!r} to {config}; its password is in {secrets} as {env}. "
@@ -252,25 +241,57 @@ def add_mail(directory: Path) -> None:
     )
 
 
+def _calendar_fields(name: str, before: dict[str, Any], kept: str) -> tuple[dict[str, Any], str]:
+    """The calendar's keys as asked, and its password; `before` holds the answers of a try
+    that did not read the calendar, offered as the defaults."""
+    url = _prompt("CalDAV URL (or an .ics feed URL)", before.get("url", ""))
+    username = _prompt("User name (empty for a public feed)", before.get("username", ""))
+    password = ""
+    if username:
+        hint = " (Enter keeps the one you typed)" if kept else ""
+        password = _prompt("Password" + hint, secret=True) or kept
+    env = _env_name("CALENDAR", name) if username else ""
+    return {"name": name, "url": url, "username": username, "password_env": env}, password
+
+
+Ask = Callable[[dict[str, Any], str], tuple[dict[str, Any], str]]
+Check = Callable[[dict[str, Any], str], list[tuple[str, bool, str]]]
+
+
+def _until_checked(ask: Ask, check: Check) -> tuple[dict[str, Any], str]:
+    """Ask, then log in; after "Save it anyway? N", ask again with each answer as the default
+    (the password typed is kept on Enter), or stop."""
+    fields: dict[str, Any] = {}
+    password = ""
+    while True:
+        fields, password = ask(fields, password)
+        try:
+            results = check(fields, password)
+        except ValueError as exc:  # a key the config refuses: said, nothing is saved
+            fail(plain(f"not added: {exc}"))
+        if _checked(results) or typer.confirm("Save it anyway?", default=False, err=True):
+            return fields, password
+        if not typer.confirm(
+            "Change an answer and try again (each one you gave is the default)?",
+            default=True,
+            err=True,
+        ):
+            out.print("Nothing changed.")
+            raise typer.Exit(1)
+
+
 def add_calendar(directory: Path, timezone: str) -> None:
     """Ask for a CalDAV calendar (or an .ics feed), read today's events, then save it."""
     from agentd.calendar.check import check_calendar
 
     config, secrets = _files(directory)
     name = _prompt("Calendar name", "home")
-    url = _prompt("CalDAV URL (or an .ics feed URL)")
-    username = _prompt("User name (empty for a public feed)", "")
-    password = _prompt("Password", secret=True) if username else ""
-    env = _env_name("CALENDAR", name) if username else ""
-    fields = {"name": name, "url": url, "username": username, "password_env": env}
-    try:
+
+    def check(fields: dict[str, Any], password: str) -> list[tuple[str, bool, str]]:
         calendar = CalendarConfig(**fields)
-    except ValueError as exc:
-        fail(plain(f"not added: {exc}"))
-    if not _checked([check_calendar(calendar, {env: password}, timezone)]) and not typer.confirm(
-        "Save it anyway?", default=False, err=True
-    ):
-        out.print("Nothing changed.")
-        raise typer.Exit(1)
+        return [check_calendar(calendar, {fields["password_env"]: password}, timezone)]
+
+    fields, password = _until_checked(partial(_calendar_fields, name), check)
+    env = fields["password_env"]
     _append(config, secrets, "calendar", fields, env, password)
     out.print(f"Added calendar {name!r} to {config}. " + RESTART, highlight=False, markup=False)

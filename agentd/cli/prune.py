@@ -31,7 +31,7 @@ def prune(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Delete what the retention settings call old: journals, updates, audit, usage detail."""
+    """Delete what the retention settings call old: journals and runs, updates, audit, usage."""
     from agentd.retention import prune as retention
 
     cfg = config_or_exit(config)
@@ -61,13 +61,7 @@ def prune(
         print_json(data)
         return
     table = new_table("part", "keep (days)", "would go" if dry_run else "removed")
-    days = {
-        "workflows": cfg.retention.workflow_days,
-        "updates": cfg.retention.update_days,
-        "audit": cfg.retention.audit_days,
-        "usage": cfg.retention.usage_detail_days,
-        "messages": cfg.retention.message_days,
-    }
+    days = retention.keep_days(cfg.retention)
     for part in retention.PARTS:
         kept = f"{days[part]:g}" if days[part] else "for ever"
         table.add_row(part, kept, str(planned.counts[part] if dry_run else removed[part]))

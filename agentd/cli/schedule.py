@@ -22,6 +22,7 @@ from agentd.cli.common import (
     print_table,
     transaction,
 )
+from agentd.cli.lifecycle import StateChange, StateCommand, add_state_commands
 
 app = typer.Typer(
     help="Reminders and recurring tasks: ls, add, show, pause, resume, cancel.",
@@ -185,39 +186,41 @@ def show(schedule_id: str, json: JsonOption = False, config: ConfigOption = None
     print_table(table, drop=("at (UTC)",), empty="No runs yet.")
 
 
-def _set_state(schedule_id: str, state: str, json: bool, config: Any) -> None:
+def _apply(conn: Any, schedule_id: str, state: str) -> Any:
     from agentd.schedule import store
+
+    try:
+        sched = store.get(conn, schedule_id)
+        if state == "active" and sched.state == "active":
+            fail(f"{schedule_id} is not paused")
+        return store.set_state(conn, sched, state, time.time(), by="cli")  # type: ignore[arg-type]
+    except (store.NotFound, ValueError) as exc:
+        fail(str(exc))
+
+
+def _summary(sched: Any) -> str:
     from agentd.schedule.create import summary
 
-    cfg = config_or_exit(config)
-    with database(cfg, write=True) as conn:
-        try:
-            with transaction(conn):
-                sched = store.get(conn, schedule_id)
-                if state == "active" and sched.state == "active":
-                    fail(f"{schedule_id} is not paused")
-                sched = store.set_state(conn, sched, state, time.time(), by="cli")  # type: ignore[arg-type]
-        except (store.NotFound, ValueError) as exc:
-            fail(str(exc))
-    if json:
-        print_json(_json(sched))
-    else:
-        out.print(summary(sched), highlight=False)
+    return summary(sched)
 
 
-@app.command("pause")
-def pause(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Pause a schedule: no runs until resumed (paused runs are not caught up)."""
-    _set_state(schedule_id, "paused", json, config)
-
-
-@app.command("resume")
-def resume(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Resume a paused schedule from its next occurrence after now."""
-    _set_state(schedule_id, "active", json, config)
-
-
-@app.command("cancel")
-def cancel(schedule_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Cancel a schedule; a sleeping occurrence is stopped by the daemon within a second."""
-    _set_state(schedule_id, "cancelled", json, config)
+add_state_commands(
+    app,
+    StateChange(_apply, lambda _conn, _cfg, sched: _json(sched), _summary),
+    "schedule_id",
+    [
+        StateCommand(
+            "pause",
+            "paused",
+            "Pause a schedule: no runs until resumed (paused runs are not caught up).",
+        ),
+        StateCommand(
+            "resume", "active", "Resume a paused schedule from its next occurrence after now."
+        ),
+        StateCommand(
+            "cancel",
+            "cancelled",
+            "Cancel a schedule; a sleeping occurrence is stopped by the daemon within a second.",
+        ),
+    ],
+)

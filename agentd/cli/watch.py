@@ -21,6 +21,7 @@ from agentd.cli.common import (
     print_table,
     transaction,
 )
+from agentd.cli.lifecycle import StateChange, StateCommand, add_state_commands
 
 app = typer.Typer(
     help="Watches: check a source, tell only if a condition holds (ls, add, show, pause, "
@@ -190,39 +191,41 @@ def show(watch_id: str, json: JsonOption = False, config: ConfigOption = None) -
     print_table(table, empty="No checks yet.")
 
 
-def _set_state(watch_id: str, state: str, json: bool, config: Any) -> None:
+def _apply(conn: Any, watch_id: str, state: str) -> Any:
     from agentd.watch import store
+
+    try:
+        w = store.get(conn, watch_id)
+    except store.NotFound as exc:
+        fail(str(exc))
+    if state == "active" and w.state == "active" and not w.capped_day:
+        fail(f"{watch_id} is neither paused nor capped")
+    return store.set_state(conn, w, state, time.time(), by="cli")  # type: ignore[arg-type]
+
+
+def _summary(w: Any) -> str:
     from agentd.watch.create import summary
 
-    cfg = config_or_exit(config)
-    with database(cfg, write=True) as conn:
-        try:
-            with transaction(conn):
-                w = store.get(conn, watch_id)
-                if state == "active" and w.state == "active" and not w.capped_day:
-                    fail(f"{watch_id} is neither paused nor capped")
-                w = store.set_state(conn, w, state, time.time(), by="cli")  # type: ignore[arg-type]
-        except store.NotFound as exc:
-            fail(str(exc))
-        if json:
-            print_json(_json(conn, cfg, w))
-            return
-    out.print(summary(w), highlight=False)
+    return summary(w)
 
 
-@app.command("pause")
-def pause(watch_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Pause a watch: no checks until resumed (paused checks are not caught up)."""
-    _set_state(watch_id, "paused", json, config)
-
-
-@app.command("resume")
-def resume(watch_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Resume a paused watch, or lift today's cap of a capped one."""
-    _set_state(watch_id, "active", json, config)
-
-
-@app.command("rm")
-def rm(watch_id: str, json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Remove a watch; a sleeping check is stopped by the daemon within a second."""
-    _set_state(watch_id, "removed", json, config)
+add_state_commands(
+    app,
+    StateChange(_apply, _json, _summary),
+    "watch_id",
+    [
+        StateCommand(
+            "pause",
+            "paused",
+            "Pause a watch: no checks until resumed (paused checks are not caught up).",
+        ),
+        StateCommand(
+            "resume", "active", "Resume a paused watch, or lift today's cap of a capped one."
+        ),
+        StateCommand(
+            "rm",
+            "removed",
+            "Remove a watch; a sleeping check is stopped by the daemon within a second.",
+        ),
+    ],
+)

@@ -374,6 +374,7 @@ def _daemon_refuses(cfg: Config, conn: Any, catalog: Catalog, name: str) -> bool
     """Refuse at the door an automation the running daemon would not run (it loaded its
     folder before the file came or changed); return whether a daemon runs at all."""
     from agentd.automations import runs
+    from agentd.chat.markup import literal
     from agentd.runtime import lease
 
     pid = lease.holder_pid(cfg.db_path, conn)
@@ -398,7 +399,9 @@ def _daemon_refuses(cfg: Config, conn: Any, catalog: Catalog, name: str) -> bool
         cfg,
         conn,
         f"notice-not-loaded-{pid}-{name}-{version}",
-        f"⚠️ A start of {why} was refused; nothing was started. To run it, {reload}.",
+        # In the notice (Markdown) the name is shown as written; the error keeps its repr.
+        f"⚠️ A start of {why.replace(repr(name), literal(name))} was refused; nothing was "
+        f"started. To run it, {reload}.",
     )
     fail(f"{why}: {reload}")
 

@@ -242,7 +242,7 @@ class RetentionConfig(_Section):
     """What the daily prune removes (0 days: keep for ever). History and memories are kept."""
 
     enabled: bool = True  # the daemon prunes once a day (UTC) as a durable workflow
-    workflow_days: float = Field(default=30, ge=0)  # finished journals with their steps
+    workflow_days: float = Field(default=30, ge=0)  # finished journals, checks and runs
     update_days: float = Field(default=7, ge=0)  # `updates` rows (Telegram redelivers < 24 h)
     audit_days: float = Field(default=365, ge=0)
     usage_detail_days: float = Field(default=90, ge=0)  # then one row per day, chat and model

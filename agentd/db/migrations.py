@@ -857,6 +857,27 @@ CREATE TABLE matrix_drafts (
 );
 """
 
+M081_MATRIX_PAIRING_ROOMS = """
+-- A room the bot joined only so a stranger could send a pairing code there: left after a
+-- wrong, used or expired code (`leave` = 1), or once no code is waiting any more.
+CREATE TABLE matrix_pairing_rooms (
+    room_id TEXT PRIMARY KEY,
+    stranger TEXT NOT NULL,
+    joined_at REAL NOT NULL,
+    leave INTEGER NOT NULL DEFAULT 0
+);
+"""
+
+M082_HOOK_RATES = """
+-- A webhook's start-rate bucket (automations/hook_guard.py): kept here so a restart does not
+-- refill it.
+CREATE TABLE hook_rates (
+    hook TEXT PRIMARY KEY,
+    tokens REAL NOT NULL,
+    at REAL NOT NULL
+);
+"""
+
 M036_USERS = """
 -- One person is one agentd user on every channel: another channel's account linked to a user
 -- by a pairing code made for that user (access/accounts.py). An account in no row is its own
@@ -1079,6 +1100,8 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m041_chat_addresses", M041_CHAT_ADDRESSES),
     ("m042_matrix_drafts", M042_MATRIX_DRAFTS),
     ("m036_users", M036_USERS),
+    ("m081_matrix_pairing_rooms", M081_MATRIX_PAIRING_ROOMS),
+    ("m082_hook_rates", M082_HOOK_RATES),
 ]
 
 

@@ -21,6 +21,7 @@ from typing import Any
 from agentd.access import owners
 from agentd.chat import reach
 from agentd.chat.inputs import TurnInput
+from agentd.chat.markup import literal
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
 from agentd.config import Config, MailAccountConfig, MailRule
@@ -212,7 +213,7 @@ def _plain(text: str, limit: int = 120) -> str:
 
 
 def notice_text(account: MailAccountConfig, s: Summary) -> str:
-    return f"📬 {account.name}: new mail from {_plain(s.sender)} — {_plain(s.subject)}"
+    return f"📬 {literal(account.name)}: new mail from {_plain(s.sender)} — {_plain(s.subject)}"
 
 
 def summary_prompt(account: MailAccountConfig, s: Summary) -> str:

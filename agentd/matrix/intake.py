@@ -118,14 +118,16 @@ def apply_state(room: Room, events: list[Any]) -> Room:
 
 def _start_room_action(
     conn: Any, engine: Engine, room_id: str, action: str, reason: str, by: str, result: SyncResult
-) -> None:
+) -> bool:
+    """Start a join or leave; False while one of the room's is still under way."""
     if rooms.under_way(conn, room_id):
-        return
+        return False
     inp = rooms.RoomInput(room_id=room_id, action=action, reason=reason, by=by)  # type: ignore[arg-type]
     key = rooms.room_key(room_id)
     instance_id = f"mx-room-{hashlib.sha256(f'{room_id}:{action}'.encode()).hexdigest()[:24]}"
     engine.prepare_start(conn, rooms.ROOM_WORKFLOW, inp, instance_id=instance_id, key=key)
     result.keys.add(key)
+    return True
 
 
 def _invite_of(events: list[Any], bot: str) -> dict[str, Any]:
@@ -165,7 +167,18 @@ def _invites(
             )
         else:
             _save_room(conn, room, "invited")
+            if not me.served(inviter):
+                rooms.note_pairing_room(conn, room_id, inviter, time.time())
             _start_room_action(conn, engine, room_id, "join", "", inviter, result)
+
+
+def _leave_pairing_rooms(conn: Any, me: MatrixIdentity, engine: Engine, result: SyncResult) -> None:
+    """Leave, without a word (as Telegram answers a stranger's bad code with nothing), each
+    room joined for a pairing code that failed there or can no longer come."""
+    waits = pairing.pending(conn, time.time())
+    for room_id in rooms.pairing_rooms_to_leave(conn, waits, me.served):
+        if _start_room_action(conn, engine, room_id, "leave", "", me.bot, result):
+            rooms.forget_pairing_room(conn, room_id)
 
 
 def with_accounts(conn: Any, me: MatrixIdentity) -> MatrixIdentity:
@@ -217,6 +230,7 @@ def persist_sync(
         ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
     for room_id in _obj(rooms_data.get("leave")):
         conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
+    _leave_pairing_rooms(conn, me, engine, result)
     conn.execute(
         "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
         "SET value = excluded.value",
@@ -325,7 +339,8 @@ def _pair_if_asked(
     conn: Any, event: dict[str, Any], room: Room, me: MatrixIdentity
 ) -> MatrixIdentity:
     """A stranger's `/start CODE` in their direct room with the bot: paired, or linked to the
-    code's user (`agentd pair --link USER`), if the code is good; else they still get nothing."""
+    code's user (`agentd pair --link USER`), if the code is good; else they still get nothing,
+    and a room joined for the code is left at the end of the sync."""
     sender = str(event.get("sender") or "")
     body = _obj(event.get("content")).get("body")
     if event.get("type") != "m.room.message" or not isinstance(body, str) or me.served(sender):
@@ -342,6 +357,7 @@ def _pair_if_asked(
         now=time.time(),
         channel=CHANNEL,
     )
+    rooms.pairing_settled(conn, room.room_id, redeemed.ok)
     return me.model_copy(update={"allowed": me.allowed | {sender}}) if redeemed.ok else me
 
 

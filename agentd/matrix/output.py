@@ -20,7 +20,6 @@ import json
 import logging
 import mimetypes
 import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from agentd.chat.delivery import SEND_KEY, settle_send
 from agentd.chat.format import Markup, to_html, to_plain
 from agentd.chat.outbox import Button, SendFailed
 from agentd.chat.split import split_markdown
+from agentd.chat.typing import typing_while
 from agentd.db import Database
 from agentd.matrix import ids
 from agentd.matrix.client import MatrixClient, MatrixError
@@ -222,30 +222,19 @@ class MatrixOutbox:
         with contextlib.suppress(Exception):
             await self._client.typing(await self.room_of(chat_id), True)
 
-    @contextlib.asynccontextmanager
-    async def typing(self, chat_id: int) -> AsyncIterator[None]:
-        """ "typing…" while the body runs, once it has run TYPING_DELAY: an answer that is there
-        sooner needs no indicator (and saves the homeserver two requests)."""
-        shown = False
+    def typing(self, chat_id: int) -> contextlib.AbstractAsyncContextManager[None]:
+        """ "typing…" while the body runs, once it has run TYPING_DELAY."""
 
-        async def renew() -> None:
-            nonlocal shown
-            await asyncio.sleep(TYPING_DELAY)
-            while True:
-                shown = True
-                await self.chat_action(chat_id)
-                await asyncio.sleep(TYPING_RENEW_SECONDS)
+        async def clear() -> None:
+            with contextlib.suppress(Exception):
+                await self._client.typing(await self.room_of(chat_id), False)
 
-        task = asyncio.create_task(renew())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-            if shown:
-                with contextlib.suppress(Exception):
-                    await self._client.typing(await self.room_of(chat_id), False)
+        return typing_while(
+            lambda: self.chat_action(chat_id),
+            every=TYPING_RENEW_SECONDS,
+            delay=TYPING_DELAY,
+            clear=clear,
+        )
 
 
 def text_content(markdown: str) -> dict[str, Any]:

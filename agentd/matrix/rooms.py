@@ -8,6 +8,7 @@ a kill -9 between the decision and the request neither loses nor repeats it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -48,6 +49,41 @@ def under_way(conn: Any, room_id: str) -> bool:
         (room_key(room_id),),
     ).fetchone()
     return row is not None
+
+
+def note_pairing_room(conn: Any, room_id: str, stranger: str, now: float) -> None:
+    """The bot joins this room only for a pairing code its inviter may send there."""
+    conn.execute(
+        "INSERT INTO matrix_pairing_rooms (room_id, stranger, joined_at) VALUES (?, ?, ?) "
+        "ON CONFLICT (room_id) DO UPDATE SET stranger = excluded.stranger, leave = 0",
+        (room_id, stranger, now),
+    )
+
+
+def pairing_settled(conn: Any, room_id: str, ok: bool) -> None:
+    """A code was sent there: paired (the room is the new user's, kept) or not (left)."""
+    if ok:
+        conn.execute("DELETE FROM matrix_pairing_rooms WHERE room_id = ?", (room_id,))
+    else:
+        conn.execute("UPDATE matrix_pairing_rooms SET leave = 1 WHERE room_id = ?", (room_id,))
+
+
+def pairing_rooms_to_leave(conn: Any, code_waits: bool, served: Callable[[str], bool]) -> list[str]:
+    """Pairing rooms to leave now: after a failed code, or, once no code waits, every one whose
+    stranger is still not served. A served stranger's room is theirs from now on."""
+    leave = []
+    for room_id, stranger, failed in conn.execute(
+        "SELECT room_id, stranger, leave FROM matrix_pairing_rooms"
+    ).fetchall():
+        if served(stranger) and not failed:
+            conn.execute("DELETE FROM matrix_pairing_rooms WHERE room_id = ?", (room_id,))
+        elif failed or not code_waits:
+            leave.append(str(room_id))
+    return leave
+
+
+def forget_pairing_room(conn: Any, room_id: str) -> None:
+    conn.execute("DELETE FROM matrix_pairing_rooms WHERE room_id = ?", (room_id,))
 
 
 def make_room_workflow(client: Any, db: Database) -> Workflow[RoomInput, RoomOutput]:

@@ -20,8 +20,21 @@ DAY = 86400.0
 BACKUP_KEY = "backup_running"  # kv row the CLI holds while `agentd backup` copies the file
 BACKUP_STALE_SECONDS = 6 * 3600  # a backup marker this old belongs to a process that died
 DAILY_STEP = "(daily total)"
-Part = Literal["workflows", "updates", "audit", "usage", "messages"]
-PARTS: tuple[Part, ...] = ("workflows", "updates", "audit", "usage", "messages")
+Part = Literal[
+    "workflows", "updates", "audit", "usage", "messages", "watch_checks", "schedule_runs"
+]
+PARTS: tuple[Part, ...] = (
+    "workflows",
+    "updates",
+    "audit",
+    "usage",
+    "messages",
+    "watch_checks",
+    "schedule_runs",
+)
+# Per watch and schedule, the newest rows `agentd watch|schedule show` lists stay at any age.
+KEEP_LAST_RUNS = 50
+FORECAST_DAYS = 7  # a watch's cost forecast measures its checks of the last week
 _FINAL = repr(store.FINAL_STATUSES)
 _OPEN = repr(store.OPEN_STATUSES)
 
@@ -37,17 +50,43 @@ class PrunePlan(BaseModel):
         return sum(self.counts.values())
 
 
-def cutoffs(cfg: RetentionConfig, now: float) -> dict[str, float | None]:
-    days = {
+def keep_days(cfg: RetentionConfig) -> dict[str, float]:
+    """How many days each part is kept (0: for ever)."""
+    return {
         "workflows": cfg.workflow_days,
         "updates": cfg.update_days,
         "audit": cfg.audit_days,
         "usage": cfg.usage_detail_days,
         "messages": cfg.message_days,
+        # A check or run is a line of an occurrence's journal: it goes when journals go.
+        "watch_checks": cfg.workflow_days and max(cfg.workflow_days, FORECAST_DAYS),
+        "schedule_runs": cfg.workflow_days,
     }
-    return {part: (now - d * DAY if d > 0 else None) for part, d in days.items()}
 
 
+def cutoffs(cfg: RetentionConfig, now: float) -> dict[str, float | None]:
+    return {part: (now - d * DAY if d > 0 else None) for part, d in keep_days(cfg).items()}
+
+
+# Which old rows may go. Kept at any age: a row whose occurrence instance is still open (its
+# INSERT OR IGNORE is what makes a resumed occurrence record and tell only once), the newest
+# KEEP_LAST_RUNS of each watch or schedule, and a watch's first check (the forecast leaves that
+# one-off read of the whole source out by its due time) and its last FORECAST_DAYS.
+_OLD_CHECKS = (
+    "FROM watch_checks c WHERE c.at < ? "
+    "AND c.due > (SELECT MIN(f.due) FROM watch_checks f WHERE f.watch_id = c.watch_id) "
+    "AND c.due < (SELECT n.due FROM watch_checks n WHERE n.watch_id = c.watch_id "
+    f"ORDER BY n.due DESC LIMIT 1 OFFSET {KEEP_LAST_RUNS - 1}) "
+    "AND NOT EXISTS (SELECT 1 FROM workflow_instances i WHERE i.id = "
+    f"'sched-' || c.watch_id || '-' || CAST(c.due AS INTEGER) AND i.status IN {_OPEN})"
+)
+_OLD_RUNS = (
+    "FROM schedule_runs r WHERE r.at < ? "
+    "AND r.due < (SELECT n.due FROM schedule_runs n WHERE n.schedule_id = r.schedule_id "
+    f"ORDER BY n.due DESC LIMIT 1 OFFSET {KEEP_LAST_RUNS - 1}) "
+    "AND (r.instance_id IS NULL OR NOT EXISTS (SELECT 1 FROM workflow_instances i "
+    f"WHERE i.id = r.instance_id AND i.status IN {_OPEN}))"
+)
 _COUNT = {
     "workflows": f"SELECT COUNT(*) FROM workflow_instances WHERE status IN {_FINAL} "
     "AND finished_at IS NOT NULL AND finished_at < ?",
@@ -56,6 +95,8 @@ _COUNT = {
     "audit": "SELECT COUNT(*) FROM audit WHERE at < ?",
     "usage": "SELECT COUNT(*) FROM llm_usage WHERE at < ? AND step IS NOT '(daily total)'",
     "messages": "SELECT COUNT(*) FROM messages WHERE created_at < ?",
+    "watch_checks": f"SELECT COUNT(*) {_OLD_CHECKS}",
+    "schedule_runs": f"SELECT COUNT(*) {_OLD_RUNS}",
 }
 
 
@@ -109,6 +150,22 @@ def _prune_messages(conn: Any, cut: float, batch: int) -> int:
     ).rowcount
 
 
+def _prune_checks(conn: Any, cut: float, batch: int) -> int:
+    return conn.execute(
+        "DELETE FROM watch_checks WHERE rowid IN "
+        f"(SELECT c.rowid {_OLD_CHECKS} ORDER BY c.at LIMIT ?)",
+        (cut, batch),
+    ).rowcount
+
+
+def _prune_runs(conn: Any, cut: float, batch: int) -> int:
+    return conn.execute(
+        "DELETE FROM schedule_runs WHERE rowid IN "
+        f"(SELECT r.rowid {_OLD_RUNS} ORDER BY r.at LIMIT ?)",
+        (cut, batch),
+    ).rowcount
+
+
 def _fold_usage(conn: Any, cut: float, batch: int) -> int:
     """Fold the oldest day that still has detailed rows into one row per chat, model, purpose."""
     row = conn.execute(
@@ -143,6 +200,8 @@ _PRUNE = {
     "audit": _prune_audit,
     "usage": _fold_usage,
     "messages": _prune_messages,
+    "watch_checks": _prune_checks,
+    "schedule_runs": _prune_runs,
 }
 
 

@@ -1,4 +1,4 @@
-"""`/reminders` in Telegram: the user's schedules with a Cancel button each (no model call)."""
+"""`/reminders` in a chat: the user's schedules with a Cancel button each (no model call)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from agentd.chat.command import ChatCommand, CommandInput, CommandReply
 from agentd.chat.inputs import CallbackPress
+from agentd.chat.names import chat_actor
 from agentd.chat.outbox import Button
 from agentd.db import Database
 from agentd.schedule import store
@@ -45,7 +46,7 @@ def press_cancel(conn: Any, press: CallbackPress) -> str:
         return "That reminder does not exist (or is not yours)."
     if sched.state in ("done", "cancelled"):
         return f"That reminder is already {sched.state}."
-    store.set_state(conn, sched, "cancelled", time.time(), by=f"telegram:{press.user_id}")
+    store.set_state(conn, sched, "cancelled", time.time(), by=chat_actor(press.user_id))
     return f"Cancelled {sched.id}."
 
 

@@ -219,7 +219,7 @@ def make_schedule_workflow(deps: ScheduleDeps) -> Workflow[OccurrenceInput, Occu
             try:
                 if plan.kind == "message":
                     msg_id = await send_message(step, deps, inp, plan)
-                    outcome, detail = "sent", f"telegram message {msg_id}"
+                    outcome, detail = "sent", f"message {msg_id}"  # the chat's own id, any channel
                 else:
                     ref = await step.do(
                         "start-turn", start_turn, deps, inp, step.instance_id, plan.chat_id

@@ -50,6 +50,7 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
     """Tells the owner a skill is held back, through the one send path: once per skill and
     content, so neither a restart nor a second use of the same files tells twice."""
     from agentd.access import owners
+    from agentd.chat.markup import literal
     from agentd.chat.notice import post_notice
 
     owner = owners.resolve(ctx.config.access).owner_id
@@ -59,7 +60,7 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
             return  # `agentd doctor` and `agentd skills ls` still say it
         digest = hashlib.sha256(content.encode()).hexdigest()[:16]
         text = (
-            f"⚠️ The skill {name} is held back: {why}. I won't use it until you check its "
+            f"⚠️ The skill {literal(name)} is held back: {why}. I won't use it until you check its "
             f"files and run `agentd skills enable {name}` on the server."
         )
         instance = f"skill-held-{name}-{digest}"

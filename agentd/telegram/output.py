@@ -6,10 +6,9 @@ Retries are not done here: every call goes through the session's one retry polic
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from aiogram import Bot
@@ -28,6 +27,7 @@ from aiogram.types import (
 from agentd.chat.delivery import settle_send
 from agentd.chat.format import to_html
 from agentd.chat.outbox import Button, SendFailed
+from agentd.chat.typing import typing_while
 from agentd.telegram.format import TELEGRAM, TELEGRAM_LIMIT, split_markdown
 from agentd.telegram.session import classify_fault
 
@@ -215,21 +215,10 @@ class TelegramOutbox:
             "sendChatAction", lambda: self._bot.send_chat_action(chat_id, ChatAction.TYPING)
         )
 
-    @contextlib.asynccontextmanager
-    async def typing(self, chat_id: int) -> AsyncIterator[None]:
+    def typing(self, chat_id: int) -> contextlib.AbstractAsyncContextManager[None]:
         """Show "typing…" until the body finishes (R-TURN-1), once it has run progress_delay."""
-
-        async def renew() -> None:
-            if self._progress_delay:  # an answer that is there by then needs no indicator
-                await asyncio.sleep(self._progress_delay)
-            while True:
-                await self.chat_action(chat_id)
-                await asyncio.sleep(TYPING_RENEW_SECONDS)
-
-        task = asyncio.create_task(renew())
-        try:
-            yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        return typing_while(
+            lambda: self.chat_action(chat_id),
+            every=TYPING_RENEW_SECONDS,
+            delay=self._progress_delay,
+        )

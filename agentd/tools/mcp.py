@@ -383,6 +383,7 @@ async def _confirmed_only(
 def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
     """Tells the owner a server is held back, once per server and listing found."""
     from agentd.access import owners
+    from agentd.chat.markup import literal
     from agentd.chat.notice import post_notice
 
     owner = owners.resolve(ctx.config.access).owner_id
@@ -391,8 +392,8 @@ def _teller(ctx: Context) -> Callable[[str, str, str], Awaitable[None]]:
         if owner is None:
             return  # the start-up log and `agentd mcp ls` still say it
         text = (
-            f"⚠️ The MCP server {name} is held back: {why}. Its tools are not offered until "
-            f"you read them and run `agentd mcp trust {name}` on the server (then restart "
+            f"⚠️ The MCP server {literal(name)} is held back: {why}. Its tools are not offered "
+            f"until you read them and run `agentd mcp trust {name}` on the server (then restart "
             "agentd): their descriptions go into every conversation as if you wrote them."
         )
         key = hashlib.sha256(f"{name}\0{found}".encode()).hexdigest()[:16]

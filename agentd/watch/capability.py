@@ -16,6 +16,7 @@ async def _build(ctx: Context) -> Contribution:
     from agentd.watch.tools import watch_tools
     from agentd.watch.workflow import (
         WatchDeps,
+        make_legacy_tell_workflow,
         make_tell_workflow,
         make_watch_workflow,
         on_unfinished,
@@ -40,7 +41,11 @@ async def _build(ctx: Context) -> Contribution:
     )
     return Contribution(
         tools=watch_tools(ctx.db, config, ctx.engine.kick),
-        workflows=[make_watch_workflow(deps), make_tell_workflow(deps)],
+        workflows=[
+            make_watch_workflow(deps),
+            make_tell_workflow(deps),
+            make_legacy_tell_workflow(deps),
+        ],
         commands=commands.commands(ctx.db, config),
         callbacks=commands.callbacks(config),
         about="watch a page, your mail, a calendar or a command and tell you only when it matters",

@@ -10,6 +10,7 @@ from typing import Any
 from agentd.access import owners
 from agentd.chat.command import CallbackFn, ChatCommand, CommandInput, CommandReply
 from agentd.chat.inputs import CallbackPress
+from agentd.chat.names import chat_actor
 from agentd.chat.outbox import Button
 from agentd.config import Config
 from agentd.db import Database
@@ -70,7 +71,7 @@ def press(owner_id: int | None) -> CallbackFn:
         state = _OPS[match[2]]
         if state == w.state and not (state == "active" and w.capped_day):
             return f"Watch {w.id} is already {state}."
-        store.set_state(conn, w, state, time.time(), by=f"telegram:{p.user_id}")  # type: ignore[arg-type]
+        store.set_state(conn, w, state, time.time(), by=chat_actor(p.user_id))  # type: ignore[arg-type]
         return f"Watch {w.id}: {'removed' if state == 'removed' else state}."
 
     return handle
@@ -81,8 +82,11 @@ async def mute(db: Database, config: Config, inp: CommandInput) -> CommandReply:
     arg = inp.args.strip().lower()
     now = time.time()
     if arg in ("off", "0", "no"):
-        await db.write(store.set_mute, inp.chat_id, 0.0)
-        return CommandReply(text="Watch messages come through again.")
+        held = await db.write(store.unmute, inp.chat_id, now)
+        sent = (
+            f" The {held} held go now." if held > 1 else " The one held goes now." if held else ""
+        )
+        return CommandReply(text="Watch messages come through again." + sent)
     if not arg:
         until = await db.read(store.muted_until, inp.chat_id)
         if until <= now:

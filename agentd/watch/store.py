@@ -19,7 +19,11 @@ from agentd.schedule import Recurrence
 from agentd.watch.model import Seen, Source
 
 WATCH_WORKFLOW = "watch"
-TELL_WORKFLOW = "watch_tell"
+# A message waits for /mute as an event wait, so `/mute off` lets it go at once. Instances
+# journaled before that, asleep until the mute's end, finish by the flow they began with.
+TELL_WORKFLOW = "watch_tell_v2"
+LEGACY_TELL_WORKFLOW = "watch_tell"
+UNMUTE_EVENT = "unmute"
 State = Literal["active", "paused", "removed"]
 CatchUp = Literal["skip", "once", "all"]
 Outcome = Literal["baseline", "unchanged", "quiet", "told", "failed", "capped", "missed"]
@@ -256,6 +260,20 @@ def checks(conn: Any, watch_id: str, limit: int = 20) -> list[Check]:
 def muted_until(conn: Any, chat_id: int) -> float:
     row = conn.execute("SELECT until FROM watch_mutes WHERE chat_id = ?", (chat_id,)).fetchone()
     return float(row[0]) if row else 0.0
+
+
+def unmute(conn: Any, chat_id: int, now: float) -> int:
+    """`/mute off`: the mute ends, and each message it holds goes now (quiet hours, which no
+    command lifts, still hold it); how many were let go."""
+    set_mute(conn, chat_id, 0.0)
+    held = conn.execute(
+        "SELECT id FROM workflow_instances WHERE workflow = ? AND status = 'waiting' "
+        "AND waiting_for = ? AND json_extract(input, '$.chat_id') = ?",
+        (TELL_WORKFLOW, UNMUTE_EVENT, chat_id),
+    ).fetchall()
+    for (iid,) in held:
+        durable.insert_event(conn, iid, UNMUTE_EVENT, {}, now, event_id=f"{iid}:{UNMUTE_EVENT}")
+    return len(held)
 
 
 def set_mute(conn: Any, chat_id: int, until: float) -> None:

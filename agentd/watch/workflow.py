@@ -5,7 +5,8 @@ ask the small model, and record the outcome with the next occurrence in one comm
 Each step is journaled, so a crash at any moment neither repeats a finished step nor records
 a check twice: the read after a crash is read again, the decision once made is kept, and the
 check row, what was seen, the messages to send and the next occurrence are one transaction.
-Messages leave by their own instance (`watch_tell`), which waits out quiet hours and /mute.
+Messages leave by their own instance (`watch_tell_v2`), which waits out /mute (`/mute off` ends
+the wait) and then quiet hours.
 """
 
 from __future__ import annotations
@@ -344,9 +345,21 @@ async def on_unfinished(deps: WatchDeps, inst: InstanceRecord) -> None:
 
 
 async def hold(deps: WatchDeps, inp: TellInput) -> float:
+    """Quiet hours and /mute at once: the hold of the legacy flow."""
     muted = await deps.db.read(store.muted_until, inp.chat_id)
     cfg = deps.config
     return budget.hold_until(deps.clock.now(), cfg.watch.quiet_hours, cfg.agent.timezone, muted)
+
+
+async def mute_left(deps: WatchDeps, inp: TellInput) -> float:
+    """Seconds the chat's /mute still holds the message (journaled: a replay waits the same)."""
+    muted = await deps.db.read(store.muted_until, inp.chat_id)
+    return max(0.0, muted - deps.clock.now())
+
+
+async def quiet_until(deps: WatchDeps, inp: TellInput) -> float:
+    cfg = deps.config
+    return budget.hold_until(deps.clock.now(), cfg.watch.quiet_hours, cfg.agent.timezone, 0.0)
 
 
 async def remember(deps: WatchDeps, inp: TellInput, message_id: int, instance_id: str) -> None:
@@ -366,16 +379,36 @@ async def remember(deps: WatchDeps, inp: TellInput, message_id: int, instance_id
     )
 
 
+async def _send(step: Step, deps: WatchDeps, inp: TellInput) -> TellOutput:
+    send = partial(deps.outbox.send_text, inp.chat_id, inp.text)
+    message_id = await deliver(step, deps.db, "send", inp.chat_id, send)
+    if inp.outside:
+        await step.do("remember", remember, deps, inp, message_id, step.instance_id)
+    return TellOutput(message_id=message_id)
+
+
 def make_tell_workflow(deps: WatchDeps) -> Workflow[TellInput, TellOutput]:
     @workflow(TELL_WORKFLOW)
     async def tell(step: Step, inp: TellInput) -> TellOutput:
+        left = await step.do("muted", mute_left, deps, inp)
+        if left > 0:  # `/mute off` sends the event; else the mute's end times it out
+            await step.wait_for_event(store.UNMUTE_EVENT, left, name="mute")
         # Journaled, so a replay waits for the same moment (a past one returns at once).
+        until = await step.do("hold", quiet_until, deps, inp)
+        await step.sleep_until("quiet", until)
+        return await _send(step, deps, inp)
+
+    return tell
+
+
+def make_legacy_tell_workflow(deps: WatchDeps) -> Workflow[TellInput, TellOutput]:
+    """The flow of messages held before /mute was an event wait: quiet hours and mute in one
+    sleep, kept so that a message asleep in it across an upgrade is still delivered."""
+
+    @workflow(store.LEGACY_TELL_WORKFLOW)
+    async def tell(step: Step, inp: TellInput) -> TellOutput:
         until = await step.do("hold", hold, deps, inp)
         await step.sleep_until("quiet", until)
-        send = partial(deps.outbox.send_text, inp.chat_id, inp.text)
-        message_id = await deliver(step, deps.db, "send", inp.chat_id, send)
-        if inp.outside:
-            await step.do("remember", remember, deps, inp, message_id, step.instance_id)
-        return TellOutput(message_id=message_id)
+        return await _send(step, deps, inp)
 
     return tell

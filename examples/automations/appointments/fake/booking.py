@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -86,7 +87,8 @@ class FakeBooking:
     """The service, run on its own event loop in a thread (`with FakeBooking.running() as b`)."""
 
     def __init__(self, world: World | None = None) -> None:
-        self.world = world or sample_world()
+        self._first_world = copy.deepcopy(world or sample_world())
+        self.world = copy.deepcopy(self._first_world)
         self.cancel_fails = False
         self.down: set[str] = set()  # routes ("cancel", "escalate", …) answering 503
         self.calls: Counter[str] = Counter()
@@ -100,6 +102,21 @@ class FakeBooking:
         self._thread: threading.Thread | None = None
 
     # -- for tests --------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """As new (its world, no calls, effects, remembered answers, holds or outages), so a
+        test sharing one running service with others sees only its own requests."""
+        with self._cond:
+            for held in self._holds:
+                held.released = True
+            self._holds = []
+            self.world = copy.deepcopy(self._first_world)
+            self.cancel_fails = False
+            self.down = set()
+            self.calls = Counter()
+            self.effects = []
+            self._answers = {}
+            self._cond.notify_all()
 
     def hold(self, route: str, when: HoldWhen = "before") -> Hold:
         """Hold the next request to `route` (e.g. "cancel") until released or dropped."""

@@ -1,0 +1,46 @@
+"""Names in owner notices are shown as written: an automation called `a__b__c` is not bold,
+`*x*` is not italic, in the Markdown every channel renders (Telegram's markup here; Matrix's
+renders the same spans)."""
+
+from __future__ import annotations
+
+from agentd.chat.format import to_html
+from agentd.chat.markup import literal
+from agentd.config import MailAccountConfig
+from agentd.daemon.startup import parked_notice
+from agentd.durable import store
+from agentd.mail.imap import Summary
+from agentd.mail.watch import notice_text
+from agentd.telegram.format import TELEGRAM
+
+
+def test_a_name_markdown_would_read_is_a_code_span_and_a_plain_one_stays() -> None:
+    assert literal("daily") == "daily"
+    assert literal("a__b__c") == "`a__b__c`"
+    assert literal("x`y*") == "`x'y*`"
+    for name in ("a__b__c", "*x*", "~~s~~", "a_b_c"):
+        shown = to_html(f"before {literal(name)} after", TELEGRAM)
+        assert "<b>" not in shown and "<i>" not in shown and "<s>" not in shown, shown
+        assert name in shown
+
+
+def test_a_parked_instance_notice_shows_its_workflow_as_written(conn: object) -> None:
+    store.insert_instance(
+        conn, instance_id="i1", workflow="a__b__c", key="chat-1", input_json="{}", now=1.0
+    )
+    store.set_status(conn, "i1", "errored", 2.0, error="stopped after 3 crashes")
+    shown = to_html(parked_notice(store.get_instance(conn, "i1")), TELEGRAM)
+    assert "<code>a__b__c</code>" in shown and "<b>" not in shown
+
+
+def test_a_mail_notice_shows_the_account_name_as_written() -> None:
+    account = MailAccountConfig(
+        name="me__work__",
+        address="me@example.org",
+        imap_host="h",
+        smtp_host="h",
+        password_env="P",
+    )
+    summary = Summary.model_construct(sender="a@b", subject="hi", uid=1, folder="INBOX")
+    shown = to_html(notice_text(account, summary), TELEGRAM)
+    assert "<code>me__work__</code>" in shown and "<b>" not in shown
