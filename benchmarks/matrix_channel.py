@@ -139,7 +139,7 @@ def telegram_only(tmp: Path, turns: int, idle: float) -> int:
             tmp / "tg",
             tg.base_url,
             llm.base_url,
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
         )
         with running_daemon(tmp / "tg", env) as daemon:

@@ -127,7 +127,7 @@ class Rig:
 def config_for(tmp: Path, **over: Any) -> Config:
     return Config(
         storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
-        telegram={"owner_id": OWNER, "allowed_user_ids": [OWNER]},  # type: ignore[arg-type]
+        access={"owner_id": OWNER, "allowed_user_ids": [OWNER]},  # type: ignore[arg-type]
         **over,
     )
 
