@@ -4,9 +4,11 @@
 
 Code names a channel when it imports the channel's package, reads its section as an attribute
 (`config.matrix`), or names one of the tables its migrations create. Beside the code, a
-channel has its page (`docs/<name>.md`), its row in docs/architecture.md's tier table and its
-keys in config.example.toml (each checked by the tests from the channel list, so none is kept
-by hand in a second place), and, if it needs a library, an optional extra in pyproject.toml.
+channel has its page (`docs/<name>.md`, linked from the README and from docs/configuration.md's
+table of sections), its row in docs/architecture.md's tier table and its keys in
+config.example.toml (each checked by the tests from the channel list, so none is kept by hand
+in a second place without a check), and, if it needs a library, an optional extra in
+pyproject.toml.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class Touched:
 
     name: str
     code: list[str]  # agentd modules naming it: the list entry, and nothing else
-    docs: list[str]  # its page, its architecture row, its keys in config.example.toml
+    docs: list[str]  # its page and the lines that point at it, its keys in config.example.toml
     extra: bool  # an optional dependency group named after it in pyproject.toml
 
     @property
@@ -86,6 +88,11 @@ def touched(channel: Channel, package: str) -> Touched:
         docs.append("docs/architecture.md")
     if re.search(rf"^#? ?\[{channel.section.name}\]", _read("config.example.toml"), re.M):
         docs.append("config.example.toml")
+    line = f"| `[{channel.section.name}]` | [{channel.name}.md]({channel.name}.md) |"
+    if line in _read("docs/configuration.md"):
+        docs.append("docs/configuration.md")
+    if f"(docs/{channel.name}.md)" in _read("README.md"):
+        docs.append("README.md")
     project = tomllib.loads(_read("pyproject.toml"))["project"]
     extra = channel.name in project.get("optional-dependencies", {})
     return Touched(channel.name, code_naming(channel, package), docs, extra)
