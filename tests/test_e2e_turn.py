@@ -329,7 +329,7 @@ def test_second_runner_is_refused(tmp_path: Path, env: dict) -> None:
     [
         ('[llm]\nmax_steps = "many"\n', "llm.max_steps"),
         ('[access]\nallow_groups = "maybe"\n', "access.allow_groups"),
-        ('[telegram]\npoll_timeout = "soon"\n', "telegram.poll_timeout"),
+        ('[telegram]\nmax_backoff = "soon"\n', "telegram.max_backoff"),
         ('[matrix]\nhomeserver = "https://m.example"\nuser_id = "agentd"\n', "matrix.user_id"),
         ("[llm]\nmodle = 'x'\n", "llm.modle"),
         ('[telegram]\ntoken = "123:abc"\n', "telegram.token"),
