@@ -59,7 +59,8 @@ def test_a_channel_section_is_validated_as_strictly_as_the_core_s(tmp_path: Path
     assert "telegram.token: secrets are not read from the config file" in said
     said = _refusal(tmp_path, '[matrix]\nhomeserver = "https://m.example.org"\n')
     assert "matrix.user_id" in said  # a required key of an optional section
-    assert "telegrm: unknown key" in _refusal(tmp_path, "[telegrm]\npoll_timeout = 5\n")
+    said = _refusal(tmp_path, "[telegrm]\npoll_timeout = 5\n")
+    assert "telegrm: unknown key; did you mean telegram?" in said
 
 
 def test_an_absent_section_is_its_defaults_or_off(tmp_path: Path) -> None:
