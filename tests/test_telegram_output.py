@@ -1,6 +1,6 @@
 """Progress feedback only for slow answers: the real aiogram client against FakeTelegram.
 
-"typing…" (R-TURN-1) and the first draft (R-TG-3) wait `telegram.progress_delay`, so a turn
+"typing…" (R-TURN-1) and the first draft (R-TG-3) wait `chat.progress_delay`, so a turn
 whose answer is there sooner makes no extra Bot API calls.
 """
 
