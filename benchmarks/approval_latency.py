@@ -64,7 +64,7 @@ def main() -> None:
             llm.base_url,
             AGENTD_CONFIG=str(path / "agentd.toml"),
             AGENTD_ENGINE__EVENT_POLL_INTERVAL="0.5",
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         daemon = Daemon(path, env).start()
         try:

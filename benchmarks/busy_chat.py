@@ -254,7 +254,7 @@ def main() -> None:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(path / "agentd.toml"),
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         del env["AGENTD_ACCESS__ALLOWED_USER_IDS"]
         tg.add_chat(OWNER, "private", OWNER)

@@ -96,7 +96,7 @@ def daemon_part(turns: int) -> tuple[list[float], list[float]]:
                 tg.base_url,
                 llm.base_url,
                 AGENTD_CONFIG=str(path / "agentd.toml"),
-                AGENTD_TELEGRAM__STREAMING="false",
+                AGENTD_CHAT__STREAMING="false",
                 AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
             )
             daemon = Daemon(path, env).start()

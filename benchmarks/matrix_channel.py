@@ -6,9 +6,11 @@ against a real Synapse (tests/matrixserver.py, SQLite, loopback), the same fake 
 send to the answer reaching the user's side: the fake's record for Telegram, the owner's own
 /sync long poll for Matrix (it returns the moment Synapse has the bot's event). Then the
 daemon idles and its VmRSS is read, beside a Telegram-only daemon measured the same way in the
-same run (the baseline), after the same number of turns.
+same run (the baseline), after the same number of turns. First it counts, from the source, the
+files Matrix touches outside its own package (tests/channel_files.py, the check
+tests/test_channel_own.py holds to "its package plus one list entry").
 
-Usage: .venv/bin/python benchmarks/matrix_channel.py [--turns 20] [--idle 5]
+Usage: .venv/bin/python benchmarks/matrix_channel.py [--turns 20] [--idle 5] [--files-only]
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tests.channel_files import every_channel
 from tests.daemon_process import OWNER, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.matrix_rig import MatrixRig, matrix_rig
@@ -139,7 +142,7 @@ def telegram_only(tmp: Path, turns: int, idle: float) -> int:
             tmp / "tg",
             tg.base_url,
             llm.base_url,
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
         )
         with running_daemon(tmp / "tg", env) as daemon:
@@ -150,11 +153,26 @@ def telegram_only(tmp: Path, turns: int, idle: float) -> int:
             return rss_kb(daemon.proc.pid)
 
 
+def files_touched() -> None:
+    """What each channel touches outside its package: code, then checked docs, then its extra."""
+    for t in every_channel():
+        extra = " + its pyproject extra" if t.extra else ""
+        code, docs = ", ".join(t.code), ", ".join(t.docs)
+        print(
+            f"files outside agentd/{t.name}/: {t.files} — code {len(t.code)} ({code}), "
+            f"checked docs {len(t.docs)} ({docs}){extra}"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--turns", type=int, default=20, help="turns on each channel")
     ap.add_argument("--idle", type=float, default=5.0, help="seconds idle before reading RSS")
+    ap.add_argument("--files-only", action="store_true", help="only count the files touched")
     args = ap.parse_args()
+    files_touched()
+    if args.files_only:
+        return
     print(
         f"Matrix beside Telegram — python {sys.version.split()[0]}, nproc {os.cpu_count()}, "
         f"load {os.getloadavg()[0]:.2f} at start"

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from agentd.channels import migrations
 from agentd.db import Database
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
@@ -31,7 +32,7 @@ def _no_real_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 @pytest.fixture
 async def db(tmp_path: Path) -> AsyncIterator[Database]:
-    database = await Database.open(tmp_path / "test.db")
+    database = await Database.open(tmp_path / "test.db", migrations=migrations())
     yield database
     await database.close()
 
@@ -40,6 +41,6 @@ async def db(tmp_path: Path) -> AsyncIterator[Database]:
 def conn(tmp_path: Path) -> Iterator[Any]:
     """A migrated database on a plain (synchronous) connection."""
     c = open_sync(tmp_path / "mem.db")
-    apply_migrations(c)
+    apply_migrations(c, migrations())
     yield c
     c.close()

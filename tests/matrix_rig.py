@@ -105,7 +105,7 @@ def matrix_rig(
         (tmp / "agentd.toml").write_text(config)
         overrides = {
             "AGENTD_CONFIG": str(tmp / "agentd.toml"),
-            "AGENTD_TELEGRAM__STREAMING": "false",
+            "AGENTD_CHAT__STREAMING": "false",
             "MATRIX_PASSWORD": cast.bot_password,
             **env,
         }

@@ -52,7 +52,7 @@ def owner_chat_running(
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         if users_in_config:
             del env["AGENTD_ACCESS__ALLOWED_USER_IDS"]

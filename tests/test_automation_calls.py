@@ -22,6 +22,7 @@ from agentd.agent.calls import UNKNOWN_OUTCOME
 from agentd.automations.api import AutoStep, workflow
 from agentd.automations.catalog import Catalog
 from agentd.automations.runtime import Runtime
+from agentd.chat import reach
 from agentd.chat.outbox import Button
 from agentd.config import Config
 from agentd.db import Database
@@ -94,6 +95,8 @@ class Rig:
         self.catalog.add(workflow(name, input=Text, output=Done, version="1")(fn))
 
     async def run(self) -> Engine:
+        # Where the owner is reached, as the Telegram channel notes it for a configured user.
+        await self.db.write(reach.know_private_chat, OWNER, "telegram", OWNER)
         engine = Engine(self.db, clock=self.clock, poll_interval=0.02)
         for wf in self.runtime.workflows():
             engine.register(wf)
@@ -127,7 +130,7 @@ class Rig:
 def config_for(tmp: Path, **over: Any) -> Config:
     return Config(
         storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
-        telegram={"owner_id": OWNER, "allowed_user_ids": [OWNER]},  # type: ignore[arg-type]
+        access={"owner_id": OWNER, "allowed_user_ids": [OWNER]},  # type: ignore[arg-type]
         **over,
     )
 

@@ -82,7 +82,7 @@ def tools_for(radicale: Radicale, password: str = USERS["owner"], **over: Any) -
     config = Config(
         calendar=[cal],
         agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-        telegram={"owner_id": 42},
+        access={"owner_id": 42},
     )
     return {t.name: t for t in build_calendar_tools(config, {"CAL_PW": password})}
 
@@ -194,14 +194,14 @@ async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
         config = Config(
             calendar=[feed],
             agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-            telegram={"owner_id": 42},
+            access={"owner_id": 42},
         )
         tools = {t.name: t for t in build_calendar_tools(config, {})}
         assert set(tools) == {"calendar_list", "calendar_free"}  # nothing that writes
         out = await call(tools, "calendar_list", start="2026-10-30")
         assert "Fri 2026-10-30 09:00–09:30 CET: Standup (repeats)" in out.content, out.content
         gone = CalendarConfig(name="gone", url=url.replace("feed.ics", "missing.ics"))
-        config = Config(calendar=[gone], telegram={"owner_id": 42})  # type: ignore[arg-type]
+        config = Config(calendar=[gone], access={"owner_id": 42})  # type: ignore[arg-type]
         missing = await call({t.name: t for t in build_calendar_tools(config, {})}, "calendar_list")
         assert not missing.ok and "gone: " in missing.content and "404" in missing.content
     finally:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import load_config
+from agentd.channels import load_config
 
 FILE = '[llm]\nmodel = "claude-from-file"\nbase_url = "http://file.example"\n'
 

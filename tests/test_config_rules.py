@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import Config, SecretSource, load_config
+from agentd.channels import load_config
+from agentd.config import Config, SecretSource
 from agentd.config.schema import OLD_SPELLINGS
 from agentd.db import Database
 from agentd.durable import FakeClock

@@ -95,7 +95,11 @@ def test_start_signal_wait_from_the_cli_while_the_daemon_runs(stack: Stack) -> N
     )
     assert tuple(run[0]) == ("1", "cli")
     shown = stack.daemon.cli_json("workflows", "show", iid)
-    assert shown["version"] == "1" and [s["name"] for s in shown["steps"]] == ["hello", "wait:go"]
+    assert shown["version"] == "1" and [s["name"] for s in shown["steps"]] == [
+        "hello:to",
+        "hello",
+        "wait:go",
+    ]
     late = stack.daemon.cli("workflows", "signal", iid, "go")
     assert late.returncode == 1 and "already finished" in late.stderr
 

@@ -143,7 +143,7 @@ def browse(tmp_path: Path) -> Iterator[Browse]:
                 tg.base_url,
                 llm.base_url,
                 AGENTD_CONFIG=made["AGENTD_CONFIG"],
-                AGENTD_TELEGRAM__STREAMING="false",
+                AGENTD_CHAT__STREAMING="false",
             )
             daemon = Daemon(tmp_path, env).start()
             stack = Browse(tg, llm, daemon, site, other)

@@ -50,7 +50,7 @@ def browse(tmp_path: Path) -> Iterator[Browse]:
                 tg.base_url,
                 llm.base_url,
                 AGENTD_CONFIG=made["AGENTD_CONFIG"],
-                AGENTD_TELEGRAM__STREAMING="false",
+                AGENTD_CHAT__STREAMING="false",
                 AGENTD_DASHBOARD__ENABLED="true",
                 AGENTD_DASHBOARD__PORT="0",
             )

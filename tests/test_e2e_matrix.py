@@ -228,7 +228,7 @@ def test_files_and_images_in_and_out(tmp_path: Path, cast: Cast) -> None:
 def test_a_room_as_a_group(tmp_path: Path, cast: Cast) -> None:
     """Groups as on Telegram: answered only when addressed, only a served person, and with
     groups off the room is left, saying why."""
-    with matrix_rig(tmp_path, cast, extra="allow_groups = true") as rig:
+    with matrix_rig(tmp_path, cast, AGENTD_ACCESS__ALLOW_GROUPS="true") as rig:
         owner, stranger = rig.owner, cast.stranger
         room = owner.create_room(invite=[rig.bot, stranger.user_id], direct=False)
         stranger.join(room)
@@ -384,14 +384,14 @@ def test_the_appointment_desk_escalates_into_a_matrix_room(tmp_path: Path, cast:
     room = owner.create_room(invite=[cast.bot_user_id, friend.user_id], direct=False)
     friend.join(room)
     extra = (
-        f'allow_groups = true\nallowed_users = ["{friend.user_id}"]\n\n'
+        f'allowed_users = ["{friend.user_id}"]\n\n'
         f'[automations]\nfolder = "{DESK}"\n'
         'secrets = ["APPOINTMENTS_BOOKING_URL", "APPOINTMENTS_BOOKING_TOKEN"]\n\n'
         f'[automations.chats]\nsupervisors = "{room}"\n'
     )
     with fake.FakeBooking() as booking:
         booking.cancel_fails = True
-        env = {"APPOINTMENTS_BOOKING_URL": booking.url}
+        env = {"APPOINTMENTS_BOOKING_URL": booking.url, "AGENTD_ACCESS__ALLOW_GROUPS": "true"}
         with matrix_rig(tmp_path, cast, extra=extra, **env) as rig:
             wait_for(lambda: rig.bot in owner.joined_members(room), 60, "the bot joining")
             desk = Desk(rig.daemon, rig.tg, booking)  # the desk's own test calls
@@ -449,7 +449,7 @@ ANSWER = "Here is a fairly long answer, written slowly so that its edits can sho
 
 def test_an_answer_streams_as_one_message_edited_as_it_grows(tmp_path: Path, cast: Cast) -> None:
     slow = {"stream_delay": 0.05, "stream_chunk_chars": 12}
-    env = {"AGENTD_TELEGRAM__STREAMING": "true", "AGENTD_TELEGRAM__STREAM_INTERVAL": "0.2"}
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.2"}
     with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
         room = rig.dm()
         rig.llm.enqueue_text(ANSWER.strip())

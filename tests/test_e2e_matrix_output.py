@@ -93,7 +93,7 @@ def test_a_streamed_answer_replies_and_its_edits_carry_the_formatting(
     tmp_path: Path, cast: Cast
 ) -> None:
     slow = {"stream_delay": 0.05, "stream_chunk_chars": 12}
-    env = {"AGENTD_TELEGRAM__STREAMING": "true", "AGENTD_TELEGRAM__STREAM_INTERVAL": "0.2"}
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.2"}
     with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
         room = rig.dm()
         rig.llm.enqueue_text(ANSWER.strip())
@@ -199,8 +199,8 @@ def test_in_a_group_another_members_message_is_a_turn_of_its_own(
     served member writes to the bot; theirs is answered on its own, never 'the user added'
     in the owner's turn."""
     stranger = cast.stranger
-    extra = f'allow_groups = true\nallowed_users = ["{stranger.user_id}"]'
-    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+    extra = f'allowed_users = ["{stranger.user_id}"]'
+    with matrix_rig(tmp_path, cast, extra=extra, AGENTD_ACCESS__ALLOW_GROUPS="true") as rig:
         owner = rig.owner
         room = owner.create_room(invite=[rig.bot, stranger.user_id], direct=False)
         stranger.join(room)

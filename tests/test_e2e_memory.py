@@ -232,7 +232,7 @@ def test_a_group_members_words_never_become_another_members_facts(
     llm.set_responder(summary_reply)
     group = -900
     env = memory_env(tmp_path, tg, llm)
-    env["AGENTD_TELEGRAM__ALLOW_GROUPS"] = "true"
+    env["AGENTD_ACCESS__ALLOW_GROUPS"] = "true"
     with running_daemon(tmp_path, env) as daemon:
         tg.add_bot_to_group(group, ALICE, int(TOKEN.split(":")[0]))
         for n, (user, text) in enumerate(

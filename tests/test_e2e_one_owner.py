@@ -44,7 +44,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
             AGENTD_ACCESS__OWNER_ID=str(OWNER),
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         tg.add_chat(OWNER)
         tg.add_chat(SECOND)

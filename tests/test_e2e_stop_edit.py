@@ -79,7 +79,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
             AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         with running_daemon(tmp, env) as daemon:
             yield Stack(tg, llm, daemon)

@@ -15,9 +15,7 @@ def test_drafts_grow_then_one_final_message(tmp_path: Path) -> None:
         FakeTelegram.running() as tg,
         FakeAnthropic.running(stream_delay=0.05, stream_chunk_chars=12) as llm,
     ):
-        env = daemon_env(
-            tmp_path, tg.base_url, llm.base_url, AGENTD_TELEGRAM__STREAM_INTERVAL="0.2"
-        )
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_CHAT__STREAM_INTERVAL="0.2")
         llm.enqueue_text(ANSWER.strip())
         with running_daemon(tmp_path, env) as daemon:
             tg.add_message(OWNER, OWNER, "tell me something")
@@ -37,9 +35,7 @@ def test_drafts_grow_then_one_final_message(tmp_path: Path) -> None:
 def test_a_server_without_drafts_still_answers(tmp_path: Path) -> None:
     with FakeTelegram.running() as tg, FakeAnthropic.running(stream_delay=0.02) as llm:
         tg.disable_method("sendMessageDraft")
-        env = daemon_env(
-            tmp_path, tg.base_url, llm.base_url, AGENTD_TELEGRAM__STREAM_INTERVAL="0.01"
-        )
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_CHAT__STREAM_INTERVAL="0.01")
         llm.enqueue_text(ANSWER.strip())
         with running_daemon(tmp_path, env):
             tg.add_message(OWNER, OWNER, "hi")
@@ -53,9 +49,7 @@ def test_kill_9_mid_stream_resumes_without_a_duplicate(tmp_path: Path) -> None:
         FakeTelegram.running() as tg,
         FakeAnthropic.running(stream_delay=0.3, stream_chunk_chars=4) as llm,
     ):
-        env = daemon_env(
-            tmp_path, tg.base_url, llm.base_url, AGENTD_TELEGRAM__STREAM_INTERVAL="0.1"
-        )
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_CHAT__STREAM_INTERVAL="0.1")
         llm.enqueue_text(ANSWER.strip())
         daemon = Daemon(tmp_path, env).start()
         try:

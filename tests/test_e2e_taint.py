@@ -125,7 +125,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("taint")
     ws = tmp / "workspace"
     (tmp / "agentd.toml").write_text(
-        "[telegram]\nallow_groups = true\n\n[tools]\napproval_timeout = 60\n\n"
+        "[access]\nallow_groups = true\n\n[tools]\napproval_timeout = 60\n\n"
         '[tools.fetch]\nallowed_hosts = ["127.0.0.1"]\n\n'
         f'[tools.workspace]\npath = "{ws}"\n'
     )

@@ -25,8 +25,6 @@ CONFIG = f"""
 [access]
 owner_id = {OWNER}
 allowed_user_ids = [{OWNER}, {OTHER}]
-
-[telegram]
 allow_groups = true
 
 [schedule]

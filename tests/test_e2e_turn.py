@@ -52,7 +52,7 @@ def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: 
         '"list_files", "read_file", "write_file", "edit_file", "delete_file", "send_file", '
         '"save_sent_file", "shell", "delegate", "watch_add", "watch_list", "watch_remove"]'
     )
-    llm.enqueue_delay(1.0)  # the model thinks for longer than telegram.progress_delay
+    llm.enqueue_delay(1.0)  # the model thinks for longer than chat.progress_delay
     llm.enqueue_text("Hello **owner**! Nice to meet you.")
     with running_daemon(tmp_path, env) as daemon:
         tg.add_message(OWNER, OWNER, "hi there")
@@ -328,7 +328,9 @@ def test_second_runner_is_refused(tmp_path: Path, env: dict) -> None:
     ("toml", "key"),
     [
         ('[llm]\nmax_steps = "many"\n', "llm.max_steps"),
-        ('[telegram]\nallow_groups = "maybe"\n', "telegram.allow_groups"),
+        ('[access]\nallow_groups = "maybe"\n', "access.allow_groups"),
+        ('[telegram]\nmax_backoff = "soon"\n', "telegram.max_backoff"),
+        ('[matrix]\nhomeserver = "https://m.example"\nuser_id = "agentd"\n', "matrix.user_id"),
         ("[llm]\nmodle = 'x'\n", "llm.modle"),
         ('[telegram]\ntoken = "123:abc"\n', "telegram.token"),
         ("[agent]\ntimezone = 'Mars/Olympus'\n", "agent.timezone"),

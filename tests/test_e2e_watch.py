@@ -122,7 +122,7 @@ def stack_of(tmp: Path) -> Iterator[Stack]:
             tg.base_url,
             llm.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         tg.add_chat(OWNER)  # the owner has started the bot: it may write to them
         with running_daemon(tmp, env) as daemon:

@@ -105,7 +105,7 @@ def test_provider_side_search_answers_with_sources(tmp_path: Path) -> None:
             tg.base_url,
             llm.base_url,
             AGENTD_WEB__PROVIDER="anthropic",
-            AGENTD_TELEGRAM__STREAMING="false",
+            AGENTD_CHAT__STREAMING="false",
         )
         llm.set_responder(lambda body: answer)
         with running_daemon(tmp_path, env):

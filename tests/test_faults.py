@@ -57,7 +57,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             tg_proxy.base_url,
             llm_proxy.base_url,
             AGENTD_CONFIG=str(tmp / "agentd.toml"),
-            AGENTD_TELEGRAM__ALLOW_GROUPS="true",
+            AGENTD_ACCESS__ALLOW_GROUPS="true",
             AGENTD_TELEGRAM__SEND_RETRIES="6",
             AGENTD_TELEGRAM__RETRY_BASE_DELAY="0.02",
             AGENTD_TELEGRAM__MAX_BACKOFF="0.2",
@@ -67,7 +67,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",  # every case is a message from the owner
             AGENTD_MEMORY__SUMMARY_THRESHOLD="10000",  # no background model calls to count
             # The fake answers at once: typing and drafts only go out when they show at once.
-            AGENTD_TELEGRAM__PROGRESS_DELAY="0",
+            AGENTD_CHAT__PROGRESS_DELAY="0",
         )
         # Start-up while Telegram is unreachable or answers garbage: the daemon waits.
         tg_proxy.fail("getMe", "status", status=502, body="html")

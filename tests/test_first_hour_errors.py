@@ -175,7 +175,8 @@ def test_the_shell_card_shows_one_line_per_field_and_a_plain_why() -> None:
 
 
 def test_every_unknown_key_is_named_with_the_nearest_real_one(tmp_path: Path) -> None:
-    from agentd.config import ConfigError, load_config
+    from agentd.channels import load_config
+    from agentd.config import ConfigError
 
     path = tmp_path / "agentd.toml"
     path.write_text('[llm]\nmodle = "claude-haiku-4-5"\n[access]\nallowed_user_id = [42]\n')

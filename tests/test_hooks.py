@@ -24,6 +24,7 @@ from agentd.automations import AutoStep, hooks, workflow
 from agentd.automations.catalog import Catalog
 from agentd.automations.hooks import HookServer, signature_ok
 from agentd.automations.runtime import Runtime
+from agentd.chat import reach
 from agentd.config import AccessConfig, Config, HookConfig, HooksConfig
 from agentd.db import Database
 from agentd.durable import Engine, SystemClock, store
@@ -60,6 +61,8 @@ async def hooks_running(
 ) -> AsyncIterator[Database]:
     """`unit_wait` on a durable engine behind a started listener; all closed after."""
     db = await Database.open(db_path)
+    # Where the owner is reached, as the Telegram channel notes it for a configured user.
+    await db.write(reach.know_private_chat, 42, "telegram", 42)
     engine = Engine(db, clock=SystemClock(), poll_interval=0.02)
     catalog = Catalog()
     catalog.add(unit_wait)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from agentd.config import load_config
+from agentd.channels import load_config
 from tests.daemon_process import API_KEY, OWNER, TOKEN
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.test_init import AGENTD, clean_env

@@ -14,8 +14,8 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from agentd.channels import load_config
 from agentd.cli.init_accounts import SPECIAL_FOLDERS, smtp_default, split_host
-from agentd.config import load_config
 from tests import mailservers
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, Dovecot, LmtpRelay, smtp_server
 

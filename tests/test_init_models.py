@@ -16,8 +16,8 @@ import pexpect
 import pytest
 from typer.testing import CliRunner
 
+from agentd.channels import load_config
 from agentd.cli.model_check import ModelProblem, check_model
-from agentd.config import load_config
 from tests.daemon_process import API_KEY, OWNER, TOKEN
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.test_init import AGENTD, clean_env

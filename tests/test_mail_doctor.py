@@ -120,7 +120,7 @@ def test_init_add_mail_and_calendar_log_in_then_save(
 ) -> None:
     import pexpect
 
-    from agentd.config import load_config
+    from agentd.channels import load_config
 
     dovecot, smtp, radicale = servers
     (tmp_path / "agentd.toml").write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')

@@ -76,7 +76,7 @@ def tools_for(acc: MailAccountConfig, db: Database, tmp: Path, password: str) ->
     config = Config(
         mail=[acc],
         storage={"path": str(tmp / "agentd.db")},  # type: ignore[arg-type]
-        telegram={"owner_id": 42},
+        access={"owner_id": 42},
     )
     built = build_mail_tools(config, db, {acc.password_env: password})
     return {t.name: t for t in built}

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import ConfigError, load_config
+from agentd.channels import load_config
+from agentd.config import ConfigError
 from agentd.config.models import ModelSettings
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import ConfigError, load_config
+from agentd.channels import load_config
+from agentd.config import ConfigError
 
 
 @pytest.fixture(autouse=True)

@@ -14,13 +14,15 @@ from typing import Any
 import pytest
 
 from agentd.access import accounts, owners, pairing
+from agentd.channels import load_config
 from agentd.chat import reach
 from agentd.chat.notice import NOTICE_WORKFLOW, NoticeInput, make_notice_workflow
-from agentd.config import AccessConfig, Config, load_config
+from agentd.config import AccessConfig, Config
 from agentd.db import Database, open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.durable import Engine, FakeClock
 from agentd.telegram.classify import Identity
+from agentd.telegram.config import settings
 from agentd.telegram.intake import persist_updates
 from tests.test_channel_door import Recorder
 
@@ -36,7 +38,7 @@ def test_the_old_telegram_keys_load_into_access_with_one_warning_each(
     with caplog.at_level(logging.WARNING, logger="agentd"):
         config = load_config(path, env={})
     assert config.access.owner_id == 42 and config.access.allowed_user_ids == [42, 7]
-    assert config.telegram.poll_timeout == 5  # the rest of [telegram] stays where it was
+    assert settings(config).poll_timeout == 5  # the rest of [telegram] stays where it was
     said = [r.getMessage() for r in caplog.records if "now spelled" in r.getMessage()]
     assert said == [
         "configuration key [telegram.allowed_user_ids] is now spelled "

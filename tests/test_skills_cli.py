@@ -213,7 +213,7 @@ async def test_a_skill_added_by_the_cli_is_not_held_back_when_the_daemon_runs_el
     del owner.env["AGENTD_CONFIG"]  # found in the working directory, a relative path
     added = owner.run("add", str(SKILLS / "word-stats"), "--yes")
     assert added.returncode == 0, added.stderr
-    from agentd.config import load_config
+    from agentd.channels import load_config
     from agentd.db import Database
     from agentd.skills import tools as skills
 

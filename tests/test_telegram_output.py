@@ -1,6 +1,6 @@
 """Progress feedback only for slow answers: the real aiogram client against FakeTelegram.
 
-"typing…" (R-TURN-1) and the first draft (R-TG-3) wait `telegram.progress_delay`, so a turn
+"typing…" (R-TURN-1) and the first draft (R-TG-3) wait `chat.progress_delay`, so a turn
 whose answer is there sooner makes no extra Bot API calls.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from agentd.agent.streaming import DraftStreamer
-from agentd.config import Config
+from agentd.channels import config_class
 from agentd.telegram.bot import make_bot
 from agentd.telegram.output import TelegramOutbox
 from tests.daemon_process import TOKEN
@@ -34,7 +34,7 @@ def tg() -> Iterator[FakeTelegram]:
 
 @pytest.fixture
 async def outbox(tg: FakeTelegram) -> AsyncIterator[TelegramOutbox]:
-    config = Config.model_validate(
+    config = config_class().model_validate(
         {"telegram": {"api_base": tg.base_url}, "secrets": {"telegram_bot_token": TOKEN}}
     )
     bot = make_bot(config)

@@ -13,7 +13,7 @@ from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, Telegra
 from aiogram.methods import Response
 from aiogram.types import BufferedInputFile, Message
 
-from agentd.config import Config
+from agentd.channels import config_class
 from agentd.telegram.bot import make_bot
 from agentd.telegram.session import RetryPolicy, classify_fault, lenient_json_loads
 from tests.daemon_process import TOKEN
@@ -36,7 +36,7 @@ async def bot(
 ) -> AsyncIterator[tuple[Bot, list[tuple[str, Any, str]]]]:
     _, proxy = servers
     proxy.clear()
-    config = Config.model_validate(
+    config = config_class().model_validate(
         {
             "telegram": {
                 "api_base": proxy.base_url,

@@ -12,8 +12,10 @@ import pytest
 from pydantic import ValidationError
 
 from agentd.automations.hooks import HookServer
+from agentd.chat import reach
 from agentd.chat.inputs import TurnInput
 from agentd.config import AccessConfig, Config, HookConfig, HooksConfig
+from agentd.db import Database
 from agentd.telegram.classify import classify_update
 from tests.test_classify import ME, message
 
@@ -24,8 +26,9 @@ def test_a_chat_message_carries_its_telegram_ids() -> None:
     assert turn.origin == "chat" and turn.update_id is not None and turn.message_id is not None
 
 
-async def test_a_webhook_turn_says_so_and_has_no_message() -> None:
+async def test_a_webhook_turn_says_so_and_has_no_message(db: Database) -> None:
     started: list[TurnInput] = []
+    await db.write(reach.know_private_chat, 42, "telegram", 42)  # as the channel notes it
 
     async def start_workflow(workflow: str, inp: TurnInput, **kw: Any) -> Any:
         started.append(inp)
@@ -36,7 +39,7 @@ async def test_a_webhook_turn_says_so_and_has_no_message() -> None:
         access=AccessConfig(allowed_user_ids=[42]),
         hooks=HooksConfig(enabled=True, routes={"notes": route}),
     )
-    runtime = SimpleNamespace(catalog=SimpleNamespace(versions={}), db=None)
+    runtime = SimpleNamespace(catalog=SimpleNamespace(versions={}), db=db)
     server = HookServer(config, runtime, start_workflow, wake=None, env={})  # type: ignore[arg-type]
     await server._start_turn(server.routes["notes"], {"note": "milk"}, "d-1")
     [turn] = started

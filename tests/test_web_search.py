@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentd.config import ConfigError, WebConfig, load_config
+from agentd.channels import load_config
+from agentd.config import ConfigError, WebConfig
 from agentd.db import Database
 from agentd.durable import FakeClock
 from agentd.ledger import audit

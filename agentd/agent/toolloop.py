@@ -194,13 +194,13 @@ async def call_llm(
         }
     )
     on_text = None
-    if deps.config.telegram.streaming and inp.private:  # drafts exist in private chats only
+    if deps.config.chat.streaming and inp.private:  # drafts exist in private chats only
         on_text = DraftStreamer(
             deps.outbox,
             inp.chat_id,
             draft_id(instance_id, step_name),
-            deps.config.telegram.stream_interval,
-            delay=deps.config.telegram.progress_delay,
+            deps.config.chat.stream_interval,
+            delay=deps.config.chat.progress_delay,
             reply_to=inp.message_id or None,
         )
     async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals

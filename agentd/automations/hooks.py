@@ -33,6 +33,7 @@ from aiohttp import web
 from agentd.automations import hook_guard, runs
 from agentd.automations.owner import owner
 from agentd.automations.runtime import Runtime
+from agentd.chat import reach
 from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.config import Config, HookConfig, read_secret
@@ -269,9 +270,18 @@ class HookServer:
     async def _start_turn(
         self, route: _Route, data: dict[str, Any], delivery: str
     ) -> tuple[str, bool]:
-        chat = owner(self._config)
-        if chat is None:
+        user = owner(self._config)
+        if user is None:
             raise WorkflowNotFound("no owner to run a prompt for: set [access] allowed_user_ids")
+        # The owner's private chat where notices find them (chat/reach.py); the turn's input
+        # is journaled with it, so a turn started before keeps the chat it had.
+        prefer = self._config.access.notices
+        chat = await self._runtime.db.read(reach.private_chat, user, prefer)
+        if chat is None:
+            raise WorkflowNotFound(
+                "the owner has no private chat with the agent on any channel yet: write to it "
+                "once, then send the hook again"
+            )
         payload = json.dumps(data, ensure_ascii=False, indent=1)
         text = f"{route.config.prompt}\n\n{mark_untrusted(payload, f'webhook {route.name}')}"
         if len(text) > MAX_TEXT_CHARS:
@@ -281,7 +291,7 @@ class HookServer:
             origin="webhook",
             chat_id=chat,
             chat_kind="private",
-            user_id=chat,
+            user_id=user,
             date=time.time(),
             kind="text",
             text=text,

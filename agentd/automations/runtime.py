@@ -26,7 +26,7 @@ from agentd.automations import runs
 from agentd.automations.api import Automation, AutoStep, RunState, ToolRun, field_errors
 from agentd.automations.catalog import RELOAD_WORKFLOW, Catalog
 from agentd.automations.owner import owner
-from agentd.chat import addresses
+from agentd.chat import addresses, reach
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.notice import post_notice
@@ -330,7 +330,7 @@ class Runtime:
             raise ValueError(f"ask_owner: default {default!r} is not one of {choices}")
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         seconds = seconds if seconds is not None else self.config.automations.ask_timeout
-        chat = self._owner_chat()
+        chat = await self._owner_reached(step, name, name + runs.QUESTION_SUFFIX)
         question = await step.local(
             name + runs.QUESTION_SUFFIX,
             runs.create_question,
@@ -431,11 +431,30 @@ class Runtime:
 
     # -- llm, send, tool --------------------------------------------------------------------
 
-    def _owner_chat(self) -> int:
-        chat = owner(self.config)
-        if chat is None:
+    def _owner(self) -> int:
+        user = owner(self.config)
+        if user is None:
             raise NonRetryable("no owner: set [access] allowed_user_ids")
-        return chat
+        return user
+
+    async def _owner_reached(self, step: Step, name: str, old_first_step: str) -> int:
+        """The owner's private chat for step `name`, where notices find them (chat/reach.py:
+        the channel `[access] notices` names, else where they last wrote), chosen once in the
+        step `name:to`. An instance journaled before that step existed went to the owner's
+        user id as a chat (Telegram's private-chat rule); its journal goes on that way."""
+        user = self._owner()
+        if step.journaled_next() == old_first_step:
+            return user
+        prefer = self.config.access.notices
+        chat = await step.local(
+            f"{name}:to", reach.private_chat, user, prefer, result_type=int | None
+        )
+        if chat is None:
+            raise NonRetryable(
+                "the owner has no private chat with the agent on any channel yet: write to "
+                "it once, then `agentd workflows retry ID`"
+            )
+        return int(chat)
 
     async def llm_call(
         self,
@@ -478,11 +497,13 @@ class Runtime:
 
     async def send(self, step: Step, name: str, text: str, to: str | None = None) -> int:
         chat = await self.chat_named(to)
+        if chat is None:
+            chat = await self._owner_reached(step, name, name)
         return await deliver(step, self.db, name, chat, partial(self.outbox.send_text, chat, text))
 
-    async def chat_named(self, to: str | None) -> int:
-        """The chat `to` names in `[automations] chats`; the owner's when unnamed or unset, or
-        when it names a room no channel has met yet (said in the log)."""
+    async def chat_named(self, to: str | None) -> int | None:
+        """The chat `to` names in `[automations] chats`; None (the owner's private chat) when
+        unnamed or unset, or when it names a room no channel has met yet (said in the log)."""
         named = self.config.automations.chats.get(to) if to else None
         if isinstance(named, str):
             address, named = named, await self.db.read(addresses.chat_of, named)
@@ -491,7 +512,7 @@ class Runtime:
                     "automations.chats names a room agentd is not in; told the owner instead",
                     extra={"chat_name": to, "address": address},
                 )
-        return named if named is not None else self._owner_chat()
+        return named
 
     async def tool(
         self, step: Step, taint: TurnTaint, name: str, tool_name: str, args: dict[str, Any]
@@ -500,7 +521,7 @@ class Runtime:
         step's name is the call's id, so two calls are two (each mail its own Message-ID)."""
         if self.registry is None:
             raise NonRetryable(f"no tool named {tool_name!r}: no tools are loaded")
-        chat = self._owner_chat()
+        chat = self._owner()
         services = CallServices(
             self.config, self.db, self.outbox, self.clock, self.registry, self.redact
         )

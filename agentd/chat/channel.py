@@ -10,6 +10,13 @@ loop over that list; none of them names a network. The contract, in the order a 
   (`chat.route`). Telegram is block 0: its own ids, unchanged, so every row stored before
   channels existed still names the right chat. A channel with string addresses (a Matrix
   room) keeps its own table from address to an id in its block.
+- `section`: its own configuration section (`[telegram]`, `[matrix]`), a name and a pydantic
+  model (`config.sections.Section`); the loader validates it with the rest of the file,
+  and the channel reads it back with `section.of(config)`. Keys of it that became
+  channel-neutral (`[access]`, `[chat]`) are declared there as moved, and still load.
+- `migrations`: its own tables, a list of `db.migrations.Migration` named in its own set
+  (`matrix/…`), applied after the core's and recorded like them (a step the core list
+  applied before the channel owned it names it in `formerly`, and is not run again).
 - `enabled(config)`: whether it is configured; a channel that is not is never imported
   beyond this module (its network library included).
 - `secret_names(config)` / `secret_values(config)` / `checks(config, probe)`: what the
@@ -43,7 +50,7 @@ loop over that list; none of them names a network. The contract, in the order a 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -55,7 +62,9 @@ if TYPE_CHECKING:
     from agentd.chat.inputs import CallbackPress, TurnInput
     from agentd.chat.outbox import Outbox
     from agentd.config import Config, SecretSource
+    from agentd.config.sections import Section
     from agentd.db import Database
+    from agentd.db.migrations import Migration
     from agentd.durable import Engine
 
 # Telegram's ids have at most 52 significant bits; one block holds every id of one channel.
@@ -170,6 +179,8 @@ class OpenChannel(Protocol):
 class Channel(Protocol):
     name: str
     block: int
+    section: Section[Any]
+    migrations: Sequence[Migration]
 
     def enabled(self, config: Config) -> bool: ...
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TypeVar
 
 import typer
 
-from agentd.config import Config, ConfigError, load_config
+from agentd.config import Config, ConfigError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -142,6 +142,8 @@ def config_missing(config: Config) -> bool:
 
 
 def config_or_exit(path: Path | None) -> Config:
+    from agentd.channels import load_config  # every channel's section, validated by its model
+
     try:
         return load_config(path)
     except ConfigError as exc:
@@ -177,6 +179,7 @@ def refuse_foreign_database(path: Path) -> None:
 @contextmanager
 def database(config: Config, *, write: bool = False) -> Iterator[Any]:
     """A short-lived connection for one command; the daemon may be running meanwhile (WAL)."""
+    from agentd.channels import migrations
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import apply_migrations
 
@@ -193,7 +196,7 @@ def database(config: Config, *, write: bool = False) -> Iterator[Any]:
     try:
         conn = open_sync(path)
         if write:
-            apply_migrations(conn)
+            apply_migrations(conn, migrations())
     except DatabaseError as exc:
         fail(str(exc))
     try:

@@ -68,13 +68,14 @@ def _ensure_database(cfg: Config) -> None:
     """Ingesting may come before the first `agentd run`: create the database then."""
     if cfg.db_path.exists():
         return
+    from agentd.channels import migrations
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import apply_migrations
 
     try:
         conn = open_sync(cfg.db_path)
         try:
-            apply_migrations(conn)
+            apply_migrations(conn, migrations())
         finally:
             conn.close()
     except DatabaseError as exc:

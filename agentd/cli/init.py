@@ -36,7 +36,8 @@ from agentd.cli.model_check import (
     other_models,
     refusal_advice,
 )
-from agentd.config import AgentConfig, LLMConfig, TelegramConfig
+from agentd.config import AgentConfig, LLMConfig
+from agentd.telegram.config import TelegramConfig
 
 SECRETS_FILE = "agentd.env"
 

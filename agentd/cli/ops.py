@@ -32,7 +32,7 @@ from agentd.cli.common import (
     transaction,
     working,
 )
-from agentd.config import Config, ConfigError, load_config
+from agentd.config import Config, ConfigError
 
 
 def usage(
@@ -226,6 +226,8 @@ def _http_json(url: str, headers: dict[str, str]) -> tuple[int, object]:
 
 def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
     """Check config, database, sqlite-vec, Telegram, Anthropic, mail and calendar accounts."""
+    from agentd.channels import load_config  # every channel's section, validated by its model
+
     results: list[dict[str, object]] = []
     try:
         cfg: Config | None = load_config(config)
@@ -316,6 +318,7 @@ def _read_quietly(cfg: Config, fn: Callable[[Any], Any]) -> Any:
 
 
 def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
+    from agentd.channels import migrations
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import pending
 
@@ -334,7 +337,7 @@ def _doctor_database(cfg: Config, results: list[dict[str, object]]) -> None:
         conn = open_sync(path)
         try:
             version = conn.execute("SELECT vec_version()").fetchone()[0]
-            todo = pending(conn)
+            todo = pending(conn, migrations())
         finally:
             conn.close()
     except DatabaseError as exc:

@@ -28,13 +28,14 @@ app = typer.Typer(help="Users the agent serves: list, remove.", no_args_is_help=
 
 def _open_or_create(cfg: Config) -> Any:
     """Pairing may come before the first `agentd run`: create the database (0600) if needed."""
+    from agentd.channels import migrations
     from agentd.db import DatabaseError, open_sync
     from agentd.db.migrations import apply_migrations
 
     refuse_foreign_database(cfg.db_path)
     try:
         conn = open_sync(cfg.db_path)
-        apply_migrations(conn)
+        apply_migrations(conn, migrations())
     except DatabaseError as exc:
         fail(str(exc))
     return conn

@@ -1,5 +1,6 @@
 """Configuration: what the file may say (`schema`), how it is found and loaded (`loading`),
-the one secret reader (`secrets`) and the one path rule (`paths`).
+the one secret reader (`secrets`), the one path rule (`paths`) and the sections a chat channel
+brings (`sections`).
 
 `from agentd.config import X` is the way in; the submodules are the implementation. The rule
 that places each capability's section is written in `agentd.config.schema`.
@@ -27,7 +28,6 @@ from agentd.config.schema import (
     LogConfig,
     MailAccountConfig,
     MailRule,
-    MatrixConfig,
     McpServerConfig,
     MediaConfig,
     MemoryConfig,
@@ -38,7 +38,6 @@ from agentd.config.schema import (
     SkillsConfig,
     StartupConfig,
     StorageConfig,
-    TelegramConfig,
     ToolsConfig,
     VisionConfig,
     WatchConfig,
@@ -53,6 +52,7 @@ from agentd.config.secrets import (
     read_secret,
     read_secrets_file,
 )
+from agentd.config.sections import Section, config_model
 
 __all__ = [
     "CORE_SECRETS",
@@ -78,7 +78,6 @@ __all__ = [
     "LogConfig",
     "MailAccountConfig",
     "MailRule",
-    "MatrixConfig",
     "McpServerConfig",
     "MediaConfig",
     "MemoryConfig",
@@ -87,16 +86,17 @@ __all__ = [
     "ScheduleConfig",
     "SecretSource",
     "Secrets",
+    "Section",
     "ShellConfig",
     "SkillsConfig",
     "StartupConfig",
     "StorageConfig",
-    "TelegramConfig",
     "ToolsConfig",
     "VisionConfig",
     "WatchConfig",
     "WebConfig",
     "WorkspaceConfig",
+    "config_model",
     "find_config_file",
     "load_config",
     "read_secret",

@@ -7,13 +7,14 @@ import difflib
 import json
 import os
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, get_args
 
 from pydantic import BaseModel, ValidationError
 
 from agentd.config.paths import resolve_paths
-from agentd.config.schema import OLD_SPELLINGS, Config, ConfigError
+from agentd.config.schema import Config, ConfigError
 from agentd.config.secrets import (
     SECRETS_FILE,
     SecretFileError,
@@ -21,6 +22,7 @@ from agentd.config.secrets import (
     core_secrets,
     read_secrets_file,
 )
+from agentd.config.sections import Section, config_model
 
 ENV_PREFIX = "AGENTD_"
 
@@ -59,13 +61,13 @@ ENV_SYNTAX = (
 )
 
 
-def _check_single_underscore(name: str) -> None:
-    """AGENTD_TELEGRAM_ALLOWED_USER_IDS (one underscore) would be ignored without a word."""
+def _check_single_underscore(name: str, config: type[Config]) -> None:
+    """AGENTD_TELEGRAM_API_BASE (one underscore) would be ignored without a word."""
     rest = name[len(ENV_PREFIX) :].lower()
-    for section, model in Config.model_fields.items():
+    for section, model in config.model_fields.items():
         prefix = f"{section}_"
         annotation = model.annotation
-        keys = getattr(annotation, "model_fields", {})
+        keys = getattr(_model_in(annotation), "model_fields", {})
         if rest.startswith(prefix) and rest[len(prefix) :] in keys:
             fixed = f"{ENV_PREFIX}{section.upper()}__{rest[len(prefix) :].upper()}"
             raise ConfigError(
@@ -74,12 +76,14 @@ def _check_single_underscore(name: str) -> None:
             )
 
 
-def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+def _apply_env_overrides(
+    data: dict[str, Any], env: dict[str, str], config: type[Config]
+) -> dict[str, str]:
     """Apply AGENTD_<SECTION>__<KEY> variables; return {dotted key: variable name}."""
     applied: dict[str, str] = {}
     for name, raw in env.items():
         if name.startswith(ENV_PREFIX) and "__" not in name:
-            _check_single_underscore(name)
+            _check_single_underscore(name, config)
         if not name.startswith(ENV_PREFIX) or "__" not in name or name == "AGENTD_CONFIG":
             continue
         path = [part.lower() for part in name[len(ENV_PREFIX) :].split("__")]
@@ -93,13 +97,13 @@ def _apply_env_overrides(data: dict[str, Any], env: dict[str, str]) -> dict[str,
                 )
             node = child
         node[path[-1]] = _parse_env_value(raw)
-        applied[_new_spelling(".".join(path))] = name
+        applied[_new_spelling(".".join(path), config)] = name
     return applied
 
 
-def _new_spelling(dotted: str) -> str:
+def _new_spelling(dotted: str, config: type[Config]) -> str:
     """AGENTD_WEB__PROVIDER sets tools.web.provider: errors name the variable all the same."""
-    for old, new in OLD_SPELLINGS.items():
+    for old, new in config.old_spellings().items():
         if new is not None and (dotted == old or dotted.startswith(old + ".")):
             return new + dotted[len(old) :]
     return dotted
@@ -115,9 +119,9 @@ def _model_in(annotation: Any) -> Any:
     return None
 
 
-def _keys_at(path: tuple[Any, ...]) -> list[str]:
+def _keys_at(path: tuple[Any, ...], config: type[Config]) -> list[str]:
     """The keys the section at `path` has (("mail", 0) is a [[mail]] account)."""
-    model: Any = Config
+    model: Any = config
     for part in path:
         if isinstance(part, int):
             continue  # an item of a list: the item's model is already the one found
@@ -129,23 +133,25 @@ def _keys_at(path: tuple[Any, ...]) -> list[str]:
     return [name for name, f in fields.items() if not f.exclude]
 
 
-def _unknown_key(err: Any, key: str) -> str:
+def _unknown_key(err: Any, key: str, config: type[Config]) -> str:
     name = str(err["loc"][-1])
     if name in {"token", "bot_token", "api_key", "anthropic_api_key", "password"}:
         return f"{key}: secrets are not read from the config file; set them in the environment"
-    close = difflib.get_close_matches(name, _keys_at(tuple(err["loc"][:-1])), n=1)
+    close = difflib.get_close_matches(name, _keys_at(tuple(err["loc"][:-1]), config), n=1)
     hint = f"did you mean {close[0]}?" if close else "see config.example.toml for the keys"
     return f"{key}: unknown key; {hint}"
 
 
-def _describe(exc: ValidationError, source: Path | None, from_env: dict[str, str]) -> str:
+def _describe(
+    exc: ValidationError, source: Path | None, from_env: dict[str, str], config: type[Config]
+) -> str:
     """Every unknown key (each with the nearest real one), else the first error."""
     errors = exc.errors()
     messages = []
     for err in errors:
         key = ".".join(str(p) for p in err["loc"]) or "(top level)"
         if _variable(key, from_env) is None and err["type"] == "extra_forbidden":
-            messages.append(_unknown_key(err, key))
+            messages.append(_unknown_key(err, key, config))
     if not messages:
         return _first_error(errors[0], source, from_env)
     where = f"{source}: " if source else ""
@@ -179,9 +185,17 @@ def _first_error(err: Any, source: Path | None, from_env: dict[str, str]) -> str
     return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
 
 
-def load_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> Config:
-    """Load, override from the environment and validate; raise ConfigError naming the key."""
+def load_config(
+    path: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    sections: Sequence[Section[Any]] = (),
+) -> Config:
+    """Load, override from the environment and validate; raise ConfigError naming the key.
+
+    `sections`: the chat channels' own (`agentd.channels.sections()`); a file with a section
+    nobody declares is refused like any unknown key."""
     env = dict(os.environ) if env is None else env
+    model = config_model(tuple(sections))
     source = find_config_file(path, env)
     data: dict[str, Any] = {}
     if source is not None:
@@ -189,16 +203,16 @@ def load_config(path: str | Path | None = None, env: dict[str, str] | None = Non
             data = tomllib.loads(source.read_text(encoding="utf-8"))
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{source}: not valid TOML: {exc}") from exc
-    from_env = _apply_env_overrides(data, env)
+    from_env = _apply_env_overrides(data, env, model)
     llm = data.setdefault("llm", {})
     for key, name in (("model", "ANTHROPIC_MODEL"), ("base_url", "ANTHROPIC_BASE_URL")):
         # The provider's variables beat the file (R-CFG-1); agentd's own AGENTD_LLM__… beat them.
         if isinstance(llm, dict) and env.get(name) and f"llm.{key}" not in from_env:
             llm[key], from_env[f"llm.{key}"] = env[name], name
     try:
-        config = Config.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_describe(exc, source, from_env)) from None
+        raise ConfigError(_describe(exc, source, from_env, model)) from None
     if source is not None:
         source = source.absolute()
         resolve_paths(config, source.parent, from_env)

@@ -10,8 +10,10 @@ Where a capability's section goes (one rule; config.example.toml's header says i
   webhook listener as `[automations.hooks]`, and `[dashboard]` (the owner's web pages).
 - Accounts a capability connects to are arrays of tables under the capability's name
   (`[[mail]]`, `[[calendar]]`), each with a unique `name`.
-- Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`, `[telegram]`'s who-is-served keys, now
-  `[access]`) still load, one warning each.
+- A chat channel's section (`[telegram]`, `[matrix]`) is the channel's own: declared in its
+  package (`agentd.config.sections.Section`) and added to `Config` by the channel list.
+- Old spellings (`OLD_SPELLINGS`: `[web]`, `[hooks]`; a channel's keys that became channel-
+  neutral, `[access]`'s and `[chat]`'s, declared by its section) still load, one warning each.
 - Secrets are never in the file: a `*_env` key names the variable (or agentd.env line, or
   systemd credential) that holds it, read by `agentd.config.secrets.read_secret`.
 - Relative paths are relative to the config file's folder (`agentd.config.paths`).
@@ -23,7 +25,7 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
@@ -84,6 +86,9 @@ class AccessConfig(_Section):
     # Where notices for a user (reminders, mail, automations) go: a channel's name
     # ("telegram"), or "" for the channel they last wrote in privately.
     notices: str = ""
+    # Groups (Telegram groups, Matrix rooms with more people): answered for served users who
+    # mention the agent or reply to it; false: the agent leaves them.
+    allow_groups: bool = False
 
     @field_validator("owner_id")
     @classmethod
@@ -100,23 +105,6 @@ class AccessConfig(_Section):
         if any(v <= 0 for v in values):
             raise ValueError("approvers are user ids (positive), not groups")
         return values
-
-
-class TelegramConfig(_Section):
-    api_base: str = "https://api.telegram.org"
-    poll_timeout: int = Field(default=30, ge=0, le=50)
-    allow_groups: bool = False
-    max_message_chars: int = Field(default=4096, ge=64, le=4096)
-    send_retries: int = Field(default=5, ge=0, le=20)
-    max_retry_after: float = Field(default=300.0, gt=0)
-    retry_base_delay: float = Field(default=0.5, gt=0)  # first backoff of any Bot API call
-    max_backoff: float = Field(default=5.0, gt=0)  # ceiling of backoffs (not of retry_after)
-    request_timeout: float = Field(default=20.0, gt=0)  # seconds per call; polls add poll_timeout
-    streaming: bool = True  # show the answer while it is written (sendMessageDraft)
-    stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
-    # "typing…" and the first draft wait this long: an answer that is there sooner needs neither,
-    # and skipping them saves two Bot API calls per quick turn.
-    progress_delay: float = Field(default=0.3, ge=0, le=5)
 
 
 class VisionConfig(_Section):
@@ -733,32 +721,17 @@ class LogConfig(_Section):
 
 
 class ChatConfig(_Section):
-    """`[chat]`: a message that arrives while a turn of its chat works (agentd/chat/busy.py)."""
+    """`[chat]`: how a chat behaves on every channel: a message that arrives while a turn of its
+    chat works (agentd/chat/busy.py), and the answer shown while it is written."""
 
     busy: Literal["steer", "queue", "interrupt"] = "steer"
-
-
-class MatrixConfig(_Section):
-    """`[matrix]`: Matrix as a second chat channel (agentd/matrix, docs/matrix.md).
-
-    agentd logs in as `user_id` on `homeserver`, with the access token in `access_token_env`
-    or else the password in `password_env` (then always on one device derived from
-    `user_id`: the server's transaction-id dedup is per device).
-    """
-
-    homeserver: str = Field(pattern=r"^https?://[^\s/]+")
-    user_id: str = Field(pattern=r"^@[^:\s]+:[^\s]+$")
-    access_token_env: str = "MATRIX_ACCESS_TOKEN"
-    password_env: str = "MATRIX_PASSWORD"
-    # The owner's Matrix account: the same agentd user as the Telegram owner (one memory,
-    # schedules, budget and approvals); its answers to approval cards count.
-    owner: str = Field(default="", pattern=r"^(@[^:\s]+:[^\s]+)?$")
-    allowed_users: list[str] = Field(default_factory=list)  # Matrix user ids also served
-    allow_groups: bool = False  # rooms with more than the bot and one person
-    sync_timeout: int = Field(default=30, ge=0, le=120)  # seconds a /sync long poll waits
-    request_timeout: float = Field(default=20.0, gt=0)  # seconds per request; syncs add theirs
-    max_file_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)  # files in and out
-    max_message_chars: int = Field(default=16_000, ge=256, le=60_000)
+    # Show the answer while it is written (a draft, or a message edited as it grows), in
+    # private chats, on each channel that can.
+    streaming: bool = True
+    stream_interval: float = Field(default=0.8, gt=0)  # seconds between draft updates
+    # "typing…" and the first draft wait this long: an answer that is there sooner needs
+    # neither, and skipping them saves two network calls per quick turn.
+    progress_delay: float = Field(default=0.3, ge=0, le=5)
 
 
 class TasksConfig(_Section):
@@ -813,17 +786,15 @@ OLD_SPELLINGS: dict[str, str | None] = {
     "web": "tools.web",
     "hooks": "automations.hooks",
     "startup.lazy_anthropic": None,
-    # Who is served is said once for every channel.
-    "telegram.allowed_user_ids": "access.allowed_user_ids",
-    "telegram.owner_id": "access.owner_id",
-    "telegram.approvers": "access.approvers",
 }
 
 
-def move_old_spellings(data: dict[str, Any]) -> dict[str, Any]:
+def move_old_spellings(
+    data: dict[str, Any], spellings: Mapping[str, str | None] = OLD_SPELLINGS
+) -> dict[str, Any]:
     """`data` with each old key moved to its new place; one warning per old key found."""
     data = dict(data)
-    for old, new in OLD_SPELLINGS.items():
+    for old, new in spellings.items():
         *parents, leaf = old.split(".")
         node: Any = data
         for part in parents:  # copied on the way: the caller's dict is left as it was
@@ -854,9 +825,14 @@ def move_old_spellings(data: dict[str, Any]) -> dict[str, Any]:
 
 
 class Config(_Section):
+    """The whole file. The chat channels' sections (`[telegram]`, `[matrix]`) are not fields
+    here: each channel declares its own (`agentd.config.sections`), and the class that has
+    them is `sections.config_model(...)`, which `agentd.channels` builds from its list."""
+
+    # The channels' sections this class was built with (`sections.config_model`).
+    sections: ClassVar[tuple[Any, ...]] = ()
     agent: AgentConfig = Field(default_factory=AgentConfig)
     access: AccessConfig = Field(default_factory=AccessConfig)
-    telegram: TelegramConfig = Field(default_factory=TelegramConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     vision: VisionConfig = Field(default_factory=VisionConfig)
     media: MediaConfig = Field(default_factory=MediaConfig)
@@ -877,7 +853,6 @@ class Config(_Section):
     mail: list[MailAccountConfig] = Field(default_factory=list)
     calendar: list[CalendarConfig] = Field(default_factory=list)
     chat: ChatConfig = Field(default_factory=ChatConfig)
-    matrix: MatrixConfig | None = None
     tasks: TasksConfig = Field(default_factory=TasksConfig)
     watch: WatchConfig = Field(default_factory=WatchConfig)
     secrets: Secrets = Field(default_factory=Secrets, exclude=True)
@@ -891,11 +866,19 @@ class Config(_Section):
         environment (this process's unless given), then agentd.env, then a systemd credential."""
         return SecretSource(os.environ if env is None else env, self.stored_secrets)
 
+    @classmethod
+    def old_spellings(cls) -> dict[str, str | None]:
+        """Every old key this class still loads: the core's and its channels' sections'."""
+        moved = dict(OLD_SPELLINGS)
+        for section in cls.sections:
+            moved.update(section.old_spellings())
+        return moved
+
     @model_validator(mode="before")
     @classmethod
     def _old_spellings(cls, data: Any) -> Any:
         """Sections that moved still load, with one warning naming the new spelling."""
-        return move_old_spellings(data) if isinstance(data, dict) else data
+        return move_old_spellings(data, cls.old_spellings()) if isinstance(data, dict) else data
 
     @property
     def web(self) -> WebConfig:

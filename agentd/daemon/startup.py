@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentd.access import owners
-from agentd.channels import configured
+from agentd.channels import configured, migrations
 from agentd.chat.channel import (
     ChannelContext,
     ConfigProblem,
@@ -76,7 +76,9 @@ async def open_database_and_channels(
     """The database opens (and migrates) while each configured channel builds its client
     (one may import its network's library in a thread meanwhile)."""
     db_open = asyncio.create_task(
-        Database.open(config.db_path, synchronous=config.storage.synchronous)
+        Database.open(
+            config.db_path, synchronous=config.storage.synchronous, migrations=migrations()
+        )
     )
     ctx = ChannelContext(
         config=config, secrets=config.secret_source(), stack=stack, on_uncertain=on_uncertain

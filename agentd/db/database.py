@@ -14,7 +14,7 @@ import aiosqlite
 
 from agentd.db import group_commit
 from agentd.db.connect import DatabaseError, open_sync
-from agentd.db.migrations import apply_migrations
+from agentd.db.migrations import Migrations, apply_migrations
 
 T = TypeVar("T")
 Params = Sequence[Any] | dict[str, Any]
@@ -59,8 +59,11 @@ class Database:
         self._reader: Conn | None = None  # the event loop's own, for read_inline
 
     @classmethod
-    async def open(cls, path: str | Path, *, synchronous: str = "FULL") -> Database:
-        """Open (creating it 0600 if needed), load sqlite-vec and apply pending migrations.
+    async def open(
+        cls, path: str | Path, *, synchronous: str = "FULL", migrations: Migrations | None = None
+    ) -> Database:
+        """Open (creating it 0600 if needed), load sqlite-vec and apply pending migrations
+        (the core's, or `migrations`: the daemon's are `agentd.channels.migrations()`).
 
         `synchronous` is the level of every `write` (FULL: each commit is on disk before it
         returns); `write_unsynced` commits at NORMAL whatever it is.
@@ -82,7 +85,7 @@ class Database:
         conn = aiosqlite.Connection(lambda: open_sync(path, synchronous=synchronous), 64)
         await conn
         db = cls(conn, path, synchronous)
-        await db._call(apply_migrations)
+        await db._call(apply_migrations, migrations)
         return db
 
     async def close(self) -> None:

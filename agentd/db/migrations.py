@@ -1,9 +1,30 @@
-"""Numbered schema migrations, each applied once at start and recorded in `schema_migrations`."""
+"""Numbered schema migrations, each applied once at start and recorded in `schema_migrations`.
+
+`MIGRATIONS` is the core's list. A chat channel brings its own tables (`chat.channel.Channel`'s
+`migrations`): a set named after it (`matrix/m001_tables`), applied after the core's list in
+the channel list's order (`agentd.channels.migrations()`), recorded in the same table. A step
+that the core list applied before a channel owned it names its old name in `formerly`: a
+database that recorded that name has the row renamed, in its own transaction, and the step
+is not run again (the way llm's and sqlite-migrate's plugins keep their own migration sets).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of a schema: its unique name, its SQL, and the name a database may have
+    recorded it under before (a step the core list ran before a channel owned it)."""
+
+    name: str
+    sql: str
+    formerly: str = ""
+
 
 M001_CORE = """
 CREATE TABLE kv (
@@ -801,43 +822,6 @@ UPDATE workflow_instances
         AND json_type(input, '$.chat_kind') IS NULL;
 """
 
-M040_MATRIX = """
--- The Matrix channel (agentd/matrix). agentd's chats, users and messages are integers; Matrix
--- names them with strings. Each Matrix room, user and event agentd meets gets one local
--- integer here (matrix/ids.py adds 2^53, past every Telegram id), kept for good.
-CREATE TABLE matrix_ids (
-    n INTEGER PRIMARY KEY,
-    kind TEXT NOT NULL CHECK (kind IN ('room', 'user', 'event')),
-    mxid TEXT NOT NULL,
-    room_id TEXT,  -- an event's room
-    UNIQUE (kind, mxid)
-);
--- Each timeline event intake took (the Telegram `updates` table's twin): never taken twice.
-CREATE TABLE matrix_events (
-    event_id TEXT PRIMARY KEY,
-    received_at REAL NOT NULL,
-    room_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    outcome TEXT NOT NULL,
-    instance_id TEXT
-);
--- What agentd knows of each room from the sync: its members (joined or invited), whether it
--- is encrypted, and whether agentd is in it.
-CREATE TABLE matrix_rooms (
-    room_id TEXT PRIMARY KEY,
-    members TEXT NOT NULL DEFAULT '[]',
-    encrypted INTEGER NOT NULL DEFAULT 0,
-    state TEXT NOT NULL DEFAULT 'joined'
-);
--- An approval card's choices: the reaction key on the card that stands for each button.
-CREATE TABLE matrix_buttons (
-    event_id TEXT NOT NULL,
-    reaction TEXT NOT NULL,
-    data TEXT NOT NULL,
-    PRIMARY KEY (event_id, reaction)
-);
-"""
 
 M041_CHAT_ADDRESSES = """
 -- A chat a channel names with a string (a Matrix room's id), by the agentd chat id it has:
@@ -848,14 +832,6 @@ CREATE TABLE chat_addresses (
 );
 """
 
-M042_MATRIX_DRAFTS = """
--- A Matrix chat's answer being written, shown as a message edited as it grows (m.replace):
--- the answer, when sent, replaces it instead of arriving as a second message.
-CREATE TABLE matrix_drafts (
-    chat_id INTEGER PRIMARY KEY,
-    event_id TEXT NOT NULL
-);
-"""
 
 M081_MATRIX_PAIRING_ROOMS = """
 -- A room the bot joined only so a stranger could send a pairing code there: left after a
@@ -1059,7 +1035,7 @@ CREATE TABLE automation_offers (
 """
 
 
-MIGRATIONS: list[tuple[str, str]] = [
+MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (see above)
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
     ("m003_approvals", M003_APPROVALS),
@@ -1096,49 +1072,83 @@ MIGRATIONS: list[tuple[str, str]] = [
     ("m046_host_rule_scope", M046_HOST_RULE_SCOPE),
     ("m047_hook_deliveries", M047_HOOK_DELIVERIES),
     ("m050_automations_loaded", M050_AUTOMATIONS_LOADED),
-    ("m040_matrix", M040_MATRIX),
     ("m041_chat_addresses", M041_CHAT_ADDRESSES),
-    ("m042_matrix_drafts", M042_MATRIX_DRAFTS),
     ("m036_users", M036_USERS),
     ("m081_matrix_pairing_rooms", M081_MATRIX_PAIRING_ROOMS),
     ("m082_hook_rates", M082_HOOK_RATES),
 ]
 
 
-def apply_migrations(conn: Any, migrations: list[tuple[str, str]] | None = None) -> list[str]:
-    """Apply every migration not yet recorded, each in its own transaction; return their names."""
-    migrations = MIGRATIONS if migrations is None else migrations
+Migrations = Sequence["Migration | tuple[str, str]"]
+
+
+def _steps(migrations: Migrations | None) -> list[Migration]:
+    found = [m if isinstance(m, Migration) else Migration(*m) for m in (migrations or MIGRATIONS)]
+    names = [m.name for m in found]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two migrations share a name: {sorted(names)}")
+    return found
+
+
+def apply_migrations(conn: Any, migrations: Migrations | None = None) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction; return the names
+    of those that ran. Without a list, the core's (`agentd.channels.migrations()` adds the
+    channels')."""
+    steps = _steps(migrations)
     conn.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (name TEXT PRIMARY KEY, applied_at REAL)"
     )
     done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
     applied = []
-    for name, sql in migrations:
-        if name in done:
+    for step in steps:
+        if step.name in done:
             continue
-        # executescript commits first, so the BEGIN/COMMIT is written into the script itself.
-        try:
-            conn.executescript(
-                f"BEGIN IMMEDIATE;\n{sql}\n"
-                "INSERT INTO schema_migrations (name, applied_at) "
-                f"VALUES ('{name}', {time.time()});\nCOMMIT;"
-            )
-        except Exception:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            # Another process (the daemon starting while a CLI command writes) may have applied
-            # it between our read and our write: that is success, not an error.
-            if conn.execute("SELECT 1 FROM schema_migrations WHERE name = ?", (name,)).fetchone():
-                continue
-            raise
-        applied.append(name)
+        if step.formerly and step.formerly in done:
+            _adopt(conn, step)
+            continue
+        if _apply(conn, step):
+            applied.append(step.name)
     return applied
 
 
-def pending(conn: Any) -> list[str]:
+def _adopt(conn: Any, step: Migration) -> None:
+    """A step recorded under its former name (the core list ran it): the row takes its name."""
+    with conn:
+        conn.execute(
+            "UPDATE schema_migrations SET name = ? WHERE name = ? AND NOT EXISTS "
+            "(SELECT 1 FROM schema_migrations WHERE name = ?)",
+            (step.name, step.formerly, step.name),
+        )
+
+
+def _apply(conn: Any, step: Migration) -> bool:
+    """Run one step and record it in one transaction; False if another process just did."""
+    name = step.name.replace("'", "''")
+    # executescript commits first, so the BEGIN/COMMIT is written into the script itself.
+    try:
+        conn.executescript(
+            f"BEGIN IMMEDIATE;\n{step.sql}\n"
+            "INSERT INTO schema_migrations (name, applied_at) "
+            f"VALUES ('{name}', {time.time()});\nCOMMIT;"
+        )
+    except Exception:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        # Another process (the daemon starting while a CLI command writes) may have applied
+        # it between our read and our write: that is success, not an error.
+        found = conn.execute(
+            "SELECT 1 FROM schema_migrations WHERE name IN (?, ?)", (step.name, step.formerly)
+        ).fetchone()
+        if found:
+            return False
+        raise
+    return True
+
+
+def pending(conn: Any, migrations: Migrations | None = None) -> list[str]:
     """Names of migrations a database still needs (for read-only CLI checks)."""
     try:
         done = {row[0] for row in conn.execute("SELECT name FROM schema_migrations")}
     except Exception:
         done = set()
-    return [name for name, _ in MIGRATIONS if name not in done]
+    return [m.name for m in _steps(migrations) if not {m.name, m.formerly} & done]

@@ -247,6 +247,13 @@ class Step:
         self._ordinal = base + n * BRANCH_STEPS
         return branches
 
+    def journaled_next(self) -> str | None:
+        """The name of the step the journal holds next (this run replays it), or None. Lets a
+        workflow keep, for an instance journaled by older code, the path that code took, when
+        new instances take a new one (a step added before it): the journal is never stranded."""
+        record = self._journal.get(self._ordinal + 1)
+        return record.name if record is not None else None
+
     def unreplayed(self) -> list[str]:
         """Journaled steps this run never reached: a workflow that finishes with some left
         took another path than the journal did (new code, or non-determinism)."""

@@ -23,7 +23,9 @@ from agentd.chat.channel import (
     block_start,
 )
 from agentd.config import Config, read_secret
+from agentd.matrix.config import SECTION, settings
 from agentd.matrix.ids import BLOCK
+from agentd.matrix.schema import MIGRATIONS
 from agentd.runtime import sdnotify
 
 log = logging.getLogger("agentd.matrix")
@@ -41,7 +43,7 @@ def identity(config: Config) -> Any:
     """Who the bot is on Matrix and whom it serves (`classify.MatrixIdentity`)."""
     from agentd.matrix.classify import MatrixIdentity
 
-    cfg = config.matrix
+    cfg = settings(config)
     assert cfg is not None
     owner_id = owners.resolve(config.access).owner_id if cfg.owner else None
     return MatrixIdentity(
@@ -49,7 +51,7 @@ def identity(config: Config) -> Any:
         owner=cfg.owner,
         owner_id=owner_id,
         allowed=frozenset(cfg.allowed_users),
-        allow_groups=cfg.allow_groups,
+        allow_groups=config.access.allow_groups,
         served_users=owners.configured_ids(config.access),
     )
 
@@ -61,7 +63,7 @@ class OpenMatrix:
         from agentd.matrix.client import MatrixClient
         from agentd.matrix.output import MatrixFiles, MatrixOutbox
 
-        cfg = config.matrix
+        cfg = settings(config)
         assert cfg is not None
         self.config = config
         self.client = MatrixClient(cfg.homeserver, cfg.user_id, request_timeout=cfg.request_timeout)
@@ -84,7 +86,7 @@ class OpenMatrix:
         """Log in, waiting for the homeserver (capped back-off); a rejected login ends it."""
         from agentd.matrix.client import MatrixError
 
-        cfg = self.config.matrix
+        cfg = settings(self.config)
         assert cfg is not None
         failures = 0
         while True:
@@ -113,7 +115,7 @@ class OpenMatrix:
     def serve(self, intake: Intake) -> asyncio.Task[None]:
         from agentd.matrix.sync import Syncer
 
-        cfg = self.config.matrix
+        cfg = settings(self.config)
         assert cfg is not None
         self.outbox.bind(intake.db)
         self._syncer = Syncer(
@@ -147,12 +149,14 @@ class OpenMatrix:
 class MatrixChannel:
     name = NAME
     block = BLOCK
+    section = SECTION
+    migrations = MIGRATIONS
 
     def enabled(self, config: Config) -> bool:
-        return config.matrix is not None
+        return settings(config) is not None
 
     def secret_names(self, config: Config) -> list[str]:
-        cfg = config.matrix
+        cfg = settings(config)
         return [] if cfg is None else [cfg.access_token_env, cfg.password_env]
 
     def secret_values(self, config: Config) -> list[str]:
@@ -164,7 +168,7 @@ class MatrixChannel:
         return checks(config, probe.secrets, device_id)
 
     async def open(self, ctx: ChannelContext) -> OpenMatrix:
-        cfg = ctx.config.matrix
+        cfg = settings(ctx.config)
         assert cfg is not None
         token = read_secret(cfg.access_token_env, ctx.secrets)
         password = read_secret(cfg.password_env, ctx.secrets)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentd.config import Config, SecretSource, read_secret
+from agentd.matrix.config import settings
 from agentd.tools.capability import Check, Checks
 
 
@@ -28,7 +29,7 @@ def _get(url: str, token: str = "") -> tuple[int, Any]:
 
 
 def checks(config: Config, secrets: SecretSource, device_of: Callable[[str], str]) -> list[Check]:
-    cfg = config.matrix
+    cfg = settings(config)
     found = Checks()
     if cfg is None:
         return found

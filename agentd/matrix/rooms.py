@@ -24,7 +24,7 @@ ENCRYPTED_REASON = (
     "agentd does not speak end-to-end encryption yet, and it never answers an encrypted room "
     "in clear text: invite it to a room with encryption off"
 )
-GROUPS_OFF_REASON = "groups are off for this agent (matrix.allow_groups = false)"
+GROUPS_OFF_REASON = "groups are off for this agent (access.allow_groups = false)"
 
 
 class RoomInput(BaseModel):

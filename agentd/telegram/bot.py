@@ -7,6 +7,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.utils.token import TokenValidationError
 
 from agentd.config import Config
+from agentd.telegram.config import settings
 from agentd.telegram.session import (
     BotSession,
     OnUncertain,
@@ -21,7 +22,7 @@ class TokenMissing(Exception):
 
 
 def retry_policy(config: Config) -> RetryPolicy:
-    tg = config.telegram
+    tg = settings(config)
     return RetryPolicy(
         retries=tg.send_retries,
         base_delay=tg.retry_base_delay,
@@ -39,9 +40,9 @@ def make_bot(config: Config, on_uncertain: OnUncertain | None = None) -> Bot:
             "telegram_bot_token) — get a token from @BotFather"
         )
     session = BotSession(
-        api=TelegramAPIServer.from_base(config.telegram.api_base),
+        api=TelegramAPIServer.from_base(settings(config).api_base),
         json_loads=lenient_json_loads,
-        timeout=config.telegram.request_timeout,
+        timeout=settings(config).request_timeout,
     )
     session.middleware(RetryMiddleware(retry_policy(config), on_uncertain=on_uncertain))
     try:

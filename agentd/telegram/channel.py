@@ -30,6 +30,7 @@ from agentd.runtime import sdnotify
 from agentd.runtime.gc_pause import pausing
 from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
+from agentd.telegram.config import SECTION, settings
 from agentd.telegram.intake import CHANNEL
 
 log = logging.getLogger("agentd.telegram")
@@ -48,7 +49,7 @@ def identity(config: Config, bot_id: int, username: str) -> Identity:
         bot_id=bot_id,
         bot_username=username,
         allowed_user_ids=owners.configured_ids(config.access),
-        allow_groups=config.telegram.allow_groups,
+        allow_groups=config.access.allow_groups,
     )
 
 
@@ -72,8 +73,8 @@ class OpenTelegram:
         self.bot = bot
         self.outbox = TelegramOutbox(
             bot,
-            max_message_chars=config.telegram.max_message_chars,
-            progress_delay=config.telegram.progress_delay,
+            max_message_chars=settings(config).max_message_chars,
+            progress_delay=config.chat.progress_delay,
         )
         self.files = TelegramFiles(bot)
         self._leave = make_leave_workflow
@@ -126,7 +127,7 @@ class OpenTelegram:
         from agentd.telegram.poller import Poller
 
         assert self.me is not None, "identify() first"
-        tg = self.config.telegram
+        tg = settings(self.config)
         poller = self._poller = Poller(
             self.bot,
             intake.db,
@@ -167,6 +168,10 @@ class OpenTelegram:
 class TelegramChannel:
     name = NAME
     block = 0
+    section = SECTION
+    # Its tables (`updates`, …) were in the core's first migration before channels had sets
+    # of their own, and stay there: a step is never split after it ran.
+    migrations = ()
 
     def enabled(self, config: Config) -> bool:
         """On when its token is set (with no channel on at all, it is opened anyway, to say
@@ -204,7 +209,7 @@ def _get_me_check(config: Config) -> tuple[bool, str]:
     token = config.secrets.telegram_bot_token
     if token is None:
         return False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)"
-    base = config.telegram.api_base.rstrip("/")
+    base = settings(config).api_base.rstrip("/")
     request = urllib.request.Request(f"{base}/bot{token.get_secret_value()}/getMe")
     try:
         with urllib.request.urlopen(request, timeout=10) as response:

@@ -1,0 +1,64 @@
+"""The Matrix channel's own tables, its migration set (`chat.channel.Channel.migrations`).
+
+Applied after the core's list and recorded in the same `schema_migrations`, as `matrix/…`.
+Both steps were in the core list once (m040, m042), so `formerly` names them: a database
+that ran them there is not migrated again. Plain SQL, so listing the channel imports nothing.
+"""
+
+from __future__ import annotations
+
+from agentd.db.migrations import Migration
+
+TABLES = """
+-- The Matrix channel (agentd/matrix). agentd's chats, users and messages are integers; Matrix
+-- names them with strings. Each Matrix room, user and event agentd meets gets one local
+-- integer here (matrix/ids.py adds 2^53, past every Telegram id), kept for good.
+CREATE TABLE matrix_ids (
+    n INTEGER PRIMARY KEY,
+    kind TEXT NOT NULL CHECK (kind IN ('room', 'user', 'event')),
+    mxid TEXT NOT NULL,
+    room_id TEXT,  -- an event's room
+    UNIQUE (kind, mxid)
+);
+-- Each timeline event intake took (the Telegram `updates` table's twin): never taken twice.
+CREATE TABLE matrix_events (
+    event_id TEXT PRIMARY KEY,
+    received_at REAL NOT NULL,
+    room_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    instance_id TEXT
+);
+-- What agentd knows of each room from the sync: its members (joined or invited), whether it
+-- is encrypted, and whether agentd is in it.
+CREATE TABLE matrix_rooms (
+    room_id TEXT PRIMARY KEY,
+    members TEXT NOT NULL DEFAULT '[]',
+    encrypted INTEGER NOT NULL DEFAULT 0,
+    state TEXT NOT NULL DEFAULT 'joined'
+);
+-- An approval card's choices: the reaction key on the card that stands for each button.
+CREATE TABLE matrix_buttons (
+    event_id TEXT NOT NULL,
+    reaction TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (event_id, reaction)
+);
+"""
+
+
+DRAFTS = """
+-- A Matrix chat's answer being written, shown as a message edited as it grows (m.replace):
+-- the answer, when sent, replaces it instead of arriving as a second message.
+CREATE TABLE matrix_drafts (
+    chat_id INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL
+);
+"""
+
+
+MIGRATIONS = [
+    Migration("matrix/m001_tables", TABLES, formerly="m040_matrix"),
+    Migration("matrix/m002_drafts", DRAFTS, formerly="m042_matrix_drafts"),
+]
