@@ -20,8 +20,9 @@ from agentd.config import load_config as load_core_config
 from agentd.db.migrations import MIGRATIONS, Migration
 from agentd.matrix import channel as matrix
 from agentd.telegram import channel as telegram
+from agentd.webchat import channel as webchat
 
-CHANNELS: tuple[Callable[[], Channel], ...] = (telegram.channel, matrix.channel)
+CHANNELS: tuple[Callable[[], Channel], ...] = (telegram.channel, matrix.channel, webchat.channel)
 
 
 def channels() -> list[Channel]:

@@ -45,7 +45,10 @@ loop over that list; none of them names a network. The contract, in the order a 
     `Intake.on_callback`, both inside the same transaction. Returns the running task; it ends
     only on a fatal error;
   - `publish_menu(everyone, owner, owner_id)`: the command menu, best effort;
-  - `stop()` then `close()`: stop intake, then release the client.
+  - `stop()` then `close()`: stop intake, then release the client;
+  - `web` (optional, `WebPages`): a channel whose network is the owner's browser (the web
+    chat) serves its pages inside the dashboard, behind the dashboard's login, CSRF and
+    Origin checks; the daemon hands every open channel's `web` to the dashboard.
 """
 
 from __future__ import annotations
@@ -193,6 +196,21 @@ class Channel(Protocol):
         ...
 
     async def open(self, ctx: ChannelContext) -> OpenChannel: ...
+
+
+@dataclass(frozen=True)
+class WebPages:
+    """Pages a channel serves inside the owner's dashboard (`OpenChannel.web`).
+
+    `add(app, csrf_of)` adds its routes to the dashboard's aiohttp application, whose
+    middleware has already refused any request without a live session, any POST from another
+    origin and any POST whose form lacks the session's `csrf` token; `csrf_of(request)` is that
+    token, for the channel's own pages to put in their forms. `path` and `title` are its
+    entry in the dashboard's navigation."""
+
+    path: str
+    title: str
+    add: Callable[[Any, Callable[[Any], str]], None]
 
 
 @dataclass

@@ -80,6 +80,8 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     stack.push_async_callback(embedder.aclose)
     # The daemon's copy of its users' sign bits: recall and search_memory share it.
     shared: dict[str, Any] = {"embedder": embedder, "memory_bits": BitCache(), "files": core.files}
+    # Channels served in the owner's browser (chat.channel.WebPages): the dashboard mounts them.
+    shared["web_pages"] = [w for one in channels if (w := getattr(one.open, "web", None))]
     ctx = Context(
         config=config,
         secrets=secrets,

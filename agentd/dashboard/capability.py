@@ -82,6 +82,8 @@ class Dashboard:
         # The browser's sign-in desk, lent by the browser capability when it is on.
         desk = self.ctx.shared.get(SIGNIN_DESK)
         site = site_for(self.ctx.config, settings, DaemonAccess(self.ctx.db), embedder, desk)
+        # Pages of channels served in the owner's browser (the web chat), behind this login.
+        site.pages = list(self.ctx.shared.get("web_pages", []))
         try:
             runner = await serve(site)
         except (OSError, BindRefused) as exc:

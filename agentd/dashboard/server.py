@@ -25,7 +25,8 @@ HERE = Path(__file__).parent
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # No inline script or style anywhere: a string that slipped past escaping still cannot run.
-# connect-src: the sign-in page's own script posts clicks and keys to this origin alone.
+# connect-src: scripts talk to this origin alone (the sign-in page's clicks and keys,
+# the web chat's posts and event stream).
 HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
     "img-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; "
@@ -56,6 +57,8 @@ class Site:
     browser_data: Path = Path()
     signin: Any = None
     signin_why: str = ""
+    # Channels' pages served here (`chat.channel.WebPages`), behind this login: the web chat.
+    pages: list[Any] = field(default_factory=list)
     templates: jinja2.Environment = field(init=False)
 
     def __post_init__(self) -> None:
@@ -88,6 +91,7 @@ def render(request: web.Request, name: str, **context: Any) -> web.Response:
         csrf=auth.csrf_token(key) if key else "",
         path=request.path,
         flash=shown[:200],
+        channel_pages=[(p.path, p.title) for p in site.pages],
         **context,
     )
     return web.Response(text=body, content_type="text/html")
@@ -184,4 +188,12 @@ def make_app(site: Site) -> web.Application:
     # Browsers ask for it on pages without an icon link (a refusal's plain text).
     app.router.add_get("/favicon.ico", _favicon)
     views.add_routes(app.router)
+    for pages in site.pages:
+        pages.add(app, csrf_of)
     return app
+
+
+def csrf_of(request: web.Request) -> str:
+    """The CSRF token of the request's session, for a channel's own pages (set by `guard`)."""
+    key = request.get(CSRF_KEY)
+    return auth.csrf_token(key) if key else ""
