@@ -146,17 +146,21 @@ async def test_the_channel_needs_the_dashboard(tmp_path: Path) -> None:
 
 
 def test_without_webchat_none_of_it_is_loaded() -> None:
-    """The list names the channel; its pages, outbox and store load only when it opens."""
+    """The list names the channel; its pages, outbox and store (aiohttp's server side, jinja2)
+    load only when it opens."""
     code = (
         "import sys, json, agentd.channels, agentd.daemon.process; "
         "print(json.dumps(sorted(m for m in sys.modules if m.startswith('agentd.webchat'))))"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
+    # The entry, its ids, and what it brings through the door (its section, its table's SQL).
     assert json.loads(run.stdout) == [
         "agentd.webchat",
         "agentd.webchat.channel",
+        "agentd.webchat.config",
         "agentd.webchat.ids",
+        "agentd.webchat.schema",
     ]
 
 
