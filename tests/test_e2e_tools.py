@@ -193,7 +193,7 @@ def test_high_risk_tool_approved_by_button(stack: Stack) -> None:
         for e in stack.tg.edits
         if e["chat_id"] == request["chat_id"] and e["message_id"] == request["message_id"]
     )
-    assert "Approved by telegram:" in edit["plain_text"]
+    assert "Approved by chat:" in edit["plain_text"]
     # Pressing again changes nothing and says so.
     again = stack.press(user, user, request, approve=False)
     stack.tg.wait_until(

@@ -378,4 +378,4 @@ def test_always_allow_is_checked_like_approve_and_adds_a_rule_for_an_approver(
     assert unknown == "This button is not recognised."
     status = conn.execute("SELECT status, decided_by FROM approvals").fetchall()
     conn.close()
-    assert [tuple(s) for s in status] == [("approved", "telegram:1")]
+    assert [tuple(s) for s in status] == [("approved", "chat:1")]

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentd.chat.inputs import ChatKind
+from agentd.chat.names import chat_actor
 from agentd.durable import store
 from agentd.ledger import audit
 
@@ -341,6 +342,6 @@ def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any],
         refused = check_press(conn, press, approval_id, may_approve)
         if refused is not None:
             return refused
-        return decide(conn, approval_id, approve=approve, by=f"telegram:{press.user_id}").message
+        return decide(conn, approval_id, approve=approve, by=chat_actor(press.user_id)).message
 
     return handle

@@ -29,6 +29,7 @@ from agentd.automations.owner import owner
 from agentd.chat import addresses, reach
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress
+from agentd.chat.names import chat_actor
 from agentd.chat.notice import post_notice
 from agentd.chat.outbox import Button, Outbox
 from agentd.commands.router import CommandInput, CommandReply
@@ -298,7 +299,7 @@ class Runtime:
             return refused
         if not index.isdigit():
             return "This button is not recognised."
-        by = f"telegram:{press.user_id}"
+        by = chat_actor(press.user_id)
         return runs.answer(conn, question_id, int(index), by, time.time())
 
     def _press_refusal(self, question: runs.Question | None, press: CallbackPress) -> str | None:

@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.access import approvals
+from agentd.chat.names import chat_actor
 from agentd.ledger import audit
 
 CALLBACK_PREFIX = "ah"
@@ -142,6 +143,6 @@ def callback_handler(may_approve: Callable[[int], bool]) -> Callable[[Any, Any],
         refused = approvals.check_press(conn, press, approval_id, may_approve)
         if refused is not None:
             return refused
-        return approve_always(conn, approval_id, f"telegram:{press.user_id}")
+        return approve_always(conn, approval_id, chat_actor(press.user_id))
 
     return handle
