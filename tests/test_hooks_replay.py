@@ -95,6 +95,18 @@ async def test_starts_are_rate_limited(sock: str) -> None:
     assert statuses[:3] == [202, 202, 202] and statuses[3:] == [429, 429]
 
 
+async def test_a_start_refused_for_its_data_does_not_use_the_rate(sock: str) -> None:
+    """Five bodies the workflow refuses (422) at a hook allowing three starts a minute: none
+    started anything, so the corrected one is still let through."""
+    statuses = []
+    for n in range(5):
+        body = json.dumps({"x": f"not a number {n}"}).encode()
+        statuses.append((await post(sock, "/hooks/u", body, {"X-Signature-256": sign(body)}))[0])
+    good = json.dumps({"x": 7}).encode()
+    statuses.append((await post(sock, "/hooks/u", good, {"X-Signature-256": sign(good)}))[0])
+    assert statuses == [422] * 5 + [202]
+
+
 async def test_the_guards_alone(tmp_path: Path) -> None:
     from agentd.db import Database
 

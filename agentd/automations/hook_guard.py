@@ -83,6 +83,11 @@ class StartRate:
             return False
         return await self.db.write(_take, hook, self.per_minute, now)  # type: ignore[no-any-return]
 
+    async def give_back(self, hook: str) -> None:
+        """A start refused for its data (422) started nothing: its token returns, so a sender
+        fixing a typo is not locked out by the attempts the door turned away."""
+        await self.db.write(_give_back, hook, self.per_minute)
+
 
 def _tokens(conn: Any, hook: str, per_minute: int, now: float) -> float:
     row = conn.execute("SELECT tokens, at FROM hook_rates WHERE hook = ?", (hook,)).fetchone()
@@ -103,6 +108,12 @@ def _take(conn: Any, hook: str, per_minute: int, now: float) -> bool:
         (hook, tokens - 1.0, now),
     )
     return True
+
+
+def _give_back(conn: Any, hook: str, per_minute: int) -> None:
+    conn.execute(
+        "UPDATE hook_rates SET tokens = MIN(?, tokens + 1.0) WHERE hook = ?", (per_minute, hook)
+    )
 
 
 def stale_timestamp(value: str, now: float, max_age: float) -> str | None:

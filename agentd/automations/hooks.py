@@ -257,6 +257,7 @@ class HookServer:
             else:
                 iid, created = await self._start_turn(route, data, delivery)
         except InvalidInput as exc:
+            await self._rates[route.name].give_back(route.name)
             return _error(422, str(exc))
         except WorkflowNotFound as exc:
             return _error(503, str(exc))
