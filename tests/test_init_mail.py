@@ -15,7 +15,7 @@ import pexpect
 import pytest
 
 from agentd.channels import load_config
-from agentd.cli.init_accounts import SPECIAL_FOLDERS, smtp_default, split_host
+from agentd.cli.init_accounts import SPECIAL_FOLDERS, _append, smtp_default, split_host
 from tests import mailservers
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, Dovecot, LmtpRelay, smtp_server
 
@@ -59,6 +59,18 @@ def servers() -> Iterator[tuple[Dovecot, int]]:
 
 
 @pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
+def test_an_account_without_a_user_name_writes_no_empty_secret(tmp_path: Path) -> None:
+    """A public .ics feed has no user and no password: agentd.env gets no `=` line for it,
+    and the secrets already there stay as they were."""
+    config, secrets = tmp_path / "agentd.toml", tmp_path / "agentd.env"
+    config.write_text("")
+    secrets.write_text("AGENTD_MAIL_HOME_PASSWORD=kept\n")
+    fields = {"name": "holidays", "url": "https://example.org/h.ics", "password_env": ""}
+    _append(config, secrets, "calendar", fields, "", "")
+    assert secrets.read_text() == "AGENTD_MAIL_HOME_PASSWORD=kept\n"
+    assert '[[calendar]]\nname = "holidays"' in config.read_text()
+
+
 def test_add_mail_splits_host_port_and_offers_the_folders_found(
     servers: tuple[Dovecot, int], tmp_path: Path
 ) -> None:

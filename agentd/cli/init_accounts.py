@@ -38,6 +38,8 @@ def _append(
     block = f"\n[[{table}]]\n" + "".join(f"{k} = {jsonlib.dumps(v)}\n" for k, v in fields.items())
     with config.open("a") as f:
         f.write(block)
+    if not env:  # an account without a user name (a public .ics feed) has no secret to keep
+        return
     stored = read_secrets_file(secrets)
     stored[env] = password
     fd = os.open(secrets, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
