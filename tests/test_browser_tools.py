@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agentd.browser import profiles
 from agentd.browser.pages import Element, Snapshot, render, same_element
 from agentd.browser.proxy import Allowlist, split_host_port
 from agentd.browser.service import STAGING, BrowserService, Paths, Session, remove_stale_staging
@@ -161,3 +162,45 @@ def test_the_proxy_allowlist_names_ports() -> None:
     assert allow.refusal("x", 80, ipaddress.ip_address("10.1.2.3")) is None
     metadata = allow.refusal("m", 80, ipaddress.ip_address("169.254.169.254"))
     assert metadata is not None and "metadata" in metadata
+
+
+class _Context:
+    """What a turn's browser context gives back when it closes: its cookies."""
+
+    def __init__(self, cookie: str) -> None:
+        self.cookie = cookie
+        self.closed = False
+
+    async def storage_state(self) -> dict[str, object]:
+        return {"cookies": [{"name": "sid", "value": self.cookie}], "origins": []}
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("meanwhile", ["signed_in_again", "removed", "nothing"])
+async def test_a_turn_never_overwrites_a_profile_changed_while_it_ran(
+    tmp_path: Path, meanwhile: str
+) -> None:
+    """The owner signs in again (or removes the profile) while a turn still browses with the
+    old one: the turn's older cookies must not replace the fresh sign-in (nor bring back a
+    removed profile); untouched, the turn keeps what it did."""
+    site = "shop.example.org"
+    profiles.save(tmp_path, "shop", site, {"cookies": [{"name": "sid", "value": "v1"}]}, 100.0)
+    service = BrowserService(BrowserConfig(enabled=True), Paths(tmp_path, tmp_path / "run"), _never)
+    context = _Context("from-the-turn")
+    service.sessions["turn-1"] = Session(
+        "turn-1", context, None, profile="shop", site=site, loaded_at=100.0
+    )
+    if meanwhile == "signed_in_again":
+        fresh = {"cookies": [{"name": "sid", "value": "fresh"}]}
+        profiles.save(tmp_path, "shop", site, fresh, 200.0)
+    elif meanwhile == "removed":
+        profiles.remove(tmp_path, "shop")
+    await service._close_session("turn-1")
+    assert context.closed
+    if meanwhile == "removed":
+        assert profiles.saved_at(tmp_path, "shop") is None
+        return
+    cookie = profiles.load(tmp_path, "shop")[1]["cookies"][0]["value"]
+    assert cookie == {"signed_in_again": "fresh", "nothing": "from-the-turn"}[meanwhile]

@@ -61,6 +61,14 @@ def save(data_dir: Path, name: str, site: str, state: dict[str, Any], now: float
     return path
 
 
+def saved_at(data_dir: Path, name: str) -> float | None:
+    """When the profile was last saved, or None if there is none (removed, never made)."""
+    try:
+        return float(json.loads(_path(data_dir, name).read_text()).get("saved_at") or 0.0)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def load(data_dir: Path, name: str) -> tuple[str, dict[str, Any]]:
     """(site, storage state) of a saved profile."""
     path = _path(data_dir, name)

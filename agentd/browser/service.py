@@ -100,6 +100,7 @@ class Session:
     page: Any
     profile: str = ""
     site: str = ""
+    loaded_at: float | None = None  # the profile's saved_at when the turn loaded it
     refs: dict[str, Element] = field(default_factory=dict)
     used: float = field(default_factory=time.monotonic)
 
@@ -347,8 +348,9 @@ class BrowserService:
                 return found
             if found is not None:
                 await self._close_session(instance_id)
-            state, site = None, ""
+            state, site, loaded_at = None, "", None
             if profile:
+                loaded_at = profiles.saved_at(self.paths.data_dir, profile)
                 site, state = profiles.load(self.paths.data_dir, profile)
                 if not profiles.site_matches(site, host):
                     raise BrowserError(
@@ -366,7 +368,9 @@ class BrowserService:
                 page = await context.new_page()
             except Exception as exc:
                 raise BrowserError(self._why_not(exc)) from None
-            made = Session(instance_id, context, page, profile=profile, site=site)
+            made = Session(
+                instance_id, context, page, profile=profile, site=site, loaded_at=loaded_at
+            )
             context.on("page", lambda p: setattr(made, "page", p))  # follow a popup
             self.sessions[instance_id] = made
             return made
@@ -426,12 +430,23 @@ class BrowserService:
         if found is None:
             return
         try:
-            if found.profile:
+            if found.profile and self._still_as_loaded(found):
                 state = await asyncio.wait_for(found.context.storage_state(), 10)
                 profiles.save(self.paths.data_dir, found.profile, found.site, state, time.time())
             await asyncio.wait_for(found.context.close(), 10)
         except Exception as exc:
             log.info("could not close a browser context", extra={"error": type(exc).__name__})
+
+    def _still_as_loaded(self, found: Session) -> bool:
+        """A turn keeps its cookies only if nobody saved or removed the profile since it
+        loaded it: the owner's fresh sign-in (or `profiles rm`) wins over a turn's older state."""
+        now = profiles.saved_at(self.paths.data_dir, found.profile)
+        if now == found.loaded_at:
+            return True
+        log.info(
+            "a browser profile changed during the turn; kept it", extra={"profile": found.profile}
+        )
+        return False
 
     def next_generation(self) -> int:
         self._generation += 1
