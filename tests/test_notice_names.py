@@ -44,3 +44,20 @@ def test_a_mail_notice_shows_the_account_name_as_written() -> None:
     summary = Summary.model_construct(sender="a@b", subject="hi", uid=1, folder="INBOX")
     shown = to_html(notice_text(account, summary), TELEGRAM)
     assert "<code>me__work__</code>" in shown and "<b>" not in shown
+
+
+def test_an_error_in_a_notice_is_shown_as_written(conn: object) -> None:
+    """An error's text is a library's or a sender's, not agentd's: Markdown in it neither
+    restyles the notice nor makes a link, and a fence in it does not end the block early."""
+    from agentd.automations.runtime import failure_text
+
+    error = "ValueError: **urgent** see [the fix](https://evil.example/x) ```\n_x_ ```"
+    store.insert_instance(
+        conn, instance_id="i2", workflow="nightly", key="auto-1", input_json="{}", now=1.0
+    )
+    store.set_status(conn, "i2", "errored", 2.0, error=error)
+    inst = store.get_instance(conn, "i2")
+    for notice in (failure_text(inst), parked_notice(inst)):
+        shown = to_html(notice, TELEGRAM)
+        assert "<b>" not in shown and "<i>" not in shown and "<a " not in shown, shown
+        assert "**urgent**" in shown and "evil.example" in shown

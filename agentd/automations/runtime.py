@@ -29,6 +29,7 @@ from agentd.automations.owner import owner
 from agentd.chat import addresses, reach
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress
+from agentd.chat.markup import block
 from agentd.chat.names import chat_actor
 from agentd.chat.notice import post_notice
 from agentd.chat.outbox import Button, Outbox
@@ -55,6 +56,16 @@ from agentd.tools import Tool, ToolRegistry
 
 log = logging.getLogger("agentd.automations")
 CALLBACK_PREFIX = "aq"  # button data aq:<question id>:<choice index>
+
+
+def failure_text(inst: store.InstanceRecord) -> str:
+    """The owner's notice of a failed run: the error is the automation's or a library's text,
+    not agentd's words, so it is shown as a block Markdown cannot restyle or turn into links."""
+    return (
+        f"⚠️ Automation `{inst.workflow}` failed (`{inst.id}`):\n"
+        f"{block((inst.error or '')[:600])}\n\nDetails: `agentd workflows show {inst.id}`; "
+        f"run it again: `agentd workflows retry {inst.id}`"
+    )
 
 
 class RawInput(RootModel[dict[str, Any]]):
@@ -255,11 +266,7 @@ class Runtime:
         if (chat := owner(self.config)) is None:
             return
         if inst.workflow in self.catalog.versions:
-            text = (
-                f"⚠️ Automation `{inst.workflow}` failed (`{inst.id}`):\n"
-                f"{(inst.error or '')[:600]}\n\nDetails: `agentd workflows show {inst.id}`; "
-                f"run it again: `agentd workflows retry {inst.id}`"
-            )
+            text = failure_text(inst)
         elif await self.db.read(runs.version_of, inst.id):  # an automation this daemon lacks
             log.warning(
                 "an automation was started that this daemon has not loaded",

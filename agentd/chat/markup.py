@@ -18,3 +18,10 @@ def literal(name: str) -> str:
     if not _MARKDOWN.search(name):
         return name
     return "`" + name.replace("`", "'") + "`"
+
+
+def block(text: str) -> str:
+    """Text that is not the message's own words and may run over lines (an error, a log
+    line) as a fenced code block: shown as is by every renderer (a fence inside it is broken
+    up so it cannot close the block early)."""
+    return "```\n" + text.replace("```", "`\u200b``") + "\n```"

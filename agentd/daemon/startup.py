@@ -17,7 +17,7 @@ from agentd.chat.channel import (
     StartupError,
     StoppedDuringStartUp,
 )
-from agentd.chat.markup import literal
+from agentd.chat.markup import block, literal
 from agentd.chat.names import chat_key
 from agentd.chat.notice import post_notice
 from agentd.config import Config
@@ -123,7 +123,8 @@ def audit_send_uncertain(conn: object, method: str, chat_id: int | str | None, r
 def parked_notice(inst: store.InstanceRecord) -> str:
     """What the chat is told, once, when its workflow is parked after crash after crash."""
     return (
-        f"⚠️ I stopped working on this ({literal(inst.workflow)} `{inst.id}`): agentd {inst.error}. "
+        f"⚠️ I stopped working on this ({literal(inst.workflow)} `{inst.id}`):\n"
+        f"{block('agentd ' + (inst.error or ''))}\n"
         "Other chats are served as usual. To try it again: "
         f"`agentd workflows retry {inst.id}`"
     )
