@@ -463,3 +463,24 @@ async def test_a_room_whose_stranger_paired_is_kept(db: Database) -> None:
     await _persist(db, engine, {"next_batch": "k3", "rooms": {}})  # no code waits now
     assert await _room_actions(db) == [("!k:hs", "join", "")]
     assert await _rows(db, "SELECT * FROM matrix_pairing_rooms") == []
+
+
+async def test_a_room_invited_to_again_after_a_leave_is_joined_again(db: Database) -> None:
+    """The owner invites the bot, it joins, later leaves (a wrong code, groups off, the owner
+    kicked it); a new invite to the same room is a new decision, not the finished old one."""
+    engine = await _engine(db)
+    room = "!again:hs"
+
+    async def invited(token: str) -> None:
+        invite = {"next_batch": token, "rooms": {"invite": _direct_invite(room, OWNER)}}
+        await _persist(db, engine, invite)
+        await db.write(
+            lambda c: c.execute(
+                "UPDATE workflow_instances SET status = 'complete' WHERE workflow = ?",
+                (rooms.ROOM_WORKFLOW,),
+            )
+        )
+
+    await invited("r1")
+    await invited("r2")
+    assert await _room_actions(db) == [(room, "join", ""), (room, "join", "")]

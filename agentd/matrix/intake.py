@@ -124,7 +124,12 @@ def _start_room_action(
         return False
     inp = rooms.RoomInput(room_id=room_id, action=action, reason=reason, by=by)  # type: ignore[arg-type]
     key = rooms.room_key(room_id)
-    instance_id = f"mx-room-{hashlib.sha256(f'{room_id}:{action}'.encode()).hexdigest()[:24]}"
+    # Named by the sync that decided it (the token it was asked since): the same answer read
+    # again after a crash is the same decision, while a new invite after a leave comes in a
+    # later sync and is a decision of its own.
+    since = conn.execute("SELECT value FROM kv WHERE key = ?", (SINCE_KEY,)).fetchone()
+    digest = hashlib.sha256(f"{room_id}:{action}:{since and since[0]}".encode()).hexdigest()[:24]
+    instance_id = f"mx-room-{digest}"
     engine.prepare_start(conn, rooms.ROOM_WORKFLOW, inp, instance_id=instance_id, key=key)
     result.keys.add(key)
     return True
