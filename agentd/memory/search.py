@@ -255,16 +255,30 @@ def _neighbour_rows(conn: Conn, user_id: int, ids: Sequence[int], columns: str) 
 
 def rerank_candidates(conn: Conn, user_id: int, ids: Sequence[int]) -> dict[int, Candidate]:
     """The user's memories among ids as the ranker sees them, in one read."""
-    rows = _neighbour_rows(conn, user_id, ids, ", m.content, m.context, m.kind")
+    rows = _neighbour_rows(
+        conn, user_id, ids, ", m.content, m.context, m.kind, m.chat_id, m.created_at"
+    )
     return {
         int(r[0]): Candidate(
             content=r[3],
             context=r[4],
             shape=_shape(r[5]),
             neighbours=tuple(int(x) for x in r[1:3] if x is not None),
+            session=session_of(r[5], r[6], r[7]),
         )
         for r in rows
     }
+
+
+SESSION_SECONDS = 86_400
+
+
+def session_of(kind: str, chat_id: int | None, created_at: float) -> str | None:
+    """The stretch of talk a stored turn belongs to: its chat's day (UTC). Only turns have
+    one: a summary is a stretch of its own, and a fact or a note stands alone."""
+    if kind != "turn":
+        return None
+    return f"{chat_id}:{int(created_at // SESSION_SECONDS)}"
 
 
 def ranker_pool(

@@ -48,6 +48,7 @@ FEATURES = (
     "question",  # 1 when its text asks a question
     "summary",  # 1 for a summary of a stretch of talk (long, and covering many things)
     "fact",  # 1 for a fact, preference or task: one short statement
+    "session_cover",  # share of the query's terms its session's candidates hold together
 )
 # What a candidate is, as far as its length and reach go (the memory package maps its kinds).
 Shape = Literal["talk", "summary", "fact"]
@@ -61,6 +62,8 @@ class Candidate:
     context: str | None
     shape: Shape
     neighbours: tuple[int, ...]  # ids stored just before and after it (same chat and kind)
+    # Which stretch of talk it belongs to (a chat's day, memory/search.py); None: none known.
+    session: str | None = None
 
 
 class Ranker(BaseModel):
@@ -73,6 +76,9 @@ class Ranker(BaseModel):
     # How many of the fused list's top hits lend their stored neighbours as candidates
     # (memory/search.py ranker_pool); 0 ranks the fused list alone.
     expand: int = Field(default=0, ge=0, le=100)
+    # Once the best hit is taken, each further pick loses `spread` of score per hit already
+    # taken from its session (spread_sessions); 0 keeps the ranker's order.
+    spread: float = Field(default=0.0, ge=0.0, le=100.0)
 
     def score(self, row: Sequence[float]) -> float:
         return self.bias + sum(
@@ -122,6 +128,7 @@ def feature_rows(
     mean_length = sum(lengths.values()) / len(lengths) if lengths else 0.0
     covers = {mid: _cover(wanted, candidates[mid].content) for mid in lengths}
     best_cover = max(covers.values(), default=0.0)
+    by_session = _session_covers(wanted, {mid: candidates[mid] for mid in lengths})
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -143,8 +150,56 @@ def feature_rows(
             float("?" in cand.content),
             float(cand.shape == "summary"),
             float(cand.shape == "fact"),
+            by_session.get(mid, covers[mid]),
         ]
     return rows
+
+
+def _session_covers(wanted: set[str], candidates: Mapping[int, Candidate]) -> dict[int, float]:
+    """For each candidate with a session, the share of the query's terms held by the text and
+    context of all the candidates of that session together: a question whose words were said
+    over several messages of one talk lifts each of them, where each alone holds a part."""
+    if not wanted:
+        return {}
+    terms: dict[str, set[str]] = {}
+    for cand in candidates.values():
+        if cand.session is not None:
+            held = terms.setdefault(cand.session, set())
+            held |= wanted & text_terms(cand.content)
+            if cand.context:
+                held |= wanted & text_terms(cand.context)
+    return {
+        mid: len(terms[cand.session]) / len(wanted)
+        for mid, cand in candidates.items()
+        if cand.session is not None
+    }
+
+
+def spread_sessions(
+    ranked: Sequence[tuple[int, float]], candidates: Mapping[int, Candidate], penalty: float
+) -> list[tuple[int, float]]:
+    """The ranked list re-picked greedily: the best first, then each next pick the best score
+    less `penalty` per hit already picked from its session, so a question whose evidence was
+    said in several talks is not answered from the first talk's five messages. A candidate
+    without a session is never penalised; scores are returned as picked (penalised)."""
+    if penalty <= 0 or len(ranked) < 2:
+        return list(ranked)
+    left = list(ranked)
+    taken: dict[str, int] = {}
+    out: list[tuple[int, float]] = []
+    while left:
+        best_i, best = 0, -math.inf
+        for i, (mid, score) in enumerate(left):
+            session = candidates[mid].session if mid in candidates else None
+            value = score - penalty * taken.get(session, 0) if session is not None else score
+            if value > best:
+                best_i, best = i, value
+        mid, _ = left.pop(best_i)
+        session = candidates[mid].session if mid in candidates else None
+        if session is not None:
+            taken[session] = taken.get(session, 0) + 1
+        out.append((mid, best))
+    return out
 
 
 def rerank(
@@ -159,4 +214,5 @@ def rerank(
     a Candidate (deleted meanwhile) is dropped."""
     rows = feature_rows(text, keyword, vector, fused, candidates)
     scored = [(mid, ranker.score(row)) for mid, row in rows.items()]
-    return sorted(scored, key=lambda item: (-item[1], item[0]))
+    ordered = sorted(scored, key=lambda item: (-item[1], item[0]))
+    return spread_sessions(ordered, candidates, ranker.spread)
