@@ -81,7 +81,6 @@ class Turn(BaseModel):
     text: str
     context: str | None = None  # the turn before it in the session: what it answers
     session_start: float | None = None  # the session's date_time (UTC seconds), if it parses
-    speaker: str | None = None
 
 
 class Question(BaseModel):
@@ -219,16 +218,7 @@ def load_dataset(path: str | Path) -> tuple[list[Conversation], LoadStats]:
                 if dia_id in known:
                     stats.duplicate_turn_ids += 1  # indexed too; either copy counts as found
                 known.add(dia_id)
-                who = turn.get("speaker")
-                turns.append(
-                    Turn(
-                        dia_id=dia_id,
-                        text=text,
-                        context=previous,
-                        session_start=start,
-                        speaker=who if isinstance(who, str) and who else None,
-                    )
-                )
+                turns.append(Turn(dia_id=dia_id, text=text, context=previous, session_start=start))
                 previous = text
         questions: list[Question] = []
         qa = entry.get("qa")
@@ -325,10 +315,8 @@ async def _index(
     conversations: list[Conversation],
     dates: str = "none",
     context: str = "nearby",
-    speakers: bool = True,
 ) -> dict:
-    """Store every turn; return memory id → dia_id(s) per conversation user id. With `speakers`
-    each turn says who wrote it, so nicknames are learned (memory/aliases.py)."""
+    """Store every turn; return memory id → dia_id(s) per conversation user id."""
     runner = ConnRunner(conn)
     owner: dict[int, str] = {}
     for user_id, conv in enumerate(conversations, start=1):
@@ -354,8 +342,7 @@ async def _index(
                         context=turn.context,
                         nearby=near,
                         source=f"locomo:{conv.sample_id}:{turn.dia_id}",
-                        meta={"dia_id": turn.dia_id}
-                        | ({"speaker": turn.speaker} if turn.speaker and speakers else {}),
+                        meta={"dia_id": turn.dia_id},
                     ),
                     vec,
                 )

@@ -55,8 +55,7 @@ CONTEXT = {"turns": "nearby"}  # --context: what a stored turn carries (memory_r
 STORED_WEIGHT = {"n": 1}  # --stored-weight
 SPREAD = {"penalty": 0.0}  # --spread: the ranker's session spread (rerank.spread_sessions)
 REPICK = {"top": 0.0, "gain": 0.0}  # --top-spread, --cover-gain (repick)
-DROP: set[str] = set()
-SPEAKERS = {"on": True}  # --no-speakers: turns stored without their speaker (no nicknames)
+DROP: set[str] = set()  # --drop: features left out (their column zeroed, so weighted 0)
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -84,9 +83,7 @@ async def collect(path: str, cache: Path) -> list[Row]:
         conn = open_sync(Path(tmp) / "train.db")
         try:
             apply_migrations(conn)
-            owner = await _index(
-                conn, embedder, conversations, context=CONTEXT["turns"], speakers=SPEAKERS["on"]
-            )
+            owner = await _index(conn, embedder, conversations, context=CONTEXT["turns"])
             bits = BitCache()
             for user_id, conv in enumerate(conversations, start=1):
                 for q in conv.questions:
@@ -361,9 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--drop", action="append", default=[], choices=FEATURES)
     parser.add_argument("--top-spread", type=float, default=0.0)
     parser.add_argument("--cover-gain", type=float, default=0.0)
-    parser.add_argument("--no-speakers", action="store_true", help="learn no nicknames")
     args = parser.parse_args(argv)
-    SPEAKERS["on"] = not args.no_speakers
     REPICK.update(top=args.top_spread, gain=args.cover_gain)
     SPREAD["penalty"] = args.spread
     DROP.update(args.drop)

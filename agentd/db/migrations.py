@@ -1035,19 +1035,6 @@ CREATE TABLE automation_offers (
 """
 
 
-# Nicknames learned from stored turns (memory/aliases.py): a speaker is a row whose alias is
-# their own first name; `seen` is the alias's tally.
-M073_MEMORY_ALIASES = """
-CREATE TABLE memory_aliases (
-    user_id INTEGER NOT NULL,
-    alias TEXT NOT NULL,
-    name TEXT NOT NULL,
-    seen INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (user_id, alias, name)
-) WITHOUT ROWID;
-CREATE INDEX memory_aliases_name ON memory_aliases (user_id, name);
-"""
-
 MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (see above)
     ("m001_core", M001_CORE),
     ("m002_memory", M002_MEMORY),
@@ -1081,7 +1068,6 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m035_chat_kind", M035_CHAT_KIND),
     ("m055_watches", M055_WATCHES),
     ("m065_memory_nearby", M065_MEMORY_NEARBY),
-    ("m073_memory_aliases", M073_MEMORY_ALIASES),
     ("m045_mcp_pins", M045_MCP_PINS),
     ("m046_host_rule_scope", M046_HOST_RULE_SCOPE),
     ("m047_hook_deliveries", M047_HOOK_DELIVERIES),

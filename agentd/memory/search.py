@@ -49,12 +49,11 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel
 
 from agentd.db.runner import Runner
-from agentd.memory import aliases
 from agentd.memory.store import FACT_KINDS, MEMORY_VECTORS, Memory, get_memories
 from agentd.memory.when import day_words
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
-from agentd.retrieval.fts import build_fts_query, query_terms
+from agentd.retrieval.fts import build_fts_query
 from agentd.retrieval.fusion import Arm, Fusion, Rerank, SearchMode, arm_depth, hybrid_rank
 from agentd.retrieval.rerank import Candidate, Shape, rerank, shipped_ranker
 
@@ -83,10 +82,8 @@ FTS_WEIGHTS = (1.0, 1.0, 0.5, 0.5)
 def keyword_search(
     conn: Conn, user_id: int, text: str, limit: int, *, kinds: Sequence[str] | None = None
 ) -> list[tuple[int, float]]:
-    """(memory_id, bm25) of the user's memories matching any query term, or a nickname learned
-    for a name among them (memory/aliases.py), best first."""
-    nicknames = aliases.expand(conn, user_id, query_terms(text))
-    query = build_fts_query(" ".join([text, *nicknames]) if nicknames else text)
+    """(memory_id, bm25) of the user's memories matching any query term, best first."""
+    query = build_fts_query(text)
     if query is None or limit <= 0:
         return []
     kind_clause, params = _kind_clause(kinds)

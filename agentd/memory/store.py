@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from agentd.db.runner import Runner
-from agentd.memory import aliases
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fts import cjk_index_text
 from agentd.retrieval.vectors import VectorIndex, VectorStoreError
@@ -210,9 +209,6 @@ def add_memories(
         )
         memory_id = int(cur.lastrowid)
         ids.append(memory_id)
-        speaker = memory.meta.get("speaker")
-        if memory.kind == "turn" and isinstance(speaker, str) and speaker:
-            aliases.learn(conn, memory.user_id, speaker, memory.content)
         if vector is not None:
             vectors.append((memory_id, vector))
     if vectors:
@@ -349,8 +345,7 @@ def forget(conn: Conn, memory_id: int, *, user_id: int | None = None) -> bool:
 
 
 def forget_user(conn: Conn, user_id: int) -> int:
-    """Delete every memory of a user, and the nicknames learned from them; return how many."""
-    conn.execute("DELETE FROM memory_aliases WHERE user_id = ?", (user_id,))
+    """Delete every memory of a user; return how many."""
     return conn.execute("DELETE FROM memories WHERE user_id = ?", (user_id,)).rowcount
 
 
