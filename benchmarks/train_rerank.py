@@ -43,6 +43,7 @@ from agentd.retrieval.embedders import E5SmallEmbedder
 from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import TUNED_FUSION, fuse
 from agentd.retrieval.rerank import FEATURES, Ranker, ranker_path, rerank
+from benchmarks import memory_stored
 from benchmarks.memory_retrieval import _index, load_dataset, spread
 from benchmarks.memory_stored import ExtractiveLLM, build, covered
 from benchmarks.recall_cv import CachedEmbedder
@@ -53,8 +54,7 @@ OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates ar
 EXPAND = {"n": 0}  # --expand: how many top fused hits lend their neighbours as candidates
 CONTEXT = {"turns": "nearby"}  # --context: what a stored turn carries (memory_retrieval)
 STORED_WEIGHT = {"n": 1}  # --stored-weight
-SPREAD = {"penalty": 0.0}  # --spread: the ranker's session spread (rerank.spread_sessions)
-REPICK = {"top": 0.0, "gain": 0.0}  # --top-spread, --cover-gain (repick)
+REPICK = {"spread": 0.0, "top": 0.0, "gain": 0.0}  # --top-spread, --cover-gain (repick)
 DROP: set[str] = set()  # --drop: features left out (their column zeroed, so weighted 0)
 L2 = 1e-3
 STEPS = 300
@@ -204,7 +204,6 @@ def train(rows: Sequence[Row], label: str) -> Ranker:
         embedder=EMBEDDER,
         trained_on=label,
         expand=EXPAND["n"],
-        spread=SPREAD["penalty"],
         weights={f: round(float(v), 6) for f, v in zip(FEATURES, raw, strict=True)},
         bias=round(b - float((raw * mean).sum()), 6),
     )
@@ -223,11 +222,12 @@ ORDERS = ("keyword", "fused", "reranked")
 
 
 def repick(row: Row, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
-    """--top-spread / --cover-gain, tried on the ranked list (not shipped): the best hit's session
-    loses `top` for every later pick; each pick gains `gain` × the share of the question's
-    terms it holds that the picks before it did not."""
-    top, gain = REPICK["top"], REPICK["gain"]
-    if not (top or gain) or not ranked:
+    """--spread / --top-spread / --cover-gain, tried on the ranked list (not shipped), picked
+    greedily: each pick loses `spread` per pick already taken from its session, or `top` when
+    it shares the best hit's session; and gains `gain` × the share of the question's terms it
+    holds that the picks before it did not."""
+    spread, top, gain = REPICK["spread"], REPICK["top"], REPICK["gain"]
+    if not (spread or top or gain) or not ranked:
         return ranked
     wanted = set(query_terms(row.text))
     terms = {
@@ -237,12 +237,15 @@ def repick(row: Row, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]
     }
     left, out, held = list(ranked), [], set()
     first_session = None
+    taken: dict[Any, int] = defaultdict(int)
     while left:
         values = []
         for mid, score in left:
             cand = row.candidates.get(mid)
             if cand is not None and top and first_session and cand.session == first_session:
                 score -= top
+            if cand is not None and spread and cand.session is not None:
+                score -= spread * taken[cand.session]
             if gain and wanted:
                 score += gain * len(terms.get(mid, set()) - held) / len(wanted)
             values.append(score)
@@ -250,6 +253,8 @@ def repick(row: Row, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]
         cand = row.candidates.get(best[0])
         if cand is not None and first_session is None:
             first_session = cand.session
+        if cand is not None and cand.session is not None:
+            taken[cand.session] += 1
         held |= terms.get(best[0], set())
         out.append(best)
     return out
@@ -358,9 +363,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--drop", action="append", default=[], choices=FEATURES)
     parser.add_argument("--top-spread", type=float, default=0.0)
     parser.add_argument("--cover-gain", type=float, default=0.0)
+    parser.add_argument(
+        "--unlinked", action="store_true", help="the fake summariser names no fact's messages"
+    )
     args = parser.parse_args(argv)
-    REPICK.update(top=args.top_spread, gain=args.cover_gain)
-    SPREAD["penalty"] = args.spread
+    memory_stored.LINKED = not args.unlinked
+    REPICK.update(spread=args.spread, top=args.top_spread, gain=args.cover_gain)
     DROP.update(args.drop)
     STORED_WEIGHT["n"] = max(1, args.stored_weight)
     if args.depth:
@@ -372,7 +380,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     convs = sorted({r.conv for r in rows})
     print(f"{len(rows)} questions × stores × data sets in {len(convs)} conversations")
     print(f"features: {', '.join(f for f in FEATURES if f not in DROP)}; expand {EXPAND['n']}")
-    print(f"session spread {SPREAD['penalty']}")
+    print(f"re-picked: {REPICK}")
     # Cross-validated by conversation: a conversation's clean and noisy renderings are held out
     # together, so no fold trains on the conversation it is scored on.
     scored: list[tuple[Row, dict[str, float]]] = []

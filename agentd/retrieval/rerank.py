@@ -76,9 +76,6 @@ class Ranker(BaseModel):
     # How many of the fused list's top hits lend their stored neighbours as candidates
     # (memory/search.py ranker_pool); 0 ranks the fused list alone.
     expand: int = Field(default=0, ge=0, le=100)
-    # Once the best hit is taken, each further pick loses `spread` of score per hit already
-    # taken from its session (spread_sessions); 0 keeps the ranker's order.
-    spread: float = Field(default=0.0, ge=0.0, le=100.0)
 
     def score(self, row: Sequence[float]) -> float:
         return self.bias + sum(
@@ -175,33 +172,6 @@ def _session_covers(wanted: set[str], candidates: Mapping[int, Candidate]) -> di
     }
 
 
-def spread_sessions(
-    ranked: Sequence[tuple[int, float]], candidates: Mapping[int, Candidate], penalty: float
-) -> list[tuple[int, float]]:
-    """The ranked list re-picked greedily: the best first, then each next pick the best score
-    less `penalty` per hit already picked from its session, so a question whose evidence was
-    said in several talks is not answered from the first talk's five messages. A candidate
-    without a session is never penalised; scores are returned as picked (penalised)."""
-    if penalty <= 0 or len(ranked) < 2:
-        return list(ranked)
-    left = list(ranked)
-    taken: dict[str, int] = {}
-    out: list[tuple[int, float]] = []
-    while left:
-        best_i, best = 0, -math.inf
-        for i, (mid, score) in enumerate(left):
-            session = candidates[mid].session if mid in candidates else None
-            value = score - penalty * taken.get(session, 0) if session is not None else score
-            if value > best:
-                best_i, best = i, value
-        mid, _ = left.pop(best_i)
-        session = candidates[mid].session if mid in candidates else None
-        if session is not None:
-            taken[session] = taken.get(session, 0) + 1
-        out.append((mid, best))
-    return out
-
-
 def rerank(
     ranker: Ranker,
     text: str,
@@ -214,5 +184,4 @@ def rerank(
     a Candidate (deleted meanwhile) is dropped."""
     rows = feature_rows(text, keyword, vector, fused, candidates)
     scored = [(mid, ranker.score(row)) for mid, row in rows.items()]
-    ordered = sorted(scored, key=lambda item: (-item[1], item[0]))
-    return spread_sessions(ordered, candidates, ranker.spread)
+    return sorted(scored, key=lambda item: (-item[1], item[0]))
