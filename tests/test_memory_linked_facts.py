@@ -47,7 +47,8 @@ def _block() -> list[BlockMessage]:
 
 def test_the_summariser_sees_each_messages_id_and_a_fact_is_dated_by_its_message() -> None:
     block = _block()
-    assert "[#42 2023-05-12 18:00] User: I ran my first 10k" in _render(block)
+    said = block[1]
+    assert f"[#{said.id} 2023-05-12 18:00] User: I ran my first 10k" in _render(block)
     fact = ExtractedFact(key="running", content="Ran a first 10k race", messages=[42, 999])
     # "last Tuesday" in the message, said on Friday 12 May: Tuesday 9 May, not the block's day.
     context = fact_context(block, fact, "UTC")
