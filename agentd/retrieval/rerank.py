@@ -96,12 +96,6 @@ def shipped_ranker(embedder: str) -> Ranker | None:
     return Ranker.model_validate(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _cover(wanted: set[str], text: str | None) -> float:
-    if not wanted or not text:
-        return 0.0
-    return len(wanted & text_terms(text)) / len(wanted)
-
-
 def feature_rows(
     text: str,
     keyword: Sequence[tuple[int, float]],
@@ -123,9 +117,13 @@ def feature_rows(
         if (cand := candidates.get(mid)) is not None
     }
     mean_length = sum(lengths.values()) / len(lengths) if lengths else 0.0
-    covers = {mid: _cover(wanted, candidates[mid].content) for mid in lengths}
+    # The query's terms each candidate's text and context hold, each text read once.
+    held = {mid: _held(wanted, candidates[mid].content) for mid in lengths}
+    held_context = {mid: _held(wanted, candidates[mid].context) for mid in lengths}
+    share = 1.0 / len(wanted) if wanted else 0.0
+    covers = {mid: len(held[mid]) * share for mid in lengths}
     best_cover = max(covers.values(), default=0.0)
-    by_session = _session_covers(wanted, {mid: candidates[mid] for mid in lengths})
+    by_session = _session_covers(share, candidates, held, held_context)
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -140,7 +138,7 @@ def feature_rows(
             1.0 / vec_rank[mid] if mid in vec_rank else 0.0,
             max((fused_score.get(n, 0.0) for n in cand.neighbours), default=0.0),
             covers[mid],
-            _cover(wanted, cand.context),
+            len(held_context[mid]) * share,
             covers[mid] / best_cover if best_cover > 0 else 0.0,
             lengths[mid],
             lengths[mid] - mean_length,
@@ -152,23 +150,28 @@ def feature_rows(
     return rows
 
 
-def _session_covers(wanted: set[str], candidates: Mapping[int, Candidate]) -> dict[int, float]:
+def _held(wanted: set[str], text: str | None) -> set[str]:
+    return wanted & text_terms(text) if wanted and text else set()
+
+
+def _session_covers(
+    share: float,
+    candidates: Mapping[int, Candidate],
+    held: Mapping[int, set[str]],
+    held_context: Mapping[int, set[str]],
+) -> dict[int, float]:
     """For each candidate with a session, the share of the query's terms held by the text and
     context of all the candidates of that session together: a question whose words were said
     over several messages of one talk lifts each of them, where each alone holds a part."""
-    if not wanted:
-        return {}
     terms: dict[str, set[str]] = {}
-    for cand in candidates.values():
-        if cand.session is not None:
-            held = terms.setdefault(cand.session, set())
-            held |= wanted & text_terms(cand.content)
-            if cand.context:
-                held |= wanted & text_terms(cand.context)
+    for mid in held:
+        session = candidates[mid].session
+        if session is not None:
+            terms.setdefault(session, set()).update(held[mid], held_context[mid])
     return {
-        mid: len(terms[cand.session]) / len(wanted)
-        for mid, cand in candidates.items()
-        if cand.session is not None
+        mid: len(terms[session]) * share
+        for mid in held
+        if (session := candidates[mid].session) is not None
     }
 
 
