@@ -19,6 +19,7 @@ from agentd.memory.store import get_memory
 from agentd.memory.summarise import (
     BlockMessage,
     SummaryDeps,
+    SummaryFact,
     SummaryInput,
     SummaryResult,
     _render,
@@ -49,14 +50,16 @@ def test_the_summariser_sees_each_messages_id_and_a_fact_is_dated_by_its_message
     block = _block()
     said = block[1]
     assert f"[#{said.id} 2023-05-12 18:00] User: I ran my first 10k" in _render(block)
-    fact = ExtractedFact(key="running", content="Ran a first 10k race", messages=[42, 999])
+    fact = SummaryFact(key="running", content="Ran a first 10k race", messages=[said.id, 999])
     # "last Tuesday" in the message, said on Friday 12 May: Tuesday 9 May, not the block's day.
     context = fact_context(block, fact, "UTC")
     assert context is not None and "9 May 2023" in context
-    assert fact_meta(block, fact, summary_id=7) == {"summary": 7, "messages": [42]}
+    assert fact_meta(block, fact, summary_id=7) == {"summary": 7, "messages": [said.id]}
     # Without messages named, the block's last day anchors it; no time named: no context.
-    assert fact_context(block, ExtractedFact(content="Likes tea"), "UTC") is None
-    assert fact_meta(block, ExtractedFact(content="Likes tea"), 7) == {"summary": 7}
+    assert fact_context(block, SummaryFact(content="Likes tea"), "UTC") is None
+    assert fact_meta(block, SummaryFact(content="Likes tea"), 7) == {"summary": 7}
+    # The remember tool's facts carry no message ids: its schema stays as it was.
+    assert "messages" not in ExtractedFact.model_json_schema()["properties"]
 
 
 def test_a_fact_stores_its_context_and_where_it_came_from_and_a_supersede_replaces_them(
@@ -91,7 +94,7 @@ def test_the_store_step_links_each_fact_to_its_summary_and_messages(tmp_path: Pa
             )  # type: ignore[arg-type]
             result = SummaryResult(
                 summary="The user ran a race.",
-                facts=[ExtractedFact(key="race", content="Ran a 10k race", messages=[42])],
+                facts=[SummaryFact(key="race", content="Ran a 10k race", messages=[42])],
             )
             vectors = await embedder.embed_documents(["The user ran a race.", "Ran a 10k race"])
             out = await store(

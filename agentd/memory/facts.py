@@ -64,11 +64,6 @@ class ExtractedFact(BaseModel):
         max_length=500,
         description="One self-contained sentence in the third person, e.g. 'Lives in Lyon'.",
     )
-    messages: list[int] = Field(
-        default_factory=list,
-        max_length=10,
-        description="The #ids of the messages it was said in, as the block numbers them.",
-    )
 
 
 class ExtractedFacts(BaseModel):

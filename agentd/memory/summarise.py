@@ -53,11 +53,22 @@ class SummaryOutput(BaseModel):
     skipped: bool = False
 
 
+class SummaryFact(ExtractedFact):
+    """A fact as the summariser extracts it: also the messages it was said in (the `remember`
+    tool's facts have none, so its schema does not carry the field)."""
+
+    messages: list[int] = Field(
+        default_factory=list,
+        max_length=10,
+        description="The #ids of the messages it was said in, as the block numbers them.",
+    )
+
+
 class SummaryResult(BaseModel):
     """The model's answer: a summary and the facts it found."""
 
     summary: str = Field(min_length=1, max_length=4000, description="A few sentences.")
-    facts: list[ExtractedFact] = Field(default_factory=list, max_length=30)
+    facts: list[SummaryFact] = Field(default_factory=list, max_length=30)
     retract_keys: list[str] = Field(default_factory=list, max_length=30)
 
 
@@ -224,13 +235,13 @@ def block_context(block: list[BlockMessage], zone: str) -> str:
     return f"Conversation of {days[0]}" + (f" to {days[1]}" if days[1] != days[0] else "")
 
 
-def fact_sources(block: list[BlockMessage], fact: ExtractedFact) -> list[BlockMessage]:
+def fact_sources(block: list[BlockMessage], fact: SummaryFact) -> list[BlockMessage]:
     """The block's messages a fact says it came from (ids outside the block are ignored)."""
     wanted = set(fact.messages)
     return [m for m in block if m.id in wanted]
 
 
-def fact_context(block: list[BlockMessage], fact: ExtractedFact, zone: str) -> str | None:
+def fact_context(block: list[BlockMessage], fact: SummaryFact, zone: str) -> str | None:
     """When a fact holds, where its words or its messages' words say it ("last Tuesday" said on
     a Friday: that Tuesday's date), resolved against the day its messages were said; None when
     neither names a time (dating every fact alike only adds noise, memory/when.py)."""
@@ -241,7 +252,7 @@ def fact_context(block: list[BlockMessage], fact: ExtractedFact, zone: str) -> s
     )
 
 
-def fact_meta(block: list[BlockMessage], fact: ExtractedFact, summary_id: int) -> dict[str, Any]:
+def fact_meta(block: list[BlockMessage], fact: SummaryFact, summary_id: int) -> dict[str, Any]:
     """Where a fact came from: its messages (when it names them) and its block's summary, so a
     search that finds one can lend to the other (memory/search.py)."""
     ids = [m.id for m in fact_sources(block, fact)]
