@@ -39,6 +39,7 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -347,8 +348,16 @@ async def _index(
                 )
                 for turn, vec, near in zip(batch, vectors, around[start : start + 256], strict=True)
             ]
-            ids = await runner.write(add_memories, items, embedder.model_id)
-            owner.update(zip(ids, [t.dia_id for t in batch], strict=True))
+            # Each turn stored at its session's date, as a live chat would have it.
+            for _, run in groupby(zip(batch, items, strict=True), key=lambda p: p[0].session_start):
+                pairs = list(run)
+                when = pairs[0][0].session_start
+                ids = await runner.write(
+                    lambda c, rows=[item for _, item in pairs], when=when: add_memories(
+                        c, rows, embedder.model_id, now=when
+                    )
+                )
+                owner.update(zip(ids, [t.dia_id for t, _ in pairs], strict=True))
     return owner
 
 

@@ -180,6 +180,9 @@ def embedded_search(
     )
 
 
+DAY0 = 1_700_000_000.0  # when the first memory was stored
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
@@ -197,6 +200,9 @@ def main() -> int:
     )
     parser.add_argument(
         "--rounds", type=int, default=1, help="--embed-queries: passes over the queries"
+    )
+    parser.add_argument(
+        "--kind", choices=["note", "turn"], default="note", help="what every memory is stored as"
     )
     parser.add_argument(
         "--nearby", action="store_true", help="each memory carries its neighbours' texts"
@@ -229,8 +235,9 @@ def main() -> int:
             (
                 NewMemory(
                     user_id=1 + i % args.users,
-                    kind="note",
+                    kind=args.kind,
                     content=texts[i],
+                    chat_id=1,
                     nearby=nearby[i] if nearby else None,
                 ),
                 vectors[i].tolist(),
@@ -238,7 +245,8 @@ def main() -> int:
             for i in range(start, min(args.n, start + batch))
         ]
         conn.execute("BEGIN IMMEDIATE")
-        ids.extend(add_memories(conn, items, MODEL))
+        # --kind turn: each thousand turns a day of talk (a session, memory/search.py)
+        ids.extend(add_memories(conn, items, MODEL, now=DAY0 + start // batch * 86_400.0))
         conn.execute("COMMIT")
     insert_s = time.perf_counter() - started
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -66,7 +66,9 @@ from benchmarks.memory_retrieval import (
 )
 
 MINUTE = 60.0
-_LINE = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d)\] (User|Assistant): (.*)$")
+# Whether the fake model names each fact's message, as the prompt asks (--unlinked: it does not).
+LINKED = True
+_LINE = re.compile(r"^\[(?:#(\d+) )?(\d{4}-\d\d-\d\d \d\d:\d\d)\] (User|Assistant): (.*)$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _FIRST_PERSON = re.compile(r"\b(I|I'm|I've|I'd|I'll|my|My|me)\b")
 
@@ -85,7 +87,7 @@ class ExtractiveLLM:
             m = _LINE.match(line)
             if m is None:
                 continue
-            when, who, text = m.groups()
+            msg, when, who, text = m.groups()
             minute = calendar.timegm(time.strptime(when, "%Y-%m-%d %H:%M")) // 60
             sentences = [s for s in _SENTENCE.split(text) if s.strip()]
             lead = sentences[0][:120] if sentences else text[:120]
@@ -95,7 +97,8 @@ class ExtractiveLLM:
             if who == "User" and len(facts) < 30:
                 mine = next((s for s in sentences if _FIRST_PERSON.search(s)), None)
                 if mine is not None:
-                    facts.append({"kind": "fact", "key": f"turn {minute}", "content": mine[:300]})
+                    fact = {"kind": "fact", "key": f"turn {minute}", "content": mine[:300]}
+                    facts.append(fact | ({"messages": [int(msg)]} if msg and LINKED else {}))
         name = req.tools[0].name if req.tools else "record_summary"
         use = ToolUseBlock(
             id="toolu_fake",
@@ -125,15 +128,17 @@ class ObservedLLM(ExtractiveLLM):
 
     async def complete(self, req: LLMRequest, on_text: Any = None) -> LLMResponse:
         answer = await super().complete(req, on_text)
-        facts: list[dict[str, str]] = []
+        facts: list[dict[str, Any]] = []
         for line in str(req.messages[0].content).splitlines():
             m = _LINE.match(line)
             if m is None:
                 continue
-            minute = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%d %H:%M")) // 60
+            minute = calendar.timegm(time.strptime(m.group(2), "%Y-%m-%d %H:%M")) // 60
             for j, text in enumerate(self.by_minute.get(minute, [])):
                 if len(facts) < 30:
-                    facts.append({"kind": "fact", "key": f"turn {minute} {j}", "content": text})
+                    fact = {"kind": "fact", "key": f"turn {minute} {j}", "content": text}
+                    msg = m.group(1)
+                    facts.append(fact | ({"messages": [int(msg)]} if msg and LINKED else {}))
         use = answer.content[0]
         assert isinstance(use, ToolUseBlock)
         use.input["facts"] = facts

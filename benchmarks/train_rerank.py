@@ -40,8 +40,10 @@ from agentd.memory.search import keyword_search, ranker_pool, vector_search
 from agentd.memory.summarise import SummaryDeps
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder
+from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import TUNED_FUSION, fuse
 from agentd.retrieval.rerank import FEATURES, Ranker, ranker_path, rerank
+from benchmarks import memory_stored
 from benchmarks.memory_retrieval import _index, load_dataset, spread
 from benchmarks.memory_stored import ExtractiveLLM, build, covered
 from benchmarks.recall_cv import CachedEmbedder
@@ -52,6 +54,8 @@ OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates ar
 EXPAND = {"n": 0}  # --expand: how many top fused hits lend their neighbours as candidates
 CONTEXT = {"turns": "nearby"}  # --context: what a stored turn carries (memory_retrieval)
 STORED_WEIGHT = {"n": 1}  # --stored-weight
+REPICK = {"spread": 0.0, "top": 0.0, "gain": 0.0}  # --top-spread, --cover-gain (repick)
+DROP: set[str] = set()  # --drop: features left out (their column zeroed, so weighted 0)
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -174,7 +178,7 @@ def matrix(rows: Sequence[Row]) -> tuple[np.ndarray, np.ndarray]:
     ys: list[float] = []
     for row in rows:
         for mid, feats in feature_rows(row.text, row.kw, row.vec, row.pool, row.candidates).items():
-            xs.append(feats)
+            xs.append([0.0 if f in DROP else x for f, x in zip(FEATURES, feats, strict=True)])
             ys.append(float(bool(row.covers.get(mid, set()) & set(row.evidence))))
     return np.array(xs), np.array(ys)
 
@@ -217,8 +221,47 @@ def recall5(order: Sequence[int], row: Row) -> float:
 ORDERS = ("keyword", "fused", "reranked")
 
 
+def repick(row: Row, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """--spread / --top-spread / --cover-gain, tried on the ranked list (not shipped), picked
+    greedily: each pick loses `spread` per pick already taken from its session, or `top` when
+    it shares the best hit's session; and gains `gain` × the share of the question's terms it
+    holds that the picks before it did not."""
+    spread, top, gain = REPICK["spread"], REPICK["top"], REPICK["gain"]
+    if not (spread or top or gain) or not ranked:
+        return ranked
+    wanted = set(query_terms(row.text))
+    terms = {
+        mid: wanted & text_terms(f"{c.content} {c.context or ''}")
+        for mid, _ in ranked
+        if (c := row.candidates.get(mid)) is not None
+    }
+    left, out, held = list(ranked), [], set()
+    first_session = None
+    taken: dict[Any, int] = defaultdict(int)
+    while left:
+        values = []
+        for mid, score in left:
+            cand = row.candidates.get(mid)
+            if cand is not None and top and first_session and cand.session == first_session:
+                score -= top
+            if cand is not None and spread and cand.session is not None:
+                score -= spread * taken[cand.session]
+            if gain and wanted:
+                score += gain * len(terms.get(mid, set()) - held) / len(wanted)
+            values.append(score)
+        best = left.pop(values.index(max(values)))
+        cand = row.candidates.get(best[0])
+        if cand is not None and first_session is None:
+            first_session = cand.session
+        if cand is not None and cand.session is not None:
+            taken[cand.session] += 1
+        held |= terms.get(best[0], set())
+        out.append(best)
+    return out
+
+
 def orders(row: Row, ranker: Ranker) -> dict[str, list[int]]:
-    ranked = rerank(ranker, row.text, row.kw, row.vec, row.pool, row.candidates)
+    ranked = repick(row, rerank(ranker, row.text, row.kw, row.vec, row.pool, row.candidates))
     return {
         "keyword": [m for m, _ in row.kw],
         "fused": [m for m, _ in row.fused],
@@ -316,7 +359,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--context", choices=["nearby", "previous", "window"], default="nearby")
     parser.add_argument("--stored-weight", type=int, default=1, help="stored rows count n times")
+    parser.add_argument("--spread", type=float, default=0.0, help="session spread penalty")
+    parser.add_argument("--drop", action="append", default=[], choices=FEATURES)
+    parser.add_argument("--top-spread", type=float, default=0.0)
+    parser.add_argument("--cover-gain", type=float, default=0.0)
+    parser.add_argument(
+        "--unlinked", action="store_true", help="the fake summariser names no fact's messages"
+    )
     args = parser.parse_args(argv)
+    memory_stored.LINKED = not args.unlinked
+    REPICK.update(spread=args.spread, top=args.top_spread, gain=args.cover_gain)
+    DROP.update(args.drop)
     STORED_WEIGHT["n"] = max(1, args.stored_weight)
     if args.depth:
         OVERRIDES["depth"] = args.depth
@@ -326,7 +379,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = _collect_all(args.dataset, caches, args.stored)
     convs = sorted({r.conv for r in rows})
     print(f"{len(rows)} questions × stores × data sets in {len(convs)} conversations")
-    print(f"features: {', '.join(FEATURES)}; expand {EXPAND['n']}")
+    print(f"features: {', '.join(f for f in FEATURES if f not in DROP)}; expand {EXPAND['n']}")
+    print(f"re-picked: {REPICK}")
     # Cross-validated by conversation: a conversation's clean and noisy renderings are held out
     # together, so no fold trains on the conversation it is scored on.
     scored: list[tuple[Row, dict[str, float]]] = []

@@ -15,6 +15,7 @@ shape of a `remember` tool; `apply_extracted_facts` stores it given the vectors,
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import unicodedata
@@ -127,9 +128,12 @@ def upsert_fact(
     origin_ref: str | None = None,
     actor: Actor = "model",
     now: float | None = None,
+    context: str | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> FactChange:
     """Store one fact: supersede the user's fact with the same slot (the old text kept in its
-    versions), skip an identical one."""
+    versions), skip an identical one. `context`: when it was said (summarise.fact_context);
+    `meta`: where (the messages and the summary it came from), both replaced on supersede."""
     now = time.time() if now is None else now
     content = " ".join(fact.content.split())
     slot = normalise_slot(fact.key)
@@ -147,10 +151,15 @@ def upsert_fact(
                 model_id,
                 kind=fact.kind,
                 source=source,
+                context=context,
                 origin=origin,
                 origin_ref=origin_ref or source or None,
                 now=now,
             )
+            if meta is not None:
+                conn.execute(
+                    "UPDATE memories SET meta = ? WHERE id = ?", (json.dumps(meta), memory_id)
+                )
             _record(conn, memory_id, "supersede", actor, old, content, now)
             return FactChange(
                 action="replaced", memory_id=memory_id, slot=slot, content=content, previous=old
@@ -170,6 +179,8 @@ def upsert_fact(
         slot=slot,
         source=source,
         chat_id=chat_id,
+        context=context,
+        meta=meta or {},
         origin=origin,
         origin_ref=origin_ref or source or None,
     )
@@ -216,8 +227,11 @@ def apply_extracted_facts(
     chat_id: int | None = None,
     origin: Origin = "model",
     now: float | None = None,
+    contexts: Sequence[str | None] | None = None,
+    metas: Sequence[dict[str, Any] | None] | None = None,
 ) -> list[FactChange]:
-    """Store extracted facts (vectors[i] belongs to facts[i]) and apply retractions.
+    """Store extracted facts (vectors[i], contexts[i] and metas[i] belong to facts[i]) and apply
+    retractions.
 
     Run inside one write transaction. Later facts win over earlier ones with the same key.
     """
@@ -239,6 +253,8 @@ def apply_extracted_facts(
                 chat_id=chat_id,
                 origin=origin,
                 now=now,
+                context=contexts[i] if contexts is not None else None,
+                meta=metas[i] if metas is not None else None,
             )
         )
     return changes

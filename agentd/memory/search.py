@@ -249,22 +249,56 @@ def _neighbour_rows(conn: Conn, user_id: int, ids: Sequence[int], columns: str) 
         # planner walked the user's whole index (8.6 ms at 100k memories instead of 0.3).
         " FROM json_each(:ids) AS j CROSS JOIN memories m ON m.id = j.value"
         " WHERE m.user_id = :user",
-        {"ids": json.dumps(list(ids)), "user": user_id, "seq": json.dumps(SEQUENTIAL_KINDS)},
+        {
+            "ids": json.dumps(list(ids)),
+            "user": user_id,
+            "seq": json.dumps(SEQUENTIAL_KINDS),
+            "facts": json.dumps(FACT_KINDS),
+        },
     ).fetchall()
 
 
 def rerank_candidates(conn: Conn, user_id: int, ids: Sequence[int]) -> dict[int, Candidate]:
-    """The user's memories among ids as the ranker sees them, in one read."""
-    rows = _neighbour_rows(conn, user_id, ids, ", m.content, m.context, m.kind")
+    """The user's memories among ids as the ranker sees them, in one read. A fact's neighbour is
+    the summary of the talk it was drawn from (memory/summarise.py fact_meta), and a summary's
+    are also its facts among ids: a hit on either lends to the other."""
+    rows = _neighbour_rows(
+        conn,
+        user_id,
+        ids,
+        ", m.content, m.context, m.kind, m.chat_id, m.created_at,"
+        " CASE WHEN m.kind IN (SELECT value FROM json_each(:facts))"
+        " THEN json_extract(m.meta, '$.summary') END",
+    )
+    drawn: dict[int, list[int]] = {}  # summary id → its facts among ids
+    for r in rows:
+        if isinstance(r[8], int):
+            drawn.setdefault(r[8], []).append(int(r[0]))
     return {
         int(r[0]): Candidate(
             content=r[3],
             context=r[4],
             shape=_shape(r[5]),
-            neighbours=tuple(int(x) for x in r[1:3] if x is not None),
+            neighbours=tuple(
+                [int(x) for x in r[1:3] if x is not None]
+                + ([r[8]] if isinstance(r[8], int) else [])
+                + drawn.get(int(r[0]), [])
+            ),
+            session=session_of(r[5], r[6], r[7]),
         )
         for r in rows
     }
+
+
+SESSION_SECONDS = 86_400
+
+
+def session_of(kind: str, chat_id: int | None, created_at: float) -> str | None:
+    """The stretch of talk a stored turn belongs to: its chat's day (UTC). Only turns have
+    one: a summary is a stretch of its own, and a fact or a note stands alone."""
+    if kind != "turn":
+        return None
+    return f"{chat_id}:{int(created_at // SESSION_SECONDS)}"
 
 
 def ranker_pool(

@@ -48,6 +48,7 @@ FEATURES = (
     "question",  # 1 when its text asks a question
     "summary",  # 1 for a summary of a stretch of talk (long, and covering many things)
     "fact",  # 1 for a fact, preference or task: one short statement
+    "session_cover",  # share of the query's terms its session's candidates hold together
 )
 # What a candidate is, as far as its length and reach go (the memory package maps its kinds).
 Shape = Literal["talk", "summary", "fact"]
@@ -61,6 +62,8 @@ class Candidate:
     context: str | None
     shape: Shape
     neighbours: tuple[int, ...]  # ids stored just before and after it (same chat and kind)
+    # Which stretch of talk it belongs to (a chat's day, memory/search.py); None: none known.
+    session: str | None = None
 
 
 class Ranker(BaseModel):
@@ -93,12 +96,6 @@ def shipped_ranker(embedder: str) -> Ranker | None:
     return Ranker.model_validate(json.loads(path.read_text(encoding="utf-8")))
 
 
-def _cover(wanted: set[str], text: str | None) -> float:
-    if not wanted or not text:
-        return 0.0
-    return len(wanted & text_terms(text)) / len(wanted)
-
-
 def feature_rows(
     text: str,
     keyword: Sequence[tuple[int, float]],
@@ -120,8 +117,13 @@ def feature_rows(
         if (cand := candidates.get(mid)) is not None
     }
     mean_length = sum(lengths.values()) / len(lengths) if lengths else 0.0
-    covers = {mid: _cover(wanted, candidates[mid].content) for mid in lengths}
+    # The query's terms each candidate's text and context hold, each text read once.
+    held = {mid: _held(wanted, candidates[mid].content) for mid in lengths}
+    held_context = {mid: _held(wanted, candidates[mid].context) for mid in lengths}
+    share = 1.0 / len(wanted) if wanted else 0.0
+    covers = {mid: len(held[mid]) * share for mid in lengths}
     best_cover = max(covers.values(), default=0.0)
+    by_session = _session_covers(share, candidates, held, held_context)
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -136,15 +138,41 @@ def feature_rows(
             1.0 / vec_rank[mid] if mid in vec_rank else 0.0,
             max((fused_score.get(n, 0.0) for n in cand.neighbours), default=0.0),
             covers[mid],
-            _cover(wanted, cand.context),
+            len(held_context[mid]) * share,
             covers[mid] / best_cover if best_cover > 0 else 0.0,
             lengths[mid],
             lengths[mid] - mean_length,
             float("?" in cand.content),
             float(cand.shape == "summary"),
             float(cand.shape == "fact"),
+            by_session.get(mid, covers[mid]),
         ]
     return rows
+
+
+def _held(wanted: set[str], text: str | None) -> set[str]:
+    return wanted & text_terms(text) if wanted and text else set()
+
+
+def _session_covers(
+    share: float,
+    candidates: Mapping[int, Candidate],
+    held: Mapping[int, set[str]],
+    held_context: Mapping[int, set[str]],
+) -> dict[int, float]:
+    """For each candidate with a session, the share of the query's terms held by the text and
+    context of all the candidates of that session together: a question whose words were said
+    over several messages of one talk lifts each of them, where each alone holds a part."""
+    terms: dict[str, set[str]] = {}
+    for mid in held:
+        session = candidates[mid].session
+        if session is not None:
+            terms.setdefault(session, set()).update(held[mid], held_context[mid])
+    return {
+        mid: len(terms[session]) * share
+        for mid in held
+        if (session := candidates[mid].session) is not None
+    }
 
 
 def rerank(
