@@ -138,3 +138,79 @@ def test_the_pool_adds_the_stored_neighbours_of_the_top_hits(conn: Any) -> None:
     assert set(candidates) == {ids[0], ids[1], ids[2], ids[4]} and other not in candidates
     assert ranker_pool(conn, 1, fused, expand=0)[0] == fused
     assert ranker_pool(conn, 1, [], expand=5) == ([], {})
+
+
+def _said(speaker: str | None, text: str) -> Candidate:
+    return Candidate(content=text, context=None, shape="talk", neighbours=(), speaker=speaker)
+
+
+def test_a_message_by_the_person_the_question_names_ranks_above_another_persons() -> None:
+    """A question is about someone ("What did Caroline research?"); the evidence is mostly
+    that person's own messages, whoever else mentions the same things."""
+    ranker = shipped_ranker("e5-small")
+    assert ranker is not None
+    text = "What did Caroline research for her adoption plans?"
+    # Alike in every way but who said them; the id tie-break alone would put 1 first.
+    candidates = {
+        1: _said("Melanie", "Melanie: researching adoption agencies sounds like a big step"),
+        2: _said("Caroline", "Caroline: researching adoption agencies sounds like a big step"),
+    }
+    same = [(1, -4.0), (2, -4.0)]
+    fused = [(1, 0.8), (2, 0.8)]
+    rows = feature_rows(text, same, same, fused, candidates)
+    named = FEATURES.index("speaker_named")
+    assert (rows[1][named], rows[2][named]) == (0.0, 1.0)
+    assert [mid for mid, _ in rerank(ranker, text, same, same, fused, candidates)] == [2, 1]
+
+
+@pytest.mark.parametrize(
+    ("question", "named"),
+    [
+        ("What did Caroline research?", {"Caroline"}),
+        ("what did caroline's sister say", {"Caroline"}),  # any case, a possessive
+        ("did mel paint a sunset?", {"Melanie"}),  # a short form: the name's beginning
+        ("When did Melanie and Caroline meet?", {"Caroline", "Melanie"}),
+        ("What did Mary Ann bake?", {"Mary Ann"}),
+        ("Will it rain at the lake?", set()),  # "will" is a stopword, never a name
+        ("What did the car cost?", {"Caroline"}),  # the price of "mel": 3 letters may be one
+        ("What did the ca say?", set()),  # 2 letters: too short to be one
+        ("What did they say about camping?", set()),
+    ],
+)
+def test_which_speakers_a_question_names(question: str, named: set[str]) -> None:
+    candidates = {
+        i: _said(who, f"{who}: hello")
+        for i, who in enumerate(("Caroline", "Melanie", "Mary Ann", "Will"), start=1)
+    }
+    candidates[5] = _said(None, "a note with no speaker")
+    fused = [(i, 1.0) for i in candidates]
+    rows = feature_rows(question, fused, fused, fused, candidates)
+    col = FEATURES.index("speaker_named")
+    assert {candidates[i].speaker for i, row in rows.items() if row[col] == 1.0} == named
+    assert rows[5][col] == 0.0
+
+
+def test_a_turns_speaker_is_its_meta_or_the_name_its_line_starts_with(conn: Any) -> None:
+    stored = [
+        ("turn", "Caroline: I researched adoption agencies", {}),
+        ("turn", "Mary Ann: see you then", {}),
+        ("turn", "see you: then", {"speaker": "Jon"}),  # meta wins over the line
+        ("turn", "no name here, just words", {}),
+        ("turn", "2023: a good year", {}),  # a number is no name
+        ("summary", "Caroline: talked about adoption", {}),  # about several people
+        ("fact", "Caroline: is researching adoption", {"speaker": "Caroline"}),
+    ]
+    ids = [
+        add_memory(conn, NewMemory(user_id=1, kind=kind, content=text, chat_id=1, meta=meta))
+        for kind, text, meta in stored
+    ]
+    candidates = rerank_candidates(conn, 1, ids)
+    assert [candidates[mid].speaker for mid in ids] == [
+        "Caroline",
+        "Mary Ann",
+        "Jon",
+        None,
+        None,
+        None,
+        None,
+    ]
