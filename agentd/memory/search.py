@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Awaitable, Sequence
 from datetime import datetime
 from functools import partial
@@ -269,8 +268,7 @@ def rerank_candidates(conn: Conn, user_id: int, ids: Sequence[int]) -> dict[int,
         ids,
         ", m.content, m.context, m.kind, m.chat_id, m.created_at,"
         " CASE WHEN m.kind IN (SELECT value FROM json_each(:facts))"
-        " THEN json_extract(m.meta, '$.summary') END,"
-        " CASE WHEN m.kind = 'turn' THEN json_extract(m.meta, '$.speaker') END",
+        " THEN json_extract(m.meta, '$.summary') END",
     )
     drawn: dict[int, list[int]] = {}  # summary id → its facts among ids
     for r in rows:
@@ -287,26 +285,9 @@ def rerank_candidates(conn: Conn, user_id: int, ids: Sequence[int]) -> dict[int,
                 + drawn.get(int(r[0]), [])
             ),
             session=session_of(r[5], r[6], r[7]),
-            speaker=speaker_of(r[5], r[3], r[9]),
         )
         for r in rows
     }
-
-
-# A chat line as stored: "Caroline: …", "Mary Ann: …" (a display name of 1-3 words).
-_SPEAKER_LINE = re.compile(r"([^\W\d_][\w'.-]*(?: [^\W\d_][\w'.-]*){0,2}): ")
-
-
-def speaker_of(kind: str, content: str, meta_speaker: Any) -> str | None:
-    """Who said a stored turn: its meta's `speaker` when it has one, else the name its line
-    starts with ("Caroline: …", how a chat export or an imported log writes a message). Only
-    turns are someone's words; a summary or a fact is about several people."""
-    if kind != "turn":
-        return None
-    if isinstance(meta_speaker, str) and meta_speaker.strip():
-        return meta_speaker.strip()
-    line = _SPEAKER_LINE.match(content)
-    return line.group(1) if line else None
 
 
 SESSION_SECONDS = 86_400

@@ -28,7 +28,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agentd.retrieval.fts import STOPWORDS, normalise, query_terms, split_words, text_terms
+from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import stretch
 
 # What each feature says of a candidate; the names key the weights file.
@@ -49,7 +49,6 @@ FEATURES = (
     "summary",  # 1 for a summary of a stretch of talk (long, and covering many things)
     "fact",  # 1 for a fact, preference or task: one short statement
     "session_cover",  # share of the query's terms its session's candidates hold together
-    "speaker_named",  # 1 when the query names whoever said it (a question is about someone)
 )
 # What a candidate is, as far as its length and reach go (the memory package maps its kinds).
 Shape = Literal["talk", "summary", "fact"]
@@ -65,8 +64,6 @@ class Candidate:
     neighbours: tuple[int, ...]  # ids stored just before and after it (same chat and kind)
     # Which stretch of talk it belongs to (a chat's day, memory/search.py); None: none known.
     session: str | None = None
-    # Who said it ("Caroline"; memory/search.py speaker_of); None: not known, or not a message.
-    speaker: str | None = None
 
 
 class Ranker(BaseModel):
@@ -127,7 +124,6 @@ def feature_rows(
     covers = {mid: len(held[mid]) * share for mid in lengths}
     best_cover = max(covers.values(), default=0.0)
     by_session = _session_covers(share, candidates, held, held_context)
-    named = _named_speakers(text, [candidates[mid].speaker for mid in lengths])
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -150,29 +146,8 @@ def feature_rows(
             float(cand.shape == "summary"),
             float(cand.shape == "fact"),
             by_session.get(mid, covers[mid]),
-            float(cand.speaker in named),
         ]
     return rows
-
-
-# A short form of a name is its beginning ("Mel" for Melanie), at least this long.
-SHORT_NAME_CHARS = 3
-
-
-def _named_speakers(text: str, speakers: Sequence[str | None]) -> set[str]:
-    """The speakers among `speakers` the query names: by a word of their name, or a word of at
-    least SHORT_NAME_CHARS letters their first name begins with (not a stopword: "Will" is a
-    name, "will" in a question is not, so stopwords never count)."""
-    words = {w for w in text_terms(text) if w not in STOPWORDS}
-    found: set[str] = set()
-    for speaker in {s for s in speakers if s}:
-        parts = [p for p in split_words(normalise(speaker))[0] if p not in STOPWORDS]
-        first = parts[0] if parts else ""
-        if words & set(parts) or any(
-            len(w) >= SHORT_NAME_CHARS and first.startswith(w) for w in words
-        ):
-            found.add(speaker)
-    return found
 
 
 def _held(wanted: set[str], text: str | None) -> set[str]:
