@@ -356,24 +356,25 @@ class BrowserService:
                     raise BrowserError(
                         f"the profile {profile!r} is for {site}; it is never used on {host}"
                     )
-            try:
-                context = await self._browser.new_context(
-                    storage_state=state,
-                    accept_downloads=True,
-                    viewport={"width": 1280, "height": 900},
-                    service_workers="block",
-                )
-                context.set_default_timeout(self.config.action_timeout * 1000)
-                context.set_default_navigation_timeout(self.config.page_timeout * 1000)
-                page = await context.new_page()
-            except Exception as exc:
-                raise BrowserError(self._why_not(exc)) from None
+            context, page = await self._new_context(
+                storage_state=state, accept_downloads=True, viewport={"width": 1280, "height": 900}
+            )
             made = Session(
                 instance_id, context, page, profile=profile, site=site, loaded_at=loaded_at
             )
             context.on("page", lambda p: setattr(made, "page", p))  # follow a popup
             self.sessions[instance_id] = made
             return made
+
+    async def _new_context(self, **options: Any) -> tuple[Any, Any]:
+        """A context with this service's time limits and no service workers, and its page."""
+        try:
+            context = await self._browser.new_context(service_workers="block", **options)
+            context.set_default_timeout(self.config.action_timeout * 1000)
+            context.set_default_navigation_timeout(self.config.page_timeout * 1000)
+            return context, await context.new_page()
+        except Exception as exc:
+            raise BrowserError(self._why_not(exc)) from None
 
     def _unused(self) -> bool:
         return not self.sessions and self.remote is None
@@ -386,17 +387,10 @@ class BrowserService:
             if not self.running:
                 await self._start()
             await self._drop_remote()
-            try:
-                context = await self._browser.new_context(
-                    accept_downloads=False,
-                    viewport={"width": REMOTE_VIEW[0], "height": REMOTE_VIEW[1]},
-                    service_workers="block",
-                )
-                context.set_default_timeout(self.config.action_timeout * 1000)
-                context.set_default_navigation_timeout(self.config.page_timeout * 1000)
-                page = await context.new_page()
-            except Exception as exc:
-                raise BrowserError(self._why_not(exc)) from None
+            context, page = await self._new_context(
+                accept_downloads=False,
+                viewport={"width": REMOTE_VIEW[0], "height": REMOTE_VIEW[1]},
+            )
             made = Session("sign-in", context, page)
             context.on("page", lambda p: setattr(made, "page", p))  # an SSO popup
             self.remote = made
