@@ -1,4 +1,4 @@
-"""agentd: a personal AI agent on your own server, talked to over Telegram.
+"""agentd: a personal AI agent on your own server, talked to over Telegram, Matrix or the web.
 
 The packages, bottom to top (each imports only from the rows below it; tests/test_layout.py
 holds the tiers and docs/architecture.md walks a message through them):

@@ -101,7 +101,7 @@ def build_system(
     """
     parts = [
         persona.strip(),
-        f"You are {name}, a personal assistant the user talks to over Telegram. Be concise. "
+        f"You are {name}, a personal assistant the user talks to in a chat. Be concise. "
         "You may use Markdown: **bold**, _italic_, `code`, code blocks, lists and links.",
         DATA_RULE,
         CONTEXT_RULE,

@@ -113,7 +113,7 @@ def load_command(name: str) -> typer.core.click.Command:
 app = typer.Typer(
     name="agentd",
     cls=LazyGroup,
-    help="A personal AI agent on your own server, talked to over Telegram.",
+    help="A personal AI agent on your own server, talked to over Telegram, Matrix or the web.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -136,7 +136,7 @@ def main_options(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
 ) -> None:
-    """A personal AI agent on your own server, talked to over Telegram."""
+    """A personal AI agent on your own server, talked to over Telegram, Matrix or the web."""
     from agentd.cli.common import err, out
 
     out.reset()  # each command prints at the width of the terminal it runs in
