@@ -4,6 +4,7 @@
     python benchmarks/memory_retrieval.py --data locomo10.json --sweep --json
     python benchmarks/memory_retrieval.py --data locomo-dev.json --cv --questions context
     python benchmarks/memory_retrieval.py --data locomo10_v2/ --exclude locomo-dev.json
+    python benchmarks/memory_retrieval.py --data REALTALK/data/   # real chats, the same layout
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
 appended; its context the turn before it in the session, the message it answers; nearby, the
@@ -23,13 +24,16 @@ Query vectors are cached in `--cache`.
 
 Real files are messy: missing fields, sessions that are not lists, turns without ids or text,
 evidence given as "D1:3; D2:4" strings, as empty strings, as ids the conversation lacks, or
-repeated. Such entries are skipped or repaired and counted, never fatal.
+repeated, or as ranges ("D12:3-D12:5"). Such entries are skipped or repaired and counted, never
+fatal. REALTALK (github.com/danny911kr/REALTALK: 21 days of real messaging-app chats, labelled as
+LoCoMo is) loads as it is published: its turns' `clean_text` and its "29.12.2023, 22:42:04" dates.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import re
 import statistics
@@ -73,6 +77,9 @@ CATEGORY_NAMES = {
     "5": "adversarial",
 }
 _DIA_ID = re.compile(r"D\d+:\d+")
+_DIA_RANGE = re.compile(r"(D\d+:\d+)(?:\s*-\s*(D\d+:\d+))?")
+_MAX_RANGE = 50  # a longer "range" is a typo, not fifty evidence turns
+_DATE_FORMATS = ("%I:%M %p on %d %B, %Y", "%d.%m.%Y, %H:%M:%S")  # LoCoMo's, REALTALK's
 _SESSION = re.compile(r"session_(\d+)$")
 
 
@@ -137,20 +144,30 @@ class Report(BaseModel):
 # Loading
 
 
+def _expand(first: str, last: str) -> list[str]:
+    """A range "D12:3-D12:5" within one session is every turn of it; across sessions its ends."""
+    (s1, n1), (s2, n2) = first.split(":"), last.split(":")
+    if s1 != s2 or not 0 <= int(n2) - int(n1) <= _MAX_RANGE:
+        return [first, last]
+    return [f"{s1}:{n}" for n in range(int(n1), int(n2) + 1)]
+
+
 def parse_evidence(raw: Any) -> list[str]:
-    """Evidence ids from whatever a file holds: lists, "D1:3; D2:4" strings, junk (dropped)."""
+    """Evidence ids from whatever a file holds: lists, "D1:3; D2:4" strings, "D12:3-D12:5"
+    ranges (REALTALK writes them), junk (dropped)."""
     items = raw if isinstance(raw, list) else [raw]
     ids: list[str] = []
     for item in items:
         if isinstance(item, str):
-            for found in _DIA_ID.findall(item):
-                if found not in ids:
-                    ids.append(found)
+            for first, last in _DIA_RANGE.findall(item):
+                for found in _expand(first, last) if last else [first]:
+                    if found not in ids:
+                        ids.append(found)
     return ids
 
 
 def _turn_text(turn: dict[str, Any]) -> str | None:
-    text = turn.get("text")
+    text = turn.get("text", turn.get("clean_text"))  # REALTALK: the export's text, cleaned
     if not isinstance(text, str) or not text.strip():
         return None
     speaker = turn.get("speaker")
@@ -162,14 +179,14 @@ def _turn_text(turn: dict[str, Any]) -> str | None:
 
 
 def _session_start(raw: Any) -> float | None:
-    """LoCoMo's "1:56 pm on 8 May, 2023" as UTC seconds; None when absent or another shape."""
+    """LoCoMo's "1:56 pm on 8 May, 2023" or REALTALK's "29.12.2023, 22:42:04" as UTC seconds;
+    None when absent or another shape."""
     if not isinstance(raw, str):
         return None
-    try:
-        when = datetime.strptime(raw.strip(), "%I:%M %p on %d %B, %Y")
-    except ValueError:
-        return None
-    return when.replace(tzinfo=UTC).timestamp()
+    for layout in _DATE_FORMATS:
+        with contextlib.suppress(ValueError):
+            return datetime.strptime(raw.strip(), layout).replace(tzinfo=UTC).timestamp()
+    return None
 
 
 def _entries(path: Path) -> list[tuple[Any, str | None]]:

@@ -36,6 +36,35 @@ def test_parse_evidence_copes_with_real_world_damage() -> None:
     assert bench.parse_evidence("D8:6; D9:17") == ["D8:6", "D9:17"]
     assert bench.parse_evidence(["", None, 12, "D:3:10", "D3:10"]) == ["D3:10"]
     assert bench.parse_evidence(None) == []
+    assert bench.parse_evidence("D12:3-D12:5;D13:1") == ["D12:3", "D12:4", "D12:5", "D13:1"]
+    assert bench.parse_evidence("D2:9-D3:1") == ["D2:9", "D3:1"]  # across sessions: the ends
+    assert bench.parse_evidence("D1:1-D1:900") == ["D1:1", "D1:900"]  # a typo, not 900 turns
+
+
+def test_loader_reads_realtalks_layout(tmp_path: Path) -> None:
+    """REALTALK's files as published: the text under clean_text, dates as "29.12.2023, 22:42:04",
+    evidence as ranges, turns dropped by its cleaning still named as evidence."""
+    chat = {
+        "name": {"speaker_1": "Emi", "speaker_2": "elise"},
+        "session_1": [
+            {"clean_text": "Hey Kate!", "speaker": "elise", "dia_id": "D1:1", "img_file": []},
+            {"clean_text": "I made pasta", "speaker": "Emi", "dia_id": "D1:2", "img_file": []},
+            {"clean_text": "with ham and peas", "speaker": "Emi", "dia_id": "D1:3"},
+        ],
+        "session_1_date_time": "29.12.2023, 22:42:04",
+        "qa": [{"question": "What did Kate cook?", "evidence": ["D1:2-D1:4"], "category": 1}],
+    }
+    (tmp_path / "Chat_1_Emi_Elise.json").write_text(json.dumps(chat), encoding="utf-8")
+    conversations, stats = _bench().load_dataset(tmp_path)
+    turns = conversations[0].turns
+    assert [t.text for t in turns] == [
+        "elise: Hey Kate!",
+        "Emi: I made pasta",
+        "Emi: with ham and peas",
+    ]
+    assert turns[0].session_start == 1703889724.0  # 2023-12-29 22:42:04 UTC
+    assert conversations[0].questions[0].evidence == ["D1:2", "D1:3"]
+    assert stats.dropped_evidence_ids == 1  # D1:4 is not in the file
 
 
 def test_loader_skips_and_counts_malformed_entries() -> None:
