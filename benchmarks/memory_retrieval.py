@@ -331,7 +331,7 @@ async def _index(
     embedder: Embedder,
     conversations: list[Conversation],
     dates: str = "none",
-    context: str = "nearby",
+    context: str = "previous",
 ) -> dict:
     """Store every turn; return memory id → dia_id(s) per conversation user id."""
     runner = ConnRunner(conn)
@@ -389,7 +389,7 @@ async def run_benchmark(
     prefilter: str = "bits",
     cv: bool = False,
     dates: str = "none",
-    context: str = "nearby",
+    context: str = "previous",
 ) -> Report:
     """Index, query every question in the three modes and score them. `prefilter`: the vector
     arm's candidates from the in-process bit copy, as the daemon searches ("bits"), or from
@@ -708,7 +708,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--context",
         choices=["nearby", "previous", "window"],
-        default="nearby",
+        default="previous",
         help="each turn's context is the message before it; 'nearby' also indexes the messages"
         " around it for keyword search (memory/window.py), 'window' embeds them as its context",
     )

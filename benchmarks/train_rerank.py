@@ -52,7 +52,7 @@ EMBEDDER = "e5-small"
 STORES = {False: "turns", True: "stored"}
 OVERRIDES: dict[str, Any] = {}  # --depth: the fusion settings the candidates are drawn with
 EXPAND = {"n": 0}  # --expand: how many top fused hits lend their neighbours as candidates
-CONTEXT = {"turns": "nearby"}  # --context: what a stored turn carries (memory_retrieval)
+CONTEXT = {"turns": "previous"}  # --context: what a stored turn carries (memory_retrieval)
 STORED_WEIGHT = {"n": 1}  # --stored-weight
 REPICK = {"spread": 0.0, "top": 0.0, "gain": 0.0}  # --top-spread, --cover-gain (repick)
 DROP: set[str] = set()  # --drop: features left out (their column zeroed, so weighted 0)
@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="all",
         help="which --data files are also stored as summaries and facts (memory_stored.py)",
     )
-    parser.add_argument("--context", choices=["nearby", "previous", "window"], default="nearby")
+    parser.add_argument("--context", choices=["nearby", "previous", "window"], default="previous")
     parser.add_argument("--stored-weight", type=int, default=1, help="stored rows count n times")
     parser.add_argument("--spread", type=float, default=0.0, help="session spread penalty")
     parser.add_argument("--drop", action="append", default=[], choices=FEATURES)
