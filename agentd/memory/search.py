@@ -26,10 +26,10 @@ stored with the turn they answer as context:
   model over both arms' scores and ranks, the best fused score beside each candidate, how much
   of the question its text and context hold, its length, whether it asks a question, and
   whether it is a summary or a fact, length and coverage also against the other candidates.
-  Trained on the dev conversations as turns and as stored summaries and facts, and on their
-  messaging-app rendering as turns (benchmarks/train_rerank.py); on 7 LoCoMo conversations it
-  never saw, turns (with what is nearby, memory/window.py): R@5 0.721 (keyword 0.656); the same
-  seven rendered as chat: 0.500 (keyword 0.437); ~1.4 ms per search.
+  Trained on the dev conversations as turns and as stored summaries and facts, and on four of
+  REALTALK's real messaging-app chats as turns (benchmarks/train_rerank.py); on 7 LoCoMo
+  conversations it never saw, turns: R@5 0.714 (keyword 0.610); on six REALTALK chats it never
+  saw: 0.495 (keyword 0.458); ~1 ms per search.
 - hashing: its vectors carry little meaning (vector R@5 0.35), so any real say for them loses
   to keyword search; keyword-first RRF 1.0/0.05, rrf_k 10 ties keyword (0.675), where a vector
   bonus only re-orders near-ties and vector-only hits fill a list keyword search leaves short

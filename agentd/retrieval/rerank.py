@@ -9,8 +9,8 @@ owner writes: length and coverage are also read against the other candidates of 
 search, since a chat of short messages and one of paragraphs differ in both. Each candidate of
 the fused list (both arms' top `depth`) gets the features below; a logistic regression, trained
 by benchmarks/train_rerank.py on the LoCoMo dev conversations stored as turns and as the daemon
-stores them (summaries and facts), and on a messaging-app rendering of them as turns
-(benchmarks/noisy_chat.py), weighs them.
+stores them (summaries and facts), and on four of REALTALK's real messaging-app chats as turns,
+weighs them (a synthetic rendering of LoCoMo as chat fitted itself and lost on real chat).
 The weights are data shipped with the package (rerank_<embedder>.json, like the e5 centre), so
 re-ranking costs no model call and nothing is fetched: ~1 ms per search (benchmarks/README.md).
 They are trained per embedder, since the vector features mean what its scores mean.
