@@ -2,12 +2,12 @@
 
     python benchmarks/noisy_chat.py --data locomo10_v2/ --out /tmp/locomo-noisy.json [--seed 1]
 
-LoCoMo's turns are tidy paragraphs; what owners write in a chat app is not. No public data set
-with turn-level evidence labels of real messaging-app chat was reachable for development (the
-issue's held-out set is of that kind and is kept from us), so this script rewrites LoCoMo the
-way such chats differ from it, deterministically (seeded per conversation), and keeps the
-labels. It is a stand-in, not real chat: figures on it say how retrieval copes with these
-particular kinds of noise, nothing more.
+LoCoMo's turns are tidy paragraphs; what owners write in a chat app is not always so. This
+script rewrites LoCoMo the way such chats can differ from it, deterministically (seeded per
+conversation), and keeps the labels. It is a stand-in, not real chat: figures on it say how
+retrieval copes with these particular kinds of noise, nothing more. Choices made on it did not
+hold on REALTALK's real chats, whose people mostly write whole sentences (benchmarks/README.md):
+measure on real chat (`memory_retrieval.py` reads REALTALK) before keeping anything chosen here.
 
 What changes, per conversation (each speaker gets a style of their own):
 
