@@ -103,3 +103,21 @@ def test_a_conversation_marks_withdrawn_and_edited_messages(tmp_path: Path) -> N
     withdrawn = [m.content for m in shown["messages"] if m.meta.get("withdrawn")]
     assert withdrawn == ["page title: x"]
     assert shown["edited"] == {"tg-update-5"}
+
+
+def test_the_schema_check_counts_every_channels_tables(tmp_path: Path) -> None:
+    """A database with the core's tables but not a channel's is not "up to date": the Now
+    page's check reads the schema the daemon applies, channels' migrations included."""
+    from agentd.channels import migrations
+    from agentd.dashboard import queries
+
+    conn = open_sync(tmp_path / "s.db")
+    apply_migrations(conn)  # the core's list alone
+    core_only = queries.health(conn, time.time())[0]
+    whole = queries.health(conn, time.time(), migrations())[0]
+    apply_migrations(conn, migrations())
+    after = queries.health(conn, time.time(), migrations())[0]
+    conn.close()
+    assert core_only["ok"] and core_only["detail"] == "up to date"
+    assert not whole["ok"] and whole["detail"].endswith("migrations to apply")
+    assert after["ok"], after

@@ -77,6 +77,7 @@ async def _serve(cfg: Any, settings: Any) -> None:
     from pathlib import Path
 
     from agentd.browser.capability import signin_desk
+    from agentd.channels import migrations
     from agentd.dashboard.access import FileAccess
     from agentd.dashboard.site import site_for
 
@@ -85,6 +86,7 @@ async def _serve(cfg: Any, settings: Any) -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="agentd-signin-"))
     desk, why = signin_desk(cfg, run_dir)
     site = site_for(cfg, settings, FileAccess(cfg.db_path), signin=desk, signin_why=why)
+    site.schema = migrations()  # channels' tables too: the Now page's schema check
     try:
         await _serve_site(site, cfg, settings)
     finally:

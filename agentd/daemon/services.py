@@ -11,6 +11,7 @@ from typing import Any
 from agentd.access import owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
+from agentd.channels import migrations
 from agentd.chat.channel import Opened
 from agentd.chat.notice import make_notice_workflow
 from agentd.commands import chat as chat_commands
@@ -82,6 +83,8 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     shared: dict[str, Any] = {"embedder": embedder, "memory_bits": BitCache(), "files": core.files}
     # Channels served in the owner's browser (chat.channel.WebPages): the dashboard mounts them.
     shared["web_pages"] = [w for one in channels if (w := getattr(one.open, "web", None))]
+    # The whole schema, channels' tables included: the dashboard's health check reads it.
+    shared["schema"] = migrations()
     ctx = Context(
         config=config,
         secrets=secrets,

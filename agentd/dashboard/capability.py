@@ -84,6 +84,7 @@ class Dashboard:
         site = site_for(self.ctx.config, settings, DaemonAccess(self.ctx.db), embedder, desk)
         # Pages of channels served in the owner's browser (the web chat), behind this login.
         site.pages = list(self.ctx.shared.get("web_pages", []))
+        site.schema = self.ctx.shared.get("schema")
         try:
             runner = await serve(site)
         except (OSError, BindRefused) as exc:

@@ -25,12 +25,13 @@ def _day_start(now: float) -> float:
     return now - now % DAY
 
 
-def health(conn: Any, now: float) -> list[dict[str, Any]]:
-    """The checks `agentd doctor` makes that need only the database: cheap enough per view."""
+def health(conn: Any, now: float, schema: list[Any] | None = None) -> list[dict[str, Any]]:
+    """The checks `agentd doctor` makes that need only the database: cheap enough per view.
+    `schema`: every migration the database should have, channels' included."""
     from agentd.db.migrations import pending
 
     checks = []
-    missing = pending(conn)
+    missing = pending(conn, schema)
     checks.append(
         {
             "name": "database schema",
@@ -314,10 +315,14 @@ def audit(
 
 
 def now_page(
-    conn: Any, now: float, prices: Mapping[str, ModelPrice] | None, daily_tokens: int
+    conn: Any,
+    now: float,
+    prices: Mapping[str, ModelPrice] | None,
+    daily_tokens: int,
+    schema: list[Any] | None = None,
 ) -> dict[str, Any]:
     return {
-        "health": health(conn, now),
+        "health": health(conn, now, schema),
         "open": open_instances(conn),
         "errors": last_errors(conn),
         "today": spend.since(conn, _day_start(now), prices),

@@ -59,6 +59,9 @@ class Site:
     signin_why: str = ""
     # Channels' pages served here (`chat.channel.WebPages`), behind this login: the web chat.
     pages: list[Any] = field(default_factory=list)
+    # The schema the database should have: the core's migrations and each channel's, handed
+    # down by whoever knows the channels (None: the core's alone).
+    schema: list[Any] | None = None
     templates: jinja2.Environment = field(init=False)
 
     def __post_init__(self) -> None:

@@ -66,7 +66,9 @@ async def logout(request: web.Request) -> web.Response:
 
 async def now(request: web.Request) -> web.Response:
     site = site_of(request)
-    data = await site.access.read(queries.now_page, time.time(), site.prices, site.daily_tokens)
+    data = await site.access.read(
+        queries.now_page, time.time(), site.prices, site.daily_tokens, site.schema
+    )
     return render(request, "now.html", **data)
 
 
