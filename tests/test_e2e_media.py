@@ -185,7 +185,7 @@ def test_a_pdf_is_read_for_the_turn_and_added_only_when_the_button_is_pressed(
     done = stack.wait_sent(user, 3)[2]
     assert done["plain_text"].startswith("Added boiler.pdf to your documents")
     sources = [r[0] for r in stack.daemon.query("SELECT source FROM doc_documents")]
-    assert sources == [f"telegram:{user}/boiler.pdf"]
+    assert sources == [f"chat:{user}/boiler.pdf"]
     # A second press adds nothing and says so.
     stack.tg.add_callback_query(user, user, offer["message_id"], button["callback_data"])
     stack.tg.wait_until(lambda: len(stack.tg.callback_answers) >= 2, 10, "two answers")
@@ -219,7 +219,7 @@ def test_asking_to_keep_a_document_saves_it_once_approved_without_offering_a_but
         lambda: any(m["plain_text"] == "Kept." for m in stack.sent(user)), 60, "the answer"
     )
     sources = [r[0] for r in stack.daemon.query("SELECT source FROM doc_documents")]
-    assert f"telegram:{user}/wifi.md" in sources
+    assert f"chat:{user}/wifi.md" in sources
     _wait_complete(stack.daemon, f"tg-update-{update_id}")
     # No "Add to my documents" offer: the document was kept as asked.
     assert not any(m.get("reply_markup") for m in stack.sent(user))

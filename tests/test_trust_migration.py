@@ -63,3 +63,30 @@ def test_host_rules_made_global_are_scoped_to_their_cards_chat_and_user(tmp_path
         hostrules.add_rule(conn, "en.wikipedia.org", 42, 42, "telegram:42", None)
     assert hostrules.allowed_hosts(conn, 42, 42) == ["en.wikipedia.org"]
     assert apply_migrations(conn) == []
+
+
+def test_documents_added_from_a_chat_keep_one_name_across_the_rename(tmp_path: Path) -> None:
+    """m083: a document added from a chat was named "telegram:<chat>/<file>" on every channel;
+    it becomes "chat:<chat>/<file>", the name media/chatdocs.py gives now, and nothing else
+    (a file's path, a URL) is touched."""
+    conn = open_sync(tmp_path / "old.db")
+    names = [name for name, _ in MIGRATIONS]
+    apply_migrations(conn, MIGRATIONS[: names.index("m083_chat_document_sources")])
+    rows = [
+        ("telegram:42/boiler.pdf", "telegram:42/boiler.pdf"),
+        ("/home/me/notes/telegram:x.md", "/home/me/notes"),
+        ("https://example.org/telegram:y", "https://example.org/"),
+    ]
+    with conn:
+        for source, root in rows:
+            conn.execute(
+                "INSERT INTO doc_documents (source, kind, root, format, content_hash, "
+                "created_at, updated_at) VALUES (?, 'file', ?, 'pdf', 'h', 0, 0)",
+                (source, root),
+            )
+    assert "m083_chat_document_sources" in apply_migrations(conn)
+    found = conn.execute("SELECT source, root FROM doc_documents ORDER BY id").fetchall()
+    assert [tuple(r) for r in found] == [
+        ("chat:42/boiler.pdf", "chat:42/boiler.pdf"),
+        *rows[1:],
+    ]

@@ -854,6 +854,16 @@ CREATE TABLE hook_rates (
 );
 """
 
+M083_CHAT_DOCUMENT_SOURCES = """
+-- A document added from a chat was named "telegram:<chat>/<file>" whichever channel it came
+-- through; it is "chat:<chat>/<file>" now (media/chatdocs.py), and one added before keeps a
+-- single name, so sending it again changes it instead of adding a second copy.
+UPDATE doc_documents
+SET source = 'chat:' || substr(source, 10),
+    root = CASE WHEN root LIKE 'telegram:%' THEN 'chat:' || substr(root, 10) ELSE root END
+WHERE source LIKE 'telegram:%';
+"""
+
 M036_USERS = """
 -- One person is one agentd user on every channel: another channel's account linked to a user
 -- by a pairing code made for that user (access/accounts.py). An account in no row is its own
@@ -1076,6 +1086,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m036_users", M036_USERS),
     ("m081_matrix_pairing_rooms", M081_MATRIX_PAIRING_ROOMS),
     ("m082_hook_rates", M082_HOOK_RATES),
+    ("m083_chat_document_sources", M083_CHAT_DOCUMENT_SOURCES),
 ]
 
 

@@ -216,7 +216,7 @@ async def ingest_chat_document(
     if hashlib.sha256(data).hexdigest() != digest:
         raise NonRetryable(f"{name} changed since it was sent; please send it again")
     run = Ingestor(deps.db, deps.embedder, deps.config.docs)
-    source = f"telegram:{chat_id}/{name}"
+    source = f"chat:{chat_id}/{name}"  # whichever channel it came through
     await run.ingest_bytes(source=source, data=data, fmt=fmt, title=name)
     if run.report.failed:
         raise NonRetryable(f"{name} could not be added: {run.report.failed[0].reason}")
