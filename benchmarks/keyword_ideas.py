@@ -33,9 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.memory.window import window_contexts
 from agentd.retrieval.fts import build_fts_query, normalise, query_terms
-from benchmarks.memory_retrieval import Conversation, Turn, load_dataset, spread
+from benchmarks.memory_retrieval import Conversation, Turn, load_dataset, spread, window_contexts
 
 _WORD = re.compile(r"[^\W_]+")
 Search = Callable[[str, int, int], list[int]]  # question, first id, last id → ids, best first

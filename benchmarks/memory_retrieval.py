@@ -7,14 +7,13 @@
     python benchmarks/memory_retrieval.py --data REALTALK/data/   # real chats, the same layout
 
 Every turn of every conversation becomes a memory (kind "turn", `Speaker: text`, photo captions
-appended; its context the turn before it in the session, the message it answers; nearby, the
-two messages each side of it, for keyword search: memory/window.py) of one user per
-conversation, stored with `add_memories` in a temporary database; each
-question is searched with `search()` in keyword, vector and hybrid mode. Reported: recall@5 and
-@10 of the evidence turns (the share of a question's evidence ids found in the top k, averaged)
-overall, per category, by whether the evidence was said in one session or several; index
-time, and p50/p95 query latency (search alone, and query embedding). `--sweep` re-fuses the
-two arms' lists with other weights using the production `fuse()`, to choose the defaults;
+appended; its context the turn before it in the session, the message it answers, as the daemon
+stores a turn) of one user per conversation, stored with `add_memories` in a temporary database;
+each question is searched with `search()` in keyword, vector and hybrid mode. Reported: recall@5
+and @10 of the evidence turns (the share of a question's evidence ids found in the top k,
+averaged) overall, per category, by whether the evidence was said in one session or several;
+index time, and p50/p95 query latency (search alone, and query embedding). `--sweep` re-fuses
+the two arms' lists with other weights using the production `fuse()`, to choose the defaults;
 `--cv` tunes those weights on all conversations but one and scores the one left out, for each
 (recall_cv.py), so tuning cannot flatter the figure.
 `--questions` asks the questions as a chat would (recall_cv.chat_questions): "asked" keeps the
@@ -58,7 +57,6 @@ from agentd.memory.in_context import words_in_context
 from agentd.memory.search import keyword_search, search, vector_search
 from agentd.memory.store import NewMemory, add_memories, embedding_text
 from agentd.memory.when import date_words, time_context
-from agentd.memory.window import window_contexts
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder, Embedder, HashingEmbedder
 from agentd.retrieval.fusion import TUNED_FUSION, Fusion, fuse
@@ -296,8 +294,21 @@ def _recall(found: Sequence[set[str]], evidence: Sequence[str], k: int) -> float
     return sum(1 for e in evidence if e in top) / len(evidence)
 
 
+WINDOW_REACH = 2  # messages on each side: the best window for keyword search on LoCoMo
+
+
+def window_contexts(messages: Sequence[str], reach: int = WINDOW_REACH) -> list[str | None]:
+    """For each message of one session, in order: the up to `reach` messages before it and after
+    it, in order, one per line; None for a message alone in its session."""
+    out: list[str | None] = []
+    for i in range(len(messages)):
+        around = [*messages[max(0, i - reach) : i], *messages[i + 1 : i + 1 + reach]]
+        out.append("\n".join(around) if around else None)
+    return out
+
+
 def windows(turns: list[Turn]) -> list[str | None]:
-    """Each turn's window: the messages around it in its session (memory/window.py)."""
+    """Each turn's window: the messages around it in its session (`--context window`)."""
     sessions: dict[str, list[int]] = defaultdict(list)
     for i, turn in enumerate(turns):
         sessions[turn.dia_id.split(":")[0]].append(i)
@@ -337,13 +348,10 @@ async def _index(
     runner = ConnRunner(conn)
     owner: dict[int, str] = {}
     for user_id, conv in enumerate(conversations, start=1):
-        around = windows(conv.turns) if context != "previous" else [None] * len(conv.turns)
+        turns = conv.turns
         if context == "window":  # the window as the context: embedded too
-            pairs = zip(conv.turns, around, strict=True)
+            pairs = zip(turns, windows(turns), strict=True)
             turns = [t.model_copy(update={"context": w}) for t, w in pairs]
-            around = [None] * len(turns)
-        else:
-            turns = conv.turns
         turns = _dated(turns, dates)
         for start in range(0, len(turns), 256):
             batch = turns[start : start + 256]
@@ -357,13 +365,12 @@ async def _index(
                         kind="turn",
                         content=turn.text,
                         context=turn.context,
-                        nearby=near,
                         source=f"locomo:{conv.sample_id}:{turn.dia_id}",
                         meta={"dia_id": turn.dia_id},
                     ),
                     vec,
                 )
-                for turn, vec, near in zip(batch, vectors, around[start : start + 256], strict=True)
+                for turn, vec in zip(batch, vectors, strict=True)
             ]
             # Each turn stored at its session's date, as a live chat would have it.
             for _, run in groupby(zip(batch, items, strict=True), key=lambda p: p[0].session_start):
@@ -707,10 +714,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--context",
-        choices=["nearby", "previous", "window"],
+        choices=["previous", "window"],
         default="previous",
-        help="each turn's context is the message before it; 'nearby' also indexes the messages"
-        " around it for keyword search (memory/window.py), 'window' embeds them as its context",
+        help="each turn's context is the message before it (as the daemon stores a turn);"
+        " 'window' makes it the two messages each side, embedded and indexed",
     )
     parser.add_argument(
         "--cache",

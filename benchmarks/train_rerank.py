@@ -357,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="all",
         help="which --data files are also stored as summaries and facts (memory_stored.py)",
     )
-    parser.add_argument("--context", choices=["nearby", "previous", "window"], default="previous")
+    parser.add_argument("--context", choices=["previous", "window"], default="previous")
     parser.add_argument("--stored-weight", type=int, default=1, help="stored rows count n times")
     parser.add_argument("--spread", type=float, default=0.0, help="session spread penalty")
     parser.add_argument("--drop", action="append", default=[], choices=FEATURES)

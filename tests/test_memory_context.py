@@ -19,7 +19,6 @@ from agentd.memory.store import (
     update_content,
 )
 from agentd.memory.summarise import BlockMessage, block_context
-from agentd.memory.window import window_contexts
 
 
 def _fts_hits(conn: Any, term: str) -> list[int]:
@@ -114,50 +113,29 @@ def test_block_context_names_the_days_in_the_owners_zone() -> None:
     assert block_context(two_days, zone) == "Conversation of 31 December 2023 to 1 January 2024"
 
 
-def test_a_turns_window_is_the_messages_around_it_in_its_session(conn: Any) -> None:
-    """A thought typed as several short messages: the one that answers holds none of the
-    question's words, its neighbours do, and what is nearby makes it findable by keyword."""
-    session = ["went to the lake", "w the kids", "on sunday", "lol", "nice!!", "so jealous"]
-    around = window_contexts(session)
-    assert around[0] == "w the kids\non sunday"  # nothing before the first message
-    assert around[2] == "went to the lake\nw the kids\nlol\nnice!!"  # two each side, in order
-    assert around[5] == "lol\nnice!!"
-    assert window_contexts(["alone"]) == [None] and window_contexts([]) == []
-    assert window_contexts(session, reach=1)[1] == "went to the lake\non sunday"
-    ids = [
-        add_memory(conn, NewMemory(user_id=1, kind="turn", content=text, nearby=near))
-        for text, near in zip(session, around, strict=True)
-    ]
-    found = [mid for mid, _ in keyword_search(conn, 1, "when did they go to the lake?", 5)]
-    # Its own words rank the message that says them first; its neighbours follow on theirs.
-    assert found[0] == ids[0] and ids[2] in found and ids[5] not in found
-    assert [mid for mid, _ in keyword_search(conn, 2, "lake", 5)] == []  # one user's only
-    # Nearby is for keyword search only: neither embedded nor shown.
-    assert memories_to_embed(conn, "another-model", 384)[2] == (ids[2], "on sunday")
-    memory = get_memory(conn, ids[2])
-    assert memory is not None and memory.content == "on sunday" and memory.context is None
-    forget(conn, ids[2])
-    assert ids[2] not in [mid for mid, _ in keyword_search(conn, 1, "lake", 5)]
-    conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('integrity-check')")
-
-
-def test_nearby_migration_keeps_existing_memories_findable(tmp_path: Path) -> None:
-    """A database from before the nearby column upgrades: its FTS index is rebuilt with the
-    new column, old rows stay findable by content and context, new rows by what is nearby."""
+def test_dropping_the_nearby_column_keeps_every_memory_findable(tmp_path: Path) -> None:
+    """A database whose memories carry the nearby column (which nothing fills any more) upgrades:
+    the FTS index is rebuilt without it, every memory stays findable by its content and context,
+    what was only nearby no longer finds it, and stores, edits and deletes keep the index right."""
     conn = open_sync(tmp_path / "old.db")
-    apply_migrations(conn, [m for m in MIGRATIONS if m[0] != "m065_memory_nearby"])
+    apply_migrations(conn, [m for m in MIGRATIONS if m[0] != "m084_memory_drop_nearby"])
     conn.execute(
-        "INSERT INTO memories (user_id, kind, content, context, created_at, updated_at)"
-        " VALUES (1, 'turn', 'yes, the beagle', 'did you adopt the zanzibar puppy?', 0, 0)"
+        "INSERT INTO memories (user_id, kind, content, context, nearby, created_at, updated_at)"
+        " VALUES (1, 'turn', 'yes, the beagle', 'did you adopt the zanzibar puppy?',"
+        " 'the lisbon race', 0, 0)"
     )
     conn.commit()
-    assert apply_migrations(conn) == ["m065_memory_nearby"]
+    assert apply_migrations(conn) == ["m084_memory_drop_nearby"]
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(memories)")}
+    assert "nearby" not in columns and {"content", "context", "fts_cjk"} <= columns
     assert _fts_hits(conn, "beagle") == [1] and _fts_hits(conn, "zanzibar") == [1]
-    new = add_memory(
-        conn, NewMemory(user_id=1, kind="turn", content="biscuit", nearby="the lisbon race")
-    )
+    assert _fts_hits(conn, "lisbon") == []
+    new = add_memory(conn, NewMemory(user_id=1, kind="turn", content="biscuit", context="lisbon"))
     assert [mid for mid, _ in keyword_search(conn, 1, "lisbon", 5)] == [new]
-    assert [mid for mid, _ in keyword_search(conn, 1, "zanzibar", 5)] == [1]
+    conn.execute("UPDATE memories SET content = 'a spaniel' WHERE id = 1")
+    assert _fts_hits(conn, "beagle") == [] and _fts_hits(conn, "spaniel") == [1]
+    forget(conn, new)
+    assert _fts_hits(conn, "biscuit") == []
     conn.execute("INSERT INTO memory_fts (memory_fts) VALUES ('integrity-check')")
     assert apply_migrations(conn) == []  # once
     conn.close()

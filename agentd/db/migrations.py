@@ -937,10 +937,10 @@ CREATE TABLE watch_mutes (
 """
 
 # What surrounds a memory, for keyword search only: a turn's neighbouring messages in its chat
-# (agentd/memory/window.py). A thought typed as several short messages has its words spread
+# (two messages each side). A thought typed as several short messages has its words spread
 # over them, so each is found by the words of the others; unlike `context` it is not embedded
 # (dense vectors of a whole window lost recall on LoCoMo, benchmarks/README.md) and never shown.
-# The FTS table gains the column, so it is rebuilt; rows stored before have none.
+# The FTS table gains the column, so it is rebuilt; rows stored before have none. m084 drops it.
 M065_MEMORY_NEARBY = """
 ALTER TABLE memories ADD COLUMN nearby TEXT;
 DROP TRIGGER memories_fts_ai;
@@ -969,6 +969,37 @@ END;
 INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 """
 
+
+# The nearby column goes: nothing in the daemon ever filled it (only the benchmarks did), and on
+# real chat (REALTALK, benchmarks/README.md) a turn's neighbours in keyword search lowered recall
+# (0.458 → 0.415). The FTS table is rebuilt with the three columns it had before, then the column
+# is dropped (SQLite ≥ 3.35; no index or trigger refers to it by then).
+M084_MEMORY_DROP_NEARBY = """
+DROP TRIGGER memories_fts_ai;
+DROP TRIGGER memories_fts_ad;
+DROP TRIGGER memories_fts_au;
+DROP TABLE memory_fts;
+CREATE VIRTUAL TABLE memory_fts USING fts5(
+    content, fts_cjk, context, content='memories', content_rowid='id',
+    tokenize='porter unicode61'
+);
+CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
+    INSERT INTO memory_fts (rowid, content, fts_cjk, context)
+        VALUES (new.id, new.content, new.fts_cjk, new.context);
+END;
+CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context)
+        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context);
+END;
+CREATE TRIGGER memories_fts_au AFTER UPDATE OF content, fts_cjk, context ON memories BEGIN
+    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context)
+        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context);
+    INSERT INTO memory_fts (rowid, content, fts_cjk, context)
+        VALUES (new.id, new.content, new.fts_cjk, new.context);
+END;
+INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
+ALTER TABLE memories DROP COLUMN nearby;
+"""
 
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
@@ -1087,6 +1118,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m081_matrix_pairing_rooms", M081_MATRIX_PAIRING_ROOMS),
     ("m082_hook_rates", M082_HOOK_RATES),
     ("m083_chat_document_sources", M083_CHAT_DOCUMENT_SOURCES),
+    ("m084_memory_drop_nearby", M084_MEMORY_DROP_NEARBY),
 ]
 
 

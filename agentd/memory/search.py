@@ -71,12 +71,11 @@ class MemoryHit(BaseModel):
     vector_distance: float | None = None  # cosine distance, 0 = same direction
 
 
-# bm25() weights of memory_fts's columns (content, fts_cjk, context, nearby). A memory's context
-# (the message a turn answered, a date) says what it is about but is not what it says: at half
-# the content's weight a turn whose own words match ranks above one whose neighbour's do
-# (benchmarks/README.md: 0.5 beat 1.0 and 0.3 on every dev conversation). What is nearby (a
-# turn's window of messages, memory/window.py) weighs the same as the context.
-FTS_WEIGHTS = (1.0, 1.0, 0.5, 0.5)
+# bm25() weights of memory_fts's columns (content, fts_cjk, context). A memory's context (the
+# message a turn answered, a date) says what it is about but is not what it says: at half the
+# content's weight a turn whose own words match ranks above one whose neighbour's do
+# (benchmarks/README.md: 0.5 beat 1.0 and 0.3 on every dev conversation).
+FTS_WEIGHTS = (1.0, 1.0, 0.5)
 
 
 def keyword_search(

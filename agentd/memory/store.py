@@ -74,9 +74,6 @@ class NewMemory(BaseModel):
     # What the memory answers or where it sits (the message a turn replied to, a date): indexed
     # and embedded with the content, weighted below it, never shown as the memory.
     context: str | None = None
-    # What surrounds it (a turn's neighbouring messages, memory/window.py): indexed for keyword
-    # search below the content, neither embedded nor shown.
-    nearby: str | None = None
     origin: Origin = "model"
     origin_ref: str | None = None  # the turn or source it came from ("chat:1:msg:42", a file)
     pinned: bool = False
@@ -186,8 +183,8 @@ def add_memories(
                 continue
         cur = conn.execute(
             "INSERT INTO memories (user_id, kind, content, slot, source, source_key, chat_id,"
-            " created_at, updated_at, meta, fts_cjk, context, nearby, origin, origin_ref,"
-            " pinned) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            " created_at, updated_at, meta, fts_cjk, context, origin, origin_ref, pinned)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 memory.user_id,
                 memory.kind,
@@ -201,7 +198,6 @@ def add_memories(
                 json.dumps(memory.meta, ensure_ascii=False),
                 cjk_index_text(memory.content),
                 memory.context or None,
-                memory.nearby or None,
                 memory.origin,
                 memory.origin_ref,
                 int(memory.pinned),
