@@ -16,6 +16,7 @@ from agentd.config import Config, SecretSource
 from agentd.config.schema import OLD_SPELLINGS
 from agentd.db import Database
 from agentd.durable import FakeClock
+from agentd.telegram.config import bot_token
 from agentd.web import build_web_tools
 
 
@@ -127,7 +128,10 @@ def test_a_secret_source_is_the_environment_then_the_file() -> None:
 
 @pytest.mark.parametrize("name", ["TELEGRAM_BOT_TOKEN", "ANTHROPIC_API_KEY"])
 @pytest.mark.parametrize("where", ["environment", "agentd.env", "credential"])
-def test_the_core_secrets_load_from_each_source(name: str, where: str, tmp_path: Path) -> None:
+def test_the_model_key_and_the_bot_token_load_from_each_source(
+    name: str, where: str, tmp_path: Path
+) -> None:
+    """The model key is the core's, read at load; the bot token Telegram's, read when asked."""
     path = write(tmp_path / "home", "")
     creds = tmp_path / "creds"
     creds.mkdir()
@@ -140,6 +144,8 @@ def test_the_core_secrets_load_from_each_source(name: str, where: str, tmp_path:
         (path.parent / "agentd.env").chmod(0o600)
     else:
         (creds / name.lower()).write_text(value + "\n")  # systemd's lower-case credential name
-    secrets = load_config(path, env).secrets
-    held = secrets.telegram_bot_token if name == "TELEGRAM_BOT_TOKEN" else secrets.anthropic_api_key
+    config = load_config(path, env)
+    held = (
+        bot_token(config, env) if name == "TELEGRAM_BOT_TOKEN" else config.secrets.anthropic_api_key
+    )
     assert held is not None and held.get_secret_value() == value

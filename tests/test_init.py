@@ -14,6 +14,7 @@ import pexpect
 import pytest
 
 from agentd.channels import load_config
+from agentd.telegram.config import bot_token
 from tests.daemon_process import API_KEY, OWNER, TOKEN
 from tests.fakes import FakeAnthropic, FakeTelegram
 
@@ -87,8 +88,8 @@ def test_init_in_a_terminal_pairs_the_owner_and_writes_the_files(
     config = load_config(tmp_path / "agentd.toml", env={})  # what `agentd run` will read
     assert config.access.allowed_user_ids == [OWNER]
     assert config.access.owner_id == OWNER  # named, not inferred: it decides who approves
-    assert config.secrets.telegram_bot_token is not None
-    assert config.secrets.telegram_bot_token.get_secret_value() == TOKEN
+    token = bot_token(config, env={})
+    assert token is not None and token.get_secret_value() == TOKEN
 
     # Re-running on a configured machine changes nothing without asking.
     before = config_text
@@ -229,6 +230,6 @@ def test_a_secrets_file_others_can_read_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="chmod 600"):
         load_config(tmp_path / "agentd.toml", env={})
     secrets_file.chmod(0o600)
-    env_wins = load_config(tmp_path / "agentd.toml", env={"TELEGRAM_BOT_TOKEN": "1:env"})
-    assert env_wins.secrets.telegram_bot_token is not None
-    assert env_wins.secrets.telegram_bot_token.get_secret_value() == "1:env"
+    env = {"TELEGRAM_BOT_TOKEN": "1:env"}
+    env_wins = bot_token(load_config(tmp_path / "agentd.toml", env=env), env)
+    assert env_wins is not None and env_wins.get_secret_value() == "1:env"

@@ -41,11 +41,12 @@ def test_every_configured_secret_is_collected(tmp_path: Path) -> None:
             },
         }
     )
-    config.secrets = Secrets(telegram_bot_token="123:bot-token-x", anthropic_api_key="sk-ant-k")
+    config.secrets = Secrets(anthropic_api_key="sk-ant-k")
     creds = tmp_path / "creds"
     creds.mkdir()
     (creds / "tavily_key").write_text("tavily-from-credential\n")  # a systemd credential
     env = {
+        "TELEGRAM_BOT_TOKEN": "123:bot-token-x",  # a channel's own, named in its section
         "STT_KEY": "stt-secret-3",
         "EMBED_KEY": "embed-secret-4",
         "GITHUB_TOKEN": "gh-sec-5",

@@ -35,7 +35,7 @@ def tg() -> Iterator[FakeTelegram]:
 @pytest.fixture
 async def outbox(tg: FakeTelegram) -> AsyncIterator[TelegramOutbox]:
     config = config_class().model_validate(
-        {"telegram": {"api_base": tg.base_url}, "secrets": {"telegram_bot_token": TOKEN}}
+        {"telegram": {"api_base": tg.base_url}, "stored_secrets": {"TELEGRAM_BOT_TOKEN": TOKEN}}
     )
     bot = make_bot(config)
     yield TelegramOutbox(bot, progress_delay=DELAY)

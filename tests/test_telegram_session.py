@@ -46,7 +46,7 @@ async def bot(
                 "max_retry_after": 0.01,
                 "request_timeout": 0.5,
             },
-            "secrets": {"telegram_bot_token": TOKEN},
+            "stored_secrets": {"TELEGRAM_BOT_TOKEN": TOKEN},
         }
     )
     uncertain: list[tuple[str, Any, str]] = []

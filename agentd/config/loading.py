@@ -1,5 +1,5 @@
 """Loading: find the file, parse the TOML, apply `AGENTD_<SECTION>__<KEY>` overrides,
-validate, resolve paths against the file's folder and read the two core secrets."""
+validate, resolve paths against the file's folder and read the core's secret (the model key)."""
 
 from __future__ import annotations
 

@@ -14,11 +14,10 @@ from pathlib import Path
 from pydantic import BaseModel, SecretStr
 
 SECRETS_FILE = "agentd.env"  # written by `agentd init` beside the config; EnvironmentFile format
-# The two secrets every daemon needs, by the field of `Secrets` that holds each.
-CORE_SECRETS = {
-    "telegram_bot_token": "TELEGRAM_BOT_TOKEN",
-    "anthropic_api_key": "ANTHROPIC_API_KEY",
-}
+# The secret the core itself reads at load, by the field of `Secrets` that holds it: the model
+# key. A channel's own (the Telegram bot token, Matrix's access token) is named in its section
+# and read by the channel.
+CORE_SECRETS = {"anthropic_api_key": "ANTHROPIC_API_KEY"}
 
 
 class SecretFileError(Exception):
@@ -28,7 +27,6 @@ class SecretFileError(Exception):
 class Secrets(BaseModel):
     """The core secrets, read at load time (never from the config file)."""
 
-    telegram_bot_token: SecretStr | None = None
     anthropic_api_key: SecretStr | None = None
 
 
@@ -94,6 +92,6 @@ def read_secret(name: str, source: Mapping[str, str]) -> str:
 
 
 def core_secrets(source: SecretSource) -> Secrets:
-    """The bot token and the model key, through the one reader."""
+    """The model key, through the one reader."""
     values = {field: read_secret(name, source) for field, name in CORE_SECRETS.items()}
     return Secrets(**{k: SecretStr(v) if v else None for k, v in values.items()})

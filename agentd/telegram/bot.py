@@ -7,7 +7,7 @@ from aiogram.client.telegram import TelegramAPIServer
 from aiogram.utils.token import TokenValidationError
 
 from agentd.config import Config
-from agentd.telegram.config import settings
+from agentd.telegram.config import bot_token, settings
 from agentd.telegram.session import (
     BotSession,
     OnUncertain,
@@ -33,11 +33,11 @@ def retry_policy(config: Config) -> RetryPolicy:
 
 def make_bot(config: Config, on_uncertain: OnUncertain | None = None) -> Bot:
     """The Bot; every call it makes goes through one RetryMiddleware (see session.py)."""
-    token = config.secrets.telegram_bot_token
+    token, name = bot_token(config), settings(config).token_env
     if token is None:
         raise TokenMissing(
-            "TELEGRAM_BOT_TOKEN is not set; export it (or use a systemd credential named "
-            "telegram_bot_token) — get a token from @BotFather"
+            f"{name} is not set; export it (or use a systemd credential named "
+            f"{name.lower()}) — get a token from @BotFather"
         )
     session = BotSession(
         api=TelegramAPIServer.from_base(settings(config).api_base),
@@ -49,6 +49,5 @@ def make_bot(config: Config, on_uncertain: OnUncertain | None = None) -> Bot:
         return Bot(token.get_secret_value(), session=session)
     except TokenValidationError:
         raise TokenMissing(
-            "TELEGRAM_BOT_TOKEN does not look like a bot token (expected digits:letters from "
-            "@BotFather)"
+            f"{name} does not look like a bot token (expected digits:letters from @BotFather)"
         ) from None

@@ -30,7 +30,7 @@ from agentd.runtime import sdnotify
 from agentd.runtime.gc_pause import pausing
 from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
-from agentd.telegram.config import SECTION, settings
+from agentd.telegram.config import SECTION, bot_token, settings
 from agentd.telegram.intake import CHANNEL
 
 log = logging.getLogger("agentd.telegram")
@@ -103,8 +103,8 @@ class OpenTelegram:
                 fault = classify_fault(exc)
                 if fault.kind == "unauthorized" or isinstance(exc, TelegramNotFound):
                     raise TokenRejected(
-                        "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN (from "
-                        "@BotFather) and telegram.api_base"
+                        "Telegram rejected the bot token; check "
+                        f"{settings(self.config).token_env} (from @BotFather) and telegram.api_base"
                     ) from None
                 failures += 1
                 wait = policy.wait(failures, fault.retry_after)
@@ -176,14 +176,13 @@ class TelegramChannel:
     def enabled(self, config: Config) -> bool:
         """On when its token is set (with no channel on at all, it is opened anyway, to say
         which key is missing)."""
-        return config.secrets.telegram_bot_token is not None
+        return bot_token(config) is not None
 
     def secret_names(self, config: Config) -> list[str]:
-        return []  # the token is one of the core secrets (config.secrets), read at load
+        return [settings(config).token_env]
 
     def secret_values(self, config: Config) -> list[str]:
-        token = config.secrets.telegram_bot_token
-        return [token.get_secret_value()] if token is not None else []
+        return []  # read through the one reader, by name
 
     def checks(self, config: Config, probe: Any) -> list[Any]:
         from agentd.tools.capability import Checks
@@ -206,9 +205,9 @@ class TelegramChannel:
 
 def _get_me_check(config: Config) -> tuple[bool, str]:
     """`agentd doctor`: does the bot answer getMe with this token (plain HTTP, no aiogram)."""
-    token = config.secrets.telegram_bot_token
+    token = bot_token(config)
     if token is None:
-        return False, "TELEGRAM_BOT_TOKEN is not set (get one from @BotFather)"
+        return False, f"{settings(config).token_env} is not set (get one from @BotFather)"
     base = settings(config).api_base.rstrip("/")
     request = urllib.request.Request(f"{base}/bot{token.get_secret_value()}/getMe")
     try:

@@ -4,15 +4,22 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 from agentd.config import Config
+from agentd.config.secrets import read_secret
 from agentd.config.sections import Section
 
 
 class TelegramConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    # The name of the secret that holds the bot token (from @BotFather): read like every secret
+    # (agentd.config.secrets.read_secret), so a systemd credential named `telegram_bot_token`
+    # works too. The channel is on when it is set.
+    token_env: str = "TELEGRAM_BOT_TOKEN"
     api_base: str = "https://api.telegram.org"
     poll_timeout: int = Field(default=30, ge=0, le=50)
     max_message_chars: int = Field(default=4096, ge=64, le=4096)
@@ -45,3 +52,9 @@ def settings(config: Config) -> TelegramConfig:
     found = SECTION.of(config)
     assert found is not None  # not optional: absent is the defaults
     return found
+
+
+def bot_token(config: Config, env: Mapping[str, str] | None = None) -> SecretStr | None:
+    """The bot token, read now (this process's environment unless `env`); None when unset."""
+    value = read_secret(settings(config).token_env, config.secret_source(env))
+    return SecretStr(value) if value else None

@@ -97,7 +97,10 @@ class Poller:
                 if raw:
                     offset = await self._store(raw)
             except TelegramUnauthorizedError:
-                log.error("Telegram rejected the bot token (401); check TELEGRAM_BOT_TOKEN")
+                log.error(
+                    "Telegram rejected the bot token (401); check the secret telegram.token_env"
+                    " names (TELEGRAM_BOT_TOKEN unless set)"
+                )
                 raise
             except Exception:
                 log.exception("storing updates failed; retrying")
