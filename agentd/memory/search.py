@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Sequence
-from datetime import datetime
+from datetime import UTC, date, datetime
 from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -52,6 +52,7 @@ from agentd.db.runner import Runner
 from agentd.memory.store import FACT_KINDS, MEMORY_VECTORS, Memory, get_memories
 from agentd.memory.when import day_words
 from agentd.retrieval.bits import BitCache
+from agentd.retrieval.days import named_days
 from agentd.retrieval.embedders import Embedder
 from agentd.retrieval.fts import build_fts_query
 from agentd.retrieval.fusion import Arm, Fusion, Rerank, SearchMode, arm_depth, hybrid_rank
@@ -284,6 +285,7 @@ def rerank_candidates(conn: Conn, user_id: int, ids: Sequence[int]) -> dict[int,
                 + drawn.get(int(r[0]), [])
             ),
             session=session_of(r[5], r[6], r[7]),
+            days=days_of(r[7], r[4]),
         )
         for r in rows
     }
@@ -298,6 +300,14 @@ def session_of(kind: str, chat_id: int | None, created_at: float) -> str | None:
     if kind != "turn":
         return None
     return f"{chat_id}:{int(created_at // SESSION_SECONDS)}"
+
+
+def days_of(created_at: float, context: str | None) -> tuple[date, ...]:
+    """The days a memory was said on or is about: its UTC day, and the dated days its context
+    names (a summary's "Conversation of 8 May 2023", a fact's "(when: 3 August 2023, …)")."""
+    said = datetime.fromtimestamp(created_at, UTC).date()
+    named = {date(d.year, d.month, d.day) for d in named_days(context) if d.year is not None}
+    return (said, *sorted(named - {said}))
 
 
 def ranker_pool(

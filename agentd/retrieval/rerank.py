@@ -22,12 +22,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date
 from functools import cache
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.retrieval.days import named_days, near_named_day
 from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import stretch
 
@@ -49,6 +51,7 @@ FEATURES = (
     "summary",  # 1 for a summary of a stretch of talk (long, and covering many things)
     "fact",  # 1 for a fact, preference or task: one short statement
     "session_cover",  # share of the query's terms its session's candidates hold together
+    "near_day",  # 1 when the query names a day and it was said near it, or is about it (days.py)
 )
 # What a candidate is, as far as its length and reach go (the memory package maps its kinds).
 Shape = Literal["talk", "summary", "fact"]
@@ -64,6 +67,8 @@ class Candidate:
     neighbours: tuple[int, ...]  # ids stored just before and after it (same chat and kind)
     # Which stretch of talk it belongs to (a chat's day, memory/search.py); None: none known.
     session: str | None = None
+    # The days it was said on or is about (its date, days its context names).
+    days: tuple[date, ...] = ()
 
 
 class Ranker(BaseModel):
@@ -124,6 +129,7 @@ def feature_rows(
     covers = {mid: len(held[mid]) * share for mid in lengths}
     best_cover = max(covers.values(), default=0.0)
     by_session = _session_covers(share, candidates, held, held_context)
+    named = named_days(text)
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -146,6 +152,7 @@ def feature_rows(
             float(cand.shape == "summary"),
             float(cand.shape == "fact"),
             by_session.get(mid, covers[mid]),
+            float(bool(named) and near_named_day(cand.days, named)),
         ]
     return rows
 
