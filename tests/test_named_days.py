@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, date, datetime
 from typing import Any
 
 import pytest
 
-from agentd.memory import NewMemory, add_memory
-from agentd.memory.search import days_of, rerank_candidates
+from agentd.memory import HashingEmbedder, NewMemory, add_memory, search
+from agentd.memory.search import day_in, days_of, rerank_candidates
 from agentd.retrieval.days import NamedDay, named_days, near_named_day
+from agentd.retrieval.fusion import TUNED_FUSION
 from agentd.retrieval.rerank import FEATURES, Candidate, feature_rows, rerank, shipped_ranker
 
 
@@ -50,6 +52,23 @@ def test_the_written_forms_of_a_day_are_read(text: str, days: set[tuple]) -> Non
 )
 def test_what_is_no_day_names_none(text: str | None) -> None:
     assert named_days(text) == frozenset()
+
+
+def test_with_today_the_days_a_message_names_relative_to_it_are_read() -> None:
+    wednesday = date(2024, 1, 24)
+
+    def days(text: str) -> set[tuple[int | None, int, int]]:
+        return set(named_days(text, wednesday))
+
+    assert days("what did I say yesterday?") == {(2024, 1, 23)}
+    assert days("the day before yesterday") == {(2024, 1, 22)}  # not also yesterday
+    assert days("3 days ago") == days("three days ago") == {(2024, 1, 21)}
+    assert days("last Friday") == {(2024, 1, 19)}
+    assert days("last wednesday") == {(2024, 1, 17)}  # the one before today
+    assert days("on 21.01.2024, and yesterday") == {(2024, 1, 21), (2024, 1, 23)}
+    # Said of plans as often as of the past: no day, or every such message lifts the last days.
+    assert days("remind me today") == days("dinner tonight") == days("on Monday") == set()
+    assert named_days("what did I say yesterday?") == frozenset()  # no today: none
 
 
 def test_near_is_the_day_before_to_three_days_after() -> None:
@@ -107,3 +126,29 @@ def test_a_question_naming_a_day_lifts_what_was_said_near_it() -> None:
 
     assert first("Which pasta did Paola make?") == 1
     assert first(dated) == 2
+
+
+def test_recall_asked_about_yesterday_finds_what_was_said_yesterday(conn: Any) -> None:
+    """Through search(): the day a search is asked on turns "yesterday" into a day, and the
+    shipped ranker lifts what was said then over an older, closer match."""
+    embedder = HashingEmbedder()
+    said = {
+        "we made pasta with the kids, pasta carbonara again": "2024-01-10T18:00",
+        "made pasta tonight": "2024-01-23T19:00",
+    }
+    ids = {}
+    for text, when in said.items():
+        vec = asyncio.run(embedder.embed_documents([text]))[0]
+        memory = NewMemory(user_id=1, kind="turn", content=text, chat_id=1)
+        ids[when] = add_memory(conn, memory, vec, embedder.model_id, now=_at(when))
+    fusion = TUNED_FUSION["hashing"].model_copy(update={"ranker": "e5-small"})
+    question = "what pasta did we make yesterday?"
+    qvec = asyncio.run(embedder.embed_query(question))
+
+    def first(today: date | None) -> int:
+        hits = search(conn, 1, question, qvec, embedder.model_id, k=2, fusion=fusion, today=today)
+        return hits[0].memory.id
+
+    assert first(None) == ids["2024-01-10T18:00"]
+    assert first(date(2024, 1, 24)) == ids["2024-01-23T19:00"]
+    assert day_in(_at("2024-01-24T02:00"), "America/New_York") == date(2024, 1, 23)

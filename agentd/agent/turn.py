@@ -47,7 +47,7 @@ from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
 from agentd.memory.provenance import context_sources, outside_memories, ref_of
-from agentd.memory.search import format_recall, search_memories
+from agentd.memory.search import day_in, format_recall, search_memories
 from agentd.memory.store import list_memories
 from agentd.memory.summarise import (
     SUMMARY_WORKFLOW,
@@ -423,6 +423,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = No
         kinds=RECALL_KINDS,
         fusion=fusion_from_config(cfg),
         bits=deps.memory_bits,
+        today=day_in(inp.date, deps.config.agent.timezone),
     )
     memories = format_recall(hits, cfg.recall_prompt_chars, deps.config.agent.timezone)
     # Only the memories that made it into the prompt count; the owner's words never taint.

@@ -171,6 +171,7 @@ def search(
     fusion: Fusion | None = None,
     bits: BitCache | None = None,
     keyword_hits: Sequence[tuple[int, float]] | None = None,
+    today: date | None = None,
 ) -> list[MemoryHit]:
     """The user's top-k memories for a text (and its query vector, for vector/hybrid modes).
 
@@ -178,6 +179,7 @@ def search(
     journaled step and then run this cheap, deterministic read. Without a vector (or model_id)
     the vector arm is empty and hybrid degrades to keyword search. `bits`: see vector_search.
     `keyword_hits`: the keyword arm already run (`arm_depth` deep), e.g. while embedding.
+    `today`: the day it is asked on, so "yesterday" names a day (retrieval/days.py).
     """
     vector_arm: Arm | None = None
     if vector is not None and model_id is not None:
@@ -191,7 +193,7 @@ def search(
         k=k,
         mode=mode,
         fusion=fusion,
-        rerank=_reorder(conn, user_id, text, fusion),
+        rerank=_reorder(conn, user_id, text, fusion, today),
     )
     memories = get_memories(conn, [mid for mid, _ in ranking.ranked])
     hits = []
@@ -216,7 +218,9 @@ def search(
 SEQUENTIAL_KINDS = ("turn", "summary", "note")
 
 
-def _reorder(conn: Conn, user_id: int, text: str, fusion: Fusion) -> Rerank | None:
+def _reorder(
+    conn: Conn, user_id: int, text: str, fusion: Fusion, today: date | None = None
+) -> Rerank | None:
     """What re-orders the fused list: the embedder's trained ranker, else neighbour spreading
     when asked for, else nothing."""
     ranker = shipped_ranker(fusion.ranker) if fusion.ranker else None
@@ -224,7 +228,7 @@ def _reorder(conn: Conn, user_id: int, text: str, fusion: Fusion) -> Rerank | No
 
         def learned(fused: Ranked, kw: Ranked, vec: Ranked) -> Ranked:
             pool, candidates = ranker_pool(conn, user_id, fused, ranker.expand)
-            return rerank(ranker, text, kw, vec, pool, candidates)
+            return rerank(ranker, text, kw, vec, pool, candidates, today)
 
         return learned
     if fusion.neighbours > 0:
@@ -302,6 +306,12 @@ def session_of(kind: str, chat_id: int | None, created_at: float) -> str | None:
     return f"{chat_id}:{int(created_at // SESSION_SECONDS)}"
 
 
+def day_in(moment: float, zone: str) -> date:
+    """The calendar day `moment` (seconds since the epoch) falls on in `zone`: the `today` a
+    search is asked on, from the message's own time, so a replayed turn searches alike."""
+    return datetime.fromtimestamp(moment, ZoneInfo(zone)).date()
+
+
 def days_of(created_at: float, context: str | None) -> tuple[date, ...]:
     """The days a memory was said on or is about: its UTC day, and the dated days its context
     names (a summary's "Conversation of 8 May 2023", a fact's "(when: 3 August 2023, …)")."""
@@ -363,6 +373,7 @@ async def search_memories(
     kinds: Sequence[str] | None = None,
     fusion: Fusion | None = None,
     bits: BitCache | None = None,
+    today: date | None = None,
 ) -> list[MemoryHit]:
     """Embed the query (unless keyword mode or no embedder) and search; for the CLI, tools and
     the daemon's recall (which pass the `bits` cache they keep for their database).
@@ -397,6 +408,7 @@ async def search_memories(
             fusion=fusion,
             bits=bits,
             keyword_hits=keyword_hits,
+            today=today,
         )
     )
 

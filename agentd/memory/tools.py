@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from agentd.config import MemoryConfig
 from agentd.db.runner import Runner
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, remember_facts
-from agentd.memory.search import format_recall, search_memories
+from agentd.memory.search import day_in, format_recall, search_memories
 from agentd.memory.store import taints
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import Embedder
@@ -76,7 +76,14 @@ def memory_tools(
         if not ctx.private:  # a group: the answer would show private memories to everyone
             return ToolResult(content=GROUP_REFUSAL)
         hits = await search_memories(
-            db, embedder, ctx.user_id, args.query, k=args.k, fusion=fusion, bits=bits
+            db,
+            embedder,
+            ctx.user_id,
+            args.query,
+            k=args.k,
+            fusion=fusion,
+            bits=bits,
+            today=day_in(ctx.now(), zone),
         )
         found = format_recall(hits, budget_chars=4000, zone=zone)
         return ToolResult(

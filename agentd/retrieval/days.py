@@ -8,14 +8,18 @@ the day before because the index keeps UTC days and the owner's day may start ea
 
 Written forms read: 21.01.2024 / 21/01/24 / 21-01-2024 (day first, and month first when that
 is a date too: "05/01/2024" names both), 2024-01-21, "21 Jan 2024", "21st of January",
-"January 21, 2024", "Jan 21st" (no year: that day of any year). Only these; no model call.
+"January 21, 2024", "Jan 21st" (no year: that day of any year); and, when the caller says which
+day it is, the English ones that name one past day: "yesterday", "the day before yesterday",
+"3 days ago", "last Friday" (the most recent one before today). Not "today", "tonight" or "on
+Monday": a message says them of what is planned as often as of what was said, and every such
+message would lift the last days' memories. Only these; no model call.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from datetime import date
+from datetime import date, timedelta
 from typing import NamedTuple
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
@@ -31,6 +35,11 @@ _DAY_MONTH = re.compile(
 _MONTH_DAY = re.compile(
     r"\b" + _MONTH + r" (\d{1,2})(?:st|nd|rd|th)?\b,?(?: (\d{4}))?", re.IGNORECASE
 )
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_COUNTS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
+_AGO = re.compile(r"\b(\d{1,2}|a|one|two|three|four|five|six|seven) days? ago\b", re.IGNORECASE)
+_WEEKDAY = re.compile(r"\blast (" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+_BACK = {"the day before yesterday": 2, "yesterday": 1}
 BEFORE, AFTER = 1, 3  # days around a named day that count as near it
 
 
@@ -42,11 +51,14 @@ class NamedDay(NamedTuple):
     day: int
 
 
-def named_days(text: str | None) -> frozenset[NamedDay]:
-    """Every calendar day `text` names in one of the forms above (invalid dates left out)."""
-    if not text or not any(ch.isdigit() for ch in text):
+def named_days(text: str | None, today: date | None = None) -> frozenset[NamedDay]:
+    """Every calendar day `text` names in one of the forms above (invalid dates left out); the
+    relative ones only with `today`."""
+    if not text:
         return frozenset()
-    found: set[NamedDay] = set()
+    found = _relative_days(text, today) if today is not None else set()
+    if not any(ch.isdigit() for ch in text):
+        return frozenset(found)
     for first, _, second, year in _NUMERIC.findall(text):
         full = int(year) + (2000 if len(year) == 2 else 0)
         found |= {NamedDay(full, int(m), int(d)) for d, m in ((first, second), (second, first))}
@@ -70,6 +82,21 @@ def near_named_day(days: Iterable[date], named: frozenset[NamedDay]) -> bool:
             if -BEFORE <= (said - meant).days <= AFTER:
                 return True
     return False
+
+
+def _relative_days(text: str, today: date) -> set[NamedDay]:
+    low = text.casefold()
+    back: set[int] = set()
+    for phrase, days in _BACK.items():
+        if re.search(rf"\b{phrase}\b", low):
+            back.add(days)
+            low = low.replace(phrase, " ")  # "the day before yesterday" is not also yesterday
+    for count in _AGO.findall(low):
+        back.add(int(count) if count.isdigit() else _COUNTS[count])
+    for weekday in _WEEKDAY.findall(low):
+        back.add((today.weekday() - _WEEKDAYS.index(weekday)) % 7 or 7)
+    meant = [today - timedelta(days=n) for n in back]
+    return {NamedDay(d.year, d.month, d.day) for d in meant}
 
 
 def _month(word: str) -> int:

@@ -107,9 +107,11 @@ def feature_rows(
     vector: Sequence[tuple[int, float]],
     fused: Sequence[tuple[int, float]],
     candidates: Mapping[int, Candidate],
+    today: date | None = None,
 ) -> dict[int, list[float]]:
     """FEATURES of every fused id that has a Candidate. `keyword`: (id, bm25) as the arm ranked
-    them, `vector`: (id, cosine distance), `fused`: (id, fused score), each as deep as fused."""
+    them, `vector`: (id, cosine distance), `fused`: (id, fused score), each as deep as fused;
+    `today`: the day the question is asked on, for the days it names relative to it."""
     kw = dict(stretch([(mid, -bm25) for mid, bm25 in keyword]))
     vec = dict(stretch([(mid, 1.0 - distance) for mid, distance in vector]))
     kw_rank = {mid: rank for rank, (mid, _) in enumerate(keyword, start=1)}
@@ -129,7 +131,7 @@ def feature_rows(
     covers = {mid: len(held[mid]) * share for mid in lengths}
     best_cover = max(covers.values(), default=0.0)
     by_session = _session_covers(share, candidates, held, held_context)
-    named = named_days(text)
+    named = named_days(text, today)
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -189,9 +191,10 @@ def rerank(
     vector: Sequence[tuple[int, float]],
     fused: Sequence[tuple[int, float]],
     candidates: Mapping[int, Candidate],
+    today: date | None = None,
 ) -> list[tuple[int, float]]:
     """The fused ids ordered by the ranker's score, best first; ties broken by id. An id without
-    a Candidate (deleted meanwhile) is dropped."""
-    rows = feature_rows(text, keyword, vector, fused, candidates)
+    a Candidate (deleted meanwhile) is dropped. `today`: see feature_rows."""
+    rows = feature_rows(text, keyword, vector, fused, candidates, today)
     scored = [(mid, ranker.score(row)) for mid, row in rows.items()]
     return sorted(scored, key=lambda item: (-item[1], item[0]))
