@@ -456,12 +456,9 @@ CREATE INDEX messages_unsummarised ON messages (chat_id, id) WHERE summarised = 
 CREATE INDEX messages_user_recent ON messages (user_id, created_at) WHERE role = 'user';
 """
 
-# Memory context: what a memory answers or where it sits (the message a turn replied
-# to, the date of a conversation), kept apart from the memory itself. It is indexed as its own
-# FTS column, weighted below the content (agentd/memory/search.py), and embedded with the
-# content; it is never shown as the memory. The FTS table gains the column, so it is rebuilt.
-M017_RECALL = """
-ALTER TABLE memories ADD COLUMN context TEXT;
+# The memory FTS table over (content, fts_cjk, context), rebuilt from `memories`, with the
+# triggers that keep it in step: m017 created it so, m084 returns to it.
+_MEMORY_FTS_THREE_COLUMNS = """
 DROP TRIGGER memories_fts_ai;
 DROP TRIGGER memories_fts_ad;
 DROP TRIGGER memories_fts_au;
@@ -486,6 +483,12 @@ CREATE TRIGGER memories_fts_au AFTER UPDATE OF content, fts_cjk, context ON memo
 END;
 INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 """
+
+# Memory context: what a memory answers or where it sits (the message a turn replied
+# to, the date of a conversation), kept apart from the memory itself. It is indexed as its own
+# FTS column, weighted below the content (agentd/memory/search.py), and embedded with the
+# content; it is never shown as the memory. The FTS table gains the column, so it is rebuilt.
+M017_RECALL = "ALTER TABLE memories ADD COLUMN context TEXT;" + _MEMORY_FTS_THREE_COLUMNS
 
 # In-process bit-vector copies (agentd/retrieval/bits.py): how many vectors of each
 # memory space were ever inserted and deleted, whoever wrote them (the daemon, a CLI command),
@@ -974,32 +977,7 @@ INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 # real chat (REALTALK, benchmarks/README.md) a turn's neighbours in keyword search lowered recall
 # (0.458 → 0.415). The FTS table is rebuilt with the three columns it had before, then the column
 # is dropped (SQLite ≥ 3.35; no index or trigger refers to it by then).
-M084_MEMORY_DROP_NEARBY = """
-DROP TRIGGER memories_fts_ai;
-DROP TRIGGER memories_fts_ad;
-DROP TRIGGER memories_fts_au;
-DROP TABLE memory_fts;
-CREATE VIRTUAL TABLE memory_fts USING fts5(
-    content, fts_cjk, context, content='memories', content_rowid='id',
-    tokenize='porter unicode61'
-);
-CREATE TRIGGER memories_fts_ai AFTER INSERT ON memories BEGIN
-    INSERT INTO memory_fts (rowid, content, fts_cjk, context)
-        VALUES (new.id, new.content, new.fts_cjk, new.context);
-END;
-CREATE TRIGGER memories_fts_ad AFTER DELETE ON memories BEGIN
-    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context)
-        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context);
-END;
-CREATE TRIGGER memories_fts_au AFTER UPDATE OF content, fts_cjk, context ON memories BEGIN
-    INSERT INTO memory_fts (memory_fts, rowid, content, fts_cjk, context)
-        VALUES ('delete', old.id, old.content, old.fts_cjk, old.context);
-    INSERT INTO memory_fts (rowid, content, fts_cjk, context)
-        VALUES (new.id, new.content, new.fts_cjk, new.context);
-END;
-INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
-ALTER TABLE memories DROP COLUMN nearby;
-"""
+M084_MEMORY_DROP_NEARBY = _MEMORY_FTS_THREE_COLUMNS + "ALTER TABLE memories DROP COLUMN nearby;"
 
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
