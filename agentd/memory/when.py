@@ -11,32 +11,14 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta
 
-_NUMBERS = {
-    "a": 1,
-    "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "few": 3,
-    "couple of": 2,
-}
-_DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+from agentd.retrieval.days import NUMBER_WORDS, WEEKDAYS, days_since
+
 _SEASONS = {"spring": 4, "summer": 7, "fall": 10, "autumn": 10, "winter": 1}
 _UNITS = {"day": 1, "week": 7, "month": 30, "year": 365}
-_AGO = re.compile(
-    r"\b(\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten|few|couple of)\s+"
-    r"(day|week|month|year)s?\s+ago\b"
-)
+_AGO = re.compile(r"\b(\d+|" + "|".join(NUMBER_WORDS) + r")\s+(day|week|month|year)s?\s+ago\b")
 _REL = re.compile(
     r"\b(last|this|next|past)\s+(week|weekend|month|year|spring|summer|fall|autumn|winter|"
-    + "|".join(_DAYS)
+    + "|".join(WEEKDAYS)
     + r")\b"
 )
 _SIMPLE = {"yesterday": -1, "today": 0, "tonight": 0, "tomorrow": 1}
@@ -61,8 +43,7 @@ def _relative(which: str, unit: str, anchor: datetime) -> datetime:
         if sign < 0 and month < anchor.month and unit != "winter":
             year = anchor.year  # "last summer" said in October is this year's
         return anchor.replace(year=year, month=month, day=1)
-    target = _DAYS.index(unit)
-    back = (anchor.weekday() - target) % 7 or 7
+    back = days_since(unit, anchor)
     return anchor - timedelta(days=back) if sign <= 0 else anchor + timedelta(days=7 - back)
 
 
@@ -71,7 +52,7 @@ def resolve(text: str, anchor: datetime) -> datetime | None:
     low = text.casefold()
     found: list[tuple[int, datetime]] = []
     if (m := _AGO.search(low)) is not None:
-        n = int(m.group(1)) if m.group(1).isdigit() else _NUMBERS[m.group(1)]
+        n = int(m.group(1)) if m.group(1).isdigit() else NUMBER_WORDS[m.group(1)]
         found.append((m.start(), anchor - timedelta(days=n * _UNITS[m.group(2)])))
     if (m := _REL.search(low)) is not None:
         found.append((m.start(), _relative(m.group(1), m.group(2), anchor)))

@@ -35,10 +35,26 @@ _DAY_MONTH = re.compile(
 _MONTH_DAY = re.compile(
     r"\b" + _MONTH + r" (\d{1,2})(?:st|nd|rd|th)?\b,?(?: (\d{4}))?", re.IGNORECASE
 )
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_COUNTS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7}
-_AGO = re.compile(r"\b(\d{1,2}|a|one|two|three|four|five|six|seven) days? ago\b", re.IGNORECASE)
-_WEEKDAY = re.compile(r"\blast (" + "|".join(_WEEKDAYS) + r")\b", re.IGNORECASE)
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+# The words a time expression counts with ("three days ago", "a couple of weeks ago").
+NUMBER_WORDS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "few": 3,
+    "couple of": 2,
+}
+_AGO = re.compile(r"\b(\d{1,2}|" + "|".join(NUMBER_WORDS) + r") days? ago\b", re.IGNORECASE)
+_WEEKDAY = re.compile(r"\blast (" + "|".join(WEEKDAYS) + r")\b", re.IGNORECASE)
 _BACK = {"the day before yesterday": 2, "yesterday": 1}
 BEFORE, AFTER = 1, 3  # days around a named day that count as near it
 
@@ -92,11 +108,16 @@ def _relative_days(text: str, today: date) -> set[NamedDay]:
             back.add(days)
             low = low.replace(phrase, " ")  # "the day before yesterday" is not also yesterday
     for count in _AGO.findall(low):
-        back.add(int(count) if count.isdigit() else _COUNTS[count])
+        back.add(int(count) if count.isdigit() else NUMBER_WORDS[count])
     for weekday in _WEEKDAY.findall(low):
-        back.add((today.weekday() - _WEEKDAYS.index(weekday)) % 7 or 7)
+        back.add(days_since(weekday, today))
     meant = [today - timedelta(days=n) for n in back]
     return {NamedDay(d.year, d.month, d.day) for d in meant}
+
+
+def days_since(weekday: str, today: date) -> int:
+    """How many days back the last `weekday` (lower case) before `today` was: 1 to 7."""
+    return (today.weekday() - WEEKDAYS.index(weekday)) % 7 or 7
 
 
 def _month(word: str) -> int:
