@@ -32,6 +32,7 @@ from pydantic import BaseModel, Field
 from agentd.retrieval.days import named_days, near_named_day
 from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import stretch
+from agentd.retrieval.places import asks_place, names_place
 
 # What each feature says of a candidate; the names key the weights file.
 FEATURES = (
@@ -52,6 +53,7 @@ FEATURES = (
     "fact",  # 1 for a fact, preference or task: one short statement
     "session_cover",  # share of the query's terms its session's candidates hold together
     "near_day",  # 1 when the query names a day and it was said near it, or is about it (days.py)
+    "names_place",  # 1 when the query asks for a place and its text names one (places.py)
 )
 # What a candidate is, as far as its length and reach go (the memory package maps its kinds).
 Shape = Literal["talk", "summary", "fact"]
@@ -132,6 +134,7 @@ def feature_rows(
     best_cover = max(covers.values(), default=0.0)
     by_session = _session_covers(share, candidates, held, held_context)
     named = named_days(text, today)
+    place = asks_place(text)
     rows: dict[int, list[float]] = {}
     for mid, _ in fused:
         cand = candidates.get(mid)
@@ -155,6 +158,7 @@ def feature_rows(
             float(cand.shape == "fact"),
             by_session.get(mid, covers[mid]),
             float(bool(named) and near_named_day(cand.days, named)),
+            float(place and names_place(cand.content)),
         ]
     return rows
 
