@@ -387,6 +387,31 @@ def test_a_rejected_token_exits_78_with_a_clear_message(tmp_path: Path, llm: Fak
     assert TOKEN not in result.stderr
 
 
+def test_a_token_under_its_own_name_serves_and_a_revoked_one_is_named(
+    tmp_path: Path, llm: FakeAnthropic
+) -> None:
+    """`[telegram] token_env` names the variable the token is read from: the daemon answers
+    with it; when Telegram later rejects the token, the log and the next start name that
+    variable, not the default one, so the owner fixes the right secret."""
+    with FakeTelegram.running(token=TOKEN) as strict:
+        env = daemon_env(tmp_path, strict.base_url, llm.base_url)
+        env["HOME_BOT_TOKEN"] = env.pop("TELEGRAM_BOT_TOKEN")
+        env["AGENTD_TELEGRAM__TOKEN_ENV"] = "HOME_BOT_TOKEN"
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            send_marker(strict, OWNER, "hello")
+            strict.token = "999:a-new-token-from-botfather"
+            assert daemon.proc is not None
+            assert daemon.proc.wait(30) == 1
+            assert "rejected the bot token (401); check HOME_BOT_TOKEN" in daemon.log()
+            assert "TELEGRAM_BOT_TOKEN" not in daemon.log() and TOKEN not in daemon.log()
+            again = daemon.cli("run")
+        finally:
+            daemon.stop()
+    assert again.returncode == 78 and "check HOME_BOT_TOKEN" in again.stderr
+    assert TOKEN not in again.stderr
+
+
 def test_an_unwritable_database_path_is_a_clear_error(tmp_path: Path, env: dict) -> None:
     env["AGENTD_STORAGE__PATH"] = "/proc/agentd/agentd.db"
     result = Daemon(tmp_path, env).cli("run")

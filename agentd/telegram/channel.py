@@ -141,6 +141,7 @@ class OpenTelegram:
             request_timeout=tg.request_timeout,
             on_progress=intake.on_progress,
             busy=intake.busy,
+            token_env=tg.token_env,
         )
         served = self.me.allowed_user_ids
 

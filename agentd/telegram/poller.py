@@ -68,6 +68,7 @@ class Poller:
         on_command: CommandHook = no_commands,
         on_progress: Callable[[], None] = lambda: None,
         busy: BusyMode = "queue",
+        token_env: str,
     ) -> None:
         self._bot = bot
         self._db = db
@@ -83,6 +84,7 @@ class Poller:
         self._failures = 0
         self._policy = policy or RetryPolicy()
         self._request_timeout = request_timeout
+        self._token_env = token_env  # the variable the token came from, for the owner to check
 
     def stop(self) -> None:
         self._stopping.set()
@@ -98,8 +100,8 @@ class Poller:
                     offset = await self._store(raw)
             except TelegramUnauthorizedError:
                 log.error(
-                    "Telegram rejected the bot token (401); check the secret telegram.token_env"
-                    " names (TELEGRAM_BOT_TOKEN unless set)"
+                    "Telegram rejected the bot token (401); check %s (from @BotFather)",
+                    self._token_env,
                 )
                 raise
             except Exception:
