@@ -43,6 +43,7 @@ def test_the_written_forms_of_a_day_are_read(text: str, days: set[tuple]) -> Non
         "Which 3 cities did she visit?",
         "I may 3 times",  # the verb
         "31.02.2024",  # no such day
+        "01.01.0000",  # nor a year 0, which is not "any year" either
         "call 555-12-2024",
         "version 1.2.3",
         "junk 5",

@@ -92,7 +92,7 @@ def near_named_day(days: Iterable[date], named: frozenset[NamedDay]) -> bool:
     for said in days:
         for name in named:
             try:
-                meant = date(name.year or said.year, name.month, name.day)
+                meant = date(said.year if name.year is None else name.year, name.month, name.day)
             except ValueError:  # 29 February of a year without one
                 continue
             if -BEFORE <= (said - meant).days <= AFTER:
@@ -126,7 +126,8 @@ def _month(word: str) -> int:
 
 def _valid(day: NamedDay) -> bool:
     try:
-        date(day.year or 2000, day.month, day.day)  # 2000: a leap year, so 29 Feb stays
+        # No year: 2000, a leap year, so 29 February stays. Year 0 is none (and no "any year").
+        date(2000 if day.year is None else day.year, day.month, day.day)
     except ValueError:
         return False
     return True
