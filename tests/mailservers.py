@@ -298,7 +298,9 @@ def smtp_server(handler: Any, auth: dict[str, str] | None = None) -> Iterator[in
         def check(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> Any:
             login = data.login.decode() if isinstance(data.login, bytes) else data.login
             password = data.password.decode() if isinstance(data.password, bytes) else data.password
-            return AuthResult(success=auth.get(login) == password)
+            # handled=False: aiosmtpd then answers a wrong password with 535, as a real server
+            # does (by default it leaves the reply to the authenticator and the client waits).
+            return AuthResult(success=auth.get(login) == password, handled=False)
 
         kwargs = dict(auth_require_tls=False, auth_required=True, authenticator=check)
     controller = Controller(handler, hostname="127.0.0.1", port=port, **kwargs)

@@ -167,6 +167,7 @@ def test_a_failed_login_keeps_every_answer_and_an_empty_password_is_refused(
         child.expect("App password")
         child.sendline("wrong-password")
         child.expect("FAIL")
+        child.expect(r"SMTP login failed: 127\.0\.0\.1 rejected the user 'me'")
         child.expect(r"Save it anyway\?")
         child.sendline("n")
         child.expect("Change an answer and try again")

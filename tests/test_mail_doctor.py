@@ -102,7 +102,9 @@ def test_doctor_names_what_failed(
     assert checks["mail badpw (IMAP)"]["detail"].startswith(
         "badpw: login failed: 127.0.0.1 rejected the user 'me'"
     )
-    assert checks["mail badpw (SMTP)"]["detail"].startswith("badpw: SMTP login failed")
+    assert checks["mail badpw (SMTP)"]["detail"] == (
+        "badpw: SMTP login failed: 127.0.0.1 rejected the user 'me' or its password (BAD_PW)"
+    )
     assert checks["mail tls (IMAP)"]["detail"].startswith("tls: TLS failed: no TLS handshake")
     assert checks["mail tls (SMTP)"]["detail"].startswith("tls: TLS failed")
     assert checks["mail folder (IMAP)"]["detail"].startswith(

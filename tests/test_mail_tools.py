@@ -389,6 +389,33 @@ async def test_a_rerun_of_an_unfinished_send_settles_instead_of_sending(
     assert len(relay.received) == before
 
 
+async def test_a_refused_smtp_password_is_named_and_the_mail_is_marked_not_sent(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    """The server answers 535: nothing went out, so the send is 'failed' (not 'unknown'), and
+    the owner is told which variable holds the password the server refused."""
+    port, relay = smtp
+    tools = tools_for(account(dovecot, "user7", port), db, tmp_path, "not-user7s-password")
+    before = len(relay.received)
+    out = await call(
+        tools, "mail_send", tu="tu-badpw", to=["bob@example.org"], subject="refused", body="b"
+    )
+    assert not out.ok
+    assert (
+        "SMTP login failed: 127.0.0.1 rejected the user 'user7' or its password (PW_USER7)"
+        in out.content
+    )
+    assert "not-user7s-password" not in out.content
+    assert len(relay.received) == before
+    mid = message_id_for("turn-1", "tu-badpw", "user7@example.org")
+    status = await db.read(
+        lambda c: c.execute(
+            "SELECT status FROM mail_sends WHERE message_id = ?", (mid,)
+        ).fetchone()[0]
+    )
+    assert status == "failed"
+
+
 async def test_a_connection_lost_mid_send_is_not_retried_and_is_reported_as_unknown(
     dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
 ) -> None:
