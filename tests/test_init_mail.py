@@ -8,6 +8,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,6 +138,8 @@ def test_a_failed_login_keeps_every_answer_and_an_empty_password_is_refused(
     """The wrong password, "Save it anyway? N": the answers come back as the defaults, so
     only the password is typed again; an empty one is asked for again with what to make."""
     dovecot, smtp = servers
+    log = dovecot.root / "dovecot.log"
+    logged_before = len(log.read_text(errors="replace"))
     (tmp_path / "agentd.toml").write_text(f'[storage]\npath = "{tmp_path / "agentd.db"}"\n')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTD_", "TELEGRAM_"))}
     env |= {"NO_COLOR": "1", "COLUMNS": "120"}
@@ -202,3 +205,11 @@ def test_a_failed_login_keeps_every_answer_and_an_empty_password_is_refused(
     assert (account.imap_port, account.smtp_port) == (dovecot.port, smtp)
     stored = (tmp_path / "agentd.env").read_text()
     assert USERS["me"] in stored and "wrong-password" not in stored
+    # One failed IMAP login for the wrong password, not one per step that reads the server:
+    # servers count them, and fail2ban bans after a few. Dovecot logs in order, so once the
+    # good password's logins are there, so is every failure before them.
+    deadline = time.monotonic() + 30
+    while "Login: user=<me>" not in log.read_text(errors="replace")[logged_before:]:
+        assert time.monotonic() < deadline, log.read_text(errors="replace")[logged_before:]
+        time.sleep(0.05)
+    assert log.read_text(errors="replace")[logged_before:].count("auth failed") == 1

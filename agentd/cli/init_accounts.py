@@ -9,13 +9,16 @@ import re
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
 from agentd.cli.common import err, fail, out
 from agentd.cli.init import plain
 from agentd.config import SECRETS_FILE, CalendarConfig, MailAccountConfig, read_secrets_file
+
+if TYPE_CHECKING:
+    from agentd.mail.errors import MailError
 
 
 def _prompt(label: str, default: str = "", *, secret: bool = False) -> str:
@@ -176,24 +179,24 @@ SPECIAL_FOLDERS = (
 )
 
 
-def _server_folders(
-    account: MailAccountConfig, password: str
-) -> list[tuple[tuple[bytes, ...], str]]:
-    """(flags, name) of each folder, or [] when the login fails (the check then says why)."""
+Folders = list[tuple[tuple[bytes, ...], str]]
+
+
+def _server_folders(account: MailAccountConfig, password: str) -> Folders | MailError:
+    """(flags, name) of each folder, or why the login failed."""
     from agentd.mail import imap
     from agentd.mail.errors import MailError
 
     try:
         with imap.session(account, password) as client:
             return [(tuple(flags), str(name)) for flags, _, name in client.list_folders()]
-    except MailError:
-        return []
+    except MailError as exc:
+        return exc
 
 
-def _pick_folders(fields: dict[str, Any], password: str) -> None:
+def _pick_folders(fields: dict[str, Any], folders: Folders) -> None:
     """Where Sent or Drafts is missing, offer the server's folders (the one it marks for that
     use first) and set the key, so the account does not fail on its first sent mail."""
-    folders = _server_folders(MailAccountConfig(**fields), password)
     names = [name for _, name in folders]
     for key, default, flag, purpose in SPECIAL_FOLDERS:
         if not folders or default in names:
@@ -223,14 +226,18 @@ def _pick_folders(fields: dict[str, Any], password: str) -> None:
 def add_mail(directory: Path) -> None:
     """Ask for a mail account, log in to IMAP and SMTP, then save it."""
     from agentd.mail.check import check_account
+    from agentd.mail.errors import MailError
 
     config, secrets = _files(directory)
     name = _prompt("Account name", "home")
 
     def check(fields: dict[str, Any], password: str) -> list[tuple[str, bool, str]]:
-        _pick_folders(fields, password)  # validates the keys before connecting
-        account = MailAccountConfig(**fields)
-        return check_account(account, {fields["password_env"]: password})
+        env = {fields["password_env"]: password}
+        folders = _server_folders(MailAccountConfig(**fields), password)  # validates the keys
+        if isinstance(folders, MailError):
+            return check_account(MailAccountConfig(**fields), env, imap_failed=folders)
+        _pick_folders(fields, folders)
+        return check_account(MailAccountConfig(**fields), env)
 
     fields, password = _until_checked(partial(_mail_fields, name), check)
     env = fields["password_env"]

@@ -14,9 +14,13 @@ from agentd.mail.mailbox import Mailbox
 Check = tuple[str, bool, str]
 
 
+def _imap_name(acc: MailAccountConfig) -> str:
+    return f"mail {acc.name} (IMAP)"
+
+
 def check_imap(box: Mailbox) -> Check:
     acc = box.account
-    name = f"mail {acc.name} (IMAP)"
+    name = _imap_name(acc)
     try:
         box.require_password()
         with imap.session(acc, box.password) as client:
@@ -93,6 +97,12 @@ def check_smtp(box: Mailbox) -> Check:
     return name, True, f"{acc.login}@{acc.smtp_server}:{acc.smtp_port} ({acc.smtp_security})"
 
 
-def check_account(account: MailAccountConfig, env: Mapping[str, str]) -> list[Check]:
+def check_account(
+    account: MailAccountConfig, env: Mapping[str, str], *, imap_failed: MailError | None = None
+) -> list[Check]:
+    """IMAP and SMTP. `imap_failed`: the caller's own IMAP login just failed with it, so that is
+    the IMAP result: servers count failed logins (fail2ban bans after a few), so never two."""
     box = Mailbox(account, env)
-    return [check_imap(box), check_smtp(box)]
+    if imap_failed is None:
+        return [check_imap(box), check_smtp(box)]
+    return [(_imap_name(account), False, str(imap_failed)), check_smtp(box)]
