@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from agentd.config import MailAccountConfig, MailRule
 from agentd.db import Database
 from agentd.mail.imap import Summary
 from agentd.mail.mailbox import Mailbox
-from agentd.mail.watch import FolderWatch, matching_rule
+from agentd.mail.watch import LOGIN_RETRY, FolderWatch, matching_rule
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, Dovecot, dovecot_server
 
 pytestmark = pytest.mark.skipif(not HAVE_DOVECOT, reason=SKIP_NO_DOVECOT)
@@ -139,3 +140,26 @@ async def test_mail_that_came_while_down_is_announced_once_after_a_restart(
     await run_until(lambda: saw("while down"))  # caught up at start, the ignored one skipped
     dovecot.deliver("idle", b"From: a@b.c\r\nSubject: after\r\n\r\nx\r\n")
     await run_until(lambda: saw("while down", "after"))  # nothing announced twice
+
+
+async def test_a_refused_password_is_tried_again_hourly_not_every_few_minutes(
+    dovecot: Dovecot, db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Servers count failed logins (fail2ban bans after a few): a watcher whose password was
+    refused waits an hour, where a dropped connection is retried within minutes."""
+
+    async def on_mail(acc: MailAccountConfig, s: Summary, rule: MailRule) -> None:
+        raise AssertionError("no mail can be seen without logging in")
+
+    watch = FolderWatch(Mailbox(account(dovecot, "poll"), {"PW": "wrong"}), "INBOX", db, on_mail)
+    with caplog.at_level(logging.WARNING, logger="agentd.mail"):
+        task = asyncio.create_task(watch.run())
+        try:
+            await wait_for(lambda: any("retrying" in r.getMessage() for r in caplog.records))
+        finally:
+            watch.stop()
+            await asyncio.wait_for(task, 15)  # the hour's wait ends at stop
+    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert record.wait_s == LOGIN_RETRY == 3600  # type: ignore[attr-defined]
+    assert "rejected the user 'poll'" in record.error  # type: ignore[attr-defined]
+    assert "wrong" not in record.error  # type: ignore[attr-defined]

@@ -36,6 +36,10 @@ from agentd.mail.notice import MAIL_NOTICE_WORKFLOW, NoticeInput, notice_instanc
 log = logging.getLogger("agentd.mail")
 IDLE_SLICE = 1.0  # seconds per idle_check, so a stop is noticed within about a second
 MAX_BACKOFF = 300.0
+# A password the server refused stays refused until someone changes it, and servers count failed
+# logins (fail2ban bans after a few, providers lock the account): try it again hourly, not every
+# few minutes. `agentd doctor` says the same at once.
+LOGIN_RETRY = 3600.0
 
 OnMail = Callable[[MailAccountConfig, Summary, MailRule], Awaitable[None]]
 
@@ -92,7 +96,8 @@ class FolderWatch:
                 failures = 0
             except Exception as exc:  # a dead socket, a server restart, a failed notice
                 failures += 1
-                wait = min(MAX_BACKOFF, 5.0 * 2 ** min(failures, 6))
+                refused = isinstance(exc, MailError) and exc.stage == "login"
+                wait = LOGIN_RETRY if refused else min(MAX_BACKOFF, 5.0 * 2 ** min(failures, 6))
                 log.warning(
                     "mail watch failed; retrying",
                     extra={
