@@ -232,11 +232,12 @@ def add_mail(directory: Path) -> None:
     name = _prompt("Account name", "home")
 
     def check(fields: dict[str, Any], password: str) -> list[tuple[str, bool, str]]:
+        account = MailAccountConfig(**fields)  # validates the keys before connecting
         env = {fields["password_env"]: password}
-        folders = _server_folders(MailAccountConfig(**fields), password)  # validates the keys
+        folders = _server_folders(account, password)
         if isinstance(folders, MailError):
-            return check_account(MailAccountConfig(**fields), env, imap_failed=folders)
-        _pick_folders(fields, folders)
+            return check_account(account, env, imap_failed=folders)
+        _pick_folders(fields, folders)  # may set the Sent and Drafts keys
         return check_account(MailAccountConfig(**fields), env)
 
     fields, password = _until_checked(partial(_mail_fields, name), check)

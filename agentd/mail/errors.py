@@ -5,6 +5,10 @@ from __future__ import annotations
 import socket
 import ssl
 
+# The stage of a MailError whose password is missing or was refused: trying again will not help
+# until someone changes it (the watcher waits long; the checks say which variable).
+LOGIN_STAGE = "login"
+
 
 class MailError(Exception):
     """A mail server could not be used; the message names the account, the step and the cause."""

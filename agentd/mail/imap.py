@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentd.config import MailAccountConfig
-from agentd.mail.errors import MailError, classify_mail_error
+from agentd.mail.errors import LOGIN_STAGE, MailError, classify_mail_error
 
 HEADER_FIELDS = "FROM TO CC SUBJECT DATE MESSAGE-ID"
 _PARSER = BytesParser(policy=policy.default)
@@ -77,7 +77,7 @@ def session(account: MailAccountConfig, password: str) -> Iterator[Any]:
         except LoginError:
             raise MailError(
                 account.name,
-                "login",
+                LOGIN_STAGE,
                 f"{host} rejected the user "
                 f"{account.login!r} or its password ({account.password_env})",
             ) from None

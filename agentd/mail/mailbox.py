@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from agentd.config import MailAccountConfig, read_secret
 from agentd.mail import imap
-from agentd.mail.errors import MailError
+from agentd.mail.errors import LOGIN_STAGE, MailError
 from agentd.mail.imap import Summary
 from agentd.mail.message import Readable, readable, save_attachment
 
@@ -30,7 +30,7 @@ class Mailbox:
         if not self.password:
             raise MailError(
                 self.account.name,
-                "login",
+                LOGIN_STAGE,
                 f"no password: set the environment "
                 f"variable or systemd credential {self.account.password_env}",
             )

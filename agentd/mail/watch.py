@@ -28,7 +28,7 @@ from agentd.config import Config, MailAccountConfig, MailRule
 from agentd.db import Database
 from agentd.durable import Clock, Engine
 from agentd.mail import imap
-from agentd.mail.errors import MailError
+from agentd.mail.errors import LOGIN_STAGE, MailError
 from agentd.mail.imap import Summary
 from agentd.mail.mailbox import Mailbox
 from agentd.mail.notice import MAIL_NOTICE_WORKFLOW, NoticeInput, notice_instance_id
@@ -96,7 +96,7 @@ class FolderWatch:
                 failures = 0
             except Exception as exc:  # a dead socket, a server restart, a failed notice
                 failures += 1
-                refused = isinstance(exc, MailError) and exc.stage == "login"
+                refused = isinstance(exc, MailError) and exc.stage == LOGIN_STAGE
                 wait = LOGIN_RETRY if refused else min(MAX_BACKOFF, 5.0 * 2 ** min(failures, 6))
                 log.warning(
                     "mail watch failed; retrying",
