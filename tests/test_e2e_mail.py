@@ -315,6 +315,50 @@ def test_new_mail_notice_by_idle_without_a_model_call(
             assert d.stop() == 0  # the IDLE thread notices the stop: a clean shutdown
 
 
+def test_a_refused_mail_password_is_told_to_the_owner_once_a_day(
+    servers: tuple[Dovecot, int, LmtpRelay], tmp_path: Path
+) -> None:
+    """A watcher that cannot log in tells the owner in chat (no model call), once a day
+    however often the daemon restarts, and the password is nowhere in what it says."""
+    dovecot, port, _ = servers
+    days = {time.strftime("%Y-%m-%d", time.gmtime())}
+    wrong = "not-the-watch-pw"
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = mail_env(tmp_path, tg, llm, dovecot, port, "watch", WATCH)
+        warned = lambda: [m for m in tg.sent if m["plain_text"].startswith("⚠️ Mail home")]  # noqa: E731
+        sql = (
+            "SELECT id, status FROM workflow_instances WHERE workflow = 'mail_notice' "
+            "AND id LIKE 'mail-refused-%'"
+        )
+        env["HOME_MAIL_PASSWORD"] = USERS["watch"]
+        with running_daemon(tmp_path, env) as d:
+            # First the owner talks to the bot (Telegram lets a bot write only then), while
+            # the password is still right.
+            d.wait_for_log("watching mail")
+            tg.add_message(42, 42, "/status")
+            tg.wait_until(lambda: tg.sent, 30, "the /status answer")
+            assert d.stop() == 0
+            d.env["HOME_MAIL_PASSWORD"] = wrong
+            for start in (2, 3):  # a restart the same day says nothing new
+                d.start()
+                d.wait_for_log("mail watch failed; retrying")
+                # The notice is started before the watcher says it waits.
+                if start == 2:
+                    poll(lambda: d.query(sql) and d.query(sql)[0][1] == "complete", 20, "told")
+                assert d.stop() == 0
+            days.add(time.strftime("%Y-%m-%d", time.gmtime()))
+            rows = d.query(sql)
+            assert len(rows) == len(days)  # one a day (two only if the test crossed midnight)
+            assert len(warned()) == len(days) and all(m["chat_id"] == 42 for m in warned())
+            text = warned()[0]["plain_text"]
+            assert "not being watched" in text and "rejected the user 'watch'" in text
+            assert "HOME_MAIL_PASSWORD" in text and "hourly" in text
+            assert wrong not in d.log() and not any(wrong in m["plain_text"] for m in tg.sent)
+            stored = d.query("SELECT input FROM workflow_instances WHERE id LIKE 'mail-refused-%'")
+            assert all(wrong not in str(r[0]) for r in stored)
+        assert llm.requests == []
+
+
 def test_calendar_create_runs_but_an_invitation_waits_for_approval(
     servers: tuple[Dovecot, int, LmtpRelay], tmp_path: Path
 ) -> None:

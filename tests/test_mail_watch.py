@@ -12,9 +12,16 @@ import pytest
 
 from agentd.config import MailAccountConfig, MailRule
 from agentd.db import Database
+from agentd.mail.errors import LOGIN_STAGE, MailError
 from agentd.mail.imap import Summary
 from agentd.mail.mailbox import Mailbox
-from agentd.mail.watch import LOGIN_RETRY, FolderWatch, matching_rule
+from agentd.mail.watch import (
+    LOGIN_RETRY,
+    FolderWatch,
+    matching_rule,
+    refused_instance_id,
+    refused_text,
+)
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, Dovecot, dovecot_server
 
 pytestmark = pytest.mark.skipif(not HAVE_DOVECOT, reason=SKIP_NO_DOVECOT)
@@ -146,12 +153,20 @@ async def test_a_refused_password_is_tried_again_hourly_not_every_few_minutes(
     dovecot: Dovecot, db: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Servers count failed logins (fail2ban bans after a few): a watcher whose password was
-    refused waits an hour, where a dropped connection is retried within minutes."""
+    refused waits an hour, where a dropped connection is retried within minutes; and it says
+    so to whoever tells the owner, before it waits."""
 
     async def on_mail(acc: MailAccountConfig, s: Summary, rule: MailRule) -> None:
         raise AssertionError("no mail can be seen without logging in")
 
-    watch = FolderWatch(Mailbox(account(dovecot, "poll"), {"PW": "wrong"}), "INBOX", db, on_mail)
+    told: list[MailError] = []
+
+    async def on_refused(acc: MailAccountConfig, exc: MailError) -> None:
+        assert acc.name == "poll"
+        told.append(exc)
+
+    box = Mailbox(account(dovecot, "poll"), {"PW": "wrong"})
+    watch = FolderWatch(box, "INBOX", db, on_mail, on_refused)
     with caplog.at_level(logging.WARNING, logger="agentd.mail"):
         task = asyncio.create_task(watch.run())
         try:
@@ -163,3 +178,52 @@ async def test_a_refused_password_is_tried_again_hourly_not_every_few_minutes(
     assert record.wait_s == LOGIN_RETRY == 3600  # type: ignore[attr-defined]
     assert "rejected the user 'poll'" in record.error  # type: ignore[attr-defined]
     assert "wrong" not in record.error  # type: ignore[attr-defined]
+    (exc,) = told
+    assert exc.stage == LOGIN_STAGE and "rejected the user 'poll'" in exc.detail
+
+
+async def test_a_missing_password_is_told_and_a_failing_teller_does_not_stop_the_watch(
+    dovecot: Dovecot, db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def on_mail(acc: MailAccountConfig, s: Summary, rule: MailRule) -> None:
+        raise AssertionError("no mail can be seen without logging in")
+
+    told: list[MailError] = []
+
+    async def on_refused(acc: MailAccountConfig, exc: MailError) -> None:
+        told.append(exc)
+        raise RuntimeError("the database is locked")
+
+    watch = FolderWatch(Mailbox(account(dovecot, "poll"), {}), "INBOX", db, on_mail, on_refused)
+    with caplog.at_level(logging.WARNING, logger="agentd.mail"):
+        task = asyncio.create_task(watch.run())
+        try:
+            await wait_for(lambda: any("retrying" in r.getMessage() for r in caplog.records))
+        finally:
+            watch.stop()
+            await asyncio.wait_for(task, 15)
+    (exc,) = told
+    assert exc.stage == LOGIN_STAGE and "no password" in exc.detail and "PW" in exc.detail
+    assert any("could not tell the owner" in r.getMessage() for r in caplog.records)
+    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
+    assert record.wait_s == LOGIN_RETRY  # type: ignore[attr-defined]
+
+
+def test_the_refused_notice_is_one_a_day_per_account_and_names_no_password() -> None:
+    acc = MailAccountConfig(
+        name="work_box",
+        address="me@example.org",
+        username="me",
+        password_env="WORK_PW",
+        imap_host="imap.example.org",
+    )
+    exc = MailError(
+        "work_box", LOGIN_STAGE, "imap.example.org rejected the user 'me' or its password (WORK_PW)"
+    )
+    text = refused_text(acc, exc)
+    assert text.startswith("⚠️ Mail `work_box`: new mail is not being watched")
+    assert "rejected the user 'me'" in text and "hourly" in text
+    day1, day2 = refused_instance_id(acc, "2026-12-06"), refused_instance_id(acc, "2026-12-07")
+    assert day1 != day2 and day1 == refused_instance_id(acc, "2026-12-06")
+    other = acc.model_copy(update={"name": "home"})
+    assert refused_instance_id(other, "2026-12-06") != day1

@@ -16,6 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Any
 
 from agentd.access import owners
@@ -42,6 +43,7 @@ MAX_BACKOFF = 300.0
 LOGIN_RETRY = 3600.0
 
 OnMail = Callable[[MailAccountConfig, Summary, MailRule], Awaitable[None]]
+OnRefused = Callable[[MailAccountConfig, MailError], Awaitable[None]]
 
 
 def matching_rule(rules: list[MailRule], s: Summary) -> MailRule | None:
@@ -78,8 +80,16 @@ def _advance(conn: Any, account: str, folder: str, validity: int, uid: int, now:
 class FolderWatch:
     """One folder of one account; `run()` until `stop()`."""
 
-    def __init__(self, box: Mailbox, folder: str, db: Database, on_mail: OnMail) -> None:
+    def __init__(
+        self,
+        box: Mailbox,
+        folder: str,
+        db: Database,
+        on_mail: OnMail,
+        on_refused: OnRefused | None = None,
+    ) -> None:
         self.box, self.folder, self.db, self.on_mail = box, folder, db, on_mail
+        self.on_refused = on_refused
         self.account = box.account
         self._stop = threading.Event()
         self.mode = ""  # "idle" or "poll", once connected
@@ -98,6 +108,8 @@ class FolderWatch:
                 failures += 1
                 refused = isinstance(exc, MailError) and exc.stage == LOGIN_STAGE
                 wait = LOGIN_RETRY if refused else min(MAX_BACKOFF, 5.0 * 2 ** min(failures, 6))
+                if refused:
+                    await self._tell_refused(exc)
                 log.warning(
                     "mail watch failed; retrying",
                     extra={
@@ -110,6 +122,14 @@ class FolderWatch:
                     },
                 )
                 await asyncio.to_thread(self._stop.wait, wait)
+
+    async def _tell_refused(self, exc: MailError) -> None:
+        if self.on_refused is None:
+            return
+        try:
+            await self.on_refused(self.account, exc)
+        except Exception:  # telling is best effort; the watcher keeps its hourly retry
+            log.exception("could not tell the owner that a mail login was refused")
 
     async def _session(self) -> None:
         """One logged-in session: catch up, then wait for news until stopped or broken."""
@@ -221,6 +241,39 @@ def notice_text(account: MailAccountConfig, s: Summary) -> str:
     return f"📬 {literal(account.name)}: new mail from {_plain(s.sender)} — {_plain(s.subject)}"
 
 
+def refused_instance_id(account: MailAccountConfig, day: str) -> str:
+    """One notice a day per account while its login is refused, however many folders it
+    watches and however often the daemon restarts."""
+    return f"mail-refused-{hashlib.sha256(account.name.encode()).hexdigest()[:16]}-{day}"
+
+
+def refused_text(account: MailAccountConfig, exc: MailError) -> str:
+    return (
+        f"⚠️ Mail {literal(account.name)}: new mail is not being watched, the login failed "
+        f"({literal(exc.detail)}). I try again hourly; once the password is right, restart "
+        "agentd to watch at once."
+    )
+
+
+async def tell_refused(
+    db: Database,
+    engine: Engine,
+    clock: Clock,
+    account: MailAccountConfig,
+    exc: MailError,
+    *,
+    owner: int,
+    notices: str,
+) -> None:
+    """Tell the owner, with no model call, that `account`'s login was refused: once a day."""
+    # Until a private chat is known nothing can be said, and the day's notice is not used up.
+    if await db.read(reach.private_chat, owner, notices) is None:
+        return
+    day = time.strftime("%Y-%m-%d", time.gmtime(clock.now()))
+    notice = NoticeInput(user_id=owner, text=refused_text(account, exc))
+    await engine.start(MAIL_NOTICE_WORKFLOW, notice, instance_id=refused_instance_id(account, day))
+
+
 def summary_prompt(account: MailAccountConfig, s: Summary) -> str:
     """The turn a `summary` rule starts: the rule is the owner's; the mail is read by a tool."""
     return (
@@ -281,8 +334,15 @@ def start_watchers(
         instance = f"mail-{account.name}-{digest.hexdigest()[:20]}"
         await engine.start(TURN_WORKFLOW, turn, instance_id=instance, key=chat_key(chat))
 
+    on_refused = partial(
+        tell_refused, db, engine, clock, owner=owner, notices=config.access.notices
+    )
     watchers = Watchers(
-        [FolderWatch(Mailbox(a, env), folder, db, on_mail) for a in watched for folder in a.watch]
+        [
+            FolderWatch(Mailbox(a, env), folder, db, on_mail, on_refused)
+            for a in watched
+            for folder in a.watch
+        ]
     )
     watchers.start()
     return watchers
