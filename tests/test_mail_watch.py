@@ -149,6 +149,19 @@ async def test_mail_that_came_while_down_is_announced_once_after_a_restart(
     await run_until(lambda: saw("while down", "after"))  # nothing announced twice
 
 
+async def first_retry(watch: FolderWatch, caplog: pytest.LogCaptureFixture) -> logging.LogRecord:
+    """Run `watch` until it says it will retry, then stop it (a wait of an hour ends at stop)."""
+    with caplog.at_level(logging.WARNING, logger="agentd.mail"):
+        task = asyncio.create_task(watch.run())
+        try:
+            await wait_for(lambda: any("retrying" in r.getMessage() for r in caplog.records))
+        finally:
+            watch.stop()
+            await asyncio.wait_for(task, 15)
+    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
+    return record
+
+
 async def test_a_refused_password_is_tried_again_hourly_not_every_few_minutes(
     dovecot: Dovecot, db: Database, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -167,14 +180,7 @@ async def test_a_refused_password_is_tried_again_hourly_not_every_few_minutes(
 
     box = Mailbox(account(dovecot, "poll"), {"PW": "wrong"})
     watch = FolderWatch(box, "INBOX", db, on_mail, on_refused)
-    with caplog.at_level(logging.WARNING, logger="agentd.mail"):
-        task = asyncio.create_task(watch.run())
-        try:
-            await wait_for(lambda: any("retrying" in r.getMessage() for r in caplog.records))
-        finally:
-            watch.stop()
-            await asyncio.wait_for(task, 15)  # the hour's wait ends at stop
-    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
+    record = await first_retry(watch, caplog)
     assert record.wait_s == LOGIN_RETRY == 3600  # type: ignore[attr-defined]
     assert "rejected the user 'poll'" in record.error  # type: ignore[attr-defined]
     assert "wrong" not in record.error  # type: ignore[attr-defined]
@@ -195,21 +201,14 @@ async def test_a_missing_password_is_told_and_a_failing_teller_does_not_stop_the
         raise RuntimeError("the database is locked")
 
     watch = FolderWatch(Mailbox(account(dovecot, "poll"), {}), "INBOX", db, on_mail, on_refused)
-    with caplog.at_level(logging.WARNING, logger="agentd.mail"):
-        task = asyncio.create_task(watch.run())
-        try:
-            await wait_for(lambda: any("retrying" in r.getMessage() for r in caplog.records))
-        finally:
-            watch.stop()
-            await asyncio.wait_for(task, 15)
+    record = await first_retry(watch, caplog)
     (exc,) = told
     assert exc.stage == LOGIN_STAGE and "no password" in exc.detail and "PW" in exc.detail
     assert any("could not tell the owner" in r.getMessage() for r in caplog.records)
-    (record,) = [r for r in caplog.records if "retrying" in r.getMessage()]
     assert record.wait_s == LOGIN_RETRY  # type: ignore[attr-defined]
 
 
-def test_the_refused_notice_is_one_a_day_per_account_and_names_no_password() -> None:
+def test_the_refused_notice_is_one_a_day_per_account() -> None:
     acc = MailAccountConfig(
         name="work_box",
         address="me@example.org",
