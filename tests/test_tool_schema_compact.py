@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
+import pytest
 from pydantic import BaseModel, Field
 
-from agentd.tools.base import Tool, ToolResult
+from agentd.tools.base import InvalidArguments, Tool, ToolResult
 from agentd.tools.compact_schema import for_model
 
 
@@ -24,14 +25,19 @@ class Args(BaseModel):
     note: str | None = "kept"
     inner: Inner | None = None
     items: list[Inner] = []
+    label: str = Field(default="", max_length=200, description="a few words")
+    folder: str = Field(default="INBOX", max_length=200)
+    days: int = Field(default=7, ge=1, le=60)
+    network: bool = False
+    enabled: bool = True
 
 
-def test_titles_docstring_and_null_variants_go_and_the_rest_stays() -> None:
+def test_titles_docstring_null_variants_string_bounds_and_implied_defaults_go() -> None:
     raw = Args.model_json_schema()
     schema = for_model(raw)
     assert "title" not in schema and "description" not in schema
     props = schema["properties"]
-    assert props["query"] == {"type": "string", "minLength": 1, "description": "what to look for"}
+    assert props["query"] == {"type": "string", "description": "what to look for"}
     assert props["limit"] == {"type": "integer", "minimum": 1, "description": "at most this many"}
     assert props["kind"] == {"type": "string", "enum": ["a", "b"]}
     # More than one non-null variant, or a default that is not null: as pydantic wrote them.
@@ -44,7 +50,14 @@ def test_titles_docstring_and_null_variants_go_and_the_rest_stays() -> None:
         "title": {"type": "string", "description": "a property that is itself called title"}
     }
     assert schema["required"] == ["query"]
+    # Defaults that leaving the argument out already means go; the others say something.
+    assert props["label"] == {"type": "string", "description": "a few words"}
+    assert props["folder"] == {"type": "string", "default": "INBOX"}
+    assert props["network"] == {"type": "boolean"}
+    assert props["enabled"] == {"type": "boolean", "default": True}
+    assert props["days"] == {"type": "integer", "default": 7, "minimum": 1, "maximum": 60}
     assert raw["properties"]["limit"]["anyOf"]  # the input is not changed
+    assert raw["properties"]["label"]["maxLength"] == 200
 
 
 async def _run(args: Args) -> ToolResult:
@@ -56,3 +69,14 @@ def test_a_tool_offers_the_compact_schema_and_still_parses_omitted_arguments() -
     assert tool.llm_spec()["input_schema"] == for_model(Args.model_json_schema())
     parsed = tool.parse_args({"query": "tea"})
     assert parsed.limit is None and parsed.kind is None and parsed.note == "kept"
+    assert parsed.label == "" and parsed.network is False and parsed.folder == "INBOX"
+
+
+def test_a_string_bound_the_model_was_not_shown_is_still_enforced_and_named() -> None:
+    tool = Tool.from_model(name="find", description="Find things.", args_model=Args, fn=_run)
+    with pytest.raises(InvalidArguments) as refused:
+        tool.parse_args({"query": "tea", "label": "x" * 201})
+    assert "label" in str(refused.value) and "200" in str(refused.value)
+    with pytest.raises(InvalidArguments) as empty:
+        tool.parse_args({"query": ""})
+    assert "query" in str(empty.value) and "1 character" in str(empty.value)

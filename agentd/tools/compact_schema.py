@@ -6,9 +6,14 @@ Every turn sends every offered tool's schema, so each needless token is paid on 
   the argument out to mean "none", so X alone says the same (the arguments are still parsed by
   the tool's pydantic model, where None stays the default);
 - the arguments model's docstring as the schema's `description`: the tool's own description
-  says what the tool is for, and the docstring is written for the code's readers.
-Nothing else changes: names, types, bounds, enums, required lists and descriptions of the
-arguments stay as they are.
+  says what the tool is for, and the docstring is written for the code's readers;
+- a string's length bounds (`maxLength`, `minLength`): limits no sensible argument comes near,
+  there to refuse hostile or runaway input; the tool's pydantic model still enforces them and
+  its error names the limit, should the model ever pass one;
+- a default that is what leaving the argument out already means: "" for a string, false for a
+  boolean.
+Nothing else changes: names, types, numeric bounds, enums, other defaults, required lists and
+descriptions of the arguments stay as they are.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ _NULL = {"type": "null"}
 _NODE_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 _NODE_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _NODE_ONE = ("items", "additionalProperties", "not")
+_STRING_BOUNDS = ("maxLength", "minLength")
+_IMPLIED_DEFAULT = {"string": "", "boolean": False}
 
 
 def for_model(schema: dict[str, Any]) -> dict[str, Any]:
@@ -41,9 +48,18 @@ def _node(node: Any) -> Any:
             out[key] = [_node(sub) for sub in value]
         elif key in _NODE_ONE:
             out[key] = _node(value)
-        else:
+        elif key not in _STRING_BOUNDS:
             out[key] = value
-    return _optional(out)
+    return _implied_default(_optional(out))
+
+
+def _implied_default(node: dict[str, Any]) -> dict[str, Any]:
+    kind = node.get("type")
+    if isinstance(kind, str) and kind in _IMPLIED_DEFAULT and "default" in node:
+        implied = _IMPLIED_DEFAULT[kind]
+        if node["default"] == implied and type(node["default"]) is type(implied):
+            return {k: v for k, v in node.items() if k != "default"}
+    return node
 
 
 def _optional(node: dict[str, Any]) -> dict[str, Any]:
