@@ -20,6 +20,9 @@ from agentd.cli.init_accounts import SPECIAL_FOLDERS, _append, smtp_default, spl
 from tests import mailservers
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, Dovecot, LmtpRelay, smtp_server
 
+# The test SMTP server asks for AUTH on a plain loopback port; aiosmtpd warns when the module's
+# servers start, whichever test is first to need them.
+pytestmark = pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 USERS = {"me": "right-password-1"}
 STYLE = r"(?:\x1b\[[0-9;]*m)*"  # rich styles a prompt's default, even under NO_COLOR
 
@@ -59,7 +62,6 @@ def servers() -> Iterator[tuple[Dovecot, int]]:
                 yield dovecot, port
 
 
-@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 def test_an_account_without_a_user_name_writes_no_empty_secret(tmp_path: Path) -> None:
     """A public .ics feed has no user and no password: agentd.env gets no `=` line for it,
     and the secrets already there stay as they were."""
@@ -131,7 +133,6 @@ def test_add_mail_splits_host_port_and_offers_the_folders_found(
     assert re.search(r'sent_folder = "Sent Messages"', toml) and USERS["me"] not in toml
 
 
-@pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS")
 def test_a_failed_login_keeps_every_answer_and_an_empty_password_is_refused(
     servers: tuple[Dovecot, int], tmp_path: Path
 ) -> None:
