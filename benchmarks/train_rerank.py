@@ -42,8 +42,9 @@ from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import E5SmallEmbedder
 from agentd.retrieval.fts import query_terms, text_terms
 from agentd.retrieval.fusion import TUNED_FUSION, fuse
+from agentd.retrieval.query_adapter import QueryAdapter
 from agentd.retrieval.rerank import FEATURES, Ranker, ranker_path, rerank
-from benchmarks import memory_stored
+from benchmarks import memory_stored, train_adapter
 from benchmarks.memory_retrieval import _index, load_dataset, spread
 from benchmarks.memory_stored import ExtractiveLLM, build, covered
 from benchmarks.recall_cv import CachedEmbedder
@@ -56,6 +57,17 @@ CONTEXT = {"turns": "previous"}  # --context: what a stored turn carries (memory
 STORED_WEIGHT = {"n": 1}  # --stored-weight
 REPICK = {"spread": 0.0, "top": 0.0, "gain": 0.0}  # --top-spread, --cover-gain (repick)
 DROP: set[str] = set()  # --drop: features left out (their column zeroed, so weighted 0)
+# --adapter folds: per conversation, the query adapter trained without it (train_adapter.py);
+# under train_adapter.ALL the one trained on all, for conversations of --test.
+ADAPTERS: dict[str, QueryAdapter] = {}
+
+
+def query_vector(conv: str, qvec: Any) -> Any:
+    """The question's vector as search() would use it, the adapter never having seen `conv`."""
+    adapter = ADAPTERS.get(conv) or ADAPTERS.get(train_adapter.ALL)
+    return adapter.apply(qvec) if adapter is not None else qvec
+
+
 L2 = 1e-3
 STEPS = 300
 RATE = 0.5
@@ -87,7 +99,7 @@ async def collect(path: str, cache: Path) -> list[Row]:
             bits = BitCache()
             for user_id, conv in enumerate(conversations, start=1):
                 for q in conv.questions:
-                    qvec = await embedder.embed_query(q.question)
+                    qvec = query_vector(conv.sample_id, await embedder.embed_query(q.question))
                     lists = _arms(conn, user_id, q.question, qvec, embedder.model_id, fusion, bits)
                     covers = {mid: {owner[mid]} for mid, _ in lists["pool"]}
                     rows.append(
@@ -131,7 +143,7 @@ async def collect_stored(path: str, cache: Path) -> list[Row]:
             units = await db.read(lambda c: covered(c, dia))
             for chat, conv in enumerate(conversations, start=1):
                 for q in conv.questions:
-                    qvec = await embedder.embed_query(q.question)
+                    qvec = query_vector(conv.sample_id, await embedder.embed_query(q.question))
                     lists = await db.read(
                         lambda c, chat=chat, q=q, v=qvec: _arms(
                             c, chat, q.question, v, embedder.model_id, fusion
@@ -366,6 +378,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--unlinked", action="store_true", help="the fake summariser names no fact's messages"
     )
+    parser.add_argument(
+        "--adapter",
+        choices=["folds", "none"],
+        default="folds",
+        help="the question's vector moved by the query adapter trained without its conversation "
+        "(folds, as search() moves it with the shipped one) or as embedded (none)",
+    )
     args = parser.parse_args(argv)
     memory_stored.LINKED = not args.unlinked
     REPICK.update(spread=args.spread, top=args.top_spread, gain=args.cover_gain)
@@ -376,6 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     EXPAND["n"] = args.expand
     CONTEXT["turns"] = args.context
     caches = args.cache or ["/tmp/agentd-bench-e5-vectors.json"]
+    if args.adapter == "folds":
+        convs = asyncio.run(train_adapter.embed(args.dataset, Path(caches[0])))
+        model_id = E5SmallEmbedder().model_id
+        ADAPTERS.update(train_adapter.fold_adapters([c for c in convs if c.positives], model_id))
     rows = _collect_all(args.dataset, caches, args.stored)
     convs = sorted({r.conv for r in rows})
     print(f"{len(rows)} questions × stores × data sets in {len(convs)} conversations")

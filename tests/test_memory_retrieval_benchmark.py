@@ -157,10 +157,10 @@ async def test_default_embedder_recall_on_a_fixed_set_does_not_regress(tmp_path:
     """The real e5-small model on one shipped conversation (105 turns, 26 questions).
 
     Floors sit 0.02-0.07 under the figures measured with each turn stored with the message
-    before it as its context (as the daemon stores a turn), e5 centred and the fused list
-    re-ranked: R@5 keyword 0.635, vector 0.846, hybrid 0.827; R@10 0.788 / 0.962 / 1.000. A
-    change to the model, the prefixes, the centre, what is indexed, the store, the fusion or the
-    ranker that costs recall fails here.
+    before it as its context (as the daemon stores a turn), e5 centred, the query moved by the
+    query adapter and the fused list re-ranked: R@5 keyword 0.635, vector 0.846, hybrid 0.827;
+    R@10 0.788 / 0.962 / 0.962. A change to the model, the prefixes, the centre, the adapter,
+    what is indexed, the store, the fusion or the ranker that costs recall fails here.
     """
     bench = _bench()
     conversations, _ = bench.load_dataset(DATASET)

@@ -31,12 +31,20 @@ class Fusion(BaseModel):
     # The learned re-ranking of the fused list (retrieval/rerank.py) trained for this embedder;
     # None fuses only. When set, it decides the order and `neighbours` is not used.
     ranker: str | None = None
+    # The learned map of the query vector trained for this embedder (retrieval/query_adapter.py);
+    # None searches with the query vector as embedded.
+    query_adapter: str | None = None
 
 
 # Fusion tuned per embedder (benchmarks/memory_retrieval.py --sweep, module docstring).
 TUNED_FUSION: dict[str, Fusion] = {
     "e5-small": Fusion(
-        method="minmax", keyword_weight=0.6, vector_weight=0.4, depth=30, ranker="e5-small"
+        method="minmax",
+        keyword_weight=0.6,
+        vector_weight=0.4,
+        depth=30,
+        ranker="e5-small",
+        query_adapter="e5-small",
     ),
     "hashing": Fusion(method="rrf", keyword_weight=1.0, vector_weight=0.05, rrf_k=10, depth=20),
 }

@@ -10,7 +10,9 @@ search, since a chat of short messages and one of paragraphs differ in both. Eac
 the fused list (both arms' top `depth`) gets the features below; a logistic regression, trained
 by benchmarks/train_rerank.py on the LoCoMo dev conversations stored as turns and as the daemon
 stores them (summaries and facts), and on four of REALTALK's real messaging-app chats as turns,
-weighs them (a synthetic rendering of LoCoMo as chat fitted itself and lost on real chat).
+weighs them (a synthetic rendering of LoCoMo as chat fitted itself and lost on real chat),
+with each question's vector moved by a query adapter that never saw its conversation, as
+search() moves it with the shipped one (query_adapter.py).
 The weights are data shipped with the package (rerank_<embedder>.json, like the e5 centre), so
 re-ranking costs no model call and nothing is fetched: ~1 ms per search (benchmarks/README.md).
 They are trained per embedder, since the vector features mean what its scores mean.
