@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentd.config.schema import MemoryConfig
 from agentd.memory import NewMemory, add_memory, search
 from agentd.retrieval import query_adapter
 from agentd.retrieval.embedders import E5SmallEmbedder
-from agentd.retrieval.fusion import TUNED_FUSION, Fusion
+from agentd.retrieval.fusion import TUNED_FUSION, Fusion, fusion_from_config
 from agentd.retrieval.query_adapter import (
     QueryAdapter,
     adapt_query,
@@ -31,6 +32,9 @@ def test_the_shipped_adapter_is_for_the_default_embedders_vectors() -> None:
     assert adapter.matrix.dtype == np.float32 and np.isfinite(adapter.matrix).all()
     assert TUNED_FUSION["e5-small"].query_adapter == "e5-small"
     assert shipped_adapter("hashing") is None and TUNED_FUSION["hashing"].query_adapter is None
+    # Off with the re-ranking it was trained beside.
+    assert fusion_from_config(MemoryConfig()).query_adapter == "e5-small"
+    assert fusion_from_config(MemoryConfig(rerank=False)).query_adapter is None
 
 
 def test_a_vector_of_another_model_or_size_goes_as_it_is() -> None:

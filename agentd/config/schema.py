@@ -295,8 +295,9 @@ class MemoryConfig(_Section):
     vector_weight: float | None = Field(default=None, ge=0)
     rrf_k: int | None = Field(default=None, ge=1, le=1000)
     fusion_depth: int | None = Field(default=None, ge=1, le=1000)
-    # The learned re-ranking of the fused candidates, where one is trained for the embedder
-    # (e5-small): unset or true uses it, false keeps the plain fusion.
+    # The learned parts of search, where they are trained for the embedder (e5-small): the
+    # query's map before the vector arm and the re-ranking of the fused candidates. Unset or
+    # true uses them, false searches with the query as embedded and keeps the plain fusion.
     rerank: bool | None = None
 
 

@@ -61,8 +61,8 @@ def fusion_from_config(config: Any) -> Fusion:
         "depth": config.fusion_depth,
     }
     fusion = tuned.model_copy(update={k: v for k, v in keys.items() if v is not None})
-    if getattr(config, "rerank", None) is False:
-        fusion = fusion.model_copy(update={"ranker": None})
+    if getattr(config, "rerank", None) is False:  # the learned parts, trained together
+        fusion = fusion.model_copy(update={"ranker": None, "query_adapter": None})
     return fusion
 
 
