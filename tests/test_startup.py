@@ -26,6 +26,25 @@ def test_importing_the_daemon_loads_no_heavy_library() -> None:
     assert loaded.isdisjoint(HEAVY), loaded & set(HEAVY)
 
 
+def test_a_ready_daemon_has_mapped_no_native_library_it_has_not_used_yet(tmp_path: Path) -> None:
+    """What the start-up imports beyond agentd.daemon (memory search, the tools, the
+    capabilities) stays light too: once ready and before any message, the process has mapped
+    no numpy, ONNX Runtime or Pillow extension (each would stay resident for good)."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        daemon = Daemon(tmp_path, daemon_env(tmp_path, tg.base_url, llm.base_url)).start()
+        try:
+            assert daemon.proc is not None
+            maps = Path(f"/proc/{daemon.proc.pid}/maps").read_text()
+        finally:
+            assert daemon.stop() == 0
+    mapped = {line.split()[-1] for line in maps.splitlines() if line.endswith(".so")}
+    native = {path for path in mapped if any(f"/{lib}/" in path for lib in NATIVE)}
+    assert not native, sorted(native)
+
+
+NATIVE = ("numpy", "onnxruntime", "PIL")
+
+
 def test_run_says_starting_and_ready_on_a_terminal_and_answers_the_waiting_message(
     tmp_path: Path,
 ) -> None:

@@ -22,7 +22,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# numpy is imported where a map is read or applied, not with this module: memory search
+# imports it at start, and numpy alone is ~11 MB of the idle daemon's RSS.
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,8 @@ class QueryAdapter:
 
     def apply(self, vector: Sequence[float]) -> list[float]:
         """q + qA, L2-normalised (the vector arm compares directions)."""
+        import numpy as np
+
         q = np.asarray(vector, dtype=np.float32)
         moved = q + q @ self.matrix
         norm = float(np.linalg.norm(moved))
@@ -43,6 +46,8 @@ def adapter_path(embedder: str) -> Path:
 
 
 def save_adapter(path: Path, adapter: QueryAdapter) -> None:
+    import numpy as np
+
     matrix = np.asarray(adapter.matrix, dtype=np.float32)
     np.savez_compressed(path, matrix=matrix, model_id=np.array(adapter.model_id))
 
@@ -53,6 +58,8 @@ def shipped_adapter(embedder: str) -> QueryAdapter | None:
     path = adapter_path(embedder)
     if not path.is_file():
         return None
+    import numpy as np
+
     with np.load(path, allow_pickle=False) as data:
         return QueryAdapter(model_id=str(data["model_id"]), matrix=data["matrix"].copy())
 
