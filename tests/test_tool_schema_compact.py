@@ -30,6 +30,7 @@ class Args(BaseModel):
     days: int = Field(default=7, ge=1, le=60)
     network: bool = False
     enabled: bool = True
+    code: str = Field(min_length=2, max_length=3, description="a country code")
 
 
 def test_titles_docstring_null_variants_string_bounds_and_implied_defaults_go() -> None:
@@ -49,13 +50,20 @@ def test_titles_docstring_null_variants_string_bounds_and_implied_defaults_go() 
     assert schema["$defs"]["Inner"]["properties"] == {
         "title": {"type": "string", "description": "a property that is itself called title"}
     }
-    assert schema["required"] == ["query"]
+    assert schema["required"] == ["query", "code"]
     # Defaults that leaving the argument out already means go; the others say something.
     assert props["label"] == {"type": "string", "description": "a few words"}
     assert props["folder"] == {"type": "string", "default": "INBOX"}
     assert props["network"] == {"type": "boolean"}
     assert props["enabled"] == {"type": "boolean", "default": True}
     assert props["days"] == {"type": "integer", "default": 7, "minimum": 1, "maximum": 60}
+    # Bounds an argument can meet say something and stay.
+    assert props["code"] == {
+        "type": "string",
+        "minLength": 2,
+        "maxLength": 3,
+        "description": "a country code",
+    }
     assert raw["properties"]["limit"]["anyOf"]  # the input is not changed
     assert raw["properties"]["label"]["maxLength"] == 200
 
@@ -67,7 +75,7 @@ async def _run(args: Args) -> ToolResult:
 def test_a_tool_offers_the_compact_schema_and_still_parses_omitted_arguments() -> None:
     tool = Tool.from_model(name="find", description="Find things.", args_model=Args, fn=_run)
     assert tool.llm_spec()["input_schema"] == for_model(Args.model_json_schema())
-    parsed = tool.parse_args({"query": "tea"})
+    parsed = tool.parse_args({"query": "tea", "code": "de"})
     assert parsed.limit is None and parsed.kind is None and parsed.note == "kept"
     assert parsed.label == "" and parsed.network is False and parsed.folder == "INBOX"
 
@@ -75,8 +83,8 @@ def test_a_tool_offers_the_compact_schema_and_still_parses_omitted_arguments() -
 def test_a_string_bound_the_model_was_not_shown_is_still_enforced_and_named() -> None:
     tool = Tool.from_model(name="find", description="Find things.", args_model=Args, fn=_run)
     with pytest.raises(InvalidArguments) as refused:
-        tool.parse_args({"query": "tea", "label": "x" * 201})
+        tool.parse_args({"query": "tea", "code": "de", "label": "x" * 201})
     assert "label" in str(refused.value) and "200" in str(refused.value)
     with pytest.raises(InvalidArguments) as empty:
-        tool.parse_args({"query": ""})
+        tool.parse_args({"query": "", "code": "de"})
     assert "query" in str(empty.value) and "1 character" in str(empty.value)

@@ -7,9 +7,9 @@ Every turn sends every offered tool's schema, so each needless token is paid on 
   the tool's pydantic model, where None stays the default);
 - the arguments model's docstring as the schema's `description`: the tool's own description
   says what the tool is for, and the docstring is written for the code's readers;
-- a string's length bounds (`maxLength`, `minLength`): limits no sensible argument comes near,
-  there to refuse hostile or runaway input; the tool's pydantic model still enforces them and
-  its error names the limit, should the model ever pass one;
+- a string's length bounds that no sensible argument comes near (`maxLength` of 100 or more,
+  `minLength` of 1), there to refuse hostile or runaway input; the tool's pydantic model still
+  enforces them and its error names the limit, should the model ever pass one;
 - a default that is what leaving the argument out already means: "" for a string, false for a
   boolean.
 Nothing else changes: names, types, numeric bounds, enums, other defaults, required lists and
@@ -24,7 +24,7 @@ _NULL = {"type": "null"}
 _NODE_MAPS = ("properties", "$defs", "definitions", "patternProperties")
 _NODE_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _NODE_ONE = ("items", "additionalProperties", "not")
-_STRING_BOUNDS = ("maxLength", "minLength")
+_FAR_BOUND = {"maxLength": lambda n: n >= 100, "minLength": lambda n: n <= 1}
 _IMPLIED_DEFAULT = {"string": "", "boolean": False}
 
 
@@ -48,7 +48,7 @@ def _node(node: Any) -> Any:
             out[key] = [_node(sub) for sub in value]
         elif key in _NODE_ONE:
             out[key] = _node(value)
-        elif key not in _STRING_BOUNDS:
+        elif not (key in _FAR_BOUND and isinstance(value, int) and _FAR_BOUND[key](value)):
             out[key] = value
     return _implied_default(_optional(out))
 
