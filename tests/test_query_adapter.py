@@ -3,8 +3,11 @@ vector arm's query only, and never to vectors of another model."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -92,3 +95,45 @@ def test_search_moves_only_the_vector_arms_query(conn: Any, monkeypatch: Any) ->
     # Another model's vectors are searched as embedded.
     other = adapted.model_copy(update={"query_adapter": "hashing"})
     assert first(other, "vector") == ids[0]
+
+
+def _train_adapter() -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "train_adapter", Path(__file__).resolve().parents[1] / "benchmarks" / "train_adapter.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["train_adapter"] = module  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _unit(x: Any) -> Any:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def test_training_learns_a_map_that_holds_on_a_conversation_it_did_not_see() -> None:
+    """Questions written "differently" from their answers (a fixed rotation of the answer's
+    vector, plus noise): the map trained on two conversations finds the third's answers."""
+    ta = _train_adapter()
+    rng = np.random.default_rng(11)
+    dim = 16
+    g = rng.standard_normal((dim, dim))
+    skew = 0.5 * (g - g.T) / 2  # a rotation (Cayley) far enough that cosine alone misses
+    rotation = np.linalg.solve(np.eye(dim) - skew, np.eye(dim) + skew)
+    convs = []
+    for k in range(3):
+        docs = _unit(rng.standard_normal((40, dim))).astype(np.float32)
+        answers = rng.choice(40, 20, replace=False)
+        noise = 0.05 * rng.standard_normal((20, dim))
+        queries = _unit(docs[answers] @ rotation.T + noise).astype(np.float32)
+        positives = [[int(a)] for a in answers]
+        convs.append(
+            ta.Conv(id=f"c{k}", data="toy", docs=docs, queries=queries, positives=positives)
+        )
+    adapters = ta.fold_adapters(convs, "toy/16")
+    assert set(adapters) == {"c0", "c1", "c2", ta.ALL}
+    held = convs[0]
+    raw = np.mean(ta.recall(held, held.queries, 1))
+    moved = np.mean(ta.recall(held, ta.adapted(adapters["c0"], held.queries), 1))
+    assert moved >= raw + 0.3, (raw, moved)
