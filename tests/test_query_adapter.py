@@ -31,8 +31,8 @@ def test_the_shipped_adapter_is_for_the_default_embedders_vectors() -> None:
     embedder = E5SmallEmbedder()
     # A new model, prefix or centre changes the model id: retrain (benchmarks/train_adapter.py).
     assert adapter is not None and adapter.model_id == embedder.model_id
-    assert adapter.matrix.shape == (embedder.dim, embedder.dim)
-    assert adapter.matrix.dtype == np.float32 and np.isfinite(adapter.matrix).all()
+    assert adapter.weights.shape == (embedder.dim, embedder.dim)
+    assert adapter.weights.dtype == np.float32 and np.isfinite(adapter.weights).all()
     assert TUNED_FUSION["e5-small"].query_adapter == "e5-small"
     assert shipped_adapter("hashing") is None and TUNED_FUSION["hashing"].query_adapter is None
     # Off with the re-ranking it was trained beside.

@@ -29,14 +29,14 @@ from typing import Any
 @dataclass(frozen=True)
 class QueryAdapter:
     model_id: str  # the embedder's model id the matrix was trained for
-    matrix: Any  # numpy float32, dim × dim
+    weights: Any  # A: numpy float32, dim × dim
 
     def apply(self, vector: Sequence[float]) -> list[float]:
         """q + qA, L2-normalised (the vector arm compares directions)."""
         import numpy as np
 
         q = np.asarray(vector, dtype=np.float32)
-        moved = q + q @ self.matrix
+        moved = q + q @ self.weights
         norm = float(np.linalg.norm(moved))
         return (moved / norm).tolist() if norm > 0 else list(vector)
 
@@ -48,8 +48,8 @@ def adapter_path(embedder: str) -> Path:
 def save_adapter(path: Path, adapter: QueryAdapter) -> None:
     import numpy as np
 
-    matrix = np.asarray(adapter.matrix, dtype=np.float32)
-    np.savez_compressed(path, matrix=matrix, model_id=np.array(adapter.model_id))
+    weights = np.asarray(adapter.weights, dtype=np.float32)
+    np.savez_compressed(path, weights=weights, model_id=np.array(adapter.model_id))
 
 
 @cache
@@ -61,7 +61,7 @@ def shipped_adapter(embedder: str) -> QueryAdapter | None:
     import numpy as np
 
     with np.load(path, allow_pickle=False) as data:
-        return QueryAdapter(model_id=str(data["model_id"]), matrix=data["matrix"].copy())
+        return QueryAdapter(model_id=str(data["model_id"]), weights=data["weights"].copy())
 
 
 def adapt_query(embedder: str, vector: Sequence[float], model_id: str) -> Sequence[float]:
@@ -70,6 +70,6 @@ def adapt_query(embedder: str, vector: Sequence[float], model_id: str) -> Sequen
     adapter = shipped_adapter(embedder)
     if adapter is None or adapter.model_id != model_id:
         return vector
-    if adapter.matrix.shape != (len(vector), len(vector)):
+    if adapter.weights.shape != (len(vector), len(vector)):
         return vector
     return adapter.apply(vector)
