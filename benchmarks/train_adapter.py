@@ -10,7 +10,7 @@ adapter maps a query q to q + qA; A is trained so that, among all the turns of t
 conversation, the evidence turns get the softmax of the cosines (temperature TAU): the mean
 negative log-probability of the evidence, plus LAM · |A|², full-batch Adam from A = 0 for STEPS
 steps (numpy; a few thousand questions need nothing more). LAM was chosen on these dev sets
-(0.01 over-fits LoCoMo, 1.0 leaves most of the gain on the table; benchmarks/README.md).
+(0.01 over-fits LoCoMo, 1.0 gives up 0.034 of real chat's 0.083; docs/benchmarks-history.md).
 
 Reported: the vector arm alone (exact cosine over the conversation's turns), R@5 and R@30
 (what reaches the ranker's pool), per data set, with the raw query and with the adapter trained
