@@ -51,6 +51,22 @@ def test_history_from_another_folder_blames_the_missing_config(elsewhere: Path) 
     assert not (elsewhere / "agentd.db").exists()
 
 
+@pytest.mark.parametrize(
+    "args", [["pair", "--no-wait"], ["users", "ls"], ["ingest", "note.txt"]], ids=" ".join
+)
+def test_commands_that_create_the_database_need_the_config(
+    elsewhere: Path, args: list[str]
+) -> None:
+    """Made here, the database would be one the daemon never reads: a pairing code nobody can
+    use, documents search_docs never finds, and every later command in this folder taking it
+    for the daemon's."""
+    (elsewhere / "note.txt").write_text("the boiler is serviced in March\n")
+    result = runner.invoke(app, args)
+    assert result.exit_code == 78, result.output
+    assert "no config file found" in result.output.replace("\n", " ")
+    assert not (elsewhere / "agentd.db").exists()
+
+
 def test_doctor_from_another_folder_fails_the_config_check(elsewhere: Path) -> None:
     result = runner.invoke(app, ["doctor", "--json"])
     checks = {c["check"]: c for c in json.loads(result.stdout)}

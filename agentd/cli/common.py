@@ -176,6 +176,26 @@ def refuse_foreign_database(path: Path) -> None:
         )
 
 
+def create_database(config: Config) -> Any:
+    """Open the database, creating it (0600, migrated) when it is not there yet: pairing and
+    ingesting may come before the first `agentd run`. Without a config file there is no telling
+    which database the daemon uses, so none is made here: a code paired or a document ingested
+    into a stray one would never reach the daemon."""
+    from agentd.channels import migrations
+    from agentd.db import DatabaseError, open_sync
+    from agentd.db.migrations import apply_migrations
+
+    if config_missing(config):
+        fail(NO_CONFIG, EXIT_CONFIG)
+    refuse_foreign_database(config.db_path)
+    try:
+        conn = open_sync(config.db_path)
+        apply_migrations(conn, migrations())
+    except DatabaseError as exc:
+        fail(str(exc))
+    return conn
+
+
 @contextmanager
 def database(config: Config, *, write: bool = False) -> Iterator[Any]:
     """A short-lived connection for one command; the daemon may be running meanwhile (WAL)."""

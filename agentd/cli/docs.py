@@ -20,6 +20,7 @@ from agentd.cli.common import (
     SearchMode,
     clip,
     config_or_exit,
+    create_database,
     database,
     err,
     fail,
@@ -66,20 +67,8 @@ class _Bar:
 
 def _ensure_database(cfg: Config) -> None:
     """Ingesting may come before the first `agentd run`: create the database then."""
-    if cfg.db_path.exists():
-        return
-    from agentd.channels import migrations
-    from agentd.db import DatabaseError, open_sync
-    from agentd.db.migrations import apply_migrations
-
-    try:
-        conn = open_sync(cfg.db_path)
-        try:
-            apply_migrations(conn, migrations())
-        finally:
-            conn.close()
-    except DatabaseError as exc:
-        fail(str(exc))
+    if not cfg.db_path.exists():
+        create_database(cfg).close()
 
 
 def _print_report(report: IngestReport) -> None:

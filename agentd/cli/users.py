@@ -12,33 +12,17 @@ from agentd.cli.common import (
     ConfigOption,
     JsonOption,
     config_or_exit,
+    create_database,
     fail,
     iso,
     new_table,
     out,
     print_json,
     print_table,
-    refuse_foreign_database,
     transaction,
 )
-from agentd.config import Config
 
 app = typer.Typer(help="Users the agent serves: list, remove.", no_args_is_help=True)
-
-
-def _open_or_create(cfg: Config) -> Any:
-    """Pairing may come before the first `agentd run`: create the database (0600) if needed."""
-    from agentd.channels import migrations
-    from agentd.db import DatabaseError, open_sync
-    from agentd.db.migrations import apply_migrations
-
-    refuse_foreign_database(cfg.db_path)
-    try:
-        conn = open_sync(cfg.db_path)
-        apply_migrations(conn, migrations())
-    except DatabaseError as exc:
-        fail(str(exc))
-    return conn
 
 
 def pair(
@@ -56,7 +40,7 @@ def pair(
     from agentd.access import owners, pairing
 
     cfg = config_or_exit(config)
-    conn = _open_or_create(cfg)
+    conn = create_database(cfg)
     try:
         if link is not None and not owners.is_served(conn, cfg.access, link):
             fail(f"user {link} is not served; see `agentd users ls`")
@@ -111,7 +95,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     from agentd.access import accounts, owners, pairing
 
     cfg = config_or_exit(config)
-    conn = _open_or_create(cfg)
+    conn = create_database(cfg)
     try:
         paired = pairing.list_paired(conn)
         linked = accounts.accounts_of(conn)
@@ -217,7 +201,7 @@ def revoke(conn: Any, user_id: int, now: float) -> Revoked:
 def rm(user_id: int, json: JsonOption = False, config: ConfigOption = None) -> None:
     """Stop serving a paired user: their schedules, open turns and approvals end with it."""
     cfg = config_or_exit(config)
-    conn = _open_or_create(cfg)
+    conn = create_database(cfg)
     try:
         with transaction(conn):
             done = revoke(conn, user_id, time.time())
