@@ -181,3 +181,18 @@ def test_doctor_says_ok_plainly_and_checks_allowlist_and_model(
     bad.write_text("[agent]\ntimezone = 'Mars/Olympus'\n")
     code, output = invoke("doctor", "--config", str(bad))
     assert code == 78 and "agent.timezone" in output and "fix the key named" not in output
+
+
+def test_browser_login_without_its_sandbox_says_what_to_install(tmp_path: Path) -> None:
+    """Without bubblewrap (or with no Chromium where the config says) the sign-in says which is
+    missing and how to get it, not a traceback."""
+    path = tmp_path / "agentd.toml"
+    path.write_text(
+        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n[access]\nowner_id = 42\n'
+        f'[browser]\nsandbox = "bwrap"\nexecutable = "{tmp_path / "no-chromium"}"\n'
+    )
+    result = runner.invoke(app, ["browser", "login", "shop", "https://shop.test/", "-c", str(path)])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "the browser cannot start" in result.output
+    assert "apt-get install" in result.output

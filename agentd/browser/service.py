@@ -27,6 +27,8 @@ from agentd.browser import jail, profiles
 from agentd.browser.pages import REF_ATTR, SNAPSHOT_JS, Element, Snapshot
 from agentd.browser.proxy import Allowlist, BrowserProxy, Resolve
 from agentd.config import BrowserConfig
+from agentd.hands.sandbox import SandboxUnavailable
+from agentd.hands.seccomp import SeccompUnavailable
 
 log = logging.getLogger("agentd.browser")
 OpenInstances = Callable[[list[str]], Awaitable[set[str]]]
@@ -198,8 +200,7 @@ class BrowserService:
                 run_as=self.run_as,
                 proxy_port=self.proxy.port,
             )
-            await asyncio.to_thread(jail.check_tools, spec)
-            launch["executable_path"] = str(await asyncio.to_thread(jail.write_wrapper, spec))
+            launch["executable_path"] = str(await self._wrapper(spec))
         else:
             launch["executable_path"] = self.config.executable
             launch["chromium_sandbox"] = True
@@ -225,6 +226,16 @@ class BrowserService:
             asyncio.create_task(self._watch_memory(), name="browser-memory"),
         ]
         log.info("browser started", extra={"seconds": round(self.start_seconds, 2)})
+
+    async def _wrapper(self, spec: jail.Jail) -> Path:
+        """The sandbox's wrapper script; a missing bwrap, Chromium or libseccomp is a
+        BrowserError, which says what to install, as a failed launch is."""
+        try:
+            await asyncio.to_thread(jail.check_tools, spec)
+            return await asyncio.to_thread(jail.write_wrapper, spec)
+        except (SandboxUnavailable, SeccompUnavailable) as exc:
+            await asyncio.to_thread(shutil.rmtree, self.downloads, True)
+            raise BrowserError(f"the browser cannot start: {exc}") from None
 
     def _why_not(self, exc: Exception) -> str:
         if not self.running:
