@@ -118,6 +118,17 @@ def test_errors_keep_their_brackets() -> None:
     assert "[skills] paths" in captured.get() and "[[mail]]" in captured.get()
 
 
+def test_hints_and_help_keep_their_brackets(tmp_path: Path) -> None:
+    """Where to add an MCP server is `[[tools.mcp]]`, not the `[]` rich leaves of it."""
+    config = _config(tmp_path)
+    open_sync(tmp_path / "agentd.db").close()
+    result = runner.invoke(app, ["mcp", "ls", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    assert "No [[tools.mcp]] servers" in result.output
+    result = runner.invoke(app, ["mcp", "trust", "--help"], env={"COLUMNS": "80"})
+    assert "[[tools.mcp]]" in result.output and "[]" not in result.output
+
+
 def test_audit_marks_a_cut_detail_and_keeps_brackets(tmp_path: Path) -> None:
     from agentd.ledger import audit
 

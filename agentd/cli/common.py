@@ -331,7 +331,8 @@ def print_table(table: Table, *, drop: tuple[str, ...] = (), empty: str = "") ->
     what still does not fit wraps. An empty table prints `empty` (a hint) instead."""
     console = out.console
     if table.row_count == 0:
-        out.print(empty or "Nothing to show.", highlight=False)
+        # Hints name config sections ("[[tools.mcp]]"): as markup rich would drop them.
+        out.print(empty or "Nothing to show.", highlight=False, markup=False)
         return
     left_out = []
     for name in drop:

@@ -32,7 +32,7 @@ from agentd.cli.common import (
 from agentd.config import Config
 
 app = typer.Typer(help="MCP servers: ls, trust.", no_args_is_help=True)
-NameArg = Annotated[str, typer.Argument(help="The server's name in [[tools.mcp]].")]
+NameArg = Annotated[str, typer.Argument(help=r"The server's name in \[\[tools.mcp]].")]
 YesOption = Annotated[
     bool, typer.Option("--yes", "-y", help="Confirm without asking (for scripts).")
 ]
