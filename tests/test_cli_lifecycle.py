@@ -72,3 +72,29 @@ def test_watch_pause_resume_rm() -> None:
     assert code == 0 and json.loads(output)["state"] == "removed", output
     code, output = run("watch", "rm", "nosuch")
     assert code == 1 and "nosuch" in output, output
+
+
+@pytest.mark.parametrize("group", ["schedule", "watch"])
+def test_the_rrule_example_in_help_runs_on_the_hour(group: str) -> None:
+    """A rule without BYMINUTE takes the minute it was made at (RFC 5545): the example a
+    reader copies from `--help` must say the minute it means."""
+    import re
+
+    from agentd.cli.app import load_command
+
+    add = load_command(group).commands["add"]  # type: ignore[attr-defined]
+    rrule_help = next(p.help for p in add.params if p.name == "rrule")
+    [rule] = re.findall(r"'(FREQ=[^']+)'", rrule_help)
+    code, output = run(
+        "schedule",
+        "add",
+        "--message",
+        "x",
+        "--rrule",
+        rule,
+        "--start",
+        "2030-01-01T06:37",
+        "--json",
+    )
+    assert code == 0, output
+    assert json.loads(output)["next_run"] == "2030-01-01T08:00:00Z"

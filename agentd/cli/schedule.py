@@ -87,7 +87,9 @@ def add(
     at: Annotated[str | None, Opt(help="One-off at this local ISO date-time.")] = None,
     after: Annotated[str | None, Opt(help="One-off after a delay: 20m, 2h, 1h30m.")] = None,
     every: Annotated[str | None, Opt(help="Repeat at this interval: 90m, 1d.")] = None,
-    rrule: Annotated[str | None, Opt(help="RFC 5545 rule: 'FREQ=DAILY;BYHOUR=8'.")] = None,
+    rrule: Annotated[
+        str | None, Opt(help="RFC 5545 rule: 'FREQ=DAILY;BYHOUR=8;BYMINUTE=0'.")
+    ] = None,
     start: Annotated[str | None, Opt(help="First run of every/rrule (local ISO).")] = None,
     tz: Annotated[str | None, Opt("--tz", help="IANA zone; default agent.timezone.")] = None,
     catch_up: Annotated[str | None, Opt(help="skip | once | all (default from config).")] = None,

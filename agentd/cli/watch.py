@@ -79,7 +79,9 @@ def add(
     automation: Annotated[str | None, Opt(help="Watch an automation's results.")] = None,
     focus: Annotated[str, Opt(help="Only lines with these words count: 'price|stock'.")] = "",
     every: Annotated[str | None, Opt(help="Check interval: 15m, 1h, 1d.")] = None,
-    rrule: Annotated[str | None, Opt(help="Or a calendar rule: 'FREQ=DAILY;BYHOUR=8'.")] = None,
+    rrule: Annotated[
+        str | None, Opt(help="Or a calendar rule: 'FREQ=DAILY;BYHOUR=8;BYMINUTE=0'.")
+    ] = None,
     daily_tokens: Annotated[int | None, Opt(help="This watch's token cap per day.")] = None,
     chat: Annotated[
         int | None, Opt(help="Group chat to tell, a page watch only (default: the owner's).")
