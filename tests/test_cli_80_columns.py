@@ -8,6 +8,7 @@ import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -113,3 +114,27 @@ def test_empty_tables_say_so(config: Path) -> None:
     assert "agentd run" in run80("workflows", "ls", "--config", str(config))
     assert "agentd schedule add" in run80("schedule", "ls", "--config", str(config))
     assert "No memories yet" in run80("memory", "ls", "--config", str(config))
+
+
+def _groups(path: list[str], commands: dict[str, Any]) -> Iterator[tuple[list[str], dict]]:
+    """Every group under `path` with its commands by name, `path` first."""
+    yield path, commands
+    for name, sub in commands.items():
+        if getattr(sub, "commands", None):
+            yield from _groups([*path, name], sub.commands)
+
+
+def test_every_command_list_shows_each_summary_unbroken() -> None:
+    """A docstring's first paragraph, wrapped in the source, is one sentence in a group's list
+    of commands: wrapped by the terminal, never broken where the source line ended."""
+    import inspect
+
+    from agentd.cli.app import COMMANDS, load_command
+
+    for path, commands in _groups([], {n: load_command(n) for n in COMMANDS}):
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+        assert result.exit_code == 0, result.output
+        lines = result.output.splitlines()
+        for name, command in commands.items():
+            summary = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
+            assert any(summary in line for line in lines), (path, name, summary)

@@ -7,6 +7,7 @@ subcommands by name and import path and loads the one invoked; help loads them a
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 from pathlib import Path
 from typing import Annotated
@@ -107,7 +108,19 @@ def load_command(name: str) -> typer.core.click.Command:
             rich_markup_mode=app.rich_markup_mode,
         )
     command.name = name
+    _one_line_summaries(command)
     return command
+
+
+def _one_line_summaries(command: typer.core.click.Command) -> None:
+    """In a group's list of commands, typer's rich help keeps the line breaks of a docstring's
+    first paragraph, so a summary wrapped in the source came out broken mid-sentence at any
+    width; the summary is that paragraph on one line, wrapped by the terminal."""
+    if command.short_help is None and command.help:
+        first = inspect.cleandoc(command.help).split("\n\n")[0]
+        command.short_help = " ".join(first.split())
+    for sub in getattr(command, "commands", {}).values():
+        _one_line_summaries(sub)
 
 
 app = typer.Typer(
