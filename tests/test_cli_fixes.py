@@ -196,3 +196,14 @@ def test_browser_login_without_its_sandbox_says_what_to_install(tmp_path: Path) 
     assert isinstance(result.exception, SystemExit), result.exception
     assert "the browser cannot start" in result.output
     assert "apt-get install" in result.output
+
+
+def test_watch_add_refuses_a_mail_account_the_config_lacks(config: Path, database: object) -> None:
+    args = ["watch", "add", "--label", "inbox", "--if", "anything", "--every", "1h"]
+    result = runner.invoke(
+        app, [*args, "--mail", "nope/INBOX", "--config", str(config)], env={"COLUMNS": "80"}
+    )
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 1 and "not added: no mail account is configured" in flat
+    assert "agentd init --add-mail" in flat and "[[mail]]" in flat
+    assert invoke("watch", "ls", "--json", "--config", str(config)) == (0, "[]\n")

@@ -286,6 +286,90 @@ def test_the_owners_own_data_is_told_only_in_a_private_chat(conn: Any) -> None:
         )
 
 
+def _add(conn: Any, config: Config, source: Source) -> store.Watch:
+    req = WatchRequest(label="x", condition="anything new", every="1h", source=source)
+    w, _ = create(
+        conn,
+        req,
+        watch_id="wsrc",
+        user_id=OWNER,
+        chat_id=OWNER,
+        chat_kind="private",
+        now=START,
+        config=config,
+        by="test",
+    )
+    return w
+
+
+def test_a_mail_or_calendar_the_config_lacks_is_refused_naming_those_it_has(conn: Any) -> None:
+    from agentd.schedule import ScheduleError
+
+    with pytest.raises(ScheduleError, match=r"no mail account is configured.*\[\[mail\]\]"):
+        _add(conn, Config(), Source(kind="mail", account="nope"))
+    with pytest.raises(ScheduleError, match=r"no calendar is configured.*\[\[calendar\]\]"):
+        _add(conn, Config(), Source(kind="calendar"))
+    config = Config.model_validate(
+        {
+            "mail": [
+                {
+                    "name": n,
+                    "address": f"me@{n}.example",
+                    "imap_host": "imap.example",
+                    "password_env": "PW",
+                }
+                for n in ("home", "work")
+            ]
+        }
+    )
+    with pytest.raises(ScheduleError, match=r"no mail account named 'nope'.*: home, work$"):
+        _add(conn, config, Source(kind="mail", account="nope"))
+    assert _add(conn, config, Source(kind="mail", account="work")).source.account == "work"
+
+
+async def test_the_model_is_refused_a_mail_account_the_config_lacks_as_the_cli_is(
+    tmp_path: Path,
+) -> None:
+    from agentd.db import Database
+    from agentd.tools import ToolContext, execute
+    from agentd.watch.tools import watch_tools
+
+    config = Config.model_validate({"access": {"allowed_user_ids": [OWNER]}})
+    db = await Database.open(tmp_path / "agentd.db")
+    try:
+        [watch_add] = [
+            t for t in watch_tools(db, config, lambda key: None) if t.name == "watch_add"
+        ]
+        ctx = ToolContext(
+            chat_id=OWNER, user_id=OWNER, instance_id="t", tool_use_id="tu", chat_kind="private"
+        )
+        args = {"label": "inbox", "condition": "anything", "every": "1h"}
+        said = await execute(watch_add, ctx, {**args, "source": {"kind": "mail", "account": "x"}})
+        watches = await db.read(store.list_watches)
+    finally:
+        await db.close()
+    assert not said.ok and "Not added: no mail account is configured" in said.content
+    assert watches == []
+
+
+def test_an_automation_watch_needs_one_the_config_and_the_daemon_know(conn: Any) -> None:
+    from agentd.schedule import ScheduleError
+
+    source = Source(kind="automation", automation="nightly")
+    with pytest.raises(ScheduleError, match=r"no automations are configured.*\[automations\]"):
+        _add(conn, Config(), source)
+    config = Config.model_validate({"automations": {"folder": "/srv/automations"}})
+    conn.executemany(
+        "INSERT INTO automation_loaded (automation, version, source, pid, loaded_at) "
+        "VALUES (?, ?, ?, 1, 0)",
+        [("", "", ""), ("backup", "1", "/srv/automations/backup.py")],
+    )
+    with pytest.raises(ScheduleError, match=r"'nightly' \(loaded: backup\).*reload"):
+        _add(conn, config, source)
+    backup = Source(kind="automation", automation="backup")
+    assert _add(conn, config, backup).source.automation == "backup"
+
+
 async def test_quiet_hours_hold_a_message_until_they_end(tmp_path: Path) -> None:
     # START is 08:00 UTC: quiet until 09:00 (agent.timezone is UTC here).
     async with watch_rig(tmp_path, quiet_hours="07:00-09:00") as (rig, fake):
@@ -307,7 +391,8 @@ async def test_quiet_hours_hold_a_message_until_they_end(tmp_path: Path) -> None
 
 
 async def test_an_automation_watch_tells_of_new_runs_only(tmp_path: Path) -> None:
-    async with watch_rig(tmp_path) as (rig, fake):
+    extra = {"automations": {"folder": str(tmp_path / "automations")}}
+    async with watch_rig(tmp_path, extra=extra) as (rig, fake):
         fake.set_responder(responder(lambda shown: "failed badly" in shown, "A run failed."))
 
         def run(n: int, status: str, output: str) -> Callable[[Any], None]:

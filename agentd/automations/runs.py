@@ -170,6 +170,18 @@ def loaded_by(conn: Any, pid: int) -> dict[str, set[str]] | None:
     return loaded
 
 
+def last_loaded(conn: Any) -> set[str] | None:
+    """The automations the daemon that ran last loaded (running now or not); None when no
+    daemon has said yet. Each start and reload replaces the whole list."""
+    try:
+        rows = conn.execute("SELECT automation FROM automation_loaded").fetchall()
+    except Exception:  # a database the daemon has not migrated yet
+        return None
+    if not rows:
+        return None
+    return {name for (name,) in rows if name}
+
+
 # -- offers (step.wait_for_choice) ------------------------------------------------------------
 
 

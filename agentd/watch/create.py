@@ -60,6 +60,41 @@ def _interval_ok(rec: Recurrence, now: float, minimum: float) -> None:
         )
 
 
+def _source_known(conn: Any, source: Source, config: Config) -> None:
+    """Refuse a source the config does not have (a mail account, a calendar, an automation):
+    the watch would fail at every check. Only what the config and the database say: no
+    login, no loading of the owner's code."""
+    from agentd.watch.sources import find_account
+
+    try:
+        if source.kind == "mail":
+            find_account(config.mail, source.account, "mail account")
+        elif source.kind == "calendar":
+            find_account(config.calendar, source.account, "calendar")
+    except LookupError as exc:
+        raise ScheduleError(str(exc)) from None
+    if source.kind == "automation":
+        _automation_known(conn, source.automation, config)
+
+
+def _automation_known(conn: Any, name: str, config: Config) -> None:
+    from agentd.automations.runs import last_loaded
+
+    if not config.automations.folder and not config.automations.modules:
+        raise ScheduleError(
+            "no automations are configured; write them in the folder that [automations] "
+            "folder names in the config (docs/workflows.md)"
+        )
+    loaded = last_loaded(conn)
+    if loaded is not None and name not in loaded:
+        names = ", ".join(sorted(loaded)) or "none"
+        raise ScheduleError(
+            f"the daemon has loaded no automation named {name!r} (loaded: {names}); "
+            "`agentd automations ls` lists the folder's, `agentd automations reload` loads "
+            "a new one"
+        )
+
+
 def create(
     conn: Any,
     req: WatchRequest,
@@ -81,6 +116,7 @@ def create(
             f"a {req.source.kind} watch reads the owner's own data: it tells only a private "
             "chat (a page watch may tell a group)"
         )
+    _source_known(conn, req.source, config)
     if bool(req.every) == bool(req.rrule):
         raise ScheduleError("give exactly one of: every (an interval) or rrule (a calendar rule)")
     rec = resolve(When(every=req.every, rrule=req.rrule), config.agent.timezone, now)

@@ -97,22 +97,34 @@ async def _command(source: Source, user_id: int, deps: SourceDeps, now: float) -
     return Reading(ok=True, text=_cap(result.output, deps))
 
 
-def _account(items: list[Any], name: str, what: str) -> Any:
+# Where each kind of account is added, for the message that finds none.
+_ADD_ONE = {
+    "mail account": "add one with `agentd init --add-mail` or a [[mail]] section in the "
+    "config (docs/mail.md)",
+    "calendar": "add one with `agentd init --add-calendar` or a [[calendar]] section in the "
+    "config (docs/calendar.md)",
+}
+
+
+def find_account(items: list[Any], name: str, what: str) -> Any:
+    """The configured account a watch names ("": the first); LookupError saying which exist.
+    Both a check and `create` (refusing a watch at the door) ask this."""
     if not items:
-        raise LookupError(f"no {what} is configured")
+        raise LookupError(f"no {what} is configured; {_ADD_ONE[what]}")
     if not name:
         return items[0]
     for item in items:
         if item.name == name:
             return item
-    raise LookupError(f"no {what} named {name!r}; the names: {', '.join(i.name for i in items)}")
+    names = ", ".join(i.name for i in items)
+    raise LookupError(f"no {what} named {name!r}; the configured ones: {names}")
 
 
 async def _mail(source: Source, user_id: int, deps: SourceDeps, now: float) -> Reading:
     from agentd.mail import imap
     from agentd.mail.mailbox import Mailbox
 
-    account = _account(deps.config.mail, source.account, "mail account")
+    account = find_account(deps.config.mail, source.account, "mail account")
     box = Mailbox(account, deps.env)
 
     def newest(client: Any) -> dict[str, str]:
@@ -132,7 +144,7 @@ async def _calendar(source: Source, user_id: int, deps: SourceDeps, now: float) 
     from agentd.calendar.source import Source as CalendarSource
     from agentd.calendar.tools import occurrences_ahead
 
-    cal = _account(deps.config.calendar, source.account, "calendar")
+    cal = find_account(deps.config.calendar, source.account, "calendar")
     found = await occurrences_ahead(deps.config, CalendarSource(cal, deps.env), source.days, now)
     # An event moved is a new item: its id carries its start.
     return Reading(
