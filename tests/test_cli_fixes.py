@@ -207,3 +207,12 @@ def test_watch_add_refuses_a_mail_account_the_config_lacks(config: Path, databas
     assert result.exit_code == 1 and "not added: no mail account is configured" in flat
     assert "agentd init --add-mail" in flat and "[[mail]]" in flat
     assert invoke("watch", "ls", "--json", "--config", str(config)) == (0, "[]\n")
+
+
+@pytest.mark.parametrize("verb", ["approve", "deny"])
+def test_an_unknown_approval_id_says_how_to_list_them(
+    verb: str, config: Path, database: object
+) -> None:
+    code, output = invoke(verb, "apnosuch", "--config", str(config))
+    flat = " ".join(output.split())
+    assert code == 1 and "no approval apnosuch" in flat and "agentd pending" in flat

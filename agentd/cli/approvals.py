@@ -88,6 +88,9 @@ def _decide(approval_id: str, approve: bool, reason: str | None, json: bool, con
         )
     if json:
         print_json(result.model_dump())
+    if not result.ok and result.approval is None:
+        # The shared message suits a chat button; here the owner can list the real ids.
+        fail(f"no approval {approval_id}; `agentd pending` lists those waiting, with their ids")
     if not result.ok:
         fail(result.message)
     if not json:
