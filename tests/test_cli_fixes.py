@@ -216,3 +216,20 @@ def test_an_unknown_approval_id_says_how_to_list_them(
     code, output = invoke(verb, "apnosuch", "--config", str(config))
     flat = " ".join(output.split())
     assert code == 1 and "no approval apnosuch" in flat and "agentd pending" in flat
+
+
+@pytest.mark.parametrize("command", [["automations", "ls"], ["workflows", "automations"]])
+def test_no_automations_says_where_they_are_defined(
+    command: list[str], tmp_path: Path, config: Path, database: object
+) -> None:
+    result = runner.invoke(app, [*command, "--config", str(config)], env={"COLUMNS": "80"})
+    flat = " ".join(result.output.split())
+    assert result.exit_code == 0 and "No automations are configured" in flat, result.output
+    assert '[automations] folder = "…"' in flat and "docs/workflows.md" in flat
+    assert max(len(line) for line in result.output.splitlines()) <= 80
+    folder = tmp_path / "automations"
+    folder.mkdir()
+    config.write_text(config.read_text() + f'[automations]\nfolder = "{folder}"\n')
+    result = runner.invoke(app, [*command, "--config", str(config)], env={"COLUMNS": "80"})
+    flat = " ".join(result.output.split())
+    assert "no @workflow is declared in the folder" in flat, result.output

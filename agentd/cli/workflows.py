@@ -290,11 +290,28 @@ def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
         others = ", ".join(v for v in r["versions"] if v != r["current"])  # type: ignore[attr-defined]
         shown = str(r["daemon"] or "")
         table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""), shown)
-    print_table(table)
+    print_table(table, empty=_no_automations(cfg))
     for problem in catalog.problems:
         out.print(f"[red]problem:[/] {problem}", highlight=False)
     if any(r["daemon"] in ("not loaded", "older version") for r in rows):
         out.print("The running daemon loads them with: agentd automations reload", highlight=False)
+
+
+def _no_automations(cfg: Config) -> str:
+    """Where automations come from, for a list that has none."""
+    where = cfg.automations
+    if not where.folder and not where.modules:
+        return (
+            "No automations are configured: write them as *.py files in a folder and name it "
+            'in the config, [automations] folder = "…" (or list importable modules in '
+            "[automations] modules); see docs/workflows.md."
+        )
+    named = " and ".join(
+        part
+        for part in (where.folder and f"the folder {where.folder}", ", ".join(where.modules))
+        if part
+    )
+    return f"No automations: no @workflow is declared in {named} (docs/workflows.md)."
 
 
 def _daemon_loaded(cfg: Config) -> dict[str, set[str]] | None:
