@@ -233,3 +233,21 @@ def test_no_automations_says_where_they_are_defined(
     result = runner.invoke(app, [*command, "--config", str(config)], env={"COLUMNS": "80"})
     flat = " ".join(result.output.split())
     assert "no @workflow is declared in the folder" in flat, result.output
+
+
+def test_usage_of_a_schedule_that_does_not_exist_says_so(config: Path, database: object) -> None:
+    code, output = invoke("usage", "--schedule", "nosuch", "--config", str(config))
+    flat = " ".join(output.split())
+    assert code == 1 and "no schedule or watch has the id nosuch" in flat, output
+    assert "agentd schedule ls" in flat
+    added = runner.invoke(
+        app,
+        ["schedule", "add", "--message", "stretch", "--every", "1d", "--json"],
+        env={"AGENTD_CONFIG": str(config)},
+    )
+    sid = json.loads(added.output)["id"]
+    code, output = invoke("usage", "--schedule", sid, "--config", str(config))
+    assert code == 0 and "No model calls in the last 30 days." in output, output
+    # The start of ids, as the help says: every briefing, daily and once.
+    assert invoke("briefing", "enable", "--at", "07:30", "--config", str(config))[0] == 0
+    assert invoke("usage", "--schedule", "briefing", "--config", str(config))[0] == 0

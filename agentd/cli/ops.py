@@ -60,6 +60,11 @@ def usage(
     prefix = f"sched-{schedule}-" if schedule else None
     since = time.time() - days * 86400
     with database(cfg) as conn:
+        if schedule and not _schedule_known(conn, schedule):
+            fail(
+                f"no schedule or watch has the id {schedule} or an id starting {schedule}-; "
+                "`agentd schedule ls` and `agentd watch ls` show the ids"
+            )
         found = totals(conn, since=since, instance_prefix=prefix)
         vision = None if schedule else vision_counts(conn, since=since)
         rows = report(found, price_table(cfg.llm), vision)
@@ -120,6 +125,19 @@ def _print_days(rows: list[Any], days: int) -> None:
         table,
         drop=("cache\nwrite", "cache\nread", "≈ saved\nUSD", "vision\ncache"),
         empty=f"No model calls in the last {days} days.",
+    )
+
+
+def _schedule_known(conn: Any, schedule: str) -> bool:
+    """Whether a schedule or watch (in any state: a cancelled one's calls still count) has
+    this id or one it starts, as the runs' instance ids `sched-<id>-<due>` are matched."""
+    start = f"{schedule}-"
+    return any(
+        conn.execute(
+            f"SELECT 1 FROM {table} WHERE id = ? OR substr(id, 1, ?) = ? LIMIT 1",
+            (schedule, len(start), start),
+        ).fetchone()
+        for table in ("schedules", "watches")
     )
 
 
