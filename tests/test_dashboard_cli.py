@@ -73,3 +73,14 @@ def test_an_invalid_public_url_says_what_to_write(tmp_path: Path) -> None:
     _database(tmp_path)
     result = _agentd(tmp_path, "--link", "--public-url", "agent.example.org")
     assert result.returncode == 1 and "http:// or https://" in result.stderr
+
+
+def test_link_says_when_the_config_leaves_the_dashboard_off(tmp_path: Path) -> None:
+    _database(tmp_path)
+    off = _agentd(tmp_path, "--link")
+    assert off.returncode == 0 and "/login?t=" in off.stdout  # `agentd dashboard` may serve it
+    said = " ".join(off.stderr.split())
+    assert "[dashboard] enabled = false" in said and "set enabled = true" in said, off.stderr
+    (tmp_path / "agentd.toml").write_text("[dashboard]\nenabled = true\n")
+    on = _agentd(tmp_path, "--link")
+    assert on.returncode == 0 and "/login?t=" in on.stdout and on.stderr == ""

@@ -8,7 +8,15 @@ from typing import Annotated, Any
 
 import typer
 
-from agentd.cli.common import ConfigOption, config_or_exit, database, fail, out, transaction
+from agentd.cli.common import (
+    ConfigOption,
+    config_or_exit,
+    database,
+    err,
+    fail,
+    out,
+    transaction,
+)
 
 
 def _settings(cfg: Any, **given: Any) -> Any:
@@ -59,6 +67,8 @@ def dashboard(
         fail(str(exc))
     if link:
         out.print(new_link(cfg, settings, settings.port), highlight=False, soft_wrap=True)
+        if not settings.enabled:
+            _say_daemon_does_not_serve(settings.port)
         return
     try:
         asyncio.run(_serve(cfg, settings))
@@ -69,6 +79,18 @@ def dashboard(
         if settings.enabled:  # most likely the daemon itself, serving the same settings
             hint = "`agentd run` serves it already ([dashboard] enabled): `agentd dashboard --link`"
         fail(f"cannot listen on {settings.host}:{settings.port}: {exc}; {hint}")
+
+
+def _say_daemon_does_not_serve(port: int) -> None:
+    """The link leads somewhere only if a dashboard listens: with the config's dashboard off,
+    only an `agentd dashboard` left running serves it (no port is probed to find out)."""
+    err.print(
+        f"The dashboard is off in the config ([dashboard] enabled = false): this link works "
+        f"only while `agentd dashboard` runs on port {port}. To have `agentd run` serve it, "
+        "set enabled = true under [dashboard] and restart the daemon.",
+        markup=False,
+        highlight=False,
+    )
 
 
 async def _serve(cfg: Any, settings: Any) -> None:
