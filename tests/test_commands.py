@@ -8,11 +8,14 @@ import pytest
 
 from agentd.agent.window import WindowRule, load_window
 from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.outbox import Button, SendFailed
 from agentd.commands.chat import _tokens_line
 from agentd.commands.router import CommandInput, CommandReply, CommandRouter, command_key
 from agentd.db import Database
+from agentd.durable import Engine, FakeClock
 from agentd.ledger.usage import UsageTotals
 from agentd.memory import history
+from agentd.telegram.format import split_markdown
 
 
 def turn(text: str, **kw: Any) -> TurnInput:
@@ -205,3 +208,45 @@ def test_a_message_a_command_waits_for_is_claimed_with_the_intake_transaction(
     assert router.route(turn("anything else"), conn) is None  # still a turn for the model
     assert router.route(turn("the answer", edited=True), conn) is None  # edits are not asked
     assert router.route(turn("the answer")) is None and seen == [conn, conn]
+
+
+class LimitedOutbox:
+    """An outbox that, like Telegram, refuses a message over its limit."""
+
+    limit = 200
+
+    def __init__(self) -> None:
+        self.sent: list[dict[str, Any]] = []
+
+    def split(self, markdown: str) -> list[str]:
+        return split_markdown(markdown, self.limit)
+
+    async def send_text(self, chat_id: int, markdown: str, **kw: Any) -> int:
+        if len(markdown) > self.limit:
+            raise SendFailed("Telegram refused the message: message is too long")
+        self.sent.append({"chat_id": chat_id, "text": markdown, **kw})
+        return len(self.sent)
+
+
+async def test_a_reply_longer_than_one_message_arrives_whole(db: Database) -> None:
+    lines = [f"• reminder number {n}, with some words to make it long" for n in range(20)]
+
+    async def listing(inp: CommandInput) -> CommandReply:
+        return CommandReply(text="\n\n".join(lines), buttons=[[Button(text="Cancel", data="x")]])
+
+    router, outbox = CommandRouter(), LimitedOutbox()
+    router.command("list", listing, "A long list")
+    engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
+    engine.register(router.workflow(outbox, db))  # type: ignore[arg-type]
+    await engine.run()
+    try:
+        inp = CommandInput(name="list", chat_id=7, chat_kind="private", user_id=7, message_id=3)
+        await engine.start("command", inp, instance_id="cmd-1")
+        done = await engine.wait_for("cmd-1")
+    finally:
+        await engine.shutdown(2)
+    assert done.status == "complete", done.error
+    assert len(outbox.sent) > 1
+    assert all(line in "\n".join(m["text"] for m in outbox.sent) for line in lines)
+    assert [m["reply_to"] for m in outbox.sent] == [3] + [None] * (len(outbox.sent) - 1)
+    assert [bool(m["buttons"]) for m in outbox.sent] == [False] * (len(outbox.sent) - 1) + [True]

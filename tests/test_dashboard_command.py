@@ -24,6 +24,9 @@ class Outbox:
     def __init__(self) -> None:
         self.sent: list[tuple[int, str]] = []
 
+    def split(self, markdown: str) -> list[str]:
+        return [markdown]
+
     async def send_text(self, chat_id: int, markdown: str, **kw: Any) -> int:
         assert kw.get("preview_url") is None  # the link is never previewed (fetched)
         self.sent.append((chat_id, markdown))

@@ -28,7 +28,7 @@ from agentd.chat.command import (
 from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import COMMAND_WORKFLOW, command_key
-from agentd.chat.outbox import Outbox
+from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import audit
@@ -176,10 +176,17 @@ class CommandRouter:
                 )
             )
 
-        async def send(inp: CommandInput, reply: CommandReply, finish: FinishFn | None) -> int:
-            text = await finish(inp, reply.text) if finish else reply.text
+        async def send(
+            inp: CommandInput,
+            n: int,
+            text: str,
+            buttons: list[list[Button]],
+            finish: FinishFn | None,
+        ) -> int:
+            text = await finish(inp, text) if finish else text
+            reply_to = inp.message_id if n == 1 else None
             return await outbox.send_text(
-                inp.chat_id, text, reply_to=inp.message_id, buttons=reply.buttons or None
+                inp.chat_id, text, reply_to=reply_to, buttons=buttons or None
             )
 
         @workflow(COMMAND_WORKFLOW)
@@ -188,10 +195,19 @@ class CommandRouter:
             reply = await step.do("render", self.reply_to, inp)
             finish = self.commands[inp.name].finish if known else None
             message_id = None
-            if reply.text:  # an empty reply: the command answers nothing here (a group)
-                message_id = await deliver(
-                    step, db, "send", inp.chat_id, partial(send, inp, reply, finish)
+            # A reply longer than one message is sent as several (one too long is refused, and
+            # the user would see nothing); an empty one: the command answers nothing here.
+            chunks = outbox.split(reply.text) if reply.text else []
+            for n, chunk in enumerate(chunks, start=1):
+                # The first keeps the name a one-message reply's step has always had: a command
+                # journaled before an upgrade is not sent again when it resumes.
+                name = "send" if n == 1 else f"send#{n}"
+                # The buttons go under the last message, after the list they act on.
+                buttons = reply.buttons if n == len(chunks) else []
+                sent = await deliver(
+                    step, db, name, inp.chat_id, partial(send, inp, n, chunk, buttons, finish)
                 )
+                message_id = message_id or sent
             await step.do("audit", record, inp, step.instance_id, known)
             return CommandOutput(message_id=message_id, known=known)
 
