@@ -168,6 +168,24 @@ async def test_a_reminder_cancelled_by_its_button_names_the_chat_not_a_channel(
         assert [r[0] for r in rows] == ["chat:7"]
 
 
+async def test_a_group_sees_only_the_reminders_set_up_there(db: Database) -> None:
+    from agentd.chat.command import CommandInput
+    from agentd.schedule.reminders import list_reminders
+
+    async with rig(db) as r:
+        await r.add("p1", message="pick up the test results", after="20m")
+
+        def asked(chat_id: int) -> CommandInput:
+            kind = "private" if chat_id > 0 else "group"
+            return CommandInput(name="reminders", chat_id=chat_id, chat_kind=kind, user_id=7)
+
+        private = await list_reminders(db, asked(7))
+        group = await list_reminders(db, asked(-1001))
+    assert "pick up the test results" in private.text and private.buttons
+    assert "test results" not in group.text and not group.buttons
+    assert "private chat" in group.text
+
+
 async def test_recurring_sends_each_occurrence_once_across_restarts(db: Database) -> None:
     async with rig(db) as r:
         await r.add("h1", message="stretch", every="1h")

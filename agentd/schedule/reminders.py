@@ -25,6 +25,13 @@ def cancel_data(schedule_id: str) -> str:
 
 async def list_reminders(db: Database, inp: CommandInput) -> CommandReply:
     found = await db.read(store.list_schedules, user_id=inp.user_id)
+    if not inp.private:  # every member reads the list: only what was set up here (as the tool)
+        found = [s for s in found if s.chat_id == inp.chat_id]
+        if not found:
+            return CommandReply(
+                text="No reminders were set up in this group. Ask me /reminders in our "
+                "private chat for yours."
+            )
     if not found:
         return CommandReply(
             text="You have no reminders or recurring tasks. Ask me to set one up, "
