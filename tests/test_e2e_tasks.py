@@ -123,6 +123,31 @@ def test_a_task_result_arrives_after_a_restart(stack: Stack) -> None:
     assert task["status"] == "complete" and task["model_calls"] == 1 and task["tokens"] > 0
 
 
+def test_a_result_longer_than_one_message_arrives_in_parts(stack: Stack) -> None:
+    s = stack
+    paragraphs = [f"Finding {n}: " + "details " * 60 for n in range(15)]  # ~7,000 characters
+
+    def responder(body: dict[str, Any]) -> Any:
+        if is_task(body) and "long-brief" in first_text(body):
+            return "\n\n".join(paragraphs)
+        return None
+
+    s.llm.set_responder(responder)
+    asked = s.ask("/task long-brief: write it all up")
+    s.wait_replies(asked, 2, "the /task reply and the result's first part")
+    last = s.tg.wait_until(
+        lambda: next((m for m in s.sent() if "Finding 14:" in m["plain_text"]), None),
+        60,
+        "the result's last part",
+    )
+    s.daemon.wait_idle()
+    result = [m for m in s.sent() if m["message_id"] >= s.replies_to(asked)[1]["message_id"]]
+    assert result[0]["plain_text"].startswith("Task done") and result[-1] == last
+    assert all(p.strip() in "\n".join(m["plain_text"] for m in result) for p in paragraphs)
+    (task,) = [t for t in s.tasks() if "long-brief" in t["text"]]
+    assert task["status"] == "complete"
+
+
 def test_a_turn_delegates_two_children_and_answers_at_once(stack: Stack) -> None:
     s = stack
 
