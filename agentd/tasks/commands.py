@@ -55,6 +55,12 @@ async def task_command(engine: Engine, deps: TurnDeps, inp: CommandInput) -> Com
 
 
 async def tasks_command(engine: Engine, deps: TurnDeps, inp: CommandInput) -> CommandReply:
+    asked = inp.args.strip().split()
+    if asked and asked[0].lower() != "stop":
+        return CommandReply(
+            text=f"I don't know `/tasks {asked[0][:40]}`: `/tasks` lists this chat's tasks, "
+            "`/tasks stop N` or `/tasks stop all` stops running ones."
+        )
     prices = deps.config.llm.prices
     rows = await deps.db.read(lambda c: tasks.list_tasks(c, chat_id=inp.chat_id, prices=prices))
     running = [r for r in rows if r.status in STATE]
