@@ -36,6 +36,9 @@ class Outbox:
         self.sent: list[tuple[int, str]] = []
         self.edits: list[tuple[int, int]] = []
 
+    def split(self, markdown: str) -> list[str]:
+        return [markdown] if markdown.strip() else []  # no length limit here
+
     async def send_text(self, chat_id: int, text: str, **_: Any) -> int:
         self.sent.append((chat_id, text.split("\n")[0]))
         return 100 + len(self.sent)

@@ -8,14 +8,14 @@ import pytest
 
 from agentd.agent.window import WindowRule, load_window
 from agentd.chat.inputs import CallbackPress, TurnInput
-from agentd.chat.outbox import Button, SendFailed
+from agentd.chat.outbox import Button
 from agentd.commands.chat import _tokens_line
 from agentd.commands.router import CommandInput, CommandReply, CommandRouter, command_key
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock
 from agentd.ledger.usage import UsageTotals
 from agentd.memory import history
-from agentd.telegram.format import split_markdown
+from tests.outboxes import LimitedOutbox
 
 
 def turn(text: str, **kw: Any) -> TurnInput:
@@ -208,24 +208,6 @@ def test_a_message_a_command_waits_for_is_claimed_with_the_intake_transaction(
     assert router.route(turn("anything else"), conn) is None  # still a turn for the model
     assert router.route(turn("the answer", edited=True), conn) is None  # edits are not asked
     assert router.route(turn("the answer")) is None and seen == [conn, conn]
-
-
-class LimitedOutbox:
-    """An outbox that, like Telegram, refuses a message over its limit."""
-
-    limit = 200
-
-    def __init__(self) -> None:
-        self.sent: list[dict[str, Any]] = []
-
-    def split(self, markdown: str) -> list[str]:
-        return split_markdown(markdown, self.limit)
-
-    async def send_text(self, chat_id: int, markdown: str, **kw: Any) -> int:
-        if len(markdown) > self.limit:
-            raise SendFailed("Telegram refused the message: message is too long")
-        self.sent.append({"chat_id": chat_id, "text": markdown, **kw})
-        return len(self.sent)
 
 
 async def test_a_reply_longer_than_one_message_arrives_whole(db: Database) -> None:

@@ -35,6 +35,9 @@ class RecordingOutbox:
     def __init__(self) -> None:
         self.sent: list[tuple[int, str]] = []
 
+    def split(self, markdown: str) -> list[str]:
+        return [markdown] if markdown.strip() else []  # no length limit here
+
     async def send_text(self, chat_id: int, markdown: str, **_: Any) -> int:
         self.sent.append((chat_id, markdown))
         return len(self.sent)

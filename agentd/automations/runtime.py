@@ -27,7 +27,7 @@ from agentd.automations.api import Automation, AutoStep, RunState, ToolRun, fiel
 from agentd.automations.catalog import RELOAD_WORKFLOW, Catalog
 from agentd.automations.owner import owner
 from agentd.chat import addresses, reach
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver, deliver_text
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.markup import block
 from agentd.chat.names import chat_actor
@@ -507,7 +507,7 @@ class Runtime:
         chat = await self.chat_named(to)
         if chat is None:
             chat = await self._owner_reached(step, name, name)
-        return await deliver(step, self.db, name, chat, partial(self.outbox.send_text, chat, text))
+        return await deliver_text(step, self.db, name, self.outbox, chat, text)
 
     async def chat_named(self, to: str | None) -> int | None:
         """The chat `to` names in `[automations] chats`; None (the owner's private chat) when

@@ -2,7 +2,8 @@
 counted").
 
 Every sender (turn replies, command replies, reminders, approval cards, notices, files) calls
-`deliver`, so each gets the same three promises:
+`deliver` (text of any length: `deliver_text`, which splits it as the channel needs), so each
+gets the same three promises:
 
 - retries: none at the step level; every Bot API call already goes through the session's one
   retry policy (telegram/session.py), which counts a transient failure after which the message
@@ -22,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
-from agentd.chat.outbox import SendFailed
+from agentd.chat.outbox import Button, Outbox, SendFailed
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, store
 from agentd.ledger import audit
@@ -127,3 +129,50 @@ async def deliver(
         return result
 
     return await step.do(name, attempt, mark=True, result_type=result_type)
+
+
+async def deliver_text(
+    step: Step,
+    db: Database,
+    name: str,
+    outbox: Outbox,
+    chat_id: int,
+    text: str,
+    *,
+    reply_to: int | None = None,
+    buttons: list[list[Button]] | None = None,
+    finish: Callable[[str], Awaitable[str]] | None = None,
+) -> int:
+    """Text of any length, through `deliver`, in as many messages as the channel takes: one
+    too long is refused for good, and the user would see nothing. The first message is the
+    step `name` (so a one-message send replays as the same step) and answers `reply_to`; the
+    next are `name#2`, `name#3`…; `buttons` go under the last, after what they act on.
+    `finish(chunk)` runs inside each send (a link made at send time is never journaled).
+    Returns the first message's id."""
+    # An empty text goes as it is, for the channel to refuse like any unsendable message.
+    chunks = outbox.split(text) or [text]
+    ids: list[int] = []
+    for n, chunk in enumerate(chunks, start=1):
+        send = partial(
+            _send_chunk,
+            outbox,
+            chat_id,
+            chunk,
+            reply_to if n == 1 else None,
+            buttons if n == len(chunks) else None,
+            finish,
+        )
+        ids.append(await deliver(step, db, name if n == 1 else f"{name}#{n}", chat_id, send))
+    return ids[0]
+
+
+async def _send_chunk(
+    outbox: Outbox,
+    chat_id: int,
+    chunk: str,
+    reply_to: int | None,
+    buttons: list[list[Button]] | None,
+    finish: Callable[[str], Awaitable[str]] | None,
+) -> int:
+    text = await finish(chunk) if finish else chunk
+    return await outbox.send_text(chat_id, text, reply_to=reply_to, buttons=buttons or None)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, model_validator
 
 from agentd.chat import reach
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver_text
 from agentd.chat.outbox import Outbox
 from agentd.db import Database
 from agentd.durable import Step, Workflow, workflow
@@ -61,8 +60,7 @@ def make_notice_workflow(
             if chat is None:
                 log.warning("notice not sent: no private chat known", extra={"user": inp.user_id})
                 return NoticeOutput(message_id=None)
-        send = partial(outbox.send_text, chat, inp.text)
-        return NoticeOutput(message_id=await deliver(step, db, "send", chat, send))
+        return NoticeOutput(message_id=await deliver_text(step, db, "send", outbox, chat, inp.text))
 
     return notice
 

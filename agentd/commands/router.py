@@ -25,10 +25,10 @@ from agentd.chat.command import (
     CommandReply,
     FinishFn,
 )
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver_text
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import COMMAND_WORKFLOW, command_key
-from agentd.chat.outbox import Button, Outbox
+from agentd.chat.outbox import Outbox
 from agentd.db import Database
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import audit
@@ -176,38 +176,25 @@ class CommandRouter:
                 )
             )
 
-        async def send(
-            inp: CommandInput,
-            n: int,
-            text: str,
-            buttons: list[list[Button]],
-            finish: FinishFn | None,
-        ) -> int:
-            text = await finish(inp, text) if finish else text
-            reply_to = inp.message_id if n == 1 else None
-            return await outbox.send_text(
-                inp.chat_id, text, reply_to=reply_to, buttons=buttons or None
-            )
-
         @workflow(COMMAND_WORKFLOW)
         async def command(step: Step, inp: CommandInput) -> CommandOutput:
             known = inp.name in self.commands
             reply = await step.do("render", self.reply_to, inp)
-            finish = self.commands[inp.name].finish if known else None
+            fn = self.commands[inp.name].finish if known else None
+            finish = partial(fn, inp) if fn else None
             message_id = None
-            # A reply longer than one message is sent as several (one too long is refused, and
-            # the user would see nothing); an empty one: the command answers nothing here.
-            chunks = outbox.split(reply.text) if reply.text else []
-            for n, chunk in enumerate(chunks, start=1):
-                # The first keeps the name a one-message reply's step has always had: a command
-                # journaled before an upgrade is not sent again when it resumes.
-                name = "send" if n == 1 else f"send#{n}"
-                # The buttons go under the last message, after the list they act on.
-                buttons = reply.buttons if n == len(chunks) else []
-                sent = await deliver(
-                    step, db, name, inp.chat_id, partial(send, inp, n, chunk, buttons, finish)
+            if reply.text:  # an empty reply: the command answers nothing here (a group)
+                message_id = await deliver_text(
+                    step,
+                    db,
+                    "send",
+                    outbox,
+                    inp.chat_id,
+                    reply.text,
+                    reply_to=inp.message_id,
+                    buttons=reply.buttons,
+                    finish=finish,
                 )
-                message_id = message_id or sent
             await step.do("audit", record, inp, step.instance_id, known)
             return CommandOutput(message_id=message_id, known=known)
 

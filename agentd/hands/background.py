@@ -10,12 +10,11 @@ workflows cancel <job>` kills its process tree.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver_text
 from agentd.chat.inputs import Place
 from agentd.chat.outbox import Outbox
 from agentd.durable import OutcomeUnknown, Step, Workflow, workflow
@@ -68,8 +67,7 @@ async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
 
 def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, JobOutput]:
     async def notify(step: Step, chat_id: int, text: str) -> int:
-        send = partial(outbox.send_text, chat_id, text)
-        return await deliver(step, deps.db, "notify", chat_id, send)
+        return await deliver_text(step, deps.db, "notify", outbox, chat_id, text)
 
     @workflow(BACKGROUND_WORKFLOW)
     async def job(step: Step, inp: JobInput) -> JobOutput:

@@ -17,7 +17,7 @@ from agentd.agent.calls import make_call
 from agentd.agent.deps import TurnDeps
 from agentd.agent.taint import TurnTaint
 from agentd.agent.toolloop import current_prefix
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver_text
 from agentd.chat.names import TASK_WORKFLOW
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import usage
@@ -143,26 +143,14 @@ def result_text(inp: TaskInput, out: TaskOutput) -> str:
     return f"Task done — “{brief}”:\n\n{out.text}"
 
 
-async def send_result(step: Step, deps: TurnDeps, inp: TaskInput, text: str) -> int | None:
-    """The result in messages that each fit the platform (one too long is refused, and the
-    task's work would never arrive); the first replies to the message that asked. Returns its
-    id."""
-    first = None
-    for n, chunk in enumerate(deps.outbox.split(text), start=1):
-        # The first keeps the step name a one-message result always had (no re-send on replay).
-        name = "send-result" if n == 1 else f"send-result#{n}"
-        reply_to = inp.reply_to if n == 1 else None
-        send = partial(deps.outbox.send_text, inp.chat_id, chunk, reply_to=reply_to)
-        sent = await deliver(step, deps.db, name, inp.chat_id, send)
-        first = sent if first is None else first
-    return first
-
-
 def make_task_workflow(deps: TurnDeps) -> Workflow[TaskInput, TaskOutput]:
     @workflow(TASK_WORKFLOW)
     async def task(step: Step, inp: TaskInput) -> TaskOutput:
         out = await work(step, deps, inp)
-        message_id = await send_result(step, deps, inp, result_text(inp, out))
+        text = result_text(inp, out)
+        message_id = await deliver_text(
+            step, deps.db, "send-result", deps.outbox, inp.chat_id, text, reply_to=inp.reply_to
+        )
         return out.model_copy(update={"message_id": message_id})
 
     return task

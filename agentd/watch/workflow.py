@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver_text
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
@@ -380,8 +380,7 @@ async def remember(deps: WatchDeps, inp: TellInput, message_id: int, instance_id
 
 
 async def _send(step: Step, deps: WatchDeps, inp: TellInput) -> TellOutput:
-    send = partial(deps.outbox.send_text, inp.chat_id, inp.text)
-    message_id = await deliver(step, deps.db, "send", inp.chat_id, send)
+    message_id = await deliver_text(step, deps.db, "send", deps.outbox, inp.chat_id, inp.text)
     if inp.outside:
         await step.do("remember", remember, deps, inp, message_id, step.instance_id)
     return TellOutput(message_id=message_id)
