@@ -107,7 +107,12 @@ def commands(engine: Engine, installed: Tasks) -> list[ChatCommand]:
         return run
 
     return [
-        ChatCommand("task", bind(task_command), "Start a background task: /task WHAT TO DO"),
+        ChatCommand(
+            "task",
+            bind(task_command),
+            "Start a background task: /task WHAT TO DO",
+            owner_only=True,
+        ),
         ChatCommand(
             "tasks", bind(tasks_command), "Background tasks: progress, cost; /tasks stop N"
         ),
