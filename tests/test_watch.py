@@ -645,6 +645,26 @@ async def test_mute_off_lets_a_held_message_go_at_once(tmp_path: Path) -> None:
         assert again.text == "Watch messages come through again."  # nothing held any more
 
 
+async def test_a_mute_of_no_time_or_of_months_is_refused_with_what_works(db: Any) -> None:
+    from agentd.chat.command import CommandInput
+    from agentd.watch.commands import MAX_MUTE_DAYS, mute
+
+    def asked(args: str) -> CommandInput:
+        return CommandInput(
+            name="mute", args=args, chat_id=OWNER, user_id=OWNER, chat_kind="private"
+        )
+
+    for args in ("0s", "0m", "99999d", f"{MAX_MUTE_DAYS + 1}d"):
+        reply = await mute(db, Config(), asked(args))
+        assert reply.text.startswith("Nothing changed:"), reply.text
+        assert f"`/mute {args}`" in reply.text and "`/mute off`" in reply.text
+        assert await db.read(store.muted_until, OWNER) == 0.0
+    unread = await mute(db, Config(), asked("soon"))
+    assert "'soon'" in unread.text and f"`/mute {MAX_MUTE_DAYS}d`" in unread.text
+    longest = await mute(db, Config(), asked(f"{MAX_MUTE_DAYS}d"))
+    assert longest.text.startswith("Watch messages wait until")
+
+
 async def test_a_message_held_by_the_flow_before_it_is_still_delivered(tmp_path: Path) -> None:
     """An instance of the legacy flow (one sleep for quiet hours and mute), asleep across an
     upgrade, is still run by that flow and delivered when its hold ends."""

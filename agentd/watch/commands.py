@@ -25,6 +25,10 @@ _PRESS = re.compile(r"^wa:([a-z0-9]{1,40}):([pra])$")
 _OPS = {"p": "paused", "r": "active", "a": "removed"}
 NOT_YOURS = "Watches are the owner's; ask them."
 NOT_HERE = "Watches are listed in your private chat with me, not in a group."
+# A mute longer than this is refused: one for months is more likely a typo than a wish, and
+# the messages it holds would wait that long.
+MAX_MUTE_DAYS = 30
+MUTE_FORMS = f"`/mute 2h` (up to `/mute {MAX_MUTE_DAYS}d`), or `/mute off`"
 
 
 def press_data(watch_id: str, op: str) -> str:
@@ -95,13 +99,28 @@ async def mute(db: Database, config: Config, inp: CommandInput) -> CommandReply:
     try:
         seconds = parse_duration(arg)
     except ScheduleError as exc:
-        return CommandReply(text=f"{exc}; e.g. `/mute 2h` or `/mute off`.")
+        return CommandReply(text=f"{exc}; e.g. {MUTE_FORMS}.")
+    if refused := _refused_length(arg, seconds):
+        return refused
     until = now + seconds
     await db.write(store.set_mute, inp.chat_id, until)
     return CommandReply(
         text=f"Watch messages wait until {local_iso(until, config.agent.timezone)}; they are "
         "delivered then, none is lost. `/mute off` ends it."
     )
+
+
+def _refused_length(arg: str, seconds: int) -> CommandReply | None:
+    """None for a mute of a usable length; else the answer saying what works."""
+    asked = f"`/mute {arg[:40]}`"
+    if seconds <= 0:
+        return CommandReply(text=f"Nothing changed: {asked} would hold nothing. Try {MUTE_FORMS}.")
+    if seconds > MAX_MUTE_DAYS * 86400:
+        return CommandReply(
+            text=f"Nothing changed: {asked} is longer than {MAX_MUTE_DAYS} days, the most a mute "
+            f"lasts. Try {MUTE_FORMS}."
+        )
+    return None
 
 
 def commands(db: Database, config: Config) -> list[ChatCommand]:
