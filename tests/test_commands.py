@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -9,10 +11,13 @@ import pytest
 from agentd.agent.window import WindowRule, load_window
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.outbox import Button
-from agentd.commands.chat import _tokens_line
+from agentd.commands.chat import _tokens_line, status_command
 from agentd.commands.router import CommandInput, CommandReply, CommandRouter, command_key
+from agentd.config import AccessConfig, Config
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock
+from agentd.ledger import usage
+from agentd.ledger.pricing import Tokens
 from agentd.ledger.usage import UsageTotals
 from agentd.memory import history
 from tests.outboxes import LimitedOutbox
@@ -185,6 +190,35 @@ def test_status_prices_each_model_and_one_hour_writes_apart() -> None:
     line = _tokens_line(rows, {})
     assert line.startswith("3 model calls, 1,000,000 input tokens (0 from cache), 100,000 output")
     assert line.endswith("≈ $3.5000")  # 1M 1-hour writes at $2 + 0.1M Sonnet output at $15
+
+
+async def test_status_in_a_group_shows_only_that_groups_figures(db: Database) -> None:
+    owner, group = 42, -1001
+
+    def spend(conn: Any) -> None:
+        for chat, tokens in ((owner, 7_000), (group, 300)):
+            used = Tokens(output_tokens=tokens)
+            usage.record(conn, used, model="claude-haiku-4-5", purpose="turn", chat_id=chat)
+
+    await db.write(spend)
+    deps: Any = SimpleNamespace(
+        config=Config(access=AccessConfig(allowed_user_ids=[owner, 43])),
+        db=db,
+        clock=FakeClock(time.time()),
+        llm=None,
+        started_at=time.time(),
+    )
+
+    async def status(chat_id: int) -> str:
+        kind = "group" if chat_id < 0 else "private"
+        asked = CommandInput(name="status", chat_id=chat_id, chat_kind=kind, user_id=owner)
+        return (await status_command(deps, asked)).text
+
+    mine, theirs = await status(owner), await status(group)
+    assert "7,300 output tokens" in mine  # the owner's own chat: everyone's figures
+    assert "Today (UTC), this chat:** 1 model calls" in theirs and "300 output tokens" in theirs
+    assert "7,300" not in theirs and "7,000" not in theirs
+    assert "/status in our private chat" in theirs and "Up:" in theirs
 
 
 def test_a_message_a_command_waits_for_is_claimed_with_the_intake_transaction(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from agentd.access import approvals, owners, pairing
 from agentd.chat import locale
@@ -189,23 +189,35 @@ def _uptime(seconds: float) -> str:
     return f"{days}d {hours}h {minutes}m" if days else f"{hours}h {minutes}m"
 
 
-def _status_counts(conn: Any, inp: CommandInput, now: float, everyone: bool) -> dict[str, Any]:
-    """The owner sees everyone's figures; anyone else their own."""
-    open_turns = conn.execute(
-        f"SELECT COUNT(*) FROM workflow_instances WHERE workflow = ? "
-        f"AND status IN {store.OPEN_STATUSES!r}",
-        (TURN_WORKFLOW,),
-    ).fetchone()[0]
+# Whose figures /status shows: everyone's, the asker's, or this chat's.
+Whose = Literal["all", "user", "chat"]
+
+
+def _status_counts(conn: Any, inp: CommandInput, now: float, whose: Whose) -> dict[str, Any]:
+    """Figures for /status: everyone's ("all", the owner in private), the asker's ("user"), or
+    this chat's only ("chat", in a group, where anyone in it reads the answer)."""
     chat_turns = len(_open_turns(conn, inp.chat_id))
+    open_turns = chat_turns
+    if whose == "all":
+        open_turns = conn.execute(
+            f"SELECT COUNT(*) FROM workflow_instances WHERE workflow = ? "
+            f"AND status IN {store.OPEN_STATUSES!r}",
+            (TURN_WORKFLOW,),
+        ).fetchone()[0]
     waiting = approvals.pending(conn, now)
-    if not everyone:
+    if whose == "user":
         waiting = [a for a in waiting if a.user_id == inp.user_id]
+    elif whose == "chat":
+        waiting = [a for a in waiting if a.chat_id == inp.chat_id]
     return {
-        "open_turns": open_turns if everyone else chat_turns,
+        "open_turns": open_turns,
         "chat_turns": chat_turns,
         "approvals": len(waiting),
         "usage": usage.totals(
-            conn, since=_today_start(now), user_id=None if everyone else inp.user_id
+            conn,
+            since=_today_start(now),
+            user_id=inp.user_id if whose == "user" else None,
+            chat_id=inp.chat_id if whose == "chat" else None,
         ),
     }
 
@@ -224,18 +236,32 @@ def _tokens_line(rows: list[usage.UsageTotals], prices: Mapping[str, ModelPrice]
 
 async def status_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
     now = deps.clock.now()
-    everyone = inp.user_id == owners.resolve(deps.config.access).owner_id
-    counts = await deps.db.read(_status_counts, inp, now, everyone)
+    owner = inp.user_id == owners.resolve(deps.config.access).owner_id
+    # Everyone in a group reads the answer: only that group's own figures, whoever asks.
+    whose: Whose = "chat" if not inp.private else "all" if owner else "user"
+    counts = await deps.db.read(_status_counts, inp, now, whose)
     model = await for_turn(deps.db, deps.llm, inp.chat_id) or deps.config.llm.model
+    tokens = _tokens_line(counts["usage"], price_table(deps.config.llm))
+    if whose == "chat":
+        figures = [
+            f"**Queue:** {counts['chat_turns']} message(s) being answered in this chat",
+            f"**Waiting for approval in this chat:** {counts['approvals']}",
+            f"**Today (UTC), this chat:** {tokens}",
+            "",
+            "A group sees only its own figures; send /status in our private chat for yours.",
+        ]
+    else:
+        figures = [
+            f"**Queue:** {counts['open_turns']} message(s) being answered "
+            f"({counts['chat_turns']} in this chat)",
+            f"**Waiting for approval:** {counts['approvals']}",
+            f"**Today (UTC){'' if owner else ', yours'}:** {tokens}",
+        ]
     lines = [
         f"**Model:** `{model}`",
         *breaker_lines(deps.llm),
         f"**Up:** {_uptime(time.time() - deps.started_at)}",
-        f"**Queue:** {counts['open_turns']} message(s) being answered "
-        f"({counts['chat_turns']} in this chat)",
-        f"**Waiting for approval:** {counts['approvals']}",
-        f"**Today (UTC){'' if everyone else ', yours'}:** "
-        f"{_tokens_line(counts['usage'], price_table(deps.config.llm))}",
+        *figures,
     ]
     return CommandReply(text="\n".join(lines))
 
