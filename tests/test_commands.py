@@ -11,11 +11,11 @@ import pytest
 from agentd.agent.window import WindowRule, load_window
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.outbox import Button
-from agentd.commands.chat import _tokens_line, status_command
+from agentd.commands.chat import _tokens_line, choose_to_stop, status_command
 from agentd.commands.router import CommandInput, CommandReply, CommandRouter, command_key
 from agentd.config import AccessConfig, Config
 from agentd.db import Database
-from agentd.durable import Engine, FakeClock
+from agentd.durable import Engine, FakeClock, store
 from agentd.ledger import usage
 from agentd.ledger.pricing import Tokens
 from agentd.ledger.usage import UsageTotals
@@ -219,6 +219,46 @@ async def test_status_in_a_group_shows_only_that_groups_figures(db: Database) ->
     assert "Today (UTC), this chat:** 1 model calls" in theirs and "300 output tokens" in theirs
     assert "7,300" not in theirs and "7,000" not in theirs
     assert "/status in our private chat" in theirs and "Up:" in theirs
+
+
+def _under_way(*texts: str) -> list[tuple[store.InstanceRecord, str]]:
+    return [
+        (
+            store.InstanceRecord(
+                seq=n,
+                id=f"turn-{n}",
+                workflow="turn",
+                key="chat:7",
+                status="running",
+                input=f'{{"text": "{text}"}}',
+                output=None,
+                error=None,
+                created_at=0.0,
+                updated_at=0.0,
+                finished_at=None,
+                wake_at=None,
+                waiting_for=None,
+                runs=1,
+                cancel_requested=False,
+            ),
+            "being answered",
+        )
+        for n, text in enumerate(texts, 1)
+    ]
+
+
+def test_stop_names_what_it_did_not_understand_and_what_works() -> None:
+    turns = _under_way("first question", "second question")
+    picked = choose_to_stop(turns, "2, 1")
+    assert isinstance(picked, list) and [t.id for t in picked] == ["turn-2", "turn-1"]
+    for args in ("all extra", "everything", "1 and 2"):
+        reply = choose_to_stop(turns, args)
+        assert isinstance(reply, CommandReply)
+        assert reply.text.startswith(f"I didn't understand “/stop {args}”."), reply.text
+        assert "`/stop N`" in reply.text and "`/stop all`" in reply.text
+        assert "no number" not in reply.text
+    far = choose_to_stop(turns, "3")
+    assert isinstance(far, CommandReply) and far.text.startswith("There is no number 3")
 
 
 def test_a_message_a_command_waits_for_is_claimed_with_the_intake_transaction(

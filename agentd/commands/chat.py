@@ -120,13 +120,18 @@ def choose_to_stop(
         return [t for t, _ in turns]
     picked = []
     for part in arg.replace(",", " ").split():
-        if not part.isdigit() or not 1 <= int(part) <= len(turns):
-            return CommandReply(
-                text=f"There is no number {part} in the list. "
-                + stop_list(turns).text.split("\n\n", 1)[1]
-            )
+        if not part.isdecimal():
+            # Only numbers alone or `all` alone pick: name what was sent, not just one word.
+            return _stop_hint(turns, f"I didn't understand “/stop {_preview(args, 40)}”.")
+        if not 1 <= int(part) <= len(turns):
+            return _stop_hint(turns, f"There is no number {part} in the list.")
         picked.append(turns[int(part) - 1][0])
     return picked
+
+
+def _stop_hint(turns: list[tuple[store.InstanceRecord, str]], problem: str) -> CommandReply:
+    """What was wrong with the /stop asked for, then the list and what to send."""
+    return CommandReply(text=f"{problem} " + stop_list(turns).text.split("\n\n", 1)[1])
 
 
 async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
