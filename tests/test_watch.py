@@ -109,17 +109,20 @@ def test_the_watch_purpose_defaults_to_the_cheapest_configured_model() -> None:
     assert cheapest(plain.llm) == "claude-haiku-4-5"
 
 
-def _watch(conn: Any, config: Config, every: str = "15m") -> store.Watch:
-    req = WatchRequest(
-        label="camera",
-        condition="the price drops under 200",
-        source=Source(kind="page", url="https://shop.example/x100"),
-        every=every,
-    )
+def _add(
+    conn: Any,
+    config: Config,
+    source: Source,
+    every: str = "1h",
+    condition: str = "anything new",
+    watch_id: str = "wsrc",
+    label: str = "x",
+) -> store.Watch:
+    req = WatchRequest(label=label, condition=condition, every=every, source=source)
     w, _ = create(
         conn,
         req,
-        watch_id="wcam",
+        watch_id=watch_id,
         user_id=OWNER,
         chat_id=OWNER,
         chat_kind="private",
@@ -128,6 +131,12 @@ def _watch(conn: Any, config: Config, every: str = "15m") -> store.Watch:
         by="test",
     )
     return w
+
+
+def _watch(conn: Any, config: Config, every: str = "15m") -> store.Watch:
+    camera = Source(kind="page", url="https://shop.example/x100")
+    condition = "the price drops under 200"
+    return _add(conn, config, camera, every, condition, watch_id="wcam", label="camera")
 
 
 def test_the_forecast_is_an_estimate_first_and_measured_after(conn: Any) -> None:
@@ -284,22 +293,6 @@ def test_the_owners_own_data_is_told_only_in_a_private_chat(conn: Any) -> None:
             config=Config(),
             by="test",
         )
-
-
-def _add(conn: Any, config: Config, source: Source) -> store.Watch:
-    req = WatchRequest(label="x", condition="anything new", every="1h", source=source)
-    w, _ = create(
-        conn,
-        req,
-        watch_id="wsrc",
-        user_id=OWNER,
-        chat_id=OWNER,
-        chat_kind="private",
-        now=START,
-        config=config,
-        by="test",
-    )
-    return w
 
 
 def test_a_mail_or_calendar_the_config_lacks_is_refused_naming_those_it_has(conn: Any) -> None:
