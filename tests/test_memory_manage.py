@@ -4,6 +4,7 @@ import, export; and whose words each memory is (origin)."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -240,3 +241,31 @@ def test_a_file_is_outside_content_unless_the_owner_vouches_and_outside_stays_ou
     back = {m["content"]: m for m in cli(config, "ls", "-n", "500", "--json")}
     assert back["The CEO is Bob"]["origin"] == "outside" and not back["The CEO is Bob"]["pinned"]
     assert back["Plays the cello"]["origin"] == "user" and back["Plays the cello"]["pinned"]
+
+
+def test_a_date_no_clock_can_show_is_dropped_so_the_memory_still_lists_and_recalls(
+    config: Path, tmp_path: Path
+) -> None:
+    """A file's date out of every calendar (1e20, NaN, past year 9999) would break each listing,
+    export and recall that shows the memory: it is dated on the day it is imported instead."""
+    from agentd.memory.search import MemoryHit, format_recall
+    from agentd.memory.store import list_memories
+
+    u = ["--user", str(OWNER)]
+    rows = [
+        {"content": "Far in the future", "created_at": 1e20},
+        {"content": "Not a number", "created_at": float("nan")},  # json.dumps writes NaN
+        {"content": "Past the calendar", "date": "9999-12-31T23:00:00-05:00"},
+        {"content": "Met Anna in Lyon", "date": "2024-05-01"},
+    ]
+    (tmp_path / "dates.json").write_text(json.dumps(rows))
+    assert cli(config, "import", str(tmp_path / "dates.json"), *u, "--json")["added"] == 4
+    listed = {m["content"]: m["created_at"] for m in cli(config, "ls", "--json")}
+    assert listed["Met Anna in Lyon"].startswith("2024-05-01")
+    today = datetime.now(UTC).date().isoformat()
+    assert all(listed[r["content"]].startswith(today) for r in rows[:3])
+    assert cli(config, "export", str(tmp_path / "j"), "--format", "json", *u, "--json")
+    conn = open_sync(tmp_path / "agentd.db")
+    hits = [MemoryHit(memory=m, score=1.0) for m in list_memories(conn, OWNER)]
+    assert "Far in the future" in format_recall(hits, 4000, "Pacific/Kiritimati")
+    conn.close()

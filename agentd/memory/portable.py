@@ -145,7 +145,21 @@ _KINDS = ("summary", "fact", "preference", "task", "note", "turn")
 _ORIGINS = ("user", "model", "outside")
 
 
+# The dates a memory may carry: any day every time zone can show. A file's date outside them
+# (1e20, NaN, the last hours of year 9999 east of UTC) would make every listing, export and
+# recall that shows the memory fail, so such a memory is dated on the day it is imported.
+_EARLIEST = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+_LATEST = datetime(9999, 12, 30, tzinfo=UTC).timestamp()
+
+
 def _when(value: Any) -> float | None:
+    stamp = _timestamp(value)
+    if stamp is None or not _EARLIEST <= stamp <= _LATEST:  # NaN fails the comparison too
+        return None
+    return stamp
+
+
+def _timestamp(value: Any) -> float | None:
     if isinstance(value, int | float):
         return float(value)
     if isinstance(value, str) and value:
