@@ -243,6 +243,20 @@ def test_a_file_is_outside_content_unless_the_owner_vouches_and_outside_stays_ou
     assert back["Plays the cello"]["origin"] == "user" and back["Plays the cello"]["pinned"]
 
 
+def test_a_pinned_keyed_fact_stays_pinned_through_export_and_import(
+    config: Path, tmp_path: Path
+) -> None:
+    u = ["--user", str(OWNER)]
+    cli(config, "add", "Lives in Lyon", "--kind", "fact", "--key", "home_city", "--pin", *u)
+    cli(config, "add", "Plays the cello", "--pin", *u)
+    cli(config, "export", str(tmp_path / "j"), "--format", "json", *u)
+    cli(config, "forget", "--all", *u)
+    cli(config, "import", str(tmp_path / "j" / "memories.json"), *u, "--mine")
+    back = {m["content"]: m for m in cli(config, "ls", "--json")}
+    assert back["Lives in Lyon"]["slot"] == "home_city" and back["Lives in Lyon"]["pinned"]
+    assert back["Plays the cello"]["pinned"]
+
+
 def test_a_date_no_clock_can_show_is_dropped_so_the_memory_still_lists_and_recalls(
     config: Path, tmp_path: Path
 ) -> None:

@@ -83,7 +83,10 @@ def add_text(
             now=now,
         )
         action = {"added": "added", "replaced": "superseded"}.get(change.action, "unchanged")
-        return owned(conn, int(change.memory_id or 0), None), action
+        stored = owned(conn, int(change.memory_id or 0), None)
+        if memory.pinned and action != "unchanged" and not stored.pinned:
+            stored = _pin_keyed(conn, stored)
+        return stored, action
     same = _same_text(conn, memory)
     if same is not None:
         return same, "merged"
@@ -92,6 +95,13 @@ def add_text(
     action = "import" if actor == "import" else "add"
     record_version(conn, stored, action, actor, old=None, new=stored.content, now=now)
     return stored, "added"
+
+
+def _pin_keyed(conn: Conn, memory: Memory) -> Memory:
+    """Pin a keyed fact just written: upsert_fact (shared with the model's facts, never
+    pinned) takes no pin, yet a pinned keyed fact must come back pinned from its export."""
+    conn.execute("UPDATE memories SET pinned = 1 WHERE id = ?", (memory.id,))
+    return memory.model_copy(update={"pinned": True})
 
 
 def _same_text(conn: Conn, memory: NewMemory) -> Memory | None:
