@@ -29,6 +29,7 @@ async def sock(tmp_path: Path) -> AsyncIterator[str]:
     routes = {
         "u": HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET", max_starts_per_minute=3),
         "v": HookConfig(workflow="unit_wait", secret_env="CRED_SECRET"),
+        "g": HookConfig(workflow="gone", secret_env="UNIT_SECRET", max_starts_per_minute=3),
         "t": HookConfig(
             workflow="unit_wait", secret_env="UNIT_SECRET", timestamp_header="X-Timestamp"
         ),
@@ -107,6 +108,16 @@ async def test_a_start_refused_for_its_data_does_not_use_the_rate(sock: str) -> 
     assert statuses == [422] * 5 + [202]
 
 
+async def test_a_start_refused_for_a_missing_automation_does_not_use_the_rate(sock: str) -> None:
+    """A hook whose automation is not loaded answers 503 each time, never 429: the refusals
+    started nothing, so once the owner loads it the sender's retries get through."""
+    statuses = []
+    for n in range(5):
+        body = json.dumps({"x": 200 + n}).encode()
+        statuses.append((await post(sock, "/hooks/g", body, {"X-Signature-256": sign(body)}))[0])
+    assert statuses == [503] * 5
+
+
 async def test_the_guards_alone(tmp_path: Path) -> None:
     from agentd.db import Database
 
@@ -123,6 +134,8 @@ async def test_the_guards_alone(tmp_path: Path) -> None:
         await db.close()
     assert stale_timestamp("abc", 0, 300) and stale_timestamp("0", 1000, 300)
     assert stale_timestamp("990", 1000, 300) is None
+    # NaN is never "more than max_age away": refused as no time at all, as are infinities.
+    assert all(stale_timestamp(v, 1000, 300) for v in ("nan", "NaN", "inf", "-inf"))
 
 
 async def test_a_restart_does_not_refill_the_start_rate(tmp_path: Path) -> None:

@@ -100,6 +100,16 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response({"error": message}, status=status)
 
 
+def _refusal(exc: Exception) -> web.Response:
+    """A start that created nothing: 422 for the data, 503 when its automation is not
+    loaded (the owner's to fix), 409 for an id another automation holds."""
+    if isinstance(exc, InvalidInput):
+        return _error(422, str(exc))
+    if isinstance(exc, WorkflowNotFound):
+        return _error(503, str(exc))
+    return _error(409, str(exc))
+
+
 @dataclass
 class _Route:
     name: str
@@ -256,13 +266,11 @@ class HookServer:
                 iid, created = started.instance_id, started.created
             else:
                 iid, created = await self._start_turn(route, data, delivery)
-        except InvalidInput as exc:
+        except (InvalidInput, WorkflowNotFound, ValueError) as exc:
+            # Nothing started: the token returns, so a sender retrying once the owner has
+            # fixed the cause (a typo, an automation not loaded) is not locked out.
             await self._rates[route.name].give_back(route.name)
-            return _error(422, str(exc))
-        except WorkflowNotFound as exc:
-            return _error(503, str(exc))
-        except ValueError as exc:
-            return _error(409, str(exc))
+            return _refusal(exc)
         await self._seen.remember(body_digest, route.name, iid, now)
         log.info("hook delivery", extra={"hook": route.name, "instance_id": iid, "new": created})
         body = {"instance_id": iid, "created": created}
