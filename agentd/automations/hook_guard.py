@@ -12,6 +12,7 @@ database too: a leaked secret cannot flood the owner, not even across restarts.
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +122,8 @@ def stale_timestamp(value: str, now: float, max_age: float) -> str | None:
     try:
         when = float(value.strip())
     except ValueError:
+        return "the signed timestamp is not a number of seconds"
+    if not math.isfinite(when):  # "nan" compares false with everything: it would never age
         return "the signed timestamp is not a number of seconds"
     if abs(now - when) > max_age:
         return f"the signed timestamp is more than {max_age:g} s away from now"
