@@ -171,3 +171,30 @@ async def test_oversized_declared_and_slow_bodies_end_quickly(
     assert status == 401
     count = await db.read(lambda c: c.execute("SELECT COUNT(*) FROM workflow_instances").fetchone())
     assert count[0] == 0
+
+
+def test_doctor_names_a_hook_that_refuses_every_delivery(conn: Any) -> None:
+    """A route with no secret, or whose automation the daemon did not load, answers 503 to
+    every sender: `agentd doctor` says which and why, not only the daemon's start-up log."""
+    from agentd.automations import runs
+    from agentd.automations.capability import capability
+    from agentd.config import SecretSource
+    from agentd.tools.capability import Probe
+
+    routes = {
+        "ok": HookConfig(workflow="unit_wait", secret_env="UNIT_SECRET"),
+        "gone": HookConfig(workflow="removed", secret_env="UNIT_SECRET"),
+        "nosecret": HookConfig(prompt="File it.", secret_env="UNSET_SECRET"),
+    }
+    config = Config(hooks=HooksConfig(enabled=True, routes=routes))
+    catalog = Catalog()
+    catalog.add(unit_wait)
+    runs.record_loaded(conn, catalog, pid=1, now=0)
+    probe = Probe(secrets=SecretSource({"UNIT_SECRET": SECRET}), read=lambda fn: fn(conn))
+    checks = {c.name: c for c in capability().checks(config, probe)}
+    assert sorted(checks) == ["webhook gone", "webhook nosecret"]
+    assert not checks["webhook gone"].ok and "'removed'" in checks["webhook gone"].detail
+    assert "automations reload" in checks["webhook gone"].detail
+    assert "UNSET_SECRET is set nowhere" in checks["webhook nosecret"].detail
+    off = Config(hooks=HooksConfig(enabled=False, routes=routes))
+    assert capability().checks(off, probe) == []

@@ -5,12 +5,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from agentd.chat.command import ChatCommand
-from agentd.config import Config
+from agentd.config import Config, read_secret
 from agentd.durable.store import InstanceRecord
 from agentd.tools import ToolRegistry
-from agentd.tools.capability import Context, Contribution, ServiceError, Simple
+from agentd.tools.capability import (
+    Check,
+    Checks,
+    Context,
+    Contribution,
+    Probe,
+    ServiceError,
+    Simple,
+)
 
 log = logging.getLogger("agentd")
 
@@ -79,5 +88,35 @@ async def _build(ctx: Context) -> Contribution:
     )
 
 
+def _doctor(config: Config, probe: Probe) -> list[Check]:
+    """Each webhook route that refuses every delivery (no secret, or an automation the daemon
+    did not load): the daemon only logs it at start, and a sender sees only 503s."""
+    from agentd.automations.runs import last_loaded
+
+    def loaded(conn: Any) -> set[str] | None:
+        return last_loaded(conn)
+
+    checks = Checks()
+    if not config.hooks.enabled:
+        return checks
+    known = probe.read(loaded)  # None: no daemon has said what it loaded yet
+    for name, hook in sorted(config.hooks.routes.items()):
+        problems = []
+        if not read_secret(hook.secret_env, probe.secrets):
+            problems.append(
+                f"its secret {hook.secret_env} is set nowhere (the environment, agentd.env, "
+                "a systemd credential): set it and restart"
+            )
+        if hook.workflow and known is not None and hook.workflow not in known:
+            problems.append(
+                f"the daemon has not loaded its automation {hook.workflow!r}: check "
+                "`agentd automations ls`, then `agentd automations reload`"
+            )
+        if problems:
+            detail = "answers 503 to every delivery; " + "; ".join(problems)
+            checks.add(f"webhook {name}", False, detail)
+    return checks
+
+
 def capability() -> Simple:
-    return Simple("automations", build=_build, secrets=_secrets)
+    return Simple("automations", build=_build, secrets=_secrets, doctor=_doctor)
