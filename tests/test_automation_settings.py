@@ -90,3 +90,16 @@ def test_each_flow_names_the_events_it_takes() -> None:
         "reschedule_appointment", "2", "select_slot", {"slotId": "slot_201"}
     )
     assert choice == {"slotId": "slot_201"}
+
+
+async def test_run_from_chat_with_json_nested_too_deeply_says_so() -> None:
+    """/run with input nested past the JSON decoder's depth (a Matrix message can hold
+    thousands of brackets) is answered with what is wrong, not an error out of the command."""
+    from agentd.chat.command import CommandInput
+    from agentd.config import AccessConfig
+
+    rt = _runtime(Config(access=AccessConfig(allowed_user_ids=[7])))
+    args = "greet " + "[" * 3000
+    asked = CommandInput(name="run", args=args, chat_id=7, chat_kind="private", user_id=7)
+    reply = await rt.run_command(asked)
+    assert "nests too deeply" in reply.text

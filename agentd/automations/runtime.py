@@ -244,6 +244,8 @@ class Runtime:
             started = await self.start(name, payload, instance_id=iid, source="chat")
         except json.JSONDecodeError as exc:
             return CommandReply(text=f"The input is not JSON: {exc.msg} at character {exc.pos}.")
+        except RecursionError:  # json's decoder recurses per nesting level
+            return CommandReply(text="The input is not usable JSON: it nests too deeply.")
         except WorkflowNotFound as exc:
             hint = "A file added or changed since agentd started: `agentd automations reload`."
             return CommandReply(text=f"{exc}\n{hint}")
