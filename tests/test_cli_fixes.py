@@ -251,3 +251,19 @@ def test_usage_of_a_schedule_that_does_not_exist_says_so(config: Path, database:
     # The start of ids, as the help says: every briefing, daily and once.
     assert invoke("briefing", "enable", "--at", "07:30", "--config", str(config))[0] == 0
     assert invoke("usage", "--schedule", "briefing", "--config", str(config))[0] == 0
+
+
+def test_a_start_input_that_cannot_be_read_says_why(
+    tmp_path: Path, config: Path, database: object
+) -> None:
+    """`--input @file` of another encoding, or JSON nested past the decoder's depth: a line
+    saying what is wrong, exit 1, never a traceback."""
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"name": "Jos\xe9"}')
+    code, output = invoke(
+        "workflows", "start", "greet", "--input", f"@{latin}", "--config", str(config)
+    )
+    assert code == 1 and "is not UTF-8 text" in output and "Traceback" not in output
+    deep = "[" * 5000 + "]" * 5000
+    code, output = invoke("workflows", "start", "greet", "--input", deep, "--config", str(config))
+    assert code == 1 and "nests too deeply" in output

@@ -255,10 +255,14 @@ def _json_arg(value: str, what: str) -> Any:
             value = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
         except OSError as exc:
             fail(f"{what}: cannot read {name}: {exc.strerror}")
+        except UnicodeDecodeError:
+            fail(f"{what}: {name} is not UTF-8 text; save it as UTF-8 JSON")
     try:
         return jsonlib.loads(value)
     except jsonlib.JSONDecodeError as exc:
         fail(f"{what} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+    except RecursionError:  # json's decoder recurses per nesting level
+        fail(f"{what} nests too deeply to read as JSON")
 
 
 @app.command("automations")
