@@ -262,3 +262,25 @@ def test_an_archive_unpacking_past_the_limits_is_refused(tmp_path: Path) -> None
     into.mkdir()
     with pytest.raises(RemoteSkillError, match="unpacks to more than"):
         unpack(body, into, Limits(max_files=10, max_bytes=1_000_000))
+
+
+def test_a_zip_with_permission_bits_only_installs_and_a_corrupt_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    """A member whose mode holds permissions but no file type (as Python's `writestr(name)`
+    and some zippers write it) is a plain file, not a "special file"; a member whose
+    compressed bytes are corrupt is refused with the reason, never a zlib traceback."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("demo/SKILL.md", SKILL_MD)  # external_attr = 0o600 << 16
+        archive.writestr("demo/notes.md", SKILL_MD * 50)
+    body = buffer.getvalue()
+    (tmp_path / "ok").mkdir()
+    found = unpack(body, tmp_path / "ok", Limits(max_files=10, max_bytes=100_000))
+    assert (found / "notes.md").read_bytes() == SKILL_MD * 50
+    corrupt = bytearray(body)
+    start = corrupt.index(b"demo/notes.md") + len(b"demo/notes.md")
+    corrupt[start + 5 : start + 40] = bytes(b ^ 0xFF for b in corrupt[start + 5 : start + 40])
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(RemoteSkillError, match="cannot be read"):
+        unpack(bytes(corrupt), tmp_path / "bad", Limits(max_files=10, max_bytes=1_000_000))

@@ -258,7 +258,9 @@ def _unzip(body: bytes, root: Path, limits: Limits) -> None:
                 if info.is_dir():
                     writer.folder(parts)
                     continue
-                if mode and not stat.S_ISREG(mode):
+                # Permission bits with no file type (Python's writestr, some zippers) are a
+                # plain file too; only a type other than a regular file is refused.
+                if stat.S_IFMT(mode) not in (0, stat.S_IFREG):
                     raise RemoteSkillError(f"the archive holds a special file: {info.filename}")
                 with archive.open(info) as source:
                     writer.file(parts, source, bool(mode & 0o111))
@@ -268,6 +270,7 @@ def _unzip(body: bytes, root: Path, limits: Limits) -> None:
         NotImplementedError,
         EOFError,
         OSError,
+        zlib.error,  # a member whose compressed bytes are corrupt
     ) as exc:
         raise RemoteSkillError(f"the zip archive cannot be read: {exc}") from None
 
