@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from agentd.chat.command import ChatCommand
 from agentd.config import Config, read_secret
@@ -93,13 +92,10 @@ def _doctor(config: Config, probe: Probe) -> list[Check]:
     did not load): the daemon only logs it at start, and a sender sees only 503s."""
     from agentd.automations.runs import last_loaded
 
-    def loaded(conn: Any) -> set[str] | None:
-        return last_loaded(conn)
-
     checks = Checks()
     if not config.hooks.enabled:
         return checks
-    known = probe.read(loaded)  # None: no daemon has said what it loaded yet
+    known = probe.read(last_loaded)  # None: no daemon has said what it loaded yet
     for name, hook in sorted(config.hooks.routes.items()):
         problems = []
         if not read_secret(hook.secret_env, probe.secrets):
