@@ -117,3 +117,15 @@ async def test_without_an_embedder_edit_is_offered_only_from_the_daemon(
     assert "cannot do on its own" in said
     assert _read(dash, lambda c: get_memory(c, mid)).content == "Lives in Paris"
     assert "Unpinned memory" in await _post(dash, f"/memory/{mid}/pin", csrf, on="0")
+
+
+async def test_an_edit_too_long_is_refused_not_cut_short(memory_dash: Open) -> None:
+    """Cut at the form's bound, the memory would silently say less than the owner wrote."""
+    dash, mid = await memory_dash(True)
+    csrf = await dash.login()
+    said = await _post(dash, f"/memory/{mid}/edit", csrf, text="Lives in Lyon. " + "x" * 10_000)
+    assert "at most 4000 characters" in said and "nothing was changed" in said
+    assert _read(dash, lambda c: get_memory(c, mid)).content == "Lives in Paris"
+    odd = "\u200fLives\u200b in \u202eLyon"  # RTL, zero-width and override marks are text too
+    assert "now reads:" in await _post(dash, f"/memory/{mid}/edit", csrf, text=odd)
+    assert _read(dash, lambda c: get_memory(c, mid)).content == odd

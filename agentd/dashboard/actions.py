@@ -10,6 +10,8 @@ from agentd.access import approvals
 from agentd.durable import InstanceNotFound, store
 
 BY = "dashboard"
+# The longest memory text the page's form takes (its textarea says the same).
+MEMORY_CHARS = 4000
 
 
 class Refused(ValueError):
@@ -61,6 +63,12 @@ async def edit_memory(access: Any, embedder: Any, memory_id: int, text: str) -> 
     daemon's writer when it serves the dashboard)."""
     from agentd.memory import manage
 
+    if len(text) > MEMORY_CHARS:
+        # Cut short, the memory would silently say less than the owner wrote.
+        raise Refused(
+            f"A memory is at most {MEMORY_CHARS} characters and this edit has {len(text)}: "
+            "nothing was changed; shorten it, or split it into memories of its own."
+        )
     try:
         await manage.edit(access, embedder, memory_id, text, user_id=None, by=BY)
     except manage.MemoryStoreError as exc:

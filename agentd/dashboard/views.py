@@ -217,7 +217,7 @@ async def memory_embedding_change(request: web.Request) -> web.Response:
     else:
         try:
             if request.match_info["op"] == "edit":
-                text = str(form.get("text", ""))[:4000]
+                text = str(form.get("text", ""))
                 said = await actions.edit_memory(site.access, site.embedder, memory_id, text)
             else:
                 version = _int(str(form.get("version", "")))
