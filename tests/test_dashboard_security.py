@@ -396,3 +396,58 @@ async def test_a_flash_message_comes_from_the_server_only(dash: Dash) -> None:
     assert response.status == 303 and "seal=" in response.headers["Location"]
     shown = await (await dash.client.get(response.headers["Location"])).text()
     assert "Denied: write_file." in shown
+
+
+BEYOND_SQLITE = "9" * 20  # a whole number, but beyond SQLite's 64-bit INTEGER
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        f"/conversations/{BEYOND_SQLITE}",
+        f"/memory/{BEYOND_SQLITE}",
+        f"/audit?chat={BEYOND_SQLITE}",
+        "/memory?q=%00",
+        "/memory?q=%E2%80%8F%E2%80%8B%22%00%22",  # RTL and zero-width marks, quotes, a NUL
+    ],
+)
+async def test_an_odd_number_or_search_is_answered_not_a_server_error(
+    dash: Dash, path: str
+) -> None:
+    await dash.login()
+    response = await dash.client.get(path)
+    assert response.status in (200, 400, 404), path
+    assert "Internal Server Error" not in await response.text()
+
+
+async def test_a_change_naming_a_number_beyond_sqlite_is_answered(dash: Dash) -> None:
+    csrf = await dash.login()
+    for path in (f"/rules/{BEYOND_SQLITE}/remove", f"/memory/{BEYOND_SQLITE}/pin"):
+        response = await dash.client.post(
+            path, data={"csrf": csrf}, headers={"Origin": dash.origin()}, allow_redirects=False
+        )
+        assert response.status == 404, path
+
+
+@pytest.mark.parametrize(
+    ("path", "said"),
+    [
+        ("/audit?chat=abc", "The chat id filter takes a whole number"),
+        ("/audit?hours=soon", "The since (hours) filter takes a whole number"),
+        ("/cost?days=1.5", "The days filter takes a whole number"),
+    ],
+)
+async def test_a_filter_that_is_not_a_number_says_so(dash: Dash, path: str, said: str) -> None:
+    """Typed into a page's filter, a wrong value is the owner's to correct: say what it takes."""
+    await dash.login()
+    response = await dash.client.get(path)
+    assert response.status == 400 and said in await response.text()
+
+
+async def test_an_empty_filter_is_its_default(dash: Dash) -> None:
+    """A browser sends the emptied number field as `days=`: the default, not an error."""
+    await dash.login()
+    cost = await dash.client.get("/cost?days=")
+    assert cost.status == 200 and "Last 30 days" in await cost.text()
+    audit_page = await dash.client.get("/audit?kind=&hours=&chat=+")
+    assert audit_page.status == 200

@@ -233,7 +233,8 @@ def memories(conn: Any, query: str, limit: int = 100) -> list[Any]:
 
     if not query.strip():
         return list_memories(conn, None, limit=limit)
-    phrase = '"' + query.replace('"', '""') + '"'
+    # FTS5 ends a string at a NUL ("unterminated string"); nobody searches for one.
+    phrase = '"' + query.replace("\x00", "").replace('"', '""') + '"'
     ids = [
         r[0]
         for r in conn.execute(

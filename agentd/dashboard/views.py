@@ -96,7 +96,7 @@ async def approvals_page(request: web.Request) -> web.Response:
 
 async def cost(request: web.Request) -> web.Response:
     site = site_of(request)
-    days = min(max(_int(request.query.get("days", "30")), 1), 400)
+    days = min(max(_filter_int(request, "days", 30, "days"), 1), 400)
     now = time.time()
     # A write only on the first view after a day is over: every other view just reads.
     if await site.access.read(spend.rolled_until) < spend.finished(now):
@@ -154,19 +154,46 @@ async def skills(request: web.Request) -> web.Response:
 
 async def audit(request: web.Request) -> web.Response:
     kind = request.query.get("kind", "")[:60]
-    hours = _int(request.query.get("hours", "0"))
+    hours = _filter_int(request, "hours", 0, "since (hours)")
     since = time.time() - hours * 3600 if hours > 0 else None
     chat_text = request.query.get("chat", "").strip()
-    chat = _int(chat_text) if chat_text else None
+    chat = _filter_int(request, "chat", 0, "chat id") if chat_text else None
     data = await site_of(request).access.read(queries.audit, kind, since, chat)
     return render(request, "audit.html", kind=kind, hours=hours, chat=chat_text, **data)
 
 
-def _int(text: str) -> int:
+# SQLite's INTEGER: a larger number can name no row, and binding it raises OverflowError.
+_ROW_ID = range(-(2**63), 2**63)
+
+
+def _number(text: str) -> int | None:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise web.HTTPNotFound(text="Not found.") from None
+        return None
+    return value if value in _ROW_ID else None
+
+
+def _int(text: str) -> int:
+    """An id from the path: anything that is not one names nothing here."""
+    value = _number(text)
+    if value is None:
+        raise web.HTTPNotFound(text="Not found.")
+    return value
+
+
+def _filter_int(request: web.Request, name: str, default: int, label: str) -> int:
+    """A number typed into a page's filter: empty is the default; anything else that is not a
+    whole number is said, so the owner can correct it (not a bare "Not found")."""
+    text = request.query.get(name, "").strip()
+    if not text:
+        return default
+    value = _number(text)
+    if value is None:
+        raise web.HTTPBadRequest(
+            text=f"The {label} filter takes a whole number; go back and correct it."
+        )
+    return value
 
 
 async def _change(request: web.Request, fn: Any, *args: Any, back: str) -> web.Response:
