@@ -121,3 +121,35 @@ def test_the_schema_check_counts_every_channels_tables(tmp_path: Path) -> None:
     assert core_only["ok"] and core_only["detail"] == "up to date"
     assert not whole["ok"] and whole["detail"].endswith("migrations to apply")
     assert after["ok"], after
+
+
+async def test_thousands_of_chats_list_only_the_most_recent(tmp_path: Path) -> None:
+    """A bot in many groups has a chat each: the Conversations page stays a page."""
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from agentd.dashboard.access import FileAccess
+    from agentd.dashboard.config import DashboardConfig
+    from agentd.dashboard.server import Site, make_app
+    from agentd.memory.history import save_message
+    from tests.test_dashboard_security import Dash, seeded
+
+    path = tmp_path / "agentd.db"
+    seeded(path, "x")
+    conn = open_sync(path)
+    conn.execute("BEGIN IMMEDIATE")
+    for chat in range(-3000, 0):
+        save_message(
+            conn, chat_id=chat, user_id=7, role="user", content="hi", source_key=f"k{chat}"
+        )
+    conn.execute("COMMIT")
+    conn.close()
+    site = Site(access=FileAccess(path), config=DashboardConfig())
+    async with TestClient(TestServer(make_app(site))) as client:
+        await Dash(path, client, "").login()
+        page = await (await client.get("/conversations")).text()
+        older = await client.get("/conversations/-3000")
+        older_page = await older.text()
+    assert page.count('href="/conversations/') == 200
+    assert 'href="/conversations/-1"' in page and 'href="/conversations/-3000"' not in page
+    assert "The 200 most recently active chats" in page
+    assert older.status == 200 and ">hi<" in older_page

@@ -90,12 +90,18 @@ _SUMS = (
 )
 
 
-def chats(conn: Any) -> list[dict[str, Any]]:
-    """Chats, the most recently active first. MAX(id) is read from the (chat_id, id) index
-    alone; the time of that one message is then looked up."""
+# A bot in many groups has a chat each: the page lists the most recent, not every one.
+CHATS_SHOWN = 200
+
+
+def chats(conn: Any, limit: int = CHATS_SHOWN) -> list[dict[str, Any]]:
+    """Chats, the most recently active first, at most `limit` (older ones stay reachable at
+    /conversations/ID and through the Audit page's chat filter). MAX(id) is read from the
+    (chat_id, id) index alone; the time of that one message is then looked up."""
     cur = conn.execute(
         "SELECT c.chat_id, m.created_at FROM (SELECT chat_id, MAX(id) AS last FROM messages "
-        "GROUP BY chat_id) c JOIN messages m ON m.id = c.last ORDER BY c.last DESC"
+        "GROUP BY chat_id) c JOIN messages m ON m.id = c.last ORDER BY c.last DESC LIMIT ?",
+        (limit,),
     )
     return [{"chat_id": r[0], "last": r[1]} for r in cur.fetchall()]
 

@@ -79,7 +79,9 @@ async def conversations(request: web.Request) -> web.Response:
     shown: dict[str, Any] = {"messages": [], "edited": set()}
     if chat is not None:
         shown = await site.access.read(queries.conversation, _int(chat))
-    return render(request, "conversations.html", chats=found, chat=chat, **shown)
+    return render(
+        request, "conversations.html", chats=found, most=queries.CHATS_SHOWN, chat=chat, **shown
+    )
 
 
 async def turn(request: web.Request) -> web.Response:
