@@ -31,6 +31,7 @@ from typing import Any
 from aiohttp import web
 
 from agentd.automations import hook_guard, runs
+from agentd.automations.hook_notice import BadSignatureNotice
 from agentd.automations.owner import owner
 from agentd.automations.runtime import Runtime
 from agentd.chat import reach
@@ -135,6 +136,7 @@ class HookServer:
         self._runtime = runtime
         self._start_workflow = start_workflow
         self._wake = wake
+        self._tell_bad_signature = BadSignatureNotice(config, runtime.db, start_workflow, now)
         self._runner: web.AppRunner | None = None
         self.routes: dict[str, _Route] = {}
         # One memory for every hook: a body taken by one is a replay at any other.
@@ -216,6 +218,7 @@ class HookServer:
             raise _Refused(401, "missing signature")
         if not signature_ok(route.secret, _signed(route.config, request, body), header):
             log.warning("hook signature mismatch", extra={"hook": route.name})
+            await self._tell_bad_signature(route.name, route.config.secret_env)
             raise _Refused(401, "bad signature")
         try:
             data = json.loads(body)
