@@ -225,7 +225,8 @@ def test_a_group_members_words_never_become_another_members_facts(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic]
 ) -> None:
     """A group's history holds every member's words; summarised for one member, the facts
-    drawn from another's are outside content: they never join that member's private prompt."""
+    drawn from another's are outside content: they never join that member's private prompt,
+    and never replace a fact of that member's own (kept beside it, unkeyed)."""
     from tests.daemon_process import TOKEN
 
     tg, llm = fakes
@@ -234,6 +235,9 @@ def test_a_group_members_words_never_become_another_members_facts(
     env = memory_env(tmp_path, tg, llm)
     env["AGENTD_ACCESS__ALLOW_GROUPS"] = "true"
     with running_daemon(tmp_path, env) as daemon:
+        own = ["memory", "add", "--kind", "fact", "--key", "home_city", "--user", str(ALICE)]
+        added = daemon.cli(*own, "Lives in Paris")
+        assert added.returncode == 0, added.stdout + added.stderr
         tg.add_bot_to_group(group, ALICE, int(TOKEN.split(":")[0]))
         for n, (user, text) in enumerate(
             [(BOB, "I live in Lyon now"), (BOB, "Lyon is home"), (ALICE, "ok, noted")], start=1
@@ -241,11 +245,15 @@ def test_a_group_members_words_never_become_another_members_facts(
             tg.add_message(group, user, f"@fake_bot {text}", chat_type="group")
             tg.wait_for_sent(n, timeout=20, chat_id=group)
         daemon.wait_for_instances(4)  # three turns and one summary
-        rows = daemon.query("SELECT kind, user_id, origin, origin_ref FROM memories ORDER BY id")
-        assert [(r[0], r[1], r[2]) for r in rows] == [
-            ("summary", ALICE, "outside"),
-            ("fact", ALICE, "outside"),
+        rows = daemon.query(
+            "SELECT kind, user_id, origin, origin_ref, slot, content FROM memories ORDER BY id"
+        )
+        assert [(r[0], r[1], r[2], r[4], r[5]) for r in rows] == [
+            ("fact", ALICE, "user", "home_city", "Lives in Paris"),
+            ("summary", ALICE, "outside", None, SUMMARY["summary"]),
+            ("fact", ALICE, "outside", None, "Lives in Lyon"),
         ]
-        assert "another member's words" in rows[0][3]  # the summary says why
+        assert "another member's words" in rows[1][3]  # the summary says why
         chat(tg, ALICE, ["Where do I live?"])
-        assert "Lives in Lyon" not in system_text(llm.requests[-1])
+        prompt = system_text(llm.requests[-1])
+        assert "Lives in Paris" in prompt and "Lives in Lyon" not in prompt

@@ -109,3 +109,41 @@ def test_extracted_facts_schema_is_llm_friendly() -> None:
     assert "facts" in schema["properties"]
     fact = schema["$defs"]["ExtractedFact"]["properties"]
     assert "description" in fact["key"] and "description" in fact["content"]
+
+
+def test_outside_words_neither_replace_nor_retract_the_owners_fact(conn: Any) -> None:
+    """A page, a mail or a forwarded message the summariser read may carry an instruction:
+    its facts are outside content, and they never replace or remove a fact the owner's own
+    conversation established. The outside value is kept beside it, unkeyed."""
+    said = ExtractedFacts(facts=[ExtractedFact(key="home city", content="Lives in Paris")])
+    (own,) = apply_extracted_facts(conn, 1, said)
+    page = ExtractedFact(key="home city", content="Lives in Pyongyang")
+    (beside,) = apply_extracted_facts(conn, 1, ExtractedFacts(facts=[page]), origin="outside")
+    assert beside.action == "added" and beside.slot is None
+    assert (
+        apply_extracted_facts(conn, 1, ExtractedFacts(retract_keys=["home_city"]), origin="outside")
+        == []
+    )
+    facts = {f.content: (f.slot, f.origin) for f in list_facts(conn, 1)}
+    assert facts == {
+        "Lives in Paris": ("home_city", "model"),
+        "Lives in Pyongyang": (None, "outside"),
+    }
+    # The owner's own conversation still changes and retracts it as before.
+    moved = ExtractedFacts(facts=[ExtractedFact(key="home city", content="Lives in Lyon")])
+    (change,) = apply_extracted_facts(conn, 1, moved)
+    assert change.action == "replaced" and change.memory_id == own.memory_id
+    (gone,) = apply_extracted_facts(conn, 1, ExtractedFacts(retract_keys=["home city"]))
+    assert gone.action == "retracted"
+
+
+def test_outside_words_still_update_an_outside_fact(conn: Any) -> None:
+    mail = ExtractedFacts(facts=[ExtractedFact(key="parcel", content="Parcel due Monday")])
+    apply_extracted_facts(conn, 1, mail, origin="outside")
+    later = ExtractedFacts(facts=[ExtractedFact(key="parcel", content="Parcel due Tuesday")])
+    (change,) = apply_extracted_facts(conn, 1, later, origin="outside")
+    assert change.action == "replaced"
+    (gone,) = apply_extracted_facts(
+        conn, 1, ExtractedFacts(retract_keys=["parcel"]), origin="outside"
+    )
+    assert gone.action == "retracted"

@@ -97,11 +97,20 @@ def norm_text(text: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split()).rstrip(".!")
 
 
-def _find_by_slot(conn: Conn, user_id: int, slot: str) -> tuple[int, str] | None:
+def _find_by_slot(conn: Conn, user_id: int, slot: str) -> tuple[int, str, str] | None:
+    """The fact in a slot: its id, text and origin."""
     row = conn.execute(
-        "SELECT id, content FROM memories WHERE user_id = ? AND slot = ?", (user_id, slot)
+        "SELECT id, content, origin FROM memories WHERE user_id = ? AND slot = ?",
+        (user_id, slot),
     ).fetchone()
-    return None if row is None else (int(row[0]), str(row[1]))
+    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
+
+
+def _outranked(origin: Origin, held_origin: str) -> bool:
+    """Words the owner did not write (a page, a mail, a forwarded message, a file imported
+    unvouched) never replace or remove a fact the owner's own conversation established: the
+    summariser or a tool may have carried their instruction along."""
+    return origin == "outside" and held_origin != "outside"
 
 
 def _find_same_text(conn: Conn, user_id: int, kind: str, content: str) -> int | None:
@@ -139,8 +148,11 @@ def upsert_fact(
     slot = normalise_slot(fact.key)
     if slot is not None:
         existing = _find_by_slot(conn, user_id, slot)
+        if existing is not None and _outranked(origin, existing[2]):
+            # Kept beside it, unkeyed: recall finds it as outside content, the owner's stays.
+            slot, existing = None, None
         if existing is not None:
-            memory_id, old = existing
+            memory_id, old, _ = existing
             if norm_text(old) == norm_text(content):
                 return FactChange(action="unchanged", memory_id=memory_id, slot=slot, content=old)
             update_content(
@@ -203,13 +215,14 @@ def _record(
         record_version(conn, memory, action, actor, old=old, new=new, now=now)
 
 
-def retract_fact(conn: Conn, user_id: int, key: str) -> FactChange | None:
-    """Forget the user's fact in slot `key` (row, FTS entry and vector)."""
+def retract_fact(conn: Conn, user_id: int, key: str, origin: Origin = "model") -> FactChange | None:
+    """Forget the user's fact in slot `key` (row, FTS entry and vector); asked by `origin`,
+    which must not be outranked by the fact's (`_outranked`)."""
     slot = normalise_slot(key)
     if slot is None:
         return None
     existing = _find_by_slot(conn, user_id, slot)
-    if existing is None:
+    if existing is None or _outranked(origin, existing[2]):
         return None
     _record(conn, existing[0], "forget", "model", existing[1], None, None)
     conn.execute("DELETE FROM memories WHERE id = ?", (existing[0],))
@@ -238,7 +251,9 @@ def apply_extracted_facts(
     if vectors is not None and len(vectors) != len(extracted.facts):
         raise ValueError(f"{len(vectors)} vectors for {len(extracted.facts)} facts")
     changes = [
-        c for key in extracted.retract_keys if (c := retract_fact(conn, user_id, key)) is not None
+        c
+        for key in extracted.retract_keys
+        if (c := retract_fact(conn, user_id, key, origin)) is not None
     ]
     for i, fact in enumerate(extracted.facts):
         vector = vectors[i] if vectors is not None else None
