@@ -181,6 +181,9 @@ def test_doctor_says_ok_plainly_and_checks_allowlist_and_model(
     bad.write_text("[agent]\ntimezone = 'Mars/Olympus'\n")
     code, output = invoke("doctor", "--config", str(bad))
     assert code == 78 and "agent.timezone" in output and "fix the key named" not in output
+    bad.write_text("[agent]\ntimezone = 'Europe'\n")  # a folder of the zone database, no zone
+    code, output = invoke("doctor", "--config", str(bad))
+    assert code == 78 and "agent.timezone" in output and "fix the key named" not in output
 
 
 def test_browser_login_without_its_sandbox_says_what_to_install(tmp_path: Path) -> None:

@@ -104,6 +104,8 @@ def test_relative_one_off_and_start_anchor() -> None:
         (When(rrule="FREQ=SOMETIMES"), "UTC", "invalid RRULE"),
         (When(rrule="FREQ=DAILY;COUNT=1", start="2020-01-01T00:00"), "UTC", "no occurrence"),
         (When(after="1h"), "Mars/Olympus", "unknown time zone"),
+        (When(after="1h"), "Europe", "unknown time zone"),  # a folder of the zone database
+        (When(after="1h"), "Europe/" + "x" * 300, "unknown time zone"),  # too long for a path
         (When(after="1h", start="2030-01-01T00:00"), "UTC", "start applies only"),
     ],
 )

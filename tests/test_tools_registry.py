@@ -297,6 +297,8 @@ async def test_current_time_uses_the_owner_time_zone_and_clock() -> None:
     assert other.content.startswith("1970-01-01T00:00:00+00:00")
     bad = await execute(current_time, ctx, {"timezone": "Mars/Olympus"})
     assert not bad.ok and bad.error_kind == "tool_error" and "Mars/Olympus" in bad.content
+    folder = await execute(current_time, ctx, {"timezone": "America"})  # a folder, no zone
+    assert not folder.ok and folder.error_kind == "tool_error" and "America" in folder.content
 
 
 def test_call_risk_follows_the_tool_its_assessment_and_the_turns_taint() -> None:

@@ -65,7 +65,8 @@ class AgentConfig(_Section):
     def _known_zone(cls, value: str) -> str:
         try:
             ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError) as exc:
+        # OSError: a name that is a folder of the zone database ('Europe') or too long for a path.
+        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
             raise ValueError(f"unknown IANA time zone {value!r} (try 'Europe/Berlin')") from exc
         return value
 

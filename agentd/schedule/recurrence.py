@@ -118,7 +118,8 @@ def _rule(body: str, dtstart: str) -> rrule:
 def zone_or_error(name: str) -> ZoneInfo:
     try:
         return _zone(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a name that is a folder of the zone database ('Europe') or too long for a path.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ScheduleError(
             f"unknown time zone {name!r}; use an IANA name like 'Europe/Berlin'"
         ) from None

@@ -26,7 +26,8 @@ async def current_time(
     name = timezone or ctx.timezone
     try:
         zone = ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a name that is a folder of the zone database ('Europe') or too long for a path.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         message = f"Unknown time zone {name!r}; use an IANA name like 'Europe/Berlin'."
         raise ToolError(message) from None
     now = datetime.fromtimestamp(ctx.now(), tz=zone)
