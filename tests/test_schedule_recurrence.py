@@ -114,6 +114,13 @@ def test_bad_requests_say_what_to_fix(when: When, zone: str, fragment: str) -> N
         resolve(when, zone, 1_800_000_000.0)
 
 
+@pytest.mark.timeout(10)  # without the check, dateutil loops forever on INTERVAL=0
+@pytest.mark.parametrize("interval", ["0", "-1", " 0", "00"])
+def test_an_interval_of_zero_is_refused_not_looped_on(interval: str) -> None:
+    with pytest.raises(ScheduleError, match="INTERVAL must be a whole number of at least 1"):
+        resolve(When(rrule=f"FREQ=DAILY;INTERVAL={interval}"), "UTC", 1_800_000_000.0)
+
+
 def test_durations() -> None:
     assert parse_duration("1h30m") == 5400
     assert parse_duration("90") == 90

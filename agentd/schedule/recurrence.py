@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field
 # Searching from a little before `t` in local time covers the largest UTC offset change.
 _DST_SLACK = timedelta(hours=3)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
+_INTERVAL = re.compile(r"(?:^|;)\s*INTERVAL\s*=\s*([^;]*)", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -186,6 +187,14 @@ def resolve(when: When, timezone: str, now: float) -> Recurrence:
     return _resolve_rrule(when.rrule or "", when.start, zone, timezone, now)
 
 
+def _check_rule_interval(body: str) -> None:
+    """dateutil never moves on from INTERVAL=0 (an endless loop) and runs backwards on a
+    negative one: refuse both before any occurrence is computed."""
+    for value in _INTERVAL.findall(body):
+        if not value.strip().isdigit() or int(value) < 1:
+            raise ScheduleError(f"INTERVAL must be a whole number of at least 1, not {value!r}")
+
+
 def _resolve_rrule(
     text: str, start: str | None, zone: ZoneInfo, timezone: str, now: float
 ) -> Recurrence:
@@ -194,6 +203,7 @@ def _resolve_rrule(
         body = body[6:]
     if "DTSTART" in body.upper() or "\n" in body:
         raise ScheduleError("give only the RRULE part (FREQ=…); put the first run in start")
+    _check_rule_interval(body)
     if start:
         first = local_time(start, zone)
     else:  # the rule's BYHOUR/BYMINUTE decide the time; seconds are zero unless given
