@@ -107,11 +107,28 @@ def test_relative_one_off_and_start_anchor() -> None:
         (When(after="1h"), "Europe", "unknown time zone"),  # a folder of the zone database
         (When(after="1h"), "Europe/" + "x" * 300, "unknown time zone"),  # too long for a path
         (When(after="1h", start="2030-01-01T00:00"), "UTC", "start applies only"),
+        (When(after="100000000w"), "UTC", "too far ahead"),
+        (When(at="9999-12-31T23:30"), "America/New_York", "too far ahead"),  # UTC year 10000
+        (When(every="1d", start="9999-12-31T00:00"), "UTC", "too far ahead"),
+        (When(every="9" * 400 + "s"), "UTC", "too long"),
     ],
 )
 def test_bad_requests_say_what_to_fix(when: When, zone: str, fragment: str) -> None:
     with pytest.raises(ScheduleError, match=fragment):
         resolve(when, zone, 1_800_000_000.0)
+
+
+def test_no_run_falls_past_the_last_date_a_zone_can_show() -> None:
+    # A run time after 9999-12-31 in its zone (or in UTC) cannot be shown, so it is not a run:
+    # the schedule ends instead of breaking every listing of the owner's schedules.
+    for zone, when in [
+        ("Pacific/Kiritimati", When(every="1d")),  # UTC+14
+        ("America/New_York", When(rrule="FREQ=DAILY;BYHOUR=23;BYMINUTE=30")),
+    ]:
+        now = ts("9999-12-20T00:00", ZoneInfo(zone))
+        runs = resolve(when, zone, now).upcoming(now, 30)
+        assert 5 < len(runs) < 30
+        assert datetime.fromtimestamp(runs[-1], ZoneInfo(zone)).year == 9999
 
 
 @pytest.mark.timeout(10)  # without the check, dateutil loops forever on INTERVAL=0

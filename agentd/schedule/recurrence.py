@@ -11,7 +11,7 @@ clock on the wall says). On a DST day (the rule zoneinfo gives with fold=0):
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -24,6 +24,9 @@ _DST_SLACK = timedelta(hours=3)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
 _INTERVAL = re.compile(r"(?:^|;)\s*INTERVAL\s*=\s*([^;]*)", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# The last run time every zone can still show: a datetime ends with 9999-12-31, and a zone may
+# be a day ahead of UTC. A time past it would be stored and then break every listing.
+LAST_RUN = int(datetime(9999, 12, 30, tzinfo=UTC).timestamp())
 
 
 class ScheduleError(ValueError):
@@ -71,17 +74,21 @@ class Recurrence(BaseModel):
     def next_after(self, t: float) -> int | None:
         """The first occurrence strictly after `t` (epoch seconds), or None when there is none."""
         if self.kind == "once":
-            return self.at if self.at is not None and self.at > t else None
+            return self.at if self.at is not None and t < self.at <= LAST_RUN else None
         if self.kind == "interval":
             assert self.anchor is not None and self.every
             if t < self.anchor:
-                return self.anchor
-            return self.anchor + (int((t - self.anchor) // self.every) + 1) * self.every
+                nxt = self.anchor
+            else:
+                nxt = self.anchor + (int((t - self.anchor) // self.every) + 1) * self.every
+            return nxt if nxt <= LAST_RUN else None
         zone = _zone(self.timezone)
         assert self.rule is not None and self.dtstart is not None
         local = datetime.fromtimestamp(t, zone).replace(tzinfo=None) - _DST_SLACK
         for naive in _rule(self.rule, self.dtstart).xafter(local, inc=True):
             ts = naive.replace(tzinfo=zone).timestamp()  # fold=0: the DST rule above
+            if ts > LAST_RUN:
+                return None
             if ts > t:
                 return int(ts)
         return None
@@ -130,11 +137,14 @@ def parse_duration(text: str) -> int:
     """'1h30m' → 5400 seconds; a bare number is seconds."""
     raw = text.strip().lower().replace(" ", "")
     if re.fullmatch(r"\d+", raw):
-        return int(raw)
+        raw += "s"
     parts = _DURATION.findall(raw)
     if not parts or "".join(f"{n}{u}" for n, u in parts) != raw:
         raise ScheduleError(f"cannot read the duration {text!r}; write it like '20m' or '1h30m'")
-    return round(sum(float(n) * _UNIT_SECONDS[u.lower()] for n, u in parts))
+    try:
+        return round(sum(float(n) * _UNIT_SECONDS[u] for n, u in parts))
+    except OverflowError:  # hundreds of digits: past what a float holds
+        raise ScheduleError(f"the duration {text[:40]!r} is too long") from None
 
 
 def format_duration(seconds: float) -> str:
@@ -172,19 +182,27 @@ def resolve(when: When, timezone: str, now: float) -> Recurrence:
         at = local_time(when.at, zone).timestamp()
         if at <= now:
             raise ScheduleError(f"{when.at} ({timezone}) is in the past; give a future time")
-        return Recurrence(kind="once", timezone=timezone, at=int(at))
+        return Recurrence(kind="once", timezone=timezone, at=_before_the_last(at, when.at))
     if when.after:
         delay = parse_duration(when.after)
         if delay <= 0:
             raise ScheduleError("after must be a positive delay like '20m'")
-        return Recurrence(kind="once", timezone=timezone, at=int(now) + delay)
+        at = _before_the_last(int(now) + delay, f"in {when.after}")
+        return Recurrence(kind="once", timezone=timezone, at=at)
     if when.every:
         every = parse_duration(when.every)
         if every <= 0:
             raise ScheduleError("every must be a positive interval like '1h'")
         anchor = int(local_time(when.start, zone).timestamp()) if when.start else int(now) + every
+        anchor = _before_the_last(anchor, when.start or f"in {when.every}")
         return Recurrence(kind="interval", timezone=timezone, anchor=anchor, every=every)
     return _resolve_rrule(when.rrule or "", when.start, zone, timezone, now)
+
+
+def _before_the_last(ts: float, asked: str) -> int:
+    if ts > LAST_RUN:
+        raise ScheduleError(f"{asked} is too far ahead; give a time before 9999-12-30")
+    return int(ts)
 
 
 def _check_rule_interval(body: str) -> None:
