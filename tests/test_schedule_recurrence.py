@@ -70,6 +70,20 @@ def test_one_off_at_a_nonexistent_local_time_follows_the_same_rule() -> None:
     assert local(rec.at or 0) == "2026-03-29 03:30 CEST"
 
 
+def test_until_in_utc_as_rfc_5545_writes_it_ends_the_rule_then() -> None:
+    # A start in a zone takes UNTIL in UTC; 07:00Z on the 23rd is 08:00 CET, the last run.
+    now = ts("2026-11-20T12:00")
+    rule = "FREQ=DAILY;BYHOUR=8;BYMINUTE=0;UNTIL=20261123T070000Z"
+    rec = resolve(When(rrule=rule), "Europe/Berlin", now)
+    assert [local(t) for t in rec.upcoming(now, 5)] == [
+        "2026-11-21 08:00 CET",
+        "2026-11-22 08:00 CET",
+        "2026-11-23 08:00 CET",
+    ]
+    with pytest.raises(ScheduleError, match="no occurrence"):
+        resolve(When(rrule="FREQ=DAILY;UNTIL=20200101T000000Z"), "Europe/Berlin", now)
+
+
 def test_weekdays_rule_skips_the_weekend() -> None:
     now = ts("2026-11-20T09:00")  # a Friday, after 08:00
     rule = "FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;BYMINUTE=0"

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 _DST_SLACK = timedelta(hours=3)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
 _INTERVAL = re.compile(r"(?:^|;)\s*INTERVAL\s*=\s*([^;]*)", re.IGNORECASE)
+_UNTIL_UTC = re.compile(r"(UNTIL\s*=\s*)(\d{8}T\d{6})Z", re.IGNORECASE)
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # The last run time every zone can still show: a datetime ends with 9999-12-31, and a zone may
 # be a day ahead of UTC. A time past it would be stored and then break every listing.
@@ -213,6 +214,17 @@ def _check_rule_interval(body: str) -> None:
             raise ScheduleError(f"INTERVAL must be a whole number of at least 1, not {value!r}")
 
 
+def _until_in_zone(body: str, zone: ZoneInfo) -> str:
+    """RFC 5545 writes UNTIL in UTC ('…Z') when the start is in a zone, as a schedule's is;
+    dateutil counts from a naive start and takes only a naive UNTIL: the zone's wall clock."""
+
+    def local(match: re.Match[str]) -> str:
+        utc = datetime.strptime(match[2], "%Y%m%dT%H%M%S").replace(tzinfo=UTC)
+        return match[1] + utc.astimezone(zone).strftime("%Y%m%dT%H%M%S")
+
+    return _UNTIL_UTC.sub(local, body)
+
+
 def _resolve_rrule(
     text: str, start: str | None, zone: ZoneInfo, timezone: str, now: float
 ) -> Recurrence:
@@ -227,10 +239,11 @@ def _resolve_rrule(
     else:  # the rule's BYHOUR/BYMINUTE decide the time; seconds are zero unless given
         first = datetime.fromtimestamp(now, zone).replace(second=0, microsecond=0)
     dtstart = first.replace(tzinfo=None).isoformat()
-    rec = Recurrence(kind="rrule", timezone=timezone, rule=body, dtstart=dtstart)
     try:
+        rule = _until_in_zone(body, zone)
+        rec = Recurrence(kind="rrule", timezone=timezone, rule=rule, dtstart=dtstart)
         nxt = rec.next_after(now)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
         raise ScheduleError(f"invalid RRULE {text!r}: {exc}") from None
     if nxt is None:
         raise ScheduleError(f"the rule {text!r} has no occurrence after now")
