@@ -276,7 +276,8 @@ def test_approve_from_the_cli_reaches_the_turn_quickly(stack: Stack) -> None:
     again = stack.daemon.cli("approve", waiting[0]["id"])
     assert again.returncode == 1 and "Already decided" in again.stderr
     unknown = stack.daemon.cli("deny", "no-such-approval-id")
-    assert unknown.returncode == 1 and "unknown" in unknown.stderr
+    assert unknown.returncode == 1 and "no approval no-such-approval-id" in unknown.stderr
+    assert "agentd pending" in unknown.stderr  # says where the real ids are
 
 
 def test_a_stranger_cannot_approve(stack: Stack) -> None:
