@@ -6,6 +6,7 @@ One Dovecot per module; each test uses its own user, so the tests do not see eac
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Iterator
 from email.message import EmailMessage
 from email.utils import make_msgid
@@ -34,7 +35,7 @@ pytestmark = [
     # The test SMTP server speaks plain text on loopback; agentd's own default is TLS.
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
 ]
-USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 9)} | {"ana": "ana-pw", "bob": "bob-pw"}
+USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 10)} | {"ana": "ana-pw", "bob": "bob-pw"}
 
 
 @pytest.fixture(scope="module")
@@ -455,3 +456,20 @@ async def test_a_mail_with_an_unknown_charset_is_still_read(
     read = await call(tools, "mail_read", uid=uid)
     assert read.ok, read.content
     assert "Café at \ufffd noon" in read.content
+
+
+async def test_a_mail_with_a_huge_address_list_is_listed_and_read_quickly(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    """Anyone can write a To of 40,000 addresses; parsing it whole took the stdlib minutes."""
+    crowd = ", ".join(f"p{i}@example.net" for i in range(40_000))
+    raw = f"From: crowd@example.org\r\nTo: {crowd}\r\nSubject: hello all\r\n\r\nhi\r\n"
+    dovecot.deliver("user9", raw.encode())
+    tools = tools_for(account(dovecot, "user9"), db, tmp_path, USERS["user9"])
+    started = time.monotonic()
+    found = await call(tools, "mail_search", sender="crowd@")
+    assert found.ok and "hello all" in found.content, found.content
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+    read = await call(tools, "mail_read", uid=uid)
+    assert read.ok and "p1@example.net" in read.content, read.content
+    assert time.monotonic() - started < 5

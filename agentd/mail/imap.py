@@ -10,7 +10,6 @@ import contextlib
 import ssl
 from collections.abc import Iterator
 from datetime import date
-from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
 from typing import Any
@@ -19,9 +18,10 @@ from pydantic import BaseModel
 
 from agentd.config import MailAccountConfig
 from agentd.mail.errors import LOGIN_STAGE, MailError, classify_mail_error
+from agentd.mail.message import READ_POLICY
 
 HEADER_FIELDS = "FROM TO CC SUBJECT DATE MESSAGE-ID"
-_PARSER = BytesParser(policy=policy.default)
+_PARSER = BytesParser(policy=READ_POLICY)
 
 
 class Summary(BaseModel):

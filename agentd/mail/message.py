@@ -9,6 +9,7 @@ import re
 from datetime import UTC, datetime
 from email import policy as email_policy
 from email.message import EmailMessage
+from email.policy import EmailPolicy
 from email.utils import format_datetime, formataddr, getaddresses, parseaddr
 from pathlib import Path
 
@@ -17,7 +18,24 @@ from pydantic import BaseModel
 from agentd.net.html_text import html_to_text
 
 MAX_BODY_CHARS = 20_000
+# The standard library parses an address list in time that grows with the square of its
+# length: a stranger's To of 100,000 addresses (2 MB) held a read or a watcher for minutes.
+# No header a person reads needs more than this.
+MAX_HEADER_CHARS = 8_000
 _UNSAFE_NAME = re.compile(r"[^\w.\- ]+")
+
+
+class _CappedPolicy(EmailPolicy):
+    """policy.default, with each header cut to MAX_HEADER_CHARS before it is parsed."""
+
+    def header_fetch_parse(self, name: str, value: str) -> object:
+        if not hasattr(value, "name") and len(value) > MAX_HEADER_CHARS:
+            value = value[:MAX_HEADER_CHARS]
+        return super().header_fetch_parse(name, value)
+
+
+# How mail from outside is parsed: bounded headers, otherwise policy.default.
+READ_POLICY = _CappedPolicy()
 
 
 class Attachment(BaseModel):
