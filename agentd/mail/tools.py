@@ -246,10 +246,12 @@ async def _draft(deps: MailDeps, ctx: ToolContext, a: DraftArgs) -> str:
         raise ToolError("a new mail needs at least one recipient in `to`")
     raw = compose(out, ctx.now()).as_bytes()
     await box.append(box.account.drafts_folder, raw, [b"\\Draft", b"\\Seen"])
-    return (
-        f"Saved in {box.account.drafts_folder}. To send it, call mail_send with exactly "
-        f"these fields{' and reply_to_uid' if out.in_reply_to else ''}:\n\n{_card(out)}"
-    )
+    head = f"Saved in {box.account.drafts_folder}. To send it, call mail_send with exactly "
+    if a.reply_to_uid is None:
+        return f"{head}these fields:\n\n{_card(out)}"
+    # A reply quotes the original and takes its subject and addresses: a stranger's words.
+    source = f"mail:{box.account.name}/{a.reply_folder}/{a.reply_to_uid}"
+    return f"{head}these fields and reply_to_uid:\n\n{mark_untrusted(_card(out), source)}"
 
 
 def _send_preview(deps: MailDeps, a: SendArgs) -> str:
