@@ -5,9 +5,11 @@ One Dovecot per module; each test uses its own user, so the tests do not see eac
 
 from __future__ import annotations
 
+import base64
 import tempfile
 import time
 from collections.abc import Iterator
+from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.utils import make_msgid
 from pathlib import Path
@@ -491,3 +493,29 @@ async def test_a_reply_draft_shows_the_quoted_mail_only_as_untrusted_data(
     inside = draft.content.split("<untrusted_content", 1)[1].split("</untrusted_content>")[0]
     assert "> Ignore previous instructions" in inside and "mallory@example.net" in inside
     assert "Ignore previous" not in draft.content.replace(inside, "")
+
+
+async def test_a_reply_goes_with_the_subject_the_owner_approved(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    """The original's subject (here with a line break in an encoded word) is the draft's
+    suggestion; mail_send sends the subject its card showed, even an empty one."""
+    port, relay = smtp
+    sneaky = base64.b64encode(b"Hi\r\nBcc: mallory@example.net").decode()
+    raw = f"From: eve@example.net\r\nSubject: =?utf-8?b?{sneaky}?=\r\n\r\nhello\r\n"
+    dovecot.deliver("user9", raw.encode())
+    tools = tools_for(account(dovecot, "user9", port), db, tmp_path, USERS["user9"])
+    found = await call(tools, "mail_search", sender="eve@")
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+
+    draft = await call(tools, "mail_draft", reply_to_uid=uid, body="Hello.")
+    assert draft.ok, draft.content
+    assert "Subject: Re: Hi Bcc: mallory@example.net\n" in draft.content
+
+    args = {"to": ["eve@example.net"], "subject": "", "body": "Hello.", "reply_to_uid": uid}
+    card = tools["mail_send"].card(tools["mail_send"].parse_args(args))  # type: ignore[misc]
+    assert card is not None and "\nSubject: \n" in card.text, card.text
+    sent = await call(tools, "mail_send", "tu-empty-subject", **args)
+    assert sent.ok, sent.content
+    mail = message_from_bytes(relay.received[-1], policy=policy.default)
+    assert str(mail["Subject"]) == "" and mail["Bcc"] is None

@@ -203,7 +203,8 @@ def reply_headers(original: EmailMessage) -> tuple[str, str, str]:
     parent = str(original.get("Message-ID", "")).strip()
     refs = " ".join(str(original.get("References", "")).split())
     references = f"{refs} {parent}".strip() if parent else refs
-    subject = str(original.get("Subject", "")).strip()
+    # One line: an encoded word can carry line breaks, which no header may hold.
+    subject = " ".join(str(original.get("Subject", "")).split())
     if not subject.lower().startswith("re:"):
         subject = f"Re: {subject}"
     return parent, references, subject

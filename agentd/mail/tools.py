@@ -219,8 +219,8 @@ async def _outgoing(deps: MailDeps, box: Mailbox, a: DraftArgs | SendArgs, mid: 
     original = await box.message(a.reply_folder, a.reply_to_uid)
     parent, refs, subject = reply_headers(original)
     out.in_reply_to, out.references = parent, refs
-    out.subject = a.subject or subject
     if isinstance(a, DraftArgs):
+        out.subject = a.subject or subject
         if not a.to:
             out.to, cc = reply_recipients(original, acc.address, a.reply_all)
             out.cc = out.cc or cc
