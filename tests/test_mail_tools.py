@@ -519,3 +519,35 @@ async def test_a_reply_goes_with_the_subject_the_owner_approved(
     assert sent.ok, sent.content
     mail = message_from_bytes(relay.received[-1], policy=policy.default)
     assert str(mail["Subject"]) == "" and mail["Bcc"] is None
+
+
+def nested(depth: int) -> bytes:
+    opening = b"".join(
+        b'--b%d\r\nContent-Type: multipart/mixed; boundary="b%d"\r\n\r\n' % (i, i + 1)
+        for i in range(depth)
+    )
+    closing = b"".join(b"--b%d--\r\n" % i for i in range(depth, -1, -1))
+    return (
+        b"From: deep@example.net\r\nSubject: deep\r\nMIME-Version: 1.0\r\nContent-Type: "
+        b'multipart/mixed; boundary="b0"\r\n\r\n'
+        + opening
+        + b"--b%d\r\nContent-Type: text/plain\r\n\r\nbottom\r\n" % depth
+        + closing
+    )
+
+
+async def test_a_mail_nested_thousands_deep_is_refused_plainly_and_quickly(
+    dovecot: Dovecot, db: Database, tmp_path: Path
+) -> None:
+    """Its MIME is taken apart in the bounded child; the stdlib's recursion ends there."""
+    dovecot.deliver("user9", nested(3000))
+    tools = tools_for(account(dovecot, "user9"), db, tmp_path, USERS["user9"])
+    found = await call(tools, "mail_search", sender="deep@")
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+    started = time.monotonic()
+    read = await call(tools, "mail_read", uid=uid)
+    assert time.monotonic() - started < 10
+    assert not read.ok and f"read failed: message {uid} in INBOX is unreadable" in read.content
+    assert USERS["user9"] not in read.content
+    draft = await call(tools, "mail_draft", reply_to_uid=uid, body="Too deep.")
+    assert not draft.ok and "is unreadable" in draft.content

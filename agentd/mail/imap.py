@@ -165,12 +165,16 @@ def summaries(client: Any, folder: str, uids: list[int]) -> list[Summary]:
     return out
 
 
-def fetch_message(client: Any, uid: int) -> EmailMessage | None:
-    """The whole message, parsed; PEEK so reading does not mark it read by itself."""
+def fetch_raw(client: Any, uid: int) -> bytes | None:
+    """The whole message as sent; PEEK so reading does not mark it read by itself."""
     fetched = client.fetch([uid], ["BODY.PEEK[]"])
     if uid not in fetched:
         return None
-    return _PARSER.parsebytes(fetched[uid][b"BODY[]"])  # type: ignore[return-value]
+    return bytes(fetched[uid][b"BODY[]"])
+
+
+def parse_message(raw: bytes) -> EmailMessage:
+    return _PARSER.parsebytes(raw)  # type: ignore[return-value]
 
 
 def find_message_id(client: Any, message_id: str) -> list[int]:

@@ -13,10 +13,13 @@ from agentd.config import MailAccountConfig, read_secret
 from agentd.mail import imap
 from agentd.mail.errors import LOGIN_STAGE, MailError
 from agentd.mail.imap import Summary
-from agentd.mail.message import Readable, readable, save_attachment
+from agentd.mail.message import Readable, save_attachment
+from agentd.parsing.bounded import run_bounded
+from agentd.parsing.budget import Budget, ParseFailed
 
 T = TypeVar("T")
 MAX_LIST = 50
+READ_BUDGET = Budget(seconds=30.0, cpu_seconds=20, memory_bytes=1024 * 1024 * 1024)
 
 
 class Mailbox:
@@ -57,22 +60,38 @@ class Mailbox:
 
         return await self.run(work)
 
-    async def message(self, folder: str, uid: int) -> EmailMessage:
-        def work(client: Any) -> EmailMessage | None:
+    async def raw(self, folder: str, uid: int) -> bytes:
+        def work(client: Any) -> bytes | None:
             imap.select(client, self.account, folder, readonly=True)
-            return imap.fetch_message(client, uid)
+            return imap.fetch_raw(client, uid)
 
-        msg = await self.run(work)
-        if msg is None:
+        data = await self.run(work)
+        if data is None:
             raise MailError(self.account.name, "read", f"no message {uid} in {folder}")
-        return msg
+        return data
+
+    async def message(self, folder: str, uid: int) -> EmailMessage:
+        data = await self.raw(folder, uid)
+        return await asyncio.to_thread(imap.parse_message, data)
+
+    async def headers(self, folder: str, uid: int) -> EmailMessage:
+        """Only the header of a message (its body left unparsed): enough to reply to it."""
+        data = await self.raw(folder, uid)
+        return await asyncio.to_thread(imap.headers_of, data)
 
     async def read(self, folder: str, uid: int, mark_read: bool = False) -> Readable:
-        msg = await self.message(folder, uid)
-        shown = await asyncio.to_thread(readable, msg)  # HTML to text is CPU work
+        data = await self.raw(folder, uid)
+        # A stranger's MIME (thousands of parts, deep nesting, megabytes of HTML) is taken
+        # apart in the bounded child: it costs a child its budget, never the daemon.
+        try:
+            shown = await run_bounded("agentd.mail.message:readable_job", data, READ_BUDGET)
+        except ParseFailed as exc:
+            raise MailError(
+                self.account.name, "read", f"message {uid} in {folder} is unreadable: {exc}"
+            ) from None
         if mark_read:
             await self.set_flag(folder, [uid], "seen", True)
-        return shown
+        return Readable.model_validate(shown)
 
     async def save_attachment(
         self, folder: str, uid: int, index: int, target: Path, within: Path | None = None

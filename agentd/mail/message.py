@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from agentd.net.html_text import html_to_text
+from agentd.parsing.html_text import html_to_text
 
 MAX_BODY_CHARS = 20_000
 # The standard library parses an address list in time that grows with the square of its
@@ -66,7 +66,8 @@ def _attachments(msg: EmailMessage) -> list[EmailMessage]:
 def readable(msg: EmailMessage) -> Readable:
     """Headers decoded, the text part (else the HTML part as text), attachments listed.
 
-    CPU-bound for large HTML: call it off the event loop."""
+    A stranger's MIME can cost minutes and gigabytes: the daemon calls it through
+    readable_job, in the bounded child."""
     part = msg.get_body(preferencelist=("plain", "html"))
     body, body_from = "", "none"
     if part is not None:
@@ -101,6 +102,14 @@ def readable(msg: EmailMessage) -> Readable:
         body_from=body_from,
         attachments=items,
     )
+
+
+def readable_job(data: bytes) -> dict[str, object]:
+    """The bounded child's side of reading a mail: its raw bytes in, a Readable (JSON) out."""
+    from email.parser import BytesParser
+
+    msg = BytesParser(policy=READ_POLICY).parsebytes(data)
+    return readable(msg).model_dump()  # type: ignore[arg-type]
 
 
 def save_attachment(
@@ -226,10 +235,8 @@ def reply_recipients(
     return to, cc
 
 
-def quoted(original: EmailMessage, text: str) -> str:
+def quoted(original: Readable, text: str) -> str:
     """`text`, then the original's text quoted with '> ' under an attribution line."""
-    body = readable(original).body
-    lines = "\n".join(f"> {line}" if line else ">" for line in body.splitlines())
-    who = str(original.get("From", "")) or "someone"
-    when = str(original.get("Date", ""))
-    return f"{text.rstrip()}\n\nOn {when}, {who} wrote:\n{lines}\n"
+    lines = "\n".join(f"> {line}" if line else ">" for line in original.body.splitlines())
+    who = original.sender or "someone"
+    return f"{text.rstrip()}\n\nOn {original.date}, {who} wrote:\n{lines}\n"

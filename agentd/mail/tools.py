@@ -6,7 +6,6 @@ data; sending is high risk and egress, and its approval card shows the mail as i
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -216,7 +215,7 @@ async def _outgoing(deps: MailDeps, box: Mailbox, a: DraftArgs | SendArgs, mid: 
     )
     if a.reply_to_uid is None:
         return out
-    original = await box.message(a.reply_folder, a.reply_to_uid)
+    original = await box.headers(a.reply_folder, a.reply_to_uid)
     parent, refs, subject = reply_headers(original)
     out.in_reply_to, out.references = parent, refs
     if isinstance(a, DraftArgs):
@@ -224,7 +223,7 @@ async def _outgoing(deps: MailDeps, box: Mailbox, a: DraftArgs | SendArgs, mid: 
         if not a.to:
             out.to, cc = reply_recipients(original, acc.address, a.reply_all)
             out.cc = out.cc or cc
-        out.body = await asyncio.to_thread(quoted, original, a.body)
+        out.body = quoted(await box.read(a.reply_folder, a.reply_to_uid), a.body)
     return out
 
 
