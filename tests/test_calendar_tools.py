@@ -206,3 +206,43 @@ async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
         assert not missing.ok and "gone: " in missing.content and "404" in missing.content
     finally:
         server.shutdown()
+
+
+async def test_a_feed_is_parsed_only_in_the_bounded_child(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A feed is anyone's bytes (a 50 MB description cost the daemon 20 s and 400 MB):
+    the daemon never parses it, and bytes that are not iCalendar are said to be so."""
+    import functools
+    import http.server
+    import threading
+
+    from icalendar import Calendar
+
+    def parsed_in_the_daemon(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("outside iCalendar parsed in the daemon")
+
+    monkeypatch.setattr(Calendar, "from_ical", classmethod(parsed_in_the_daemon))
+    (tmp_path / "feed.ics").write_text(WEEKLY)
+    (tmp_path / "page.ics").write_text("<html><body>Log in first</body></html>")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        feeds = [
+            CalendarConfig(name="feed", url=f"{base}/feed.ics"),
+            CalendarConfig(name="page", url=f"{base}/page.ics"),
+        ]
+        config = Config(
+            calendar=feeds,
+            agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
+            access={"owner_id": 42},
+        )
+        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        out = await call(tools, "calendar_list", calendar="feed", start="2026-10-30")
+        assert out.ok and "09:00–09:30 CET: Standup (repeats)" in out.content, out.content
+        page = await call(tools, "calendar_list", calendar="page")
+        assert not page.ok and "page could not be expanded" in page.content, page.content
+    finally:
+        server.shutdown()

@@ -87,12 +87,27 @@ def _start_near(ev: Event, rule: object, start: datetime) -> None:
             ev.add(key, moved, parameters=params)
 
 
+def merged(data: bytes) -> Calendar:
+    """One calendar holding the components of every iCalendar document in `data`."""
+    out = Calendar()
+    out.add("prodid", "-//agentd//calendar//EN")
+    out.add("version", "2.0")
+    if not data.strip():
+        return out  # a calendar with no events in the range
+    found = Calendar.from_ical(data, multiple=True)
+    if not found:
+        raise ValueError("it is not iCalendar (no BEGIN:VCALENDAR … END:VCALENDAR)")
+    for cal in found:
+        for component in cal.subcomponents:
+            out.add_component(component)
+    return out
+
+
 def expand_job(data: bytes, *, start: str, end: str, zone: str) -> list[dict[str, object]]:
-    """The bounded child's side: iCalendar bytes in, capped occurrences (JSON-able) out."""
+    """The bounded child's side: iCalendar documents (as the server sent them) in, capped
+    occurrences (JSON-able) out."""
     tz = ZoneInfo(zone)
-    found = expand(
-        Calendar.from_ical(data), datetime.fromisoformat(start), datetime.fromisoformat(end), tz
-    )
+    found = expand(merged(data), datetime.fromisoformat(start), datetime.fromisoformat(end), tz)
     return [o.model_dump(mode="json") for o in found]
 
 

@@ -11,7 +11,12 @@ from typing import Any
 
 from icalendar import Calendar
 
+from agentd.calendar.events import merged
 from agentd.config import CalendarConfig, read_secret
+
+
+def _bytes(data: str | bytes) -> bytes:
+    return data if isinstance(data, bytes) else data.encode()
 
 
 class CalendarError(Exception):
@@ -94,8 +99,9 @@ class Source:
         self._calendar = calendars[0]
         return self._calendar
 
-    def fetch(self, start: datetime, end: datetime) -> Calendar:
-        """Every event (masters with their overrides) that may touch [start, end), unexpanded."""
+    def fetch_raw(self, start: datetime, end: datetime) -> bytes:
+        """Every event (masters with their overrides) that may touch [start, end), as the
+        server wrote it: one iCalendar document after another, parsed by `merged` alone."""
         if self.read_only:
             try:
                 response = self._client().request(self.config.url, "GET")
@@ -103,19 +109,17 @@ class Source:
                 raise _explain(self.config, exc) from None
             if response.status >= 400:
                 raise CalendarError(self.config.name, "feed", f"HTTP {response.status}")
-            return Calendar.from_ical(response.raw)
+            return _bytes(response.raw)
         cal = self.calendar()
         try:
             found = cal.search(start=start, end=end, event=True, expand=False)
         except Exception as exc:
             raise _explain(self.config, exc) from None
-        merged = Calendar()
-        merged.add("prodid", "-//agentd//calendar//EN")
-        merged.add("version", "2.0")
-        for obj in found:
-            for component in Calendar.from_ical(obj.data).subcomponents:
-                merged.add_component(component)
-        return merged
+        return b"\r\n".join(_bytes(obj.data) for obj in found)
+
+    def fetch(self, start: datetime, end: datetime) -> Calendar:
+        """fetch_raw, parsed here: for `agentd doctor`; the daemon parses in the bounded child."""
+        return merged(self.fetch_raw(start, end))
 
     def save(self, ical: str) -> None:
         """Create or replace (same UID: the same resource) one event."""

@@ -127,10 +127,10 @@ def _window(first: date, days: int, zone: ZoneInfo) -> tuple[datetime, datetime]
 async def _occurrences(deps: CalendarDeps, src: Source, first: date, days: int) -> list[Any]:
     zone = deps.zone(src)
     start, end = _window(first, days, zone)
-    cal = await asyncio.to_thread(src.fetch, start, end)
-    data = await asyncio.to_thread(cal.to_ical)
-    # The expansion of outside rules runs in the bounded child: a hostile event costs a
-    # child process its budget, never the daemon its memory or its loop.
+    data = await asyncio.to_thread(src.fetch_raw, start, end)
+    # Outside iCalendar is parsed and its rules expanded in the bounded child: a hostile
+    # event (a 50 MB description, a rule of millions) costs a child process its budget,
+    # never the daemon its memory or its loop.
     try:
         found = await run_bounded(
             "agentd.calendar.events:expand_job",
