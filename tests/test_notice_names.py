@@ -61,3 +61,20 @@ def test_an_error_in_a_notice_is_shown_as_written(conn: object) -> None:
         shown = to_html(notice, TELEGRAM)
         assert "<b>" not in shown and "<i>" not in shown and "<a " not in shown, shown
         assert "**urgent**" in shown and "evil.example" in shown
+
+
+def test_a_mail_notice_shows_a_senders_controls_and_bidi_overrides_escaped() -> None:
+    """An encoded word can carry U+202E (the rest of the line shown backwards) and terminal
+    escapes: the owner sees them as codes, never obeyed."""
+    account = MailAccountConfig(
+        name="home", address="me@example.org", imap_host="h", smtp_host="h", password_env="P"
+    )
+    summary = Summary.model_construct(
+        sender="Bank \u202egro.knab@ <evil@example.net>",
+        subject="Pay\x1b[31m now\x07",
+        uid=1,
+        folder="INBOX",
+    )
+    text = notice_text(account, summary)
+    assert "\u202e" not in text and "\x1b" not in text and "\x07" not in text
+    assert "Bank \\u202egro.knab@ evil@example.net" in text and "Pay\\u001b 31m now\\u0007" in text

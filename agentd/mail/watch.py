@@ -20,6 +20,7 @@ from functools import partial
 from typing import Any
 
 from agentd.access import owners
+from agentd.access.approvals import one_line
 from agentd.chat import reach
 from agentd.chat.inputs import TurnInput
 from agentd.chat.markup import literal
@@ -232,9 +233,12 @@ class Watchers:
 
 
 def _plain(text: str, limit: int = 120) -> str:
-    """Outside text for a notice: no Markdown that could restyle or link it, one short line."""
+    """Outside text for a notice: no Markdown that could restyle or link it, one short line,
+    and controls and bidi overrides shown escaped (a sender's U+202E would turn the rest of
+    the line around)."""
     cleaned = " ".join(text.translate({ord(c): " " for c in "*_`[]()~<>#|"}).split())
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+    cut = cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
+    return one_line(cut, limit=len(cut))
 
 
 def notice_text(account: MailAccountConfig, s: Summary) -> str:
