@@ -146,8 +146,11 @@ class MailDeps:
 
 
 def _line(s: imap.Summary) -> str:
+    """One line per message: a line break in a sender's header (an encoded word can hold one)
+    would draw a line that looks like another message."""
     marks = ("unread " if s.unread else "") + ("flagged " if s.flagged else "")
-    return f"uid {s.uid} | {s.date} | {s.sender} | {s.subject} | {marks.strip() or 'read'}"
+    date, sender, subject = (" ".join(v.split()) for v in (s.date, s.sender, s.subject))
+    return f"uid {s.uid} | {date} | {sender} | {subject} | {marks.strip() or 'read'}"
 
 
 async def _search(deps: MailDeps, ctx: ToolContext, a: SearchArgs) -> str:
