@@ -77,15 +77,21 @@ def _source_known(conn: Any, source: Source, config: Config) -> None:
         _automation_known(conn, source.automation, config)
 
 
-def _automation_known(conn: Any, name: str, config: Config) -> None:
-    from agentd.automations.runs import last_loaded
+def _loaded_automations(conn: Any) -> set[str] | None:
+    """What the daemon that ran last loaded; None when none has said yet. Read from the table
+    the automations package rewrites at each start and reload (a row named "" says it has
+    said), as the automation source reads its runs: watches sit beside automations, not above."""
+    rows = conn.execute("SELECT automation FROM automation_loaded").fetchall()
+    return {name for (name,) in rows if name} if rows else None
 
+
+def _automation_known(conn: Any, name: str, config: Config) -> None:
     if not config.automations.folder and not config.automations.modules:
         raise ScheduleError(
             "no automations are configured; write them in the folder that [automations] "
             "folder names in the config (docs/workflows.md)"
         )
-    loaded = last_loaded(conn)
+    loaded = _loaded_automations(conn)
     if loaded is not None and name not in loaded:
         names = ", ".join(sorted(loaded)) or "none"
         raise ScheduleError(
