@@ -140,7 +140,7 @@ async def test_a_linked_accounts_messages_carry_its_users_id(tmp_path: Path) -> 
 
 async def test_a_notice_for_a_user_is_sent_once_to_where_they_are_reached(tmp_path: Path) -> None:
     db = await Database.open(tmp_path / "n.db")
-    outbox = Recorder("routed")
+    outbox = Recorder("routed", chunk=4096)  # a notice fits one message here
     engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
     engine.register(make_notice_workflow(db, outbox, prefer=""))  # type: ignore[arg-type]
     await engine.run()
