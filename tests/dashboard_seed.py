@@ -132,7 +132,7 @@ def watch(conn: Any, wid: str, at: float, text: str) -> None:
     """A watch whose label and condition carry outside text, with one told check."""
     from agentd.config import Config
     from agentd.watch import store as watch_store
-    from agentd.watch.create import WatchRequest, create
+    from agentd.watch.create import WatchRequest, create, timing
     from agentd.watch.model import Source
 
     req = WatchRequest(
@@ -144,6 +144,7 @@ def watch(conn: Any, wid: str, at: float, text: str) -> None:
     w, _ = create(
         conn,
         req,
+        timing(req, now=at, config=Config()),
         watch_id=wid,
         user_id=OWNER,
         chat_id=CHAT,

@@ -45,3 +45,16 @@ def test_schedule_add_and_briefing_default_to_the_owner(config: Path) -> None:
     assert (added["user_id"], added["chat_id"]) == (7, 7)
     briefing = cli(config, "briefing", "enable", "--at", "07:30")
     assert (briefing["user_id"], briefing["chat_id"]) == (7, 7)
+
+
+def test_a_rule_from_the_command_line_is_searched_with_a_budget(config: Path) -> None:
+    # A weekday rule is found and stored; February 30th is refused with what to change.
+    added = cli(
+        config, "schedule", "add", "--message", "standup", "--rrule", "FREQ=WEEKLY;BYDAY=MO"
+    )
+    assert added["recurrence"]["rule"] == "FREQ=WEEKLY;BYDAY=MO"
+    args = ["schedule", "add", "--message", "rent", "--rrule", "FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30"]
+    result = runner.invoke(app, [*args, "--config", str(config)])
+    assert result.exit_code == 1
+    said = ("no run of the rule", "has no occurrence after now")
+    assert "not scheduled" in result.output and any(w in result.output for w in said)

@@ -318,23 +318,24 @@ def add_direct(daemon: Daemon, user: int, policy: str, rule: str, now: float) ->
     """What `agentd schedule add` does, without its start-up time (the runs are seconds away)."""
     from agentd.config import ScheduleConfig
     from agentd.db import open_sync
-    from agentd.schedule.create import ScheduleRequest, create
+    from agentd.schedule.create import ScheduleRequest, create, timing
 
     start = datetime.fromtimestamp(int(now) + 2, UTC).replace(tzinfo=None).isoformat()
     req = ScheduleRequest(message=policy, rrule=rule, start=start, timezone="UTC", catch_up=policy)  # type: ignore[arg-type]
     conn = open_sync(daemon.db_path)
     try:
         with conn:
+            config = ScheduleConfig(min_interval=1)
             create(
                 conn,
                 req,
+                timing(req, now=now, config=config, default_timezone="UTC"),
                 schedule_id=f"down{policy}",
                 user_id=user,
                 chat_id=user,
                 chat_kind="private",
                 now=now,
-                config=ScheduleConfig(min_interval=1),
-                default_timezone="UTC",
+                config=config,
                 by="test",
             )
     finally:

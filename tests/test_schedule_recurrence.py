@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
+import random
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from dateutil.rrule import rrulestr
 
-from agentd.schedule.recurrence import ScheduleError, When, parse_duration, resolve
+from agentd.schedule.recurrence import Recurrence, ScheduleError, When, parse_duration, resolve
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -156,3 +158,47 @@ def test_durations() -> None:
     assert parse_duration("1h30m") == 5400
     assert parse_duration("90") == 90
     assert parse_duration("1.5d") == 129600
+
+
+def _random_rule(rnd: random.Random) -> str:
+    parts = [f"FREQ={rnd.choice(['WEEKLY', 'DAILY', 'HOURLY', 'MINUTELY'])}"]
+    parts.append(f"INTERVAL={rnd.choice([1, 1, 2, 3, 5, 7, 13])}")
+    picks = {
+        "BYDAY": lambda: ",".join(rnd.sample(["MO", "TU", "WE", "TH", "FR", "SA", "SU"], 2)),
+        "BYHOUR": lambda: ",".join(str(h) for h in rnd.sample(range(24), 3)),
+        "BYMINUTE": lambda: ",".join(str(m) for m in rnd.sample(range(60), 2)),
+        "BYMONTHDAY": lambda: str(rnd.choice([1, 13, 28, 31, -1])),
+        "BYMONTH": lambda: ",".join(str(m) for m in rnd.sample(range(1, 13), 6)),
+        "BYSETPOS": lambda: str(rnd.choice([1, -1])),
+        "WKST": lambda: rnd.choice(["MO", "SU", "WE"]),
+        "UNTIL": lambda: "20270301T000000",
+    }
+    parts += [f"{key}={pick()}" for key, pick in picks.items() if rnd.random() < 0.3]
+    return ";".join(parts)
+
+
+def test_an_old_rule_finds_the_same_runs_as_a_walk_from_its_start() -> None:
+    """A rule is looked up from its last whole period before now, not walked from its start:
+    the runs found must be the ones dateutil finds walking from the start."""
+    rnd = random.Random(5545)
+    checked = 0
+    for _ in range(300):
+        rule = _random_rule(rnd)
+        start = datetime(2026, 9, 1) + timedelta(seconds=rnd.randrange(40 * 86400))
+        now = start + timedelta(seconds=rnd.randrange(90 * 86400))
+        try:
+            walked = list(itertools.islice(rrulestr(rule, dtstart=start).xafter(now), 5))
+        except ValueError:  # dateutil refuses some mixes of INTERVAL and BYHOUR
+            continue
+        rec = Recurrence(kind="rrule", timezone="UTC", rule=rule, dtstart=start.isoformat())
+        found = rec.upcoming(now.replace(tzinfo=UTC).timestamp(), 5)
+        assert found == [int(d.replace(tzinfo=UTC).timestamp()) for d in walked], (rule, start)
+        checked += 1
+    assert checked > 200
+
+
+def test_a_minutely_rule_started_long_ago_is_looked_up_at_once() -> None:
+    # Walking from year 1 would take a billion periods (hours) on every lookup.
+    now = datetime(2026, 12, 7, 10, 2, 30, tzinfo=UTC).timestamp()
+    rec = resolve(When(rrule="FREQ=MINUTELY;INTERVAL=5", start="0001-01-01T00:01"), "UTC", now)
+    assert [utc(t) for t in rec.upcoming(now, 2)] == ["2026-12-07 10:06", "2026-12-07 10:11"]

@@ -18,7 +18,7 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, store
 from agentd.schedule import store as sched_store
-from agentd.schedule.create import ScheduleRequest, create
+from agentd.schedule.create import ScheduleRequest, create, timing
 from agentd.schedule.recurrence import ScheduleError
 from agentd.schedule.workflow import ScheduleDeps, decide, make_schedule_workflow
 
@@ -72,17 +72,18 @@ class Rig:
 
     async def add(self, sid: str, **fields: Any) -> sched_store.Schedule:
         req = ScheduleRequest(**fields)
+        rec = timing(req, now=self.clock.now(), config=self.config.schedule, default_timezone="UTC")
         sched, _ = await self.db.write(
             lambda c: create(
                 c,
                 req,
+                rec,
                 schedule_id=sid,
                 user_id=7,
                 chat_id=7,
                 chat_kind="private",
                 now=self.clock.now(),
                 config=self.config.schedule,
-                default_timezone="UTC",
                 by="test",
             )
         )
@@ -430,3 +431,33 @@ async def test_a_run_of_someone_no_longer_served_is_refused_and_the_schedule_can
         )
         assert state == "cancelled"
         assert runs[-1] == ("refused", "the user is no longer served")
+
+
+async def test_a_rule_that_never_fires_is_refused_without_holding_the_database(
+    tmp_path: Any,
+) -> None:
+    """dateutil searches February 30th to year 9999 (seconds): the search runs in a child with
+    a CPU budget, before the transaction, so other writes go on meanwhile and the model is told
+    why."""
+    from agentd.schedule.tools import schedule_tools
+    from agentd.tools import ToolContext
+    from agentd.tools.execute import execute
+
+    db = await Database.open(tmp_path / "s.db")
+    try:
+        tool = next(t for t in schedule_tools(db, Config(), lambda _: None) if t.name == "schedule")
+        ctx = ToolContext(chat_id=7, chat_kind="private", user_id=7, instance_id="i")
+        args = {"message": "pay rent", "rrule": "FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30"}
+        searching = asyncio.create_task(execute(tool, ctx, args))
+        await asyncio.sleep(0)  # one turn of the loop: the call has started
+        for n in range(3):
+            await db.write(lambda c, n=n: c.execute("SELECT ?", (n,)).fetchone())
+        assert not searching.done()
+        result = await searching
+        # Out of CPU budget, or (a machine fast enough to reach 9999 in 2 s) nothing found.
+        said = ("no run of the rule", "has no occurrence after now")
+        assert result.is_error and any(words in result.content for words in said), result.content
+        count = await db.read(lambda c: c.execute("SELECT count(*) FROM schedules").fetchone())
+        assert count[0] == 0
+    finally:
+        await db.close()

@@ -203,7 +203,7 @@ async def test_list_schedules_in_a_group_shows_only_that_groups(tmp_path: Path) 
     """A user's reminders are private: listed in a group, only those set up there show."""
     from agentd.config import Config
     from agentd.db import Database
-    from agentd.schedule.create import ScheduleRequest, create
+    from agentd.schedule.create import ScheduleRequest, create, timing
     from agentd.schedule.tools import schedule_tools
     from agentd.tools import execute
 
@@ -219,13 +219,13 @@ async def test_list_schedules_in_a_group_shows_only_that_groups(tmp_path: Path) 
                 lambda c, sid=sid, chat=chat, kind=kind, request=request: create(
                     c,
                     request,
+                    timing(request, now=1000.0, config=config.schedule, default_timezone="UTC"),
                     schedule_id=sid,
                     user_id=42,
                     chat_id=chat,
                     chat_kind=kind,
                     now=1000.0,
                     config=config.schedule,
-                    default_timezone="UTC",
                     by="test",
                 )
             )

@@ -16,7 +16,7 @@ import pytest
 from agentd.config import Config
 from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
-from agentd.watch.create import WatchRequest, create
+from agentd.watch.create import WatchRequest, create, timing
 from agentd.watch.model import Reading, Seen, Source
 from tests.fakes.site import FakeSite
 from tests.hands_support import reachable_dir
@@ -122,6 +122,7 @@ def _add(
     w, _ = create(
         conn,
         req,
+        timing(req, now=START, config=config),
         watch_id=watch_id,
         user_id=OWNER,
         chat_id=OWNER,
@@ -285,6 +286,7 @@ def test_the_owners_own_data_is_told_only_in_a_private_chat(conn: Any) -> None:
         create(
             conn,
             req,
+            timing(req, now=START, config=Config()),
             watch_id="wmail",
             user_id=OWNER,
             chat_id=99,
@@ -343,6 +345,34 @@ async def test_the_model_is_refused_a_mail_account_the_config_lacks_as_the_cli_i
         await db.close()
     assert not said.ok and "Not added: no mail account is configured" in said.content
     assert watches == []
+
+
+async def test_the_models_watch_rule_is_searched_with_a_budget(tmp_path: Path) -> None:
+    from agentd.db import Database
+    from agentd.tools import ToolContext, execute
+    from agentd.watch.tools import watch_tools
+
+    config = Config.model_validate({"access": {"allowed_user_ids": [OWNER]}})
+    db = await Database.open(tmp_path / "agentd.db")
+    try:
+        [watch_add] = [
+            t for t in watch_tools(db, config, lambda key: None) if t.name == "watch_add"
+        ]
+        page = {"kind": "page", "url": "https://shop.example/x"}
+        args = {"label": "shop", "condition": "anything", "source": page}
+        said = {}
+        for rule in ("FREQ=DAILY;BYHOUR=8;BYMINUTE=0", "FREQ=DAILY;BYMONTH=4;BYMONTHDAY=31"):
+            ctx = ToolContext(
+                chat_id=OWNER, user_id=OWNER, instance_id="t", tool_use_id=rule, chat_kind="private"
+            )
+            said[rule] = await execute(watch_add, ctx, {**args, "rrule": rule})
+        watches = await db.read(store.list_watches)
+    finally:
+        await db.close()
+    daily, never = said.values()
+    assert daily.ok and [w.recurrence.rule for w in watches] == ["FREQ=DAILY;BYHOUR=8;BYMINUTE=0"]
+    nothing = ("no run of the rule", "has no occurrence after now")
+    assert not never.ok and any(words in never.content for words in nothing), never.content
 
 
 def test_an_automation_watch_needs_one_the_config_and_the_daemon_know(conn: Any) -> None:

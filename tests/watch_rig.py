@@ -16,7 +16,7 @@ from agentd.durable import Engine, FakeClock
 from agentd.llm import create_llm
 from agentd.tools.fetch import fetch_policy
 from agentd.watch import store
-from agentd.watch.create import WatchRequest, create
+from agentd.watch.create import WatchRequest, create, timing
 from agentd.watch.sources import SourceDeps
 from agentd.watch.workflow import (
     WatchDeps,
@@ -92,10 +92,12 @@ class Rig:
 
     async def add(self, wid: str, **fields: Any) -> store.Watch:
         req = WatchRequest(**fields)
+        rec = timing(req, now=self.clock.now(), config=self.config)
         w, _ = await self.db.write(
             lambda c: create(
                 c,
                 req,
+                rec,
                 watch_id=wid,
                 user_id=OWNER,
                 chat_id=OWNER,

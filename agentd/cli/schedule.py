@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Annotated, Any
@@ -105,7 +106,7 @@ def add(
 
     from agentd.access import owners
     from agentd.schedule import store
-    from agentd.schedule.create import ScheduleRequest, create, local_iso, summary
+    from agentd.schedule.create import ScheduleRequest, create, local_iso, summary, timing_bounded
     from agentd.schedule.recurrence import ScheduleError
 
     cfg = config_or_exit(config)
@@ -126,20 +127,27 @@ def add(
         )  # type: ignore[arg-type]
     except ValidationError as exc:
         fail(f"invalid schedule: {exc.errors(include_url=False)[0]['msg']}")
+    now = time.time()
+    try:  # before the transaction: a rule that never fires is searched for seconds
+        rec = asyncio.run(
+            timing_bounded(req, now=now, config=cfg.schedule, default_timezone=cfg.agent.timezone)
+        )
+    except ScheduleError as exc:
+        fail(f"not scheduled: {exc}")
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
                 sched, _ = create(
                     conn,
                     req,
+                    rec,
                     schedule_id=secrets.token_hex(5),
                     user_id=whose,
                     chat_id=chat if chat is not None else whose,
                     # A chat named here is taken as a group: nothing private is recalled in it.
                     chat_kind="private" if chat is None else "group",
-                    now=time.time(),
+                    now=now,
                     config=cfg.schedule,
-                    default_timezone=cfg.agent.timezone,
                     by="cli",
                 )
         except ScheduleError as exc:

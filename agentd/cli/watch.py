@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
 from typing import Annotated, Any
@@ -94,7 +95,7 @@ def add(
 
     from agentd.access import owners
     from agentd.schedule import ScheduleError
-    from agentd.watch.create import WatchRequest, create, report
+    from agentd.watch.create import WatchRequest, create, report, timing_bounded
     from agentd.watch.model import Source
 
     cfg = config_or_exit(config)
@@ -121,18 +122,24 @@ def add(
         )
     except ValidationError as exc:
         fail(f"invalid watch: {exc.errors(include_url=False)[0]['msg']}")
+    now = time.time()
+    try:  # before the transaction: a rule that never fires is searched for seconds
+        rec = asyncio.run(timing_bounded(req, now=now, config=cfg))
+    except ScheduleError as exc:
+        fail(f"not added: {exc}")
     with database(cfg, write=True) as conn:
         try:
             with transaction(conn):
                 w, _ = create(
                     conn,
                     req,
+                    rec,
                     watch_id="w" + secrets.token_hex(4),
                     user_id=owner,
                     chat_id=chat if chat is not None else owner,
                     # A chat named here is taken as a group, as `agentd schedule add` does.
                     chat_kind="private" if chat is None else "group",
-                    now=time.time(),
+                    now=now,
                     config=cfg,
                     by="cli",
                 )

@@ -10,7 +10,7 @@ from typing import Any
 from agentd.chat.names import BRIEFING_ONCE_PREFIX, BRIEFING_PREFIX
 from agentd.config import Config
 from agentd.schedule import store
-from agentd.schedule.create import ScheduleRequest, create
+from agentd.schedule.create import ScheduleRequest, create, timing
 from agentd.schedule.recurrence import ScheduleError
 from agentd.schedule.store import Schedule
 
@@ -50,16 +50,18 @@ def enable(
     req = ScheduleRequest(prompt=PROMPT, rrule=rule_for(at, weekdays), catch_up="once")
     for old in active(conn, owner):
         store.set_state(conn, old, "cancelled", now, by="briefing")
+    # The briefing's own rule: a plain daily time, found at once, so inside the transaction.
+    rec = timing(req, now=now, config=config.schedule, default_timezone=config.agent.timezone)
     sched, _ = create(
         conn,
         req,
+        rec,
         schedule_id=f"{PREFIX}{secrets.token_hex(4)}",
         user_id=owner,
         chat_id=owner,
         chat_kind="private",
         now=now,
         config=config.schedule,
-        default_timezone=config.agent.timezone,
         by="briefing",
     )
     return sched
@@ -72,16 +74,17 @@ def disable(conn: Any, owner: int | None, now: float) -> list[Schedule]:
 def run_once(conn: Any, config: Config, *, owner: int, after: str, now: float) -> Schedule:
     """The briefing once, `after` from now (to see what the mornings will bring)."""
     req = ScheduleRequest(prompt=PROMPT, after=after)
+    rec = timing(req, now=now, config=config.schedule, default_timezone=config.agent.timezone)
     sched, _ = create(
         conn,
         req,
+        rec,
         schedule_id=f"{ONCE_PREFIX}{secrets.token_hex(4)}",
         user_id=owner,
         chat_id=owner,
         chat_kind="private",
         now=now,
         config=config.schedule,
-        default_timezone=config.agent.timezone,
         by="briefing",
     )
     return sched

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from datetime import datetime
 from typing import Any
 
@@ -16,11 +15,10 @@ from agentd.schedule.recurrence import (
     Recurrence,
     ScheduleError,
     When,
-    format_duration,
-    resolve,
     zone_or_error,
 )
 from agentd.schedule.store import CatchUp, Schedule
+from agentd.schedule.timing import Gap, checked, checked_bounded
 
 MAX_TEXT_CHARS = 4000
 
@@ -49,21 +47,29 @@ class ScheduleRequest(When):
     )
 
 
-def _check_interval(rec: Recurrence, now: float, minimum: float) -> None:
-    times = [now, *rec.upcoming(now, 6)] if rec.kind == "rrule" else []
-    gaps = [b - a for a, b in itertools.pairwise(times[1:])]
-    if rec.kind == "interval":
-        gaps = [float(rec.every or 0)]
-    if gaps and min(gaps) < minimum:
-        raise ScheduleError(
-            f"runs would be {format_duration(min(gaps))} apart; the minimum is "
-            f"{format_duration(minimum)} (schedule.min_interval)"
-        )
+def _gap(config: ScheduleConfig) -> Gap:
+    return Gap(config.min_interval, "runs", "schedule.min_interval")
+
+
+def timing(
+    req: ScheduleRequest, *, now: float, config: ScheduleConfig, default_timezone: str
+) -> Recurrence:
+    """When the request runs, checked, in this process: for rules the daemon writes itself
+    (the briefing's). A rule from the model or the command line goes to `timing_bounded`."""
+    return checked(req, req.timezone or default_timezone, now, _gap(config))
+
+
+async def timing_bounded(
+    req: ScheduleRequest, *, now: float, config: ScheduleConfig, default_timezone: str
+) -> Recurrence:
+    """`timing` with a calendar rule searched in a child with a CPU budget (`timing.SEARCH`)."""
+    return await checked_bounded(req, req.timezone or default_timezone, now, _gap(config))
 
 
 def create(
     conn: Any,
     req: ScheduleRequest,
+    rec: Recurrence,
     *,
     schedule_id: str,
     user_id: int,
@@ -71,20 +77,16 @@ def create(
     chat_kind: ChatKind,
     now: float,
     config: ScheduleConfig,
-    default_timezone: str,
     by: str,
 ) -> tuple[Schedule, bool]:
-    """Validate and store a schedule with its first occurrence; (schedule, newly created)."""
-    try:
-        return store.get(conn, schedule_id), False  # the same tool call, run again
-    except store.NotFound:
-        pass
+    """Store a schedule whose `timing` was checked, with its first occurrence; (schedule,
+    newly created)."""
+    found = store.find(conn, schedule_id)
+    if found is not None:
+        return found, False  # the same tool call, run again
     texts = [(k, v.strip()) for k, v in (("message", req.message), ("prompt", req.prompt)) if v]
     if len(texts) != 1 or not texts[0][1]:
         raise ScheduleError("give exactly one of: message (sent as is) or prompt (run by you)")
-    timezone = req.timezone or default_timezone
-    rec = resolve(req, timezone, now)
-    _check_interval(rec, now, config.min_interval)
     active = store.count_active(conn, user_id)
     if active >= config.max_active_per_user:
         raise ScheduleError(
@@ -102,7 +104,7 @@ def create(
         action=texts[0][0],  # type: ignore[arg-type]
         text=texts[0][1],
         recurrence=rec,
-        timezone=timezone,
+        timezone=rec.timezone,
         catch_up=req.catch_up or config.default_catch_up,
         state="active",
         next_run=first,

@@ -92,6 +92,13 @@ def get(conn: Any, schedule_id: str, *, user_id: int | None = None) -> Schedule:
     return _row(row)
 
 
+def find(conn: Any, schedule_id: str) -> Schedule | None:
+    try:
+        return get(conn, schedule_id)
+    except NotFound:
+        return None
+
+
 def list_schedules(
     conn: Any, *, user_id: int | None = None, states: tuple[str, ...] = ("active", "paused")
 ) -> list[Schedule]:

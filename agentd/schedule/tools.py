@@ -13,7 +13,14 @@ from pydantic import BaseModel, Field
 from agentd.config import Config
 from agentd.db import Database
 from agentd.schedule import store
-from agentd.schedule.create import TAINT_MARK, ScheduleRequest, create, local_iso, summary
+from agentd.schedule.create import (
+    TAINT_MARK,
+    ScheduleRequest,
+    create,
+    local_iso,
+    summary,
+    timing_bounded,
+)
 from agentd.schedule.recurrence import ScheduleError
 from agentd.tools import Tool, ToolContext, ToolError, Toolset
 from agentd.tools.policy import asks_outside_private
@@ -63,21 +70,27 @@ def _create_tool(
     )
     async def schedule(ctx: ToolContext, args: ScheduleRequest) -> str:
         sid = tool_schedule_id(ctx.instance_id, ctx.tool_use_id)
+        now = ctx.now()
         try:
-            sched, _ = await db.write(
-                lambda conn: create(
-                    conn,
-                    args,
-                    schedule_id=sid,
-                    user_id=ctx.user_id,
-                    chat_id=ctx.chat_id,
-                    chat_kind=ctx.chat_kind,
-                    now=ctx.now(),
-                    config=config.schedule,
-                    default_timezone=ctx.timezone,
-                    by=created_by(ctx),
+            sched = await db.read(lambda conn: store.find(conn, sid))  # the call, run again
+            if sched is None:
+                rec = await timing_bounded(
+                    args, now=now, config=config.schedule, default_timezone=ctx.timezone
                 )
-            )
+                sched, _ = await db.write(
+                    lambda conn: create(
+                        conn,
+                        args,
+                        rec,
+                        schedule_id=sid,
+                        user_id=ctx.user_id,
+                        chat_id=ctx.chat_id,
+                        chat_kind=ctx.chat_kind,
+                        now=now,
+                        config=config.schedule,
+                        by=created_by(ctx),
+                    )
+                )
         except ScheduleError as exc:
             raise ToolError(f"Not scheduled: {exc}.") from None
         kick(store.schedule_key(sid))

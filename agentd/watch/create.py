@@ -3,7 +3,6 @@ this), and the lines that describe one."""
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -16,7 +15,8 @@ from agentd.ledger.pricing import ModelPrice, price_for
 from agentd.llm.pricing import cheapest, price_table
 from agentd.schedule import ScheduleError, When
 from agentd.schedule.create import local_iso
-from agentd.schedule.recurrence import Recurrence, format_duration, resolve
+from agentd.schedule.recurrence import Recurrence
+from agentd.schedule.timing import Gap, checked, checked_bounded
 from agentd.watch import budget, store
 from agentd.watch.model import Source
 from agentd.watch.store import CatchUp, Watch
@@ -46,18 +46,6 @@ class WatchRequest(BaseModel):
         default=None, ge=0, description="This watch's own token cap per day; default [watch]."
     )
     catch_up: CatchUp | None = None
-
-
-def _interval_ok(rec: Recurrence, now: float, minimum: float) -> None:
-    if rec.kind == "interval":
-        gaps = [float(rec.every or 0)]
-    else:
-        gaps = [b - a for a, b in itertools.pairwise(rec.upcoming(now, 6))]
-    if gaps and min(gaps) < minimum:
-        raise ScheduleError(
-            f"checks would be {format_duration(min(gaps))} apart; the minimum is "
-            f"{format_duration(minimum)} (watch.min_interval)"
-        )
 
 
 def _source_known(conn: Any, source: Source, config: Config) -> None:
@@ -101,9 +89,30 @@ def _automation_known(conn: Any, name: str, config: Config) -> None:
         )
 
 
+def _gap(config: Config) -> Gap:
+    return Gap(config.watch.min_interval, "checks", "watch.min_interval")
+
+
+def _when(req: WatchRequest) -> When:
+    if bool(req.every) == bool(req.rrule):
+        raise ScheduleError("give exactly one of: every (an interval) or rrule (a calendar rule)")
+    return When(every=req.every, rrule=req.rrule)
+
+
+def timing(req: WatchRequest, *, now: float, config: Config) -> Recurrence:
+    """When the watch checks, checked, in this process (as a schedule's `timing`)."""
+    return checked(_when(req), config.agent.timezone, now, _gap(config))
+
+
+async def timing_bounded(req: WatchRequest, *, now: float, config: Config) -> Recurrence:
+    """`timing` with a calendar rule searched in a child with a CPU budget."""
+    return await checked_bounded(_when(req), config.agent.timezone, now, _gap(config))
+
+
 def create(
     conn: Any,
     req: WatchRequest,
+    rec: Recurrence,
     *,
     watch_id: str,
     user_id: int,
@@ -113,7 +122,8 @@ def create(
     config: Config,
     by: str,
 ) -> tuple[Watch, bool]:
-    """Validate and store a watch with its first check (in a moment); (watch, newly made)."""
+    """Validate and store a watch whose `timing` was checked, with its first check (in a
+    moment); (watch, newly made)."""
     found = store.get_any(conn, watch_id)
     if found is not None:
         return found, False  # the same tool call, run again
@@ -123,10 +133,6 @@ def create(
             "chat (a page watch may tell a group)"
         )
     _source_known(conn, req.source, config)
-    if bool(req.every) == bool(req.rrule):
-        raise ScheduleError("give exactly one of: every (an interval) or rrule (a calendar rule)")
-    rec = resolve(When(every=req.every, rrule=req.rrule), config.agent.timezone, now)
-    _interval_ok(rec, now, config.watch.min_interval)
     active = store.count_active(conn, user_id)
     if active >= config.watch.max_per_user:
         raise ScheduleError(

@@ -17,7 +17,7 @@ from agentd.tools import Tool, ToolContext, ToolError, Toolset
 from agentd.tools.base import Assessment, CallState
 from agentd.tools.toolset import OwnerOnly
 from agentd.watch import store
-from agentd.watch.create import WatchRequest, create, report, summary
+from agentd.watch.create import WatchRequest, create, report, summary, timing_bounded
 
 NOT_THE_OWNERS = "Watches are the owner's: only they can add or change one, in their own chat."
 
@@ -71,20 +71,25 @@ def watch_tools(db: Database, config: Config, kick: Callable[[str], None]) -> li
     async def watch_add(ctx: ToolContext, args: WatchRequest) -> str:
         wid = tool_watch_id(ctx.instance_id, ctx.tool_use_id)
         by = f"tool:{ctx.instance_id}:user:{ctx.user_id}"
+        now = ctx.now()
         try:
-            w, _ = await db.write(
-                lambda conn: create(
-                    conn,
-                    args,
-                    watch_id=wid,
-                    user_id=ctx.user_id,
-                    chat_id=ctx.chat_id,
-                    chat_kind=ctx.chat_kind,
-                    now=ctx.now(),
-                    config=config,
-                    by=by,
+            w = await db.read(lambda conn: store.get_any(conn, wid))  # the call, run again
+            if w is None:
+                rec = await timing_bounded(args, now=now, config=config)
+                w, _ = await db.write(
+                    lambda conn: create(
+                        conn,
+                        args,
+                        rec,
+                        watch_id=wid,
+                        user_id=ctx.user_id,
+                        chat_id=ctx.chat_id,
+                        chat_kind=ctx.chat_kind,
+                        now=now,
+                        config=config,
+                        by=by,
+                    )
                 )
-            )
         except ScheduleError as exc:
             raise ToolError(f"Not added: {exc}.") from None
         kick(store.watch_key(wid))
