@@ -149,3 +149,21 @@ def test_the_model_key_and_the_bot_token_load_from_each_source(
         bot_token(config, env) if name == "TELEGRAM_BOT_TOKEN" else config.secrets.anthropic_api_key
     )
     assert held is not None and held.get_secret_value() == value
+
+
+@pytest.mark.parametrize("name", ["Mars/Olympus", "Europe", "../etc/passwd", "Europe/" + "x" * 300])
+async def test_one_reader_refuses_a_zone_the_same_way_in_the_config_and_the_tool(
+    name: str,
+) -> None:
+    from pydantic import ValidationError
+
+    from agentd.tools import ToolContext, execute
+    from agentd.tools.builtin import current_time
+
+    calendar = {"url": "https://cal.example/feed.ics", "timezone": name}
+    for section in ({"agent": {"timezone": name}}, {"calendar": [calendar]}):
+        with pytest.raises(ValidationError, match="unknown time zone .*'Europe/Berlin'"):
+            Config.model_validate(section)
+    ctx = ToolContext(chat_id=1, user_id=1, instance_id="i", chat_kind="private")
+    said = await execute(current_time, ctx, {"timezone": name})
+    assert not said.ok and "Unknown time zone" in said.content and "Europe/Berlin" in said.content

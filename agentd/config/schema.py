@@ -26,7 +26,6 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import (
     BaseModel,
@@ -39,6 +38,7 @@ from pydantic import (
 from agentd.config.models import PURPOSES, BreakerPolicy, ProviderConfig, check_names
 from agentd.config.paths import resolve
 from agentd.config.secrets import Secrets, SecretSource
+from agentd.config.zones import zone
 from agentd.ledger.pricing import ModelPrice
 
 log = logging.getLogger("agentd")
@@ -63,11 +63,7 @@ class AgentConfig(_Section):
     @field_validator("timezone")
     @classmethod
     def _known_zone(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        # OSError: a name that is a folder of the zone database ('Europe') or too long for a path.
-        except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-            raise ValueError(f"unknown IANA time zone {value!r} (try 'Europe/Berlin')") from exc
+        zone(value)
         return value
 
 
@@ -572,6 +568,13 @@ class CalendarConfig(_Section):
     calendar: str = ""
     timezone: str = ""  # empty: agent.timezone
     timeout: float = Field(default=30.0, gt=0, le=300)
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        if value:
+            zone(value)
+        return value
 
     @field_validator("url")
     @classmethod

@@ -14,10 +14,12 @@ import re
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo
 
 from dateutil.rrule import rrule, rrulestr
 from pydantic import BaseModel, Field
+
+from agentd.config import zones
 
 # Searching from a little before `t` in local time covers the largest UTC offset change.
 _DST_SLACK = timedelta(hours=3)
@@ -92,7 +94,7 @@ class Recurrence(BaseModel):
             else:
                 nxt = self.anchor + (int((t - self.anchor) // self.every) + 1) * self.every
             return nxt if nxt <= LAST_RUN else None
-        zone = _zone(self.timezone)
+        zone = zone_or_error(self.timezone)
         assert self.rule is not None and self.dtstart is not None
         local = datetime.fromtimestamp(t, zone).replace(tzinfo=None) - _DST_SLACK
         for naive in _rule_near(self.rule, self.dtstart, local).xafter(local, inc=True):
@@ -121,11 +123,6 @@ class Recurrence(BaseModel):
         if self.kind == "interval":
             return f"every {format_duration(self.every or 0)}"
         return f"RRULE {self.rule} ({self.timezone})"
-
-
-@lru_cache(maxsize=64)
-def _zone(name: str) -> ZoneInfo:
-    return ZoneInfo(name)
 
 
 @lru_cache(maxsize=1024)
@@ -158,12 +155,9 @@ def _period(body: str) -> timedelta | None:
 
 def zone_or_error(name: str) -> ZoneInfo:
     try:
-        return _zone(name)
-    # OSError: a name that is a folder of the zone database ('Europe') or too long for a path.
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise ScheduleError(
-            f"unknown time zone {name!r}; use an IANA name like 'Europe/Berlin'"
-        ) from None
+        return zones.zone(name)
+    except zones.UnknownZone as exc:
+        raise ScheduleError(str(exc)) from None
 
 
 def parse_duration(text: str) -> int:

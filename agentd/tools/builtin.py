@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from typing import Annotated
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pydantic import Field
 
 from agentd.config import ToolsConfig
+from agentd.config.zones import UnknownZone, zone
 from agentd.tools.base import Tool, ToolContext, ToolError
 from agentd.tools.declare import tool
 from agentd.tools.fetch import fetch_policy, fetch_url_tool
@@ -25,12 +25,10 @@ async def current_time(
     """Current date and time in ISO 8601, in the owner's time zone unless another is asked."""
     name = timezone or ctx.timezone
     try:
-        zone = ZoneInfo(name)
-    # OSError: a name that is a folder of the zone database ('Europe') or too long for a path.
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        message = f"Unknown time zone {name!r}; use an IANA name like 'Europe/Berlin'."
-        raise ToolError(message) from None
-    now = datetime.fromtimestamp(ctx.now(), tz=zone)
+        now = datetime.fromtimestamp(ctx.now(), tz=zone(name))
+    except UnknownZone as exc:
+        said = str(exc)
+        raise ToolError(f"{said[:1].upper()}{said[1:]}.") from None
     return f"{now.isoformat(timespec='seconds')} ({name}, {now:%A})"
 
 
