@@ -246,3 +246,66 @@ async def test_a_feed_is_parsed_only_in_the_bounded_child(
         assert not page.ok and "page could not be expanded" in page.content, page.content
     finally:
         server.shutdown()
+
+
+async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A feed is read up to MAX_FEED_BYTES and no further; its password is sent to the feed's
+    own address when that asks, and never along a redirect to another host."""
+    import base64
+    import http.server
+    import threading
+
+    from agentd.calendar import source
+
+    monkeypatch.setattr(source, "MAX_FEED_BYTES", len(WEEKLY) + 10)
+    seen: list[tuple[str, str]] = []
+
+    class Feeds(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            seen.append((self.path, self.headers.get("Authorization", "")))
+            if self.path == "/away.ics":
+                self.send_response(302)
+                self.send_header("Location", f"http://localhost:{port}/stolen.ics")
+                self.end_headers()
+                return
+            if not self.headers.get("Authorization"):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", 'Basic realm="feeds"')
+                self.end_headers()
+                return
+            body = (WEEKLY * (20 if self.path == "/big.ics" else 1)).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Feeds)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        feeds = [
+            CalendarConfig(name=name, url=f"http://127.0.0.1:{port}/{name}.ics", username="me")
+            for name in ("feed", "big", "away")
+        ]
+        config = Config(
+            calendar=feeds,
+            agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
+            access={"owner_id": 42},
+        )
+        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        out = await call(tools, "calendar_list", calendar="feed", start="2026-10-30")
+        assert out.ok and "Standup (repeats)" in out.content, out.content
+        big = await call(tools, "calendar_list", calendar="big")
+        assert not big.ok and "big: feed failed" in big.content and "larger than" in big.content
+        away = await call(tools, "calendar_list", calendar="away")
+        assert not away.ok, away.content
+    finally:
+        server.shutdown()
+    sent = base64.b64encode(b"me:").decode()
+    assert ("/feed.ics", f"Basic {sent}") in seen
+    assert [auth for path, auth in seen if path == "/stolen.ics"] == [""]

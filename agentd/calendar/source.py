@@ -1,4 +1,5 @@
-"""Where events come from and go to: a CalDAV calendar (python-caldav) or a read-only .ics feed.
+"""Where events come from and go to: a CalDAV calendar (python-caldav) or a read-only .ics feed
+(a plain GET with the standard library, read up to a cap).
 
 Synchronous (caldav and its HTTP client block): the tools call these in a thread.
 """
@@ -13,6 +14,10 @@ from icalendar import Calendar
 
 from agentd.calendar.events import merged
 from agentd.config import CalendarConfig, read_secret
+
+# A feed is anyone's file: the daemon reads no more of it than this (a busy public calendar
+# with years of history is a few MB; caldav's client held 370 MB for a 50 MB feed).
+MAX_FEED_BYTES = 20 * 1024 * 1024
 
 
 def _bytes(data: str | bytes) -> bytes:
@@ -34,7 +39,8 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
     from caldav.lib import error
 
     text = f"{type(exc).__name__}: {exc}"[:300]
-    for cause in (exc, exc.__cause__, exc.__context__):
+    # urllib (a feed) wraps the cause in URLError.reason.
+    for cause in (exc, exc.__cause__, exc.__context__, getattr(exc, "reason", None)):
         if isinstance(cause, socket.gaierror):
             return CalendarError(config.name, "DNS", f"cannot resolve the host of {config.url}")
         if isinstance(cause, ssl.SSLError):
@@ -103,19 +109,45 @@ class Source:
         """Every event (masters with their overrides) that may touch [start, end), as the
         server wrote it: one iCalendar document after another, parsed by `merged` alone."""
         if self.read_only:
-            try:
-                response = self._client().request(self.config.url, "GET")
-            except Exception as exc:
-                raise _explain(self.config, exc) from None
-            if response.status >= 400:
-                raise CalendarError(self.config.name, "feed", f"HTTP {response.status}")
-            return _bytes(response.raw)
+            return self._feed()
         cal = self.calendar()
         try:
             found = cal.search(start=start, end=end, event=True, expand=False)
         except Exception as exc:
             raise _explain(self.config, exc) from None
         return b"\r\n".join(_bytes(obj.data) for obj in found)
+
+    def _feed(self) -> bytes:
+        """The feed's bytes, at most MAX_FEED_BYTES. The password goes only to the feed's own
+        address, when it asks (a redirect elsewhere never sees it)."""
+        import urllib.error
+        import urllib.request
+
+        handlers: list[urllib.request.BaseHandler] = []
+        if self.config.username:
+            keys = urllib.request.HTTPPasswordMgrWithDefaultRealm()
+            keys.add_password(None, self.config.url, self.config.username, self.password)
+            handlers.append(urllib.request.HTTPBasicAuthHandler(keys))
+        request = urllib.request.Request(self.config.url, headers={"User-Agent": "agentd"})
+        try:
+            with urllib.request.build_opener(*handlers).open(
+                request, timeout=self.config.timeout
+            ) as response:
+                data = response.read(MAX_FEED_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:
+                raise _explain(self.config, exc) from None
+            raise CalendarError(self.config.name, "feed", f"HTTP {exc.code}") from None
+        except Exception as exc:
+            raise _explain(self.config, exc) from None
+        if len(data) > MAX_FEED_BYTES:
+            raise CalendarError(
+                self.config.name,
+                "feed",
+                f"the feed at {self.config.url} is larger than "
+                f"{MAX_FEED_BYTES // 2**20} MB; subscribe to a smaller one (a shorter range)",
+            )
+        return data
 
     def fetch(self, start: datetime, end: datetime) -> Calendar:
         """fetch_raw, parsed here: for `agentd doctor`; the daemon parses in the bounded child."""
