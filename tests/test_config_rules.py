@@ -162,7 +162,7 @@ async def test_one_reader_refuses_a_zone_the_same_way_in_the_config_and_the_tool
 
     calendar = {"url": "https://cal.example/feed.ics", "timezone": name}
     for section in ({"agent": {"timezone": name}}, {"calendar": [calendar]}):
-        with pytest.raises(ValidationError, match="unknown time zone .*'Europe/Berlin'"):
+        with pytest.raises(ValidationError, match=r"unknown time zone .*'Europe/Berlin'"):
             Config.model_validate(section)
     ctx = ToolContext(chat_id=1, user_id=1, instance_id="i", chat_kind="private")
     said = await execute(current_time, ctx, {"timezone": name})

@@ -551,6 +551,10 @@ async def test_a_mail_nested_thousands_deep_is_refused_plainly_and_quickly(
     assert USERS["user9"] not in read.content
     draft = await call(tools, "mail_draft", reply_to_uid=uid, body="Too deep.")
     assert not draft.ok and "is unreadable" in draft.content
+    # Saving an attachment takes the mail apart in the child too.
+    saved = await call(tools, "mail_save_attachment", uid=uid, attachment=1)
+    assert not saved.ok and f"save failed: message {uid} in INBOX is unreadable" in saved.content
+    assert not (tmp_path / "attachments").exists() or not any((tmp_path / "attachments").iterdir())
 
 
 async def test_a_subject_with_a_line_break_stays_on_its_messages_line(

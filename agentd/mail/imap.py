@@ -173,10 +173,6 @@ def fetch_raw(client: Any, uid: int) -> bytes | None:
     return bytes(fetched[uid][b"BODY[]"])
 
 
-def parse_message(raw: bytes) -> EmailMessage:
-    return _PARSER.parsebytes(raw)  # type: ignore[return-value]
-
-
 def find_message_id(client: Any, message_id: str) -> list[int]:
     """UIDs in the selected folder whose Message-ID header is this one."""
     return sorted(client.search(["HEADER", "Message-ID", message_id]))

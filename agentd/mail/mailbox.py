@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Callable, Mapping
 from datetime import date
 from email.message import EmailMessage
@@ -13,13 +14,17 @@ from agentd.config import MailAccountConfig, read_secret
 from agentd.mail import imap
 from agentd.mail.errors import LOGIN_STAGE, MailError
 from agentd.mail.imap import Summary
-from agentd.mail.message import Readable, save_attachment
+from agentd.mail.message import Readable, write_attachment
 from agentd.parsing.bounded import run_bounded
 from agentd.parsing.budget import Budget, ParseFailed
 
 T = TypeVar("T")
 MAX_LIST = 50
 READ_BUDGET = Budget(seconds=30.0, cpu_seconds=20, memory_bytes=1024 * 1024 * 1024)
+# An attachment comes back whole (base64 in JSON): room for one as large as mail servers take.
+ATTACHMENT_BUDGET = Budget(
+    seconds=60.0, cpu_seconds=30, memory_bytes=1024 * 1024 * 1024, answer_bytes=200 * 1024 * 1024
+)
 
 
 class Mailbox:
@@ -70,10 +75,6 @@ class Mailbox:
             raise MailError(self.account.name, "read", f"no message {uid} in {folder}")
         return data
 
-    async def message(self, folder: str, uid: int) -> EmailMessage:
-        data = await self.raw(folder, uid)
-        return await asyncio.to_thread(imap.parse_message, data)
-
     async def headers(self, folder: str, uid: int) -> EmailMessage:
         """Only the header of a message (its body left unparsed): enough to reply to it."""
         data = await self.raw(folder, uid)
@@ -96,8 +97,20 @@ class Mailbox:
     async def save_attachment(
         self, folder: str, uid: int, index: int, target: Path, within: Path | None = None
     ) -> Path:
-        msg = await self.message(folder, uid)
-        return await asyncio.to_thread(save_attachment, msg, index, target, within)
+        """Taken out of the mail in the bounded child, as a read is; written here."""
+        data = await self.raw(folder, uid)
+        try:
+            found = await run_bounded(
+                "agentd.mail.message:attachment_job", data, ATTACHMENT_BUDGET, index=index
+            )
+        except ParseFailed as exc:
+            if exc.error_type == "ValueError":  # no such attachment: the child says which
+                raise ValueError(str(exc)) from None
+            raise MailError(
+                self.account.name, "save", f"message {uid} in {folder} is unreadable: {exc}"
+            ) from None
+        content = base64.b64decode(found["data"])
+        return await asyncio.to_thread(write_attachment, found["name"], content, target, within)
 
     async def set_flag(self, folder: str, uids: list[int], flag: str, on: bool) -> None:
         name = {"seen": b"\\Seen", "flagged": b"\\Flagged", "answered": b"\\Answered"}[flag]

@@ -3,6 +3,7 @@ listing and saving its attachments, and composing new mail and threaded replies.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import re
@@ -115,19 +116,37 @@ def readable_job(data: bytes) -> dict[str, object]:
 def save_attachment(
     msg: EmailMessage, index: int, folder: Path, within: Path | None = None
 ) -> Path:
-    """Write attachment `index` (1-based) under `folder` with a safe, unique name.
+    """Write attachment `index` (1-based) under `folder` (`write_attachment`)."""
+    name, data = _attachment(msg, index)
+    return write_attachment(name, data, folder, within)
 
-    The folder is the owner's choice (made if missing); the file is created inside it through
-    its descriptor, never following a link and never replacing anything (O_EXCL): a link
-    planted under that name, dangling or not, takes the next free name instead.
-    """
+
+def _attachment(msg: EmailMessage, index: int) -> tuple[str, bytes]:
+    """Attachment `index` (1-based): a safe file name and its decoded bytes."""
     parts = _attachments(msg)
     if not 1 <= index <= len(parts):
         raise ValueError(f"the message has {len(parts)} attachment(s); there is no #{index}")
     part = parts[index - 1]
     name = _UNSAFE_NAME.sub("_", Path(part.get_filename() or f"attachment-{index}").name)
-    name = name.strip(" .") or f"attachment-{index}"
-    data = part.get_payload(decode=True) or b""
+    return name.strip(" .") or f"attachment-{index}", part.get_payload(decode=True) or b""
+
+
+def attachment_job(data: bytes, *, index: int) -> dict[str, str]:
+    """The bounded child's side of saving an attachment: the raw mail in, the attachment's
+    name and bytes (base64) out; the daemon writes the file."""
+    from email.parser import BytesParser
+
+    name, content = _attachment(BytesParser(policy=READ_POLICY).parsebytes(data), index)
+    return {"name": name, "data": base64.b64encode(content).decode()}
+
+
+def write_attachment(name: str, data: bytes, folder: Path, within: Path | None = None) -> Path:
+    """Write an attachment's bytes under `folder` as `name`, or a free variant of it.
+
+    The folder is the owner's choice (made if missing); the file is created inside it through
+    its descriptor, never following a link and never replacing anything (O_EXCL): a link
+    planted under that name, dangling or not, takes the next free name instead.
+    """
     dir_fd = _open_folder(folder, within)
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
