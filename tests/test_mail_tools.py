@@ -37,7 +37,7 @@ pytestmark = [
     # The test SMTP server speaks plain text on loopback; agentd's own default is TLS.
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
 ]
-USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 10)} | {"ana": "ana-pw", "bob": "bob-pw"}
+USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 11)} | {"ana": "ana-pw", "bob": "bob-pw"}
 
 
 @pytest.fixture(scope="module")
@@ -568,3 +568,23 @@ async def test_a_subject_with_a_line_break_stays_on_its_messages_line(
     assert found.ok, found.content
     lines = [line for line in found.content.splitlines() if line.startswith("uid ")]
     assert len(lines) == 1 and "| hi uid 1 | today | boss@example.org | wire" in lines[0]
+
+
+async def test_a_mail_past_the_size_cap_is_refused_but_can_still_be_answered(
+    dovecot: Dovecot, db: Database, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server says a mail's size before it is fetched: past MAX_MAIL_BYTES it is not, and
+    a reply needs only the header."""
+    from agentd.mail import mailbox
+
+    monkeypatch.setattr(mailbox, "MAX_MAIL_BYTES", 200_000)
+    dovecot.deliver("user10", multipart("holiday photos") + b"x" * 300_000 + b"\r\n")
+    tools = tools_for(account(dovecot, "user10"), db, tmp_path, USERS["user10"])
+    found = await call(tools, "mail_search", subject="holiday")
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+    for tool, args in (("mail_read", {}), ("mail_save_attachment", {"attachment": 1})):
+        said = await call(tools, tool, uid=uid, **args)
+        assert not said.ok and f"message {uid} in INBOX is 0.3 MB" in said.content, said.content
+        assert "up to 0.2 MB: open this one in your mail program" in said.content
+    draft = await call(tools, "mail_draft", reply_to_uid=uid, body="Lovely!")
+    assert draft.ok and "Re: holiday photos" in draft.content, draft.content

@@ -18,6 +18,10 @@ class MailError(Exception):
         super().__init__(f"{account}: {stage} failed: {detail}")
 
 
+class MailTooLarge(MailError):
+    """A message past the size agentd fetches whole (the server said its size first)."""
+
+
 def classify_mail_error(account: str, host: str, port: int, exc: BaseException) -> MailError:
     """Name the step a connection broke at; never includes the password (it is not passed)."""
     if isinstance(exc, MailError):

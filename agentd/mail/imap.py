@@ -165,12 +165,31 @@ def summaries(client: Any, folder: str, uids: list[int]) -> list[Summary]:
     return out
 
 
-def fetch_raw(client: Any, uid: int) -> bytes | None:
-    """The whole message as sent; PEEK so reading does not mark it read by itself."""
-    fetched = client.fetch([uid], ["BODY.PEEK[]"])
-    if uid not in fetched:
+class TooLarge(Exception):
+    """A message past the size agentd reads; `size` is its size in bytes."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
+def fetch_raw(client: Any, uid: int, max_bytes: int) -> bytes | None:
+    """The whole message as sent, if it is at most `max_bytes` (the server says its size
+    first); PEEK so reading does not mark it read by itself."""
+    sized = client.fetch([uid], ["RFC822.SIZE"])
+    if uid not in sized:
         return None
-    return bytes(fetched[uid][b"BODY[]"])
+    size = int(sized[uid].get(b"RFC822.SIZE", 0))
+    if size > max_bytes:
+        raise TooLarge(size)
+    fetched = client.fetch([uid], ["BODY.PEEK[]"])
+    return bytes(fetched[uid][b"BODY[]"]) if uid in fetched else None
+
+
+def fetch_header(client: Any, uid: int) -> bytes | None:
+    """Only the message's header, whatever the size of its body."""
+    fetched = client.fetch([uid], ["BODY.PEEK[HEADER]"])
+    return bytes(fetched[uid][b"BODY[HEADER]"]) if uid in fetched else None
 
 
 def find_message_id(client: Any, message_id: str) -> list[int]:

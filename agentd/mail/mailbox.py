@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 from agentd.config import MailAccountConfig, read_secret
 from agentd.mail import imap
-from agentd.mail.errors import LOGIN_STAGE, MailError
+from agentd.mail.errors import LOGIN_STAGE, MailError, MailTooLarge
 from agentd.mail.imap import Summary
 from agentd.mail.message import Readable, write_attachment
 from agentd.parsing.bounded import run_bounded
@@ -20,6 +20,9 @@ from agentd.parsing.budget import Budget, ParseFailed
 
 T = TypeVar("T")
 MAX_LIST = 50
+# A mail is fetched whole into the daemon before the child takes it apart: past this it is
+# refused (mail servers take 25 to 50 MB; an attachment grows by a third in base64).
+MAX_MAIL_BYTES = 64 * 1024 * 1024
 READ_BUDGET = Budget(seconds=30.0, cpu_seconds=20, memory_bytes=1024 * 1024 * 1024)
 # An attachment comes back whole (base64 in JSON): room for one as large as mail servers take.
 ATTACHMENT_BUDGET = Budget(
@@ -68,16 +71,31 @@ class Mailbox:
     async def raw(self, folder: str, uid: int) -> bytes:
         def work(client: Any) -> bytes | None:
             imap.select(client, self.account, folder, readonly=True)
-            return imap.fetch_raw(client, uid)
+            return imap.fetch_raw(client, uid, MAX_MAIL_BYTES)
 
-        data = await self.run(work)
+        try:
+            data = await self.run(work)
+        except imap.TooLarge as exc:
+            raise MailTooLarge(
+                self.account.name,
+                "read",
+                f"message {uid} in {folder} is {exc.size / 2**20:.1f} MB; agentd reads a mail "
+                f"of up to {MAX_MAIL_BYTES / 2**20:.1f} MB: open this one in your mail program",
+            ) from None
         if data is None:
             raise MailError(self.account.name, "read", f"no message {uid} in {folder}")
         return data
 
     async def headers(self, folder: str, uid: int) -> EmailMessage:
-        """Only the header of a message (its body left unparsed): enough to reply to it."""
-        data = await self.raw(folder, uid)
+        """Only the header of a message (its body never fetched): enough to reply to it."""
+
+        def work(client: Any) -> bytes | None:
+            imap.select(client, self.account, folder, readonly=True)
+            return imap.fetch_header(client, uid)
+
+        data = await self.run(work)
+        if data is None:
+            raise MailError(self.account.name, "read", f"no message {uid} in {folder}")
         return await asyncio.to_thread(imap.headers_of, data)
 
     async def read(self, folder: str, uid: int, mark_read: bool = False) -> Readable:

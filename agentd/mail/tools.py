@@ -18,7 +18,7 @@ from agentd.access.approvals import one_line, quote
 from agentd.config import Config
 from agentd.db import Database
 from agentd.mail import imap, send
-from agentd.mail.errors import MailError
+from agentd.mail.errors import MailError, MailTooLarge
 from agentd.mail.mailbox import Mailbox, parse_day
 from agentd.mail.message import Outgoing, compose, quoted, reply_headers, reply_recipients
 from agentd.tools import (
@@ -226,7 +226,10 @@ async def _outgoing(deps: MailDeps, box: Mailbox, a: DraftArgs | SendArgs, mid: 
         if not a.to:
             out.to, cc = reply_recipients(original, acc.address, a.reply_all)
             out.cc = out.cc or cc
-        out.body = quoted(await box.read(a.reply_folder, a.reply_to_uid), a.body)
+        try:
+            out.body = quoted(await box.read(a.reply_folder, a.reply_to_uid), a.body)
+        except MailTooLarge:  # too large to fetch: the reply goes without the quote
+            out.body = a.body
     return out
 
 
