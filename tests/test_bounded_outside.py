@@ -94,3 +94,24 @@ async def test_a_childs_answer_is_capped_in_the_parent() -> None:
             Budget(answer_bytes=10_000),
         )
     assert caught.value.kind == "limit"
+
+
+async def test_an_invitation_counting_a_billion_from_1900_does_not_stop_the_calendar() -> None:
+    # Walking its COUNT from 1900 would take the child past its budget (the whole calendar
+    # failed); a COUNT the rule cannot reach before the range ends changes nothing in it.
+    found = await run_bounded(
+        "agentd.calendar.events:expand_job",
+        _ics("FREQ=MINUTELY;COUNT=1000000000", start="19000101T000000Z"),
+        Budget(seconds=60, cpu_seconds=10, memory_bytes=256 * 1024 * 1024),
+        start=DAY.isoformat(),
+        end=(DAY + timedelta(days=1)).isoformat(),
+        zone="UTC",
+    )
+    assert 0 < len(found) <= 96
+
+
+@pytest.mark.parametrize(("count", "days"), [(3, [27]), (2, []), (4, [27])])
+def test_a_count_the_range_can_reach_is_kept(count: int, days: list[int]) -> None:
+    ics = _ics(f"FREQ=DAILY;COUNT={count}", start="20261125T090000Z")
+    found = expand(Calendar.from_ical(ics), DAY, DAY + timedelta(days=1), UTC)
+    assert [o.start.day for o in found] == days

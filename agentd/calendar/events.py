@@ -4,6 +4,7 @@ time between them; new events as iCalendar. Pure functions: the tools run them i
 from __future__ import annotations
 
 from datetime import date, datetime, time, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from icalendar import Calendar, Event, vCalAddress
@@ -47,8 +48,8 @@ _PERIOD = {
 _FAR = timedelta(days=366)
 
 
-def clamp(cal: Calendar, start: datetime) -> None:
-    """Make every recurrence rule of `cal` cheap to expand near `start` (in place)."""
+def clamp(cal: Calendar, start: datetime, end: datetime) -> None:
+    """Make every recurrence rule of `cal` cheap to expand in [start, end) (in place)."""
     for ev in cal.walk("VEVENT"):
         found = ev.get("RRULE")
         rules = found if isinstance(found, list) else [found] if found is not None else []
@@ -62,7 +63,37 @@ def clamp(cal: Calendar, start: datetime) -> None:
             if len(rule.get("BYMINUTE") or []) > 4:
                 rule["BYMINUTE"] = rule["BYMINUTE"][:4]
         if len(rules) == 1:
+            _drop_unreachable_count(ev, rules[0], end)
             _start_near(ev, rules[0], start)
+
+
+def _most_per_period(rule: Any, freq: str) -> int:
+    """At most how many occurrences one period of a fixed-length rule holds."""
+    count = {"SECONDLY": [], "MINUTELY": ["BYSECOND"], "HOURLY": ["BYMINUTE", "BYSECOND"]}.get(
+        freq, ["BYHOUR", "BYMINUTE", "BYSECOND"]
+    )
+    most = 7 if freq == "WEEKLY" else 1
+    for key in count:
+        most *= max(1, len(rule.get(key) or []))
+    return most
+
+
+def _drop_unreachable_count(ev: Event, rule: Any, end: datetime) -> None:
+    """A COUNT larger than the rule could reach before `end` changes nothing in the range, but
+    makes the expansion walk every period from the start: an invitation with COUNT=10^9 from
+    1900 stopped the whole calendar. Such a COUNT is dropped, so the start moves near the
+    range like an open rule's."""
+    freq = str((rule.get("FREQ") or [""])[0]).upper()
+    if freq not in _PERIOD or not rule.get("COUNT") or "DTSTART" not in ev:
+        return
+    first = ev.decoded("DTSTART")
+    if not isinstance(first, datetime):
+        return
+    begin = first if first.tzinfo else first.replace(tzinfo=end.tzinfo)
+    period = _PERIOD[freq] * int((rule.get("INTERVAL") or [1])[0])
+    periods = max(0, (end - begin) // period) + 2  # the first and a DST day's extra one
+    if int(rule["COUNT"][0]) > periods * _most_per_period(rule, freq):
+        del rule["COUNT"]
 
 
 def _start_near(ev: Event, rule: object, start: datetime) -> None:
@@ -116,7 +147,7 @@ def expand(cal: Calendar, start: datetime, end: datetime, zone: ZoneInfo) -> lis
     capped (MAX_PER_EVENT, MAX_TOTAL)."""
     import recurring_ical_events
 
-    clamp(cal, start)
+    clamp(cal, start, end)
     # The expansion marks every occurrence with a RECURRENCE-ID; the series are the masters.
     series = {str(c.get("UID")) for c in cal.walk("VEVENT") if "RRULE" in c or "RDATE" in c}
     out: list[Occurrence] = []
