@@ -979,6 +979,14 @@ INSERT INTO memory_fts (memory_fts) VALUES ('rebuild');
 # is dropped (SQLite ≥ 3.35; no index or trigger refers to it by then).
 M084_MEMORY_DROP_NEARBY = _MEMORY_FTS_THREE_COLUMNS + "ALTER TABLE memories DROP COLUMN nearby;"
 
+# Earlier versions could store a next run past what a date can show (9999-12-30, the figure
+# being agentd.schedule.recurrence.LAST_RUN), and every listing of that user then failed. Such
+# a schedule can never run: it is done; such a watch is paused, for the owner to see and remove.
+M085_RUNS_PAST_9999 = """
+UPDATE schedules SET state = 'done', next_run = NULL WHERE next_run > 253402128000;
+UPDATE watches SET state = 'paused', next_run = NULL WHERE next_run > 253402128000;
+"""
+
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
 M045_MCP_PINS = """
@@ -1097,6 +1105,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m082_hook_rates", M082_HOOK_RATES),
     ("m083_chat_document_sources", M083_CHAT_DOCUMENT_SOURCES),
     ("m084_memory_drop_nearby", M084_MEMORY_DROP_NEARBY),
+    ("m085_runs_past_9999", M085_RUNS_PAST_9999),
 ]
 
 

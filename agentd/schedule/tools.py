@@ -49,7 +49,9 @@ def created_by(ctx: ToolContext) -> str:
 
 
 def schedule_tools(db: Database, config: Config, kick: Callable[[str], None]) -> list[Tool]:
-    schedules = Toolset(timeout=10)
+    # A new calendar rule is searched in a bounded child (8 s at most), which may first wait
+    # for a slot behind a page or a mail being parsed.
+    schedules = Toolset(timeout=30)
     _create_tool(schedules, db, config, kick)
     _own_tools(schedules, db)
     return schedules.tools()

@@ -56,7 +56,8 @@ def assess_add(config: Config) -> Callable[[Any, CallState], Assessment | None]:
 
 
 def watch_tools(db: Database, config: Config, kick: Callable[[str], None]) -> list[Tool]:
-    watches = Toolset(timeout=15, guard=OwnerOnly.of(config.access, NOT_THE_OWNERS))
+    # watch_add searches a calendar rule in a bounded child, as `schedule` does: the same time.
+    watches = Toolset(timeout=30, guard=OwnerOnly.of(config.access, NOT_THE_OWNERS))
 
     # A watch is an instruction left behind, like a schedule: egress (asks in a tainted turn).
     @watches.tool(
