@@ -202,3 +202,13 @@ def test_a_minutely_rule_started_long_ago_is_looked_up_at_once() -> None:
     now = datetime(2026, 12, 7, 10, 2, 30, tzinfo=UTC).timestamp()
     rec = resolve(When(rrule="FREQ=MINUTELY;INTERVAL=5", start="0001-01-01T00:01"), "UTC", now)
     assert [utc(t) for t in rec.upcoming(now, 2)] == ["2026-12-07 10:06", "2026-12-07 10:11"]
+
+
+@pytest.mark.parametrize(
+    "rule",
+    ["FREQ=MONTHLY;BYMONTHDAY=0", "FREQ=MONTHLY;BYMONTHDAY=15,-0", "FREQ=YEARLY;BYYEARDAY=00"],
+)
+def test_a_day_numbered_zero_is_refused_not_run_every_day(rule: str) -> None:
+    # dateutil drops the 0: "monthly on day 0" would have run every day.
+    with pytest.raises(ScheduleError, match=r"counts from 1 .*cannot hold 0"):
+        resolve(When(rrule=rule), "UTC", 1_800_000_000.0)

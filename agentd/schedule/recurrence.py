@@ -35,6 +35,8 @@ _PERIOD = {
     "MINUTELY": timedelta(minutes=1),
     "SECONDLY": timedelta(seconds=1),
 }
+# RFC 5545's day and week numbers: 1 is the first, -1 the last; 0 is none of them.
+_NUMBERED_FROM_ONE = {"BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYSETPOS"}
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 # The last run time every zone can still show: a datetime ends with 9999-12-31, and a zone may
 # be a day ahead of UTC. A time past it would be stored and then break every listing.
@@ -232,12 +234,17 @@ def _before_the_last(ts: float, asked: str) -> int:
     return int(ts)
 
 
-def _check_rule_interval(body: str) -> None:
+def _check_rule_parts(body: str) -> None:
     """dateutil never moves on from INTERVAL=0 (an endless loop) and runs backwards on a
-    negative one: refuse both before any occurrence is computed."""
+    negative one; it drops a day number 0, so 'BYMONTHDAY=0' ran every day. Refuse them all
+    before any occurrence is computed."""
     for value in _INTERVAL.findall(body):
         if not value.strip().isdigit() or int(value) < 1:
             raise ScheduleError(f"INTERVAL must be a whole number of at least 1, not {value!r}")
+    for key, values in _PART.findall(body.upper()):
+        numbers = [v.strip().lstrip("+-") for v in values.split(",")]
+        if key in _NUMBERED_FROM_ONE and any(n.isdigit() and int(n) == 0 for n in numbers):
+            raise ScheduleError(f"{key} counts from 1 (or from -1, the last), so it cannot hold 0")
 
 
 def _until_in_zone(body: str, zone: ZoneInfo) -> str:
@@ -259,7 +266,7 @@ def _resolve_rrule(
         body = body[6:]
     if "DTSTART" in body.upper() or "\n" in body:
         raise ScheduleError("give only the RRULE part (FREQ=…); put the first run in start")
-    _check_rule_interval(body)
+    _check_rule_parts(body)
     if start:
         first = local_time(start, zone)
     else:  # the rule's BYHOUR/BYMINUTE decide the time; seconds are zero unless given
