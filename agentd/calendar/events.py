@@ -10,6 +10,8 @@ from zoneinfo import ZoneInfo
 from icalendar import Calendar, Event, vCalAddress
 from pydantic import BaseModel
 
+from agentd.config.clock import FIXED_PERIODS
+
 
 class Occurrence(BaseModel):
     uid: str
@@ -38,13 +40,6 @@ def _aware(value: date | datetime, zone: ZoneInfo) -> datetime:
 MAX_PER_EVENT = 200
 MAX_TOTAL = 2000
 _MIN_INTERVAL = {"SECONDLY": 900, "MINUTELY": 15}
-_PERIOD = {
-    "SECONDLY": timedelta(seconds=1),
-    "MINUTELY": timedelta(minutes=1),
-    "HOURLY": timedelta(hours=1),
-    "DAILY": timedelta(days=1),
-    "WEEKLY": timedelta(weeks=1),
-}
 _FAR = timedelta(days=366)
 
 
@@ -84,13 +79,13 @@ def _drop_unreachable_count(ev: Event, rule: Any, end: datetime) -> None:
     1900 stopped the whole calendar. Such a COUNT is dropped, so the start moves near the
     range like an open rule's."""
     freq = str((rule.get("FREQ") or [""])[0]).upper()
-    if freq not in _PERIOD or not rule.get("COUNT") or "DTSTART" not in ev:
+    if freq not in FIXED_PERIODS or not rule.get("COUNT") or "DTSTART" not in ev:
         return
     first = ev.decoded("DTSTART")
     if not isinstance(first, datetime):
         return
     begin = first if first.tzinfo else first.replace(tzinfo=end.tzinfo)
-    period = _PERIOD[freq] * int((rule.get("INTERVAL") or [1])[0])
+    period = FIXED_PERIODS[freq] * int((rule.get("INTERVAL") or [1])[0])
     periods = max(0, (end - begin) // period) + 2  # the first and a DST day's extra one
     if int(rule["COUNT"][0]) > periods * _most_per_period(rule, freq):
         del rule["COUNT"]
@@ -100,7 +95,7 @@ def _start_near(ev: Event, rule: object, start: datetime) -> None:
     """Move an open rule's first occurrence from the far past to just before `start`, by whole
     periods, so its phase (and every RECURRENCE-ID) stays the same."""
     freq = str((rule.get("FREQ") or [""])[0]).upper()  # type: ignore[attr-defined]
-    if freq not in _PERIOD or rule.get("COUNT") or "DTSTART" not in ev:  # type: ignore[attr-defined]
+    if freq not in FIXED_PERIODS or rule.get("COUNT") or "DTSTART" not in ev:  # type: ignore[attr-defined]
         return
     first = ev.decoded("DTSTART")
     if not isinstance(first, datetime):
@@ -108,7 +103,7 @@ def _start_near(ev: Event, rule: object, start: datetime) -> None:
     begin = first if first.tzinfo else first.replace(tzinfo=start.tzinfo)
     if start - begin <= _FAR:
         return
-    period = _PERIOD[freq] * int((rule.get("INTERVAL") or [1])[0])  # type: ignore[attr-defined]
+    period = FIXED_PERIODS[freq] * int((rule.get("INTERVAL") or [1])[0])  # type: ignore[attr-defined]
     shift = period * ((start - begin - _FAR) // period)
     for key in ("DTSTART", "DTEND"):
         if key in ev:

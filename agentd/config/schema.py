@@ -35,10 +35,10 @@ from pydantic import (
     model_validator,
 )
 
+from agentd.config.clock import zone
 from agentd.config.models import PURPOSES, BreakerPolicy, ProviderConfig, check_names
 from agentd.config.paths import resolve
 from agentd.config.secrets import Secrets, SecretSource
-from agentd.config.zones import zone
 from agentd.ledger.pricing import ModelPrice
 
 log = logging.getLogger("agentd")

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from dateutil.rrule import rrule, rrulestr
 from pydantic import BaseModel, Field
 
-from agentd.config import zones
+from agentd.config import clock
 
 # Searching from a little before `t` in local time covers the largest UTC offset change.
 _DST_SLACK = timedelta(hours=3)
@@ -27,14 +27,6 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])", re.IGNORECASE)
 _INTERVAL = re.compile(r"(?:^|;)\s*INTERVAL\s*=\s*([^;]*)", re.IGNORECASE)
 _UNTIL_UTC = re.compile(r"(UNTIL\s*=\s*)(\d{8}T\d{6})Z", re.IGNORECASE)
 _PART = re.compile(r"([A-Z]+)\s*=\s*([^;]*)")
-# The frequencies whose periods are a fixed length of wall-clock time.
-_PERIOD = {
-    "WEEKLY": timedelta(weeks=1),
-    "DAILY": timedelta(days=1),
-    "HOURLY": timedelta(hours=1),
-    "MINUTELY": timedelta(minutes=1),
-    "SECONDLY": timedelta(seconds=1),
-}
 # RFC 5545's day and week numbers: 1 is the first, -1 the last; 0 is none of them.
 _NUMBERED_FROM_ONE = {"BYMONTHDAY", "BYYEARDAY", "BYWEEKNO", "BYSETPOS"}
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -148,7 +140,7 @@ def _rule_near(body: str, dtstart: str, local: datetime) -> rrule:
 @lru_cache(maxsize=1024)
 def _period(body: str) -> timedelta | None:
     parts = {key: value.strip() for key, value in _PART.findall(body.upper())}
-    unit = _PERIOD.get(parts.get("FREQ", ""))
+    unit = clock.FIXED_PERIODS.get(parts.get("FREQ", ""))
     interval = parts.get("INTERVAL", "1")
     if unit is None or "COUNT" in parts or not interval.isdigit():
         return None
@@ -157,8 +149,8 @@ def _period(body: str) -> timedelta | None:
 
 def zone_or_error(name: str) -> ZoneInfo:
     try:
-        return zones.zone(name)
-    except zones.UnknownZone as exc:
+        return clock.zone(name)
+    except clock.UnknownZone as exc:
         raise ScheduleError(str(exc)) from None
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import Field
 
 from agentd.config import ToolsConfig
-from agentd.config.zones import UnknownZone, zone
+from agentd.config.clock import UnknownZone, zone
 from agentd.tools.base import Tool, ToolContext, ToolError
 from agentd.tools.declare import tool
 from agentd.tools.fetch import fetch_policy, fetch_url_tool

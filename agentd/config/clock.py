@@ -1,9 +1,22 @@
-"""The one reader of an IANA time-zone name, for the config file, schedules and tools alike."""
+"""Time as text names it: the one reader of an IANA time-zone name (for the config file,
+schedules and tools alike), and the fixed lengths of RFC 5545's frequencies (for schedules and
+calendars alike)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+# The frequencies whose periods are a fixed length of wall-clock time (months and years are
+# not); a rule of one of these can start any whole number of periods later and keep its phase.
+FIXED_PERIODS = {
+    "SECONDLY": timedelta(seconds=1),
+    "MINUTELY": timedelta(minutes=1),
+    "HOURLY": timedelta(hours=1),
+    "DAILY": timedelta(days=1),
+    "WEEKLY": timedelta(weeks=1),
+}
 
 
 class UnknownZone(ValueError):
