@@ -179,6 +179,15 @@ async def test_wrong_password_says_login_failed(radicale: Radicale) -> None:
     assert "wrong-cal-password" not in out.content
 
 
+def _feed_tools(feeds: list[CalendarConfig]) -> dict[str, Tool]:
+    config = Config(
+        calendar=feeds,
+        agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
+        access={"owner_id": 42},
+    )
+    return {t.name: t for t in build_calendar_tools(config, {})}
+
+
 async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
     import functools
     import http.server
@@ -190,13 +199,7 @@ async def test_an_ics_feed_is_read_only(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/feed.ics"
-        feed = CalendarConfig(name="holidays", url=url)
-        config = Config(
-            calendar=[feed],
-            agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-            access={"owner_id": 42},
-        )
-        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        tools = _feed_tools([CalendarConfig(name="holidays", url=url)])
         assert set(tools) == {"calendar_list", "calendar_free"}  # nothing that writes
         out = await call(tools, "calendar_list", start="2026-10-30")
         assert "Fri 2026-10-30 09:00–09:30 CET: Standup (repeats)" in out.content, out.content
@@ -234,12 +237,7 @@ async def test_a_feed_is_parsed_only_in_the_bounded_child(
             CalendarConfig(name="feed", url=f"{base}/feed.ics"),
             CalendarConfig(name="page", url=f"{base}/page.ics"),
         ]
-        config = Config(
-            calendar=feeds,
-            agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-            access={"owner_id": 42},
-        )
-        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        tools = _feed_tools(feeds)
         out = await call(tools, "calendar_list", calendar="feed", start="2026-10-30")
         assert out.ok and "09:00–09:30 CET: Standup (repeats)" in out.content, out.content
         page = await call(tools, "calendar_list", calendar="page")
@@ -292,12 +290,7 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
             CalendarConfig(name=name, url=f"http://127.0.0.1:{port}/{name}.ics", username="me")
             for name in ("feed", "big", "away")
         ]
-        config = Config(
-            calendar=feeds,
-            agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
-            access={"owner_id": 42},
-        )
-        tools = {t.name: t for t in build_calendar_tools(config, {})}
+        tools = _feed_tools(feeds)
         out = await call(tools, "calendar_list", calendar="feed", start="2026-10-30")
         assert out.ok and "Standup (repeats)" in out.content, out.content
         big = await call(tools, "calendar_list", calendar="big")
