@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
 from collections.abc import Iterator
 from datetime import datetime
@@ -11,6 +12,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
+from agentd.calendar.check import check_calendar
 from agentd.calendar.tools import build_calendar_tools
 from agentd.config import CalendarConfig, Config
 from agentd.tools import CallState, Tool, ToolContext, ToolOutcome, call_risk, execute
@@ -242,8 +244,15 @@ async def test_a_feed_is_parsed_only_in_the_bounded_child(
         assert out.ok and "09:00–09:30 CET: Standup (repeats)" in out.content, out.content
         page = await call(tools, "calendar_list", calendar="page")
         assert not page.ok and "page could not be expanded" in page.content, page.content
+        # `agentd doctor` and `agentd init` read a feed through the same child.
+        checks = await asyncio.to_thread(
+            lambda: [check_calendar(feed, {}, "Europe/Berlin") for feed in feeds]
+        )
     finally:
         server.shutdown()
+    [(_, feed_ok, feed_said), (_, page_ok, page_said)] = checks
+    assert feed_ok and feed_said.startswith("feed (read only)"), feed_said
+    assert not page_ok and "page: reading failed" in page_said, page_said
 
 
 async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home(

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from agentd.calendar.events import expand
+from agentd.calendar.events import EXPAND_BUDGET
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import CalendarConfig
+from agentd.parsing.bounded import run_bounded
+from agentd.parsing.budget import ParseFailed
 
 
 def check_calendar(
@@ -27,13 +30,26 @@ def check_calendar(
         )
     zone = ZoneInfo(config.timezone or default_zone)
     start = datetime.combine(datetime.now(zone).date(), time(0), zone)
+    end = start + timedelta(days=1)
     try:
-        found = expand(
-            src.fetch(start, start + timedelta(days=1)), start, start + timedelta(days=1), zone
+        data = src.fetch_raw(start, end)
+        # Parsed in the bounded child, as the tools do: a hostile feed costs a child, not
+        # the command (nor `agentd init`, which asks again).
+        found = asyncio.run(
+            run_bounded(
+                "agentd.calendar.events:expand_job",
+                data,
+                EXPAND_BUDGET,
+                start=start.isoformat(),
+                end=end.isoformat(),
+                zone=zone.key,
+            )
         )
     except CalendarError as exc:
         return name, False, str(exc)
-    except Exception as exc:  # a feed that is not iCalendar, a server that answers oddly
+    except ParseFailed as exc:  # a feed that is not iCalendar, or one past the child's budget
+        return name, False, f"{config.name}: reading failed: {exc}"[:300]
+    except Exception as exc:  # a server that answers oddly
         return name, False, f"{config.name}: reading failed: {type(exc).__name__}: {exc}"[:300]
     kind = "feed (read only)" if src.read_only else "CalDAV"
     return name, True, f"{kind} {config.url}, {len(found)} event(s) today ({zone.key})"

@@ -11,6 +11,7 @@ from icalendar import Calendar, Event, vCalAddress
 from pydantic import BaseModel
 
 from agentd.config.clock import FIXED_PERIODS
+from agentd.parsing.budget import Budget
 
 
 class Occurrence(BaseModel):
@@ -38,6 +39,8 @@ def _aware(value: date | datetime, zone: ZoneInfo) -> datetime:
 # range) and the answer is capped per event and in total. The tools run it in the bounded
 # child (agentd/parsing), which caps CPU, memory and time on top.
 MAX_PER_EVENT = 200
+# What one expansion in the bounded child may use (`expand_job`).
+EXPAND_BUDGET = Budget(seconds=30.0, cpu_seconds=20, memory_bytes=512 * 1024 * 1024)
 MAX_TOTAL = 2000
 _MIN_INTERVAL = {"SECONDLY": 900, "MINUTELY": 15}
 _FAR = timedelta(days=366)

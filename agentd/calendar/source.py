@@ -10,9 +10,6 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from icalendar import Calendar
-
-from agentd.calendar.events import merged
 from agentd.config import CalendarConfig, read_secret
 
 # A feed is anyone's file: the daemon reads no more of it than this (a busy public calendar
@@ -148,10 +145,6 @@ class Source:
                 f"{MAX_FEED_BYTES // 2**20} MB; subscribe to a smaller one (a shorter range)",
             )
         return data
-
-    def fetch(self, start: datetime, end: datetime) -> Calendar:
-        """fetch_raw, parsed here: for `agentd doctor`; the daemon parses in the bounded child."""
-        return merged(self.fetch_raw(start, end))
 
     def save(self, ical: str) -> None:
         """Create or replace (same UID: the same resource) one event."""

@@ -18,11 +18,11 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.calendar.events import Occurrence, describe, free_slots, new_event
+from agentd.calendar.events import EXPAND_BUDGET, Occurrence, describe, free_slots, new_event
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import Config
 from agentd.parsing.bounded import run_bounded
-from agentd.parsing.budget import Budget, ParseFailed
+from agentd.parsing.budget import ParseFailed
 from agentd.tools import (
     Assessment,
     CallState,
@@ -97,9 +97,6 @@ class CalendarDeps:
         return ZoneInfo(src.config.timezone or self.config.agent.timezone)
 
 
-_EXPAND_BUDGET = Budget(seconds=30.0, cpu_seconds=20, memory_bytes=512 * 1024 * 1024)
-
-
 def parse_when(value: str, zone: ZoneInfo) -> date | datetime:
     try:
         if len(value.strip()) == 10:
@@ -135,7 +132,7 @@ async def _occurrences(deps: CalendarDeps, src: Source, first: date, days: int) 
         found = await run_bounded(
             "agentd.calendar.events:expand_job",
             data,
-            _EXPAND_BUDGET,
+            EXPAND_BUDGET,
             start=start.isoformat(),
             end=end.isoformat(),
             zone=zone.key,
