@@ -272,9 +272,10 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
     class Feeds(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             seen.append((self.path, self.headers.get("Authorization", "")))
-            if self.path == "/away.ics":
+            away = {"/away.ics": f"http://localhost:{port}/stolen.ics", "/ftp.ics": "ftp://x/y"}
+            if self.path in away:
                 self.send_response(302)
-                self.send_header("Location", f"http://localhost:{port}/stolen.ics")
+                self.send_header("Location", away[self.path])
                 self.end_headers()
                 return
             if not self.headers.get("Authorization"):
@@ -297,7 +298,7 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
     try:
         feeds = [
             CalendarConfig(name=name, url=f"http://127.0.0.1:{port}/{name}.ics", username="me")
-            for name in ("feed", "big", "away")
+            for name in ("feed", "big", "away", "ftp")
         ]
         tools = _feed_tools(feeds)
         out = await call(tools, "calendar_list", calendar="feed", start="2026-10-30")
@@ -306,6 +307,8 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
         assert not big.ok and "big: feed failed" in big.content and "larger than" in big.content
         away = await call(tools, "calendar_list", calendar="away")
         assert not away.ok, away.content
+        ftp = await call(tools, "calendar_list", calendar="ftp")
+        assert not ftp.ok and "a redirect to ftp scheme was refused" in ftp.content, ftp.content
     finally:
         server.shutdown()
     sent = base64.b64encode(b"me:").decode()

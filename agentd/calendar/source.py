@@ -6,6 +6,9 @@ Synchronous (caldav and its HTTP client block): the tools call these in a thread
 
 from __future__ import annotations
 
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -19,6 +22,23 @@ MAX_FEED_BYTES = 20 * 1024 * 1024
 
 def _bytes(data: str | bytes) -> bytes:
     return data if isinstance(data, bytes) else data.encode()
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """A feed follows redirects over HTTP(S) only, and never from https down to http."""
+
+    def __init__(self, url: str) -> None:
+        self.allowed = ("https",) if url.startswith("https://") else ("http", "https")
+
+    def redirect_request(
+        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> Any:
+        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
+        if scheme not in self.allowed:
+            raise urllib.error.HTTPError(
+                newurl, code, f"a redirect to {scheme or 'no'} scheme was refused", headers, fp
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
 class CalendarError(Exception):
@@ -117,10 +137,7 @@ class Source:
     def _feed(self) -> bytes:
         """The feed's bytes, at most MAX_FEED_BYTES. The password goes only to the feed's own
         address, when it asks (a redirect elsewhere never sees it)."""
-        import urllib.error
-        import urllib.request
-
-        handlers: list[urllib.request.BaseHandler] = []
+        handlers: list[urllib.request.BaseHandler] = [_Redirects(self.config.url)]
         if self.config.username:
             keys = urllib.request.HTTPPasswordMgrWithDefaultRealm()
             keys.add_password(None, self.config.url, self.config.username, self.password)
@@ -134,7 +151,8 @@ class Source:
         except urllib.error.HTTPError as exc:
             if exc.code == 401:
                 raise _explain(self.config, exc) from None
-            raise CalendarError(self.config.name, "feed", f"HTTP {exc.code}") from None
+            refused = f": {exc.msg}" if "refused" in str(exc.msg) else ""
+            raise CalendarError(self.config.name, "feed", f"HTTP {exc.code}{refused}") from None
         except Exception as exc:
             raise _explain(self.config, exc) from None
         if len(data) > MAX_FEED_BYTES:
