@@ -89,6 +89,8 @@ def _drop_unreachable_count(ev: Event, rule: Any, end: datetime) -> None:
         return
     begin = first if first.tzinfo else first.replace(tzinfo=end.tzinfo)
     period = FIXED_PERIODS[freq] * int((rule.get("INTERVAL") or [1])[0])
+    if period <= timedelta(0):
+        return  # dateutil refuses it (or loops): the child's budget ends that
     periods = max(0, (end - begin) // period) + 2  # the first and a DST day's extra one
     if int(rule["COUNT"][0]) > periods * _most_per_period(rule, freq):
         del rule["COUNT"]

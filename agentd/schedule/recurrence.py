@@ -128,8 +128,9 @@ def _rule_near(body: str, dtstart: str, local: datetime) -> rrule:
     """The rule, started from its last whole period at or before `local`: dateutil walks every
     period from the start, so a five-minute rule a year old would walk 100,000 of them on every
     lookup. A start moved by whole periods keeps the weekday and time of day dateutil fills
-    unnamed BY parts from; a COUNT counts from the first start, and a monthly or yearly rule
-    has few periods to walk."""
+    unnamed BY parts from. Not moved: a COUNT counts from the first start; dateutil's first
+    week runs from the start's day, so BYSETPOS would pick within a part of a week; a monthly
+    or yearly rule has few periods to walk."""
     period = _period(body)
     start = datetime.fromisoformat(dtstart)
     if period is None or local <= start:
@@ -143,6 +144,8 @@ def _period(body: str) -> timedelta | None:
     unit = clock.FIXED_PERIODS.get(parts.get("FREQ", ""))
     interval = parts.get("INTERVAL", "1")
     if unit is None or "COUNT" in parts or not interval.isdigit():
+        return None
+    if parts["FREQ"] == "WEEKLY" and "BYSETPOS" in parts:
         return None
     return unit * int(interval)
 
