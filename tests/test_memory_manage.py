@@ -283,3 +283,17 @@ def test_a_date_no_clock_can_show_is_dropped_so_the_memory_still_lists_and_recal
     hits = [MemoryHit(memory=m, score=1.0) for m in list_memories(conn, OWNER)]
     assert "Far in the future" in format_recall(hits, 4000, "Pacific/Kiritimati")
     conn.close()
+
+
+def test_an_import_file_past_the_size_cap_is_refused_before_it_is_read(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agentd.memory import portable
+
+    monkeypatch.setattr(portable, "MAX_IMPORT_BYTES", 100_000)
+    (tmp_path / "peer" / "memory").mkdir(parents=True)
+    big = tmp_path / "peer" / "memory" / "2026-11-30.md"
+    big.write_text("- a note\n" * 20_000)
+    for target in (big, tmp_path / "peer"):
+        result = cli(config, "import", str(target), "--format", "openclaw", code=1)
+        assert "2026-11-30.md is 0.2 MB; a memory file may be up to 0.1 MB" in result.output

@@ -171,6 +171,21 @@ def _timestamp(value: Any) -> float | None:
     return None
 
 
+# A memory file is notes a person or an agent wrote: far below this. A larger one is refused
+# before it is read whole (a log or a disk image named by mistake).
+MAX_IMPORT_BYTES = 64 * 1024 * 1024
+
+
+def _read(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_IMPORT_BYTES:
+        raise ValueError(
+            f"{path.name} is {size / 2**20:.1f} MB; a memory file may be up to "
+            f"{MAX_IMPORT_BYTES / 2**20:.1f} MB (is it the file you meant?)"
+        )
+    return path.read_text(encoding="utf-8")
+
+
 def read_peer(root: Path, fmt: Format) -> list[ImportItem]:
     """Every memory of a peer's directory (OpenClaw workspace, Hermes home) or one file."""
     if root.is_file():
@@ -187,13 +202,13 @@ def read_peer(root: Path, fmt: Format) -> list[ImportItem]:
         for path in sorted(daily.iterdir()):
             if (m := _DAILY.match(path.name)) is not None and path.is_file():
                 ref = path.relative_to(root).as_posix()
-                text = path.read_text(encoding="utf-8")
+                text = _read(path)
                 items += markdown_items(text, ref, "note", day=m.group(1))
     return items
 
 
 def _parse(path: Path, fmt: Format, kind: MemoryKind, ref: str) -> list[ImportItem]:
-    text = path.read_text(encoding="utf-8")
+    text = _read(path)
     if fmt == "hermes" and path.name != "SOUL.md":
         return hermes_items(text, ref, kind)
     return markdown_items(text, ref, kind)
@@ -201,7 +216,7 @@ def _parse(path: Path, fmt: Format, kind: MemoryKind, ref: str) -> list[ImportIt
 
 def read_file(path: Path, fmt: Format) -> list[ImportItem]:
     """One file: JSON, a daily note (dated by its name), a peer file or plain Markdown."""
-    text = path.read_text(encoding="utf-8")
+    text = _read(path)
     if fmt == "json" or path.suffix == ".json":
         return json_items(text, path.name)
     if (m := _DAILY.match(path.name)) is not None:
