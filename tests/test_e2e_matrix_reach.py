@@ -12,7 +12,7 @@ import pytest
 
 from tests.daemon_process import OWNER, poll
 from tests.matrix_rig import MatrixRig, matrix_rig
-from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
+from tests.matrixserver import Cast, MatrixUser, cast_running, http, wait_for
 
 pytestmark = pytest.mark.timeout(300)
 SCHEDULE = "\n[schedule]\nmin_interval = 1\n"
@@ -104,3 +104,57 @@ def test_a_reminder_set_on_telegram_reaches_matrix_when_notices_say_so(
         assert not [m for m in rig.tg.sent if m["plain_text"] == "Stretch your legs"]
         accounts = rig.query("SELECT user_id, channel FROM user_accounts")
         assert [tuple(r) for r in accounts] == [(OWNER, "matrix")]
+
+
+def test_a_revoked_telegram_token_is_told_on_matrix_before_agentd_stops(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """Telegram stops taking the bot's token while agentd runs: the process stops (what it
+    would send to Telegram waits for the fix), and the owner reads why on Matrix first."""
+    with matrix_rig(tmp_path, cast) as rig:
+        room = rig.dm()
+        rig.owner.say(room, "hello from matrix")
+        rig.wait_answer(room, "echo: hello from matrix")  # the owner's Matrix chat is known
+        rig.tg.token = "999999:revoked-elsewhere"  # every call with agentd's token: 401
+
+        def told() -> list[str]:
+            return [t for t in rig.bot_texts(room) if "agentd stopped" in t]
+
+        [notice] = wait_for(told, 60, "the notice on Matrix")
+        assert rig.daemon.proc is not None and rig.daemon.proc.wait(60) == 1
+        assert "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN" in notice
+        sent = rig.query(
+            "SELECT status FROM workflow_instances WHERE id LIKE 'channel-stopped:telegram:%'"
+        )
+        assert [row[0] for row in sent] == ["complete"]
+        assert not [m for m in rig.tg.sent if "agentd stopped" in m["plain_text"]]
+
+
+def test_a_matrix_login_logged_out_elsewhere_is_told_on_telegram(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """The bot's account is logged out everywhere while agentd runs: the owner reads why on
+    Telegram, and agentd stops."""
+    with matrix_rig(tmp_path, cast) as rig:
+        rig.tg.add_message(OWNER, OWNER, "hello from telegram")  # the owner's Telegram chat
+        rig.tg.wait_until(
+            lambda: any(m["plain_text"] == "echo: hello from telegram" for m in rig.tg.sent),
+            60,
+            "the echo on Telegram",
+        )
+        room = rig.dm()
+        rig.owner.say(room, "still here")
+        rig.wait_answer(room, "echo: still here")  # Matrix syncing, and where the owner wrote
+        bot = cast.server.login("bot", cast.bot_password)
+        status, _ = http(
+            "POST", f"{cast.server.url}/_matrix/client/v3/logout/all", body={}, headers=bot.auth
+        )
+        assert status == 200
+
+        def told() -> list[str]:
+            return [m["plain_text"] for m in rig.tg.sent if "agentd stopped" in m["plain_text"]]
+
+        [notice] = wait_for(told, 60, "the notice on Telegram")
+        assert rig.daemon.proc is not None and rig.daemon.proc.wait(60) == 1
+        assert "the Matrix homeserver no longer accepts agentd's login" in notice
+        assert "MATRIX_PASSWORD" in notice and cast.bot_password not in notice

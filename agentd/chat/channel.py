@@ -96,6 +96,11 @@ class ConfigProblem(StartupError):
     """A configuration problem (exit code 78): a missing or malformed secret, a bad token."""
 
 
+class CredentialsRejected(ConfigProblem):
+    """A channel's network no longer takes its credentials (a revoked token, a logged-out
+    device): its intake ends with this, and the message says what to change."""
+
+
 # Runs inside the intake transaction; returns the presser's answer (a toast, "" for none).
 CallbackHandler = Callable[[Any, "CallbackPress"], str]
 # A message that is a command goes to another workflow: (workflow, its input, key) or None.

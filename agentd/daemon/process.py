@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from agentd.access import owners
 from agentd.agent.approval_flow import withdraw_approvals
-from agentd.chat.channel import Intake, Opened
+from agentd.chat.channel import CredentialsRejected, Intake, Opened
+from agentd.chat.notice import post_notice
 from agentd.chat.route import RoutedFiles, RoutedOutbox
 from agentd.config import Config
 from agentd.daemon import services
@@ -39,6 +41,8 @@ from agentd.runtime.logs import Redactor
 
 log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
+# How long a stopping daemon waits for its last notice to the owner to be sent.
+NOTICE_WAIT = 15.0
 
 
 @dataclass
@@ -248,10 +252,37 @@ async def _serve(proc: _Process, on_ready: Callable[[str], None] | None) -> int:
     stop_wait.cancel()
     for intake in proc.intakes:
         if intake in done and intake.exception() is not None:
-            error = repr(intake.exception())
-            log.error("intake stopped", extra={"channel": intake.get_name(), "error": error})
+            problem = intake.exception()
+            log.error(
+                "intake stopped", extra={"channel": intake.get_name(), "error": repr(problem)}
+            )
+            if isinstance(problem, CredentialsRejected):
+                await _tell_owner_elsewhere(proc, intake, problem)
             return 1
     return 0
+
+
+async def _tell_owner_elsewhere(
+    proc: _Process, dead: asyncio.Task[None], problem: CredentialsRejected
+) -> None:
+    """A channel's network refused its credentials: agentd stops (what it would send there
+    waits for the fix, rather than failing), but the owner hears why on a channel still open,
+    once a UTC day, before it does."""
+    owner = owners.resolve(proc.config.access).owner_id
+    live = [one for one in proc.channels if one.task not in (None, dead) and not one.task.done()]
+    gone = [one.channel.name for one in proc.channels if one.task is dead]
+    if owner is None or not live or not gone or proc.engine is None:
+        return
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    instance = f"channel-stopped:{gone[0]}:{day}"
+    text = f"agentd stopped: {problem}. Fix it, then start agentd again."
+    try:
+        await post_notice(
+            proc.engine.start, instance, None, text, user_id=owner, channel=live[0].channel.name
+        )
+        await proc.engine.wait_for(instance, timeout=NOTICE_WAIT)
+    except Exception as exc:  # stopping goes on whatever became of the notice
+        log.warning("could not tell the owner why agentd stops", extra={"error": repr(exc)})
 
 
 async def _shut_down(proc: _Process) -> None:

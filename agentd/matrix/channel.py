@@ -18,6 +18,7 @@ from agentd.chat.channel import (
     ChannelContext,
     ChannelIdentity,
     ConfigProblem,
+    CredentialsRejected,
     Intake,
     StoppedDuringStartUp,
     block_start,
@@ -129,7 +130,21 @@ class OpenMatrix:
             on_progress=intake.on_progress,
             busy=intake.busy,
         )
-        return asyncio.create_task(self._syncer.run(), name="matrix-sync")
+        return asyncio.create_task(self._sync(self._syncer, cfg), name="matrix-sync")
+
+    @staticmethod
+    async def _sync(syncer: Any, cfg: Any) -> None:
+        from agentd.matrix.client import MatrixError
+
+        try:
+            await syncer.run()
+        except MatrixError as exc:
+            if exc.fault.kind != "auth":
+                raise
+            raise CredentialsRejected(
+                f"the Matrix homeserver no longer accepts agentd's login ({exc}): check "
+                f"{cfg.access_token_env} / {cfg.password_env}"
+            ) from None
 
     async def publish_menu(
         self, everyone: list[tuple[str, str]], owner: list[tuple[str, str]], owner_id: int | None

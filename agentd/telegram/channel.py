@@ -21,6 +21,7 @@ from agentd.chat.channel import (
     ChannelContext,
     ChannelIdentity,
     ConfigProblem,
+    CredentialsRejected,
     Intake,
     StoppedDuringStartUp,
     id_block,
@@ -37,7 +38,7 @@ log = logging.getLogger("agentd.telegram")
 NAME = CHANNEL
 
 
-class TokenRejected(ConfigProblem):
+class TokenRejected(CredentialsRejected):
     """Telegram does not accept the token."""
 
 
@@ -146,8 +147,15 @@ class OpenTelegram:
         served = self.me.allowed_user_ids
 
         async def run() -> None:
+            from aiogram.exceptions import TelegramUnauthorizedError
+
             await intake.db.write(know_private_chats, served)
-            await poller.run()
+            try:
+                await poller.run()
+            except TelegramUnauthorizedError:
+                raise TokenRejected(
+                    f"Telegram rejected the bot token; check {tg.token_env} (from @BotFather)"
+                ) from None
 
         return asyncio.create_task(run(), name="telegram-poller")
 
