@@ -7,10 +7,9 @@ from collections.abc import Mapping
 from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from agentd.calendar.events import EXPAND_BUDGET
+from agentd.calendar.events import expand_bounded
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import CalendarConfig
-from agentd.parsing.bounded import run_bounded
 from agentd.parsing.budget import ParseFailed
 
 
@@ -35,16 +34,7 @@ def check_calendar(
         data = src.fetch_raw(start, end)
         # Parsed in the bounded child, as the tools do: a hostile feed costs a child, not
         # the command (nor `agentd init`, which asks again).
-        found = asyncio.run(
-            run_bounded(
-                "agentd.calendar.events:expand_job",
-                data,
-                EXPAND_BUDGET,
-                start=start.isoformat(),
-                end=end.isoformat(),
-                zone=zone.key,
-            )
-        )
+        found = asyncio.run(expand_bounded(data, start, end, zone))
     except CalendarError as exc:
         return name, False, str(exc)
     except ParseFailed as exc:  # a feed that is not iCalendar, or one past the child's budget

@@ -142,6 +142,24 @@ def expand_job(data: bytes, *, start: str, end: str, zone: str) -> list[dict[str
     return [o.model_dump(mode="json") for o in found]
 
 
+async def expand_bounded(
+    data: bytes, start: datetime, end: datetime, zone: ZoneInfo
+) -> list[dict[str, object]]:
+    """`expand_job` in the bounded child (EXPAND_BUDGET): what every reader of a calendar's
+    outside bytes calls; ParseFailed when the child refused or ran out."""
+    from agentd.parsing.bounded import run_bounded
+
+    found: list[dict[str, object]] = await run_bounded(
+        "agentd.calendar.events:expand_job",
+        data,
+        EXPAND_BUDGET,
+        start=start.isoformat(),
+        end=end.isoformat(),
+        zone=zone.key,
+    )
+    return found
+
+
 def expand(cal: Calendar, start: datetime, end: datetime, zone: ZoneInfo) -> list[Occurrence]:
     """Each occurrence overlapping [start, end), soonest first; rules clamped and the list
     capped (MAX_PER_EVENT, MAX_TOTAL)."""

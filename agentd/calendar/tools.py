@@ -18,10 +18,15 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentd.calendar.events import EXPAND_BUDGET, Occurrence, describe, free_slots, new_event
+from agentd.calendar.events import (
+    Occurrence,
+    describe,
+    expand_bounded,
+    free_slots,
+    new_event,
+)
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import Config
-from agentd.parsing.bounded import run_bounded
 from agentd.parsing.budget import ParseFailed
 from agentd.tools import (
     Assessment,
@@ -129,14 +134,7 @@ async def _occurrences(deps: CalendarDeps, src: Source, first: date, days: int) 
     # event (a 50 MB description, a rule of millions) costs a child process its budget,
     # never the daemon its memory or its loop.
     try:
-        found = await run_bounded(
-            "agentd.calendar.events:expand_job",
-            data,
-            EXPAND_BUDGET,
-            start=start.isoformat(),
-            end=end.isoformat(),
-            zone=zone.key,
-        )
+        found = await expand_bounded(data, start, end, zone)
     except ParseFailed as exc:
         raise ToolError(f"the calendar {src.config.name} could not be expanded: {exc}") from None
     # JSON keeps the offset, not the zone: put the zone back for its name (CET, CEST).
