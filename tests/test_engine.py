@@ -685,3 +685,41 @@ async def test_a_cancel_committed_before_an_effect_begins_stops_it(
         ).fetchone()
     )
     await engine.shutdown()
+
+
+async def test_a_flag_committed_by_an_intake_stops_the_next_ordinary_step(db: Database) -> None:
+    """An intake flags a working turn in its commit and then stops its task. The turn's
+    pending step may finish in the same moment (its model answer arriving): the step after it,
+    an ordinary one (a low-risk tool) that reads no flag, must not run."""
+    gate = asyncio.Event()
+    calls = Calls()
+    loop = asyncio.get_running_loop()
+
+    async def think() -> str:
+        await gate.wait()
+        return "use the tool"
+
+    async def tool(text: str) -> None:
+        calls.counts["tool"] += 1
+
+    @workflow("turn")
+    async def wf(step: Step, inp: In) -> Out:
+        await step.do("tool", tool, await step.do("think", think))
+        return Out()
+
+    def flag_as_the_answer_arrives(conn) -> str:
+        status = store.request_cancel(conn, "t", 0.0)
+        loop.call_soon_threadsafe(gate.set)  # the answer lands while the intake commits
+        return status
+
+    engine = await make_engine(db, wf, poll_interval=3600)
+    await engine.start("turn", In(), instance_id="t")
+    while not await db.read(
+        lambda c: c.execute("SELECT runs FROM workflow_instances WHERE id = 't'").fetchone()[0]
+    ):
+        await asyncio.sleep(0.005)
+    assert await db.write(flag_as_the_answer_arrives) == "cancel_requested"
+    engine.stop_flagged("t")
+    assert (await engine.wait_for("t")).status == "cancelled"
+    assert calls.counts["tool"] == 0
+    await engine.shutdown()

@@ -205,6 +205,14 @@ class Engine:
             self._cancel_task(instance_id)
         return status
 
+    def stop_flagged(self, instance_id: str) -> None:
+        """End at once the task of an instance whose cancel flag the caller has just committed.
+
+        No second write first: while it waited its turn at the writer, the instance could take
+        its next step (a tool's effect) after the flag, as nothing but marked effects read it."""
+        if instance_id in self._tasks and instance_id not in self._cancelling:
+            self._cancel_task(instance_id)
+
     async def retry(self, instance_id: str) -> None:
         await self.db.write(store.reset_for_retry, instance_id, self.clock.now())
         inst = await self.db.read(store.get_instance, instance_id)

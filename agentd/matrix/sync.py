@@ -96,7 +96,7 @@ class Syncer:
                 "matrix event ignored", extra={"room": room, "sender": sender, "reason": reason}
             )
         for instance_id in result.cancels:  # interrupted: already flagged, stop it now
-            await self._engine.cancel(instance_id)
+            self._engine.stop_flagged(instance_id)
         for key in result.keys:
             self._engine.kick(key)
         if result.keys:

@@ -91,7 +91,7 @@ async def stop_tasks(
     for row in chosen:
         stopped += await deps.db.write(tasks.cancel_tree, row.id, time.time())
     for instance_id in stopped:
-        await engine.cancel(instance_id)
+        engine.stop_flagged(instance_id)
     return CommandReply(
         text=f"Stopped {len(stopped)} task(s): " + ", ".join(f"`{i}`" for i in stopped)
     )

@@ -154,7 +154,7 @@ class Poller:
                 "message ignored", extra={"chat_id": chat_id, "user_id": user_id, "reason": reason}
             )
         for instance_id in result.cancels:  # replaced by an edit: already flagged, stop it now
-            await self._engine.cancel(instance_id)
+            self._engine.stop_flagged(instance_id)
         for key in result.keys:
             self._engine.kick(key)
         if result.keys:

@@ -113,7 +113,7 @@ class ChatSite:
             intake.busy,
         )
         if posted.cancel is not None:  # interrupted: already flagged, stop it now
-            await intake.engine.cancel(posted.cancel)
+            intake.engine.stop_flagged(posted.cancel)
         for engine_key in posted.keys:
             intake.engine.kick(engine_key)
         self.hub.poke()
