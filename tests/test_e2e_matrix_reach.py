@@ -130,6 +130,42 @@ def test_a_revoked_telegram_token_is_told_on_matrix_before_agentd_stops(
         assert not [m for m in rig.tg.sent if "agentd stopped" in m["plain_text"]]
 
 
+def test_a_telegram_token_refused_at_start_is_told_on_matrix_and_nothing_else_runs(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """agentd starts with a Telegram token Telegram no longer takes: it does not run (exit 78,
+    as any configuration problem), the owner reads why on Matrix, and the turn a kill -9 left
+    unfinished is neither run nor ended then: it answers once the token is good again."""
+    with matrix_rig(tmp_path, cast) as rig:
+        room = rig.dm()
+        rig.owner.say(room, "hello from matrix")
+        rig.wait_answer(room, "echo: hello from matrix")  # the owner's Matrix chat is known
+        rig.llm.hold()
+        rig.owner.say(room, "left unfinished")
+        rig.llm.wait_for_held(1, timeout=60)
+        rig.daemon.kill9()
+        rig.llm.release()
+        token = rig.tg.token
+        rig.tg.token = "999999:revoked-elsewhere"  # every call with agentd's token: 401
+        rig.daemon.start(wait_ready=False)
+        assert rig.daemon.proc is not None and rig.daemon.proc.wait(120) == 78
+
+        [notice] = [t for t in rig.bot_texts(room) if "agentd stopped" in t]
+        assert "Telegram rejected the bot token; check TELEGRAM_BOT_TOKEN" in notice
+        statuses = dict(rig.query("SELECT workflow, status FROM workflow_instances"))
+        assert statuses["notice"] == "complete"
+        unfinished = rig.query(
+            "SELECT status FROM workflow_instances WHERE workflow = 'turn' "
+            "AND json_extract(input, '$.text') = 'left unfinished'"
+        )
+        assert [row[0] for row in unfinished] == ["running"]
+
+        rig.tg.token = token
+        rig.daemon.start()
+        rig.wait_answer(room, "echo: left unfinished")
+        assert len([t for t in rig.bot_texts(room) if "agentd stopped" in t]) == 1
+
+
 def test_a_matrix_login_logged_out_elsewhere_is_told_on_telegram(
     tmp_path: Path, cast: Cast
 ) -> None:
@@ -158,3 +194,26 @@ def test_a_matrix_login_logged_out_elsewhere_is_told_on_telegram(
         assert rig.daemon.proc is not None and rig.daemon.proc.wait(60) == 1
         assert "the Matrix homeserver no longer accepts agentd's login" in notice
         assert "MATRIX_PASSWORD" in notice and cast.bot_password not in notice
+
+
+def test_a_matrix_password_refused_at_start_is_told_on_telegram(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """The bot's Matrix password changed while agentd was down: the login at start is refused
+    (403 M_FORBIDDEN, the spec's answer to wrong credentials), so agentd does not run, and
+    the owner reads why on Telegram, without the password."""
+    with matrix_rig(tmp_path, cast) as rig:
+        rig.tg.add_message(OWNER, OWNER, "hello from telegram")  # the owner's Telegram chat
+        rig.tg.wait_until(
+            lambda: any(m["plain_text"] == "echo: hello from telegram" for m in rig.tg.sent),
+            60,
+            "the echo on Telegram",
+        )
+        assert rig.daemon.stop() == 0
+        rig.daemon.env["MATRIX_PASSWORD"] = "not-the-password-any-more"
+        rig.daemon.start(wait_ready=False)
+        assert rig.daemon.proc is not None and rig.daemon.proc.wait(120) == 78
+
+        [notice] = [m["plain_text"] for m in rig.tg.sent if "agentd stopped" in m["plain_text"]]
+        assert "the Matrix homeserver refused agentd's login" in notice
+        assert "MATRIX_PASSWORD" in notice and "not-the-password-any-more" not in notice

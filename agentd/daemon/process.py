@@ -16,7 +16,7 @@ from typing import Any
 from agentd.access import owners
 from agentd.agent.approval_flow import withdraw_approvals
 from agentd.chat.channel import CredentialsRejected, Intake, Opened
-from agentd.chat.notice import post_notice
+from agentd.chat.notice import make_notice_workflow, post_notice
 from agentd.chat.route import RoutedFiles, RoutedOutbox
 from agentd.config import Config
 from agentd.daemon import services
@@ -164,8 +164,10 @@ async def _build(proc: _Process, started_at: float) -> None:
     wired_holder: list[services.Services] = []
     clock = SystemClock()
     engine = proc.engine = _engine(proc, outbox, clock, wired_holder)
-    for one in proc.channels:
-        one.identity = await one.open.identify(proc.stop)
+    refused = await _identify(proc)
+    if refused is not None:
+        await _tell_owner_at_start(proc, *refused)
+        raise refused[1]
     log_trust(config)
     proc.username = ", ".join(
         one.identity.username or one.channel.name
@@ -184,6 +186,44 @@ async def _build(proc: _Process, started_at: float) -> None:
     except ServiceError as exc:
         raise ConfigProblem(str(exc)) from None
     _start_intake(proc, wired, clock)
+
+
+async def _identify(proc: _Process) -> tuple[Opened, CredentialsRejected] | None:
+    """Who we are on each channel. One whose network refuses agentd's credentials does not
+    keep the others from being asked (briefly), so the owner can be told on one of them."""
+    refused: tuple[Opened, CredentialsRejected] | None = None
+    for one in proc.channels:
+        try:
+            if refused is None:
+                one.identity = await one.open.identify(proc.stop)
+                continue
+            async with asyncio.timeout(NOTICE_WAIT):
+                one.identity = await one.open.identify(proc.stop)
+        except CredentialsRejected as exc:
+            refused = refused or (one, exc)
+        except TimeoutError:
+            if refused is None:
+                raise
+            log.warning("channel not reached", extra={"channel": one.channel.name})
+    return refused
+
+
+async def _tell_owner_at_start(proc: _Process, dead: Opened, problem: CredentialsRejected) -> None:
+    """A channel's credentials refused at start: agentd will not run, so an engine of the
+    notice alone (nothing else resumed) tells the owner on a channel that answered."""
+    live = [one for one in proc.channels if one.identity is not None]
+    if not live:
+        return
+    engine = Engine(proc.db, clock=SystemClock(), redact=proc.redactor)
+    for one in live:  # a channel's outbox sends once the daemon has asked for its workflows
+        for flow in one.open.workflows(proc.db):
+            engine.register(flow)
+    outbox = RoutedOutbox({one.channel.block: one.open.outbox for one in live})
+    engine.register(make_notice_workflow(proc.db, outbox))
+    try:
+        await _notice_owner(proc, engine, dead.channel.name, live[0].channel.name, problem)
+    finally:
+        await engine.shutdown(0)
 
 
 def _on_stop_signal(proc: _Process) -> None:
@@ -268,19 +308,26 @@ async def _tell_owner_elsewhere(
     """A channel's network refused its credentials: agentd stops (what it would send there
     waits for the fix, rather than failing), but the owner hears why on a channel still open,
     once a UTC day, before it does."""
-    owner = owners.resolve(proc.config.access).owner_id
     live = [one for one in proc.channels if one.task not in (None, dead) and not one.task.done()]
     gone = [one.channel.name for one in proc.channels if one.task is dead]
-    if owner is None or not live or not gone or proc.engine is None:
+    if live and gone and proc.engine is not None:
+        await _notice_owner(proc, proc.engine, gone[0], live[0].channel.name, problem)
+
+
+async def _notice_owner(
+    proc: _Process, engine: Engine, gone: str, via: str, problem: CredentialsRejected
+) -> None:
+    """The owner's notice that channel `gone` stopped agentd, sent on channel `via`: once a
+    UTC day (its instance id), waited for at most NOTICE_WAIT."""
+    owner = owners.resolve(proc.config.access).owner_id
+    if owner is None:
         return
     day = time.strftime("%Y-%m-%d", time.gmtime())
-    instance = f"channel-stopped:{gone[0]}:{day}"
+    instance = f"channel-stopped:{gone}:{day}"
     text = f"agentd stopped: {problem}. Fix it, then start agentd again."
     try:
-        await post_notice(
-            proc.engine.start, instance, None, text, user_id=owner, channel=live[0].channel.name
-        )
-        await proc.engine.wait_for(instance, timeout=NOTICE_WAIT)
+        await post_notice(engine.start, instance, None, text, user_id=owner, channel=via)
+        await engine.wait_for(instance, timeout=NOTICE_WAIT)
     except Exception as exc:  # stopping goes on whatever became of the notice
         log.warning("could not tell the owner why agentd stops", extra={"error": repr(exc)})
 

@@ -98,7 +98,8 @@ class OpenMatrix:
                 break
             except MatrixError as exc:
                 if exc.fault.kind != "transient":
-                    raise ConfigProblem(
+                    refused = CredentialsRejected if exc.fault.kind == "auth" else ConfigProblem
+                    raise refused(
                         f"the Matrix homeserver refused agentd's login ({exc}): check "
                         f"{cfg.access_token_env} / {cfg.password_env} and matrix.user_id"
                     ) from None

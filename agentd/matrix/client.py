@@ -132,7 +132,14 @@ class MatrixClient:
                 store_access_token=True,
             )
 
-        answer = await self._call("login", login, self._timeout)
+        try:
+            answer = await self._call("login", login, self._timeout)
+        except MatrixError as exc:
+            if not exc.fault.reason.startswith("HTTP 403"):
+                raise
+            # The spec's answer to a wrong user or password at login, unlike a 403 elsewhere
+            # (a room's permission): the credentials were refused.
+            raise MatrixError(MatrixFault(kind="auth", reason=exc.fault.reason)) from None
         self.device_id = str(answer.device_id)
         return self.device_id
 
