@@ -196,9 +196,7 @@ def test_a_matrix_login_logged_out_elsewhere_is_told_on_telegram(
         assert "MATRIX_PASSWORD" in notice and cast.bot_password not in notice
 
 
-def test_a_matrix_password_refused_at_start_is_told_on_telegram(
-    tmp_path: Path, cast: Cast
-) -> None:
+def test_a_matrix_password_refused_at_start_is_told_on_telegram(tmp_path: Path, cast: Cast) -> None:
     """The bot's Matrix password changed while agentd was down: the login at start is refused
     (403 M_FORBIDDEN, the spec's answer to wrong credentials), so agentd does not run, and
     the owner reads why on Telegram, without the password."""
