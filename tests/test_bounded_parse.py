@@ -15,10 +15,13 @@ import zlib
 import pytest
 
 from agentd.knowledge.loaders import LoadError, parse_bytes_bounded
+from agentd.parsing import bounded
 from agentd.parsing.bounded import run_bounded
 from agentd.parsing.budget import Budget, ParseFailed
 from agentd.parsing.html_text import html_to_text, html_to_text_bounded
 from agentd.parsing.image import NotAnImage, downscale_bounded
+from agentd.schedule.recurrence import ScheduleError, When
+from agentd.schedule.timing import Gap, checked_bounded
 
 
 def test_quadratic_markup_for_the_stdlib_parser_is_read() -> None:
@@ -179,3 +182,24 @@ async def test_parses_run_concurrently_without_blocking_the_loop() -> None:
     await asyncio.gather(*(html_to_text_bounded("<a " * 500_000) for _ in range(2)))
     ticker.cancel()
     assert ticks > 0
+
+
+async def test_a_rule_search_is_not_queued_behind_two_parses() -> None:
+    """Both parse slots taken (two documents being read, up to a minute each): a rule search,
+    which a tool waits on within its own time limit, still runs at once in its own slot."""
+    parse = bounded._semaphore("parse")
+    gap = Gap(60, "runs", "schedule.min_interval")
+    async with parse, parse:
+        assert parse.locked()
+        async with asyncio.timeout(60):  # without a slot of its own: never, while they run
+            rec = await checked_bounded(When(rrule="FREQ=DAILY;BYHOUR=8"), "UTC", 0.0, gap)
+            with pytest.raises(ScheduleError, match="was found within 2 s of searching"):
+                await checked_bounded(
+                    When(rrule="FREQ=DAILY;BYMONTH=2;BYMONTHDAY=30;COUNT=1"), "UTC", 0.0, gap
+                )
+    assert rec.next_after(0.0) == 8 * 3600
+
+
+def test_a_short_job_is_short() -> None:
+    with pytest.raises(ValueError, match="at most 2 s of CPU"):
+        Budget(cpu_seconds=20, lane="short")

@@ -19,20 +19,21 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
-from agentd.parsing.budget import Budget, ParseFailed
+from agentd.parsing.budget import Budget, Lane, ParseFailed
 
 # A target is "agentd.module:function"; nothing outside agentd can be named.
 _PREFIX = "agentd."
-# At most this many parses at once: the machine has few cores and the loop needs one.
-_MAX_CHILDREN = 2
-_semaphores: dict[int, asyncio.Semaphore] = {}
+# At most this many children at once per lane: the machine has few cores and the loop needs
+# one; a short one (at most two seconds of CPU) may run beside two parses.
+_MAX_CHILDREN: dict[Lane, int] = {"parse": 2, "short": 1}
+_semaphores: dict[tuple[int, Lane], asyncio.Semaphore] = {}
 
 
-def _semaphore() -> asyncio.Semaphore:
-    loop_id = id(asyncio.get_running_loop())
-    sem = _semaphores.get(loop_id)
+def _semaphore(lane: Lane) -> asyncio.Semaphore:
+    key = (id(asyncio.get_running_loop()), lane)
+    sem = _semaphores.get(key)
     if sem is None:
-        sem = _semaphores[loop_id] = asyncio.Semaphore(_MAX_CHILDREN)
+        sem = _semaphores[key] = asyncio.Semaphore(_MAX_CHILDREN[lane])
     return sem
 
 
@@ -119,7 +120,7 @@ async def run_bounded(target: str, data: bytes, budget: Budget | None = None, **
         raise ValueError(f"not an agentd parse target: {target!r}")
     budget = budget or Budget()
     header = json.dumps({"target": target, "kwargs": kwargs, "budget": asdict(budget)})
-    async with _semaphore():
+    async with _semaphore(budget.lane):
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",

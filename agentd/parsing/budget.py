@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# Which children's slots a parse waits for: "short" work (a rule search: two seconds of CPU at
+# most) has a slot of its own, so a tool waiting on one is never queued behind documents that
+# may each take a minute, and past its own time limit.
+Lane = Literal["parse", "short"]
+SHORT_CPU_SECONDS = 2
 
 
 class ParseFailed(Exception):
@@ -29,3 +36,11 @@ class Budget:
     memory_bytes: int = 1024 * 1024 * 1024
     # The child's JSON answer: the parent reads no more than this before giving up.
     answer_bytes: int = 32 * 1024 * 1024
+    lane: Lane = "parse"
+
+    def __post_init__(self) -> None:
+        if self.lane == "short" and self.cpu_seconds > SHORT_CPU_SECONDS:
+            raise ValueError(
+                f"a short job may use at most {SHORT_CPU_SECONDS} s of CPU, not "
+                f"{self.cpu_seconds}: give it the parse lane"
+            )

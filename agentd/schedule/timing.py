@@ -19,7 +19,7 @@ from agentd.schedule.recurrence import Recurrence, ScheduleError, When, format_d
 
 # A sound rule finds its next runs in milliseconds (February 29th on a Monday, 28 years away,
 # in 20 ms); the budget is a hundred times that and still well inside a tool's time limit.
-SEARCH = Budget(seconds=8.0, cpu_seconds=2, answer_bytes=64 * 1024)
+SEARCH = Budget(seconds=8.0, cpu_seconds=2, answer_bytes=64 * 1024, lane="short")
 
 
 @dataclass(frozen=True)
