@@ -31,6 +31,16 @@ def _wait_text(rig: MatrixRig, room: str, user: MatrixUser, part: str) -> list[s
     return wait_for(seen, 60, f"{part!r} in {room}")
 
 
+def _owner_writes_on_telegram(rig: MatrixRig) -> None:
+    """The owner's Telegram chat is known, and where they last wrote."""
+    rig.tg.add_message(OWNER, OWNER, "hello from telegram")
+    rig.tg.wait_until(
+        lambda: any(m["plain_text"] == "echo: hello from telegram" for m in rig.tg.sent),
+        60,
+        "the echo on Telegram",
+    )
+
+
 def _sent_once(rig: MatrixRig, schedule_id: str) -> None:
     poll(
         lambda: rig.query(
@@ -172,12 +182,7 @@ def test_a_matrix_login_logged_out_elsewhere_is_told_on_telegram(
     """The bot's account is logged out everywhere while agentd runs: the owner reads why on
     Telegram, and agentd stops."""
     with matrix_rig(tmp_path, cast) as rig:
-        rig.tg.add_message(OWNER, OWNER, "hello from telegram")  # the owner's Telegram chat
-        rig.tg.wait_until(
-            lambda: any(m["plain_text"] == "echo: hello from telegram" for m in rig.tg.sent),
-            60,
-            "the echo on Telegram",
-        )
+        _owner_writes_on_telegram(rig)
         room = rig.dm()
         rig.owner.say(room, "still here")
         rig.wait_answer(room, "echo: still here")  # Matrix syncing, and where the owner wrote
@@ -201,12 +206,7 @@ def test_a_matrix_password_refused_at_start_is_told_on_telegram(tmp_path: Path, 
     (403 M_FORBIDDEN, the spec's answer to wrong credentials), so agentd does not run, and
     the owner reads why on Telegram, without the password."""
     with matrix_rig(tmp_path, cast) as rig:
-        rig.tg.add_message(OWNER, OWNER, "hello from telegram")  # the owner's Telegram chat
-        rig.tg.wait_until(
-            lambda: any(m["plain_text"] == "echo: hello from telegram" for m in rig.tg.sent),
-            60,
-            "the echo on Telegram",
-        )
+        _owner_writes_on_telegram(rig)
         assert rig.daemon.stop() == 0
         rig.daemon.env["MATRIX_PASSWORD"] = "not-the-password-any-more"
         rig.daemon.start(wait_ready=False)
