@@ -99,6 +99,21 @@ def test_notices_go_to_the_chosen_channel_else_where_the_user_last_wrote(conn: A
         assert reach.private_chat(conn, 7) is None
 
 
+def test_a_stopped_channels_notice_goes_where_the_owner_last_wrote_among_the_open_ones(
+    conn: Any,
+) -> None:
+    """Telegram refused its token: the owner is told on the open channel they last wrote
+    in, never on Telegram (where they wrote last) nor on an open one they never used."""
+    matrix_dm, webchat = 9_007_199_254_740_993, 18_014_398_509_481_985
+    with conn:
+        reach.note_private_chat(conn, OWNER, "webchat", webchat, now=5.0)
+        reach.note_private_chat(conn, OWNER, "matrix", matrix_dm, now=10.0)
+        reach.note_private_chat(conn, OWNER, "telegram", OWNER, now=20.0)
+        assert reach.private_chat_among(conn, OWNER, ["webchat", "matrix"]) == matrix_dm
+        assert reach.private_chat_among(conn, OWNER, ["webchat"]) == webchat
+        assert reach.private_chat_among(conn, OWNER, ["irc"]) is None
+
+
 def _message(update_id: int, sender: int, text: str) -> dict[str, Any]:
     chat = {"id": sender, "type": "private"}
     sent = {"message_id": update_id, "date": 1, "chat": chat, "text": text}

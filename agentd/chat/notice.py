@@ -31,8 +31,6 @@ class NoticeInput(BaseModel):
     chat_id: int | None = None
     user_id: int | None = None
     text: str
-    # For a notice to a user: the channel to reach them on, over `prefer` ("": that).
-    channel: str = ""
 
     @model_validator(mode="after")
     def _somewhere(self) -> NoticeInput:
@@ -57,11 +55,7 @@ def make_notice_workflow(
         chat = inp.chat_id
         if chat is None:
             chat = await step.local(
-                "where",
-                reach.private_chat,
-                inp.user_id,
-                inp.channel or prefer,
-                result_type=int | None,
+                "where", reach.private_chat, inp.user_id, prefer, result_type=int | None
             )
             if chat is None:
                 log.warning("notice not sent: no private chat known", extra={"user": inp.user_id})
@@ -78,9 +72,8 @@ async def post_notice(
     text: str,
     *,
     user_id: int | None = None,
-    channel: str = "",
 ) -> None:
     """Start the notice `instance_id` (the engine's `start`) to `chat_id`, or to `user_id`'s
-    private chat (on `channel` where they have one); once per id, whoever asks."""
-    inp = NoticeInput(chat_id=chat_id, user_id=user_id, text=text, channel=channel)
+    private chat; once per id, whoever asks."""
+    inp = NoticeInput(chat_id=chat_id, user_id=user_id, text=text)
     await start(NOTICE_WORKFLOW, inp, instance_id=instance_id, key=instance_id)

@@ -6,6 +6,7 @@ transaction that commits it), so the answer is as fresh as the last message."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -40,5 +41,17 @@ def private_chat(conn: Any, user_id: int, prefer: str = "") -> int | None:
     row = conn.execute(
         "SELECT chat_id FROM user_chats WHERE user_id = ? ORDER BY last_at DESC LIMIT 1",
         (user_id,),
+    ).fetchone()
+    return int(row[0]) if row is not None else None
+
+
+def private_chat_among(conn: Any, user_id: int, channels: Sequence[str]) -> int | None:
+    """The private chat `user_id` last wrote in on one of `channels` (those still open, when
+    another stopped); None when none of them knows one."""
+    marks = ", ".join("?" * len(channels))
+    row = conn.execute(
+        f"SELECT chat_id FROM user_chats WHERE user_id = ? AND channel IN ({marks}) "
+        "ORDER BY last_at DESC LIMIT 1",
+        (user_id, *channels),
     ).fetchone()
     return int(row[0]) if row is not None else None

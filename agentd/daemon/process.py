@@ -15,6 +15,7 @@ from typing import Any
 
 from agentd.access import owners
 from agentd.agent.approval_flow import withdraw_approvals
+from agentd.chat import reach
 from agentd.chat.channel import CredentialsRejected, Intake, Opened
 from agentd.chat.notice import make_notice_workflow, post_notice
 from agentd.chat.route import RoutedFiles, RoutedOutbox
@@ -221,7 +222,7 @@ async def _tell_owner_at_start(proc: _Process, dead: Opened, problem: Credential
     outbox = RoutedOutbox({one.channel.block: one.open.outbox for one in live})
     engine.register(make_notice_workflow(proc.db, outbox))
     try:
-        await _notice_owner(proc, engine, dead.channel.name, live[0].channel.name, problem)
+        await _notice_owner(proc, engine, dead.channel.name, live, problem)
     finally:
         await engine.shutdown(0)
 
@@ -311,22 +312,28 @@ async def _tell_owner_elsewhere(
     live = [one for one in proc.channels if one.task not in (None, dead) and not one.task.done()]
     gone = [one.channel.name for one in proc.channels if one.task is dead]
     if live and gone and proc.engine is not None:
-        await _notice_owner(proc, proc.engine, gone[0], live[0].channel.name, problem)
+        await _notice_owner(proc, proc.engine, gone[0], live, problem)
 
 
 async def _notice_owner(
-    proc: _Process, engine: Engine, gone: str, via: str, problem: CredentialsRejected
+    proc: _Process, engine: Engine, gone: str, live: list[Opened], problem: CredentialsRejected
 ) -> None:
-    """The owner's notice that channel `gone` stopped agentd, sent on channel `via`: once a
-    UTC day (its instance id), waited for at most NOTICE_WAIT."""
+    """The owner's notice that channel `gone` stopped agentd, in the private chat they last
+    wrote in on a `live` channel: once a UTC day (its instance id), waited for at most
+    NOTICE_WAIT."""
     owner = owners.resolve(proc.config.access).owner_id
     if owner is None:
+        return
+    names = [one.channel.name for one in live]
+    chat = await proc.db.read(reach.private_chat_among, owner, names)
+    if chat is None:
+        log.warning("no chat to tell the owner why agentd stops", extra={"channels": names})
         return
     day = time.strftime("%Y-%m-%d", time.gmtime())
     instance = f"channel-stopped:{gone}:{day}"
     text = f"agentd stopped: {problem}. Fix it, then start agentd again."
     try:
-        await post_notice(engine.start, instance, None, text, user_id=owner, channel=via)
+        await post_notice(engine.start, instance, chat, text)
         await engine.wait_for(instance, timeout=NOTICE_WAIT)
     except Exception as exc:  # stopping goes on whatever became of the notice
         log.warning("could not tell the owner why agentd stops", extra={"error": repr(exc)})
