@@ -89,9 +89,10 @@ async def stop_tasks(
         return CommandReply(text=f"Say which: `/tasks stop 1` … `{len(running)}`, or `all`.")
     stopped: list[str] = []
     for row in chosen:
-        stopped += await deps.db.write(tasks.cancel_tree, row.id, time.time())
-    for instance_id in stopped:
-        engine.stop_flagged(instance_id)
+        flagged = await deps.db.write(tasks.cancel_tree, row.id, time.time())
+        for instance_id in flagged:  # at once, before another write lets them step on
+            engine.stop_flagged(instance_id)
+        stopped += flagged
     return CommandReply(
         text=f"Stopped {len(stopped)} task(s): " + ", ".join(f"`{i}`" for i in stopped)
     )
