@@ -9,6 +9,8 @@ import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -17,6 +19,8 @@ from agentd.dashboard.capability import NOT_YOURS
 from agentd.db import open_sync
 from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon, send_marker
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.anthropic import last_user_text
+from tests.owner_chat import OwnerChat, owner_chat_running
 from tests.test_dashboard_browser import ARGS, CHROMIUM
 
 OTHER = 43  # allowed to talk to the bot, not its owner
@@ -135,3 +139,64 @@ def test_the_link_signs_in_in_a_phones_browser(stack: Stack) -> None:
             assert "daemon: running" in page.inner_text("main")
         finally:
             browser.close()
+
+
+CSRF = re.compile(r'name="csrf" value="([^"]+)"')
+
+
+async def _cancel(base: str, session: str, instance_id: str) -> str:
+    """The turn page's Cancel button, as its form posts it; the page it lands on."""
+    async with aiohttp.ClientSession(cookies={"agentd_session": session}) as http:
+        page = await (await http.get(f"{base}/turn/{instance_id}")).text()
+        found = CSRF.search(page)
+        assert found, page
+        answer = await http.post(
+            f"{base}/workflows/{instance_id}/cancel",
+            data={"csrf": found[1]},
+            headers={"Origin": base},
+        )
+        return await answer.text()
+
+
+def test_the_cancel_button_stops_a_turn_before_its_next_step(tmp_path: Path) -> None:
+    """The owner presses Cancel on a turn while its model call runs. The dashboard runs in
+    the daemon, so the turn is stopped at once: the tool its model then asks for is not run
+    (no wait for the engine's next poll, here set to 10 s)."""
+    config = (
+        '[tools]\nplugins = ["tests.plugins.e2e_tools"]\n'
+        "[dashboard]\nenabled = true\nport = 0\n[engine]\nevent_poll_interval = 10\n"
+    )
+    with owner_chat_running(tmp_path, config, OwnerChat) as s:
+        base, token = Stack(s.tg, s.daemon).ask_link()
+        session = asyncio.run(_sign_in(base, token))
+        assert session
+        marker = "cancel pressed one two"
+
+        def responder(body: dict[str, Any]) -> Any:
+            if last_user_text(body).endswith(marker):
+                return [
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_c",
+                        "name": "count_words",
+                        "input": {"text": marker},
+                    }
+                ]
+            return None
+
+        s.llm.set_responder(responder)
+        s.llm.hold()
+        try:
+            s.ask(f"please count the words in {marker}")
+            s.llm.wait_for_held(1, timeout=60)
+            [(turn,)] = s.daemon.query(
+                "SELECT id FROM workflow_instances WHERE workflow = 'turn' AND status = 'running'"
+            )
+            landed = asyncio.run(_cancel(base, session, turn))
+            assert "cancel requested" in landed
+        finally:
+            s.llm.release()
+        s.daemon.wait_idle(f"chat-{OWNER}")
+        [(status,)] = s.daemon.query("SELECT status FROM workflow_instances WHERE id = ?", (turn,))
+        assert status == "cancelled"
+        assert s.daemon.effects().count(f"count_words {marker}") == 0

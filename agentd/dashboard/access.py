@@ -23,6 +23,10 @@ class Access(Protocol):
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T: ...
 
+    def stop_flagged(self, instance_id: str) -> None:
+        """A workflow this page just flagged for cancel (its write returned): stop it now."""
+        ...
+
 
 class FileAccess:
     """Connections opened per call: nothing is held while no page is being served."""
@@ -52,14 +56,18 @@ class FileAccess:
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(self._run, True, partial(fn, **kwargs), args)
 
+    def stop_flagged(self, instance_id: str) -> None:
+        """Nothing to do here: the daemon, another process, sees the flag at its next poll."""
+
 
 class DaemonAccess:
     """Inside `agentd run`: changes through the daemon's one writer (`Database.write`), reads
     on connections of their own, so a page that scans a year of rows never holds the writer
     a turn is waiting for."""
 
-    def __init__(self, db: Any) -> None:
+    def __init__(self, db: Any, engine: Any = None) -> None:
         self._db = db
+        self._engine = engine
         self._reads = FileAccess(db.path)
 
     async def read(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -67,3 +75,8 @@ class DaemonAccess:
 
     async def write(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await self._db.write(fn, *args, **kwargs)  # type: ignore[no-any-return]
+
+    def stop_flagged(self, instance_id: str) -> None:
+        """At once, as the chat's intake does: the next step must not begin meanwhile."""
+        if self._engine is not None:
+            self._engine.stop_flagged(instance_id)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 import jinja2
@@ -198,12 +200,22 @@ def _filter_int(request: web.Request, name: str, default: int, label: str) -> in
     return value
 
 
-async def _change(request: web.Request, fn: Any, *args: Any, back: str) -> web.Response:
-    """Run one change in one transaction; come back to `back` saying what happened."""
+async def _change(
+    request: web.Request,
+    fn: Any,
+    *args: Any,
+    back: str,
+    then: Callable[[], None] | None = None,
+) -> web.Response:
+    """Run one change in one transaction (and `then`, once it is committed); come back to
+    `back` saying what happened."""
     try:
         said = await site_of(request).access.write(fn, *args)
     except actions.Refused as exc:
         said = str(exc)
+    else:
+        if then is not None:
+            then()
     raise web.HTTPSeeOther(flash_url(request, back, said))
 
 
@@ -286,6 +298,9 @@ async def workflow_op(request: web.Request) -> web.Response:
     if op is None:
         raise web.HTTPNotFound(text="Not found.")
     iid = request.match_info["id"]
+    if op is actions.cancel:
+        access = site_of(request).access
+        return await _change(request, op, iid, back="/", then=partial(access.stop_flagged, iid))
     return await _change(request, op, iid, back="/")
 
 
