@@ -723,3 +723,64 @@ async def test_a_flag_committed_by_an_intake_stops_the_next_ordinary_step(db: Da
     assert (await engine.wait_for("t")).status == "cancelled"
     assert calls.counts["tool"] == 0
     await engine.shutdown()
+
+
+@pytest.mark.parametrize("delivery", ["marked", "at_most_once", "retried"])
+async def test_a_step_that_needs_a_restart_waits_for_it_and_then_runs_once(
+    db: Database, delivery: str
+) -> None:
+    """An error saying its effect cannot happen while this process runs (credentials the
+    network refused) neither fails the instance nor is tried again here: the instance waits,
+    its key kept, and the next start runs the step again, with nothing counted as a send that
+    may have landed."""
+    calls = Calls()
+    refused = {"on": True}
+
+    class Refused(Exception):
+        needs_restart = True
+
+    async def send() -> int:
+        calls.counts["send"] += 1
+        if refused["on"]:
+            raise Refused("401 the token was rejected")
+        return 7
+
+    async def later() -> None:
+        calls.counts["later"] += 1
+
+    @workflow("held")
+    async def held(step: Step, inp: In) -> Out:
+        if inp.label == "later":
+            await step.do("later", later)
+            return Out()
+        kw: dict = {
+            "marked": {"mark": True},
+            "at_most_once": {"delivery": "at_most_once"},
+            "retried": {"retry": Retry(limit=3, delay=0)},
+        }[delivery]
+        return Out(value=await step.do("send", send, **kw))
+
+    engine = await make_engine(db, held)
+    await engine.start("held", In(), instance_id="h", key="chat")
+    await engine.start("held", In(label="later"), instance_id="l", key="chat")
+    while (await db.read(store.get_instance, "h")).status in ("queued", "running"):
+        await asyncio.sleep(0.005)
+    await engine.settled()
+    assert (await db.read(store.get_instance, "h")).status == "waiting"
+    assert (calls.counts["send"], calls.counts["later"]) == (1, 0)  # no retry; the key kept
+    assert (await db.read(store.get_instance, "h")).waiting_for == "restart"
+    await engine.shutdown(grace=0)
+    assert (await db.read(store.get_instance, "h")).status == "waiting"
+
+    refused["on"] = False
+    engine = await make_engine(db, held)
+    assert (await engine.wait_for("h")).output == '{"value":7}'
+    assert (await engine.wait_for("l")).status == "complete"
+    assert (calls.counts["send"], calls.counts["later"]) == (2, 1)
+    outcomes = await db.read(
+        lambda c: c.execute(
+            "SELECT outcome FROM workflow_attempts WHERE instance_id = 'h' ORDER BY attempt"
+        ).fetchall()
+    )
+    assert [row[0] for row in outcomes] == ["failed", "complete"]  # none left "running"
+    await engine.shutdown()

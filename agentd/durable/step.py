@@ -9,6 +9,7 @@ import hashlib
 import inspect
 import json
 import logging
+import math
 import time
 import typing
 import weakref
@@ -42,6 +43,8 @@ DURABLE_BACKOFF_AFTER = 5.0
 Delivery = Literal["at_least_once", "at_most_once", "idempotent"]
 # Ordinals reserved for each branch of `Step.fork`: more than any one tool call takes.
 BRANCH_STEPS = 32
+# What an instance waits for (`waiting_for`) when a step can only run after a restart.
+RESTART = "restart"
 log = logging.getLogger("agentd.durable")
 
 
@@ -109,6 +112,13 @@ def _retryable(exc: BaseException) -> bool:
     if not isinstance(exc, Exception) or isinstance(exc, NonRetryable | LimitExceeded):
         return False
     return getattr(exc, "retryable", True) is not False
+
+
+def _needs_restart(exc: BaseException) -> bool:
+    """An error carrying `needs_restart = True` says its effect cannot happen while this
+    process runs (a channel's network refused agentd's credentials, which stops agentd): the
+    step neither fails nor is tried again here, it waits for the next start."""
+    return getattr(exc, "needs_restart", False) is True
 
 
 # Weak keys: a step function made on the fly (a closure) must not be kept alive by the cache.
@@ -460,11 +470,24 @@ class Step:
                 exc = TimeoutError(f"attempt timed out after {call.timeout}s")
             error = self.engine.redact(_error_text(exc))
             await self._record_attempt(name, ordinal, attempt, delivery, now, error=error)
+            if _needs_restart(exc):
+                self._log(name, attempt, started, "waits for a restart", error=error)
+                await self._wait_for_restart()
             self._log(name, attempt, started, "failed", error=error)
             raise exc from None
         await self._record_attempt(name, ordinal, attempt, delivery, now, result=encoded)
         self._log(name, attempt, started, "complete")
         return encoded
+
+    async def _wait_for_restart(self) -> typing.NoReturn:
+        """The attempt is journaled as failed (so not as a send that may have landed), and the
+        instance waits, keeping its key (its chat's later work stays behind it), until the
+        engine stops; it resumes at the next start and runs the step again."""
+        self._check_running()
+        async with self.engine.suspended(self.instance_id, "waiting", waiting_for=RESTART):
+            with self.engine.blocked(self.instance_id, math.inf):
+                await asyncio.get_running_loop().create_future()  # ends by cancellation
+        raise AssertionError("unreachable: a future nobody sets was awaited")
 
     async def local(
         self, name: str, fn: Callable[..., T], *args: Any, result_type: Any = None
