@@ -4,6 +4,7 @@ it by the chat id's block alone, the channels are one list, and the daemon names
 from __future__ import annotations
 
 import ast
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -12,7 +13,13 @@ from typing import Any
 import pytest
 
 from agentd.channels import channels, packages
-from agentd.chat.channel import ID_BLOCK, block_start, id_block
+from agentd.chat.channel import (
+    ID_BLOCK,
+    CredentialsRejected,
+    Refusal,
+    block_start,
+    id_block,
+)
 from agentd.chat.outbox import SendFailed
 from agentd.chat.route import NoChannel, RoutedFiles, RoutedOutbox
 from agentd.config import Config
@@ -135,3 +142,26 @@ def test_the_daemon_names_no_channel() -> None:
                 if any(module.startswith(f"agentd.{p}") for p in packages()):
                     named.append(f"{path.name}:{node.lineno} imports {module}")
     assert not named, named
+
+
+async def test_a_refusal_met_by_a_send_ends_the_intake_with_it_and_waits_for_a_restart() -> None:
+    """A channel's latch: the intake ends with the refusal a send met (agentd then stops), an
+    intake's own end is kept as it is, and the refusal is one that waits for a restart."""
+    never = asyncio.Event()
+
+    async def intake() -> None:
+        await never.wait()
+
+    refusal = Refusal(lambda: CredentialsRejected("the token was revoked; check TOKEN"))
+    serving = asyncio.create_task(refusal.serve(intake()))
+    await asyncio.sleep(0)
+    problem = refusal.refuse()
+    assert refusal.refuse() is problem and problem.needs_restart is True
+    with pytest.raises(CredentialsRejected, match="check TOKEN"):
+        await serving
+
+    async def failing() -> None:
+        raise RuntimeError("the intake's own end")
+
+    with pytest.raises(RuntimeError, match="own end"):
+        await Refusal(lambda: CredentialsRejected("unused")).serve(failing())

@@ -201,6 +201,44 @@ def test_a_matrix_login_logged_out_elsewhere_is_told_on_telegram(
         assert "MATRIX_PASSWORD" in notice and cast.bot_password not in notice
 
 
+def test_a_reply_met_by_a_logged_out_matrix_login_is_sent_after_the_restart(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """The bot's account is logged out while a turn works, and the turn's reply is the first
+    to meet it (the sync is held for 30 s): the reply is not errored; agentd tells the owner on
+    Telegram and stops, and the next start (a new login with the password) sends it, once."""
+    with matrix_rig(tmp_path, cast, AGENTD_MATRIX__SYNC_TIMEOUT="30") as rig:
+        _owner_writes_on_telegram(rig)
+        room = rig.dm()
+        rig.owner.say(room, "hello from matrix")
+        rig.wait_answer(room, "echo: hello from matrix")
+        rig.llm.hold()
+        rig.owner.say(room, "answer me later")
+        rig.llm.wait_for_held(1, timeout=60)
+        bot = cast.server.login("bot", cast.bot_password)
+        status, _ = http(
+            "POST", f"{cast.server.url}/_matrix/client/v3/logout/all", body={}, headers=bot.auth
+        )
+        assert status == 200
+        rig.llm.release()
+
+        assert rig.daemon.proc is not None and rig.daemon.proc.wait(60) == 1
+        told = [m["plain_text"] for m in rig.tg.sent if "agentd stopped" in m["plain_text"]]
+        assert len(told) == 1 and "no longer accepts agentd's login" in told[0]
+        refused = rig.query(
+            "SELECT a.outcome FROM workflow_attempts a JOIN workflow_steps s "
+            "USING (instance_id, ordinal) JOIN workflow_instances i ON i.id = a.instance_id "
+            "WHERE s.name LIKE 'send%' AND i.status IN ('running', 'waiting')"
+        )
+        assert [row[0] for row in refused] == ["failed"]
+        assert "echo: answer me later" not in rig.bot_texts(room)
+
+        rig.daemon.start()
+        rig.wait_answer(room, "echo: answer me later")
+        assert rig.bot_texts(room).count("echo: answer me later") == 1
+        assert not rig.query("SELECT 1 FROM workflow_instances WHERE status = 'errored'")
+
+
 def test_a_matrix_password_refused_at_start_is_told_on_telegram(tmp_path: Path, cast: Cast) -> None:
     """The bot's Matrix password changed while agentd was down: the login at start is refused
     (403 M_FORBIDDEN, the spec's answer to wrong credentials), so agentd does not run, and

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentd.agent.turn import LLM_ERROR_REPLY
+from agentd.durable.store import OPEN_STATUSES
 from agentd.media.voice import no_backend_reply
 from tests.daemon_process import (
     API_KEY,
@@ -410,6 +411,40 @@ def test_a_token_under_its_own_name_serves_and_a_revoked_one_is_named(
             daemon.stop()
     assert again.returncode == 78 and "check HOME_BOT_TOKEN" in again.stderr
     assert TOKEN not in again.stderr
+
+
+def test_a_reply_met_by_a_revoked_token_is_sent_after_the_fix_not_lost(
+    tmp_path: Path, tg: FakeTelegram, env: dict
+) -> None:
+    """The token is revoked while a turn works: its reply's sendMessage is the first call to
+    meet the 401 (the long poll still hangs). agentd stops (exit 1) rather than error the
+    turn; the reply waits in the journal, counted as no possible duplicate, and goes out once
+    agentd starts again with a token Telegram takes."""
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        tg.fail_next("sendMessage", 401, times=None)
+        tg.add_message(OWNER, OWNER, "still there?")
+        assert daemon.proc is not None
+        assert daemon.proc.wait(30) == 1
+        assert "Telegram rejected the bot token" in daemon.log()
+        # Open (waiting for the restart, or still running if agentd stopped first), with the
+        # send's attempt journaled as refused, not as one that may have landed.
+        assert daemon.query("SELECT status FROM workflow_instances")[0][0] in OPEN_STATUSES
+        attempts = daemon.query(
+            "SELECT a.outcome, a.error FROM workflow_attempts a JOIN workflow_steps s "
+            "USING (instance_id, ordinal) WHERE s.name LIKE 'send%'"
+        )
+        assert [(r[0], "rejected the bot token" in r[1]) for r in attempts] == [("failed", True)]
+        assert texts(tg, OWNER) == []
+        tg.clear_faults()
+        daemon.start()
+        send_marker(tg, OWNER, "and now?")
+        assert texts(tg, OWNER) == ["echo: still there?", "echo: and now?"]
+        assert daemon.query("SELECT DISTINCT status FROM workflow_instances")[0][0] == "complete"
+        uncertain = "SELECT COUNT(*) FROM audit WHERE kind = 'send_uncertain'"
+        assert daemon.query(uncertain)[0][0] == 0
+    finally:
+        daemon.stop()
 
 
 def test_an_unwritable_database_path_is_a_clear_error(tmp_path: Path, env: dict) -> None:

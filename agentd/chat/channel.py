@@ -28,7 +28,9 @@ loop over that list; none of them names a network. The contract, in the order a 
   - `outbox`: the output side, `chat.outbox.Outbox` — text with formatting (split to fit),
     edits (streamed drafts, approval cards' outcomes), replies, buttons (approval cards, and
     their answers come back as `CallbackPress`), files, typing; a refusal for good raises
-    `SendFailed`; every send is made inside `chat.delivery.deliver` by the core;
+    `SendFailed`; credentials the network no longer takes raise what the channel's
+    `Refusal` gives (the send waits for a restart, and the intake, run through the same
+    latch, ends with it); every send is made inside `chat.delivery.deliver` by the core;
   - `files`: reads a file id it put on an input (photos, voice, documents), or None;
   - `workflows(db)`: its own durable workflows (Telegram's: leaving a group nobody allowed);
   - `serve(intake)`: start taking messages. Intake is persist-then-acknowledge: an input is
@@ -53,12 +55,12 @@ loop over that list; none of them names a network. The contract, in the order a 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    import asyncio
     import contextlib
 
     from agentd.chat.busy import BusyMode
@@ -99,6 +101,44 @@ class ConfigProblem(StartupError):
 class CredentialsRejected(ConfigProblem):
     """A channel's network no longer takes its credentials (a revoked token, a logged-out
     device): its intake ends with this, and the message says what to change."""
+
+    # A step that meets it (a send) waits for the next start instead of failing (the durable
+    # engine's rule), so what agentd would have said goes out once the owner fixed it.
+    needs_restart = True
+
+
+class Refusal:
+    """One channel's latch for credentials its network refused, set by whichever side meets
+    the refusal first. A send raises what `refuse()` returns (its step waits for the next
+    start); the intake, run through `serve`, then ends with it, which stops agentd, as when
+    the intake met the refusal itself."""
+
+    def __init__(self, problem: Callable[[], CredentialsRejected]) -> None:
+        self._problem = problem
+        self._met: CredentialsRejected | None = None
+        self._event = asyncio.Event()
+
+    def refuse(self) -> CredentialsRejected:
+        if self._met is None:
+            self._met = self._problem()
+            self._event.set()
+        return self._met
+
+    async def serve(self, intake: Awaitable[None]) -> None:
+        """Run the intake until it ends, or until a send met the refusal: then end with it."""
+        running = asyncio.ensure_future(intake)
+        met = asyncio.ensure_future(self._event.wait())
+        try:
+            await asyncio.wait({running, met}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            met.cancel()
+            if not running.done():
+                running.cancel()
+            await asyncio.gather(running, met, return_exceptions=True)
+        if running.done() and not running.cancelled():
+            return running.result()  # the intake's own end (it met the refusal itself)
+        assert self._met is not None
+        raise self._met
 
 
 # Runs inside the intake transaction; returns the presser's answer (a toast, "" for none).

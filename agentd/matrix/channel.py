@@ -20,6 +20,7 @@ from agentd.chat.channel import (
     ConfigProblem,
     CredentialsRejected,
     Intake,
+    Refusal,
     StoppedDuringStartUp,
     block_start,
 )
@@ -68,8 +69,17 @@ class OpenMatrix:
         assert cfg is not None
         self.config = config
         self.client = MatrixClient(cfg.homeserver, cfg.user_id, request_timeout=cfg.request_timeout)
+        self.refusal = Refusal(
+            lambda: CredentialsRejected(
+                "the Matrix homeserver no longer accepts agentd's login: check "
+                f"{cfg.access_token_env} / {cfg.password_env}"
+            )
+        )
         self.outbox = MatrixOutbox(
-            self.client, max_message_chars=cfg.max_message_chars, max_file_bytes=cfg.max_file_bytes
+            self.client,
+            max_message_chars=cfg.max_message_chars,
+            max_file_bytes=cfg.max_file_bytes,
+            refusal=self.refusal,
         )
         self.files = MatrixFiles(self.client)
         self._token, self._password = token, password
@@ -133,12 +143,11 @@ class OpenMatrix:
         )
         return asyncio.create_task(self._sync(self._syncer, cfg), name="matrix-sync")
 
-    @staticmethod
-    async def _sync(syncer: Any, cfg: Any) -> None:
+    async def _sync(self, syncer: Any, cfg: Any) -> None:
         from agentd.matrix.client import MatrixError
 
         try:
-            await syncer.run()
+            await self.refusal.serve(syncer.run())
         except MatrixError as exc:
             if exc.fault.kind != "auth":
                 raise

@@ -23,6 +23,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from agentd.chat.channel import Refusal
 from agentd.chat.delivery import SEND_KEY, settle_send
 from agentd.chat.format import Markup, to_html, to_plain
 from agentd.chat.outbox import Button, SendFailed
@@ -65,9 +66,15 @@ class MatrixOutbox:
     """Everything agentd says in a Matrix room goes through here (chat ids are local ids)."""
 
     def __init__(
-        self, client: MatrixClient, *, max_message_chars: int, max_file_bytes: int
+        self,
+        client: MatrixClient,
+        *,
+        max_message_chars: int,
+        max_file_bytes: int,
+        refusal: Refusal | None = None,
     ) -> None:
         self._client = client
+        self._refusal = refusal
         self._db_bound: Database | None = None
         self._rooms: dict[int, str] = {}
         self._limit = max_message_chars
@@ -106,9 +113,16 @@ class MatrixOutbox:
         try:
             return await self._client.send(room_id, event_type, content, txn or txn_id())
         except MatrixError as exc:
-            if exc.fault.kind == "transient":
-                raise
-            raise SendFailed(f"the homeserver refused the message: {exc}") from None
+            raise self._refused("message", exc) from None
+
+    def _refused(self, what: str, exc: MatrixError) -> Exception:
+        """Transient (retries spent): as it is; a login the homeserver no longer takes: the
+        channel's refusal (the send waits for a restart, agentd stops); else SendFailed."""
+        if exc.fault.kind == "transient":
+            return exc
+        if exc.fault.kind == "auth" and self._refusal is not None:
+            return self._refusal.refuse()
+        return SendFailed(f"the homeserver refused the {what}: {exc}")
 
     async def _local(self, room_id: str, event_id: str) -> int:
         return await self._db.write(ids.local_id, "event", event_id, room_id)
@@ -179,9 +193,7 @@ class MatrixOutbox:
         try:
             url = await self._client.upload(data, mime, filename)
         except MatrixError as exc:
-            if exc.fault.kind == "transient":
-                raise
-            raise SendFailed(f"the homeserver refused the file: {exc}") from None
+            raise self._refused("file", exc) from None
         content = {
             "msgtype": "m.image" if mime.startswith("image/") else "m.file",
             "body": caption or filename,

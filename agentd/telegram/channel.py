@@ -23,6 +23,7 @@ from agentd.chat.channel import (
     ConfigProblem,
     CredentialsRejected,
     Intake,
+    Refusal,
     StoppedDuringStartUp,
     id_block,
 )
@@ -72,10 +73,17 @@ class OpenTelegram:
 
         self.config = config
         self.bot = bot
+        token_env = settings(config).token_env
+        self.refusal = Refusal(
+            lambda: TokenRejected(
+                f"Telegram rejected the bot token; check {token_env} (from @BotFather)"
+            )
+        )
         self.outbox = TelegramOutbox(
             bot,
             max_message_chars=settings(config).max_message_chars,
             progress_delay=config.chat.progress_delay,
+            refusal=self.refusal,
         )
         self.files = TelegramFiles(bot)
         self._leave = make_leave_workflow
@@ -151,11 +159,9 @@ class OpenTelegram:
 
             await intake.db.write(know_private_chats, served)
             try:
-                await poller.run()
+                await self.refusal.serve(poller.run())
             except TelegramUnauthorizedError:
-                raise TokenRejected(
-                    f"Telegram rejected the bot token; check {tg.token_env} (from @BotFather)"
-                ) from None
+                raise self.refusal.refuse() from None
 
         return asyncio.create_task(run(), name="telegram-poller")
 

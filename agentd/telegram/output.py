@@ -24,6 +24,7 @@ from aiogram.types import (
     ReplyParameters,
 )
 
+from agentd.chat.channel import Refusal
 from agentd.chat.delivery import settle_send
 from agentd.chat.format import to_html
 from agentd.chat.outbox import Button, SendFailed
@@ -61,11 +62,14 @@ def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None
     )
 
 
-def _refused(what: str, exc: Exception) -> Exception:
-    """A permanent failure becomes SendFailed; a transient one (retries spent) propagates."""
+def _refused(what: str, exc: Exception, refusal: Refusal | None) -> Exception:
+    """A permanent failure becomes SendFailed; a transient one (retries spent) propagates; a
+    rejected token is the channel's refusal (the send waits for a restart, agentd stops)."""
     fault = classify_fault(exc)
     if fault.kind == "transient":
         return exc
+    if fault.kind == "unauthorized" and refusal is not None:
+        return refusal.refuse()
     return SendFailed(f"Telegram refused the {what}: {fault.reason}")
 
 
@@ -86,9 +90,15 @@ class TelegramOutbox:
     """Everything agentd says to Telegram goes through here."""
 
     def __init__(
-        self, bot: Bot, *, max_message_chars: int = TELEGRAM_LIMIT, progress_delay: float = 0.0
+        self,
+        bot: Bot,
+        *,
+        max_message_chars: int = TELEGRAM_LIMIT,
+        progress_delay: float = 0.0,
+        refusal: Refusal | None = None,
     ) -> None:
         self._bot = bot
+        self._refusal = refusal
         self._limit = max_message_chars
         self._progress_delay = progress_delay
 
@@ -135,14 +145,14 @@ class TelegramOutbox:
             message = await send(to_html(markdown, TELEGRAM), ParseMode.HTML)
         except TelegramBadRequest as exc:
             if "parse" not in exc.message.lower() and "entit" not in exc.message.lower():
-                raise _refused("message", exc) from None
+                raise _refused("message", exc, self._refusal) from None
             log.info("telegram rejected the formatting; sending plain text")
             try:
                 message = await send(markdown, None)
             except Exception as plain_exc:
-                raise _refused("message", plain_exc) from None
+                raise _refused("message", plain_exc, self._refusal) from None
         except Exception as exc:
-            raise _refused("message", exc) from None
+            raise _refused("message", exc, self._refusal) from None
         return message.message_id
 
     async def send_document(
@@ -164,7 +174,7 @@ class TelegramOutbox:
                 reply_parameters=_reply(reply_to),
             )
         except Exception as exc:
-            raise _refused("file", exc) from None
+            raise _refused("file", exc, self._refusal) from None
         return message.message_id
 
     async def edit_text(
@@ -188,9 +198,9 @@ class TelegramOutbox:
         except TelegramBadRequest as exc:
             if "not modified" in exc.message:
                 return
-            raise _refused("edit", exc) from None
+            raise _refused("edit", exc, self._refusal) from None
         except Exception as exc:
-            raise _refused("edit", exc) from None
+            raise _refused("edit", exc, self._refusal) from None
 
     async def answer_callback(self, callback_id: str, text: str, *, alert: bool = False) -> None:
         """Best effort: a stale callback id must not fail anything."""
