@@ -165,3 +165,54 @@ async def test_a_refusal_met_by_a_send_ends_the_intake_with_it_and_waits_for_a_r
 
     with pytest.raises(RuntimeError, match="own end"):
         await Refusal(lambda: CredentialsRejected("unused")).serve(failing())
+
+
+class _Refused:
+    """A network client whose every call meets credentials it no longer takes."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error, self.calls = error, 0
+
+    async def _refuse(self, *args: Any) -> None:
+        self.calls += 1
+        raise self.error
+
+    leave_chat = join = leave = _refuse
+
+
+def _telegram_leave(refusal: Refusal) -> tuple[Any, str, dict[str, Any], _Refused]:
+    from aiogram.exceptions import TelegramUnauthorizedError
+    from aiogram.methods import LeaveChat
+
+    from agentd.telegram.groups import LEAVE_WORKFLOW, make_leave_workflow
+
+    client = _Refused(TelegramUnauthorizedError(LeaveChat(chat_id=-5), "Unauthorized"))
+    return make_leave_workflow, LEAVE_WORKFLOW, {"chat_id": -5, "reason": "stranger"}, client
+
+
+def _matrix_join(refusal: Refusal) -> tuple[Any, str, dict[str, Any], _Refused]:
+    from agentd.matrix.client import MatrixError, MatrixFault
+    from agentd.matrix.rooms import ROOM_WORKFLOW, make_room_workflow
+
+    client = _Refused(MatrixError(MatrixFault(kind="auth", reason="HTTP 401 M_UNKNOWN_TOKEN")))
+    return make_room_workflow, ROOM_WORKFLOW, {"room_id": "!r:hs", "action": "join"}, client
+
+
+@pytest.mark.parametrize("case", [_telegram_leave, _matrix_join])
+async def test_a_channels_own_workflow_waits_out_refused_credentials(db: Any, case: Any) -> None:
+    """Leaving a group, joining a room: a call refused for the credentials is not given up
+    (never joined after the fix): the channel's latch is set and the workflow waits."""
+    from agentd.durable import Engine, FakeClock, store
+
+    refusal = Refusal(lambda: CredentialsRejected("revoked"))
+    make, name, inp, client = case(refusal)
+    engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
+    engine.register(make(client, db, refusal))
+    await engine.run()
+    await engine.start(name, inp, instance_id="w")
+    while (await db.read(store.get_instance, "w")).status in ("queued", "running"):
+        await asyncio.sleep(0.005)
+    await engine.settled()
+    assert (await db.read(store.get_instance, "w")).status == "waiting"
+    assert client.calls == 1 and refusal.met is not None
+    await engine.shutdown(grace=0)

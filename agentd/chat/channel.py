@@ -118,6 +118,11 @@ class Refusal:
         self._met: CredentialsRejected | None = None
         self._event = asyncio.Event()
 
+    @property
+    def met(self) -> CredentialsRejected | None:
+        """The refusal, once one side met it."""
+        return self._met
+
     def refuse(self) -> CredentialsRejected:
         if self._met is None:
             self._met = self._problem()

@@ -91,7 +91,7 @@ class OpenMatrix:
         # The outbox keeps its id map in the database; nothing is sent before the engine runs,
         # which is after the daemon asked for these.
         self.outbox.bind(db)
-        return [make_room_workflow(self.client, db)]
+        return [make_room_workflow(self.client, db, self.refusal)]
 
     async def identify(self, stop: asyncio.Event) -> ChannelIdentity:
         """Log in, waiting for the homeserver (capped back-off); a rejected login ends it."""

@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentd.chat.channel import Refusal
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.ledger import audit
@@ -86,7 +87,9 @@ def forget_pairing_room(conn: Any, room_id: str) -> None:
     conn.execute("DELETE FROM matrix_pairing_rooms WHERE room_id = ?", (room_id,))
 
 
-def make_room_workflow(client: Any, db: Database) -> Workflow[RoomInput, RoomOutput]:
+def make_room_workflow(
+    client: Any, db: Database, refusal: Refusal | None = None
+) -> Workflow[RoomInput, RoomOutput]:
     from agentd.matrix.client import MatrixError
 
     async def act(inp: RoomInput) -> bool:
@@ -98,6 +101,8 @@ def make_room_workflow(client: Any, db: Database) -> Workflow[RoomInput, RoomOut
         except MatrixError as exc:
             if exc.fault.kind == "transient":
                 raise
+            if exc.fault.kind == "auth" and refusal is not None:
+                raise refusal.refuse() from None  # done after the login is fixed
             raise NonRetryable(f"{inp.action} refused: {exc}") from None
         return True
 

@@ -91,7 +91,7 @@ class OpenTelegram:
         self._poller: Any = None
 
     def workflows(self, db: Any) -> list[Any]:
-        return [self._leave(self.bot, db)]
+        return [self._leave(self.bot, db, self.refusal)]
 
     async def identify(self, stop: asyncio.Event) -> ChannelIdentity:
         """Ask Telegram who we are, waiting for the network (systemd may start us before it).

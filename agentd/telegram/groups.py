@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentd.chat.channel import Refusal
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, StepFailed, Workflow, store, workflow
 from agentd.ledger import audit
@@ -42,15 +43,25 @@ def leaving(conn: Any, chat_id: int) -> bool:
     return row is not None
 
 
-def make_leave_workflow(bot: Any, db: Database) -> Workflow[LeaveInput, LeaveOutput]:
+def make_leave_workflow(
+    bot: Any, db: Database, refusal: Refusal | None = None
+) -> Workflow[LeaveInput, LeaveOutput]:
     async def leave(inp: LeaveInput) -> bool:
-        from aiogram.exceptions import TelegramBadRequest, TelegramForbiddenError
+        from aiogram.exceptions import (
+            TelegramBadRequest,
+            TelegramForbiddenError,
+            TelegramUnauthorizedError,
+        )
 
         try:
             return bool(await bot.leave_chat(inp.chat_id))
         except (TelegramBadRequest, TelegramForbiddenError) as exc:
             # Already gone (kicked, or left by an earlier run): nothing left to do.
             raise NonRetryable(f"leaveChat refused: {exc.message}") from None
+        except TelegramUnauthorizedError:
+            if refusal is None:
+                raise
+            raise refusal.refuse() from None  # left after the token is fixed, not given up
 
     async def record(inp: LeaveInput, left: bool, instance_id: str) -> None:
         await db.write(
