@@ -20,7 +20,7 @@ from agentd.chat.channel import (
     block_start,
     id_block,
 )
-from agentd.chat.outbox import SendFailed
+from agentd.chat.outbox import SendDelayed, SendFailed
 from agentd.chat.route import NoChannel, RoutedFiles, RoutedOutbox
 from agentd.config import Config
 from agentd.durable import NonRetryable
@@ -216,3 +216,26 @@ async def test_a_channels_own_workflow_waits_out_refused_credentials(db: Any, ca
     assert (await db.read(store.get_instance, "w")).status == "waiting"
     assert client.calls == 1 and refusal.met is not None
     await engine.shutdown(grace=0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "raised"),
+    [("transient", SendDelayed), ("auth", CredentialsRejected), ("permanent", SendFailed)],
+)
+async def test_a_matrix_send_says_outage_refused_credentials_or_refused_for_good(
+    kind: str, raised: type[Exception]
+) -> None:
+    """What a failed send means to the step that made it: an outage is tried again later, a
+    logged-out login waits for the restart, anything else is final."""
+    from agentd.matrix.client import MatrixError, MatrixFault
+    from agentd.matrix.output import MatrixOutbox
+
+    class Client:
+        async def send(self, *args: Any) -> str:
+            raise MatrixError(MatrixFault(kind=kind, reason="HTTP 5xx / 401 / 403"))
+
+    refusal = Refusal(lambda: CredentialsRejected("logged out"))
+    outbox = MatrixOutbox(Client(), max_message_chars=100, max_file_bytes=100, refusal=refusal)
+    with pytest.raises(raised):
+        await outbox._event("!room:hs", "m.room.message", {"body": "hi"})
+    assert (refusal.met is not None) == (kind == "auth")

@@ -18,6 +18,7 @@ from tests.daemon_process import (
     TOKEN,
     Daemon,
     daemon_env,
+    poll,
     running_daemon,
     send_marker,
 )
@@ -440,9 +441,47 @@ def test_a_reply_met_by_a_revoked_token_is_sent_after_the_fix_not_lost(
         daemon.start()
         send_marker(tg, OWNER, "and now?")
         assert texts(tg, OWNER) == ["echo: still there?", "echo: and now?"]
-        assert daemon.query("SELECT DISTINCT status FROM workflow_instances")[0][0] == "complete"
+        daemon.wait_idle()
+        assert [r[0] for r in daemon.query("SELECT DISTINCT status FROM workflow_instances")] == [
+            "complete"
+        ]
         uncertain = "SELECT COUNT(*) FROM audit WHERE kind = 'send_uncertain'"
         assert daemon.query(uncertain)[0][0] == 0
+    finally:
+        daemon.stop()
+
+
+def test_a_reply_during_a_telegram_outage_is_sent_when_it_ends_across_a_kill(
+    tmp_path: Path, tg: FakeTelegram, env: dict
+) -> None:
+    """Telegram answers 502 for longer than the session's retries: the reply is not given up
+    (it used to end "undelivered"); its step tries again after 5 s, then 10 s as a durable
+    sleep that a kill -9 keeps, and the reply goes out once when Telegram is back."""
+    env["AGENTD_TELEGRAM__SEND_RETRIES"] = "1"  # two calls per attempt: the outage is 4 calls
+    env["AGENTD_TELEGRAM__MAX_BACKOFF"] = "0.1"
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        tg.fail_next("sendMessage", 502, times=4)
+        tg.add_message(OWNER, OWNER, "are you there?")
+        poll(
+            lambda: daemon.query(
+                "SELECT 1 FROM workflow_instances WHERE status NOT IN ('queued', 'running')"
+            ),
+            60,
+            "the turn waiting out the outage",
+        )
+        [(status,)] = daemon.query("SELECT status FROM workflow_instances")
+        assert status == "sleeping", daemon.log()[-3000:]
+        daemon.kill9()
+        daemon.start()
+        send_marker(tg, OWNER, "back again")
+        assert texts(tg, OWNER) == ["echo: are you there?", "echo: back again"]
+        daemon.wait_idle()
+        assert [r[0] for r in daemon.query("SELECT DISTINCT status FROM workflow_instances")] == [
+            "complete"
+        ]
+        sent = daemon.query("SELECT COUNT(*) FROM messages WHERE role = 'assistant'")[0][0]
+        assert sent == 2
     finally:
         daemon.stop()
 

@@ -5,9 +5,12 @@ Every sender (turn replies, command replies, reminders, approval cards, notices,
 `deliver` (text of any length: `deliver_text`, which splits it as the channel needs), so each
 gets the same three promises:
 
-- retries: none at the step level; every Bot API call already goes through the session's one
-  retry policy (telegram/session.py), which counts a transient failure after which the message
-  may have arrived (`send_uncertain`, method and reason);
+- retries: every Bot API call goes through the session's one retry policy
+  (telegram/session.py), which counts a transient failure after which the message may have
+  arrived (`send_uncertain`, method and reason); a send still failing for a transient reason
+  once those are spent (the network or the chat service down for minutes) is tried again by
+  the step (`OUTAGE`: every minute for about ten hours, the waits durable sleeps that a
+  restart keeps), so an outage delays what agentd says instead of losing it;
 - the kill window: the step is marked (`Step.do(mark=True)`), so an attempt the process died
   in (after Telegram took the message, before its id was committed) stays visible;
 - the accounting: the re-run of such a step writes one `send_uncertain` audit row before it
@@ -15,7 +18,8 @@ gets the same three promises:
   server deduplicates re-sends (Matrix: the transaction id comes from `SEND_KEY`, the same on
   every re-run) the re-send is the same message, so there is nothing to count.
 
-A platform refusal (`SendFailed`: blocked bot, bad chat) fails the step without retrying.
+A platform refusal (`SendFailed`: blocked bot, bad chat), or any error that is not an outage
+(`SendDelayed`), fails the step without retrying; refused credentials wait for a restart.
 """
 
 from __future__ import annotations
@@ -26,9 +30,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from agentd.chat.outbox import Button, Outbox, SendFailed
+from agentd.chat.outbox import Button, Outbox, SendDelayed, SendFailed
 from agentd.db import Database
-from agentd.durable import NonRetryable, Step, store
+from agentd.durable import NonRetryable, Retry, Step, store
 from agentd.ledger import audit
 
 T = TypeVar("T")
@@ -63,6 +67,9 @@ class SendKey:
 
 
 SEND_KEY: ContextVar[SendKey | None] = ContextVar("agentd_send_key", default=None)
+# After the channel's own retries: 5 s, 10 s, 20 s, 40 s, then every minute (the chat's later
+# turns wait behind it, so not longer once the network is back), about ten hours in all.
+OUTAGE = Retry(limit=600, delay=5.0, backoff="exponential", max_delay=60.0)
 
 
 async def settle_send(*, idempotent: bool) -> None:
@@ -121,14 +128,21 @@ async def deliver(
         token = SEND_KEY.set(key)
         try:
             result = await send()
+        except SendDelayed:
+            raise  # tried again (OUTAGE)
         except SendFailed as exc:
             raise NonRetryable(str(exc)) from None
+        except Exception as exc:
+            if getattr(exc, "needs_restart", False):
+                raise  # the channel's refused credentials: waits for the restart
+            # Anything else is no outage: trying it again for hours would only hide it.
+            raise NonRetryable(f"{type(exc).__name__}: {exc}") from exc
         finally:
             SEND_KEY.reset(token)
         await key.settle(idempotent=False)
         return result
 
-    return await step.do(name, attempt, mark=True, result_type=result_type)
+    return await step.do(name, attempt, mark=True, result_type=result_type, retry=OUTAGE)
 
 
 async def deliver_text(

@@ -17,6 +17,11 @@ class SendFailed(Exception):
     """The platform refused the message for good (blocked bot, bad chat): retrying won't help."""
 
 
+class SendDelayed(Exception):
+    """The platform could not be reached, or failed for a passing reason, after the channel's
+    own retries (an outage): the send may be tried again later."""
+
+
 class Outbox(Protocol):
     def split(self, markdown: str) -> list[str]:
         """The answer in chunks that each fit one message on this platform (deterministic)."""
@@ -31,7 +36,8 @@ class Outbox(Protocol):
         buttons: list[list[Button]] | None = None,
         preview_url: str | None = None,
     ) -> int:
-        """Send one chunk; return its message id. SendFailed: refused for good.
+        """Send one chunk; return its message id. SendFailed: refused for good; SendDelayed:
+        not reached (an outage), worth trying again later.
 
         No link preview unless `preview_url` (a URL the user wrote): a preview is a fetch by
         the platform's servers, of a URL the model may have been led to write.

@@ -26,7 +26,7 @@ from typing import Any
 from agentd.chat.channel import Refusal
 from agentd.chat.delivery import SEND_KEY, settle_send
 from agentd.chat.format import Markup, to_html, to_plain
-from agentd.chat.outbox import Button, SendFailed
+from agentd.chat.outbox import Button, SendDelayed, SendFailed
 from agentd.chat.split import split_markdown
 from agentd.chat.typing import typing_while
 from agentd.db import Database
@@ -116,10 +116,10 @@ class MatrixOutbox:
             raise self._refused("message", exc) from None
 
     def _refused(self, what: str, exc: MatrixError) -> Exception:
-        """Transient (retries spent): as it is; a login the homeserver no longer takes: the
+        """Transient (retries spent): SendDelayed; a login the homeserver no longer takes: the
         channel's refusal (the send waits for a restart, agentd stops); else SendFailed."""
         if exc.fault.kind == "transient":
-            return exc
+            return SendDelayed(f"the homeserver could not take the {what}: {exc}")
         if exc.fault.kind == "auth" and self._refusal is not None:
             return self._refusal.refuse()
         return SendFailed(f"the homeserver refused the {what}: {exc}")

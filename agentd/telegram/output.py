@@ -27,7 +27,7 @@ from aiogram.types import (
 from agentd.chat.channel import Refusal
 from agentd.chat.delivery import settle_send
 from agentd.chat.format import to_html
-from agentd.chat.outbox import Button, SendFailed
+from agentd.chat.outbox import Button, SendDelayed, SendFailed
 from agentd.chat.typing import typing_while
 from agentd.telegram.format import TELEGRAM, TELEGRAM_LIMIT, split_markdown
 from agentd.telegram.session import classify_fault
@@ -63,11 +63,11 @@ def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None
 
 
 def _refused(what: str, exc: Exception, refusal: Refusal | None) -> Exception:
-    """A permanent failure becomes SendFailed; a transient one (retries spent) propagates; a
+    """A permanent failure becomes SendFailed; a transient one (retries spent) SendDelayed; a
     rejected token is the channel's refusal (the send waits for a restart, agentd stops)."""
     fault = classify_fault(exc)
     if fault.kind == "transient":
-        return exc
+        return SendDelayed(f"Telegram could not take the {what}: {fault.reason}")
     if fault.kind == "unauthorized" and refusal is not None:
         return refusal.refuse()
     return SendFailed(f"Telegram refused the {what}: {fault.reason}")
