@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from agentd.chat.channel import CredentialsRejected
 from agentd.chat.outbox import Button, Outbox, SendDelayed, SendFailed
 from agentd.db import Database
 from agentd.durable import NonRetryable, Retry, Step, store
@@ -128,13 +129,11 @@ async def deliver(
         token = SEND_KEY.set(key)
         try:
             result = await send()
-        except SendDelayed:
-            raise  # tried again (OUTAGE)
+        except (SendDelayed, CredentialsRejected):
+            raise  # an outage is tried again (OUTAGE); refused credentials wait for a restart
         except SendFailed as exc:
             raise NonRetryable(str(exc)) from None
         except Exception as exc:
-            if getattr(exc, "needs_restart", False):
-                raise  # the channel's refused credentials: waits for the restart
             # Anything else is no outage: trying it again for hours would only hide it.
             raise NonRetryable(f"{type(exc).__name__}: {exc}") from exc
         finally:
