@@ -486,6 +486,23 @@ def test_a_reply_during_a_telegram_outage_is_sent_when_it_ends_across_a_kill(
         daemon.stop()
 
 
+def test_a_reply_that_may_have_landed_is_not_re_sent_for_hours(
+    tmp_path: Path, tg: FakeTelegram, env: dict
+) -> None:
+    """Every answer to the reply's sendMessage is cut (Telegram may have sent it): the
+    session's retries are counted as possible duplicates, and the step does not add more
+    for hours as it does for an outage: the turn ends with the reply undelivered."""
+    env["AGENTD_TELEGRAM__SEND_RETRIES"] = "1"
+    env["AGENTD_TELEGRAM__MAX_BACKOFF"] = "0.1"
+    with running_daemon(tmp_path, env) as daemon:
+        tg.fail_next("sendMessage", mode="malformed", times=None)
+        tg.add_message(OWNER, OWNER, "hello?")
+        daemon.wait_for_instances(1, status="errored")
+        assert len(tg.calls("sendMessage")) == 2  # the first call and the session's retry
+        uncertain = "SELECT COUNT(*) FROM audit WHERE kind = 'send_uncertain'"
+        assert daemon.query(uncertain)[0][0] == 2
+
+
 def test_an_unwritable_database_path_is_a_clear_error(tmp_path: Path, env: dict) -> None:
     env["AGENTD_STORAGE__PATH"] = "/proc/agentd/agentd.db"
     result = Daemon(tmp_path, env).cli("run")

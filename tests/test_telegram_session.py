@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from aiogram import Bot
 from aiogram.exceptions import TelegramBadRequest, TelegramNetworkError, TelegramServerError
-from aiogram.methods import Response
+from aiogram.methods import Response, SendMessage
 from aiogram.types import BufferedInputFile, Message
+from aiohttp import ConnectionTimeoutError, SocketTimeoutError
 
 from agentd.channels import config_class
 from agentd.telegram.bot import make_bot
@@ -117,6 +118,17 @@ async def test_best_effort_methods_and_permanent_answers_are_tried_once(
 def test_classification_and_backoff() -> None:
     assert classify_fault(ConnectionResetError()).kind == "transient"
     assert classify_fault(ValueError("bug")).kind == "permanent"
+    # No connection made: surely not done; no answer to a request made: maybe done.
+    method = SendMessage(chat_id=CHAT, text="hi")
+    for cause, maybe_done in [
+        (ConnectionTimeoutError("connect"), False),
+        (SocketTimeoutError("read"), True),
+        (TimeoutError(), True),
+    ]:
+        exc = TelegramNetworkError(method=method, message="Request timeout error")
+        exc.__cause__ = cause
+        fault = classify_fault(exc)
+        assert (fault.kind, fault.maybe_done) == ("transient", maybe_done), cause
     policy = RetryPolicy(base_delay=0.5, max_backoff=5.0, max_retry_after=30.0)
     assert all(policy.wait(n) <= 5.0 for n in [*range(1, 30), 100_000])
     assert policy.wait(1, retry_after=120) == 30.0

@@ -63,9 +63,13 @@ def _keyboard(buttons: list[list[Button]] | None) -> InlineKeyboardMarkup | None
 
 
 def _refused(what: str, exc: Exception, refusal: Refusal | None) -> Exception:
-    """A permanent failure becomes SendFailed; a transient one (retries spent) SendDelayed; a
-    rejected token is the channel's refusal (the send waits for a restart, agentd stops)."""
+    """A permanent failure becomes SendFailed; a transient one (retries spent) SendDelayed when
+    the message surely did not land, else it propagates as it is; a rejected token is the
+    channel's refusal (the send waits for a restart, agentd stops)."""
     fault = classify_fault(exc)
+    if fault.kind == "transient" and fault.maybe_done:
+        # It may have landed (counted as send_uncertain): not re-sent again and again for hours.
+        return exc
     if fault.kind == "transient":
         return SendDelayed(f"Telegram could not take the {what}: {fault.reason}")
     if fault.kind == "unauthorized" and refusal is not None:

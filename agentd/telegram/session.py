@@ -34,7 +34,7 @@ from aiogram.exceptions import (
 )
 from aiogram.methods import Response, TelegramMethod
 from aiogram.methods.base import TelegramType
-from aiohttp import ClientConnectorError, ClientError
+from aiohttp import ClientConnectorError, ClientError, ClientTimeout, ConnectionTimeoutError
 
 log = logging.getLogger("agentd.telegram")
 Sleep = Callable[[float], Awaitable[None]]
@@ -49,6 +49,8 @@ BEST_EFFORT_METHODS = frozenset({"sendChatAction", "sendMessageDraft", "answerCa
 SELF_RETRYING_METHODS = frozenset({"getUpdates", "getMe"})
 # Methods that create something the user sees: repeating one after a lost answer duplicates.
 CREATING_METHODS = frozenset({"sendMessage", "sendPhoto", "sendDocument", "sendMediaGroup"})
+# Seconds to make a connection to the Bot API (a TCP and TLS handshake takes well under one).
+CONNECT_TIMEOUT = 10.0
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
@@ -110,7 +112,8 @@ def classify_fault(exc: BaseException) -> Fault:
     if isinstance(exc, ClientDecodeError):
         return Fault("transient", "answer is not Bot API JSON", maybe_done=True)
     if isinstance(exc, TelegramNetworkError):
-        refused = isinstance(exc.__cause__, ClientConnectorError)
+        # No connection was made (refused, no route, no name, connect timed out): not done.
+        refused = isinstance(exc.__cause__, ClientConnectorError | ConnectionTimeoutError)
         return Fault("transient", f"network: {exc.message[:100]}", maybe_done=not refused)
     if isinstance(exc, TelegramAPIError):
         return Fault("permanent", f"{type(exc).__name__}: {exc.message[:200]}")
@@ -212,9 +215,11 @@ class BotSession(AiohttpSession):
         url = self.api.api_url(token=bot.token, method=method.__api_method__)
         form = self.build_form_data(bot=bot, method=method)
         try:
-            async with session.post(
-                url, data=form, timeout=self.timeout if timeout is None else timeout
-            ) as resp:
+            total = float(self.timeout if timeout is None else timeout)
+            # A connection that cannot be made in CONNECT_TIMEOUT (a route that drops packets)
+            # fails as one that was never made, not as a request that may have landed.
+            limits = ClientTimeout(total=total, sock_connect=min(total, CONNECT_TIMEOUT))
+            async with session.post(url, data=form, timeout=limits) as resp:
                 # Invalid UTF-8 must not make a whole getUpdates batch unreadable forever.
                 raw = (await resp.read()).decode("utf-8", errors="replace")
         except TimeoutError as e:
