@@ -71,6 +71,9 @@ SEND_KEY: ContextVar[SendKey | None] = ContextVar("agentd_send_key", default=Non
 # After the channel's own retries: 5 s, 10 s, 20 s, 40 s, then every minute (the chat's later
 # turns wait behind it, so not longer once the network is back), about ten hours in all.
 OUTAGE = Retry(limit=600, delay=5.0, backoff="exponential", max_delay=60.0)
+# A file is uploaded again each time (up to 50 MB): for minutes (about 6), not hours, so a
+# server that keeps failing after the upload cannot cost gigabytes; the text before it waited.
+FILE_OUTAGE = Retry(limit=10, delay=5.0, backoff="exponential", max_delay=60.0)
 
 
 async def settle_send(*, idempotent: bool) -> None:
@@ -129,7 +132,7 @@ async def deliver(
         token = SEND_KEY.set(key)
         try:
             result = await send()
-        except (SendDelayed, CredentialsRejected):
+        except (SendDelayed, CredentialsRejected, NonRetryable):
             raise  # an outage is tried again (OUTAGE); refused credentials wait for a restart
         except SendFailed as exc:
             raise NonRetryable(str(exc)) from None
@@ -141,7 +144,8 @@ async def deliver(
         await key.settle(idempotent=False)
         return result
 
-    return await step.do(name, attempt, mark=True, result_type=result_type, retry=OUTAGE)
+    outage = FILE_OUTAGE if method == "sendDocument" else OUTAGE
+    return await step.do(name, attempt, mark=True, result_type=result_type, retry=outage)
 
 
 async def deliver_text(
