@@ -47,6 +47,16 @@ def texts(tg: FakeTelegram, chat_id: int) -> list[str]:
     return [m["plain_text"] for m in tg.sent if m["chat_id"] == chat_id]
 
 
+def answered_in_turn(daemon: Daemon, tg: FakeTelegram, asked: list[str]) -> None:
+    """Send the last of `asked` as a marker: the owner saw each answered once, in order, and
+    every turn is complete."""
+    send_marker(tg, OWNER, asked[-1])
+    assert texts(tg, OWNER) == [f"echo: {a}" for a in asked]
+    daemon.wait_idle()
+    statuses = daemon.query("SELECT DISTINCT status FROM workflow_instances")
+    assert [r[0] for r in statuses] == ["complete"]
+
+
 def test_a_text_turn(tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict) -> None:
     env["AGENTD_TOOLS__DISABLED"] = (
         '["current_time", "fetch_url", "remember", "search_memory", "search_docs", '
@@ -439,12 +449,7 @@ def test_a_reply_met_by_a_revoked_token_is_sent_after_the_fix_not_lost(
         assert texts(tg, OWNER) == []
         tg.clear_faults()
         daemon.start()
-        send_marker(tg, OWNER, "and now?")
-        assert texts(tg, OWNER) == ["echo: still there?", "echo: and now?"]
-        daemon.wait_idle()
-        assert [r[0] for r in daemon.query("SELECT DISTINCT status FROM workflow_instances")] == [
-            "complete"
-        ]
+        answered_in_turn(daemon, tg, ["still there?", "and now?"])
         uncertain = "SELECT COUNT(*) FROM audit WHERE kind = 'send_uncertain'"
         assert daemon.query(uncertain)[0][0] == 0
     finally:
@@ -474,12 +479,7 @@ def test_a_reply_during_a_telegram_outage_is_sent_when_it_ends_across_a_kill(
         assert status == "sleeping", daemon.log()[-3000:]
         daemon.kill9()
         daemon.start()
-        send_marker(tg, OWNER, "back again")
-        assert texts(tg, OWNER) == ["echo: are you there?", "echo: back again"]
-        daemon.wait_idle()
-        assert [r[0] for r in daemon.query("SELECT DISTINCT status FROM workflow_instances")] == [
-            "complete"
-        ]
+        answered_in_turn(daemon, tg, ["are you there?", "back again"])
         sent = daemon.query("SELECT COUNT(*) FROM messages WHERE role = 'assistant'")[0][0]
         assert sent == 2
     finally:
