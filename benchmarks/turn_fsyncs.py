@@ -159,7 +159,9 @@ def run_turn(
             "the approval request",
         )
         data = request["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
-        tg.add_callback_query(chat, chat, request["message_id"], data)
+        # Only the owner approves: the card is in their private chat (chat id = their id).
+        owner = request["chat_id"]
+        tg.add_callback_query(owner, owner, request["message_id"], data)
     sql = "SELECT status FROM workflow_instances WHERE id = ?"
     iid = f"tg-update-{update_id}"
     wait(lambda: (r := reader.execute(sql, (iid,)).fetchone()) and r[0] == "complete", 60, iid)
