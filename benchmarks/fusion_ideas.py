@@ -44,8 +44,8 @@ def _stretch(xs: Sequence[tuple[int, float]]) -> dict[int, float]:
 
 
 def _z(xs: Sequence[tuple[int, float]]) -> dict[int, float]:
-    if len(xs) < 2:
-        return {m: 0.0 for m, _ in xs}
+    if len(xs) < 2:  # an id only the other arm found scores as this arm's one hit: 0
+        return defaultdict(float, {m: 0.0 for m, _ in xs})
     mu, sd = statistics.fmean(v for _, v in xs), statistics.pstdev([v for _, v in xs]) or 1.0
     floor = min((v - mu) / sd for _, v in xs)
     return defaultdict(lambda: floor, {m: (v - mu) / sd for m, v in xs})

@@ -110,7 +110,8 @@ def daemon_part(turns: int) -> tuple[list[float], list[float]]:
                     lambda: next((m for m in tg.sent if m["reply_markup"]), None), 30, "card"
                 )
                 data = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
-                tg.add_callback_query(43, 43, card["message_id"], data)
+                owner = card["chat_id"]  # only the owner approves, in their private chat
+                tg.add_callback_query(owner, owner, card["message_id"], data)
                 tg.wait_until(lambda: alive(f"yes\x00{marker}"), 30, "the command running")
                 busy = turn_latency(tg, llm, OWNER, turns)
                 assert alive(f"yes\x00{marker}"), "the command ended before the turns did"

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentd.config import ScheduleConfig
 from agentd.db import open_sync
 from agentd.db.migrations import apply_migrations
-from agentd.schedule.create import ScheduleRequest, create
+from agentd.schedule.create import ScheduleRequest, create, timing
 from tests.daemon_process import OWNER, Daemon, daemon_env
 from tests.fakes import FakeAnthropic, FakeTelegram
 
@@ -66,15 +66,17 @@ def add_schedules(db: Path, total: int, burst: int, burst_at: float) -> None:
             else:
                 start = f"{tomorrow}{n % 24:02d}:{n % 60:02d}:{(n // 60) % 60:02d}"
                 req = ScheduleRequest(message=f"daily {n}", every="1d", start=start)
+            rec = timing(req, now=now, config=cfg, default_timezone="UTC")
             create(
                 conn,
                 req,
+                rec,
                 schedule_id=f"b{n:06d}",
                 user_id=OWNER,
                 chat_id=OWNER,
+                chat_kind="private",
                 now=now,
                 config=cfg,
-                default_timezone="UTC",
                 by="bench",
             )
         conn.execute("COMMIT")

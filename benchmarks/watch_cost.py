@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agentd.db import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.llm.types import LLMRequest, Message, SystemBlock
-from agentd.watch.create import WatchRequest, create
+from agentd.watch.create import WatchRequest, create, timing
 from agentd.watch.model import Source
 from tests.daemon_process import OWNER, Daemon, daemon_env, poll
 from tests.fakes import FakeAnthropic, FakeTelegram
@@ -176,14 +176,16 @@ def add_watches(db: Path, n: int, url: str, config: object) -> None:
                 source=Source(kind="page", url=url),
                 every="15m",
             )
+            now = time.time()
             create(
                 conn,
                 req,
+                timing(req, now=now, config=config),  # type: ignore[arg-type]
                 watch_id=f"wb{i:03d}",
                 user_id=OWNER,
                 chat_id=OWNER,
                 chat_kind="private",
-                now=time.time(),
+                now=now,
                 config=config,
                 by="bench",  # type: ignore[arg-type]
             )
