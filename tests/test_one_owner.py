@@ -191,3 +191,27 @@ def test_a_notice_goes_to_a_chat_or_a_user() -> None:
     with pytest.raises(ValueError, match="one of the two"):
         NoticeInput(text="x")
     assert Config(access=AccessConfig(notices="telegram")).access.notices == "telegram"
+
+
+def test_a_start_with_every_channel_answering_forgets_an_unsent_stopped_notice(conn: Any) -> None:
+    """The notice "agentd stopped: Telegram rejected the bot token" that could not be sent
+    (Matrix was down too) is not sent after the owner fixed the token: the first good start
+    cancels it."""
+    from agentd.daemon.process import forget_stopped_notices
+    from agentd.durable import store
+
+    for instance_id in ("channel-stopped:telegram:2026-12-06", "channel-stopped:matrix:2026-12-07"):
+        store.insert_instance(
+            conn, instance_id=instance_id, workflow=NOTICE_WORKFLOW, key="k", input_json="{}", now=1
+        )
+    store.set_status(conn, "channel-stopped:matrix:2026-12-07", "sleeping", 2)
+    store.insert_instance(
+        conn, instance_id="reminder-1", workflow=NOTICE_WORKFLOW, key="k", input_json="{}", now=1
+    )
+    assert forget_stopped_notices(conn, 3) == 2
+    status = dict(conn.execute("SELECT id, status || cancel_requested FROM workflow_instances"))
+    assert status == {
+        "channel-stopped:telegram:2026-12-06": "cancelled0",  # never started: ended at once
+        "channel-stopped:matrix:2026-12-07": "sleeping1",  # flagged: its runner ends it
+        "reminder-1": "queued0",
+    }

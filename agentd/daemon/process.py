@@ -44,6 +44,8 @@ log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
 # How long a stopping daemon waits for its last notice to the owner to be sent.
 NOTICE_WAIT = 15.0
+# The owner's notice that a channel's credentials stopped agentd: one a UTC day (its id).
+STOPPED_NOTICE = "channel-stopped:"
 
 
 @dataclass
@@ -169,6 +171,7 @@ async def _build(proc: _Process, started_at: float) -> None:
     if refused is not None:
         await _tell_owner_at_start(proc, *refused)
         raise refused[1]
+    await db.write(forget_stopped_notices, time.time())
     log_trust(config)
     proc.username = ", ".join(
         one.identity.username or one.channel.name
@@ -225,6 +228,16 @@ async def _tell_owner_at_start(proc: _Process, dead: Opened, problem: Credential
         await _notice_owner(proc, engine, dead.channel.name, live, problem)
     finally:
         await engine.shutdown(0)
+
+
+def forget_stopped_notices(conn: Any, now: float) -> int:
+    """Every channel took agentd's credentials at this start: a notice that one had refused
+    them, still unsent (the other channel was down too), is no longer true, and is cancelled
+    rather than sent late. Returns how many."""
+    stale = store.open_ids_like(conn, STOPPED_NOTICE)
+    for instance_id in stale:
+        store.request_cancel(conn, instance_id, now)
+    return len(stale)
 
 
 def _on_stop_signal(proc: _Process) -> None:
@@ -330,7 +343,7 @@ async def _notice_owner(
         log.warning("no chat to tell the owner why agentd stops", extra={"channels": names})
         return
     day = time.strftime("%Y-%m-%d", time.gmtime())
-    instance = f"channel-stopped:{gone}:{day}"
+    instance = f"{STOPPED_NOTICE}{gone}:{day}"
     text = f"agentd stopped: {problem}. Fix it, then start agentd again."
     try:
         await post_notice(engine.start, instance, chat, text)

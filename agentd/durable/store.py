@@ -97,6 +97,16 @@ def next_open_for_key(conn: Any, key: str, skip: Collection[str] = ()) -> Instan
     return _row(InstanceRecord, row) if row else None
 
 
+def open_ids_like(conn: Any, prefix: str) -> list[str]:
+    """The ids of the open instances whose id starts with `prefix`."""
+    rows = conn.execute(
+        f"SELECT id FROM workflow_instances WHERE status IN {_OPEN_SQL} "
+        "AND substr(id, 1, length(?)) = ?",
+        (prefix, prefix),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
 def open_keys(conn: Any) -> list[str]:
     rows = conn.execute(
         f"SELECT DISTINCT key FROM workflow_instances WHERE status IN {_OPEN_SQL}"
