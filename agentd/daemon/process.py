@@ -171,7 +171,8 @@ async def _build(proc: _Process, started_at: float) -> None:
     if refused is not None:
         await _tell_owner_at_start(proc, *refused)
         raise refused[1]
-    await db.write(forget_stopped_notices, time.time())
+    if await db.read(store.open_ids_like, STOPPED_NOTICE):  # rare: no write (fsync) otherwise
+        await db.write(forget_stopped_notices, time.time())
     log_trust(config)
     proc.username = ", ".join(
         one.identity.username or one.channel.name
