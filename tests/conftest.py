@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -13,6 +14,15 @@ from agentd.channels import migrations
 from agentd.db import Database
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the programs the tests start. A suite started in the background of a
+    non-interactive shell has SIGINT ignored, and every child would inherit that (Python then
+    installs no KeyboardInterrupt): tests that stop `agentd dashboard` or `agentd init` with
+    Ctrl-C would wait forever. A handled signal is reset to the default in each child."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
