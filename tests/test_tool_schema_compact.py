@@ -88,3 +88,49 @@ def test_a_string_bound_the_model_was_not_shown_is_still_enforced_and_named() ->
     with pytest.raises(InvalidArguments) as empty:
         tool.parse_args({"query": "", "code": "de"})
     assert "query" in str(empty.value) and "1 character" in str(empty.value)
+
+
+class Where(BaseModel):
+    """Where to look."""
+
+    place: str = Field(description="a place")
+
+
+class Twice(BaseModel):
+    name: str
+
+
+class Nested(BaseModel):
+    twice: Twice
+
+
+class Watch(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    where: Where = Field(description="the place to watch")
+    first: Twice
+    second: Twice
+    nested: Nested | None = None
+
+
+def test_a_definition_used_once_is_written_in_place_and_forbid_is_left_to_the_parser() -> None:
+    schema = for_model(Watch.model_json_schema())
+    assert "additionalProperties" not in schema
+    # Used once: in place, the use's description, if any, in place of the docstring.
+    assert schema["properties"]["where"] == {
+        "description": "the place to watch",
+        "properties": {"place": {"type": "string", "description": "a place"}},
+        "required": ["place"],
+        "type": "object",
+    }
+    # Used twice, or referring to another: left as definitions.
+    assert schema["properties"]["first"] == {"$ref": "#/$defs/Twice"}
+    assert schema["properties"]["second"] == {"$ref": "#/$defs/Twice"}
+    assert sorted(schema["$defs"]) == ["Nested", "Twice"]
+    assert schema["$defs"]["Nested"]["properties"]["twice"] == {"$ref": "#/$defs/Twice"}
+    tool = Tool.from_model(name="watch", description="Watch.", args_model=Watch, fn=_run)
+    with pytest.raises(InvalidArguments) as extra:
+        tool.parse_args(
+            {"where": {"place": "x"}, "first": {"name": "a"}, "second": {"name": "b"}, "colour": 1}
+        )
+    assert "colour" in str(extra.value)

@@ -11,7 +11,11 @@ Every turn sends every offered tool's schema, so each needless token is paid on 
   `minLength` of 1), there to refuse hostile or runaway input; the tool's pydantic model still
   enforces them and its error names the limit, should the model ever pass one;
 - a default that is what leaving the argument out already means: "" for a string, false for a
-  boolean.
+  boolean;
+- `additionalProperties: false`: the model is shown every argument there is, and the tool's
+  pydantic model refuses any other by name;
+- a `$defs` entry used by one `$ref` only: it is written where it is used, which says the same
+  without the indirection's framing (an entry used twice, or one that refers to others, stays).
 Nothing else changes: names, types, numeric bounds, enums, other defaults, required lists and
 descriptions of the arguments stay as they are.
 """
@@ -26,13 +30,57 @@ _NODE_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _NODE_ONE = ("items", "additionalProperties", "not")
 _FAR_BOUND = {"maxLength": lambda n: n >= 100, "minLength": lambda n: n <= 1}
 _IMPLIED_DEFAULT = {"string": "", "boolean": False}
+_REF = "#/$defs/"
 
 
 def for_model(schema: dict[str, Any]) -> dict[str, Any]:
     """A compact copy of an arguments schema (the input is left as it is)."""
-    out = _node(schema)
+    out = _inline_single_refs(_node(schema))
     out.pop("description", None)
     return out
+
+
+def _inline_single_refs(schema: dict[str, Any]) -> dict[str, Any]:
+    defs = schema.get("$defs")
+    if not isinstance(defs, dict):
+        return schema
+    uses: dict[str, int] = {}
+    _count_refs(schema, uses)
+    single = {
+        name: body
+        for name, body in defs.items()
+        if uses.get(_REF + name) == 1 and not _count_refs(body, {})
+    }
+    if not single:
+        return schema
+    out = _replace_refs({k: v for k, v in schema.items() if k != "$defs"}, single)
+    rest = {name: _replace_refs(body, single) for name, body in defs.items() if name not in single}
+    return {**out, "$defs": rest} if rest else out
+
+
+def _count_refs(node: Any, uses: dict[str, int]) -> dict[str, int]:
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            uses[ref] = uses.get(ref, 0) + 1
+        for value in node.values():
+            _count_refs(value, uses)
+    elif isinstance(node, list):
+        for value in node:
+            _count_refs(value, uses)
+    return uses
+
+
+def _replace_refs(node: Any, single: dict[str, Any]) -> Any:
+    if isinstance(node, list):
+        return [_replace_refs(value, single) for value in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_REF) and ref[len(_REF) :] in single:
+        siblings = {k: v for k, v in node.items() if k != "$ref"}
+        return {**_replace_refs(single[ref[len(_REF) :]], single), **siblings}
+    return {key: _replace_refs(value, single) for key, value in node.items()}
 
 
 def _node(node: Any) -> Any:
@@ -46,6 +94,8 @@ def _node(node: Any) -> Any:
             out[key] = {name: _node(sub) for name, sub in value.items()}
         elif key in _NODE_LISTS and isinstance(value, list):
             out[key] = [_node(sub) for sub in value]
+        elif key == "additionalProperties" and value is False:
+            continue
         elif key in _NODE_ONE:
             out[key] = _node(value)
         elif not (key in _FAR_BOUND and isinstance(value, int) and _FAR_BOUND[key](value)):
