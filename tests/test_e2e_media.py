@@ -225,6 +225,33 @@ def test_asking_to_keep_a_document_saves_it_once_approved_without_offering_a_but
     assert not any(m.get("reply_markup") for m in stack.sent(user))
 
 
+def test_the_tools_about_a_sent_file_are_offered_only_in_a_chat_where_one_was_sent(
+    stack: Stack,
+) -> None:
+    about_sent = {"save_chat_document", "save_sent_file"}
+
+    def offered(needle: str) -> set[str]:
+        [body] = [r["body"] for r in stack.llm.requests if needle in _last_user_text(r["body"])]
+        return {t["name"] for t in body["tools"]}
+
+    user, other = 208, 209
+    stack.tg.add_message(user, user, "hello before any file")
+    stack.wait_sent(user, 1)
+    assert not about_sent & offered("hello before any file")
+    assert "send_file" in offered("hello before any file")  # the others are there
+    stack.tg.add_document(
+        user, user, b"# Plants\n\nWater the fern on Sundays.\n", "plants.md", "text/markdown"
+    )
+    stack.wait_sent(user, 3)  # the answer and the offer to keep it
+    assert about_sent <= offered("Water the fern on Sundays.")
+    stack.tg.add_message(user, user, "and after the file")
+    stack.wait_sent(user, 4)
+    assert about_sent <= offered("and after the file")
+    stack.tg.add_message(other, other, "meanwhile in another chat")
+    stack.wait_sent(other, 1)
+    assert not about_sent & offered("meanwhile in another chat")
+
+
 def test_an_unsupported_document_gets_a_reply_naming_what_is_read(stack: Stack) -> None:
     user = 205
     stack.tg.add_document(user, user, b"\x00\x01binary", "holiday.heic", "image/heic")

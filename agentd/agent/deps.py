@@ -27,24 +27,30 @@ def _identity(text: str) -> str:
 
 
 class StableMemo:
-    """The turn's system prompt and tools as last built, with the tools they were built from.
+    """The turn's system prompt and tools as built, by the tools they were built from.
 
     They change only when a tool comes or goes (an MCP server connects later), so rebuilding
-    them, with a deep copy of every tool's schema, on each call was waste.
+    them, with a deep copy of every tool's schema, on each call was waste. A few variants are
+    kept (`key`: the enabled skills, the tools a chat is not offered), since chats alternate.
     """
+
+    KEPT = 8
 
     def __init__(self) -> None:
         self.tools: tuple[Any, ...] | None = None
-        self.key: Any = None
-        self.value: Any = None
+        self.values: dict[Any, Any] = {}
 
     def get(self, tools: list[Any], build: Callable[[], Any], key: Any = None) -> Any:
-        """`build()`'s value, reused while `tools` are the very same objects and `key` (the
-        enabled skills) is equal."""
-        fresh = self.tools is None or len(self.tools) != len(tools) or self.key != key
-        if fresh or not all(a is b for a, b in zip(self.tools or (), tools, strict=True)):
-            self.value, self.tools, self.key = build(), tuple(tools), key
-        return self.value
+        """`build()`'s value, reused while `tools` are the very same objects and `key` is
+        equal."""
+        same = self.tools is not None and len(self.tools) == len(tools)
+        if not same or not all(a is b for a, b in zip(self.tools or (), tools, strict=True)):
+            self.tools, self.values = tuple(tools), {}
+        if key not in self.values:
+            if len(self.values) >= self.KEPT:
+                self.values.clear()
+            self.values[key] = build()
+        return self.values[key]
 
 
 class CallDeps(Protocol):

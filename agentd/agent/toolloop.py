@@ -114,22 +114,51 @@ class StablePrefix(BaseModel):
 Listing = tuple[tuple[str, str], ...]
 
 
-def stable_prefix(deps: TurnDeps, skills: Listing = ()) -> StablePrefix:
+def stable_prefix(
+    deps: TurnDeps, skills: Listing = (), withheld: frozenset[str] = frozenset()
+) -> StablePrefix:
     tools = deps.registry.tools()
     return deps.stable.get(  # type: ignore[no-any-return]
-        tools, lambda: _build_stable(deps, tools, skills), key=skills
+        tools, lambda: _build_stable(deps, tools, skills, withheld), key=(skills, withheld)
     )
 
 
-async def current_prefix(deps: TurnDeps) -> StablePrefix:
-    """The prefix as of now: the enabled skills are read from the database (a small read)."""
+async def current_prefix(deps: TurnDeps, chat_id: int) -> StablePrefix:
+    """The prefix for a call in this chat as of now: the enabled skills and the tools the chat
+    is offered are read from the database (small reads)."""
     skills = await deps.skill_listing() if deps.skill_listing is not None else ()
-    return stable_prefix(deps, skills)
+    return stable_prefix(deps, skills, await _withheld(deps, chat_id))
 
 
-def _build_stable(deps: TurnDeps, tools: list[Any], skills: Listing) -> StablePrefix:
+async def _withheld(deps: TurnDeps, chat_id: int) -> frozenset[str]:
+    """The tools whose `offered` read does not hold in this chat (indexed lookups, so they run
+    on the loop's own reader). A read that fails offers its tool: the call is checked anyway."""
+    asking = [t for t in deps.registry.tools() if t.offered is not None]
+    if not asking:
+        return frozenset()
+
+    def holds(conn: Any, tool: Any) -> bool:
+        try:
+            return bool(tool.offered(conn, chat_id))
+        except Exception as exc:
+            log.warning(
+                "a tool's offered read failed; it is offered",
+                extra={"tool": tool.name, "error": type(exc).__name__},
+            )
+            return True
+
+    def read(conn: Any) -> frozenset[str]:
+        return frozenset(t.name for t in asking if not holds(conn, t))
+
+    return await deps.db.read_inline(read)
+
+
+def _build_stable(
+    deps: TurnDeps, tools: list[Any], skills: Listing, withheld: frozenset[str]
+) -> StablePrefix:
     if not skills:  # nothing to load: the skill tools would only cost tokens
         tools = [t for t in tools if not deps.listed_source or t.source != deps.listed_source]
+    tools = [t for t in tools if t.name not in withheld]
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
     server_tools = []
     if deps.config.web.provider == "anthropic":  # the provider searches; results come back cited
@@ -175,7 +204,7 @@ async def call_llm(
     resumed one) stays on one model; the first call asks the chat's `/model` choice first.
     """
     zone = ZoneInfo(deps.config.agent.timezone)
-    prefix = await current_prefix(deps)
+    prefix = await current_prefix(deps, inp.chat_id)
     purpose = turn_purpose(inp.schedule_id)
     if pin is None and purpose == "turn":  # a briefing keeps its own [llm.models] model
         pin = await for_turn(deps.db, deps.llm, inp.chat_id)

@@ -259,7 +259,7 @@ async def load_history(
     """The chat's history window (agent/window.py); its start is kept when it moves. The
     messages read go into `read_now`, so a first run needs no second read."""
     cfg = deps.config.memory
-    fixed = (await current_prefix(deps)).chars
+    fixed = (await current_prefix(deps, chat_id)).chars
     rule = WindowRule(
         limit=cfg.history_limit,
         step=cfg.history_step,
@@ -442,7 +442,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = No
 
 async def route_turn(deps: TurnDeps, inp: TurnInput, recall: Recall | None) -> RoutingDecision:
     """The turn's routing decision (agent/routing.py); `recall` None: the recall step failed."""
-    request = (await current_prefix(deps)).request
+    request = (await current_prefix(deps, inp.chat_id)).request
     tools = [t.name for t in request.tools] + [str(t["name"]) for t in request.server_tools]
     if recall is None:
         return routing.decide(deps, inp, tools, "failed", "the embedder failed")

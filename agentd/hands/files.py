@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentd.chat.outfiles import MAX_UPLOAD_BYTES, OutgoingFile
+from agentd.chat.sent_files import holds_sent_files
 from agentd.config import Config
 from agentd.db import Database
 from agentd.hands.workspace import Workspace, WorkspaceError, open_dir
@@ -302,7 +303,7 @@ def _sending_tool(files: Toolset, spaces: Workspaces) -> None:
 def _save_sent_tool(
     files: Toolset, spaces: Workspaces, db: Database, download: Download, max_bytes: int
 ) -> None:
-    @files.tool(risk="medium", egress=True, at_most_once=True)
+    @files.tool(risk="medium", egress=True, at_most_once=True, offered=holds_sent_files)
     async def save_sent_file(ctx: ToolContext, args: SaveSentArgs) -> str:
         """Save a file the user sent in this chat (by its document id) into the workspace."""
         row = await db.read(

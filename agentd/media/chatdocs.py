@@ -20,6 +20,7 @@ from agentd.chat.delivery import deliver
 from agentd.chat.inputs import CallbackPress, MediaRef
 from agentd.chat.names import chat_key
 from agentd.chat.outbox import Button, Outbox
+from agentd.chat.sent_files import holds_sent_files
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import NonRetryable, Step, Workflow, workflow
@@ -319,6 +320,7 @@ def chat_document_tools(deps: DocDeps) -> list[Tool]:
     @chat.tool(
         risk="low",
         egress=True,
+        offered=holds_sent_files,
         description="Add a document the user sent in this chat to their document library "
         "(for search_docs later). Only when the user asks to keep or save it.",
     )

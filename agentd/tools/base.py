@@ -227,6 +227,11 @@ class Tool:
     # `[llm] max_steps`: a tool whose work takes several calls by nature (the browser: open,
     # type, choose, submit, read the answer) brings its own allowance; 0: none.
     steps: int = 0
+    # Where it is offered: `offered(conn, chat_id)`, a read of the database for the chat a
+    # model call is for (a tool about a file the user sent is offered where one was sent).
+    # Elsewhere its schema costs no tokens; a call to it is still checked as any call is.
+    # None: in every chat.
+    offered: Callable[[Any, int], bool] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):
@@ -262,6 +267,7 @@ class Tool:
         settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None,
         preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None,
         steps: int = 0,
+        offered: Callable[[Any, int], bool] | None = None,
     ) -> Tool:
         """A tool whose arguments are a pydantic model; its JSON schema is what the LLM sees.
 
@@ -292,6 +298,7 @@ class Tool:
             settle=settle,
             preview=preview,
             steps=steps,
+            offered=offered,
         )
 
     def with_risk(self, risk: Risk) -> Tool:

@@ -52,6 +52,7 @@ class Flags:
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None = None
     preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None
     steps: int | None = None
+    offered: Callable[[Any, int], bool] | None = None
 
 
 class FlagArgs(TypedDict, total=False):
@@ -68,6 +69,7 @@ class FlagArgs(TypedDict, total=False):
     settle: Callable[[ToolContext, Any], Awaitable[ToolResult]] | None
     preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None
     steps: int | None
+    offered: Callable[[Any, int], bool] | None
 
 
 def flags_of(given: FlagArgs, where: str) -> Flags:
@@ -117,6 +119,7 @@ def build(
         settle=None if flags.settle is None else wrap(flags.settle),
         preview=flags.preview,
         steps=default_steps if flags.steps is None else flags.steps,
+        offered=flags.offered,
     )
 
 
@@ -250,6 +253,8 @@ def tool(
       will do (a page's URL, the element, a screenshot), run as a step before asking.
     - `steps`: model calls a turn that calls it may take in all, where its work needs more
       than `[llm] max_steps` by nature (the browser: a call per field); default 0, none.
+    - `offered(conn, chat_id)`: offered to the model only in chats where this read holds (a
+      tool about a file the user sent, where one was sent); default: in every chat.
 
     A bad declaration raises ToolDeclarationError here, not when the tool is called. Tools
     that share a source, a timeout, a guard or error mapping are declared on a Toolset.

@@ -1,0 +1,98 @@
+"""Where a tool is offered: its `offered` read decides, per chat, whether the model is shown
+its schema; the prompt built for each answer is kept for the next call."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from agentd.agent.deps import StableMemo
+from agentd.agent.toolloop import current_prefix
+from agentd.config import Config
+from agentd.db import Database
+from agentd.tools import ToolRegistry, tool
+
+
+@tool(risk="low")
+async def everywhere() -> str:
+    """Offered in every chat."""
+    return "ok"
+
+
+def _sent_here(conn: Any, chat_id: int) -> bool:
+    query = "SELECT 1 FROM chat_documents WHERE chat_id = ? LIMIT 1"
+    return conn.execute(query, (chat_id,)).fetchone() is not None
+
+
+@tool(risk="medium", offered=_sent_here)
+async def about_the_file() -> str:
+    """Offered where a file was sent."""
+    return "ok"
+
+
+def _broken(conn: Any, chat_id: int) -> bool:
+    raise RuntimeError("a plugin's bug")
+
+
+@tool(risk="low", offered=_broken)
+async def broken_read() -> str:
+    """Its read fails."""
+    return "ok"
+
+
+def _deps(db: Database) -> Any:
+    registry = ToolRegistry([everywhere, about_the_file, broken_read])
+    return SimpleNamespace(
+        registry=registry,
+        db=db,
+        config=Config(),
+        skill_listing=None,
+        listed_source="",
+        stable=StableMemo(),
+    )
+
+
+async def test_a_tool_is_offered_only_where_its_read_holds(
+    db: Database, caplog: pytest.LogCaptureFixture
+) -> None:
+    deps = _deps(db)
+    await db.write(
+        lambda conn: conn.execute(
+            "INSERT INTO chat_documents (id, chat_id, user_id, file_id, file_name, format, "
+            "sha256, size, title, created_at) VALUES ('u1', 7, 7, 'f', 'a.md', 'markdown', "
+            "'00', 1, 'A', 0)"
+        )
+    )
+    with caplog.at_level(logging.WARNING, logger="agentd.agent"):
+        here = await current_prefix(deps, 7)
+        elsewhere = await current_prefix(deps, 8)
+    names = {t.name for t in here.request.tools}
+    assert names == {"everywhere", "about_the_file", "broken_read"}
+    assert {t.name for t in elsewhere.request.tools} == {"everywhere", "broken_read"}
+    # The system prompt names the risks of what this chat is offered, nothing else.
+    assert "about_the_file" in here.request.system[0].text
+    assert "about_the_file" not in elsewhere.request.system[0].text
+    assert elsewhere.chars < here.chars  # the history window counts what is sent
+    # A read that fails offers its tool, and says so.
+    assert any(getattr(r, "tool", "") == "broken_read" for r in caplog.records)
+    # Both variants are kept: the next call in each chat builds nothing.
+    assert await current_prefix(deps, 7) is here
+    assert await current_prefix(deps, 8) is elsewhere
+
+
+def test_the_memo_rebuilds_when_a_tool_comes_or_goes() -> None:
+    memo, built = StableMemo(), []
+
+    def build(tag: str) -> Any:
+        built.append(tag)
+        return object()
+
+    tools = [everywhere, about_the_file]
+    first = memo.get(tools, lambda: build("a"), key="a")
+    assert memo.get(tools, lambda: build("b"), key="b") is not first
+    assert memo.get(list(tools), lambda: build("a"), key="a") is first
+    assert memo.get([everywhere], lambda: build("a"), key="a") is not first
+    assert built == ["a", "b", "a"]
