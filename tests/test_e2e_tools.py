@@ -158,8 +158,11 @@ def test_low_risk_tool_runs_and_its_result_reaches_the_model(stack: Stack) -> No
         t["name"] for t in spec
     }
     system = stack.requests_for(user)[0]["body"]["system"][0]["text"]
-    assert "delete_file [high]" in system and "add_note [medium]" in system
-    assert "say in your reply what you did" in system
+    medium = next(line for line in system.splitlines() if line.startswith("Medium-risk tools"))
+    high = next(line for line in system.splitlines() if line.startswith("High-risk tools"))
+    assert "say plainly in your reply what you did" in medium and "add_note" in medium
+    assert "owner is asked first" in high and "delete_file" in high
+    assert "count_words" not in medium + high
 
 
 def test_medium_risk_tool_runs_and_the_reply_reports_it(stack: Stack) -> None:

@@ -55,9 +55,9 @@ class _Section(BaseModel):
 
 class AgentConfig(_Section):
     name: str = "agentd"
-    persona: str = (
-        "You are a helpful, concise personal assistant. Answer in the language the user writes in."
-    )
+    # The owner's own words on the assistant's manner, first in the system prompt; agentd's
+    # rules (concise, the user's language, Markdown) follow it either way.
+    persona: str = ""
     timezone: str = "UTC"
 
     @field_validator("timezone")

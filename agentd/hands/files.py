@@ -142,7 +142,7 @@ class ListArgs(BaseModel):
 
 class PathArgs(BaseModel):
     path: str = Field(
-        description="A path inside the workspace, like notes/todo.md.",
+        description="A workspace path, e.g. notes/todo.md.",
         min_length=1,
         max_length=1024,
     )

@@ -373,9 +373,8 @@ async def _safe_progress(progress: Progress, ctx: ToolContext, elapsed: float, e
 SHELL_ABOUT = (
     "Run one command line on the server in a sandbox: the system is read-only, only "
     "your workspace (/workspace, the current folder) is writable, /tmp is private, "
-    "no network unless allowed. Output is captured (long output: head and tail). "
-    "Asks the owner first unless the command is on the read-only allowlist or an "
-    "always-allow rule."
+    "no network unless allowed. Asks the owner first unless the command is on the read-only "
+    "allowlist or an always-allow rule."
 )
 
 

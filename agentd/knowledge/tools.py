@@ -78,8 +78,8 @@ def docs_tools(db: Runner, embedder: Embedder, config: Config) -> list[Tool]:
     @library.tool(
         risk="low",
         taints=True,
-        description="Search the owner's ingested documents (files, web pages) for passages "
-        "about something; returns the best passages with their title, source and section.",
+        description="Search the owner's ingested documents (files, web pages); returns the best "
+        "passages with their title, source and section.",
     )
     async def search_docs(ctx: ToolContext, args: SearchDocsArgs) -> str:
         scope = doc_scope(config, ctx.user_id, ctx.private)

@@ -56,8 +56,7 @@ class ExtractedFact(BaseModel):
     key: str | None = Field(
         default=None,
         max_length=200,
-        description="A short stable slot name such as home_city, employer, diet, reply_language."
-        " Reuse the same key when a fact changes so the new one replaces the old one.",
+        description="A short stable slot name such as home_city, employer, diet, reply_language.",
     )
     content: str = Field(
         min_length=1,

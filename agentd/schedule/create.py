@@ -42,8 +42,8 @@ class ScheduleRequest(When):
     )
     catch_up: CatchUp | None = Field(
         default=None,
-        description="Runs missed while the agent was down: 'skip' them, run the latest 'once' "
-        "(default, if not too late), or run 'all'.",
+        description="Runs missed while agentd was down: 'skip', the latest 'once' (default), "
+        "or 'all'.",
     )
 
 

@@ -44,8 +44,7 @@ class When(BaseModel):
 
     at: str | None = Field(
         default=None,
-        description="One-off at this local date-time, ISO 8601 ('2026-11-24T09:00'); "
-        "a time without offset is in `timezone`.",
+        description="One-off at this local ISO 8601 date-time, e.g. '2026-11-24T09:00'.",
     )
     after: str | None = Field(
         default=None, description="One-off after this delay from now: '20m', '2h', '1h30m', '3d'."
@@ -55,14 +54,12 @@ class When(BaseModel):
     )
     rrule: str | None = Field(
         default=None,
-        description="Calendar recurrence as an RFC 5545 RRULE, e.g. "
-        "'FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;BYMINUTE=0'. Use this for "
-        "'every weekday at 8:00', 'the 1st of each month'…",
+        description="A calendar rule (RFC 5545 RRULE), e.g. every weekday at 8:00: "
+        "'FREQ=WEEKLY;BYDAY=MO,TU,WE,TH,FR;BYHOUR=8;BYMINUTE=0'.",
     )
     start: str | None = Field(
         default=None,
-        description="For every/rrule: the first run (local ISO 8601); defaults to now "
-        "(every) or now with the rule's hours and minutes (rrule).",
+        description="For every/rrule: the first run (local ISO 8601); default: now.",
     )
 
 

@@ -66,9 +66,8 @@ def _create_tool(
         egress=True,
         assess=asks_outside_private("schedule leaves a task behind that runs as the user"),
         description="Schedule a reminder (message, sent as is) or a task (prompt, run by "
-        "you with your tools) once, at an interval, or on a calendar rule. Times are in "
-        "the owner's time zone unless timezone is given. The result confirms the next "
-        "runs.",
+        "you with your tools) once, at an interval, or on a calendar rule, in the owner's "
+        "time zone unless timezone is given.",
     )
     async def schedule(ctx: ToolContext, args: ScheduleRequest) -> str:
         sid = tool_schedule_id(ctx.instance_id, ctx.tool_use_id)

@@ -23,10 +23,9 @@ from pydantic import BaseModel
 
 LIST_HEAD = "Sources you may cite, by id:"
 CITE_RULE = (
-    "When an answer uses a document passage, a web search result or a fetched page, cite it "
-    "by its id in square brackets right after the claim, as in [D12] or [W3f9a1c]: the ids "
-    "are in each tool result's source list, and the reply turns them into links or titles. "
-    "Never invent an id; an id that was not retrieved is removed."
+    "Cite a document passage, web search result or fetched page you use by its id in square "
+    "brackets right after the claim, as in [D12] or [W3f9a1c] (ids are in each tool result's "
+    "source list; the reply turns them into links). Never invent an id."
 )
 # Strict shapes, and never a Markdown link's text ("[Dad](…)"): anything else is left alone.
 _ID_SHAPE = r"D\d{1,12}|[WU][0-9a-f]{6}"

@@ -89,11 +89,8 @@ def fetch_url_tool(policy: FetchPolicy, *, max_chars: int = 40_000) -> Tool:
         ctx: ToolContext,
         url: Annotated[str, Field(description="The http or https URL to read", max_length=4096)],
     ) -> str:
-        """Fetch a web page or text/JSON document by URL and return its readable text.
-
-        HTML is converted to plain text; binary files are not read. Private and local
-        network addresses are refused.
-        """
+        """Fetch a web page or text/JSON document by URL and return its readable text (not
+        binary files; private and local network addresses are refused)."""
         # With outside content in view the call was let through for this URL's server (a URL
         # the user wrote, an allowed host, an approved card): an open redirect there must not
         # carry it on to any other.

@@ -31,8 +31,8 @@ class WatchRequest(BaseModel):
     condition: str = Field(
         min_length=1,
         max_length=1000,
-        description="When to tell the owner, in their words: 'only if the price drops under "
-        "200', 'only if something new and important arrived'.",
+        description="When to tell the owner, in their words, e.g. 'only if something new and "
+        "important arrived'.",
     )
     source: Source
     every: str | None = Field(
@@ -43,7 +43,7 @@ class WatchRequest(BaseModel):
         description="Or on a calendar rule (RFC 5545), e.g. 'FREQ=DAILY;BYHOUR=8;BYMINUTE=0'.",
     )
     daily_tokens: int | None = Field(
-        default=None, ge=0, description="This watch's own token cap per day; default [watch]."
+        default=None, ge=0, description="Token cap per day; default: the owner's setting."
     )
     catch_up: CatchUp | None = None
 

@@ -31,8 +31,8 @@ class Source(BaseModel):
     focus: str = Field(
         default="",
         max_length=MAX_FOCUS,
-        description="Only lines containing one of these words count, '|' between them "
-        "(case-insensitive), e.g. 'price|in stock'. Empty: the whole text.",
+        description="Only lines with one of these words count ('|' between them, any case), "
+        "e.g. 'price|in stock'; empty: all.",
     )
 
     @model_validator(mode="after")

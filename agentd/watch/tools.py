@@ -64,10 +64,9 @@ def watch_tools(db: Database, config: Config, kick: Callable[[str], None]) -> li
         risk="medium",
         egress=True,
         assess=assess_add(config),
-        description="Watch something for the owner: check a page, a mail folder, a calendar, "
-        "a command's output, a workspace file or an automation's results at an interval, and "
-        "tell them only when it changed and the condition holds. An unchanged check costs "
-        "nothing. The result gives the expected cost per day and month.",
+        description="Check a page, mail folder, calendar, command's output, workspace file or "
+        "automation's results at an interval, and tell the owner only when it changed and the "
+        "condition holds (an unchanged check costs nothing).",
     )
     async def watch_add(ctx: ToolContext, args: WatchRequest) -> str:
         wid = tool_watch_id(ctx.instance_id, ctx.tool_use_id)
