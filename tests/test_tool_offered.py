@@ -13,6 +13,7 @@ from agentd.agent.deps import StableMemo
 from agentd.agent.toolloop import current_prefix
 from agentd.config import Config
 from agentd.db import Database
+from agentd.skills import store
 from agentd.tools import ToolRegistry, tool
 
 
@@ -50,7 +51,6 @@ def _deps(db: Database) -> Any:
         db=db,
         config=Config(),
         skill_listing=None,
-        listed_source="",
         stable=StableMemo(),
     )
 
@@ -96,3 +96,14 @@ def test_the_memo_rebuilds_when_a_tool_comes_or_goes() -> None:
     assert memo.get(list(tools), lambda: build("a"), key="a") is first
     assert memo.get([everywhere], lambda: build("a"), key="a") is not first
     assert built == ["a", "b", "a"]
+
+
+def test_the_skill_tools_are_offered_while_a_skill_is_enabled(conn: Any) -> None:
+    assert not store.any_enabled(conn, 7)
+    conn.execute(
+        "INSERT INTO skills (name, path, description, content_hash, status, source, "
+        "confirmed_at) VALUES ('tidy', '/s/tidy', 'Tidy up.', 'h', 'changed', 'local', 0)"
+    )
+    assert not store.any_enabled(conn, 7)  # held back: nothing to load
+    conn.execute("UPDATE skills SET status = 'enabled'")
+    assert store.any_enabled(conn, 7) and store.any_enabled(conn, -100)  # in every chat

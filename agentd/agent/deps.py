@@ -90,10 +90,9 @@ class TurnDeps:
     # (name, description) of the enabled skills, by name, read per model call (the owner
     # enables them from the CLI while the daemon runs); None: skills are off.
     skill_listing: Callable[[], Awaitable[tuple[tuple[str, str], ...]]] | None = None
-    # The capability that lists them says the rest, so the loop names none: its tools (this
-    # source) are offered only while the listing has an entry, and `listed_use(tool, args)`
-    # names the entry a successful call loaded (the reply says which one it followed).
-    listed_source: str = ""
+    # The capability that lists them says the rest, so the loop names none: its tools say
+    # where they are offered (tools/base.py `offered`), and `listed_use(tool, args)` names the
+    # entry a successful call loaded (the reply says which one it followed).
     listed_use: Callable[[str, Mapping[str, Any]], str | None] | None = None
     stable: StableMemo = field(default_factory=StableMemo, compare=False)
 

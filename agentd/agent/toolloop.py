@@ -156,8 +156,6 @@ async def _withheld(deps: TurnDeps, chat_id: int) -> frozenset[str]:
 def _build_stable(
     deps: TurnDeps, tools: list[Any], skills: Listing, withheld: frozenset[str]
 ) -> StablePrefix:
-    if not skills:  # nothing to load: the skill tools would only cost tokens
-        tools = [t for t in tools if not deps.listed_source or t.source != deps.listed_source]
     tools = [t for t in tools if t.name not in withheld]
     infos = [ToolInfo(name=t.name, description=t.description, risk=t.risk) for t in tools]
     server_tools = []

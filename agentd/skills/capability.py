@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.config import Config
-from agentd.skills.names import SOURCE, USE_SKILL
+from agentd.skills.names import USE_SKILL
 from agentd.tools.capability import Check, Checks, Context, Contribution, Probe, Simple
 
 
@@ -36,7 +36,7 @@ async def _build(ctx: Context) -> Contribution:
     def used(tool: str, args: Mapping[str, Any]) -> str | None:
         return str(args.get("name")) if tool == USE_SKILL else None
 
-    turn = {"skill_listing": listing, "listed_source": SOURCE, "listed_use": used}
+    turn = {"skill_listing": listing, "listed_use": used}
     return Contribution(
         tools=tools,
         turn=turn,

@@ -58,6 +58,14 @@ def listing(conn: Any) -> tuple[tuple[str, str], ...]:
     return tuple((r[0], r[1]) for r in rows)
 
 
+def any_enabled(conn: Any, chat_id: int) -> bool:
+    """Some skill is enabled: the skill tools' `offered` read (with none they would only cost
+    tokens; a skill is the owner's in every chat, so the chat does not matter)."""
+    return (
+        conn.execute("SELECT 1 FROM skills WHERE status = 'enabled' LIMIT 1").fetchone() is not None
+    )
+
+
 def confirm(conn: Any, skill: SkillFolder, source: str, now: float, by: str = "cli") -> None:
     """The owner saw this content and enabled it: pin its hash."""
     conn.execute(

@@ -158,7 +158,7 @@ def _build(skills: Skills) -> list[Tool]:
     # Every skill tool taints the turn: a skill's text came from outside agentd.
     group = Toolset(SOURCE)
 
-    @group.tool(name=USE_SKILL, risk="low", taints=True)
+    @group.tool(name=USE_SKILL, risk="low", taints=True, offered=store.any_enabled)
     async def use_skill(
         ctx: ToolContext,
         name: Annotated[str, Field(description="The skill's name, as listed under Skills.")],
@@ -168,7 +168,7 @@ def _build(skills: Skills) -> list[Tool]:
         log.info("skill used", extra={"skill": skill.name, "chat_id": ctx.chat_id})
         return skills.wrap_body(skill)
 
-    @group.tool(risk="low", taints=True)
+    @group.tool(risk="low", taints=True, offered=store.any_enabled)
     async def read_skill_file(
         ctx: ToolContext,
         skill: Annotated[str, Field(description="The skill's name.")],
@@ -220,7 +220,13 @@ def _script_tool(group: Toolset, skills: Skills) -> Tool:
     def card(args: Any) -> ApprovalCard:
         return ApprovalCard(text=script_card(runner.limits, args, sandbox.cgroups), whole=True)
 
-    @group.tool(risk="high", timeout=runner.limits.wall_seconds + 15, taints=True, card=card)
+    @group.tool(
+        risk="high",
+        timeout=runner.limits.wall_seconds + 15,
+        taints=True,
+        card=card,
+        offered=store.any_enabled,
+    )
     async def run_skill_script(
         ctx: ToolContext,
         skill: Annotated[str, Field(description="The skill's name.")],

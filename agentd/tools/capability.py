@@ -99,7 +99,7 @@ class Contribution:
     about: str = ""
     about_tools: dict[str, str] = field(default_factory=dict)
     # Keyword arguments of the turn's dependencies this capability fills (vision, voice,
-    # docs; a prompt listing with skill_listing, listed_source and listed_use): what the
+    # docs; a prompt listing with skill_listing and listed_use): what the
     # prompt, the tool loop and the media handlers read, none of them naming a capability.
     turn: dict[str, Any] = field(default_factory=dict)
     # Wraps the button handler: takes its own presses, hands every other one on.
