@@ -197,6 +197,11 @@ def test_asking_to_keep_a_document_saves_it_once_approved_without_offering_a_but
     stack: Stack,
 ) -> None:
     user, owner = 207, USERS[0]
+    # The card goes to the owner's private chat, which exists once they have written to the
+    # bot (Telegram's rule, which the fake keeps), as they did when pairing.
+    said = len(stack.sent(owner))
+    stack.tg.add_message(owner, owner, "hello from the owner")
+    stack.wait_sent(owner, said + 1)
     before = len(stack.sent(owner))
     update_id = stack.tg.add_document(
         user,
