@@ -1,5 +1,6 @@
 """Where a tool is offered: its `offered` read decides, per chat, whether the model is shown
-its schema; the prompt built for each answer is kept for the next call."""
+its schema; the prompt built for each answer is kept for the next call; the system prompt says
+what the offered tools' risks ask of the model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 
 from agentd.agent.deps import StableMemo
+from agentd.agent.prompt import ALL_LOW_RISK, LOW_RISK_LINE, NO_TOOLS, ToolInfo, build_system
 from agentd.agent.toolloop import current_prefix
 from agentd.config import Config
 from agentd.db import Database
@@ -107,3 +109,18 @@ def test_the_skill_tools_are_offered_while_a_skill_is_enabled(conn: Any) -> None
     assert not store.any_enabled(conn, 7)  # held back: nothing to load
     conn.execute("UPDATE skills SET status = 'enabled'")
     assert store.any_enabled(conn, 7) and store.any_enabled(conn, -100)  # in every chat
+
+
+def test_the_system_prompt_gives_every_offered_tools_risk_once() -> None:
+    def system(*risks: str) -> str:
+        tools = [ToolInfo(name=f"t_{r}_{i}", description="d", risk=r) for i, r in enumerate(risks)]
+        return build_system(persona="", name="agentd", tools=tools)[0].text
+
+    assert NO_TOOLS in system()
+    assert ALL_LOW_RISK in system("low", "low")
+    mixed = system("low", "medium", "high")
+    medium = next(line for line in mixed.splitlines() if line.startswith("Medium-risk"))
+    high = next(line for line in mixed.splitlines() if line.startswith("High-risk"))
+    assert "t_medium_1" in medium and "what you did" in medium and "t_high_2" in high
+    assert "t_low_0" not in mixed and LOW_RISK_LINE in mixed  # named in the tool list alone
+    assert not mixed.startswith("\n")  # an empty persona leaves no blank start
