@@ -19,6 +19,7 @@ from agentd.automations.hooks import HookServer
 from agentd.automations.runtime import Runtime
 from agentd.chat import reach
 from agentd.chat.channel import block_start
+from agentd.chat.outbox import SendDelayed
 from agentd.config import AccessConfig, Config, HookConfig, HooksConfig
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, StartResult, store
@@ -47,9 +48,23 @@ class Outbox:
         self.edits.append((chat_id, message_id))
 
 
+class OutageOnce(Outbox):
+    """The question meets an outage once (the channel's own retries spent), then goes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    async def send_text(self, chat_id: int, text: str, **kw: Any) -> int:
+        if text.startswith("Go on?") and not self.refused:
+            self.refused += 1
+            raise SendDelayed("502 Bad Gateway, after the channel's retries")
+        return await super().send_text(chat_id, text, **kw)
+
+
 class Rig:
-    def __init__(self, db: Database, notices: str = "") -> None:
-        self.db, self.outbox, self.clock = db, Outbox(), FakeClock()
+    def __init__(self, db: Database, notices: str = "", outbox: Outbox | None = None) -> None:
+        self.db, self.outbox, self.clock = db, outbox or Outbox(), FakeClock()
         self.engine = Engine(db, clock=self.clock, poll_interval=0.02)
         catalog = Catalog()
         catalog.add(reach_flow)
@@ -157,6 +172,27 @@ async def test_a_new_instance_reaches_the_owner_where_notices_do(
     assert [c for c, _ in rig.outbox.sent] == [chat, chat, chat]
     assert [t for _, t in rig.outbox.sent] == ["hello", "Go on?", "chose No"]
     assert rig.outbox.edits == [(chat, 102)]
+
+
+async def test_a_question_that_meets_an_outage_is_asked_once_it_ends(db: Database) -> None:
+    """`step.ask_owner`'s question is tried again after an outage, as a reply is (it used to
+    be given up: the owner never saw it and the run took the default when it timed out)."""
+    await _owner_on_both(db)
+    outbox = OutageOnce()
+    rig = Rig(db, outbox=outbox)
+    await rig.engine.run()
+    await rig.runtime.start("reach_flow", {}, instance_id="reach-outage", source="test")
+    for _ in range(1500):  # the first try refused: its retry waits 5 s of the rig's clock
+        if outbox.refused:
+            break
+        await asyncio.sleep(0.01)
+    rig.clock.advance(5.0)
+    await rig.answer("reach-outage", "No")
+    inst = await rig.engine.wait_for("reach-outage", timeout=30)
+    await rig.engine.shutdown()
+    assert inst.status == "complete", inst.error
+    assert [t for _, t in outbox.sent] == ["hello", "Go on?", "chose No"]
+    assert outbox.refused == 1
 
 
 async def test_an_owner_no_channel_can_reach_is_told_in_the_error(db: Database) -> None:

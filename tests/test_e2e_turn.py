@@ -486,6 +486,37 @@ def test_a_reply_during_a_telegram_outage_is_sent_when_it_ends_across_a_kill(
         daemon.stop()
 
 
+def test_an_approval_card_during_a_telegram_outage_is_sent_when_it_ends(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    """The card asking the owner meets an outage longer than the session's retries: it is
+    tried again as a reply is (it used to be dropped, so the owner never saw it and the call
+    waited unasked until it timed out), and Approve on it runs the call once."""
+    env["AGENTD_TELEGRAM__SEND_RETRIES"] = "1"  # two calls per attempt: the outage is 4 calls
+    env["AGENTD_TELEGRAM__MAX_BACKOFF"] = "0.1"
+    llm.enqueue_tool_use("delete_file", {"path": "old-notes.txt"}, "toolu_card1")
+    llm.enqueue_text("Done, as you approved.")
+    with running_daemon(tmp_path, env) as daemon:
+        tg.fail_next("sendMessage", 502, times=4)
+        tg.add_message(OWNER, OWNER, "delete old-notes.txt")
+        card = tg.wait_until(
+            lambda: next((m for m in tg.sent if m.get("reply_markup")), None), 90, "the card"
+        )
+        assert "delete_file" in card["plain_text"]
+        approve = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        tg.add_callback_query(OWNER, OWNER, card["message_id"], approve)
+        tg.wait_until(
+            lambda: any(m["plain_text"] == "Done, as you approved." for m in tg.sent),
+            60,
+            "the answer",
+        )
+        assert len(tg.calls("sendMessage")) >= 5  # the four refused, then the card
+        assert [m for m in tg.sent if m.get("reply_markup")] == [card]
+        daemon.wait_idle()
+        decided = "SELECT status FROM approvals"
+        assert [r[0] for r in daemon.query(decided)] == ["approved"]
+
+
 def test_a_reply_that_may_have_landed_is_not_re_sent_for_hours(
     tmp_path: Path, tg: FakeTelegram, env: dict
 ) -> None:

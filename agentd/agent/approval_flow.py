@@ -18,7 +18,7 @@ from agentd.access import approvals, owners
 from agentd.access.approvals import Approval
 from agentd.agent.deps import CallDeps
 from agentd.chat import reach
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import WAITED_OUT, deliver
 from agentd.chat.inputs import ChatKind
 from agentd.chat.outbox import Button, Outbox
 from agentd.db import Database
@@ -276,6 +276,8 @@ async def tell_asker(deps: CallDeps, approval: Approval, text: str) -> int | Non
     through the one send path as the step `tell:<id>`; best effort, the card is what counts."""
     try:
         return await deps.outbox.send_text(approval.chat_id, text)
+    except WAITED_OUT:
+        raise
     except Exception as exc:
         log.info("could not tell the asker", extra={"error": type(exc).__name__})
         return None
@@ -310,6 +312,8 @@ async def ask_owner(deps: CallDeps, approval: Approval) -> int | None:
     text = _approval_text(approval, approval.expires_at - approval.created_at, asker)
     try:
         message_id = await deps.outbox.send_text(approval.card_chat, text, buttons=buttons)
+    except WAITED_OUT:
+        raise  # the card goes once the channel is back, as a reply would
     except Exception as exc:
         log.warning(
             "could not send the approval request; `agentd approve` still works",

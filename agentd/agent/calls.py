@@ -25,7 +25,7 @@ from pydantic import BaseModel
 from agentd.agent.approval_flow import Caller, Route, refusal, seek_approval
 from agentd.agent.deps import CallDeps
 from agentd.agent.taint import TurnTaint
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import WAITED_OUT, deliver
 from agentd.chat.outbox import Outbox
 from agentd.config import Config
 from agentd.db import Database
@@ -211,6 +211,8 @@ async def report_unknown(
     )
     try:
         await deps.outbox.send_text(caller.chat_id, text)
+    except WAITED_OUT:
+        raise
     except Exception as exc:  # the model's answer still says it
         log.warning(
             "could not send the outcome-unknown notice", extra={"error": type(exc).__name__}

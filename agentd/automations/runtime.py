@@ -27,7 +27,7 @@ from agentd.automations.api import Automation, AutoStep, RunState, ToolRun, fiel
 from agentd.automations.catalog import RELOAD_WORKFLOW, Catalog
 from agentd.automations.owner import owner
 from agentd.chat import addresses, reach
-from agentd.chat.delivery import deliver, deliver_text
+from agentd.chat.delivery import WAITED_OUT, deliver, deliver_text
 from agentd.chat.inputs import CallbackPress
 from agentd.chat.markup import block
 from agentd.chat.names import chat_actor
@@ -395,6 +395,8 @@ class Runtime:
             message_id = await self.outbox.send_text(
                 question.chat_id, question.text + hint, buttons=buttons
             )
+        except WAITED_OUT:
+            raise  # asked once the channel is back
         except Exception as exc:
             log.warning(
                 "could not send the question; `agentd workflows signal` still answers",

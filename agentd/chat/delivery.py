@@ -74,6 +74,10 @@ OUTAGE = Retry(limit=600, delay=5.0, backoff="exponential", max_delay=60.0)
 # A file is uploaded again each time (up to 50 MB): for minutes (about 6), not hours, so a
 # server that keeps failing after the upload cannot cost gigabytes; the text before it waited.
 FILE_OUTAGE = Retry(limit=10, delay=5.0, backoff="exponential", max_delay=60.0)
+# What `deliver` waits out instead of ending on: an outage (tried again, OUTAGE) and refused
+# credentials (until the restart after their fix). A send inside `deliver` that is only best
+# effort (a notice, a card the CLI can stand in for) gives up on anything else, not on these.
+WAITED_OUT = (SendDelayed, CredentialsRejected)
 
 
 async def settle_send(*, idempotent: bool) -> None:
@@ -132,8 +136,8 @@ async def deliver(
         token = SEND_KEY.set(key)
         try:
             result = await send()
-        except (SendDelayed, CredentialsRejected, NonRetryable):
-            raise  # an outage is tried again (OUTAGE); refused credentials wait for a restart
+        except (*WAITED_OUT, NonRetryable):
+            raise
         except SendFailed as exc:
             raise NonRetryable(str(exc)) from None
         except Exception as exc:
