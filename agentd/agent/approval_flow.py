@@ -436,7 +436,9 @@ async def seek_approval(
     message_id = await send_card(step, deps, approval, use.id, image)
     event = await step.wait_for_event(
         approvals.event_type(approval.id),
-        timeout=max(0.0, approval.expires_at - approval.created_at),
+        # It ends when the approval does (its lifetime runs from its creation): a card an
+        # outage delayed is shown as timed out on time, as a press on it would be told.
+        timeout=max(0.0, approval.expires_at - step.clock.now()),
         name=f"wait:{use.id}",
         # The chat goes on while the owner decides: later messages are answered meanwhile,
         # and this turn's answer comes as a reply to its own message (docs/messages.md).
