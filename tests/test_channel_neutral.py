@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.access import approvals
+from agentd.channels import migrations as every_migration
 from agentd.channels import packages as channel_packages
 from agentd.chat.inputs import TurnInput
 from agentd.commands.router import CommandInput
@@ -24,9 +25,6 @@ from agentd.db.migrations import MIGRATIONS, apply_migrations
 ROOT = Path(__file__).resolve().parents[1] / "agentd"
 # A channel's adapter may read its own network's numbering; the core may not.
 CHANNEL_PACKAGES = tuple(channel_packages())
-# The one-time fill of rows stored before chats said their kind (m035_chat_kind) is the
-# record of the old rule, not a rule in force.
-EXEMPT = {ROOT / "db" / "migrations.py"}
 ORDERING = (ast.Lt, ast.Gt, ast.LtE, ast.GtE)
 EQUALITY = (ast.Eq, ast.NotEq, ast.Is, ast.IsNot)
 _SQL = re.compile(
@@ -88,7 +86,7 @@ def _core_sources() -> list[Path]:
     return [
         path
         for path in sorted(ROOT.rglob("*.py"))
-        if path.relative_to(ROOT).parts[0] not in CHANNEL_PACKAGES and path not in EXEMPT
+        if path.relative_to(ROOT).parts[0] not in CHANNEL_PACKAGES
     ]
 
 
@@ -130,8 +128,9 @@ def test_the_check_catches_each_form() -> None:
 
 
 def test_what_was_stored_before_loads_with_its_chats_kind(tmp_path: Path) -> None:
-    """m035_chat_kind: journaled inputs, schedules and approvals from before chats said their
-    kind (all Telegram's) load with it, filled by Telegram's old rule once."""
+    """Journaled inputs, schedules and approvals from before chats said their kind (all
+    Telegram's) load with it, filled by Telegram's rule once, by the Telegram channel's own
+    migration; a row stored since keeps the kind its channel gave it."""
     conn = open_sync(tmp_path / "old.db")
     names = [name for name, _ in MIGRATIONS]
     apply_migrations(conn, MIGRATIONS[: names.index("m035_chat_kind")])
@@ -160,7 +159,11 @@ def test_what_was_stored_before_loads_with_its_chats_kind(tmp_path: Path) -> Non
             "args_digest, args_preview, status, created_at, expires_at, card_chat_id) VALUES "
             "('a1', 't1', 'u1', -100, 5, 'shell', 'high', 'd', 'p', 'pending', 0, 9, 7)"
         )
-    assert apply_migrations(conn) == names[names.index("m035_chat_kind") :]
+    ran = apply_migrations(conn, every_migration())
+    assert (
+        ran[: len(names) - names.index("m035_chat_kind")] == names[names.index("m035_chat_kind") :]
+    )
+    assert "telegram/m001_chat_kind" in ran
 
     def loaded(iid: str) -> dict[str, Any]:
         row = conn.execute("SELECT input FROM workflow_instances WHERE id = ?", (iid,)).fetchone()
@@ -173,3 +176,43 @@ def test_what_was_stored_before_loads_with_its_chats_kind(tmp_path: Path) -> Non
     assert kinds == {"s1": "group", "s2": "private"}
     approval = approvals.get(conn, "a1")
     assert approval is not None and not approval.private and approval.approver_id == 7
+
+
+def test_a_row_stored_after_chats_said_their_kind_keeps_it(tmp_path: Path) -> None:
+    """A database that took the core's steps before the Telegram channel had its own: the
+    channel's fill, run then, leaves what other channels stored since (a Matrix room's
+    number is positive) as its channel said."""
+    conn = open_sync(tmp_path / "since.db")
+    apply_migrations(conn, MIGRATIONS)
+    with conn:
+        conn.execute(
+            "INSERT INTO schedules (id, user_id, chat_id, action, text, recurrence, timezone, "
+            "catch_up, state, next_run, created_at, updated_at, created_by, chat_kind) VALUES "
+            "('room', 7, ?, 'message', 'x', '{}', 'UTC', 'skip', 'active', 1, "
+            "(SELECT applied_at FROM schema_migrations WHERE name = 'm035_chat_kind') + 1, "
+            "0, 'you', 'group')",
+            (2**53 + 5,),
+        )
+    assert "telegram/m001_chat_kind" in apply_migrations(conn, every_migration())
+    kinds = dict(conn.execute("SELECT id, chat_kind FROM schedules").fetchall())
+    assert kinds == {"room": "group"}
+
+
+def test_the_private_chats_written_in_before_are_where_their_users_are_reached(
+    tmp_path: Path,
+) -> None:
+    """The Telegram channel's own step: a user who wrote in a private chat before users had
+    places to be reached (all Telegram's then) is reached there; a group is no such place."""
+    conn = open_sync(tmp_path / "old.db")
+    names = [name for name, _ in MIGRATIONS]
+    apply_migrations(conn, MIGRATIONS[: names.index("m036_users")])
+    with conn:
+        conn.executemany(
+            "INSERT INTO messages (chat_id, user_id, role, content, created_at) "
+            "VALUES (?, ?, ?, 'hi', ?)",
+            [(7, 7, "user", 1.0), (7, 7, "user", 5.0), (-100, 8, "user", 2.0)]
+            + [(7, None, "assistant", 6.0)],
+        )
+    assert "telegram/m002_private_chats" in apply_migrations(conn, every_migration())
+    rows = conn.execute("SELECT user_id, channel, chat_id, last_at FROM user_chats").fetchall()
+    assert [tuple(r) for r in rows] == [(7, "telegram", 7, 5.0)]

@@ -223,7 +223,10 @@ def test_a_database_from_before_matrix_gets_its_tables_from_the_set(tmp_path: Pa
     ran = apply_migrations(conn, migrations())
     sets = [m.name for c in channels() for m in c.migrations]
     assert ran == ["m041_chat_addresses", "m036_users", *sets]
-    assert sets[:2] == ["matrix/m001_tables", "matrix/m002_drafts"]
+    assert [n for n in sets if n.startswith("matrix/")] == [
+        "matrix/m001_tables",
+        "matrix/m002_drafts",
+    ]
     conn.execute("SELECT * FROM matrix_rooms").fetchall()
 
 

@@ -807,22 +807,14 @@ INSERT INTO llm_usage_days
 M035_CHAT_KIND = """
 -- Where a message is, said once: every input and every row that a privacy rule reads later
 -- carries the kind of its chat as the channel said it (chat/inputs.py ChatKind), so no rule
--- reads a network's id numbering. Everything stored before came from Telegram, whose group
--- and channel ids are negative and whose private chat ids are their user's: filled once here
--- by that rule, a missing kind left as 'group' (the side that shows nothing private).
+-- reads a network's id numbering. A missing kind is 'group' (the side that shows nothing
+-- private); the rows stored before are filled by the channel that stored them
+-- (telegram/schema.py).
 ALTER TABLE schedules ADD COLUMN chat_kind TEXT NOT NULL DEFAULT 'group';
-UPDATE schedules SET chat_kind = 'private' WHERE chat_id > 0;
 ALTER TABLE approvals ADD COLUMN chat_kind TEXT NOT NULL DEFAULT 'group';
-UPDATE approvals SET chat_kind = 'private' WHERE chat_id > 0;
 -- Whose answer a card waits for; the card went to that approver's private chat.
 ALTER TABLE approvals ADD COLUMN approver_id INTEGER;
 UPDATE approvals SET approver_id = card_chat_id;
--- Journaled inputs (turns, commands, tasks, background jobs) load with their chat's kind.
-UPDATE workflow_instances
-    SET input = json_set(input, '$.chat_kind',
-        CASE WHEN json_extract(input, '$.chat_id') > 0 THEN 'private' ELSE 'group' END)
-    WHERE json_valid(input) AND json_type(input, '$.chat_id') = 'integer'
-        AND json_type(input, '$.chat_kind') IS NULL;
 """
 
 
@@ -889,10 +881,8 @@ CREATE TABLE user_chats (
     last_at REAL NOT NULL,
     PRIMARY KEY (user_id, channel)
 );
--- Private chats written in before: all Telegram's, whose private chat ids are their user's.
-INSERT OR IGNORE INTO user_chats (user_id, channel, chat_id, last_at)
-    SELECT user_id, 'telegram', chat_id, MAX(created_at) FROM messages
-    WHERE role = 'user' AND user_id IS NOT NULL AND chat_id = user_id GROUP BY user_id;
+-- The private chats written in before are filled by the channel that stored them
+-- (telegram/schema.py).
 """
 
 

@@ -34,6 +34,7 @@ from agentd.telegram import aiogram_loader
 from agentd.telegram.classify import Identity
 from agentd.telegram.config import SECTION, bot_token, settings
 from agentd.telegram.intake import CHANNEL
+from agentd.telegram.schema import MIGRATIONS
 
 log = logging.getLogger("agentd.telegram")
 NAME = CHANNEL
@@ -184,9 +185,7 @@ class TelegramChannel:
     name = NAME
     block = 0
     section = SECTION
-    # Its tables (`updates`, …) were in the core's first migration before channels had sets
-    # of their own, and stay there: a step is never split after it ran.
-    migrations = ()
+    migrations = MIGRATIONS
 
     def enabled(self, config: Config) -> bool:
         """On when its token is set (with no channel on at all, it is opened anyway, to say
