@@ -243,7 +243,7 @@ def _http_json(url: str, headers: dict[str, str]) -> tuple[int, object]:
 
 
 def doctor(json: JsonOption = False, config: ConfigOption = None) -> None:
-    """Check config, database, sqlite-vec, Telegram, Anthropic, mail and calendar accounts."""
+    """Check config, database, sqlite-vec, the chat channels, the model, mail and calendar."""
     from agentd.channels import load_config  # every channel's section, validated by its model
 
     results: list[dict[str, object]] = []

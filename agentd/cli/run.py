@@ -72,7 +72,7 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
 
 
 def run(config: ConfigOption = None) -> None:
-    """Run the agent: long-poll Telegram and answer, until SIGTERM."""
+    """Run the agent: follow its chats (Telegram, Matrix, web) and answer, until SIGTERM."""
     import signal
 
     import typer
