@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,8 +150,12 @@ def test_an_encrypted_room_is_refused_never_answered(rig: MatrixRig) -> None:
 
 
 def _png() -> bytes:
+    """A photo of about 1 MB (noise does not compress): it reaches the bot in many packets,
+    and a download that stops at the first gives an image that does not decode."""
     out = io.BytesIO()
-    Image.new("RGB", (64, 48), (200, 30, 30)).save(out, format="PNG")
+    Image.frombytes("RGB", (600, 600), random.Random(7).randbytes(600 * 600 * 3)).save(
+        out, format="PNG"
+    )
     return out.getvalue()
 
 
@@ -203,9 +208,11 @@ def test_files_and_images_in_and_out(tmp_path: Path, cast: Cast) -> None:
         wait_for(lambda: len(rig.bot_texts(room)) >= 3, 60, "the answer")
         assert any("2468" in json.dumps(r["body"]) for r in rig.llm.requests)
         assert "what is the door code?" in json.dumps(rig.llm.requests)
-        # An image in: downloaded from the media repository and shown to the model.
+        # An image in: downloaded whole from the media repository and shown to the model.
         before = len(rig.bot_texts(room))
-        url = owner.upload(_png(), "image/png", "square.png")
+        photo = _png()
+        assert len(photo) > 1_000_000
+        url = owner.upload(photo, "image/png", "square.png")
         owner.send(
             room,
             {

@@ -39,6 +39,7 @@ from agentd.chat.inputs import MAX_TEXT_CHARS, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.config import Config, HookConfig, read_secret
 from agentd.durable import InstanceNotFound, InvalidInput, WorkflowNotFound
+from agentd.net.bodies import read_at_most
 from agentd.tools import mark_untrusted
 
 log = logging.getLogger("agentd.hooks")
@@ -75,20 +76,6 @@ def _fresh_socket_path(raw: str) -> str:
     if path.is_socket():
         path.unlink()
     return str(path)
-
-
-async def _read_at_most(request: web.Request, limit: int) -> bytes:
-    """The body, or its first `limit` bytes: `read(n)` returns whatever has arrived so far,
-    so a body that comes in several packets is read chunk by chunk."""
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = await request.content.read(limit - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
 
 
 class _Refused(Exception):
@@ -205,7 +192,7 @@ class HookServer:
             raise _Refused(413, f"body over {self._max} bytes")
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
-                body = await _read_at_most(request, self._max + 1)
+                body = await read_at_most(request.content, self._max + 1)
         except TimeoutError:
             raise _Refused(408, "the body took too long") from None
         if len(body) > self._max:

@@ -23,6 +23,8 @@ from mautrix.errors import MatrixConnectionError, MatrixRequestError
 from mautrix.types import EventType, LoginType, RoomID, UserID
 from pydantic import BaseModel
 
+from agentd.net.bodies import read_at_most
+
 log = logging.getLogger("agentd.matrix")
 T = TypeVar("T")
 MAX_RETRY_WAIT = 30.0
@@ -191,6 +193,9 @@ class MatrixClient:
         if not server or not media_id or "/" in media_id:
             raise MatrixError(MatrixFault(kind="permanent", reason="not an mxc:// URI"))
         path = Path.v1.media.download[server][media_id]
+        too_big = MatrixError(
+            MatrixFault(kind="permanent", reason=f"the file is over {max_bytes} bytes")
+        )
 
         async def download() -> bytes:
             url = self._http.base_url.with_path(self._http._full_path(path), encoded=True)
@@ -198,11 +203,11 @@ class MatrixClient:
             async with self._session.get(url, headers=headers) as answer:
                 if answer.status != 200:
                     raise MatrixRequestError(answer.status, f"HTTP {answer.status}")
-                data = await answer.content.read(max_bytes + 1)
+                if (answer.content_length or 0) > max_bytes:
+                    raise too_big
+                data = await read_at_most(answer.content, max_bytes + 1)
             if len(data) > max_bytes:
-                raise MatrixError(
-                    MatrixFault(kind="permanent", reason=f"the file is over {max_bytes} bytes")
-                )
+                raise too_big
             return data
 
         return await self._call("download", download, self._timeout + max_bytes / 100_000)

@@ -20,6 +20,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from agentd.net.addresses import AddressPolicy, parse_ip
+from agentd.net.bodies import read_at_most
 from agentd.net.html_text import HtmlTooHard, html_to_text_bounded
 
 # (host, port) -> IP address strings. The default asks the system (getaddrinfo); tests
@@ -180,18 +181,6 @@ def check_url(url: str | URL, policy: FetchPolicy) -> URL:
     return parsed
 
 
-async def _read_limited(resp: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in resp.content.iter_chunked(64 * 1024):
-        if size + len(chunk) > limit:
-            chunks.append(chunk[: limit - size])
-            return b"".join(chunks), True
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks), False
-
-
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, aiohttp.ClientConnectorDNSError):
         return "the host name could not be resolved"
@@ -250,7 +239,8 @@ async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | No
                         raise UnsupportedContent(
                             f"{current} is {content_type} content, which is not read", content_type
                         )
-                    body, truncated = await _read_limited(resp, policy.max_bytes)
+                    body = await read_at_most(resp.content, policy.max_bytes + 1)
+                    body, truncated = body[: policy.max_bytes], len(body) > policy.max_bytes
                     return RawResponse(
                         url=str(current),
                         status=resp.status,
