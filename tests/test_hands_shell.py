@@ -107,6 +107,23 @@ def test_an_always_allow_rule_never_matches_a_chained_command(book: rules.RuleBo
         assert policy.assess(ShellArgs(command=other), untainted) is None  # the tool's level
 
 
+def test_a_rule_pressed_on_a_foreground_card_does_not_cover_a_background_job(
+    book: rules.RuleBook,
+) -> None:
+    """The card a rule is pressed on shows the foreground's wall time; a background job of
+    the same command runs 30 times longer, beside others: it asks, and offers no rule."""
+    shell = ShellConfig()
+    policy = ShellPolicy(shell=shell, book=book)
+    foreground = ShellArgs(command="systemctl restart jelly")
+    background = ShellArgs(command="systemctl restart jelly", background=True)
+    allowed = policy.assess(foreground, CallState())
+    assert allowed is not None and allowed.risk == "low"
+    assert policy.assess(background, CallState()) is None  # the tool's level: a card
+    assert f"{shell.background_wall_seconds:g} s wall" in card_text(shell, background)
+    assert offer(shell, foreground) == ["systemctl", "restart", "jelly"]
+    assert offer(shell, background) is None
+
+
 def test_allowlist_taint_network_and_no_sandbox_ask(book: rules.RuleBook) -> None:
     policy = ShellPolicy(shell=ShellConfig(), book=book)
     low = policy.assess(ShellArgs(command="df -h"), CallState())

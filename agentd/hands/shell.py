@@ -141,7 +141,11 @@ class ShellPolicy:
             return Assessment(risk="high", reason="it asks for the network")
         if not plain.ok:
             return Assessment(risk="high", reason=plain.why_not)
-        rule = self.book.match(plain.argv, state.chat_id, state.user_id)
+        # A rule was pressed on a foreground card (its wall time, one run at a time): a
+        # background job runs 30 times longer, beside others, so it asks.
+        rule = (
+            None if args.background else self.book.match(plain.argv, state.chat_id, state.user_id)
+        )
         if rule is not None:
             return Assessment(risk="low", reason=f"always-allow rule #{rule.id}")
         return None
@@ -419,7 +423,7 @@ def shell_tool(deps: ShellDeps) -> Tool:
 def offer(shell: ShellConfig, args: ShellArgs) -> list[str] | None:
     """The words an "Always allow this" rule would cover; None where no rule may be made."""
     plain = rules.parse(args.command)
-    if not plain.ok or args.network or shell.sandbox != "bwrap":
+    if not plain.ok or args.network or args.background or shell.sandbox != "bwrap":
         return None
     if rules.executes_files(plain.argv[0]):
         return None  # it runs what a file or argument says: every call asks
