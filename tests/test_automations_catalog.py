@@ -3,6 +3,7 @@ version new instances start on, and input errors that name the field."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,38 @@ def test_input_errors_name_each_field(tmp_path: Path) -> None:
     assert raw == '{"repo":"me/app","count":1}'
     with pytest.raises(WorkflowNotFound, match="known: deploy"):
         catalog.current("nope")
+
+
+PAY = """
+from pydantic import BaseModel
+from agentd.automations import AutoStep, workflow
+
+class Pay(BaseModel):
+    amount: float
+
+class Refund(BaseModel):
+    amount: float
+
+@workflow("pay", input=Pay, output=Pay, version=1, events={{"refund": Refund}})
+async def pay(step: AutoStep, inp: Pay) -> Pay:
+    return inp
+"""
+
+
+@pytest.mark.parametrize("number", [float("inf"), float("-inf"), float("nan")])
+def test_a_number_the_journal_cannot_keep_is_refused_at_the_door(
+    tmp_path: Path, number: float
+) -> None:
+    """1e400 and NaN are JSON a webhook sender may write (Python reads them as infinity and
+    NaN); the model takes them, the journal would keep null and the run would fail after the
+    sender was told it was taken. Refused before, naming the field, for a start and an event."""
+    catalog = catalog_of(tmp_path, {"pay.py": PAY.format()})
+    with pytest.raises(InvalidInput, match="amount"):
+        catalog.validated_input("pay", {"amount": number})
+    with pytest.raises(InvalidInput, match="amount"):
+        catalog.validated_event("pay", "1", "refund", {"amount": number})
+    assert json.loads(catalog.validated_input("pay", {"amount": 1e300})[1]) == {"amount": 1e300}
+    assert catalog.validated_event("pay", "1", "refund", {"amount": 2}) == {"amount": 2.0}
 
 
 def test_a_missing_folder_is_a_problem_not_a_crash(tmp_path: Path) -> None:

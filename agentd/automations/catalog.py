@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import logging
 import sys
 from collections.abc import Iterable
@@ -16,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentd.automations.api import Automation, field_errors
 from agentd.config import Config
@@ -68,10 +69,10 @@ class Catalog:
         """The newest version and the input as stored JSON; InvalidInput names each field."""
         auto = self.current(name)
         try:
-            model = auto.input_model.model_validate(payload)
+            raw = _kept(auto.input_model, auto.input_model.model_validate(payload))
         except ValidationError as exc:
             raise InvalidInput(f"invalid input for {name}: {field_errors(exc)}") from None
-        return auto, model.model_dump_json()
+        return auto, raw
 
     def validated_event(
         self, name: str, version: str, event: str, data: dict[str, Any]
@@ -87,9 +88,18 @@ class Catalog:
             takes = ", ".join(sorted(auto.events))
             raise InvalidInput(f"{name} waits for no event {event!r}; it takes: {takes}")
         try:
-            return model.model_validate(data).model_dump(mode="json", by_alias=True)
+            return json.loads(_kept(model, model.model_validate(data), by_alias=True))
         except ValidationError as exc:
             raise InvalidInput(f"invalid {event} for {name}: {field_errors(exc)}") from None
+
+
+def _kept(model: type[BaseModel], value: BaseModel, *, by_alias: bool = False) -> str:
+    """`value` as the journal keeps it, checked to read back as the model: a number JSON has
+    no room for (1e400 parses as infinity, NaN) is stored as null and would fail only when the
+    run reads it, after the sender was told it was taken (ValidationError naming the field)."""
+    raw = value.model_dump_json(by_alias=by_alias)
+    model.model_validate_json(raw)
+    return raw
 
 
 def _load_file(path: Path) -> ModuleType:
