@@ -77,11 +77,11 @@ async def test_any_tool_result_may_say_it_is_outside_content() -> None:
     use = ToolUseBlock(id="toolu_1", name="lookup", input={})
     note_result(taint, Route(name="lookup", risk="low"), use, outcome)
     assert taint.sources == ["lookup"]
-    failed = TurnTaint()  # a failed call's text is agentd's own
+    failed = TurnTaint()  # a failure of a tool that does not taint says so by itself
     note_result(
         failed,
         Route(name="lookup", risk="low"),
         use,
-        ToolOutcome(ok=False, content="no", error_kind="tool_error", outside=True),
+        ToolOutcome(ok=False, content="no", error_kind="tool_error"),
     )
     assert failed.sources == []

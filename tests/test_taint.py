@@ -113,12 +113,19 @@ def test_a_result_taints_if_its_tool_taints_and_shows_no_urls() -> None:
     )
     assert taint.sources == ["fetch_url (https://a.example/p)"]
     assert taint.user_urls == []  # a URL a result showed earns nothing
-    failed = TurnTaint()  # agentd's own error message
-    refused = ToolOutcome(ok=False, content="Could not fetch", error_kind="tool_error")
-    note_result(
-        failed, _route("fetch_url", True), _use("fetch_url", url="https://x.example"), refused
-    )
-    assert failed.sources == []
+    # A failure met while running may quote the server (a redirect's target, its error):
+    # it taints as a result does; one said before the tool ran is agentd's own words.
+    failed = TurnTaint()
+    met = ToolOutcome(ok=False, content="Could not fetch: /SYSTEM-NOTE", error_kind="tool_error")
+    note_result(failed, _route("fetch_url", True), _use("fetch_url", url="https://x.example"), met)
+    assert failed.sources == ["fetch_url (https://x.example)"]
+    for kind in ("refused", "invalid_arguments", "unknown_tool", "timeout"):
+        own = TurnTaint()
+        said = ToolOutcome(ok=False, content="Not here.", error_kind=kind)  # type: ignore[arg-type]
+        note_result(
+            own, _route("fetch_url", True), _use("fetch_url", url="https://x.example"), said
+        )
+        assert own.sources == [], kind
     mine = TurnTaint()  # search_memory finding the owner's own memories only
     note_result(
         mine,

@@ -234,7 +234,7 @@ async def test_the_guard_runs_before_every_call_and_settle_of_the_group() -> Non
     _, act = _guarded_group(ran)
     for stranger in (ctx(user_id=7, chat_id=7), ctx(chat_id=-100)):  # another user; a group
         out = await execute(act, stranger, {"text": "x"})
-        assert not out.ok and out.error_kind == "tool_error"
+        assert not out.ok and out.error_kind == "refused"  # agentd's words: no taint
         assert out.content == "Not yours. Nothing was done."
     assert ran == []
     assert act.settle is not None

@@ -33,6 +33,7 @@ from agentd.durable import Clock, OutcomeUnknown, Step
 from agentd.ledger import audit
 from agentd.llm.types import ToolUseBlock
 from agentd.tools import (
+    OWN_WORDS,
     ApprovalCard,
     CallState,
     ToolContext,
@@ -135,7 +136,7 @@ def changed_since_approval(name: str) -> ToolOutcome:
         f"The tool {name} changed after the owner approved this call (its code, schema or "
         "source is different now), so it was NOT run. Tell the user to ask again."
     )
-    return ToolOutcome(ok=False, content=text, error_kind="tool_error")
+    return ToolOutcome(ok=False, content=text, error_kind="refused")
 
 
 async def run_tool(
@@ -271,10 +272,9 @@ def write_tool_audit(
 
 def note_result(taint: TurnTaint, route: Route, use: ToolUseBlock, outcome: ToolOutcome) -> None:
     """What a call that ran adds to the caller's taint: its source, if the tool taints (or
-    this result said it holds outside content). URLs a result shows earn nothing."""
-    # A failed call's content is agentd's own error message, except an MCP server's errors,
-    # which are its words.
-    if not (outcome.ok or route.source.startswith("mcp:")):
+    this result said it holds outside content), whether it succeeded or failed on what it met.
+    URLs a result shows earn nothing."""
+    if not outcome.ok and outcome.error_kind in OWN_WORDS:
         return
     if route.taints or outcome.outside:
         first = next((v for v in use.input.values() if isinstance(v, str) and v.strip()), "")

@@ -93,9 +93,7 @@ async def run_calls(
     async def handle(at: Step, use: ToolUseBlock, t: TurnTaint) -> tuple[ToolOutcome, Route]:
         if use.name not in inp.tools:
             text = f"{use.name} is not among this task's tools ({', '.join(inp.tools) or 'none'})."
-            return ToolOutcome(ok=False, content=text, error_kind="tool_error"), Route(
-                name=use.name
-            )
+            return ToolOutcome(ok=False, content=text, error_kind="refused"), Route(name=use.name)
         result = await make_call(at, deps, caller, use, t)
         return result.outcome, result.route
 

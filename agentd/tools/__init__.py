@@ -17,17 +17,26 @@ from agentd.tools.base import (
     ToolDeclarationError,
     ToolError,
     ToolProblem,
+    ToolRefused,
     ToolResult,
     mark_untrusted,
 )
 from agentd.tools.declare import tool
-from agentd.tools.execute import ToolOutcome, args_digest, check_args, execute, render_args
+from agentd.tools.execute import (
+    OWN_WORDS,
+    ToolOutcome,
+    args_digest,
+    check_args,
+    execute,
+    render_args,
+)
 from agentd.tools.mcp import McpServers
 from agentd.tools.policy import call_risk
 from agentd.tools.registry import DuplicateToolError, ToolRegistry
 from agentd.tools.toolset import Guard, OwnerOnly, Toolset
 
 __all__ = [
+    "OWN_WORDS",
     "ApprovalCard",
     "Assessment",
     "CallState",
@@ -43,6 +52,7 @@ __all__ = [
     "ToolError",
     "ToolOutcome",
     "ToolProblem",
+    "ToolRefused",
     "ToolRegistry",
     "ToolResult",
     "Toolset",

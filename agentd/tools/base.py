@@ -124,6 +124,11 @@ class ToolError(Exception):
     """Raised by a tool to report a failure the model should see verbatim and may retry."""
 
 
+class ToolRefused(ToolError):
+    """Raised before a tool does anything (a guard's refusal): its words are agentd's own,
+    so a refused call adds no taint, where a failure met while running may quote a server."""
+
+
 class InvalidArguments(Exception):
     """The model's arguments do not fit the tool's schema; the message says what to fix."""
 

@@ -14,11 +14,26 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentd.chat.outfiles import OutgoingFile, SpooledFile, describe_for_model, spool
-from agentd.tools.base import InvalidArguments, Tool, ToolContext, ToolError, ToolResult
+from agentd.tools.base import (
+    InvalidArguments,
+    Tool,
+    ToolContext,
+    ToolError,
+    ToolRefused,
+    ToolResult,
+)
 
 log = logging.getLogger(__name__)
 
-ErrorKind = Literal["unknown_tool", "invalid_arguments", "tool_error", "exception", "timeout"]
+ErrorKind = Literal[
+    "unknown_tool", "invalid_arguments", "refused", "tool_error", "exception", "timeout"
+]
+# Failures said in agentd's own words: the call never reached the tool, or was stopped at its
+# time limit. Any other failure may quote what the tool met (a server's error, a redirect's
+# target), so a tool whose results are outside content taints with its errors too.
+OWN_WORDS: frozenset[ErrorKind] = frozenset(
+    {"unknown_tool", "invalid_arguments", "refused", "timeout"}
+)
 
 # A tool that ignores cancellation gets this long to unwind before the call is abandoned.
 _CANCEL_GRACE = 1.0
@@ -136,6 +151,8 @@ async def execute(
     args = checked
     try:
         result, finished = await _run(tool, ctx, args)
+    except ToolRefused as exc:
+        return outcome(False, str(exc), "refused")
     except ToolError as exc:
         return outcome(False, str(exc) or f"{tool.name} failed", "tool_error")
     except Exception as exc:

@@ -33,6 +33,7 @@ from agentd.tools.base import (
     ToolDeclarationError,
     ToolError,
     ToolFn,
+    ToolRefused,
 )
 from agentd.tools.declare import FlagArgs, build, declare, flags_of
 
@@ -151,7 +152,7 @@ class Toolset:
         async def guarded(ctx: ToolContext, args: Any) -> Any:
             refusal = guard(ctx) if guard is not None else None
             if refusal is not None:
-                raise ToolError(refusal)
+                raise ToolRefused(refusal)
             try:
                 return await fn(ctx, args)
             except errors as exc:
