@@ -210,8 +210,12 @@ def test_the_private_chats_written_in_before_are_where_their_users_are_reached(
         conn.executemany(
             "INSERT INTO messages (chat_id, user_id, role, content, created_at) "
             "VALUES (?, ?, ?, 'hi', ?)",
-            [(7, 7, "user", 1.0), (7, 7, "user", 5.0), (-100, 8, "user", 2.0)]
-            + [(7, None, "assistant", 6.0)],
+            [
+                (7, 7, "user", 1.0),
+                (7, 7, "user", 5.0),
+                (-100, 8, "user", 2.0),
+                (7, None, "assistant", 6.0),
+            ],
         )
     assert "telegram/m002_private_chats" in apply_migrations(conn, every_migration())
     rows = conn.execute("SELECT user_id, channel, chat_id, last_at FROM user_chats").fetchall()
