@@ -162,3 +162,24 @@ def test_an_input_over_the_engine_limit_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="event data over"):
         runs.signal(conn, "ok", "go", {"blob": "x" * runs.MAX_INPUT_BYTES}, 0.0)
     conn.close()
+
+
+def test_an_input_is_stored_as_its_model_writes_it(tmp_path: Path) -> None:
+    """A model that writes its fields by alias (camelCase for a JSON caller) is journaled so."""
+    camel = """
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+from agentd.automations import AutoStep, workflow
+
+class Call(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True
+    )
+    call_session_id: str
+
+@workflow("call", input=Call, output=Call, version=1)
+async def call(step: AutoStep, inp: Call) -> Call:
+    return inp
+"""
+    catalog = catalog_of(tmp_path, {"call.py": camel})
+    assert catalog.validated_input("call", {"callSessionId": "c1"})[1] == '{"callSessionId":"c1"}'

@@ -93,7 +93,7 @@ class Catalog:
             raise InvalidInput(f"invalid {event} for {name}: {field_errors(exc)}") from None
 
 
-def _kept(model: type[BaseModel], value: BaseModel, *, by_alias: bool = False) -> str:
+def _kept(model: type[BaseModel], value: BaseModel, *, by_alias: bool | None = None) -> str:
     """`value` as the journal keeps it, checked to read back as the model: a number JSON has
     no room for (1e400 parses as infinity, NaN) is stored as null and would fail only when the
     run reads it, after the sender was told it was taken (ValidationError naming the field)."""

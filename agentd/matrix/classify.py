@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from agentd.chat.inputs import MAX_TEXT_CHARS, MediaRef, TurnInput
+from agentd.chat.inputs import MAX_TEXT_CHARS, MediaRef, ReplyContext, TurnInput
 
 TEXT_TYPES = ("m.text", "m.notice", "m.emote")
 MEDIA_KINDS: dict[str, Literal["voice", "audio", "document"]] = {
@@ -80,6 +80,28 @@ def addressed(event: dict[str, Any], bot: str, replied_to_bot: bool) -> bool:
     return replied_to_bot
 
 
+def reply_parts(content: dict[str, Any]) -> tuple[str, str, str]:
+    """(the event a message replies to, the text it quotes, the sender's own text). A reply's
+    body may begin with the message it answers as `> ` lines and a blank line (the spec's
+    fallback, which many clients still send): words the sender did not write, kept apart as
+    the quote. ("", "", body) for a message that replies to nothing."""
+    body = content.get("body") if isinstance(content.get("body"), str) else ""
+    relates = content.get("m.relates_to")
+    reply = relates.get("m.in_reply_to") if isinstance(relates, dict) else None
+    target = reply.get("event_id") if isinstance(reply, dict) else None
+    if not isinstance(target, str) or not target:
+        return "", "", body
+    lines = body.split("\n")
+    quoted = []
+    while lines and lines[0].startswith(">"):
+        quoted.append(lines.pop(0)[1:].removeprefix(" "))
+    if not quoted:
+        return target, "", body
+    if lines and not lines[0].strip():
+        lines.pop(0)
+    return target, "\n".join(quoted), "\n".join(lines)
+
+
 def turn_of(
     event: dict[str, Any],
     *,
@@ -87,12 +109,14 @@ def turn_of(
     chat_id: int,
     user_id: int,
     private: bool,
+    reply_to: ReplyContext | None = None,
 ) -> TurnInput:
-    """The turn a message starts; an unknown message type is `unsupported` (answered so)."""
+    """The turn a message starts; an unknown message type is `unsupported` (answered so).
+    `reply_to`: the message it answers, its quote cut from the body (`reply_parts`)."""
     content = event.get("content") if isinstance(event.get("content"), dict) else {}
     msgtype = str(content.get("msgtype") or "")[:100]
-    body = content.get("body")
-    text = body[:MAX_TEXT_CHARS] if isinstance(body, str) else ""
+    body = reply_parts(content)[2]
+    text = body[:MAX_TEXT_CHARS]
     url = content.get("url") if isinstance(content.get("url"), str) else None
     info = content.get("info") if isinstance(content.get("info"), dict) else {}
     fields: dict[str, Any] = {
@@ -103,6 +127,7 @@ def turn_of(
         "user_id": user_id,
         "date": float(event.get("origin_server_ts") or 0) / 1000,
         "chat_kind": "private" if private else "group",
+        "reply_to": reply_to,
     }
     if msgtype in TEXT_TYPES:
         return TurnInput(kind="text", text=text, **fields)

@@ -21,7 +21,7 @@ from agentd.agent.busy import plan_busy
 from agentd.agent.edits import plan_edit
 from agentd.chat import reach
 from agentd.chat.busy import BusyMode
-from agentd.chat.inputs import CallbackPress, TurnInput
+from agentd.chat.inputs import MAX_TEXT_CHARS, CallbackPress, ReplyContext, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.ledger import audit
@@ -32,6 +32,7 @@ from agentd.matrix.classify import (
     Room,
     classify_event,
     edit_of,
+    reply_parts,
     turn_of,
 )
 
@@ -265,6 +266,20 @@ def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
     return taken is None
 
 
+def _reply_context(conn: Any, event: dict[str, Any]) -> ReplyContext | None:
+    """The message `event` answers, as a Telegram reply says it: its local id (0 for one agentd
+    never saw), whether the bot wrote it, and the text the reply quotes. The taint rules read
+    the quote as whose words it is (agent/taint.py, memory/provenance.py)."""
+    target, quoted, _ = reply_parts(_obj(event.get("content")))
+    if not target:
+        return None
+    return ReplyContext(
+        message_id=ids.known_id(conn, "event", target) or 0,
+        text=quoted[:MAX_TEXT_CHARS],
+        from_bot=_replied_to_bot(conn, event),
+    )
+
+
 def _edit_of_a_turn(conn: Any, event: dict[str, Any]) -> bool:
     """An edit of a message that was answered (so was meant for the bot): in a group its new
     text need not name the bot again, as a Telegram edit keeps the reply it was."""
@@ -415,12 +430,14 @@ def _apply(
             result.ignored.append((room.room_id, sender, invalid))
             return "edit_invalid", None
     local_event = ids.local_id(conn, "event", str(event["event_id"]), room.room_id)
+    shown = decision.shown or event
     turn = turn_of(
-        decision.shown or event,
+        shown,
         local_event=local_event,
         chat_id=ids.local_id(conn, "room", room.room_id),
         user_id=_user_id(conn, sender, me),
         private=room.private_with(me.bot, sender),
+        reply_to=_reply_context(conn, shown),
     )
     instance_id = instance_id_of(str(event["event_id"]))
     if decision.action == "edit":
