@@ -145,11 +145,14 @@ class MatrixClient:
         self.device_id = str(answer.device_id)
         return self.device_id
 
-    async def sync(self, since: str | None, wait_ms: int) -> dict[str, Any]:
-        """One long poll; the server's JSON as it is."""
+    async def sync(self, since: str | None, wait_ms: int, sync_filter: str = "") -> dict[str, Any]:
+        """One long poll; the server's JSON as it is. `sync_filter`: a filter as JSON, sent
+        inline (the spec's `filter` takes an id or, starting with "{", the filter itself), so
+        there is no filter id to keep per login."""
 
         async def sync() -> Any:
-            return await self.api.sync(since=since, timeout=wait_ms, filter_id=None)
+            # mautrix passes `filter_id` through as the `filter` query parameter unchanged.
+            return await self.api.sync(since=since, timeout=wait_ms, filter_id=sync_filter or None)
 
         wait = (wait_ms / 1000 if since else 0) + self._timeout
         return dict(await self._call("sync", sync, wait))

@@ -13,6 +13,7 @@ from agentd.db import Database
 from agentd.durable import Engine
 from agentd.matrix.classify import MatrixIdentity
 from agentd.matrix.client import MatrixClient, MatrixError
+from agentd.matrix.gaps import SYNC_FILTER
 from agentd.matrix.intake import (
     CallbackHandler,
     CommandHook,
@@ -59,7 +60,7 @@ class Syncer:
         since = await self._db.read(load_since)
         while not self._stopping.is_set():
             try:
-                response = await self._client.sync(since, self._wait_ms(since))
+                response = await self._client.sync(since, self._wait_ms(since), SYNC_FILTER)
                 since = await self._store(response, first=since is None)
                 self._failures = 0
             except MatrixError as exc:
