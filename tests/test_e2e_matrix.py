@@ -130,6 +130,30 @@ def test_kill_after_synapse_took_the_answer(rig: MatrixRig) -> None:
     assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
 
 
+def test_every_message_written_while_down_is_answered_once(rig: MatrixRig) -> None:
+    """More came while agentd was down than one /sync timeline holds (Synapse's default was
+    10 events a room; agentd asks for 50): the 15 messages are followed by 60 reactions, so
+    the timeline holds none of them. The gap is read back through /messages, down to where
+    intake was, and each message is one turn."""
+    room = rig.dm()
+    before = rig.owner.say(room, "before")
+    rig.wait_answer(room, "echo: before")
+    rig.daemon.stop()
+    for n in range(15):
+        rig.owner.say(room, f"while down {n}")
+    for n in range(60):  # taken in and ignored: a reaction on no card starts nothing
+        rig.owner.react(room, before, f"r{n}")
+    rig.daemon.start()
+    rig.wait_answer(room, "echo: while down 14", timeout=120)
+    counts = [_turns(rig, f"while down {n}") for n in range(15)]
+    assert counts == [1] * 15, f"turns per message: {counts}"
+    assert _turns(rig, "before") == 1
+    [(reactions,)] = rig.query("SELECT count(*) FROM matrix_events WHERE kind = 'm.reaction'")
+    assert reactions == 60
+    assert "matrix timeline gap read back" in rig.daemon.log()
+    assert rig.query("SELECT 1 FROM audit WHERE kind = 'matrix_gap'") == []
+
+
 def test_an_encrypted_room_is_refused_never_answered(rig: MatrixRig) -> None:
     encryption = {
         "type": "m.room.encryption",

@@ -157,6 +157,18 @@ class MatrixClient:
         wait = (wait_ms / 1000 if since else 0) + self._timeout
         return dict(await self._call("sync", sync, wait))
 
+    async def messages(self, room_id: str, start: str, stop: str, limit: int) -> dict[str, Any]:
+        """One page of a room's history, newest first, from `start` back towards `stop`
+        (`GET /rooms/{room}/messages?dir=b`); the server's JSON as it is."""
+        query = {"dir": "b", "from": start, "to": stop, "limit": str(limit)}
+
+        async def page() -> Any:
+            path = Path.v3.rooms[RoomID(room_id)].messages
+            return await self._http.request(Method.GET, path, query_params=query)
+
+        answer = await self._call("messages", page, self._timeout)
+        return answer if isinstance(answer, dict) else {}
+
     async def send(
         self, room_id: str, event_type: str, content: dict[str, Any], txn_id: str
     ) -> str:

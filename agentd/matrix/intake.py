@@ -23,6 +23,7 @@ from agentd.chat import reach
 from agentd.chat.busy import BusyMode
 from agentd.chat.inputs import MAX_TEXT_CHARS, CallbackPress, ReplyContext, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
+from agentd.chat.notice import NOTICE_WORKFLOW, NoticeInput
 from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.matrix import ids, rooms
@@ -35,6 +36,7 @@ from agentd.matrix.classify import (
     reply_parts,
     turn_of,
 )
+from agentd.matrix.gaps import Gap, joins
 
 SINCE_KEY = "matrix_since"
 EDIT_KIND = "m.replace"  # matrix_events.kind of an edit, so no edit is ever taken as an original
@@ -205,28 +207,35 @@ def persist_sync(
     *,
     first: bool,
     busy: BusyMode = "queue",
+    gaps: dict[str, Gap] | None = None,
 ) -> SyncResult:
     """Record one /sync answer and start what it asks for, then store its `next_batch`.
 
     `first`: the answer to a sync with no token, which holds the rooms' past; it is taken as
     state only (the bot answers nothing written before it first started). `busy` says what a
-    message does while a turn of its room works (chat/busy.py)."""
+    message does while a turn of its room works (chat/busy.py). `gaps`: per room, what its
+    cut timeline left out (matrix/gaps.py), taken before the timeline's events."""
     result = SyncResult()
     me = with_accounts(conn, me)
     rooms_data = _obj(response.get("rooms"))
     _invites(conn, _obj(rooms_data.get("invite")), me, engine, result)
     for room_id, data in _obj(rooms_data.get("join")).items():
         data = _obj(data)
-        timeline = _events(data.get("timeline"))
-        room = apply_state(_room(conn, room_id), _events(data.get("state")))
+        gap = (gaps or {}).get(room_id) or Gap()
+        # The sync's `state` is the room's state where its timeline starts, so after the gap:
+        # applied between the two (at None), each event is classified in the room as it was.
+        events = [*gap.events, None, *_events(data.get("timeline"))]
+        room = _room(conn, room_id)
         # Written before the bot joined (the room's past, handed over with the join): taken as
         # state only, as the first sync is; the bot answers what is said to it once it is in.
-        past = first or any(_joins(event, me.bot) for event in timeline)
-        for event in timeline:
+        past = first or any(joins(event, me.bot) for event in events)
+        for event in events:
+            if event is None:
+                room = apply_state(room, _events(data.get("state")))
             if not isinstance(event, dict):
                 continue
             room = apply_state(room, [event] if "state_key" in event else [])
-            if _joins(event, me.bot):
+            if joins(event, me.bot):
                 past = first
             elif not past:
                 me = _take_event(
@@ -234,6 +243,8 @@ def persist_sync(
                 )
         _save_room(conn, room, "joined")
         ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
+        if not gap.complete:
+            _tell_of_gap(conn, room, len(events) - 1, me, engine, result)
     for room_id in _obj(rooms_data.get("leave")):
         conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
     _leave_pairing_rooms(conn, me, engine, result)
@@ -245,14 +256,42 @@ def persist_sync(
     return result
 
 
-def _joins(event: Any, bot: str) -> bool:
-    """The bot's own join of the room."""
-    return (
-        isinstance(event, dict)
-        and event.get("type") == "m.room.member"
-        and event.get("state_key") == bot
-        and _obj(event.get("content")).get("membership") == "join"
+def taken_events(conn: Any, event_ids: list[str]) -> set[str]:
+    """Which of these events intake already recorded (where paging back a gap stops)."""
+    found: set[str] = set()
+    for start in range(0, len(event_ids), 500):  # under SQLite's bound-parameter limit
+        part = event_ids[start : start + 500]
+        marks = ",".join("?" * len(part))
+        rows = conn.execute(f"SELECT event_id FROM matrix_events WHERE event_id IN ({marks})", part)
+        found.update(str(row[0]) for row in rows)
+    return found
+
+
+def _tell_of_gap(
+    conn: Any, room: Room, read: int, me: MatrixIdentity, engine: Engine, result: SyncResult
+) -> None:
+    """Older messages of this room than the `read` events synced and paged back are left
+    unread: recorded, and the owner told in words, rather than lost without a word."""
+    since = load_since(conn)
+    digest = hashlib.sha256(f"{room.room_id}:{since}".encode()).hexdigest()[:24]
+    instance_id = f"mx-gap-{digest}"  # this sync's gap: read again after a crash, told once
+    audit.record(
+        conn,
+        "matrix_gap",
+        detail={"room": room.room_id, "read": read},
+        source_key=instance_id,
     )
+    if me.owner_id is None:
+        return
+    where = "our direct room" if room.private_with(me.bot, me.owner) else f"room {room.room_id}"
+    text = (
+        f"More was written in {where} on Matrix than I could read back at once: I read the "
+        f"newest {read} events there, and older messages were not read. Send again anything "
+        "that still needs an answer."
+    )
+    inp = NoticeInput(user_id=me.owner_id, text=text)
+    engine.prepare_start(conn, NOTICE_WORKFLOW, inp, instance_id=instance_id, key=instance_id)
+    result.keys.add(instance_id)
 
 
 def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:

@@ -1,5 +1,6 @@
 """The /sync long poll, driven by hand: the next poll uses a token only once the events it
-covers are committed (matrix/intake.py)."""
+covers are committed (matrix/intake.py), with what a cut timeline left out read back first
+(matrix/gaps.py)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,14 @@ from agentd.db import Database
 from agentd.durable import Engine
 from agentd.matrix.classify import MatrixIdentity
 from agentd.matrix.client import MatrixClient, MatrixError
-from agentd.matrix.gaps import SYNC_FILTER
+from agentd.matrix.gaps import SYNC_FILTER, Gap, limited_rooms, page_back
 from agentd.matrix.intake import (
     CallbackHandler,
     CommandHook,
     load_since,
     next_batch,
     persist_sync,
+    taken_events,
 )
 
 log = logging.getLogger("agentd.matrix")
@@ -61,7 +63,8 @@ class Syncer:
         while not self._stopping.is_set():
             try:
                 response = await self._client.sync(since, self._wait_ms(since), SYNC_FILTER)
-                since = await self._store(response, first=since is None)
+                gaps = await self._read_gaps(response, since)
+                since = await self._store(response, first=since is None, gaps=gaps)
                 self._failures = 0
             except MatrixError as exc:
                 if exc.fault.kind == "auth":
@@ -81,7 +84,41 @@ class Syncer:
         first answer, whose token would replay that process's messages as new."""
         return self._timeout * 1000 if since else secrets.randbelow(1_000_000) + 1
 
-    async def _store(self, response: dict[str, object], *, first: bool) -> str:
+    async def _read_gaps(self, response: dict[str, object], since: str | None) -> dict[str, Gap]:
+        """What each cut timeline left out since the last sync. None after a first sync: all
+        before it is the past, never answered."""
+        if since is None:
+            return {}
+        gaps = {}
+        for room_id, start in limited_rooms(response, self._me.bot).items():
+            gaps[room_id] = await self._read_gap(room_id, start, since)
+            log.info(
+                "matrix timeline gap read back",
+                extra={
+                    "room": room_id,
+                    "events": len(gaps[room_id].events),
+                    "complete": gaps[room_id].complete,
+                },
+            )
+        return gaps
+
+    async def _read_gap(self, room_id: str, start: str, since: str) -> Gap:
+        try:
+            return await page_back(self._client, room_id, start, since, self._me.bot, self._taken)
+        except MatrixError as exc:
+            if exc.fault.kind != "permanent":
+                raise  # an outage or a refused login: the sync is tried again, or stops
+            # A refusal for good (the room's history hidden from the bot, say) must not stall
+            # intake: the timeline is taken, and the owner told the rest was not read.
+            log.warning("matrix gap not readable", extra={"room": room_id, "reason": str(exc)})
+            return Gap(complete=False)
+
+    async def _taken(self, event_ids: list[str]) -> set[str]:
+        return await self._db.read(taken_events, event_ids)
+
+    async def _store(
+        self, response: dict[str, object], *, first: bool, gaps: dict[str, Gap]
+    ) -> str:
         result = await self._db.write(
             persist_sync,
             response,
@@ -91,6 +128,7 @@ class Syncer:
             self._on_command,
             first=first,
             busy=self._busy,
+            gaps=gaps,
         )
         for room, sender, reason in result.ignored:
             log.info(
