@@ -178,12 +178,15 @@ def test_a_forwarded_injection_taints_the_next_turn_until_it_leaves_the_window(
     stack.press(card, 0, 1)  # Deny
     stack.answer(FORWARDER, "Done.")
     assert stack.evil.requests == []
-    sql = "SELECT role, origin, origin_ref FROM messages WHERE chat_id = ? ORDER BY id"
+    sql = "SELECT role, origin, origin_ref, meta FROM messages WHERE chat_id = ? ORDER BY id"
     rows = poll(lambda: (r := stack.daemon.query(sql, (FORWARDER,))) and len(r) >= 4 and r)
     origins = [(r[0], r[1]) for r in rows]
     assert origins[:2] == [("user", "outside"), ("assistant", "outside")]
     assert rows[0][2] == "a forwarded message (Mallory)"
     assert origins[2:] == [("user", "user"), ("assistant", "model")]  # "ok" and its answer
+    # …which says what it was written in view of, for a summary without the forward.
+    meta = json.loads(rows[3][3])
+    assert meta["in_view_of"].startswith("an earlier message in this chat (a forwarded message")
     # /new: the forwarded message has left the window, so the same call runs unasked.
     stack.tg.add_message(FORWARDER, FORWARDER, "/new")
     stack.tg.wait_until(lambda: len(stack.sent(FORWARDER)) >= 3, 60, "the /new answer")

@@ -88,6 +88,9 @@ class AgentResult(BaseModel):
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
     # The outside content the model had in view by the end (agent/taint.py), in words.
     tainted_by: list[str] = Field(default_factory=list)
+    # Of those, what sat only in its history window (agent/turn.py): labelled on its own rows,
+    # and said on the answer, so a summary of the answer without them is not the model's own.
+    in_view: list[str] = Field(default_factory=list)
     route: RoutingDecision | None = None  # why the turn was given what it was (agent/routing.py)
     retrieved: dict[str, CitedSource] = Field(default_factory=dict)  # what it may cite, by id
 

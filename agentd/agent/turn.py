@@ -46,7 +46,7 @@ from agentd.media.vision import meta as vision_meta
 from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
 from agentd.memory.history import StoredMessage
-from agentd.memory.provenance import context_sources, outside_memories, ref_of
+from agentd.memory.provenance import IN_VIEW_OF, context_sources, outside_memories, ref_of
 from agentd.memory.search import day_in, format_recall, search_memories
 from agentd.memory.store import list_memories
 from agentd.memory.summarise import (
@@ -346,9 +346,11 @@ def save_reply(
     ids: list[int],
     outcome: str,
     outside: str = "",
+    in_view: str = "",
 ) -> int:
     """The answer into history; `outside` names the outside content the turn read itself
-    (its input, a tool, a recalled memory), which makes the answer outside content too."""
+    (its input, a tool, a recalled memory), which makes the answer outside content too;
+    `in_view` what sat only in its history window (IN_VIEW_OF in its meta)."""
     return history.save_message(
         conn,
         chat_id=inp.chat_id,
@@ -359,7 +361,7 @@ def save_reply(
         source_key=f"{instance_id}:assistant:{outcome}",
         instance_id=instance_id,
         telegram_message_ids=ids,
-        meta={"outcome": outcome},
+        meta={"outcome": outcome} | ({IN_VIEW_OF: in_view} if in_view else {}),
         origin="outside" if outside else "model",
         origin_ref=outside or None,
     )
@@ -525,11 +527,12 @@ async def record_reply(
     kind: str,
     detail: dict[str, object],
     outside: str = "",
+    in_view: str = "",
 ) -> None:
     """The last two steps of every turn: the answer into history, the turn into the audit."""
     iid = step.instance_id
     await step.locals(  # one commit for both
-        LocalStep("save-reply", save_reply, (inp, iid, text, ids, outcome, outside)),
+        LocalStep("save-reply", save_reply, (inp, iid, text, ids, outcome, outside, in_view)),
         LocalStep("audit", write_audit, (inp, iid, kind, {"outcome": outcome, **detail})),
     )
 
@@ -642,9 +645,12 @@ async def think(
         )
         result = await agent_loop(step, deps, inp, messages, recall, taint)
         # What the turn read itself makes its answer outside content; what only sat in its
-        # history window is labelled on its own rows already.
+        # history window is labelled on its own rows already (the window taints later turns
+        # while they are in it), and said on the answer for the summary (summarise.py).
         own = [s for s in result.tainted_by if s not in earlier]
-        return result.model_copy(update={"tainted_by": own, "route": recall.route})
+        in_view = [s for s in result.tainted_by if s in earlier]
+        update = {"tainted_by": own, "in_view": in_view, "route": recall.route}
+        return result.model_copy(update=update)
     except StepFailed as exc:
         reply = LLM_ERROR_REPLY if exc.step.startswith("llm#") else STEP_ERROR_REPLY
         ids = await send_reply(step, deps, inp, reply, "send-error")
@@ -675,8 +681,8 @@ async def answer(
     detail |= routing.audit_detail(result.route)
     if cited or dropped:  # a citation to nothing retrieved was removed from the reply
         detail["citations"] = {"used": cited, "dropped": dropped}
-    outside = ref_of(result.tainted_by)
-    await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail, outside)
+    outside, in_view = ref_of(result.tainted_by), ref_of(result.in_view)
+    await record_reply(step, deps, inp, text, ids, result.outcome, "turn", detail, outside, in_view)
     # Idempotent: the summary's instance id is derived from the history it covers.
     await step.do("schedule-summary", schedule_summary, deps, inp, delivery="idempotent")
     return TurnOutput(reply_message_ids=ids, llm_calls=result.calls, outcome=result.outcome)

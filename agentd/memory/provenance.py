@@ -16,6 +16,12 @@ from typing import Any
 _MAX_REF = 200
 
 
+# An answer's meta key: the outside content that sat in its turn's history window (not read
+# by the turn itself). The window taints the turns that have that content in view; a summary
+# of a block holding the answer but not that content counts it as outside (summarise.py).
+IN_VIEW_OF = "in_view_of"
+
+
 def ref_of(sources: Sequence[str]) -> str:
     """What an outside row says it came from: the first sources, in words."""
     return "; ".join(sources[:3])[:_MAX_REF]

@@ -24,7 +24,7 @@ from agentd.llm.structured import complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
 from agentd.memory.history import Origin
-from agentd.memory.provenance import ref_of
+from agentd.memory.provenance import IN_VIEW_OF, ref_of
 from agentd.memory.store import NewMemory, add_memory, embedding_text
 from agentd.memory.when import time_context
 from agentd.retrieval.embedders import Embedder
@@ -138,7 +138,7 @@ def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> li
         return []
     rows = conn.execute(
         "SELECT id, role, content, created_at, json_extract(meta, '$.withdrawn'), origin, "
-        "origin_ref, user_id FROM messages "
+        f"origin_ref, user_id, json_extract(meta, '$.{IN_VIEW_OF}') FROM messages "
         "WHERE chat_id = ? AND summarised = 0 AND id <= ? ORDER BY id",
         (inp.chat_id, inp.up_to_id),
     ).fetchall()
@@ -150,8 +150,10 @@ def _block(conn: Any, inp: SummaryInput, threshold: int, keep_recent: int) -> li
             role=r[1],
             content=WITHDRAWN if r[4] else r[2],
             created_at=r[3],
-            origin=r[5],
-            origin_ref=r[6],
+            # An answer written with outside content in view may repeat what it said; the
+            # block may hold the answer without that content.
+            origin="outside" if r[8] else r[5],
+            origin_ref=r[6] or (f"an answer written with {r[8]} in view" if r[8] else None),
             user_id=r[7],
         )
         for r in rows
