@@ -3,6 +3,7 @@ workflow needs is ever deleted."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,8 @@ import pytest
 from agentd.config import RetentionConfig
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, Step, store, workflow
+from agentd.hands.files import Workspaces
+from agentd.hands.workspace import TRASH
 from agentd.ledger import audit, usage
 from agentd.llm.types import Usage
 from agentd.memory import history
@@ -103,6 +106,7 @@ async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
         "audit": 25,
         "usage": 0,
         "messages": 0,
+        "media": 0,
         "watch_checks": 0,
         "schedule_runs": 0,
     }
@@ -156,6 +160,74 @@ async def test_usage_detail_is_folded_per_day_and_totals_stay_exact(db: Database
 async def test_messages_go_only_when_the_owner_says_so(seeded: Database) -> None:
     cfg = RetentionConfig(message_days=365)
     assert await seeded.write(retention.prune_batch, cfg, "messages", T0) == 1
+
+
+async def test_voice_transcripts_and_image_summaries_go_with_the_messages(db: Database) -> None:
+    """What a voice note said and what a photo showed are the conversation too: kept for ever
+    by default, gone after message_days like the messages."""
+
+    def fill(conn: Any) -> None:
+        for n, age in enumerate((1000, 400, 10)):
+            at = T0 - age * DAY
+            conn.execute(
+                "INSERT INTO transcript_cache (sha256, text, model, created_at) "
+                "VALUES (?, 'my PIN is 4711', 'whisper', ?)",
+                (f"t{n}", at),
+            )
+            conn.execute(
+                "INSERT INTO vision_cache (sha256, summary, model, created_at) "
+                "VALUES (?, 'a bank statement', 'haiku', ?)",
+                (f"v{n}", at),
+            )
+
+    await db.write(fill)
+    assert (await db.read(retention.plan, CFG, T0)).counts["media"] == 0  # kept for ever
+    cfg = RetentionConfig(message_days=365, batch_size=10)
+    assert (await db.read(retention.plan, cfg, T0)).counts["media"] == 4
+    assert await db.write(retention.prune_batch, cfg, "media", T0) == 4
+    assert await db.write(retention.prune_batch, cfg, "media", T0) == 0
+    left = await db.read(
+        lambda c: [
+            r[0]
+            for r in c.execute(
+                "SELECT sha256 FROM transcript_cache UNION ALL "
+                "SELECT sha256 FROM vision_cache ORDER BY 1"
+            )
+        ]
+    )
+    assert left == ["t2", "v2"]
+
+
+async def test_the_daily_run_empties_every_workspaces_old_trash(
+    db: Database, tmp_path: Path
+) -> None:
+    """A deleted file is kept trash_days in its workspace's trash; the daily run purges every
+    workspace's, not only one where something is deleted again."""
+    spaces = Workspaces(
+        root=tmp_path / "ws", allowlisted=frozenset({1}), max_bytes=10**6, trash_days=7, chown=None
+    )
+    for user in (1, 5):
+        space = spaces.ensure(user)
+        space.write("new.txt", b"recent")
+        space.delete("new.txt", T0 - DAY)
+        space.write("old.txt", b"secret")  # deleted last, so no later delete purged it
+        space.delete("old.txt", T0 - 30 * DAY)
+    clock = FakeClock(start=T0)
+    engine = Engine(db, clock=clock, poll_interval=0.02)
+    engine.register(make_retention_workflow(db, CFG, clock, {"trash": spaces.purge_trash}))
+    await engine.run()
+    try:
+        iid = instance_id(T0)
+        await engine.start(
+            RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid, key=RETENTION_WORKFLOW
+        )
+        done = await engine.wait_for(iid, timeout=30)
+    finally:
+        await engine.shutdown(grace=0.2)
+    assert done.status == "complete", done.error
+    assert PruneOutput.model_validate_json(done.output or "{}").removed["trash"] == 2
+    for root in (tmp_path / "ws", tmp_path / "ws" / "users" / "5"):
+        assert [n.split("-", 2)[2] for n in os.listdir(root / TRASH)] == ["new.txt"]
 
 
 def runs_and_checks(conn: Any, days: int, open_due: int) -> None:
@@ -291,6 +363,7 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
             "audit": 25,
             "usage": 0,
             "messages": 0,
+            "media": 0,
             "watch_checks": 0,
             "schedule_runs": 0,
         }
@@ -341,6 +414,7 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
         "audit": 0,
         "usage": 0,
         "messages": 0,
+        "media": 0,
         "watch_checks": 0,
         "schedule_runs": 0,
     }

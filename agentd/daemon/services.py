@@ -125,7 +125,8 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
         **turn,
     )
     engine.register(make_turn_workflow(deps))
-    engine.register(make_retention_workflow(db, config.retention, core.clock))
+    sweeps = {name: sweep for part in parts for name, sweep in part.sweeps.items()}
+    engine.register(make_retention_workflow(db, config.retention, core.clock, sweeps))
     # Parked and failed runs, held skills: notices, to a user where [access] notices says.
     engine.register(make_notice_workflow(db, core.outbox, prefer=config.access.notices))
     for one in channels:

@@ -16,7 +16,7 @@ async def _build(ctx: Context) -> Contribution:
     from agentd.access import owners
     from agentd.hands import rules
     from agentd.hands.background import job_starter, make_job_workflow
-    from agentd.hands.files import workspace_tools
+    from agentd.hands.files import Workspaces, workspace_tools
     from agentd.hands.shell import chat_progress, shell_deps, shell_tool
 
     # "Always allow this" decides an approval: only an approver, on the card itself.
@@ -25,6 +25,8 @@ async def _build(ctx: Context) -> Contribution:
         callbacks={rules.CALLBACK_PREFIX: rules.callback_handler(may_approve)},
         about="work with files in my workspace",
         about_tools={"shell": "run commands on this server (I ask before anything risky)"},
+        # A delete purges its own workspace's trash; this reaches every one daily.
+        sweeps={"trash": Workspaces.from_config(ctx.config).purge_trash},
     )
 
     files = ctx.shared["files"]

@@ -110,6 +110,24 @@ class Workspaces:
             self.root, max_bytes=self.max_bytes, trash_days=self.trash_days, chown=self.chown
         )
 
+    def purge_trash(self, now: float) -> int:
+        """Trashed items older than `trash_days`, in the shared folder and every users/<id>
+        (the daily retention run; a delete also purges its own workspace's trash)."""
+        if not self.root.is_dir():
+            return 0
+        removed = self.base().purge_trash(now)
+        try:
+            names = os.listdir(self.root / "users")
+        except OSError:
+            return removed
+        for name in names:
+            if name.isascii() and name.isdigit():
+                try:  # each opened without following a link (Workspace)
+                    removed += self.for_user(int(name)).purge_trash(now)
+                except (OSError, WorkspaceError):
+                    continue
+        return removed
+
     def ensure_base(self) -> Workspace:
         """The shared folder and its users/ (made by agentd, never by a command: the owners'
         sandbox sees users/ read-only), 0711 so the sandbox's user passes but cannot list it."""

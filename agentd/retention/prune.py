@@ -21,7 +21,7 @@ BACKUP_KEY = "backup_running"  # kv row the CLI holds while `agentd backup` copi
 BACKUP_STALE_SECONDS = 6 * 3600  # a backup marker this old belongs to a process that died
 DAILY_STEP = "(daily total)"
 Part = Literal[
-    "workflows", "updates", "audit", "usage", "messages", "watch_checks", "schedule_runs"
+    "workflows", "updates", "audit", "usage", "messages", "media", "watch_checks", "schedule_runs"
 ]
 PARTS: tuple[Part, ...] = (
     "workflows",
@@ -29,12 +29,14 @@ PARTS: tuple[Part, ...] = (
     "audit",
     "usage",
     "messages",
+    "media",
     "watch_checks",
     "schedule_runs",
 )
 # Per watch and schedule, the newest rows `agentd watch|schedule show` lists stay at any age.
 KEEP_LAST_RUNS = 50
 FORECAST_DAYS = 7  # a watch's cost forecast measures its checks of the last week
+_MEDIA = ("transcript_cache", "vision_cache")  # by content hash, each with its created_at
 _FINAL = repr(store.FINAL_STATUSES)
 _OPEN = repr(store.OPEN_STATUSES)
 
@@ -58,6 +60,8 @@ def keep_days(cfg: RetentionConfig) -> dict[str, float]:
         "audit": cfg.audit_days,
         "usage": cfg.usage_detail_days,
         "messages": cfg.message_days,
+        # Transcripts of voice notes and what images showed: the conversation's words too.
+        "media": cfg.message_days,
         # A check or run is a line of an occurrence's journal: it goes when journals go.
         "watch_checks": cfg.workflow_days and max(cfg.workflow_days, FORECAST_DAYS),
         "schedule_runs": cfg.workflow_days,
@@ -95,6 +99,8 @@ _COUNT = {
     "audit": "SELECT COUNT(*) FROM audit WHERE at < ?",
     "usage": "SELECT COUNT(*) FROM llm_usage WHERE at < ? AND step IS NOT '(daily total)'",
     "messages": "SELECT COUNT(*) FROM messages WHERE created_at < ?",
+    "media": "SELECT (SELECT COUNT(*) FROM transcript_cache WHERE created_at < ?1) "
+    "+ (SELECT COUNT(*) FROM vision_cache WHERE created_at < ?1)",
     "watch_checks": f"SELECT COUNT(*) {_OLD_CHECKS}",
     "schedule_runs": f"SELECT COUNT(*) {_OLD_RUNS}",
 }
@@ -150,6 +156,17 @@ def _prune_messages(conn: Any, cut: float, batch: int) -> int:
     ).rowcount
 
 
+def _prune_media(conn: Any, cut: float, batch: int) -> int:
+    removed = 0
+    for table in _MEDIA:
+        removed += conn.execute(
+            f"DELETE FROM {table} WHERE rowid IN "
+            f"(SELECT rowid FROM {table} WHERE created_at < ? ORDER BY created_at LIMIT ?)",
+            (cut, batch),
+        ).rowcount
+    return removed
+
+
 def _prune_checks(conn: Any, cut: float, batch: int) -> int:
     return conn.execute(
         "DELETE FROM watch_checks WHERE rowid IN "
@@ -200,6 +217,7 @@ _PRUNE = {
     "audit": _prune_audit,
     "usage": _fold_usage,
     "messages": _prune_messages,
+    "media": _prune_media,
     "watch_checks": _prune_checks,
     "schedule_runs": _prune_runs,
 }

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,9 +54,19 @@ async def vacuum_if_due(db: Database, cfg: RetentionConfig, now: float) -> str |
     return reason
 
 
+Sweep = Callable[[float], int]  # what is older than its keep at `now` goes; how many
+
+
+async def sweep_files(sweep: Sweep, now: float) -> int:
+    return await asyncio.to_thread(sweep, now)  # files, off the event loop
+
+
 def make_retention_workflow(
-    db: Database, cfg: RetentionConfig, clock: Clock
+    db: Database, cfg: RetentionConfig, clock: Clock, sweeps: Mapping[str, Sweep] | None = None
 ) -> Workflow[PruneInput, PruneOutput]:
+    """`sweeps`: what other capabilities keep outside the database and purge daily too (the
+    workspace trash), each one journaled step."""
+
     @workflow(RETENTION_WORKFLOW)
     async def prune(step: Step, inp: PruneInput) -> PruneOutput:
         now = await step.do("now", read_clock, clock)  # one cutoff per run, even on resume
@@ -68,6 +78,8 @@ def make_retention_workflow(
                 removed[part] += count
                 if count == 0:
                     break
+        for name, sweep in (sweeps or {}).items():
+            removed[name] = await step.do(f"sweep:{name}", sweep_files, sweep, now)
         skipped = await step.do("vacuum", vacuum_if_due, db, cfg, now)
         log.info("retention done", extra={"removed": removed, "vacuum_skipped": skipped})
         return PruneOutput(removed=removed, vacuumed=skipped is None, vacuum_skipped=skipped)

@@ -114,6 +114,9 @@ class Contribution:
     start: list[Callable[[], Awaitable[Callable[[], Awaitable[None]] | None]]] = field(
         default_factory=list
     )
+    # What it keeps outside the database and purges in the daily retention run, by name:
+    # fn(now) removes what is older than its keep and says how many went (the workspace trash).
+    sweeps: dict[str, Callable[[float], int]] = field(default_factory=dict)
     # What it lends the others' services, by name: put in `ctx.shared` once every capability
     # contributed, before any service starts (the browser's sign-in desk, for the dashboard).
     shares: dict[str, Any] = field(default_factory=dict)
