@@ -14,7 +14,7 @@ from agentd.chat.names import TURN_WORKFLOW
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, Step, workflow
 from agentd.matrix import ids, rooms
-from agentd.matrix.classify import MatrixIdentity, reply_parts, turn_of
+from agentd.matrix.classify import MatrixIdentity, Room, classify_event, reply_parts, turn_of
 from agentd.matrix.intake import SINCE_KEY, persist_sync
 from agentd.memory.provenance import quoted_source
 
@@ -520,3 +520,15 @@ def test_a_group_reply_quoting_another_member_is_outside_content() -> None:
     assert turn.text == "ok?" and "curl" not in turn.text
     sources = turn_taint(turn, photos=0, media_meta={}, memories="", recalled=[]).sources
     assert sources == ["a quoted message from the group"]
+
+
+def test_a_strangers_encrypted_event_does_not_make_the_bot_leave_a_shared_room() -> None:
+    """Anyone in a room may send an `m.room.encrypted` event; only a served person's (or the
+    room's own encryption) means the room is encrypted for the bot's people."""
+    room = Room(room_id="!g:hs", members=frozenset({BOT, OWNER, STRANGER}))
+    event = {"type": "m.room.encrypted", "sender": STRANGER, "content": {"ciphertext": "x"}}
+    assert classify_event(event, room, ME, replied_to_bot=False).action == "reject"
+    owners = {**event, "sender": OWNER}
+    assert classify_event(owners, room, ME, replied_to_bot=False).action == "leave"
+    locked = room.model_copy(update={"encrypted": True})
+    assert classify_event(event, locked, ME, replied_to_bot=False).action == "leave"

@@ -156,8 +156,14 @@ def classify_event(
     etype, sender = str(event.get("type") or ""), str(event.get("sender") or "")
     if sender == me.bot:
         return EventDecision(action="ignore", kind=etype, reason="the bot's own event")
-    if room.encrypted or etype == "m.room.encrypted":
+    # An encrypted event in a room whose state says nothing of encryption is only the
+    # sender's doing: a served person's client encrypts (so the room is, for them), while a
+    # stranger's must not make the bot leave a room the owner shares with them.
+    encrypted_by_one = etype == "m.room.encrypted" and me.served(sender)
+    if room.encrypted or encrypted_by_one:
         return EventDecision(action="leave", kind=etype, reason="encrypted room")
+    if etype == "m.room.encrypted":
+        return EventDecision(action="reject", kind=etype, reason="user not in allowlist")
     if etype not in ("m.room.message", "m.reaction"):
         return EventDecision(action="ignore", kind=etype, reason="event kind not served")
     if not me.served(sender):
