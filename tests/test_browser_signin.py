@@ -117,3 +117,11 @@ async def test_cancel_and_the_idle_timeout_discard_it_and_bad_input_is_refused(
     finally:
         await desk.close()
         await service.close()
+
+
+def test_a_click_position_that_is_no_number_is_refused_not_a_server_error() -> None:
+    from agentd.dashboard.signin import _num
+
+    for raw in ("inf", "1e400", "-inf", "nan", "x", None):
+        assert _num(raw) == -1, raw
+    assert _num("12.7") == 12

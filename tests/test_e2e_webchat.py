@@ -413,6 +413,12 @@ def test_requests_without_a_session_from_elsewhere_or_with_a_bad_token_are_refus
                     session, "/chat/press", {"csrf": csrf, "message": "1", "data": "ap:x:1"}
                 )
             )[0],
+            # A digit int() cannot read (str.isdigit() says yes to it).
+            "a superscript message id": (
+                await http.post(
+                    session, "/chat/press", {"csrf": csrf, "message": "²", "data": "ap:x:1"}
+                )
+            )[0],
             "a key too short": (
                 await http.post(session, "/chat/send", {**fields, "csrf": csrf, "key": "k"})
             )[0],
@@ -432,6 +438,7 @@ def test_requests_without_a_session_from_elsewhere_or_with_a_bad_token_are_refus
         "page, no session": 303,
         "file, no session": 303,
         "a button never offered": 400,
+        "a superscript message id": 400,
         "a key too short": 400,
         "a message too long": 400,
     }

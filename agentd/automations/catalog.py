@@ -29,7 +29,7 @@ RELOAD_WORKFLOW = "automations_reload"  # `agentd automations reload`: the daemo
 
 def _version_key(version: str) -> tuple[int, int, str]:
     # Numeric versions compare as numbers ("10" after "9"); fingerprints sort after them.
-    return (0, int(version), "") if version.isdigit() else (1, 0, version)
+    return (0, int(version), "") if version.isdecimal() else (1, 0, version)
 
 
 @dataclass

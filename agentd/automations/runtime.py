@@ -306,7 +306,7 @@ class Runtime:
                 detail=detail,
             )
             return refused
-        if not index.isdigit():
+        if not index.isdecimal():
             return "This button is not recognised."
         by = chat_actor(press.user_id)
         return runs.answer(conn, question_id, int(index), by, time.time())

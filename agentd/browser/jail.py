@@ -190,7 +190,7 @@ def find_root(marker: str) -> int | None:
     (pasta's, in the sandbox: the wrapper execs it with Chromium's arguments)."""
     found: dict[int, int] = {}
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and marker.encode() in _cmdline(entry).split(b"\0"):
+        if entry.isdecimal() and marker.encode() in _cmdline(entry).split(b"\0"):
             try:
                 stat = Path(f"/proc/{entry}/stat").read_text()
             except OSError:
@@ -206,7 +206,7 @@ def tree_rss(root: int) -> int:
     once, not once per process as RSS would."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdecimal():
             continue
         try:
             stat = Path(f"/proc/{entry}/stat").read_text()

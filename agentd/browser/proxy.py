@@ -70,10 +70,10 @@ def split_host_port(text: str) -> tuple[str, int | None]:
     """`host:port`, `[v6]:port`, `10.0.0.0/8` or a bare host → (host, port or None)."""
     if text.startswith("["):
         host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdigit() else None
+        return host, int(rest[1:]) if rest.startswith(":") and rest[1:].isdecimal() else None
     if text.count(":") == 1:
         host, _, port = text.partition(":")
-        if port.isdigit():
+        if port.isdecimal():
             return host, int(port)
     return text, None
 

@@ -65,7 +65,7 @@ def remove_stale_staging(folder: Path) -> list[Path]:
     removed = []
     for path in folder.glob(f"{STAGING}*-*"):
         pid = path.name[len(STAGING) :].split("-", 1)[0]
-        if not pid.isdigit() or _alive(int(pid)):
+        if not pid.isdecimal() or _alive(int(pid)):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)

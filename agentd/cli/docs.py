@@ -244,7 +244,7 @@ def rm(
 
     cfg = config_or_exit(config)
     with database(cfg, write=True) as conn, transaction(conn):
-        doc = get_document_by_id(conn, int(target)) if target.isdigit() else None
+        doc = get_document_by_id(conn, int(target)) if target.isdecimal() else None
         doc = doc or get_document(conn, target)
         absolute = os.path.abspath(os.path.expanduser(target))
         doc = doc or get_document(conn, absolute)

@@ -84,7 +84,7 @@ def split_host(answer: str, port_key: str) -> tuple[str, int | None]:
         return answer, None  # a name, or a bare IPv6 address
     if not port:
         return host, None
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    if not port.isdecimal() or not 1 <= int(port) <= 65535:
         raise ValueError(
             f"{port!r} is not a port: give the server's name alone (the port is asked next, "
             f"and saved as {port_key})"
@@ -96,7 +96,11 @@ def smtp_default(imap_host: str) -> str:
     """The SMTP server beside an IMAP one: imap.example.org -> smtp.example.org; a host that
     is not named for IMAP (mail.example.org, an address) usually serves both."""
     first, dot, rest = imap_host.partition(".")
-    if dot and first.lower() in ("imap", "imaps", "imap4") and not rest.replace(".", "").isdigit():
+    if (
+        dot
+        and first.lower() in ("imap", "imaps", "imap4")
+        and not rest.replace(".", "").isdecimal()
+    ):
         return f"smtp.{rest}"
     return imap_host
 
@@ -115,7 +119,7 @@ def _port(label: str, given: int | None, default: str) -> int:
         return given
     while True:
         answer = _prompt(label, default)
-        if answer.isdigit() and 1 <= int(answer) <= 65535:
+        if answer.isdecimal() and 1 <= int(answer) <= 65535:
             return int(answer)
         err.print(f"{answer!r} is not a port (1-65535).", highlight=False)
 

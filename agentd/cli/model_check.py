@@ -74,7 +74,7 @@ def _names(model: str, listed: list[str]) -> bool:
 def _same(model: str, listed_id: str) -> bool:
     """The id itself, or the alias's dated id (`-YYYYMMDD`; claude-sonnet-4 is not 4-5)."""
     date = listed_id.removeprefix(f"{model}-")
-    return listed_id == model or (date != listed_id and len(date) == 8 and date.isdigit())
+    return listed_id == model or (date != listed_id and len(date) == 8 and date.isdecimal())
 
 
 def other_models(model: str, listed: list[str]) -> list[str]:

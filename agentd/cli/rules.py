@@ -79,7 +79,7 @@ def _rm_host(rule_id: str, json: bool, config: Any) -> None:
     from agentd.tools import hostrules
 
     number = rule_id[1:]
-    if not number.isdigit():
+    if not number.isdecimal():
         fail(f"{rule_id!r} is not a rule id; see `agentd rules ls`")
     cfg = config_or_exit(config)
     with database(cfg, write=True) as conn, transaction(conn):
@@ -101,7 +101,7 @@ def rm(rule_id: str, json: JsonOption = False, config: ConfigOption = None) -> N
     if rule_id.lower().startswith("h"):
         _rm_host(rule_id.lower(), json, config)
         return
-    if not rule_id.isdigit():
+    if not rule_id.isdecimal():
         fail(f"{rule_id!r} is not a rule id; see `agentd rules ls`")
     cfg = config_or_exit(config)
     with database(cfg, write=True) as conn, transaction(conn):

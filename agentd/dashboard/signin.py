@@ -135,7 +135,7 @@ _REFUSED = {
 def _num(value: Any) -> int:
     try:
         return int(float(str(value)))
-    except ValueError:
+    except (ValueError, OverflowError):  # not a number; inf, 1e400
         return -1
 
 

@@ -3,6 +3,7 @@ renders one template. Routes are listed in `add_routes`."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -132,14 +133,19 @@ async def memory_export(request: web.Request) -> web.Response:
     from agentd.memory.store import list_memories
 
     found = await site_of(request).access.read(list_memories, None, limit=1_000_000)
-    # "<" escaped: the export is never HTML, whatever a browser guesses.
-    body = json.dumps([m.model_dump() for m in found], ensure_ascii=False, indent=1)
-    body = body.replace("<", "\\u003c")
+    # Off the event loop: a big memory makes a big file, and the chats keep being answered.
+    body = await asyncio.to_thread(_export_json, found)
     return web.Response(
         text=body,
         content_type="application/json",
         headers={"Content-Disposition": 'attachment; filename="memories.json"'},
     )
+
+
+def _export_json(found: list[Any]) -> str:
+    # "<" escaped: the export is never HTML, whatever a browser guesses.
+    body = json.dumps([m.model_dump() for m in found], ensure_ascii=False, indent=1)
+    return body.replace("<", "\\u003c")
 
 
 async def schedules(request: web.Request) -> web.Response:

@@ -217,7 +217,7 @@ class CommandGroup:
         # Only a kill counts: reaching the limit alone (v1's failcnt) is page cache reclaimed.
         for line in text.splitlines():
             key, _, value = line.partition(" ")
-            if key == "oom_kill" and value.strip().isdigit():
+            if key == "oom_kill" and value.strip().isdecimal():
                 return int(value) > 0
         return False
 

@@ -121,7 +121,7 @@ class Workspaces:
         except OSError:
             return removed
         for name in names:
-            if name.isascii() and name.isdigit():
+            if name.isascii() and name.isdecimal():
                 try:  # each opened without following a link (Workspace)
                     removed += self.for_user(int(name)).purge_trash(now)
                 except (OSError, WorkspaceError):

@@ -324,7 +324,7 @@ class Workspace:
         try:
             for name in os.listdir(fd):
                 stamp = name.split("-", 1)[0]
-                if stamp.isdigit() and now - int(stamp) > self.trash_days * 86400:
+                if stamp.isdecimal() and now - int(stamp) > self.trash_days * 86400:
                     _remove_tree(fd, name)
                     removed += 1
         finally:

@@ -77,7 +77,7 @@ def memory_page(conn: Any, user_id: int, *, offset: int = 0) -> ChatView:
 async def on_button(db: Runner, embedder: Embedder | None, user_id: int, data: str) -> ChatView:
     """What a pressed /memory button does. Only ever the pressing user's memories."""
     parts = data.split(":")
-    if len(parts) < 3 or parts[0] != PREFIX or not parts[2].isdigit():
+    if len(parts) < 3 or parts[0] != PREFIX or not parts[2].isdecimal():
         return ChatView(text="That button is no longer valid.")
     action, target = parts[1], int(parts[2])
     if action == "page":

@@ -54,7 +54,7 @@ class MemoryCommand:
         data, db = inp.args, self.db
         if data.startswith(f"{chat_view.PREFIX}:apply:"):
             memory_id, _, text = data.removeprefix(f"{chat_view.PREFIX}:apply:").partition(" ")
-            if not memory_id.isdigit():
+            if not memory_id.isdecimal():
                 return CommandReply(text="That edit is no longer valid.")
             view = await chat_view.apply_edit(db, self.embedder, inp.user_id, int(memory_id), text)
         elif data.startswith(f"{chat_view.PREFIX}:"):
@@ -105,7 +105,7 @@ def forget_by_button(conn: Any, press: CallbackPress) -> str:
     from agentd.memory.manage import MemoryNotFound, forget_one
 
     raw = press.data.removeprefix(FORGET_PREFIX)
-    if not raw.isdigit():
+    if not raw.isdecimal():
         return "This button is not recognised."
     try:
         forget_one(conn, int(raw), user_id=press.user_id, by=chat_view.BY)

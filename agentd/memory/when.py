@@ -52,7 +52,7 @@ def resolve(text: str, anchor: datetime) -> datetime | None:
     low = text.casefold()
     found: list[tuple[int, datetime]] = []
     if (m := _AGO.search(low)) is not None:
-        n = int(m.group(1)) if m.group(1).isdigit() else NUMBER_WORDS[m.group(1)]
+        n = int(m.group(1)) if m.group(1).isdecimal() else NUMBER_WORDS[m.group(1)]
         found.append((m.start(), anchor - timedelta(days=n * _UNITS[m.group(2)])))
     if (m := _REL.search(low)) is not None:
         found.append((m.start(), _relative(m.group(1), m.group(2), anchor)))

@@ -73,7 +73,7 @@ def named_days(text: str | None, today: date | None = None) -> frozenset[NamedDa
     if not text:
         return frozenset()
     found = _relative_days(text, today) if today is not None else set()
-    if not any(ch.isdigit() for ch in text):
+    if not any(ch.isdecimal() for ch in text):
         return frozenset(found)
     for first, _, second, year in _NUMERIC.findall(text):
         full = int(year) + (2000 if len(year) == 2 else 0)
@@ -108,7 +108,7 @@ def _relative_days(text: str, today: date) -> set[NamedDay]:
             back.add(days)
             low = low.replace(phrase, " ")  # "the day before yesterday" is not also yesterday
     for count in _AGO.findall(low):
-        back.add(int(count) if count.isdigit() else NUMBER_WORDS[count])
+        back.add(int(count) if count.isdecimal() else NUMBER_WORDS[count])
     for weekday in _WEEKDAY.findall(low):
         back.add(days_since(weekday, today))
     meant = [today - timedelta(days=n) for n in back]

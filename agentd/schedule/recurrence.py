@@ -140,7 +140,7 @@ def _period(body: str) -> timedelta | None:
     parts = {key: value.strip() for key, value in _PART.findall(body.upper())}
     unit = clock.FIXED_PERIODS.get(parts.get("FREQ", ""))
     interval = parts.get("INTERVAL", "1")
-    if unit is None or "COUNT" in parts or not interval.isdigit():
+    if unit is None or "COUNT" in parts or not interval.isdecimal():
         return None
     if parts["FREQ"] == "WEEKLY" and "BYSETPOS" in parts:
         return None
@@ -231,11 +231,11 @@ def _check_rule_parts(body: str) -> None:
     negative one; it drops a day number 0, so 'BYMONTHDAY=0' ran every day. Refuse them all
     before any occurrence is computed."""
     for value in _INTERVAL.findall(body):
-        if not value.strip().isdigit() or int(value) < 1:
+        if not value.strip().isdecimal() or int(value) < 1:
             raise ScheduleError(f"INTERVAL must be a whole number of at least 1, not {value!r}")
     for key, values in _PART.findall(body.upper()):
         numbers = [v.strip().lstrip("+-") for v in values.split(",")]
-        if key in _NUMBERED_FROM_ONE and any(n.isdigit() and int(n) == 0 for n in numbers):
+        if key in _NUMBERED_FROM_ONE and any(n.isdecimal() and int(n) == 0 for n in numbers):
             raise ScheduleError(f"{key} counts from 1 (or from -1, the last), so it cannot hold 0")
 
 

@@ -83,7 +83,7 @@ async def stop_tasks(
         return CommandReply(text="No task is running in this chat.")
     if picks == ["all"]:
         chosen = running
-    elif picks and all(p.isdigit() and 1 <= int(p) <= len(running) for p in picks):
+    elif picks and all(p.isdecimal() and 1 <= int(p) <= len(running) for p in picks):
         chosen = [running[int(p) - 1] for p in picks]
     else:
         return CommandReply(text=f"Say which: `/tasks stop 1` … `{len(running)}`, or `all`.")

@@ -124,7 +124,7 @@ class ChatSite:
         intake = self.serving()
         form = await request.post()
         message, data = _field(form, "message"), _field(form, "data")
-        if not message.isdigit() or len(message) > 12 or not data or len(data) > 64:
+        if not message.isdecimal() or len(message) > 12 or not data or len(data) > 64:
             raise web.HTTPBadRequest(text="Not a button of this chat.")
         if self.owner_id is None:
             raise web.HTTPConflict(text=NO_OWNER)
@@ -222,7 +222,7 @@ def _no_store() -> dict[str, str]:
 
 def _cursor(request: web.Request) -> int:
     raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
-    return int(raw) if raw.isdigit() and len(raw) < 16 else 0
+    return int(raw) if raw.isdecimal() and len(raw) < 16 else 0
 
 
 def _event(kind: str, data: dict[str, Any], seq: int | None = None) -> bytes:
