@@ -57,9 +57,12 @@ def input_sources(inp: TurnInput, *, photos: int, media_meta: dict[str, object])
         found.append(f"a forwarded message ({inp.forwarded_from or 'unknown sender'})")
     elif inp.outside_source:
         found.append(inp.outside_source)
-    # In a group, a quoted message may be anyone's words; in a private chat, the user's own.
+    # In a group, a quoted message may be anyone's words; in a private chat, the user's own,
+    # unless it was a forward.
     quoted = inp.reply_to is not None and inp.reply_to.text and not inp.reply_to.from_bot
-    if quoted and not inp.private:
+    if quoted and inp.reply_to is not None and inp.reply_to.forwarded:
+        found.append("a quoted forwarded message")
+    elif quoted and not inp.private:
         found.append("a quoted message from the group")
     if photos:
         found.append("a photo (its text was read)")

@@ -17,6 +17,9 @@ class ReplyContext(BaseModel):
     text: str = ""
     from_bot: bool = False
     photo_file_id: str | None = None
+    # A forward: its words are someone else's wherever it is quoted, even once its own row
+    # is gone from the history (retention) and cannot say so.
+    forwarded: bool = False
 
 
 class MediaRef(BaseModel):

@@ -178,6 +178,7 @@ def _reply_context(message: dict[str, Any], me: Identity) -> ReplyContext | None
         text=(replied.get("text") or replied.get("caption") or "")[:MAX_REPLY_CHARS],
         from_bot=replied.get("from", {}).get("id") == me.bot_id,
         photo_file_id=_largest_photo(replied),
+        forwarded=bool(replied.get("forward_origin")),
     )
 
 
