@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,8 +205,8 @@ def test_kill_9_while_the_llm_thinks_then_restart(
             (turn,),
         )
         assert [tuple(r) for r in attempts] == [
+            ("rate-check", 1, "complete"),  # first: over a limit, not even a photo is looked at
             ("save-user", 1, "complete"),
-            ("rate-check", 1, "complete"),
             ("load-history", 1, "complete"),
             ("recall", 1, "complete"),
             # The kill -9 interrupted attempt 1: an at-least-once step journals nothing before
@@ -217,6 +218,58 @@ def test_kill_9_while_the_llm_thinks_then_restart(
             ("schedule-summary", 1, "complete"),
         ]
         assert daemon.query("SELECT COUNT(*) FROM updates")[0][0] == 2  # and the marker's
+    finally:
+        daemon.stop()
+
+
+def journal_as_older_agentd(db_path: Path, turn: str) -> None:
+    """The turn's journal as agentd wrote it before the rate check came first: save-user, then
+    rate-check (the daemon is down: nothing else writes)."""
+    conn = sqlite3.connect(db_path)
+    try:
+        first = conn.execute(
+            "SELECT name FROM workflow_steps WHERE instance_id = ? AND ordinal <= 2 "
+            "ORDER BY ordinal",
+            (turn,),
+        ).fetchall()
+        assert [r[0] for r in first] == ["rate-check", "save-user"]
+        with conn:
+            for table in ("workflow_steps", "workflow_attempts"):
+                for old, new in ((1, -1), (2, 1), (-1, 2)):
+                    conn.execute(
+                        f"UPDATE {table} SET ordinal = ? WHERE instance_id = ? AND ordinal = ?",
+                        (new, turn, old),
+                    )
+    finally:
+        conn.close()
+
+
+def test_a_turn_journaled_before_the_rate_check_came_first_replays_after_an_upgrade(
+    tmp_path: Path, tg: FakeTelegram, llm: FakeAnthropic, env: dict
+) -> None:
+    """A turn older agentd left unfinished keeps its order (turn.media_first): it is answered,
+    not parked as a journal that diverged."""
+    daemon = Daemon(tmp_path, env).start()
+    try:
+        llm.hold()
+        tg.add_message(OWNER, OWNER, "what is 6 x 7?")
+        llm.wait_for_requests(1, timeout=20)
+        daemon.kill9()
+        llm.release()
+        llm.reset()
+        llm.enqueue_text("42")
+        [(turn,)] = daemon.query("SELECT id FROM workflow_instances")
+        journal_as_older_agentd(daemon.db_path, turn)
+        daemon.start()
+        tg.wait_for_sent(1, timeout=20)
+        assert [m["plain_text"] for m in send_marker(tg, OWNER)] == ["42"]
+        daemon.wait_idle()
+        steps = daemon.query(
+            "SELECT name FROM workflow_steps WHERE instance_id = ? ORDER BY ordinal", (turn,)
+        )
+        assert [r[0] for r in steps][:3] == ["save-user", "rate-check", "load-history"]
+        status = daemon.query("SELECT status FROM workflow_instances WHERE id = ?", (turn,))
+        assert status[0][0] == "complete"
     finally:
         daemon.stop()
 

@@ -40,7 +40,11 @@ def plans(conn: Any, call: Callable[[Any], object]) -> list[str]:
         (lambda c: summary_due(c, 1, 0, 0), "messages_unsummarised"),
         (
             lambda c: ratelimit.check(
-                c, LimitsConfig(daily_tokens=0, daily_tokens_total=0), user_id=1, chat_id=1, now=1e9
+                c,
+                LimitsConfig(daily_tokens=0, daily_tokens_total=0),
+                user_id=1,
+                instance_id="t",
+                now=1e9,
             ),
             "messages_user_recent",
         ),
@@ -53,6 +57,6 @@ def test_the_lookup_uses_its_partial_index(conn: Any, call: Any, index: str) -> 
 
 def test_the_token_budgets_read_a_day_by_index_not_the_whole_ledger(conn: Any) -> None:
     limits = LimitsConfig(messages_per_minute=0)  # the default budgets: per user and in total
-    found = plans(conn, lambda c: ratelimit.check(c, limits, user_id=1, chat_id=1, now=1e9))
+    found = plans(conn, lambda c: ratelimit.check(c, limits, user_id=1, instance_id="t", now=1e9))
     assert len(found) == 2, found
     assert all("USING INDEX" in plan and "SCAN llm_usage" not in plan for plan in found), found

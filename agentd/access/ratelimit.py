@@ -3,7 +3,9 @@ for everyone together (finite by default, so a runaway loop or a chatty family m
 spend without bound).
 
 Over a limit the message is still saved, no model call is made, and the user gets one polite
-notice per window (not one per message: that would be its own flood).
+notice per window (not one per message: that would be its own flood). The token budgets hold
+for every model call made for a user, not only a turn's: a background task asks
+`over_tokens` before each of its calls, and a watch before its decision (watch/budget.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentd.config import LimitsConfig
+
+TokenLimit = Literal["", "daily_tokens", "daily_tokens_total"]
 
 
 class Verdict(BaseModel):
@@ -25,21 +29,36 @@ def _day_start(now: float) -> float:
     return now - (now % 86400)  # UTC midnight
 
 
-def check(conn: Any, limits: LimitsConfig, *, user_id: int, chat_id: int, now: float) -> Verdict:
-    """Whether this user may get a model call now (the current message is already saved)."""
+def check(
+    conn: Any, limits: LimitsConfig, *, user_id: int, instance_id: str, now: float
+) -> Verdict:
+    """Whether this user may get a model call now for the message of turn `instance_id`.
+
+    The message counts whether or not it is saved yet: the turn asks before it looks at a
+    photo or hears a voice note (those cost calls too), and a turn journaled by older code
+    asks after saving it."""
     if limits.messages_per_minute:
-        count = conn.execute(
-            "SELECT COUNT(*) FROM messages WHERE user_id = ? AND role = 'user' AND created_at > ?",
-            (user_id, now - 60),
+        others = conn.execute(
+            "SELECT COUNT(*) FROM messages WHERE user_id = ? AND role = 'user' AND created_at > ? "
+            "AND instance_id IS NOT ?",
+            (user_id, now - 60, instance_id),
         ).fetchone()[0]
-        if count > limits.messages_per_minute:
+        if others + 1 > limits.messages_per_minute:
             return _refuse(conn, "messages_per_minute", user_id, since=now - 60)
+    if limit := over_tokens(conn, limits, user_id=user_id, now=now):
+        return _refuse(conn, limit, user_id, since=_day_start(now))
+    return Verdict(allowed=True)
+
+
+def over_tokens(conn: Any, limits: LimitsConfig, *, user_id: int, now: float) -> TokenLimit:
+    """The daily token budget this user's next model call would go over ("": none is spent).
+    Checked before a call, so the call that crosses a budget is the last one."""
     day = _day_start(now)
     if limits.daily_tokens and tokens_used(conn, day, user_id=user_id) >= limits.daily_tokens:
-        return _refuse(conn, "daily_tokens", user_id, since=day)
+        return "daily_tokens"
     if limits.daily_tokens_total and tokens_used(conn, day) >= limits.daily_tokens_total:
-        return _refuse(conn, "daily_tokens_total", user_id, since=day)
-    return Verdict(allowed=True)
+        return "daily_tokens_total"
+    return ""
 
 
 def tokens_used(conn: Any, since: float, *, user_id: int | None = None) -> int:
@@ -63,6 +82,15 @@ def _refuse(conn: Any, limit: str, user_id: int, *, since: float) -> Verdict:
         (user_id, since, limit),
     ).fetchone()
     return Verdict(allowed=False, limit=limit, notify=told is None)  # type: ignore[arg-type]
+
+
+def spent_words(limit: TokenLimit, limits: LimitsConfig) -> str:
+    """Which budget is spent, in words for the user, naming the setting that sets it."""
+    if limit == "daily_tokens":
+        own = limits.daily_tokens
+        return f"today's token budget for you ([limits] daily_tokens, {own:,}) is spent"
+    total = limits.daily_tokens_total
+    return f"today's token budget for everyone ([limits] daily_tokens_total, {total:,}) is spent"
 
 
 def notice(limit: str) -> str:

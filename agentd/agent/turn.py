@@ -1,8 +1,10 @@
 """The turn workflow (SPEC §2): one durable instance per accepted message.
 
-save-user → load-history → llm#1… → send#1… → save-reply → audit. Every effect outside the
-process is a journaled step, so a restart replays finished steps and re-runs only the one that
-was interrupted.
+rate-check → vision#n / transcribe / read-document → save-user → load-history → llm#1… →
+send#1… → save-reply → audit. Every effect outside the process is a journaled step, so a
+restart replays finished steps and re-runs only the one that was interrupted. The rate check
+comes first because looking at a photo and hearing a voice note are paid calls too: over a
+limit none is made.
 """
 
 from __future__ import annotations
@@ -74,6 +76,7 @@ STEP_ERROR_REPLY = (
 
 
 EMPTY_MESSAGE = "(The user sent a message with no text.)"
+RATE_CHECK = "rate-check"
 
 
 def unsupported_reply(kind: str) -> str:
@@ -86,10 +89,13 @@ class TurnFailed(Exception):
     """The turn could not be completed; the user was told and the error is in the audit log."""
 
 
-def _user_content(inp: TurnInput) -> str:
+def _user_content(inp: TurnInput, unread: str = "") -> str:
+    """The message as history keeps it; `unread`: its media, not taken in (over a limit)."""
     text = inp.text
     if inp.kind == "unsupported":
         text = f"[{inp.unsupported_kind or 'message'}] {text}".strip()
+    elif unread:  # says what was there, in place of what reading it would have said
+        text = f"{unread} {text}".strip()
     elif inp.kind == "photo":
         text = f"[photo] {text}".strip()
     if inp.forwarded:
@@ -167,6 +173,7 @@ def save_user_message(
     images: list[SeenImage],
     notes: list[str],
     media_meta: dict[str, Any] | None = None,
+    unread: str = "",
 ) -> int:
     meta: dict[str, Any] = {"telegram_message_id": inp.message_id, "kind": inp.kind}
     meta.update(media_meta or {})
@@ -176,7 +183,7 @@ def save_user_message(
         meta["images"] = vision_meta(images)  # the file id and hash are kept, never the bytes
     if (withdrawn := _withdrawn_as(conn, instance_id)) is not None:
         meta["withdrawn"] = withdrawn  # stopped or replaced while it was being read in
-    content = _with_notes(_user_content(inp), notes).strip()
+    content = _with_notes(_user_content(inp, unread), notes).strip()
     # Someone else's words (forwarded, a document, a photo's text, a webhook body) stay
     # outside content in every later turn's history (memory/provenance.py).
     outside = input_sources(inp, photos=len(images), media_meta=meta)
@@ -231,12 +238,12 @@ async def look_at_images(
     return seen, notes
 
 
-async def rate_check(deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
+async def rate_check(deps: TurnDeps, inp: TurnInput, instance_id: str) -> ratelimit.Verdict:
     return await deps.db.read_inline(
         ratelimit.check,
         deps.config.limits,
         user_id=inp.user_id,
-        chat_id=inp.chat_id,
+        instance_id=instance_id,
         now=deps.clock.now(),
     )
 
@@ -586,18 +593,39 @@ async def answer_rate_limited(
     return TurnOutput(reply_message_ids=ids, outcome="rate_limited")
 
 
+async def answer_over_limit(
+    step: Step, deps: TurnDeps, inp: TurnInput, verdict: ratelimit.Verdict
+) -> TurnOutput:
+    """Refused before anything was taken in: the message is saved with its media marked as
+    not looked at (no vision call, no transcription, no reading), then the notice."""
+    meta = {"over_limit": verdict.limit}
+    unread = turnsteps.not_taken_in(inp)
+    await step.local("save-user", save_user_message, inp, step.instance_id, [], [], meta, unread)
+    return await answer_rate_limited(step, deps, inp, verdict)
+
+
+def media_first(step: Step) -> bool:
+    """Whether this turn was journaled by older code, which took its media in before the rate
+    check: its replay keeps that order, so its journal is never stranded."""
+    return step.journaled_next() not in (None, RATE_CHECK)
+
+
 async def answer_before_the_model(
-    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn
+    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn, *, checked: bool
 ) -> TurnOutput | None:
     """The answers that need no model (media that could not be taken in, an unsupported
-    message, a rate limit); None: the model answers."""
+    message, a rate limit not `checked` yet); None: the model answers."""
     if media.reply is not None:
         return await answer_media_at_once(step, deps, inp, media)
     if media.echo:
         await send_chunk(step, deps, inp.chat_id, media.echo, inp.message_id, "echo-transcript")
     if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
         return await answer_unsupported(step, deps, inp)
-    verdict = await step.do("rate-check", rate_check, deps, inp, delivery="idempotent")
+    if checked:
+        return None
+    verdict = await step.do(
+        RATE_CHECK, rate_check, deps, inp, step.instance_id, delivery="idempotent"
+    )
     if not verdict.allowed:
         return await answer_rate_limited(step, deps, inp, verdict)
     return None
@@ -711,6 +739,13 @@ async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
     started = time.perf_counter()
     if inp.steer_into is not None and (taken := await steered_away(step, deps, inp)):
         return taken
+    checked = not media_first(step)
+    if checked:  # before any media step: over a limit, a photo or voice note costs nothing
+        verdict = await step.do(
+            RATE_CHECK, rate_check, deps, inp, step.instance_id, delivery="idempotent"
+        )
+        if not verdict.allowed:
+            return await answer_over_limit(step, deps, inp, verdict)
     images, notes = await look_at_images(step, deps, inp)
     media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
     if media.user_text is not None:  # a transcript is the user's text from here on
@@ -719,7 +754,7 @@ async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
     user_msg_id = await step.local(
         "save-user", save_user_message, inp, step.instance_id, images, notes, media.meta
     )
-    early = await answer_before_the_model(step, deps, inp, media)
+    early = await answer_before_the_model(step, deps, inp, media, checked=checked)
     if early is not None:
         return early
     result = await think(step, deps, inp, user_msg_id, (images, notes), media)

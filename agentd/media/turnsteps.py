@@ -106,6 +106,24 @@ async def take_in_media(
     return MediaIn()
 
 
+def not_taken_in(inp: TurnInput) -> str:
+    """What the message carried that was not looked at, heard or read because it came over a
+    [limits] limit: what is saved in its place, so history says what was there ("": nothing)."""
+    marks = []
+    if inp.kind == "photo" and inp.photo_file_id:
+        marks.append("[photo, not looked at: over the limit]")
+    if inp.media is not None and inp.media.kind == "document":
+        name = inp.media.file_name or "document"
+        marks.append(f"[document {name}, not read: over the limit]")
+    elif inp.media is not None:
+        marks.append(
+            f"[{voice.LABELS.get(inp.media.kind, inp.media.kind)}, not heard: over the limit]"
+        )
+    if inp.reply_to and inp.reply_to.photo_file_id:
+        marks.append("[the photo replied to, not looked at: over the limit]")
+    return " ".join(marks)
+
+
 def replace_user_content(conn: Any, message_id: int, content: str) -> None:
     """After `workflows retry`, the transcript replaces the note saved as untranscribed."""
     conn.execute(
