@@ -1,12 +1,13 @@
 """End to end: background tasks (docs/messages.md, "Tasks in the background") through
 `agentd run`: started at once, their results as replies, after a restart too; a child's
 high-risk call asks the owner; cancelling a parent cancels its children; a budget stops a
-runaway child.
+runaway child, and the user's [limits] daily budget stops a task.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -274,3 +275,68 @@ def test_a_budget_stops_a_runaway_child(stack: Stack) -> None:
     assert 1 <= made < 40  # the step limit was not what stopped it
     (task,) = [t for t in s.tasks() if "runaway-brief" in t["text"]]
     assert task["status"] == "complete" and task["tokens"] >= 3000
+
+
+LIMITED = f"""
+[access]
+owner_id = {OWNER}
+allowed_user_ids = [{OWNER}]
+
+[tools]
+plugins = ["tests.plugins.e2e_tools"]
+
+[limits]
+daily_tokens = 450
+
+[tasks]
+max_steps = 12
+"""
+# Every call of this test costs 100 tokens, whatever its prompt.
+HUNDRED = {
+    "input_tokens": 90,
+    "output_tokens": 10,
+    "cache_read_input_tokens": 0,
+    "cache_creation_input_tokens": 0,
+    "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+}
+
+
+def test_a_task_stops_at_its_users_daily_budget(tmp_path: Path) -> None:
+    """A task's tokens count to its user's [limits] daily_tokens, and the budget holds the
+    task as it holds a turn: it works under it and makes no call past it."""
+    with owner_chat_running(tmp_path, LIMITED, Stack, users_in_config=True) as s:
+        calls = iter(range(1000))
+
+        def responder(body: dict[str, Any]) -> Any:
+            if is_task(body) and "thrifty-brief" in first_text(body):
+                content = [use("count_words", f"toolu_t{next(calls)}", text="again")]
+            elif last_user_text(body).endswith("start the thrifty one"):
+                content = [use("delegate", "toolu_d", task="thrifty-brief", tools=["count_words"])]
+            elif last_user_text(body).startswith("tool_result:"):
+                content = [{"type": "text", "text": "Started it."}]
+            else:
+                return None
+            return {"content": content, "usage": HUNDRED}
+
+        s.llm.set_responder(responder)
+        asked = s.ask("start the thrifty one")
+        replies = s.wait_replies(asked, 2, "the answer and the stopped task's result")
+        (result,) = [m["plain_text"] for m in replies if "Task done" in m["plain_text"]]
+        assert "today's token budget for you ([limits] daily_tokens, 450) is spent" in result
+        # The turn's two calls and the task's share 450 tokens at 100 a call: a call is made
+        # while under 450, so 3 of the task's (4 if it asked before the turn's second call was
+        # recorded), never its 12.
+        made = len(s.task_requests("thrifty-brief"))
+        assert made in (3, 4), made
+        assert f"Stopped before model call {made + 1}" in result
+        (task,) = [t for t in s.tasks() if "thrifty-brief" in t["text"]]
+        assert task["status"] == "complete"
+        # The user is over the budget too: the next message gets the notice, no call.
+        before = len(s.llm.requests)
+        s.ask("hello again")
+        s.tg.wait_until(
+            lambda: any("I've used today's token budget" in m["plain_text"] for m in s.sent()),
+            30,
+            "the notice",
+        )
+        assert len(s.llm.requests) == before

@@ -28,7 +28,7 @@ class TaskInput(Place):
 
 
 class TaskOutput(BaseModel):
-    outcome: Literal["done", "step_limit", "budget"]
+    outcome: Literal["done", "step_limit", "budget", "rate_limited"]
     text: str
     tokens: int = 0
     message_id: int | None = None

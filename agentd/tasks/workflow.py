@@ -3,14 +3,15 @@
 Like a turn's agent loop — every model call is `llm#n`, every tool call takes the one path all
 calls take (agent/calls.py: risk policy, approval card, at-most-once, audit) — but with the
 task's own tool subset, step limit and token budget, its usage counted to the chat and user
-that started it, and its result sent to that chat through the one send path, replying to the
-message that asked.
+that started it (and held to their [limits] daily budgets before each call: `limits#n`), and
+its result sent to that chat through the one send path, replying to the message that asked.
 """
 
 from __future__ import annotations
 
 from functools import partial
 
+from agentd.access import ratelimit
 from agentd.agent import together
 from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
@@ -72,6 +73,24 @@ async def call_task_llm(
     return response
 
 
+async def over_limits(deps: TurnDeps, inp: TaskInput) -> ratelimit.TokenLimit:
+    """The [limits] token budget the task's next model call would go over ("": none). Its
+    tokens count to its user's and everyone's daily budgets, so they hold it as they hold a
+    turn (access/ratelimit.py)."""
+    return await deps.db.read_inline(
+        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=deps.clock.now()
+    )
+
+
+async def refused_call(step: Step, deps: TurnDeps, inp: TaskInput, n: int) -> ratelimit.TokenLimit:
+    """Which daily budget stops model call `n` ("": it may go ahead), asked in a journaled
+    step so a replay stops where the run did. A task journaled by older code, whose call came
+    without this step, replays that call unasked."""
+    if step.journaled_next() == f"llm#{n}":
+        return ""
+    return await step.do(f"limits#{n}", over_limits, deps, inp, delivery="idempotent")
+
+
 def spent(response: LLMResponse) -> int:
     u = response.usage
     return u.input_tokens + u.cache_read_tokens + u.cache_write_tokens + u.output_tokens
@@ -114,6 +133,12 @@ async def work(step: Step, deps: TurnDeps, inp: TaskInput) -> TaskOutput:
         taint.add_source(source)
     for n in range(1, inp.max_steps + 1):
         name = f"llm#{n}"
+        if limit := await refused_call(step, deps, inp, n):
+            words = ratelimit.spent_words(limit, deps.config.limits)
+            note = f"(Stopped before model call {n}: {words}. Ask again after 00:00 UTC.)"
+            return TaskOutput(
+                outcome="rate_limited", text=f"{last}\n\n{note}".strip(), tokens=tokens
+            )
         response = await step.do(
             name, call_task_llm, deps, inp, conversation, step.instance_id, name
         )
