@@ -253,6 +253,36 @@ def test_each_cap_holds_a_watch_and_says_which(conn: Any) -> None:
     assert budget.cap_reason(conn, roomy, lifted, now + 86400) is None
 
 
+def test_the_daily_limits_hold_a_watch_as_they_hold_a_turn(conn: Any) -> None:
+    """A watch's tokens count to its user and to everyone ([limits]): with no chat_reserve the
+    total is where watches stop, not a line they cross, and the user's own budget holds too."""
+    config = Config.model_validate(
+        {
+            "watch": {"daily_tokens": 0, "background_daily_tokens": 0, "chat_reserve": 0},
+            "limits": {"daily_tokens": 500, "daily_tokens_total": 10_000},
+        }
+    )
+    w = _watch(conn, config)
+    now = START + 120
+    _spend(conn, "tg-update-1", 9_999, purpose="turn")  # someone else's chat
+    assert budget.cap_reason(conn, config, w, now) is None
+    _spend(conn, "tg-update-2", 1, purpose="turn")
+    everyone = "today's token budget for everyone ([limits] daily_tokens_total, 10,000) is spent"
+    assert budget.cap_reason(conn, config, w, now) == everyone
+    own = config.model_copy(
+        update={"limits": config.limits.model_copy(update={"daily_tokens_total": 0})}
+    )
+    assert budget.cap_reason(conn, own, w, now) is None
+    conn.execute(
+        "INSERT INTO llm_usage (at, instance_id, purpose, model, input_tokens, output_tokens, "
+        "user_id) VALUES (?, 'tg-update-3', 'turn', 'claude-haiku-4-5', 500, 0, ?)",
+        (START + 60, w.user_id),
+    )
+    you = "today's token budget for you ([limits] daily_tokens, 500) is spent"
+    assert budget.cap_reason(conn, own, w, now) == you
+    assert budget.cap_reason(conn, own, w, now + DAY) is None  # a new UTC day
+
+
 def test_a_command_watch_asks_unless_it_is_a_plain_allowlisted_program() -> None:
     from agentd.tools.base import CallState
     from agentd.watch.tools import assess_add

@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
+from agentd.access.ratelimit import over_tokens, spent_words, tokens_used
 from agentd.config import Config
 from agentd.ledger.pricing import ModelPrice
 from agentd.watch.store import Watch, instance_prefix
@@ -38,12 +39,6 @@ def all_watch_tokens(conn: Any, since: float) -> int:
     return int(conn.execute(sql, (since,)).fetchone()[0])
 
 
-def all_tokens(conn: Any, since: float) -> int:
-    return int(
-        conn.execute(f"SELECT {_TOKENS} FROM llm_usage WHERE at >= ?", (since,)).fetchone()[0]
-    )
-
-
 def cap_reason(conn: Any, config: Config, w: Watch, now: float) -> str | None:
     """Why this watch may make no model call today, in words for the owner; None: it may."""
     since, cfg = day_start(now), config.watch
@@ -54,9 +49,13 @@ def cap_reason(conn: Any, config: Config, w: Watch, now: float) -> str | None:
     if every and all_watch_tokens(conn, since) >= every:
         return f"all watches together reached their daily cap of {every:,} tokens"
     total = config.limits.daily_tokens_total
-    if total and cfg.chat_reserve and all_tokens(conn, since) >= total * (1 - cfg.chat_reserve):
+    if total and cfg.chat_reserve and tokens_used(conn, since) >= total * (1 - cfg.chat_reserve):
         kept = int(total * cfg.chat_reserve)
         return f"today's tokens are down to the {kept:,} kept for chat"
+    # Its tokens count to its user's [limits] budgets: they hold it as they hold a turn (with
+    # no chat_reserve, the total is where watches stop, not a line they may cross).
+    if limit := over_tokens(conn, config.limits, user_id=w.user_id, now=now):
+        return spent_words(limit, config.limits)
     return None
 
 
