@@ -248,6 +248,11 @@ async def rate_check(deps: TurnDeps, inp: TurnInput, instance_id: str) -> rateli
     )
 
 
+async def ask_limits(step: Step, deps: TurnDeps, inp: TurnInput) -> ratelimit.Verdict:
+    """The journaled verdict: a replay refuses (or allows) as the first run did."""
+    return await step.do(RATE_CHECK, rate_check, deps, inp, step.instance_id, delivery="idempotent")
+
+
 class HistoryWindow(BaseModel):
     """What the load-history step journals: the window's bounds, not its messages (a turn's
     whole history in every turn's journal cost a JSON round trip and a large row per turn)."""
@@ -623,9 +628,7 @@ async def answer_before_the_model(
         return await answer_unsupported(step, deps, inp)
     if checked:
         return None
-    verdict = await step.do(
-        RATE_CHECK, rate_check, deps, inp, step.instance_id, delivery="idempotent"
-    )
+    verdict = await ask_limits(step, deps, inp)
     if not verdict.allowed:
         return await answer_rate_limited(step, deps, inp, verdict)
     return None
@@ -741,9 +744,7 @@ async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
         return taken
     checked = not media_first(step)
     if checked:  # before any media step: over a limit, a photo or voice note costs nothing
-        verdict = await step.do(
-            RATE_CHECK, rate_check, deps, inp, step.instance_id, delivery="idempotent"
-        )
+        verdict = await ask_limits(step, deps, inp)
         if not verdict.allowed:
             return await answer_over_limit(step, deps, inp, verdict)
     images, notes = await look_at_images(step, deps, inp)
