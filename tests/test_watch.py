@@ -253,6 +253,37 @@ def test_each_cap_holds_a_watch_and_says_which(conn: Any) -> None:
     assert budget.cap_reason(conn, roomy, lifted, now + 86400) is None
 
 
+def test_a_resume_over_a_cap_lets_the_watch_go_on_today_but_not_past_the_budgets(
+    conn: Any,
+) -> None:
+    """ "`agentd watch resume` goes on today", the cap's notice says: the watch's own cap and
+    all watches' stop holding it until the next UTC day; [limits] still do."""
+    config = Config.model_validate(
+        {
+            "watch": {"daily_tokens": 1000, "background_daily_tokens": 1500, "chat_reserve": 0},
+            "limits": {"daily_tokens_total": 5_000},
+        }
+    )
+    w = _watch(conn, config)
+    now = START + 120
+    _spend(conn, "sched-wcam-1", 2000)
+    assert "its daily cap" in (budget.cap_reason(conn, config, w, now) or "")
+    conn.execute("UPDATE watches SET capped_day = ? WHERE id = ?", (store.utc_day(now), w.id))
+    held = store.get(conn, w.id)
+    resumed = store.set_state(conn, held, "active", now, by="owner")
+    assert store.get(conn, w.id).cap_lifted_day == store.utc_day(now)
+    assert budget.cap_reason(conn, config, resumed, now) is None
+    _spend(conn, "tg-update-1", 3000, purpose="turn")  # everyone's budget spent
+    assert "daily_tokens_total" in (budget.cap_reason(conn, config, resumed, now) or "")
+    tomorrow = now + 86400  # its own cap again from the next day
+    conn.execute(
+        "INSERT INTO llm_usage (at, instance_id, purpose, model, input_tokens, output_tokens) "
+        "VALUES (?, 'sched-wcam-2', 'watch', 'claude-haiku-4-5', 1000, 0)",
+        (tomorrow,),
+    )
+    assert "its daily cap" in (budget.cap_reason(conn, config, resumed, tomorrow) or "")
+
+
 def test_the_daily_limits_hold_a_watch_as_they_hold_a_turn(conn: Any) -> None:
     """A watch's tokens count to its user and to everyone ([limits]): with no chat_reserve the
     total is where watches stop, not a line they cross, and the user's own budget holds too."""
@@ -759,8 +790,8 @@ def test_the_watch_tables_come_on_an_existing_database(tmp_path: Path) -> None:
     from agentd.db import open_sync
     from agentd.db.migrations import MIGRATIONS, apply_migrations
 
-    # The later step that repairs watches needs their table: it comes after, as it would.
-    later = ("m055_watches", "m085_runs_past_9999")
+    # The later steps that change watches need their table: they come after, as they would.
+    later = ("m055_watches", "m085_runs_past_9999", "m086_watch_cap_lifted")
     before = [m for m in MIGRATIONS if m[0] not in later]
     conn = open_sync(tmp_path / "old.db")
     try:

@@ -977,6 +977,9 @@ UPDATE schedules SET state = 'done', next_run = NULL WHERE next_run > 2534021280
 UPDATE watches SET state = 'paused', next_run = NULL WHERE next_run > 253402128000;
 """
 
+# The day the owner resumed a watch a cap held: its own caps do not hold it again that day.
+M086_WATCH_CAP_LIFTED = "ALTER TABLE watches ADD COLUMN cap_lifted_day TEXT;"
+
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
 M045_MCP_PINS = """
@@ -1096,6 +1099,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m083_chat_document_sources", M083_CHAT_DOCUMENT_SOURCES),
     ("m084_memory_drop_nearby", M084_MEMORY_DROP_NEARBY),
     ("m085_runs_past_9999", M085_RUNS_PAST_9999),
+    ("m086_watch_cap_lifted", M086_WATCH_CAP_LIFTED),
 ]
 
 

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 from agentd.access.ratelimit import over_tokens, spent_words, tokens_used
 from agentd.config import Config
 from agentd.ledger.pricing import ModelPrice
-from agentd.watch.store import Watch, instance_prefix
+from agentd.watch.store import Watch, instance_prefix, utc_day
 
 _TOKENS = "COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens), 0)"
 # A decision's request without the change: the rule, the condition, the schema (measured on
@@ -42,11 +42,14 @@ def all_watch_tokens(conn: Any, since: float) -> int:
 def cap_reason(conn: Any, config: Config, w: Watch, now: float) -> str | None:
     """Why this watch may make no model call today, in words for the owner; None: it may."""
     since, cfg = day_start(now), config.watch
+    # Resumed over a cap today: the owner chose to spend more on it; what keeps chat its share
+    # and the [limits] budgets still hold.
+    lifted = w.cap_lifted_day == utc_day(now)
     own = w.daily_tokens if w.daily_tokens is not None else cfg.daily_tokens
-    if own and watch_tokens(conn, w.id, since) >= own:
+    if own and not lifted and watch_tokens(conn, w.id, since) >= own:
         return f"it reached its daily cap of {own:,} tokens"
     every = cfg.background_daily_tokens
-    if every and all_watch_tokens(conn, since) >= every:
+    if every and not lifted and all_watch_tokens(conn, since) >= every:
         return f"all watches together reached their daily cap of {every:,} tokens"
     total = config.limits.daily_tokens_total
     if total and cfg.chat_reserve and tokens_used(conn, since) >= total * (1 - cfg.chat_reserve):

@@ -29,8 +29,8 @@ CatchUp = Literal["skip", "once", "all"]
 Outcome = Literal["baseline", "unchanged", "quiet", "told", "failed", "capped", "missed"]
 _COLUMNS = (
     "id, user_id, chat_id, chat_kind, label, source, condition, recurrence, catch_up, "
-    "daily_tokens, state, next_run, seen, fail_streak, failing_told, capped_day, created_at, "
-    "updated_at, created_by"
+    "daily_tokens, state, next_run, seen, fail_streak, failing_told, capped_day, "
+    "cap_lifted_day, created_at, updated_at, created_by"
 )
 _NAMES = _COLUMNS.split(", ")
 
@@ -52,6 +52,8 @@ class Watch(BaseModel):
     fail_streak: int
     failing_told: bool
     capped_day: str | None
+    # The day the owner resumed it over a cap: its own caps (and all watches') let it go on.
+    cap_lifted_day: str | None = None
     created_at: float
     updated_at: float
     created_by: str
@@ -164,12 +166,14 @@ def set_state(conn: Any, w: Watch, state: State, now: float, *, by: str) -> Watc
         ).fetchall():
             durable.request_cancel(conn, instance_id, now)
         next_run = None
+    lifted = utc_day(now) if state == "active" and w.capped_day else w.cap_lifted_day
     conn.execute(
         "UPDATE watches SET state = ?, next_run = ?, capped_day = CASE WHEN ? = 'active' "
-        "THEN NULL ELSE capped_day END, updated_at = ? WHERE id = ?",
-        (state, next_run, state, now, w.id),
+        "THEN NULL ELSE capped_day END, cap_lifted_day = ?, updated_at = ? WHERE id = ?",
+        (state, next_run, state, lifted, now, w.id),
     )
-    updated = w.model_copy(update={"state": state, "next_run": next_run, "updated_at": now})
+    changed = {"state": state, "next_run": next_run, "updated_at": now, "cap_lifted_day": lifted}
+    updated = w.model_copy(update=changed)
     if state == "active" and w.state == "paused":
         due = w.recurrence.next_after(now)
         if due is not None:
