@@ -120,6 +120,17 @@ class Stack:
     def cards_so_far(self) -> int:
         return len(self.sent(OWNER))
 
+    def result_of(self, use_id: str) -> dict[str, Any]:
+        """The tool result the model was given for `use_id`."""
+        return next(
+            b
+            for r in self.llm.requests
+            for m in r["body"]["messages"]
+            if isinstance(m["content"], list)
+            for b in m["content"]
+            if b.get("type") == "tool_result" and b.get("tool_use_id") == use_id
+        )
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
@@ -257,14 +268,7 @@ def test_a_failed_fetch_taints_its_turn_for_its_error_may_quote_the_server(stack
     assert "collect-a-pin-4711" in card["plain_text"]
     stack.press(card, 0, 1)  # Deny
     stack.answer(FAILED, "F done.")
-    failed = next(
-        b
-        for r in stack.llm.requests
-        for m in r["body"]["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("tool_use_id") == "toolu_x1"
-    )
+    failed = stack.result_of("toolu_x1")
     assert failed.get("is_error") and "SYSTEM-NOTE" in json.dumps(failed)
     assert "/collect-a-pin-4711" not in stack.evil.requests
 
@@ -294,15 +298,7 @@ def test_an_allowed_host_is_no_redirect_to_anywhere_and_holds_for_its_chat_and_u
     stack.answer(REDIRECTED, "Redirect done.")
     assert stack.site.requests.count("/go") == bounced + 1  # the allowed host ran unasked…
     assert "/collect-redirected" not in stack.evil.requests  # …its redirect did not leave it
-    results = [
-        b
-        for r in stack.llm.requests
-        for m in r["body"]["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("tool_use_id") == "toolu_r3"
-    ]
-    assert results and "another server" in json.dumps(results[0])
+    assert "another server" in json.dumps(stack.result_of("toolu_r3"))
 
     # The same host in another user's chat: the rule is not theirs, the fetch asks.
     stack.site.page("/redir-other", "<p>Other.</p>")
@@ -489,12 +485,5 @@ def test_file_tools_are_off_in_groups(stack: Stack) -> None:
         group, OWNER, "@fake_bot group-files: what is in my folder?", chat_type="group"
     )
     stack.answer(group, "Listed.")
-    result = next(
-        b
-        for r in stack.llm.requests
-        for m in r["body"]["messages"]
-        if isinstance(m["content"], list)
-        for b in m["content"]
-        if b.get("type") == "tool_result" and b["tool_use_id"] == "toolu_g1"
-    )
+    result = stack.result_of("toolu_g1")
     assert result["is_error"] and "do not work in group chats" in str(result["content"])
