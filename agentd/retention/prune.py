@@ -21,7 +21,7 @@ BACKUP_KEY = "backup_running"  # kv row the CLI holds while `agentd backup` copi
 BACKUP_STALE_SECONDS = 6 * 3600  # a backup marker this old belongs to a process that died
 DAILY_STEP = "(daily total)"
 Part = Literal[
-    "workflows", "updates", "audit", "usage", "messages", "media", "watch_checks", "schedule_runs"
+    "workflows", "updates", "audit", "usage", "messages", "watch_checks", "schedule_runs", "media"
 ]
 PARTS: tuple[Part, ...] = (
     "workflows",
@@ -29,10 +29,12 @@ PARTS: tuple[Part, ...] = (
     "audit",
     "usage",
     "messages",
-    "media",
     "watch_checks",
     "schedule_runs",
+    "media",
 )
+# Parts added once daily runs were journaled: the workflow prunes them after its vacuum step.
+LATE_PARTS: tuple[Part, ...] = ("media",)
 # Per watch and schedule, the newest rows `agentd watch|schedule show` lists stay at any age.
 KEEP_LAST_RUNS = 50
 FORECAST_DAYS = 7  # a watch's cost forecast measures its checks of the last week

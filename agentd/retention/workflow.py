@@ -67,20 +67,27 @@ def make_retention_workflow(
     """`sweeps`: what other capabilities keep outside the database and purge daily too (the
     workspace trash), each one journaled step."""
 
+    async def prune_part(step: Step, part: str, now: float) -> int:
+        removed = 0
+        for n in range(1, MAX_BATCHES_PER_PART + 1):
+            count = await step.do(f"prune:{part}#{n}", prune_one_batch, db, cfg, part, now)
+            removed += count
+            if count == 0:
+                break
+        return removed
+
     @workflow(RETENTION_WORKFLOW)
     async def prune(step: Step, inp: PruneInput) -> PruneOutput:
         now = await step.do("now", read_clock, clock)  # one cutoff per run, even on resume
         removed: dict[str, int] = {}
-        for part in retention.PARTS:
-            removed[part] = 0
-            for n in range(1, MAX_BATCHES_PER_PART + 1):
-                count = await step.do(f"prune:{part}#{n}", prune_one_batch, db, cfg, part, now)
-                removed[part] += count
-                if count == 0:
-                    break
+        for part in [p for p in retention.PARTS if p not in retention.LATE_PARTS]:
+            removed[part] = await prune_part(step, part, now)
+        skipped = await step.do("vacuum", vacuum_if_due, db, cfg, now)
+        # After the vacuum step: a run journaled before these came replays unchanged.
+        for part in retention.LATE_PARTS:
+            removed[part] = await prune_part(step, part, now)
         for name, sweep in (sweeps or {}).items():
             removed[name] = await step.do(f"sweep:{name}", sweep_files, sweep, now)
-        skipped = await step.do("vacuum", vacuum_if_due, db, cfg, now)
         log.info("retention done", extra={"removed": removed, "vacuum_skipped": skipped})
         return PruneOutput(removed=removed, vacuumed=skipped is None, vacuum_skipped=skipped)
 
