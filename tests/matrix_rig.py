@@ -82,6 +82,13 @@ class MatrixRig:
     def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
         return self.daemon.query(sql, params)
 
+    def wait_first_sync(self) -> None:
+        """Until the daemon stored its first sync: what is written before that is a fresh
+        database's past, never answered (intake's rule), so a test that writes at once after
+        the start would race it."""
+        sql = "SELECT 1 FROM kv WHERE key = 'matrix_since'"
+        wait_for(lambda: self.query(sql), 60, "the first sync stored")
+
 
 @contextmanager
 def matrix_rig(
