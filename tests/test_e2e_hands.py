@@ -364,6 +364,38 @@ def test_cancelling_a_background_job_kills_its_tree(stack: Stack) -> None:
     )
 
 
+def test_no_more_background_jobs_than_the_cap_run_at_once(stack: Stack) -> None:
+    """Each job holds an engine slot and its memory for up to an hour: past
+    `max_background_jobs` (2) a further one is refused, the running ones named, and nothing
+    of it runs; once one is stopped, a new one starts."""
+    marker = f"45.{int(time.time()) % 1000}"
+    jobs = []
+    for n in range(3):
+        before = len(stack.cards())
+        stack.turn(shell(f"sleep {marker}{n}", f"t_cap{n}", background=True), "Done.")
+        stack.press(stack.wait_card(before + 1), 0, 0)
+        jobs.append(stack.tool_result(f"t_cap{n}")["content"])
+    assert all(j.startswith("Started in the background as job job-") for j in jobs[:2])
+    running = [j.split(" job ")[1].split(".")[0] for j in jobs[:2]]
+    assert jobs[2].startswith("Not started: 2 background jobs are running")
+    assert all(job in jobs[2] for job in running)
+    stack.tg.wait_until(lambda: alive(f"sleep\x00{marker}1"), 30, "the second job running")
+    assert not alive(f"sleep\x00{marker}2")
+    sql = "SELECT COUNT(*) FROM workflow_instances WHERE workflow = 'shell-background'"
+    count = stack.daemon.query(sql)[0][0]
+    stack.daemon.cli("workflows", "cancel", running[0])
+    before = len(stack.cards())
+    stack.turn(shell(f"sleep {marker}3", "t_cap3", background=True), "Done.")
+    stack.press(stack.wait_card(before + 1), 0, 0)
+    assert stack.tool_result("t_cap3")["content"].startswith("Started in the background")
+    assert stack.daemon.query(sql)[0][0] == count + 1
+    for job in stack.daemon.query(
+        "SELECT id FROM workflow_instances WHERE workflow = 'shell-background' "
+        "AND status IN ('queued', 'running')"
+    ):
+        stack.daemon.cli("workflows", "cancel", job[0])
+
+
 def test_limits_and_no_network_through_the_daemon(tmp_path: Path) -> None:
     import socket
     import threading

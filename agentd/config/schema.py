@@ -438,6 +438,9 @@ class ShellConfig(_Section):
     background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
 
 
+    # Background jobs running at once, all chats together (more are refused): each holds an
+    # engine slot ([engine] concurrency) and its memory_mb for as long as it runs.
+    max_background_jobs: int = Field(default=2, ge=1, le=64)
 class WebConfig(_Section):
     """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
 

@@ -4,7 +4,9 @@ The turn approves the command as usual, starts the job and answers at once; the 
 command as an at-most-once step (with `background_wall_seconds`) under the starting call's id,
 then sends the user a notice with how it ended, by the one send path (chat/delivery.py). A
 crash during the command ends the job with "outcome unknown" (never a second run); `agentd
-workflows cancel <job>` kills its process tree.
+workflows cancel <job>` kills its process tree. At most `max_background_jobs` run at once:
+each holds one of the engine's slots and its command's memory for up to an hour, so more
+would starve the chat of slots and the server of memory the cards never added up.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from pydantic import BaseModel
 from agentd.chat.delivery import deliver_text
 from agentd.chat.inputs import Place
 from agentd.chat.outbox import Outbox
-from agentd.durable import OutcomeUnknown, Step, Workflow, workflow
+from agentd.db import Database
+from agentd.durable import Engine, OutcomeUnknown, Step, Workflow, store, workflow
 from agentd.hands.shell import ShellArgs, ShellDeps, run_command
-from agentd.tools.base import ToolContext, ToolError
+from agentd.tools.base import ToolContext, ToolError, ToolRefused
 
 BACKGROUND_WORKFLOW = "shell-background"
 
@@ -96,8 +99,20 @@ def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, Job
     return job
 
 
-def job_starter(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[str]]:
-    """What the shell tool calls for `background: true`: start the job, answer at once."""
+def running_jobs(conn: Any) -> list[str]:
+    marks = ",".join("?" * len(store.OPEN_STATUSES))
+    rows = conn.execute(
+        f"SELECT id FROM workflow_instances WHERE workflow = ? AND status IN ({marks}) "
+        "ORDER BY seq",
+        (BACKGROUND_WORKFLOW, *store.OPEN_STATUSES),
+    )
+    return [str(r[0]) for r in rows]
+
+
+def job_starter(engine: Engine, db: Database, limit: int) -> Callable[..., Awaitable[str]]:
+    """What the shell tool calls for `background: true`: start the job, answer at once; refused
+    while `limit` jobs run (counted and started in one transaction, so two calls at once
+    cannot both take the last place)."""
 
     async def start_job(ctx: ToolContext, args: ShellArgs, approval: str) -> str:
         jid = job_id(ctx)
@@ -109,7 +124,25 @@ def job_starter(start: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable
             approval=approval,
             call_id=ctx.tool_use_id,
         )
-        await start(BACKGROUND_WORKFLOW, inp, instance_id=jid, key=jid)
+
+        def start(conn: Any) -> list[str]:
+            if store.find_instance(conn, jid) is not None:
+                return []  # started already: a replayed call
+            running = running_jobs(conn)
+            if len(running) >= limit:
+                return running
+            engine.prepare_start(conn, BACKGROUND_WORKFLOW, inp, instance_id=jid, key=jid)
+            return []
+
+        running = await db.write(start)
+        if running:
+            raise ToolRefused(
+                f"Not started: {len(running)} background jobs are running "
+                f"({', '.join(running)}; [tools.shell] max_background_jobs = {limit}). Tell "
+                "the user; once one ends, or is stopped with `agentd workflows cancel JOB`, "
+                "it can start."
+            )
+        engine.kick(jid)
         return (
             f"Started in the background as job {jid}. The user gets a notice when it ends; "
             f"`agentd workflows cancel {jid}` stops it."

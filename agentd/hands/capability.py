@@ -36,7 +36,9 @@ async def _build(ctx: Context) -> Contribution:
         ctx.db,
         chat_progress(ctx.outbox),
         redact=ctx.redactor,
-        start_background=job_starter(ctx.engine.start),
+        start_background=job_starter(
+            ctx.engine, ctx.db, ctx.config.tools.shell.max_background_jobs
+        ),
     )
     if problem:
         log.warning("tool problem", extra={"source": "shell", "problem": problem})
