@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from agentd.config import RetentionConfig
+from agentd.channels import kept_tables
+from agentd.config import Config, RetentionConfig
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, Step, store, workflow
 from agentd.hands.files import Workspaces
@@ -18,6 +19,7 @@ from agentd.ledger import audit, usage
 from agentd.llm.types import Usage
 from agentd.memory import history
 from agentd.retention import prune as retention
+from agentd.retention.prune import prune_table
 from agentd.retention.workflow import (
     RETENTION_WORKFLOW,
     PruneInput,
@@ -29,6 +31,7 @@ from agentd.retention.workflow import (
 DAY = 86400.0
 T0 = 1_780_000_000.0  # the simulated "now"
 CFG = RetentionConfig(batch_size=10)
+TABLES = kept_tables(Config())  # every channel's own: Telegram's update records among them
 
 
 def journal(conn: Any, iid: str, at: float, status: str, update_id: int) -> None:
@@ -98,23 +101,28 @@ async def seeded(db: Database) -> Database:
 
 
 async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
-    planned = await seeded.read(retention.plan, CFG, T0)
+    planned = await seeded.read(retention.plan, CFG, T0, TABLES)
     # Updates 1, 2, 3 and 6 are over 7 days old; 4 and 5 started workflows that are still open.
     assert planned.counts == {
         "workflows": 2,
-        "updates": 4,
         "audit": 25,
         "usage": 0,
         "messages": 0,
         "media": 0,
         "watch_checks": 0,
         "schedule_runs": 0,
+        "updates": 4,
+        "matrix_events": 0,
+        "webchat_messages": 0,
     }
 
 
 async def test_prune_keeps_open_workflows_and_what_they_need(seeded: Database) -> None:
     for part in retention.PARTS:
         while await seeded.write(retention.prune_batch, CFG, part, T0):
+            pass
+    for table in TABLES:
+        while await seeded.write(prune_table, CFG, table, T0):
             pass
 
     def check(conn: Any) -> None:
@@ -140,7 +148,7 @@ async def test_prune_keeps_open_workflows_and_what_they_need(seeded: Database) -
         assert rows(conn, "SELECT COUNT(*) FROM messages") == 1  # history is kept by default
 
     await seeded.read(check)
-    assert (await seeded.read(retention.plan, CFG, T0)).total == 0
+    assert (await seeded.read(retention.plan, CFG, T0, TABLES)).total == 0
 
 
 async def test_usage_detail_is_folded_per_day_and_totals_stay_exact(db: Database) -> None:
@@ -342,7 +350,7 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
     await db.write(fill)
     clock = FakeClock(start=T0)
     engine = Engine(db, clock=clock, poll_interval=0.02)
-    engine.register(make_retention_workflow(db, CFG, clock))
+    engine.register(make_retention_workflow(db, CFG, clock, tables=TABLES))
     engine.register(sleeper)
     await engine.run()
     try:
@@ -359,13 +367,15 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
         out = PruneOutput.model_validate_json(done.output or "{}")
         assert out.removed == {
             "workflows": 1,
-            "updates": 1,
             "audit": 25,
             "usage": 0,
             "messages": 0,
             "media": 0,
             "watch_checks": 0,
             "schedule_runs": 0,
+            "updates": 1,
+            "matrix_events": 0,
+            "webchat_messages": 0,
         }
         # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
         steps = await db.read(store.load_steps, iid)
@@ -379,6 +389,7 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
         # agentd left unfinished replays as it was journaled.
         names = [s.name for _, s in sorted(steps.items())]
         assert names.index("vacuum") < names.index("prune:media#1")
+        assert names.index("prune:media#1") < names.index("prune:updates#1")
         reminder = await db.read(store.get_instance, "reminder")
         assert reminder.status == "sleeping"
         assert await db.read(lambda c: rows(c, "SELECT COUNT(*) FROM updates")) == 1
@@ -393,12 +404,13 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
 
     from typer.testing import CliRunner
 
+    from agentd.channels import migrations
     from agentd.cli.app import app
     from agentd.db import open_sync
     from agentd.db.migrations import apply_migrations
 
     conn = open_sync(tmp_path / "agentd.db")
-    apply_migrations(conn)
+    apply_migrations(conn, migrations())  # as the daemon leaves it: the channels' tables too
     now = time.time()
     journal(conn, "old-done", now - 40 * DAY, "complete", 1)
     journal(conn, "old-waiting", now - 40 * DAY, "waiting", 2)
@@ -414,13 +426,63 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
     real = runner.invoke(app, ["prune", "--json"])
     assert json.loads(real.output)["removed"] == {
         "workflows": 1,
-        "updates": 1,
         "audit": 0,
         "usage": 0,
         "messages": 0,
         "media": 0,
         "watch_checks": 0,
         "schedule_runs": 0,
+        "updates": 1,
+        "matrix_events": 0,
+        "webchat_messages": 0,
     }
     table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})
     assert "workflows" in table.output and "for ever" in table.output  # messages are kept
+
+
+async def test_a_run_journaled_when_update_records_were_a_core_part_replays_as_it_was(
+    db: Database,
+) -> None:
+    """Older code pruned Telegram's update records second, right after the journals; a run
+    it left unfinished resumes on the path it journaled, and nothing is pruned twice."""
+    iid = instance_id(T0)
+
+    def old_journal(conn: Any) -> None:
+        journal(conn, "old-done", T0 - 40 * DAY, "complete", 1)
+        store.insert_instance(
+            conn,
+            instance_id=iid,
+            workflow=RETENTION_WORKFLOW,
+            key=RETENTION_WORKFLOW,
+            input_json=PruneInput(day=iid[10:]).model_dump_json(),
+            now=T0,
+        )
+        done = [("now", str(T0)), ("prune:workflows#1", "1"), ("prune:workflows#2", "0")]
+        for ordinal, (name, result) in enumerate([*done, ("prune:updates#1", "1")], start=1):
+            store.begin_step(conn, iid, ordinal, name, "do", T0, attempt=1)
+            store.finish_step(conn, iid, ordinal, T0, status="complete", result=result)
+        conn.execute("DELETE FROM workflow_instances WHERE id = 'old-done'")
+        conn.execute("DELETE FROM updates")  # what the journaled steps removed
+
+    await db.write(old_journal)
+    clock = FakeClock(start=T0)
+    engine = Engine(db, clock=clock, poll_interval=0.02)
+    engine.register(make_retention_workflow(db, CFG, clock, tables=TABLES))
+    await engine.run()
+    try:
+        done = await engine.wait_for(iid, timeout=30)
+    finally:
+        await engine.shutdown(grace=0.2)
+    assert done.status == "complete", done.error
+    removed = PruneOutput.model_validate_json(done.output or "{}").removed
+    assert removed["workflows"] == 1 and removed["updates"] == 1
+    steps = await db.read(store.load_steps, iid)
+    names = [s.name for _, s in sorted(steps.items())]
+    assert names[:5] == [
+        "now",
+        "prune:workflows#1",
+        "prune:workflows#2",
+        "prune:updates#1",
+        "prune:updates#2",
+    ]
+    assert names.count("prune:updates#1") == 1 and "prune:matrix_events#1" in names

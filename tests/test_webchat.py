@@ -5,6 +5,7 @@ owner without `[webchat]` loads none of it."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from agentd.db import Database
 from agentd.webchat import store
 from agentd.webchat.channel import NEEDS_DASHBOARD, WebChatChannel
 from agentd.webchat.ids import CHAT_ID
-from agentd.webchat.outbox import Hub, WebOutbox, inline_type, split_text
+from agentd.webchat.outbox import Hub, WebOutbox, inline_type, keep_file, split_text
 
 
 def _outbox(db: Database, tmp_path: Path) -> WebOutbox:
@@ -189,8 +190,20 @@ def test_the_dashboard_names_no_channel() -> None:
 
 
 async def test_the_transcript_follows_the_history_retention(db: Database, tmp_path: Path) -> None:
-    """With `[retention] message_days`, older messages of the page go, in short writes, and a
-    file goes with the last message that named it."""
+    """With `[retention] message_days`, the daily run prunes the page's older messages (the
+    channel's own table, declared through the channel door), in short writes, and a file goes
+    with the last message that named it, unless the same file was sent again meanwhile."""
+    import os
+
+    from agentd.channels import kept_tables
+    from agentd.durable import Engine, FakeClock
+    from agentd.retention.workflow import (
+        RETENTION_WORKFLOW,
+        PruneInput,
+        PruneOutput,
+        instance_id,
+        make_retention_workflow,
+    )
     from agentd.webchat.channel import OpenWebChat
 
     config = Config.model_validate(
@@ -201,18 +214,38 @@ async def test_the_transcript_follows_the_history_retention(db: Database, tmp_pa
     )
     chat = OpenWebChat(config)
     chat.workflows(db)
-    source = tmp_path / "old.csv"
-    source.write_bytes(b"old\n")
-    await chat.outbox.send_document(CHAT_ID, str(source), "old.csv")
+    for name in ("old.csv", "again.csv"):
+        source = tmp_path / name
+        source.write_bytes(name.encode())
+        await chat.outbox.send_document(CHAT_ID, str(source), name)
     for n in range(25):
         await chat.outbox.send_text(CHAT_ID, f"old {n}")
     await db.write(lambda c: c.execute("UPDATE webchat_messages SET created_at = 0"))
+    files = chat.outbox.files_dir
+    for kept in files.iterdir():
+        os.utime(kept, (0, 0))  # written as long ago as their messages
     await chat.outbox.send_text(CHAT_ID, "new")
-    [digest] = [p.name for p in chat.outbox.files_dir.iterdir()]
-    await chat._prune(db)
+    # The same file sent again: kept anew before its message is written (it is not, here).
+    keep_file(str(tmp_path / "again.csv"), files)
+    clock = FakeClock(start=10 * 86400.0)
+    engine = Engine(db, clock=clock, poll_interval=0.02)
+    tables = kept_tables(config)
+    engine.register(make_retention_workflow(db, config.retention, clock, tables=tables))
+    await engine.run()
+    try:
+        iid = instance_id(clock.now())
+        await engine.start(
+            RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid, key=RETENTION_WORKFLOW
+        )
+        done = await engine.wait_for(iid, timeout=30)
+    finally:
+        await engine.shutdown(grace=0.2)
+    assert done.status == "complete", done.error
+    assert PruneOutput.model_validate_json(done.output or "{}").removed["webchat_messages"] == 27
     left = await db.read(lambda c: c.execute("SELECT text FROM webchat_messages").fetchall())
     assert [r[0] for r in left] == ["new"]
-    assert not (chat.outbox.files_dir / digest).exists()
+    again = hashlib.sha256(b"again.csv").hexdigest()
+    assert [p.name for p in files.iterdir()] == [again]
 
 
 def test_the_outbox_takes_what_the_contract_passes() -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.chat.channel import Channel
+from agentd.chat.kept import KeptTable
 from agentd.config import Config, Section, config_model
 from agentd.config import load_config as load_core_config
 from agentd.db.migrations import MIGRATIONS, Migration
@@ -64,6 +65,12 @@ def migrations() -> list[Migration | tuple[str, str]]:
     for c in channels():
         found.extend(c.migrations)
     return found
+
+
+def kept_tables(config: Config) -> list[KeptTable]:
+    """Every channel's own tables retention keeps short, configured or not: rows from when a
+    channel was on still age out after it is turned off."""
+    return [table for c in channels() for table in c.kept(config)]
 
 
 def packages() -> list[str]:

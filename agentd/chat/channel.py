@@ -17,6 +17,10 @@ loop over that list; none of them names a network. The contract, in the order a 
 - `migrations`: its own tables, a list of `db.migrations.Migration` named in its own set
   (`matrix/…`), applied after the core's and recorded like them (a step the core list
   applied before the channel owned it names it in `formerly`, and is not run again).
+- `kept(config)`: its own tables retention keeps short (`chat.kept.KeptTable`: what
+  its intake took, by `[retention] update_days`; its own transcript, by `message_days`),
+  pruned in the daily run and by `agentd prune` with the core's parts, configured or not
+  (rows from when it was on still age out).
 - `enabled(config)`: whether it is configured; a channel that is not is never imported
   beyond this module (its network library included).
 - `secret_names(config)` / `secret_values(config)` / `checks(config, probe)`: what the
@@ -65,6 +69,7 @@ if TYPE_CHECKING:
 
     from agentd.chat.busy import BusyMode
     from agentd.chat.inputs import CallbackPress, TurnInput
+    from agentd.chat.kept import KeptTable
     from agentd.chat.outbox import Outbox
     from agentd.config import Config, SecretSource
     from agentd.config.sections import Section
@@ -236,6 +241,8 @@ class Channel(Protocol):
     migrations: Sequence[Migration]
 
     def enabled(self, config: Config) -> bool: ...
+
+    def kept(self, config: Config) -> list[KeptTable]: ...
 
     def secret_names(self, config: Config) -> list[str]: ...
 

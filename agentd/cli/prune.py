@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from collections.abc import Callable
+from functools import partial
+from typing import Annotated, Any
 
 import typer
 
@@ -31,20 +33,33 @@ def prune(
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
-    """Delete what the retention settings call old: journals and runs, updates, audit, usage."""
+    """Delete what the retention settings call old: journals and runs, the channels' intake
+    records, audit, usage detail (and history, with `message_days` set)."""
+    from agentd.channels import kept_tables
     from agentd.retention import prune as retention
 
     cfg = config_or_exit(config)
     now = time.time()
+    tables = kept_tables(cfg)
+    batches: dict[str, Callable[[Any], int]] = {
+        **{
+            p: partial(retention.prune_batch, cfg=cfg.retention, part=p, now=now)
+            for p in retention.PARTS
+        },
+        **{
+            t.part: partial(retention.prune_table, cfg=cfg.retention, table=t, now=now)
+            for t in tables
+        },
+    }
     with database(cfg, write=not dry_run) as conn:
-        planned = retention.plan(conn, cfg.retention, now)
-        removed = dict.fromkeys(retention.PARTS, 0)
+        planned = retention.plan(conn, cfg.retention, now, tables)
+        removed = dict.fromkeys(batches, 0)
         vacuum_note: str | None = "dry run" if dry_run else None
         if not dry_run:
-            for part in retention.PARTS:
+            for part, batch in batches.items():
                 while True:
                     with transaction(conn):  # one short batch at a time: the daemon keeps going
-                        count = retention.prune_batch(conn, cfg.retention, part, now)
+                        count = batch(conn)
                     removed[part] += count
                     if count == 0:
                         break
@@ -61,8 +76,8 @@ def prune(
         print_json(data)
         return
     table = new_table("part", "keep (days)", "would go" if dry_run else "removed")
-    days = retention.keep_days(cfg.retention)
-    for part in retention.PARTS:
+    days = retention.keep_days(cfg.retention) | {t.part: t.days(cfg.retention) for t in tables}
+    for part in batches:
         kept = f"{days[part]:g}" if days[part] else "for ever"
         table.add_row(part, kept, str(planned.counts[part] if dry_run else removed[part]))
     print_table(table)

@@ -228,7 +228,9 @@ class RetentionConfig(_Section):
 
     enabled: bool = True  # the daemon prunes once a day (UTC) as a durable workflow
     workflow_days: float = Field(default=30, ge=0)  # finished journals, checks and runs
-    update_days: float = Field(default=7, ge=0)  # `updates` rows (Telegram redelivers < 24 h)
+    # What each channel's intake took (Telegram's updates, Matrix's events); Telegram
+    # redelivers an update for at most 24 h.
+    update_days: float = Field(default=7, ge=0)
     audit_days: float = Field(default=365, ge=0)
     usage_detail_days: float = Field(default=90, ge=0)  # then one row per day, chat and model
     message_days: float = Field(default=0, ge=0)  # conversation history (0: kept)
@@ -436,11 +438,11 @@ class ShellConfig(_Section):
     progress_after: float = Field(default=5.0, ge=0)
     # Wall time of a command left running in the background (its own durable workflow).
     background_wall_seconds: float = Field(default=3600.0, gt=0, le=7 * 86_400)
-
-
     # Background jobs running at once, all chats together (more are refused): each holds an
     # engine slot ([engine] concurrency) and its memory_mb for as long as it runs.
     max_background_jobs: int = Field(default=2, ge=1, le=64)
+
+
 class WebConfig(_Section):
     """`[web]`: the web_search tool (R-WEB-1); no provider, no tool."""
 

@@ -11,7 +11,7 @@ from typing import Any
 from agentd.access import owners
 from agentd.agent.deps import TurnDeps
 from agentd.agent.turn import make_turn_workflow
-from agentd.channels import migrations
+from agentd.channels import kept_tables, migrations
 from agentd.chat.channel import Opened
 from agentd.chat.notice import make_notice_workflow
 from agentd.commands import chat as chat_commands
@@ -126,7 +126,8 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     )
     engine.register(make_turn_workflow(deps))
     sweeps = {name: sweep for part in parts for name, sweep in part.sweeps.items()}
-    engine.register(make_retention_workflow(db, config.retention, core.clock, sweeps))
+    kept = kept_tables(config)
+    engine.register(make_retention_workflow(db, config.retention, core.clock, sweeps, kept))
     # Parked and failed runs, held skills: notices, to a user where [access] notices says.
     engine.register(make_notice_workflow(db, core.outbox, prefer=config.access.notices))
     for one in channels:

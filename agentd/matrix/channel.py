@@ -24,6 +24,7 @@ from agentd.chat.channel import (
     StoppedDuringStartUp,
     block_start,
 )
+from agentd.chat.kept import KeptTable, intake_records
 from agentd.config import Config, read_secret
 from agentd.matrix.config import SECTION, settings
 from agentd.matrix.ids import BLOCK
@@ -179,6 +180,12 @@ class MatrixChannel:
 
     def enabled(self, config: Config) -> bool:
         return settings(config) is not None
+
+    def kept(self, config: Config) -> list[KeptTable]:
+        """The events intake took: a sync never gives one twice past its token, so a record
+        is needed only while its turn may be replayed (an edit of an older message is then
+        no edit)."""
+        return [intake_records("matrix_events", "matrix_events")]
 
     def secret_names(self, config: Config) -> list[str]:
         cfg = settings(config)

@@ -34,6 +34,21 @@ def local_id(conn: Any, kind: Kind, mxid: str, room_id: str | None = None) -> in
     return BASE + int(found[0])
 
 
+def sent_id(conn: Any, event_id: str, room_id: str) -> int:
+    """The integer of an event agentd sent, marked as the bot's (call inside a write)."""
+    local = local_id(conn, "event", event_id, room_id)
+    conn.execute("UPDATE matrix_ids SET sent = 1 WHERE n = ?", (local - BASE,))
+    return local
+
+
+def sent_by_bot(conn: Any, event_id: str) -> bool:
+    """Whether agentd sent this event (read only)."""
+    row = conn.execute(
+        "SELECT sent FROM matrix_ids WHERE kind = 'event' AND mxid = ?", (event_id,)
+    ).fetchone()
+    return row is not None and bool(row[0])
+
+
 def known_id(conn: Any, kind: Kind, mxid: str) -> int | None:
     """The integer `mxid` already has, or None (read only)."""
     row = conn.execute("SELECT n FROM matrix_ids WHERE kind = ? AND mxid = ?", (kind, mxid))

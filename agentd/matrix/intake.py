@@ -295,14 +295,11 @@ def _tell_of_gap(
 
 
 def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
-    """A reply to one of the bot's messages (an event agentd sent, not one it took in)."""
+    """A reply to one of the bot's messages (an event agentd sent)."""
     relates = _obj(event.get("content")).get("m.relates_to")
     reply = relates.get("m.in_reply_to") if isinstance(relates, dict) else None
     target = reply.get("event_id") if isinstance(reply, dict) else None
-    if not isinstance(target, str) or ids.known_id(conn, "event", target) is None:
-        return False
-    taken = conn.execute("SELECT 1 FROM matrix_events WHERE event_id = ?", (target,)).fetchone()
-    return taken is None
+    return isinstance(target, str) and ids.sent_by_bot(conn, target)
 
 
 def _reply_context(conn: Any, event: dict[str, Any]) -> ReplyContext | None:

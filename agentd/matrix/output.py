@@ -125,7 +125,7 @@ class MatrixOutbox:
         return SendFailed(f"the homeserver refused the {what}: {exc}")
 
     async def _local(self, room_id: str, event_id: str) -> int:
-        return await self._db.write(ids.local_id, "event", event_id, room_id)
+        return await self._db.write(ids.sent_id, event_id, room_id)
 
     async def _reply(self, reply_to: int | None) -> dict[str, Any]:
         if not reply_to:

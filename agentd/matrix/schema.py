@@ -58,7 +58,18 @@ CREATE TABLE matrix_drafts (
 """
 
 
+# Which events agentd sent, said when it sends them: a reply to one is a reply to the bot.
+# Until now that was read from the event being no one intake took, which stops holding once
+# retention prunes what intake took; events already known are marked by that reading.
+SENT = """
+ALTER TABLE matrix_ids ADD COLUMN sent INTEGER NOT NULL DEFAULT 0;
+UPDATE matrix_ids SET sent = 1 WHERE kind = 'event'
+    AND mxid NOT IN (SELECT event_id FROM matrix_events);
+"""
+
+
 MIGRATIONS = [
     Migration("matrix/m001_tables", TABLES, formerly="m040_matrix"),
     Migration("matrix/m002_drafts", DRAFTS, formerly="m042_matrix_drafts"),
+    Migration("matrix/m003_sent", SENT),
 ]

@@ -1,18 +1,21 @@
-"""Retention: old journals, update records, audit and usage detail go; history stays.
+"""Retention: old journals, audit and usage detail go; history stays.
 
 Every prune is a short batch (one transaction of at most `batch_size` rows), so the daemon's
 single writer is never held long enough to delay a turn. Only *finished* workflow instances
-are removed, and an update record is kept while the instance it started is open: nothing a
-running, waiting or sleeping workflow needs is ever deleted.
+are removed: nothing a running, waiting or sleeping workflow needs is ever deleted. The
+channels' own tables (what their intake took) are declared by each channel
+(`chat.kept`) and pruned beside these parts.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentd.chat.kept import KeptTable
 from agentd.config import RetentionConfig
 from agentd.durable import store
 
@@ -20,12 +23,9 @@ DAY = 86400.0
 BACKUP_KEY = "backup_running"  # kv row the CLI holds while `agentd backup` copies the file
 BACKUP_STALE_SECONDS = 6 * 3600  # a backup marker this old belongs to a process that died
 DAILY_STEP = "(daily total)"
-Part = Literal[
-    "workflows", "updates", "audit", "usage", "messages", "watch_checks", "schedule_runs", "media"
-]
+Part = Literal["workflows", "audit", "usage", "messages", "watch_checks", "schedule_runs", "media"]
 PARTS: tuple[Part, ...] = (
     "workflows",
-    "updates",
     "audit",
     "usage",
     "messages",
@@ -58,7 +58,6 @@ def keep_days(cfg: RetentionConfig) -> dict[str, float]:
     """How many days each part is kept (0: for ever)."""
     return {
         "workflows": cfg.workflow_days,
-        "updates": cfg.update_days,
         "audit": cfg.audit_days,
         "usage": cfg.usage_detail_days,
         "messages": cfg.message_days,
@@ -96,8 +95,6 @@ _OLD_RUNS = (
 _COUNT = {
     "workflows": f"SELECT COUNT(*) FROM workflow_instances WHERE status IN {_FINAL} "
     "AND finished_at IS NOT NULL AND finished_at < ?",
-    "updates": "SELECT COUNT(*) FROM updates WHERE received_at < ? AND (instance_id IS NULL OR "
-    f"instance_id NOT IN (SELECT id FROM workflow_instances WHERE status IN {_OPEN}))",
     "audit": "SELECT COUNT(*) FROM audit WHERE at < ?",
     "usage": "SELECT COUNT(*) FROM llm_usage WHERE at < ? AND step IS NOT '(daily total)'",
     "messages": "SELECT COUNT(*) FROM messages WHERE created_at < ?",
@@ -108,13 +105,19 @@ _COUNT = {
 }
 
 
-def plan(conn: Any, cfg: RetentionConfig, now: float) -> PrunePlan:
-    """What a prune at `now` would remove (for `agentd prune --dry-run`)."""
+def plan(
+    conn: Any, cfg: RetentionConfig, now: float, tables: Sequence[KeptTable] = ()
+) -> PrunePlan:
+    """What a prune at `now` would remove (for `agentd prune --dry-run`), the channels' own
+    `tables` included."""
     limits = cutoffs(cfg, now)
     counts = {
         part: (conn.execute(_COUNT[part], (cut,)).fetchone()[0] if cut is not None else 0)
         for part, cut in limits.items()
     }
+    for table in tables:
+        counts[table.part] = count_table(conn, cfg, table, now)
+        limits[table.part] = table.cutoff(cfg, now)
     return PrunePlan(counts=counts, cutoffs=limits)
 
 
@@ -132,15 +135,6 @@ def _prune_workflows(conn: Any, cut: float, batch: int) -> int:
         conn.execute("DELETE FROM workflow_events WHERE instance_id = ?", (iid,))
         conn.execute(f"DELETE FROM workflow_instances WHERE id = ? AND status IN {_FINAL}", (iid,))
     return len(ids)
-
-
-def _prune_updates(conn: Any, cut: float, batch: int) -> int:
-    return conn.execute(
-        "DELETE FROM updates WHERE rowid IN (SELECT rowid FROM updates WHERE received_at < ? "
-        "AND (instance_id IS NULL OR instance_id NOT IN "
-        f"(SELECT id FROM workflow_instances WHERE status IN {_OPEN})) LIMIT ?)",
-        (cut, batch),
-    ).rowcount
 
 
 def _prune_audit(conn: Any, cut: float, batch: int) -> int:
@@ -215,7 +209,6 @@ def _fold_usage(conn: Any, cut: float, batch: int) -> int:
 
 _PRUNE = {
     "workflows": _prune_workflows,
-    "updates": _prune_updates,
     "audit": _prune_audit,
     "usage": _fold_usage,
     "messages": _prune_messages,
@@ -261,3 +254,14 @@ def vacuum_due(conn: Any, cfg: RetentionConfig, now: float) -> str | None:
     if backup_running(conn, now):
         return "a backup is running"
     return None
+
+
+def prune_table(conn: Any, cfg: RetentionConfig, table: KeptTable, now: float) -> int:
+    """One short batch of a channel's table (inside a write transaction); 0 when none left."""
+    cut = table.cutoff(cfg, now)
+    return 0 if cut is None else table.prune(conn, cut, cfg.batch_size)
+
+
+def count_table(conn: Any, cfg: RetentionConfig, table: KeptTable, now: float) -> int:
+    cut = table.cutoff(cfg, now)
+    return 0 if cut is None else table.count(conn, cut)

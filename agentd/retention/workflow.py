@@ -6,12 +6,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from agentd.chat.kept import KeptTable
 from agentd.config import RetentionConfig
 from agentd.db import Database
 from agentd.durable import Clock, Step, Workflow, workflow
@@ -20,6 +21,7 @@ from agentd.retention import prune as retention
 log = logging.getLogger("agentd.retention")
 RETENTION_WORKFLOW = "retention"
 MAX_BATCHES_PER_PART = 200  # a big backlog is worked off over several runs, not one huge journal
+OLD_SECOND = "updates"  # the part runs journaled by older code pruned right after the journals
 
 
 class PruneInput(BaseModel):
@@ -44,6 +46,12 @@ async def prune_one_batch(db: Database, cfg: RetentionConfig, part: str, now: fl
     return await db.write(retention.prune_batch, cfg, part, now)
 
 
+async def prune_table_batch(
+    db: Database, cfg: RetentionConfig, table: KeptTable, now: float
+) -> int:
+    return await db.write(retention.prune_table, cfg, table, now)
+
+
 async def vacuum_if_due(db: Database, cfg: RetentionConfig, now: float) -> str | None:
     """VACUUM when much of the file is free and no backup is copying it; else say why not."""
     reason = await db.read(retention.vacuum_due, cfg, now)
@@ -62,15 +70,19 @@ async def sweep_files(sweep: Sweep, now: float) -> int:
 
 
 def make_retention_workflow(
-    db: Database, cfg: RetentionConfig, clock: Clock, sweeps: Mapping[str, Sweep] | None = None
+    db: Database,
+    cfg: RetentionConfig,
+    clock: Clock,
+    sweeps: Mapping[str, Sweep] | None = None,
+    tables: Sequence[KeptTable] = (),
 ) -> Workflow[PruneInput, PruneOutput]:
-    """`sweeps`: what other capabilities keep outside the database and purge daily too (the
-    workspace trash), each one journaled step."""
+    """`sweeps`: what capabilities keep outside the database and purge daily too (the
+    workspace trash), each one journaled step; `tables`: the channels' own tables."""
 
-    async def prune_part(step: Step, part: str, now: float) -> int:
+    async def batches(step: Step, part: str, fn: Callable[..., Awaitable[int]], *args: Any) -> int:
         removed = 0
         for n in range(1, MAX_BATCHES_PER_PART + 1):
-            count = await step.do(f"prune:{part}#{n}", prune_one_batch, db, cfg, part, now)
+            count = await step.do(f"prune:{part}#{n}", fn, db, cfg, *args)
             removed += count
             if count == 0:
                 break
@@ -80,14 +92,24 @@ def make_retention_workflow(
     async def prune(step: Step, inp: PruneInput) -> PruneOutput:
         now = await step.do("now", read_clock, clock)  # one cutoff per run, even on resume
         removed: dict[str, int] = {}
+        left = list(tables)
         for part in [p for p in retention.PARTS if p not in retention.LATE_PARTS]:
-            removed[part] = await prune_part(step, part, now)
+            removed[part] = await batches(step, part, prune_one_batch, part, now)
+            # A run journaled when Telegram's update records were a core part, second.
+            old = [t for t in left if t.part == OLD_SECOND]
+            if part == "workflows" and old and step.journaled_next() == f"prune:{OLD_SECOND}#1":
+                removed[OLD_SECOND] = await batches(
+                    step, OLD_SECOND, prune_table_batch, old[0], now
+                )
+                left.remove(old[0])
         skipped = await step.do("vacuum", vacuum_if_due, db, cfg, now)
         # After the vacuum step: a run journaled before these came replays unchanged.
         for part in retention.LATE_PARTS:
-            removed[part] = await prune_part(step, part, now)
+            removed[part] = await batches(step, part, prune_one_batch, part, now)
         for name, sweep in (sweeps or {}).items():
             removed[name] = await step.do(f"sweep:{name}", sweep_files, sweep, now)
+        for table in left:
+            removed[table.part] = await batches(step, table.part, prune_table_batch, table, now)
         log.info("retention done", extra={"removed": removed, "vacuum_skipped": skipped})
         return PruneOutput(removed=removed, vacuumed=skipped is None, vacuum_skipped=skipped)
 

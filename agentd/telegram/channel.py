@@ -27,6 +27,7 @@ from agentd.chat.channel import (
     StoppedDuringStartUp,
     id_block,
 )
+from agentd.chat.kept import KeptTable, intake_records
 from agentd.config import Config
 from agentd.runtime import sdnotify
 from agentd.runtime.gc_pause import pausing
@@ -191,6 +192,10 @@ class TelegramChannel:
         """On when its token is set (with no channel on at all, it is opened anyway, to say
         which key is missing)."""
         return bot_token(config) is not None
+
+    def kept(self, config: Config) -> list[KeptTable]:
+        """Its update records (the core's `updates` table, older than the channel door)."""
+        return [intake_records("updates", "updates")]
 
     def secret_names(self, config: Config) -> list[str]:
         return [settings(config).token_env]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import time
 from typing import Any
 
 from agentd.access import owners
@@ -22,15 +20,15 @@ from agentd.chat.channel import (
     Intake,
     WebPages,
 )
+from agentd.chat.kept import KeptTable
 from agentd.config import Config
 from agentd.webchat import ids
 from agentd.webchat.config import SECTION, settings
 from agentd.webchat.schema import MIGRATIONS
 
-log = logging.getLogger("agentd.webchat")
 NAME = ids.NAME
 PROGRESS_SECONDS = 5.0
-PRUNE_SECONDS = 86400.0
+FILES_DIR = "webchat-files"  # beside the database: the files the agent sent to the page
 NEEDS_DASHBOARD = (
     "[webchat] enabled needs the dashboard it is a page of: set [dashboard] enabled = true "
     "(docs/dashboard.md)"
@@ -48,7 +46,7 @@ class OpenWebChat:  # built in `open`: aiohttp and jinja2 load only with [webcha
 
         self.config = config
         hub = Hub()
-        files_dir = config.db_path.parent / "webchat-files"
+        files_dir = config.db_path.parent / FILES_DIR
         self.outbox = WebOutbox(hub, files_dir)
         owner = owners.resolve(config.access).owner_id
         self.site = ChatSite(hub=hub, owner_id=owner, files_dir=files_dir)
@@ -67,37 +65,14 @@ class OpenWebChat:  # built in `open`: aiohttp and jinja2 load only with [webcha
         self.site.intake = intake
 
         async def run() -> None:
-            # Requests are served by the dashboard's server; this task is the intake's life,
-            # feeds the watchdog as a polling channel's loop does, and prunes once a day.
-            next_prune = 0.0
+            # Requests are served by the dashboard's server; this task is the intake's life
+            # and feeds the watchdog as a polling channel's loop does.
             while not self._stop.is_set():
                 intake.on_progress()
-                if time.monotonic() >= next_prune:
-                    next_prune = time.monotonic() + PRUNE_SECONDS
-                    await self._prune(intake.db)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._stop.wait(), PROGRESS_SECONDS)
 
         return asyncio.create_task(run(), name="webchat")
-
-    async def _prune(self, db: Any) -> None:
-        """The page's transcript follows `[retention] message_days`, as the history does:
-        older messages go, in short writes, and the files none of the rest names."""
-        from agentd.webchat import store
-
-        kept = self.config.retention
-        if not kept.enabled or kept.message_days <= 0:
-            return
-        before = time.time() - kept.message_days * 86400
-        try:
-            while True:
-                count, files = await db.write(store.prune, before, kept.batch_size)
-                for digest in files:
-                    (self.outbox.files_dir / digest).unlink(missing_ok=True)
-                if count < kept.batch_size:
-                    return
-        except Exception:  # tried again tomorrow; the chat itself is not affected
-            log.exception("pruning the web chat failed")
 
     async def publish_menu(
         self, everyone: list[tuple[str, str]], owner: list[tuple[str, str]], owner_id: int | None
@@ -121,6 +96,13 @@ class WebChatChannel:
 
     def enabled(self, config: Config) -> bool:
         return settings(config).enabled
+
+    def kept(self, config: Config) -> list[KeptTable]:
+        """The page's transcript follows `[retention] message_days`, as the history does,
+        with the files none of the rest names."""
+        from agentd.webchat.kept import kept_transcript
+
+        return [kept_transcript(config.db_path.parent / FILES_DIR)]
 
     def secret_names(self, config: Config) -> list[str]:
         return []  # signed in through the dashboard's login: nothing of its own

@@ -81,7 +81,9 @@ def keep_file(path: str, directory: Path) -> str:
     digest = hashlib.sha256(data).hexdigest()
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = directory / digest
-    if not target.exists():
+    if target.exists():
+        os.utime(target)  # kept again: the daily prune leaves a file touched since its cutoff
+    else:
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=".part-")
         with os.fdopen(fd, "wb") as out:
             out.write(data)

@@ -211,22 +211,3 @@ def file_of(conn: Any, message_id: int) -> tuple[str, str] | None:
         (message_id,),
     ).fetchone()
     return None if row is None else (str(row[0]), str(row[1]))
-
-
-def prune(conn: Any, before: float, batch: int) -> tuple[int, list[str]]:
-    """Delete up to `batch` messages written before `before`; (how many, the hashes of files
-    no message names any more)."""
-    rows = conn.execute(
-        "SELECT id, file_sha256 FROM webchat_messages WHERE created_at < ? ORDER BY id LIMIT ?",
-        (before, batch),
-    ).fetchall()
-    conn.executemany("DELETE FROM webchat_messages WHERE id = ?", [(r[0],) for r in rows])
-    files = {r[1] for r in rows if r[1] is not None}
-    named = {
-        r[0]
-        for d in files
-        for r in conn.execute(
-            "SELECT file_sha256 FROM webchat_messages WHERE file_sha256 = ? LIMIT 1", (d,)
-        )
-    }
-    return len(rows), sorted(files - named)
