@@ -6,6 +6,7 @@ import logging
 import subprocess
 from pathlib import Path
 
+from agentd.channels import load_config
 from agentd.config import Config, Secrets
 from agentd.daemon.startup import configured_secrets
 from agentd.runtime.logs import JsonFormatter, Redactor
@@ -76,6 +77,35 @@ def test_every_configured_secret_is_collected(tmp_path: Path) -> None:
         )
     )
     assert "secret" not in line.replace("[REDACTED]", "") and line.count("[REDACTED]") == 3
+
+
+def test_each_model_providers_key_is_collected(tmp_path: Path) -> None:
+    """An OpenAI-compatible provider's key (OpenRouter's, say) is hidden like Anthropic's."""
+    config = tmp_path / "agentd.toml"
+    config.write_text(
+        """
+[llm]
+model = "router/some-model"
+[llm.providers.router]
+kind = "openai"
+base_url = "https://openrouter.example/api/v1"
+api_key_env = "OPENROUTER_API_KEY"
+[llm.providers.local]
+kind = "openai"
+base_url = "http://127.0.0.1:8080/v1"
+[llm.providers.gateway]
+kind = "anthropic"
+base_url = "https://gateway.example"
+api_key_env = "GATEWAY_KEY"
+"""
+    )
+    (tmp_path / "agentd.env").write_text("GATEWAY_KEY=gw-key-from-the-secrets-file\n")
+    (tmp_path / "agentd.env").chmod(0o600)
+    env = {"OPENROUTER_API_KEY": "sk-or-v1-provider-key-0123"}
+    loaded = load_config(config, env)
+    found = configured_secrets(loaded, env)
+    assert {"sk-or-v1-provider-key-0123", "gw-key-from-the-secrets-file"} <= set(found)
+    assert "" not in found
 
 
 def test_the_secrets_file_is_ignored_by_git(tmp_path: Path) -> None:

@@ -50,10 +50,12 @@ def capabilities() -> list[Capability]:
 
 
 def secret_values(config: Config, source: SecretSource) -> list[str]:
-    """Every secret the configuration names, read through the one reader: the model's key,
-    each channel's, then each capability's (what the redactor hides)."""
+    """Every secret the configuration names, read through the one reader: the model's key and
+    each `[llm.providers.*]` one, each channel's, then each capability's (what the redactor
+    hides)."""
     key = config.secrets.anthropic_api_key
     found = [key.get_secret_value()] if key is not None else []
+    found += [read_secret(p.api_key_env, source) for p in config.llm.providers.values()]
     for channel in channels():
         found += [read_secret(name, source) for name in channel.secret_names(config)]
         found += channel.secret_values(config)
