@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
@@ -153,7 +154,7 @@ def _describe(
         if _variable(key, from_env) is None and err["type"] == "extra_forbidden":
             messages.append(_unknown_key(err, key, config))
     if not messages:
-        return _first_error(errors[0], source, from_env)
+        return _first_error(errors[0], source, from_env, config)
     where = f"{source}: " if source else ""
     return where + "; ".join(messages)
 
@@ -165,24 +166,51 @@ def _variable(key: str, from_env: dict[str, str]) -> str | None:
     )
 
 
-def _first_error(err: Any, source: Path | None, from_env: dict[str, str]) -> str:
+# Where the config file itself holds secrets: an MCP server's env values and headers.
+_SECRET_TABLES = {"env", "headers"}
+# A key named like a secret: its value is not echoed unless the schema declares the key (the
+# declared ones that match are variable names, `*_env`, or counts, `max_tokens`).
+_SECRET_NAME = re.compile(r"token|secret|passw|api_?key|private_?key|auth|credential|cookie", re.I)
+
+
+def _got(err: Any, config: type[Config]) -> str:
+    """What the key was given, in a form safe to print (stderr is the journal under systemd):
+    a scalar as it is; a table or a list by its shape, as either may hold secrets (an MCP
+    server's entry holds its env and headers); nothing under a place that holds secrets."""
+    loc = tuple(err["loc"])
+    names = [str(part) for part in loc]
+    if names[:2] == ["tools", "mcp"] and _SECRET_TABLES & set(names[3:]):
+        return " (the value is not shown: it may be a secret)"
+    if loc and _SECRET_NAME.search(names[-1]) and names[-1] not in _keys_at(loc[:-1], config):
+        return " (the value is not shown: it may be a secret)"
+    value = err.get("input")
+    if isinstance(value, dict):
+        keys = ", ".join(sorted(map(str, value))) or "none"
+        shown = "the table has" if err["type"] == "missing" else "got a table with keys"
+        return f" ({shown} {keys})"
+    if isinstance(value, list | tuple):
+        return f" (got a list of {len(value)})"
+    return f" (got {value!r})"
+
+
+def _first_error(
+    err: Any, source: Path | None, from_env: dict[str, str], config: type[Config]
+) -> str:
     key = ".".join(str(p) for p in err["loc"]) or "(top level)"
     variable = _variable(key, from_env)
+    got = _got(err, config)
     if variable is not None:
         if err["type"] == "extra_forbidden":
             return (
                 f"environment variable {variable}: {key} is not a config key; see "
                 "config.example.toml for the keys that exist"
             )
-        return (
-            f"environment variable {variable}: {key}: {err['msg']} (got {err.get('input')!r}); "
-            f"{ENV_SYNTAX}"
-        )
+        return f"environment variable {variable}: {key}: {err['msg']}{got}; {ENV_SYNTAX}"
     where = f"{source}: " if source else ""
     message = str(err["msg"]).removeprefix("Value error, ")
     if message.startswith(f"{key}."):  # a section's check that names its own key
         return f"{where}{message}"
-    return f"{where}{key}: {err['msg']} (got {err.get('input')!r})"
+    return f"{where}{key}: {err['msg']}{got}"
 
 
 def load_config(
