@@ -1,0 +1,45 @@
+"""Automations that use a secret listed in `[automations] secrets` the way real API clients
+do, and fail with an error that quotes it escaped (tests/test_e2e_secrets.py)."""
+
+from __future__ import annotations
+
+import aiohttp
+from pydantic import BaseModel
+
+from agentd.automations import AutoStep, workflow
+from agentd.durable.step import Retry
+
+ONCE = Retry(limit=1, delay=0.01)
+
+
+class Target(BaseModel):
+    url: str = ""
+
+
+class Done(BaseModel):
+    ok: bool
+
+
+async def _lookup(url: str, token: str) -> bool:
+    """A token as a query parameter: aiohttp percent-encodes it, and a refused call's error
+    names the URL."""
+    async with aiohttp.ClientSession() as http, http.get(url, params={"token": token}) as resp:
+        resp.raise_for_status()
+        return True
+
+
+@workflow("secret_in_query", input=Target, output=Done)
+async def secret_in_query(step: AutoStep, inp: Target) -> Done:
+    ok = await step.do("lookup", _lookup, inp.url, step.secret("TEST_QUERY_TOKEN"), retry=ONCE)
+    return Done(ok=ok)
+
+
+async def _login(password: str) -> bool:
+    """A client library whose refusal quotes what it was given (the repr of its argument)."""
+    raise PermissionError(f"login refused for password={password!r}")
+
+
+@workflow("secret_in_repr", input=Target, output=Done)
+async def secret_in_repr(step: AutoStep, inp: Target) -> Done:
+    ok = await step.do("login", _login, step.secret("TEST_PASSWORD"), retry=ONCE)
+    return Done(ok=ok)
