@@ -6,6 +6,8 @@ import logging
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from agentd.channels import load_config
 from agentd.config import Config, Secrets
 from agentd.daemon.startup import configured_secrets
@@ -116,3 +118,19 @@ def test_the_secrets_file_is_ignored_by_git(tmp_path: Path) -> None:
             text=True,
         )
         assert checked.returncode == 0, f"{name} is not ignored by git"
+
+
+def test_doctor_warns_of_a_secret_too_short_to_redact(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentd.cli.ops import _doctor_short_secrets
+
+    config = Config.model_validate({"web": {"provider": "tavily", "api_key_env": "TAVILY_KEY"}})
+    config.secrets = Secrets(anthropic_api_key="sk-ant-long-enough")
+    results: list[dict[str, object]] = []
+    monkeypatch.setenv("TAVILY_KEY", "tavily-key-long-enough")
+    _doctor_short_secrets(config, results)
+    assert results == []
+    monkeypatch.setenv("TAVILY_KEY", "abc12")
+    _doctor_short_secrets(config, results)
+    [check] = results
+    assert check["ok"] and check["warn"] and "abc12" not in str(check["detail"])
+    assert "1 configured secret(s) shorter than 6 characters" in str(check["detail"])

@@ -315,6 +315,21 @@ def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:
     for cap in capabilities():
         for check in cap.checks(cfg, probe):
             _check(check.name, check.ok, check.detail, results, warn=check.warn)
+    _doctor_short_secrets(cfg, results)
+
+
+def _doctor_short_secrets(cfg: Config, results: list[dict[str, object]]) -> None:
+    """The redactor leaves values too short to be told from words in the log: say so."""
+    from agentd.daemon.startup import configured_secrets
+    from agentd.runtime.logs import MIN_SECRET_LENGTH
+
+    short = {s for s in configured_secrets(cfg) if len(s) < MIN_SECRET_LENGTH}
+    if short:
+        detail = (
+            f"{len(short)} configured secret(s) shorter than {MIN_SECRET_LENGTH} characters, "
+            "which the logs do not redact: use a longer password or key"
+        )
+        _check("secrets", True, detail, results, warn=True)
 
 
 def _read_quietly(cfg: Config, fn: Callable[[Any], Any]) -> Any:
