@@ -13,13 +13,13 @@ from urllib.parse import quote, quote_plus
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 
-
-_UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")
 # Shorter values would blank out common words all over the log.
 MIN_SECRET_LENGTH = 6
 # What an HTTP client leaves unencoded around a value: nothing, a path's "/", and the
 # sub-delimiters yarl (aiohttp's URLs) keeps in a query value and in a path segment.
 _URL_SAFE = ("", "/", "/?:@!$'()*,~", "/:@!$&'()*+,;=~")
+# What no URL encoding, repr() or JSON escapes: every form of a secret holds these runs as is.
+_UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")
 
 
 def _escapes(text: str) -> set[str]:
