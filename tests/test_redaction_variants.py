@@ -133,3 +133,11 @@ def test_an_object_in_a_json_line_is_redacted_as_text() -> None:
     assert entry["holder"] == "holder of [REDACTED]"
     text = TextFormatter(Redactor(["k-123456"])).format(record)
     assert "k-123456" not in text
+
+
+def test_a_number_valued_extra_holding_a_secret_is_redacted_too() -> None:
+    """A PIN configured as a secret, logged as a number: no string field holds it, the line
+    does."""
+    record = logging.makeLogRecord({"msg": "checked", "pin": 47114711})
+    line = JsonFormatter(Redactor(["47114711"])).format(record)
+    assert "47114711" not in line and json.loads(line)["pin"] == "[REDACTED]"

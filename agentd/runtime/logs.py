@@ -105,6 +105,10 @@ class JsonFormatter(logging.Formatter):
             }
         if isinstance(value, list | tuple):
             return [self._scrub(v) for v in value]
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            said = str(value)  # a PIN configured as a secret, logged as a number
+            hidden = self._redact(said)
+            return hidden if hidden != said else value
         return value
 
 
