@@ -18,6 +18,8 @@ from tests.daemon_process import REPO_ROOT, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 
 APPROVAL_TIMEOUT = 4.0
+# Handed to the echo server by pass_env; it prints it on its stderr, as a chatty server would.
+MCP_TOKEN = "mcp-e2e-token-5f0c1e2d3b4a"
 USERS = list(range(100, 130))
 CONFIG = f"""
 [tools]
@@ -29,6 +31,7 @@ name = "echo"
 command = "{sys.executable}"
 args = ["{REPO_ROOT / "tests" / "mcp_servers" / "echo_server.py"}"]
 risk = "low"
+pass_env = ["ECHO_TOKEN"]
 
 [[tools.mcp]]
 name = "gone"
@@ -46,6 +49,7 @@ def tool_env(tmp: Path, tg: FakeTelegram, llm: FakeAnthropic, **extra: str) -> d
         AGENTD_ACCESS__ALLOWED_USER_IDS=str(USERS),
         # Each user approves their own calls here; test_e2e_trust.py covers who may approve.
         AGENTD_ACCESS__APPROVERS=str(USERS),
+        ECHO_TOKEN=MCP_TOKEN,
         **extra,
     )
     trust_echo(tmp, env)
@@ -112,6 +116,7 @@ def trust_echo(tmp: Path, env: dict[str, str]) -> None:
         conn.close()
     trusted = installer.cli("mcp", "trust", "echo", "--yes")
     assert trusted.returncode == 0, trusted.stderr
+    assert MCP_TOKEN not in trusted.stderr + trusted.stdout
 
 
 def script(stack: Stack, user: int, *replies: Any) -> None:
@@ -138,6 +143,14 @@ def test_broken_plugins_and_mcp_servers_are_reported_not_fatal(stack: Stack) -> 
     assert any("broken_plugin" in p for p in problems)
     assert any("gone" in p for p in problems)
     assert stack.daemon.proc is not None and stack.daemon.proc.poll() is None
+
+
+def test_an_mcp_servers_stderr_reaches_the_log_redacted(stack: Stack) -> None:
+    stack.daemon.wait_for_log("MCP server stderr")
+    log = stack.daemon.log()
+    said = [line for line in log.splitlines() if "MCP server stderr" in line]
+    assert any("access_token=[REDACTED]" in line and '"echo"' in line for line in said), said
+    assert MCP_TOKEN not in log
 
 
 def test_low_risk_tool_runs_and_its_result_reaches_the_model(stack: Stack) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import pytest
 
 from agentd.config import McpServerConfig, ToolsConfig
 from agentd.tools import McpServers, ToolContext, ToolRegistry, execute
-from agentd.tools.mcp import tool_name
+from agentd.tools.mcp import _STDERR_LINE, _STDERR_PER_MINUTE, _StderrLog, tool_name
 
 pytest.importorskip("mcp")
 
@@ -116,6 +117,41 @@ async def test_pass_env_and_missing_mcp_package(monkeypatch: pytest.MonkeyPatch)
     async with McpServers([config]) as mcp:
         assert mcp.tools == []
         assert "pip install 'agentd[mcp]'" in mcp.problems[0].message
+
+
+async def test_a_stdio_servers_stderr_is_logged_redacted_not_passed_through(
+    caplog: pytest.LogCaptureFixture, capfd: pytest.CaptureFixture[str]
+) -> None:
+    token = "mcp-token-5f0c1e2d3b4a"
+    caplog.set_level(logging.INFO, logger="agentd.tools.mcp")
+    config = stdio(pass_env=["ECHO_TOKEN"])
+    async with McpServers([config], environ={"ECHO_TOKEN": token}) as mcp:
+        assert len(mcp.tools) == 5
+    lines = [r for r in caplog.records if r.getMessage().startswith("MCP server stderr")]
+    assert [r.mcp_server for r in lines] == ["echo"]  # type: ignore[attr-defined]
+    assert "access_token=[REDACTED] -> 401" in lines[0].getMessage()
+    # Nothing reaches the daemon's own stderr (the journal) past the log.
+    assert token not in capfd.readouterr().err
+    assert all(token not in r.getMessage() for r in caplog.records)
+
+
+def test_stderr_lines_are_cut_after_redacting_and_capped_per_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="agentd.tools.mcp")
+    secret = "s3cret-value-0123456789"
+    sink = _StderrLog("chatty", [secret])
+    # The secret straddles the cut: redacted whole first, so no piece of it is left.
+    sink.line(("x" * (_STDERR_LINE - 5) + secret).encode(), 0.0)
+    first = caplog.records[0].getMessage()
+    assert "s3cr" not in first and first.endswith(" …")
+    for _ in range(_STDERR_PER_MINUTE + 10):
+        sink.line(b"again", 1.0)
+    sink.line(b"a minute later", 61.0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages.count("MCP server stderr: again") == _STDERR_PER_MINUTE - 1  # and the first
+    assert "MCP server stderr: 11 lines not logged (more than 120 a minute)" in messages
+    assert messages[-1] == "MCP server stderr: a minute later"
 
 
 def _free_port() -> int:

@@ -14,11 +14,12 @@ import json
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any, TextIO
 
 from agentd.config import Config, McpServerConfig
+from agentd.runtime.logs import Redactor
 from agentd.tools.base import (
     ArgsParser,
     InvalidArguments,
@@ -43,6 +44,14 @@ _MAX_PAGES = 100
 _MAX_DESCRIPTION = 2000
 # Time a server gets to shut down cleanly before its task is cancelled.
 _STOP_GRACE = 10.0
+# A stdio server's stderr is logged line by line: each line cut to this many characters, at
+# most this many lines a minute per server (the rest counted), so a chatty or looping server
+# cannot flood the journal; a line is read whole up to _STDERR_READ bytes before it is cut.
+_STDERR_LINE = 1000
+_STDERR_PER_MINUTE = 120
+_STDERR_READ = 64 * 1024
+# Time the reader gets to log what a stopped server wrote last before the pipe is closed.
+_STDERR_DRAIN = 2.0
 
 
 def tool_name(server: str, name: str) -> str:
@@ -110,6 +119,97 @@ def _result_text(result: CallToolResult) -> str:
     return "\n".join(parts) or "(no content)"
 
 
+class _StderrLog:
+    """Logs one server's stderr lines through this module's logger, capped in length and rate."""
+
+    def __init__(self, server: str, secrets: Iterable[str]) -> None:
+        self._server = server
+        # The values this server was handed: redacted before a line is cut, so a cut cannot
+        # leave a piece of one that the log's redactor no longer recognises.
+        self._redact = Redactor(secrets)
+        self._window: float | None = None  # when the current minute began
+        self._logged = 0
+        self._dropped = 0
+
+    def line(self, raw: bytes, now: float) -> None:
+        if self._window is None or now - self._window >= 60.0:
+            self.flush()
+            self._window, self._logged = now, 0
+        if self._logged >= _STDERR_PER_MINUTE:
+            self._dropped += 1
+            return
+        self._logged += 1
+        text = self._redact(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        if len(text) > _STDERR_LINE:
+            text = text[:_STDERR_LINE] + " …"
+        log.info("MCP server stderr: %s", text, extra={"mcp_server": self._server})
+
+    def flush(self) -> None:
+        if self._dropped:
+            log.warning(
+                "MCP server stderr: %d lines not logged (more than %d a minute)",
+                self._dropped,
+                _STDERR_PER_MINUTE,
+                extra={"mcp_server": self._server},
+            )
+            self._dropped = 0
+
+
+async def _read_lines(stream: asyncio.StreamReader, sink: _StderrLog) -> None:
+    loop = asyncio.get_running_loop()
+    buffer = b""
+    skipping = False  # the rest of a line longer than _STDERR_READ, already logged
+    try:
+        while chunk := await stream.read(_STDERR_READ):
+            buffer += chunk
+            while (end := buffer.find(b"\n")) >= 0:
+                if not skipping:
+                    sink.line(buffer[:end], loop.time())
+                skipping, buffer = False, buffer[end + 1 :]
+            if len(buffer) >= _STDERR_READ:
+                if not skipping:
+                    sink.line(buffer, loop.time())
+                skipping, buffer = True, b""
+        if buffer and not skipping:
+            sink.line(buffer, loop.time())
+    finally:
+        sink.flush()
+
+
+@asynccontextmanager
+async def _stderr_to_log(server: str, secrets: Iterable[str]) -> AsyncIterator[TextIO]:
+    """A file to give a stdio server as its stderr; what it writes there is logged.
+
+    Left to the SDK, the server would write to the daemon's own stderr (the journal) past the
+    log's redactor, and a server handed a token by `pass_env` may well print it.
+    """
+    read_fd, write_fd = os.pipe()
+    reading = os.fdopen(read_fd, "rb", buffering=0)
+    writing = os.fdopen(write_fd, "w")  # the SDK hands its fileno to the child
+    transport: asyncio.BaseTransport | None = None
+    task: asyncio.Task[None] | None = None
+    try:
+        stream = asyncio.StreamReader()
+        transport, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), reading
+        )
+        task = asyncio.create_task(
+            _read_lines(stream, _StderrLog(server, secrets)), name=f"mcp-stderr:{server}"
+        )
+        yield writing
+    finally:
+        # With our end closed and the server stopped, the reader comes to the pipe's end; a
+        # process the server left behind may hold it open, so the wait is bounded.
+        writing.close()
+        if task is not None:
+            await asyncio.wait({task}, timeout=_STDERR_DRAIN)
+            task.cancel()
+        if transport is not None:
+            transport.close()
+        else:
+            reading.close()
+
+
 class _Server:
     """One connected server, owned by its own task from connect to close."""
 
@@ -123,6 +223,7 @@ class _Server:
 
     async def _enter_client(self, stack: AsyncExitStack) -> Client:
         from mcp import Client, StdioServerParameters
+        from mcp.client.stdio import stdio_client
         from mcp.types import Implementation
 
         cfg = self.config
@@ -137,7 +238,9 @@ class _Server:
             params = StdioServerParameters(
                 command=cfg.command, args=cfg.args, env=env or None, cwd=cfg.cwd
             )
-            return await stack.enter_async_context(Client(params, client_info=info))
+            errlog = await stack.enter_async_context(_stderr_to_log(cfg.name, env.values()))
+            transport = stdio_client(params, errlog=errlog)
+            return await stack.enter_async_context(Client(transport, client_info=info))
 
         import httpx2
         from mcp.client.streamable_http import streamable_http_client

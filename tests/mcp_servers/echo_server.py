@@ -44,6 +44,10 @@ def crash() -> str:
 
 
 if __name__ == "__main__":
+    if token := os.environ.get("ECHO_TOKEN"):
+        # As many servers do: a setup line on stderr that quotes the token it was handed.
+        print(f"echo: GET https://api.example.com/me?access_token={token} -> 401", file=sys.stderr)
+        sys.stderr.flush()
     if sys.argv[1:2] == ["http"]:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
