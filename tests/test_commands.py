@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from agentd.access import pairing
 from agentd.agent.window import WindowRule, load_window
 from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.outbox import Button
@@ -65,6 +66,15 @@ def test_commands_are_recognised(router: CommandRouter, text: str, name: str, ar
     assert parsed is not None and (parsed.name, parsed.args) == (name, args)
     workflow, inp, key = router.route(turn(text)) or ("", None, "")
     assert (workflow, key) == ("command", command_key(7)) and inp == parsed
+
+
+def test_a_start_code_is_kept_only_as_its_digest(router: CommandRouter) -> None:
+    router.command("start", hello, keep_args=pairing.start_digest)
+    parsed = router.parse(turn("/start abcd-efgh"))
+    assert parsed is not None and parsed.args == pairing._hash("ABCDEFGH")
+    assert pairing.start_digest(parsed.args) == parsed.args  # a journaled digest stays one
+    for text in ("/start", "/start hello there", "/start abc"):
+        assert (router.parse(turn(text)) or parsed).args == ""
 
 
 @pytest.mark.parametrize(

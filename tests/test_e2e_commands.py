@@ -327,6 +327,10 @@ def test_pairing_right_wrong_expired_and_used_codes(stack: Stack) -> None:
     code = pair_code(stack)
     stack.tg.add_message(newcomer, newcomer, f"/start {code.lower()}")
     assert "You're paired" in stack.wait_sent(newcomer, 1)[0]["plain_text"]
+    # Codes are kept only as their sha256: the /start command's journaled input included.
+    assert (
+        stack.daemon.cells_holding(code) == stack.daemon.cells_holding(code.replace("-", "")) == []
+    )
     stack.tg.add_message(thief, thief, f"/start {code}")  # single use
     assert '"used"' in wait_audit(stack, "pairing_failed", thief)[0][0]
     stack.tg.add_message(newcomer, newcomer, f"u{newcomer}: hello, am I served?")
@@ -343,3 +347,21 @@ def test_pairing_right_wrong_expired_and_used_codes(stack: Stack) -> None:
     stack.tg.wait_until(lambda: stack.tg.confirmed_offset > update, 20, "acknowledged")
     rows = stack.daemon.query("SELECT outcome FROM updates WHERE update_id = ?", (update,))
     assert rows[0][0] == "reject" and len(stack.sent(newcomer)) == 2
+
+
+def test_a_code_sent_by_an_account_already_served_is_not_kept(stack: Stack) -> None:
+    # Not redeemed (a served account is not linked to someone else), so the code stays valid
+    # until it expires: the database must not hold it.
+    user, other = stack.user(), stack.user()
+    code = stack.daemon.cli_json("pair", "--no-wait", "--link", str(other))["code"]
+    reply = stack.command(user, f"/start {code}", 1)
+    assert reply.startswith("Hello!") and "paired" not in reply
+    stack.daemon.wait_idle(timeout=30)
+    assert (
+        stack.daemon.cells_holding(code) == stack.daemon.cells_holding(code.replace("-", "")) == []
+    )
+    rows = stack.daemon.query(
+        "SELECT input FROM workflow_instances WHERE workflow = 'command' AND input LIKE ?",
+        (f'%"user_id":{user}%',),
+    )
+    assert rows and '"name":"start"' in rows[0][0]

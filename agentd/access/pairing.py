@@ -23,6 +23,7 @@ from agentd.ledger import audit
 ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I/L: read off a screen, typed on a phone
 CODE_LENGTH = 8  # 31^8 ≈ 8.5e11 codes, valid for minutes: guessing is hopeless
 _START = re.compile(r"^/start(?:@\w+)?\s+([A-Za-z0-9-]{4,32})\s*$")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class PairResult(BaseModel):
@@ -68,6 +69,17 @@ def code_in(text: str) -> str | None:
     """The code of a `/start <code>` message, if it is one."""
     match = _START.match(text.strip())
     return match[1] if match else None
+
+
+def start_digest(args: str) -> str:
+    """What the `/start` command keeps of its argument: the code's sha256, as codes are stored,
+    or "" when it is no code. The command's input is journaled, and a code an account already
+    served sends is never redeemed, so in clear it would stay usable to whoever reads the
+    database. A digest given again is kept as it is."""
+    if _DIGEST.fullmatch(args):
+        return args
+    code = code_in(f"/start {args}")
+    return _hash(code) if code else ""
 
 
 def redeem(

@@ -170,15 +170,11 @@ async def stop_turns(deps: CommandDeps, turns: list[store.InstanceRecord]) -> Co
     return CommandReply(text=text)
 
 
-def _paired_by(conn: Any, code: str, user_id: int) -> bool:
-    """Whether this /start code is the one that paired this user, or linked an account to
-    them (not any text after /start)."""
-    found = pairing.code_in(f"/start {code}")
-    if found is None:
-        return False
+def _paired_by(conn: Any, digest: str, user_id: int) -> bool:
+    """Whether the /start code of this digest is the one that paired this user, or linked an
+    account to them."""
     row = conn.execute(
-        "SELECT used_by, link_user_id FROM pairing_codes WHERE code_hash = ?",
-        (pairing._hash(found),),
+        "SELECT used_by, link_user_id FROM pairing_codes WHERE code_hash = ?", (digest,)
     ).fetchone()
     return row is not None and row[0] is not None and user_id in (row[0], row[1])
 
@@ -328,7 +324,8 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
         return help_text(router, inp.user_id)
 
     async def start_command(inp: CommandInput) -> CommandReply:
-        paired = bool(inp.args) and await deps.db.read(_paired_by, inp.args, inp.user_id)
+        digest = pairing.start_digest(inp.args)  # the router kept no more of the code
+        paired = bool(digest) and await deps.db.read(_paired_by, digest, inp.user_id)
         greeting = "You're paired: I'll answer you here. " if paired else "Hello! "
         return CommandReply(text=greeting + help_text(router, inp.user_id).text)
 
@@ -340,7 +337,12 @@ def install(router: CommandRouter, deps: CommandDeps) -> None:
     router.command("status", bind(status_command), "Model, uptime, queue, approvals, tokens today")
     router.command("usage", bind(usage_command), "Tokens and estimated cost in this chat")
     router.command("language", bind(language_command), "The language I use for you, to change")
-    router.command("start", start_command, "Say hello (or pair with a code from `agentd pair`)")
+    router.command(
+        "start",
+        start_command,
+        "Say hello (or pair with a code from `agentd pair`)",
+        keep_args=pairing.start_digest,
+    )
     # Approve / Deny: only approvers decide, and only on the card itself (access/approvals.py).
     may_approve = owners.resolve(deps.config.access).may_approve
     router.callback("ap", approvals.callback_handler(may_approve))

@@ -10,6 +10,7 @@ transaction and returns the presser's answer. No aiogram here: intake stays plat
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -49,6 +50,9 @@ class Command:
     finish: FinishFn | None = None
     # Shown in the owner's /help and menu only; the command still checks who asks.
     owner_only: bool = False
+    # What the command's input keeps of its arguments (None: all): the input is journaled,
+    # so a secret given as an argument is reduced here, before anything stores it.
+    keep_args: Callable[[str], str] | None = None
 
 
 def _unknown_button(conn: Any, press: CallbackPress) -> str:
@@ -94,6 +98,7 @@ class CommandRouter:
         *,
         finish: FinishFn | None = None,
         owner_only: bool = False,
+        keep_args: Callable[[str], str] | None = None,
     ) -> None:
         if not re.fullmatch(r"[a-z0-9_]{1,32}", name):
             raise ValueError(f"command name {name!r}: use 1–32 of a-z, 0-9 and _")
@@ -102,7 +107,9 @@ class CommandRouter:
         text = description or next(iter((fn.__doc__ or "").strip().splitlines()), "")
         if not 1 <= len(text) <= 256:
             raise ValueError(f"command /{name}: give a description of 1–256 characters")
-        self.commands[name] = Command(fn=fn, description=text, finish=finish, owner_only=owner_only)
+        self.commands[name] = Command(
+            fn=fn, description=text, finish=finish, owner_only=owner_only, keep_args=keep_args
+        )
 
     def callback(self, prefix: str, fn: CallbackFn) -> None:
         self.callbacks[prefix] = fn
@@ -131,9 +138,14 @@ class CommandRouter:
         names = {n.lower() for n in self.bot_usernames}
         if match[2] and names and match[2].lower() not in names:
             return None  # "/help@other_bot" in a group is not for us
+        name = match[1].lower()
+        args = (match[3] or "").strip()[:4000]
+        known = self.commands.get(name)
+        if known is not None and known.keep_args is not None:
+            args = known.keep_args(args)
         return CommandInput(
-            name=match[1].lower(),
-            args=(match[3] or "").strip()[:4000],
+            name=name,
+            args=args,
             chat_id=turn.chat_id,
             chat_kind=turn.chat_kind,
             user_id=turn.user_id,
