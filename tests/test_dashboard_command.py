@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
+from agentd.chat.channel import WebPages
 from agentd.commands.router import CommandInput, CommandRouter
 from agentd.config import AccessConfig, Config, DashboardConfig
 from agentd.dashboard import capability
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock
 
-OWNER, OTHER, GROUP = 42, 43, -1001
+OWNER, OTHER, GROUP, PAGE = 42, 43, -1001, 2_000_001
 
 
 class Outbox:
@@ -41,7 +42,11 @@ def _config(enabled: bool) -> Config:
 
 
 def _ctx(db: Any, config: Config) -> Any:
-    return SimpleNamespace(config=config, db=db, stack=contextlib.AsyncExitStack())
+    # A channel's page behind the dashboard's login (the web chat) writes in chat PAGE.
+    page = WebPages(path="/chat", title="Chat", add=lambda app, csrf: None, chats=frozenset({PAGE}))
+    return SimpleNamespace(
+        config=config, db=db, stack=contextlib.AsyncExitStack(), shared={"web_pages": [page]}
+    )
 
 
 async def test_off_contributes_nothing(db: Database) -> None:
@@ -51,7 +56,13 @@ async def test_off_contributes_nothing(db: Database) -> None:
 
 @pytest.mark.parametrize(
     ("user", "chat", "answer"),
-    [(OWNER, OWNER, "link"), (OTHER, OTHER, capability.NOT_YOURS), (OWNER, GROUP, None)],
+    [
+        (OWNER, OWNER, "link"),
+        (OTHER, OTHER, capability.NOT_YOURS),
+        (OWNER, GROUP, None),
+        # Signed in already on that page, which keeps what it shows: the address, no link.
+        (OWNER, PAGE, capability.HERE.format(url="http://127.0.0.1:8799")),
+    ],
 )
 async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str | None) -> None:
     db = await Database.open(tmp_path / "c.db")

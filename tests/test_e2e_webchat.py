@@ -290,6 +290,27 @@ def test_a_repost_with_the_same_key_is_one_turn(stack: Stack) -> None:
     assert stack.rows("echo: once only, please") == [("agent", "echo: once only, please")]
 
 
+def test_dashboard_asked_on_the_page_is_a_plain_link_and_no_sign_in_is_stored(
+    stack: Stack,
+) -> None:
+    http = Http(stack.base)
+    session, csrf = _run(http.sign_in(stack.link()))
+
+    def logins() -> int:
+        return int(stack.daemon.query("SELECT COUNT(*) FROM dashboard_logins")[0][0])
+
+    before = logins()
+    fields = {"csrf": csrf, "key": secrets.token_hex(16), "text": "/dashboard"}
+    status, body = _run(http.post(session, "/chat/send", fields))
+    assert status == 200, body
+    # The page keeps what it shows: a one-time link there would be a live sign-in in the
+    # database. The owner is signed in already, so the answer is the dashboard's address.
+    stack.wait_answer(f"You're signed in to your dashboard here: {stack.base}")
+    stack.daemon.wait_idle()
+    assert logins() == before
+    assert stack.daemon.cells_holding("login?t=") == []
+
+
 @needs_chromium
 def test_a_post_whose_answer_was_lost_is_posted_again_as_the_same_message(
     stack: Stack, browser: Any

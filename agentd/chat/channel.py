@@ -263,11 +263,13 @@ class WebPages:
     middleware has already refused any request without a live session, any POST from another
     origin and any POST whose form lacks the session's `csrf` token; `csrf_of(request)` is that
     token, for the channel's own pages to put in their forms. `path` and `title` are its
-    entry in the dashboard's navigation."""
+    entry in the dashboard's navigation. `chats` are the chats written in on these pages: who
+    writes there is signed in to the dashboard already."""
 
     path: str
     title: str
     add: Callable[[Any, Callable[[Any], str]], None]
+    chats: frozenset[int] = frozenset()
 
 
 @dataclass

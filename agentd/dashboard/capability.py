@@ -34,6 +34,8 @@ SENT = (
     "Your dashboard — sign in once, within {minutes:g} min:\n{link}\n\n"
     "The link works once; ask /dashboard again for another."
 )
+# In a chat on a page behind the dashboard's login: the owner is signed in there already.
+HERE = "You're signed in to your dashboard here: {url}"
 
 
 @dataclass
@@ -56,9 +58,19 @@ class Dashboard:
             return CommandReply(text="")  # a group learns nothing, not even that it exists
         if not self._private_owner(inp):
             return CommandReply(text=NOT_YOURS)
+        if inp.chat_id in self._behind_login():
+            # No sign-in link where it is not needed: a chat on the dashboard's own pages (the
+            # web chat) keeps every message it shows in the database, where a live link
+            # would sign in whoever reads a backup.
+            url = self.ctx.config.dashboard.base_url(self.port)
+            return CommandReply(text=HERE.format(url=url))
         return CommandReply(
             text=SENT.format(minutes=self.ctx.config.dashboard.link_minutes, link=LINK)
         )
+
+    def _behind_login(self) -> frozenset[int]:
+        pages = self.ctx.shared.get("web_pages", [])
+        return frozenset(chat for page in pages for chat in page.chats)
 
     async def finish(self, inp: CommandInput, text: str) -> str:
         """Inside the send step: the link, made now (stored hashed) and never journaled."""

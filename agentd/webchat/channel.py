@@ -50,7 +50,9 @@ class OpenWebChat:  # built in `open`: aiohttp and jinja2 load only with [webcha
         self.outbox = WebOutbox(hub, files_dir)
         owner = owners.resolve(config.access).owner_id
         self.site = ChatSite(hub=hub, owner_id=owner, files_dir=files_dir)
-        self.web = WebPages(path="/chat", title="Chat", add=self.site.add)
+        self.web = WebPages(
+            path="/chat", title="Chat", add=self.site.add, chats=frozenset({ids.CHAT_ID})
+        )
         self._stop = asyncio.Event()
 
     def workflows(self, db: Any) -> list[Any]:
