@@ -487,3 +487,19 @@ def test_file_tools_are_off_in_groups(stack: Stack) -> None:
     stack.answer(group, "Listed.")
     result = stack.result_of("toolu_g1")
     assert result["is_error"] and "do not work in group chats" in str(result["content"])
+    # Refused on every call there, so not offered there: their schemas cost no tokens.
+    offered = [
+        {t["name"] for t in r["body"].get("tools", [])}
+        for r in stack.llm.requests
+        if any("group-files" in t for t in _texts(r["body"]))
+    ]
+    assert offered and not any({"list_files", "shell", "write_file"} & names for names in offered)
+    stack.script("private-files", ("", "Here."))
+    stack.tg.add_message(OWNER, OWNER, "private-files: and here?")
+    stack.answer(OWNER, "Here.")
+    private = [
+        {t["name"] for t in r["body"].get("tools", [])}
+        for r in stack.llm.requests
+        if any("private-files" in t for t in _texts(r["body"]))
+    ]
+    assert private and all({"list_files", "write_file"} <= names for names in private)

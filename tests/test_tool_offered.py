@@ -16,7 +16,7 @@ from agentd.agent.toolloop import current_prefix
 from agentd.config import Config
 from agentd.db import Database
 from agentd.skills import store
-from agentd.tools import ToolRegistry, tool
+from agentd.tools import OwnerOnly, ToolRegistry, Toolset, tool
 
 
 @tool(risk="low")
@@ -46,6 +46,10 @@ async def broken_read() -> str:
     return "ok"
 
 
+def _in(chat_id: int, user_id: int = 7, kind: str = "private") -> Any:
+    return SimpleNamespace(chat_id=chat_id, user_id=user_id, chat_kind=kind)
+
+
 def _deps(db: Database) -> Any:
     registry = ToolRegistry([everywhere, about_the_file, broken_read])
     return SimpleNamespace(
@@ -69,8 +73,8 @@ async def test_a_tool_is_offered_only_where_its_read_holds(
         )
     )
     with caplog.at_level(logging.WARNING, logger="agentd.agent"):
-        here = await current_prefix(deps, 7)
-        elsewhere = await current_prefix(deps, 8)
+        here = await current_prefix(deps, _in(7))
+        elsewhere = await current_prefix(deps, _in(8, 8))
     names = {t.name for t in here.request.tools}
     assert names == {"everywhere", "about_the_file", "broken_read"}
     assert {t.name for t in elsewhere.request.tools} == {"everywhere", "broken_read"}
@@ -81,8 +85,35 @@ async def test_a_tool_is_offered_only_where_its_read_holds(
     # A read that fails offers its tool, and says so.
     assert any(getattr(r, "tool", "") == "broken_read" for r in caplog.records)
     # Both variants are kept: the next call in each chat builds nothing.
-    assert await current_prefix(deps, 7) is here
-    assert await current_prefix(deps, 8) is elsewhere
+    assert await current_prefix(deps, _in(7)) is here
+    assert await current_prefix(deps, _in(8, 8)) is elsewhere
+
+
+async def test_a_tool_its_guard_refuses_here_is_not_offered(db: Database) -> None:
+    """The owner's mail in a group, or in a family member's private chat, is refused on every
+    call: it is not offered there either, its schema costing no tokens; the owner's own
+    private chat has it. A call to it is still refused where it is not offered."""
+    mail = Toolset(guard=OwnerOnly(owner_id=7, refusal="the owner's only"))
+
+    @mail.tool(risk="medium")
+    async def mail_read() -> str:
+        """Read the owner's mail."""
+        return "mail"
+
+    deps = _deps(db)
+    deps.registry = ToolRegistry([everywhere, *mail.tools()])
+
+    async def offered(where: Any) -> set[str]:
+        return {t.name for t in (await current_prefix(deps, where)).request.tools}
+
+    assert await offered(_in(7)) == {"everywhere", "mail_read"}
+    assert await offered(_in(-5, 7, "group")) == {"everywhere"}
+    assert await offered(_in(9, 9)) == {"everywhere"}
+    assert mail_read.guard is not None
+    from agentd.tools import ToolContext
+
+    there = ToolContext(chat_id=-5, user_id=7, instance_id="t", chat_kind="group")
+    assert mail_read.guard(there) == "the owner's only"
 
 
 def test_the_memo_rebuilds_when_a_tool_comes_or_goes() -> None:

@@ -11,7 +11,7 @@ import json
 import logging
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
@@ -40,13 +40,14 @@ from agentd.llm.types import (
     ToolUseBlock,
 )
 from agentd.tools import (
+    ToolContext,
     ToolOutcome,
     render_args,
 )
 from agentd.tools.citations import CitedSource, found_in
 
 if TYPE_CHECKING:
-    from agentd.chat.inputs import TurnInput
+    from agentd.chat.inputs import ChatKind, TurnInput
 
 log = logging.getLogger("agentd.agent")
 EMPTY_ANSWER = "(The model returned an empty answer.)"
@@ -126,19 +127,40 @@ def stable_prefix(
     )
 
 
-async def current_prefix(deps: TurnDeps, chat_id: int) -> StablePrefix:
+class Where(Protocol):
+    """Whom a model call serves: its chat, the chat's kind and the user (a turn's or a
+    task's input)."""
+
+    chat_id: int
+    user_id: int
+    chat_kind: ChatKind
+
+
+async def current_prefix(deps: TurnDeps, where: Where) -> StablePrefix:
     """The prefix for a call in this chat as of now: the enabled skills and the tools the chat
     is offered are read from the database (small reads)."""
     skills = await deps.skill_listing() if deps.skill_listing is not None else ()
-    return stable_prefix(deps, skills, await _withheld(deps, chat_id))
+    return stable_prefix(deps, skills, refused_here(deps, where) | await _withheld(deps, where))
 
 
-async def _withheld(deps: TurnDeps, chat_id: int) -> frozenset[str]:
+def refused_here(deps: TurnDeps, where: Where) -> frozenset[str]:
+    """The tools whose guard refuses whoever this call serves (the owner's mail in a group or
+    in someone else's chat): offering them would spend their schemas' tokens on a refusal."""
+    probe = ToolContext(
+        chat_id=where.chat_id, user_id=where.user_id, instance_id="", chat_kind=where.chat_kind
+    )
+    return frozenset(
+        t.name for t in deps.registry.tools() if t.guard is not None and t.guard(probe) is not None
+    )
+
+
+async def _withheld(deps: TurnDeps, where: Where) -> frozenset[str]:
     """The tools whose `offered` read does not hold in this chat (indexed lookups, so they run
     on the loop's own reader). A read that fails offers its tool: the call is checked anyway."""
     asking = [t for t in deps.registry.tools() if t.offered is not None]
     if not asking:
         return frozenset()
+    chat_id = where.chat_id
 
     def holds(conn: Any, tool: Any) -> bool:
         try:
@@ -205,7 +227,7 @@ async def call_llm(
     resumed one) stays on one model; the first call asks the chat's `/model` choice first.
     """
     zone = ZoneInfo(deps.config.agent.timezone)
-    prefix = await current_prefix(deps, inp.chat_id)
+    prefix = await current_prefix(deps, inp)
     purpose = turn_purpose(inp.schedule_id)
     if pin is None and purpose == "turn":  # a briefing keeps its own [llm.models] model
         pin = await for_turn(deps.db, deps.llm, inp.chat_id)

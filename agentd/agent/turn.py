@@ -266,12 +266,13 @@ JOURNALED_HISTORY = HistoryWindow | list[StoredMessage]
 
 
 async def load_history(
-    deps: TurnDeps, chat_id: int, before_id: int, read_now: list[list[tuple[str, str]]]
+    deps: TurnDeps, inp: TurnInput, before_id: int, read_now: list[list[tuple[str, str]]]
 ) -> HistoryWindow:
     """The chat's history window (agent/window.py); its start is kept when it moves. The
     messages read go into `read_now`, so a first run needs no second read."""
     cfg = deps.config.memory
-    fixed = (await current_prefix(deps, chat_id)).chars
+    chat_id = inp.chat_id
+    fixed = (await current_prefix(deps, inp)).chars
     rule = WindowRule(
         limit=cfg.history_limit,
         step=cfg.history_step,
@@ -293,7 +294,7 @@ async def load_history(
 
 
 async def history_for_prompt(
-    step: Step, deps: TurnDeps, chat_id: int, before_id: int
+    step: Step, deps: TurnDeps, inp: TurnInput, before_id: int
 ) -> tuple[list[tuple[str, str]], HistoryWindow]:
     """The history this turn's prompt starts with (as read by the step, or, when the step is
     replayed, read again within the bounds it journaled), and those bounds."""
@@ -302,7 +303,7 @@ async def history_for_prompt(
         "load-history",
         load_history,
         deps,
-        chat_id,
+        inp,
         before_id,
         read_now,
         delivery="idempotent",
@@ -315,7 +316,7 @@ async def history_for_prompt(
         )
     if read_now:
         return read_now[0], window
-    past = await deps.db.read(history.turns_between, chat_id, window.start_id, window.before_id)
+    past = await deps.db.read(history.turns_between, inp.chat_id, window.start_id, window.before_id)
     return past, window
 
 
@@ -456,7 +457,7 @@ async def recall_memories(deps: TurnDeps, inp: TurnInput, query: str | None = No
 
 async def route_turn(deps: TurnDeps, inp: TurnInput, recall: Recall | None) -> RoutingDecision:
     """The turn's routing decision (agent/routing.py); `recall` None: the recall step failed."""
-    request = (await current_prefix(deps, inp.chat_id)).request
+    request = (await current_prefix(deps, inp)).request
     tools = [t.name for t in request.tools] + [str(t["name"]) for t in request.server_tools]
     if recall is None:
         return routing.decide(deps, inp, tools, "failed", "the embedder failed")
@@ -645,7 +646,7 @@ async def think(
     """History, recall and taint, then the agent loop; a failed step is told to the user."""
     images, notes = seen
     try:
-        past, window = await history_for_prompt(step, deps, inp.chat_id, user_msg_id)
+        past, window = await history_for_prompt(step, deps, inp, user_msg_id)
         messages = to_llm_messages(past, _current_message(inp, notes))
         try:
             query = recall_query(inp, images, [content for _, content in past])

@@ -47,7 +47,7 @@ async def call_task_llm(
     deps: TurnDeps, inp: TaskInput, conversation: list[Message], instance_id: str, name: str
 ) -> LLMResponse:
     """One model call with the task's tools only; its tokens count to the chat and user."""
-    prefix = (await current_prefix(deps, inp.chat_id)).request
+    prefix = (await current_prefix(deps, inp)).request
     allowed = set(inp.tools)
     req = prefix.model_copy(
         update={

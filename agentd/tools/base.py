@@ -237,6 +237,10 @@ class Tool:
     # Elsewhere its schema costs no tokens; a call to it is still checked as any call is.
     # None: in every chat.
     offered: Callable[[Any, int], bool] | None = field(default=None, repr=False)
+    # Who may call it, from the call's context alone (a Toolset's guard: the owner, in a
+    # private chat): its refusal, or None. A call it refuses is refused; and where it refuses
+    # every call (a group, someone else's private chat), the tool is not offered at all.
+    guard: Callable[[ToolContext], str | None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not TOOL_NAME.match(self.name):

@@ -11,7 +11,8 @@ which exceptions the model is told about, declared together and yielded as plain
     registry = ToolRegistry(mail.tools())
 
 Each tool says everything about itself at its declaration, with the flags of `@tool`; the
-group's guard runs before every call (and before a settle), and an exception named in
+group's guard runs before every call (and before a settle; where it refuses whoever asks, a
+group chat say, the tool loop does not offer the tools), and an exception named in
 `errors` reaches the model as a ToolError with its message. A plugin module may declare a
 Toolset at its top level too: its tools load like the module's `@tool`s.
 """
@@ -19,7 +20,7 @@ Toolset at its top level too: its tools load like the module's `@tool`s.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Unpack
 
 from pydantic import BaseModel
@@ -140,6 +141,8 @@ class Toolset:
             raise ToolDeclarationError(
                 f"toolset {self.source!r} declares two tools named {made.name!r}"
             )
+        if self.guard is not None:  # so the tool loop need not offer what it would refuse
+            made = replace(made, guard=self.guard)
         self._tools[made.name] = made
         return made
 
