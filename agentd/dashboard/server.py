@@ -186,6 +186,9 @@ def make_app(site: Site) -> web.Application:
     from agentd.dashboard import views
 
     app = web.Application(middlewares=[guard], client_max_size=64 * 1024)
+    # A streamed response (the web chat's events) sends its headers before `guard` sees it:
+    # they are added as any response is about to be sent, whoever built it.
+    app.on_response_prepare.append(_with_headers)
     app[SITE] = site
     app.router.add_static("/static/", HERE / "static", show_index=False)
     # Browsers ask for it on pages without an icon link (a refusal's plain text).
@@ -194,6 +197,10 @@ def make_app(site: Site) -> web.Application:
     for pages in site.pages:
         pages.add(app, csrf_of)
     return app
+
+
+async def _with_headers(request: web.Request, response: web.StreamResponse) -> None:
+    response.headers.update(HEADERS)
 
 
 def csrf_of(request: web.Request) -> str:

@@ -63,7 +63,14 @@ async def logout(request: web.Request) -> web.Response:
     site = site_of(request)
     await site.access.write(auth.end_session, request[SESSION])
     response = web.HTTPSeeOther("/login")
-    response.del_cookie(auth.cookie_name(site.config.secure), path="/")
+    # As it was set: a browser ignores a __Host- cookie's deletion that lacks Secure.
+    response.del_cookie(
+        auth.cookie_name(site.config.secure),
+        path="/",
+        secure=site.config.secure,
+        httponly=True,
+        samesite="Strict",
+    )
     raise response
 
 
