@@ -26,7 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentd.config import RetentionConfig
+from agentd.channels import kept_tables, migrations
+from agentd.config import Config, RetentionConfig
 from agentd.db import open_sync
 from agentd.retention import prune as retention
 from tests.daemon_process import OWNER, Daemon, daemon_env
@@ -169,7 +170,7 @@ def main() -> None:
         conn = open_sync(year)
         from agentd.db.migrations import apply_migrations
 
-        apply_migrations(conn)
+        apply_migrations(conn, migrations())
         start = time.time() - args.days * DAY
         t0 = time.perf_counter()
         replay_year(conn, turns, args.days, args.per_day, start)
@@ -186,10 +187,17 @@ def main() -> None:
         conn = open_sync(pruned_path)
         cfg = RetentionConfig(batch_size=5000)
         t0 = time.perf_counter()
-        for part in retention.PARTS:
+        batches = [
+            lambda c, p=part: retention.prune_batch(c, cfg, p, end) for part in retention.PARTS
+        ]
+        batches += [
+            lambda c, t=table: retention.prune_table(c, cfg, t, end)
+            for table in kept_tables(Config())  # the channels' own: Telegram's update records
+        ]
+        for batch in batches:
             while True:
                 conn.execute("BEGIN IMMEDIATE")
-                removed = retention.prune_batch(conn, cfg, part, end)
+                removed = batch(conn)
                 conn.execute("COMMIT")
                 if not removed:
                     break

@@ -7,6 +7,7 @@ older agentd (the messages themselves) still replays.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -46,6 +47,9 @@ async def save(db: Database, role: str, text: str, chat: int = 7) -> int:
     )
 
 
+CHAT_7 = SimpleNamespace(chat_id=7, user_id=7, chat_kind="private")  # the turn's input
+
+
 async def test_a_replay_reads_the_journaled_window_again(db: Database) -> None:
     first = await save(db, "user", "hello")
     await save(db, "assistant", "hi!")
@@ -54,7 +58,7 @@ async def test_a_replay_reads_the_journaled_window_again(db: Database) -> None:
     await save(db, "assistant", "a later reply, outside the window")
     journaled = HistoryWindow(start_id=first, before_id=current).model_dump_json()
     step = ReplayingStep(journaled)
-    past, _ = await history_for_prompt(step, Deps(db), 7, current)  # type: ignore[arg-type]
+    past, _ = await history_for_prompt(step, Deps(db), CHAT_7, current)  # type: ignore[arg-type]
     assert step.calls == ["load-history"]
     assert past == [("user", "hello"), ("assistant", "hi!")]
 
@@ -66,5 +70,5 @@ async def test_a_journal_from_an_older_version_replays_its_messages(db: Database
         '"meta": {"kind": "text"}}, {"id": 2, "chat_id": 7, "user_id": null, '
         '"role": "assistant", "content": "old answer", "created_at": 2.0}]'
     )
-    past, _ = await history_for_prompt(ReplayingStep(journaled), Deps(db), 7, 3)  # type: ignore[arg-type]
+    past, _ = await history_for_prompt(ReplayingStep(journaled), Deps(db), CHAT_7, 3)  # type: ignore[arg-type]
     assert past == [("user", "old question"), ("assistant", "old answer")]

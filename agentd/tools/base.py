@@ -277,6 +277,7 @@ class Tool:
         preview: Callable[[ToolContext, Any], Awaitable[ApprovalCard | None]] | None = None,
         steps: int = 0,
         offered: Callable[[Any, int], bool] | None = None,
+        guard: Callable[[ToolContext], str | None] | None = None,
     ) -> Tool:
         """A tool whose arguments are a pydantic model; its JSON schema is what the LLM sees.
 
@@ -308,6 +309,7 @@ class Tool:
             preview=preview,
             steps=steps,
             offered=offered,
+            guard=guard,
         )
 
     def with_risk(self, risk: Risk) -> Tool:

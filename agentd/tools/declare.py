@@ -101,8 +101,11 @@ def build(
     default_timeout: float = 30.0,
     default_steps: int = 0,
     wrap: Wrap = _unwrapped,
+    guard: Callable[[ToolContext], str | None] | None = None,
 ) -> Tool:
-    """The one place a declaration (`@tool`, a Toolset) becomes a Tool."""
+    """The one place a declaration (`@tool`, a Toolset) becomes a Tool. `wrap` and `guard` are
+    its Toolset's: the guard runs inside `wrap` before each call, and is kept on the Tool so the
+    tool loop does not offer it where it refuses every call."""
     return Tool.from_model(
         name=name,
         description=description,
@@ -120,6 +123,7 @@ def build(
         preview=flags.preview,
         steps=default_steps if flags.steps is None else flags.steps,
         offered=flags.offered,
+        guard=guard,
     )
 
 
@@ -182,6 +186,7 @@ def declare(
     default_timeout: float = 30.0,
     default_steps: int = 0,
     wrap: Wrap = _unwrapped,
+    guard: Callable[[ToolContext], str | None] | None = None,
 ) -> Tool:
     """A Tool from a typed async function: schema from its signature, description from its
     docstring (unless given). Used by `@tool` and `Toolset.tool`."""
@@ -202,6 +207,7 @@ def declare(
             default_timeout=default_timeout,
             default_steps=default_steps,
             wrap=wrap,
+            guard=guard,
         )
     except ToolDeclarationError as exc:
         raise ToolDeclarationError(f"{exc} ({fn.__module__}.{fn.__qualname__})") from None

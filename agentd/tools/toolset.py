@@ -20,7 +20,7 @@ Toolset at its top level too: its tools load like the module's `@tool`s.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Unpack
 
 from pydantic import BaseModel
@@ -106,6 +106,7 @@ class Toolset:
                 default_timeout=self.timeout,
                 default_steps=self.steps,
                 wrap=self._wrap,
+                guard=self.guard,
             )
             return self._keep(made)
 
@@ -133,6 +134,7 @@ class Toolset:
             default_timeout=self.timeout,
             default_steps=self.steps,
             wrap=self._wrap,
+            guard=self.guard,
         )
         return self._keep(made)
 
@@ -141,8 +143,6 @@ class Toolset:
             raise ToolDeclarationError(
                 f"toolset {self.source!r} declares two tools named {made.name!r}"
             )
-        if self.guard is not None:  # so the tool loop need not offer what it would refuse
-            made = replace(made, guard=self.guard)
         self._tools[made.name] = made
         return made
 
