@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import html
 import re
 
 import pytest
 
 from agentd.chat.format import to_html as render
+from agentd.chat.format import to_plain
 from agentd.chat.split import split_markdown as split_to_fit
 from agentd.telegram.format import TELEGRAM, split_markdown, utf16_len
+from tests.heartbeat import LIMIT, heartbeat
 
 
 def to_html(markdown: str) -> str:
@@ -83,3 +86,44 @@ def test_a_split_costs_a_few_renders_per_chunk_not_one_per_word(text: str) -> No
     chunks = split_to_fit(text, fits)
     assert all(len(c) <= 4096 for c in chunks)
     assert len(calls) <= 40 * len(chunks), len(calls)
+
+
+def test_heading_bold_strike_and_link_edges_render_as_before() -> None:
+    """The one-pass scanners keep what the regexes they replace matched (the heading's trailing
+    whitespace runs over a blank line, a span closes at the first mark after a non-space)."""
+    assert to_html("# Title ##\n\nBody") == "<b>Title</b>\nBody"
+    assert to_html("## C#") == "<b>C</b>"
+    assert to_html("#\nnext line") == "<b>next line</b>"
+    assert to_html("**a **b** c**") == "<b>a **b</b> c**"
+    assert to_html("**x** a ** b**") == "<b>x</b> a ** b**"
+    assert to_html("~~a ~~ b~~") == "<s>a ~~ b</s>"
+    assert (
+        to_html("[a [b](https://x.org) [c](ftp://y)")
+        == '<a href="https://x.org">a [b</a> [c](ftp://y)'
+    )
+    assert (
+        to_html("```a\n```b\nx\n```\n```")
+        == '<pre><code class="language-a">```b\nx</code></pre>\n```'
+    )
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("a heading with a space run", "# x" + " " * 1_500 + "y"),
+        ("unclosed bold marks", "**a " * 11_000),
+        ("unclosed strike marks", "~~a " * 11_000),
+        ("unclosed fences", "```a\n" * 20_000),
+        ("empty lines", "\n" * 25_000),
+        ("open brackets", "[" * 25_000),
+        ("unclosed link urls", "[a](http://x" * 6_000),
+    ],
+)
+async def test_rendering_hostile_markdown_never_holds_the_loop(name: str, text: str) -> None:
+    """Every answer and draft is rendered on the event loop: each shape here, rendered by
+    backtracking regexes, held it for seconds (quadratic or cubic in its length)."""
+    async with heartbeat() as beat:
+        await asyncio.sleep(0)
+        to_html(text)
+        to_plain(text)
+    assert beat.largest < LIMIT, f"{name}: the loop was held {beat.largest:.1f} s"

@@ -18,6 +18,7 @@ from agentd.telegram.bot import make_bot
 from agentd.telegram.output import TelegramOutbox
 from tests.daemon_process import TOKEN
 from tests.fakes import FakeTelegram
+from tests.heartbeat import LIMIT, heartbeat
 
 CHAT = 11
 OTHER = 12
@@ -92,3 +93,15 @@ async def test_drafts_start_after_the_delay_then_follow_the_interval(
         await streamer(text)
     assert [d["text"] for d in tg.drafts[before:]] == ["Hello wor", "Hello world!"]
     assert streamer.sent == 2
+
+
+async def test_sending_an_answer_with_a_spaced_heading_never_holds_the_loop(
+    outbox: TelegramOutbox,
+) -> None:
+    """An answer is rendered to HTML on the event loop, to split it and to send it: a heading
+    line with a run of spaces in a 1.5 KB answer held the loop for seconds (cubic)."""
+    answer = "# x" + " " * 1_500 + "y"
+    async with heartbeat() as beat:
+        for chunk in outbox.split(answer):  # as chat.delivery.deliver_text does
+            await outbox.send_text(CHAT, chunk)
+    assert beat.largest < LIMIT, f"the loop was held {beat.largest:.1f} s"
