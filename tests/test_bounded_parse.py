@@ -22,6 +22,7 @@ from agentd.parsing.html_text import html_to_text, html_to_text_bounded
 from agentd.parsing.image import NotAnImage, downscale_bounded
 from agentd.schedule.recurrence import ScheduleError, When
 from agentd.schedule.timing import Gap, checked_bounded
+from tests.heartbeat import LIMIT, heartbeat
 
 
 def test_quadratic_markup_for_the_stdlib_parser_is_read() -> None:
@@ -182,6 +183,21 @@ async def test_parses_run_concurrently_without_blocking_the_loop() -> None:
     await asyncio.gather(*(html_to_text_bounded("<a " * 500_000) for _ in range(2)))
     ticker.cancel()
     assert ticks > 0
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "# x" + " " * 30_000 + "y",  # a heading with a run of spaces
+        "# " + "[" * 45_000,  # a heading of open brackets
+    ],
+)
+async def test_a_hostile_markdown_heading_never_holds_the_loop(line: str) -> None:
+    """A small Markdown document is parsed in a thread, but one `re` match holds the GIL from
+    start to end: a heading regex quadratic in its line held the whole loop for seconds."""
+    async with heartbeat() as beat:
+        await parse_bytes_bounded(line.encode(), "markdown", fallback_title="bomb.md")
+    assert beat.largest < LIMIT, f"the loop was held {beat.largest:.1f} s"
 
 
 async def test_a_rule_search_is_not_queued_behind_two_parses() -> None:

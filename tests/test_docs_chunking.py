@@ -75,6 +75,29 @@ def test_markdown_headings_become_section_paths() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "line, title",
+    [
+        ("# Title ##", "Title"),
+        ("## C#", "C#"),
+        ("# a # b #", "a # b"),
+        ("### ##", "##"),
+        ("# ![logo](a.png) [Guide](x) to `make` **now**", "logo Guide to make now"),
+    ],
+)
+def test_heading_titles_drop_closing_hashes_links_and_marks(line: str, title: str) -> None:
+    assert [b.path for b in markdown_blocks(f"{line}\n\ntext")] == [(title,)]
+    assert parse_bytes(f"{line}\n\ntext".encode(), "markdown", fallback_title="f").title == (
+        title if line.startswith("# ") else "f"
+    )
+
+
+def test_a_title_of_only_spaces_is_no_title() -> None:
+    # One space after the hashes is no heading at all to the title finder; two are an empty one.
+    assert parse_bytes(b"# \n# Real\n", "markdown", fallback_title="f").title == "Real"
+    assert parse_bytes(b"#  \n# Real\n", "markdown", fallback_title="f").title == "f"
+
+
 def test_a_fence_is_one_block_and_an_unclosed_one_runs_to_the_end() -> None:
     blocks = markdown_blocks("# A\n\n```\n# not a heading\n\nstill code\n")
     assert [b.path for b in blocks] == [("A",)]

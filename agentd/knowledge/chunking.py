@@ -29,12 +29,17 @@ SECTION_SEPARATOR = " > "
 # A "heading" of thousands of characters is a conversion accident; it must not flood citations.
 MAX_HEADING_CHARS = 200
 
-_ATX = re.compile(r"^ {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
+# An ATX heading's hashes and the rest of its line; `atx_title` cuts the title from the rest:
+# a lazy title before `(?:[ \t]+#+)?[ \t]*$` makes the match quadratic in a run of spaces.
+_ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*))?$")
 _SETEXT = re.compile(r"^ {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 _THEMATIC = re.compile(r"^ {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*$")
-_LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")
 _EMPHASIS = re.compile(r"(\*{1,3}|_{1,3}|`+)(\S(?:.*?\S)?)\1")
+# Emphasis is looked for in this much of a heading (spaces collapsed): the regex above is
+# quadratic in unclosed marks ("`a `a …"), and a title is cut to MAX_HEADING_CHARS anyway.
+_EMPHASIS_SCAN = 5 * MAX_HEADING_CHARS
+_INLINE_SPACES = re.compile(r"[^\S\n]+")
 _SENTENCE_END = re.compile(r"(?<=[.!?。！？])\s+")
 _SPACES = re.compile(r"\s+")
 
@@ -67,9 +72,45 @@ class Chunk:
 
 def heading_text(raw: str) -> str:
     """A heading as plain words: links, emphasis and code marks dropped, spaces collapsed."""
-    text = _LINK.sub(r"\1", raw)
-    text = _EMPHASIS.sub(r"\2", text)
+    # Spaces within a line collapse before emphasis is looked for (what it matches is the
+    # same), so that a run of them does not use up the part of the heading scanned.
+    text = _INLINE_SPACES.sub(" ", _drop_links(raw)).strip()
+    text = _EMPHASIS.sub(r"\2", text[:_EMPHASIS_SCAN])
     return _SPACES.sub(" ", text).strip()[:MAX_HEADING_CHARS]
+
+
+def _drop_links(text: str) -> str:
+    r"""`text` with each link or image, `!?\[([^\]]*)\]\([^)]*\)`, as its bracketed text: as
+    that regex, every "[" of a "[[[[…" heading was scanned to the end (quadratic); here each
+    part of the text is looked at once."""
+    out: list[str] = []
+    at = pos = 0
+    while (bracket := text.find("[", pos)) >= 0:
+        close = text.find("]", bracket + 1)
+        if close < 0:
+            break  # no "]" after this "[", nor after any later one
+        if not text.startswith("(", close + 1):
+            pos = close + 1  # every "[" before this "]" would close here and fail the same
+            continue
+        end = text.find(")", close + 2)
+        if end < 0:
+            break  # no ")" after this link's "(", nor after any later one's
+        start = bracket - 1 if bracket > at and text[bracket - 1] == "!" else bracket
+        out.append(text[at:start])
+        out.append(text[bracket + 1 : close])
+        at = pos = end + 1
+    out.append(text[at:])
+    return "".join(out)
+
+
+def atx_title(rest: str) -> str:
+    """An ATX heading's title from what follows its hashes and their spaces: trailing spaces
+    dropped, and a closing run of hashes when a space comes before it ("C#" keeps its "#")."""
+    text = rest.rstrip(" \t")
+    bare = text.rstrip("#")
+    if bare != text and bare[-1:] in (" ", "\t"):
+        return bare.rstrip(" \t")
+    return text
 
 
 def section_name(path: Sequence[str]) -> str:
@@ -125,7 +166,7 @@ class _MarkdownReader:
                 continue
             atx = _ATX.match(line)
             if atx:
-                self.heading(len(atx.group(1)), atx.group(2) or "")
+                self.heading(len(atx.group(1)), atx_title(atx.group(2) or ""))
             elif not line.strip():
                 self.flush()
             elif (setext := _SETEXT.match(line)) and len(self._lines) == 1:

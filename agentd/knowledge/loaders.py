@@ -18,6 +18,7 @@ from typing import Literal
 
 from agentd.knowledge.chunking import (
     Block,
+    atx_title,
     drop_title,
     heading_text,
     markdown_blocks,
@@ -40,7 +41,9 @@ EXTENSIONS: dict[str, DocFormat] = {
 
 _FRONT_MATTER = re.compile(r"\A---[ \t]*\n(.*?\n)---[ \t]*\n", re.DOTALL)
 _FRONT_TITLE = re.compile(r"^title:[ \t]*(.+?)[ \t]*$", re.MULTILINE)
-_FIRST_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$", re.MULTILINE)
+# The hashes, their spaces and the rest of the line; the title is cut from the rest in Python
+# (`atx_title`): as a lazy group before `(?:[ \t]+#+)?[ \t]*$` it is quadratic in a run of spaces.
+_FIRST_HEADING = re.compile(r" {0,3}(#{1,6})([ \t]+)(.*)$")
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?([a-zA-Z0-9_.:-]+)""", re.IGNORECASE)
 
 
@@ -117,8 +120,10 @@ def _first_heading(text: str) -> tuple[int, str] | None:
             in_fence = not in_fence
             continue
         match = None if in_fence else _FIRST_HEADING.match(line)
-        if match:
-            return len(match.group(1)), heading_text(match.group(2))
+        if match and (match.group(3) or len(match.group(2)) > 1):
+            # Only spaces after the hashes: the title is the last of them (so, no words).
+            title = atx_title(match.group(3)) if match.group(3) else match.group(2)[-1]
+            return len(match.group(1)), heading_text(title)
     return None
 
 
