@@ -25,7 +25,12 @@ REFERRING = frozenset(
 MAX_CARRIED = 8  # words taken from the recent turns
 MIN_OWN_TERMS = 2  # a message with fewer content words of its own leans on its context
 _WORD = re.compile(r"[^\W_]+(?:'[a-z]+)?")
-_NAME = re.compile(r"\b[A-Z][\w-]*[a-z][\w-]*\b")
+# A name: a capital, then word characters and hyphens holding a small letter, not ending in a
+# hyphen. Found as the capital's whole run of word characters and hyphens, then checked and
+# trimmed in Python: as one regex (`\b[A-Z][\w-]*[a-z][\w-]*\b`) each capital of "A-A-A-…"
+# backtracked over the rest of the run, quadratic.
+_NAME_RUN = re.compile(r"\b[A-Z][\w-]*")
+_LOWER = re.compile(r"[a-z]")
 
 
 def _content_words(text: str) -> list[str]:
@@ -43,7 +48,10 @@ def leans_on_context(message: str) -> bool:
 def _interjection(text: str, start: int, end: int) -> bool:
     """A capitalised word opening a sentence and ending it or a clause ("Nice!", "Thanks,"):
     an exclamation, not a name ("Anna loved it" keeps Anna)."""
-    opens = not text[:start].strip() or text[:start].rstrip()[-1] in ".!?"
+    before = start
+    while before and text[before - 1].isspace():
+        before -= 1
+    opens = before == 0 or text[before - 1] in ".!?"
     return opens and text[end : end + 1] in ("!", ",", ".", "?", "")
 
 
@@ -54,9 +62,11 @@ def carried_words(recent: Sequence[str], exclude: set[str], limit: int = MAX_CAR
     names: list[str] = []
     seen = set(exclude)
     for turn in reversed(recent):
-        for match in _NAME.finditer(turn):
-            name = match.group(0)
-            if _interjection(turn, match.start(), match.end()):
+        for match in _NAME_RUN.finditer(turn):
+            if not _LOWER.search(match.group(0), 1):
+                continue
+            name = match.group(0).rstrip("-")
+            if _interjection(turn, match.start(), match.start() + len(name)):
                 continue
             key = normalise(name)
             if key not in seen and key not in STOPWORDS:
