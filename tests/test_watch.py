@@ -5,6 +5,7 @@ the real Anthropic client against the fake server). The daemon path is test_e2e_
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -75,6 +76,24 @@ def test_a_diff_is_cut_to_what_the_model_may_be_shown() -> None:
     old = "\n".join(f"line {i}" for i in range(2000))
     change = _compare(Seen(digest="x", text=old), old.replace("line", "row"), limit=500)
     assert len(change.shown) <= 500
+
+
+def test_a_diff_too_large_to_align_lists_the_lines_gone_and_new_at_once() -> None:
+    """difflib's alignment grows faster than the product of the line counts: the same 150
+    lines in another order, 20 KB against 85 KB, took 15 s of a watch check's CPU."""
+    old = "old line\n" + "\n".join(f"r{i % 150}" for i in range(5_000))
+    new = "\n".join(f"r{(i * 7) % 150}" for i in range(20_000)) + "\nfresh line"
+    started = time.perf_counter()
+    change = _compare(Seen(digest="x", text=old), new)
+    assert time.perf_counter() - started < 1.0
+    assert change.shown.splitlines()[1:4] == [
+        "(Too long to compare line by line: the lines gone, then the lines new.)",
+        "-old line",
+        "+fresh line",
+    ]
+    assert detect.text_diff(old[9:], new[:-11], 4000) == (
+        "(Too long to compare line by line: the same lines, in another order.)"
+    )
 
 
 def test_quiet_hours_across_midnight_and_a_mute_hold_a_message() -> None:
