@@ -115,6 +115,24 @@ async def test_best_effort_methods_and_permanent_answers_are_tried_once(
     assert tries(proxy, "sendMessage") - before == 1
 
 
+async def test_a_fault_s_reason_never_carries_the_token_of_the_address_it_failed_at(
+    servers: tuple[FakeTelegram, FaultProxy], bot: tuple[Bot, list[Any]]
+) -> None:
+    """The Bot API's address holds the token (/bot<token>/method), and the HTTP library's error
+    for a redirect loop quotes the address: the reason that reaches the log, systemd's status
+    line and the uncertain-send count must not carry it, whole or cut."""
+    _, proxy = servers
+    client, _ = bot
+    proxy.fail("sendChatAction", "redirect", times=20)  # past the client's 10 redirects
+    with pytest.raises(TelegramNetworkError) as raised:
+        await client.send_chat_action(CHAT, "typing")
+    assert TOKEN[:12] in raised.value.message  # what the library said
+    reason = classify_fault(raised.value).reason
+    assert reason.startswith("network: TooManyRedirects")
+    assert not any(TOKEN[i : i + 8] in reason for i in range(len(TOKEN) - 7)), reason
+    proxy.clear()
+
+
 def test_classification_and_backoff() -> None:
     assert classify_fault(ConnectionResetError()).kind == "transient"
     assert classify_fault(ValueError("bug")).kind == "permanent"

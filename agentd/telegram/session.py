@@ -92,6 +92,16 @@ def lenient_json_loads(text: str) -> Any:
     return _clean(value) if _SURROGATE_ESCAPE.search(text) else value
 
 
+# The Bot API's address carries the token (/bot<token>/method), and an HTTP library's error
+# may quote the address (a redirect loop's does): a reason never keeps that segment, whole or
+# cut (a cut token no redactor would know).
+_TOKEN_SEGMENT = re.compile(r"/bot[^/\s'\"]*")
+
+
+def _said(exc: TelegramAPIError, limit: int) -> str:
+    return _TOKEN_SEGMENT.sub("/bot…", exc.message)[:limit]
+
+
 def classify_fault(exc: BaseException) -> Fault:
     """The one classification of a Bot API failure: transient or permanent."""
     if isinstance(exc, TelegramRetryAfter):
@@ -99,7 +109,7 @@ def classify_fault(exc: BaseException) -> Fault:
     if isinstance(exc, TelegramUnauthorizedError):
         return Fault("unauthorized", "401 the bot token was rejected")
     if isinstance(exc, RestartingTelegram | TelegramServerError):
-        return Fault("transient", f"server error: {exc.message[:100]}")
+        return Fault("transient", f"server error: {_said(exc, 100)}")
     if isinstance(exc, TelegramConflictError):  # another poller or a webhook: may clear up
         return Fault("transient", "409 conflict: another getUpdates or a webhook is active")
     if isinstance(exc, UndecodableAnswer):
@@ -114,9 +124,9 @@ def classify_fault(exc: BaseException) -> Fault:
     if isinstance(exc, TelegramNetworkError):
         # No connection was made (refused, no route, no name, connect timed out): not done.
         refused = isinstance(exc.__cause__, ClientConnectorError | ConnectionTimeoutError)
-        return Fault("transient", f"network: {exc.message[:100]}", maybe_done=not refused)
+        return Fault("transient", f"network: {_said(exc, 100)}", maybe_done=not refused)
     if isinstance(exc, TelegramAPIError):
-        return Fault("permanent", f"{type(exc).__name__}: {exc.message[:200]}")
+        return Fault("permanent", f"{type(exc).__name__}: {_said(exc, 200)}")
     if isinstance(exc, ClientError | TimeoutError | OSError):
         return Fault("transient", f"network: {type(exc).__name__}", maybe_done=True)
     return Fault("permanent", type(exc).__name__)

@@ -30,6 +30,7 @@ MODES = (
     "hang",  # no answer for `seconds` (longer than the client's timeout), upstream untouched
     "status",  # an error answer: `status` with a `body` of "json", "html" or "foreign"
     "cut",  # upstream does the work; its answer arrives cut in half (a clean, short body)
+    "redirect",  # a 302 back to the same address, for ever (a captive portal, a broken proxy)
     "sse_drop",  # a streamed answer stops mid-way: the connection breaks
     "sse_garble",  # one streamed event carries broken JSON
     "sse_no_stop",  # the stream ends cleanly without message_stop
@@ -174,6 +175,8 @@ class FaultProxy(FakeServer):
             return self.drop_connection(request)
         if fault.mode == "status":
             return self._error(fault)
+        if fault.mode == "redirect":
+            raise web.HTTPFound(request.path_qs)
         status, headers, payload = await self._upstream(request, body)
         if fault.mode == "drop":
             return self.drop_connection(request)
