@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 from functools import partial
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ from agentd.tools import (
 )
 
 log = logging.getLogger("agentd.agent")
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_.=+/:-]{1,100}")  # what a Telegram or Matrix name holds
 
 
 class Route(BaseModel):
@@ -237,8 +239,13 @@ def outcome_text(approval: Approval, status: str, by: str | None) -> str:
 
 
 def _asker_name(conn: Any, user_id: int | None) -> str:
+    """The asker's name as the card shows it: a name of more than an address's characters (a
+    Matrix id a homeserver made up) goes in a code span, so it can draw no link or bold text."""
     row = conn.execute("SELECT username FROM paired_users WHERE user_id = ?", (user_id,)).fetchone()
-    return f"@{row[0]}" if row and row[0] else ""
+    if not row or not row[0]:
+        return ""
+    name = approvals.one_line(str(row[0]).removeprefix("@"), 100)
+    return f"@{name}" if _PLAIN_NAME.fullmatch(name) else f"`@{name}`"
 
 
 async def _attach_call(deps: CallDeps, approval: Approval, chat_id: int, reply_to: int) -> int:
