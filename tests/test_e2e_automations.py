@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentd.db import open_sync
 from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.anthropic import Reply, tool_use_block
@@ -209,6 +210,46 @@ def test_step_llm_is_structured_and_costed(stack: Stack) -> None:
         (iid,),
     )
     assert [tuple(r) for r in usage] == [("automation", "judge", OWNER, 120, 30)]
+
+
+def test_step_llm_waits_for_the_daily_budget_like_a_turn(stack: Stack) -> None:
+    """An automation's model calls are the owner's tokens: with today's budget spent ([limits]
+    daily_tokens, 2 M by default), `step.llm` asks no model and the run fails with what to do;
+    with the budget back it runs on from there."""
+    asked: list[str] = []
+
+    def responder(body: dict[str, Any]) -> Any:
+        if "judge-marker" in str(body["messages"][0]):
+            asked.append("judge")
+            return Reply(
+                content=[tool_use_block("answer", {"verdict": "late", "score": 1})],
+                usage={"input_tokens": 10, "output_tokens": 5},
+            )
+        return None
+
+    stack.llm.set_responder(responder)
+    conn = open_sync(stack.daemon.db_path)
+    try:
+        with conn:  # today's spending, as an earlier loop would have left it
+            conn.execute(
+                "INSERT INTO llm_usage (at, chat_id, user_id, purpose, model, input_tokens, "
+                "output_tokens) VALUES (?, ?, ?, 'turn', 'm', 2500000, 0)",
+                (time.time(), OWNER, OWNER),
+            )
+        iid = stack.start("judge", {"text": "over budget"})["instance_id"]
+        done = stack.wait(iid)
+        result = json.loads(done.stdout)
+        assert result["status"] == "errored" and "daily token budget" in result["error"]
+        assert asked == []
+        told = stack.sent_to_owner("Automation judge failed")
+        assert "agentd workflows retry " + iid in told["plain_text"]
+    finally:
+        with conn:
+            conn.execute("DELETE FROM llm_usage WHERE input_tokens = 2500000")
+        conn.close()
+    assert stack.daemon.cli("workflows", "retry", iid).returncode == 0
+    assert json.loads(stack.wait(iid).stdout)["output"] == {"verdict": "late", "score": 1}
+    assert asked == ["judge"]
 
 
 def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, RootModel, ValidationError
 
-from agentd.access import approvals, owners
+from agentd.access import approvals, owners, ratelimit
 from agentd.agent.approval_flow import Caller
 from agentd.agent.calls import CallServices, make_call
 from agentd.agent.taint import TurnTaint
@@ -483,6 +483,7 @@ class Runtime:
         llm, instance_id = self.llm, step.instance_id
 
         async def call() -> BaseModel:
+            await self._within_budget()
             req = LLMRequest(
                 purpose="automation",
                 system=[SystemBlock(text=system)] if system else [],
@@ -506,6 +507,19 @@ class Runtime:
             return result
 
         return await step.do(name, call, retry=retry, result_type=output)
+
+    async def _within_budget(self) -> None:
+        """An automation's model calls are the owner's tokens: past the owner's or everyone's
+        daily budget ([limits]) the call is not made, as a turn's would not be."""
+        spent = await self.db.read(
+            ratelimit.over_tokens, self.config.limits, user_id=owner(self.config), now=time.time()
+        )
+        if spent:
+            raise NonRetryable(
+                f"the daily token budget ([limits] {spent}) is spent, so the model was not "
+                "asked; after 00:00 UTC, `agentd workflows retry ID` runs it on (or raise the "
+                "limit)"
+            )
 
     async def send(self, step: Step, name: str, text: str, to: str | None = None) -> int:
         chat = await self.chat_named(to)
