@@ -202,33 +202,9 @@ class Daemon:
     def cells_holding(self, needle: str) -> list[str]:
         """`table.column` of every cell in the database holding `needle` (any case): where a
         secret would be kept."""
-        found: list[str] = []
-        conn = open_sync(self.db_path)
-        try:
-            tables = [
-                r[0]
-                for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
-                if not r[0].startswith("sqlite_")
-            ]
-            for table in tables:
-                try:
-                    cols = [r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')]
-                except sqlite3.DatabaseError:
-                    continue  # a virtual table whose module this connection lacks
-                for col in cols:
-                    try:
-                        hit = conn.execute(
-                            f'SELECT 1 FROM "{table}" WHERE '
-                            f'instr(upper(CAST("{col}" AS TEXT)), upper(?)) > 0 LIMIT 1',
-                            (needle,),
-                        ).fetchone()
-                    except sqlite3.DatabaseError:
-                        continue
-                    if hit:
-                        found.append(f"{table}.{col}")
-        finally:
-            conn.close()
-        return found
+        from tests.db_scan import rows_holding
+
+        return sorted({where for where, _ in rows_holding(self.db_path, needle, any_case=True)})
 
     def wait_for_instances(self, n: int, timeout: float = 30.0, status: str = "complete") -> None:
         deadline = time.monotonic() + timeout
