@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import pwd
 import shutil
@@ -303,6 +304,9 @@ def smtp_server(handler: Any, auth: dict[str, str] | None = None) -> Iterator[in
             return AuthResult(success=auth.get(login) == password, handled=False)
 
         kwargs = dict(auth_require_tls=False, auth_required=True, authenticator=check)
+    # Its thread logs each connection's end at INFO, sometimes after pytest has closed the
+    # stream the record would go to ("--- Logging error ---" in the output): only warnings.
+    logging.getLogger("mail.log").setLevel(logging.WARNING)
     controller = Controller(handler, hostname="127.0.0.1", port=port, **kwargs)
     controller.start()
     try:
