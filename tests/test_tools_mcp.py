@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import subprocess
 import sys
@@ -201,3 +202,30 @@ def test_tool_names_are_prefixed_and_sanitised() -> None:
     assert tool_name("github", "create_issue") == "github__create_issue"
     assert tool_name("fs", "read file/v2") == "fs__read_file_v2"
     assert len(tool_name("s", "x" * 100)) == 64
+
+
+def test_trust_says_what_a_server_that_would_not_start_wrote(tmp_path: Path) -> None:
+    """`agentd mcp trust` of a server that dies at start shows its last stderr lines (its best
+    clue: a missing module, a bad flag), with the values it was handed redacted."""
+    import subprocess
+
+    token = "tok-" + "q9X3kLm7" * 3
+    crash = "import sys; print('boom: no module named mcp_thing', sys.argv[1], file=sys.stderr)"
+    config = tmp_path / "agentd.toml"
+    config.write_text(
+        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n\n[[tools.mcp]]\nname = "broken"\n'
+        f'command = "{sys.executable}"\nargs = ["-c", "{crash}; sys.exit(3)", "{token}"]\n'
+        f'env = {{ BROKEN_TOKEN = "{token}" }}\n'
+    )
+    env = {**os.environ, "AGENTD_CONFIG": str(config)}
+    done = subprocess.run(
+        [sys.executable, "-m", "agentd", "mcp", "trust", "broken", "--yes"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "MCP server broken" in said, said
+    assert "boom: no module named mcp_thing [REDACTED]" in said, said
+    assert token not in said

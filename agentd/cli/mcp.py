@@ -8,8 +8,12 @@ so the daemon offers a server's tools only after the owner has read exactly that
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import json as jsonlib
+import logging
 import time
+from collections.abc import Iterator
 from functools import partial
 from typing import Annotated, Any
 
@@ -92,12 +96,40 @@ def _listing(cfg: Config, name: str) -> list[Any]:
         fail(f"no [[tools.mcp]] server named {name!r}; see `agentd mcp ls`")
 
     async def read() -> list[Any]:
-        async with McpServers([server], environ=cfg.secret_source()) as mcp:
-            if mcp.problems:
-                fail(f"MCP server {name}: {'; '.join(p.message for p in mcp.problems)}")
-            return listed(mcp.tools)
+        with _stderr_tail() as said:
+            async with McpServers([server], environ=cfg.secret_source()) as mcp:
+                if mcp.problems:
+                    why = "; ".join(p.message for p in mcp.problems)
+                    tail = "".join(f"\n  {line}" for line in said)
+                    fail(f"MCP server {name}: {why}" + (f"\nIt wrote:{tail}" if tail else ""))
+                return listed(mcp.tools)
 
     return asyncio.run(read())
+
+
+@contextlib.contextmanager
+def _stderr_tail(lines: int = 10) -> Iterator[collections.deque[str]]:
+    """The last lines a server wrote to its stderr, as the daemon logs them (the values it was
+    handed redacted): what a server that failed to start said is the owner's best clue."""
+    from agentd.tools.mcp import STDERR_PREFIX
+    from agentd.tools.mcp import log as logger
+
+    kept: collections.deque[str] = collections.deque(maxlen=lines)
+
+    class Tail(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if getattr(record, "mcp_server", None) is not None:
+                kept.append(record.getMessage().removeprefix(STDERR_PREFIX))
+
+    handler = Tail(logging.INFO)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # the CLI sets up no logging: INFO would stop at the root
+    logger.addHandler(handler)
+    try:
+        yield kept
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 def _shown(text: str) -> str:

@@ -52,6 +52,7 @@ _STDERR_PER_MINUTE = 120
 _STDERR_READ = 64 * 1024
 # Time the reader gets to log what a stopped server wrote last before the pipe is closed.
 _STDERR_DRAIN = 2.0
+STDERR_PREFIX = "MCP server stderr: "  # each such line's start in the log
 
 
 def tool_name(server: str, name: str) -> str:
@@ -142,7 +143,7 @@ class _StderrLog:
         text = self._redact(raw.decode("utf-8", "replace").rstrip("\r\n"))
         if len(text) > _STDERR_LINE:
             text = text[:_STDERR_LINE] + " …"
-        log.info("MCP server stderr: %s", text, extra={"mcp_server": self._server})
+        log.info(STDERR_PREFIX + "%s", text, extra={"mcp_server": self._server})
 
     def flush(self) -> None:
         if self._dropped:
