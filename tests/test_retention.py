@@ -27,6 +27,7 @@ from agentd.retention.workflow import (
     instance_id,
     make_retention_workflow,
 )
+from tests.retention_support import daily_run
 
 DAY = 86400.0
 T0 = 1_780_000_000.0  # the simulated "now"
@@ -220,20 +221,8 @@ async def test_the_daily_run_empties_every_workspaces_old_trash(
         space.delete("new.txt", T0 - DAY)
         space.write("old.txt", b"secret")  # deleted last, so no later delete purged it
         space.delete("old.txt", T0 - 30 * DAY)
-    clock = FakeClock(start=T0)
-    engine = Engine(db, clock=clock, poll_interval=0.02)
-    engine.register(make_retention_workflow(db, CFG, clock, {"trash": spaces.purge_trash}))
-    await engine.run()
-    try:
-        iid = instance_id(T0)
-        await engine.start(
-            RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid, key=RETENTION_WORKFLOW
-        )
-        done = await engine.wait_for(iid, timeout=30)
-    finally:
-        await engine.shutdown(grace=0.2)
-    assert done.status == "complete", done.error
-    assert PruneOutput.model_validate_json(done.output or "{}").removed["trash"] == 2
+    out = await daily_run(db, CFG, T0, sweeps={"trash": spaces.purge_trash})
+    assert out.removed["trash"] == 2
     for root in (tmp_path / "ws", tmp_path / "ws" / "users" / "5"):
         assert [n.split("-", 2)[2] for n in os.listdir(root / TRASH)] == ["new.txt"]
 

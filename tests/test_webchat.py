@@ -196,15 +196,8 @@ async def test_the_transcript_follows_the_history_retention(db: Database, tmp_pa
     import os
 
     from agentd.channels import kept_tables
-    from agentd.durable import Engine, FakeClock
-    from agentd.retention.workflow import (
-        RETENTION_WORKFLOW,
-        PruneInput,
-        PruneOutput,
-        instance_id,
-        make_retention_workflow,
-    )
     from agentd.webchat.channel import OpenWebChat
+    from tests.retention_support import daily_run
 
     config = Config.model_validate(
         {
@@ -227,21 +220,8 @@ async def test_the_transcript_follows_the_history_retention(db: Database, tmp_pa
     await chat.outbox.send_text(CHAT_ID, "new")
     # The same file sent again: kept anew before its message is written (it is not, here).
     keep_file(str(tmp_path / "again.csv"), files)
-    clock = FakeClock(start=10 * 86400.0)
-    engine = Engine(db, clock=clock, poll_interval=0.02)
-    tables = kept_tables(config)
-    engine.register(make_retention_workflow(db, config.retention, clock, tables=tables))
-    await engine.run()
-    try:
-        iid = instance_id(clock.now())
-        await engine.start(
-            RETENTION_WORKFLOW, PruneInput(day=iid[10:]), instance_id=iid, key=RETENTION_WORKFLOW
-        )
-        done = await engine.wait_for(iid, timeout=30)
-    finally:
-        await engine.shutdown(grace=0.2)
-    assert done.status == "complete", done.error
-    assert PruneOutput.model_validate_json(done.output or "{}").removed["webchat_messages"] == 27
+    out = await daily_run(db, config.retention, 10 * 86400.0, tables=kept_tables(config))
+    assert out.removed["webchat_messages"] == 27
     left = await db.read(lambda c: c.execute("SELECT text FROM webchat_messages").fetchall())
     assert [r[0] for r in left] == ["new"]
     again = hashlib.sha256(b"again.csv").hexdigest()
