@@ -93,15 +93,16 @@ def make_retention_workflow(
         now = await step.do("now", read_clock, clock)  # one cutoff per run, even on resume
         removed: dict[str, int] = {}
         left = list(tables)
+        # A run journaled when Telegram's update records were a core part, second.
+        second = next((t for t in left if t.part == OLD_SECOND), None)
         for part in [p for p in retention.PARTS if p not in retention.LATE_PARTS]:
             removed[part] = await batches(step, part, prune_one_batch, part, now)
-            # A run journaled when Telegram's update records were a core part, second.
-            old = [t for t in left if t.part == OLD_SECOND]
-            if part == "workflows" and old and step.journaled_next() == f"prune:{OLD_SECOND}#1":
+            if second is not None and step.journaled_next() == f"prune:{OLD_SECOND}#1":
                 removed[OLD_SECOND] = await batches(
-                    step, OLD_SECOND, prune_table_batch, old[0], now
+                    step, OLD_SECOND, prune_table_batch, second, now
                 )
-                left.remove(old[0])
+                left.remove(second)
+                second = None
         skipped = await step.do("vacuum", vacuum_if_due, db, cfg, now)
         # After the vacuum step: a run journaled before these came replays unchanged.
         for part in retention.LATE_PARTS:
