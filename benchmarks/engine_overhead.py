@@ -202,6 +202,7 @@ async def engine_run(
 def daemon_logging() -> object:
     """The daemon's logging (INFO, JSON formatter) with stderr pointed at /dev/null."""
     from agentd.runtime.logs import setup_logging
+    from agentd.runtime.redact import Redactor
 
     root = logging.getLogger()
     saved = (root.handlers[:], root.level)
@@ -209,7 +210,7 @@ def daemon_logging() -> object:
     real_stderr = sys.stderr
     sys.stderr = devnull
     try:
-        setup_logging("INFO", "json", ["secret-token-value"])
+        setup_logging("INFO", "json", Redactor(["secret-token-value"]))
     finally:
         sys.stderr = real_stderr
     try:

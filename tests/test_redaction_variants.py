@@ -3,16 +3,24 @@ encoded in a URL or a form, quoted by repr(), escaped by JSON (the log format un
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import contextlib
 import json
 import logging
+import re
 from urllib.parse import quote, quote_plus, urlencode
 
+import aiohttp
 import pytest
+from aiosmtplib.auth import auth_plain_encode
 from yarl import URL
 
 from agentd.config import Config, MailAccountConfig
 from agentd.daemon.startup import set_up_logging
-from agentd.runtime.logs import JsonFormatter, Redactor, TextFormatter
+from agentd.runtime.logs import JsonFormatter, TextFormatter
+from agentd.runtime.redact import Redactor, login_forms
+from agentd.tools.capability import Context
 
 QUERY_TOKEN = "q9X+3kLm/Vw7Zt8RpA2b=="  # a base64 token, as many APIs issue them
 PASSWORD = 'Tr0ub4dor"&3\\horse'  # a double quote and a backslash
@@ -141,3 +149,107 @@ def test_a_number_valued_extra_holding_a_secret_is_redacted_too() -> None:
     record = logging.makeLogRecord({"msg": "checked", "pin": 47114711})
     line = JsonFormatter(Redactor(["47114711"])).format(record)
     assert "47114711" not in line and json.loads(line)["pin"] == "[REDACTED]"
+
+
+@pytest.mark.parametrize("fmt", ["json", "text"])
+def test_a_secret_learned_after_start_is_hidden_by_the_log_and_the_journal_alike(
+    restore_logging: None, capsys: pytest.CaptureFixture[str], fmt: str
+) -> None:
+    """One redactor: what `agentd run` hands the engine is the log's, so a value it learns
+    (a Matrix login's token) is gone from both at once."""
+    token = "syt_Ym90_learnedAtRunTime_0a1b2c"
+    redactor = set_up_logging(_mail_config(fmt))
+    assert redactor.learn([token]) == 1
+    logging.getLogger("agentd.matrix").warning("sync failed", extra={"error": f"Bearer {token}"})
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "Bearer [REDACTED]" in line and token not in line, line
+    assert redactor(f"step failed: {token!r}") == "step failed: '[REDACTED]'"
+
+
+def test_a_percent_encoding_in_lower_case_hex_is_redacted_too() -> None:
+    """ "%2b" and "%2B" are the same URL; some clients and servers write the lower case."""
+    redact = Redactor([QUERY_TOKEN])
+    upper = quote(QUERY_TOKEN, safe="")
+    lower = re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), upper)
+    assert lower != upper
+    plus = re.sub(r"%[0-9A-F]{2}", lambda m: m[0].lower(), quote_plus(QUERY_TOKEN))
+    for written in (lower, plus):
+        assert redact(f"GET /v1?token={written}&x=1") == "GET /v1?token=[REDACTED]&x=1"
+
+
+def test_learned_values_are_capped_the_oldest_forgotten_and_lasting_ones_kept() -> None:
+    redact = Redactor(["configured-0001"], max_learned=2)
+    redact.learn(["derived-form-01"], lasting=True)
+    assert redact.learn(["cookie-000001", "short", "cookie-000002"]) == 2
+    assert redact.learn(["cookie-000001"]) == 0  # met again: now the newest
+    assert redact.learn(["cookie-000003"]) == 1  # cookie-000002 goes
+    text = "configured-0001 derived-form-01 cookie-000001 cookie-000002 cookie-000003 short"
+    assert redact(text) == ("[REDACTED] [REDACTED] [REDACTED] cookie-000002 [REDACTED] short")
+    assert redact.learned == 2
+
+
+def test_base64_logins_are_redacted_as_the_clients_send_them() -> None:
+    """HTTP Basic as aiohttp (in both its encodings), urllib (a calendar feed) and niquests
+    (caldav's client) write it, and SMTP's AUTH PLAIN and LOGIN as aiosmtplib does: none
+    holds a run of the password."""
+    import niquests.auth
+    from aiosmtplib.auth import auth_login_encode
+
+    user, password = "me@example.com", "pässword-42"
+    redact = Redactor([password])
+    redact.learn(login_forms(user, password), lasting=True)
+    written = [
+        aiohttp.encode_basic_auth(user, password),
+        aiohttp.encode_basic_auth(user, password, encoding="latin-1"),
+        niquests.auth._basic_auth_str(user, password),
+        "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode(),  # urllib's
+        "AUTH PLAIN " + auth_plain_encode(user, password).decode(),
+        "AUTH LOGIN " + auth_login_encode(user, password)[1].decode(),
+    ]
+    for text in written:
+        assert redact(f"sent {text!r}").endswith(" [REDACTED]'"), text
+
+
+def test_the_calendar_and_mail_capabilities_teach_their_logins_base64_forms() -> None:
+    from agentd.calendar import capability as calendar
+    from agentd.mail import capability as mail
+
+    config = Config.model_validate(
+        {
+            "calendar": [
+                {
+                    "name": "home",
+                    "url": "https://dav.example/cal/",
+                    "username": "me",
+                    "password_env": "CAL_PASSWORD",
+                }
+            ],
+            "mail": [
+                {"address": "me@example.com", "password_env": "MAIL_PASSWORD", "imap_host": "i"}
+            ],
+        }
+    )
+    env = {"CAL_PASSWORD": "cal-secret-77", "MAIL_PASSWORD": PASSWORD}
+    redactor = Redactor(env.values())
+
+    async def build() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            ctx = Context(
+                config=config,
+                secrets=config.secret_source(env),
+                db=None,
+                clock=None,  # type: ignore[arg-type]
+                engine=None,  # type: ignore[arg-type]
+                outbox=None,
+                llm=None,
+                redactor=redactor,
+                stack=stack,
+            )
+            for cap in (calendar.capability(), mail.capability()):
+                await cap.contribute(ctx)
+
+    asyncio.run(build())
+    basic = aiohttp.encode_basic_auth("me", "cal-secret-77")
+    assert redactor(f"Authorization: {basic}") == "Authorization: Basic [REDACTED]"
+    plain = auth_plain_encode("me@example.com", PASSWORD).decode()
+    assert redactor(f"AUTH PLAIN {plain}") == "AUTH PLAIN [REDACTED]"

@@ -11,7 +11,8 @@ import pytest
 from agentd.channels import load_config
 from agentd.config import Config, Secrets
 from agentd.daemon.startup import configured_secrets
-from agentd.runtime.logs import JsonFormatter, Redactor
+from agentd.runtime.logs import JsonFormatter
+from agentd.runtime.redact import Redactor
 
 ROOT = Path(__file__).resolve().parents[1]
 

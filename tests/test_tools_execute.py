@@ -7,7 +7,7 @@ import time
 
 from pydantic import BaseModel
 
-from agentd.runtime.logs import Redactor
+from agentd.runtime.redact import Redactor
 from agentd.tools import (
     ToolContext,
     ToolError,

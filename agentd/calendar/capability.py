@@ -6,7 +6,8 @@ time for nobody else.
 
 from __future__ import annotations
 
-from agentd.config import Config
+from agentd.config import Config, read_secret
+from agentd.runtime.redact import login_forms
 from agentd.tools.capability import Check, Context, Contribution, Probe, Simple
 
 
@@ -28,6 +29,11 @@ async def _build(ctx: Context) -> Contribution:
         return Contribution()
     from agentd.calendar.tools import build_calendar_tools
 
+    # CalDAV and a feed send the password base64-encoded with the user (HTTP Basic).
+    for account in ctx.config.calendar:
+        password = read_secret(account.password_env, ctx.secrets)
+        if account.username and password:
+            ctx.redactor.learn(login_forms(account.username, password), lasting=True)
     return Contribution(
         tools=build_calendar_tools(ctx.config, ctx.secrets),
         about="look at your calendar and add events",

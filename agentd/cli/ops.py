@@ -321,7 +321,7 @@ def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:
 def _doctor_short_secrets(cfg: Config, results: list[dict[str, object]]) -> None:
     """The redactor leaves values too short to be told from words in the log: say so."""
     from agentd.daemon.startup import configured_secrets
-    from agentd.runtime.logs import MIN_SECRET_LENGTH
+    from agentd.runtime.redact import MIN_SECRET_LENGTH
 
     short = {s for s in configured_secrets(cfg) if len(s) < MIN_SECRET_LENGTH}
     if short:

@@ -38,7 +38,7 @@ from agentd.llm import LLM, create_llm
 from agentd.retention.workflow import run_daily
 from agentd.runtime import lease, sdnotify
 from agentd.runtime.gc_pause import freeze_startup
-from agentd.runtime.logs import Redactor
+from agentd.runtime.redact import Redactor
 
 log = logging.getLogger("agentd")
 HEARTBEAT_SECONDS = 15.0
@@ -94,7 +94,7 @@ async def _open(config: Config, redactor: Redactor) -> _Process:
     llm = create_llm(config)
     stack = contextlib.AsyncExitStack()
     try:
-        db, channels = await open_database_and_channels(config, send_uncertain, stack)
+        db, channels = await open_database_and_channels(config, send_uncertain, stack, redactor)
     except BaseException:
         await llm.close()
         raise

@@ -27,7 +27,7 @@ from agentd.llm import LLM
 from agentd.retention.workflow import make_retention_workflow
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
-from agentd.runtime.logs import Redactor
+from agentd.runtime.redact import Redactor
 from agentd.tools import ToolRegistry
 from agentd.tools.capability import Capability, Context, Contribution
 

@@ -24,7 +24,8 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import store
 from agentd.ledger import audit
-from agentd.runtime.logs import Redactor, setup_logging
+from agentd.runtime.logs import setup_logging
+from agentd.runtime.redact import Redactor
 
 if TYPE_CHECKING:
     from agentd.commands.router import CommandRouter
@@ -43,10 +44,12 @@ def configured_secrets(config: Config, env: Mapping[str, str] | None = None) -> 
 
 
 def set_up_logging(config: Config) -> Redactor:
-    """Logging with every configured secret redacted; the same redactor guards the journal."""
-    secrets = configured_secrets(config)
-    setup_logging(config.log.level, config.log.format, secrets)
-    return Redactor(secrets)
+    """Logging with every configured secret redacted. The one redactor of the process: the
+    same instance guards the journal and learns the secrets met later (a Matrix login's
+    token, a browser profile's cookies), so a value learned is hidden everywhere at once."""
+    redactor = Redactor(configured_secrets(config))
+    setup_logging(config.log.level, config.log.format, redactor)
+    return redactor
 
 
 async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]
@@ -71,7 +74,10 @@ async def publish_menus(opened: list[Opened], router: CommandRouter) -> None:
 
 
 async def open_database_and_channels(
-    config: Config, on_uncertain: Callable[..., Any], stack: contextlib.AsyncExitStack
+    config: Config,
+    on_uncertain: Callable[..., Any],
+    stack: contextlib.AsyncExitStack,
+    redactor: Redactor,
 ) -> tuple[Database, list[Opened]]:
     """The database opens (and migrates) while each configured channel builds its client
     (one may import its network's library in a thread meanwhile)."""
@@ -81,7 +87,11 @@ async def open_database_and_channels(
         )
     )
     ctx = ChannelContext(
-        config=config, secrets=config.secret_source(), stack=stack, on_uncertain=on_uncertain
+        config=config,
+        secrets=config.secret_source(),
+        stack=stack,
+        on_uncertain=on_uncertain,
+        redactor=redactor,
     )
     opened: list[Opened] = []
     try:

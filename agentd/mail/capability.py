@@ -5,7 +5,8 @@ The IMAP and SMTP code is imported only when an account is configured.
 
 from __future__ import annotations
 
-from agentd.config import Config
+from agentd.config import Config, read_secret
+from agentd.runtime.redact import login_forms
 from agentd.tools.capability import Check, Context, Contribution, Probe, Simple
 
 
@@ -31,6 +32,11 @@ async def _build(ctx: Context) -> Contribution:
         return Contribution(workflows=flows)
     from agentd.mail.tools import build_mail_tools
 
+    # SMTP's AUTH sends the password base64-encoded (with the login, for PLAIN).
+    for account in ctx.config.mail:
+        password = read_secret(account.password_env, ctx.secrets)
+        if password:
+            ctx.redactor.learn(login_forms(account.login, password), lasting=True)
     tools = build_mail_tools(ctx.config, ctx.db, ctx.secrets)
     watch = any(account.watch for account in ctx.config.mail)
     return Contribution(

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agentd.config import Config, SecretSource
     from agentd.durable import Clock, Engine
     from agentd.durable.store import InstanceRecord
+    from agentd.runtime.redact import Redactor
     from agentd.tools import Tool, ToolRegistry
 
 OnUnfinished = Callable[["InstanceRecord"], Awaitable[None]]
@@ -71,7 +72,9 @@ class Context:
     engine: Engine
     outbox: Any
     llm: Any
-    redactor: Callable[[str], str]
+    # The process's one redactor: call it on what leaves the process; `learn` a secret met
+    # at run time (a browser profile's cookies) so the log and the journal hide it too.
+    redactor: Redactor
     stack: contextlib.AsyncExitStack  # services that need stopping push their close here
     # Built once and shared: the embedder, the channels' file reader, the memory sign bits;
     # then what capabilities lend (`Contribution.shares`), there by the time services start.

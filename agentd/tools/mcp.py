@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, TextIO
 
 from agentd.config import Config, McpServerConfig
-from agentd.runtime.logs import Redactor
+from agentd.runtime.redact import Redactor
 from agentd.tools.base import (
     ArgsParser,
     InvalidArguments,

@@ -1,0 +1,144 @@
+"""The redactor: every secret the daemon knows, and the escaped forms code writes it in, out of
+whatever it would write (a log line, a journaled error, a tool's result for the model).
+
+One instance per process, made at start from the configured secrets and handed to the log
+formatter, the engine and everything that learns a secret later (a Matrix access token from
+a password login, a signed-in browser profile's cookies): `learn` adds a value for every user
+of that one instance at once.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterable
+from urllib.parse import quote, quote_plus
+
+# Shorter values would blank out common words all over the log.
+MIN_SECRET_LENGTH = 6
+# Values learned at run time kept at most (the oldest go first): each costs every line one
+# more substring search (about 0.4 us on a 2 KB line), and a site's cookies are many.
+MAX_LEARNED = 128
+REDACTED = "[REDACTED]"
+# What an HTTP client leaves unencoded around a value: nothing, a path's "/", and the
+# sub-delimiters yarl (aiohttp's URLs) keeps in a query value and in a path segment.
+_URL_SAFE = ("", "/", "/?:@!$'()*,~", "/:@!$&'()*+,;=~")
+# What no URL encoding, repr() or JSON escapes: every form of a secret holds these runs as is.
+_UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")
+_PERCENT = re.compile(r"%[0-9A-F]{2}")
+
+
+def _escapes(text: str) -> set[str]:
+    """`text` as repr() and json.dumps() write it inside a quoted string."""
+    return {
+        repr(text)[1:-1],
+        # Inside a longer text repr() may pick the other quote, escaping a ' the text holds.
+        repr("'\"" + text)[4:-1],
+        json.dumps(text)[1:-1],
+        json.dumps(text, ensure_ascii=False)[1:-1],
+    }
+
+
+def secret_forms(secret: str) -> set[str]:
+    """The secret as written, and as the code between it and a log line may have escaped it:
+    percent-encoded in a URL or a form (in upper- or lower-case hex: both are the same URL),
+    quoted by repr() or JSON, or twice (the repr of an exception whose message quotes it)."""
+    forms = {secret}
+    for safe in _URL_SAFE:
+        for encoded in (quote(secret, safe=safe), quote_plus(secret, safe=safe)):
+            forms.add(encoded)
+            forms.add(_PERCENT.sub(lambda m: m[0].lower(), encoded))
+    for once in _escapes(secret):
+        forms |= {once, *_escapes(once)}
+    return forms
+
+
+def _core(secret: str) -> str:
+    """The longest run of the secret that no form escapes (letters, digits, "-._~")."""
+    return max(_UNESCAPED.findall(secret), key=len, default="")
+
+
+# One secret's entry: its core (the fast test) and its forms, longest first.
+_Entry = tuple[str, tuple[str, ...]]
+
+
+def _entry(secret: str) -> _Entry:
+    return _core(secret), tuple(sorted(secret_forms(secret), key=len, reverse=True))
+
+
+class Redactor:
+    """Replaces known secret values, and their escaped forms, wherever they would be written.
+
+    Called on every log line and journal write from any thread; `learn` may run meanwhile:
+    it builds a new table and swaps it in whole, so a call sees the old one or the new one."""
+
+    def __init__(self, secrets: Iterable[str] = (), *, max_learned: int = MAX_LEARNED) -> None:
+        self._entries = {s: _entry(s) for s in _kept(secrets)}
+        self._configured = set(self._entries)
+        self._learned: dict[str, None] = {}  # oldest first
+        self._max_learned = max_learned
+        self._lock = threading.Lock()
+        self._table = self._ordered()
+
+    def _ordered(self) -> tuple[_Entry, ...]:
+        # Longest secret first, so one that holds another is replaced whole (each form of the
+        # longer holds the same form of the shorter).
+        return tuple(self._entries[s] for s in sorted(self._entries, key=len, reverse=True))
+
+    def learn(self, values: Iterable[str], *, lasting: bool = False) -> int:
+        """Hide `values` from now on too (those long enough); returns how many were unknown.
+        `lasting`: kept for good, like a configured secret (a form derived from one); else,
+        past MAX_LEARNED, the value learned (or met again) longest ago is forgotten."""
+        with self._lock:
+            fresh = [v for v in _kept(values) if v not in self._configured]
+            unknown = sum(v not in self._entries for v in fresh)
+            for value in fresh:
+                self._learned.pop(value, None)
+                self._entries.setdefault(value, _entry(value))
+                if lasting:
+                    self._configured.add(value)
+                else:
+                    self._learned[value] = None  # newest last
+            while len(self._learned) > self._max_learned:
+                oldest = next(iter(self._learned))
+                del self._learned[oldest], self._entries[oldest]
+            if fresh:
+                self._table = self._ordered()
+        return unknown
+
+    @property
+    def learned(self) -> int:
+        return len(self._learned)
+
+    def __call__(self, text: str) -> str:
+        # Every form holds its secret's core verbatim: a line without it (nearly every line)
+        # costs one search per secret, not one per form.
+        hits = [forms for core, forms in self._table if core in text]
+        for forms in hits:
+            for form in forms:
+                text = text.replace(form, REDACTED)
+        return text
+
+
+def login_forms(user: str, secret: str) -> list[str]:
+    """How a client sends `secret` as `user`'s password in base64, which holds no run of the
+    secret itself: so each is a value of its own, hidden with the secret. HTTP Basic (RFC
+    7617, "user:secret"; CalDAV, a calendar feed) in UTF-8 and in Latin-1 (requests' and
+    aiohttp's default), and SMTP's AUTH PLAIN (NUL, user, NUL, secret) and AUTH LOGIN (the
+    secret alone)."""
+    found = [_b64(f"{user}:{secret}", "utf-8"), _b64(f"{user}:{secret}", "latin-1")]
+    found += [_b64(f"\0{user}\0{secret}", "utf-8"), _b64(secret, "utf-8")]
+    return [form for form in dict.fromkeys(found) if form]
+
+
+def _b64(text: str, encoding: str) -> str:
+    try:
+        return base64.b64encode(text.encode(encoding)).decode()
+    except UnicodeEncodeError:
+        return ""
+
+
+def _kept(values: Iterable[str]) -> set[str]:
+    return {v.strip() for v in values if v and len(v.strip()) >= MIN_SECRET_LENGTH}
