@@ -6,6 +6,7 @@ hidden like Anthropic's."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 import pytest
 from yarl import URL
 
-from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from tests.daemon_process import OWNER, TOKEN, Daemon, daemon_env, running_daemon
 from tests.db_scan import rows_holding
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.openai_chat import FakeChat
@@ -120,3 +121,24 @@ api_key_env = "OPENROUTER_API_KEY"
             daemon.wait_idle(timeout=60)
             assert chat.requests and chat.requests[0]["auth"] == f"Bearer {PROVIDER_KEY}"
             _nowhere(tg, daemon, {PROVIDER_KEY})
+
+
+def test_the_status_line_systemd_shows_is_redacted_like_the_log(tmp_path: Path) -> None:
+    """`systemctl status` shows the STATUS= line agentd sends while it waits for Telegram: a
+    server error quoting the bot token there is redacted as in the log."""
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)  # what systemd listens on
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(30)
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm, notify:
+        tg.fail_next("getMe", 502, f"Bad Gateway: upstream refused {TOKEN}")
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, NOTIFY_SOCKET=str(notify.getsockname())
+        )
+        with running_daemon(tmp_path, env) as daemon:
+            said: list[str] = []
+            while "READY=1" not in said:
+                said.append(notify.recv(4096).decode())
+            log = daemon.log()
+    [waiting] = [s for s in said if s.startswith("STATUS=waiting for Telegram")]
+    assert "upstream refused [REDACTED]" in waiting and TOKEN not in waiting, waiting
+    assert "upstream refused [REDACTED]" in log and TOKEN not in log

@@ -21,6 +21,7 @@ from agentd.chat.inputs import CallbackPress
 from agentd.chat.outbox import Button, SendFailed
 from agentd.config import Config
 from agentd.db import Database
+from agentd.runtime.redact import Redactor
 from agentd.webchat import store
 from agentd.webchat.channel import NEEDS_DASHBOARD, WebChatChannel
 from agentd.webchat.ids import CHAT_ID
@@ -141,7 +142,7 @@ async def test_the_channel_needs_the_dashboard(tmp_path: Path) -> None:
     async def uncertain(*args: Any) -> None: ...
 
     async with contextlib.AsyncExitStack() as stack:
-        ctx = ChannelContext(config, config.secret_source({}), stack, uncertain)
+        ctx = ChannelContext(config, config.secret_source({}), stack, uncertain, Redactor())
         with pytest.raises(ConfigProblem, match="dashboard"):
             await channel.open(ctx)
 

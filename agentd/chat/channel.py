@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from agentd.db import Database
     from agentd.db.migrations import Migration
     from agentd.durable import Engine
+    from agentd.runtime.redact import Redactor
 
 # Telegram's ids have at most 52 significant bits; one block holds every id of one channel.
 ID_BLOCK = 2**53
@@ -196,6 +197,10 @@ class ChannelContext:
     stack: contextlib.AsyncExitStack
     # A send whose answer was lost (method, chat id, reason): counted as `send_uncertain`.
     on_uncertain: Callable[[str, int | str | None, str], Awaitable[None]]
+    # The process's one redactor: what a channel says outside the log (systemd's STATUS line)
+    # goes through it, and a secret the channel is handed at run time (an access token from a
+    # password login) is taught to it.
+    redactor: Redactor
 
 
 class CheckLine(Protocol):

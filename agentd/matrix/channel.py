@@ -30,6 +30,7 @@ from agentd.matrix.config import SECTION, settings
 from agentd.matrix.ids import BLOCK
 from agentd.matrix.schema import MIGRATIONS
 from agentd.runtime import sdnotify
+from agentd.runtime.redact import Redactor
 
 log = logging.getLogger("agentd.matrix")
 NAME = "matrix"
@@ -62,7 +63,7 @@ def identity(config: Config) -> Any:
 class OpenMatrix:
     """The client (logged in by `identify`), the outbox, and the sync loop once serving."""
 
-    def __init__(self, config: Config, token: str, password: str) -> None:
+    def __init__(self, config: Config, token: str, password: str, redactor: Redactor) -> None:
         from agentd.matrix.client import MatrixClient
         from agentd.matrix.output import MatrixFiles, MatrixOutbox
 
@@ -84,6 +85,7 @@ class OpenMatrix:
         )
         self.files = MatrixFiles(self.client)
         self._token, self._password = token, password
+        self._redactor = redactor
         self._syncer: Any = None
 
     def workflows(self, db: Any) -> list[Any]:
@@ -116,12 +118,15 @@ class OpenMatrix:
                     ) from None
                 failures += 1
                 wait = min(0.5 * 2**failures, MAX_WAIT)
-                sdnotify.notify(f"STATUS=waiting for the Matrix homeserver: {exc}")
+                # Outside the log, so past its redactor.
+                sdnotify.notify(self._redactor(f"STATUS=waiting for the Matrix homeserver: {exc}"))
                 log.warning("waiting for the Matrix homeserver", extra={"reason": str(exc)})
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=wait)
                 if stop.is_set():
                     raise StoppedDuringStartUp("stopped before Matrix answered") from None
+        # A password login's token is known only now; it lasts as long as the process.
+        self._redactor.learn([self.client.access_token], lasting=True)
         log.info("matrix logged in", extra={"user": cfg.user_id, "device": device})
         return ChannelIdentity(bot_id=block_start(BLOCK))
 
@@ -210,7 +215,7 @@ class MatrixChannel:
                 f"{cfg.password_env} is set: put the bot account's access token or password "
                 "in agentd.env"
             )
-        channel = OpenMatrix(ctx.config, token, password)
+        channel = OpenMatrix(ctx.config, token, password, ctx.redactor)
         log.debug("matrix channel open", extra={"device": device_id(cfg.user_id)})
         return channel
 

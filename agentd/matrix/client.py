@@ -87,6 +87,11 @@ class MatrixClient:
         self._retries = retries
         self._base_delay = base_delay
 
+    @property
+    def access_token(self) -> str:
+        """The token requests carry: the configured one, or the one a password login got."""
+        return str(self._http.token or "")
+
     async def close(self) -> None:
         await self._session.close()
 

@@ -13,6 +13,7 @@ import json
 import logging
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from agentd.access import owners
@@ -68,13 +69,14 @@ def know_private_chats(conn: Any, users: frozenset[int]) -> None:
 class OpenTelegram:
     """The bot, its outbox and its poller once serving."""
 
-    def __init__(self, config: Config, bot: Any) -> None:
+    def __init__(self, config: Config, bot: Any, redact: Callable[[str], str]) -> None:
         from agentd.telegram.files import TelegramFiles
         from agentd.telegram.groups import make_leave_workflow
         from agentd.telegram.output import TelegramOutbox
 
         self.config = config
         self.bot = bot
+        self.redact = redact
         token_env = settings(config).token_env
         self.refusal = Refusal(
             lambda: TokenRejected(
@@ -119,7 +121,8 @@ class OpenTelegram:
                     ) from None
                 failures += 1
                 wait = policy.wait(failures, fault.retry_after)
-                sdnotify.notify(f"STATUS=waiting for Telegram: {fault.reason}")
+                # Outside the log, so past its redactor: a server's error text is quoted here.
+                sdnotify.notify(self.redact(f"STATUS=waiting for Telegram: {fault.reason}"))
                 log.warning(
                     "waiting for Telegram",
                     extra={"reason": fault.reason, "attempt": failures, "wait_s": round(wait, 2)},
@@ -219,7 +222,7 @@ class TelegramChannel:
             bot = make_bot(ctx.config, on_uncertain=ctx.on_uncertain)
         except TokenMissing as exc:
             raise ConfigProblem(str(exc)) from None
-        return OpenTelegram(ctx.config, bot)
+        return OpenTelegram(ctx.config, bot, ctx.redactor)
 
 
 def _get_me_check(config: Config) -> tuple[bool, str]:
