@@ -16,6 +16,7 @@ from urllib.parse import parse_qs
 
 PRICE = "The price today is 42 EUR"
 SESSION = "sess-5f2a9c7e1b"  # the login cookie's value: must never reach the journal or logs
+RENEWED = "sess-9d41b07c3e"  # the value /account renews it to
 PASSWORD = "hunter2-correct-horse"
 
 JS_ONLY = """<!doctype html><html><head><title>Shop</title></head><body><div id=app></div>
@@ -79,6 +80,11 @@ class Site:
             return 200, _page("Sign in", form), {}
         if path == "/signin":  # the login form at fixed places: a test clicks on its picture
             return 200, _page("Sign in", SIGNIN_FORM), {}
+        if path == "/account":  # a site's "your sessions" page: it shows the id, and renews it
+            if f"session={SESSION}" not in cookies:
+                return 200, _page("Account", "<p>Please sign in</p>"), {}
+            body = f"<p>Signed in. This session: {SESSION}, renewed to {RENEWED}</p>"
+            return 200, _page("Account", body), {"Set-Cookie": f"session={RENEWED}; Path=/"}
         if path == "/members":
             who = "Welcome back, owner" if f"session={SESSION}" in cookies else "Please sign in"
             return 200, _page("Members", f"<p>{who}</p>"), {}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,10 +18,12 @@ from urllib.parse import quote
 
 import pytest
 
+from agentd.browser import profiles
 from agentd.browser.capability import _missing
 from agentd.config import Config
-from tests.browser_sites import PASSWORD, PRICE, SESSION, Elsewhere, Site, sites
+from tests.browser_sites import PASSWORD, PRICE, RENEWED, SESSION, Elsewhere, Site, sites
 from tests.daemon_process import AGENTD, OWNER, Daemon, daemon_env, running_daemon
+from tests.db_scan import rows_holding
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes.site import FakeSite
 from tests.hands_support import alive, reachable_dir
@@ -298,6 +301,34 @@ def test_the_model_never_types_a_password_and_the_owner_signs_in_for_it(
     assert PASSWORD not in browse.daemon.log()
     removed = browse.daemon.cli("browser", "profiles", "rm", "shop")
     assert removed.returncode == 0 and browse.daemon.cli_json("browser", "profiles", "--json") == []
+
+
+def test_a_page_showing_the_profiles_session_cookie_shows_it_to_nobody(browse: Browse) -> None:
+    """The owner's signed-in profile is used on a page that prints its session id and renews
+    it (a site's "your sessions" page): the model, the journal and the log see neither the
+    stored cookie nor the renewed one."""
+    cookie = {"name": "session", "value": SESSION, "domain": "127.0.0.1", "path": "/"}
+    state = {"cookies": [{**cookie, "expires": -1, "httpOnly": True, "secure": False}]}
+    profiles.save(browse.daemon.tmp, "shop", "127.0.0.1", state, time.time())
+    account = f"{browse.site.base}/account"
+    browse.turn(
+        f"what does {account} say?",
+        call("browser_open", "b_a1", url=account, profile="shop"),
+        call("browser_read", "b_a2"),
+        say("Your account is fine."),
+    )
+    browse.wait_text("Your account is fine.")
+    for use in ("b_a1", "b_a2"):
+        shown = str(browse.result(use)["content"])
+        assert "Signed in. This session: [REDACTED], renewed to [REDACTED]" in shown, shown
+    browse.daemon.wait_idle(timeout=60)
+    browse.daemon.stop()
+    for value in (SESSION, RENEWED):
+        assert rows_holding(browse.daemon.db_path, value) == [], value
+        assert value not in browse.daemon.log()
+        assert all(value not in str(r["body"]) for r in browse.llm.requests)
+    # The renewed session is the profile's now (the turn kept its cookies).
+    assert profiles.load(browse.daemon.tmp, "shop")[1]["cookies"][0]["value"] == RENEWED
 
 
 def test_kill_9_between_typing_and_submitting_never_submits_after_restart(

@@ -72,6 +72,7 @@ async def _build(ctx: Context) -> Contribution:
         Paths(data_dir=data, run_dir=data / "browser" / "run"),
         _open_instances(ctx.db),
         run_as=sandbox_ids(ctx.config),
+        learn=ctx.redactor.learn,
     )
     ctx.stack.push_async_callback(service.close)
     desk = SignIns(service, data)

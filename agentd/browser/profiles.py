@@ -19,6 +19,15 @@ from typing import Any
 from pydantic import BaseModel
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
+# What of a profile the redactor learns when a turn uses it: values that look like a token
+# (a session id, a JWT), at most this many, longest first. A word ("accepted", "dismissed")
+# would be blanked out of every page the model reads, and a consent or a theme is no secret.
+MAX_SECRETS = 32
+_TOKEN = re.compile(r"[A-Za-z0-9._~+/=:%-]{8,4096}")
+_LETTER, _DIGIT = re.compile(r"[A-Za-z]"), re.compile(r"[0-9]")
+# Local storage keeps tokens inside JSON too (an SDK's {"access_token": ...}): so many of its
+# strings are looked at.
+_JSON_STRINGS = 200
 
 
 class ProfileError(Exception):
@@ -109,6 +118,41 @@ def remove(data_dir: Path, name: str) -> bool:
     except FileNotFoundError:
         return False
     return True
+
+
+def secret_values(state: dict[str, Any]) -> list[str]:
+    """The values of a storage state that look like credentials: cookies', and local
+    storage's (or the strings of a JSON one)."""
+    found: list[str] = [str(c.get("value") or "") for c in state.get("cookies") or []]
+    for origin in state.get("origins") or []:
+        for item in origin.get("localStorage") or []:
+            found += _stored_strings(str(item.get("value") or ""))
+    tokens = [v for v in dict.fromkeys(found) if _token_like(v)]
+    return sorted(tokens, key=len, reverse=True)[:MAX_SECRETS]
+
+
+def _token_like(value: str) -> bool:
+    return bool(_TOKEN.fullmatch(value) and _LETTER.search(value) and _DIGIT.search(value))
+
+
+def _stored_strings(value: str) -> list[str]:
+    if not value.startswith(("{", "[")):
+        return [value]
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return [value]
+    strings: list[str] = []
+    todo: list[Any] = [parsed]
+    while todo and len(strings) < _JSON_STRINGS:
+        item = todo.pop()
+        if isinstance(item, str):
+            strings.append(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return strings
 
 
 def site_matches(site: str, host: str) -> bool:

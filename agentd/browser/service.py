@@ -125,8 +125,11 @@ class BrowserService:
         *,
         run_as: tuple[int, int] | None = None,
         resolve: Resolve | None = None,
+        learn: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.config = config
+        # The redactor's: a profile's cookies are secrets the log and the model must not see.
+        self._learn = learn or (lambda values: None)
         self.paths = paths
         self.open_instances = open_instances
         self.run_as = run_as
@@ -363,6 +366,7 @@ class BrowserService:
             if profile:
                 loaded_at = profiles.saved_at(self.paths.data_dir, profile)
                 site, state = profiles.load(self.paths.data_dir, profile)
+                self._learn(profiles.secret_values(state))
                 if not profiles.site_matches(site, host):
                     raise BrowserError(
                         f"the profile {profile!r} is for {site}; it is never used on {host}"
@@ -484,7 +488,19 @@ class BrowserService:
                     )
         snap = Snapshot.model_validate(raw)
         found.refs = {e.ref: e for e in snap.elements}
+        if found.profile:
+            await self._learn_cookies(found)
         return snap
+
+    async def _learn_cookies(self, found: Session) -> None:
+        """A signed-in site may renew its session cookie while a turn uses it: the new value
+        is learned before the page that may show it goes to the model."""
+        try:
+            cookies = await asyncio.wait_for(found.context.cookies(), 5)
+        except Exception as exc:  # the page was read; what it shows is redacted as known
+            log.info("could not read the profile's cookies", extra={"error": type(exc).__name__})
+            return
+        self._learn(profiles.secret_values({"cookies": cookies}))
 
     async def _drop_page(self, found: Session) -> None:
         with contextlib.suppress(Exception):
