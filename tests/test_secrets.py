@@ -135,3 +135,32 @@ def test_doctor_warns_of_a_secret_too_short_to_redact(monkeypatch: pytest.Monkey
     [check] = results
     assert check["ok"] and check["warn"] and "abc12" not in str(check["detail"])
     assert "1 configured secret(s) shorter than 6 characters" in str(check["detail"])
+
+
+def test_a_profile_teaches_its_token_like_values_and_not_its_words() -> None:
+    """What the redactor learns of a signed-in browser profile: a session id, a JWT, a token
+    inside a local-storage JSON value; not a consent flag, a theme or a number, which would
+    be blanked out of every page the model reads."""
+    from agentd.browser.profiles import MAX_SECRETS, secret_values
+
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJlMTIz"
+    state = {
+        "cookies": [
+            {"name": "session", "value": "sess-5f2a9c7e1b"},
+            {"name": "consent", "value": "accepted"},
+            {"name": "theme", "value": "dark mode 2"},
+            {"name": "visits", "value": "1700000000"},
+        ],
+        "origins": [
+            {
+                "origin": "https://shop.example",
+                "localStorage": [
+                    {"name": "auth", "value": f'{{"access_token": "{jwt}", "user": "owner"}}'},
+                    {"name": "lang", "value": "en-GB"},
+                ],
+            }
+        ],
+    }
+    assert secret_values(state) == [jwt, "sess-5f2a9c7e1b"]
+    many = {"cookies": [{"value": f"token-{n:04d}-x"} for n in range(MAX_SECRETS + 10)]}
+    assert len(secret_values(many)) == MAX_SECRETS
