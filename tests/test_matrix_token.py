@@ -1,11 +1,13 @@
 """The access token a Matrix password login returns is a secret agentd learns only then: the
 process's redactor hides it from that moment on (the log, the journal, a tool's result).
-Against a real Synapse, through the channel's own open and identify."""
+Against a real Synapse, through the channel's own open and identify. And the STATUS= line
+sent while the homeserver does not answer goes through the same redactor."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +15,8 @@ from typing import Any
 import pytest
 
 from agentd.channels import config_class
-from agentd.chat.channel import ChannelContext
-from agentd.matrix.channel import MatrixChannel
+from agentd.chat.channel import ChannelContext, StoppedDuringStartUp
+from agentd.matrix.channel import MatrixChannel, OpenMatrix
 from agentd.runtime.redact import Redactor
 from tests.matrixserver import Cast, cast_running
 
@@ -53,3 +55,39 @@ def test_a_password_logins_token_is_hidden_from_then_on(cast: Cast) -> None:
         "GET /sync Authorization: Bearer [REDACTED]"
     )
     assert redactor(repr(f"token={token}")) == "'token=[REDACTED]'"
+
+
+def test_the_status_line_while_waiting_for_the_homeserver_is_redacted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """systemd's STATUS= line is written past the log's formatter: a homeserver's answer
+    quoted in the wait reason goes through the same redactor as the log line."""
+    from agentd.matrix.client import MatrixError, MatrixFault
+
+    secret = "configured-secret-0042"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    notify.settimeout(30)
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    settings = {"homeserver": "http://127.0.0.1:9", "user_id": "@bot:agentd.test"}
+    config = config_class().model_validate({"matrix": settings})
+
+    async def identify() -> None:
+        opened = OpenMatrix(config, "", "a-password", Redactor([secret]))
+        stop = asyncio.Event()
+
+        async def refused(**kwargs: Any) -> str:
+            stop.set()  # one wait, then the start is given up
+            raise MatrixError(MatrixFault(kind="transient", reason=f"HTTP 502 M_{secret}"))
+
+        monkeypatch.setattr(opened.client, "log_in", refused)
+        try:
+            with pytest.raises(StoppedDuringStartUp):
+                await opened.identify(stop)
+        finally:
+            await opened.close()
+
+    with notify:
+        asyncio.run(identify())
+        said = notify.recv(4096).decode()
+    assert said == "STATUS=waiting for the Matrix homeserver: HTTP 502 M_[REDACTED]"
