@@ -1,6 +1,7 @@
 """/dashboard through the command workflow: a link for the owner in private, made inside the
-send (never journaled); the ordinary refusal for anyone else; nothing at all in a group. And
-the capability contributes nothing while `[dashboard]` is off."""
+send (never journaled, and its token taught to the redactor); the ordinary refusal for anyone
+else; nothing at all in a group. And the capability contributes nothing while `[dashboard]` is
+off."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from agentd.config import AccessConfig, Config, DashboardConfig
 from agentd.dashboard import capability
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock
+from agentd.runtime.redact import Redactor
 
 OWNER, OTHER, GROUP, PAGE = 42, 43, -1001, 2_000_001
 
@@ -41,11 +43,15 @@ def _config(enabled: bool) -> Config:
     )
 
 
-def _ctx(db: Any, config: Config) -> Any:
+def _ctx(db: Any, config: Config, redactor: Redactor | None = None) -> Any:
     # A channel's page behind the dashboard's login (the web chat) writes in chat PAGE.
     page = WebPages(path="/chat", title="Chat", add=lambda app, csrf: None, chats=frozenset({PAGE}))
     return SimpleNamespace(
-        config=config, db=db, stack=contextlib.AsyncExitStack(), shared={"web_pages": [page]}
+        config=config,
+        db=db,
+        stack=contextlib.AsyncExitStack(),
+        shared={"web_pages": [page]},
+        redactor=redactor or Redactor(),
     )
 
 
@@ -67,8 +73,8 @@ async def test_off_contributes_nothing(db: Database) -> None:
 async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str | None) -> None:
     db = await Database.open(tmp_path / "c.db")
     engine = Engine(db, clock=FakeClock(auto_advance=True), poll_interval=0.02)
-    router, outbox = CommandRouter(), Outbox()
-    part = await capability.capability().contribute(_ctx(db, _config(True)))
+    router, outbox, redactor = CommandRouter(), Outbox(), Redactor()
+    part = await capability.capability().contribute(_ctx(db, _config(True), redactor))
     [command] = part.commands  # returned, not registered: the daemon adds it
     assert command.owner_only and len(part.start) == 1
     router.add(command)
@@ -98,6 +104,8 @@ async def test_who_gets_a_link(tmp_path: Path, user: int, chat: int, answer: str
         assert to == OWNER and "http://127.0.0.1:8799/login?t=" in text and links == 1
         token = text.split("login?t=", 1)[1].split()[0]
         assert not any(token in result for result in steps)
+        # Should a log line or an error quote the message, the live link is not in it.
+        assert redactor(f"send failed: {text!r}").count("[REDACTED]") == 1
     else:
         assert outbox.sent == [(chat, answer)] and links == 0
 

@@ -366,11 +366,11 @@ class BrowserService:
             if profile:
                 loaded_at = profiles.saved_at(self.paths.data_dir, profile)
                 site, state = profiles.load(self.paths.data_dir, profile)
-                self._learn(profiles.secret_values(state))
                 if not profiles.site_matches(site, host):
                     raise BrowserError(
                         f"the profile {profile!r} is for {site}; it is never used on {host}"
                     )
+                self._learn(profiles.secret_values(state))
             context, page = await self._new_context(
                 storage_state=state, accept_downloads=True, viewport={"width": 1280, "height": 900}
             )
