@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
+from agentd.agent import budget
 from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import Recall, TurnDeps
@@ -83,7 +84,8 @@ def step_limit_note(max_steps: int) -> str:
 class AgentResult(BaseModel):
     text: str
     calls: int
-    outcome: Literal["answered", "step_limit"] = "answered"
+    # rate_limited: a [limits] daily budget was spent before a later call (agent/budget.py).
+    outcome: Literal["answered", "step_limit", "rate_limited"] = "answered"
     reported_actions: list[str] = Field(default_factory=list)
     skills_used: list[str] = Field(default_factory=list)  # loaded with use_skill, in order
     files: list[SpooledFile] = Field(default_factory=list)  # from tools, sent after the text
@@ -359,6 +361,11 @@ async def agent_loop(
         n += 1
         if n > 1:
             await steer_in(step, deps, conversation, n)
+            # The first call was asked for by the turn's rate check; the later ones each.
+            if limit := await budget.refused_call(step, deps, inp, n):
+                note = budget.stopped_note(limit, deps, n)
+                text = with_notes(f"{last_text}\n\n{note}" if last_text else note, notes)
+                return AgentResult(text=text, calls=n - 1, outcome="rate_limited", **done)
         response = await _ask(step, deps, inp, conversation, recall, turn_start, n, pin)
         pin = pin or response.label
         notes += [note for note in response.notes if note not in notes]

@@ -12,7 +12,7 @@ from __future__ import annotations
 from functools import partial
 
 from agentd.access import ratelimit
-from agentd.agent import together
+from agentd.agent import budget, together
 from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import TurnDeps
@@ -73,22 +73,9 @@ async def call_task_llm(
     return response
 
 
-async def over_limits(deps: TurnDeps, inp: TaskInput) -> ratelimit.TokenLimit:
-    """The [limits] token budget the task's next model call would go over ("": none). Its
-    tokens count to its user's and everyone's daily budgets, so they hold it as they hold a
-    turn (access/ratelimit.py)."""
-    return await deps.db.read_inline(
-        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=deps.clock.now()
-    )
-
-
 async def refused_call(step: Step, deps: TurnDeps, inp: TaskInput, n: int) -> ratelimit.TokenLimit:
-    """Which daily budget stops model call `n` ("": it may go ahead), asked in a journaled
-    step so a replay stops where the run did. A task journaled by older code, whose call came
-    without this step, replays that call unasked."""
-    if step.journaled_next() == f"llm#{n}":
-        return ""
-    return await step.do(f"limits#{n}", over_limits, deps, inp, delivery="idempotent")
+    """Which daily budget stops model call `n` ("": it may go ahead): agent/budget.py."""
+    return await budget.refused_call(step, deps, inp, n)
 
 
 def spent(response: LLMResponse) -> int:
@@ -134,8 +121,7 @@ async def work(step: Step, deps: TurnDeps, inp: TaskInput) -> TaskOutput:
     for n in range(1, inp.max_steps + 1):
         name = f"llm#{n}"
         if limit := await refused_call(step, deps, inp, n):
-            words = ratelimit.spent_words(limit, deps.config.limits)
-            note = f"(Stopped before model call {n}: {words}. Ask again after 00:00 UTC.)"
+            note = budget.stopped_note(limit, deps, n)
             return TaskOutput(
                 outcome="rate_limited", text=f"{last}\n\n{note}".strip(), tokens=tokens
             )
