@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import json
+import time
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
-from tests.daemon_process import OWNER, daemon_env, running_daemon
+from agentd.db import open_sync
+from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes.anthropic import last_user_text
 
 TOOLS = '[tools]\nplugins = ["tests.plugins.e2e_tools"]\n'
 
@@ -58,3 +63,80 @@ def test_a_turn_makes_no_model_call_past_the_budget(tmp_path: Path) -> None:
             assert [tuple(r) for r in rows] == [("llm#1", 5000)]
             steps = [r[0] for r in daemon.query("SELECT name FROM workflow_steps ORDER BY ordinal")]
             assert "limits#2" in steps and "llm#2" not in steps
+
+
+SUMMARY = {
+    "summary": "Alice talked about moving to Lyon.",
+    "facts": [{"kind": "fact", "key": "home_city", "content": "Lives in Lyon"}],
+    "retract_keys": [],
+}
+
+
+def is_summary(body: dict[str, Any]) -> bool:
+    return body.get("tool_choice", {}).get("name") == "record_summary"
+
+
+def summary_or_echo(body: dict[str, Any]) -> Any:
+    """The summariser's forced call answered; every turn answered with 400 tokens."""
+    if is_summary(body):
+        summary = [
+            {"type": "tool_use", "id": "toolu_s", "name": "record_summary", "input": SUMMARY}
+        ]
+        return {"content": summary, "usage": usage_of(400)}
+    echo = [{"type": "text", "text": f"echo: {last_user_text(body)}"}]
+    return {"content": echo, "usage": usage_of(400)}
+
+
+def chat(tg: FakeTelegram, texts: list[str]) -> None:
+    for n, text in enumerate(texts, start=1):
+        tg.add_message(OWNER, OWNER, text)
+        tg.wait_for_sent(n, timeout=30)
+
+
+def test_a_summary_past_the_budget_waits_for_tomorrow_and_loses_nothing(tmp_path: Path) -> None:
+    """Three turns under the 1,000-token budget spend it (400 each, asked before each): the
+    summary they start is deferred to 00:00 UTC, not made; after the night, it is."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(summary_or_echo)
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+            AGENTD_LIMITS__DAILY_TOKENS="1000",
+        )
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            chat(tg, ["I'm moving to Lyon", "in May", "with my cat"])
+            daemon.wait_for_instances(1, status="sleeping")
+            [(iid, wake)] = daemon.query(
+                "SELECT id, wake_at FROM workflow_instances WHERE workflow = 'summarise'"
+            )
+            assert wake % 86400 == 0 and 0 < wake - time.time() <= 86400  # the next 00:00 UTC
+            assert not [r for r in llm.requests if is_summary(r["body"])]
+            [(detail,)] = daemon.query(
+                "SELECT detail FROM audit WHERE kind = 'memory_summary_deferred'"
+            )
+            assert json.loads(detail) == {"limit": "daily_tokens", "until": wake}
+            assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 0")[0][0] == 6
+            assert daemon.stop() == 0
+            # The night passes (its wake-up comes now) and a new day's budget is there.
+            with closing(open_sync(daemon.db_path)) as conn, conn:
+                now = time.time()
+                conn.execute("UPDATE workflow_instances SET wake_at = ? WHERE id = ?", (now, iid))
+                conn.execute(
+                    "UPDATE workflow_steps SET wake_at = ? WHERE instance_id = ? AND name = ?",
+                    (now, iid, "defer#1"),
+                )
+                conn.execute("UPDATE llm_usage SET at = at - 86400")
+            daemon.start()
+            daemon.wait_idle()
+            assert len([r for r in llm.requests if is_summary(r["body"])]) == 1
+            [(output,)] = daemon.query("SELECT output FROM workflow_instances WHERE id = ?", (iid,))
+            assert json.loads(output)["deferred"] == 1
+            assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 4
+            kinds = [r[0] for r in daemon.query("SELECT kind FROM memories ORDER BY id")]
+            assert kinds == ["summary", "fact"]
+        finally:
+            daemon.stop()

@@ -122,6 +122,7 @@ def test_kill_9_during_summarisation_resumes_with_one_summary(
         )
         assert [tuple(r) for r in steps] == [
             ("select", 1, "complete"),
+            ("limits#1", 1, "complete"),  # the [limits] budgets, asked before the call
             # At-least-once steps journal no attempt before the call: the attempt
             # the process died in leaves no row; the re-run is attempt 1 and completes once.
             ("llm", 1, "complete"),

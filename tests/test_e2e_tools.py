@@ -444,6 +444,7 @@ def test_kill_9_after_a_tool_ran_does_not_run_it_again(tmp_path: Path) -> None:
                 "tool:toolu_k1",
                 "audit:toolu_k1",
                 "steer#2",  # what the user sent meanwhile (nothing): one journaled decision
+                "limits#2",  # the [limits] budgets, asked before the call (agent/budget.py)
                 "llm#2",
                 "send#1",
                 "save-reply",

@@ -3,6 +3,10 @@
 It runs under its own key (`memory-<chat>`), never inside a turn, so a reply is never delayed.
 Every step is journaled and the store step is idempotent, so a crash resumes without creating
 the same summary twice. Raw messages stay; they are only marked summarised.
+
+Its model call is the user's tokens: past a [limits] daily budget it is deferred to the next
+00:00 UTC (a durable sleep), not made, and nothing is lost meanwhile: the raw messages stay in
+history and in the prompt's window, and no other summary of the chat starts while it waits.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, Field
 
+from agentd.access import ratelimit
 from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Retry, Step, StepFailed, Workflow, workflow
@@ -51,6 +56,19 @@ class SummaryOutput(BaseModel):
     messages: int = 0
     facts: int = 0
     skipped: bool = False
+    deferred: int = 0  # nights it waited for a [limits] daily budget
+
+
+class BudgetCheck(BaseModel):
+    """Whether a [limits] daily budget holds the summary's call, and until when (00:00 UTC)."""
+
+    limit: ratelimit.TokenLimit = ""
+    until: float = 0.0
+
+
+# Nights a summary waits for a budget before it gives up: its messages stay unsummarised, and
+# the next turn past the threshold starts a summary again.
+MAX_DEFERRALS = 7
 
 
 class SummaryFact(ExtractedFact):
@@ -351,6 +369,44 @@ async def store(
     return await deps.db.write(write)
 
 
+async def budget_check(deps: SummaryDeps, inp: SummaryInput) -> BudgetCheck:
+    now = deps.clock.now()
+    limit = await deps.db.read(
+        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=now
+    )
+    return BudgetCheck(limit=limit, until=now - now % 86400 + 86400)
+
+
+def write_deferred(
+    conn: Any, inp: SummaryInput, instance_id: str, n: int, held: BudgetCheck
+) -> None:
+    audit.record(
+        conn,
+        "memory_summary_deferred",
+        chat_id=inp.chat_id,
+        user_id=inp.user_id,
+        instance_id=instance_id,
+        source_key=f"{instance_id}:deferred#{n}",
+        detail={"limit": held.limit, "until": held.until},
+    )
+
+
+async def wait_for_budget(step: Step, deps: SummaryDeps, inp: SummaryInput) -> int | None:
+    """Nights waited until the [limits] budgets allow the summary's call; None: it gave up.
+    A summary journaled by older code, whose call came unasked, replays it unasked."""
+    if step.journaled_next() == "llm":
+        return 0
+    for n in range(1, MAX_DEFERRALS + 2):
+        held = await step.do(f"limits#{n}", budget_check, deps, inp, delivery="idempotent")
+        if not held.limit:
+            return n - 1
+        if n > MAX_DEFERRALS:
+            break
+        await step.local(f"deferred#{n}", write_deferred, inp, step.instance_id, n, held)
+        await step.sleep_until(f"defer#{n}", held.until)
+    return None
+
+
 def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOutput]:
     @workflow(SUMMARY_WORKFLOW)
     async def summarise(step: Step, inp: SummaryInput) -> SummaryOutput:
@@ -358,6 +414,9 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
         block = await step.do("select", select_block, deps, inp, delivery="idempotent")
         if not block:
             return SummaryOutput(skipped=True)
+        nights = await wait_for_budget(step, deps, inp)
+        if nights is None:
+            return SummaryOutput(skipped=True, deferred=MAX_DEFERRALS)
         try:
             result = await step.do(
                 "llm", summarise_block, deps, inp, block, iid, retry=Retry(limit=3, delay=2.0)
@@ -367,7 +426,8 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
             raise
         texts = texts_to_embed(block, result, deps.config.agent.timezone)
         vectors = await step.do("embed", embed, deps, texts, retry=Retry(limit=3, delay=2.0))
-        return await step.do("store", store, deps, inp, iid, block, result, vectors)
+        out = await step.do("store", store, deps, inp, iid, block, result, vectors)
+        return out.model_copy(update={"deferred": nights})
 
     return summarise
 
