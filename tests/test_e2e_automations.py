@@ -252,6 +252,28 @@ def test_step_llm_waits_for_the_daily_budget_like_a_turn(stack: Stack) -> None:
     assert asked == ["judge"]
 
 
+def test_step_llm_answers_that_did_not_fit_are_costed_too(stack: Stack) -> None:
+    """Each of the step's 3 tries asks twice for an answer that fits; all six came in words,
+    and all six were paid for: the run fails, and each try's two answers are in the ledger."""
+
+    def responder(body: dict[str, Any]) -> Any:
+        if "judge-marker" in str(body["messages"][0]):
+            return Reply(
+                content=[{"type": "text", "text": "Rather not."}],
+                usage={"input_tokens": 120, "output_tokens": 30},
+            )
+        return None
+
+    stack.llm.set_responder(responder)
+    iid = stack.start("judge", {"text": "words only"})["instance_id"]
+    assert json.loads(stack.wait(iid).stdout)["status"] == "errored"
+    usage = stack.daemon.query(
+        "SELECT purpose, step, input_tokens, output_tokens FROM llm_usage WHERE instance_id = ?",
+        (iid,),
+    )
+    assert [tuple(r) for r in usage] == [("automation", "judge", 240, 60)] * 3
+
+
 def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:
     iid = stack.start("tidy", {"note": "n-1", "path": "/tmp/old"})["instance_id"]
     card = stack.sent_to_owner("delete_file")

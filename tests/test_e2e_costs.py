@@ -140,3 +140,65 @@ def test_a_summary_past_the_budget_waits_for_tomorrow_and_loses_nothing(tmp_path
             assert kinds == ["summary", "fact"]
         finally:
             daemon.stop()
+
+
+def unfit(body: dict[str, Any]) -> Any:
+    """Every forced structured call answered in words, not the tool (300 tokens each)."""
+    if body.get("tool_choice"):
+        return {"content": [{"type": "text", "text": "I'd rather not."}], "usage": usage_of(300)}
+    return None
+
+
+def test_summary_answers_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> None:
+    """The summary's step is tried 3 times, each asking twice for an answer that fits: all six
+    answers were paid for, so all six are in llm_usage, though none gave a summary."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(unfit)
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+        )
+        with running_daemon(tmp_path, env) as daemon:
+            chat(tg, ["one", "two", "three"])
+            daemon.wait_for_instances(1, status="errored", timeout=60)
+            assert len([r for r in llm.requests if is_summary(r["body"])]) == 6
+            rows = daemon.query(
+                "SELECT step, input_tokens + output_tokens, user_id FROM llm_usage "
+                "WHERE purpose = 'summary'"
+            )
+            assert [tuple(r) for r in rows] == [("llm", 600, OWNER)] * 3
+            assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 0
+
+
+def test_a_photo_in_a_group_is_paid_by_its_sender_even_when_unseen(tmp_path: Path) -> None:
+    """A look at a photo in a group counts to its sender's [limits] budget (as in their own
+    chat), and so do the answers that did not fit the summary's shape."""
+    from tests.daemon_process import TOKEN
+    from tests.test_e2e_vision import png, vision_reply
+
+    group = -900
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_ACCESS__ALLOW_GROUPS="true")
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_bot_to_group(group, OWNER, int(TOKEN.split(":")[0]))
+            tg.add_message(group, OWNER, "@fake_bot hello", chat_type="group")
+            # A photo in a group is for the agent when it replies to the agent's message.
+            hello = tg.wait_for_sent(1, timeout=30, chat_id=group)[0]["message_id"]
+            llm.set_responder(unfit)
+            tg.add_photo(
+                group, OWNER, png(40, 40), "what is it?", chat_type="group", reply_to=hello
+            )
+            tg.wait_for_sent(2, timeout=30, chat_id=group)
+            llm.set_responder(vision_reply)
+            tg.add_photo(group, OWNER, png(41, 40), "and this?", chat_type="group", reply_to=hello)
+            tg.wait_for_sent(3, timeout=30, chat_id=group)
+            daemon.wait_for_instances(3)
+            rows = daemon.query(
+                "SELECT chat_id, user_id, input_tokens + output_tokens FROM llm_usage "
+                "WHERE purpose = 'vision' ORDER BY id"
+            )
+            assert [tuple(r[:2]) for r in rows] == [(group, OWNER)] * 2
+            assert rows[0][2] == 600  # the two answers that did not fit

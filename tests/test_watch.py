@@ -216,6 +216,38 @@ async def test_a_file_watch_on_the_engine_asks_the_model_only_when_the_file_chan
         assert [text.split("\n")[0] for _, text in rig.outbox.sent] == ["🔔 price: Down to 189."]
 
 
+async def test_verdicts_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> None:
+    """Both answers the decision asked for came in words, not the verdict: the check fails,
+    and the tokens of both, paid for, are the watch's usage."""
+    async with watch_rig(tmp_path) as (rig, fake):
+        words = {"input_tokens": 200, "output_tokens": 20}
+        fake.set_responder(
+            lambda body: {"content": [{"type": "text", "text": "Hm."}], "usage": words}
+        )
+        folder = tmp_path / "workspace"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "price.txt").write_text("Price: 250 EUR\n")
+        await rig.add(
+            "wfit",
+            label="price",
+            condition="under 200",
+            source=Source(kind="file", path="price.txt"),
+            every="10m",
+        )
+        await rig.advance(600)
+        (folder / "price.txt").write_text("Price: 189 EUR\n")
+        await rig.advance(600)
+        assert (await rig.outcomes("wfit"))[-1] == "failed"
+        decisions = len(fake.requests) // 2  # a failed decision is asked again at a later check
+        assert decisions >= 1 and len(fake.requests) == 2 * decisions
+        rows = await rig.db.read(
+            lambda c: c.execute(
+                "SELECT purpose, step, input_tokens, output_tokens FROM llm_usage"
+            ).fetchall()
+        )
+        assert [tuple(r) for r in rows] == [("watch", "decide", 400, 40)] * decisions
+
+
 async def test_a_missing_file_fails_loudly_once_and_says_when_it_reads_again(
     tmp_path: Path,
 ) -> None:

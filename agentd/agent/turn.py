@@ -228,7 +228,13 @@ async def look_at_images(
     for n, (label, file_id) in enumerate(_images_to_see(inp), start=1):
         try:
             image = await step.do(
-                f"vision#{n}", see_image, deps.vision, file_id, inp.chat_id, step.instance_id
+                f"vision#{n}",
+                see_image,
+                deps.vision,
+                file_id,
+                inp.chat_id,
+                step.instance_id,
+                inp.user_id,
             )
         except StepFailed as exc:
             notes.append(f"[{label}: could not be analysed ({exc.message[:200]})]")

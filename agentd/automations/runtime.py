@@ -50,8 +50,8 @@ from agentd.durable import (
 )
 from agentd.ledger import audit, usage
 from agentd.llm import LLM
-from agentd.llm.structured import complete_structured
-from agentd.llm.types import LLMRequest, Message, SystemBlock, ToolUseBlock
+from agentd.llm.structured import StructuredOutputError, complete_structured
+from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock, ToolUseBlock
 from agentd.tools import Tool, ToolRegistry
 
 log = logging.getLogger("agentd.automations")
@@ -490,9 +490,17 @@ class Runtime:
                 messages=[Message(role="user", content=prompt)],
                 max_tokens=max_tokens,
             )
-            result, response = await complete_structured(
-                llm, req, output, name="answer", description="Give the answer in this shape."
-            )
+            try:
+                result, response = await complete_structured(
+                    llm, req, output, name="answer", description="Give the answer in this shape."
+                )
+            except StructuredOutputError as exc:  # answers that did not fit cost tokens too
+                await record(exc.spent)
+                raise
+            await record(response)
+            return result
+
+        async def record(response: LLMResponse) -> None:
             await self.db.write(
                 usage.record,
                 response.usage,
@@ -504,7 +512,6 @@ class Runtime:
                 attempt=response.attempt,
                 user_id=owner(self.config),
             )
-            return result
 
         return await step.do(name, call, retry=retry, result_type=output)
 

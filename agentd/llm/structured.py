@@ -16,7 +16,14 @@ log = logging.getLogger("agentd.llm")
 
 
 class StructuredOutputError(Exception):
-    """The model's answer did not fit the schema (retry the call, then handle it)."""
+    """The model's answer did not fit the schema (retry the call, then handle it).
+
+    `spent`: the last answer, carrying the tokens of every attempt: they were paid for, so the
+    caller records them as it records a good answer's."""
+
+    def __init__(self, message: str, spent: LLMResponse) -> None:
+        super().__init__(message)
+        self.spent = spent
 
 
 @functools.cache
@@ -40,7 +47,8 @@ async def complete_structured(
 ) -> tuple[M, LLMResponse]:
     """Ask for `model` through a forced tool call, validate it, and ask again if it is invalid.
 
-    The response returned carries the tokens of every attempt, so none goes unaccounted.
+    The response returned carries the tokens of every attempt, so none goes unaccounted; so
+    does the error's `spent` when no attempt fit.
     """
     spec = ToolSpec(name=name, description=description, input_schema=_schema(model))
     forced = req.model_copy(update={"tools": [spec], "tool_choice": name})
@@ -61,4 +69,4 @@ async def complete_structured(
         log.info(
             "structured answer rejected", extra={"tool": name, "attempt": attempt, "error": error}
         )
-    raise StructuredOutputError(error)
+    raise StructuredOutputError(error, response.model_copy(update={"usage": spent}))

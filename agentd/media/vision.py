@@ -10,6 +10,7 @@ import base64
 import hashlib
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
@@ -19,7 +20,7 @@ from agentd.db import Database
 from agentd.durable import NonRetryable
 from agentd.ledger import usage
 from agentd.llm import LLM
-from agentd.llm.structured import complete_structured
+from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
 from agentd.parsing.image import NotAnImage, downscale_bounded
 from agentd.parsing.image import downscale as _downscale
@@ -106,7 +107,9 @@ def count_lookup(conn: Any, chat_id: int, cached: bool, at: float) -> None:
     )
 
 
-async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: str) -> SeenImage:
+async def see_image(
+    deps: VisionDeps, file_id: str, chat_id: int, instance_id: str, user_id: int | None = None
+) -> SeenImage:
     """The image's summary: from the cache by sha256, or from the model once."""
     data = await deps.files.download(file_id, deps.config.max_bytes)
     digest = hashlib.sha256(data).hexdigest()
@@ -141,28 +144,33 @@ async def see_image(deps: VisionDeps, file_id: str, chat_id: int, instance_id: s
             )
         ],
     )
-    summary, response = await complete_structured(
-        deps.llm,
-        req,
-        VisionSummary,
-        name="record_image_summary",
-        description="Record what the image shows.",
+    # Its tokens count to the user's [limits] budget in a group too, not only in their chat.
+    record = partial(
+        usage.record,
+        purpose="vision",
+        chat_id=chat_id,
+        instance_id=instance_id,
+        step=f"vision:{digest[:12]}",
+        user_id=user_id,
     )
+    try:
+        summary, response = await complete_structured(
+            deps.llm,
+            req,
+            VisionSummary,
+            name="record_image_summary",
+            description="Record what the image shows.",
+        )
+    except StructuredOutputError as exc:  # answers that did not fit cost tokens all the same
+        spent = exc.spent
+        await deps.db.write(record, spent.usage, model=spent.label, attempt=spent.attempt)
+        raise
     raw = data if deps.config.keep_images else None
 
     def write(conn: Any) -> None:
         store_summary(conn, digest, summary, response.model, width, height, raw)
         count_lookup(conn, chat_id, False, time.time())
-        usage.record(
-            conn,
-            response.usage,
-            model=response.label,
-            purpose="vision",
-            chat_id=chat_id,
-            instance_id=instance_id,
-            step=f"vision:{digest[:12]}",
-            attempt=response.attempt,
-        )
+        record(conn, response.usage, model=response.label, attempt=response.attempt)
 
     await deps.db.write(write)
     return SeenImage(

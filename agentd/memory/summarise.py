@@ -25,8 +25,8 @@ from agentd.db import Database
 from agentd.durable import Clock, Retry, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit, usage
 from agentd.llm import LLM
-from agentd.llm.structured import complete_structured
-from agentd.llm.types import LLMRequest, Message, SystemBlock
+from agentd.llm.structured import StructuredOutputError, complete_structured
+from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
 from agentd.memory.history import Origin
 from agentd.memory.provenance import IN_VIEW_OF, ref_of
@@ -218,25 +218,33 @@ async def summarise_block(
         system=[SystemBlock(text=SUMMARY_PROMPT, cache=True)],
         messages=[Message(role="user", content=_render(block))],
     )
+
+    async def record(response: LLMResponse) -> None:
+        await deps.db.write(
+            usage.record,
+            response.usage,
+            model=response.label,
+            purpose="summary",
+            chat_id=inp.chat_id,
+            instance_id=instance_id,
+            step="llm",
+            attempt=response.attempt,
+            user_id=inp.user_id,
+        )
+
     # A 400 (retryable=False) fails the step at once; a bad structured answer is retried.
-    result, response = await complete_structured(
-        deps.llm,
-        req,
-        SummaryResult,
-        name="record_summary",
-        description="Record the summary and the durable facts about the user.",
-    )
-    await deps.db.write(
-        usage.record,
-        response.usage,
-        model=response.label,
-        purpose="summary",
-        chat_id=inp.chat_id,
-        instance_id=instance_id,
-        step="llm",
-        attempt=response.attempt,
-        user_id=inp.user_id,
-    )
+    try:
+        result, response = await complete_structured(
+            deps.llm,
+            req,
+            SummaryResult,
+            name="record_summary",
+            description="Record the summary and the durable facts about the user.",
+        )
+    except StructuredOutputError as exc:  # answers that did not fit cost tokens all the same
+        await record(exc.spent)
+        raise
+    await record(response)
     return result
 
 

@@ -12,8 +12,8 @@ from functools import partial
 from agentd.db import Database
 from agentd.ledger import usage
 from agentd.llm import LLM
-from agentd.llm.structured import complete_structured
-from agentd.llm.types import LLMRequest, Message, SystemBlock
+from agentd.llm.structured import StructuredOutputError, complete_structured
+from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
 from agentd.watch.model import Verdict
 from agentd.watch.store import Watch
 
@@ -46,26 +46,34 @@ async def decide(
         messages=[Message(role="user", content=prompt(w, shown))],
         max_tokens=400,
     )
-    verdict, response = await complete_structured(
-        llm,
-        req,
-        Verdict,
-        name="watch_verdict",
-        description="Whether to tell the owner about this change, and what to say.",
-    )
-    u = response.usage
-    await db.write_unsynced(
-        partial(
-            usage.record,
-            tokens=u,
-            model=response.label,
-            purpose="watch",
-            chat_id=w.chat_id,
-            instance_id=instance_id,
-            step=step,
-            attempt=response.attempt,
-            user_id=w.user_id,
+
+    async def record(response: LLMResponse) -> None:
+        await db.write_unsynced(
+            partial(
+                usage.record,
+                tokens=response.usage,
+                model=response.label,
+                purpose="watch",
+                chat_id=w.chat_id,
+                instance_id=instance_id,
+                step=step,
+                attempt=response.attempt,
+                user_id=w.user_id,
+            )
         )
-    )
+
+    try:
+        verdict, response = await complete_structured(
+            llm,
+            req,
+            Verdict,
+            name="watch_verdict",
+            description="Whether to tell the owner about this change, and what to say.",
+        )
+    except StructuredOutputError as exc:  # answers that did not fit cost tokens all the same
+        await record(exc.spent)
+        raise
+    await record(response)
+    u = response.usage
     spent = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens + u.output_tokens
     return verdict, spent
