@@ -162,3 +162,23 @@ def test_the_owner_picks_a_chat_model_that_outlives_a_restart(
         tg.add_message(OWNER, OWNER, "/status")
         status = tg.wait_for_sent(5, timeout=30)[-1]["plain_text"]
         assert f"Model: {LOCAL}" in status and "claude-haiku-4-5 closed" in status
+
+
+def test_a_task_on_a_local_model_is_costed_as_the_local_model(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    """A background task's usage names its model as configuration does (`local/…`), so
+    `agentd usage` prices it at the provider's price (0), not as an unknown Claude model."""
+    tg, claude, chat = fakes
+    chat.enqueue(ChatReply(tool_calls=[("delegate", {"task": "sum it up", "tools": []})]))
+    config = _config(tmp_path, chat, model=LOCAL)
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=config)
+    env.pop("ANTHROPIC_API_KEY")
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "do it in the background")
+        tg.wait_for_sent(2, timeout=30)  # the turn's answer and the task's result
+        daemon.wait_idle()
+        rows = daemon.query("SELECT DISTINCT purpose, model FROM llm_usage ORDER BY purpose")
+        assert [tuple(r) for r in rows] == [("task", LOCAL), ("turn", LOCAL)]
+        usage = {m["model"]: m for m in daemon.cli_json("usage", "--by-model")}
+        assert list(usage) == [LOCAL] and usage[LOCAL]["estimated_cost_usd"] == 0

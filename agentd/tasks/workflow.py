@@ -61,7 +61,7 @@ async def call_task_llm(
     record = partial(
         usage.record,
         tokens=response.usage,
-        model=response.model,
+        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
         purpose="task",
         chat_id=inp.chat_id,
         instance_id=instance_id,
