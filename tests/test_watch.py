@@ -19,6 +19,7 @@ from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
 from agentd.watch.create import WatchRequest, create, timing
 from agentd.watch.model import Reading, Seen, Source
+from tests.fakes.anthropic import ErrorReply
 from tests.fakes.site import FakeSite
 from tests.hands_support import reachable_dir
 from tests.mailservers import HAVE_DOVECOT, SKIP_NO_DOVECOT, dovecot_server
@@ -246,6 +247,40 @@ async def test_verdicts_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> No
             ).fetchall()
         )
         assert [tuple(r) for r in rows] == [("watch", "decide", 400, 40)] * decisions
+
+
+async def test_an_answer_that_did_not_fit_is_in_the_ledger_when_the_retry_fails(
+    tmp_path: Path,
+) -> None:
+    """The decision's first answer came in words, and the API refused the second ask: the
+    check fails, and the first answer, paid for, is the watch's usage."""
+    async with watch_rig(tmp_path) as (rig, fake):
+        asked = iter(range(1000))
+
+        def words_then_refusal(body: dict[str, Any]) -> Any:
+            if next(asked) % 2:
+                return ErrorReply(400, "invalid_request_error", "no")
+            usage = {"input_tokens": 200, "output_tokens": 20}
+            return {"content": [{"type": "text", "text": "Hm."}], "usage": usage}
+
+        fake.set_responder(words_then_refusal)
+        folder = tmp_path / "workspace"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "price.txt").write_text("Price: 250 EUR\n")
+        source = Source(kind="file", path="price.txt")
+        await rig.add("wref", label="price", condition="under 200", source=source, every="10m")
+        await rig.advance(600)
+        (folder / "price.txt").write_text("Price: 189 EUR\n")
+        await rig.advance(600)
+        assert (await rig.outcomes("wref"))[-1] == "failed"
+        decisions = len(fake.requests) // 2
+        assert decisions >= 1 and len(fake.requests) == 2 * decisions
+        rows = await rig.db.read(
+            lambda c: c.execute(
+                "SELECT purpose, step, input_tokens, output_tokens FROM llm_usage"
+            ).fetchall()
+        )
+        assert [tuple(r) for r in rows] == [("watch", "decide", 200, 20)] * decisions
 
 
 async def test_a_missing_file_fails_loudly_once_and_says_when_it_reads_again(

@@ -49,7 +49,7 @@ from agentd.durable import (
     store,
 )
 from agentd.ledger import audit, usage
-from agentd.llm import LLM
+from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock, ToolUseBlock
 from agentd.tools import Tool, ToolRegistry
@@ -494,8 +494,9 @@ class Runtime:
                 result, response = await complete_structured(
                     llm, req, output, name="answer", description="Give the answer in this shape."
                 )
-            except StructuredOutputError as exc:  # answers that did not fit cost tokens too
-                await record(exc.spent)
+            except (StructuredOutputError, LLMError) as exc:
+                if exc.spent is not None:  # answers that did not fit cost tokens too
+                    await record(exc.spent)
                 raise
             await record(response)
             return result

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from agentd.llm import LLM
-from agentd.llm.types import LLMRequest, LLMResponse, ToolSpec, Usage
+from agentd.llm.types import LLMError, LLMRequest, LLMResponse, ToolSpec, Usage
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger("agentd.llm")
@@ -19,7 +19,8 @@ class StructuredOutputError(Exception):
     """The model's answer did not fit the schema (retry the call, then handle it).
 
     `spent`: the last answer, carrying the tokens of every attempt: they were paid for, so the
-    caller records them as it records a good answer's."""
+    caller records them as it records a good answer's (an LLMError raised after an answer that
+    did not fit carries them in its `spent` too)."""
 
     def __init__(self, message: str, spent: LLMResponse) -> None:
         super().__init__(message)
@@ -48,13 +49,19 @@ async def complete_structured(
     """Ask for `model` through a forced tool call, validate it, and ask again if it is invalid.
 
     The response returned carries the tokens of every attempt, so none goes unaccounted; so
-    does the error's `spent` when no attempt fit.
+    does the error's `spent` when no attempt fit, or when the model failed after one did not.
     """
     spec = ToolSpec(name=name, description=description, input_schema=_schema(model))
     forced = req.model_copy(update={"tools": [spec], "tool_choice": name})
     spent = Usage()
+    response: LLMResponse | None = None
     for attempt in range(1, attempts + 1):
-        response = await llm.complete(forced)
+        try:
+            response = await llm.complete(forced)
+        except LLMError as exc:
+            if response is not None:  # the answer that did not fit was paid for all the same
+                exc.spent = response.model_copy(update={"usage": spent})
+            raise
         spent = _add(spent, response.usage)
         use = next((u for u in response.tool_uses if u.name == name), None)
         if use is None:
@@ -69,4 +76,5 @@ async def complete_structured(
         log.info(
             "structured answer rejected", extra={"tool": name, "attempt": attempt, "error": error}
         )
+    assert response is not None  # attempts >= 1
     raise StructuredOutputError(error, response.model_copy(update={"usage": spent}))

@@ -19,7 +19,7 @@ from agentd.config import VisionConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
 from agentd.ledger import usage
-from agentd.llm import LLM
+from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
 from agentd.parsing.image import NotAnImage, downscale_bounded
@@ -161,9 +161,9 @@ async def see_image(
             name="record_image_summary",
             description="Record what the image shows.",
         )
-    except StructuredOutputError as exc:  # answers that did not fit cost tokens all the same
-        spent = exc.spent
-        await deps.db.write(record, spent.usage, model=spent.label, attempt=spent.attempt)
+    except (StructuredOutputError, LLMError) as exc:
+        if (spent := exc.spent) is not None:  # answers that did not fit cost tokens too
+            await deps.db.write(record, spent.usage, model=spent.label, attempt=spent.attempt)
         raise
     raw = data if deps.config.keep_images else None
 

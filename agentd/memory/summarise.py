@@ -24,7 +24,7 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, Retry, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit, usage
-from agentd.llm import LLM
+from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
@@ -241,8 +241,9 @@ async def summarise_block(
             name="record_summary",
             description="Record the summary and the durable facts about the user.",
         )
-    except StructuredOutputError as exc:  # answers that did not fit cost tokens all the same
-        await record(exc.spent)
+    except (StructuredOutputError, LLMError) as exc:
+        if exc.spent is not None:  # answers that did not fit cost tokens too
+            await record(exc.spent)
         raise
     await record(response)
     return result

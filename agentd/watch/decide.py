@@ -11,7 +11,7 @@ from functools import partial
 
 from agentd.db import Database
 from agentd.ledger import usage
-from agentd.llm import LLM
+from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
 from agentd.watch.model import Verdict
@@ -70,8 +70,9 @@ async def decide(
             name="watch_verdict",
             description="Whether to tell the owner about this change, and what to say.",
         )
-    except StructuredOutputError as exc:  # answers that did not fit cost tokens all the same
-        await record(exc.spent)
+    except (StructuredOutputError, LLMError) as exc:
+        if exc.spent is not None:  # answers that did not fit cost tokens too
+            await record(exc.spent)
         raise
     await record(response)
     u = response.usage
