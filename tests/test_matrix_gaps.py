@@ -166,6 +166,22 @@ async def test_paging_back_stops_at_the_bots_join(db: Database) -> None:
     assert gap.complete and gap.events[0] == _member(BOT) and len(gap.events) == 10
 
 
+async def test_paging_back_goes_past_a_new_name_of_the_bot(db: Database) -> None:
+    """The bot renamed in the gap (a membership `join` over `join`) is no join: the messages
+    before it are read back too, not left as the past."""
+    history = FakeHistory([_member(OWNER), _member(BOT)])
+    _say(history, 5, "before")
+    renamed = {
+        **_member(BOT),
+        "event_id": "$renamed",
+        "unsigned": {"prev_content": {"membership": "join"}},
+    }
+    history.events.append(renamed)
+    _say(history, 5, "after")
+    gap = await page_back(history, ROOM, "p13", "s2", BOT, _nothing_taken, page=4)
+    assert gap.complete and len(gap.events) == 11 and gap.events[0]["event_id"] == "$before2"
+
+
 async def test_a_refused_read_still_takes_the_timeline_and_tells(db: Database) -> None:
     history = FakeHistory([])
     engine = await _intake_engine(db)

@@ -42,14 +42,23 @@ class Gap(BaseModel):
 
 
 def joins(event: Any, bot: str) -> bool:
-    """The bot's own join of the room."""
+    """The bot's own join of the room. A new name or picture of the bot is a membership
+    event `join` too, in every room it is in, with `join` before it: that is no join, and
+    what was written before it is no past (it would go unanswered)."""
     return (
         isinstance(event, dict)
         and event.get("type") == "m.room.member"
         and event.get("state_key") == bot
-        and isinstance(event.get("content"), dict)
-        and event["content"].get("membership") == "join"
+        and _obj(event.get("content")).get("membership") == "join"
+        and _previous_membership(event) != "join"
     )
+
+
+def _previous_membership(event: dict[str, Any]) -> Any:
+    """The membership a member event replaced, as the server says it (`unsigned.prev_content`;
+    older servers put `prev_content` at the top)."""
+    before = _obj(event.get("unsigned")).get("prev_content", event.get("prev_content"))
+    return _obj(before).get("membership")
 
 
 def limited_rooms(response: dict[str, Any], bot: str) -> dict[str, str]:
