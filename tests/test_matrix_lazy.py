@@ -32,7 +32,8 @@ def test_a_telegram_only_daemon_never_imports_matrix(tmp_path: Path) -> None:
     assert "aiogram" in names and "agentd.daemon.process" in names  # the log is whole
     assert "mautrix" not in names
     loaded = {n for n in names if n.startswith("agentd.matrix")}
-    # The channel's entry in the list, and what it declares: its section and its tables.
-    declared = {"config", "schema"}
+    # The channel's entry in the list, and what it declares: its section, its tables and
+    # how retention keeps them (pruned whether the channel is configured or not).
+    declared = {"config", "schema", "kept"}
     allowed = {"agentd.matrix", "agentd.matrix.channel", "agentd.matrix.ids"}
     assert loaded <= allowed | {f"agentd.matrix.{m}" for m in declared}, loaded

@@ -114,6 +114,8 @@ async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
         "schedule_runs": 0,
         "updates": 4,
         "matrix_events": 0,
+        "matrix_ids": 0,
+        "matrix_buttons": 0,
         "webchat_messages": 0,
     }
 
@@ -364,6 +366,8 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
             "schedule_runs": 0,
             "updates": 1,
             "matrix_events": 0,
+            "matrix_ids": 0,
+            "matrix_buttons": 0,
             "webchat_messages": 0,
         }
         # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
@@ -423,6 +427,8 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
         "schedule_runs": 0,
         "updates": 1,
         "matrix_events": 0,
+        "matrix_ids": 0,
+        "matrix_buttons": 0,
         "webchat_messages": 0,
     }
     table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})

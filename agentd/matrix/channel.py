@@ -189,8 +189,11 @@ class MatrixChannel:
     def kept(self, config: Config) -> list[KeptTable]:
         """The events intake took: a sync never gives one twice past its token, so a record
         is needed only while its turn may be replayed (an edit of an older message is then
-        no edit)."""
-        return [intake_records("matrix_events", "matrix_events")]
+        no edit). Events' integers follow the history, cards' choices what intake took
+        (matrix/kept.py)."""
+        from agentd.matrix.kept import kept_buttons, kept_events
+
+        return [intake_records("matrix_events", "matrix_events"), kept_events(), kept_buttons()]
 
     def secret_names(self, config: Config) -> list[str]:
         cfg = settings(config)

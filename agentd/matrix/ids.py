@@ -1,7 +1,9 @@
 """Local integers for Matrix's string ids (rooms, users, events), kept in `matrix_ids`.
 
 agentd's chats, users and messages are integers everywhere past the channel; a Matrix id gets
-its integer the first time intake or output meets it, for good. They lie in Matrix's block
+its integer the first time intake or output meets it. A room's and a user's are kept for
+good; an event's follows `[retention] message_days`, as the history that names it does
+(`kept`), and no integer is ever given to a second id. They lie in Matrix's block
 (chat/channel.py: from 2^53, past every Telegram id), so no two channels share a number and
 the core routes a send by its chat id alone.
 The configured owner is the exception: their Matrix account is the owner's agentd user.
@@ -9,6 +11,7 @@ The configured owner is the exception: their Matrix account is the owner's agent
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from agentd.chat import addresses
@@ -25,7 +28,8 @@ def local_id(conn: Any, kind: Kind, mxid: str, room_id: str | None = None) -> in
     found = row.fetchone()
     if found is None:
         cursor = conn.execute(
-            "INSERT INTO matrix_ids (kind, mxid, room_id) VALUES (?, ?, ?)", (kind, mxid, room_id)
+            "INSERT INTO matrix_ids (kind, mxid, room_id, made_at) VALUES (?, ?, ?, ?)",
+            (kind, mxid, room_id, time.time()),
         )
         local = BASE + int(cursor.lastrowid)
         if kind == "room":  # so the owner can name the room in the configuration

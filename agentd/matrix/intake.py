@@ -302,17 +302,21 @@ def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
     return isinstance(target, str) and ids.sent_by_bot(conn, target)
 
 
-def _reply_context(conn: Any, event: dict[str, Any]) -> ReplyContext | None:
+def _reply_context(conn: Any, event: dict[str, Any], private: bool) -> ReplyContext | None:
     """The message `event` answers, as a Telegram reply says it: its local id (0 for one agentd
     never saw), whether the bot wrote it, and the text the reply quotes. The taint rules read
-    the quote as whose words it is (agent/taint.py, memory/provenance.py)."""
+    the quote as whose words it is (agent/taint.py, memory/provenance.py). In a private room a
+    message agentd does not know (its integer aged out with the history, matrix/kept.py) may
+    be one of the bot's, which may carry outside text: it is read as the bot's, so its quote
+    is never taken for the user's own words."""
     target, quoted, _ = reply_parts(_obj(event.get("content")))
     if not target:
         return None
+    known = ids.known_id(conn, "event", target)
     return ReplyContext(
-        message_id=ids.known_id(conn, "event", target) or 0,
+        message_id=known or 0,
         text=quoted[:MAX_TEXT_CHARS],
-        from_bot=_replied_to_bot(conn, event),
+        from_bot=_replied_to_bot(conn, event) or (private and known is None),
     )
 
 
@@ -467,13 +471,14 @@ def _apply(
             return "edit_invalid", None
     local_event = ids.local_id(conn, "event", str(event["event_id"]), room.room_id)
     shown = decision.shown or event
+    private = room.private_with(me.bot, sender)
     turn = turn_of(
         shown,
         local_event=local_event,
         chat_id=ids.local_id(conn, "room", room.room_id),
         user_id=_user_id(conn, sender, me),
-        private=room.private_with(me.bot, sender),
-        reply_to=_reply_context(conn, shown),
+        private=private,
+        reply_to=_reply_context(conn, shown, private),
     )
     instance_id = instance_id_of(str(event["event_id"]))
     if decision.action == "edit":

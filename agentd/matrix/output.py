@@ -20,6 +20,7 @@ import json
 import logging
 import mimetypes
 import secrets
+import time
 from pathlib import Path
 from typing import Any
 
@@ -298,9 +299,11 @@ def _read_bounded(path: str, limit: int) -> bytes:
 
 
 def _save_buttons(conn: Any, event_id: str, choices: list[tuple[str, str]]) -> None:
+    now = time.time()
     conn.executemany(
-        "INSERT OR IGNORE INTO matrix_buttons (event_id, reaction, data) VALUES (?, ?, ?)",
-        [(event_id, key, data) for key, data in choices],
+        "INSERT OR IGNORE INTO matrix_buttons (event_id, reaction, data, made_at) "
+        "VALUES (?, ?, ?, ?)",
+        [(event_id, key, data, now) for key, data in choices],
     )
 
 

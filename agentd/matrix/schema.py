@@ -12,7 +12,7 @@ from agentd.db.migrations import Migration
 TABLES = """
 -- The Matrix channel (agentd/matrix). agentd's chats, users and messages are integers; Matrix
 -- names them with strings. Each Matrix room, user and event agentd meets gets one local
--- integer here (matrix/ids.py adds 2^53, past every Telegram id), kept for good.
+-- integer here (matrix/ids.py adds 2^53, past every Telegram id), never given twice.
 CREATE TABLE matrix_ids (
     n INTEGER PRIMARY KEY,
     kind TEXT NOT NULL CHECK (kind IN ('room', 'user', 'event')),
@@ -68,8 +68,19 @@ UPDATE matrix_ids SET sent = 1 WHERE kind = 'event'
 """
 
 
+# When each id and each card's choices were made, so retention can age them out
+# (matrix/channel.py `kept`); rows from before age from the upgrade.
+AGES = """
+ALTER TABLE matrix_ids ADD COLUMN made_at REAL NOT NULL DEFAULT 0;
+UPDATE matrix_ids SET made_at = CAST(strftime('%s', 'now') AS REAL);
+ALTER TABLE matrix_buttons ADD COLUMN made_at REAL NOT NULL DEFAULT 0;
+UPDATE matrix_buttons SET made_at = CAST(strftime('%s', 'now') AS REAL);
+"""
+
+
 MIGRATIONS = [
     Migration("matrix/m001_tables", TABLES, formerly="m040_matrix"),
     Migration("matrix/m002_drafts", DRAFTS, formerly="m042_matrix_drafts"),
     Migration("matrix/m003_sent", SENT),
+    Migration("matrix/m004_ages", AGES),
 ]

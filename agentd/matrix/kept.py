@@ -1,0 +1,50 @@
+"""The Matrix channel's tables in retention (`chat.channel.Channel.kept`), beside what intake
+took (`matrix_events`): events' integers and cards' choices, each made with its time
+(`made_at`), so neither grows for ever. Plain SQL, so listing the channel imports nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentd.chat.kept import KeptTable
+from agentd.matrix.ids import BASE
+
+# A card an approval still waits on: its integer and its choices stay whatever their age.
+_WAITED_ON = "SELECT message_id FROM approvals WHERE status = 'pending' AND message_id IS NOT NULL"
+
+
+def _table(part: str, keep: Any, old: str, key: str, table: str) -> KeptTable:
+    def count(conn: Any, cut: float) -> int:
+        return int(conn.execute(f"SELECT COUNT(*) {old}", (cut,)).fetchone()[0])
+
+    def prune(conn: Any, cut: float, batch: int) -> int:
+        gone = f"DELETE FROM {table} WHERE {key} IN (SELECT {key} {old} LIMIT ?)"
+        return int(conn.execute(gone, (cut, batch)).rowcount)
+
+    return KeptTable(part=part, keep=keep, count=count, prune=prune)
+
+
+def kept_events() -> KeptTable:
+    """Events' integers, by `[retention] message_days`: the history names messages by them,
+    and a reply's quote is judged by them (intake.py), so they last as long as it does. Never
+    the highest integer: SQLite would give it again to the next id, and an old reference
+    would name a new message."""
+    old = (
+        "FROM matrix_ids WHERE kind = 'event' AND made_at < ? "
+        "AND n < (SELECT MAX(n) FROM matrix_ids) "
+        f"AND n + {BASE} NOT IN ({_WAITED_ON})"
+    )
+    return _table("matrix_ids", "message_days", old, "n", "matrix_ids")
+
+
+def kept_buttons() -> KeptTable:
+    """Cards' choices nobody answered, by `[retention] update_days`, as a press is what
+    intake takes: a reaction on a card older than that is no press. A decided card's go with
+    its edit (output.py)."""
+    old = (
+        "FROM matrix_buttons WHERE made_at < ? AND event_id NOT IN "
+        "(SELECT mxid FROM matrix_ids WHERE kind = 'event' "
+        f"AND n + {BASE} IN ({_WAITED_ON}))"
+    )
+    return _table("matrix_buttons", "update_days", old, "rowid", "matrix_buttons")
