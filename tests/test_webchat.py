@@ -244,3 +244,24 @@ def test_the_outbox_takes_what_the_contract_passes() -> None:
         assert [(p.name, p.kind) for p in ours.values()] == [
             (p.name, p.kind) for p in theirs.values()
         ], name
+
+
+async def test_a_page_open_across_a_retention_that_emptied_the_transcript_sees_what_follows(
+    db: Database, tmp_path: Path
+) -> None:
+    """An open page (or one reconnecting with `Last-Event-ID`) asks for the changes after the
+    newest it saw. Retention may remove every message, the newest included (a quiet month
+    with `message_days` set): what is written next must still come after that cursor, under
+    an id no earlier message had, or the page would never show it."""
+    from agentd.webchat.kept import prune_messages
+
+    outbox = _outbox(db, tmp_path)
+    for n in range(3):
+        await outbox.send_text(CHAT_ID, f"old {n}")
+    seen = (await db.read(store.changes, 0))[-1]
+    await db.write(lambda c: c.execute("UPDATE webchat_messages SET created_at = 0"))
+    assert (await db.write(prune_messages, 1.0, 100))[0] == 3
+    new = await outbox.send_text(CHAT_ID, "after the quiet month")
+    shown = await db.read(store.changes, seen["seq"])
+    assert [m["text"] for m in shown] == ["after the quiet month"]
+    assert new > seen["id"]

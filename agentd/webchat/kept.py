@@ -1,5 +1,9 @@
 """The page's transcript in retention (`chat.channel.Channel.kept`): `webchat_messages` older
-than `[retention] message_days` go, and with them the files no remaining message names."""
+than `[retention] message_days` go, and with them the files no remaining message names.
+
+An open page asks for the changes after the newest `seq` it saw, and names messages by `id`:
+retention may remove every message, the newest included, so the highest of each it removed is
+kept (`FLOOR_KEY`) and never given again (store.py counts on from it)."""
 
 from __future__ import annotations
 
@@ -24,9 +28,40 @@ def kept_transcript(files_dir: Path) -> KeptTable:
     return KeptTable(part="webchat_messages", keep="message_days", count=count, prune=prune)
 
 
+FLOOR_KEY = "webchat_floor"
+
+
+def floor(conn: Any) -> tuple[int, int]:
+    """(seq, id): the highest of each retention removed, or (0, 0)."""
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (FLOOR_KEY,)).fetchone()
+    if row is None:
+        return 0, 0
+    seq, _, ident = str(row[0]).partition(":")
+    return int(seq), int(ident)
+
+
+def next_numbers(conn: Any) -> tuple[int, int]:
+    """(seq, id) for the next change and message: past every one given, removed or not."""
+    seq, ident = conn.execute(
+        "SELECT COALESCE(MAX(seq), 0), COALESCE(MAX(id), 0) FROM webchat_messages"
+    ).fetchone()
+    low_seq, low_id = floor(conn)
+    return max(int(seq), low_seq) + 1, max(int(ident), low_id) + 1
+
+
+def _raise_floor(conn: Any) -> None:
+    seq, ident = next_numbers(conn)
+    conn.execute(
+        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+        "SET value = excluded.value",
+        (FLOOR_KEY, f"{seq - 1}:{ident - 1}"),
+    )
+
+
 def prune_messages(conn: Any, before: float, batch: int) -> tuple[int, list[str]]:
     """Delete up to `batch` messages written before `before`; (how many, the hashes of files
     no message names any more)."""
+    _raise_floor(conn)
     rows = conn.execute(
         "SELECT id, file_sha256 FROM webchat_messages WHERE created_at < ? ORDER BY id LIMIT ?",
         (before, batch),

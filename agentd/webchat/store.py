@@ -25,6 +25,7 @@ from agentd.chat.inputs import CallbackPress, TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.durable import Engine
 from agentd.webchat.ids import ACCOUNT_ID, BASE, CHAT_ID, NAME
+from agentd.webchat.kept import next_numbers
 
 # Characters in one message from the page: at 4 bytes each still inside the dashboard's
 # 64 KiB request bound (the page posts multipart form data, raw UTF-8).
@@ -48,7 +49,7 @@ def instance_id_of(client_key: str) -> str:
 
 
 def _next_seq(conn: Any) -> int:
-    return int(conn.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM webchat_messages").fetchone()[0])
+    return next_numbers(conn)[0]
 
 
 def _owner_user(conn: Any, owner_id: int, now: float) -> int:
@@ -75,12 +76,12 @@ def take_message(
     ).fetchone()
     if row is not None:
         return Posted(id=row[0], seq=row[1], duplicate=True)
-    seq = _next_seq(conn)
+    seq, ident = next_numbers(conn)
     instance_id = instance_id_of(client_key)
     cursor = conn.execute(
-        "INSERT INTO webchat_messages (seq, role, text, client_key, instance_id, created_at, "
-        "updated_at) VALUES (?, 'owner', ?, ?, ?, ?, ?)",
-        (seq, text, client_key, instance_id, now, now),
+        "INSERT INTO webchat_messages (id, seq, role, text, client_key, instance_id, "
+        "created_at, updated_at) VALUES (?, ?, 'owner', ?, ?, ?, ?, ?)",
+        (ident, seq, text, client_key, instance_id, now, now),
     )
     message_id = int(cursor.lastrowid)
     user = _owner_user(conn, owner_id, now)
@@ -153,11 +154,12 @@ def put_answer(
         if row is not None:
             return int(row[0])
     now = time.time()
+    seq, ident = next_numbers(conn)
     cursor = conn.execute(
-        "INSERT INTO webchat_messages (seq, role, text, buttons, file_name, file_sha256, "
+        "INSERT INTO webchat_messages (id, seq, role, text, buttons, file_name, file_sha256, "
         "send_key, reply_to, created_at, updated_at) "
-        "VALUES (?, 'agent', ?, ?, ?, ?, ?, ?, ?, ?)",
-        (_next_seq(conn), text, buttons, file_name, file_sha256, send_key, reply_to, now, now),
+        "VALUES (?, ?, 'agent', ?, ?, ?, ?, ?, ?, ?, ?)",
+        (ident, seq, text, buttons, file_name, file_sha256, send_key, reply_to, now, now),
     )
     return int(cursor.lastrowid)
 
