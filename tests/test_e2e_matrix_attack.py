@@ -4,8 +4,10 @@ server's own events and the daemon's database."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -57,3 +59,68 @@ def test_a_new_name_for_the_bot_is_no_join_and_loses_nothing(rig: MatrixRig, cas
     rig.daemon.start()
     texts = rig.wait_answer(room, "echo: written after the rename")
     assert "echo: written before the rename" in texts
+
+
+def _delete(path: str) -> Any:
+    def script(body: dict[str, Any]) -> Any:
+        last = json.dumps(body["messages"][-1])
+        if "tool_result" in last:
+            return "done"
+        if path in last:
+            return [
+                {"type": "tool_use", "id": "tu_del", "name": "delete_file", "input": {"path": path}}
+            ]
+        return None
+
+    return script
+
+
+def _card(rig: MatrixRig, room: str) -> dict[str, Any] | None:
+    return next(
+        (
+            e
+            for e in rig.owner.from_user(room, rig.bot)
+            if "React to answer" in str(e["content"].get("body"))
+        ),
+        None,
+    )
+
+
+def test_a_card_is_decided_by_the_owners_reaction_only(tmp_path: Path, cast: Cast) -> None:
+    """A member the owner allowed, let into the room of the card, reacts with its Approve key
+    and sends an edit of the owner's request naming a wider one. Neither decides nor starts
+    anything (Synapse itself refuses a reaction naming a card in another room): only the
+    owner's reaction runs the call, once, as asked."""
+    friend = cast.stranger
+    extra = (
+        f'allowed_users = ["{friend.user_id}"]\n[access]\nallow_groups = true\n'
+        '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    )
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        room, theirs = rig.dm(), rig.dm(friend)
+        rig.llm.set_responder(_delete("/tmp/attack"))
+        asked = rig.owner.say(room, "delete /tmp/attack")
+        card = wait_for(lambda: _card(rig, room), 60, "the approval card")
+        choices = card["content"]["body"].split("React to answer:")[1].strip().splitlines()
+        approve = next(line.split()[0] for line in choices if "Approve" in line)
+        rig.owner.invite(room, friend.user_id)
+        friend.join(room)
+        friend.react(room, card["event_id"], approve)
+        edit = {
+            "msgtype": "m.text",
+            "body": "* delete /tmp/everything",
+            "m.new_content": {"msgtype": "m.text", "body": "delete /tmp/everything"},
+            "m.relates_to": {"rel_type": "m.replace", "event_id": asked},
+        }
+        friend.send(room, edit)
+        friend.say(theirs, "marker")
+        wait_for(lambda: "echo: marker" in rig.bot_texts(theirs, friend), 60, "the marker")
+        assert rig.daemon.effects() == []
+        assert [r[0] for r in rig.query("SELECT status FROM approvals")] == ["pending"]
+        refused = rig.query("SELECT detail FROM audit WHERE kind = 'approval_press_refused'")
+        assert len(refused) == 1
+        rig.owner.react(room, card["event_id"], approve)
+        wait_for(lambda: rig.daemon.effects(), 60, "the approved call")
+        assert rig.daemon.effects() == ["delete_file /tmp/attack"]
+        turns = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
+        assert not [t for (t,) in turns if "everything" in t]
