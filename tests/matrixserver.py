@@ -408,6 +408,9 @@ class WindowProxy(FakeServer):
     is stored) and its answer never comes back. `cut_sync(marker)`: the next /sync answer
     whose body holds `marker` is delivered cut off mid-body, so agentd has the events and can
     never commit them. Either way the test then kills agentd inside that window.
+    `hold_until_synced(marker, synced)`: the next send whose body holds `marker` reaches
+    Synapse, and its answer waits until agentd was given a whole /sync answer holding `synced`
+    (an order of events the network may give, made certain).
     """
 
     shutdown_timeout = 0.2
@@ -417,6 +420,9 @@ class WindowProxy(FakeServer):
         self.upstream = upstream
         self._hold: str | None = None
         self._cut: str | None = None
+        self._until: tuple[str, str] | None = None
+        self._awaited: list[str] = []  # markers of `hold_until_synced` to see in a sync
+        self._synced: list[str] = []  # those agentd was given
         self.held: list[str] = []  # bodies of the sends held after Synapse took them
         self.cut: list[str] = []  # the sync answers cut
         self.sends: list[str] = []  # the path of every send (it ends in the transaction id)
@@ -428,6 +434,11 @@ class WindowProxy(FakeServer):
     def cut_sync(self, marker: str) -> None:
         with self._lock:
             self._cut = marker
+
+    def hold_until_synced(self, marker: str, synced: str) -> None:
+        with self._lock:
+            self._until = (marker, synced)
+            self._awaited.append(synced)
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_route("*", "/{tail:.*}", self._forward)
@@ -463,9 +474,17 @@ class WindowProxy(FakeServer):
             if cut:
                 self._cut = None
                 self.cut.append(request.path)
+            until = self._until if "/send/" in request.path else None
+            if until is not None and until[0] in text:
+                self._until = None
+            else:
+                until = None
+            waited = list(self._awaited) if request.path.endswith("/sync") else []
             self._changed()
         if hold:
             await asyncio.sleep(3600)  # agentd is killed meanwhile
+        while until is not None and until[1] not in self._synced:
+            await asyncio.sleep(0.02)  # the answer waits on the proxy's own loop
         response = web.StreamResponse(status=status, headers={"Content-Type": content_type})
         response.content_length = len(data)
         await response.prepare(request)
@@ -474,6 +493,9 @@ class WindowProxy(FakeServer):
             await asyncio.sleep(3600)
         await response.write(data)
         await response.write_eof()
+        synced = data.decode("utf-8", "replace")
+        with self._lock:
+            self._synced += [m for m in waited if m in synced]
         return response
 
     async def stop(self) -> None:

@@ -184,6 +184,7 @@ def test_matrix_tables_are_the_channel_s_own_set_applied_after_the_core(tmp_path
         "matrix/m002_drafts",
         "matrix/m003_sent",
         "matrix/m004_ages",
+        "matrix/m005_early",
     ]
     assert not {"m040_matrix", "m042_matrix_drafts"} & set(core)
     conn = open_sync(tmp_path / "fresh.db")
@@ -208,7 +209,11 @@ def test_a_database_made_by_main_s_migrations_upgrades_without_running_them_twic
     # Known as done before anything is renamed; only a channel set never in the core list
     # (a channel added since, read from the list) is new to this database.
     new = [m.name for c in channels() for m in c.migrations if not m.formerly]
-    assert [n for n in new if n.startswith("matrix/")] == ["matrix/m003_sent", "matrix/m004_ages"]
+    assert [n for n in new if n.startswith("matrix/")] == [
+        "matrix/m003_sent",
+        "matrix/m004_ages",
+        "matrix/m005_early",
+    ]
     assert pending(conn, migrations()) == new
     assert apply_migrations(conn, migrations()) == new  # Matrix's do not run: CREATE would fail
     recorded = _recorded(conn)
@@ -231,6 +236,7 @@ def test_a_database_from_before_matrix_gets_its_tables_from_the_set(tmp_path: Pa
         "matrix/m002_drafts",
         "matrix/m003_sent",
         "matrix/m004_ages",
+        "matrix/m005_early",
     ]
     conn.execute("SELECT * FROM matrix_rooms").fetchall()
 
@@ -239,7 +245,7 @@ def test_events_agentd_sent_before_it_said_so_are_marked_by_what_intake_never_to
     tmp_path: Path,
 ) -> None:
     conn = open_sync(tmp_path / "m002.db")
-    later = ("matrix/m003_sent", "matrix/m004_ages")
+    later = ("matrix/m003_sent", "matrix/m004_ages", "matrix/m005_early")
     upto = [m for m in migrations() if not (isinstance(m, Migration) and m.name in later)]
     apply_migrations(conn, upto)
     with conn:
@@ -251,7 +257,11 @@ def test_events_agentd_sent_before_it_said_so_are_marked_by_what_intake_never_to
             "INSERT INTO matrix_events (event_id, received_at, room_id, sender, kind, outcome) "
             "VALUES ('$message', 0, '!r:x', '@owner:x', 'm.room.message', 'turn')"
         )
-    assert apply_migrations(conn, migrations()) == ["matrix/m003_sent", "matrix/m004_ages"]
+    assert apply_migrations(conn, migrations()) == [
+        "matrix/m003_sent",
+        "matrix/m004_ages",
+        "matrix/m005_early",
+    ]
     sent = dict(conn.execute("SELECT mxid, sent FROM matrix_ids").fetchall())
     assert sent == {"!r:x": 0, "$answer": 1, "$message": 0}
     # Rows from before ids had an age age from the upgrade (matrix/kept.py), not from 1970.

@@ -124,3 +124,30 @@ def test_a_card_is_decided_by_the_owners_reaction_only(tmp_path: Path, cast: Cas
         assert rig.daemon.effects() == ["delete_file /tmp/attack"]
         turns = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
         assert not [t for (t,) in turns if "everything" in t]
+
+
+def test_the_owners_reaction_on_a_card_sent_just_before_a_kill_counts(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """Synapse took the card, agentd died before it heard back (so before it wrote down the
+    card's choices), and the owner reacted while it was down. After the restart the re-run
+    finds the same card (the same transaction id), and the owner's reaction still decides."""
+    extra = '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        room = rig.dm()
+        rig.llm.set_responder(_delete("/tmp/early"))
+        rig.proxy.hold_after("React to answer")
+        rig.owner.say(room, "delete /tmp/early")
+        rig.proxy.wait_until(lambda: rig.proxy.held, 60, "the card held")
+        rig.daemon.kill9()
+        card = wait_for(lambda: _card(rig, room), 60, "the approval card")
+        choices = card["content"]["body"].split("React to answer:")[1].strip().splitlines()
+        approve = next(line.split()[0] for line in choices if "Approve" in line)
+        reaction = rig.owner.react(room, card["event_id"], approve)
+        # The re-sent card's answer comes after agentd was given the reaction (the sync may
+        # win that race: here it always does).
+        rig.proxy.hold_until_synced("React to answer", reaction)
+        rig.daemon.start()
+        rig.wait_answer(room, "done", timeout=90)
+        assert rig.daemon.effects() == ["delete_file /tmp/early"]
+        assert reaction in rig.proxy._synced

@@ -660,3 +660,52 @@ async def test_a_reply_in_a_direct_room_to_a_message_no_longer_known_is_no_clean
     assert inp.reply_to is not None and inp.reply_to.message_id == 0 and inp.reply_to.from_bot
     said = await db.read(quoted_source, inp.chat_id, inp.private, 0, inp.reply_to.from_bot)
     assert said == "a quoted notice of mine (it may carry outside text)"
+
+
+async def test_a_reaction_on_a_card_whose_choices_were_not_written_yet_is_pressed_once_they_are(
+    db: Database,
+) -> None:
+    """Synapse took a card, agentd died before writing its choices down, the owner reacted:
+    the reaction (a card's key, from someone served) is kept and pressed, once, at the first
+    sync after the choices are known; any other reaction on an unknown event is nothing."""
+    from agentd.matrix.output import _save_buttons
+
+    pressed: list[Any] = []
+    engine = await _engine(db)
+
+    async def persist(response: Any, first: bool = False) -> Any:
+        return await db.write(
+            persist_sync,
+            response,
+            ME,
+            engine,
+            lambda c, p: pressed.append(p) or "",
+            lambda t, c: None,
+            first=first,
+        )
+
+    def react(event_id: str, key: str) -> dict[str, Any]:
+        relates = {"rel_type": "m.annotation", "event_id": "$card", "key": key}
+        return {
+            "type": "m.reaction",
+            "sender": OWNER,
+            "event_id": event_id,
+            "content": {"m.relates_to": relates},
+        }
+
+    await persist(_sync("e0"), first=True)
+    await persist(_sync("e1", react("$early", "1️⃣"), react("$thumb", "👍")))
+    assert pressed == []
+    await db.write(_save_buttons, "$card", [("1️⃣", "ap:x:y"), ("2️⃣", "ap:x:n")])
+    result = await persist(_sync("e2"))
+    assert result.presses == 1 and [p.data for p in pressed] == ["ap:x:y"]
+    assert pressed[0].user_id == 42 and pressed[0].chat_kind == "private"
+    await persist(_sync("e3", react("$early", "1️⃣")))  # the same reaction again: nothing
+    assert len(pressed) == 1
+    outcomes = await db.read(
+        lambda c: dict(c.execute("SELECT event_id, outcome FROM matrix_events").fetchall())
+    )
+    assert outcomes == {"$early": "early", "$thumb": "ignore"}
+    assert (
+        await db.read(lambda c: c.execute("SELECT * FROM matrix_early_reactions").fetchall()) == []
+    )

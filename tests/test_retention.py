@@ -116,6 +116,7 @@ async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
         "matrix_events": 0,
         "matrix_ids": 0,
         "matrix_buttons": 0,
+        "matrix_early_reactions": 0,
         "webchat_messages": 0,
     }
 
@@ -368,6 +369,7 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
             "matrix_events": 0,
             "matrix_ids": 0,
             "matrix_buttons": 0,
+            "matrix_early_reactions": 0,
             "webchat_messages": 0,
         }
         # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
@@ -429,6 +431,7 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
         "matrix_events": 0,
         "matrix_ids": 0,
         "matrix_buttons": 0,
+        "matrix_early_reactions": 0,
         "webchat_messages": 0,
     }
     table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})

@@ -191,9 +191,10 @@ class MatrixChannel:
         is needed only while its turn may be replayed (an edit of an older message is then
         no edit). Events' integers follow the history, cards' choices what intake took
         (matrix/kept.py)."""
-        from agentd.matrix.kept import kept_buttons, kept_events
+        from agentd.matrix.kept import kept_buttons, kept_early, kept_events
 
-        return [intake_records("matrix_events", "matrix_events"), kept_events(), kept_buttons()]
+        events = intake_records("matrix_events", "matrix_events")
+        return [events, kept_events(), kept_buttons(), kept_early()]
 
     def secret_names(self, config: Config) -> list[str]:
         cfg = settings(config)

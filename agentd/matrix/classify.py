@@ -14,6 +14,8 @@ from pydantic import BaseModel
 from agentd.chat.inputs import MAX_TEXT_CHARS, MediaRef, ReplyContext, TurnInput
 
 TEXT_TYPES = ("m.text", "m.notice", "m.emote")
+# A card's choices, as the reactions that stand for them (output.py puts them on the card).
+KEYCAPS = ["1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣"]
 MEDIA_KINDS: dict[str, Literal["voice", "audio", "document"]] = {
     "m.audio": "audio",
     "m.file": "document",

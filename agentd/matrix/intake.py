@@ -28,6 +28,7 @@ from agentd.durable import Engine
 from agentd.ledger import audit
 from agentd.matrix import ids, rooms
 from agentd.matrix.classify import (
+    KEYCAPS,
     EventDecision,
     MatrixIdentity,
     Room,
@@ -248,6 +249,7 @@ def persist_sync(
     for room_id in _obj(rooms_data.get("leave")):
         conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
     _leave_pairing_rooms(conn, me, engine, result)
+    take_early(conn, me, on_callback, result)
     conn.execute(
         "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
         "SET value = excluded.value",
@@ -531,7 +533,9 @@ def _edited(
 def _reaction(
     conn: Any, event: dict[str, Any], room: Room, me: MatrixIdentity, on_callback: CallbackHandler
 ) -> str:
-    """A reaction on a card is a press of the button it stands for; any other is nothing."""
+    """A reaction on a card is a press of the button it stands for; any other is nothing. A
+    card's key on an event with no choices known may answer a card sent just before a kill -9
+    whose choices were not yet written down: kept, and pressed once they are (`take_early`)."""
     relates = _obj(_obj(event.get("content")).get("m.relates_to"))
     target, key = relates.get("event_id"), relates.get("key")
     if relates.get("rel_type") != "m.annotation" or not isinstance(target, str):
@@ -539,17 +543,53 @@ def _reaction(
     row = conn.execute(
         "SELECT data FROM matrix_buttons WHERE event_id = ? AND reaction = ?", (target, key)
     ).fetchone()
-    if row is None:
-        return "ignore"
     sender = str(event.get("sender") or "")
+    if row is None:
+        if key not in KEYCAPS:
+            return "ignore"
+        conn.execute(
+            "INSERT OR IGNORE INTO matrix_early_reactions (event_id, target, reaction, room_id, "
+            "sender, made_at) VALUES (?, ?, ?, ?, ?, ?)",
+            (str(event["event_id"]), target, key, room.room_id, sender[:300], time.time()),
+        )
+        return "early"
+    _press(conn, str(event["event_id"]), target, str(row[0]), room, sender, me, on_callback)
+    return "callback"  # counted by the caller
+
+
+def _press(
+    conn: Any,
+    reaction: str,
+    target: str,
+    data: str,
+    room: Room,
+    sender: str,
+    me: MatrixIdentity,
+    on_callback: CallbackHandler,
+) -> None:
     press = CallbackPress(
-        update_id=ids.local_id(conn, "event", str(event["event_id"]), room.room_id),
-        callback_id=str(event["event_id"]),
+        update_id=ids.local_id(conn, "event", reaction, room.room_id),
+        callback_id=reaction,
         user_id=_user_id(conn, sender, me),
         chat_id=ids.local_id(conn, "room", room.room_id),
         message_id=ids.local_id(conn, "event", target, room.room_id),
-        data=str(row[0]),
+        data=data,
         chat_kind="private" if room.private_with(me.bot, sender) else "group",  # type: ignore[call-arg]
     )
     on_callback(conn, press)
-    return "callback"  # counted by the caller
+
+
+def take_early(
+    conn: Any, me: MatrixIdentity, on_callback: CallbackHandler, result: SyncResult
+) -> None:
+    """Press each kept reaction whose card's choices are known now, as its sender, in the
+    room it was written in; one whose sender is no longer served is dropped unpressed."""
+    rows = conn.execute(
+        "SELECT e.event_id, e.target, b.data, e.room_id, e.sender FROM matrix_early_reactions e "
+        "JOIN matrix_buttons b ON b.event_id = e.target AND b.reaction = e.reaction"
+    ).fetchall()
+    for reaction, target, data, room_id, sender in rows:
+        conn.execute("DELETE FROM matrix_early_reactions WHERE event_id = ?", (reaction,))
+        if me.served(sender):
+            _press(conn, reaction, target, data, _room(conn, room_id), sender, me, on_callback)
+            result.presses += 1

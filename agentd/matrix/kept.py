@@ -48,3 +48,12 @@ def kept_buttons() -> KeptTable:
         f"AND n + {BASE} IN ({_WAITED_ON}))"
     )
     return _table("matrix_buttons", "update_days", old, "rowid", "matrix_buttons")
+
+
+def kept_early() -> KeptTable:
+    """Reactions kept for a card whose choices were not known yet (intake.py), by
+    `[retention] update_days`: a card is written down within moments of being sent."""
+    old = "FROM matrix_early_reactions WHERE made_at < ?"
+    return _table(
+        "matrix_early_reactions", "update_days", old, "event_id", "matrix_early_reactions"
+    )

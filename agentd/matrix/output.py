@@ -32,10 +32,10 @@ from agentd.chat.split import split_markdown
 from agentd.chat.typing import typing_while
 from agentd.db import Database
 from agentd.matrix import ids
+from agentd.matrix.classify import KEYCAPS
 from agentd.matrix.client import MatrixClient, MatrixError
 
 log = logging.getLogger("agentd.matrix")
-KEYCAPS = ["1️⃣", "2️⃣", "3️⃣", "4️⃣", "5️⃣", "6️⃣", "7️⃣", "8️⃣", "9️⃣"]
 TYPING_RENEW_SECONDS = 8.0
 TYPING_DELAY = 0.3
 HTML = "org.matrix.custom.html"

@@ -78,9 +78,26 @@ UPDATE matrix_buttons SET made_at = CAST(strftime('%s', 'now') AS REAL);
 """
 
 
+# A served person's reaction with a card's key on an event whose choices agentd does not know
+# (yet): the card may be one Synapse took just before a kill -9, whose choices agentd had not
+# written down (output.py). Kept, and taken as the press once they are (intake.py).
+EARLY = """
+CREATE TABLE matrix_early_reactions (
+    event_id TEXT PRIMARY KEY,
+    target TEXT NOT NULL,
+    reaction TEXT NOT NULL,
+    room_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    made_at REAL NOT NULL
+);
+CREATE INDEX matrix_early_reactions_target ON matrix_early_reactions (target, reaction);
+"""
+
+
 MIGRATIONS = [
     Migration("matrix/m001_tables", TABLES, formerly="m040_matrix"),
     Migration("matrix/m002_drafts", DRAFTS, formerly="m042_matrix_drafts"),
     Migration("matrix/m003_sent", SENT),
     Migration("matrix/m004_ages", AGES),
+    Migration("matrix/m005_early", EARLY),
 ]
