@@ -12,6 +12,7 @@ from urllib.parse import quote
 
 import pytest
 
+from tests.daemon_process import OWNER
 from tests.matrix_rig import MatrixRig, matrix_rig
 from tests.matrixserver import Cast, MatrixUser, cast_running, wait_for
 
@@ -151,3 +152,34 @@ def test_the_owners_reaction_on_a_card_sent_just_before_a_kill_counts(
         rig.wait_answer(room, "done", timeout=90)
         assert rig.daemon.effects() == ["delete_file /tmp/early"]
         assert reaction in rig.proxy._synced
+
+
+def test_the_owners_direct_room_shared_with_someone_is_no_longer_where_cards_go(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """The owner lets a member into their direct room with the bot: from then on the room is
+    no private chat, and what is the owner's alone (an approval card, with the call and the
+    asker's words) goes to where else the owner is reached (Telegram here), not there."""
+    friend = cast.stranger
+    extra = (
+        f'allowed_users = ["{friend.user_id}"]\n[access]\nallow_groups = true\n'
+        '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    )
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        rig.tg.add_message(OWNER, OWNER, "hello from telegram")
+        rig.tg.wait_until(lambda: rig.tg.sent, 60, "the echo on Telegram")
+        room = rig.dm()
+        rig.owner.say(room, "hello")  # where the owner wrote last
+        rig.wait_answer(room, "echo: hello")
+        rig.owner.invite(room, friend.user_id)
+        friend.join(room)
+        theirs = rig.dm(friend)
+        rig.llm.set_responder(_delete("/tmp/shared"))
+        friend.say(theirs, "delete /tmp/shared")
+
+        def carded() -> bool:
+            return bool(rig.query("SELECT 1 FROM approvals WHERE message_id IS NOT NULL"))
+
+        wait_for(carded, 60, "the approval card sent")
+        assert _card(rig, room) is None
+        assert [m for m in rig.tg.sent if "Approval needed" in m["plain_text"]]

@@ -20,6 +20,12 @@ def note_private_chat(conn: Any, user_id: int, channel: str, chat_id: int, now: 
     )
 
 
+def forget_chat(conn: Any, channel: str, chat_id: int) -> None:
+    """`chat_id` on `channel` is no one's private chat any more (a Matrix room someone else
+    was let into): what is for its user alone goes where else they are reached."""
+    conn.execute("DELETE FROM user_chats WHERE channel = ? AND chat_id = ?", (channel, chat_id))
+
+
 def know_private_chat(conn: Any, user_id: int, channel: str, chat_id: int) -> None:
     """A private chat the channel knows without a message (Telegram's, for a configured
     user): kept only where none was noted, and never preferred to one written in."""

@@ -45,6 +45,10 @@ class Room(BaseModel):
         """A direct room: only the bot and this person in it."""
         return self.members == frozenset({bot, user})
 
+    def direct(self, bot: str) -> bool:
+        """Only the bot and one person in it (joined or invited)."""
+        return len(self.members) == 2 and bot in self.members
+
 
 class EventDecision(BaseModel):
     action: Literal["turn", "edit", "reaction", "reject", "ignore", "leave"]

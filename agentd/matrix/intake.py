@@ -243,7 +243,9 @@ def persist_sync(
                     conn, event, room, me, engine, on_callback, on_command, result, busy
                 )
         _save_room(conn, room, "joined")
-        ids.local_id(conn, "room", room_id)  # a chat id from the join on, so it can be named
+        chat_id = ids.local_id(conn, "room", room_id)  # from the join on, so it can be named
+        if not room.direct(me.bot):
+            reach.forget_chat(conn, CHANNEL, chat_id)
         if not gap.complete:
             _tell_of_gap(conn, room, len(events) - 1, me, engine, result)
     for room_id in _obj(rooms_data.get("leave")):
