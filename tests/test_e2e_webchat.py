@@ -646,3 +646,58 @@ def test_the_web_chat_alone_with_no_telegram_at_all(tmp_path: Path) -> None:
             assert _run(http.post(session, "/chat/send", fields))[0] == 200
             alone.wait_answer("echo: no phone here")
             assert tg.requests == []  # nothing asked Telegram anything
+
+
+def test_a_card_pressed_twice_at_once_both_ways_decides_once_and_then_offers_nothing(
+    stack: Stack,
+) -> None:
+    """Approve and Deny posted at once, twice each (a double click, a second tab): one
+    decision, the call run at most once; once decided, the card carries no button and a press
+    of its old data, or of a guessed approval id, is refused."""
+    stack.llm.set_responder(_deleting("/tmp/web-twice"))
+    http = Http(stack.base)
+    session, csrf = _run(http.sign_in(stack.link()))
+    key = secrets.token_hex(16)
+    sent = _run(
+        http.post(
+            session,
+            "/chat/send",
+            {"csrf": csrf, "key": key, "text": "please delete /tmp/web-twice"},
+        )
+    )
+    assert sent[0] == 200, sent
+
+    def card() -> Any:
+        rows = stack.daemon.query(
+            "SELECT id, buttons FROM webchat_messages WHERE role = 'agent' AND buttons LIKE '%ap:%'"
+        )
+        return rows[0] if rows else None
+
+    message, buttons = poll(card, 60, "the card on the page")
+    data = [b["data"] for line in json.loads(buttons) for b in line]
+    yes, no = next(d for d in data if d.endswith(":y")), next(d for d in data if d.endswith(":n"))
+
+    async def presses() -> list[tuple[int, str]]:
+        one = {"csrf": csrf, "message": str(message)}
+        return list(
+            await asyncio.gather(
+                *(http.post(session, "/chat/press", {**one, "data": d}) for d in (yes, no, yes, no))
+            )
+        )
+
+    answers = _run(presses())
+    assert all(status in (200, 400) for status, _ in answers), answers
+    decided = stack.daemon.query("SELECT status FROM approvals WHERE id = ?", (yes.split(":")[1],))
+    assert [r[0] for r in decided] in (["approved"], ["denied"])
+    poll(lambda: card() is None, 60, "the card's buttons gone")
+    forged = yes.split(":")[0] + ":" + "A" * 12 + ":y"
+
+    async def late() -> list[int]:
+        one = {"csrf": csrf, "message": str(message)}
+        return [
+            (await http.post(session, "/chat/press", {**one, "data": d}))[0] for d in (yes, forged)
+        ]
+
+    assert _run(late()) == [400, 400]
+    stack.daemon.wait_idle()
+    assert stack.daemon.effects().count("delete_file /tmp/web-twice") <= 1
