@@ -709,3 +709,18 @@ async def test_a_reaction_on_a_card_whose_choices_were_not_written_yet_is_presse
     assert (
         await db.read(lambda c: c.execute("SELECT * FROM matrix_early_reactions").fetchall()) == []
     )
+
+
+def test_a_reply_quoting_a_flood_of_lines_is_read_in_linear_time() -> None:
+    """A hostile server's event is not bounded by the spec's 64 KiB: a reply whose body is
+    hundreds of thousands of `>` lines is still split into quote and words at once."""
+    import time
+
+    content = {
+        "body": ">\n" * 300_000 + "\nmine",
+        "m.relates_to": {"m.in_reply_to": {"event_id": "$x"}},
+    }
+    started = time.perf_counter()
+    target, quoted, own = reply_parts(content)
+    assert time.perf_counter() - started < 2.0
+    assert (target, own) == ("$x", "mine") and quoted.count("\n") == 299_999

@@ -98,14 +98,15 @@ def reply_parts(content: dict[str, Any]) -> tuple[str, str, str]:
     if not isinstance(target, str) or not target:
         return "", "", body
     lines = body.split("\n")
-    quoted = []
-    while lines and lines[0].startswith(">"):
-        quoted.append(lines.pop(0)[1:].removeprefix(" "))
-    if not quoted:
+    # Counted, not popped one by one from the front: a body of many `>` lines (a hostile
+    # server's event is not bounded by the spec's 64 KiB) is read in linear time.
+    cut = next((n for n, line in enumerate(lines) if not line.startswith(">")), len(lines))
+    if not cut:
         return target, "", body
-    if lines and not lines[0].strip():
-        lines.pop(0)
-    return target, "\n".join(quoted), "\n".join(lines)
+    quoted = [line[1:].removeprefix(" ") for line in lines[:cut]]
+    if cut < len(lines) and not lines[cut].strip():
+        cut += 1
+    return target, "\n".join(quoted), "\n".join(lines[cut:])
 
 
 def turn_of(
