@@ -183,3 +183,38 @@ def test_the_owners_direct_room_shared_with_someone_is_no_longer_where_cards_go(
         wait_for(carded, 60, "the approval card sent")
         assert _card(rig, room) is None
         assert [m for m in rig.tg.sent if "Approval needed" in m["plain_text"]]
+
+
+def test_an_account_that_is_no_longer_the_configured_owner_is_not_served(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """`[matrix] owner` links that account to the owner when it first writes. The owner moves
+    to another account (the old one lost, say) and names it in the configuration: the old
+    account is then nobody, not the owner — it can neither run a turn as the owner nor
+    approve its own card in its room."""
+    old, new = cast.owner, cast.stranger
+    extra = '[tools]\nplugins = ["tests.plugins.e2e_tools"]'
+    with matrix_rig(tmp_path, cast, extra=extra) as rig:
+        room = rig.dm()
+        old.say(room, "hello")
+        rig.wait_answer(room, "echo: hello")
+        assert rig.daemon.stop() == 0
+        config = tmp_path / "agentd.toml"
+        config.write_text(
+            config.read_text().replace(f'owner = "{old.user_id}"', f'owner = "{new.user_id}"')
+        )
+        rig.daemon.start()
+        rig.llm.set_responder(_delete("/tmp/old-owner"))
+        old.say(room, "delete /tmp/old-owner")
+        theirs = rig.dm(new)
+        new.say(theirs, "marker")
+        wait_for(lambda: "echo: marker" in rig.bot_texts(theirs, new), 60, "the new owner's answer")
+        card = _card(rig, room)
+        if card is not None:  # what the old account would do with its own card
+            choices = card["content"]["body"].split("React to answer:")[1].strip().splitlines()
+            old.react(room, card["event_id"], next(c.split()[0] for c in choices if "Approve" in c))
+            new.say(theirs, "marker 2")
+            wait_for(lambda: "echo: marker 2" in rig.bot_texts(theirs, new), 60, "the marker")
+        assert rig.daemon.effects() == []
+        turns = rig.query("SELECT input FROM workflow_instances WHERE workflow = 'turn'")
+        assert not [t for (t,) in turns if "old-owner" in t]

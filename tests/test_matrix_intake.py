@@ -724,3 +724,47 @@ def test_a_reply_quoting_a_flood_of_lines_is_read_in_linear_time() -> None:
     target, quoted, own = reply_parts(content)
     assert time.perf_counter() - started < 2.0
     assert (target, own) == ("$x", "mine") and quoted.count("\n") == 299_999
+
+
+async def test_an_owner_account_linked_before_it_was_remembered_is_unlinked_after_a_change(
+    db: Database,
+) -> None:
+    """A database from before the configured owner's account was remembered: the first sync
+    finds it linked and remembers it; once `[matrix] owner` names another account, the old
+    one is unlinked (audited) and no longer served, and the owner is no longer reached in
+    its room."""
+    from agentd.access import accounts
+    from agentd.chat import reach
+    from agentd.matrix.intake import OWNER_KEY
+
+    engine = await _engine(db)
+    await _persist(db, engine, _sync("o0"), first=True)
+    await _persist(db, engine, _sync("o1", _text("$o1", "hello")))
+    await db.write(lambda c: c.execute("DELETE FROM kv WHERE key = ?", (OWNER_KEY,)))
+    await _persist(db, engine, _sync("o2"))
+    remembered = await db.read(
+        lambda c: c.execute("SELECT value FROM kv WHERE key = ?", (OWNER_KEY,)).fetchone()
+    )
+    assert remembered[0] == OWNER
+    moved = ME.model_copy(update={"owner": "@new:hs"})
+    result = await db.write(
+        persist_sync,
+        _sync("o3", _text("$o3", "still me?")),
+        moved,
+        engine,
+        lambda c, p: "",
+        lambda t, c: None,
+        first=False,
+    )
+    assert result.accepted == 0
+    outcome = await db.read(
+        lambda c: c.execute("SELECT outcome FROM matrix_events WHERE event_id = '$o3'").fetchone()
+    )
+    assert outcome[0] == "reject"
+    account = await db.read(lambda c: ids.known_id(c, "user", OWNER))
+    assert await db.read(accounts.user_of, account) == account
+    assert await db.read(reach.private_chat, 42) is None
+    unlinked = await db.read(
+        lambda c: c.execute("SELECT COUNT(*) FROM audit WHERE kind = 'account_unlinked'").fetchone()
+    )
+    assert unlinked[0] == 1

@@ -39,6 +39,18 @@ def link(conn: Any, account_id: int, user_id: int, channel: str, now: float) -> 
     audit.record(conn, "account_linked", user_id=user_id, detail=detail, at=now)
 
 
+def unlink(conn: Any, account_id: int, user_id: int, channel: str, now: float) -> bool:
+    """`account_id` speaks for `user_id` no more (it is its own user again); audited. False
+    when it was not linked to them."""
+    gone = conn.execute(
+        "DELETE FROM user_accounts WHERE account_id = ? AND user_id = ?", (account_id, user_id)
+    ).rowcount
+    if gone:
+        detail = {"account": account_id, "channel": channel}
+        audit.record(conn, "account_unlinked", user_id=user_id, detail=detail, at=now)
+    return bool(gone)
+
+
 def linked_ids(conn: Any) -> frozenset[int]:
     """Every linked account (served when the user it speaks for is)."""
     return frozenset(r[0] for r in conn.execute("SELECT account_id FROM user_accounts"))

@@ -26,6 +26,12 @@ def forget_chat(conn: Any, channel: str, chat_id: int) -> None:
     conn.execute("DELETE FROM user_chats WHERE channel = ? AND chat_id = ?", (channel, chat_id))
 
 
+def forget_user(conn: Any, user_id: int, channel: str) -> None:
+    """`user_id` is reached on `channel` no more until they write there again (the account
+    that wrote there no longer speaks for them)."""
+    conn.execute("DELETE FROM user_chats WHERE user_id = ? AND channel = ?", (user_id, channel))
+
+
 def know_private_chat(conn: Any, user_id: int, channel: str, chat_id: int) -> None:
     """A private chat the channel knows without a message (Telegram's, for a configured
     user): kept only where none was noted, and never preferred to one written in."""

@@ -40,6 +40,9 @@ from agentd.matrix.classify import (
 from agentd.matrix.gaps import Gap, joins
 
 SINCE_KEY = "matrix_since"
+# The account `[matrix] owner` linked to the owner: once the configuration names another (or
+# none), that link goes, as a Telegram owner_id taken out of the file is no longer served.
+OWNER_KEY = "matrix_owner"
 EDIT_KIND = "m.replace"  # matrix_events.kind of an edit, so no edit is ever taken as an original
 CHANNEL = "matrix"  # the channel's name (matrix/channel.py), as rows that name it say
 
@@ -217,6 +220,7 @@ def persist_sync(
     message does while a turn of its room works (chat/busy.py). `gaps`: per room, what its
     cut timeline left out (matrix/gaps.py), taken before the timeline's events."""
     result = SyncResult()
+    settle_owner(conn, me)
     me = with_accounts(conn, me)
     rooms_data = _obj(response.get("rooms"))
     _invites(conn, _obj(rooms_data.get("invite")), me, engine, result)
@@ -252,11 +256,7 @@ def persist_sync(
         conn.execute("UPDATE matrix_rooms SET state = 'left' WHERE room_id = ?", (room_id,))
     _leave_pairing_rooms(conn, me, engine, result)
     take_early(conn, me, on_callback, result)
-    conn.execute(
-        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
-        "SET value = excluded.value",
-        (SINCE_KEY, next_batch(response)),
-    )
+    _set_kv(conn, SINCE_KEY, next_batch(response))
     return result
 
 
@@ -427,13 +427,45 @@ def _pair_if_asked(
 
 def _user_id(conn: Any, sender: str, me: MatrixIdentity) -> int:
     """The agentd user a Matrix account speaks for (`access.accounts.user_of`). `[matrix]
-    owner` is the simple way to link: that account is linked to the owner when first met."""
+    owner` is the simple way to link: that account is linked to the owner when first met,
+    and remembered as the one the configuration linked (`settle_owner`)."""
     account = ids.local_id(conn, "user", sender)
     user = accounts.user_of(conn, account)
     if sender == me.owner and me.owner_id is not None and user != me.owner_id:
         accounts.link(conn, account, me.owner_id, CHANNEL, time.time())
+        _set_kv(conn, OWNER_KEY, sender)
         return me.owner_id
     return user
+
+
+def _set_kv(conn: Any, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO kv (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE "
+        "SET value = excluded.value",
+        (key, value),
+    )
+
+
+def settle_owner(conn: Any, me: MatrixIdentity) -> None:
+    """Unlink the account an earlier `[matrix] owner` linked, once the configuration names
+    another or none: it is then nobody (not served, no approver), and the owner is no longer
+    reached in its rooms. The owner's account linked before this was remembered is
+    remembered at the first sync that finds it linked."""
+    row = conn.execute("SELECT value FROM kv WHERE key = ?", (OWNER_KEY,)).fetchone()
+    linked = str(row[0]) if row else None
+    if linked is None:
+        account = ids.known_id(conn, "user", me.owner) if me.owner else None
+        if account is not None and accounts.user_of(conn, account) == me.owner_id:
+            _set_kv(conn, OWNER_KEY, me.owner)
+        return
+    if linked == me.owner:
+        return
+    account = ids.known_id(conn, "user", linked)
+    owner = accounts.user_of(conn, account) if account is not None else None
+    if account is not None and owner is not None and owner != account:
+        if accounts.unlink(conn, account, owner, CHANNEL, time.time()):
+            reach.forget_user(conn, owner, CHANNEL)
+    conn.execute("DELETE FROM kv WHERE key = ?", (OWNER_KEY,))
 
 
 def _apply(
