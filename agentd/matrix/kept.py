@@ -10,8 +10,11 @@ from typing import Any
 from agentd.chat.kept import KeptTable
 from agentd.matrix.ids import BASE
 
-# A card an approval still waits on: its integer and its choices stay whatever their age.
-_WAITED_ON = "SELECT message_id FROM approvals WHERE status = 'pending' AND message_id IS NOT NULL"
+# A card an approval still waits on, by its integer (`n`): it and its choices stay whatever
+# their age.
+_WAITED_ON = (
+    f"SELECT message_id - {BASE} FROM approvals WHERE status = 'pending' AND message_id IS NOT NULL"
+)
 
 
 def _table(part: str, keep: Any, old: str, key: str, table: str) -> KeptTable:
@@ -33,7 +36,7 @@ def kept_events() -> KeptTable:
     old = (
         "FROM matrix_ids WHERE kind = 'event' AND made_at < ? "
         "AND n < (SELECT MAX(n) FROM matrix_ids) "
-        f"AND n + {BASE} NOT IN ({_WAITED_ON})"
+        f"AND n NOT IN ({_WAITED_ON})"
     )
     return _table("matrix_ids", "message_days", old, "n", "matrix_ids")
 
@@ -44,8 +47,7 @@ def kept_buttons() -> KeptTable:
     its edit (output.py)."""
     old = (
         "FROM matrix_buttons WHERE made_at < ? AND event_id NOT IN "
-        "(SELECT mxid FROM matrix_ids WHERE kind = 'event' "
-        f"AND n + {BASE} IN ({_WAITED_ON}))"
+        f"(SELECT mxid FROM matrix_ids WHERE n IN ({_WAITED_ON}))"
     )
     return _table("matrix_buttons", "update_days", old, "rowid", "matrix_buttons")
 
