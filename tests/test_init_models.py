@@ -79,6 +79,24 @@ def test_a_server_with_only_messages_is_checked_with_one_token(
     assert wrong.returncode == 78 and "rejected the key" in wrong.stderr, wrong.stderr
 
 
+def test_the_one_token_message_is_in_the_ledger(tmp_path: Path, tg: FakeTelegram) -> None:
+    """The message is paid for: `agentd usage` shows it (purpose "check", no chat), in the
+    database the written config names, made now when the daemon has not run yet."""
+    from tests.docs_support import open_store
+
+    with FakeAnthropic.running(api_key=API_KEY, models_list=False, model_route=False) as llm:
+        done = run_init(init_args(tmp_path, tg, llm))
+    assert done.returncode == 0, done.stderr
+    assert "not in `agentd usage`" not in done.stderr, done.stderr
+    conn = open_store(tmp_path / "agentd.db")
+    rows = conn.execute(
+        "SELECT model, chat_id, input_tokens, output_tokens FROM llm_usage WHERE purpose = 'check'"
+    ).fetchall()
+    conn.close()
+    assert [tuple(r)[:2] for r in rows] == [("claude-haiku-4-5", None)]
+    assert rows[0][2] > 0 and rows[0][3] > 0
+
+
 def test_a_refused_model_is_told_with_the_list_never_a_guess(
     tmp_path: Path, tg: FakeTelegram
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +110,49 @@ def test_usage_prices_each_provider_and_counts_fallback_answers(setup: tuple) ->
     assert rows["claude-haiku-4-5"]["estimated_cost_usd"] > 1
     text = CliRunner().invoke(app, ["usage"], env={**env, "COLUMNS": "120"})
     assert text.exit_code == 0 and "local: costs 0" in text.stdout
+
+
+def test_model_checks_are_in_the_ledger_counted_never_refused(setup: tuple) -> None:  # type: ignore[type-arg]
+    """`models --test` and doctor's model checks are paid calls: `agentd usage` shows them
+    (purpose "check", no chat) and the day's total counts them; the owner runs them by hand,
+    so a spent budget does not stop them, and they count against no one user's budget."""
+    from agentd.access.ratelimit import tokens_used
+    from agentd.ledger import usage
+    from agentd.ledger.pricing import Tokens
+    from tests.docs_support import open_store
+
+    path, env, claude, chat = setup
+    path.write_text(path.read_text() + "[limits]\ndaily_tokens = 5\ndaily_tokens_total = 5\n")
+    db = path.parent / "agentd.db"
+    conn = open_store(db)
+    with conn:  # today's budgets are spent already
+        usage.record(conn, Tokens(input_tokens=10), model="claude-haiku-4-5", purpose="turn")
+    conn.close()
+
+    result = CliRunner().invoke(app, ["models", "--test", "--json"], env=env)
+    assert result.exit_code == 1  # gone/llama fails; the other two answer
+    assert len(claude.requests) == 1 and len(chat.requests) == 1
+    conn = open_store(db)
+    checks = conn.execute(
+        "SELECT model, chat_id, user_id, input_tokens + output_tokens FROM llm_usage "
+        "WHERE purpose = 'check' ORDER BY model"
+    ).fetchall()
+    assert [tuple(r)[:3] for r in checks] == [
+        ("claude-haiku-4-5", None, None),
+        ("local/qwen2.5:7b", None, None),
+    ]
+    assert all(r[3] > 0 for r in checks)
+    day = time.time() - time.time() % 86400
+    assert tokens_used(conn, day) == 10 + sum(r[3] for r in checks)
+    assert tokens_used(conn, day, user_id=42) == 0
+    conn.close()
+    shown = CliRunner().invoke(app, ["usage", "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert sum(r["calls"] for r in json.loads(shown.stdout)) == 3
+
+    doctor = CliRunner().invoke(app, ["doctor", "--json"], env=env)
+    assert doctor.stdout, doctor.output
+    conn = open_store(db)
+    (n,) = conn.execute("SELECT COUNT(*) FROM llm_usage WHERE purpose = 'check'").fetchone()
+    conn.close()
+    assert n == 4  # doctor tried the two that answer again

@@ -37,6 +37,7 @@ from agentd.cli.model_check import (
     refusal_advice,
 )
 from agentd.config import AgentConfig, LLMConfig
+from agentd.ledger.pricing import Tokens
 from agentd.telegram.config import TelegramConfig
 
 SECRETS_FILE = "agentd.env"
@@ -289,10 +290,10 @@ def program() -> list[str]:
     return [sys.executable, "-m", "agentd"]
 
 
-def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
+def _checked_key(key: str | None, setup: Setup) -> tuple[str, str, Tokens | None]:
     """A key and a model that work together (asking for the key again while a new key can
     help, at most KEY_ATTEMPTS times, and for a model from the endpoint's list when it refused
-    the one given); a wrong base URL is said at once."""
+    the one given), and what the check cost; a wrong base URL is said at once."""
     model, attempts = setup.model, 0
     while True:
         key = _ask("Anthropic API key", key, setup.interactive, secret=True)
@@ -300,7 +301,7 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
             out.print(
                 f"Anthropic key and model {model} not checked (--skip-model-check)", markup=False
             )
-            return key, model
+            return key, model, None
         base = setup.llm_base_url or DEFAULT_BASE_URL
         try:
             with working(f"Checking the key and the model {model} at {base}"):
@@ -323,7 +324,25 @@ def _checked_key(key: str | None, setup: Setup) -> tuple[str, str]:
                 markup=False,
                 soft_wrap=True,
             )
-        return key, model
+        return key, model, found.spent
+
+
+def _record_check(setup: Setup, model: str, spent: Tokens | None) -> None:
+    """The one-token message's tokens, in the ledger of the database the written config names
+    (made now when the daemon has not run yet: cli/check_usage.py)."""
+    from agentd.channels import load_config
+    from agentd.cli.check_usage import not_counted, record_checks
+    from agentd.config import ConfigError
+
+    if spent is None:
+        return
+    try:
+        cfg = load_config(setup.config_path)
+    except ConfigError as exc:  # the environment overrides what was written, wrongly
+        err.print(not_counted(str(exc)), highlight=False, markup=False)
+        return
+    if note := record_checks(cfg, [(model, spent)]):
+        err.print(note, highlight=False, markup=False)
 
 
 def plain(text: str) -> str:
@@ -453,13 +472,14 @@ def init(
         )
         raise typer.Exit(130) from None
     try:
-        anthropic_key, model = _checked_key(anthropic_key, setup)
+        anthropic_key, model, spent = _checked_key(anthropic_key, setup)
     except (KeyboardInterrupt, EOFError, typer.Exit) as stop:
         if not paired_now:
             raise
         _keep_pairing(setup, owner_id, token)
         raise typer.Exit(stop.exit_code if isinstance(stop, typer.Exit) else 130) from None
     timezone = _write(setup, owner_id, token, anthropic_key, model)
+    _record_check(setup, model, spent)
     out.print(
         f"Wrote {setup.config_path} (time zone {timezone}) and {setup.secrets_path} (mode 0600).",
         highlight=False,

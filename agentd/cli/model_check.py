@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentd.ledger.pricing import Tokens
+
 if TYPE_CHECKING:
     import anthropic
 
@@ -40,6 +42,7 @@ class ModelOk:
 
     how: Literal["listed", "message"]
     listed: list[str]
+    spent: Tokens | None = None  # what the one-token message cost (None: none was sent)
 
 
 def check_model(base_url: str, key: str, model: str) -> ModelOk:
@@ -61,8 +64,8 @@ def check_model(base_url: str, key: str, model: str) -> ModelOk:
         # An OpenAI-style list (vLLM, Ollama) proves nothing about /v1/messages: ask it.
         if anthropic_shaped and _names(model, listed):
             return ModelOk("listed", listed)
-        _one_token(client, base, model, listed)
-    return ModelOk("message", listed)
+        spent = _one_token(client, base, model, listed)
+    return ModelOk("message", listed, spent)
 
 
 def _names(model: str, listed: list[str]) -> bool:
@@ -98,7 +101,8 @@ def _listed(client: anthropic.Anthropic, base: str) -> tuple[list[str], bool] | 
         return None  # no such route, or not the list's shape: the message decides
 
 
-def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[str]) -> None:
+def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[str]) -> Tokens:
+    """Send one message of one token; what it cost, as the API reported it."""
     import anthropic
 
     try:
@@ -122,6 +126,22 @@ def _one_token(client: anthropic.Anthropic, base: str, model: str, listed: list[
         raise _not_the_api(base, f"an answer agentd cannot read ({type(exc).__name__})") from None
     if getattr(reply, "type", None) != "message":  # a web page answers 200 to anything
         raise _not_the_api(base, "HTTP 200, but not a message")
+    return _tokens(getattr(reply, "usage", None))
+
+
+def _tokens(reported: Any) -> Tokens:
+    """The SDK's usage object as the ledger counts it (a field the server left out: 0)."""
+
+    def count(name: str) -> int:
+        value = getattr(reported, name, 0)
+        return value if isinstance(value, int) else 0
+
+    return Tokens(
+        input_tokens=count("input_tokens"),
+        output_tokens=count("output_tokens"),
+        cache_read_tokens=count("cache_read_input_tokens"),
+        cache_write_tokens=count("cache_creation_input_tokens"),
+    )
 
 
 def _refused(base: str, model: str, listed: list[str], exc: anthropic.APIStatusError) -> Exception:

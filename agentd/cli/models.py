@@ -13,6 +13,7 @@ from agentd.cli.common import (
     ConfigOption,
     JsonOption,
     config_or_exit,
+    err,
     fail,
     new_table,
     out,
@@ -63,12 +64,22 @@ def models(
         checks = asyncio.run(_checks(cfg, test))
     except LLMError as exc:
         fail(str(exc), EXIT_CONFIG)
+    if test:
+        _record(cfg, checks)
     if json:
         print_json([c.model_dump() for c in checks])
     else:
         _print(checks, test)
     if test and not all(c.ok for c in checks):
         raise typer.Exit(1)
+
+
+def _record(cfg: Config, checks: list[ModelCheck]) -> None:
+    """The tries' tokens, in the ledger (said on stderr when they could not be written)."""
+    from agentd.cli.check_usage import record_checks
+
+    if note := record_checks(cfg, [(c.model, c.spent) for c in checks if c.spent is not None]):
+        err.print(note, highlight=False, markup=False)
 
 
 def _print(checks: list[ModelCheck], test: bool) -> None:

@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -33,6 +33,9 @@ from agentd.cli.common import (
     working,
 )
 from agentd.config import Config, ConfigError
+
+if TYPE_CHECKING:
+    from agentd.cli.check_usage import Spent
 
 
 def usage(
@@ -454,6 +457,8 @@ def _doctor_anthropic(cfg: Config, results: list[dict[str, object]]) -> None:
     except ModelProblem as problem:
         _doctor_model_problem(problem, results)
         return
+    if found.spent is not None:
+        _doctor_spent(cfg, [(model, found.spent)], results)
     _check("anthropic", True, f"{base} accepts the key", results)
     how = "listed" if found.how == "listed" else "answered a one-token message"
     _check("model", True, f"{model} is available ({how})", results)
@@ -487,6 +492,14 @@ def _uses_claude(cfg: Config) -> bool:
     return any(settings.ref(n).provider == ANTHROPIC for n in names if n)
 
 
+def _doctor_spent(cfg: Config, spent: Spent, results: list[dict[str, object]]) -> None:
+    """The model checks' tokens, in the ledger; a warning when they could not be written."""
+    from agentd.cli.check_usage import record_checks
+
+    if note := record_checks(cfg, spent):
+        _check("usage", True, note, results, warn=True)
+
+
 def _doctor_models(cfg: Config, results: list[dict[str, object]]) -> None:
     """Every configured model tried with one tiny call; a failing one is named."""
     from agentd.cli.models import model_checks
@@ -499,6 +512,7 @@ def _doctor_models(cfg: Config, results: list[dict[str, object]]) -> None:
     except LLMError as exc:
         _check("models", False, str(exc), results)
         return
+    _doctor_spent(cfg, [(c.model, c.spent) for c in checks if c.spent is not None], results)
     for c in checks:
         used = ", ".join(c.purposes)
         if c.ok:

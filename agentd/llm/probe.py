@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import time
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from agentd.config.models import ModelSettings
 from agentd.llm.fallback import FallbackLLM
 from agentd.llm.pricing import price_note
-from agentd.llm.types import LLMError, LLMRequest, Message
+from agentd.llm.types import LLMError, LLMRequest, Message, Usage
 
 PING = LLMRequest(
     purpose="extract", messages=[Message(role="user", content="Say OK.")], max_tokens=8
@@ -35,6 +35,8 @@ class ModelCheck(BaseModel):
     ok: bool | None = None  # None: not tried
     seconds: float | None = None
     problem: str | None = None
+    # The tokens the try cost, for the ledger (cli/check_usage.py); None: nothing was answered.
+    spent: Usage | None = Field(default=None, exclude=True)
 
 
 def describe(llm: FallbackLLM, settings: ModelSettings) -> list[ModelCheck]:
@@ -64,16 +66,17 @@ async def _try(llm: FallbackLLM, check: ModelCheck, timeout: float) -> ModelChec
     started = time.perf_counter()
     try:
         async with asyncio.timeout(timeout):
-            await cand.llm.complete(PING, model=cand.ref.model, attempts=1)
+            answer = await cand.llm.complete(PING, model=cand.ref.model, attempts=1)
     except LLMError as exc:
         hint = HINTS.get(exc.reason, "")
         problem = f"{exc} ({exc.reason})" + (f": {hint}" if hint else "")
-        return check.model_copy(update={"ok": False, "problem": problem})
+        spent = exc.spent.usage if exc.spent is not None else None
+        return check.model_copy(update={"ok": False, "problem": problem, "spent": spent})
     except TimeoutError:
         problem = f"no answer within {timeout:g} s: {HINTS['timeout']}"
         return check.model_copy(update={"ok": False, "problem": problem})
     seconds = round(time.perf_counter() - started, 2)
-    return check.model_copy(update={"ok": True, "seconds": seconds})
+    return check.model_copy(update={"ok": True, "seconds": seconds, "spent": answer.usage})
 
 
 async def probe(llm: FallbackLLM, settings: ModelSettings, timeout: float = 30) -> list[ModelCheck]:
