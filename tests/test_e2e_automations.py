@@ -274,6 +274,29 @@ def test_step_llm_answers_that_did_not_fit_are_costed_too(stack: Stack) -> None:
     assert [tuple(r) for r in usage] == [("automation", "judge", 240, 60)] * 3
 
 
+def test_step_llm_max_tokens_past_the_owners_cap_is_refused_unasked(stack: Stack) -> None:
+    """`[llm] max_tokens` (2048 by default) caps an automation's answers too: a step.llm that
+    asks for more fails before the model is asked, saying what to change; one within is sent."""
+    sent: list[int] = []
+
+    def responder(body: dict[str, Any]) -> Any:
+        if "judge-marker" in str(body["messages"][0]):
+            sent.append(body["max_tokens"])
+            return Reply(content=[tool_use_block("answer", {"verdict": "ok", "score": 2})])
+        return None
+
+    stack.llm.set_responder(responder)
+    iid = stack.start("judge", {"text": "long", "max_tokens": 100_000})["instance_id"]
+    result = json.loads(stack.wait(iid).stdout)
+    assert result["status"] == "errored", result
+    assert "max_tokens=100000" in result["error"] and "[llm] max_tokens (2048)" in result["error"]
+    assert sent == []
+    assert stack.daemon.query("SELECT 1 FROM llm_usage WHERE instance_id = ?", (iid,)) == []
+    within = stack.start("judge", {"text": "short", "max_tokens": 300})["instance_id"]
+    assert json.loads(stack.wait(within).stdout)["status"] == "complete"
+    assert sent == [300]
+
+
 def test_step_tool_runs_medium_and_asks_before_high(stack: Stack) -> None:
     iid = stack.start("tidy", {"note": "n-1", "path": "/tmp/old"})["instance_id"]
     card = stack.sent_to_owner("delete_file")

@@ -483,6 +483,7 @@ class Runtime:
         llm, instance_id = self.llm, step.instance_id
 
         async def call() -> BaseModel:
+            self._within_max_tokens(name, max_tokens)
             await self._within_budget()
             req = LLMRequest(
                 purpose="automation",
@@ -515,6 +516,19 @@ class Runtime:
             )
 
         return await step.do(name, call, retry=retry, result_type=output)
+
+    def _within_max_tokens(self, name: str, max_tokens: int | None) -> None:
+        """The owner's `[llm] max_tokens` caps every call's answer, an automation's too: one
+        that asks for more fails before the model is asked, saying what to change (a quiet cap
+        would cut its answer short and pay for retries that cannot fit)."""
+        cap = self.config.llm.max_tokens
+        if max_tokens is not None and not 1 <= max_tokens <= cap:
+            raise NonRetryable(
+                f"step.llm({name!r}) asks for max_tokens={max_tokens}, outside 1 to [llm] "
+                f"max_tokens ({cap}), so the model was not asked; lower it in the automation "
+                "(or leave it out for the configured cap), or raise [llm] max_tokens, then "
+                "`agentd workflows retry ID`"
+            )
 
     async def _within_budget(self) -> None:
         """An automation's model calls are the owner's tokens: past the owner's or everyone's

@@ -98,6 +98,7 @@ async def bad_output(step: AutoStep, inp: Bad) -> dict[str, str]:
 
 class Page(BaseModel):
     text: str
+    max_tokens: int | None = None  # the author's cap on the answer (None: [llm] max_tokens)
 
 
 class Verdict(BaseModel):
@@ -108,7 +109,8 @@ class Verdict(BaseModel):
 @workflow("judge", input=Page, output=Verdict)
 async def judge(step: AutoStep, inp: Page) -> Verdict:
     """One structured model call, costed like any other."""
-    return await step.llm("judge", f"judge-marker: rate this: {inp.text}", output=Verdict)
+    prompt = f"judge-marker: rate this: {inp.text}"
+    return await step.llm("judge", prompt, output=Verdict, max_tokens=inp.max_tokens)
 
 
 class Tidy(BaseModel):
