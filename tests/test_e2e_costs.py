@@ -173,6 +173,66 @@ def test_summary_answers_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> N
             assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 0
 
 
+def test_a_summary_retry_asks_the_budget_again(tmp_path: Path) -> None:
+    """The summary's first try spends the 1,000-token budget on two answers that did not fit
+    (300 each, after three 200-token turns): its retries ask no model, and the summary waits
+    for 00:00 UTC as it would have before its first try."""
+
+    def small_turns_unfit_summary(body: dict[str, Any]) -> Any:
+        if is_summary(body):
+            return unfit(body)
+        echo = [{"type": "text", "text": f"echo: {last_user_text(body)}"}]
+        return {"content": echo, "usage": usage_of(200)}
+
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(small_turns_unfit_summary)
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+            AGENTD_LIMITS__DAILY_TOKENS="1000",
+        )
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            chat(tg, ["one", "two", "three"])
+            daemon.wait_for_instances(1, status="sleeping", timeout=60)
+            assert len([r for r in llm.requests if is_summary(r["body"])]) == 2
+            rows = daemon.query(
+                "SELECT step, input_tokens + output_tokens FROM llm_usage WHERE purpose = 'summary'"
+            )
+            assert [tuple(r) for r in rows] == [("llm", 600)]
+            [(detail,)] = daemon.query(
+                "SELECT detail FROM audit WHERE kind = 'memory_summary_deferred'"
+            )
+            assert json.loads(detail)["limit"] == "daily_tokens"
+            assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 0
+            assert daemon.stop() == 0
+            # The night passes and the model answers in shape: the waiting summary is made.
+            [(iid,)] = daemon.query(
+                "SELECT id FROM workflow_instances WHERE workflow = 'summarise'"
+            )
+            with closing(open_sync(daemon.db_path)) as conn, conn:
+                now = time.time()
+                conn.execute("UPDATE workflow_instances SET wake_at = ? WHERE id = ?", (now, iid))
+                conn.execute(
+                    "UPDATE workflow_steps SET wake_at = ? WHERE instance_id = ? AND name = ?",
+                    (now, iid, "defer#1@2"),
+                )
+                conn.execute("UPDATE llm_usage SET at = at - 86400")
+            llm.set_responder(summary_or_echo)
+            daemon.start()
+            daemon.wait_idle()
+            [(output,)] = daemon.query("SELECT output FROM workflow_instances WHERE id = ?", (iid,))
+            assert json.loads(output)["deferred"] == 1
+            assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 4
+            rows = daemon.query("SELECT step FROM llm_usage WHERE purpose = 'summary' ORDER BY id")
+            assert [r[0] for r in rows] == ["llm", "llm@2"]
+        finally:
+            daemon.stop()
+
+
 def test_a_photo_in_a_group_is_paid_by_its_sender_even_when_unseen(tmp_path: Path) -> None:
     """A look at a photo in a group counts to its sender's [limits] budget (as in their own
     chat), and so do the answers that did not fit the summary's shape."""

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from agentd.access import ratelimit
 from agentd.config import Config
 from agentd.db import Database
-from agentd.durable import Clock, Retry, Step, StepFailed, Workflow, workflow
+from agentd.durable import Clock, NonRetryable, Retry, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit, usage
 from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
@@ -69,6 +69,14 @@ class BudgetCheck(BaseModel):
 # Nights a summary waits for a budget before it gives up: its messages stay unsummarised, and
 # the next turn past the threshold starts a summary again.
 MAX_DEFERRALS = 7
+# Times a summary goes back to waiting because a retry of its call found a budget spent (its
+# own answers that did not fit, or turns beside it, spent it); then it gives up, as above.
+MAX_ROUNDS = 3
+
+
+class BudgetSpent(NonRetryable):
+    """A try of the summary's call found a [limits] budget spent: no model is asked, and the
+    summary waits for 00:00 UTC again (a retry must not spend past the budget either)."""
 
 
 class SummaryFact(ExtractedFact):
@@ -211,8 +219,17 @@ def _render(block: list[BlockMessage]) -> str:
 
 
 async def summarise_block(
-    deps: SummaryDeps, inp: SummaryInput, block: list[BlockMessage], instance_id: str
+    deps: SummaryDeps,
+    inp: SummaryInput,
+    block: list[BlockMessage],
+    instance_id: str,
+    name: str = "llm",
 ) -> SummaryResult:
+    """One try of the summary's call (the step retries it), asking the budgets first: the
+    answers of an earlier try that did not fit may have spent them."""
+    held = await budget_check(deps, inp)
+    if held.limit:
+        raise BudgetSpent(f"[limits] {held.limit} is spent; the model was not asked")
     req = LLMRequest(
         purpose="summary",
         system=[SystemBlock(text=SUMMARY_PROMPT, cache=True)],
@@ -227,7 +244,7 @@ async def summarise_block(
             purpose="summary",
             chat_id=inp.chat_id,
             instance_id=instance_id,
-            step="llm",
+            step=name,
             attempt=response.attempt,
             user_id=inp.user_id,
         )
@@ -387,7 +404,7 @@ async def budget_check(deps: SummaryDeps, inp: SummaryInput) -> BudgetCheck:
 
 
 def write_deferred(
-    conn: Any, inp: SummaryInput, instance_id: str, n: int, held: BudgetCheck
+    conn: Any, inp: SummaryInput, instance_id: str, name: str, held: BudgetCheck
 ) -> None:
     audit.record(
         conn,
@@ -395,25 +412,60 @@ def write_deferred(
         chat_id=inp.chat_id,
         user_id=inp.user_id,
         instance_id=instance_id,
-        source_key=f"{instance_id}:deferred#{n}",
+        source_key=f"{instance_id}:{name}",
         detail={"limit": held.limit, "until": held.until},
     )
 
 
-async def wait_for_budget(step: Step, deps: SummaryDeps, inp: SummaryInput) -> int | None:
+def _named(name: str, round_: int) -> str:
+    """A step's name in round `round_` (the first keeps the names older journals hold)."""
+    return name if round_ == 1 else f"{name}@{round_}"
+
+
+async def wait_for_budget(
+    step: Step, deps: SummaryDeps, inp: SummaryInput, round_: int = 1
+) -> int | None:
     """Nights waited until the [limits] budgets allow the summary's call; None: it gave up.
     A summary journaled by older code, whose call came unasked, replays it unasked."""
-    if step.journaled_next() == "llm":
+    if round_ == 1 and step.journaled_next() == "llm":
         return 0
     for n in range(1, MAX_DEFERRALS + 2):
-        held = await step.do(f"limits#{n}", budget_check, deps, inp, delivery="idempotent")
+        held = await step.do(
+            _named(f"limits#{n}", round_), budget_check, deps, inp, delivery="idempotent"
+        )
         if not held.limit:
             return n - 1
         if n > MAX_DEFERRALS:
             break
-        await step.local(f"deferred#{n}", write_deferred, inp, step.instance_id, n, held)
-        await step.sleep_until(f"defer#{n}", held.until)
+        deferred = _named(f"deferred#{n}", round_)
+        await step.local(deferred, write_deferred, inp, step.instance_id, deferred, held)
+        await step.sleep_until(_named(f"defer#{n}", round_), held.until)
     return None
+
+
+async def summary_call(
+    step: Step, deps: SummaryDeps, inp: SummaryInput, block: list[BlockMessage]
+) -> tuple[SummaryResult | None, int]:
+    """The summary's call once the budgets allow it, and the nights it waited; None: it gave
+    up waiting. A retry that finds a budget spent waits for 00:00 UTC again."""
+    iid, nights = step.instance_id, 0
+    for round_ in range(1, MAX_ROUNDS + 1):
+        waited = await wait_for_budget(step, deps, inp, round_)
+        if waited is None:
+            return None, nights + MAX_DEFERRALS
+        nights += waited
+        name = _named("llm", round_)
+        try:
+            result = await step.do(
+                name, summarise_block, deps, inp, block, iid, name, retry=Retry(limit=3, delay=2.0)
+            )
+        except StepFailed as exc:
+            if exc.error_type == BudgetSpent.__name__:
+                continue
+            await step.do(_named("audit-error", round_), _audit_error, deps, inp, iid, exc.message)
+            raise
+        return result, nights
+    return None, nights
 
 
 def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOutput]:
@@ -423,16 +475,9 @@ def make_summary_workflow(deps: SummaryDeps) -> Workflow[SummaryInput, SummaryOu
         block = await step.do("select", select_block, deps, inp, delivery="idempotent")
         if not block:
             return SummaryOutput(skipped=True)
-        nights = await wait_for_budget(step, deps, inp)
-        if nights is None:
-            return SummaryOutput(skipped=True, deferred=MAX_DEFERRALS)
-        try:
-            result = await step.do(
-                "llm", summarise_block, deps, inp, block, iid, retry=Retry(limit=3, delay=2.0)
-            )
-        except StepFailed as exc:
-            await step.do("audit-error", _audit_error, deps, inp, iid, exc.message)
-            raise
+        result, nights = await summary_call(step, deps, inp, block)
+        if result is None:
+            return SummaryOutput(skipped=True, deferred=nights)
         texts = texts_to_embed(block, result, deps.config.agent.timezone)
         vectors = await step.do("embed", embed, deps, texts, retry=Retry(limit=3, delay=2.0))
         out = await step.do("store", store, deps, inp, iid, block, result, vectors)
