@@ -1,7 +1,8 @@
 """The access token a Matrix password login returns is a secret agentd learns only then: the
 process's redactor hides it from that moment on (the log, the journal, a tool's result).
 Against a real Synapse, through the channel's own open and identify. And the STATUS= line
-sent while the homeserver does not answer goes through the same redactor."""
+sent while the homeserver does not answer goes through the same redactor, and is replaced once
+the login succeeds."""
 
 from __future__ import annotations
 
@@ -91,3 +92,41 @@ def test_the_status_line_while_waiting_for_the_homeserver_is_redacted(
         asyncio.run(identify())
         said = notify.recv(4096).decode()
     assert said == "STATUS=waiting for the Matrix homeserver: HTTP 502 M_[REDACTED]"
+
+
+def test_the_status_line_says_running_once_the_homeserver_answers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wait's STATUS= line does not stay in `systemctl status` after the login succeeds."""
+    from agentd.matrix.client import MatrixError, MatrixFault
+
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(tmp_path / "notify.sock"))
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify.sock"))
+    settings = {"homeserver": "http://127.0.0.1:9", "user_id": "@bot:agentd.test"}
+    config = config_class().model_validate({"matrix": settings})
+
+    async def identify() -> None:
+        opened = OpenMatrix(config, "a-token-of-the-bot", "", Redactor([]))
+        tries: list[int] = []
+
+        async def once_down(**kwargs: Any) -> str:
+            tries.append(1)
+            if len(tries) == 1:
+                raise MatrixError(MatrixFault(kind="transient", reason="HTTP 502"))
+            return "DEVICE"
+
+        monkeypatch.setattr(opened.client, "log_in", once_down)
+        try:
+            await opened.identify(asyncio.Event())
+        finally:
+            await opened.close()
+
+    with notify:
+        asyncio.run(identify())
+        notify.setblocking(False)  # identify has returned: all it sent is queued already
+        said: list[str] = []
+        with contextlib.suppress(BlockingIOError):
+            while True:
+                said.append(notify.recv(4096).decode())
+    assert said == ["STATUS=waiting for the Matrix homeserver: HTTP 502", "STATUS=running"]

@@ -127,6 +127,9 @@ class OpenMatrix:
                     raise StoppedDuringStartUp("stopped before Matrix answered") from None
         # A password login's token is known only now; it lasts as long as the process.
         self._redactor.learn([self.client.access_token], lasting=True)
+        # Channels are identified one by one, so no other one is waiting now: the line a wait
+        # left in `systemctl status` would otherwise stay there while agentd runs.
+        sdnotify.notify("STATUS=running")
         log.info("matrix logged in", extra={"user": cfg.user_id, "device": device})
         return ChannelIdentity(bot_id=block_start(BLOCK))
 
