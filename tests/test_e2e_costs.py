@@ -9,9 +9,14 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from aiohttp import web
+from typer.testing import CliRunner
+
+from agentd.cli.app import app
 from agentd.db import open_sync
 from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
+from tests.fakes._server import FakeServer
 from tests.fakes.anthropic import last_user_text
 
 TOOLS = '[tools]\nplugins = ["tests.plugins.e2e_tools"]\n'
@@ -262,3 +267,101 @@ def test_a_photo_in_a_group_is_paid_by_its_sender_even_when_unseen(tmp_path: Pat
             )
             assert [tuple(r[:2]) for r in rows] == [(group, OWNER)] * 2
             assert rows[0][2] == 600  # the two answers that did not fit
+
+
+class FakeEmbeddings(FakeServer):
+    """An OpenAI-compatible /v1/embeddings that reports, as OpenAI does, the tokens it read."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.billed: list[int] = []
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post("/v1/embeddings", self._handle)
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        texts = (await request.json())["input"]
+        tokens = sum(len(t.split()) + 1 for t in texts)
+        with self._lock:
+            self.billed.append(tokens)
+        data = [{"index": i, "embedding": [1.0 + i] + [0.5] * 7} for i in range(len(texts))]
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return web.json_response({"data": data, "model": "e", "usage": usage})
+
+
+def test_a_remote_embedders_calls_are_in_the_ledger_at_no_price(tmp_path: Path) -> None:
+    """`[memory] embedder = "http"`: each request the server answered is counted with the
+    tokens its `usage` reports (purpose "embedding", priced at 0 unless configured), and the
+    chat models' budgets do not count them."""
+    with (
+        FakeTelegram.running() as tg,
+        FakeAnthropic.running() as llm,
+        FakeEmbeddings.running() as embeddings,
+    ):
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__EMBEDDER="http",
+            AGENTD_MEMORY__HTTP_URL=f"{embeddings.base_url}/v1",
+            AGENTD_MEMORY__EMBEDDING_MODEL="nomic-embed-text",
+            AGENTD_MEMORY__EMBEDDING_DIM="8",
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+        )
+        llm.set_responder(summary_or_echo)
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            chat(tg, ["I'm moving to Lyon", "in May", "with my cat"])  # a summary, embedded
+            daemon.wait_for_instances(4)
+            daemon.wait_idle()
+            assert daemon.stop() == 0  # the last minute's count is written at shutdown
+        finally:
+            daemon.stop()
+        billed = list(embeddings.billed)
+    assert billed, "the summary and its fact were embedded"
+    rows = daemon.query(
+        "SELECT model, chat_id, user_id, calls, input_tokens, output_tokens FROM llm_usage "
+        "WHERE purpose = 'embedding'"
+    )
+    assert [tuple(r) for r in rows] == [
+        ("http:nomic-embed-text", None, None, len(billed), sum(billed), 0)
+    ]
+    from agentd.access.ratelimit import tokens_used
+
+    with closing(open_sync(daemon.db_path)) as conn:
+        chat_tokens = conn.execute(
+            "SELECT SUM(input_tokens + output_tokens + cache_read_tokens + cache_write_tokens) "
+            "FROM llm_usage WHERE purpose != 'embedding'"
+        ).fetchone()[0]
+        assert tokens_used(conn, 0) == chat_tokens
+    shown = daemon.cli_json("usage", "--by-model")
+    [embedder] = [m for m in shown if m["model"] == "http:nomic-embed-text"]
+    assert embedder["estimated_cost_usd"] == 0 and embedder["calls"] == len(billed)
+
+
+def test_a_remote_embedder_used_from_the_shell_is_in_the_ledger(tmp_path: Path) -> None:
+    """`agentd memory search` (and reindex, ingest) embed through the same server: their
+    requests are in the daemon's ledger too."""
+    from tests.docs_support import open_store
+
+    db = tmp_path / "agentd.db"
+    open_store(db).close()
+    (tmp_path / "agentd.toml").write_text(
+        f'[storage]\npath = "{db}"\n[memory]\nembedder = "http"\n'
+        'embedding_model = "nomic-embed-text"\nembedding_dim = 8\n'
+    )
+    with FakeEmbeddings.running() as embeddings:
+        env = {
+            "AGENTD_CONFIG": str(tmp_path / "agentd.toml"),
+            "AGENTD_MEMORY__HTTP_URL": f"{embeddings.base_url}/v1",
+        }
+        found = CliRunner().invoke(app, ["memory", "search", "Lyon", "--user", "42"], env=env)
+        assert found.exit_code == 0, found.output
+        billed = list(embeddings.billed)
+    assert billed
+    with closing(open_sync(db)) as conn:
+        rows = conn.execute(
+            "SELECT model, calls, input_tokens FROM llm_usage WHERE purpose = 'embedding'"
+        ).fetchall()
+    assert [tuple(r) for r in rows] == [("http:nomic-embed-text", len(billed), sum(billed))]

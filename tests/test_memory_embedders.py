@@ -207,6 +207,8 @@ async def test_http_batches_and_keeps_order(fake: tuple[FakeEmbeddings, str]) ->
     assert [len(r["input"]) for r in server.requests] == [2, 2, 1]
     assert server.auth == ["Bearer sekret"] * 3
     assert emb.model_id == "http:nomic-embed-text"
+    # Counted for the ledger: three requests answered, no `usage` said, so no tokens known.
+    assert emb.spent.take() == (3, 0) and emb.spent.take() == (0, 0)
 
 
 async def test_http_retries_429_then_succeeds(fake: tuple[FakeEmbeddings, str]) -> None:

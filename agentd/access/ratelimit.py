@@ -64,10 +64,11 @@ def over_tokens(conn: Any, limits: LimitsConfig, *, user_id: int, now: float) ->
 def tokens_used(conn: Any, since: float, *, user_id: int | None = None) -> int:
     """Tokens since `since`: one user's, or everyone's. A call without a user (vision, older
     rows) counts for the user whose private chat it was in (its id is the user's)."""
-    # Every input token counts, cached or not: the API reports the three kinds apart.
+    # Every input token counts, cached or not: the API reports the three kinds apart. A remote
+    # embedder's tokens are the ledger's but not the budgets' (retrieval/spend.py).
     total = (
         "SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens "
-        "+ output_tokens), 0) FROM llm_usage WHERE at >= ?"
+        "+ output_tokens), 0) FROM llm_usage WHERE at >= ? AND purpose IS NOT 'embedding'"
     )
     if user_id is None:
         return int(conn.execute(total, (since,)).fetchone()[0])

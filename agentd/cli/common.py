@@ -255,6 +255,7 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
             return await work(embedder)
         finally:
             await embedder.aclose()
+            _count_embedding(config, embedder)
 
     import asyncio
 
@@ -262,6 +263,31 @@ def with_embedder(config: Config, work: Callable[[Any], Awaitable[T]]) -> T:
         return asyncio.run(run())
     except EmbedderError as exc:
         fail(str(exc))
+
+
+def _count_embedding(config: Config, embedder: Any) -> None:
+    """A remote embedder's requests (a reindex, an ingest), in the daemon's ledger as the
+    daemon writes its own (retrieval/spend.py); none when there is no database to write to."""
+    from agentd.db import DatabaseError, open_sync
+    from agentd.retrieval.spend import EmbeddingSpend, record
+
+    spend = getattr(embedder, "spent", None)
+    if not isinstance(spend, EmbeddingSpend) or config_missing(config):
+        return
+    requests, tokens = spend.take()
+    if not requests or not config.db_path.exists() or foreign_owner(config.db_path):
+        return
+    try:
+        conn = open_sync(config.db_path)
+    except DatabaseError as exc:
+        err.print(f"the embedder's requests are not in `agentd usage`: {exc}", markup=False)
+        return
+    try:
+        record(conn, embedder.model_id, requests, tokens)
+    except Exception as exc:  # busy or read-only: the command's own work is done and stands
+        err.print(f"the embedder's requests are not in `agentd usage`: {exc}", markup=False)
+    finally:
+        conn.close()
 
 
 # Free text wraps; everything else (times, ids, keys, numbers) is kept whole, so at 80 columns

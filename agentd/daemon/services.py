@@ -25,6 +25,7 @@ from agentd.durable import Clock, Engine
 from agentd.durable.store import InstanceRecord
 from agentd.llm import LLM
 from agentd.retention.workflow import make_retention_workflow
+from agentd.retrieval import spend
 from agentd.retrieval.bits import BitCache
 from agentd.retrieval.embedders import build_embedder
 from agentd.runtime.redact import Redactor
@@ -79,6 +80,7 @@ async def build(core: Core, channels: list[Opened], stack: contextlib.AsyncExitS
     secrets = config.secret_source()
     embedder = build_embedder(config.memory, secrets)
     stack.push_async_callback(embedder.aclose)
+    spend.counted(db, embedder, stack)  # a remote embedder's calls, in the ledger
     # The daemon's copy of its users' sign bits: recall and search_memory share it.
     shared: dict[str, Any] = {"embedder": embedder, "memory_bits": BitCache(), "files": core.files}
     # Channels served in the owner's browser (chat.channel.WebPages): the dashboard mounts them.

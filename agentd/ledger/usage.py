@@ -48,12 +48,13 @@ def record(
     step: str | None = None,
     attempt: int | None = None,
     user_id: int | None = None,  # whose turn it served: budgets and /status are per user
+    calls: int = 1,  # how many calls the row stands for (an embedder's minute: many)
 ) -> None:
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
         "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-        "cache_write_1h_tokens, user_id) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "cache_write_1h_tokens, user_id, calls) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             time.time(),
             instance_id,
@@ -68,6 +69,7 @@ def record(
             tokens.cache_write_tokens,
             tokens.cache_write_1h_tokens,
             user_id,
+            calls,
         ),
     )
 

@@ -12,6 +12,9 @@ from agentd.config.models import ANTHROPIC, ModelSettings
 from agentd.ledger.pricing import PRICES, ModelPrice, price_for
 
 FREE = ModelPrice(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=0)
+# A remote embedder's rows (retrieval/spend.py) are `http:<model>`: 0 unless [llm.prices]
+# names the model so (`[llm.prices."http:text-embedding-3-small"]`), never a Claude estimate.
+EMBEDDER = "http:"
 
 
 def provider_prices(settings: ModelSettings) -> dict[str, ModelPrice]:
@@ -28,6 +31,8 @@ def provider_prices(settings: ModelSettings) -> dict[str, ModelPrice]:
 
 def price_note(label: str, settings: ModelSettings) -> str:
     """How `agentd usage` and `agentd models` should describe a model's price."""
+    if label.startswith(EMBEDDER):
+        return f'embedder: 0 unless [llm.prices."{label}"] sets it'
     ref = settings.ref(label)
     if ref.provider == ANTHROPIC:
         known = any(ref.model.startswith(name) for name in PRICES)
@@ -44,7 +49,7 @@ def price_table(llm_config: object) -> dict[str, ModelPrice]:
     """Every override `agentd usage`, /status and the dashboard price by: the providers' (a
     local one at 0), then `[llm.prices]`, which wins."""
     own = getattr(llm_config, "prices", {}) or {}
-    return {**provider_prices(ModelSettings.of(llm_config)), **own}
+    return {EMBEDDER: FREE, **provider_prices(ModelSettings.of(llm_config)), **own}
 
 
 def cheapest(llm_config: object) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from agentd.config import read_secret
 from agentd.retrieval.fts import STOPWORDS, normalise, split_words
+from agentd.retrieval.spend import EmbeddingSpend
 
 log = logging.getLogger("agentd.memory.embedders")  # the name operators grep for
 
@@ -200,6 +201,7 @@ class HttpEmbedder:
         self._document_prefix = document_prefix
         self._session = session
         self._owns_session = session is None
+        self.spent = EmbeddingSpend()  # what the server says it read, for the ledger
 
     def _get_session(self) -> aiohttp.ClientSession:
         import aiohttp
@@ -233,6 +235,7 @@ class HttpEmbedder:
                 data = await resp.json(content_type=None)
             except (ValueError, aiohttp.ContentTypeError) as exc:
                 raise EmbedderError(f"embedding endpoint {self.url} sent invalid JSON") from exc
+        self.spent.add(data)  # answered: billed, whether or not its vectors fit
         return self._parse(data, len(batch))
 
     def _parse(self, data: Any, expected: int) -> list[Vector]:
