@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentd.config import LimitsConfig
+from agentd.ledger import usage
 
 TokenLimit = Literal["", "daily_tokens", "daily_tokens_total"]
 
@@ -68,12 +69,13 @@ def tokens_used(conn: Any, since: float, *, user_id: int | None = None) -> int:
     # embedder's tokens are the ledger's but not the budgets' (retrieval/spend.py).
     total = (
         "SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens "
-        "+ output_tokens), 0) FROM llm_usage WHERE at >= ? AND purpose IS NOT 'embedding'"
+        "+ output_tokens), 0) FROM llm_usage WHERE at >= ? AND purpose IS NOT ?"
     )
     if user_id is None:
-        return int(conn.execute(total, (since,)).fetchone()[0])
+        return int(conn.execute(total, (since, usage.EMBEDDING)).fetchone()[0])
     where = " AND (user_id = ? OR (user_id IS NULL AND chat_id = ?))"
-    return int(conn.execute(total + where, (since, user_id, user_id)).fetchone()[0])
+    params = (since, usage.EMBEDDING, user_id, user_id)
+    return int(conn.execute(total + where, params).fetchone()[0])
 
 
 def _refuse(conn: Any, limit: str, user_id: int, *, since: float) -> Verdict:

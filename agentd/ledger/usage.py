@@ -10,6 +10,9 @@ from pydantic import BaseModel
 
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for, uncached_cost
 
+# A remote embedder's requests (retrieval/spend.py): in the ledger, held by no daily budget.
+EMBEDDING = "embedding"
+
 
 class UsageTotals(Tokens):
     day: str

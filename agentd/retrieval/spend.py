@@ -21,7 +21,7 @@ from agentd.ledger.pricing import Tokens
 
 log = logging.getLogger("agentd.memory.embedders")
 
-PURPOSE = "embedding"
+PURPOSE = usage.EMBEDDING
 FLUSH_SECONDS = 60.0
 
 
