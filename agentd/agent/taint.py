@@ -58,8 +58,10 @@ def input_sources(inp: TurnInput, *, photos: int, media_meta: dict[str, object])
     elif inp.outside_source:
         found.append(inp.outside_source)
     # In a group, a quoted message may be anyone's words; in a private chat, the user's own,
-    # unless it was a forward.
-    quoted = inp.reply_to is not None and inp.reply_to.text and not inp.reply_to.from_bot
+    # unless it was a forward. A quote of the bot is its own words only when they come from
+    # the server or agentd's record, never from the sender's copy.
+    reply = inp.reply_to
+    quoted = reply is not None and reply.text and (not reply.from_bot or reply.unverified)
     if quoted and inp.reply_to is not None and inp.reply_to.forwarded:
         found.append("a quoted forwarded message")
     elif quoted and not inp.private:

@@ -329,7 +329,8 @@ async def history_for_prompt(
 def _current_message(inp: TurnInput, notes: list[str]) -> str:
     text = _with_notes(_user_content(inp), notes)
     if inp.reply_to and (inp.reply_to.text or inp.reply_to.photo_file_id):
-        who = "your" if inp.reply_to.from_bot else "an"
+        # The sender's own copy of a message (unverified) may put any words in the bot's mouth.
+        who = "your" if inp.reply_to.from_bot and not inp.reply_to.unverified else "an"
         quoted = as_data(inp.reply_to.text[:2000]) or "[photo]"
         text = (
             f"(The user is replying to {who} earlier message:\n<data>\n{quoted}\n</data>)\n\n{text}"

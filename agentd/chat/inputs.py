@@ -20,6 +20,10 @@ class ReplyContext(BaseModel):
     # A forward: its words are someone else's wherever it is quoted, even once its own row
     # is gone from the history (retention) and cannot say so.
     forwarded: bool = False
+    # The quote is the replying sender's own copy of the message (a Matrix reply's fallback,
+    # which their client writes), not the message as the server or agentd knows it: whoever
+    # wrote the message quoted, these words are only the sender's.
+    unverified: bool = False
 
 
 class MediaRef(BaseModel):

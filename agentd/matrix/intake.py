@@ -38,6 +38,7 @@ from agentd.matrix.classify import (
     turn_of,
 )
 from agentd.matrix.gaps import Gap, joins
+from agentd.memory import history
 
 SINCE_KEY = "matrix_since"
 # The account `[matrix] owner` linked to the owner: once the configuration names another (or
@@ -306,21 +307,31 @@ def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
     return isinstance(target, str) and ids.sent_by_bot(conn, target)
 
 
-def _reply_context(conn: Any, event: dict[str, Any], private: bool) -> ReplyContext | None:
+def _reply_context(
+    conn: Any, event: dict[str, Any], room: Room, private: bool
+) -> ReplyContext | None:
     """The message `event` answers, as a Telegram reply says it: its local id (0 for one agentd
     never saw), whether the bot wrote it, and the text the reply quotes. The taint rules read
-    the quote as whose words it is (agent/taint.py, memory/provenance.py). In a private room a
-    message agentd does not know (its integer aged out with the history, matrix/kept.py) may
-    be one of the bot's, which may carry outside text: it is read as the bot's, so its quote
-    is never taken for the user's own words."""
-    target, quoted, _ = reply_parts(_obj(event.get("content")))
+    the quote as whose words it is (agent/taint.py, memory/provenance.py). The bot's words are
+    taken from agentd's own record of what it sent in this room, never from the body's
+    fallback, which the sender's client writes and can make say anything; with no record (a
+    notice, an answer retention removed, someone else's message) the fallback is kept as
+    the sender's unverified copy. In a private room a message agentd does not know (its
+    integer aged out with the history, matrix/kept.py) may be one of the bot's, which may
+    carry outside text: it is read as the bot's, so its quote is never taken for the user's
+    own words."""
+    target, fallback, _ = reply_parts(_obj(event.get("content")))
     if not target:
         return None
     known = ids.known_id(conn, "event", target)
+    from_bot = _replied_to_bot(conn, event)
+    chat_id = ids.local_id(conn, "room", room.room_id)
+    own = history.sent_text(conn, chat_id, known) if from_bot and known is not None else None
     return ReplyContext(
         message_id=known or 0,
-        text=quoted[:MAX_TEXT_CHARS],
-        from_bot=_replied_to_bot(conn, event) or (private and known is None),
+        text=(fallback if own is None else own)[:MAX_TEXT_CHARS],
+        from_bot=from_bot or (private and known is None),
+        unverified=own is None,
     )
 
 
@@ -514,7 +525,7 @@ def _apply(
         chat_id=ids.local_id(conn, "room", room.room_id),
         user_id=_user_id(conn, sender, me),
         private=private,
-        reply_to=_reply_context(conn, shown, private),
+        reply_to=_reply_context(conn, shown, room, private),
     )
     instance_id = instance_id_of(str(event["event_id"]))
     if decision.action == "edit":

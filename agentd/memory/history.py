@@ -151,3 +151,16 @@ def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[S
             (chat_id, limit),
         ).fetchall()
     return [_message(r) for r in reversed(rows)]
+
+
+def sent_text(conn: Any, chat_id: int, message_id: int) -> str | None:
+    """What agentd sent as chat message `message_id` in this chat, as kept in the history (a
+    turn's answer, a told message), or None: not one of its kept messages (a notice, a row
+    retention removed, a message of another chat)."""
+    row = conn.execute(
+        "SELECT content FROM messages WHERE chat_id = ? AND role = 'assistant' AND EXISTS "
+        "(SELECT 1 FROM json_each(messages.telegram_message_ids) WHERE value = ?) "
+        "ORDER BY id DESC LIMIT 1",
+        (chat_id, message_id),
+    ).fetchone()
+    return None if row is None else str(row[0])
