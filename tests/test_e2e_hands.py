@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from agentd.durable.store import FINAL_STATUSES
 from agentd.hands.sandbox import Sandbox, probe
 from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
@@ -384,6 +385,13 @@ def test_no_more_background_jobs_than_the_cap_run_at_once(stack: Stack) -> None:
     sql = "SELECT COUNT(*) FROM workflow_instances WHERE workflow = 'shell-background'"
     count = stack.daemon.query(sql)[0][0]
     stack.daemon.cli("workflows", "cancel", running[0])
+    # A job asked to stop holds its place until the daemon has stopped it (within a second).
+    status = "SELECT status FROM workflow_instances WHERE id = ?"
+    stack.tg.wait_until(
+        lambda: stack.daemon.query(status, (running[0],))[0][0] in FINAL_STATUSES,
+        30,
+        "the cancelled job stopped",
+    )
     before = len(stack.cards())
     stack.turn(shell(f"sleep {marker}3", "t_cap3", background=True), "Done.")
     stack.press(stack.wait_card(before + 1), 0, 0)
