@@ -122,6 +122,45 @@ def _first_id(rig: MatrixRig, room: str) -> str:
     )
 
 
+STORY = " ".join(f"Part {n} of a long answer, written slowly." for n in range(1, 41))
+
+
+def _said(rig: MatrixRig, room: str, needle: str) -> bool:
+    """Whether any event of the bot's (an edit's new text included) says `needle`."""
+    for e in _bot_events(rig, room):
+        content = e["content"].get("m.new_content") or e["content"]
+        if needle in str(content.get("body")):
+            return True
+    return False
+
+
+@pytest.mark.xfail(strict=True, reason="the Matrix draft is the chat's: any send takes its place")
+def test_a_message_sent_while_an_answer_streams_is_one_of_its_own(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """The draft is its answer's: a command's reply sent while the answer streams is a new
+    message, never an edit of the draft (where the answer's next edit would hide it), and
+    the answer still takes its own draft's place."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        asked = rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 1 of"), 60, "the answer's first draft")
+        rig.owner.say(room, "/help")
+        wait_for(lambda: _said(rig, room, "/help"), 60, "the help sent")
+        turn = _turn(rig, "tell me a long story")
+        assert turn is not None and turn[1] != "complete", "the stream ended before the help"
+        whole = STORY.replace("**", "")
+        wait_for(lambda: whole in rig.shown(room), 120, "the whole answer shown")
+        shown = rig.shown(room)
+        assert len(shown) == 2, shown
+        assert shown[0] == whole and "/help" in shown[1]
+        answer = _answer_to(rig, room, asked)
+        assert answer is not None and answer["event_id"] == _first_id(rig, room)
+
+
 def test_the_owners_edit_replaces_the_working_turn(tmp_path: Path, cast: Cast) -> None:
     """Edited while its turn works (no answer yet): that turn stops and never answers; the
     edit is answered, as a reply to the message it changed."""
