@@ -185,6 +185,7 @@ def test_matrix_tables_are_the_channel_s_own_set_applied_after_the_core(tmp_path
         "matrix/m003_sent",
         "matrix/m004_ages",
         "matrix/m005_early",
+        "matrix/m006_answer_drafts",
     ]
     assert not {"m040_matrix", "m042_matrix_drafts"} & set(core)
     conn = open_sync(tmp_path / "fresh.db")
@@ -213,6 +214,7 @@ def test_a_database_made_by_main_s_migrations_upgrades_without_running_them_twic
         "matrix/m003_sent",
         "matrix/m004_ages",
         "matrix/m005_early",
+        "matrix/m006_answer_drafts",
     ]
     assert pending(conn, migrations()) == new
     assert apply_migrations(conn, migrations()) == new  # Matrix's do not run: CREATE would fail
@@ -220,7 +222,9 @@ def test_a_database_made_by_main_s_migrations_upgrades_without_running_them_twic
     assert {"matrix/m001_tables", "matrix/m002_drafts"} <= recorded
     assert not {"m040_matrix", "m042_matrix_drafts"} & recorded
     assert [r[0] for r in conn.execute("SELECT mxid FROM matrix_ids")] == ["!a:x"]
-    assert [r[0] for r in conn.execute("SELECT event_id FROM matrix_drafts")] == ["$e"]
+    # The draft open at the upgrade is kept, as one the chat's next answer replaces (id 0).
+    kept = conn.execute("SELECT chat_id, draft_id, event_id FROM matrix_drafts").fetchall()
+    assert kept == [(9, 0, "$e")]
     assert apply_migrations(conn, migrations()) == []
 
 
@@ -237,6 +241,7 @@ def test_a_database_from_before_matrix_gets_its_tables_from_the_set(tmp_path: Pa
         "matrix/m003_sent",
         "matrix/m004_ages",
         "matrix/m005_early",
+        "matrix/m006_answer_drafts",
     ]
     conn.execute("SELECT * FROM matrix_rooms").fetchall()
 
@@ -245,7 +250,12 @@ def test_events_agentd_sent_before_it_said_so_are_marked_by_what_intake_never_to
     tmp_path: Path,
 ) -> None:
     conn = open_sync(tmp_path / "m002.db")
-    later = ("matrix/m003_sent", "matrix/m004_ages", "matrix/m005_early")
+    later = (
+        "matrix/m003_sent",
+        "matrix/m004_ages",
+        "matrix/m005_early",
+        "matrix/m006_answer_drafts",
+    )
     upto = [m for m in migrations() if not (isinstance(m, Migration) and m.name in later)]
     apply_migrations(conn, upto)
     with conn:
@@ -261,6 +271,7 @@ def test_events_agentd_sent_before_it_said_so_are_marked_by_what_intake_never_to
         "matrix/m003_sent",
         "matrix/m004_ages",
         "matrix/m005_early",
+        "matrix/m006_answer_drafts",
     ]
     sent = dict(conn.execute("SELECT mxid, sent FROM matrix_ids").fetchall())
     assert sent == {"!r:x": 0, "$answer": 1, "$message": 0}

@@ -134,7 +134,6 @@ def _said(rig: MatrixRig, room: str, needle: str) -> bool:
     return False
 
 
-@pytest.mark.xfail(strict=True, reason="the Matrix draft is the chat's: any send takes its place")
 def test_a_message_sent_while_an_answer_streams_is_one_of_its_own(
     tmp_path: Path, cast: Cast
 ) -> None:
@@ -159,6 +158,39 @@ def test_a_message_sent_while_an_answer_streams_is_one_of_its_own(
         assert shown[0] == whole and "/help" in shown[1]
         answer = _answer_to(rig, room, asked)
         assert answer is not None and answer["event_id"] == _first_id(rig, room)
+
+
+def test_a_draft_left_by_kill_9_is_replaced_once_by_its_answer(tmp_path: Path, cast: Cast) -> None:
+    """agentd dies mid-stream, then again once Synapse took the answer's edit of the draft
+    (its reply held back): the resumed turn's answer takes the draft's place, sent again
+    under the same transaction id, so one message shows it, with nothing to count."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    final = "Short final answer, after two restarts."
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        asked = rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 1 of"), 60, "the answer's first draft")
+        rig.daemon.kill9()
+        rig.llm.reset()
+        rig.llm.stream_delay = 0  # at once: the answer is sent with no draft before it
+        rig.llm.enqueue_text(final)
+        rig.proxy.hold_after(final)
+        rig.daemon.start()
+        rig.proxy.wait_until(lambda: rig.proxy.held, 60, "the answer's edit held")
+        held = rig.proxy.sends[-1]
+        wait_for(lambda: final in rig.shown(room), 30, "Synapse storing the edit")
+        rig.daemon.kill9()
+        rig.daemon.start()
+        rig.proxy.wait_until(lambda: rig.proxy.sends.count(held) == 2, 60, "the re-send")
+        rig.owner.say(room, "marker")
+        wait_for(lambda: "echo: marker" in rig.shown(room), 60, "the next answer")
+        assert rig.shown(room) == [final, "echo: marker"]
+        answer = _answer_to(rig, room, asked)
+        assert answer is not None and answer["event_id"] == _first_id(rig, room)
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+        assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
 
 
 def test_the_owners_edit_replaces_the_working_turn(tmp_path: Path, cast: Cast) -> None:

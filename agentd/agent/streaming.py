@@ -16,9 +16,16 @@ DRAFT_LIMIT = 4096
 
 
 def draft_id(instance_id: str, step: str) -> int:
-    """A stable, non-zero id per model call, so a resumed call updates the same draft."""
+    """A stable, non-zero id per workflow and name, so a resumed call updates the same draft."""
     digest = hashlib.sha256(f"{instance_id}/{step}".encode()).digest()
     return int.from_bytes(digest[:4], "big") % (2**31 - 1) + 1
+
+
+def answer_draft(instance_id: str) -> int:
+    """The drafts of a turn's answer: one id for all its model calls, which its answer (or the
+    turn's apology) names when sent (`Outbox.send_text(draft=…)`). Where a draft is a message
+    (Matrix) only that send takes its place, also after a restart."""
+    return draft_id(instance_id, "answer")
 
 
 class DraftStreamer:

@@ -23,7 +23,7 @@ from agentd.agent.deps import Recall, TurnDeps
 from agentd.agent.prompt import ToolInfo, build_context, build_system, with_breakpoints
 from agentd.agent.routing import RoutingDecision
 from agentd.agent.steer import take_added, with_added
-from agentd.agent.streaming import DraftStreamer, draft_id
+from agentd.agent.streaming import DraftStreamer, answer_draft
 from agentd.agent.taint import TurnTaint
 from agentd.agent.together import run_calls
 from agentd.chat.model_choice import for_turn
@@ -252,7 +252,7 @@ async def call_llm(
         on_text = DraftStreamer(
             deps.outbox,
             inp.chat_id,
-            draft_id(instance_id, step_name),
+            answer_draft(instance_id),
             deps.config.chat.stream_interval,
             delay=deps.config.chat.progress_delay,
             reply_to=inp.message_id or None,

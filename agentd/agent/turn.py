@@ -23,6 +23,7 @@ from agentd.agent.pending import PENDING_SOURCE, pending_from_outside, pending_i
 from agentd.agent.recall_query import recall_query
 from agentd.agent.routing import RoutingDecision
 from agentd.agent.steer import claim_steer
+from agentd.agent.streaming import answer_draft
 from agentd.agent.taint import input_sources, turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
@@ -346,15 +347,17 @@ async def send_chunk(
     reply_to: int | None,
     name: str,
     preview_url: str | None = None,
+    draft: int | None = None,
 ) -> int:
     """One chunk of an answer, through the one send path (chat/delivery.py). No link preview
-    unless `preview_url`, a URL the user wrote themself (chat/outbox.py says why)."""
+    unless `preview_url`, a URL the user wrote themself (chat/outbox.py says why); `draft`:
+    the answer's drafts, which this chunk takes the place of."""
+    extra: dict[str, Any] = {}
     if preview_url:
-        send = partial(
-            deps.outbox.send_text, chat_id, chunk, reply_to=reply_to, preview_url=preview_url
-        )
-    else:
-        send = partial(deps.outbox.send_text, chat_id, chunk, reply_to=reply_to)
+        extra["preview_url"] = preview_url
+    if draft is not None:
+        extra["draft"] = draft
+    send = partial(deps.outbox.send_text, chat_id, chunk, reply_to=reply_to, **extra)
     return await deliver(step, deps.db, name, chat_id, send)
 
 
@@ -407,15 +410,18 @@ def write_audit(
 async def send_reply(
     step: Step, deps: TurnDeps, inp: TurnInput, text: str, prefix: str
 ) -> list[int]:
-    """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones."""
+    """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones.
+    The first takes the place of the drafts streamed for this turn's answer, if any."""
     ids = []
+    draft = answer_draft(step.instance_id)
     # A link preview only for a URL the user wrote themself (not one forwarded to us).
     user_urls = set() if inp.forwarded else set(urls_in(inp.text))
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):
         reply_to = inp.message_id if n == 1 and inp.message_id else None
         name = f"{prefix}#{n}"
         preview = user_url_in(chunk, user_urls) if user_urls else None
-        ids.append(await send_chunk(step, deps, inp.chat_id, chunk, reply_to, name, preview))
+        first = draft if n == 1 else None
+        ids.append(await send_chunk(step, deps, inp.chat_id, chunk, reply_to, name, preview, first))
     return ids
 
 

@@ -35,12 +35,17 @@ class Outbox(Protocol):
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
         preview_url: str | None = None,
+        draft: int | None = None,
     ) -> int:
         """Send one chunk; return its message id. SendFailed: refused for good; SendDelayed:
         not reached (an outage), worth trying again later.
 
         No link preview unless `preview_url` (a URL the user wrote): a preview is a fetch by
         the platform's servers, of a URL the model may have been led to write.
+
+        `draft`: the id of the drafts (`send_draft`) this chunk is the answer of. Where a
+        draft is a message (Matrix), this chunk takes its place; a send without it (a
+        command's reply, a reminder, a notice) never touches a draft streaming meanwhile.
         """
         ...
 
@@ -71,7 +76,9 @@ class Outbox(Protocol):
     async def send_draft(
         self, chat_id: int, draft_id: int, text: str, *, reply_to: int | None = None
     ) -> bool:
-        """The answer so far (streaming), to the message `reply_to` as the answer will be."""
+        """The answer so far (streaming), to the message `reply_to` as the answer will be;
+        `draft_id` is the answer's (agent/streaming.py `answer_draft`), the same on every
+        call and model call of it, and its first chunk is sent with `draft=draft_id`."""
         ...
 
     async def chat_action(self, chat_id: int) -> None: ...

@@ -56,9 +56,15 @@ class RoutedOutbox:
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
         preview_url: str | None = None,
+        draft: int | None = None,
     ) -> int:
         return await self.of(chat_id).send_text(
-            chat_id, markdown, reply_to=reply_to, buttons=buttons, preview_url=preview_url
+            chat_id,
+            markdown,
+            reply_to=reply_to,
+            buttons=buttons,
+            preview_url=preview_url,
+            draft=draft,
         )
 
     async def edit_text(

@@ -142,13 +142,19 @@ class MatrixOutbox:
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
         preview_url: str | None = None,  # Matrix clients preview on their own settings
+        draft: int | None = None,
     ) -> int:
         room = await self.room_of(chat_id)
-        draft = None if buttons else await self._db.read(_open_draft, chat_id)
-        if draft is not None:  # the answer takes the place of its draft: one message
-            await self._event(room, "m.room.message", _replacing(draft, markdown))
-            await self._db.write(_close_draft, chat_id)
-            return await self._local(room, draft)
+        # Only the answer its drafts were streamed for takes their place (one message): any
+        # other send meanwhile is a message of its own, which the draft's edits never hide.
+        found = None
+        if draft is not None and not buttons:
+            found = await self._db.read(_open_draft, chat_id, draft)
+        if found is not None:
+            key, event = found
+            await self._event(room, "m.room.message", _replacing(event, markdown))
+            await self._db.write(_close_draft, chat_id, key)
+            return await self._local(room, event)
         choices: list[tuple[str, str]] = []
         if buttons:
             markdown, choices = card_text(markdown, buttons)
@@ -212,20 +218,21 @@ class MatrixOutbox:
         self, chat_id: int, draft_id: int, text: str, *, reply_to: int | None = None
     ) -> bool:
         """The answer so far, as one message edited as it grows; the answer replaces it when
-        sent (`send_text`), so the draft is the reply to `reply_to` (an edit cannot add one).
-        Its first send's transaction id comes from the draft's id (the model call's), so a
-        call resumed after a crash finds the same message. Best effort: False ends the
-        drafts of this answer."""
+        sent (`send_text` with `draft=draft_id`), so the draft is the reply to `reply_to` (an
+        edit cannot add one). Its first send's transaction id comes from the draft's id (the
+        answer's), so a turn resumed after a crash finds the same message. Best effort: False
+        ends the drafts of this answer."""
         try:
             room = await self.room_of(chat_id)
-            draft = await self._db.read(_open_draft, chat_id)
-            if draft is None:
+            found = await self._db.read(_open_draft, chat_id, draft_id)
+            if found is None:
                 txn = "agentd-draft-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
                 content = {**text_content(text), **await self._reply(reply_to)}
                 draft = await self._client.send(room, "m.room.message", content, txn[:60])
-                await self._db.write(_save_draft, chat_id, draft)
+                await self._db.write(_save_draft, chat_id, draft_id, draft)
             else:
-                await self._client.send(room, "m.room.message", _replacing(draft, text), txn_id())
+                edit = _replacing(found[1], text)
+                await self._client.send(room, "m.room.message", edit, txn_id())
         except Exception as exc:  # cancellation is BaseException and still propagates
             log.info("matrix draft skipped (best effort)", extra={"reason": type(exc).__name__})
             return False
@@ -274,20 +281,29 @@ def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
     }
 
 
-def _open_draft(conn: Any, chat_id: int) -> str | None:
-    row = conn.execute("SELECT event_id FROM matrix_drafts WHERE chat_id = ?", (chat_id,))
+def _open_draft(conn: Any, chat_id: int, draft_id: int) -> tuple[int, str] | None:
+    """The answer's open draft (its key, its event); else one the chat had open when drafts
+    became their answer's (key 0, schema.py), which the chat's next answer takes over."""
+    row = conn.execute(
+        "SELECT draft_id, event_id FROM matrix_drafts WHERE chat_id = ? AND draft_id IN (?, 0) "
+        "ORDER BY draft_id DESC LIMIT 1",
+        (chat_id, draft_id),
+    )
     found = row.fetchone()
-    return None if found is None else str(found[0])
+    return None if found is None else (int(found[0]), str(found[1]))
 
 
-def _save_draft(conn: Any, chat_id: int, event_id: str) -> None:
+def _save_draft(conn: Any, chat_id: int, draft_id: int, event_id: str) -> None:
     conn.execute(
-        "INSERT OR IGNORE INTO matrix_drafts (chat_id, event_id) VALUES (?, ?)", (chat_id, event_id)
+        "INSERT OR IGNORE INTO matrix_drafts (chat_id, draft_id, event_id) VALUES (?, ?, ?)",
+        (chat_id, draft_id, event_id),
     )
 
 
-def _close_draft(conn: Any, chat_id: int) -> None:
-    conn.execute("DELETE FROM matrix_drafts WHERE chat_id = ?", (chat_id,))
+def _close_draft(conn: Any, chat_id: int, draft_id: int) -> None:
+    conn.execute(
+        "DELETE FROM matrix_drafts WHERE chat_id = ? AND draft_id = ?", (chat_id, draft_id)
+    )
 
 
 def _read_bounded(path: str, limit: int) -> bytes:

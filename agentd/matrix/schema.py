@@ -94,10 +94,29 @@ CREATE INDEX matrix_early_reactions_target ON matrix_early_reactions (target, re
 """
 
 
+# A draft is its answer's, not its chat's (output.py): keyed by the draft's id as well, so a
+# message sent to the chat while an answer streams is a message of its own, and only that
+# answer takes the draft's place. A draft open at the upgrade keeps id 0: the chat's next
+# answer still replaces it, as it would have before.
+ANSWER_DRAFTS = """
+CREATE TABLE matrix_answer_drafts (
+    chat_id INTEGER NOT NULL,
+    draft_id INTEGER NOT NULL,  -- the answer's (agent/streaming.py); 0: opened before
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (chat_id, draft_id)
+);
+INSERT INTO matrix_answer_drafts (chat_id, draft_id, event_id)
+    SELECT chat_id, 0, event_id FROM matrix_drafts;
+DROP TABLE matrix_drafts;
+ALTER TABLE matrix_answer_drafts RENAME TO matrix_drafts;
+"""
+
+
 MIGRATIONS = [
     Migration("matrix/m001_tables", TABLES, formerly="m040_matrix"),
     Migration("matrix/m002_drafts", DRAFTS, formerly="m042_matrix_drafts"),
     Migration("matrix/m003_sent", SENT),
     Migration("matrix/m004_ages", AGES),
     Migration("matrix/m005_early", EARLY),
+    Migration("matrix/m006_answer_drafts", ANSWER_DRAFTS),
 ]

@@ -117,6 +117,7 @@ class TelegramOutbox:
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
         preview_url: str | None = None,
+        draft: int | None = None,  # a draft is a preview (sendMessageDraft), no message
     ) -> int:
         """Send one chunk (already split to fit); return Telegram's message id.
 

@@ -134,9 +134,11 @@ class WebOutbox:
         reply_to: int | None = None,
         buttons: list[list[Button]] | None = None,
         preview_url: str | None = None,  # the page shows no previews: nothing is fetched
+        draft: int | None = None,
     ) -> int:
         db = self._db(chat_id)
-        self.hub.draft = ""  # the answer takes the place of the answer so far
+        if draft is not None:  # the answer takes the place of the answer so far
+            self.hub.draft = ""
         return await self._put(db, markdown, buttons=_buttons(buttons), reply_to=reply_to)
 
     async def edit_text(
