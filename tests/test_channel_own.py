@@ -224,7 +224,7 @@ def test_a_database_made_by_main_s_migrations_upgrades_without_running_them_twic
     assert [r[0] for r in conn.execute("SELECT mxid FROM matrix_ids")] == ["!a:x"]
     # The draft open at the upgrade is kept, as one the chat's next answer replaces (id 0).
     kept = conn.execute("SELECT chat_id, draft_id, event_id FROM matrix_drafts").fetchall()
-    assert kept == [(9, 0, "$e")]
+    assert [tuple(r) for r in kept] == [(9, 0, "$e")]
     assert apply_migrations(conn, migrations()) == []
 
 

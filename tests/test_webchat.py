@@ -229,6 +229,17 @@ async def test_the_transcript_follows_the_history_retention(db: Database, tmp_pa
     assert [p.name for p in files.iterdir()] == [again]
 
 
+async def test_only_the_answer_ends_the_answer_so_far(db: Database, tmp_path: Path) -> None:
+    """A message sent while an answer streams (a command's reply, a reminder) leaves the
+    answer so far showing; the answer it was streamed for takes its place."""
+    outbox = _outbox(db, tmp_path)
+    assert await outbox.send_draft(CHAT_ID, 7, "the answer so")
+    await outbox.send_text(CHAT_ID, "the help")
+    assert outbox.hub.state()["draft"] == "the answer so"
+    await outbox.send_text(CHAT_ID, "the answer so far", draft=7)
+    assert outbox.hub.state()["draft"] == ""
+
+
 def test_the_outbox_takes_what_the_contract_passes() -> None:
     """Every method of `chat.outbox.Outbox` with the same parameters here (a keyword the core
     starts passing, such as a draft's `reply_to`, would otherwise fail the turn)."""
