@@ -193,6 +193,48 @@ def test_a_draft_left_by_kill_9_is_replaced_once_by_its_answer(tmp_path: Path, c
         assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
 
 
+def test_a_draft_whose_turn_is_cancelled_ends_marked_stopped(tmp_path: Path, cast: Cast) -> None:
+    """`agentd workflows cancel` mid-stream: the draft keeps what it said and ends marked
+    stopped, so the half answer is never read as the answer; its row goes with it."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
+        turn = _turn(rig, "tell me a long story")
+        assert turn is not None
+        assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+        wait_for(lambda: "(stopped" in " ".join(rig.shown(room)), 60, "the draft marked")
+        shown = rig.shown(room)
+        assert len(shown) == 1 and shown[0].startswith("Part 1 of a long answer"), shown
+        assert shown[0].endswith("(stopped: this answer was not finished)"), shown
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+
+
+def test_interrupt_mode_a_stopped_turns_draft_is_no_answer(tmp_path: Path, cast: Cast) -> None:
+    """The owner's next message stops the streaming turn: its draft ends marked stopped, and
+    the next message's answer is one of its own."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}
+    env = {
+        "AGENTD_CHAT__STREAMING": "true",
+        "AGENTD_CHAT__STREAM_INTERVAL": "0.3",
+        "AGENTD_CHAT__BUSY": "interrupt",
+    }
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
+        rig.llm.stream_delay = 0
+        rig.owner.say(room, "no, just a haiku")
+        wait_for(lambda: "echo: no, just a haiku" in rig.shown(room), 60, "the next answer")
+        wait_for(lambda: "(stopped" in rig.shown(room)[0], 30, "the draft marked")
+        assert len(rig.shown(room)) == 2
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+
+
 def test_the_owners_edit_replaces_the_working_turn(tmp_path: Path, cast: Cast) -> None:
     """Edited while its turn works (no answer yet): that turn stops and never answers; the
     edit is answered, as a reply to the message it changed."""

@@ -268,6 +268,37 @@ def test_typing_and_the_answer_so_far_show_while_the_model_writes(
     assert stack.rows(answer) == [("agent", answer)]  # the drafts were shown, never stored
 
 
+@needs_chromium
+def test_a_cancelled_turns_answer_so_far_goes(stack: Stack, browser: Any) -> None:
+    """`agentd workflows cancel` while the answer streams: its answer so far leaves the
+    page, so the half answer is never read as the answer."""
+    story = " ".join(f"Part {n} of a long answer, written slowly." for n in range(1, 41))
+    stack.llm.set_responder(lambda body: story if "story" in last_user_text(body) else None)
+    page = _signed_in_page(stack, browser)
+    try:
+        stack.llm.stream_delay = 0.2
+        _say(page, "tell me a long story")
+        page.wait_for_selector("#messages li.msg.draft", timeout=60_000)
+        found = stack.daemon.query(
+            "SELECT id FROM workflow_instances WHERE workflow = 'turn' "
+            "AND json_extract(input, '$.text') = ?",
+            ("tell me a long story",),
+        )
+        assert stack.daemon.cli("workflows", "cancel", found[0][0]).returncode == 0
+        page.wait_for_selector("#messages li.msg.draft", state="detached", timeout=60_000)
+        assert stack.rows(story) == []
+        # The stopped message rides along with the next one (as after /stop): answered here,
+        # so the next test's answer is its own.
+        stack.llm.set_responder(None)
+        stack.llm.stream_delay = 0.0
+        _say(page, "and now?")
+        answered = "SELECT 1 FROM webchat_messages WHERE role = 'agent' AND text LIKE '%and now?'"
+        poll(lambda: stack.daemon.query(answered), 60, "the next message answered")
+    finally:
+        stack.llm.stream_delay = 0.0
+        page.close()
+
+
 def test_a_repost_with_the_same_key_is_one_turn(stack: Stack) -> None:
     http = Http(stack.base)
     session, csrf = _run(http.sign_in(stack.link()))

@@ -7,10 +7,21 @@ so a crash mid-stream only means the next attempt streams again — never a dupl
 from __future__ import annotations
 
 import hashlib
+import json
+import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
+from agentd.chat.names import TURN_WORKFLOW
 from agentd.chat.outbox import Outbox
+from agentd.db import Database
+from agentd.durable import store
+
+log = logging.getLogger("agentd.agent")
+# The first chunk of a turn's answer, and of its apology (turn.py `send_reply`): each names
+# the answer's drafts, and takes their place.
+ANSWER_STEPS = ("send#1", "send-error#1")
 
 DRAFT_LIMIT = 4096
 
@@ -68,3 +79,27 @@ class DraftStreamer:
             self._chat_id, self._draft, preview, reply_to=self._reply_to
         )
         self.sent += self.enabled
+
+
+async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecord) -> None:
+    """A turn that ended without its answer (cancelled, failed for good): its drafts must
+    not pass for the answer (`Outbox.end_draft`). Not if the answer's send began: it may
+    have taken the draft's place, which this would hide. Best effort, and harmless twice."""
+    if inst.workflow != TURN_WORKFLOW or inst.status == "complete":
+        return
+    try:
+        chat_id = json.loads(inst.input).get("chat_id")
+        if not isinstance(chat_id, int) or await db.read(_answer_begun, inst.id):
+            return
+        await outbox.end_draft(chat_id, answer_draft(inst.id))
+    except Exception as exc:
+        log.info("draft not ended (best effort)", extra={"reason": type(exc).__name__})
+
+
+def _answer_begun(conn: Any, instance_id: str) -> bool:
+    marks = ", ".join("?" * len(ANSWER_STEPS))
+    row = conn.execute(
+        f"SELECT 1 FROM workflow_steps WHERE instance_id = ? AND name IN ({marks}) LIMIT 1",
+        (instance_id, *ANSWER_STEPS),
+    )
+    return row.fetchone() is not None

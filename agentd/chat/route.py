@@ -101,6 +101,11 @@ class RoutedOutbox:
             return False
         return await outbox.send_draft(chat_id, draft_id, text, reply_to=reply_to)
 
+    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+        outbox = self._by_block.get(id_block(chat_id))
+        if outbox is not None:
+            await outbox.end_draft(chat_id, draft_id)
+
     async def chat_action(self, chat_id: int) -> None:
         outbox = self._by_block.get(id_block(chat_id))
         if outbox is not None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from agentd.access import owners
 from agentd.agent.approval_flow import withdraw_approvals
+from agentd.agent.streaming import end_unanswered
 from agentd.chat import reach
 from agentd.chat.channel import CredentialsRejected, Intake, Opened
 from agentd.chat.notice import make_notice_workflow, post_notice
@@ -122,6 +123,7 @@ def _on_unfinished(
 
     async def on_unfinished(inst: store.InstanceRecord) -> None:
         await db.write(audit_unfinished, inst)
+        await end_unanswered(db, outbox, inst)  # before any notice about it reaches the chat
         if inst.status == "cancelled":
             await withdraw_approvals(db, outbox, inst.id)
         elif inst.status == "errored" and (inst.error or "").startswith("stopped after"):

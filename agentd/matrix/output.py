@@ -46,6 +46,8 @@ MARKUP = Markup(schemes=("https", "http"), strike="del", line_break="<br>")
 # most 65,536 bytes (the spec's limit, signatures and ids included), and the edit that puts a
 # streamed answer in its draft's place carries the content twice (`m.new_content`).
 MAX_CONTENT_BYTES = 30_000
+# What a draft whose answer will not come ends with, so nobody takes it for the answer.
+STOPPED = "_(stopped: this answer was not finished)_"
 
 
 def txn_id() -> str:
@@ -80,6 +82,8 @@ class MatrixOutbox:
         self._rooms: dict[int, str] = {}
         self._limit = max_message_chars
         self._max_file = max_file_bytes
+        # What each open draft says now: its edits are not journaled (best effort, often).
+        self._shown: dict[tuple[int, int], str] = {}
 
     def bind(self, db: Database) -> None:
         """The database with the id map (matrix_ids); bound before the engine runs."""
@@ -154,6 +158,7 @@ class MatrixOutbox:
             key, event = found
             await self._event(room, "m.room.message", _replacing(event, markdown))
             await self._db.write(_close_draft, chat_id, key)
+            self._shown.pop((chat_id, draft), None)
             return await self._local(room, event)
         choices: list[tuple[str, str]] = []
         if buttons:
@@ -233,10 +238,28 @@ class MatrixOutbox:
             else:
                 edit = _replacing(found[1], text)
                 await self._client.send(room, "m.room.message", edit, txn_id())
+            self._shown[(chat_id, draft_id)] = text
         except Exception as exc:  # cancellation is BaseException and still propagates
             log.info("matrix draft skipped (best effort)", extra={"reason": type(exc).__name__})
             return False
         return True
+
+    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+        """The draft ends as what it said and `STOPPED` (only that, if this process never
+        saw what it said: it was sent before a restart). Under a transaction id from the
+        draft's, so doing it again after a crash is the same edit; best effort."""
+        text = self._shown.pop((chat_id, draft_id), "")
+        try:
+            found = await self._db.read(_open_draft, chat_id, draft_id)
+            if found is None or found[0] != draft_id:  # none, or another answer's (key 0)
+                return
+            room = await self.room_of(chat_id)
+            edit = _replacing(found[1], f"{text}\n\n{STOPPED}" if text.strip() else STOPPED)
+            txn = "agentd-stop-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
+            await self._client.send(room, "m.room.message", edit, txn[:60])
+            await self._db.write(_close_draft, chat_id, draft_id)
+        except Exception as exc:  # cancellation is BaseException and still propagates
+            log.info("matrix draft not ended (best effort)", extra={"reason": type(exc).__name__})
 
     async def chat_action(self, chat_id: int) -> None:
         with contextlib.suppress(Exception):

@@ -224,6 +224,9 @@ class TelegramOutbox:
             lambda: self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text),
         )
 
+    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+        """A draft is a preview that goes when its answer does not come: nothing to end."""
+
     async def chat_action(self, chat_id: int) -> None:
         """Best effort: a server that does not know sendChatAction must not break a turn."""
         await _best_effort(

@@ -43,6 +43,7 @@ class Hub:
         self.typing = 0  # sends under way that show "typing…"
         self.typing_until = 0.0
         self.draft = ""
+        self.draft_id = 0  # whose answer `draft` is (agent/streaming.py `answer_draft`)
 
     def poke(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -180,9 +181,15 @@ class WebOutbox:
     ) -> bool:
         if chat_id != CHAT_ID:
             return False
-        self.hub.draft = text
+        self.hub.draft, self.hub.draft_id = text, draft_id
         self.hub.poke()
         return True
+
+    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+        """The answer so far of an answer that will not come goes (another's stays)."""
+        if chat_id == CHAT_ID and self.hub.draft_id == draft_id and self.hub.draft:
+            self.hub.draft = ""
+            self.hub.poke()
 
     async def chat_action(self, chat_id: int) -> None:
         if chat_id == CHAT_ID:
