@@ -830,3 +830,27 @@ async def test_a_quote_of_the_bot_is_its_record_never_the_senders_copy(db: Datab
         assert "your earlier message" not in prompt and "an earlier message" in prompt
         sources = turn_taint(turn, photos=0, media_meta={}, memories="", recalled=[]).sources
         assert sources == ["a quoted message from the group"]
+
+
+async def test_a_draft_no_open_turn_streams_for_is_pruned(db: Database) -> None:
+    """A draft row whose turn ended (its stop not made: the process died, the homeserver was
+    down) goes at the next prune; an open turn's draft and one from before drafts were their
+    answer's (id 0) stay."""
+    from agentd.agent.streaming import answer_draft
+    from agentd.durable import store
+    from agentd.matrix.output import _save_draft
+
+    def turns(conn: Any) -> None:
+        for instance_id in ("open", "ended"):
+            store.insert_instance(
+                conn, instance_id=instance_id, workflow="turn", key="k", input_json="{}", now=1.0
+            )
+        store.set_status(conn, "ended", "cancelled", 2.0)
+
+    await db.write(turns)
+    for draft, event in ((answer_draft("open"), "$o"), (answer_draft("ended"), "$e"), (0, "$z")):
+        await db.write(_save_draft, 1, draft, event)
+    assert await _prune_all(db, "matrix_drafts", 1e10, update_days=0) == 0  # 0: kept for ever
+    assert await _prune_all(db, "matrix_drafts", 1e10, update_days=7) == 1
+    left = await db.read(lambda c: c.execute("SELECT event_id FROM matrix_drafts").fetchall())
+    assert sorted(r[0] for r in left) == ["$o", "$z"]

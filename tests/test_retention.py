@@ -117,6 +117,7 @@ async def test_plan_counts_only_what_may_go(seeded: Database) -> None:
         "matrix_ids": 0,
         "matrix_buttons": 0,
         "matrix_early_reactions": 0,
+        "matrix_drafts": 0,
         "webchat_messages": 0,
     }
 
@@ -370,6 +371,7 @@ async def test_the_daily_workflow_prunes_once_per_day(db: Database) -> None:
             "matrix_ids": 0,
             "matrix_buttons": 0,
             "matrix_early_reactions": 0,
+            "matrix_drafts": 0,
             "webchat_messages": 0,
         }
         # Batches of 10: the 25 audit rows took three journaled steps and an empty fourth.
@@ -432,6 +434,7 @@ def test_agentd_prune_dry_run_then_prune(tmp_path: Path, monkeypatch: pytest.Mon
         "matrix_ids": 0,
         "matrix_buttons": 0,
         "matrix_early_reactions": 0,
+        "matrix_drafts": 0,
         "webchat_messages": 0,
     }
     table = runner.invoke(app, ["prune", "--dry-run"], env={"COLUMNS": "80"})

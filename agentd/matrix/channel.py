@@ -194,10 +194,10 @@ class MatrixChannel:
         is needed only while its turn may be replayed (an edit of an older message is then
         no edit). Events' integers follow the history, cards' choices what intake took
         (matrix/kept.py)."""
-        from agentd.matrix.kept import kept_buttons, kept_early, kept_events
+        from agentd.matrix.kept import kept_buttons, kept_drafts, kept_early, kept_events
 
         events = intake_records("matrix_events", "matrix_events")
-        return [events, kept_events(), kept_buttons(), kept_early()]
+        return [events, kept_events(), kept_buttons(), kept_early(), kept_drafts()]
 
     def secret_names(self, config: Config) -> list[str]:
         cfg = settings(config)

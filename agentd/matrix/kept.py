@@ -1,13 +1,17 @@
 """The Matrix channel's tables in retention (`chat.channel.Channel.kept`), beside what intake
 took (`matrix_events`): events' integers and cards' choices, each made with its time
-(`made_at`), so neither grows for ever. Plain SQL, so listing the channel imports nothing.
+(`made_at`), so neither grows for ever. Plain SQL, so listing the channel imports nothing
+(but the drafts' ids, which only the agent's hash names).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from agentd.agent.streaming import answer_draft
 from agentd.chat.kept import KeptTable
+from agentd.chat.names import TURN_WORKFLOW
+from agentd.durable import store
 from agentd.matrix.ids import BASE
 
 # A card an approval still waits on, by its integer (`n`): it and its choices stay whatever
@@ -59,3 +63,32 @@ def kept_early() -> KeptTable:
     return _table(
         "matrix_early_reactions", "update_days", old, "event_id", "matrix_early_reactions"
     )
+
+
+def kept_drafts() -> KeptTable:
+    """Drafts no open turn streams for, by `[retention] update_days` being on (any age):
+    only their answer reads them, and it will not come. A stopped turn's draft is ended with
+    its row (output.py `end_draft`); one can stay when the process died before, the answer
+    was cut off as it went, or the homeserver was down then. One opened before drafts were
+    their answer's (id 0) stays: the chat's next answer takes its place."""
+
+    def orphans(conn: Any) -> list[tuple[int, int]]:
+        turns = conn.execute(
+            "SELECT id FROM workflow_instances WHERE workflow = ? "
+            f"AND status IN {store.OPEN_STATUSES!r}",
+            (TURN_WORKFLOW,),
+        )
+        owned = {answer_draft(row[0]) for row in turns}
+        rows = conn.execute("SELECT chat_id, draft_id FROM matrix_drafts WHERE draft_id != 0")
+        return [(int(c), int(d)) for c, d in rows if d not in owned]
+
+    def count(conn: Any, cut: float) -> int:
+        return len(orphans(conn))
+
+    def prune(conn: Any, cut: float, batch: int) -> int:
+        gone = orphans(conn)[:batch]
+        sql = "DELETE FROM matrix_drafts WHERE chat_id = ? AND draft_id = ?"
+        conn.executemany(sql, gone)
+        return len(gone)
+
+    return KeptTable(part="matrix_drafts", keep="update_days", count=count, prune=prune)
