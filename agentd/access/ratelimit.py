@@ -26,8 +26,14 @@ class Verdict(BaseModel):
     notify: bool = False  # the first refusal in this window: tell the user once
 
 
-def _day_start(now: float) -> float:
-    return now - (now % 86400)  # UTC midnight
+def day_start(now: float) -> float:
+    """The start of the [limits] day `now` is in: UTC midnight."""
+    return now - (now % 86400)
+
+
+def next_day(now: float) -> float:
+    """When the [limits] daily budgets are counted afresh: the next UTC midnight."""
+    return day_start(now) + 86400
 
 
 def check(
@@ -47,14 +53,14 @@ def check(
         if others + 1 > limits.messages_per_minute:
             return _refuse(conn, "messages_per_minute", user_id, since=now - 60)
     if limit := over_tokens(conn, limits, user_id=user_id, now=now):
-        return _refuse(conn, limit, user_id, since=_day_start(now))
+        return _refuse(conn, limit, user_id, since=day_start(now))
     return Verdict(allowed=True)
 
 
 def over_tokens(conn: Any, limits: LimitsConfig, *, user_id: int, now: float) -> TokenLimit:
     """The daily token budget this user's next model call would go over ("": none is spent).
     Checked before a call, so the call that crosses a budget is the last one."""
-    day = _day_start(now)
+    day = day_start(now)
     if limits.daily_tokens and tokens_used(conn, day, user_id=user_id) >= limits.daily_tokens:
         return "daily_tokens"
     if limits.daily_tokens_total and tokens_used(conn, day) >= limits.daily_tokens_total:

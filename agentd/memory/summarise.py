@@ -400,7 +400,7 @@ async def budget_check(deps: SummaryDeps, inp: SummaryInput) -> BudgetCheck:
     limit = await deps.db.read(
         ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=now
     )
-    return BudgetCheck(limit=limit, until=now - now % 86400 + 86400)
+    return BudgetCheck(limit=limit, until=ratelimit.next_day(now))
 
 
 def write_deferred(

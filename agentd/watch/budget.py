@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel
 
-from agentd.access.ratelimit import over_tokens, spent_words, tokens_used
+from agentd.access.ratelimit import day_start, over_tokens, spent_words, tokens_used
 from agentd.config import Config
 from agentd.ledger.pricing import ModelPrice
 from agentd.watch.store import Watch, instance_prefix, utc_day
@@ -21,10 +21,6 @@ BASE_INPUT_TOKENS = 450
 ANSWER_TOKENS = 90
 CHARS_PER_TOKEN = 4
 MIN_MEASURED = 10  # checks before the forecast is measured rather than estimated
-
-
-def day_start(now: float) -> float:
-    return now - (now % 86400)  # UTC midnight, as [limits] counts
 
 
 def watch_tokens(conn: Any, watch_id: str, since: float) -> int:
