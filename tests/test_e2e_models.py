@@ -182,3 +182,27 @@ def test_a_task_on_a_local_model_is_costed_as_the_local_model(
         assert [tuple(r) for r in rows] == [("task", LOCAL), ("turn", LOCAL)]
         usage = {m["model"]: m for m in daemon.cli_json("usage", "--by-model")}
         assert list(usage) == [LOCAL] and usage[LOCAL]["estimated_cost_usd"] == 0
+
+
+def test_a_task_answered_by_the_fallback_is_audited_as_a_turn_is(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    """Claude is overloaded: the turn and the background task it starts are both answered by
+    the local fallback, and each call says so in the audit log (`llm_fallback`), with why."""
+    tg, claude, chat = fakes
+    claude.set_responder(_overloaded)
+    chat.enqueue(ChatReply(tool_calls=[("delegate", {"task": "sum it up", "tools": []})]))
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=_config(tmp_path, chat))
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "do it in the background")
+        tg.wait_for_sent(2, timeout=30)  # the turn's answer and the task's result
+        daemon.wait_idle()
+        rows = daemon.query(
+            "SELECT instance_id, json_extract(detail, '$.step'), json_extract(detail, '$.model') "
+            "FROM audit WHERE kind = 'llm_fallback' AND instance_id LIKE 'task-%'"
+        )
+        assert [tuple(r[1:]) for r in rows] == [("llm#1", LOCAL)]
+        used = daemon.query(
+            "SELECT instance_id FROM llm_usage WHERE purpose = 'task' AND model = ?", (LOCAL,)
+        )
+        assert [r[0] for r in used] == [rows[0][0]]

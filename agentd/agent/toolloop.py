@@ -272,7 +272,7 @@ async def call_llm(
     )
     rows = [record]
     if response.fallback_reason:
-        rows.append(_fallback_row(response, inp, instance_id, step_name))
+        rows.append(fallback_row(response, inp, instance_id, step_name))
     for row in rows:
         if held is not None:
             # In the transaction that journals the step's result, next: the tokens are on
@@ -292,15 +292,16 @@ async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: i
         conversation[-1] = with_added(conversation[-1], added)
 
 
-def _fallback_row(
-    response: LLMResponse, inp: TurnInput, instance_id: str, step_name: str
+def fallback_row(
+    response: LLMResponse, where: Where, instance_id: str, step_name: str
 ) -> partial[None]:
-    """The audit row saying a fallback answered this call, which model and why."""
+    """The audit row saying a fallback answered this call, which model and why (a turn's
+    call or a task's: the owner reads one kind for both)."""
     return partial(
         audit.record,
         kind="llm_fallback",
-        chat_id=inp.chat_id,
-        user_id=inp.user_id,
+        chat_id=where.chat_id,
+        user_id=where.user_id,
         instance_id=instance_id,
         detail={"step": step_name, "model": response.label, "reason": response.fallback_reason},
         source_key=f"llm_fallback:{instance_id}:{step_name}",

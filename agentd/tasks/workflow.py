@@ -17,7 +17,7 @@ from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import TurnDeps
 from agentd.agent.taint import TurnTaint
-from agentd.agent.toolloop import current_prefix
+from agentd.agent.toolloop import current_prefix, fallback_row
 from agentd.chat.delivery import deliver_text
 from agentd.chat.names import TASK_WORKFLOW
 from agentd.durable import Step, Workflow, workflow
@@ -70,6 +70,8 @@ async def call_task_llm(
         user_id=inp.user_id,
     )
     await deps.db.write_unsynced(record)
+    if response.fallback_reason:
+        await deps.db.write_unsynced(fallback_row(response, inp, instance_id, name))
     return response
 
 
