@@ -238,6 +238,43 @@ def test_a_summary_retry_asks_the_budget_again(tmp_path: Path) -> None:
             daemon.stop()
 
 
+def test_a_summary_does_not_ask_again_once_its_first_answer_spent_the_budget(
+    tmp_path: Path,
+) -> None:
+    """Three 200-token turns, then the summary's first answer does not fit and costs 500: the
+    1,000-token budget is spent, so the second ask of the same try is not made; the answer is
+    in the ledger and the summary waits for 00:00 UTC."""
+
+    def small_turns_costly_unfit(body: dict[str, Any]) -> Any:
+        if is_summary(body):
+            return {"content": [{"type": "text", "text": "No."}], "usage": usage_of(500)}
+        echo = [{"type": "text", "text": f"echo: {last_user_text(body)}"}]
+        return {"content": echo, "usage": usage_of(200)}
+
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(small_turns_costly_unfit)
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+            AGENTD_LIMITS__DAILY_TOKENS="1000",
+        )
+        with running_daemon(tmp_path, env) as daemon:
+            chat(tg, ["one", "two", "three"])
+            daemon.wait_for_instances(1, status="sleeping", timeout=60)
+            assert len([r for r in llm.requests if is_summary(r["body"])]) == 1
+            rows = daemon.query(
+                "SELECT step, input_tokens + output_tokens FROM llm_usage WHERE purpose = 'summary'"
+            )
+            assert [tuple(r) for r in rows] == [("llm", 500)]
+            [(detail,)] = daemon.query(
+                "SELECT detail FROM audit WHERE kind = 'memory_summary_deferred'"
+            )
+            assert json.loads(detail)["limit"] == "daily_tokens"
+
+
 def test_a_photo_in_a_group_is_paid_by_its_sender_even_when_unseen(tmp_path: Path) -> None:
     """A look at a photo in a group counts to its sender's [limits] budget (as in their own
     chat), and so do the answers that did not fit the summary's shape."""

@@ -57,13 +57,18 @@ def check(
     return Verdict(allowed=True)
 
 
-def over_tokens(conn: Any, limits: LimitsConfig, *, user_id: int, now: float) -> TokenLimit:
+def over_tokens(
+    conn: Any, limits: LimitsConfig, *, user_id: int, now: float, pending: int = 0
+) -> TokenLimit:
     """The daily token budget this user's next model call would go over ("": none is spent).
-    Checked before a call, so the call that crosses a budget is the last one."""
+    Checked before a call, so the call that crosses a budget is the last one. `pending`:
+    tokens this user has spent that are not in the ledger yet (an unfinished call's)."""
     day = day_start(now)
-    if limits.daily_tokens and tokens_used(conn, day, user_id=user_id) >= limits.daily_tokens:
+    own = limits.daily_tokens
+    if own and tokens_used(conn, day, user_id=user_id) + pending >= own:
         return "daily_tokens"
-    if limits.daily_tokens_total and tokens_used(conn, day) >= limits.daily_tokens_total:
+    total = limits.daily_tokens_total
+    if total and tokens_used(conn, day) + pending >= total:
         return "daily_tokens_total"
     return ""
 

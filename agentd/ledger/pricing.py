@@ -64,6 +64,12 @@ class Tokens(BaseModel):
     cache_write_tokens: int = 0  # all TTLs
     cache_write_1h_tokens: int = 0  # the 1-hour part of cache_write_tokens
 
+    @property
+    def total(self) -> int:
+        """Every token billed, input of all three kinds and output: what [limits] counts."""
+        read, written = self.cache_read_tokens, self.cache_write_tokens
+        return self.input_tokens + read + written + self.output_tokens
+
 
 def price_for(model: str, overrides: Mapping[str, ModelPrice] | None = None) -> ModelPrice:
     """The price of a model id (dated ids match their alias by prefix); Haiku 4.5 if unknown."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -20,11 +21,18 @@ class StructuredOutputError(Exception):
 
     `spent`: the last answer, carrying the tokens of every attempt: they were paid for, so the
     caller records them as it records a good answer's (an LLMError raised after an answer that
-    did not fit carries them in its `spent` too)."""
+    did not fit carries them in its `spent` too). `stopped`: the caller's `ask_again` said no
+    before the attempts ran out."""
 
-    def __init__(self, message: str, spent: LLMResponse) -> None:
+    def __init__(self, message: str, spent: LLMResponse, *, stopped: bool = False) -> None:
         super().__init__(message)
         self.spent = spent
+        self.stopped = stopped
+
+
+# Whether to ask again after an answer that did not fit, given the tokens this call has spent
+# so far (not yet in the ledger: the caller records them when the call ends).
+AskAgain = Callable[[Usage], Awaitable[bool]]
 
 
 @functools.cache
@@ -45,8 +53,10 @@ async def complete_structured(
     name: str,
     description: str,
     attempts: int = 2,
+    ask_again: AskAgain | None = None,
 ) -> tuple[M, LLMResponse]:
-    """Ask for `model` through a forced tool call, validate it, and ask again if it is invalid.
+    """Ask for `model` through a forced tool call, validate it, and ask again if it is invalid
+    (and `ask_again`, when given, allows it: a budget the first answer spent, say).
 
     The response returned carries the tokens of every attempt, so none goes unaccounted; so
     does the error's `spent` when no attempt fit, or when the model failed after one did not.
@@ -76,5 +86,8 @@ async def complete_structured(
         log.info(
             "structured answer rejected", extra={"tool": name, "attempt": attempt, "error": error}
         )
+        if attempt < attempts and ask_again is not None and not await ask_again(spent):
+            paid = response.model_copy(update={"usage": spent})
+            raise StructuredOutputError(f"{error}; not asked again", paid, stopped=True)
     assert response is not None  # attempts >= 1
     raise StructuredOutputError(error, response.model_copy(update={"usage": spent}))

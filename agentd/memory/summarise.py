@@ -26,7 +26,7 @@ from agentd.durable import Clock, NonRetryable, Retry, Step, StepFailed, Workflo
 from agentd.ledger import audit, usage
 from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
-from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
+from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock, Usage
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
 from agentd.memory.history import Origin
 from agentd.memory.provenance import IN_VIEW_OF, ref_of
@@ -249,6 +249,11 @@ async def summarise_block(
             user_id=inp.user_id,
         )
 
+    async def ask_again(spent: Usage) -> bool:
+        # The answer that did not fit may have spent a budget: asked before the second ask as
+        # before every try, counting that answer, whose row is written when the try ends.
+        return not (await budget_check(deps, inp, pending=spent.total)).limit
+
     # A 400 (retryable=False) fails the step at once; a bad structured answer is retried.
     try:
         result, response = await complete_structured(
@@ -257,10 +262,13 @@ async def summarise_block(
             SummaryResult,
             name="record_summary",
             description="Record the summary and the durable facts about the user.",
+            ask_again=ask_again,
         )
     except (StructuredOutputError, LLMError) as exc:
         if exc.spent is not None:  # answers that did not fit cost tokens too
             await record(exc.spent)
+        if isinstance(exc, StructuredOutputError) and exc.stopped:
+            raise BudgetSpent(f"{exc}: a [limits] budget is spent") from None
         raise
     await record(response)
     return result
@@ -395,10 +403,11 @@ async def store(
     return await deps.db.write(write)
 
 
-async def budget_check(deps: SummaryDeps, inp: SummaryInput) -> BudgetCheck:
+async def budget_check(deps: SummaryDeps, inp: SummaryInput, pending: int = 0) -> BudgetCheck:
+    """`pending`: tokens this try has spent that are not in the ledger yet."""
     now = deps.clock.now()
     limit = await deps.db.read(
-        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=now
+        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=now, pending=pending
     )
     return BudgetCheck(limit=limit, until=ratelimit.next_day(now))
 

@@ -81,8 +81,7 @@ async def refused_call(step: Step, deps: TurnDeps, inp: TaskInput, n: int) -> ra
 
 
 def spent(response: LLMResponse) -> int:
-    u = response.usage
-    return u.input_tokens + u.cache_read_tokens + u.cache_write_tokens + u.output_tokens
+    return response.usage.total
 
 
 async def run_calls(
