@@ -192,6 +192,51 @@ async def test_a_stream_cut_mid_answer_is_retried_like_a_5xx(fake: FakeAnthropic
     assert answer.attempt == 2 and answer.text == "Whole." and texts[-1] == "Whole."
 
 
+async def test_a_stream_that_ends_after_its_usage_is_billed_as_it_said(
+    fake: FakeAnthropic,
+) -> None:
+    """A stream that stops after message_delta but before message_stop: the error carries
+    the attempt's tokens as the API reported them (not an estimate)."""
+    from tests.fakes.anthropic import RawStream
+
+    start = {
+        "id": "msg_cut",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-4-5",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 120, "output_tokens": 1, "cache_read_input_tokens": 30},
+    }
+    events = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 7},
+        },
+    ]
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "k")
+    try:
+        fake.enqueue(RawStream(events))
+        with pytest.raises(LLMError) as failed:
+            await llm.complete(REQUEST, on_text)
+    finally:
+        await llm.close()
+    [cut] = failed.value.cut
+    assert (cut.model, cut.attempt, cut.estimated) == ("claude-haiku-4-5", 1, False)
+    usage = cut.usage
+    assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (120, 30, 7)
+
+
 async def test_a_hung_server_is_a_retryable_timeout(fake: FakeAnthropic) -> None:
     llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0, timeout=0.5), "k")
     try:

@@ -70,6 +70,29 @@ def test_a_turn_makes_no_model_call_past_the_budget(tmp_path: Path) -> None:
             assert "limits#2" in steps and "llm#2" not in steps
 
 
+def test_a_stream_broken_partway_is_in_the_ledger_beside_the_answer(tmp_path: Path) -> None:
+    """The answer's first stream drops after 64 characters of text: the API billed its input
+    and what it wrote, so it has its own row (input as message_start said, output estimated
+    from the text and marked so), beside the retried answer's."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running(stream_chunk_chars=8) as llm:
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        llm.enqueue_stream_error(drop=True, partial_text="word " * 40, after_deltas=8)
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_message(OWNER, OWNER, "hello")
+            assert tg.wait_for_sent(1, timeout=30)[0]["plain_text"] == "echo: hello"
+            daemon.wait_for_instances(1)
+            billed = [r for r in llm.responses if r["kind"] == "stream_drop"]
+            assert len(billed) == 1
+            rows = daemon.query(
+                "SELECT step, attempt, input_tokens + cache_read_tokens + cache_write_tokens, "
+                "output_tokens, estimated FROM llm_usage WHERE purpose = 'turn' ORDER BY id"
+            )
+            first, answer = (tuple(r) for r in rows)
+            # The same request twice: the same input; 64 characters written, about 16 tokens.
+            assert first == ("llm#1", 1, answer[2], 16, 1)
+            assert answer[:2] == ("llm#1", 2) and answer[4] == 0
+
+
 SUMMARY = {
     "summary": "Alice talked about moving to Lyon.",
     "facts": [{"kind": "fact", "key": "home_city", "content": "Lives in Lyon"}],

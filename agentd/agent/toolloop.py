@@ -33,6 +33,8 @@ from agentd.durable import Step
 from agentd.durable.pending import Pending
 from agentd.ledger import audit, usage
 from agentd.llm.types import (
+    CutAttempt,
+    LLMError,
     LLMRequest,
     LLMResponse,
     Message,
@@ -257,20 +259,28 @@ async def call_llm(
             delay=deps.config.chat.progress_delay,
             reply_to=inp.message_id or None,
         )
-    async with deps.outbox.typing(inp.chat_id):  # only while the model works, not approvals
-        response = await deps.llm.complete(req, on_text=on_text)
-    record = partial(
+    row = partial(
         usage.record,
-        tokens=response.usage,
-        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
         purpose=purpose,
         chat_id=inp.chat_id,
         instance_id=instance_id,
         step=step_name,
-        attempt=response.attempt,
         user_id=inp.user_id,
     )
-    rows = [record]
+    try:
+        async with deps.outbox.typing(inp.chat_id):  # only while the model works
+            response = await deps.llm.complete(req, on_text=on_text)
+    except LLMError as exc:
+        for cut in cut_rows(row, exc.cut):  # the step fails: no journal write to ride on
+            await deps.db.write_unsynced(cut)
+        raise
+    record = partial(
+        row,
+        tokens=response.usage,
+        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
+        attempt=response.attempt,
+    )
+    rows = [*cut_rows(row, response.cut), record]
     if response.fallback_reason:
         rows.append(fallback_row(response, inp, instance_id, step_name))
     for row in rows:
@@ -281,6 +291,20 @@ async def call_llm(
         else:
             await deps.db.write_unsynced(row)
     return response
+
+
+def cut_rows(row: partial[None], cut: list[CutAttempt]) -> list[partial[None]]:
+    """Usage rows of the attempts whose answer streams broke partway: billed, so counted."""
+    return [
+        partial(
+            row,
+            tokens=c.usage,
+            model=c.model,
+            attempt=c.attempt,
+            estimated=c.estimated,
+        )
+        for c in cut
+    ]
 
 
 async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: int) -> None:

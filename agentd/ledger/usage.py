@@ -1,4 +1,5 @@
-"""Token accounting (R-LLM-4, R-AUD-2): one row per answered model call, and what it cost."""
+"""Token accounting (R-LLM-4, R-AUD-2): one row per answered model call, and one per attempt
+whose answer stream broke partway (billed all the same), and what they cost."""
 
 from __future__ import annotations
 
@@ -52,12 +53,13 @@ def record(
     attempt: int | None = None,
     user_id: int | None = None,  # whose turn it served: budgets and /status are per user
     calls: int = 1,  # how many calls the row stands for (an embedder's minute: many)
+    estimated: bool = False,  # a broken stream's output, estimated from what it wrote
 ) -> None:
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
         "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-        "cache_write_1h_tokens, user_id, calls) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "cache_write_1h_tokens, user_id, calls, estimated) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             time.time(),
             instance_id,
@@ -73,6 +75,7 @@ def record(
             tokens.cache_write_1h_tokens,
             user_id,
             calls,
+            int(estimated),
         ),
     )
 

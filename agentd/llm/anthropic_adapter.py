@@ -16,12 +16,14 @@ from types import ModuleType
 from typing import Any
 
 from agentd.config.models import ANTHROPIC, ProviderConfig
+from agentd.llm.anthropic_cut import StreamTally, usage_from_api
 from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
 from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
 from agentd.llm.types import (
     ContentBlock,
+    CutAttempt,
     ImageBlock,
     LLMError,
     LLMRequest,
@@ -30,7 +32,6 @@ from agentd.llm.types import (
     OpaqueBlock,
     TextBlock,
     ToolUseBlock,
-    Usage,
 )
 
 log = logging.getLogger("agentd.llm")
@@ -119,20 +120,12 @@ def _parse_block(block: dict[str, Any]) -> ContentBlock | None:
 
 
 def _parse_response(msg: dict[str, Any], attempt: int = 1) -> LLMResponse:
-    usage = msg.get("usage") or {}
-    split = usage.get("cache_creation") or {}  # absent from older API versions and proxies
     return LLMResponse(
         attempt=attempt,
         model=msg["model"],
         content=[b for b in map(_parse_block, msg.get("content") or []) if b is not None],
         stop_reason=msg.get("stop_reason"),
-        usage=Usage(
-            input_tokens=usage.get("input_tokens") or 0,
-            output_tokens=usage.get("output_tokens") or 0,
-            cache_read_tokens=usage.get("cache_read_input_tokens") or 0,
-            cache_write_tokens=usage.get("cache_creation_input_tokens") or 0,
-            cache_write_1h_tokens=split.get("ephemeral_1h_input_tokens") or 0,
-        ),
+        usage=usage_from_api(msg.get("usage") or {}),
     )
 
 
@@ -207,11 +200,14 @@ class AnthropicLLM:
             raise ValueError("the answer was not a message")
         return message.to_dict(mode="json")
 
-    async def _stream(self, params: dict[str, Any], on_text: OnText) -> dict[str, Any]:
+    async def _stream(
+        self, params: dict[str, Any], on_text: OnText, tally: StreamTally
+    ) -> dict[str, Any]:
         """Stream the answer, reporting the text so far; return the final message.
 
         The SDK hands back whatever arrived; a stream that ends before message_stop, or inside
-        a content block, is a cut answer here and is retried like a dropped connection.
+        a content block, is a cut answer here and is retried like a dropped connection. `tally`
+        keeps what the stream reported and wrote, for the ledger if it breaks.
         """
         client = await self._get_client()
         stopped, open_blocks = False, 0
@@ -228,6 +224,7 @@ class AnthropicLLM:
                     raise StreamIncomplete(
                         f"malformed stream event ({type(exc).__name__})"
                     ) from None
+                tally.see(event)
                 kind = event.type
                 if kind == "text":
                     await on_text(event.snapshot)
@@ -261,12 +258,22 @@ class AnthropicLLM:
         params = build_params(req, model, self._config.max_tokens, self._config.cache_ttl)
         stream = on_text is not None and self._provider.streaming
         started = time.perf_counter()
+        cut: list[CutAttempt] = []
+        made, label = 0, self._label(model)
 
         async def call() -> dict[str, Any]:
-            if stream:
-                assert on_text is not None
-                return await self._stream(params, on_text)
-            return await self._create(params)
+            nonlocal made
+            made += 1
+            if not stream:
+                return await self._create(params)
+            assert on_text is not None
+            tally = StreamTally()
+            try:
+                return await self._stream(params, on_text, tally)
+            except Exception:
+                if (broken := tally.cut(label, made)) is not None:
+                    cut.append(broken)
+                raise
 
         try:
             message, tries = await call_with_retries(
@@ -280,12 +287,15 @@ class AnthropicLLM:
                 sleep=self._sleep,
                 model=model,
             )
-        except LLMError:
+        except LLMError as exc:
+            exc.cut = [*cut, *exc.cut]
             raise
         except Exception as exc:
-            raise _to_llm_error(exc, self._label(model)) from None
+            error = _to_llm_error(exc, self._label(model))
+            error.cut = cut
+            raise error from None
         response = _parse_response(message, attempt=tries).model_copy(
-            update={"provider": self.name}
+            update={"provider": self.name, "cut": cut}
         )
         if stream is False and on_text is not None and response.text:
             await on_text(response.text)  # a provider that does not stream: shown at the end

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentd.config.models import FALLBACK_REASONS, OUTAGE_REASONS, BreakerPolicy, ModelRef
-from agentd.llm.types import LLMError, LLMRequest, LLMResponse
+from agentd.llm.types import CutAttempt, LLMError, LLMRequest, LLMResponse
 
 log = logging.getLogger("agentd.llm")
 OnText = Callable[[str], Awaitable[None]]
@@ -138,6 +138,7 @@ class FallbackLLM:
         chain = self.chain(req)
         why: str | None = None
         last_error: LLMError | None = None
+        cut: list[CutAttempt] = []  # broken streams of the models left behind: paid for
         for i, cand in enumerate(chain):
             is_last = i == len(chain) - 1
             # An open breaker skips its model; the last one is tried all the same when nothing
@@ -148,6 +149,7 @@ class FallbackLLM:
             try:
                 response = await self._try(cand, req, on_text, is_last)
             except LLMError as exc:
+                exc.cut = cut = [*cut, *exc.cut]
                 if exc.reason not in FALLBACK_REASONS:
                     raise
                 last_error, why = exc, why or exc.reason
@@ -158,6 +160,8 @@ class FallbackLLM:
                 continue
             if why is not None:
                 response = response.model_copy(update={"fallback_reason": why})
+            if cut:
+                response = response.model_copy(update={"cut": [*cut, *response.cut]})
             return response
         if last_error is not None:
             raise last_error

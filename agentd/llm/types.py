@@ -94,6 +94,16 @@ class Usage(Tokens):
     API bills the three input kinds apart)."""
 
 
+class CutAttempt(BaseModel):
+    """An attempt whose answer stream broke partway: the API bills what it generated, so the
+    ledger records it beside the answer that came after (or the error)."""
+
+    model: str  # its label, as LLMResponse.label says it
+    attempt: int  # which HTTP attempt of that model
+    usage: Usage  # input as message_start said; output as the last usage seen, or estimated
+    estimated: bool = False  # output tokens estimated from the text received
+
+
 class LLMResponse(BaseModel):
     model: str  # as the provider named it
     provider: str = "anthropic"  # the configured provider's name that answered
@@ -105,6 +115,9 @@ class LLMResponse(BaseModel):
     stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     attempt: int = 1  # which HTTP attempt gave this answer (1: the first; more after retries)
+    # Attempts before this answer whose streams broke partway (this model's or an earlier
+    # one's in the chain): paid for, so recorded in the ledger too.
+    cut: list[CutAttempt] = Field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -156,3 +169,5 @@ class LLMError(Exception):
         # Answers paid for before this error, in one (a structured call's that did not fit:
         # llm/structured.py), for the caller to record; None: none.
         self.spent: LLMResponse | None = None
+        # Attempts whose streams broke partway before the call failed for good: billed too.
+        self.cut: list[CutAttempt] = []
