@@ -129,6 +129,14 @@ def test_the_same_voice_note_twice_is_transcribed_once(stack: Stack) -> None:
         "SELECT text, dropped FROM transcript_cache WHERE sha256 = ?", (_sha(VOICE),)
     )
     assert [tuple(r) for r in rows] == [(SAID, 0)]
+    # Heard once, billed once: its minutes in the ledger, as the service said (5 s, not the 4
+    # the chat said), counted to the user; a local server's model is priced at 0 unless set.
+    heard = stack.daemon.query(
+        "SELECT model, user_id, audio_seconds, input_tokens + output_tokens FROM llm_usage "
+        "WHERE purpose = 'transcription' AND chat_id = ?",
+        (user,),
+    )
+    assert [tuple(r) for r in heard] == [("stt:127.0.0.1/whisper-1", user, 5.0, 0)]
 
 
 def test_silence_heard_as_a_stock_phrase_is_dropped_not_answered(stack: Stack) -> None:

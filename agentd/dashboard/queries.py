@@ -86,7 +86,8 @@ def _tokens(r: Mapping[str, Any]) -> Tokens:
 _SUMS = (
     "SUM(input_tokens) AS input_tokens, SUM(output_tokens) AS output_tokens, "
     "SUM(cache_read_tokens) AS cache_read_tokens, SUM(cache_write_tokens) AS cache_write_tokens, "
-    "SUM(cache_write_1h_tokens) AS cache_write_1h_tokens, COUNT(*) AS calls"
+    "SUM(cache_write_1h_tokens) AS cache_write_1h_tokens, "
+    "SUM(audio_seconds) AS audio_seconds, COUNT(*) AS calls"
 )
 
 

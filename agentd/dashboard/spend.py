@@ -142,7 +142,9 @@ def roll_up(conn: Any, now: float | None = None) -> int:
     if until >= done:
         return 0
     conn.execute(
-        "INSERT INTO llm_usage_days SELECT CAST(at / ? AS INTEGER), purpose, user_id, model, "
+        "INSERT INTO llm_usage_days (day, purpose, user_id, model, "
+        + ", ".join(FIELDS)
+        + ", calls) SELECT CAST(at / ? AS INTEGER), purpose, user_id, model, "
         + ", ".join(f"SUM({f})" for f in FIELDS)
         + ", SUM(calls) FROM llm_usage WHERE at >= ? AND at < ? GROUP BY 1, 2, 3, 4",
         (DAY, until * DAY, done * DAY),

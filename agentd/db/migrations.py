@@ -981,9 +981,14 @@ UPDATE watches SET state = 'paused', next_run = NULL WHERE next_run > 2534021280
 M086_WATCH_CAP_LIFTED = "ALTER TABLE watches ADD COLUMN cap_lifted_day TEXT;"
 
 
-# An attempt whose answer stream broke partway is billed for what it generated and has its
-# row; 1: its output tokens are estimated from the text received (no usage figure came).
-M087_USAGE_ESTIMATED = "ALTER TABLE llm_usage ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;"
+M087_USAGE_ESTIMATES_AUDIO = """
+-- An attempt whose answer stream broke partway is billed for what it generated and has its
+-- row; 1: its output tokens are estimated from the text received (no usage figure came).
+ALTER TABLE llm_usage ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
+-- Transcription is billed per minute of audio, not per token (purpose 'transcription').
+ALTER TABLE llm_usage ADD COLUMN audio_seconds REAL NOT NULL DEFAULT 0;
+ALTER TABLE llm_usage_days ADD COLUMN audio_seconds REAL NOT NULL DEFAULT 0;
+"""
 
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
@@ -1105,7 +1110,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m084_memory_drop_nearby", M084_MEMORY_DROP_NEARBY),
     ("m085_runs_past_9999", M085_RUNS_PAST_9999),
     ("m086_watch_cap_lifted", M086_WATCH_CAP_LIFTED),
-    ("m087_usage_estimated", M087_USAGE_ESTIMATED),
+    ("m087_usage_estimates_audio", M087_USAGE_ESTIMATES_AUDIO),
 ]
 
 

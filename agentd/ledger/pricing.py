@@ -17,6 +17,7 @@ class ModelPrice(BaseModel):
     cache_read: float = Field(ge=0)  # cache hits and refreshes: 0.1× input
     cache_write_5m: float = Field(ge=0)  # 1.25× input
     cache_write_1h: float = Field(ge=0)  # 2× input
+    audio_minute: float = Field(default=0.0, ge=0)  # USD per minute: a transcription model
 
 
 PRICES: dict[str, ModelPrice] = {
@@ -31,6 +32,15 @@ PRICES: dict[str, ModelPrice] = {
     ),
 }
 FALLBACK = "claude-haiku-4-5"
+
+# Speech to text, priced per minute of audio, labelled `stt:<model>` on OpenAI's endpoint
+# (media/transcribe.py labels others by their host); same source and date, openai.com/api/pricing.
+_PER_MINUTE = dict(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write_1h=0)
+PRICES |= {
+    "stt:whisper-1": ModelPrice(**_PER_MINUTE, audio_minute=0.006),
+    "stt:gpt-4o-transcribe": ModelPrice(**_PER_MINUTE, audio_minute=0.006),
+    "stt:gpt-4o-mini-transcribe": ModelPrice(**_PER_MINUTE, audio_minute=0.003),
+}
 
 # The shortest prefix each model caches, in tokens (Claude API docs, "prompt caching", same
 # date): a shorter prefix is neither written nor read. Matched by prefix like the prices.
@@ -63,6 +73,7 @@ class Tokens(BaseModel):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0  # all TTLs
     cache_write_1h_tokens: int = 0  # the 1-hour part of cache_write_tokens
+    audio_seconds: float = 0.0  # audio transcribed, which is priced per minute, not per token
 
     @property
     def total(self) -> int:
@@ -87,10 +98,11 @@ def cost(t: Tokens, p: ModelPrice) -> float:
         + t.cache_read_tokens * p.cache_read
         + write_5m * p.cache_write_5m
         + t.cache_write_1h_tokens * p.cache_write_1h
-    ) / 1e6
+    ) / 1e6 + t.audio_seconds / 60 * p.audio_minute
 
 
 def uncached_cost(t: Tokens, p: ModelPrice) -> float:
     """What the same calls would cost with no prompt caching: every input token at full price."""
     total_input = t.input_tokens + t.cache_read_tokens + t.cache_write_tokens
-    return (total_input * p.input + t.output_tokens * p.output) / 1e6
+    audio = t.audio_seconds / 60 * p.audio_minute
+    return (total_input * p.input + t.output_tokens * p.output) / 1e6 + audio

@@ -13,6 +13,9 @@ from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for, uncached_
 
 # A remote embedder's requests (retrieval/spend.py): in the ledger, held by no daily budget.
 EMBEDDING = "embedding"
+# Voice notes heard (media/voice.py): minutes of audio, no tokens, so no token budget holds
+# them; their cost is in every total the ledger gives.
+TRANSCRIPTION = "transcription"
 
 
 class UsageTotals(Tokens):
@@ -34,6 +37,7 @@ class UsageReport(BaseModel):
     cache_read_tokens: int
     cache_write_tokens: int
     cache_write_1h_tokens: int
+    audio_seconds: float = 0.0  # transcribed, priced per minute
     cache_hit_ratio: float  # share of all input tokens read from the cache
     estimated_cost_usd: float
     estimated_saving_usd: float  # against the same calls with no prompt caching
@@ -58,8 +62,8 @@ def record(
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
         "input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, "
-        "cache_write_1h_tokens, user_id, calls, estimated) "
-        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        "cache_write_1h_tokens, user_id, calls, estimated, audio_seconds) "
+        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
             time.time(),
             instance_id,
@@ -76,6 +80,7 @@ def record(
             user_id,
             calls,
             int(estimated),
+            tokens.audio_seconds,
         ),
     )
 
@@ -103,7 +108,7 @@ def totals(
     rows = conn.execute(
         "SELECT date(at, 'unixepoch') AS day, chat_id, model, SUM(calls), SUM(input_tokens), "
         "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
-        f"SUM(cache_write_1h_tokens) FROM llm_usage WHERE {where} "
+        f"SUM(cache_write_1h_tokens), SUM(audio_seconds) FROM llm_usage WHERE {where} "
         "GROUP BY day, chat_id, model ORDER BY day, chat_id, model",
         params,
     ).fetchall()
@@ -118,6 +123,7 @@ def totals(
             cache_read_tokens=r[6],
             cache_write_tokens=r[7],
             cache_write_1h_tokens=r[8],
+            audio_seconds=r[9],
         )
         for r in rows
     ]

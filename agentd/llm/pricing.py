@@ -15,6 +15,9 @@ FREE = ModelPrice(input=0, output=0, cache_read=0, cache_write_5m=0, cache_write
 # A remote embedder's rows (retrieval/spend.py) are `http:<model>`: 0 unless [llm.prices]
 # names the model so (`[llm.prices."http:text-embedding-3-small"]`), never a Claude estimate.
 EMBEDDER = "http:"
+# Transcription's rows are `stt:<model>` (media/transcribe.py): OpenAI's models at their list
+# price per minute, any other 0 unless [llm.prices] names it (`audio_minute = 0.0007`).
+STT = "stt:"
 
 
 def provider_prices(settings: ModelSettings) -> dict[str, ModelPrice]:
@@ -33,6 +36,9 @@ def price_note(label: str, settings: ModelSettings) -> str:
     """How `agentd usage` and `agentd models` should describe a model's price."""
     if label.startswith(EMBEDDER):
         return f'embedder: 0 unless [llm.prices."{label}"] sets it'
+    if label.startswith(STT):
+        known = label in PRICES
+        return "list price per minute" if known else f'0 unless [llm.prices."{label}"] sets it'
     ref = settings.ref(label)
     if ref.provider == ANTHROPIC:
         known = any(ref.model.startswith(name) for name in PRICES)
@@ -49,7 +55,7 @@ def price_table(llm_config: object) -> dict[str, ModelPrice]:
     """Every override `agentd usage`, /status and the dashboard price by: the providers' (a
     local one at 0), then `[llm.prices]`, which wins."""
     own = getattr(llm_config, "prices", {}) or {}
-    return {EMBEDDER: FREE, **provider_prices(ModelSettings.of(llm_config)), **own}
+    return {EMBEDDER: FREE, STT: FREE, **provider_prices(ModelSettings.of(llm_config)), **own}
 
 
 def cheapest(llm_config: object) -> str:

@@ -87,7 +87,7 @@ class LocalWhisperTranscriber:
 
     async def transcribe(self, audio: bytes, file_name: str, mime_type: str) -> Transcript:
         text = await asyncio.to_thread(self._run, audio)
-        return Transcript(text=text, model=self.model)
+        return Transcript(text=text, model=self.model, label=f"stt:local/{self.model}")
 
     async def aclose(self) -> None:
         self._loaded = None

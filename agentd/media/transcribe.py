@@ -12,7 +12,8 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 import aiohttp
 from pydantic import BaseModel
@@ -43,9 +44,32 @@ SUPPORTED_EXTENSIONS = frozenset(
 )
 
 
+OPENAI_HOST = "api.openai.com"
+
+
 class Transcript(BaseModel):
     text: str
     model: str
+    # Its row in llm_usage: `stt:<model>` on OpenAI's endpoint (priced by the built-in table),
+    # `stt:<host>/<model>` on any other, `stt:local/<model>` in process (0 unless priced).
+    label: str = ""
+    seconds: float | None = None  # of audio, as the service billed it (None: it did not say)
+
+
+def stt_label(url: str, model: str) -> str:
+    """How transcription by `model` at `url` is named in llm_usage and priced."""
+    host = urlsplit(url).hostname or url
+    return f"stt:{model}" if host == OPENAI_HOST else f"stt:{host}/{model}"
+
+
+def billed_seconds(data: dict[str, Any]) -> float | None:
+    """OpenAI's `usage` for a per-minute model: {"type": "duration", "seconds": 9}."""
+    usage = data.get("usage")
+    if isinstance(usage, dict) and usage.get("type") == "duration":
+        seconds = usage.get("seconds")
+        if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0:
+            return float(seconds)
+    return None
 
 
 class TranscriptionError(Exception):
@@ -193,7 +217,12 @@ class OpenAITranscriber:
             ) from None
         if not isinstance(text, str):
             raise TranscriptionError("the transcript is not text", retryable=True)
-        return Transcript(text=text.strip(), model=self.model)
+        return Transcript(
+            text=text.strip(),
+            model=self.model,
+            label=stt_label(self.url, self.model),
+            seconds=billed_seconds(data),
+        )
 
     def _client_error(self, status: int, body: str) -> TranscriptionError:
         detail = _error_message(body)

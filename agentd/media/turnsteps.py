@@ -44,7 +44,8 @@ async def _hear(step: Step, deps: VoiceDeps | None, config: MediaConfig, inp: Tu
     if deps is None:
         return MediaIn(reply=voice.no_backend_reply(), outcome="unsupported", meta=meta)
     try:
-        heard = await step.do("transcribe", voice.hear, deps, inp.media)
+        by = voice.Payer(chat_id=inp.chat_id, user_id=inp.user_id, instance_id=step.instance_id)
+        heard = await step.do("transcribe", voice.hear, deps, inp.media, by)
     except StepFailed as exc:
         meta["transcription_error"] = exc.message[:300]
         return MediaIn(reply=voice.FAILED_REPLY, outcome="error", failed=exc.step, meta=meta)

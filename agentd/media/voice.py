@@ -19,7 +19,9 @@ from agentd.chat.inputs import MediaRef
 from agentd.config import MediaConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
-from agentd.media.transcribe import Transcriber, TranscriptionError
+from agentd.ledger import usage
+from agentd.ledger.pricing import Tokens
+from agentd.media.transcribe import Transcriber, Transcript, TranscriptionError
 from agentd.media.vision import Files
 
 # What Whisper-family models say when they hear silence or noise (their training data was
@@ -102,8 +104,32 @@ def store_transcript(conn: Any, sha256: str, text: str, model: str, dropped: boo
     )
 
 
-async def hear(deps: VoiceDeps, media: MediaRef) -> Heard:
-    """The note's words: from the cache by sha256, or from the backend once."""
+class Payer(BaseModel):
+    """Whose turn a transcription served: its row in llm_usage counts to them."""
+
+    chat_id: int
+    user_id: int
+    instance_id: str
+
+
+def record_transcription(conn: Any, transcript: Transcript, media: MediaRef, by: Payer) -> None:
+    """Its minutes in the ledger, as the service billed them (else as the chat said)."""
+    seconds = transcript.seconds if transcript.seconds is not None else media.duration
+    usage.record(
+        conn,
+        Tokens(audio_seconds=seconds),
+        model=transcript.label or f"stt:{transcript.model}",
+        purpose=usage.TRANSCRIPTION,
+        chat_id=by.chat_id,
+        instance_id=by.instance_id,
+        step="transcribe",
+        user_id=by.user_id,
+    )
+
+
+async def hear(deps: VoiceDeps, media: MediaRef, by: Payer | None = None) -> Heard:
+    """The note's words: from the cache by sha256, or from the backend once (its minutes in
+    the ledger, counted to `by`, in the transaction that caches the transcript)."""
     if media.file_size > deps.config.max_audio_bytes:
         raise NonRetryable(
             f"the recording is {media.file_size} bytes, over "
@@ -123,7 +149,13 @@ async def hear(deps: VoiceDeps, media: MediaRef) -> Heard:
             raise
         raise NonRetryable(str(exc)) from None
     dropped = is_hallucination(transcript.text, media.duration)
-    await deps.db.write(store_transcript, digest, transcript.text, transcript.model, dropped)
+
+    def write(conn: Any) -> None:
+        store_transcript(conn, digest, transcript.text, transcript.model, dropped)
+        if by is not None:
+            record_transcription(conn, transcript, media, by)
+
+    await deps.db.write(write)
     return Heard(
         file_id=media.file_id, sha256=digest, text=transcript.text, cached=False, dropped=dropped
     )

@@ -196,10 +196,11 @@ def _fold_usage(conn: Any, cut: float, batch: int) -> int:
     top = conn.execute("SELECT MAX(id) FROM llm_usage").fetchone()[0]
     conn.execute(
         "INSERT INTO llm_usage (at, step, chat_id, purpose, model, calls, input_tokens, "
-        "output_tokens, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens) "
+        "output_tokens, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens, "
+        "audio_seconds) "
         "SELECT ?, ?, chat_id, purpose, model, SUM(calls), SUM(input_tokens), "
         "SUM(output_tokens), SUM(cache_read_tokens), SUM(cache_write_tokens), "
-        "SUM(cache_write_1h_tokens) FROM llm_usage "
+        "SUM(cache_write_1h_tokens), SUM(audio_seconds) FROM llm_usage "
         "WHERE at >= ? AND at < ? AND id <= ? GROUP BY chat_id, purpose, model",
         (day, DAILY_STEP, day, end, top),
     )
