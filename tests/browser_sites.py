@@ -1,14 +1,15 @@
 """Local sites for the browser tests, served on loopback by the tests themselves: a page
 that exists only in JavaScript (and its server-rendered twin), a login form, a two-step form,
-a download, a form whose answer waits until the test lets it go, and a hostile page that tells
-the agent to submit a form to another server. `Elsewhere` is that other server: the browser
+a download, a form whose answer waits until the test lets it go, a hostile page that tells
+the agent to submit a form to another server, and a file that never ends, which a page may start
+downloading by itself. `Elsewhere` is that other server: the browser
 must never reach it (it is not in `[browser] allowed_hosts`)."""
 
 from __future__ import annotations
 
 import html
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -18,6 +19,8 @@ PRICE = "The price today is 42 EUR"
 SESSION = "sess-5f2a9c7e1b"  # the login cookie's value: must never reach the journal or logs
 RENEWED = "sess-9d41b07c3e"  # the value /account renews it to
 PASSWORD = "hunter2-correct-horse"
+Stream = Generator[bytes, None, None]
+FLOOD_BYTES = 512 << 20  # /flood.bin stops here: a browser that takes it all fails the test
 
 JS_ONLY = """<!doctype html><html><head><title>Shop</title></head><body><div id=app></div>
 <script>
@@ -57,6 +60,18 @@ class Site:
         self.release = threading.Event()
         self.lock = threading.Lock()
         self.port = 0
+        self.flood_sent = 0  # bytes of /flood.bin the browser took
+        self.flood_ended = threading.Event()  # the browser hung up on it
+
+    def flood(self) -> Stream:
+        """A download that ends only when the browser hangs up (or at FLOOD_BYTES)."""
+        chunk = b"\0" * 65_536
+        try:
+            while self.flood_sent < FLOOD_BYTES:
+                yield chunk
+                self.flood_sent += len(chunk)
+        finally:
+            self.flood_ended.set()
 
     @property
     def base(self) -> str:
@@ -66,7 +81,7 @@ class Site:
         with self.lock:
             return [fields for p, fields in self.posts if p == path]
 
-    def get(self, path: str, cookies: str) -> tuple[int, bytes, dict[str, str]]:
+    def get(self, path: str, cookies: str) -> tuple[int, bytes | Stream, dict[str, str]]:
         if path == "/js":
             return 200, JS_ONLY.encode(), {}
         if path == "/ssr":
@@ -100,6 +115,19 @@ class Site:
         if path == "/report.txt":
             headers = {"Content-Disposition": 'attachment; filename="report.txt"'}
             return 200, b"quarterly report: all good\n", {"Content-Type": "text/plain", **headers}
+        if path == "/flood.bin":
+            headers = {"Content-Type": "application/octet-stream"}
+            headers["Content-Disposition"] = 'attachment; filename="flood.bin"'
+            return 200, self.flood(), headers
+        if path == "/flood":  # a link to the endless file
+            return 200, _page("Flood", '<a href="/flood.bin">Get the data</a>'), {}
+        if path == "/autodownload":  # a page that starts the endless download by itself
+            body = (
+                "<p>Nothing to see</p><script>const a = document.createElement('a');"
+                "a.href = '/flood.bin'; a.download = 'flood.bin'; document.body.append(a);"
+                "a.click();</script>"
+            )
+            return 200, _page("Quiet", body), {}
         if path == "/hold":
             form = (
                 "<form method=post action=/hold><label>Amount <input name=amount></label>"
@@ -167,15 +195,26 @@ def _handler(get: Any, post: Any) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             return None
 
-        def _send(self, answer: tuple[int, bytes, dict[str, str]]) -> None:
+        def _send(self, answer: tuple[int, bytes | Stream, dict[str, str]]) -> None:
             status, body, headers = answer
             self.send_response(status)
             self.send_header("Content-Type", headers.pop("Content-Type", "text/html"))
             for key, value in headers.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
+            if isinstance(body, bytes):
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                return
+            self.send_header("Connection", "close")  # streamed: its end is the connection's
             self.end_headers()
-            self.wfile.write(body)
+            try:
+                for chunk in body:
+                    self.wfile.write(chunk)
+            except OSError:
+                pass  # the browser hung up
+            finally:
+                body.close()
 
         def do_GET(self) -> None:
             self._send(get(self.path, self.headers.get("Cookie", "")))

@@ -17,9 +17,10 @@ import pytest
 from agentd.browser import actions
 from agentd.browser.capability import _missing
 from agentd.browser.jail import find_root, tree_rss
-from agentd.browser.service import GONE, BrowserError, BrowserService, Paths
+from agentd.browser.service import GONE, BrowserError, BrowserService, Paths, staged_bytes
 from agentd.config import BrowserConfig, Config
-from tests.browser_sites import Site, sites
+from agentd.hands.workspace import Workspace
+from tests.browser_sites import FLOOD_BYTES, Site, sites
 
 PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {PROBLEM}")
@@ -133,5 +134,47 @@ async def test_a_browser_over_its_memory_limit_is_killed_and_its_turn_told(
         with pytest.raises(BrowserError) as refused:
             await service.session("t")
         assert str(refused.value) == GONE
+    finally:
+        await service.close()
+
+
+async def test_a_download_a_page_starts_by_itself_is_cancelled_as_it_starts(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A script that clicks a download link (endless here) would fill the host's staging
+    folder with no one asking: only the download browser_download waits for is kept."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, download_max_mb=1)
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/autodownload")
+        assert "Nothing to see" in snap.text
+        await _until(site.flood_ended.is_set, 30, "the browser to hang up on the download")
+        assert site.flood_sent < FLOOD_BYTES // 4, site.flood_sent >> 20
+        await _until(lambda: staged_bytes(service.downloads) == 0, 10, "the staged part gone")
+    finally:
+        await service.close()
+
+
+async def test_a_download_past_download_max_mb_is_cancelled_while_it_comes(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """The limit holds while the file arrives, not once the whole of it sits in staging."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, download_max_mb=1)
+    space = Workspace(folder / "ws", max_bytes=1 << 30, trash_days=7, chown=None)
+    space.ensure()
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/flood")
+        link = next(e.ref for e in snap.elements if e.text == "Get the data")
+        with pytest.raises(BrowserError, match=r"download_max_mb \(1 MB\) and was cancelled"):
+            await actions.download(service, found, link, space)
+        await _until(site.flood_ended.is_set, 30, "the browser to hang up on the download")
+        assert site.flood_sent < FLOOD_BYTES // 4, site.flood_sent >> 20
+        await _until(lambda: staged_bytes(service.downloads) == 0, 10, "the staged part gone")
+        assert not (space.root / "downloads").exists() or not any(
+            (space.root / "downloads").iterdir()
+        )
     finally:
         await service.close()

@@ -155,13 +155,20 @@ async def download(
     file there); returns its path in the workspace and its size."""
     loc, _ = await element(service, found, ref)
     limit = service.config.download_max_mb << 20
+    # The service keeps only the download this click starts, and cancels it past the limit.
+    found.fetching, found.cancelled = True, ""
     try:
         async with found.page.expect_download(timeout=service.config.page_timeout * 1000) as info:
             await loc.click()
         started = await info.value
         staged = Path(await started.path())
     except Exception as exc:
-        raise BrowserError(f"[{ref}] started no download: {_short(exc)}") from None
+        why = found.cancelled or f"[{ref}] started no download: {_short(exc)}"
+        raise BrowserError(why) from None
+    finally:
+        found.fetching = False
+    if found.cancelled:
+        raise BrowserError(found.cancelled)
     try:
         size = (await asyncio.to_thread(staged.stat)).st_size
         if size > limit:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentd.browser import jail, profiles
-from agentd.browser.pages import REF_ATTR, SNAPSHOT_JS, Element, Snapshot
+from agentd.browser.pages import REF_ATTR, SNAPSHOT_JS, Element, Snapshot, host_of
 from agentd.browser.proxy import Allowlist, BrowserProxy, Resolve
 from agentd.config import BrowserConfig
 from agentd.hands.sandbox import SandboxUnavailable
@@ -35,6 +35,9 @@ OpenInstances = Callable[[list[str]], Awaitable[set[str]]]
 _REAP_SECONDS = 2.0
 REMOTE_VIEW = (1280, 800)  # the owner's sign-in page: its picture's size, in CSS pixels
 _WATCH_SECONDS = 0.5
+# How often a download browser_download waits for is measured against download_max_mb: what
+# can arrive past the limit is what the link carries in this long.
+_DOWNLOAD_POLL_SECONDS = 0.2
 _CHROMIUM_ARGS = [
     "--headless",
     "--disable-gpu",
@@ -72,6 +75,15 @@ def remove_stale_staging(folder: Path) -> list[Path]:
     return removed
 
 
+def staged_bytes(folder: Path) -> int:
+    """What the downloads under way and done occupy in the staging folder."""
+    total = 0
+    for path in folder.rglob("*"):
+        with contextlib.suppress(OSError):
+            total += path.lstat().st_size if path.is_file() else 0
+    return total
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -105,6 +117,10 @@ class Session:
     loaded_at: float | None = None  # the profile's saved_at when the turn loaded it
     refs: dict[str, Element] = field(default_factory=dict)
     used: float = field(default_factory=time.monotonic)
+    # browser_download is waiting for the file its click starts: the one download kept.
+    fetching: bool = False
+    # Why the service cancelled that download (over download_max_mb), for the tool to say.
+    cancelled: str = ""
 
 
 @dataclass
@@ -149,6 +165,7 @@ class BrowserService:
         self._last_use = time.monotonic()
         self._stopping: asyncio.Task[None] | None = None
         self._root: int | None = None
+        self._policing: set[asyncio.Task[None]] = set()
         # Staged downloads: a folder of its own under /tmp, which the sandbox's user can reach
         # wherever agentd's data lives; moved into the workspace, removed at stop.
         self.downloads = Path()
@@ -275,9 +292,9 @@ class BrowserService:
         for instance_id in list(self.sessions):
             await self._close_session(instance_id)
         await self._drop_remote()
-        for task in self._tasks:
+        for task in [*self._tasks, *self._policing]:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*self._tasks, *self._policing, return_exceptions=True)
         self._tasks = []
         browser, self._browser = self._browser, None
         if browser is not None:
@@ -377,9 +394,46 @@ class BrowserService:
             made = Session(
                 instance_id, context, page, profile=profile, site=site, loaded_at=loaded_at
             )
-            context.on("page", lambda p: setattr(made, "page", p))  # follow a popup
+            context.on("page", lambda p: self._follow(made, p))  # a popup
+            self._guard_downloads(made, page)
             self.sessions[instance_id] = made
             return made
+
+    def _follow(self, found: Session, page: Any) -> None:
+        found.page = page
+        self._guard_downloads(found, page)
+
+    def _guard_downloads(self, found: Session, page: Any) -> None:
+        """A page can start a download by itself (a script clicking a link, a redirect to a
+        file), and Chromium writes it to the host's staging folder at whatever size the server
+        sends. Only the download browser_download waits for is kept, and only up to
+        download_max_mb; any other is cancelled as it starts."""
+
+        def started(download: Any) -> None:
+            task = asyncio.get_running_loop().create_task(self._police(found, download))
+            self._policing.add(task)
+            task.add_done_callback(self._policing.discard)
+
+        page.on("download", started)
+
+    async def _police(self, found: Session, download: Any) -> None:
+        if not found.fetching:
+            log.info(
+                "a page started a download nobody asked for; cancelled",
+                extra={"host": host_of(download.url)},
+            )
+            await _discard(download)
+            return
+        limit = self.config.download_max_mb << 20
+        while found.fetching:
+            if await asyncio.to_thread(staged_bytes, self.downloads) > limit:
+                found.cancelled = (
+                    f"the download passed [browser] download_max_mb "
+                    f"({self.config.download_max_mb} MB) and was cancelled; nothing was saved"
+                )
+                await _discard(download)
+                return
+            await asyncio.sleep(_DOWNLOAD_POLL_SECONDS)
 
     async def _new_context(self, **options: Any) -> tuple[Any, Any]:
         """A context with this service's time limits and no service workers, and its page."""
@@ -511,3 +565,11 @@ class BrowserService:
     @staticmethod
     def locator(found: Session, ref: str) -> Any:
         return found.page.locator(f'[{REF_ATTR}="{ref}"]')
+
+
+async def _discard(download: Any) -> None:
+    """Stop a download and remove what Chromium staged of it."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(download.cancel(), 10)
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(download.delete(), 10)
