@@ -128,6 +128,15 @@ class Site:
                 "a.click();</script>"
             )
             return 200, _page("Quiet", body), {}
+        if path == "/rewritten":  # many links, and a script that makes `push` push 5 times
+            links = "".join(f"<a href='/to/{n}'>link {n}</a> " for n in range(200))
+            script = (
+                "<script>const push = Array.prototype.push;"
+                "Array.prototype.push = function (...xs) {"
+                " for (let i = 0; i < 5; i++) push.apply(this, xs); return this.length; };"
+                "</script>"
+            )
+            return 200, _page("Links", links + script), {}
         if path == "/hold":
             form = (
                 "<form method=post action=/hold><label>Amount <input name=amount></label>"

@@ -6,6 +6,7 @@ free; a tree over its memory limit killed, and its turn told the page is gone.""
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import tempfile
 import time
@@ -176,5 +177,27 @@ async def test_a_download_past_download_max_mb_is_cancelled_while_it_comes(
         assert not (space.root / "downloads").exists() or not any(
             (space.root / "downloads").iterdir()
         )
+    finally:
+        await service.close()
+
+
+async def test_a_page_that_rewrote_javascripts_builtins_is_still_read_within_its_caps(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """The page runs its scripts first: the snapshot reads it in a world of agentd's own, or
+    a `push` the page made push five times would carry five times max_elements (and more)."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/rewritten")
+        assert len(snap.elements) == service.config.max_elements
+        assert len({e.ref for e in snap.elements}) == len(snap.elements)
+        assert len(re.findall(r"\[\d+-\d+\] link", snap.text)) == service.config.max_elements
+        assert len(snap.text) <= service.config.max_text_chars
+        # The element found again for an action is the one read.
+        link = next(e.ref for e in snap.elements if e.text == "link 3")
+        await actions.click(service, found, link)
+        assert found.page.url == f"{site.base}/to/3"
     finally:
         await service.close()

@@ -1,5 +1,7 @@
 """A page as the model reads it: its visible text in document order, with the interactive
-elements numbered, capped in the page before anything crosses to agentd.
+elements numbered, capped in the page before anything crosses to agentd (the service runs
+`SNAPSHOT_JS` in a world of its own, where the page's scripts cannot rewrite the builtins it
+counts with).
 
 Each numbered element gets a `data-agentd-ref` attribute and a description (its kind, visible
 text, link target, form). The page can move or rewrite those attributes, so an action looks
