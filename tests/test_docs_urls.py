@@ -214,3 +214,17 @@ def test_parse_sitemap_forms() -> None:
     ):
         with pytest.raises(SitemapError, match=message):
             parse_sitemap(bad)
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8"])
+def test_a_sitemaps_dtd_is_refused_however_it_is_spelled(encoding: str) -> None:
+    """In UTF-16 no byte reads `<!DOCTYPE`, and a long comment can push it past any prefix a
+    byte search looks at; the parser itself sees every DTD."""
+    ns = "http://www.sitemaps.org/schemas/sitemap/0.9"
+    doc = (
+        f'<?xml version="1.0" encoding="{encoding.upper()}"?><!-- {"c" * 5000} -->'
+        '<!DOCTYPE urlset SYSTEM "http://169.254.169.254/latest/meta-data/">'
+        f'<urlset xmlns="{ns}"><url><loc>https://a.example/1</loc></url></urlset>'
+    )
+    with pytest.raises(SitemapError, match="DTD"):
+        parse_sitemap(doc.encode(encoding))
