@@ -21,6 +21,7 @@ from agentd.browser.jail import find_root, tree_rss
 from agentd.browser.service import GONE, BrowserError, BrowserService, Paths, staged_bytes
 from agentd.config import BrowserConfig, Config
 from agentd.hands.workspace import Workspace
+from agentd.runtime.redact import Redactor
 from tests.browser_sites import FLOOD_BYTES, Site, sites
 
 PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
@@ -28,13 +29,22 @@ pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {
 RUN_AS = (65534, 65534) if __import__("os").geteuid() == 0 else None
 
 
-def _service(site: Site, folder: Path, open_ids: set[str], **settings: object) -> BrowserService:
+def _service(
+    site: Site,
+    folder: Path,
+    open_ids: set[str],
+    redactor: Redactor | None = None,
+    **settings: object,
+) -> BrowserService:
     config = BrowserConfig(enabled=True, allowed_hosts=[f"127.0.0.1:{site.port}"], **settings)
 
     async def still_open(ids: list[str]) -> set[str]:
         return {i for i in ids if i in open_ids}
 
-    return BrowserService(config, Paths(folder, folder / "run"), still_open, run_as=RUN_AS)
+    learn = (redactor or Redactor()).learn
+    return BrowserService(
+        config, Paths(folder, folder / "run"), still_open, learn=learn, run_as=RUN_AS
+    )
 
 
 async def _until(check: Callable[[], bool], seconds: float, what: str) -> None:

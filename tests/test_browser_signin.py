@@ -16,9 +16,11 @@ import pytest
 from pydantic import ValidationError
 
 from agentd.browser import actions, profiles
-from agentd.browser.capability import _missing
+from agentd.browser.capability import _missing, signin_desk
+from agentd.browser.login import login
 from agentd.browser.remote import Click, Pressed, SignInError, SignIns, Typed
 from agentd.config import Config
+from agentd.runtime.redact import REDACTED, Redactor
 from tests.browser_sites import PASSWORD, PASSWORD_AT, SESSION, USER_AT, Site, sites
 from tests.test_browser_service import _service, _until
 
@@ -125,3 +127,54 @@ def test_a_click_position_that_is_no_number_is_refused_not_a_server_error() -> N
     for raw in ("inf", "1e400", "-inf", "nan", "x", None):
         assert _num(raw) == -1, raw
     assert _num("12.7") == 12
+
+
+def _config(site: Site, folder: Path) -> Config:
+    return Config.model_validate(
+        {
+            "browser": {"enabled": True, "allowed_hosts": [f"127.0.0.1:{site.port}"]},
+            "storage": {"path": str(folder / "agentd.db")},
+        }
+    )
+
+
+async def test_agentd_dashboards_own_sign_in_teaches_its_process_the_session(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """`agentd dashboard` on its own runs a browser in its own process: the profile Done
+    keeps is taught to that process's redactor, as a turn's profile is to the daemon's."""
+    site, folder = site_and_folder
+    redactor = Redactor()
+    desk, why = signin_desk(_config(site, folder), folder / "run", redactor.learn)
+    assert desk is not None, why
+    try:
+        await desk.start("shop", f"{site.base}/signin")
+        for at, text in ((USER_AT, "owner"), (PASSWORD_AT, PASSWORD)):
+            await desk.click(Click(x=at[0], y=at[1]))
+            await desk.type_text(Typed(text=text))
+        await desk.press(Pressed(key="Enter"))
+        await _title(desk, "Signed in")
+        assert redactor(f"session={SESSION}") == f"session={SESSION}"  # not met before Done
+        await desk.done()
+    finally:
+        await desk.close()
+        await desk.service.close()
+    assert redactor(f"session={SESSION}") == f"session={REDACTED}"
+
+
+async def test_agentd_browser_login_teaches_its_process_the_session(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    redactor = Redactor()
+    answers = iter(["owner", PASSWORD])
+    made = await login(
+        _config(site, folder),
+        "shop",
+        f"{site.base}/login",
+        lambda label, hidden: next(answers),
+        redactor.learn,
+    )
+    assert (made.name, made.cookies) == ("shop", 1)
+    assert site.posted("/login") == [{"user": "owner", "password": PASSWORD}]
+    assert redactor(f"Cookie: session={SESSION}") == f"Cookie: session={REDACTED}"

@@ -31,13 +31,19 @@ TAINTED = CallState(
 )
 
 
+def _ignored(values: list[str]) -> None:
+    """No redactor: these tests never load a profile."""
+
+
 async def _never(ids: list[str]) -> set[str]:
     return set()
 
 
 @pytest.fixture
 def tools(tmp_path: Path) -> dict[str, Tool]:
-    service = BrowserService(BrowserConfig(enabled=True), Paths(tmp_path, tmp_path / "run"), _never)
+    service = BrowserService(
+        BrowserConfig(enabled=True), Paths(tmp_path, tmp_path / "run"), _never, learn=_ignored
+    )
     session = Session("turn-1", context=None, page=None)
     session.refs = {
         "1-1": Element(
@@ -223,7 +229,9 @@ async def test_a_turn_never_overwrites_a_profile_changed_while_it_ran(
     removed profile); untouched, the turn keeps what it did."""
     site = "shop.example.org"
     profiles.save(tmp_path, "shop", site, {"cookies": [{"name": "sid", "value": "v1"}]}, 100.0)
-    service = BrowserService(BrowserConfig(enabled=True), Paths(tmp_path, tmp_path / "run"), _never)
+    service = BrowserService(
+        BrowserConfig(enabled=True), Paths(tmp_path, tmp_path / "run"), _never, learn=_ignored
+    )
     context = _Context("from-the-turn")
     service.sessions["turn-1"] = Session(
         "turn-1", context, None, profile="shop", site=site, loaded_at=100.0

@@ -7,6 +7,7 @@ import importlib.util
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +86,13 @@ async def _build(ctx: Context) -> Contribution:
     )
 
 
-def signin_desk(config: Config, run_dir: Path) -> tuple[Any, str]:
+def signin_desk(
+    config: Config, run_dir: Path, learn: Callable[[list[str]], object]
+) -> tuple[Any, str]:
     """For `agentd dashboard` on its own: a sign-in desk over a browser service of its own
     (the same sandbox and proxy, its files in `run_dir`; the browser starts only when a
-    sign-in does), or None and why not. The caller closes the desk, then its service."""
+    sign-in does), or None and why not; `learn`: that process's redactor's. The caller
+    closes the desk, then its service."""
     if not config.browser.enabled:
         return None, "the browser is off ([browser] enabled = false)"
     problem = _missing(config)
@@ -103,7 +107,9 @@ def signin_desk(config: Config, run_dir: Path) -> tuple[Any, str]:
 
     data = config.db_path.parent
     paths = Paths(data_dir=data, run_dir=run_dir)
-    service = BrowserService(config.browser, paths, no_turns, run_as=sandbox_ids(config))
+    service = BrowserService(
+        config.browser, paths, no_turns, learn=learn, run_as=sandbox_ids(config)
+    )
     return SignIns(service, data), ""
 
 

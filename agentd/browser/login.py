@@ -24,8 +24,11 @@ async def _all_open(ids: list[str]) -> set[str]:
     return set(ids)
 
 
-async def login(config: Config, name: str, url: str, ask: Ask) -> profiles.ProfileInfo:
-    """Open `url`, ask the owner for each field of its form, submit, keep the profile."""
+async def login(
+    config: Config, name: str, url: str, ask: Ask, learn: Callable[[list[str]], object]
+) -> profiles.ProfileInfo:
+    """Open `url`, ask the owner for each field of its form, submit, keep the profile (its
+    values taught to `learn`, the process's redactor's)."""
     from agentd.hands.files import sandbox_ids
 
     host = host_of(url)
@@ -34,7 +37,11 @@ async def login(config: Config, name: str, url: str, ask: Ask) -> profiles.Profi
     data = config.db_path.parent
     run_dir = Path(tempfile.mkdtemp(prefix="agentd-login-"))
     service = BrowserService(
-        config.browser, Paths(data_dir=data, run_dir=run_dir), _all_open, run_as=sandbox_ids(config)
+        config.browser,
+        Paths(data_dir=data, run_dir=run_dir),
+        _all_open,
+        learn=learn,
+        run_as=sandbox_ids(config),
     )
     try:
         found = await service.open_session("login")
@@ -50,7 +57,7 @@ async def login(config: Config, name: str, url: str, ask: Ask) -> profiles.Profi
                 await loc.fill(value)
                 last = field
         await actions.submit(service, found, last.ref)
-        state = await found.context.storage_state()
+        state = await service.storage_state(found)
         profiles.save(data, name, host, state, time.time())
     finally:
         await service.close()

@@ -140,13 +140,14 @@ class BrowserService:
         paths: Paths,
         open_instances: OpenInstances,
         *,
+        learn: Callable[[list[str]], object],
         run_as: tuple[int, int] | None = None,
         resolve: Resolve | None = None,
-        learn: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.config = config
-        # The redactor's: a profile's cookies are secrets the log and the model must not see.
-        self._learn = learn or (lambda values: None)
+        # The process's redactor's (required, so no process runs a browser without one): a
+        # profile's cookies are secrets its log, its errors and the model must not see.
+        self._learn = learn
         self.paths = paths
         self.open_instances = open_instances
         self.run_as = run_as
@@ -388,7 +389,7 @@ class BrowserService:
                     raise BrowserError(
                         f"the profile {profile!r} is for {site}; it is never used on {host}"
                     )
-                self._learn(profiles.secret_values(state))
+                self._teach(state)
             context, page = await self._new_context(
                 storage_state=state, accept_downloads=True, viewport={"width": 1280, "height": 900}
             )
@@ -476,7 +477,7 @@ class BrowserService:
             state = None
             if keep:
                 try:
-                    state = await asyncio.wait_for(found.context.storage_state(), 10)
+                    state = await self.storage_state(found)
                 except Exception as exc:
                     why = type(exc).__name__
                     raise BrowserError(f"could not read the page's cookies ({why})") from None
@@ -495,7 +496,7 @@ class BrowserService:
             return
         try:
             if found.profile and self._still_as_loaded(found):
-                state = await asyncio.wait_for(found.context.storage_state(), 10)
+                state = await self.storage_state(found)
                 profiles.save(self.paths.data_dir, found.profile, found.site, state, time.time())
             await asyncio.wait_for(found.context.close(), 10)
         except Exception as exc:
@@ -556,7 +557,18 @@ class BrowserService:
         except Exception as exc:  # the page was read; what it shows is redacted as known
             log.info("could not read the profile's cookies", extra={"error": type(exc).__name__})
             return
-        self._learn(profiles.secret_values({"cookies": cookies}))
+        self._teach({"cookies": cookies})
+
+    async def storage_state(self, found: Session) -> dict[str, Any]:
+        """`found`'s cookies and local storage, to keep as a profile; taught first."""
+        state: dict[str, Any] = await asyncio.wait_for(found.context.storage_state(), 10)
+        self._teach(state)
+        return state
+
+    def _teach(self, state: dict[str, Any]) -> None:
+        """Every profile this process loads, keeps or renews: its token-like values are hidden
+        from the log, errors and the model from now on."""
+        self._learn(profiles.secret_values(state))
 
     async def _drop_page(self, found: Session) -> None:
         with contextlib.suppress(Exception):

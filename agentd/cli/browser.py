@@ -60,14 +60,18 @@ def login(
     from agentd.browser.login import login as sign_in
     from agentd.browser.profiles import ProfileError
     from agentd.browser.service import BrowserError
+    from agentd.daemon.startup import set_up_logging
 
     cfg = config_or_exit(config)
+    # What the browser logs or fails with may quote the site's session: through this
+    # process's redactor, which the profile teaches as the daemon's turns teach the daemon's.
+    redactor = set_up_logging(cfg, level="WARNING")
 
     def ask(label: str, hidden: bool) -> str:
         return str(typer.prompt(label, default="", hide_input=hidden, show_default=False))
 
     try:
-        made = asyncio.run(sign_in(cfg, name, url, ask))
+        made = asyncio.run(sign_in(cfg, name, url, ask, redactor.learn))
     except (BrowserError, ProfileError) as exc:
-        fail(str(exc))
+        fail(redactor(str(exc)))
     out.print(f"Saved the browser profile {made.name} for {made.site} ({made.cookies} cookies).")

@@ -100,13 +100,15 @@ async def _serve(cfg: Any, settings: Any) -> None:
 
     from agentd.browser.capability import signin_desk
     from agentd.channels import migrations
+    from agentd.daemon.startup import set_up_logging
     from agentd.dashboard.access import FileAccess
     from agentd.dashboard.site import site_for
 
+    redactor = set_up_logging(cfg)
     # A browser of its own for "Sign in to a site" (the daemon's is in another process),
     # started only when a sign-in starts.
     run_dir = Path(tempfile.mkdtemp(prefix="agentd-signin-"))
-    desk, why = signin_desk(cfg, run_dir)
+    desk, why = signin_desk(cfg, run_dir, redactor.learn)
     site = site_for(cfg, settings, FileAccess(cfg.db_path), signin=desk, signin_why=why)
     site.schema = migrations()  # channels' tables too: the Now page's schema check
     try:

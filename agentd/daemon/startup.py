@@ -43,12 +43,14 @@ def configured_secrets(config: Config, env: Mapping[str, str] | None = None) -> 
     return secret_values(config, config.secret_source(env))
 
 
-def set_up_logging(config: Config) -> Redactor:
+def set_up_logging(config: Config, *, level: str | None = None) -> Redactor:
     """Logging with every configured secret redacted. The one redactor of the process: the
     same instance guards the journal and learns the secrets met later (a Matrix login's
-    token, a browser profile's cookies), so a value learned is hidden everywhere at once."""
+    token, a browser profile's cookies), so a value learned is hidden everywhere at once.
+    Every process that meets a secret sets it up, the daemon and a command alike (`level`:
+    a command's own, quieter than the daemon's)."""
     redactor = Redactor(configured_secrets(config))
-    setup_logging(config.log.level, config.log.format, redactor)
+    setup_logging(level or config.log.level, config.log.format, redactor)
     return redactor
 
 
