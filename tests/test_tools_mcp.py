@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentd.config import McpServerConfig, ToolsConfig
+from agentd.runtime.redact import Redactor
 from agentd.tools import McpServers, ToolContext, ToolRegistry, execute
 from agentd.tools.mcp import _STDERR_LINE, _STDERR_PER_MINUTE, _StderrLog, tool_name
 
@@ -29,7 +30,7 @@ def stdio(name: str = "echo", **kwargs: object) -> McpServerConfig:
 
 
 async def test_stdio_tools_are_listed_and_called() -> None:
-    async with McpServers([stdio(timeout=1.0)]) as mcp:
+    async with McpServers([stdio(timeout=1.0)], redact=Redactor()) as mcp:
         assert mcp.problems == []
         tools = {t.name: t for t in mcp.tools}
         assert set(tools) == {"echo__add", "echo__echo", "echo__fail", "echo__sleep", "echo__crash"}
@@ -75,7 +76,7 @@ async def test_stdio_tools_are_listed_and_called() -> None:
 
 
 async def test_a_server_that_crashes_mid_session_gives_error_outcomes() -> None:
-    async with McpServers([stdio(timeout=5.0)]) as mcp:
+    async with McpServers([stdio(timeout=5.0)], redact=Redactor()) as mcp:
         tools = {t.name: t for t in mcp.tools}
         crashed = await execute(tools["echo__crash"], CTX, {})
         assert crashed.error_kind == "tool_error"
@@ -96,7 +97,7 @@ async def test_broken_servers_are_reported_and_the_others_still_connect() -> Non
         stdio(risk="medium"),
     ]
     started = time.monotonic()
-    async with McpServers(servers) as mcp:
+    async with McpServers(servers, redact=Redactor()) as mcp:
         assert time.monotonic() - started < 10
         problems = {p.source: p.message for p in mcp.problems}
         assert set(problems) == {"mcp:missing", "mcp:quits", "mcp:silent"}
@@ -108,14 +109,14 @@ async def test_broken_servers_are_reported_and_the_others_still_connect() -> Non
 
 async def test_pass_env_and_missing_mcp_package(monkeypatch: pytest.MonkeyPatch) -> None:
     config = stdio(pass_env=["ECHO_TOKEN", "NOT_SET_ANYWHERE"])
-    async with McpServers([config], environ={"ECHO_TOKEN": "t"}) as mcp:
+    async with McpServers([config], redact=Redactor(), environ={"ECHO_TOKEN": "t"}) as mcp:
         assert [p.message for p in mcp.problems] == [
             "pass_env names NOT_SET_ANYWHERE, which is not set"
         ]
         assert len(mcp.tools) == 5
 
     monkeypatch.setitem(sys.modules, "mcp", None)  # as if the extra were not installed
-    async with McpServers([config]) as mcp:
+    async with McpServers([config], redact=Redactor()) as mcp:
         assert mcp.tools == []
         assert "pip install 'agentd[mcp]'" in mcp.problems[0].message
 
@@ -126,7 +127,7 @@ async def test_a_stdio_servers_stderr_is_logged_redacted_not_passed_through(
     token = "mcp-token-5f0c1e2d3b4a"
     caplog.set_level(logging.INFO, logger="agentd.tools.mcp")
     config = stdio(pass_env=["ECHO_TOKEN"])
-    async with McpServers([config], environ={"ECHO_TOKEN": token}) as mcp:
+    async with McpServers([config], redact=Redactor(), environ={"ECHO_TOKEN": token}) as mcp:
         assert len(mcp.tools) == 5
     lines = [r for r in caplog.records if r.getMessage().startswith("MCP server stderr")]
     assert [r.mcp_server for r in lines] == ["echo"]  # type: ignore[attr-defined]
@@ -141,7 +142,7 @@ def test_stderr_lines_are_cut_after_redacting_and_capped_per_minute(
 ) -> None:
     caplog.set_level(logging.INFO, logger="agentd.tools.mcp")
     secret = "s3cret-value-0123456789"
-    sink = _StderrLog("chatty", [secret])
+    sink = _StderrLog("chatty", Redactor(), [secret])
     # The secret straddles the cut: redacted whole first, so no piece of it is left.
     sink.line(("x" * (_STDERR_LINE - 5) + secret).encode(), 0.0)
     first = caplog.records[0].getMessage()
@@ -153,6 +154,24 @@ def test_stderr_lines_are_cut_after_redacting_and_capped_per_minute(
     assert messages.count("MCP server stderr: again") == _STDERR_PER_MINUTE - 1  # and the first
     assert "MCP server stderr: 11 lines not logged (more than 120 a minute)" in messages
     assert messages[-1] == "MCP server stderr: a minute later"
+
+
+def test_a_value_the_process_learns_later_is_hidden_before_a_stderr_line_is_cut(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The server's stderr goes through the process's one redactor: a token met after the
+    server started (a Matrix login's, a profile's cookie) is hidden whole before the cut,
+    which would leave a piece the log's redactor no longer knows."""
+    caplog.set_level(logging.INFO, logger="agentd.tools.mcp")
+    shared = Redactor()
+    sink = _StderrLog("chatty", shared, ["handed-value-0123456789"])
+    learned = "learned-later-9f8e7d6c5b"
+    shared.learn([learned])
+    sink.line(("x" * (_STDERR_LINE - 5) + learned).encode(), 0.0)
+    sink.line(b"handed-value-0123456789 and " + learned.encode(), 1.0)
+    first, second = (r.getMessage() for r in caplog.records)
+    assert "learn" not in first and first.endswith(" …")
+    assert second == "MCP server stderr: [REDACTED] and [REDACTED]"
 
 
 def _free_port() -> int:
@@ -190,7 +209,7 @@ async def test_streamable_http_server(http_server: str) -> None:
         McpServerConfig(name="web", url=http_server, headers={"X-Test": "1"}),
         McpServerConfig(name="needs_token", url=http_server, bearer_token_env="NO_SUCH_TOKEN"),
     ]
-    async with McpServers(servers, environ={}) as mcp:
+    async with McpServers(servers, redact=Redactor(), environ={}) as mcp:
         assert [p.source for p in mcp.problems] == ["mcp:needs_token"]
         assert "NO_SUCH_TOKEN" in mcp.problems[0].message
         add = next(t for t in mcp.tools if t.name == "web__add")

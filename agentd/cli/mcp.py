@@ -88,20 +88,23 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
 
 def _listing(cfg: Config, name: str) -> list[Any]:
     """Connect to the one server as the daemon would and read its tools."""
+    from agentd.daemon.startup import process_redactor
     from agentd.tools.mcp import McpServers
     from agentd.tools.mcp_pins import listed
 
     server = next((s for s in cfg.tools.mcp if s.name == name), None)
     if server is None:
         fail(f"no [[tools.mcp]] server named {name!r}; see `agentd mcp ls`")
+    redact = process_redactor(cfg)
 
     async def read() -> list[Any]:
         with _stderr_tail() as said:
-            async with McpServers([server], environ=cfg.secret_source()) as mcp:
+            async with McpServers([server], redact=redact, environ=cfg.secret_source()) as mcp:
                 if mcp.problems:
                     why = "; ".join(p.message for p in mcp.problems)
                     tail = "".join(f"\n  {line}" for line in said)
-                    fail(f"MCP server {name}: {why}" + (f"\nIt wrote:{tail}" if tail else ""))
+                    said_all = f"MCP server {name}: {why}" + (f"\nIt wrote:{tail}" if tail else "")
+                    fail(redact(said_all))
                 return listed(mcp.tools)
 
     return asyncio.run(read())

@@ -49,9 +49,15 @@ def set_up_logging(config: Config, *, level: str | None = None) -> Redactor:
     token, a browser profile's cookies), so a value learned is hidden everywhere at once.
     Every process that meets a secret sets it up, the daemon and a command alike (`level`:
     a command's own, quieter than the daemon's)."""
-    redactor = Redactor(configured_secrets(config))
+    redactor = process_redactor(config)
     setup_logging(level or config.log.level, config.log.format, redactor)
     return redactor
+
+
+def process_redactor(config: Config) -> Redactor:
+    """The process's one redactor, knowing every configured secret; what the process meets
+    later is taught to it (`Redactor.learn`)."""
+    return Redactor(configured_secrets(config))
 
 
 async def every(seconds: float, fn, stop: asyncio.Event) -> None:  # type: ignore[no-untyped-def]

@@ -1,9 +1,9 @@
 """Tools from MCP servers named in `[[tools.mcp]]`, through the official `mcp` SDK.
 
-`async with McpServers(config.tools.mcp) as mcp:` connects every server (stdio or streamable
-HTTP) at once; `mcp.tools` are ready to register and `mcp.problems` names the servers that
-could not be reached. Each server lives in its own task, so one that crashes later cannot
-take the daemon's task down with it: its tools then answer with an error.
+`async with McpServers(config.tools.mcp, redact=redactor) as mcp:` connects every server
+(stdio or streamable HTTP) at once; `mcp.tools` are ready to register and `mcp.problems`
+names the servers that could not be reached. Each server lives in its own task, so one that
+crashes later cannot take the daemon's task down with it: its tools then answer with an error.
 """
 
 from __future__ import annotations
@@ -123,11 +123,13 @@ def _result_text(result: CallToolResult) -> str:
 class _StderrLog:
     """Logs one server's stderr lines through this module's logger, capped in length and rate."""
 
-    def __init__(self, server: str, secrets: Iterable[str]) -> None:
+    def __init__(self, server: str, redact: Redactor, secrets: Iterable[str]) -> None:
         self._server = server
-        # The values this server was handed: redacted before a line is cut, so a cut cannot
-        # leave a piece of one that the log's redactor no longer recognises.
-        self._redact = Redactor(secrets)
+        # The process's redactor (what it learns later too) and the values this server was
+        # handed: both before a line is cut, so a cut cannot leave a piece of a secret that
+        # the log's redactor no longer recognises.
+        self._redact = redact
+        self._handed = Redactor(secrets)
         self._window: float | None = None  # when the current minute began
         self._logged = 0
         self._dropped = 0
@@ -140,7 +142,7 @@ class _StderrLog:
             self._dropped += 1
             return
         self._logged += 1
-        text = self._redact(raw.decode("utf-8", "replace").rstrip("\r\n"))
+        text = self._redact(self._handed(raw.decode("utf-8", "replace").rstrip("\r\n")))
         if len(text) > _STDERR_LINE:
             text = text[:_STDERR_LINE] + " …"
         log.info(STDERR_PREFIX + "%s", text, extra={"mcp_server": self._server})
@@ -178,7 +180,9 @@ async def _read_lines(stream: asyncio.StreamReader, sink: _StderrLog) -> None:
 
 
 @asynccontextmanager
-async def _stderr_to_log(server: str, secrets: Iterable[str]) -> AsyncIterator[TextIO]:
+async def _stderr_to_log(
+    server: str, redact: Redactor, secrets: Iterable[str]
+) -> AsyncIterator[TextIO]:
     """A file to give a stdio server as its stderr; what it writes there is logged.
 
     Left to the SDK, the server would write to the daemon's own stderr (the journal) past the
@@ -195,7 +199,7 @@ async def _stderr_to_log(server: str, secrets: Iterable[str]) -> AsyncIterator[T
             lambda: asyncio.StreamReaderProtocol(stream), reading
         )
         task = asyncio.create_task(
-            _read_lines(stream, _StderrLog(server, secrets)), name=f"mcp-stderr:{server}"
+            _read_lines(stream, _StderrLog(server, redact, secrets)), name=f"mcp-stderr:{server}"
         )
         yield writing
     finally:
@@ -214,9 +218,12 @@ async def _stderr_to_log(server: str, secrets: Iterable[str]) -> AsyncIterator[T
 class _Server:
     """One connected server, owned by its own task from connect to close."""
 
-    def __init__(self, config: McpServerConfig, environ: Mapping[str, str]) -> None:
+    def __init__(
+        self, config: McpServerConfig, environ: Mapping[str, str], redact: Redactor
+    ) -> None:
         self.config = config
         self._environ = environ
+        self._redact = redact
         self._client: Client | None = None
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -239,7 +246,9 @@ class _Server:
             params = StdioServerParameters(
                 command=cfg.command, args=cfg.args, env=env or None, cwd=cfg.cwd
             )
-            errlog = await stack.enter_async_context(_stderr_to_log(cfg.name, env.values()))
+            errlog = await stack.enter_async_context(
+                _stderr_to_log(cfg.name, self._redact, env.values())
+            )
             transport = stdio_client(params, errlog=errlog)
             return await stack.enter_async_context(Client(transport, client_info=info))
 
@@ -359,9 +368,15 @@ class McpServers:
     """
 
     def __init__(
-        self, servers: Sequence[McpServerConfig], *, environ: Mapping[str, str] | None = None
+        self,
+        servers: Sequence[McpServerConfig],
+        *,
+        redact: Redactor,
+        environ: Mapping[str, str] | None = None,
     ) -> None:
         self._configs = list(servers)
+        # The process's one redactor: a server's stderr goes through it before it is cut.
+        self._redact = redact
         # What pass_env and bearer_token_env read: the one secret reader's mapping.
         self._environ = os.environ if environ is None else environ
         self._servers: list[_Server] = []
@@ -377,7 +392,7 @@ class McpServers:
             for cfg in self._configs:
                 self._problem(cfg, "the mcp package is not installed: pip install 'agentd[mcp]'")
             return self
-        servers = [_Server(cfg, self._environ) for cfg in self._configs]
+        servers = [_Server(cfg, self._environ, self._redact) for cfg in self._configs]
         results = await asyncio.gather(*(s.start() for s in servers), return_exceptions=True)
         for server, result in zip(servers, results, strict=True):
             for warning in server.warnings:
@@ -446,7 +461,9 @@ def _mcp_secret_values(config: Config) -> list[str]:
 
 
 async def _mcp_build(ctx: Context) -> Contribution:
-    mcp = await ctx.stack.enter_async_context(McpServers(ctx.config.tools.mcp, environ=ctx.secrets))
+    mcp = await ctx.stack.enter_async_context(
+        McpServers(ctx.config.tools.mcp, redact=ctx.redactor, environ=ctx.secrets)
+    )
     problems = [f"{p.source}: {p.message}" for p in mcp.problems]
     offered, held = await _confirmed_only(ctx, mcp.by_server())
     problems += [f"mcp:{name}: held back: {why}" for name, why, _ in held]
