@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 from yarl import URL
 
@@ -82,6 +83,18 @@ def test_a_password_quoted_by_repr_is_redacted(stack: tuple[FakeTelegram, Daemon
     assert "login refused for password='[REDACTED]'" in error
     as_repr = repr(PASSWORD)[1:-1]  # the backslash doubled
     _nowhere(tg, daemon, {PASSWORD, as_repr, json.dumps(PASSWORD)[1:-1], json.dumps(as_repr)[1:-1]})
+
+
+def test_a_password_sent_as_http_basic_by_an_unknown_user_is_redacted(
+    stack: tuple[FakeTelegram, Daemon],
+) -> None:
+    """An automation's API call with Basic auth as a user agentd was never told of: the
+    error quoting the request's headers holds base64, no run of the password."""
+    tg, daemon = stack
+    error = _fail(daemon, "secret_in_basic_auth", f"{tg.base_url}/no-such-api/lookup")
+    assert "404 from" in error and "'Authorization': 'Basic [REDACTED]'" in error, error
+    basic = aiohttp.BasicAuth("ci-robot", PASSWORD).encode().removeprefix("Basic ")
+    _nowhere(tg, daemon, {basic, PASSWORD})
 
 
 def test_a_providers_key_echoed_by_its_server_is_nowhere(tmp_path: Path) -> None:

@@ -210,6 +210,32 @@ def test_base64_logins_are_redacted_as_the_clients_send_them() -> None:
         assert redact(f"sent {text!r}").endswith(" [REDACTED]'"), text
 
 
+@pytest.mark.parametrize("user", ["a", "ab", "abc", "ci-robot@example.org", "zoë"])
+def test_http_basic_as_a_user_agentd_does_not_know_is_redacted(user: str) -> None:
+    """An automation calls an API as a user of its own: no form listed beforehand holds that
+    base64 (each user length shifts the password's bytes in it), so what a client writes is
+    decoded and hidden when it holds a known secret: configured, or learned later."""
+    import niquests.auth
+
+    learned = "learned-token-5c4b3a"
+    redact = Redactor([PASSWORD])
+    redact.learn([learned])
+    for secret in (PASSWORD, learned):
+        written = [
+            aiohttp.encode_basic_auth(user, secret),
+            aiohttp.encode_basic_auth(user, secret, encoding="latin-1"),
+            niquests.auth._basic_auth_str(user, secret),
+            "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode().rstrip("="),
+        ]
+        for text in written:
+            line = f"sent {{'Authorization': {text!r}}}"
+            assert redact(line) == f"sent {{'Authorization': '{text[:6]}[REDACTED]'}}", text
+    # Credentials that hold no known secret, and the word itself, are left as they are.
+    other = aiohttp.encode_basic_auth(user, "not-a-known-one")
+    for text in (f"Authorization: {other}", "basic search, Basic !!"):
+        assert redact(text) == text
+
+
 def test_the_calendar_and_mail_capabilities_teach_their_logins_base64_forms() -> None:
     from agentd.calendar import capability as calendar
     from agentd.mail import capability as mail

@@ -28,6 +28,10 @@ _URL_SAFE = ("", "/", "/?:@!$'()*,~", "/:@!$&'()*+,;=~")
 # What no URL encoding, repr() or JSON escapes: every form of a secret holds these runs as is.
 _UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")
 _PERCENT = re.compile(r"%[0-9A-F]{2}")
+# HTTP Basic credentials as clients write them: "Basic", one space (RFC 7617), base64. The
+# gate is the scheme and its space: a longer needle is a cheaper search of a line that lacks it.
+_BASIC_GATE = "Basic "
+_BASIC = re.compile(r"Basic ([A-Za-z0-9+/]{4,}={0,2})")
 
 
 def _escapes(text: str) -> set[str]:
@@ -115,11 +119,45 @@ class Redactor:
     def __call__(self, text: str) -> str:
         # Every form holds its secret's core verbatim: a line without it (nearly every line)
         # costs one search per secret, not one per form.
-        hits = [forms for core, forms in self._table if core in text]
+        table = self._table
+        hits = [forms for core, forms in table if core in text]
         for forms in hits:
             for form in forms:
                 text = text.replace(form, REDACTED)
+        # HTTP Basic sends "user:secret" in base64, which holds no run of the secret, and a
+        # user agentd never heard of (an automation's) makes a form no one can list. One
+        # search gates the decoding, so a line without the word costs next to nothing.
+        if _BASIC_GATE in text:
+            text = _hide_basic(text, table)
         return text
+
+
+def _hide_basic(text: str, table: tuple[_Entry, ...]) -> str:
+    """`text` with each "Basic …" credential that decodes to hold a known secret hidden. The
+    pattern is tried only where the gate was found: a scan of the whole line costs more."""
+    pieces: list[str] = []
+    done = 0
+    at = text.find(_BASIC_GATE)
+    while at >= 0:
+        found = _BASIC.match(text, at)
+        if found is not None and _holds_secret(found[1], table):
+            pieces += [text[done : found.start(1)], REDACTED]
+            done = found.end(1)
+        at = text.find(_BASIC_GATE, at + len(_BASIC_GATE))
+    return "".join(pieces) + text[done:] if pieces else text
+
+
+def _holds_secret(token: str, table: tuple[_Entry, ...]) -> bool:
+    try:
+        raw = base64.b64decode(token + "=" * (-len(token) % 4), validate=True)
+    except ValueError:  # binascii.Error: not base64 after all
+        return False
+    # Clients encode "user:secret" in UTF-8 or Latin-1 (aiohttp's and requests' default).
+    for decoded in (raw.decode("utf-8", "replace"), raw.decode("latin-1")):
+        for core, forms in table:
+            if core in decoded and any(form in decoded for form in forms):
+                return True
+    return False
 
 
 def login_forms(user: str, secret: str) -> list[str]:

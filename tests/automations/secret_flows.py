@@ -43,3 +43,20 @@ async def _login(password: str) -> bool:
 async def secret_in_repr(step: AutoStep, inp: Target) -> Done:
     ok = await step.do("login", _login, step.secret("TEST_PASSWORD"), retry=ONCE)
     return Done(ok=ok)
+
+
+async def _basic_auth_call(url: str, password: str) -> bool:
+    """HTTP Basic as a user agentd never heard of; a client whose refusal quotes the headers
+    it sent (as many API wrappers do), so the error holds the base64 of "user:password"."""
+    auth = aiohttp.BasicAuth("ci-robot", password)
+    async with aiohttp.ClientSession() as http, http.get(url, auth=auth) as resp:
+        if resp.status >= 400:
+            sent = dict(resp.request_info.headers)
+            raise PermissionError(f"{resp.status} from {url}, having sent {sent!r}")
+        return True
+
+
+@workflow("secret_in_basic_auth", input=Target, output=Done)
+async def secret_in_basic_auth(step: AutoStep, inp: Target) -> Done:
+    ok = await step.do("call", _basic_auth_call, inp.url, step.secret("TEST_PASSWORD"), retry=ONCE)
+    return Done(ok=ok)
