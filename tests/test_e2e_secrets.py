@@ -44,6 +44,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[FakeTelegr
             AGENTD_LOG__FORMAT="json",  # what a systemd unit gets (stderr is no tty)
         )
         with running_daemon(tmp, env) as daemon:
+            daemon.fake_llm = llm  # type: ignore[attr-defined]  # what the model was sent
             yield tg, daemon
 
 
@@ -95,6 +96,34 @@ def test_a_password_sent_as_http_basic_by_an_unknown_user_is_redacted(
     assert "404 from" in error and "'Authorization': 'Basic [REDACTED]'" in error, error
     basic = aiohttp.BasicAuth("ci-robot", PASSWORD).encode().removeprefix("Basic ")
     _nowhere(tg, daemon, {basic, PASSWORD})
+
+
+def test_an_automation_quoting_its_secret_to_the_owner_sends_it_redacted(
+    stack: tuple[FakeTelegram, Daemon],
+) -> None:
+    """The code holds its secrets and may put one in what it tells or asks the owner or the
+    model (an API's error naming the URL it called): the chat, the database and the model
+    get it redacted."""
+    tg, daemon = stack
+    llm: FakeAnthropic = daemon.fake_llm  # type: ignore[attr-defined]
+    llm.enqueue_tool_use("answer", {"ok": False})
+    url = f"{tg.base_url}/no-such-api/lookup"
+    started = daemon.cli_json(
+        "workflows", "start", "secret_in_notice", "--input", json.dumps({"url": url})
+    )
+    sql = "SELECT status FROM workflow_instances WHERE id = ?"
+    deadline = time.monotonic() + 60
+    while daemon.query(sql, (started["instance_id"],))[0][0] != "complete":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    daemon.wait_idle(timeout=60)
+    told = [m["plain_text"] for m in tg.sent if "The lookup failed" in m["plain_text"]]
+    asked = [m["plain_text"] for m in tg.sent if m["plain_text"].startswith("Retry with")]
+    assert told and "token was [REDACTED]" in told[0], told
+    assert asked and asked[0].startswith("Retry with [REDACTED]?"), asked
+    [judged] = [r for r in llm.requests if "worth a retry" in json.dumps(r["body"])]
+    assert "(token [REDACTED])" in json.dumps(judged["body"]) and QUERY_TOKEN not in str(judged)
+    _nowhere(tg, daemon, {QUERY_TOKEN})
 
 
 def test_a_providers_key_echoed_by_its_server_is_nowhere(tmp_path: Path) -> None:

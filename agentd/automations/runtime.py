@@ -340,6 +340,7 @@ class Runtime:
             raise ValueError(f"ask_owner: default {default!r} is not one of {choices}")
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
         seconds = seconds if seconds is not None else self.config.automations.ask_timeout
+        text = self.redact(text)  # as for send: the question is stored and sent
         chat = await self._owner_reached(step, name, name + runs.QUESTION_SUFFIX)
         question = await step.local(
             name + runs.QUESTION_SUFFIX,
@@ -481,6 +482,8 @@ class Runtime:
         if self.llm is None:
             raise NonRetryable("no model is configured")
         llm, instance_id = self.llm, step.instance_id
+        # The model is never sent a secret, whatever the code put in its prompt.
+        prompt, system = self.redact(prompt), self.redact(system)
 
         async def call() -> BaseModel:
             self._within_max_tokens(name, max_tokens)
@@ -547,7 +550,9 @@ class Runtime:
         chat = await self.chat_named(to)
         if chat is None:
             chat = await self._owner_reached(step, name, name)
-        return await deliver_text(step, self.db, name, self.outbox, chat, text)
+        # The code holds its secrets (step.secret) and may quote one in what it says (an API's
+        # error naming the URL it called): the chat, its network and the database never get it.
+        return await deliver_text(step, self.db, name, self.outbox, chat, self.redact(text))
 
     async def chat_named(self, to: str | None) -> int | None:
         """The chat `to` names in `[automations] chats`; None (the owner's private chat) when

@@ -7,7 +7,7 @@ import aiohttp
 from pydantic import BaseModel
 
 from agentd.automations import AutoStep, workflow
-from agentd.durable.step import Retry
+from agentd.durable.step import Retry, StepFailed
 
 ONCE = Retry(limit=1, delay=0.01)
 
@@ -60,3 +60,20 @@ async def _basic_auth_call(url: str, password: str) -> bool:
 async def secret_in_basic_auth(step: AutoStep, inp: Target) -> Done:
     ok = await step.do("call", _basic_auth_call, inp.url, step.secret("TEST_PASSWORD"), retry=ONCE)
     return Done(ok=ok)
+
+
+@workflow("secret_in_notice", input=Target, output=Done)
+async def secret_in_notice(step: AutoStep, inp: Target) -> Done:
+    """A common shape: the call's error is told to the owner, asked about and given to the
+    model to judge (the code holds the token, and quotes it)."""
+    token = step.secret("TEST_QUERY_TOKEN")
+    try:
+        await step.do("lookup", _lookup, inp.url, token, retry=ONCE)
+    except StepFailed as exc:
+        await step.send("told", f"The lookup failed: {exc.message}; token was {token}")
+        await step.ask_owner(f"Retry with {token}?", ["yes", "no"], timeout=0.5, default="no")
+        judged = await step.llm(
+            "judge", f"Is this worth a retry? {exc.message} (token {token})", output=Done
+        )
+        return judged
+    return Done(ok=True)
