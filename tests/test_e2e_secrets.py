@@ -94,7 +94,7 @@ def test_a_password_sent_as_http_basic_by_an_unknown_user_is_redacted(
     tg, daemon = stack
     error = _fail(daemon, "secret_in_basic_auth", f"{tg.base_url}/no-such-api/lookup")
     assert "404 from" in error and "'Authorization': 'Basic [REDACTED]'" in error, error
-    basic = aiohttp.BasicAuth("ci-robot", PASSWORD).encode().removeprefix("Basic ")
+    basic = aiohttp.encode_basic_auth("ci-robot", PASSWORD).removeprefix("Basic ")
     _nowhere(tg, daemon, {basic, PASSWORD})
 
 

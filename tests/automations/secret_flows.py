@@ -48,8 +48,8 @@ async def secret_in_repr(step: AutoStep, inp: Target) -> Done:
 async def _basic_auth_call(url: str, password: str) -> bool:
     """HTTP Basic as a user agentd never heard of; a client whose refusal quotes the headers
     it sent (as many API wrappers do), so the error holds the base64 of "user:password"."""
-    auth = aiohttp.BasicAuth("ci-robot", password)
-    async with aiohttp.ClientSession() as http, http.get(url, auth=auth) as resp:
+    auth = {"Authorization": aiohttp.encode_basic_auth("ci-robot", password)}
+    async with aiohttp.ClientSession() as http, http.get(url, headers=auth) as resp:
         if resp.status >= 400:
             sent = dict(resp.request_info.headers)
             raise PermissionError(f"{resp.status} from {url}, having sent {sent!r}")
