@@ -122,6 +122,7 @@ async def test_text_grows_and_usage_is_cumulative(fake: FakeAnthropic, llm: Anth
         "cache_read_tokens": 0,
         "cache_write_tokens": 0,
         "cache_write_1h_tokens": 7,
+        "audio_seconds": 0.0,  # a model's answer transcribes nothing
     }
 
 
