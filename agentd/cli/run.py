@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from agentd.cli.common import (
     EXIT_ALREADY_RUNNING,
     EXIT_CONFIG,
+    EXIT_ERROR,
     NO_CONFIG,
     ConfigOption,
     config_or_exit,
@@ -102,7 +104,7 @@ def run(config: ConfigOption = None) -> None:
 
     with paused():
         from agentd import daemon
-    from agentd.daemon.startup import StoppedDuringStartUp
+    from agentd.daemon.startup import StoppedDuringStartUp, set_up_logging
     from agentd.db import DatabaseError
     from agentd.llm import LLMError
     from agentd.runtime.lease import LeaseHeld
@@ -110,18 +112,25 @@ def run(config: ConfigOption = None) -> None:
     def ready(bot_username: str) -> None:
         say(f"agentd: ready in {time.monotonic() - started:.1f} s as @{bot_username}")
 
+    # The daemon's one redactor, made here so that what the process says on its way out
+    # (a failure's message, a traceback) is hidden like every log line, learned values too.
+    redact = set_up_logging(cfg)
     try:
-        code = asyncio.run(daemon.run(cfg, on_ready=ready))
+        code = asyncio.run(daemon.run(cfg, on_ready=ready, redactor=redact))
     except (LLMError, daemon.ConfigProblem) as exc:
-        fail(str(exc), EXIT_CONFIG)
+        fail(redact(str(exc)), EXIT_CONFIG)
     except LeaseHeld as exc:
-        fail(str(exc), EXIT_ALREADY_RUNNING)
+        fail(redact(str(exc)), EXIT_ALREADY_RUNNING)
     except StoppedDuringStartUp:
         code = 0  # systemctl stop while waiting for Telegram: not "failed"
     except (DatabaseError, daemon.StartupError) as exc:
-        fail(str(exc))
+        fail(redact(str(exc)))
     except KeyboardInterrupt:
         code = 0
+    except Exception:
+        # Not Python's own print: its traceback would skip the redactor.
+        logging.getLogger("agentd").exception("agentd stopped on an unexpected error")
+        code = EXIT_ERROR
     raise typer.Exit(code)
 
 

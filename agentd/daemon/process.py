@@ -72,10 +72,15 @@ class _Process:
     username: str = ""
 
 
-async def run(config: Config, on_ready: Callable[[str], None] | None = None) -> int:
-    """Run the daemon; return the process exit code. `on_ready(names)` once it answers."""
+async def run(
+    config: Config,
+    on_ready: Callable[[str], None] | None = None,
+    redactor: Redactor | None = None,
+) -> int:
+    """Run the daemon; return the process exit code. `on_ready(names)` once it answers;
+    `redactor`: the process's one, when its caller set up the logging already."""
     started_at = time.time()
-    redactor = set_up_logging(config)
+    redactor = redactor or set_up_logging(config)
     proc = await _open(config, redactor)
     try:
         await _build(proc, started_at)
