@@ -16,7 +16,7 @@ import pytest
 
 from agentd.config import LLMConfig
 from agentd.llm.anthropic_adapter import AnthropicLLM, build_params
-from agentd.llm.types import LLMError, LLMRequest, Message, ToolSpec
+from agentd.llm.types import CutAttempt, LLMError, LLMRequest, Message, ToolSpec
 from tests.fakes import FakeAnthropic
 
 REQUEST = LLMRequest(
@@ -195,8 +195,8 @@ async def test_a_stream_cut_mid_answer_is_retried_like_a_5xx(fake: FakeAnthropic
 async def test_a_stream_that_ends_after_its_usage_is_billed_as_it_said(
     fake: FakeAnthropic,
 ) -> None:
-    """A stream that stops after message_delta but before message_stop: the error carries
-    the attempt's tokens as the API reported them (not an estimate)."""
+    """A stream that stops after message_delta but before message_stop: the caller gets the
+    attempt's tokens as the API reported them (not an estimate)."""
     from tests.fakes.anthropic import RawStream
 
     start = {
@@ -225,13 +225,14 @@ async def test_a_stream_that_ends_after_its_usage_is_billed_as_it_said(
         pass
 
     llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "k")
+    broken: list[CutAttempt] = []
     try:
         fake.enqueue(RawStream(events))
-        with pytest.raises(LLMError) as failed:
-            await llm.complete(REQUEST, on_text)
+        with pytest.raises(LLMError):
+            await llm.complete(REQUEST, on_text, cut=broken)
     finally:
         await llm.close()
-    [cut] = failed.value.cut
+    [cut] = broken
     assert (cut.model, cut.attempt, cut.estimated) == ("claude-haiku-4-5", 1, False)
     usage = cut.usage
     assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (120, 30, 7)

@@ -93,6 +93,35 @@ def test_a_stream_broken_partway_is_in_the_ledger_beside_the_answer(tmp_path: Pa
             assert answer[:2] == ("llm#1", 2) and answer[4] == 0
 
 
+def test_a_stream_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
+    """/stop while the answer streams: the API billed its input and the 64 characters it wrote
+    before the stop, so the stopped attempt has its row (output estimated, marked so), and
+    the turn still ends as cancelled."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running(stream_chunk_chars=8) as llm:
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        llm.enqueue_stream_stall("word " * 40, after_deltas=8)
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_message(OWNER, OWNER, "hello")
+            stalled = llm.wait_until(
+                lambda: [r for r in llm.responses if r["kind"] == "stream_stall"], 30, "a stall"
+            )
+            tg.add_message(OWNER, OWNER, "/stop")
+            tg.wait_until(
+                lambda: any("Stopped working on" in m["plain_text"] for m in tg.sent), 30, "stop"
+            )
+            daemon.wait_for_instances(1, status="cancelled")
+            rows = daemon.query(
+                "SELECT step, attempt, input_tokens + cache_read_tokens + cache_write_tokens, "
+                "output_tokens, estimated FROM llm_usage WHERE purpose = 'turn'"
+            )
+            sent = stalled[0]["usage"]
+            billed_input = sum(
+                sent[k]
+                for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+            )
+            assert [tuple(r) for r in rows] == [("llm#1", 1, billed_input, 16, 1)]
+
+
 SUMMARY = {
     "summary": "Alice talked about moving to Lyon.",
     "facts": [{"kind": "fact", "key": "home_city", "content": "Lives in Lyon"}],

@@ -13,6 +13,7 @@ from agentd.config import LLMConfig
 from agentd.config.models import ProviderConfig
 from agentd.llm.openai_adapter import OpenAILLM
 from agentd.llm.types import (
+    CutAttempt,
     ImageBlock,
     LLMError,
     LLMRequest,
@@ -21,7 +22,7 @@ from agentd.llm.types import (
     ToolResultBlock,
     ToolSpec,
 )
-from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat
+from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat, _tokens
 
 WEATHER = ToolSpec(
     name="weather",
@@ -207,6 +208,47 @@ async def test_faults_are_classified_for_the_fallback_chain(chat: FakeChat, case
         await llm.close()
         chat.reset()
     assert failed.value.reason == reason
+
+
+async def _broken_stream(
+    chat: FakeChat, reply: ChatReply
+) -> tuple[list[CutAttempt], dict[str, Any]]:
+    """The attempts `cut` gets when `reply`'s stream breaks and the retry answers, and the
+    body of the request sent."""
+    llm, broken = _llm(chat, retries=1), []
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    try:
+        chat.enqueue(reply)
+        chat.enqueue_text("Recovered.")
+        req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+        answer = await llm.complete(req, on_text, model="qwen", cut=broken)
+        sent = chat.requests[0]["body"]
+    finally:
+        await llm.close()
+        chat.reset()
+    assert answer.text == "Recovered." and answer.attempt == 2
+    return broken, sent
+
+
+async def test_a_stream_broken_before_its_usage_is_billed_as_estimated(chat: FakeChat) -> None:
+    """Dropped after four chunks of text (32 characters): no usage came (it comes last), so
+    the attempt is billed by estimate, the input from the request's text, and marked so."""
+    [cut], _ = await _broken_stream(chat, ChatReply(text="word " * 20, cut_after=5))
+    assert (cut.model, cut.attempt, cut.estimated) == ("local/qwen", 1, True)
+    assert cut.usage.output_tokens == 8 and cut.usage.input_tokens >= 100
+
+
+async def test_a_stream_broken_after_its_usage_is_billed_as_it_said(chat: FakeChat) -> None:
+    """Dropped after the last chunk, the usage (`include_usage`), before `[DONE]`: billed as
+    the server counted."""
+    text = "word " * 20
+    [cut], sent = await _broken_stream(chat, ChatReply(text=text, cut_before_done=True))
+    assert sent["stream_options"] == {"include_usage": True} and not cut.estimated
+    reported = (_tokens(sent["messages"]), _tokens({"role": "assistant", "content": text}))
+    assert (cut.usage.input_tokens, cut.usage.output_tokens) == reported
 
 
 async def test_a_hung_server_times_out(chat: FakeChat) -> None:

@@ -7,6 +7,7 @@ call or tool, and a high-risk call first waits for the owner's approval (approva
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from datetime import datetime
@@ -267,12 +268,20 @@ async def call_llm(
         step=step_name,
         user_id=inp.user_id,
     )
+    cut: list[CutAttempt] = []  # attempts whose streams ended partway, as they end
     try:
         async with deps.outbox.typing(inp.chat_id):  # only while the model works
-            response = await deps.llm.complete(req, on_text=on_text)
-    except LLMError as exc:
-        for cut in cut_rows(row, exc.cut):  # the step fails: no journal write to ride on
-            await deps.db.write_unsynced(cut)
+            response = await deps.llm.complete(req, on_text=on_text, cut=cut)
+    except LLMError:
+        for broken in cut_rows(row, cut):  # the step fails: no journal write to ride on
+            await deps.db.write_unsynced(broken)
+        raise
+    except asyncio.CancelledError:
+        # Stopped (/stop, an edit, interrupt mode, shutdown): the stream the owner cut short is
+        # billed all the same. Queued, not awaited: the stop goes on at once, and the write is
+        # not dropped as a cancelled caller's awaited one would be.
+        for broken in cut_rows(row, cut):
+            deps.db.write_behind(broken)
         raise
     record = partial(
         row,
@@ -280,7 +289,7 @@ async def call_llm(
         model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
         attempt=response.attempt,
     )
-    rows = [*cut_rows(row, response.cut), record]
+    rows = [*cut_rows(row, cut), record]
     if response.fallback_reason:
         rows.append(fallback_row(response, inp, instance_id, step_name))
     for row in rows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from agentd.db.connect import DatabaseError, open_sync
 from agentd.db.migrations import Migrations, apply_migrations
 
 T = TypeVar("T")
+log = logging.getLogger("agentd.db")
 Params = Sequence[Any] | dict[str, Any]
 Conn = Any  # a sqlite3.Connection or sqlean's equivalent; both have the same API
 
@@ -30,6 +32,14 @@ class _Queued:
     args: tuple[Any, ...]
     synced: bool
     future: asyncio.Future[Any]
+
+
+def _log_lost(future: asyncio.Future[Any]) -> None:
+    """A write nobody awaits (Database.write_behind) that did not commit: said in the log."""
+    if future.cancelled():
+        log.warning("a queued write was dropped: the database closed before its commit")
+    elif (error := future.exception()) is not None:
+        log.warning("a queued write failed", extra={"error": f"{type(error).__name__}: {error}"})
 
 
 def _settle(future: asyncio.Future[Any], outcome: group_commit.Outcome) -> None:
@@ -123,12 +133,29 @@ class Database:
         target = partial(fn, **kwargs) if kwargs else fn
         return await self._enqueue(target, args, synced=False)
 
-    async def _enqueue(self, fn: Callable[..., T], args: tuple[Any, ...], synced: bool) -> T:
+    def write_behind(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """Queue an unsynced write and return at once, without waiting for its commit.
+
+        For a row that must outlive its caller's cancellation, written from the cancel's own
+        path: a cancelled caller's awaited write is dropped when its group has not started yet,
+        and waiting for a commit would hold up the stop. It commits in queue order with the
+        others (so before any write queued after it), `close()` waits for it, and a failure is
+        logged, as no caller is there to see it.
+        """
+        target = partial(fn, **kwargs) if kwargs else fn
+        self._submit(target, args, synced=False).add_done_callback(_log_lost)
+
+    def _submit(
+        self, fn: Callable[..., T], args: tuple[Any, ...], synced: bool
+    ) -> asyncio.Future[T]:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append(_Queued(fn, args, synced, future))
         if self._drainer is None:
             self._drainer = asyncio.create_task(self._drain(), name="db-writes")
-        return await future
+        return future
+
+    async def _enqueue(self, fn: Callable[..., T], args: tuple[Any, ...], synced: bool) -> T:
+        return await self._submit(fn, args, synced)
 
     async def _drain(self) -> None:
         """Commit the queue group by group until it is empty."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Protocol
 
-from agentd.llm.types import LLMError, LLMRequest, LLMResponse
+from agentd.llm.types import CutAttempt, LLMError, LLMRequest, LLMResponse
 
 if TYPE_CHECKING:
     from agentd.config import Config
@@ -22,7 +22,11 @@ class LLM(Protocol):
     model: str
 
     async def complete(
-        self, req: LLMRequest, on_text: Callable[[str], Awaitable[None]] | None = None
+        self,
+        req: LLMRequest,
+        on_text: Callable[[str], Awaitable[None]] | None = None,
+        *,
+        cut: list[CutAttempt] | None = None,  # gets the attempts whose streams ended partway
     ) -> LLMResponse: ...
 
     async def close(self) -> None: ...

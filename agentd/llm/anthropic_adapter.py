@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import logging
 import time
@@ -247,18 +248,21 @@ class AnthropicLLM:
         *,
         model: str | None = None,
         attempts: int | None = None,
+        cut: list[CutAttempt] | None = None,
     ) -> LLMResponse:
         """One model answer, retried on transient errors; LLMError when it cannot be had.
 
         With on_text (and a provider that streams), the answer is streamed and on_text gets the
         text written so far. `model` overrides the configured one, `attempts` the retry count.
+        Each attempt whose stream ended partway (broken, or stopped by a cancel) is appended to
+        `cut` as it ends: billed, so the caller records it whatever became of the call.
         """
         if model is None:
             model = self.model if req.purpose == "turn" else self.background_model
         params = build_params(req, model, self._config.max_tokens, self._config.cache_ttl)
         stream = on_text is not None and self._provider.streaming
         started = time.perf_counter()
-        cut: list[CutAttempt] = []
+        cut = cut if cut is not None else []
         made, label = 0, self._label(model)
 
         async def call() -> dict[str, Any]:
@@ -270,7 +274,7 @@ class AnthropicLLM:
             tally = StreamTally()
             try:
                 return await self._stream(params, on_text, tally)
-            except Exception:
+            except (Exception, asyncio.CancelledError):
                 if (broken := tally.cut(label, made)) is not None:
                     cut.append(broken)
                 raise
@@ -287,15 +291,12 @@ class AnthropicLLM:
                 sleep=self._sleep,
                 model=model,
             )
-        except LLMError as exc:
-            exc.cut = [*cut, *exc.cut]
+        except LLMError:
             raise
         except Exception as exc:
-            error = _to_llm_error(exc, self._label(model))
-            error.cut = cut
-            raise error from None
+            raise _to_llm_error(exc, self._label(model)) from None
         response = _parse_response(message, attempt=tries).model_copy(
-            update={"provider": self.name, "cut": cut}
+            update={"provider": self.name}
         )
         if stream is False and on_text is not None and response.text:
             await on_text(response.text)  # a provider that does not stream: shown at the end

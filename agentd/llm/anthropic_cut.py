@@ -1,5 +1,4 @@
-"""What a Messages API answer stream that broke partway cost: the API bills the tokens it had
-generated, so the ledger records them (types.CutAttempt) though no answer came of it.
+"""What a Messages API answer stream that broke partway, or was stopped, cost (llm/cut.py).
 
 Read from the stream's own events: `message_start` carries the input tokens (and the cache's
 share); a `message_delta`, when one came before the break, the output so far; else the output
@@ -11,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentd.llm.cut import estimated
 from agentd.llm.types import CutAttempt, Usage
-
-CHARS_PER_TOKEN = 4  # about, for English prose and JSON: an estimate, marked as one
 
 
 def usage_from_api(usage: dict[str, Any]) -> Usage:
@@ -61,6 +59,4 @@ class StreamTally:
         usage = usage_from_api(reported)
         if self.delta and self.delta.get("output_tokens"):
             return CutAttempt(model=model, attempt=attempt, usage=usage)
-        written = -(-self.chars // CHARS_PER_TOKEN)
-        usage = usage.model_copy(update={"output_tokens": max(usage.output_tokens, written)})
-        return CutAttempt(model=model, attempt=attempt, usage=usage, estimated=True)
+        return estimated(model, attempt, usage, self.chars)

@@ -37,6 +37,7 @@ class ProviderLLM(Protocol):
         *,
         model: str | None = None,
         attempts: int | None = None,
+        cut: list[CutAttempt] | None = None,
     ) -> LLMResponse: ...
 
     async def close(self) -> None: ...
@@ -133,12 +134,20 @@ class FallbackLLM:
                 seen.setdefault(c.ref.label, c)
         return list(seen.values())
 
-    async def complete(self, req: LLMRequest, on_text: OnText | None = None) -> LLMResponse:
-        """The first answer along the chain; the last model's error if every one failed."""
+    async def complete(
+        self,
+        req: LLMRequest,
+        on_text: OnText | None = None,
+        *,
+        cut: list[CutAttempt] | None = None,
+    ) -> LLMResponse:
+        """The first answer along the chain; the last model's error if every one failed.
+
+        `cut` gets every attempt along the chain whose answer stream ended partway (billed).
+        """
         chain = self.chain(req)
         why: str | None = None
         last_error: LLMError | None = None
-        cut: list[CutAttempt] = []  # broken streams of the models left behind: paid for
         for i, cand in enumerate(chain):
             is_last = i == len(chain) - 1
             # An open breaker skips its model; the last one is tried all the same when nothing
@@ -147,9 +156,8 @@ class FallbackLLM:
                 why = why or f"breaker_open:{cand.breaker.last_reason or 'failing'}"
                 continue
             try:
-                response = await self._try(cand, req, on_text, is_last)
+                response = await self._try(cand, req, on_text, is_last, cut)
             except LLMError as exc:
-                exc.cut = cut = [*cut, *exc.cut]
                 if exc.reason not in FALLBACK_REASONS:
                     raise
                 last_error, why = exc, why or exc.reason
@@ -160,8 +168,6 @@ class FallbackLLM:
                 continue
             if why is not None:
                 response = response.model_copy(update={"fallback_reason": why})
-            if cut:
-                response = response.model_copy(update={"cut": [*cut, *response.cut]})
             return response
         if last_error is not None:
             raise last_error
@@ -172,12 +178,17 @@ class FallbackLLM:
         )
 
     async def _try(
-        self, cand: Candidate, req: LLMRequest, on_text: OnText | None, is_last: bool
+        self,
+        cand: Candidate,
+        req: LLMRequest,
+        on_text: OnText | None,
+        is_last: bool,
+        cut: list[CutAttempt] | None,
     ) -> LLMResponse:
         attempts = self.retries + 1 if is_last else self.policy.retries_before_fallback + 1
         try:
             response = await cand.llm.complete(
-                req, on_text, model=cand.ref.model, attempts=attempts
+                req, on_text, model=cand.ref.model, attempts=attempts, cut=cut
             )
         except LLMError as exc:
             if exc.reason in OUTAGE_REASONS or exc.reason == "malformed":

@@ -9,6 +9,7 @@ remembered for the model and reported as `unsupported`, which a fallback chain m
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from collections.abc import Awaitable, Callable
@@ -23,11 +24,12 @@ from agentd.llm.openai_mapping import (
     check,
     json_mode,
     parse_response,
+    prompt_chars,
     unsupported,
 )
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
-from agentd.llm.types import LLMError, LLMRequest, LLMResponse
+from agentd.llm.types import CutAttempt, LLMError, LLMRequest, LLMResponse
 
 log = logging.getLogger("agentd.llm")
 OnText = Callable[[str], Awaitable[None]]
@@ -154,9 +156,11 @@ class OpenAILLM:
             as_tool=as_tool,
         )
 
-    async def _stream(self, params: dict[str, Any], model: str, on_text: OnText) -> LLMResponse:
+    async def _stream(
+        self, params: dict[str, Any], model: str, on_text: OnText, fold: ChunkFold
+    ) -> LLMResponse:
+        """The answer streamed into `fold`, which keeps what came for the ledger if it breaks."""
         client = await self._get_client()
-        fold = ChunkFold()
         stream = await client.chat.completions.create(
             **params, stream=True, stream_options={"include_usage": True}
         )
@@ -175,7 +179,9 @@ class OpenAILLM:
         *,
         model: str | None = None,
         attempts: int | None = None,
+        cut: list[CutAttempt] | None = None,
     ) -> LLMResponse:
+        """As AnthropicLLM.complete: each attempt whose stream ended partway goes to `cut`."""
         model = model or self.model
         label = f"{self.name}/{model}"
         caps = self.caps(model)
@@ -184,11 +190,22 @@ class OpenAILLM:
         params = build_params(req, model, self._config.max_tokens, as_json)
         stream = on_text is not None and self._provider.streaming and not as_json
 
+        made = 0
+
         async def call() -> LLMResponse:
-            if stream:
-                assert on_text is not None
-                return await self._stream(params, model, on_text)
-            return await self._create(params, model, req.tool_choice if as_json else None)
+            nonlocal made
+            made += 1
+            if not stream:
+                return await self._create(params, model, req.tool_choice if as_json else None)
+            assert on_text is not None
+            fold = ChunkFold()
+            try:
+                return await self._stream(params, model, on_text, fold)
+            except (Exception, asyncio.CancelledError):
+                broken = fold.cut(label, made, prompt_chars(params))
+                if broken is not None and cut is not None:
+                    cut.append(broken)
+                raise
 
         try:
             response, tries = await call_with_retries(

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentd.llm.cut import estimated, tokens_in
 from agentd.llm.types import (
+    CutAttempt,
     ImageBlock,
     LLMError,
     LLMRequest,
@@ -227,6 +229,22 @@ def parse_response(
     )
 
 
+def prompt_chars(params: dict[str, Any]) -> int:
+    """The characters of text a request sends, for an estimate of its input tokens (images
+    left out: what they cost is the server's own count)."""
+
+    def size(value: Any) -> int:
+        if isinstance(value, str):
+            return len(value)
+        if isinstance(value, dict):
+            return sum(size(v) for k, v in value.items() if k != "image_url")
+        if isinstance(value, list):
+            return sum(size(v) for v in value)
+        return 0
+
+    return size(params.get("messages")) + size(params.get("tools"))
+
+
 class ChunkFold:
     """Streamed chunks folded into one message: text, tool calls by index, finish, usage."""
 
@@ -236,9 +254,24 @@ class ChunkFold:
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
+        self.started = False  # a chunk came: the server took the request, so bills it
+        self.written = 0  # characters of text and tool arguments received
+
+    def cut(self, model: str, attempt: int, prompt: int) -> CutAttempt | None:
+        """What the attempt cost when its stream ended partway (None: it never started).
+
+        The usage comes in the last chunk only (`include_usage`); before it, both counts are
+        estimates: the input from the request's `prompt` characters, the output from what
+        was received."""
+        if not self.started:
+            return None
+        if self.usage:
+            return CutAttempt(model=model, attempt=attempt, usage=usage_of(self.usage))
+        return estimated(model, attempt, Usage(input_tokens=tokens_in(prompt)), self.written)
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk in; True when it added text."""
+        self.started = True
         self.model = chunk.get("model") or self.model
         if chunk.get("usage"):
             self.usage = chunk["usage"]
@@ -247,6 +280,7 @@ class ChunkFold:
             delta = choice.get("delta") or {}
             if delta.get("content"):
                 self.text += delta["content"]
+                self.written += len(delta["content"])
                 grew = True
             for call in delta.get("tool_calls") or []:
                 slot = self.calls.setdefault(call.get("index", 0), {"arguments": ""})
@@ -256,6 +290,7 @@ class ChunkFold:
                 if fn.get("name"):
                     slot["name"] = fn["name"]
                 slot["arguments"] += fn.get("arguments") or ""
+                self.written += len(fn.get("arguments") or "")
             if choice.get("finish_reason"):
                 self.finish = choice["finish_reason"]
         return grew

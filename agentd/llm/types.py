@@ -95,13 +95,17 @@ class Usage(Tokens):
 
 
 class CutAttempt(BaseModel):
-    """An attempt whose answer stream broke partway: the API bills what it generated, so the
-    ledger records it beside the answer that came after (or the error)."""
+    """An attempt whose answer stream broke partway, or was stopped by a cancel: the API bills
+    what it generated, so the ledger records it beside the answer that came after (or the
+    error, or the stop). An adapter appends each to the list its caller passes as `cut` the
+    moment the stream ends, so the caller has them however the call ends."""
 
     model: str  # its label, as LLMResponse.label says it
     attempt: int  # which HTTP attempt of that model
     usage: Usage  # input as message_start said; output as the last usage seen, or estimated
-    estimated: bool = False  # output tokens estimated from the text received
+    # Counts estimated from text: the output from what was received (and the input from the
+    # request, where the provider reports none before its last chunk).
+    estimated: bool = False
 
 
 class LLMResponse(BaseModel):
@@ -115,9 +119,6 @@ class LLMResponse(BaseModel):
     stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     attempt: int = 1  # which HTTP attempt gave this answer (1: the first; more after retries)
-    # Attempts before this answer whose streams broke partway (this model's or an earlier
-    # one's in the chain): paid for, so recorded in the ledger too.
-    cut: list[CutAttempt] = Field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -169,5 +170,3 @@ class LLMError(Exception):
         # Answers paid for before this error, in one (a structured call's that did not fit:
         # llm/structured.py), for the caller to record; None: none.
         self.spent: LLMResponse | None = None
-        # Attempts whose streams broke partway before the call failed for good: billed too.
-        self.cut: list[CutAttempt] = []

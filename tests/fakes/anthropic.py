@@ -81,6 +81,9 @@ class Reply:
     stream_error: dict[str, str] | None = None
     stream_drop: bool = False
     fail_after: int = 1
+    # Stall after this many content deltas, sending nothing more until the client goes away
+    # (a long answer the owner stops); logged as `stream_stall` with the answer's usage.
+    stall_after: int | None = None
 
 
 @dataclass
@@ -344,6 +347,12 @@ class FakeAnthropic(FakeServer):
                 fail_after=after_deltas,
             )
         )
+
+    def enqueue_stream_stall(self, partial_text: str, *, after_deltas: int) -> None:
+        """Queue a stream that sends `after_deltas` pieces of the text, then nothing more until
+        the client goes away (a streamed request; a plain one gets the whole answer)."""
+        text = [{"type": "text", "text": partial_text}]
+        self.enqueue(Reply(content=text, stall_after=after_deltas))
 
     def enqueue_delay(self, seconds: float) -> None:
         """The next answer comes `seconds` late (use with a client timeout)."""
@@ -713,6 +722,8 @@ class FakeAnthropic(FakeServer):
                 deltas += 1
                 if spec.stream_error is not None and deltas >= spec.fail_after:
                     return await self._fail_stream(request, response, spec, send)
+                if spec.stall_after is not None and deltas >= spec.stall_after:
+                    return await self._stall(request, response, message)
             await send("content_block_stop", {"type": "content_block_stop", "index": index})
         await send(
             "message_delta",
@@ -759,6 +770,15 @@ class FakeAnthropic(FakeServer):
         await send("error", error)
         await response.write_eof()
         self._log_response("stream_error", 200, error_type=spec.stream_error["type"])
+        return response
+
+    async def _stall(
+        self, request: web.Request, response: web.StreamResponse, message: dict[str, Any]
+    ) -> web.StreamResponse:
+        self._log_response("stream_stall", 200, usage=message["usage"])
+        while self._connected(request) and not self._closing:
+            await sleep_or_closing(self, 0.05)
+        self._log_response("client_gone", 200, stream=True)
         return response
 
     def _chunks(self, text: str) -> list[str]:

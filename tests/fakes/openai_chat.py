@@ -33,6 +33,7 @@ class ChatReply:
     # Streamed only: after this many chunks, cut the connection (drop) or send a garbled one.
     cut_after: int | None = None
     garble_after: int | None = None
+    cut_before_done: bool = False  # drop after the usage chunk, before `data: [DONE]`
 
 
 @dataclass
@@ -224,6 +225,8 @@ class FakeChat(FakeServer):
         if (body.get("stream_options") or {}).get("include_usage"):
             usage = base | {"choices": [], "usage": whole["usage"]}
             await response.write(f"data: {json.dumps(usage)}\n\n".encode())
+        if spec.cut_before_done:
+            return self.drop_connection(request)
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
