@@ -19,13 +19,18 @@ from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat
 LOCAL = "local/fake-model"
 
 
-def _config(tmp: Path, chat: FakeChat, *, model: str = "claude-haiku-4-5") -> str:
+def _config(
+    tmp: Path, chat: FakeChat, *, model: str = "claude-haiku-4-5", llm: str = "", more: str = ""
+) -> str:
+    """`llm`: more [llm] keys; `more`: more tables."""
     path = tmp / "agentd.toml"
     path.write_text(
         f"""
 [llm]
 model = "{model}"
 fallbacks = ["{LOCAL}"]
+{llm}
+{more}
 [llm.providers.local]
 base_url = "{chat.base_url}/v1"
 local = true
@@ -206,3 +211,32 @@ def test_a_task_answered_by_the_fallback_is_audited_as_a_turn_is(
             "SELECT instance_id FROM llm_usage WHERE purpose = 'task' AND model = ?", (LOCAL,)
         )
         assert [r[0] for r in used] == [rows[0][0]]
+
+
+@pytest.mark.parametrize(
+    ("tables", "task_model"),
+    [("", "claude-haiku-4-5"), (f'[llm.models]\ntask = "{LOCAL}"', LOCAL)],
+    ids=["unnamed_stays_on_the_chat_model", "named_routes_tasks"],
+)
+def test_a_background_task_runs_on_its_own_model_or_the_chats(
+    tmp_path: Path,
+    fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat],
+    tables: str,
+    task_model: str,
+) -> None:
+    """With `background_model` elsewhere, a task stays on the chat's model (as it always
+    has) unless `[llm.models] task` names one; then it runs there, the chat staying put."""
+    tg, claude, chat = fakes
+    claude.enqueue_tool_use("delegate", {"task": "sum it up", "tools": []})
+    llm = f'background_model = "{LOCAL}"'
+    config = _config(tmp_path, chat, llm=llm, more=tables)
+    env = daemon_env(tmp_path, tg.base_url, claude.base_url, AGENTD_CONFIG=config)
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "do it in the background")
+        tg.wait_for_sent(2, timeout=30)  # the turn's answer and the task's result
+        daemon.wait_idle()
+        rows = daemon.query(
+            "SELECT DISTINCT purpose, model FROM llm_usage WHERE purpose IN ('task', 'turn') "
+            "ORDER BY purpose"
+        )
+        assert [tuple(r) for r in rows] == [("task", task_model), ("turn", "claude-haiku-4-5")]

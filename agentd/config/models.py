@@ -40,7 +40,12 @@ PURPOSES = (
     "automation",
     "skill",
     "watch",
+    "task",
 )
+# A purpose `[llm.models]` does not name runs on another purpose's chain rather than on
+# `background_model`: a background task is work the owner asked the chat for, so it stays on
+# the chat's models unless its own is named.
+FOLLOWS = {"task": "turn"}
 # The failures that count against a model's circuit breaker: the model is down or out of budget.
 OUTAGE_REASONS = ("overloaded", "server_error", "timeout", "unreachable", "rate_limit", "billing")
 # Why a call moves on to the next model (each is an LLMError.reason): an outage, broken answers

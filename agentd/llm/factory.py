@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from agentd.config.models import ANTHROPIC, PURPOSES, ModelSettings, ProviderConfig
+from agentd.config.models import ANTHROPIC, FOLLOWS, PURPOSES, ModelSettings, ProviderConfig
 from agentd.config.secrets import read_secret
 from agentd.llm.fallback import Breaker, Candidate, FallbackLLM, ProviderLLM
 from agentd.llm.pricing import cheapest
@@ -86,6 +86,9 @@ def build(
     breakers: dict[str, Breaker] = {}
     chains: dict[str, list[Candidate]] = {}
     for purpose in PURPOSES:
+        if purpose in FOLLOWS and purpose not in settings.models:
+            chains[purpose] = chains[FOLLOWS[purpose]]  # built before: PURPOSES are in order
+            continue
         primary = llm_config.model if purpose == "turn" else background
         if purpose in CHEAP_PURPOSES:
             primary = cheapest(llm_config)

@@ -51,6 +51,7 @@ async def call_task_llm(
     allowed = set(inp.tools)
     req = prefix.model_copy(
         update={
+            "purpose": "task",  # its own model if [llm.models] names one, else the chat's
             "system": [*prefix.system, SystemBlock(text=TASK_RULE)],
             "tools": [t for t in prefix.tools if t.name in allowed],
             "server_tools": [],
