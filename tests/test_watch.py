@@ -249,6 +249,41 @@ async def test_verdicts_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> No
         assert [tuple(r) for r in rows] == [("watch", "decide", 400, 40)] * decisions
 
 
+async def test_a_decision_is_not_asked_again_once_its_first_answer_reached_the_cap(
+    tmp_path: Path,
+) -> None:
+    """The decision's first answer came in words and cost 440 tokens, past the watch's cap
+    of 300 alone: the verdict is not asked for a second time, the check fails saying so, and
+    the answer paid for is in the ledger."""
+    async with watch_rig(tmp_path, daily_tokens=300) as (rig, fake):
+        words = {"input_tokens": 400, "output_tokens": 40}
+        fake.set_responder(
+            lambda body: {"content": [{"type": "text", "text": "Hm."}], "usage": words}
+        )
+        folder = tmp_path / "workspace"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "price.txt").write_text("Price: 250 EUR\n")
+        await rig.add(
+            "wcap",
+            label="price",
+            condition="under 200",
+            source=Source(kind="file", path="price.txt"),
+            every="10m",
+        )
+        await rig.advance(600)
+        (folder / "price.txt").write_text("Price: 189 EUR\n")
+        await rig.advance(600)
+        details = await rig.db.read(
+            lambda c: [r[0] for r in c.execute("SELECT detail FROM watch_checks")]
+        )
+        assert details and all("not asked again" in d for d in details)
+        assert len(fake.requests) == len(details)  # one ask per decision, not two
+        rows = await rig.db.read(
+            lambda c: c.execute("SELECT input_tokens, output_tokens FROM llm_usage").fetchall()
+        )
+        assert [tuple(r) for r in rows] == [(400, 40)] * len(details)
+
+
 async def test_an_answer_that_did_not_fit_is_in_the_ledger_when_the_retry_fails(
     tmp_path: Path,
 ) -> None:

@@ -12,7 +12,7 @@ from functools import partial
 from agentd.db import Database
 from agentd.ledger import usage
 from agentd.llm import LLM, LLMError
-from agentd.llm.structured import StructuredOutputError, complete_structured
+from agentd.llm.structured import AskAgain, StructuredOutputError, complete_structured
 from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
 from agentd.watch.model import Verdict
 from agentd.watch.store import Watch
@@ -37,9 +37,17 @@ def prompt(w: Watch, shown: str) -> str:
 
 
 async def decide(
-    llm: LLM, db: Database, w: Watch, shown: str, *, instance_id: str, step: str
+    llm: LLM,
+    db: Database,
+    w: Watch,
+    shown: str,
+    *,
+    instance_id: str,
+    step: str,
+    ask_again: AskAgain | None = None,
 ) -> tuple[Verdict, int]:
-    """The verdict and the tokens it cost (recorded as the watch's usage, purpose `watch`)."""
+    """The verdict and the tokens it cost (recorded as the watch's usage, purpose `watch`);
+    `ask_again` says whether an answer that did not fit may be followed by a second ask."""
     req = LLMRequest(
         purpose="watch",
         system=[SystemBlock(text=RULE)],
@@ -69,6 +77,7 @@ async def decide(
             Verdict,
             name="watch_verdict",
             description="Whether to tell the owner about this change, and what to say.",
+            ask_again=ask_again,
         )
     except (StructuredOutputError, LLMError) as exc:
         if exc.spent is not None:  # answers that did not fit cost tokens too

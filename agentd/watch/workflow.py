@@ -26,6 +26,7 @@ from agentd.db import Database
 from agentd.durable import Clock, Engine, Step, StepFailed, Workflow, workflow
 from agentd.durable.store import OPEN_STATUSES, InstanceRecord
 from agentd.llm import LLM
+from agentd.llm.types import Usage
 from agentd.memory.history import save_message
 from agentd.schedule.workflow import Plan, catch_up, grace_for
 from agentd.watch import budget, detect, store
@@ -142,7 +143,16 @@ async def cap_check(deps: WatchDeps, inp: OccurrenceInput) -> str:
 
 async def run_decision(deps: WatchDeps, inp: OccurrenceInput, shown: str, iid: str) -> Decision:
     w = await deps.db.read(store.get, inp.watch_id)
-    verdict, tokens = await decide(deps.llm, deps.db, w, shown, instance_id=iid, step="decide")
+
+    async def ask_again(spent: Usage) -> bool:
+        # The answer that did not fit may have reached a cap alone: the caps hold the second
+        # ask as they held the first, counting it (its row is written when the call ends).
+        now = deps.clock.now()
+        return not await deps.db.read(budget.cap_reason, deps.config, w, now, spent.total)
+
+    verdict, tokens = await decide(
+        deps.llm, deps.db, w, shown, instance_id=iid, step="decide", ask_again=ask_again
+    )
     return Decision(verdict=verdict, tokens=tokens)
 
 
