@@ -405,7 +405,8 @@ class WindowProxy(FakeServer):
     """Between agentd and Synapse: forwards everything, and can open a kill window.
 
     `hold_after(marker)`: the next send whose body holds `marker` reaches Synapse (the event
-    is stored) and its answer never comes back. `cut_sync(marker)`: the next /sync answer
+    is stored) and its answer never comes back. `hold_before(marker)`: the next such send is
+    held before it reaches Synapse (nothing is stored). `cut_sync(marker)`: the next /sync answer
     whose body holds `marker` is delivered cut off mid-body, so agentd has the events and can
     never commit them. Either way the test then kills agentd inside that window.
     `hold_until_synced(marker, synced)`: the next send whose body holds `marker` reaches
@@ -419,17 +420,23 @@ class WindowProxy(FakeServer):
         super().__init__()
         self.upstream = upstream
         self._hold: str | None = None
+        self._hold_before: str | None = None
         self._cut: str | None = None
         self._until: tuple[str, str] | None = None
         self._awaited: list[str] = []  # markers of `hold_until_synced` to see in a sync
         self._synced: list[str] = []  # those agentd was given
         self.held: list[str] = []  # bodies of the sends held after Synapse took them
+        self.held_before: list[str] = []  # bodies of the sends held before Synapse saw them
         self.cut: list[str] = []  # the sync answers cut
         self.sends: list[str] = []  # the path of every send (it ends in the transaction id)
 
     def hold_after(self, marker: str) -> None:
         with self._lock:
             self._hold = marker
+
+    def hold_before(self, marker: str) -> None:
+        with self._lock:
+            self._hold_before = marker
 
     def cut_sync(self, marker: str) -> None:
         with self._lock:
@@ -450,6 +457,17 @@ class WindowProxy(FakeServer):
         if self._session is None:
             self._session = aiohttp.ClientSession(auto_decompress=False)
         body = await request.read()
+        text = body.decode("utf-8", "replace")
+        with self._lock:
+            before = self._hold_before
+            before = before is not None and "/send/" in request.path and before in text
+            if before:
+                self._hold_before = None
+                self.held_before.append(text)
+                self.sends.append(request.path)
+                self._changed()
+        if before:
+            await asyncio.sleep(3600)  # agentd is killed meanwhile
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         url = f"{self.upstream}{request.rel_url}"
         async with self._session.request(
@@ -461,7 +479,6 @@ class WindowProxy(FakeServer):
         ) as answer:
             data = await answer.read()
             status, content_type = answer.status, answer.headers.get("Content-Type", "")
-        text = body.decode("utf-8", "replace")
         with self._lock:
             hold = self._hold is not None and "/send/" in request.path and self._hold in text
             cut = self._cut is not None and request.path.endswith("/sync")

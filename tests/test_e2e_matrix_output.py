@@ -195,21 +195,69 @@ def test_a_draft_left_by_kill_9_is_replaced_once_by_its_answer(tmp_path: Path, c
 
 def test_a_draft_whose_turn_is_cancelled_ends_marked_stopped(tmp_path: Path, cast: Cast) -> None:
     """`agentd workflows cancel` mid-stream: the draft keeps what it said and ends marked
-    stopped, so the half answer is never read as the answer; its row goes with it."""
+    stopped, in the language the owner chose, so the half answer is never read as the
+    answer; its row goes with it."""
     slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
     env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
     with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
         room = rig.dm()
+        rig.owner.say(room, "/language de")
+        wait_for(lambda: _said(rig, room, "Language set to de"), 60, "the language chosen")
         rig.llm.enqueue_text(STORY)
         rig.owner.say(room, "tell me a long story")
         wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
         turn = _turn(rig, "tell me a long story")
         assert turn is not None
         assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
-        wait_for(lambda: "(stopped" in " ".join(rig.shown(room)), 60, "the draft marked")
-        shown = rig.shown(room)
+        wait_for(lambda: "(abgebrochen" in " ".join(rig.shown(room)), 60, "the draft marked")
+        shown = rig.shown(room)[1:]  # after the command's reply
         assert len(shown) == 1 and shown[0].startswith("Part 1 of a long answer"), shown
-        assert shown[0].endswith("(stopped: this answer was not finished)"), shown
+        assert shown[0].endswith("(abgebrochen: diese Antwort ist nicht fertig geworden)"), shown
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+
+
+def test_a_stopped_turns_draft_left_by_kill_9_is_ended_once_at_start(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """agentd dies after the cancelled turn is recorded and before its draft's edit reaches
+    Synapse: the next start ends the draft. It dies again once Synapse took that edit (its
+    answer held back): the start after sends it again under the same transaction id, so the
+    draft is edited once, and marked stopped for good."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        asked = rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
+        turn = _turn(rig, "tell me a long story")
+        assert turn is not None
+        rig.proxy.hold_before("(stopped")
+        assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+        rig.proxy.wait_until(lambda: rig.proxy.held_before, 60, "the draft's end held")
+        assert _turn(rig, "tell me a long story") == (turn[0], "cancelled")
+        rig.daemon.kill9()
+        assert not _said(rig, room, "(stopped")
+        rig.proxy.hold_after("(stopped")
+        rig.daemon.start(wait_ready=False)  # the start waits on the held edit
+        rig.proxy.wait_until(lambda: rig.proxy.held, 60, "the draft's end taken, answer held")
+        held = rig.proxy.sends[-1]
+        wait_for(lambda: _said(rig, room, "(stopped"), 30, "Synapse storing the edit")
+        rig.daemon.kill9()
+        rig.daemon.start()
+        # Held before Synapse, taken, sent again at start: one transaction id all three times.
+        assert [p for p in rig.proxy.sends if "/agentd-stop-" in p] == [held] * 3
+        rig.owner.say(room, "marker")  # the fake echoes the unanswered story's request too
+        wait_for(lambda: rig.shown(room)[-1].endswith("marker"), 60, "the next answer")
+        draft, _ = rig.shown(room)
+        assert draft.endswith("(stopped: this answer was not finished)"), draft
+        stops = [
+            e
+            for e in _bot_events(rig, room)
+            if "(stopped" in str((e["content"].get("m.new_content") or {}).get("body"))
+        ]
+        assert len(stops) == 1, stops
+        assert _answer_to(rig, room, asked) is not None  # the draft, as the reply it was
         assert rig.query("SELECT * FROM matrix_drafts") == []
 
 

@@ -13,7 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agentd.chat.names import TURN_WORKFLOW
+from agentd.chat import locale
+from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
 from agentd.db import Database
 from agentd.durable import store
@@ -24,6 +25,22 @@ log = logging.getLogger("agentd.agent")
 ANSWER_STEPS = ("send#1", "send-error#1")
 
 DRAFT_LIMIT = 4096
+# What a draft whose answer will not come ends with where it stays (Matrix), so nobody takes
+# it for the answer: in its user's language (chat/locale.py `worded`).
+STOPPED = {
+    "en": "_(stopped: this answer was not finished)_",
+    "de": "_(abgebrochen: diese Antwort ist nicht fertig geworden)_",
+    "es": "_(detenido: esta respuesta no se terminó)_",
+    "fr": "_(interrompu : cette réponse n'a pas été terminée)_",
+    "it": "_(interrotto: questa risposta non è stata finita)_",
+    "nl": "_(gestopt: dit antwoord is niet afgemaakt)_",
+    "pl": "_(przerwano: ta odpowiedź nie została dokończona)_",
+    "pt": "_(interrompido: esta resposta não foi terminada)_",
+    "ru": "_(остановлено: этот ответ не был закончен)_",
+    "uk": "_(зупинено: цю відповідь не було завершено)_",
+    "ja": "_(停止: この回答は完成していません)_",
+    "zh": "_(已停止：此回答未完成)_",
+}
 
 
 def draft_id(instance_id: str, step: str) -> int:
@@ -81,19 +98,53 @@ class DraftStreamer:
         self.sent += self.enabled
 
 
-async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecord) -> None:
+async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecord) -> bool:
     """A turn that ended without its answer (cancelled, failed for good): its drafts must
-    not pass for the answer (`Outbox.end_draft`). Not if the answer's send began: it may
-    have taken the draft's place, which this would hide. Best effort, and harmless twice."""
+    not pass for the answer (`Outbox.end_draft`), marked stopped in its user's language. Not
+    if the answer's send began: it may have taken the draft's place, which this would hide.
+    Best effort, and harmless twice; whether the outbox was asked to end them."""
     if inst.workflow != TURN_WORKFLOW or inst.status == "complete":
-        return
+        return False
     try:
-        chat_id = json.loads(inst.input).get("chat_id")
+        given = json.loads(inst.input)
+        chat_id, user_id = given.get("chat_id"), given.get("user_id")
         if not isinstance(chat_id, int) or await db.read(_answer_begun, inst.id):
-            return
-        await outbox.end_draft(chat_id, answer_draft(inst.id))
+            return False
+        told = str(given.get("language_code") or "")
+        language = await db.read(locale.of_user, user_id, told) if user_id else told
+        await outbox.end_draft(chat_id, answer_draft(inst.id), locale.worded(STOPPED, language))
     except Exception as exc:
         log.info("draft not ended (best effort)", extra={"reason": type(exc).__name__})
+        return False
+    return True
+
+
+async def end_left_drafts(db: Database, outbox: Outbox) -> int:
+    """At start, before the engine runs: the drafts whose turn ended without its answer and
+    were not ended then (the process died between the turn's end and its draft's, and the
+    engine's hook for it never runs again) are ended now, as the hook would have. Each ends
+    under its own fixed transaction id, so one the homeserver took already is the same edit
+    again. A draft whose turn is still open is its turn's; one whose turn retention removed
+    is left to retention (matrix/kept.py). Returns how many were ended."""
+    ended = 0
+    for chat_id, draft in await outbox.open_drafts():
+        inst = await db.read(_turn_of_draft, chat_id, draft)
+        if inst is not None and inst.status not in store.OPEN_STATUSES:
+            ended += await end_unanswered(db, outbox, inst)
+    return ended
+
+
+def _turn_of_draft(conn: Any, chat_id: int, draft: int) -> store.InstanceRecord | None:
+    """The chat's turn whose answer's drafts are `draft` (only their hash names them: a scan
+    of the chat's turns, made only for a draft left open at a start)."""
+    rows = conn.execute(
+        "SELECT id FROM workflow_instances WHERE key = ? AND workflow = ?",
+        (chat_key(chat_id), TURN_WORKFLOW),
+    )
+    for (instance_id,) in rows.fetchall():
+        if answer_draft(instance_id) == draft:
+            return store.get_instance(conn, instance_id)
+    return None
 
 
 def _answer_begun(conn: Any, instance_id: str) -> bool:

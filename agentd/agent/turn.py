@@ -493,13 +493,13 @@ async def recall_for_turn(
     except Exception as exc:  # an embedder outage must not cost the user their answer
         log.warning("recall failed; answering without memories", extra={"error": repr(exc)})
         recall = None
-    language, _ = await deps.db.read_inline(locale.current, inp.user_id)
+    language = await deps.db.read_inline(locale.of_user, inp.user_id, inp.language_code)
     route = await route_turn(deps, inp, recall)
     update = {
         "pending": pending,
         "pending_outside": outside,
         "route": route,
-        "language": language or inp.language_code,
+        "language": language,
     }
     return (recall or Recall(outside=[])).model_copy(update=update)
 

@@ -9,6 +9,7 @@ with dates written as its readers write them.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 # An IETF language tag as Telegram sends them ("en", "pt-br", "zh-hans").
@@ -57,3 +58,17 @@ def current(conn: Any, user_id: int) -> tuple[str, str]:
     if row[0]:
         return str(row[0]), "chosen"
     return (str(row[1]), "telegram") if row[1] else ("", "")
+
+
+def of_user(conn: Any, user_id: int, told: str = "") -> str:
+    """The language to use for a user: theirs (`current`), else what their message `told`
+    (a Telegram client's `language_code`); "" when neither says."""
+    language, _ = current(conn, user_id)
+    return language or told
+
+
+def worded(texts: Mapping[str, str], language: str) -> str:
+    """A fixed text in `language` from its translations (keyed by primary tag, "en" always
+    there): "pt-br" reads "pt"; a language with none reads English."""
+    tag = language.lower()
+    return texts.get(tag) or texts.get(tag.split("-")[0]) or texts["en"]

@@ -81,9 +81,16 @@ class Outbox(Protocol):
         call and model call of it, and its first chunk is sent with `draft=draft_id`."""
         ...
 
-    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
         """The answer of these drafts will not come (its turn was stopped or failed): what
-        the chat shows of them must not pass for an answer. Doing it again does no harm."""
+        the chat shows of them must not pass for an answer; where it stays (a message), it
+        ends with `note` (Markdown, the user's language). Doing it again does no harm."""
+        ...
+
+    async def open_drafts(self) -> list[tuple[int, int]]:
+        """(chat id, draft id) of each draft that outlives its process (a message) and was
+        neither replaced by its answer nor ended yet; [] where a draft goes with its process.
+        Best effort: [] when they cannot be read."""
         ...
 
     async def chat_action(self, chat_id: int) -> None: ...

@@ -101,10 +101,13 @@ class RoutedOutbox:
             return False
         return await outbox.send_draft(chat_id, draft_id, text, reply_to=reply_to)
 
-    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
         outbox = self._by_block.get(id_block(chat_id))
         if outbox is not None:
-            await outbox.end_draft(chat_id, draft_id)
+            await outbox.end_draft(chat_id, draft_id, note)
+
+    async def open_drafts(self) -> list[tuple[int, int]]:
+        return [found for outbox in self._by_block.values() for found in await outbox.open_drafts()]
 
     async def chat_action(self, chat_id: int) -> None:
         outbox = self._by_block.get(id_block(chat_id))

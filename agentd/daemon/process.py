@@ -15,7 +15,7 @@ from typing import Any
 
 from agentd.access import owners
 from agentd.agent.approval_flow import withdraw_approvals
-from agentd.agent.streaming import end_unanswered
+from agentd.agent.streaming import end_left_drafts, end_unanswered
 from agentd.chat import reach
 from agentd.chat.channel import CredentialsRejected, Intake, Opened
 from agentd.chat.notice import make_notice_workflow, post_notice
@@ -192,6 +192,10 @@ async def _build(proc: _Process, started_at: float) -> None:
     )
     wired = await services.build(core, proc.channels, proc.stack)
     wired_holder.append(wired)
+    # Before the engine runs: no resumed notice reaches a chat before its stopped draft
+    # ends, and the daily prune (a workflow) cannot drop the draft's record first.
+    if ended := await end_left_drafts(db, outbox):
+        log.info("drafts of turns that ended unanswered ended at start", extra={"count": ended})
     await engine.run()
     try:
         proc.closers = await wired.start()

@@ -46,8 +46,6 @@ MARKUP = Markup(schemes=("https", "http"), strike="del", line_break="<br>")
 # most 65,536 bytes (the spec's limit, signatures and ids included), and the edit that puts a
 # streamed answer in its draft's place carries the content twice (`m.new_content`).
 MAX_CONTENT_BYTES = 30_000
-# What a draft whose answer will not come ends with, so nobody takes it for the answer.
-STOPPED = "_(stopped: this answer was not finished)_"
 
 
 def txn_id() -> str:
@@ -244,22 +242,31 @@ class MatrixOutbox:
             return False
         return True
 
-    async def end_draft(self, chat_id: int, draft_id: int) -> None:
-        """The draft ends as what it said and `STOPPED` (only that, if this process never
-        saw what it said: it was sent before a restart). Under a transaction id from the
-        draft's, so doing it again after a crash is the same edit; best effort."""
+    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+        """The draft ends as what it said and `note` (only that, if this process never saw
+        what it said: it was sent before a restart). Under a transaction id from the draft's,
+        so doing it again after a crash is the same edit; best effort."""
         text = self._shown.pop((chat_id, draft_id), "")
         try:
             found = await self._db.read(_open_draft, chat_id, draft_id)
             if found is None or found[0] != draft_id:  # none, or another answer's (key 0)
                 return
             room = await self.room_of(chat_id)
-            edit = _replacing(found[1], f"{text}\n\n{STOPPED}" if text.strip() else STOPPED)
+            edit = _replacing(found[1], f"{text}\n\n{note}" if text.strip() else note)
             txn = "agentd-stop-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
             await self._client.send(room, "m.room.message", edit, txn[:60])
             await self._db.write(_close_draft, chat_id, draft_id)
         except Exception as exc:  # cancellation is BaseException and still propagates
             log.info("matrix draft not ended (best effort)", extra={"reason": type(exc).__name__})
+
+    async def open_drafts(self) -> list[tuple[int, int]]:
+        """The drafts with a row (neither replaced nor ended), but one opened before drafts
+        were their answer's (id 0): the chat's next answer takes its place."""
+        try:
+            return await self._db.read(_drafts_left)
+        except Exception as exc:  # cancellation is BaseException and still propagates
+            log.info("matrix drafts not read (best effort)", extra={"reason": type(exc).__name__})
+            return []
 
     async def chat_action(self, chat_id: int) -> None:
         with contextlib.suppress(Exception):
@@ -314,6 +321,11 @@ def _open_draft(conn: Any, chat_id: int, draft_id: int) -> tuple[int, str] | Non
     )
     found = row.fetchone()
     return None if found is None else (int(found[0]), str(found[1]))
+
+
+def _drafts_left(conn: Any) -> list[tuple[int, int]]:
+    rows = conn.execute("SELECT chat_id, draft_id FROM matrix_drafts WHERE draft_id != 0")
+    return [(int(chat), int(draft)) for chat, draft in rows]
 
 
 def _save_draft(conn: Any, chat_id: int, draft_id: int, event_id: str) -> None:

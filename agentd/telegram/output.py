@@ -224,8 +224,12 @@ class TelegramOutbox:
             lambda: self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text),
         )
 
-    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
         """A draft is a preview that goes when its answer does not come: nothing to end."""
+
+    async def open_drafts(self) -> list[tuple[int, int]]:
+        """Previews go on their own: none outlives its process."""
+        return []
 
     async def chat_action(self, chat_id: int) -> None:
         """Best effort: a server that does not know sendChatAction must not break a turn."""

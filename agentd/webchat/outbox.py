@@ -185,11 +185,15 @@ class WebOutbox:
         self.hub.poke()
         return True
 
-    async def end_draft(self, chat_id: int, draft_id: int) -> None:
+    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
         """The answer so far of an answer that will not come goes (another's stays)."""
         if chat_id == CHAT_ID and self.hub.draft_id == draft_id and self.hub.draft:
             self.hub.draft = ""
             self.hub.poke()
+
+    async def open_drafts(self) -> list[tuple[int, int]]:
+        """The answer so far lives in this process only: gone with it."""
+        return []
 
     async def chat_action(self, chat_id: int) -> None:
         if chat_id == CHAT_ID:
