@@ -283,6 +283,34 @@ def test_interrupt_mode_a_stopped_turns_draft_is_no_answer(tmp_path: Path, cast:
         assert rig.query("SELECT * FROM matrix_drafts") == []
 
 
+def test_a_reply_to_one_part_of_a_long_answer_quotes_that_part(tmp_path: Path, cast: Cast) -> None:
+    """An answer too long for one message goes as several events; a reply to the third
+    quotes the third, not the answer from its start (whose first 2,000 characters the
+    prompt would show)."""
+    parts = [f"{name} " + "is the part's own text, " * 8 for name in ("ALPHA", "BRAVO", "CHARLIE")]
+    with matrix_rig(tmp_path, cast, extra="max_message_chars = 256") as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text("\n\n".join(p.strip() for p in parts))
+        rig.owner.say(room, "tell me in three parts")
+        wait_for(lambda: len(_bot_events(rig, room)) == 3, 60, "the answer's three events")
+        third = _bot_events(rig, room)[2]
+        assert str(third["content"]["body"]).startswith("CHARLIE")
+        reply = {
+            "msgtype": "m.text",
+            "body": "why that?",
+            "m.relates_to": {"m.in_reply_to": {"event_id": third["event_id"]}},
+        }
+        rig.owner.send(room, reply)
+
+        def asked() -> list[str]:
+            texts = [last_user_text(r["body"]) for r in rig.llm.requests if "body" in r]
+            return [t for t in texts if "why that?" in t]
+
+        [prompt] = wait_for(asked, 60, "the reply's turn at the model")
+        assert "replying to your earlier message" in prompt
+        assert parts[2].strip() in prompt and "ALPHA" not in prompt and "BRAVO" not in prompt
+
+
 def test_the_owners_edit_replaces_the_working_turn(tmp_path: Path, cast: Cast) -> None:
     """Edited while its turn works (no answer yet): that turn stops and never answers; the
     edit is answered, as a reply to the message it changed."""

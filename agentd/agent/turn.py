@@ -370,10 +370,17 @@ def save_reply(
     outcome: str,
     outside: str = "",
     in_view: str = "",
+    parts: list[str] | None = None,
 ) -> int:
     """The answer into history; `outside` names the outside content the turn read itself
     (its input, a tool, a recalled memory), which makes the answer outside content too;
-    `in_view` what sat only in its history window (IN_VIEW_OF in its meta)."""
+    `in_view` what sat only in its history window (IN_VIEW_OF in its meta); `parts` the
+    chunks it was sent in, when more than one (a reply to one quotes that one)."""
+    meta: dict[str, Any] = {"outcome": outcome}
+    if in_view:
+        meta[IN_VIEW_OF] = in_view
+    if parts and len(parts) > 1:
+        meta[history.PARTS] = parts
     return history.save_message(
         conn,
         chat_id=inp.chat_id,
@@ -384,7 +391,7 @@ def save_reply(
         source_key=f"{instance_id}:assistant:{outcome}",
         instance_id=instance_id,
         telegram_message_ids=ids,
-        meta={"outcome": outcome} | ({IN_VIEW_OF: in_view} if in_view else {}),
+        meta=meta,
         origin="outside" if outside else "model",
         origin_ref=outside or None,
     )
@@ -557,8 +564,10 @@ async def record_reply(
 ) -> None:
     """The last two steps of every turn: the answer into history, the turn into the audit."""
     iid = step.instance_id
+    parts = deps.outbox.split(text)  # as `send_reply` sent it (deterministic)
+    saved = (inp, iid, text, ids, outcome, outside, in_view, parts)
     await step.locals(  # one commit for both
-        LocalStep("save-reply", save_reply, (inp, iid, text, ids, outcome, outside, in_view)),
+        LocalStep("save-reply", save_reply, saved),
         LocalStep("audit", write_audit, (inp, iid, kind, {"outcome": outcome, **detail})),
     )
 

@@ -10,6 +10,10 @@ from pydantic import BaseModel, Field
 
 from agentd.chat.names import chat_key
 
+# An answer sent in several messages keeps their texts in its meta, in order: its message
+# ids (`telegram_message_ids`) name them in the same order, files sent with it after them.
+PARTS = "parts"
+
 # Whose words a stored message, memory or fact is: the user's own, the model's, or outside
 # content (someone else's words, a page, a mail, a command's output).
 Origin = Literal["user", "model", "outside"]
@@ -155,12 +159,18 @@ def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[S
 
 def sent_text(conn: Any, chat_id: int, message_id: int) -> str | None:
     """What agentd sent as chat message `message_id` in this chat, as kept in the history (a
-    turn's answer, a told message), or None: not one of its kept messages (a notice, a row
-    retention removed, a message of another chat)."""
+    turn's answer, a told message): of an answer sent in several messages, the part that
+    message was. None: not one of its kept messages (a notice, a row retention removed, a
+    message of another chat)."""
     row = conn.execute(
-        "SELECT content FROM messages WHERE chat_id = ? AND role = 'assistant' AND EXISTS "
+        "SELECT content, telegram_message_ids, meta FROM messages WHERE chat_id = ? "
+        "AND role = 'assistant' AND EXISTS "
         "(SELECT 1 FROM json_each(messages.telegram_message_ids) WHERE value = ?) "
         "ORDER BY id DESC LIMIT 1",
         (chat_id, message_id),
     ).fetchone()
-    return None if row is None else str(row[0])
+    if row is None:
+        return None
+    parts = json.loads(row[2]).get(PARTS) or []
+    at = json.loads(row[1]).index(message_id)
+    return str(parts[at]) if at < len(parts) else str(row[0])
