@@ -854,3 +854,43 @@ async def test_a_draft_no_open_turn_streams_for_is_pruned(db: Database) -> None:
     assert await _prune_all(db, "matrix_drafts", 1e10, update_days=7) == 1
     left = await db.read(lambda c: c.execute("SELECT event_id FROM matrix_drafts").fetchall())
     assert sorted(r[0] for r in left) == ["$o", "$z"]
+
+
+async def test_in_a_group_only_a_reply_to_the_bots_message_of_that_room_addresses_it(
+    db: Database,
+) -> None:
+    """A reply (no fallback quote, as current clients send it) is addressed to the bot when
+    it names the bot's message in this room; one naming the bot's message of another room
+    is not (a client cannot make it; a crafted event can), as its quote is not this room's
+    either."""
+    group = "!group:hs"
+    me = ME.model_copy(update={"allow_groups": True})
+    members = [_member(BOT), _member(OWNER), _member(STRANGER)]
+
+    def in_group(token: str, *events: Any) -> dict[str, Any]:
+        joined = {group: {"state": {"events": members}, "timeline": {"events": list(events)}}}
+        return {"next_batch": token, "rooms": {"join": joined}}
+
+    async def persist(response: Any, first: bool = False) -> Any:
+        return await db.write(
+            persist_sync, response, me, engine, lambda c, p: "", lambda t, c: None, first=first
+        )
+
+    engine = await _engine(db)
+    await _persist(db, engine, _sync("d0"), first=True)
+    await persist(in_group("g0"), first=True)
+    await db.write(lambda c: ids.sent_id(c, "$here", group))
+    await db.write(lambda c: ids.sent_id(c, "$there", ROOM))
+
+    def reply(event_id: str, target: str) -> dict[str, Any]:
+        event = _text(event_id, "and what about tomorrow?")
+        event["content"]["m.relates_to"] = {"m.in_reply_to": {"event_id": target}}
+        return event
+
+    await persist(in_group("g1", reply("$r-here", "$here"), reply("$r-there", "$there")))
+    outcomes = await db.read(
+        lambda c: dict(c.execute("SELECT event_id, outcome FROM matrix_events").fetchall())
+    )
+    assert outcomes == {"$r-here": "turn", "$r-there": "ignore"}
+    [turn] = [TurnInput.model_validate(t) for t in await _turns(db)]
+    assert turn.reply_to is not None and turn.reply_to.from_bot

@@ -45,10 +45,12 @@ def sent_id(conn: Any, event_id: str, room_id: str) -> int:
     return local
 
 
-def sent_by_bot(conn: Any, event_id: str) -> bool:
-    """Whether agentd sent this event (read only)."""
+def sent_by_bot(conn: Any, event_id: str, room_id: str) -> bool:
+    """Whether agentd sent this event in this room (read only): an event of another room is
+    not this room's to answer to, whatever a reply names."""
     row = conn.execute(
-        "SELECT sent FROM matrix_ids WHERE kind = 'event' AND mxid = ?", (event_id,)
+        "SELECT sent FROM matrix_ids WHERE kind = 'event' AND mxid = ? AND room_id = ?",
+        (event_id, room_id),
     ).fetchone()
     return row is not None and bool(row[0])
 

@@ -299,12 +299,12 @@ def _tell_of_gap(
     result.keys.add(instance_id)
 
 
-def _replied_to_bot(conn: Any, event: dict[str, Any]) -> bool:
-    """A reply to one of the bot's messages (an event agentd sent)."""
+def _replied_to_bot(conn: Any, event: dict[str, Any], room: Room) -> bool:
+    """A reply to one of the bot's messages in this room (an event agentd sent here)."""
     relates = _obj(event.get("content")).get("m.relates_to")
     reply = relates.get("m.in_reply_to") if isinstance(relates, dict) else None
     target = reply.get("event_id") if isinstance(reply, dict) else None
-    return isinstance(target, str) and ids.sent_by_bot(conn, target)
+    return isinstance(target, str) and ids.sent_by_bot(conn, target, room.room_id)
 
 
 def _reply_context(
@@ -324,7 +324,7 @@ def _reply_context(
     if not target:
         return None
     known = ids.known_id(conn, "event", target)
-    from_bot = _replied_to_bot(conn, event)
+    from_bot = _replied_to_bot(conn, event, room)
     chat_id = ids.local_id(conn, "room", room.room_id)
     own = history.sent_text(conn, chat_id, known) if from_bot and known is not None else None
     return ReplyContext(
@@ -335,13 +335,17 @@ def _reply_context(
     )
 
 
-def _edit_of_a_turn(conn: Any, event: dict[str, Any]) -> bool:
-    """An edit of a message that was answered (so was meant for the bot): in a group its new
-    text need not name the bot again, as a Telegram edit keeps the reply it was."""
+def _edit_of_a_turn(conn: Any, event: dict[str, Any], room: Room) -> bool:
+    """An edit of a message of this room that was answered (so was meant for the bot): in a
+    group its new text need not name the bot again, as a Telegram edit keeps the reply it
+    was."""
     edit = edit_of(event)
     if not edit or not edit[0]:
         return False
-    row = conn.execute("SELECT outcome FROM matrix_events WHERE event_id = ?", (edit[0],))
+    row = conn.execute(
+        "SELECT outcome FROM matrix_events WHERE event_id = ? AND room_id = ?",
+        (edit[0], room.room_id),
+    )
     found = row.fetchone()
     return found is not None and found[0] == "turn"
 
@@ -387,7 +391,7 @@ def _take_event(
     conn.execute("SAVEPOINT one_event")
     try:
         paired = _pair_if_asked(conn, event, room, me)
-        replied = _replied_to_bot(conn, event) or _edit_of_a_turn(conn, event)
+        replied = _replied_to_bot(conn, event, room) or _edit_of_a_turn(conn, event, room)
         decision = classify_event(event, room, paired, replied_to_bot=replied)
         if decision.action == "ignore" and decision.reason == "the bot's own event":
             conn.execute("RELEASE one_event")
