@@ -68,7 +68,8 @@ def kept_early() -> KeptTable:
 def kept_drafts() -> KeptTable:
     """Drafts no open turn streams for, by `[retention] update_days` being on (any age):
     only their answer reads them, and it will not come. A stopped turn's draft is ended with
-    its row (output.py `end_draft`); one can stay when the process died before, the answer
+    its row (output.py `end_draft`), at the next start if the process died first
+    (agent/streaming.py `end_left_drafts`, before this can run); one can stay when the answer
     was cut off as it went, or the homeserver was down then. One opened before drafts were
     their answer's (id 0) stays: the chat's next answer takes its place."""
 
