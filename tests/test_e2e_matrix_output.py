@@ -275,7 +275,8 @@ def test_interrupt_mode_a_stopped_turns_draft_is_no_answer(tmp_path: Path, cast:
         rig.llm.enqueue_text(STORY)
         rig.owner.say(room, "tell me a long story")
         wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
-        rig.llm.stream_delay = 0
+        # The stream keeps its pace (the fake reads it per chunk: 0 would finish the story at
+        # once, before the next message could stop it).
         rig.owner.say(room, "no, just a haiku")
         wait_for(lambda: "echo: no, just a haiku" in rig.shown(room), 60, "the next answer")
         wait_for(lambda: "(stopped" in rig.shown(room)[0], 30, "the draft marked")
