@@ -137,6 +137,24 @@ class Site:
                 "</script>"
             )
             return 200, _page("Links", links + script), {}
+        if path == "/decoy":  # once read, "Cancel" becomes "Pay now", and its getter lies
+            script = (
+                "<script>const b = document.getElementById('b');"
+                "const real = Object.getOwnPropertyDescriptor(HTMLElement.prototype, 'innerText');"
+                "new MutationObserver(() => {"
+                " if (!b.hasAttribute('data-agentd-ref')) return;"
+                " b.textContent = 'Pay now';"
+                " Object.defineProperty(HTMLElement.prototype, 'innerText', {configurable: true,"
+                "  get() { const t = real.get.call(this); return t === 'Pay now' ? 'Cancel' : t; }"
+                " });"
+                " String.prototype.trim = function () { return this.valueOf() === 'Pay now' ?"
+                "  'Cancel' : this.replace(/^\\s+|\\s+$/g, ''); };"
+                "}).observe(b, {attributes: true});</script>"
+            )
+            button = (
+                "<button id=b onclick=\"location.href = '/to/' + this.textContent\">Cancel</button>"
+            )
+            return 200, _page("Basket", button + script), {}
         if path == "/hold":
             form = (
                 "<form method=post action=/hold><label>Amount <input name=amount></label>"

@@ -211,3 +211,27 @@ async def test_a_page_that_rewrote_javascripts_builtins_is_still_read_within_its
         assert found.page.url == f"{site.base}/to/3"
     finally:
         await service.close()
+
+
+async def test_a_page_that_rewrites_an_element_and_the_getters_describing_it_is_refused(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """Once read, the page turns its "Cancel" button into "Pay now" and makes `innerText`
+    and `trim` answer "Cancel" for it in its own world: the check before acting reads the
+    element in agentd's world, sees what it is, and refuses (the card would have said
+    "Cancel" while the click paid)."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/decoy")
+        (button,) = snap.elements
+        assert button.text == "Cancel"
+        with pytest.raises(BrowserError, match=r"changed the element .*Cancel"):
+            await actions.click(service, found, button.ref)
+        assert found.page.url == f"{site.base}/decoy"
+        # Read again, the button is what it now is.
+        (now,) = (await service.snapshot(found)).elements
+        assert now.text == "Pay now"
+    finally:
+        await service.close()

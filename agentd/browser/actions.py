@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from agentd.browser.pages import DESCRIBE_JS, Element, Snapshot, render, same_element
+from agentd.browser.pages import Element, Snapshot, render, same_element
 from agentd.browser.service import BrowserError, BrowserService, Session
 from agentd.hands.workspace import Workspace, WorkspaceError
 
@@ -27,27 +27,27 @@ async def element(service: BrowserService, found: Session, ref: str) -> tuple[An
             f"there is no element [{ref}] on the page as last read; read the page again "
             "(browser_read) and use a number it shows"
         )
-    loc = service.locator(found, ref)
-
-    async def look() -> tuple[int, Element | None]:
-        count = await loc.count()
-        now = Element.model_validate(await loc.first.evaluate(DESCRIBE_JS)) if count else None
-        return count, now
-
     try:
-        count, now = await asyncio.wait_for(look(), service.config.action_timeout)
+        seen = await asyncio.wait_for(service.describe(found, ref), service.config.action_timeout)
     except TimeoutError:
         raise BrowserError(
             f"the page did not answer within {service.config.action_timeout:g} s; read it again"
         ) from None
+    except BrowserError:
+        raise
     except Exception as exc:
         raise BrowserError(f"the element [{ref}] cannot be reached ({_short(exc)})") from None
-    if count != 1 or now is None or not same_element(read, now.model_copy(update={"ref": ref})):
+    now = seen.element
+    if (
+        seen.count != 1
+        or now is None
+        or not same_element(read, now.model_copy(update={"ref": ref}))
+    ):
         raise BrowserError(
             f"the page changed the element [{ref}] since it was read ({read.shown()}); read "
             "the page again before acting on it"
         )
-    return loc.first, read
+    return service.locator(found, ref).first, read
 
 
 def _short(exc: BaseException) -> str:

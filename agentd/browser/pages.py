@@ -111,8 +111,15 @@ SNAPSHOT_JS = (
 """
 ).replace("FUNCS", _ELEMENT_FUNCS)
 
-# Runs on one element: its description now, the same shape as the snapshot's.
-DESCRIBE_JS = "(el) => {" + _ELEMENT_FUNCS + " return describe(el); }"
+# Runs with a ref: how many elements carry it now, and the first one's description (the
+# snapshot's shape). The service runs it in agentd's own world, as it runs the snapshot: the
+# page cannot rewrite the builtins or getters it reads to make a changed element pass.
+DESCRIBE_JS = (
+    "(ref) => {"
+    + _ELEMENT_FUNCS
+    + "const found = document.querySelectorAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
+    " return {count: found.length, element: found.length ? describe(found[0]) : null}; }"
+).replace("ATTR", REF_ATTR)
 
 
 class Element(BaseModel):
@@ -139,6 +146,13 @@ class Element(BaseModel):
         if self.options:
             bits.append("options: " + ", ".join(self.options))
         return " ".join(bits)
+
+
+class Described(BaseModel):
+    """What `DESCRIBE_JS` finds for a ref."""
+
+    count: int
+    element: Element | None = None
 
 
 class Snapshot(BaseModel):

@@ -25,7 +25,15 @@ from pathlib import Path
 from typing import Any
 
 from agentd.browser import jail, profiles
-from agentd.browser.pages import REF_ATTR, SNAPSHOT_JS, Element, Snapshot, host_of
+from agentd.browser.pages import (
+    DESCRIBE_JS,
+    REF_ATTR,
+    SNAPSHOT_JS,
+    Described,
+    Element,
+    Snapshot,
+    host_of,
+)
 from agentd.browser.proxy import Allowlist, BrowserProxy, Resolve
 from agentd.config import BrowserConfig
 from agentd.hands.sandbox import SandboxUnavailable
@@ -549,6 +557,17 @@ class BrowserService:
             await self._learn_cookies(found)
         return snap
 
+    async def describe(self, found: Session, ref: str) -> Described:
+        """How many elements carry `ref` on the page now, and the first one's description,
+        read in agentd's own world as the snapshot is (unbounded: the caller bounds it)."""
+        try:
+            raw = await _isolated(found, f"({DESCRIBE_JS})({json.dumps(ref)})")
+        except _PageScriptError:
+            raise BrowserError(
+                f"the element [{ref}] could not be checked on the page; read the page again"
+            ) from None
+        return Described.model_validate(raw)
+
     async def _learn_cookies(self, found: Session) -> None:
         """A signed-in site may renew its session cookie while a turn uses it: the new value
         is learned before the page that may show it goes to the model."""
@@ -594,7 +613,8 @@ class _PageScriptError(Exception):
 
 
 async def _isolated(found: Session, expression: str) -> Any:
-    """`expression`'s value, evaluated in a world of agentd's own on the page's main frame.
+    """`expression`'s value, evaluated in a world of agentd's own on the page's main frame
+    (where the snapshot reads the page, and an action checks its element before acting).
     The page shares its DOM with that world but not its JavaScript: a page that rewrote
     `Array.prototype.push` or `String.prototype.slice` in its own world would make the
     snapshot's caps lie (a 30-times `push` turned 200 links into 130,000 elements, 33 MB)."""
