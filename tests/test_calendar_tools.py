@@ -258,8 +258,10 @@ async def test_a_feed_is_parsed_only_in_the_bounded_child(
 async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A feed is read up to MAX_FEED_BYTES and no further; its password is sent to the feed's
-    own address when that asks, and never along a redirect to another host."""
+    """A feed is read up to MAX_FEED_BYTES and no further; its password goes to the feed's
+    own address, never along a redirect to another server (here the same host on another
+    port); a redirect to another loopback or private address is refused before it is made
+    (the feed's own host is the owner's, so it may be private)."""
     import base64
     import http.server
     import threading
@@ -272,13 +274,17 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
     class Feeds(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             seen.append((self.path, self.headers.get("Authorization", "")))
-            away = {"/away.ics": f"http://localhost:{port}/stolen.ics", "/ftp.ics": "ftp://x/y"}
+            away = {
+                "/away.ics": f"http://127.0.0.2:{lan_port}/stolen.ics",
+                "/moved.ics": f"http://127.0.0.1:{other_port}/new.ics",
+                "/ftp.ics": "ftp://x/y",
+            }
             if self.path in away:
                 self.send_response(302)
                 self.send_header("Location", away[self.path])
                 self.end_headers()
                 return
-            if not self.headers.get("Authorization"):
+            if self.path != "/new.ics" and not self.headers.get("Authorization"):
                 self.send_response(401)
                 self.send_header("WWW-Authenticate", 'Basic realm="feeds"')
                 self.end_headers()
@@ -292,13 +298,18 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
         def log_message(self, *args: Any) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Feeds)
-    port = server.server_address[1]
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # The feed's server, the same host on another port, and another loopback address.
+    servers = [
+        http.server.ThreadingHTTPServer((host, 0), Feeds)
+        for host in ("127.0.0.1", "127.0.0.1", "127.0.0.2")
+    ]
+    port, other_port, lan_port = (server.server_address[1] for server in servers)
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         feeds = [
             CalendarConfig(name=name, url=f"http://127.0.0.1:{port}/{name}.ics", username="me")
-            for name in ("feed", "big", "away", "ftp")
+            for name in ("feed", "big", "away", "moved", "ftp")
         ]
         tools = _feed_tools(feeds)
         out = await call(tools, "calendar_list", calendar="feed", start="2026-10-30")
@@ -306,11 +317,57 @@ async def test_a_feed_larger_than_the_cap_is_refused_and_its_password_stays_home
         big = await call(tools, "calendar_list", calendar="big")
         assert not big.ok and "big: feed failed" in big.content and "larger than" in big.content
         away = await call(tools, "calendar_list", calendar="away")
-        assert not away.ok, away.content
+        assert not away.ok and "away: feed failed: refused: redirected to" in away.content
+        assert "127.0.0.2 is a loopback address" in away.content, away.content
+        moved = await call(tools, "calendar_list", calendar="moved", start="2026-10-30")
+        assert moved.ok and "Standup (repeats)" in moved.content, moved.content
         ftp = await call(tools, "calendar_list", calendar="ftp")
-        assert not ftp.ok and "a redirect to ftp scheme was refused" in ftp.content, ftp.content
+        assert not ftp.ok and "only http and https" in ftp.content, ftp.content
     finally:
-        server.shutdown()
+        for server in servers:
+            server.shutdown()
     sent = base64.b64encode(b"me:").decode()
     assert ("/feed.ics", f"Basic {sent}") in seen
-    assert [auth for path, auth in seen if path == "/stolen.ics"] == [""]
+    assert not [path for path, _ in seen if path == "/stolen.ics"]
+    assert [auth for path, auth in seen if path == "/new.ics"] == [""]
+
+
+async def test_a_feed_that_drips_ends_at_the_calendars_timeout() -> None:
+    """A feed that sends a byte now and then never lets a per-read timeout fire: the whole
+    answer has the calendar's timeout, and the tool says so (its server sees the hang-up
+    long before the body would have ended)."""
+    import http.server
+    import threading
+
+    hung_up = threading.Event()
+    release = threading.Event()
+
+    class Drip(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = WEEKLY.encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            try:
+                for byte in body:  # a byte every 50 ms: 40 s for the whole feed
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    if release.wait(0.05):
+                        return
+            except OSError:
+                hung_up.set()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/drip.ics"
+        tools = _feed_tools([CalendarConfig(name="drip", url=url, timeout=1.0)])
+        out = await call(tools, "calendar_list")
+        assert not out.ok and "drip: feed failed: no complete answer within 1 s" in out.content
+        assert await asyncio.to_thread(hung_up.wait, 30), "the feed's connection stayed open"
+    finally:
+        release.set()
+        server.shutdown()

@@ -13,6 +13,15 @@ from agentd.config import CalendarConfig
 from agentd.parsing.budget import ParseFailed
 
 
+async def _read(
+    src: Source, start: datetime, end: datetime, zone: ZoneInfo
+) -> list[dict[str, object]]:
+    data = await src.fetch_raw(start, end)
+    # Parsed in the bounded child, as the tools do: a hostile feed costs a child, not the
+    # command (nor `agentd init`, which asks again).
+    return await expand_bounded(data, start, end, zone)
+
+
 def check_calendar(
     config: CalendarConfig, env: Mapping[str, str], default_zone: str
 ) -> tuple[str, bool, str]:
@@ -31,10 +40,7 @@ def check_calendar(
     start = datetime.combine(datetime.now(zone).date(), time(0), zone)
     end = start + timedelta(days=1)
     try:
-        data = src.fetch_raw(start, end)
-        # Parsed in the bounded child, as the tools do: a hostile feed costs a child, not
-        # the command (nor `agentd init`, which asks again).
-        found = asyncio.run(expand_bounded(data, start, end, zone))
+        found = asyncio.run(_read(src, start, end, zone))
     except CalendarError as exc:
         return name, False, str(exc)
     except ParseFailed as exc:  # a feed that is not iCalendar, or one past the child's budget

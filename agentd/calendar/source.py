@@ -1,19 +1,22 @@
 """Where events come from and go to: a CalDAV calendar (python-caldav) or a read-only .ics feed
-(a plain GET with the standard library, read up to a cap).
+(the project's safe fetch: one deadline for the whole answer, a size cap, every redirect's
+address vetted).
 
-Synchronous (caldav and its HTTP client block): the tools call these in a thread.
+CalDAV is synchronous (caldav and its HTTP client block): the tools call it in a thread.
 """
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.parse
-import urllib.request
+import asyncio
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+import aiohttp
+from yarl import URL
+
 from agentd.config import CalendarConfig, read_secret
+from agentd.net.safe_fetch import FetchError, FetchPolicy, fetch_raw
 
 # A feed is anyone's file: the daemon reads no more of it than this (a busy public calendar
 # with years of history is a few MB; caldav's client held 370 MB for a 50 MB feed).
@@ -24,29 +27,20 @@ def _bytes(data: str | bytes) -> bytes:
     return data if isinstance(data, bytes) else data.encode()
 
 
-class _Redirects(urllib.request.HTTPRedirectHandler):
-    """A feed follows redirects over HTTP(S) only, and never from https down to http."""
-
-    def __init__(self, url: str) -> None:
-        self.allowed = ("https",) if url.startswith("https://") else ("http", "https")
-
-    def redirect_request(
-        self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> Any:
-        scheme = urllib.parse.urlsplit(newurl).scheme.lower()
-        if scheme not in self.allowed:
-            raise urllib.error.HTTPError(
-                newurl, code, f"a redirect to {scheme or 'no'} scheme was refused", headers, fp
-            )
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
 class CalendarError(Exception):
     """A calendar could not be used; the message names the calendar, the step and the cause."""
 
     def __init__(self, name: str, stage: str, detail: str) -> None:
         super().__init__(f"{name}: {stage} failed: {detail}")
         self.stage = stage
+
+
+def _login_failed(config: CalendarConfig) -> CalendarError:
+    return CalendarError(
+        config.name,
+        "login",
+        f"the server rejected the user {config.username!r} or its password ({config.password_env})",
+    )
 
 
 def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
@@ -56,19 +50,13 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
     from caldav.lib import error
 
     text = f"{type(exc).__name__}: {exc}"[:300]
-    # urllib (a feed) wraps the cause in URLError.reason.
-    for cause in (exc, exc.__cause__, exc.__context__, getattr(exc, "reason", None)):
+    for cause in (exc, exc.__cause__, exc.__context__):
         if isinstance(cause, socket.gaierror):
             return CalendarError(config.name, "DNS", f"cannot resolve the host of {config.url}")
         if isinstance(cause, ssl.SSLError):
             return CalendarError(config.name, "TLS", f"no trusted TLS with {config.url} ({cause})")
     if isinstance(exc, error.AuthorizationError) or "401" in text:
-        return CalendarError(
-            config.name,
-            "login",
-            f"the server rejected the user "
-            f"{config.username!r} or its password ({config.password_env})",
-        )
+        return _login_failed(config)
     if isinstance(exc, error.NotFoundError) or "404" in text:
         return CalendarError(config.name, "calendar", f"nothing found at {config.url}")
     if "onnect" in text or isinstance(exc, OSError):
@@ -122,11 +110,14 @@ class Source:
         self._calendar = calendars[0]
         return self._calendar
 
-    def fetch_raw(self, start: datetime, end: datetime) -> bytes:
+    async def fetch_raw(self, start: datetime, end: datetime) -> bytes:
         """Every event (masters with their overrides) that may touch [start, end), as the
         server wrote it: one iCalendar document after another, parsed by `merged` alone."""
         if self.read_only:
-            return self._feed()
+            return await self._feed()
+        return await asyncio.to_thread(self._search, start, end)
+
+    def _search(self, start: datetime, end: datetime) -> bytes:
         cal = self.calendar()
         try:
             found = cal.search(start=start, end=end, event=True, expand=False)
@@ -134,35 +125,39 @@ class Source:
             raise _explain(self.config, exc) from None
         return b"\r\n".join(_bytes(obj.data) for obj in found)
 
-    def _feed(self) -> bytes:
-        """The feed's bytes, at most MAX_FEED_BYTES. The password goes only to the feed's own
-        address, when it asks (a redirect elsewhere never sees it)."""
-        handlers: list[urllib.request.BaseHandler] = [_Redirects(self.config.url)]
-        if self.config.username:
-            keys = urllib.request.HTTPPasswordMgrWithDefaultRealm()
-            keys.add_password(None, self.config.url, self.config.username, self.password)
-            handlers.append(urllib.request.HTTPBasicAuthHandler(keys))
-        request = urllib.request.Request(self.config.url, headers={"User-Agent": "agentd"})
+    def feed_policy(self) -> FetchPolicy:
+        """The feed's address is the owner's, so its host may be on their network; wherever
+        it redirects is vetted like any fetch (a public feed can point at the LAN)."""
+        return FetchPolicy(
+            allowed_hosts=(URL(self.config.url).host or "",),
+            max_bytes=MAX_FEED_BYTES,
+            timeout=self.config.timeout,
+            keep_https=True,
+            user_agent="agentd",
+        )
+
+    async def _feed(self) -> bytes:
+        """The feed's bytes, at most MAX_FEED_BYTES within the calendar's timeout (the whole
+        answer's, not each read's: a feed sending a byte at a time ends there). The password
+        goes only to the feed's own address; a redirect elsewhere never sees it."""
+        login = self.config.username
+        auth = aiohttp.encode_basic_auth(login, self.password or "") if login else None
         try:
-            with urllib.request.build_opener(*handlers).open(
-                request, timeout=self.config.timeout
-            ) as response:
-                data = response.read(MAX_FEED_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 401:
-                raise _explain(self.config, exc) from None
-            refused = f": {exc.msg}" if "refused" in str(exc.msg) else ""
-            raise CalendarError(self.config.name, "feed", f"HTTP {exc.code}{refused}") from None
-        except Exception as exc:
-            raise _explain(self.config, exc) from None
-        if len(data) > MAX_FEED_BYTES:
+            raw = await fetch_raw(self.config.url, self.feed_policy(), authorization=auth)
+        except FetchError as exc:
+            raise CalendarError(self.config.name, "feed", str(exc)) from None
+        if raw.status == 401:
+            raise _login_failed(self.config)
+        if raw.status != 200:
+            raise CalendarError(self.config.name, "feed", f"HTTP {raw.status} from {raw.url}")
+        if raw.truncated:
             raise CalendarError(
                 self.config.name,
                 "feed",
                 f"the feed at {self.config.url} is larger than "
                 f"{MAX_FEED_BYTES // 2**20} MB; subscribe to a smaller one (a shorter range)",
             )
-        return data
+        return raw.body
 
     def save(self, ical: str) -> None:
         """Create or replace (same UID: the same resource) one event."""

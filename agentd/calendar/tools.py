@@ -129,7 +129,7 @@ def _window(first: date, days: int, zone: ZoneInfo) -> tuple[datetime, datetime]
 async def _occurrences(deps: CalendarDeps, src: Source, first: date, days: int) -> list[Any]:
     zone = deps.zone(src)
     start, end = _window(first, days, zone)
-    data = await asyncio.to_thread(src.fetch_raw, start, end)
+    data = await src.fetch_raw(start, end)
     # Outside iCalendar is parsed and its rules expanded in the bounded child: a hostile
     # event (a 50 MB description, a rule of millions) costs a child process its budget,
     # never the daemon its memory or its loop.

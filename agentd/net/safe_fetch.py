@@ -79,6 +79,9 @@ class FetchPolicy:
     # Follow a redirect only to the server the fetch started on: what a turn with outside
     # content in view was allowed to reach is that server, not wherever it points next.
     stay_on_host: bool = False
+    # Never follow a redirect from https down to http (what is read, or a password sent to
+    # the first address, would then cross the network in the clear).
+    keep_https: bool = False
     user_agent: str = "agentd-fetch/0.1"
     resolve: Resolve | None = field(default=None, compare=False)
 
@@ -202,8 +205,18 @@ def _server(url: URL) -> str:
     return host if url.port in (None, default) else f"{host}:{url.port}"
 
 
-async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | None) -> RawResponse:
+def _origin(url: URL) -> tuple[str, str, int | None]:
+    return url.scheme.lower(), (url.host or "").lower(), url.port
+
+
+async def _get(
+    url: str,
+    policy: FetchPolicy,
+    accept: Callable[[str], bool] | None,
+    authorization: str | None,
+) -> RawResponse:
     current = check_url(url, policy)
+    home = _origin(current)
     redirects: list[str] = []
     connector = aiohttp.TCPConnector(
         resolver=_VettingResolver(policy), use_dns_cache=False, force_close=True
@@ -217,7 +230,11 @@ async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | No
     ) as session:
         while True:
             try:
-                async with session.get(current, allow_redirects=False) as resp:
+                # The credentials go to the first URL's origin only, never along a redirect
+                # to another server, port or scheme.
+                on_home = authorization and _origin(current) == home
+                sent = {"Authorization": authorization} if on_home else {}
+                async with session.get(current, allow_redirects=False, headers=sent) as resp:
                     location = resp.headers.get("Location")
                     if resp.status in _REDIRECTS and location:
                         if len(redirects) >= policy.max_redirects:
@@ -231,6 +248,14 @@ async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | No
                                 "redirect off the server it started on. Fetch that URL itself "
                                 "if it is needed (it asks the owner first unless its host is "
                                 "allowed)."
+                            )
+                        if policy.keep_https and (current.scheme, target.scheme) == (
+                            "https",
+                            "http",
+                        ):
+                            raise RedirectRefused(
+                                f"{current} redirected to {target}, from https down to plain "
+                                "http; not followed. Use the https address it should have."
                             )
                         current = check_url(target, policy)
                         continue
@@ -261,15 +286,21 @@ async def _get(url: str, policy: FetchPolicy, accept: Callable[[str], bool] | No
 
 
 async def fetch_raw(
-    url: str, policy: FetchPolicy, *, accept: Callable[[str], bool] | None = None
+    url: str,
+    policy: FetchPolicy,
+    *,
+    accept: Callable[[str], bool] | None = None,
+    authorization: str | None = None,
 ) -> RawResponse:
-    """GET `url` under `policy`, following vetted redirects; the body stops at max_bytes.
+    """GET `url` under `policy`, following vetted redirects; the body stops at max_bytes,
+    the whole exchange at `policy.timeout`.
 
-    `accept(content_type)` may refuse a response before its body is read.
+    `accept(content_type)` may refuse a response before its body is read; `authorization` (an
+    Authorization header's value) is sent to `url`'s own scheme, host and port only.
     """
     try:
         async with asyncio.timeout(policy.timeout):
-            return await _get(url, policy, accept)
+            return await _get(url, policy, accept, authorization)
     except TimeoutError:
         raise FetchError(f"no complete answer within {policy.timeout:g} s") from None
 
