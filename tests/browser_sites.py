@@ -62,6 +62,7 @@ class Site:
         self.port = 0
         self.flood_sent = 0  # bytes of /flood.bin the browser took
         self.flood_ended = threading.Event()  # the browser hung up on it
+        self.opened = 0  # windows /popups opened by itself
 
     def flood(self) -> Stream:
         """A download that ends only when the browser hangs up (or at FLOOD_BYTES)."""
@@ -72,6 +73,11 @@ class Site:
                 self.flood_sent += len(chunk)
         finally:
             self.flood_ended.set()
+
+    def never(self) -> Stream:
+        """A page's start, then nothing until the test ends."""
+        yield b"<!doctype html><html><head><title>Never</title></head><body><p>almost"
+        self.release.wait(120)
 
     @property
     def base(self) -> str:
@@ -155,6 +161,29 @@ class Site:
                 "<button id=b onclick=\"location.href = '/to/' + this.textContent\">Cancel</button>"
             )
             return 200, _page("Basket", button + script), {}
+        if path == "/local":  # links a page may not follow: the sandbox's files, the browser's
+            links = (
+                "<a href='file:///etc/passwd'>accounts</a> <a href='chrome://version'>version</a>"
+            )
+            return 200, _page("Local", links), {}
+        if path == "/alerts":  # a dialog after another, once loaded
+            script = "<script>onload = () => { for (;;) alert('hi'); };</script>"
+            return 200, _page("Alerts", "<p>alerts</p>" + script), {}
+        if path == "/popups":  # a window after another, by itself; and a link to a new tab
+            script = (
+                "<script>let tried = 0; const timer = setInterval(() => { tried += 1;"
+                " document.getElementById('n').textContent = 'tried ' + tried;"
+                " window.open('/opened'); if (tried === 30) clearInterval(timer); }, 20);"
+                "</script>"
+            )
+            body = "<p id=n>tried 0</p><a href='/ssr' target=_blank>Open the shop</a>"
+            return 200, _page("Popups", body + script), {}
+        if path == "/opened":
+            with self.lock:
+                self.opened += 1
+            return 200, _page("Opened", "<p>a window</p>"), {}
+        if path == "/never":  # a page whose body never ends
+            return 200, self.never(), {}
         if path == "/hold":
             form = (
                 "<form method=post action=/hold><label>Amount <input name=amount></label>"

@@ -235,3 +235,81 @@ async def test_a_page_that_rewrites_an_element_and_the_getters_describing_it_is_
         assert now.text == "Pay now"
     finally:
         await service.close()
+
+
+async def test_the_browser_opens_web_urls_only_and_a_page_links_to_no_local_one(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A file: URL shows the sandbox's files (the host's /etc among them), chrome: and
+    view-source: the browser's own pages: browser_open refuses them; a page's links to them
+    go nowhere (Chromium's rule)."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        for url in (
+            "file:///etc/passwd",
+            "chrome://version",
+            f"view-source:{site.base}/js",
+            "data:text/html,<p>hi</p>",
+        ):
+            with pytest.raises(BrowserError, match=r"is not an http.s. URL"):
+                await actions.open_url(service, found, url)
+        snap = await actions.open_url(service, found, f"{site.base}/local")
+        for link in snap.elements:
+            await actions.click(service, found, link.ref)
+            assert found.page.url == f"{site.base}/local"
+        assert "root:" not in await actions.read(service, found)
+    finally:
+        await service.close()
+
+
+async def test_a_page_opens_no_window_by_itself_but_a_click_on_a_new_tab_link_does(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A page calling window.open from a timer would open a window every 20 ms, each the
+    page the turn reads next, until the browser ran out of memory."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        await actions.open_url(service, found, f"{site.base}/popups")
+
+        async def tries() -> int:
+            found_text = re.search(r"tried (\d+)", await actions.read(service, found))
+            return int(found_text.group(1)) if found_text else 0
+
+        deadline = time.monotonic() + 20
+        while await tries() < 30:
+            assert time.monotonic() < deadline, "the page's timer did not run"
+            await asyncio.sleep(0.1)
+        assert site.opened == 0 and len(found.context.pages) == 1
+        assert found.page.url == f"{site.base}/popups"
+        snap = await service.snapshot(found)
+        link = next(e.ref for e in snap.elements if e.text == "Open the shop")
+        await actions.click(service, found, link)
+        await _until(lambda: found.page.url == f"{site.base}/ssr", 10, "the new tab followed")
+        assert len(found.context.pages) == 2
+    finally:
+        await service.close()
+
+
+async def test_a_page_that_never_loads_is_read_as_far_as_it_came_and_a_wedged_one_closed(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A body that never ends is read as far as it arrived (said so); a page whose script
+    loops on dialogs would take every later page of the turn with it: it is closed, and
+    the next page opens."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, page_timeout=3.0, action_timeout=2.0)
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/never")
+        assert snap.unfinished == 3.0 and "almost" in snap.text
+        assert "had not finished loading after 3 s" in actions.render(snap, 1000)
+        with pytest.raises(BrowserError, match=r"did not answer .* it was closed"):
+            await actions.open_url(service, found, f"{site.base}/alerts")
+        snap = await actions.open_url(service, found, f"{site.base}/js")
+        assert "42 EUR" in snap.text and not snap.unfinished
+    finally:
+        await service.close()

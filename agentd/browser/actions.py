@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from agentd.browser.pages import Element, Snapshot, render, same_element
+from agentd.browser.pages import Element, Snapshot, is_web_url, render, same_element
 from agentd.browser.service import BrowserError, BrowserService, Session
 from agentd.hands.workspace import Workspace, WorkspaceError
 
@@ -70,8 +70,21 @@ async def read(service: BrowserService, found: Session) -> str:
 
 
 async def open_url(service: BrowserService, found: Session, url: str) -> Snapshot:
+    if not is_web_url(url):
+        raise BrowserError(
+            f"{url[:100]!r} is not an http(s) URL; the browser opens web pages only (not "
+            "file:, chrome:, view-source: or data: ones)"
+        )
+    from playwright.async_api import TimeoutError as NotLoaded
+
     try:
         response = await found.page.goto(url, wait_until="load")
+    except NotLoaded:
+        # A page that never finishes loading (a body that never ends, a script in a dialog
+        # loop): what arrived is read; a page too busy to answer is closed by the read, so
+        # the turn's next page opens in a fresh one.
+        snap = await service.snapshot(found)
+        return snap.model_copy(update={"unfinished": service.config.page_timeout})
     except Exception as exc:
         raise BrowserError(f"could not open {url}: {_short(exc)}") from None
     if response is not None and response.status == 403:

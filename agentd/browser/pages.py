@@ -161,12 +161,24 @@ class Snapshot(BaseModel):
     text: str = ""
     elements: list[Element] = Field(default_factory=list)
     cut: bool = False
+    unfinished: float = 0.0  # seconds the page was given to load, when it did not finish
 
 
 def same_element(read: Element, now: Element) -> bool:
     """The element the model read is still the one it names (the page may have moved refs)."""
     keys = ("tag", "kind", "type", "text", "href", "form_action", "form_method", "password")
     return all(getattr(read, k) == getattr(now, k) for k in keys)
+
+
+def is_web_url(url: str) -> bool:
+    """An http(s) URL with a host: the only kind agentd opens. A file:, chrome:, view-source:
+    or data: URL would show the sandbox's files (the host's /etc is in it) or the browser's
+    own pages, none of which the proxy sees."""
+    try:
+        scheme = urlsplit(url).scheme.lower()
+    except ValueError:
+        return False
+    return scheme in ("http", "https") and bool(host_of(url))
 
 
 def host_of(url: str) -> str:
@@ -180,6 +192,8 @@ def render(snap: Snapshot, max_chars: int) -> str:
     """The page for the model (wrapped as untrusted data by the tool)."""
     text = snap.text[:max_chars]
     notes = []
+    if snap.unfinished:
+        notes.append(f"the page had not finished loading after {snap.unfinished:g} s")
     if snap.cut or len(snap.text) > max_chars:
         notes.append(f"the page's text was cut at {max_chars} characters")
     head = f"URL: {snap.url}\nTitle: {snap.title}\n\n"

@@ -20,12 +20,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
 
 from agentd.browser import profiles
-from agentd.browser.pages import host_of
+from agentd.browser.pages import host_of, is_web_url
 from agentd.browser.service import REMOTE_VIEW, BrowserError, BrowserService, Session
 
 log = logging.getLogger("agentd.browser")
@@ -271,14 +270,9 @@ GONE = (
 
 
 def _site_of(url: str) -> str:
-    try:
-        scheme = urlsplit(url).scheme
-    except ValueError:
-        scheme = ""
-    host = host_of(url)
-    if scheme not in ("http", "https") or not host or len(url) > 2000:
+    if not is_web_url(url) or len(url) > 2000:
         raise SignInError(f"{url[:100]!r} is not an http(s) address; give the site's sign-in page")
-    return host
+    return host_of(url)
 
 
 def _kind(exc: BaseException) -> str:

@@ -44,6 +44,7 @@ OpenInstances = Callable[[list[str]], Awaitable[set[str]]]
 _REAP_SECONDS = 2.0
 REMOTE_VIEW = (1280, 800)  # the owner's sign-in page: its picture's size, in CSS pixels
 _WATCH_SECONDS = 0.5
+_MAX_PAGES = 4  # a turn's windows: its page and the popups its clicks opened
 # How often a download browser_download waits for is measured against download_max_mb: what
 # can arrive past the limit is what the link carries in this long.
 _DOWNLOAD_POLL_SECONDS = 0.2
@@ -216,6 +217,10 @@ class BrowserService:
         launch: dict[str, Any] = {
             "args": [*_CHROMIUM_ARGS, self.marker],
             "downloads_path": str(self.downloads),
+            # Playwright turns Chromium's popup blocker off; on, a page opens a window only
+            # from a click (one per click), not in a loop from a timer (90 windows in 6 s,
+            # each the page the turn reads next, until memory_mb killed the browser).
+            "ignore_default_args": ["--disable-popup-blocking"],
             "timeout": self.config.page_timeout * 1000,
             "handle_sigint": False,
             "handle_sigterm": False,
@@ -410,6 +415,14 @@ class BrowserService:
             return made
 
     def _follow(self, found: Session, page: Any) -> None:
+        """A popup becomes the turn's page; past _MAX_PAGES it is closed as it opens (a
+        click's user activation lets a page's timer open windows too)."""
+        if len(found.context.pages) > _MAX_PAGES:
+            log.info("a page opened more windows than a turn keeps; closed the new one")
+            task = asyncio.get_running_loop().create_task(_close_page(page))
+            self._policing.add(task)
+            task.add_done_callback(self._policing.discard)
+            return
         found.page = page
         self._guard_downloads(found, page)
 
@@ -598,6 +611,11 @@ class BrowserService:
     @staticmethod
     def locator(found: Session, ref: str) -> Any:
         return found.page.locator(f'[{REF_ATTR}="{ref}"]')
+
+
+async def _close_page(page: Any) -> None:
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(page.close(run_before_unload=False), 5)
 
 
 async def _discard(download: Any) -> None:
