@@ -28,7 +28,6 @@ from agentd.agent.taint import input_sources, turn_taint
 from agentd.agent.toolloop import EMPTY_ANSWER, AgentResult, agent_loop, current_prefix
 from agentd.agent.window import (
     CACHE_TTL_SECONDS,
-    CHARS_PER_TOKEN,
     COLD_MARGIN,
     WindowRule,
     load_window,
@@ -41,6 +40,7 @@ from agentd.chat.names import TURN_WORKFLOW
 from agentd.durable import LocalStep, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit
 from agentd.ledger.pricing import cache_minimum
+from agentd.llm.estimate import CHARS_PER_TOKEN
 from agentd.llm.types import Message
 from agentd.media import turnsteps
 from agentd.media.turnsteps import MediaIn

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-# Characters per token for the estimate; English averages about 4 with Claude's tokenizer.
-# The estimate only decides how many messages a cut keeps, so a rough figure is enough.
-CHARS_PER_TOKEN = 4.0
+from agentd.llm.estimate import CHARS_PER_TOKEN
+
+# The estimate (llm/estimate.py) only decides how many messages a cut keeps: rough is enough.
 # A cut keeps this much more than the minimum, so an underestimate still caches.
 HEADROOM = 1.15
 CACHE_TTL_SECONDS = {"5m": 300.0, "1h": 3600.0}

@@ -6,14 +6,8 @@ estimated from the text and marked as an estimate; the rule is this module's alo
 
 from __future__ import annotations
 
+from agentd.llm.estimate import tokens_in
 from agentd.llm.types import CutAttempt, Usage
-
-CHARS_PER_TOKEN = 4  # about, for English prose and JSON: an estimate, marked as one
-
-
-def tokens_in(chars: int) -> int:
-    """About how many tokens `chars` characters of text make (rounded up)."""
-    return -(-chars // CHARS_PER_TOKEN)
 
 
 def estimated(model: str, attempt: int, reported: Usage, written_chars: int) -> CutAttempt:

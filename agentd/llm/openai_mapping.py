@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentd.llm.cut import estimated, tokens_in
+from agentd.llm.cut import estimated
+from agentd.llm.estimate import tokens_in
 from agentd.llm.types import (
     CutAttempt,
     ImageBlock,

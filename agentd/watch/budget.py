@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from agentd.access.ratelimit import day_start, over_tokens, spent_words, tokens_used
 from agentd.config import Config
 from agentd.ledger.pricing import ModelPrice
+from agentd.llm.estimate import CHARS_PER_TOKEN
 from agentd.watch.store import Watch, instance_prefix, utc_day
 
 _TOKENS = "COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens), 0)"
@@ -19,7 +20,6 @@ _TOKENS = "COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + 
 # the fake and real API within a few dozen tokens), and a short structured answer.
 BASE_INPUT_TOKENS = 450
 ANSWER_TOKENS = 90
-CHARS_PER_TOKEN = 4
 MIN_MEASURED = 10  # checks before the forecast is measured rather than estimated
 
 
