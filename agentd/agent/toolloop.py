@@ -250,16 +250,6 @@ async def call_llm(
             ),
         }
     )
-    on_text = None
-    if deps.config.chat.streaming and inp.private:  # drafts exist in private chats only
-        on_text = DraftStreamer(
-            deps.outbox,
-            inp.chat_id,
-            answer_draft(instance_id),
-            deps.config.chat.stream_interval,
-            delay=deps.config.chat.progress_delay,
-            reply_to=inp.message_id or None,
-        )
     row = partial(
         usage.record,
         purpose=purpose,
@@ -269,20 +259,7 @@ async def call_llm(
         user_id=inp.user_id,
     )
     cut: list[CutAttempt] = []  # attempts whose streams ended partway, as they end
-    try:
-        async with deps.outbox.typing(inp.chat_id):  # only while the model works
-            response = await deps.llm.complete(req, on_text=on_text, cut=cut)
-    except LLMError:
-        for broken in cut_rows(row, cut):  # the step fails: no journal write to ride on
-            await deps.db.write_unsynced(broken)
-        raise
-    except asyncio.CancelledError:
-        # Stopped (/stop, an edit, interrupt mode, shutdown): the stream the owner cut short is
-        # billed all the same. Queued, not awaited: the stop goes on at once, and the write is
-        # not dropped as a cancelled caller's awaited one would be.
-        for broken in cut_rows(row, cut):
-            deps.db.write_behind(broken)
-        raise
+    response = await _ask(deps, inp, req, _streamer(deps, inp, instance_id), row, cut)
     record = partial(
         row,
         tokens=response.usage,
@@ -300,6 +277,45 @@ async def call_llm(
         else:
             await deps.db.write_unsynced(row)
     return response
+
+
+def _streamer(deps: TurnDeps, inp: TurnInput, instance_id: str) -> DraftStreamer | None:
+    """The answer's draft as it streams; drafts exist in private chats only."""
+    if not (deps.config.chat.streaming and inp.private):
+        return None
+    return DraftStreamer(
+        deps.outbox,
+        inp.chat_id,
+        answer_draft(instance_id),
+        deps.config.chat.stream_interval,
+        delay=deps.config.chat.progress_delay,
+        reply_to=inp.message_id or None,
+    )
+
+
+async def _ask(
+    deps: TurnDeps,
+    inp: TurnInput,
+    req: LLMRequest,
+    on_text: DraftStreamer | None,
+    row: partial[None],
+    cut: list[CutAttempt],
+) -> LLMResponse:
+    """The call itself; the attempts cut short are in the ledger whatever becomes of it."""
+    try:
+        async with deps.outbox.typing(inp.chat_id):  # only while the model works
+            return await deps.llm.complete(req, on_text=on_text, cut=cut)
+    except LLMError:
+        for broken in cut_rows(row, cut):  # the step fails: no journal write to ride on
+            await deps.db.write_unsynced(broken)
+        raise
+    except asyncio.CancelledError:
+        # Stopped (/stop, an edit, interrupt mode, shutdown): the stream the owner cut short is
+        # billed all the same. Queued, not awaited: the stop goes on at once, and the write is
+        # not dropped as a cancelled caller's awaited one would be.
+        for broken in cut_rows(row, cut):
+            deps.db.write_behind(broken)
+        raise
 
 
 def cut_rows(row: partial[None], cut: list[CutAttempt]) -> list[partial[None]]:
