@@ -259,7 +259,7 @@ async def call_llm(
         user_id=inp.user_id,
     )
     cut: list[CutAttempt] = []  # attempts whose streams ended partway, as they end
-    response = await _ask(deps, inp, req, _streamer(deps, inp, instance_id), row, cut)
+    response = await _complete(deps, inp, req, _streamer(deps, inp, instance_id), row, cut)
     record = partial(
         row,
         tokens=response.usage,
@@ -293,7 +293,7 @@ def _streamer(deps: TurnDeps, inp: TurnInput, instance_id: str) -> DraftStreamer
     )
 
 
-async def _ask(
+async def _complete(
     deps: TurnDeps,
     inp: TurnInput,
     req: LLMRequest,
