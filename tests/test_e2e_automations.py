@@ -274,6 +274,45 @@ def test_step_llm_answers_that_did_not_fit_are_costed_too(stack: Stack) -> None:
     assert [tuple(r) for r in usage] == [("automation", "judge", 240, 60)] * 3
 
 
+def test_step_llm_does_not_ask_again_once_its_first_answer_spent_the_budget(
+    stack: Stack,
+) -> None:
+    """The step's first answer does not fit and costs 2.5 M tokens, past the owner's 2 M
+    budget: the second ask is not made and the step is not tried again; the run fails with the
+    budget's message, and the answer is in the ledger."""
+    asked: list[str] = []
+
+    def responder(body: dict[str, Any]) -> Any:
+        if "judge-marker" in str(body["messages"][0]):
+            asked.append("judge")
+            return Reply(
+                content=[{"type": "text", "text": "Rather not."}],
+                usage={"input_tokens": 2_500_000, "output_tokens": 10},
+            )
+        return None
+
+    stack.llm.set_responder(responder)
+    iid = stack.start("judge", {"text": "costly words"})["instance_id"]
+    try:
+        result = json.loads(stack.wait(iid).stdout)
+        assert result["status"] == "errored", result
+        assert asked == ["judge"]
+        assert "daily token budget ([limits] daily_tokens) is spent" in result["error"]
+        assert "not asked again" in result["error"]
+        usage = stack.daemon.query(
+            "SELECT step, input_tokens, output_tokens FROM llm_usage WHERE instance_id = ?",
+            (iid,),
+        )
+        assert [tuple(r) for r in usage] == [("judge", 2_500_000, 10)]
+    finally:  # the module's other runs share the owner's budget
+        conn = open_sync(stack.daemon.db_path)
+        try:
+            with conn:
+                conn.execute("DELETE FROM llm_usage WHERE instance_id = ?", (iid,))
+        finally:
+            conn.close()
+
+
 def test_step_llm_max_tokens_past_the_owners_cap_is_refused_unasked(stack: Stack) -> None:
     """`[llm] max_tokens` (2048 by default) caps an automation's answers too: a step.llm that
     asks for more fails before the model is asked, saying what to change; one within is sent."""

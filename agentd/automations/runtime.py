@@ -51,7 +51,14 @@ from agentd.durable import (
 from agentd.ledger import audit, usage
 from agentd.llm import LLM, LLMError
 from agentd.llm.structured import StructuredOutputError, complete_structured
-from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock, ToolUseBlock
+from agentd.llm.types import (
+    LLMRequest,
+    LLMResponse,
+    Message,
+    SystemBlock,
+    ToolUseBlock,
+    Usage,
+)
 from agentd.tools import Tool, ToolRegistry
 
 log = logging.getLogger("agentd.automations")
@@ -494,13 +501,33 @@ class Runtime:
                 messages=[Message(role="user", content=prompt)],
                 max_tokens=max_tokens,
             )
+            held: NonRetryable | None = None
+
+            async def ask_again(spent: Usage) -> bool:
+                # The answer that did not fit may have spent a budget on its own: the second
+                # ask is held as the first was, counting it (its row is written below).
+                nonlocal held
+                try:
+                    await self._within_budget(pending=spent.total)
+                except NonRetryable as exc:
+                    held = exc
+                    return False
+                return True
+
             try:
                 result, response = await complete_structured(
-                    llm, req, output, name="answer", description="Give the answer in this shape."
+                    llm,
+                    req,
+                    output,
+                    name="answer",
+                    description="Give the answer in this shape.",
+                    ask_again=ask_again,
                 )
             except (StructuredOutputError, LLMError) as exc:
                 if exc.spent is not None:  # answers that did not fit cost tokens too
                     await record(exc.spent)
+                if isinstance(exc, StructuredOutputError) and exc.stopped and held is not None:
+                    raise held from None  # a retry would only find the budget spent again
                 raise
             await record(response)
             return result
@@ -533,17 +560,24 @@ class Runtime:
                 "`agentd workflows retry ID`"
             )
 
-    async def _within_budget(self) -> None:
+    async def _within_budget(self, pending: int = 0) -> None:
         """An automation's model calls are the owner's tokens: past the owner's or everyone's
-        daily budget ([limits]) the call is not made, as a turn's would not be."""
+        daily budget ([limits]) the call is not made, as a turn's would not be. `pending`: the
+        tokens of this call's answer that did not fit, not in the ledger yet (the call would
+        ask again)."""
         spent = await self.db.read(
-            ratelimit.over_tokens, self.config.limits, user_id=owner(self.config), now=time.time()
+            ratelimit.over_tokens,
+            self.config.limits,
+            user_id=owner(self.config),
+            now=time.time(),
+            pending=pending,
         )
         if spent:
+            asked = "asked again (its answer did not fit)" if pending else "asked"
             raise NonRetryable(
                 f"the daily token budget ([limits] {spent}) is spent, so the model was not "
-                "asked; after 00:00 UTC, `agentd workflows retry ID` runs it on (or raise the "
-                "limit)"
+                f"{asked}; after 00:00 UTC, `agentd workflows retry ID` runs it on (or raise "
+                "the limit)"
             )
 
     async def send(self, step: Step, name: str, text: str, to: str | None = None) -> int:
