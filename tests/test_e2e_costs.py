@@ -358,6 +358,38 @@ def test_a_photo_in_a_group_is_paid_by_its_sender_even_when_unseen(tmp_path: Pat
             assert rows[0][2] == 600  # the two answers that did not fit
 
 
+def test_a_photo_whose_first_answer_spent_the_budget_is_not_asked_about_again(
+    tmp_path: Path,
+) -> None:
+    """The look at a photo answers in words, not the summary's shape, and costs 5,000 tokens,
+    past the 1,000-token budget: the model is not asked again (for the photo or the turn); the
+    answer is in the ledger, and the turn ends as one over the budget before the look would."""
+    from tests.test_e2e_vision import png
+
+    def costly_unfit(body: dict[str, Any]) -> Any:
+        words = [{"type": "text", "text": "I'd rather not."}]
+        return {"content": words, "usage": usage_of(5000)}
+
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(costly_unfit)
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_LIMITS__DAILY_TOKENS="1000")
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_photo(OWNER, OWNER, png(40, 40), "what is it?")
+            reply = tg.wait_for_sent(1, timeout=30)[0]["plain_text"]
+            daemon.wait_for_instances(1)
+            assert len(llm.requests) == 1
+            rows = daemon.query(
+                "SELECT purpose, input_tokens + output_tokens FROM llm_usage ORDER BY id"
+            )
+            assert [tuple(r) for r in rows] == [("vision", 5000)]
+            assert "today's token budget for you" in reply
+            [(detail,)] = daemon.query("SELECT detail FROM audit WHERE kind = 'rate_limited'")
+            refused = json.loads(detail)
+            assert (refused["limit"], refused["notified"]) == ("daily_tokens", True)
+            [(content,)] = daemon.query("SELECT content FROM messages WHERE role = 'user'")
+            assert content == "[photo, not looked at: over the limit] what is it?"
+
+
 class FakeEmbeddings(FakeServer):
     """An OpenAI-compatible /v1/embeddings that reports, as OpenAI does, the tokens it read."""
 

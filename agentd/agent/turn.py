@@ -44,7 +44,7 @@ from agentd.llm.estimate import CHARS_PER_TOKEN
 from agentd.llm.types import Message
 from agentd.media import turnsteps
 from agentd.media.turnsteps import MediaIn
-from agentd.media.vision import SeenImage, describe, see_image
+from agentd.media.vision import OverBudget, SeenImage, describe, see_image
 from agentd.media.vision import meta as vision_meta
 from agentd.memory import history
 from agentd.memory.facts import facts_for_prompt
@@ -220,12 +220,15 @@ def _images_to_see(inp: TurnInput) -> list[tuple[str, str]]:
 
 async def look_at_images(
     step: Step, deps: TurnDeps, inp: TurnInput
-) -> tuple[list[SeenImage], list[str]]:
-    """Each image is its own step; one that cannot be seen is noted, not fatal."""
+) -> tuple[list[SeenImage], list[str], ratelimit.Verdict]:
+    """Each image is its own step; one that cannot be seen is noted, not fatal, unless its
+    answer that did not fit spent a [limits] budget: then the limits are asked again, in a
+    journaled step, and their refusal ends the look (and the turn, as if refused before it)."""
     seen: list[SeenImage] = []
     notes: list[str] = []
+    allowed = ratelimit.Verdict(allowed=True)
     if deps.vision is None:
-        return seen, notes
+        return seen, notes, allowed
     for n, (label, file_id) in enumerate(_images_to_see(inp), start=1):
         try:
             image = await step.do(
@@ -238,11 +241,17 @@ async def look_at_images(
                 inp.user_id,
             )
         except StepFailed as exc:
+            if exc.error_type == OverBudget.__name__:
+                again = f"{RATE_CHECK}:vision#{n}"
+                iid = step.instance_id
+                verdict = await step.do(again, rate_check, deps, inp, iid, delivery="idempotent")
+                if not verdict.allowed:
+                    return seen, notes, verdict
             notes.append(f"[{label}: could not be analysed ({exc.message[:200]})]")
             continue
         seen.append(image)
         notes.append(f"[{describe(image, label)}]")
-    return seen, notes
+    return seen, notes, allowed
 
 
 async def rate_check(deps: TurnDeps, inp: TurnInput, instance_id: str) -> ratelimit.Verdict:
@@ -624,8 +633,9 @@ async def answer_rate_limited(
 async def answer_over_limit(
     step: Step, deps: TurnDeps, inp: TurnInput, verdict: ratelimit.Verdict
 ) -> TurnOutput:
-    """Refused before anything was taken in: the message is saved with its media marked as
-    not looked at (no vision call, no transcription, no reading), then the notice."""
+    """Refused before anything was taken in (or by a look at a photo whose answer did not fit
+    and spent a budget): the message is saved with its media marked as not looked at (no
+    summary, no transcription, no reading), then the notice."""
     meta = {"over_limit": verdict.limit}
     unread = turnsteps.not_taken_in(inp)
     await step.local("save-user", save_user_message, inp, step.instance_id, [], [], meta, unread)
@@ -770,7 +780,9 @@ async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
         verdict = await ask_limits(step, deps, inp)
         if not verdict.allowed:
             return await answer_over_limit(step, deps, inp, verdict)
-    images, notes = await look_at_images(step, deps, inp)
+    images, notes, verdict = await look_at_images(step, deps, inp)
+    if not verdict.allowed:  # a photo's answer that did not fit spent a budget
+        return await answer_over_limit(step, deps, inp, verdict)
     media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
     if media.user_text is not None:  # a transcript is the user's text from here on
         inp = inp.model_copy(update={"text": media.user_text[:MAX_TEXT_CHARS]})

@@ -38,7 +38,9 @@ async def _build(ctx: Context) -> Contribution:
         voice = VoiceDeps(config=config.media, db=ctx.db, files=files, transcriber=transcriber)
     vision = None
     if config.vision.enabled:
-        vision = VisionDeps(config=config.vision, db=ctx.db, llm=ctx.llm, files=files)
+        vision = VisionDeps(
+            config=config.vision, limits=config.limits, db=ctx.db, llm=ctx.llm, files=files
+        )
     return Contribution(
         tools=chat_document_tools(docs),
         workflows=[make_ingest_workflow(docs, ctx.outbox)],

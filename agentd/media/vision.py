@@ -15,13 +15,14 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
-from agentd.config import VisionConfig
+from agentd.access import ratelimit
+from agentd.config import LimitsConfig, VisionConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
 from agentd.ledger import usage
 from agentd.llm import LLM, LLMError
-from agentd.llm.structured import StructuredOutputError, complete_structured
-from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
+from agentd.llm.structured import AskAgain, StructuredOutputError, complete_structured
+from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock, Usage
 from agentd.parsing.image import NotAnImage, downscale_bounded
 from agentd.parsing.image import downscale as _downscale
 
@@ -35,6 +36,11 @@ VISION_PROMPT = (
 
 class Files(Protocol):
     async def download(self, file_id: str, max_bytes: int) -> bytes: ...
+
+
+class OverBudget(NonRetryable):
+    """The answer that did not fit spent a [limits] budget: the model is not asked again, and
+    the turn ends as one over the limit does (agent/turn.py)."""
 
 
 class VisionSummary(BaseModel):
@@ -60,6 +66,7 @@ class SeenImage(BaseModel):
 @dataclass(frozen=True)
 class VisionDeps:
     config: VisionConfig
+    limits: LimitsConfig
     db: Database
     llm: LLM
     files: Files
@@ -105,6 +112,27 @@ def count_lookup(conn: Any, chat_id: int, cached: bool, at: float) -> None:
         " misses = misses + excluded.misses",
         (at, chat_id, hit, miss),
     )
+
+
+def held_by_budget(deps: VisionDeps, user_id: int | None) -> AskAgain | None:
+    """The check before the second ask for a summary (None when no one is known to pay)."""
+    if user_id is None:
+        return None
+    payer = user_id
+
+    async def ask_again(spent: Usage) -> bool:
+        # The answer that did not fit may have spent a budget on its own: it counts, though
+        # its row is written only when the call ends.
+        over = await deps.db.read(
+            ratelimit.over_tokens,
+            deps.limits,
+            user_id=payer,
+            now=time.time(),
+            pending=spent.total,
+        )
+        return not over
+
+    return ask_again
 
 
 async def see_image(
@@ -160,10 +188,13 @@ async def see_image(
             VisionSummary,
             name="record_image_summary",
             description="Record what the image shows.",
+            ask_again=held_by_budget(deps, user_id),
         )
     except (StructuredOutputError, LLMError) as exc:
         if (spent := exc.spent) is not None:  # answers that did not fit cost tokens too
             await deps.db.write(record, spent.usage, model=spent.label, attempt=spent.attempt)
+        if isinstance(exc, StructuredOutputError) and exc.stopped:
+            raise OverBudget(f"{exc}: a [limits] budget is spent") from None
         raise
     raw = data if deps.config.keep_images else None
 
