@@ -586,7 +586,8 @@ class Runtime:
             chat = await self._owner_reached(step, name, name)
         # The code holds its secrets (step.secret) and may quote one in what it says (an API's
         # error naming the URL it called): the chat, its network and the database never get it.
-        return await deliver_text(step, self.db, name, self.outbox, chat, self.redact(text))
+        said = self.redact(text)
+        return await deliver_text(step, self.db, name, self.outbox, chat, said, notice=True)
 
     async def chat_named(self, to: str | None) -> int | None:
         """The chat `to` names in `[automations] chats`; None (the owner's private chat) when

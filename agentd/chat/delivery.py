@@ -24,12 +24,14 @@ A platform refusal (`SendFailed`: blocked bot, bad chat), or any error that is n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from agentd.chat import quotable
 from agentd.chat.channel import CredentialsRejected
 from agentd.chat.outbox import Button, Outbox, SendDelayed, SendFailed
 from agentd.db import Database
@@ -163,13 +165,15 @@ async def deliver_text(
     reply_to: int | None = None,
     buttons: list[list[Button]] | None = None,
     finish: Callable[[str], Awaitable[str]] | None = None,
+    notice: bool = False,
 ) -> int:
     """Text of any length, through `deliver`, in as many messages as the channel takes: one
     too long is refused for good, and the user would see nothing. The first message is the
     step `name` (so a one-message send replays as the same step) and answers `reply_to`; the
     next are `name#2`, `name#3`…; `buttons` go under the last, after what they act on.
     `finish(chunk)` runs inside each send (a link made at send time is never journaled).
-    Returns the first message's id."""
+    `notice`: a notice, whose messages' texts are kept so a reply quotes them as sent
+    (chat/quotable.py; the chunk before `finish`). Returns the first message's id."""
     # An empty text goes as it is, for the channel to refuse like any unsendable message.
     chunks = outbox.split(text) or [text]
     ids: list[int] = []
@@ -183,7 +187,10 @@ async def deliver_text(
             buttons if n == len(chunks) else None,
             finish,
         )
-        ids.append(await deliver(step, db, name if n == 1 else f"{name}#{n}", chat_id, send))
+        message_id = await deliver(step, db, name if n == 1 else f"{name}#{n}", chat_id, send)
+        if notice:  # after the send's step, so a replay keeps it if a crash came between
+            await db.write(quotable.keep, chat_id, message_id, chunk, time.time())
+        ids.append(message_id)
     return ids[0]
 
 

@@ -60,7 +60,8 @@ def make_notice_workflow(
             if chat is None:
                 log.warning("notice not sent: no private chat known", extra={"user": inp.user_id})
                 return NoticeOutput(message_id=None)
-        return NoticeOutput(message_id=await deliver_text(step, db, "send", outbox, chat, inp.text))
+        sent = await deliver_text(step, db, "send", outbox, chat, inp.text, notice=True)
+        return NoticeOutput(message_id=sent)
 
     return notice
 

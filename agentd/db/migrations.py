@@ -990,6 +990,19 @@ ALTER TABLE llm_usage ADD COLUMN audio_seconds REAL NOT NULL DEFAULT 0;
 ALTER TABLE llm_usage_days ADD COLUMN audio_seconds REAL NOT NULL DEFAULT 0;
 """
 
+# What agentd sent a chat outside an answer (a reminder, a watch's alert, a job's notice...),
+# kept only so a reply to it quotes what was really sent (chat/quotable.py); never history.
+M088_SENT_NOTICES = """
+CREATE TABLE sent_notices (
+    chat_id INTEGER NOT NULL,
+    message_id INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    sent_at REAL NOT NULL,
+    PRIMARY KEY (chat_id, message_id)
+);
+CREATE INDEX sent_notices_at ON sent_notices (sent_at);
+"""
+
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
 M045_MCP_PINS = """
@@ -1111,6 +1124,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m085_runs_past_9999", M085_RUNS_PAST_9999),
     ("m086_watch_cap_lifted", M086_WATCH_CAP_LIFTED),
     ("m087_usage_estimates_audio", M087_USAGE_ESTIMATES_AUDIO),
+    ("m088_sent_notices", M088_SENT_NOTICES),
 ]
 
 

@@ -70,7 +70,7 @@ async def _run(deps: ShellDeps, inp: JobInput, instance_id: str) -> str:
 
 def make_job_workflow(deps: ShellDeps, outbox: Outbox) -> Workflow[JobInput, JobOutput]:
     async def notify(step: Step, chat_id: int, text: str) -> int:
-        return await deliver_text(step, deps.db, "notify", outbox, chat_id, text)
+        return await deliver_text(step, deps.db, "notify", outbox, chat_id, text, notice=True)
 
     @workflow(BACKGROUND_WORKFLOW)
     async def job(step: Step, inp: JobInput) -> JobOutput:

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from agentd.chat import quotable
 from agentd.chat.names import chat_key
 
 # An answer sent in several messages keeps their texts in its meta, in order: its message
@@ -159,9 +160,9 @@ def history(conn: Any, *, chat_id: int | None = None, limit: int = 50) -> list[S
 
 def sent_text(conn: Any, chat_id: int, message_id: int) -> str | None:
     """What agentd sent as chat message `message_id` in this chat, as kept in the history (a
-    turn's answer, a told message): of an answer sent in several messages, the part that
-    message was. None: not one of its kept messages (a notice, a row retention removed, a
-    message of another chat)."""
+    turn's answer, a told message; of an answer sent in several messages, the part that
+    message was) or as a notice (chat/quotable.py, never history). None: not one of its kept
+    messages (a row retention removed, a message of another chat)."""
     row = conn.execute(
         "SELECT content, telegram_message_ids, meta FROM messages WHERE chat_id = ? "
         "AND role = 'assistant' AND EXISTS "
@@ -170,7 +171,7 @@ def sent_text(conn: Any, chat_id: int, message_id: int) -> str | None:
         (chat_id, message_id),
     ).fetchone()
     if row is None:
-        return None
+        return quotable.notice_text(conn, chat_id, message_id)
     parts = json.loads(row[2]).get(PARTS) or []
     at = json.loads(row[1]).index(message_id)
     return str(parts[at]) if at < len(parts) else str(row[0])

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from agentd.chat import quotable
+
 _MAX_REF = 200
 
 
@@ -74,20 +76,20 @@ def quoted_source(
     conn: Any, chat_id: int, private: bool, message_id: int, from_bot: bool
 ) -> str | None:
     """The outside content a quoted message brings in, or None. A group's quotes are taken
-    as outside whoever wrote them (taint.input_sources); in a private chat, a quote of the
-    user's own words or of an answer the model wrote from them is clean, while a quoted notice
-    (a finished job's output, a mail's subject, an automation's message) or an answer that drew
-    on outside content is not."""
-    if not private:
-        return None
-    found = _quoted_row(conn, chat_id, message_id)
-    if found is None:
-        # Not an answer of a turn: one of agentd's notices. A user's own words otherwise.
-        return "a quoted notice of mine (it may carry outside text)" if from_bot else None
-    _, origin, ref = found
-    if origin != "outside":
-        return None
-    return f"a quoted message ({ref or 'outside content'})"
+    as outside whoever wrote them (taint.input_sources), but for the bot's words as the server
+    or agentd's record has them; in a private chat, a quote of the user's own words or of an
+    answer the model wrote from them is clean, while an answer that drew on outside content
+    is not. A quoted notice (a finished job's output, a mail's subject, an automation's
+    message) is not, in any chat."""
+    found = _quoted_row(conn, chat_id, message_id) if private else None
+    if found is not None:
+        _, origin, ref = found
+        return f"a quoted message ({ref or 'outside content'})" if origin == "outside" else None
+    # Not an answer of a turn: in a private chat, the bot's words can only be a notice (kept
+    # or no longer); elsewhere, one agentd kept as its notice.
+    if from_bot and (private or quotable.notice_text(conn, chat_id, message_id) is not None):
+        return quotable.QUOTED_NOTICE
+    return None
 
 
 def context_sources(

@@ -97,7 +97,9 @@ _COUNT = {
     "AND finished_at IS NOT NULL AND finished_at < ?",
     "audit": "SELECT COUNT(*) FROM audit WHERE at < ?",
     "usage": "SELECT COUNT(*) FROM llm_usage WHERE at < ? AND step IS NOT '(daily total)'",
-    "messages": "SELECT COUNT(*) FROM messages WHERE created_at < ?",
+    # With the history, the notices kept to quote (chat/quotable.py): sent messages too.
+    "messages": "SELECT (SELECT COUNT(*) FROM messages WHERE created_at < ?1) "
+    "+ (SELECT COUNT(*) FROM sent_notices WHERE sent_at < ?1)",
     "media": "SELECT (SELECT COUNT(*) FROM transcript_cache WHERE created_at < ?1) "
     "+ (SELECT COUNT(*) FROM vision_cache WHERE created_at < ?1)",
     "watch_checks": f"SELECT COUNT(*) {_OLD_CHECKS}",
@@ -145,11 +147,19 @@ def _prune_audit(conn: Any, cut: float, batch: int) -> int:
 
 
 def _prune_messages(conn: Any, cut: float, batch: int) -> int:
-    return conn.execute(
+    removed = conn.execute(
         "DELETE FROM messages WHERE id IN "
         "(SELECT id FROM messages WHERE created_at < ? ORDER BY id LIMIT ?)",
         (cut, batch),
     ).rowcount
+    return (
+        removed
+        + conn.execute(
+            "DELETE FROM sent_notices WHERE rowid IN "
+            "(SELECT rowid FROM sent_notices WHERE sent_at < ? ORDER BY sent_at LIMIT ?)",
+            (cut, batch),
+        ).rowcount
+    )
 
 
 def _prune_media(conn: Any, cut: float, batch: int) -> int:

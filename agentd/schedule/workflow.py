@@ -9,14 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agentd.access import owners
 from agentd.chat import reach
-from agentd.chat.delivery import deliver
+from agentd.chat.delivery import deliver_text
 from agentd.chat.inputs import TurnInput
 from agentd.chat.names import TURN_WORKFLOW, chat_key
 from agentd.chat.outbox import Outbox
@@ -137,12 +136,11 @@ async def plan_occurrence(deps: ScheduleDeps, inp: OccurrenceInput) -> Plan:
 
 async def send_message(step: Step, deps: ScheduleDeps, inp: OccurrenceInput, plan: Plan) -> int:
     """A reminder, through the one send path (chat/delivery.py): marked, so a kill after
-    the channel took it and before its id was committed is re-sent once and counted."""
+    the channel took it and before its id was committed is re-sent once and counted; kept
+    as a notice, so a reply to it quotes what was sent."""
     sched = await deps.db.read(store.get, inp.schedule_id)
     chat = plan.chat_id if plan.chat_id is not None else sched.chat_id
-    return await deliver(
-        step, deps.db, "send", chat, partial(deps.outbox.send_text, chat, sched.text)
-    )
+    return await deliver_text(step, deps.db, "send", deps.outbox, chat, sched.text, notice=True)
 
 
 async def start_turn(

@@ -160,7 +160,14 @@ def make_task_workflow(deps: TurnDeps) -> Workflow[TaskInput, TaskOutput]:
         out = await work(step, deps, inp)
         text = result_text(inp, out)
         message_id = await deliver_text(
-            step, deps.db, "send-result", deps.outbox, inp.chat_id, text, reply_to=inp.reply_to
+            step,
+            deps.db,
+            "send-result",
+            deps.outbox,
+            inp.chat_id,
+            text,
+            reply_to=inp.reply_to,
+            notice=True,
         )
         return out.model_copy(update={"message_id": message_id})
 

@@ -390,7 +390,9 @@ async def remember(deps: WatchDeps, inp: TellInput, message_id: int, instance_id
 
 
 async def _send(step: Step, deps: WatchDeps, inp: TellInput) -> TellOutput:
-    message_id = await deliver_text(step, deps.db, "send", deps.outbox, inp.chat_id, inp.text)
+    message_id = await deliver_text(
+        step, deps.db, "send", deps.outbox, inp.chat_id, inp.text, notice=True
+    )
     if inp.outside:
         await step.do("remember", remember, deps, inp, message_id, step.instance_id)
     return TellOutput(message_id=message_id)
