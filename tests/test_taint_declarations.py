@@ -193,6 +193,12 @@ def test_a_quoted_notice_taints_and_a_quoted_answer_of_the_users_own_does_not(
     notice = quoted_source(conn, 5, True, 99, True)  # a job's or a mail's notice: not an answer
     assert notice is not None and "notice" in notice
     assert quoted_source(conn, 5, True, 98, False) is None  # the user's own older words
+    # In a group too, the bot's answer that drew on a page brings the page with it.
+    assert (
+        quoted_source(conn, 5, False, 11, True)
+        == "a quoted message (fetch_url (https://e.example/))"
+    )
+    assert quoted_source(conn, 5, False, 10, True) is None
     assert window_sources(conn, 5, 0, 100) == [
         "an earlier answer in this chat that drew on fetch_url (https://e.example/)"
     ]

@@ -79,9 +79,11 @@ def quoted_source(
     as outside whoever wrote them (taint.input_sources), but for the bot's words as the server
     or agentd's record has them; in a private chat, a quote of the user's own words or of an
     answer the model wrote from them is clean, while an answer that drew on outside content
-    is not. A quoted notice (a finished job's output, a mail's subject, an automation's
+    is not, in any chat. A quoted notice (a finished job's output, a mail's subject, an automation's
     message) is not, in any chat."""
-    found = _quoted_row(conn, chat_id, message_id) if private else None
+    # A group's quote of a member is outside already (taint.input_sources); of the bot, it is
+    # what that answer drew on, as in a private chat.
+    found = _quoted_row(conn, chat_id, message_id) if private or from_bot else None
     if found is not None:
         _, origin, ref = found
         return f"a quoted message ({ref or 'outside content'})" if origin == "outside" else None
