@@ -26,6 +26,12 @@ evidence given as "D1:3; D2:4" strings, as empty strings, as ids the conversatio
 repeated, or as ranges ("D12:3-D12:5"). Such entries are skipped or repaired and counted, never
 fatal. REALTALK (github.com/danny911kr/REALTALK: 21 days of real messaging-app chats, labelled as
 LoCoMo is) loads as it is published: its turns' `clean_text` and its "29.12.2023, 22:42:04" dates.
+FriendsQA (github.com/emorynlp/FriendsQA: `dat/friendsqa_{dev,tst}.json`, scenes of the sitcom's
+scripts, each question's answer marked in an utterance) loads as multi-session chat: a season's
+scenes of one file are one conversation, each scene a session dated a day after the one before
+(the scripts carry no dates), its stage directions dropped (a chat has none, so a question
+answered only there is skipped), the utterances' tokenisation undone; a question's evidence is
+every utterance an annotator marked, its category the question word.
 """
 
 from __future__ import annotations
@@ -187,11 +193,72 @@ def _session_start(raw: Any) -> float | None:
     return None
 
 
+_DETOKENISE = (
+    (re.compile(r" (n't|'s|'re|'ve|'ll|'d|'m)\b", re.IGNORECASE), r"\1"),
+    (re.compile(r"\b(gon|wan|got) (na|ta)\b", re.IGNORECASE), r"\1\2"),
+    (re.compile(r" ([.,!?;:%)])"), r"\1"),
+    (re.compile(r"([($]) "), r"\1"),
+)
+_SCENE = re.compile(r"s(\d+)_e(\d+)_c(\d+)$")
+_STAGE = ("#NOTE#", "")  # the "speaker" of a stage direction, or none
+_FIRST_DAY = datetime(2000, 1, 1, 20, tzinfo=UTC).timestamp()  # made up: the scripts are undated
+
+
+def _detokenise(text: str) -> str:
+    for pattern, repl in _DETOKENISE:
+        text = pattern.sub(repl, text)
+    return text.strip()
+
+
+def _friendsqa_entries(raw: dict[str, Any], stem: str) -> list[tuple[Any, str | None]]:
+    """FriendsQA's {"data": [scene, ...]} as LoCoMo-layout entries, one per season."""
+    seasons: dict[str, list[tuple[tuple[int, int], Any]]] = defaultdict(list)
+    for scene in raw.get("data") or []:
+        m = _SCENE.match(str(scene.get("title", ""))) if isinstance(scene, dict) else None
+        paragraphs = scene.get("paragraphs") if m else None
+        if m and isinstance(paragraphs, list) and paragraphs:
+            seasons[m.group(1)].append(((int(m.group(2)), int(m.group(3))), paragraphs[0]))
+    out: list[tuple[Any, str | None]] = []
+    for season, scenes in sorted(seasons.items()):
+        conv: dict[str, Any] = {}
+        qa: list[dict[str, Any]] = []
+        for number, (_, scene) in enumerate(sorted(scenes, key=lambda s: s[0]), start=1):
+            day = datetime.fromtimestamp(_FIRST_DAY + (number - 1) * 86400, UTC)
+            conv[f"session_{number}_date_time"] = day.strftime("%d.%m.%Y, %H:%M:%S")
+            turns = []
+            for u in scene.get("utterances:") or []:
+                speakers = [s for s in u.get("speakers") or [] if isinstance(s, str)]
+                if not speakers or speakers[0] in _STAGE:
+                    continue
+                name = " and ".join("All" if s == "#ALL#" else s for s in speakers)
+                text = _detokenise(str(u.get("utterance", "")))
+                turns.append({"speaker": name, "text": text, "dia_id": f"D{number}:{u['uid'] + 1}"})
+            conv[f"session_{number}"] = turns
+            for item in scene.get("qas") or []:
+                ids = {a.get("utterance_id") for a in item.get("answers") or []}
+                qa.append(
+                    {
+                        "question": _detokenise(str(item.get("question", ""))),
+                        "evidence": [
+                            f"D{number}:{i + 1}" for i in sorted(ids) if isinstance(i, int)
+                        ],
+                        # "s01_e23_c06_What" or "…_What_Paraphrased": the word asked with
+                        "category": (str(item.get("id", "")).split("_")[3:4] or [None])[0],
+                    }
+                )
+        out.append(
+            ({"sample_id": f"friends-{stem}-s{season}", "conversation": conv, "qa": qa}, None)
+        )
+    return out
+
+
 def _entries(path: Path) -> list[tuple[Any, str | None]]:
     """(entry, id from its file name) of a file, or of every *.json file in a directory."""
     if path.is_dir():
         return [e for f in sorted(path.glob("*.json")) for e in _entries(f)]
     raw = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(raw, dict) and isinstance(raw.get("data"), list):
+        return _friendsqa_entries(raw, path.stem)
     if isinstance(raw, list):
         return [(entry, None) for entry in raw]
     return [(raw, path.stem)]

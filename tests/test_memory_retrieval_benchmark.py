@@ -67,6 +67,63 @@ def test_loader_reads_realtalks_layout(tmp_path: Path) -> None:
     assert stats.dropped_evidence_ids == 1  # D1:4 is not in the file
 
 
+def test_loader_reads_friendsqas_scenes_as_a_seasons_sessions(tmp_path: Path) -> None:
+    """FriendsQA as published: scenes titled "s01_e23_c06" with their utterances (tokenised,
+    stage directions under "#NOTE#") and questions whose answers name an utterance id."""
+
+    def scene(title: str, lines: list[tuple[str, str]], qas: list[dict]) -> dict:
+        utterances = [
+            {"uid": i, "speakers": [who], "utterance": text} for i, (who, text) in enumerate(lines)
+        ]
+        return {"title": title, "paragraphs": [{"utterances:": utterances, "qas": qas}]}
+
+    def qa(qid: str, question: str, *uids: int) -> dict:
+        answers = [{"answer_text": "x", "utterance_id": u} for u in uids]
+        return {"id": qid, "question": question, "answers": answers}
+
+    data = [
+        scene(
+            "s01_e24_c02",
+            [("Joey Tribbiani", "I do n't wan na go .")],
+            [qa("s01_e24_c02_Why_Paraphrased", "Why does Joey stay ?", 0)],
+        ),
+        scene(
+            "s01_e23_c06",
+            [
+                ("#NOTE#", "[ Scene : Central Perk . ]"),
+                ("Ross Geller", "Breathe ."),
+                ("#ALL#", "Hi !"),
+            ],
+            [
+                qa("s01_e23_c06_Where", "Where are they ?", 0),  # answered only in a note
+                qa("s01_e23_c06_Who", "Who says breathe ?", 1, 0, 1),
+            ],
+        ),
+        scene("s02_e23_c01", [("Rachel Green", "It 's gon na be ok .")], []),
+    ]
+    path = tmp_path / "friendsqa_dev.json"
+    path.write_text(json.dumps({"version": "2.0", "data": data}), encoding="utf-8")
+    conversations, stats = _bench().load_dataset(path)
+    assert [c.sample_id for c in conversations] == [
+        "friends-friendsqa_dev-s01",
+        "friends-friendsqa_dev-s02",
+    ]
+    season = conversations[0]
+    # Scenes in the order they air, each its own session a day apart; no stage directions.
+    assert [(t.dia_id, t.text) for t in season.turns] == [
+        ("D1:2", "Ross Geller: Breathe."),
+        ("D1:3", "All: Hi!"),
+        ("D2:1", "Joey Tribbiani: I don't wanna go."),
+    ]
+    assert season.turns[2].session_start - season.turns[0].session_start == 86400
+    assert [(q.question, q.evidence, q.category) for q in season.questions] == [
+        ("Who says breathe?", ["D1:2"], "Who"),
+        ("Why does Joey stay?", ["D2:1"], "Why"),
+    ]
+    assert conversations[1].turns[0].text == "Rachel Green: It's gonna be ok."
+    assert stats.skipped_questions == 1 and stats.dropped_evidence_ids == 2
+
+
 def test_loader_skips_and_counts_malformed_entries() -> None:
     conversations, stats = _bench().load_dataset(DATASET)
     assert stats.skipped_entries == 2  # no conversation; not an object
