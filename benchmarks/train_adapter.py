@@ -25,7 +25,7 @@ import argparse
 import asyncio
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +56,10 @@ class Conv:
     docs: Any  # turns × dim, as stored
     queries: Any  # questions × dim, as asked
     positives: list[list[int]]  # per question: the rows of its evidence turns
+    ids: list[str] = field(default_factory=list)  # each row's dia_id
+    # --negatives pool: per question, the rows the softmax runs over (the ranker's pool and
+    # the evidence); None: every turn of the conversation
+    pools: list[list[int]] | None = None
 
 
 async def embed(paths: Sequence[str], cache: Path) -> list[Conv]:
@@ -77,6 +81,7 @@ async def embed(paths: Sequence[str], cache: Path) -> list[Conv]:
                     docs=np.asarray(docs, dtype=np.float32),
                     queries=np.asarray(queries, dtype=np.float32).reshape(-1, embedder.dim),
                     positives=[[row[e] for e in q.evidence if e in row] for q in conv.questions],
+                    ids=[t.dia_id for t in conv.turns],
                 )
             )
     embedder.save()
@@ -91,6 +96,11 @@ def gradient(conv: Conv, a: Any) -> tuple[Any, float]:
     norm = np.linalg.norm(moved, axis=1, keepdims=True)
     unit = moved / norm
     logits = unit @ conv.docs.T / TAU
+    if conv.pools is not None:  # the softmax over the pool alone: the rest is never a candidate
+        outside = np.ones_like(logits, dtype=bool)
+        for i, rows in enumerate(conv.pools):
+            outside[i, rows] = False
+        logits[outside] = -np.inf
     logits -= logits.max(axis=1, keepdims=True)
     p = np.exp(logits)
     p /= p.sum(axis=1, keepdims=True)

@@ -341,6 +341,29 @@ def _collect_all(datasets: Sequence[str], caches: Sequence[str], stored: str) ->
     return rows
 
 
+def pool_negatives(convs: Sequence[train_adapter.Conv], rows: Sequence[Row]) -> None:
+    """Give each conversation's questions the rows of their pool, from `rows` collected with
+    the raw question vectors (what the ranker would order before any adapter)."""
+    by_conv: dict[str, list[Row]] = defaultdict(list)
+    for row in rows:
+        by_conv[row.conv].append(row)
+    for conv in convs:
+        index = {dia: i for i, dia in enumerate(conv.ids)}
+        pools = []
+        for row, positives in zip(by_conv[conv.id], conv.positives, strict=True):
+            held = {dia for mid, _ in [*row.kw, *row.vec] for dia in row.covers.get(mid, ())}
+            pools.append(sorted({index[d] for d in held if d in index} | set(positives)))
+        conv.pools = pools
+
+
+def dump(path: Path, scored: Sequence[tuple[str, Row, dict[str, float]]]) -> None:
+    """One JSON line per question and store: where it was scored, and its figures."""
+    with path.open("w", encoding="utf-8") as out:
+        for phase, row, values in scored:
+            key = {"phase": phase, "data": row.data, "conv": row.conv, "stored": row.stored}
+            out.write(json.dumps({**key, "question": row.text, **values}) + "\n")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -379,6 +402,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--unlinked", action="store_true", help="the fake summariser names no fact's messages"
     )
     parser.add_argument(
+        "--negatives",
+        choices=["all", "pool"],
+        default="all",
+        help="the adapter's softmax over every turn of the conversation (shipped) or over the "
+        "pool the ranker orders (keyword's and the raw vector arm's top, with the evidence)",
+    )
+    parser.add_argument("--dump", help="write each question's figures here (JSON lines)")
+    parser.add_argument(
         "--adapter",
         choices=["folds", "none"],
         default="folds",
@@ -397,6 +428,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     caches = args.cache or ["/tmp/agentd-bench-e5-vectors.json"]
     if args.adapter == "folds":
         convs = asyncio.run(train_adapter.embed(args.dataset, Path(caches[0])))
+        if args.negatives == "pool":
+            pool_negatives(convs, _collect_all(args.dataset, caches, "none"))
         model_id = E5SmallEmbedder().model_id
         ADAPTERS.update(train_adapter.fold_adapters([c for c in convs if c.positives], model_id))
     rows = _collect_all(args.dataset, caches, args.stored)
@@ -411,16 +444,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         ranker = train([r for r in rows if r.conv != conv], f"all but {conv}")
         scored += [(r, figures(r, ranker)) for r in rows if r.conv == conv]
     report("cross-validated by conversation (R@5/R@10/several-sessions R@5)", scored)
+    dumped = [("cv", r, v) for r, v in scored]
     names = ", ".join(Path(d).name for d in args.dataset)
     ranker = train(rows, f"{names}: {', '.join(convs)} ({len(rows)} questions as turns or stored)")
     report("trained on all, in-sample", [(r, figures(r, ranker)) for r in rows])
     if args.test:
         test = _collect_all(args.test, args.test_cache or caches, "none")
         test = [r for r in test if r.conv not in convs]
-        report(
-            f"trained on all, scored on --test ({len(test)} questions)",
-            [(r, figures(r, ranker)) for r in test],
-        )
+        tested = [(r, figures(r, ranker)) for r in test]
+        report(f"trained on all, scored on --test ({len(test)} questions)", tested)
+        dumped += [("test", r, v) for r, v in tested]
+    if args.dump:
+        dump(Path(args.dump), dumped)
     print(json.dumps(ranker.weights), f"bias {ranker.bias}")
     if args.write:
         path = ranker_path(EMBEDDER)
