@@ -24,12 +24,13 @@ import numpy as np
 RESAMPLES = 10_000
 
 
-def read(path: Path) -> dict[tuple[Any, ...], dict[str, Any]]:
+def read(path: Path, any_phase: bool = False) -> dict[tuple[Any, ...], dict[str, Any]]:
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     seen: dict[tuple[Any, ...], int] = defaultdict(int)
     for line in path.read_text(encoding="utf-8").splitlines():
         row = json.loads(line)
-        key = (row["phase"], row["data"], row["conv"], row["stored"], row["question"])
+        phase = "any" if any_phase else row["phase"]
+        key = (phase, row["data"], row["conv"], row["stored"], row["question"])
         out[(*key, seen[key])] = row
         seen[key] += 1
     return out
@@ -41,8 +42,8 @@ def interval(diffs: Any, seed: int = 0) -> tuple[float, float]:
     return float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5))
 
 
-def compare(base: Path, variant: Path, figure: str) -> list[str]:
-    a, b = read(base), read(variant)
+def compare(base: Path, variant: Path, figure: str, any_phase: bool = False) -> list[str]:
+    a, b = read(base, any_phase), read(variant, any_phase)
     groups: dict[tuple[Any, ...], list[tuple[float, float]]] = defaultdict(list)
     for key in sorted(a.keys() & b.keys(), key=str):
         if figure in a[key] and figure in b[key]:
@@ -65,9 +66,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("base", type=Path)
     parser.add_argument("variant", type=Path)
     parser.add_argument("--figure", action="append", help='default "reranked R@5"')
+    parser.add_argument(
+        "--any-phase",
+        action="store_true",
+        help="match a question scored under --test in one file with it cross-validated in the"
+        " other (a data set moved into the training data)",
+    )
     args = parser.parse_args(argv)
     for figure in args.figure or ["reranked R@5"]:
-        print("\n".join(compare(args.base, args.variant, figure)))
+        print("\n".join(compare(args.base, args.variant, figure, args.any_phase)))
     return 0
 
 

@@ -91,8 +91,12 @@ async def embed(paths: Sequence[str], cache: Path) -> list[Conv]:
 
 def gradient(conv: Conv, a: Any) -> tuple[Any, float]:
     """d loss / dA summed over the conversation's questions, and the loss."""
-    q = conv.queries
-    moved = q + q @ a
+    d_moved, loss = moved_gradient(conv, conv.queries + conv.queries @ a)
+    return conv.queries.T @ d_moved, loss
+
+
+def moved_gradient(conv: Conv, moved: Any) -> tuple[Any, float]:
+    """d loss / d(the moved query vectors), and the loss."""
     norm = np.linalg.norm(moved, axis=1, keepdims=True)
     unit = moved / norm
     logits = unit @ conv.docs.T / TAU
@@ -111,7 +115,7 @@ def gradient(conv: Conv, a: Any) -> tuple[Any, float]:
         loss -= float(np.log(p[i, rows] + 1e-12).mean())
     d_unit = (p - target) / TAU @ conv.docs
     d_moved = (d_unit - unit * (d_unit * unit).sum(axis=1, keepdims=True)) / norm
-    return q.T @ d_moved, loss
+    return d_moved, loss
 
 
 def train(convs: Sequence[Conv], dim: int) -> Any:
@@ -126,12 +130,57 @@ def train(convs: Sequence[Conv], dim: int) -> Any:
     return a
 
 
-def fold_adapters(convs: Sequence[Conv], model_id: str) -> dict[str, QueryAdapter]:
+@dataclass
+class TanhAdapter:
+    """--map tanh (not shipped): q → q + tanh(q W1) W2, normalised; QueryAdapter's apply()."""
+
+    w1: Any
+    w2: Any
+
+    def apply(self, vector: Any) -> list[float]:
+        q = np.asarray(vector, dtype=np.float32)
+        moved = q + np.tanh(q @ self.w1) @ self.w2
+        return (moved / np.linalg.norm(moved)).tolist()
+
+
+MAP = {"kind": "linear", "rank": 64, "sigma": 0.1}  # --map, --rank, --sigma
+
+
+def train_tanh(convs: Sequence[Conv], dim: int) -> TanhAdapter:
+    """The nonlinear map started near a low-rank linear one (W1 small, W2 = 0), λ on both."""
+    rng = np.random.default_rng(0)
+    w = [rng.normal(0, MAP["sigma"], (dim, MAP["rank"])).astype(np.float32)]
+    w.append(np.zeros((MAP["rank"], dim), dtype=np.float32))
+    m, v = [np.zeros_like(x) for x in w], [np.zeros_like(x) for x in w]
+    n = sum(len(c.positives) for c in convs)
+    for step in range(1, STEPS + 1):
+        g = [np.zeros_like(x) for x in w]
+        for c in convs:
+            h = np.tanh(c.queries @ w[0])
+            d_moved, _ = moved_gradient(c, c.queries + h @ w[1])
+            g[1] += h.T @ d_moved
+            g[0] += c.queries.T @ ((d_moved @ w[1].T) * (1 - h * h))
+        for i in range(2):
+            gi = g[i] / n + 2 * LAM * w[i]
+            m[i] = 0.9 * m[i] + 0.1 * gi
+            v[i] = 0.999 * v[i] + 0.001 * gi * gi
+            step_size = (m[i] / (1 - 0.9**step)) / (np.sqrt(v[i] / (1 - 0.999**step)) + 1e-8)
+            w[i] -= RATE * step_size
+    return TanhAdapter(w[0], w[1])
+
+
+def fit(convs: Sequence[Conv], dim: int, model_id: str) -> Any:
+    if MAP["kind"] == "tanh":
+        return train_tanh(convs, dim)
+    return QueryAdapter(model_id, train(convs, dim))
+
+
+def fold_adapters(convs: Sequence[Conv], model_id: str) -> dict[str, Any]:
     """Per conversation, the adapter trained on all the others; under ALL, on every one."""
     dim = convs[0].docs.shape[1]
-    out = {ALL: QueryAdapter(model_id, train(convs, dim))}
+    out = {ALL: fit(convs, dim, model_id)}
     for conv in convs:
-        out[conv.id] = QueryAdapter(model_id, train([c for c in convs if c is not conv], dim))
+        out[conv.id] = fit([c for c in convs if c is not conv], dim, model_id)
     return out
 
 

@@ -408,6 +408,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the adapter's softmax over every turn of the conversation (shipped) or over the "
         "pool the ranker orders (keyword's and the raw vector arm's top, with the evidence)",
     )
+    parser.add_argument("--map", choices=["linear", "tanh"], default="linear")
+    parser.add_argument("--rank", type=int, default=64, help="--map tanh: hidden units")
     parser.add_argument("--dump", help="write each question's figures here (JSON lines)")
     parser.add_argument(
         "--adapter",
@@ -426,6 +428,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     EXPAND["n"] = args.expand
     CONTEXT["turns"] = args.context
     caches = args.cache or ["/tmp/agentd-bench-e5-vectors.json"]
+    train_adapter.MAP.update(kind=args.map, rank=args.rank)
     if args.adapter == "folds":
         convs = asyncio.run(train_adapter.embed(args.dataset, Path(caches[0])))
         if args.negatives == "pool":
