@@ -137,3 +137,22 @@ def test_training_learns_a_map_that_holds_on_a_conversation_it_did_not_see() -> 
     raw = np.mean(ta.recall(held, held.queries, 1))
     moved = np.mean(ta.recall(held, ta.adapted(adapters["c0"], held.queries), 1))
     assert moved >= raw + 0.3, (raw, moved)
+
+
+def test_pool_negatives_train_against_the_pool_alone() -> None:
+    """`--negatives pool`: the softmax runs over the question's pool, so turns outside it change
+    neither the loss nor the gradient; the same conversation cut to its pool gives both."""
+    ta = _train_adapter()
+    rng = np.random.default_rng(5)
+    docs = _unit(rng.standard_normal((12, 8))).astype(np.float32)
+    queries = _unit(rng.standard_normal((2, 8))).astype(np.float32)
+    a = (0.1 * rng.standard_normal((8, 8))).astype(np.float32)
+    pool = [0, 3, 4, 7]
+    whole = ta.Conv(id="c", data="toy", docs=docs, queries=queries, positives=[[3], [7, 0]])
+    whole.pools = [pool, pool]
+    cut = ta.Conv(id="c", data="toy", docs=docs[pool], queries=queries, positives=[[1], [3, 0]])
+    (g_pool, loss_pool), (g_cut, loss_cut) = ta.gradient(whole, a), ta.gradient(cut, a)
+    assert loss_pool == pytest.approx(loss_cut, rel=1e-5)
+    assert np.allclose(g_pool, g_cut, atol=1e-5)
+    whole.pools = None  # every turn: the distractors outside the pool now count
+    assert ta.gradient(whole, a)[1] > loss_pool + 1e-3
