@@ -67,6 +67,12 @@ def _turn(rig: MatrixRig, text: str) -> tuple[str, str] | None:
     return (rows[0][0], rows[0][1]) if rows else None
 
 
+def _wait_drafts_closed(rig: MatrixRig) -> None:
+    """Every draft's row gone. The row goes in a commit just after the event that replaced
+    or ended the draft reached Synapse, so what a user sees can be ahead of it by a moment."""
+    wait_for(lambda: rig.query("SELECT * FROM matrix_drafts") == [], 30, "the drafts closed")
+
+
 def test_an_answer_is_formatted_in_the_subset_and_replies_to_its_message(
     tmp_path: Path, cast: Cast
 ) -> None:
@@ -189,7 +195,7 @@ def test_a_draft_left_by_kill_9_is_replaced_once_by_its_answer(tmp_path: Path, c
         assert rig.shown(room) == [final, "echo: marker"]
         answer = _answer_to(rig, room, asked)
         assert answer is not None and answer["event_id"] == _first_id(rig, room)
-        assert rig.query("SELECT * FROM matrix_drafts") == []
+        _wait_drafts_closed(rig)
         assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
 
 
@@ -213,7 +219,7 @@ def test_a_draft_whose_turn_is_cancelled_ends_marked_stopped(tmp_path: Path, cas
         shown = rig.shown(room)[1:]  # after the command's reply
         assert len(shown) == 1 and shown[0].startswith("Part 1 of a long answer"), shown
         assert shown[0].endswith("(abgebrochen: diese Antwort ist nicht fertig geworden)"), shown
-        assert rig.query("SELECT * FROM matrix_drafts") == []
+        _wait_drafts_closed(rig)
 
 
 def test_a_stopped_turns_draft_left_by_kill_9_is_ended_once_at_start(
@@ -258,7 +264,7 @@ def test_a_stopped_turns_draft_left_by_kill_9_is_ended_once_at_start(
         ]
         assert len(stops) == 1, stops
         assert _answer_to(rig, room, asked) is not None  # the draft, as the reply it was
-        assert rig.query("SELECT * FROM matrix_drafts") == []
+        _wait_drafts_closed(rig)
 
 
 def test_interrupt_mode_a_stopped_turns_draft_is_no_answer(tmp_path: Path, cast: Cast) -> None:
@@ -281,7 +287,7 @@ def test_interrupt_mode_a_stopped_turns_draft_is_no_answer(tmp_path: Path, cast:
         wait_for(lambda: "echo: no, just a haiku" in rig.shown(room), 60, "the next answer")
         wait_for(lambda: "(stopped" in rig.shown(room)[0], 30, "the draft marked")
         assert len(rig.shown(room)) == 2
-        assert rig.query("SELECT * FROM matrix_drafts") == []
+        _wait_drafts_closed(rig)
 
 
 def test_a_reply_to_one_part_of_a_long_answer_quotes_that_part(tmp_path: Path, cast: Cast) -> None:
