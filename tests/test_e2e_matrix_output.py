@@ -267,6 +267,46 @@ def test_a_stopped_turns_draft_left_by_kill_9_is_ended_once_at_start(
         _wait_drafts_closed(rig)
 
 
+def test_a_retried_stopped_turn_streams_and_stops_a_draft_of_its_own(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """A turn cancelled mid-stream, its draft ended stopped, is run again with `agentd
+    workflows retry` and cancelled again: the new run's draft is a message of its own under
+    transaction ids of its own (Synapse would hand the old ones the stopped message back and
+    swallow the second stop), so both drafts stay, each marked stopped."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
+        turn = _turn(rig, "tell me a long story")
+        assert turn is not None
+        assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+        wait_for(lambda: "(stopped" in " ".join(rig.shown(room)), 60, "the draft marked")
+
+        def puts(kind: str) -> list[str]:
+            return [p for p in rig.proxy.sends if f"/agentd-{kind}-" in p]
+
+        rig.llm.enqueue_text(STORY.replace("Part", "Take two, part"))
+        assert rig.daemon.cli("workflows", "retry", turn[0]).returncode == 0
+        wait_for(lambda: len(puts("draft")) == 2, 60, "the retried run's first draft")
+        wait_for(lambda: _said(rig, room, "Take two, part 2 of"), 60, "the retry's drafts")
+        assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+        wait_for(lambda: len(puts("stop")) == 2, 60, "the retried run's draft ended")
+        assert len(set(puts("draft"))) == 2 and len(set(puts("stop"))) == 2
+
+        def both_stopped() -> bool:
+            return [("(stopped" in text) for text in rig.shown(room)] == [True, True]
+
+        wait_for(both_stopped, 30, "both drafts shown stopped")
+        first, second = rig.shown(room)
+        assert first.startswith("Part 1 of a long answer"), first
+        assert second.startswith("Take two, part 1 of a long answer"), second
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+
+
 def test_interrupt_mode_a_stopped_turns_draft_is_no_answer(tmp_path: Path, cast: Cast) -> None:
     """The owner's next message stops the streaming turn: its draft ends marked stopped, and
     the next message's answer is one of its own."""

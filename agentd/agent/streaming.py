@@ -49,11 +49,14 @@ def draft_id(instance_id: str, step: str) -> int:
     return int.from_bytes(digest[:4], "big") % (2**31 - 1) + 1
 
 
-def answer_draft(instance_id: str) -> int:
+def answer_draft(instance_id: str, retries: int = 0) -> int:
     """The drafts of a turn's answer: one id for all its model calls, which its answer (or the
     turn's apology) names when sent (`Outbox.send_text(draft=…)`). Where a draft is a message
-    (Matrix) only that send takes its place, also after a restart."""
-    return draft_id(instance_id, "answer")
+    (Matrix) only that send takes its place, also after a restart. Each run the owner's retry
+    begins (`retries`, the instance's) has drafts of its own: the earlier run's were ended
+    stopped, under ids the homeserver deduplicates for a day, and a new run reusing them would
+    land on the stopped message. A never-retried turn keeps the id it always had."""
+    return draft_id(instance_id, "answer" if retries == 0 else f"answer/retry{retries}")
 
 
 class DraftStreamer:
@@ -112,7 +115,8 @@ async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecor
             return False
         told = str(given.get("language_code") or "")
         language = await db.read(locale.of_user, user_id, told) if user_id else told
-        await outbox.end_draft(chat_id, answer_draft(inst.id), locale.worded(STOPPED, language))
+        draft = answer_draft(inst.id, inst.retries)
+        await outbox.end_draft(chat_id, draft, locale.worded(STOPPED, language))
     except Exception as exc:
         log.info("draft not ended (best effort)", extra={"reason": type(exc).__name__})
         return False
@@ -138,11 +142,11 @@ def _turn_of_draft(conn: Any, chat_id: int, draft: int) -> store.InstanceRecord 
     """The chat's turn whose answer's drafts are `draft` (only their hash names them: a scan
     of the chat's turns, made only for a draft left open at a start)."""
     rows = conn.execute(
-        "SELECT id FROM workflow_instances WHERE key = ? AND workflow = ?",
+        "SELECT id, retries FROM workflow_instances WHERE key = ? AND workflow = ?",
         (chat_key(chat_id), TURN_WORKFLOW),
     )
-    for (instance_id,) in rows.fetchall():
-        if answer_draft(instance_id) == draft:
+    for instance_id, retries in rows.fetchall():
+        if answer_draft(instance_id, retries) == draft:
             return store.get_instance(conn, instance_id)
     return None
 

@@ -222,12 +222,14 @@ async def call_llm(
     step_name: str,
     recall: Recall,
     turn_start: int,
+    draft: int,
     held: Pending | None = None,
     pin: str | None = None,
 ) -> LLMResponse:
     """One model call with a fresh prompt; its tokens are recorded (R-LLM-4).
 
     messages[turn_start] is this turn's user message: what comes before it is stored history.
+    `draft`: the answer's drafts it streams to (agent/streaming.py `answer_draft`).
     `pin`: the model that answered the turn's first call, asked first again so a turn (and a
     resumed one) stays on one model; the first call asks the chat's `/model` choice first.
     """
@@ -259,7 +261,7 @@ async def call_llm(
         user_id=inp.user_id,
     )
     cut: list[CutAttempt] = []  # attempts whose streams ended partway, as they end
-    response = await _complete(deps, inp, req, _streamer(deps, inp, instance_id), row, cut)
+    response = await _complete(deps, inp, req, _streamer(deps, inp, draft), row, cut)
     record = partial(
         row,
         tokens=response.usage,
@@ -279,14 +281,14 @@ async def call_llm(
     return response
 
 
-def _streamer(deps: TurnDeps, inp: TurnInput, instance_id: str) -> DraftStreamer | None:
+def _streamer(deps: TurnDeps, inp: TurnInput, draft: int) -> DraftStreamer | None:
     """The answer's draft as it streams; drafts exist in private chats only."""
     if not (deps.config.chat.streaming and inp.private):
         return None
     return DraftStreamer(
         deps.outbox,
         inp.chat_id,
-        answer_draft(instance_id),
+        draft,
         deps.config.chat.stream_interval,
         delay=deps.config.chat.progress_delay,
         reply_to=inp.message_id or None,
@@ -369,8 +371,9 @@ async def _ask(
 ) -> LLMResponse:
     """Model call `llm#n`, journaled: a replay returns the answer (and its model) it gave."""
     name = f"llm#{n}"
-    args = (deps, inp, conversation, step.instance_id, name, recall, turn_start, step.pending)
-    return await step.do(name, call_llm, *args, pin)  # type: ignore[no-any-return]
+    draft = answer_draft(step.instance_id, step.retries)
+    args = (deps, inp, conversation, step.instance_id, name, recall, turn_start, draft)
+    return await step.do(name, call_llm, *args, step.pending, pin)  # type: ignore[no-any-return]
 
 
 async def agent_loop(

@@ -429,7 +429,7 @@ async def send_reply(
     """Each chunk is its own step, so a crash between chunks never re-sends the earlier ones.
     The first takes the place of the drafts streamed for this turn's answer, if any."""
     ids = []
-    draft = answer_draft(step.instance_id)
+    draft = answer_draft(step.instance_id, step.retries)
     # A link preview only for a URL the user wrote themself (not one forwarded to us).
     user_urls = set() if inp.forwarded else set(urls_in(inp.text))
     for n, chunk in enumerate(deps.outbox.split(text) or [EMPTY_ANSWER], start=1):

@@ -389,9 +389,5 @@ def retry_from(conn: Any, instance_id: str, step: str, version: str | None, now:
             )
     if version is not None:
         set_version(conn, instance_id, version)
-    conn.execute(
-        "UPDATE workflow_instances SET status = 'queued', error = NULL, output = NULL, "
-        "cancel_requested = 0, finished_at = NULL, updated_at = ? WHERE id = ?",
-        (now, instance_id),
-    )
+    store.requeue_retried(conn, instance_id, now)
     return ordinal

@@ -1003,6 +1003,13 @@ CREATE TABLE sent_notices (
 CREATE INDEX sent_notices_at ON sent_notices (sent_at);
 """
 
+# How often the owner retried an instance (`agentd workflows retry`): a retried run is a new
+# run whose outside effects must not be taken for the earlier run's (a turn's answer drafts:
+# agent/streaming.py `answer_draft`), while a restart's replay of the same run is the same.
+M089_WORKFLOW_RETRIES = (
+    "ALTER TABLE workflow_instances ADD COLUMN retries INTEGER NOT NULL DEFAULT 0;"
+)
+
 # What the owner confirmed an MCP server may put in front of the model (tools/mcp_pins.py):
 # the hash of its tools' names, descriptions and schemas, and that listing whole.
 M045_MCP_PINS = """
@@ -1125,6 +1132,7 @@ MIGRATIONS: list[tuple[str, str]] = [  # the core's; a channel's are its own (se
     ("m086_watch_cap_lifted", M086_WATCH_CAP_LIFTED),
     ("m087_usage_estimates_audio", M087_USAGE_ESTIMATES_AUDIO),
     ("m088_sent_notices", M088_SENT_NOTICES),
+    ("m089_workflow_retries", M089_WORKFLOW_RETRIES),
 ]
 
 

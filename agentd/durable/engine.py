@@ -401,7 +401,7 @@ class Engine:
                     await self._finish(inst.id, "cancelled", error="cancelled by request")
                 return
             journal, attempts = taken
-            step = Step(self, inst.id, journal, attempts)
+            step = Step(self, inst.id, journal, attempts, retries=inst.retries)
             # A resumed run is worth a line at INFO; a fresh start is, with its steps, DEBUG:
             # "workflow complete" says a turn happened (per-line JSON logging was ~8 % of a
             # turn's CPU at INFO; the journal has every step's times).

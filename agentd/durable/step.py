@@ -192,9 +192,13 @@ class Step:
         instance_id: str,
         journal: dict[int, store.StepRecord],
         attempts: list[store.AttemptRecord],
+        retries: int = 0,
     ) -> None:
         self.engine = engine
         self.instance_id = instance_id
+        # The owner's retries of the instance so far: the same in every replay of one run, one
+        # more in the run a retry begins (store.reset_for_retry).
+        self.retries = retries
         self.pending = Pending()
         self._journal = journal
         self._open_attempts = {a.ordinal for a in attempts if a.outcome == "running"}

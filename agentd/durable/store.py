@@ -53,6 +53,7 @@ class InstanceRecord(BaseModel):
     waiting_for: str | None
     runs: int
     cancel_requested: bool
+    retries: int = 0  # the owner's retries of it: each begins a new run (reset_for_retry)
 
 
 def _row(model: type[BaseModel], row: Any) -> Any:
@@ -502,8 +503,15 @@ def reset_for_retry(conn: Any, instance_id: str, now: float) -> None:
             "finished_at = NULL, started_at = ? WHERE instance_id = ? AND ordinal = ?",
             (now, instance_id, failed),
         )
+    requeue_retried(conn, instance_id, now)
+
+
+def requeue_retried(conn: Any, instance_id: str, now: float) -> None:
+    """Queue an instance the owner retried, counting the retry: what the run sends outside
+    the journal under ids of its own (a turn's drafts) must not be the earlier run's."""
     conn.execute(
         "UPDATE workflow_instances SET status = 'queued', error = NULL, output = NULL, "
-        "cancel_requested = 0, finished_at = NULL, updated_at = ? WHERE id = ?",
+        "cancel_requested = 0, finished_at = NULL, retries = retries + 1, updated_at = ? "
+        "WHERE id = ?",
         (now, instance_id),
     )

@@ -75,11 +75,11 @@ def kept_drafts() -> KeptTable:
 
     def orphans(conn: Any) -> list[tuple[int, int]]:
         turns = conn.execute(
-            "SELECT id FROM workflow_instances WHERE workflow = ? "
+            "SELECT id, retries FROM workflow_instances WHERE workflow = ? "
             f"AND status IN {store.OPEN_STATUSES!r}",
             (TURN_WORKFLOW,),
         )
-        owned = {answer_draft(row[0]) for row in turns}
+        owned = {answer_draft(row[0], row[1]) for row in turns}
         rows = conn.execute("SELECT chat_id, draft_id FROM matrix_drafts WHERE draft_id != 0")
         return [(int(c), int(d)) for c, d in rows if d not in owned]
 
