@@ -143,6 +143,37 @@ def test_a_tool_turn_on_an_openai_compatible_model_alone(
         assert claude.requests == []
 
 
+def test_a_streamed_answer_from_a_server_that_sends_no_usage_is_billed_as_estimated(
+    tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
+) -> None:
+    """The answer's row counts what the text came to, marked estimated, not 0 tokens: the
+    server ignores `include_usage`, and 0 would let its model past every [limits] budget."""
+    tg, claude, chat = fakes
+    chat.stream_usage = False
+    answer = "Here is a streamed answer. " * 8  # 216 characters: 54 tokens
+    chat.enqueue(ChatReply(text=answer))
+    env = daemon_env(
+        tmp_path,
+        tg.base_url,
+        claude.base_url,
+        AGENTD_CONFIG=_config(tmp_path, chat, model=LOCAL),
+        AGENTD_CHAT__STREAMING="true",
+    )
+    env.pop("ANTHROPIC_API_KEY")
+    with running_daemon(tmp_path, env) as daemon:
+        tg.add_message(OWNER, OWNER, "tell me something")
+        tg.wait_for_sent(1, timeout=30)
+        daemon.wait_for_instances(1)
+        assert chat.requests[0]["body"]["stream"] is True
+        rows = daemon.query(
+            "SELECT model, input_tokens, output_tokens, estimated FROM llm_usage "
+            "WHERE purpose = 'turn'"
+        )
+    [(model, input_tokens, output_tokens, estimated)] = rows
+    assert (model, output_tokens, estimated) == (LOCAL, 54, 1)
+    assert input_tokens > 0
+
+
 def test_the_owner_picks_a_chat_model_that_outlives_a_restart(
     tmp_path: Path, fakes: tuple[FakeTelegram, FakeAnthropic, FakeChat]
 ) -> None:

@@ -251,6 +251,41 @@ async def test_a_stream_broken_after_its_usage_is_billed_as_it_said(chat: FakeCh
     assert (cut.usage.input_tokens, cut.usage.output_tokens) == reported
 
 
+async def test_a_stream_from_a_server_that_sends_no_usage_is_billed_as_estimated() -> None:
+    """A server that ignores `include_usage` ends the stream with no count: the answer is
+    billed by estimate (the input from the request's text, the output from the answer's, one
+    token per four characters) and marked so, never as 0 tokens."""
+    text = "word " * 20  # 100 characters: 25 tokens
+    with FakeChat.running(stream_usage=False) as server:
+        llm = _llm(server)
+
+        async def on_text(_text: str) -> None:
+            pass
+
+        try:
+            server.enqueue_text(text)
+            req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+            answer = await llm.complete(req, on_text, model="qwen")
+        finally:
+            await llm.close()
+    assert answer.text == text.strip() and answer.estimated
+    assert answer.usage.output_tokens == 25 and answer.usage.input_tokens >= 100
+
+
+async def test_a_stream_with_its_usage_is_billed_as_the_server_counted(
+    chat: FakeChat, local: OpenAILLM
+) -> None:
+    async def on_text(_text: str) -> None:
+        pass
+
+    chat.enqueue_text("word " * 20)
+    req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+    answer = await local.complete(req, on_text, model="qwen")
+    sent = chat.requests[0]["body"]
+    assert not answer.estimated
+    assert answer.usage.input_tokens == _tokens(sent["messages"])
+
+
 async def test_a_hung_server_times_out(chat: FakeChat) -> None:
     llm = _llm(chat, timeout=0.5)
     try:

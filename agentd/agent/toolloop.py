@@ -267,6 +267,7 @@ async def call_llm(
         tokens=response.usage,
         model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
         attempt=response.attempt,
+        estimated=response.estimated,
     )
     rows = [*cut_rows(row, cut), record]
     if response.fallback_reason:

@@ -57,7 +57,7 @@ def record(
     attempt: int | None = None,
     user_id: int | None = None,  # whose turn it served: budgets and /status are per user
     calls: int = 1,  # how many calls the row stands for (an embedder's minute: many)
-    estimated: bool = False,  # a broken stream's output, estimated from what it wrote
+    estimated: bool = False,  # counts estimated from text: the provider sent none
 ) -> None:
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "

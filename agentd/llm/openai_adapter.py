@@ -170,7 +170,11 @@ class OpenAILLM:
                     await on_text(fold.text)
         if fold.finish is None:  # the body ended before the model said it had finished
             raise StreamIncomplete("the answer stream ended without a finish reason")
-        return parse_response(fold.message(), fold.finish, fold.usage, fold.model or model)
+        response = parse_response(fold.message(), fold.finish, fold.usage, fold.model or model)
+        # A server that ignores `include_usage` sends no count: 0 tokens would let the model
+        # past every [limits] budget, so the answer is billed by estimate, and says so.
+        usage, guessed = fold.counted(prompt_chars(params))
+        return response.model_copy(update={"usage": usage, "estimated": guessed})
 
     async def complete(
         self,

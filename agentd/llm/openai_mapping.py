@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentd.llm.cut import estimated
+from agentd.llm.cut import with_output_estimated
 from agentd.llm.estimate import tokens_in
 from agentd.llm.types import (
     CutAttempt,
@@ -266,9 +266,17 @@ class ChunkFold:
         was received."""
         if not self.started:
             return None
+        usage, guessed = self.counted(prompt)
+        return CutAttempt(model=model, attempt=attempt, usage=usage, estimated=guessed)
+
+    def counted(self, prompt: int) -> tuple[Usage, bool]:
+        """The stream's tokens, and whether they are estimated: the server's count where one
+        came; else (a stream cut before its last chunk, or a server that ignores
+        `include_usage` and never sends one) the input from the request's `prompt`
+        characters and the output from what was received."""
         if self.usage:
-            return CutAttempt(model=model, attempt=attempt, usage=usage_of(self.usage))
-        return estimated(model, attempt, Usage(input_tokens=tokens_in(prompt)), self.written)
+            return usage_of(self.usage), False
+        return with_output_estimated(Usage(input_tokens=tokens_in(prompt)), self.written), True
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk in; True when it added text."""

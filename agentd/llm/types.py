@@ -119,6 +119,8 @@ class LLMResponse(BaseModel):
     stop_reason: str | None = None
     usage: Usage = Field(default_factory=Usage)
     attempt: int = 1  # which HTTP attempt gave this answer (1: the first; more after retries)
+    # `usage` estimated from text (llm/cut.py): the provider sent no count for this answer.
+    estimated: bool = False
 
     @property
     def label(self) -> str:

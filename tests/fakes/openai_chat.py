@@ -54,14 +54,22 @@ ChatSpec = ChatReply | ChatError | ChatFault
 
 class FakeChat(FakeServer):
     """POST /v1/chat/completions, GET /v1/models; `tools=False` / `images=False` refuse those
-    with the 400 Ollama sends for a model without the capability."""
+    with the 400 Ollama sends for a model without the capability; `stream_usage=False` is a
+    server that ignores `stream_options.include_usage`: its streams carry no usage at all."""
 
     def __init__(
-        self, *, tools: bool = True, images: bool = True, host: str = "127.0.0.1", port: int = 0
+        self,
+        *,
+        tools: bool = True,
+        images: bool = True,
+        stream_usage: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
     ) -> None:
         super().__init__(host=host, port=port)
         self.tools = tools
         self.images = images
+        self.stream_usage = stream_usage
         self.reset()
 
     def reset(self) -> None:
@@ -222,7 +230,7 @@ class FakeChat(FakeServer):
         finish = whole["choices"][0]["finish_reason"]
         last = base | {"choices": [{"index": 0, "delta": {}, "finish_reason": finish}]}
         await response.write(f"data: {json.dumps(last)}\n\n".encode())
-        if (body.get("stream_options") or {}).get("include_usage"):
+        if self.stream_usage and (body.get("stream_options") or {}).get("include_usage"):
             usage = base | {"choices": [], "usage": whole["usage"]}
             await response.write(f"data: {json.dumps(usage)}\n\n".encode())
         if spec.cut_before_done:
