@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from contextlib import closing
 from pathlib import Path
@@ -388,6 +389,102 @@ def test_a_photo_whose_first_answer_spent_the_budget_is_not_asked_about_again(
             assert (refused["limit"], refused["notified"]) == ("daily_tokens", True)
             [(content,)] = daemon.query("SELECT content FROM messages WHERE role = 'user'")
             assert content == "[photo, not looked at: over the limit] what is it?"
+
+
+def test_a_photo_whose_look_spent_the_budget_gets_no_model_call_after_it(tmp_path: Path) -> None:
+    """The look at a photo fits the summary's shape at once and costs 5,000 tokens, past the
+    1,000-token budget that held nothing when the turn began: the limits are asked again
+    after the look, so the turn's first model call is not made; the message is kept with what
+    the look saw, and the user told why."""
+    from tests.test_e2e_vision import png, vision_reply
+
+    def costly_look(body: dict[str, Any]) -> Any:
+        look = vision_reply(body)
+        if look is None:  # the turn's call, which must not come
+            echo = [{"type": "text", "text": f"echo: {last_user_text(body)}"}]
+            return {"content": echo, "usage": usage_of(100)}
+        return {"content": look, "usage": usage_of(5000)}
+
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(costly_look)
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_LIMITS__DAILY_TOKENS="1000")
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_photo(OWNER, OWNER, png(40, 40), "what is it?")
+            reply = tg.wait_for_sent(1, timeout=30)[0]["plain_text"]
+            daemon.wait_for_instances(1)
+            assert len(llm.requests) == 1
+            rows = daemon.query(
+                "SELECT purpose, input_tokens + output_tokens FROM llm_usage ORDER BY id"
+            )
+            assert [tuple(r) for r in rows] == [("vision", 5000)]
+            assert "today's token budget for you" in reply
+            [(detail,)] = daemon.query("SELECT detail FROM audit WHERE kind = 'rate_limited'")
+            assert json.loads(detail)["limit"] == "daily_tokens"
+            steps = [r[0] for r in daemon.query("SELECT name FROM workflow_steps ORDER BY ordinal")]
+            assert "rate-check:looked" in steps and "llm#1" not in steps
+            [(content,)] = daemon.query("SELECT content FROM messages WHERE role = 'user'")
+            assert content.startswith("[photo] what is it?") and "Café Lumière" in content
+
+
+def journal_without_the_check_after_the_look(db_path: Path, turn: str) -> None:
+    """The turn's journal as agentd wrote it before the limits were asked after a paid look:
+    no `rate-check:looked`, the steps after it one place earlier (the daemon is down; no
+    foreign keys enforced, as each table's ordinals move on their own)."""
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        [(looked,)] = conn.execute(
+            "SELECT ordinal FROM workflow_steps WHERE instance_id = ? AND name = ?",
+            (turn, "rate-check:looked"),
+        ).fetchall()
+        for table in ("workflow_attempts", "workflow_steps"):
+            where = "WHERE instance_id = ? AND ordinal"
+            conn.execute(f"DELETE FROM {table} {where} = ?", (turn, looked))
+            # Through negatives: no two steps share an ordinal at any moment.
+            conn.execute(f"UPDATE {table} SET ordinal = 1 - ordinal {where} > ?", (turn, looked))
+            conn.execute(f"UPDATE {table} SET ordinal = -ordinal {where} < 0", (turn,))
+
+
+def test_a_photo_turn_journaled_before_the_check_after_the_look_replays(tmp_path: Path) -> None:
+    """A photo turn older agentd left waiting past its first model call (the tool it asked
+    for waits for the owner's approval), with no check after the look in its journal: after
+    the upgrade it goes on and answers, not parked as a journal that diverged."""
+    from tests.test_e2e_vision import png, vision_reply
+
+    def script(body: dict[str, Any]) -> Any:
+        look = vision_reply(body)
+        if look is not None or "tool_result" in last_user_text(body):
+            return look  # None: the echo, for the call that reads the tool's result
+        use = {"type": "tool_use", "id": "toolu_c1", "name": "count_words"}
+        return {"content": [use | {"input": {"text": "a b"}}], "stop_reason": "tool_use"}
+
+    (tmp_path / "agentd.toml").write_text(TOOLS)
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(script)
+        env = daemon_env(
+            tmp_path, tg.base_url, llm.base_url, AGENTD_CONFIG=str(tmp_path / "agentd.toml")
+        )
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            tg.add_photo(OWNER, OWNER, png(40, 40), "count a b")
+            [card] = tg.wait_for_sent(1, timeout=30)  # the photo taints: count_words is asked
+            daemon.wait_for_instances(1, status="waiting")
+            daemon.kill9()
+            [(turn,)] = daemon.query("SELECT id FROM workflow_instances WHERE workflow = 'turn'")
+            journal_without_the_check_after_the_look(daemon.db_path, turn)
+            daemon.start()
+            data = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+            tg.add_callback_query(OWNER, OWNER, card["message_id"], data)
+            daemon.wait_for_instances(1)
+            steps = daemon.query(
+                "SELECT name FROM workflow_steps WHERE instance_id = ? ORDER BY ordinal", (turn,)
+            )
+            names = [r[0] for r in steps]
+            assert names[:4] == ["rate-check", "vision#1", "save-user", "load-history"], names
+            status = daemon.query("SELECT status FROM workflow_instances WHERE id = ?", (turn,))
+            assert status[0][0] == "complete"
+            assert daemon.effects() == ["count_words a b"]
+            assert "echo: tool_result: 2" in tg.sent[-1]["plain_text"]
+        finally:
+            daemon.stop()
 
 
 class FakeEmbeddings(FakeServer):

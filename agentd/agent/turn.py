@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -78,6 +78,9 @@ STEP_ERROR_REPLY = (
 
 EMPTY_MESSAGE = "(The user sent a message with no text.)"
 RATE_CHECK = "rate-check"
+# The limits asked again after a look at a photo the model was asked about: that look alone
+# could spend a budget, and the turn's first model call comes next.
+LOOKED_CHECK = f"{RATE_CHECK}:looked"
 
 
 def unsupported_reply(kind: str) -> str:
@@ -218,9 +221,14 @@ def _images_to_see(inp: TurnInput) -> list[tuple[str, str]]:
     return images
 
 
-async def look_at_images(
-    step: Step, deps: TurnDeps, inp: TurnInput
-) -> tuple[list[SeenImage], list[str], ratelimit.Verdict]:
+class Looks(NamedTuple):
+    seen: list[SeenImage]
+    notes: list[str]
+    verdict: ratelimit.Verdict  # refused: a look's answer that did not fit spent a budget
+    asked_model: bool  # a look was not the cache's: the model was (or may have been) paid
+
+
+async def look_at_images(step: Step, deps: TurnDeps, inp: TurnInput) -> Looks:
     """Each image is its own step; one that cannot be seen is noted, not fatal, unless its
     answer that did not fit spent a [limits] budget: then the limits are asked again, in a
     journaled step, and their refusal ends the look (and the turn, as if refused before it)."""
@@ -228,7 +236,9 @@ async def look_at_images(
     notes: list[str] = []
     allowed = ratelimit.Verdict(allowed=True)
     if deps.vision is None:
-        return seen, notes, allowed
+        return Looks(seen, notes, allowed, asked_model=False)
+    # A look that failed may have been paid for (answers that never fit the summary's shape).
+    failed = False
     for n, (label, file_id) in enumerate(_images_to_see(inp), start=1):
         try:
             image = await step.do(
@@ -246,12 +256,14 @@ async def look_at_images(
                 iid = step.instance_id
                 verdict = await step.do(again, rate_check, deps, inp, iid, delivery="idempotent")
                 if not verdict.allowed:
-                    return seen, notes, verdict
+                    return Looks(seen, notes, verdict, asked_model=True)
             notes.append(f"[{label}: could not be analysed ({exc.message[:200]})]")
+            failed = True
             continue
         seen.append(image)
         notes.append(f"[{describe(image, label)}]")
-    return seen, notes, allowed
+    asked = failed or any(not image.cached for image in seen)
+    return Looks(seen, notes, allowed, asked_model=asked)
 
 
 async def rate_check(deps: TurnDeps, inp: TurnInput, instance_id: str) -> ratelimit.Verdict:
@@ -649,19 +661,26 @@ def media_first(step: Step) -> bool:
 
 
 async def answer_before_the_model(
-    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn, *, checked: bool
+    step: Step, deps: TurnDeps, inp: TurnInput, media: MediaIn, *, checked: bool, looked: bool
 ) -> TurnOutput | None:
     """The answers that need no model (media that could not be taken in, an unsupported
-    message, a rate limit not `checked` yet); None: the model answers."""
+    message, a rate limit not `checked` yet, or spent by a paid look: `looked`); None: the
+    model answers."""
     if media.reply is not None:
         return await answer_media_at_once(step, deps, inp, media)
     if media.echo:
         await send_chunk(step, deps, inp.chat_id, media.echo, inp.message_id, "echo-transcript")
     if inp.kind == "unsupported" or (inp.kind == "photo" and deps.vision is None):
         return await answer_unsupported(step, deps, inp)
-    if checked:
+    if not checked:
+        verdict = await ask_limits(step, deps, inp)
+    elif looked and step.journaled_next() in (None, LOOKED_CHECK):
+        # Not for a turn journaled by older code, which went on to its first call unasked:
+        # its replay keeps that path, so its journal is never stranded.
+        iid = step.instance_id
+        verdict = await step.do(LOOKED_CHECK, rate_check, deps, inp, iid, delivery="idempotent")
+    else:
         return None
-    verdict = await ask_limits(step, deps, inp)
     if not verdict.allowed:
         return await answer_rate_limited(step, deps, inp, verdict)
     return None
@@ -780,7 +799,7 @@ async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
         verdict = await ask_limits(step, deps, inp)
         if not verdict.allowed:
             return await answer_over_limit(step, deps, inp, verdict)
-    images, notes, verdict = await look_at_images(step, deps, inp)
+    images, notes, verdict, looked = await look_at_images(step, deps, inp)
     if not verdict.allowed:  # a photo's answer that did not fit spent a budget
         return await answer_over_limit(step, deps, inp, verdict)
     media = await turnsteps.take_in_media(step, deps.voice, deps.docs, deps.config.media, inp)
@@ -790,7 +809,7 @@ async def run_turn(step: Step, deps: TurnDeps, inp: TurnInput) -> TurnOutput:
     user_msg_id = await step.local(
         "save-user", save_user_message, inp, step.instance_id, images, notes, media.meta
     )
-    early = await answer_before_the_model(step, deps, inp, media, checked=checked)
+    early = await answer_before_the_model(step, deps, inp, media, checked=checked, looked=looked)
     if early is not None:
         return early
     result = await think(step, deps, inp, user_msg_id, (images, notes), media)
