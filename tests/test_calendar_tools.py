@@ -77,9 +77,8 @@ def radicale() -> Iterator[Radicale]:
 
 
 def tools_for(radicale: Radicale, password: str = USERS["owner"], **over: Any) -> dict[str, Tool]:
-    cal = CalendarConfig(
-        name="home", url=radicale.url, username="owner", password_env="CAL_PW", **over
-    )
+    over.setdefault("url", radicale.url)
+    cal = CalendarConfig(name="home", username="owner", password_env="CAL_PW", **over)
     # The calendars are the owner's: the calls below are user 42's, in their chat.
     config = Config(
         calendar=[cal],
@@ -179,6 +178,105 @@ async def test_wrong_password_says_login_failed(radicale: Radicale) -> None:
     out = await call(tools, "calendar_list")
     assert not out.ok and "home: login failed" in out.content and "CAL_PW" in out.content
     assert "wrong-cal-password" not in out.content
+
+
+@pytest.fixture
+def redirector(radicale: Radicale) -> Iterator[int]:
+    """A server on the loopback that answers every request with a redirect: `/cal/…` to the
+    real Radicale (at 127.0.0.1), `/meta/…` to the cloud metadata service. Its port."""
+    import http.server
+    import threading
+
+    targets = {
+        "/cal/": f"http://127.0.0.1:{radicale.port}/",
+        "/meta/": "http://169.254.169.254/latest/meta-data/",
+    }
+
+    class Redirects(http.server.BaseHTTPRequestHandler):
+        def redirect(self) -> None:
+            prefix = next((p for p in targets if self.path.startswith(p)), None)
+            self.send_response(307 if prefix else 404)
+            if prefix:
+                self.send_header("Location", targets[prefix] + self.path[len(prefix) :])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_PROPFIND = do_REPORT = do_PUT = do_OPTIONS = redirect
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Redirects)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+
+
+async def test_a_caldav_redirect_to_a_private_or_metadata_address_is_refused(
+    radicale: Radicale, redirector: int
+) -> None:
+    """The configured CalDAV server (`localhost`) redirects to another loopback address (a
+    real Radicale there) or to the cloud metadata service: neither is followed, and the tool
+    says why. The configured server is the owner's, so it may be private: configured as
+    127.0.0.1, the same redirect to Radicale at 127.0.0.1 is followed (and there asked for
+    the login its client kept to the first port: niquests drops the password on a change of
+    port, as on one of host)."""
+    for url, said in (
+        (f"http://localhost:{redirector}/cal/", "127.0.0.1 is a loopback address"),
+        (
+            f"http://localhost:{redirector}/meta/",
+            "169.254.169.254 is a cloud metadata service address",
+        ),
+    ):
+        out = await call(tools_for(radicale, url=url, timeout=5), "calendar_list")
+        assert not out.ok and "home: redirect failed: refused: redirected to" in out.content
+        assert said in out.content, out.content
+    url = f"http://127.0.0.1:{redirector}/cal/"
+    same = await call(tools_for(radicale, url=url, timeout=5), "calendar_list")
+    assert "home: login failed" in same.content, same.content
+
+
+def test_an_answer_from_an_address_the_redirect_was_not_vetted_at_is_refused() -> None:
+    """The redirect's host was vetted as public (a DNS answer), and the connection went to a
+    loopback address (the answer changed by the connect): caldav's HTTP client gets no answer
+    from there, whatever it says."""
+    import http.server
+    import threading
+
+    import niquests
+
+    from agentd.net.safe_fetch import FetchPolicy, RedirectVetter, UrlRefused
+
+    class Pages(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(307 if self.path == "/start" else 200)
+            if self.path == "/start":
+                self.send_header("Location", f"http://localhost:{ports[1]}/secret")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages) for _ in range(2)]
+    ports = [server.server_address[1] for server in servers]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    start = f"http://127.0.0.1:{ports[0]}/start"
+    # The first server is vetted by no rule here (only where a redirect leads is).
+    vetter = RedirectVetter(start, FetchPolicy(), lambda host, port: ["93.184.216.34"])
+    session = niquests.Session()
+    session.hooks["response"].append(vetter)
+    try:
+        with pytest.raises(UrlRefused) as refused:
+            session.get(start, timeout=5)
+    finally:
+        session.close()
+        for server in servers:
+            server.shutdown()
+    assert "localhost resolves to 127.0.0.1, a loopback address" in str(refused.value)
 
 
 def _feed_tools(feeds: list[CalendarConfig]) -> dict[str, Tool]:

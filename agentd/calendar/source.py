@@ -1,6 +1,6 @@
-"""Where events come from and go to: a CalDAV calendar (python-caldav) or a read-only .ics feed
-(the project's safe fetch: one deadline for the whole answer, a size cap, every redirect's
-address vetted).
+"""Where events come from and go to: a CalDAV calendar (python-caldav, its redirects vetted by
+the safe fetch's rules) or a read-only .ics feed (the project's safe fetch: one deadline for
+the whole answer, a size cap, every redirect's address vetted).
 
 CalDAV is synchronous (caldav and its HTTP client block): the tools call it in a thread.
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -16,7 +17,7 @@ import aiohttp
 from yarl import URL
 
 from agentd.config import CalendarConfig, read_secret
-from agentd.net.safe_fetch import FetchError, FetchPolicy, fetch_raw
+from agentd.net.safe_fetch import FetchError, FetchPolicy, RedirectVetter, fetch_raw
 
 # A feed is anyone's file: the daemon reads no more of it than this (a busy public calendar
 # with years of history is a few MB; caldav's client held 370 MB for a 50 MB feed).
@@ -49,6 +50,10 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
 
     from caldav.lib import error
 
+    if isinstance(exc, FetchError):  # a redirect refused (RedirectVetter)
+        return CalendarError(
+            config.name, "redirect", f"{exc}; set the url to where the calendar really is"
+        )
     text = f"{type(exc).__name__}: {exc}"[:300]
     for cause in (exc, exc.__cause__, exc.__context__):
         if isinstance(cause, socket.gaierror):
@@ -79,13 +84,23 @@ class Source:
     def _client(self) -> Any:
         from caldav import DAVClient
 
-        return DAVClient(
+        client = DAVClient(
             url=self.config.url,
             username=self.config.username or None,
             password=self.password or None,
             timeout=int(self.config.timeout),
             require_tls=self.config.url.startswith("https://"),
         )
+        # caldav's HTTP client (niquests) follows redirects itself: each is vetted as the
+        # feed's are, before it is followed, so a server pointing elsewhere cannot have agentd
+        # ask the LAN or a cloud metadata service and read out the answer (in an error).
+        client.session.hooks["response"].append(RedirectVetter(self.config.url, self._policy()))
+        return client
+
+    def _policy(self) -> FetchPolicy:
+        """The configured server is the owner's, so its host may be on their network;
+        wherever it redirects to is vetted like any fetch."""
+        return FetchPolicy(allowed_hosts=(URL(self.config.url).host or "",), keep_https=True)
 
     def calendar(self) -> Any:
         """The CalDAV calendar by display name (or the first), looked up once."""
@@ -126,13 +141,12 @@ class Source:
         return b"\r\n".join(_bytes(obj.data) for obj in found)
 
     def feed_policy(self) -> FetchPolicy:
-        """The feed's address is the owner's, so its host may be on their network; wherever
-        it redirects is vetted like any fetch (a public feed can point at the LAN)."""
-        return FetchPolicy(
-            allowed_hosts=(URL(self.config.url).host or "",),
+        """The calendar's policy (`_policy`) with the feed's size cap and deadline (a public
+        feed can point at the LAN)."""
+        return replace(
+            self._policy(),
             max_bytes=MAX_FEED_BYTES,
             timeout=self.config.timeout,
-            keep_https=True,
             user_agent="agentd",
         )
 

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -209,6 +210,74 @@ def _origin(url: URL) -> tuple[str, str, int | None]:
     return url.scheme.lower(), (url.host or "").lower(), url.port
 
 
+def _keep_https(current: URL, target: URL, policy: FetchPolicy) -> None:
+    if policy.keep_https and (current.scheme, target.scheme) == ("https", "http"):
+        raise RedirectRefused(
+            f"{current} redirected to {target}, from https down to plain "
+            "http; not followed. Use the https address it should have."
+        )
+
+
+def _system_resolve_sync(host: str, port: int) -> list[str]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+class RedirectVetter:
+    """For an HTTP client that follows redirects itself (python-caldav's niquests session, as
+    its `response` hook): each redirect off the first URL's origin is vetted as `fetch_raw`
+    vets one (https kept, the scheme, every address its host resolves to) before it is
+    followed, and an answer from off that origin is refused unless the address it came from
+    passes too (a DNS answer changed between the vetting and the connect). Blocking: for a
+    client that runs in a thread. A refusal raises UrlRefused or RedirectRefused."""
+
+    def __init__(
+        self,
+        url: str,
+        policy: FetchPolicy,
+        resolve: Callable[[str, int], list[str]] = _system_resolve_sync,
+    ) -> None:
+        self._home = _origin(URL(url))
+        self._policy = policy
+        self._resolve = resolve
+
+    def __call__(self, response: Any, **_kwargs: Any) -> Any:
+        here = URL(str(response.url))
+        if _origin(here) != self._home:
+            self._vet_connected(here, response)
+        location = response.headers.get("Location")
+        if response.status_code in _REDIRECTS and location:
+            self._vet_target(here, here.join(URL(location)))
+        return response
+
+    def _vet_target(self, here: URL, target: URL) -> None:
+        if _origin(target) == self._home:
+            return
+        _keep_https(here, target, self._policy)
+        try:
+            check_url(target, self._policy)
+            host = target.host or ""
+            if parse_ip(host) is None:
+                for address in self._resolve(host, target.port or 0):
+                    self._refuse(host, address)
+        except UrlRefused as exc:
+            raise UrlRefused(f"redirected to {target}, and {exc.reason}") from None
+
+    def _vet_connected(self, here: URL, response: Any) -> None:
+        info = getattr(getattr(response, "request", None), "conn_info", None)
+        peer = getattr(info, "destination_address", None)
+        if peer:
+            try:
+                self._refuse(here.host or "", str(peer[0]))
+            except UrlRefused as exc:
+                raise UrlRefused(f"redirected to {here}, and {exc.reason}") from None
+
+    def _refuse(self, host: str, address: str) -> None:
+        reason = self._policy.addresses.refusal(host, ipaddress.ip_address(address))
+        if reason is not None:
+            raise UrlRefused(reason)
+
+
 async def _get(
     url: str,
     policy: FetchPolicy,
@@ -249,14 +318,7 @@ async def _get(
                                 "if it is needed (it asks the owner first unless its host is "
                                 "allowed)."
                             )
-                        if policy.keep_https and (current.scheme, target.scheme) == (
-                            "https",
-                            "http",
-                        ):
-                            raise RedirectRefused(
-                                f"{current} redirected to {target}, from https down to plain "
-                                "http; not followed. Use the https address it should have."
-                            )
+                        _keep_https(current, target, policy)
                         current = check_url(target, policy)
                         continue
                     content_type = resp.content_type if "Content-Type" in resp.headers else ""
