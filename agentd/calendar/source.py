@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -97,10 +96,12 @@ class Source:
         client.session.hooks["response"].append(RedirectVetter(self.config.url, self._policy()))
         return client
 
-    def _policy(self) -> FetchPolicy:
+    def _policy(self, **limits: Any) -> FetchPolicy:
         """The configured server is the owner's, so its host may be on their network;
-        wherever it redirects to is vetted like any fetch."""
-        return FetchPolicy(allowed_hosts=(URL(self.config.url).host or "",), keep_https=True)
+        wherever it redirects to is vetted like any fetch (`limits`: a feed's size cap and
+        deadline)."""
+        host = URL(self.config.url).host or ""
+        return FetchPolicy(allowed_hosts=(host,), keep_https=True, **limits)
 
     def calendar(self) -> Any:
         """The CalDAV calendar by display name (or the first), looked up once."""
@@ -143,8 +144,7 @@ class Source:
     def feed_policy(self) -> FetchPolicy:
         """The calendar's policy (`_policy`) with the feed's size cap and deadline (a public
         feed can point at the LAN)."""
-        return replace(
-            self._policy(),
+        return self._policy(
             max_bytes=MAX_FEED_BYTES,
             timeout=self.config.timeout,
             user_agent="agentd",
