@@ -320,7 +320,9 @@ def test_a_reply_to_a_reminder_quotes_what_agentd_sent_not_the_members_copy(
         )
         assert "replying to your earlier message" in prompt and said in prompt
         assert request.count(said) == 1  # the quote's, no history turn of its own
-        assert rig.query("SELECT 1 FROM messages WHERE content LIKE '%water the plants%'") == []
+        # The reminder is kept for quoting, never as a history row of its own (the member's
+        # answer may repeat it: the fake echoes the prompt, quote and all).
+        assert rig.query("SELECT 1 FROM messages WHERE content = ?", (said,)) == []
         rows = wait_for(
             lambda: rig.query(
                 "SELECT origin_ref FROM messages WHERE role = 'assistant' AND instance_id IN "
