@@ -60,7 +60,9 @@ def test_photos_over_the_daily_budget_are_saved_not_looked_at(tmp_path: Path) ->
         llm.set_responder(vision_reply)
         env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_LIMITS__DAILY_TOKENS="1")
         with running_daemon(tmp_path, env) as daemon:
-            tg.add_photo(OWNER, OWNER, png(40, 40), caption="under")  # looked at; spends it all
+            # Looked at: that look spends the whole budget, so its turn asks the model nothing
+            # more and answers with the notice (the limits are asked again after a paid look).
+            tg.add_photo(OWNER, OWNER, png(40, 40), caption="under")
             tg.wait_for_sent(1, timeout=20)
             assert len(vision_requests(llm)) == 1
             for n in range(3):  # three different photos, all over the budget
@@ -68,10 +70,10 @@ def test_photos_over_the_daily_budget_are_saved_not_looked_at(tmp_path: Path) ->
             daemon.wait_for_instances(4)
             daemon.wait_idle()
             texts = [m["plain_text"] for m in tg.sent]
-            assert len(texts) == 2 and "today's token budget" in texts[1]  # one notice
+            assert len(texts) == 1 and "today's token budget" in texts[0]  # one notice
             assert len(vision_requests(llm)) == 1  # none past the budget
-            used = daemon.query("SELECT COUNT(*) FROM llm_usage WHERE purpose = 'vision'")[0][0]
-            assert used == 1
+            used = daemon.query("SELECT purpose, COUNT(*) FROM llm_usage GROUP BY purpose")
+            assert [tuple(r) for r in used] == [("vision", 1)]  # and no turn's call after it
             rows = _user_rows(daemon)
             assert len(rows) == 4  # every message saved
             assert "Café Lumière" in rows[0][0]  # the one under the budget was looked at
