@@ -24,6 +24,7 @@ from agentd.durable import (
     store,
     workflow,
 )
+from agentd.runtime.redact import Redactor
 
 
 class In(BaseModel):
@@ -616,6 +617,44 @@ async def test_errors_are_redacted_before_they_are_journaled(db: Database) -> No
     assert secret not in (inst.error or "") and secret not in dump
     assert "[REDACTED]" in inst.error
     await engine.shutdown()
+
+
+async def test_a_secret_a_step_returns_is_journaled_and_handed_back_hidden(db: Database) -> None:
+    """The journal keeps no secret, and the run reads what the journal holds: live and after
+    a restart the step's value is the same, the secret hidden, whatever shape it has."""
+    secret = "123456"  # a number-like secret: hiding it must leave valid JSON
+    token = "s3cr3t-token"
+    seen: list[object] = []
+    gate, reached = asyncio.Event(), asyncio.Event()
+    calls = Calls()
+
+    async def leaky() -> dict[str, object]:
+        calls.counts["leaky"] += 1
+        return {"pin": secret, "n": 7, "nested": [f"Bearer {token}", "plain"]}
+
+    @workflow("leaky")
+    async def wf(step: Step, inp: In) -> Out:
+        got = await step.do("fetch", leaky)
+        seen.append(got)
+        if len(seen) == 1:
+            reached.set()
+            await gate.wait()  # the first run stops here; the second replays the step
+        return Out(value=got)
+
+    first = await make_engine(db, wf, redact=Redactor([secret, token]))
+    await first.start("leaky", In(), instance_id="x")
+    await reached.wait()
+    await first.shutdown()
+    second = await make_engine(db, wf, redact=Redactor([secret, token]))
+    inst = await second.wait_for("x")
+    await second.shutdown()
+    hidden = {"pin": "[REDACTED]", "n": 7, "nested": ["Bearer [REDACTED]", "plain"]}
+    assert seen == [hidden, hidden] and calls.counts["leaky"] == 1
+    assert inst.status == "complete"
+    rows = await db.fetchall("SELECT result FROM workflow_steps")
+    rows += await db.fetchall("SELECT output FROM workflow_instances")
+    dump = " ".join(str(r[0]) for r in rows)
+    assert secret not in dump and token not in dump and "[REDACTED]" in dump
 
 
 async def test_an_error_that_says_it_is_not_retryable_is_not_retried(db: Database) -> None:

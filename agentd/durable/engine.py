@@ -34,7 +34,7 @@ from agentd.durable.errors import (
     WorkflowNotFound,
 )
 from agentd.durable.host import Limits
-from agentd.durable.step import Step
+from agentd.durable.step import Step, journal_json
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741
 O = TypeVar("O", bound=BaseModel)  # noqa: E741
@@ -467,7 +467,9 @@ class Engine:
             if not isinstance(exc, DivergenceError | LimitExceeded):
                 log.debug("workflow traceback", exc_info=exc, extra=extra)
             return
-        await self._finish(inst.id, step=step, status="complete", output=output.model_dump_json())
+        what = f"workflow {inst.workflow!r}"
+        journaled = journal_json(output.model_dump_json(), self.redact, what)
+        await self._finish(inst.id, step=step, status="complete", output=journaled)
         log.info(
             "workflow complete",
             extra={**extra, "duration_ms": round((time.perf_counter() - started) * 1000, 2)},

@@ -151,6 +151,32 @@ def _build_adapter(fn: Callable[..., Any], result_type: Any) -> TypeAdapter[Any]
     return _adapters[result_type]
 
 
+def journal_json(encoded: str, redact: Callable[[str], str], what: str) -> str:
+    """`encoded` with every secret the redactor knows hidden inside its strings. What is
+    journaled is what the run gets back, live or replayed, so a step that returned a secret
+    reads "[REDACTED]" both times instead of a run that changes after a restart."""
+    if redact(encoded) == encoded:  # nearly always: one search per secret
+        return encoded
+    log.warning(
+        "%s returned a secret; it is journaled and handed back as [REDACTED]: read it with "
+        "step.secret inside the step that uses it instead of returning it",
+        what,
+    )
+    hidden = _hide_in_strings(json.loads(encoded), redact)
+    return to_json(hidden, inf_nan_mode="constants").decode()
+
+
+def _hide_in_strings(value: Any, redact: Callable[[str], str]) -> Any:
+    # String by string, so the JSON stays valid whatever a secret looks like.
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, list):
+        return [_hide_in_strings(item, redact) for item in value]
+    if isinstance(value, dict):
+        return {redact(k): _hide_in_strings(v, redact) for k, v in value.items()}
+    return value
+
+
 def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:2000]
 
@@ -628,7 +654,7 @@ class Step:
                 f"result of step {name!r} is {len(encoded)} bytes, over the "
                 f"{limit}-byte limit (engine.max_step_result_bytes)"
             )
-        return encoded.decode()
+        return journal_json(encoded.decode(), self.engine.redact, f"step {name!r}")
 
     @staticmethod
     def _decode(raw: str | None, adapter: TypeAdapter[Any] | None) -> Any:
