@@ -279,3 +279,43 @@ def test_the_calendar_and_mail_capabilities_teach_their_logins_base64_forms() ->
     assert redactor(f"Authorization: {basic}") == "Authorization: Basic [REDACTED]"
     plain = auth_plain_encode("me@example.com", PASSWORD).decode()
     assert redactor(f"AUTH PLAIN {plain}") == "AUTH PLAIN [REDACTED]"
+
+
+def _b64(raw: str) -> str:
+    return base64.b64encode(raw.encode()).decode()
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        # An HTTP auth scheme is case-insensitive (RFC 9110 §11.1), one space or more.
+        "basic " + _b64(f"ci-robot:{PASSWORD}"),
+        "BASIC " + _b64(f"ci-robot:{PASSWORD}"),
+        "bAsIc  " + _b64(f"ci-robot:{PASSWORD}"),
+        # SMTP's AUTH and IMAP's AUTHENTICATE with an initial response, as a protocol log or
+        # an error that quotes the command writes them, for a login agentd was never told.
+        "AUTH PLAIN " + auth_plain_encode("someone@else.example", PASSWORD).decode(),
+        "auth plain " + _b64(f"admin\0someone\0{PASSWORD}"),  # with an authorization id
+        "A001 AUTHENTICATE PLAIN " + _b64(f"\0someone\0{PASSWORD}"),
+        "AUTH XOAUTH2 " + _b64(f"user=someone\x01auth=Bearer {PASSWORD}\x01\x01"),
+        # A character whose lower case is longer (İ) before the credential.
+        "İstanbul: BASIC " + _b64(f"ci-robot:{PASSWORD}"),
+    ],
+)
+def test_a_base64_credential_in_any_case_and_smtp_auth_lines_are_redacted(written: str) -> None:
+    """The credential holds no run of the secret and names a user agentd does not know, so
+    only decoding it finds the secret: whatever case the scheme or command is written in."""
+    redact = Redactor([PASSWORD])
+    token = written.rsplit(" ", 1)[1]
+    line = redact(f"sent {written!r} -> 535")
+    assert token not in line and line.endswith(" [REDACTED]' -> 535"), line
+
+
+def test_words_that_open_no_credential_are_left_alone() -> None:
+    redact = Redactor([PASSWORD])
+    for text in (
+        "AUTH PLAIN failed: 535 authentication credentials invalid",
+        "Authorization: Basic " + _b64("ci-robot:not-a-known-one"),
+        "authenticate once, basically",
+    ):
+        assert redact(text) == text

@@ -13,7 +13,7 @@ import base64
 import json
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from urllib.parse import quote, quote_plus
 
 # Shorter values would blank out common words all over the log.
@@ -28,10 +28,16 @@ _URL_SAFE = ("", "/", "/?:@!$'()*,~", "/:@!$&'()*+,;=~")
 # What no URL encoding, repr() or JSON escapes: every form of a secret holds these runs as is.
 _UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")
 _PERCENT = re.compile(r"%[0-9A-F]{2}")
-# HTTP Basic credentials as clients write them: "Basic", one space (RFC 7617), base64. The
-# gate is the scheme and its space: a longer needle is a cheaper search of a line that lacks it.
-_BASIC_GATE = "Basic "
-_BASIC = re.compile(r"Basic ([A-Za-z0-9+/]{4,}={0,2})")
+# Base64 credentials that name their scheme or command, written in any case (an HTTP auth
+# scheme is case-insensitive, RFC 9110 §11.1, and so are SMTP's and IMAP's commands): HTTP
+# Basic (RFC 7617, "user:secret"), SMTP's AUTH and IMAP's AUTHENTICATE with an initial
+# response (PLAIN: NUL, user, NUL, secret; LOGIN; XOAUTH2: the token). The gates are searched
+# for in the line in lower case; the pattern is tried only where one was found.
+_BASIC_GATE, _AUTH_GATE = "basic", "auth"
+_CREDENTIAL = re.compile(
+    r"(?:basic|auth(?:enticate)? +[a-z0-9_-]{1,40}) +([A-Za-z0-9+/]{4,}={0,2})",
+    re.IGNORECASE | re.ASCII,
+)
 
 
 def _escapes(text: str) -> set[str]:
@@ -124,27 +130,42 @@ class Redactor:
         for forms in hits:
             for form in forms:
                 text = text.replace(form, REDACTED)
-        # HTTP Basic sends "user:secret" in base64, which holds no run of the secret, and a
-        # user agentd never heard of (an automation's) makes a form no one can list. One
-        # search gates the decoding, so a line without the word costs next to nothing.
-        if _BASIC_GATE in text:
-            text = _hide_basic(text, table)
+        # HTTP Basic sends "user:secret" in base64 (SMTP's AUTH PLAIN "\0user\0secret"),
+        # which holds no run of the secret, and a user agentd never heard of (an
+        # automation's) makes a form no one can list. Two searches of the line in lower case
+        # gate the decoding, so a line without either word costs little.
+        lowered = text.lower()
+        if _BASIC_GATE in lowered or _AUTH_GATE in lowered:
+            text = _hide_credentials(text, lowered, table)
         return text
 
 
-def _hide_basic(text: str, table: tuple[_Entry, ...]) -> str:
-    """`text` with each "Basic …" credential that decodes to hold a known secret hidden. The
-    pattern is tried only where the gate was found: a scan of the whole line costs more."""
+def _hide_credentials(text: str, lowered: str, table: tuple[_Entry, ...]) -> str:
+    """`text` with each base64 credential (`_CREDENTIAL`) that decodes to hold a known secret
+    hidden. The pattern is tried only where a gate was found in `lowered`: a scan of the whole
+    line costs more. A few characters change length in lower case (İ): such a line is
+    scanned whole."""
+    if len(lowered) == len(text):
+        starts = sorted([*_finds(lowered, _BASIC_GATE), *_finds(lowered, _AUTH_GATE)])
+        found: Iterable[re.Match[str]] = (
+            m for at in starts if (m := _CREDENTIAL.match(text, at)) is not None
+        )
+    else:
+        found = _CREDENTIAL.finditer(text)
     pieces: list[str] = []
     done = 0
-    at = text.find(_BASIC_GATE)
-    while at >= 0:
-        found = _BASIC.match(text, at)
-        if found is not None and _holds_secret(found[1], table):
-            pieces += [text[done : found.start(1)], REDACTED]
-            done = found.end(1)
-        at = text.find(_BASIC_GATE, at + len(_BASIC_GATE))
+    for match in found:
+        if match.start(1) >= done and _holds_secret(match[1], table):
+            pieces += [text[done : match.start(1)], REDACTED]
+            done = match.end(1)
     return "".join(pieces) + text[done:] if pieces else text
+
+
+def _finds(text: str, needle: str) -> Iterator[int]:
+    at = text.find(needle)
+    while at >= 0:
+        yield at
+        at = text.find(needle, at + len(needle))
 
 
 def _holds_secret(token: str, table: tuple[_Entry, ...]) -> bool:
