@@ -1,13 +1,22 @@
 """`agentd dashboard` from the shell: it refuses a public bind unless told, and `--link`
-prints a one-time link that signs in once."""
+prints a one-time link that signs in once. Served on its own, it hides its link's token from
+its own log."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import io
+import logging
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from agentd.config import Config
 from agentd.dashboard import auth
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
@@ -84,3 +93,62 @@ def test_link_says_when_the_config_leaves_the_dashboard_off(tmp_path: Path) -> N
     (tmp_path / "agentd.toml").write_text("[dashboard]\nenabled = true\n")
     on = _agentd(tmp_path, "--link")
     assert on.returncode == 0 and "/login?t=" in on.stdout and on.stderr == ""
+
+
+class _Printed(io.StringIO):
+    """Standard output that says when the sign-in link has been printed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.link = asyncio.Event()
+
+    def write(self, text: str) -> int:
+        written = super().write(text)
+        if "/login?t=" in self.getvalue():
+            self.link.set()
+        return written
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+async def test_the_served_dashboard_hides_its_links_token_from_its_log(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    restore_logging: None,
+) -> None:
+    """`agentd dashboard` serving on its own teaches its redactor the token it prints, as the
+    daemon does for /dashboard: a log line or an error that quotes the live link (a request
+    that failed) would sign in whoever reads the log."""
+    from agentd.cli import dashboard as command
+
+    cfg = Config.model_validate(
+        {"storage": {"path": str(_database(tmp_path))}, "log": {"format": "json"}}
+    )
+    printed = _Printed()
+    monkeypatch.setattr(sys, "stdout", printed)
+    serving = asyncio.create_task(command._serve(cfg, command._settings(cfg, port=0)))
+    try:
+        await asyncio.wait_for(printed.link.wait(), 30)
+        link = printed.getvalue().split("Sign in", 1)[1].split(": ", 1)[1].split()[0]
+        token = link.split("?t=", 1)[1]
+        log = logging.getLogger("agentd.dashboard")
+        log.warning("sign-in page failed", extra={"url": link})
+        try:
+            raise ConnectionResetError(f"while answering GET {link!r}")
+        except ConnectionResetError:
+            log.exception("request failed")
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+    logged = capsys.readouterr().err
+    assert "sign-in page failed" in logged and "request failed" in logged, logged
+    assert token not in logged and "[REDACTED]" in logged, logged

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +18,9 @@ from agentd.cli.common import (
     out,
     transaction,
 )
+
+if TYPE_CHECKING:
+    from agentd.dashboard.links import Learn
 
 
 def _settings(cfg: Any, **given: Any) -> Any:
@@ -31,13 +35,18 @@ def _settings(cfg: Any, **given: Any) -> Any:
         fail(f"invalid dashboard settings: {exc}")
 
 
-def new_link(cfg: Any, settings: Any, port: int) -> str:
-    """A one-time login link (its token is stored hashed, with an expiry)."""
+def new_link(cfg: Any, settings: Any, port: int, learn: Learn) -> str:
+    """A one-time login link (its token is stored hashed, with an expiry, and taught to the
+    process's redactor through `learn`)."""
     from agentd.dashboard.links import login_link
 
     with database(cfg, write=True) as conn:  # applies the migrations, the dashboard's too
         with transaction(conn):
-            return login_link(conn, settings, f"cli:{getpass.getuser()}", port)
+            return login_link(conn, settings, f"cli:{getpass.getuser()}", port, learn=learn)
+
+
+def _logs_nothing(tokens: Iterable[str]) -> None:
+    """`--link` prints the link and ends: no log is set up, so there is nothing to teach."""
 
 
 def dashboard(
@@ -66,7 +75,8 @@ def dashboard(
     except BindRefused as exc:
         fail(str(exc))
     if link:
-        out.print(new_link(cfg, settings, settings.port), highlight=False, soft_wrap=True)
+        made = new_link(cfg, settings, settings.port, _logs_nothing)
+        out.print(made, highlight=False, soft_wrap=True)
         if not settings.enabled:
             _say_daemon_does_not_serve(settings.port)
         return
@@ -112,7 +122,7 @@ async def _serve(cfg: Any, settings: Any) -> None:
     site = site_for(cfg, settings, FileAccess(cfg.db_path), signin=desk, signin_why=why)
     site.schema = migrations()  # channels' tables too: the Now page's schema check
     try:
-        await _serve_site(site, cfg, settings)
+        await _serve_site(site, cfg, settings, redactor.learn)
     finally:
         if desk is not None:
             await desk.close()
@@ -120,12 +130,12 @@ async def _serve(cfg: Any, settings: Any) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-async def _serve_site(site: Any, cfg: Any, settings: Any) -> None:
+async def _serve_site(site: Any, cfg: Any, settings: Any, learn: Learn) -> None:
     from agentd.dashboard.site import serve
 
     runner = await serve(site)
     port = runner.addresses[0][1] if runner.addresses else settings.port
-    link = await asyncio.to_thread(new_link, cfg, settings, port)
+    link = await asyncio.to_thread(new_link, cfg, settings, port, learn)
     # flush: a script or test reads the link from a pipe while the server keeps running.
     print(f"Dashboard on http://{settings.host}:{port}", flush=True)
     print(f"Sign in (once, within {settings.link_minutes:g} min): {link}", flush=True)

@@ -79,9 +79,11 @@ class Dashboard:
         from agentd.dashboard.links import login_link
 
         settings = self.ctx.config.dashboard
-        link = await self.ctx.db.write(login_link, settings, f"chat:{inp.user_id}", self.port)
         # Should the send fail, no error text that quotes the message keeps a live link.
-        self.ctx.redactor.learn([link.partition("?t=")[2]])
+        learn = self.ctx.redactor.learn
+        link = await self.ctx.db.write(
+            login_link, settings, f"chat:{inp.user_id}", self.port, learn=learn
+        )
         return text.replace(LINK, link)
 
     async def start(self) -> Callable[[], Awaitable[None]]:
