@@ -9,6 +9,8 @@ import contextlib
 import io
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,7 +28,7 @@ from tests.daemon_process import REPO_ROOT
 DASHBOARD = [sys.executable, "-m", "agentd.cli.dashboard"]
 
 
-def _agentd(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTD_")}
     env.update(
         AGENTD_CONFIG=str(tmp / "agentd.toml"),
@@ -34,9 +36,13 @@ def _agentd(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
         PYTHONPATH=str(REPO_ROOT),
         COLUMNS="200",
     )
+    return env
+
+
+def _agentd(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*DASHBOARD, *args],
-        env=env,
+        env=_env(tmp),
         cwd=tmp,
         capture_output=True,
         text=True,
@@ -152,3 +158,34 @@ async def test_the_served_dashboard_hides_its_links_token_from_its_log(
     logged = capsys.readouterr().err
     assert "sign-in page failed" in logged and "request failed" in logged, logged
     assert token not in logged and "[REDACTED]" in logged, logged
+
+
+def test_a_request_it_cannot_parse_is_logged_without_the_link_it_quotes(tmp_path: Path) -> None:
+    """`agentd dashboard --link` makes a link for a dashboard another process serves (the
+    daemon's), which cannot teach its redactor that token. aiohttp logs a request it cannot
+    parse with its raw request line: a mangled link (a space, a stray byte) put the live
+    token in the serving process's log."""
+    _database(tmp_path)
+    server = subprocess.Popen(
+        [*DASHBOARD, "--port", "0"],
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        own = next(line for line in server.stdout if line.startswith("Sign in"))
+        port = int(own.split("127.0.0.1:", 1)[1].split("/", 1)[0])
+        made = _agentd(tmp_path, "--link", "--port", str(port))
+        token = made.stdout.strip().split("?t=", 1)[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+            conn.sendall(f"GET /login?t={token} HTTP/9.1\r\nHost: x\r\n\r\n".encode())
+            answer = conn.recv(200)  # the server logs the error before it answers
+        assert answer.startswith(b"HTTP/1.0 400"), answer
+    finally:
+        server.send_signal(signal.SIGINT)
+        logged = server.communicate(timeout=30)[1]
+    assert "Error handling request" in logged and "BadStatusLine" in logged, logged
+    assert token not in logged, logged

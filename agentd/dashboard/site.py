@@ -4,9 +4,12 @@ the daemon's dashboard capability call)."""
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import MutableMapping
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from agentd.dashboard.access import Access
 from agentd.dashboard.config import DashboardConfig, check_bind
@@ -56,10 +59,25 @@ def _why_no_browser(config: Any) -> str:
     return "The browser is not offered here: `agentd doctor` says why."
 
 
+class _NoRawRequests(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server log, less the raw request line a request it could not parse carries in
+    its exception: that line may hold a sign-in link's token (`/login?t=…`), and a link made
+    by another process (`agentd dashboard --link` beside the daemon) is one this process's
+    redactor never learned."""
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        exc = kwargs.get("exc_info")
+        if isinstance(exc, HttpProcessingError):
+            kwargs["exc_info"] = None
+            msg = f"{msg} ({type(exc).__name__}: HTTP {exc.code}, a request it could not parse)"
+        return msg, kwargs
+
+
 async def serve(site: Site, started: asyncio.Future[int] | None = None) -> web.AppRunner:
     """Listen (loopback unless allowed otherwise); `started` gets the port actually bound."""
     check_bind(site.config)
-    runner = web.AppRunner(make_app(site), access_log=None)
+    server_log = _NoRawRequests(logging.getLogger("aiohttp.server"), {})
+    runner = web.AppRunner(make_app(site), access_log=None, logger=server_log)
     await runner.setup()
     tcp = web.TCPSite(runner, site.config.host, site.config.port)
     await tcp.start()
