@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import http.server
+import subprocess
 import tempfile
+import threading
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -13,6 +17,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from agentd.calendar.check import check_calendar
+from agentd.calendar.source import CalendarError, Source
 from agentd.calendar.tools import build_calendar_tools
 from agentd.config import CalendarConfig, Config
 from agentd.tools import CallState, Tool, ToolContext, ToolOutcome, call_risk, execute
@@ -238,45 +243,140 @@ async def test_a_caldav_redirect_to_a_private_or_metadata_address_is_refused(
     assert "home: login failed" in same.content, same.content
 
 
-def test_an_answer_from_an_address_the_redirect_was_not_vetted_at_is_refused() -> None:
-    """The redirect's host was vetted as public (a DNS answer), and the connection went to a
-    loopback address (the answer changed by the connect): caldav's HTTP client gets no answer
-    from there, whatever it says."""
-    import http.server
-    import threading
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Redirects `/start` to `Location` of the server (`server.location`), answers anything
+    else with 200, and notes every path asked for (`server.asked`)."""
+
+    def do_GET(self) -> None:
+        self.server.asked.append(self.path)  # type: ignore[attr-defined]
+        self.send_response(307 if self.path.startswith("/start") else 200)
+        if self.path.startswith("/start"):
+            self.send_header("Location", self.server.location)  # type: ignore[attr-defined]
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    do_PROPFIND = do_GET
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def _recorder(location: str = "") -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.asked = []  # type: ignore[attr-defined]
+    server.location = location  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+class _Dns:
+    """DNS for names of the test's own. A name given several answers changes its answer with
+    each question (DNS rebinding: public when a redirect is vetted, the loopback by the time
+    the client connects); the last one stays."""
+
+    def __init__(self, **answers: list[str]) -> None:
+        self.answers = {name.replace("_", "."): list(a) for name, a in answers.items()}
+        self.asked: list[str] = []
+
+    def __call__(self, host: str, port: int) -> list[str]:
+        self.asked.append(host)
+        found = self.answers[host]
+        return [found.pop(0) if len(found) > 1 else found[0]]
+
+
+def test_a_redirect_whose_dns_answer_changes_by_the_connect_is_never_sent() -> None:
+    """The calendar's server redirects to a host vetted as public, whose name points at a
+    loopback address by the connect (DNS rebinding): no request reaches that address,
+    password or not. The client connects only to an address vetted at the connect."""
+    with _recorder() as secret, _recorder() as home:
+        home.location = f"http://rebind.test:{secret.server_address[1]}/secret"  # type: ignore[attr-defined]
+        dns = _Dns(home_test=["127.0.0.1"], rebind_test=["93.184.216.34", "127.0.0.1"])
+        url = f"http://home.test:{home.server_address[1]}/start/"
+        cal = CalendarConfig(name="home", url=url, username="owner", password_env="CAL_PW")
+        source = Source(cal, {"CAL_PW": USERS["owner"]}, resolve=dns)
+        with pytest.raises(CalendarError) as refused:
+            source.calendar()
+    assert secret.asked == []  # type: ignore[attr-defined]
+    assert dns.asked.count("rebind.test") == 2  # vetted, then asked again at the connect
+    assert home.asked and all(p.startswith("/start") for p in home.asked)  # type: ignore[attr-defined]
+    assert "redirect failed" in str(refused.value)
+    assert "rebind.test resolves to 127.0.0.1, a loopback address" in str(refused.value)
+
+
+async def test_caldav_connects_to_the_address_agentd_resolved(radicale: Radicale) -> None:
+    """The calendar's own host is resolved by agentd too (no name here but the test's own):
+    the connection goes to the address the resolver answered, nowhere else."""
+    dns = _Dns(calendar_test=["127.0.0.1"])
+    cal = CalendarConfig(
+        name="home",
+        url=f"http://calendar.test:{radicale.port}/",
+        username="owner",
+        password_env="CAL_PW",
+    )
+    config = Config(
+        calendar=[cal],
+        agent={"timezone": "Europe/Berlin"},  # type: ignore[arg-type]
+        access={"owner_id": 42},
+    )
+    tools = {t.name: t for t in build_calendar_tools(config, {"CAL_PW": USERS["owner"]}, dns)}
+    out = await call(tools, "calendar_list", start="2026-10-16")
+    assert out.ok and "Standup" in out.content, out.content
+    assert set(dns.asked) == {"calendar.test"}
+
+
+def _self_signed(root: Path, name: str) -> tuple[Path, Path]:
+    cert, key = root / "cert.pem", root / "key.pem"
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"),
+            *("-keyout", str(key), "-out", str(cert), "-subj", f"/CN={name}"),
+            *("-addext", f"subjectAltName=DNS:{name}"),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return cert, key
+
+
+def test_a_pinned_connection_still_checks_the_certificate_against_the_host_name(
+    tmp_path: Path,
+) -> None:
+    """The resolver says where to connect; TLS still checks the certificate against the
+    URL's host name, not the address: a name the certificate does not carry is refused."""
+    import ssl
 
     import niquests
 
-    from agentd.net.safe_fetch import FetchPolicy, RedirectVetter, UrlRefused
+    from agentd.net.pinned import pinned_session
+    from agentd.net.safe_fetch import FetchPolicy
 
-    class Pages(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(307 if self.path == "/start" else 200)
-            if self.path == "/start":
-                self.send_header("Location", f"http://localhost:{ports[1]}/secret")
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+    cert, key = _self_signed(tmp_path, "calendar.test")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    with _recorder() as server:
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        port = server.server_address[1]
+        dns = _Dns(calendar_test=["127.0.0.1"], elsewhere_test=["127.0.0.1"])
+        policy = FetchPolicy(allowed_hosts=("calendar.test", "elsewhere.test"))
+        with pinned_session(f"https://calendar.test:{port}/", policy, dns) as session:
+            ok = session.get(f"https://calendar.test:{port}/page", verify=str(cert), timeout=10)
+            with pytest.raises(niquests.exceptions.SSLError):
+                session.get(f"https://elsewhere.test:{port}/page", verify=str(cert), timeout=10)
+        assert ok.status_code == 200 and server.asked == ["/page"]  # type: ignore[attr-defined]
 
-        def log_message(self, *args: Any) -> None:
-            pass
 
-    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), Pages) for _ in range(2)]
-    ports = [server.server_address[1] for server in servers]
-    for server in servers:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-    start = f"http://127.0.0.1:{ports[0]}/start"
-    # The first server is vetted by no rule here (only where a redirect leads is).
-    vetter = RedirectVetter(start, FetchPolicy(), lambda host, port: ["93.184.216.34"])
-    session = niquests.Session()
-    session.hooks["response"].append(vetter)
-    try:
-        with pytest.raises(UrlRefused) as refused:
-            session.get(start, timeout=5)
-    finally:
-        session.close()
-        for server in servers:
-            server.shutdown()
-    assert "localhost resolves to 127.0.0.1, a loopback address" in str(refused.value)
+def test_a_bare_domain_as_the_url_says_what_to_configure() -> None:
+    """caldav would look a bare domain up (DNS SRV and TXT, /.well-known/), out of reach of
+    the vetting; agentd asks for the calendar's address instead."""
+    with pytest.raises(ValueError) as refused:
+        CalendarConfig(name="home", url="dav.example.com", username="owner")
+    said = str(refused.value)
+    assert "https://dav.example.com/" in said and "not looked up" in said, said
 
 
 def _feed_tools(feeds: list[CalendarConfig]) -> dict[str, Tool]:

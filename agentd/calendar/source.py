@@ -16,7 +16,13 @@ import aiohttp
 from yarl import URL
 
 from agentd.config import CalendarConfig, read_secret
-from agentd.net.safe_fetch import FetchError, FetchPolicy, RedirectVetter, fetch_raw
+from agentd.net.safe_fetch import (
+    FetchError,
+    FetchPolicy,
+    SyncResolve,
+    fetch_raw,
+    system_resolve_sync,
+)
 
 # A feed is anyone's file: the daemon reads no more of it than this (a busy public calendar
 # with years of history is a few MB; caldav's client held 370 MB for a 50 MB feed).
@@ -49,7 +55,7 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
 
     from caldav.lib import error
 
-    if isinstance(exc, FetchError):  # a redirect refused (RedirectVetter)
+    if isinstance(exc, FetchError):  # a redirect, or a host the server named, refused
         return CalendarError(
             config.name, "redirect", f"{exc}; set the url to where the calendar really is"
         )
@@ -69,11 +75,18 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
 
 
 class Source:
-    """One configured calendar; `password` is read once and never put in an error."""
+    """One configured calendar; `password` is read once and never put in an error. `resolve`
+    answers DNS for CalDAV's connections (the system's; tests answer for names of their own)."""
 
-    def __init__(self, config: CalendarConfig, env: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        config: CalendarConfig,
+        env: Mapping[str, str],
+        resolve: SyncResolve = system_resolve_sync,
+    ) -> None:
         self.config = config
         self.password = read_secret(config.password_env, env)
+        self._resolve = resolve
         self._calendar: Any = None
 
     @property
@@ -83,17 +96,24 @@ class Source:
     def _client(self) -> Any:
         from caldav import DAVClient
 
+        from agentd.net.pinned import pinned_session
+
         client = DAVClient(
             url=self.config.url,
             username=self.config.username or None,
             password=self.password or None,
             timeout=int(self.config.timeout),
+            # The url is the calendar's own (the config insists on http:// or https://): no
+            # DNS SRV/TXT lookup or well-known request of caldav's, which no vetting sees.
+            enable_rfc6764=False,
             require_tls=self.config.url.startswith("https://"),
         )
-        # caldav's HTTP client (niquests) follows redirects itself: each is vetted as the
-        # feed's are, before it is followed, so a server pointing elsewhere cannot have agentd
-        # ask the LAN or a cloud metadata service and read out the answer (in an error).
-        client.session.hooks["response"].append(RedirectVetter(self.config.url, self._policy()))
+        # caldav's HTTP client (niquests) follows redirects itself, and moves to the host a
+        # server names for the calendars: every connection goes only to an address vetted as
+        # the feed's are, so a server pointing elsewhere (or a DNS answer changed meanwhile)
+        # cannot have agentd ask the LAN or a cloud metadata service, password and all.
+        client.session.close()
+        client.session = pinned_session(self.config.url, self._policy(), self._resolve)
         return client
 
     def _policy(self, **limits: Any) -> FetchPolicy:

@@ -27,6 +27,7 @@ from agentd.calendar.events import (
 )
 from agentd.calendar.source import CalendarError, Source
 from agentd.config import Config
+from agentd.net.safe_fetch import SyncResolve, system_resolve_sync
 from agentd.parsing.budget import ParseFailed
 from agentd.tools import (
     Assessment,
@@ -312,10 +313,13 @@ def _writing_tools(cal: Toolset, deps: CalendarDeps) -> None:
         return await _delete(deps, ctx, args)
 
 
-def build_calendar_tools(config: Config, env: Mapping[str, str]) -> list[Tool]:
+def build_calendar_tools(
+    config: Config, env: Mapping[str, str], resolve: SyncResolve = system_resolve_sync
+) -> list[Tool]:
+    """The calendar tools; `resolve` answers DNS for CalDAV (`Source`)."""
     if not config.calendar:
         return []
-    sources = {c.name: Source(c, env) for c in config.calendar}
+    sources = {c.name: Source(c, env, resolve) for c in config.calendar}
     deps = CalendarDeps(config=config, sources=sources)
     # Only the owner, in their private chat, reaches a calendar; a CalendarError reaches the
     # model as a plain tool error.

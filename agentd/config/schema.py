@@ -585,7 +585,12 @@ class CalendarConfig(_Section):
     @classmethod
     def _http_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
-            raise ValueError("url must start with http:// or https://")
+            raise ValueError(
+                "url must be the calendar's full address, starting with https:// (or http://), "
+                "e.g. https://dav.example.com/dav/calendars/me/ (the collection or principal "
+                "URL your provider names); a bare domain or e-mail address is not looked up "
+                "(no CalDAV service discovery)"
+            )
         return value
 
     @property

@@ -218,7 +218,11 @@ def _keep_https(current: URL, target: URL, policy: FetchPolicy) -> None:
         )
 
 
-def _system_resolve_sync(host: str, port: int) -> list[str]:
+# (host, port) -> IP address strings, blocking: for HTTP clients that run in a thread.
+SyncResolve = Callable[[str, int], list[str]]
+
+
+def system_resolve_sync(host: str, port: int) -> list[str]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
@@ -226,27 +230,21 @@ def _system_resolve_sync(host: str, port: int) -> list[str]:
 class RedirectVetter:
     """For an HTTP client that follows redirects itself (python-caldav's niquests session, as
     its `response` hook): each redirect off the first URL's origin is vetted as `fetch_raw`
-    vets one (https kept, the scheme, every address its host resolves to) before it is
-    followed, and an answer from off that origin is refused unless the address it came from
-    passes too (a DNS answer changed between the vetting and the connect). Blocking: for a
-    client that runs in a thread. A refusal raises UrlRefused or RedirectRefused."""
+    vets one (https kept, the scheme, every address its host resolves to, through `vet`)
+    before it is followed, so the refusal names the redirect. What guarantees the connection
+    goes only to a vetted address is the session's resolver (`agentd.net.pinned`), whose
+    `vetted` is `vet`: a DNS answer changed since this check is vetted again at the connect.
+    A refusal raises UrlRefused or RedirectRefused."""
 
-    def __init__(
-        self,
-        url: str,
-        policy: FetchPolicy,
-        resolve: Callable[[str, int], list[str]] = _system_resolve_sync,
-    ) -> None:
+    def __init__(self, url: str, policy: FetchPolicy, vet: Callable[[str, int], object]) -> None:
         self._home = _origin(URL(url))
         self._policy = policy
-        self._resolve = resolve
+        self._vet = vet
 
     def __call__(self, response: Any, **_kwargs: Any) -> Any:
-        here = URL(str(response.url))
-        if _origin(here) != self._home:
-            self._vet_connected(here, response)
         location = response.headers.get("Location")
         if response.status_code in _REDIRECTS and location:
+            here = URL(str(response.url))
             self._vet_target(here, here.join(URL(location)))
         return response
 
@@ -256,26 +254,9 @@ class RedirectVetter:
         _keep_https(here, target, self._policy)
         try:
             check_url(target, self._policy)
-            host = target.host or ""
-            if parse_ip(host) is None:
-                for address in self._resolve(host, target.port or 0):
-                    self._refuse(host, address)
+            self._vet(target.host or "", target.port or 0)
         except UrlRefused as exc:
             raise UrlRefused(f"redirected to {target}, and {exc.reason}") from None
-
-    def _vet_connected(self, here: URL, response: Any) -> None:
-        info = getattr(getattr(response, "request", None), "conn_info", None)
-        peer = getattr(info, "destination_address", None)
-        if peer:
-            try:
-                self._refuse(here.host or "", str(peer[0]))
-            except UrlRefused as exc:
-                raise UrlRefused(f"redirected to {here}, and {exc.reason}") from None
-
-    def _refuse(self, host: str, address: str) -> None:
-        reason = self._policy.addresses.refusal(host, ipaddress.ip_address(address))
-        if reason is not None:
-            raise UrlRefused(reason)
 
 
 async def _get(

@@ -1,0 +1,103 @@
+"""A niquests session (python-caldav's HTTP client) that connects only to addresses vetted
+for their host: the vetting happens inside the session's DNS resolver (the extension point
+niquests and urllib3-future document: a `BaseResolver` passed as `resolver=`), so the address
+vetted is the address connected to. A DNS answer that changes between a check and the connect
+(rebinding a redirect's host to a private address) cannot slip through. The resolver only
+says where to connect: TLS still verifies the certificate against the URL's host name.
+
+Blocking, like the client it serves: for code that runs in a thread.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from typing import Any
+
+import niquests
+from niquests.packages.urllib3.contrib.resolver import BaseResolver
+
+from agentd.net.addresses import IPAddress, parse_ip
+from agentd.net.safe_fetch import (
+    FetchPolicy,
+    RedirectVetter,
+    SyncResolve,
+    UrlRefused,
+    system_resolve_sync,
+)
+
+# What socket.getaddrinfo returns: family, type, proto, canonical name, socket address.
+_AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, tuple[Any, ...]]
+
+
+class VettingResolver(BaseResolver):
+    """Resolves through `resolve` (the system's by default; tests answer for a name of their
+    own) and refuses a host when any of its addresses is barred by `policy`, as the safe
+    fetch's resolver does for aiohttp."""
+
+    def __init__(self, policy: FetchPolicy, resolve: SyncResolve = system_resolve_sync) -> None:
+        super().__init__(None, None)
+        self._policy = policy
+        self._resolve = resolve
+        self._open = True
+
+    def vetted(self, host: str, port: int) -> list[IPAddress]:
+        """`host`'s addresses, each allowed by the policy; UrlRefused names the first barred.
+        A whole host is refused, not just its bad address: a name that mixes public and
+        private answers is a rebinding setup more often than a real service."""
+        literal = parse_ip(host)
+        found = (
+            [literal] if literal else [ipaddress.ip_address(a) for a in self._resolve(host, port)]
+        )
+        for ip in found:
+            reason = self._policy.addresses.refusal(host, ip)
+            if reason is not None:
+                raise UrlRefused(reason)
+        return found
+
+    def getaddrinfo(
+        self,
+        host: bytes | str | None,
+        port: str | int | None,
+        family: socket.AddressFamily,
+        type: socket.SocketKind,
+        proto: int = 0,
+        flags: int = 0,
+        *,
+        quic_upgrade_via_dns_rr: bool = False,
+    ) -> list[_AddrInfo]:
+        name = host.decode("ascii") if isinstance(host, bytes) else host or "localhost"
+        number = int(port or 0)
+        found: list[_AddrInfo] = []
+        for ip in self.vetted(name, number):
+            ip_family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+            if family not in (socket.AF_UNSPEC, ip_family):
+                continue
+            where = (str(ip), number, 0, 0) if ip.version == 6 else (str(ip), number)
+            found.append((ip_family, type or socket.SOCK_STREAM, proto, "", where))
+        if not found:
+            raise socket.gaierror(f"{name} has no address of the family asked for")
+        return found
+
+    def recycle(self) -> BaseResolver:
+        return VettingResolver(self._policy, self._resolve)
+
+    def close(self) -> None:
+        self._open = False
+
+    def is_available(self) -> bool:
+        return self._open
+
+
+def pinned_session(
+    url: str, policy: FetchPolicy, resolve: SyncResolve = system_resolve_sync
+) -> niquests.Session:
+    """A session for `url` (whose own host `policy` allows) that connects only where
+    `policy` allows, follows a redirect off `url`'s origin only once it is vetted (https
+    kept), and reads nothing from the environment: a proxy there would resolve names itself,
+    out of the resolver's reach, and a .netrc would add logins for hosts a redirect names."""
+    resolver = VettingResolver(policy, resolve)
+    session = niquests.Session(resolver=resolver)
+    session.trust_env = False
+    session.hooks["response"].append(RedirectVetter(url, policy, resolver.vetted))
+    return session
