@@ -308,6 +308,52 @@ def test_a_redirect_whose_dns_answer_changes_by_the_connect_is_never_sent() -> N
     assert "rebind.test resolves to 127.0.0.1, a loopback address" in str(refused.value)
 
 
+class _NamesAnotherHome(_Recorder):
+    """A CalDAV server whose principal's calendar home is on another host (`server.location`):
+    caldav moves there for every request after, no redirect involved."""
+
+    def do_PROPFIND(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.server.asked.append(self.path)  # type: ignore[attr-defined]
+        if self.path == "/":
+            prop = "<d:current-user-principal><d:href>/me/</d:href></d:current-user-principal>"
+        else:
+            home = self.server.location  # type: ignore[attr-defined]
+            prop = f"<c:calendar-home-set><d:href>{home}</d:href></c:calendar-home-set>"
+        body = (
+            '<d:multistatus xmlns:d="DAV:" xmlns:c="urn:ietf:params:xml:ns:caldav"><d:response>'
+            f"<d:href>{self.path}</d:href><d:propstat><d:prop>{prop}</d:prop>"
+            "<d:status>HTTP/1.1 200 OK</d:status></d:propstat></d:response></d:multistatus>"
+        ).encode()
+        self.send_response(207)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_calendar_home_on_a_host_the_server_names_is_vetted_before_any_request() -> None:
+    """The server names a calendar home on another host, which resolves to the loopback:
+    caldav would move there with the password; no request reaches it."""
+    with _recorder() as inside:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NamesAnotherHome)
+        server.asked = []  # type: ignore[attr-defined]
+        server.location = f"http://inside.test:{inside.server_address[1]}/cal/"  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            dns = _Dns(home_test=["127.0.0.1"], inside_test=["127.0.0.1"])
+            url = f"http://home.test:{server.server_address[1]}/"
+            cal = CalendarConfig(name="home", url=url, username="owner", password_env="CAL_PW")
+            with pytest.raises(CalendarError) as refused:
+                Source(cal, {"CAL_PW": USERS["owner"]}, resolve=dns).calendar()
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert server.asked == ["/", "/me/"]  # type: ignore[attr-defined]
+    assert inside.asked == []  # type: ignore[attr-defined]
+    assert "inside.test resolves to 127.0.0.1, a loopback address" in str(refused.value)
+
+
 async def test_caldav_connects_to_the_address_agentd_resolved(radicale: Radicale) -> None:
     """The calendar's own host is resolved by agentd too (no name here but the test's own):
     the connection goes to the address the resolver answered, nowhere else."""
