@@ -24,6 +24,7 @@ from agentd.memory import (
     build_embedder,
 )
 from agentd.retrieval.embedders import load_centre
+from agentd.runtime.redact import Redactor
 
 TEXT = "Maria adopted a beagle puppy named Biscuit"
 
@@ -162,6 +163,7 @@ class FakeEmbeddings:
         self.fail: list[int] = []  # statuses to answer before succeeding
         self.requests: list[dict[str, Any]] = []
         self.auth: list[str | None] = []
+        self.said = "busy"  # the error's text
 
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.json()
@@ -169,7 +171,8 @@ class FakeEmbeddings:
         self.auth.append(request.headers.get("Authorization"))
         if self.fail:
             status = self.fail.pop(0)
-            return web.json_response({"error": "busy"}, status=status, headers={"Retry-After": "0"})
+            headers = {"Retry-After": "0"}
+            return web.json_response({"error": self.said}, status=status, headers=headers)
         data = [
             {"index": i, "embedding": [float(len(text))] + [float(i)] * (self.dim - 1)}
             for i, text in enumerate(body["input"])
@@ -234,6 +237,27 @@ async def test_http_gives_up_with_a_clear_error(fake: tuple[FakeEmbeddings, str]
         await emb.embed_query("x")  # a client error is not retried
     assert len(server.requests) == 4
     await emb.aclose()
+
+
+async def test_an_error_that_echoes_the_key_across_the_cut_shows_none_of_it(
+    fake: tuple[FakeEmbeddings, str],
+) -> None:
+    """The endpoint's words are cut before the redactor sees them: the cut falls between
+    words, so the key is shown whole (and hidden) or not at all, never its first half."""
+    server, url = fake
+    key = "sk-proj-" + "Zq8Wv3" * 8
+    emb = _http(url, api_key=key, retries=1)
+    redact = Redactor([key])
+    try:
+        for pad in range(250, 300, 7):  # the key starts before the cut and ends after it
+            server.fail, server.said = [401], "x" * pad + f" invalid key {key} given"
+            with pytest.raises(EmbedderError) as caught:
+                await emb.embed_query("x")
+            shown = redact(str(caught.value))
+            assert key[:12] not in shown, shown
+            assert "401" in shown
+    finally:
+        await emb.aclose()
 
 
 async def test_http_dimension_mismatch_says_what_to_set(fake: tuple[FakeEmbeddings, str]) -> None:

@@ -23,6 +23,7 @@ from agentd.net.safe_fetch import (
     fetch_raw,
     system_resolve_sync,
 )
+from agentd.runtime.redact import clip
 
 # A feed is anyone's file: the daemon reads no more of it than this (a busy public calendar
 # with years of history is a few MB; caldav's client held 370 MB for a 50 MB feed).
@@ -59,7 +60,7 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
         return CalendarError(
             config.name, "redirect", f"{exc}; set the url to where the calendar really is"
         )
-    text = f"{type(exc).__name__}: {exc}"[:300]
+    text = clip(f"{type(exc).__name__}: {exc}", 300)
     for cause in (exc, exc.__cause__, exc.__context__):
         if isinstance(cause, socket.gaierror):
             return CalendarError(config.name, "DNS", f"cannot resolve the host of {config.url}")

@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from agentd.config import MediaConfig, read_secret
 from agentd.net.retry import RetryableHttpError, http_retrying, retry_after
+from agentd.runtime.redact import clip
 
 log = logging.getLogger(__name__)
 Sleep = Callable[[float], Awaitable[None]]
@@ -107,7 +108,7 @@ def _error_message(body: str) -> str:
         return ""
     error = data.get("error") if isinstance(data, dict) else None
     message = error.get("message") if isinstance(error, dict) else error or data.get("detail")
-    return " ".join(str(message).split())[:300] if message else ""
+    return clip(str(message), 300) if message else ""
 
 
 class OpenAITranscriber:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from agentd.config import read_secret
 from agentd.retrieval.fts import STOPWORDS, normalise, split_words
 from agentd.retrieval.spend import EmbeddingSpend
+from agentd.runtime.redact import clip
 
 log = logging.getLogger("agentd.memory.embedders")  # the name operators grep for
 
@@ -229,7 +230,7 @@ class HttpEmbedder:
                     retry_after(resp.headers),
                 )
             if resp.status >= 400:
-                body = (await resp.text())[:300]
+                body = clip(await resp.text(), 300)
                 raise EmbedderError(f"embedding endpoint {self.url} answered {resp.status}: {body}")
             try:
                 data = await resp.json(content_type=None)

@@ -181,6 +181,17 @@ def _holds_secret(token: str, table: tuple[_Entry, ...]) -> bool:
     return False
 
 
+def clip(text: str, limit: int) -> str:
+    """`text` on one line, cut to about `limit` characters between words, never inside one.
+    What a server said is cut before it reaches the redactor; a secret is a word, so it stays
+    whole for the redactor to find, or is left out, never shown in part."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    space = text.rfind(" ", 0, limit + 1)
+    return (text[:space] if space > 0 else "") + " …"
+
+
 def login_forms(user: str, secret: str) -> list[str]:
     """How a client sends `secret` as `user`'s password in base64, which holds no run of the
     secret itself: so each is a value of its own, hidden with the secret. HTTP Basic (RFC

@@ -12,6 +12,7 @@ import aiohttp
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentd.net.retry import RetryableHttpError, http_retrying, retry_after
+from agentd.runtime.redact import clip
 
 log = logging.getLogger(__name__)
 
@@ -222,4 +223,4 @@ def _error_detail(body: str) -> str:
     detail = data.get("detail") if isinstance(data, dict) else None
     if isinstance(detail, dict):
         detail = detail.get("error")
-    return " ".join(str(detail).split())[:300] if detail else ""
+    return clip(str(detail), 300) if detail else ""
