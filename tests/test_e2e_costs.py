@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sqlite3
 import time
 from contextlib import closing
@@ -69,6 +70,46 @@ def test_a_turn_makes_no_model_call_past_the_budget(tmp_path: Path) -> None:
             assert [tuple(r) for r in rows] == [("llm#1", 5000)]
             steps = [r[0] for r in daemon.query("SELECT name FROM workflow_steps ORDER BY ordinal")]
             assert "limits#2" in steps and "llm#2" not in steps
+
+
+def test_a_paid_answer_is_counted_when_agentd_dies_before_journaling_it(tmp_path: Path) -> None:
+    """agentd dies (kill -9) as it commits the journal's row for the turn's answer
+    (tests/plugins/crash_tools.py): the answer was paid for, so its tokens are in the ledger
+    already; the restarted turn asks the model again, paid again, and that answer has its row
+    too: two rows for the two calls, none written twice."""
+    (tmp_path / "agentd.toml").write_text('[tools]\nplugins = ["tests.plugins.crash_tools"]\n')
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
+            AGENTD_TEST_KILL_AT="llm#1",
+            AGENTD_TEST_KILL_ONCE=str(tmp_path / "killed"),
+        )
+        llm.enqueue_text("42", usage=usage_of(1000))
+        llm.enqueue_text("42", usage=usage_of(2000))
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            tg.add_message(OWNER, OWNER, "what is 6 x 7?")
+            assert daemon.proc is not None and daemon.proc.wait(60) == -signal.SIGKILL
+            assert len(llm.requests) == 1 and tg.sent == []
+            [(turn,)] = daemon.query("SELECT id FROM workflow_instances WHERE workflow = 'turn'")
+            journaled = daemon.query(
+                "SELECT name FROM workflow_steps WHERE instance_id = ? AND name = 'llm#1'", (turn,)
+            )
+            assert journaled == []  # died before the answer's commit, as the plugin means to
+            daemon.start()
+            assert tg.wait_for_sent(1, timeout=30)[0]["plain_text"] == "42"
+            daemon.wait_for_instances(1)
+            rows = daemon.query(
+                "SELECT instance_id, step, input_tokens + output_tokens FROM llm_usage "
+                "WHERE purpose = 'turn' ORDER BY id"
+            )
+            assert [tuple(r) for r in rows] == [(turn, "llm#1", 1000), (turn, "llm#1", 2000)]
+            assert len(llm.requests) == 2
+        finally:
+            daemon.stop()
 
 
 def test_a_stream_broken_partway_is_in_the_ledger_beside_the_answer(tmp_path: Path) -> None:

@@ -31,7 +31,6 @@ from agentd.chat.model_choice import for_turn
 from agentd.chat.names import turn_purpose
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
-from agentd.durable.pending import Pending
 from agentd.ledger import audit, usage
 from agentd.llm.types import (
     CutAttempt,
@@ -52,6 +51,7 @@ from agentd.tools.citations import CitedSource, found_in
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import ChatKind, TurnInput
+    from agentd.db import Database
 
 log = logging.getLogger("agentd.agent")
 EMPTY_ANSWER = "(The model returned an empty answer.)"
@@ -223,7 +223,6 @@ async def call_llm(
     recall: Recall,
     turn_start: int,
     draft: int,
-    held: Pending | None = None,
     pin: str | None = None,
 ) -> LLMResponse:
     """One model call with a fresh prompt; its tokens are recorded (R-LLM-4).
@@ -272,14 +271,25 @@ async def call_llm(
     rows = [*cut_rows(row, cut), record]
     if response.fallback_reason:
         rows.append(fallback_row(response, inp, instance_id, step_name))
-    for row in rows:
-        if held is not None:
-            # In the transaction that journals the step's result, next: the tokens are on
-            # disk exactly when the answer is, with no commit of their own.
-            held.add(row)
-        else:
-            await deps.db.write_unsynced(row)
+    await bill(deps.db, rows)
     return response
+
+
+async def bill(db: Database, rows: list[partial[None]]) -> None:
+    """A paid call's rows in a commit of their own, done before its answer is used.
+
+    Not in the step's commit: a crash before that one would leave the paid answer uncounted,
+    and the replay's call, paid again, counted alone. Written here, a replay writes a row for
+    the call it makes (a second paid one), and the step's commit writes none. Unsynced: it
+    survives the process dying at once, and a power loss from the step's synced commit on.
+    Shielded: a stop arriving meanwhile does not drop the write, nor wait for it.
+    """
+
+    def write(conn: Any) -> None:
+        for row in rows:
+            row(conn)
+
+    await asyncio.shield(db.write_unsynced(write))
 
 
 def _streamer(deps: TurnDeps, inp: TurnInput, draft: int) -> DraftStreamer | None:
@@ -374,7 +384,7 @@ async def _ask(
     name = f"llm#{n}"
     draft = answer_draft(step.instance_id, step.retries)
     args = (deps, inp, conversation, step.instance_id, name, recall, turn_start, draft)
-    return await step.do(name, call_llm, *args, step.pending, pin)  # type: ignore[no-any-return]
+    return await step.do(name, call_llm, *args, pin)  # type: ignore[no-any-return]
 
 
 async def agent_loop(
