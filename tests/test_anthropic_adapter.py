@@ -8,6 +8,7 @@ same status.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -236,6 +237,31 @@ async def test_a_stream_that_ends_after_its_usage_is_billed_as_it_said(
     assert (cut.model, cut.attempt, cut.estimated) == ("claude-haiku-4-5", 1, False)
     usage = cut.usage
     assert (usage.input_tokens, usage.cache_read_tokens, usage.output_tokens) == (120, 30, 7)
+
+
+async def test_a_call_not_streamed_that_is_stopped_is_billed_as_estimated(
+    fake: FakeAnthropic,
+) -> None:
+    """Stopped (a cancel) while the API works on an answer not streamed: the request was
+    taken, so billed; the caller gets the attempt, its input estimated from the request's
+    text (one token per four characters), nothing of the output guessed, marked so."""
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "k")
+    stopped: list[CutAttempt] = []
+    req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+    fake.reset()  # the module's fake: this call's request is the first it counts
+    try:
+        fake.enqueue_hang()
+        call = asyncio.create_task(llm.complete(req, cut=stopped))
+        await fake.wait_for_requests_async(1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        await llm.close()
+        fake.reset()
+    [cut] = stopped
+    assert (cut.model, cut.attempt, cut.estimated) == ("claude-haiku-4-5", 1, True)
+    assert 100 <= cut.usage.input_tokens < 110 and cut.usage.output_tokens == 0
 
 
 async def test_a_hung_server_is_a_retryable_timeout(fake: FakeAnthropic) -> None:

@@ -16,7 +16,9 @@ from typer.testing import CliRunner
 
 from agentd.cli.app import app
 from agentd.db import open_sync
-from tests.daemon_process import OWNER, Daemon, daemon_env, running_daemon
+from agentd.llm.cut import prompt_chars
+from agentd.llm.estimate import tokens_in
+from tests.daemon_process import OWNER, Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes._server import FakeServer
 from tests.fakes.anthropic import last_user_text
@@ -162,6 +164,35 @@ def test_a_stream_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
                 for k in ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
             )
             assert [tuple(r) for r in rows] == [("llm#1", 1, billed_input, 16, 1)]
+
+
+def test_a_call_not_streamed_that_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
+    """/stop while the model works on an answer not streamed (streaming off, as in a group):
+    nothing of it was seen, but the API took the request and bills it, so the stopped call
+    has its row, its input estimated from the request's text and marked so."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_CHAT__STREAMING="false")
+        with running_daemon(tmp_path, env) as daemon:
+            llm.hold()
+            try:
+                tg.add_message(OWNER, OWNER, "hello")
+                llm.wait_for_held(1, timeout=30)
+                assert llm.requests[0]["stream"] is False
+                tg.add_message(OWNER, OWNER, "/stop")
+                daemon.wait_for_instances(1, status="cancelled")
+            finally:
+                llm.release()
+            rows = poll(
+                lambda: daemon.query(
+                    "SELECT step, attempt, input_tokens, output_tokens, estimated FROM llm_usage "
+                    "WHERE purpose = 'turn'"
+                ),
+                what="the stopped call's row",
+            )
+            [(step, attempt, estimated_input, output, estimated)] = [tuple(r) for r in rows]
+            assert (step, attempt, output, estimated) == ("llm#1", 1, 0, 1)
+            # The one estimate rule (llm/estimate.py) on the text the request sent.
+            assert estimated_input == tokens_in(prompt_chars(llm.requests[0]["body"])) > 100
 
 
 SUMMARY = {

@@ -4,6 +4,7 @@ retried or classified; a model without tools or images says so instead of droppi
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -284,6 +285,46 @@ async def test_a_stream_with_its_usage_is_billed_as_the_server_counted(
     sent = chat.requests[0]["body"]
     assert not answer.estimated
     assert answer.usage.input_tokens == _tokens(sent["messages"])
+
+
+async def test_an_answer_from_a_server_that_sends_no_usage_is_billed_as_estimated() -> None:
+    """Not streamed, from a server that counts nothing: the answer is billed by the one
+    estimate rule (the input from the request's text, the output from the answer's), marked
+    so, never as 0 tokens."""
+    text = "word " * 20  # 100 characters: 25 tokens
+    with FakeChat.running(usage=False) as server:
+        llm = _llm(server)
+        try:
+            server.enqueue_text(text)
+            req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+            answer = await llm.complete(req, model="qwen")
+        finally:
+            await llm.close()
+    assert answer.text == text.strip() and answer.estimated
+    assert answer.usage.output_tokens == 25 and answer.usage.input_tokens >= 100
+
+
+async def test_a_call_not_streamed_that_is_stopped_is_billed_as_estimated(chat: FakeChat) -> None:
+    """Stopped (a cancel) while the server works on an answer not streamed: the request was
+    taken, so billed; the caller gets the attempt, its input estimated from the request's
+    text, nothing of the output guessed, marked so."""
+    llm = _llm(chat)
+    stopped: list[CutAttempt] = []
+    req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+    chat.reset()  # the module's fake: this call's request is the first it counts
+    try:
+        chat.enqueue(ChatFault("hang"))
+        call = asyncio.create_task(llm.complete(req, model="qwen", cut=stopped))
+        await asyncio.to_thread(chat.wait_for_requests, 1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        await llm.close()
+        chat.reset()
+    [cut] = stopped
+    assert (cut.model, cut.attempt, cut.estimated) == ("local/qwen", 1, True)
+    assert 100 <= cut.usage.input_tokens < 110 and cut.usage.output_tokens == 0
 
 
 async def test_a_hung_server_times_out(chat: FakeChat) -> None:

@@ -259,7 +259,7 @@ async def call_llm(
         step=step_name,
         user_id=inp.user_id,
     )
-    cut: list[CutAttempt] = []  # attempts whose streams ended partway, as they end
+    cut: list[CutAttempt] = []  # attempts cut short, as they end
     response = await _complete(deps, inp, req, _streamer(deps, inp, draft), row, cut)
     record = partial(
         row,
@@ -314,25 +314,37 @@ async def _complete(
     row: partial[None],
     cut: list[CutAttempt],
 ) -> LLMResponse:
-    """The call itself; the attempts cut short are in the ledger whatever becomes of it."""
+    """The call itself, with the chat's typing shown only while the model works."""
+    async with deps.outbox.typing(inp.chat_id):
+        return await complete_billed(deps, req, row, cut, on_text)
+
+
+async def complete_billed(
+    deps: TurnDeps,
+    req: LLMRequest,
+    row: partial[None],
+    cut: list[CutAttempt],
+    on_text: DraftStreamer | None = None,
+) -> LLMResponse:
+    """One model call (a turn's or a task's); the attempts cut short are in the ledger
+    whatever becomes of it. On an answer the caller writes them with the answer's row."""
     try:
-        async with deps.outbox.typing(inp.chat_id):  # only while the model works
-            return await deps.llm.complete(req, on_text=on_text, cut=cut)
+        return await deps.llm.complete(req, on_text=on_text, cut=cut)
     except LLMError:
-        for broken in cut_rows(row, cut):  # the step fails: no journal write to ride on
-            await deps.db.write_unsynced(broken)
+        await bill(deps.db, cut_rows(row, cut))
         raise
     except asyncio.CancelledError:
-        # Stopped (/stop, an edit, interrupt mode, shutdown): the stream the owner cut short is
-        # billed all the same. Queued, not awaited: the stop goes on at once, and the write is
-        # not dropped as a cancelled caller's awaited one would be.
+        # Stopped (/stop, an edit, interrupt mode, shutdown): the attempt the owner cut short,
+        # streamed or not, is billed all the same. Queued, not awaited: the stop goes on at
+        # once, and the write is not dropped as a cancelled caller's awaited one would be.
         for broken in cut_rows(row, cut):
             deps.db.write_behind(broken)
         raise
 
 
 def cut_rows(row: partial[None], cut: list[CutAttempt]) -> list[partial[None]]:
-    """Usage rows of the attempts whose answer streams broke partway: billed, so counted."""
+    """Usage rows of the attempts cut short (a stream broken partway, a call stopped): billed,
+    so counted."""
     return [
         partial(
             row,

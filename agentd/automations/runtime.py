@@ -543,6 +543,7 @@ class Runtime:
                 step=name,
                 attempt=response.attempt,
                 user_id=owner(self.config),
+                estimated=response.estimated,
             )
 
         return await step.do(name, call, retry=retry, result_type=output)

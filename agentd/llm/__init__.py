@@ -26,7 +26,7 @@ class LLM(Protocol):
         req: LLMRequest,
         on_text: Callable[[str], Awaitable[None]] | None = None,
         *,
-        cut: list[CutAttempt] | None = None,  # gets the attempts whose streams ended partway
+        cut: list[CutAttempt] | None = None,  # gets the attempts cut short, billed all the same
     ) -> LLMResponse: ...
 
     async def close(self) -> None: ...

@@ -20,6 +20,7 @@ from agentd.config.models import ANTHROPIC, ProviderConfig
 from agentd.llm.anthropic_cut import StreamTally, usage_from_api
 from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
 from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
+from agentd.llm.cut import stopped_unseen
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
 from agentd.llm.types import (
@@ -254,8 +255,9 @@ class AnthropicLLM:
 
         With on_text (and a provider that streams), the answer is streamed and on_text gets the
         text written so far. `model` overrides the configured one, `attempts` the retry count.
-        Each attempt whose stream ended partway (broken, or stopped by a cancel) is appended to
-        `cut` as it ends: billed, so the caller records it whatever became of the call.
+        Each attempt whose stream ended partway (broken, or stopped by a cancel), and one not
+        streamed that a cancel stopped, is appended to `cut` as it ends: billed, so the caller
+        records it whatever became of the call.
         """
         if model is None:
             model = self.model if req.purpose == "turn" else self.background_model
@@ -269,7 +271,12 @@ class AnthropicLLM:
             nonlocal made
             made += 1
             if not stream:
-                return await self._create(params)
+                await self._get_client()  # a stop before the request leaves costs nothing
+                try:
+                    return await self._create(params)
+                except asyncio.CancelledError:  # stopped while the API worked on it: billed
+                    cut.append(stopped_unseen(label, made, params))
+                    raise
             assert on_text is not None
             tally = StreamTally()
             try:

@@ -17,15 +17,17 @@ from typing import Any
 
 from agentd.config.models import ProviderConfig
 from agentd.llm.anthropic_errors import StreamIncomplete
+from agentd.llm.cut import prompt_chars, stopped_unseen
 from agentd.llm.openai_mapping import (
     Capabilities,
     ChunkFold,
     build_params,
     check,
+    counted,
     json_mode,
     parse_response,
-    prompt_chars,
     unsupported,
+    written_chars,
 )
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
@@ -148,13 +150,17 @@ class OpenAILLM:
         if not isinstance(data, dict) or not data.get("choices"):
             raise ValueError("the answer had no choices")
         choice = data["choices"][0]
-        return parse_response(
-            choice.get("message") or {},
+        message = choice.get("message") or {}
+        response = parse_response(
+            message,
             choice.get("finish_reason"),
             data.get("usage"),
             data.get("model") or model,
             as_tool=as_tool,
         )
+        # A server that sends no usage with its answer: billed by estimate, and says so.
+        usage, guessed = counted(data.get("usage"), prompt_chars(params), written_chars(message))
+        return response.model_copy(update={"usage": usage, "estimated": guessed})
 
     async def _stream(
         self, params: dict[str, Any], model: str, on_text: OnText, fold: ChunkFold
@@ -200,7 +206,13 @@ class OpenAILLM:
             nonlocal made
             made += 1
             if not stream:
-                return await self._create(params, model, req.tool_choice if as_json else None)
+                await self._get_client()  # a stop before the request leaves costs nothing
+                try:
+                    return await self._create(params, model, req.tool_choice if as_json else None)
+                except asyncio.CancelledError:
+                    if cut is not None:  # stopped while the server worked on it: billed
+                        cut.append(stopped_unseen(label, made, params))
+                    raise
             assert on_text is not None
             fold = ChunkFold()
             try:

@@ -230,20 +230,21 @@ def parse_response(
     )
 
 
-def prompt_chars(params: dict[str, Any]) -> int:
-    """The characters of text a request sends, for an estimate of its input tokens (images
-    left out: what they cost is the server's own count)."""
+def counted(usage: dict[str, Any] | None, prompt: int, written: int) -> tuple[Usage, bool]:
+    """An answer's tokens, and whether they are estimated: the server's count where it sent
+    one; else the input from the request's `prompt` characters and the output from the
+    `written` characters received (llm/cut.py's rule), never 0 tokens, which would let the
+    model past every [limits] budget."""
+    if usage:
+        return usage_of(usage), False
+    return with_output_estimated(Usage(input_tokens=tokens_in(prompt)), written), True
 
-    def size(value: Any) -> int:
-        if isinstance(value, str):
-            return len(value)
-        if isinstance(value, dict):
-            return sum(size(v) for k, v in value.items() if k != "image_url")
-        if isinstance(value, list):
-            return sum(size(v) for v in value)
-        return 0
 
-    return size(params.get("messages")) + size(params.get("tools"))
+def written_chars(message: dict[str, Any]) -> int:
+    """The characters of text and tool arguments in an assistant message."""
+    calls = message.get("tool_calls") or []
+    arguments = sum(len((c.get("function") or {}).get("arguments") or "") for c in calls)
+    return len(message.get("content") or "") + arguments
 
 
 class ChunkFold:
@@ -270,13 +271,9 @@ class ChunkFold:
         return CutAttempt(model=model, attempt=attempt, usage=usage, estimated=guessed)
 
     def counted(self, prompt: int) -> tuple[Usage, bool]:
-        """The stream's tokens, and whether they are estimated: the server's count where one
-        came; else (a stream cut before its last chunk, or a server that ignores
-        `include_usage` and never sends one) the input from the request's `prompt`
-        characters and the output from what was received."""
-        if self.usage:
-            return usage_of(self.usage), False
-        return with_output_estimated(Usage(input_tokens=tokens_in(prompt)), self.written), True
+        """The stream's tokens, and whether they are estimated (`counted`): a stream cut before
+        its last chunk, or from a server that ignores `include_usage`, has no count."""
+        return counted(self.usage, prompt, self.written)
 
     def add(self, chunk: dict[str, Any]) -> bool:
         """Fold one chunk in; True when it added text."""

@@ -64,15 +64,17 @@ async def complete_structured(
     spec = ToolSpec(name=name, description=description, input_schema=_schema(model))
     forced = req.model_copy(update={"tools": [spec], "tool_choice": name})
     spent = Usage()
+    guessed = False  # some answer's count was estimated (a server that sent none)
     response: LLMResponse | None = None
     for attempt in range(1, attempts + 1):
         try:
-            response = await llm.complete(forced)
+            answer = await llm.complete(forced)
         except LLMError as exc:
             if response is not None:  # the answer that did not fit was paid for all the same
-                exc.spent = response.model_copy(update={"usage": spent})
+                exc.spent = response
             raise
-        spent = _add(spent, response.usage)
+        spent, guessed = _add(spent, answer.usage), guessed or answer.estimated
+        response = answer.model_copy(update={"usage": spent, "estimated": guessed})
         use = next((u for u in response.tool_uses if u.name == name), None)
         if use is None:
             error = f"the model did not call {name} (stop: {response.stop_reason})"
@@ -82,12 +84,11 @@ async def complete_structured(
             except ValidationError as exc:
                 error = f"{name} input is invalid: {exc.error_count()} errors"
             else:
-                return result, response.model_copy(update={"usage": spent})
+                return result, response
         log.info(
             "structured answer rejected", extra={"tool": name, "attempt": attempt, "error": error}
         )
         if attempt < attempts and ask_again is not None and not await ask_again(spent):
-            paid = response.model_copy(update={"usage": spent})
-            raise StructuredOutputError(f"{error}; not asked again", paid, stopped=True)
+            raise StructuredOutputError(f"{error}; not asked again", response, stopped=True)
     assert response is not None  # attempts >= 1
-    raise StructuredOutputError(error, response.model_copy(update={"usage": spent}))
+    raise StructuredOutputError(error, response)

@@ -95,10 +95,11 @@ class Usage(Tokens):
 
 
 class CutAttempt(BaseModel):
-    """An attempt whose answer stream broke partway, or was stopped by a cancel: the API bills
-    what it generated, so the ledger records it beside the answer that came after (or the
-    error, or the stop). An adapter appends each to the list its caller passes as `cut` the
-    moment the stream ends, so the caller has them however the call ends."""
+    """An attempt whose answer stream broke partway, or was stopped by a cancel (streamed or
+    not): the API bills what it took and generated, so the ledger records it beside the answer
+    that came after (or the error, or the stop). An adapter appends each to the list its
+    caller passes as `cut` the moment the attempt ends, so the caller has them however the
+    call ends."""
 
     model: str  # its label, as LLMResponse.label says it
     attempt: int  # which HTTP attempt of that model

@@ -192,7 +192,13 @@ async def see_image(
         )
     except (StructuredOutputError, LLMError) as exc:
         if (spent := exc.spent) is not None:  # answers that did not fit cost tokens too
-            await deps.db.write(record, spent.usage, model=spent.label, attempt=spent.attempt)
+            await deps.db.write(
+                record,
+                spent.usage,
+                model=spent.label,
+                attempt=spent.attempt,
+                estimated=spent.estimated,
+            )
         if isinstance(exc, StructuredOutputError) and exc.stopped:
             raise OverBudget(f"{exc}: a [limits] budget is spent") from None
         raise
@@ -201,7 +207,13 @@ async def see_image(
     def write(conn: Any) -> None:
         store_summary(conn, digest, summary, response.model, width, height, raw)
         count_lookup(conn, chat_id, False, time.time())
-        record(conn, response.usage, model=response.label, attempt=response.attempt)
+        record(
+            conn,
+            response.usage,
+            model=response.label,
+            attempt=response.attempt,
+            estimated=response.estimated,
+        )
 
     await deps.db.write(write)
     return SeenImage(

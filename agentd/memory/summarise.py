@@ -247,6 +247,7 @@ async def summarise_block(
             step=name,
             attempt=response.attempt,
             user_id=inp.user_id,
+            estimated=response.estimated,
         )
 
     async def ask_again(spent: Usage) -> bool:

@@ -17,12 +17,13 @@ from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import TurnDeps
 from agentd.agent.taint import TurnTaint
-from agentd.agent.toolloop import current_prefix, fallback_row
+from agentd.agent.toolloop import bill, complete_billed, current_prefix, cut_rows, fallback_row
 from agentd.chat.delivery import deliver_text
 from agentd.chat.names import TASK_WORKFLOW
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import usage
 from agentd.llm.types import (
+    CutAttempt,
     LLMResponse,
     Message,
     SystemBlock,
@@ -58,21 +59,27 @@ async def call_task_llm(
             "messages": conversation,
         }
     )
-    response = await deps.llm.complete(req)
-    record = partial(
+    row = partial(
         usage.record,
-        tokens=response.usage,
-        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
         purpose="task",
         chat_id=inp.chat_id,
         instance_id=instance_id,
         step=name,
-        attempt=response.attempt,
         user_id=inp.user_id,
     )
-    await deps.db.write_unsynced(record)
+    cut: list[CutAttempt] = []  # attempts cut short (a stop mid-call), as they end
+    response = await complete_billed(deps, req, row, cut)
+    record = partial(
+        row,
+        tokens=response.usage,
+        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
+        attempt=response.attempt,
+        estimated=response.estimated,
+    )
+    rows = [*cut_rows(row, cut), record]
     if response.fallback_reason:
-        await deps.db.write_unsynced(fallback_row(response, inp, instance_id, name))
+        rows.append(fallback_row(response, inp, instance_id, name))
+    await bill(deps.db, rows)
     return response
 
 

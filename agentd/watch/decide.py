@@ -67,6 +67,7 @@ async def decide(
                 step=step,
                 attempt=response.attempt,
                 user_id=w.user_id,
+                estimated=response.estimated,
             )
         )
 

@@ -55,7 +55,8 @@ ChatSpec = ChatReply | ChatError | ChatFault
 class FakeChat(FakeServer):
     """POST /v1/chat/completions, GET /v1/models; `tools=False` / `images=False` refuse those
     with the 400 Ollama sends for a model without the capability; `stream_usage=False` is a
-    server that ignores `stream_options.include_usage`: its streams carry no usage at all."""
+    server that ignores `stream_options.include_usage`: its streams carry no usage at all;
+    `usage=False` one that counts nothing anywhere, its whole answers included."""
 
     def __init__(
         self,
@@ -63,13 +64,15 @@ class FakeChat(FakeServer):
         tools: bool = True,
         images: bool = True,
         stream_usage: bool = True,
+        usage: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         super().__init__(host=host, port=port)
         self.tools = tools
         self.images = images
-        self.stream_usage = stream_usage
+        self.stream_usage = stream_usage and usage
+        self.usage = usage
         self.reset()
 
     def reset(self) -> None:
@@ -153,7 +156,10 @@ class FakeChat(FakeServer):
             return self.drop_connection(request)
         if body.get("stream"):
             return await self._stream(request, body, spec)
-        return web.json_response(self._completion(body, spec))
+        whole = self._completion(body, spec)
+        if not self.usage:
+            del whole["usage"]
+        return web.json_response(whole)
 
     def _completion(self, body: dict[str, Any], spec: ChatReply) -> dict[str, Any]:
         calls = [
