@@ -253,8 +253,9 @@ async def test_a_decision_is_not_asked_again_once_its_first_answer_reached_the_c
     tmp_path: Path,
 ) -> None:
     """The decision's first answer came in words and cost 440 tokens, past the watch's cap
-    of 300 alone: the verdict is not asked for a second time, the check fails saying so, and
-    the answer paid for is in the ledger."""
+    of 300 alone: the verdict is not asked for a second time, the check is capped (as one the
+    cap holds before its first ask: the owner is told it is paused, and the later checks of
+    the day are held), and the answer paid for is in the ledger."""
     async with watch_rig(tmp_path, daily_tokens=300) as (rig, fake):
         words = {"input_tokens": 400, "output_tokens": 40}
         fake.set_responder(
@@ -272,16 +273,23 @@ async def test_a_decision_is_not_asked_again_once_its_first_answer_reached_the_c
         )
         await rig.advance(600)
         (folder / "price.txt").write_text("Price: 189 EUR\n")
-        await rig.advance(600)
-        details = await rig.db.read(
-            lambda c: [r[0] for r in c.execute("SELECT detail FROM watch_checks")]
+        await rig.advance(3 * 600)
+        checks = await rig.db.read(
+            lambda c: c.execute(
+                "SELECT outcome, detail, tokens FROM watch_checks ORDER BY due"
+            ).fetchall()
         )
-        assert details and all("not asked again" in d for d in details)
-        assert len(fake.requests) == len(details)  # one ask per decision, not two
+        decided = [tuple(r) for r in checks if r[0] != "baseline"]
+        cap = "it reached its daily cap of 300 tokens"
+        assert decided[0] == ("capped", cap, 440)
+        assert {r[:2] for r in decided[1:]} == {("capped", "held by today's cap")}
+        assert len(fake.requests) == 1  # one ask, not two, and none while the cap holds
         rows = await rig.db.read(
             lambda c: c.execute("SELECT input_tokens, output_tokens FROM llm_usage").fetchall()
         )
-        assert [tuple(r) for r in rows] == [(400, 40)] * len(details)
+        assert [tuple(r) for r in rows] == [(400, 40)]
+        told = [text for _, text in rig.outbox.sent]
+        assert len(told) == 1 and "is paused until 00:00 UTC" in told[0] and cap in told[0]
 
 
 async def test_an_answer_that_did_not_fit_is_in_the_ledger_when_the_retry_fails(

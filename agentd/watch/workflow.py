@@ -26,6 +26,7 @@ from agentd.db import Database
 from agentd.durable import Clock, Engine, Step, StepFailed, Workflow, workflow
 from agentd.durable.store import OPEN_STATUSES, InstanceRecord
 from agentd.llm import LLM
+from agentd.llm.structured import StructuredOutputError
 from agentd.llm.types import Usage
 from agentd.memory.history import save_message
 from agentd.schedule.workflow import Plan, catch_up, grace_for
@@ -59,8 +60,10 @@ class Observation(BaseModel):
 
 
 class Decision(BaseModel):
-    verdict: Verdict
+    verdict: Verdict | None = None  # None: a cap held the second ask (`cap` says which)
     tokens: int
+    # Why a cap held the second ask, after a first answer that did not fit spent up to it.
+    cap: str = ""
 
 
 class Result(BaseModel):
@@ -143,16 +146,25 @@ async def cap_check(deps: WatchDeps, inp: OccurrenceInput) -> str:
 
 async def run_decision(deps: WatchDeps, inp: OccurrenceInput, shown: str, iid: str) -> Decision:
     w = await deps.db.read(store.get, inp.watch_id)
+    held = ""
 
     async def ask_again(spent: Usage) -> bool:
         # The answer that did not fit may have reached a cap alone: the caps hold the second
         # ask as they held the first, counting it (its row is written when the call ends).
+        nonlocal held
         now = deps.clock.now()
-        return not await deps.db.read(budget.cap_reason, deps.config, w, now, spent.total)
+        held = await deps.db.read(budget.cap_reason, deps.config, w, now, spent.total) or ""
+        return not held
 
-    verdict, tokens = await decide(
-        deps.llm, deps.db, w, shown, instance_id=iid, step="decide", ask_again=ask_again
-    )
+    try:
+        verdict, tokens = await decide(
+            deps.llm, deps.db, w, shown, instance_id=iid, step="decide", ask_again=ask_again
+        )
+    except StructuredOutputError as exc:
+        if not (exc.stopped and held):
+            raise
+        # A budget refusal like the one before the first ask: capped, not failed.
+        return Decision(tokens=exc.spent.usage.total, cap=held)
     return Decision(verdict=verdict, tokens=tokens)
 
 
@@ -173,6 +185,8 @@ async def check(step: Step, deps: WatchDeps, inp: OccurrenceInput, held: bool) -
         return Result(outcome="capped", cap=cap, detail=cap)
     made = await step.do("decide", run_decision, deps, inp, change.shown, step.instance_id)
     v = made.verdict
+    if v is None:  # the cap came with the first answer: decided once the cap lifts
+        return Result(outcome="capped", cap=made.cap, detail=made.cap, tokens=made.tokens)
     if not v.speak or not v.message.strip():
         return Result(outcome="quiet", change=change, tokens=made.tokens, detail=v.reason)
     return Result(
