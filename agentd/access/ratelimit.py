@@ -18,6 +18,11 @@ from agentd.config import LimitsConfig
 from agentd.ledger import usage
 
 TokenLimit = Literal["", "daily_tokens", "daily_tokens_total"]
+AUTOMATION = "automation"  # the purpose of an automation's model calls (step.llm)
+_SPENT = (
+    "SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens + output_tokens), 0)"
+    " FROM llm_usage"
+)
 
 
 class Verdict(BaseModel):
@@ -58,14 +63,18 @@ def check(
 
 
 def over_tokens(
-    conn: Any, limits: LimitsConfig, *, user_id: int, now: float, pending: int = 0
+    conn: Any, limits: LimitsConfig, *, user_id: int | None, now: float, pending: int = 0
 ) -> TokenLimit:
     """The daily token budget this user's next model call would go over ("": none is spent).
     Checked before a call, so the call that crosses a budget is the last one. `pending`:
-    tokens this user has spent that are not in the ledger yet (an unfinished call's)."""
+    tokens this user has spent that are not in the ledger yet (an unfinished call's).
+
+    `user_id` None: a call made for nobody, an automation's while no owner is configured.
+    The per-user budget then holds the automations' own tokens as one user's, never
+    everyone's (what the total's budget counts), or another user's turns would stop them."""
     day = day_start(now)
     own = limits.daily_tokens
-    if own and tokens_used(conn, day, user_id=user_id) + pending >= own:
+    if own and _own_tokens(conn, day, user_id) + pending >= own:
         return "daily_tokens"
     total = limits.daily_tokens_total
     if total and tokens_used(conn, day) + pending >= total:
@@ -78,15 +87,23 @@ def tokens_used(conn: Any, since: float, *, user_id: int | None = None) -> int:
     rows) counts for the user whose private chat it was in (its id is the user's)."""
     # Every input token counts, cached or not: the API reports the three kinds apart. A remote
     # embedder's tokens are the ledger's but not the budgets' (retrieval/spend.py).
-    total = (
-        "SELECT COALESCE(SUM(input_tokens + cache_read_tokens + cache_write_tokens "
-        "+ output_tokens), 0) FROM llm_usage WHERE at >= ? AND purpose IS NOT ?"
-    )
+    total = f"{_SPENT} WHERE at >= ? AND purpose IS NOT ?"
     if user_id is None:
         return int(conn.execute(total, (since, usage.EMBEDDING)).fetchone()[0])
     where = " AND (user_id = ? OR (user_id IS NULL AND chat_id = ?))"
     params = (since, usage.EMBEDDING, user_id, user_id)
     return int(conn.execute(total + where, params).fetchone()[0])
+
+
+def _own_tokens(conn: Any, since: float, user_id: int | None) -> int:
+    if user_id is not None:
+        return tokens_used(conn, since, user_id=user_id)
+    # With no owner an automation's rows name neither a user nor a chat.
+    row = conn.execute(
+        f"{_SPENT} WHERE at >= ? AND purpose = ? AND user_id IS NULL AND chat_id IS NULL",
+        (since, AUTOMATION),
+    ).fetchone()
+    return int(row[0])
 
 
 def _refuse(conn: Any, limit: str, user_id: int, *, since: float) -> Verdict:

@@ -537,7 +537,7 @@ class Runtime:
                 usage.record,
                 response.usage,
                 model=response.label,
-                purpose="automation",
+                purpose=ratelimit.AUTOMATION,
                 chat_id=owner(self.config),
                 instance_id=instance_id,
                 step=name,
@@ -563,7 +563,8 @@ class Runtime:
 
     async def _within_budget(self, pending: int = 0) -> None:
         """An automation's model calls are the owner's tokens: past the owner's or everyone's
-        daily budget ([limits]) the call is not made, as a turn's would not be. `pending`: the
+        daily budget ([limits]) the call is not made, as a turn's would not be. With no owner
+        configured, the per-user budget holds the automations' own tokens. `pending`: the
         tokens of this call's answer that did not fit, not in the ledger yet (the call would
         ask again)."""
         spent = await self.db.read(
