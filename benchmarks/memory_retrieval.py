@@ -31,7 +31,11 @@ scripts, each question's answer marked in an utterance) loads as multi-session c
 scenes of one file are one conversation, each scene a session dated a day after the one before
 (the scripts carry no dates), its stage directions dropped (a chat has none, so a question
 answered only there is skipped), the utterances' tokenisation undone; a question's evidence is
-every utterance an annotator marked, its category the question word.
+every utterance an annotator marked, its category the question word. Molweni
+(github.com/HIT-SCIR/Molweni: `MRC(withDiscourse)/test.json`, threads of the Ubuntu IRC channel,
+questions written about each with the answer's offset) loads the same way: every 50 threads one
+chat, each thread a session a day after the one before (no dates are given), a question's
+evidence the message its answer was marked in; questions marked unanswerable are skipped.
 """
 
 from __future__ import annotations
@@ -252,6 +256,60 @@ def _friendsqa_entries(raw: dict[str, Any], stem: str) -> list[tuple[Any, str | 
     return out
 
 
+_MOLWENI_CHAT = 50  # threads a chat: ~420 messages, the size of a REALTALK or LoCoMo chat
+_ASKED = ("what", "how", "where", "why", "who", "when", "which", "whose")
+
+
+def _asked_with(question: str) -> str:
+    """The question word a question opens with ("What's" → "What"), or "other"."""
+    first = re.split(r"[\s']", question.strip().lower(), maxsplit=1)[0]
+    return first.capitalize() if first in _ASKED else "other"
+
+
+def _molweni_session(dialogue: dict[str, Any], number: int) -> tuple[list[dict], list[dict]]:
+    """One thread's messages as session `number`, and its questions. An answer is given as an
+    offset into the thread's lowercased "speaker: text" lines joined by spaces: its evidence is
+    the message that offset falls in (an answer not found there is dropped, as is a question
+    marked unanswerable)."""
+    turns, lines = [], []
+    for i, edu in enumerate(e for e in dialogue.get("edus") or [] if isinstance(e, dict)):
+        speaker, text = str(edu.get("speaker", "")).strip(), str(edu.get("text", ""))
+        lines.append(f"{speaker}: {text}".lower())
+        turns.append(
+            {"speaker": speaker, "text": _detokenise(text), "dia_id": f"D{number}:{i + 1}"}
+        )
+    context = " ".join(lines)
+    starts = [sum(len(line) + 1 for line in lines[:i]) for i in range(len(lines))]
+    qa = []
+    for item in (q for q in dialogue.get("qas") or [] if isinstance(q, dict)):
+        evidence = []
+        for answer in [] if item.get("is_impossible") else item.get("answers") or []:
+            at, text = answer.get("answer_start"), str(answer.get("text", "")).lower()
+            if isinstance(at, int) and text and context[at : at + len(text)] == text:
+                i = max(n for n, start in enumerate(starts) if start <= at)
+                evidence.append(f"D{number}:{i + 1}")
+        question = _detokenise(str(item.get("question", "")))
+        qa.append({"question": question, "evidence": evidence, "category": _asked_with(question)})
+    return turns, qa
+
+
+def _molweni_entries(raw: dict[str, Any], stem: str) -> list[tuple[Any, str | None]]:
+    """Molweni's {"data": {"dialogues": [...]}} as LoCoMo-layout entries: every _MOLWENI_CHAT
+    threads, in the file's order, one chat; each thread a session a day after the one before."""
+    dialogues = [d for d in raw["data"]["dialogues"] if isinstance(d, dict)]
+    out: list[tuple[Any, str | None]] = []
+    for chat, first in enumerate(range(0, len(dialogues), _MOLWENI_CHAT), start=1):
+        conv: dict[str, Any] = {}
+        qa: list[dict[str, Any]] = []
+        for number, dialogue in enumerate(dialogues[first : first + _MOLWENI_CHAT], start=1):
+            day = datetime.fromtimestamp(_FIRST_DAY + (number - 1) * 86400, UTC)
+            conv[f"session_{number}_date_time"] = day.strftime("%d.%m.%Y, %H:%M:%S")
+            conv[f"session_{number}"], asked = _molweni_session(dialogue, number)
+            qa += asked
+        out.append(({"sample_id": f"molweni-{stem}-{chat}", "conversation": conv, "qa": qa}, None))
+    return out
+
+
 def _entries(path: Path) -> list[tuple[Any, str | None]]:
     """(entry, id from its file name) of a file, or of every *.json file in a directory."""
     if path.is_dir():
@@ -259,6 +317,9 @@ def _entries(path: Path) -> list[tuple[Any, str | None]]:
     raw = json.loads(path.read_text(encoding="utf-8"))
     if isinstance(raw, dict) and isinstance(raw.get("data"), list):
         return _friendsqa_entries(raw, path.stem)
+    data = raw.get("data") if isinstance(raw, dict) else None
+    if isinstance(data, dict) and isinstance(data.get("dialogues"), list):
+        return _molweni_entries(raw, path.stem)
     if isinstance(raw, list):
         return [(entry, None) for entry in raw]
     return [(raw, path.stem)]

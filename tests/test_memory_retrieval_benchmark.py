@@ -124,6 +124,68 @@ def test_loader_reads_friendsqas_scenes_as_a_seasons_sessions(tmp_path: Path) ->
     assert stats.skipped_questions == 1 and stats.dropped_evidence_ids == 2
 
 
+def test_loader_reads_molwenis_threads_as_a_chats_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Molweni as published: Ubuntu IRC threads ("edus": speaker and tokenised text), each
+    answer an offset into the thread's lowercased "speaker: text" lines joined by spaces, some
+    questions unanswerable (a plausible answer only)."""
+
+    def thread(lines: list[tuple[str, str]], qas: list[tuple[str, str, int | None]]) -> dict:
+        context = " ".join(f"{who}: {text}".lower() for who, text in lines)
+        return {
+            "edus": [{"speaker": who, "text": text} for who, text in lines],
+            "context": context,
+            "qas": [
+                {
+                    "question": question,
+                    "answers": [] if at is None else [{"text": answer, "answer_start": at}],
+                    "is_impossible": at is None,
+                }
+                for question, answer, at in qas
+            ],
+        }
+
+    first = [("nbx909", "how do i find a usb device ?"), ("Likwidoxigen", "i 'd use lsusb")]
+    context = " ".join(f"{who}: {text}".lower() for who, text in first)
+    data = [
+        thread(
+            first,
+            [
+                ("What does nbx909 want to find ?", "a usb device", context.index("a usb")),
+                ("What's the tool ?", "lsusb", context.index("lsusb")),
+                ("Who suggests a tool ?", "likwidoxigen", context.index("likwidoxigen")),
+                ("How to restart network ?", "", None),  # unanswerable
+                ("Does it work ?", "lsusb", 3),  # the offset does not hold the answer
+            ],
+        ),
+        thread([("babo", "ca n't i copy the os ?")], [("Can babo copy ?", "copy", 15)]),
+        thread([("Nuked", "restart x")], []),
+    ]
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps({"data": {"title": "test", "dialogues": data}}), encoding="utf-8")
+    bench = _bench()
+    monkeypatch.setattr(bench, "_MOLWENI_CHAT", 2)
+    conversations, stats = bench.load_dataset(path)
+    assert [c.sample_id for c in conversations] == ["molweni-test-1", "molweni-test-2"]
+    chat = conversations[0]
+    # Threads in the file's order, each its own session a day apart; tokenisation undone.
+    assert [(t.dia_id, t.text) for t in chat.turns] == [
+        ("D1:1", "nbx909: how do i find a usb device?"),
+        ("D1:2", "Likwidoxigen: i'd use lsusb"),
+        ("D2:1", "babo: can't i copy the os?"),
+    ]
+    assert chat.turns[2].session_start - chat.turns[0].session_start == 86400
+    assert [(q.question, q.evidence, q.category) for q in chat.questions] == [
+        ("What does nbx909 want to find?", ["D1:1"], "What"),
+        ("What's the tool?", ["D1:2"], "What"),
+        ("Who suggests a tool?", ["D1:2"], "Who"),  # the answer is the speaker's name
+        ("Can babo copy?", ["D2:1"], "other"),
+    ]
+    assert [t.text for t in conversations[1].turns] == ["Nuked: restart x"]
+    assert stats.skipped_questions == 2  # the unanswerable one, the one whose offset is wrong
+
+
 def test_loader_skips_and_counts_malformed_entries() -> None:
     conversations, stats = _bench().load_dataset(DATASET)
     assert stats.skipped_entries == 2  # no conversation; not an object
