@@ -728,7 +728,7 @@ def format_report(report: Report) -> str:
         )
     lines += ["", "by category (R@5 / R@10):"]
     for cat, n in report.questions_by_category.items():
-        name = CATEGORY_NAMES.get(cat, cat)
+        name = CATEGORY_NAMES.get(cat, "")  # a set that names its categories: once
         cells = "  ".join(
             f"{arm} {report.arms[arm].by_category[cat]['R@5']:.3f}/"
             f"{report.arms[arm].by_category[cat]['R@10']:.3f}"
