@@ -2,8 +2,9 @@
 that exists only in JavaScript (and its server-rendered twin), a login form, a two-step form,
 a download, a form whose answer waits until the test lets it go, a hostile page that tells
 the agent to submit a form to another server, and a file that never ends, which a page may start
-downloading by itself. `Elsewhere` is that other server: the browser
-must never reach it (it is not in `[browser] allowed_hosts`)."""
+downloading by itself; pages that open windows, one that rewrote how a form is submitted, and
+pages in frames (of the site's own and of another site, FRAMES_HOST). `Elsewhere` is that
+other server: the browser must never reach it (it is not in `[browser] allowed_hosts`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,9 @@ RENEWED = "sess-9d41b07c3e"  # the value /account renews it to
 PASSWORD = "hunter2-correct-horse"
 Stream = Generator[bytes, None, None]
 FLOOD_BYTES = 512 << 20  # /flood.bin stops here: a browser that takes it all fails the test
+# Another site on the same server, in /framed's second frame: a test's resolver sends the
+# name to loopback (Chromium runs a frame from another site in a process of its own).
+FRAMES_HOST = "frames.test"
 
 JS_ONLY = """<!doctype html><html><head><title>Shop</title></head><body><div id=app></div>
 <script>
@@ -178,7 +182,71 @@ class Site:
             )
             body = "<p id=n>tried 0</p><a href='/ssr' target=_blank>Open the shop</a>"
             return 200, _page("Popups", body + script), {}
-        if path == "/opened":
+        if path == "/deals":  # a button whose click opens a window of the page's choosing
+            script = (
+                "<script>let shown = 0; document.getElementById('b').onclick = () => {"
+                " shown += 1; window.open('/opened?deal=' + shown); };</script>"
+            )
+            body = (
+                "<p>Deals of the day</p><button id=b>Show a deal</button>"
+                "<a href='/ssr' target=_blank>Open the shop</a>"
+            )
+            return 200, _page("Deals", body + script), {}
+        if path == "/popstorm":  # a timer trying to open windows all along, and a new-tab link
+            script = (
+                "<script>let tried = 0; const timer = setInterval(() => { tried += 1;"
+                " window.open('/opened?storm=' + tried);"
+                " if (tried === 500) clearInterval(timer); }, 10);</script>"
+            )
+            body = "<a href='/ssr' target=_blank>Open the shop</a>"
+            return 200, _page("Storm", body + script), {}
+        if path == "/resubmit":  # a page that made requestSubmit (and `form`) send another form
+            script = (
+                "<script>const pay = document.getElementById('pay');"
+                "HTMLFormElement.prototype.requestSubmit = function () { pay.submit(); };"
+                "Object.defineProperty(HTMLInputElement.prototype, 'form',"
+                " {configurable: true, get() { return pay; }});</script>"
+            )
+            body = (
+                "<form method=post action=/form/done><label>Name <input name=name></label>"
+                "</form><form id=pay method=post action=/pay>"
+                "<input type=hidden name=amount value=500></form>"
+            )
+            return 200, _page("Order", body + script), {}
+        if path == "/framed":  # the page's content in frames: its own site's and another's
+            body = (
+                "<p>Outer page</p><iframe src='/inner' width=600 height=200></iframe>"
+                f"<iframe src='http://{FRAMES_HOST}:{self.port}/rewritten' width=600"
+                " height=200></iframe><p>After the frames</p>"
+            )
+            return 200, _page("Framed", body), {}
+        if path == "/stallframe":  # another site's frame whose script never yields
+            body = (
+                f"<p>Outer page</p><iframe src='http://{FRAMES_HOST}:{self.port}/stalling'>"
+                "</iframe><p>After the frame</p>"
+            )
+            return 200, _page("Stalled frame", body), {}
+        if path == "/stalling":  # once loaded, a loop that never yields, said by a beacon first
+            script = (
+                "<script>onload = () => setTimeout(() => {"
+                " navigator.sendBeacon('/stalling'); for (;;) {} }, 50);</script>"
+            )
+            return 200, _page("Stalling", "<p>loading</p>" + script), {}
+        if path == "/inner":
+            form = (
+                "<p>Inside the frame</p><form method=post action=/form/done>"
+                "<label>Name <input name=name></label></form>"
+                "<a href='/ssr' target=_top>Leave for the shop</a>"
+            )
+            return 200, _page("Inner", form), {}
+        if path.startswith("/nest?d="):  # frames in frames, `d` deep
+            depth = int(path.split("=", 1)[1])
+            inner = f"<iframe src='/nest?d={depth - 1}'></iframe>" if depth else ""
+            return 200, _page("Nest", f"<p>level {depth}</p>{inner}"), {}
+        if path == "/manyframes":
+            frames = "<iframe src='/ssr' width=300 height=60></iframe>" * 15
+            return 200, _page("Frames", frames), {}
+        if path.startswith("/opened"):
             with self.lock:
                 self.opened += 1
             return 200, _page("Opened", "<p>a window</p>"), {}

@@ -12,6 +12,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from agentd.browser.service import GONE, BrowserError, BrowserService, Paths, st
 from agentd.config import BrowserConfig, Config
 from agentd.hands.workspace import Workspace
 from agentd.runtime.redact import Redactor
-from tests.browser_sites import FLOOD_BYTES, Site, sites
+from tests.browser_sites import FLOOD_BYTES, FRAMES_HOST, Site, sites
 
 PROBLEM = _missing(Config.model_validate({"browser": {"enabled": True}}))
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {PROBLEM}")
@@ -36,14 +37,24 @@ def _service(
     redactor: Redactor | None = None,
     **settings: object,
 ) -> BrowserService:
-    config = BrowserConfig(enabled=True, allowed_hosts=[f"127.0.0.1:{site.port}"], **settings)
+    """The service on the test site, which it also reaches as FRAMES_HOST (another site)."""
+    allowed = [f"127.0.0.1:{site.port}", f"{FRAMES_HOST}:{site.port}"]
+    config = BrowserConfig(enabled=True, allowed_hosts=allowed, **settings)
 
     async def still_open(ids: list[str]) -> set[str]:
         return {i for i in ids if i in open_ids}
 
+    async def loopback(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"] if host in ("127.0.0.1", FRAMES_HOST) else []
+
     learn = (redactor or Redactor()).learn
     return BrowserService(
-        config, Paths(folder, folder / "run"), still_open, learn=learn, run_as=RUN_AS
+        config,
+        Paths(folder, folder / "run"),
+        still_open,
+        learn=learn,
+        run_as=RUN_AS,
+        resolve=loopback,
     )
 
 
@@ -291,6 +302,131 @@ async def test_a_page_opens_no_window_by_itself_but_a_click_on_a_new_tab_link_do
         await actions.click(service, found, link)
         await _until(lambda: found.page.url == f"{site.base}/ssr", 10, "the new tab followed")
         assert len(found.context.pages) == 2
+        shown = await actions.read(service, found)
+        assert "Note: the link opened in a new tab (tab 2); this is that tab" in shown
+        assert f"[tab 1] {site.base}/popups\n[tab 2] {site.base}/ssr (this page)" in shown
+    finally:
+        await service.close()
+
+
+async def test_a_window_a_page_opens_is_a_new_tab_listed_to_the_model_never_its_page(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A button whose handler opens a window (an advert, a page of the site's choosing):
+    the turn stays on the page the model chose, the reading lists the window as a new tab
+    (inside the page's text, outside content like the rest), and the model may switch to it."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        opened: list[Any] = []
+        found.context.on("page", lambda page: opened.append(page))
+        snap = await actions.open_url(service, found, f"{site.base}/deals")
+        button = snap.elements[0]
+        await actions.click(service, found, button.ref)
+        await _until(lambda: len(opened) == 1, 10, "the deal's window")
+        assert found.page.url == f"{site.base}/deals"
+        snap = await service.snapshot(found)
+        assert "Deals of the day" in snap.text and snap.elements[0].text == "Show a deal"
+        shown = actions.render(snap, 1000)
+        assert (
+            f"[tab 2] {site.base}/opened?deal=1 (new: a page opened it; not switched to)" in shown
+        )
+        # Told once: the next reading lists it as a tab like any other.
+        again = actions.render(await service.snapshot(found), 1000)
+        assert f"[tab 2] {site.base}/opened?deal=1\n" in again + "\n" and "new:" not in again
+        # The model's choice: the tab it names.
+        service.switch_tab(found, 2)
+        assert "a window" in (await service.snapshot(found)).text
+        with pytest.raises(BrowserError, match="there is no tab 5; the open tabs are: 1, 2"):
+            service.switch_tab(found, 5)
+    finally:
+        await service.close()
+
+
+async def test_a_turn_keeps_four_windows_and_closes_more_as_they_open(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """Each click is a user activation, each lets the page open a window: past four windows
+    a new one is closed as it opens, and the turn stays on its page. The window of a link the
+    model clicks takes the place of the newest of the page's."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        opened: list[Any] = []
+        found.context.on("page", lambda page: opened.append(page))
+        snap = await actions.open_url(service, found, f"{site.base}/deals")
+        button = snap.elements[0]
+        for _ in range(6):
+            await actions.click(service, found, button.ref)
+        await _until(lambda: len(opened) == 6, 20, "six windows opened")
+        await _until(lambda: len(found.context.pages) <= 4, 10, "the windows past four closed")
+        assert found.page.url == f"{site.base}/deals"
+        snap = await service.snapshot(found)
+        tabs, link = snap.tabs, snap.elements[1]
+        assert [t.number for t in tabs] == [1, 2, 3, 4]
+        assert [t.url.rsplit("/", 1)[1] for t in tabs[1:]] == [
+            f"opened?deal={n}" for n in (1, 2, 3)
+        ]
+        assert site.opened == 6  # the page's windows past four did open, and were closed
+        await actions.click(service, found, link.ref)
+        await _until(lambda: found.page.url == f"{site.base}/ssr", 10, "the link's tab")
+        await _until(lambda: len(found.context.pages) <= 4, 10, "the newest deal closed")
+        tabs = (await service.snapshot(found)).tabs
+        assert [(t.number, t.url.rsplit("/", 1)[1], t.current) for t in tabs] == [
+            (1, "deals", False),
+            (2, "opened?deal=1", False),
+            (3, "opened?deal=2", False),
+            (5, "ssr", True),
+        ]
+    finally:
+        await service.close()
+
+
+async def test_a_timer_spending_a_clicks_activation_does_not_choose_the_turns_page(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """The model clicks a link that opens in a new tab while the page's timer keeps calling
+    window.open: the click's user activation lets several of the timer's windows through
+    (the link's own may then be blocked), in any order. None becomes the turn's page."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        opened: list[Any] = []
+        found.context.on("page", lambda page: opened.append(page))
+        snap = await actions.open_url(service, found, f"{site.base}/popstorm")
+        (link,) = snap.elements
+        await actions.click(service, found, link.ref)
+        await _until(lambda: len(opened) >= 2, 10, "the timer's windows")
+        await _until(lambda: len(found.context.pages) <= 4, 10, "the windows past four closed")
+        assert found.page.url in (f"{site.base}/popstorm", f"{site.base}/ssr")
+        tabs = (await service.snapshot(found)).tabs
+        assert all("opened?storm" in t.url for t in tabs if t.new)
+        assert not any(t.current and "opened" in t.url for t in tabs)
+    finally:
+        await service.close()
+
+
+async def test_a_submission_is_the_forms_own_whatever_the_page_made_of_request_submit(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """The page replaced HTMLFormElement's requestSubmit (and an input's `form`) in its own
+    world so that submitting the order sends its hidden payment form instead: agentd submits
+    from its own world, where both are the browser's."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/resubmit")
+        (field,) = snap.elements
+        assert field.kind == "input" and field.form_action == f"{site.base}/form/done"
+        await actions.type_text(service, found, field.ref, "Ann")
+        await actions.submit(service, found, field.ref)
+        assert site.posted("/form/done") == [{"name": "Ann"}]
+        assert site.posted("/pay") == []
+        assert found.page.url == f"{site.base}/form/done"
     finally:
         await service.close()
 

@@ -92,7 +92,7 @@ def test_a_turn_that_browses_may_take_the_browsers_step_allowance(
 
 
 def test_reading_is_low_and_taints(tools: dict[str, Tool]) -> None:
-    for name in ("browser_open", "browser_read", "browser_scroll"):
+    for name in ("browser_open", "browser_read", "browser_scroll", "browser_tab"):
         assert tools[name].taints and tools[name].risk == "low"
     assert _risk(tools, "browser_open", url=SITE) == ("low", "")
     # A URL the user did not write, in a tainted turn, asks as fetch_url does.

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import re
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +20,19 @@ _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
 _SETTLE_SECONDS = 3.0  # after a click, how long a navigation it started may take to load
 
 
-async def element(service: BrowserService, found: Session, ref: str) -> tuple[Any, Element]:
-    """The element `ref` names, checked against what the model read."""
+@dataclass(frozen=True)
+class Target:
+    """An element checked against what the model read: its locator and the frame it is in."""
+
+    locator: Any
+    read: Element
+    frame: Any
+
+
+async def element(service: BrowserService, found: Session, ref: str) -> Target:
+    """The element `ref` names, checked against what the model read. A new action: the link
+    clicked before it no longer names the window the model asked for."""
+    found.asked = ""
     read = found.refs.get(ref)
     if read is None:
         raise BrowserError(
@@ -47,21 +59,32 @@ async def element(service: BrowserService, found: Session, ref: str) -> tuple[An
             f"the page changed the element [{ref}] since it was read ({read.shown()}); read "
             "the page again before acting on it"
         )
-    return service.locator(found, ref).first, read
+    loc, frame = await service.locate(found, ref)
+    return Target(loc, read, frame)
 
 
 def _short(exc: BaseException) -> str:
     return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
 
 
-async def navigating(found: Session, action: Callable[[], Awaitable[Any]], seconds: float) -> None:
-    """Run `action`, then let the navigation it starts reach its load event, waiting at most
-    `seconds` (an action that navigates nowhere costs that wait; its own errors go on)."""
+async def navigating(frame: Any, action: Callable[[], Awaitable[Any]], seconds: float) -> None:
+    """Run `action`, then let the navigation it starts in `frame` reach its load event, waiting
+    at most `seconds` (an action that navigates nowhere costs that wait; its own errors go
+    on)."""
+    from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as NoNavigation
 
-    with contextlib.suppress(NoNavigation):
-        async with found.page.expect_navigation(wait_until="load", timeout=seconds * 1000):
+    try:
+        async with frame.expect_navigation(wait_until="load", timeout=seconds * 1000):
             await action()
+    except NoNavigation:
+        pass
+    except PlaywrightError as exc:
+        if "Navigating frame was detached" not in str(exc):
+            raise
+        # A frame's link or form led the whole page away (target=_top): the page's load.
+        with contextlib.suppress(PlaywrightError):
+            await frame.page.wait_for_load_state("load", timeout=seconds * 1000)
 
 
 async def read(service: BrowserService, found: Session) -> str:
@@ -77,6 +100,7 @@ async def open_url(service: BrowserService, found: Session, url: str) -> Snapsho
         )
     from playwright.async_api import TimeoutError as NotLoaded
 
+    found.asked = ""
     try:
         response = await found.page.goto(url, wait_until="load")
     except NotLoaded:
@@ -95,15 +119,19 @@ async def open_url(service: BrowserService, found: Session, url: str) -> Snapsho
 
 
 async def click(service: BrowserService, found: Session, ref: str) -> None:
-    loc, _ = await element(service, found, ref)
+    """Click `ref`. A window opening at the address of the link clicked is the one the model
+    asked for, and becomes the current page; any other a page opens is listed as a tab."""
+    target = await element(service, found, ref)
+    found.asked = target.read.href if target.read.kind == "link" else ""
     try:
-        await navigating(found, loc.click, _SETTLE_SECONDS)
+        await navigating(target.frame, target.locator.click, _SETTLE_SECONDS)
     except Exception as exc:
         raise BrowserError(f"could not click [{ref}]: {_short(exc)}") from None
 
 
 async def type_text(service: BrowserService, found: Session, ref: str, text: str) -> Element:
-    loc, read_as = await element(service, found, ref)
+    target = await element(service, found, ref)
+    loc, read_as = target.locator, target.read
     if read_as.password:
         raise BrowserError(
             "agentd never types into a password field: the owner signs in to a site "
@@ -120,7 +148,8 @@ async def type_text(service: BrowserService, found: Session, ref: str, text: str
 
 
 async def select(service: BrowserService, found: Session, ref: str, option: str) -> None:
-    loc, read_as = await element(service, found, ref)
+    target = await element(service, found, ref)
+    loc, read_as = target.locator, target.read
     if read_as.kind != "select":
         raise BrowserError(f"[{ref}] is a {read_as.kind}, not a list to choose from")
     try:
@@ -130,17 +159,22 @@ async def select(service: BrowserService, found: Session, ref: str, option: str)
 
 
 async def submit(service: BrowserService, found: Session, ref: str) -> None:
-    loc, read_as = await element(service, found, ref)
+    """Click a submit button, or submit a field's form from agentd's own world (a page's
+    rewritten `requestSubmit` is not the one called)."""
+    target = await element(service, found, ref)
+    read_as = target.read
     if read_as.kind == "submit":
-        action = loc.click
+        action = target.locator.click
     elif read_as.form_action:
 
         async def action() -> None:
-            await loc.evaluate("el => (el.form || el.closest('form')).requestSubmit()")
+            await service.submit_form(found, ref)
     else:
         raise BrowserError(f"[{ref}] is not in a form and not a submit button")
     try:
-        await navigating(found, action, service.config.page_timeout)
+        await navigating(target.frame, action, service.config.page_timeout)
+    except BrowserError:
+        raise
     except Exception as exc:
         raise BrowserError(f"could not submit with [{ref}]: {_short(exc)}") from None
 
@@ -166,7 +200,7 @@ async def download(
 ) -> tuple[str, int]:
     """Click `ref`, take the file it starts, and save it under downloads/ (never replacing a
     file there); returns its path in the workspace and its size."""
-    loc, _ = await element(service, found, ref)
+    loc = (await element(service, found, ref)).locator
     limit = service.config.download_max_mb << 20
     # The service keeps only the download this click starts, and cancels it past the limit.
     found.fetching, found.cancelled = True, ""

@@ -53,8 +53,8 @@ async def login(
         for field in fields:
             value = ask(field.text or field.name or field.ref, field.password)
             if value:
-                loc, _ = await actions.element(service, found, field.ref)
-                await loc.fill(value)
+                target = await actions.element(service, found, field.ref)
+                await target.locator.fill(value)
                 last = field
         await actions.submit(service, found, last.ref)
         state = await service.storage_state(found)

@@ -11,6 +11,7 @@ the element up again and refuses when what it finds no longer matches what was r
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field
@@ -62,15 +63,21 @@ _ELEMENT_FUNCS = r"""
   };
 """
 
-# Runs in the page: (maxChars, maxElements, generation) → {title, url, text, elements, cut}.
+# Runs in a frame: (maxChars, maxElements, generation, elements numbered before, whether to
+# leave a slot for each shown frame in it) → {title, url, parts, elements, cut, n}. The text
+# comes in `parts`: a frame's own text goes between two of them (the service reads each frame
+# in a world of its own, the frame elements being left in `agentdFrames`, that world's global,
+# which the page cannot see). A slot is a null in `out`, not a marker in the text: no text a
+# page writes can pass for one.
 SNAPSHOT_JS = (
     r"""
-([maxChars, maxEls, gen]) => {
+([maxChars, maxEls, gen, firstN, readFrames]) => {
   const ATTR = 'data-agentd-ref';
   for (const e of document.querySelectorAll('[' + ATTR + ']')) e.removeAttribute(ATTR);
   const INTERACTIVE = 'a[href],button,input:not([type=hidden]),select,textarea,summary,' +
     '[role=button],[role=link],[role=checkbox],[contenteditable=""],[contenteditable=true]';
-  const out = []; const els = []; let size = 0; let cut = false; let n = 0;
+  const out = []; const els = []; const frames = [];
+  let size = 0; let cut = false; let n = firstN;
   const push = (s) => {
     if (cut) return;
     if (size + s.length > maxChars) { out.push(s.slice(0, maxChars - size)); cut = true; return; }
@@ -89,6 +96,12 @@ SNAPSHOT_JS = (
     if (['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD'].includes(tag)) return;
     const root = tag === 'BODY' || tag === 'HTML';
     if (!root && !shown(el) && el.getClientRects().length === 0) return;
+    if (tag === 'IFRAME' || tag === 'FRAME') {
+      if (!shown(el)) return;
+      if (readFrames) { frames.push(el); out.push(null); }
+      else push('\n[a frame, not read: it is nested too deep]\n');
+      return;
+    }
     if (el.matches(INTERACTIVE) && shown(el)) {
       if (n < maxEls) {
         n += 1; const ref = gen + '-' + n; el.setAttribute(ATTR, ref);
@@ -105,8 +118,12 @@ SNAPSHOT_JS = (
     if (block !== 'inline') push('\n');
   };
   walk(document.body || document.documentElement);
-  const text = out.join('').replace(/[ \t]+\n/g, '\n').replace(/\n{3,}/g, '\n\n').trim();
-  return {title: document.title.slice(0, 200), url: location.href, text, elements: els, cut};
+  const parts = [''];
+  for (const s of out) {
+    if (s === null) parts.push(''); else parts[parts.length - 1] += s;
+  }
+  globalThis.agentdFrames = frames;
+  return {title: document.title.slice(0, 200), url: location.href, parts, elements: els, cut, n};
 }
 """
 ).replace("FUNCS", _ELEMENT_FUNCS)
@@ -119,6 +136,19 @@ DESCRIBE_JS = (
     + _ELEMENT_FUNCS
     + "const found = document.querySelectorAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
     " return {count: found.length, element: found.length ? describe(found[0]) : null}; }"
+).replace("ATTR", REF_ATTR)
+
+
+# Runs with a ref: submits the form of the one element carrying it, with the browser's own
+# requestSubmit (run in agentd's world: a page that replaced HTMLFormElement's requestSubmit, or
+# the `form` getter, in its own world cannot turn the submission into another); "changed" when
+# not exactly one element carries the ref, "no form" when it is in none.
+SUBMIT_JS = (
+    "(ref) => { const found = document.querySelectorAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
+    " if (found.length !== 1) return 'changed';"
+    " const form = found[0].form || found[0].closest('form');"
+    " if (!form) return 'no form';"
+    " form.requestSubmit(); return 'submitted'; }"
 ).replace("ATTR", REF_ATTR)
 
 
@@ -135,10 +165,13 @@ class Element(BaseModel):
     form_method: str = ""
     password: bool = False
     options: list[str] = Field(default_factory=list)
+    frame: str = ""  # the URL of the frame it is in; empty: the page itself
 
     def shown(self) -> str:
         """One line for the model and the card."""
         bits = [f"[{self.ref}] {self.kind}", f'"{self.text}"']
+        if self.frame:
+            bits.append(f"(in a frame from {host_of(self.frame) or self.frame[:100]})")
         if self.href:
             bits.append(f"→ {self.href[:200]}")
         if self.form_action and self.kind in ("submit", "input", "textarea", "select"):
@@ -155,6 +188,22 @@ class Described(BaseModel):
     element: Element | None = None
 
 
+class Tab(BaseModel):
+    """One of the turn's windows, as the reading lists it."""
+
+    number: int
+    url: str
+    current: bool = False
+    new: bool = False  # a page opened it since the model last read
+
+    def shown(self) -> str:
+        if self.current:
+            return f"[tab {self.number}] {self.url[:200]} (this page)"
+        if self.new:
+            return f"[tab {self.number}] {self.url[:200]} (new: a page opened it; not switched to)"
+        return f"[tab {self.number}] {self.url[:200]}"
+
+
 class Snapshot(BaseModel):
     title: str = ""
     url: str = ""
@@ -162,6 +211,24 @@ class Snapshot(BaseModel):
     elements: list[Element] = Field(default_factory=list)
     cut: bool = False
     unfinished: float = 0.0  # seconds the page was given to load, when it did not finish
+    tabs: list[Tab] = Field(default_factory=list)
+    note: str = ""  # what happened to the turn's tabs since the last read
+
+
+class FrameRead(BaseModel):
+    """What `SNAPSHOT_JS` returns for one frame."""
+
+    title: str = ""
+    url: str = ""
+    parts: list[str] = Field(default_factory=lambda: [""])
+    elements: list[Element] = Field(default_factory=list)
+    cut: bool = False
+    n: int = 0
+
+
+def tidy(text: str) -> str:
+    """A reading's text with runs of blank lines and trailing spaces folded."""
+    return re.sub(r"\n{3,}", "\n\n", re.sub(r"[ \t]+\n", "\n", text)).strip()
 
 
 def same_element(read: Element, now: Element) -> bool:
@@ -196,9 +263,14 @@ def render(snap: Snapshot, max_chars: int) -> str:
         notes.append(f"the page had not finished loading after {snap.unfinished:g} s")
     if snap.cut or len(snap.text) > max_chars:
         notes.append(f"the page's text was cut at {max_chars} characters")
-    head = f"URL: {snap.url}\nTitle: {snap.title}\n\n"
+    head = f"URL: {snap.url}\nTitle: {snap.title}\n"
+    if snap.note:
+        head += f"Note: {snap.note}\n"
     listing = "\n".join(e.shown() for e in snap.elements)
-    body = head + (text or "(no text)") + "\n\nInteractive elements:\n" + (listing or "(none)")
+    body = f"{head}\n{text or '(no text)'}\n\nInteractive elements:\n{listing or '(none)'}"
+    if len(snap.tabs) > 1:
+        tabs = "\n".join(t.shown() for t in snap.tabs)
+        body += "\n\nOpen tabs (browser_tab switches to one):\n" + tabs
     if notes:
         body += "\n\n[Truncated: " + "; ".join(notes) + ".]"
     return body

@@ -24,14 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentd.browser import jail, profiles
+from agentd.browser import jail, profiles, worlds
 from agentd.browser.pages import (
     DESCRIBE_JS,
     REF_ATTR,
-    SNAPSHOT_JS,
+    SUBMIT_JS,
     Described,
     Element,
     Snapshot,
+    Tab,
     host_of,
 )
 from agentd.browser.proxy import Allowlist, BrowserProxy, Resolve
@@ -117,7 +118,12 @@ GONE = (
 
 @dataclass
 class Session:
-    """One turn's context: its current page and the elements the model read on it."""
+    """One turn's context: its current page and the elements the model read on it.
+
+    The current page is the one the model chose: the page it opened, a tab it switched to, or
+    the window the link it clicked opened. A window a page opened by itself (a script, a
+    button's handler, a timer spending the click's user activation) is kept as a tab and
+    listed at the next reading, never made the current page."""
 
     instance_id: str
     context: Any
@@ -126,6 +132,15 @@ class Session:
     site: str = ""
     loaded_at: float | None = None  # the profile's saved_at when the turn loaded it
     refs: dict[str, Element] = field(default_factory=dict)
+    frame_of: dict[str, str] = field(default_factory=dict)  # a ref read in a frame → its frame
+    tabs: dict[int, Any] = field(default_factory=dict)  # number → page
+    next_tab: int = 1  # a closed tab's number is not given to another
+    popups: set[int] = field(default_factory=set)  # tabs a page opened by itself
+    unseen: set[int] = field(default_factory=set)  # of those, the ones not listed yet
+    # The address of the link the model clicked last: a window opening at it is the one it
+    # asked for, and becomes the current page.
+    asked: str = ""
+    note: str = ""  # what the next reading tells about the turn's tabs
     used: float = field(default_factory=time.monotonic)
     # browser_download is waiting for the file its click starts: the one download kept.
     fetching: bool = False
@@ -381,6 +396,7 @@ class BrowserService:
         if found is None or not self.running:
             raise BrowserError(GONE)
         found.used = self._last_use = time.monotonic()
+        self._current(found)
         return found
 
     async def open_session(self, instance_id: str, profile: str = "", host: str = "") -> Session:
@@ -391,6 +407,9 @@ class BrowserService:
                 await self._start()
             found = self.sessions.get(instance_id)
             if found is not None and found.profile == profile:
+                self._current(found)
+                if found.page.is_closed():  # no tab left: a fresh one
+                    found.page = await self._new_page(found)
                 return found
             if found is not None:
                 await self._close_session(instance_id)
@@ -409,22 +428,85 @@ class BrowserService:
             made = Session(
                 instance_id, context, page, profile=profile, site=site, loaded_at=loaded_at
             )
+            self._keep_tab(made, page)
             context.on("page", lambda p: self._follow(made, p))  # a popup
             self._guard_downloads(made, page)
             self.sessions[instance_id] = made
             return made
 
     def _follow(self, found: Session, page: Any) -> None:
-        """A popup becomes the turn's page; past _MAX_PAGES it is closed as it opens (a
-        click's user activation lets a page's timer open windows too)."""
-        if len(found.context.pages) > _MAX_PAGES:
-            log.info("a page opened more windows than a turn keeps; closed the new one")
-            task = asyncio.get_running_loop().create_task(_close_page(page))
-            self._policing.add(task)
-            task.add_done_callback(self._policing.discard)
-            return
-        found.page = page
+        """A new window: a tab of the turn's, and its current page only when it is the link
+        the model clicked. Past _MAX_PAGES a window is closed as it opens (a click's user
+        activation lets a page's timer open several), unless it is that link's: it takes the
+        place of the newest window a page opened by itself."""
+        if page in found.tabs.values():
+            return  # agentd's own (a wedged page's replacement)
+        asked = bool(found.asked) and page.url == found.asked
+        if len(found.tabs) >= _MAX_PAGES:
+            spare = [n for n in found.popups if found.tabs[n] is not found.page]
+            if not asked or not spare:
+                log.info("a page opened more windows than a turn keeps; closed the new one")
+                self._close_later(page)
+                return
+            self._close_later(self._drop_tab(found, max(spare)))
+        number = self._keep_tab(found, page)
         self._guard_downloads(found, page)
+        if asked:
+            found.asked = ""
+            found.page = page
+            found.note = f"the link opened in a new tab (tab {number}); this is that tab"
+        else:
+            found.popups.add(number)
+            found.unseen.add(number)
+
+    def _close_later(self, page: Any) -> None:
+        self._keep(asyncio.get_running_loop().create_task(_close_page(page)))
+
+    def _keep(self, task: asyncio.Task[None]) -> None:
+        """A task of the browser's to finish by itself, cancelled if the browser stops first."""
+        self._policing.add(task)
+        task.add_done_callback(self._policing.discard)
+
+    @staticmethod
+    def _keep_tab(found: Session, page: Any) -> int:
+        number = found.next_tab
+        found.next_tab += 1
+        found.tabs[number] = page
+
+        def closed(_: Any) -> None:
+            if found.tabs.get(number) is page:
+                BrowserService._drop_tab(found, number)
+
+        page.on("close", closed)
+        return number
+
+    @staticmethod
+    def _drop_tab(found: Session, number: int) -> Any:
+        page = found.tabs.pop(number)
+        found.unseen.discard(number)
+        found.popups.discard(number)
+        return page
+
+    def _current(self, found: Session) -> None:
+        """A current page that closed (by itself, or as a wedged one) gives way to the
+        turn's first open tab, and the next reading says so."""
+        if not found.page.is_closed():
+            return
+        open_tabs = sorted(n for n, p in found.tabs.items() if not p.is_closed())
+        if not open_tabs:
+            return
+        found.page = found.tabs[open_tabs[0]]
+        found.unseen.discard(open_tabs[0])
+        found.note = f"the tab this turn was on closed; this is tab {open_tabs[0]}"
+
+    def switch_tab(self, found: Session, number: int) -> None:
+        """Make the tab `number` the current page (the model's choice)."""
+        page = found.tabs.get(number)
+        if page is None or page.is_closed():
+            listed = ", ".join(str(n) for n in sorted(found.tabs)) or "none"
+            raise BrowserError(f"there is no tab {number}; the open tabs are: {listed}")
+        found.page = page
+        found.unseen.discard(number)
 
     def _guard_downloads(self, found: Session, page: Any) -> None:
         """A page can start a download by itself (a script clicking a link, a redirect to a
@@ -433,9 +515,7 @@ class BrowserService:
         download_max_mb; any other is cancelled as it starts."""
 
         def started(download: Any) -> None:
-            task = asyncio.get_running_loop().create_task(self._police(found, download))
-            self._policing.add(task)
-            task.add_done_callback(self._policing.discard)
+            self._keep(asyncio.get_running_loop().create_task(self._police(found, download)))
 
         page.on("download", started)
 
@@ -539,13 +619,18 @@ class BrowserService:
         return self._generation
 
     async def snapshot(self, found: Session) -> Snapshot:
-        """Read the current page (bounded in the page; a page that never answers is closed)."""
+        """Read the current page and its frames (bounded in each; a page that never answers
+        is closed, a frame that does not is left out)."""
         gen = self.next_generation()
-        args = [self.config.max_text_chars, self.config.max_elements, gen]
+        caps = worlds.Caps(
+            self.config.max_text_chars,
+            self.config.max_elements,
+            frame_seconds=self.config.action_timeout / 2,
+        )
         for attempt in range(3):
             try:
-                raw = await asyncio.wait_for(
-                    _isolated(found, f"({SNAPSHOT_JS})({json.dumps(args)})"),
+                snap, frame_of = await asyncio.wait_for(
+                    worlds.read_page(found.context, found.page, self._keep, gen, caps),
                     self.config.action_timeout,
                 )
                 break
@@ -564,22 +649,42 @@ class BrowserService:
                     await found.page.wait_for_load_state(
                         "load", timeout=self.config.page_timeout * 1000
                     )
-        snap = Snapshot.model_validate(raw)
         found.refs = {e.ref: e for e in snap.elements}
+        found.frame_of = frame_of
+        snap.tabs = [
+            Tab(number=n, url=p.url, current=p is found.page, new=n in found.unseen)
+            for n, p in sorted(found.tabs.items())
+        ]
+        snap.note, found.note = found.note, ""
+        found.unseen.clear()
         if found.profile:
             await self._learn_cookies(found)
         return snap
 
     async def describe(self, found: Session, ref: str) -> Described:
-        """How many elements carry `ref` on the page now, and the first one's description,
+        """How many elements carry `ref` in its frame now, and the first one's description,
         read in agentd's own world as the snapshot is (unbounded: the caller bounds it)."""
         try:
-            raw = await _isolated(found, f"({DESCRIBE_JS})({json.dumps(ref)})")
-        except _PageScriptError:
+            raw = await self._in_world(found, ref, f"({DESCRIBE_JS})({json.dumps(ref)})")
+        except (worlds.PageScriptError, worlds.FrameGone):
             raise BrowserError(
                 f"the element [{ref}] could not be checked on the page; read the page again"
             ) from None
         return Described.model_validate(raw)
+
+    async def submit_form(self, found: Session, ref: str) -> None:
+        """Submit the form of the element `ref`, from agentd's own world (see SUBMIT_JS)."""
+        try:
+            done = await self._in_world(found, ref, f"({SUBMIT_JS})({json.dumps(ref)})")
+        except (worlds.PageScriptError, worlds.FrameGone):
+            done = "changed"
+        if done != "submitted":
+            why = "is in no form" if done == "no form" else "changed since it was read"
+            raise BrowserError(f"the element [{ref}] {why}; read the page again")
+
+    async def _in_world(self, found: Session, ref: str, expression: str) -> Any:
+        frame = found.frame_of.get(ref, "")
+        return await worlds.run(found.context, found.page, self._keep, frame, expression)
 
     async def _learn_cookies(self, found: Session) -> None:
         """A signed-in site may renew its session cookie while a turn uses it: the new value
@@ -606,11 +711,36 @@ class BrowserService:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(found.page.close(run_before_unload=False), 5)
         with contextlib.suppress(Exception):
-            found.page = await asyncio.wait_for(found.context.new_page(), 5)
+            found.page = await self._new_page(found)
 
-    @staticmethod
-    def locator(found: Session, ref: str) -> Any:
-        return found.page.locator(f'[{REF_ATTR}="{ref}"]')
+    async def _new_page(self, found: Session) -> Any:
+        """A page of agentd's own in the turn's context: a tab, not a window a page opened."""
+        page = await asyncio.wait_for(found.context.new_page(), 5)
+        if page not in found.tabs.values():  # else _follow took it for a popup: it is not
+            self._keep_tab(found, page)
+            self._guard_downloads(found, page)
+        for number, tab in found.tabs.items():
+            if tab is page:
+                found.unseen.discard(number)
+                found.popups.discard(number)
+        return page
+
+    async def locate(self, found: Session, ref: str) -> tuple[Any, Any]:
+        """The element `ref` for Playwright to act on, and the frame it is in: the page's
+        own, or the one frame whose document carries it (none or two: the page moved it)."""
+        selector = f'[{REF_ATTR}="{ref}"]'
+        if ref not in found.frame_of:
+            return found.page.locator(selector).first, found.page.main_frame
+        hits = []
+        for frame in found.page.frames[1:]:
+            with contextlib.suppress(Exception):
+                count = await asyncio.wait_for(frame.locator(selector).count(), 5)
+                hits.extend([frame] * count)
+        if len(hits) != 1:
+            raise BrowserError(
+                f"the page moved the element [{ref}] since it was read; read the page again"
+            )
+        return hits[0].locator(selector).first, hits[0]
 
 
 async def _close_page(page: Any) -> None:
@@ -624,39 +754,6 @@ async def _discard(download: Any) -> None:
         await asyncio.wait_for(download.cancel(), 10)
     with contextlib.suppress(Exception):
         await asyncio.wait_for(download.delete(), 10)
-
-
-class _PageScriptError(Exception):
-    """The snapshot's script threw in the page (its message is the page's, not shown)."""
-
-
-async def _isolated(found: Session, expression: str) -> Any:
-    """`expression`'s value, evaluated in a world of agentd's own on the page's main frame
-    (where the snapshot reads the page, and an action checks its element before acting).
-    The page shares its DOM with that world but not its JavaScript: a page that rewrote
-    `Array.prototype.push` or `String.prototype.slice` in its own world would make the
-    snapshot's caps lie (a 30-times `push` turned 200 links into 130,000 elements, 33 MB)."""
-    cdp = await found.context.new_cdp_session(found.page)
-    try:
-        tree = await cdp.send("Page.getFrameTree")
-        frame = tree["frameTree"]["frame"]["id"]
-        world = await cdp.send(
-            "Page.createIsolatedWorld", {"frameId": frame, "worldName": "agentd"}
-        )
-        answer = await cdp.send(
-            "Runtime.evaluate",
-            {
-                "expression": expression,
-                "contextId": world["executionContextId"],
-                "returnByValue": True,
-            },
-        )
-    finally:
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(cdp.detach(), 5)
-    if "exceptionDetails" in answer:
-        raise _PageScriptError(str(answer["exceptionDetails"].get("text", "")))
-    return answer["result"].get("value")
 
 
 def _navigated(exc: Exception) -> bool:

@@ -69,6 +69,10 @@ class ScrollArgs(BaseModel):
     direction: Literal["down", "up"] = "down"
 
 
+class TabArgs(BaseModel):
+    tab: int = Field(ge=1, le=10_000, description="The tab's number as the reading lists it")
+
+
 class ShotArgs(BaseModel):
     full_page: bool = False
 
@@ -168,7 +172,8 @@ def assess_open(args: OpenArgs, state: CallState) -> Assessment | None:
 def _preview(service: BrowserService, verb: str) -> Any:
     async def preview(ctx: ToolContext, args: Any) -> ApprovalCard:
         found = await service.session(ctx.instance_id)
-        loc, el = await actions.element(service, found, args.ref)
+        target = await actions.element(service, found, args.ref)
+        loc, el = target.locator, target.read
         lines = [f"page: {found.page.url}", f"{verb}: {el.shown()}"]
         if isinstance(args, TypeArgs):
             lines.append(f"will type: {args.text!r}")
@@ -246,6 +251,14 @@ def _reading(kit: Toolset, service: BrowserService, owner_id: int | None) -> Non
         """Scroll the current page (for pages that load more as you scroll), then read it."""
         found = await service.session(ctx.instance_id)
         await actions.scroll(found, args.direction == "down")
+        return _page(found, await actions.read(service, found))
+
+    @kit.tool(name="browser_tab", risk="low", taints=True)
+    async def browser_tab(ctx: ToolContext, args: TabArgs) -> str:
+        """Switch to another open tab by its number (a reading lists the tabs, and the new
+        ones a page opened), then read it."""
+        found = await service.session(ctx.instance_id)
+        service.switch_tab(found, args.tab)
         return _page(found, await actions.read(service, found))
 
 
