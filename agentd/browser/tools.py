@@ -70,7 +70,7 @@ class ScrollArgs(BaseModel):
 
 
 class TabArgs(BaseModel):
-    tab: int = Field(ge=1, le=10_000, description="The tab's number as the reading lists it")
+    tab: int = Field(ge=1, le=10_000)
 
 
 class ShotArgs(BaseModel):
@@ -255,8 +255,7 @@ def _reading(kit: Toolset, service: BrowserService, owner_id: int | None) -> Non
 
     @kit.tool(name="browser_tab", risk="low", taints=True)
     async def browser_tab(ctx: ToolContext, args: TabArgs) -> str:
-        """Switch to another open tab by its number (a reading lists the tabs, and the new
-        ones a page opened), then read it."""
+        """Switch to an open tab by the number a reading lists, and read it."""
         found = await service.session(ctx.instance_id)
         service.switch_tab(found, args.tab)
         return _page(found, await actions.read(service, found))
