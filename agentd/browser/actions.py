@@ -15,6 +15,7 @@ from typing import Any
 from agentd.browser.pages import Element, Snapshot, is_web_url, render, same_element
 from agentd.browser.service import BrowserError, BrowserService, Session
 from agentd.hands.workspace import Workspace, WorkspaceError
+from agentd.runtime.redact import clip
 
 _UNSAFE_NAME = re.compile(r"[^A-Za-z0-9._ -]+")
 _SETTLE_SECONDS = 3.0  # after a click, how long a navigation it started may take to load
@@ -64,7 +65,7 @@ async def element(service: BrowserService, found: Session, ref: str) -> Target:
 
 
 def _short(exc: BaseException) -> str:
-    return str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    return clip(str(exc).splitlines()[0], 200) if str(exc) else type(exc).__name__
 
 
 async def navigating(frame: Any, action: Callable[[], Awaitable[Any]], seconds: float) -> None:

@@ -39,6 +39,7 @@ from agentd.browser.proxy import Allowlist, BrowserProxy, Resolve
 from agentd.config import BrowserConfig
 from agentd.hands.sandbox import SandboxUnavailable
 from agentd.hands.seccomp import SeccompUnavailable
+from agentd.runtime.redact import clip
 
 log = logging.getLogger("agentd.browser")
 OpenInstances = Callable[[list[str]], Awaitable[set[str]]]
@@ -262,7 +263,7 @@ class BrowserService:
             self._playwright = None
             await asyncio.to_thread(shutil.rmtree, self.downloads, True)
             if isinstance(exc, Exception):
-                first = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__
+                first = clip(str(exc).splitlines()[0], 300) if str(exc) else type(exc).__name__
                 raise BrowserError(
                     f"the browser could not start: {first} (`agentd doctor` tries its sandbox)"
                 ) from None
