@@ -137,18 +137,29 @@ def test_a_stream_broken_partway_is_in_the_ledger_beside_the_answer(tmp_path: Pa
             assert answer[:2] == ("llm#1", 2) and answer[4] == 0
 
 
+# Every text the answer stream gives is drafted (the interval only needs to be above 0): a
+# draft showing some text says the daemon has read the stream that far.
+EVERY_DRAFT = {"AGENTD_CHAT__STREAM_INTERVAL": "0.000001", "AGENTD_CHAT__PROGRESS_DELAY": "0"}
+WRITTEN = ("word " * 40)[:64]  # what a stall after 8 deltas of 8 characters has written
+
+
+def drafted(tg: FakeTelegram, text: str) -> bool:
+    return any(d["plain_text"].strip() == text for d in tg.drafts)
+
+
 def test_a_stream_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
     """/stop while the answer streams: the API billed its input and the 64 characters it wrote
     before the stop, so the stopped attempt has its row (output estimated, marked so), and
-    the turn still ends as cancelled."""
+    the turn still ends as cancelled. The stop comes once the daemon has drafted all 64."""
     with FakeTelegram.running() as tg, FakeAnthropic.running(stream_chunk_chars=8) as llm:
-        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, **EVERY_DRAFT)
         llm.enqueue_stream_stall("word " * 40, after_deltas=8)
         with running_daemon(tmp_path, env) as daemon:
             tg.add_message(OWNER, OWNER, "hello")
             stalled = llm.wait_until(
                 lambda: [r for r in llm.responses if r["kind"] == "stream_stall"], 30, "a stall"
             )
+            tg.wait_until(lambda: drafted(tg, WRITTEN), 30, "the 64 characters drafted")
             tg.add_message(OWNER, OWNER, "/stop")
             tg.wait_until(
                 lambda: any("Stopped working on" in m["plain_text"] for m in tg.sent), 30, "stop"
