@@ -254,7 +254,7 @@ def test_step_llm_waits_for_the_daily_budget_like_a_turn(stack: Stack) -> None:
 
 def test_step_llm_answers_that_did_not_fit_are_costed_too(stack: Stack) -> None:
     """Each of the step's 3 tries asks twice for an answer that fits; all six came in words,
-    and all six were paid for: the run fails, and each try's two answers are in the ledger."""
+    and all six were paid for: the run fails, and each answer is in the ledger, a row each."""
 
     def responder(body: dict[str, Any]) -> Any:
         if "judge-marker" in str(body["messages"][0]):
@@ -271,7 +271,7 @@ def test_step_llm_answers_that_did_not_fit_are_costed_too(stack: Stack) -> None:
         "SELECT purpose, step, input_tokens, output_tokens FROM llm_usage WHERE instance_id = ?",
         (iid,),
     )
-    assert [tuple(r) for r in usage] == [("automation", "judge", 240, 60)] * 3
+    assert [tuple(r) for r in usage] == [("automation", "judge", 120, 30)] * 6
 
 
 def test_step_llm_does_not_ask_again_once_its_first_answer_spent_the_budget(

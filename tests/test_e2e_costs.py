@@ -21,7 +21,7 @@ from agentd.llm.estimate import tokens_in
 from tests.daemon_process import OWNER, Daemon, daemon_env, poll, running_daemon
 from tests.fakes import FakeAnthropic, FakeTelegram
 from tests.fakes._server import FakeServer
-from tests.fakes.anthropic import last_user_text
+from tests.fakes.anthropic import Hang, last_user_text
 
 TOOLS = '[tools]\nplugins = ["tests.plugins.e2e_tools"]\n'
 
@@ -292,7 +292,8 @@ def unfit(body: dict[str, Any]) -> Any:
 
 def test_summary_answers_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> None:
     """The summary's step is tried 3 times, each asking twice for an answer that fits: all six
-    answers were paid for, so all six are in llm_usage, though none gave a summary."""
+    answers were paid for, so all six are in llm_usage, a row each, though none gave a
+    summary."""
     with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
         llm.set_responder(unfit)
         env = daemon_env(
@@ -310,8 +311,77 @@ def test_summary_answers_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> N
                 "SELECT step, input_tokens + output_tokens, user_id FROM llm_usage "
                 "WHERE purpose = 'summary'"
             )
-            assert [tuple(r) for r in rows] == [("llm", 600, OWNER)] * 3
+            assert [tuple(r) for r in rows] == [("llm", 300, OWNER)] * 6
             assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 0
+
+
+def test_an_answer_that_did_not_fit_is_counted_when_agentd_dies_during_the_second_ask(
+    tmp_path: Path,
+) -> None:
+    """The summary's first answer does not fit, and agentd is killed (kill -9) while the model
+    works on the second ask: the first answer was paid for, so its row is in the ledger
+    already, written as it came, not when the whole call would have ended."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+        )
+        daemon = Daemon(tmp_path, env).start()
+        asked: list[dict[str, Any]] = []
+
+        def dies_on_the_second_ask(body: dict[str, Any]) -> Any:
+            if not is_summary(body):
+                return summary_or_echo(body)
+            asked.append(body)
+            if len(asked) == 2 and daemon.proc is not None:
+                daemon.proc.kill()
+            return unfit(body)
+
+        llm.set_responder(dies_on_the_second_ask)
+        try:
+            chat(tg, ["one", "two", "three"])
+            assert daemon.proc is not None and daemon.proc.wait(60) == -signal.SIGKILL
+            assert len(asked) == 2
+            rows = daemon.query(
+                "SELECT step, input_tokens + output_tokens, user_id FROM llm_usage "
+                "WHERE purpose = 'summary'"
+            )
+            assert [tuple(r) for r in rows] == [("llm", 300, OWNER)]
+        finally:
+            daemon.stop()
+
+
+def test_a_summary_call_a_shutdown_stops_is_in_the_ledger(tmp_path: Path) -> None:
+    """agentd is stopped while the model works on a summary's answer (not streamed): the API
+    took the request and bills it, so the call has its row, its input estimated from the
+    request's text by the one estimate rule and marked so, as a stopped turn's call has."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        llm.set_responder(lambda body: Hang() if is_summary(body) else summary_or_echo(body))
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_MEMORY__SUMMARY_THRESHOLD="4",
+            AGENTD_MEMORY__SUMMARY_KEEP_RECENT="2",
+            AGENTD_ENGINE__SHUTDOWN_GRACE="0",  # the running call is stopped, not waited for
+        )
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            chat(tg, ["one", "two", "three"])
+            llm.wait_until(lambda: [r for r in llm.responses if r["kind"] == "hang"], 30, "hang")
+            assert daemon.stop() == 0
+            [asked] = [r["body"] for r in llm.requests if is_summary(r["body"])]
+            rows = daemon.query(
+                "SELECT step, attempt, input_tokens, output_tokens, estimated, user_id "
+                "FROM llm_usage WHERE purpose = 'summary'"
+            )
+            estimate = tokens_in(prompt_chars(asked))
+            assert [tuple(r) for r in rows] == [("llm", 1, estimate, 0, 1, OWNER)]
+        finally:
+            daemon.stop()
 
 
 def test_a_summary_retry_asks_the_budget_again(tmp_path: Path) -> None:
@@ -343,7 +413,7 @@ def test_a_summary_retry_asks_the_budget_again(tmp_path: Path) -> None:
             rows = daemon.query(
                 "SELECT step, input_tokens + output_tokens FROM llm_usage WHERE purpose = 'summary'"
             )
-            assert [tuple(r) for r in rows] == [("llm", 600)]
+            assert [tuple(r) for r in rows] == [("llm", 300)] * 2
             [(detail,)] = daemon.query(
                 "SELECT detail FROM audit WHERE kind = 'memory_summary_deferred'"
             )
@@ -369,7 +439,7 @@ def test_a_summary_retry_asks_the_budget_again(tmp_path: Path) -> None:
             assert json.loads(output)["deferred"] == 1
             assert daemon.query("SELECT COUNT(*) FROM messages WHERE summarised = 1")[0][0] == 4
             rows = daemon.query("SELECT step FROM llm_usage WHERE purpose = 'summary' ORDER BY id")
-            assert [r[0] for r in rows] == ["llm", "llm@2"]
+            assert [r[0] for r in rows] == ["llm", "llm", "llm@2"]
         finally:
             daemon.stop()
 
@@ -438,8 +508,8 @@ def test_a_photo_in_a_group_is_paid_by_its_sender_even_when_unseen(tmp_path: Pat
                 "SELECT chat_id, user_id, input_tokens + output_tokens FROM llm_usage "
                 "WHERE purpose = 'vision' ORDER BY id"
             )
-            assert [tuple(r[:2]) for r in rows] == [(group, OWNER)] * 2
-            assert rows[0][2] == 600  # the two answers that did not fit
+            assert [tuple(r[:2]) for r in rows] == [(group, OWNER)] * 3
+            assert rows[0][2] == rows[1][2] == 300  # the two answers that did not fit
 
 
 def test_a_photo_whose_first_answer_spent_the_budget_is_not_asked_about_again(

@@ -9,12 +9,14 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from agentd.config import Config
+from agentd.ledger import usage
 from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
 from agentd.watch.create import WatchRequest, create, timing
@@ -219,7 +221,7 @@ async def test_a_file_watch_on_the_engine_asks_the_model_only_when_the_file_chan
 
 async def test_verdicts_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> None:
     """Both answers the decision asked for came in words, not the verdict: the check fails,
-    and the tokens of both, paid for, are the watch's usage."""
+    and the tokens of both, paid for, are the watch's usage, a row for each."""
     async with watch_rig(tmp_path) as (rig, fake):
         words = {"input_tokens": 200, "output_tokens": 20}
         fake.set_responder(
@@ -246,17 +248,19 @@ async def test_verdicts_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> No
                 "SELECT purpose, step, input_tokens, output_tokens FROM llm_usage"
             ).fetchall()
         )
-        assert [tuple(r) for r in rows] == [("watch", "decide", 400, 40)] * decisions
+        assert [tuple(r) for r in rows] == [("watch", "decide", 200, 20)] * 2 * decisions
 
 
 async def test_a_decision_is_not_asked_again_once_its_first_answer_reached_the_cap(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The decision's first answer came in words and cost 440 tokens, past the watch's cap
     of 300 alone: the verdict is not asked for a second time, the check is capped (as one the
     cap holds before its first ask: the owner is told it is paused, and the later checks of
     the day are held), and the answer paid for is in the ledger."""
     async with watch_rig(tmp_path, daily_tokens=300) as (rig, fake):
+        # The ledger's rows dated by the rig's clock, the day its caps count.
+        monkeypatch.setattr(usage, "time", SimpleNamespace(time=rig.clock.now))
         words = {"input_tokens": 400, "output_tokens": 40}
         fake.set_responder(
             lambda body: {"content": [{"type": "text", "text": "Hm."}], "usage": words}

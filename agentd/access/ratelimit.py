@@ -62,22 +62,20 @@ def check(
     return Verdict(allowed=True)
 
 
-def over_tokens(
-    conn: Any, limits: LimitsConfig, *, user_id: int | None, now: float, pending: int = 0
-) -> TokenLimit:
+def over_tokens(conn: Any, limits: LimitsConfig, *, user_id: int | None, now: float) -> TokenLimit:
     """The daily token budget this user's next model call would go over ("": none is spent).
-    Checked before a call, so the call that crosses a budget is the last one. `pending`:
-    tokens this user has spent that are not in the ledger yet (an unfinished call's).
+    Checked before a call, so the call that crosses a budget is the last one (every answer
+    is in the ledger as it arrives: ledger/billing.py).
 
     `user_id` None: a call made for nobody, an automation's while no owner is configured.
     The per-user budget then holds the automations' own tokens as one user's, never
     everyone's (what the total's budget counts), or another user's turns would stop them."""
     day = day_start(now)
     own = limits.daily_tokens
-    if own and _own_tokens(conn, day, user_id) + pending >= own:
+    if own and _own_tokens(conn, day, user_id) >= own:
         return "daily_tokens"
     total = limits.daily_tokens_total
-    if total and tokens_used(conn, day) + pending >= total:
+    if total and tokens_used(conn, day) >= total:
         return "daily_tokens_total"
     return ""
 

@@ -7,7 +7,6 @@ call or tool, and a high-risk call first waits for the owner's approval (approva
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from datetime import datetime
@@ -32,9 +31,9 @@ from agentd.chat.names import turn_purpose
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
 from agentd.ledger import audit, usage
+from agentd.ledger.billing import Row, answer_row, bill, complete_billed, cut_rows
 from agentd.llm.types import (
     CutAttempt,
-    LLMError,
     LLMRequest,
     LLMResponse,
     Message,
@@ -51,7 +50,6 @@ from agentd.tools.citations import CitedSource, found_in
 
 if TYPE_CHECKING:
     from agentd.chat.inputs import ChatKind, TurnInput
-    from agentd.db import Database
 
 log = logging.getLogger("agentd.agent")
 EMPTY_ANSWER = "(The model returned an empty answer.)"
@@ -261,35 +259,11 @@ async def call_llm(
     )
     cut: list[CutAttempt] = []  # attempts cut short, as they end
     response = await _complete(deps, inp, req, _streamer(deps, inp, draft), row, cut)
-    record = partial(
-        row,
-        tokens=response.usage,
-        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
-        attempt=response.attempt,
-        estimated=response.estimated,
-    )
-    rows = [*cut_rows(row, cut), record]
+    rows = [*cut_rows(row, cut), answer_row(row, response)]
     if response.fallback_reason:
         rows.append(fallback_row(response, inp, instance_id, step_name))
     await bill(deps.db, rows)
     return response
-
-
-async def bill(db: Database, rows: list[partial[None]]) -> None:
-    """A paid call's rows in a commit of their own, done before its answer is used.
-
-    Not in the step's commit: a crash before that one would leave the paid answer uncounted,
-    and the replay's call, paid again, counted alone. Written here, a replay writes a row for
-    the call it makes (a second paid one), and the step's commit writes none. Unsynced: it
-    survives the process dying at once, and a power loss from the step's synced commit on.
-    Shielded: a stop arriving meanwhile does not drop the write, nor wait for it.
-    """
-
-    def write(conn: Any) -> None:
-        for row in rows:
-            row(conn)
-
-    await asyncio.shield(db.write_unsynced(write))
 
 
 def _streamer(deps: TurnDeps, inp: TurnInput, draft: int) -> DraftStreamer | None:
@@ -311,50 +285,12 @@ async def _complete(
     inp: TurnInput,
     req: LLMRequest,
     on_text: DraftStreamer | None,
-    row: partial[None],
+    row: Row,
     cut: list[CutAttempt],
 ) -> LLMResponse:
     """The call itself, with the chat's typing shown only while the model works."""
     async with deps.outbox.typing(inp.chat_id):
-        return await complete_billed(deps, req, row, cut, on_text)
-
-
-async def complete_billed(
-    deps: TurnDeps,
-    req: LLMRequest,
-    row: partial[None],
-    cut: list[CutAttempt],
-    on_text: DraftStreamer | None = None,
-) -> LLMResponse:
-    """One model call (a turn's or a task's); the attempts cut short are in the ledger
-    whatever becomes of it. On an answer the caller writes them with the answer's row."""
-    try:
-        return await deps.llm.complete(req, on_text=on_text, cut=cut)
-    except LLMError:
-        await bill(deps.db, cut_rows(row, cut))
-        raise
-    except asyncio.CancelledError:
-        # Stopped (/stop, an edit, interrupt mode, shutdown): the attempt the owner cut short,
-        # streamed or not, is billed all the same. Queued, not awaited: the stop goes on at
-        # once, and the write is not dropped as a cancelled caller's awaited one would be.
-        for broken in cut_rows(row, cut):
-            deps.db.write_behind(broken)
-        raise
-
-
-def cut_rows(row: partial[None], cut: list[CutAttempt]) -> list[partial[None]]:
-    """Usage rows of the attempts cut short (a stream broken partway, a call stopped): billed,
-    so counted."""
-    return [
-        partial(
-            row,
-            tokens=c.usage,
-            model=c.model,
-            attempt=c.attempt,
-            estimated=c.estimated,
-        )
-        for c in cut
-    ]
+        return await complete_billed(deps.db, deps.llm, req, row, cut, on_text)
 
 
 async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: int) -> None:
@@ -366,9 +302,7 @@ async def steer_in(step: Step, deps: TurnDeps, conversation: list[Message], n: i
         conversation[-1] = with_added(conversation[-1], added)
 
 
-def fallback_row(
-    response: LLMResponse, where: Where, instance_id: str, step_name: str
-) -> partial[None]:
+def fallback_row(response: LLMResponse, where: Where, instance_id: str, step_name: str) -> Row:
     """The audit row saying a fallback answered this call, which model and why (a turn's
     call or a task's: the owner reads one kind for both)."""
     return partial(

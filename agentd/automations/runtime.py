@@ -49,15 +49,14 @@ from agentd.durable import (
     store,
 )
 from agentd.ledger import audit, usage
-from agentd.llm import LLM, LLMError
+from agentd.ledger.billing import Billed
+from agentd.llm import LLM
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import (
     LLMRequest,
-    LLMResponse,
     Message,
     SystemBlock,
     ToolUseBlock,
-    Usage,
 )
 from agentd.tools import Tool, ToolRegistry
 
@@ -491,6 +490,14 @@ class Runtime:
         llm, instance_id = self.llm, step.instance_id
         # The model is never sent a secret, whatever the code put in its prompt.
         prompt, system = self.redact(prompt), self.redact(system)
+        row = partial(
+            usage.record,
+            purpose=ratelimit.AUTOMATION,
+            chat_id=owner(self.config),
+            instance_id=instance_id,
+            step=name,
+            user_id=owner(self.config),
+        )
 
         async def call() -> BaseModel:
             self._within_max_tokens(name, max_tokens)
@@ -503,48 +510,32 @@ class Runtime:
             )
             held: NonRetryable | None = None
 
-            async def ask_again(spent: Usage) -> bool:
-                # The answer that did not fit may have spent a budget on its own: the second
-                # ask is held as the first was, counting it (its row is written below).
+            async def ask_again() -> bool:
+                # The answer that did not fit may have spent a budget on its own (it is in the
+                # ledger as it came): the second ask is held as the first was.
                 nonlocal held
                 try:
-                    await self._within_budget(pending=spent.total)
+                    await self._within_budget(again=True)
                 except NonRetryable as exc:
                     held = exc
                     return False
                 return True
 
+            # Each answer is the owner's usage as it arrives, one that did not fit too.
             try:
-                result, response = await complete_structured(
-                    llm,
+                result, _ = await complete_structured(
+                    Billed(llm, self.db, row),
                     req,
                     output,
                     name="answer",
                     description="Give the answer in this shape.",
                     ask_again=ask_again,
                 )
-            except (StructuredOutputError, LLMError) as exc:
-                if exc.spent is not None:  # answers that did not fit cost tokens too
-                    await record(exc.spent)
-                if isinstance(exc, StructuredOutputError) and exc.stopped and held is not None:
+            except StructuredOutputError as exc:
+                if exc.stopped and held is not None:
                     raise held from None  # a retry would only find the budget spent again
                 raise
-            await record(response)
             return result
-
-        async def record(response: LLMResponse) -> None:
-            await self.db.write(
-                usage.record,
-                response.usage,
-                model=response.label,
-                purpose=ratelimit.AUTOMATION,
-                chat_id=owner(self.config),
-                instance_id=instance_id,
-                step=name,
-                attempt=response.attempt,
-                user_id=owner(self.config),
-                estimated=response.estimated,
-            )
 
         return await step.do(name, call, retry=retry, result_type=output)
 
@@ -561,21 +552,19 @@ class Runtime:
                 "`agentd workflows retry ID`"
             )
 
-    async def _within_budget(self, pending: int = 0) -> None:
+    async def _within_budget(self, again: bool = False) -> None:
         """An automation's model calls are the owner's tokens: past the owner's or everyone's
         daily budget ([limits]) the call is not made, as a turn's would not be. With no owner
-        configured, the per-user budget holds the automations' own tokens. `pending`: the
-        tokens of this call's answer that did not fit, not in the ledger yet (the call would
-        ask again)."""
+        configured, the per-user budget holds the automations' own tokens. `again`: the call
+        would ask again, its answer having not fit."""
         spent = await self.db.read(
             ratelimit.over_tokens,
             self.config.limits,
             user_id=owner(self.config),
             now=time.time(),
-            pending=pending,
         )
         if spent:
-            asked = "asked again (its answer did not fit)" if pending else "asked"
+            asked = "asked again (its answer did not fit)" if again else "asked"
             raise NonRetryable(
                 f"the daily token budget ([limits] {spent}) is spent, so the model was not "
                 f"{asked}; after 00:00 UTC, `agentd workflows retry ID` runs it on (or raise "

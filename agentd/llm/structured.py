@@ -5,11 +5,10 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from agentd.llm import LLM
 from agentd.llm.types import LLMError, LLMRequest, LLMResponse, ToolSpec, Usage
 
 M = TypeVar("M", bound=BaseModel)
@@ -19,10 +18,10 @@ log = logging.getLogger("agentd.llm")
 class StructuredOutputError(Exception):
     """The model's answer did not fit the schema (retry the call, then handle it).
 
-    `spent`: the last answer, carrying the tokens of every attempt: they were paid for, so the
-    caller records them as it records a good answer's (an LLMError raised after an answer that
-    did not fit carries them in its `spent` too). `stopped`: the caller's `ask_again` said no
-    before the attempts ran out."""
+    `spent`: the last answer, carrying the tokens of every attempt (an LLMError raised after an
+    answer that did not fit carries them in its `spent` too): what the call cost, for the
+    caller's figures. `stopped`: the caller's `ask_again` said no before the attempts ran
+    out."""
 
     def __init__(self, message: str, spent: LLMResponse, *, stopped: bool = False) -> None:
         super().__init__(message)
@@ -30,9 +29,16 @@ class StructuredOutputError(Exception):
         self.stopped = stopped
 
 
-# Whether to ask again after an answer that did not fit, given the tokens this call has spent
-# so far (not yet in the ledger: the caller records them when the call ends).
-AskAgain = Callable[[Usage], Awaitable[bool]]
+# Whether to ask again after an answer that did not fit (a budget that answer spent, say: it
+# is in the ledger already when the model asked is `Billed`).
+AskAgain = Callable[[], Awaitable[bool]]
+
+
+class Asks(Protocol):
+    """What a structured call asks: an LLM, or one whose every answer is billed as it arrives
+    (ledger/billing.py `Billed`), so an answer that did not fit is counted before the next."""
+
+    async def complete(self, req: LLMRequest) -> LLMResponse: ...
 
 
 @functools.cache
@@ -46,7 +52,7 @@ def _add(a: Usage, b: Usage) -> Usage:
 
 
 async def complete_structured(
-    llm: LLM,
+    llm: Asks,
     req: LLMRequest,
     model: type[M],
     *,
@@ -58,8 +64,9 @@ async def complete_structured(
     """Ask for `model` through a forced tool call, validate it, and ask again if it is invalid
     (and `ask_again`, when given, allows it: a budget the first answer spent, say).
 
-    The response returned carries the tokens of every attempt, so none goes unaccounted; so
-    does the error's `spent` when no attempt fit, or when the model failed after one did not.
+    The response returned carries the tokens of every attempt; so does the error's `spent`
+    when no attempt fit, or when the model failed after one did not. Each answer's row is the
+    ledger's as it arrives when `llm` is `Billed` (every caller in the daemon).
     """
     spec = ToolSpec(name=name, description=description, input_schema=_schema(model))
     forced = req.model_copy(update={"tools": [spec], "tool_choice": name})
@@ -88,7 +95,7 @@ async def complete_structured(
         log.info(
             "structured answer rejected", extra={"tool": name, "attempt": attempt, "error": error}
         )
-        if attempt < attempts and ask_again is not None and not await ask_again(spent):
+        if attempt < attempts and ask_again is not None and not await ask_again():
             raise StructuredOutputError(f"{error}; not asked again", response, stopped=True)
     assert response is not None  # attempts >= 1
     raise StructuredOutputError(error, response)

@@ -171,5 +171,6 @@ class LLMError(Exception):
         self.reason = reason
         self.model = model  # the label of the model that failed, when one was called
         # Answers paid for before this error, in one (a structured call's that did not fit:
-        # llm/structured.py), for the caller to record; None: none.
+        # llm/structured.py), for the caller's figures (in the ledger already when the call
+        # was billed: ledger/billing.py); None: none.
         self.spent: LLMResponse | None = None

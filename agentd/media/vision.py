@@ -20,9 +20,10 @@ from agentd.config import LimitsConfig, VisionConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
 from agentd.ledger import usage
-from agentd.llm import LLM, LLMError
+from agentd.ledger.billing import Billed
+from agentd.llm import LLM
 from agentd.llm.structured import AskAgain, StructuredOutputError, complete_structured
-from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock, Usage
+from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
 from agentd.parsing.image import NotAnImage, downscale_bounded
 from agentd.parsing.image import downscale as _downscale
 
@@ -120,15 +121,10 @@ def held_by_budget(deps: VisionDeps, user_id: int | None) -> AskAgain | None:
         return None
     payer = user_id
 
-    async def ask_again(spent: Usage) -> bool:
-        # The answer that did not fit may have spent a budget on its own: it counts, though
-        # its row is written only when the call ends.
+    async def ask_again() -> bool:
+        # The answer that did not fit may have spent a budget on its own (it is in the ledger).
         over = await deps.db.read(
-            ratelimit.over_tokens,
-            deps.limits,
-            user_id=payer,
-            now=time.time(),
-            pending=spent.total,
+            ratelimit.over_tokens, deps.limits, user_id=payer, now=time.time()
         )
         return not over
 
@@ -172,8 +168,9 @@ async def see_image(
             )
         ],
     )
-    # Its tokens count to the user's [limits] budget in a group too, not only in their chat.
-    record = partial(
+    # Its tokens count to the user's [limits] budget in a group too, not only in their chat;
+    # each answer's as it arrives, one that did not fit too (paid for).
+    row = partial(
         usage.record,
         purpose="vision",
         chat_id=chat_id,
@@ -183,23 +180,15 @@ async def see_image(
     )
     try:
         summary, response = await complete_structured(
-            deps.llm,
+            Billed(deps.llm, deps.db, row),
             req,
             VisionSummary,
             name="record_image_summary",
             description="Record what the image shows.",
             ask_again=held_by_budget(deps, user_id),
         )
-    except (StructuredOutputError, LLMError) as exc:
-        if (spent := exc.spent) is not None:  # answers that did not fit cost tokens too
-            await deps.db.write(
-                record,
-                spent.usage,
-                model=spent.label,
-                attempt=spent.attempt,
-                estimated=spent.estimated,
-            )
-        if isinstance(exc, StructuredOutputError) and exc.stopped:
+    except StructuredOutputError as exc:
+        if exc.stopped:
             raise OverBudget(f"{exc}: a [limits] budget is spent") from None
         raise
     raw = data if deps.config.keep_images else None
@@ -207,13 +196,6 @@ async def see_image(
     def write(conn: Any) -> None:
         store_summary(conn, digest, summary, response.model, width, height, raw)
         count_lookup(conn, chat_id, False, time.time())
-        record(
-            conn,
-            response.usage,
-            model=response.label,
-            attempt=response.attempt,
-            estimated=response.estimated,
-        )
 
     await deps.db.write(write)
     return SeenImage(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -24,9 +25,10 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, NonRetryable, Retry, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit, usage
-from agentd.llm import LLM, LLMError
+from agentd.ledger.billing import Billed
+from agentd.llm import LLM
 from agentd.llm.structured import StructuredOutputError, complete_structured
-from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock, Usage
+from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts
 from agentd.memory.history import Origin
 from agentd.memory.provenance import IN_VIEW_OF, ref_of
@@ -235,43 +237,35 @@ async def summarise_block(
         system=[SystemBlock(text=SUMMARY_PROMPT, cache=True)],
         messages=[Message(role="user", content=_render(block))],
     )
+    row = partial(
+        usage.record,
+        purpose="summary",
+        chat_id=inp.chat_id,
+        instance_id=instance_id,
+        step=name,
+        user_id=inp.user_id,
+    )
 
-    async def record(response: LLMResponse) -> None:
-        await deps.db.write(
-            usage.record,
-            response.usage,
-            model=response.label,
-            purpose="summary",
-            chat_id=inp.chat_id,
-            instance_id=instance_id,
-            step=name,
-            attempt=response.attempt,
-            user_id=inp.user_id,
-            estimated=response.estimated,
-        )
-
-    async def ask_again(spent: Usage) -> bool:
-        # The answer that did not fit may have spent a budget: asked before the second ask as
-        # before every try, counting that answer, whose row is written when the try ends.
-        return not (await budget_check(deps, inp, pending=spent.total)).limit
+    async def ask_again() -> bool:
+        # The answer that did not fit may have spent a budget (it is in the ledger as it came):
+        # asked before the second ask as before every try.
+        return not (await budget_check(deps, inp)).limit
 
     # A 400 (retryable=False) fails the step at once; a bad structured answer is retried.
+    # Each answer is in the ledger as it arrives, one that did not fit too (paid for).
     try:
-        result, response = await complete_structured(
-            deps.llm,
+        result, _ = await complete_structured(
+            Billed(deps.llm, deps.db, row),
             req,
             SummaryResult,
             name="record_summary",
             description="Record the summary and the durable facts about the user.",
             ask_again=ask_again,
         )
-    except (StructuredOutputError, LLMError) as exc:
-        if exc.spent is not None:  # answers that did not fit cost tokens too
-            await record(exc.spent)
-        if isinstance(exc, StructuredOutputError) and exc.stopped:
+    except StructuredOutputError as exc:
+        if exc.stopped:
             raise BudgetSpent(f"{exc}: a [limits] budget is spent") from None
         raise
-    await record(response)
     return result
 
 
@@ -404,11 +398,10 @@ async def store(
     return await deps.db.write(write)
 
 
-async def budget_check(deps: SummaryDeps, inp: SummaryInput, pending: int = 0) -> BudgetCheck:
-    """`pending`: tokens this try has spent that are not in the ledger yet."""
+async def budget_check(deps: SummaryDeps, inp: SummaryInput) -> BudgetCheck:
     now = deps.clock.now()
     limit = await deps.db.read(
-        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=now, pending=pending
+        ratelimit.over_tokens, deps.config.limits, user_id=inp.user_id, now=now
     )
     return BudgetCheck(limit=limit, until=ratelimit.next_day(now))
 

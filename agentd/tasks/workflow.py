@@ -17,11 +17,12 @@ from agentd.agent.approval_flow import Caller, Route
 from agentd.agent.calls import make_call
 from agentd.agent.deps import TurnDeps
 from agentd.agent.taint import TurnTaint
-from agentd.agent.toolloop import bill, complete_billed, current_prefix, cut_rows, fallback_row
+from agentd.agent.toolloop import current_prefix, fallback_row
 from agentd.chat.delivery import deliver_text
 from agentd.chat.names import TASK_WORKFLOW
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import usage
+from agentd.ledger.billing import answer_row, bill, complete_billed, cut_rows
 from agentd.llm.types import (
     CutAttempt,
     LLMResponse,
@@ -68,15 +69,8 @@ async def call_task_llm(
         user_id=inp.user_id,
     )
     cut: list[CutAttempt] = []  # attempts cut short (a stop mid-call), as they end
-    response = await complete_billed(deps, req, row, cut)
-    record = partial(
-        row,
-        tokens=response.usage,
-        model=response.label,  # `local/qwen…`, so a local model is priced as its provider's
-        attempt=response.attempt,
-        estimated=response.estimated,
-    )
-    rows = [*cut_rows(row, cut), record]
+    response = await complete_billed(deps.db, deps.llm, req, row, cut)
+    rows = [*cut_rows(row, cut), answer_row(row, response)]
     if response.fallback_reason:
         rows.append(fallback_row(response, inp, instance_id, name))
     await bill(deps.db, rows)

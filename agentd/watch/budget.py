@@ -35,29 +35,26 @@ def all_watch_tokens(conn: Any, since: float) -> int:
     return int(conn.execute(sql, (since,)).fetchone()[0])
 
 
-def cap_reason(conn: Any, config: Config, w: Watch, now: float, pending: int = 0) -> str | None:
-    """Why this watch may make no model call today, in words for the owner; None: it may.
-
-    `pending`: tokens already spent and not yet in the ledger (the first answer of a decision
-    that did not fit, before its second ask)."""
+def cap_reason(conn: Any, config: Config, w: Watch, now: float) -> str | None:
+    """Why this watch may make no model call today, in words for the owner; None: it may."""
     since, cfg = day_start(now), config.watch
     # Resumed over a cap today: the owner chose to spend more on it; what keeps chat its share
     # and the [limits] budgets still hold.
     lifted = w.cap_lifted_day == utc_day(now)
     own = w.daily_tokens if w.daily_tokens is not None else cfg.daily_tokens
-    if own and not lifted and watch_tokens(conn, w.id, since) + pending >= own:
+    if own and not lifted and watch_tokens(conn, w.id, since) >= own:
         return f"it reached its daily cap of {own:,} tokens"
     every = cfg.background_daily_tokens
-    if every and not lifted and all_watch_tokens(conn, since) + pending >= every:
+    if every and not lifted and all_watch_tokens(conn, since) >= every:
         return f"all watches together reached their daily cap of {every:,} tokens"
     total = config.limits.daily_tokens_total
     reserve_line = total * (1 - cfg.chat_reserve)
-    if total and cfg.chat_reserve and tokens_used(conn, since) + pending >= reserve_line:
+    if total and cfg.chat_reserve and tokens_used(conn, since) >= reserve_line:
         kept = int(total * cfg.chat_reserve)
         return f"today's tokens are down to the {kept:,} kept for chat"
     # Its tokens count to its user's [limits] budgets: they hold it as they hold a turn (with
     # no chat_reserve, the total is where watches stop, not a line they may cross).
-    if limit := over_tokens(conn, config.limits, user_id=w.user_id, now=now, pending=pending):
+    if limit := over_tokens(conn, config.limits, user_id=w.user_id, now=now):
         return spent_words(limit, config.limits)
     return None
 

@@ -11,9 +11,10 @@ from functools import partial
 
 from agentd.db import Database
 from agentd.ledger import usage
-from agentd.llm import LLM, LLMError
-from agentd.llm.structured import AskAgain, StructuredOutputError, complete_structured
-from agentd.llm.types import LLMRequest, LLMResponse, Message, SystemBlock
+from agentd.ledger.billing import Billed
+from agentd.llm import LLM
+from agentd.llm.structured import AskAgain, complete_structured
+from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.watch.model import Verdict
 from agentd.watch.store import Watch
 
@@ -54,37 +55,23 @@ async def decide(
         messages=[Message(role="user", content=prompt(w, shown))],
         max_tokens=400,
     )
-
-    async def record(response: LLMResponse) -> None:
-        await db.write_unsynced(
-            partial(
-                usage.record,
-                tokens=response.usage,
-                model=response.label,
-                purpose="watch",
-                chat_id=w.chat_id,
-                instance_id=instance_id,
-                step=step,
-                attempt=response.attempt,
-                user_id=w.user_id,
-                estimated=response.estimated,
-            )
-        )
-
-    try:
-        verdict, response = await complete_structured(
-            llm,
-            req,
-            Verdict,
-            name="watch_verdict",
-            description="Whether to tell the owner about this change, and what to say.",
-            ask_again=ask_again,
-        )
-    except (StructuredOutputError, LLMError) as exc:
-        if exc.spent is not None:  # answers that did not fit cost tokens too
-            await record(exc.spent)
-        raise
-    await record(response)
+    row = partial(
+        usage.record,
+        purpose="watch",
+        chat_id=w.chat_id,
+        instance_id=instance_id,
+        step=step,
+        user_id=w.user_id,
+    )
+    # Each answer is the watch's usage as it arrives, one that did not fit too (paid for).
+    verdict, response = await complete_structured(
+        Billed(llm, db, row),
+        req,
+        Verdict,
+        name="watch_verdict",
+        description="Whether to tell the owner about this change, and what to say.",
+        ask_again=ask_again,
+    )
     u = response.usage
     spent = u.input_tokens + u.cache_read_tokens + u.cache_write_tokens + u.output_tokens
     return verdict, spent

@@ -27,7 +27,6 @@ from agentd.durable import Clock, Engine, Step, StepFailed, Workflow, workflow
 from agentd.durable.store import OPEN_STATUSES, InstanceRecord
 from agentd.llm import LLM
 from agentd.llm.structured import StructuredOutputError
-from agentd.llm.types import Usage
 from agentd.memory.history import save_message
 from agentd.schedule.workflow import Plan, catch_up, grace_for
 from agentd.watch import budget, detect, store
@@ -148,12 +147,11 @@ async def run_decision(deps: WatchDeps, inp: OccurrenceInput, shown: str, iid: s
     w = await deps.db.read(store.get, inp.watch_id)
     held = ""
 
-    async def ask_again(spent: Usage) -> bool:
+    async def ask_again() -> bool:
         # The answer that did not fit may have reached a cap alone: the caps hold the second
-        # ask as they held the first, counting it (its row is written when the call ends).
+        # ask as they held the first, counting it (in the ledger as it arrived).
         nonlocal held
-        now = deps.clock.now()
-        held = await deps.db.read(budget.cap_reason, deps.config, w, now, spent.total) or ""
+        held = await deps.db.read(budget.cap_reason, deps.config, w, deps.clock.now()) or ""
         return not held
 
     try:
