@@ -177,6 +177,41 @@ def test_a_stream_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
             assert [tuple(r) for r in rows] == [("llm#1", 1, billed_input, 16, 1)]
 
 
+def test_a_stopped_streams_row_is_in_the_ledger_when_agentd_dies_as_the_stop_is_said(
+    tmp_path: Path,
+) -> None:
+    """/stop while the answer streams, the stream slow to end once stopped (its connection slow
+    to close), and agentd killed (kill -9) as it sends "Stopped working on…"
+    (tests/plugins/crash_tools.py): the stop was said done, so the stopped attempt's row was
+    in the ledger before it."""
+    (tmp_path / "agentd.toml").write_text('[tools]\nplugins = ["tests.plugins.crash_tools"]\n')
+    with FakeTelegram.running() as tg, FakeAnthropic.running(stream_chunk_chars=8) as llm:
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
+            AGENTD_TEST_KILL_AT_REPLY="Stopped working on",
+            AGENTD_TEST_SLOW_STOP="2",
+            **EVERY_DRAFT,
+        )
+        llm.enqueue_stream_stall("word " * 40, after_deltas=8)
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            tg.add_message(OWNER, OWNER, "hello")
+            tg.wait_until(lambda: drafted(tg, WRITTEN), 30, "the 64 characters drafted")
+            tg.add_message(OWNER, OWNER, "/stop")
+            assert daemon.proc is not None and daemon.proc.wait(60) == -signal.SIGKILL
+            assert not [m for m in tg.sent if "Stopped" in m["plain_text"]]  # died saying it
+            rows = daemon.query(
+                "SELECT step, attempt, output_tokens, estimated FROM llm_usage "
+                "WHERE purpose = 'turn'"
+            )
+            assert [tuple(r) for r in rows] == [("llm#1", 1, 16, 1)]
+        finally:
+            daemon.stop()
+
+
 def test_a_call_not_streamed_that_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
     """/stop while the model works on an answer not streamed (streaming off, as in a group):
     nothing of it was seen, but the API took the request and bills it, so the stopped call

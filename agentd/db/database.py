@@ -133,17 +133,22 @@ class Database:
         target = partial(fn, **kwargs) if kwargs else fn
         return await self._enqueue(target, args, synced=False)
 
-    def write_behind(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """Queue an unsynced write and return at once, without waiting for its commit.
+    def write_behind(
+        self, fn: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> asyncio.Future[Any]:
+        """Queue an unsynced write now; its commit's future, which no cancel of the caller drops.
 
         For a row that must outlive its caller's cancellation, written from the cancel's own
-        path: a cancelled caller's awaited write is dropped when its group has not started yet,
-        and waiting for a commit would hold up the stop. It commits in queue order with the
-        others (so before any write queued after it), `close()` waits for it, and a failure is
-        logged, as no caller is there to see it.
+        path: a cancelled caller's awaited write is dropped when its group has not started yet.
+        Queued here, at once, it commits in queue order with the others (so before any write
+        queued after it), `close()` waits for it, and a failure is logged, as the caller may
+        be gone; `await asyncio.shield(future)` waits for the commit, and a second cancel ends
+        that wait, not the write.
         """
         target = partial(fn, **kwargs) if kwargs else fn
-        self._submit(target, args, synced=False).add_done_callback(_log_lost)
+        future = self._submit(target, args, synced=False)
+        future.add_done_callback(_log_lost)
+        return future
 
     def _submit(
         self, fn: Callable[..., T], args: tuple[Any, ...], synced: bool

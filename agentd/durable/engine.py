@@ -41,6 +41,9 @@ O = TypeVar("O", bound=BaseModel)  # noqa: E741
 T = TypeVar("T")
 log = logging.getLogger("agentd.durable")
 RECONCILE_EVERY = 10
+# How long `cancel` waits for a stopped instance's task to end: its stop path is a commit or
+# two; a step that ignores the cancel for longer (a shielded wait) is not waited for.
+STOP_WAIT = 5.0
 
 
 @dataclass(frozen=True)
@@ -200,9 +203,15 @@ class Engine:
         return stored
 
     async def cancel(self, instance_id: str) -> str:
+        """Flag the instance cancelled and, if it runs here, stop its task and wait (at most
+        STOP_WAIT) for it to end: what its stop path writes (a stopped model call's usage row)
+        is committed by then, so a stop said done is done, even if the process dies next."""
         status = await self.db.write(store.request_cancel, instance_id, self.clock.now())
-        if status == "cancel_requested" and instance_id in self._tasks:
+        task = self._tasks.get(instance_id)
+        if status == "cancel_requested" and task is not None:
             self._cancel_task(instance_id)
+            if task is not asyncio.current_task():
+                await asyncio.wait({task}, timeout=STOP_WAIT)
         return status
 
     def stop_flagged(self, instance_id: str) -> None:

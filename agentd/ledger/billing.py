@@ -10,6 +10,7 @@ the whole call ends (llm/structured.py asks again after it).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -63,6 +64,18 @@ async def bill(db: Database, rows: list[Row]) -> None:
         await asyncio.shield(db.write_unsynced(_write_all, rows))
 
 
+async def bill_stopped(db: Database, rows: list[Row]) -> None:
+    """The rows of a call a cancel stopped (/stop, an edit, interrupt mode, shutdown), from the
+    cancel's own path: queued at once, so nothing drops them, and waited for, so the stop is
+    over (engine.cancel waits for it) only once they are in the ledger. A second cancel ends
+    the wait, not the write; a failed write is in the log (Database.write_behind)."""
+    if not rows:
+        return
+    queued = db.write_behind(_write_all, rows)
+    with contextlib.suppress(Exception):
+        await asyncio.shield(queued)
+
+
 async def complete_billed(
     db: Database,
     llm: LLM,
@@ -79,11 +92,8 @@ async def complete_billed(
         await bill(db, cut_rows(row, cut))
         raise
     except asyncio.CancelledError:
-        # Stopped (/stop, an edit, interrupt mode, shutdown): the attempt the owner cut short,
-        # streamed or not, is billed all the same. Queued, not awaited: the stop goes on at
-        # once, and the write is not dropped as a cancelled caller's awaited one would be.
-        for broken in cut_rows(row, cut):
-            db.write_behind(broken)
+        # Stopped: the attempt the owner cut short, streamed or not, is billed all the same.
+        await bill_stopped(db, cut_rows(row, cut))
         raise
 
 
