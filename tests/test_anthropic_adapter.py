@@ -17,8 +17,11 @@ import pytest
 
 from agentd.config import LLMConfig
 from agentd.llm.anthropic_adapter import AnthropicLLM, build_params
+from agentd.llm.cut import prompt_chars
+from agentd.llm.estimate import tokens_in
 from agentd.llm.types import CutAttempt, LLMError, LLMRequest, Message, ToolSpec
 from tests.fakes import FakeAnthropic
+from tests.fakes.full_listener import full_listener
 
 REQUEST = LLMRequest(
     messages=[Message(role="user", content="What is the weather?")],
@@ -274,6 +277,56 @@ async def test_a_hung_server_is_a_retryable_timeout(fake: FakeAnthropic) -> None
         await llm.close()
         fake.reset()
     assert failed.value.retryable and failed.value.reason == "timeout"
+
+
+async def _no_sleep(_seconds: float) -> None:
+    pass
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_answer_that_timed_out_is_billed_as_estimated(
+    fake: FakeAnthropic, streamed: bool
+) -> None:
+    """The server took the request whole and never answered: the read timed out, each of the
+    two attempts. The API bills a request it took, so each is in `cut`, its input estimated
+    from the request's text by the one estimate rule, nothing of the output guessed, marked
+    so (a stream that never began too)."""
+    config = LLMConfig(base_url=fake.base_url, retries=1, timeout=0.5)
+    llm = AnthropicLLM(config, "k", sleep=_no_sleep)
+    timed_out: list[CutAttempt] = []
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    fake.reset()
+    try:
+        fake.enqueue_hang()
+        fake.enqueue_hang()
+        with pytest.raises(LLMError) as failed:
+            await llm.complete(REQUEST, on_text if streamed else None, cut=timed_out)
+        sent = [r["body"] for r in fake.requests]
+    finally:
+        await llm.close()
+        fake.reset()
+    assert failed.value.reason == "timeout" and len(sent) == 2
+    assert [(c.attempt, c.estimated, c.usage.output_tokens) for c in timed_out] == [
+        (1, True, 0),
+        (2, True, 0),
+    ]
+    assert [c.usage.input_tokens for c in timed_out] == [tokens_in(prompt_chars(sent[0]))] * 2
+
+
+async def test_a_connect_timeout_is_not_billed() -> None:
+    """The connection never opened: nothing reached the server, so nothing is in `cut`."""
+    unsent: list[CutAttempt] = []
+    with full_listener() as url:
+        llm = AnthropicLLM(LLMConfig(base_url=url, retries=0, timeout=0.5), "k")
+        try:
+            with pytest.raises(LLMError) as failed:
+                await llm.complete(REQUEST, cut=unsent)
+        finally:
+            await llm.close()
+    assert failed.value.reason == "timeout" and unsent == []
 
 
 async def test_bedrock_without_its_extra_names_the_extra() -> None:

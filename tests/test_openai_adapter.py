@@ -12,6 +12,8 @@ import pytest
 
 from agentd.config import LLMConfig
 from agentd.config.models import ProviderConfig
+from agentd.llm.cut import prompt_chars
+from agentd.llm.estimate import tokens_in
 from agentd.llm.openai_adapter import OpenAILLM
 from agentd.llm.types import (
     CutAttempt,
@@ -23,6 +25,7 @@ from agentd.llm.types import (
     ToolResultBlock,
     ToolSpec,
 )
+from tests.fakes.full_listener import full_listener
 from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat, _tokens
 
 WEATHER = ToolSpec(
@@ -337,6 +340,54 @@ async def test_a_hung_server_times_out(chat: FakeChat) -> None:
         await llm.close()
         chat.reset()
     assert failed.value.reason == "timeout" and failed.value.retryable
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_answer_that_timed_out_is_billed_as_estimated(
+    chat: FakeChat, streamed: bool
+) -> None:
+    """The server took the request whole and never answered: the read timed out. It bills a
+    request it took, so the attempt is in `cut`, its input estimated from the request's text,
+    nothing of the output guessed, marked so (a stream that never began too)."""
+    llm = _llm(chat, timeout=0.5)
+    timed_out: list[CutAttempt] = []
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    try:
+        chat.enqueue(ChatFault("hang"))
+        with pytest.raises(LLMError) as failed:
+            await llm.complete(
+                LLMRequest(messages=[Message(role="user", content="x" * 400)]),
+                on_text if streamed else None,
+                cut=timed_out,
+            )
+        sent = chat.requests[-1]["body"]
+    finally:
+        await llm.close()
+        chat.reset()
+    assert failed.value.reason == "timeout"
+    [cut] = timed_out
+    assert (cut.attempt, cut.estimated, cut.usage.output_tokens) == (1, True, 0)
+    assert cut.usage.input_tokens == tokens_in(prompt_chars(sent)) > 100
+
+
+async def test_a_connect_timeout_is_not_billed() -> None:
+    """The connection never opened: nothing reached the server, so nothing is in `cut`."""
+    unsent: list[CutAttempt] = []
+    with full_listener() as url:
+        config = LLMConfig(retries=0, timeout=0.5)
+        provider = ProviderConfig(kind="openai", base_url=url + "/v1", local=True)
+        llm = OpenAILLM(config, "", provider, "local", sleep=_no_sleep)
+        try:
+            with pytest.raises(LLMError) as failed:
+                await llm.complete(
+                    LLMRequest(messages=[Message(role="user", content="x")]), cut=unsent
+                )
+        finally:
+            await llm.close()
+    assert failed.value.reason == "timeout" and unsent == []
 
 
 async def test_a_structured_answer_from_a_model_without_tools_comes_as_json(

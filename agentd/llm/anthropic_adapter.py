@@ -20,7 +20,7 @@ from agentd.config.models import ANTHROPIC, ProviderConfig
 from agentd.llm.anthropic_cut import StreamTally, usage_from_api
 from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
 from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
-from agentd.llm.cut import stopped_unseen
+from agentd.llm.cut import answer_timed_out, taken_unseen
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
 from agentd.llm.types import (
@@ -255,9 +255,10 @@ class AnthropicLLM:
 
         With on_text (and a provider that streams), the answer is streamed and on_text gets the
         text written so far. `model` overrides the configured one, `attempts` the retry count.
-        Each attempt whose stream ended partway (broken, or stopped by a cancel), and one not
-        streamed that a cancel stopped, is appended to `cut` as it ends: billed, so the caller
-        records it whatever became of the call.
+        Each attempt whose stream ended partway (broken, or stopped by a cancel), and one the
+        API took and never answered (a cancel stopped it, or it timed out waiting for the
+        answer), is appended to `cut` as it ends: billed, so the caller records it whatever
+        became of the call.
         """
         if model is None:
             model = self.model if req.purpose == "turn" else self.background_model
@@ -275,15 +276,21 @@ class AnthropicLLM:
                 try:
                     return await self._create(params)
                 except asyncio.CancelledError:  # stopped while the API worked on it: billed
-                    cut.append(stopped_unseen(label, made, params))
+                    cut.append(taken_unseen(label, made, params))
+                    raise
+                except Exception as exc:
+                    if answer_timed_out(exc):  # the API took the request: billed
+                        cut.append(taken_unseen(label, made, params))
                     raise
             assert on_text is not None
             tally = StreamTally()
             try:
                 return await self._stream(params, on_text, tally)
-            except (Exception, asyncio.CancelledError):
+            except (Exception, asyncio.CancelledError) as exc:
                 if (broken := tally.cut(label, made)) is not None:
                     cut.append(broken)
+                elif answer_timed_out(exc):  # taken, and timed out before its first event
+                    cut.append(taken_unseen(label, made, params))
                 raise
 
         try:

@@ -3,8 +3,9 @@ API bills the tokens it had generated, so the ledger records the attempt (types.
 though no answer came of it. Where the stream had not reported a count yet, the count is
 estimated from the text and marked as an estimate; the rule is this module's alone (a whole
 answer from a server that sends no count is estimated by it too: openai_mapping.py). So is a
-call not streamed that was stopped while the server worked on it: nothing of it was seen, yet
-the request was taken and is billed.
+call the server took of which nothing was seen, yet billed: one not streamed (or a stream not
+begun) that was stopped while the server worked on it, or that timed out waiting for its
+answer.
 """
 
 from __future__ import annotations
@@ -48,9 +49,27 @@ def prompt_chars(params: dict[str, Any]) -> int:
     return sum(size(params.get(part)) for part in ("system", "messages", "tools"))
 
 
-def stopped_unseen(model: str, attempt: int, params: dict[str, Any]) -> CutAttempt:
-    """A call not streamed, stopped while the server worked on it: the request was taken, so
-    billed. Its input is estimated from the request's text; its output, of which nothing was
-    received, is not guessed at (the row is marked as an estimate all the same)."""
+def taken_unseen(model: str, attempt: int, params: dict[str, Any]) -> CutAttempt:
+    """A call the server took, of which nothing was received: stopped while the server worked
+    on it, or timed out waiting for its answer (`answer_timed_out`). Billed, so counted: its
+    input is estimated from the request's text; its output, of which nothing was received, is
+    not guessed at (the row is marked as an estimate all the same)."""
     usage = Usage(input_tokens=tokens_in(prompt_chars(params)))
     return CutAttempt(model=model, attempt=attempt, usage=usage, estimated=True)
+
+
+def answer_timed_out(exc: BaseException) -> bool:
+    """Whether a failed attempt timed out waiting for the answer to a request sent whole: the
+    server took it, so bills it. Not a timeout connecting, sending the request or waiting for
+    a pooled connection: nothing, or only part of it, reached the server, which bills none.
+
+    Both SDKs raise their APITimeoutError from the HTTP client's own exception, which their
+    documentation gives as its `__cause__`; the client's (httpx's, and httpx2's, its fork)
+    ReadTimeout is the one that waited for the answer. Known by its name, as the SDK brings
+    the client and may change which of the two it is."""
+    return any(
+        k.__name__ == "ReadTimeout"
+        for e in (exc, exc.__cause__)
+        if e is not None
+        for k in type(e).__mro__
+    )

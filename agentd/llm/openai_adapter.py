@@ -17,7 +17,7 @@ from typing import Any
 
 from agentd.config.models import ProviderConfig
 from agentd.llm.anthropic_errors import StreamIncomplete
-from agentd.llm.cut import prompt_chars, stopped_unseen
+from agentd.llm.cut import answer_timed_out, prompt_chars, taken_unseen
 from agentd.llm.openai_mapping import (
     Capabilities,
     ChunkFold,
@@ -191,7 +191,8 @@ class OpenAILLM:
         attempts: int | None = None,
         cut: list[CutAttempt] | None = None,
     ) -> LLMResponse:
-        """As AnthropicLLM.complete: each attempt whose stream ended partway goes to `cut`."""
+        """As AnthropicLLM.complete: each attempt whose stream ended partway, or that the
+        server took and never answered (stopped, or timed out waiting), goes to `cut`."""
         model = model or self.model
         label = f"{self.name}/{model}"
         caps = self.caps(model)
@@ -211,14 +212,20 @@ class OpenAILLM:
                     return await self._create(params, model, req.tool_choice if as_json else None)
                 except asyncio.CancelledError:
                     if cut is not None:  # stopped while the server worked on it: billed
-                        cut.append(stopped_unseen(label, made, params))
+                        cut.append(taken_unseen(label, made, params))
+                    raise
+                except Exception as exc:
+                    if cut is not None and answer_timed_out(exc):  # taken: billed
+                        cut.append(taken_unseen(label, made, params))
                     raise
             assert on_text is not None
             fold = ChunkFold()
             try:
                 return await self._stream(params, model, on_text, fold)
-            except (Exception, asyncio.CancelledError):
+            except (Exception, asyncio.CancelledError) as exc:
                 broken = fold.cut(label, made, prompt_chars(params))
+                if broken is None and answer_timed_out(exc):  # taken, no chunk came in time
+                    broken = taken_unseen(label, made, params)
                 if broken is not None and cut is not None:
                     cut.append(broken)
                 raise
