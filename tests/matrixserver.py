@@ -411,7 +411,9 @@ class WindowProxy(FakeServer):
     never commit them. Either way the test then kills agentd inside that window.
     `hold_until_synced(marker, synced)`: the next send whose body holds `marker` reaches
     Synapse, and its answer waits until agentd was given a whole /sync answer holding `synced`
-    (an order of events the network may give, made certain).
+    (an order of events the network may give, made certain). `fail_after(marker, times)`: the
+    next `times` sends whose body holds `marker` reach Synapse and are answered 502 (a gateway
+    that lost Synapse's answer), so agentd's retries of them all fail too.
     """
 
     shutdown_timeout = 0.2
@@ -423,11 +425,13 @@ class WindowProxy(FakeServer):
         self._hold_before: str | None = None
         self._cut: str | None = None
         self._until: tuple[str, str] | None = None
+        self._fail: tuple[str, int] | None = None  # `fail_after`: marker, sends left
         self._awaited: list[str] = []  # markers of `hold_until_synced` to see in a sync
         self._synced: list[str] = []  # those agentd was given
         self.held: list[str] = []  # bodies of the sends held after Synapse took them
         self.held_before: list[str] = []  # bodies of the sends held before Synapse saw them
         self.cut: list[str] = []  # the sync answers cut
+        self.failed: list[str] = []  # bodies of the sends Synapse took, answered 502
         self.sends: list[str] = []  # the path of every send (it ends in the transaction id)
 
     def hold_after(self, marker: str) -> None:
@@ -437,6 +441,10 @@ class WindowProxy(FakeServer):
     def hold_before(self, marker: str) -> None:
         with self._lock:
             self._hold_before = marker
+
+    def fail_after(self, marker: str, times: int) -> None:
+        with self._lock:
+            self._fail = (marker, times)
 
     def cut_sync(self, marker: str) -> None:
         with self._lock:
@@ -488,6 +496,11 @@ class WindowProxy(FakeServer):
             if hold:
                 self._hold = None
                 self.held.append(text)
+            fail = self._fail is not None and "/send/" in request.path and self._fail[0] in text
+            if fail and self._fail is not None:
+                left = self._fail[1] - 1
+                self._fail = (self._fail[0], left) if left else None
+                self.failed.append(text)
             if cut:
                 self._cut = None
                 self.cut.append(request.path)
@@ -502,6 +515,8 @@ class WindowProxy(FakeServer):
             await asyncio.sleep(3600)  # agentd is killed meanwhile
         while until is not None and until[1] not in self._synced:
             await asyncio.sleep(0.02)  # the answer waits on the proxy's own loop
+        if fail:
+            return web.Response(status=502, text="the gateway lost the answer")
         response = web.StreamResponse(status=status, headers={"Content-Type": content_type})
         response.content_length = len(data)
         await response.prepare(request)
