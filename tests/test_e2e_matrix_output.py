@@ -203,6 +203,70 @@ def test_a_draft_left_by_kill_9_is_replaced_once_by_its_answer(tmp_path: Path, c
         assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
 
 
+def test_a_first_draft_synapse_took_unrecorded_is_replaced_once_by_its_answer(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """agentd dies after Synapse took the answer's first draft and before agentd heard its
+    event id (no row for it), and the resumed turn's answer comes with no draft before it:
+    the answer still takes the draft's place (sent under the first draft's transaction id,
+    Synapse hands back the draft, which the answer's edit replaces). It dies again once
+    Synapse took that edit (its reply held back): the start after makes the same edit, so
+    one message shows the answer."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    final = "Short final answer, after a draft nobody recorded."
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.proxy.hold_after("Part 1 of")  # the first draft: stored, its answer never comes
+        asked = rig.owner.say(room, "tell me a long story")
+        rig.proxy.wait_until(lambda: rig.proxy.held, 60, "the first draft held")
+        wait_for(lambda: _said(rig, room, "Part 1 of"), 30, "Synapse storing the draft")
+        rig.daemon.kill9()  # within the client's timeout, so its retry never records it
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+        rig.llm.reset()
+        rig.llm.stream_delay = 0  # at once: the answer is sent with no draft before it
+        rig.llm.enqueue_text(final)
+        rig.proxy.hold_after('"m.new_content"')  # the answer's edit of the draft
+        rig.daemon.start()
+        wait_for(lambda: final in rig.shown(room), 60, "the answer shown")
+        assert rig.shown(room) == [final], "the draft stays beside its answer"
+        rig.proxy.wait_until(lambda: len(rig.proxy.held) == 2, 30, "the answer's edit held")
+        held = rig.proxy.sends[-1]
+        rig.daemon.kill9()
+        rig.daemon.start()
+        rig.proxy.wait_until(lambda: rig.proxy.sends.count(held) == 2, 60, "the re-send")
+        rig.owner.say(room, "marker")
+        wait_for(lambda: "echo: marker" in rig.shown(room), 60, "the next answer")
+        assert rig.shown(room) == [final, "echo: marker"]
+        assert rig.edits(room) == 1
+        answer = _answer_to(rig, room, asked)
+        assert answer is not None and answer["event_id"] == _first_id(rig, room)
+        assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
+
+
+def test_a_first_draft_whose_answers_were_all_lost_is_replaced_by_its_answer(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """Synapse takes the answer's first draft and every answer to it is lost (agentd's
+    retries under the same transaction id too): drafts stop for that answer, with no row for
+    the message. The answer, sent under that transaction id, is handed the draft back and
+    takes its place: one message, showing the whole answer, not the half the draft did."""
+    slow = {"stream_delay": 0.05, "stream_chunk_chars": 12}
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.proxy.fail_after("Part 1 of", 6)  # the first draft's send and its 5 retries
+        rig.owner.say(room, "tell me a long story")
+        turn = wait_for(lambda: _turn(rig, "tell me a long story"), 60, "the turn")
+        done = (turn[0], "complete")
+        wait_for(lambda: _turn(rig, "tell me a long story") == done, 90, "the turn answered")
+        assert len(rig.proxy.failed) == 6
+        assert rig.shown(room) == [STORY]
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+
+
 def test_a_draft_whose_turn_is_cancelled_ends_marked_stopped(tmp_path: Path, cast: Cast) -> None:
     """`agentd workflows cancel` mid-stream: the draft keeps what it said and ends marked
     stopped, in the language the owner chose, so the half answer is never read as the

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 
@@ -72,3 +73,29 @@ def test_dedup_is_per_device_not_per_token(server: Synapse) -> None:
     other = server.login(name, password, device_id="ELSEWHERE")
     assert other.say_txn(room, "hello", "txn-d") != first
     assert _count(reader, room, sender.user_id) == 2
+
+
+def test_a_resent_txn_with_other_content_answers_the_first_event_unchanged(
+    server: Synapse,
+) -> None:
+    """What lets an answer sent under its first draft's transaction id find a draft agentd
+    never wrote down (matrix/output.py): the event handed back is the draft, its content its
+    own; reading it shows the original content, and an edit of it under `unsigned`."""
+    sender, reader, room, _ = _pair(server)
+    first = sender.say_txn(room, "half an answer", "txn-c")
+    assert sender.say_txn(room, "the whole answer", "txn-c") == first
+    assert [e["content"]["body"] for e in reader.from_user(room, sender.user_id)] == [
+        "half an answer"
+    ]
+    path = f"/rooms/{quote(room, safe='')}/event/{quote(first, safe='')}"
+    assert "m.relations" not in sender.call("GET", path).get("unsigned", {})
+    edit = {
+        "msgtype": "m.text",
+        "body": "* the whole answer",
+        "m.new_content": {"msgtype": "m.text", "body": "the whole answer"},
+        "m.relates_to": {"rel_type": "m.replace", "event_id": first},
+    }
+    sender.send(room, edit)
+    read = sender.call("GET", path)
+    assert read["content"]["body"] == "half an answer"
+    assert "m.replace" in read["unsigned"]["m.relations"]

@@ -53,6 +53,9 @@ class SendKey:
 
     key: str
     resend: Callable[[], Awaitable[Any]] | None = None  # counts this re-send; None: first run
+    # An earlier process ran this instance: what it sent before it died (a draft whose id it
+    # never wrote down, say) may be on the server already.
+    resumed: bool = False
     calls: int = 0
     settled: bool = False
 
@@ -134,7 +137,7 @@ async def deliver(
         # Only a run after a restart can find an attempt an earlier process died in. The
         # channel's outbox settles the count before it sends (`settle_send`); one that does
         # not is counted once its send returned.
-        key = SendKey(f"{instance_id}/{name}", resend if resumed else None)
+        key = SendKey(f"{instance_id}/{name}", resend if resumed else None, resumed)
         token = SEND_KEY.set(key)
         try:
             result = await send()

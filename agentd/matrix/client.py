@@ -20,7 +20,7 @@ import aiohttp
 from mautrix.api import HTTPAPI, Method, Path
 from mautrix.client.api import ClientAPI
 from mautrix.errors import MatrixConnectionError, MatrixRequestError
-from mautrix.types import EventType, LoginType, RoomID, UserID
+from mautrix.types import EventID, EventType, LoginType, RoomID, UserID
 from pydantic import BaseModel
 
 from agentd.net.bodies import read_at_most
@@ -172,6 +172,17 @@ class MatrixClient:
             return await self._http.request(Method.GET, path, query_params=query)
 
         answer = await self._call("messages", page, self._timeout)
+        return answer if isinstance(answer, dict) else {}
+
+    async def event(self, room_id: str, event_id: str) -> dict[str, Any]:
+        """One event as the server holds it (`GET /rooms/{room}/event/{event}`): its original
+        content, with its newest edit under `unsigned` → `m.relations` → `m.replace`."""
+
+        async def get() -> Any:
+            path = Path.v3.rooms[RoomID(room_id)].event[EventID(event_id)]
+            return await self._http.request(Method.GET, path)
+
+        answer = await self._call("event", get, self._timeout)
         return answer if isinstance(answer, dict) else {}
 
     async def send(

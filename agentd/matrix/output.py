@@ -82,6 +82,9 @@ class MatrixOutbox:
         self._max_file = max_file_bytes
         # What each open draft says now: its edits are not journaled (best effort, often).
         self._shown: dict[tuple[int, int], str] = {}
+        # Drafts whose first send did not come back written down in this process: Synapse may
+        # hold the message all the same, which their answer must then take the place of.
+        self._unsure: set[tuple[int, int]] = set()
 
     def bind(self, db: Database) -> None:
         """The database with the id map (matrix_ids); bound before the engine runs."""
@@ -158,6 +161,8 @@ class MatrixOutbox:
             await self._db.write(_close_draft, chat_id, key)
             self._shown.pop((chat_id, draft), None)
             return await self._local(room, event)
+        if draft is not None and not buttons:
+            return await self._unrecorded_drafts_place(room, chat_id, draft, markdown, reply_to)
         choices: list[tuple[str, str]] = []
         if buttons:
             markdown, choices = card_text(markdown, buttons)
@@ -169,6 +174,39 @@ class MatrixOutbox:
                 relates = {"rel_type": "m.annotation", "event_id": event_id, "key": key}
                 await self._event(room, "m.reaction", {"m.relates_to": relates})
         return await self._local(room, event_id)
+
+    async def _unrecorded_drafts_place(
+        self, room: str, chat_id: int, draft: int, markdown: str, reply_to: int | None
+    ) -> int:
+        """An answer whose drafts have no row, sent under its first draft's transaction id:
+        a first draft Synapse took before agentd wrote its id down (agentd died in between,
+        or the reply was lost) is handed back then, not doubled by a message of its own, and
+        the answer is its edit. Only a send that can follow such a draft (its turn resumed
+        after a restart, or that draft unsure in this process) reads the event it got back;
+        otherwise the send made it, as a first run without drafts always does."""
+        content = {**text_content(markdown), **await self._reply(reply_to)}
+        event_id = await self._event(room, "m.room.message", content, _draft_txn(chat_id, draft))
+        key = SEND_KEY.get()
+        if (key is not None and key.resumed) or (chat_id, draft) in self._unsure:
+            if not await self._shows(room, event_id, content):
+                await self._event(room, "m.room.message", _replacing(event_id, markdown))
+        self._unsure.discard((chat_id, draft))
+        self._shown.pop((chat_id, draft), None)
+        return await self._local(room, event_id)
+
+    async def _shows(self, room: str, event_id: str, content: dict[str, Any]) -> bool:
+        """Whether the event shows `content` (its text, never edited since): the message a
+        send just made does; a draft handed back under the same transaction id does not."""
+        try:
+            event = await self._client.event(room, event_id)
+        except MatrixError as exc:
+            raise self._refused("message", exc) from None
+        held = event.get("content") if isinstance(event.get("content"), dict) else {}
+        unsigned = event.get("unsigned") if isinstance(event.get("unsigned"), dict) else {}
+        relations = unsigned.get("m.relations") if isinstance(unsigned, dict) else None
+        edited = isinstance(relations, dict) and "m.replace" in relations
+        same = all(held.get(k) == content.get(k) for k in ("body", "formatted_body"))
+        return same and not edited
 
     async def edit_text(
         self,
@@ -229,10 +267,12 @@ class MatrixOutbox:
             room = await self.room_of(chat_id)
             found = await self._db.read(_open_draft, chat_id, draft_id)
             if found is None:
-                txn = "agentd-draft-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
                 content = {**text_content(text), **await self._reply(reply_to)}
-                draft = await self._client.send(room, "m.room.message", content, txn[:60])
+                self._unsure.add((chat_id, draft_id))  # until its event id is written down
+                txn = _draft_txn(chat_id, draft_id)
+                draft = await self._client.send(room, "m.room.message", content, txn)
                 await self._db.write(_save_draft, chat_id, draft_id, draft)
+                self._unsure.discard((chat_id, draft_id))
             else:
                 edit = _replacing(found[1], text)
                 await self._client.send(room, "m.room.message", edit, txn_id())
@@ -247,6 +287,7 @@ class MatrixOutbox:
         what it said: it was sent before a restart). Under a transaction id from the draft's,
         so doing it again after a crash is the same edit; best effort."""
         text = self._shown.pop((chat_id, draft_id), "")
+        self._unsure.discard((chat_id, draft_id))
         try:
             found = await self._db.read(_open_draft, chat_id, draft_id)
             if found is None or found[0] != draft_id:  # none, or another answer's (key 0)
@@ -296,6 +337,12 @@ def text_content(markdown: str) -> dict[str, Any]:
         "format": HTML,
         "formatted_body": to_html(markdown, MARKUP),
     }
+
+
+def _draft_txn(chat_id: int, draft_id: int) -> str:
+    """The transaction id of an answer's first draft, from the draft's id (the answer's): the
+    same in every process, so whatever sends it again is handed the same message."""
+    return ("agentd-draft-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest())[:60]
 
 
 def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
