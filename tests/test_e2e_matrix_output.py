@@ -178,9 +178,8 @@ def test_a_draft_left_by_kill_9_is_replaced_once_by_its_answer(tmp_path: Path, c
         rig.llm.enqueue_text(STORY)
         asked = rig.owner.say(room, "tell me a long story")
         wait_for(lambda: _said(rig, room, "Part 1 of"), 60, "the answer's first draft")
-        # Killed once agentd has recorded its draft (between Synapse taking the first draft
-        # and that commit, a resumed answer sent with no draft of its own would be a message
-        # beside it: a window this test does not cover).
+        # Killed once agentd has recorded its draft (the window between Synapse taking the
+        # first draft and that commit is the next test's).
         wait_for(lambda: rig.query("SELECT 1 FROM matrix_drafts"), 30, "the draft recorded")
         rig.daemon.kill9()
         rig.llm.reset()
