@@ -413,7 +413,9 @@ class WindowProxy(FakeServer):
     Synapse, and its answer waits until agentd was given a whole /sync answer holding `synced`
     (an order of events the network may give, made certain). `fail_after(marker, times)`: the
     next `times` sends whose body holds `marker` reach Synapse and are answered 502 (a gateway
-    that lost Synapse's answer), so agentd's retries of them all fail too.
+    that lost Synapse's answer), so agentd's retries of them all fail too. `fail_before(marker,
+    times)`: the next `times` such sends are answered 502 without reaching Synapse (the
+    homeserver down for them).
     """
 
     shutdown_timeout = 0.2
@@ -426,12 +428,14 @@ class WindowProxy(FakeServer):
         self._cut: str | None = None
         self._until: tuple[str, str] | None = None
         self._fail: tuple[str, int] | None = None  # `fail_after`: marker, sends left
+        self._fail_before: tuple[str, int] | None = None  # `fail_before`: marker, sends left
         self._awaited: list[str] = []  # markers of `hold_until_synced` to see in a sync
         self._synced: list[str] = []  # those agentd was given
         self.held: list[str] = []  # bodies of the sends held after Synapse took them
         self.held_before: list[str] = []  # bodies of the sends held before Synapse saw them
         self.cut: list[str] = []  # the sync answers cut
         self.failed: list[str] = []  # bodies of the sends Synapse took, answered 502
+        self.refused: list[str] = []  # bodies of the sends answered 502 before Synapse
         self.sends: list[str] = []  # the path of every send (it ends in the transaction id)
 
     def hold_after(self, marker: str) -> None:
@@ -445,6 +449,10 @@ class WindowProxy(FakeServer):
     def fail_after(self, marker: str, times: int) -> None:
         with self._lock:
             self._fail = (marker, times)
+
+    def fail_before(self, marker: str, times: int) -> None:
+        with self._lock:
+            self._fail_before = (marker, times)
 
     def cut_sync(self, marker: str) -> None:
         with self._lock:
@@ -476,6 +484,17 @@ class WindowProxy(FakeServer):
                 self._changed()
         if before:
             await asyncio.sleep(3600)  # agentd is killed meanwhile
+        with self._lock:
+            down = self._fail_before
+            down = (
+                down if down is not None and "/send/" in request.path and down[0] in text else None
+            )
+            if down is not None:
+                self._fail_before = (down[0], down[1] - 1) if down[1] > 1 else None
+                self.refused.append(text)
+                self._changed()
+        if down is not None:
+            return web.Response(status=502, text="the homeserver is down")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         url = f"{self.upstream}{request.rel_url}"
         async with self._session.request(
