@@ -334,6 +334,41 @@ def test_a_stopped_turns_draft_left_by_kill_9_is_ended_once_at_start(
         _wait_drafts_closed(rig)
 
 
+def test_a_stopped_draft_the_homeserver_refused_at_start_is_kept_and_ended_later(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """agentd dies after the cancelled turn is recorded and before its draft's end reaches
+    Synapse; at the next start the homeserver refuses that edit (every try): the draft's row
+    stays, a prune meanwhile keeps it (retention must not take what the next sweep reads),
+    and the start after ends the draft, marked stopped."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
+        turn = _turn(rig, "tell me a long story")
+        assert turn is not None
+        rig.proxy.hold_before("(stopped")
+        assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+        rig.proxy.wait_until(lambda: rig.proxy.held_before, 60, "the draft's end held")
+        rig.daemon.kill9()
+        rig.proxy.fail_before("(stopped", 6)  # the start's try and its 5 retries
+        rig.daemon.start()
+        assert len(rig.proxy.refused) == 6  # the sweep runs before the daemon is ready
+        assert len(rig.query("SELECT * FROM matrix_drafts")) == 1
+        assert rig.daemon.cli("prune").returncode == 0
+        assert len(rig.query("SELECT * FROM matrix_drafts")) == 1, "pruned unended"
+        assert not _said(rig, room, "(stopped")
+        rig.daemon.kill9()
+        rig.daemon.start()
+        wait_for(lambda: "(stopped" in " ".join(rig.shown(room)), 60, "the draft marked")
+        # The marker alone, as at any start: what the draft said died with the process.
+        assert rig.shown(room) == ["(stopped: this answer was not finished)"]
+        _wait_drafts_closed(rig)
+
+
 def test_a_retried_stopped_turn_streams_and_stops_a_draft_of_its_own(
     tmp_path: Path, cast: Cast
 ) -> None:

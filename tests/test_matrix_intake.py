@@ -858,28 +858,42 @@ async def test_a_quote_of_the_bot_is_its_record_never_the_senders_copy(db: Datab
         assert sources == ["a quoted message from the group"]
 
 
-async def test_a_draft_no_open_turn_streams_for_is_pruned(db: Database) -> None:
-    """A draft row whose turn ended (its stop not made: the process died, the homeserver was
-    down) goes at the next prune; an open turn's draft and one from before drafts were their
+async def test_only_an_answered_turns_draft_is_pruned_one_left_unended_stays(
+    db: Database,
+) -> None:
+    """A draft row whose turn was answered (complete, or its answer's send begun) goes at the
+    next prune. One whose turn ended unanswered and was not ended (the homeserver was down
+    at the start's sweep) stays until a later start ends it, and so does one no turn names
+    any more (ended then too); an open turn's draft and one from before drafts were their
     answer's (id 0) stay."""
     from agentd.agent.streaming import answer_draft
+    from agentd.chat.names import TURN_WORKFLOW, chat_key
     from agentd.durable import store
     from agentd.matrix.output import _save_draft
 
+    ends = {"open": "running", "stopped": "cancelled", "done": "complete", "begun": "errored"}
+
     def turns(conn: Any) -> None:
-        for instance_id in ("open", "ended"):
+        for instance_id, status in ends.items():
             store.insert_instance(
-                conn, instance_id=instance_id, workflow="turn", key="k", input_json="{}", now=1.0
+                conn,
+                instance_id=instance_id,
+                workflow=TURN_WORKFLOW,
+                key=chat_key(1),
+                input_json="{}",
+                now=1.0,
             )
-        store.set_status(conn, "ended", "cancelled", 2.0)
+            store.set_status(conn, instance_id, status, 2.0)
+        store.begin_step(conn, "begun", 0, "send#1", "do", 1.0)
 
     await db.write(turns)
-    for draft, event in ((answer_draft("open"), "$o"), (answer_draft("ended"), "$e"), (0, "$z")):
-        await db.write(_save_draft, 1, draft, event)
+    for name in (*ends, "gone"):
+        await db.write(_save_draft, 1, answer_draft(name), f"${name}")
+    await db.write(_save_draft, 1, 0, "$zero")
     assert await _prune_all(db, "matrix_drafts", 1e10, update_days=0) == 0  # 0: kept for ever
-    assert await _prune_all(db, "matrix_drafts", 1e10, update_days=7) == 1
+    assert await _prune_all(db, "matrix_drafts", 1e10, update_days=7) == 2
     left = await db.read(lambda c: c.execute("SELECT event_id FROM matrix_drafts").fetchall())
-    assert sorted(r[0] for r in left) == ["$o", "$z"]
+    assert sorted(r[0] for r in left) == ["$gone", "$open", "$stopped", "$zero"]
 
 
 async def test_in_a_group_only_a_reply_to_the_bots_message_of_that_room_addresses_it(

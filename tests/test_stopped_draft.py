@@ -95,11 +95,22 @@ async def test_at_start_only_drafts_of_turns_that_ended_unanswered_are_ended(
     db: Database,
 ) -> None:
     """A cancelled turn's draft is ended; one whose turn is open is left to it, one whose
-    answer began to go is the answer's, one no turn names (pruned) is left to retention."""
+    answer began to go is the answer's. One no turn names any more (retention removed its
+    turn) is ended too, in the language of the chat's user: no answer will come for it."""
+    await db.write(locale.choose, 7, "de", 1.0)
     await _turn(db, "cancelled", ("call-llm",), instance_id="stopped")
     await _turn(db, "running", instance_id="open")
     await _turn(db, "errored", ("send#1",), instance_id="answered")
     left = [(5, answer_draft(i)) for i in ("stopped", "open", "answered", "pruned")]
     drafts = Drafts(left=left)
+    assert await end_left_drafts(db, drafts) == 2  # type: ignore[arg-type]
+    assert drafts.ended == [
+        (5, answer_draft("stopped"), STOPPED["de"]),
+        (5, answer_draft("pruned"), STOPPED["de"]),
+    ]
+
+
+async def test_a_draft_of_a_chat_with_no_turn_left_ends_in_english(db: Database) -> None:
+    drafts = Drafts(left=[(6, answer_draft("pruned"))])
     assert await end_left_drafts(db, drafts) == 1  # type: ignore[arg-type]
-    assert drafts.ended == [(5, answer_draft("stopped"), EN)]
+    assert drafts.ended == [(6, answer_draft("pruned"), EN)]

@@ -11,7 +11,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 from agentd.chat import locale
 from agentd.chat.names import TURN_WORKFLOW, chat_key
@@ -114,9 +114,8 @@ async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecor
         if not isinstance(chat_id, int) or await db.read(_answer_begun, inst.id):
             return False
         told = str(given.get("language_code") or "")
-        language = await db.read(locale.of_user, user_id, told) if user_id else told
         draft = answer_draft(inst.id, inst.retries)
-        await outbox.end_draft(chat_id, draft, locale.worded(STOPPED, language))
+        await outbox.end_draft(chat_id, draft, await _stopped_note(db, user_id, told))
     except Exception as exc:
         log.info("draft not ended (best effort)", extra={"reason": type(exc).__name__})
         return False
@@ -125,17 +124,68 @@ async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecor
 
 async def end_left_drafts(db: Database, outbox: Outbox) -> int:
     """At start, before the engine runs: the drafts whose turn ended without its answer and
-    were not ended then (the process died between the turn's end and its draft's, and the
-    engine's hook for it never runs again) are ended now, as the hook would have. Each ends
-    under its own fixed transaction id, so one the homeserver took already is the same edit
-    again. A draft whose turn is still open is its turn's; one whose turn retention removed
-    is left to retention (matrix/kept.py). Returns how many were ended."""
+    were not ended then (the process died between the turn's end and its draft's, or the
+    homeserver was down, and the engine's hook for it never runs again) are ended now, as
+    the hook would have. So is one no turn names any more (`draft_fate`). Each ends under
+    its own fixed transaction id, so one the homeserver took already is the same edit again;
+    one not ended now (the homeserver still down) keeps its row, which retention leaves
+    (matrix/kept.py), for the next start. Returns how many the outbox was asked to end."""
     ended = 0
     for chat_id, draft in await outbox.open_drafts():
         inst = await db.read(_turn_of_draft, chat_id, draft)
-        if inst is not None and inst.status not in store.OPEN_STATUSES:
+        if inst is None:
+            ended += await _end_nameless(db, outbox, chat_id, draft)
+        elif inst.status not in store.OPEN_STATUSES:
             ended += await end_unanswered(db, outbox, inst)
     return ended
+
+
+DraftFate = Literal["streaming", "unanswered", "answered"]
+
+
+def draft_fate(conn: Any, chat_id: int, draft: int) -> DraftFate:
+    """What a draft left with its row waits for. `streaming`: its turn is open, and its answer
+    may still take its place. `answered`: its turn completed, or its answer's send began
+    (which may have taken the draft's place): nothing ends it, and retention drops its row.
+    `unanswered`: its turn ended without the answer, or no turn names it any more (retention
+    removed the turn, or the owner's retry gave the turn drafts of their own): it is to be
+    marked stopped (`end_left_drafts`), and its row stays until it is."""
+    inst = _turn_of_draft(conn, chat_id, draft)
+    if inst is None:
+        return "unanswered"
+    if inst.status in store.OPEN_STATUSES:
+        return "streaming"
+    if inst.status == "complete" or _answer_begun(conn, inst.id):
+        return "answered"
+    return "unanswered"
+
+
+async def _end_nameless(db: Database, outbox: Outbox, chat_id: int, draft: int) -> bool:
+    """A draft no turn names any more: no answer will take its place. Marked stopped in the
+    language of the chat's latest turn's user (drafts are private chats')."""
+    try:
+        user_id, told = await db.read(_chat_user, chat_id)
+        await outbox.end_draft(chat_id, draft, await _stopped_note(db, user_id, told))
+    except Exception as exc:
+        log.info("draft not ended (best effort)", extra={"reason": type(exc).__name__})
+        return False
+    return True
+
+
+async def _stopped_note(db: Database, user_id: Any, told: str) -> str:
+    language = await db.read(locale.of_user, user_id, told) if user_id else told
+    return locale.worded(STOPPED, language)
+
+
+def _chat_user(conn: Any, chat_id: int) -> tuple[int | None, str]:
+    row = conn.execute(
+        "SELECT input FROM workflow_instances WHERE key = ? AND workflow = ? "
+        "ORDER BY seq DESC LIMIT 1",
+        (chat_key(chat_id), TURN_WORKFLOW),
+    ).fetchone()
+    given = json.loads(row[0]) if row else {}
+    user_id = given.get("user_id")
+    return (user_id if isinstance(user_id, int) else None), str(given.get("language_code") or "")
 
 
 def _turn_of_draft(conn: Any, chat_id: int, draft: int) -> store.InstanceRecord | None:

@@ -1,17 +1,15 @@
 """The Matrix channel's tables in retention (`chat.channel.Channel.kept`), beside what intake
 took (`matrix_events`): events' integers and cards' choices, each made with its time
 (`made_at`), so neither grows for ever. Plain SQL, so listing the channel imports nothing
-(but the drafts' ids, which only the agent's hash names).
+(but what becomes of a draft, which only the agent knows: its ids are its hash).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from agentd.agent.streaming import answer_draft
+from agentd.agent.streaming import draft_fate
 from agentd.chat.kept import KeptTable
-from agentd.chat.names import TURN_WORKFLOW
-from agentd.durable import store
 from agentd.matrix.ids import BASE
 
 # A card an approval still waits on, by its integer (`n`): it and its choices stay whatever
@@ -66,28 +64,25 @@ def kept_early() -> KeptTable:
 
 
 def kept_drafts() -> KeptTable:
-    """Drafts no open turn streams for, by `[retention] update_days` being on (any age):
-    only their answer reads them, and it will not come. A stopped turn's draft is ended with
-    its row (output.py `end_draft`), at the next start if the process died first
-    (agent/streaming.py `end_left_drafts`, before this can run); one can stay when the answer
-    was cut off as it went, or the homeserver was down then. One opened before drafts were
-    their answer's (id 0) stays: the chat's next answer takes its place."""
+    """Drafts whose turn was answered, by `[retention] update_days` being on (any age): only
+    their answer reads them, and it came (its send may have taken the draft's place, which
+    an end would hide). A draft whose answer will not come keeps its row until it is ended
+    (agent/streaming.py `draft_fate`): the end is made with its row (output.py `end_draft`),
+    at the next start if the process died first or the homeserver was down then, so no prune
+    in between may take away what that start reads. An open turn's draft stays, and so does
+    one opened before drafts were their answer's (id 0): the chat's next answer takes its
+    place."""
 
-    def orphans(conn: Any) -> list[tuple[int, int]]:
-        turns = conn.execute(
-            "SELECT id, retries FROM workflow_instances WHERE workflow = ? "
-            f"AND status IN {store.OPEN_STATUSES!r}",
-            (TURN_WORKFLOW,),
-        )
-        owned = {answer_draft(row[0], row[1]) for row in turns}
+    def answered(conn: Any) -> list[tuple[int, int]]:
         rows = conn.execute("SELECT chat_id, draft_id FROM matrix_drafts WHERE draft_id != 0")
-        return [(int(c), int(d)) for c, d in rows if d not in owned]
+        found = [(int(c), int(d)) for c, d in rows.fetchall()]
+        return [(c, d) for c, d in found if draft_fate(conn, c, d) == "answered"]
 
     def count(conn: Any, cut: float) -> int:
-        return len(orphans(conn))
+        return len(answered(conn))
 
     def prune(conn: Any, cut: float, batch: int) -> int:
-        gone = orphans(conn)[:batch]
+        gone = answered(conn)[:batch]
         sql = "DELETE FROM matrix_drafts WHERE chat_id = ? AND draft_id = ?"
         conn.executemany(sql, gone)
         return len(gone)

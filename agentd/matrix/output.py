@@ -285,7 +285,9 @@ class MatrixOutbox:
     async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
         """The draft ends as what it said and `note` (only that, if this process never saw
         what it said: it was sent before a restart). Under a transaction id from the draft's,
-        so doing it again after a crash is the same edit; best effort."""
+        so doing it again after a crash is the same edit; best effort. Its row goes once the
+        homeserver took the edit, or refused it for good (the bot left the room, say): one
+        the homeserver could not take now stays, for the next start to end."""
         text = self._shown.pop((chat_id, draft_id), "")
         self._unsure.discard((chat_id, draft_id))
         try:
@@ -295,7 +297,12 @@ class MatrixOutbox:
             room = await self.room_of(chat_id)
             edit = _replacing(found[1], f"{text}\n\n{note}" if text.strip() else note)
             txn = "agentd-stop-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
-            await self._client.send(room, "m.room.message", edit, txn[:60])
+            try:
+                await self._client.send(room, "m.room.message", edit, txn[:60])
+            except MatrixError as exc:
+                if exc.fault.kind != "permanent":
+                    raise
+                log.warning("matrix draft cannot be ended", extra={"reason": exc.fault.reason})
             await self._db.write(_close_draft, chat_id, draft_id)
         except Exception as exc:  # cancellation is BaseException and still propagates
             log.info("matrix draft not ended (best effort)", extra={"reason": type(exc).__name__})
