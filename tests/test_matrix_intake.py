@@ -800,8 +800,9 @@ async def test_a_quote_of_the_bot_is_its_record_never_the_senders_copy(db: Datab
     """A reply's fallback quote is written by the sender's client: in a group a member can make
     it say the bot promised anything. A reply to the bot's answer quotes what agentd kept of
     it; one to a message agentd kept no text of (a notice here), or to the bot's answer in
-    another room (not this room's to read), keeps the member's copy, read as theirs: outside
-    content of the group, never the bot's own earlier words."""
+    another room (not this room's to read; a turn only as it mentions the bot, as the quote
+    is no mention), keeps the member's copy, read as theirs: outside content of the group,
+    never the bot's own earlier words."""
     from agentd.agent.turn import _current_message
     from agentd.memory.history import save_message
 
@@ -842,9 +843,9 @@ async def test_a_quote_of_the_bot_is_its_record_never_the_senders_copy(db: Datab
         event["content"]["m.relates_to"] = {"m.in_reply_to": {"event_id": target}}
         return event
 
-    await persist(
-        in_group("g1", reply("$r1", "$answer"), reply("$r2", "$notice"), reply("$r3", "$private"))
-    )
+    elsewhere_reply = reply("$r3", "$private")
+    elsewhere_reply["content"]["m.mentions"] = {"user_ids": [BOT]}
+    await persist(in_group("g1", reply("$r1", "$answer"), reply("$r2", "$notice"), elsewhere_reply))
     answered, noticed, elsewhere = [TurnInput.model_validate(t) for t in await _turns(db)]
     assert answered.reply_to is not None and answered.reply_to.text == "Today: dentist at 3pm."
     assert answered.reply_to.from_bot and not answered.reply_to.unverified
@@ -934,3 +935,53 @@ async def test_in_a_group_only_a_reply_to_the_bots_message_of_that_room_addresse
     assert outcomes == {"$r-here": "turn", "$r-there": "ignore"}
     [turn] = [TurnInput.model_validate(t) for t in await _turns(db)]
     assert turn.reply_to is not None and turn.reply_to.from_bot
+
+
+async def test_in_a_group_a_reply_quoting_the_bot_is_no_mention_and_m_mentions_decides(
+    db: Database,
+) -> None:
+    """Replying to a member's message that named the bot puts that name in the reply's
+    fallback quote (`> <@member> @bot …`): words the sender did not write, so no mention.
+    A message with `m.mentions` (Matrix v1.7's intentional mentions) mentions whom it lists
+    and no one else, whatever its body says; one without is read in the sender's own words."""
+    group = "!group:hs"
+    me = ME.model_copy(update={"allow_groups": True})
+    members = [_member(BOT), _member(OWNER), _member(STRANGER)]
+
+    def in_group(token: str, *events: Any) -> dict[str, Any]:
+        joined = {group: {"state": {"events": members}, "timeline": {"events": list(events)}}}
+        return {"next_batch": token, "rooms": {"join": joined}}
+
+    async def persist(response: Any, first: bool = False) -> Any:
+        return await db.write(
+            persist_sync, response, me, engine, lambda c, p: "", lambda t, c: None, first=first
+        )
+
+    def reply(event_id: str, body: str, mentions: list[str] | None = None) -> dict[str, Any]:
+        event = _text(event_id, f"> <{STRANGER}> {BOT} what is on today?\n\n{body}")
+        event["content"]["m.relates_to"] = {"m.in_reply_to": {"event_id": "$member"}}
+        if mentions is not None:
+            event["content"]["m.mentions"] = {"user_ids": mentions}
+        return event
+
+    engine = await _engine(db)
+    await persist(in_group("g0"), first=True)
+    member = _text("$member", f"{BOT} what is on today?", sender=STRANGER)  # not served
+    events = [
+        member,
+        reply("$quoting", "I wonder too"),
+        reply("$listed", "do you know?", mentions=[BOT]),
+        reply("$unlisted", f"{BOT} do you know?", mentions=[STRANGER]),
+        reply("$own-words", f"{BOT} do you know?"),
+    ]
+    await persist(in_group("g1", *events))
+    outcomes = await db.read(
+        lambda c: dict(c.execute("SELECT event_id, outcome FROM matrix_events").fetchall())
+    )
+    assert outcomes == {
+        "$member": "reject",
+        "$quoting": "ignore",
+        "$listed": "turn",
+        "$unlisted": "ignore",
+        "$own-words": "turn",
+    }

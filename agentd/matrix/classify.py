@@ -74,16 +74,21 @@ def edit_of(event: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
 
 
 def addressed(event: dict[str, Any], bot: str, replied_to_bot: bool) -> bool:
-    """In a group, only a message meant for the bot is answered: a mention, or a reply."""
+    """In a group, only a message meant for the bot is answered: a mention, or a reply.
+
+    A message with `m.mentions` (the spec's intentional mentions, v1.7) mentions whom its
+    sender's client listed there, and no one else: its body is not searched, as the push
+    rules no longer search it then. One without is searched for the bot's id (or @localpart)
+    in the sender's own words: a reply's fallback quote (`> <@someone> …`, the message it
+    answers) is cut off first, so replying to a message that named the bot is no mention."""
     content = event.get("content") if isinstance(event.get("content"), dict) else {}
-    mentions = content.get("m.mentions") or {}
-    if isinstance(mentions, dict) and bot in (mentions.get("user_ids") or []):
-        return True
-    body = content.get("body")
+    mentions = content.get("m.mentions")
+    if isinstance(mentions, dict):
+        users = mentions.get("user_ids")
+        return (isinstance(users, list) and bot in users) or replied_to_bot
+    body = reply_parts(content)[2]
     localpart = bot.split(":")[0].lstrip("@")
-    if isinstance(body, str) and (bot in body or f"@{localpart}" in body):
-        return True
-    return replied_to_bot
+    return bot in body or f"@{localpart}" in body or replied_to_bot
 
 
 def reply_parts(content: dict[str, Any]) -> tuple[str, str, str]:
