@@ -224,9 +224,11 @@ def test_a_first_draft_synapse_took_unrecorded_is_replaced_once_by_its_answer(
         rig.daemon.kill9()  # within the client's timeout, so its retry never records it
         assert rig.query("SELECT * FROM matrix_drafts") == []
         rig.llm.reset()
-        rig.llm.stream_delay = 0  # at once: the answer is sent with no draft before it
         rig.llm.enqueue_text(final)
-        rig.proxy.hold_after('"m.new_content"')  # the answer's edit of the draft
+        # Not streamed now: the answer is sent with no draft before it, and the only edit is
+        # the answer's, of the draft Synapse hands back.
+        rig.daemon.env["AGENTD_CHAT__STREAMING"] = "false"
+        rig.proxy.hold_after('"m.new_content"')
         rig.daemon.start()
         wait_for(lambda: final in rig.shown(room), 60, "the answer shown")
         assert rig.shown(room) == [final], "the draft stays beside its answer"
