@@ -16,7 +16,14 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Engine, FakeClock, Step, workflow
 from agentd.matrix import ids, rooms
-from agentd.matrix.classify import MatrixIdentity, Room, classify_event, reply_parts, turn_of
+from agentd.matrix.classify import (
+    MatrixIdentity,
+    Room,
+    addressed,
+    classify_event,
+    reply_parts,
+    turn_of,
+)
 from agentd.matrix.intake import SINCE_KEY, persist_sync
 from agentd.memory.provenance import quoted_source
 
@@ -935,6 +942,32 @@ async def test_in_a_group_only_a_reply_to_the_bots_message_of_that_room_addresse
     assert outcomes == {"$r-here": "turn", "$r-there": "ignore"}
     [turn] = [TurnInput.model_validate(t) for t in await _turns(db)]
     assert turn.reply_to is not None and turn.reply_to.from_bot
+
+
+@pytest.mark.parametrize(
+    ("body", "meant"),
+    [
+        ("@bot what is on today?", True),
+        ("what is on today, @bot?", True),
+        ("@bot: what is on today", True),  # the old IRC way of addressing someone
+        (f"ask {BOT}.", True),
+        (f"{BOT}: hi", True),
+        ("@bottle of wine, anyone?", False),  # another name that starts the same
+        ("@bot:elsewhere.org what is on?", False),  # the same localpart on another server
+        ("mail me@bot.example", False),
+        (f"{BOT}.example is down", False),
+        (f"{BOT}:8448 is another server", False),
+        ("@bot_fan hi", False),
+    ],
+)
+def test_a_message_without_m_mentions_addresses_the_bot_by_its_whole_name(
+    body: str, meant: bool
+) -> None:
+    """In a group, a client without intentional mentions writes the bot's name in the text:
+    its id or `@localpart`, as a whole name; a longer name that starts the same is someone
+    else, and nobody is asked for by a word that merely holds the name."""
+    event = {"type": "m.room.message", "content": {"msgtype": "m.text", "body": body}}
+    assert addressed(event, BOT, replied_to_bot=False) is meant
 
 
 async def test_in_a_group_a_reply_quoting_the_bot_is_no_mention_and_m_mentions_decides(

@@ -7,6 +7,7 @@ same `TurnInput` a Telegram message becomes.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -86,9 +87,18 @@ def addressed(event: dict[str, Any], bot: str, replied_to_bot: bool) -> bool:
     if isinstance(mentions, dict):
         users = mentions.get("user_ids")
         return (isinstance(users, list) and bot in users) or replied_to_bot
-    body = reply_parts(content)[2]
-    localpart = bot.split(":")[0].lstrip("@")
-    return bot in body or f"@{localpart}" in body or replied_to_bot
+    return names_bot(reply_parts(content)[2], bot) or replied_to_bot
+
+
+def names_bot(body: str, bot: str) -> bool:
+    """Whether `body` names the bot as a whole name: its id, or `@localpart` with no server
+    (as people type it); `@bot` inside `@bottle`, `@bot:other.org` or `x@bot` is someone else.
+    A sentence's full stop may follow either; a dot that goes on into a word may not."""
+    localpart = re.escape(bot.split(":")[0].lstrip("@"))
+    server = r":[\w\[]"  # a colon that goes on into a server name (a colon then a space does not)
+    bare = rf"@{localpart}(?![\w=/+-]|{server})"
+    whole = rf"(?<![\w@.+=/-])(?:{re.escape(bot)}(?![\w-]|{server})|{bare})(?!\.\w)"
+    return re.search(whole, body) is not None
 
 
 def reply_parts(content: dict[str, Any]) -> tuple[str, str, str]:
