@@ -65,7 +65,7 @@ def check(
 def over_tokens(conn: Any, limits: LimitsConfig, *, user_id: int | None, now: float) -> TokenLimit:
     """The daily token budget this user's next model call would go over ("": none is spent).
     Checked before a call, so the call that crosses a budget is the last one (every answer
-    is in the ledger as it arrives: ledger/billing.py).
+    is in the ledger as it arrives: llm/billing.py).
 
     `user_id` None: a call made for nobody, an automation's while no owner is configured.
     The per-user budget then holds the automations' own tokens as one user's, never

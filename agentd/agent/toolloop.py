@@ -31,7 +31,7 @@ from agentd.chat.names import turn_purpose
 from agentd.chat.outfiles import SpooledFile
 from agentd.durable import Step
 from agentd.ledger import audit, usage
-from agentd.ledger.billing import Row, answer_row, bill, complete_billed, cut_rows
+from agentd.llm.billing import Row, answer_row, bill, complete_billed, cut_rows
 from agentd.llm.types import (
     CutAttempt,
     LLMRequest,

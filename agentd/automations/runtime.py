@@ -49,8 +49,8 @@ from agentd.durable import (
     store,
 )
 from agentd.ledger import audit, usage
-from agentd.ledger.billing import Billed
 from agentd.llm import LLM
+from agentd.llm.billing import Billed
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import (
     LLMRequest,

@@ -36,7 +36,7 @@ AskAgain = Callable[[], Awaitable[bool]]
 
 class Asks(Protocol):
     """What a structured call asks: an LLM, or one whose every answer is billed as it arrives
-    (ledger/billing.py `Billed`), so an answer that did not fit is counted before the next."""
+    (llm/billing.py `Billed`), so an answer that did not fit is counted before the next."""
 
     async def complete(self, req: LLMRequest) -> LLMResponse: ...
 

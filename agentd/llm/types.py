@@ -172,5 +172,5 @@ class LLMError(Exception):
         self.model = model  # the label of the model that failed, when one was called
         # Answers paid for before this error, in one (a structured call's that did not fit:
         # llm/structured.py), for the caller's figures (in the ledger already when the call
-        # was billed: ledger/billing.py); None: none.
+        # was billed: llm/billing.py); None: none.
         self.spent: LLMResponse | None = None

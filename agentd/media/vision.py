@@ -20,8 +20,8 @@ from agentd.config import LimitsConfig, VisionConfig
 from agentd.db import Database
 from agentd.durable import NonRetryable
 from agentd.ledger import usage
-from agentd.ledger.billing import Billed
 from agentd.llm import LLM
+from agentd.llm.billing import Billed
 from agentd.llm.structured import AskAgain, StructuredOutputError, complete_structured
 from agentd.llm.types import ImageBlock, LLMRequest, Message, SystemBlock, TextBlock
 from agentd.parsing.image import NotAnImage, downscale_bounded

@@ -25,8 +25,8 @@ from agentd.config import Config
 from agentd.db import Database
 from agentd.durable import Clock, NonRetryable, Retry, Step, StepFailed, Workflow, workflow
 from agentd.ledger import audit, usage
-from agentd.ledger.billing import Billed
 from agentd.llm import LLM
+from agentd.llm.billing import Billed
 from agentd.llm.structured import StructuredOutputError, complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.memory.facts import ExtractedFact, ExtractedFacts, apply_extracted_facts

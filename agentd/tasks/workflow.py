@@ -22,7 +22,7 @@ from agentd.chat.delivery import deliver_text
 from agentd.chat.names import TASK_WORKFLOW
 from agentd.durable import Step, Workflow, workflow
 from agentd.ledger import usage
-from agentd.ledger.billing import answer_row, bill, complete_billed, cut_rows
+from agentd.llm.billing import answer_row, bill, complete_billed, cut_rows
 from agentd.llm.types import (
     CutAttempt,
     LLMResponse,

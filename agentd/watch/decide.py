@@ -11,8 +11,8 @@ from functools import partial
 
 from agentd.db import Database
 from agentd.ledger import usage
-from agentd.ledger.billing import Billed
 from agentd.llm import LLM
+from agentd.llm.billing import Billed
 from agentd.llm.structured import AskAgain, complete_structured
 from agentd.llm.types import LLMRequest, Message, SystemBlock
 from agentd.watch.model import Verdict
