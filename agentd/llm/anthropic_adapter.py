@@ -272,26 +272,9 @@ class AnthropicLLM:
             nonlocal made
             made += 1
             if not stream:
-                await self._get_client()  # a stop before the request leaves costs nothing
-                try:
-                    return await self._create(params)
-                except asyncio.CancelledError:  # stopped while the API worked on it: billed
-                    cut.append(taken_unseen(label, made, params))
-                    raise
-                except Exception as exc:
-                    if answer_timed_out(exc):  # the API took the request: billed
-                        cut.append(taken_unseen(label, made, params))
-                    raise
+                return await self._create_billed(params, label, made, cut)
             assert on_text is not None
-            tally = StreamTally()
-            try:
-                return await self._stream(params, on_text, tally)
-            except (Exception, asyncio.CancelledError) as exc:
-                if (broken := tally.cut(label, made)) is not None:
-                    cut.append(broken)
-                elif answer_timed_out(exc):  # taken, and timed out before its first event
-                    cut.append(taken_unseen(label, made, params))
-                raise
+            return await self._stream_billed(params, on_text, label, made, cut)
 
         try:
             message, tries = await call_with_retries(
@@ -326,6 +309,41 @@ class AnthropicLLM:
                 },
             )
         return response
+
+    async def _create_billed(
+        self, params: dict[str, Any], label: str, made: int, cut: list[CutAttempt]
+    ) -> dict[str, Any]:
+        """One attempt not streamed; one the API took and never answered goes to `cut`."""
+        await self._get_client()  # a stop before the request leaves costs nothing
+        try:
+            return await self._create(params)
+        except asyncio.CancelledError:  # stopped while the API worked on it: billed
+            cut.append(taken_unseen(label, made, params))
+            raise
+        except Exception as exc:
+            if answer_timed_out(exc):  # the API took the request: billed
+                cut.append(taken_unseen(label, made, params))
+            raise
+
+    async def _stream_billed(
+        self,
+        params: dict[str, Any],
+        on_text: OnText,
+        label: str,
+        made: int,
+        cut: list[CutAttempt],
+    ) -> dict[str, Any]:
+        """One streamed attempt; one that ended partway, or timed out before its first
+        event, goes to `cut`."""
+        tally = StreamTally()
+        try:
+            return await self._stream(params, on_text, tally)
+        except (Exception, asyncio.CancelledError) as exc:
+            if (broken := tally.cut(label, made)) is not None:
+                cut.append(broken)
+            elif answer_timed_out(exc):  # taken, and timed out before its first event
+                cut.append(taken_unseen(label, made, params))
+            raise
 
     def _label(self, model: str) -> str:
         return model if self.name == ANTHROPIC else f"{self.name}/{model}"
