@@ -16,7 +16,11 @@ the questions whose evidence spans several sessions. The ideas:
   speaker's run of messages around it ("burst"), windows of 1-3 messages each side, only the 2-3
   before, windows of 150-600 characters, the window only for turns under n words ("adapt"),
   and the window as a column of its own beside the message before ("nearby", what ships), at
-  several column weights.
+  several column weights;
+- BM25's two constants: FTS5's `bm25()` fixes k1 = 1.2 and b = 0.75 (b: how much a long message
+  is discounted); "bm25 k1 K b B" recomputes FTS5's formula (its IDF, its column weights, the
+  row's tokens over the table's mean) from the table's `fts5vocab` instances with other values.
+  At 1.2 / 0.75 it gives FTS5's own figures to within ties.
 
 Scratch figures for choosing; the numbers the choice rests on are benchmarks/README.md's.
 """
@@ -24,12 +28,14 @@ Scratch figures for choosing; the numbers the choice rests on are benchmarks/REA
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sqlite3
 import statistics
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import MappingProxyType
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -105,6 +111,7 @@ class Index:
             " tokenize='porter unicode61')"
         )
         self.db.execute("CREATE VIRTUAL TABLE t USING fts5(content, tokenize='trigram')")
+        self.db.execute("CREATE VIRTUAL TABLE fv USING fts5vocab(f, 'instance')")
         self.owner: dict[int, str] = {}
         self.ranges: list[tuple[int, int]] = []
         self.vocab: list[set[str]] = []
@@ -152,6 +159,43 @@ class Index:
         ).fetchall()
 
 
+_COLUMN_WEIGHTS = MappingProxyType({"content": 1.0, "context": 0.5, "nearby": 0.5})
+
+
+class Bm25:
+    """FTS5's bm25() over `f` with the column weights 1.0 / 0.5 / 0.5, k1 and b as given."""
+
+    def __init__(self, index: Index) -> None:
+        self.index = index
+        self.hits: dict[str, dict[int, float]] = {}  # term → row → weighted count
+        self.tokens: dict[int, int] = {}
+        for term, row, col in index.db.execute("SELECT term, doc, col FROM fv"):
+            per_row = self.hits.setdefault(term, {})
+            per_row[row] = per_row.get(row, 0.0) + _COLUMN_WEIGHTS[col]
+            self.tokens[row] = self.tokens.get(row, 0) + 1
+        self.rows = len(index.owner)
+        self.mean = sum(self.tokens.values()) / max(1, len(self.tokens))
+        self.db = sqlite3.connect(":memory:")
+        self.db.execute("CREATE VIRTUAL TABLE q USING fts5(x, tokenize='porter unicode61')")
+        self.db.execute("CREATE VIRTUAL TABLE qv USING fts5vocab(q, 'row')")
+
+    def stems(self, text: str) -> list[str]:
+        self.db.execute("DELETE FROM q")
+        self.db.execute("INSERT INTO q (x) VALUES (?)", (" ".join(query_terms(text)),))
+        return [term for (term,) in self.db.execute("SELECT term FROM qv")]
+
+    def search(self, text: str, lo: int, hi: int, k1: float, b: float) -> list[int]:
+        score: dict[int, float] = {}
+        for term in self.stems(text):
+            rows = self.hits.get(term, {})
+            idf = max(math.log((self.rows - len(rows) + 0.5) / (len(rows) + 0.5)), 1e-6)
+            for row, f in rows.items():
+                if lo <= row <= hi:
+                    norm = k1 * (1 - b + b * self.tokens[row] / self.mean)
+                    score[row] = score.get(row, 0.0) + idf * f * (k1 + 1) / (f + norm)
+        return sorted(score, key=lambda r: (-score[r], r))[:50]
+
+
 def _windows(turns: Sequence[Turn]) -> list[str | None]:
     out: list[str | None] = [None] * len(turns)
     sessions: dict[str, list[int]] = {}
@@ -197,7 +241,7 @@ def _fused(a: list[tuple[int, float]], b: list[tuple[int, float]], w: float) -> 
     return sorted(score, key=lambda r: (-score[r], r))
 
 
-def variants(index: Index, conv_no: int) -> dict[str, Search]:
+def variants(index: Index, conv_no: int, bm25: Bm25) -> dict[str, Search]:
     """The searches of one index (module docstring), each by name."""
 
     def porter(weights: str) -> Search:
@@ -219,26 +263,37 @@ def variants(index: Index, conv_no: int) -> dict[str, Search]:
         return search
 
     out: dict[str, Search] = {"porter": porter("1.0, 0.5, 0.5")}
-    return out | {
-        "trigram": lambda q, lo, hi: [r for r, _ in index.trigram(q, lo, hi)],
-        "porter+trigram 0.2": lambda q, lo, hi: _fused(
-            index.porter(build_fts_query(q), lo, hi, "1.0, 0.5, 0.5"), index.trigram(q, lo, hi), 0.2
-        ),
-        "fuzzy 4+": fuzzy(4),
-        "fuzzy 5+": fuzzy(5),
-        "context 0.3": porter("1.0, 0.3, 0.3"),
-        "context 0.7": porter("1.0, 0.7, 0.7"),
-        "context 0.5, nearby 0.3": porter("1.0, 0.5, 0.3"),
-        "context 0.3, nearby 0.3": porter("1.0, 0.3, 0.3"),
-    }
+    return (
+        out
+        | {
+            "trigram": lambda q, lo, hi: [r for r, _ in index.trigram(q, lo, hi)],
+            "porter+trigram 0.2": lambda q, lo, hi: _fused(
+                index.porter(build_fts_query(q), lo, hi, "1.0, 0.5, 0.5"),
+                index.trigram(q, lo, hi),
+                0.2,
+            ),
+            "fuzzy 4+": fuzzy(4),
+            "fuzzy 5+": fuzzy(5),
+            "context 0.3": porter("1.0, 0.3, 0.3"),
+            "context 0.7": porter("1.0, 0.7, 0.7"),
+            "context 0.5, nearby 0.3": porter("1.0, 0.5, 0.3"),
+            "context 0.3, nearby 0.3": porter("1.0, 0.3, 0.3"),
+        }
+        | {
+            f"bm25 k1 {k1} b {b}": lambda q, lo, hi, k1=k1, b=b: bm25.search(q, lo, hi, k1, b)
+            for k1 in (0.6, 1.2, 2.0)
+            for b in (0.0, 0.3, 0.5, 0.75, 1.0)
+        }
+    )
 
 
 def run(convs: list[Conversation], mode: str, names: Sequence[str]) -> None:
     index = Index(convs, mode)
+    bm25 = Bm25(index)
     table: dict[str, dict[str, list[float]]] = {}
     for n, conv in enumerate(convs):
         lo, hi = index.ranges[n]
-        searches = variants(index, n)
+        searches = variants(index, n, bm25)
         for name in names or searches:
             if name not in searches:
                 continue
