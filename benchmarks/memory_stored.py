@@ -78,7 +78,9 @@ class ExtractiveLLM:
 
     model = "extractive-fake"
 
-    async def complete(self, req: LLMRequest, on_text: Any = None) -> LLMResponse:
+    async def complete(
+        self, req: LLMRequest, on_text: Any = None, *, cut: Any = None
+    ) -> LLMResponse:
         block = str(req.messages[0].content)
         summary: list[str] = []
         facts: list[dict[str, str]] = []
@@ -126,8 +128,10 @@ class ObservedLLM(ExtractiveLLM):
     def __init__(self, by_minute: dict[int, list[str]]) -> None:
         self.by_minute = by_minute
 
-    async def complete(self, req: LLMRequest, on_text: Any = None) -> LLMResponse:
-        answer = await super().complete(req, on_text)
+    async def complete(
+        self, req: LLMRequest, on_text: Any = None, *, cut: Any = None
+    ) -> LLMResponse:
+        answer = await super().complete(req, on_text, cut=cut)
         facts: list[dict[str, Any]] = []
         for line in str(req.messages[0].content).splitlines():
             m = _LINE.match(line)

@@ -312,3 +312,22 @@ def test_a_turns_window_is_the_messages_around_it_in_its_session() -> None:
         for i, text in enumerate(texts, start=1)
     ]
     assert bench.windows(turns) == ["b", "a", None]  # sessions do not see each other
+
+
+async def test_the_stored_benchmark_summarises_through_the_daemons_steps(tmp_path: Path) -> None:
+    """memory_stored.py drives the real summarise steps with its fake model: when the steps'
+    call into the model changes, the fake must still answer, or the stored figures are gone."""
+    spec = importlib.util.spec_from_file_location(
+        "memory_stored", ROOT / "benchmarks" / "memory_stored.py"
+    )
+    assert spec is not None and spec.loader is not None
+    stored = importlib.util.module_from_spec(spec)
+    sys.modules["memory_stored"] = stored
+    spec.loader.exec_module(stored)
+    conversations, _ = _bench().load_dataset(DATASET)
+    one = [c for c in conversations if c.sample_id == "syn-1"]
+    text = await stored.run(one, HashingEmbedder(), TUNED_FUSION["hashing"], tmp_path)
+    assert "'summary':" in text and "0 turns left unsummarised" in text, text
+    hybrid = next(line for line in text.splitlines() if line.startswith("hybrid "))
+    r5, r10 = (float(x) for x in hybrid.split()[1:3])
+    assert 0.3 < r5 <= r10 <= 1.0, text
