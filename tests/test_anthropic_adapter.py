@@ -338,3 +338,96 @@ async def test_bedrock_without_its_extra_names_the_extra() -> None:
         pytest.skip("botocore is installed here")
     with pytest.raises(LLMError, match=r"agentd\[bedrock\]"):
         AnthropicLLM(LLMConfig(), None, provider=ProviderConfig(kind="bedrock", region="us-east-1"))
+
+
+async def test_a_stream_stopped_before_its_first_event_is_billed_as_estimated(
+    fake: FakeAnthropic,
+) -> None:
+    """Stopped (a cancel) while the API works on a streamed answer, before any of it came: the
+    request was taken, so billed, as a call not streamed is; the caller gets the attempt, its
+    input estimated from the request's text, nothing of the output guessed, marked so."""
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "k")
+    stopped: list[CutAttempt] = []
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    fake.reset()
+    try:
+        fake.enqueue_hang()
+        call = asyncio.create_task(llm.complete(REQUEST, on_text, cut=stopped))
+        [sent] = await fake.wait_for_requests_async(1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        await llm.close()
+        fake.reset()
+    assert sent["body"]["stream"] is True
+    [cut] = stopped
+    assert (cut.model, cut.attempt, cut.estimated) == ("claude-haiku-4-5", 1, True)
+    assert cut.usage.input_tokens == tokens_in(prompt_chars(sent["body"])) > 10
+    assert cut.usage.output_tokens == 0
+
+
+ERROR_EVENT = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+
+
+@pytest.mark.parametrize(
+    ("answer", "billed"),
+    [
+        ({"events": []}, True),  # a 200, then the body ended: the API had begun
+        ({"events": [], "drop": True}, True),  # a 200, then the connection cut
+        ({"events": [{"type": "ping"}], "drop": True}, True),
+        ({"events": [ERROR_EVENT]}, False),  # the API said it failed: nothing billed
+    ],
+)
+async def test_a_stream_that_ends_before_its_first_event_is_billed_when_the_api_took_it(
+    fake: FakeAnthropic, answer: dict[str, Any], billed: bool
+) -> None:
+    """A streamed answer that came (200) and ended before message_start, broken or cut: the
+    API took the request, so the attempt is in `cut` by estimate; one whose first event was
+    the API's error is not (nor an HTTP error, test_errors_keep_status_and_retryability)."""
+    from tests.fakes.anthropic import RawStream
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "k")
+    broken: list[CutAttempt] = []
+    fake.reset()
+    try:
+        fake.enqueue(RawStream(**answer))
+        with pytest.raises(LLMError):
+            await llm.complete(REQUEST, on_text, cut=broken)
+        [sent] = fake.requests
+    finally:
+        await llm.close()
+        fake.reset()
+    if not billed:
+        assert broken == []
+        return
+    [cut] = broken
+    assert (cut.attempt, cut.estimated, cut.usage.output_tokens) == (1, True, 0)
+    assert cut.usage.input_tokens == tokens_in(prompt_chars(sent["body"]))
+
+
+@pytest.mark.parametrize("case", ["rate_limited", "overloaded", "dropped"])
+async def test_a_stream_the_api_refused_is_not_billed(fake: FakeAnthropic, case: str) -> None:
+    """An HTTP error in place of a streamed answer, or a connection cut before any answer: the
+    API began nothing, so nothing is in `cut`."""
+    enqueue = ERRORS[case][0]
+
+    async def on_text(_text: str) -> None:
+        pass
+
+    llm = AnthropicLLM(LLMConfig(base_url=fake.base_url, retries=0), "k")
+    refused: list[CutAttempt] = []
+    try:
+        enqueue(fake)
+        with pytest.raises(LLMError):
+            await llm.complete(REQUEST, on_text, cut=refused)
+    finally:
+        await llm.close()
+        fake.reset()
+    assert refused == []

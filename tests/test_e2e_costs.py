@@ -241,6 +241,39 @@ def test_a_call_not_streamed_that_the_owner_stops_is_in_the_ledger(tmp_path: Pat
             assert estimated_input == tokens_in(prompt_chars(llm.requests[0]["body"])) > 100
 
 
+def test_a_stream_the_owner_stops_before_its_first_event_is_in_the_ledger(
+    tmp_path: Path,
+) -> None:
+    """/stop while the model works on a streamed answer of which nothing has come yet: the API
+    took the request and bills it, so the stopped attempt has its row, as a call not streamed
+    has: its input estimated from the request's text, no output guessed, marked so."""
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url)
+        with running_daemon(tmp_path, env) as daemon:
+            llm.hold()
+            try:
+                tg.add_message(OWNER, OWNER, "hello")
+                llm.wait_for_held(1, timeout=30)
+                assert llm.requests[0]["stream"] is True
+                tg.add_message(OWNER, OWNER, "/stop")
+                tg.wait_until(
+                    lambda: any("Stopped working on" in m["plain_text"] for m in tg.sent),
+                    30,
+                    "stop",
+                )
+                # The reply follows the row (engine.cancel waits for the stopped task).
+                rows = daemon.query(
+                    "SELECT step, attempt, input_tokens, output_tokens, estimated FROM llm_usage "
+                    "WHERE purpose = 'turn'"
+                )
+            finally:
+                llm.release()
+            daemon.wait_for_instances(1, status="cancelled")
+            [(step, attempt, estimated_input, output, estimated)] = [tuple(r) for r in rows]
+            assert (step, attempt, output, estimated) == ("llm#1", 1, 0, 1)
+            assert estimated_input == tokens_in(prompt_chars(llm.requests[0]["body"])) > 100
+
+
 SUMMARY = {
     "summary": "Alice talked about moving to Lyon.",
     "facts": [{"kind": "fact", "key": "home_city", "content": "Lives in Lyon"}],

@@ -26,7 +26,7 @@ from agentd.llm.types import (
     ToolSpec,
 )
 from tests.fakes.full_listener import full_listener
-from tests.fakes.openai_chat import ChatFault, ChatReply, FakeChat, _tokens
+from tests.fakes.openai_chat import ChatError, ChatFault, ChatReply, FakeChat, _tokens
 
 WEATHER = ToolSpec(
     name="weather",
@@ -417,3 +417,69 @@ async def test_a_structured_answer_from_a_model_without_tools_comes_as_json(
     assert result == Summary(summary="They talked about the week.")
     assert "tools" not in sent and sent["response_format"]["type"] == "json_schema"
     assert response.usage.input_tokens > 0
+
+
+async def _on_text(_text: str) -> None:
+    pass
+
+
+async def test_a_stream_stopped_before_its_first_chunk_is_billed_as_estimated(
+    chat: FakeChat,
+) -> None:
+    """Stopped (a cancel) while the server works on a streamed answer, before any chunk came:
+    the request was taken, so billed, as a call not streamed is: its input estimated from
+    the request's text, nothing of the output guessed, marked so."""
+    llm = _llm(chat)
+    stopped: list[CutAttempt] = []
+    req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+    chat.reset()
+    try:
+        chat.enqueue(ChatFault("hang"))
+        call = asyncio.create_task(llm.complete(req, _on_text, model="qwen", cut=stopped))
+        [sent] = await asyncio.to_thread(chat.wait_for_requests, 1)
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+    finally:
+        await llm.close()
+        chat.reset()
+    assert sent["body"]["stream"] is True
+    [cut] = stopped
+    assert (cut.model, cut.attempt, cut.estimated) == ("local/qwen", 1, True)
+    assert cut.usage.input_tokens == tokens_in(prompt_chars(sent["body"])) > 100
+    assert cut.usage.output_tokens == 0
+
+
+@pytest.mark.parametrize(
+    ("fault", "billed"),
+    [
+        (ChatFault("answered_drop"), True),  # a 200, then the connection cut: it had begun
+        (ChatFault("error_chunk"), False),  # the server said it failed: nothing billed
+        (ChatFault("drop"), False),  # cut before any answer
+        (ChatError(503, "overloaded"), False),
+    ],
+)
+async def test_a_stream_that_ends_before_its_first_chunk_is_billed_when_the_server_took_it(
+    chat: FakeChat, fault: Any, billed: bool
+) -> None:
+    """A streamed answer that came (200) and broke before its first chunk: the server took
+    the request, so the attempt is in `cut` by estimate; an error the server sent in place
+    of the answer, or no answer at all, is not."""
+    llm = _llm(chat)
+    broken: list[CutAttempt] = []
+    req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+    chat.reset()
+    try:
+        chat.enqueue(fault)
+        with pytest.raises(LLMError):
+            await llm.complete(req, _on_text, model="qwen", cut=broken)
+        [sent] = chat.requests
+    finally:
+        await llm.close()
+        chat.reset()
+    if not billed:
+        assert broken == []
+        return
+    [cut] = broken
+    assert (cut.attempt, cut.estimated, cut.usage.output_tokens) == (1, True, 0)
+    assert cut.usage.input_tokens == tokens_in(prompt_chars(sent["body"]))

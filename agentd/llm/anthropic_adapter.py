@@ -20,7 +20,7 @@ from agentd.config.models import ANTHROPIC, ProviderConfig
 from agentd.llm.anthropic_cut import StreamTally, usage_from_api
 from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
 from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
-from agentd.llm.cut import answer_timed_out, taken_unseen
+from agentd.llm.cut import answer_timed_out, stream_taken, taken_unseen
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
 from agentd.llm.types import (
@@ -214,6 +214,7 @@ class AnthropicLLM:
         client = await self._get_client()
         stopped, open_blocks = False, 0
         async with client.messages.stream(**params) as stream:  # closed however it ends
+            tally.answered = True  # the SDK enters once a 2xx answer came
             events = aiter(stream)
             while True:
                 try:
@@ -333,15 +334,16 @@ class AnthropicLLM:
         made: int,
         cut: list[CutAttempt],
     ) -> dict[str, Any]:
-        """One streamed attempt; one that ended partway, or timed out before its first
-        event, goes to `cut`."""
+        """One streamed attempt; one that ended partway goes to `cut`, and so does one the
+        API took that ended before its first event (stopped, timed out, cut)."""
+        await self._get_client()  # a stop before the request leaves costs nothing
         tally = StreamTally()
         try:
             return await self._stream(params, on_text, tally)
         except (Exception, asyncio.CancelledError) as exc:
             if (broken := tally.cut(label, made)) is not None:
                 cut.append(broken)
-            elif answer_timed_out(exc):  # taken, and timed out before its first event
+            elif stream_taken(exc, tally.answered):
                 cut.append(taken_unseen(label, made, params))
             raise
 

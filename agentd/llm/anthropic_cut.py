@@ -36,6 +36,7 @@ def _as_dict(value: Any) -> dict[str, Any]:
 class StreamTally:
     """The usage an answer stream has reported so far, and how much it has written."""
 
+    answered: bool = False  # a 2xx answer came: the server took the request
     started: dict[str, Any] | None = None  # message_start's usage
     delta: dict[str, Any] | None = None  # the last message_delta's (cumulative)
     chars: int = 0  # text and tool input received

@@ -3,13 +3,14 @@ API bills the tokens it had generated, so the ledger records the attempt (types.
 though no answer came of it. Where the stream had not reported a count yet, the count is
 estimated from the text and marked as an estimate; the rule is this module's alone (a whole
 answer from a server that sends no count is estimated by it too: openai_mapping.py). So is a
-call the server took of which nothing was seen, yet billed: one not streamed (or a stream not
-begun) that was stopped while the server worked on it, or that timed out waiting for its
-answer.
+call the server took of which nothing was seen, yet billed: one not streamed that was stopped
+while the server worked on it, or that timed out waiting for its answer; and a stream that
+ended before its first event (`stream_taken`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from agentd.llm.estimate import tokens_in
@@ -73,3 +74,22 @@ def answer_timed_out(exc: BaseException) -> bool:
         if e is not None
         for k in type(e).__mro__
     )
+
+
+def stream_taken(exc: BaseException, answered: bool) -> bool:
+    """Whether a streamed attempt that ended before its answer's first event was taken by the
+    server, so billed: stopped once its request was out (as a call not streamed is), timed out
+    waiting for the first event, or `answered` (a 2xx came: the server had begun) and then cut
+    or ended; not when the server sent an error in place of the answer, nor when the request
+    failed before any answer (an HTTP error, a connection refused)."""
+    if isinstance(exc, asyncio.CancelledError) or answer_timed_out(exc):
+        return True
+    return answered and not _server_error(exc)
+
+
+def _server_error(exc: BaseException) -> bool:
+    """An error the server itself reported (either SDK's APIError, a status or an error event
+    in the stream), not a connection that broke (its APIConnectionError, or the HTTP client's
+    own exception). Known by name, as `answer_timed_out` knows its exceptions."""
+    names = {k.__name__ for k in type(exc).__mro__}
+    return "APIError" in names and "APIConnectionError" not in names

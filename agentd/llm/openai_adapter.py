@@ -17,7 +17,7 @@ from typing import Any
 
 from agentd.config.models import ProviderConfig
 from agentd.llm.anthropic_errors import StreamIncomplete
-from agentd.llm.cut import answer_timed_out, prompt_chars, taken_unseen
+from agentd.llm.cut import answer_timed_out, prompt_chars, stream_taken, taken_unseen
 from agentd.llm.openai_mapping import (
     Capabilities,
     ChunkFold,
@@ -170,6 +170,7 @@ class OpenAILLM:
         stream = await client.chat.completions.create(
             **params, stream=True, stream_options={"include_usage": True}
         )
+        fold.answered = True  # the SDK returns the stream once a 2xx answer came
         async with stream:
             async for chunk in stream:
                 if fold.add(chunk.to_dict(mode="json")):
@@ -201,34 +202,16 @@ class OpenAILLM:
         params = build_params(req, model, self._config.max_tokens, as_json)
         stream = on_text is not None and self._provider.streaming and not as_json
 
-        made = 0
+        made, cut = 0, cut if cut is not None else []
 
         async def call() -> LLMResponse:
             nonlocal made
             made += 1
             if not stream:
-                await self._get_client()  # a stop before the request leaves costs nothing
-                try:
-                    return await self._create(params, model, req.tool_choice if as_json else None)
-                except asyncio.CancelledError:
-                    if cut is not None:  # stopped while the server worked on it: billed
-                        cut.append(taken_unseen(label, made, params))
-                    raise
-                except Exception as exc:
-                    if cut is not None and answer_timed_out(exc):  # taken: billed
-                        cut.append(taken_unseen(label, made, params))
-                    raise
+                as_tool = req.tool_choice if as_json else None
+                return await self._create_billed(params, model, as_tool, label, made, cut)
             assert on_text is not None
-            fold = ChunkFold()
-            try:
-                return await self._stream(params, model, on_text, fold)
-            except (Exception, asyncio.CancelledError) as exc:
-                broken = fold.cut(label, made, prompt_chars(params))
-                if broken is None and answer_timed_out(exc):  # taken, no chunk came in time
-                    broken = taken_unseen(label, made, params)
-                if broken is not None and cut is not None:
-                    cut.append(broken)
-                raise
+            return await self._stream_billed(params, model, on_text, label, made, cut)
 
         try:
             response, tries = await call_with_retries(
@@ -250,6 +233,50 @@ class OpenAILLM:
             await on_text(response.text)  # a provider that does not stream: shown at the end
         notes = self._notes(req, label)
         return response.model_copy(update={"attempt": tries, "provider": self.name, **notes})
+
+    async def _create_billed(
+        self,
+        params: dict[str, Any],
+        model: str,
+        as_tool: str | None,
+        label: str,
+        made: int,
+        cut: list[CutAttempt],
+    ) -> LLMResponse:
+        """One attempt not streamed; one the server took and never answered goes to `cut`."""
+        await self._get_client()  # a stop before the request leaves costs nothing
+        try:
+            return await self._create(params, model, as_tool)
+        except asyncio.CancelledError:  # stopped while the server worked on it: billed
+            cut.append(taken_unseen(label, made, params))
+            raise
+        except Exception as exc:
+            if answer_timed_out(exc):  # taken: billed
+                cut.append(taken_unseen(label, made, params))
+            raise
+
+    async def _stream_billed(
+        self,
+        params: dict[str, Any],
+        model: str,
+        on_text: OnText,
+        label: str,
+        made: int,
+        cut: list[CutAttempt],
+    ) -> LLMResponse:
+        """One streamed attempt; one that ended partway goes to `cut`, and so does one the
+        server took that ended before its first chunk (stopped, timed out, cut)."""
+        await self._get_client()  # a stop before the request leaves costs nothing
+        fold = ChunkFold()
+        try:
+            return await self._stream(params, model, on_text, fold)
+        except (Exception, asyncio.CancelledError) as exc:
+            broken = fold.cut(label, made, prompt_chars(params))
+            if broken is None and stream_taken(exc, fold.answered):
+                broken = taken_unseen(label, made, params)
+            if broken is not None:
+                cut.append(broken)
+            raise
 
     def _error(
         self, exc: BaseException, req: LLMRequest, caps: Capabilities, label: str

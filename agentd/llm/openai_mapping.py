@@ -256,6 +256,7 @@ class ChunkFold:
         self.finish: str | None = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
+        self.answered = False  # a 2xx answer came: the server took the request
         self.started = False  # a chunk came: the server took the request, so bills it
         self.written = 0  # characters of text and tool arguments received
 

@@ -120,6 +120,7 @@ class RawStream:
 
     events: list[dict[str, Any]]
     delay: float = 0.0
+    drop: bool = False  # after the events, the connection cut, not ended
 
 
 @dataclass
@@ -749,6 +750,9 @@ class FakeAnthropic(FakeServer):
         for event in spec.events:
             kind = event.get("type", "message")
             await response.write(f"event: {kind}\ndata: {json.dumps(event)}\n\n".encode())
+        if spec.drop:
+            self._log_response("raw_stream_drop", 200, events=len(spec.events))
+            return self.drop_connection(request)
         await response.write_eof()
         self._log_response("raw_stream", 200, events=len(spec.events))
         return response

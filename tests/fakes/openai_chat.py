@@ -46,7 +46,7 @@ class ChatError:
 
 @dataclass
 class ChatFault:
-    kind: str  # drop | malformed | hang
+    kind: str  # drop | malformed | hang | answered_drop | error_chunk (these two streamed)
 
 
 ChatSpec = ChatReply | ChatError | ChatFault
@@ -153,6 +153,8 @@ class FakeChat(FakeServer):
                 return web.Response(text='{"id": "chatcmpl-', content_type="application/json")
             if spec.kind == "hang":
                 await sleep_or_closing(self, 3600)
+            if spec.kind in ("answered_drop", "error_chunk"):
+                return await self._stream_fault(request, spec.kind)
             return self.drop_connection(request)
         if body.get("stream"):
             return await self._stream(request, body, spec)
@@ -160,6 +162,18 @@ class FakeChat(FakeServer):
         if not self.usage:
             del whole["usage"]
         return web.json_response(whole)
+
+    async def _stream_fault(self, request: web.Request, kind: str) -> web.StreamResponse:
+        """A 200 stream with no chunk: the connection dropped at once (`answered_drop`), or
+        the error vLLM and llama.cpp's server send in place of the answer (`error_chunk`)."""
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        if kind == "answered_drop":
+            return self.drop_connection(request)
+        error = {"error": {"message": "the model crashed", "type": "server_error", "code": 500}}
+        await response.write(f"data: {json.dumps(error)}\n\n".encode())
+        await response.write_eof()
+        return response
 
     def _completion(self, body: dict[str, Any], spec: ChatReply) -> dict[str, Any]:
         calls = [
