@@ -212,6 +212,41 @@ def test_a_stopped_streams_row_is_in_the_ledger_when_agentd_dies_as_the_stop_is_
             daemon.stop()
 
 
+def test_a_stop_slower_than_the_wait_says_its_count_is_still_to_come(tmp_path: Path) -> None:
+    """/stop while the answer streams, the stream 7 s to end once stopped, longer than /stop
+    waits for it (engine.STOP_WAIT, 5 s): the reply does not say the stop is done with its
+    cost counted, but that the count follows; the row is there once the turn has ended."""
+    from agentd.commands.chat import STILL_ENDING
+
+    (tmp_path / "agentd.toml").write_text('[tools]\nplugins = ["tests.plugins.crash_tools"]\n')
+    with FakeTelegram.running() as tg, FakeAnthropic.running(stream_chunk_chars=8) as llm:
+        env = daemon_env(
+            tmp_path,
+            tg.base_url,
+            llm.base_url,
+            AGENTD_CONFIG=str(tmp_path / "agentd.toml"),
+            AGENTD_TEST_SLOW_STOP="7",
+            **EVERY_DRAFT,
+        )
+        llm.enqueue_stream_stall("word " * 40, after_deltas=8)
+        with running_daemon(tmp_path, env) as daemon:
+            tg.add_message(OWNER, OWNER, "hello")
+            tg.wait_until(lambda: drafted(tg, WRITTEN), 30, "the 64 characters drafted")
+            tg.add_message(OWNER, OWNER, "/stop")
+            [reply] = tg.wait_until(
+                lambda: [m for m in tg.sent if "Stopped working on" in m["plain_text"]],
+                30,
+                "the stop's reply",
+            )
+            assert reply["plain_text"].endswith(STILL_ENDING.strip())
+            daemon.wait_for_instances(1, status="cancelled", timeout=30)
+            rows = daemon.query(
+                "SELECT step, attempt, output_tokens, estimated FROM llm_usage "
+                "WHERE purpose = 'turn'"
+            )
+            assert [tuple(r) for r in rows] == [("llm#1", 1, 16, 1)]
+
+
 def test_a_call_not_streamed_that_the_owner_stops_is_in_the_ledger(tmp_path: Path) -> None:
     """/stop while the model works on an answer not streamed (streaming off, as in a group):
     nothing of it was seen, but the API took the request and bills it, so the stopped call

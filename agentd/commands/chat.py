@@ -19,12 +19,15 @@ from agentd.commands.router import (
     CommandRouter,
 )
 from agentd.durable import store
+from agentd.durable.engine import STOPPING
 from agentd.ledger import usage
 from agentd.ledger.pricing import ModelPrice, Tokens, cost, price_for
 from agentd.llm.pricing import price_table
 from agentd.memory import history
 
 STOPPED_CARD = "⏹ **Stopped with /stop** — `{tool}` was not run."
+# A stopped turn that had not ended when /stop answers: its model call's row is not written.
+STILL_ENDING = " It is still ending: what its model call cost is counted once it has."
 
 
 def _preview(text: str, limit: int = 60) -> str:
@@ -147,8 +150,9 @@ async def stop_command(deps: CommandDeps, inp: CommandInput) -> CommandReply:
 async def stop_turns(deps: CommandDeps, turns: list[store.InstanceRecord]) -> CommandReply:
     ids = [t.id for t in turns]
     withdrawn = await deps.db.write(_withdraw_approvals, ids, deps.clock.now())
-    for turn in turns:
-        await deps.cancel(turn.id)
+    # Each waited for until it has ended, so what it spent is counted; one slower than that is
+    # still ending, and the reply says so.
+    ending = [turn for turn in turns if await deps.cancel(turn.id) == STOPPING]
     # The stopped requests stay in `agentd history` but never reach the model again, or a
     # later message would have it carry out what the user just stopped.
     await deps.db.write(history.withdraw, ids, "stopped")
@@ -167,6 +171,8 @@ async def stop_turns(deps: CommandDeps, turns: list[store.InstanceRecord]) -> Co
         text += f" The approval request for {tools} is withdrawn; it was not run."
     if len(turns) > 1:
         text += f" Also stopped {len(turns) - 1} other message(s)."
+    if ending:
+        text += STILL_ENDING
     return CommandReply(text=text)
 
 

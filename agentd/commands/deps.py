@@ -18,7 +18,8 @@ class CommandDeps:
     db: Database
     outbox: Outbox
     clock: Clock
-    cancel: Callable[[str], Awaitable[str]]  # the engine's cancel: stops a running instance now
+    # The engine's cancel: stops a running instance now (STOPPING: it had not ended in time).
+    cancel: Callable[[str], Awaitable[str]]
     started_at: float  # when the daemon started, for /status
     embedder: Any = None  # memory's embedder, for edits made from /memory (None: not embedded)
     # The engine's prepare_start: a button press starts a workflow in the intake transaction.

@@ -44,6 +44,9 @@ RECONCILE_EVERY = 10
 # How long `cancel` waits for a stopped instance's task to end: its stop path is a commit or
 # two; a step that ignores the cancel for longer (a shielded wait) is not waited for.
 STOP_WAIT = 5.0
+# What `cancel` answers when the stopped task had not ended by then: what its stop path writes
+# is not committed yet.
+STOPPING = "stopping"
 
 
 @dataclass(frozen=True)
@@ -205,13 +208,15 @@ class Engine:
     async def cancel(self, instance_id: str) -> str:
         """Flag the instance cancelled and, if it runs here, stop its task and wait (at most
         STOP_WAIT) for it to end: what its stop path writes (a stopped model call's usage row)
-        is committed by then, so a stop said done is done, even if the process dies next."""
+        is committed by then, so a stop said done is done, even if the process dies next.
+        STOPPING when the task had not ended by then, so the caller does not say it is done."""
         status = await self.db.write(store.request_cancel, instance_id, self.clock.now())
         task = self._tasks.get(instance_id)
         if status == "cancel_requested" and task is not None:
             self._cancel_task(instance_id)
             if task is not asyncio.current_task():
-                await asyncio.wait({task}, timeout=STOP_WAIT)
+                ended, _ = await asyncio.wait({task}, timeout=STOP_WAIT)
+                return status if ended else STOPPING
         return status
 
     def stop_flagged(self, instance_id: str) -> None:
