@@ -9,14 +9,12 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from agentd.config import Config
-from agentd.ledger import usage
 from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
 from agentd.watch.create import WatchRequest, create, timing
@@ -252,15 +250,14 @@ async def test_verdicts_that_did_not_fit_are_in_the_ledger(tmp_path: Path) -> No
 
 
 async def test_a_decision_is_not_asked_again_once_its_first_answer_reached_the_cap(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     """The decision's first answer came in words and cost 440 tokens, past the watch's cap
     of 300 alone: the verdict is not asked for a second time, the check is capped (as one the
     cap holds before its first ask: the owner is told it is paused, and the later checks of
-    the day are held), and the answer paid for is in the ledger."""
+    the day are held), and the answer paid for is in the ledger, dated by the engine's clock
+    (the rig's, a day other than today), the one the caps read."""
     async with watch_rig(tmp_path, daily_tokens=300) as (rig, fake):
-        # The ledger's rows dated by the rig's clock, the day its caps count.
-        monkeypatch.setattr(usage, "time", SimpleNamespace(time=rig.clock.now))
         words = {"input_tokens": 400, "output_tokens": 40}
         fake.set_responder(
             lambda body: {"content": [{"type": "text", "text": "Hm."}], "usage": words}
@@ -289,9 +286,11 @@ async def test_a_decision_is_not_asked_again_once_its_first_answer_reached_the_c
         assert {r[:2] for r in decided[1:]} == {("capped", "held by today's cap")}
         assert len(fake.requests) == 1  # one ask, not two, and none while the cap holds
         rows = await rig.db.read(
-            lambda c: c.execute("SELECT input_tokens, output_tokens FROM llm_usage").fetchall()
+            lambda c: c.execute("SELECT input_tokens, output_tokens, at FROM llm_usage").fetchall()
         )
-        assert [tuple(r) for r in rows] == [(400, 40)]
+        [(tokens_in_, tokens_out, at)] = [tuple(r) for r in rows]
+        assert (tokens_in_, tokens_out) == (400, 40)
+        assert START <= at <= START + 4 * 600  # the rig's day, not today
         told = [text for _, text in rig.outbox.sent]
         assert len(told) == 1 and "is paused until 00:00 UTC" in told[0] and cap in told[0]
 

@@ -256,6 +256,7 @@ async def call_llm(
         instance_id=instance_id,
         step=step_name,
         user_id=inp.user_id,
+        now=deps.clock.now,  # the day the budgets count
     )
     cut: list[CutAttempt] = []  # attempts cut short, as they end
     response = await _complete(deps, inp, req, _streamer(deps, inp, draft), row, cut)

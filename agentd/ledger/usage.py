@@ -4,7 +4,7 @@ whose answer stream broke partway (billed all the same), and what they cost."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -58,6 +58,7 @@ def record(
     user_id: int | None = None,  # whose turn it served: budgets and /status are per user
     calls: int = 1,  # how many calls the row stands for (an embedder's minute: many)
     estimated: bool = False,  # counts estimated from text: the provider sent none
+    now: Callable[[], float] = time.time,  # the clock the budgets read: the engine's
 ) -> None:
     conn.execute(
         "INSERT INTO llm_usage (at, instance_id, step, attempt, chat_id, purpose, model, "
@@ -65,7 +66,7 @@ def record(
         "cache_write_1h_tokens, user_id, calls, estimated, audio_seconds) "
         "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
         (
-            time.time(),
+            now(),
             instance_id,
             step,
             attempt,

@@ -244,6 +244,7 @@ async def summarise_block(
         instance_id=instance_id,
         step=name,
         user_id=inp.user_id,
+        now=deps.clock.now,  # the day the budgets count
     )
 
     async def ask_again() -> bool:

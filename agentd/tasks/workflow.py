@@ -67,6 +67,7 @@ async def call_task_llm(
         instance_id=instance_id,
         step=name,
         user_id=inp.user_id,
+        now=deps.clock.now,  # the day the budgets count
     )
     cut: list[CutAttempt] = []  # attempts cut short (a stop mid-call), as they end
     response = await complete_billed(deps.db, deps.llm, req, row, cut)

@@ -7,6 +7,8 @@ tool but the verdict, and a verdict can only become a message to the owner.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from functools import partial
 
 from agentd.db import Database
@@ -46,6 +48,7 @@ async def decide(
     instance_id: str,
     step: str,
     ask_again: AskAgain | None = None,
+    now: Callable[[], float] = time.time,
 ) -> tuple[Verdict, int]:
     """The verdict and the tokens it cost (recorded as the watch's usage, purpose `watch`);
     `ask_again` says whether an answer that did not fit may be followed by a second ask."""
@@ -62,6 +65,7 @@ async def decide(
         instance_id=instance_id,
         step=step,
         user_id=w.user_id,
+        now=now,  # the day the caps count
     )
     # Each answer is the watch's usage as it arrives, one that did not fit too (paid for).
     verdict, response = await complete_structured(

@@ -156,7 +156,14 @@ async def run_decision(deps: WatchDeps, inp: OccurrenceInput, shown: str, iid: s
 
     try:
         verdict, tokens = await decide(
-            deps.llm, deps.db, w, shown, instance_id=iid, step="decide", ask_again=ask_again
+            deps.llm,
+            deps.db,
+            w,
+            shown,
+            instance_id=iid,
+            step="decide",
+            ask_again=ask_again,
+            now=deps.clock.now,
         )
     except StructuredOutputError as exc:
         if not (exc.stopped and held):
