@@ -95,8 +95,9 @@ class Usage(Tokens):
 
 
 class CutAttempt(BaseModel):
-    """An attempt whose answer stream broke partway, or was stopped by a cancel (streamed or
-    not): the API bills what it took and generated, so the ledger records it beside the answer
+    """An attempt the API took that gave no answer: its stream broke partway or before its
+    first event, it was stopped by a cancel (streamed or not), or its answer timed out. The
+    API bills what it took and generated, so the ledger records it beside the answer
     that came after (or the error, or the stop). An adapter appends each to the list its
     caller passes as `cut` the moment the attempt ends, so the caller has them however the
     call ends."""
