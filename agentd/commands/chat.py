@@ -171,9 +171,16 @@ async def stop_turns(deps: CommandDeps, turns: list[store.InstanceRecord]) -> Co
         text += f" The approval request for {tools} is withdrawn; it was not run."
     if len(turns) > 1:
         text += f" Also stopped {len(turns) - 1} other message(s)."
-    if ending:
-        text += STILL_ENDING
-    return CommandReply(text=text)
+    return CommandReply(text=text + _still_ending(len(turns), len(ending)))
+
+
+def _still_ending(stopped: int, ending: int) -> str:
+    """What the reply adds for the stopped turns that had not ended when it is sent."""
+    if not ending:
+        return ""
+    if stopped == 1:
+        return STILL_ENDING
+    return f" {ending} of them are still ending: what they cost is counted once they have."
 
 
 def _paired_by(conn: Any, digest: str, user_id: int) -> bool:
