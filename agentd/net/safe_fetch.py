@@ -21,7 +21,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from yarl import URL
 
 from agentd.net.addresses import AddressPolicy, parse_ip
-from agentd.net.bodies import read_at_most
+from agentd.net.bodies import Arrived, read_at_most
 from agentd.net.html_text import HtmlTooHard, html_to_text_bounded
 
 # (host, port) -> IP address strings. The default asks the system (getaddrinfo); tests
@@ -264,6 +264,7 @@ async def _get(
     policy: FetchPolicy,
     accept: Callable[[str], bool] | None,
     authorization: str | None,
+    arrived: Arrived,
 ) -> RawResponse:
     current = check_url(url, policy)
     home = _origin(current)
@@ -284,7 +285,9 @@ async def _get(
                 # to another server, port or scheme.
                 on_home = authorization and _origin(current) == home
                 sent = {"Authorization": authorization} if on_home else {}
+                arrived.answered, arrived.body_bytes = False, 0  # this hop's server
                 async with session.get(current, allow_redirects=False, headers=sent) as resp:
+                    arrived.answered = True
                     location = resp.headers.get("Location")
                     if resp.status in _REDIRECTS and location:
                         if len(redirects) >= policy.max_redirects:
@@ -307,7 +310,7 @@ async def _get(
                         raise UnsupportedContent(
                             f"{current} is {content_type} content, which is not read", content_type
                         )
-                    body = await read_at_most(resp.content, policy.max_bytes + 1)
+                    body = await read_at_most(resp.content, policy.max_bytes + 1, arrived)
                     body, truncated = body[: policy.max_bytes], len(body) > policy.max_bytes
                     return RawResponse(
                         url=str(current),
@@ -341,11 +344,14 @@ async def fetch_raw(
     `accept(content_type)` may refuse a response before its body is read; `authorization` (an
     Authorization header's value) is sent to `url`'s own scheme, host and port only.
     """
+    arrived = Arrived()
     try:
         async with asyncio.timeout(policy.timeout):
-            return await _get(url, policy, accept, authorization)
+            return await _get(url, policy, accept, authorization, arrived)
     except TimeoutError:
-        raise FetchError(f"no complete answer within {policy.timeout:g} s") from None
+        raise FetchError(
+            f"no complete answer within {policy.timeout:g} s ({arrived.said()})"
+        ) from None
 
 
 def is_textual(content_type: str) -> bool:
