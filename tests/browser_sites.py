@@ -49,6 +49,45 @@ SIGNIN_FORM = (
 )
 
 
+# Web components: the answer, a field, a button, a form and (in a shadow root in the shadow
+# root) a link and many more, each in an open shadow root; the host's child shown through a
+# slot; and a closed shadow root, which no script outside it can read.
+SHADOW_BODY = """<p>Before the widget</p>
+<answer-card><span slot=note>A note from the page</span></answer-card>
+<sealed-card></sealed-card>
+<p>After the widget</p>
+<script>
+customElements.define('answer-card', class extends HTMLElement {
+  constructor() {
+    super();
+    const root = this.attachShadow({mode: 'open'});
+    root.innerHTML = '<p>The answer is 42</p><slot name=note></slot>' +
+      '<p><label>Name <input id=name></label> <button id=hello>Say hello</button></p>' +
+      '<p id=out></p><form method=post action=/form/done><label>Email <input name=name>' +
+      '</label></form><inner-links></inner-links>';
+    root.getElementById('hello').onclick = () => {
+      root.getElementById('out').textContent = 'Hello, ' + root.getElementById('name').value;
+    };
+  }
+});
+customElements.define('inner-links', class extends HTMLElement {
+  constructor() {
+    super();
+    const root = this.attachShadow({mode: 'open'});
+    let links = '';
+    for (let n = 0; n < 60; n++) links += "<a href='/to/" + n + "'>more " + n + '</a> ';
+    root.innerHTML = "<p>Deeper still</p><a href='/ssr'>Go to the shop</a> " + links;
+  }
+});
+customElements.define('sealed-card', class extends HTMLElement {
+  constructor() {
+    super();
+    this.attachShadow({mode: 'closed'}).innerHTML = '<p>Sealed text</p><button>Hidden</button>';
+  }
+});
+</script>"""
+
+
 def _page(title: str, body: str) -> bytes:
     head = f"<!doctype html><html><head><title>{title}</title></head>"
     return f"{head}<body>{body}</body></html>".encode()
@@ -246,6 +285,8 @@ class Site:
         if path == "/manyframes":
             frames = "<iframe src='/ssr' width=300 height=60></iframe>" * 15
             return 200, _page("Frames", frames), {}
+        if path == "/shadow":
+            return 200, _page("Widgets", SHADOW_BODY), {}
         if path.startswith("/opened"):
             with self.lock:
                 self.opened += 1

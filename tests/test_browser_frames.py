@@ -1,8 +1,9 @@
-"""Frames, with the real Chromium in its sandbox: a page whose content sits in frames (of its
-own site, and of another site, which Chromium runs in a process of its own) is read whole,
-each frame in agentd's own world and within the page's caps; frames nested too deep, or past
-the count a reading takes, are named and not read; an element in a frame is acted on where
-it is."""
+"""Frames and shadow roots, with the real Chromium in its sandbox: a page whose content sits
+in frames (of its own site, and of another site, which Chromium runs in a process of its own)
+is read whole, each frame in agentd's own world and within the page's caps; frames nested too
+deep, or past the count a reading takes, are named and not read; an element in a frame is
+acted on where it is. A web component's open shadow root is read where it shows, within the
+same caps, and its elements acted on; a closed one cannot be read."""
 
 from __future__ import annotations
 
@@ -116,5 +117,57 @@ async def test_a_frame_that_never_answers_is_left_out_and_the_page_read(
         assert "[a frame that did not answer in time, not read]" in snap.text
         # Still the turn's page, read again as it is.
         assert "Outer page" in (await service.snapshot(found)).text
+    finally:
+        await service.close()
+
+
+async def test_open_shadow_roots_are_read_where_they_show_and_their_elements_acted_on(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """The answer, a field, a button and a form sit in a custom element's open shadow root; a
+    link and 60 more in a shadow root inside it; the host's own child shows through a slot."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, max_elements=20)
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/shadow")
+        text = snap.text
+        order = [
+            "Before the widget",
+            "The answer is 42",
+            "A note from the page",
+            "Deeper still",
+            "Go to the shop",
+            "After the widget",
+        ]
+        at = [text.find(s) for s in order]
+        assert -1 not in at and at == sorted(at), text
+        # A closed shadow root is out of any script's reach, agentd's included.
+        assert "Sealed text" not in text and "Hidden" not in text
+        # The page's element cap counts what shadow roots hold.
+        assert len(snap.elements) == 20 and snap.elements[-1].text == "more 15"
+        shown = [(e.text, e.kind) for e in snap.elements[:4]]
+        assert shown == [
+            ("Name", "input"),
+            ("Say hello", "button"),
+            ("Email", "input"),
+            ("Go to the shop", "link"),
+        ]
+        field, button, email = snap.elements[:3]
+        await actions.type_text(service, found, field.ref, "Ann")
+        await actions.click(service, found, button.ref)
+        assert "Hello, Ann" in (await service.snapshot(found)).text
+        # A form in a shadow root, submitted from its field in agentd's own world.
+        snap = await service.snapshot(found)
+        email = next(e for e in snap.elements if e.text == "Email")
+        await actions.type_text(service, found, email.ref, "Bo")
+        await actions.submit(service, found, email.ref)
+        assert site.posted("/form/done") == [{"name": "Bo"}]
+        snap = await actions.open_url(service, found, f"{site.base}/shadow")
+        # Read again, the elements keep their place; a link two shadow roots deep is followed.
+        snap = await service.snapshot(found)
+        link = next(e for e in snap.elements if e.text == "Go to the shop")
+        await actions.click(service, found, link.ref)
+        assert found.page.url == f"{site.base}/ssr"
     finally:
         await service.close()

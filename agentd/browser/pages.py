@@ -1,7 +1,7 @@
-"""A page as the model reads it: its visible text in document order, with the interactive
-elements numbered, capped in the page before anything crosses to agentd (the service runs
-`SNAPSHOT_JS` in a world of its own, where the page's scripts cannot rewrite the builtins it
-counts with).
+"""A page as the model reads it: its visible text in document order (a web component's open
+shadow root where it shows), with the interactive elements numbered, capped in the page before
+anything crosses to agentd (the service runs `SNAPSHOT_JS` in a world of its own, where the
+page's scripts cannot rewrite the builtins it counts with).
 
 Each numbered element gets a `data-agentd-ref` attribute and a description (its kind, visible
 text, link target, form). The page can move or rewrite those attributes, so an action looks
@@ -36,6 +36,17 @@ _ELEMENT_FUNCS = r"""
     if (!t) t = (el.innerText || el.value || el.getAttribute('placeholder') ||
                  el.getAttribute('title') || el.getAttribute('alt') || el.name || '');
     return t.replace(/\s+/g, ' ').trim().slice(0, 120);
+  };
+  // Every element matching `sel` in the document and in each open shadow root in it, at
+  // any depth (querySelectorAll stops at a shadow root; Playwright's selectors do not).
+  const deepAll = (sel) => {
+    const found = []; const roots = [document];
+    while (roots.length) {
+      const root = roots.pop();
+      for (const el of root.querySelectorAll(sel)) found.push(el);
+      for (const el of root.querySelectorAll('*')) if (el.shadowRoot) roots.push(el.shadowRoot);
+    }
+    return found;
   };
   const describe = (el) => {
     const tag = el.tagName.toLowerCase();
@@ -73,7 +84,8 @@ SNAPSHOT_JS = (
     r"""
 ([maxChars, maxEls, gen, firstN, readFrames]) => {
   const ATTR = 'data-agentd-ref';
-  for (const e of document.querySelectorAll('[' + ATTR + ']')) e.removeAttribute(ATTR);
+  FUNCS
+  for (const e of deepAll('[' + ATTR + ']')) e.removeAttribute(ATTR);
   const INTERACTIVE = 'a[href],button,input:not([type=hidden]),select,textarea,summary,' +
     '[role=button],[role=link],[role=checkbox],[contenteditable=""],[contenteditable=true]';
   const out = []; const els = []; const frames = [];
@@ -83,7 +95,6 @@ SNAPSHOT_JS = (
     if (size + s.length > maxChars) { out.push(s.slice(0, maxChars - size)); cut = true; return; }
     out.push(s); size += s.length;
   };
-  FUNCS
   const walk = (node) => {
     if (cut) return;
     if (node.nodeType === 3) {
@@ -94,6 +105,14 @@ SNAPSHOT_JS = (
     if (node.nodeType !== 1) return;
     const el = node; const tag = el.tagName;
     if (['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD'].includes(tag)) return;
+    if (tag === 'SLOT') {
+      // Where a shadow root shows its host's children (or, given none, its own); it has no
+      // box of its own, so it is never "shown".
+      if (getComputedStyle(el).display === 'none') return;
+      const given = el.assignedNodes();
+      for (const child of (given.length ? given : el.childNodes)) walk(child);
+      return;
+    }
     const root = tag === 'BODY' || tag === 'HTML';
     if (!root && !shown(el) && el.getClientRects().length === 0) return;
     if (tag === 'IFRAME' || tag === 'FRAME') {
@@ -114,7 +133,9 @@ SNAPSHOT_JS = (
     }
     const block = getComputedStyle(el).display;
     if (block !== 'inline') push('\n');
-    for (const child of el.childNodes) walk(child);
+    // An open shadow root is what the element shows: its children come in through its slots.
+    // A closed one is out of reach (shadowRoot is null): its content is not read.
+    for (const child of (el.shadowRoot || el).childNodes) walk(child);
     if (block !== 'inline') push('\n');
   };
   walk(document.body || document.documentElement);
@@ -132,9 +153,7 @@ SNAPSHOT_JS = (
 # snapshot's shape). The service runs it in agentd's own world, as it runs the snapshot: the
 # page cannot rewrite the builtins or getters it reads to make a changed element pass.
 DESCRIBE_JS = (
-    "(ref) => {"
-    + _ELEMENT_FUNCS
-    + "const found = document.querySelectorAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
+    "(ref) => {" + _ELEMENT_FUNCS + "const found = deepAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
     " return {count: found.length, element: found.length ? describe(found[0]) : null}; }"
 ).replace("ATTR", REF_ATTR)
 
@@ -144,7 +163,7 @@ DESCRIBE_JS = (
 # the `form` getter, in its own world cannot turn the submission into another); "changed" when
 # not exactly one element carries the ref, "no form" when it is in none.
 SUBMIT_JS = (
-    "(ref) => { const found = document.querySelectorAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
+    "(ref) => {" + _ELEMENT_FUNCS + "const found = deepAll('[ATTR=\"' + CSS.escape(ref) + '\"]');"
     " if (found.length !== 1) return 'changed';"
     " const form = found[0].form || found[0].closest('form');"
     " if (!form) return 'no form';"
