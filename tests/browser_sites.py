@@ -231,6 +231,14 @@ class Site:
                 "<a href='/ssr' target=_blank>Open the shop</a>"
             )
             return 200, _page("Deals", body + script), {}
+        if path == "/tabs":  # links to new tabs: straight to the page, and through a redirect
+            body = (
+                "<a href='/ssr' target=_blank>Open the shop</a> "
+                "<a href='/go?to=/ssr' target=_blank>Open the shop through a redirect</a>"
+            )
+            return 200, _page("Tabs", body), {}
+        if path.startswith("/go?to="):  # a redirect (a link shortener, a click counter)
+            return 302, _page("Moved", ""), {"Location": path.split("=", 1)[1]}
         if path == "/popstorm":  # a timer trying to open windows all along, and a new-tab link
             script = (
                 "<script>let tried = 0; const timer = setInterval(() => { tried += 1;"

@@ -309,6 +309,35 @@ async def test_a_page_opens_no_window_by_itself_but_a_click_on_a_new_tab_link_do
         await service.close()
 
 
+async def test_a_new_tab_link_through_a_redirect_is_switched_to_as_a_direct_one_is(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A link shortener or click counter: the window opens at the address the link was
+    redirected to, not the link's; it is still the window the model asked for."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/tabs")
+        direct = next(e.ref for e in snap.elements if e.text == "Open the shop")
+        await actions.click(service, found, direct)
+        await _until(lambda: found.page.url == f"{site.base}/ssr", 10, "the direct link's tab")
+        shown = await actions.read(service, found)
+        assert "Note: the link opened in a new tab (tab 2); this is that tab" in shown
+        service.switch_tab(found, 1)
+        snap = await service.snapshot(found)
+        redirected = next(e for e in snap.elements if "through a redirect" in e.text)
+        assert redirected.href == f"{site.base}/go?to=/ssr"
+        await actions.click(service, found, redirected.ref)
+        await _until(lambda: found.page.url == f"{site.base}/ssr", 10, "the redirected tab")
+        shown = await actions.read(service, found)
+        assert "Note: the link opened in a new tab (tab 3); this is that tab" in shown
+        assert f"[tab 3] {site.base}/ssr (this page)" in shown
+        assert "not switched to" not in shown
+    finally:
+        await service.close()
+
+
 async def test_a_window_a_page_opens_is_a_new_tab_listed_to_the_model_never_its_page(
     site_and_folder: tuple[Site, Path],
 ) -> None:

@@ -141,6 +141,9 @@ class Session:
     # The address of the link the model clicked last: a window opening at it is the one it
     # asked for, and becomes the current page.
     asked: str = ""
+    # Where a navigation that began at a clicked link's address was redirected, and that link:
+    # a window opening there is the link's too (its address is no longer the link's).
+    led_to: dict[str, str] = field(default_factory=dict)
     note: str = ""  # what the next reading tells about the turn's tabs
     used: float = field(default_factory=time.monotonic)
     # browser_download is waiting for the file its click starts: the one download kept.
@@ -431,18 +434,20 @@ class BrowserService:
             )
             self._keep_tab(made, page)
             context.on("page", lambda p: self._follow(made, p))  # a popup
+            context.on("request", lambda r: _note_redirect(made, r))
             self._guard_downloads(made, page)
             self.sessions[instance_id] = made
             return made
 
     def _follow(self, found: Session, page: Any) -> None:
         """A new window: a tab of the turn's, and its current page only when it is the link
-        the model clicked. Past _MAX_PAGES a window is closed as it opens (a click's user
-        activation lets a page's timer open several), unless it is that link's: it takes the
-        place of the newest window a page opened by itself."""
+        the model clicked (at the link's address, or where that address redirected). Past
+        _MAX_PAGES a window is closed as it opens (a click's user activation lets a page's
+        timer open several), unless it is that link's: it takes the place of the newest window
+        a page opened by itself."""
         if page in found.tabs.values():
             return  # agentd's own (a wedged page's replacement)
-        asked = bool(found.asked) and page.url == found.asked
+        asked = bool(found.asked) and found.asked in (page.url, found.led_to.get(page.url))
         if len(found.tabs) >= _MAX_PAGES:
             spare = [n for n in found.popups if found.tabs[n] is not found.page]
             if not asked or not spare:
@@ -454,6 +459,7 @@ class BrowserService:
         self._guard_downloads(found, page)
         if asked:
             found.asked = ""
+            found.led_to.clear()
             found.page = page
             found.note = f"the link opened in a new tab (tab {number}); this is that tab"
         else:
@@ -742,6 +748,27 @@ class BrowserService:
                 f"the page moved the element [{ref}] since it was read; read the page again"
             )
         return hits[0].locator(selector).first, hits[0]
+
+
+_MAX_REDIRECTS_KEPT = 32  # a clicked link's redirects remembered, until a window takes them
+
+
+def _note_redirect(found: Session, request: Any) -> None:
+    """A navigation redirected from the address of the link the model clicked: where it went.
+    A new window's first requests come before the window is known, so this is the one way to
+    tell the link's own window, redirected, from one the page opened by itself."""
+    if not found.asked or request.redirected_from is None:
+        return
+    if not request.is_navigation_request():
+        return
+    first = request.redirected_from
+    while first.redirected_from is not None:
+        first = first.redirected_from
+    if first.url != found.asked:
+        return
+    if len(found.led_to) >= _MAX_REDIRECTS_KEPT:
+        found.led_to.clear()
+    found.led_to[request.url] = found.asked
 
 
 async def _close_page(page: Any) -> None:
