@@ -237,6 +237,20 @@ class Site:
                 "<a href='/go?to=/ssr' target=_blank>Open the shop through a redirect</a>"
             )
             return 200, _page("Tabs", body), {}
+        if path == "/closer":  # a window that closes itself, and one whose page does so later
+            body = (
+                "<p>A window that closes</p><button onclick='window.close()'>Close it</button>"
+                "<a href='/closer' target=_blank>Open another</a>"
+                "<a href='/slam' target=_blank>Open the slam</a>"
+                "<button onclick='setTimeout(() => window.close(), 300)'>Close it soon</button>"
+            )
+            return 200, _page("Closer", body), {}
+        if path == "/slam":  # a button that opens a window of the page's choosing and closes
+            body = (  # the page the turn was on: its window must not become the turn's page
+                "<p>Slam</p><button onclick=\"window.open('/opened?slam=1'); window.close()\">"
+                "Go</button>"
+            )
+            return 200, _page("Slam", body), {}
         if path.startswith("/go?to="):  # a redirect (a link shortener, a click counter)
             return 302, _page("Moved", ""), {"Location": path.split("=", 1)[1]}
         if path == "/popstorm":  # a timer trying to open windows all along, and a new-tab link

@@ -338,6 +338,73 @@ async def test_a_new_tab_link_through_a_redirect_is_switched_to_as_a_direct_one_
         await service.close()
 
 
+async def test_a_tab_that_closes_itself_gives_way_to_the_tab_the_model_was_on_before(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """window.close() in the turn's page: on the click that closes it (the tool reads the page
+    after the click), and later by a timer (the next call reads). The turn goes back to the
+    open tab it chose last, as a browser goes back to the tab a closed one came from, and the
+    reading says so."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/closer")
+        for tab in (2, 3):  # tab 1 opens tab 2, which opens tab 3
+            link = next(e.ref for e in snap.elements if e.text == "Open another")
+            await actions.click(service, found, link)
+            await _until(lambda n=tab: len(found.tabs) == n, 10, f"tab {tab}")
+            snap = await service.snapshot(found)
+            assert snap.note == f"the link opened in a new tab (tab {tab}); this is that tab"
+        # Tab 3 closes on the click: the click went through, and the page read after it is
+        # tab 2, where the model came from (not tab 1, the first).
+        close = next(e.ref for e in snap.elements if e.text == "Close it")
+        found = await service.session("t")
+        await actions.click(service, found, close)
+        shown = await actions.read(service, found)
+        assert "Note: the tab this turn was on closed; this is tab 2" in shown, shown
+        assert f"[tab 1] {site.base}/closer\n[tab 2] {site.base}/closer (this page)" in shown
+        assert "[tab 3]" not in shown
+        # Tab 2 closes itself later, by a timer: the turn's next call is on tab 1.
+        soon = next(e.ref for e in (await service.snapshot(found)).elements if "soon" in e.text)
+        await actions.click(service, found, soon)
+        await _until(lambda: 2 not in found.tabs, 10, "tab 2 closed")
+        found = await service.session("t")
+        snap = await service.snapshot(found)
+        assert snap.note == "the tab this turn was on closed; this is tab 1"
+        assert [(t.number, t.current) for t in snap.tabs] == [(1, True)]
+    finally:
+        await service.close()
+
+
+async def test_a_closed_tab_never_gives_way_to_a_window_a_page_opened_by_itself(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    """A page opens a window of its choosing and closes the turn's tab. With no other tab of
+    the model's left (here the test closes the first; agentd closes a wedged one), that window
+    is still listed as a page's own, not read as the turn's page: a fresh empty tab is."""
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/closer")
+        link = next(e.ref for e in snap.elements if e.text == "Open the slam")
+        await actions.click(service, found, link)
+        await _until(lambda: found.page.url == f"{site.base}/slam", 10, "the slam's tab")
+        snap = await service.snapshot(found)
+        await found.tabs[1].close()
+        await actions.click(service, found, snap.elements[0].ref)
+        shown = await actions.read(service, found)
+        assert found.page.url == "about:blank"
+        assert "Note: the tab this turn was on closed, and no other tab it chose is open" in shown
+        assert f"[tab 3] {site.base}/opened?slam=1 (new: a page opened it; not switched to)" in (
+            shown
+        )
+        assert "[tab 4] about:blank (this page)" in shown
+    finally:
+        await service.close()
+
+
 async def test_a_window_a_page_opens_is_a_new_tab_listed_to_the_model_never_its_page(
     site_and_folder: tuple[Site, Path],
 ) -> None:

@@ -71,7 +71,7 @@ def _short(exc: BaseException) -> str:
 async def navigating(frame: Any, action: Callable[[], Awaitable[Any]], seconds: float) -> None:
     """Run `action`, then let the navigation it starts in `frame` reach its load event, waiting
     at most `seconds` (an action that navigates nowhere costs that wait; its own errors go
-    on)."""
+    on, unless it closed the page)."""
     from playwright.async_api import Error as PlaywrightError
     from playwright.async_api import TimeoutError as NoNavigation
 
@@ -81,6 +81,8 @@ async def navigating(frame: Any, action: Callable[[], Awaitable[Any]], seconds: 
     except NoNavigation:
         pass
     except PlaywrightError as exc:
+        if frame.page.is_closed():
+            return  # the action closed the window (window.close()): the reading says so
         if "Navigating frame was detached" not in str(exc):
             raise
         # A frame's link or form led the whole page away (target=_top): the page's load.

@@ -122,9 +122,10 @@ class Session:
     """One turn's context: its current page and the elements the model read on it.
 
     The current page is the one the model chose: the page it opened, a tab it switched to, or
-    the window the link it clicked opened. A window a page opened by itself (a script, a
-    button's handler, a timer spending the click's user activation) is kept as a tab and
-    listed at the next reading, never made the current page."""
+    the window the link it clicked opened; when it closes, the one it chose before. A window a
+    page opened by itself (a script, a button's handler, a timer spending the click's user
+    activation) is kept as a tab and listed at the next reading, never made the current
+    page."""
 
     instance_id: str
     context: Any
@@ -138,6 +139,9 @@ class Session:
     next_tab: int = 1  # a closed tab's number is not given to another
     popups: set[int] = field(default_factory=set)  # tabs a page opened by itself
     unseen: set[int] = field(default_factory=set)  # of those, the ones not listed yet
+    # The open tabs the model chose (opened, switched to, followed a link to), the latest
+    # last: where the turn goes back to when its page closes.
+    chosen: list[int] = field(default_factory=list)
     # The address of the link the model clicked last: a window opening at it is the one it
     # asked for, and becomes the current page.
     asked: str = ""
@@ -150,6 +154,14 @@ class Session:
     fetching: bool = False
     # Why the service cancelled that download (over download_max_mb), for the tool to say.
     cancelled: str = ""
+
+    def choose(self, number: int) -> None:
+        """The tab `number` becomes the current page, the model's latest choice."""
+        self.page = self.tabs[number]
+        self.unseen.discard(number)
+        if number in self.chosen:
+            self.chosen.remove(number)
+        self.chosen.append(number)
 
 
 @dataclass
@@ -400,7 +412,7 @@ class BrowserService:
         if found is None or not self.running:
             raise BrowserError(GONE)
         found.used = self._last_use = time.monotonic()
-        self._current(found)
+        await self._current(found)
         return found
 
     async def open_session(self, instance_id: str, profile: str = "", host: str = "") -> Session:
@@ -411,9 +423,7 @@ class BrowserService:
                 await self._start()
             found = self.sessions.get(instance_id)
             if found is not None and found.profile == profile:
-                self._current(found)
-                if found.page.is_closed():  # no tab left: a fresh one
-                    found.page = await self._new_page(found)
+                await self._current(found)
                 return found
             if found is not None:
                 await self._close_session(instance_id)
@@ -432,7 +442,7 @@ class BrowserService:
             made = Session(
                 instance_id, context, page, profile=profile, site=site, loaded_at=loaded_at
             )
-            self._keep_tab(made, page)
+            made.choose(self._keep_tab(made, page))
             context.on("page", lambda p: self._follow(made, p))  # a popup
             context.on("request", lambda r: _note_redirect(made, r))
             self._guard_downloads(made, page)
@@ -460,7 +470,7 @@ class BrowserService:
         if asked:
             found.asked = ""
             found.led_to.clear()
-            found.page = page
+            found.choose(number)
             found.note = f"the link opened in a new tab (tab {number}); this is that tab"
         else:
             found.popups.add(number)
@@ -492,19 +502,28 @@ class BrowserService:
         page = found.tabs.pop(number)
         found.unseen.discard(number)
         found.popups.discard(number)
+        if number in found.chosen:
+            found.chosen.remove(number)
         return page
 
-    def _current(self, found: Session) -> None:
-        """A current page that closed (by itself, or as a wedged one) gives way to the
-        turn's first open tab, and the next reading says so."""
+    async def _current(self, found: Session) -> None:
+        """A current page that closed (its script called window.close(), or agentd closed it
+        as wedged) gives way to the open tab the model chose last, as a browser goes back to
+        the tab a closed one was opened from; the next reading says so. Never to a window a
+        page opened by itself: with none of the model's tabs left, a fresh empty one."""
         if not found.page.is_closed():
             return
-        open_tabs = sorted(n for n, p in found.tabs.items() if not p.is_closed())
-        if not open_tabs:
+        back = [n for n in reversed(found.chosen) if not found.tabs[n].is_closed()]
+        if back:
+            found.choose(back[0])
+            found.note = f"the tab this turn was on closed; this is tab {back[0]}"
             return
-        found.page = found.tabs[open_tabs[0]]
-        found.unseen.discard(open_tabs[0])
-        found.note = f"the tab this turn was on closed; this is tab {open_tabs[0]}"
+        with contextlib.suppress(Exception):  # else the read says it could not
+            found.page = await self._new_page(found)
+            found.note = (
+                "the tab this turn was on closed, and no other tab it chose is open; this "
+                "is a new, empty tab (browser_open opens a page, browser_tab switches)"
+            )
 
     def switch_tab(self, found: Session, number: int) -> None:
         """Make the tab `number` the current page (the model's choice)."""
@@ -512,8 +531,7 @@ class BrowserService:
         if page is None or page.is_closed():
             listed = ", ".join(str(n) for n in sorted(found.tabs)) or "none"
             raise BrowserError(f"there is no tab {number}; the open tabs are: {listed}")
-        found.page = page
-        found.unseen.discard(number)
+        found.choose(number)
 
     def _guard_downloads(self, found: Session, page: Any) -> None:
         """A page can start a download by itself (a script clicking a link, a redirect to a
@@ -627,7 +645,9 @@ class BrowserService:
 
     async def snapshot(self, found: Session) -> Snapshot:
         """Read the current page and its frames (bounded in each; a page that never answers
-        is closed, a frame that does not is left out)."""
+        is closed, a frame that does not is left out). A page that closed itself since the
+        call began (a click on a button that calls window.close()) gives way first."""
+        await self._current(found)
         gen = self.next_generation()
         caps = worlds.Caps(
             self.config.max_text_chars,
@@ -726,10 +746,10 @@ class BrowserService:
         if page not in found.tabs.values():  # else _follow took it for a popup: it is not
             self._keep_tab(found, page)
             self._guard_downloads(found, page)
-        for number, tab in found.tabs.items():
+        for number, tab in list(found.tabs.items()):
             if tab is page:
-                found.unseen.discard(number)
                 found.popups.discard(number)
+                found.choose(number)
         return page
 
     async def locate(self, found: Session, ref: str) -> tuple[Any, Any]:
