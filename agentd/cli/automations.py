@@ -93,7 +93,9 @@ def _report(raw: str, json: bool) -> None:
         loaded = result["automations"]
         names = ", ".join(f"{n} ({', '.join(v)})" for n, v in sorted(loaded.items()))
         out.print(f"Reloaded: {names or 'no automations'}", highlight=False)
+        from rich.markup import escape
+
         for problem in result["problems"]:
-            err.print(f"[red]problem:[/] {problem}", highlight=False)
+            err.print(f"[red]problem:[/] {escape(problem)}", highlight=False, markup=True)
     if result["problems"]:
         raise typer.Exit(EXIT_PROBLEMS)

@@ -36,7 +36,12 @@ EXIT_CONFIG = 78  # EX_CONFIG (sysexits.h): not a usage error, so scripts can te
 
 
 class LazyConsole:
-    """A rich Console made on first use, so commands that print JSON never import rich."""
+    """A rich Console made on first use, so commands that print JSON never import rich.
+
+    Markup is off: what is printed is mostly text agentd stored (messages, reminders, memories,
+    errors, document titles), some of it written by others, and as markup a `[/b]` in it ended
+    the command with a traceback and a `[red]` restyled the owner's terminal. The few lines
+    styled on purpose say `markup=True` and escape what they quote."""
 
     def __init__(self, *, stderr: bool = False) -> None:
         self._stderr = stderr
@@ -48,7 +53,7 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(stderr=self._stderr)
+            self._console = Console(stderr=self._stderr, markup=False)
         return self._console
 
     def reset(self) -> None:
@@ -120,7 +125,9 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 
     # Messages name config sections ("[skills] paths", "[[mail]]") and quote pydantic's
     # "[type=…]": as markup rich would drop them.
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    err.print(
+        f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True, markup=True
+    )
     raise typer.Exit(code)
 
 

@@ -95,7 +95,9 @@ def _print_report(report: IngestReport) -> None:
     if report.ignored:
         out.print(f"{report.ignored} file(s) of other types were ignored.")
     if report.aborted:
-        err.print(f"[bold red]stopped:[/] {report.aborted}", highlight=False)
+        from rich.markup import escape
+
+        err.print(f"[bold red]stopped:[/] {escape(report.aborted)}", highlight=False, markup=True)
 
 
 def ingest(

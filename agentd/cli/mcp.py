@@ -148,7 +148,7 @@ def trust(name: NameArg, yes: YesOption = False, config: ConfigOption = None) ->
 
     cfg = config_or_exit(config)
     listing = _listing(cfg, name)
-    say = partial(err.print, highlight=False, soft_wrap=True)
+    say = partial(err.print, highlight=False, soft_wrap=True, markup=True)
     say(
         f"[bold]MCP server {_shown(name)}[/]: {len(listing)} tool(s). The model reads this text "
         "in every conversation as if you wrote it: read it for instructions you did not mean."

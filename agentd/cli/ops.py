@@ -306,7 +306,8 @@ def _show_results(results: list[dict[str, object]], start: int, json: bool) -> N
 
     for r in results[start:]:
         mark = "[red]FAIL[/]" if not r["ok"] else "[yellow]warn[/]" if r["warn"] else "[green]ok[/]"
-        out.print(f"{mark}  {r['check']}: {escape(str(r['detail']))}", highlight=False)
+        line = f"{mark}  {escape(str(r['check']))}: {escape(str(r['detail']))}"
+        out.print(line, highlight=False, markup=True)
 
 
 def _doctor_capabilities(cfg: Config, results: list[dict[str, object]]) -> None:

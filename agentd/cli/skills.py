@@ -96,7 +96,7 @@ def _shown(text: object) -> str:
 def _describe(skill: SkillFolder, source: str) -> None:
     """What the owner is about to trust, on stderr (stdout stays for --json)."""
     m = skill.manifest
-    say = partial(err.print, highlight=False, soft_wrap=True)
+    say = partial(err.print, highlight=False, soft_wrap=True, markup=True)
     say(f"[bold]Skill {_shown(m.name)}[/] from {_shown(source)}")
     # The description is the one part of a skill that is in every prompt, unmarked as outside
     # content: shown exactly as the model will read it, so the owner can adopt it knowingly.
@@ -249,7 +249,7 @@ def enable(name: NameArg, yes: YesOption = False, config: ConfigOption = None) -
     skill = _found(name, cfg)
     record = recorded(cfg).get(name)
     if record is not None and record.content_hash != skill.content_hash:
-        err.print("[yellow]Its files changed since it was last enabled.[/]")
+        err.print("[yellow]Its files changed since it was last enabled.[/]", markup=True)
     _describe(skill, str(skill.path))
     _confirm(f"Enable skill {name}?", yes)
     _enable(skill, record.source if record else str(skill.path), cfg)
@@ -309,10 +309,11 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
         return
     colour = {"enabled": "green", "changed": "yellow", "invalid": "red", "missing": "red"}
     from rich.table import Column
+    from rich.text import Text
 
     table = new_table("name", "state", "scripts", Column("description", overflow="fold"), "reason")
     for s in states:
-        state = f"[{colour[s.state]}]{s.state}[/]" if s.state in colour else s.state
+        state = Text(s.state, style=colour.get(s.state, ""))
         table.add_row(
             _shown(s.name), state, str(s.scripts), _shown(clip(s.description, 80)), _shown(s.reason)
         )

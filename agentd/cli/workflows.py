@@ -123,9 +123,12 @@ def show(instance_id: str, json: JsonOption = False, config: ConfigOption = None
         print_json({**_instance_json(inst), "version": version, "steps": step_list})
         return
     shown = f"  version={version}" if version else ""
-    out.print(f"[bold]{inst.id}[/]  {inst.workflow}{shown}  key={inst.key}  status={inst.status}")
+    from rich.markup import escape
+
+    head = f"{inst.workflow}{shown}  key={inst.key}  status={inst.status}"
+    out.print(f"[bold]{escape(inst.id)}[/]  {escape(head)}", markup=True)
     if inst.error:
-        out.print(f"[red]error:[/] {inst.error}", highlight=False)
+        out.print(f"[red]error:[/] {escape(inst.error)}", highlight=False, markup=True)
     table = new_table("#", "step", "kind", "status", "attempts", "ms", "last error")
     for s in step_list:
         tries = s["attempts"]
@@ -295,8 +298,10 @@ def automations(json: JsonOption = False, config: ConfigOption = None) -> None:
         shown = str(r["daemon"] or "")
         table.add_row(str(r["name"]), str(r["current"]), others, str(r["tool"] or ""), shown)
     print_table(table, empty=_no_automations(cfg))
+    from rich.markup import escape
+
     for problem in catalog.problems:
-        out.print(f"[red]problem:[/] {problem}", highlight=False)
+        out.print(f"[red]problem:[/] {escape(problem)}", highlight=False, markup=True)
     if any(r["daemon"] in ("not loaded", "older version") for r in rows):
         out.print("The running daemon loads them with: agentd automations reload", highlight=False)
 

@@ -1,0 +1,85 @@
+"""What the CLI prints of stored text (a message, a reminder, a memory, a watch) is that text,
+never rich markup: a `[/b]` written by anyone served, or by a page the bot read, does not end
+the owner's command with a traceback, and a `[red]` styles nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from agentd.cli.app import app
+from agentd.db import open_sync
+from agentd.db.migrations import apply_migrations
+from agentd.memory.history import save_message
+
+runner = CliRunner()
+ODD = "buy [/b] milk [red]now[/red] [paused]"
+
+
+@pytest.fixture(autouse=True)
+def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name in list(os.environ):
+        if name.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_")):
+            monkeypatch.delenv(name)
+    path = tmp_path / "agentd.toml"
+    path.write_text(
+        f'[storage]\npath = "{tmp_path / "agentd.db"}"\n[access]\nallowed_user_ids = [42]\n'
+    )
+    conn = open_sync(tmp_path / "agentd.db")
+    apply_migrations(conn)
+    conn.close()
+    monkeypatch.setenv("AGENTD_CONFIG", str(path))
+    return path
+
+
+def run(*args: str) -> str:
+    result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_reminder_with_brackets_is_shown_as_written() -> None:
+    assert ODD in run("schedule", "add", "--message", ODD, "--after", "1h")
+    [sched] = json.loads(run("schedule", "ls", "--json"))
+    assert ODD in run("schedule", "ls")
+    assert ODD in run("schedule", "show", sched["id"])
+
+
+def test_pause_and_remove_say_the_new_state() -> None:
+    """The state a change leaves ("[paused]") is in the line printed, not taken for a style."""
+    sid = json.loads(run("schedule", "add", "--message", "stretch", "--every", "1d", "--json"))
+    assert "[paused]" in run("schedule", "pause", sid["id"])
+    assert "[cancelled]" in run("schedule", "cancel", sid["id"])
+    wid = json.loads(
+        run(
+            "watch",
+            "add",
+            "--label",
+            "n",
+            "--if",
+            "it changes",
+            "--file",
+            "n.txt",
+            "--every",
+            "1h",
+            "--json",
+        )
+    )["id"]
+    assert "[paused]" in run("watch", "pause", wid)
+    assert "[paused]" in run("watch", "ls")
+    assert "[removed]" in run("watch", "rm", wid)
+
+
+def test_a_message_and_a_memory_with_brackets_are_shown_as_written(config: Path) -> None:
+    conn = open_sync(config.parent / "agentd.db")
+    with conn:
+        save_message(conn, chat_id=42, user_id=42, role="user", content=ODD, source_key="m1")
+    conn.close()
+    assert ODD in " ".join(run("history").split("│"))
+    assert ODD in run("memory", "add", ODD)
+    assert ODD in run("memory", "ls")
