@@ -138,3 +138,18 @@ def test_every_command_list_shows_each_summary_unbroken() -> None:
         for name, command in commands.items():
             summary = " ".join(inspect.cleandoc(command.help or "").split("\n\n")[0].split())
             assert any(summary in line for line in lines), (path, name, summary)
+
+
+def test_every_help_at_80_columns_keeps_each_type_on_one_line() -> None:
+    """An option's type (`<status>`, `<int range>`) is one token: a list of choices as the
+    type came out broken mid-word at 80 columns ("<queued|…|sl" / "eeping|…")."""
+    from agentd.cli.app import COMMANDS, load_command
+
+    for path, commands in _groups([], {n: load_command(n) for n in COMMANDS}):
+        for name in commands:
+            result = runner.invoke(app, [*path, name, "--help"], env={"COLUMNS": "80"})
+            assert result.exit_code == 0, result.output
+            for line in result.output.splitlines():
+                assert len(line) <= 80, line
+                # an opened `<type` with no `>` after it on the line was broken
+                assert not re.search(r"(^|\s)<[a-z][^<>]*$", line), ([*path, name], line)

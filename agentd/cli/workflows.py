@@ -57,7 +57,12 @@ Status = StrEnum("Status", {s: s for s in (*store.OPEN_STATUSES, *store.FINAL_ST
 
 @app.command("ls")
 def ls(
-    status: Annotated[Status | None, typer.Option(help="Only this status.")] = None,
+    # The choices go in the help, which wraps between words; as the type they made one
+    # 60-character token that 80 columns broke mid-word ("sl / eeping").
+    status: Annotated[
+        Status | None,
+        typer.Option(metavar="<status>", help=f"Only this status: {', '.join(Status)}."),
+    ] = None,
     workflow: Annotated[str | None, typer.Option(help="Only this workflow.")] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1)] = 50,
     json: JsonOption = False,
