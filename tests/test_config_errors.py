@@ -110,3 +110,39 @@ def test_agentd_run_and_doctor_print_the_error_without_the_secret(
     assert done.returncode != 0
     assert "tools.mcp.0" in done.stdout + done.stderr
     assert secret not in done.stdout + done.stderr
+
+
+def test_a_misspelt_price_key_is_an_error(tmp_path: Path) -> None:
+    """[llm.prices.<model>] forbids unknown keys like every other section: a typo in
+    audio_minute would otherwise leave that price at 0 in every estimate."""
+    prices = "input = 1.0\noutput = 5.0\ncache_read = 0.1\ncache_write_5m = 1.25\n"
+    prices += "cache_write_1h = 2.0\naudio_minutes = 0.006\n"
+    error = _error(tmp_path, f"[llm.prices.whisper-1]\n{prices}")
+    assert "audio_minutes" in error
+
+
+def test_every_config_table_forbids_unknown_keys() -> None:
+    import typing
+
+    from pydantic import BaseModel
+
+    from agentd.channels import config_class
+
+    lax: list[str] = []
+    seen: set[type] = set()
+
+    def walk(annotation: object, path: str) -> None:
+        for arg in typing.get_args(annotation):
+            walk(arg, path)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation in seen:
+                return
+            seen.add(annotation)
+            if annotation.model_config.get("extra") != "forbid":
+                lax.append(f"{path or '(root)'}: {annotation.__name__}")
+            for name, field in annotation.model_fields.items():
+                if not field.exclude:
+                    walk(field.annotation, f"{path}.{name}".lstrip("."))
+
+    walk(config_class(), "")
+    assert len(seen) > 20 and lax == []

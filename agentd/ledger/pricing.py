@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 # USD per million tokens, from the Claude API pricing table (platform.claude.com, "prompt
 # caching" pricing), as of this date. Override or add models in config: [llm.prices.<model>].
@@ -12,6 +12,10 @@ PRICES_AS_OF = "2026-11-23"
 
 
 class ModelPrice(BaseModel):
+    # Read from [llm.prices.<model>]: a misspelt key ("audio_minutes") is an error, as in
+    # every other section, not a price silently left at 0.
+    model_config = ConfigDict(extra="forbid")
+
     input: float = Field(ge=0)
     output: float = Field(ge=0)
     cache_read: float = Field(ge=0)  # cache hits and refreshes: 0.1× input
