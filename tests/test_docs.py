@@ -313,3 +313,51 @@ def test_the_benchmark_figures_page_stays_short() -> None:
     page = ROOT / "benchmarks" / "README.md"
     assert len(page.read_text().splitlines()) <= 400
     assert (DOCS / "benchmarks-history.md").exists()
+
+
+def _field_type(path: list[str], key: str) -> Any:
+    """The annotation of `key` in the config table at `path` (a map's entries are tables of
+    its value type: llm.prices.<model>, llm.providers.<name>); None: there is no such key."""
+    model: Any = Config
+    for part in [*path, key]:
+        model = _optional(model)
+        if getattr(model, "__origin__", None) is list:
+            model = get_args(model)[0]
+        if getattr(model, "__origin__", None) is dict:
+            model = get_args(model)[1]
+            continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        model = field.annotation
+    return model
+
+
+def test_every_commented_key_in_the_example_is_a_real_key_with_a_valid_value() -> None:
+    """The commented lines ([matrix], [[tools.mcp]], [[mail]], `# owner_id = 42`) are what an
+    owner uncomments: each names a key of the table above it, with a value it accepts."""
+    from pydantic import TypeAdapter
+
+    header = re.compile(r"^#?\s*\[\[?([A-Za-z0-9_.<>-]+)\]\]?(\s|:|$)")
+    commented = re.compile(r"^#\s*([a-z_0-9]+)\s*=\s*(.+?)(\s+#.*)?$")
+    path: list[str] = []
+    wrong, checked = [], 0
+    for number, line in enumerate(EXAMPLE.read_text().splitlines(), 1):
+        if found := header.match(line.strip()):
+            path = found[1].split(".")
+            continue
+        if not (found := commented.match(line.strip())):
+            continue
+        key, value = found[1], tomllib.loads(f"v = {found[2]}")["v"]
+        annotation = _field_type(path, key)
+        if annotation is None:
+            wrong.append(f"line {number}: {'.'.join(path)} has no key {key}")
+            continue
+        try:
+            TypeAdapter(annotation).validate_python(value)
+        except ValueError as exc:
+            wrong.append(f"line {number}: {key} = {found[2]}: {exc}")
+        checked += 1
+    assert checked > 50 and wrong == []
