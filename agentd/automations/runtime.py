@@ -503,7 +503,7 @@ class Runtime:
             self._within_max_tokens(name, max_tokens)
             await self._within_budget()
             req = LLMRequest(
-                purpose="automation",
+                purpose=ratelimit.AUTOMATION,
                 system=[SystemBlock(text=system)] if system else [],
                 messages=[Message(role="user", content=prompt)],
                 max_tokens=max_tokens,
