@@ -83,3 +83,16 @@ def test_a_message_and_a_memory_with_brackets_are_shown_as_written(config: Path)
     assert ODD in " ".join(run("history").split("│"))
     assert ODD in run("memory", "add", ODD)
     assert ODD in run("memory", "ls")
+
+
+@pytest.mark.parametrize(("group", "what"), [("memory", "memories"), ("docs", "document chunks")])
+def test_reindex_says_what_it_did_in_a_sentence(group: str, what: str) -> None:
+    """It printed its report's fields ("model_id: …, dim: 384, embedded: 0, dropped_spaces:
+    []"); now a sentence, and --json keeps the fields."""
+    if group == "memory":
+        run("memory", "add", "tea at five")
+    output = " ".join(run(group, "reindex").split())
+    assert "model_id:" not in output and "dropped_spaces" not in output, output
+    assert ("Re-embedded" in output or "Nothing to re-embed" in output) and what in output
+    data = json.loads(run(group, "reindex", "--force", "--json"))
+    assert set(data) == {"model_id", "dim", "embedded", "dropped_spaces"}

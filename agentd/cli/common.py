@@ -400,6 +400,7 @@ def print_json(data: Any) -> None:
 def reindex_with_bar(
     config: Config,
     label: str,
+    what: str,
     pending: Callable[[Any, Any], int],
     work: Callable[[Any, Any, Callable[[int], None]], Awaitable[Any]],
     *,
@@ -443,4 +444,16 @@ def reindex_with_bar(
     if json:
         print_json(report.model_dump())
     else:
-        out.print(", ".join(f"{k}: {v}" for k, v in report.model_dump().items()))
+        out.print(reindexed(report, what), highlight=False)
+
+
+def reindexed(report: Any, what: str) -> str:
+    """What a reindex did, as a sentence (it printed its report's fields as `key: value`)."""
+    space = f"{report.model_id}, {report.dim} dimensions"
+    if report.embedded:
+        said = f"Re-embedded {report.embedded} {what} ({space})"
+    else:
+        said = f"Nothing to re-embed: the {what} all have current vectors ({space})"
+    if report.dropped_spaces:
+        said += f"; dropped the vectors of {', '.join(report.dropped_spaces)}"
+    return said + "."

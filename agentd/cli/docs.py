@@ -317,6 +317,7 @@ def reindex(
     reindex_with_bar(
         cfg,
         "re-embedding document chunks",
+        "document chunks",
         pending,
         lambda db, embedder, advance: reindex_documents(
             db, embedder, force=force, progress=advance

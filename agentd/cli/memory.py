@@ -185,6 +185,7 @@ def reindex(
     reindex_with_bar(
         config_or_exit(config),
         "re-embedding memories",
+        "memories",
         pending,
         lambda db, embedder, advance: run_reindex(db, embedder, force=force, progress=advance),
         json=json,
