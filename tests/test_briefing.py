@@ -83,7 +83,8 @@ def test_enable_replace_disable_and_usage_per_run(config: Path, tmp_path: Path) 
     rows = json.loads(cli(config, "usage", "--schedule", second["id"], "--json"))
     assert sum(r["input_tokens"] for r in rows) == 4000 and sum(r["calls"] for r in rows) == 2
     assert "briefing off" in cli(config, "briefing", "disable")
-    assert "no briefing" in cli(config, "briefing", "status")
+    status = cli(config, "briefing", "status")
+    assert "No briefing" in status and "agentd briefing enable" in status  # and how to start one
 
 
 def test_usage_for_the_briefing_counts_the_runs_made_by_briefing_run(

@@ -120,4 +120,5 @@ def status(json: JsonOption = False, config: ConfigOption = None) -> None:
     if json:
         print_json([s.model_dump() for s in found])
         return
-    out.print("\n".join(summary(s) for s in found) or "no briefing", highlight=False)
+    none = "No briefing: `agentd briefing enable --at 07:30` starts one."
+    out.print("\n".join(summary(s) for s in found) or none, highlight=False)
