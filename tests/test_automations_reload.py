@@ -153,3 +153,30 @@ def test_reload_without_a_daemon_says_there_is_nothing_to_reload(tmp_path: Path)
     conn.close()
     done = daemon.cli("automations", "reload")
     assert done.returncode == 0 and "No daemon runs" in done.stderr, done.stderr
+
+
+def test_reload_says_so_when_the_config_names_a_folder_the_daemon_does_not_read(
+    tmp_path: Path,
+) -> None:
+    """The daemon reads [automations] folder when it starts: a folder named afterwards is not
+    reloaded, and `reload` says so (exit 1) rather than "Reloaded: no automations" while
+    `automations ls` and `workflows start` send the owner back to `reload`."""
+    config = tmp_path / "agentd.toml"
+    config.write_text("")
+    folder = tmp_path / "automations"
+    folder.mkdir()
+    write_greet(folder, 1, "Hello")
+    with FakeTelegram.running() as tg, FakeAnthropic.running() as llm:
+        tg.add_chat(OWNER)
+        env = daemon_env(tmp_path, tg.base_url, llm.base_url, AGENTD_CONFIG=str(config))
+        daemon = Daemon(tmp_path, env).start()
+        try:
+            config.write_text(f'[automations]\nfolder = "{folder}"\n')
+            done = daemon.cli("automations", "reload")
+            said = " ".join(done.stderr.split())
+            assert done.returncode == 1, (done.stdout, said)
+            assert "Not loaded: greet" in said and "Restart it" in said, said
+            done = daemon.cli("automations", "reload", "--json")
+            assert json.loads(done.stdout)["not_loaded"] == ["greet"], done.stdout
+        finally:
+            daemon.stop()

@@ -18,6 +18,7 @@ from agentd.cli.common import (
     print_json,
     transaction,
 )
+from agentd.config import Config
 
 app = typer.Typer(
     help="Your automations: list them, reload them into the running daemon.",
@@ -43,7 +44,7 @@ def reload(
 ) -> None:
     """Load the automations folder and modules again in the running daemon, as a restart
     would, without one (chats and running automations carry on). Exit 1 when a file failed
-    to load or no daemon answered."""
+    to load, no daemon answered, or the config names automations the daemon does not read."""
     import time
 
     from agentd.automations.catalog import RELOAD_WORKFLOW
@@ -80,13 +81,26 @@ def reload(
         time.sleep(0.1)
     if inst.status != "complete" or not inst.output:
         fail(f"the reload failed: {inst.error or inst.status} (`agentd workflows show {iid}`)")
-    _report(inst.output, json)
+    _report(inst.output, json, _not_loaded(cfg, inst.output))
 
 
-def _report(raw: str, json: bool) -> None:
+def _not_loaded(cfg: Config, raw: str) -> list[str]:
+    """What the config names now that the reload did not load: the daemon reads [automations]
+    folder and modules when it starts, so a reload cannot follow a change to them."""
+    import json as jsonlib
+
+    from agentd.cli.workflows import _catalog
+
+    loaded = jsonlib.loads(raw)["automations"]
+    return [name for name in _catalog(cfg).names() if name not in loaded]
+
+
+def _report(raw: str, json: bool, not_loaded: list[str]) -> None:
     import json as jsonlib
 
     result = jsonlib.loads(raw)
+    if not_loaded:
+        result["not_loaded"] = not_loaded
     if json:
         print_json(result)
     else:
@@ -97,5 +111,13 @@ def _report(raw: str, json: bool) -> None:
 
         for problem in result["problems"]:
             err.print(f"[red]problem:[/] {escape(problem)}", highlight=False, markup=True)
-    if result["problems"]:
+        if not_loaded:
+            err.print(
+                f"Not loaded: {', '.join(not_loaded)}, in the config as it is now but not where "
+                "the daemon looks: it reads [automations] folder and modules when it starts. "
+                "Restart it to load them.",
+                highlight=False,
+                soft_wrap=True,
+            )
+    if result["problems"] or not_loaded:
         raise typer.Exit(EXIT_PROBLEMS)
