@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,46 @@ def test_reindex_says_what_it_did_in_a_sentence(group: str, what: str) -> None:
     assert ("Re-embedded" in output or "Nothing to re-embed" in output) and what in output
     data = json.loads(run(group, "reindex", "--force", "--json"))
     assert set(data) == {"model_id", "dim", "embedded", "dropped_spaces"}
+
+
+def test_a_call_waiting_for_approval_is_listed_with_its_arguments_as_written(
+    config: Path,
+) -> None:
+    """The model writes a call's arguments: a `[/b]` in them ended `agentd pending`, the
+    command that lists what waits for the owner, with a traceback."""
+    from agentd.access import approvals
+    from agentd.durable import store
+
+    now = time.time()
+    conn = open_sync(config.parent / "agentd.db")
+    with conn:
+        store.insert_instance(
+            conn,
+            instance_id="tg-update-1",
+            workflow="turn",
+            key="chat-42",
+            input_json="{}",
+            now=now,
+        )
+        approvals.create(
+            conn,
+            approvals.Approval(
+                id="a1",
+                instance_id="tg-update-1",
+                tool_use_id="tu-1",
+                chat_id=42,
+                chat_kind="private",
+                user_id=42,
+                tool="shell",
+                risk="high",
+                args_digest="d",
+                args_preview=ODD,
+                status="pending",
+                created_at=now,
+                expires_at=now + 3600,
+                call_json=approvals.canonical_call("shell", {"command": ODD}),
+            ),
+        )
+    conn.close()
+    assert "[/b]" in run("pending")
+    assert ODD in run("pending", "--show", "a1")
