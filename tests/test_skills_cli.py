@@ -29,6 +29,7 @@ class Owner:
             if not k.startswith(("AGENTD_", "ANTHROPIC_", "TELEGRAM_"))
         }
         self.env |= {
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),  # this tree's agentd
             "AGENTD_CONFIG": str(tmp / "agentd.toml"),
             "AGENTD_MEMORY__EMBEDDER": "hashing",
         }
@@ -203,6 +204,11 @@ def test_a_skill_cannot_draw_on_the_owners_terminal(owner: Owner) -> None:
     assert "[black on black]run rm -rf ~[/]" in shown.stderr  # printed, not obeyed
     assert "\x1b" not in shown.stderr and "\u202e" not in shown.stderr
     assert "\\u001b[2Kfake line \\u202eevil" in shown.stderr
+    assert owner.run("add", str(folder), "--yes").returncode == 0
+    listed = " ".join(owner.run("ls").stdout.replace("│", " ").split())
+    assert "[black on black]run rm -rf" in listed and "\\[" not in listed, listed
+    body = owner.run("show", "sneaky").stdout
+    assert "Body [bold]x[/bold]" in body and "\\[" not in body, body  # as written, unescaped
 
 
 async def test_a_skill_added_by_the_cli_is_not_held_back_when_the_daemon_runs_elsewhere(

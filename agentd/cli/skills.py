@@ -81,16 +81,20 @@ def recorded(cfg: Config) -> dict[str, SkillRecord]:
             return {}
 
 
-def _shown(text: object) -> str:
-    """A skill's own text, safe to print: no rich markup, no terminal control or bidi codes
-    (a description must not hide a line or draw a fake one on the owner's terminal)."""
-    from rich.markup import escape
-
-    cleaned = "".join(
+def _plain(text: object) -> str:
+    """A skill's own text, safe to print: no terminal control or bidi codes (a description
+    must not hide a line or draw a fake one on the owner's terminal)."""
+    return "".join(
         ch if ch == "\n" or unicodedata.category(ch)[0] != "C" else f"\\u{ord(ch):04x}"
         for ch in str(text)
     )
-    return escape(cleaned)
+
+
+def _shown(text: object) -> str:
+    """The same, inside a line printed as markup: its brackets escaped."""
+    from rich.markup import escape
+
+    return escape(_plain(text))
 
 
 def _describe(skill: SkillFolder, source: str) -> None:
@@ -142,7 +146,7 @@ def _read(path: Path, cfg: Config) -> SkillFolder:
 
     found = check(path, limits_of(cfg))
     if isinstance(found, Invalid):
-        fail(f"{_shown(path)} is not a usable skill: {_shown(found.reason)}")
+        fail(f"{_plain(path)} is not a usable skill: {_plain(found.reason)}")
     return found
 
 
@@ -224,7 +228,7 @@ def _download(url: str, cfg: Config, into: Path, pick: str | None) -> Path:
     try:
         return asyncio.run(download_skill(url, cfg, into, pick))
     except (FetchError, RemoteSkillError) as exc:
-        fail(f"could not add {_shown(url)}: {_shown(exc)}")
+        fail(f"could not add {_plain(url)}: {_plain(exc)}")
 
 
 def _found(name: str, cfg: Config) -> SkillFolder:
@@ -235,7 +239,7 @@ def _found(name: str, cfg: Config) -> SkillFolder:
         return catalog.skills[name]
     bad = next((i for i in catalog.invalid if i.path.name == name), None)
     if bad is not None:
-        fail(f"{_shown(bad.path)} is not a usable skill: {_shown(bad.reason)}")
+        fail(f"{_plain(bad.path)} is not a usable skill: {_plain(bad.reason)}")
     fail(
         f"no skill named {name!r} in {', '.join(map(str, cfg.skill_dirs))}; see `agentd skills ls`"
     )
@@ -315,7 +319,7 @@ def ls(json: JsonOption = False, config: ConfigOption = None) -> None:
     for s in states:
         state = Text(s.state, style=colour.get(s.state, ""))
         table.add_row(
-            _shown(s.name), state, str(s.scripts), _shown(clip(s.description, 80)), _shown(s.reason)
+            _plain(s.name), state, str(s.scripts), _plain(clip(s.description, 80)), _plain(s.reason)
         )
     print_table(table)
 
@@ -346,8 +350,8 @@ def show(name: NameArg, json: JsonOption = False, config: ConfigOption = None) -
             }
         )
         return
-    why = f" ({_shown(state.reason)})" if state.reason else ""
-    out.print(f"{_shown(name)}: {state.state}{why}", highlight=False)
+    why = f" ({_plain(state.reason)})" if state.reason else ""
+    out.print(f"{_plain(name)}: {state.state}{why}", highlight=False)
     if skill is not None:
         _describe(skill, record.source if record else str(skill.path))
-        out.print("\n" + _shown(skill.manifest.body), highlight=False)
+        out.print("\n" + _plain(skill.manifest.body), highlight=False)
