@@ -34,7 +34,9 @@ app = typer.Typer(
     " export, reindex.",
     no_args_is_help=True,
 )
-UserOption = Annotated[int | None, typer.Option("--user", help="Only this Telegram user id.")]
+UserOption = Annotated[
+    int | None, typer.Option("--user", help="Only this user (an id `agentd users ls` lists).")
+]
 
 
 def _memory_json(m) -> dict[str, object]:  # type: ignore[no-untyped-def]
@@ -95,7 +97,7 @@ def search(
     query: str,
     user: Annotated[
         int | None,
-        typer.Option("--user", help="Whose memories (Telegram user id); needed with several."),
+        typer.Option("--user", help="Whose memories (a user id); needed with several."),
     ] = None,
     k: Annotated[int, typer.Option("-k", min=1, max=50)] = 5,
     mode: ModeOption = SearchMode.hybrid,
@@ -214,7 +216,7 @@ def _user_for_write(conn: Any, user: int | None, config: Any) -> int:
         fail(f"several users have memories ({', '.join(map(str, found))}…): pass --user ID", 2)
     fail(
         "no owner in the config ([access] owner_id) and no memories yet, so whose is this? "
-        "pass --user ID (a Telegram user id)",
+        "pass --user ID (a user id `agentd users ls` lists)",
         EXIT_USAGE,
     )
 

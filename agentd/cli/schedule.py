@@ -46,7 +46,9 @@ def _json(sched: Any) -> dict[str, Any]:
 @app.command("ls")
 def ls(
     all_: Annotated[bool, Opt("--all", help="Include done and cancelled schedules.")] = False,
-    user: Annotated[int | None, Opt(help="Only this Telegram user's.")] = None,
+    user: Annotated[
+        int | None, Opt(help="Only this user's (an id `agentd users ls` lists).")
+    ] = None,
     json: JsonOption = False,
     config: ConfigOption = None,
 ) -> None:
