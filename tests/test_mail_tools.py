@@ -6,6 +6,7 @@ One Dovecot per module; each test uses its own user, so the tests do not see eac
 from __future__ import annotations
 
 import base64
+import logging
 import tempfile
 import time
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from agentd.config import Config, MailAccountConfig
 from agentd.db import Database
 from agentd.mail.send import message_id_for
 from agentd.mail.tools import build_mail_tools
+from agentd.runtime.logs import setup_logging
+from agentd.runtime.redact import Redactor
 from agentd.tools import Tool, ToolContext, ToolOutcome, execute
 from tests.mailservers import (
     HAVE_DOVECOT,
@@ -38,6 +41,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Requiring AUTH while not requiring TLS"),
 ]
 USERS = {f"user{i}": f"pw-{i}-secret" for i in range(1, 11)} | {"ana": "ana-pw", "bob": "bob-pw"}
+USERS["cara"] = "cara-pw-wire-0451"
 
 
 @pytest.fixture(scope="module")
@@ -588,3 +592,38 @@ async def test_a_mail_past_the_size_cap_is_refused_but_can_still_be_answered(
         assert "up to 0.2 MB: open this one in your mail program" in said.content
     draft = await call(tools, "mail_draft", reply_to_uid=uid, body="Lovely!")
     assert draft.ok and "Re: holiday photos" in draft.content, draft.content
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+async def test_debug_logging_writes_no_mail_and_no_password(
+    dovecot: Dovecot,
+    db: Database,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    restore_logging: None,
+) -> None:
+    """The owner's `log.level = "DEBUG"` is agentd's own: imapclient, which logs every IMAP
+    line at DEBUG, stays at INFO. The redactor here knows nothing, so nothing of the mail or
+    the password may be written at all."""
+    mail = b"From: lab@example.org\r\nSubject: Befund vom Labor\r\n\r\nBlutbild: unauffaellig\r\n"
+    dovecot.deliver("cara", mail)
+    setup_logging("DEBUG", "json", Redactor())
+    tools = tools_for(account(dovecot, "cara"), db, tmp_path, USERS["cara"])
+    found = await call(tools, "mail_search", subject="Befund")
+    assert found.ok and "Befund vom Labor" in found.content, found.content
+    uid = int(found.content.split("uid ")[1].split(" ")[0])
+    read = await call(tools, "mail_read", uid=uid)
+    assert read.ok and "unauffaellig" in read.content, read.content
+    logging.getLogger("agentd.mail").debug("agentd's own DEBUG still comes")
+    logged = capsys.readouterr().err
+    assert "agentd's own DEBUG still comes" in logged
+    for private in ("Befund", "unauffaellig", "lab@example.org", USERS["cara"]):
+        assert private not in logged, private

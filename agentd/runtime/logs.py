@@ -11,6 +11,25 @@ from typing import Any
 from agentd.runtime.redact import Redactor
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# Loggers that write protocol traffic at DEBUG: imapclient (every IMAP line, the mails
+# fetched), caldav (request and response bodies, the Authorization header), mautrix's
+# "mau" (a request's content), and the HTTP stacks under them (niquests' urllib3-future
+# with its HTTP/2 and HTTP/3 codecs, httpcore's traces).
+WIRE_LOGGERS = (
+    "imapclient",
+    "caldav",
+    "mau",
+    "niquests",
+    "urllib3",
+    "urllib3_future",
+    "jh2",
+    "qh3",
+    "httpcore",
+    "httpcore2",
+    "hpack",
+    "h2",
+    "websockets",
+)
 
 
 class JsonFormatter(logging.Formatter):
@@ -79,3 +98,8 @@ def setup_logging(level: str, fmt: str, redact: Redactor) -> None:
     # Library chatter at INFO would log every HTTP request (and aiohttp URLs hold the bot token).
     for noisy in ("aiogram", "aiohttp", "httpx", "httpx2", "anthropic", "mcp"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, logging.getLevelName(level)))
+    # The owner's DEBUG is agentd's own: these clients log what crosses the wire at DEBUG,
+    # which is private content no redactor can know (whole mails, calendar events, a Matrix
+    # message) and headers in forms it cannot read (an HTTP/2 header block, HPACK-coded).
+    for wire in WIRE_LOGGERS:
+        logging.getLogger(wire).setLevel(max(logging.INFO, logging.getLevelName(level)))
