@@ -4,6 +4,7 @@ outside text escaped on every page."""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from agentd.dashboard.site import serve
 from agentd.db.connect import open_sync
 from agentd.db.migrations import apply_migrations
 from agentd.ledger import audit
+from agentd.runtime.logs import TextFormatter
+from agentd.runtime.redact import Redactor
 from tests import dashboard_seed as seed
 
 HOSTILE = "<script>alert(1)</script>"
@@ -137,6 +140,33 @@ async def test_login_link_works_once(dash: Dash) -> None:
     )
     assert again.status == 200 and "expired or was already used" in await again.text()
     assert auth.COOKIE not in again.cookies
+
+
+async def test_the_session_cookie_never_reaches_a_log_line(tmp_path: Path) -> None:
+    """The cookie signs in as the owner: the process serving the site teaches it to its
+    redactor at login, and, for a session made before a restart, at its first request."""
+    path = tmp_path / "agentd.db"
+    seeded(path, "x")
+    made_by, restarted = Redactor(), Redactor()
+    first = Site(access=FileAccess(path), config=DashboardConfig(), learn=made_by.learn)
+    async with TestClient(TestServer(make_app(first))) as client:
+        dash = Dash(path, client, "")
+        await dash.login()
+        cookie = client.session.cookie_jar.filter_cookies(client.make_url("/"))[auth.COOKIE]
+    session = cookie.value
+    assert len(session) > 20
+    record = logging.makeLogRecord(
+        {"msg": "request failed", "headers": {"Cookie": f"{auth.COOKIE}={session}"}}
+    )
+    for redactor in (made_by, restarted):
+        line = TextFormatter(redactor).format(record)
+        assert (session not in line) is (redactor is made_by), line
+    later = Site(access=FileAccess(path), config=DashboardConfig(), learn=restarted.learn)
+    async with TestClient(TestServer(make_app(later))) as client:
+        client.session.cookie_jar.update_cookies({auth.COOKIE: session})
+        assert (await client.get("/approvals", allow_redirects=False)).status == 200
+    line = TextFormatter(restarted).format(record)
+    assert session not in line and "[REDACTED]" in line, line
 
 
 async def test_login_link_expires(dash: Dash) -> None:

@@ -119,7 +119,9 @@ async def _serve(cfg: Any, settings: Any) -> None:
     # started only when a sign-in starts.
     run_dir = Path(tempfile.mkdtemp(prefix="agentd-signin-"))
     desk, why = signin_desk(cfg, run_dir, redactor.learn)
-    site = site_for(cfg, settings, FileAccess(cfg.db_path), signin=desk, signin_why=why)
+    site = site_for(
+        cfg, settings, FileAccess(cfg.db_path), signin=desk, signin_why=why, learn=redactor.learn
+    )
     site.schema = migrations()  # channels' tables too: the Now page's schema check
     try:
         await _serve_site(site, cfg, settings, redactor.learn)

@@ -98,7 +98,9 @@ class Dashboard:
         # The browser's sign-in desk, lent by the browser capability when it is on.
         desk = self.ctx.shared.get(SIGNIN_DESK)
         access = DaemonAccess(self.ctx.db, self.ctx.engine)
-        site = site_for(self.ctx.config, settings, access, embedder, desk)
+        site = site_for(
+            self.ctx.config, settings, access, embedder, desk, learn=self.ctx.redactor.learn
+        )
         # Pages of channels served in the owner's browser (the web chat), behind this login.
         site.pages = list(self.ctx.shared.get("web_pages", []))
         site.schema = self.ctx.shared.get("schema")

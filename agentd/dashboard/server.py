@@ -8,7 +8,7 @@ session, a same-origin Origin (or Referer) and the session's CSRF token.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,6 +23,13 @@ from agentd.dashboard.config import DashboardConfig
 
 HERE = Path(__file__).parent
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# `Redactor.learn` of the serving process.
+Learn = Callable[[Iterable[str]], object]
+
+
+def _learn_nothing(values: Iterable[str]) -> None:
+    """A site with no process around it (a test's, built from the app alone)."""
+
 
 # No inline script or style anywhere: a string that slipped past escaping still cannot run.
 # connect-src: scripts talk to this origin alone (the sign-in page's clicks and keys,
@@ -62,6 +69,9 @@ class Site:
     # The schema the database should have: the core's migrations and each channel's, handed
     # down by whoever knows the channels (None: the core's alone).
     schema: list[Any] | None = None
+    # The serving process's `Redactor.learn`: each live session id it sees (the cookie) is
+    # taught to it, so a log line or an error that quotes the cookie shows `[REDACTED]`.
+    learn: Learn = _learn_nothing
     templates: jinja2.Environment = field(init=False)
 
     def __post_init__(self) -> None:
@@ -165,8 +175,11 @@ async def _guarded(request: web.Request, handler: Handler, site: Site) -> web.St
         return await handler(request)
     cookie = request.cookies.get(auth.cookie_name(site.config.secure))
     key = await site.access.read(auth.session_key, cookie, time.time()) if cookie else None
-    if key is None:
+    if key is None or not cookie:
         _to_login()
+    # Taught at each request, not only at login: a session made before a restart, or by
+    # `agentd dashboard` beside the daemon, is one this process never saw made.
+    site.learn([cookie])
     request[CSRF_KEY] = key
     request[SESSION] = cookie
     if request.method == "POST":

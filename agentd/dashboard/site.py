@@ -13,7 +13,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from agentd.dashboard.access import Access
 from agentd.dashboard.config import DashboardConfig, check_bind
-from agentd.dashboard.server import Site, make_app
+from agentd.dashboard.server import Learn, Site, make_app
 from agentd.llm.pricing import price_table
 
 
@@ -34,9 +34,12 @@ def site_for(
     embedder: Any = None,
     signin: Any = None,
     signin_why: str = "",
+    *,
+    learn: Learn,
 ) -> Site:
     """`embedder`: the daemon's, when it serves the dashboard (memory edit and restore);
-    `signin`: the browser's sign-in desk, when the browser is on."""
+    `signin`: the browser's sign-in desk, when the browser is on; `learn`: the process's
+    `Redactor.learn`, taught every live session id the site sees."""
     return Site(
         access=access,
         config=dashboard,
@@ -47,6 +50,7 @@ def site_for(
         browser_data=config.db_path.parent,
         signin=signin,
         signin_why=signin_why or _why_no_browser(config),
+        learn=learn,
     )
 
 

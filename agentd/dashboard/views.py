@@ -46,6 +46,7 @@ async def login(request: web.Request) -> web.Response:
     session = await site.access.write(auth.redeem, token, site.config.session_hours)
     if session is None:
         return render(request, "login.html", token="", failed=True)
+    site.learn([session])  # before anything could write it: the cookie signs in as the owner
     response = web.HTTPSeeOther("/")
     response.set_cookie(
         auth.cookie_name(site.config.secure),
