@@ -249,6 +249,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.asked.append(self.path)  # type: ignore[attr-defined]
+        self.server.logins.append(self.headers.get("Authorization"))  # type: ignore[attr-defined]
         self.send_response(307 if self.path.startswith("/start") else 200)
         if self.path.startswith("/start"):
             self.send_header("Location", self.server.location)  # type: ignore[attr-defined]
@@ -265,6 +266,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 def _recorder(location: str = "") -> Iterator[http.server.ThreadingHTTPServer]:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
     server.asked = []  # type: ignore[attr-defined]
+    server.logins = []  # type: ignore[attr-defined]
     server.location = location  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
@@ -332,7 +334,7 @@ class _NamesAnotherHome(_Recorder):
         self.wfile.write(body)
 
 
-def test_a_calendar_home_on_a_host_the_server_names_is_vetted_before_any_request() -> None:
+def test_a_calendar_home_on_a_host_the_server_names_is_refused_before_any_request() -> None:
     """The server names a calendar home on another host, which resolves to the loopback:
     caldav would move there with the password; no request reaches it."""
     with _recorder() as inside:
@@ -351,7 +353,55 @@ def test_a_calendar_home_on_a_host_the_server_names_is_vetted_before_any_request
             server.server_close()
     assert server.asked == ["/", "/me/"]  # type: ignore[attr-defined]
     assert inside.asked == []  # type: ignore[attr-defined]
-    assert "inside.test resolves to 127.0.0.1, a loopback address" in str(refused.value)
+    assert "home: calendar home failed" in str(refused.value)
+    assert "inside.test" not in dns.asked  # refused before it was even looked up
+
+
+class _NamesAnotherHomeBehindLogin(_NamesAnotherHome):
+    """`_NamesAnotherHome` that asks for a login first, as a real server does: caldav holds
+    the password by the time it moves to the calendar home."""
+
+    def do_PROPFIND(self) -> None:
+        if self.headers.get("Authorization") is None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="calendars"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        super().do_PROPFIND()
+
+
+@pytest.mark.parametrize("elsewhere", ["another port", "another host"])
+def test_the_password_goes_only_to_the_configured_origin(elsewhere: str) -> None:
+    """The server, after the login, names a calendar home on another origin: a port of its
+    own host, or a host that is not the loopback (a public one, as far as the vetting can
+    tell). caldav would move there, password and all; agentd refuses, sends nothing there,
+    and says what to set."""
+    with _recorder() as other:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NamesAnotherHomeBehindLogin)
+        server.asked = []  # type: ignore[attr-defined]
+        host = "home.test" if elsewhere == "another port" else "calendars.test"
+        target = f"http://{host}:{other.server_address[1]}/cal/"
+        server.location = target  # type: ignore[attr-defined]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            dns = _Dns(home_test=["127.0.0.1"], calendars_test=["192.0.2.10"])
+            url = f"http://home.test:{server.server_address[1]}/"
+            cal = CalendarConfig(
+                name="home", url=url, username="owner", password_env="CAL_PW", timeout=5
+            )
+            with pytest.raises(CalendarError) as refused:
+                Source(cal, {"CAL_PW": USERS["owner"]}, resolve=dns).calendar()
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert server.asked == ["/", "/me/"]  # type: ignore[attr-defined]
+    assert other.asked == [] and other.logins == []  # type: ignore[attr-defined]
+    said = str(refused.value)
+    assert said.startswith(f"home: calendar home failed: the server at {url} named {target}")
+    assert "sent nothing there" in said and f'set url = "{target}"' in said, said
+    assert "calendars.test" not in dns.asked
 
 
 async def test_caldav_connects_to_the_address_agentd_resolved(radicale: Radicale) -> None:
@@ -411,6 +461,7 @@ def test_a_pinned_connection_still_checks_the_certificate_against_the_host_name(
         policy = FetchPolicy(allowed_hosts=("calendar.test", "elsewhere.test"))
         with pinned_session(f"https://calendar.test:{port}/", policy, dns) as session:
             ok = session.get(f"https://calendar.test:{port}/page", verify=str(cert), timeout=10)
+        with pinned_session(f"https://elsewhere.test:{port}/", policy, dns) as session:
             with pytest.raises(niquests.exceptions.SSLError):
                 session.get(f"https://elsewhere.test:{port}/page", verify=str(cert), timeout=10)
         assert ok.status_code == 200 and server.asked == ["/page"]  # type: ignore[attr-defined]

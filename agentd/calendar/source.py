@@ -56,7 +56,18 @@ def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
 
     from caldav.lib import error
 
-    if isinstance(exc, FetchError):  # a redirect, or a host the server named, refused
+    from agentd.net.pinned import OffOrigin
+
+    if isinstance(exc, OffOrigin):
+        return CalendarError(
+            config.name,
+            "calendar home",
+            f"the server at {config.url} named {exc.target} for the calendars, on another "
+            f"server ({exc}); agentd sends the password only to the configured one, so it "
+            f"sent nothing there. If that server is your provider's, set url = "
+            f'"{exc.target}" (docs/calendar.md)',
+        )
+    if isinstance(exc, FetchError):  # a redirect, or an address a host resolves to, refused
         return CalendarError(
             config.name, "redirect", f"{exc}; set the url to where the calendar really is"
         )

@@ -16,9 +16,11 @@ from typing import Any
 
 import niquests
 from niquests.packages.urllib3.contrib.resolver import BaseResolver
+from yarl import URL
 
 from agentd.net.addresses import IPAddress, parse_ip
 from agentd.net.safe_fetch import (
+    FetchError,
     FetchPolicy,
     RedirectVetter,
     SyncResolve,
@@ -89,15 +91,49 @@ class VettingResolver(BaseResolver):
         return self._open
 
 
+def origin(url: URL) -> str:
+    """scheme://host:port, the port written even when it is the scheme's."""
+    host = f"[{url.host}]" if ":" in (url.host or "") else url.host or ""
+    return f"{url.scheme.lower()}://{host.lower()}:{url.port}"
+
+
+class OffOrigin(FetchError):
+    """The client was about to ask another origin (scheme, host, port) than its own, with
+    the login it holds for its own: nothing was sent."""
+
+    def __init__(self, target: str, home: str) -> None:
+        super().__init__(f"{target} is on {origin(URL(target))}, not {home}")
+        self.target = target
+        self.home = home
+
+
+class _OneOrigin(niquests.Session):
+    """A session whose requests all go to one origin. A client that holds a login sends it
+    with every request it makes (python-caldav moves to whatever host a server names for the
+    calendars, login and all): one for another origin is refused before it is made. A
+    redirect is not such a request: the session follows it only once vetted, and drops the
+    login when it leaves the host."""
+
+    def __init__(self, home: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._home = origin(URL(home))
+
+    def request(self, method: Any, url: Any, *args: Any, **kwargs: Any) -> Any:
+        if origin(URL(str(url))) != self._home:
+            raise OffOrigin(str(url), self._home)
+        return super().request(method, url, *args, **kwargs)
+
+
 def pinned_session(
     url: str, policy: FetchPolicy, resolve: SyncResolve = system_resolve_sync
 ) -> niquests.Session:
-    """A session for `url` (whose own host `policy` allows) that connects only where
-    `policy` allows, follows a redirect off `url`'s origin only once it is vetted (https
-    kept), and reads nothing from the environment: a proxy there would resolve names itself,
-    out of the resolver's reach, and a .netrc would add logins for hosts a redirect names."""
+    """A session for `url` (whose own host `policy` allows) that asks only `url`'s origin
+    (`OffOrigin` otherwise), connects only where `policy` allows, follows a redirect off
+    `url`'s origin only once it is vetted (https kept), and reads nothing from the
+    environment: a proxy there would resolve names itself, out of the resolver's reach, and
+    a .netrc would add logins for hosts a redirect names."""
     resolver = VettingResolver(policy, resolve)
-    session = niquests.Session(resolver=resolver)
+    session = _OneOrigin(url, resolver=resolver)
     session.trust_env = False
     session.hooks["response"].append(RedirectVetter(url, policy, resolver.vetted))
     return session
