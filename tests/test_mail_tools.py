@@ -5,11 +5,13 @@ One Dovecot per module; each test uses its own user, so the tests do not see eac
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import logging
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.utils import make_msgid
@@ -627,3 +629,67 @@ async def test_debug_logging_writes_no_mail_and_no_password(
     assert "agentd's own DEBUG still comes" in logged
     for private in ("Befund", "unauffaellig", "lab@example.org", USERS["cara"]):
         assert private not in logged, private
+
+
+@contextlib.asynccontextmanager
+async def _recording(port: int) -> AsyncIterator[tuple[int, bytearray]]:
+    """A loopback relay to `port` that keeps every byte the client sends."""
+    sent = bytearray()
+
+    async def pipe(
+        src: asyncio.StreamReader, dst: asyncio.StreamWriter, keep: bytearray | None
+    ) -> None:
+        while data := await src.read(65536):
+            if keep is not None:
+                keep.extend(data)
+            dst.write(data)
+            await dst.drain()
+        dst.close()
+
+    async def relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.gather(
+            pipe(reader, up_writer, sent), pipe(up_reader, writer, None), return_exceptions=True
+        )
+
+    server = await asyncio.start_server(relay, "127.0.0.1", 0)
+    try:
+        yield server.sockets[0].getsockname()[1], sent
+    finally:
+        server.close()
+
+
+async def test_what_the_smtp_client_sends_to_log_in_is_hidden_by_the_daemons_redactor(
+    dovecot: Dovecot, smtp: tuple[int, LmtpRelay], db: Database, tmp_path: Path
+) -> None:
+    """aiosmtplib logs nothing, but a line it sent may reach a log or an error some other way
+    (a library's debug, an exception quoting it). AUTH LOGIN sends the password as a bare
+    base64 line, with no word before it for the redactor to look behind: the mail
+    capability teaches the daemon's redactor the forms its client sends, PLAIN's too."""
+    import aiosmtplib
+
+    from agentd.mail.capability import capability
+    from agentd.tools.capability import Context
+
+    acc = account(dovecot, "cara", smtp[0])
+    password = USERS["cara"]
+    redactor = Redactor([password])  # the configured secrets, as the daemon starts with
+    config = Config(mail=[acc], access={"owner_id": 42})
+    async with contextlib.AsyncExitStack() as stack:
+        ctx = Context(
+            config, {acc.password_env: password}, db, None, None, None, None, redactor, stack
+        )  # type: ignore[arg-type]
+        await capability().contribute(ctx)
+    async with _recording(smtp[0]) as (port, sent):
+        for mechanism in ("auth_login", "auth_plain"):
+            client = aiosmtplib.SMTP(hostname="127.0.0.1", port=port, timeout=10)
+            await client.connect()
+            await getattr(client, mechanism)("cara", password)
+            await client.quit()
+    wire = sent.decode()
+    bare = base64.b64encode(password.encode()).decode()
+    plain = base64.b64encode(f"\0cara\0{password}".encode()).decode()
+    assert f"\r\n{bare}\r\n" in wire and f"AUTH PLAIN {plain}\r\n" in wire, wire
+    hidden = redactor(wire)
+    assert bare not in hidden and plain not in hidden, hidden
+    assert hidden.count("[REDACTED]") == 2 and "AUTH LOGIN" in hidden, hidden
