@@ -8,6 +8,7 @@ CalDAV is synchronous (caldav and its HTTP client block): the tools call it in a
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -48,6 +49,28 @@ def _login_failed(config: CalendarConfig) -> CalendarError:
         "login",
         f"the server rejected the user {config.username!r} or its password ({config.password_env})",
     )
+
+
+def _refuse_caldav_dumps(config: CalendarConfig) -> None:
+    """caldav reads debug switches of its own from the process environment: one writes every
+    request and answer, the password included, to files under /tmp; another stops in a
+    debugger the daemon has no terminal for. Neither is agentd's to turn on silently."""
+    named = [
+        name
+        for name, value in (
+            ("PYTHON_CALDAV_COMMDUMP", os.environ.get("PYTHON_CALDAV_COMMDUMP", "")),
+            ("PYTHON_CALDAV_DEBUGMODE", os.environ.get("PYTHON_CALDAV_DEBUGMODE", "")),
+        )
+        if value and (name.endswith("COMMDUMP") or value.upper().startswith("DEBUG"))
+    ]
+    if named:
+        raise CalendarError(
+            config.name,
+            "environment",
+            f"{' and '.join(named)} set in agentd's environment would have the caldav library "
+            "write each request, the password included, to files under /tmp or stop in a "
+            "debugger, so no calendar server was asked; unset it and restart agentd",
+        )
 
 
 def _explain(config: CalendarConfig, exc: BaseException) -> CalendarError:
@@ -139,6 +162,7 @@ class Source:
         """The CalDAV calendar by display name (or the first), looked up once."""
         if self._calendar is not None:
             return self._calendar
+        _refuse_caldav_dumps(self.config)
         try:
             calendars = self._client().principal().calendars()
         except Exception as exc:
