@@ -17,7 +17,7 @@ import pytest
 from agentd.config import Config
 from agentd.llm.pricing import cheapest
 from agentd.watch import budget, detect, store
-from agentd.watch.create import WatchRequest, create, timing
+from agentd.watch.create import WatchRequest, create, report, timing
 from agentd.watch.model import Reading, Seen, Source
 from tests.fakes.anthropic import ErrorReply
 from tests.fakes.site import FakeSite
@@ -158,6 +158,16 @@ def _watch(conn: Any, config: Config, every: str = "15m") -> store.Watch:
     camera = Source(kind="page", url="https://shop.example/x100")
     condition = "the price drops under 200"
     return _add(conn, config, camera, every, condition, watch_id="wcam", label="camera")
+
+
+def test_the_watch_list_counts_one_check_in_the_singular(conn: Any) -> None:
+    config = Config()
+    w = _watch(conn, config)
+    assert "\n  0 checks: " in report(conn, config, w, START)
+    store.record_check(conn, w, int(START), "unchanged", START)
+    assert "\n  1 check: 1 unchanged" in report(conn, config, w, START)
+    store.record_check(conn, w, int(START) + 900, "unchanged", START + 900)
+    assert "\n  2 checks: 2 unchanged" in report(conn, config, w, START + 900)
 
 
 def test_the_forecast_is_an_estimate_first_and_measured_after(conn: Any) -> None:

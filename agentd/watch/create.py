@@ -198,8 +198,8 @@ def report(conn: Any, config: Config, w: Watch, now: float) -> str:
     fc = budget.forecast(conn, config, w, price, now)
     s = store.stats(conn, w.id)
     counts = (
-        f"{s.checks} checks: {s.unchanged} unchanged, {s.quiet} quiet, {s.told} told, "
-        f"{s.failed} failed, {s.capped} capped; {s.tokens:,} tokens"
+        f"{s.checks} check{'' if s.checks == 1 else 's'}: {s.unchanged} unchanged, "
+        f"{s.quiet} quiet, {s.told} told, {s.failed} failed, {s.capped} capped; {s.tokens:,} tokens"
     )
     nxt = f"next {local_iso(w.next_run, w.recurrence.timezone)}" if w.next_run else "not running"
     return f"{summary(w)}\n  {counts}; {nxt}\n  cost ({label}): {fc.describe()}"
