@@ -8,6 +8,7 @@ on the same device; a different device is a different sender as far as dedup goe
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
@@ -99,3 +100,33 @@ def test_a_resent_txn_with_other_content_answers_the_first_event_unchanged(
     read = sender.call("GET", path)
     assert read["content"]["body"] == "half an answer"
     assert "m.replace" in read["unsigned"]["m.relations"]
+
+
+def test_the_sending_device_alone_reads_its_transaction_ids_back_in_the_history(
+    server: Synapse,
+) -> None:
+    """What lets a stopped turn find a first draft agentd never wrote down without sending
+    anything (matrix/output.py `_unrecorded_draft`): the room's history, filtered to the
+    sender, gives each event the sender's device sent with its transaction id under
+    `unsigned` — to that device (a new login on it too, and after Synapse restarted), never
+    to another device of the account or to another user."""
+    sender, reader, room, password = _pair(server)
+    first = sender.say_txn(room, "half an answer", "txn-h")
+    sender.say(room, "something else")
+    only_sender = json.dumps({"senders": [sender.user_id], "types": ["m.room.message"]})
+
+    def txns(user: MatrixUser) -> dict[str, str | None]:
+        path = f"/rooms/{quote(room, safe='')}/messages"
+        params = {"dir": "b", "limit": 20, "filter": only_sender}
+        chunk = user.call("GET", path, params=params)["chunk"]
+        assert {e["sender"] for e in chunk} == {sender.user_id}
+        return {e["event_id"]: e.get("unsigned", {}).get("transaction_id") for e in chunk}
+
+    assert txns(sender)[first] == "txn-h"
+    name = sender.user_id.split(":")[0][1:]
+    server.restart()
+    again = server.login(name, password, device_id=sender.device_id)
+    assert txns(again)[first] == "txn-h"
+    other = server.login(name, password, device_id="ELSEWHERE")
+    assert txns(other)[first] is None
+    assert txns(reader)[first] is None
