@@ -246,6 +246,57 @@ def test_a_first_draft_synapse_took_unrecorded_is_replaced_once_by_its_answer(
         assert rig.query("SELECT detail FROM audit WHERE kind = 'send_uncertain'") == []
 
 
+@pytest.mark.parametrize("taken", [True, False], ids=["taken", "never-taken"])
+def test_a_first_draft_unrecorded_when_its_turn_stops_is_ended_once_or_nothing_is_sent(
+    tmp_path: Path, cast: Cast, taken: bool
+) -> None:
+    """agentd dies while the answer's first draft is on its way (Synapse took it, or never
+    saw it) and before it wrote that draft down; the resumed turn is cancelled before it
+    streams again. The draft Synapse took is found among the bot's messages and ends marked
+    stopped, once; without one, nothing is sent (a send under the draft's transaction id
+    would make the message it looks for)."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        (rig.proxy.hold_after if taken else rig.proxy.hold_before)("Part 1 of")
+        asked = rig.owner.say(room, "tell me a long story")
+        rig.proxy.wait_until(
+            lambda: rig.proxy.held or rig.proxy.held_before, 60, "the first draft held"
+        )
+        if taken:
+            wait_for(lambda: _said(rig, room, "Part 1 of"), 30, "Synapse storing the draft")
+        rig.daemon.kill9()  # within the client's timeout, so its retry never records it
+        assert rig.query("SELECT * FROM matrix_drafts") == []
+        rig.llm.reset()
+        rig.llm.hold()  # the resumed turn waits at the model, no draft sent again
+        rig.daemon.env["AGENTD_CHAT__STREAMING"] = "false"
+        try:
+            rig.daemon.start()
+            rig.llm.wait_for_held(1, timeout=60)
+            turn = _turn(rig, "tell me a long story")
+            assert turn is not None
+            assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+            wait_for(lambda: _turn(rig, "tell me a long story") == (turn[0], "cancelled"), 60)
+        finally:
+            rig.llm.release()
+        # Its answer comes after the stopped turn's end (the fake echoes the story's request
+        # too, unanswered in the history).
+        rig.owner.say(room, "marker")
+        wait_for(lambda: (rig.shown(room) or [""])[-1].endswith("marker"), 60, "the next answer")
+        stops = [p for p in rig.proxy.sends if "/agentd-stop-" in p]
+        if not taken:
+            assert len(rig.shown(room)) == 1 and stops == []
+            return
+        # The marker alone, as at any start: what the draft said died with the process.
+        draft, _ = rig.shown(room)
+        assert draft == "(stopped: this answer was not finished)"
+        assert len(stops) == 1 and rig.edits(room) == 1
+        answer = _answer_to(rig, room, asked)
+        assert answer is not None and answer["event_id"] == _first_id(rig, room)
+
+
 def test_a_first_draft_whose_answers_were_all_lost_is_replaced_by_its_answer(
     tmp_path: Path, cast: Cast
 ) -> None:
@@ -369,6 +420,37 @@ def test_a_stopped_draft_the_homeserver_refused_at_start_is_kept_and_ended_later
         # The marker alone, as at any start: what the draft said died with the process.
         assert rig.shown(room) == ["(stopped: this answer was not finished)"]
         _wait_drafts_closed(rig)
+
+
+def test_a_stopped_draft_the_homeserver_could_not_take_is_ended_while_agentd_runs(
+    tmp_path: Path, cast: Cast
+) -> None:
+    """The turn is cancelled mid-stream and the homeserver refuses the draft's end, every
+    one of the client's tries (down for a moment): agentd tries it again a little later, in
+    the same process, and the draft ends marked stopped, keeping what it said, with no
+    restart; its row goes then."""
+    slow = {"stream_delay": 0.1, "stream_chunk_chars": 12}  # the answer streams for ~30 s
+    env = {"AGENTD_CHAT__STREAMING": "true", "AGENTD_CHAT__STREAM_INTERVAL": "0.3"}
+    with matrix_rig(tmp_path, cast, llm_args=slow, **env) as rig:
+        room = rig.dm()
+        rig.llm.enqueue_text(STORY)
+        rig.owner.say(room, "tell me a long story")
+        wait_for(lambda: _said(rig, room, "Part 2 of"), 60, "the answer's drafts")
+        turn = _turn(rig, "tell me a long story")
+        assert turn is not None
+        rig.proxy.fail_before("(stopped", 6)  # the end's send and its 5 retries
+        assert rig.daemon.proc is not None
+        pid = rig.daemon.proc.pid
+        assert rig.daemon.cli("workflows", "cancel", turn[0]).returncode == 0
+        rig.proxy.wait_until(lambda: len(rig.proxy.refused) == 6, 60, "the end refused")
+        assert len(rig.query("SELECT * FROM matrix_drafts")) == 1
+        wait_for(lambda: "(stopped" in " ".join(rig.shown(room)), 60, "the draft marked")
+        [draft] = rig.shown(room)
+        assert draft.startswith("Part 1 of a long answer"), draft
+        assert draft.endswith("(stopped: this answer was not finished)"), draft
+        assert len([p for p in rig.proxy.sends if "/agentd-stop-" in p]) == 1  # taken once
+        _wait_drafts_closed(rig)
+        assert rig.daemon.proc is not None and rig.daemon.proc.pid == pid, "restarted"
 
 
 def test_a_retried_stopped_turn_streams_and_stops_a_draft_of_its_own(

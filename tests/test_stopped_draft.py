@@ -23,7 +23,9 @@ class Drafts:
         self.fail = fail
         self.left = left or []
 
-    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+    async def end_draft(
+        self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
+    ) -> None:
         self.ended.append((chat_id, draft_id, note))
         if self.fail:
             raise RuntimeError("the homeserver is down")

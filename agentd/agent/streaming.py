@@ -101,11 +101,15 @@ class DraftStreamer:
         self.sent += self.enabled
 
 
-async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecord) -> bool:
+async def end_unanswered(
+    db: Database, outbox: Outbox, inst: store.InstanceRecord, *, started_at: float = 0.0
+) -> bool:
     """A turn that ended without its answer (cancelled, failed for good): its drafts must
     not pass for the answer (`Outbox.end_draft`), marked stopped in its user's language. Not
     if the answer's send began: it may have taken the draft's place, which this would hide.
-    Best effort, and harmless twice; whether the outbox was asked to end them."""
+    A turn made before `started_at` (when this process began) may have a draft an earlier
+    process sent and never wrote down, which the outbox then looks for. Best effort, and
+    harmless twice; whether the outbox was asked to end them."""
     if inst.workflow != TURN_WORKFLOW or inst.status == "complete":
         return False
     try:
@@ -115,7 +119,8 @@ async def end_unanswered(db: Database, outbox: Outbox, inst: store.InstanceRecor
             return False
         told = str(given.get("language_code") or "")
         draft = answer_draft(inst.id, inst.retries)
-        await outbox.end_draft(chat_id, draft, await _stopped_note(db, user_id, told))
+        note = await _stopped_note(db, user_id, told)
+        await outbox.end_draft(chat_id, draft, note, earlier=inst.created_at < started_at)
     except Exception as exc:
         log.info("draft not ended (best effort)", extra={"reason": type(exc).__name__})
         return False

@@ -81,10 +81,14 @@ class Outbox(Protocol):
         call and model call of it, and its first chunk is sent with `draft=draft_id`."""
         ...
 
-    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+    async def end_draft(
+        self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
+    ) -> None:
         """The answer of these drafts will not come (its turn was stopped or failed): what
         the chat shows of them must not pass for an answer; where it stays (a message), it
-        ends with `note` (Markdown, the user's language). Doing it again does no harm."""
+        ends with `note` (Markdown, the user's language). Doing it again does no harm.
+        `earlier`: the turn began before this process, so an earlier one may have sent a
+        draft it never wrote down (where a draft is a message, it is looked for)."""
         ...
 
     async def open_drafts(self) -> list[tuple[int, int]]:

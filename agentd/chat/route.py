@@ -101,10 +101,12 @@ class RoutedOutbox:
             return False
         return await outbox.send_draft(chat_id, draft_id, text, reply_to=reply_to)
 
-    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+    async def end_draft(
+        self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
+    ) -> None:
         outbox = self._by_block.get(id_block(chat_id))
         if outbox is not None:
-            await outbox.end_draft(chat_id, draft_id, note)
+            await outbox.end_draft(chat_id, draft_id, note, earlier=earlier)
 
     async def open_drafts(self) -> list[tuple[int, int]]:
         return [found for outbox in self._by_block.values() for found in await outbox.open_drafts()]

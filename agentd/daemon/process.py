@@ -121,14 +121,17 @@ async def _open(config: Config, redactor: Redactor) -> _Process:
 
 
 def _on_unfinished(
-    proc: _Process, outbox: Any, wired: list[services.Services]
+    proc: _Process, outbox: Any, wired: list[services.Services], started_at: float
 ) -> Callable[[store.InstanceRecord], Awaitable[None]]:
-    """Audit an instance that ended unfinished, then the core's and each capability's part."""
+    """Audit an instance that ended unfinished, then the core's and each capability's part.
+    `started_at`: when this process began (a turn older than that may have drafts an earlier
+    process sent)."""
     db = proc.db
 
     async def on_unfinished(inst: store.InstanceRecord) -> None:
         await db.write(audit_unfinished, inst)
-        await end_unanswered(db, outbox, inst)  # before any notice about it reaches the chat
+        # Before any notice about it reaches the chat.
+        await end_unanswered(db, outbox, inst, started_at=started_at)
         if inst.status == "cancelled":
             await withdraw_approvals(db, outbox, inst.id)
         elif inst.status == "errored" and (inst.error or "").startswith("stopped after"):
@@ -141,7 +144,11 @@ def _on_unfinished(
 
 
 def _engine(
-    proc: _Process, outbox: Any, clock: SystemClock, wired: list[services.Services]
+    proc: _Process,
+    outbox: Any,
+    clock: SystemClock,
+    wired: list[services.Services],
+    started_at: float,
 ) -> Engine:
     config = proc.config
     return Engine(
@@ -154,7 +161,7 @@ def _engine(
         ),
         poll_interval=config.engine.event_poll_interval,
         redact=proc.redactor,
-        on_finish=_on_unfinished(proc, outbox, wired),
+        on_finish=_on_unfinished(proc, outbox, wired, started_at),
         crash_limit=config.engine.crash_limit,
     )
 
@@ -173,7 +180,7 @@ async def _build(proc: _Process, started_at: float) -> None:
     outbox = RoutedOutbox({one.channel.block: one.open.outbox for one in proc.channels})
     wired_holder: list[services.Services] = []
     clock = SystemClock()
-    engine = proc.engine = _engine(proc, outbox, clock, wired_holder)
+    engine = proc.engine = _engine(proc, outbox, clock, wired_holder, started_at)
     refused = await _identify(proc)
     if refused is not None:
         await _tell_owner_at_start(proc, *refused)

@@ -177,6 +177,7 @@ class OpenMatrix:
             self._syncer.stop()
 
     async def close(self) -> None:
+        await self.outbox.close()
         await self.client.close()
 
 

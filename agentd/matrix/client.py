@@ -12,6 +12,7 @@ never show the message twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
@@ -173,6 +174,21 @@ class MatrixClient:
 
         answer = await self._call("messages", page, self._timeout)
         return answer if isinstance(answer, dict) else {}
+
+    async def own_messages(self, room_id: str, limit: int) -> list[dict[str, Any]]:
+        """The newest `limit` messages this account sent in the room, newest first (one page
+        of `GET /rooms/{room}/messages?dir=b`, filtered to its sender). Synapse gives the
+        device that sent one its transaction id, under `unsigned` → `transaction_id`."""
+        only_mine = {"senders": [self.user_id], "types": ["m.room.message"]}
+        query = {"dir": "b", "limit": str(limit), "filter": json.dumps(only_mine)}
+
+        async def page() -> Any:
+            path = Path.v3.rooms[RoomID(room_id)].messages
+            return await self._http.request(Method.GET, path, query_params=query)
+
+        answer = await self._call("messages", page, self._timeout)
+        chunk = answer.get("chunk") if isinstance(answer, dict) else None
+        return [e for e in chunk if isinstance(e, dict)] if isinstance(chunk, list) else []
 
     async def event(self, room_id: str, event_id: str) -> dict[str, Any]:
         """One event as the server holds it (`GET /rooms/{room}/event/{event}`): its original

@@ -21,6 +21,7 @@ import logging
 import mimetypes
 import secrets
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,13 @@ MARKUP = Markup(schemes=("https", "http"), strike="del", line_break="<br>")
 # most 65,536 bytes (the spec's limit, signatures and ids included), and the edit that puts a
 # streamed answer in its draft's place carries the content twice (`m.new_content`).
 MAX_CONTENT_BYTES = 30_000
+# A draft's end the homeserver could not take (each try is the client's own five retries, about
+# 15 s) is tried again after these waits, about half an hour in all; past them, the next
+# start's sweep ends a draft with a row.
+END_WAITS = (5.0, 10.0, 20.0, 40.0, *[60.0] * 25)
+# How many of the bot's newest messages in a room are read for a first draft it never wrote
+# down (one page): what it sent in the room since that draft, which is little.
+DRAFT_LOOKBACK = 50
 
 
 def txn_id() -> str:
@@ -73,6 +81,7 @@ class MatrixOutbox:
         max_message_chars: int,
         max_file_bytes: int,
         refusal: Refusal | None = None,
+        end_waits: Sequence[float] = END_WAITS,
     ) -> None:
         self._client = client
         self._refusal = refusal
@@ -85,6 +94,9 @@ class MatrixOutbox:
         # Drafts whose first send did not come back written down in this process: Synapse may
         # hold the message all the same, which their answer must then take the place of.
         self._unsure: set[tuple[int, int]] = set()
+        # Drafts whose end is being tried again (`end_draft`), and the waits between tries.
+        self._ending: dict[tuple[int, int], asyncio.Task[None]] = {}
+        self._end_waits = tuple(end_waits)
 
     def bind(self, db: Database) -> None:
         """The database with the id map (matrix_ids); bound before the engine runs."""
@@ -269,6 +281,7 @@ class MatrixOutbox:
             if found is None:
                 content = {**text_content(text), **await self._reply(reply_to)}
                 self._unsure.add((chat_id, draft_id))  # until its event id is written down
+                self._shown[(chat_id, draft_id)] = text  # what it says if Synapse took it
                 txn = _draft_txn(chat_id, draft_id)
                 draft = await self._client.send(room, "m.room.message", content, txn)
                 await self._db.write(_save_draft, chat_id, draft_id, draft)
@@ -282,30 +295,90 @@ class MatrixOutbox:
             return False
         return True
 
-    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+    async def end_draft(
+        self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
+    ) -> None:
         """The draft ends as what it said and `note` (only that, if this process never saw
         what it said: it was sent before a restart). Under a transaction id from the draft's,
         so doing it again after a crash is the same edit; best effort. Its row goes once the
-        homeserver took the edit, or refused it for good (the bot left the room, say): one
-        the homeserver could not take now stays, for the next start to end."""
-        text = self._shown.pop((chat_id, draft_id), "")
-        self._unsure.discard((chat_id, draft_id))
+        homeserver took the edit, or refused it for good (the bot left the room, say). One
+        the homeserver could not take now is tried again in this process (`END_WAITS`), and
+        its row stays meanwhile, for the next start to end if this process cannot.
+
+        A draft with no row may still be in the room, if its first send went out and its
+        event id was never written down: when this process was unsure of that send, or
+        `earlier` (the turn began before this process), the bot's newest messages in the
+        room are read for the one sent under the first draft's transaction id, and it is
+        ended. Nothing is sent when none is found."""
+        key = (chat_id, draft_id)
+        text = self._shown.pop(key, "")
+        look = earlier or key in self._unsure
+        self._unsure.discard(key)
+        if key in self._ending:  # already being tried again: the same edit
+            return
+        says = f"{text}\n\n{note}" if text.strip() else note
+        if await self._end(chat_id, draft_id, says, look):
+            return
+        task = asyncio.create_task(self._end_later(chat_id, draft_id, says, look))
+        self._ending[key] = task
+        task.add_done_callback(lambda _: self._ending.pop(key, None))
+
+    async def _end(self, chat_id: int, draft_id: int, says: str, look: bool) -> bool:
+        """One try at ending the draft with `says`; False when the homeserver could not take
+        it now (worth trying again), True when it is done or nothing is left to do."""
         try:
             found = await self._db.read(_open_draft, chat_id, draft_id)
-            if found is None or found[0] != draft_id:  # none, or another answer's (key 0)
-                return
+            if found is not None and found[0] != draft_id:  # another answer's (key 0)
+                return True
             room = await self.room_of(chat_id)
-            edit = _replacing(found[1], f"{text}\n\n{note}" if text.strip() else note)
-            txn = "agentd-stop-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest()
+            event = found[1] if found else None
+            if event is None and look:
+                event = await self._unrecorded_draft(room, chat_id, draft_id)
+            if event is None:
+                return True
             try:
-                await self._client.send(room, "m.room.message", edit, txn[:60])
+                edit = _replacing(event, says)
+                await self._client.send(room, "m.room.message", edit, _stop_txn(chat_id, draft_id))
             except MatrixError as exc:
                 if exc.fault.kind != "permanent":
                     raise
                 log.warning("matrix draft cannot be ended", extra={"reason": exc.fault.reason})
-            await self._db.write(_close_draft, chat_id, draft_id)
+            if found is not None:
+                await self._db.write(_close_draft, chat_id, draft_id)
+        except MatrixError as exc:
+            if exc.fault.kind == "transient":
+                log.info("matrix draft not ended yet", extra={"reason": exc.fault.reason})
+                return False
+            log.info("matrix draft not ended (best effort)", extra={"reason": exc.fault.reason})
         except Exception as exc:  # cancellation is BaseException and still propagates
             log.info("matrix draft not ended (best effort)", extra={"reason": type(exc).__name__})
+        return True
+
+    async def _end_later(self, chat_id: int, draft_id: int, says: str, look: bool) -> None:
+        for wait in self._end_waits:
+            await asyncio.sleep(wait)
+            if await self._end(chat_id, draft_id, says, look):
+                return
+        log.warning("matrix draft not ended; the next start tries again if it has a row")
+
+    async def _unrecorded_draft(self, room: str, chat_id: int, draft_id: int) -> str | None:
+        """The event of the answer's first draft, found among the bot's newest messages in
+        the room by its transaction id (which Synapse shows the device that sent it); None if
+        no such message is there. A draft with no row has no edits, so the messages after
+        it are the few anything else sent in the room since (a command's reply, a notice)."""
+        txn = _draft_txn(chat_id, draft_id)
+        for event in await self._client.own_messages(room, DRAFT_LOOKBACK):
+            unsigned = event.get("unsigned")
+            if isinstance(unsigned, dict) and unsigned.get("transaction_id") == txn:
+                return str(event.get("event_id") or "") or None
+        return None
+
+    async def close(self) -> None:
+        """Stop trying again to end drafts: their rows stay, for the next start."""
+        tasks = list(self._ending.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def open_drafts(self) -> list[tuple[int, int]]:
         """The drafts with a row (neither replaced nor ended), but one opened before drafts
@@ -350,6 +423,12 @@ def _draft_txn(chat_id: int, draft_id: int) -> str:
     """The transaction id of an answer's first draft, from the draft's id (the answer's): the
     same in every process, so whatever sends it again is handed the same message."""
     return ("agentd-draft-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest())[:60]
+
+
+def _stop_txn(chat_id: int, draft_id: int) -> str:
+    """The transaction id of the edit that ends an answer's draft stopped: one per draft, so
+    ending it again (a retry, a restart) is the same edit."""
+    return ("agentd-stop-" + hashlib.sha256(f"{chat_id}/{draft_id}".encode()).hexdigest())[:60]
 
 
 def _replacing(event_id: str, markdown: str) -> dict[str, Any]:

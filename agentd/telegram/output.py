@@ -224,7 +224,9 @@ class TelegramOutbox:
             lambda: self._bot.send_message_draft(chat_id=chat_id, draft_id=draft_id, text=text),
         )
 
-    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+    async def end_draft(
+        self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
+    ) -> None:
         """A draft is a preview that goes when its answer does not come: nothing to end."""
 
     async def open_drafts(self) -> list[tuple[int, int]]:

@@ -185,7 +185,9 @@ class WebOutbox:
         self.hub.poke()
         return True
 
-    async def end_draft(self, chat_id: int, draft_id: int, note: str) -> None:
+    async def end_draft(
+        self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
+    ) -> None:
         """The answer so far of an answer that will not come goes (another's stays)."""
         if chat_id == CHAT_ID and self.hub.draft_id == draft_id and self.hub.draft:
             self.hub.draft = ""
