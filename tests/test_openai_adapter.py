@@ -276,6 +276,33 @@ async def test_a_stream_from_a_server_that_sends_no_usage_is_billed_as_estimated
     assert answer.usage.output_tokens == 25 and answer.usage.input_tokens >= 100
 
 
+@pytest.mark.parametrize(
+    "names", [("reasoning_content",), ("reasoning",), ("reasoning", "reasoning_content")]
+)
+@pytest.mark.parametrize("stream", [True, False])
+async def test_a_reasoning_models_thinking_counts_in_an_estimated_answer(
+    names: tuple[str, ...], stream: bool
+) -> None:
+    """A reasoning model (DeepSeek, vLLM, Ollama's) writes its thinking before the answer, and
+    the server bills it as output: a server that counts nothing has the thinking estimated with
+    the answer, once, whatever the field's name."""
+    thought, text = "hmm " * 50, "word " * 20  # 200 + 100 characters: 75 tokens
+    with FakeChat.running(usage=False) as server:
+        llm = _llm(server)
+
+        async def on_text(_text: str) -> None:
+            pass
+
+        try:
+            server.enqueue(ChatReply(text=text, reasoning=thought, reasoning_as=names))
+            req = LLMRequest(messages=[Message(role="user", content="x" * 400)])
+            answer = await llm.complete(req, on_text if stream else None, model="qwen")
+        finally:
+            await llm.close()
+    assert answer.text == text.strip() and answer.estimated
+    assert answer.usage.output_tokens == 75, answer.usage
+
+
 async def test_a_stream_with_its_usage_is_billed_as_the_server_counted(
     chat: FakeChat, local: OpenAILLM
 ) -> None:

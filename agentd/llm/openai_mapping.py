@@ -240,11 +240,22 @@ def counted(usage: dict[str, Any] | None, prompt: int, written: int) -> tuple[Us
     return with_output_estimated(Usage(input_tokens=tokens_in(prompt)), written), True
 
 
+def reasoning_chars(part: dict[str, Any]) -> int:
+    """The characters of a reasoning model's thinking in a message or a delta: billed output
+    that agentd does not show. DeepSeek and vLLM name it `reasoning_content`, Ollama and
+    OpenRouter `reasoning`; a server sending both sends the same text twice, so one counts."""
+    for name in ("reasoning_content", "reasoning"):
+        found = part.get(name)
+        if isinstance(found, str) and found:
+            return len(found)
+    return 0
+
+
 def written_chars(message: dict[str, Any]) -> int:
-    """The characters of text and tool arguments in an assistant message."""
+    """The characters of text, thinking and tool arguments in an assistant message."""
     calls = message.get("tool_calls") or []
     arguments = sum(len((c.get("function") or {}).get("arguments") or "") for c in calls)
-    return len(message.get("content") or "") + arguments
+    return len(message.get("content") or "") + reasoning_chars(message) + arguments
 
 
 class ChunkFold:
@@ -258,7 +269,7 @@ class ChunkFold:
         self.model: str | None = None
         self.answered = False  # a 2xx answer came: the server took the request
         self.started = False  # a chunk came: the server took the request, so bills it
-        self.written = 0  # characters of text and tool arguments received
+        self.written = 0  # characters of text, thinking and tool arguments received
 
     def cut(self, model: str, attempt: int, prompt: int) -> CutAttempt | None:
         """What the attempt cost when its stream ended partway (None: it never started).
@@ -285,6 +296,7 @@ class ChunkFold:
         grew = False
         for choice in chunk.get("choices") or []:
             delta = choice.get("delta") or {}
+            self.written += reasoning_chars(delta)
             if delta.get("content"):
                 self.text += delta["content"]
                 self.written += len(delta["content"])

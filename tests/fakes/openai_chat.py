@@ -34,6 +34,10 @@ class ChatReply:
     cut_after: int | None = None
     garble_after: int | None = None
     cut_before_done: bool = False  # drop after the usage chunk, before `data: [DONE]`
+    # A reasoning model's thinking, before the answer, under the name its server uses
+    # (DeepSeek and vLLM `reasoning_content`, Ollama and OpenRouter `reasoning`; both: vLLM).
+    reasoning: str = ""
+    reasoning_as: tuple[str, ...] = ("reasoning_content",)
 
 
 @dataclass
@@ -185,6 +189,8 @@ class FakeChat(FakeServer):
             for name, args in spec.tool_calls
         ]
         message: dict[str, Any] = {"role": "assistant", "content": spec.text}
+        if spec.reasoning:
+            message |= dict.fromkeys(spec.reasoning_as, spec.reasoning)
         if calls:
             message["tool_calls"] = calls
         prompt, completion = _tokens(body.get("messages")), _tokens(message)
@@ -217,6 +223,10 @@ class FakeChat(FakeServer):
             "object": "chat.completion.chunk"
         }
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        thought = spec.reasoning
+        deltas += [
+            dict.fromkeys(spec.reasoning_as, thought[i : i + 8]) for i in range(0, len(thought), 8)
+        ]
         text = spec.text or ""
         deltas += [{"content": text[i : i + 8]} for i in range(0, len(text), 8)]
         for i, call in enumerate(whole["choices"][0]["message"].get("tool_calls") or []):
