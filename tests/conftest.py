@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -23,6 +24,12 @@ def pytest_configure(config: pytest.Config) -> None:
     Ctrl-C would wait forever. A handled signal is reset to the default in each child."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # `python -m agentd` in a child runs this checkout's code, not whichever one the venv
+    # has installed in editable mode (a second worktree would test the first one's agentd).
+    here = str(Path(__file__).resolve().parents[1])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here, *paths])
 
 
 @pytest.fixture(autouse=True)
