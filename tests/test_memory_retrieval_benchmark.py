@@ -19,15 +19,17 @@ ROOT = Path(__file__).resolve().parents[1]
 DATASET = ROOT / "tests" / "data" / "locomo_synthetic.json"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "memory_retrieval", ROOT / "benchmarks" / "memory_retrieval.py"
-    )
+def _script(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["memory_retrieval"] = module
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def _bench() -> ModuleType:
+    return _script("memory_retrieval")
 
 
 def test_parse_evidence_copes_with_real_world_damage() -> None:
@@ -317,13 +319,7 @@ def test_a_turns_window_is_the_messages_around_it_in_its_session() -> None:
 async def test_the_stored_benchmark_summarises_through_the_daemons_steps(tmp_path: Path) -> None:
     """memory_stored.py drives the real summarise steps with its fake model: when the steps'
     call into the model changes, the fake must still answer, or the stored figures are gone."""
-    spec = importlib.util.spec_from_file_location(
-        "memory_stored", ROOT / "benchmarks" / "memory_stored.py"
-    )
-    assert spec is not None and spec.loader is not None
-    stored = importlib.util.module_from_spec(spec)
-    sys.modules["memory_stored"] = stored
-    spec.loader.exec_module(stored)
+    stored = _script("memory_stored")
     conversations, _ = _bench().load_dataset(DATASET)
     one = [c for c in conversations if c.sample_id == "syn-1"]
     text = await stored.run(one, HashingEmbedder(), TUNED_FUSION["hashing"], tmp_path)
