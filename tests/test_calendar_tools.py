@@ -409,32 +409,28 @@ def test_the_password_goes_only_to_the_configured_origin(elsewhere: str) -> None
     [("PYTHON_CALDAV_COMMDUMP", "1"), ("PYTHON_CALDAV_DEBUGMODE", "DEBUG_PDB")],
 )
 def test_caldavs_own_dump_switch_in_the_environment_stops_the_calendar_before_any_request(
-    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+    name: str, value: str
 ) -> None:
     """caldav's debug switches would write the password to /tmp or stop in a debugger: with
     one set, no request leaves and the error says which variable to unset."""
-    monkeypatch.setenv(name, value)
     with _recorder() as server:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         cal = CalendarConfig(name="home", url=url, username="owner", password_env="CAL_PW")
         with pytest.raises(CalendarError) as refused:
-            Source(cal, {"CAL_PW": USERS["owner"]}).calendar()
+            Source(cal, {"CAL_PW": USERS["owner"], name: value}).calendar()
     assert server.asked == [] and server.logins == []  # type: ignore[attr-defined]
     said = str(refused.value)
     assert said.startswith(f"home: environment failed: {name} set in agentd's environment")
     assert "unset it and restart agentd" in said and USERS["owner"] not in said
 
 
-def test_caldavs_production_mode_in_the_environment_is_no_reason_to_refuse(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setenv("PYTHON_CALDAV_DEBUGMODE", "PRODUCTION")
-    monkeypatch.delenv("PYTHON_CALDAV_COMMDUMP", raising=False)
+def test_caldavs_production_mode_in_the_environment_is_no_reason_to_refuse() -> None:
+    env = {"CAL_PW": USERS["owner"], "PYTHON_CALDAV_DEBUGMODE": "PRODUCTION"}
     with _recorder() as server:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         cal = CalendarConfig(name="home", url=url, username="owner", password_env="CAL_PW")
         with pytest.raises(CalendarError) as failed:
-            Source(cal, {"CAL_PW": USERS["owner"]}).calendar()
+            Source(cal, env).calendar()
     assert "environment" not in str(failed.value)
     assert server.asked  # type: ignore[attr-defined]
 

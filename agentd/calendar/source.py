@@ -8,7 +8,6 @@ CalDAV is synchronous (caldav and its HTTP client block): the tools call it in a
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -51,15 +50,16 @@ def _login_failed(config: CalendarConfig) -> CalendarError:
     )
 
 
-def _refuse_caldav_dumps(config: CalendarConfig) -> None:
+def _refuse_caldav_dumps(config: CalendarConfig, env: Mapping[str, str]) -> None:
     """caldav reads debug switches of its own from the process environment: one writes every
     request and answer, the password included, to files under /tmp; another stops in a
-    debugger the daemon has no terminal for. Neither is agentd's to turn on silently."""
+    debugger the daemon has no terminal for. Neither is agentd's to turn on silently (`env`:
+    the environment agentd was handed, which caldav reads too)."""
     named = [
         name
         for name, value in (
-            ("PYTHON_CALDAV_COMMDUMP", os.environ.get("PYTHON_CALDAV_COMMDUMP", "")),
-            ("PYTHON_CALDAV_DEBUGMODE", os.environ.get("PYTHON_CALDAV_DEBUGMODE", "")),
+            ("PYTHON_CALDAV_COMMDUMP", env.get("PYTHON_CALDAV_COMMDUMP", "")),
+            ("PYTHON_CALDAV_DEBUGMODE", env.get("PYTHON_CALDAV_DEBUGMODE", "")),
         )
         if value and (name.endswith("COMMDUMP") or value.upper().startswith("DEBUG"))
     ]
@@ -121,6 +121,7 @@ class Source:
     ) -> None:
         self.config = config
         self.password = read_secret(config.password_env, env)
+        self._env = env
         self._resolve = resolve
         self._calendar: Any = None
 
@@ -162,7 +163,7 @@ class Source:
         """The CalDAV calendar by display name (or the first), looked up once."""
         if self._calendar is not None:
             return self._calendar
-        _refuse_caldav_dumps(self.config)
+        _refuse_caldav_dumps(self.config, self._env)
         try:
             calendars = self._client().principal().calendars()
         except Exception as exc:
