@@ -74,7 +74,7 @@ def _stop_during_start_up(signum: int, frame: object) -> None:
 
 
 def run(config: ConfigOption = None) -> None:
-    """Run the agent: follow its chats (Telegram, Matrix, web) and answer, until SIGTERM."""
+    """Run the agent: follow its chats (Telegram, Matrix, web), answer, until SIGTERM or Ctrl-C."""
     import signal
 
     import typer
