@@ -45,7 +45,7 @@ from agentd.automations import AutoStep, runs, workflow
 from agentd.automations.catalog import Catalog
 from agentd.automations.hooks import HookServer
 from agentd.automations.runtime import Runtime
-from agentd.config import Config, HookConfig, HooksConfig, StorageConfig
+from agentd.config import AutomationsConfig, Config, HookConfig, HooksConfig, StorageConfig
 from agentd.db import Database
 from agentd.durable import Engine, Step, SystemClock, store
 from agentd.durable import workflow as durable_workflow
@@ -90,7 +90,8 @@ class _Outbox:  # the benchmark's automations never send
 def _config(sync: str) -> Config:
     route = HookConfig(workflow="bench_auto", secret_env="BENCH")
     hooks = HooksConfig(enabled=True, listen="127.0.0.1:0", routes={"b": route})
-    return Config(hooks=hooks, storage=StorageConfig(synchronous=sync))  # type: ignore[arg-type]
+    automations = AutomationsConfig(hooks=hooks)
+    return Config(automations=automations, storage=StorageConfig(synchronous=sync))  # type: ignore[arg-type]
 
 
 async def _open(tmp: Path, sync: str) -> tuple[Database, Engine, Runtime]:

@@ -4,8 +4,11 @@ again. These run each such set-up small, so the change that breaks one fails her
 
 from __future__ import annotations
 
+import logging
 import time
 from pathlib import Path
+
+import pytest
 
 from agentd.config import Config
 from agentd.db import open_sync
@@ -33,3 +36,16 @@ def test_watch_cost_stores_its_page_watches(tmp_path: Path) -> None:
     config = Config.model_validate({"access": {"allowed_user_ids": [OWNER]}})
     add_watches(tmp_path / "agentd.db", 2, "https://shop.example/item", config)
     assert _count(tmp_path / "agentd.db", "watches") == 2
+
+
+def test_automations_configures_its_listener_where_todays_config_reads_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An old spelling the config only carries forward puts a warning in the figure's output,
+    and the script stops running the day that spelling is dropped."""
+    from benchmarks.automations import _config
+
+    with caplog.at_level(logging.WARNING):
+        config = _config("NORMAL")
+    assert config.hooks.enabled and set(config.hooks.routes) == {"b"}
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
