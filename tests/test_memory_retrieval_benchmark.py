@@ -327,3 +327,22 @@ async def test_the_stored_benchmark_summarises_through_the_daemons_steps(tmp_pat
     hybrid = next(line for line in text.splitlines() if line.startswith("hybrid "))
     r5, r10 = (float(x) for x in hybrid.split()[1:3])
     assert 0.3 < r5 <= r10 <= 1.0, text
+
+
+def test_train_rerank_trains_on_turns_and_stored_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """train_rerank.py's command end to end, its stored rows made by memory_stored's summarise
+    steps and fake model: an agentd change those steps or the search arms feel stops the
+    ranker's training here, not when its figures are next made. The hashing embedder stands in
+    for e5-small (seconds, and no vector cache); the weights are not the point."""
+    train = _script("train_rerank")
+    monkeypatch.setattr(train, "E5SmallEmbedder", HashingEmbedder)
+    dumped = tmp_path / "dump.jsonl"
+    argv = ["--data", str(DATASET), "--cache", str(tmp_path / "vectors.json")]
+    assert train.main([*argv, "--adapter", "none", "--dump", str(dumped)]) == 0
+    rows = [json.loads(line) for line in dumped.read_text().splitlines()]
+    assert {(r["phase"], r["stored"]) for r in rows} == {("cv", False), ("cv", True)}
+    stored = [r["reranked R@5"] for r in rows if r["stored"]]
+    assert len(stored) == len(rows) // 2 and sum(stored) / len(stored) > 0.5
+    assert " bias " in capsys.readouterr().out  # the weights trained on all are printed
