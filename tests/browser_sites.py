@@ -88,6 +88,19 @@ customElements.define('sealed-card', class extends HTMLElement {
 </script>"""
 
 
+# Wrappers with no box of their own (`display: contents`, as modern sites' markup has them)
+# around content that shows; and content that does not show, in the ways a page hides it.
+WRAPPERS_BODY = """<p>Before the wrappers</p>
+<div style="display: contents"><p>Inside a wrapper</p><span>and its inline words</span></div>
+<section style="display: contents"><div style="display: contents">
+  <a href="/ssr">A link two wrappers deep</a></div></section>
+<div style="display: none"><p>Gone with display none</p></div>
+<div style="visibility: hidden"><p>Gone with visibility hidden</p></div>
+<div hidden><p>Gone with the hidden attribute</p></div>
+<div style="display: contents"><div style="display: none">Gone inside a wrapper</div></div>
+<p>After the wrappers</p>"""
+
+
 def _page(title: str, body: str) -> bytes:
     head = f"<!doctype html><html><head><title>{title}</title></head>"
     return f"{head}<body>{body}</body></html>".encode()
@@ -204,6 +217,8 @@ class Site:
                 "<button id=b onclick=\"location.href = '/to/' + this.textContent\">Cancel</button>"
             )
             return 200, _page("Basket", button + script), {}
+        if path == "/wrappers":  # content in `display: contents` wrappers, and hidden content
+            return 200, _page("Wrappers", WRAPPERS_BODY), {}
         if path == "/local":  # links a page may not follow: the sandbox's files, the browser's
             links = (
                 "<a href='file:///etc/passwd'>accounts</a> <a href='chrome://version'>version</a>"

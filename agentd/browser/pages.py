@@ -95,9 +95,12 @@ SNAPSHOT_JS = (
     if (size + s.length > maxChars) { out.push(s.slice(0, maxChars - size)); cut = true; return; }
     out.push(s); size += s.length;
   };
-  const walk = (node) => {
+  // `faded`: the text's element has `visibility: hidden`, which its children inherit but may
+  // override, so they are still walked; its own text does not show.
+  const walk = (node, faded) => {
     if (cut) return;
     if (node.nodeType === 3) {
+      if (faded) return;
       const t = node.textContent.replace(/\s+/g, ' ');
       if (t.trim()) push(t);
       return;
@@ -105,12 +108,19 @@ SNAPSHOT_JS = (
     if (node.nodeType !== 1) return;
     const el = node; const tag = el.tagName;
     if (['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD'].includes(tag)) return;
+    const st = getComputedStyle(el);
+    const fades = st.visibility !== 'visible';
     if (tag === 'SLOT') {
       // Where a shadow root shows its host's children (or, given none, its own); it has no
       // box of its own, so it is never "shown".
-      if (getComputedStyle(el).display === 'none') return;
+      if (st.display === 'none') return;
       const given = el.assignedNodes();
-      for (const child of (given.length ? given : el.childNodes)) walk(child);
+      for (const child of (given.length ? given : el.childNodes)) walk(child, fades);
+      return;
+    }
+    if (st.display === 'contents') {
+      // A wrapper with no box of its own (never "shown"): its children show in its place.
+      for (const child of (el.shadowRoot || el).childNodes) walk(child, fades);
       return;
     }
     const root = tag === 'BODY' || tag === 'HTML';
@@ -131,14 +141,14 @@ SNAPSHOT_JS = (
         }
       }
     }
-    const block = getComputedStyle(el).display;
+    const block = st.display;
     if (block !== 'inline') push('\n');
     // An open shadow root is what the element shows: its children come in through its slots.
     // A closed one is out of reach (shadowRoot is null): its content is not read.
-    for (const child of (el.shadowRoot || el).childNodes) walk(child);
+    for (const child of (el.shadowRoot || el).childNodes) walk(child, fades);
     if (block !== 'inline') push('\n');
   };
-  walk(document.body || document.documentElement);
+  walk(document.body || document.documentElement, false);
   const parts = [''];
   for (const s of out) {
     if (s === null) parts.push(''); else parts[parts.length - 1] += s;

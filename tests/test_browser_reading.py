@@ -1,0 +1,54 @@
+"""How a page's text reads, with the real Chromium in its sandbox: content in wrappers that
+have no box of their own is read and hidden content is not."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from agentd.browser import actions
+from tests.browser_sites import Site, sites
+from tests.test_browser_service import PROBLEM, _service
+
+pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"no browser here: {PROBLEM}")
+
+
+@pytest.fixture
+async def site_and_folder() -> AsyncIterator[tuple[Site, Path]]:
+    folder = Path(tempfile.mkdtemp(prefix="agentd-browser-test-"))
+    try:
+        with sites() as (site, _):
+            yield site, folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+async def test_display_contents_wrappers_are_read_through_and_hidden_content_is_not(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/wrappers")
+        text = snap.text
+        order = [
+            "Before the wrappers",
+            "Inside a wrapper",
+            "and its inline words",
+            "A link two wrappers deep",
+            "After the wrappers",
+        ]
+        at = [text.find(s) for s in order]
+        assert -1 not in at and at == sorted(at), text
+        assert "Gone" not in text, text
+        # The link inside the wrappers has a box of its own: numbered, and followed.
+        link = next(e for e in snap.elements if e.text == "A link two wrappers deep")
+        await actions.click(service, found, link.ref)
+        assert found.page.url == f"{site.base}/ssr"
+    finally:
+        await service.close()
