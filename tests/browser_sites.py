@@ -100,6 +100,18 @@ WRAPPERS_BODY = """<p>Before the wrappers</p>
 <div style="display: contents"><div style="display: none">Gone inside a wrapper</div></div>
 <p>After the wrappers</p>"""
 
+# Inline elements and links with only whitespace between them, in pretty-printed markup.
+INLINE_BODY = """
+  <p>
+    <b>bold</b> <i>italic</i>
+  </p>
+
+
+  <p><span>one</span>
+     <span>two</span></p>
+  <p><a href="/to/1">first link</a> <a href="/to/2">second link</a></p>
+"""
+
 
 def _page(title: str, body: str) -> bytes:
     head = f"<!doctype html><html><head><title>{title}</title></head>"
@@ -219,6 +231,12 @@ class Site:
             return 200, _page("Basket", button + script), {}
         if path == "/wrappers":  # content in `display: contents` wrappers, and hidden content
             return 200, _page("Wrappers", WRAPPERS_BODY), {}
+        if path == "/inline":  # inline elements apart only by the whitespace between them
+            return 200, _page("Inline", INLINE_BODY), {}
+        if path == "/manylinks":  # more links and fields than a reading numbers
+            links = "".join(f"<li><a href='/to/{n}'>item {n}</a></li>" for n in range(30))
+            body = f"<ul>{links}</ul><label>Search <input name=q></label>"
+            return 200, _page("Many", body), {}
         if path == "/local":  # links a page may not follow: the sandbox's files, the browser's
             links = (
                 "<a href='file:///etc/passwd'>accounts</a> <a href='chrome://version'>version</a>"

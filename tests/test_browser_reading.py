@@ -1,8 +1,10 @@
 """How a page's text reads, with the real Chromium in its sandbox: content in wrappers that
-have no box of their own is read and hidden content is not."""
+have no box of their own is read and hidden content is not; inline elements keep the space
+between them."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
@@ -50,5 +52,26 @@ async def test_display_contents_wrappers_are_read_through_and_hidden_content_is_
         link = next(e for e in snap.elements if e.text == "A link two wrappers deep")
         await actions.click(service, found, link.ref)
         assert found.page.url == f"{site.base}/ssr"
+    finally:
+        await service.close()
+
+
+async def test_whitespace_between_inline_elements_reads_as_one_space(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, max_elements=10)
+    try:
+        found = await service.open_session("t")
+        text = (await actions.open_url(service, found, f"{site.base}/inline")).text
+        assert "bold italic" in text and "one two" in text, text
+        assert re.search(r"\] first link \[\S+\] second link", text), text
+        # The pretty-printed markup's indentation and blank lines do not reach the reading.
+        assert "  " not in text and "\n\n\n" not in text and "\n " not in text, repr(text)
+        # Past the cap, links have no number between them to keep them apart.
+        text = (await actions.open_url(service, found, f"{site.base}/manylinks")).text
+        assert "item 9\n" in text and "item 10\n" in text, text
+        text = (await actions.open_url(service, found, f"{site.base}/shadow")).text
+        assert "more 16 more 17" in text, text
     finally:
         await service.close()

@@ -90,10 +90,11 @@ SNAPSHOT_JS = (
     '[role=button],[role=link],[role=checkbox],[contenteditable=""],[contenteditable=true]';
   const out = []; const els = []; const frames = [];
   let size = 0; let cut = false; let n = firstN;
+  let last = '\n';  // the last character pushed
   const push = (s) => {
-    if (cut) return;
+    if (cut || !s) return;
     if (size + s.length > maxChars) { out.push(s.slice(0, maxChars - size)); cut = true; return; }
-    out.push(s); size += s.length;
+    out.push(s); size += s.length; last = s[s.length - 1];
   };
   // `faded`: the text's element has `visibility: hidden`, which its children inherit but may
   // override, so they are still walked; its own text does not show.
@@ -103,6 +104,8 @@ SNAPSHOT_JS = (
       if (faded) return;
       const t = node.textContent.replace(/\s+/g, ' ');
       if (t.trim()) push(t);
+      // Whitespace between inline elements shows as a space ("more 16 more 17"); one will do.
+      else if (t && last !== ' ' && last !== '\n') push(' ');
       return;
     }
     if (node.nodeType !== 1) return;
@@ -256,8 +259,9 @@ class FrameRead(BaseModel):
 
 
 def tidy(text: str) -> str:
-    """A reading's text with runs of blank lines and trailing spaces folded."""
-    return re.sub(r"\n{3,}", "\n\n", re.sub(r"[ \t]+\n", "\n", text)).strip()
+    """A reading's text with runs of spaces and of blank lines folded, and lines trimmed."""
+    text = re.sub(r"[ \t]*\n[ \t]*", "\n", re.sub(r"[ \t]{2,}", " ", text))
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
 def same_element(read: Element, now: Element) -> bool:
