@@ -54,6 +54,7 @@ async def test_a_pages_frames_are_read_in_place_within_its_caps_and_acted_on(
         assert len(snap.elements) == service.config.max_elements
         assert len({e.ref for e in snap.elements}) == len(snap.elements)
         assert len(re.findall(r"\[\d+-\d+\] link", text)) == service.config.max_elements - 2
+        assert snap.unnumbered > 0  # the other site's frame's links past the cap, counted
         assert len(text) <= service.config.max_text_chars
         name = next(e for e in snap.elements if e.kind == "input")
         assert name.frame == f"{site.base}/inner"

@@ -1,6 +1,6 @@
 """How a page's text reads, with the real Chromium in its sandbox: content in wrappers that
 have no box of their own is read and hidden content is not; inline elements keep the space
-between them."""
+between them; and a reading past its element cap says so, and what to do."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentd.browser import actions
+from agentd.browser.pages import render
 from tests.browser_sites import Site, sites
 from tests.test_browser_service import PROBLEM, _service
 
@@ -73,5 +74,28 @@ async def test_whitespace_between_inline_elements_reads_as_one_space(
         assert "item 9\n" in text and "item 10\n" in text, text
         text = (await actions.open_url(service, found, f"{site.base}/shadow")).text
         assert "more 16 more 17" in text, text
+    finally:
+        await service.close()
+
+
+async def test_a_reading_past_its_element_cap_says_so_once_and_what_to_do(
+    site_and_folder: tuple[Site, Path],
+) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"}, max_elements=10)
+    try:
+        found = await service.open_session("t")
+        snap = await actions.open_url(service, found, f"{site.base}/manylinks")
+        assert len(snap.elements) == 10 and snap.elements[-1].text == "item 9"
+        assert snap.unnumbered == 21  # twenty links and the search field
+        shown = render(snap, service.config.max_text_chars)
+        assert shown.count("numbered") == 1, shown
+        assert "Only the first 10 links, buttons and fields are numbered." in shown
+        assert "21 more show in the text without a number and cannot be clicked" in shown
+        assert "open a page that shows fewer" in shown
+        # Within the cap, nothing is said.
+        snap = await actions.open_url(service, found, f"{site.base}/inline")
+        assert snap.unnumbered == 0
+        assert "numbered" not in render(snap, service.config.max_text_chars)
     finally:
         await service.close()

@@ -75,7 +75,8 @@ _ELEMENT_FUNCS = r"""
 """
 
 # Runs in a frame: (maxChars, maxElements, generation, elements numbered before, whether to
-# leave a slot for each shown frame in it) → {title, url, parts, elements, cut, n}. The text
+# leave a slot for each shown frame in it) → {title, url, parts, elements, cut, n, over}, `over`
+# counting the shown elements met past the cap, which get no number. The text
 # comes in `parts`: a frame's own text goes between two of them (the service reads each frame
 # in a world of its own, the frame elements being left in `agentdFrames`, that world's global,
 # which the page cannot see). A slot is a null in `out`, not a marker in the text: no text a
@@ -89,7 +90,7 @@ SNAPSHOT_JS = (
   const INTERACTIVE = 'a[href],button,input:not([type=hidden]),select,textarea,summary,' +
     '[role=button],[role=link],[role=checkbox],[contenteditable=""],[contenteditable=true]';
   const out = []; const els = []; const frames = [];
-  let size = 0; let cut = false; let n = firstN;
+  let size = 0; let cut = false; let n = firstN; let over = 0;
   let last = '\n';  // the last character pushed
   const push = (s) => {
     if (cut || !s) return;
@@ -135,7 +136,8 @@ SNAPSHOT_JS = (
       return;
     }
     if (el.matches(INTERACTIVE) && shown(el)) {
-      if (n < maxEls) {
+      if (n >= maxEls) over += 1;
+      else {
         n += 1; const ref = gen + '-' + n; el.setAttribute(ATTR, ref);
         const d = describe(el); d.ref = ref; els.push(d);
         push(' [' + ref + '] ');
@@ -157,7 +159,9 @@ SNAPSHOT_JS = (
     if (s === null) parts.push(''); else parts[parts.length - 1] += s;
   }
   globalThis.agentdFrames = frames;
-  return {title: document.title.slice(0, 200), url: location.href, parts, elements: els, cut, n};
+  return {
+    title: document.title.slice(0, 200), url: location.href, parts, elements: els, cut, n, over,
+  };
 }
 """
 ).replace("FUNCS", _ELEMENT_FUNCS)
@@ -242,6 +246,7 @@ class Snapshot(BaseModel):
     text: str = ""
     elements: list[Element] = Field(default_factory=list)
     cut: bool = False
+    unnumbered: int = 0  # links, buttons and fields shown past `max_elements`, with no number
     unfinished: float = 0.0  # seconds the page was given to load, when it did not finish
     tabs: list[Tab] = Field(default_factory=list)
     note: str = ""  # what happened to the turn's tabs since the last read
@@ -256,6 +261,7 @@ class FrameRead(BaseModel):
     elements: list[Element] = Field(default_factory=list)
     cut: bool = False
     n: int = 0
+    over: int = 0
 
 
 def tidy(text: str) -> str:
@@ -301,9 +307,21 @@ def render(snap: Snapshot, max_chars: int) -> str:
         head += f"Note: {snap.note}\n"
     listing = "\n".join(e.shown() for e in snap.elements)
     body = f"{head}\n{text or '(no text)'}\n\nInteractive elements:\n{listing or '(none)'}"
+    if snap.unnumbered:
+        body += "\n\n" + _past_the_cap(len(snap.elements), snap.unnumbered)
     if len(snap.tabs) > 1:
         tabs = "\n".join(t.shown() for t in snap.tabs)
         body += "\n\nOpen tabs (browser_tab switches to one):\n" + tabs
     if notes:
         body += "\n\n[Truncated: " + "; ".join(notes) + ".]"
     return body
+
+
+def _past_the_cap(numbered: int, more: int) -> str:
+    # Scrolling does not help: a reading takes the whole page, numbering in document order.
+    return (
+        f"[Only the first {numbered} links, buttons and fields are numbered. {more} more show "
+        "in the text without a number and cannot be clicked, typed into or chosen. To act on "
+        "one, open a page that shows fewer: a search for it, a filtered list, or the address "
+        "of the section it is in.]"
+    )

@@ -153,6 +153,7 @@ class _Reading:
     chars_left: int = 0
     frames_left: int = MAX_FRAMES
     cut: bool = False
+    unnumbered: int = 0
     elements: list[Element] = field(default_factory=list)
     frame_of: dict[str, str] = field(default_factory=dict)
 
@@ -166,6 +167,7 @@ class _Reading:
         self.numbered = max(self.numbered, raw.n)
         self.chars_left -= sum(len(p) for p in raw.parts)
         self.cut = self.cut or raw.cut
+        self.unnumbered += raw.over
         for el in raw.elements:
             if depth:
                 el.frame = raw.url
@@ -225,6 +227,11 @@ async def read_page(
     if len(text) > max_chars:
         text, reading.cut = text[:max_chars], True
     snap = Snapshot(
-        title=top.title, url=top.url, text=text, elements=reading.elements, cut=reading.cut
+        title=top.title,
+        url=top.url,
+        text=text,
+        elements=reading.elements,
+        cut=reading.cut,
+        unnumbered=reading.unnumbered,
     )
     return snap, reading.frame_of
