@@ -78,8 +78,10 @@ async def alone(claude: FakeAnthropic) -> float:
 
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--turns", type=int, default=10)
+    ap.add_argument("--turns", type=int, default=10, help="3 or more (2 open the breaker)")
     args = ap.parse_args()
+    if args.turns < 3:
+        ap.error("--turns must be 3 or more: turns 1-2 open the breaker, the median is of the rest")
     print(f"fallback latency — nproc {os.cpu_count()}, load average {os.getloadavg()[0]:.2f}")
     with FakeAnthropic.running() as claude, FakeChat.running() as chat:
         claude.set_responder(_overloaded)
