@@ -20,7 +20,7 @@ from agentd.config.models import ANTHROPIC, ProviderConfig
 from agentd.llm.anthropic_cut import StreamTally, usage_from_api
 from agentd.llm.anthropic_errors import StreamIncomplete, describe, is_retryable, retry_after
 from agentd.llm.anthropic_errors import to_llm_error as _to_llm_error
-from agentd.llm.cut import answer_timed_out, stream_taken, taken_unseen
+from agentd.llm.cut import answer_lost, stream_taken, taken_unseen
 from agentd.llm.preload import preload
 from agentd.llm.retrying import Sleep, call_with_retries
 from agentd.llm.types import (
@@ -257,9 +257,9 @@ class AnthropicLLM:
         With on_text (and a provider that streams), the answer is streamed and on_text gets the
         text written so far. `model` overrides the configured one, `attempts` the retry count.
         Each attempt whose stream ended partway (broken, or stopped by a cancel), and one the
-        API took and never answered (a cancel stopped it, or it timed out waiting for the
-        answer), is appended to `cut` as it ends: billed, so the caller records it whatever
-        became of the call.
+        API took and never answered (a cancel stopped it, it timed out waiting for the answer,
+        or the server closed the connection without one), is appended to `cut` as it ends:
+        billed, so the caller records it whatever became of the call.
         """
         if model is None:
             model = self.model if req.purpose == "turn" else self.background_model
@@ -322,7 +322,7 @@ class AnthropicLLM:
             cut.append(taken_unseen(label, made, params))
             raise
         except Exception as exc:
-            if answer_timed_out(exc):  # the API took the request: billed
+            if answer_lost(exc):  # the API took the request: billed
                 cut.append(taken_unseen(label, made, params))
             raise
 

@@ -1,6 +1,7 @@
 """Every paid model call in the ledger as it ends (R-LLM-4): its answer's row, and the rows of
-its attempts cut short (a stream broken partway, a call stopped, a read timeout), each call's
-in a commit of its own before its answer is used, so a process killed a moment later has it.
+its attempts cut short (a stream broken partway, a call stopped, an answer lost to a read
+timeout or a closed connection), each call's in a commit of its own before its answer is used,
+so a process killed a moment later has it.
 
 A turn's and a task's calls write their rows with `bill` (agent/toolloop.py); a structured
 call asks through `Billed`, so an answer that did not fit is counted as it arrives, not when
@@ -39,7 +40,7 @@ def answer_row(row: Row, response: LLMResponse) -> Row:
 
 def cut_rows(row: Row, cut: list[CutAttempt]) -> list[Row]:
     """Usage rows of the attempts cut short (a stream broken partway, a call stopped, an
-    answer that timed out): billed, so counted."""
+    answer lost to a timeout or a closed connection): billed, so counted."""
     return [
         partial(row, tokens=c.usage, model=c.model, attempt=c.attempt, estimated=c.estimated)
         for c in cut

@@ -4,8 +4,9 @@ though no answer came of it. Where the stream had not reported a count yet, the 
 estimated from the text and marked as an estimate; the rule is this module's alone (a whole
 answer from a server that sends no count is estimated by it too: openai_mapping.py). So is a
 call the server took of which nothing was seen, yet billed: one not streamed that was stopped
-while the server worked on it, or that timed out waiting for its answer; and a stream that
-ended before its first event (`stream_taken`).
+while the server worked on it, or whose answer was lost (`answer_lost`: it timed out waiting,
+or the server closed the connection without one); and a stream that ended before its first
+event (`stream_taken`).
 """
 
 from __future__ import annotations
@@ -52,9 +53,9 @@ def prompt_chars(params: dict[str, Any]) -> int:
 
 def taken_unseen(model: str, attempt: int, params: dict[str, Any]) -> CutAttempt:
     """A call the server took, of which nothing was received: stopped while the server worked
-    on it, or timed out waiting for its answer (`answer_timed_out`). Billed, so counted: its
-    input is estimated from the request's text; its output, of which nothing was received, is
-    not guessed at (the row is marked as an estimate all the same)."""
+    on it, or its answer lost (`answer_lost`). Billed, so counted: its input is estimated from
+    the request's text; its output, of which nothing was received, is not guessed at (the row
+    is marked as an estimate all the same)."""
     usage = Usage(input_tokens=tokens_in(prompt_chars(params)))
     return CutAttempt(model=model, attempt=attempt, usage=usage, estimated=True)
 
@@ -68,11 +69,31 @@ def answer_timed_out(exc: BaseException) -> bool:
     documentation gives as its `__cause__`; the client's (httpx's, and httpx2's, its fork)
     ReadTimeout is the one that waited for the answer. Known by its name, as the SDK brings
     the client and may change which of the two it is."""
+    return _caused_by(exc, "ReadTimeout")
+
+
+def answer_lost(exc: BaseException) -> bool:
+    """Whether a failed attempt not streamed sent its request whole and lost the answer: timed
+    out waiting for it (`answer_timed_out`), or the server closed the connection without one.
+    The server had the request and may have worked on it all along (a proxy's idle timeout
+    ends a long answer so), so it may bill it: counted, as a read timeout is.
+
+    Both SDKs raise their APIConnectionError from the HTTP client's exception, as they raise
+    APITimeoutError; a server that closed the connection without answering is the client's
+    RemoteProtocolError ("Server disconnected without sending a response"), raised only while
+    it waited for the answer. A connection refused or never opened is its ConnectError, and
+    bills nothing. The client cannot say how much of the request a server that closed the
+    connection early had read (it reads the answer when sending fails, for a server that
+    answers before reading all), so such a call is counted too: the row says it is an
+    estimate."""
+    return answer_timed_out(exc) or _caused_by(exc, "RemoteProtocolError")
+
+
+def _caused_by(exc: BaseException, name: str) -> bool:
+    """Whether `exc`, or the exception it was raised from, is of the class `name` (or one
+    derived from it)."""
     return any(
-        k.__name__ == "ReadTimeout"
-        for e in (exc, exc.__cause__)
-        if e is not None
-        for k in type(e).__mro__
+        k.__name__ == name for e in (exc, exc.__cause__) if e is not None for k in type(e).__mro__
     )
 
 
@@ -81,7 +102,9 @@ def stream_taken(exc: BaseException, answered: bool) -> bool:
     server, so billed: stopped once its request was out (as a call not streamed is), timed out
     waiting for the first event, or `answered` (a 2xx came: the server had begun) and then cut
     or ended; not when the server sent an error in place of the answer, nor when the request
-    failed before any answer (an HTTP error, a connection refused)."""
+    failed before any answer (an HTTP error, a connection refused, or closed before the 2xx: a
+    stream's 2xx comes as the server begins its answer, unlike a whole answer's, so a server
+    that closed the connection before it had begun none)."""
     if isinstance(exc, asyncio.CancelledError) or answer_timed_out(exc):
         return True
     return answered and not _server_error(exc)

@@ -17,7 +17,7 @@ from typing import Any
 
 from agentd.config.models import ProviderConfig
 from agentd.llm.anthropic_errors import StreamIncomplete
-from agentd.llm.cut import answer_timed_out, prompt_chars, stream_taken, taken_unseen
+from agentd.llm.cut import answer_lost, prompt_chars, stream_taken, taken_unseen
 from agentd.llm.openai_mapping import (
     Capabilities,
     ChunkFold,
@@ -193,7 +193,8 @@ class OpenAILLM:
         cut: list[CutAttempt] | None = None,
     ) -> LLMResponse:
         """As AnthropicLLM.complete: each attempt whose stream ended partway, or that the
-        server took and never answered (stopped, or timed out waiting), goes to `cut`."""
+        server took and never answered (stopped, timed out waiting, or the connection closed
+        without an answer), goes to `cut`."""
         model = model or self.model
         label = f"{self.name}/{model}"
         caps = self.caps(model)
@@ -251,7 +252,7 @@ class OpenAILLM:
             cut.append(taken_unseen(label, made, params))
             raise
         except Exception as exc:
-            if answer_timed_out(exc):  # taken: billed
+            if answer_lost(exc):  # taken: billed
                 cut.append(taken_unseen(label, made, params))
             raise
 
