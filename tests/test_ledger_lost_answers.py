@@ -26,6 +26,7 @@ from agentd.llm.estimate import tokens_in
 from agentd.llm.openai_adapter import OpenAILLM
 from agentd.llm.types import LLMError, LLMRequest, Message
 from tests.fakes import FakeAnthropic
+from tests.fakes.anthropic import Drop
 from tests.fakes.openai_chat import ChatFault, FakeChat
 
 REQUEST = LLMRequest(messages=[Message(role="user", content="x" * 400)], purpose="summary")
@@ -71,23 +72,24 @@ async def _ask(db: Database, llm: Any) -> LLMError:
     return failed.value
 
 
+@pytest.mark.parametrize("reset", [False, True], ids=["closed", "reset"])
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 async def test_an_answer_whose_connection_closed_is_in_the_ledger_each_attempt(
-    db: Database, provider: str
+    db: Database, provider: str, reset: bool
 ) -> None:
     """The server read each of the two attempts' requests whole, then closed the connection
-    without answering: each attempt has its row, its input estimated from the text it sent,
-    no output guessed, marked so."""
+    without answering (or reset it): each attempt has its row, its input estimated from the
+    text it sent, no output guessed, marked so."""
     if provider == "anthropic":
         with FakeAnthropic.running() as fake:
-            fake.enqueue_drop()
-            fake.enqueue_drop()
+            fake.enqueue(Drop(reset=reset), Drop(reset=reset))
             failed = await _ask(db, _anthropic(fake.base_url))
             sent = [r["body"] for r in fake.requests]
         model = "claude-haiku-4-5"
     else:
         with FakeChat.running() as chat:
-            chat.enqueue(ChatFault("drop"), ChatFault("drop"))
+            fault = ChatFault("reset" if reset else "drop")
+            chat.enqueue(fault, fault)
             failed = await _ask(db, _openai(chat.base_url))
             sent = [r["body"] for r in chat.requests]
         model = "local/m"

@@ -80,13 +80,15 @@ def answer_lost(exc: BaseException) -> bool:
 
     Both SDKs raise their APIConnectionError from the HTTP client's exception, as they raise
     APITimeoutError; a server that closed the connection without answering is the client's
-    RemoteProtocolError ("Server disconnected without sending a response"), raised only while
-    it waited for the answer. A connection refused or never opened is its ConnectError, and
-    bills nothing. The client cannot say how much of the request a server that closed the
-    connection early had read (it reads the answer when sending fails, for a server that
-    answers before reading all), so such a call is counted too: the row says it is an
-    estimate."""
-    return answer_timed_out(exc) or _caused_by(exc, "RemoteProtocolError")
+    RemoteProtocolError ("Server disconnected without sending a response"), or its ReadError
+    when it reset the connection: raised only while it read the answer. A connection refused
+    or never opened is its ConnectError, and bills nothing. The client cannot say how much of
+    the request a server that closed the connection early had read (it reads the answer when
+    sending fails, for a server that answers before reading all), so such a call is counted
+    too: the row says it is an estimate."""
+    return answer_timed_out(exc) or any(
+        _caused_by(exc, name) for name in ("RemoteProtocolError", "ReadError")
+    )
 
 
 def _caused_by(exc: BaseException, name: str) -> bool:

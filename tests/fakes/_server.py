@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import contextlib
 import signal
+import socket
+import struct
 import sys
 import threading
 import time
@@ -199,6 +201,16 @@ class FakeServer:
             request.transport.abort()
         # aiohttp needs a response object; nothing reaches the client since the socket is gone.
         return web.Response(status=500)
+
+    @staticmethod
+    def reset_connection(request: web.Request) -> web.StreamResponse:
+        """Reset the TCP connection without answering (an RST: a server or proxy that aborted
+        it; the client sees its read fail, not a clean disconnect)."""
+        if request.transport is not None:
+            sock = request.transport.get_extra_info("socket")
+            if sock is not None:  # linger 0: the close sends RST, not FIN
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return FakeServer.drop_connection(request)
 
     @classmethod
     def main(cls, argv: list[str] | None = None, **kwargs: Any) -> None:

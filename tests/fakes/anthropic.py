@@ -101,9 +101,10 @@ class ErrorReply:
 
 @dataclass
 class Drop:
-    """Close the connection without answering (a network failure)."""
+    """Close the connection without answering (a network failure); `reset`: with an RST."""
 
     delay: float = 0.0
+    reset: bool = False
 
 
 @dataclass
@@ -554,7 +555,7 @@ class FakeAnthropic(FakeServer):
             await sleep_or_closing(self, delay)
         if isinstance(spec, Drop):
             self._log_response("drop", 0)
-            return self.drop_connection(request)
+            return self.reset_connection(request) if spec.reset else self.drop_connection(request)
         if isinstance(spec, Malformed):
             self._log_response("malformed", 200)
             return web.Response(text='{"id": "msg_01', content_type="application/json")

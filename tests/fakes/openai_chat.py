@@ -50,7 +50,9 @@ class ChatError:
 
 @dataclass
 class ChatFault:
-    kind: str  # drop | malformed | hang | answered_drop | error_chunk (these two streamed)
+    # drop | reset (dropped with an RST) | malformed | hang | answered_drop | error_chunk (these
+    # two streamed)
+    kind: str
 
 
 ChatSpec = ChatReply | ChatError | ChatFault
@@ -159,6 +161,8 @@ class FakeChat(FakeServer):
                 await sleep_or_closing(self, 3600)
             if spec.kind in ("answered_drop", "error_chunk"):
                 return await self._stream_fault(request, spec.kind)
+            if spec.kind == "reset":
+                return self.reset_connection(request)
             return self.drop_connection(request)
         if body.get("stream"):
             return await self._stream(request, body, spec)
