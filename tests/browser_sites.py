@@ -112,6 +112,15 @@ INLINE_BODY = """
   <p><a href="/to/1">first link</a> <a href="/to/2">second link</a></p>
 """
 
+# Lines broken by `<br>` (an address) and preformatted text (code, highlighted or not).
+LINES_BODY = """<p>12 Harbour Street<br>Portsmouth<br>PO1 3AH</p>
+<pre>def total(items):
+    return sum(items)</pre>
+<pre><code><span>if</span> ready:
+    <span>go</span>()
+<span>stop()</span>
+<span>end</span></code></pre>"""
+
 
 def _page(title: str, body: str) -> bytes:
     head = f"<!doctype html><html><head><title>{title}</title></head>"
@@ -233,6 +242,8 @@ class Site:
             return 200, _page("Wrappers", WRAPPERS_BODY), {}
         if path == "/inline":  # inline elements apart only by the whitespace between them
             return 200, _page("Inline", INLINE_BODY), {}
+        if path == "/lines":  # line breaks and preformatted text
+            return 200, _page("Lines", LINES_BODY), {}
         if path == "/manylinks":  # more links and fields than a reading numbers
             links = "".join(f"<li><a href='/to/{n}'>item {n}</a></li>" for n in range(30))
             body = f"<ul>{links}</ul><label>Search <input name=q></label>"

@@ -1,6 +1,7 @@
 """How a page's text reads, with the real Chromium in its sandbox: content in wrappers that
 have no box of their own is read and hidden content is not; inline elements keep the space
-between them; and a reading past its element cap says so, and what to do."""
+between them, and line breaks and preformatted text their lines; and a reading past its
+element cap says so, and what to do."""
 
 from __future__ import annotations
 
@@ -97,5 +98,30 @@ async def test_a_reading_past_its_element_cap_says_so_once_and_what_to_do(
         snap = await actions.open_url(service, found, f"{site.base}/inline")
         assert snap.unnumbered == 0
         assert "numbered" not in render(snap, service.config.max_text_chars)
+    finally:
+        await service.close()
+
+
+async def test_a_line_break_reads_as_a_new_line(site_and_folder: tuple[Site, Path]) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        text = (await actions.open_url(service, found, f"{site.base}/lines")).text
+        assert "12 Harbour Street\nPortsmouth\nPO1 3AH" in text, repr(text)
+    finally:
+        await service.close()
+
+
+async def test_preformatted_text_keeps_its_lines(site_and_folder: tuple[Site, Path]) -> None:
+    site, folder = site_and_folder
+    service = _service(site, folder, {"t"})
+    try:
+        found = await service.open_session("t")
+        text = (await actions.open_url(service, found, f"{site.base}/lines")).text
+        # Each line of code on a line of its own, also when highlighting wraps its words in
+        # spans; the indentation is folded as all runs of spaces are.
+        assert "def total(items):\nreturn sum(items)" in text, repr(text)
+        assert "if ready:\ngo()\nstop()\nend" in text, repr(text)
     finally:
         await service.close()

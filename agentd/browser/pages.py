@@ -98,13 +98,14 @@ SNAPSHOT_JS = (
     out.push(s); size += s.length; last = s[s.length - 1];
   };
   // `faded`: the text's element has `visibility: hidden`, which its children inherit but may
-  // override, so they are still walked; its own text does not show.
-  const walk = (node, faded) => {
+  // override, so they are still walked; its own text does not show. `lines`: the element
+  // keeps its text's line breaks (`<pre>`, code): they show, so they are read.
+  const walk = (node, faded, lines) => {
     if (cut) return;
     if (node.nodeType === 3) {
       if (faded) return;
-      const t = node.textContent.replace(/\s+/g, ' ');
-      if (t.trim()) push(t);
+      const t = node.textContent.replace(lines ? /[^\S\n]+/g : /\s+/g, ' ');
+      if (t.trim() || (lines && t.includes('\n'))) push(t);
       // Whitespace between inline elements shows as a space ("more 16 more 17"); one will do.
       else if (t && last !== ' ' && last !== '\n') push(' ');
       return;
@@ -114,17 +115,19 @@ SNAPSHOT_JS = (
     if (['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD'].includes(tag)) return;
     const st = getComputedStyle(el);
     const fades = st.visibility !== 'visible';
+    const keeps = /^(pre|pre-wrap|pre-line|break-spaces)$/.test(st.whiteSpace);
+    if (tag === 'BR') { if (st.display !== 'none') push('\n'); return; }
     if (tag === 'SLOT') {
       // Where a shadow root shows its host's children (or, given none, its own); it has no
       // box of its own, so it is never "shown".
       if (st.display === 'none') return;
       const given = el.assignedNodes();
-      for (const child of (given.length ? given : el.childNodes)) walk(child, fades);
+      for (const child of (given.length ? given : el.childNodes)) walk(child, fades, keeps);
       return;
     }
     if (st.display === 'contents') {
       // A wrapper with no box of its own (never "shown"): its children show in its place.
-      for (const child of (el.shadowRoot || el).childNodes) walk(child, fades);
+      for (const child of (el.shadowRoot || el).childNodes) walk(child, fades, keeps);
       return;
     }
     const root = tag === 'BODY' || tag === 'HTML';
@@ -150,10 +153,10 @@ SNAPSHOT_JS = (
     if (block !== 'inline') push('\n');
     // An open shadow root is what the element shows: its children come in through its slots.
     // A closed one is out of reach (shadowRoot is null): its content is not read.
-    for (const child of (el.shadowRoot || el).childNodes) walk(child, fades);
+    for (const child of (el.shadowRoot || el).childNodes) walk(child, fades, keeps);
     if (block !== 'inline') push('\n');
   };
-  walk(document.body || document.documentElement, false);
+  walk(document.body || document.documentElement, false, false);
   const parts = [''];
   for (const s of out) {
     if (s === null) parts.push(''); else parts[parts.length - 1] += s;
