@@ -89,6 +89,8 @@ async def test_a_reading_past_its_element_cap_says_so_once_and_what_to_do(
         snap = await actions.open_url(service, found, f"{site.base}/manylinks")
         assert len(snap.elements) == 10 and snap.elements[-1].text == "item 9"
         assert snap.unnumbered == 21  # twenty links and the search field
+        # A field past the cap, which has no words of its own, still shows where it is.
+        assert 'Search input "Search" (no number)' in snap.text, snap.text
         shown = render(snap, service.config.max_text_chars)
         assert shown.count("numbered") == 1, shown
         assert "Only the first 10 links, buttons and fields are numbered." in shown

@@ -139,14 +139,18 @@ SNAPSHOT_JS = (
       return;
     }
     if (el.matches(INTERACTIVE) && shown(el)) {
+      const d = describe(el);
       if (n >= maxEls) over += 1;
       else {
-        n += 1; const ref = gen + '-' + n; el.setAttribute(ATTR, ref);
-        const d = describe(el); d.ref = ref; els.push(d);
-        push(' [' + ref + '] ');
-        if (d.kind !== 'link' && d.kind !== 'button' && d.kind !== 'submit') {
-          push(d.kind + (d.password ? ' (password)' : '') + ' "' + d.text + '" '); return;
-        }
+        n += 1; d.ref = gen + '-' + n; el.setAttribute(ATTR, d.ref); els.push(d);
+        push(' [' + d.ref + '] ');
+      }
+      // A field has no words of its own: it reads as its kind and label, also past the cap
+      // (marked there), so the reading still shows it is on the page.
+      if (d.kind !== 'link' && d.kind !== 'button' && d.kind !== 'submit') {
+        const kind = d.kind + (d.password ? ' (password)' : '');
+        push((d.ref ? '' : ' ') + kind + ' "' + d.text + '" ' + (d.ref ? '' : '(no number) '));
+        return;
       }
     }
     const block = st.display;
