@@ -135,6 +135,21 @@ def _answer(body: dict[str, Any], lines: list[str]) -> Any:
     return " ".join(lines[start : start + 4 + seed % 6])
 
 
+# agentd before the cache layout: the tree the figure compares against.
+BASELINE_REF = "8b82d9d"
+
+
+def baseline_env(env: dict[str, str]) -> dict[str, str]:
+    """The harness's environment in the baseline tree's keys: that tree rejects unknown keys,
+    has no [retention], and reads the owner's ids from [telegram], not [access]."""
+    env = dict(env)
+    env.pop("AGENTD_RETENTION__ENABLED", None)
+    owners = env.pop("AGENTD_ACCESS__ALLOWED_USER_IDS", None)
+    if owners is not None:
+        env["AGENTD_TELEGRAM__ALLOWED_USER_IDS"] = owners
+    return env
+
+
 def run_chat(
     agentd_path: Path | None, turns: list[str], pauses: list[float], tmp: Path, **env_extra: str
 ) -> Any:
@@ -152,8 +167,8 @@ def run_chat(
             AGENTD_LIMITS__MESSAGES_PER_MINUTE="0",
             **env_extra,
         )
-        if agentd_path:  # the old tree has no [retention] and rejects unknown keys
-            env.pop("AGENTD_RETENTION__ENABLED", None)
+        if agentd_path:
+            env = baseline_env(env)
         daemon = Daemon(tmp, env).start(timeout=120)
         offsets: list[tuple[int, float]] = []  # (first request index of the turn, clock offset)
         offset = 0.0
@@ -250,7 +265,7 @@ def export(ref: str, dest: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=100)
-    parser.add_argument("--baseline-ref", default="8b82d9d")
+    parser.add_argument("--baseline-ref", default=BASELINE_REF)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument(
