@@ -22,6 +22,7 @@ import mimetypes
 import secrets
 import time
 from collections.abc import Sequence
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -298,8 +299,10 @@ class MatrixOutbox:
     async def end_draft(
         self, chat_id: int, draft_id: int, note: str, *, earlier: bool = False
     ) -> None:
-        """The draft ends as what it said and `note` (only that, if this process never saw
-        what it said: it was sent before a restart). Under a transaction id from the draft's,
+        """The draft ends as what it said and `note`. What it said, if this process never saw
+        it (it was sent before a restart, or found in the room), is read back from the
+        homeserver: one read of the event, or the event the scan below found; `note` alone if
+        that fails. Under a transaction id from the draft's,
         so doing it again after a crash is the same edit; best effort. Its row goes once the
         homeserver took the edit, or refused it for good (the bot left the room, say). One
         the homeserver could not take now is tried again in this process (`END_WAITS`), and
@@ -316,28 +319,31 @@ class MatrixOutbox:
         self._unsure.discard(key)
         if key in self._ending:  # already being tried again: the same edit
             return
-        says = f"{text}\n\n{note}" if text.strip() else note
-        if await self._end(chat_id, draft_id, says, look):
+        if await self._end(chat_id, draft_id, text, note, look):
             return
-        task = asyncio.create_task(self._end_later(chat_id, draft_id, says, look))
+        task = asyncio.create_task(self._end_later(chat_id, draft_id, text, note, look))
         self._ending[key] = task
         task.add_done_callback(lambda _: self._ending.pop(key, None))
 
-    async def _end(self, chat_id: int, draft_id: int, says: str, look: bool) -> bool:
-        """One try at ending the draft with `says`; False when the homeserver could not take
-        it now (worth trying again), True when it is done or nothing is left to do."""
+    async def _end(self, chat_id: int, draft_id: int, text: str, note: str, look: bool) -> bool:
+        """One try at ending the draft as `text` and `note`; False when the homeserver could
+        not take it now (worth trying again), True when it is done or nothing is left to do."""
         try:
             found = await self._db.read(_open_draft, chat_id, draft_id)
             if found is not None and found[0] != draft_id:  # another answer's (key 0)
                 return True
             room = await self.room_of(chat_id)
-            event = found[1] if found else None
+            event, scanned = (found[1], None) if found else (None, None)
             if event is None and look:
-                event = await self._unrecorded_draft(room, chat_id, draft_id)
+                scanned = await self._unrecorded_draft(room, chat_id, draft_id)
+                event = str((scanned or {}).get("event_id") or "") or None
             if event is None:
                 return True
             try:
-                edit = _replacing(event, says)
+                if text.strip():
+                    edit = _replacing(event, f"{text}\n\n{note}")
+                else:
+                    edit = _stopped(event, await self._said(room, event, scanned), note)
                 await self._client.send(room, "m.room.message", edit, _stop_txn(chat_id, draft_id))
             except MatrixError as exc:
                 if exc.fault.kind != "permanent":
@@ -354,14 +360,31 @@ class MatrixOutbox:
             log.info("matrix draft not ended (best effort)", extra={"reason": type(exc).__name__})
         return True
 
-    async def _end_later(self, chat_id: int, draft_id: int, says: str, look: bool) -> None:
+    async def _end_later(
+        self, chat_id: int, draft_id: int, text: str, note: str, look: bool
+    ) -> None:
         for wait in self._end_waits:
             await asyncio.sleep(wait)
-            if await self._end(chat_id, draft_id, says, look):
+            if await self._end(chat_id, draft_id, text, note, look):
                 return
         log.warning("matrix draft not ended; the next start tries again if it has a row")
 
-    async def _unrecorded_draft(self, room: str, chat_id: int, draft_id: int) -> str | None:
+    async def _said(
+        self, room: str, event_id: str, scanned: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        """What a draft this process never saw says, as the homeserver holds it: the event the
+        scan found, or one read of it (only on these rare paths); {} if it cannot be read, so
+        the draft still ends, as the marker alone."""
+        try:
+            event = scanned if scanned is not None else await self._client.event(room, event_id)
+        except Exception as exc:  # cancellation is BaseException and still propagates
+            log.info("matrix draft not read (best effort)", extra={"reason": type(exc).__name__})
+            return {}
+        return _newest_content(event)
+
+    async def _unrecorded_draft(
+        self, room: str, chat_id: int, draft_id: int
+    ) -> dict[str, Any] | None:
         """The event of the answer's first draft, found among the bot's newest messages in
         the room by its transaction id (which Synapse shows the device that sent it); None if
         no such message is there. A draft with no row has no edits, so the messages after
@@ -370,7 +393,7 @@ class MatrixOutbox:
         for event in await self._client.own_messages(room, DRAFT_LOOKBACK):
             unsigned = event.get("unsigned")
             if isinstance(unsigned, dict) and unsigned.get("transaction_id") == txn:
-                return str(event.get("event_id") or "") or None
+                return event
         return None
 
     async def close(self) -> None:
@@ -434,7 +457,11 @@ def _stop_txn(chat_id: int, draft_id: int) -> str:
 def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
     """An edit (`m.replace`) of one of the bot's messages to `markdown`; the "* " fallback is
     what a client that does not know edits shows."""
-    new = text_content(markdown)
+    return _edit(event_id, text_content(markdown))
+
+
+def _edit(event_id: str, new: dict[str, Any]) -> dict[str, Any]:
+    """An edit of `event_id` to the content `new`, with its "* " fallback."""
     return {
         **new,
         "body": f"* {new['body']}",
@@ -442,6 +469,41 @@ def _replacing(event_id: str, markdown: str) -> dict[str, Any]:
         "m.new_content": new,
         "m.relates_to": {"rel_type": "m.replace", "event_id": event_id},
     }
+
+
+def _newest_content(event: dict[str, Any]) -> dict[str, Any]:
+    """What a message shows: its newest edit's `m.new_content` (which the server bundles under
+    `unsigned` → `m.relations` → `m.replace`), else its own content."""
+    unsigned = event.get("unsigned")
+    relations = unsigned.get("m.relations") if isinstance(unsigned, dict) else None
+    edit = relations.get("m.replace") if isinstance(relations, dict) else None
+    edited = edit.get("content") if isinstance(edit, dict) else None
+    new = edited.get("m.new_content") if isinstance(edited, dict) else None
+    if isinstance(new, dict):
+        return new
+    content = event.get("content")
+    return content if isinstance(content, dict) else {}
+
+
+def _stopped(event_id: str, said: dict[str, Any], note: str) -> dict[str, Any]:
+    """An edit ending a draft as what it `said` (a message content as the homeserver holds
+    it: plain `body`, HTML `formatted_body`, both already rendered) and `note` (Markdown).
+    Each form gets the note appended as is, so nothing is rendered or escaped twice; the
+    note alone when the draft said nothing readable."""
+    body = said.get("body")
+    if not isinstance(body, str) or not body.strip():
+        return _replacing(event_id, note)
+    marker = text_content(note)
+    html = said.get("formatted_body")
+    if said.get("format") != HTML or not isinstance(html, str):
+        html = escape(body).replace("\n", "<br>")  # plain text, shown as it reads
+    new = {
+        "msgtype": "m.text",
+        "body": f"{body}\n\n{marker['body']}",
+        "format": HTML,
+        "formatted_body": f"{html}<br><br>{marker['formatted_body']}",
+    }
+    return _edit(event_id, new)
 
 
 def _open_draft(conn: Any, chat_id: int, draft_id: int) -> tuple[int, str] | None:
