@@ -124,8 +124,8 @@ async def test_an_earlier_processs_unrecorded_first_draft_is_found_and_ended_or_
     await outbox.end_draft(chat, 9, "_(stopped)_", earlier=True)
     assert server.looked == 1
     assert [c["m.relates_to"]["event_id"] for c in server.sent] == (["$draft"] if found else [])
-    if found:
-        assert server.sent[0]["m.new_content"]["body"] == "(stopped)"
+    if found:  # what the draft said, read from the event found, then the marker
+        assert server.sent[0]["m.new_content"]["body"] == "Part 1\n\n(stopped)"
 
 
 async def test_a_turn_of_this_process_with_no_draft_reads_nothing(db: Database) -> None:
